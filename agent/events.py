@@ -1,0 +1,340 @@
+"""The typed events a run is made of.
+
+The run's append-only `events.jsonl` is the single source of truth: the console,
+the headless transcript, `result.json`, replay, resume and scoring are all derived
+from these events. So every event carries enough to rebuild what the agent saw
+(prompts, observations, summaries) and what the human did (control actions),
+and nothing a display needs is kept only in memory.
+
+Every line is one event with a `type` discriminator and the schema version `v`.
+`seq` and `ts` are stamped by the log when the event is appended; `t` is the run
+clock (active seconds counted against the deadline, pauses excluded) at that moment.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+
+SCHEMA_VERSION = 1
+
+AgentRole = Literal["supervisor", "worker", "baseline"]
+PlanStatus = Literal["pending", "in_progress", "done", "failed", "skipped"]
+RunStatus = Literal["finished", "stopped", "error"]
+FinishReason = Literal["submitted", "deadline", "stopped", "budget", "error"]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    v: int = SCHEMA_VERSION
+    seq: int = 0
+    ts: float = 0.0
+    t: float = 0.0
+
+
+# --- run lifecycle -------------------------------------------------------------------
+
+
+class SandboxInfo(BaseModel):
+    kind: str
+    isolation: str
+    network: bool
+    workdir: str
+    workspace: str
+
+
+class Limits(BaseModel):
+    time_limit_s: float
+    max_steps: int | None = None
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    run_id: str
+    task: str
+    task_title: str
+    model: str
+    limits: Limits
+    sandbox: SandboxInfo
+    config: dict[str, Any] = Field(default_factory=dict)
+    mlra_version: str = ""
+    forked_from: dict[str, Any] | None = None
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"] = "run_finished"
+    status: RunStatus
+    reason: FinishReason
+    message: str = ""
+
+
+class Notice(_Event):
+    """Something the user should know that is not an agent action (sandbox caveats, retries)."""
+
+    type: Literal["notice"] = "notice"
+    level: Literal["info", "warning", "error"] = "info"
+    message: str
+
+
+# --- supervisor ----------------------------------------------------------------------
+
+
+class PlanStep(BaseModel):
+    id: str
+    title: str
+    status: PlanStatus = "pending"
+    note: str = ""
+
+
+class PlanUpdated(_Event):
+    type: Literal["plan_updated"] = "plan_updated"
+    agent: AgentRole = "supervisor"
+    steps: list[PlanStep]
+    reason: str = ""
+
+
+class SupervisorMessage(_Event):
+    type: Literal["supervisor_message"] = "supervisor_message"
+    text: str
+    turn: int = 0
+
+
+class SubtaskStarted(_Event):
+    type: Literal["subtask_started"] = "subtask_started"
+    subtask: int
+    step_id: str | None = None
+    instructions: str
+
+
+class SubtaskFinished(_Event):
+    type: Literal["subtask_finished"] = "subtask_finished"
+    subtask: int
+    step_id: str | None = None
+    report: str
+    outcome: Literal["reported", "step_limit", "submitted", "ended"] = "reported"
+    worker_steps: int = 0
+
+
+class Review(_Event):
+    """A periodic supervisor check on a running subtask, and the guidance it gave."""
+
+    type: Literal["review"] = "review"
+    subtask: int
+    after_steps: int
+    guidance: str = ""
+
+
+# --- worker --------------------------------------------------------------------------
+
+
+class StepStarted(_Event):
+    """One agent action begins: the model is asked for its next move.
+
+    `prompt` is the text added to the agent's history before the call (the clock
+    and budget note, injected messages), so the history can be rebuilt exactly.
+    """
+
+    type: Literal["step_started"] = "step_started"
+    agent: AgentRole
+    step: int
+    turn: int
+    prompt: str = ""
+
+
+class TextDelta(_Event):
+    """A streamed piece of a model's text, so thoughts show while they are written."""
+
+    type: Literal["text_delta"] = "text_delta"
+    agent: AgentRole
+    turn: int
+    text: str
+
+
+class WorkerThought(_Event):
+    type: Literal["worker_thought"] = "worker_thought"
+    text: str
+    turn: int = 0
+    step: int = 0
+
+
+class ToolCall(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    agent: AgentRole
+    tool: str
+    arguments: dict[str, Any] | None = None
+    raw_arguments: str | None = None
+    turn: int = 0
+    step: int = 0
+
+
+class ApprovalRequested(_Event):
+    type: Literal["approval_requested"] = "approval_requested"
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] | None = None
+    reason: str = ""
+
+
+class ToolOutput(_Event):
+    type: Literal["tool_output"] = "tool_output"
+    call_id: str
+    stream: Literal["stdout", "stderr"] = "stdout"
+    text: str
+
+
+class ToolResult(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    tool: str
+    agent: AgentRole
+    ok: bool
+    output: str
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    truncated: bool = False
+    timed_out: bool = False
+    error: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+class ModelCall(_Event):
+    type: Literal["model_call"] = "model_call"
+    agent: AgentRole
+    model: str
+    turn: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    stop_reason: str | None = None
+    purpose: Literal["turn", "summary", "review"] = "turn"
+
+
+class ModelError(_Event):
+    type: Literal["model_error"] = "model_error"
+    agent: AgentRole
+    model: str
+    error: str
+    fatal: bool = True
+
+
+class HistorySummarized(_Event):
+    """Older steps of an agent's history were replaced by a summary to fit the context."""
+
+    type: Literal["history_summarized"] = "history_summarized"
+    agent: AgentRole
+    summary: str
+    first_turn: int
+    last_turn: int
+    tokens_before: int = 0
+
+
+# --- environment and the human -------------------------------------------------------
+
+
+class GpuSample(BaseModel):
+    index: int
+    name: str
+    util_percent: float
+    mem_used_mb: float
+    mem_total_mb: float
+
+
+class ResourceSample(_Event):
+    type: Literal["resource_sample"] = "resource_sample"
+    cpu_percent: float
+    ram_used_mb: float
+    ram_total_mb: float
+    disk_workspace_mb: float
+    gpus: list[GpuSample] = Field(default_factory=list)
+    gpu_error: str | None = None
+
+
+ControlAction = Literal[
+    "pause", "resume", "step", "inject", "approve", "reject", "edit", "stop", "breakpoints", "quit"
+]
+
+
+class Control(_Event):
+    """A human's action on the run, so a replay shows what the human did."""
+
+    type: Literal["control"] = "control"
+    action: ControlAction
+    target: str | None = None
+    text: str | None = None
+    call_id: str | None = None
+    arguments: dict[str, Any] | None = None
+    source: str = "user"
+
+
+# --- ending --------------------------------------------------------------------------
+
+
+class Submission(_Event):
+    type: Literal["submission"] = "submission"
+    path: str | None = None
+    note: str = ""
+    by: Literal["agent", "deadline", "budget", "stop", "error"] = "agent"
+
+
+class EvaluationStarted(_Event):
+    type: Literal["evaluation_started"] = "evaluation_started"
+    evaluator: str
+    artifact: str
+
+
+class EvaluationFinished(_Event):
+    type: Literal["evaluation_finished"] = "evaluation_finished"
+    ok: bool
+    metric: str
+    higher_is_better: bool = True
+    score: float | None = None
+    baseline: float | None = None
+    top: float | None = None
+    normalized: float | None = None
+    success: bool | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    violations: list[str] = Field(default_factory=list)
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+Event = Annotated[
+    RunStarted
+    | RunFinished
+    | Notice
+    | PlanUpdated
+    | SupervisorMessage
+    | SubtaskStarted
+    | SubtaskFinished
+    | Review
+    | StepStarted
+    | TextDelta
+    | WorkerThought
+    | ToolCall
+    | ApprovalRequested
+    | ToolOutput
+    | ToolResult
+    | ModelCall
+    | ModelError
+    | HistorySummarized
+    | ResourceSample
+    | Control
+    | Submission
+    | EvaluationStarted
+    | EvaluationFinished,
+    Field(discriminator="type"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(line: str | bytes) -> Event:
+    return EVENT_ADAPTER.validate_json(line)

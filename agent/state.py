@@ -1,0 +1,213 @@
+"""A run's state, folded from its events.
+
+Displays, budget checks and `result.json` read this fold rather than keeping
+counters of their own, so whatever they show can be rebuilt from the log alone.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from mlra.agent import events as ev
+
+Phase = Literal[
+    "starting", "running", "paused", "awaiting_approval", "evaluating", "finished", "stopped", "error"
+]
+
+
+@dataclass
+class RunState:
+    run_id: str = ""
+    task: str = ""
+    task_title: str = ""
+    model: str = ""
+    limits: ev.Limits | None = None
+    sandbox: ev.SandboxInfo | None = None
+    phase: Phase = "starting"
+    plan: list[ev.PlanStep] = field(default_factory=list)
+    subtask: int | None = None
+    subtask_step_id: str | None = None
+    steps: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+    elapsed_s: float = 0.0
+    started_ts: float | None = None
+    last_ts: float | None = None
+    resources: ev.ResourceSample | None = None
+    pending_approval: ev.ApprovalRequested | None = None
+    submission: ev.Submission | None = None
+    evaluation: ev.EvaluationFinished | None = None
+    finished: ev.RunFinished | None = None
+    last_error: str | None = None
+    events: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def remaining_s(self) -> float | None:
+        if self.limits is None:
+            return None
+        return max(0.0, self.limits.time_limit_s - self.elapsed_s)
+
+    def apply(self, event: ev.Event) -> None:
+        self.events += 1
+        self.elapsed_s = max(self.elapsed_s, event.t)
+        self.last_ts = event.ts
+        match event:
+            case ev.RunStarted():
+                self.run_id = event.run_id
+                self.task = event.task
+                self.task_title = event.task_title
+                self.model = event.model
+                self.limits = event.limits
+                self.sandbox = event.sandbox
+                self.phase = "running"
+                self.started_ts = event.ts
+            case ev.PlanUpdated():
+                self.plan = list(event.steps)
+            case ev.SubtaskStarted():
+                self.subtask = event.subtask
+                self.subtask_step_id = event.step_id
+            case ev.SubtaskFinished():
+                self.subtask = None
+                self.subtask_step_id = None
+            case ev.StepStarted():
+                if event.agent != "supervisor":
+                    self.steps = max(self.steps, event.step)
+            case ev.ToolCall():
+                self.tool_calls += 1
+            case ev.ToolResult():
+                if not event.ok:
+                    self.tool_errors += 1
+                if self.pending_approval and self.pending_approval.call_id == event.call_id:
+                    self.pending_approval = None
+                    self.phase = "running"
+            case ev.ApprovalRequested():
+                self.pending_approval = event
+                self.phase = "awaiting_approval"
+            case ev.ModelCall():
+                self.model_calls += 1
+                self.input_tokens += event.input_tokens
+                self.output_tokens += event.output_tokens
+                self.cache_read_tokens += event.cache_read_tokens
+                self.cost_usd += event.cost_usd
+            case ev.ModelError():
+                self.last_error = event.error
+            case ev.ResourceSample():
+                self.resources = event
+            case ev.Control():
+                self._apply_control(event)
+            case ev.Submission():
+                self.submission = event
+            case ev.EvaluationStarted():
+                self.phase = "evaluating"
+            case ev.EvaluationFinished():
+                self.evaluation = event
+            case ev.RunFinished():
+                self.finished = event
+                self.phase = {"finished": "finished", "stopped": "stopped", "error": "error"}[
+                    event.status
+                ]
+                if event.status == "error":
+                    self.last_error = event.message or self.last_error
+            case _:
+                pass
+
+    def _apply_control(self, event: ev.Control) -> None:
+        if self.phase in ("evaluating", "finished", "stopped", "error"):
+            return
+        if event.action == "pause":
+            self.phase = "paused"
+        elif event.action in ("resume", "step"):
+            self.phase = "awaiting_approval" if self.pending_approval else "running"
+        elif event.action in ("approve", "reject", "edit"):
+            self.pending_approval = None
+
+
+def fold(events: list[ev.Event]) -> RunState:
+    state = RunState()
+    for event in events:
+        state.apply(event)
+    return state
+
+
+class RunResult(BaseModel):
+    """What `result.json` holds: the run's outcome, derived from its events."""
+
+    run_id: str
+    task: str
+    model: str
+    status: str
+    reason: str
+    message: str = ""
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    score: float | None = None
+    baseline_score: float | None = None
+    top_score: float | None = None
+    normalized_score: float | None = None
+    success: bool | None = None
+    metrics: dict[str, float] = {}
+    violations: list[str] = []
+    evaluation_error: str | None = None
+    duration_s: float
+    wall_s: float
+    steps: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    tokens: int
+    cost_usd: float
+
+
+def result_of(state: RunState) -> RunResult:
+    evaluation = state.evaluation
+    finished = state.finished
+    wall = (state.last_ts or 0.0) - (state.started_ts or state.last_ts or 0.0)
+    return RunResult(
+        run_id=state.run_id,
+        task=state.task,
+        model=state.model,
+        status=finished.status if finished else "error",
+        reason=finished.reason if finished else "error",
+        message=finished.message if finished else "run did not finish",
+        metric=evaluation.metric if evaluation else None,
+        higher_is_better=evaluation.higher_is_better if evaluation else None,
+        score=evaluation.score if evaluation else None,
+        baseline_score=evaluation.baseline if evaluation else None,
+        top_score=evaluation.top if evaluation else None,
+        normalized_score=evaluation.normalized if evaluation else None,
+        success=evaluation.success if evaluation else None,
+        metrics=evaluation.metrics if evaluation else {},
+        violations=evaluation.violations if evaluation else [],
+        evaluation_error=evaluation.error if evaluation else None,
+        duration_s=round(state.elapsed_s, 3),
+        wall_s=round(wall, 3),
+        steps=state.steps,
+        tool_calls=state.tool_calls,
+        input_tokens=state.input_tokens,
+        output_tokens=state.output_tokens,
+        cache_read_tokens=state.cache_read_tokens,
+        tokens=state.tokens,
+        cost_usd=round(state.cost_usd, 6),
+    )
+
+
+def write_result(state: RunState, run_dir: Path) -> RunResult:
+    result = result_of(state)
+    tmp = run_dir / "result.json.tmp"
+    tmp.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.replace(run_dir / "result.json")
+    return result

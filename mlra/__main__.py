@@ -1,0 +1,3 @@
+from mlra.console.cli import main
+
+raise SystemExit(main())

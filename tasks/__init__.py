@@ -1,0 +1,1 @@
+"""Task definitions (one folder per task), their data and their evaluators."""

@@ -1,0 +1,32 @@
+"""Entry point of the fresh evaluation process: `python -m mlra.tasks.evaluators.runner`.
+
+Arguments: task folder, artifact path, output JSON path, scratch folder. Writes
+an `EvalOutcome` as JSON; a crash of the evaluator is written as an error outcome.
+"""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+from mlra.tasks.evaluators.base import EvalOutcome, load_evaluator
+from mlra.tasks.spec import load_task
+
+
+def main(argv: list[str]) -> int:
+    task_dir, artifact, out, work_dir = (Path(a) for a in argv)
+    try:
+        task = load_task(task_dir)
+        outcome = load_evaluator(task).evaluate(artifact, work_dir=work_dir)
+    except Exception as exc:
+        traceback.print_exc()
+        outcome = EvalOutcome(ok=False, error=f"evaluator failed: {type(exc).__name__}: {exc}")
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(outcome.model_dump_json(indent=2))
+    tmp.replace(out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

@@ -1,0 +1,195 @@
+"""Tasks as data: `tasks/<name>/task.toml` and the files beside it.
+
+A task says what the agent is asked (the prompt, in the ML Research Benchmark's
+sections), which files it starts with, which files it must never see, how the
+result is graded (metric, evaluator, reference scores) and what it needs to run.
+A malformed file is refused with the file, the field and what is wrong.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mlra.agent.clock import format_duration, parse_duration
+
+BUILTIN_TASKS_DIR = Path(__file__).resolve().parent
+
+
+class TaskError(Exception):
+    """A task that cannot be loaded; the message names the file and the field."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Prompt(_Strict):
+    task: str
+    dataset: str = ""
+    models: str = ""
+    compute: str = ""
+    result: str = ""
+    evaluation: str = ""
+    rules: str = ""
+    notes: str = ""
+
+
+class Files(_Strict):
+    starter: list[str] = Field(default_factory=list)
+    """Files or folders (relative to the task folder) whose contents are copied into the workspace."""
+    hidden: list[str] = Field(default_factory=list)
+    """Files or folders only the evaluator sees; never copied, hidden from the sandbox."""
+
+
+class Metric(_Strict):
+    name: str
+    higher_is_better: bool = True
+    baseline: float | None = None
+    """The baseline recipe's score: normalized score 0."""
+    top: float | None = None
+    """The top reference score: normalized score 1."""
+    success_fraction: float = 0.05
+    """A run succeeds when it closes at least this fraction of the baseline-to-top gap."""
+
+
+class Evaluator(_Strict):
+    kind: Literal["lm-eval", "script"]
+    artifact: str = "submission"
+    """Default artifact, relative to the workspace, when `submit` names none."""
+    timeout: str = "30m"
+    settings: dict[str, Any] = Field(default_factory=dict)
+
+
+class Resources(_Strict):
+    time_limit: str = "24h"
+    gpus: int = 0
+    gpu_memory_gb: float = 0
+    cpus: float | None = None
+    memory_gb: float | None = None
+    network: bool = False
+    data: str = ""
+
+    @field_validator("time_limit")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+
+class BaselineStep(_Strict):
+    title: str
+    command: str
+    timeout: str = "1h"
+
+
+class Baseline(_Strict):
+    description: str = ""
+    steps: list[BaselineStep] = Field(default_factory=list)
+    submit: str | None = None
+    """Artifact the recipe submits (relative to the workspace); the evaluator's default if unset."""
+
+
+class SandboxSettings(_Strict):
+    image: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+class TaskSpec(_Strict):
+    name: str
+    title: str
+    description: str = ""
+    prompt: Prompt
+    files: Files = Field(default_factory=Files)
+    metric: Metric
+    evaluator: Evaluator
+    resources: Resources = Field(default_factory=Resources)
+    baseline: Baseline = Field(default_factory=Baseline)
+    sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+
+    # Set by the loader, not the file.
+    root: Path = Field(default=Path("."), exclude=True)
+
+    @property
+    def time_limit_s(self) -> float:
+        return parse_duration(self.resources.time_limit)
+
+    def starter_paths(self) -> list[Path]:
+        return [self.root / p for p in self.files.starter]
+
+    def hidden_paths(self) -> list[Path]:
+        return [self.root / p for p in self.files.hidden]
+
+    def render_prompt(self, *, time_limit_s: float | None = None) -> str:
+        """The task as the agent reads it, in the benchmark's sections."""
+        limit = format_duration(time_limit_s if time_limit_s is not None else self.time_limit_s)
+        p = self.prompt
+        sections = [
+            ("Task", p.task),
+            ("Dataset", p.dataset),
+            ("Models", p.models),
+            ("Compute", p.compute),
+            ("Time limit", f"You have {limit} of working time. When it runs out, running "
+             "commands are killed and whatever the workspace holds is evaluated."),
+            ("Result", p.result),
+            ("Evaluation", p.evaluation),
+            ("Rules", p.rules),
+            ("Notes", p.notes),
+        ]
+        parts = [f"# {self.title}"]
+        parts += [f"## {head}\n{body.strip()}" for head, body in sections if body.strip()]
+        return "\n\n".join(parts) + "\n"
+
+
+def load_task(path: Path) -> TaskSpec:
+    """Load `path` (a task folder or its task.toml); raise TaskError naming what is wrong."""
+    folder = path if path.is_dir() else path.parent
+    toml_path = folder / "task.toml"
+    if not toml_path.is_file():
+        raise TaskError(f"{toml_path}: no task.toml in this folder")
+    try:
+        data = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise TaskError(f"{toml_path}: not valid TOML: {exc}") from None
+    except UnicodeDecodeError:
+        raise TaskError(f"{toml_path}: not UTF-8 text") from None
+    try:
+        spec = TaskSpec.model_validate(data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        more = f" (and {len(exc.errors()) - 1} more problems)" if len(exc.errors()) > 1 else ""
+        msg = err["msg"]
+        if err["type"] == "missing":
+            msg = "is required but missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "is not a known field"
+        raise TaskError(f"{toml_path}: field {field}: {msg}{more}") from None
+    spec.root = folder.resolve()
+    for kind, paths in (("files.starter", spec.files.starter), ("files.hidden", spec.files.hidden)):
+        for rel in paths:
+            target = (spec.root / rel).resolve()
+            if spec.root not in target.parents and target != spec.root:
+                raise TaskError(f"{toml_path}: field {kind}: {rel!r} is outside the task folder")
+            if not target.exists():
+                raise TaskError(f"{toml_path}: field {kind}: {rel!r} does not exist")
+    return spec
+
+
+def builtin_task_dirs() -> list[Path]:
+    return sorted(p for p in BUILTIN_TASKS_DIR.iterdir() if (p / "task.toml").is_file())
+
+
+def find_task(name: str) -> TaskSpec:
+    """A built-in task by name, or a task folder by path."""
+    candidate = Path(name)
+    if candidate.exists():
+        return load_task(candidate)
+    folder = BUILTIN_TASKS_DIR / name
+    if (folder / "task.toml").is_file():
+        return load_task(folder)
+    known = ", ".join(p.name for p in builtin_task_dirs()) or "none"
+    raise TaskError(f"unknown task {name!r}; known tasks: {known} (or give a task folder's path)")

@@ -1,0 +1,175 @@
+"""Tools: typed arguments, generated schemas, dispatch by name.
+
+A tool declares a pydantic model of its arguments; the JSON schema the model
+provider sees is generated from it, and a call is dispatched strictly by the
+tool's name. Whatever goes wrong in a call (unknown tool, arguments that are not
+JSON or do not fit the schema, a tool that raises) becomes an error observation
+the model can read and act on; the run goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from mlra.tools.sandbox.base import OutputCallback, Sandbox, SandboxError
+
+Signal = Literal["submit", "report"]
+A = TypeVar("A", bound=BaseModel)
+
+
+class ToolSpec(BaseModel):
+    """What a model provider is told about a tool."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class ToolContext:
+    sandbox: Sandbox
+    agent: str
+    call_id: str = ""
+    on_output: OutputCallback | None = None
+    default_timeout_s: float = 600.0
+    remaining_s: Callable[[], float] = lambda: float("inf")
+
+    def timeout(self, requested: float | None) -> float:
+        """A command never outlives the run's deadline."""
+        wanted = requested if requested and requested > 0 else self.default_timeout_s
+        return max(1.0, min(wanted, self.remaining_s()))
+
+
+@dataclass
+class ToolOutcome:
+    output: str
+    ok: bool = True
+    exit_code: int | None = None
+    timed_out: bool = False
+    error: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+    signal: Signal | None = None
+    """Asks the agent loop to end something: the run (submit) or the subtask (report)."""
+    duration_s: float = 0.0
+
+
+class Tool(Generic[A]):
+    name: ClassVar[str]
+    description: ClassVar[str]
+    Args: ClassVar[type[BaseModel]]
+
+    async def run(self, args: A, ctx: ToolContext) -> ToolOutcome:
+        raise NotImplementedError
+
+    @classmethod
+    def spec(cls) -> ToolSpec:
+        return ToolSpec(
+            name=cls.name, description=cls.description, parameters=schema_of(cls.Args)
+        )
+
+
+def schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    """A compact JSON schema for a flat argument model, as providers want it."""
+    schema = model.model_json_schema()
+    _strip_titles(schema)
+    schema.setdefault("properties", {})
+    schema["additionalProperties"] = False
+    return schema
+
+
+def _strip_titles(node: Any) -> None:
+    if isinstance(node, dict):
+        node.pop("title", None)
+        for key, value in node.items():
+            if key == "properties" and isinstance(value, dict):
+                for prop in value.values():
+                    _strip_titles(prop)
+            else:
+                _strip_titles(value)
+    elif isinstance(node, list):
+        for item in node:
+            _strip_titles(item)
+
+
+def error(message: str) -> ToolOutcome:
+    return ToolOutcome(output=f"Error: {message}", ok=False, error=message)
+
+
+def parse_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any] | None, str | None]:
+    """Arguments as the model sent them: a dict, or the reason they are not one."""
+    if raw is None or raw == "":
+        return {}, None
+    if isinstance(raw, dict):
+        return raw, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        return None, f"the arguments are not valid JSON ({exc.msg} at position {exc.pos})"
+    if not isinstance(value, dict):
+        return None, f"the arguments must be a JSON object, not {type(value).__name__}"
+    return value, None
+
+
+def describe_validation_error(tool: str, exc: ValidationError) -> str:
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "arguments"
+        problems.append(f"{where}: {err['msg']}")
+    return f"invalid arguments for {tool}: " + "; ".join(problems)
+
+
+class ToolRegistry:
+    def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
+        self._tools: dict[str, Tool[Any]] = {}
+        for tool in tools:
+            self.add(tool)
+
+    def add(self, tool: Tool[Any]) -> None:
+        if tool.name in self._tools:
+            raise ValueError(f"tool {tool.name!r} registered twice")
+        self._tools[tool.name] = tool
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def get(self, name: str) -> Tool[Any] | None:
+        return self._tools.get(name)
+
+    def specs(self) -> list[ToolSpec]:
+        return [tool.spec() for tool in self._tools.values()]
+
+    async def dispatch(
+        self, name: str, arguments: dict[str, Any] | None, ctx: ToolContext, *, parse_error: str | None = None
+    ) -> ToolOutcome:
+        started = time.monotonic()
+        outcome = await self._dispatch(name, arguments, ctx, parse_error)
+        outcome.duration_s = round(time.monotonic() - started, 4)
+        return outcome
+
+    async def _dispatch(
+        self, name: str, arguments: dict[str, Any] | None, ctx: ToolContext, parse_error: str | None
+    ) -> ToolOutcome:
+        tool = self._tools.get(name)
+        if tool is None:
+            return error(f"unknown tool {name!r}; the tools are: {', '.join(self._tools)}")
+        if parse_error is not None or arguments is None:
+            return error(f"{name}: {parse_error or 'missing arguments'}")
+        try:
+            args = tool.Args.model_validate(arguments)
+        except ValidationError as exc:
+            return error(describe_validation_error(name, exc))
+        try:
+            return await tool.run(args, ctx)
+        except SandboxError as exc:
+            return error(f"{name}: {exc}")
+        except Exception as exc:  # a tool bug must not end the run
+            tb = traceback.extract_tb(exc.__traceback__)
+            where = f" (at {tb[-1].filename}:{tb[-1].lineno})" if tb else ""
+            return error(f"{name} raised {type(exc).__name__}: {exc}{where}")
