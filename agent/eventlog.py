@@ -28,7 +28,7 @@ class EventLog:
     def __init__(self, path: Path, *, start_seq: int = 0) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file: IO[str] | None = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self._file: IO[str] | None = open(path, "a", encoding="utf-8")
         self._seq = start_seq
         self._subscribers: list[Subscriber] = []
 
@@ -90,7 +90,9 @@ def iter_events(
         try:
             yield parse_event(line)
         except ValidationError as exc:
-            raise LogDamage(f"{path}:{number}: not a valid event: {exc.errors()[0]['msg']}") from exc
+            raise LogDamage(
+                f"{path}:{number}: not a valid event: {exc.errors()[0]['msg']}"
+            ) from exc
     if tail.strip():
         if on_torn_tail is not None:
             on_torn_tail(f"{path}: dropped a half-written last line ({len(tail)} bytes)")

@@ -15,7 +15,14 @@ from pydantic import BaseModel
 from mlra.agent import events as ev
 
 Phase = Literal[
-    "starting", "running", "paused", "awaiting_approval", "evaluating", "finished", "stopped", "error"
+    "starting",
+    "running",
+    "paused",
+    "awaiting_approval",
+    "evaluating",
+    "finished",
+    "stopped",
+    "error",
 ]
 
 

@@ -70,9 +70,7 @@ class Tool(Generic[A]):
 
     @classmethod
     def spec(cls) -> ToolSpec:
-        return ToolSpec(
-            name=cls.name, description=cls.description, parameters=schema_of(cls.Args)
-        )
+        return ToolSpec(name=cls.name, description=cls.description, parameters=schema_of(cls.Args))
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:
@@ -111,18 +109,18 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any] | 
     try:
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
-        return None, f"the arguments are not valid JSON ({exc.msg} at position {exc.pos})"
+        return None, f"the arguments are not valid JSON: {exc.msg} (character {exc.pos})"
     if not isinstance(value, dict):
         return None, f"the arguments must be a JSON object, not {type(value).__name__}"
     return value, None
 
 
-def describe_validation_error(tool: str, exc: ValidationError) -> str:
+def describe_validation_error(exc: ValidationError) -> list[str]:
     problems = []
     for err in exc.errors():
         where = ".".join(str(p) for p in err["loc"]) or "arguments"
         problems.append(f"{where}: {err['msg']}")
-    return f"invalid arguments for {tool}: " + "; ".join(problems)
+    return problems
 
 
 class ToolRegistry:
@@ -146,7 +144,12 @@ class ToolRegistry:
         return [tool.spec() for tool in self._tools.values()]
 
     async def dispatch(
-        self, name: str, arguments: dict[str, Any] | None, ctx: ToolContext, *, parse_error: str | None = None
+        self,
+        name: str,
+        arguments: dict[str, Any] | None,
+        ctx: ToolContext,
+        *,
+        parse_error: str | None = None,
     ) -> ToolOutcome:
         started = time.monotonic()
         outcome = await self._dispatch(name, arguments, ctx, parse_error)
@@ -161,10 +164,19 @@ class ToolRegistry:
             return error(f"unknown tool {name!r}; the tools are: {', '.join(self._tools)}")
         if parse_error is not None or arguments is None:
             return error(f"{name}: {parse_error or 'missing arguments'}")
+        fields = tool.Args.model_fields
+        unknown = sorted(set(arguments) - set(fields))
+        problems = [f"unknown argument {key!r}" for key in unknown]
+        args = None
         try:
-            args = tool.Args.model_validate(arguments)
+            args = tool.Args.model_validate({k: v for k, v in arguments.items() if k in fields})
         except ValidationError as exc:
-            return error(describe_validation_error(name, exc))
+            problems += describe_validation_error(exc)
+        if problems or args is None:
+            takes = ", ".join(fields) or "no arguments"
+            return error(
+                f"invalid arguments for {name}: {'; '.join(problems)} ({name} takes: {takes})"
+            )
         try:
             return await tool.run(args, ctx)
         except SandboxError as exc:

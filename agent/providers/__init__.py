@@ -23,7 +23,7 @@ KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 VALID_FORMS = (
     "use anthropic/<model> (e.g. anthropic/claude-sonnet-4-6), openai/<model> "
     "(e.g. openai/gpt-5; with --base-url URL for a local OpenAI-compatible server), "
-    "or baseline (the scripted baseline agent, no LLM)"
+    "or baseline (runs the task's reference recipe, no LLM)"
 )
 
 __all__ = [

@@ -217,7 +217,12 @@ def _merge_usage(usage: dict[str, int], reported: Any) -> None:
     """Streamed usage is cumulative: a later non-null count replaces the earlier one."""
     if reported is None:
         return
-    for key in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens"):
+    for key in (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_input_tokens",
+        "cache_creation_input_tokens",
+    ):
         value = getattr(reported, key, None)
         if value is not None:
             usage[key] = int(value)
@@ -295,7 +300,11 @@ def _pair_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for i, message in enumerate(messages):
         if message["role"] == "user":
             previous = fixed[-1] if fixed and fixed[-1]["role"] == "assistant" else None
-            expected = [b["id"] for b in previous["content"] if b["type"] == "tool_use"] if previous else []
+            expected = (
+                [b["id"] for b in previous["content"] if b["type"] == "tool_use"]
+                if previous
+                else []
+            )
             results: list[dict[str, Any]] = []
             others: list[dict[str, Any]] = []
             for block in message["content"]:
@@ -323,7 +332,12 @@ def _pair_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _missing_result(call_id: str) -> dict[str, Any]:
-    return {"type": "tool_result", "tool_use_id": call_id, "content": MISSING_RESULT, "is_error": True}
+    return {
+        "type": "tool_result",
+        "tool_use_id": call_id,
+        "content": MISSING_RESULT,
+        "is_error": True,
+    }
 
 
 def _stray_result(block: dict[str, Any]) -> dict[str, Any]:
@@ -362,7 +376,10 @@ def _error_fields(body: Any) -> tuple[str | None, str | None]:
         if isinstance(inner, dict):
             kind = inner.get("type")
             message = inner.get("message")
-            return (kind if isinstance(kind, str) else None, message if isinstance(message, str) else None)
+            return (
+                kind if isinstance(kind, str) else None,
+                message if isinstance(message, str) else None,
+            )
     return None, None
 
 

@@ -115,7 +115,11 @@ class OpenAIProvider(ModelProvider):
         specs = [
             {
                 "type": "function",
-                "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                "function": {
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                },
             }
             for t in tools
         ]
@@ -168,12 +172,18 @@ class OpenAIProvider(ModelProvider):
         if self._token_param == "max_completion_tokens" and "max_completion_tokens" in text:
             self._token_param = "max_tokens"
             return True
-        if self._token_param == "max_tokens" and "max_tokens" in text and "max_completion_tokens" in text:
+        if (
+            self._token_param == "max_tokens"
+            and "max_tokens" in text
+            and "max_completion_tokens" in text
+        ):
             self._token_param = "max_completion_tokens"
             return True
         return False
 
-    async def _streamed(self, request: dict[str, Any], on_text: TextCallback | None) -> ModelResponse:
+    async def _streamed(
+        self, request: dict[str, Any], on_text: TextCallback | None
+    ) -> ModelResponse:
         text: list[str] = []
         calls: dict[int, dict[str, Any]] = {}
         usage: Any = None
@@ -246,7 +256,11 @@ class OpenAIProvider(ModelProvider):
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(
-            self.name, exc, retries=self.max_retries, timeout_s=self.timeout_s, base_url=self.base_url
+            self.name,
+            exc,
+            retries=self.max_retries,
+            timeout_s=self.timeout_s,
+            base_url=self.base_url,
         )
 
 
@@ -324,7 +338,9 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
                 content = message.content or "(no output)"
                 if message.is_error and not content.lower().startswith("error"):
                     content = f"Error: {content}"
-                out.append({"role": "tool", "tool_call_id": message.tool_call_id, "content": content})
+                out.append(
+                    {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
+                )
             else:
                 settle()
                 _add_user(out, f"[tool result for {message.tool_call_id}]\n{message.content}")
@@ -396,7 +412,10 @@ def _error_fields(body: Any) -> tuple[str | None, str | None]:
         if isinstance(inner, dict):
             kind = inner.get("code") or inner.get("type")
             message = inner.get("message")
-            return (kind if isinstance(kind, str) else None, message if isinstance(message, str) else None)
+            return (
+                kind if isinstance(kind, str) else None,
+                message if isinstance(message, str) else None,
+            )
         if isinstance(inner, str):
             return None, inner
     elif isinstance(body, str):

@@ -69,7 +69,9 @@ def normalize(score: float | None, baseline: float | None, top: float | None) ->
 def evaluation_env(task: TaskSpec) -> dict[str, str]:
     """The evaluator's environment, built explicitly: nothing secret from the host."""
     env = {
-        "PATH": os.pathsep.join([str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]),
+        "PATH": os.pathsep.join(
+            [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
+        ),
         "HOME": os.environ.get("HOME", "/tmp"),
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
@@ -96,9 +98,16 @@ async def run_evaluation(task: TaskSpec, artifact: Path, work_dir: Path) -> Eval
     started = time.monotonic()
     with open(log_path, "wb") as log:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "mlra.tasks.evaluators.runner",
-            str(task.root), str(artifact), str(out), str(work_dir),
-            stdout=log, stderr=asyncio.subprocess.STDOUT, env=evaluation_env(task),
+            sys.executable,
+            "-m",
+            "mlra.tasks.evaluators.runner",
+            str(task.root),
+            str(artifact),
+            str(out),
+            str(work_dir),
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            env=evaluation_env(task),
             start_new_session=True,
         )
         try:
@@ -117,7 +126,8 @@ async def run_evaluation(task: TaskSpec, artifact: Path, work_dir: Path) -> Eval
     took = time.monotonic() - started
     return EvalOutcome(
         ok=False,
-        error=f"evaluator exited with status {proc.returncode} after {took:.0f}s: " + " | ".join(tail),
+        error=f"evaluator exited with status {proc.returncode} after {took:.0f}s: "
+        + " | ".join(tail),
     )
 
 

@@ -83,7 +83,7 @@ class Sandbox(abc.ABC):
         self,
         command: list[str],
         *,
-        timeout: float,
+        timeout: float,  # noqa: ASYNC109 (the sandbox kills the process group on time-out)
         on_output: OutputCallback | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,

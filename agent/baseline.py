@@ -1,0 +1,104 @@
+"""The baseline agent (`--model baseline`): no LLM, it runs the task's reference
+recipe and submits, as MLAgentBench's baseline agent does.
+
+It goes through the same controller services as the LLM agents (plan events,
+the step gate, tool dispatch, breakpoints), so every part of the pipeline and
+the console can be exercised, and each task gets its reference score, with no
+model at all.
+"""
+
+from __future__ import annotations
+
+from mlra.agent import events as ev
+from mlra.agent.clock import parse_duration
+from mlra.agent.controller import Ending, EndRun, RunController
+from mlra.agent.providers.base import ToolCallRequest
+from mlra.tools.core import core_tools
+from mlra.tools.registry import ToolRegistry
+
+
+class BaselineAgent:
+    role: ev.AgentRole = "baseline"
+
+    def __init__(self, controller: RunController) -> None:
+        self.ctl = controller
+        self.registry = ToolRegistry(core_tools())
+        self.recipe = controller.task.baseline
+
+    def _plan(self, statuses: list[ev.PlanStatus], reason: str) -> None:
+        """The recipe as a plan: its steps, then submitting (`statuses` may cover it)."""
+        titles = [step.title for step in self.recipe.steps]
+        titles.append(f"Submit {self.recipe.submit or self.ctl.task.evaluator.artifact}")
+        ids = [str(i + 1) for i in range(len(self.recipe.steps))] + ["submit"]
+        padded = [*statuses, *(["pending"] * (len(titles) - len(statuses)))]
+        steps = [
+            ev.PlanStep(id=i, title=title, status=status)
+            for i, title, status in zip(ids, titles, padded, strict=True)
+        ]
+        self.ctl.set_plan(steps, reason, agent=self.role)
+
+    async def run(self) -> None:
+        steps = self.recipe.steps
+        if not steps:
+            raise EndRun(
+                Ending(
+                    reason="error",
+                    status="error",
+                    evaluate=False,
+                    by="error",
+                    message=f"task {self.ctl.task.name} has no baseline recipe",
+                )
+            )
+        statuses: list[ev.PlanStatus] = ["pending"] * len(steps)
+        self._plan(statuses, "the task's reference recipe")
+        for index, recipe_step in enumerate(steps):
+            step = await self.ctl.begin_step(self.role, counts=True)
+            statuses[index] = "in_progress"
+            self._plan(statuses, f"running step {index + 1}")
+            self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))
+            self.ctl.emit(
+                ev.WorkerThought(
+                    text=f"Recipe step {index + 1} of {len(steps)}: {recipe_step.title}",
+                    turn=step,
+                    step=step,
+                )
+            )
+            call = ToolCallRequest(
+                id=self.ctl.next_call_id(self.role),
+                name="bash",
+                arguments={
+                    "command": recipe_step.command,
+                    "timeout": parse_duration(recipe_step.timeout),
+                },
+            )
+            outcome = await self.ctl.execute_tool(
+                self.role, call, self.registry, step=step, turn=step
+            )
+            statuses[index] = "done" if outcome.ok else "failed"
+            self._plan(statuses, f"step {index + 1} {'done' if outcome.ok else 'failed'}")
+            if not outcome.ok:
+                # Later steps depend on this one; what exists is still evaluated.
+                statuses[index + 1 :] = ["skipped"] * (len(steps) - index - 1)
+                self._plan(statuses, "a recipe step failed; skipping the rest")
+                break
+        step = await self.ctl.begin_step(self.role, counts=True)
+        self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))
+        submit = ToolCallRequest(
+            id=self.ctl.next_call_id(self.role),
+            name="submit",
+            arguments={"path": self.recipe.submit, "note": "baseline recipe"}
+            if self.recipe.submit
+            else {"note": "baseline recipe"},
+        )
+        outcome = await self.ctl.execute_tool(
+            self.role, submit, self.registry, step=step, turn=step
+        )
+        self._plan([*statuses, "done" if outcome.ok else "failed"], "submitted")
+        raise EndRun(
+            Ending(
+                reason="submitted",
+                by="agent",
+                path=outcome.data.get("path") if outcome.ok else self.recipe.submit,
+                note="baseline recipe",
+            )
+        )

@@ -1,0 +1,134 @@
+"""What a human can do to a running agent: pause, step, break before tool calls,
+approve, edit or reject them, and inject messages.
+
+This holds only the waiting machinery; the controller records every action as
+a `control` event, so the log shows what the human did and when.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import json
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass
+class Breakpoint:
+    """Break before calls of `tool` (any tool when None) whose arguments contain `pattern`.
+
+    Patterns are plain substrings (`rm -rf`, `pip install`); a pattern with
+    glob characters (`*`, `?`) is matched as a glob against the arguments' JSON.
+    """
+
+    tool: str | None = None
+    pattern: str | None = None
+
+    def matches(self, tool: str, arguments: dict[str, Any] | None) -> bool:
+        if self.tool is not None and not fnmatch.fnmatchcase(tool, self.tool):
+            return False
+        if not self.pattern:
+            return True
+        text = json.dumps(arguments or {}, ensure_ascii=False)
+        plain = " ".join(str(v) for v in (arguments or {}).values())
+        if any(c in self.pattern for c in "*?["):
+            return fnmatch.fnmatchcase(plain, self.pattern) or fnmatch.fnmatchcase(
+                text, self.pattern
+            )
+        return self.pattern in plain or self.pattern in text
+
+    def describe(self) -> str:
+        who = self.tool or "any tool"
+        return f"{who} matching {self.pattern!r}" if self.pattern else who
+
+    @classmethod
+    def parse(cls, text: str) -> Breakpoint:
+        """`bash`, `bash:rm -rf`, `:pip install` or `*`."""
+        tool, sep, pattern = text.partition(":")
+        tool = tool.strip() or None
+        if tool == "*":
+            tool = None
+        return cls(tool=tool, pattern=pattern.strip() or None if sep else None)
+
+
+@dataclass
+class Decision:
+    action: Literal["approve", "edit", "reject"]
+    arguments: dict[str, Any] | None = None
+    message: str = ""
+
+
+@dataclass
+class Controls:
+    breakpoints: list[Breakpoint] = field(default_factory=list)
+    _running: asyncio.Event = field(default_factory=asyncio.Event)
+    _steps_granted: int | None = None
+    """None: run freely. A number: actions allowed before pausing again (step mode)."""
+    _pending: dict[str, asyncio.Future[Decision]] = field(default_factory=dict)
+    _inbox: dict[str, list[str]] = field(default_factory=lambda: {"worker": [], "supervisor": []})
+
+    def __post_init__(self) -> None:
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._steps_granted = None
+        self._running.set()
+
+    def step(self) -> None:
+        """Let exactly one more agent action through, then pause again."""
+        self._steps_granted = 1
+        self._running.set()
+
+    def step_used_up(self) -> bool:
+        """In step mode, the granted action has been taken: time to pause again."""
+        return self._steps_granted == 0 and not self.paused
+
+    async def gate(self) -> None:
+        """Called before each agent action; returns when the action may go ahead."""
+        while True:
+            await self._running.wait()
+            if self._steps_granted is None:
+                return
+            if self._steps_granted > 0:
+                self._steps_granted -= 1
+                return
+            self._running.clear()
+
+    async def wait_running(self) -> None:
+        await self._running.wait()
+
+    def should_break(self, tool: str, arguments: dict[str, Any] | None) -> Breakpoint | None:
+        for bp in self.breakpoints:
+            if bp.matches(tool, arguments):
+                return bp
+        return None
+
+    def expect_decision(self, call_id: str) -> asyncio.Future[Decision]:
+        future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
+        self._pending[call_id] = future
+        return future
+
+    def pending_calls(self) -> list[str]:
+        return [cid for cid, fut in self._pending.items() if not fut.done()]
+
+    def decide(self, call_id: str, decision: Decision) -> bool:
+        future = self._pending.pop(call_id, None)
+        if future is None or future.done():
+            return False
+        future.set_result(decision)
+        return True
+
+    def inject(self, target: str, text: str) -> None:
+        self._inbox.setdefault(target, []).append(text)
+
+    def take_messages(self, target: str) -> list[str]:
+        messages, self._inbox[target] = self._inbox.get(target, []), []
+        return messages

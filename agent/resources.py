@@ -1,0 +1,104 @@
+"""Sampling what the run uses: GPUs through NVML, CPU and RAM through psutil, the
+workspace's disk use. Each sample is an event, so a replay shows the figures
+as they were. A sample must cost next to nothing: NVML and psutil calls are
+cheap, and the workspace walk is done at most every few seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from mlra.agent.events import GpuSample, ResourceSample
+
+
+def directory_size(root: Path) -> int:
+    total = 0
+    stack = [root]
+    while stack:
+        current = stack.pop()
+        try:
+            with os.scandir(current) as entries:
+                for entry in entries:
+                    try:
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(Path(entry.path))
+                        else:
+                            total += entry.stat(follow_symlinks=False).st_size
+                    except OSError:
+                        continue
+        except OSError:
+            continue
+    return total
+
+
+class GpuMonitor:
+    """NVML, opened once; "no GPU" is a state, not an error."""
+
+    def __init__(self) -> None:
+        self._nvml: Any = None
+        self._handles: list[Any] = []
+        self.error: str | None = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            count = pynvml.nvmlDeviceGetCount()
+            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self._nvml = pynvml
+            if not count:
+                self.error = "no GPU"
+        except Exception as exc:  # NVML missing, no driver, no device
+            self.error = f"no GPU ({type(exc).__name__}: {exc})" if str(exc) else "no GPU"
+
+    def sample(self) -> list[GpuSample]:
+        if self._nvml is None:
+            return []
+        out = []
+        for index, handle in enumerate(self._handles):
+            try:
+                name = self._nvml.nvmlDeviceGetName(handle)
+                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
+                mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
+            except Exception:
+                continue
+            out.append(
+                GpuSample(
+                    index=index,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    util_percent=float(util.gpu),
+                    mem_used_mb=mem.used / 2**20,
+                    mem_total_mb=mem.total / 2**20,
+                )
+            )
+        return out
+
+
+class ResourceMonitor:
+    def __init__(self, workspace: Path, *, disk_every_s: float = 5.0) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self.workspace = workspace
+        self.gpus = GpuMonitor()
+        self._disk_every = disk_every_s
+        self._disk_at = 0.0
+        self._disk_mb = 0.0
+        psutil.cpu_percent(interval=None)  # primes the counter: the next call is a delta
+
+    def sample(self) -> ResourceSample:
+        now = time.monotonic()
+        if now - self._disk_at >= self._disk_every:
+            self._disk_mb = directory_size(self.workspace) / 2**20
+            self._disk_at = now
+        mem = self._psutil.virtual_memory()
+        return ResourceSample(
+            cpu_percent=self._psutil.cpu_percent(interval=None),
+            ram_used_mb=(mem.total - mem.available) / 2**20,
+            ram_total_mb=mem.total / 2**20,
+            disk_workspace_mb=round(self._disk_mb, 2),
+            gpus=self.gpus.sample(),
+            gpu_error=self.gpus.error,
+        )

@@ -1,0 +1,172 @@
+"""The supervisor: plans with `update_plan`, hands the worker one subtask at a
+time with `assign_subtask`, reads the report, revises the plan, and submits.
+
+`assign_subtask` is an ordinary tool whose result is the worker's report, so the
+supervisor's history stays a valid tool-calling conversation. Periodic reviews
+of a running subtask happen in a side conversation (a tool call is still open
+in the main one) and may change the plan and send guidance to the worker.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from mlra.agent import events as ev
+from mlra.agent.controller import Ending, EndRun, RunController
+from mlra.agent.history import AgentHistory
+from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, task_message
+from mlra.agent.worker import Worker
+from mlra.tools.files import ListFiles, ReadFile
+from mlra.tools.plan import UpdatePlan, render_plan
+from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
+from mlra.tools.submit import Submit
+
+MAX_NUDGES = 3
+
+
+class AssignSubtaskArgs(BaseModel):
+    step_id: str = Field(description="The id of the plan step this subtask serves.")
+    instructions: str = Field(
+        description="Precise instructions: what to do, which files, what to report back."
+    )
+
+
+class AssignSubtask(Tool[AssignSubtaskArgs]):
+    name = "assign_subtask"
+    description = (
+        "Hand the worker one subtask and wait for it to finish. Returns the worker's report."
+    )
+    Args = AssignSubtaskArgs
+
+    def __init__(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+
+    async def run(self, args: AssignSubtaskArgs, ctx: ToolContext) -> ToolOutcome:
+        return await self.supervisor.delegate(args.step_id, args.instructions)
+
+
+class Supervisor:
+    role: ev.AgentRole = "supervisor"
+
+    def __init__(self, controller: RunController) -> None:
+        self.ctl = controller
+        assert controller.sandbox is not None
+        workdir = controller.sandbox.workdir
+        self.registry = ToolRegistry(
+            [UpdatePlan(self._plan_changed), AssignSubtask(self), ReadFile(), ListFiles(), Submit()]
+        )
+        self.review_registry = ToolRegistry([UpdatePlan(self._plan_changed)])
+        self.history = AgentHistory(system=SUPERVISOR_SYSTEM.format(workdir=workdir))
+        self.task_prompt = controller.task.render_prompt(time_limit_s=controller.time_limit_s)
+        self.history.pin(task_message(self.task_prompt, role="supervisor"))
+        self.worker = Worker(controller, reviewer=self.review)
+        self.subtasks = 0
+        self._reviews: list[str] = []
+
+    # --- the plan ---------------------------------------------------------------------
+
+    def _plan_changed(self, steps: list[ev.PlanStep], reason: str) -> None:
+        self.ctl.set_plan(steps, reason)
+
+    def _mark(self, step_id: str, status: ev.PlanStatus) -> None:
+        plan = [s.model_copy() for s in self.ctl.state.plan]
+        changed = False
+        for step in plan:
+            if step.id == step_id and step.status != status:
+                step.status = status
+                changed = True
+        if changed:
+            self.ctl.set_plan(plan, f"step {step_id} is {status.replace('_', ' ')}")
+
+    # --- the loop ---------------------------------------------------------------------
+
+    async def run(self) -> None:
+        nudges = 0
+        prompt = ""
+        while True:
+            response, step = await self.ctl.model_turn(
+                self.role, self.history, self.registry, counts_as_step=False, extra_prompt=prompt
+            )
+            prompt = ""
+            if response.text.strip():
+                self.ctl.emit(ev.SupervisorMessage(text=response.text, turn=self.history.turn))
+            if not response.tool_calls:
+                nudges += 1
+                if nudges > MAX_NUDGES:
+                    raise EndRun(
+                        Ending(
+                            reason="submitted",
+                            by="agent",
+                            note="the supervisor stopped without calling submit",
+                        )
+                    )
+                prompt = (
+                    "Use your tools: `update_plan`, `assign_subtask` for the next subtask, "
+                    "or `submit` when the result is ready."
+                )
+                continue
+            nudges = 0
+            for call in response.tool_calls:
+                outcome = await self.ctl.execute_tool(
+                    self.role, call, self.registry, step=step, turn=self.history.turn
+                )
+                self.history.add_tool_result(
+                    call.id, call.name, outcome.output, is_error=not outcome.ok
+                )
+                if outcome.signal == "submit":
+                    raise EndRun(
+                        Ending(
+                            reason="submitted",
+                            by="agent",
+                            path=outcome.data.get("path"),
+                            note=outcome.data.get("note") or "",
+                        )
+                    )
+
+    async def delegate(self, step_id: str, instructions: str) -> ToolOutcome:
+        plan_ids = {s.id for s in self.ctl.state.plan}
+        if plan_ids and step_id not in plan_ids:
+            return ToolOutcome(
+                output=f"Error: no plan step has id {step_id!r}; the ids are {', '.join(sorted(plan_ids))}. "
+                "Add the step with update_plan first.",
+                ok=False,
+                error="unknown plan step",
+            )
+        self.subtasks += 1
+        self._reviews = []
+        self._mark(step_id, "in_progress")
+        result = await self.worker.run_subtask(self.subtasks, instructions, step_id)
+        lines = [f"Subtask {self.subtasks} ended ({result.outcome}, {result.steps} worker steps)."]
+        if self._reviews:
+            lines.append("Your guidance during the subtask: " + " | ".join(self._reviews))
+        lines.append(f"Worker's report:\n{result.report}")
+        lines.append("Update the plan, then assign the next subtask or submit.")
+        return ToolOutcome(
+            output="\n".join(lines),
+            ok=result.outcome == "reported",
+            data={"subtask": self.subtasks, "outcome": result.outcome, "steps": result.steps},
+        )
+
+    async def review(self, subtask: int, instructions: str, recent: list[str]) -> str:
+        """A look at the worker's recent steps; returns guidance for it, or ''."""
+        text = "\n\n".join(
+            [
+                self.task_prompt,
+                "Current plan:\n" + (render_plan(self.ctl.state.plan) or "(none)"),
+                f"Subtask {subtask}: {instructions}",
+                "The worker's recent steps:\n" + "\n".join(f"- {r}" for r in recent),
+                self.ctl.elapsed_note(),
+            ]
+        )
+        response = await self.ctl.ask(
+            self.role, REVIEWER_SYSTEM, text, purpose="review", registry=self.review_registry
+        )
+        for call in response.tool_calls:
+            await self.ctl.execute_tool(self.role, call, self.review_registry)
+        guidance = response.text.strip()
+        if guidance.lower().rstrip(".") == "continue":
+            guidance = ""
+        self.ctl.emit(ev.Review(subtask=subtask, after_steps=len(recent), guidance=guidance))
+        if guidance:
+            self._reviews.append(guidance)
+        return guidance

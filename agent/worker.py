@@ -1,0 +1,150 @@
+"""The worker: a ReAct loop with the provider's native tool calling.
+
+It keeps one real message history across subtasks (so it remembers what it
+already did), is told the clock and budget every turn, and ends a subtask by
+calling `report`. Every `review_every` steps the supervisor looks at its
+recent work and may send guidance, which the worker reads as a message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Literal
+
+from mlra.agent import events as ev
+from mlra.agent.controller import Ending, EndRun, RunController
+from mlra.agent.history import AgentHistory
+from mlra.agent.prompts import WORKER_SYSTEM, task_message
+from mlra.tools.core import core_tools
+from mlra.tools.plan import Report
+from mlra.tools.registry import ToolRegistry
+
+MAX_NUDGES = 3
+
+Reviewer = Callable[[int, str, list[str]], Awaitable[str]]
+"""(subtask, instructions, recent steps as text) -> guidance for the worker, or ''."""
+
+
+@dataclass
+class SubtaskOutcome:
+    report: str
+    outcome: Literal["reported", "step_limit", "submitted", "ended"]
+    steps: int
+
+
+class Worker:
+    role: ev.AgentRole = "worker"
+
+    def __init__(self, controller: RunController, *, reviewer: Reviewer | None = None) -> None:
+        self.ctl = controller
+        self.reviewer = reviewer
+        self.registry = ToolRegistry([*core_tools(), Report()])
+        assert controller.sandbox is not None
+        self.history = AgentHistory(system=WORKER_SYSTEM.format(workdir=controller.sandbox.workdir))
+        self.history.pin(
+            task_message(
+                controller.task.render_prompt(time_limit_s=controller.time_limit_s), role="worker"
+            )
+        )
+        self._recent: list[str] = []
+
+    async def run_subtask(
+        self, number: int, instructions: str, step_id: str | None
+    ) -> SubtaskOutcome:
+        cfg = self.ctl.config
+        self.ctl.emit(ev.SubtaskStarted(subtask=number, step_id=step_id, instructions=instructions))
+        self.history.add_user(f"[subtask {number}] {instructions}")
+        self._recent = []
+        steps = 0
+        nudges = 0
+        last_text = ""
+        pending_prompt = ""
+        while True:
+            if steps >= cfg.subtask_max_steps:
+                report = (
+                    f"(The subtask reached its limit of {cfg.subtask_max_steps} steps without a "
+                    f"report. The worker's last words: {last_text or 'none'})"
+                )
+                return self._finished(number, step_id, report, "step_limit", steps)
+            if self.reviewer and steps and steps % cfg.review_every == 0 and not pending_prompt:
+                guidance = await self.reviewer(
+                    number, instructions, self._recent[-cfg.review_every :]
+                )
+                if guidance:
+                    pending_prompt = f"[message from the supervisor] {guidance}"
+            response, step = await self.ctl.model_turn(
+                self.role,
+                self.history,
+                self.registry,
+                counts_as_step=True,
+                extra_prompt=pending_prompt,
+            )
+            pending_prompt = ""
+            steps += 1
+            if response.text.strip():
+                last_text = response.text.strip()
+                self.ctl.emit(
+                    ev.WorkerThought(text=response.text, turn=self.history.turn, step=step)
+                )
+            if not response.tool_calls:
+                nudges += 1
+                if nudges > MAX_NUDGES:
+                    return self._finished(
+                        number, step_id, last_text or "(no report)", "reported", steps
+                    )
+                pending_prompt = (
+                    "Act with a tool, or call `report` if the subtask is done or cannot be done."
+                )
+                continue
+            nudges = 0
+            for call in response.tool_calls:
+                outcome = await self.ctl.execute_tool(
+                    self.role, call, self.registry, step=step, turn=self.history.turn
+                )
+                self.history.add_tool_result(
+                    call.id, call.name, outcome.output, is_error=not outcome.ok
+                )
+                self._recent.append(
+                    f"{call.name}({call.raw_arguments or call.arguments}) -> "
+                    f"{'ok' if outcome.ok else 'error'}: {outcome.output[-400:]}"
+                )
+                if outcome.signal == "report":
+                    # Calls after `report` in the same turn are answered, not run.
+                    self._skip_rest(response.tool_calls, call.id)
+                    summary = str(outcome.data.get("summary", ""))
+                    return self._finished(number, step_id, summary, "reported", steps)
+                if outcome.signal == "submit":
+                    self._skip_rest(response.tool_calls, call.id)
+                    self._finished(number, step_id, "The worker submitted.", "submitted", steps)
+                    raise EndRun(
+                        Ending(
+                            reason="submitted",
+                            by="agent",
+                            path=outcome.data.get("path"),
+                            note=outcome.data.get("note") or "",
+                        )
+                    )
+
+    def _skip_rest(self, calls: list, done_id: str) -> None:
+        seen = False
+        for call in calls:
+            if seen:
+                self.history.add_tool_result(
+                    call.id, call.name, "Not run: the subtask had already ended.", is_error=True
+                )
+            seen = seen or call.id == done_id
+
+    def _finished(
+        self, number: int, step_id: str | None, report: str, outcome: str, steps: int
+    ) -> SubtaskOutcome:
+        self.ctl.emit(
+            ev.SubtaskFinished(
+                subtask=number,
+                step_id=step_id,
+                report=report,
+                outcome=outcome,
+                worker_steps=steps,  # type: ignore[arg-type]
+            )
+        )
+        return SubtaskOutcome(report=report, outcome=outcome, steps=steps)  # type: ignore[arg-type]

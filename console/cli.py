@@ -1,0 +1,343 @@
+"""The `mlra` command line.
+
+Start-up must stay fast (`mlra --help` under 0.3 s), so this module imports
+only argparse at the top; everything else is imported inside the command that
+needs it. Bad input of any kind (flags, task files, model names, keys) gets one
+readable line on stderr and exit status 2, before any run folder is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit status 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"mlra: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text.lstrip("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def _duration(text: str) -> float:
+    from mlra.agent.clock import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="mlra",
+        description="A terminal console for ML research agents: start an LLM agent on an ML "
+        "research task, watch and steer it, and get an honest score.",
+    )
+    parser.add_argument("--version", action="store_true", help="print the version and exit")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+
+    run = sub.add_parser(
+        "run", help="run an agent on a task", description="Run an agent on a task."
+    )
+    run.add_argument("task", metavar="TASK", help="a task name (see `mlra tasks`) or a task folder")
+    run.add_argument(
+        "--model",
+        help="anthropic/<model>, openai/<model>, or baseline (no LLM: runs the task's "
+        "reference recipe). Default: $MLRA_MODEL, else Anthropic or OpenAI by which key is set",
+    )
+    run.add_argument(
+        "--base-url", help="an OpenAI-compatible server (vLLM, llama.cpp, Ollama) or API proxy"
+    )
+    run.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
+    run.add_argument(
+        "--json", action="store_true", help="print the events as JSON lines (implies --no-tui)"
+    )
+    run.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
+    run.add_argument(
+        "--time-limit",
+        type=_duration,
+        metavar="T",
+        help="override the task's limit (90s, 20m, 1h30m)",
+    )
+    run.add_argument(
+        "--max-steps", type=_positive_int, metavar="N", help="end after N worker steps"
+    )
+    run.add_argument(
+        "--max-cost",
+        type=_positive_float,
+        metavar="USD",
+        help="end when the model cost reaches USD",
+    )
+    run.add_argument(
+        "--max-tokens", type=_positive_int, metavar="N", help="end after N model tokens"
+    )
+    run.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default ./runs)"
+    )
+    run.add_argument("--run-id", help="name the run folder yourself")
+    run.add_argument(
+        "--isolation",
+        choices=["auto", "bwrap", "none"],
+        default="auto",
+        help="local sandbox isolation (default: bubblewrap when installed)",
+    )
+    run.add_argument(
+        "--observation-limit",
+        type=_positive_int,
+        metavar="CHARS",
+        default=10_000,
+        help="characters of tool output the model sees (default 10000)",
+    )
+    run.add_argument(
+        "--command-timeout",
+        type=_duration,
+        metavar="T",
+        default=600.0,
+        help="default time-out of one command (default 10m)",
+    )
+    run.add_argument(
+        "--break",
+        dest="breaks",
+        action="append",
+        default=[],
+        metavar="RULE",
+        help="console: break before tool calls: '*', a tool name, or 'tool:pattern'",
+    )
+    run.set_defaults(func=cmd_run)
+
+    tasks = sub.add_parser("tasks", help="list the tasks, or show one", description="List tasks.")
+    tasks.add_argument("action", nargs="?", choices=["list", "show"], default="list")
+    tasks.add_argument("name", nargs="?", help="the task to show")
+    tasks.set_defaults(func=cmd_tasks)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.version:
+        from mlra import __version__
+
+        print(f"mlra {__version__}")
+        return EXIT_OK
+    if args.command is None:
+        parser.print_help()
+        return EXIT_USAGE
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        sys.stderr.write(f"mlra: {exc}\n")
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        sys.stderr.write("mlra: interrupted\n")
+        return 130
+
+
+# --- mlra run -------------------------------------------------------------------------
+
+
+def _load_task(name: str) -> Any:
+    from mlra.tasks.spec import TaskError, find_task
+
+    try:
+        return find_task(name)
+    except TaskError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
+    """The model spec and its provider (None for the baseline agent)."""
+    from mlra.agent.providers import default_model_spec, resolve_model
+    from mlra.agent.providers.base import ConfigError
+
+    try:
+        spec = args.model or default_model_spec(os.environ)
+        if spec.strip() == "baseline":
+            return "baseline", None
+        return spec, resolve_model(spec, base_url=args.base_url, env=os.environ)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import shutil
+
+    from mlra.agent.config import RunConfig
+    from mlra.agent.controls import Breakpoint
+
+    task = _load_task(args.task)
+    model, provider = _resolve_model(args)
+    if args.isolation == "bwrap" and shutil.which("bwrap") is None:
+        raise UsageError("--isolation bwrap: bubblewrap (bwrap) is not installed")
+    if args.run_id and (args.runs_dir / args.run_id).exists():
+        raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
+    breakpoints = [Breakpoint.parse(rule) for rule in args.breaks]
+    use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
+    config = RunConfig(
+        task=task.name,
+        model=model,
+        base_url=args.base_url,
+        runs_dir=args.runs_dir,
+        run_id=args.run_id,
+        time_limit_s=args.time_limit,
+        max_steps=args.max_steps,
+        max_cost_usd=args.max_cost,
+        max_tokens=args.max_tokens,
+        observation_limit=args.observation_limit,
+        command_timeout_s=args.command_timeout,
+        isolation=args.isolation,
+        on_provider_failure="pause" if use_tui else "end",
+    )
+    if use_tui:
+        app_runner = _tui_runner()
+        if app_runner is not None:
+            return app_runner(config, task, provider, breakpoints)
+    return _run_headless(config, task, provider, json_lines=args.json, verbose=args.verbose)
+
+
+def _tui_runner() -> Any:
+    try:
+        from mlra.console.app import run_console
+    except ImportError:
+        return None
+    return run_console
+
+
+def _run_headless(config: Any, task: Any, provider: Any, *, json_lines: bool, verbose: bool) -> int:
+    import asyncio
+    import json
+    import signal
+
+    from mlra.agent.controller import RunController
+    from mlra.agent.run import agent_for
+    from mlra.console.headless import JsonDisplay, TranscriptDisplay
+
+    controller = RunController(config, task, provider)
+    display = JsonDisplay() if json_lines else TranscriptDisplay(verbose=verbose)
+    controller.subscribe(display.on_event)
+    controller.prepare()
+
+    async def go() -> Any:
+        loop = asyncio.get_running_loop()
+        hits = 0
+
+        def on_interrupt() -> None:
+            nonlocal hits
+            hits += 1
+            if hits == 1:
+                sys.stderr.write(
+                    "\nmlra: stopping; evaluating what the workspace holds "
+                    "(Ctrl-C again to quit without evaluating)\n"
+                )
+                controller.request_stop(evaluate=True)
+            else:
+                controller.abort()
+
+        def on_terminate() -> None:
+            controller.abort()
+
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        loop.add_signal_handler(signal.SIGTERM, on_terminate)
+        try:
+            return await controller.run(agent_for)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+            if provider is not None:
+                await provider.aclose()
+
+    result = asyncio.run(go())
+    display.close()
+    if json_lines:
+        print(json.dumps({"run_dir": str(controller.run_dir), **result.model_dump()}), flush=True)
+    else:
+        print(final_line(controller.run_dir, result), flush=True)
+    return exit_status(result)
+
+
+def final_line(run_dir: Path, result: Any) -> str:
+    try:
+        shown = os.path.relpath(run_dir)
+    except ValueError:
+        shown = str(run_dir)
+    if result.score is not None:
+        score = f"score {result.metric} = {result.score:.4g}"
+        if result.normalized_score is not None:
+            score += f" (normalized {result.normalized_score:+.3f})"
+    else:
+        score = f"no score ({result.evaluation_error or result.message or result.reason})"
+    return f"run {result.status} ({result.reason}) · {score} · run dir {shown}"
+
+
+def exit_status(result: Any) -> int:
+    return EXIT_OK if result.status == "finished" and result.score is not None else EXIT_FAILED
+
+
+# --- mlra tasks -----------------------------------------------------------------------
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
+
+    if args.action == "show":
+        if not args.name:
+            raise UsageError("tasks show: name a task (see `mlra tasks`)")
+        task = _load_task(args.name)
+        print(task.render_prompt())
+        print(
+            f"metric: {task.metric.name} ({'higher' if task.metric.higher_is_better else 'lower'} is better); "
+            f"baseline {task.metric.baseline}, top {task.metric.top}"
+        )
+        print(f"evaluator: {task.evaluator.kind} on {task.evaluator.artifact}")
+        print(f"needs: {_needs(task)}")
+        return EXIT_OK
+    for folder in builtin_task_dirs():
+        try:
+            task = load_task(folder)
+        except TaskError as exc:
+            print(f"{folder.name:<24} BROKEN: {exc}")
+            continue
+        print(f"{task.name:<24} {task.title}")
+        print(f"{'':<24} needs {_needs(task)}")
+    return EXIT_OK
+
+
+def _needs(task: Any) -> str:
+    r = task.resources
+    parts = [f"{r.time_limit}"]
+    parts.append(
+        f"{r.gpus} GPU" + (f" ({r.gpu_memory_gb:g} GB)" if r.gpu_memory_gb else "")
+        if r.gpus
+        else "CPU only"
+    )
+    parts.append("network" if r.network else "no network")
+    return ", ".join(parts)

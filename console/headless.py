@@ -1,0 +1,214 @@
+"""Headless displays: a concise live transcript, and JSON lines.
+
+The transcript uses rich on a terminal and plain lines otherwise (a batch log,
+a pipe), from the same events the console renders.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import IO, Any
+
+from mlra.agent import events as ev
+from mlra.agent.clock import format_duration
+from mlra.tools.plan import render_plan
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None = None) -> str:
+    """A tool call as a person would read it: `$ ls -la` rather than JSON."""
+    if arguments is None:
+        return f"{tool} <unreadable arguments: {one_line(raw or '', 80)}>"
+    a = arguments
+    if tool == "bash" and "command" in a:
+        return f"$ {a['command']}"
+    if tool == "python":
+        if a.get("script"):
+            return f"python {a['script']} {' '.join(map(str, a.get('args') or []))}".rstrip()
+        return "python <<< " + one_line(str(a.get("code", "")), 100)
+    if tool in ("read_file", "write_file", "edit_file", "list_files") and "path" in a:
+        extra = ""
+        if tool == "write_file":
+            extra = f" ({len(str(a.get('content', '')))} chars)"
+        return f"{tool} {a['path']}{extra}"
+    if tool == "assign_subtask":
+        return f"assign_subtask [{a.get('step_id')}]"
+    if tool == "update_plan":
+        return f"update_plan ({len(a.get('steps') or [])} steps)"
+    if tool == "submit":
+        return f"submit {a.get('path') or '(default artifact)'}"
+    return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
+
+
+def score_line(e: ev.EvaluationFinished) -> str:
+    if not e.ok or e.score is None:
+        reason = "; ".join(e.violations) or e.error or "no score"
+        return f"no score: {reason}"
+    parts = [f"{e.metric} = {e.score:.4g}"]
+    refs = []
+    if e.baseline is not None:
+        refs.append(f"baseline {e.baseline:.4g}")
+    if e.top is not None:
+        refs.append(f"top {e.top:.4g}")
+    if e.normalized is not None:
+        refs.append(f"normalized {e.normalized:+.3f}")
+    if refs:
+        parts.append("(" + ", ".join(refs) + ")")
+    if e.success is not None:
+        parts.append("success" if e.success else "below the success bar")
+    return " ".join(parts)
+
+
+class TranscriptDisplay:
+    """A concise transcript: one or a few lines per meaningful event."""
+
+    def __init__(
+        self, stream: IO[str] | None = None, *, rich: bool | None = None, verbose: bool = False
+    ) -> None:
+        self.stream = stream or sys.stdout
+        use_rich = self.stream.isatty() if rich is None else rich
+        self.verbose = verbose
+        self._console = None
+        if use_rich:
+            from rich.console import Console
+
+            self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
+        self._calls: dict[str, ev.ToolCall] = {}
+        self._state_limit = 0.0
+
+    def _out(self, text: str, style: str = "") -> None:
+        if self._console is not None:
+            self._console.print(text, style=style or None, markup=False)
+        else:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+    def on_event(self, event: ev.Event) -> None:
+        t = format_duration(event.t)
+        match event:
+            case ev.RunStarted():
+                self._state_limit = event.limits.time_limit_s
+                box = event.sandbox
+                net = "network" if box.network else "no network"
+                self._out(
+                    f"▶ {event.task} · {event.model} · run {event.run_id}\n"
+                    f"  sandbox {box.kind} ({box.isolation}, {net}) · workspace {box.workspace} · "
+                    f"limit {format_duration(event.limits.time_limit_s)}",
+                    "bold",
+                )
+            case ev.Notice():
+                self._out(f"! {event.message}", "yellow" if event.level != "error" else "red")
+            case ev.PlanUpdated():
+                self._out(f"[{t}] plan ({event.reason or 'updated'}):", "cyan")
+                for line in render_plan(event.steps).splitlines():
+                    self._out(f"    {line}", "cyan")
+            case ev.SupervisorMessage():
+                self._out(f"[{t}] supervisor: {one_line(event.text, 300)}", "magenta")
+            case ev.SubtaskStarted():
+                self._out(
+                    f"[{t}] → subtask {event.subtask} [{event.step_id}]: {one_line(event.instructions, 240)}",
+                    "magenta",
+                )
+            case ev.SubtaskFinished():
+                self._out(
+                    f"[{t}] ← subtask {event.subtask} {event.outcome}: {one_line(event.report, 240)}",
+                    "magenta",
+                )
+            case ev.Review():
+                if event.guidance:
+                    self._out(f"[{t}] review: {one_line(event.guidance, 240)}", "magenta")
+            case ev.WorkerThought():
+                self._out(f"[{t}] worker: {one_line(event.text, 300)}")
+            case ev.ToolCall():
+                self._calls[event.call_id] = event
+                who = "" if event.agent in ("worker", "baseline") else f"{event.agent} "
+                self._out(
+                    f"[{t}] {who}{describe_call(event.tool, event.arguments, event.raw_arguments)}",
+                    "bold blue",
+                )
+            case ev.ApprovalRequested():
+                self._out(
+                    f"[{t}] ? waiting for approval of {event.tool} ({event.reason})", "yellow"
+                )
+            case ev.ToolOutput():
+                if self.verbose:
+                    for line in event.text.rstrip("\n").splitlines():
+                        self._out(f"    {line}", "dim")
+            case ev.ToolResult():
+                self._tool_result(event)
+            case ev.ModelError():
+                self._out(
+                    f"[{t}] model error{' (fatal)' if event.fatal else ''}: {one_line(event.error, 300)}",
+                    "red",
+                )
+            case ev.HistorySummarized():
+                self._out(
+                    f"[{t}] {event.agent} history summarized (turns {event.first_turn}–{event.last_turn})",
+                    "dim",
+                )
+            case ev.Control():
+                detail = f": {one_line(event.text, 120)}" if event.text else ""
+                self._out(f"[{t}] {event.source} {event.action}{detail}", "yellow")
+            case ev.Submission():
+                self._out(
+                    f"[{t}] submitted {event.path or '(default artifact)'} by {event.by}"
+                    + (f" — {event.note}" if event.note else ""),
+                    "bold",
+                )
+            case ev.EvaluationStarted():
+                self._out(f"[{t}] evaluating {event.artifact} with {event.evaluator}…")
+            case ev.EvaluationFinished():
+                self._out(
+                    f"[{t}] score: {score_line(event)}", "bold green" if event.ok else "bold red"
+                )
+            case ev.RunFinished():
+                self._out(f"■ {event.status} ({event.reason}) after {t}: {event.message}", "bold")
+            case _:
+                pass
+
+    def _tool_result(self, event: ev.ToolResult) -> None:
+        status = "✓" if event.ok else "✗"
+        bits = []
+        if event.exit_code is not None:
+            bits.append(f"exit {event.exit_code}")
+        bits.append(f"{event.duration_s:.1f}s")
+        if event.timed_out:
+            bits.append("timed out")
+        if event.truncated:
+            bits.append("output cut")
+        if event.tool in ("assign_subtask", "update_plan"):
+            if not event.ok:
+                self._out(f"    {status} {one_line(event.output, 200)}", "red")
+            return
+        self._out(f"    {status} {' · '.join(bits)}", "green" if event.ok else "red")
+        if not self.verbose or not event.ok:
+            lines = [ln for ln in event.output.rstrip().splitlines() if ln.strip()]
+            if lines and lines[-1].startswith(("[exit code", "[timed out")):
+                lines.pop()  # the status line repeats what the ✓/✗ line says
+            shown = lines[-4:] if event.ok else lines[-8:]
+            for line in shown:
+                self._out(f"    │ {one_line(line, 200)}", "dim")
+
+    def close(self) -> None:
+        if self._console is None:
+            self.stream.flush()
+
+
+class JsonDisplay:
+    """Every event as one JSON line, exactly as in the log."""
+
+    def __init__(self, stream: IO[str] | None = None, *, include_samples: bool = True) -> None:
+        self.stream = stream or sys.stdout
+        self.include_samples = include_samples
+
+    def on_event(self, event: ev.Event) -> None:
+        self.stream.write(event.model_dump_json(exclude_none=True) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        self.stream.flush()

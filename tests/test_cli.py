@@ -1,0 +1,78 @@
+"""The command line: bad input gets one clear line and exit status 2, and nothing
+is left behind; `--help` stays light."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import mlra_cli
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["run", "no-such-task", "--model", "baseline"], {}, "unknown task 'no-such-task'"),
+        (["run", "{answer}", "--model", "foo/bar"], {}, "unknown model 'foo/bar'"),
+        (["run", "{answer}", "--model", "anthropic/claude-x"], {}, "ANTHROPIC_API_KEY"),
+        (["run", "{answer}", "--model", "openai/gpt-x"], {}, "OPENAI_API_KEY"),
+        (["run", "{answer}"], {}, "baseline"),
+        (["run", "{answer}", "--model", "baseline", "--max-steps", "abc"], {}, "'abc' is not a whole number"),
+        (["run", "{answer}", "--model", "baseline", "--time-limit", "soon"], {}, "'soon' is not a duration"),
+        (["run", "{answer}", "--model", "baseline", "--max-cost", "-1"], {}, "must be positive"),
+        (["run", "{answer}", "--model", "baseline", "--frobnicate"], {}, "unrecognized arguments: --frobnicate"),
+        (["run", "{broken}", "--model", "baseline"], {}, "field metric.top"),
+        (["tasks", "show"], {}, "name a task"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tmp_path: Path, answer_task: Path, args: list[str], env: dict[str, str], expected: str
+) -> None:
+    broken = tmp_path / "broken"
+    shutil.copytree(answer_task, broken)
+    toml = broken / "task.toml"
+    toml.write_text(toml.read_text().replace("top = 1.0", 'top = "best"'))
+    args = [a.format(answer=answer_task, broken=broken) for a in args]
+    proc = mlra_cli([*args, "--runs-dir", str(tmp_path / "runs")] if args[0] == "run" else args, cwd=tmp_path, env=env)
+    assert proc.returncode == 2, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert expected in lines[0] and "Traceback" not in proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_model_default_order(tmp_path: Path, answer_task: Path) -> None:
+    # MLRA_MODEL wins over the keys; here it names the baseline agent, which needs no server.
+    proc = mlra_cli(
+        ["run", str(answer_task), "--no-tui", "--runs-dir", str(tmp_path / "runs")],
+        cwd=tmp_path,
+        env={"MLRA_MODEL": "baseline", "ANTHROPIC_API_KEY": "sk-unused"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "answer · baseline" in proc.stdout
+
+
+def test_help_does_not_import_heavy_packages() -> None:
+    code = (
+        "import sys\n"
+        "from mlra.console.cli import main\n"
+        "for argv in (['--help'], ['run', '--help'], ['tasks', '--help']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "heavy = ('torch', 'transformers', 'lm_eval', 'anthropic', 'openai', 'textual', 'pydantic')\n"
+        "print(sorted(m for m in heavy if m in sys.modules))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_tasks_lists_the_builtin_tasks(tmp_path: Path) -> None:
+    proc = mlra_cli(["tasks"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "tiny-lm" in proc.stdout and "CPU only" in proc.stdout

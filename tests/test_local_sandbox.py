@@ -1,0 +1,498 @@
+"""The local sandbox with real processes: streaming, killing, bounding, confinement.
+
+Tests that need bubblewrap skip (saying so) where it is missing or cannot run;
+the rest run in both isolation modes, because the agent's commands must behave
+the same whichever the machine offers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from mlra.tools.sandbox.base import SandboxError, SandboxSpec, Stream
+from mlra.tools.sandbox.env import sandbox_env
+from mlra.tools.sandbox.local import BoundedOutput, LocalSandbox
+
+
+def _bwrap_problem() -> str | None:
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return "bubblewrap (bwrap) is not installed"
+    probe = subprocess.run(
+        [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "true"],
+        capture_output=True,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return f"bubblewrap cannot run here: {probe.stderr.decode(errors='replace').strip()}"
+    return None
+
+
+BWRAP_PROBLEM = _bwrap_problem()
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
+MODES = ["none", pytest.param("bwrap", marks=needs_bwrap)]
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = tmp_path / "workspace"
+    ws.mkdir()
+    return ws.resolve()
+
+
+@pytest.fixture
+def outside() -> Iterator[Path]:
+    """A scratch folder outside /tmp, which bwrap replaces with a fresh one anyway."""
+    base = Path("/var/tmp")
+    if not os.access(base, os.W_OK):
+        pytest.skip("/var/tmp is not writable, and a folder outside /tmp is needed")
+    path = Path(tempfile.mkdtemp(prefix="mlra-test-", dir=base))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(params=MODES)
+async def sandbox(request: pytest.FixtureRequest, workspace: Path) -> AsyncIterator[LocalSandbox]:
+    sb = LocalSandbox(workspace, SandboxSpec(), isolation_mode=request.param)
+    await sb.start()
+    assert sb.isolation == request.param
+    yield sb
+    await sb.close()
+
+
+async def make_sandbox(workspace: Path, spec: SandboxSpec | None = None) -> LocalSandbox:
+    sb = LocalSandbox(workspace, spec or SandboxSpec(), isolation_mode="bwrap")
+    await sb.start()
+    return sb
+
+
+async def sh(sb: LocalSandbox, script: str, limit_s: float = 30) -> tuple[int | None, str]:
+    result = await sb.exec(["bash", "-c", script], timeout=limit_s)
+    return result.exit_code, result.output
+
+
+async def open_gate(fifo: Path, data: str = "go\n") -> None:
+    """Let a command waiting on `read < fifo` go on; blocks until it has the fifo open."""
+
+    def write() -> None:
+        with open(fifo, "w") as f:
+            f.write(data)
+
+    await asyncio.to_thread(write)
+
+
+def processes_with(token: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds `token`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit() and int(entry) != os.getpid() and _alive(int(entry)):
+            try:
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if token.encode() in cmdline:
+                pids.append(int(entry))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2 :].split()[0] not in (b"Z", b"X")
+
+
+class Chunks:
+    """Collects streamed output and lets a test await a piece of it."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Stream, str]] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, stream: Stream, text: str) -> None:
+        self.items.append((stream, text))
+        self._changed.set()
+
+    def text(self, stream: Stream | None = None) -> str:
+        return "".join(t for s, t in self.items if stream is None or s == stream)
+
+    async def wait_for(self, needle: str, stream: Stream | None = None) -> None:
+        async with asyncio.timeout(20):
+            while needle not in self.text(stream):
+                self._changed.clear()
+                await self._changed.wait()
+
+
+# --- streaming ---------------------------------------------------------------------------
+
+
+async def test_output_streams_in_arrival_order(sandbox: LocalSandbox, workspace: Path) -> None:
+    os.mkfifo(workspace / "gate")
+    chunks = Chunks()
+    task = asyncio.create_task(
+        sandbox.exec(
+            ["bash", "-c", "echo out1; echo err1 >&2; read line < gate; echo out2 $line"],
+            timeout=30,
+            on_output=chunks,
+        )
+    )
+    await chunks.wait_for("out1", "stdout")
+    await chunks.wait_for("err1", "stderr")
+    assert not task.done()  # the first output arrived while the command still ran
+    await open_gate(workspace / "gate")
+    result = await task
+    assert result.exit_code == 0
+    assert chunks.text("stdout") == "out1\nout2 go\n"
+    assert chunks.text("stderr") == "err1\n"
+    assert result.output == chunks.text()  # interleaved exactly as it arrived
+    assert result.output.endswith("out2 go\n")
+
+
+async def test_multibyte_character_split_across_reads(
+    sandbox: LocalSandbox, workspace: Path
+) -> None:
+    os.mkfifo(workspace / "gate")
+    chunks = Chunks()
+    task = asyncio.create_task(
+        sandbox.exec(
+            ["bash", "-c", r"printf '\xc3'; read line < gate; printf '\xa9\n'"],
+            timeout=30,
+            on_output=chunks,
+        )
+    )
+    await open_gate(workspace / "gate")
+    result = await task
+    assert result.output == "é\n"
+    assert all("\ufffd" not in text for _, text in chunks.items)
+
+
+async def test_exit_code_stdin_and_cwd(sandbox: LocalSandbox, workspace: Path) -> None:
+    (workspace / "sub").mkdir()
+    result = await sandbox.exec(
+        ["bash", "-c", "cat; pwd; exit 3"], timeout=30, stdin=b"fed\n", cwd="sub"
+    )
+    assert result.exit_code == 3
+    assert not result.timed_out
+    assert result.output == f"fed\n{sandbox.workdir}/sub\n"
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        await sandbox.exec(["true"], timeout=30, cwd="..")
+
+
+async def test_missing_command_is_a_sandbox_error(workspace: Path) -> None:
+    sb = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
+    with pytest.raises(SandboxError, match="command not found"):
+        await sb.exec(["no-such-command-mlra"], timeout=5)
+    await sb.close()
+
+
+async def test_huge_output_stays_bounded(sandbox: LocalSandbox) -> None:
+    total = 0
+
+    def count(stream: Stream, text: str) -> None:
+        nonlocal total
+        total += len(text)
+
+    result = await sandbox.exec(
+        ["bash", "-c", "yes | head -c 20000000"], timeout=60, on_output=count
+    )
+    assert result.exit_code == 0
+    assert total == 20_000_000  # the stream passes everything on
+    assert len(result.output) < 600_000  # what is kept is the head and the tail
+    assert result.output.startswith("y\ny\n")
+    assert result.output.endswith("y\ny\n")
+    assert "characters (" in result.output and "cut here" in result.output
+
+
+def test_bounded_output_keeps_head_and_tail() -> None:
+    out = BoundedOutput(10, 10)
+    for i in range(100):
+        out.add(f"{i:03d}\n")
+    text = out.text()
+    assert text.startswith("000\n001\n00")
+    assert text.endswith("8\n099\n")
+    assert "380 characters (95 lines) of output cut" in text
+    small = BoundedOutput(10, 10)
+    small.add("hello")
+    assert small.text() == "hello"
+
+
+# --- killing -----------------------------------------------------------------------------
+
+
+async def test_timeout_kills_the_process_group(sandbox: LocalSandbox) -> None:
+    token = f"300.{secrets.randbelow(10**6):06d}"
+    chunks = Chunks()
+    task = asyncio.create_task(
+        sandbox.exec(
+            ["bash", "-c", f"sleep {token} & echo started; sleep {token}"],
+            timeout=1.0,
+            on_output=chunks,
+        )
+    )
+    await chunks.wait_for("started")
+    pids = processes_with(token)
+    assert len(pids) >= 2  # the shell, its background child, the foreground sleep
+    result = await task
+    assert result.timed_out and result.killed
+    assert 0.9 < result.duration_s < 10
+    assert [pid for pid in pids if _alive(pid)] == []
+
+
+async def test_cancelling_exec_kills_the_process_group(sandbox: LocalSandbox) -> None:
+    token = f"300.{secrets.randbelow(10**6):06d}"
+    chunks = Chunks()
+    task = asyncio.create_task(
+        sandbox.exec(
+            ["bash", "-c", f"sleep {token} & echo started; sleep {token}"],
+            timeout=120,
+            on_output=chunks,
+        )
+    )
+    await chunks.wait_for("started")
+    pids = processes_with(token)
+    assert pids
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert [pid for pid in pids if _alive(pid)] == []
+
+
+async def test_background_processes_end_with_the_command(sandbox: LocalSandbox) -> None:
+    """A background job holding the output pipes neither keeps exec waiting nor survives."""
+    token = f"300.{secrets.randbelow(10**6):06d}"
+    result = await sandbox.exec(["bash", "-c", f"sleep {token} & echo started"], timeout=60)
+    assert result.exit_code == 0 and not result.timed_out
+    assert result.output == "started\n"
+    assert result.duration_s < 10
+    assert processes_with(token) == []
+
+
+async def test_close_kills_running_commands(workspace: Path) -> None:
+    sb = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
+    chunks = Chunks()
+    task = asyncio.create_task(
+        sb.exec(["bash", "-c", "echo started; sleep 300"], timeout=120, on_output=chunks)
+    )
+    await chunks.wait_for("started")
+    await sb.close()
+    result = await task
+    assert result.exit_code == -9
+    await sb.close()  # twice is fine
+
+
+# --- environment -------------------------------------------------------------------------
+
+
+async def test_host_secrets_never_reach_commands(
+    sandbox: LocalSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-canary")
+    monkeypatch.setenv("MLRA_CANARY", "host-only")
+    sandbox.spec.env = {"TASK_SEED": "7", "HF_TOKEN": "hf-canary", "db_password": "pw-canary"}
+    code, out = await sh(sandbox, 'env; touch "$HOME/written" && echo home-ok')
+    assert code == 0
+    for canary in ("sk-canary", "host-only", "hf-canary", "pw-canary", "ANTHROPIC"):
+        assert canary not in out
+    assert "TASK_SEED=7" in out
+    assert "HF_HUB_OFFLINE=1" in out
+    assert "home-ok" in out
+
+
+async def test_python_on_path_is_this_interpreter(sandbox: LocalSandbox) -> None:
+    result = await sandbox.exec(["python", "-c", "import sys; print(sys.prefix)"], timeout=60)
+    assert result.output.strip() == sys.prefix
+
+
+def test_sandbox_env_is_built_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-canary")
+    spec = SandboxSpec(network=False, env={"SEED": "1", "WANDB_API_KEY": "x", "GITHUB_TOKEN": "y"})
+    env = sandbox_env(spec, workdir="/workspace", home="/tmp/home")
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["HOME"] == "/tmp/home"
+    assert env["SEED"] == "1"
+    assert {"LANG", "TERM", "PYTHONUNBUFFERED", "MPLBACKEND", "TOKENIZERS_PARALLELISM"} <= set(env)
+    assert env["HF_HUB_OFFLINE"] == env["HF_DATASETS_OFFLINE"] == env["TRANSFORMERS_OFFLINE"] == "1"
+    assert not {"OPENAI_API_KEY", "WANDB_API_KEY", "GITHUB_TOKEN"} & set(env)
+    online = sandbox_env(SandboxSpec(network=True), workdir="/w", home="/h")
+    assert "HF_HUB_OFFLINE" not in online
+
+
+# --- isolation modes and notices ---------------------------------------------------------
+
+
+async def test_no_isolation_notices(workspace: Path, tmp_path: Path) -> None:
+    chosen = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
+    assert await chosen.start() == []
+    assert chosen.isolation == "none"
+    assert chosen.workdir == str(workspace)
+    await chosen.close()
+
+    nowhere = tmp_path / "empty-bin"
+    nowhere.mkdir()
+    auto = LocalSandbox(
+        workspace, SandboxSpec(), isolation_mode="auto", bwrap_search_path=str(nowhere)
+    )
+    notices = await auto.start()
+    assert len(notices) == 1
+    assert "without isolation" in notices[0]
+    assert "network is on" in notices[0] and "writable" in notices[0]
+    assert auto.isolation == "none"
+    code, out = await sh(auto, "pwd")
+    assert (code, out) == (0, str(workspace) + "\n")
+    await auto.close()
+
+    forced = LocalSandbox(
+        workspace, SandboxSpec(), isolation_mode="bwrap", bwrap_search_path=str(nowhere)
+    )
+    with pytest.raises(SandboxError, match="not installed"):
+        await forced.start()
+
+
+async def test_refused_task_variables_are_noticed(workspace: Path) -> None:
+    sb = LocalSandbox(workspace, SandboxSpec(env={"HF_TOKEN": "x"}), isolation_mode="none")
+    notices = await sb.start()
+    assert notices == ["these variables look like secrets and are not passed to commands: HF_TOKEN"]
+    await sb.close()
+
+
+# --- bubblewrap confinement --------------------------------------------------------------
+
+
+@needs_bwrap
+async def test_bwrap_auto_is_used_without_notice(workspace: Path) -> None:
+    sb = LocalSandbox(workspace, SandboxSpec(), isolation_mode="auto")
+    assert await sb.start() == []
+    assert (sb.isolation, sb.workdir) == ("bwrap", "/workspace")
+    await sb.close()
+
+
+@needs_bwrap
+async def test_bwrap_host_is_read_only_and_workspace_writable(
+    workspace: Path, outside: Path
+) -> None:
+    sb = await make_sandbox(workspace)
+    code, out = await sh(
+        sb,
+        f"pwd; echo data > out.txt; touch {outside}/x || echo denied; touch /x || echo denied-root",
+    )
+    assert code == 0
+    assert out.startswith("/workspace\n")
+    assert out.count("Read-only file system") == 2 and "denied\n" in out and "denied-root" in out
+    assert (workspace / "out.txt").read_text() == "data\n"
+    assert not (outside / "x").exists()
+    # /tmp is private to the sandbox: writable inside, invisible outside.
+    marker = f"mlra-{secrets.token_hex(4)}"
+    code, _ = await sh(sb, f"echo x > /tmp/{marker}")
+    assert code == 0 and marker not in os.listdir("/tmp")
+    await sb.close()
+
+
+@needs_bwrap
+async def test_bwrap_hides_paths(workspace: Path, outside: Path, tmp_path: Path) -> None:
+    hidden_dir = outside / "hidden"
+    hidden_dir.mkdir()
+    (hidden_dir / "answers.txt").write_text("secret answers")
+    hidden_file = outside / "labels.csv"
+    hidden_file.write_text("secret labels")
+    (outside / "visible.txt").write_text("fine")
+    in_tmp = tmp_path / "other-run.txt"
+    in_tmp.write_text("secret log")
+    missing = outside / "does-not-exist"
+    spec = SandboxSpec(hide_paths=[hidden_dir, hidden_file, in_tmp, missing])
+    sb = await make_sandbox(workspace, spec)
+    _, listing = await sh(sb, f"ls -A {hidden_dir}")
+    assert listing == ""
+    _, out = await sh(
+        sb,
+        f"cat {hidden_dir}/answers.txt; cat {hidden_file}; cat {in_tmp}; cat {outside}/visible.txt",
+    )
+    assert "secret" not in out
+    assert out.endswith("fine")
+    await sb.close()
+
+
+@needs_bwrap
+async def test_bwrap_masks_credentials_in_home(
+    workspace: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home = outside / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_text("PRIVATE KEY canary")
+    (home / ".netrc").write_text("machine x password canary")
+    (home / "notes.txt").write_text("ordinary")
+    monkeypatch.setenv("HOME", str(home))
+    sb = await make_sandbox(workspace)
+    _, out = await sh(sb, f"cat {home}/.ssh/id_ed25519 {home}/.netrc {home}/notes.txt")
+    assert "canary" not in out
+    assert "ordinary" in out
+    await sb.close()
+
+
+@needs_bwrap
+async def test_bwrap_keeps_the_interpreter_when_its_folder_is_hidden(workspace: Path) -> None:
+    spec = SandboxSpec(hide_paths=[Path(sys.prefix).parent])
+    sb = await make_sandbox(workspace, spec)
+    result = await sb.exec(["python", "-c", "import sys; print(sys.prefix)"], timeout=60)
+    assert result.output.strip() == sys.prefix
+    await sb.close()
+
+
+async def _tcp_server() -> tuple[asyncio.Server, int, list[bool]]:
+    connected: list[bool] = []
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connected.append(True)
+        writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, port, connected
+
+
+CONNECT = "import socket, sys; socket.create_connection(('127.0.0.1', int(sys.argv[1])), timeout=5); print('connected')"
+
+
+@needs_bwrap
+async def test_bwrap_has_no_network(workspace: Path) -> None:
+    server, port, connected = await _tcp_server()
+    async with server:
+        offline = await make_sandbox(workspace, SandboxSpec(network=False))
+        result = await offline.exec(["python", "-c", CONNECT, str(port)], timeout=30)
+        assert result.exit_code != 0
+        assert "connected" not in result.output and "ConnectionRefusedError" in result.output
+        await offline.close()
+        assert connected == []
+
+        online = await make_sandbox(workspace, SandboxSpec(network=True))
+        result = await online.exec(["python", "-c", CONNECT, str(port)], timeout=30)
+        assert result.output.strip() == "connected"
+        await online.close()
+
+
+# --- path confinement --------------------------------------------------------------------
+
+
+async def test_paths_are_confined_to_the_workspace(
+    sandbox: LocalSandbox, workspace: Path, tmp_path: Path
+) -> None:
+    (tmp_path / "secret.txt").write_text("no")
+    (workspace / "link").symlink_to(tmp_path)
+    (workspace / "ok.txt").write_text("yes")
+    for path in ("../secret.txt", str(tmp_path / "secret.txt"), "/etc/passwd", "link/secret.txt"):
+        with pytest.raises(SandboxError, match="outside the workspace"):
+            await sandbox.read_file(path)
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        await sandbox.write_file("link/new.txt", b"x")
+    assert await sandbox.read_file(f"{sandbox.workdir}/ok.txt") == b"yes"
+    assert not (tmp_path / "new.txt").exists()

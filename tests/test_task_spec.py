@@ -1,0 +1,84 @@
+"""Task files: clear refusals naming the file and field; prompts in the benchmark's sections."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlra.tasks.spec import TaskError, builtin_task_dirs, find_task, load_task
+
+
+def _copy_task(answer_task: Path, tmp_path: Path) -> Path:
+    target = tmp_path / "task"
+    shutil.copytree(answer_task, target)
+    return target
+
+
+def _edit(folder: Path, old: str, new: str) -> None:
+    toml = folder / "task.toml"
+    text = toml.read_text()
+    assert old in text
+    toml.write_text(text.replace(old, new))
+
+
+def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
+    task = load_task(answer_task)
+    prompt = task.render_prompt(time_limit_s=90)
+    assert prompt.startswith("# Write the answer")
+    assert "## Time limit\nYou have 1m30s" in prompt
+    assert "## Evaluation\nExact match" in prompt
+    assert task.time_limit_s == 300
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "message"),
+    [
+        ("top = 1.0", 'top = "high"', "field metric.top: Input should be a valid number"),
+        (
+            '[metric]\nname = "exact_match"\n',
+            "[metric]\n",
+            "field metric.name: is required but missing",
+        ),
+        ('kind = "script"', 'kind = "magic"', "field evaluator.kind"),
+        ('time_limit = "5m"', 'time_limit = "soon"', "field resources.time_limit"),
+        (
+            "network = false",
+            "network = false\ngpu = 3",
+            "field resources.gpu: is not a known field",
+        ),
+        (
+            'starter = ["starter"]',
+            'starter = ["nothere"]',
+            "field files.starter: 'nothere' does not exist",
+        ),
+        (
+            'hidden = ["hidden"]',
+            'hidden = ["../../x"]',
+            "field files.hidden: '../../x' is outside the task folder",
+        ),
+        ('title = "Write the answer"', 'title = "unterminated', "not valid TOML"),
+    ],
+)
+def test_a_bad_task_file_is_refused_naming_file_and_field(
+    answer_task: Path, tmp_path: Path, old: str, new: str, message: str
+) -> None:
+    folder = _copy_task(answer_task, tmp_path)
+    _edit(folder, old, new)
+    with pytest.raises(TaskError) as info:
+        load_task(folder)
+    text = str(info.value)
+    assert str(folder / "task.toml") in text
+    assert message in text
+    assert "\n" not in text
+
+
+def test_unknown_task_names_the_known_ones() -> None:
+    with pytest.raises(TaskError, match="unknown task 'no-such-task'; known tasks: "):
+        find_task("no-such-task")
+
+
+def test_every_builtin_task_loads() -> None:
+    for folder in builtin_task_dirs():
+        assert load_task(folder).name == folder.name

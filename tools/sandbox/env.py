@@ -1,0 +1,70 @@
+"""The environment sandboxed commands get.
+
+It is built from nothing rather than copied from the console's own environment,
+because that environment holds the model provider's API keys (and whatever else
+the user exported): an agent that can run `env` must not be able to read them.
+What the commands need is set explicitly; the task's own variables come last,
+minus any whose name looks like a secret.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from collections.abc import Mapping
+
+from mlra.tools.sandbox.base import SandboxSpec
+
+STANDARD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+
+SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+"""Names refused even when the task asks for them: a leaked key costs more than a failed tool."""
+
+
+def is_secret_name(name: str) -> bool:
+    return SECRET_NAME.search(name) is not None
+
+
+def refused_env_names(env: Mapping[str, str]) -> list[str]:
+    """The variables of `env` that `sandbox_env` drops, for a notice in the run log."""
+    return sorted(name for name in env if is_secret_name(name))
+
+
+def sandbox_env(spec: SandboxSpec, *, workdir: str, home: str) -> dict[str, str]:
+    """The complete environment of a sandboxed command.
+
+    `python` on PATH is the interpreter mlra runs in, so the agent gets the same
+    ML stack (torch, transformers) the task's evaluator uses. With the network
+    off, Hugging Face libraries are told so up front instead of timing out on
+    every call.
+    """
+    interpreter_dir = os.path.dirname(sys.executable)
+    path = [interpreter_dir] if interpreter_dir else []
+    path += [d for d in STANDARD_PATH if d != interpreter_dir]
+    env: dict[str, str] = {
+        "PATH": os.pathsep.join(path),
+        "HOME": home,
+        "PWD": workdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "dumb",
+        "PYTHONUNBUFFERED": "1",
+        "MPLBACKEND": "Agg",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    if not spec.network:
+        env.update(
+            {
+                "HF_HUB_OFFLINE": "1",
+                "HF_DATASETS_OFFLINE": "1",
+                "TRANSFORMERS_OFFLINE": "1",
+            }
+        )
+    if spec.gpus is not None and spec.gpus.strip().lower() not in ("", "all"):
+        gpus = spec.gpus.strip()
+        env["CUDA_VISIBLE_DEVICES"] = "" if gpus.lower() == "none" else gpus
+    for name, value in spec.env.items():
+        if not is_secret_name(name):
+            env[name] = str(value)
+    return env
