@@ -132,8 +132,11 @@ class TaskSpec(_Strict):
             ("Dataset", p.dataset),
             ("Models", p.models),
             ("Compute", p.compute),
-            ("Time limit", f"You have {limit} of working time. When it runs out, running "
-             "commands are killed and whatever the workspace holds is evaluated."),
+            (
+                "Time limit",
+                f"You have {limit} of working time. When it runs out, running "
+                "commands are killed and whatever the workspace holds is evaluated.",
+            ),
             ("Result", p.result),
             ("Evaluation", p.evaluation),
             ("Rules", p.rules),

@@ -21,7 +21,9 @@ def plan(*titles: str, done: int = 0) -> dict[str, Any]:
     return call("update_plan", steps=steps)
 
 
-def supervisor_answering(instructions: str = "Read question.txt and write the answer into answer.txt.") -> list[dict[str, Any]]:
+def supervisor_answering(
+    instructions: str = "Read question.txt and write the answer into answer.txt.",
+) -> list[dict[str, Any]]:
     """Plan, assign one subtask, mark it done, submit answer.txt."""
     return [
         turn("I will plan first.", plan("Answer the question", "Submit")),
@@ -35,7 +37,10 @@ def worker_answering() -> list[dict[str, Any]]:
     """Read the question, make every kind of bad call, answer, report."""
     return [
         turn("Let me read the question.", call("read_file", path="question.txt")),
-        {"text": "A call with broken JSON.", "tool_calls": [{"name": "bash", "raw_arguments": '{"command": "echo'}]},
+        {
+            "text": "A call with broken JSON.",
+            "tool_calls": [{"name": "bash", "raw_arguments": '{"command": "echo'}],
+        },
         turn("A tool that does not exist.", call("teleport", to="mars")),
         # Arguments that would mean something to another tool: dispatch goes by name only.
         turn("Arguments for the wrong tool.", call("list_files", command="touch pwned.txt")),

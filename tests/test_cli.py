@@ -21,10 +21,22 @@ from tests.conftest import mlra_cli
         (["run", "{answer}", "--model", "anthropic/claude-x"], {}, "ANTHROPIC_API_KEY"),
         (["run", "{answer}", "--model", "openai/gpt-x"], {}, "OPENAI_API_KEY"),
         (["run", "{answer}"], {}, "baseline"),
-        (["run", "{answer}", "--model", "baseline", "--max-steps", "abc"], {}, "'abc' is not a whole number"),
-        (["run", "{answer}", "--model", "baseline", "--time-limit", "soon"], {}, "'soon' is not a duration"),
+        (
+            ["run", "{answer}", "--model", "baseline", "--max-steps", "abc"],
+            {},
+            "'abc' is not a whole number",
+        ),
+        (
+            ["run", "{answer}", "--model", "baseline", "--time-limit", "soon"],
+            {},
+            "'soon' is not a duration",
+        ),
         (["run", "{answer}", "--model", "baseline", "--max-cost", "-1"], {}, "must be positive"),
-        (["run", "{answer}", "--model", "baseline", "--frobnicate"], {}, "unrecognized arguments: --frobnicate"),
+        (
+            ["run", "{answer}", "--model", "baseline", "--frobnicate"],
+            {},
+            "unrecognized arguments: --frobnicate",
+        ),
         (["run", "{broken}", "--model", "baseline"], {}, "field metric.top"),
         (["tasks", "show"], {}, "name a task"),
     ],
@@ -37,7 +49,11 @@ def test_bad_input_is_one_line_and_exit_2(
     toml = broken / "task.toml"
     toml.write_text(toml.read_text().replace("top = 1.0", 'top = "best"'))
     args = [a.format(answer=answer_task, broken=broken) for a in args]
-    proc = mlra_cli([*args, "--runs-dir", str(tmp_path / "runs")] if args[0] == "run" else args, cwd=tmp_path, env=env)
+    proc = mlra_cli(
+        [*args, "--runs-dir", str(tmp_path / "runs")] if args[0] == "run" else args,
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1, proc.stderr

@@ -90,12 +90,28 @@ def conversation() -> list[Message]:
             role="assistant",
             content="Looking around first.",
             tool_calls=[
-                ToolCallRequest(id="t1", name="bash", arguments={"command": "ls"}, raw_arguments='{"command": "ls"}'),
-                ToolCallRequest(id="t2", name="read_file", arguments={"path": "a.txt"}, raw_arguments='{"path": "a.txt"}'),
+                ToolCallRequest(
+                    id="t1",
+                    name="bash",
+                    arguments={"command": "ls"},
+                    raw_arguments='{"command": "ls"}',
+                ),
+                ToolCallRequest(
+                    id="t2",
+                    name="read_file",
+                    arguments={"path": "a.txt"},
+                    raw_arguments='{"path": "a.txt"}',
+                ),
             ],
         ),
         Message(role="tool", content="a.txt\nb.txt", tool_call_id="t1", tool_name="bash"),
-        Message(role="tool", content="Error: no such file", tool_call_id="t2", tool_name="read_file", is_error=True),
+        Message(
+            role="tool",
+            content="Error: no such file",
+            tool_call_id="t2",
+            tool_name="read_file",
+            is_error=True,
+        ),
         Message(role="user", content="Time used: 1m of 10m."),
     ]
 
@@ -108,13 +124,22 @@ async def test_streams_text_in_order_and_returns_tool_calls(
     api: str, server: ScriptedModelServer, make: Factory
 ) -> None:
     text = "I will list the files and then read the config."
-    server.add("worker", {"text": text, "tool_calls": [
-        {"name": "bash", "arguments": {"command": "ls -la /workspace"}},
-        {"name": "read_file", "arguments": {"path": "config.yaml"}},
-    ]})
+    server.add(
+        "worker",
+        {
+            "text": text,
+            "tool_calls": [
+                {"name": "bash", "arguments": {"command": "ls -la /workspace"}},
+                {"name": "read_file", "arguments": {"path": "config.yaml"}},
+            ],
+        },
+    )
     pieces: list[str] = []
     response = await make(api).generate(
-        system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH, READ], on_text=pieces.append
+        system=WORKER,
+        messages=[Message(role="user", content="go")],
+        tools=[BASH, READ],
+        on_text=pieces.append,
     )
     assert pieces == split_text(text) and len(pieces) > 3
     assert response.text == text
@@ -134,11 +159,16 @@ async def test_streams_text_in_order_and_returns_tool_calls(
 async def test_malformed_tool_arguments_become_parse_errors(
     api: str, server: ScriptedModelServer, make: Factory
 ) -> None:
-    server.add("worker", {"tool_calls": [
-        {"name": "bash", "raw_arguments": '{"command": "ls'},
-        {"name": "bash", "raw_arguments": "[1, 2]"},
-        {"name": "bash", "raw_arguments": ""},
-    ]})
+    server.add(
+        "worker",
+        {
+            "tool_calls": [
+                {"name": "bash", "raw_arguments": '{"command": "ls'},
+                {"name": "bash", "raw_arguments": "[1, 2]"},
+                {"name": "bash", "raw_arguments": ""},
+            ]
+        },
+    )
     response = await make(api).generate(
         system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH]
     )
@@ -150,8 +180,13 @@ async def test_malformed_tool_arguments_become_parse_errors(
     assert response.text == ""
 
 
-async def test_arguments_cut_off_by_max_tokens_say_so(server: ScriptedModelServer, make: Factory) -> None:
-    server.add("worker", {"tool_calls": [{"name": "bash", "raw_arguments": '{"comm'}], "stop_reason": "max_tokens"})
+async def test_arguments_cut_off_by_max_tokens_say_so(
+    server: ScriptedModelServer, make: Factory
+) -> None:
+    server.add(
+        "worker",
+        {"tool_calls": [{"name": "bash", "raw_arguments": '{"comm'}], "stop_reason": "max_tokens"},
+    )
     response = await make("anthropic").generate(
         system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH]
     )
@@ -165,12 +200,23 @@ async def test_arguments_cut_off_by_max_tokens_say_so(server: ScriptedModelServe
 async def test_anthropic_request_pairs_tool_results_and_marks_cache(
     server: ScriptedModelServer, make: Factory
 ) -> None:
-    await make("anthropic").generate(system=WORKER, messages=conversation(), tools=[BASH, READ], max_tokens=1000)
+    await make("anthropic").generate(
+        system=WORKER, messages=conversation(), tools=[BASH, READ], max_tokens=1000
+    )
     body = server.requests[0].body
-    assert body["model"] == "claude-sonnet-4-6" and body["max_tokens"] == 1000 and body["stream"] is True
-    assert body["system"] == [{"type": "text", "text": WORKER, "cache_control": {"type": "ephemeral"}}]
+    assert (
+        body["model"] == "claude-sonnet-4-6"
+        and body["max_tokens"] == 1000
+        and body["stream"] is True
+    )
+    assert body["system"] == [
+        {"type": "text", "text": WORKER, "cache_control": {"type": "ephemeral"}}
+    ]
     assert [t["name"] for t in body["tools"]] == ["bash", "read_file"]
-    assert body["tools"][0]["input_schema"] == BASH.parameters and "cache_control" not in body["tools"][0]
+    assert (
+        body["tools"][0]["input_schema"] == BASH.parameters
+        and "cache_control" not in body["tools"][0]
+    )
     assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
     messages = body["messages"]
     assert [m["role"] for m in messages] == ["user", "assistant", "user"]
@@ -182,11 +228,16 @@ async def test_anthropic_request_pairs_tool_results_and_marks_cache(
     results = messages[2]["content"]
     assert results[0] == {"type": "tool_result", "tool_use_id": "t1", "content": "a.txt\nb.txt"}
     assert results[1] == {
-        "type": "tool_result", "tool_use_id": "t2", "content": "Error: no such file", "is_error": True,
+        "type": "tool_result",
+        "tool_use_id": "t2",
+        "content": "Error: no such file",
+        "is_error": True,
     }
     # The user text after the results joins the same message and carries the moving breakpoint.
     assert results[2] == {
-        "type": "text", "text": "Time used: 1m of 10m.", "cache_control": {"type": "ephemeral"},
+        "type": "text",
+        "text": "Time used: 1m of 10m.",
+        "cache_control": {"type": "ephemeral"},
     }
     marks = str(body).count("cache_control")
     assert marks == 3
@@ -198,9 +249,14 @@ async def test_anthropic_request_repairs_an_interrupted_history(
     history = [
         Message(role="user", content="instructions"),
         Message(role="user", content="status"),
-        Message(role="assistant", tool_calls=[
-            ToolCallRequest(id="t1", name="bash", raw_arguments="{oops", parse_error="bad JSON"),
-        ]),
+        Message(
+            role="assistant",
+            tool_calls=[
+                ToolCallRequest(
+                    id="t1", name="bash", raw_arguments="{oops", parse_error="bad JSON"
+                ),
+            ],
+        ),
         Message(role="user", content="[message from the user] carry on"),
         Message(role="assistant", content=""),
         Message(role="user", content="next"),
@@ -211,7 +267,9 @@ async def test_anthropic_request_repairs_an_interrupted_history(
     assert [b["text"] for b in messages[0]["content"]] == ["instructions", "status"]
     assert messages[1]["content"] == [{"type": "tool_use", "id": "t1", "name": "bash", "input": {}}]
     missing, text = messages[2]["content"]
-    assert missing["type"] == "tool_result" and missing["tool_use_id"] == "t1" and missing["is_error"]
+    assert (
+        missing["type"] == "tool_result" and missing["tool_use_id"] == "t1" and missing["is_error"]
+    )
     assert text["text"] == "[message from the user] carry on"
     assert messages[3]["content"] == [{"type": "text", "text": "(no response)"}]
 
@@ -219,21 +277,45 @@ async def test_anthropic_request_repairs_an_interrupted_history(
 async def test_openai_request_has_tool_messages_and_function_schemas(
     server: ScriptedModelServer, make: Factory
 ) -> None:
-    await make("openai").generate(system=WORKER, messages=conversation(), tools=[BASH, READ], max_tokens=1000)
+    await make("openai").generate(
+        system=WORKER, messages=conversation(), tools=[BASH, READ], max_tokens=1000
+    )
     body = server.requests[0].body
     assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
     assert body["max_tokens"] == 1000  # a compatible server (base_url) gets max_tokens
     assert body["tools"] == [
-        {"type": "function", "function": {"name": "bash", "description": "Run a shell command.", "parameters": BASH.parameters}},
-        {"type": "function", "function": {"name": "read_file", "description": "Read a file.", "parameters": READ.parameters}},
+        {
+            "type": "function",
+            "function": {
+                "name": "bash",
+                "description": "Run a shell command.",
+                "parameters": BASH.parameters,
+            },
+        },
+        {
+            "type": "function",
+            "function": {
+                "name": "read_file",
+                "description": "Read a file.",
+                "parameters": READ.parameters,
+            },
+        },
     ]
     messages = body["messages"]
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool", "user"]
     assert messages[0]["content"] == WORKER
     assert messages[2]["content"] == "Looking around first."
     assert messages[2]["tool_calls"] == [
-        {"id": "t1", "type": "function", "function": {"name": "bash", "arguments": '{"command": "ls"}'}},
-        {"id": "t2", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'}},
+        {
+            "id": "t1",
+            "type": "function",
+            "function": {"name": "bash", "arguments": '{"command": "ls"}'},
+        },
+        {
+            "id": "t2",
+            "type": "function",
+            "function": {"name": "read_file", "arguments": '{"path": "a.txt"}'},
+        },
     ]
     assert messages[3] == {"role": "tool", "tool_call_id": "t1", "content": "a.txt\nb.txt"}
     assert messages[4] == {"role": "tool", "tool_call_id": "t2", "content": "Error: no such file"}
@@ -246,10 +328,20 @@ async def test_openai_request_repairs_history_and_replays_bad_arguments_as_json(
     history = [
         Message(role="user", content="instructions"),
         Message(role="user", content="status"),
-        Message(role="assistant", tool_calls=[
-            ToolCallRequest(id="t1", name="bash", raw_arguments="{oops", parse_error="bad JSON"),
-            ToolCallRequest(id="t2", name="bash", arguments={"command": "ls"}, raw_arguments='{"command":"ls"}'),
-        ]),
+        Message(
+            role="assistant",
+            tool_calls=[
+                ToolCallRequest(
+                    id="t1", name="bash", raw_arguments="{oops", parse_error="bad JSON"
+                ),
+                ToolCallRequest(
+                    id="t2",
+                    name="bash",
+                    arguments={"command": "ls"},
+                    raw_arguments='{"command":"ls"}',
+                ),
+            ],
+        ),
         Message(role="tool", content="listing", tool_call_id="t2", tool_name="bash"),
         Message(role="user", content="next"),
     ]
@@ -258,7 +350,10 @@ async def test_openai_request_repairs_history_and_replays_bad_arguments_as_json(
     assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "tool", "user"]
     assert messages[1]["content"] == "instructions\n\nstatus"
     assert messages[2]["content"] is None
-    assert [c["function"]["arguments"] for c in messages[2]["tool_calls"]] == ["{}", '{"command":"ls"}']
+    assert [c["function"]["arguments"] for c in messages[2]["tool_calls"]] == [
+        "{}",
+        '{"command":"ls"}',
+    ]
     assert messages[3]["tool_call_id"] == "t2"
     assert messages[4]["tool_call_id"] == "t1" and messages[4]["content"].startswith("Error:")
 
@@ -266,23 +361,48 @@ async def test_openai_request_repairs_history_and_replays_bad_arguments_as_json(
 # --- usage and cost ----------------------------------------------------------------------
 
 
-async def test_anthropic_usage_counts_cache_and_cost(server: ScriptedModelServer, make: Factory) -> None:
-    usage = {"input_tokens": 10_000, "output_tokens": 500, "cache_read_tokens": 6_000, "cache_write_tokens": 1_000}
+async def test_anthropic_usage_counts_cache_and_cost(
+    server: ScriptedModelServer, make: Factory
+) -> None:
+    usage = {
+        "input_tokens": 10_000,
+        "output_tokens": 500,
+        "cache_read_tokens": 6_000,
+        "cache_write_tokens": 1_000,
+    }
     server.add("worker", {"text": "ok", "usage": usage}, "again")
     provider = make("anthropic")
-    response = await provider.generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH])
-    assert response.usage == Usage(input_tokens=10_000, output_tokens=500, cache_read_tokens=6_000, cache_write_tokens=1_000)
+    response = await provider.generate(
+        system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH]
+    )
+    assert response.usage == Usage(
+        input_tokens=10_000, output_tokens=500, cache_read_tokens=6_000, cache_write_tokens=1_000
+    )
     expected = (3_000 * 3.0 + 6_000 * 0.3 + 1_000 * 3.75 + 500 * 15.0) / 1e6
     assert response.cost_usd == pytest.approx(expected)
     # Without scripted numbers the server derives them from the request it got.
-    second = await provider.generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH])
-    assert second.usage.input_tokens > 0 and second.usage.cache_read_tokens > 0 and second.usage.output_tokens > 10
+    second = await provider.generate(
+        system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH]
+    )
+    assert (
+        second.usage.input_tokens > 0
+        and second.usage.cache_read_tokens > 0
+        and second.usage.output_tokens > 10
+    )
     assert second.cost_usd > 0
 
 
 async def test_openai_usage_reads_cached_tokens(server: ScriptedModelServer, make: Factory) -> None:
-    server.add("worker", {"text": "ok", "usage": {"input_tokens": 2_000, "output_tokens": 100, "cache_read_tokens": 1_024}})
-    response = await make("openai").generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[])
+    server.add(
+        "worker",
+        {
+            "text": "ok",
+            "usage": {"input_tokens": 2_000, "output_tokens": 100, "cache_read_tokens": 1_024},
+        },
+    )
+    response = await make("openai").generate(
+        system=WORKER, messages=[Message(role="user", content="go")], tools=[]
+    )
     assert response.usage == Usage(input_tokens=2_000, output_tokens=100, cache_read_tokens=1_024)
     assert response.cost_usd == pytest.approx((976 * 2.5 + 1_024 * 1.25 + 100 * 10.0) / 1e6)
     assert "tools" not in server.requests[0].body
@@ -298,7 +418,10 @@ def test_pricing_matches_by_prefix_and_leaves_unknown_models_unpriced() -> None:
     assert price_for("claude-sonnet-5") == price_for("claude-sonnet-4-6")  # a family's newer model
     assert price_for("gpt-5.5") is None and price_for("o3x") is None
     assert cost("gpt-5", Usage(input_tokens=1_000_000, output_tokens=1_000_000)) == (11.25, True)
-    assert cost("openai/Qwen/Qwen3-8B", Usage(input_tokens=5_000, output_tokens=100)) == (0.0, False)
+    assert cost("openai/Qwen/Qwen3-8B", Usage(input_tokens=5_000, output_tokens=100)) == (
+        0.0,
+        False,
+    )
     assert cost("llama3.1:8b", Usage()) == (0.0, False)
 
 
@@ -335,17 +458,25 @@ async def test_persistent_server_errors_become_a_provider_error(
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_client_errors_are_not_retried(api: str, server: ScriptedModelServer, make: Factory) -> None:
+async def test_client_errors_are_not_retried(
+    api: str, server: ScriptedModelServer, make: Factory
+) -> None:
     server.add("worker", {"status": 401, "message": "invalid x-api-key"})
     with pytest.raises(ProviderError, match=r"HTTP 401.*invalid x-api-key"):
-        await make(api).generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[])
+        await make(api).generate(
+            system=WORKER, messages=[Message(role="user", content="go")], tools=[]
+        )
     assert len(server.requests) == 1
 
 
 @pytest.mark.parametrize("api", APIS)
-async def test_a_hanging_server_ends_in_a_time_out(api: str, server: ScriptedModelServer, make: Factory) -> None:
+async def test_a_hanging_server_ends_in_a_time_out(
+    api: str, server: ScriptedModelServer, make: Factory
+) -> None:
     server.add("worker", {"hang": 60, "times": 2})
-    with pytest.raises(ProviderError, match=r"no answer .*within 0.2 s \(gave up after 1 retries\)"):
+    with pytest.raises(
+        ProviderError, match=r"no answer .*within 0.2 s \(gave up after 1 retries\)"
+    ):
         await make(api, max_retries=1, timeout_s=0.2).generate(
             system=WORKER, messages=[Message(role="user", content="go")], tools=[]
         )
@@ -358,7 +489,9 @@ async def test_connection_refused_is_a_provider_error() -> None:
     provider = OpenAIProvider("gpt-4o", api_key="k", base_url=url, max_retries=0)
     try:
         with pytest.raises(ProviderError, match=r"cannot connect to http://127\.0\.0\.1"):
-            await provider.generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[])
+            await provider.generate(
+                system=WORKER, messages=[Message(role="user", content="go")], tools=[]
+            )
     finally:
         await provider.aclose()
 
@@ -371,7 +504,10 @@ async def test_a_stream_failing_midway_is_a_provider_error(
     pieces: list[str] = []
     with pytest.raises(ProviderError, match=r"stream failed.*overloaded_error") as caught:
         await make(api).generate(
-            system=WORKER, messages=[Message(role="user", content="go")], tools=[], on_text=pieces.append
+            system=WORKER,
+            messages=[Message(role="user", content="go")],
+            tools=[],
+            on_text=pieces.append,
         )
     assert "".join(pieces) == "partial answer"
     assert "\n" not in str(caught.value)
@@ -384,8 +520,12 @@ async def test_openai_drops_stream_options_when_the_server_rejects_them(make: Fa
     with ScriptedModelServer({"worker": ["first", "second"]}, reject_stream_options=True) as fake:
         provider = OpenAIProvider("local-model", api_key=None, base_url=fake.url_for("openai"))
         try:
-            first = await provider.generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[])
-            second = await provider.generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[])
+            first = await provider.generate(
+                system=WORKER, messages=[Message(role="user", content="go")], tools=[]
+            )
+            second = await provider.generate(
+                system=WORKER, messages=[Message(role="user", content="go")], tools=[]
+            )
         finally:
             await provider.aclose()
         assert (first.text, second.text) == ("first", "second")
@@ -400,12 +540,20 @@ async def test_openai_falls_back_to_unstreamed_answers_when_streaming_is_refused
     server: ScriptedModelServer, make: Factory
 ) -> None:
     refusal = "Your organization must be verified to stream this model."
-    server.add("worker", {"status": 400, "message": refusal}, {
-        "text": "whole answer", "tool_calls": [{"name": "bash", "arguments": {"command": "nvidia-smi"}}],
-    })
+    server.add(
+        "worker",
+        {"status": 400, "message": refusal},
+        {
+            "text": "whole answer",
+            "tool_calls": [{"name": "bash", "arguments": {"command": "nvidia-smi"}}],
+        },
+    )
     pieces: list[str] = []
     response = await make("openai").generate(
-        system=WORKER, messages=[Message(role="user", content="go")], tools=[BASH], on_text=pieces.append
+        system=WORKER,
+        messages=[Message(role="user", content="go")],
+        tools=[BASH],
+        on_text=pieces.append,
     )
     assert pieces == ["whole answer"] and response.text == "whole answer"
     assert response.tool_calls[0].arguments == {"command": "nvidia-smi"}
@@ -418,7 +566,9 @@ async def test_openai_reads_the_context_window_of_a_vllm_server() -> None:
         provider = OpenAIProvider("Qwen/Qwen3-8B", api_key=None, base_url=fake.url_for("openai"))
         try:
             assert provider.context_window == 32_768  # the guess before the server is asked
-            await provider.generate(system=WORKER, messages=[Message(role="user", content="go")], tools=[])
+            await provider.generate(
+                system=WORKER, messages=[Message(role="user", content="go")], tools=[]
+            )
         finally:
             await provider.aclose()
     assert provider.context_window == 16_384
@@ -434,7 +584,10 @@ def test_model_limits_are_known_for_common_models() -> None:
     assert haiku.max_output_tokens == 4_096
     assert (unknown.context_window, unknown.max_output_tokens) == (200_000, 8_192)
     assert gpt.context_window > 1_000_000
-    assert opus.build_request(system="s", messages=[], tools=[], max_tokens=100_000)["max_tokens"] == 32_000
+    assert (
+        opus.build_request(system="s", messages=[], tools=[], max_tokens=100_000)["max_tokens"]
+        == 32_000
+    )
 
 
 # --- the fake server itself ------------------------------------------------------------
@@ -452,18 +605,24 @@ def test_roles_come_from_the_first_line_of_the_real_system_prompts() -> None:
 async def test_fake_server_fallbacks_and_unstreamed_answers(server: ScriptedModelServer) -> None:
     server.add("supervisor", "plan made")
     server.set_fallback("supervisor", {"text": "still here"})
-    client = anthropic.AsyncAnthropic(api_key="k", base_url=server.url_for("anthropic"), max_retries=0)
+    client = anthropic.AsyncAnthropic(
+        api_key="k", base_url=server.url_for("anthropic"), max_retries=0
+    )
     oa = openai.AsyncOpenAI(api_key="k", base_url=server.url_for("openai"), max_retries=0)
     try:
         texts = []
         for _ in range(3):
             message = await client.messages.create(
-                model="m", max_tokens=10, system=SUPERVISOR_SYSTEM, messages=[{"role": "user", "content": "hi"}]
+                model="m",
+                max_tokens=10,
+                system=SUPERVISOR_SYSTEM,
+                messages=[{"role": "user", "content": "hi"}],
             )
             texts.append(message.content[0].text)  # type: ignore[union-attr]
         assert texts == ["plan made", "still here", "still here"]
         completion = await oa.chat.completions.create(
-            model="m", messages=[{"role": "system", "content": WORKER}, {"role": "user", "content": "hi"}]
+            model="m",
+            messages=[{"role": "system", "content": WORKER}, {"role": "user", "content": "hi"}],
         )
         assert completion.choices[0].message.content == EXHAUSTED
     finally:
@@ -484,18 +643,27 @@ def test_fake_server_rejects_a_mistyped_script() -> None:
 
 
 def test_resolve_model_builds_the_named_provider() -> None:
-    claude = resolve_model("anthropic/claude-sonnet-4-6", base_url=None, env={"ANTHROPIC_API_KEY": "sk-a"})
+    claude = resolve_model(
+        "anthropic/claude-sonnet-4-6", base_url=None, env={"ANTHROPIC_API_KEY": "sk-a"}
+    )
     assert isinstance(claude, AnthropicProvider) and claude.name == "anthropic/claude-sonnet-4-6"
     local = resolve_model("openai/Qwen/Qwen3-8B", base_url="http://localhost:8000/v1", env={})
     assert isinstance(local, OpenAIProvider) and local.model == "Qwen/Qwen3-8B"
-    gpt = resolve_model(" openai/gpt-4.1 ", base_url=None, env={"OPENAI_API_KEY": "sk-o"}, max_retries=1)
+    gpt = resolve_model(
+        " openai/gpt-4.1 ", base_url=None, env={"OPENAI_API_KEY": "sk-o"}, max_retries=1
+    )
     assert isinstance(gpt, OpenAIProvider) and gpt.max_retries == 1 and gpt.base_url is None
 
 
 @pytest.mark.parametrize(
     ("spec", "env", "base_url", "needles"),
     [
-        ("mistral/large", {}, None, ["unknown model 'mistral/large'", "anthropic/<model>", "openai/<model>", "baseline"]),
+        (
+            "mistral/large",
+            {},
+            None,
+            ["unknown model 'mistral/large'", "anthropic/<model>", "openai/<model>", "baseline"],
+        ),
         ("claude-sonnet-4-6", {}, None, ["did you mean anthropic/claude-sonnet-4-6?"]),
         ("anthropic/", {"ANTHROPIC_API_KEY": "k"}, None, ["names no model"]),
         ("anthropic/claude-sonnet-4-6", {"OPENAI_API_KEY": "k"}, None, ["set ANTHROPIC_API_KEY"]),
@@ -517,7 +685,10 @@ def test_default_model_spec_order() -> None:
     both = {"ANTHROPIC_API_KEY": "a", "OPENAI_API_KEY": "o"}
     assert default_model_spec({**both, "MLRA_MODEL": "openai/gpt-4.1"}) == "openai/gpt-4.1"
     assert default_model_spec(both) == f"anthropic/{DEFAULT_ANTHROPIC_MODEL}"
-    assert default_model_spec({"OPENAI_API_KEY": "o", "MLRA_MODEL": ""}) == f"openai/{DEFAULT_OPENAI_MODEL}"
+    assert (
+        default_model_spec({"OPENAI_API_KEY": "o", "MLRA_MODEL": ""})
+        == f"openai/{DEFAULT_OPENAI_MODEL}"
+    )
     with pytest.raises(ConfigError) as caught:
         default_model_spec({"ANTHROPIC_API_KEY": " "})
     message = str(caught.value)

@@ -23,11 +23,15 @@ def _run(
 ) -> tuple[int, str, str, Path]:
     proc = mlra_cli(
         [
-            "run", str(task),
-            "--model", f"{api}/test-model",
-            "--base-url", server.url_for(api),  # type: ignore[arg-type]
+            "run",
+            str(task),
+            "--model",
+            f"{api}/test-model",
+            "--base-url",
+            server.url_for(api),  # type: ignore[arg-type]
             "--no-tui",
-            "--runs-dir", str(tmp_path / "runs"),
+            "--runs-dir",
+            str(tmp_path / "runs"),
             *extra,
         ],
         cwd=tmp_path,
@@ -67,7 +71,10 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: str) ->
     assert not broken_result.ok and "not valid JSON" in broken_result.output
     assert not by_tool["teleport"].ok and "unknown tool 'teleport'" in by_tool["teleport"].output
     # Dispatch by name: list_files with a `command` argument is refused, not run as a shell command.
-    assert not by_tool["list_files"].ok and "unknown argument 'command'" in by_tool["list_files"].output
+    assert (
+        not by_tool["list_files"].ok
+        and "unknown argument 'command'" in by_tool["list_files"].output
+    )
     assert not (run_dir / "workspace" / "pwned.txt").exists()
     assert by_tool["submit"].ok
 
@@ -77,12 +84,16 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: str) ->
 
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "finished" and result["reason"] == "submitted"
-    assert result["score"] == 1.0 and result["normalized_score"] == 1.0 and result["success"] is True
+    assert (
+        result["score"] == 1.0 and result["normalized_score"] == 1.0 and result["success"] is True
+    )
     assert result["metric"] == "exact_match" and result["baseline_score"] == 0.0
     assert result["steps"] == 6 and result["tokens"] > 0 and result["tool_calls"] >= 9
 
     # The API key the mlra process holds is nowhere the agent or the log can see.
-    env_result = next(r for r in events if isinstance(r, ev.ToolResult) and r.tool == "bash" and r.ok)
+    env_result = next(
+        r for r in events if isinstance(r, ev.ToolResult) and r.tool == "bash" and r.ok
+    )
     assert "HOME=" in env_result.output
     for secret in CANARY.values():
         assert secret not in env_result.output
@@ -92,7 +103,9 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: str) ->
                 assert secret not in path.read_text(errors="replace"), path
 
 
-def test_the_deadline_kills_a_running_command_and_still_evaluates(tmp_path: Path, answer_task: Path) -> None:
+def test_the_deadline_kills_a_running_command_and_still_evaluates(
+    tmp_path: Path, answer_task: Path
+) -> None:
     script = {
         "supervisor": supervisor_answering(),
         "worker": [
@@ -101,14 +114,20 @@ def test_the_deadline_kills_a_running_command_and_still_evaluates(tmp_path: Path
         ],
     }
     with ScriptedModelServer(script) as server:
-        code, out, err, run_dir = _run(tmp_path, answer_task, server, "openai", "--time-limit", "4s")
+        code, _out, err, run_dir = _run(
+            tmp_path, answer_task, server, "openai", "--time-limit", "4s"
+        )
     assert code == 0, err
     events = read_events(run_dir / "events.jsonl")
     finished = events[-1]
     assert isinstance(finished, ev.RunFinished) and finished.reason == "deadline"
     assert 4 <= finished.t < 10
-    sleep_call = next(e for e in events if isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments))
-    killed = next(e for e in events if isinstance(e, ev.ToolResult) and e.call_id == sleep_call.call_id)
+    sleep_call = next(
+        e for e in events if isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments)
+    )
+    killed = next(
+        e for e in events if isinstance(e, ev.ToolResult) and e.call_id == sleep_call.call_id
+    )
     # Its time-out is clamped to the deadline, or the deadline cancels it: killed either way.
     assert not killed.ok and (killed.timed_out or "run ended" in killed.output)
     assert not _processes_running("117.25")
@@ -134,10 +153,13 @@ def _processes_running(marker: str) -> list[int]:
     return found
 
 
-def test_step_budget_ends_the_run_and_evaluates_what_is_there(tmp_path: Path, answer_task: Path) -> None:
+def test_step_budget_ends_the_run_and_evaluates_what_is_there(
+    tmp_path: Path, answer_task: Path
+) -> None:
     script = {
         "supervisor": supervisor_answering(),
-        "worker": [turn("", call("bash", command="echo 42 > answer.txt"))] + [turn("", call("bash", command="ls"))] * 10,
+        "worker": [turn("", call("bash", command="echo 42 > answer.txt"))]
+        + [turn("", call("bash", command="ls"))] * 10,
     }
     with ScriptedModelServer(script) as server:
         code, _, err, run_dir = _run(tmp_path, answer_task, server, "anthropic", "--max-steps", "3")
@@ -147,10 +169,12 @@ def test_step_budget_ends_the_run_and_evaluates_what_is_there(tmp_path: Path, an
     assert "step budget used up (3 of 3 steps)" in result["message"]
 
 
-def test_a_provider_that_keeps_failing_ends_the_run_with_error(tmp_path: Path, answer_task: Path) -> None:
+def test_a_provider_that_keeps_failing_ends_the_run_with_error(
+    tmp_path: Path, answer_task: Path
+) -> None:
     script = {"supervisor": [{"status": 500, "times": 50}]}
     with ScriptedModelServer(script) as server:
-        code, out, err, run_dir = _run(tmp_path, answer_task, server, "openai")
+        code, out, _err, run_dir = _run(tmp_path, answer_task, server, "openai")
     assert code == 1
     events = read_events(run_dir / "events.jsonl")
     errors = [e for e in events if isinstance(e, ev.ModelError)]
@@ -161,7 +185,9 @@ def test_a_provider_that_keeps_failing_ends_the_run_with_error(tmp_path: Path, a
     assert "model provider failed" in out.strip().splitlines()[-1]
 
 
-def test_long_output_is_cut_head_and_tail_before_the_model_sees_it(tmp_path: Path, answer_task: Path) -> None:
+def test_long_output_is_cut_head_and_tail_before_the_model_sees_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
     script = {
         "supervisor": supervisor_answering(),
         "worker": [
@@ -171,17 +197,31 @@ def test_long_output_is_cut_head_and_tail_before_the_model_sees_it(tmp_path: Pat
         ],
     }
     with ScriptedModelServer(script) as server:
-        code, _, err, run_dir = _run(tmp_path, answer_task, server, "openai", "--observation-limit", "2000")
+        code, _, err, run_dir = _run(
+            tmp_path, answer_task, server, "openai", "--observation-limit", "2000"
+        )
         sent = json.dumps(server.requests_for("worker")[1].body)
     assert code == 0, err
-    result = next(e for e in read_events(run_dir / "events.jsonl") if isinstance(e, ev.ToolResult) and e.tool == "python")
+    result = next(
+        e
+        for e in read_events(run_dir / "events.jsonl")
+        if isinstance(e, ev.ToolResult) and e.tool == "python"
+    )
     assert result.truncated and len(result.output) < 2300
     assert "HEAD" in sent and "TAIL" in sent and "cut from the middle" in sent
 
 
 def test_json_mode_prints_the_events(tmp_path: Path, answer_task: Path) -> None:
     proc = mlra_cli(
-        ["run", str(answer_task), "--model", "baseline", "--json", "--runs-dir", str(tmp_path / "runs")],
+        [
+            "run",
+            str(answer_task),
+            "--model",
+            "baseline",
+            "--json",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
         cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
@@ -192,7 +232,9 @@ def test_json_mode_prints_the_events(tmp_path: Path, answer_task: Path) -> None:
     assert summary["score"] == 1.0 and Path(summary["run_dir"]).is_dir()
 
 
-def test_a_stuck_supervisor_plan_step_unknown_is_an_error_observation(tmp_path: Path, answer_task: Path) -> None:
+def test_a_stuck_supervisor_plan_step_unknown_is_an_error_observation(
+    tmp_path: Path, answer_task: Path
+) -> None:
     script = {
         "supervisor": [
             turn("", plan("Answer")),
@@ -201,7 +243,7 @@ def test_a_stuck_supervisor_plan_step_unknown_is_an_error_observation(tmp_path: 
         ],
     }
     with ScriptedModelServer(script) as server:
-        code, _, err, run_dir = _run(tmp_path, answer_task, server, "openai")
+        code, _, _err, run_dir = _run(tmp_path, answer_task, server, "openai")
         sent = json.dumps(server.requests_for("supervisor")[-1].body)
     assert "no plan step has id 'nope'" in sent
     events = read_events(run_dir / "events.jsonl")

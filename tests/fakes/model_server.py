@@ -241,7 +241,9 @@ class ScriptedModelServer:
         with self._lock:
             self.script[f"{role}:fallback"] = _turn(turn, f"{role}:fallback")
 
-    def requests_for(self, role: str | None = None, api: Api | None = None) -> list[RecordedRequest]:
+    def requests_for(
+        self, role: str | None = None, api: Api | None = None
+    ) -> list[RecordedRequest]:
         with self._lock:
             return [
                 r
@@ -307,7 +309,9 @@ class _Handler(BaseHTTPRequestHandler):
                 entry["max_model_len"] = self.fake.max_model_len
             self._json(200, {"object": "list", "data": [entry]})
         else:
-            self._json(404, {"error": {"type": "not_found_error", "message": f"no route {self.path}"}})
+            self._json(
+                404, {"error": {"type": "not_found_error", "message": f"no route {self.path}"}}
+            )
 
     def do_POST(self) -> None:
         length = int(self.headers.get("content-length") or 0)
@@ -319,7 +323,9 @@ class _Handler(BaseHTTPRequestHandler):
         elif path in ("/v1/chat/completions", "/chat/completions"):
             api = "openai"
         else:
-            self._json(404, {"error": {"type": "not_found_error", "message": f"no route {self.path}"}})
+            self._json(
+                404, {"error": {"type": "not_found_error", "message": f"no route {self.path}"}}
+            )
             return
         try:
             body = json.loads(raw or b"{}")
@@ -346,7 +352,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the client gave up (a time-out): nothing to do
 
     def _answer(
-        self, api: Api, body: dict[str, Any], raw: bytes, turn: dict[str, Any], record: RecordedRequest
+        self,
+        api: Api,
+        body: dict[str, Any],
+        raw: bytes,
+        turn: dict[str, Any],
+        record: RecordedRequest,
     ) -> None:
         if "status" in turn:
             status = int(turn["status"])
@@ -359,7 +370,10 @@ class _Handler(BaseHTTPRequestHandler):
             if self.fake._stopping.wait(float(turn["hang"])):
                 self.close_connection = True
                 return
-            turn = {"text": turn.get("text", "(late answer)"), **{k: v for k, v in turn.items() if k != "hang"}}
+            turn = {
+                "text": turn.get("text", "(late answer)"),
+                **{k: v for k, v in turn.items() if k != "hang"},
+            }
         reply = _Reply.build(self.fake, api, raw, turn)
         record.outcome = (
             "stream_error" if turn.get("stream_error") else "tool_calls" if reply.calls else "text"
@@ -390,13 +404,23 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _error(self, api: Api, status: int, message: str, retry_after_ms: float | None = None) -> None:
+    def _error(
+        self, api: Api, status: int, message: str, retry_after_ms: float | None = None
+    ) -> None:
         headers = {"retry-after-ms": f"{retry_after_ms:g}"} if retry_after_ms else {}
         if api == "anthropic":
-            kind = ANTHROPIC_ERRORS.get(status, "api_error" if status >= 500 else "invalid_request_error")
+            kind = ANTHROPIC_ERRORS.get(
+                status, "api_error" if status >= 500 else "invalid_request_error"
+            )
             payload: dict[str, Any] = {"type": "error", "error": {"type": kind, "message": message}}
         else:
-            kind = "rate_limit_exceeded" if status == 429 else "server_error" if status >= 500 else "invalid_request_error"
+            kind = (
+                "rate_limit_exceeded"
+                if status == 429
+                else "server_error"
+                if status >= 500
+                else "invalid_request_error"
+            )
             payload = {"error": {"message": message, "type": kind, "param": None, "code": kind}}
         self._json(status, payload, headers)
 
@@ -541,34 +565,60 @@ def _anthropic_events(
     yield "message_start", _dumps({"type": "message_start", "message": message})
     index = 0
     if reply.text:
-        yield "content_block_start", _dumps(
-            {"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}
+        yield (
+            "content_block_start",
+            _dumps(
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                }
+            ),
         )
         yield "ping", _dumps({"type": "ping"})
         for piece in split_text(reply.text):
-            yield "content_block_delta", _dumps(
-                {"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}
+            yield (
+                "content_block_delta",
+                _dumps(
+                    {
+                        "type": "content_block_delta",
+                        "index": index,
+                        "delta": {"type": "text_delta", "text": piece},
+                    }
+                ),
             )
         yield "content_block_stop", _dumps({"type": "content_block_stop", "index": index})
         index += 1
     if reply.stream_error:
-        error = {"type": reply.stream_error, "message": f"scripted stream failure ({reply.stream_error})"}
+        error = {
+            "type": reply.stream_error,
+            "message": f"scripted stream failure ({reply.stream_error})",
+        }
         yield "error", _dumps({"type": "error", "error": error})
         return
     for call in reply.calls:
         block = {"type": "tool_use", "id": call.id, "name": call.name, "input": {}}
-        yield "content_block_start", _dumps({"type": "content_block_start", "index": index, "content_block": block})
+        yield (
+            "content_block_start",
+            _dumps({"type": "content_block_start", "index": index, "content_block": block}),
+        )
         for piece in split_arguments(call.arguments):
             delta = {"type": "input_json_delta", "partial_json": piece}
-            yield "content_block_delta", _dumps({"type": "content_block_delta", "index": index, "delta": delta})
+            yield (
+                "content_block_delta",
+                _dumps({"type": "content_block_delta", "index": index, "delta": delta}),
+            )
         yield "content_block_stop", _dumps({"type": "content_block_stop", "index": index})
         index += 1
-    yield "message_delta", _dumps(
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": _anthropic_stop(reply), "stop_sequence": None},
-            "usage": _anthropic_usage(reply, output=reply.output_tokens),
-        }
+    yield (
+        "message_delta",
+        _dumps(
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": _anthropic_stop(reply), "stop_sequence": None},
+                "usage": _anthropic_usage(reply, output=reply.output_tokens),
+            }
+        ),
     )
     yield "message_stop", _dumps({"type": "message_stop"})
 
@@ -584,7 +634,14 @@ def _anthropic_message(
             value = json.loads(call.arguments or "{}")
         except json.JSONDecodeError:
             value = {}  # a whole (unstreamed) message can only carry an object
-        content.append({"type": "tool_use", "id": call.id, "name": call.name, "input": value if isinstance(value, dict) else {}})
+        content.append(
+            {
+                "type": "tool_use",
+                "id": call.id,
+                "name": call.name,
+                "input": value if isinstance(value, dict) else {},
+            }
+        )
     return {
         "id": fake._new_id("msg_"),
         "type": "message",
@@ -621,18 +678,33 @@ def _openai_chunks(
 
     def chunk(delta: dict[str, Any], finish: str | None = None) -> tuple[None, str]:
         choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish}
-        payload = {"id": ident, "object": "chat.completion.chunk", "created": created, "model": model, "choices": [choice]}
+        payload = {
+            "id": ident,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "choices": [choice],
+        }
         return None, _dumps(payload)
 
     yield chunk({"role": "assistant", "content": ""})
     for piece in split_text(reply.text):
         yield chunk({"content": piece})
     if reply.stream_error:
-        error = {"message": f"scripted stream failure ({reply.stream_error})", "type": reply.stream_error, "code": None}
+        error = {
+            "message": f"scripted stream failure ({reply.stream_error})",
+            "type": reply.stream_error,
+            "code": None,
+        }
         yield None, _dumps({"error": error})
         return
     for i, call in enumerate(reply.calls):
-        head = {"index": i, "id": call.id, "type": "function", "function": {"name": call.name, "arguments": ""}}
+        head = {
+            "index": i,
+            "id": call.id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
         yield chunk({"tool_calls": [head]})
         for piece in split_arguments(call.arguments):
             yield chunk({"tool_calls": [{"index": i, "function": {"arguments": piece}}]})
@@ -662,7 +734,14 @@ def _openai_completion(fake: ScriptedModelServer, model: str, reply: _Reply) -> 
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": message, "logprobs": None, "finish_reason": _openai_finish(reply)}],
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": _openai_finish(reply),
+            }
+        ],
         "usage": _openai_usage(reply),
     }
 
@@ -675,19 +754,27 @@ def main(argv: list[str] | None = None) -> int:
         prog="python -m tests.fakes.model_server",
         description="Serve scripted model answers over the Anthropic and OpenAI HTTP APIs.",
     )
-    parser.add_argument("--script", required=True, type=Path, help="JSON file: role -> list of turns")
-    parser.add_argument("--port", type=int, default=0, help="port to listen on (default: any free one)")
+    parser.add_argument(
+        "--script", required=True, type=Path, help="JSON file: role -> list of turns"
+    )
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to listen on (default: any free one)"
+    )
     parser.add_argument("--delay", type=float, default=0.02, help="seconds between streamed pieces")
     args = parser.parse_args(argv)
     try:
-        server = ScriptedModelServer.from_file(args.script, port=args.port, chunk_delay_s=args.delay)
+        server = ScriptedModelServer.from_file(
+            args.script, port=args.port, chunk_delay_s=args.delay
+        )
     except (OSError, ValueError) as exc:
         parser.error(str(exc))
     with server:
         print(f"anthropic base URL: {server.url_for('anthropic')}")
         print(f"openai base URL:    {server.url_for('openai')}")
         print("try:")
-        print(f"  mlra run TASK --model anthropic/claude-sonnet-4-6 --base-url {server.url_for('anthropic')}")
+        print(
+            f"  mlra run TASK --model anthropic/claude-sonnet-4-6 --base-url {server.url_for('anthropic')}"
+        )
         print(f"  mlra run TASK --model openai/scripted --base-url {server.url_for('openai')}")
         print("serving until killed (Ctrl-C)", flush=True)
         try:
