@@ -204,12 +204,7 @@ class RunController:
             self.prepare()
         self._task = asyncio.current_task()
         try:
-            self.sandbox = self._make_sandbox()
-            notices = await self.sandbox.start()
-            self._emit_started()
-            for notice in notices:
-                self.emit(ev.Notice(level="warning", message=notice))
-            self.clock.start()
+            await self.start()
             ending = await self._drive(make_agent(self))
             await self._finish(ending)
         except asyncio.CancelledError:
@@ -226,6 +221,17 @@ class RunController:
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
         return write_result(self.state, self.run_dir)
+
+    async def start(self) -> None:
+        """Start the sandbox, record the run's start and start the clock."""
+        if self.log is None:
+            self.prepare()
+        self.sandbox = self._make_sandbox()
+        notices = await self.sandbox.start()
+        self._emit_started()
+        for notice in notices:
+            self.emit(ev.Notice(level="warning", message=notice))
+        self.clock.start()
 
     def abort(self) -> None:
         """End the run now, without evaluating; for a second Ctrl-C or a killed console."""
@@ -371,18 +377,27 @@ class RunController:
             return
         self.controls.pause()
         self.clock.pause()
+        if self.sandbox is not None:
+            self.sandbox.suspend_commands()
         self._control("pause", source=source)
 
     def resume(self) -> None:
         self.controls.resume()
-        self.clock.resume()
+        self._unpause()
         self._control("resume")
 
     def step(self) -> None:
         """Run exactly one agent action, then pause again."""
         self.controls.step()
-        self.clock.resume()
+        self._unpause()
         self._control("step")
+
+    def _unpause(self) -> None:
+        if self.controls.pending_calls():
+            return  # the clock waits with the approval
+        self.clock.resume()
+        if self.sandbox is not None:
+            self.sandbox.resume_commands()
 
     def inject(self, target: str, text: str) -> None:
         self.controls.inject(target, text)
@@ -644,6 +659,8 @@ class RunController:
             if decision.action == "edit" and decision.arguments is not None:
                 arguments = decision.arguments
 
+        # A pause that came while the model was thinking holds the action back.
+        await self.controls.wait_running()
         streamed = 0
 
         def on_output(stream: str, text: str) -> None:

@@ -496,3 +496,29 @@ async def test_paths_are_confined_to_the_workspace(
         await sandbox.write_file("link/new.txt", b"x")
     assert await sandbox.read_file(f"{sandbox.workdir}/ok.txt") == b"yes"
     assert not (tmp_path / "new.txt").exists()
+
+
+async def test_suspended_commands_stop_and_their_time_out_waits(tmp_path: Path) -> None:
+    """A paused run suspends its commands: they make no progress, and the time
+    spent suspended does not count against their time-out."""
+    box = LocalSandbox(tmp_path, SandboxSpec(), isolation_mode="none")
+    await box.start()
+    seen: list[str] = []
+    first = asyncio.Event()
+
+    def on_output(stream: str, text: str) -> None:
+        seen.append(text)
+        first.set()
+
+    script = "import time\nfor i in range(30):\n    print(i, flush=True)\n    time.sleep(0.05)\n"
+    task = asyncio.create_task(box.exec(["python3", "-c", script], timeout=2.5, on_output=on_output))
+    await first.wait()
+    box.suspend_commands()
+    frozen = "".join(seen)
+    await asyncio.sleep(1.5)  # long enough to make progress, and most of the time-out, if not stopped
+    assert "".join(seen) == frozen
+    box.resume_commands()
+    result = await task
+    assert not result.timed_out and result.exit_code == 0
+    assert "29" in result.output
+    await box.close()

@@ -78,6 +78,12 @@ class Sandbox(abc.ABC):
     async def close(self) -> None:
         """Kill whatever still runs and release resources; safe to call twice."""
 
+    def suspend_commands(self) -> None:
+        """Stop running commands where they are (the run is paused); time-outs stop too."""
+
+    def resume_commands(self) -> None:
+        """Let suspended commands go on."""
+
     @abc.abstractmethod
     async def exec(
         self,

@@ -211,6 +211,14 @@ class LocalSandbox(Sandbox):
             self._home = None
         self._started = False
 
+    def suspend_commands(self) -> None:
+        for running in self._running:
+            running.suspend()
+
+    def resume_commands(self) -> None:
+        for running in self._running:
+            running.resume()
+
     async def _probe_bwrap(self) -> str | None:
         """Why bubblewrap cannot run a command here with our arguments, or None.
 
@@ -302,10 +310,7 @@ class LocalSandbox(Sandbox):
                 if pipe is not None:
                     pipe.write(stdin)
                     pipe.close()  # after the buffered data is written: the command sees EOF
-            try:
-                await asyncio.wait_for(asyncio.shield(protocol.exited), timeout=max(timeout, 0.0))
-            except TimeoutError:
-                timed_out = True
+            timed_out = await running.wait(timeout, started)
             # Whatever the command left running in the background ends with it.
             await running.kill()
             try:
@@ -494,6 +499,46 @@ class _Running:
         self.transport = transport
         self.protocol = protocol
         self.pgid = transport.get_pid()
+        self._suspended_at: float | None = None
+        self._suspended_s = 0.0
+        self._resumed = asyncio.Event()
+        self._resumed.set()
+
+    def suspend(self) -> None:
+        if self._suspended_at is None and not self.protocol.exited.done():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signal.SIGSTOP)
+            self._suspended_at = time.monotonic()
+            self._resumed.clear()
+
+    def resume(self) -> None:
+        if self._suspended_at is not None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.pgid, signal.SIGCONT)
+            self._suspended_s += time.monotonic() - self._suspended_at
+            self._suspended_at = None
+            self._resumed.set()
+
+    async def wait(self, timeout: float, started: float) -> bool:  # noqa: ASYNC109
+        """Wait for the command to exit; True if it ran out of time first.
+
+        Time spent suspended (the run paused) does not count against the time-out.
+        """
+        exited = self.protocol.exited
+        while not exited.done():
+            if self._suspended_at is not None:
+                resumed = asyncio.ensure_future(self._resumed.wait())
+                try:
+                    await asyncio.wait([exited, resumed], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    resumed.cancel()
+                continue
+            left = timeout - (time.monotonic() - started - self._suspended_s)
+            if left <= 0:
+                return True
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(exited), timeout=left)
+        return False
 
     async def kill(self) -> None:
         """SIGKILL the process group, reap the command and wait until the rest is dead.
