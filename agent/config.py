@@ -40,4 +40,8 @@ class RunConfig(BaseModel):
     on_provider_failure: Literal["end", "pause"] = "end"
     """Headless runs end with status error; the console pauses so the user can decide."""
     resource_interval_s: float = 1.0
+    start_paused: bool = False
+    """Pause before the first agent action (to step through a run from its start)."""
+    breakpoints: list[str] = Field(default_factory=list)
+    """Break before matching tool calls (rules as `Breakpoint.parse` reads them)."""
     env: dict[str, str] = Field(default_factory=dict)

@@ -100,7 +100,7 @@ class RunController:
         self.workspace = self.run_dir / "workspace"
         self.time_limit_s = config.time_limit_s or task.time_limit_s
         self.clock = RunClock(self.time_limit_s)
-        self.controls = Controls()
+        self.controls = Controls(breakpoints=[Breakpoint.parse(r) for r in config.breakpoints])
         self.state = RunState()
         self.log: EventLog | None = None
         self.sandbox: Sandbox | None = None
@@ -232,6 +232,8 @@ class RunController:
         for notice in notices:
             self.emit(ev.Notice(level="warning", message=notice))
         self.clock.start()
+        if self.config.start_paused:
+            self.pause(source="start")
 
     def abort(self) -> None:
         """End the run now, without evaluating; for a second Ctrl-C or a killed console."""
@@ -492,9 +494,12 @@ class RunController:
         step = await self.begin_step(agent, counts=counts_as_step)
         await self._keep_in_context(agent, history)
         injected = self.controls.take_messages(agent)
-        prompt = "\n\n".join(
-            [*(f"[message from the user] {m}" for m in injected), extra_prompt, self.elapsed_note()]
-        ).strip()
+        parts = [
+            *(f"[message from the user] {m}" for m in injected),
+            extra_prompt,
+            self.elapsed_note(),
+        ]
+        prompt = "\n\n".join(p for p in parts if p)
         history.add_user(prompt)
         turn = history.turn + 1
         self.emit(ev.StepStarted(agent=agent, step=step, turn=turn, prompt=prompt))

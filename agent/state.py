@@ -34,7 +34,9 @@ class RunState:
     model: str = ""
     limits: ev.Limits | None = None
     sandbox: ev.SandboxInfo | None = None
-    phase: Phase = "starting"
+    started: bool = False
+    paused: bool = False
+    evaluating: bool = False
     plan: list[ev.PlanStep] = field(default_factory=list)
     subtask: int | None = None
     subtask_step_id: str | None = None
@@ -58,6 +60,20 @@ class RunState:
     events: int = 0
 
     @property
+    def phase(self) -> Phase:
+        if self.finished is not None:
+            return {"finished": "finished", "stopped": "stopped", "error": "error"}[
+                self.finished.status
+            ]  # type: ignore[return-value]
+        if self.evaluating:
+            return "evaluating"
+        if self.pending_approval is not None:
+            return "awaiting_approval"
+        if self.paused:
+            return "paused"
+        return "running" if self.started else "starting"
+
+    @property
     def tokens(self) -> int:
         return self.input_tokens + self.output_tokens
 
@@ -79,7 +95,7 @@ class RunState:
                 self.model = event.model
                 self.limits = event.limits
                 self.sandbox = event.sandbox
-                self.phase = "running"
+                self.started = True
                 self.started_ts = event.ts
             case ev.PlanUpdated():
                 self.plan = list(event.steps)
@@ -99,10 +115,8 @@ class RunState:
                     self.tool_errors += 1
                 if self.pending_approval and self.pending_approval.call_id == event.call_id:
                     self.pending_approval = None
-                    self.phase = "running"
             case ev.ApprovalRequested():
                 self.pending_approval = event
-                self.phase = "awaiting_approval"
             case ev.ModelCall():
                 self.model_calls += 1
                 self.input_tokens += event.input_tokens
@@ -118,28 +132,25 @@ class RunState:
             case ev.Submission():
                 self.submission = event
             case ev.EvaluationStarted():
-                self.phase = "evaluating"
+                self.evaluating = True
             case ev.EvaluationFinished():
+                self.evaluating = False
                 self.evaluation = event
             case ev.RunFinished():
                 self.finished = event
-                self.phase = {"finished": "finished", "stopped": "stopped", "error": "error"}[
-                    event.status
-                ]
                 if event.status == "error":
                     self.last_error = event.message or self.last_error
             case _:
                 pass
 
     def _apply_control(self, event: ev.Control) -> None:
-        if self.phase in ("evaluating", "finished", "stopped", "error"):
-            return
         if event.action == "pause":
-            self.phase = "paused"
-        elif event.action in ("resume", "step"):
-            self.phase = "awaiting_approval" if self.pending_approval else "running"
+            self.paused = True
+        elif event.action in ("resume", "step", "stop", "quit"):
+            self.paused = False
         elif event.action in ("approve", "reject", "edit"):
-            self.pending_approval = None
+            if self.pending_approval and self.pending_approval.call_id == event.call_id:
+                self.pending_approval = None
 
 
 def fold(events: list[ev.Event]) -> RunState:

@@ -132,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RULE",
         help="console: break before tool calls: '*', a tool name, or 'tool:pattern'",
     )
+    run.add_argument(
+        "--paused",
+        action="store_true",
+        help="console: start paused, to step through the run from its first action",
+    )
     run.set_defaults(func=cmd_run)
 
     tasks = sub.add_parser("tasks", help="list the tasks, or show one", description="List tasks.")
@@ -192,7 +197,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     import shutil
 
     from mlra.agent.config import RunConfig
-    from mlra.agent.controls import Breakpoint
 
     task = _load_task(args.task)
     model, provider = _resolve_model(args)
@@ -200,8 +204,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError("--isolation bwrap: bubblewrap (bwrap) is not installed")
     if args.run_id and (args.runs_dir / args.run_id).exists():
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
-    breakpoints = [Breakpoint.parse(rule) for rule in args.breaks]
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
+    if (args.breaks or args.paused) and not use_tui:
+        flag = "--break" if args.breaks else "--paused"
+        raise UsageError(
+            f"{flag} needs the console (run on a terminal, without --no-tui or --json)"
+        )
     config = RunConfig(
         task=task.name,
         model=model,
@@ -216,11 +224,13 @@ def cmd_run(args: argparse.Namespace) -> int:
         command_timeout_s=args.command_timeout,
         isolation=args.isolation,
         on_provider_failure="pause" if use_tui else "end",
+        breakpoints=args.breaks,
+        start_paused=args.paused,
     )
     if use_tui:
         app_runner = _tui_runner()
         if app_runner is not None:
-            return app_runner(config, task, provider, breakpoints)
+            return app_runner(config, task, provider)
     return _run_headless(config, task, provider, json_lines=args.json, verbose=args.verbose)
 
 

@@ -19,9 +19,14 @@ from tests.scripts import call, supervisor_answering, turn
 NOISY = "print('x' * 6000)"
 
 
-async def test_old_steps_are_summarized_and_instructions_kept(tmp_path: Path, answer_task: Path) -> None:
+async def test_old_steps_are_summarized_and_instructions_kept(
+    tmp_path: Path, answer_task: Path
+) -> None:
     worker = [turn(f"step {n}", call("python", code=NOISY)) for n in range(8)]
-    worker += [turn("", call("bash", command="echo 42 > answer.txt")), turn("", call("report", summary="ok"))]
+    worker += [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="ok")),
+    ]
     script = {
         "supervisor": supervisor_answering(),
         "worker": worker,
@@ -31,8 +36,13 @@ async def test_old_steps_are_summarized_and_instructions_kept(tmp_path: Path, an
         provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
         provider.context_window = 14_000
         config = RunConfig(
-            task="answer", model="openai/test", runs_dir=tmp_path, isolation="none",
-            max_output_tokens=512, keep_recent_turns=2, observation_limit=7000,
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path,
+            isolation="none",
+            max_output_tokens=512,
+            keep_recent_turns=2,
+            observation_limit=7000,
         )
         controller = RunController(config, load_task(answer_task), provider)
         result = await controller.run(agent_for)

@@ -511,11 +511,15 @@ async def test_suspended_commands_stop_and_their_time_out_waits(tmp_path: Path) 
         first.set()
 
     script = "import time\nfor i in range(30):\n    print(i, flush=True)\n    time.sleep(0.05)\n"
-    task = asyncio.create_task(box.exec(["python3", "-c", script], timeout=2.5, on_output=on_output))
+    task = asyncio.create_task(
+        box.exec(["python3", "-c", script], timeout=2.5, on_output=on_output)
+    )
     await first.wait()
     box.suspend_commands()
     frozen = "".join(seen)
-    await asyncio.sleep(1.5)  # long enough to make progress, and most of the time-out, if not stopped
+    await asyncio.sleep(
+        1.5
+    )  # long enough to make progress, and most of the time-out, if not stopped
     assert "".join(seen) == frozen
     box.resume_commands()
     result = await task

@@ -89,7 +89,7 @@ class Sandbox(abc.ABC):
         self,
         command: list[str],
         *,
-        timeout: float,  # noqa: ASYNC109 (the sandbox kills the process group on time-out)
+        timeout: float,
         on_output: OutputCallback | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,

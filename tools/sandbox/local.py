@@ -246,7 +246,7 @@ class LocalSandbox(Sandbox):
         self,
         command: list[str],
         *,
-        timeout: float,  # noqa: ASYNC109 (the Sandbox interface)
+        timeout: float,
         on_output: OutputCallback | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
@@ -271,7 +271,7 @@ class LocalSandbox(Sandbox):
         self,
         argv: list[str],
         *,
-        timeout: float,  # noqa: ASYNC109 (killing on time-out is the point)
+        timeout: float,
         cwd: str,
         env: Mapping[str, str],
         on_output: OutputCallback | None = None,
@@ -519,7 +519,7 @@ class _Running:
             self._suspended_at = None
             self._resumed.set()
 
-    async def wait(self, timeout: float, started: float) -> bool:  # noqa: ASYNC109
+    async def wait(self, timeout: float, started: float) -> bool:
         """Wait for the command to exit; True if it ran out of time first.
 
         Time spent suspended (the run paused) does not count against the time-out.

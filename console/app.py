@@ -1,0 +1,422 @@
+"""The Textual console: the run's panes, its controls, and the run itself.
+
+The agent runs as an asyncio worker of this app, on the app's own event loop.
+The app never polls the run: it is a display like the headless ones, fed the
+run's events as they are appended, in batches (so a command printing thousands
+of lines a second costs one render per batch, not one per line). Every control
+the user touches goes to the run controller, which records it as an event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from textual import work
+from textual.app import App, ComposeResult, SystemCommand
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from mlra.agent import events as ev
+from mlra.agent.controller import Agent, RunController
+from mlra.agent.controls import Breakpoint
+from mlra.agent.state import RunResult, RunState
+from mlra.console.keymap import KEYS, bindings
+from mlra.console.panes.files import FileSource, FilesPane
+from mlra.console.panes.plan import PlanPane
+from mlra.console.panes.resources import ResourcesPane
+from mlra.console.panes.status import StatusBar
+from mlra.console.panes.transcript import ToolEntry, TranscriptPane
+from mlra.console.screens import (
+    BreakpointsScreen,
+    ConfirmScreen,
+    EditArgsScreen,
+    HelpScreen,
+    PromptScreen,
+)
+
+BATCH_DELAY_S = 0.04
+"""Events are gathered this long before the panes render them: at most ~25 renders a second."""
+NARROW_BELOW = 130
+"""Terminals narrower than this get the compact layout (Files on demand)."""
+FILES_REFRESH_S = 3.0
+
+
+class EventsArrived(Message):
+    """Some events are waiting in the console display's queue."""
+
+
+class ConsoleDisplay:
+    """The console's implementation of the display interface: queues events for the app."""
+
+    def __init__(self, app: MlraApp) -> None:
+        self.app = app
+        self.pending: list[ev.Event] = []
+        self._scheduled = False
+
+    def on_event(self, event: ev.Event) -> None:
+        self.pending.append(event)
+        if not self._scheduled:
+            self._scheduled = True
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                self.app.post_message(EventsArrived())
+                return
+            loop.call_later(BATCH_DELAY_S, self.app.post_message, EventsArrived())
+
+    def take(self) -> list[ev.Event]:
+        batch, self.pending = self.pending, []
+        self._scheduled = False
+        return batch
+
+    def close(self) -> None:
+        if self.pending:
+            self.app.post_message(EventsArrived())
+
+
+class MlraApp(App[int]):
+    CSS_PATH = "mlra.tcss"
+    TITLE = "mlra"
+    BINDINGS = bindings()  # type: ignore[assignment]
+
+    def __init__(
+        self,
+        *,
+        controller: RunController | None = None,
+        make_agent: Callable[[RunController], Agent] | None = None,
+        events: Iterable[ev.Event] = (),
+        files: FileSource | None = None,
+    ) -> None:
+        """A live run (`controller`), or a recorded one (`events` and `files`)."""
+        super().__init__()
+        self.controller = controller
+        self.make_agent = make_agent
+        self.recorded = list(events)
+        self.files_source = files
+        self.state = RunState()
+        self.display_ = ConsoleDisplay(self)
+        self.result: RunResult | None = None
+        self.provider_error: str | None = None
+        self._quit_when_done = False
+        self._last_phase: object = None
+        self._files_wanted = False
+        if controller is not None:
+            controller.subscribe(self.display_.on_event)
+
+    # --- layout ---------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield StatusBar(id="status")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield PlanPane(id="plan")
+                yield ResourcesPane(id="resources")
+            yield TranscriptPane(id="transcript")
+            yield FilesPane(self.files_source, id="files")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._layout(self.size.width)
+        self.set_interval(1.0, self._tick)
+        if self.files_source is not None:
+            self.set_interval(FILES_REFRESH_S, self._refresh_files)
+        if self.controller is not None:
+            self.drive()
+        elif self.recorded:
+            for event in self.recorded:
+                self.display_.on_event(event)
+            self._render_batch(self.display_.take())
+            self.call_after_refresh(self._refresh_files)
+        self.query_one(TranscriptPane).focus()
+
+    def on_resize(self, event: Any) -> None:
+        self._layout(event.size.width)
+
+    def _layout(self, width: int) -> None:
+        self.set_class(width < NARROW_BELOW, "-narrow")
+        self.set_class(self._files_wanted, "-files")
+
+    # --- the run --------------------------------------------------------------------
+
+    @work(exclusive=True, group="run", exit_on_error=False)
+    async def drive(self) -> None:
+        assert self.controller is not None and self.make_agent is not None
+        try:
+            self.result = await self.controller.run(self.make_agent)
+        finally:
+            self.display_.close()
+            if self.controller.provider is not None:
+                await self.controller.provider.aclose()
+        self.refresh_bindings()
+        if self._quit_when_done:
+            self.exit(self.exit_code())
+
+    def _attach_sandbox(self) -> None:
+        """The Files pane reads the run's sandbox once the run has started it."""
+        if self.controller is not None and self.controller.sandbox is not None:
+            self.files_source = self.controller.sandbox
+            self.query_one(FilesPane).source = self.controller.sandbox
+            self.set_interval(FILES_REFRESH_S, self._refresh_files)
+            files_changed_soon = self._refresh_files
+            self.call_later(files_changed_soon)
+
+    def exit_code(self) -> int:
+        result = self.result
+        return 0 if result and result.status == "finished" and result.score is not None else 1
+
+    def on_events_arrived(self, _: EventsArrived) -> None:
+        self._render_batch(self.display_.take())
+
+    def _render_batch(self, batch: list[ev.Event]) -> None:
+        if not batch:
+            return
+        plan = self.query_one(PlanPane)
+        transcript = self.query_one(TranscriptPane)
+        resources = self.query_one(ResourcesPane)
+        files_changed = False
+        for event in batch:
+            self.state.apply(event)
+            plan.feed(event)
+            transcript.feed(event)
+            resources.feed(event)
+            if isinstance(event, ev.ToolResult):
+                files_changed = True
+            elif isinstance(event, ev.RunStarted):
+                self._attach_sandbox()
+            elif isinstance(event, ev.ModelError) and not event.fatal and self.controller:
+                self.provider_error = event.error
+                self.notify(
+                    f"The model provider keeps failing: {event.error}\nThe run is paused: "
+                    "Space retries, s stops and evaluates.",
+                    severity="error",
+                    timeout=15,
+                )
+            elif isinstance(event, ev.Control) and event.action == "resume":
+                self.provider_error = None
+            elif isinstance(event, ev.ApprovalRequested) and self.controller:
+                self.notify(
+                    f"{event.tool} waits for your approval ({event.reason}): a approve · e edit · r reject",
+                    timeout=6,
+                )
+        plan.show(self.state)
+        transcript.flush()
+        # The footer and status line change with the run's phase only; redrawing them
+        # for every batch of streamed output would cost renders for nothing.
+        phase = (
+            self.state.phase,
+            self.state.pending_approval,
+            self.provider_error,
+            self.state.evaluation,
+        )
+        if phase != self._last_phase:
+            self._last_phase = phase
+            self._tick()
+            self.refresh_bindings()
+        elif any(isinstance(e, ev.ResourceSample | ev.ModelCall) for e in batch):
+            self.query_one(ResourcesPane).show(self.state, self._elapsed())
+        if files_changed:
+            self.call_later(self._refresh_files)
+
+    def _elapsed(self) -> float:
+        if self.controller is None or self.state.finished is not None:
+            return self.state.elapsed_s
+        return self.controller.clock.elapsed()
+
+    def _tick(self) -> None:
+        self.query_one(ResourcesPane).show(self.state, self._elapsed())
+        self.query_one(StatusBar).show(self.state, provider_error=self.provider_error)
+
+    async def _refresh_files(self) -> None:
+        if self._files_visible():
+            await self.query_one(FilesPane).refresh_tree()
+
+    def _files_visible(self) -> bool:
+        return not self.has_class("-narrow") or self._files_wanted
+
+    # --- controls -------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Grey out what does not apply now (the footer and the palette follow)."""
+        live = self.controller is not None and self.state.finished is None
+        if action in ("toggle_pause", "step", "breakpoints", "inject", "stop"):
+            if not live:
+                return False  # a finished or recorded run has nothing to steer
+            return True if self.state.phase != "evaluating" else None
+        if action in ("approve", "edit", "reject"):
+            # Hidden, not greyed: they only make sense while a call waits.
+            return live and self.state.pending_approval is not None
+        return True
+
+    def action_toggle_pause(self) -> None:
+        assert self.controller is not None
+        if self.controller.controls.paused:
+            self.controller.resume()
+        else:
+            self.controller.pause()
+
+    def action_step(self) -> None:
+        assert self.controller is not None
+        if self.controller.controls.paused:
+            self.controller.step()
+        else:
+            self.controller.pause()
+
+    def _pending(self) -> ev.ApprovalRequested | None:
+        return self.state.pending_approval
+
+    def action_approve(self) -> None:
+        pending = self._pending()
+        if self.controller is not None and pending is not None:
+            self.controller.approve(pending.call_id)
+
+    def action_edit(self) -> None:
+        pending = self._pending()
+        if self.controller is None or pending is None:
+            return
+
+        def done(arguments: dict[str, Any] | None) -> None:
+            if arguments is not None and self.controller is not None:
+                self.controller.edit(pending.call_id, arguments)
+
+        self.push_screen(EditArgsScreen(pending.tool, pending.arguments), done)
+
+    def action_reject(self) -> None:
+        pending = self._pending()
+        if self.controller is None or pending is None:
+            return
+
+        def done(message: str | None) -> None:
+            if message is not None and self.controller is not None:
+                self.controller.reject(pending.call_id, message)
+
+        self.push_screen(
+            PromptScreen(
+                f"Reject {pending.tool}: why? (the worker reads this)",
+                "e.g. do not delete the data",
+                allow_empty=True,
+            ),
+            done,
+        )
+
+    def action_inject(self, target: str) -> None:
+        if self.controller is None:
+            return
+
+        def done(text: str | None) -> None:
+            if text and self.controller is not None:
+                self.controller.inject(target, text)
+
+        self.push_screen(
+            PromptScreen(f"Message to the {target}", "it reads this before its next step"), done
+        )
+
+    def action_breakpoints(self) -> None:
+        if self.controller is None:
+            return
+        rules = [_rule(b) for b in self.controller.controls.breakpoints]
+
+        def done(new_rules: list[str] | None) -> None:
+            if new_rules is not None and self.controller is not None:
+                self.controller.set_breakpoints([Breakpoint.parse(r) for r in new_rules])
+
+        self.push_screen(BreakpointsScreen(rules), done)
+
+    def action_stop(self) -> None:
+        if self.controller is None:
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes and self.controller is not None:
+                self.controller.request_stop(evaluate=True)
+
+        self.push_screen(
+            ConfirmScreen(
+                "Stop the agent and evaluate now?",
+                "Running commands are killed; the workspace is evaluated as it is.",
+            ),
+            done,
+        )
+
+    async def action_quit(self) -> None:
+        if self.controller is None or self.result is not None or self.state.finished is not None:
+            self.exit(self.exit_code())
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes and self.controller is not None:
+                self._quit_when_done = True
+                self.controller.request_stop(evaluate=False)
+
+        self.push_screen(
+            ConfirmScreen(
+                "Quit?",
+                "The run is stopped without evaluation and marked stopped; its log and workspace are kept.",
+            ),
+            done,
+        )
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    def action_follow(self) -> None:
+        self.query_one(TranscriptPane).follow()
+
+    def action_expand(self) -> None:
+        focused = self.focused
+        if isinstance(focused, ToolEntry):
+            focused.action_toggle()
+            return
+        entries = list(self.query(ToolEntry))
+        if entries:
+            entries[-1].action_toggle()
+
+    def action_toggle_files(self) -> None:
+        self._files_wanted = not self._files_wanted
+        self._layout(self.size.width)
+        self.call_later(self._refresh_files)
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        for key in KEYS:
+            action = key.action
+            if self.check_action(action.split("(")[0], ()) is not True:
+                continue
+            yield SystemCommand(
+                key.label if key.footer else key.help.split(";")[0].rstrip("."),
+                key.help,
+                _runner(self, action),
+            )
+
+
+def _runner(app: App[Any], action: str) -> Callable[[], Any]:
+    async def run() -> None:
+        await app.run_action(action)
+
+    return run
+
+
+def _rule(bp: Breakpoint) -> str:
+    if bp.tool is None and bp.pattern is None:
+        return "*"
+    return f"{bp.tool or ''}:{bp.pattern}" if bp.pattern else (bp.tool or "*")
+
+
+def run_console(config: Any, task: Any, provider: Any) -> int:
+    """`mlra run` without --no-tui: the run, driven inside the console."""
+    from mlra.agent.run import agent_for
+    from mlra.console.cli import final_line
+
+    controller = RunController(config, task, provider)
+    controller.prepare()
+    app = MlraApp(controller=controller, make_agent=agent_for)
+    code = app.run()
+    if app.result is not None:
+        print(final_line(controller.run_dir, app.result))
+    else:
+        print(f"run stopped · run dir {Path(controller.run_dir)}")
+    return code if code is not None else app.exit_code()

@@ -1,0 +1,156 @@
+"""The Files pane: the sandbox's workspace as a tree with sizes and modified
+times, kept up to date as it changes, and a syntax-highlighted preview of the
+selected file. It reads through the sandbox interface, so it shows a Docker
+container's workspace the same way as a local one."""
+
+from __future__ import annotations
+
+import time
+from pathlib import PurePosixPath
+from typing import Protocol
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static, Tree
+from textual.widgets.tree import TreeNode
+
+from mlra.tools.sandbox.base import FileInfo
+
+MAX_ENTRIES = 3000
+MAX_DEPTH = 6
+PREVIEW_BYTES = 200_000
+PREVIEW_LINES = 1500
+
+
+class FileSource(Protocol):
+    async def list_tree(self, path: str = ".", *, max_depth: int = 3) -> list[FileInfo]: ...
+
+    async def read_file(self, path: str) -> bytes: ...
+
+
+def human_size(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KB", "MB", "GB"):
+        if value < 1024 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
+def label_for(info: FileInfo) -> Text:
+    name = PurePosixPath(info.path).name
+    if info.is_dir:
+        return Text(f"{name}/", style="bold")
+    label = Text(name)
+    stamp = time.strftime("%H:%M:%S", time.localtime(info.mtime))
+    label.append(f"  {human_size(info.size)}  {stamp}", style="dim")
+    return label
+
+
+def _sort_key(info: FileInfo) -> tuple[bool, str]:
+    return (not info.is_dir, PurePosixPath(info.path).name.lower())
+
+
+class FilesPane(Vertical):
+    def __init__(self, source: FileSource | None = None, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.source = source
+        self._tree_nodes: dict[str, TreeNode[FileInfo]] = {}
+        self._infos: dict[str, FileInfo] = {}
+        self._selected: str | None = None
+        self._shown_mtime: float | None = None
+        self.truncated = False
+
+    def compose(self) -> ComposeResult:
+        tree: Tree[FileInfo] = Tree("workspace", id="files-tree")
+        tree.root.expand()
+        tree.show_root = False
+        yield tree
+        with VerticalScroll(id="files-preview"):
+            yield Static(Text("select a file to preview it", style="dim"), id="preview")
+
+    def on_mount(self) -> None:
+        self.border_title = "Files"
+
+    async def refresh_tree(self) -> None:
+        """Bring the tree up to date with the workspace, keeping what is expanded."""
+        if self.source is None:
+            return
+        try:
+            infos = await self.source.list_tree(".", max_depth=MAX_DEPTH)
+        except Exception:
+            return  # the workspace may be mid-change; the next refresh catches up
+        self.truncated = len(infos) > MAX_ENTRIES
+        infos = infos[:MAX_ENTRIES]
+        tree = self.query_one("#files-tree", Tree)
+        current = {i.path: i for i in infos}
+        gone = sorted(
+            (p for p in self._tree_nodes if p not in current), key=lambda p: -p.count("/")
+        )
+        for path in gone:  # deepest first, so a folder's children go before it
+            self._tree_nodes.pop(path).remove()
+            self._infos.pop(path, None)
+        for info in sorted(infos, key=lambda i: i.path.count("/")):
+            old = self._infos.get(info.path)
+            if info.path in self._tree_nodes:
+                if old is None or (old.size, old.mtime) != (info.size, info.mtime):
+                    self._tree_nodes[info.path].set_label(label_for(info))
+                    self._tree_nodes[info.path].data = info
+            else:
+                parent_path = str(PurePosixPath(info.path).parent)
+                parent = tree.root if parent_path == "." else self._tree_nodes.get(parent_path)
+                if parent is None:
+                    continue
+                before = next(
+                    (
+                        c
+                        for c in parent.children
+                        if c.data is not None and _sort_key(c.data) > _sort_key(info)
+                    ),
+                    None,
+                )
+                if info.is_dir:
+                    node = parent.add(label_for(info), data=info, before=before)
+                else:
+                    node = parent.add_leaf(label_for(info), data=info, before=before)
+                self._tree_nodes[info.path] = node
+            self._infos[info.path] = info
+        self.border_subtitle = f"{len(infos):,} entries" + (
+            " (more not shown)" if self.truncated else ""
+        )
+        if self._selected and self._selected in self._infos:
+            info = self._infos[self._selected]
+            if info.mtime != self._shown_mtime:
+                await self.show_preview(info)
+
+    async def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[FileInfo]) -> None:
+        info = event.node.data
+        if info is not None and not info.is_dir:
+            await self.show_preview(info)
+
+    async def show_preview(self, info: FileInfo) -> None:
+        self._selected = info.path
+        self._shown_mtime = info.mtime
+        preview = self.query_one("#preview", Static)
+        if self.source is None:
+            return
+        try:
+            data = await self.source.read_file(info.path)
+        except Exception as exc:
+            preview.update(Text(f"cannot read {info.path}: {exc}", style="red"))
+            return
+        head = data[:PREVIEW_BYTES]
+        if b"\0" in head[:8192]:
+            preview.update(Text(f"{info.path}: binary file, {human_size(len(data))}", style="dim"))
+            return
+        text = head.decode("utf-8", errors="replace")
+        lines = text.splitlines()
+        note = ""
+        if len(lines) > PREVIEW_LINES or len(data) > PREVIEW_BYTES:
+            lines = lines[:PREVIEW_LINES]
+            note = f"\n… preview cut; the file has {human_size(len(data))}"
+        body = "\n".join(lines) + note
+        lexer = Syntax.guess_lexer(info.path, code=body)
+        preview.update(Syntax(body, lexer, line_numbers=True, word_wrap=False, theme="ansi_dark"))

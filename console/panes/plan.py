@@ -1,0 +1,96 @@
+"""The Plan pane: the supervisor's plan with each step's status, the current
+subtask highlighted, and the supervisor's latest messages and revisions."""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.widgets import Static
+
+from mlra.agent import events as ev
+from mlra.agent.clock import format_duration
+from mlra.agent.state import RunState
+
+MARKS = {
+    "pending": ("○", "dim"),
+    "in_progress": ("▶", "bold yellow"),
+    "done": ("✓", "green"),
+    "failed": ("✗", "red"),
+    "skipped": ("–", "dim"),
+}
+MAX_MESSAGES = 30
+
+
+class PlanPane(Vertical):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._messages: deque[Text] = deque(maxlen=MAX_MESSAGES)
+        self._revision = ""
+        self._dirty = True
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="plan-steps")
+        with VerticalScroll(id="plan-messages"):
+            yield Static(id="plan-log")
+
+    def on_mount(self) -> None:
+        self.border_title = "Plan"
+        self.query_one("#plan-messages").anchor()
+
+    def feed(self, event: ev.Event) -> None:
+        t = format_duration(event.t)
+        match event:
+            case ev.PlanUpdated():
+                self._revision = f"{t} · {event.reason or 'revised'}"
+                self._note(t, f"plan: {event.reason or 'revised'}", "cyan")
+            case ev.SupervisorMessage():
+                self._note(t, event.text.strip(), "")
+            case ev.SubtaskStarted():
+                self._note(
+                    t,
+                    f"→ subtask {event.subtask} [{event.step_id}]: {event.instructions.strip()}",
+                    "magenta",
+                )
+            case ev.SubtaskFinished():
+                self._note(t, f"← report ({event.outcome}): {event.report.strip()}", "magenta")
+            case ev.Review() if event.guidance:
+                self._note(t, f"review: {event.guidance}", "yellow")
+            case ev.Control() if event.action == "inject" and event.target == "supervisor":
+                self._note(t, f"you: {event.text}", "bold")
+            case _:
+                return
+        self._dirty = True
+
+    def _note(self, t: str, text: str, style: str) -> None:
+        line = Text(f"{t} ", style="dim")
+        line.append(text if len(text) < 600 else text[:600] + "…", style=style)
+        self._messages.append(line)
+
+    def show(self, state: RunState) -> None:
+        if not self._dirty:
+            return
+        self._dirty = False
+        steps = Text()
+        if not state.plan:
+            steps.append("no plan yet", style="dim")
+        for step in state.plan:
+            mark, style = MARKS[step.status]
+            current = step.id == state.subtask_step_id
+            line_style = "bold reverse" if current else ""
+            steps.append(f"{mark} ", style=style)
+            steps.append(f"{step.id}. {step.title}", style=line_style)
+            if step.note:
+                steps.append(f" — {step.note}", style="dim")
+            steps.append("\n")
+        if self._revision:
+            steps.append(f"revised {self._revision}", style="dim italic")
+        self.query_one("#plan-steps", Static).update(steps)
+        log = (
+            Text("\n").join(self._messages)
+            if self._messages
+            else Text("supervisor messages appear here", style="dim")
+        )
+        self.query_one("#plan-log", Static).update(log)

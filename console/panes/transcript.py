@@ -1,0 +1,322 @@
+"""The Worker pane: the agent's thoughts as they stream, each tool call with its
+arguments, its output as it arrives, and its result.
+
+It must stay responsive when a command prints thousands of lines a second and
+stay small over a day-long run: output is kept per call as a few head lines and
+a bounded tail (collapsed to head and tail unless expanded), entries are
+re-rendered at most once per batch of events, and only the newest entries are
+kept as widgets; older ones live on in the event log.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.widgets import Static
+
+from mlra.agent import events as ev
+from mlra.agent.clock import format_duration
+from mlra.console.headless import describe_call, one_line, score_line
+
+MAX_ENTRIES = 200
+HEAD_LINES = 3
+COLLAPSED_TAIL_LINES = 8
+KEPT_TAIL_LINES = 400
+MAX_LINE_CHARS = 400
+QUIET_TOOLS = {"update_plan", "assign_subtask"}
+"""Supervisor tools the Plan pane shows; the transcript leaves them out."""
+
+
+class OutputBuffer:
+    """A command's output as lines: the first few and a bounded tail, and a count."""
+
+    def __init__(self) -> None:
+        self.head: list[str] = []
+        self.tail: deque[str] = deque(maxlen=KEPT_TAIL_LINES)
+        self.partial = ""
+        self.lines = 0
+
+    def add(self, text: str) -> None:
+        pieces = (self.partial + text).split("\n")
+        self.partial = pieces.pop()
+        for line in pieces:
+            self._line(line)
+
+    def _line(self, line: str) -> None:
+        if "\r" in line:  # progress bars redraw their line with carriage returns
+            line = line.rstrip("\r").rsplit("\r", 1)[-1]
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + "…"
+        self.lines += 1
+        if len(self.head) < HEAD_LINES:
+            self.head.append(line)
+        else:
+            self.tail.append(line)
+
+    def view(self, expanded: bool) -> tuple[list[str], int, list[str]]:
+        """(head lines, lines hidden, tail lines) to show."""
+        tail = list(self.tail)
+        if self.partial:
+            tail.append(self.partial.rsplit("\r", 1)[-1][:MAX_LINE_CHARS])
+        keep = len(tail) if expanded else COLLAPSED_TAIL_LINES
+        shown_tail = tail[-keep:] if keep else []
+        hidden = self.lines + (1 if self.partial else 0) - len(self.head) - len(shown_tail)
+        return self.head, max(0, hidden), shown_tail
+
+
+class NoteEntry(Static):
+    """A one-line marker: subtasks, the user's actions, notices, the ending."""
+
+
+class ThoughtEntry(Static):
+    def __init__(self, t: float) -> None:
+        super().__init__()
+        self.t = t
+        self.text = ""
+        self.done = False
+
+    def render_entry(self) -> Text:
+        out = Text(f"{format_duration(self.t)} ", style="dim")
+        out.append("thinking: " if not self.done else "", style="italic dim")
+        out.append(self.text.strip() or "…", style="italic" if not self.done else "")
+        return out
+
+
+class ToolEntry(Static, can_focus=True):
+    BINDINGS = [Binding("enter,x", "toggle", "Expand", show=False)]
+
+    def __init__(self, call: ev.ToolCall) -> None:
+        super().__init__()
+        self.call = call
+        self.output = OutputBuffer()
+        self.result: ev.ToolResult | None = None
+        self.waiting = False
+        self.edited: dict[str, object] | None = None
+        self.expanded = False
+
+    def action_toggle(self) -> None:
+        self.expanded = not self.expanded
+        self.update(self.render_entry())
+
+    def render_entry(self) -> Text:
+        call = self.call
+        who = "" if call.agent in ("worker", "baseline") else f"{call.agent}: "
+        out = Text(f"{format_duration(call.t)} ", style="dim")
+        out.append(
+            f"{who}{describe_call(call.tool, call.arguments, call.raw_arguments)}", style="bold"
+        )
+        if self.edited is not None:
+            out.append("\n  edited by you → ", style="yellow")
+            out.append(describe_call(call.tool, self.edited), style="bold yellow")  # type: ignore[arg-type]
+        out.append("  ")
+        r = self.result
+        if r is None:
+            out.append(
+                "⏸ waiting for your approval" if self.waiting else "running…",
+                style="black on dark_orange" if self.waiting else "yellow",
+            )
+        else:
+            bits = [f"exit {r.exit_code}"] if r.exit_code is not None else []
+            bits.append(f"{r.duration_s:.1f}s")
+            if r.timed_out:
+                bits.append("timed out")
+            out.append(
+                ("✓ " if r.ok else "✗ ") + " · ".join(bits), style="green" if r.ok else "red"
+            )
+        if self.output.lines == 0 and not self.output.partial and r is not None:
+            body = OutputBuffer()
+            body.add(_strip_status(r.output) + "\n")
+        else:
+            body = self.output
+        head, hidden, tail = body.view(self.expanded)
+        for line in head:
+            out.append(f"\n  │ {line}", style="")
+        if hidden:
+            hint = "x to collapse" if self.expanded else "x to expand"
+            out.append(f"\n  │ … {hidden:,} more lines ({hint}) …", style="dim italic")
+        for line in tail:
+            out.append(f"\n  │ {line}", style="")
+        return out
+
+
+def _strip_status(output: str) -> str:
+    lines = output.rstrip("\n").split("\n")
+    if lines and lines[-1].startswith(("[exit code", "[timed out", "[killed by")):
+        lines.pop()
+    return "\n".join(lines)
+
+
+class TranscriptPane(VerticalScroll):
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._tools: dict[str, ToolEntry] = {}
+        self._thoughts: dict[int, ThoughtEntry] = {}
+        """The worker's (or baseline's) text of each turn; the supervisor's is in the Plan pane."""
+        self._new: list[Static] = []
+        self._dirty: set[Static] = set()
+        self._entries: deque[Static] = deque()
+        self.dropped = 0
+
+    def on_mount(self) -> None:
+        self.border_title = "Worker"
+        self.anchor()
+
+    # --- events ---------------------------------------------------------------------
+
+    def feed(self, event: ev.Event) -> None:
+        match event:
+            case ev.TextDelta() if event.agent != "supervisor":
+                entry = self._thought(event.turn, event.t)
+                entry.text += event.text
+                self._dirty.add(entry)
+            case ev.WorkerThought():
+                entry = self._thought(event.turn, event.t)
+                entry.text = event.text
+                entry.done = True
+                self._dirty.add(entry)
+            case ev.ToolCall() if event.tool not in QUIET_TOOLS:
+                tool = ToolEntry(event)
+                self._tools[event.call_id] = tool
+                self._add(tool)
+            case ev.ApprovalRequested() if event.call_id in self._tools:
+                self._tools[event.call_id].waiting = True
+                self._dirty.add(self._tools[event.call_id])
+            case ev.ToolOutput() if event.call_id in self._tools:
+                self._tools[event.call_id].output.add(event.text)
+                self._dirty.add(self._tools[event.call_id])
+            case ev.ToolResult() if event.call_id in self._tools:
+                entry = self._tools[event.call_id]
+                entry.result = event
+                entry.waiting = False
+                self._dirty.add(entry)
+            case ev.Control():
+                self._control(event)
+            case ev.SubtaskStarted():
+                self._note(
+                    event,
+                    f"── subtask {event.subtask} [{event.step_id}] ── {one_line(event.instructions, 300)}",
+                    "bold magenta",
+                )
+            case ev.SubtaskFinished():
+                self._note(
+                    event,
+                    f"── subtask {event.subtask} ended ({event.outcome}) ── {one_line(event.report, 300)}",
+                    "magenta",
+                )
+            case ev.Review() if event.guidance:
+                self._note(
+                    event, f"supervisor, reviewing: {one_line(event.guidance, 300)}", "magenta"
+                )
+            case ev.Notice():
+                self._note(
+                    event, f"! {event.message}", "yellow" if event.level != "error" else "red"
+                )
+            case ev.ModelError():
+                self._note(event, f"model error: {one_line(event.error, 300)}", "bold red")
+            case ev.HistorySummarized():
+                self._note(
+                    event,
+                    f"{event.agent}'s turns {event.first_turn}–{event.last_turn} were summarized to fit the context",
+                    "dim",
+                )
+            case ev.Submission():
+                self._note(
+                    event,
+                    f"submitted {event.path or '(default artifact)'} ({event.by})"
+                    + (f": {event.note}" if event.note else ""),
+                    "bold",
+                )
+            case ev.EvaluationStarted():
+                self._note(
+                    event, f"evaluating {event.artifact} with {event.evaluator}…", "bold cyan"
+                )
+            case ev.EvaluationFinished():
+                self._note(
+                    event, f"score: {score_line(event)}", "bold green" if event.ok else "bold red"
+                )
+            case ev.RunFinished():
+                self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
+            case _:
+                pass
+
+    def _control(self, event: ev.Control) -> None:
+        entry = self._tools.get(event.call_id or "")
+        if entry is not None:
+            entry.waiting = False
+            self._dirty.add(entry)
+            if event.action == "edit":
+                entry.edited = event.arguments
+                return
+        words = {
+            "pause": "paused",
+            "resume": "resumed",
+            "step": "stepped one action",
+            "approve": "approved the call",
+            "reject": f"rejected the call: {event.text or ''}",
+            "stop": "stopped the run to evaluate it",
+            "quit": "quit the run",
+            "breakpoints": f"set breakpoints: {event.text}",
+            "edit": "edited the call",
+            "inject": f"to the {event.target}: {event.text}",
+        }
+        who = "you" if event.source == "user" else event.source
+        self._note(event, f"{who}: {words.get(event.action, event.action)}", "bold yellow")
+
+    def _thought(self, turn: int, t: float) -> ThoughtEntry:
+        entry = self._thoughts.get(turn)
+        if entry is None:
+            entry = ThoughtEntry(t)
+            self._thoughts[turn] = entry
+            self._add(entry)
+        return entry
+
+    def _note(self, event: ev.Event, text: str, style: str) -> None:
+        line = Text(f"{format_duration(event.t)} ", style="dim")
+        line.append(text, style=style)
+        self._add(NoteEntry(line))
+
+    def _add(self, entry: Static) -> None:
+        self._new.append(entry)
+        self._entries.append(entry)
+        self._dirty.add(entry)
+
+    # --- rendering ------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Bring the widgets up to date with everything fed since the last flush."""
+        if not self.is_attached:
+            return  # the app is closing
+        for entry in self._dirty:
+            if isinstance(entry, ToolEntry | ThoughtEntry):
+                entry.update(entry.render_entry())
+        self._dirty.clear()
+        if self._new:
+            self.mount(*self._new)
+            self._new = []
+        excess = len(self._entries) - MAX_ENTRIES
+        if excess > 0:
+            old = [self._entries.popleft() for _ in range(excess)]
+            self.dropped += excess
+            self.border_subtitle = f"{self.dropped:,} earlier entries are in the event log"
+            for entry in old:
+                if isinstance(entry, ToolEntry):
+                    self._tools.pop(entry.call.call_id, None)
+                elif isinstance(entry, ThoughtEntry):
+                    self._thoughts = {k: v for k, v in self._thoughts.items() if v is not entry}
+                if entry.is_mounted:
+                    entry.remove()
+                elif entry in self._new:
+                    self._new.remove(entry)
+
+    def follow(self) -> None:
+        self.scroll_end(animate=False)
+        self.anchor()
+
+    def entry_count(self) -> int:
+        return len(self._entries)
+
+    def tool_entry(self, call_id: str) -> ToolEntry | None:
+        return self._tools.get(call_id)

@@ -1,0 +1,162 @@
+"""The console's dialogs: confirmations, messages, editing a call, breakpoints, help."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static, TextArea
+
+from mlra.console.keymap import KEYS, display_key
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    BINDINGS = [
+        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+    ]
+
+    def __init__(self, question: str, detail: str = "") -> None:
+        super().__init__()
+        self.question = question
+        self.detail = detail
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question, classes="dialog-title")
+            if self.detail:
+                yield Static(self.detail, classes="dialog-detail")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Yes (y)", id="yes", variant="error")
+                yield Button("No (n)", id="no", variant="primary")
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, value: bool) -> None:
+        self.dismiss(value)
+
+
+class PromptScreen(ModalScreen[str | None]):
+    """One line of text from the user (a message to an agent, a reason to reject)."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, title: str, placeholder: str = "", *, allow_empty: bool = False) -> None:
+        super().__init__()
+        self.title_text = title
+        self.placeholder = placeholder
+        self.allow_empty = allow_empty
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            yield Input(placeholder=self.placeholder, id="prompt-input")
+            yield Static("Enter to send · Escape to cancel", classes="dialog-detail")
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        text = event.value.strip()
+        if text or self.allow_empty:
+            self.dismiss(text)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
+    """The waiting call's arguments as JSON, to change before it runs."""
+
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Run with these arguments"),
+        Binding("escape", "cancel", "Cancel"),
+    ]
+
+    def __init__(self, tool: str, arguments: dict[str, Any] | None) -> None:
+        super().__init__()
+        self.tool = tool
+        self.arguments = arguments or {}
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog dialog-wide"):
+            yield Label(f"Edit the arguments of {self.tool}", classes="dialog-title")
+            yield TextArea(
+                json.dumps(self.arguments, indent=2, ensure_ascii=False),
+                language=None,
+                id="edit-args",
+                soft_wrap=True,
+            )
+            yield Static(
+                "Ctrl+S to run it with these arguments · Escape to cancel",
+                id="edit-error",
+                classes="dialog-detail",
+            )
+
+    def action_save(self) -> None:
+        text = self.query_one("#edit-args", TextArea).text
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.query_one("#edit-error", Static).update(
+                f"Not valid JSON: {exc.msg} (line {exc.lineno})"
+            )
+            return
+        if not isinstance(value, dict):
+            self.query_one("#edit-error", Static).update("The arguments must be a JSON object.")
+            return
+        self.dismiss(value)
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class BreakpointsScreen(ModalScreen[list[str] | None]):
+    BINDINGS = [
+        Binding("ctrl+s", "save", "Save"),
+        Binding("escape", "cancel", "Cancel"),
+    ]
+
+    def __init__(self, rules: list[str]) -> None:
+        super().__init__()
+        self.rules = rules
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog dialog-wide"):
+            yield Label("Break before tool calls", classes="dialog-title")
+            yield Static(
+                "One rule a line:  *  (every call) · bash  (a tool) · bash:rm -rf  (a tool whose "
+                "arguments contain the text) · :pip install  (any tool). Empty: no breakpoints.",
+                classes="dialog-detail",
+            )
+            yield TextArea("\n".join(self.rules), id="break-rules")
+            yield Static("Ctrl+S to save · Escape to cancel", classes="dialog-detail")
+
+    def action_save(self) -> None:
+        text = self.query_one("#break-rules", TextArea).text
+        self.dismiss([line.strip() for line in text.splitlines() if line.strip()])
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
+
+    def compose(self) -> ComposeResult:
+        rows = "\n".join(f"  {display_key(k.key):<8} {k.help}" for k in KEYS)
+        text = (
+            "mlra console\n\n"
+            "The agent runs inside this app; everything you see comes from the run's event log "
+            "(events.jsonl in the run folder), and everything you do is recorded there too.\n\n"
+            f"{rows}\n\n"
+            "  Ctrl+P   command palette (every action above, by name)\n"
+            "  Tab      move between panes; in the transcript, Enter or x expands a call's output\n"
+        )
+        with VerticalScroll(classes="dialog dialog-wide"):
+            yield Static(text, id="help-text")
+
+    def action_close(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,321 @@
+"""Every console control, driven with Textual's Pilot against a live run whose
+model is the scripted server on loopback (through the real OpenAI SDK)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from textual.pilot import Pilot
+from textual.widgets import Input, TextArea
+
+from mlra.agent import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.providers import resolve_model
+from mlra.agent.run import agent_for
+from mlra.console.app import MlraApp
+from mlra.console.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+SLOW_COUNT = (
+    "import time\nfor i in range(60):\n    print('tick', i, flush=True)\n    time.sleep(0.05)\n"
+)
+
+
+class Watch:
+    """Awaitable views of a live run's events (no sleeping until something shows up)."""
+
+    def __init__(self, controller: RunController) -> None:
+        self.events: list[ev.Event] = []
+        self._waiters: list[tuple[Callable[[ev.Event], bool], int, asyncio.Future[ev.Event]]] = []
+        controller.subscribe(self._on)
+
+    def _on(self, event: ev.Event) -> None:
+        self.events.append(event)
+        for predicate, after, future in list(self._waiters):
+            if not future.done() and event.seq > after and predicate(event):
+                future.set_result(event)
+
+    async def wait(
+        self, predicate: Callable[[ev.Event], bool], *, after: int = 0, timeout: float = 30
+    ) -> ev.Event:
+        for event in self.events:
+            if event.seq > after and predicate(event):
+                return event
+        future: asyncio.Future[ev.Event] = asyncio.get_running_loop().create_future()
+        self._waiters.append((predicate, after, future))
+        return await asyncio.wait_for(future, timeout)
+
+    def count(self, predicate: Callable[[ev.Event], bool]) -> int:
+        return sum(1 for e in self.events if predicate(e))
+
+
+def is_(kind: type, **fields: Any) -> Callable[[ev.Event], bool]:
+    return lambda e: isinstance(e, kind) and all(getattr(e, k) == v for k, v in fields.items())
+
+
+@dataclass
+class Live:
+    app: MlraApp
+    pilot: Pilot[int]
+    watch: Watch
+    server: ScriptedModelServer
+    controller: RunController
+
+    async def shown(self, predicate: Callable[[MlraApp], bool], timeout: float = 10) -> None:
+        """Wait until the app's screen reflects something (it renders in batches)."""
+        deadline = time.monotonic() + timeout
+        while not predicate(self.app):
+            assert time.monotonic() < deadline, "the console never showed it"
+            await self.pilot.pause(0.02)
+
+    async def finished(self) -> ev.RunFinished:
+        return await self.watch.wait(is_(ev.RunFinished), timeout=60)  # type: ignore[return-value]
+
+
+@asynccontextmanager
+async def live(
+    tmp_path: Path, answer_task: Path, script: dict[str, Any], **config: Any
+) -> AsyncIterator[Live]:
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path,
+            isolation="none",
+            on_provider_failure="pause",
+            **config,
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        controller.prepare()
+        watch = Watch(controller)
+        app = MlraApp(controller=controller, make_agent=agent_for)
+        async with app.run_test(size=(160, 48)) as pilot:
+            yield Live(app, pilot, watch, server, controller)
+
+
+def worker(*turns: dict[str, Any]) -> dict[str, Any]:
+    return {"supervisor": supervisor_answering(), "worker": list(turns)}
+
+
+ANSWER = turn("", call("bash", command="echo 42 > answer.txt"))
+REPORT = turn("", call("report", summary="done"))
+
+
+async def test_pause_suspends_the_command_and_stops_the_clock_then_resume(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = worker(turn("count", call("python", code=SLOW_COUNT)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        await run.shown(lambda app: app.state.phase == "paused")
+        clock, chunks = run.controller.clock.elapsed(), run.watch.count(is_(ev.ToolOutput))
+        await asyncio.sleep(0.4)  # long enough for 8 ticks, were the command not suspended
+        assert run.controller.clock.elapsed() == clock
+        assert run.watch.count(is_(ev.ToolOutput)) == chunks
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="resume"))
+        finished = await run.finished()
+    assert finished.reason == "submitted"
+    result = next(
+        e for e in run.watch.events if isinstance(e, ev.ToolResult) and e.tool == "python"
+    )
+    assert result.ok and "tick 59" in result.output
+
+
+async def test_step_runs_exactly_one_action_then_pauses(tmp_path: Path, answer_task: Path) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), start_paused=True) as run:
+        await run.watch.wait(is_(ev.Control, action="pause", source="start"))
+        await run.shown(lambda app: app.state.phase == "paused")
+        assert run.watch.count(is_(ev.StepStarted)) == 0
+        for expected in (1, 2):
+            mark = run.watch.events[-1].seq
+            await run.pilot.press("n")
+            await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+            assert run.watch.count(is_(ev.StepStarted)) == expected
+            assert len(run.server.requests) == expected
+        # The first action was the supervisor's plan; the second assigned the subtask.
+        assert run.controller.state.plan[0].title == "Answer the question"
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
+async def test_approve_a_call_at_a_breakpoint(tmp_path: Path, answer_task: Path) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: app.state.phase == "awaiting_approval")
+        await run.pilot.press("a")
+        result = await run.watch.wait(
+            lambda e: isinstance(e, ev.ToolResult) and e.call_id == waiting.call_id
+        )  # type: ignore[attr-defined]
+        assert result.ok  # type: ignore[attr-defined]
+        assert (await run.finished()).reason == "submitted"
+    assert (
+        run.controller.state.evaluation is not None and run.controller.state.evaluation.score == 1.0
+    )
+
+
+async def test_edit_a_call_before_it_runs(tmp_path: Path, answer_task: Path) -> None:
+    async with live(
+        tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash:answer.txt"]
+    ) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("e")
+        await run.shown(lambda app: isinstance(app.screen, EditArgsScreen))
+        run.app.screen.query_one(TextArea).text = json.dumps({"command": "echo 41 > answer.txt"})
+        await run.pilot.press("ctrl+s")
+        await run.watch.wait(
+            lambda e: isinstance(e, ev.ToolResult) and e.call_id == waiting.call_id
+        )  # type: ignore[attr-defined]
+        await run.finished()
+    edit = next(e for e in run.watch.events if isinstance(e, ev.Control) and e.action == "edit")
+    assert edit.arguments == {"command": "echo 41 > answer.txt"}
+    assert (run.controller.workspace / "answer.txt").read_text().strip() == "41"
+    assert (
+        run.controller.state.evaluation is not None and run.controller.state.evaluation.score == 0.0
+    )
+
+
+async def test_reject_a_call_with_a_message_the_worker_reads(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = worker(turn("", call("bash", command="rm -rf /tmp/nothing")), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, breakpoints=["bash:rm -rf"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("r")
+        await run.shown(
+            lambda app: isinstance(app.screen, PromptScreen) and isinstance(app.focused, Input)
+        )
+        await run.pilot.press(*"keep it", "enter")
+        result = await run.watch.wait(
+            lambda e: isinstance(e, ev.ToolResult) and e.call_id == waiting.call_id
+        )  # type: ignore[attr-defined]
+        await run.finished()
+    assert not result.ok and "The user rejected this call: keep it" in result.output  # type: ignore[attr-defined]
+    sent = json.dumps(run.server.requests_for("worker")[1].body)
+    assert "The user rejected this call: keep it" in sent
+
+
+async def test_inject_a_message_to_the_worker(tmp_path: Path, answer_task: Path) -> None:
+    script = worker(turn("count", call("python", code=SLOW_COUNT)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))
+        await run.pilot.press("i")
+        await run.shown(
+            lambda app: isinstance(app.screen, PromptScreen) and isinstance(app.focused, Input)
+        )
+        await run.pilot.press(*"use seed 7", "enter")
+        injected = await run.watch.wait(is_(ev.Control, action="inject"))
+        step = await run.watch.wait(is_(ev.StepStarted, agent="worker"), after=injected.seq)
+        await run.finished()
+    assert injected.target == "worker" and injected.text == "use seed 7"  # type: ignore[attr-defined]
+    assert "[message from the user] use seed 7" in step.prompt  # type: ignore[attr-defined]
+
+
+async def test_stop_and_evaluate_now(tmp_path: Path, answer_task: Path) -> None:
+    script = worker(ANSWER, turn("count", call("python", code=SLOW_COUNT)), REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        finished = await run.finished()
+        await run.shown(lambda app: app.state.phase == "finished")
+    assert finished.status == "finished" and finished.reason == "stopped"
+    assert (
+        run.controller.state.evaluation is not None and run.controller.state.evaluation.score == 1.0
+    )
+
+
+async def test_quit_asks_first_then_marks_the_run_stopped(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = worker(turn("count", call("python", code=SLOW_COUNT)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))
+        await run.pilot.press("q")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("n")  # changed my mind: nothing happens
+        await run.shown(lambda app: not isinstance(app.screen, ConfirmScreen))
+        assert run.controller.state.finished is None
+        await run.pilot.press("q")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        finished = await run.finished()
+        await run.shown(lambda app: app.return_value is not None)
+    assert finished.status == "stopped"
+    assert not any(isinstance(e, ev.EvaluationStarted) for e in run.watch.events)
+    result = json.loads((run.controller.run_dir / "result.json").read_text())
+    assert result["status"] == "stopped"
+    assert run.app.return_value == 1  # what `mlra run` exits with
+
+
+async def test_keys_answer_while_a_command_floods_its_output(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    flood = (
+        "import sys, time\n"
+        "end = time.time() + 4\n"
+        "i = 0\n"
+        "while time.time() < end:\n"
+        "    sys.stdout.write(''.join(f'line {i + k}\\n' for k in range(200)))\n"
+        "    sys.stdout.flush()\n"
+        "    i += 200\n"
+        "    time.sleep(0.02)\n"
+    )
+    script = worker(turn("flood", call("python", code=flood)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        call_event = await run.watch.wait(is_(ev.ToolOutput))
+        latencies = []
+        for _ in range(5):
+            start = time.monotonic()
+            await run.pilot.press("question_mark")
+            await run.shown(lambda app: isinstance(app.screen, HelpScreen), timeout=5)
+            latencies.append(time.monotonic() - start)
+            await run.pilot.press("escape")
+            await run.shown(lambda app: not isinstance(app.screen, HelpScreen), timeout=5)
+        still_running = not any(
+            isinstance(e, ev.ToolResult) and e.call_id == call_event.call_id
+            for e in run.watch.events  # type: ignore[attr-defined]
+        )
+        entry = run.app.query_one("#transcript").tool_entry(call_event.call_id)  # type: ignore[attr-defined]
+        await run.finished()
+    assert still_running, f"the flood ended before the keys were tried ({latencies})"
+    assert max(latencies) < 1.0, latencies  # bench/console_latency.py measures the 100 ms target
+    assert entry is not None and len(entry.output.tail) <= 400  # bounded, however much was printed
+    assert entry.output.lines > 1000
+
+
+async def test_a_failing_provider_pauses_the_run_until_the_user_resumes(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = {
+        "supervisor": [
+            supervisor_answering()[0],
+            {"status": 500, "times": 5},
+            *supervisor_answering()[1:],
+        ],
+        "worker": [ANSWER, REPORT],
+    }
+    async with live(tmp_path, answer_task, script) as run:
+        error = await run.watch.wait(is_(ev.ModelError))
+        await run.shown(lambda app: app.state.phase == "paused" and app.provider_error is not None)
+        assert not error.fatal  # type: ignore[attr-defined]
+        assert "500" in run.app.query_one("#status").render().plain  # type: ignore[attr-defined]
+        await run.pilot.press("space")
+        finished = await run.finished()
+    assert finished.status == "finished" and finished.reason == "submitted"
