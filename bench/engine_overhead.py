@@ -78,7 +78,9 @@ def ms(values: list[float]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=200)
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -86,11 +88,15 @@ def main() -> None:
         engine = asyncio.run(engine_steps(args.steps, Path(tmp) / "runs-none", "none"))
         print(f"plain subprocess.run:        {ms(base)}")
         print(f"engine step, no isolation:   {ms(engine)}")
-        print(f"  overhead per step:         {(statistics.median(engine) - statistics.median(base)) * 1000:.2f} ms")
+        print(
+            f"  overhead per step:         {(statistics.median(engine) - statistics.median(base)) * 1000:.2f} ms"
+        )
         if shutil.which("bwrap"):
             boxed = asyncio.run(engine_steps(args.steps, Path(tmp) / "runs-bwrap", "bwrap"))
             print(f"engine step, bubblewrap:     {ms(boxed)}")
-            print(f"  overhead per step:         {(statistics.median(boxed) - statistics.median(base)) * 1000:.2f} ms")
+            print(
+                f"  overhead per step:         {(statistics.median(boxed) - statistics.median(base)) * 1000:.2f} ms"
+            )
     startup = help_startup(20)
     print(f"mlra --help:                 {ms(startup)}")
 

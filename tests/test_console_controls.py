@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
@@ -102,6 +103,13 @@ async def live(
         app = MlraApp(controller=controller, make_agent=agent_for)
         async with app.run_test(size=(160, 48)) as pilot:
             yield Live(app, pilot, watch, server, controller)
+
+
+def terminal_key(app: MlraApp, key: str, char: str | None) -> None:
+    event = events.Key(key, char)
+    event.set_sender(app)
+    assert app._driver is not None
+    app._driver.send_message(event)
 
 
 def worker(*turns: dict[str, Any]) -> dict[str, Any]:
@@ -282,11 +290,13 @@ async def test_keys_answer_while_a_command_floods_its_output(
         call_event = await run.watch.wait(is_(ev.ToolOutput))
         latencies = []
         for _ in range(5):
+            # Keys go in as the terminal driver delivers them: Pilot.press would also
+            # wait for the app to go idle, which a flooded app never quite does.
             start = time.monotonic()
-            await run.pilot.press("question_mark")
+            terminal_key(run.app, "question_mark", "?")
             await run.shown(lambda app: isinstance(app.screen, HelpScreen), timeout=5)
             latencies.append(time.monotonic() - start)
-            await run.pilot.press("escape")
+            terminal_key(run.app, "escape", None)
             await run.shown(lambda app: not isinstance(app.screen, HelpScreen), timeout=5)
         still_running = not any(
             isinstance(e, ev.ToolResult) and e.call_id == call_event.call_id
@@ -295,7 +305,7 @@ async def test_keys_answer_while_a_command_floods_its_output(
         entry = run.app.query_one("#transcript").tool_entry(call_event.call_id)  # type: ignore[attr-defined]
         await run.finished()
     assert still_running, f"the flood ended before the keys were tried ({latencies})"
-    assert max(latencies) < 1.0, latencies  # bench/console_latency.py measures the 100 ms target
+    assert max(latencies) < 0.5, latencies  # bench/console_load.py measures the 100 ms target
     assert entry is not None and len(entry.output.tail) <= 400  # bounded, however much was printed
     assert entry.output.lines > 1000
 

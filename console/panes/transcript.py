@@ -22,6 +22,8 @@ from mlra.agent.clock import format_duration
 from mlra.console.headless import describe_call, one_line, score_line
 
 MAX_ENTRIES = 200
+KEEP_FULL_OUTPUT = 30
+"""The newest entries keep their full tail for expanding; older ones keep what they show."""
 HEAD_LINES = 3
 COLLAPSED_TAIL_LINES = 8
 KEPT_TAIL_LINES = 400
@@ -55,6 +57,11 @@ class OutputBuffer:
             self.head.append(line)
         else:
             self.tail.append(line)
+
+    def compact(self) -> None:
+        """Keep only what the collapsed view shows (for entries far up the transcript)."""
+        if self.tail.maxlen != COLLAPSED_TAIL_LINES:
+            self.tail = deque(self.tail, maxlen=COLLAPSED_TAIL_LINES)
 
     def view(self, expanded: bool) -> tuple[list[str], int, list[str]]:
         """(head lines, lines hidden, tail lines) to show."""
@@ -296,6 +303,9 @@ class TranscriptPane(VerticalScroll):
         if self._new:
             self.mount(*self._new)
             self._new = []
+        for entry in list(self._entries)[-KEEP_FULL_OUTPUT - 5 : -KEEP_FULL_OUTPUT]:
+            if isinstance(entry, ToolEntry) and entry.result is not None:
+                entry.output.compact()
         excess = len(self._entries) - MAX_ENTRIES
         if excess > 0:
             old = [self._entries.popleft() for _ in range(excess)]

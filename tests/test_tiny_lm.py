@@ -1,0 +1,333 @@
+"""tiny-lm: the task file, its data split, and the baseline recipe graded by the lm-eval evaluator.
+
+The baseline recipe runs once (module fixture, about a minute on 2 cores) and its
+model serves every test that needs a real model: the recorded baseline score is
+reproduced through the fresh-process evaluator, and the evaluator's numbers equal
+a direct lm-eval run on the same model and tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlra.agent.clock import parse_duration
+from mlra.tasks.evaluators.base import EvalOutcome, load_evaluator, run_evaluation
+from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator, flatten_metrics, lossless_violation
+from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
+
+TASK_DIR = BUILTIN_TASKS_DIR / "tiny-lm"
+# The baseline is deterministic on one machine (fixed seeds, a step budget, 2
+# threads); other CPUs may round differently. Seeds 0-2 of the recipe spread
+# over about +-0.01 (see task.toml), so a score outside this band means the
+# recipe, the data or the evaluation changed.
+BASELINE_TOLERANCE = 0.02
+
+
+@pytest.fixture(scope="module")
+def task() -> TaskSpec:
+    return load_task(TASK_DIR)
+
+
+def _files(paths: list[Path]) -> list[Path]:
+    out: list[Path] = []
+    for path in paths:
+        out += sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    return out
+
+
+def _jsonl(path: Path) -> list[dict[str, object]]:
+    return [
+        json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
+    ]
+
+
+def _offline_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    # `python` in a recipe step is this interpreter, as it is in the sandbox.
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+# --- the task file and its data ---------------------------------------------------------
+
+
+def test_the_task_loads_and_renders_its_prompt(task: TaskSpec) -> None:
+    assert task.name == "tiny-lm"
+    assert task.evaluator.kind == "lm-eval"
+    assert task.resources.time_limit == "20m" and task.resources.gpus == 0
+    assert task.resources.network is False
+    assert task.metric.higher_is_better
+    assert task.metric.baseline is not None and task.metric.top is not None
+    assert 0.5 < task.metric.baseline < task.metric.top <= 1.0
+    prompt = task.render_prompt()
+    for head in (
+        "Task",
+        "Dataset",
+        "Models",
+        "Compute",
+        "Time limit",
+        "Result",
+        "Evaluation",
+        "Rules",
+        "Notes",
+    ):
+        assert f"\n## {head}\n" in prompt
+    assert "You have 20m00s" in prompt
+    assert "submission/" in prompt
+    assert task.baseline.steps and task.baseline.submit == "submission"
+    assert isinstance(load_evaluator(task), LmEvalEvaluator)
+
+
+def test_hidden_files_and_build_script_stay_out_of_the_workspace(task: TaskSpec) -> None:
+    starter = {p.resolve() for p in _files(task.starter_paths())}
+    hidden = {p.resolve() for p in _files(task.hidden_paths())}
+    assert hidden and starter
+    assert not starter & hidden
+    for path in task.hidden_paths():
+        for start in task.starter_paths():
+            assert (
+                start.resolve() not in path.resolve().parents and start.resolve() != path.resolve()
+            )
+    names = {p.name for p in starter}
+    assert {"train.py", "README.md", "train.txt", "valid.txt"} <= names
+    assert "build_data.py" not in names and not any(p.suffix == ".jsonl" for p in starter)
+    assert (TASK_DIR / "DATA_LICENSE.md").is_file()
+
+
+def test_held_out_text_and_pairs_are_not_in_the_training_data(task: TaskSpec) -> None:
+    starter_text = "\n".join(
+        p.read_text(encoding="utf-8") for p in _files(task.starter_paths()) if p.suffix == ".txt"
+    )
+    held = _jsonl(TASK_DIR / "hidden/data/heldout.jsonl")
+    assert len(held) == 8
+    for doc in held:
+        for para in str(doc["text"]).split("\n\n")[:20]:
+            if len(para) > 60:
+                assert para not in starter_text
+    pairs = [
+        row
+        for path in sorted((TASK_DIR / "hidden/data/pairs").glob("*.jsonl"))
+        for row in _jsonl(path)
+    ]
+    assert 500 <= len(pairs) <= 1000
+    for row in pairs:
+        assert row["sentence_good"] not in starter_text
+    assert "gutenberg" not in starter_text.lower()
+
+
+def test_minimal_pairs_are_well_formed_and_balanced() -> None:
+    files = sorted((TASK_DIR / "hidden/data/pairs").glob("*.jsonl"))
+    assert len(files) >= 5
+    group = (TASK_DIR / "hidden/lm_eval/_tiny_lm_pairs.yaml").read_text()
+    for path in files:
+        rows = _jsonl(path)
+        assert rows and all(row["phenomenon"] == path.stem for row in rows)
+        assert f"tiny_lm_pairs_{path.stem}\n" in group
+        labels = [row["label"] for row in rows]
+        assert abs(labels.count(0) - labels.count(1)) <= 1, "a tie must score chance"
+        for row in rows:
+            good, bad, choices = row["sentence_good"], row["sentence_bad"], row["choices"]
+            assert isinstance(choices, list) and isinstance(row["label"], int)
+            assert (
+                good != bad and choices[row["label"]] == good and choices[1 - row["label"]] == bad
+            )
+            assert len(str(good).split()) - len(str(bad).split()) in (-1, 0, 1)
+
+
+def test_importing_the_evaluator_stays_light() -> None:
+    code = (
+        "import sys, mlra.tasks.evaluators.lm_eval\n"
+        "heavy = [m for m in ('lm_eval', 'torch', 'transformers', 'datasets', 'yaml') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_a_lossy_tokenizer_is_a_violation(tmp_path: Path) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    inner = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1}, unk_token="[UNK]"))
+    inner.pre_tokenizer = pre_tokenizers.Whitespace()
+    lossy = PreTrainedTokenizerFast(tokenizer_object=inner, unk_token="[UNK]", eos_token="[UNK]")
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text(json.dumps({"text": "the cat sat"}) + "\n")
+    message = lossless_violation(lossy, docs)
+    assert message and "not lossless" in message and "'cat sat'" in message
+
+
+# --- bad submissions: a clear error, never an exception ---------------------------------
+
+
+def _bad_artifacts(root: Path) -> dict[str, tuple[Path, str]]:
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "a_file").write_text("not a model")
+    (root / "empty").mkdir()
+    garbage = root / "garbage"
+    garbage.mkdir()
+    (garbage / "config.json").write_text("{not json")
+    alien = root / "alien"
+    alien.mkdir()
+    (alien / "config.json").write_text(json.dumps({"model_type": "no-such-architecture"}))
+    (alien / "model.safetensors").write_bytes(b"\0" * 16)
+    remote = root / "remote"
+    remote.mkdir()
+    (remote / "config.json").write_text(
+        json.dumps({"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "x.Y"}})
+    )
+    pickled = root / "pickled"
+    pickled.mkdir()
+    (pickled / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (pickled / "pytorch_model.bin").write_bytes(b"\0" * 16)
+    return {
+        "missing": (root / "submission", "nothing was submitted"),
+        "a file": (root / "a_file", "is a file, not a folder"),
+        "empty": (root / "empty", "has no config.json"),
+        "garbage": (garbage, "config.json is not valid JSON"),
+        "alien": (alien, "config cannot be loaded"),
+        "remote code": (remote, "remote code"),
+        "pickled": (pickled, "weights are pickled"),
+    }
+
+
+def test_bad_artifacts_get_a_readable_error(task: TaskSpec, tmp_path: Path) -> None:
+    evaluator = LmEvalEvaluator(task)
+    for label, (artifact, message) in _bad_artifacts(tmp_path / "bad").items():
+        outcome = evaluator.evaluate(artifact, work_dir=tmp_path / "work")
+        assert not outcome.ok, label
+        assert outcome.score is None
+        assert outcome.error and message in outcome.error, (label, outcome.error)
+        assert "Traceback" not in outcome.error
+
+
+def test_a_missing_submission_fails_cleanly_in_the_fresh_process(
+    task: TaskSpec, tmp_path: Path
+) -> None:
+    outcome = asyncio.run(run_evaluation(task, tmp_path / "submission", tmp_path / "eval"))
+    assert not outcome.ok
+    assert outcome.error == "nothing was submitted: submission does not exist"
+
+
+# --- the baseline recipe, graded ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def baseline_workspace(task: TaskSpec, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A workspace as the run makes it (starter contents copied in), after the baseline recipe."""
+    workspace = tmp_path_factory.mktemp("tiny-lm") / "workspace"
+    workspace.mkdir()
+    for source in task.starter_paths():
+        if source.is_dir():
+            shutil.copytree(source, workspace, dirs_exist_ok=True)
+        else:
+            shutil.copy2(source, workspace / source.name)
+    for step in task.baseline.steps:
+        proc = subprocess.run(
+            step.command,
+            shell=True,
+            cwd=workspace,
+            env=_offline_env(),
+            capture_output=True,
+            text=True,
+            timeout=parse_duration(step.timeout),
+            check=False,
+        )
+        assert proc.returncode == 0, f"{step.title}: {proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
+    return workspace
+
+
+@pytest.fixture(scope="module")
+def baseline_outcome(
+    task: TaskSpec, baseline_workspace: Path, tmp_path_factory: pytest.TempPathFactory
+) -> EvalOutcome:
+    artifact = baseline_workspace / (task.baseline.submit or task.evaluator.artifact)
+    return asyncio.run(run_evaluation(task, artifact, tmp_path_factory.mktemp("tiny-lm-eval")))
+
+
+@pytest.mark.slow
+def test_the_baseline_recipe_scores_its_recorded_baseline(
+    task: TaskSpec, baseline_outcome: EvalOutcome
+) -> None:
+    outcome = baseline_outcome
+    assert outcome.ok, outcome.error
+    assert outcome.violations == []
+    assert outcome.score is not None and task.metric.baseline is not None
+    assert abs(outcome.score - task.metric.baseline) <= BASELINE_TOLERANCE, outcome.score
+    assert outcome.metrics["tiny_lm_pairs/acc"] == outcome.score
+    for name in ("word_perplexity", "byte_perplexity", "bits_per_byte"):
+        value = outcome.metrics[f"tiny_lm_heldout/{name}"]
+        assert math.isfinite(value) and value > 0
+    assert 1 < outcome.metrics["tiny_lm_heldout/byte_perplexity"] < 8
+    phenomena = [k for k in outcome.metrics if k.startswith("tiny_lm_pairs_")]
+    assert len(phenomena) == len(list((TASK_DIR / "hidden/data/pairs").glob("*.jsonl")))
+    assert not any("stderr" in k for k in outcome.metrics)
+    assert outcome.details["lm_eval_version"]
+    json.dumps(outcome.model_dump())
+
+
+@pytest.mark.slow
+def test_the_evaluator_equals_a_direct_lm_eval_run(
+    task: TaskSpec,
+    baseline_workspace: Path,
+    baseline_outcome: EvalOutcome,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same numbers from lm-eval called directly on the unrendered task YAMLs.
+
+    lm-eval resolves the YAMLs' relative data files against the working directory,
+    so the direct run works from their folder; the evaluator makes them absolute.
+    """
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+
+    assert baseline_outcome.ok, baseline_outcome.error
+    settings = task.evaluator.settings
+    include = TASK_DIR / settings["include"]
+    monkeypatch.chdir(include)
+    results = lm_eval.simple_evaluate(
+        model="hf",
+        model_args={
+            "pretrained": str(baseline_workspace / "submission"),
+            "dtype": settings["dtype"],
+        },
+        tasks=list(settings["tasks"]),
+        task_manager=TaskManager(include_path=str(include), include_defaults=False),
+        batch_size=settings["batch_size"],
+        device="cpu",
+        log_samples=False,
+        bootstrap_iters=0,
+    )
+    assert results is not None
+    direct = flatten_metrics(results["results"])
+    assert set(direct) == set(baseline_outcome.metrics)
+    for key, value in direct.items():
+        assert baseline_outcome.metrics[key] == pytest.approx(value, rel=0, abs=1e-9), key
+    assert direct[settings["primary"]] == pytest.approx(baseline_outcome.score, rel=0, abs=1e-9)
+
+
+@pytest.mark.slow
+def test_unloadable_weights_get_a_readable_error(
+    task: TaskSpec, baseline_workspace: Path, tmp_path: Path
+) -> None:
+    broken = tmp_path / "submission"
+    shutil.copytree(baseline_workspace / "submission", broken)
+    (broken / "model.safetensors").write_bytes(b"this is not a safetensors file")
+    outcome = LmEvalEvaluator(task).evaluate(broken, work_dir=tmp_path / "work")
+    assert not outcome.ok
+    assert outcome.error and outcome.error.startswith("lm-eval could not evaluate the submission: ")
