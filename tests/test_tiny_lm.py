@@ -1,7 +1,8 @@
 """tiny-lm: the task file, its data split, and the baseline recipe graded by the lm-eval evaluator.
 
-The baseline recipe runs once (module fixture, about a minute on 2 cores) and its
-model serves every test that needs a real model: the recorded baseline score is
+The baseline agent runs the task once, end to end through `mlra run` (module
+fixture, about a minute on 2 cores), and its model serves every test that needs
+a real model: the recorded baseline score is
 reproduced through the fresh-process evaluator, and the evaluator's numbers equal
 a direct lm-eval run on the same model and tasks.
 """
@@ -19,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent.clock import parse_duration
 from mlra.tasks.evaluators.base import EvalOutcome, load_evaluator, run_evaluation
 from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator, flatten_metrics, lossless_violation
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
+from tests.conftest import mlra_cli
 
 TASK_DIR = BUILTIN_TASKS_DIR / "tiny-lm"
 # The baseline is deterministic on one machine (fixed seeds, a step budget, 2
@@ -228,36 +229,43 @@ def test_a_missing_submission_fails_cleanly_in_the_fresh_process(
 
 
 @pytest.fixture(scope="module")
-def baseline_workspace(task: TaskSpec, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A workspace as the run makes it (starter contents copied in), after the baseline recipe."""
-    workspace = tmp_path_factory.mktemp("tiny-lm") / "workspace"
-    workspace.mkdir()
-    for source in task.starter_paths():
-        if source.is_dir():
-            shutil.copytree(source, workspace, dirs_exist_ok=True)
-        else:
-            shutil.copy2(source, workspace / source.name)
-    for step in task.baseline.steps:
-        proc = subprocess.run(
-            step.command,
-            shell=True,
-            cwd=workspace,
-            env=_offline_env(),
-            capture_output=True,
-            text=True,
-            timeout=parse_duration(step.timeout),
-            check=False,
-        )
-        assert proc.returncode == 0, f"{step.title}: {proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-    return workspace
+def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """`mlra run tiny-lm --model baseline --no-tui`, end to end: the run folder."""
+    root = tmp_path_factory.mktemp("tiny-lm")
+    proc = mlra_cli(
+        ["run", "tiny-lm", "--model", "baseline", "--no-tui", "--runs-dir", str(root / "runs")],
+        cwd=root,
+        env=_offline_env(),
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "score minimal_pair_accuracy = " in proc.stdout.strip().splitlines()[-1]
+    (run_dir,) = (root / "runs").iterdir()
+    return run_dir
 
 
 @pytest.fixture(scope="module")
-def baseline_outcome(
-    task: TaskSpec, baseline_workspace: Path, tmp_path_factory: pytest.TempPathFactory
-) -> EvalOutcome:
-    artifact = baseline_workspace / (task.baseline.submit or task.evaluator.artifact)
-    return asyncio.run(run_evaluation(task, artifact, tmp_path_factory.mktemp("tiny-lm-eval")))
+def baseline_workspace(baseline_run: Path) -> Path:
+    return baseline_run / "workspace"
+
+
+@pytest.fixture(scope="module")
+def baseline_outcome(baseline_run: Path) -> EvalOutcome:
+    """What the fresh-process evaluator wrote for the run."""
+    return EvalOutcome.model_validate_json((baseline_run / "evaluation" / "evaluation.json").read_text())
+
+
+@pytest.mark.slow
+def test_the_baseline_agent_runs_end_to_end_with_a_real_score(
+    task: TaskSpec, baseline_run: Path, baseline_outcome: EvalOutcome
+) -> None:
+    result = json.loads((baseline_run / "result.json").read_text())
+    assert result["status"] == "finished" and result["reason"] == "submitted"
+    assert result["model"] == "baseline" and result["tokens"] == 0
+    assert result["score"] == baseline_outcome.score
+    assert result["baseline_score"] == task.metric.baseline and result["top_score"] == task.metric.top
+    assert result["normalized_score"] == pytest.approx(0.0, abs=BASELINE_TOLERANCE / 0.1)
+    assert (baseline_run / "workspace" / "submission" / "config.json").is_file()
 
 
 @pytest.mark.slow
