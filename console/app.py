@@ -243,21 +243,26 @@ class MlraApp(App[int]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Grey out what does not apply now (the footer and the palette follow)."""
         live = self.controller is not None and self.state.finished is None
-        if action in ("toggle_pause", "step", "breakpoints", "inject", "stop"):
+        if action in ("pause", "resume", "step", "breakpoints", "inject", "stop"):
             if not live:
                 return False  # a finished or recorded run has nothing to steer
+            if action in ("pause", "resume"):
+                # One key, two bindings: the footer shows the one that applies now.
+                paused = self.controller is not None and self.controller.controls.paused
+                return paused == (action == "resume")
             return True if self.state.phase != "evaluating" else None
         if action in ("approve", "edit", "reject"):
             # Hidden, not greyed: they only make sense while a call waits.
             return live and self.state.pending_approval is not None
         return True
 
-    def action_toggle_pause(self) -> None:
-        assert self.controller is not None
-        if self.controller.controls.paused:
-            self.controller.resume()
-        else:
+    def action_pause(self) -> None:
+        if self.controller is not None and not self.controller.controls.paused:
             self.controller.pause()
+
+    def action_resume(self) -> None:
+        if self.controller is not None and self.controller.controls.paused:
+            self.controller.resume()
 
     def action_step(self) -> None:
         assert self.controller is not None

@@ -146,7 +146,7 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
 
     def compose(self) -> ComposeResult:
-        rows = "\n".join(f"  {display_key(k.key):<8} {k.help}" for k in KEYS)
+        rows = "\n".join(f"  {display_key(k.key):<8} {k.label:<15} {k.help}" for k in KEYS)
         text = (
             "mlra console\n\n"
             "The agent runs inside this app; everything you see comes from the run's event log "

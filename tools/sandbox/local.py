@@ -380,10 +380,12 @@ class LocalSandbox(Sandbox):
                 argv += mask
                 if mask[0] == "--tmpfs":
                     masked_dirs.append(Path(mask[1]))
-        # A hidden folder must not take the interpreter commands run with along with it.
+        # A hidden folder, or the fresh /tmp, must not take the interpreter commands run
+        # with along with it (a virtual environment may well live under /tmp).
+        covered = [*masked_dirs, Path("/tmp")]
         for prefix in dict.fromkeys([sys.prefix, sys.base_prefix]):
             p = Path(prefix).resolve()
-            if any(p == d or d in p.parents for d in masked_dirs):
+            if any(p == d or d in p.parents for d in covered):
                 argv += ["--ro-bind", str(p), str(p)]
         argv += [
             "--bind", str(self.workspace), INSIDE_WORKDIR,
