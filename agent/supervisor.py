@@ -62,6 +62,7 @@ class Supervisor:
         self.worker = Worker(controller, reviewer=self.review)
         self.subtasks = 0
         self._reviews: list[str] = []
+        self._user_notes: list[str] = []
 
     # --- the plan ---------------------------------------------------------------------
 
@@ -134,9 +135,14 @@ class Supervisor:
             )
         self.subtasks += 1
         self._reviews = []
+        self._user_notes = []
         self._mark(step_id, "in_progress")
         result = await self.worker.run_subtask(self.subtasks, instructions, step_id)
         lines = [f"Subtask {self.subtasks} ended ({result.outcome}, {result.steps} worker steps)."]
+        if self._user_notes:
+            lines.append(
+                "The user wrote to you during the subtask: " + " | ".join(self._user_notes)
+            )
         if self._reviews:
             lines.append("Your guidance during the subtask: " + " | ".join(self._reviews))
         lines.append(f"Worker's report:\n{result.report}")
@@ -148,10 +154,18 @@ class Supervisor:
         )
 
     async def review(self, subtask: int, instructions: str, recent: list[str]) -> str:
-        """A look at the worker's recent steps; returns guidance for it, or ''."""
+        """A look at the worker's recent steps; returns guidance for it, or ''.
+
+        Messages the user sent the supervisor are read here too: the supervisor's
+        own conversation waits on the subtask, and they should not wait with it.
+        """
+        messages = self.ctl.controls.take_messages("supervisor")
+        self._user_notes += messages
+        from_user = [f"[message from the user] {m}" for m in messages]
         text = "\n\n".join(
             [
                 self.task_prompt,
+                *from_user,
                 "Current plan:\n" + (render_plan(self.ctl.state.plan) or "(none)"),
                 f"Subtask {subtask}: {instructions}",
                 "The worker's recent steps:\n" + "\n".join(f"- {r}" for r in recent),
