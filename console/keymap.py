@@ -18,7 +18,12 @@ class Key:
 
 
 KEYS: list[Key] = [
-    Key("space", "pause", "Pause", "Pause the agent: running commands are suspended, the clock stops."),
+    Key(
+        "space",
+        "pause",
+        "Pause",
+        "Pause the agent: running commands are suspended, the clock stops.",
+    ),
     Key("space", "resume", "Resume", "Resume a paused agent (also after a model provider failed)."),
     Key("n", "step", "Step", "Run exactly one agent action, then pause again."),
     Key("a", "approve", "Approve", "Approve the tool call waiting at a breakpoint."),

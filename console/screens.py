@@ -146,17 +146,29 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
 
     def compose(self) -> ComposeResult:
-        rows = "\n".join(f"  {display_key(k.key):<8} {k.label:<15} {k.help}" for k in KEYS)
-        text = (
-            "mlra console\n\n"
-            "The agent runs inside this app; everything you see comes from the run's event log "
-            "(events.jsonl in the run folder), and everything you do is recorded there too.\n\n"
-            f"{rows}\n\n"
-            "  Ctrl+P   command palette (every action above, by name)\n"
-            "  Tab      move between panes; in the transcript, Enter or x expands a call's output\n"
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        keys = Table.grid(padding=(0, 2))
+        keys.add_column(style="bold", no_wrap=True)
+        keys.add_column(no_wrap=True)
+        keys.add_column(ratio=1)
+        for k in KEYS:
+            keys.add_row(display_key(k.key), k.label, k.help)
+        keys.add_row("Ctrl+P", "Palette", "Every action above, by name.")
+        keys.add_row(
+            "Tab",
+            "Focus",
+            "Move between panes; in the transcript, Enter or x expands a call's output.",
+        )
+        intro = Text(
+            "The agent runs inside this app. Everything you see comes from the run's event log "
+            "(events.jsonl in the run folder), and everything you do is recorded there too.\n"
         )
         with VerticalScroll(classes="dialog dialog-wide"):
-            yield Static(text, id="help-text")
+            yield Label("mlra console", classes="dialog-title")
+            yield Static(Group(intro, keys), id="help-text")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -269,8 +269,15 @@ class TranscriptPane(VerticalScroll):
             "edit": "edited the call",
             "inject": f"to the {event.target}: {event.text}",
         }
-        who = "you" if event.source == "user" else event.source
-        self._note(event, f"{who}: {words.get(event.action, event.action)}", "bold yellow")
+        if event.source == "user":
+            text = f"you: {words.get(event.action, event.action)}"
+        else:
+            text = {
+                "start": "paused before the first action (--paused): n steps, Space resumes",
+                "step": "paused after one action: n steps again, Space resumes",
+                "system": "paused: the model provider keeps failing; Space retries",
+            }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
+        self._note(event, text, "bold yellow")
 
     def _thought(self, turn: int, t: float) -> ThoughtEntry:
         entry = self._thoughts.get(turn)
