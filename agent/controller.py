@@ -172,6 +172,7 @@ class RunController:
                 run_id=self.run_id,
                 task=self.task.name,
                 task_title=self.task.title,
+                task_dir=str(self.task.root),
                 model=self.config.model,
                 limits=ev.Limits(
                     time_limit_s=self.time_limit_s,
@@ -334,40 +335,12 @@ class RunController:
             self.log.close()
 
     async def _evaluate(self, submitted: str | None) -> None:
-        from mlra.tasks.evaluators.base import normalize, run_evaluation
+        from mlra.tasks.grading import grade
 
-        rel = submitted or self.task.evaluator.artifact
-        artifact = self.workspace / rel
-        if self.sandbox is not None:
-            try:
-                artifact = self.sandbox.host_path(rel)
-            except Exception as exc:
-                self.emit(ev.EvaluationStarted(evaluator=self.task.evaluator.kind, artifact=rel))
-                self.emit(
-                    ev.EvaluationFinished(ok=False, metric=self.task.metric.name, error=str(exc))
-                )
-                return
-        self.emit(ev.EvaluationStarted(evaluator=self.task.evaluator.kind, artifact=rel))
-        metric = self.task.metric
-        outcome = await run_evaluation(self.task, artifact, self.run_dir / "evaluation")
-        score = outcome.score if outcome.ok and not outcome.violations else None
-        normalized = normalize(score, metric.baseline, metric.top)
-        self.emit(
-            ev.EvaluationFinished(
-                ok=outcome.ok and not outcome.violations,
-                metric=metric.name,
-                higher_is_better=metric.higher_is_better,
-                score=score,
-                baseline=metric.baseline,
-                top=metric.top,
-                normalized=normalized,
-                success=None if normalized is None else normalized >= metric.success_fraction,
-                metrics=outcome.metrics,
-                violations=outcome.violations,
-                error=outcome.error
-                or ("the submission breaks a rule" if outcome.violations else None),
-            )
+        _, finished = await grade(
+            self.task, self.workspace, submitted, self.run_dir / "evaluation", on_start=self.emit
         )
+        self.emit(finished)
 
     # --- the human's controls ---------------------------------------------------------
 

@@ -7,6 +7,7 @@ tolerate a half-written last line (a process killed mid-write) and report it.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import time
 from collections.abc import Callable, Iterator
@@ -22,13 +23,28 @@ Subscriber = Callable[[Event], None]
 EVENTS_FILE = "events.jsonl"
 
 
+class RunInUse(Exception):
+    """Another process is appending to this run's log."""
+
+
 class EventLog:
-    """Stamps, writes and fans out events; the only way events come into being."""
+    """Stamps, writes and fans out events; the only way events come into being.
+
+    The writer holds an exclusive lock on the file while it is open, so two
+    processes (a running console and `mlra eval`, say) can never interleave
+    events in one log.
+    """
 
     def __init__(self, path: Path, *, start_seq: int = 0) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         self._file: IO[str] | None = open(path, "a", encoding="utf-8")
+        try:
+            fcntl.flock(self._file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._file.close()
+            self._file = None
+            raise RunInUse(f"{path} is being written by another mlra process") from None
         self._seq = start_seq
         self._subscribers: list[Subscriber] = []
 

@@ -57,6 +57,8 @@ class RunStarted(_Event):
     run_id: str
     task: str
     task_title: str
+    task_dir: str = ""
+    """The task folder the run was made from, so it can be evaluated again later."""
     model: str
     limits: Limits
     sandbox: SandboxInfo

@@ -143,6 +143,13 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     tasks.add_argument("name", nargs="?", help="the task to show")
     tasks.set_defaults(func=cmd_tasks)
+
+    evaluate = sub.add_parser(
+        "eval", help="grade a run's workspace again", description="Grade a run's workspace again, host-side."
+    )
+    evaluate.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)")
+    evaluate.add_argument("--path", help="grade this path in the workspace instead of what was submitted")
+    evaluate.set_defaults(func=cmd_eval)
     return parser
 
 
@@ -316,6 +323,7 @@ def exit_status(result: Any) -> int:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    from mlra.tasks.readiness import blockers, needs
     from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
 
     if args.action == "show":
@@ -323,12 +331,16 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             raise UsageError("tasks show: name a task (see `mlra tasks`)")
         task = _load_task(args.name)
         print(task.render_prompt())
-        print(
-            f"metric: {task.metric.name} ({'higher' if task.metric.higher_is_better else 'lower'} is better); "
-            f"baseline {task.metric.baseline}, top {task.metric.top}"
-        )
-        print(f"evaluator: {task.evaluator.kind} on {task.evaluator.artifact}")
-        print(f"needs: {_needs(task)}")
+        m = task.metric
+        print(f"metric:     {m.name} ({'higher' if m.higher_is_better else 'lower'} is better); "
+              f"baseline {m.baseline}, top reference {m.top}")
+        print(f"evaluator:  {task.evaluator.kind} on {task.evaluator.artifact}")
+        rules = task.constraints.model_dump(exclude_defaults=True)
+        if rules:
+            print("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
+        print(f"needs:      {needs(task)}" + (f"; data: {task.resources.data}" if task.resources.data else ""))
+        problems = blockers(task)
+        print("this machine: " + ("ready" if not problems else "cannot run it now: " + "; ".join(problems)))
         return EXIT_OK
     for folder in builtin_task_dirs():
         try:
@@ -336,18 +348,63 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         except TaskError as exc:
             print(f"{folder.name:<24} BROKEN: {exc}")
             continue
+        problems = blockers(task)
+        status = "ready" if not problems else "cannot run here now: " + "; ".join(problems)
         print(f"{task.name:<24} {task.title}")
-        print(f"{'':<24} needs {_needs(task)}")
+        print(f"{'':<24} needs {needs(task)} · {status}")
     return EXIT_OK
 
 
-def _needs(task: Any) -> str:
-    r = task.resources
-    parts = [f"{r.time_limit}"]
-    parts.append(
-        f"{r.gpus} GPU" + (f" ({r.gpu_memory_gb:g} GB)" if r.gpu_memory_gb else "")
-        if r.gpus
-        else "CPU only"
-    )
-    parts.append("network" if r.network else "no network")
-    return ", ".join(parts)
+# --- mlra eval ------------------------------------------------------------------------
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Grade a run's workspace again; the new evaluation is appended to the run's log."""
+    import asyncio
+
+    from mlra.agent import events as ev
+    from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
+    from mlra.agent.state import fold, write_result
+    from mlra.tasks.grading import grade
+    from mlra.tasks.spec import TaskError, find_task, load_task
+
+    run_dir: Path = args.run_dir
+    log_path = run_dir / EVENTS_FILE
+    if not log_path.is_file():
+        raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
+    try:
+        events = read_events(log_path)
+    except LogDamage as exc:
+        raise UsageError(str(exc)) from None
+    state = fold(events)
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    if started is None:
+        raise UsageError(f"{log_path} has no run_started event")
+    try:
+        task = load_task(Path(started.task_dir)) if started.task_dir and Path(started.task_dir).is_dir() else find_task(started.task)
+    except TaskError as exc:
+        raise UsageError(str(exc)) from None
+    submitted = args.path or (state.submission.path if state.submission else None)
+    try:
+        log = EventLog(log_path, start_seq=events[-1].seq if events else 0)
+    except RunInUse as exc:
+        raise UsageError(f"{exc}; wait for the run to end") from None
+    log.subscribe(state.apply)
+
+    def stamp(event: ev.Event) -> None:
+        event.t = state.elapsed_s
+        log.append(event)
+
+    try:
+        _, finished = asyncio.run(grade(task, run_dir / "workspace", submitted, run_dir / "evaluation", on_start=stamp))
+        stamp(finished)
+    finally:
+        log.close()
+    if state.finished is not None:
+        write_result(state, run_dir)
+    from mlra.console.headless import score_line
+
+    print(f"{task.name} · {submitted or task.evaluator.artifact} · {score_line(finished)}")
+    if state.finished is None:
+        print("note: the run has not finished (no run_finished event); result.json is not written")
+    return EXIT_OK if finished.ok else EXIT_FAILED

@@ -15,6 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from mlra.agent.clock import format_duration, parse_duration
+from mlra.tasks.constraints import Constraints
 
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parent
 
@@ -109,6 +110,7 @@ class TaskSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     baseline: Baseline = Field(default_factory=Baseline)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    constraints: Constraints = Field(default_factory=Constraints)
 
     # Set by the loader, not the file.
     root: Path = Field(default=Path("."), exclude=True)

@@ -10,6 +10,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from mlra.tasks.constraints import check
 from mlra.tasks.evaluators.base import EvalOutcome, load_evaluator
 from mlra.tasks.spec import load_task
 
@@ -18,7 +19,14 @@ def main(argv: list[str]) -> int:
     task_dir, artifact, out, work_dir = (Path(a) for a in argv)
     try:
         task = load_task(task_dir)
-        outcome = load_evaluator(task).evaluate(artifact, work_dir=work_dir)
+        # The rules first: a submission that breaks one gets no score.
+        violations, facts = check(artifact, task.constraints)
+        if violations:
+            outcome = EvalOutcome(ok=False, violations=violations, details={"constraints": facts})
+        else:
+            outcome = load_evaluator(task).evaluate(artifact, work_dir=work_dir)
+            if facts:
+                outcome.details["constraints"] = facts
     except Exception as exc:
         traceback.print_exc()
         outcome = EvalOutcome(ok=False, error=f"evaluator failed: {type(exc).__name__}: {exc}")

@@ -49,6 +49,8 @@ class SandboxSpec:
     env: Mapping[str, str] = field(default_factory=dict)
     hide_paths: list[Path] = field(default_factory=list)
     """Host paths that must not be visible from inside (hidden task files, other runs)."""
+    read_only: list[Path] = field(default_factory=list)
+    """Host paths to show read-only at their own paths (e.g. under /tmp, which is fresh inside)."""
     memory_mb: int | None = None
     cpus: float | None = None
     gpus: str | None = None

@@ -387,6 +387,9 @@ class LocalSandbox(Sandbox):
             p = Path(prefix).resolve()
             if any(p == d or d in p.parents for d in covered):
                 argv += ["--ro-bind", str(p), str(p)]
+        for shown in self.spec.read_only:
+            if shown.exists():
+                argv += ["--ro-bind", str(shown.resolve()), str(shown.resolve())]
         argv += [
             "--bind", str(self.workspace), INSIDE_WORKDIR,
             "--dir", INSIDE_HOME,

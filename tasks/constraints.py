@@ -1,0 +1,248 @@
+"""The rules a submitted model must keep, checked before it is scored.
+
+Benchmarks of this kind set hard limits: at most so many parameters, a model
+that loads in 1 GB or 12 GB, no quantized weights (compression by structure
+only), a base model from an approved list. A submission that breaks one gets no
+score, and the report says which rule and by how much.
+
+Everything is read from the files, never by running the submission's code:
+safetensors headers give every tensor's dtype and shape, so parameters and the
+memory needed to load them are counted exactly without loading a byte of
+weights; `config.json` gives the architecture.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+DTYPE_BYTES = {
+    "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
+    "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1, "U16": 2, "U32": 4, "U64": 8, "BOOL": 1,
+}  # fmt: skip
+QUANTIZED_DTYPES = {"I8", "U8", "I16", "U16", "I32", "U32", "F8_E4M3", "F8_E5M2"}
+"""Integer or 8-bit float weights: what quantization leaves behind (ids and masks are
+not weights, hence the name filter below)."""
+QUANTIZED_NAME_PARTS = ("qweight", "qzeros", "g_idx", ".scales", "weight_scale", ".SCB", "absmax", "quant_map")
+QUANTIZED_FILES = ("*.gguf", "*.ggml", "*.awq", "*.gptq")
+NOT_WEIGHTS = ("position_ids", "attention_mask", "causal_mask", "masked_bias", ".bias_mask", "inv_freq")
+
+
+class ArchitectureFingerprint(BaseModel):
+    """The shape of an approved base model, as its config.json gives it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    model_type: str
+    hidden_size: int | None = None
+    num_hidden_layers: int | None = None
+    vocab_size: int | None = None
+
+
+class Constraints(BaseModel):
+    """`[constraints]` in task.toml; every field optional."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_parameters: int | None = None
+    max_load_memory_gb: float | None = None
+    """Memory the weights take once loaded, at the dtypes they are stored in."""
+    forbid_quantized: bool = False
+    require_safetensors: bool = False
+    allowed_base_models: list[ArchitectureFingerprint] = Field(default_factory=list)
+    """The submission's config must match one of these architectures."""
+    min_layers_kept: int | None = None
+
+    def active(self) -> bool:
+        return any(
+            [
+                self.max_parameters,
+                self.max_load_memory_gb,
+                self.forbid_quantized,
+                self.require_safetensors,
+                self.allowed_base_models,
+                self.min_layers_kept,
+            ]
+        )
+
+
+@dataclass
+class TensorInfo:
+    name: str
+    dtype: str
+    shape: list[int]
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * DTYPE_BYTES.get(self.dtype, 4)
+
+
+class UnreadableWeights(Exception):
+    pass
+
+
+def read_safetensors_header(path: Path) -> list[TensorInfo]:
+    """The tensors a safetensors file declares, from its header alone."""
+    with open(path, "rb") as f:
+        raw_len = f.read(8)
+        if len(raw_len) != 8:
+            raise UnreadableWeights(f"{path.name} is not a safetensors file (too short)")
+        (length,) = struct.unpack("<Q", raw_len)
+        if length <= 0 or length > 100_000_000:
+            raise UnreadableWeights(f"{path.name} is not a safetensors file (bad header length)")
+        try:
+            header = json.loads(f.read(length))
+        except (ValueError, UnicodeDecodeError):
+            raise UnreadableWeights(f"{path.name} is not a safetensors file (bad header)") from None
+    tensors = []
+    for name, info in header.items():
+        if name == "__metadata__" or not isinstance(info, dict):
+            continue
+        tensors.append(TensorInfo(name, str(info.get("dtype")), list(info.get("shape") or [])))
+    return tensors
+
+
+def weight_files(model_dir: Path) -> tuple[list[Path], list[Path]]:
+    """(safetensors files, other weight files such as pickled .bin/.pt)."""
+    safetensors = sorted(model_dir.rglob("*.safetensors"))
+    pickled = sorted(p for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt") for p in model_dir.rglob(pattern))
+    return safetensors, pickled
+
+
+@dataclass
+class ModelFacts:
+    parameters: int
+    load_bytes: int
+    dtypes: dict[str, int]
+    quantized_tensors: list[str]
+    config: dict[str, Any]
+    pickled: list[str]
+    quantized_files: list[str]
+
+
+def model_facts(model_dir: Path) -> ModelFacts:
+    """What the rules are checked against, read from the files."""
+    config_path = model_dir / "config.json"
+    config: dict[str, Any] = {}
+    if config_path.is_file():
+        try:
+            config = json.loads(config_path.read_text())
+        except ValueError:
+            config = {}
+    safetensors, pickled = weight_files(model_dir)
+    params = 0
+    load = 0
+    dtypes: dict[str, int] = {}
+    quantized: list[str] = []
+    for file in safetensors:
+        for tensor in read_safetensors_header(file):
+            if any(part in tensor.name for part in NOT_WEIGHTS):
+                continue
+            params += tensor.numel
+            load += tensor.nbytes
+            dtypes[tensor.dtype] = dtypes.get(tensor.dtype, 0) + tensor.numel
+            if tensor.dtype in QUANTIZED_DTYPES or any(p in tensor.name for p in QUANTIZED_NAME_PARTS):
+                quantized.append(f"{tensor.name} ({tensor.dtype})")
+    quant_files = sorted(str(p.relative_to(model_dir)) for pattern in QUANTIZED_FILES for p in model_dir.rglob(pattern))
+    return ModelFacts(
+        parameters=params,
+        load_bytes=load,
+        dtypes=dtypes,
+        quantized_tensors=quantized,
+        config=config,
+        pickled=[str(p.relative_to(model_dir)) for p in pickled],
+        quantized_files=quant_files,
+    )
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:.3g} GB"
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e9:.3g}B" if n >= 1e9 else f"{n / 1e6:.3g}M" if n >= 1e6 else f"{n:,}"
+
+
+def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any]]:
+    """The rules `model_dir` breaks (each a sentence naming the rule), and the facts read."""
+    if not rules.active():
+        return [], {}
+    if not model_dir.is_dir():
+        return [f"the submission must be a model folder; {model_dir.name} is not a folder"], {}
+    try:
+        facts = model_facts(model_dir)
+    except UnreadableWeights as exc:
+        return [f"weights: {exc}"], {}
+    summary = {
+        "parameters": facts.parameters,
+        "load_memory_gb": round(facts.load_bytes / 1e9, 4),
+        "dtypes": facts.dtypes,
+    }
+    broken: list[str] = []
+    if rules.require_safetensors or rules.max_parameters or rules.max_load_memory_gb or rules.forbid_quantized:
+        if facts.pickled and not facts.parameters:
+            broken.append(
+                "weights must be in safetensors format (found only pickled weights: "
+                + ", ".join(facts.pickled[:3]) + "); the limits can only be checked on safetensors"
+            )
+        elif not facts.parameters:
+            broken.append("no model weights found (no *.safetensors file in the submission)")
+    if rules.max_parameters is not None and facts.parameters > rules.max_parameters:
+        broken.append(
+            f"max_parameters: the model has {_count(facts.parameters)} parameters, "
+            f"more than the {_count(rules.max_parameters)} allowed"
+        )
+    if rules.max_load_memory_gb is not None and facts.load_bytes > rules.max_load_memory_gb * 1e9:
+        broken.append(
+            f"max_load_memory_gb: the weights need {_gb(facts.load_bytes)} to load, "
+            f"more than the {rules.max_load_memory_gb:g} GB allowed"
+        )
+    if rules.forbid_quantized:
+        qc = facts.config.get("quantization_config")
+        reasons = []
+        if qc:
+            method = qc.get("quant_method") or (qc.get("load_in_4bit") and "4-bit") or "unknown method"
+            reasons.append(f"config.json has a quantization_config ({method})")
+        if facts.quantized_tensors:
+            reasons.append(
+                f"{len(facts.quantized_tensors)} quantized tensors, e.g. {facts.quantized_tensors[0]}"
+            )
+        if facts.quantized_files:
+            reasons.append("quantized weight files: " + ", ".join(facts.quantized_files[:3]))
+        if reasons:
+            broken.append("forbid_quantized: quantized weights are not allowed (" + "; ".join(reasons) + ")")
+    if rules.allowed_base_models:
+        if not any(_matches(facts.config, fp) for fp in rules.allowed_base_models):
+            names = ", ".join(fp.name for fp in rules.allowed_base_models)
+            got = {k: facts.config.get(k) for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")}
+            broken.append(
+                f"allowed_base_models: the model's architecture {got} matches none of the approved base models ({names})"
+            )
+    if rules.min_layers_kept is not None:
+        layers = facts.config.get("num_hidden_layers")
+        if isinstance(layers, int) and layers < rules.min_layers_kept:
+            broken.append(f"min_layers_kept: {layers} layers, fewer than the {rules.min_layers_kept} required")
+    return broken, summary
+
+
+def _matches(config: dict[str, Any], fp: ArchitectureFingerprint) -> bool:
+    if config.get("model_type") != fp.model_type:
+        return False
+    for key in ("hidden_size", "num_hidden_layers", "vocab_size"):
+        expected = getattr(fp, key)
+        if expected is not None and config.get(key) != expected:
+            return False
+    return True

@@ -1,0 +1,80 @@
+"""Whether this machine can run a task now: GPUs, network, the packages its
+evaluator needs. Cheap checks only, since `mlra tasks` runs them for every task."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import socket
+
+from mlra.tasks.spec import TaskSpec
+
+EVALUATOR_PACKAGES = {"lm-eval": ("torch", "transformers", "lm_eval"), "script": ()}
+
+
+@functools.cache
+def gpus() -> tuple[tuple[str, float], ...]:
+    """(name, memory GB) of each NVIDIA GPU NVML sees; empty without a GPU or a driver."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
+            name = pynvml.nvmlDeviceGetName(handle)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 1e9
+            out.append((name.decode() if isinstance(name, bytes) else str(name), memory))
+        return tuple(out)
+    except Exception:
+        return ()
+
+
+@functools.cache
+def network() -> str | None:
+    """Why the Hugging Face Hub cannot be reached, or None when it can."""
+    if os.environ.get("HF_HUB_OFFLINE") == "1":
+        return "HF_HUB_OFFLINE=1 is set"
+    try:
+        with socket.create_connection(("huggingface.co", 443), timeout=1.5):
+            return None
+    except OSError as exc:
+        return f"huggingface.co is not reachable ({exc.strerror or exc})"
+
+
+def missing_packages(task: TaskSpec) -> list[str]:
+    return [p for p in EVALUATOR_PACKAGES.get(task.evaluator.kind, ()) if importlib.util.find_spec(p) is None]
+
+
+def blockers(task: TaskSpec) -> list[str]:
+    """What stops this machine from running `task` now; empty when it can."""
+    problems = []
+    r = task.resources
+    if r.gpus:
+        have = gpus()
+        if not have:
+            problems.append(f"needs {r.gpus} GPU{'s' if r.gpus > 1 else ''}; this machine has none")
+        elif len(have) < r.gpus:
+            problems.append(f"needs {r.gpus} GPUs; this machine has {len(have)}")
+        elif r.gpu_memory_gb and max(m for _, m in have) < r.gpu_memory_gb * 0.95:
+            problems.append(f"needs {r.gpu_memory_gb:g} GB of GPU memory; the largest GPU here has {max(m for _, m in have):.0f} GB")
+    if r.network:
+        why = network()
+        if why:
+            problems.append(f"needs the network for its data and models; {why}")
+    missing = missing_packages(task)
+    if missing:
+        problems.append("needs Python packages not installed: " + ", ".join(missing) + " (pip install 'mlra[ml]')")
+    return problems
+
+
+def needs(task: TaskSpec) -> str:
+    r = task.resources
+    parts = [r.time_limit]
+    if r.gpus:
+        parts.append(f"{r.gpus} GPU" + (f" ({r.gpu_memory_gb:g} GB)" if r.gpu_memory_gb else ""))
+    else:
+        parts.append("CPU only")
+    parts.append("network" if r.network else "no network")
+    return ", ".join(parts)

@@ -1,0 +1,243 @@
+"""Grading: the rules checked before scoring (read from the files, never by running
+the submission), the script evaluator in its own sandbox, `mlra eval`, and
+whether this machine can run a task."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from mlra.agent import events as ev
+from mlra.agent.eventlog import EventLog, read_events
+from mlra.tasks.constraints import ArchitectureFingerprint, Constraints, check
+from mlra.tasks.evaluators.base import run_evaluation
+from mlra.tasks.readiness import blockers
+from mlra.tasks.spec import load_task
+from tests.conftest import mlra_cli
+
+
+def _model(folder: Path, tensors: dict[str, torch.Tensor], config: dict | None = None) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(folder / "model.safetensors"))
+    (folder / "config.json").write_text(
+        json.dumps(
+            config
+            or {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_hidden_layers": 2,
+                "vocab_size": 1000,
+            }
+        )
+    )
+    return folder
+
+
+def _weights(n: int, dtype: torch.dtype = torch.float32) -> dict[str, torch.Tensor]:
+    return {
+        "model.embed_tokens.weight": torch.zeros(n, dtype=dtype),
+        "model.norm.weight": torch.zeros(10, dtype=dtype),
+    }
+
+
+def test_parameters_and_load_memory_are_counted_from_the_headers(tmp_path: Path) -> None:
+    model = _model(
+        tmp_path / "m",
+        {
+            **_weights(1_000_000, torch.bfloat16),
+            "model.position_ids": torch.zeros(512, dtype=torch.int64),
+        },
+    )
+    ok, facts = check(model, Constraints(max_parameters=1_000_010, max_load_memory_gb=0.002001))
+    assert ok == [] and facts["parameters"] == 1_000_010  # position ids are not weights
+    assert facts["load_memory_gb"] == 0.002  # 1,000,010 bf16 values, rounded for the report
+    broken, _ = check(model, Constraints(max_parameters=999_999, max_load_memory_gb=0.001))
+    assert broken[0] == "max_parameters: the model has 1M parameters, more than the 999,999 allowed"
+    assert any(
+        b.startswith(
+            "max_load_memory_gb: the weights need 0.002 GB to load, more than the 0.001 GB allowed"
+        )
+        for b in broken
+    )
+
+
+@pytest.mark.parametrize(
+    ("make", "needle"),
+    [
+        (
+            lambda d: _model(
+                d, {"w.qweight": torch.zeros(8, dtype=torch.int32), "w.scales": torch.zeros(2)}
+            ),
+            "2 quantized tensors, e.g. w.",
+        ),
+        (lambda d: _model(d, _weights(100, torch.int8)), "quantized tensors"),
+        (
+            lambda d: _model(
+                d,
+                _weights(100),
+                {"model_type": "llama", "quantization_config": {"quant_method": "bitsandbytes"}},
+            ),
+            "quantization_config (bitsandbytes)",
+        ),
+        (
+            lambda d: (_model(d, _weights(100)), (d / "model.gguf").write_bytes(b"GGUF"))[0],
+            "quantized weight files: model.gguf",
+        ),
+    ],
+)
+def test_quantized_submissions_are_refused(tmp_path: Path, make, needle: str) -> None:  # type: ignore[no-untyped-def]
+    broken, _ = check(make(tmp_path / "m"), Constraints(forbid_quantized=True))
+    assert len(broken) == 1 and broken[0].startswith("forbid_quantized:") and needle in broken[0]
+
+
+def test_pickled_weights_cannot_be_checked(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    torch.save({"w": torch.zeros(3)}, folder / "pytorch_model.bin")
+    (folder / "config.json").write_text("{}")
+    broken, _ = check(folder, Constraints(max_parameters=10))
+    assert broken and "must be in safetensors format" in broken[0]
+
+
+def test_only_approved_architectures_pass(tmp_path: Path) -> None:
+    rules = Constraints(
+        allowed_base_models=[
+            ArchitectureFingerprint(
+                name="base-a", model_type="llama", hidden_size=64, vocab_size=1000
+            )
+        ]
+    )
+    assert check(_model(tmp_path / "a", _weights(10)), rules)[0] == []
+    other = _model(
+        tmp_path / "b", _weights(10), {"model_type": "gpt2", "hidden_size": 64, "vocab_size": 1000}
+    )
+    broken, _ = check(other, rules)
+    assert (
+        broken
+        and broken[0].startswith("allowed_base_models:")
+        and "base-a" in broken[0]
+        and "gpt2" in broken[0]
+    )
+
+
+def test_a_file_that_only_pretends_to_be_safetensors_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    (folder / "model.safetensors").write_bytes(b"not really")
+    broken, _ = check(folder, Constraints(max_parameters=10))
+    assert broken and "not a safetensors file" in broken[0]
+
+
+def _ruled_task(answer_task: Path, tmp_path: Path) -> Path:
+    """The answer task, asking for a model folder under a parameter limit."""
+    task = tmp_path / "ruled"
+    shutil.copytree(answer_task, task)
+    toml = task / "task.toml"
+    text = toml.read_text().replace('artifact = "answer.txt"', 'artifact = "model"')
+    toml.write_text(text + "\n[constraints]\nmax_parameters = 1000\nforbid_quantized = true\n")
+    (task / "hidden" / "check.py").write_text(
+        "import json, sys\nfrom pathlib import Path\n"
+        "artifact, root, out = (Path(a) for a in sys.argv[1:4])\n"
+        "secret = (root / 'hidden' / 'expected.txt').read_text().strip()\n"
+        "out.write_text(json.dumps({'score': 1.0 if (artifact / 'config.json').exists() else 0.0, 'metrics': {'read_hidden': float(secret == '42')}}))\n"
+    )
+    return task
+
+
+async def test_a_rule_breaking_submission_gets_no_score_and_says_which_rule(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    task = load_task(_ruled_task(answer_task, tmp_path))
+    good = _model(tmp_path / "good", _weights(500))
+    outcome = await run_evaluation(task, good, tmp_path / "eval-good")
+    assert outcome.ok and outcome.score == 1.0 and outcome.metrics["read_hidden"] == 1.0
+    assert outcome.details["constraints"]["parameters"] == 510  # type: ignore[index]
+    big = _model(tmp_path / "big", _weights(5000))
+    outcome = await run_evaluation(task, big, tmp_path / "eval-big")
+    assert not outcome.ok and outcome.score is None
+    assert outcome.violations == [
+        "max_parameters: the model has 5,010 parameters, more than the 1,000 allowed"
+    ]
+
+
+async def test_the_evaluation_script_runs_confined(answer_task: Path, tmp_path: Path) -> None:
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed; the script runs unconfined (a notice says so)")
+    task = load_task(_ruled_task(answer_task, tmp_path))
+    (task.root / "hidden" / "check.py").write_text(
+        "import json, socket, sys\nfrom pathlib import Path\n"
+        "out = Path(sys.argv[3])\n"
+        "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); net = 1.0\nexcept OSError:\n    net = 0.0\n"
+        "try:\n    Path(sys.argv[1], 'tampered').write_text('x'); wrote = 1.0\nexcept OSError:\n    wrote = 0.0\n"
+        "out.write_text(json.dumps({'score': 1.0, 'metrics': {'network': net, 'wrote_submission': wrote}}))\n"
+    )
+    outcome = await run_evaluation(task, _model(tmp_path / "m", _weights(10)), tmp_path / "eval")
+    assert outcome.ok, outcome.error
+    assert outcome.metrics == {"network": 0.0, "wrote_submission": 0.0}
+    assert outcome.details["isolation"] == "bwrap"
+    assert not (tmp_path / "m" / "tampered").exists()
+
+
+def test_mlra_eval_grades_a_finished_run_again(answer_task: Path, tmp_path: Path) -> None:
+    proc = mlra_cli(
+        [
+            "run",
+            str(answer_task),
+            "--model",
+            "baseline",
+            "--no-tui",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    (run_dir / "workspace" / "answer.txt").write_text("41\n")
+    again = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
+    assert again.returncode == 0  # scored (zero is a score)
+    assert "exact_match = 0" in again.stdout
+    events = read_events(run_dir / "events.jsonl")
+    assert isinstance(events[-1], ev.EvaluationFinished) and events[-1].score == 0.0
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    assert json.loads((run_dir / "result.json").read_text())["score"] == 0.0
+
+    # A run whose log another process holds is not graded under it.
+    holder = EventLog(run_dir / "events.jsonl", start_seq=events[-1].seq)
+    try:
+        busy = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
+    finally:
+        holder.close()
+    assert busy.returncode == 2 and "being written by another mlra process" in busy.stderr
+
+
+def test_machine_readiness_names_what_is_missing(
+    answer_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlra.tasks import readiness
+
+    task = load_task(answer_task)
+    assert blockers(task) == []
+    gpu_task = task.model_copy(
+        update={
+            "resources": task.resources.model_copy(
+                update={"gpus": 1, "gpu_memory_gb": 40, "network": True}
+            )
+        }
+    )
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    readiness.network.cache_clear()
+    monkeypatch.setattr(readiness, "gpus", lambda: ())
+    problems = blockers(gpu_task)
+    assert problems == [
+        "needs 1 GPU; this machine has none",
+        "needs the network for its data and models; HF_HUB_OFFLINE=1 is set",
+    ]
+    monkeypatch.setattr(readiness, "gpus", lambda: (("NVIDIA A10", 24.0),))
+    assert blockers(gpu_task)[0] == "needs 40 GB of GPU memory; the largest GPU here has 24 GB"
+    readiness.network.cache_clear()
