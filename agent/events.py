@@ -217,6 +217,13 @@ class ModelCall(_Event):
     latency_s: float = 0.0
     stop_reason: str | None = None
     purpose: Literal["turn", "summary", "review"] = "turn"
+    text: str = ""
+    """The model's whole answer, with `tool_calls`: the record a resume rebuilds the
+    history from and `--model replay:RUN` plays back."""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    request_sha: str = ""
+    """A hash of what the model was sent; a deterministic re-run compares it to find
+    the first point where behaviour diverges."""
 
 
 class ModelError(_Event):
@@ -276,6 +283,34 @@ class Control(_Event):
     source: str = "user"
 
 
+class FileChange(BaseModel):
+    path: str
+    size: int
+    sha256: str | None = None
+    stored: bool = True
+    """False for files over the size threshold: recorded by size and hash only."""
+
+
+class WorkspaceSnapshot(_Event):
+    """What an agent step changed in the workspace; the contents are in the run's
+    snapshot store (`snapshots/objects/<sha256>`), so a replay can show any step's files."""
+
+    type: Literal["workspace_snapshot"] = "workspace_snapshot"
+    step: int
+    changed: list[FileChange] = Field(default_factory=list)
+    removed: list[str] = Field(default_factory=list)
+
+
+class RunResumed(_Event):
+    """The run goes on in a new process (after a crash, a kill or a stop)."""
+
+    type: Literal["run_resumed"] = "run_resumed"
+    dropped_torn_line: bool = False
+    interrupted_calls: list[str] = Field(default_factory=list)
+    """Tool calls that were running when the run stopped; they did not finish."""
+    model: str = ""
+
+
 # --- ending --------------------------------------------------------------------------
 
 
@@ -331,7 +366,9 @@ Event = Annotated[
     | Control
     | Submission
     | EvaluationStarted
-    | EvaluationFinished,
+    | EvaluationFinished
+    | WorkspaceSnapshot
+    | RunResumed,
     Field(discriminator="type"),
 ]
 

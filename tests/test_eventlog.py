@@ -47,6 +47,8 @@ def _samples() -> list[ev.Event]:
         ev.Submission(path="x"),
         ev.EvaluationStarted(evaluator="script", artifact="x"),
         ev.EvaluationFinished(ok=True, metric="m", score=1.0),
+        ev.WorkspaceSnapshot(step=1, changed=[ev.FileChange(path="a", size=1, sha256="x")]),
+        ev.RunResumed(),
     ]
 
 
