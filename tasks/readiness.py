@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
 import socket
 
 from mlra.tasks.spec import TaskSpec
@@ -63,6 +64,9 @@ def blockers(task: TaskSpec) -> list[str]:
         why = network()
         if why:
             problems.append(f"needs the network for its data and models; {why}")
+    for command in task.evaluator.settings.get("requires_commands") or []:
+        if shutil.which(str(command)) is None:
+            problems.append(f"its evaluator needs the `{command}` command; it is not installed")
     missing = missing_packages(task)
     if missing:
         problems.append("needs Python packages not installed: " + ", ".join(missing) + " (pip install 'mlra[ml]')")

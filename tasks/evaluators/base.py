@@ -78,7 +78,16 @@ def evaluation_env(task: TaskSpec) -> dict[str, str]:
         "TOKENIZERS_PARALLELISM": "false",
         "HF_HUB_DISABLE_TELEMETRY": "1",
     }
-    for passthrough in ("HF_HOME", "HF_DATASETS_CACHE", "TMPDIR", "CUDA_VISIBLE_DEVICES"):
+    for passthrough in (
+        "HF_HOME",
+        "HF_DATASETS_CACHE",
+        "TMPDIR",
+        "CUDA_VISIBLE_DEVICES",
+        # A host that says it is offline is offline for the evaluator too.
+        "HF_HUB_OFFLINE",
+        "HF_DATASETS_OFFLINE",
+        "TRANSFORMERS_OFFLINE",
+    ):
         if passthrough in os.environ:
             env[passthrough] = os.environ[passthrough]
     if not task.resources.network:

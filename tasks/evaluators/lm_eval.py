@@ -1,15 +1,23 @@
 """The lm-eval evaluator: EleutherAI's lm-evaluation-harness on a submitted model folder.
 
-The task ships its lm-eval task YAMLs among its hidden files (local `dataset_path:
-json` data, nothing from the Hub). The submission is a folder written with
-`save_pretrained` (model and tokenizer) that `AutoModelForCausalLM` loads without
-remote code. Settings, from `[evaluator.settings]` in task.toml:
+An offline task ships its lm-eval task YAMLs among its hidden files (local
+`dataset_path: json` data, nothing from the Hub); a benchmark task names lm-eval's
+own tasks (SuperGLUE, BLiMP, MMLU...), whose data comes from the Hugging Face Hub.
+The submission is a folder written with `save_pretrained` (model and tokenizer)
+that `AutoModelForCausalLM` loads without remote code. Settings, from
+`[evaluator.settings]` in task.toml:
 
-- `include`: folder of task YAMLs, relative to the task folder (required).
+- `include`: folder of task YAMLs, relative to the task folder. Without it the
+  tasks are lm-eval's built-in ones; with it only the folder's tasks are known.
 - `tasks`: lm-eval task or group names to run (required).
-- `primary`: "task/metric" whose value is the score, e.g. "tiny_lm_pairs/acc" (required).
+- `primary`: "task/metric" whose value is the score, e.g. "tiny_lm_pairs/acc"
+  (required); or a list of them, whose unweighted mean is the score (SuperGLUE
+  is a tag, not a group, so lm-eval reports no average of its own). An entry may
+  be a glob ("blimp_*/acc"); every metric it matches counts once.
+- `num_fewshot` (default: each task's own), `limit` (examples per task, a count
+  or a fraction; for trial runs, never for a real score).
 - `batch_size` (default 16), `device` ("auto": cuda when available, else cpu),
-  `dtype` (default "float32": reproducible on CPU).
+  `dtype` (default "float32": reproducible on CPU; "auto" keeps the checkpoint's).
 - `max_length_cap` (default 2048): longest scoring window. lm-eval scores long texts
   in windows of the model's context length; a config claiming a huge one would
   otherwise make it attend over whole chapters at once and run out of memory.
@@ -45,11 +53,14 @@ class LmEvalEvaluator(Evaluator):
         problem = _settings_problem(settings)
         if problem:
             return EvalOutcome(ok=False, error=f"task error: {problem}")
-        include = (self.task.root / settings["include"]).resolve()
-        if not include.is_dir():
-            return EvalOutcome(
-                ok=False, error=f"task error: lm-eval task folder {settings['include']} is missing"
-            )
+        include: Path | None = None
+        if settings.get("include"):
+            include = (self.task.root / str(settings["include"])).resolve()
+            if not include.is_dir():
+                return EvalOutcome(
+                    ok=False,
+                    error=f"task error: lm-eval task folder {settings['include']} is missing",
+                )
 
         problem = check_artifact(
             artifact, safetensors_only=bool(settings.get("safetensors_only", True))
@@ -97,12 +108,23 @@ class LmEvalEvaluator(Evaluator):
         cap = int(settings.get("max_length_cap", 2048))
         if _context_length(artifact) > cap:
             model_args["max_length"] = cap
-        tasks_dir = render_task_dir(
-            include, work_dir / "lm_eval_tasks", cache_dir=work_dir / "hf_datasets"
-        )
-
         import lm_eval
         from lm_eval.tasks import TaskManager
+
+        if include is not None:
+            tasks_dir = render_task_dir(
+                include, work_dir / "lm_eval_tasks", cache_dir=work_dir / "hf_datasets"
+            )
+            manager = TaskManager(include_path=str(tasks_dir), include_defaults=False)
+        else:
+            manager = TaskManager()
+        unknown = [t for t in settings["tasks"] if t not in manager.all_tasks]
+        if unknown:
+            return EvalOutcome(
+                ok=False,
+                error=f"task error: lm-eval {getattr(lm_eval, '__version__', '')} knows no task "
+                f"named {', '.join(unknown)}",
+            )
 
         started = time.monotonic()
         try:
@@ -110,13 +132,18 @@ class LmEvalEvaluator(Evaluator):
                 model="hf",
                 model_args=model_args,
                 tasks=list(settings["tasks"]),
-                task_manager=TaskManager(include_path=str(tasks_dir), include_defaults=False),
+                task_manager=manager,
+                num_fewshot=_optional_int(settings.get("num_fewshot")),
+                limit=settings.get("limit"),
                 batch_size=int(settings.get("batch_size", 16)),
                 device=device,
                 log_samples=False,
                 bootstrap_iters=0,
             )
         except Exception as exc:
+            offline = offline_data_problem(exc)
+            if offline:
+                return EvalOutcome(ok=False, error=offline)
             return EvalOutcome(
                 ok=False, error=f"lm-eval could not evaluate the submission: {_brief(exc)}"
             )
@@ -124,7 +151,6 @@ class LmEvalEvaluator(Evaluator):
             return EvalOutcome(ok=False, error="lm-eval returned no results")
 
         metrics = flatten_metrics(results["results"])
-        primary = str(settings["primary"])
         details: dict[str, object] = {
             "lm_eval_version": getattr(lm_eval, "__version__", "unknown"),
             "transformers_version": transformers.__version__,
@@ -137,29 +163,121 @@ class LmEvalEvaluator(Evaluator):
             "max_length": _plain(results.get("max_length")),
             "seconds": round(time.monotonic() - started, 1),
         }
-        if primary not in metrics:
+        if settings.get("num_fewshot") is not None:
+            details["num_fewshot"] = settings["num_fewshot"]
+        if settings.get("limit") is not None:
+            details["limit"] = settings["limit"]
+        score, used, missing = primary_score(metrics, settings["primary"])
+        if missing or score is None:
             return EvalOutcome(
                 ok=False,
                 metrics=metrics,
-                error=f"task error: lm-eval reported no {primary!r} (it reported: {', '.join(sorted(metrics))})",
+                error=f"task error: lm-eval reported no {', '.join(map(repr, missing))} "
+                f"(it reported: {', '.join(sorted(metrics))})",
                 details=details,
             )
+        if len(used) > 1:
+            details["primary_mean_of"] = used
         return EvalOutcome(
-            ok=True, score=metrics[primary], metrics=metrics, violations=violations, details=details
+            ok=True, score=score, metrics=metrics, violations=violations, details=details
         )
 
 
 def _settings_problem(settings: dict[str, Any]) -> str | None:
-    for key in ("include", "tasks", "primary"):
+    for key in ("tasks", "primary"):
         if not settings.get(key):
             return f"evaluator.settings.{key} is not set"
     if not isinstance(settings["tasks"], list) or not all(
         isinstance(t, str) for t in settings["tasks"]
     ):
         return "evaluator.settings.tasks must be a list of lm-eval task names"
-    if "/" not in str(settings["primary"]):
-        return "evaluator.settings.primary must read 'task/metric'"
+    primary = settings["primary"]
+    entries = primary if isinstance(primary, list) else [primary]
+    if not entries or not all(isinstance(p, str) and "/" in p for p in entries):
+        return "evaluator.settings.primary must read 'task/metric' (or be a list of them)"
+    fewshot = settings.get("num_fewshot")
+    if fewshot is not None and (
+        isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0
+    ):
+        return "evaluator.settings.num_fewshot must be a whole number >= 0"
+    limit = settings.get("limit")
+    if limit is not None and (
+        isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0
+    ):
+        return "evaluator.settings.limit must be a positive count or fraction"
     return None
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def primary_score(
+    metrics: dict[str, float], primary: str | list[str]
+) -> tuple[float | None, list[str], list[str]]:
+    """(score, the metrics it averages, the entries that matched nothing).
+
+    One "task/metric" is the score itself; a list is averaged without weights, as
+    a benchmark that reports "the SuperGLUE average" means; a glob entry stands
+    for every metric it matches.
+    """
+    import fnmatch
+
+    used: list[str] = []
+    missing: list[str] = []
+    for entry in primary if isinstance(primary, list) else [primary]:
+        if any(c in entry for c in "*?["):
+            hits = sorted(k for k in metrics if fnmatch.fnmatchcase(k, entry))
+        else:
+            hits = [entry] if entry in metrics else []
+        if not hits:
+            missing.append(entry)
+        used += [h for h in hits if h not in used]
+    if missing or not used:
+        return None, used, missing
+    return sum(metrics[k] for k in used) / len(used), used, missing
+
+
+OFFLINE_VARIABLES = ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE")
+
+
+def offline_data_problem(exc: BaseException) -> str | None:
+    """One line for "the data is on the Hub, and this process may not fetch it".
+
+    `datasets` raises a ConnectionError ("Couldn't reach 'aps/super_glue' on the
+    Hub (OfflineModeIsEnabled)") from deep inside lm-eval's task loading; the
+    user needs the dataset's name and what to do, not the traceback.
+    """
+    import re
+
+    offline = [
+        v for v in OFFLINE_VARIABLES if os.environ.get(v, "").lower() in {"1", "true", "yes", "on"}
+    ]
+    chain: list[BaseException] = []
+    seen: BaseException | None = exc
+    while seen is not None and seen not in chain:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    text = " ".join(f"{type(e).__name__}: {e}" for e in chain)
+    is_offline = "OfflineModeIsEnabled" in text or (
+        offline
+        and any(
+            isinstance(e, ConnectionError) or "LocalEntryNotFound" in type(e).__name__
+            for e in chain
+        )
+    )
+    if not is_offline:
+        return None
+    found = re.search(r"reach '([^']+)'", text) or re.search(
+        r"Dataset '?([\w./-]+)'? is not cached", text
+    )
+    dataset = f"dataset {found.group(1)!r}" if found else "its dataset"
+    setting = " and ".join(f"{v}=1" for v in offline) or "offline mode"
+    return (
+        f"the lm-eval data is not available offline: {dataset} is not in the Hugging Face "
+        f"cache and {setting} is set; run where huggingface.co is reachable, or download "
+        "the dataset into the cache (HF_HOME) first"
+    )
 
 
 def check_artifact(artifact: Path, *, safetensors_only: bool = True) -> str | None:
