@@ -94,7 +94,7 @@ class ResourceMonitor:
             self._disk_mb = directory_size(self.workspace) / 2**20
             self._disk_at = now
         mem = self._psutil.virtual_memory()
-        return ResourceSample(
+        sample = ResourceSample(
             cpu_percent=self._psutil.cpu_percent(interval=None),
             ram_used_mb=(mem.total - mem.available) / 2**20,
             ram_total_mb=mem.total / 2**20,
@@ -102,3 +102,26 @@ class ResourceMonitor:
             gpus=self.gpus.sample(),
             gpu_error=self.gpus.error,
         )
+        return _container_view(sample, self.workspace, mem.total / 2**20)
+
+
+def _container_view(sample: ResourceSample, workspace: Path, host_mem_mb: float) -> ResourceSample:
+    """With a Docker sandbox, what the container has: its own CPU and memory use (Docker
+    stats; CPU as a share of the CPUs it may use) and only the GPUs it was given."""
+    from mlra.tools.sandbox.docker_sandbox import active_sandbox
+
+    sandbox = active_sandbox(workspace)
+    if sandbox is None:
+        return sample
+    usage = sandbox.usage()
+    if usage is not None:
+        cpus = sandbox.spec.cpus or os.cpu_count() or 1
+        sample.cpu_percent = round(min(usage.cpu_percent / cpus, 100.0), 1)
+        sample.ram_used_mb = round(usage.mem_used_mb, 1)
+        sample.ram_total_mb = round(min(usage.mem_limit_mb or host_mem_mb, host_mem_mb), 1)
+    ids = sandbox.gpu_ids
+    if ids is not None:
+        sample.gpus = [g for g in sample.gpus if str(g.index) in ids]
+        if not ids and sample.gpu_error is None:
+            sample.gpu_error = "no GPU given to the container"
+    return sample

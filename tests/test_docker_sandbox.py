@@ -1,0 +1,357 @@
+"""The Docker sandbox against a real engine and a real image.
+
+`docker/test-engine.sh` starts an engine of its own (no bridge, no iptables) and
+builds the test image `mlra-test:latest` (Debian minbase with python3) locally;
+`.ci/run` calls it. Without an engine these tests skip and say why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra.agent import events as ev
+from mlra.agent.eventlog import read_events
+from mlra.tools.sandbox.base import SandboxSpec
+from tests.conftest import mlra_cli
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import answering_script, call, supervisor_answering, turn
+
+TEST_SOCKET = (
+    Path(os.environ.get("MLRA_TEST_DOCKER_DIR", "/var/tmp/mlra-test-docker")) / "docker.sock"
+)
+TEST_IMAGE = os.environ.get("MLRA_TEST_IMAGE", "mlra-test:latest")
+CANARY = {"ANTHROPIC_API_KEY": "sk-ant-canary-d0c4e", "OPENAI_API_KEY": "sk-canary-openai-d0c4e"}
+LIST_PROCESSES = (
+    "import os\n"
+    "for p in os.listdir('/proc'):\n"
+    "    if p.isdigit():\n"
+    "        try: print(open(f'/proc/{p}/cmdline','rb').read().replace(b'\\0',b' ').decode())\n"
+    "        except OSError: pass\n"
+)
+
+
+@pytest.fixture(scope="module")
+def docker_host() -> Iterator[str]:
+    """The engine's address: DOCKER_HOST, else the socket docker/test-engine.sh makes."""
+    docker = pytest.importorskip("docker", reason="the docker Python package is not installed")
+    host = os.environ.get("DOCKER_HOST") or (
+        f"unix://{TEST_SOCKET}" if TEST_SOCKET.exists() else None
+    )
+    if host is None:
+        pytest.skip("no Docker engine: set DOCKER_HOST or run docker/test-engine.sh (needs root)")
+    try:
+        client = docker.DockerClient(base_url=host, timeout=10)
+        client.ping()
+    except Exception as exc:
+        pytest.skip(f"the Docker engine at {host} does not answer: {exc}")
+    try:
+        client.images.get(TEST_IMAGE)
+    except docker.errors.ImageNotFound:
+        pytest.skip(f"the test image {TEST_IMAGE} is not built (run docker/test-engine.sh)")
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = host
+    yield host
+    if previous is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = previous
+
+
+@pytest.fixture
+def client(docker_host: str) -> Any:
+    import docker
+
+    return docker.DockerClient(base_url=docker_host, timeout=30)
+
+
+def _containers(client: Any, run_id: str) -> list[Any]:
+    return client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"})
+
+
+def _sandbox(workspace: Path, run_id: str, **spec: Any) -> Any:
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    workspace.mkdir(parents=True, exist_ok=True)
+    pids = spec.pop("pids_limit", 8192)
+    return DockerSandbox(
+        workspace, SandboxSpec(**spec), image=TEST_IMAGE, run_id=run_id, pids_limit=pids
+    )
+
+
+async def test_a_command_over_its_time_out_is_killed_with_what_it_started(
+    tmp_path: Path, client: Any
+) -> None:
+    sandbox = _sandbox(tmp_path / "ws", "timeout-test")
+    await sandbox.start()
+    try:
+        seen: list[str] = []
+        started = time.monotonic()
+        result = await sandbox.exec(
+            ["sh", "-c", "echo started; sleep 311 & sleep 312"],
+            timeout=1.5,
+            on_output=lambda _stream, text: seen.append(text),
+        )
+        assert result.timed_out and result.killed and result.exit_code != 0
+        assert time.monotonic() - started < 8
+        assert "started" in "".join(seen)  # streamed while it ran
+        left = await sandbox.exec(["python3", "-c", LIST_PROCESSES], timeout=20)
+        assert "sleep 31" not in left.output  # the background job died with it
+        quick = await sandbox.exec(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=20)
+        assert quick.exit_code == 3 and "out" in quick.output and "err" in quick.output
+        fed = await sandbox.exec(["python3", "-"], timeout=20, stdin=b"print(6 * 7)")
+        assert fed.output.strip() == "42"
+    finally:
+        await sandbox.close()
+    assert _containers(client, "timeout-test") == []
+
+
+async def test_limits_are_applied_inside_the_container(tmp_path: Path, client: Any) -> None:
+    sandbox = _sandbox(tmp_path / "ws", "limits-test", memory_mb=200, cpus=0.5, pids_limit=64)
+    await sandbox.start()
+    try:
+        read = await sandbox.exec(
+            ["sh", "-c",
+             "cd /sys/fs/cgroup;"
+             "echo mem $(cat memory.max 2>/dev/null || cat memory/memory.limit_in_bytes);"
+             "echo cpu $(cat cpu.max 2>/dev/null || cat cpu/cpu.cfs_quota_us);"
+             "echo pids $(cat pids.max 2>/dev/null || cat pids/pids.max);"
+             "echo uid $(id -u)"],
+            timeout=20,
+        )  # fmt: skip
+        values = {line.split()[0]: line.split()[1] for line in read.output.splitlines()}
+        memory, cpu, pids, uid = values["mem"], values["cpu"], values["pids"], values["uid"]
+        assert int(memory) == 200 * 2**20
+        assert cpu == "50000"  # half of a 100 ms period
+        assert int(pids) == 64
+        assert int(uid) != 0  # not root
+        hog = await sandbox.exec(
+            ["python3", "-c", "x = bytearray(400 * 2**20); print('survived')"], timeout=60
+        )
+        assert "survived" not in hog.output and hog.exit_code != 0  # killed by the memory limit
+    finally:
+        await sandbox.close()
+
+
+async def test_no_network_and_no_api_key_inside(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in CANARY.items():
+        monkeypatch.setenv(name, value)
+    sandbox = _sandbox(
+        tmp_path / "ws", "env-test", env={"TASK_SETTING": "on", "HF_TOKEN": "hf_canary_d0c4e"}
+    )
+    notices = await sandbox.start()
+    try:
+        assert any("HF_TOKEN" in n for n in notices)
+        env = await sandbox.exec(["sh", "-c", "env; cat /proc/1/environ"], timeout=20)
+        assert "TASK_SETTING=on" in env.output and "HOME=" in env.output
+        for secret in [*CANARY.values(), "hf_canary_d0c4e"]:
+            assert secret not in env.output
+        inspected = json.dumps(client.api.inspect_container(sandbox.container.id)["Config"])
+        assert "canary" not in inspected
+        net = await sandbox.exec(
+            ["python3", "-c",
+             "import socket\n"
+             "ifs=[l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n"
+             "print('interfaces', ifs)\n"
+             "try:\n"
+             "    socket.create_connection(('1.1.1.1', 53), timeout=3); print('connected')\n"
+             "except OSError as e:\n"
+             "    print('refused', e)\n"],
+            timeout=30,
+        )  # fmt: skip
+        assert "interfaces ['lo']" in net.output
+        assert "refused" in net.output and "connected" not in net.output
+    finally:
+        await sandbox.close()
+
+
+async def test_the_workspace_is_shared_with_the_host(tmp_path: Path, client: Any) -> None:
+    workspace = tmp_path / "ws"
+    sandbox = _sandbox(workspace, "files-test")
+    await sandbox.start()
+    try:
+        made = await sandbox.exec(
+            ["sh", "-c", "mkdir -p out && echo from-container > out/result.txt"], timeout=20
+        )
+        assert made.exit_code == 0, made.output
+        assert (workspace / "out" / "result.txt").read_text() == "from-container\n"
+        # What the tools write host-side, the container's user can change.
+        await sandbox.write_file("src/train.py", b"print('v1')\n")
+        edit = await sandbox.exec(
+            ["sh", "-c", "echo \"print('v2')\" >> src/train.py && python3 src/train.py"],
+            timeout=20,
+            cwd=".",
+        )
+        assert edit.exit_code == 0 and edit.output.split() == ["v1", "v2"], edit.output
+        tree = {f.path for f in await sandbox.list_tree(".")}
+        assert {"out", "out/result.txt", "src", "src/train.py"} <= tree
+        assert await sandbox.read_file("/workspace/out/result.txt") == b"from-container\n"
+        await sandbox.copy_out("out", tmp_path / "copied")
+        assert (tmp_path / "copied" / "result.txt").exists()
+        in_sub = await sandbox.exec(["pwd"], timeout=20, cwd="src")
+        assert in_sub.output.strip() == "/workspace/src"
+    finally:
+        await sandbox.close()
+    assert _containers(client, "files-test") == []
+
+
+async def test_a_paused_command_does_not_use_up_its_time_out(tmp_path: Path, client: Any) -> None:
+    sandbox = _sandbox(tmp_path / "ws", "pause-test")
+    await sandbox.start()
+    try:
+        running = asyncio.Event()
+        task = asyncio.create_task(
+            sandbox.exec(
+                ["sh", "-c", "echo running; sleep 1.5; echo done"],
+                timeout=3,
+                on_output=lambda _stream, _text: running.set(),
+            )
+        )
+        await running.wait()
+        sandbox.suspend_commands()
+        await sandbox._signals
+        states = await sandbox.exec(
+            ["sh", "-c", "grep -h -A2 '^Name:.*sleep' /proc/[0-9]*/status"], timeout=20
+        )
+        assert "State:\tT (stopped)" in states.output, states.output
+        await asyncio.sleep(2.5)  # longer than the time-out had left: paused time is not counted
+        sandbox.resume_commands()
+        result = await task
+        assert not result.timed_out and "done" in result.output
+    finally:
+        await sandbox.close()
+
+
+def _run_args(tmp_path: Path, task: Path, server: ScriptedModelServer, *extra: str) -> list[str]:
+    return [
+        "run", str(task), "--model", "openai/test-model",
+        "--base-url", server.url_for("openai"),  # type: ignore[list-item]
+        "--no-tui", "--runs-dir", str(tmp_path / "runs"),
+        "--sandbox", "docker", "--image", TEST_IMAGE, *extra,
+    ]  # fmt: skip
+
+
+def test_a_scripted_run_in_a_container(
+    tmp_path: Path, answer_task: Path, client: Any, docker_host: str
+) -> None:
+    with ScriptedModelServer(answering_script()) as server:
+        proc = mlra_cli(
+            _run_args(tmp_path, answer_task, server, "--run-id", "docker-e2e", "--memory", "512m"),
+            cwd=tmp_path,
+            env={**CANARY, "DOCKER_HOST": docker_host},
+            timeout=180,
+        )
+    assert proc.returncode == 0, proc.stderr
+    run_dir = tmp_path / "runs" / "docker-e2e"
+    events = read_events(run_dir / "events.jsonl")
+    started = events[0]
+    assert isinstance(started, ev.RunStarted) and started.sandbox.kind == "docker"
+    assert started.sandbox.workdir == "/workspace" and not started.sandbox.network
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "finished" and result["score"] == 1.0
+    assert (run_dir / "workspace" / "answer.txt").read_text().strip() == "42"
+    env_result = next(
+        e for e in events if isinstance(e, ev.ToolResult) and e.tool == "bash" and e.ok
+    )
+    assert "HOME=/tmp/home" in env_result.output and "HOSTNAME=sandbox" in env_result.output
+    for secret in CANARY.values():
+        assert secret not in env_result.output
+    samples = [e for e in events if isinstance(e, ev.ResourceSample)]
+    assert all(s.ram_total_mb <= 512 for s in samples)  # the container's memory, not the host's
+    assert _containers(client, "docker-e2e") == []
+
+
+def test_a_killed_console_leaves_a_container_that_the_next_start_removes(
+    tmp_path: Path, answer_task: Path, client: Any, docker_host: str
+) -> None:
+    from mlra.tools.sandbox.docker_sandbox import remove_leftover_containers
+
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [turn("Train for long.", call("bash", command="sleep 293.5", timeout=600))],
+    }
+    run_dir = tmp_path / "runs" / "docker-killed"
+    with ScriptedModelServer(script) as server:
+        env = {k: v for k, v in os.environ.items() if k not in CANARY}
+        env["DOCKER_HOST"] = docker_host
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlra",
+             *_run_args(tmp_path, answer_task, server, "--run-id", "docker-killed")],
+            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and proc.poll() is None:
+                log = run_dir / "events.jsonl"
+                if log.exists() and "sleep 293.5" in log.read_text():
+                    containers = _containers(client, "docker-killed")
+                    if containers and "sleep 293.5" in json.dumps(containers[0].top()):
+                        break
+                time.sleep(0.1)
+            else:
+                pytest.fail(f"the command never ran: {proc.stderr.read() if proc.stderr else ''}")
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert len(_containers(client, "docker-killed")) == 1  # nobody was left to remove it
+    assert "docker-killed" in remove_leftover_containers()
+    assert _containers(client, "docker-killed") == []
+
+
+def test_clear_errors_before_any_run_folder(
+    tmp_path: Path, answer_task: Path, docker_host: str
+) -> None:
+    with ScriptedModelServer(answering_script()) as server:
+        missing = mlra_cli(
+            [*_run_args(tmp_path, answer_task, server)[:-1], "mlra-no-such-image:1"],
+            cwd=tmp_path,
+            env={"DOCKER_HOST": docker_host},
+        )
+        no_gpu_runtime = mlra_cli(
+            [*_run_args(tmp_path, answer_task, server), "--gpus", "all"],
+            cwd=tmp_path,
+            env={"DOCKER_HOST": docker_host},
+        )
+        no_engine = mlra_cli(
+            _run_args(tmp_path, answer_task, server),
+            cwd=tmp_path,
+            env={"DOCKER_HOST": f"unix://{tmp_path}/nothing.sock"},
+        )
+    assert (
+        missing.returncode == 2 and "mlra-no-such-image:1 is not on this engine" in missing.stderr
+    )
+    assert no_gpu_runtime.returncode == 2 and "no GPU runtime" in no_gpu_runtime.stderr
+    assert no_engine.returncode == 2 and "cannot reach the Docker engine" in no_engine.stderr
+    for proc in (missing, no_gpu_runtime, no_engine):
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_image_build_says_why_it_cannot_build(tmp_path: Path, docker_host: str) -> None:
+    no_engine = mlra_cli(
+        ["image", "build"], cwd=tmp_path, env={"DOCKER_HOST": f"unix://{tmp_path}/none.sock"}
+    )
+    assert no_engine.returncode == 2
+    assert no_engine.stderr.startswith("mlra: cannot reach the Docker engine")
+    # The engine is here but no registry is: the CUDA base image cannot be pulled.
+    offline = mlra_cli(["image", "build", "--tag", "mlra-build-test:1"], cwd=tmp_path,
+                       env={"DOCKER_HOST": docker_host}, timeout=120)  # fmt: skip
+    if offline.returncode == 0:
+        pytest.skip("a registry is reachable here: the real image was built")
+    assert offline.returncode == 1
+    assert "building mlra-build-test:1 failed" in offline.stderr
+    assert "nvidia/cuda" in offline.stdout  # the Dockerfile's base image

@@ -1,0 +1,51 @@
+"""Which sandbox a run gets, from its config and its task.
+
+The task says what it needs (GPUs, memory, CPUs, its image); flags override it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mlra.tools.sandbox.base import Sandbox, SandboxSpec
+
+if TYPE_CHECKING:
+    from mlra.agent.config import RunConfig
+    from mlra.tasks.spec import TaskSpec
+
+
+def docker_spec(spec: SandboxSpec, config: RunConfig, task: TaskSpec) -> SandboxSpec:
+    """The spec with the limits filled in: flags first, then the task's resources.
+
+    A task that needs GPUs gets all of them unless `--gpus` narrows it; one that
+    needs none gets none, so a CPU task cannot take a GPU another run uses.
+    """
+    res = task.resources
+    memory_mb = config.memory_mb or (int(res.memory_gb * 1024) if res.memory_gb else None)
+    gpus = config.gpus or ("all" if res.gpus > 0 else "none")
+    return replace(spec, memory_mb=memory_mb, cpus=config.cpus or res.cpus, gpus=gpus)
+
+
+def create_sandbox(
+    workspace: Path, spec: SandboxSpec, *, config: RunConfig, task: TaskSpec, run_id: str
+) -> Sandbox:
+    if config.sandbox == "docker":
+        from mlra.tools.sandbox.docker_sandbox import (
+            DEFAULT_IMAGE,
+            DEFAULT_PIDS_LIMIT,
+            DockerSandbox,
+        )
+
+        return DockerSandbox(
+            workspace,
+            docker_spec(spec, config, task),
+            image=config.image or task.sandbox.image or DEFAULT_IMAGE,
+            run_id=run_id,
+            pids_limit=config.pids_limit or DEFAULT_PIDS_LIMIT,
+        )
+    from mlra.tools.sandbox.local import LocalSandbox
+
+    spec = replace(spec, gpus=config.gpus or spec.gpus)
+    return LocalSandbox(workspace, spec, isolation_mode=config.isolation)
