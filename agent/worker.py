@@ -19,6 +19,7 @@ from mlra.agent.prompts import WORKER_SYSTEM, task_message
 from mlra.tools.core import core_tools
 from mlra.tools.plan import Report
 from mlra.tools.registry import ToolRegistry
+from mlra.tools.research import research_tools
 
 MAX_NUDGES = 3
 
@@ -39,7 +40,7 @@ class Worker:
     def __init__(self, controller: RunController, *, reviewer: Reviewer | None = None) -> None:
         self.ctl = controller
         self.reviewer = reviewer
-        self.registry = ToolRegistry([*core_tools(), Report()])
+        self.registry = ToolRegistry([*core_tools(), *research_tools(), Report()])
         assert controller.sandbox is not None
         self.history = AgentHistory(system=WORKER_SYSTEM.format(workdir=controller.sandbox.workdir))
         self.history.pin(
