@@ -1,0 +1,190 @@
+"""`mlra batch` and `mlra report`.
+
+Only argparse is imported at the top: `mlra --help` builds these parsers and
+must stay fast. Bad input is one line and exit status 2 (the console's
+`UsageError`), before any run starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_batch_commands(sub: Any) -> None:
+    from mlra.console.cli import _duration, _positive_float, _positive_int
+
+    batch = sub.add_parser(
+        "batch",
+        help="run tasks x models x seeds headless, resumably, and report",
+        description="Run every task x model x seed combination headless, each an ordinary run "
+        "with its own folder. Running the same command again skips finished runs, resumes "
+        "interrupted ones and retries failed ones.",
+    )
+    batch.add_argument("file", nargs="?", type=Path, metavar="FILE", help="a TOML batch file")
+    batch.add_argument("--tasks", type=_csv, metavar="A,B", help="task names or folders")
+    batch.add_argument(
+        "--models", type=_csv, metavar="M1,M2", help="models, as `mlra run` takes them"
+    )
+    batch.add_argument(
+        "--seeds", type=_positive_int, metavar="N", help="runs per task and model (default 1)"
+    )
+    batch.add_argument("--parallel", type=_positive_int, metavar="N", help="at most N runs at once")
+    batch.add_argument(
+        "--executor", choices=["local", "ray"], help="where runs execute (default local)"
+    )
+    batch.add_argument(
+        "--ray-address", metavar="ADDR", help="a Ray cluster (default: start Ray here)"
+    )
+    batch.add_argument(
+        "--out", type=Path, metavar="DIR", help="the batch folder (shared storage for Ray)"
+    )
+    batch.add_argument("--base-url", help="an OpenAI-compatible server for the non-baseline models")
+    batch.add_argument(
+        "--max-attempts",
+        type=_positive_int,
+        metavar="N",
+        help="starts per run, resumes and retries included (default 3)",
+    )
+    batch.add_argument("--isolation", choices=["auto", "bwrap", "none"])
+    batch.add_argument("--time-limit", type=_duration, metavar="T", help="every run's time limit")
+    batch.add_argument("--max-steps", type=_positive_int, metavar="N")
+    batch.add_argument("--max-cost", type=_positive_float, metavar="USD", help="per run")
+    batch.add_argument("--max-tokens", type=_positive_int, metavar="N", help="per run")
+    batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
+    batch.set_defaults(func=cmd_batch)
+
+    report = sub.add_parser(
+        "report",
+        help="tables and plots of a batch's runs",
+        description="Write report.md, report.csv, report.json and PNG plots from a batch "
+        "folder's runs alone.",
+    )
+    report.add_argument("dir", type=Path, metavar="DIR", help="a batch folder (or a runs folder)")
+    report.add_argument("--no-plots", action="store_true", help="tables only")
+    report.set_defaults(func=cmd_report)
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from mlra.batch.spec import BatchError, Overrides, load_batch_file, parse_spec
+    from mlra.console.cli import UsageError
+
+    try:
+        data: dict[str, Any] = {}
+        if args.file is not None:
+            data = load_batch_file(args.file).model_dump(exclude_defaults=True)
+        for name in ("tasks", "models", "seeds", "parallel", "executor", "ray_address", "out",
+                     "base_url", "max_attempts", "isolation"):  # fmt: skip
+            value = getattr(args, name)
+            if value is not None:
+                data[name] = value
+        limits = {
+            "time_limit": f"{args.time_limit:g}s" if args.time_limit else None,
+            "max_steps": args.max_steps,
+            "max_cost": args.max_cost,
+            "max_tokens": args.max_tokens,
+        }
+        defaults = Overrides.model_validate(data.get("defaults", {}))
+        data["defaults"] = defaults.merged(Overrides(**limits)).model_dump(exclude_none=True)
+        if not data.get("tasks"):
+            raise UsageError("batch: name the tasks (--tasks A,B or `tasks` in the batch file)")
+        if not data.get("models"):
+            raise UsageError(
+                "batch: name the models (--models M1,M2 or `models` in the batch file)"
+            )
+        return parse_spec(data, where=str(args.file or "batch"))
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_models(spec: Any) -> None:
+    """A model name or key that is wrong fails here, once, not in every run."""
+    import os
+
+    from mlra.agent.providers import resolve_model
+    from mlra.agent.providers.base import ConfigError
+    from mlra.console.cli import UsageError
+
+    for model in spec.models:
+        if model.strip() == "baseline":
+            continue
+        try:
+            resolve_model(model, base_url=spec.base_url, env=os.environ)
+        except ConfigError as exc:
+            raise UsageError(f"batch: {exc}") from None
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from mlra.batch.progress import make_display
+    from mlra.batch.report import write_report
+    from mlra.batch.runner import BatchRunner
+    from mlra.batch.spec import BatchError, expand
+    from mlra.console.cli import EXIT_FAILED, EXIT_OK, UsageError
+
+    spec = _spec(args)
+    try:
+        runs = expand(spec)
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+    _check_models(spec)
+    out = spec.out_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "batch.json").write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    if spec.executor == "ray":
+        try:
+            from mlra.batch.executors.ray import RayExecutor
+        except ImportError:
+            raise UsageError(
+                "--executor ray: ray is not installed (pip install 'mlra[batch]')"
+            ) from None
+        executor: Any = RayExecutor(out, address=spec.ray_address)
+    else:
+        from mlra.batch.executors.local import LocalExecutor
+
+        executor = LocalExecutor()
+    display = make_display(args.no_tui)
+    runner = BatchRunner(spec, runs, executor, out, listener=display)
+    if not runner.can_resume:
+        print("note: this mlra has no `mlra resume`; interrupted runs start afresh", flush=True)
+    print(f"batch: {len(runs)} runs in {out}", flush=True)
+    try:
+        progress = asyncio.run(runner.run())
+    finally:
+        display.close()
+        executor.close()
+    for note in runner.notes:
+        print(f"note: {note}")
+    write_report(out)
+    failed = [s for s in progress.statuses.values() if s.kind != "finished"]
+    for s in failed:
+        detail = f": {s.detail}" if s.detail else ""
+        print(f"not done: {s.run_id} ({s.kind}, {s.reason or '-'}, {s.attempts} attempts){detail}")
+    print(
+        f"batch: {progress.count('finished')}/{progress.total} finished "
+        f"({progress.skipped} already were) · report {out / 'report.md'}",
+        flush=True,
+    )
+    sys.stdout.flush()
+    return EXIT_OK if not failed else EXIT_FAILED
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from mlra.batch.report import write_report
+    from mlra.console.cli import EXIT_OK, UsageError
+
+    folder: Path = args.dir
+    if not folder.is_dir():
+        raise UsageError(f"report: {folder} is not a folder")
+    groups = write_report(folder, plots=not args.no_plots)
+    if not groups:
+        raise UsageError(f"report: no run folders in {folder}")
+    print((folder / "report.md").read_text(encoding="utf-8"), end="")
+    return EXIT_OK

@@ -1,0 +1,72 @@
+"""The batch's live display: rich progress bars on a terminal, plain lines elsewhere."""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from mlra.agent.clock import format_duration
+from mlra.batch.runner import Progress
+
+
+def summary(p: Progress) -> str:
+    return (
+        f"{p.count('finished')}/{p.total} done · {p.running} running · {p.queued} queued · "
+        f"{p.gave_up} failed · {format_duration(p.elapsed_s)} · ${p.cost_usd:.2f}"
+    )
+
+
+class PlainProgress:
+    """One line per run started or ended: readable in CI logs and when piped."""
+
+    def __init__(self, stream: TextIO | None = None) -> None:
+        self.stream = stream or sys.stdout
+        self._shown = 0
+
+    def __call__(self, p: Progress) -> None:
+        for event in p.events[self._shown :]:
+            self.stream.write(f"[{summary(p)}] {event}\n")
+        if len(p.events) > self._shown:
+            self._shown = len(p.events)
+            self.stream.flush()
+
+    def close(self) -> None:
+        pass
+
+
+class RichProgress:
+    """Bars for done and failed runs, counts of running ones, elapsed time and cost."""
+
+    def __init__(self) -> None:
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        self.console = Console()
+        self.bars = Progress(
+            TextColumn("{task.description:<8}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            console=self.console,
+            transient=False,
+        )
+        self.done = self.bars.add_task("done", total=1, info="")
+        self.failed = self.bars.add_task("failed", total=1, info="")
+        self.bars.start()
+
+    def __call__(self, p: Progress) -> None:
+        info = (
+            f"{p.running} running · {p.queued} queued · {format_duration(p.elapsed_s)} · ${p.cost_usd:.2f}"
+            + (f" · {p.last_event}" if p.last_event else "")
+        )
+        self.bars.update(self.done, total=p.total, completed=p.count("finished"), info=info)
+        self.bars.update(self.failed, total=p.total, completed=p.gave_up, info="")
+
+    def close(self) -> None:
+        self.bars.stop()
+
+
+def make_display(plain: bool) -> PlainProgress | RichProgress:
+    if plain or not sys.stdout.isatty():
+        return PlainProgress()
+    return RichProgress()

@@ -1,0 +1,218 @@
+"""Runs a batch: every run not yet done, through an executor, until each is
+finished or has used up its attempts.
+
+What to do with a run is decided from its folder each time (see `state`):
+finished runs are skipped, runs that died mid-way are resumed (`mlra resume`),
+failed runs are set aside and started afresh, each up to `max_attempts` starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlra.batch.executors import Executor, Job
+from mlra.batch.spec import BatchSpec, RunSpec, run_command
+from mlra.batch.state import LOGS, RUNS, RunStatus, retire, run_status
+
+PASSED_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
+"""Model keys a run needs where it runs; they go to the `mlra run` process, as its own env."""
+
+
+@dataclass
+class Progress:
+    """What the displays show; rebuilt from the run folders as runs start and end."""
+
+    total: int
+    statuses: dict[str, RunStatus] = field(default_factory=dict)
+    active: set[str] = field(default_factory=set)
+    """Runs this batch process has started and not yet seen end."""
+    skipped: int = 0
+    """Runs already finished when the batch started."""
+    started_at: float = field(default_factory=time.monotonic)
+    events: list[str] = field(default_factory=list)
+    """What happened, in order ("start X", "finished X", ...), for the displays."""
+
+    @property
+    def last_event(self) -> str:
+        return self.events[-1] if self.events else ""
+
+    def count(self, kind: str) -> int:
+        return sum(s.kind == kind for s in self.statuses.values())
+
+    @property
+    def gave_up(self) -> int:
+        return sum(
+            1 for s in self.statuses.values() if s.kind == "failed" and s.run_id not in self.active
+        )
+
+    @property
+    def running(self) -> int:
+        """Runs whose log a live process holds (read from the logs, not assumed)."""
+        return self.count("running")
+
+    @property
+    def queued(self) -> int:
+        """Started by this batch but not yet running: waiting for resources or a Ray node."""
+        return max(0, len(self.active) - self.running)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(s.cost_usd for s in self.statuses.values())
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started_at
+
+
+Listener = Callable[[Progress], None]
+
+
+def resume_available() -> bool:
+    """Whether this mlra has `mlra resume`; without it an interrupted run starts afresh."""
+    from mlra.console.cli import build_parser
+
+    parser = build_parser()
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return "resume" in action.choices
+    return False
+
+
+EXIT_USAGE = 2
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+class BatchRunner:
+    def __init__(
+        self,
+        spec: BatchSpec,
+        runs: list[RunSpec],
+        executor: Executor,
+        out: Path,
+        *,
+        listener: Listener | None = None,
+        can_resume: bool | None = None,
+    ) -> None:
+        self.spec = spec
+        self.runs = runs
+        self.executor = executor
+        self.out = out
+        self.listener = listener or (lambda _p: None)
+        self.can_resume = resume_available() if can_resume is None else can_resume
+        self.progress = Progress(total=len(runs))
+        self.env = {k: v for k, v in os.environ.items() if k in PASSED_ENV}
+        self.notes: list[str] = []
+        self._no_resume: set[str] = set()
+        """Runs `mlra resume` refused (exit 2): they start afresh instead."""
+
+    def _changed(self, event: str = "") -> None:
+        if event:
+            self.progress.events.append(event)
+        self.listener(self.progress)
+
+    def refresh(self, run_id: str) -> RunStatus:
+        status = run_status(self.out, run_id)
+        self.progress.statuses[run_id] = status
+        return status
+
+    def next_job(self, run: RunSpec, status: RunStatus) -> Job | None:
+        """The job that moves this run on, or None when it is done or given up."""
+        if status.kind in ("finished", "running"):
+            return None
+        if status.attempts >= self.spec.max_attempts:
+            if status.kind == "interrupted":
+                status.kind = "failed"
+            return None
+        runs_dir = (self.out / RUNS).resolve()
+        if status.kind == "interrupted" and self.can_resume and run.run_id not in self._no_resume:
+            args = ["resume", str(runs_dir / run.run_id), "--no-tui"]
+            if self.spec.base_url and run.model != "baseline":
+                args += ["--base-url", self.spec.base_url]
+            return Job(run.run_id, args, run.resources, resume=True, env=self.env)
+        if status.kind in ("failed", "interrupted"):
+            retire(self.out, run.run_id)
+        command = run_command(run, self.spec, runs_dir, python="python")
+        return Job(run.run_id, command[3:], run.resources, env=self.env)
+
+    async def _drive(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
+        while True:
+            status = self.refresh(run.run_id)
+            job = self.next_job(run, status)
+            if job is None:
+                self.progress.active.discard(run.run_id)
+                self._changed()
+                return
+            async with slots:
+                self.progress.active.add(run.run_id)
+                # "running" once its log is live (the ticker sees it); until then it is queued.
+                self.progress.statuses[run.run_id] = RunStatus(
+                    run.run_id, "pending", attempts=status.attempts
+                )
+                self._changed(f"{'resume' if job.resume else 'queue'} {run.run_id}")
+                log_path = self.out / LOGS / f"{run.run_id}.log"
+                try:
+                    code = await self.executor.run(job, log_path)
+                finally:
+                    self.progress.active.discard(run.run_id)
+            before = status
+            status = self.refresh(run.run_id)
+            if code == EXIT_USAGE and status.attempts == before.attempts:
+                # Refused before it began: trying the same command again would loop.
+                if job.resume:
+                    self._no_resume.add(run.run_id)
+                    continue
+                status.kind, status.reason, status.detail = "failed", "usage", _last_line(log_path)
+                self._changed(f"failed (usage) {run.run_id}")
+                return
+            what = status.kind if status.kind != "failed" else f"failed ({status.reason})"
+            self._changed(f"{what} {run.run_id}")
+
+    async def run(self) -> Progress:
+        (self.out / RUNS).mkdir(parents=True, exist_ok=True)
+        slots = asyncio.Semaphore(self.spec.parallel or len(self.runs) or 1)
+        drivers = []
+        for run in self.runs:
+            status = self.refresh(run.run_id)
+            if status.kind == "finished":
+                self.progress.skipped += 1
+            elif status.kind == "running":
+                self.notes.append(f"{run.run_id} is live in another process; left alone")
+            reason = self.executor.cannot_hold(run.resources)
+            if reason and status.kind != "finished":
+                status.kind, status.reason, status.detail = "failed", "resources", reason
+                continue
+            drivers.append(self._drive(run, slots))
+        self._changed("batch started")
+        ticker = asyncio.create_task(self._tick())
+        try:
+            await asyncio.gather(*drivers)
+        finally:
+            ticker.cancel()
+        self._changed("batch ended")
+        return self.progress
+
+    async def _tick(self) -> None:
+        """Live cost and elapsed time of the runs in flight, once a second."""
+        while True:
+            await asyncio.sleep(1.0)
+            for run_id in list(self.progress.active):
+                status = run_status(self.out, run_id)
+                if status.kind in ("running", "pending"):
+                    was = self.progress.statuses.get(run_id)
+                    self.progress.statuses[run_id] = status
+                    if status.kind == "running" and (was is None or was.kind != "running"):
+                        self.progress.events.append(f"running {run_id}")
+            self._changed()

@@ -1,0 +1,187 @@
+"""What a batch is: tasks x models x seeds, from flags or a TOML file.
+
+The spec expands into a fixed list of runs with stable ids, so running the same
+command again finds the same run folders and carries on where it stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from mlra.agent.clock import parse_duration
+
+
+class BatchError(Exception):
+    """A batch that cannot be run as given; the message is one readable line."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class Overrides(_Strict):
+    """Per-task settings: limits passed to `mlra run`, and the resources a run asks for."""
+
+    time_limit: str | None = None
+    max_steps: int | None = Field(default=None, gt=0)
+    max_cost: float | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
+    gpus: int | None = Field(default=None, ge=0)
+    cpus: float | None = Field(default=None, gt=0)
+    memory_gb: float | None = Field(default=None, ge=0)
+
+    @field_validator("time_limit")
+    @classmethod
+    def _duration(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_duration(value)
+        return value
+
+    def merged(self, other: Overrides) -> Overrides:
+        return Overrides(
+            **{**self.model_dump(exclude_none=True), **other.model_dump(exclude_none=True)}
+        )
+
+
+class BatchSpec(_Strict):
+    tasks: list[str] = Field(min_length=1)
+    models: list[str] = Field(min_length=1)
+    seeds: int = Field(default=1, gt=0)
+    """How many runs of each task/model pair; seeds are numbered 1..seeds."""
+    parallel: int | None = Field(default=None, gt=0)
+    """At most this many runs at once (the machine's capacity limits it too)."""
+    executor: Literal["local", "ray"] = "local"
+    ray_address: str | None = None
+    out: Path | None = None
+    base_url: str | None = None
+    max_attempts: int = Field(default=3, gt=0)
+    """Starts of one run (first try, resumes and retries together) before it is given up."""
+    isolation: Literal["auto", "bwrap", "none"] | None = None
+    defaults: Overrides = Field(default_factory=Overrides)
+    overrides: dict[str, Overrides] = Field(default_factory=dict)
+    """Settings for one task, by the name it has in `tasks`."""
+
+    def out_dir(self) -> Path:
+        """The batch folder; the same tasks, models and seeds give the same default folder."""
+        if self.out is not None:
+            return self.out
+        key = "|".join([",".join(self.tasks), ",".join(self.models), str(self.seeds)])
+        return Path("batches") / f"batch-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
+
+
+class Resources(BaseModel):
+    cpus: float = 1.0
+    memory_gb: float = 0.0
+    gpus: int = 0
+
+
+class RunSpec(BaseModel):
+    """One run of the batch: its id, the `mlra run` arguments and what it needs."""
+
+    run_id: str
+    task: str
+    """As the user named it (a task name or a folder)."""
+    task_name: str
+    model: str
+    seed: int
+    settings: Overrides
+    resources: Resources
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
+
+
+def run_id_for(task_name: str, model: str, seed: int) -> str:
+    return f"{slug(task_name)}__{slug(model)}__s{seed}"
+
+
+def load_batch_file(path: Path) -> BatchSpec:
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise BatchError(f"cannot read batch file {path}: {exc.strerror}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise BatchError(f"{path}: not valid TOML: {exc}") from None
+    if "out" in data and not Path(data["out"]).is_absolute():
+        data["out"] = str(path.parent / data["out"])
+    return parse_spec(data, where=str(path))
+
+
+def parse_spec(data: dict[str, object], *, where: str = "batch") -> BatchSpec:
+    try:
+        return BatchSpec.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or "batch"
+        raise BatchError(f"{where}: {field}: {error['msg']}") from None
+
+
+def expand(spec: BatchSpec) -> list[RunSpec]:
+    """Every run of the batch, tasks loaded (bad names fail here, before anything runs)."""
+    from mlra.tasks.spec import TaskError, find_task
+
+    runs: list[RunSpec] = []
+    unknown = set(spec.overrides) - set(spec.tasks)
+    if unknown:
+        raise BatchError(f"overrides for tasks not in the batch: {', '.join(sorted(unknown))}")
+    seen: dict[str, str] = {}
+    for task in spec.tasks:
+        try:
+            loaded = find_task(task)
+        except TaskError as exc:
+            raise BatchError(str(exc)) from None
+        if loaded.name in seen and seen[loaded.name] != task:
+            raise BatchError(f"two tasks named {loaded.name!r}: {seen[loaded.name]} and {task}")
+        seen[loaded.name] = task
+        settings = spec.defaults.merged(spec.overrides.get(task, Overrides()))
+        declared = loaded.resources
+        resources = Resources(
+            cpus=settings.cpus or declared.cpus or 1.0,
+            memory_gb=settings.memory_gb
+            if settings.memory_gb is not None
+            else declared.memory_gb or 0.0,
+            gpus=settings.gpus if settings.gpus is not None else declared.gpus,
+        )
+        for model in spec.models:
+            if not model.strip():
+                raise BatchError("an empty model name in --models")
+            for seed in range(1, spec.seeds + 1):
+                runs.append(
+                    RunSpec(
+                        run_id=run_id_for(loaded.name, model, seed),
+                        task=str(Path(task).resolve()) if Path(task).is_dir() else task,
+                        task_name=loaded.name,
+                        model=model,
+                        seed=seed,
+                        settings=settings,
+                        resources=resources,
+                    )
+                )
+    return runs
+
+
+def run_command(run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str) -> list[str]:
+    """The `mlra run` command line of one run: a batch run is an ordinary headless run."""
+    command = [python, "-m", "mlra", "run", run.task, "--model", run.model, "--no-tui"]
+    command += ["--runs-dir", str(runs_dir), "--run-id", run.run_id, "--seed", str(run.seed)]
+    if spec.base_url and run.model != "baseline":
+        command += ["--base-url", spec.base_url]
+    if spec.isolation:
+        command += ["--isolation", spec.isolation]
+    s = run.settings
+    for flag, value in (
+        ("--time-limit", s.time_limit),
+        ("--max-steps", s.max_steps),
+        ("--max-cost", s.max_cost),
+        ("--max-tokens", s.max_tokens),
+    ):
+        if value is not None:
+            command += [flag, str(value)]
+    return command

@@ -1,0 +1,311 @@
+"""Batches through the real command line: every task x model x seed run as an
+ordinary run, the report's numbers against the runs' own result.json, resuming
+after the batch is killed, retries up to the limit, and the report rebuilt from
+the run folders alone."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra.agent import events as ev
+from mlra.agent.eventlog import read_events
+from mlra.batch.report import REPORT_FILES, mean_se
+from mlra.batch.runner import resume_available
+from mlra.batch.spec import BatchError, expand, load_batch_file, run_command
+from mlra.batch.state import log_is_live
+from tests.conftest import SECRET_ENV, mlra_cli
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, turn
+
+MODEL = "openai/test-model"
+
+
+def supervisor_fallback() -> dict[str, Any]:
+    """Every supervisor turn: one subtask, then submit; so runs sharing the server need no order."""
+    return turn(
+        "",
+        call("assign_subtask", step_id="1", instructions="Write the answer into answer.txt."),
+        call("submit", path="answer.txt", note="done"),
+    )
+
+
+def worker_writing(answer: str) -> dict[str, Any]:
+    return turn(
+        "Writing.",
+        call("bash", command=f"echo {answer} > answer.txt"),
+        call("report", summary="done"),
+    )
+
+
+def _batch(
+    tmp_path: Path, server: ScriptedModelServer, out: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    args = ["batch", "--tasks", "answer_task", "--models", f"baseline,{MODEL}", *extra]
+    args += ["--out", str(out), "--base-url", server.url_for("openai"), "--isolation", "none"]  # type: ignore[list-item]
+    return mlra_cli(
+        args,
+        cwd=tmp_path,
+        timeout=180,
+    )
+
+
+@pytest.fixture
+def task_link(tmp_path: Path, answer_task: Path) -> Path:
+    """The test task under a short name in the batch's working folder."""
+    link = tmp_path / "answer_task"
+    link.symlink_to(answer_task)
+    return link
+
+
+def test_batch_runs_every_combination_and_reports_the_runs_numbers(
+    tmp_path: Path, task_link: Path
+) -> None:
+    # One worker turn per run: whichever run gets the first one answers wrong (score 0).
+    script = {
+        "supervisor:fallback": supervisor_fallback(),
+        "worker": [worker_writing("41")],
+        "worker:fallback": worker_writing("42"),
+    }
+    out = tmp_path / "b"
+    with ScriptedModelServer(script) as server:
+        proc = _batch(tmp_path, server, out, "--seeds", "2", "--no-tui")
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "4/4 finished" in proc.stdout
+
+        ids = sorted(p.name for p in (out / "runs").iterdir())
+        assert ids == [
+            "answer__baseline__s1",
+            "answer__baseline__s2",
+            "answer__openai-test-model__s1",
+            "answer__openai-test-model__s2",
+        ]
+        for run_id in ids:
+            started = read_events(out / "runs" / run_id / "events.jsonl")[0]
+            assert isinstance(started, ev.RunStarted)
+            assert started.config["seed"] == int(run_id[-1])
+        results = {i: json.loads((out / "runs" / i / "result.json").read_text()) for i in ids}
+
+        report = json.loads((out / "report.json").read_text())
+        groups = {(g["task"], g["model"]): g for g in report["groups"]}
+        assert set(groups) == {("answer", "baseline"), ("answer", MODEL)}
+        for (_task, model), group in groups.items():
+            mine = [r for r in results.values() if r["model"] == model]
+            scores = [r["score"] for r in mine]
+            assert group["runs"] == 2
+            assert group["score_mean"] == pytest.approx(sum(scores) / 2)
+            assert group["tokens"] == sum(r["tokens"] for r in mine)
+            assert group["cost_usd"] == pytest.approx(sum(r["cost_usd"] for r in mine))
+            assert group["success_rate"] == sum(bool(r["success"]) for r in mine) / 2
+        llm = groups[("answer", MODEL)]
+        assert sorted(r["score"] for r in results.values() if r["model"] == MODEL) == [0.0, 1.0]
+        assert llm["score_mean"] == 0.5 and llm["score_se"] == pytest.approx(0.5)
+        assert llm["success_rate"] == 0.5 and llm["tokens"] > 0
+        assert groups[("answer", "baseline")]["score_mean"] == 1.0
+        md = (out / "report.md").read_text()
+        assert f"| answer | {MODEL} | 2 | 2 | 0.5 ± 0.5 |" in md
+        for name in REPORT_FILES:
+            assert (out / name).stat().st_size > 0, name
+        assert (out / "score.png").read_bytes()[:4] == b"\x89PNG"
+
+        # The same command again starts nothing: every run is finished.
+        stamps = {i: (out / "runs" / i / "result.json").stat().st_mtime_ns for i in ids}
+        asked = len(server.requests)
+        again = _batch(tmp_path, server, out, "--seeds", "2", "--no-tui")
+        assert again.returncode == 0, again.stderr
+        assert "(4 already were)" in again.stdout and "queue " not in again.stdout
+        assert len(server.requests) == asked
+        assert stamps == {i: (out / "runs" / i / "result.json").stat().st_mtime_ns for i in ids}
+
+    # The report is rebuilt from the run folders alone, with the same numbers.
+    for name in REPORT_FILES:
+        (out / name).unlink()
+    (out / "batch.json").unlink()
+    (out / "logs").rename(tmp_path / "logs-elsewhere")
+    rebuilt = mlra_cli(["report", str(out)], cwd=tmp_path, timeout=60)
+    assert rebuilt.returncode == 0, rebuilt.stderr
+    assert json.loads((out / "report.json").read_text()) == report
+    assert (out / "report.md").read_text() == md
+    assert f"| answer | {MODEL} |" in rebuilt.stdout
+    csv_rows = (out / "report.csv").read_text().splitlines()
+    assert csv_rows[0].startswith("task,model,runs,scored,score_mean,score_se")
+    assert any(row.startswith(f"answer,{MODEL},2,2,0.5,0.5,") for row in csv_rows)
+    assert (out / "normalized.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def _wait_for(predicate: Any, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def _hanging_tool_call(run_dir: Path) -> bool:
+    log = run_dir / "events.jsonl"
+    if not log.is_file():
+        return False
+    return any(
+        isinstance(e, ev.ToolCall) and "sleep" in json.dumps(e.arguments) for e in read_events(log)
+    )
+
+
+def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_limit(
+    tmp_path: Path, task_link: Path
+) -> None:
+    out = tmp_path / "b"
+    script = {
+        "supervisor:fallback": supervisor_fallback(),
+        "worker:fallback": turn("Waiting.", call("bash", command="sleep 20", timeout=60)),
+    }
+    with ScriptedModelServer(script) as server:
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        args = ["batch", "--tasks", "answer_task", "--models", f"baseline,{MODEL}"]
+        args += ["--seeds", "1", "--out", str(out), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
+        args += ["--isolation", "none", "--max-attempts", "2", "--no-tui"]
+        batch = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        llm_run = out / "runs" / "answer__openai-test-model__s1"
+        baseline_result = out / "runs" / "answer__baseline__s1" / "result.json"
+        try:
+            _wait_for(lambda: baseline_result.exists(), 60, "the baseline run")
+            _wait_for(lambda: _hanging_tool_call(llm_run), 60, "the model run's long command")
+        finally:
+            batch.send_signal(signal.SIGKILL)
+            batch.wait()
+        # The batch's runs die with it, mid-run: no run_finished, the log's lock free.
+        _wait_for(lambda: not log_is_live(llm_run / "events.jsonl"), 30, "the run to die")
+        assert not any(isinstance(e, ev.RunFinished) for e in read_events(llm_run / "events.jsonl"))
+        baseline_stamp = baseline_result.stat().st_mtime_ns
+
+        # Rerun: the finished run is skipped, the interrupted one is carried on to its end.
+        server.set_fallback("worker", worker_writing("42"))
+        proc = mlra_cli(args, cwd=tmp_path, timeout=180)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "2/2 finished (1 already were)" in proc.stdout
+        assert baseline_result.stat().st_mtime_ns == baseline_stamp
+        assert json.loads((llm_run / "result.json").read_text())["score"] == 1.0
+        resumed = any(isinstance(e, ev.RunResumed) for e in read_events(llm_run / "events.jsonl"))
+        assert resumed == resume_available()
+        if not resumed:  # an mlra without `mlra resume`: the dead attempt is set aside
+            assert "no `mlra resume`" in proc.stdout
+            dead = out / "retired" / "answer__openai-test-model__s1__a1" / "events.jsonl"
+            assert not any(isinstance(e, ev.RunFinished) for e in read_events(dead))
+
+        # A run that fails every time is retried until it has used its attempts, then reported.
+        server.set_fallback("supervisor", {"status": 400, "message": "bad request"})
+        failing = ["batch", "--tasks", "answer_task", "--models", MODEL, "--seeds", "1"]
+        failing += ["--out", str(tmp_path / "f"), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
+        failing += ["--isolation", "none", "--max-attempts", "2", "--no-tui"]
+        proc = mlra_cli(failing, cwd=tmp_path, timeout=180)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert "not done: answer__openai-test-model__s1 (failed, error, 2 attempts)" in proc.stdout
+        f = tmp_path / "f"
+        assert [p.name for p in (f / "retired").iterdir()] == ["answer__openai-test-model__s1__a1"]
+        report = json.loads((f / "report.json").read_text())
+        assert report["groups"][0]["failures"] == {"error": 1}
+        assert report["groups"][0]["success_rate"] == 0.0
+        # Its attempts are used up: running the batch again does not start it again.
+        asked = len(server.requests)
+        proc = mlra_cli(failing, cwd=tmp_path, timeout=60)
+        assert proc.returncode == 1 and len(server.requests) == asked
+
+
+def test_bad_batch_input_is_one_line_and_exit_2(tmp_path: Path, task_link: Path) -> None:
+    proc = mlra_cli(["batch", "--tasks", "no-such-task", "--models", "baseline"], cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "no-such-task" in proc.stderr and not (tmp_path / "batches").exists()
+    proc = mlra_cli(["batch", "--tasks", "answer_task", "--models", "anthropic/x"], cwd=tmp_path)
+    assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
+    proc = mlra_cli(["batch", "--tasks", "answer_task"], cwd=tmp_path)
+    assert proc.returncode == 2 and "name the models" in proc.stderr
+    proc = mlra_cli(["report", str(tmp_path / "nothing")], cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_batch_file_with_per_task_overrides(
+    tmp_path: Path, task_link: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "batch.toml").write_text(
+        'tasks = ["answer_task"]\nmodels = ["baseline", "openai/m"]\nseeds = 3\nout = "b"\n'
+        'base_url = "http://127.0.0.1:9/v1"\n'
+        '[overrides.answer_task]\nmax_steps = 7\ntime_limit = "2m"\ngpus = 1\nmemory_gb = 2\n'
+    )
+    monkeypatch.chdir(tmp_path)
+    spec = load_batch_file(tmp_path / "batch.toml")
+    runs = expand(spec)
+    assert len(runs) == 6 and spec.out_dir() == tmp_path / "b"
+    assert runs[0].resources.gpus == 1 and runs[0].resources.memory_gb == 2
+    command = run_command(runs[-1], spec, tmp_path / "b" / "runs", python="python")
+    assert command[command.index("--max-steps") + 1] == "7"
+    assert command[command.index("--run-id") + 1] == "answer__openai-m__s3"
+    assert "--base-url" in command
+    assert "--base-url" not in run_command(runs[0], spec, tmp_path, python="python")
+
+    (tmp_path / "bad.toml").write_text(
+        'tasks = ["answer_task"]\nmodels = ["baseline"]\nseeds = 0\n'
+    )
+    with pytest.raises(BatchError, match="seeds"):
+        load_batch_file(tmp_path / "bad.toml")
+
+
+def test_mean_and_standard_error() -> None:
+    assert mean_se([]) == (None, None)
+    assert mean_se([0.7]) == (0.7, None)
+    mean, se = mean_se([1.0, 2.0, 3.0, 4.0])
+    assert mean == 2.5 and se == pytest.approx(1.2909944 / 2)
+
+
+async def test_the_local_pool_holds_runs_to_capacity_and_gives_each_its_own_gpu(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    from mlra.batch.executors.local import Capacity, LocalExecutor
+    from mlra.batch.runner import BatchRunner
+    from mlra.batch.spec import BatchSpec, Overrides
+
+    out = tmp_path / "b"
+    spec = BatchSpec(
+        tasks=[str(answer_task)],
+        models=["baseline"],
+        seeds=3,
+        out=out,
+        isolation="none",
+        overrides={str(answer_task): Overrides(gpus=1)},
+    )
+    # Two GPUs (by name; no device is touched by the answer task) and CPUs to spare.
+    executor = LocalExecutor(Capacity(cpus=8, memory_gb=64, gpus=["0", "1"]))
+    progress = await BatchRunner(spec, expand(spec), executor, out).run()
+    assert progress.count("finished") == 3
+
+    spans = []
+    for run_dir in sorted((out / "runs").iterdir()):
+        events = read_events(run_dir / "events.jsonl")
+        assert isinstance(events[0], ev.RunStarted)
+        spans.append((events[0].config["gpus"], events[0].ts, events[-1].ts))
+    assert sorted(g for g, _, _ in spans) in (["0", "0", "1"], ["0", "1", "1"])
+    for i, (gpu, start, end) in enumerate(spans):
+        for other_gpu, other_start, other_end in spans[i + 1 :]:
+            if gpu == other_gpu:  # one GPU, one run at a time
+                assert end <= other_start or other_end <= start
+
+    # A run that can never fit is reported, not started.
+    big = spec.model_copy(
+        update={"out": tmp_path / "big", "overrides": {str(answer_task): Overrides(gpus=3)}}
+    )
+    progress = await BatchRunner(big, expand(big), executor, tmp_path / "big").run()
+    assert {s.reason for s in progress.statuses.values()} == {"resources"}
+    assert "needs 3 GPU(s); this machine has 2" in progress.statuses["answer__baseline__s1"].detail
+    assert not (tmp_path / "big" / "runs" / "answer__baseline__s1").exists()
