@@ -37,6 +37,16 @@ class RunConfig(BaseModel):
     keep_recent_turns: int = 6
     sandbox: Literal["local", "docker"] = "local"
     isolation: Literal["auto", "bwrap", "none"] = "auto"
+    image: str | None = None
+    """Docker sandbox: the image (default: the task's, else mlra's own, `mlra image build`)."""
+    gpus: str | None = None
+    """GPUs for the sandbox: "all", "none" or host ids "0,2" (default: all if the task needs any)."""
+    memory_mb: int | None = None
+    """Docker sandbox memory limit (default: the task's memory_gb)."""
+    cpus: float | None = None
+    """Docker sandbox CPU limit (default: the task's cpus)."""
+    pids_limit: int | None = None
+    """Docker sandbox process limit (default 8192)."""
     on_provider_failure: Literal["end", "pause"] = "end"
     """Headless runs end with status error; the console pauses so the user can decide."""
     resource_interval_s: float = 1.0
@@ -45,3 +55,9 @@ class RunConfig(BaseModel):
     breakpoints: list[str] = Field(default_factory=list)
     """Break before matching tool calls (rules as `Breakpoint.parse` reads them)."""
     env: dict[str, str] = Field(default_factory=dict)
+    snapshots: bool = True
+    """Record the workspace's changes after every action, for replay and fork."""
+    snapshot_max_file_mb: float = 8.0
+    """Files larger than this are recorded by size and hash only."""
+    seed: int | None = None
+    """Which repetition of a task/model pair this run is (batches); recorded, not used to sample."""

@@ -26,6 +26,7 @@ from mlra.agent.clock import RunClock
 from mlra.agent.config import RunConfig
 from mlra.agent.controls import Breakpoint, Controls, Decision
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.fingerprint import request_fingerprint
 from mlra.agent.history import AgentHistory
 from mlra.agent.prompts import SUMMARIZER_SYSTEM, status_note
 from mlra.agent.providers.base import (
@@ -35,6 +36,8 @@ from mlra.agent.providers.base import (
     ProviderError,
     ToolCallRequest,
 )
+from mlra.agent.recording import KILLED_BY_RUN_END, Recording, response_from
+from mlra.agent.snapshots import SnapshotStore, WorkspaceScanner
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry
@@ -111,15 +114,107 @@ class RunController:
         self._call_counter = 0
         self._task: asyncio.Task[Any] | None = None
         self._aborted = False
+        self._recording: Recording | None = None
+        """Set while a resumed or forked run catches up with its log (agent/recording.py)."""
+        self._going_live: Callable[[], list[ev.Event]] | None = None
+        self._interrupted: list[str] = []
+        self._delivered_ahead: list[tuple[str, str]] = []
+        self._live = asyncio.Event()
+        self.scanner = WorkspaceScanner(
+            self.workspace,
+            SnapshotStore(self.run_dir),
+            max_stored_bytes=int(config.snapshot_max_file_mb * 1024 * 1024),
+        )
 
     # --- events -----------------------------------------------------------------------
 
     def emit(self, event: ev.Event) -> ev.Event:
-        """Stamp the run clock on an event and append it: the only way state changes."""
+        """Stamp the run clock on an event and append it: the only way state changes.
+
+        While a resumed run catches up, the agent's events are matched against the
+        recorded ones instead (the recorded twin is returned, nothing is written).
+        """
+        if self._recording is not None:
+            recorded = self._recording.match(event)
+            if recorded is not None:
+                return recorded
+            self._go_live()
+        return self._append(event)
+
+    def _append(self, event: ev.Event) -> ev.Event:
         if self.log is None:
             raise RuntimeError("the run has not been prepared")
         event.t = round(self.clock.elapsed(), 3)
         return self.log.append(event)
+
+    # --- catching up with a recorded run (resume, fork) -------------------------------
+
+    def catch_up(
+        self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]
+    ) -> None:
+        """Replay `recorded` through the agent before going live (see agent/recording.py).
+
+        `going_live` makes the events that open the live part (`run_resumed`,
+        `run_forked`); it is called once, when the recording runs out.
+        """
+        self._recording = Recording(recorded, self._fold_recorded)
+        self._going_live = going_live
+        self.scanner.load(e for e in recorded if isinstance(e, ev.WorkspaceSnapshot))
+
+    def _fold_recorded(self, event: ev.Event) -> None:
+        self.state.apply(event)
+        if isinstance(event, ev.Control):
+            if event.action == "inject" and event.target and event.text:
+                if (event.target, event.text) in self._delivered_ahead:
+                    self._delivered_ahead.remove((event.target, event.text))
+                else:
+                    self.controls.inject(event.target, event.text)
+            elif event.action == "breakpoints" and event.arguments is not None:
+                rules = event.arguments.get("rules", [])
+                self.controls.breakpoints = [Breakpoint.parse(r) for r in rules]
+
+    def _catching_up(self) -> bool:
+        """True while the agent has recorded actions ahead; goes live when it has none."""
+        if self._recording is None:
+            return False
+        if self._recording.peek_agent_event() is None:
+            self._go_live()
+            return False
+        return True
+
+    def _go_live(self, *, interrupted: str | None = None) -> None:
+        recording, self._recording = self._recording, None
+        if recording is None:
+            return
+        recording.finish()
+        if interrupted:
+            self._interrupted.append(interrupted)
+        if self._going_live is not None:
+            for event in self._going_live():
+                if isinstance(event, ev.RunResumed):
+                    event.interrupted_calls = list(self._interrupted)
+                self._append(event)
+        self._live.set()
+
+    def take_messages(self, agent: ev.AgentRole, *, review: bool = False) -> list[str]:
+        """The user's messages for an agent; while catching up, the ones it read then."""
+        if self._recording is not None:
+            kind = ev.Review if review else ev.StepStarted
+            ahead = self._recording.find_next(kind)
+            if ahead is not None and (review or getattr(ahead, "agent", None) == agent):
+                delivered = list(
+                    ahead.user_messages if isinstance(ahead, ev.Review) else ahead.delivered  # type: ignore[attr-defined]
+                )
+                inbox = self.controls.take_messages(agent)
+                for text in delivered:
+                    if text in inbox:
+                        inbox.remove(text)
+                    else:  # its `inject` is still ahead in the log
+                        self._delivered_ahead.append((agent, text))
+                for text in inbox:
+                    self.controls.inject(agent, text)
+                return delivered
+        return self.controls.take_messages(agent)
 
     def subscribe(self, callback: Callable[[ev.Event], None]) -> None:
         """Displays subscribe before `run()` so they see every event from the first."""
@@ -161,9 +256,11 @@ class RunController:
         spec = self.sandbox_spec()
         if self._sandbox_factory is not None:
             return self._sandbox_factory(self.workspace, spec)
-        from mlra.tools.sandbox.local import LocalSandbox
+        from mlra.tools.sandbox.factory import create_sandbox
 
-        return LocalSandbox(self.workspace, spec, isolation_mode=self.config.isolation)
+        return create_sandbox(
+            self.workspace, spec, config=self.config, task=self.task, run_id=self.run_id
+        )
 
     def _emit_started(self) -> None:
         assert self.sandbox is not None
@@ -189,6 +286,7 @@ class RunController:
                 ),
                 config=self.config.model_dump(mode="json"),
                 mlra_version=__version__,
+                context_window=self.provider.context_window if self.provider else None,
             )
         )
 
@@ -229,10 +327,14 @@ class RunController:
             self.prepare()
         self.sandbox = self._make_sandbox()
         notices = await self.sandbox.start()
-        self._emit_started()
+        if self._recording is None:
+            self._emit_started()
         for notice in notices:
-            self.emit(ev.Notice(level="warning", message=notice))
+            self._append(ev.Notice(level="warning", message=notice))
         self.clock.start()
+        if self._recording is None:
+            self._live.set()
+            await self._snapshot(0)
         if self.config.start_paused:
             self.pause(source="start")
 
@@ -299,12 +401,14 @@ class RunController:
         from mlra.agent.resources import ResourceMonitor
 
         monitor = await asyncio.to_thread(ResourceMonitor, self.workspace)
+        await self._live.wait()
         while True:
-            self.emit(await asyncio.to_thread(monitor.sample))
+            self._append(await asyncio.to_thread(monitor.sample))
             await asyncio.sleep(self.config.resource_interval_s)
 
     async def _finish(self, ending: Ending) -> None:
         self.clock.pause()
+        self._go_live()
         if ending.evaluate:
             self.emit(ev.Submission(path=ending.path, note=ending.note, by=ending.by))  # type: ignore[arg-type]
             await self._evaluate(ending.path)
@@ -323,6 +427,8 @@ class RunController:
     def _finish_abruptly(self, status: ev.RunStatus, message: str) -> None:
         if self.log is None or self.state.finished is not None:
             return
+        with contextlib.suppress(Exception):
+            self._go_live()
         reason: ev.FinishReason = "error" if status == "error" else "stopped"
         self.emit_safely(ev.RunFinished(status=status, reason=reason, message=message))
 
@@ -345,7 +451,7 @@ class RunController:
     # --- the human's controls ---------------------------------------------------------
 
     def _control(self, action: ev.ControlAction, **fields: Any) -> None:
-        self.emit(ev.Control(action=action, **fields))
+        self._append(ev.Control(action=action, **fields))
 
     def pause(self, *, source: str = "user") -> None:
         if self.controls.paused or self.state.finished:
@@ -380,7 +486,11 @@ class RunController:
 
     def set_breakpoints(self, breakpoints: list[Breakpoint]) -> None:
         self.controls.breakpoints = list(breakpoints)
-        self._control("breakpoints", text="; ".join(b.describe() for b in breakpoints) or "none")
+        self._control(
+            "breakpoints",
+            text="; ".join(b.describe() for b in breakpoints) or "none",
+            arguments={"rules": [b.rule for b in breakpoints]},
+        )
 
     def approve(self, call_id: str) -> bool:
         if self.controls.decide(call_id, Decision("approve")):
@@ -447,6 +557,8 @@ class RunController:
 
     async def begin_step(self, agent: ev.AgentRole, *, counts: bool) -> int:
         """Wait at the gate (pause, step mode), check budgets, and number the step."""
+        if self._catching_up():
+            return self.state.steps + 1 if counts else self.state.steps
         if self.controls.step_used_up():
             self.pause(source="step")
         await self.controls.gate()
@@ -466,16 +578,22 @@ class RunController:
         assert self.provider is not None
         step = await self.begin_step(agent, counts=counts_as_step)
         await self._keep_in_context(agent, history)
-        injected = self.controls.take_messages(agent)
-        parts = [
-            *(f"[message from the user] {m}" for m in injected),
-            extra_prompt,
-            self.elapsed_note(),
-        ]
-        prompt = "\n\n".join(p for p in parts if p)
+        injected = self.take_messages(agent)
+        recorded = self._recording.find_next(ev.StepStarted) if self._catching_up() else None
+        if isinstance(recorded, ev.StepStarted):
+            prompt = recorded.prompt  # the clock note as it was then
+        else:
+            parts = [
+                *(f"[message from the user] {m}" for m in injected),
+                extra_prompt,
+                self.elapsed_note(),
+            ]
+            prompt = "\n\n".join(p for p in parts if p)
         history.add_user(prompt)
         turn = history.turn + 1
-        self.emit(ev.StepStarted(agent=agent, step=step, turn=turn, prompt=prompt))
+        self.emit(
+            ev.StepStarted(agent=agent, step=step, turn=turn, prompt=prompt, delivered=injected)
+        )
         response = await self._generate(agent, history.system, history.messages, registry, turn)
         history.record_usage(response.usage.input_tokens)
         history.add_assistant(response)
@@ -491,7 +609,15 @@ class RunController:
         *,
         purpose: str = "turn",
     ) -> ModelResponse:
+        if self._catching_up():
+            assert self._recording is not None
+            recorded = self._recording.model_call(agent, purpose)
+            if recorded is not None:
+                return response_from(recorded)
+            self._go_live()  # the call was in flight when the run stopped: ask again
         assert self.provider is not None
+        tools = registry.specs() if registry else []
+        request_sha, _ = request_fingerprint(system, messages, tools, self.replacements())
         buffer: list[str] = []
 
         def flush() -> None:
@@ -506,10 +632,11 @@ class RunController:
 
         while True:
             try:
+                self.provider.expect(request_sha, messages, self.replacements())
                 response = await self.provider.generate(
                     system=system,
                     messages=messages,
-                    tools=registry.specs() if registry else [],
+                    tools=tools,
                     on_text=on_text if purpose == "turn" else None,
                     max_tokens=self.config.max_output_tokens,
                 )
@@ -548,9 +675,19 @@ class RunController:
                 latency_s=round(response.latency_s, 4),
                 stop_reason=response.stop_reason,
                 purpose=purpose,  # type: ignore[arg-type]
+                text=response.text,
+                tool_calls=[c.model_dump(exclude_defaults=True) for c in response.tool_calls],
+                request_sha=request_sha,
             )
         )
         return response
+
+    def replacements(self) -> list[tuple[str, str]]:
+        """Names that differ between two runs of the same thing (see agent/fingerprint.py)."""
+        pairs = [(str(self.workspace), "<workspace>"), (self.run_id, "<run>")]
+        if self.sandbox is not None:
+            pairs.insert(0, (self.sandbox.workdir, "<workspace>"))
+        return sorted(pairs, key=lambda p: -len(p[0]))
 
     async def ask(
         self,
@@ -568,15 +705,28 @@ class RunController:
         )
 
     async def _keep_in_context(self, agent: ev.AgentRole, history: AgentHistory) -> None:
-        assert self.provider is not None
-        window = self.provider.context_window
-        budget = int(window * self.config.context_fraction) - self.config.max_output_tokens
         before = history.estimated_tokens()
-        if before <= budget:
-            return
-        cut = history.summarizable(self.config.keep_recent_turns)
-        if cut is None:
-            cut = history.summarizable(1)
+        if self._catching_up():
+            # Summarize where the run did, whatever this provider's window.
+            assert self._recording is not None
+            ahead = self._recording.peek_agent_event()
+            if not (isinstance(ahead, ev.ModelCall) and ahead.purpose == "summary"):
+                return
+            done = self._recording.find_next(ev.HistorySummarized)
+            cuts = [history.summarizable(k) for k in (self.config.keep_recent_turns, 1)]
+            cut = next(
+                (c for c in cuts if c and done and c[2:] == (done.first_turn, done.last_turn)),  # type: ignore[attr-defined]
+                cuts[0] or cuts[1],
+            )
+        else:
+            assert self.provider is not None
+            window = self.provider.context_window
+            budget = int(window * self.config.context_fraction) - self.config.max_output_tokens
+            if before <= budget:
+                return
+            cut = history.summarizable(self.config.keep_recent_turns)
+            if cut is None:
+                cut = history.summarizable(1)
         if cut is None:
             return
         start, end, first_turn, last_turn = cut
@@ -617,6 +767,27 @@ class RunController:
                 turn=turn,
             )
         )
+        if self._recording is not None:
+            tool = registry.get(call.name)
+            if tool is None or not tool.reruns_on_resume:
+                result, awaiting = self._recording.tool_result(call.id)
+                if result is not None:
+                    return outcome_of(result)
+                # The run stopped during this call: say so, unless nothing had run yet
+                # (it was waiting for the user), in which case it is asked for again.
+                self._go_live(interrupted=None if awaiting else call.id)
+                if not awaiting:
+                    return self._record_result(
+                        call,
+                        agent,
+                        ToolOutcome(
+                            output="Interrupted: the run stopped (crashed, was killed or was "
+                            "stopped) while this call was running, and has been resumed. It may "
+                            "have run in part: check its effects before running it again.",
+                            ok=False,
+                            error="interrupted",
+                        ),
+                    )
         arguments = call.arguments
         breakpoint_ = (
             self.controls.should_break(call.name, arguments) if call.parse_error is None else None
@@ -671,11 +842,25 @@ class RunController:
                 ToolOutcome(
                     output="Killed: the run ended while this call was running.",
                     ok=False,
-                    error="killed: the run ended",
+                    error=KILLED_BY_RUN_END,
                 ),
             )
             raise
-        return self._record_result(call, agent, outcome)
+        self._record_result(call, agent, outcome)
+        await self._snapshot(step)
+        return outcome
+
+    async def _snapshot(self, step: int) -> None:
+        """Record what the last action changed in the workspace (agent/snapshots.py)."""
+        if not self.config.snapshots:
+            return
+        try:
+            snapshot = await asyncio.to_thread(self.scanner.scan, step)
+        except Exception as exc:  # a full disk must not end the run
+            self._append(ev.Notice(level="warning", message=f"workspace snapshot failed: {exc}"))
+            return
+        if snapshot is not None:
+            self.emit(snapshot)
 
     async def _await_decision(self, call: ToolCallRequest, bp: Breakpoint) -> Decision:
         future = self.controls.expect_decision(call.id)
@@ -710,6 +895,7 @@ class RunController:
                 timed_out=outcome.timed_out,
                 error=outcome.error,
                 data=outcome.data,
+                signal=outcome.signal,
             )
         )
         return outcome
@@ -718,3 +904,20 @@ class RunController:
         self, steps: list[ev.PlanStep], reason: str = "", *, agent: ev.AgentRole = "supervisor"
     ) -> None:
         self.emit(ev.PlanUpdated(agent=agent, steps=steps, reason=reason))
+
+
+def outcome_of(result: ev.ToolResult) -> ToolOutcome:
+    """A tool's outcome as the agent received it, rebuilt from its record."""
+    signal = result.signal
+    if signal is None and result.ok and result.tool in ("submit", "report"):
+        signal = result.tool  # logs written before the signal was recorded
+    return ToolOutcome(
+        output=result.output,
+        ok=result.ok,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        error=result.error,
+        data=dict(result.data),
+        signal=signal,  # type: ignore[arg-type]
+        duration_s=result.duration_s,
+    )

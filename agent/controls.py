@@ -42,6 +42,11 @@ class Breakpoint:
         who = self.tool or "any tool"
         return f"{who} matching {self.pattern!r}" if self.pattern else who
 
+    @property
+    def rule(self) -> str:
+        """The rule as `parse` reads it back."""
+        return f"{self.tool or '*'}:{self.pattern}" if self.pattern else (self.tool or "*")
+
     @classmethod
     def parse(cls, text: str) -> Breakpoint:
         """`bash`, `bash:rm -rf`, `:pip install` or `*`."""

@@ -65,6 +65,9 @@ class RunStarted(_Event):
     config: dict[str, Any] = Field(default_factory=dict)
     mlra_version: str = ""
     forked_from: dict[str, Any] | None = None
+    context_window: int | None = None
+    """The model's context window as the run knew it: a replay of the run
+    (`--model replay:RUN`) summarizes where the run did."""
 
 
 class RunFinished(_Event):
@@ -128,6 +131,8 @@ class Review(_Event):
     subtask: int
     after_steps: int
     guidance: str = ""
+    user_messages: list[str] = Field(default_factory=list)
+    """The user's messages to the supervisor that this review read."""
 
 
 # --- worker --------------------------------------------------------------------------
@@ -145,6 +150,8 @@ class StepStarted(_Event):
     step: int
     turn: int
     prompt: str = ""
+    delivered: list[str] = Field(default_factory=list)
+    """The user's messages the prompt carries, so a resume knows they were read."""
 
 
 class TextDelta(_Event):
@@ -202,6 +209,8 @@ class ToolResult(_Event):
     timed_out: bool = False
     error: str | None = None
     data: dict[str, Any] = Field(default_factory=dict)
+    signal: Literal["submit", "report"] | None = None
+    """The call ended the run (submit) or the subtask (report)."""
 
 
 class ModelCall(_Event):
@@ -289,6 +298,7 @@ class FileChange(BaseModel):
     sha256: str | None = None
     stored: bool = True
     """False for files over the size threshold: recorded by size and hash only."""
+    mtime_ns: int = 0
 
 
 class WorkspaceSnapshot(_Event):
@@ -309,6 +319,21 @@ class RunResumed(_Event):
     interrupted_calls: list[str] = Field(default_factory=list)
     """Tool calls that were running when the run stopped; they did not finish."""
     model: str = ""
+
+
+class RunForked(_Event):
+    """This run began as a copy of another run's log up to a step (`mlra fork`)."""
+
+    type: Literal["run_forked"] = "run_forked"
+    run_id: str
+    source_run: str
+    source_dir: str
+    at_step: int
+    model: str
+    edited_action: dict[str, Any] | None = None
+    message: str | None = None
+    missing_files: list[str] = Field(default_factory=list)
+    """Workspace files recorded by hash only that could not be restored."""
 
 
 # --- ending --------------------------------------------------------------------------
@@ -368,7 +393,8 @@ Event = Annotated[
     | EvaluationStarted
     | EvaluationFinished
     | WorkspaceSnapshot
-    | RunResumed,
+    | RunResumed
+    | RunForked,
     Field(discriminator="type"),
 ]
 

@@ -58,6 +58,8 @@ class RunState:
     finished: ev.RunFinished | None = None
     last_error: str | None = None
     events: int = 0
+    resumed: int = 0
+    forked_from: str | None = None
 
     @property
     def phase(self) -> Phase:
@@ -140,6 +142,25 @@ class RunState:
                 self.finished = event
                 if event.status == "error":
                     self.last_error = event.message or self.last_error
+            case ev.RunResumed():
+                # The run goes on: the earlier ending (a stop, a crash) is history.
+                self.finished = None
+                self.evaluating = False
+                self.paused = False
+                self.pending_approval = None
+                self.resumed += 1
+                if event.model:
+                    self.model = event.model
+            case ev.RunForked():
+                self.finished = None
+                self.evaluating = False
+                self.paused = False
+                self.pending_approval = None
+                self.submission = None
+                self.evaluation = None
+                self.run_id = event.run_id
+                self.forked_from = f"{event.source_run}@{event.at_step}"
+                self.model = event.model
             case _:
                 pass
 
@@ -188,6 +209,8 @@ class RunResult(BaseModel):
     cache_read_tokens: int
     tokens: int
     cost_usd: float
+    forked_from: str | None = None
+    resumed: int = 0
 
 
 def result_of(state: RunState) -> RunResult:
@@ -220,6 +243,8 @@ def result_of(state: RunState) -> RunResult:
         cache_read_tokens=state.cache_read_tokens,
         tokens=state.tokens,
         cost_usd=round(state.cost_usd, 6),
+        forked_from=state.forked_from,
+        resumed=state.resumed,
     )
 
 

@@ -19,6 +19,7 @@ from mlra.agent.worker import Worker
 from mlra.tools.files import ListFiles, ReadFile
 from mlra.tools.plan import UpdatePlan, render_plan
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
+from mlra.tools.research import reading_tools
 from mlra.tools.submit import Submit
 
 MAX_NUDGES = 3
@@ -37,6 +38,7 @@ class AssignSubtask(Tool[AssignSubtaskArgs]):
         "Hand the worker one subtask and wait for it to finish. Returns the worker's report."
     )
     Args = AssignSubtaskArgs
+    reruns_on_resume = True
 
     def __init__(self, supervisor: Supervisor) -> None:
         self.supervisor = supervisor
@@ -53,7 +55,14 @@ class Supervisor:
         assert controller.sandbox is not None
         workdir = controller.sandbox.workdir
         self.registry = ToolRegistry(
-            [UpdatePlan(self._plan_changed), AssignSubtask(self), ReadFile(), ListFiles(), Submit()]
+            [
+                UpdatePlan(self._plan_changed),
+                AssignSubtask(self),
+                ReadFile(),
+                ListFiles(),
+                *reading_tools(),
+                Submit(),
+            ]
         )
         self.review_registry = ToolRegistry([UpdatePlan(self._plan_changed)])
         self.history = AgentHistory(system=SUPERVISOR_SYSTEM.format(workdir=workdir))
@@ -159,7 +168,7 @@ class Supervisor:
         Messages the user sent the supervisor are read here too: the supervisor's
         own conversation waits on the subtask, and they should not wait with it.
         """
-        messages = self.ctl.controls.take_messages("supervisor")
+        messages = self.ctl.take_messages("supervisor", review=True)
         self._user_notes += messages
         from_user = [f"[message from the user] {m}" for m in messages]
         text = "\n\n".join(
@@ -180,7 +189,11 @@ class Supervisor:
         guidance = response.text.strip()
         if guidance.lower().rstrip(".") == "continue":
             guidance = ""
-        self.ctl.emit(ev.Review(subtask=subtask, after_steps=len(recent), guidance=guidance))
+        self.ctl.emit(
+            ev.Review(
+                subtask=subtask, after_steps=len(recent), guidance=guidance, user_messages=messages
+            )
+        )
         if guidance:
             self._reviews.append(guidance)
         return guidance

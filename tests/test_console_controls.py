@@ -219,7 +219,12 @@ async def test_reject_a_call_with_a_message_the_worker_reads(
 
 
 async def test_inject_a_message_to_the_worker(tmp_path: Path, answer_task: Path) -> None:
-    script = worker(turn("count", call("python", code=SLOW_COUNT)), ANSWER, REPORT)
+    # The command runs until the test has typed its message, however slow the machine.
+    wait_for_go = (
+        "import os, time\nprint('waiting', flush=True)\n"
+        "for _ in range(1200):\n    if os.path.exists('go'): break\n    time.sleep(0.05)\n"
+    )
+    script = worker(turn("wait", call("python", code=wait_for_go)), ANSWER, REPORT)
     async with live(tmp_path, answer_task, script) as run:
         await run.watch.wait(is_(ev.ToolOutput))
         await run.pilot.press("i")
@@ -228,6 +233,7 @@ async def test_inject_a_message_to_the_worker(tmp_path: Path, answer_task: Path)
         )
         await run.pilot.press(*"use seed 7", "enter")
         injected = await run.watch.wait(is_(ev.Control, action="inject"))
+        (run.controller.workspace / "go").touch()
         step = await run.watch.wait(is_(ev.StepStarted, agent="worker"), after=injected.seq)
         await run.finished()
     assert injected.target == "worker" and injected.text == "use seed 7"  # type: ignore[attr-defined]

@@ -49,6 +49,7 @@ def _samples() -> list[ev.Event]:
         ev.EvaluationFinished(ok=True, metric="m", score=1.0),
         ev.WorkspaceSnapshot(step=1, changed=[ev.FileChange(path="a", size=1, sha256="x")]),
         ev.RunResumed(),
+        ev.RunForked(run_id="b", source_run="a", source_dir="runs/a", at_step=3, model="baseline"),
     ]
 
 

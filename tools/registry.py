@@ -64,6 +64,10 @@ class Tool(Generic[A]):
     name: ClassVar[str]
     description: ClassVar[str]
     Args: ClassVar[type[BaseModel]]
+    reruns_on_resume: ClassVar[bool] = False
+    """A tool whose work is the agent's own code (the supervisor's `assign_subtask`
+    runs the worker): a resumed run executes it again, catching up inside it,
+    where any other tool's recorded result is taken as it is."""
 
     async def run(self, args: A, ctx: ToolContext) -> ToolOutcome:
         raise NotImplementedError

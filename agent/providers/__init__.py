@@ -23,7 +23,8 @@ KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
 VALID_FORMS = (
     "use anthropic/<model> (e.g. anthropic/claude-sonnet-4-6), openai/<model> "
     "(e.g. openai/gpt-5; with --base-url URL for a local OpenAI-compatible server), "
-    "or baseline (runs the task's reference recipe, no LLM)"
+    "baseline (runs the task's reference recipe, no LLM), "
+    "or replay:RUN_DIR (the model answers recorded in a run)"
 )
 
 __all__ = [
@@ -60,6 +61,10 @@ def resolve_model(
     timeout_s: float | None = None,
 ) -> ModelProvider:
     """A provider for `spec`, or a ConfigError whose one line tells the user what to fix."""
+    if spec.strip().startswith("replay:"):
+        from mlra.agent.providers.replay import ReplayProvider
+
+        return ReplayProvider.from_spec(spec.strip())
     provider, model = parse_model_spec(spec)
     base_url = (base_url or "").strip() or None
     key_var = KEY_VARS[provider]

@@ -81,5 +81,14 @@ class ModelProvider(abc.ABC):
     ) -> ModelResponse:
         """One model turn, streamed: `on_text` gets text pieces as they arrive."""
 
+    def expect(
+        self, request_sha: str, messages: list[Message], replacements: list[tuple[str, str]]
+    ) -> None:
+        """Told the fingerprint of each request before it is sent (agent/fingerprint.py).
+
+        Only the replay provider uses it, to find where a re-run departs from
+        its recording; it raises ProviderError there.
+        """
+
     async def aclose(self) -> None:
         """Release HTTP connections."""

@@ -166,6 +166,7 @@ class ScriptedModelServer:
         chunk_delay_s: float = 0.0,
         reject_stream_options: bool = False,
         max_model_len: int | None = None,
+        turn_by_history: bool = False,
     ) -> None:
         """`retry_after_ms` is sent with every 429/5xx so SDK retries are near-instant in tests."""
         self.script: Script = validate_script(script or {})
@@ -175,6 +176,10 @@ class ScriptedModelServer:
         self.chunk_delay_s = chunk_delay_s
         self.reject_stream_options = reject_stream_options
         self.max_model_len = max_model_len
+        self.turn_by_history = turn_by_history
+        """Answer with the turn numbered by the assistant messages already in the request,
+        as a stateless model would: a client that dies and asks again (a resumed run)
+        gets the same answer, not the next one."""
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._positions: dict[str, int] = {}
@@ -261,12 +266,14 @@ class ScriptedModelServer:
         """A role the script does not mention plays the "default" entries."""
         return role if role in self.script or f"{role}:fallback" in self.script else "default"
 
-    def _next_turn(self, role: str) -> dict[str, Any]:
+    def _next_turn(self, role: str, answered: int | None = None) -> dict[str, Any]:
         """The role's current turn; failures and hangs stay current for their `times`."""
         with self._lock:
             key = self._key(role)
             turns = self.script.get(key, [])
             position = self._positions.get(key, 0)
+            if self.turn_by_history and answered is not None:
+                position = answered
             if position >= len(turns):
                 return dict(self.script.get(f"{key}:fallback") or {"text": EXHAUSTED})
             turn = turns[position]
@@ -344,7 +351,8 @@ class _Handler(BaseHTTPRequestHandler):
             record.outcome = "status 400"
             self._error(api, 400, "Unrecognized request argument supplied: stream_options")
             return
-        turn = self.fake._next_turn(record.role)
+        answered = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
+        turn = self.fake._next_turn(record.role, answered)
         record.turn = turn
         try:
             self._answer(api, body, raw, turn, record)
@@ -761,10 +769,15 @@ def main(argv: list[str] | None = None) -> int:
         "--port", type=int, default=0, help="port to listen on (default: any free one)"
     )
     parser.add_argument("--delay", type=float, default=0.02, help="seconds between streamed pieces")
+    parser.add_argument(
+        "--by-history",
+        action="store_true",
+        help="answer by the conversation's length (a stateless model: for resume trials)",
+    )
     args = parser.parse_args(argv)
     try:
         server = ScriptedModelServer.from_file(
-            args.script, port=args.port, chunk_delay_s=args.delay
+            args.script, port=args.port, chunk_delay_s=args.delay, turn_by_history=args.by_history
         )
     except (OSError, ValueError) as exc:
         parser.error(str(exc))

@@ -1,0 +1,209 @@
+"""`mlra resume` and `mlra fork`: a run goes on from its log (see agent/resume.py).
+
+Kept apart from console/cli.py so the commands' flags and their checks read
+together; like the rest of the CLI, nothing heavy is imported before a
+command runs, and bad input gets one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_resume_commands(sub: Any) -> None:
+    from mlra.console.cli import _duration, _positive_float, _positive_int
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
+        p.add_argument("--json", action="store_true", help="print the new events as JSON lines")
+        p.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
+        p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
+        p.add_argument("--time-limit", type=_duration, metavar="T", help="a new total time limit")
+        p.add_argument("--max-steps", type=_positive_int, metavar="N")
+        p.add_argument("--max-cost", type=_positive_float, metavar="USD")
+        p.add_argument("--max-tokens", type=_positive_int, metavar="N")
+
+    resume = sub.add_parser(
+        "resume",
+        help="continue a run that crashed, was killed or was stopped",
+        description="Continue a run in its own folder: same plan, histories and workspace; "
+        "the clock counts the time already spent.",
+    )
+    resume.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    resume.add_argument("--model", help="go on with another model (default: the run's own)")
+    common(resume)
+    resume.set_defaults(func=cmd_resume)
+
+    fork = sub.add_parser(
+        "fork",
+        help="start a new run from a recorded run's state at a step",
+        description="Start a new run from the state before agent step STEP of a recorded run: "
+        "its workspace as it was, its histories up to there.",
+    )
+    fork.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    fork.add_argument("--at", type=_positive_int, required=True, metavar="STEP")
+    fork.add_argument("--model", help="the model from there on (default: the run's own)")
+    fork.add_argument(
+        "--edit-action",
+        metavar="JSON",
+        help='replace the action taken at STEP: {"tool": "bash", "arguments": {...}} '
+        "or the arguments alone",
+    )
+    fork.add_argument("--message", metavar="TEXT", help="a message to the worker at the fork")
+    fork.add_argument("--runs-dir", type=Path, help="where the new run goes (default: beside the source)")
+    fork.add_argument("--run-id", help="name the new run's folder")
+    common(fork)
+    fork.set_defaults(func=cmd_fork)
+
+
+def _provider(model: str, base_url: str | None) -> Any:
+    from mlra.agent.providers import resolve_model
+    from mlra.agent.providers.base import ConfigError
+    from mlra.console.cli import UsageError
+
+    if model == "baseline":
+        return None
+    try:
+        return resolve_model(model, base_url=base_url, env=os.environ)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _task_of(run: Any) -> Any:
+    from mlra.console.cli import UsageError
+    from mlra.tasks.spec import TaskError, find_task
+
+    for name in (run.started.task_dir, run.started.task):
+        if not name:
+            continue
+        try:
+            return find_task(name)
+        except TaskError:
+            continue
+    raise UsageError(f"the run's task {run.started.task!r} is not available here")
+
+
+def _load(run_dir: Path) -> Any:
+    from mlra.agent.resume import ResumeError, load_run
+    from mlra.console.cli import UsageError
+
+    try:
+        return load_run(run_dir)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"on_provider_failure": "pause" if use_tui else "end"}
+    for flag, key in (
+        ("time_limit", "time_limit_s"),
+        ("max_steps", "max_steps"),
+        ("max_cost", "max_cost_usd"),
+        ("max_tokens", "max_tokens"),
+        ("base_url", "base_url"),
+    ):
+        if getattr(args, flag) is not None:
+            out[key] = getattr(args, flag)
+    return out
+
+
+def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui: bool) -> int:
+    from mlra.console.cli import _run_headless
+
+    if use_tui:
+        try:
+            from mlra.console.app import continue_in_console
+        except ImportError:
+            use_tui = False
+        else:
+            return continue_in_console(controller, recorded)
+    return _run_headless(
+        controller.config,
+        controller.task,
+        controller.provider,
+        json_lines=args.json,
+        verbose=args.verbose,
+        controller=controller,
+    )
+
+
+def _use_tui(args: argparse.Namespace) -> bool:
+    return not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from mlra.agent.resume import ResumeError, resume_controller
+    from mlra.console.cli import UsageError
+
+    run = _load(args.run_dir)
+    task = _task_of(run)
+    model = args.model or run.config.model
+    use_tui = _use_tui(args)
+    overrides = _overrides(args, use_tui) | {"model": model}
+    provider = _provider(model, args.base_url or run.config.base_url)
+    try:
+        controller = resume_controller(run, task, provider, overrides=overrides)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.json:
+        print(
+            f"resuming {run.run_dir.name} after {len(run.events)} events "
+            f"({run.elapsed_s:.0f} s of {controller.time_limit_s:.0f} s used)"
+            + ("; dropped a half-written last line" if run.torn else ""),
+            flush=True,
+        )
+    return _go(controller, run.events, args, use_tui)
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from mlra.agent.controller import new_run_id
+    from mlra.agent.resume import ResumeError, fork_run, resume_controller
+    from mlra.console.cli import UsageError
+
+    source = _load(args.run_dir)
+    task = _task_of(source)
+    model = args.model or source.config.model
+    edit = None
+    if args.edit_action is not None:
+        try:
+            edit = json.loads(args.edit_action)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--edit-action is not JSON: {exc.msg}") from None
+        if not isinstance(edit, dict):
+            raise UsageError("--edit-action must be a JSON object")
+    use_tui = _use_tui(args)
+    provider = _provider(model, args.base_url or source.config.base_url)
+    runs_dir = args.runs_dir or source.run_dir.parent
+    run_id = args.run_id or new_run_id(task.name)
+    if (runs_dir / run_id).exists():
+        raise UsageError(f"run folder {runs_dir / run_id} already exists")
+    try:
+        forked = fork_run(
+            source,
+            task,
+            at_step=args.at,
+            run_dir=runs_dir / run_id,
+            model=model,
+            edit_action=edit,
+            message=args.message,
+        )
+        overrides = _overrides(args, use_tui) | {"model": model}
+        controller = resume_controller(forked, task, provider, overrides=overrides)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+    from mlra.agent import events as ev
+
+    fork_event = next(e for e in reversed(forked.events) if isinstance(e, ev.RunForked))
+    if not args.json:
+        missing = fork_event.missing_files
+        print(
+            f"forked {source.run_dir.name} at step {args.at} into {run_id}"
+            + (f"; not restored (recorded by hash only): {', '.join(missing)}" if missing else ""),
+            flush=True,
+        )
+    return _go(controller, forked.events, args, use_tui)

@@ -1,0 +1,298 @@
+"""Resume after SIGKILL, fork with an edited action, and deterministic re-execution.
+
+Runs go through the real command line, the real SDKs and the scripted model
+server (answering by the length of the conversation, as a stateless model
+does, so a resumed run that asks again gets the same answer).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra.agent import events as ev
+from mlra.agent.eventlog import read_events
+from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, plan, turn
+
+MODEL = "openai/test-model"
+
+
+def research_script() -> dict[str, Any]:
+    """A supervisor with one subtask; a worker taking six steps, two of them slow."""
+    return {
+        "supervisor": [
+            turn("Plan first.", plan("Answer the question", "Submit")),
+            turn("", call("assign_subtask", step_id="1", instructions="Answer question.txt.")),
+            turn("Done; marking it.", plan("Answer the question", "Submit", done=1)),
+            turn("", call("submit", path="answer.txt", note="the answer")),
+        ],
+        "worker": [
+            turn("Read the question.", call("read_file", path="question.txt")),
+            turn("Look around.", call("bash", command="ls && sleep 0.4 && echo looked")),
+            turn("Draft.", call("write_file", path="notes.md", content="# notes\nthe answer is 42\n")),
+            turn("Think slowly.", call("bash", command="sleep 0.4; echo 41 > draft.txt")),
+            turn("Write the answer.", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+
+
+def _cmd(args: list[str]) -> list[str]:
+    return [sys.executable, "-m", "mlra", *args]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
+    return env
+
+
+def _run_args(server: ScriptedModelServer, runs: Path, run_id: str, task: Path) -> list[str]:
+    return [
+        "run",
+        str(task),
+        "--model",
+        MODEL,
+        "--base-url",
+        server.url_for("openai"),
+        "--no-tui",
+        "--runs-dir",
+        str(runs),
+        "--run-id",
+        run_id,
+    ]
+
+
+def _lines(path: Path) -> int:
+    try:
+        return path.read_bytes().count(b"\n")
+    except FileNotFoundError:
+        return 0
+
+
+def _kill_after(args: list[str], log: Path, lines: int, cwd: Path) -> None:
+    """Start a run and SIGKILL it once its log holds `lines` events."""
+    proc = subprocess.Popen(
+        _cmd(args), cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while _lines(log) < lines and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.005)  # polling a file another process writes: nothing to await
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+
+
+def _agent_trace(events: list[ev.Event]) -> list[tuple[Any, ...]]:
+    """What the agent did, independent of timing: steps, calls, plans, subtasks."""
+    trace: list[tuple[Any, ...]] = []
+    for e in events:
+        match e:
+            case ev.StepStarted():
+                trace.append(("step", e.agent, e.step))
+            case ev.ToolCall():
+                trace.append(("call", e.tool, e.arguments))
+            case ev.PlanUpdated():
+                trace.append(("plan", tuple((s.id, s.status) for s in e.steps)))
+            case ev.SubtaskStarted() | ev.SubtaskFinished():
+                trace.append((e.type, e.subtask))
+            case ev.Submission():
+                trace.append(("submission", e.path))
+    return trace
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[ev.Event]:
+    """The same scripted run, never interrupted."""
+    tmp = tmp_path_factory.mktemp("reference")
+    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
+        proc = mlra_cli(_run_args(server, tmp / "runs", "ref", ANSWER_TASK), cwd=tmp, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    return read_events(tmp / "runs" / "ref" / "events.jsonl")
+
+
+@pytest.mark.parametrize("point", ["random-0", "random-1", "random-2", "mid-command"])
+def test_resume_after_sigkill_loses_and_repeats_nothing(
+    tmp_path: Path, answer_task: Path, reference: list[ev.Event], point: str
+) -> None:
+    runs = tmp_path / "runs"
+    log = runs / "r" / "events.jsonl"
+    if point == "mid-command":  # while `sleep` runs: the call is cut short
+        kill_at = next(i for i, e in enumerate(reference, 1) if isinstance(e, ev.ToolOutput))
+    else:
+        points = sorted(random.Random(2026).sample(range(3, len(reference) - 5), 3))
+        kill_at = points[int(point.split("-")[1])]
+    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
+        _kill_after(_run_args(server, runs, "r", answer_task), log, kill_at, tmp_path)
+        before = log.read_bytes()
+        torn = not before.endswith(b"\n")
+        killed = read_events(log)
+        assert not any(isinstance(e, ev.RunFinished) for e in killed), "killed too late"
+        proc = mlra_cli(["resume", str(runs / "r"), "--no-tui"], cwd=tmp_path, env=_env())
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "resuming r after" in proc.stdout
+
+    events = read_events(log)
+    # Nothing recorded is lost, nothing is duplicated: the killed log is a prefix.
+    assert events[: len(killed)] == killed
+    assert [e.seq for e in events] == list(range(1, len(events) + 1))
+    resumed = [e for e in events if isinstance(e, ev.RunResumed)]
+    assert len(resumed) == 1 and resumed[0].dropped_torn_line == torn
+    # Every call has exactly one result; a call cut short says so.
+    calls = [e.call_id for e in events if isinstance(e, ev.ToolCall)]
+    results = [e.call_id for e in events if isinstance(e, ev.ToolResult)]
+    assert sorted(calls) == sorted(results) and len(set(calls)) == len(calls)
+    if point == "mid-command":
+        assert resumed[0].interrupted_calls
+    for call_id in resumed[0].interrupted_calls:
+        result = next(e for e in events if isinstance(e, ev.ToolResult) and e.call_id == call_id)
+        assert result.error == "interrupted" and "resumed" in result.output
+    # The agent went on exactly where it was: the same actions as the run never killed.
+    assert _agent_trace(events) == _agent_trace(reference)
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    # The clock counted the time already spent, and went on from there.
+    cut_t = max(e.t for e in killed)
+    assert all(e.t >= cut_t for e in events[len(killed) :])
+
+
+def test_resume_refuses_a_submitted_run_and_a_live_one(
+    tmp_path: Path, answer_task: Path, reference: list[ev.Event]
+) -> None:
+    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
+        done = mlra_cli(_run_args(server, tmp_path / "runs", "done", answer_task), cwd=tmp_path, env=_env())
+    assert done.returncode == 0
+    proc = mlra_cli(["resume", str(tmp_path / "runs" / "done"), "--no-tui"], cwd=tmp_path, env=_env())
+    assert proc.returncode == 2
+    assert "ended with a submission" in proc.stderr and "mlra fork" in proc.stderr
+    proc = mlra_cli(["resume", str(tmp_path / "nowhere")], cwd=tmp_path)
+    assert proc.returncode == 2 and "not a run folder" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished scripted run to fork and replay."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
+        proc = mlra_cli(_run_args(server, tmp / "runs", "src", ANSWER_TASK), cwd=tmp, env=_env())
+    assert proc.returncode == 0, proc.stderr
+    return tmp / "runs" / "src"
+
+
+def test_fork_with_an_edited_action_and_a_message(tmp_path: Path, recorded: Path) -> None:
+    source = read_events(recorded / "events.jsonl")
+    edit = '{"tool": "write_file", "arguments": {"path": "notes.md", "content": "edited\\n"}}'
+    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
+        proc = mlra_cli(
+            [
+                "fork", str(recorded), "--at", "3", "--edit-action", edit,
+                "--message", "keep notes short", "--run-id", "f", "--runs-dir", str(tmp_path),
+                "--base-url", server.url_for("openai"), "--no-tui",
+            ],
+            cwd=tmp_path,
+            env=_env(),
+        )
+        worker_requests = server.requests_for("worker")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "forked src at step 3 into f" in proc.stdout
+    events = read_events(tmp_path / "f" / "events.jsonl")
+    cut = next(
+        i for i, e in enumerate(source) if isinstance(e, ev.StepStarted) and e.agent == "worker" and e.step == 3
+    )
+    # The new log starts with the source's, as it was, up to the step.
+    assert events[:cut] == source[:cut]
+    forked = next(e for e in events if isinstance(e, ev.RunForked))
+    assert (forked.source_run, forked.at_step, forked.missing_files) == ("src", 3, [])
+    # The edited action ran in place of the recorded one, and the run went on to the end.
+    step3 = next(e for e in events[cut:] if isinstance(e, ev.ToolCall))
+    assert step3.tool == "write_file" and step3.arguments == {"path": "notes.md", "content": "edited\n"}
+    assert (tmp_path / "f" / "workspace" / "notes.md").read_text() == "edited\n"
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    result = (tmp_path / "f" / "result.json").read_text()
+    assert '"forked_from": "src@3"' in result and '"score": 1.0' in result
+    # Only the live part asked the model; the message reached the worker once.
+    assert len(worker_requests) == 3
+    assert "keep notes short" in str(worker_requests[0].body["messages"][-1])
+    assert "keep notes short" not in str(worker_requests[1].body["messages"][-1])
+
+
+def test_fork_restores_the_workspace_as_it_was(tmp_path: Path, recorded: Path) -> None:
+    # Forking at step 5 with a model that has nothing more to say: the workspace is
+    # that of the start of step 5, before answer.txt was written.
+    script = {"supervisor": [], "worker": [], "default": []}
+    with ScriptedModelServer(script) as server:
+        server.set_fallback("worker", turn("", call("report", summary="stopping here")))
+        server.set_fallback("supervisor", turn("", call("submit", path="notes.md")))
+        proc = mlra_cli(
+            ["fork", str(recorded), "--at", "5", "--run-id", "g", "--runs-dir", str(tmp_path),
+             "--base-url", server.url_for("openai"), "--no-tui"],
+            cwd=tmp_path,
+            env=_env(),
+        )
+    assert proc.returncode in (0, 1), proc.stderr
+    workspace = tmp_path / "g" / "workspace"
+    assert (workspace / "notes.md").read_text() == "# notes\nthe answer is 42\n"
+    assert (workspace / "draft.txt").read_text() == "41\n"
+    assert (workspace / "question.txt").exists() and not (workspace / "answer.txt").exists()
+
+
+def test_fork_refuses_a_step_the_run_does_not_have(tmp_path: Path, recorded: Path) -> None:
+    proc = mlra_cli(["fork", str(recorded), "--at", "99", "--no-tui"], cwd=tmp_path, env=_env())
+    assert proc.returncode == 2 and "the run has steps 1 to 6" in proc.stderr
+    proc = mlra_cli(
+        ["fork", str(recorded), "--at", "2", "--edit-action", "{nope", "--no-tui"],
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert proc.returncode == 2 and "--edit-action is not JSON" in proc.stderr
+
+
+def test_replaying_an_unchanged_run_does_not_diverge(tmp_path: Path, recorded: Path) -> None:
+    proc = mlra_cli(
+        ["run", str(ANSWER_TASK), "--model", f"replay:{recorded}", "--no-tui",
+         "--runs-dir", str(tmp_path), "--run-id", "again"],
+        cwd=tmp_path,
+        env=_env(),
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    again = read_events(tmp_path / "again" / "events.jsonl")
+    assert not any(isinstance(e, ev.ModelError) for e in again)
+    assert _agent_trace(again) == _agent_trace(read_events(recorded / "events.jsonl"))
+
+
+async def test_replay_finds_the_step_where_a_changed_tool_diverges(
+    tmp_path: Path, recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change to `read_file` (it now numbers lines) shows at the next model call."""
+    from mlra.agent.config import RunConfig
+    from mlra.agent.controller import RunController
+    from mlra.agent.providers.replay import ReplayProvider
+    from mlra.agent.run import agent_for
+    from mlra.tasks.spec import find_task
+    from mlra.tools.files import ReadFile
+
+    original = ReadFile.run
+
+    async def numbered(self: ReadFile, args: Any, ctx: Any) -> Any:
+        outcome = await original(self, args, ctx)
+        outcome.output = "\n".join(f"{i}: {line}" for i, line in enumerate(outcome.output.splitlines(), 1))
+        return outcome
+
+    monkeypatch.setattr(ReadFile, "run", numbered)
+    provider = ReplayProvider.from_spec(f"replay:{recorded}")
+    config = RunConfig(task="answer", model=provider.name, runs_dir=tmp_path, run_id="changed")
+    result = await RunController(config, find_task(str(ANSWER_TASK)), provider).run(agent_for)
+    assert result.status == "error"
+    # read_file ran at worker step 1; the model is next asked at step 2.
+    assert "replay diverged at model call 4 (worker, step 2)" in result.message
+    assert "the result of read_file call" in result.message and "1: " in result.message
