@@ -126,6 +126,8 @@ class MlraApp(App[int]):
         if self.files_source is not None:
             self.set_interval(FILES_REFRESH_S, self._refresh_files)
         if self.controller is not None:
+            if self.recorded:  # a resumed run: what happened before, then live
+                self._render_batch(self.recorded)
             self.drive()
         elif self.recorded:
             for event in self.recorded:
@@ -203,6 +205,8 @@ class MlraApp(App[int]):
                     f"{event.tool} waits for your approval ({event.reason}): a approve · e edit · r reject",
                     timeout=6,
                 )
+        if self.files_source is None and self.controller and self.controller.sandbox:
+            self._attach_sandbox()  # a resumed run: its run_started was in the past
         plan.show(self.state)
         transcript.flush()
         # The footer and status line change with the run's phase only; redrawing them
@@ -419,6 +423,20 @@ def run_console(config: Any, task: Any, provider: Any) -> int:
     controller = RunController(config, task, provider)
     controller.prepare()
     app = MlraApp(controller=controller, make_agent=agent_for)
+    code = app.run()
+    if app.result is not None:
+        print(final_line(controller.run_dir, app.result))
+    else:
+        print(f"run stopped · run dir {Path(controller.run_dir)}")
+    return code if code is not None else app.exit_code()
+
+
+def continue_in_console(controller: RunController, recorded: list[ev.Event]) -> int:
+    """`mlra resume` and `mlra fork` on a terminal: the run's past, then the run live."""
+    from mlra.agent.run import agent_for
+    from mlra.console.cli import final_line
+
+    app = MlraApp(controller=controller, make_agent=agent_for, events=recorded)
     code = app.run()
     if app.result is not None:
         print(final_line(controller.run_dir, app.result))

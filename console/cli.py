@@ -56,6 +56,28 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def _gpus(text: str) -> str:
+    value = text.strip()
+    ids = [g.strip() for g in value.split(",")]
+    if value.lower() in ("all", "none") or (value and all(ids)):
+        return value.lower() if value.lower() in ("all", "none") else ",".join(ids)
+    raise argparse.ArgumentTypeError(f"{text!r}: use all, none or GPU ids such as 0,2")
+
+
+def _memory_mb(text: str) -> int:
+    """Sizes as Docker writes them (512m, 16g, 16GB); a plain number is in MB."""
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = raw[-1:] if raw[-1:] in units else "m"
+    try:
+        value = float(raw[:-1] if raw[-1:] in units else raw) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512m, 16g)") from None
+    if value < 6:
+        raise argparse.ArgumentTypeError(f"{text!r} is too small for a container (at least 6m)")
+    return int(value)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="mlra",
@@ -105,10 +127,31 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--run-id", help="name the run folder yourself")
     run.add_argument(
+        "--seed", type=int, metavar="N", help="which repetition this run is (recorded in the log)"
+    )
+    run.add_argument(
         "--isolation",
         choices=["auto", "bwrap", "none"],
         default="auto",
         help="local sandbox isolation (default: bubblewrap when installed)",
+    )
+    run.add_argument(
+        "--sandbox",
+        choices=["local", "docker"],
+        default="local",
+        help="where commands run: this machine, or a Docker container (default local)",
+    )
+    run.add_argument(
+        "--image", help="docker sandbox: the image (default: the task's, else mlra:latest)"
+    )
+    run.add_argument(
+        "--gpus", type=_gpus, metavar="all|none|IDS", help="GPUs for the sandbox (ids: 0,2)"
+    )
+    run.add_argument(
+        "--memory", type=_memory_mb, metavar="SIZE", help="docker sandbox memory limit (16g)"
+    )
+    run.add_argument(
+        "--cpus", type=_positive_float, metavar="N", help="docker sandbox CPU limit (e.g. 8)"
     )
     run.add_argument(
         "--observation-limit",
@@ -150,6 +193,28 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)")
     evaluate.add_argument("--path", help="grade this path in the workspace instead of what was submitted")
     evaluate.set_defaults(func=cmd_eval)
+
+    image = sub.add_parser(
+        "image",
+        help="the Docker image for real runs",
+        description="The Docker image for real runs.",
+    )
+    image.add_argument("action", choices=["build"], help="build docker/Dockerfile")
+    image.add_argument(
+        "--tag", default="mlra:latest", help="the image's name (default mlra:latest)"
+    )
+    image.add_argument("--file", type=Path, help="another Dockerfile (its folder is the context)")
+    image.set_defaults(func=cmd_image)
+
+    from mlra.console.resume_cli import add_resume_commands
+
+    add_resume_commands(sub)
+    from mlra.console.runs_cli import add_replay_commands  # `mlra replay`, `mlra runs`
+
+    add_replay_commands(sub)
+    from mlra.batch.cli import add_batch_commands  # argparse only at import: start-up stays fast
+
+    add_batch_commands(sub)
     return parser
 
 
@@ -209,6 +274,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     model, provider = _resolve_model(args)
     if args.isolation == "bwrap" and shutil.which("bwrap") is None:
         raise UsageError("--isolation bwrap: bubblewrap (bwrap) is not installed")
+    if args.sandbox == "docker":
+        _check_docker(args, task)
     if args.run_id and (args.runs_dir / args.run_id).exists():
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
@@ -230,15 +297,31 @@ def cmd_run(args: argparse.Namespace) -> int:
         observation_limit=args.observation_limit,
         command_timeout_s=args.command_timeout,
         isolation=args.isolation,
+        sandbox=args.sandbox,
+        image=args.image,
+        gpus=args.gpus,
+        memory_mb=args.memory,
+        cpus=args.cpus,
         on_provider_failure="pause" if use_tui else "end",
         breakpoints=args.breaks,
         start_paused=args.paused,
+        seed=args.seed,
     )
     if use_tui:
         app_runner = _tui_runner()
         if app_runner is not None:
             return app_runner(config, task, provider)
     return _run_headless(config, task, provider, json_lines=args.json, verbose=args.verbose)
+
+
+def _check_docker(args: argparse.Namespace, task: Any) -> None:
+    from mlra.tools.sandbox.docker_sandbox import DEFAULT_IMAGE, DockerUnavailable, preflight
+
+    gpus = args.gpus or ("all" if task.resources.gpus > 0 else "none")
+    try:
+        preflight(args.image or task.sandbox.image or DEFAULT_IMAGE, gpus)
+    except DockerUnavailable as exc:
+        raise UsageError(f"--sandbox docker: {exc}") from None
 
 
 def _tui_runner() -> Any:
@@ -249,7 +332,15 @@ def _tui_runner() -> Any:
     return run_console
 
 
-def _run_headless(config: Any, task: Any, provider: Any, *, json_lines: bool, verbose: bool) -> int:
+def _run_headless(
+    config: Any,
+    task: Any,
+    provider: Any,
+    *,
+    json_lines: bool,
+    verbose: bool,
+    controller: Any = None,
+) -> int:
     import asyncio
     import json
     import signal
@@ -258,10 +349,13 @@ def _run_headless(config: Any, task: Any, provider: Any, *, json_lines: bool, ve
     from mlra.agent.run import agent_for
     from mlra.console.headless import JsonDisplay, TranscriptDisplay
 
-    controller = RunController(config, task, provider)
     display = JsonDisplay() if json_lines else TranscriptDisplay(verbose=verbose)
-    controller.subscribe(display.on_event)
-    controller.prepare()
+    if controller is None:
+        controller = RunController(config, task, provider)
+        controller.subscribe(display.on_event)
+        controller.prepare()
+    else:  # resumed or forked: the log is open; only what happens from now is shown
+        controller.subscribe(display.on_event)
 
     async def go() -> Any:
         loop = asyncio.get_running_loop()
@@ -352,6 +446,23 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         status = "ready" if not problems else "cannot run here now: " + "; ".join(problems)
         print(f"{task.name:<24} {task.title}")
         print(f"{'':<24} needs {needs(task)} · {status}")
+    return EXIT_OK
+
+
+# --- mlra image -----------------------------------------------------------------------
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    from mlra.tools.sandbox.image import ImageBuildError, ImageBuildFailed, build_image
+
+    try:
+        build_image(args.tag, dockerfile=args.file, echo=lambda line: print(line, flush=True))
+    except ImageBuildFailed as exc:
+        sys.stderr.write(f"mlra: {exc}\n")
+        return EXIT_FAILED
+    except ImageBuildError as exc:
+        raise UsageError(str(exc)) from None
+    print(f"built {args.tag}")
     return EXIT_OK
 
 

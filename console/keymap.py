@@ -71,11 +71,85 @@ KEYS: list[Key] = [
 ]
 
 
-def bindings() -> list[Binding]:
-    out = [Binding(k.key, k.action, k.label, show=k.footer) for k in KEYS]
+REPLAY_KEYS: list[Key] = [
+    Key("right", "forward", "Event", "Step forward one event."),
+    Key("left", "back", "Back", "Step back one event.", footer=False),
+    Key("right_square_bracket", "next_step", "Step", "Go to the next agent step."),
+    Key("left_square_bracket", "prev_step", "Step back", "Go back to the previous agent step."),
+    Key("n", "next_step", "Next step", "Go to the next agent step (as ]).", footer=False),
+    Key("p", "prev_step", "Previous step", "Go back one agent step (as [).", footer=False),
+    Key("g", "goto_step", "Go to", "Jump to a worker step by its number."),
+    Key("t", "next_mark('tool')", "Tool", "Go to the next tool call."),
+    Key(
+        "T",
+        "prev_mark('tool')",
+        "Previous tool",
+        "Go back to the previous tool call.",
+        footer=False,
+    ),
+    Key(
+        "e",
+        "next_mark('error')",
+        "Error",
+        "Go to the next error (failed call, model error, error notice).",
+    ),
+    Key(
+        "E", "prev_mark('error')", "Previous error", "Go back to the previous error.", footer=False
+    ),
+    Key("l", "next_mark('plan')", "Plan", "Go to the next change of the plan."),
+    Key(
+        "L",
+        "prev_mark('plan')",
+        "Previous plan",
+        "Go back to the previous change of the plan.",
+        footer=False,
+    ),
+    Key("slash", "search", "Search", "Search the transcript (thoughts, calls' arguments, output)."),
+    Key("m", "next_match", "Next match", "Go to the next match of the search.", footer=False),
+    Key(
+        "M", "prev_match", "Previous match", "Go to the previous match of the search.", footer=False
+    ),
+    Key("space", "play", "Play", "Play the run forward at the chosen speed; Space again pauses."),
+    Key("plus", "faster", "Faster", "Play faster.", footer=False),
+    Key("minus", "slower", "Slower", "Play slower.", footer=False),
+    Key("u", "play_unit", "Unit", "Play by events or by agent steps.", footer=False),
+    Key("home", "first", "Start", "Go to the run's first event.", footer=False),
+    Key("end", "last", "End", "Go to the run's last event.", footer=False),
+    Key("d", "diff", "Diff", "Show the selected file's last change up to here, as a diff."),
+    Key("f", "fork", "Fork", "Fork a new run from the worker step shown (mlra fork)."),
+    Key(
+        "F",
+        "toggle_files",
+        "Files",
+        "Show or hide the workspace's files (in narrow terminals they replace the transcript).",
+        footer=False,
+    ),
+    Key(
+        "x", "expand", "Expand", "Expand or collapse the focused tool call's output.", footer=False
+    ),
+    Key("question_mark", "help", "Help", "Show this help."),
+    Key("q", "quit", "Quit", "Leave the replay (the run is only read, never changed)."),
+]
+"""The replay console's keys (read-only: nothing here steers a run)."""
+
+
+def bindings(keys: list[Key] | None = None) -> list[Binding]:
+    out = [Binding(k.key, k.action, k.label, show=k.footer) for k in keys or KEYS]
     out.append(Binding("ctrl+c", "quit", "Quit", show=False, priority=True))
     return out
 
 
 def display_key(key: str) -> str:
-    return {"space": "Space", "question_mark": "?"}.get(key, key)
+    return {
+        "space": "Space",
+        "question_mark": "?",
+        "right": "→",
+        "left": "←",
+        "right_square_bracket": "]",
+        "left_square_bracket": "[",
+        "slash": "/",
+        "plus": "+",
+        "minus": "-",
+        "home": "Home",
+        "end": "End",
+    }.get(key, key)

@@ -11,7 +11,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static, TextArea
 
-from mlra.console.keymap import KEYS, display_key
+from mlra.console.keymap import KEYS, Key, display_key
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -145,6 +145,11 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
 class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "close", "Close")]
 
+    def __init__(self, keys: list[Key] | None = None, *, replay: bool = False) -> None:
+        super().__init__()
+        self.keys = keys or KEYS
+        self.replay = replay
+
     def compose(self) -> ComposeResult:
         from rich.console import Group
         from rich.table import Table
@@ -154,7 +159,7 @@ class HelpScreen(ModalScreen[None]):
         keys.add_column(style="bold", no_wrap=True)
         keys.add_column(no_wrap=True)
         keys.add_column(ratio=1)
-        for k in KEYS:
+        for k in self.keys:
             keys.add_row(display_key(k.key), k.label, k.help)
         keys.add_row("Ctrl+P", "Palette", "Every action above, by name.")
         keys.add_row(
@@ -163,11 +168,14 @@ class HelpScreen(ModalScreen[None]):
             "Move between panes; in the transcript, Enter or x expands a call's output.",
         )
         intro = Text(
-            "The agent runs inside this app. Everything you see comes from the run's event log "
-            "(events.jsonl in the run folder), and everything you do is recorded there too.\n"
+            "A recorded run, read-only: every pane shows the run as it was at the event under "
+            "the cursor, rebuilt from its event log and workspace snapshots.\n"
+            if self.replay
+            else "The agent runs inside this app. Everything you see comes from the run's event "
+            "log (events.jsonl in the run folder), and everything you do is recorded there too.\n"
         )
         with VerticalScroll(classes="dialog dialog-wide"):
-            yield Label("mlra console", classes="dialog-title")
+            yield Label("mlra replay" if self.replay else "mlra console", classes="dialog-title")
             yield Static(Group(intro, keys), id="help-text")
 
     def action_close(self) -> None:

@@ -64,6 +64,12 @@ class PlanPane(Vertical):
                 return
         self._dirty = True
 
+    def clear(self) -> None:
+        """Forget the messages: a replay feeds those of another point of the run."""
+        self._messages.clear()
+        self._revision = ""
+        self._dirty = True
+
     def _note(self, t: str, text: str, style: str) -> None:
         line = Text(f"{t} ", style="dim")
         line.append(text if len(text) < 600 else text[:600] + "…", style=style)

@@ -51,6 +51,11 @@ class ResourcesPane(Static):
             for gpu in event.gpus:
                 self._gpu.setdefault(gpu.index, deque(maxlen=HISTORY)).append(gpu.util_percent)
 
+    def clear(self) -> None:
+        """Forget the sparklines' history: a replay feeds that of another point of the run."""
+        self._cpu.clear()
+        self._gpu.clear()
+
     def show(self, state: RunState, elapsed_s: float) -> None:
         inner = self.size.width or 40
         width = max(10, inner - 20)

@@ -328,6 +328,17 @@ class TranscriptPane(VerticalScroll):
                 elif entry in self._new:
                     self._new.remove(entry)
 
+    def clear(self) -> None:
+        """Forget every entry: a replay rebuilds the transcript at another point of the run."""
+        self.remove_children()
+        self._tools.clear()
+        self._thoughts.clear()
+        self._new = []
+        self._dirty.clear()
+        self._entries.clear()
+        self.dropped = 0
+        self.border_subtitle = ""
+
     def follow(self) -> None:
         self.scroll_end(animate=False)
         self.anchor()

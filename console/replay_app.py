@@ -1,0 +1,442 @@
+"""The replay console: the live console's panes over a recorded run, read-only.
+
+The cursor lives in a ReplayModel (console/replay.py); this app only moves it
+and shows the run as it was there. Moving forward a little feeds the panes the
+new events, as a live run would; any other move rebuilds them from a bounded
+window of events, so stepping stays fast on runs of any length. Nothing here
+can steer or change the run: the steering keys are not bound at all.
+"""
+
+from __future__ import annotations
+
+import gc
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.syntax import Syntax
+from rich.text import Text
+from textual.app import ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
+from textual.screen import ModalScreen, Screen
+from textual.timer import Timer
+from textual.widgets import Footer, Label, Static, Tree
+
+from mlra.agent.clock import format_duration
+from mlra.agent.state import RunState
+from mlra.console.app import MlraApp, _runner
+from mlra.console.headless import score_line
+from mlra.console.keymap import REPLAY_KEYS, bindings
+from mlra.console.panes.files import FilesPane
+from mlra.console.panes.plan import PlanPane
+from mlra.console.panes.resources import ResourcesPane
+from mlra.console.panes.status import PHASES, StatusBar
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
+from mlra.console.screens import HelpScreen, PromptScreen
+
+INCREMENTAL_MAX = 400
+"""Moving forward by at most this many events feeds them to the panes; further, they are rebuilt."""
+MAX_ENTRIES = 40
+"""Transcript entries the replay lets pile up before it rebuilds the transcript: every
+entry costs layout time on each move, and earlier ones are a step back away."""
+RATES = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000]
+DEFAULT_RATE = {"events": 5, "steps": 1}
+"""Indices into RATES: 20 events a second, or 1 agent step a second."""
+MIN_TICK_S = 0.05
+
+MARK_WORDS = {"tool": "tool call", "error": "error", "plan": "plan change"}
+
+
+class ReplayStatusBar(StatusBar):
+    def show_replay(self, state: RunState, model: ReplayModel, playing: str | None) -> None:
+        pos = model.position()
+        label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
+        text = Text()
+        text.append(" mlra ", style="bold white on grey23")
+        text.append(f" {state.task or '…'} ", style="bold")
+        text.append(f"· {state.model or '…'} ", style="")
+        text.append(" REPLAY ", style="black on medium_purple1")
+        text.append(
+            f" replay: step {pos.step} of {pos.steps}, event {pos.event:,} of {pos.events:,} ",
+            style="bold",
+        )
+        text.append(f"{format_duration(model.event.t)} · {model.event.type} ", style="dim")
+        text.append(f" {label} ", style=style)
+        if playing:
+            text.append(f"  ▶ {playing}", style="bold green")
+        if state.evaluation is not None:
+            text.append("  score: ", style="bold")
+            text.append(
+                score_line(state.evaluation),
+                style="bold green" if state.evaluation.ok else "bold red",
+            )
+        self.update(text, layout=False)  # one line, always: no layout pass per step
+
+
+class ReplayTranscript(TranscriptPane, inherit_bindings=False):
+    """The transcript, scrolled with the vertical keys only: ←, →, Home and End move
+    the replay, whichever pane has the focus."""
+
+    BINDINGS = [
+        Binding("up", "scroll_up", "Scroll up", show=False),
+        Binding("down", "scroll_down", "Scroll down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+    ]
+
+
+class DiffScreen(ModalScreen[None]):
+    """A file's last change up to the replay's cursor, as a unified diff."""
+
+    BINDINGS = [Binding("escape,q,d", "close", "Close")]
+    DEFAULT_CSS = """
+    #diff-scroll {
+        height: auto;
+        max-height: 32;
+    }
+    """
+
+    def __init__(self, title: str, diff: str) -> None:
+        super().__init__()
+        self.title_text = title
+        self.diff = diff
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog dialog-wide", id="diff-dialog"):
+            yield Label(self.title_text, classes="dialog-title")
+            with VerticalScroll(id="diff-scroll"):
+                body: Any = (
+                    Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=False)
+                    if self.diff
+                    else Text("no textual difference", style="dim")
+                )
+                yield Static(body, id="diff-text")
+            yield Static("Escape or d to close", classes="dialog-detail")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+class ReplayApp(MlraApp, inherit_bindings=False):
+    """`mlra replay RUN_DIR`: step through a recorded run."""
+
+    CSS_PATH = str(Path(__file__).with_name("mlra.tcss"))
+    """Absolute, so that subclasses elsewhere (a bench, a test) find it too."""
+    BINDINGS = [  # type: ignore[assignment]
+        *bindings(REPLAY_KEYS),
+        Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
+    ]
+
+    def __init__(
+        self, model: ReplayModel, *, at_step: int | None = None, freeze_gc: bool = False
+    ) -> None:
+        """`freeze_gc`: this process is the replay's alone (`mlra replay`), so what it
+        has loaded may be frozen out of the garbage collector's passes."""
+        self.model = model
+        self.files_history = HistoryFiles(model.history)
+        super().__init__(events=(), files=self.files_history)
+        self.at_step = at_step
+        self.freeze_gc = freeze_gc
+        self.fork_at: int | None = None
+        """Set when the user asked to fork: the CLI forks after the app has closed."""
+        self.playing = False
+        self.unit: PlayUnit = "events"
+        self.rate_index = DEFAULT_RATE["events"]
+        self._play_timer: Timer | None = None
+        self._play_credit = 0.0
+        self._shown: int | None = None
+
+    def compose(self) -> ComposeResult:
+        yield ReplayStatusBar(id="status")
+        with Horizontal(id="body"):
+            with Vertical(id="left"):
+                yield PlanPane(id="plan")
+                yield ResourcesPane(id="resources")
+            yield ReplayTranscript(id="transcript")
+            yield FilesPane(self.files_source, id="files")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self._layout(self.size.width)
+        # The checkpoints of the state fold are built beside the console, so it opens
+        # at once; a jump that needs one not built yet builds it itself.
+        self.run_worker(self._build_checkpoints, thread=True, exit_on_error=False)
+        if self.at_step is not None and self.model.goto_step(self.at_step) is None:
+            self.notify(f"the run has no worker step {self.at_step}", severity="warning")
+        self.show_cursor()
+        self.query_one(TranscriptPane).focus()
+
+    def _build_checkpoints(self) -> None:
+        self.model.build_checkpoints()
+        if self.freeze_gc:
+            # What the replay has built so far lives as long as the app: frozen, the
+            # collector's full passes stop scanning it, which otherwise show as
+            # stalls of a tenth of a second between key presses on long runs.
+            gc.freeze()
+
+    # --- showing the cursor ---------------------------------------------------------
+
+    def show_cursor(self) -> None:
+        """Bring every pane to the run as it was at the model's cursor."""
+        model = self.model
+        new, old = model.cursor, self._shown
+        state = model.state
+        self.state = state
+        plan = self.query_one(PlanPane)
+        transcript = self.query_one(TranscriptPane)
+        resources = self.query_one(ResourcesPane)
+        rebuilt = False
+        if (
+            old is not None
+            and 0 < new - old <= INCREMENTAL_MAX
+            and transcript.entry_count() < MAX_ENTRIES
+        ):
+            for event in model.events[old + 1 : new + 1]:
+                plan.feed(event)
+                transcript.feed(event)
+                resources.feed(event)
+        elif old != new:
+            rebuilt = True
+            transcript.clear()
+            plan.clear()
+            resources.clear()
+            for event in model.plan_window():
+                plan.feed(event)
+            for event in model.resource_window():
+                resources.feed(event)
+            for event in model.window_events():
+                transcript.feed(event)
+        self._shown = new
+        plan.show(state)
+        transcript.flush()
+        if rebuilt:
+            transcript.follow()
+        self._tick()
+        if self.files_history.at(model.snapshot_seq()):
+            self.call_later(self._refresh_files)
+
+    def _tick(self) -> None:
+        self.query_one(ResourcesPane).show(self.state, self.state.elapsed_s)
+        self.query_one(ReplayStatusBar).show_replay(self.state, self.model, self._playing_text())
+
+    def _playing_text(self) -> str | None:
+        if not self.playing:
+            return None
+        rate = RATES[self.rate_index]
+        return f"playing {rate:g} {self.unit if rate != 1 else self.unit[:-1]}/s"
+
+    async def _refresh_files(self) -> None:
+        try:
+            await super()._refresh_files()
+            pane = self.query_one(FilesPane)
+            tree = self.query_one("#files-tree", Tree)
+        except NoMatches:
+            return  # the app is closing
+
+        node = tree.cursor_node
+        if (
+            node is None
+            or node.data is None
+            or node.data.path not in {i.path for i in await self.files_history.list_tree()}
+        ):
+            pane.query_one("#preview", Static).update(
+                Text("select a file to preview it", style="dim")
+            )
+
+    def _moved(self, target: int | None, what: str = "") -> None:
+        if target is None:
+            if what:
+                self.notify(
+                    f"no {what} after this point" if "previous" not in what else f"no {what}"
+                )
+            return
+        self.show_cursor()
+
+    # --- moving ---------------------------------------------------------------------
+
+    def action_forward(self) -> None:
+        self._moved(self.model.forward())
+
+    def action_back(self) -> None:
+        self._moved(self.model.back())
+
+    def action_first(self) -> None:
+        self._moved(self.model.first())
+
+    def action_last(self) -> None:
+        self._moved(self.model.last())
+
+    def action_next_step(self) -> None:
+        self._moved(self.model.next_step(), "agent step")
+
+    def action_prev_step(self) -> None:
+        self._moved(self.model.prev_step(), "previous agent step")
+
+    def action_next_mark(self, mark: Mark) -> None:
+        self._moved(self.model.next_mark(mark), MARK_WORDS[mark])
+
+    def action_prev_mark(self, mark: Mark) -> None:
+        self._moved(self.model.prev_mark(mark), f"previous {MARK_WORDS[mark]}")
+
+    def action_goto_step(self) -> None:
+        last = self.model.final.steps
+
+        def done(text: str | None) -> None:
+            if not text:
+                return
+            try:
+                step = int(text)
+            except ValueError:
+                self.notify(f"{text!r} is not a step number", severity="error")
+                return
+            if self.model.goto_step(step) is None:
+                self.notify(f"the run has no worker step {step} (1–{last})", severity="error")
+                return
+            self.show_cursor()
+
+        self.push_screen(PromptScreen(f"Go to worker step (1–{last})", "a step number"), done)
+
+    def action_search(self) -> None:
+        def done(query: str | None) -> None:
+            if not query:
+                return
+            matches = self.model.search(query)
+            if not matches:
+                self.notify(f"no match for {query!r}", severity="warning")
+                return
+            self.model.next_match()
+            self.show_cursor()
+            self._match_note()
+
+        self.push_screen(
+            PromptScreen("Search the transcript", "text in thoughts, calls or output"), done
+        )
+
+    def _match_note(self) -> None:
+        matches = self.model.matches
+        k = matches.index(self.model.cursor) + 1 if self.model.cursor in matches else 0
+        self.notify(f"{self.model.query!r}: match {k} of {len(matches)}", timeout=3)
+
+    def action_next_match(self) -> None:
+        if self.model.next_match() is None:
+            self.notify("no search yet: / searches", severity="warning")
+            return
+        self.show_cursor()
+        self._match_note()
+
+    def action_prev_match(self) -> None:
+        if self.model.prev_match() is None:
+            self.notify("no search yet: / searches", severity="warning")
+            return
+        self.show_cursor()
+        self._match_note()
+
+    # --- playing --------------------------------------------------------------------
+
+    def action_play(self) -> None:
+        if self.playing:
+            self._stop_playing()
+        elif self.model.cursor == len(self.model.events) - 1:
+            self.notify("at the end of the run: Home goes back to its start")
+            return
+        else:
+            self.playing = True
+            self._play_credit = 0.0
+            self._restart_timer()
+        self._tick()
+
+    def _stop_playing(self) -> None:
+        self.playing = False
+        if self._play_timer is not None:
+            self._play_timer.stop()
+            self._play_timer = None
+
+    def _restart_timer(self) -> None:
+        if self._play_timer is not None:
+            self._play_timer.stop()
+        rate = RATES[self.rate_index]
+        self._play_timer = self.set_interval(max(MIN_TICK_S, 1 / rate), self._play_tick)
+
+    def _play_tick(self) -> None:
+        rate = RATES[self.rate_index]
+        self._play_credit += rate * max(MIN_TICK_S, 1 / rate)
+        moves = int(self._play_credit)
+        self._play_credit -= moves
+        model = self.model
+        for _ in range(moves):
+            before = model.cursor
+            if self.unit == "steps":
+                model.next_step()
+            else:
+                model.forward()
+            if model.cursor == before:
+                self._stop_playing()
+                break
+        self.show_cursor()
+
+    def _set_rate(self, index: int) -> None:
+        self.rate_index = max(0, min(len(RATES) - 1, index))
+        if self.playing:
+            self._restart_timer()
+        self._tick()
+        self.notify(f"speed: {RATES[self.rate_index]:g} {self.unit}/s", timeout=2)
+
+    def action_faster(self) -> None:
+        self._set_rate(self.rate_index + 1)
+
+    def action_slower(self) -> None:
+        self._set_rate(self.rate_index - 1)
+
+    def action_play_unit(self) -> None:
+        self.unit = "steps" if self.unit == "events" else "events"
+        self._set_rate(DEFAULT_RATE[self.unit])
+
+    # --- files, fork, help ----------------------------------------------------------
+
+    def selected_file(self) -> str | None:
+        node = self.query_one("#files-tree", Tree).cursor_node
+        if node is None or node.data is None or node.data.is_dir:
+            return None
+        return str(node.data.path)
+
+    def action_diff(self) -> None:
+        path = self.selected_file()
+        if path is None:
+            self.notify(
+                "select a file in the Files pane first (Tab moves there)", severity="warning"
+            )
+            return
+        snap, diff = self.files_history.diff(path)
+        if snap is None:
+            self.notify(f"{path}: no recorded change up to here", severity="warning")
+            return
+        index = self.model.snapshot_index(snap.seq) or 0
+        what = "removed" if path in snap.removed else "changed"
+        title = f"{path}: {what} at step {snap.step} (event {index + 1:,})"
+        self.push_screen(DiffScreen(title, diff))
+
+    def action_fork(self) -> None:
+        self.fork_at = self.model.fork_step()
+        self._stop_playing()
+        self.exit(0)
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(REPLAY_KEYS, replay=True))
+
+    async def action_quit(self) -> None:
+        self.exit(0)
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return True
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super(MlraApp, self).get_system_commands(screen)
+        for key in REPLAY_KEYS:
+            yield SystemCommand(
+                key.label if key.footer else key.help.split(";")[0].rstrip("."),
+                key.help,
+                _runner(self, key.action),
+            )

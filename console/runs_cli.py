@@ -1,0 +1,333 @@
+"""`mlra replay` and `mlra runs`: looking back at recorded runs.
+
+Both read only what a run folder holds (its event log, result.json, workspace
+snapshots) and never write to it. Like the rest of the CLI, nothing heavy is
+imported before a command runs, and bad input gets one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+STATUSES = ("finished", "stopped", "error", "running", "interrupted", "damaged")
+
+
+def _step(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a step number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+def add_replay_commands(sub: Any) -> None:
+    replay = sub.add_parser(
+        "replay",
+        help="step through a recorded run",
+        description="Open the console over a recorded run, read-only: step through it event by "
+        "event or step by step, with the plan, transcript, resources and files as they were.",
+    )
+    replay.add_argument(
+        "run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)"
+    )
+    mode = replay.add_mutually_exclusive_group()
+    mode.add_argument("--no-tui", action="store_true", help="print the transcript instead")
+    mode.add_argument("--json", action="store_true", help="print the events as JSON lines")
+    replay.add_argument(
+        "--at",
+        type=_step,
+        metavar="STEP",
+        help="open at the start of worker step STEP (headless: print up to the end of STEP)",
+    )
+    replay.add_argument("-v", "--verbose", action="store_true", help="headless: command output too")
+    replay.set_defaults(func=cmd_replay)
+
+    runs = sub.add_parser(
+        "runs",
+        help="list the recorded runs",
+        description="List the runs in a runs folder: id, task, model, status, score, "
+        "normalized score, duration, cost and the run each was forked from.",
+    )
+    runs.add_argument(
+        "--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)"
+    )
+    runs.add_argument("--task", help="only runs of this task (a part of its name)")
+    runs.add_argument("--model", help="only runs of this model (a part of its name)")
+    runs.add_argument("--status", choices=STATUSES, help="only runs with this status")
+    runs.add_argument("--json", action="store_true", help="one JSON object per run")
+    runs.set_defaults(func=cmd_runs)
+
+
+# --- mlra replay ----------------------------------------------------------------------
+
+
+def _load_events(run_dir: Path) -> list[Any]:
+    from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
+    from mlra.console.cli import UsageError
+
+    log = run_dir / EVENTS_FILE
+    if not log.is_file():
+        raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
+    try:
+        events = read_events(log, on_torn_tail=lambda note: sys.stderr.write(f"mlra: {note}\n"))
+    except LogDamage as exc:
+        raise UsageError(str(exc)) from None
+    except OSError as exc:
+        raise UsageError(f"cannot read {log}: {exc.strerror}") from None
+    if not events:
+        raise UsageError(f"{log} holds no events")
+    return events
+
+
+def _open_model(run_dir: Path) -> Any:
+    """The replay of a run folder; its events are parsed as the replay looks at them."""
+    from mlra.agent.eventlog import EVENTS_FILE
+    from mlra.console.cli import UsageError
+    from mlra.console.replay import ReplayModel
+
+    if not (run_dir / EVENTS_FILE).is_file():
+        raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
+    try:
+        return ReplayModel.open(
+            run_dir, on_torn_tail=lambda note: sys.stderr.write(f"mlra: {note}\n")
+        )
+    except OSError as exc:
+        raise UsageError(f"cannot read {run_dir / EVENTS_FILE}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise UsageError(f"{run_dir / EVENTS_FILE}: {exc}") from None
+
+
+def _end_of_step(events: list[Any], step: int) -> int:
+    """The number of events up to the end of worker step `step`."""
+    from mlra.agent import events as ev
+    from mlra.console.cli import UsageError
+
+    starts = [
+        (i, e.step)
+        for i, e in enumerate(events)
+        if isinstance(e, ev.StepStarted) and e.agent != "supervisor"
+    ]
+    if step and not any(s == step for _, s in starts):
+        last = max((s for _, s in starts), default=0)
+        raise UsageError(f"--at {step}: the run has no worker step {step} (it has 1–{last})")
+    after = next((i for i, s in starts if s > step), None)
+    return len(events) if after is None else after
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from mlra.console.cli import UsageError
+
+    run_dir: Path = args.run_dir
+    use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
+    if use_tui:
+        model = _open_model(run_dir)
+    else:
+        events = _load_events(run_dir)
+        from mlra.console.headless import JsonDisplay, TranscriptDisplay
+
+        end = _end_of_step(events, args.at) if args.at is not None else len(events)
+        display = JsonDisplay() if args.json else TranscriptDisplay(verbose=args.verbose)
+        try:
+            for event in events[:end]:
+                display.on_event(event)
+            display.close()
+        except BrokenPipeError:  # `mlra replay RUN --no-tui | head`: the reader has gone
+            import os
+
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    from mlra.console.replay_app import ReplayApp
+
+    if args.at is not None and args.at not in model.worker_steps and args.at != 0:
+        raise UsageError(
+            f"--at {args.at}: the run has no worker step {args.at} (it has 1–{model.max_step})"
+        )
+    app = ReplayApp(model, at_step=args.at, freeze_gc=True)
+    app.run()
+    if app.fork_at is not None:
+        return _fork(run_dir, app.fork_at)
+    return 0
+
+
+def _fork(run_dir: Path, step: int) -> int:
+    """The fork key's errand: `mlra fork RUN_DIR --at STEP`, once the replay has closed."""
+    from mlra.console import cli
+
+    argv = ["fork", str(run_dir), "--at", str(step)]
+    subcommands = next(
+        (
+            a.choices
+            for a in cli.build_parser()._actions
+            if isinstance(a, argparse._SubParsersAction)
+        ),
+        {},
+    )
+    if "fork" not in subcommands:
+        print(f"to fork from here, run: mlra {' '.join(argv)}")
+        return 0
+    print(f"mlra {' '.join(argv)}", flush=True)
+    return cli.main(argv)
+
+
+# --- mlra runs ------------------------------------------------------------------------
+
+
+@dataclass
+class RunRow:
+    id: str
+    task: str = ""
+    model: str = ""
+    status: str = "damaged"
+    score: float | None = None
+    normalized_score: float | None = None
+    duration_s: float | None = None
+    cost_usd: float | None = None
+    forked_from: str | None = None
+    run_dir: str = ""
+    problem: str | None = None
+
+
+def _log_in_use(log: Path) -> bool:
+    """True while a live mlra process holds the run's log (agent/eventlog.py locks it)."""
+    import fcntl
+
+    with open(log, "rb") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return True
+        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    return False
+
+
+def run_row(run_dir: Path) -> RunRow:
+    """One run's line; a run that cannot be read is listed as damaged, not raised."""
+    from pydantic import ValidationError
+
+    from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
+    from mlra.agent.state import RunResult, fold, result_of
+
+    row = RunRow(id=run_dir.name, run_dir=str(run_dir))
+    log, result_file = run_dir / EVENTS_FILE, run_dir / "result.json"
+    try:
+        running = log.is_file() and _log_in_use(log)
+        # result.json is derived from the log; a log written after it (a resume) wins.
+        fresh = result_file.is_file() and (
+            not log.is_file() or result_file.stat().st_mtime >= log.stat().st_mtime
+        )
+        if fresh and not running:
+            result = RunResult.model_validate_json(result_file.read_bytes())
+            status = result.status
+        else:
+            state = fold(read_events(log))
+            if not state.run_id and not state.task:
+                raise ValueError("the log has no run_started event")
+            result = result_of(state)
+            status = (
+                "running"
+                if running
+                else state.finished.status
+                if state.finished is not None
+                else "interrupted"
+            )
+    except (OSError, ValueError, ValidationError, LogDamage) as exc:
+        row.problem = str(exc).splitlines()[0][:200]
+        return row
+    row.task, row.model, row.status = result.task, result.model, status
+    row.score, row.normalized_score = result.score, result.normalized_score
+    row.duration_s, row.cost_usd = result.duration_s, result.cost_usd
+    row.forked_from = result.forked_from
+    return row
+
+
+def list_runs(runs_dir: Path) -> list[RunRow]:
+    folders = sorted(
+        p
+        for p in runs_dir.iterdir()
+        if p.is_dir() and ((p / "events.jsonl").exists() or (p / "result.json").exists())
+    )
+    return [run_row(p) for p in folders]
+
+
+def _cells(row: RunRow) -> list[str]:
+    from mlra.agent.clock import format_duration
+
+    return [
+        row.id,
+        row.task or "-",
+        row.model or "-",
+        row.status,
+        f"{row.score:.4g}" if row.score is not None else "-",
+        f"{row.normalized_score:+.3f}" if row.normalized_score is not None else "-",
+        format_duration(row.duration_s) if row.duration_s is not None else "-",
+        f"${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
+        row.forked_from or "-",
+    ]
+
+
+HEADERS = [
+    "id",
+    "task",
+    "model",
+    "status",
+    "score",
+    "normalized",
+    "duration",
+    "cost",
+    "forked from",
+]
+
+
+def cmd_runs(args: argparse.Namespace) -> int:
+    from mlra.console.cli import UsageError
+
+    runs_dir: Path = args.runs_dir
+    if not runs_dir.is_dir():
+        raise UsageError(f"{runs_dir} is not a folder of runs (see --runs-dir)")
+    rows = list_runs(runs_dir)
+    if args.task:
+        rows = [r for r in rows if args.task.lower() in r.task.lower()]
+    if args.model:
+        rows = [r for r in rows if args.model.lower() in r.model.lower()]
+    if args.status:
+        rows = [r for r in rows if r.status == args.status]
+    if args.json:
+        for row in rows:
+            print(json.dumps(asdict(row)))
+        return 0
+    if not rows:
+        print(
+            f"no runs in {runs_dir}" + (" match" if args.task or args.model or args.status else "")
+        )
+        return 0
+    table = [_cells(r) for r in rows]
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        styles = {"finished": "green", "running": "cyan", "damaged": "red", "error": "red"}
+        out = Table(box=None, header_style="bold", pad_edge=False, collapse_padding=True)
+        for i, header in enumerate(HEADERS):
+            # On a narrow terminal the model and the fork source give way; the rest stay whole.
+            widest = max(len(header), *(len(c[i]) for c in table))
+            out.add_column(
+                header,
+                justify="right" if 4 <= i <= 7 else "left",
+                no_wrap=True,
+                min_width=None if header in ("model", "forked from") else widest,
+            )
+        for row, cells in zip(rows, table, strict=True):
+            out.add_row(*cells, style=styles.get(row.status, ""))
+        Console().print(out)
+        return 0
+    widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(HEADERS)]
+    for cells in [HEADERS, *table]:
+        print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    return 0

@@ -1,0 +1,476 @@
+"""Replay of recorded runs: the console over a real recorded scripted run (Pilot),
+the headless replay through the real command line, `mlra runs`, and snapshots of
+the replay console over a fixed recorded run."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.widgets import Static, Tree
+
+from mlra.agent import events as ev
+from mlra.agent.eventlog import EventLog, read_events
+from mlra.agent.snapshots import SnapshotStore
+from mlra.agent.state import fold
+from mlra.console.cli import main
+from mlra.console.panes.files import FilesPane
+from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry
+from mlra.console.replay import ReplayModel
+from mlra.console.replay_app import DiffScreen, ReplayApp
+from mlra.console.screens import PromptScreen
+from tests.conftest import ANSWER_TASK, mlra_cli
+from tests.console_fixtures import EPOCH, recorded_run
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+WORKER = [
+    turn("Write the first notes.", call("write_file", path="notes.txt", content="alpha\n")),
+    turn("Answer the question.", call("bash", command="echo 42 > answer.txt")),
+    turn("Revise the notes.", call("write_file", path="notes.txt", content="alpha\nbeta\n")),
+    turn("Look for a file that is not there.", call("bash", command="cat missing.txt")),
+    turn("", call("report", summary="answer.txt holds 42")),
+]
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real run: the real CLI, the real SDK, a scripted model server on loopback."""
+    root = tmp_path_factory.mktemp("replay")
+    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    with ScriptedModelServer(script) as server:
+        proc = mlra_cli(
+            [
+                "run",
+                str(ANSWER_TASK),
+                "--model",
+                "openai/test-model",
+                "--base-url",
+                server.url_for("openai"),  # type: ignore[arg-type]
+                "--no-tui",
+                "--runs-dir",
+                str(root / "runs"),
+                "--isolation",
+                "none",
+            ],
+            cwd=root,
+            timeout=120,
+        )
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (root / "runs").iterdir()
+    return run_dir
+
+
+# --- the model ------------------------------------------------------------------------
+
+
+def test_the_state_at_every_event_is_the_fold_of_the_events_up_to_it(recorded: Path) -> None:
+    """Checkpoints skip streamed events; the state at any point must not differ for it."""
+    events = read_events(recorded / "events.jsonl")
+    model = ReplayModel.open(recorded)
+    for i in range(len(events)):
+        got, want = model.state_at(i), fold(events[: i + 1])
+        assert (got.steps, got.plan, got.tool_calls, got.tool_errors, got.events) == (
+            want.steps,
+            want.plan,
+            want.tool_calls,
+            want.tool_errors,
+            want.events,
+        ), i
+        assert (got.cost_usd, got.elapsed_s, got.finished, got.subtask) == (
+            want.cost_usd,
+            want.elapsed_s,
+            want.finished,
+            want.subtask,
+        ), i
+
+
+def test_a_torn_tail_is_dropped_and_a_damaged_line_shown_not_raised(
+    recorded: Path, tmp_path: Path
+) -> None:
+    lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
+    lines[5] = b'{"v":1,"seq":6,"type":"no_such_event"}\n'
+    (tmp_path / "events.jsonl").write_bytes(b"".join(lines) + b'{"v":1,"seq":99,"ty')
+    notes: list[str] = []
+    model = ReplayModel.open(tmp_path, on_torn_tail=notes.append)
+    assert len(model.events) == len(lines) and "half-written last line" in notes[0]
+    damaged = model.events[5]
+    assert isinstance(damaged, ev.Notice) and damaged.level == "error"
+    assert "line 6 of the log is not a valid event" in damaged.message
+    model.last()
+    assert model.state.finished is not None  # the replay goes on past the damage
+
+    proc = mlra_cli(["replay", str(tmp_path), "--no-tui"], cwd=tmp_path)
+    assert proc.returncode == 2 and "not a valid event" in proc.stderr  # headless: bad input
+
+
+# --- the console over a recorded run (Pilot) ------------------------------------------
+
+
+def transcript_text(app: ReplayApp) -> str:
+    parts = []
+    for widget in app.query("#transcript > *"):
+        if isinstance(widget, ToolEntry | ThoughtEntry):
+            parts.append(str(widget.render_entry()))
+        elif isinstance(widget, NoteEntry):
+            parts.append(str(widget.content))
+    return "\n".join(parts)
+
+
+def static_text(app: ReplayApp, selector: str) -> str:
+    return str(app.query_one(selector, Static).content)
+
+
+def tree_paths(app: ReplayApp) -> set[str]:
+    tree = app.query_one("#files-tree", Tree)
+    found: set[str] = set()
+    stack = list(tree.root.children)
+    while stack:
+        node = stack.pop()
+        if node.data is not None:
+            found.add(node.data.path)
+        stack.extend(node.children)
+    return found
+
+
+async def goto(app: ReplayApp, pilot: Any, step: int) -> None:
+    await pilot.press("g")
+    assert isinstance(app.screen, PromptScreen)
+    await pilot.press(*str(step), "enter")
+    await settle(app, pilot)
+
+
+async def settle(app: ReplayApp, pilot: Any) -> None:
+    await pilot.pause()
+    await app.query_one(FilesPane).refresh_tree()
+    await pilot.pause()
+
+
+async def select_file(app: ReplayApp, pilot: Any, path: str) -> None:
+    tree = app.query_one("#files-tree", Tree)
+    node = next(n for n in _nodes(tree) if n.data is not None and n.data.path == path)
+    tree.move_cursor(node)
+    await pilot.pause()
+    await app.query_one(FilesPane).show_preview(node.data)
+    await pilot.pause()
+
+
+def _nodes(tree: Tree[Any]) -> list[Any]:
+    out, stack = [], list(tree.root.children)
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        stack.extend(node.children)
+    return out
+
+
+def preview_text(app: ReplayApp) -> str:
+    content = app.query_one("#preview", Static).content
+    return getattr(content, "code", str(content))
+
+
+async def test_replay_shows_plan_transcript_and_files_as_they_were_at_each_step(
+    recorded: Path,
+) -> None:
+    app = ReplayApp(ReplayModel.open(recorded))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        assert "replay: step 0 of 5, event 1 of" in static_text(app, "#status")
+        assert tree_paths(app) == set()  # before the starter files were recorded
+
+        # Worker step 3 starts: notes.txt holds its first version, answer.txt exists.
+        await goto(app, pilot, 3)
+        status = static_text(app, "#status")
+        assert "replay: step 3 of 5" in status
+        plan = static_text(app, "#plan-steps")
+        assert "Answer the question" in plan and "✓" not in plan
+        text = transcript_text(app)
+        assert "Answer the question." in text and "echo 42 > answer.txt" in text
+        assert "Revise the notes" not in text
+        assert {"notes.txt", "answer.txt", "question.txt"} <= tree_paths(app)
+        await select_file(app, pilot, "notes.txt")
+        assert preview_text(app) == "alpha"
+
+        # After step 3's write: the new content, and the diff against the step before.
+        await pilot.press("t")  # to step 3's tool call
+        await pilot.press("right", "right")  # ... its result and the snapshot after it
+        await settle(app, pilot)
+        assert isinstance(app.model.event, ev.WorkspaceSnapshot)
+        assert "Revise the notes" in transcript_text(app)
+        await select_file(app, pilot, "notes.txt")
+        assert preview_text(app) == "alpha\nbeta"
+        await pilot.press("d")
+        assert isinstance(app.screen, DiffScreen)
+        assert "changed at step 3" in app.screen.title_text
+        assert "+beta" in app.screen.diff and "-alpha" not in app.screen.diff
+        await pilot.press("escape")
+
+        # One event back: the snapshot is not there yet, so neither is the new content.
+        await pilot.press("left")
+        await settle(app, pilot)
+        await select_file(app, pilot, "notes.txt")
+        assert preview_text(app) == "alpha"
+
+        # The next error is step 4's failed command; the plan changes when the subtask ends.
+        await pilot.press("e")
+        await settle(app, pilot)
+        event = app.model.event
+        assert isinstance(event, ev.ToolResult) and not event.ok
+        assert "missing.txt" in transcript_text(app)
+        await pilot.press("l")
+        await settle(app, pilot)
+        assert "✓" in static_text(app, "#plan-steps")
+
+        # Back a whole step, then to the very end.
+        await pilot.press("left_square_bracket")
+        await pilot.pause()
+        assert isinstance(app.model.event, ev.StepStarted)
+        await pilot.press("end")
+        await settle(app, pilot)
+        assert "score: exact_match = 1" in static_text(app, "#status")
+
+
+async def test_search_finds_text_in_thoughts_arguments_and_output(recorded: Path) -> None:
+    app = ReplayApp(ReplayModel.open(recorded))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("slash")
+        assert isinstance(app.screen, PromptScreen)
+        await pilot.press(*"BETA", "enter")
+        await pilot.pause()
+        first = app.model.event
+        assert isinstance(first, ev.ToolCall) and "beta" in first.arguments["content"]  # type: ignore[index]
+        assert "replay: step 3 of 5" in static_text(app, "#status")
+        await pilot.press("m")  # the next match wraps round to the first
+        assert app.model.event is first or len(app.model.matches) > 1
+        await pilot.press("slash", *"no such file", "enter")
+        await pilot.pause()
+        output = app.model.event  # the command's streamed output, then its result
+        assert isinstance(output, ev.ToolOutput) and "No such file" in output.text
+        assert "replay: step 4 of 5" in static_text(app, "#status")
+        await pilot.press("m")
+        result = app.model.event
+        assert isinstance(result, ev.ToolResult) and "No such file" in result.output
+        await pilot.press("M")
+        assert app.model.event is output
+        await pilot.press("slash", *"zebra crossing", "enter")
+        await pilot.pause()
+        assert app.model.event is output  # no match: the cursor stays
+
+
+async def test_play_moves_forward_and_fork_key_names_the_step(recorded: Path) -> None:
+    app = ReplayApp(ReplayModel.open(recorded), at_step=2)
+    async with app.run_test(size=(160, 48)) as pilot:
+        start = app.model.cursor
+        assert "replay: step 2 of 5" in static_text(app, "#status")
+        await pilot.press("minus", "minus", "minus")  # 2 events a second
+        await pilot.press("plus")
+        await pilot.press("space")
+        assert "playing 5 events/s" in static_text(app, "#status")
+        deadline = time.monotonic() + 10
+        while app.model.cursor == start:
+            assert time.monotonic() < deadline, "play never moved"
+            await pilot.pause(0.05)
+        await pilot.press("space")
+        await pilot.pause()
+        assert "playing" not in static_text(app, "#status")
+        await pilot.press("home")
+        await goto(app, pilot, 4)
+        await pilot.press("f")
+    assert app.fork_at == 4
+    assert app.return_value == 0
+
+
+def test_the_replay_console_binds_no_steering_key(recorded: Path) -> None:
+    keys = {b.action for b in ReplayApp._merge_bindings().key_to_bindings.get("s", [])}
+    actions = {b.action for bs in ReplayApp._merge_bindings().key_to_bindings.values() for b in bs}
+    assert not keys
+    assert not actions & {
+        "pause",
+        "resume",
+        "step",
+        "approve",
+        "reject",
+        "edit",
+        "inject('worker')",
+        "stop",
+    }
+
+
+# --- headless replay through the real command line --------------------------------------
+
+
+def test_headless_replay_prints_the_transcript_and_json(recorded: Path) -> None:
+    proc = mlra_cli(["replay", str(recorded), "--no-tui"], cwd=recorded.parent)
+    assert proc.returncode == 0, proc.stderr
+    assert "worker: Revise the notes." in proc.stdout
+    assert "$ cat missing.txt" in proc.stdout
+    assert "score: exact_match = 1" in proc.stdout
+
+    upto = mlra_cli(["replay", str(recorded), "--no-tui", "--at", "2"], cwd=recorded.parent)
+    assert "echo 42 > answer.txt" in upto.stdout and "Revise the notes" not in upto.stdout
+
+    as_json = mlra_cli(["replay", str(recorded), "--json"], cwd=recorded.parent)
+    lines = as_json.stdout.strip().splitlines()
+    assert [ev.parse_event(line) for line in lines] == read_events(recorded / "events.jsonl")
+
+    bad = mlra_cli(["replay", str(recorded.parent / "nope"), "--no-tui"], cwd=recorded.parent)
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    no_step = mlra_cli(["replay", str(recorded), "--no-tui", "--at", "99"], cwd=recorded.parent)
+    assert no_step.returncode == 2 and "no worker step 99" in no_step.stderr
+
+
+# --- mlra runs ------------------------------------------------------------------------
+
+
+def test_runs_lists_status_score_and_filters(
+    recorded: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    shutil.copytree(recorded, runs / "a-finished")
+    # A run killed mid-way: its log ends without run_finished, and no result.json.
+    killed = runs / "b-killed"
+    killed.mkdir()
+    lines = (recorded / "events.jsonl").read_text().splitlines()
+    cut = next(i for i, line in enumerate(lines) if '"type":"submission"' in line)
+    (killed / "events.jsonl").write_text("\n".join(lines[:cut]) + "\n")
+    # A run being written by a live process holds its log's lock.
+    live = runs / "c-live"
+    live.mkdir()
+    (live / "events.jsonl").write_text("\n".join(lines[:cut]) + "\n")
+    (runs / "d-damaged").mkdir()
+    (runs / "d-damaged" / "events.jsonl").write_text('{"type": "nonsense"}\n{}\n')
+    (runs / "not-a-run").mkdir()
+
+    log = EventLog(live / "events.jsonl", start_seq=cut)
+    try:
+        assert main(["runs", "--runs-dir", str(runs), "--json"]) == 0
+    finally:
+        log.close()
+    rows = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert set(rows) == {"a-finished", "b-killed", "c-live", "d-damaged"}
+    assert rows["a-finished"]["status"] == "finished"
+    assert rows["a-finished"]["score"] == 1.0 and rows["a-finished"]["normalized_score"] == 1.0
+    assert rows["a-finished"]["task"] == "answer"
+    assert rows["a-finished"]["model"] == "openai/test-model"
+    assert rows["b-killed"]["status"] == "interrupted" and rows["b-killed"]["score"] is None
+    assert rows["c-live"]["status"] == "running"
+    assert rows["d-damaged"]["status"] == "damaged"
+
+    assert main(["runs", "--runs-dir", str(runs), "--status", "interrupted"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].split()[:4] == ["id", "task", "model", "status"]
+    assert [line.split()[0] for line in out[1:]] == [
+        "b-killed",
+        "c-live",
+    ]  # c-live's log is closed now
+
+    assert main(["runs", "--runs-dir", str(runs), "--task", "answer", "--model", "test"]) == 0
+    ids = [line.split()[0] for line in capsys.readouterr().out.splitlines()[1:]]
+    assert ids == ["a-finished", "b-killed", "c-live"]
+    assert main(["runs", "--runs-dir", str(runs), "--model", "claude"]) == 0
+    assert "no runs" in capsys.readouterr().out
+
+    assert main(["runs", "--runs-dir", str(tmp_path / "missing")]) == 2
+    assert "is not a folder of runs" in capsys.readouterr().err
+
+
+# --- snapshots of the replay console over a fixed recorded run -------------------------
+
+
+@pytest.fixture
+def _utc(monkeypatch: pytest.MonkeyPatch) -> Any:
+    monkeypatch.setenv("TZ", "UTC")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+FIXED_FILES = {
+    0: {
+        "README.md": "# tiny-lm\n\nTrain a small causal LM on data/train.txt.\n",
+        "train.py": "import argparse\n\nprint('baseline')\n",
+        "data/train.txt": "It is a truth universally acknowledged...\n" * 40,
+    },
+    8: {"train_big.sh": "python train.py --layers 4 --d-model 256 --steps 1400\n"},
+    9: {
+        "train_big.sh": "python train.py --layers 4 --d-model 256 --steps 1400 --out submission\n",
+        "submission/config.json": '{"model_type": "llama", "num_hidden_layers": 4}\n',
+    },
+}
+
+
+def fixed_replay(tmp_path: Path) -> ReplayModel:
+    """The console fixtures' finished run, with workspace snapshots after its steps."""
+    store = SnapshotStore(tmp_path)
+    events: list[ev.Event] = []
+    after = {0: "run_started", 8: "call_0008", 9: "call_0009"}
+    for event in recorded_run("finished"):
+        starts = isinstance(event, ev.WorkerThought) and event.step == 8
+        starts |= isinstance(event, ev.ToolCall) and event.call_id == "call_0009"
+        if starts:  # the fixture records step 7's start only
+            step = 8 if isinstance(event, ev.WorkerThought) else 9
+            started = ev.StepStarted(agent="worker", step=step, turn=step)
+            started.t, started.ts = event.t, event.ts
+            events.append(started)
+        events.append(event)
+        for step, marker in after.items():
+            hit = (isinstance(event, ev.RunStarted) and marker == "run_started") or (
+                isinstance(event, ev.ToolResult) and event.call_id == marker
+            )
+            if hit:
+                changed = []
+                for path, text in FIXED_FILES[step].items():
+                    data = text.encode()
+                    sha = hashlib.sha256(data).hexdigest()
+                    store.path(sha).parent.mkdir(parents=True, exist_ok=True)
+                    store.path(sha).write_bytes(data)
+                    changed.append(ev.FileChange(path=path, size=len(data), sha256=sha))
+                snap = ev.WorkspaceSnapshot(step=step, changed=changed)
+                snap.t, snap.ts = event.t, event.ts
+                events.append(snap)
+    for seq, event in enumerate(events, start=1):
+        event.seq = seq
+    assert events[0].ts == EPOCH
+    return ReplayModel(events, store)
+
+
+@pytest.mark.usefixtures("_utc")
+def test_snapshot_replay_mid_run(snap_compare: Any, tmp_path: Path) -> None:
+    async def to_step_8(pilot: Any) -> None:
+        app = pilot.app
+        app.model.goto_step(8)
+        app.model.next_mark("tool")
+        app.model.forward(2)  # the write's result and the snapshot after it
+        app.show_cursor()
+        await settle(app, pilot)
+
+    app = ReplayApp(fixed_replay(tmp_path))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=to_step_8)
+
+
+@pytest.mark.usefixtures("_utc")
+def test_snapshot_replay_diff_of_a_file(snap_compare: Any, tmp_path: Path) -> None:
+    async def diff(pilot: Any) -> None:
+        app = pilot.app
+        app.model.last()
+        app.show_cursor()
+        await settle(app, pilot)
+        await select_file(app, pilot, "train_big.sh")
+        await pilot.press("d")
+        await pilot.pause()
+
+    app = ReplayApp(fixed_replay(tmp_path))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=diff)
+
+
+@pytest.mark.usefixtures("_utc")
+def test_snapshot_replay_help(snap_compare: Any, tmp_path: Path) -> None:
+    app = ReplayApp(fixed_replay(tmp_path))
+    assert snap_compare(app, terminal_size=(160, 48), press=["question_mark"])
