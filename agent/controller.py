@@ -149,9 +149,7 @@ class RunController:
 
     # --- catching up with a recorded run (resume, fork) -------------------------------
 
-    def catch_up(
-        self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]
-    ) -> None:
+    def catch_up(self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]) -> None:
         """Replay `recorded` through the agent before going live (see agent/recording.py).
 
         `going_live` makes the events that open the live part (`run_resumed`,

@@ -42,7 +42,11 @@ def request_fingerprint(
     rendered = [normalize(system, subs), ",".join(sorted(t.name for t in tools))]
     for m in messages:
         calls = [
-            {"name": c.name, "arguments": c.arguments, "raw": None if c.arguments else c.raw_arguments}
+            {
+                "name": c.name,
+                "arguments": c.arguments,
+                "raw": None if c.arguments else c.raw_arguments,
+            }
             for c in m.tool_calls
         ]
         rendered.append(

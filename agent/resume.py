@@ -60,7 +60,9 @@ def load_run(run_dir: Path) -> RecordedRun:
     if started is None:
         raise ResumeError(f"{path} has no run_started event: the run never started")
     config = RunConfig.model_validate(started.config)
-    return RecordedRun(run_dir=run_dir.resolve(), events=events, started=started, config=config, torn=torn)
+    return RecordedRun(
+        run_dir=run_dir.resolve(), events=events, started=started, config=config, torn=torn
+    )
 
 
 def _drop_torn_tail(path: Path) -> None:

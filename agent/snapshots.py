@@ -232,9 +232,7 @@ class WorkspaceHistory:
             new_lines = (new or b"").decode().splitlines(keepends=True)
         except UnicodeDecodeError:
             return f"binary file {path} changed"
-        return "".join(
-            difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}", n=3)
-        )
+        return "".join(difflib.unified_diff(old_lines, new_lines, f"a/{path}", f"b/{path}", n=3))
 
     def restore(self, seq: int, target: Path, *, fallbacks: Iterable[Path] = ()) -> list[str]:
         """Write the workspace as of `seq` into `target`; returns files it could not restore.

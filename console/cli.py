@@ -188,10 +188,16 @@ def build_parser() -> argparse.ArgumentParser:
     tasks.set_defaults(func=cmd_tasks)
 
     evaluate = sub.add_parser(
-        "eval", help="grade a run's workspace again", description="Grade a run's workspace again, host-side."
+        "eval",
+        help="grade a run's workspace again",
+        description="Grade a run's workspace again, host-side.",
     )
-    evaluate.add_argument("run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)")
-    evaluate.add_argument("--path", help="grade this path in the workspace instead of what was submitted")
+    evaluate.add_argument(
+        "run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)"
+    )
+    evaluate.add_argument(
+        "--path", help="grade this path in the workspace instead of what was submitted"
+    )
     evaluate.set_defaults(func=cmd_eval)
 
     image = sub.add_parser(
@@ -426,15 +432,23 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         task = _load_task(args.name)
         print(task.render_prompt())
         m = task.metric
-        print(f"metric:     {m.name} ({'higher' if m.higher_is_better else 'lower'} is better); "
-              f"baseline {m.baseline}, top reference {m.top}")
+        print(
+            f"metric:     {m.name} ({'higher' if m.higher_is_better else 'lower'} is better); "
+            f"baseline {m.baseline}, top reference {m.top}"
+        )
         print(f"evaluator:  {task.evaluator.kind} on {task.evaluator.artifact}")
         rules = task.constraints.model_dump(exclude_defaults=True)
         if rules:
             print("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
-        print(f"needs:      {needs(task)}" + (f"; data: {task.resources.data}" if task.resources.data else ""))
+        print(
+            f"needs:      {needs(task)}"
+            + (f"; data: {task.resources.data}" if task.resources.data else "")
+        )
         problems = blockers(task)
-        print("this machine: " + ("ready" if not problems else "cannot run it now: " + "; ".join(problems)))
+        print(
+            "this machine: "
+            + ("ready" if not problems else "cannot run it now: " + "; ".join(problems))
+        )
         return EXIT_OK
     for folder in builtin_task_dirs():
         try:
@@ -492,7 +506,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if started is None:
         raise UsageError(f"{log_path} has no run_started event")
     try:
-        task = load_task(Path(started.task_dir)) if started.task_dir and Path(started.task_dir).is_dir() else find_task(started.task)
+        task = (
+            load_task(Path(started.task_dir))
+            if started.task_dir and Path(started.task_dir).is_dir()
+            else find_task(started.task)
+        )
     except TaskError as exc:
         raise UsageError(str(exc)) from None
     submitted = args.path or (state.submission.path if state.submission else None)
@@ -507,7 +525,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         log.append(event)
 
     try:
-        _, finished = asyncio.run(grade(task, run_dir / "workspace", submitted, run_dir / "evaluation", on_start=stamp))
+        _, finished = asyncio.run(
+            grade(task, run_dir / "workspace", submitted, run_dir / "evaluation", on_start=stamp)
+        )
         stamp(finished)
     finally:
         log.close()

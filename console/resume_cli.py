@@ -21,7 +21,9 @@ def add_resume_commands(sub: Any) -> None:
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
         p.add_argument("--json", action="store_true", help="print the new events as JSON lines")
-        p.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
+        p.add_argument(
+            "-v", "--verbose", action="store_true", help="headless: stream command output"
+        )
         p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
         p.add_argument("--time-limit", type=_duration, metavar="T", help="a new total time limit")
         p.add_argument("--max-steps", type=_positive_int, metavar="N")
@@ -55,7 +57,9 @@ def add_resume_commands(sub: Any) -> None:
         "or the arguments alone",
     )
     fork.add_argument("--message", metavar="TEXT", help="a message to the worker at the fork")
-    fork.add_argument("--runs-dir", type=Path, help="where the new run goes (default: beside the source)")
+    fork.add_argument(
+        "--runs-dir", type=Path, help="where the new run goes (default: beside the source)"
+    )
     fork.add_argument("--run-id", help="name the new run's folder")
     common(fork)
     fork.set_defaults(func=cmd_fork)

@@ -28,9 +28,25 @@ DTYPE_BYTES = {
 QUANTIZED_DTYPES = {"I8", "U8", "I16", "U16", "I32", "U32", "F8_E4M3", "F8_E5M2"}
 """Integer or 8-bit float weights: what quantization leaves behind (ids and masks are
 not weights, hence the name filter below)."""
-QUANTIZED_NAME_PARTS = ("qweight", "qzeros", "g_idx", ".scales", "weight_scale", ".SCB", "absmax", "quant_map")
+QUANTIZED_NAME_PARTS = (
+    "qweight",
+    "qzeros",
+    "g_idx",
+    ".scales",
+    "weight_scale",
+    ".SCB",
+    "absmax",
+    "quant_map",
+)
 QUANTIZED_FILES = ("*.gguf", "*.ggml", "*.awq", "*.gptq")
-NOT_WEIGHTS = ("position_ids", "attention_mask", "causal_mask", "masked_bias", ".bias_mask", "inv_freq")
+NOT_WEIGHTS = (
+    "position_ids",
+    "attention_mask",
+    "causal_mask",
+    "masked_bias",
+    ".bias_mask",
+    "inv_freq",
+)
 
 
 class ArchitectureFingerprint(BaseModel):
@@ -118,7 +134,9 @@ def read_safetensors_header(path: Path) -> list[TensorInfo]:
 def weight_files(model_dir: Path) -> tuple[list[Path], list[Path]]:
     """(safetensors files, other weight files such as pickled .bin/.pt)."""
     safetensors = sorted(model_dir.rglob("*.safetensors"))
-    pickled = sorted(p for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt") for p in model_dir.rglob(pattern))
+    pickled = sorted(
+        p for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt") for p in model_dir.rglob(pattern)
+    )
     return safetensors, pickled
 
 
@@ -154,9 +172,15 @@ def model_facts(model_dir: Path) -> ModelFacts:
             params += tensor.numel
             load += tensor.nbytes
             dtypes[tensor.dtype] = dtypes.get(tensor.dtype, 0) + tensor.numel
-            if tensor.dtype in QUANTIZED_DTYPES or any(p in tensor.name for p in QUANTIZED_NAME_PARTS):
+            if tensor.dtype in QUANTIZED_DTYPES or any(
+                p in tensor.name for p in QUANTIZED_NAME_PARTS
+            ):
                 quantized.append(f"{tensor.name} ({tensor.dtype})")
-    quant_files = sorted(str(p.relative_to(model_dir)) for pattern in QUANTIZED_FILES for p in model_dir.rglob(pattern))
+    quant_files = sorted(
+        str(p.relative_to(model_dir))
+        for pattern in QUANTIZED_FILES
+        for p in model_dir.rglob(pattern)
+    )
     return ModelFacts(
         parameters=params,
         load_bytes=load,
@@ -192,11 +216,17 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
         "dtypes": facts.dtypes,
     }
     broken: list[str] = []
-    if rules.require_safetensors or rules.max_parameters or rules.max_load_memory_gb or rules.forbid_quantized:
+    if (
+        rules.require_safetensors
+        or rules.max_parameters
+        or rules.max_load_memory_gb
+        or rules.forbid_quantized
+    ):
         if facts.pickled and not facts.parameters:
             broken.append(
                 "weights must be in safetensors format (found only pickled weights: "
-                + ", ".join(facts.pickled[:3]) + "); the limits can only be checked on safetensors"
+                + ", ".join(facts.pickled[:3])
+                + "); the limits can only be checked on safetensors"
             )
         elif not facts.parameters:
             broken.append("no model weights found (no *.safetensors file in the submission)")
@@ -214,7 +244,9 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
         qc = facts.config.get("quantization_config")
         reasons = []
         if qc:
-            method = qc.get("quant_method") or (qc.get("load_in_4bit") and "4-bit") or "unknown method"
+            method = (
+                qc.get("quant_method") or (qc.get("load_in_4bit") and "4-bit") or "unknown method"
+            )
             reasons.append(f"config.json has a quantization_config ({method})")
         if facts.quantized_tensors:
             reasons.append(
@@ -223,18 +255,25 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
         if facts.quantized_files:
             reasons.append("quantized weight files: " + ", ".join(facts.quantized_files[:3]))
         if reasons:
-            broken.append("forbid_quantized: quantized weights are not allowed (" + "; ".join(reasons) + ")")
+            broken.append(
+                "forbid_quantized: quantized weights are not allowed (" + "; ".join(reasons) + ")"
+            )
     if rules.allowed_base_models:
         if not any(_matches(facts.config, fp) for fp in rules.allowed_base_models):
             names = ", ".join(fp.name for fp in rules.allowed_base_models)
-            got = {k: facts.config.get(k) for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")}
+            got = {
+                k: facts.config.get(k)
+                for k in ("model_type", "hidden_size", "num_hidden_layers", "vocab_size")
+            }
             broken.append(
                 f"allowed_base_models: the model's architecture {got} matches none of the approved base models ({names})"
             )
     if rules.min_layers_kept is not None:
         layers = facts.config.get("num_hidden_layers")
         if isinstance(layers, int) and layers < rules.min_layers_kept:
-            broken.append(f"min_layers_kept: {layers} layers, fewer than the {rules.min_layers_kept} required")
+            broken.append(
+                f"min_layers_kept: {layers} layers, fewer than the {rules.min_layers_kept} required"
+            )
     return broken, summary
 
 

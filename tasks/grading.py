@@ -15,7 +15,9 @@ from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.spec import TaskSpec
 
 
-def artifact_path(workspace: Path, submitted: str | None, task: TaskSpec) -> tuple[str, Path | None, str | None]:
+def artifact_path(
+    workspace: Path, submitted: str | None, task: TaskSpec
+) -> tuple[str, Path | None, str | None]:
     """(path as submitted, host path or None, why not): the artifact must be in the workspace."""
     rel = submitted or task.evaluator.artifact  # `submit` records paths relative to the workspace
     host = (workspace / rel).resolve()

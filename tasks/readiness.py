@@ -45,7 +45,11 @@ def network() -> str | None:
 
 
 def missing_packages(task: TaskSpec) -> list[str]:
-    return [p for p in EVALUATOR_PACKAGES.get(task.evaluator.kind, ()) if importlib.util.find_spec(p) is None]
+    return [
+        p
+        for p in EVALUATOR_PACKAGES.get(task.evaluator.kind, ())
+        if importlib.util.find_spec(p) is None
+    ]
 
 
 def blockers(task: TaskSpec) -> list[str]:
@@ -59,7 +63,9 @@ def blockers(task: TaskSpec) -> list[str]:
         elif len(have) < r.gpus:
             problems.append(f"needs {r.gpus} GPUs; this machine has {len(have)}")
         elif r.gpu_memory_gb and max(m for _, m in have) < r.gpu_memory_gb * 0.95:
-            problems.append(f"needs {r.gpu_memory_gb:g} GB of GPU memory; the largest GPU here has {max(m for _, m in have):.0f} GB")
+            problems.append(
+                f"needs {r.gpu_memory_gb:g} GB of GPU memory; the largest GPU here has {max(m for _, m in have):.0f} GB"
+            )
     if r.network:
         why = network()
         if why:
@@ -69,7 +75,11 @@ def blockers(task: TaskSpec) -> list[str]:
             problems.append(f"its evaluator needs the `{command}` command; it is not installed")
     missing = missing_packages(task)
     if missing:
-        problems.append("needs Python packages not installed: " + ", ".join(missing) + " (pip install 'mlra[ml]')")
+        problems.append(
+            "needs Python packages not installed: "
+            + ", ".join(missing)
+            + " (pip install 'mlra[ml]')"
+        )
     return problems
 
 

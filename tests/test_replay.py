@@ -23,7 +23,7 @@ from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import DiffScreen, ReplayApp
-from mlra.console.screens import PromptScreen
+from mlra.console.screens import HelpScreen, PromptScreen
 from tests.conftest import ANSWER_TASK, mlra_cli
 from tests.console_fixtures import EPOCH, recorded_run
 from tests.fakes.model_server import ScriptedModelServer
@@ -473,4 +473,13 @@ def test_snapshot_replay_diff_of_a_file(snap_compare: Any, tmp_path: Path) -> No
 @pytest.mark.usefixtures("_utc")
 def test_snapshot_replay_help(snap_compare: Any, tmp_path: Path) -> None:
     app = ReplayApp(fixed_replay(tmp_path))
-    assert snap_compare(app, terminal_size=(160, 48), press=["question_mark"])
+
+    async def open_help(pilot: Any) -> None:
+        # Wait for the screen itself, not for time: a busy machine renders late.
+        await pilot.press("question_mark")
+        while not isinstance(pilot.app.screen, HelpScreen):
+            await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=(160, 48), run_before=open_help)

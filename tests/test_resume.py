@@ -39,7 +39,9 @@ def research_script() -> dict[str, Any]:
         "worker": [
             turn("Read the question.", call("read_file", path="question.txt")),
             turn("Look around.", call("bash", command="ls && sleep 0.4 && echo looked")),
-            turn("Draft.", call("write_file", path="notes.md", content="# notes\nthe answer is 42\n")),
+            turn(
+                "Draft.", call("write_file", path="notes.md", content="# notes\nthe answer is 42\n")
+            ),
             turn("Think slowly.", call("bash", command="sleep 0.4; echo 41 > draft.txt")),
             turn("Write the answer.", call("bash", command="echo 42 > answer.txt")),
             turn("", call("report", summary="answer.txt holds 42")),
@@ -170,9 +172,13 @@ def test_resume_refuses_a_submitted_run_and_a_live_one(
     tmp_path: Path, answer_task: Path, reference: list[ev.Event]
 ) -> None:
     with ScriptedModelServer(research_script(), turn_by_history=True) as server:
-        done = mlra_cli(_run_args(server, tmp_path / "runs", "done", answer_task), cwd=tmp_path, env=_env())
+        done = mlra_cli(
+            _run_args(server, tmp_path / "runs", "done", answer_task), cwd=tmp_path, env=_env()
+        )
     assert done.returncode == 0
-    proc = mlra_cli(["resume", str(tmp_path / "runs" / "done"), "--no-tui"], cwd=tmp_path, env=_env())
+    proc = mlra_cli(
+        ["resume", str(tmp_path / "runs" / "done"), "--no-tui"], cwd=tmp_path, env=_env()
+    )
     assert proc.returncode == 2
     assert "ended with a submission" in proc.stderr and "mlra fork" in proc.stderr
     proc = mlra_cli(["resume", str(tmp_path / "nowhere")], cwd=tmp_path)
@@ -195,9 +201,21 @@ def test_fork_with_an_edited_action_and_a_message(tmp_path: Path, recorded: Path
     with ScriptedModelServer(research_script(), turn_by_history=True) as server:
         proc = mlra_cli(
             [
-                "fork", str(recorded), "--at", "3", "--edit-action", edit,
-                "--message", "keep notes short", "--run-id", "f", "--runs-dir", str(tmp_path),
-                "--base-url", server.url_for("openai"), "--no-tui",
+                "fork",
+                str(recorded),
+                "--at",
+                "3",
+                "--edit-action",
+                edit,
+                "--message",
+                "keep notes short",
+                "--run-id",
+                "f",
+                "--runs-dir",
+                str(tmp_path),
+                "--base-url",
+                server.url_for("openai"),
+                "--no-tui",
             ],
             cwd=tmp_path,
             env=_env(),
@@ -207,7 +225,9 @@ def test_fork_with_an_edited_action_and_a_message(tmp_path: Path, recorded: Path
     assert "forked src at step 3 into f" in proc.stdout
     events = read_events(tmp_path / "f" / "events.jsonl")
     cut = next(
-        i for i, e in enumerate(source) if isinstance(e, ev.StepStarted) and e.agent == "worker" and e.step == 3
+        i
+        for i, e in enumerate(source)
+        if isinstance(e, ev.StepStarted) and e.agent == "worker" and e.step == 3
     )
     # The new log starts with the source's, as it was, up to the step.
     assert events[:cut] == source[:cut]
@@ -215,7 +235,10 @@ def test_fork_with_an_edited_action_and_a_message(tmp_path: Path, recorded: Path
     assert (forked.source_run, forked.at_step, forked.missing_files) == ("src", 3, [])
     # The edited action ran in place of the recorded one, and the run went on to the end.
     step3 = next(e for e in events[cut:] if isinstance(e, ev.ToolCall))
-    assert step3.tool == "write_file" and step3.arguments == {"path": "notes.md", "content": "edited\n"}
+    assert step3.tool == "write_file" and step3.arguments == {
+        "path": "notes.md",
+        "content": "edited\n",
+    }
     assert (tmp_path / "f" / "workspace" / "notes.md").read_text() == "edited\n"
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
     result = (tmp_path / "f" / "result.json").read_text()
@@ -234,8 +257,19 @@ def test_fork_restores_the_workspace_as_it_was(tmp_path: Path, recorded: Path) -
         server.set_fallback("worker", turn("", call("report", summary="stopping here")))
         server.set_fallback("supervisor", turn("", call("submit", path="notes.md")))
         proc = mlra_cli(
-            ["fork", str(recorded), "--at", "5", "--run-id", "g", "--runs-dir", str(tmp_path),
-             "--base-url", server.url_for("openai"), "--no-tui"],
+            [
+                "fork",
+                str(recorded),
+                "--at",
+                "5",
+                "--run-id",
+                "g",
+                "--runs-dir",
+                str(tmp_path),
+                "--base-url",
+                server.url_for("openai"),
+                "--no-tui",
+            ],
             cwd=tmp_path,
             env=_env(),
         )
@@ -259,8 +293,17 @@ def test_fork_refuses_a_step_the_run_does_not_have(tmp_path: Path, recorded: Pat
 
 def test_replaying_an_unchanged_run_does_not_diverge(tmp_path: Path, recorded: Path) -> None:
     proc = mlra_cli(
-        ["run", str(ANSWER_TASK), "--model", f"replay:{recorded}", "--no-tui",
-         "--runs-dir", str(tmp_path), "--run-id", "again"],
+        [
+            "run",
+            str(ANSWER_TASK),
+            "--model",
+            f"replay:{recorded}",
+            "--no-tui",
+            "--runs-dir",
+            str(tmp_path),
+            "--run-id",
+            "again",
+        ],
         cwd=tmp_path,
         env=_env(),
     )
@@ -285,7 +328,9 @@ async def test_replay_finds_the_step_where_a_changed_tool_diverges(
 
     async def numbered(self: ReadFile, args: Any, ctx: Any) -> Any:
         outcome = await original(self, args, ctx)
-        outcome.output = "\n".join(f"{i}: {line}" for i, line in enumerate(outcome.output.splitlines(), 1))
+        outcome.output = "\n".join(
+            f"{i}: {line}" for i, line in enumerate(outcome.output.splitlines(), 1)
+        )
         return outcome
 
     monkeypatch.setattr(ReadFile, "run", numbered)

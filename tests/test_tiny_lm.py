@@ -252,7 +252,9 @@ def baseline_workspace(baseline_run: Path) -> Path:
 @pytest.fixture(scope="module")
 def baseline_outcome(baseline_run: Path) -> EvalOutcome:
     """What the fresh-process evaluator wrote for the run."""
-    return EvalOutcome.model_validate_json((baseline_run / "evaluation" / "evaluation.json").read_text())
+    return EvalOutcome.model_validate_json(
+        (baseline_run / "evaluation" / "evaluation.json").read_text()
+    )
 
 
 @pytest.mark.slow
@@ -263,7 +265,9 @@ def test_the_baseline_agent_runs_end_to_end_with_a_real_score(
     assert result["status"] == "finished" and result["reason"] == "submitted"
     assert result["model"] == "baseline" and result["tokens"] == 0
     assert result["score"] == baseline_outcome.score
-    assert result["baseline_score"] == task.metric.baseline and result["top_score"] == task.metric.top
+    assert (
+        result["baseline_score"] == task.metric.baseline and result["top_score"] == task.metric.top
+    )
     assert result["normalized_score"] == pytest.approx(0.0, abs=BASELINE_TOLERANCE / 0.1)
     assert (baseline_run / "workspace" / "submission" / "config.json").is_file()
 

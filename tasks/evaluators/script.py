@@ -33,11 +33,15 @@ class ScriptEvaluator(Evaluator):
         if not script_path.is_file():
             return EvalOutcome(ok=False, error=f"task error: evaluation script {script} is missing")
         if not artifact.exists():
-            return EvalOutcome(ok=False, error=f"nothing was submitted: {artifact.name} does not exist")
+            return EvalOutcome(
+                ok=False, error=f"nothing was submitted: {artifact.name} does not exist"
+            )
         extra = [str(a) for a in settings.get("args", [])]
         return asyncio.run(self._run(script_path, artifact, work_dir, extra))
 
-    async def _run(self, script: Path, artifact: Path, work_dir: Path, extra: list[str]) -> EvalOutcome:
+    async def _run(
+        self, script: Path, artifact: Path, work_dir: Path, extra: list[str]
+    ) -> EvalOutcome:
         from mlra.tools.sandbox.local import LocalSandbox
 
         box_dir = work_dir / "script"
@@ -55,7 +59,14 @@ class ScriptEvaluator(Evaluator):
             await box.start()
             out_inside = f"{box.workdir}/script-result.json"
             result = await box.exec(
-                ["python", str(script), str(artifact.resolve()), str(self.task.root), out_inside, *extra],
+                [
+                    "python",
+                    str(script),
+                    str(artifact.resolve()),
+                    str(self.task.root),
+                    out_inside,
+                    *extra,
+                ],
                 timeout=timeout,
             )
         except SandboxError as exc:
@@ -64,17 +75,25 @@ class ScriptEvaluator(Evaluator):
             await box.close()
         details: dict[str, object] = {"isolation": box.isolation}
         if result.timed_out:
-            return EvalOutcome(ok=False, error=f"evaluation script timed out after {timeout:.0f}s", details=details)
+            return EvalOutcome(
+                ok=False, error=f"evaluation script timed out after {timeout:.0f}s", details=details
+            )
         if result.exit_code != 0 or not out_host.exists():
             tail = " | ".join(result.output.strip().splitlines()[-3:])
             return EvalOutcome(
-                ok=False, error=f"evaluation script failed (exit {result.exit_code}): {tail}", details=details
+                ok=False,
+                error=f"evaluation script failed (exit {result.exit_code}): {tail}",
+                details=details,
             )
         try:
             data = json.loads(out_host.read_text())
             score = float(data["score"])
         except (ValueError, KeyError, TypeError) as exc:
-            return EvalOutcome(ok=False, error=f"evaluation script wrote no usable score: {exc}", details=details)
+            return EvalOutcome(
+                ok=False, error=f"evaluation script wrote no usable score: {exc}", details=details
+            )
         metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items()}
         violations = [str(v) for v in data.get("violations") or []]
-        return EvalOutcome(ok=True, score=score, metrics=metrics, violations=violations, details=details)
+        return EvalOutcome(
+            ok=True, score=score, metrics=metrics, violations=violations, details=details
+        )

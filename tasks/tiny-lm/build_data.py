@@ -213,16 +213,80 @@ def _adjacent(sent: str, a: re.Match[str], b: re.Match[str]) -> bool:
 
 
 SUBJUNCTIVE_CUES = {"if", "wish", "wished", "though", "unless", "whether", "suppose", "as", "were"}
-BE_HAVE_FLIP = {"was": "were", "were": "was", "is": "are", "are": "is", "has": "have", "have": "has"}
+BE_HAVE_FLIP = {
+    "was": "were",
+    "were": "was",
+    "is": "are",
+    "are": "is",
+    "has": "have",
+    "have": "has",
+}
 NOT_A_SUBJECT = {
     # Pronouns make agreement a bigram (too easy); the rest are not subjects, are
     # existentials, or take either number (collectives, quantifiers).
-    "he", "she", "it", "they", "we", "you", "i", "there", "here", "to", "not", "never",
-    "would", "could", "should", "might", "must", "will", "shall", "can", "may", "cannot",
-    "do", "did", "does", "ever", "nor", "and", "or", "but", "if", "as", "than", "what",
-    "family", "party", "couple", "company", "set", "number", "rest", "whole", "none",
-    "all", "each", "every", "any", "some", "most", "both", "neither", "either", "people",
-    "so", "only", "also", "always", "then", "now", "still", "just", "once", "indeed",
+    "he",
+    "she",
+    "it",
+    "they",
+    "we",
+    "you",
+    "i",
+    "there",
+    "here",
+    "to",
+    "not",
+    "never",
+    "would",
+    "could",
+    "should",
+    "might",
+    "must",
+    "will",
+    "shall",
+    "can",
+    "may",
+    "cannot",
+    "do",
+    "did",
+    "does",
+    "ever",
+    "nor",
+    "and",
+    "or",
+    "but",
+    "if",
+    "as",
+    "than",
+    "what",
+    "family",
+    "party",
+    "couple",
+    "company",
+    "set",
+    "number",
+    "rest",
+    "whole",
+    "none",
+    "all",
+    "each",
+    "every",
+    "any",
+    "some",
+    "most",
+    "both",
+    "neither",
+    "either",
+    "people",
+    "so",
+    "only",
+    "also",
+    "always",
+    "then",
+    "now",
+    "still",
+    "just",
+    "once",
+    "indeed",
 }
 
 
@@ -246,16 +310,68 @@ def subject_verb_agreement(sent: str, words: list[re.Match[str]]) -> list[Site]:
     return sites
 
 
-REFLEXIVES = {"himself": "herself", "herself": "himself", "themselves": "himself", "itself": "himself"}
+REFLEXIVES = {
+    "himself": "herself",
+    "herself": "himself",
+    "themselves": "himself",
+    "itself": "himself",
+}
 FEMALE = {
-    "she", "her", "hers", "miss", "mrs", "lady", "anne", "mary", "elizabeth", "fanny",
-    "louisa", "henrietta", "julia", "maria", "susan", "penelope", "sophia", "mother",
-    "sister", "daughter", "aunt", "woman", "women", "girl", "wife", "niece",
+    "she",
+    "her",
+    "hers",
+    "miss",
+    "mrs",
+    "lady",
+    "anne",
+    "mary",
+    "elizabeth",
+    "fanny",
+    "louisa",
+    "henrietta",
+    "julia",
+    "maria",
+    "susan",
+    "penelope",
+    "sophia",
+    "mother",
+    "sister",
+    "daughter",
+    "aunt",
+    "woman",
+    "women",
+    "girl",
+    "wife",
+    "niece",
 }
 MALE = {
-    "he", "him", "his", "sir", "mr", "captain", "admiral", "charles", "frederick", "walter",
-    "william", "edmund", "henry", "tom", "thomas", "father", "brother", "son", "uncle",
-    "man", "men", "gentleman", "husband", "nephew", "wentworth", "harville", "benwick",
+    "he",
+    "him",
+    "his",
+    "sir",
+    "mr",
+    "captain",
+    "admiral",
+    "charles",
+    "frederick",
+    "walter",
+    "william",
+    "edmund",
+    "henry",
+    "tom",
+    "thomas",
+    "father",
+    "brother",
+    "son",
+    "uncle",
+    "man",
+    "men",
+    "gentleman",
+    "husband",
+    "nephew",
+    "wentworth",
+    "harville",
+    "benwick",
 }
 
 
@@ -280,11 +396,56 @@ def anaphor_agreement(sent: str, words: list[re.Match[str]]) -> list[Site]:
 
 
 NOT_BEFORE_WHO = {
-    "of", "to", "with", "for", "by", "from", "know", "knew", "known", "ask", "asked",
-    "wonder", "wondered", "see", "saw", "seen", "tell", "told", "as", "than", "and", "or",
-    "but", "those", "one", "any", "all", "whom", "no", "guess", "doubt", "whether", "learn",
-    "say", "said", "understand", "decide", "determine", "consider", "question", "inquire",
-    "enquire", "which", "who", "what", "family", "party", "company", "people", "world",
+    "of",
+    "to",
+    "with",
+    "for",
+    "by",
+    "from",
+    "know",
+    "knew",
+    "known",
+    "ask",
+    "asked",
+    "wonder",
+    "wondered",
+    "see",
+    "saw",
+    "seen",
+    "tell",
+    "told",
+    "as",
+    "than",
+    "and",
+    "or",
+    "but",
+    "those",
+    "one",
+    "any",
+    "all",
+    "whom",
+    "no",
+    "guess",
+    "doubt",
+    "whether",
+    "learn",
+    "say",
+    "said",
+    "understand",
+    "decide",
+    "determine",
+    "consider",
+    "question",
+    "inquire",
+    "enquire",
+    "which",
+    "who",
+    "what",
+    "family",
+    "party",
+    "company",
+    "people",
+    "world",
 }
 
 
@@ -306,9 +467,28 @@ def relative_pronoun(sent: str, words: list[re.Match[str]]) -> list[Site]:
 
 CORRELATIVES = {"neither": ("nor", "or"), "either": ("or", "nor"), "both": ("and", "or")}
 COMPARATIVES = {
-    "more", "less", "rather", "better", "worse", "sooner", "fewer", "greater", "larger",
-    "smaller", "older", "younger", "higher", "lower", "stronger", "longer", "later",
-    "earlier", "happier", "easier", "other", "otherwise",
+    "more",
+    "less",
+    "rather",
+    "better",
+    "worse",
+    "sooner",
+    "fewer",
+    "greater",
+    "larger",
+    "smaller",
+    "older",
+    "younger",
+    "higher",
+    "lower",
+    "stronger",
+    "longer",
+    "later",
+    "earlier",
+    "happier",
+    "easier",
+    "other",
+    "otherwise",
 }
 
 
@@ -351,16 +531,57 @@ def determiner_noun_agreement(sent: str, words: list[re.Match[str]]) -> list[Sit
 
 
 FINITE = {
-    "was", "were", "had", "could", "would", "should", "might", "must", "will", "shall",
-    "did", "said", "thought", "felt", "knew", "saw", "is", "are", "has", "have", "am",
-    "can", "may", "went", "came", "found", "began",
+    "was",
+    "were",
+    "had",
+    "could",
+    "would",
+    "should",
+    "might",
+    "must",
+    "will",
+    "shall",
+    "did",
+    "said",
+    "thought",
+    "felt",
+    "knew",
+    "saw",
+    "is",
+    "are",
+    "has",
+    "have",
+    "am",
+    "can",
+    "may",
+    "went",
+    "came",
+    "found",
+    "began",
 }
 PARTICIPLE_TO_PAST = {
-    "seen": "saw", "done": "did", "gone": "went", "given": "gave", "taken": "took",
-    "written": "wrote", "spoken": "spoke", "known": "knew", "chosen": "chose",
-    "fallen": "fell", "driven": "drove", "grown": "grew", "thrown": "threw", "risen": "rose",
-    "shaken": "shook", "mistaken": "mistook", "forgiven": "forgave", "undertaken": "undertook",
-    "begun": "began", "drawn": "drew", "forbidden": "forbade", "hidden": "hid",
+    "seen": "saw",
+    "done": "did",
+    "gone": "went",
+    "given": "gave",
+    "taken": "took",
+    "written": "wrote",
+    "spoken": "spoke",
+    "known": "knew",
+    "chosen": "chose",
+    "fallen": "fell",
+    "driven": "drove",
+    "grown": "grew",
+    "thrown": "threw",
+    "risen": "rose",
+    "shaken": "shook",
+    "mistaken": "mistook",
+    "forgiven": "forgave",
+    "undertaken": "undertook",
+    "begun": "began",
+    "drawn": "drew",
+    "forbidden": "forbade",
+    "hidden": "hid",
 }
 AUXILIARIES = {"have", "has", "had", "having", "was", "were", "be", "been", "is", "are", "being"}
 
@@ -384,8 +605,32 @@ def past_participle(sent: str, words: list[re.Match[str]]) -> list[Site]:
 
 SWAP_FIRST = {"the", "a", "an", "his", "her", "their", "my", "your", "our", "its", "every"}
 FUNCTION = SWAP_FIRST | {
-    "of", "to", "and", "in", "that", "was", "be", "it", "he", "she", "they", "not", "as",
-    "with", "for", "at", "by", "on", "is", "had", "have", "i", "you", "but", "or", "so",
+    "of",
+    "to",
+    "and",
+    "in",
+    "that",
+    "was",
+    "be",
+    "it",
+    "he",
+    "she",
+    "they",
+    "not",
+    "as",
+    "with",
+    "for",
+    "at",
+    "by",
+    "on",
+    "is",
+    "had",
+    "have",
+    "i",
+    "you",
+    "but",
+    "or",
+    "so",
 }
 
 
@@ -450,14 +695,16 @@ def minimal_pairs(sents: list[tuple[str, str]]) -> dict[str, list[dict[str, obje
             assert bad != good
             label = k % 2
             choices = [good, bad] if label == 0 else [bad, good]
-            rows.append({
-                "sentence_good": good,
-                "sentence_bad": bad,
-                "choices": choices,
-                "label": label,
-                "phenomenon": name,
-                "source": source,
-            })
+            rows.append(
+                {
+                    "sentence_good": good,
+                    "sentence_bad": bad,
+                    "choices": choices,
+                    "label": label,
+                    "phenomenon": name,
+                    "source": source,
+                }
+            )
         result[name] = rows
     return result
 
@@ -511,8 +758,10 @@ def build(deb: Path, root: Path) -> None:
     name, n_valid = VALID
     (starter / "valid.txt").write_text(as_text(novels[name][:n_valid]), encoding="utf-8")
     name, n_held = HELDOUT
-    docs = [{"text": "\n\n".join(c), "source": f"{NOVELS[name]}, chapter {i}"}
-            for i, c in enumerate(novels[name][:n_held], start=1)]
+    docs = [
+        {"text": "\n\n".join(c), "source": f"{NOVELS[name]}, chapter {i}"}
+        for i, c in enumerate(novels[name][:n_held], start=1)
+    ]
     write_jsonl(hidden / "heldout.jsonl", docs)
     pairs = minimal_pairs([s for k in PAIR_SOURCES for s in sentences(novels[k], NOVELS[k])])
     for phenomenon, rows in pairs.items():
@@ -525,7 +774,9 @@ def build(deb: Path, root: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--deb", type=Path, required=True, help="r-cran-janeaustenr_1.0.0-1_all.deb")
+    parser.add_argument(
+        "--deb", type=Path, required=True, help="r-cran-janeaustenr_1.0.0-1_all.deb"
+    )
     parser.add_argument("--out", type=Path, default=HERE, help="task folder to write into")
     args = parser.parse_args()
     build(args.deb, args.out)
