@@ -79,6 +79,21 @@ class EventLog:
             self._file = None
 
 
+def log_is_live(path: Path) -> bool:
+    """Whether a process holds the run's log open for writing (`EventLog` locks it):
+    how a running run is told from a dead one without asking any process."""
+    try:
+        with open(path, "rb") as f:
+            try:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+    except FileNotFoundError:
+        return False
+    return False
+
+
 class LogDamage(Exception):
     """A line in the middle of a log is not a valid event (not just a torn tail)."""
 

@@ -14,13 +14,12 @@ Layout of a batch folder:
 
 from __future__ import annotations
 
-import fcntl
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 from mlra.agent import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
+from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.state import fold
 
 RUNS, RETIRED, LOGS = "runs", "retired", "logs"
@@ -39,20 +38,6 @@ class RunStatus:
     """Starts so far: retired attempts, the current one and its resumes."""
     cost_usd: float = 0.0
     score: float | None = None
-
-
-def log_is_live(path: Path) -> bool:
-    """Whether a process holds the run's log open for writing (`EventLog` locks it)."""
-    try:
-        with open(path, "rb") as f:
-            try:
-                fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    except FileNotFoundError:
-        return False
-    return False
 
 
 def retired_attempts(out: Path, run_id: str) -> list[Path]:

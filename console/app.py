@@ -417,22 +417,14 @@ def _rule(bp: Breakpoint) -> str:
 
 def run_console(config: Any, task: Any, provider: Any) -> int:
     """`mlra run` without --no-tui: the run, driven inside the console."""
-    from mlra.agent.run import agent_for
-    from mlra.console.cli import final_line
-
     controller = RunController(config, task, provider)
     controller.prepare()
-    app = MlraApp(controller=controller, make_agent=agent_for)
-    code = app.run()
-    if app.result is not None:
-        print(final_line(controller.run_dir, app.result))
-    else:
-        print(f"run stopped · run dir {Path(controller.run_dir)}")
-    return code if code is not None else app.exit_code()
+    return continue_in_console(controller, [])
 
 
 def continue_in_console(controller: RunController, recorded: list[ev.Event]) -> int:
-    """`mlra resume` and `mlra fork` on a terminal: the run's past, then the run live."""
+    """Drive a prepared run in the console; `recorded` is what a resumed or forked run
+    did before (shown first), empty for a new run."""
     from mlra.agent.run import agent_for
     from mlra.console.cli import final_line
 

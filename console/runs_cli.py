@@ -194,30 +194,17 @@ class RunRow:
     problem: str | None = None
 
 
-def _log_in_use(log: Path) -> bool:
-    """True while a live mlra process holds the run's log (agent/eventlog.py locks it)."""
-    import fcntl
-
-    with open(log, "rb") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return True
-        fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-    return False
-
-
 def run_row(run_dir: Path) -> RunRow:
     """One run's line; a run that cannot be read is listed as damaged, not raised."""
     from pydantic import ValidationError
 
-    from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
+    from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
     from mlra.agent.state import RunResult, fold, result_of
 
     row = RunRow(id=run_dir.name, run_dir=str(run_dir))
     log, result_file = run_dir / EVENTS_FILE, run_dir / "result.json"
     try:
-        running = log.is_file() and _log_in_use(log)
+        running = log_is_live(log)
         # result.json is derived from the log; a log written after it (a resume) wins.
         fresh = result_file.is_file() and (
             not log.is_file() or result_file.stat().st_mtime >= log.stat().st_mtime

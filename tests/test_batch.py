@@ -17,11 +17,10 @@ from typing import Any
 import pytest
 
 from mlra.agent import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.eventlog import log_is_live, read_events
 from mlra.batch.report import REPORT_FILES, mean_se
 from mlra.batch.runner import resume_available
 from mlra.batch.spec import BatchError, expand, load_batch_file, run_command
-from mlra.batch.state import log_is_live
 from tests.conftest import SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn

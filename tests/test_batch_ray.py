@@ -13,12 +13,11 @@ from pathlib import Path
 import pytest
 
 from mlra.agent import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.eventlog import log_is_live, read_events
 from mlra.batch.executors.ray import RayExecutor
 from mlra.batch.report import write_report
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchSpec, expand
-from mlra.batch.state import log_is_live
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
 from tests.test_batch import MODEL, supervisor_fallback, worker_writing

@@ -76,6 +76,13 @@ class ReplayProvider(ModelProvider):
             raise ConfigError(f"{spec}: the run has no recorded model calls to replay")
         return provider
 
+    def _check_left(self) -> None:
+        if self.position >= len(self.calls):
+            raise ReplayDiverged(
+                f"replay diverged after model call {len(self.calls)}: the recorded run made no "
+                "further model calls"
+            )
+
     def _where(self) -> str:
         call = self.calls[self.position]
         return f"model call {self.position + 1} ({call.agent}, step {self.steps[self.position]})"
@@ -83,11 +90,7 @@ class ReplayProvider(ModelProvider):
     def expect(
         self, request_sha: str, messages: list[Message], replacements: list[tuple[str, str]]
     ) -> None:
-        if self.position >= len(self.calls):
-            raise ReplayDiverged(
-                f"replay diverged after model call {len(self.calls)}: the recorded run made no "
-                "further model calls"
-            )
+        self._check_left()
         recorded = self.calls[self.position]
         if not recorded.request_sha or recorded.request_sha == request_sha:
             return
@@ -119,11 +122,7 @@ class ReplayProvider(ModelProvider):
         on_text: TextCallback | None = None,
         max_tokens: int | None = None,
     ) -> ModelResponse:
-        if self.position >= len(self.calls):
-            raise ReplayDiverged(
-                f"replay diverged after model call {len(self.calls)}: the recorded run made no "
-                "further model calls"
-            )
+        self._check_left()
         recorded = self.calls[self.position]
         self.position += 1
         if on_text is not None and recorded.text:
