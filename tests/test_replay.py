@@ -464,6 +464,9 @@ def test_snapshot_replay_diff_of_a_file(snap_compare: Any, tmp_path: Path) -> No
         await settle(app, pilot)
         await select_file(app, pilot, "train_big.sh")
         await pilot.press("d")
+        while not isinstance(app.screen, DiffScreen):
+            await pilot.pause()
+        await pilot.wait_for_scheduled_animations()
         await pilot.pause()
 
     app = ReplayApp(fixed_replay(tmp_path))

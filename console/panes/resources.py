@@ -41,9 +41,16 @@ class ResourcesPane(Static):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._gpu: dict[int, deque[float]] = {}
+        self._shown: tuple[RunState, float] | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Resources"
+
+    def on_resize(self) -> None:
+        # The bars are as wide as the pane: drawn before the layout settled (or
+        # before the terminal was resized) they would not fit until the next sample.
+        if self._shown is not None:
+            self.show(*self._shown)
 
     def feed(self, event: ev.Event) -> None:
         if isinstance(event, ev.ResourceSample):
@@ -57,6 +64,7 @@ class ResourcesPane(Static):
         self._gpu.clear()
 
     def show(self, state: RunState, elapsed_s: float) -> None:
+        self._shown = (state, elapsed_s)
         inner = self.size.width or 40
         width = max(10, inner - 20)
         short = 8 if inner < 40 else 10
