@@ -243,6 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("mlra: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # `mlra tasks show X | head`: the reader has what it wanted; no traceback.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
 
 
 # --- mlra run -------------------------------------------------------------------------

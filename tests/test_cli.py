@@ -92,3 +92,22 @@ def test_tasks_lists_the_builtin_tasks(tmp_path: Path) -> None:
     proc = mlra_cli(["tasks"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "tiny-lm" in proc.stdout and "CPU only" in proc.stdout
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    """`mlra tasks show tiny-lm | head -1`: the pipe closes under the printer."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", "tasks", "show", "tiny-lm"],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        bufsize=0,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # before the child writes anything: its first write fails
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0
+    assert "Traceback" not in err and "BrokenPipeError" not in err
