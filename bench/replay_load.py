@@ -273,8 +273,9 @@ def main() -> None:
             [sys.executable, __file__, "--measure", str(run_dir), "--steps", str(steps)],
             capture_output=True,
             text=True,
-            check=True,
         )
+        if child.returncode:
+            sys.exit(f"the replay's measurement failed:\n{child.stderr}")
         r = json.loads(child.stdout.strip().splitlines()[-1])
     print(
         f"open: {r['open_s']:.2f} s to the first screen (reading and indexing the log "

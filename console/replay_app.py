@@ -200,15 +200,13 @@ class ReplayApp(MlraApp, inherit_bindings=False):
                 resources.feed(event)
         elif old != new:
             rebuilt = True
-            transcript.clear()
             plan.clear()
             resources.clear()
             for event in model.plan_window():
                 plan.feed(event)
             for event in model.resource_window():
                 resources.feed(event)
-            for event in model.window_events():
-                transcript.feed(event)
+            transcript.rebuild(model.window_events())
         self._shown = new
         plan.show(state)
         transcript.flush()

@@ -18,9 +18,10 @@ from mlra.agent import events as ev
 from mlra.agent.eventlog import EventLog, read_events
 from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import fold
+from mlra.console import replay_app
 from mlra.console.cli import main
 from mlra.console.panes.files import FilesPane
-from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry
+from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry, TranscriptPane
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import DiffScreen, ReplayApp
 from mlra.console.screens import HelpScreen, PromptScreen
@@ -233,6 +234,53 @@ async def test_replay_shows_plan_transcript_and_files_as_they_were_at_each_step(
         await pilot.press("end")
         await settle(app, pilot)
         assert "score: exact_match = 1" in static_text(app, "#status")
+
+
+def shown_entries(app: ReplayApp) -> list[str]:
+    return [str(w.render_entry()) for w in app.query_one(TranscriptPane).children]  # type: ignore[attr-defined]
+
+
+def fresh_entries(model: ReplayModel) -> list[str]:
+    """What a console opened afresh at the model's cursor shows in its transcript."""
+    pane = TranscriptPane()
+    for event in model.window_events():
+        pane.feed(event)
+    pane._trim()
+    return [str(entry.render_entry()) for entry in pane._entries]
+
+
+async def test_moving_back_and_forth_shows_what_a_fresh_console_would(
+    recorded: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A move keeps the widgets of entries still shown; none may linger, go missing,
+    show what they showed before, or fold up an output the user opened."""
+    monkeypatch.setattr(replay_app, "INCREMENTAL_MAX", 3)  # so a jump ahead rebuilds too
+    model = ReplayModel.open(recorded)
+    app = ReplayApp(model)
+    last = len(model.events) - 1
+    async with app.run_test(size=(160, 48)) as pilot:
+        await settle(app, pilot)
+        model.go(last)
+        app.show_cursor()
+        await pilot.pause()
+        expanded = [w for w in app.query(ToolEntry) if w.result is not None][-1]
+        expanded.action_toggle()
+        call_id, in_view, opened = expanded.call.call_id, 0, True
+        for target in [last - 1, *range(last - 3, 0, -4), last // 2, 0, last, 3]:
+            model.go(target)
+            app.show_cursor()  # back, or ahead by more than 3: the transcript is rebuilt
+            await pilot.pause()
+            assert shown_entries(app) == fresh_entries(model), target
+            pane = app.query_one(TranscriptPane)
+            kept = pane.tool_entry(call_id)
+            opened = opened and kept is not None  # out of view, it comes back folded
+            if opened:
+                assert kept is not None and kept.expanded, target
+                in_view += 1
+            await pilot.press("right", "right")  # then on, fed onto what was rebuilt
+            await pilot.pause()
+            assert len(pane.children) == pane.entry_count()
+        assert in_view >= 2
 
 
 async def test_search_finds_text_in_thoughts_arguments_and_output(recorded: Path) -> None:

@@ -30,6 +30,7 @@ class PlanPane(Vertical):
         self._messages: deque[Text] = deque(maxlen=MAX_MESSAGES)
         self._revision = ""
         self._dirty = True
+        self._shown: tuple[Text | None, Text | None] = (None, None)
 
     def compose(self) -> ComposeResult:
         yield Static(id="plan-steps")
@@ -93,10 +94,14 @@ class PlanPane(Vertical):
             steps.append("\n")
         if self._revision:
             steps.append(f"revised {self._revision}", style="dim italic")
-        self.query_one("#plan-steps", Static).update(steps)
         log = (
             Text("\n").join(self._messages)
             if self._messages
             else Text("supervisor messages appear here", style="dim")
         )
-        self.query_one("#plan-log", Static).update(log)
+        # A replay shows the plan afresh on every move: what looks the same is not redrawn.
+        if steps != self._shown[0]:
+            self.query_one("#plan-steps", Static).update(steps)
+        if log != self._shown[1]:
+            self.query_one("#plan-log", Static).update(log)
+        self._shown = (steps, log)

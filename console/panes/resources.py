@@ -42,6 +42,7 @@ class ResourcesPane(Static):
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._gpu: dict[int, deque[float]] = {}
         self._shown: tuple[RunState, float] | None = None
+        self._drawn: Text | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Resources"
@@ -127,4 +128,6 @@ class ResourcesPane(Static):
                 f"${state.cost_usd:.2f}"
                 + (f" / ${limits.max_cost_usd:.2f}" if limits.max_cost_usd else "")
             )
-        self.update(out)
+        if out != self._drawn:  # it is shown every second (and on every replay move)
+            self._drawn = out
+            self.update(out)

@@ -11,6 +11,7 @@ kept as widgets; older ones live on in the event log.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable, Iterable
 
 from rich.text import Text
 from textual.binding import Binding
@@ -74,16 +75,56 @@ class OutputBuffer:
         return self.head, max(0, hidden), shown_tail
 
 
-class NoteEntry(Static):
+class Entry(Static):
+    """One transcript entry. `key` names what it shows (a call, a turn's thoughts, the
+    event behind a note), so that a rebuilt transcript can keep the widget of an entry
+    that is still there; `shown` is what it last drew, so an unchanged entry is not
+    redrawn."""
+
+    key: Hashable = None
+    shown: Text | None = None
+
+    def render_entry(self) -> Text:
+        raise NotImplementedError
+
+    def take(self, other: Entry) -> None:
+        """Show what `other`, a freshly fed entry with the same key, shows."""
+
+    def redraw(self) -> None:
+        text = self.render_entry()
+        if text != self.shown:
+            self.shown = text
+            self.update(text)
+
+
+class NoteEntry(Entry):
     """A one-line marker: subtasks, the user's actions, notices, the ending."""
 
+    def __init__(self, line: Text, key: Hashable) -> None:
+        super().__init__(line)
+        self.line = line
+        self.key = key
+        self.shown = line
 
-class ThoughtEntry(Static):
-    def __init__(self, t: float) -> None:
+    def render_entry(self) -> Text:
+        return self.line
+
+    def take(self, other: Entry) -> None:
+        assert isinstance(other, NoteEntry)
+        self.line = other.line
+
+
+class ThoughtEntry(Entry):
+    def __init__(self, t: float, turn: int) -> None:
         super().__init__()
+        self.key = ("thought", turn)
         self.t = t
         self.text = ""
         self.done = False
+
+    def take(self, other: Entry) -> None:
+        assert isinstance(other, ThoughtEntry)
+        self.t, self.text, self.done = other.t, other.text, other.done
 
     def render_entry(self) -> Text:
         out = Text(f"{format_duration(self.t)} ", style="dim")
@@ -92,11 +133,12 @@ class ThoughtEntry(Static):
         return out
 
 
-class ToolEntry(Static, can_focus=True):
+class ToolEntry(Entry, can_focus=True):
     BINDINGS = [Binding("enter,x", "toggle", "Expand", show=False)]
 
     def __init__(self, call: ev.ToolCall) -> None:
         super().__init__()
+        self.key = ("call", call.call_id)
         self.call = call
         self.output = OutputBuffer()
         self.result: ev.ToolResult | None = None
@@ -104,9 +146,15 @@ class ToolEntry(Static, can_focus=True):
         self.edited: dict[str, object] | None = None
         self.expanded = False
 
+    def take(self, other: Entry) -> None:
+        """The call's state as fed anew; whether it is expanded stays the user's choice."""
+        assert isinstance(other, ToolEntry)
+        self.call, self.output, self.result = other.call, other.output, other.result
+        self.waiting, self.edited = other.waiting, other.edited
+
     def action_toggle(self) -> None:
         self.expanded = not self.expanded
-        self.update(self.render_entry())
+        self.redraw()
 
     def render_entry(self) -> Text:
         call = self.call
@@ -162,9 +210,9 @@ class TranscriptPane(VerticalScroll):
         self._tools: dict[str, ToolEntry] = {}
         self._thoughts: dict[int, ThoughtEntry] = {}
         """The worker's (or baseline's) text of each turn; the supervisor's is in the Plan pane."""
-        self._new: list[Static] = []
-        self._dirty: set[Static] = set()
-        self._entries: deque[Static] = deque()
+        self._new: list[Entry] = []
+        self._dirty: set[Entry] = set()
+        self._entries: deque[Entry] = deque()
         self.dropped = 0
 
     def on_mount(self) -> None:
@@ -282,7 +330,7 @@ class TranscriptPane(VerticalScroll):
     def _thought(self, turn: int, t: float) -> ThoughtEntry:
         entry = self._thoughts.get(turn)
         if entry is None:
-            entry = ThoughtEntry(t)
+            entry = ThoughtEntry(t, turn)
             self._thoughts[turn] = entry
             self._add(entry)
         return entry
@@ -290,9 +338,9 @@ class TranscriptPane(VerticalScroll):
     def _note(self, event: ev.Event, text: str, style: str) -> None:
         line = Text(f"{format_duration(event.t)} ", style="dim")
         line.append(text, style=style)
-        self._add(NoteEntry(line))
+        self._add(NoteEntry(line, ("note", event.seq)))
 
-    def _add(self, entry: Static) -> None:
+    def _add(self, entry: Entry) -> None:
         self._new.append(entry)
         self._entries.append(entry)
         self._dirty.add(entry)
@@ -303,9 +351,9 @@ class TranscriptPane(VerticalScroll):
         """Bring the widgets up to date with everything fed since the last flush."""
         if not self.is_attached:
             return  # the app is closing
+        self._trim()
         for entry in self._dirty:
-            if isinstance(entry, ToolEntry | ThoughtEntry):
-                entry.update(entry.render_entry())
+            entry.redraw()
         self._dirty.clear()
         if self._new:
             self.mount(*self._new)
@@ -313,24 +361,33 @@ class TranscriptPane(VerticalScroll):
         for entry in list(self._entries)[-KEEP_FULL_OUTPUT - 5 : -KEEP_FULL_OUTPUT]:
             if isinstance(entry, ToolEntry) and entry.result is not None:
                 entry.output.compact()
+
+    def _trim(self) -> None:
+        """Keep the newest MAX_ENTRIES entries; those not yet mounted never are."""
         excess = len(self._entries) - MAX_ENTRIES
-        if excess > 0:
-            old = [self._entries.popleft() for _ in range(excess)]
-            self.dropped += excess
-            self.border_subtitle = f"{self.dropped:,} earlier entries are in the event log"
-            for entry in old:
-                if isinstance(entry, ToolEntry):
-                    self._tools.pop(entry.call.call_id, None)
-                elif isinstance(entry, ThoughtEntry):
-                    self._thoughts = {k: v for k, v in self._thoughts.items() if v is not entry}
-                if entry.is_mounted:
-                    entry.remove()
-                elif entry in self._new:
-                    self._new.remove(entry)
+        if excess <= 0:
+            return
+        old = [self._entries.popleft() for _ in range(excess)]
+        self.dropped += excess
+        self.border_subtitle = f"{self.dropped:,} earlier entries are in the event log"
+        dropped = set(old)
+        self._new = [entry for entry in self._new if entry not in dropped]
+        self._dirty -= dropped
+        for entry in old:
+            if isinstance(entry, ToolEntry):
+                self._tools.pop(entry.call.call_id, None)
+            elif isinstance(entry, ThoughtEntry):
+                self._thoughts = {k: v for k, v in self._thoughts.items() if v is not entry}
+        mounted = [entry for entry in old if entry.parent is self]
+        if mounted:
+            self.remove_children(mounted)
 
     def clear(self) -> None:
         """Forget every entry: a replay rebuilds the transcript at another point of the run."""
         self.remove_children()
+        self._forget()
+
+    def _forget(self) -> None:
         self._tools.clear()
         self._thoughts.clear()
         self._new = []
@@ -338,6 +395,57 @@ class TranscriptPane(VerticalScroll):
         self._entries.clear()
         self.dropped = 0
         self.border_subtitle = ""
+
+    def rebuild(self, events: Iterable[ev.Event]) -> None:
+        """Show what `events` alone make, as clear() and feed() would, keeping the widget
+        of each entry that is still there: a replay's move then redraws and lays out
+        only the entries that changed, not the whole transcript (most of a move's
+        time on a long run went to drawing entries anew that looked just the same)."""
+        old = [entry for entry in self._entries if entry.parent is self]
+        stale = [entry for entry in self.children if entry not in old]
+        self._forget()
+        for event in events:
+            self.feed(event)
+        self._trim()
+        fresh = list(self._entries)
+        by_key = {entry.key: entry for entry in old}
+        final: list[Entry] = []
+        for entry in fresh:
+            was = by_key.pop(entry.key, None)
+            if was is not None and type(was) is type(entry):
+                was.take(entry)
+                final.append(was)
+            else:
+                final.append(entry)
+        order = {id(entry): i for i, entry in enumerate(old)}
+        kept = [order[id(entry)] for entry in final if id(entry) in order]
+        if kept != sorted(kept):  # cannot happen while entries are made in feed order
+            final, kept = fresh, []
+        staying = set(kept)
+        gone = [entry for i, entry in enumerate(old) if i not in staying]
+        if gone or stale:
+            self.remove_children([*gone, *stale])
+        previous: Entry | None = None
+        batch: list[Entry] = []
+        for entry in [*final, None]:
+            if entry is not None and id(entry) not in order:
+                batch.append(entry)
+                continue
+            if batch:
+                if previous is not None:
+                    self.mount(*batch, after=previous)
+                elif entry is not None:
+                    self.mount(*batch, before=entry)
+                else:
+                    self.mount(*batch)
+                batch = []
+            previous = entry
+        swapped = {id(f): k for f, k in zip(fresh, final, strict=True)}
+        self._tools = {cid: swapped.get(id(e), e) for cid, e in self._tools.items()}  # type: ignore[misc]
+        self._thoughts = {turn: swapped.get(id(e), e) for turn, e in self._thoughts.items()}  # type: ignore[misc]
+        self._entries = deque(final)
+        self._new = []
+        self._dirty = set(final)
 
     def follow(self) -> None:
         self.scroll_end(animate=False)
