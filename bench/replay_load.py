@@ -224,7 +224,7 @@ async def measure(run_dir: Path, steps: int) -> dict[str, object]:
         out["next_error"] = await timed([("e", "e")] * 20)
         out["next_tool_call"] = await timed([("t", "t")] * 20)
         jumps = []
-        for target in (1, steps, steps // 3, 2 * steps // 3, 10, steps - 5):
+        for target in (1, steps, steps // 3, 2 * steps // 3, 10, steps - 5) * 3:
             app.answered.clear()
             t0 = time.perf_counter()
             model.goto_step(target)

@@ -18,7 +18,7 @@ from mlra.agent import events as ev
 from mlra.agent.eventlog import EventLog, read_events
 from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import fold
-from mlra.console import replay_app
+from mlra.console import replay, replay_app
 from mlra.console.cli import main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry, TranscriptPane
@@ -249,38 +249,39 @@ def fresh_entries(model: ReplayModel) -> list[str]:
     return [str(entry.render_entry()) for entry in pane._entries]
 
 
+@pytest.mark.parametrize("window_steps", [4, 1])
 async def test_moving_back_and_forth_shows_what_a_fresh_console_would(
-    recorded: Path, monkeypatch: pytest.MonkeyPatch
+    recorded: Path, monkeypatch: pytest.MonkeyPatch, window_steps: int
 ) -> None:
-    """A move keeps the widgets of entries still shown; none may linger, go missing,
-    show what they showed before, or fold up an output the user opened."""
+    """A move keeps the widgets of entries still shown, and on a jump (no entry still
+    shown: with a window of one step, most moves here) reuses them for the new ones;
+    none may linger, go missing, show what they showed before, or keep an output the
+    user opened open for another call."""
     monkeypatch.setattr(replay_app, "INCREMENTAL_MAX", 3)  # so a jump ahead rebuilds too
+    monkeypatch.setattr(replay, "WINDOW_STEPS", window_steps)
     model = ReplayModel.open(recorded)
     app = ReplayApp(model)
     last = len(model.events) - 1
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
-        model.go(last)
-        app.show_cursor()
-        await pilot.pause()
-        expanded = [w for w in app.query(ToolEntry) if w.result is not None][-1]
-        expanded.action_toggle()
-        call_id, in_view, opened = expanded.call.call_id, 0, True
-        for target in [last - 1, *range(last - 3, 0, -4), last // 2, 0, last, 3]:
+        carried = 0
+        for target in [last, last - 1, *range(last - 3, 0, -4), last // 2, 0, last, 3]:
+            pane = app.query_one(TranscriptPane)
+            shown = list(pane.query(ToolEntry))
+            if shown and not shown[-1].expanded:
+                shown[-1].action_toggle()  # the user opens a tool call's output
+            opened = {entry.call.call_id for entry in shown if entry.expanded}
             model.go(target)
             app.show_cursor()  # back, or ahead by more than 3: the transcript is rebuilt
             await pilot.pause()
             assert shown_entries(app) == fresh_entries(model), target
-            pane = app.query_one(TranscriptPane)
-            kept = pane.tool_entry(call_id)
-            opened = opened and kept is not None  # out of view, it comes back folded
-            if opened:
-                assert kept is not None and kept.expanded, target
-                in_view += 1
+            for entry in pane.query(ToolEntry):  # open while it stays in view, else folded
+                assert entry.expanded == (entry.call.call_id in opened), target
+                carried += entry.expanded
             await pilot.press("right", "right")  # then on, fed onto what was rebuilt
             await pilot.pause()
             assert len(pane.children) == pane.entry_count()
-        assert in_view >= 2
+        assert carried >= 2
 
 
 async def test_search_finds_text_in_thoughts_arguments_and_output(recorded: Path) -> None:

@@ -19,6 +19,7 @@ from textual.widgets.tree import TreeNode
 from mlra.tools.sandbox.base import FileInfo
 
 MAX_ENTRIES = 3000
+NO_PREVIEW = Text("select a file to preview it", style="dim")
 MAX_DEPTH = 6
 PREVIEW_BYTES = 200_000
 PREVIEW_LINES = 1500
@@ -69,7 +70,7 @@ class FilesPane(Vertical):
         tree.show_root = False
         yield tree
         with VerticalScroll(id="files-preview"):
-            yield Static(Text("select a file to preview it", style="dim"), id="preview")
+            yield Static(NO_PREVIEW.copy(), id="preview")
 
     def on_mount(self) -> None:
         self.border_title = "Files"
@@ -117,9 +118,9 @@ class FilesPane(Vertical):
                     node = parent.add_leaf(label_for(info), data=info, before=before)
                 self._tree_nodes[info.path] = node
             self._infos[info.path] = info
-        self.border_subtitle = f"{len(infos):,} entries" + (
-            " (more not shown)" if self.truncated else ""
-        )
+        subtitle = f"{len(infos):,} entries" + (" (more not shown)" if self.truncated else "")
+        if subtitle != self.border_subtitle:  # setting it repaints the pane, same or not
+            self.border_subtitle = subtitle
         if self._selected and self._selected in self._infos:
             info = self._infos[self._selected]
             if info.mtime != self._shown_mtime:

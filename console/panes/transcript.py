@@ -90,6 +90,12 @@ class Entry(Static):
     def take(self, other: Entry) -> None:
         """Show what `other`, a freshly fed entry with the same key, shows."""
 
+    def adopt(self, other: Entry) -> None:
+        """Become `other`, an entry of another key: a widget reused is cheaper than one
+        mounted anew."""
+        self.take(other)
+        self.key = other.key
+
     def redraw(self) -> None:
         text = self.render_entry()
         if text != self.shown:
@@ -151,6 +157,10 @@ class ToolEntry(Entry, can_focus=True):
         assert isinstance(other, ToolEntry)
         self.call, self.output, self.result = other.call, other.output, other.result
         self.waiting, self.edited = other.waiting, other.edited
+
+    def adopt(self, other: Entry) -> None:
+        super().adopt(other)
+        self.expanded = False
 
     def action_toggle(self) -> None:
         self.expanded = not self.expanded
@@ -420,7 +430,13 @@ class TranscriptPane(VerticalScroll):
         order = {id(entry): i for i, entry in enumerate(old)}
         kept = [order[id(entry)] for entry in final if id(entry) in order]
         if kept != sorted(kept):  # cannot happen while entries are made in feed order
-            final, kept = fresh, []
+            final, kept = list(fresh), []
+        if not kept:  # a jump: the old widgets, where their kinds line up, show the new
+            for i, (was, entry) in enumerate(zip(old, fresh, strict=False)):
+                if type(was) is type(entry):
+                    was.adopt(entry)
+                    final[i] = was
+                    kept.append(i)
         staying = set(kept)
         gone = [entry for i, entry in enumerate(old) if i not in staying]
         if gone or stale:
