@@ -47,6 +47,11 @@ def add_replay_commands(sub: Any) -> None:
         help="open at the start of worker step STEP (headless: print up to the end of STEP)",
     )
     replay.add_argument("-v", "--verbose", action="store_true", help="headless: command output too")
+    replay.add_argument(
+        "--base-url",
+        help="for the fork key (f): the OpenAI-compatible server the forked run talks to, "
+        "as `mlra fork --base-url`",
+    )
     replay.set_defaults(func=cmd_replay)
 
     runs = sub.add_parser(
@@ -152,15 +157,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     app = ReplayApp(model, at_step=args.at, freeze_gc=True)
     app.run()
     if app.fork_at is not None:
-        return _fork(run_dir, app.fork_at)
+        return _fork(run_dir, app.fork_at, base_url=args.base_url)
     return 0
 
 
-def _fork(run_dir: Path, step: int) -> int:
+def _fork(run_dir: Path, step: int, base_url: str | None = None) -> int:
     """The fork key's errand: `mlra fork RUN_DIR --at STEP`, once the replay has closed."""
     from mlra.console import cli
 
     argv = ["fork", str(run_dir), "--at", str(step)]
+    if base_url:
+        argv += ["--base-url", base_url]
     subcommands = next(
         (
             a.choices

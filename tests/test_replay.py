@@ -18,7 +18,7 @@ from mlra.agent import events as ev
 from mlra.agent.eventlog import EventLog, read_events
 from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import fold
-from mlra.console import replay, replay_app
+from mlra.console import replay, replay_app, runs_cli
 from mlra.console.cli import main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry, TranscriptPane
@@ -332,6 +332,28 @@ async def test_play_moves_forward_and_fork_key_names_the_step(recorded: Path) ->
         await pilot.press("f")
     assert app.fork_at == 4
     assert app.return_value == 0
+
+
+def test_the_fork_key_forks_through_the_server_the_replay_was_given(
+    recorded: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    """`mlra replay RUN --base-url URL`, then f: the fork talks to URL, as
+    `mlra fork RUN --at STEP --base-url URL` would (the recorded run used a local server)."""
+    source = tmp_path / "runs" / recorded.name
+    shutil.copytree(recorded, source)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-a-secret")
+    monkeypatch.chdir(tmp_path)
+    with ScriptedModelServer({"supervisor": [], "worker": [], "default": []}) as server:
+        server.set_fallback("worker", turn("", call("report", summary="stopping here")))
+        server.set_fallback("supervisor", turn("", call("submit", path="answer.txt")))
+        url = server.url_for("openai")
+        code = runs_cli._fork(source, 4, base_url=url)
+        asked = server.requests_for("worker")
+    assert code in (0, 1), capsys.readouterr()
+    assert f"mlra fork {source} --at 4 --base-url {url}" in capsys.readouterr().out
+    assert asked  # the forked run's worker went on through that server
+    (fork,) = [p for p in (tmp_path / "runs").iterdir() if p != source]
+    assert fold(read_events(fork / "events.jsonl")).finished is not None
 
 
 def test_the_replay_console_binds_no_steering_key(recorded: Path) -> None:
