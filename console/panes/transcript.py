@@ -392,12 +392,8 @@ class TranscriptPane(VerticalScroll):
         if mounted:
             self.remove_children(mounted)
 
-    def clear(self) -> None:
-        """Forget every entry: a replay rebuilds the transcript at another point of the run."""
-        self.remove_children()
-        self._forget()
-
     def _forget(self) -> None:
+        """Forget every entry, leaving the widgets to rebuild()."""
         self._tools.clear()
         self._thoughts.clear()
         self._new = []
