@@ -29,6 +29,7 @@ from mlra.agent.state import RunState
 from mlra.console.app import MlraApp, _runner
 from mlra.console.headless import score_line
 from mlra.console.keymap import REPLAY_KEYS, bindings
+from mlra.console.panes import redraw
 from mlra.console.panes.files import NO_PREVIEW, FilesPane
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
@@ -240,9 +241,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             or node.data is None
             or node.data.path not in {i.path for i in await self.files_history.list_tree()}
         ):
-            preview = pane.query_one("#preview", Static)
-            if str(preview.content) != NO_PREVIEW.plain:  # an update lays out the screen anew
-                preview.update(NO_PREVIEW.copy())
+            redraw(pane.query_one("#preview", Static), NO_PREVIEW.copy())
 
     def _moved(self, target: int | None, what: str = "") -> None:
         if target is None:

@@ -1,1 +1,11 @@
 """The console's panes: each renders part of the run from its events."""
+
+from rich.text import Text
+from textual.widgets import Static
+
+
+def redraw(static: Static, text: Text) -> None:
+    """Show `text` unless `static` shows it already: an update lays the screen out
+    anew, and on a replay move, or a Resources tick, most of what is drawn looks the same."""
+    if static.content != text:
+        static.update(text)

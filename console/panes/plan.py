@@ -13,6 +13,7 @@ from textual.widgets import Static
 from mlra.agent import events as ev
 from mlra.agent.clock import format_duration
 from mlra.agent.state import RunState
+from mlra.console.panes import redraw
 
 MARKS = {
     "pending": ("○", "dim"),
@@ -30,7 +31,6 @@ class PlanPane(Vertical):
         self._messages: deque[Text] = deque(maxlen=MAX_MESSAGES)
         self._revision = ""
         self._dirty = True
-        self._shown: tuple[Text | None, Text | None] = (None, None)
 
     def compose(self) -> ComposeResult:
         yield Static(id="plan-steps")
@@ -99,9 +99,5 @@ class PlanPane(Vertical):
             if self._messages
             else Text("supervisor messages appear here", style="dim")
         )
-        # A replay shows the plan afresh on every move: what looks the same is not redrawn.
-        if steps != self._shown[0]:
-            self.query_one("#plan-steps", Static).update(steps)
-        if log != self._shown[1]:
-            self.query_one("#plan-log", Static).update(log)
-        self._shown = (steps, log)
+        redraw(self.query_one("#plan-steps", Static), steps)
+        redraw(self.query_one("#plan-log", Static), log)

@@ -12,6 +12,7 @@ from textual.widgets import Static
 from mlra.agent import events as ev
 from mlra.agent.clock import format_duration
 from mlra.agent.state import RunState
+from mlra.console.panes import redraw
 
 HISTORY = 60
 SPARK = "▁▂▃▄▅▆▇█"
@@ -42,7 +43,6 @@ class ResourcesPane(Static):
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._gpu: dict[int, deque[float]] = {}
         self._shown: tuple[RunState, float] | None = None
-        self._drawn: Text | None = None
 
     def on_mount(self) -> None:
         self.border_title = "Resources"
@@ -128,6 +128,4 @@ class ResourcesPane(Static):
                 f"${state.cost_usd:.2f}"
                 + (f" / ${limits.max_cost_usd:.2f}" if limits.max_cost_usd else "")
             )
-        if out != self._drawn:  # it is shown every second (and on every replay move)
-            self._drawn = out
-            self.update(out)
+        redraw(self, out)

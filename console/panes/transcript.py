@@ -21,6 +21,7 @@ from textual.widgets import Static
 from mlra.agent import events as ev
 from mlra.agent.clock import format_duration
 from mlra.console.headless import describe_call, one_line, score_line
+from mlra.console.panes import redraw
 
 MAX_ENTRIES = 200
 KEEP_FULL_OUTPUT = 30
@@ -78,11 +79,9 @@ class OutputBuffer:
 class Entry(Static):
     """One transcript entry. `key` names what it shows (a call, a turn's thoughts, the
     event behind a note), so that a rebuilt transcript can keep the widget of an entry
-    that is still there; `shown` is what it last drew, so an unchanged entry is not
-    redrawn."""
+    that is still there."""
 
     key: Hashable = None
-    shown: Text | None = None
 
     def render_entry(self) -> Text:
         raise NotImplementedError
@@ -97,10 +96,7 @@ class Entry(Static):
         self.key = other.key
 
     def redraw(self) -> None:
-        text = self.render_entry()
-        if text != self.shown:
-            self.shown = text
-            self.update(text)
+        redraw(self, self.render_entry())
 
 
 class NoteEntry(Entry):
@@ -110,7 +106,6 @@ class NoteEntry(Entry):
         super().__init__(line)
         self.line = line
         self.key = key
-        self.shown = line
 
     def render_entry(self) -> Text:
         return self.line
