@@ -281,6 +281,7 @@ class RunController:
                     network=self.sandbox.spec.network,
                     workdir=self.sandbox.workdir,
                     workspace=str(self.workspace),
+                    limits=self.sandbox.limits,
                 ),
                 config=self.config.model_dump(mode="json"),
                 mlra_version=__version__,

@@ -17,6 +17,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 
+from mlra.tools.sandbox.base import LimitsInForce
+
 SCHEMA_VERSION = 1
 
 AgentRole = Literal["supervisor", "worker", "baseline"]
@@ -40,9 +42,11 @@ class _Event(BaseModel):
 class SandboxInfo(BaseModel):
     kind: str
     isolation: str
+    """"bwrap", "docker" or "none": a score earned with "none" is shown as unisolated."""
     network: bool
     workdir: str
     workspace: str
+    limits: LimitsInForce | None = None
 
 
 class Limits(BaseModel):

@@ -135,6 +135,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
     except BatchError as exc:
         raise UsageError(str(exc)) from None
     _check_models(spec)
+    if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
+        from mlra.console.cli import check_isolation
+
+        for model in dict.fromkeys(m.strip() for m in spec.models):
+            check_isolation(spec.isolation or "auto", model)
     out = spec.out_dir()
     out.mkdir(parents=True, exist_ok=True)
     (out / "batch.json").write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")

@@ -133,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--isolation",
         choices=["auto", "bwrap", "none"],
         default="auto",
-        help="local sandbox isolation (default: bubblewrap when installed)",
+        help="local sandbox isolation: auto (bubblewrap; an LLM agent is refused without it), "
+        "bwrap, or none (unconfined: only when you accept an unisolated score)",
     )
     run.add_argument(
         "--sandbox",
@@ -275,15 +276,39 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
         raise UsageError(str(exc)) from None
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    import shutil
+def check_isolation(isolation: str, model: str) -> None:
+    """Refuse, before anything is created, a run whose agent would go unconfined.
 
+    Only the user's explicit `--isolation none` lets an LLM agent run unconfined;
+    the baseline agent's fixed recipe may, with a warning, since it is the task's own.
+    """
+    if isolation == "none":
+        return
+    from mlra.tools.sandbox.bwrap import isolation_problem
+    from mlra.tools.sandbox.local import INSTALL_HINT
+
+    problem = isolation_problem()
+    if problem is None:
+        return
+    if isolation == "bwrap" or model != "baseline":
+        raise UsageError(
+            f"no isolation for the agent's commands ({problem}): {INSTALL_HINT}, "
+            "or pass --isolation none to run the agent unconfined"
+        )
+    print(
+        f"mlra: warning: {problem}; the baseline agent runs unconfined and its score "
+        "is marked unisolated",
+        file=sys.stderr,
+    )
+
+
+def cmd_run(args: argparse.Namespace) -> int:
     from mlra.agent.config import RunConfig
 
     task = _load_task(args.task)
     model, provider = _resolve_model(args)
-    if args.isolation == "bwrap" and shutil.which("bwrap") is None:
-        raise UsageError("--isolation bwrap: bubblewrap (bwrap) is not installed")
+    if args.sandbox == "local":
+        check_isolation(args.isolation, model)
     if args.sandbox == "docker":
         _check_docker(args, task)
     if args.run_id and (args.runs_dir / args.run_id).exists():

