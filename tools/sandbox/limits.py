@@ -15,6 +15,7 @@ import contextlib
 import os
 import resource
 import secrets
+import shlex
 import signal
 import time
 from collections.abc import Callable
@@ -133,36 +134,56 @@ class SandboxLimits:
 
     # --- starting commands ----------------------------------------------------------------
 
-    def preexec(self) -> Callable[[], None]:
-        """What the child runs between fork and exec: join the cgroups, set the rlimits.
+    def outer_prefix(self) -> list[str]:
+        """A shell that joins the cgroups and then becomes the command (bwrap or the
+        command itself), so every process the command starts is born inside.
 
-        Joining before exec means every process the command starts is born inside.
+        A shell costs less than a Python `preexec_fn`, which makes Popen fork the
+        whole interpreter instead of using vfork.
         """
-        procs = [group / "cgroup.procs" for group in self._groups.values()]
-        rlimits: list[tuple[int, int]] = []
-        if self.file_size_mb is not None:
-            rlimits.append((resource.RLIMIT_FSIZE, self.file_size_mb * 1024 * 1024))
-        if self.memory_mb is not None and self._memory_group() is None:
-            rlimits.append((resource.RLIMIT_DATA, self.memory_mb * 1024 * 1024))
+        if not self._groups:
+            return []
+        joins = "".join(
+            f"echo 0 > {shlex.quote(str(group / 'cgroup.procs'))} && "
+            for group in self._groups.values()
+        )
+        return ["/bin/sh", "-c", joins + 'exec "$@"', "mlra-limits"]
+
+    def inside_prefix(self, prlimit: str | None) -> list[str]:
+        """`prlimit` with the rlimits, run right before the command inside the sandbox.
+
+        RLIMIT_NPROC counts the processes of a uid in its user namespace: set outside,
+        it would count every process of the user running mlra.
+        """
+        if prlimit is None:
+            return []
+        args = [f"--{name}={value}" for name, value in self._rlimits()]
+        if self.in_force.pids is not None and self._pids_group() is None:
+            args.append(f"--nproc={self.pids}")
+        return [prlimit, *args, "--"] if args else []
+
+    def preexec(self, prlimit: str | None) -> Callable[[], None] | None:
+        """The rlimits set between fork and exec, only where no `prlimit` can do it."""
+        if prlimit is not None:
+            return None
+        kinds = {"fsize": resource.RLIMIT_FSIZE, "data": resource.RLIMIT_DATA}
+        rlimits = [(kinds[name], value) for name, value in self._rlimits()]
+        if not rlimits:
+            return None
 
         def enter() -> None:
-            for path in procs:
-                with open(path, "w") as f:
-                    f.write("0")
             for kind, value in rlimits:
                 resource.setrlimit(kind, (value, value))
 
         return enter
 
-    def inside_prefix(self, prlimit: str | None) -> list[str]:
-        """Limits that only hold when set inside the sandbox's user namespace.
-
-        RLIMIT_NPROC counts the processes of a uid in its namespace: set outside, it
-        would count every process of the user running mlra.
-        """
-        if self.in_force.pids is None or self._pids_group() is not None or prlimit is None:
-            return []
-        return [prlimit, f"--nproc={self.pids}", "--"]
+    def _rlimits(self) -> list[tuple[str, int]]:
+        limits: list[tuple[str, int]] = []
+        if self.file_size_mb is not None:
+            limits.append(("fsize", self.file_size_mb * 1024 * 1024))
+        if self.memory_mb is not None and self._memory_group() is None:
+            limits.append(("data", self.memory_mb * 1024 * 1024))
+        return limits
 
     # --- watching and ending --------------------------------------------------------------
 

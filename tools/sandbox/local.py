@@ -214,16 +214,27 @@ class LocalSandbox(Sandbox):
         if not self._started:
             await self.start()
         inside_cwd, host_cwd = self._resolve_cwd(cwd)
-        argv = self._bwrap_argv(inside_cwd, command) if self._use_bwrap else list(command)
+        run_env = self._env(inside_cwd, env)
+        if self._use_bwrap:
+            argv = self._bwrap_argv(inside_cwd, command)
+        else:
+            # Found here, as exec would find it, so a typo reads the same with or
+            # without the limits' wrappers in front of it.
+            if shutil.which(command[0], path=run_env["PATH"]) is None and not (
+                "/" in command[0] and os.access(Path(host_cwd, command[0]), os.X_OK)
+            ):
+                raise SandboxError(f"command not found: {command[0]}")
+            argv = [*self._limits.inside_prefix(self._prlimit), *command]
+        argv = [*self._limits.outer_prefix(), *argv]
         oom_before = self._limits.oom_kills()
         result = await self._run(
             argv,
             timeout=timeout,
             on_output=on_output,
             cwd=host_cwd,
-            env=self._env(inside_cwd, env),
+            env=run_env,
             stdin=stdin,
-            preexec=self._limits.preexec(),
+            preexec=self._limits.preexec(self._prlimit),
         )
         note = self._limits.memory_note(result.output, result.exit_code, oom_before)
         if note is not None:
