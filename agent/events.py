@@ -13,9 +13,11 @@ clock (active seconds counted against the deadline, pauses excluded) at that mom
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from mlra.tools.sandbox.base import LimitsInForce
 
@@ -405,5 +407,24 @@ Event = Annotated[
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89a-fA-F][0-9a-fA-F]{2}")
+
+
 def parse_event(line: str | bytes) -> Event:
-    return EVENT_ADAPTER.validate_json(line)
+    """One log line as an event.
+
+    A line can hold a lone surrogate escape (`\\udcff`: a file name that is not
+    UTF-8, as os.fsdecode gives it). That is valid JSON, but pydantic's parser
+    refuses it; Python's json module reads it back to the very same str.
+    """
+    try:
+        return EVENT_ADAPTER.validate_json(line)
+    except ValidationError as exc:
+        raw = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
+        if exc.errors()[0]["type"] != "json_invalid" or not _LONE_SURROGATE.search(raw):
+            raise
+        try:
+            data = json.loads(line)
+        except ValueError:
+            raise exc from None
+        return EVENT_ADAPTER.validate_python(data)

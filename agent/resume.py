@@ -23,7 +23,7 @@ from typing import Any
 from mlra.agent import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
-from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, read_events
+from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, encode_event, read_events
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.snapshots import SNAPSHOTS_DIR, SnapshotStore, WorkspaceHistory
 from mlra.agent.state import fold
@@ -55,7 +55,9 @@ def load_run(run_dir: Path) -> RecordedRun:
     try:
         events = read_events(path, on_torn_tail=torn.append)
     except LogDamage as exc:
-        raise ResumeError(str(exc)) from None
+        # Going on from a log with a line missing or forged would build on a run that
+        # never happened; the log stays as it is for someone to look at.
+        raise ResumeError(f"the log is damaged, so the run cannot go on: {exc}") from None
     started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
     if started is None:
         raise ResumeError(f"{path} has no run_started event: the run never started")
@@ -216,7 +218,8 @@ def fork_run(
     if edit_action is not None:
         prefix, edited = _edited_prefix(source.events, index, edit_action)
         prefix = [*source.events[:index], *prefix[index:]]
-    prefix = [e for e in prefix if not isinstance(e, ev.RunFinished)]
+    # Earlier endings (a stop, then a resume) stay: the copy keeps every event up to
+    # the step, numbering included, so it reads as whole (`seq` 1, 2, 3...).
     run_dir.mkdir(parents=True, exist_ok=False)
     workspace = run_dir / "workspace"
     workspace.mkdir()
@@ -227,9 +230,9 @@ def fork_run(
         cut_seq, workspace, fallbacks=[source.run_dir / "workspace", *task.starter_paths()]
     )
     # The copy keeps the source's numbering and times; the fork's own events follow.
-    with open(run_dir / EVENTS_FILE, "w", encoding="utf-8") as f:
+    with open(run_dir / EVENTS_FILE, "wb") as f:
         for event in prefix:
-            f.write(event.model_dump_json(exclude_none=True) + "\n")
+            f.write(encode_event(event))
     log = EventLog(run_dir / EVENTS_FILE, start_seq=max((e.seq for e in prefix), default=0))
     elapsed = max((e.t for e in prefix), default=0.0)
     try:

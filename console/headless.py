@@ -12,6 +12,7 @@ from typing import IO, Any
 
 from mlra.agent import events as ev
 from mlra.agent.clock import format_duration
+from mlra.agent.eventlog import encode_event
 from mlra.tools.plan import render_plan
 
 
@@ -61,6 +62,8 @@ def score_line(e: ev.EvaluationFinished) -> str:
         parts.append("(" + ", ".join(refs) + ")")
     if e.success is not None:
         parts.append("success" if e.success else "below the success bar")
+    if e.agent_isolation == "none":
+        parts.append("· UNISOLATED (the agent ran unconfined)")
     return " ".join(parts)
 
 
@@ -207,7 +210,7 @@ class JsonDisplay:
         self.include_samples = include_samples
 
     def on_event(self, event: ev.Event) -> None:
-        self.stream.write(event.model_dump_json(exclude_none=True) + "\n")
+        self.stream.write(encode_event(event).decode("utf-8"))
         self.stream.flush()
 
     def close(self) -> None:

@@ -28,7 +28,7 @@ from typing import Literal, overload
 from pydantic import ValidationError
 
 from mlra.agent import events as ev
-from mlra.agent.eventlog import EVENTS_FILE
+from mlra.agent.eventlog import EVENTS_FILE, check_lines
 from mlra.agent.snapshots import SnapshotStore, WorkspaceHistory
 from mlra.agent.state import RunState
 from mlra.tools.sandbox.base import FileInfo
@@ -141,13 +141,15 @@ class RecordedLog(Sequence[ev.Event]):
     @classmethod
     def read(cls, path: Path, *, on_torn_tail: Callable[[str], None] | None = None) -> RecordedLog:
         """The log at `path`; a half-written last line is dropped and reported, as
-        `read_events` does."""
+        `read_events` does, and a damaged log is `LogDamage` (see `check_lines`)."""
         data = path.read_bytes()
         lines = data.split(b"\n")
         tail = lines.pop()
+        log = cls([line for line in lines if line.strip()])
+        check_lines(path, lines, log.types)
         if tail.strip() and on_torn_tail is not None:
             on_torn_tail(f"{path}: dropped a half-written last line ({len(tail)} bytes)")
-        return cls([line for line in lines if line.strip()])
+        return log
 
     @classmethod
     def of(cls, events: list[ev.Event]) -> RecordedLog:

@@ -92,8 +92,11 @@ def _load_events(run_dir: Path) -> list[Any]:
 
 
 def _open_model(run_dir: Path) -> Any:
-    """The replay of a run folder; its events are parsed as the replay looks at them."""
-    from mlra.agent.eventlog import EVENTS_FILE
+    """The replay of a run folder; its events are parsed as the replay looks at them.
+
+    A damaged log (a line missing, repeated or forged) is refused, not replayed:
+    what a replay shows must be what the run did."""
+    from mlra.agent.eventlog import EVENTS_FILE, LogDamage
     from mlra.console.cli import UsageError
     from mlra.console.replay import ReplayModel
 
@@ -103,6 +106,8 @@ def _open_model(run_dir: Path) -> Any:
         return ReplayModel.open(
             run_dir, on_torn_tail=lambda note: sys.stderr.write(f"mlra: {note}\n")
         )
+    except LogDamage as exc:
+        raise UsageError(str(exc)) from None
     except OSError as exc:
         raise UsageError(f"cannot read {run_dir / EVENTS_FILE}: {exc.strerror}") from None
     except ValueError as exc:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
 import typing
 from pathlib import Path
 
 import pytest
 
+from mlra.agent import eventlog
 from mlra.agent import events as ev
-from mlra.agent.eventlog import EventLog, LogDamage, read_events
+from mlra.agent.eventlog import EventLog, LogDamage, UnwritableEvent, read_events
 
 
 def _samples() -> list[ev.Event]:
@@ -106,3 +108,104 @@ def test_damage_in_the_middle_is_an_error(tmp_path: Path) -> None:
     path.write_text('{"type": "nonsense"}\n' + ev.Notice(message="x").model_dump_json() + "\n")
     with pytest.raises(LogDamage, match=":1:"):
         read_events(path)
+
+
+# --- integrity: a log no one can quietly rewrite ---------------------------------------
+
+
+def _log_of(path: Path, n: int) -> list[bytes]:
+    log = EventLog(path)
+    for i in range(n):
+        log.append(ev.Notice(message=f"n{i}"))
+    log.close()
+    return path.read_bytes().splitlines(keepends=True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "line", "problem"),
+    [
+        (lambda ls: ls[:2] + ls[3:], 3, "seq 4 where 3 was due: seq 3 is missing"),
+        (lambda ls: [*ls[:3], ls[2], *ls[3:]], 4, "seq 3 where 4 was due: a repeated or moved"),
+        (lambda ls: [ls[1], ls[0], *ls[2:]], 1, "seq 2 where 1 was due"),
+        (lambda ls: [*ls[:2], b'{"v":1,"seq":3,"type":"notice"}\n', *ls[3:]], 3, "not a valid"),
+    ],
+    ids=["gap", "duplicate", "swapped", "forged"],
+)
+def test_a_line_removed_repeated_moved_or_forged_is_damage_at_its_line(
+    tmp_path: Path, edit: typing.Callable[[list[bytes]], list[bytes]], line: int, problem: str
+) -> None:
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b"".join(edit(_log_of(path, 5))))
+    with pytest.raises(LogDamage) as raised:
+        read_events(path)
+    assert (raised.value.path, raised.value.line) == (path, line)
+    assert raised.value.problem.startswith(problem)
+    assert str(raised.value).startswith(f"{path}:{line}: ")
+
+
+def test_a_torn_tail_after_whole_lines_is_not_damage(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    lines = _log_of(path, 3)
+    path.write_bytes(b"".join(lines) + lines[0][:10])  # the next write, cut short
+    assert [e.seq for e in read_events(path, on_torn_tail=lambda _: None)] == [1, 2, 3]
+
+
+def test_nul_and_undecodable_file_names_keep_the_log_whole_and_round_trip(
+    tmp_path: Path,
+) -> None:
+    name = os.fsdecode(b"caf\xe9-\xff.txt")  # not UTF-8: lone surrogates, as os.listdir gives
+    assert "\udce9" in name
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    written = [
+        log.append(ev.Notice(message="before")),
+        log.append(ev.ToolOutput(call_id="c", text=f"a\x00b {name}\n")),
+        log.append(
+            ev.ToolCall(call_id="c", agent="worker", tool="bash", arguments={name: [name, "\x00"]})
+        ),
+        log.append(ev.WorkspaceSnapshot(step=1, changed=[ev.FileChange(path=name, size=1)])),
+        log.append(ev.Notice(message="after")),
+    ]
+    log.close()
+    data = path.read_bytes()
+    data.decode("utf-8")  # valid UTF-8 throughout, one JSON line per event
+    assert all(json.loads(line) for line in data.splitlines())
+    back = read_events(path)
+    assert back == written and [e.seq for e in back] == [1, 2, 3, 4, 5]
+    assert back[1].text == f"a\x00b {name}\n"  # type: ignore[union-attr]
+    assert back[3].changed[0].path == name  # type: ignore[union-attr]
+
+
+def test_an_event_that_cannot_be_written_uses_no_seq_and_leaves_no_line(tmp_path: Path) -> None:
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.append(ev.Notice(message="first"))
+    bad = ev.ToolCall(call_id="c", agent="worker", tool="bash", arguments={"x": object()})
+    with pytest.raises(UnwritableEvent):
+        log.append(bad)
+    assert bad.seq == 0
+    log.append(ev.Notice(message="second"))
+    log.close()
+    assert [(e.seq, e.type) for e in read_events(path)] == [(1, "notice"), (2, "notice")]
+
+
+def test_a_write_that_fails_half_way_is_cut_away(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "events.jsonl"
+    log = EventLog(path)
+    log.append(ev.Notice(message="first"))
+    real_write = os.write
+
+    def disk_full(fd: int, data: typing.Any) -> int:
+        real_write(fd, bytes(data[:7]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(eventlog.os, "write", disk_full)
+    with pytest.raises(OSError):
+        log.append(ev.Notice(message="lost"))
+    monkeypatch.undo()
+    log.append(ev.Notice(message="second"))
+    log.close()
+    assert [e.message for e in read_events(path)] == ["first", "second"]  # type: ignore[union-attr]
+    assert [e.seq for e in read_events(path)] == [1, 2]

@@ -15,11 +15,11 @@ import pytest
 from textual.widgets import Static, Tree
 
 from mlra.agent import events as ev
-from mlra.agent.eventlog import EventLog, read_events
+from mlra.agent.eventlog import EventLog, LogDamage, read_events
 from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import fold
 from mlra.console import replay, replay_app, runs_cli
-from mlra.console.cli import main
+from mlra.console.cli import UsageError, main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry, TranscriptPane
 from mlra.console.replay import ReplayModel
@@ -91,23 +91,50 @@ def test_the_state_at_every_event_is_the_fold_of_the_events_up_to_it(recorded: P
         ), i
 
 
-def test_a_torn_tail_is_dropped_and_a_damaged_line_shown_not_raised(
-    recorded: Path, tmp_path: Path
-) -> None:
+def test_a_torn_tail_is_dropped_with_a_note(recorded: Path, tmp_path: Path) -> None:
     lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
-    lines[5] = b'{"v":1,"seq":6,"type":"no_such_event"}\n'
     (tmp_path / "events.jsonl").write_bytes(b"".join(lines) + b'{"v":1,"seq":99,"ty')
     notes: list[str] = []
     model = ReplayModel.open(tmp_path, on_torn_tail=notes.append)
     assert len(model.events) == len(lines) and "half-written last line" in notes[0]
-    damaged = model.events[5]
-    assert isinstance(damaged, ev.Notice) and damaged.level == "error"
-    assert "line 6 of the log is not a valid event" in damaged.message
     model.last()
-    assert model.state.finished is not None  # the replay goes on past the damage
+    assert model.state.finished is not None
 
-    proc = mlra_cli(["replay", str(tmp_path), "--no-tui"], cwd=tmp_path)
-    assert proc.returncode == 2 and "not a valid event" in proc.stderr  # headless: bad input
+
+@pytest.mark.parametrize(
+    ("damage", "problem"),
+    [
+        ("forged", "not a valid event: no event type 'no_such_event'"),
+        ("removed", "seq 7 where 6 was due: seq 6 is missing"),
+        ("repeated", "seq 5 where 6 was due: a repeated or moved line"),
+        ("not json", "not a valid event"),
+    ],
+)
+def test_replay_refuses_a_damaged_log_naming_file_and_line(
+    recorded: Path, tmp_path: Path, damage: str, problem: str
+) -> None:
+    lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
+    if damage == "forged":
+        lines[5] = b'{"v":1,"seq":6,"type":"no_such_event"}\n'
+    elif damage == "removed":
+        del lines[5]
+    elif damage == "repeated":
+        lines.insert(5, lines[4])
+    else:
+        lines[5] = b"rm -rf /\n"
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"".join(lines))
+    where = f"{log}:6: {problem}"
+
+    with pytest.raises(LogDamage) as raised:
+        ReplayModel.open(tmp_path)  # what the replay console opens
+    assert str(raised.value).startswith(where) and raised.value.line == 6
+    with pytest.raises(UsageError, match=r"events\.jsonl:6: "):
+        runs_cli._open_model(tmp_path)
+    for mode in ("--no-tui", "--json"):
+        proc = mlra_cli(["replay", str(tmp_path), mode], cwd=tmp_path)
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert proc.stderr.startswith(f"mlra: {where}") and proc.stderr.count("\n") == 1
 
 
 # --- the console over a recorded run (Pilot) ------------------------------------------
