@@ -6,6 +6,7 @@ counters of their own, so whatever they show can be rebuilt from the log alone.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -13,6 +14,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from mlra.agent import events as ev
+from mlra.agent.eventlog import EVENTS_FILE, dump_json
 
 Phase = Literal[
     "starting",
@@ -211,6 +213,32 @@ class RunResult(BaseModel):
     cost_usd: float
     forked_from: str | None = None
     resumed: int = 0
+    isolation: str | None = None
+    """The sandbox isolation the run had ("bwrap", "docker", "none"): a score earned
+    with "none" is shown as unisolated wherever scores are shown."""
+    log_sha256: str | None = None
+    """SHA-256 of the `events.jsonl` bytes this result was derived from, and their
+    length: `mlra runs` tells a log appended to since (a resume) from one rewritten."""
+    log_size: int | None = None
+
+    @property
+    def unisolated(self) -> bool:
+        return self.isolation == "none"
+
+
+def log_digest(path: Path, size: int | None = None) -> str:
+    """SHA-256 of the log's bytes (of its first `size` bytes, where given)."""
+    digest = hashlib.sha256()
+    left = size
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return digest.hexdigest()
 
 
 def result_of(state: RunState) -> RunResult:
@@ -245,12 +273,20 @@ def result_of(state: RunState) -> RunResult:
         cost_usd=round(state.cost_usd, 6),
         forked_from=state.forked_from,
         resumed=state.resumed,
+        isolation=state.sandbox.isolation if state.sandbox else None,
     )
 
 
 def write_result(state: RunState, run_dir: Path) -> RunResult:
+    """Write `result.json`, bound to the log as it is now (call it with the log closed)."""
     result = result_of(state)
+    log = run_dir / EVENTS_FILE
+    if log.is_file():
+        result.log_size = log.stat().st_size
+        result.log_sha256 = log_digest(log, result.log_size)
     tmp = run_dir / "result.json.tmp"
-    tmp.write_text(result.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    # Derived text only: a lone surrogate is replaced here (the log keeps it exactly).
+    text = dump_json(result, indent=2, surrogates="replace")
+    tmp.write_text(text + "\n", encoding="utf-8")
     tmp.replace(run_dir / "result.json")
     return result

@@ -42,6 +42,10 @@ class RunRow:
     cost_usd: float
     failure: str | None
     """Why the run counts as failed (no score), or None."""
+    isolation: str | None = None
+    """The sandbox isolation the run had ("bwrap", "docker", "none")."""
+    unisolated: bool = False
+    """The run was scored without isolation: the agent could have reached the grader."""
 
 
 @dataclass
@@ -59,6 +63,10 @@ class Group:
     tokens: int
     cost_usd: float
     failures: dict[str, int] = field(default_factory=dict)
+    isolation: str = ""
+    """The isolations the group's runs had, e.g. "bwrap" or "bwrap;none"."""
+    unisolated: int = 0
+    """Scored runs of the group that had no isolation (their scores are in the means)."""
 
 
 def mean_se(values: list[float]) -> tuple[float | None, float | None]:
@@ -85,7 +93,10 @@ def load_run(run_dir: Path) -> tuple[RunResult, int | None] | None:
         seed = started.config.get("seed")
     result_file = run_dir / "result.json"
     if result_file.is_file():
-        return RunResult.model_validate_json(result_file.read_text(encoding="utf-8")), seed
+        result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
+        if result.isolation is None and started is not None:  # a result.json from before
+            result.isolation = started.sandbox.isolation
+        return result, seed
     if started is None:
         return None
     state = fold(events)
@@ -131,6 +142,8 @@ def collect(out: Path) -> list[RunRow]:
                 tokens=r.tokens,
                 cost_usd=r.cost_usd,
                 failure=failure_of(r),
+                isolation=r.isolation,
+                unisolated=r.unisolated and r.score is not None,
             )
         )
     return rows
@@ -161,6 +174,8 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 tokens=sum(m.tokens for m in members),
                 cost_usd=round(sum(m.cost_usd for m in members), 6),
                 failures=dict(Counter(m.failure for m in members if m.failure)),
+                isolation=";".join(sorted({m.isolation or "unknown" for m in members})),
+                unisolated=sum(m.unisolated for m in members),
             )
         )
     return out
@@ -172,6 +187,15 @@ def _pm(mean: float | None, se: float | None) -> str:
     return f"{mean:.4g} ± {se:.2g}" if se is not None else f"{mean:.4g}"
 
 
+def _unisolated_mark(g: Group) -> str:
+    """What follows a group's scores when some were earned without isolation."""
+    if not g.unisolated:
+        return ""
+    if g.unisolated == g.scored:
+        return " (unisolated)"
+    return f" ({g.unisolated} of {g.scored} unisolated)"
+
+
 def markdown(groups: list[Group], rows: list[RunRow]) -> str:
     lines = [
         "# Batch report",
@@ -179,23 +203,34 @@ def markdown(groups: list[Group], rows: list[RunRow]) -> str:
         f"{len(rows)} runs; mean ± standard error over seeds; success = at least 5% of the "
         "baseline-to-top gap closed (the task's own fraction where it sets one).",
         "",
-        "| task | model | runs | scored | score | normalized | success | median time | tokens | cost | failures |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | model | runs | scored | score | normalized | success | median time | tokens | cost | failures | isolation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         failures = ", ".join(f"{k} ×{v}" for k, v in sorted(g.failures.items())) or "–"
         median = f"{g.median_duration_s:.1f}s" if g.median_duration_s is not None else "–"
+        mark = _unisolated_mark(g)
+        score = _pm(g.score_mean, g.score_se) + (mark if g.score_mean is not None else "")
+        normalized = _pm(g.normalized_mean, g.normalized_se)
+        normalized += mark if g.normalized_mean is not None else ""
         lines.append(
-            f"| {g.task} | {g.model} | {g.runs} | {g.scored} | {_pm(g.score_mean, g.score_se)} | "
-            f"{_pm(g.normalized_mean, g.normalized_se)} | {g.success_rate:.0%} | {median} | "
-            f"{g.tokens:,} | ${g.cost_usd:.4f} | {failures} |"
+            f"| {g.task} | {g.model} | {g.runs} | {g.scored} | {score} | {normalized} | "
+            f"{g.success_rate:.0%} | {median} | {g.tokens:,} | ${g.cost_usd:.4f} | {failures} | "
+            f"{g.isolation.replace(';', ', ')} |"
         )
+    if any(g.unisolated for g in groups):
+        lines += [
+            "",
+            "Unisolated: scored with sandbox isolation none, so the agent's commands could "
+            "reach what the grader reads; such scores are not comparable with isolated ones.",
+        ]
     return "\n".join(lines) + "\n"
 
 
 CSV_FIELDS = [
     "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
+    "isolation", "unisolated",
 ]  # fmt: skip
 
 

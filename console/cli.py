@@ -431,14 +431,21 @@ def _run_headless(
 
 
 def final_line(run_dir: Path, result: Any) -> str:
+    """The last line a headless run prints; a score earned without isolation says so,
+    since the agent could have reached what the grader reads."""
     try:
         shown = os.path.relpath(run_dir)
     except ValueError:
         shown = str(run_dir)
+    isolation = getattr(result, "isolation", None)
     if result.score is not None:
         score = f"score {result.metric} = {result.score:.4g}"
         if result.normalized_score is not None:
             score += f" (normalized {result.normalized_score:+.3f})"
+        if isolation == "none":
+            score += " · unisolated (sandbox isolation none)"
+        elif isolation:
+            score += f" · isolation {isolation}"
     else:
         score = f"no score ({result.evaluation_error or result.message or result.reason})"
     return f"run {result.status} ({result.reason}) · {score} · run dir {shown}"

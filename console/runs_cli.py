@@ -204,26 +204,131 @@ class RunRow:
     forked_from: str | None = None
     run_dir: str = ""
     problem: str | None = None
+    isolation: str | None = None
+    """The sandbox isolation the run had; "none" makes its score unisolated."""
+    result_mismatch: bool = False
+    """result.json says other than its log (the log was rewritten, or the result
+    edited): the row shows what the log says."""
+
+    @property
+    def unisolated(self) -> bool:
+        return self.isolation == "none"
+
+
+_OUTCOME_TYPES = frozenset(
+    {
+        b"run_started",
+        b"run_finished",
+        b"run_resumed",
+        b"run_forked",
+        b"evaluation_started",
+        b"evaluation_finished",
+    }
+)
+_CLAIMS = (
+    "run_id",
+    "task",
+    "model",
+    "status",
+    "reason",
+    "metric",
+    "score",
+    "normalized_score",
+    "success",
+    "isolation",
+    "forked_from",
+    "resumed",
+)
+"""The fields of result.json a reader takes as the run's outcome; each must be what
+the log says."""
+
+
+def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
+    """Where result.json and its (unchanged) log disagree on the outcome, or None.
+
+    A digest binds result.json to the log's bytes, not to what result.json says,
+    so its outcome is checked against the log too. Only the few events the outcome
+    comes from are parsed (a run's log can hold 100,000 events); the rest are
+    checked for their numbering only (`check_lines`), so a listing stays quick.
+    """
+    from mlra.agent.eventlog import check_lines
+    from mlra.agent.events import parse_event
+    from mlra.agent.state import RunState, result_of
+
+    lines = data.split(b"\n")
+    lines.pop()  # the torn tail, or b""
+    types: list[str] = []
+    state = RunState()
+    for line in lines:
+        if not line.strip():
+            continue
+        i = line.find(b'"type":"') + 8
+        name = line[i : line.find(b'"', i)] if i >= 8 else b"?"
+        types.append(name.decode("utf-8", "replace"))
+        if name in _OUTCOME_TYPES:
+            state.apply(parse_event(line))
+    check_lines(log, lines, types)
+    derived = result_of(state)
+    for name in _CLAIMS:
+        claimed, actual = getattr(result, name), getattr(derived, name)
+        if claimed != actual:
+            return f"result.json says {name} {claimed!r}, the log {actual!r}"
+    return None
+
+
+def _isolation_of(log: Path) -> str | None:
+    """The isolation its `run_started` (the log's first line) names, if it does."""
+    from mlra.agent import events as ev
+
+    with open(log, "rb") as f:
+        first = f.readline()
+    try:
+        started = ev.parse_event(first)
+    except ValueError:  # pydantic's ValidationError is one
+        return None
+    return started.sandbox.isolation if isinstance(started, ev.RunStarted) else None
 
 
 def run_row(run_dir: Path) -> RunRow:
-    """One run's line; a run that cannot be read is listed as damaged, not raised."""
+    """One run's line; a run that cannot be read is listed as damaged, not raised.
+
+    result.json is derived from the log and names the log's digest. A log that
+    has grown since (a resume) wins over it; a log that is no longer the one the
+    result was derived from, or a result that says other than its log, is marked
+    `result≠log`, and the row shows what the log says.
+    """
     from pydantic import ValidationError
 
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
-    from mlra.agent.state import RunResult, fold, result_of
+    from mlra.agent.state import RunResult, fold, log_digest, result_of
 
     row = RunRow(id=run_dir.name, run_dir=str(run_dir))
     log, result_file = run_dir / EVENTS_FILE, run_dir / "result.json"
     try:
         running = log_is_live(log)
-        # result.json is derived from the log; a log written after it (a resume) wins.
-        fresh = result_file.is_file() and (
-            not log.is_file() or result_file.stat().st_mtime >= log.stat().st_mtime
-        )
-        if fresh and not running:
+        use_result = False
+        if result_file.is_file() and not running:
             result = RunResult.model_validate_json(result_file.read_bytes())
+            if not log.is_file():
+                use_result = True
+            elif result.log_sha256 is None:  # written before results named their log
+                use_result = result_file.stat().st_mtime >= log.stat().st_mtime
+            else:
+                size, bound = log.stat().st_size, result.log_size or 0
+                if size == bound and log_digest(log) == result.log_sha256:
+                    problem = _check_claims(log, log.read_bytes(), result)
+                    row.result_mismatch = problem is not None
+                    row.problem = problem
+                    use_result = problem is None
+                elif size > bound and log_digest(log, bound) == result.log_sha256:
+                    pass  # appended to since (resumed, evaluated again): the log wins
+                else:
+                    row.result_mismatch = True
+                    row.problem = "result.json was derived from another events.jsonl"
+        if use_result:
             status = result.status
+            if result.isolation is None and log.is_file():  # a result.json from before
+                result.isolation = _isolation_of(log)
         else:
             state = fold(read_events(log))
             if not state.run_id and not state.task:
@@ -237,12 +342,14 @@ def run_row(run_dir: Path) -> RunRow:
                 else "interrupted"
             )
     except (OSError, ValueError, ValidationError, LogDamage) as exc:
+        row.status = "damaged"
         row.problem = str(exc).splitlines()[0][:200]
         return row
     row.task, row.model, row.status = result.task, result.model, status
     row.score, row.normalized_score = result.score, result.normalized_score
     row.duration_s, row.cost_usd = result.duration_s, result.cost_usd
     row.forked_from = result.forked_from
+    row.isolation = result.isolation
     return row
 
 
@@ -255,18 +362,25 @@ def list_runs(runs_dir: Path) -> list[RunRow]:
     return [run_row(p) for p in folders]
 
 
+UNISOLATED = "*"
+"""After a score earned without isolation (sandbox isolation "none")."""
+MISMATCH = "result≠log"
+
+
 def _cells(row: RunRow) -> list[str]:
     from mlra.agent.clock import format_duration
 
+    mark = UNISOLATED if row.unisolated else ""
     return [
         row.id,
         row.task or "-",
         row.model or "-",
-        row.status,
-        f"{row.score:.4g}" if row.score is not None else "-",
-        f"{row.normalized_score:+.3f}" if row.normalized_score is not None else "-",
+        MISMATCH if row.result_mismatch and row.status != "damaged" else row.status,
+        f"{row.score:.4g}{mark}" if row.score is not None else "-",
+        f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
         format_duration(row.duration_s) if row.duration_s is not None else "-",
         f"${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
+        row.isolation or "-",
         row.forked_from or "-",
     ]
 
@@ -280,6 +394,7 @@ HEADERS = [
     "normalized",
     "duration",
     "cost",
+    "isol.",
     "forked from",
 ]
 
@@ -299,7 +414,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
         rows = [r for r in rows if r.status == args.status]
     if args.json:
         for row in rows:
-            print(json.dumps(asdict(row)))
+            print(json.dumps({**asdict(row), "unisolated": row.unisolated}))
         return 0
     if not rows:
         print(
@@ -323,10 +438,26 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 min_width=None if header in ("model", "forked from") else widest,
             )
         for row, cells in zip(rows, table, strict=True):
-            out.add_row(*cells, style=styles.get(row.status, ""))
-        Console().print(out)
+            style = "red" if row.result_mismatch else styles.get(row.status, "")
+            out.add_row(*cells, style=style)
+        console = Console()
+        console.print(out)
+        for line in _footnotes(rows):
+            console.print(line, style="yellow", markup=False, highlight=False)
         return 0
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(HEADERS)]
     for cells in [HEADERS, *table]:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
+    for line in _footnotes(rows):  # kept off stdout, which has one line per run
+        sys.stderr.write(line + "\n")
     return 0
+
+
+def _footnotes(rows: list[RunRow]) -> list[str]:
+    notes = []
+    if any(r.unisolated and r.score is not None for r in rows):
+        notes.append(f"{UNISOLATED} unisolated: scored with sandbox isolation none")
+    for row in rows:
+        if row.result_mismatch:
+            notes.append(f"{row.id}: {MISMATCH}: {row.problem}")
+    return notes

@@ -110,7 +110,7 @@ def test_batch_runs_every_combination_and_reports_the_runs_numbers(
         assert llm["success_rate"] == 0.5 and llm["tokens"] > 0
         assert groups[("answer", "baseline")]["score_mean"] == 1.0
         md = (out / "report.md").read_text()
-        assert f"| answer | {MODEL} | 2 | 2 | 0.5 ± 0.5 |" in md
+        assert f"| answer | {MODEL} | 2 | 2 | 0.5 ± 0.5 (unisolated) |" in md  # --isolation none
         for name in REPORT_FILES:
             assert (out / name).stat().st_size > 0, name
         assert (out / "score.png").read_bytes()[:4] == b"\x89PNG"
