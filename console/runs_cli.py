@@ -8,6 +8,7 @@ imported before a command runs, and bad input gets one line and exit status 2.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -300,7 +301,7 @@ def run_row(run_dir: Path) -> RunRow:
     from pydantic import ValidationError
 
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
-    from mlra.agent.state import RunResult, fold, log_digest, result_of
+    from mlra.agent.state import RunResult, fold, result_of
 
     row = RunRow(id=run_dir.name, run_dir=str(run_dir))
     log, result_file = run_dir / EVENTS_FILE, run_dir / "result.json"
@@ -314,13 +315,14 @@ def run_row(run_dir: Path) -> RunRow:
             elif result.log_sha256 is None:  # written before results named their log
                 use_result = result_file.stat().st_mtime >= log.stat().st_mtime
             else:
-                size, bound = log.stat().st_size, result.log_size or 0
-                if size == bound and log_digest(log) == result.log_sha256:
-                    problem = _check_claims(log, log.read_bytes(), result)
+                data = log.read_bytes()
+                size, bound = len(data), result.log_size or 0
+                if size == bound and hashlib.sha256(data).hexdigest() == result.log_sha256:
+                    problem = _check_claims(log, data, result)
                     row.result_mismatch = problem is not None
                     row.problem = problem
                     use_result = problem is None
-                elif size > bound and log_digest(log, bound) == result.log_sha256:
+                elif size > bound and hashlib.sha256(data[:bound]).hexdigest() == result.log_sha256:
                     pass  # appended to since (resumed, evaluated again): the log wins
                 else:
                     row.result_mismatch = True
