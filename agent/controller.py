@@ -86,6 +86,21 @@ def new_run_id(task: str) -> str:
     return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{task}-{secrets.token_hex(2)}"
 
 
+def run_id_problem(run_id: str) -> str | None:
+    """Why a run id cannot name a folder inside the runs folder, or None if it can.
+
+    The id is joined to the runs folder; one with a separator, `..` or an absolute
+    path would put the run (and its workspace) somewhere else on the host.
+    """
+    if not run_id or not run_id.strip():
+        return "a run id cannot be empty"
+    if "/" in run_id or "\\" in run_id or "\0" in run_id:
+        return f"run id {run_id!r} must be a plain folder name (no '/')"
+    if run_id in (".", ".."):
+        return f"run id {run_id!r} must be a plain folder name"
+    return None
+
+
 class RunController:
     def __init__(
         self,
@@ -99,6 +114,9 @@ class RunController:
         self.task = task
         self.provider = provider
         self.run_id = config.run_id or new_run_id(task.name)
+        problem = run_id_problem(self.run_id)
+        if problem is not None:
+            raise ValueError(problem)
         self.run_dir = (config.runs_dir / self.run_id).resolve()
         self.workspace = self.run_dir / "workspace"
         self.time_limit_s = config.time_limit_s or task.time_limit_s
@@ -409,8 +427,7 @@ class RunController:
         self.clock.pause()
         self._go_live()
         if ending.evaluate:
-            self.emit(ev.Submission(path=ending.path, note=ending.note, by=ending.by))  # type: ignore[arg-type]
-            await self._evaluate(ending.path)
+            await self._evaluate(ending)
         message = ending.message or self._ending_message(ending)
         self.emit(ev.RunFinished(status=ending.status, reason=ending.reason, message=message))
 
@@ -439,11 +456,59 @@ class RunController:
         if self.log is not None:
             self.log.close()
 
-    async def _evaluate(self, submitted: str | None) -> None:
-        from mlra.tasks.grading import grade
+    async def _evaluate(self, ending: Ending) -> None:
+        """Stop every process, freeze the artifact, record it, and grade the frozen copy.
 
-        _, finished = await grade(
-            self.task, self.workspace, submitted, self.run_dir / "evaluation", on_start=self.emit
+        Stopping comes first: a daemon the agent left running must not be able to
+        change the artifact while it is copied, nor after (it is the copy that is graded).
+        """
+        from mlra.tasks.grading import grade_artifact
+        from mlra.tasks.submission import SUBMISSION_DIR, SubmissionRefused, freeze
+
+        workdir = None
+        if self.sandbox is not None:
+            workdir = self.sandbox.workdir
+            try:
+                await self.sandbox.stop_processes()
+            except Exception as exc:
+                self._append(
+                    ev.Notice(
+                        level="warning",
+                        message=f"the sandbox's processes could not all be stopped before the "
+                        f"submission was copied: {exc}",
+                    )
+                )
+        label = ending.path or self.task.evaluator.artifact
+        frozen, problem = None, None
+        try:
+            frozen = await asyncio.to_thread(
+                freeze, self.workspace, label, self.run_dir / SUBMISSION_DIR, workdir=workdir
+            )
+        except SubmissionRefused as exc:
+            problem = str(exc)
+        except OSError as exc:
+            problem = f"the submission could not be copied out of the workspace: {exc}"
+        frozen_rel = frozen.path.relative_to(self.run_dir).as_posix() if frozen else None
+        self.emit(
+            ev.Submission(
+                path=ending.path,
+                note=ending.note,
+                by=ending.by,  # type: ignore[arg-type]
+                frozen=frozen_rel,
+                sha256=frozen.sha256 if frozen else None,
+                size_bytes=frozen.size_bytes if frozen else None,
+            )
+        )
+        _, finished = await grade_artifact(
+            self.task,
+            label,
+            frozen.path if frozen else None,
+            self.run_dir / "evaluation",
+            problem=problem,
+            graded=frozen_rel,
+            sha256=frozen.sha256 if frozen else None,
+            on_start=self.emit,
+            isolation=self.config.isolation,
         )
         self.emit(finished)
 
@@ -827,6 +892,7 @@ class RunController:
             on_output=on_output,
             default_timeout_s=self.config.command_timeout_s,
             remaining_s=self.clock.remaining,
+            default_artifact=self.task.evaluator.artifact,
         )
         try:
             outcome = await registry.dispatch(

@@ -350,12 +350,22 @@ class Submission(_Event):
     path: str | None = None
     note: str = ""
     by: Literal["agent", "deadline", "budget", "stop", "error"] = "agent"
+    frozen: str | None = None
+    """The copy that is graded, relative to the run folder (`submission/<name>`);
+    None when the artifact could not be frozen (missing, a link out of it)."""
+    sha256: str | None = None
+    """Of the frozen copy: a file's bytes, or a folder's sorted paths and contents."""
+    size_bytes: int | None = None
 
 
 class EvaluationStarted(_Event):
     type: Literal["evaluation_started"] = "evaluation_started"
     evaluator: str
     artifact: str
+    graded: str | None = None
+    """What is graded: the frozen copy (relative to the run folder), or a copy of the
+    workspace path made just now (`mlra eval --path`, or a run with no frozen copy)."""
+    sha256: str | None = None
 
 
 class EvaluationFinished(_Event):
@@ -372,6 +382,8 @@ class EvaluationFinished(_Event):
     violations: list[str] = Field(default_factory=list)
     error: str | None = None
     duration_s: float = 0.0
+    isolation: str | None = None
+    """How the evaluator was confined: "bwrap", or "none" where no isolation could be had."""
 
 
 Event = Annotated[

@@ -190,14 +190,22 @@ def build_parser() -> argparse.ArgumentParser:
 
     evaluate = sub.add_parser(
         "eval",
-        help="grade a run's workspace again",
-        description="Grade a run's workspace again, host-side.",
+        help="grade a run's submission again",
+        description="Grade a run's submission again, host-side: the copy frozen when the run "
+        "ended, or with --path a path of the workspace as it is now.",
     )
     evaluate.add_argument(
         "run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)"
     )
     evaluate.add_argument(
-        "--path", help="grade this path in the workspace instead of what was submitted"
+        "--path",
+        help="grade this path of the workspace as it is now, instead of the frozen submission",
+    )
+    evaluate.add_argument(
+        "--isolation",
+        choices=["auto", "bwrap", "none"],
+        default="auto",
+        help="the evaluator's sandbox (default: bubblewrap when it works, else unconfined)",
     )
     evaluate.set_defaults(func=cmd_eval)
 
@@ -302,9 +310,21 @@ def check_isolation(isolation: str, model: str) -> None:
     )
 
 
+def check_run_id(run_id: str | None) -> None:
+    """A run id names a folder inside the runs folder, never a path out of it."""
+    if run_id is None:
+        return
+    from mlra.agent.controller import run_id_problem
+
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise UsageError(f"--run-id: {problem}; it names a folder inside --runs-dir")
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from mlra.agent.config import RunConfig
 
+    check_run_id(args.run_id)
     task = _load_task(args.task)
     model, provider = _resolve_model(args)
     if args.sandbox == "local":
@@ -520,14 +540,20 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Grade a run's workspace again; the new evaluation is appended to the run's log."""
+    """Grade a run's submission again; the new evaluation is appended to the run's log.
+
+    What was frozen at submission is what is graded, checked against its recorded
+    digest; the workspace (changed since, perhaps) only when asked with --path, or
+    for a run that has no frozen copy, and the output says which.
+    """
     import asyncio
 
     from mlra.agent import events as ev
     from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
     from mlra.agent.state import fold, write_result
-    from mlra.tasks.grading import grade
+    from mlra.tasks.grading import grade, grade_artifact
     from mlra.tasks.spec import TaskError, find_task, load_task
+    from mlra.tasks.submission import artifact_digest
 
     run_dir: Path = args.run_dir
     log_path = run_dir / EVENTS_FILE
@@ -549,7 +575,21 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     except TaskError as exc:
         raise UsageError(str(exc)) from None
-    submitted = args.path or (state.submission.path if state.submission else None)
+    submission = state.submission
+    submitted = args.path or (submission.path if submission else None)
+    label = submitted or task.evaluator.artifact
+    frozen = None
+    if args.path is None and submission is not None and submission.frozen:
+        frozen = run_dir / submission.frozen
+        if not os.path.lexists(frozen):
+            print(f"note: the frozen copy {submission.frozen} is missing; grading the workspace")
+            frozen = None
+        elif submission.sha256 and artifact_digest(frozen)[0] != submission.sha256:
+            raise UsageError(
+                f"the frozen copy {submission.frozen} no longer matches the sha256 recorded "
+                "at submission; it was changed after the run, so it is not graded "
+                "(grade the workspace with --path)"
+            )
     try:
         log = EventLog(log_path, start_seq=events[-1].seq if events else 0)
     except RunInUse as exc:
@@ -560,10 +600,32 @@ def cmd_eval(args: argparse.Namespace) -> int:
         event.t = state.elapsed_s
         log.append(event)
 
-    try:
-        _, finished = asyncio.run(
-            grade(task, run_dir / "workspace", submitted, run_dir / "evaluation", on_start=stamp)
+    out_dir = run_dir / "evaluation"
+    if frozen is not None:
+        assert submission is not None
+        print(f"grading the frozen submission {submission.frozen} (sha256 {submission.sha256})")
+        grading = grade_artifact(
+            task,
+            label,
+            frozen,
+            out_dir,
+            graded=submission.frozen,
+            sha256=submission.sha256,
+            on_start=stamp,
+            isolation=args.isolation,
         )
+    else:
+        print(f"grading the workspace as it is now: {label}")
+        grading = grade(
+            task,
+            run_dir / "workspace",
+            submitted,
+            out_dir,
+            on_start=stamp,
+            isolation=args.isolation,
+        )
+    try:
+        _, finished = asyncio.run(grading)
         stamp(finished)
     finally:
         log.close()
@@ -571,7 +633,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         write_result(state, run_dir)
     from mlra.console.headless import score_line
 
-    print(f"{task.name} · {submitted or task.evaluator.artifact} · {score_line(finished)}")
+    print(f"{task.name} · {label} · {score_line(finished)}")
+    if finished.isolation == "none":
+        print("note: the evaluator ran unconfined (no isolation could be had)")
     if state.finished is None:
         print("note: the run has not finished (no run_finished event); result.json is not written")
     return EXIT_OK if finished.ok else EXIT_FAILED

@@ -167,8 +167,9 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_fork(args: argparse.Namespace) -> int:
     from mlra.agent.controller import new_run_id
     from mlra.agent.resume import ResumeError, fork_run, resume_controller
-    from mlra.console.cli import UsageError
+    from mlra.console.cli import UsageError, check_run_id
 
+    check_run_id(args.run_id)
     source = _load(args.run_dir)
     task = _task_of(source)
     model = args.model or source.config.model

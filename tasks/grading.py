@@ -1,52 +1,60 @@
 """Grading a run's submission: the evaluator's outcome turned into the events the
 log records, with the normalized score and the success bar.
 
-The run controller grades at the end of a run, and `mlra eval` grades a finished
-run's workspace again; both go through here so both record the same thing.
+The run controller grades the frozen copy of the submission (tasks/submission.py)
+at the end of a run, and `mlra eval` grades it again; a workspace path graded
+afterwards (`mlra eval --path`) is frozen the same way first, so links out of it
+are refused there too. All go through here so all record the same thing.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlra.agent import events as ev
 from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.spec import TaskSpec
+from mlra.tasks.submission import SubmissionRefused, freeze
+
+if TYPE_CHECKING:
+    from mlra.tools.sandbox.local import IsolationMode
+
+WORKSPACE_COPY_SUFFIX = "-artifact"
+"""A workspace path graded afterwards is copied beside the evaluation folder
+(`evaluation-artifact/`), not into it: the evaluator may write its own folder."""
 
 
-def artifact_path(
-    workspace: Path, submitted: str | None, task: TaskSpec
-) -> tuple[str, Path | None, str | None]:
-    """(path as submitted, host path or None, why not): the artifact must be in the workspace."""
-    rel = submitted or task.evaluator.artifact  # `submit` records paths relative to the workspace
-    host = (workspace / rel).resolve()
-    root = workspace.resolve()
-    if host != root and root not in host.parents:
-        return rel, None, f"the submitted path {rel!r} is outside the workspace"
-    return rel, host, None
-
-
-async def grade(
+async def grade_artifact(
     task: TaskSpec,
-    workspace: Path,
-    submitted: str | None,
+    label: str,
+    artifact: Path | None,
     out_dir: Path,
     *,
+    problem: str | None = None,
+    graded: str | None = None,
+    sha256: str | None = None,
     on_start: Callable[[ev.Event], object] | None = None,
+    isolation: IsolationMode = "auto",
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
-    """Evaluate the submission; `on_start` gets the start event before the (long) evaluation."""
-    rel, host, problem = artifact_path(workspace, submitted, task)
-    started = ev.EvaluationStarted(evaluator=task.evaluator.kind, artifact=rel)
+    """Evaluate a frozen artifact (`label` is its path as submitted); with `artifact`
+    None, record `problem` as the evaluation's error. `on_start` gets the start event
+    before the (long) evaluation."""
+    started = ev.EvaluationStarted(
+        evaluator=task.evaluator.kind, artifact=label, graded=graded, sha256=sha256
+    )
     if on_start is not None:
         on_start(started)
     metric = task.metric
-    if host is None:
+    if artifact is None:
         return started, ev.EvaluationFinished(ok=False, metric=metric.name, error=problem)
-    outcome = await run_evaluation(task, host, out_dir)
+    outcome = await run_evaluation(task, artifact, out_dir, isolation=isolation)
     scored = outcome.ok and not outcome.violations
     score = outcome.score if scored else None
     normalized = normalize(score, metric.baseline, metric.top)
+    isolation_used = outcome.details.get("isolation")
     finished = ev.EvaluationFinished(
         ok=scored,
         metric=metric.name,
@@ -59,5 +67,37 @@ async def grade(
         metrics=outcome.metrics,
         violations=outcome.violations,
         error=outcome.error or ("the submission breaks a rule" if outcome.violations else None),
+        isolation=str(isolation_used) if isolation_used is not None else None,
     )
     return started, finished
+
+
+async def grade(
+    task: TaskSpec,
+    workspace: Path,
+    submitted: str | None,
+    out_dir: Path,
+    *,
+    on_start: Callable[[ev.Event], object] | None = None,
+    isolation: IsolationMode = "auto",
+) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
+    """Grade a path of a workspace as it is now: copied (links checked) into the
+    evaluation folder first, so the evaluator sees only the copy."""
+    label = submitted or task.evaluator.artifact
+    copy_dir = out_dir.with_name(out_dir.name + WORKSPACE_COPY_SUFFIX)
+    try:
+        frozen = await asyncio.to_thread(freeze, workspace, label, copy_dir)
+    except SubmissionRefused as exc:
+        return await grade_artifact(
+            task, label, None, out_dir, problem=str(exc), on_start=on_start, isolation=isolation
+        )
+    return await grade_artifact(
+        task,
+        label,
+        frozen.path,
+        out_dir,
+        graded=str(frozen.path),
+        sha256=frozen.sha256,
+        on_start=on_start,
+        isolation=isolation,
+    )

@@ -116,6 +116,32 @@ async def test_a_command_over_its_time_out_is_killed_with_what_it_started(
     assert _containers(client, "timeout-test") == []
 
 
+async def test_stop_processes_ends_a_daemon_that_left_its_session(
+    tmp_path: Path, client: Any
+) -> None:
+    """What a submission relies on: no process in the container outlives stop_processes,
+    so nothing can rewrite the artifact once it is frozen."""
+    sandbox = _sandbox(tmp_path / "ws", "stop-test")
+    await sandbox.start()
+    try:
+        await sandbox.exec(
+            ["sh", "-c", "setsid sh -c 'while :; do date +%s%N > beat; sleep 0.05; done' "
+             ">/dev/null 2>&1 < /dev/null & while [ ! -s beat ]; do sleep 0.05; done"],
+            timeout=30,
+        )  # fmt: skip
+        beat = tmp_path / "ws" / "beat"
+        assert beat.read_text().strip()  # the daemon writes, and outlived its command
+        await sandbox.stop_processes()
+        after = beat.read_text()
+        # Nothing writes any more: the container itself has stopped.
+        container = client.containers.get(sandbox.container.id)
+        assert container.status == "exited"
+        assert beat.read_text() == after
+    finally:
+        await sandbox.close()
+    assert _containers(client, "stop-test") == []
+
+
 async def test_limits_are_applied_inside_the_container(tmp_path: Path, client: Any) -> None:
     sandbox = _sandbox(tmp_path / "ws", "limits-test", memory_mb=200, cpus=0.5, pids_limit=64)
     await sandbox.start()

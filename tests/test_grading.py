@@ -166,21 +166,38 @@ async def test_a_rule_breaking_submission_gets_no_score_and_says_which_rule(
 
 
 async def test_the_evaluation_script_runs_confined(answer_task: Path, tmp_path: Path) -> None:
-    if shutil.which("bwrap") is None:
-        pytest.skip("bubblewrap is not installed; the script runs unconfined (a notice says so)")
+    from mlra.tools.sandbox.bwrap import find_bwrap
+
+    if find_bwrap() is None:
+        pytest.skip("no bubblewrap, not even the bundled one; the evaluator runs unconfined")
     task = load_task(_ruled_task(answer_task, tmp_path))
+    (tmp_path / "neighbour.txt").write_text("beside the submission")
     (task.root / "hidden" / "check.py").write_text(
         "import json, socket, sys\nfrom pathlib import Path\n"
         "out = Path(sys.argv[3])\n"
         "try:\n    socket.create_connection(('1.1.1.1', 53), timeout=2); net = 1.0\nexcept OSError:\n    net = 0.0\n"
         "try:\n    Path(sys.argv[1], 'tampered').write_text('x'); wrote = 1.0\nexcept OSError:\n    wrote = 0.0\n"
-        "out.write_text(json.dumps({'score': 1.0, 'metrics': {'network': net, 'wrote_submission': wrote}}))\n"
+        "near = Path(sys.argv[1]).parent / 'neighbour.txt'\n"
+        "out.write_text(json.dumps({'score': 1.0, 'metrics': {'network': net, 'wrote_submission': wrote, 'saw_neighbour': float(near.exists())}}))\n"
     )
     outcome = await run_evaluation(task, _model(tmp_path / "m", _weights(10)), tmp_path / "eval")
     assert outcome.ok, outcome.error
-    assert outcome.metrics == {"network": 0.0, "wrote_submission": 0.0}
+    # No network, the submission read-only, and nothing of the host beyond what it grades.
+    assert outcome.metrics == {"network": 0.0, "wrote_submission": 0.0, "saw_neighbour": 0.0}
     assert outcome.details["isolation"] == "bwrap"
     assert not (tmp_path / "m" / "tampered").exists()
+
+
+async def test_without_isolation_grading_still_runs_and_says_so(
+    answer_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("MLRA_BWRAP", str(tmp_path / "no-such-bwrap"))  # none to be had
+    task = load_task(answer_task)
+    answer = tmp_path / "answer.txt"
+    answer.write_text("42\n")
+    outcome = await run_evaluation(task, answer, tmp_path / "eval")
+    assert outcome.ok and outcome.score == 1.0
+    assert outcome.details["isolation"] == "none"
 
 
 def test_mlra_eval_grades_a_finished_run_again(answer_task: Path, tmp_path: Path) -> None:
@@ -199,9 +216,16 @@ def test_mlra_eval_grades_a_finished_run_again(answer_task: Path, tmp_path: Path
     assert proc.returncode == 0, proc.stderr
     (run_dir,) = (tmp_path / "runs").iterdir()
     (run_dir / "workspace" / "answer.txt").write_text("41\n")
+    # What was submitted is graded again, whatever the workspace holds now.
     again = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
-    assert again.returncode == 0  # scored (zero is a score)
-    assert "exact_match = 0" in again.stdout
+    assert again.returncode == 0, again.stderr
+    assert "grading the frozen submission submission/answer.txt" in again.stdout
+    assert "exact_match = 1" in again.stdout
+    # --path grades the workspace as it is now, and says so.
+    changed = mlra_cli(["eval", str(run_dir), "--path", "answer.txt"], cwd=tmp_path)
+    assert changed.returncode == 0  # scored (zero is a score)
+    assert "grading the workspace as it is now" in changed.stdout
+    assert "exact_match = 0" in changed.stdout
     events = read_events(run_dir / "events.jsonl")
     assert isinstance(events[-1], ev.EvaluationFinished) and events[-1].score == 0.0
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
@@ -214,6 +238,11 @@ def test_mlra_eval_grades_a_finished_run_again(answer_task: Path, tmp_path: Path
     finally:
         holder.close()
     assert busy.returncode == 2 and "being written by another mlra process" in busy.stderr
+
+    # A frozen copy changed after the run is not what was submitted: it is not graded.
+    (run_dir / "submission" / "answer.txt").write_text("42 \n")
+    forged = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
+    assert forged.returncode == 2 and "no longer matches the sha256" in forged.stderr
 
 
 def test_machine_readiness_names_what_is_missing(

@@ -40,6 +40,8 @@ class ToolContext:
     on_output: OutputCallback | None = None
     default_timeout_s: float = 600.0
     remaining_s: Callable[[], float] = lambda: float("inf")
+    default_artifact: str | None = None
+    """The artifact the task asks for (workspace-relative): what `submit` with no path hands in."""
 
     def timeout(self, requested: float | None) -> float:
         """A command never outlives the run's deadline."""

@@ -1,11 +1,15 @@
 """`submit`: hand the result in for evaluation, which ends the run.
 
-The tool only checks the path and signals; the controller records the
-submission and runs the task's evaluator, so the score never comes from
-anything the agent says about its own result.
+The tool only checks that the path is there and signals; the controller stops
+the sandbox's processes, freezes a copy of the artifact, records it and runs the
+task's evaluator on the copy, so the score never comes from anything the agent
+says about its own result. Links are not followed here: a path that is a link out
+of the workspace is refused at freezing, with the reason in the evaluation.
 """
 
 from __future__ import annotations
+
+import os
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -34,7 +38,14 @@ class Submit(Tool[SubmitArgs]):
     Args = SubmitArgs
 
     async def run(self, args: SubmitArgs, ctx: ToolContext) -> ToolOutcome:
-        rel = submitted_path(ctx.sandbox, args.path) if args.path else None
+        if args.path:
+            rel = submitted_path(ctx.sandbox, args.path)
+        elif ctx.default_artifact is not None:
+            # The default must be there too: "submitted" with nothing there is no submission.
+            submitted_path(ctx.sandbox, ctx.default_artifact, default=True)
+            rel = None
+        else:
+            rel = None
         what = rel if rel is not None else "the task's default artifact"
         return ToolOutcome(
             output=f"Submitted {what}. Evaluation starts now; the run ends here.",
@@ -43,11 +54,20 @@ class Submit(Tool[SubmitArgs]):
         )
 
 
-def submitted_path(sandbox: Sandbox, path: str) -> str:
-    host = sandbox.host_path(path)
-    if not host.exists():
+def submitted_path(sandbox: Sandbox, path: str, *, default: bool = False) -> str:
+    """The path relative to the workspace, as written; it must exist, and no link on
+    the way may lead out of the workspace (the freeze checks the artifact's inside)."""
+    from mlra.tasks.submission import SubmissionRefused, follow_submitted, workspace_relative
+
+    try:
+        rel = workspace_relative(sandbox.workspace, path, workdir=sandbox.workdir)
+        follow_submitted(sandbox.workspace.resolve(), rel, sandbox.workdir)
+    except SubmissionRefused as exc:
+        raise SandboxError(f"{exc}, so nothing was submitted") from None
+    if not os.path.lexists(sandbox.workspace / rel):
+        what = f"the task's artifact {path!r}" if default else repr(path)
         raise SandboxError(
-            f"{path!r} does not exist in the workspace, so nothing was submitted; "
+            f"{what} does not exist in the workspace, so nothing was submitted; "
             "create it first or submit another path"
         )
-    return sandbox.relative(host)
+    return rel

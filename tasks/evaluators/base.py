@@ -1,26 +1,35 @@
-"""The evaluator interface, and how the host runs one in a fresh process.
+"""The evaluator interface, and how the host runs one in a fresh, confined process.
 
 Grading never trusts a number the agent reports: the task's evaluator runs on
-the submitted artifact in a separate Python process started by the host, with
-an environment built from scratch (no API keys), and its score is what the log
-and `result.json` record.
+the submitted artifact (the frozen copy) in a separate Python process started by
+the host, in a sandbox of its own (no network unless the task allows it, the
+host read-only, only its scratch folder writable) with an environment built
+from scratch (no API keys), and its score is what the log and `result.json` record.
 """
 
 from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import importlib
 import json
 import os
+import secrets
+import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
 from mlra.agent.clock import parse_duration
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.sandbox.base import SandboxError, SandboxSpec
+
+if TYPE_CHECKING:
+    from mlra.tools.sandbox.local import IsolationMode
 
 EVALUATORS: dict[str, str] = {
     "lm-eval": "mlra.tasks.evaluators.lm_eval:LmEvalEvaluator",
@@ -66,13 +75,26 @@ def normalize(score: float | None, baseline: float | None, top: float | None) ->
     return (score - baseline) / (top - baseline)
 
 
+ISOLATION_VAR = "MLRA_EVALUATION_ISOLATION"
+"""Set in the evaluation process to how it is confined ("bwrap" or "none"). bubblewrap
+cannot nest, so an evaluator that sees it runs its script as a plain child process:
+the confinement it is in already holds the child too."""
+
+GRADER_VAR = "MLRA_EVALUATOR_ID"
+"""A token in the evaluation process's environment (and its children's), so one left
+running by a killed mlra can be found and ended before the run is graded again."""
+
+EVALUATOR_FILE = "evaluator.json"
+"""In the evaluation folder while an evaluation runs: who runs it, and its token."""
+
+
 def evaluation_env(task: TaskSpec) -> dict[str, str]:
-    """The evaluator's environment, built explicitly: nothing secret from the host."""
+    """The evaluator's environment, built explicitly: nothing secret from the host.
+
+    The sandbox adds PATH, HOME and the offline switches of a task without network;
+    these are what the evaluator needs on top.
+    """
     env = {
-        "PATH": os.pathsep.join(
-            [str(Path(sys.executable).parent), "/usr/local/bin", "/usr/bin", "/bin"]
-        ),
-        "HOME": os.environ.get("HOME", "/tmp"),
         "LANG": "C.UTF-8",
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -81,7 +103,6 @@ def evaluation_env(task: TaskSpec) -> dict[str, str]:
     for passthrough in (
         "HF_HOME",
         "HF_DATASETS_CACHE",
-        "TMPDIR",
         "CUDA_VISIBLE_DEVICES",
         # A host that says it is offline is offline for the evaluator too.
         "HF_HUB_OFFLINE",
@@ -90,6 +111,11 @@ def evaluation_env(task: TaskSpec) -> dict[str, str]:
     ):
         if passthrough in os.environ:
             env[passthrough] = os.environ[passthrough]
+    if "HF_HOME" not in env:
+        # HOME is a fresh one inside, so the user's cache must be named to be found.
+        default_cache = Path.home() / ".cache" / "huggingface"
+        if default_cache.is_dir():
+            env["HF_HOME"] = str(default_cache)
     if not task.resources.network:
         env["HF_HUB_OFFLINE"] = "1"
         env["HF_DATASETS_OFFLINE"] = "1"
@@ -97,53 +123,178 @@ def evaluation_env(task: TaskSpec) -> dict[str, str]:
     return env
 
 
-async def run_evaluation(task: TaskSpec, artifact: Path, work_dir: Path) -> EvalOutcome:
-    """Run the task's evaluator on `artifact` in a fresh process; never raises for bad artifacts."""
+def mlra_source_dirs() -> list[Path]:
+    """Where the mlra package is imported from: the evaluation process must see it.
+
+    An editable install maps `mlra.agent`, `mlra.tasks`... to folders of the
+    checkout, outside the Python environment the sandbox shows.
+    """
+    import mlra
+
+    dirs = [Path(mlra.__file__).resolve().parent]
+    for name in ("agent", "tools", "tasks"):
+        module = importlib.import_module(f"mlra.{name}")
+        dirs += [Path(p).resolve() for p in getattr(module, "__path__", [])]
+    return list(dict.fromkeys(dirs))
+
+
+def evaluation_spec(task: TaskSpec, artifact: Path, env: dict[str, str]) -> SandboxSpec:
+    """Read-only: the task folder, the artifact, mlra's source and the HF cache; the
+    sandbox adds the system and the Python environment. Writable: only the scratch."""
+    shown = [task.root.resolve(), artifact.resolve(), *mlra_source_dirs()]
+    for name in ("HF_HOME", "HF_DATASETS_CACHE"):
+        if name in env and Path(env[name]).is_dir():
+            shown.append(Path(env[name]).resolve())
+    return SandboxSpec(network=task.resources.network, read_only=list(dict.fromkeys(shown)))
+
+
+class EvaluatorRecord(BaseModel):
+    """What `evaluator.json` holds while an evaluation runs."""
+
+    token: str
+    owner_pid: int
+    owner_started: float
+    """The owning mlra process's start time, so a reused pid is not taken for it."""
+    started: float
+
+
+def _started_at(pid: int) -> float | None:
+    import psutil
+
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def end_stale_evaluator(work_dir: Path) -> str | None:
+    """End an evaluation a killed mlra left running in `work_dir`: never two graders.
+
+    Returns why grading cannot go on (another live mlra process is grading), or None.
+    The processes are found by the token in their environment, and must have started
+    after the record was written, so nothing else is ever killed.
+    """
+    import psutil
+
+    path = work_dir / EVALUATOR_FILE
+    try:
+        record = EvaluatorRecord.model_validate_json(path.read_text())
+    except (OSError, ValueError):
+        return None
+    me = os.getpid()
+    owner_started = _started_at(record.owner_pid)
+    if record.owner_pid != me and owner_started is not None:
+        if abs(owner_started - record.owner_started) < 0.01:
+            return f"another mlra process (pid {record.owner_pid}) is grading this run now"
+    victims: list[psutil.Process] = []
+    for proc in psutil.process_iter():
+        if proc.pid == me:
+            continue
+        try:
+            if proc.environ().get(GRADER_VAR) != record.token:
+                continue
+            if proc.create_time() < record.started - 1.0:
+                continue
+        except psutil.Error:
+            continue
+        victims.append(proc)
+    for proc in victims:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            pgid = os.getpgid(proc.pid)
+            if pgid != os.getpgid(0):
+                os.killpg(pgid, signal.SIGKILL)
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(victims, timeout=5.0)
+    path.unlink(missing_ok=True)
+    return None
+
+
+async def run_evaluation(
+    task: TaskSpec, artifact: Path, work_dir: Path, *, isolation: IsolationMode = "auto"
+) -> EvalOutcome:
+    """Run the task's evaluator on `artifact` in a fresh, confined process.
+
+    Never raises for bad artifacts. The process runs in a sandbox of its own
+    (bubblewrap: no network unless the task has it, the host read-only, only
+    `work_dir` writable); where none can be had it runs unconfined, and the
+    outcome's details say `isolation: none`.
+    """
+    from mlra.tools.sandbox.local import LocalSandbox
+
+    work_dir = work_dir.resolve()
     work_dir.mkdir(parents=True, exist_ok=True)
+    busy = await asyncio.to_thread(end_stale_evaluator, work_dir)
+    if busy is not None:
+        return EvalOutcome(ok=False, error=busy)
     out = work_dir / "evaluation.json"
     out.unlink(missing_ok=True)
     log_path = work_dir / "evaluation.log"
     timeout = parse_duration(task.evaluator.timeout)
+    env = evaluation_env(task)
+    spec = evaluation_spec(task, artifact, env)
+    box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
     started = time.monotonic()
-    with open(log_path, "wb") as log:
-        proc = await asyncio.create_subprocess_exec(
+    try:
+        try:
+            await box.start()
+        except SandboxError as exc:
+            return EvalOutcome(
+                ok=False,
+                error=f"the evaluator's sandbox could not start: {exc}",
+                details={"isolation": box.isolation},
+            )
+        token = secrets.token_hex(8)
+        record = EvaluatorRecord(
+            token=token,
+            owner_pid=os.getpid(),
+            owner_started=_started_at(os.getpid()) or 0.0,
+            started=time.time(),
+        )
+        (work_dir / EVALUATOR_FILE).write_text(record.model_dump_json())
+        inside = box.workdir
+        argv = [
             sys.executable,
             "-m",
             "mlra.tasks.evaluators.runner",
-            str(task.root),
-            str(artifact),
-            str(out),
-            str(work_dir),
-            stdout=log,
-            stderr=asyncio.subprocess.STDOUT,
-            env=evaluation_env(task),
-            start_new_session=True,
-        )
+            str(task.root.resolve()),
+            str(artifact.resolve()),
+            f"{inside}/evaluation.json",
+            inside,
+        ]
+        env.update({ISOLATION_VAR: box.isolation, GRADER_VAR: token})
         try:
-            await asyncio.wait_for(proc.wait(), timeout)
-        except (TimeoutError, asyncio.CancelledError):
-            _kill_group(proc.pid)
-            await proc.wait()
-            if not out.exists():
-                return EvalOutcome(ok=False, error=f"evaluation timed out after {timeout:.0f}s")
+            result = await box.exec(argv, timeout=timeout, env=env)
+        except SandboxError as exc:
+            return EvalOutcome(
+                ok=False,
+                error=f"the evaluator could not run: {exc}",
+                details={"isolation": box.isolation},
+            )
+    finally:
+        with contextlib.suppress(Exception):
+            await box.close()
+        (work_dir / EVALUATOR_FILE).unlink(missing_ok=True)
+    log_path.write_text(result.output)
+    details: dict[str, object] = {"isolation": box.isolation}
     if out.exists():
         try:
-            return EvalOutcome.model_validate(json.loads(out.read_text()))
+            outcome = EvalOutcome.model_validate(json.loads(out.read_text()))
         except (ValueError, json.JSONDecodeError) as exc:
-            return EvalOutcome(ok=False, error=f"evaluator wrote an unreadable result: {exc}")
-    tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+            return EvalOutcome(
+                ok=False, error=f"evaluator wrote an unreadable result: {exc}", details=details
+            )
+        outcome.details.setdefault("isolation", box.isolation)
+        return outcome
+    if result.timed_out:
+        return EvalOutcome(
+            ok=False, error=f"evaluation timed out after {timeout:.0f}s", details=details
+        )
+    tail = result.output.strip().splitlines()[-5:]
     took = time.monotonic() - started
     return EvalOutcome(
         ok=False,
-        error=f"evaluator exited with status {proc.returncode} after {took:.0f}s: "
+        error=f"evaluator exited with status {result.exit_code} after {took:.0f}s: "
         + " | ".join(tail),
+        details=details,
     )
-
-
-def _kill_group(pid: int) -> None:
-    import signal
-
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass

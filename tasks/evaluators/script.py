@@ -4,7 +4,10 @@ against hidden data the agent never saw, in a sandbox of its own.
 The script is a hidden task file. It runs confined like the agent's commands
 (bubblewrap where installed: the host read-only, no network, a fresh /tmp, no
 secrets in its environment), with the submission and the task folder visible
-read-only, and is called as
+read-only. Inside the evaluation process mlra starts (tasks/evaluators/base.py),
+that confinement is already in place around the whole evaluator, and bubblewrap
+cannot nest, so the script runs there as a plain child process; called on its own
+the evaluator starts a sandbox for it. Either way it is called as
 
     python SCRIPT ARTIFACT TASK_ROOT OUT_JSON [ARGS...]
 
@@ -16,11 +19,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 from mlra.agent.clock import parse_duration
-from mlra.tasks.evaluators.base import EvalOutcome, Evaluator
+from mlra.tasks.evaluators.base import ISOLATION_VAR, EvalOutcome, Evaluator
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
+from mlra.tools.sandbox.env import is_secret_name
 
 
 class ScriptEvaluator(Evaluator):
@@ -37,7 +45,48 @@ class ScriptEvaluator(Evaluator):
                 ok=False, error=f"nothing was submitted: {artifact.name} does not exist"
             )
         extra = [str(a) for a in settings.get("args", [])]
+        confined_as = os.environ.get(ISOLATION_VAR)
+        if confined_as:
+            return self._run_here(script_path, artifact, work_dir, extra, confined_as)
         return asyncio.run(self._run(script_path, artifact, work_dir, extra))
+
+    def _run_here(
+        self, script: Path, artifact: Path, work_dir: Path, extra: list[str], isolation: str
+    ) -> EvalOutcome:
+        """Run the script as a child of this (already confined) evaluation process."""
+        box_dir = work_dir / "script"
+        box_dir.mkdir(parents=True, exist_ok=True)
+        out = box_dir / "script-result.json"
+        out.unlink(missing_ok=True)
+        env = dict(os.environ)
+        env.update({k: str(v) for k, v in self.task.sandbox.env.items() if not is_secret_name(k)})
+        timeout = parse_duration(self.task.evaluator.timeout)
+        argv = [
+            sys.executable,
+            str(script),
+            str(artifact.resolve()),
+            str(self.task.root),
+            str(out),
+            *extra,
+        ]
+        proc = subprocess.Popen(
+            argv,
+            cwd=box_dir,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            output, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+        text = output.decode(errors="replace")
+        return _outcome(proc.returncode, timed_out, text, out, timeout, {"isolation": isolation})
 
     async def _run(
         self, script: Path, artifact: Path, work_dir: Path, extra: list[str]
@@ -73,27 +122,45 @@ class ScriptEvaluator(Evaluator):
             return EvalOutcome(ok=False, error=f"could not run the evaluation script: {exc}")
         finally:
             await box.close()
-        details: dict[str, object] = {"isolation": box.isolation}
-        if result.timed_out:
-            return EvalOutcome(
-                ok=False, error=f"evaluation script timed out after {timeout:.0f}s", details=details
-            )
-        if result.exit_code != 0 or not out_host.exists():
-            tail = " | ".join(result.output.strip().splitlines()[-3:])
-            return EvalOutcome(
-                ok=False,
-                error=f"evaluation script failed (exit {result.exit_code}): {tail}",
-                details=details,
-            )
-        try:
-            data = json.loads(out_host.read_text())
-            score = float(data["score"])
-        except (ValueError, KeyError, TypeError) as exc:
-            return EvalOutcome(
-                ok=False, error=f"evaluation script wrote no usable score: {exc}", details=details
-            )
-        metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items()}
-        violations = [str(v) for v in data.get("violations") or []]
-        return EvalOutcome(
-            ok=True, score=score, metrics=metrics, violations=violations, details=details
+        return _outcome(
+            result.exit_code,
+            result.timed_out,
+            result.output,
+            out_host,
+            timeout,
+            {"isolation": box.isolation},
         )
+
+
+def _outcome(
+    exit_code: int | None,
+    timed_out: bool,
+    output: str,
+    out: Path,
+    timeout: float,
+    details: dict[str, object],
+) -> EvalOutcome:
+    """The script's result file read into an outcome, or why there is none."""
+    if timed_out:
+        return EvalOutcome(
+            ok=False, error=f"evaluation script timed out after {timeout:.0f}s", details=details
+        )
+    if exit_code != 0 or not out.exists():
+        tail = " | ".join(output.strip().splitlines()[-3:])
+        return EvalOutcome(
+            ok=False,
+            error=f"evaluation script failed (exit {exit_code}): {tail}",
+            details=details,
+        )
+    try:
+        data = json.loads(out.read_text())
+        score = float(data["score"])
+    except (ValueError, KeyError, TypeError) as exc:
+        return EvalOutcome(
+            ok=False, error=f"evaluation script wrote no usable score: {exc}", details=details
+        )
+    metrics = {k: float(v) for k, v in (data.get("metrics") or {}).items()}
+    violations = [str(v) for v in data.get("violations") or []]
+    return EvalOutcome(
+        ok=True, score=score, metrics=metrics, violations=violations, details=details
+    )

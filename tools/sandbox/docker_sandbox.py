@@ -384,6 +384,35 @@ class DockerSandbox(Sandbox):
         if self.container is not None:
             await asyncio.to_thread(self._remove)
 
+    async def stop_processes(self) -> None:
+        """Kill everything in the container, daemons that left their session included.
+
+        The container's init is killed (`docker kill`, SIGKILL), which ends every
+        process of its pid namespace at once; unlike a `docker exec` of a kill, this
+        works however many processes the agent forked. The container is not usable
+        for commands afterwards: this is done only when the run is ending.
+        """
+        if self.container is None:
+            return
+        await asyncio.to_thread(self._kill_container)
+        for running in list(self._running):
+            running.abandon()
+
+    def _kill_container(self) -> None:
+        container = self.container
+        if container is None:
+            return
+        try:
+            container.kill()
+        except Exception as exc:
+            # Already stopped (409 "is not running") is what was wanted.
+            if "not running" not in str(exc):
+                raise SandboxError(f"the container could not be stopped: {_short(exc)}") from None
+        try:
+            container.wait(timeout=KILL_WAIT_S * 6)
+        except Exception as exc:
+            raise SandboxError(f"the container did not stop after SIGKILL: {_short(exc)}") from None
+
     def _remove(self) -> None:
         container, self.container = self.container, None
         if container is None:
