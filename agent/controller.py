@@ -209,6 +209,8 @@ class RunController:
             for event in self._going_live():
                 if isinstance(event, ev.RunResumed):
                     event.interrupted_calls = list(self._interrupted)
+                if isinstance(event, ev.RunResumed | ev.RunForked) and self.sandbox is not None:
+                    event.sandbox = self._sandbox_info()  # the sandbox this part runs in
                 self._append(event)
         self._live.set()
 
@@ -278,8 +280,18 @@ class RunController:
             self.workspace, spec, config=self.config, task=self.task, run_id=self.run_id
         )
 
-    def _emit_started(self) -> None:
+    def _sandbox_info(self) -> ev.SandboxInfo:
         assert self.sandbox is not None
+        return ev.SandboxInfo(
+            kind=self.sandbox.kind,
+            isolation=self.sandbox.isolation,
+            network=self.sandbox.spec.network,
+            workdir=self.sandbox.workdir,
+            workspace=str(self.workspace),
+            limits=self.sandbox.limits,
+        )
+
+    def _emit_started(self) -> None:
         self.emit(
             ev.RunStarted(
                 run_id=self.run_id,
@@ -293,14 +305,7 @@ class RunController:
                     max_cost_usd=self.config.max_cost_usd,
                     max_tokens=self.config.max_tokens,
                 ),
-                sandbox=ev.SandboxInfo(
-                    kind=self.sandbox.kind,
-                    isolation=self.sandbox.isolation,
-                    network=self.sandbox.spec.network,
-                    workdir=self.sandbox.workdir,
-                    workspace=str(self.workspace),
-                    limits=self.sandbox.limits,
-                ),
+                sandbox=self._sandbox_info(),
                 config=self.config.model_dump(mode="json"),
                 mlra_version=__version__,
                 context_window=self.provider.context_window if self.provider else None,
@@ -510,6 +515,8 @@ class RunController:
             on_start=self.emit,
             isolation=self.config.isolation,
         )
+        if self.state.sandbox is not None:
+            finished.agent_isolation = self.state.sandbox.isolation
         self.emit(finished)
 
     # --- the human's controls ---------------------------------------------------------

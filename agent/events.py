@@ -325,6 +325,8 @@ class RunResumed(_Event):
     interrupted_calls: list[str] = Field(default_factory=list)
     """Tool calls that were running when the run stopped; they did not finish."""
     model: str = ""
+    sandbox: SandboxInfo | None = None
+    """The sandbox the run goes on in, which may be confined otherwise than before."""
 
 
 class RunForked(_Event):
@@ -340,6 +342,8 @@ class RunForked(_Event):
     message: str | None = None
     missing_files: list[str] = Field(default_factory=list)
     """Workspace files recorded by hash only that could not be restored."""
+    sandbox: SandboxInfo | None = None
+    """The sandbox the fork runs in."""
 
 
 # --- ending --------------------------------------------------------------------------
@@ -384,6 +388,9 @@ class EvaluationFinished(_Event):
     duration_s: float = 0.0
     isolation: str | None = None
     """How the evaluator was confined: "bwrap", or "none" where no isolation could be had."""
+    agent_isolation: str | None = None
+    """How the agent's commands were confined while it earned this score (run_started's
+    sandbox isolation): "none" marks the score unisolated wherever it is shown."""
 
 
 Event = Annotated[

@@ -87,6 +87,16 @@ class RunState:
             return None
         return max(0.0, self.limits.time_limit_s - self.elapsed_s)
 
+    def _confined_by(self, sandbox: ev.SandboxInfo | None) -> None:
+        """A later part of the run (resumed, forked) in another sandbox.
+
+        Unisolated stays unisolated: work done unconfined before is in the result.
+        """
+        if sandbox is None:
+            return
+        if self.sandbox is None or self.sandbox.isolation != "none":
+            self.sandbox = sandbox
+
     def apply(self, event: ev.Event) -> None:
         self.events += 1
         self.elapsed_s = max(self.elapsed_s, event.t)
@@ -153,7 +163,9 @@ class RunState:
                 self.resumed += 1
                 if event.model:
                     self.model = event.model
+                self._confined_by(event.sandbox)
             case ev.RunForked():
+                self._confined_by(event.sandbox)
                 self.finished = None
                 self.evaluating = False
                 self.paused = False

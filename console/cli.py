@@ -626,6 +626,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     try:
         _, finished = asyncio.run(grading)
+        if state.sandbox is not None:
+            finished.agent_isolation = state.sandbox.isolation
         stamp(finished)
     finally:
         log.close()

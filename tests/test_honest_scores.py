@@ -219,3 +219,30 @@ def test_mlra_eval_binds_the_new_result_to_the_grown_log(
     assert result["log_sha256"] == hashlib.sha256(log).hexdigest()
     row = _rows(runs, capsys)[run_dir.name]
     assert row["status"] == "finished" and not row["result_mismatch"]
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "shown"),
+    [("bwrap", "none", "none"), ("none", "bwrap", "none"), ("bwrap", "docker", "docker")],
+)
+def test_a_resumed_run_is_unisolated_if_any_part_of_it_was(
+    first: str, then: str, shown: str
+) -> None:
+    """A run resumed with another isolation: work done unconfined is in its result."""
+
+    def sandbox(isolation: str) -> ev.SandboxInfo:
+        return ev.SandboxInfo(
+            kind="local", isolation=isolation, network=False, workdir="/w", workspace="/w"
+        )
+
+    state = RunState()
+    limits = ev.Limits(time_limit_s=60)
+    state.apply(
+        ev.RunStarted(
+            run_id="r", task="answer", task_title="A", model="m", limits=limits,
+            sandbox=sandbox(first),
+        )
+    )  # fmt: skip
+    state.apply(ev.RunFinished(status="stopped", reason="stopped"))
+    state.apply(ev.RunResumed(sandbox=sandbox(then)))
+    assert state.sandbox is not None and state.sandbox.isolation == shown

@@ -89,6 +89,8 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: str) ->
     )
     assert result["metric"] == "exact_match" and result["baseline_score"] == 0.0
     assert result["steps"] == 6 and result["tokens"] > 0 and result["tool_calls"] >= 9
+    # Confined by default (the bundled bubblewrap where no system one is installed).
+    assert result["isolation"] == "bwrap" and "UNISOLATED" not in out
 
     # The API key the mlra process holds is nowhere the agent or the log can see.
     env_result = next(
@@ -101,6 +103,21 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: str) ->
         for path in run_dir.rglob("*"):
             if path.is_file():
                 assert secret not in path.read_text(errors="replace"), path
+
+
+def test_a_score_earned_unconfined_says_so(tmp_path: Path, answer_task: Path) -> None:
+    """Only an explicit `--isolation none` runs an LLM agent unconfined, and its
+    score is marked wherever it is shown."""
+    with ScriptedModelServer(answering_script()) as server:
+        code, out, err, run_dir = _run(
+            tmp_path, answer_task, server, "openai", "--isolation", "none"
+        )
+    assert code == 0, err
+    assert "score: exact_match = 1 " in out and "UNISOLATED (the agent ran unconfined)" in out
+    events = read_events(run_dir / "events.jsonl")
+    finished = next(e for e in events if isinstance(e, ev.EvaluationFinished))
+    assert finished.agent_isolation == "none"
+    assert json.loads((run_dir / "result.json").read_text())["isolation"] == "none"
 
 
 def test_the_deadline_kills_a_running_command_and_still_evaluates(

@@ -193,7 +193,9 @@ class Sandbox(abc.ABC):
                 except OSError:
                     continue
                 is_dir = child.is_dir() and not child.is_symlink()
-                out.append(FileInfo(self.relative(child), is_dir, st.st_size, st.st_mtime))
+                # The link itself, not what it points to: a link may lead out of the workspace.
+                rel = child.relative_to(self.workspace).as_posix()
+                out.append(FileInfo(rel, is_dir, st.st_size, st.st_mtime))
                 if is_dir and len(child.parts) - base_depth < max_depth:
                     walk(child)
 
