@@ -614,3 +614,20 @@ async def test_stop_processes_leaves_nothing_of_the_run(workspace: Path, mode: s
     await sb.stop_processes()
     assert processes_with(token) == []
     await sb.close()
+
+
+@needs_bwrap
+async def test_bwrap_shows_extra_folders_read_only_or_writable(
+    workspace: Path, outside: Path
+) -> None:
+    """The evaluator's sandbox sees its task folder read-only and its dataset cache writable."""
+    (outside / "ro").mkdir()
+    (outside / "rw").mkdir()
+    spec = SandboxSpec(read_only=[outside / "ro"], read_write=[outside / "rw"])
+    sb = await make_sandbox(workspace, spec)
+    _, out = await sh(
+        sb, f"touch {outside}/ro/x || echo ro-refused; touch {outside}/rw/x && echo rw-ok"
+    )
+    assert "ro-refused" in out and "rw-ok" in out
+    assert not (outside / "ro" / "x").exists() and (outside / "rw" / "x").exists()
+    await sb.close()

@@ -139,13 +139,28 @@ def mlra_source_dirs() -> list[Path]:
 
 
 def evaluation_spec(task: TaskSpec, artifact: Path, env: dict[str, str]) -> SandboxSpec:
-    """Read-only: the task folder, the artifact, mlra's source and the HF cache; the
-    sandbox adds the system and the Python environment. Writable: only the scratch."""
-    shown = [task.root.resolve(), artifact.resolve(), *mlra_source_dirs()]
-    for name in ("HF_HOME", "HF_DATASETS_CACHE"):
-        if name in env and Path(env[name]).is_dir():
-            shown.append(Path(env[name]).resolve())
-    return SandboxSpec(network=task.resources.network, read_only=list(dict.fromkeys(shown)))
+    """Read-only: the task folder, the artifact and mlra's source; the sandbox adds the
+    system and the Python environment. Writable: the scratch folder and the Hugging
+    Face cache (datasets write their caches and locks as they load). Other tasks'
+    folders, shown with mlra's source in a checkout, are hidden: one grader, one task."""
+    root = task.root.resolve()
+    shown = [root, artifact.resolve(), *mlra_source_dirs()]
+    caches = [
+        Path(env[name]).resolve()
+        for name in ("HF_HOME", "HF_DATASETS_CACHE")
+        if name in env and Path(env[name]).is_dir()
+    ]
+    others = [
+        d
+        for d in root.parent.iterdir()
+        if d.is_dir() and d.resolve() != root and (d / "task.toml").exists()
+    ]
+    return SandboxSpec(
+        network=task.resources.network,
+        read_only=list(dict.fromkeys(shown)),
+        read_write=list(dict.fromkeys(caches)),
+        hide_paths=others,
+    )
 
 
 class EvaluatorRecord(BaseModel):

@@ -53,6 +53,8 @@ class SandboxSpec:
     """Host paths that must not be visible from inside (hidden task files, other runs)."""
     read_only: list[Path] = field(default_factory=list)
     """Host paths to show read-only at their own paths (e.g. under /tmp, which is fresh inside)."""
+    read_write: list[Path] = field(default_factory=list)
+    """Host paths to show writable at their own paths (the evaluator's dataset cache)."""
     memory_mb: int | None = None
     cpus: float | None = None
     gpus: str | None = None

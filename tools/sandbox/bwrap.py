@@ -171,6 +171,7 @@ def bwrap_argv(
     network: bool,
     gpus: str | None,
     read_only: Iterable[Path] = (),
+    read_write: Iterable[Path] = (),
     hide: Iterable[Path] = (),
     prefix: Sequence[str] = (),
 ) -> list[str]:
@@ -206,11 +207,12 @@ def bwrap_argv(
             argv += ["--dev-bind", node, node]
     for root in python_roots():
         argv += ["--ro-bind", str(root), str(root)]
-    for shown in read_only:
-        if shown.exists():
-            real = str(shown.resolve())
-            argv += ["--ro-bind", real, real]
-    shown_roots = [*python_roots(), *(Path(p).resolve() for p in read_only)]
+    for flag, paths in (("--ro-bind", read_only), ("--bind", read_write)):
+        for shown in paths:
+            if shown.exists():
+                real = str(shown.resolve())
+                argv += [flag, real, real]
+    shown_roots = [*python_roots(), *(Path(p).resolve() for p in [*read_only, *read_write])]
     for path in hide:
         # Only what would otherwise show needs a mask; one elsewhere would only
         # make an empty folder appear at a host path the sandbox cannot see.

@@ -33,7 +33,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from mlra.tools.sandbox.base import ExecResult, OutputCallback, Sandbox, SandboxError, SandboxSpec
+from mlra.tools.sandbox.base import (
+    ExecResult,
+    LimitsInForce,
+    OutputCallback,
+    Sandbox,
+    SandboxError,
+    SandboxSpec,
+)
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
     is_secret_name,
@@ -245,6 +252,15 @@ class DockerSandbox(Sandbox):
     @property
     def isolation(self) -> str:
         return "docker"
+
+    @property
+    def limits(self) -> LimitsInForce:
+        return LimitsInForce(
+            memory_mb=self.spec.memory_mb,
+            cpus=self.spec.cpus,
+            pids=self.pids_limit,
+            via="docker",
+        )
 
     @property
     def gpu_ids(self) -> list[str] | None:

@@ -349,6 +349,7 @@ class LocalSandbox(Sandbox):
             network=self.spec.network,
             gpus=self.spec.gpus,
             read_only=self.spec.read_only,
+            read_write=self.spec.read_write,
             hide=self.spec.hide_paths,
             prefix=self._limits.inside_prefix(self._prlimit),
         )
