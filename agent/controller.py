@@ -244,7 +244,10 @@ class RunController:
 
     def prepare(self) -> None:
         """Create the run folder, its log and the workspace with the task's starter files."""
-        self.run_dir.mkdir(parents=True, exist_ok=False)
+        # Private to its owner: the agent may leave set-id programs in the workspace
+        # (as root, its files are root's), and no other user may reach them.
+        self.run_dir.parent.mkdir(parents=True, exist_ok=True)
+        self.run_dir.mkdir(mode=0o700, exist_ok=False)
         try:
             self.workspace.mkdir()
             for source in self.task.starter_paths():

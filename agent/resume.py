@@ -220,7 +220,8 @@ def fork_run(
         prefix = [*source.events[:index], *prefix[index:]]
     # Earlier endings (a stop, then a resume) stay: the copy keeps every event up to
     # the step, numbering included, so it reads as whole (`seq` 1, 2, 3...).
-    run_dir.mkdir(parents=True, exist_ok=False)
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(mode=0o700, exist_ok=False)  # private, as RunController.prepare makes it
     workspace = run_dir / "workspace"
     workspace.mkdir()
     _link_tree(source.run_dir / SNAPSHOTS_DIR, run_dir / SNAPSHOTS_DIR)

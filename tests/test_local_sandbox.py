@@ -631,3 +631,26 @@ async def test_bwrap_shows_extra_folders_read_only_or_writable(
     assert "ro-refused" in out and "rw-ok" in out
     assert not (outside / "ro" / "x").exists() and (outside / "rw" / "x").exists()
     await sb.close()
+
+
+async def test_groups_left_by_a_killed_mlra_are_removed(workspace: Path) -> None:
+    """A killed mlra never removes its cgroups; the next sandbox does, and only those."""
+    from mlra.tools.sandbox.limits import GROUP_PREFIX
+
+    first = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
+    await first.start()
+    groups = list(first._limits._groups.values())
+    if not groups:
+        await first.close()
+        pytest.skip(f"no cgroup can be made here (limits via {first.limits.via})")
+    dead = await asyncio.create_subprocess_exec("true")
+    await dead.wait()  # a pid that is surely gone
+    stale = groups[0].parent / f"{GROUP_PREFIX}{dead.pid}-0000"
+    stale.mkdir()
+    second = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
+    await second.start()
+    assert not stale.exists()
+    assert all(g.exists() for g in groups)  # a live mlra's groups stay
+    await second.close()
+    await first.close()
+    assert not any(g.exists() for g in groups)

@@ -89,6 +89,7 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: str) ->
     )
     assert result["metric"] == "exact_match" and result["baseline_score"] == 0.0
     assert result["steps"] == 6 and result["tokens"] > 0 and result["tool_calls"] >= 9
+    assert run_dir.stat().st_mode & 0o777 == 0o700  # no other user reaches the workspace
     # Confined by default (the bundled bubblewrap where no system one is installed).
     assert result["isolation"] == "bwrap" and "UNISOLATED" not in out
 

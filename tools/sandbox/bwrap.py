@@ -203,8 +203,10 @@ def bwrap_argv(
     argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
     if (gpus or "").strip().lower() != "none":
         # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
+        # Not /dev/nvidia-caps: MIG and fabric capabilities are the host's to grant.
         for node in sorted(glob.glob("/dev/nvidia*")):
-            argv += ["--dev-bind", node, node]
+            if os.path.basename(node) != "nvidia-caps":
+                argv += ["--dev-bind", node, node]
     for root in python_roots():
         argv += ["--ro-bind", str(root), str(root)]
     for flag, paths in (("--ro-bind", read_only), ("--bind", read_write)):

@@ -53,7 +53,7 @@ def create_sandbox(
     res = task.resources
     spec = replace(
         spec,
-        gpus=config.gpus or spec.gpus,
+        gpus=config.gpus or ("all" if res.gpus > 0 else "none"),
         memory_mb=config.memory_mb or (int(res.memory_gb * 1024) if res.memory_gb else None),
         pids_limit=config.pids_limit,
     )

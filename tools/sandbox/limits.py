@@ -24,6 +24,8 @@ from pathlib import Path
 from mlra.tools.sandbox.base import LimitsInForce
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
+GROUP_PREFIX = "mlra-"
+KILL_WAIT_S = 5.0
 DEFAULT_PIDS = 4096
 DEFAULT_FILE_SIZE_MB = 64 * 1024
 """Large enough for a checkpoint shard; small enough that a runaway log cannot fill a disk."""
@@ -48,7 +50,9 @@ class SandboxLimits:
     # --- setting up ---------------------------------------------------------------------
 
     def setup(self) -> LimitsInForce:
-        name = f"mlra-{secrets.token_hex(4)}"
+        # Named after this process, so a later mlra can tell the groups of one that was
+        # killed (and never removed them) from those of one still running.
+        name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
         if not self._setup_v2(name):
             self._setup_v1(name)
         notes: list[str] = []
@@ -82,7 +86,9 @@ class SandboxLimits:
         own = _own_cgroup("")
         if own is None:
             return False
-        group = CGROUP_ROOT / own.lstrip("/") / name
+        parent = CGROUP_ROOT / own.lstrip("/")
+        _remove_stale_groups(parent)
+        group = parent / name
         try:
             group.mkdir()
         except OSError:
@@ -115,7 +121,9 @@ class SandboxLimits:
             own = _own_cgroup(controller)
             if own is None or value is None:
                 continue
-            group = CGROUP_ROOT / controller / own.lstrip("/") / name
+            parent = CGROUP_ROOT / controller / own.lstrip("/")
+            _remove_stale_groups(parent)
+            group = parent / name
             try:
                 group.mkdir()
                 (group / limit_file).write_text(str(value))
@@ -232,29 +240,45 @@ class SandboxLimits:
             return []
 
     def kill_all(self) -> bool:
-        """SIGKILL every process in the group; False when there is no group to ask."""
+        """SIGKILL every process in the group until it is empty (a process may fork
+        between a read of the group and the kill); False when there is no group."""
         group = self._pids_group() or self._memory_group()
         if group is None:
             return False
-        if self.version == 2 and (group / "cgroup.kill").exists():
-            with contextlib.suppress(OSError):
-                (group / "cgroup.kill").write_text("1")
-        for pid in self.pids_in_group():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        return True
+        deadline = time.monotonic() + KILL_WAIT_S
+        while True:
+            if self.version == 2 and (group / "cgroup.kill").exists():
+                with contextlib.suppress(OSError):
+                    (group / "cgroup.kill").write_text("1")
+            pids = self.pids_in_group()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            # Killed processes leave the group once they are reaped.
+            if not pids or time.monotonic() > deadline:
+                return True
+            time.sleep(0.005)
 
     def close(self) -> None:
-        """Remove the groups; one still holding a process (not yet reaped) stays."""
+        """Kill what is left and remove the groups."""
         self.kill_all()
         for group in self._groups.values():
-            for _ in range(100):  # killed processes leave the group once they are reaped
-                try:
-                    group.rmdir()
-                    break
-                except OSError:
-                    time.sleep(0.01)
+            with contextlib.suppress(OSError):
+                group.rmdir()
         self._groups.clear()
+
+
+def _remove_stale_groups(parent: Path) -> None:
+    """Remove the empty groups of mlra processes that are gone (killed, say)."""
+    try:
+        entries = list(parent.glob(f"{GROUP_PREFIX}*"))
+    except OSError:
+        return
+    for group in entries:
+        owner = group.name[len(GROUP_PREFIX) :].split("-", 1)[0]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            with contextlib.suppress(OSError):
+                group.rmdir()  # only an empty group can be removed
 
 
 def _own_cgroup(controller: str) -> str | None:

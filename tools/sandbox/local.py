@@ -27,7 +27,7 @@ import subprocess
 import tempfile
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
@@ -156,8 +156,6 @@ class LocalSandbox(Sandbox):
             notices.append(f"{problem}, so {_UNCONFINED}")
         elif self.isolation_mode == "none":
             notices.append(f"isolation 'none' was asked for, so {_UNCONFINED}")
-        if not self._use_bwrap:
-            self._home = Path(tempfile.mkdtemp(prefix="mlra-home-"))
         await asyncio.to_thread(self._limits.setup)
         notices += [f"resource limits: {note}" for note in self._limits.in_force.notes]
         refused = refused_env_names(self.spec.env)
@@ -356,20 +354,27 @@ class LocalSandbox(Sandbox):
 
 
 def _kill_marked(marker: str) -> None:
-    """SIGKILL every process whose environment carries this sandbox's marker."""
+    """SIGKILL every process whose environment carries this sandbox's marker, again
+    until none is left (one may fork between the scan and the kill)."""
     needle = f"{MARKER_VAR}={marker}".encode()
-    me = os.getpid()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == me:
-            continue
-        try:
-            with open(f"/proc/{entry}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:
-            continue
-        if needle in environ.split(b"\0"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(int(entry), signal.SIGKILL)
+    deadline = time.monotonic() + GROUP_DEATH_WAIT_S
+    while time.monotonic() < deadline:
+        found = False
+        for pid, state, _, _ in _proc_stats():
+            if pid == os.getpid() or state in (b"Z", b"X"):
+                continue
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
+                found = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.005)
 
 
 _UNCONFINED = (
@@ -543,6 +548,33 @@ def _running_pid(pid: int) -> bool:
     return state not in ([b"Z"], [b"X"])
 
 
+def _proc_stats() -> Iterator[tuple[int, bytes, int, int]]:
+    """(pid, state, parent pid, process group) of every process, from /proc/*/stat."""
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return
+    for entry in entries:
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None:
+                yield int(entry), *fields
+
+
+def _stat_fields(pid: int) -> tuple[bytes, int, int] | None:
+    """(state, parent pid, process group) of one process, or None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return None
+    # The fields after the command name (which may hold spaces and parentheses).
+    fields = stat[stat.rfind(b")") + 2 :].split()
+    if len(fields) < 3:
+        return None
+    return fields[0], int(fields[1]), int(fields[2])
+
+
 def _group_alive(pgid: int) -> bool:
     """Whether any process of the group is still running (zombies do not count)."""
     try:
@@ -551,27 +583,27 @@ def _group_alive(pgid: int) -> bool:
         return False  # no process at all, not even a zombie: the usual case, and cheap
     except PermissionError:
         pass
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        try:
-            os.killpg(pgid, 0)
-        except (ProcessLookupError, PermissionError):
-            return False
-        return True
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # Fields after the command name (which may hold spaces and parentheses).
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
-            return True
-    return False
+    return any(group == pgid and state not in (b"Z", b"X") for _, state, _, group in _proc_stats())
+
+
+def _descendants(root: int) -> list[int]:
+    """Every process below `root` in the process tree, from one pass over /proc."""
+    children: dict[int, list[int]] = {}
+    for pid, _, parent, _ in _proc_stats():
+        children.setdefault(parent, []).append(pid)
+    found: list[int] = []
+    todo = list(children.get(root, []))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo += children.get(pid, [])
+    return found
+
+
+def _running_pid(pid: int) -> bool:
+    """Whether `pid` exists and is not a zombie."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] not in (b"Z", b"X")
 
 
 async def _finish_despite_cancel(aw: Awaitable[T]) -> T:
