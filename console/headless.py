@@ -63,7 +63,7 @@ def score_line(e: ev.EvaluationFinished) -> str:
     if e.success is not None:
         parts.append("success" if e.success else "below the success bar")
     if e.agent_isolation == "none":
-        parts.append("· UNISOLATED (the agent ran unconfined)")
+        parts.append("· UNISOLATED")  # the agent ran unconfined: see the Security model
     return " ".join(parts)
 
 

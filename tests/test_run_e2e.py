@@ -114,7 +114,7 @@ def test_a_score_earned_unconfined_says_so(tmp_path: Path, answer_task: Path) ->
             tmp_path, answer_task, server, "openai", "--isolation", "none"
         )
     assert code == 0, err
-    assert "score: exact_match = 1 " in out and "UNISOLATED (the agent ran unconfined)" in out
+    assert "score: exact_match = 1 " in out and "· UNISOLATED" in out
     events = read_events(run_dir / "events.jsonl")
     finished = next(e for e in events if isinstance(e, ev.EvaluationFinished))
     assert finished.agent_isolation == "none"
