@@ -66,6 +66,8 @@ class ReplayStatusBar(StatusBar):
         )
         text.append(f"{format_duration(model.event.t)} · {model.event.type} ", style="dim")
         text.append(f" {label} ", style=style)
+        if state.sandbox is not None and state.sandbox.isolation == "none":
+            text.append(" UNISOLATED ", style="bold black on yellow")
         if playing:
             text.append(f"  ▶ {playing}", style="bold green")
         if state.evaluation is not None:

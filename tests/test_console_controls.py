@@ -22,6 +22,7 @@ from mlra.agent.controller import RunController
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.console.app import MlraApp
+from mlra.console.panes.status import StatusBar
 from mlra.console.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
@@ -244,6 +245,8 @@ async def test_stop_and_evaluate_now(tmp_path: Path, answer_task: Path) -> None:
     script = worker(ANSWER, turn("count", call("python", code=SLOW_COUNT)), REPORT)
     async with live(tmp_path, answer_task, script) as run:
         await run.watch.wait(is_(ev.ToolOutput))
+        # Started with isolation "none": the status bar says so from the start.
+        await run.shown(lambda app: " UNISOLATED " in str(app.query_one(StatusBar).content))
         await run.pilot.press("s")
         await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
         await run.pilot.press("y")

@@ -38,6 +38,9 @@ class StatusBar(Static):
         if state.phase == "awaiting_approval" and state.paused:
             label = "PAUSED · " + label
         text.append(f" {label} ", style=style)
+        if state.sandbox is not None and state.sandbox.isolation == "none":
+            # First, so no width cuts it: nothing this run scores is confined.
+            text.append(" UNISOLATED ", style="bold black on yellow")
         if state.phase == "paused" and provider_error:
             text.append(f" model provider failing: {provider_error[:80]} ", style="red")
         hint = HINTS.get(state.phase)
