@@ -8,6 +8,7 @@ builds the test image `mlra-test:latest` (Debian minbase with python3) locally;
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -22,7 +23,7 @@ import pytest
 
 from mlra.agent import events as ev
 from mlra.agent.eventlog import read_events
-from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, supervisor_answering, turn
@@ -231,6 +232,100 @@ async def test_the_workspace_is_shared_with_the_host(tmp_path: Path, client: Any
     finally:
         await sandbox.close()
     assert _containers(client, "files-test") == []
+
+
+FLIPPER = """
+import os, shutil, sys
+out, n = sys.argv[1], 0
+os.makedirs("real", exist_ok=True)
+open("real/secret.txt", "w").write("decoy")
+while not os.path.exists("stop"):
+    try:
+        os.rename("real", "flip")  # a real folder...
+        os.rename("flip", "real")
+        os.symlink(out, "flip")  # ...then a link to the host's folder
+        os.unlink("flip")
+    except OSError:  # mlra made flip a folder of its own: take it back
+        if os.path.islink("flip"):
+            os.unlink("flip")
+        elif os.path.isdir("flip"):
+            shutil.rmtree("real", ignore_errors=True)
+            os.rename("flip", "real")
+    n += 1
+    if n % 20 == 0:
+        open("flips.tmp", "w").write(str(n))
+        os.replace("flips.tmp", "flips")
+"""
+
+
+async def test_a_daemon_flipping_a_folder_into_a_link_never_reaches_host_files(
+    tmp_path: Path, client: Any
+) -> None:
+    """The race a security review found: a daemon left in the container turns a folder
+    into a link to a host folder and back, while mlra (root here) reads, writes and
+    chowns the workspace host-side. Nothing outside may be read, written or chowned."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("host secret d0c4e")
+    owner = (outside / "secret.txt").stat().st_uid
+    workspace = tmp_path / "ws"
+    sandbox = _sandbox(workspace, "flip-test")
+    await sandbox.start()
+    try:
+        await sandbox.write_file(".flipper.py", FLIPPER.encode())
+        started = await sandbox.exec(
+            ["sh", "-c", f"setsid python3 .flipper.py {outside} >/dev/null 2>&1 </dev/null & "
+             "while [ ! -s flips ]; do sleep 0.05; done"],
+            timeout=60,
+        )  # fmt: skip
+        assert started.exit_code == 0, started.output
+        before = int((workspace / "flips").read_text())
+        outcomes: set[str] = set()
+        for i in range(1500):
+            try:
+                data = await sandbox.read_file("flip/secret.txt")
+                outcomes.add(data.decode())
+            except SandboxError as exc:
+                outcomes.add("refused" if "outside the workspace" in str(exc) else "missing")
+            if i % 10 == 0:
+                with contextlib.suppress(SandboxError, OSError):
+                    await sandbox.write_file("flip/planted.txt", b"planted")
+            if i % 100 == 0:
+                sandbox._own_workspace()
+        # The daemon kept flipping all along: the race was live.
+        assert int((workspace / "flips").read_text()) > before
+        assert "host secret d0c4e" not in outcomes, outcomes
+        assert outcomes <= {"decoy", "refused", "missing"}
+        (workspace / "stop").touch()
+    finally:
+        await sandbox.close()
+    assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    assert (outside / "secret.txt").read_text() == "host secret d0c4e"
+    assert (outside / "secret.txt").stat().st_uid == owner
+    assert outside.stat().st_uid == owner
+
+
+def test_handing_the_workspace_over_does_not_follow_links_out(tmp_path: Path) -> None:
+    """What `_own_workspace` does as root before a container starts: chown the
+    workspace to the container's user, links included, but never what they point to."""
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    if os.geteuid() != 0:
+        pytest.skip("only root hands the workspace to another user")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.txt").write_text("x")
+    workspace = tmp_path / "ws"
+    (workspace / "src").mkdir(parents=True)
+    (workspace / "src" / "train.py").write_text("print(1)\n")
+    (workspace / "src" / "up").symlink_to(outside)
+    (workspace / "home").symlink_to(outside / "secret.txt")
+    sandbox = DockerSandbox(workspace, SandboxSpec(), image=TEST_IMAGE, uid=4321)
+    sandbox._own_workspace()
+    assert (workspace / "src" / "train.py").stat().st_uid == 4321
+    assert (workspace / "src" / "up").lstat().st_uid == 4321
+    assert (workspace / "home").lstat().st_uid == 4321
+    assert outside.stat().st_uid == 0 and (outside / "secret.txt").stat().st_uid == 0
 
 
 async def test_a_paused_command_does_not_use_up_its_time_out(tmp_path: Path, client: Any) -> None:

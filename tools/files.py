@@ -59,11 +59,11 @@ def numbered(lines: list[str], first: int) -> str:
 
 
 def workspace_relative(sandbox: Sandbox, path: str) -> str:
-    return sandbox.relative(sandbox.host_path(path))
+    return sandbox.resolve(path)
 
 
 def exists(sandbox: Sandbox, path: str) -> bool:
-    return sandbox.host_path(path).exists()
+    return sandbox.exists(path)
 
 
 async def read_text(sandbox: Sandbox, path: str) -> tuple[str, str]:

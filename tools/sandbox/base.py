@@ -9,12 +9,19 @@ them: relative to the working directory, or absolute inside the sandbox.
 from __future__ import annotations
 
 import abc
+import contextlib
+import os
+import posixpath
+import shutil
+import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Literal
 
 from pydantic import BaseModel, Field
+
+from mlra.tools.sandbox import beneath
 
 Stream = Literal["stdout", "stderr"]
 OutputCallback = Callable[[Stream, str], None]
@@ -134,92 +141,271 @@ class Sandbox(abc.ABC):
 
     # File access goes through the sandbox so a Docker sandbox can serve it too.
     # Paths are confined to the workspace: anything resolving outside it raises.
+    # Files are opened by walking the path from a descriptor of the workspace (see
+    # beneath.py), never by name: processes the agent left running may turn a folder
+    # into a link to `/root` between any check and any open, and mlra is often root.
+
+    def _inside_path(self, path: str) -> PurePosixPath:
+        """The agent's path relative to the workspace, as written (links not looked at)."""
+        raw = path.strip() or "."
+        p = PurePosixPath(raw)
+        if p.is_absolute():
+            for base in (self.workdir, str(self.workspace)):
+                with contextlib.suppress(ValueError):
+                    return p.relative_to(base)
+            raise self._outside(path)
+        return p
+
+    def _outside(self, path: str) -> SandboxError:
+        return SandboxError(f"path {path!r} is outside the workspace {self.workdir}")
 
     def host_path(self, path: str) -> Path:
-        """Map an agent-visible path to the host path inside the workspace."""
-        raw = path.strip() or "."
-        p = Path(raw)
-        if p.is_absolute():
-            try:
-                p = p.relative_to(self.workdir)
-            except ValueError:
-                try:
-                    p = p.relative_to(self.workspace)
-                except ValueError:
-                    raise SandboxError(
-                        f"path {path!r} is outside the workspace {self.workdir}"
-                    ) from None
-        resolved = (self.workspace / p).resolve()
+        """Map an agent-visible path to the host path inside the workspace.
+
+        For messages and for what runs inside the sandbox only: by the time a host
+        path is opened it may lead elsewhere. Open files with `open_beneath`.
+        """
+        resolved = (self.workspace / self._inside_path(path)).resolve()
         if resolved != self.workspace and self.workspace not in resolved.parents:
-            raise SandboxError(f"path {path!r} is outside the workspace {self.workdir}")
+            raise self._outside(path)
         return resolved
 
     def relative(self, host: Path) -> str:
         rel = host.resolve().relative_to(self.workspace).as_posix()
         return "." if rel == "" else rel
 
+    def _created(self, fd: int) -> None:
+        """A folder or file mlra has just made in the workspace, open as `fd` (a Docker
+        sandbox hands it to the container's user)."""
+
+    def open_beneath(
+        self,
+        path: str,
+        flags: int,
+        *,
+        make_parents: bool = False,
+        make_dir: bool = False,
+    ) -> tuple[int, str]:
+        """Open an agent path inside the workspace; returns the descriptor (the caller
+        closes it) and the workspace-relative path, links resolved.
+
+        A link is followed only as far as it stays inside the workspace; one that
+        leads out raises the same "outside the workspace" error as `../x` does.
+        """
+        parts = self._inside_path(path).parts
+        root = beneath.open_root(self.workspace)
+        try:
+            return beneath.open_beneath(
+                root,
+                parts,
+                flags,
+                aliases=self._aliases(),
+                make_parents=make_parents,
+                make_dir=make_dir,
+                created=self._created,
+            )
+        except beneath.Outside:
+            raise self._outside(path) from None
+        finally:
+            os.close(root)
+
+    def _aliases(self) -> tuple[str, ...]:
+        """Absolute link targets that mean the workspace: as commands see it, and the host's."""
+        return (self.workdir, str(self.workspace))
+
+    def resolve(self, path: str) -> str:
+        """The workspace-relative path an agent path names, links inside resolved; a
+        missing tail is taken as written. Raises where it leads out of the workspace."""
+        parts = list(self._inside_path(path).parts)
+        root = beneath.open_root(self.workspace)
+        try:
+            for cut in range(len(parts), -1, -1):
+                try:
+                    where = beneath.locate(root, parts[:cut], aliases=self._aliases())
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                os.close(where.dir_fd)
+                rest = posixpath.normpath("/".join([where.rel, *parts[cut:]]))
+                if rest == ".." or rest.startswith("../"):
+                    raise beneath.Outside
+                return rest
+            raise FileNotFoundError(path)  # the workspace itself is gone
+        except beneath.Outside:
+            raise self._outside(path) from None
+        finally:
+            os.close(root)
+
+    def exists(self, path: str) -> bool:
+        """Whether an agent path names something in the workspace (links inside followed)."""
+        try:
+            fd, _ = self.open_beneath(path, os.O_PATH)
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        os.close(fd)
+        return True
+
     async def read_file(self, path: str) -> bytes:
-        target = self.host_path(path)
-        if not target.exists():
-            raise SandboxError(f"no such file: {path}")
-        if target.is_dir():
-            raise SandboxError(f"{path} is a directory")
-        return target.read_bytes()
+        try:
+            fd, _ = self.open_beneath(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise SandboxError(f"no such file: {path}") from None
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            os.close(fd)
+            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            raise SandboxError(f"{path} is {what}")
+        with os.fdopen(fd, "rb") as f:
+            return f.read()
 
     async def write_file(self, path: str, data: bytes) -> str:
-        target = self.host_path(path)
-        if target.is_dir():
-            raise SandboxError(f"{path} is a directory")
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
-        return self.relative(target)
+        try:
+            fd, rel = self.open_beneath(
+                path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True
+            )
+        except IsADirectoryError:
+            raise SandboxError(f"{path} is a directory") from None
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise SandboxError(f"{path} is not a regular file")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        return rel
 
     async def list_tree(self, path: str = ".", *, max_depth: int = 3) -> list[FileInfo]:
-        root = self.host_path(path)
-        if not root.exists():
-            raise SandboxError(f"no such directory: {path}")
-        if not root.is_dir():
-            st = root.stat()
-            return [FileInfo(self.relative(root), False, st.st_size, st.st_mtime)]
-        out: list[FileInfo] = []
-        base_depth = len(root.parts)
-
-        def walk(d: Path) -> None:
-            try:
-                children = sorted(d.iterdir(), key=lambda c: (not c.is_dir(), c.name))
-            except OSError:
-                return
-            for child in children:
-                try:
-                    st = child.lstat()
-                except OSError:
-                    continue
-                is_dir = child.is_dir() and not child.is_symlink()
-                # The link itself, not what it points to: a link may lead out of the workspace.
-                rel = child.relative_to(self.workspace).as_posix()
-                out.append(FileInfo(rel, is_dir, st.st_size, st.st_mtime))
-                if is_dir and len(child.parts) - base_depth < max_depth:
-                    walk(child)
-
-        walk(root)
-        return out
+        try:
+            fd, rel = self.open_beneath(path, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise SandboxError(f"no such directory: {path}") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISDIR(st.st_mode):
+                return [FileInfo(rel, False, st.st_size, st.st_mtime)]
+            out: list[FileInfo] = []
+            _list_into(out, fd, "" if rel == "." else rel + "/", 1, max_depth)
+            return out
+        finally:
+            os.close(fd)
 
     async def copy_in(self, host_src: Path, dest: str) -> None:
-        import shutil
-
-        target = self.host_path(dest)
+        """Copy a host file or folder (trusted: task files) into the workspace."""
         if host_src.is_dir():
-            shutil.copytree(host_src, target, dirs_exist_ok=True)
-        else:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(host_src, target)
+            fd, _ = self.open_beneath(dest, os.O_RDONLY, make_parents=True, make_dir=True)
+            try:
+                self._copy_tree_in(host_src, fd)
+            finally:
+                os.close(fd)
+            return
+        fd, _ = self.open_beneath(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True)
+        _copy_file_in(host_src, fd)
+
+    def _copy_tree_in(self, src: Path, dir_fd: int) -> None:
+        for entry in sorted(os.scandir(src), key=lambda e: e.name):
+            if entry.is_dir():
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(entry.name, 0o777, dir_fd=dir_fd)
+                    made = os.open(entry.name, beneath.DIR_FLAGS, dir_fd=dir_fd)
+                    self._created(made)
+                    os.close(made)
+                sub = os.open(entry.name, beneath.DIR_FLAGS, dir_fd=dir_fd)
+                try:
+                    self._copy_tree_in(Path(entry.path), sub)
+                finally:
+                    os.close(sub)
+                continue
+            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | beneath.FILE_FLAGS
+            try:
+                fd = os.open(entry.name, flags | os.O_EXCL, 0o666, dir_fd=dir_fd)
+                self._created(fd)
+            except FileExistsError:
+                fd = os.open(entry.name, flags & ~os.O_CREAT, dir_fd=dir_fd)
+            _copy_file_in(Path(entry.path), fd)
 
     async def copy_out(self, src: str, host_dest: Path) -> None:
-        import shutil
-
-        source = self.host_path(src)
-        if source.is_dir():
-            shutil.copytree(source, host_dest, dirs_exist_ok=True)
-        else:
+        """Copy a workspace file or folder to the host. Links are followed only where
+        they lead to a file inside the workspace; others are left out."""
+        fd, rel = self.open_beneath(src, os.O_RDONLY)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
             host_dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, host_dest)
+            _copy_file_out(fd, host_dest)
+            return
+        try:
+            self._copy_tree_out(fd, "" if rel == "." else rel + "/", host_dest)
+        finally:
+            os.close(fd)
+
+    def _copy_tree_out(self, dir_fd: int, prefix: str, dest: Path) -> None:
+        dest.mkdir(parents=True, exist_ok=True)
+        with os.scandir(dir_fd) as it:
+            names = sorted(e.name for e in it)
+        for name in names:
+            try:
+                st = beneath._lstat(name, dir_fd)
+                if stat.S_ISDIR(st.st_mode):
+                    sub = os.open(name, beneath.DIR_FLAGS, dir_fd=dir_fd)
+                    try:
+                        self._copy_tree_out(sub, f"{prefix}{name}/", dest / name)
+                    finally:
+                        os.close(sub)
+                elif stat.S_ISREG(st.st_mode):
+                    fd = os.open(name, os.O_RDONLY | beneath.FILE_FLAGS, dir_fd=dir_fd)
+                    _copy_file_out(fd, dest / name)
+                elif stat.S_ISLNK(st.st_mode):
+                    fd, _ = self.open_beneath(prefix + name, os.O_RDONLY)
+                    if stat.S_ISREG(os.fstat(fd).st_mode):
+                        _copy_file_out(fd, dest / name)
+                    else:
+                        os.close(fd)
+            except (OSError, SandboxError):
+                continue  # gone, changed under us, or a link that leads out
+
+
+def _list_into(out: list[FileInfo], dir_fd: int, prefix: str, depth: int, max_depth: int) -> None:
+    """List a folder open as `dir_fd` by lstat: a link is listed as itself and never
+    followed (it may lead out of the workspace)."""
+    try:
+        with os.scandir(dir_fd) as it:
+            entries = list(it)
+    except OSError:
+        return
+    found: list[tuple[str, os.stat_result]] = []
+    for entry in entries:
+        try:
+            found.append((entry.name, entry.stat(follow_symlinks=False)))
+        except OSError:
+            continue
+    found.sort(key=lambda item: (not stat.S_ISDIR(item[1].st_mode), item[0]))
+    for name, st in found:
+        is_dir = stat.S_ISDIR(st.st_mode)
+        out.append(FileInfo(prefix + name, is_dir, st.st_size, st.st_mtime))
+        if is_dir and depth < max_depth:
+            try:
+                sub = os.open(name, beneath.DIR_FLAGS, dir_fd=dir_fd)
+            except OSError:
+                continue  # gone, or turned into a link since
+            try:
+                _list_into(out, sub, f"{prefix}{name}/", depth + 1, max_depth)
+            finally:
+                os.close(sub)
+
+
+def _copy_file_in(src: Path, fd: int) -> None:
+    """Copy a host file into an open workspace file, with its mode and times (as copy2)."""
+    with open(src, "rb") as source, os.fdopen(fd, "wb") as target:
+        shutil.copyfileobj(source, target)
+        target.flush()
+        st = os.fstat(source.fileno())
+        os.fchmod(target.fileno(), stat.S_IMODE(st.st_mode))
+        os.utime(target.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _copy_file_out(fd: int, dest: Path) -> None:
+    """Copy an open workspace file to the host, with its mode and times; closes `fd`."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        return
+    with os.fdopen(fd, "rb") as source:
+        with open(dest, "wb") as target:
+            shutil.copyfileobj(source, target)
+        os.chmod(dest, stat.S_IMODE(st.st_mode))
+        os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))

@@ -380,12 +380,19 @@ class DockerSandbox(Sandbox):
         return SandboxError(f"the container could not be started: {text}")
 
     def _own_workspace(self) -> None:
+        """Hand the whole workspace to the container's user.
+
+        Walked by folder descriptors (os.fwalk does not enter a folder that turned
+        into a link between its lstat and its open) and each entry changed relative
+        to its folder without following links: a daemon of the agent's flipping a
+        folder into a link to `/` must not get host files chowned to it.
+        """
         if os.geteuid() != 0 or self.uid == 0:
             return
-        for root, dirs, files in os.walk(self.workspace):
+        for _root, dirs, files, dir_fd in os.fwalk(self.workspace, follow_symlinks=False):
             for name in [*dirs, *files]:
                 with contextlib.suppress(OSError):
-                    os.lchown(os.path.join(root, name), self.uid, self.gid)
+                    os.chown(name, self.uid, self.gid, dir_fd=dir_fd, follow_symlinks=False)
         os.chown(self.workspace, self.uid, self.gid)
 
     async def close(self) -> None:
@@ -484,27 +491,27 @@ class DockerSandbox(Sandbox):
     # Read and written host-side through the bind mount; what mlra writes as root is
     # handed to the container's user so its commands can change it.
 
-    async def write_file(self, path: str, data: bytes) -> str:
-        target = self.host_path(path)
-        existed = {p for p in [target, *target.parents] if p.exists()}
-        rel = await super().write_file(path, data)
-        self._hand_over([p for p in [target, *target.parents] if p not in existed])
-        return rel
-
-    async def copy_in(self, host_src: Path, dest: str) -> None:
-        await super().copy_in(host_src, dest)
-        if os.geteuid() == 0 and self.uid != 0:
-            await asyncio.to_thread(self._own_workspace)
-
-    def _hand_over(self, paths: list[Path]) -> None:
+    def _created(self, fd: int) -> None:
+        # By descriptor: the entry just made, wherever its name leads by now.
         if os.geteuid() != 0 or self.uid == 0:
             return
-        for p in paths:
-            if p == self.workspace or self.workspace in p.parents:
-                with contextlib.suppress(OSError):
-                    os.lchown(p, self.uid, self.gid)
+        with contextlib.suppress(OSError):
+            os.fchown(fd, self.uid, self.gid)
 
     # --- running commands ---------------------------------------------------------------
+
+    def _folder(self, cwd: str) -> str:
+        """The workspace-relative folder a command starts in, checked without following
+        links out (the container resolves it again, confined, when the command starts)."""
+        try:
+            fd, rel = self.open_beneath(cwd, os.O_RDONLY | os.O_DIRECTORY)
+        except (FileNotFoundError, NotADirectoryError):
+            rel = None
+        else:
+            os.close(fd)
+        if rel is None:
+            raise SandboxError(f"working directory {cwd!r} is not a folder in the workspace")
+        return rel
 
     def _env(self, inside_cwd: str, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = sandbox_env(self.spec, workdir=inside_cwd, home=INSIDE_HOME)
@@ -531,10 +538,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError("empty command")
         if self.container is None:
             await self.start()
-        host_cwd = self.host_path(cwd or ".")
-        if not host_cwd.is_dir():
-            raise SandboxError(f"working directory {cwd!r} is not a folder in the workspace")
-        rel = self.relative(host_cwd)
+        rel = self._folder(cwd or ".")
         inside_cwd = INSIDE_WORKDIR if rel == "." else f"{INSIDE_WORKDIR}/{rel}"
         token = secrets.token_hex(8)
         output = BoundedOutput(OUTPUT_HEAD_CHARS, OUTPUT_TAIL_CHARS)
