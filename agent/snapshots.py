@@ -17,12 +17,14 @@ import difflib
 import hashlib
 import os
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from mlra.agent import events as ev
+from mlra.tools.sandbox import beneath
 from mlra.tools.sandbox.base import FileInfo
 
 SNAPSHOTS_DIR = "snapshots"
@@ -67,6 +69,44 @@ class SnapshotStore:
             if os.path.exists(tmp):
                 os.unlink(tmp)
 
+    def ingest(self, fd: int, keep: bool) -> tuple[str, bool]:
+        """Hash an open file and, if `keep`, store it, reading it once: the copy kept is
+        the content hashed, whatever happens to the file's name meanwhile. Returns the
+        sha256 and whether it is stored."""
+        digest = hashlib.sha256()
+        tmp: str | None = None
+        out = None
+        if keep:
+            try:
+                self.objects.mkdir(parents=True, exist_ok=True)
+                tmp_fd, tmp = tempfile.mkstemp(dir=self.objects, prefix=".tmp-")
+                out = os.fdopen(tmp_fd, "wb")
+            except OSError:
+                keep = False
+        try:
+            while chunk := os.read(fd, 1 << 20):
+                digest.update(chunk)
+                if out is not None:
+                    try:
+                        out.write(chunk)
+                    except OSError:
+                        out.close()
+                        out, keep = None, False
+            sha = digest.hexdigest()
+            if out is not None:
+                out.close()
+                out = None
+                target = self.path(sha)
+                if not target.exists():
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    os.replace(tmp, target)  # type: ignore[arg-type]
+            return sha, keep
+        finally:
+            if out is not None:
+                out.close()
+            if tmp is not None and os.path.exists(tmp):
+                os.unlink(tmp)
+
     def get(self, sha: str) -> bytes | None:
         try:
             return self.path(sha).read_bytes()
@@ -109,27 +149,50 @@ class WorkspaceScanner:
                 self.index.pop(path, None)
 
     def _walk(self) -> dict[str, os.stat_result]:
+        """Every regular file by lstat; links are skipped, never followed.
+
+        By folder descriptors (os.fwalk), so a folder the agent turns into a link
+        while the walk goes on is not entered.
+        """
         found: dict[str, os.stat_result] = {}
-        stack = [self.workspace]
-        while stack:
-            folder = stack.pop()
-            try:
-                entries = list(os.scandir(folder))
-            except OSError:
-                continue
-            for entry in entries:
+        if not self.workspace.is_dir():
+            return found
+        for root, dirs, files, dir_fd in os.fwalk(self.workspace, follow_symlinks=False):
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS]
+            rel_root = os.path.relpath(root, self.workspace)
+            prefix = "" if rel_root == "." else rel_root.replace(os.sep, "/") + "/"
+            for name in files:
                 try:
-                    if entry.is_symlink():
-                        continue
-                    if entry.is_dir():
-                        if entry.name not in SKIP_DIRS:
-                            stack.append(Path(entry.path))
-                    elif entry.is_file():
-                        rel = Path(entry.path).relative_to(self.workspace).as_posix()
-                        found[rel] = entry.stat()
+                    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
                 except OSError:
                     continue  # deleted while we looked
+                if stat.S_ISREG(st.st_mode):
+                    found[prefix + name] = st
         return found
+
+    def _ingest(self, rel: str) -> tuple[os.stat_result, str, bool] | None:
+        """Hash (and store, if small) a workspace file opened beneath the workspace with
+        no link followed: the walk may be long past when the agent swaps a folder."""
+        try:
+            root = beneath.open_root(self.workspace)
+        except OSError:
+            return None
+        try:
+            fd, _ = beneath.open_beneath(root, rel.split("/"), os.O_RDONLY, follow_links=False)
+        except (OSError, beneath.Outside):
+            return None
+        finally:
+            os.close(root)
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return None
+            sha, stored = self.store.ingest(fd, keep=st.st_size <= self.max_stored_bytes)
+            return st, sha, stored
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
 
     def scan(self, step: int) -> ev.WorkspaceSnapshot | None:
         """The changes since the last scan as an event, or None when nothing changed."""
@@ -139,17 +202,10 @@ class WorkspaceScanner:
             seen = self.index.get(rel)
             if seen and seen.size == st.st_size and seen.mtime_ns == st.st_mtime_ns:
                 continue
-            host = self.workspace / rel
-            try:
-                sha = sha256_file(host)
-            except OSError:
+            opened = self._ingest(rel)
+            if opened is None:
                 continue
-            stored = st.st_size <= self.max_stored_bytes
-            if stored:
-                try:
-                    self.store.put(host, sha)
-                except OSError:
-                    stored = False
+            st, sha, stored = opened
             self.index[rel] = _Seen(st.st_size, st.st_mtime_ns, sha)
             if seen and seen.sha == sha:
                 continue  # touched, not changed
@@ -249,11 +305,38 @@ class WorkspaceHistory:
                 shutil.copyfile(self.store.path(change.sha256), dest)
                 continue
             for root in roots:
-                candidate = root / path
-                if candidate.is_file() and candidate.stat().st_size == change.size:
-                    if change.sha256 is None or sha256_file(candidate) == change.sha256:
-                        shutil.copyfile(candidate, dest)
-                        break
+                if _copy_if_same(root, path, change, dest):
+                    break
             else:
                 missing.append(path)
         return missing
+
+
+def _copy_if_same(root: Path, path: str, change: ev.FileChange, dest: Path) -> bool:
+    """Copy `path` under `root` to `dest` if it is the recorded file. Opened beneath
+    `root` (another run's workspace, whose agent may have left processes running), so
+    a link or a swapped folder there cannot make a fork copy a host file."""
+    try:
+        root_fd = beneath.open_root(root)
+    except OSError:
+        return False
+    try:
+        fd, _ = beneath.open_beneath(root_fd, path.split("/"), os.O_RDONLY, aliases=(str(root),))
+    except (OSError, beneath.Outside):
+        return False
+    finally:
+        os.close(root_fd)
+    with os.fdopen(fd, "rb") as source:
+        st = os.fstat(source.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_size != change.size:
+            return False
+        if change.sha256 is not None:
+            digest = hashlib.sha256()
+            while chunk := source.read(1 << 20):
+                digest.update(chunk)
+            if digest.hexdigest() != change.sha256:
+                return False
+            source.seek(0)
+        with open(dest, "wb") as target:
+            shutil.copyfileobj(source, target)
+    return True
