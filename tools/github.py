@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import re
 import shutil
 import signal
+import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mlra.tools.fetched import Fetched
 from mlra.tools.files import format_size, plural
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
-from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.base import Sandbox, SandboxError
 
 DEFAULT_MAX_BYTES = 500 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 300.0
@@ -132,11 +135,22 @@ class GithubClone(Tool[GithubCloneArgs]):
     async def run(self, args: GithubCloneArgs, ctx: ToolContext) -> ToolOutcome:
         plan = plan_clone(args.url, args.ref, args.name)
         rel = f"{REPOS_DIR}/{plan.name}"
-        dest = ctx.sandbox.host_path(rel)
-        if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        if _taken(ctx.sandbox, rel):
             raise SandboxError(
                 f"{rel} already exists in the workspace; pass another `name` or remove it first"
             )
+        # git runs host-side, by path: it clones into a folder of mlra's own, which the
+        # agent's processes cannot swap for a link to /root, and the finished clone is
+        # moved in beneath the workspace.
+        staging = Path(_staging_dir(ctx.sandbox.workspace))
+        try:
+            return await self._clone_into(plan, args, ctx, rel, staging / plan.name)
+        finally:
+            await asyncio.to_thread(shutil.rmtree, staging, True)
+
+    async def _clone_into(
+        self, plan: _Plan, args: GithubCloneArgs, ctx: ToolContext, rel: str, dest: Path
+    ) -> ToolOutcome:
         plan.limit_s = ctx.timeout(self.timeout_s)
         started = time.monotonic()
         deadline = plan.deadline = started + plan.limit_s
@@ -160,6 +174,8 @@ class GithubClone(Tool[GithubCloneArgs]):
                 raise
         await asyncio.to_thread(_hand_over, dest, ctx.sandbox.workspace)
         info = await asyncio.to_thread(_describe, dest)
+        if not await asyncio.to_thread(_move_in, ctx.sandbox, dest, rel):
+            await ctx.sandbox.copy_in(dest, rel)
         size = info["bytes"]
         commit = info["commit"]
         fetched = Fetched(kind="git", source=plan.url, path=rel, commit=commit, bytes=size)
@@ -367,6 +383,51 @@ def _git_env() -> dict[str, str]:
     }
     env.update({"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "LC_ALL": "C"})
     return env
+
+
+def _taken(sandbox: Sandbox, rel: str) -> bool:
+    """Whether `rel` holds something: a file, a link, or a folder that is not empty."""
+    try:
+        fd, _ = sandbox.open_beneath(rel, os.O_RDONLY)
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    try:
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            return True
+        with os.scandir(fd) as it:
+            return any(True for _ in it)
+    finally:
+        os.close(fd)
+
+
+def _staging_dir(workspace: Path) -> str:
+    """A private folder for the clone, next to the workspace (the run folder, which the
+    agent cannot reach) so it can be renamed in, else in the host's temporary folder."""
+    with contextlib.suppress(OSError):
+        return tempfile.mkdtemp(prefix=".clone-", dir=workspace.parent)
+    return tempfile.mkdtemp(prefix="mlra-clone-")
+
+
+def _move_in(sandbox: Sandbox, staged: Path, rel: str) -> bool:
+    """Put the finished clone at `rel`, renaming it into its parent opened beneath the
+    workspace; False where the staging folder is on another file system (copy it in)."""
+    parent_rel, _, name = rel.rpartition("/")
+    parent, _ = sandbox.open_beneath(parent_rel, os.O_RDONLY, make_parents=True, make_dir=True)
+    try:
+        owner = sandbox.workspace.stat()
+        if os.geteuid() == 0 and owner.st_uid != 0:
+            os.fchown(parent, owner.st_uid, owner.st_gid)
+        with contextlib.suppress(OSError):
+            os.rmdir(name, dir_fd=parent)  # an empty folder waiting for it
+        try:
+            os.rename(staged, name, dst_dir_fd=parent)
+        except OSError as exc:
+            if exc.errno == errno.EXDEV:
+                return False
+            raise SandboxError(f"the clone could not be put at {rel}: {exc.strerror}") from None
+        return True
+    finally:
+        os.close(parent)
 
 
 def _hand_over(dest: Path, workspace: Path) -> None:
