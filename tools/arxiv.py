@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mlra.tools.fetched import Fetched
 from mlra.tools.files import format_size, plural
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
-from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.base import Sandbox, SandboxError
 
 if TYPE_CHECKING:  # imported when first used: they cost a run's start-up ~0.3 s
     import arxiv
@@ -361,9 +361,13 @@ class ArxivRead(_ArxivTool, Tool[ArxivReadArgs]):
     async def run(self, args: ArxivReadArgs, ctx: ToolContext) -> ToolOutcome:
         paper = normalize_id(args.id)
         rel = f"{PAPERS_DIR}/{paper.replace('/', '_')}.pdf"
-        host = ctx.sandbox.host_path(rel)
         url = f"{self.config.pdf_url}/{paper}"
-        pdf = await asyncio.to_thread(host.read_bytes) if host.is_file() else b""
+        try:
+            pdf = await ctx.sandbox.read_file(rel)
+        except SandboxError as exc:
+            if "outside the workspace" in str(exc):
+                raise
+            pdf = b""  # not downloaded yet, or not a file
         cached = pdf.startswith(b"%PDF-")
         if not cached:
             try:
@@ -380,7 +384,7 @@ class ArxivRead(_ArxivTool, Tool[ArxivReadArgs]):
                 extract_pages, pdf, args.start_page, args.end_page, READ_CHARS
             )
         except Exception as exc:  # pypdf raises many kinds on a broken file
-            host.unlink(missing_ok=True)
+            _remove(ctx.sandbox, rel)
             raise SandboxError(
                 f"the PDF of {paper} could not be read ({type(exc).__name__}: {exc}); it was "
                 "removed, so the next arxiv_read downloads it again"
@@ -496,3 +500,18 @@ def _pages(first: int, last: int) -> str:
 def _clean(text: str) -> str:
     lines = [line.rstrip() for line in text.splitlines()]
     return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
+
+
+def _remove(sandbox: Sandbox, rel: str) -> None:
+    """Delete a workspace file by its folder's descriptor, opened beneath the workspace
+    (by path, a folder swapped for a link would make mlra delete a host file)."""
+    parent_rel, _, name = rel.rpartition("/")
+    try:
+        parent, _ = sandbox.open_beneath(parent_rel or ".", os.O_RDONLY | os.O_DIRECTORY)
+    except (OSError, SandboxError):
+        return
+    try:
+        with contextlib.suppress(OSError):
+            os.unlink(name, dir_fd=parent)
+    finally:
+        os.close(parent)
