@@ -33,14 +33,6 @@ SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints"})
 """Git's own object store and caches: large, many and rebuilt by tools anyway."""
 
 
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 class SnapshotStore:
     """Content-addressed copies of workspace files, in the run folder."""
 
@@ -52,22 +44,6 @@ class SnapshotStore:
 
     def has(self, sha: str) -> bool:
         return self.path(sha).exists()
-
-    def put(self, source: Path, sha: str) -> None:
-        target = self.path(sha)
-        if target.exists():
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        # Written under a temporary name and renamed: a crash never leaves a
-        # truncated object behind a valid name.
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-")
-        os.close(fd)
-        try:
-            shutil.copyfile(source, tmp)
-            os.replace(tmp, target)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
 
     def ingest(self, fd: int, keep: bool) -> tuple[str, bool]:
         """Hash an open file and, if `keep`, store it, reading it once: the copy kept is
