@@ -471,7 +471,12 @@ class RunController:
         change the artifact while it is copied, nor after (it is the copy that is graded).
         """
         from mlra.tasks.grading import grade_artifact
-        from mlra.tasks.submission import SUBMISSION_DIR, SubmissionRefused, freeze
+        from mlra.tasks.submission import (
+            SUBMISSION_DIR,
+            SubmissionRefused,
+            describe_error,
+            freeze,
+        )
 
         workdir = None
         if self.sandbox is not None:
@@ -490,12 +495,21 @@ class RunController:
         frozen, problem = None, None
         try:
             frozen = await asyncio.to_thread(
-                freeze, self.workspace, label, self.run_dir / SUBMISSION_DIR, workdir=workdir
+                freeze,
+                self.workspace,
+                label,
+                self.run_dir / SUBMISSION_DIR,
+                workdir=workdir,
+                max_gb=self.task.evaluator.max_submission_gb,
             )
         except SubmissionRefused as exc:
             problem = str(exc)
-        except OSError as exc:
-            problem = f"the submission could not be copied out of the workspace: {exc}"
+        except Exception as exc:
+            # freeze turns its failures into refusals; whatever else escapes must still
+            # end in a recorded evaluation, never an "internal error" with none.
+            problem = (
+                f"the submission could not be copied out of the workspace: {describe_error(exc)}"
+            )
         frozen_rel = frozen.path.relative_to(self.run_dir).as_posix() if frozen else None
         self.emit(
             ev.Submission(

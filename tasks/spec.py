@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from mlra.agent.clock import format_duration, parse_duration
 from mlra.tasks.constraints import Constraints
+from mlra.tasks.submission import DEFAULT_MAX_SUBMISSION_GB
 
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parent
 
@@ -62,6 +63,9 @@ class Evaluator(_Strict):
     artifact: str = "submission"
     """Default artifact, relative to the workspace, when `submit` names none."""
     timeout: str = "30m"
+    max_submission_gb: float = Field(default=DEFAULT_MAX_SUBMISSION_GB, gt=0)
+    """The largest artifact frozen for grading (files' apparent sizes); a bigger one is
+    refused rather than copied, so a submission cannot fill the host's disk."""
     settings: dict[str, Any] = Field(default_factory=dict)
 
 

@@ -11,21 +11,40 @@ The copy never follows a symbolic link out of the artifact: a link to a host fil
 evaluator as if the agent had made it. Such a submission is refused, naming the
 link. Links that stay inside the artifact are kept, rewritten as relative links
 within the copy.
+
+The artifact is the agent's work, so nothing about its shape may break the end of
+the run or the host: every failure while freezing is a refusal (one line, agent-made
+names quoted with repr so none can forge a line of the transcript), and the copy is
+bounded before it is made. Its size is the files' apparent sizes, each file counted
+once however many hard links it has; it must fit under the task's cap and in the
+run folder's disk with room to spare. Hard links are copied once and stay linked,
+and holes in sparse files stay holes, so the copy takes no more disk than that size.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import os
-import shutil
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from shutil import disk_usage
 
 SUBMISSION_DIR = "submission"
 """The frozen copy's folder inside the run folder."""
 
 CHUNK = 1024 * 1024
+GB = 1_000_000_000
+
+DEFAULT_MAX_SUBMISSION_GB = 200.0
+"""The largest artifact frozen unless the task says otherwise ([evaluator] max_submission_gb)."""
+
+KEEP_FREE_BYTES = GB
+KEEP_FREE_FRACTION = 0.05
+"""The copy must leave this much of the run folder's disk free, whichever is more: a
+host whose disk fills up cannot write the log or run the evaluator."""
 
 
 class SubmissionRefused(Exception):
@@ -40,6 +59,7 @@ class FrozenArtifact:
     """The artifact as submitted, relative to the workspace."""
     sha256: str
     size_bytes: int
+    """Bytes of file contents, each hard-linked file counted once."""
 
 
 def workspace_relative(workspace: Path, submitted: str, *, workdir: str | None = None) -> str:
@@ -64,66 +84,221 @@ def workspace_relative(workspace: Path, submitted: str, *, workdir: str | None =
 
 
 def freeze(
-    workspace: Path, submitted: str, dest_dir: Path, *, workdir: str | None = None
+    workspace: Path,
+    submitted: str,
+    dest_dir: Path,
+    *,
+    workdir: str | None = None,
+    max_gb: float = DEFAULT_MAX_SUBMISSION_GB,
 ) -> FrozenArtifact:
     """Copy the artifact into `dest_dir` (emptied first) and digest the copy.
 
     `workdir` is the workspace as the sandbox's commands see it, so an absolute
     link made inside (`/workspace/best.pt`) is read as the workspace file it names.
-    Raises `SubmissionRefused` with the reason.
+    Raises `SubmissionRefused` with the reason, whatever went wrong, and then leaves
+    no `dest_dir`: a run's ending must record a refusal, never crash on the artifact.
     """
+    try:
+        return _freeze(workspace, submitted, dest_dir, workdir=workdir, max_gb=max_gb)
+    except SubmissionRefused:
+        raise
+    except Exception as exc:
+        raise SubmissionRefused(
+            f"the submission could not be frozen: {describe_error(exc)}"
+        ) from exc
+
+
+def describe_error(exc: BaseException) -> str:
+    """An unexpected error as one line (an OSError already quotes the file it names)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _freeze(
+    workspace: Path, submitted: str, dest_dir: Path, *, workdir: str | None, max_gb: float
+) -> FrozenArtifact:
+    remove_tree(dest_dir)
     workspace = workspace.resolve()
     rel = workspace_relative(workspace, submitted, workdir=workdir)
     source = follow_submitted(workspace, rel, workdir)
     if not os.path.lexists(source):
         raise SubmissionRefused(f"nothing was submitted: {rel!r} does not exist in the workspace")
-    name = Path(rel).name or "workspace"
-    if dest_dir.exists():
-        shutil.rmtree(dest_dir)
+    mode = os.lstat(source).st_mode
+    survey = _Survey()
+    if stat.S_ISDIR(mode):
+        survey.walk(source, workspace=workspace, workdir=workdir)
+    elif stat.S_ISREG(mode):
+        survey.add_file(Path(), os.lstat(source))
+    else:
+        raise SubmissionRefused(f"{rel!r} is not a regular file or a folder")
     dest_dir.mkdir(parents=True)
-    target = dest_dir / name
     try:
-        mode = os.lstat(source).st_mode
+        _check_room(rel, survey.size, dest_dir, int(max_gb * GB))
+        target = dest_dir / (Path(rel).name or "workspace")
         if stat.S_ISDIR(mode):
-            _copy_tree(source, target, top=source, workspace=workspace, workdir=workdir)
-        elif stat.S_ISREG(mode):
-            _copy_file(source, target)
+            survey.copy(source, target)
         else:
-            raise SubmissionRefused(f"{rel!r} is not a regular file or a folder")
+            _copy_file(source, target)
+        digest, size = artifact_digest(target)
     except BaseException:
-        shutil.rmtree(dest_dir, ignore_errors=True)
+        with contextlib.suppress(Exception):
+            remove_tree(dest_dir)
         raise
-    digest, size = artifact_digest(target)
     return FrozenArtifact(path=target, submitted=rel, sha256=digest, size_bytes=size)
+
+
+def _amount(n: int) -> str:
+    if n >= GB:
+        return f"{n / GB:,.1f} GB"
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:,.1f} MB"
+    return f"{n:,} bytes"
+
+
+def _check_room(rel: str, size: int, dest_dir: Path, max_bytes: int) -> None:
+    """Refuse an artifact too big to copy: over the cap, or more than the disk can spare."""
+    rule = "(its files' apparent sizes, each hard-linked file counted once)"
+    if size > max_bytes:
+        raise SubmissionRefused(
+            f"the artifact {rel!r} is refused: it holds {_amount(size)} {rule}, more than "
+            f"the {_amount(max_bytes)} a submission may hold (the task's "
+            "[evaluator] max_submission_gb)"
+        )
+    usage = disk_usage(dest_dir)
+    keep = max(KEEP_FREE_BYTES, int(usage.total * KEEP_FREE_FRACTION))
+    if size > usage.free - keep:
+        raise SubmissionRefused(
+            f"the artifact {rel!r} is refused: it holds {_amount(size)} {rule}, and the "
+            f"run folder's disk has {_amount(usage.free)} free, of which the copy must "
+            f"leave {_amount(keep)} (1 GB or 5% of the disk, whichever is more)"
+        )
+
+
+@dataclass
+class _Survey:
+    """What a folder artifact holds, read before anything is copied, so the copy can
+    be refused whole (a link out, a device, too big) and made without recursion."""
+
+    dirs: list[Path] = field(default_factory=list)
+    """Relative paths, each after its parent."""
+    files: list[tuple[Path, tuple[int, int]]] = field(default_factory=list)
+    """Relative path and (device, inode): a hard-linked file is copied once."""
+    links: list[tuple[Path, str]] = field(default_factory=list)
+    """Relative path and the relative target to write in the copy."""
+    size: int = 0
+    seen: set[tuple[int, int]] = field(default_factory=set)
+
+    def add_file(self, rel: Path, st: os.stat_result) -> None:
+        key = (st.st_dev, st.st_ino)
+        if key not in self.seen:
+            self.seen.add(key)
+            self.size += st.st_size
+        self.files.append((rel, key))
+
+    def walk(self, top: Path, *, workspace: Path, workdir: str | None) -> None:
+        pending = [Path()]
+        while pending:
+            rel = pending.pop()
+            with os.scandir(top / rel) as listing:
+                entries = sorted(listing, key=lambda e: e.name)
+            for entry in entries:
+                sub, src = rel / entry.name, Path(entry.path)
+                where = src.relative_to(workspace).as_posix()
+                if entry.is_symlink():
+                    said, real = _link_target(src, workspace, workdir)
+                    if not _inside(real, top):
+                        raise SubmissionRefused(
+                            f"the artifact is refused: {where!r} is a symbolic link to "
+                            f"{said!r}, which is outside the submitted artifact (links out "
+                            "are never followed)"
+                        )
+                    self.links.append((sub, os.path.relpath(real, src.parent)))
+                elif entry.is_dir(follow_symlinks=False):
+                    self.dirs.append(sub)
+                    pending.append(sub)
+                elif entry.is_file(follow_symlinks=False):
+                    self.add_file(sub, entry.stat(follow_symlinks=False))
+                else:
+                    raise SubmissionRefused(
+                        f"the artifact is refused: {where!r} is not a regular file, folder or link"
+                    )
+
+    def copy(self, source: Path, target: Path) -> None:
+        target.mkdir()
+        for rel in self.dirs:
+            (target / rel).mkdir()
+        first: dict[tuple[int, int], Path] = {}
+        for rel, key in self.files:
+            if key in first:
+                os.link(first[key], target / rel)
+            else:
+                _copy_file(source / rel, target / rel)
+                first[key] = target / rel
+        for rel, said in self.links:
+            os.symlink(said, target / rel)
+
+
+def remove_tree(path: Path) -> None:
+    """Remove a file or folder however deep (shutil.rmtree recurses, and can run out of stack)."""
+    if not os.path.lexists(path):
+        return
+    if path.is_symlink() or not path.is_dir():
+        path.unlink()
+        return
+    pending: list[tuple[str, bool]] = [(str(path), False)]
+    while pending:
+        folder, emptied = pending.pop()
+        if emptied:
+            os.rmdir(folder)
+            continue
+        pending.append((folder, True))
+        with os.scandir(folder) as listing:
+            for entry in listing:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append((entry.path, False))
+                else:
+                    os.unlink(entry.path)
 
 
 def artifact_digest(path: Path) -> tuple[str, int]:
     """(SHA-256, bytes of file contents) of a file, or of a folder's sorted entries.
 
     For a folder every entry counts, in the order of its relative path: its kind,
-    its path, and a file's content digest or a link's target; so renaming, adding
-    or changing anything changes the digest.
+    its path, and a file's content digest or a link's target, each field prefixed by
+    its length (names and targets are any bytes but NUL, newlines included, so no
+    separator could frame them); renaming, adding or changing anything changes the
+    digest. A hard-linked file is read, and counted in the size, once.
     """
     if not path.is_dir() or path.is_symlink():
-        digest, size = _file_digest(path)
-        return digest, size
-    entries: list[tuple[str, bytes]] = []
+        return _file_digest(path)
+    root = os.fsencode(path)
+    entries: list[tuple[bytes, bytes, bytes]] = []
+    files: dict[tuple[int, int], str] = {}
     total = 0
-    for root, dirs, files in os.walk(path):
-        for name in [*dirs, *files]:
-            full = Path(root) / name
-            rel = full.relative_to(path).as_posix()
-            if full.is_symlink():
-                entries.append((rel, b"L" + os.readlink(full).encode()))
-            elif full.is_dir():
-                entries.append((rel, b"D"))
-            else:
-                digest, size = _file_digest(full)
-                total += size
-                entries.append((rel, b"F" + digest.encode()))
+    pending = [b""]
+    while pending:
+        rel = pending.pop()
+        with os.scandir(os.path.join(root, rel) if rel else root) as listing:
+            for entry in listing:
+                sub = os.path.join(rel, entry.name) if rel else entry.name
+                if entry.is_symlink():
+                    entries.append((sub, b"L", os.readlink(entry.path)))
+                elif entry.is_dir(follow_symlinks=False):
+                    entries.append((sub, b"D", b""))
+                    pending.append(sub)
+                elif entry.is_file(follow_symlinks=False):
+                    st = entry.stat(follow_symlinks=False)
+                    key = (st.st_dev, st.st_ino)
+                    if key not in files:
+                        files[key], size = _file_digest(Path(os.fsdecode(entry.path)))
+                        total += size
+                    entries.append((sub, b"F", files[key].encode()))
+                else:
+                    entries.append((sub, b"S", b""))  # never in a copy freeze made
     outer = hashlib.sha256()
-    for rel, what in sorted(entries):
-        outer.update(rel.encode("utf-8", "surrogateescape") + b"\0" + what + b"\n")
+    for fields in sorted(entries):
+        for part in fields:
+            outer.update(len(part).to_bytes(8, "big") + part)
     return outer.hexdigest(), total
 
 
@@ -167,41 +342,52 @@ def follow_submitted(workspace: Path, rel: str, workdir: str | None) -> Path:
             if not _inside(real, workspace):
                 shown = current.relative_to(workspace).as_posix()
                 raise SubmissionRefused(
-                    f"the submitted path {rel!r} is refused: {shown} is a symbolic link to "
-                    f"{said}, which is outside the workspace (links out are never followed)"
+                    f"the submitted path {rel!r} is refused: {shown!r} is a symbolic link to "
+                    f"{said!r}, which is outside the workspace (links out are never followed)"
                 )
             current = real
     return current
 
 
 def _copy_file(source: Path, target: Path) -> None:
+    """Copy the file's data, leaving its holes as holes: a sparse file the agent made
+    as large as it liked must not be written out as that many real zeros."""
     fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
-    with os.fdopen(fd, "rb") as src, open(target, "wb") as dst:
-        shutil.copyfileobj(src, dst, CHUNK)
-    os.chmod(target, os.stat(source).st_mode & 0o777)
+    try:
+        st = os.fstat(fd)
+        with open(target, "wb") as dst:
+            out = dst.fileno()
+            for start, end in _data_extents(fd, st.st_size):
+                pos = start
+                while pos < end:
+                    chunk = os.pread(fd, min(CHUNK, end - pos), pos)
+                    if not chunk:
+                        break
+                    os.pwrite(out, chunk, pos)
+                    pos += len(chunk)
+            os.ftruncate(out, st.st_size)
+        os.chmod(target, st.st_mode & 0o777)
+    finally:
+        os.close(fd)
 
 
-def _copy_tree(
-    source: Path, target: Path, *, top: Path, workspace: Path, workdir: str | None
-) -> None:
-    """Copy a folder without following links; `top` is the artifact's own folder."""
-    target.mkdir()
-    for entry in sorted(os.scandir(source), key=lambda e: e.name):
-        src, dst = Path(entry.path), target / entry.name
-        where = src.relative_to(workspace).as_posix()
-        if entry.is_symlink():
-            said, real = _link_target(src, workspace, workdir)
-            if not _inside(real, top):
-                raise SubmissionRefused(
-                    f"the artifact is refused: {where} is a symbolic link to {said}, which is "
-                    "outside the submitted artifact (links out are never followed)"
-                )
-            os.symlink(os.path.relpath(real, src.parent), dst)
-        elif entry.is_dir(follow_symlinks=False):
-            _copy_tree(src, dst, top=top, workspace=workspace, workdir=workdir)
-        elif entry.is_file(follow_symlinks=False):
-            _copy_file(src, dst)
-        else:
-            raise SubmissionRefused(
-                f"the artifact is refused: {where} is not a regular file, folder or link"
-            )
+def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
+    """The (start, end) spans of `fd` that hold data, holes left out; the whole file
+    where the file system cannot say."""
+    spans: list[tuple[int, int]] = []
+    pos = 0
+    while pos < size:
+        try:
+            start = os.lseek(fd, pos, os.SEEK_DATA)
+        except OSError as exc:
+            if exc.errno == errno.ENXIO:  # nothing but a hole from here on
+                break
+            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
+                return [*spans, (pos, size)]
+            raise
+        if start >= size:
+            break
+        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
+        spans.append((start, end))
+        pos = end
+    return spans
