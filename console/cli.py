@@ -553,7 +553,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mlra.agent.state import fold, write_result
     from mlra.tasks.grading import grade, grade_artifact
     from mlra.tasks.spec import TaskError, find_task, load_task
-    from mlra.tasks.submission import artifact_digest
+    from mlra.tasks.submission import artifact_digest, describe_error
 
     run_dir: Path = args.run_dir
     log_path = run_dir / EVENTS_FILE
@@ -584,12 +584,20 @@ def cmd_eval(args: argparse.Namespace) -> int:
         if not os.path.lexists(frozen):
             print(f"note: the frozen copy {submission.frozen} is missing; grading the workspace")
             frozen = None
-        elif submission.sha256 and artifact_digest(frozen)[0] != submission.sha256:
-            raise UsageError(
-                f"the frozen copy {submission.frozen} no longer matches the sha256 recorded "
-                "at submission; it was changed after the run, so it is not graded "
-                "(grade the workspace with --path)"
-            )
+        elif submission.sha256:
+            try:
+                digest = artifact_digest(frozen)[0]
+            except (OSError, ValueError) as exc:
+                raise UsageError(
+                    f"the frozen copy {submission.frozen} cannot be read, so it is not "
+                    f"graded: {describe_error(exc)}"
+                ) from None
+            if digest != submission.sha256:
+                raise UsageError(
+                    f"the frozen copy {submission.frozen} no longer matches the sha256 recorded "
+                    "at submission; it was changed after the run, so it is not graded "
+                    "(grade the workspace with --path)"
+                )
     try:
         log = EventLog(log_path, start_seq=events[-1].seq if events else 0)
     except RunInUse as exc:
@@ -621,6 +629,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             run_dir / "workspace",
             submitted,
             out_dir,
+            workdir=state.sandbox.workdir if state.sandbox is not None else None,
             on_start=stamp,
             isolation=args.isolation,
         )

@@ -10,6 +10,7 @@ are refused there too. All go through here so all record the same thing.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -78,15 +79,29 @@ async def grade(
     submitted: str | None,
     out_dir: Path,
     *,
+    workdir: str | None = None,
     on_start: Callable[[ev.Event], object] | None = None,
     isolation: IsolationMode = "auto",
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
-    """Grade a path of a workspace as it is now: copied (links checked) into the
-    evaluation folder first, so the evaluator sees only the copy."""
+    """Grade a path of a workspace as it is now: copied (links checked) beside the
+    evaluation folder first, so the evaluator sees only the copy.
+
+    `workdir` is the workspace as the run's sandbox saw it, so an absolute link the
+    agent made there (`/workspace/best.pt`) reads as it did at submission. The copy
+    is recorded (`graded`) relative to the folder holding `out_dir`, the run folder,
+    as the controller records it.
+    """
     label = submitted or task.evaluator.artifact
     copy_dir = out_dir.with_name(out_dir.name + WORKSPACE_COPY_SUFFIX)
     try:
-        frozen = await asyncio.to_thread(freeze, workspace, label, copy_dir)
+        frozen = await asyncio.to_thread(
+            freeze,
+            workspace,
+            label,
+            copy_dir,
+            workdir=workdir,
+            max_gb=task.evaluator.max_submission_gb,
+        )
     except SubmissionRefused as exc:
         return await grade_artifact(
             task, label, None, out_dir, problem=str(exc), on_start=on_start, isolation=isolation
@@ -96,7 +111,7 @@ async def grade(
         label,
         frozen.path,
         out_dir,
-        graded=str(frozen.path),
+        graded=Path(os.path.relpath(frozen.path, out_dir.parent)).as_posix(),
         sha256=frozen.sha256,
         on_start=on_start,
         isolation=isolation,

@@ -14,6 +14,7 @@ from safetensors.torch import save_file
 
 from mlra.agent import events as ev
 from mlra.agent.eventlog import EventLog, read_events
+from mlra.agent.state import fold
 from mlra.tasks.constraints import ArchitectureFingerprint, Constraints, check
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.readiness import blockers
@@ -227,9 +228,19 @@ def test_mlra_eval_grades_a_finished_run_again(answer_task: Path, tmp_path: Path
     assert "grading the workspace as it is now" in changed.stdout
     assert "exact_match = 0" in changed.stdout
     events = read_events(run_dir / "events.jsonl")
+    started = [e for e in events if isinstance(e, ev.EvaluationStarted)][-1]
+    assert started.graded == "evaluation-artifact/answer.txt"  # relative, as at the run's end
     assert isinstance(events[-1], ev.EvaluationFinished) and events[-1].score == 0.0
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert json.loads((run_dir / "result.json").read_text())["score"] == 0.0
+
+    # A link the agent made inside its sandbox is read as the sandbox read it.
+    sandbox = fold(events).sandbox
+    assert sandbox is not None
+    (run_dir / "workspace" / "linked.txt").symlink_to(f"{sandbox.workdir}/answer.txt")
+    linked = mlra_cli(["eval", str(run_dir), "--path", "linked.txt"], cwd=tmp_path)
+    assert linked.returncode == 0, linked.stdout
+    assert "exact_match = 0" in linked.stdout
 
     # A run whose log another process holds is not graded under it.
     holder = EventLog(run_dir / "events.jsonl", start_seq=events[-1].seq)
@@ -243,6 +254,36 @@ def test_mlra_eval_grades_a_finished_run_again(answer_task: Path, tmp_path: Path
     (run_dir / "submission" / "answer.txt").write_text("42 \n")
     forged = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
     assert forged.returncode == 2 and "no longer matches the sha256" in forged.stderr
+
+    # One that cannot even be read is refused in one line, not a traceback.
+    (run_dir / "submission" / "answer.txt").unlink()
+    (run_dir / "submission" / "answer.txt").symlink_to("answer.txt")
+    unreadable = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
+    assert unreadable.returncode == 2, unreadable.stderr
+    assert len(unreadable.stderr.strip().splitlines()) == 1
+    assert "the frozen copy submission/answer.txt cannot be read" in unreadable.stderr
+
+
+async def test_a_workspace_graded_again_reads_links_as_the_sandbox_did(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    from mlra.tasks.grading import grade
+
+    task = load_task(answer_task)
+    workspace = tmp_path / "run" / "workspace"
+    workspace.mkdir(parents=True)
+    (workspace / "real.txt").write_text("42\n")
+    # Made inside the sandbox, where the workspace is /workspace.
+    (workspace / "answer.txt").symlink_to("/workspace/real.txt")
+    out_dir = tmp_path / "run" / "evaluation"
+    started, finished = await grade(
+        task, workspace, "answer.txt", out_dir, workdir="/workspace", isolation="none"
+    )
+    assert finished.ok and finished.score == 1.0, finished.error
+    assert started.graded == "evaluation-artifact/answer.txt"
+    # Read as a host path, the same link leads out of the workspace.
+    _, refused = await grade(task, workspace, "answer.txt", out_dir, isolation="none")
+    assert not refused.ok and "outside the workspace" in (refused.error or "")
 
 
 def test_machine_readiness_names_what_is_missing(
@@ -270,3 +311,28 @@ def test_machine_readiness_names_what_is_missing(
     monkeypatch.setattr(readiness, "gpus", lambda: (("NVIDIA A10", 24.0),))
     assert blockers(gpu_task)[0] == "needs 40 GB of GPU memory; the largest GPU here has 24 GB"
     readiness.network.cache_clear()
+
+
+def test_the_script_evaluator_called_directly_runs_unconfined_and_says_so(
+    answer_task: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mlra.tasks.evaluators.base import ISOLATION_VAR
+    from mlra.tasks.evaluators.script import ScriptEvaluator
+
+    folder = tmp_path / "task"
+    shutil.copytree(answer_task, folder)
+    (folder / "hidden" / "check.py").write_text(
+        "import json, os, sys\nfrom pathlib import Path\n"
+        "artifact, out = Path(sys.argv[1]), Path(sys.argv[3])\n"
+        "secret = float('OPENAI_API_KEY' in os.environ)\n"
+        "score = float(artifact.read_text().strip() == '42')\n"
+        "out.write_text(json.dumps({'score': score, 'metrics': {'saw_key': secret}}))\n"
+    )
+    monkeypatch.delenv(ISOLATION_VAR, raising=False)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-graders")
+    answer = tmp_path / "answer.txt"
+    answer.write_text("42\n")
+    outcome = ScriptEvaluator(load_task(folder)).evaluate(answer, work_dir=tmp_path / "work")
+    assert outcome.ok and outcome.score == 1.0, outcome.error
+    assert outcome.details["isolation"] == "none"
+    assert outcome.metrics == {"saw_key": 0.0}

@@ -77,8 +77,8 @@ def normalize(score: float | None, baseline: float | None, top: float | None) ->
 
 ISOLATION_VAR = "MLRA_EVALUATION_ISOLATION"
 """Set in the evaluation process to how it is confined ("bwrap" or "none"). bubblewrap
-cannot nest, so an evaluator that sees it runs its script as a plain child process:
-the confinement it is in already holds the child too."""
+cannot nest, so the script evaluator runs its script as a plain child process, held
+by the same confinement, and records this as the child's isolation."""
 
 GRADER_VAR = "MLRA_EVALUATOR_ID"
 """A token in the evaluation process's environment (and its children's), so one left

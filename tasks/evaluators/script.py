@@ -4,10 +4,10 @@ against hidden data the agent never saw, in a sandbox of its own.
 The script is a hidden task file. It runs confined like the agent's commands
 (bubblewrap where installed: the host read-only, no network, a fresh /tmp, no
 secrets in its environment), with the submission and the task folder visible
-read-only. Inside the evaluation process mlra starts (tasks/evaluators/base.py),
-that confinement is already in place around the whole evaluator, and bubblewrap
-cannot nest, so the script runs there as a plain child process; called on its own
-the evaluator starts a sandbox for it. Either way it is called as
+read-only: mlra only ever runs an evaluator inside the evaluation process it starts
+(tasks/evaluators/base.py), where that confinement is already in place around the
+whole evaluator, and bubblewrap cannot nest, so the script runs as a plain child
+process of it. It is called as
 
     python SCRIPT ARTIFACT TASK_ROOT OUT_JSON [ARGS...]
 
@@ -17,7 +17,6 @@ as JSON to OUT_JSON.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import signal
@@ -27,7 +26,6 @@ from pathlib import Path
 
 from mlra.agent.clock import parse_duration
 from mlra.tasks.evaluators.base import ISOLATION_VAR, EvalOutcome, Evaluator
-from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.env import is_secret_name
 
 
@@ -45,20 +43,19 @@ class ScriptEvaluator(Evaluator):
                 ok=False, error=f"nothing was submitted: {artifact.name} does not exist"
             )
         extra = [str(a) for a in settings.get("args", [])]
-        confined_as = os.environ.get(ISOLATION_VAR)
-        if confined_as:
-            return self._run_here(script_path, artifact, work_dir, extra, confined_as)
-        return asyncio.run(self._run(script_path, artifact, work_dir, extra))
+        # Called directly, outside mlra's evaluation process, nothing confines it: say so.
+        isolation = os.environ.get(ISOLATION_VAR) or "none"
+        return self._run_here(script_path, artifact, work_dir, extra, isolation)
 
     def _run_here(
         self, script: Path, artifact: Path, work_dir: Path, extra: list[str], isolation: str
     ) -> EvalOutcome:
-        """Run the script as a child of this (already confined) evaluation process."""
+        """Run the script as a child of this evaluation process, inside its confinement."""
         box_dir = work_dir / "script"
         box_dir.mkdir(parents=True, exist_ok=True)
         out = box_dir / "script-result.json"
         out.unlink(missing_ok=True)
-        env = dict(os.environ)
+        env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
         env.update({k: str(v) for k, v in self.task.sandbox.env.items() if not is_secret_name(k)})
         timeout = parse_duration(self.task.evaluator.timeout)
         argv = [
@@ -87,49 +84,6 @@ class ScriptEvaluator(Evaluator):
             output, _ = proc.communicate()
         text = output.decode(errors="replace")
         return _outcome(proc.returncode, timed_out, text, out, timeout, {"isolation": isolation})
-
-    async def _run(
-        self, script: Path, artifact: Path, work_dir: Path, extra: list[str]
-    ) -> EvalOutcome:
-        from mlra.tools.sandbox.local import LocalSandbox
-
-        box_dir = work_dir / "script"
-        box_dir.mkdir(parents=True, exist_ok=True)
-        out_host = box_dir / "script-result.json"
-        out_host.unlink(missing_ok=True)
-        spec = SandboxSpec(
-            network=self.task.resources.network,
-            env=self.task.sandbox.env,
-            read_only=[artifact.resolve(), self.task.root],
-        )
-        box = LocalSandbox(box_dir, spec, isolation_mode="auto")
-        timeout = parse_duration(self.task.evaluator.timeout)
-        try:
-            await box.start()
-            out_inside = f"{box.workdir}/script-result.json"
-            result = await box.exec(
-                [
-                    "python",
-                    str(script),
-                    str(artifact.resolve()),
-                    str(self.task.root),
-                    out_inside,
-                    *extra,
-                ],
-                timeout=timeout,
-            )
-        except SandboxError as exc:
-            return EvalOutcome(ok=False, error=f"could not run the evaluation script: {exc}")
-        finally:
-            await box.close()
-        return _outcome(
-            result.exit_code,
-            result.timed_out,
-            result.output,
-            out_host,
-            timeout,
-            {"isolation": box.isolation},
-        )
 
 
 def _outcome(
