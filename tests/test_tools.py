@@ -297,6 +297,14 @@ async def test_submit(h: Harness) -> None:
     missing = await h.call("submit", {"path": "nope"})
     assert not missing.ok and missing.signal is None
     assert "'nope' does not exist in the workspace, so nothing was submitted" in missing.output
+    # A link inside the workspace to nothing is nothing, said now, while it can be fixed.
+    (h.ws / "best.pt").symlink_to("checkpoints/best.pt")
+    dangling = await h.call("submit", {"path": "best.pt"})
+    assert not dangling.ok and dangling.signal is None
+    assert (
+        "'best.pt' does not exist in the workspace (it is a symbolic link to nothing), "
+        "so nothing was submitted" in dangling.output
+    )
 
 
 # --- confinement -------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 The tool only checks that the path is there and signals; the controller stops
 the sandbox's processes, freezes a copy of the artifact, records it and runs the
 task's evaluator on the copy, so the score never comes from anything the agent
-says about its own result. Links are not followed here: a path that is a link out
-of the workspace is refused at freezing, with the reason in the evaluation.
+says about its own result. The submitted path is followed link by link here, so a
+link out of the workspace or to nothing is refused at once, while the agent can
+still fix it; links inside a submitted folder are judged when it is frozen.
 """
 
 from __future__ import annotations
@@ -61,13 +62,19 @@ def submitted_path(sandbox: Sandbox, path: str, *, default: bool = False) -> str
 
     try:
         rel = workspace_relative(sandbox.workspace, path, workdir=sandbox.workdir)
-        follow_submitted(sandbox.workspace.resolve(), rel, sandbox.workdir)
+        source = follow_submitted(sandbox.workspace.resolve(), rel, sandbox.workdir)
     except SubmissionRefused as exc:
         raise SandboxError(f"{exc}, so nothing was submitted") from None
-    if not os.path.lexists(sandbox.workspace / rel):
-        what = f"the task's artifact {path!r}" if default else repr(path)
+    what = f"the task's artifact {path!r}" if default else repr(path)
+    if not source.exists():
+        # Followed to the end: a link inside the workspace to nothing is nothing.
+        dangling = (
+            " (it is a symbolic link to nothing)"
+            if os.path.lexists(sandbox.workspace / rel)
+            else ""
+        )
         raise SandboxError(
-            f"{what} does not exist in the workspace, so nothing was submitted; "
+            f"{what} does not exist in the workspace{dangling}, so nothing was submitted; "
             "create it first or submit another path"
         )
     return rel
