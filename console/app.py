@@ -17,6 +17,7 @@ from typing import Any
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
@@ -177,9 +178,12 @@ class MlraApp(App[int]):
     def _render_batch(self, batch: list[ev.Event]) -> None:
         if not batch:
             return
-        plan = self.query_one(PlanPane)
-        transcript = self.query_one(TranscriptPane)
-        resources = self.query_one(ResourcesPane)
+        try:
+            plan = self.query_one(PlanPane)
+            transcript = self.query_one(TranscriptPane)
+            resources = self.query_one(ResourcesPane)
+        except NoMatches:
+            return  # the console is closing and its panes are gone; the log has it all
         files_changed = False
         for event in batch:
             self.state.apply(event)
@@ -222,7 +226,7 @@ class MlraApp(App[int]):
             self._tick()
             self.refresh_bindings()
         elif any(isinstance(e, ev.ResourceSample | ev.ModelCall) for e in batch):
-            self.query_one(ResourcesPane).show(self.state, self._elapsed())
+            resources.show(self.state, self._elapsed())
         if files_changed:
             self.call_later(self._refresh_files)
 
@@ -232,8 +236,12 @@ class MlraApp(App[int]):
         return self.controller.clock.elapsed()
 
     def _tick(self) -> None:
-        self.query_one(ResourcesPane).show(self.state, self._elapsed())
-        self.query_one(StatusBar).show(self.state, provider_error=self.provider_error)
+        try:
+            resources, status = self.query_one(ResourcesPane), self.query_one(StatusBar)
+        except NoMatches:
+            return  # a timer that fired while the console closes
+        resources.show(self.state, self._elapsed())
+        status.show(self.state, provider_error=self.provider_error)
 
     async def _refresh_files(self) -> None:
         if self._files_visible():
