@@ -27,6 +27,7 @@ from mlra.agent.providers.base import ToolCallRequest
 from mlra.tasks.spec import load_task
 from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolRegistry
+from mlra.tools.sandbox.bwrap import find_bwrap
 
 TASK = Path(__file__).resolve().parent.parent / "tests" / "data" / "tasks" / "answer"
 COMMAND = "true"
@@ -91,7 +92,7 @@ def main() -> None:
         print(
             f"  overhead per step:         {(statistics.median(engine) - statistics.median(base)) * 1000:.2f} ms"
         )
-        if shutil.which("bwrap"):
+        if find_bwrap() is not None:
             boxed = asyncio.run(engine_steps(args.steps, Path(tmp) / "runs-bwrap", "bwrap"))
             print(f"engine step, bubblewrap:     {ms(boxed)}")
             print(
