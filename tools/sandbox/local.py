@@ -510,44 +510,6 @@ class _Running:
             delay = min(delay * 2, 0.05)
 
 
-def _descendants(root: int) -> list[int]:
-    """Every process below `root` in the process tree, from one pass over /proc."""
-    children: dict[int, list[int]] = {}
-    try:
-        entries = os.listdir("/proc")
-    except OSError:
-        return []
-    for entry in entries:
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        fields = stat[stat.rfind(b")") + 2 :].split()
-        if len(fields) > 1:
-            children.setdefault(int(fields[1]), []).append(int(entry))
-    found: list[int] = []
-    todo = list(children.get(root, []))
-    while todo:
-        pid = todo.pop()
-        found.append(pid)
-        todo += children.get(pid, [])
-    return found
-
-
-def _running_pid(pid: int) -> bool:
-    """Whether `pid` exists and is not a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    state = stat[stat.rfind(b")") + 2 :].split()[:1]
-    return state not in ([b"Z"], [b"X"])
-
-
 def _proc_stats() -> Iterator[tuple[int, bytes, int, int]]:
     """(pid, state, parent pid, process group) of every process, from /proc/*/stat."""
     try:
