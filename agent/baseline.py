@@ -9,10 +9,10 @@ model at all.
 
 from __future__ import annotations
 
-from mlra.agent import events as ev
-from mlra.agent.clock import parse_duration
+from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.durations import parse_duration
 from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolRegistry
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlra import __version__
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.clock import RunClock
 from mlra.agent.config import RunConfig
 from mlra.agent.controls import Breakpoint, Controls, Decision
@@ -277,7 +277,7 @@ class RunController:
         spec = self.sandbox_spec()
         if self._sandbox_factory is not None:
             return self._sandbox_factory(self.workspace, spec)
-        from mlra.tools.sandbox.factory import create_sandbox
+        from mlra.agent.sandboxes import create_sandbox
 
         return create_sandbox(
             self.workspace, spec, config=self.config, task=self.task, run_id=self.run_id
@@ -471,7 +471,7 @@ class RunController:
         change the artifact while it is copied, nor after (it is the copy that is graded).
         """
         from mlra.tasks.grading import grade_artifact
-        from mlra.tasks.submission import (
+        from mlra.tools.submission import (
             SUBMISSION_DIR,
             SubmissionRefused,
             describe_error,

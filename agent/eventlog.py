@@ -25,7 +25,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from mlra.agent.events import Event, parse_event
+from mlra.events import Event, parse_event
 
 Subscriber = Callable[[Event], None]
 

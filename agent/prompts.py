@@ -6,7 +6,7 @@ The first line of each system prompt names the role; the scripted test server
 
 from __future__ import annotations
 
-from mlra.agent.clock import format_duration
+from mlra.durations import format_duration
 
 SUPERVISOR_SYSTEM = """\
 You are the supervisor of an ML research agent.

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.providers.base import ModelResponse, ToolCallRequest, Usage
 
 KILLED_BY_RUN_END = "killed: the run ended"

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from mlra.agent.events import GpuSample, ResourceSample
+from mlra.events import GpuSample, ResourceSample
 
 
 def directory_size(root: Path) -> int:

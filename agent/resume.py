@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, encode_event, read_events

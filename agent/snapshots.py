@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.tools.sandbox import beneath
 from mlra.tools.sandbox.base import FileInfo
 

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, dump_json
 
 Phase = Literal[

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.history import AgentHistory
 from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, task_message

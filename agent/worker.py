@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.history import AgentHistory
 from mlra.agent.prompts import WORKER_SYSTEM, task_message

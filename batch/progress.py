@@ -5,8 +5,8 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
-from mlra.agent.clock import format_duration
 from mlra.batch.runner import Progress
+from mlra.durations import format_duration
 
 
 def summary(p: Progress) -> str:

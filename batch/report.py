@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.state import RunResult, fold, result_of
 from mlra.batch.state import RUNS

@@ -8,7 +8,6 @@ failed runs are set aside and started afresh, each up to `max_attempts` starts.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import time
@@ -73,17 +72,6 @@ class Progress:
 Listener = Callable[[Progress], None]
 
 
-def resume_available() -> bool:
-    """Whether this mlra has `mlra resume`; without it an interrupted run starts afresh."""
-    from mlra.console.cli import build_parser
-
-    parser = build_parser()
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            return "resume" in action.choices
-    return False
-
-
 EXIT_USAGE = 2
 
 
@@ -104,14 +92,15 @@ class BatchRunner:
         out: Path,
         *,
         listener: Listener | None = None,
-        can_resume: bool | None = None,
+        can_resume: bool = True,
     ) -> None:
         self.spec = spec
         self.runs = runs
         self.executor = executor
         self.out = out
         self.listener = listener or (lambda _p: None)
-        self.can_resume = resume_available() if can_resume is None else can_resume
+        self.can_resume = can_resume
+        """False carries an interrupted run on afresh instead of with `mlra resume`."""
         self.progress = Progress(total=len(runs))
         self.env = {k: v for k, v in os.environ.items() if k in PASSED_ENV}
         self.notes: list[str] = []

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from mlra.agent.clock import parse_duration
+from mlra.durations import parse_duration
 
 
 class BatchError(Exception):

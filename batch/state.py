@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.state import fold
 

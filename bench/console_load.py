@@ -26,7 +26,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.providers import resolve_model

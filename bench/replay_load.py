@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.snapshots import SnapshotStore
 
 EPOCH = 1_790_000_000.0

@@ -22,7 +22,7 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.controller import Agent, RunController
 from mlra.agent.controls import Breakpoint
 from mlra.agent.state import RunResult, RunState
@@ -434,7 +434,7 @@ def continue_in_console(controller: RunController, recorded: list[ev.Event]) -> 
     """Drive a prepared run in the console; `recorded` is what a resumed or forked run
     did before (shown first), empty for a new run."""
     from mlra.agent.run import agent_for
-    from mlra.console.cli import final_line
+    from mlra.console.headless_run import final_line
 
     app = MlraApp(controller=controller, make_agent=agent_for, events=recorded)
     code = app.run()

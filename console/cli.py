@@ -12,80 +12,32 @@ import argparse
 import os
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-class UsageError(Exception):
-    """Bad input from the user: one line on stderr, exit status 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"mlra: {message} (see `{self.prog} --help`)\n")
-        raise SystemExit(EXIT_USAGE)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text.lstrip("$"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
-
-
-def _duration(text: str) -> float:
-    from mlra.agent.clock import parse_duration
-
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _gpus(text: str) -> str:
-    value = text.strip()
-    ids = [g.strip() for g in value.split(",")]
-    if value.lower() in ("all", "none") or (value and all(ids)):
-        return value.lower() if value.lower() in ("all", "none") else ",".join(ids)
-    raise argparse.ArgumentTypeError(f"{text!r}: use all, none or GPU ids such as 0,2")
-
-
-def _memory_mb(text: str) -> int:
-    """Sizes as Docker writes them (512m, 16g, 16GB); a plain number is in MB."""
-    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-    raw = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = raw[-1:] if raw[-1:] in units else "m"
-    try:
-        value = float(raw[:-1] if raw[-1:] in units else raw) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512m, 16g)") from None
-    if value < 6:
-        raise argparse.ArgumentTypeError(f"{text!r} is too small for a container (at least 6m)")
-    return int(value)
+from mlra.console.args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+    check_isolation,
+    check_run_id,
+    duration,
+    gpus,
+    memory_mb,
+    positive_float,
+    positive_int,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = Parser(
         prog="mlra",
         description="A terminal console for ML research agents: start an LLM agent on an ML "
         "research task, watch and steer it, and get an honest score.",
     )
     parser.add_argument("--version", action="store_true", help="print the version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
 
     run = sub.add_parser(
         "run", help="run an agent on a task", description="Run an agent on a task."
@@ -106,21 +58,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
     run.add_argument(
         "--time-limit",
-        type=_duration,
+        type=duration,
         metavar="T",
         help="override the task's limit (90s, 20m, 1h30m)",
     )
-    run.add_argument(
-        "--max-steps", type=_positive_int, metavar="N", help="end after N worker steps"
-    )
+    run.add_argument("--max-steps", type=positive_int, metavar="N", help="end after N worker steps")
     run.add_argument(
         "--max-cost",
-        type=_positive_float,
+        type=positive_float,
         metavar="USD",
         help="end when the model cost reaches USD",
     )
     run.add_argument(
-        "--max-tokens", type=_positive_int, metavar="N", help="end after N model tokens"
+        "--max-tokens", type=positive_int, metavar="N", help="end after N model tokens"
     )
     run.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default ./runs)"
@@ -146,24 +96,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--image", help="docker sandbox: the image (default: the task's, else mlra:latest)"
     )
     run.add_argument(
-        "--gpus", type=_gpus, metavar="all|none|IDS", help="GPUs for the sandbox (ids: 0,2)"
+        "--gpus", type=gpus, metavar="all|none|IDS", help="GPUs for the sandbox (ids: 0,2)"
     )
     run.add_argument(
-        "--memory", type=_memory_mb, metavar="SIZE", help="docker sandbox memory limit (16g)"
+        "--memory", type=memory_mb, metavar="SIZE", help="docker sandbox memory limit (16g)"
     )
     run.add_argument(
-        "--cpus", type=_positive_float, metavar="N", help="docker sandbox CPU limit (e.g. 8)"
+        "--cpus", type=positive_float, metavar="N", help="docker sandbox CPU limit (e.g. 8)"
     )
     run.add_argument(
         "--observation-limit",
-        type=_positive_int,
+        type=positive_int,
         metavar="CHARS",
         default=10_000,
         help="characters of tool output the model sees (default 10000)",
     )
     run.add_argument(
         "--command-timeout",
-        type=_duration,
+        type=duration,
         metavar="T",
         default=600.0,
         help="default time-out of one command (default 10m)",
@@ -227,7 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.runs_cli import add_replay_commands  # `mlra replay`, `mlra runs`
 
     add_replay_commands(sub)
-    from mlra.batch.cli import add_batch_commands  # argparse only at import: start-up stays fast
+    from mlra.console.batch_cli import (
+        add_batch_commands,  # argparse only at import: start-up stays fast
+    )
 
     add_batch_commands(sub)
     return parser
@@ -284,43 +236,6 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
         raise UsageError(str(exc)) from None
 
 
-def check_isolation(isolation: str, model: str) -> None:
-    """Refuse, before anything is created, a run whose agent would go unconfined.
-
-    Only the user's explicit `--isolation none` lets an LLM agent run unconfined;
-    the baseline agent's fixed recipe may, with a warning, since it is the task's own.
-    """
-    if isolation == "none":
-        return
-    from mlra.tools.sandbox.bwrap import isolation_problem
-    from mlra.tools.sandbox.local import INSTALL_HINT
-
-    problem = isolation_problem()
-    if problem is None:
-        return
-    if isolation == "bwrap" or model != "baseline":
-        raise UsageError(
-            f"no isolation for the agent's commands ({problem}): {INSTALL_HINT}, "
-            "or pass --isolation none to run the agent unconfined"
-        )
-    print(
-        f"mlra: warning: {problem}; the baseline agent runs unconfined and its score "
-        "is marked unisolated",
-        file=sys.stderr,
-    )
-
-
-def check_run_id(run_id: str | None) -> None:
-    """A run id names a folder inside the runs folder, never a path out of it."""
-    if run_id is None:
-        return
-    from mlra.agent.controller import run_id_problem
-
-    problem = run_id_problem(run_id)
-    if problem is not None:
-        raise UsageError(f"--run-id: {problem}; it names a folder inside --runs-dir")
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from mlra.agent.config import RunConfig
 
@@ -366,7 +281,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         app_runner = _tui_runner()
         if app_runner is not None:
             return app_runner(config, task, provider)
-    return _run_headless(config, task, provider, json_lines=args.json, verbose=args.verbose)
+    from mlra.console.headless_run import run_headless
+
+    return run_headless(config, task, provider, json_lines=args.json, verbose=args.verbose)
 
 
 def _check_docker(args: argparse.Namespace, task: Any) -> None:
@@ -385,94 +302,6 @@ def _tui_runner() -> Any:
     except ImportError:
         return None
     return run_console
-
-
-def _run_headless(
-    config: Any,
-    task: Any,
-    provider: Any,
-    *,
-    json_lines: bool,
-    verbose: bool,
-    controller: Any = None,
-) -> int:
-    import asyncio
-    import json
-    import signal
-
-    from mlra.agent.controller import RunController
-    from mlra.agent.run import agent_for
-    from mlra.console.headless import JsonDisplay, TranscriptDisplay
-
-    display = JsonDisplay() if json_lines else TranscriptDisplay(verbose=verbose)
-    if controller is None:
-        controller = RunController(config, task, provider)
-        controller.subscribe(display.on_event)
-        controller.prepare()
-    else:  # resumed or forked: the log is open; only what happens from now is shown
-        controller.subscribe(display.on_event)
-
-    async def go() -> Any:
-        loop = asyncio.get_running_loop()
-        hits = 0
-
-        def on_interrupt() -> None:
-            nonlocal hits
-            hits += 1
-            if hits == 1:
-                sys.stderr.write(
-                    "\nmlra: stopping; evaluating what the workspace holds "
-                    "(Ctrl-C again to quit without evaluating)\n"
-                )
-                controller.request_stop(evaluate=True)
-            else:
-                controller.abort()
-
-        def on_terminate() -> None:
-            controller.abort()
-
-        loop.add_signal_handler(signal.SIGINT, on_interrupt)
-        loop.add_signal_handler(signal.SIGTERM, on_terminate)
-        try:
-            return await controller.run(agent_for)
-        finally:
-            loop.remove_signal_handler(signal.SIGINT)
-            loop.remove_signal_handler(signal.SIGTERM)
-            if provider is not None:
-                await provider.aclose()
-
-    result = asyncio.run(go())
-    display.close()
-    if json_lines:
-        print(json.dumps({"run_dir": str(controller.run_dir), **result.model_dump()}), flush=True)
-    else:
-        print(final_line(controller.run_dir, result), flush=True)
-    return exit_status(result)
-
-
-def final_line(run_dir: Path, result: Any) -> str:
-    """The last line a headless run prints; a score earned without isolation says so,
-    since the agent could have reached what the grader reads."""
-    try:
-        shown = os.path.relpath(run_dir)
-    except ValueError:
-        shown = str(run_dir)
-    isolation = getattr(result, "isolation", None)
-    if result.score is not None:
-        score = f"score {result.metric} = {result.score:.4g}"
-        if result.normalized_score is not None:
-            score += f" (normalized {result.normalized_score:+.3f})"
-        if isolation == "none":
-            score += " · unisolated (sandbox isolation none)"
-        elif isolation:
-            score += f" · isolation {isolation}"
-    else:
-        score = f"no score ({result.evaluation_error or result.message or result.reason})"
-    return f"run {result.status} ({result.reason}) · {score} · run dir {shown}"
-
-
-def exit_status(result: Any) -> int:
-    return EXIT_OK if result.status == "finished" and result.score is not None else EXIT_FAILED
 
 
 # --- mlra tasks -----------------------------------------------------------------------
@@ -548,12 +377,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """
     import asyncio
 
-    from mlra.agent import events as ev
+    from mlra import events as ev
     from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
     from mlra.agent.state import fold, write_result
     from mlra.tasks.grading import grade, grade_artifact
     from mlra.tasks.spec import TaskError, find_task, load_task
-    from mlra.tasks.submission import artifact_digest, describe_error
+    from mlra.tools.submission import artifact_digest, describe_error
 
     run_dir: Path = args.run_dir
     log_path = run_dir / EVENTS_FILE

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from mlra.agent.events import Event
+from mlra.events import Event
 
 
 class Display(Protocol):

@@ -10,9 +10,9 @@ import json
 import sys
 from typing import IO, Any
 
-from mlra.agent import events as ev
-from mlra.agent.clock import format_duration
+from mlra import events as ev
 from mlra.agent.eventlog import encode_event
+from mlra.durations import format_duration
 from mlra.tools.plan import render_plan
 
 

@@ -27,7 +27,7 @@ from typing import Literal, overload
 
 from pydantic import ValidationError
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, check_lines
 from mlra.agent.snapshots import SnapshotStore, WorkspaceHistory
 from mlra.agent.state import RunState

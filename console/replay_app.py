@@ -24,7 +24,6 @@ from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
 from textual.widgets import Footer, Label, Static, Tree
 
-from mlra.agent.clock import format_duration
 from mlra.agent.state import RunState
 from mlra.console.app import MlraApp, _runner
 from mlra.console.headless import score_line
@@ -37,6 +36,7 @@ from mlra.console.panes.status import PHASES, StatusBar
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
 from mlra.console.screens import HelpScreen, PromptScreen
+from mlra.durations import format_duration
 
 INCREMENTAL_MAX = 400
 """Moving forward by at most this many events feeds them to the panes; further, they are rebuilt."""

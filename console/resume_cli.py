@@ -16,7 +16,7 @@ from typing import Any
 
 
 def add_resume_commands(sub: Any) -> None:
-    from mlra.console.cli import _duration, _positive_float, _positive_int
+    from mlra.console.args import duration, positive_float, positive_int
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
@@ -25,10 +25,10 @@ def add_resume_commands(sub: Any) -> None:
             "-v", "--verbose", action="store_true", help="headless: stream command output"
         )
         p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
-        p.add_argument("--time-limit", type=_duration, metavar="T", help="a new total time limit")
-        p.add_argument("--max-steps", type=_positive_int, metavar="N")
-        p.add_argument("--max-cost", type=_positive_float, metavar="USD")
-        p.add_argument("--max-tokens", type=_positive_int, metavar="N")
+        p.add_argument("--time-limit", type=duration, metavar="T", help="a new total time limit")
+        p.add_argument("--max-steps", type=positive_int, metavar="N")
+        p.add_argument("--max-cost", type=positive_float, metavar="USD")
+        p.add_argument("--max-tokens", type=positive_int, metavar="N")
 
     resume = sub.add_parser(
         "resume",
@@ -48,7 +48,7 @@ def add_resume_commands(sub: Any) -> None:
         "its workspace as it was, its histories up to there.",
     )
     fork.add_argument("run_dir", metavar="RUN_DIR", type=Path)
-    fork.add_argument("--at", type=_positive_int, required=True, metavar="STEP")
+    fork.add_argument("--at", type=positive_int, required=True, metavar="STEP")
     fork.add_argument("--model", help="the model from there on (default: the run's own)")
     fork.add_argument(
         "--edit-action",
@@ -68,7 +68,7 @@ def add_resume_commands(sub: Any) -> None:
 def _provider(model: str, base_url: str | None) -> Any:
     from mlra.agent.providers import resolve_model
     from mlra.agent.providers.base import ConfigError
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     if model == "baseline":
         return None
@@ -79,7 +79,7 @@ def _provider(model: str, base_url: str | None) -> Any:
 
 
 def _task_of(run: Any) -> Any:
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
     from mlra.tasks.spec import TaskError, find_task
 
     for name in (run.started.task_dir, run.started.task):
@@ -94,7 +94,7 @@ def _task_of(run: Any) -> Any:
 
 def _load(run_dir: Path) -> Any:
     from mlra.agent.resume import ResumeError, load_run
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     try:
         return load_run(run_dir)
@@ -117,7 +117,7 @@ def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
 
 
 def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui: bool) -> int:
-    from mlra.console.cli import _run_headless
+    from mlra.console.headless_run import run_headless
 
     if use_tui:
         try:
@@ -126,7 +126,7 @@ def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui:
             use_tui = False
         else:
             return continue_in_console(controller, recorded)
-    return _run_headless(
+    return run_headless(
         controller.config,
         controller.task,
         controller.provider,
@@ -142,7 +142,7 @@ def _use_tui(args: argparse.Namespace) -> bool:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     from mlra.agent.resume import ResumeError, resume_controller
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     run = _load(args.run_dir)
     task = _task_of(run)
@@ -167,7 +167,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_fork(args: argparse.Namespace) -> int:
     from mlra.agent.controller import new_run_id
     from mlra.agent.resume import ResumeError, fork_run, resume_controller
-    from mlra.console.cli import UsageError, check_run_id
+    from mlra.console.args import UsageError, check_run_id
 
     check_run_id(args.run_id)
     source = _load(args.run_dir)
@@ -201,7 +201,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
         controller = resume_controller(forked, task, provider, overrides=overrides)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
-    from mlra.agent import events as ev
+    from mlra import events as ev
 
     fork_event = next(e for e in reversed(forked.events) if isinstance(e, ev.RunForked))
     if not args.json:

@@ -76,7 +76,7 @@ def add_replay_commands(sub: Any) -> None:
 
 def _load_events(run_dir: Path) -> list[Any]:
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     log = run_dir / EVENTS_FILE
     if not log.is_file():
@@ -98,7 +98,7 @@ def _open_model(run_dir: Path) -> Any:
     A damaged log (a line missing, repeated or forged) is refused, not replayed:
     what a replay shows must be what the run did."""
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
     from mlra.console.replay import ReplayModel
 
     if not (run_dir / EVENTS_FILE).is_file():
@@ -117,8 +117,8 @@ def _open_model(run_dir: Path) -> Any:
 
 def _end_of_step(events: list[Any], step: int) -> int:
     """The number of events up to the end of worker step `step`."""
-    from mlra.agent import events as ev
-    from mlra.console.cli import UsageError
+    from mlra import events as ev
+    from mlra.console.args import UsageError
 
     starts = [
         (i, e.step)
@@ -133,7 +133,7 @@ def _end_of_step(events: list[Any], step: int) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     run_dir: Path = args.run_dir
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
@@ -169,24 +169,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _fork(run_dir: Path, step: int, base_url: str | None = None) -> int:
     """The fork key's errand: `mlra fork RUN_DIR --at STEP`, once the replay has closed."""
-    from mlra.console import cli
+    from mlra.console.args import Parser, UsageError
+    from mlra.console.resume_cli import add_resume_commands
 
     argv = ["fork", str(run_dir), "--at", str(step)]
     if base_url:
         argv += ["--base-url", base_url]
-    subcommands = next(
-        (
-            a.choices
-            for a in cli.build_parser()._actions
-            if isinstance(a, argparse._SubParsersAction)
-        ),
-        {},
-    )
-    if "fork" not in subcommands:
-        print(f"to fork from here, run: mlra {' '.join(argv)}")
-        return 0
     print(f"mlra {' '.join(argv)}", flush=True)
-    return cli.main(argv)
+    parser = Parser(prog="mlra")
+    add_resume_commands(parser.add_subparsers(dest="command", parser_class=Parser))
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        sys.stderr.write(f"mlra: {exc}\n")
+        return 2
 
 
 # --- mlra runs ------------------------------------------------------------------------
@@ -253,8 +250,8 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
     checked for their numbering only (`check_lines`), so a listing stays quick.
     """
     from mlra.agent.eventlog import check_lines
-    from mlra.agent.events import parse_event
     from mlra.agent.state import RunState, result_of
+    from mlra.events import parse_event
 
     lines = data.split(b"\n")
     lines.pop()  # the torn tail, or b""
@@ -279,7 +276,7 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
 
 def _isolation_of(log: Path) -> str | None:
     """The isolation its `run_started` (the log's first line) names, if it does."""
-    from mlra.agent import events as ev
+    from mlra import events as ev
 
     with open(log, "rb") as f:
         first = f.readline()
@@ -370,7 +367,7 @@ MISMATCH = "result≠log"
 
 
 def _cells(row: RunRow) -> list[str]:
-    from mlra.agent.clock import format_duration
+    from mlra.durations import format_duration
 
     mark = UNISOLATED if row.unisolated else ""
     return [
@@ -402,7 +399,7 @@ HEADERS = [
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     runs_dir: Path = args.runs_dir
     if not runs_dir.is_dir():

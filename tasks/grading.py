@@ -1,7 +1,7 @@
 """Grading a run's submission: the evaluator's outcome turned into the events the
 log records, with the normalized score and the success bar.
 
-The run controller grades the frozen copy of the submission (tasks/submission.py)
+The run controller grades the frozen copy of the submission (tools/submission.py)
 at the end of a run, and `mlra eval` grades it again; a workspace path graded
 afterwards (`mlra eval --path`) is frozen the same way first, so links out of it
 are refused there too. All go through here so all record the same thing.
@@ -15,10 +15,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.spec import TaskSpec
-from mlra.tasks.submission import SubmissionRefused, freeze
+from mlra.tools.submission import SubmissionRefused, freeze
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode

@@ -14,9 +14,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from mlra.agent.clock import format_duration, parse_duration
+from mlra.durations import format_duration, parse_duration
 from mlra.tasks.constraints import Constraints
-from mlra.tasks.submission import DEFAULT_MAX_SUBMISSION_GB
+from mlra.tools.submission import DEFAULT_MAX_SUBMISSION_GB
 
 BUILTIN_TASKS_DIR = Path(__file__).resolve().parent
 

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from mlra.agent import events as ev
+from mlra import events as ev
 
 Stage = Literal["running", "approval", "finished"]
 EPOCH = 1_790_000_000.0  # a fixed wall-clock time for the workspace's files

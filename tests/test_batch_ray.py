@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import log_is_live, read_events
 from mlra.batch.executors.ray import RayExecutor
 from mlra.batch.report import write_report

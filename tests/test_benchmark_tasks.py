@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.tasks import readiness
 from mlra.tasks.constraints import check
 from mlra.tasks.evaluators.base import load_evaluator

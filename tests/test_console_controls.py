@@ -16,7 +16,7 @@ from textual import events
 from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.providers import resolve_model

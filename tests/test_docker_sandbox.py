@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from tests.conftest import mlra_cli

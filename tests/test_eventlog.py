@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from mlra import events as ev
 from mlra.agent import eventlog
-from mlra.agent import events as ev
 from mlra.agent.eventlog import EventLog, LogDamage, UnwritableEvent, read_events
 
 

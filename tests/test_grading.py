@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EventLog, read_events
 from mlra.agent.state import fold
 from mlra.tasks.constraints import ArchitectureFingerprint, Constraints, check

@@ -11,12 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.resume import ResumeError, load_run
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.batch.report import write_report
-from mlra.console.cli import final_line, main
+from mlra.console.cli import main
+from mlra.console.headless_run import final_line
 from tests.conftest import mlra_cli
 
 

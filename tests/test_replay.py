@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 from textual.widgets import Static, Tree
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EventLog, LogDamage, read_events
 from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import fold
 from mlra.console import replay, replay_app, runs_cli
-from mlra.console.cli import UsageError, main
+from mlra.console.args import UsageError
+from mlra.console.cli import main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry, TranscriptPane
 from mlra.console.replay import ReplayModel

@@ -17,7 +17,7 @@ from typing import Any
 import git
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.arxiv import ArxivRead, ArxivSearch, RateLimiter, arxiv_limiter
 from mlra.tools.fetched import Fetched

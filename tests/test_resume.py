@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer

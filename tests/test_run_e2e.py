@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import ScriptedModelServer

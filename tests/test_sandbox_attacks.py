@@ -42,7 +42,7 @@ from typing import Any
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox

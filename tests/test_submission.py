@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import load_task
-from mlra.tasks.submission import SubmissionRefused, artifact_digest, freeze, remove_tree
+from mlra.tools.submission import SubmissionRefused, artifact_digest, freeze, remove_tree
 from tests.conftest import SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, supervisor_answering, turn

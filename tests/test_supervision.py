@@ -7,7 +7,7 @@ import asyncio
 import json
 from pathlib import Path
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.providers import resolve_model

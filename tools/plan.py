@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel, Field, field_validator
 
-from mlra.agent.events import PlanStatus, PlanStep
+from mlra.events import PlanStatus, PlanStep
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 
 

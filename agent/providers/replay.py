@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from mlra.agent import events as ev
+from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.fingerprint import normalize
 from mlra.agent.providers.base import (

@@ -10,10 +10,10 @@ from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static
 
-from mlra.agent import events as ev
-from mlra.agent.clock import format_duration
+from mlra import events as ev
 from mlra.agent.state import RunState
 from mlra.console.panes import redraw
+from mlra.durations import format_duration
 
 MARKS = {
     "pending": ("○", "dim"),

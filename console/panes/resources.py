@@ -9,10 +9,10 @@ from collections import deque
 from rich.text import Text
 from textual.widgets import Static
 
-from mlra.agent import events as ev
-from mlra.agent.clock import format_duration
+from mlra import events as ev
 from mlra.agent.state import RunState
 from mlra.console.panes import redraw
+from mlra.durations import format_duration
 
 HISTORY = 60
 SPARK = "▁▂▃▄▅▆▇█"

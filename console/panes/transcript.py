@@ -18,10 +18,10 @@ from textual.binding import Binding
 from textual.containers import VerticalScroll
 from textual.widgets import Static
 
-from mlra.agent import events as ev
-from mlra.agent.clock import format_duration
+from mlra import events as ev
 from mlra.console.headless import describe_call, one_line, score_line
 from mlra.console.panes import redraw
+from mlra.durations import format_duration
 
 MAX_ENTRIES = 200
 KEEP_FULL_OUTPUT = 30

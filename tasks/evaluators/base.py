@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, Field
 
-from mlra.agent.clock import parse_duration
+from mlra.durations import parse_duration
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 

@@ -24,7 +24,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mlra.agent.clock import parse_duration
+from mlra.durations import parse_duration
 from mlra.tasks.evaluators.base import ISOLATION_VAR, EvalOutcome, Evaluator
 from mlra.tools.sandbox.env import is_secret_name
 

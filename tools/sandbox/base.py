@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Literal
 
-from pydantic import BaseModel, Field
-
+from mlra.events import LimitsInForce
 from mlra.tools.sandbox import beneath
 
 Stream = Literal["stdout", "stderr"]
@@ -67,19 +66,6 @@ class SandboxSpec:
     gpus: str | None = None
     pids_limit: int | None = None
     file_size_mb: int | None = None
-
-
-class LimitsInForce(BaseModel):
-    """The resource limits a sandbox actually applies, as recorded in `run_started`."""
-
-    memory_mb: int | None = None
-    cpus: float | None = None
-    pids: int | None = None
-    file_size_mb: int | None = None
-    via: str
-    """How they are applied: "cgroup v2", "cgroup v1", "rlimit", "docker" or "none"."""
-    notes: list[str] = Field(default_factory=list)
-    """What is asked for but not enforced, and why."""
 
 
 class Sandbox(abc.ABC):

@@ -33,9 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mlra.events import LimitsInForce
 from mlra.tools.sandbox.base import (
     ExecResult,
-    LimitsInForce,
     OutputCallback,
     Sandbox,
     SandboxError,

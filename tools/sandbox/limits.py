@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mlra.tools.sandbox.base import LimitsInForce
+from mlra.events import LimitsInForce
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "mlra-"

@@ -31,10 +31,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Literal, TypeVar
 
+from mlra.events import LimitsInForce
 from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox.base import (
     ExecResult,
-    LimitsInForce,
     OutputCallback,
     Sandbox,
     SandboxError,

@@ -17,7 +17,7 @@ def _csv(text: str) -> list[str]:
 
 
 def add_batch_commands(sub: Any) -> None:
-    from mlra.console.cli import _duration, _positive_float, _positive_int
+    from mlra.console.args import duration, positive_float, positive_int
 
     batch = sub.add_parser(
         "batch",
@@ -32,9 +32,9 @@ def add_batch_commands(sub: Any) -> None:
         "--models", type=_csv, metavar="M1,M2", help="models, as `mlra run` takes them"
     )
     batch.add_argument(
-        "--seeds", type=_positive_int, metavar="N", help="runs per task and model (default 1)"
+        "--seeds", type=positive_int, metavar="N", help="runs per task and model (default 1)"
     )
-    batch.add_argument("--parallel", type=_positive_int, metavar="N", help="at most N runs at once")
+    batch.add_argument("--parallel", type=positive_int, metavar="N", help="at most N runs at once")
     batch.add_argument(
         "--executor", choices=["local", "ray"], help="where runs execute (default local)"
     )
@@ -47,15 +47,15 @@ def add_batch_commands(sub: Any) -> None:
     batch.add_argument("--base-url", help="an OpenAI-compatible server for the non-baseline models")
     batch.add_argument(
         "--max-attempts",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="starts per run, resumes and retries included (default 3)",
     )
     batch.add_argument("--isolation", choices=["auto", "bwrap", "none"])
-    batch.add_argument("--time-limit", type=_duration, metavar="T", help="every run's time limit")
-    batch.add_argument("--max-steps", type=_positive_int, metavar="N")
-    batch.add_argument("--max-cost", type=_positive_float, metavar="USD", help="per run")
-    batch.add_argument("--max-tokens", type=_positive_int, metavar="N", help="per run")
+    batch.add_argument("--time-limit", type=duration, metavar="T", help="every run's time limit")
+    batch.add_argument("--max-steps", type=positive_int, metavar="N")
+    batch.add_argument("--max-cost", type=positive_float, metavar="USD", help="per run")
+    batch.add_argument("--max-tokens", type=positive_int, metavar="N", help="per run")
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
 
@@ -72,7 +72,7 @@ def add_batch_commands(sub: Any) -> None:
 
 def _spec(args: argparse.Namespace) -> Any:
     from mlra.batch.spec import BatchError, Overrides, load_batch_file, parse_spec
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     try:
         data: dict[str, Any] = {}
@@ -108,7 +108,7 @@ def _check_models(spec: Any) -> None:
 
     from mlra.agent.providers import resolve_model
     from mlra.agent.providers.base import ConfigError
-    from mlra.console.cli import UsageError
+    from mlra.console.args import UsageError
 
     for model in spec.models:
         if model.strip() == "baseline":
@@ -127,7 +127,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from mlra.batch.report import write_report
     from mlra.batch.runner import BatchRunner
     from mlra.batch.spec import BatchError, expand
-    from mlra.console.cli import EXIT_FAILED, EXIT_OK, UsageError
+    from mlra.console.args import EXIT_FAILED, EXIT_OK, UsageError
 
     spec = _spec(args)
     try:
@@ -136,7 +136,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     _check_models(spec)
     if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
-        from mlra.console.cli import check_isolation
+        from mlra.console.args import check_isolation
 
         for model in dict.fromkeys(m.strip() for m in spec.models):
             check_isolation(spec.isolation or "auto", model)
@@ -157,8 +157,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
         executor = LocalExecutor()
     display = make_display(args.no_tui)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
-    if not runner.can_resume:
-        print("note: this mlra has no `mlra resume`; interrupted runs start afresh", flush=True)
     print(f"batch: {len(runs)} runs in {out}", flush=True)
     try:
         progress = asyncio.run(runner.run())
@@ -183,7 +181,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from mlra.batch.report import write_report
-    from mlra.console.cli import EXIT_OK, UsageError
+    from mlra.console.args import EXIT_OK, UsageError
 
     folder: Path = args.dir
     if not folder.is_dir():

@@ -19,8 +19,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
-from mlra.tools.sandbox.base import LimitsInForce
-
 SCHEMA_VERSION = 1
 
 AgentRole = Literal["supervisor", "worker", "baseline"]
@@ -39,6 +37,19 @@ class _Event(BaseModel):
 
 
 # --- run lifecycle -------------------------------------------------------------------
+
+
+class LimitsInForce(BaseModel):
+    """The resource limits a sandbox actually applies, as recorded in `run_started`."""
+
+    memory_mb: int | None = None
+    cpus: float | None = None
+    pids: int | None = None
+    file_size_mb: int | None = None
+    via: str
+    """How they are applied: "cgroup v2", "cgroup v1", "rlimit", "docker" or "none"."""
+    notes: list[str] = Field(default_factory=list)
+    """What is asked for but not enforced, and why."""
 
 
 class SandboxInfo(BaseModel):

@@ -1,0 +1,112 @@
+"""What every `mlra` subcommand shares: exit codes, the one-line usage error, and
+argument types that answer bad input in one line (exit status 2).
+
+Imported by the command line's modules (cli, batch_cli, resume_cli, runs_cli),
+none of which imports another's private helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import NoReturn
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"mlra: {message} (see `{self.prog} --help`)\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def positive_float(text: str) -> float:
+    try:
+        value = float(text.lstrip("$"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def duration(text: str) -> float:
+    from mlra.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gpus(text: str) -> str:
+    value = text.strip()
+    ids = [g.strip() for g in value.split(",")]
+    if value.lower() in ("all", "none") or (value and all(ids)):
+        return value.lower() if value.lower() in ("all", "none") else ",".join(ids)
+    raise argparse.ArgumentTypeError(f"{text!r}: use all, none or GPU ids such as 0,2")
+
+
+def memory_mb(text: str) -> int:
+    """Sizes as Docker writes them (512m, 16g, 16GB); a plain number is in MB."""
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = raw[-1:] if raw[-1:] in units else "m"
+    try:
+        value = float(raw[:-1] if raw[-1:] in units else raw) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512m, 16g)") from None
+    if value < 6:
+        raise argparse.ArgumentTypeError(f"{text!r} is too small for a container (at least 6m)")
+    return int(value)
+
+
+def check_isolation(isolation: str, model: str) -> None:
+    """Refuse, before anything is created, a run whose agent would go unconfined.
+
+    Only the user's explicit `--isolation none` lets an LLM agent run unconfined;
+    the baseline agent's fixed recipe may, with a warning, since it is the task's own.
+    """
+    if isolation == "none":
+        return
+    from mlra.tools.sandbox.bwrap import isolation_problem
+    from mlra.tools.sandbox.local import INSTALL_HINT
+
+    problem = isolation_problem()
+    if problem is None:
+        return
+    if isolation == "bwrap" or model != "baseline":
+        raise UsageError(
+            f"no isolation for the agent's commands ({problem}): {INSTALL_HINT}, "
+            "or pass --isolation none to run the agent unconfined"
+        )
+    print(
+        f"mlra: warning: {problem}; the baseline agent runs unconfined and its score "
+        "is marked unisolated",
+        file=sys.stderr,
+    )
+
+
+def check_run_id(run_id: str | None) -> None:
+    """A run id names a folder inside the runs folder, never a path out of it."""
+    if run_id is None:
+        return
+    from mlra.agent.controller import run_id_problem
+
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise UsageError(f"--run-id: {problem}; it names a folder inside --runs-dir")

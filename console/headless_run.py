@@ -1,0 +1,99 @@
+"""A run without the console: the concise transcript or JSON lines on stdout, and
+the last line naming the run folder and the score."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlra.console.args import EXIT_FAILED, EXIT_OK
+
+
+def run_headless(
+    config: Any,
+    task: Any,
+    provider: Any,
+    *,
+    json_lines: bool,
+    verbose: bool,
+    controller: Any = None,
+) -> int:
+    import asyncio
+    import json
+    import signal
+
+    from mlra.agent.controller import RunController
+    from mlra.agent.run import agent_for
+    from mlra.console.headless import JsonDisplay, TranscriptDisplay
+
+    display = JsonDisplay() if json_lines else TranscriptDisplay(verbose=verbose)
+    if controller is None:
+        controller = RunController(config, task, provider)
+        controller.subscribe(display.on_event)
+        controller.prepare()
+    else:  # resumed or forked: the log is open; only what happens from now is shown
+        controller.subscribe(display.on_event)
+
+    async def go() -> Any:
+        loop = asyncio.get_running_loop()
+        hits = 0
+
+        def on_interrupt() -> None:
+            nonlocal hits
+            hits += 1
+            if hits == 1:
+                sys.stderr.write(
+                    "\nmlra: stopping; evaluating what the workspace holds "
+                    "(Ctrl-C again to quit without evaluating)\n"
+                )
+                controller.request_stop(evaluate=True)
+            else:
+                controller.abort()
+
+        def on_terminate() -> None:
+            controller.abort()
+
+        loop.add_signal_handler(signal.SIGINT, on_interrupt)
+        loop.add_signal_handler(signal.SIGTERM, on_terminate)
+        try:
+            return await controller.run(agent_for)
+        finally:
+            loop.remove_signal_handler(signal.SIGINT)
+            loop.remove_signal_handler(signal.SIGTERM)
+            if provider is not None:
+                await provider.aclose()
+
+    result = asyncio.run(go())
+    display.close()
+    if json_lines:
+        print(json.dumps({"run_dir": str(controller.run_dir), **result.model_dump()}), flush=True)
+    else:
+        print(final_line(controller.run_dir, result), flush=True)
+    return exit_status(result)
+
+
+def final_line(run_dir: Path, result: Any) -> str:
+    """The last line a headless run prints; a score earned without isolation says so,
+    since the agent could have reached what the grader reads."""
+    try:
+        shown = os.path.relpath(run_dir)
+    except ValueError:
+        shown = str(run_dir)
+    isolation = getattr(result, "isolation", None)
+    if result.score is not None:
+        score = f"score {result.metric} = {result.score:.4g}"
+        if result.normalized_score is not None:
+            score += f" (normalized {result.normalized_score:+.3f})"
+        if isolation == "none":
+            score += " · unisolated (sandbox isolation none)"
+        elif isolation:
+            score += f" · isolation {isolation}"
+    else:
+        score = f"no score ({result.evaluation_error or result.message or result.reason})"
+    return f"run {result.status} ({result.reason}) · {score} · run dir {shown}"
+
+
+def exit_status(result: Any) -> int:
+    return EXIT_OK if result.status == "finished" and result.score is not None else EXIT_FAILED
