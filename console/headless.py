@@ -46,6 +46,10 @@ def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None =
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
 
 
+def unknown_line(e: ev.UnknownEvent) -> str:
+    return f"unknown event {e.original_type!r} (written by a newer mlra; kept as it is)"
+
+
 def score_line(e: ev.EvaluationFinished) -> str:
     if not e.ok or e.score is None:
         reason = "; ".join(e.violations) or e.error or "no score"
@@ -171,6 +175,8 @@ class TranscriptDisplay:
                 )
             case ev.RunFinished():
                 self._out(f"■ {event.status} ({event.reason}) after {t}: {event.message}", "bold")
+            case ev.UnknownEvent():
+                self._out(f"[{t}] {unknown_line(event)}", "dim")
             case _:
                 pass
 

@@ -146,7 +146,7 @@ class RecordedLog(Sequence[ev.Event]):
         lines = data.split(b"\n")
         tail = lines.pop()
         log = cls([line for line in lines if line.strip()])
-        check_lines(path, lines, log.types)
+        check_lines(path, lines)
         if tail.strip() and on_torn_tail is not None:
             on_torn_tail(f"{path}: dropped a half-written last line ({len(tail)} bytes)")
         return log

@@ -404,6 +404,15 @@ class EvaluationFinished(_Event):
     sandbox isolation): "none" marks the score unisolated wherever it is shown."""
 
 
+class UnknownEvent(_Event):
+    """An event of a type this mlra does not know, written by a newer one: kept with
+    its fields and shown as unknown, so an older mlra still reads the log whole."""
+
+    type: Literal["unknown"] = "unknown"
+    original_type: str
+    fields: dict[str, Any] = Field(default_factory=dict)
+
+
 Event = Annotated[
     RunStarted
     | RunFinished
@@ -430,7 +439,8 @@ Event = Annotated[
     | EvaluationFinished
     | WorkspaceSnapshot
     | RunResumed
-    | RunForked,
+    | RunForked
+    | UnknownEvent,
     Field(discriminator="type"),
 ]
 
@@ -450,11 +460,42 @@ def parse_event(line: str | bytes) -> Event:
     try:
         return EVENT_ADAPTER.validate_json(line)
     except ValidationError as exc:
+        kind = exc.errors()[0]["type"]
         raw = line.encode("utf-8", "surrogatepass") if isinstance(line, str) else line
-        if exc.errors()[0]["type"] != "json_invalid" or not _LONE_SURROGATE.search(raw):
+        if kind == "union_tag_invalid":
+            unknown = _unknown(line)
+            if unknown is None:
+                raise
+            return unknown
+        if kind != "json_invalid" or not _LONE_SURROGATE.search(raw):
             raise
         try:
             data = json.loads(line)
         except ValueError:
             raise exc from None
         return EVENT_ADAPTER.validate_python(data)
+
+
+def _unknown(line: str | bytes) -> UnknownEvent | None:
+    """The line as an `UnknownEvent` if it is stamped like an event (v, seq, type)."""
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    stamps = {key: data.pop(key, None) for key in ("v", "seq", "ts", "t", "type")}
+    if not (
+        isinstance(stamps["v"], int)
+        and isinstance(stamps["seq"], int)
+        and isinstance(stamps["type"], str)
+    ):
+        return None
+    return UnknownEvent(
+        v=stamps["v"],
+        seq=stamps["seq"],
+        ts=float(stamps["ts"] or 0.0),
+        t=float(stamps["t"] or 0.0),
+        original_type=stamps["type"],
+        fields=data,
+    )

@@ -105,7 +105,6 @@ def test_a_torn_tail_is_dropped_with_a_note(recorded: Path, tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("damage", "problem"),
     [
-        ("forged", "not a valid event: no event type 'no_such_event'"),
         ("removed", "seq 7 where 6 was due: seq 6 is missing"),
         ("repeated", "seq 5 where 6 was due: a repeated or moved line"),
         ("not json", "not a valid event"),
@@ -115,9 +114,7 @@ def test_replay_refuses_a_damaged_log_naming_file_and_line(
     recorded: Path, tmp_path: Path, damage: str, problem: str
 ) -> None:
     lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
-    if damage == "forged":
-        lines[5] = b'{"v":1,"seq":6,"type":"no_such_event"}\n'
-    elif damage == "removed":
+    if damage == "removed":
         del lines[5]
     elif damage == "repeated":
         lines.insert(5, lines[4])
@@ -136,6 +133,38 @@ def test_replay_refuses_a_damaged_log_naming_file_and_line(
         proc = mlra_cli(["replay", str(tmp_path), mode], cwd=tmp_path)
         assert proc.returncode == 2 and proc.stdout == ""
         assert proc.stderr.startswith(f"mlra: {where}") and proc.stderr.count("\n") == 1
+
+
+def test_a_forged_event_is_damage_naming_its_line(recorded: Path, tmp_path: Path) -> None:
+    """Numbered right but not an event this mlra writes: every full read refuses it."""
+    lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
+    lines[5] = b'{"v":1,"seq":6,"type":"tool_result","tool":"bash","ok":true}\n'
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"".join(lines))
+    with pytest.raises(LogDamage) as raised:
+        read_events(log)
+    assert raised.value.line == 6 and "Field required (call_id)" in raised.value.problem
+
+
+def test_an_event_from_a_newer_mlra_is_kept_and_shown_as_unknown(
+    recorded: Path, tmp_path: Path
+) -> None:
+    lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
+    newer = b'{"v":2,"seq":6,"ts":1.0,"t":0.5,"type":"gpu_throttled","gpu":0}\n'
+    lines.insert(5, newer)
+    renumbered = [
+        json.dumps({**json.loads(line), "seq": n}).encode() + b"\n"
+        for n, line in enumerate(lines, start=1)
+    ]
+    (tmp_path / "events.jsonl").write_bytes(b"".join(renumbered))
+    events = read_events(tmp_path / "events.jsonl")
+    unknown = events[5]
+    assert isinstance(unknown, ev.UnknownEvent)
+    assert (unknown.original_type, unknown.fields, unknown.seq) == ("gpu_throttled", {"gpu": 0}, 6)
+    assert len(events) == len(lines)
+    proc = mlra_cli(["replay", str(tmp_path), "--no-tui"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "unknown event 'gpu_throttled' (written by a newer mlra" in proc.stdout
 
 
 # --- the console over a recorded run (Pilot) ------------------------------------------

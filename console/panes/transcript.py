@@ -19,7 +19,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from mlra import events as ev
-from mlra.console.headless import describe_call, one_line, score_line
+from mlra.console.headless import describe_call, one_line, score_line, unknown_line
 from mlra.console.panes import redraw
 from mlra.durations import format_duration
 
@@ -274,6 +274,8 @@ class TranscriptPane(VerticalScroll):
                 self._note(
                     event, f"! {event.message}", "yellow" if event.level != "error" else "red"
                 )
+            case ev.UnknownEvent():
+                self._note(event, unknown_line(event), "dim")
             case ev.ModelError():
                 self._note(event, f"model error: {one_line(event.error, 300)}", "bold red")
             case ev.HistorySummarized():
