@@ -110,3 +110,26 @@ def check_run_id(run_id: str | None) -> None:
     problem = run_id_problem(run_id)
     if problem is not None:
         raise UsageError(f"--run-id: {problem}; it names a folder inside --runs-dir")
+
+
+def add_budget_args(parser: argparse.ArgumentParser, *, whose: str) -> None:
+    """The four limits a run can end on, one definition for run, batch, resume and
+    fork; `whose` ("the run", "each run") says whose they are in the help."""
+    parser.add_argument(
+        "--time-limit",
+        type=duration,
+        metavar="T",
+        help=f"{whose}'s time limit, paused time excluded (90s, 20m, 1h30m; default the task's)",
+    )
+    parser.add_argument(
+        "--max-steps", type=positive_int, metavar="N", help=f"end {whose} after N worker steps"
+    )
+    parser.add_argument(
+        "--max-cost",
+        type=positive_float,
+        metavar="USD",
+        help=f"end {whose} when its model cost reaches USD",
+    )
+    parser.add_argument(
+        "--max-tokens", type=positive_int, metavar="N", help=f"end {whose} after N model tokens"
+    )

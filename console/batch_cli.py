@@ -17,7 +17,7 @@ def _csv(text: str) -> list[str]:
 
 
 def add_batch_commands(sub: Any) -> None:
-    from mlra.console.args import duration, positive_float, positive_int
+    from mlra.console.args import add_budget_args, positive_int
 
     batch = sub.add_parser(
         "batch",
@@ -52,10 +52,7 @@ def add_batch_commands(sub: Any) -> None:
         help="starts per run, resumes and retries included (default 3)",
     )
     batch.add_argument("--isolation", choices=["auto", "bwrap", "none"])
-    batch.add_argument("--time-limit", type=duration, metavar="T", help="every run's time limit")
-    batch.add_argument("--max-steps", type=positive_int, metavar="N")
-    batch.add_argument("--max-cost", type=positive_float, metavar="USD", help="per run")
-    batch.add_argument("--max-tokens", type=positive_int, metavar="N", help="per run")
+    add_budget_args(batch, whose="each run")
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
 

@@ -20,6 +20,7 @@ from mlra.console.args import (
     EXIT_USAGE,
     Parser,
     UsageError,
+    add_budget_args,
     check_isolation,
     check_run_id,
     duration,
@@ -56,22 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the events as JSON lines (implies --no-tui)"
     )
     run.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
-    run.add_argument(
-        "--time-limit",
-        type=duration,
-        metavar="T",
-        help="override the task's limit (90s, 20m, 1h30m)",
-    )
-    run.add_argument("--max-steps", type=positive_int, metavar="N", help="end after N worker steps")
-    run.add_argument(
-        "--max-cost",
-        type=positive_float,
-        metavar="USD",
-        help="end when the model cost reaches USD",
-    )
-    run.add_argument(
-        "--max-tokens", type=positive_int, metavar="N", help="end after N model tokens"
-    )
+    add_budget_args(run, whose="the run")
     run.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default ./runs)"
     )

@@ -16,7 +16,7 @@ from typing import Any
 
 
 def add_resume_commands(sub: Any) -> None:
-    from mlra.console.args import duration, positive_float, positive_int
+    from mlra.console.args import add_budget_args, positive_int
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
@@ -25,10 +25,7 @@ def add_resume_commands(sub: Any) -> None:
             "-v", "--verbose", action="store_true", help="headless: stream command output"
         )
         p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
-        p.add_argument("--time-limit", type=duration, metavar="T", help="a new total time limit")
-        p.add_argument("--max-steps", type=positive_int, metavar="N")
-        p.add_argument("--max-cost", type=positive_float, metavar="USD")
-        p.add_argument("--max-tokens", type=positive_int, metavar="N")
+        add_budget_args(p, whose="the run")  # new totals for the whole run
 
     resume = sub.add_parser(
         "resume",
