@@ -19,10 +19,32 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Literal
 
 import anthropic
 import httpx2
+from anthropic.types import (
+    AssistantMessageParam,
+    CacheControlEphemeralParam,
+    InputJSONDelta,
+    MessageDeltaUsage,
+    MessageParam,
+    RawContentBlockDeltaEvent,
+    RawContentBlockStartEvent,
+    RawMessageDeltaEvent,
+    RawMessageStartEvent,
+    TextBlock,
+    TextBlockParam,
+    TextDelta,
+    ToolParam,
+    ToolResultBlockParam,
+    ToolUseBlock,
+    ToolUseBlockParam,
+    UserMessageParam,
+)
+from anthropic.types import Usage as AnthropicUsage
+from anthropic.types.message_create_params import MessageCreateParamsBase
 
 from mlra.agent.providers.base import (
     Message,
@@ -38,7 +60,6 @@ from mlra.tools.registry import ToolSpec, parse_arguments
 
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_TIMEOUT_S = 600.0
-EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 MISSING_RESULT = "Error: no result was recorded for this tool call (the run was interrupted)."
 
 # (context window, max output tokens) by longest model-name prefix. A newer model of a
@@ -58,6 +79,38 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
     "claude-3-haiku": (200_000, 4_096),
     "claude-3-opus": (200_000, 4_096),
 }
+
+# The blocks this provider writes into a request; narrowed on their "type" key.
+Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
+
+
+def _ephemeral() -> CacheControlEphemeralParam:
+    """A fresh marker each time: the request's dicts must not share one mutable value."""
+    return {"type": "ephemeral"}
+
+
+@dataclass
+class _Turn:
+    """One message while the history is being merged and repaired; mutable, unlike the
+    SDK's TypedDicts whose content is only an Iterable."""
+
+    role: Literal["user", "assistant"]
+    content: list[Block]
+
+    def param(self) -> MessageParam:
+        if self.role == "user":
+            return UserMessageParam(role="user", content=self.content)
+        return AssistantMessageParam(role="assistant", content=self.content)
+
+
+@dataclass
+class _PendingCall:
+    """A tool_use block whose input JSON is still streaming in."""
+
+    id: str
+    name: str
+    start_input: object
+    json: list[str] = field(default_factory=list)
 
 
 class AnthropicProvider(ModelProvider):
@@ -125,76 +178,73 @@ class AnthropicProvider(ModelProvider):
         messages: list[Message],
         tools: list[ToolSpec],
         max_tokens: int | None = None,
-    ) -> dict[str, Any]:
+    ) -> MessageCreateParamsBase:
         """The keyword arguments of `messages.create`, public so tests can inspect them."""
         wanted = max_tokens or self.max_output_tokens
-        request: dict[str, Any] = {
+        turns = to_anthropic_turns(messages)
+        if self.prompt_caching and turns:
+            turns[-1].content[-1]["cache_control"] = _ephemeral()
+        request: MessageCreateParamsBase = {
             "model": self.model,
             "max_tokens": max(1, min(wanted, self.max_output_tokens)),
-            "messages": to_anthropic_messages(messages),
+            "messages": [turn.param() for turn in turns],
         }
         if system:
-            block: dict[str, Any] = {"type": "text", "text": system}
+            block: TextBlockParam = {"type": "text", "text": system}
             if self.prompt_caching:
-                block["cache_control"] = dict(EPHEMERAL)
+                block["cache_control"] = _ephemeral()
             request["system"] = [block]
         if tools:
-            specs: list[dict[str, Any]] = [
+            specs: list[ToolParam] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in tools
             ]
             if self.prompt_caching:
-                specs[-1]["cache_control"] = dict(EPHEMERAL)
+                specs[-1]["cache_control"] = _ephemeral()
             request["tools"] = specs
-        if self.prompt_caching and request["messages"]:
-            request["messages"][-1]["content"][-1]["cache_control"] = dict(EPHEMERAL)
         return request
 
     # --- streaming -------------------------------------------------------------------
 
-    async def _stream(self, request: dict[str, Any], on_text: TextCallback | None) -> ModelResponse:
+    async def _stream(
+        self, request: MessageCreateParamsBase, on_text: TextCallback | None
+    ) -> ModelResponse:
         text: list[str] = []
-        blocks: dict[int, dict[str, Any]] = {}
+        pending: dict[int, _PendingCall] = {}
         order: list[int] = []
         usage: dict[str, int] = {}
         stop_reason: str | None = None
         stream = await self._client.messages.create(**request, stream=True)
         async with stream:
             async for event in stream:
-                kind = event.type
-                if kind == "message_start":
+                if isinstance(event, RawMessageStartEvent):
                     _merge_usage(usage, event.message.usage)
-                elif kind == "content_block_start":
+                elif isinstance(event, RawContentBlockStartEvent):
                     block = event.content_block
-                    if block.type == "text":
-                        blocks[event.index] = {"type": "text"}
+                    if isinstance(block, TextBlock):
                         if block.text:
                             text.append(block.text)
                             if on_text:
                                 on_text(block.text)
-                    elif block.type == "tool_use":
-                        blocks[event.index] = {
-                            "type": "tool_use",
-                            "id": block.id,
-                            "name": block.name,
-                            "start_input": block.input,
-                            "json": [],
-                        }
+                    elif isinstance(block, ToolUseBlock):
+                        pending[event.index] = _PendingCall(
+                            id=block.id, name=block.name, start_input=block.input
+                        )
                         order.append(event.index)
-                elif kind == "content_block_delta":
+                elif isinstance(event, RawContentBlockDeltaEvent):
                     delta = event.delta
-                    if delta.type == "text_delta":
+                    if isinstance(delta, TextDelta):
                         text.append(delta.text)
                         if on_text and delta.text:
                             on_text(delta.text)
-                    elif delta.type == "input_json_delta":
-                        entry = blocks.get(event.index)
-                        if entry is not None and entry["type"] == "tool_use":
-                            entry["json"].append(delta.partial_json)
-                elif kind == "message_delta":
+                    elif isinstance(delta, InputJSONDelta):
+                        call = pending.get(event.index)
+                        if call is not None:
+                            call.json.append(delta.partial_json)
+                elif isinstance(event, RawMessageDeltaEvent):
                     stop_reason = event.delta.stop_reason or stop_reason
                     _merge_usage(usage, event.usage)
-        calls = [_tool_call(blocks[i], stop_reason) for i in order]
+        calls = [_tool_call(pending[i], stop_reason) for i in order]
         read = usage.get("cache_read_input_tokens", 0)
         written = usage.get("cache_creation_input_tokens", 0)
         return ModelResponse(
@@ -213,7 +263,9 @@ class AnthropicProvider(ModelProvider):
         return describe_error(self.name, exc, retries=self.max_retries, timeout_s=self.timeout_s)
 
 
-def _merge_usage(usage: dict[str, int], reported: Any) -> None:
+def _merge_usage(
+    usage: dict[str, int], reported: AnthropicUsage | MessageDeltaUsage | None
+) -> None:
     """Streamed usage is cumulative: a later non-null count replaces the earlier one."""
     if reported is None:
         return
@@ -228,9 +280,9 @@ def _merge_usage(usage: dict[str, int], reported: Any) -> None:
             usage[key] = int(value)
 
 
-def _tool_call(entry: dict[str, Any], stop_reason: str | None) -> ToolCallRequest:
-    raw = "".join(entry["json"])
-    start_input = entry["start_input"]
+def _tool_call(call: _PendingCall, stop_reason: str | None) -> ToolCallRequest:
+    raw = "".join(call.json)
+    start_input = call.start_input
     if not raw and isinstance(start_input, dict) and start_input:
         # Some Anthropic-compatible servers send the whole input up front, unstreamed.
         raw = json.dumps(start_input)
@@ -238,8 +290,8 @@ def _tool_call(entry: dict[str, Any], stop_reason: str | None) -> ToolCallReques
     if problem is not None and stop_reason == "max_tokens":
         problem = "the arguments were cut off at the output token limit (max_tokens); " + problem
     return ToolCallRequest(
-        id=entry["id"],
-        name=entry["name"],
+        id=call.id,
+        name=call.name,
         arguments=arguments,
         raw_arguments=raw,
         parse_error=problem,
@@ -249,21 +301,26 @@ def _tool_call(entry: dict[str, Any], stop_reason: str | None) -> ToolCallReques
 # --- history ---------------------------------------------------------------------------
 
 
-def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
+def to_anthropic_messages(messages: list[Message]) -> list[MessageParam]:
     """Neutral history to strictly alternating Anthropic messages with paired tool results."""
-    out: list[dict[str, Any]] = []
+    return [turn.param() for turn in to_anthropic_turns(messages)]
 
-    def add(role: str, blocks: list[dict[str, Any]]) -> None:
+
+def to_anthropic_turns(messages: list[Message]) -> list[_Turn]:
+    """As `to_anthropic_messages`, still mutable so the cache breakpoint can be placed."""
+    out: list[_Turn] = []
+
+    def add(role: Literal["user", "assistant"], blocks: list[Block]) -> None:
         if not blocks:
             return
-        if out and out[-1]["role"] == role:
-            out[-1]["content"].extend(blocks)
+        if out and out[-1].role == role:
+            out[-1].content.extend(blocks)
         else:
-            out.append({"role": role, "content": list(blocks)})
+            out.append(_Turn(role, list(blocks)))
 
     for message in messages:
         if message.role == "assistant":
-            blocks: list[dict[str, Any]] = []
+            blocks: list[Block] = []
             if message.content.strip():
                 # Trailing whitespace is refused in a final assistant turn; strip it everywhere
                 # so the cached prefix stays byte-identical from turn to turn.
@@ -281,7 +338,7 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
                 )
             add("assistant", blocks or [{"type": "text", "text": "(no response)"}])
         elif message.role == "tool":
-            result: dict[str, Any] = {
+            result: ToolResultBlockParam = {
                 "type": "tool_result",
                 "tool_use_id": message.tool_call_id or "",
                 "content": message.content or "(no output)",
@@ -294,44 +351,45 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     return _pair_tool_results(out)
 
 
-def _pair_tool_results(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _pair_tool_results(messages: list[_Turn]) -> list[_Turn]:
     """Every tool_use answered in the next user message, results first; strays become text."""
-    fixed: list[dict[str, Any]] = []
+    fixed: list[_Turn] = []
     for i, message in enumerate(messages):
-        if message["role"] == "user":
-            previous = fixed[-1] if fixed and fixed[-1]["role"] == "assistant" else None
-            expected = (
-                [b["id"] for b in previous["content"] if b["type"] == "tool_use"]
-                if previous
-                else []
-            )
-            results: list[dict[str, Any]] = []
-            others: list[dict[str, Any]] = []
-            for block in message["content"]:
+        if message.role == "user":
+            previous = fixed[-1] if fixed and fixed[-1].role == "assistant" else None
+            expected = _call_ids(previous) if previous else []
+            results: list[Block] = []
+            others: list[Block] = []
+            answered: set[str] = set()
+            for block in message.content:
                 if block["type"] == "tool_result":
                     if block["tool_use_id"] in expected:
                         results.append(block)
+                        answered.add(block["tool_use_id"])
                     else:
                         others.append(_stray_result(block))
                 else:
                     others.append(block)
-            answered = {b["tool_use_id"] for b in results}
             results += [_missing_result(cid) for cid in expected if cid not in answered]
-            fixed.append({"role": "user", "content": results + others})
+            fixed.append(_Turn("user", results + others))
         else:
             if not fixed:
-                fixed.append({"role": "user", "content": [{"type": "text", "text": "(continue)"}]})
+                fixed.append(_Turn("user", [{"type": "text", "text": "(continue)"}]))
             fixed.append(message)
             last = i == len(messages) - 1
-            calls = [b["id"] for b in message["content"] if b["type"] == "tool_use"]
+            calls = _call_ids(message)
             if calls and last:
-                fixed.append({"role": "user", "content": [_missing_result(c) for c in calls]})
+                fixed.append(_Turn("user", [_missing_result(c) for c in calls]))
     if not fixed:
-        fixed.append({"role": "user", "content": [{"type": "text", "text": "(continue)"}]})
+        fixed.append(_Turn("user", [{"type": "text", "text": "(continue)"}]))
     return fixed
 
 
-def _missing_result(call_id: str) -> dict[str, Any]:
+def _call_ids(turn: _Turn) -> list[str]:
+    return [b["id"] for b in turn.content if b["type"] == "tool_use"]
+
+
+def _missing_result(call_id: str) -> ToolResultBlockParam:
     return {
         "type": "tool_result",
         "tool_use_id": call_id,
@@ -340,7 +398,7 @@ def _missing_result(call_id: str) -> dict[str, Any]:
     }
 
 
-def _stray_result(block: dict[str, Any]) -> dict[str, Any]:
+def _stray_result(block: ToolResultBlockParam) -> TextBlockParam:
     content = block.get("content", "")
     return {"type": "text", "text": f"[tool result for {block.get('tool_use_id')}]\n{content}"}
 
