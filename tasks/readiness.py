@@ -25,7 +25,8 @@ def gpus() -> tuple[tuple[str, float], ...]:
         for i in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(i)
             name = pynvml.nvmlDeviceGetName(handle)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle).total / 1e9
+            # A ctypes field: pynvml's inferred type is str | bytes, the value an int.
+            memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) / 1e9
             out.append((name.decode() if isinstance(name, bytes) else str(name), memory))
         return tuple(out)
     except Exception:

@@ -39,6 +39,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +110,7 @@ class LmEvalEvaluator(Evaluator):
         if _context_length(artifact) > cap:
             model_args["max_length"] = cap
         import lm_eval
+        from lm_eval.evaluator import simple_evaluate
         from lm_eval.tasks import TaskManager
 
         if include is not None:
@@ -128,7 +130,7 @@ class LmEvalEvaluator(Evaluator):
 
         started = time.monotonic()
         try:
-            results = lm_eval.simple_evaluate(
+            results = simple_evaluate(
                 model="hf",
                 model_args=model_args,
                 tasks=list(settings["tasks"]),
@@ -147,10 +149,11 @@ class LmEvalEvaluator(Evaluator):
             return EvalOutcome(
                 ok=False, error=f"lm-eval could not evaluate the submission: {_brief(exc)}"
             )
-        if not results:
+        if not results or "results" not in results:
             return EvalOutcome(ok=False, error="lm-eval returned no results")
+        task_results = results["results"]
 
-        metrics = flatten_metrics(results["results"])
+        metrics = flatten_metrics(task_results)
         details: dict[str, object] = {
             "lm_eval_version": getattr(lm_eval, "__version__", "unknown"),
             "transformers_version": transformers.__version__,
@@ -158,7 +161,7 @@ class LmEvalEvaluator(Evaluator):
             "device": device,
             "dtype": model_args["dtype"],
             "tasks": list(settings["tasks"]),
-            "results": {task: _plain(values) for task, values in results["results"].items()},
+            "results": {task: _plain(values) for task, values in task_results.items()},
             "n_samples": _plain(results.get("n-samples", {})),
             "max_length": _plain(results.get("max_length")),
             "seconds": round(time.monotonic() - started, 1),
@@ -413,7 +416,7 @@ def _absolute(files: Any, base: Path) -> Any:
     return files
 
 
-def flatten_metrics(results: dict[str, dict[str, Any]]) -> dict[str, float]:
+def flatten_metrics(results: Mapping[str, Mapping[str, object]]) -> dict[str, float]:
     """{"task/metric": value} for every finite numeric metric; stderr entries are left out.
 
     lm-eval keys metrics as "metric,filter"; the filter is dropped when it is "none".
