@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.events import GpuSample, ResourceSample
+from mlra.tools.sandbox.base import Sandbox, SandboxUsage
 
 
 def directory_size(root: Path) -> int:
@@ -77,11 +78,21 @@ class GpuMonitor:
 
 
 class ResourceMonitor:
-    def __init__(self, workspace: Path, *, disk_every_s: float = 5.0) -> None:
+    """Samples the host, seen through the run's sandbox where that has figures of its
+    own (a container's CPU share, memory limit and GPUs): pass it as `sandbox`."""
+
+    def __init__(
+        self,
+        workspace: Path,
+        *,
+        disk_every_s: float = 5.0,
+        sandbox: Sandbox | None = None,
+    ) -> None:
         import psutil
 
         self._psutil = psutil
         self.workspace = workspace
+        self.sandbox = sandbox
         self.gpus = GpuMonitor()
         self._disk_every = disk_every_s
         self._disk_at = 0.0
@@ -102,24 +113,22 @@ class ResourceMonitor:
             gpus=self.gpus.sample(),
             gpu_error=self.gpus.error,
         )
-        return _container_view(sample, self.workspace, mem.total / 2**20)
+        usage = self.sandbox.usage() if self.sandbox is not None else None
+        if usage is None:
+            return sample
+        return sandbox_view(sample, usage, mem.total / 2**20)
 
 
-def _container_view(sample: ResourceSample, workspace: Path, host_mem_mb: float) -> ResourceSample:
-    """With a Docker sandbox, what the container has: its own CPU and memory use (Docker
-    stats; CPU as a share of the CPUs it may use) and only the GPUs it was given."""
-    from mlra.tools.sandbox.docker_sandbox import active_sandbox
-
-    sandbox = active_sandbox(workspace)
-    if sandbox is None:
-        return sample
-    usage = sandbox.usage()
-    if usage is not None:
-        cpus = sandbox.spec.cpus or os.cpu_count() or 1
+def sandbox_view(sample: ResourceSample, usage: SandboxUsage, host_mem_mb: float) -> ResourceSample:
+    """What the sandbox has: its own CPU and memory use (CPU as a share of the CPUs it
+    may use) and only the GPUs it was given."""
+    if usage.cpu_percent is not None:
+        cpus = usage.cpus or os.cpu_count() or 1
         sample.cpu_percent = round(min(usage.cpu_percent / cpus, 100.0), 1)
+    if usage.mem_used_mb is not None:
         sample.ram_used_mb = round(usage.mem_used_mb, 1)
         sample.ram_total_mb = round(min(usage.mem_limit_mb or host_mem_mb, host_mem_mb), 1)
-    ids = sandbox.gpu_ids
+    ids = usage.gpu_ids
     if ids is not None:
         sample.gpus = [g for g in sample.gpus if str(g.index) in ids]
         if not ids and sample.gpu_error is None:

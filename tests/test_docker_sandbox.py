@@ -342,7 +342,7 @@ async def test_a_paused_command_does_not_use_up_its_time_out(tmp_path: Path, cli
         )
         await running.wait()
         sandbox.suspend_commands()
-        await sandbox._signals
+        await sandbox._signals.settle()
         states = await sandbox.exec(
             ["sh", "-c", "grep -h -A2 '^Name:.*sleep' /proc/[0-9]*/status"], timeout=20
         )

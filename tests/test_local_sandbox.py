@@ -21,7 +21,8 @@ import pytest
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec, Stream
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.env import sandbox_env
-from mlra.tools.sandbox.local import BoundedOutput, IsolationUnavailable, LocalSandbox
+from mlra.tools.sandbox.local import IsolationUnavailable, LocalSandbox
+from mlra.tools.sandbox.output import BoundedOutput
 
 BWRAP_PROBLEM = isolation_problem()
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")

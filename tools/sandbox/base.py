@@ -41,6 +41,23 @@ class ExecResult:
 
 
 @dataclass
+class SandboxUsage:
+    """What a sandbox's commands use, where that differs from the host's figures (a
+    container has its own CPU share, memory limit and GPUs); read by the Resources pane."""
+
+    cpu_percent: float | None
+    """Of one CPU, as `docker stats` and psutil per process count it (200 = two CPUs
+    busy); None where it could not be read this time."""
+    cpus: float | None
+    """How many CPUs the commands may use; None for all of the host's."""
+    mem_used_mb: float | None
+    mem_limit_mb: float | None
+    """None for no limit of the sandbox's own (the host's memory is the limit)."""
+    gpu_ids: list[str] | None
+    """The host GPUs the commands can use: None for all, [] for none."""
+
+
+@dataclass
 class FileInfo:
     path: str
     """Relative to the workspace, with '/' separators."""
@@ -104,6 +121,11 @@ class Sandbox(abc.ABC):
         daemon, a background job) must not be able to change the artifact after the
         copy that is graded has been taken.
         """
+
+    def usage(self) -> SandboxUsage | None:
+        """What the commands use now, if the sandbox can tell it apart from the host's
+        (None: the host's own figures are the sandbox's). Cheap, and never raises."""
+        return None
 
     def suspend_commands(self) -> None:
         """Stop running commands where they are (the run is paused); time-outs stop too."""

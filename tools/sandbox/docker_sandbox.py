@@ -7,9 +7,9 @@ given, and an environment built from nothing (no API keys). Files are read and
 written host-side through the bind mount, so the tools and the Files pane work
 as with the local sandbox.
 
-Each command runs in its own session inside the container, under a small shell
-wrapper that records the session's id; a time-out, a cancellation or the
-command's own end kills that whole process group, as the local sandbox does.
+This module holds the container's life cycle; the checks before a run and the
+removal of leftovers are in docker_preflight.py, each command's exec and its
+signals in docker_exec.py, and the container's stats in docker_stats.py.
 Containers carry the run id and the owning process in labels, are removed when
 the run ends, and a later start removes those whose owner died without doing it.
 """
@@ -17,19 +17,12 @@ the run ends, and a later start removes those whose owner died without doing it.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
-import io
 import logging
 import os
 import secrets
-import shutil
-import socket
-import tarfile
-import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,180 +33,54 @@ from mlra.tools.sandbox.base import (
     Sandbox,
     SandboxError,
     SandboxSpec,
+    SandboxUsage,
 )
+from mlra.tools.sandbox.docker_exec import (
+    CONTROL_DIR,
+    KILL_WAIT_S,
+    WRAPPER,
+    DockerExec,
+    SessionSignals,
+)
+from mlra.tools.sandbox.docker_preflight import (
+    DEFAULT_IMAGE,
+    LABEL_OWNER,
+    LABEL_RUN,
+    DockerUnavailable,
+    docker_client,
+    missing_image,
+    no_gpu_runtime,
+    owner_label,
+    preflight,
+    remove_leftover_containers,
+    short_error,
+)
+from mlra.tools.sandbox.docker_stats import StatsReader
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
     is_secret_name,
     refused_env_names,
     sandbox_env,
 )
-from mlra.tools.sandbox.local import (
-    OUTPUT_HEAD_CHARS,
-    OUTPUT_TAIL_CHARS,
-    PIPE_DRAIN_GRACE_S,
-    BoundedOutput,
-    _finish_despite_cancel,
-)
+from mlra.tools.sandbox.output import OutputSink
+from mlra.tools.sandbox.runner import finish_despite_cancel
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_PIDS_LIMIT",
+    "DockerSandbox",
+    "DockerUnavailable",
+    "docker_client",
+    "preflight",
+    "remove_leftover_containers",
+]
 
 logger = logging.getLogger(__name__)
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_HOME = "/tmp/home"
-CONTROL_DIR = "/tmp/.mlra"
-"""Where the wrapper keeps each command's session id and stdin, inside the container."""
-DEFAULT_IMAGE = "mlra:latest"
-"""What `mlra image build` tags."""
 DEFAULT_PIDS_LIMIT = 8192
 FALLBACK_UID = 1000
-LABEL_RUN = "mlra.run"
-LABEL_OWNER = "mlra.owner"
-"""host/pid/start-time of the mlra process that made the container."""
-KILL_WAIT_S = 5.0
-
-_WRAPPER = r"""
-d=/tmp/.mlra; t=$1; shift
-if [ -f "$d/$t.in" ]; then exec 3<"$d/$t.in"; else exec 3</dev/null; fi
-setsid "$@" <&3 3<&- &
-pid=$!
-echo "$pid" > "$d/$t.pid"
-exec 3<&-
-wait "$pid"; rc=$?
-kill -KILL -"$pid" 2>/dev/null
-rm -f "$d/$t.pid" "$d/$t.in"
-exit "$rc"
-"""
-"""Runs the command in a new session (an asynchronous list of a non-interactive
-shell is not a group leader, so `setsid` needs no fork and `$!` is the session's
-id) and kills what it left behind once it ends."""
-
-_KILL = r"""
-f=/tmp/.mlra/$1.pid; i=0
-while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-[ -s "$f" ] && kill -"$2" -"$(cat "$f")" 2>/dev/null
-exit 0
-"""
-
-
-class DockerUnavailable(SandboxError):
-    """The engine, the image or the GPU runtime is missing; the message says what to do."""
-
-
-def docker_client(timeout: float = 30.0) -> Any:
-    """A client for the engine DOCKER_HOST names (or the default socket), checked with a ping."""
-    try:
-        import docker
-    except ImportError:
-        raise DockerUnavailable(
-            "the docker Python package is not installed (pip install docker)"
-        ) from None
-    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
-    try:
-        client = docker.from_env(timeout=int(timeout))
-        client.ping()
-    except Exception as exc:
-        raise DockerUnavailable(
-            f"cannot reach the Docker engine at {host} ({_short(exc)}); start it "
-            "(e.g. `systemctl start docker`), set DOCKER_HOST, or use --sandbox local"
-        ) from None
-    return client
-
-
-def _short(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    line = text[-1] if text else type(exc).__name__
-    return line if len(line) < 300 else line[:300] + "..."
-
-
-def _missing_image(image: str) -> DockerUnavailable:
-    hint = (
-        "build it with `mlra image build`"
-        if image == DEFAULT_IMAGE
-        else f"build or pull it (docker pull {image})"
-    )
-    return DockerUnavailable(f"the Docker image {image} is not on this engine; {hint}")
-
-
-def preflight(image: str, gpus: str | None) -> None:
-    """Check, before a run folder is made, what would otherwise fail at the sandbox's
-    start: the engine, the image, and a GPU runtime when GPUs are asked for."""
-    import docker
-
-    client = docker_client()
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        raise _missing_image(image) from None
-    if (gpus or "none").strip().lower() not in ("none", ""):
-        runtimes = (client.info().get("Runtimes") or {}).keys()
-        if "nvidia" not in runtimes and not shutil.which("nvidia-container-runtime-hook"):
-            raise DockerUnavailable(
-                f"GPUs were asked for (--gpus {gpus}) but the Docker engine has no GPU runtime; "
-                "install the NVIDIA Container Toolkit and run "
-                "`nvidia-ctk runtime configure --runtime=docker`, then restart Docker; "
-                "or run with --gpus none"
-            )
-
-
-# --- owners and leftovers -----------------------------------------------------------------
-
-
-def _owner_label() -> str:
-    import psutil
-
-    pid = os.getpid()
-    return f"{socket.gethostname()}/{pid}/{psutil.Process(pid).create_time():.2f}"
-
-
-def _owner_alive(label: str) -> bool:
-    """Whether the process that made a container still runs (containers of other hosts
-    sharing the engine are assumed alive: their owners cannot be checked from here)."""
-    import psutil
-
-    host, _, rest = label.partition("/")
-    pid_text, _, started = rest.partition("/")
-    if host != socket.gethostname():
-        return True
-    try:
-        proc = psutil.Process(int(pid_text))
-        return f"{proc.create_time():.2f}" == started
-    except (ValueError, psutil.Error):
-        return False
-
-
-def remove_leftover_containers(client: Any | None = None) -> list[str]:
-    """Remove the containers of runs whose mlra process died without removing them
-    (a killed console, a crash); returns the run ids they belonged to."""
-    client = client if client is not None else docker_client()
-    removed = []
-    for container in client.containers.list(all=True, filters={"label": LABEL_RUN}):
-        labels = container.labels or {}
-        if _owner_alive(labels.get(LABEL_OWNER, "")):
-            continue
-        with contextlib.suppress(Exception):
-            container.remove(force=True)
-            removed.append(labels.get(LABEL_RUN, container.name))
-    return removed
-
-
-# --- what the Resources pane reads ------------------------------------------------------------
-
-_ACTIVE: dict[Path, DockerSandbox] = {}
-"""Started Docker sandboxes by workspace, so the resource monitor finds its container."""
-
-
-def active_sandbox(workspace: Path) -> DockerSandbox | None:
-    return _ACTIVE.get(workspace.resolve())
-
-
-@dataclass
-class ContainerUsage:
-    cpu_percent: float
-    """Of one CPU, as `docker stats` and psutil per process count it (200 = two CPUs busy)."""
-    mem_used_mb: float
-    mem_limit_mb: float
-
-
-# --- the sandbox ----------------------------------------------------------------------------
 
 
 class DockerSandbox(Sandbox):
@@ -240,10 +107,10 @@ class DockerSandbox(Sandbox):
         self.uid, self.gid = self._user(uid)
         self._path = os.pathsep.join(STANDARD_PATH)
         self._start_lock = asyncio.Lock()
-        self._running: set[_Exec] = set()
+        self._running: set[DockerExec] = set()
         self._paused = False
-        self._signals: asyncio.Task[None] | None = None
-        self._stats_prev: tuple[float, float] | None = None
+        self._signals = SessionSignals(lambda: self.container, f"{self.uid}:{self.gid}")
+        self._stats = StatsReader()
 
     @property
     def workdir(self) -> str:
@@ -288,12 +155,10 @@ class DockerSandbox(Sandbox):
         async with self._start_lock:
             if self.container is not None:
                 return []
-            notices = await asyncio.to_thread(self._start)
-            _ACTIVE[self.workspace] = self
-            return notices
+            return await asyncio.to_thread(self._start)
 
     def _start(self) -> list[str]:
-        import docker
+        import docker.errors
 
         notices: list[str] = []
         self.client = docker_client()
@@ -306,7 +171,7 @@ class DockerSandbox(Sandbox):
         try:
             image = self.client.images.get(self.image)
         except docker.errors.ImageNotFound:
-            raise _missing_image(self.image) from None
+            raise missing_image(self.image) from None
         for entry in (image.attrs.get("Config") or {}).get("Env") or []:
             if entry.startswith("PATH="):
                 self._path = entry[len("PATH=") :]
@@ -330,7 +195,7 @@ class DockerSandbox(Sandbox):
         return notices
 
     def _container_args(self) -> dict[str, Any]:
-        import docker
+        import docker.types
 
         volumes = {str(self.workspace): {"bind": INSIDE_WORKDIR, "mode": "rw"}}
         for shown in self.spec.read_only:
@@ -344,7 +209,7 @@ class DockerSandbox(Sandbox):
             "init": True,
             "name": f"mlra-{self.run_id}-{secrets.token_hex(2)}",
             "hostname": "sandbox",
-            "labels": {LABEL_RUN: self.run_id, LABEL_OWNER: _owner_label()},
+            "labels": {LABEL_RUN: self.run_id, LABEL_OWNER: owner_label()},
             "user": f"{self.uid}:{self.gid}",
             "working_dir": INSIDE_WORKDIR,
             "volumes": volumes,
@@ -369,14 +234,9 @@ class DockerSandbox(Sandbox):
         return args
 
     def _explain(self, exc: Exception) -> SandboxError:
-        text = _short(exc)
+        text = short_error(exc)
         if "device driver" in text or "nvidia" in text.lower():
-            return DockerUnavailable(
-                f"GPUs were asked for (--gpus {self.spec.gpus}) but the Docker engine has no GPU "
-                f"runtime ({text}); install the NVIDIA Container Toolkit and run "
-                "`nvidia-ctk runtime configure --runtime=docker`, then restart Docker; "
-                "or run with --gpus none"
-            )
+            return no_gpu_runtime(self.spec.gpus, text)
         return SandboxError(f"the container could not be started: {text}")
 
     def _own_workspace(self) -> None:
@@ -400,10 +260,7 @@ class DockerSandbox(Sandbox):
             with contextlib.suppress(Exception):
                 await running.kill()
         self._running.clear()
-        if self._signals is not None:
-            with contextlib.suppress(BaseException):
-                await self._signals
-        _ACTIVE.pop(self.workspace, None)
+        await self._signals.settle()
         if self.container is not None:
             await asyncio.to_thread(self._remove)
 
@@ -430,11 +287,15 @@ class DockerSandbox(Sandbox):
         except Exception as exc:
             # Already stopped (409 "is not running") is what was wanted.
             if "not running" not in str(exc):
-                raise SandboxError(f"the container could not be stopped: {_short(exc)}") from None
+                raise SandboxError(
+                    f"the container could not be stopped: {short_error(exc)}"
+                ) from None
         try:
             container.wait(timeout=KILL_WAIT_S * 6)
         except Exception as exc:
-            raise SandboxError(f"the container did not stop after SIGKILL: {_short(exc)}") from None
+            raise SandboxError(
+                f"the container did not stop after SIGKILL: {short_error(exc)}"
+            ) from None
 
     def _remove(self) -> None:
         container, self.container = self.container, None
@@ -447,45 +308,20 @@ class DockerSandbox(Sandbox):
                 logger.warning("could not remove container %s: %s", container.name, exc)
 
     def suspend_commands(self) -> None:
-        """SIGSTOP each running command's session, as the local sandbox does.
-
-        Not `docker pause`: an exec that starts while the container is frozen hangs
-        the engine (runc waits on the frozen cgroup), and one may be starting now.
-        """
+        """SIGSTOP each running command's session, as the local sandbox does (see
+        docker_exec.py for why not `docker pause`)."""
         if self._paused or self.container is None:
             return
         self._paused = True
         for running in list(self._running):
             running.suspend()
-            self._chain_signal(running.token, "STOP")
 
     def resume_commands(self) -> None:
         if not self._paused:
             return
         self._paused = False
         for running in list(self._running):
-            self._chain_signal(running.token, "CONT")
             running.resume()
-
-    def _chain_signal(self, token: str, sig: str) -> None:
-        """Send a signal in the background, after those sent before (a resume must
-        not overtake its pause)."""
-        previous = self._signals
-
-        async def send() -> None:
-            if previous is not None:
-                with contextlib.suppress(BaseException):
-                    await previous
-            await asyncio.to_thread(self._signal_blocking, token, sig)
-
-        self._signals = asyncio.get_running_loop().create_task(send())
-
-    def _signal_blocking(self, token: str, sig: str) -> None:
-        container = self.container
-        if container is None:
-            return
-        with contextlib.suppress(Exception):
-            container.exec_run(["sh", "-c", _KILL, "sh", token, sig], user=f"{self.uid}:{self.gid}")
 
     # --- files --------------------------------------------------------------------------
     # Read and written host-side through the bind mount; what mlra writes as root is
@@ -541,40 +377,38 @@ class DockerSandbox(Sandbox):
         rel = self._folder(cwd or ".")
         inside_cwd = INSIDE_WORKDIR if rel == "." else f"{INSIDE_WORKDIR}/{rel}"
         token = secrets.token_hex(8)
-        output = BoundedOutput(OUTPUT_HEAD_CHARS, OUTPUT_TAIL_CHARS)
+        sink = OutputSink(on_output)
         started = time.monotonic()
-        running = _Exec(self, token, asyncio.get_running_loop(), output, on_output)
+        running = DockerExec(
+            client=self.client,
+            container=self.container,
+            uid=self.uid,
+            gid=self.gid,
+            token=token,
+            sink=sink,
+            signals=self._signals,
+        )
         self._running.add(running)
-        timed_out = False
         try:
-            await asyncio.to_thread(
-                running.begin,
-                ["sh", "-c", _WRAPPER, "sh", token, *command],
-                inside_cwd,
-                self._env(inside_cwd, env),
-                stdin,
-            )
-            timed_out = await running.wait(timeout, started)
-            if timed_out:
-                await running.kill()
             try:
-                await asyncio.wait_for(asyncio.shield(running.finished), PIPE_DRAIN_GRACE_S)
-            except TimeoutError:
-                output.add(
-                    "\n[a process that left the command's process group still holds its "
-                    "output open; it was not read further]\n"
+                await asyncio.to_thread(
+                    running.begin,
+                    ["sh", "-c", WRAPPER, "sh", token, *command],
+                    inside_cwd,
+                    self._env(inside_cwd, env),
+                    stdin,
                 )
+            except BaseException:
+                await finish_despite_cancel(running.kill())
                 running.abandon()
+                raise
+            timed_out = await running.see_through(timeout, started)
             exit_code = await asyncio.to_thread(running.exit_code)
-        except BaseException:
-            await _finish_despite_cancel(running.kill())
-            running.abandon()
-            raise
         finally:
             self._running.discard(running)
         return ExecResult(
             exit_code=exit_code,
-            output=output.text(),
+            output=sink.text(),
             duration_s=round(time.monotonic() - started, 3),
             timed_out=timed_out,
             killed=timed_out,
@@ -582,179 +416,17 @@ class DockerSandbox(Sandbox):
 
     # --- resources ----------------------------------------------------------------------
 
-    def usage(self) -> ContainerUsage | None:
-        """The container's CPU and memory use now (one cheap, non-blocking stats call)."""
+    def usage(self) -> SandboxUsage | None:
+        """The container's own CPU and memory use (one cheap, non-blocking stats call)
+        and the GPUs it was given."""
         container = self.container
         if container is None:
             return None
-        try:
-            stats = container.stats(stream=False, one_shot=True)
-        except Exception:
-            return None
-        cpu = stats.get("cpu_stats") or {}
-        total = float((cpu.get("cpu_usage") or {}).get("total_usage") or 0)
-        now = time.monotonic()
-        percent = 0.0
-        if self._stats_prev is not None:
-            prev_total, prev_at = self._stats_prev
-            if now > prev_at:
-                percent = max(0.0, (total - prev_total) / 1e9 / (now - prev_at) * 100)
-        self._stats_prev = (total, now)
-        mem = stats.get("memory_stats") or {}
-        used = float(mem.get("usage") or 0)
-        detail = mem.get("stats") or {}
-        # What `docker stats` shows: page cache that can be dropped does not count.
-        used -= float(detail.get("inactive_file", detail.get("total_inactive_file", 0)) or 0)
-        limit = float(mem.get("limit") or 0)
-        return ContainerUsage(
-            cpu_percent=round(percent, 1),
-            mem_used_mb=max(used, 0.0) / 2**20,
-            mem_limit_mb=limit / 2**20,
+        stats = self._stats.read(container)
+        return SandboxUsage(
+            cpu_percent=None if stats is None else stats.cpu_percent,
+            cpus=self.spec.cpus,
+            mem_used_mb=None if stats is None else stats.mem_used_mb,
+            mem_limit_mb=None if stats is None else stats.mem_limit_mb or None,
+            gpu_ids=self.gpu_ids,
         )
-
-
-class _Exec:
-    """One command in the container: the exec, its output reader thread and its session."""
-
-    def __init__(
-        self,
-        sandbox: DockerSandbox,
-        token: str,
-        loop: asyncio.AbstractEventLoop,
-        output: BoundedOutput,
-        on_output: OutputCallback | None,
-    ) -> None:
-        self.sandbox = sandbox
-        self.token = token
-        self.loop = loop
-        self.output = output
-        self.on_output = on_output
-        self.exec_id: str | None = None
-        self.stream: Any = None
-        self.finished: asyncio.Future[None] = loop.create_future()
-        self._decoders = {
-            name: codecs.getincrementaldecoder("utf-8")(errors="replace")
-            for name in ("stdout", "stderr")
-        }
-        self._killed = False
-        self.failed = False
-        self._suspended_at: float | None = None
-        self._suspended_s = 0.0
-        self._resumed = asyncio.Event()
-        self._resumed.set()
-
-    def begin(self, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None) -> None:
-        """Create and start the exec (blocking; run in a thread) and start its reader."""
-        api = self.sandbox.client.api
-        container = self.sandbox.container
-        user = f"{self.sandbox.uid}:{self.sandbox.gid}"
-        if stdin is not None:
-            info = tarfile.TarInfo(f"{self.token}.in")
-            info.size, info.mode = len(stdin), 0o600
-            info.uid, info.gid = self.sandbox.uid, self.sandbox.gid
-            buf = io.BytesIO()
-            with tarfile.open(fileobj=buf, mode="w") as tar:
-                tar.addfile(info, io.BytesIO(stdin))
-        try:
-            if stdin is not None:
-                container.put_archive(CONTROL_DIR, buf.getvalue())
-            self.exec_id = api.exec_create(
-                container.id, argv, stdout=True, stderr=True, stdin=False, tty=False,
-                environment=env, workdir=cwd, user=user,
-            )["Id"]  # fmt: skip
-            self.stream = api.exec_start(self.exec_id, stream=True, demux=True)
-        except Exception as exc:
-            self.failed = True
-            raise SandboxError(f"cannot run the command in the container: {_short(exc)}") from None
-        threading.Thread(target=self._read, name=f"docker-exec-{self.token}", daemon=True).start()
-
-    def _read(self) -> None:
-        try:
-            for out, err in self.stream:
-                if out:
-                    self.loop.call_soon_threadsafe(self._emit, "stdout", out, False)
-                if err:
-                    self.loop.call_soon_threadsafe(self._emit, "stderr", err, False)
-        except Exception:
-            pass  # the stream was closed under us (abandon) or the engine went away
-        finally:
-            with contextlib.suppress(RuntimeError):  # the loop is closed
-                self.loop.call_soon_threadsafe(self._done)
-
-    def _emit(self, stream: str, data: bytes, final: bool) -> None:
-        text = self._decoders[stream].decode(data, final=final)
-        if not text:
-            return
-        self.output.add(text)
-        if self.on_output is not None:
-            try:
-                self.on_output(stream, text)  # type: ignore[arg-type]
-            except Exception:
-                logger.exception("an output callback raised; its output is no longer streamed")
-                self.on_output = None
-
-    def _done(self) -> None:
-        for name in ("stdout", "stderr"):
-            self._emit(name, b"", True)
-        if not self.finished.done():
-            self.finished.set_result(None)
-
-    def exit_code(self) -> int | None:
-        if self.exec_id is None:
-            return None
-        try:
-            info = self.sandbox.client.api.exec_inspect(self.exec_id)
-        except Exception:
-            return None
-        return None if info.get("Running") else info.get("ExitCode")
-
-    def suspend(self) -> None:
-        if self._suspended_at is None:
-            self._suspended_at = time.monotonic()
-            self._resumed.clear()
-
-    def resume(self) -> None:
-        if self._suspended_at is not None:
-            self._suspended_s += time.monotonic() - self._suspended_at
-            self._suspended_at = None
-            self._resumed.set()
-
-    async def wait(self, timeout: float, started: float) -> bool:
-        """Wait for the command's end; True if it ran out of time first (paused time
-        does not count)."""
-        while not self.finished.done():
-            if self._suspended_at is not None:
-                resumed = asyncio.ensure_future(self._resumed.wait())
-                try:
-                    await asyncio.wait(
-                        [self.finished, resumed], return_when=asyncio.FIRST_COMPLETED
-                    )
-                finally:
-                    resumed.cancel()
-                continue
-            left = timeout - (time.monotonic() - started - self._suspended_s)
-            if left <= 0:
-                return True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(self.finished), timeout=left)
-        return False
-
-    async def kill(self) -> None:
-        """SIGKILL the command's session inside the container and wait for the exec's end."""
-        # Also before the exec is known: it may be starting in a thread right now, and
-        # the kill script waits a moment for its session id.
-        if self._killed or self.failed or self.finished.done():
-            return
-        self._killed = True
-        await asyncio.to_thread(self._kill_blocking)
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(self.finished), KILL_WAIT_S)
-
-    def _kill_blocking(self) -> None:
-        self.sandbox._signal_blocking(self.token, "KILL")
-
-    def abandon(self) -> None:
-        """Stop reading (the reader thread ends when its socket is shut)."""
-        if self.stream is not None:
-            with contextlib.suppress(Exception):
-                self.stream.close()

@@ -24,7 +24,7 @@ def default_dockerfile() -> Path:
 def build_image(
     tag: str, *, dockerfile: Path | None = None, echo: Callable[[str], None] = print
 ) -> None:
-    from mlra.tools.sandbox.docker_sandbox import DockerUnavailable, docker_client
+    from mlra.tools.sandbox.docker_preflight import DockerUnavailable, docker_client
 
     path = (dockerfile or default_dockerfile()).resolve()
     if not path.is_file():

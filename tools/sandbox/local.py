@@ -16,9 +16,7 @@ run leaves no training job holding the GPU.
 from __future__ import annotations
 
 import asyncio
-import codecs
 import contextlib
-import logging
 import os
 import secrets
 import shutil
@@ -26,10 +24,9 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Literal
 
 from mlra.events import LimitsInForce
 from mlra.tools.sandbox import bwrap as bw
@@ -42,19 +39,12 @@ from mlra.tools.sandbox.base import (
 )
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
 from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits
-
-logger = logging.getLogger(__name__)
+from mlra.tools.sandbox.output import OutputSink
+from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel
 
 IsolationMode = Literal["auto", "bwrap", "none"]
-T = TypeVar("T")
 
 INSIDE_WORKDIR = bw.INSIDE_WORKDIR
-OUTPUT_HEAD_CHARS = 256 * 1024
-OUTPUT_TAIL_CHARS = 256 * 1024
-READ_CHUNK = 64 * 1024
-PIPE_DRAIN_GRACE_S = 2.0
-"""How long output is still read after the command's process group is dead: only
-a process that left the group (setsid) can keep the pipes open past that."""
 GROUP_DEATH_WAIT_S = 5.0
 MARKER_VAR = "MLRA_SANDBOX"
 """Set in every unconfined command's environment, so the processes a run left
@@ -176,7 +166,7 @@ class LocalSandbox(Sandbox):
 
     async def stop_processes(self) -> None:
         for running in list(self._running):
-            await _finish_despite_cancel(running.kill())
+            await finish_despite_cancel(running.kill())
         self._running.clear()
         # Daemons that left their command's session: the cgroup holds them all; an
         # unconfined run without one finds them by the marker in their environment.
@@ -260,11 +250,11 @@ class LocalSandbox(Sandbox):
         a background process that inherited them would keep it waiting.
         """
         loop = asyncio.get_running_loop()
-        output = BoundedOutput(OUTPUT_HEAD_CHARS, OUTPUT_TAIL_CHARS)
+        sink = OutputSink(on_output)
         started = time.monotonic()
         try:
             transport, protocol = await loop.subprocess_exec(
-                lambda: _CommandProtocol(loop, output, on_output),
+                lambda: _CommandProtocol(loop, sink),
                 *argv,
                 stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE,
@@ -278,36 +268,25 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"command not found: {argv[0]}") from None
         except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
             raise SandboxError(f"cannot run {argv[0]}: {exc}") from None
-        running = _Running(transport, protocol)
+        running = _Running(transport, protocol, sink)
         self._running.add(running)
-        timed_out = False
         try:
             if stdin is not None:
-                pipe = transport.get_pipe_transport(0)
-                if pipe is not None:
-                    pipe.write(stdin)
-                    pipe.close()  # after the buffered data is written: the command sees EOF
-            timed_out = await running.wait(timeout, started)
-            # Whatever the command left running in the background ends with it.
-            await running.kill()
-            try:
-                await asyncio.wait_for(
-                    asyncio.shield(protocol.pipes_closed), timeout=PIPE_DRAIN_GRACE_S
-                )
-            except TimeoutError:
-                output.add(
-                    "\n[a process that left the command's process group still holds its "
-                    "output open; it was not read further]\n"
-                )
-        except BaseException:
-            await _finish_despite_cancel(running.kill())
-            raise
+                try:
+                    pipe = transport.get_pipe_transport(0)
+                    if isinstance(pipe, asyncio.WriteTransport):
+                        pipe.write(stdin)
+                        pipe.close()  # after the buffered data is written: the command sees EOF
+                except BaseException:
+                    await finish_despite_cancel(running.kill())
+                    raise
+            timed_out = await running.see_through(timeout, started)
         finally:
             transport.close()
             self._running.discard(running)
         return ExecResult(
             exit_code=transport.get_returncode(),
-            output=output.text(),
+            output=sink.text(),
             duration_s=round(time.monotonic() - started, 3),
             timed_out=timed_out,
             killed=timed_out,
@@ -387,44 +366,23 @@ _UNCONFINED = (
 
 
 class _CommandProtocol(asyncio.SubprocessProtocol):
-    """Decodes each pipe incrementally as data arrives, so a UTF-8 character split
-    across two reads is never garbled, and passes the text on at once."""
+    """Passes each pipe's data on as it arrives and says when the process exited
+    and when both pipes closed (a background process may hold them longer)."""
 
-    def __init__(
-        self,
-        loop: asyncio.AbstractEventLoop,
-        output: BoundedOutput,
-        on_output: OutputCallback | None,
-    ) -> None:
-        self.output = output
-        self.on_output = on_output
+    def __init__(self, loop: asyncio.AbstractEventLoop, sink: OutputSink) -> None:
+        self.sink = sink
         self.exited: asyncio.Future[None] = loop.create_future()
         self.pipes_closed: asyncio.Future[None] = loop.create_future()
-        self._decoders = {
-            fd: codecs.getincrementaldecoder("utf-8")(errors="replace") for fd in (1, 2)
-        }
         self._open = {1, 2}
 
-    def _emit(self, fd: int, text: str) -> None:
-        if not text:
-            return
-        self.output.add(text)
-        if self.on_output is not None:
-            try:
-                self.on_output("stdout" if fd == 1 else "stderr", text)
-            except Exception:
-                # A broken display must not kill the command; it just stops being fed.
-                logger.exception("an output callback raised; its output is no longer streamed")
-                self.on_output = None
-
     def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd in self._decoders:
-            self._emit(fd, self._decoders[fd].decode(data))
+        if fd in self._open:
+            self.sink.feed("stdout" if fd == 1 else "stderr", data)
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
         if fd in self._open:
             self._open.discard(fd)
-            self._emit(fd, self._decoders[fd].decode(b"", final=True))
+            self.sink.feed("stdout" if fd == 1 else "stderr", b"", final=True)
             if not self._open and not self.pipes_closed.done():
                 self.pipes_closed.set_result(None)
 
@@ -433,53 +391,27 @@ class _CommandProtocol(asyncio.SubprocessProtocol):
             self.exited.set_result(None)
 
 
-class _Running:
+class _Running(RunningCommand):
     """A command that has been started; its process group id is its pid (a new session)."""
 
-    def __init__(self, transport: asyncio.SubprocessTransport, protocol: _CommandProtocol) -> None:
+    def __init__(
+        self,
+        transport: asyncio.SubprocessTransport,
+        protocol: _CommandProtocol,
+        sink: OutputSink,
+    ) -> None:
+        super().__init__(sink, ended=protocol.exited, drained=protocol.pipes_closed)
         self.transport = transport
         self.protocol = protocol
         self.pgid = transport.get_pid()
-        self._suspended_at: float | None = None
-        self._suspended_s = 0.0
-        self._resumed = asyncio.Event()
-        self._resumed.set()
 
-    def suspend(self) -> None:
-        if self._suspended_at is None and not self.protocol.exited.done():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signal.SIGSTOP)
-            self._suspended_at = time.monotonic()
-            self._resumed.clear()
+    def _stop(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, signal.SIGSTOP)
 
-    def resume(self) -> None:
-        if self._suspended_at is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.pgid, signal.SIGCONT)
-            self._suspended_s += time.monotonic() - self._suspended_at
-            self._suspended_at = None
-            self._resumed.set()
-
-    async def wait(self, timeout: float, started: float) -> bool:
-        """Wait for the command to exit; True if it ran out of time first.
-
-        Time spent suspended (the run paused) does not count against the time-out.
-        """
-        exited = self.protocol.exited
-        while not exited.done():
-            if self._suspended_at is not None:
-                resumed = asyncio.ensure_future(self._resumed.wait())
-                try:
-                    await asyncio.wait([exited, resumed], return_when=asyncio.FIRST_COMPLETED)
-                finally:
-                    resumed.cancel()
-                continue
-            left = timeout - (time.monotonic() - started - self._suspended_s)
-            if left <= 0:
-                return True
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(exited), timeout=left)
-        return False
+    def _continue(self) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.pgid, signal.SIGCONT)
 
     async def kill(self) -> None:
         """SIGKILL the process group and every descendant, and wait until all are dead.
@@ -566,75 +498,3 @@ def _running_pid(pid: int) -> bool:
     """Whether `pid` exists and is not a zombie."""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] not in (b"Z", b"X")
-
-
-async def _finish_despite_cancel(aw: Awaitable[T]) -> T:
-    """Await cleanup to its end even if the caller is cancelled meanwhile, then re-raise.
-
-    Used where the process group must be dead before anything else happens: a
-    cancelled run that returned early would leave its training job running.
-    """
-    task = asyncio.ensure_future(aw)
-    cancelled = False
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError:
-            if task.done():
-                raise
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return result
-
-
-class BoundedOutput:
-    """Interleaved output kept to its head and tail, since a command may print gigabytes."""
-
-    def __init__(self, head_chars: int, tail_chars: int) -> None:
-        self.head_chars = head_chars
-        self.tail_chars = tail_chars
-        self._head: list[str] = []
-        self._head_len = 0
-        self._tail: deque[str] = deque()
-        self._tail_len = 0
-        self.dropped_chars = 0
-        self.dropped_lines = 0
-
-    def add(self, text: str) -> None:
-        if self._head_len < self.head_chars:
-            take = text[: self.head_chars - self._head_len]
-            self._head.append(take)
-            self._head_len += len(take)
-            text = text[len(take) :]
-        if not text:
-            return
-        self._tail.append(text)
-        self._tail_len += len(text)
-        # Drop whole chunks only; the first kept one is trimmed when the text is built.
-        while self._tail and self._tail_len - len(self._tail[0]) >= self.tail_chars:
-            gone = self._tail.popleft()
-            self._tail_len -= len(gone)
-            self.dropped_chars += len(gone)
-            self.dropped_lines += gone.count("\n")
-
-    @property
-    def cut(self) -> bool:
-        return self.dropped_chars > 0 or self._tail_len > self.tail_chars
-
-    def text(self) -> str:
-        head = "".join(self._head)
-        tail = "".join(self._tail)
-        dropped_chars, dropped_lines = self.dropped_chars, self.dropped_lines
-        excess = len(tail) - self.tail_chars
-        if excess > 0:
-            dropped_chars += excess
-            dropped_lines += tail.count("\n", 0, excess)
-            tail = tail[excess:]
-        if dropped_chars == 0:
-            return head + tail
-        return (
-            f"{head}\n[... {dropped_chars:,} characters ({dropped_lines:,} lines) of output "
-            f"cut here; only the first and last {self.tail_chars // 1024} KB are kept ...]\n{tail}"
-        )

@@ -1,0 +1,197 @@
+"""One command in a Docker container, and the signals sent to commands' sessions.
+
+Each command runs in its own session inside the container, under a small shell
+wrapper that records the session's id in a file named by a token; a time-out, a
+cancellation, a pause or the command's own end signals that whole process
+group, as the local sandbox does with its process groups. The engine's exec
+stream is read in a thread (the docker client blocks) and handed to the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import tarfile
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.docker_preflight import short_error
+from mlra.tools.sandbox.output import OutputSink
+from mlra.tools.sandbox.runner import RunningCommand
+
+CONTROL_DIR = "/tmp/.mlra"
+"""Where the wrapper keeps each command's session id and stdin, inside the container."""
+KILL_WAIT_S = 5.0
+
+WRAPPER = r"""
+d=/tmp/.mlra; t=$1; shift
+if [ -f "$d/$t.in" ]; then exec 3<"$d/$t.in"; else exec 3</dev/null; fi
+setsid "$@" <&3 3<&- &
+pid=$!
+echo "$pid" > "$d/$t.pid"
+exec 3<&-
+wait "$pid"; rc=$?
+kill -KILL -"$pid" 2>/dev/null
+rm -f "$d/$t.pid" "$d/$t.in"
+exit "$rc"
+"""
+"""Runs the command in a new session (an asynchronous list of a non-interactive
+shell is not a group leader, so `setsid` needs no fork and `$!` is the session's
+id) and kills what it left behind once it ends."""
+
+_KILL = r"""
+f=/tmp/.mlra/$1.pid; i=0
+while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+[ -s "$f" ] && kill -"$2" -"$(cat "$f")" 2>/dev/null
+exit 0
+"""
+
+
+class SessionSignals:
+    """Signals to commands' sessions, sent by a `docker exec` of a kill in the container.
+
+    Sent in order in the background: a resume must not overtake its pause, and the
+    caller (a pause key in the console) must not wait on the engine.
+    """
+
+    def __init__(self, container: Callable[[], Any], user: str) -> None:
+        self._container = container
+        self._user = user
+        self._last: asyncio.Task[None] | None = None
+
+    def send(self, token: str, sig: str) -> None:
+        previous = self._last
+
+        async def send() -> None:
+            if previous is not None:
+                with contextlib.suppress(BaseException):
+                    await previous
+            await asyncio.to_thread(self.send_blocking, token, sig)
+
+        self._last = asyncio.get_running_loop().create_task(send())
+
+    def send_blocking(self, token: str, sig: str) -> None:
+        container = self._container()
+        if container is None:
+            return
+        with contextlib.suppress(Exception):
+            container.exec_run(["sh", "-c", _KILL, "sh", token, sig], user=self._user)
+
+    async def settle(self) -> None:
+        """Wait until every signal sent so far has been delivered (or failed)."""
+        if self._last is not None:
+            with contextlib.suppress(BaseException):
+                await self._last
+
+
+class DockerExec(RunningCommand):
+    """One command in the container: the exec, its output reader thread and its session."""
+
+    def __init__(
+        self,
+        *,
+        client: Any,
+        container: Any,
+        uid: int,
+        gid: int,
+        token: str,
+        sink: OutputSink,
+        signals: SessionSignals,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        finished: asyncio.Future[None] = loop.create_future()
+        super().__init__(sink, ended=finished, drained=finished)
+        self.client = client
+        self.container = container
+        self.uid, self.gid = uid, gid
+        self.token = token
+        self.loop = loop
+        self.signals = signals
+        self.exec_id: str | None = None
+        self.stream: Any = None
+        self._killed = False
+        self.failed = False
+
+    def begin(self, argv: list[str], cwd: str, env: dict[str, str], stdin: bytes | None) -> None:
+        """Create and start the exec (blocking; run in a thread) and start its reader."""
+        try:
+            if stdin is not None:
+                self.container.put_archive(CONTROL_DIR, self._stdin_archive(stdin))
+            self.exec_id = self.client.api.exec_create(
+                self.container.id, argv, stdout=True, stderr=True, stdin=False, tty=False,
+                environment=env, workdir=cwd, user=f"{self.uid}:{self.gid}",
+            )["Id"]  # fmt: skip
+            self.stream = self.client.api.exec_start(self.exec_id, stream=True, demux=True)
+        except Exception as exc:
+            self.failed = True
+            raise SandboxError(
+                f"cannot run the command in the container: {short_error(exc)}"
+            ) from None
+        threading.Thread(target=self._read, name=f"docker-exec-{self.token}", daemon=True).start()
+
+    def _stdin_archive(self, stdin: bytes) -> bytes:
+        """The command's stdin as a file the wrapper opens: an exec's own stdin would
+        need a hijacked socket the reader thread cannot share."""
+        info = tarfile.TarInfo(f"{self.token}.in")
+        info.size, info.mode = len(stdin), 0o600
+        info.uid, info.gid = self.uid, self.gid
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w") as tar:
+            tar.addfile(info, io.BytesIO(stdin))
+        return buf.getvalue()
+
+    def _read(self) -> None:
+        try:
+            for out, err in self.stream:
+                if out:
+                    self.loop.call_soon_threadsafe(self.sink.feed, "stdout", out)
+                if err:
+                    self.loop.call_soon_threadsafe(self.sink.feed, "stderr", err)
+        except Exception:
+            pass  # the stream was closed under us (abandon) or the engine went away
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                self.loop.call_soon_threadsafe(self._done)
+
+    def _done(self) -> None:
+        self.sink.close()
+        if not self.ended.done():
+            self.ended.set_result(None)
+
+    def exit_code(self) -> int | None:
+        """The exec's exit status (blocking), None if it is unknown or still running."""
+        if self.exec_id is None:
+            return None
+        try:
+            info = self.client.api.exec_inspect(self.exec_id)
+        except Exception:
+            return None
+        return None if info.get("Running") else info.get("ExitCode")
+
+    def _stop(self) -> None:
+        # Not `docker pause`: an exec that starts while the container is frozen hangs
+        # the engine (runc waits on the frozen cgroup), and one may be starting now.
+        self.signals.send(self.token, "STOP")
+
+    def _continue(self) -> None:
+        self.signals.send(self.token, "CONT")
+
+    async def kill(self) -> None:
+        """SIGKILL the command's session inside the container and wait for the exec's end."""
+        # Also before the exec is known: it may be starting in a thread right now, and
+        # the kill script waits a moment for its session id.
+        if self._killed or self.failed or self.ended.done():
+            return
+        self._killed = True
+        await asyncio.to_thread(self.signals.send_blocking, self.token, "KILL")
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self.ended), KILL_WAIT_S)
+
+    def abandon(self) -> None:
+        """Stop reading (the reader thread ends when its socket is shut)."""
+        if self.stream is not None:
+            with contextlib.suppress(Exception):
+                self.stream.close()

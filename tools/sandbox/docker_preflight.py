@@ -1,0 +1,130 @@
+"""What must hold before a Docker run starts, and what earlier runs left behind.
+
+Checked before a run folder is made, so a missing engine, image or GPU runtime
+fails at once with what to do instead of half-way into a run; and containers
+whose mlra process died without removing them (a killed console, a crash) are
+removed by the next start, found by the labels every container carries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import socket
+from typing import Any
+
+from mlra.tools.sandbox.base import SandboxError
+
+DEFAULT_IMAGE = "mlra:latest"
+"""What `mlra image build` tags."""
+LABEL_RUN = "mlra.run"
+LABEL_OWNER = "mlra.owner"
+"""host/pid/start-time of the mlra process that made the container."""
+
+
+class DockerUnavailable(SandboxError):
+    """The engine, the image or the GPU runtime is missing; the message says what to do."""
+
+
+def docker_client(timeout: float = 30.0) -> Any:
+    """A client for the engine DOCKER_HOST names (or the default socket), checked with a ping."""
+    try:
+        import docker
+    except ImportError:
+        raise DockerUnavailable(
+            "the docker Python package is not installed (pip install docker)"
+        ) from None
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        client = docker.from_env(timeout=int(timeout))
+        client.ping()
+    except Exception as exc:
+        raise DockerUnavailable(
+            f"cannot reach the Docker engine at {host} ({short_error(exc)}); start it "
+            "(e.g. `systemctl start docker`), set DOCKER_HOST, or use --sandbox local"
+        ) from None
+    return client
+
+
+def short_error(exc: BaseException) -> str:
+    """The line of an engine error that says what went wrong, without its traceback."""
+    text = str(exc).strip().splitlines()
+    line = text[-1] if text else type(exc).__name__
+    return line if len(line) < 300 else line[:300] + "..."
+
+
+def missing_image(image: str) -> DockerUnavailable:
+    hint = (
+        "build it with `mlra image build`"
+        if image == DEFAULT_IMAGE
+        else f"build or pull it (docker pull {image})"
+    )
+    return DockerUnavailable(f"the Docker image {image} is not on this engine; {hint}")
+
+
+def no_gpu_runtime(gpus: str | None, detail: str = "") -> DockerUnavailable:
+    because = f" ({detail})" if detail else ""
+    return DockerUnavailable(
+        f"GPUs were asked for (--gpus {gpus}) but the Docker engine has no GPU runtime{because}; "
+        "install the NVIDIA Container Toolkit and run "
+        "`nvidia-ctk runtime configure --runtime=docker`, then restart Docker; "
+        "or run with --gpus none"
+    )
+
+
+def preflight(image: str, gpus: str | None) -> None:
+    """Check, before a run folder is made, what would otherwise fail at the sandbox's
+    start: the engine, the image, and a GPU runtime when GPUs are asked for."""
+    import docker.errors
+
+    client = docker_client()
+    try:
+        client.images.get(image)
+    except docker.errors.ImageNotFound:
+        raise missing_image(image) from None
+    if (gpus or "none").strip().lower() not in ("none", ""):
+        runtimes = (client.info().get("Runtimes") or {}).keys()
+        if "nvidia" not in runtimes and not shutil.which("nvidia-container-runtime-hook"):
+            raise no_gpu_runtime(gpus)
+
+
+# --- owners and leftovers -----------------------------------------------------------------
+
+
+def owner_label() -> str:
+    import psutil
+
+    pid = os.getpid()
+    return f"{socket.gethostname()}/{pid}/{psutil.Process(pid).create_time():.2f}"
+
+
+def _owner_alive(label: str) -> bool:
+    """Whether the process that made a container still runs (containers of other hosts
+    sharing the engine are assumed alive: their owners cannot be checked from here)."""
+    import psutil
+
+    host, _, rest = label.partition("/")
+    pid_text, _, started = rest.partition("/")
+    if host != socket.gethostname():
+        return True
+    try:
+        proc = psutil.Process(int(pid_text))
+        return f"{proc.create_time():.2f}" == started
+    except (ValueError, psutil.Error):
+        return False
+
+
+def remove_leftover_containers(client: Any | None = None) -> list[str]:
+    """Remove the containers of runs whose mlra process died without removing them
+    (a killed console, a crash); returns the run ids they belonged to."""
+    engine: Any = client if client is not None else docker_client()
+    removed: list[str] = []
+    for container in engine.containers.list(all=True, filters={"label": LABEL_RUN}):
+        labels = container.labels or {}
+        if _owner_alive(labels.get(LABEL_OWNER, "")):
+            continue
+        with contextlib.suppress(Exception):
+            container.remove(force=True)
+            removed.append(labels.get(LABEL_RUN, container.name))
+    return removed
