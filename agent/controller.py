@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 from mlra import __version__
 from mlra import events as ev
+from mlra.agent.catchup import INTERRUPTED, CatchUp
 from mlra.agent.clock import RunClock
 from mlra.agent.config import RunConfig
 from mlra.agent.controls import Breakpoint, Controls, Decision
@@ -36,7 +37,7 @@ from mlra.agent.providers.base import (
     ProviderError,
     ToolCallRequest,
 )
-from mlra.agent.recording import KILLED_BY_RUN_END, Recording, response_from
+from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.agent.snapshots import SnapshotStore, WorkspaceScanner
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.tasks.spec import TaskSpec
@@ -132,12 +133,9 @@ class RunController:
         self._call_counter = 0
         self._task: asyncio.Task[Any] | None = None
         self._aborted = False
-        self._recording: Recording | None = None
-        """Set while a resumed or forked run catches up with its log (agent/recording.py)."""
-        self._going_live: Callable[[], list[ev.Event]] | None = None
-        self._interrupted: list[str] = []
-        self._delivered_ahead: list[tuple[str, str]] = []
-        self._live = asyncio.Event()
+        self.catchup = CatchUp(
+            self.state, self.controls, append=self._append, sandbox_info=self._sandbox_info
+        )
         self.scanner = WorkspaceScanner(
             self.workspace,
             SnapshotStore(self.run_dir),
@@ -152,12 +150,7 @@ class RunController:
         While a resumed run catches up, the agent's events are matched against the
         recorded ones instead (the recorded twin is returned, nothing is written).
         """
-        if self._recording is not None:
-            recorded = self._recording.match(event)
-            if recorded is not None:
-                return recorded
-            self._go_live()
-        return self._append(event)
+        return self.catchup.emit(event)
 
     def _append(self, event: ev.Event) -> ev.Event:
         if self.log is None:
@@ -165,74 +158,14 @@ class RunController:
         event.t = round(self.clock.elapsed(), 3)
         return self.log.append(event)
 
-    # --- catching up with a recorded run (resume, fork) -------------------------------
-
     def catch_up(self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]) -> None:
-        """Replay `recorded` through the agent before going live (see agent/recording.py).
-
-        `going_live` makes the events that open the live part (`run_resumed`,
-        `run_forked`); it is called once, when the recording runs out.
-        """
-        self._recording = Recording(recorded, self._fold_recorded)
-        self._going_live = going_live
+        """Replay `recorded` through the agent before going live (agent/catchup.py)."""
+        self.catchup.load(recorded, going_live)
         self.scanner.load(e for e in recorded if isinstance(e, ev.WorkspaceSnapshot))
-
-    def _fold_recorded(self, event: ev.Event) -> None:
-        self.state.apply(event)
-        if isinstance(event, ev.Control):
-            if event.action == "inject" and event.target and event.text:
-                if (event.target, event.text) in self._delivered_ahead:
-                    self._delivered_ahead.remove((event.target, event.text))
-                else:
-                    self.controls.inject(event.target, event.text)
-            elif event.action == "breakpoints" and event.arguments is not None:
-                rules = event.arguments.get("rules", [])
-                self.controls.breakpoints = [Breakpoint.parse(r) for r in rules]
-
-    def _catching_up(self) -> bool:
-        """True while the agent has recorded actions ahead; goes live when it has none."""
-        if self._recording is None:
-            return False
-        if self._recording.peek_agent_event() is None:
-            self._go_live()
-            return False
-        return True
-
-    def _go_live(self, *, interrupted: str | None = None) -> None:
-        recording, self._recording = self._recording, None
-        if recording is None:
-            return
-        recording.finish()
-        if interrupted:
-            self._interrupted.append(interrupted)
-        if self._going_live is not None:
-            for event in self._going_live():
-                if isinstance(event, ev.RunResumed):
-                    event.interrupted_calls = list(self._interrupted)
-                if isinstance(event, ev.RunResumed | ev.RunForked) and self.sandbox is not None:
-                    event.sandbox = self._sandbox_info()  # the sandbox this part runs in
-                self._append(event)
-        self._live.set()
 
     def take_messages(self, agent: ev.AgentRole, *, review: bool = False) -> list[str]:
         """The user's messages for an agent; while catching up, the ones it read then."""
-        if self._recording is not None:
-            kind = ev.Review if review else ev.StepStarted
-            ahead = self._recording.find_next(kind)
-            if ahead is not None and (review or getattr(ahead, "agent", None) == agent):
-                delivered = list(
-                    ahead.user_messages if isinstance(ahead, ev.Review) else ahead.delivered  # type: ignore[attr-defined]
-                )
-                inbox = self.controls.take_messages(agent)
-                for text in delivered:
-                    if text in inbox:
-                        inbox.remove(text)
-                    else:  # its `inject` is still ahead in the log
-                        self._delivered_ahead.append((agent, text))
-                for text in inbox:
-                    self.controls.inject(agent, text)
-                return delivered
-        return self.controls.take_messages(agent)
+        return self.catchup.take_messages(agent, review=review)
 
     def subscribe(self, callback: Callable[[ev.Event], None]) -> None:
         """Displays subscribe before `run()` so they see every event from the first."""
@@ -283,8 +216,9 @@ class RunController:
             self.workspace, spec, config=self.config, task=self.task, run_id=self.run_id
         )
 
-    def _sandbox_info(self) -> ev.SandboxInfo:
-        assert self.sandbox is not None
+    def _sandbox_info(self) -> ev.SandboxInfo | None:
+        if self.sandbox is None:
+            return None
         return ev.SandboxInfo(
             kind=self.sandbox.kind,
             isolation=self.sandbox.isolation,
@@ -295,6 +229,8 @@ class RunController:
         )
 
     def _emit_started(self) -> None:
+        sandbox = self._sandbox_info()
+        assert sandbox is not None
         self.emit(
             ev.RunStarted(
                 run_id=self.run_id,
@@ -308,7 +244,7 @@ class RunController:
                     max_cost_usd=self.config.max_cost_usd,
                     max_tokens=self.config.max_tokens,
                 ),
-                sandbox=self._sandbox_info(),
+                sandbox=sandbox,
                 config=self.config.model_dump(mode="json"),
                 mlra_version=__version__,
                 context_window=self.provider.context_window if self.provider else None,
@@ -352,13 +288,13 @@ class RunController:
             self.prepare()
         self.sandbox = self._make_sandbox()
         notices = await self.sandbox.start()
-        if self._recording is None:
+        if not self.catchup.replaying:
             self._emit_started()
         for notice in notices:
             self._append(ev.Notice(level="warning", message=notice))
         self.clock.start()
-        if self._recording is None:
-            self._live.set()
+        if not self.catchup.replaying:
+            self.catchup.go_live()
             await self._snapshot(0)
         if self.config.start_paused:
             self.pause(source="start")
@@ -426,14 +362,14 @@ class RunController:
         from mlra.agent.resources import ResourceMonitor
 
         monitor = await asyncio.to_thread(ResourceMonitor, self.workspace)
-        await self._live.wait()
+        await self.catchup.wait_live()
         while True:
             self._append(await asyncio.to_thread(monitor.sample))
             await asyncio.sleep(self.config.resource_interval_s)
 
     async def _finish(self, ending: Ending) -> None:
         self.clock.pause()
-        self._go_live()
+        self.catchup.go_live()
         if ending.evaluate:
             await self._evaluate(ending)
         message = ending.message or self._ending_message(ending)
@@ -452,7 +388,7 @@ class RunController:
         if self.log is None or self.state.finished is not None:
             return
         with contextlib.suppress(Exception):
-            self._go_live()
+            self.catchup.go_live()
         reason: ev.FinishReason = "error" if status == "error" else "stopped"
         self.emit_safely(ev.RunFinished(status=status, reason=reason, message=message))
 
@@ -645,7 +581,7 @@ class RunController:
 
     async def begin_step(self, agent: ev.AgentRole, *, counts: bool) -> int:
         """Wait at the gate (pause, step mode), check budgets, and number the step."""
-        if self._catching_up():
+        if self.catchup.ahead():
             return self.state.steps + 1 if counts else self.state.steps
         if self.controls.step_used_up():
             self.pause(source="step")
@@ -667,10 +603,8 @@ class RunController:
         step = await self.begin_step(agent, counts=counts_as_step)
         await self._keep_in_context(agent, history)
         injected = self.take_messages(agent)
-        recorded = self._recording.find_next(ev.StepStarted) if self._catching_up() else None
-        if isinstance(recorded, ev.StepStarted):
-            prompt = recorded.prompt  # the clock note as it was then
-        else:
+        prompt = self.catchup.recorded_prompt()  # the clock note as it was then
+        if prompt is None:
             parts = [
                 *(f"[message from the user] {m}" for m in injected),
                 extra_prompt,
@@ -697,12 +631,9 @@ class RunController:
         *,
         purpose: str = "turn",
     ) -> ModelResponse:
-        if self._catching_up():
-            assert self._recording is not None
-            recorded = self._recording.model_call(agent, purpose)
-            if recorded is not None:
-                return response_from(recorded)
-            self._go_live()  # the call was in flight when the run stopped: ask again
+        recorded = self.catchup.model_answer(agent, purpose)
+        if recorded is not None:
+            return recorded
         assert self.provider is not None
         tools = registry.specs() if registry else []
         request_sha, _ = request_fingerprint(system, messages, tools, self.replacements())
@@ -794,18 +725,9 @@ class RunController:
 
     async def _keep_in_context(self, agent: ev.AgentRole, history: AgentHistory) -> None:
         before = history.estimated_tokens()
-        if self._catching_up():
+        if self.catchup.ahead():
             # Summarize where the run did, whatever this provider's window.
-            assert self._recording is not None
-            ahead = self._recording.peek_agent_event()
-            if not (isinstance(ahead, ev.ModelCall) and ahead.purpose == "summary"):
-                return
-            done = self._recording.find_next(ev.HistorySummarized)
-            cuts = [history.summarizable(k) for k in (self.config.keep_recent_turns, 1)]
-            cut = next(
-                (c for c in cuts if c and done and c[2:] == (done.first_turn, done.last_turn)),  # type: ignore[attr-defined]
-                cuts[0] or cuts[1],
-            )
+            cut = self.catchup.recorded_summary(history, self.config.keep_recent_turns)
         else:
             assert self.provider is not None
             window = self.provider.context_window
@@ -855,27 +777,23 @@ class RunController:
                 turn=turn,
             )
         )
-        if self._recording is not None:
-            tool = registry.get(call.name)
-            if tool is None or not tool.reruns_on_resume:
-                result, awaiting = self._recording.tool_result(call.id)
-                if result is not None:
-                    return outcome_of(result)
-                # The run stopped during this call: say so, unless nothing had run yet
-                # (it was waiting for the user), in which case it is asked for again.
-                self._go_live(interrupted=None if awaiting else call.id)
-                if not awaiting:
-                    return self._record_result(
-                        call,
-                        agent,
-                        ToolOutcome(
-                            output="Interrupted: the run stopped (crashed, was killed or was "
-                            "stopped) while this call was running, and has been resumed. It may "
-                            "have run in part: check its effects before running it again.",
-                            ok=False,
-                            error="interrupted",
-                        ),
-                    )
+        tool = registry.get(call.name)
+        if tool is None or not tool.reruns_on_resume:
+            recorded = self.catchup.recorded_result(call.id)
+            if isinstance(recorded, ev.ToolResult):
+                return outcome_of(recorded)
+            if recorded == INTERRUPTED:
+                return self._record_result(
+                    call,
+                    agent,
+                    ToolOutcome(
+                        output="Interrupted: the run stopped (crashed, was killed or was "
+                        "stopped) while this call was running, and has been resumed. It may "
+                        "have run in part: check its effects before running it again.",
+                        ok=False,
+                        error="interrupted",
+                    ),
+                )
         arguments = call.arguments
         breakpoint_ = (
             self.controls.should_break(call.name, arguments) if call.parse_error is None else None
