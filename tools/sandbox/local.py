@@ -406,12 +406,21 @@ class _Running(RunningCommand):
         self.pgid = transport.get_pid()
 
     def _stop(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, signal.SIGSTOP)
+        # Under bubblewrap the command's processes are descendants, not members, of
+        # the group (see kill); a second pass stops what forked during the first.
+        self._signal_all(signal.SIGSTOP)
+        self._signal_all(signal.SIGSTOP)
 
     def _continue(self) -> None:
+        self._signal_all(signal.SIGCONT)
+
+    def _signal_all(self, sig: signal.Signals) -> None:
+        """Signal the process group and every descendant of its leader."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.pgid, signal.SIGCONT)
+            os.killpg(self.pgid, sig)
+        for pid in _descendants(self.pgid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
 
     async def kill(self) -> None:
         """SIGKILL the process group and every descendant, and wait until all are dead.
