@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,7 @@ KEYS: list[Key] = [
 
 REPLAY_KEYS: list[Key] = [
     Key("right", "forward", "Event", "Step forward one event."),
-    Key("left", "back", "Back", "Step back one event.", footer=False),
+    Key("left", "step_back", "Back", "Step back one event.", footer=False),
     Key("right_square_bracket", "next_step", "Step", "Go to the next agent step."),
     Key("left_square_bracket", "prev_step", "Step back", "Go back to the previous agent step."),
     Key("n", "next_step", "Next step", "Go to the next agent step (as ]).", footer=False),
@@ -133,8 +133,10 @@ REPLAY_KEYS: list[Key] = [
 """The replay console's keys (read-only: nothing here steers a run)."""
 
 
-def bindings(keys: list[Key] | None = None) -> list[Binding]:
-    out = [Binding(k.key, k.action, k.label, show=k.footer) for k in keys or KEYS]
+def bindings(keys: list[Key] | None = None) -> list[BindingType]:
+    out: list[BindingType] = [
+        Binding(k.key, k.action, k.label, show=k.footer) for k in keys or KEYS
+    ]
     out.append(Binding("ctrl+c", "quit", "Quit", show=False, priority=True))
     return out
 

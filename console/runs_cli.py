@@ -74,6 +74,10 @@ def add_replay_commands(sub: Any) -> None:
 # --- mlra replay ----------------------------------------------------------------------
 
 
+def _warn_torn_tail(note: str) -> None:
+    sys.stderr.write(f"mlra: {note}\n")
+
+
 def _load_events(run_dir: Path) -> list[Any]:
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
     from mlra.console.args import UsageError
@@ -82,7 +86,7 @@ def _load_events(run_dir: Path) -> list[Any]:
     if not log.is_file():
         raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
     try:
-        events = read_events(log, on_torn_tail=lambda note: sys.stderr.write(f"mlra: {note}\n"))
+        events = read_events(log, on_torn_tail=_warn_torn_tail)
     except LogDamage as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -104,9 +108,7 @@ def _open_model(run_dir: Path) -> Any:
     if not (run_dir / EVENTS_FILE).is_file():
         raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
     try:
-        return ReplayModel.open(
-            run_dir, on_torn_tail=lambda note: sys.stderr.write(f"mlra: {note}\n")
-        )
+        return ReplayModel.open(run_dir, on_torn_tail=_warn_torn_tail)
     except LogDamage as exc:
         raise UsageError(str(exc)) from None
     except OSError as exc:
@@ -302,27 +304,29 @@ def run_row(run_dir: Path) -> RunRow:
     log, result_file = run_dir / EVENTS_FILE, run_dir / "result.json"
     try:
         running = log_is_live(log)
+        stored: RunResult | None = None
         use_result = False
         if result_file.is_file() and not running:
-            result = RunResult.model_validate_json(result_file.read_bytes())
+            stored = RunResult.model_validate_json(result_file.read_bytes())
             if not log.is_file():
                 use_result = True
-            elif result.log_sha256 is None:  # written before results named their log
+            elif stored.log_sha256 is None:  # written before results named their log
                 use_result = result_file.stat().st_mtime >= log.stat().st_mtime
             else:
                 data = log.read_bytes()
-                size, bound = len(data), result.log_size or 0
-                if size == bound and hashlib.sha256(data).hexdigest() == result.log_sha256:
-                    problem = _check_claims(log, data, result)
+                size, bound = len(data), stored.log_size or 0
+                if size == bound and hashlib.sha256(data).hexdigest() == stored.log_sha256:
+                    problem = _check_claims(log, data, stored)
                     row.result_mismatch = problem is not None
                     row.problem = problem
                     use_result = problem is None
-                elif size > bound and hashlib.sha256(data[:bound]).hexdigest() == result.log_sha256:
+                elif size > bound and hashlib.sha256(data[:bound]).hexdigest() == stored.log_sha256:
                     pass  # appended to since (resumed, evaluated again): the log wins
                 else:
                     row.result_mismatch = True
                     row.problem = "result.json was derived from another events.jsonl"
-        if use_result:
+        if use_result and stored is not None:
+            result = stored
             status = result.status
             if result.isolation is None and log.is_file():  # a result.json from before
                 result.isolation = _isolation_of(log)

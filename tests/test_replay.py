@@ -326,7 +326,7 @@ async def test_moving_back_and_forth_shows_what_a_fresh_console_would(
             pane = app.query_one(TranscriptPane)
             shown = list(pane.query(ToolEntry))
             if shown and not shown[-1].expanded:
-                shown[-1].action_toggle()  # the user opens a tool call's output
+                shown[-1].action_toggle_expanded()  # the user opens a tool call's output
             opened = {entry.call.call_id for entry in shown if entry.expanded}
             model.go(target)
             app.show_cursor()  # back, or ahead by more than 3: the transcript is rebuilt

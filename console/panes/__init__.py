@@ -1,7 +1,18 @@
 """The console's panes: each renders part of the run from its events."""
 
+from typing import TypedDict
+
 from rich.text import Text
 from textual.widgets import Static
+
+
+class WidgetOptions(TypedDict, total=False):
+    """The keywords every textual widget takes, so a pane passes them on checked."""
+
+    name: str | None
+    id: str | None
+    classes: str | None
+    disabled: bool
 
 
 def redraw(static: Static, text: Text) -> None:

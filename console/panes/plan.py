@@ -4,6 +4,7 @@ subtask highlighted, and the supervisor's latest messages and revisions."""
 from __future__ import annotations
 
 from collections import deque
+from typing import Unpack
 
 from rich.text import Text
 from textual.app import ComposeResult
@@ -12,7 +13,7 @@ from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.agent.state import RunState
-from mlra.console.panes import redraw
+from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
 
 MARKS = {
@@ -26,8 +27,8 @@ MAX_MESSAGES = 30
 
 
 class PlanPane(Vertical):
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
         self._messages: deque[Text] = deque(maxlen=MAX_MESSAGES)
         self._revision = ""
         self._dirty = True

@@ -5,13 +5,14 @@ tokens and cost against their limits."""
 from __future__ import annotations
 
 from collections import deque
+from typing import Unpack
 
 from rich.text import Text
 from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.agent.state import RunState
-from mlra.console.panes import redraw
+from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
 
 HISTORY = 60
@@ -38,8 +39,8 @@ def tokens(n: int) -> str:
 
 
 class ResourcesPane(Static):
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._gpu: dict[int, deque[float]] = {}
         self._shown: tuple[RunState, float] | None = None

@@ -11,7 +11,8 @@ kept as widgets; older ones live on in the event log.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TypeVar, Unpack
 
 from rich.text import Text
 from textual.binding import Binding
@@ -20,7 +21,7 @@ from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.console.headless import describe_call, one_line, score_line, unknown_line
-from mlra.console.panes import redraw
+from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
 
 MAX_ENTRIES = 200
@@ -135,7 +136,7 @@ class ThoughtEntry(Entry):
 
 
 class ToolEntry(Entry, can_focus=True):
-    BINDINGS = [Binding("enter,x", "toggle", "Expand", show=False)]
+    BINDINGS = [Binding("enter,x", "toggle_expanded", "Expand", show=False)]
 
     def __init__(self, call: ev.ToolCall) -> None:
         super().__init__()
@@ -157,7 +158,7 @@ class ToolEntry(Entry, can_focus=True):
         super().adopt(other)
         self.expanded = False
 
-    def action_toggle(self) -> None:
+    def action_toggle_expanded(self) -> None:
         self.expanded = not self.expanded
         self.redraw()
 
@@ -170,7 +171,7 @@ class ToolEntry(Entry, can_focus=True):
         )
         if self.edited is not None:
             out.append("\n  edited by you → ", style="yellow")
-            out.append(describe_call(call.tool, self.edited), style="bold yellow")  # type: ignore[arg-type]
+            out.append(describe_call(call.tool, self.edited), style="bold yellow")
         out.append("  ")
         r = self.result
         if r is None:
@@ -209,9 +210,19 @@ def _strip_status(output: str) -> str:
     return "\n".join(lines)
 
 
+E = TypeVar("E", bound="Entry")
+
+
+def _taken_over(entry: E, swapped: Mapping[int, Entry]) -> E:
+    """The widget that shows `entry` after a rebuild: an older one of its type that took
+    it over, or itself."""
+    kept = swapped.get(id(entry), entry)
+    return kept if isinstance(kept, type(entry)) else entry
+
+
 class TranscriptPane(VerticalScroll):
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
         self._tools: dict[str, ToolEntry] = {}
         self._thoughts: dict[int, ThoughtEntry] = {}
         """The worker's (or baseline's) text of each turn; the supervisor's is in the Plan pane."""
@@ -450,8 +461,8 @@ class TranscriptPane(VerticalScroll):
                 batch = []
             previous = entry
         swapped = {id(f): k for f, k in zip(fresh, final, strict=True)}
-        self._tools = {cid: swapped.get(id(e), e) for cid, e in self._tools.items()}  # type: ignore[misc]
-        self._thoughts = {turn: swapped.get(id(e), e) for turn, e in self._thoughts.items()}  # type: ignore[misc]
+        self._tools = {cid: _taken_over(e, swapped) for cid, e in self._tools.items()}
+        self._thoughts = {turn: _taken_over(e, swapped) for turn, e in self._thoughts.items()}
         self._entries = deque(final)
         self._new = []
         self._dirty = set(final)
