@@ -14,12 +14,14 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from rich.console import RenderableType
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.message import Message
 from textual.screen import Screen
+from textual.timer import Timer
 from textual.widgets import Footer
 
 from mlra import events as ev
@@ -83,7 +85,7 @@ class ConsoleDisplay:
 class MlraApp(App[int]):
     CSS_PATH = "mlra.tcss"
     TITLE = "mlra"
-    BINDINGS = bindings()  # type: ignore[assignment]
+    BINDINGS = bindings()
 
     def __init__(
         self,
@@ -106,6 +108,8 @@ class MlraApp(App[int]):
         self._quit_when_done = False
         self._last_phase: object = None
         self._files_wanted = False
+        self._tick_timer: Timer | None = None
+        self._files_timer: Timer | None = None
         if controller is not None:
             controller.subscribe(self.display_.on_event)
 
@@ -123,9 +127,9 @@ class MlraApp(App[int]):
 
     def on_mount(self) -> None:
         self._layout(self.size.width)
-        self.set_interval(1.0, self._tick)
+        self._tick_timer = self.set_interval(1.0, self._on_tick_timer)
         if self.files_source is not None:
-            self.set_interval(FILES_REFRESH_S, self._refresh_files)
+            self._start_files_timer()
         if self.controller is not None:
             if self.recorded:  # a resumed run: what happened before, then live
                 self._render_batch(self.recorded)
@@ -164,9 +168,41 @@ class MlraApp(App[int]):
         if self.controller is not None and self.controller.sandbox is not None:
             self.files_source = self.controller.sandbox
             self.query_one(FilesPane).source = self.controller.sandbox
-            self.set_interval(FILES_REFRESH_S, self._refresh_files)
+            self._start_files_timer()
             files_changed_soon = self._refresh_files
             self.call_later(files_changed_soon)
+
+    # --- timers ---------------------------------------------------------------------
+
+    def _start_files_timer(self) -> None:
+        if self._files_timer is None:
+            self._files_timer = self.set_interval(FILES_REFRESH_S, self._on_files_timer)
+
+    def _on_tick_timer(self) -> None:
+        # Textual marks the app as not running before it removes the panes at
+        # shutdown (a test's run_test() ends that way, without exit()).
+        if self.is_running:
+            self._tick()
+
+    async def _on_files_timer(self) -> None:
+        if self.is_running:
+            await self._refresh_files()
+
+    def _stop_timers(self) -> None:
+        for timer in (self._tick_timer, self._files_timer):
+            if timer is not None:
+                timer.stop()
+        self._tick_timer = self._files_timer = None
+
+    def exit(
+        self,
+        result: int | None = None,
+        return_code: int = 0,
+        message: RenderableType | None = None,
+    ) -> None:
+        """Stops the interval timers first: none may fire into a pane being removed."""
+        self._stop_timers()
+        super().exit(result, return_code, message)
 
     def exit_code(self) -> int:
         result = self.result
@@ -244,8 +280,13 @@ class MlraApp(App[int]):
         status.show(self.state, provider_error=self.provider_error)
 
     async def _refresh_files(self) -> None:
-        if self._files_visible():
-            await self.query_one(FilesPane).refresh_tree()
+        if not self._files_visible():
+            return
+        try:
+            pane = self.query_one(FilesPane)
+        except NoMatches:
+            return  # the console is closing
+        await pane.refresh_tree()
 
     def _files_visible(self) -> bool:
         return not self.has_class("-narrow") or self._files_wanted
@@ -386,11 +427,11 @@ class MlraApp(App[int]):
     def action_expand(self) -> None:
         focused = self.focused
         if isinstance(focused, ToolEntry):
-            focused.action_toggle()
+            focused.action_toggle_expanded()
             return
         entries = list(self.query(ToolEntry))
         if entries:
-            entries[-1].action_toggle()
+            entries[-1].action_toggle_expanded()
 
     def action_toggle_files(self) -> None:
         self._files_wanted = not self._files_wanted

@@ -128,7 +128,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
 
     CSS_PATH = str(Path(__file__).with_name("mlra.tcss"))
     """Absolute, so that subclasses elsewhere (a bench, a test) find it too."""
-    BINDINGS = [  # type: ignore[assignment]
+    BINDINGS = [
         *bindings(REPLAY_KEYS),
         Binding("ctrl+q", "quit", "Quit", show=False, priority=True),
     ]
@@ -220,8 +220,12 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             self.call_later(self._refresh_files)
 
     def _tick(self) -> None:
-        self.query_one(ResourcesPane).show(self.state, self.state.elapsed_s)
-        self.query_one(ReplayStatusBar).show_replay(self.state, self.model, self._playing_text())
+        try:
+            resources, status = self.query_one(ResourcesPane), self.query_one(ReplayStatusBar)
+        except NoMatches:
+            return  # the app is closing
+        resources.show(self.state, self.state.elapsed_s)
+        status.show_replay(self.state, self.model, self._playing_text())
 
     def _playing_text(self) -> str | None:
         if not self.playing:
@@ -242,7 +246,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             node is None
             or node.data is None
             or node.data.path not in {i.path for i in await self.files_history.list_tree()}
-        ):
+        ) and pane.is_attached:  # not removed while the listing was read
             redraw(pane.query_one("#preview", Static), NO_PREVIEW.copy())
 
     def _moved(self, target: int | None, what: str = "") -> None:
@@ -259,7 +263,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
     def action_forward(self) -> None:
         self._moved(self.model.forward())
 
-    def action_back(self) -> None:
+    def action_step_back(self) -> None:
         self._moved(self.model.back())
 
     def action_first(self) -> None:
@@ -360,6 +364,8 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         self._play_timer = self.set_interval(max(MIN_TICK_S, 1 / rate), self._play_tick)
 
     def _play_tick(self) -> None:
+        if not self.is_running:
+            return  # shutting down (see MlraApp._on_tick_timer): the panes are going
         rate = RATES[self.rate_index]
         self._play_credit += rate * max(MIN_TICK_S, 1 / rate)
         moves = int(self._play_credit)
@@ -375,6 +381,10 @@ class ReplayApp(MlraApp, inherit_bindings=False):
                 self._stop_playing()
                 break
         self.show_cursor()
+
+    def _stop_timers(self) -> None:
+        super()._stop_timers()
+        self._stop_playing()
 
     def _set_rate(self, index: int) -> None:
         self.rate_index = max(0, min(len(RATES) - 1, index))

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import time
 from pathlib import PurePosixPath
-from typing import Protocol
+from typing import Protocol, Unpack
 
 from rich.syntax import Syntax
 from rich.text import Text
@@ -16,6 +16,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
+from mlra.console.panes import WidgetOptions
 from mlra.tools.sandbox.base import FileInfo
 
 MAX_ENTRIES = 3000
@@ -55,8 +56,8 @@ def _sort_key(info: FileInfo) -> tuple[bool, str]:
 
 
 class FilesPane(Vertical):
-    def __init__(self, source: FileSource | None = None, **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
+    def __init__(self, source: FileSource | None = None, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
         self.source = source
         self._tree_nodes: dict[str, TreeNode[FileInfo]] = {}
         self._infos: dict[str, FileInfo] = {}
@@ -83,6 +84,8 @@ class FilesPane(Vertical):
             infos = await self.source.list_tree(".", max_depth=MAX_DEPTH)
         except Exception:
             return  # the workspace may be mid-change; the next refresh catches up
+        if not self.is_attached:
+            return  # removed while the listing was read: the console is closing
         self.truncated = len(infos) > MAX_ENTRIES
         infos = infos[:MAX_ENTRIES]
         tree = self.query_one("#files-tree", Tree)
