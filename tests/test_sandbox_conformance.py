@@ -329,6 +329,15 @@ async def test_suspended_commands_stop_and_their_time_out_waits(sandbox: Sandbox
     assert "29" in result.output
 
 
+async def test_usage_is_the_hosts_or_the_sandboxs_own(sandbox: Sandbox) -> None:
+    """Local commands share the host's figures (None); a container has its own."""
+    usage = sandbox.usage()
+    if sandbox.isolation == "docker":
+        assert usage is not None and usage.gpu_ids == []
+    else:
+        assert usage is None
+
+
 # --- files ---------------------------------------------------------------------------------
 
 
