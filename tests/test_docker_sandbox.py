@@ -94,7 +94,10 @@ async def test_stop_processes_ends_a_daemon_that_left_its_session(
     await sandbox.start()
     try:
         await sandbox.exec(
-            ["sh", "-c", "setsid sh -c 'while :; do date +%s%N > beat; sleep 0.05; done' "
+            # Each beat is written whole and renamed into place: a reader never finds
+            # the file empty between the shell's truncation and its write.
+            ["sh", "-c", "setsid sh -c 'while :; do date +%s%N > beat.new; mv beat.new beat;"
+             " sleep 0.05; done' "
              ">/dev/null 2>&1 < /dev/null & while [ ! -s beat ]; do sleep 0.05; done"],
             timeout=30,
         )  # fmt: skip
