@@ -1,0 +1,93 @@
+"""Driving the agent: it races the deadline and the user's stop, and whichever
+ends first ends the run; the sandbox's resources are sampled beside."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any, Protocol
+
+from mlra import events as ev
+from mlra.agent.catchup import CatchUp
+from mlra.agent.clock import RunClock
+from mlra.agent.controls import Controls
+from mlra.agent.ending import Ending, EndRun
+
+
+class Agent(Protocol):
+    """What the controller drives: the supervisor–worker pair, or the baseline agent."""
+
+    async def run(self) -> None:
+        """Work until the run ends; end it by raising EndRun (e.g. on submit)."""
+
+
+async def drive(
+    agent: Agent,
+    *,
+    deadline: Coroutine[Any, Any, Ending],
+    stop: Coroutine[Any, Any, Ending],
+    sampler: Coroutine[Any, Any, None],
+) -> Ending:
+    """The ending of whichever comes first: the agent's own, the deadline's or the stop's."""
+    agent_task = asyncio.create_task(run_agent(agent), name="agent")
+    deadline_task = asyncio.create_task(deadline, name="deadline")
+    stop_task = asyncio.create_task(stop, name="stop")
+    sampler_task = asyncio.create_task(sampler, name="resources")
+    try:
+        done, _ = await asyncio.wait(
+            {agent_task, deadline_task, stop_task}, return_when=asyncio.FIRST_COMPLETED
+        )
+        if agent_task in done:
+            ending = agent_task.result()
+        elif deadline_task in done:
+            ending = deadline_task.result()
+        else:
+            ending = stop_task.result()
+    finally:
+        for task in (agent_task, deadline_task, stop_task, sampler_task):
+            task.cancel()
+        # Cancelling the agent kills its running commands (the sandbox kills the
+        # process group on cancellation) before evaluation looks at the workspace.
+        await asyncio.gather(
+            agent_task, deadline_task, stop_task, sampler_task, return_exceptions=True
+        )
+    return ending
+
+
+async def run_agent(agent: Agent) -> Ending:
+    try:
+        await agent.run()
+    except EndRun as end:
+        return end.ending
+    return Ending(
+        reason="submitted",
+        by="agent",
+        note="the agent stopped without calling submit; its workspace is evaluated",
+    )
+
+
+async def watch_deadline(clock: RunClock, controls: Controls) -> Ending:
+    while True:
+        await controls.wait_running()
+        remaining = clock.remaining()
+        if remaining <= 0:
+            return Ending(reason="deadline", by="deadline", note="time limit reached")
+        # Re-checked after each wait: a pause stops the clock, moving the deadline.
+        await asyncio.sleep(min(remaining, 5.0) + 0.01)
+
+
+async def sample_resources(
+    workspace: Path,
+    catchup: CatchUp,
+    append: Callable[[ev.Event], ev.Event],
+    interval_s: float,
+) -> None:
+    """Log a resource sample every `interval_s` once the run is live."""
+    from mlra.agent.resources import ResourceMonitor
+
+    monitor = await asyncio.to_thread(ResourceMonitor, workspace)
+    await catchup.wait_live()
+    while True:
+        append(await asyncio.to_thread(monitor.sample))
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,103 @@
+"""Setting a run up: its id, its folder with the task's starter files, the sandbox
+it is given, and the `run_started` event that records all of it."""
+
+from __future__ import annotations
+
+import secrets
+import shutil
+from datetime import datetime
+from pathlib import Path
+
+from mlra import __version__
+from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.providers.base import ModelProvider
+from mlra.tasks.spec import TaskSpec
+from mlra.tools.sandbox.base import Sandbox, SandboxSpec
+
+
+def new_run_id(task: str) -> str:
+    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{task}-{secrets.token_hex(2)}"
+
+
+def run_id_problem(run_id: str) -> str | None:
+    """Why a run id cannot name a folder inside the runs folder, or None if it can.
+
+    The id is joined to the runs folder; one with a separator, `..` or an absolute
+    path would put the run (and its workspace) somewhere else on the host.
+    """
+    if not run_id or not run_id.strip():
+        return "a run id cannot be empty"
+    if "/" in run_id or "\\" in run_id or "\0" in run_id:
+        return f"run id {run_id!r} must be a plain folder name (no '/')"
+    if run_id in (".", ".."):
+        return f"run id {run_id!r} must be a plain folder name"
+    return None
+
+
+def make_run_folder(run_dir: Path, workspace: Path, task: TaskSpec) -> None:
+    """The run folder, and in it the workspace with the task's starter files."""
+    # Private to its owner: the agent may leave set-id programs in the workspace
+    # (as root, its files are root's), and no other user may reach them.
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(mode=0o700, exist_ok=False)
+    try:
+        workspace.mkdir()
+        for source in task.starter_paths():
+            if source.is_dir():
+                shutil.copytree(source, workspace, dirs_exist_ok=True)
+            else:
+                shutil.copy2(source, workspace / source.name)
+    except BaseException:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+
+
+def sandbox_spec(task: TaskSpec, config: RunConfig, run_dir: Path) -> SandboxSpec:
+    # The task folders (hidden test data) and the runs folder (other runs' logs)
+    # must not be readable from inside, even where the host file system is.
+    hide = [*task.hidden_paths(), task.root.parent, run_dir.parent]
+    return SandboxSpec(
+        network=task.resources.network,
+        env={**task.sandbox.env, **config.env},
+        hide_paths=hide,
+    )
+
+
+def sandbox_info(sandbox: Sandbox, workspace: Path) -> ev.SandboxInfo:
+    return ev.SandboxInfo(
+        kind=sandbox.kind,
+        isolation=sandbox.isolation,
+        network=sandbox.spec.network,
+        workdir=sandbox.workdir,
+        workspace=str(workspace),
+        limits=sandbox.limits,
+    )
+
+
+def started_event(
+    run_id: str,
+    task: TaskSpec,
+    config: RunConfig,
+    *,
+    time_limit_s: float,
+    sandbox: ev.SandboxInfo,
+    provider: ModelProvider | None,
+) -> ev.RunStarted:
+    return ev.RunStarted(
+        run_id=run_id,
+        task=task.name,
+        task_title=task.title,
+        task_dir=str(task.root),
+        model=config.model,
+        limits=ev.Limits(
+            time_limit_s=time_limit_s,
+            max_steps=config.max_steps,
+            max_cost_usd=config.max_cost_usd,
+            max_tokens=config.max_tokens,
+        ),
+        sandbox=sandbox,
+        config=config.model_dump(mode="json"),
+        mlra_version=__version__,
+        context_window=provider.context_window if provider else None,
+    )

@@ -1,0 +1,118 @@
+"""The human's controls over a running agent: pause, step, resume, messages,
+breakpoints, the decision on a held call, and stop.
+
+Each is recorded as a `control` event, so a replay shows what the human did
+and when. A base class of the run controller, which is what the console holds:
+these stay its public methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.clock import RunClock
+from mlra.agent.controls import Breakpoint, Controls, Decision
+from mlra.agent.ending import Ending
+from mlra.agent.state import RunState
+from mlra.tools.sandbox.base import Sandbox
+
+
+class Steering:
+    controls: Controls
+    clock: RunClock
+    state: RunState
+    sandbox: Sandbox | None
+
+    def __init__(self) -> None:
+        self._stop = asyncio.Event()
+        self._stop_ending: Ending | None = None
+
+    def append(self, event: ev.Event) -> ev.Event:
+        raise NotImplementedError
+
+    def _control(self, action: ev.ControlAction, **fields: Any) -> None:
+        self.append(ev.Control(action=action, **fields))
+
+    def pause(self, *, source: str = "user") -> None:
+        if self.controls.paused or self.state.finished:
+            return
+        self.controls.pause()
+        self.clock.pause()
+        if self.sandbox is not None:
+            self.sandbox.suspend_commands()
+        self._control("pause", source=source)
+
+    def resume(self) -> None:
+        self.controls.resume()
+        self._unpause()
+        self._control("resume")
+
+    def step(self) -> None:
+        """Run exactly one agent action, then pause again."""
+        self.controls.step()
+        self._unpause()
+        self._control("step")
+
+    def _unpause(self) -> None:
+        if self.controls.pending_calls():
+            return  # the clock waits with the approval
+        self.clock.resume()
+        if self.sandbox is not None:
+            self.sandbox.resume_commands()
+
+    def inject(self, target: str, text: str) -> None:
+        self.controls.inject(target, text)
+        self._control("inject", target=target, text=text)
+
+    def set_breakpoints(self, breakpoints: list[Breakpoint]) -> None:
+        self.controls.breakpoints = list(breakpoints)
+        self._control(
+            "breakpoints",
+            text="; ".join(b.describe() for b in breakpoints) or "none",
+            arguments={"rules": [b.rule for b in breakpoints]},
+        )
+
+    def approve(self, call_id: str) -> bool:
+        if self.controls.decide(call_id, Decision("approve")):
+            self._control("approve", call_id=call_id)
+            return True
+        return False
+
+    def edit(self, call_id: str, arguments: dict[str, Any]) -> bool:
+        if self.controls.decide(call_id, Decision("edit", arguments=arguments)):
+            self._control("edit", call_id=call_id, arguments=arguments)
+            return True
+        return False
+
+    def reject(self, call_id: str, message: str = "") -> bool:
+        if self.controls.decide(call_id, Decision("reject", message=message)):
+            self._control("reject", call_id=call_id, text=message)
+            return True
+        return False
+
+    def request_stop(self, *, evaluate: bool = True) -> None:
+        """Stop now; evaluate what the workspace holds unless `evaluate` is False (quit)."""
+        if self._stop.is_set():
+            return
+        self._control("stop" if evaluate else "quit")
+        self._stop_ending = Ending(
+            reason="stopped",
+            status="finished" if evaluate else "stopped",
+            evaluate=evaluate,
+            by="stop",
+            note="stopped by the user",
+        )
+        self.controls.resume()
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    async def wait_for_stop(self) -> Ending:
+        """The ending the user asked for, once they do."""
+        await self._stop.wait()
+        assert self._stop_ending is not None
+        return self._stop_ending
