@@ -101,6 +101,7 @@ def test_each_task_names_its_hub_data_and_benchmark() -> None:
         assert data in prompt and bench in prompt, name
 
 
+@pytest.mark.slow
 def test_the_lm_eval_settings_name_real_lm_eval_tasks() -> None:
     """Every task name is in the installed lm-eval's registry, and the primary metrics
     average the benchmark's task group: SuperGLUE's eight tasks (a tag, so mlra averages),
@@ -430,6 +431,7 @@ async def _grade_standin(task: TaskSpec, model: Path, tmp_path: Path) -> ev.Eval
     return finished
 
 
+@pytest.mark.slow
 async def test_superglue_tasks_grade_to_the_mean_of_their_eight_metrics(
     tmp_path: Path, tiny: Path
 ) -> None:
@@ -446,6 +448,7 @@ async def test_superglue_tasks_grade_to_the_mean_of_their_eight_metrics(
     assert finished.normalized is None and finished.success is None  # no reference scores
 
 
+@pytest.mark.slow
 async def test_blimp_grades_to_lm_evals_group_accuracy(tmp_path: Path, tiny: Path) -> None:
     folder = _standin_copy("babylm", tmp_path, evaluator_lines='include = "standin"\n')
     _group_standin(
@@ -460,6 +463,7 @@ async def test_blimp_grades_to_lm_evals_group_accuracy(tmp_path: Path, tiny: Pat
     assert finished.score == finished.metrics["blimp/acc"] == pytest.approx((a + b) / 2)
 
 
+@pytest.mark.slow
 async def test_mmlu_through_mlra_equals_a_direct_lm_eval_run(tmp_path: Path, tiny: Path) -> None:
     """The llm-merging task's settings on an MMLU stand-in: mlra's score (fresh process,
     rules checked, grading path) is the number `lm_eval.simple_evaluate` gives."""
@@ -500,6 +504,7 @@ async def test_mmlu_through_mlra_equals_a_direct_lm_eval_run(tmp_path: Path, tin
     assert finished.score == pytest.approx((4 * a + 10 * h) / 14)  # weighted by size
 
 
+@pytest.mark.slow
 def test_num_fewshot_and_limit_reach_lm_eval(tmp_path: Path, tiny: Path) -> None:
     folder = _standin_copy(
         "edge-llm-training",
@@ -517,6 +522,7 @@ def test_num_fewshot_and_limit_reach_lm_eval(tmp_path: Path, tiny: Path) -> None
     assert set(SUPERGLUE) <= set(configs)  # type: ignore[arg-type]
 
 
+@pytest.mark.slow
 def test_hub_data_missing_offline_is_one_clear_line(
     tmp_path: Path, tiny: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -534,6 +540,7 @@ def test_hub_data_missing_offline_is_one_clear_line(
     ), outcome.error
 
 
+@pytest.mark.slow
 def test_a_task_name_lm_eval_does_not_know_is_a_task_error(tmp_path: Path, tiny: Path) -> None:
     task = _task("babylm")
     bad = task.model_copy(
