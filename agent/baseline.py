@@ -30,7 +30,8 @@ class BaselineAgent:
         titles = [step.title for step in self.recipe.steps]
         titles.append(f"Submit {self.recipe.submit or self.ctl.task.evaluator.artifact}")
         ids = [str(i + 1) for i in range(len(self.recipe.steps))] + ["submit"]
-        padded = [*statuses, *(["pending"] * (len(titles) - len(statuses)))]
+        pending: list[ev.PlanStatus] = ["pending"] * (len(titles) - len(statuses))
+        padded: list[ev.PlanStatus] = [*statuses, *pending]
         steps = [
             ev.PlanStep(id=i, title=title, status=status)
             for i, title, status in zip(ids, titles, padded, strict=True)
@@ -78,7 +79,8 @@ class BaselineAgent:
             self._plan(statuses, f"step {index + 1} {'done' if outcome.ok else 'failed'}")
             if not outcome.ok:
                 # Later steps depend on this one; what exists is still evaluated.
-                statuses[index + 1 :] = ["skipped"] * (len(steps) - index - 1)
+                skipped: list[ev.PlanStatus] = ["skipped"] * (len(steps) - index - 1)
+                statuses[index + 1 :] = skipped
                 self._plan(statuses, "a recipe step failed; skipping the rest")
                 break
         step = await self.ctl.begin_step(self.role, counts=True)

@@ -50,13 +50,17 @@ class Divergence(Exception):
 def _same(recorded: ev.Event, emitted: ev.Event) -> bool:
     if recorded.type != emitted.type:
         return False
-    match emitted:
-        case ev.StepStarted():
-            return recorded.agent == emitted.agent  # type: ignore[attr-defined]
-        case ev.ToolCall() | ev.ToolResult():
-            return recorded.call_id == emitted.call_id  # type: ignore[attr-defined]
-        case ev.SubtaskStarted() | ev.SubtaskFinished():
-            return recorded.subtask == emitted.subtask  # type: ignore[attr-defined]
+    # Of one type, so each test below holds for both or for neither.
+    if isinstance(recorded, ev.StepStarted) and isinstance(emitted, ev.StepStarted):
+        return recorded.agent == emitted.agent
+    if isinstance(recorded, ev.ToolCall | ev.ToolResult) and isinstance(
+        emitted, ev.ToolCall | ev.ToolResult
+    ):
+        return recorded.call_id == emitted.call_id
+    if isinstance(recorded, ev.SubtaskStarted | ev.SubtaskFinished) and isinstance(
+        emitted, ev.SubtaskStarted | ev.SubtaskFinished
+    ):
+        return recorded.subtask == emitted.subtask
     return True
 
 
@@ -134,7 +138,8 @@ class Recording:
                         f"the log has {describe(recorded)} ({recorded.purpose}) where the "
                         f"agent now calls the model for {agent} ({purpose})"
                     )
-                return self._take()  # type: ignore[return-value]
+                self._take()
+                return recorded
             if self._skippable(recorded):
                 self._take()
                 continue
@@ -154,7 +159,8 @@ class Recording:
         while not self.exhausted:
             recorded = self.events[self.pos]
             if isinstance(recorded, ev.ToolResult) and recorded.call_id == call_id:
-                return self._take(), False  # type: ignore[return-value]
+                self._take()
+                return recorded, False
             if isinstance(recorded, ev.ApprovalRequested) and recorded.call_id == call_id:
                 awaiting = True
             elif isinstance(recorded, ev.Control | ev.ToolOutput) and recorded.call_id == call_id:

@@ -74,8 +74,9 @@ class SnapshotStore:
                 out = None
                 target = self.path(sha)
                 if not target.exists():
+                    assert tmp is not None  # made with `out`
                     target.parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(tmp, target)  # type: ignore[arg-type]
+                    os.replace(tmp, target)
             return sha, keep
         finally:
             if out is not None:

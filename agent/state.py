@@ -66,9 +66,7 @@ class RunState:
     @property
     def phase(self) -> Phase:
         if self.finished is not None:
-            return {"finished": "finished", "stopped": "stopped", "error": "error"}[
-                self.finished.status
-            ]  # type: ignore[return-value]
+            return self.finished.status  # each way a run ends is also a phase of its own
         if self.evaluating:
             return "evaluating"
         if self.pending_approval is not None:

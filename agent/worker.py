@@ -16,6 +16,7 @@ from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.history import AgentHistory
 from mlra.agent.prompts import WORKER_SYSTEM, task_message
+from mlra.agent.providers.base import ToolCallRequest
 from mlra.tools.core import core_tools
 from mlra.tools.plan import Report
 from mlra.tools.registry import ToolRegistry
@@ -27,10 +28,14 @@ Reviewer = Callable[[int, str, list[str]], Awaitable[str]]
 """(subtask, instructions, recent steps as text) -> guidance for the worker, or ''."""
 
 
+Ended = Literal["reported", "step_limit", "submitted", "ended"]
+"""How a subtask ended, as `subtask_finished` records it."""
+
+
 @dataclass
 class SubtaskOutcome:
     report: str
-    outcome: Literal["reported", "step_limit", "submitted", "ended"]
+    outcome: Ended
     steps: int
 
 
@@ -127,7 +132,7 @@ class Worker:
                         )
                     )
 
-    def _skip_rest(self, calls: list, done_id: str) -> None:
+    def _skip_rest(self, calls: list[ToolCallRequest], done_id: str) -> None:
         seen = False
         for call in calls:
             if seen:
@@ -137,7 +142,7 @@ class Worker:
             seen = seen or call.id == done_id
 
     def _finished(
-        self, number: int, step_id: str | None, report: str, outcome: str, steps: int
+        self, number: int, step_id: str | None, report: str, outcome: Ended, steps: int
     ) -> SubtaskOutcome:
         self.ctl.emit(
             ev.SubtaskFinished(
@@ -145,7 +150,7 @@ class Worker:
                 step_id=step_id,
                 report=report,
                 outcome=outcome,
-                worker_steps=steps,  # type: ignore[arg-type]
+                worker_steps=steps,
             )
         )
-        return SubtaskOutcome(report=report, outcome=outcome, steps=steps)  # type: ignore[arg-type]
+        return SubtaskOutcome(report=report, outcome=outcome, steps=steps)
