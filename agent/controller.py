@@ -172,7 +172,11 @@ class RunController(Steering):
                 deadline=watch_deadline(self.clock, self.controls),
                 stop=self.wait_for_stop(),
                 sampler=sample_resources(
-                    self.workspace, self.catchup, self.append, self.config.resource_interval_s
+                    self.workspace,
+                    self.catchup,
+                    self.append,
+                    self.config.resource_interval_s,
+                    sandbox=self.sandbox,
                 ),
             )
             await self._finish(ending)

@@ -4,6 +4,7 @@ ends first ends the run; the sandbox's resources are sampled beside."""
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
@@ -13,6 +14,7 @@ from mlra.agent.catchup import CatchUp
 from mlra.agent.clock import RunClock
 from mlra.agent.controls import Controls
 from mlra.agent.ending import Ending, EndRun
+from mlra.tools.sandbox.base import Sandbox
 
 
 class Agent(Protocol):
@@ -82,11 +84,15 @@ async def sample_resources(
     catchup: CatchUp,
     append: Callable[[ev.Event], ev.Event],
     interval_s: float,
+    sandbox: Sandbox | None = None,
 ) -> None:
-    """Log a resource sample every `interval_s` once the run is live."""
+    """Log a resource sample every `interval_s` once the run is live; a sandbox that
+    measures itself (a container) is asked, else the host is."""
     from mlra.agent.resources import ResourceMonitor
 
-    monitor = await asyncio.to_thread(ResourceMonitor, workspace)
+    monitor = await asyncio.to_thread(
+        functools.partial(ResourceMonitor, workspace, sandbox=sandbox)
+    )
     await catchup.wait_live()
     while True:
         append(await asyncio.to_thread(monitor.sample))

@@ -39,6 +39,7 @@ PASSIVE = (
     ev.EvaluationStarted,
     ev.EvaluationFinished,
     ev.RunFinished,
+    ev.UnknownEvent,
 )
 """Events that the agent's own code does not emit: they are folded, never matched."""
 
