@@ -1,4 +1,4 @@
-"""Shared fixtures: offline Hugging Face settings, the test task, a CLI runner."""
+"""Shared fixtures: offline Hugging Face settings, the test task, a CLI runner, a baseline run."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 
@@ -49,3 +50,49 @@ def mlra_cli(
         timeout=timeout,
         check=False,
     )
+
+
+def offline_env() -> dict[str, str]:
+    """The environment a task's recipe runs in here: offline, and `python` in a recipe
+    step is this interpreter, as it is in the sandbox."""
+    env = dict(os.environ)
+    env.update(
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
+    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+    return env
+
+
+class BaselineRun(NamedTuple):
+    proc: subprocess.CompletedProcess[str]
+    run_dir: Path
+
+
+def run_baseline(
+    task: str | Path,
+    root: Path,
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+) -> BaselineRun:
+    """`mlra run TASK --model baseline --no-tui --runs-dir ROOT/runs EXTRA...` from ROOT,
+    which must succeed: the process and the one run folder it made."""
+    runs = root / "runs"
+    proc = mlra_cli(
+        ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(runs), *extra],
+        cwd=root,
+        env=env,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = runs.iterdir()
+    return BaselineRun(proc, run_dir)
+
+
+@pytest.fixture
+def answer_baseline_run(answer_task: Path, tmp_path: Path) -> BaselineRun:
+    """The baseline agent's finished run of the test task, in `tmp_path/runs`."""
+    return run_baseline(answer_task, tmp_path)

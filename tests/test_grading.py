@@ -19,7 +19,7 @@ from mlra.tasks.constraints import ArchitectureFingerprint, Constraints, check
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.readiness import blockers
 from mlra.tasks.spec import load_task
-from tests.conftest import mlra_cli
+from tests.conftest import BaselineRun, mlra_cli
 
 
 def _model(folder: Path, tensors: dict[str, torch.Tensor], config: dict | None = None) -> Path:
@@ -201,21 +201,10 @@ async def test_without_isolation_grading_still_runs_and_says_so(
     assert outcome.details["isolation"] == "none"
 
 
-def test_mlra_eval_grades_a_finished_run_again(answer_task: Path, tmp_path: Path) -> None:
-    proc = mlra_cli(
-        [
-            "run",
-            str(answer_task),
-            "--model",
-            "baseline",
-            "--no-tui",
-            "--runs-dir",
-            str(tmp_path / "runs"),
-        ],
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
+def test_mlra_eval_grades_a_finished_run_again(
+    answer_baseline_run: BaselineRun, tmp_path: Path
+) -> None:
+    run_dir = answer_baseline_run.run_dir
     (run_dir / "workspace" / "answer.txt").write_text("41\n")
     # What was submitted is graded again, whatever the workspace holds now.
     again = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)

@@ -18,7 +18,7 @@ from mlra.agent.state import RunResult, RunState, write_result
 from mlra.batch.report import write_report
 from mlra.console.cli import main
 from mlra.console.headless_run import final_line
-from tests.conftest import mlra_cli
+from tests.conftest import BaselineRun, mlra_cli
 
 
 def _run(
@@ -198,15 +198,10 @@ def test_resume_refuses_a_damaged_log(tmp_path: Path) -> None:
 
 
 def test_mlra_eval_binds_the_new_result_to_the_grown_log(
-    answer_task: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    answer_baseline_run: BaselineRun, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    runs = tmp_path / "runs"
-    proc = mlra_cli(
-        ["run", str(answer_task), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)],
-        cwd=tmp_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    (run_dir,) = runs.iterdir()
+    proc, run_dir = answer_baseline_run
+    runs = run_dir.parent
     isolation = json.loads((run_dir / "result.json").read_text())["isolation"]
     assert isolation in ("bwrap", "none")
     assert f"isolation {isolation}" in proc.stdout or "unisolated" in proc.stdout

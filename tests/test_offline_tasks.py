@@ -11,16 +11,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
 
 from mlra.tasks.evaluators.base import EvalOutcome, run_evaluation
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, find_task, load_task
-from tests.conftest import mlra_cli
+from tests.conftest import mlra_cli, offline_env, run_baseline
 
 TASKS = ["classify-finetune", "compress-budget", "merge-models"]
 # The recipes are deterministic on one machine (fixed seeds, step budgets, 2 threads):
@@ -28,19 +26,6 @@ TASKS = ["classify-finetune", "compress-budget", "merge-models"]
 # differently and flip a few of the 2,000 test predictions; a score outside this band
 # means the recipe, the data, the models or the evaluation changed.
 BASELINE_TOLERANCE = 0.02
-
-
-def _offline_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    # `python` in a recipe step is this interpreter, as it is in the sandbox.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
 
 
 def _files(paths: list[Path]) -> list[Path]:
@@ -73,15 +58,9 @@ def baseline_run(task: TaskSpec, tmp_path_factory: pytest.TempPathFactory) -> Pa
     """`mlra run TASK --model baseline --no-tui`, end to end: the run folder (once per task)."""
     if task.name not in _RUNS:
         root = tmp_path_factory.mktemp(task.name)
-        proc = mlra_cli(
-            ["run", task.name, "--model", "baseline", "--no-tui", "--runs-dir", str(root / "runs")],
-            cwd=root,
-            env=_offline_env(),
-            timeout=600,
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        proc, run_dir = run_baseline(task.name, root, env=offline_env(), timeout=600)
         assert f"score {task.metric.name} = " in proc.stdout.strip().splitlines()[-1]
-        (_RUNS[task.name],) = (root / "runs").iterdir()
+        _RUNS[task.name] = run_dir
     return _RUNS[task.name]
 
 

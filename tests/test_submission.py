@@ -24,7 +24,7 @@ from mlra.agent.eventlog import read_events
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import load_task
 from mlra.tools.submission import SubmissionRefused, artifact_digest, freeze, remove_tree
-from tests.conftest import SECRET_ENV, mlra_cli
+from tests.conftest import SECRET_ENV, mlra_cli, run_baseline
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, supervisor_answering, turn
 
@@ -287,14 +287,7 @@ def test_a_stale_evaluator_is_ended_before_the_run_is_graded_again(
         "given = artifact.read_text().strip()\n"
         "out.write_text(json.dumps({'score': float(given == '42'), 'metrics': {'other_grader_alive': other}}))\n"
     )
-    runs = tmp_path / "runs"
-    done = mlra_cli(
-        ["run", str(task), "--model", "baseline", "--no-tui", "--isolation", "none",
-         "--runs-dir", str(runs)],
-        cwd=tmp_path,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    (run_dir,) = runs.iterdir()
+    run_dir = run_baseline(task, tmp_path, "--isolation", "none").run_dir
 
     (task / "hold").write_text("")
     env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}

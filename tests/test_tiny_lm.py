@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
@@ -23,7 +22,7 @@ import pytest
 from mlra.tasks.evaluators.base import EvalOutcome, load_evaluator, run_evaluation
 from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator, flatten_metrics, lossless_violation
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
-from tests.conftest import mlra_cli
+from tests.conftest import offline_env, run_baseline
 
 TASK_DIR = BUILTIN_TASKS_DIR / "tiny-lm"
 # The baseline is deterministic on one machine (fixed seeds, a step budget, 2
@@ -49,19 +48,6 @@ def _jsonl(path: Path) -> list[dict[str, object]]:
     return [
         json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()
     ]
-
-
-def _offline_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.update(
-        HF_HUB_OFFLINE="1",
-        HF_DATASETS_OFFLINE="1",
-        TRANSFORMERS_OFFLINE="1",
-        TOKENIZERS_PARALLELISM="false",
-    )
-    # `python` in a recipe step is this interpreter, as it is in the sandbox.
-    env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
-    return env
 
 
 # --- the task file and its data ---------------------------------------------------------
@@ -232,15 +218,8 @@ def test_a_missing_submission_fails_cleanly_in_the_fresh_process(
 def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """`mlra run tiny-lm --model baseline --no-tui`, end to end: the run folder."""
     root = tmp_path_factory.mktemp("tiny-lm")
-    proc = mlra_cli(
-        ["run", "tiny-lm", "--model", "baseline", "--no-tui", "--runs-dir", str(root / "runs")],
-        cwd=root,
-        env=_offline_env(),
-        timeout=900,
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    proc, run_dir = run_baseline("tiny-lm", root, env=offline_env(), timeout=900)
     assert "score minimal_pair_accuracy = " in proc.stdout.strip().splitlines()[-1]
-    (run_dir,) = (root / "runs").iterdir()
     return run_dir
 
 
