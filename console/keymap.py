@@ -17,6 +17,21 @@ class Key:
     footer: bool = True
 
 
+FILES_KEY = Key(
+    "F",
+    "toggle_files",
+    "Files",
+    "Show or hide the workspace's files (in narrow terminals they replace the transcript).",
+    footer=False,
+)
+VIEW_KEYS: list[Key] = [
+    Key(
+        "x", "expand", "Expand", "Expand or collapse the focused tool call's output.", footer=False
+    ),
+    Key("question_mark", "help", "Help", "Show this help."),
+]
+"""Keys that mean the same in the live console and the replay: defined once."""
+
 KEYS: list[Key] = [
     Key(
         "space",
@@ -49,13 +64,7 @@ KEYS: list[Key] = [
         footer=False,
     ),
     Key("s", "stop", "Stop & eval", "Stop the agent now and evaluate what the workspace holds."),
-    Key(
-        "F",
-        "toggle_files",
-        "Files",
-        "Show or hide the workspace's files (in narrow terminals they replace the transcript).",
-        footer=False,
-    ),
+    FILES_KEY,
     Key(
         "f",
         "follow",
@@ -63,10 +72,7 @@ KEYS: list[Key] = [
         "Follow the newest transcript entry again after scrolling up.",
         footer=False,
     ),
-    Key(
-        "x", "expand", "Expand", "Expand or collapse the focused tool call's output.", footer=False
-    ),
-    Key("question_mark", "help", "Help", "Show this help."),
+    *VIEW_KEYS,
     Key("q", "quit", "Quit", "Quit; a running run is stopped (not evaluated) and its log kept."),
 ]
 
@@ -117,17 +123,8 @@ REPLAY_KEYS: list[Key] = [
     Key("end", "last", "End", "Go to the run's last event.", footer=False),
     Key("d", "diff", "Diff", "Show the selected file's last change up to here, as a diff."),
     Key("f", "fork", "Fork", "Fork a new run from the worker step shown (mlra fork)."),
-    Key(
-        "F",
-        "toggle_files",
-        "Files",
-        "Show or hide the workspace's files (in narrow terminals they replace the transcript).",
-        footer=False,
-    ),
-    Key(
-        "x", "expand", "Expand", "Expand or collapse the focused tool call's output.", footer=False
-    ),
-    Key("question_mark", "help", "Help", "Show this help."),
+    FILES_KEY,
+    *VIEW_KEYS,
     Key("q", "quit", "Quit", "Leave the replay (the run is only read, never changed)."),
 ]
 """The replay console's keys (read-only: nothing here steers a run)."""
