@@ -59,7 +59,7 @@ class Metric(_Strict):
 
 
 class Evaluator(_Strict):
-    kind: Literal["lm-eval", "script"]
+    kind: Literal["classifier", "lm-eval", "script"]
     artifact: str = "submission"
     """Default artifact, relative to the workspace, when `submit` names none."""
     timeout: str = "30m"

@@ -69,7 +69,7 @@ def baseline_run(task: TaskSpec, tmp_path_factory: pytest.TempPathFactory) -> Pa
 
 def test_each_task_loads_with_a_full_prompt_and_measured_references(task: TaskSpec) -> None:
     assert find_task(task.name).root == task.root  # `mlra run NAME` finds it by name
-    assert task.evaluator.kind == "script" and task.resources.gpus == 0
+    assert task.evaluator.kind == "classifier" and task.resources.gpus == 0
     assert task.resources.network is False and task.resources.cpus == 2
     assert task.metric.higher_is_better
     assert task.metric.baseline is not None and task.metric.top is not None
@@ -90,7 +90,7 @@ def test_each_task_loads_with_a_full_prompt_and_measured_references(task: TaskSp
     assert "submission/" in prompt
     assert task.baseline.steps and task.baseline.submit == "submission"
     assert task.constraints.active() and task.constraints.forbid_quantized
-    assert (task.root / task.evaluator.settings["script"]).is_file()
+    assert all((task.root / rel).is_file() for rel in task.evaluator.settings["tests"].values())
 
 
 def test_the_held_out_reviews_are_not_in_the_given_data(task: TaskSpec) -> None:
@@ -98,7 +98,7 @@ def test_the_held_out_reviews_are_not_in_the_given_data(task: TaskSpec) -> None:
     for path in _files(task.starter_paths()):
         if path.suffix in (".jsonl", ".txt"):
             given |= _texts(path)
-    tests = [task.root / arg.split("=", 1)[1] for arg in task.evaluator.settings["args"]]
+    tests = [task.root / rel for rel in task.evaluator.settings["tests"].values()]
     assert given and tests
     for path in tests:
         held = _texts(path)

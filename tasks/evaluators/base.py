@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
 
 EVALUATORS: dict[str, str] = {
+    "classifier": "mlra.tasks.evaluators.classifier:ClassifierEvaluator",
     "lm-eval": "mlra.tasks.evaluators.lm_eval:LmEvalEvaluator",
     "script": "mlra.tasks.evaluators.script:ScriptEvaluator",
 }

@@ -6,12 +6,13 @@ an `EvalOutcome` as JSON; a crash of the evaluator is written as an error outcom
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
 
 from mlra.tasks.constraints import check
-from mlra.tasks.evaluators.base import EvalOutcome, load_evaluator
+from mlra.tasks.evaluators.base import ISOLATION_VAR, EvalOutcome, load_evaluator
 from mlra.tasks.spec import load_task
 
 
@@ -30,6 +31,9 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         traceback.print_exc()
         outcome = EvalOutcome(ok=False, error=f"evaluator failed: {type(exc).__name__}: {exc}")
+    # How this process was confined, as run_evaluation set it up: recorded with the
+    # outcome whatever the evaluator kind.
+    outcome.details.setdefault("isolation", os.environ.get(ISOLATION_VAR) or "none")
     tmp = out.with_suffix(".tmp")
     tmp.write_text(outcome.model_dump_json(indent=2))
     tmp.replace(out)

@@ -1,0 +1,103 @@
+"""The classifier evaluator: accuracy of a submitted sequence classifier on held-out
+labelled texts, shared by every task whose result is such a model (classify-finetune,
+compress-budget, merge-models).
+
+Settings: `tests`, a table of `NAME = "hidden/FILE.jsonl"`, each file holding
+`{"text", "label"}` rows. The submission is a folder that
+`AutoModelForSequenceClassification` and `AutoTokenizer` load (safetensors
+weights, no remote code). Its `config.id2label` must name every label of a test
+file; a prediction for that file is the arg-max over those labels' logits only,
+so one model can carry several label sets (a merged model). The score is the mean
+accuracy over the test files; each file's accuracy is also reported.
+
+It runs inside the evaluation process, which `run_evaluation` already confines.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from mlra.tasks.evaluators.base import EvalOutcome, Evaluator
+
+BATCH = 256
+
+
+class ClassifierEvaluator(Evaluator):
+    def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
+        tests = self.task.evaluator.settings.get("tests")
+        if not isinstance(tests, dict) or not tests:
+            return EvalOutcome(ok=False, error="task error: evaluator.settings.tests is not set")
+        if not artifact.is_dir():
+            return _refused(
+                f"the submission must be a model folder; {artifact.name} is not a folder"
+            )
+        if not (artifact / "config.json").is_file():
+            return _refused(
+                f"{artifact.name} has no config.json (save the model with save_pretrained)"
+            )
+        os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+        import torch
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        torch.set_num_threads(2)
+        try:
+            tok: Any = transformers.AutoTokenizer.from_pretrained(
+                str(artifact), trust_remote_code=False, local_files_only=True
+            )
+        except Exception as exc:
+            return _refused(f"the submitted tokenizer cannot be loaded: {_short(exc)}")
+        try:
+            model: Any = transformers.AutoModelForSequenceClassification.from_pretrained(
+                str(artifact), trust_remote_code=False, use_safetensors=True, local_files_only=True
+            )
+        except Exception as exc:
+            return _refused(f"the submitted model cannot be loaded: {_short(exc)}")
+        model.eval()
+        names = {str(v): int(k) for k, v in model.config.id2label.items()}
+
+        metrics: dict[str, float] = {}
+        accuracies: list[float] = []
+        for name, rel in tests.items():
+            text = (self.task.root / str(rel)).read_text()
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            labels = sorted({r["label"] for r in rows})
+            missing = [label for label in labels if label not in names]
+            if missing:
+                return _refused(
+                    f"config.id2label has no label {missing[0]!r} (it has {sorted(names)}); "
+                    f"the {name} labels are {labels}"
+                )
+            ids = torch.tensor([names[label] for label in labels])
+            correct = 0
+            with torch.no_grad():
+                for i in range(0, len(rows), BATCH):
+                    batch = rows[i : i + BATCH]
+                    enc = tok(
+                        [r["text"] for r in batch],
+                        padding=True,
+                        truncation=True,
+                        return_tensors="pt",
+                    )
+                    predicted = model(**enc).logits[:, ids].argmax(-1).tolist()
+                    correct += sum(
+                        labels[p] == r["label"] for p, r in zip(predicted, batch, strict=True)
+                    )
+            accuracy = correct / len(rows)
+            metrics[f"{name}/accuracy"] = accuracy
+            metrics[f"{name}/examples"] = float(len(rows))
+            accuracies.append(accuracy)
+        metrics["parameters"] = float(sum(p.numel() for p in model.parameters()))
+        return EvalOutcome(ok=True, score=sum(accuracies) / len(accuracies), metrics=metrics)
+
+
+def _refused(reason: str) -> EvalOutcome:
+    """A submission that cannot be scored, said as the old per-task scripts said it."""
+    return EvalOutcome(ok=False, error=f"evaluation error: {reason}")
+
+
+def _short(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {str(exc)[:200]}"
