@@ -24,7 +24,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
-from mlra.events import Event, parse_event
+from mlra.events import Event, parse_event, stamped
 
 Subscriber = Callable[[Event], None]
 
@@ -249,7 +249,10 @@ def iter_events(
             on_torn_tail(f"{path}: dropped a half-written last line ({len(tail)} bytes)")
 
 
-_STAMPS = re.compile(rb'\{"v":\d+,"seq":(\d+),')
+_STAMPS = re.compile(
+    rb'\{"v":\d+,"seq":(\d+),"ts":[-+0-9.eE]+,"t":[-+0-9.eE]+,"type":"[a-z][a-z0-9_]*"'
+)
+"""The stamps `EventLog` writes at the start of every line, in this order."""
 
 
 def check_lines(path: Path, lines: list[bytes]) -> None:
@@ -270,11 +273,15 @@ def check_lines(path: Path, lines: list[bytes]) -> None:
             seq: Any = int(found.group(1))
         else:
             try:
-                seq = json.loads(line).get("seq")
-            except (ValueError, AttributeError):
+                data = json.loads(line)
+            except ValueError:
                 raise LogDamage(path, number, "not a valid event: not a JSON object") from None
-            if not isinstance(seq, int):
-                raise LogDamage(path, number, "not a valid event: it has no seq")
+            if not stamped(data):
+                raise LogDamage(
+                    path, number, "not a valid event: it lacks the stamps of every event "
+                    "(v, seq, ts, t and a type)",
+                )  # fmt: skip
+            seq = data["seq"]
         if seq != expected:
             raise LogDamage(path, number, _out_of_sequence(seq, expected))
         expected += 1

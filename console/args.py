@@ -112,14 +112,15 @@ def check_run_id(run_id: str | None) -> None:
         raise UsageError(f"--run-id: {problem}; it names a folder inside --runs-dir")
 
 
-def add_budget_args(parser: argparse.ArgumentParser, *, whose: str) -> None:
+def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str) -> None:
     """The four limits a run can end on, one definition for run, batch, resume and
-    fork; `whose` ("the run", "each run") says whose they are in the help."""
+    fork; `whose` ("the run", "each run") says whose they are in the help, and
+    `default` where the limits come from when not given."""
     parser.add_argument(
         "--time-limit",
         type=duration,
         metavar="T",
-        help=f"{whose}'s time limit, paused time excluded (90s, 20m, 1h30m; default the task's)",
+        help=f"{whose}'s time limit, paused time excluded (90s, 20m, 1h30m; default {default})",
     )
     parser.add_argument(
         "--max-steps", type=positive_int, metavar="N", help=f"end {whose} after N worker steps"
@@ -133,3 +134,12 @@ def add_budget_args(parser: argparse.ArgumentParser, *, whose: str) -> None:
     parser.add_argument(
         "--max-tokens", type=positive_int, metavar="N", help=f"end {whose} after N model tokens"
     )
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand: bad input it finds is one line on stderr, exit 2."""
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        sys.stderr.write(f"mlra: {exc}\n")
+        return EXIT_USAGE

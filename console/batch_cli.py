@@ -52,7 +52,7 @@ def add_batch_commands(sub: Any) -> None:
         help="starts per run, resumes and retries included (default 3)",
     )
     batch.add_argument("--isolation", choices=["auto", "bwrap", "none"])
-    add_budget_args(batch, whose="each run")
+    add_budget_args(batch, whose="each run", default="the batch file's, else the task's")
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
 

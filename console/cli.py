@@ -23,6 +23,7 @@ from mlra.console.args import (
     add_budget_args,
     check_isolation,
     check_run_id,
+    dispatch,
     duration,
     gpus,
     memory_mb,
@@ -57,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print the events as JSON lines (implies --no-tui)"
     )
     run.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
-    add_budget_args(run, whose="the run")
+    add_budget_args(run, whose="the run", default="the task's")
     run.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default ./runs)"
     )
@@ -183,10 +184,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return EXIT_USAGE
     try:
-        return int(args.func(args))
-    except UsageError as exc:
-        sys.stderr.write(f"mlra: {exc}\n")
-        return EXIT_USAGE
+        return dispatch(args)
     except KeyboardInterrupt:
         sys.stderr.write("mlra: interrupted\n")
         return 130

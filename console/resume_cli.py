@@ -25,7 +25,7 @@ def add_resume_commands(sub: Any) -> None:
             "-v", "--verbose", action="store_true", help="headless: stream command output"
         )
         p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
-        add_budget_args(p, whose="the run")  # new totals for the whole run
+        add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
 
     resume = sub.add_parser(
         "resume",

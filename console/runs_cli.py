@@ -171,7 +171,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _fork(run_dir: Path, step: int, base_url: str | None = None) -> int:
     """The fork key's errand: `mlra fork RUN_DIR --at STEP`, once the replay has closed."""
-    from mlra.console.args import Parser, UsageError
+    from mlra.console.args import Parser, dispatch
     from mlra.console.resume_cli import add_resume_commands
 
     argv = ["fork", str(run_dir), "--at", str(step)]
@@ -180,12 +180,7 @@ def _fork(run_dir: Path, step: int, base_url: str | None = None) -> int:
     print(f"mlra {' '.join(argv)}", flush=True)
     parser = Parser(prog="mlra")
     add_resume_commands(parser.add_subparsers(dest="command", parser_class=Parser))
-    args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except UsageError as exc:
-        sys.stderr.write(f"mlra: {exc}\n")
-        return 2
+    return dispatch(parser.parse_args(argv))
 
 
 # --- mlra runs ------------------------------------------------------------------------

@@ -17,7 +17,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_serializer
 
 SCHEMA_VERSION = 1
 
@@ -406,11 +406,17 @@ class EvaluationFinished(_Event):
 
 class UnknownEvent(_Event):
     """An event of a type this mlra does not know, written by a newer one: kept with
-    its fields and shown as unknown, so an older mlra still reads the log whole."""
+    its fields and shown as unknown, so an older mlra still reads the log whole.
+    Written back (a fork copies it) as the line it was, under its own type."""
 
     type: Literal["unknown"] = "unknown"
     original_type: str
     fields: dict[str, Any] = Field(default_factory=dict)
+
+    @model_serializer
+    def _as_written(self) -> dict[str, Any]:
+        stamps = {"v": self.v, "seq": self.seq, "ts": self.ts, "t": self.t}
+        return {**stamps, "type": self.original_type, **self.fields}
 
 
 Event = Annotated[
@@ -476,26 +482,44 @@ def parse_event(line: str | bytes) -> Event:
         return EVENT_ADAPTER.validate_python(data)
 
 
+EVENT_NAME = re.compile(r"[a-z][a-z0-9_]*")
+"""What an event type looks like; a mangled one is damage, not a newer mlra's type."""
+
+
+def stamped(data: object) -> bool:
+    """Whether a parsed line carries the stamps `EventLog` writes on every event:
+    an int `v` and `seq`, numeric `ts` and `t`, and a well-formed `type`."""
+    if not isinstance(data, dict):
+        return False
+
+    def number(value: object) -> bool:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+
+    kind = data.get("type")
+    return (
+        isinstance(data.get("v"), int)
+        and isinstance(data.get("seq"), int)
+        and number(data.get("ts"))
+        and number(data.get("t"))
+        and isinstance(kind, str)
+        and EVENT_NAME.fullmatch(kind) is not None
+    )
+
+
 def _unknown(line: str | bytes) -> UnknownEvent | None:
-    """The line as an `UnknownEvent` if it is stamped like an event (v, seq, type)."""
+    """The line as an `UnknownEvent` if it is stamped like an event, else None."""
     try:
         data = json.loads(line)
     except ValueError:
         return None
-    if not isinstance(data, dict):
+    if not stamped(data):
         return None
-    stamps = {key: data.pop(key, None) for key in ("v", "seq", "ts", "t", "type")}
-    if not (
-        isinstance(stamps["v"], int)
-        and isinstance(stamps["seq"], int)
-        and isinstance(stamps["type"], str)
-    ):
-        return None
+    stamps = {key: data.pop(key) for key in ("v", "seq", "ts", "t", "type")}
     return UnknownEvent(
         v=stamps["v"],
         seq=stamps["seq"],
-        ts=float(stamps["ts"] or 0.0),
-        t=float(stamps["t"] or 0.0),
+        ts=float(stamps["ts"]),
+        t=float(stamps["t"]),
         original_type=stamps["type"],
         fields=data,
     )

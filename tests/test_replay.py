@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 from textual.widgets import Static, Tree
 
 from mlra import events as ev
@@ -105,6 +106,7 @@ def test_a_torn_tail_is_dropped_with_a_note(recorded: Path, tmp_path: Path) -> N
 @pytest.mark.parametrize(
     ("damage", "problem"),
     [
+        ("forged", "not a valid event: "),
         ("removed", "seq 7 where 6 was due: seq 6 is missing"),
         ("repeated", "seq 5 where 6 was due: a repeated or moved line"),
         ("not json", "not a valid event"),
@@ -114,7 +116,9 @@ def test_replay_refuses_a_damaged_log_naming_file_and_line(
     recorded: Path, tmp_path: Path, damage: str, problem: str
 ) -> None:
     lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
-    if damage == "removed":
+    if damage == "forged":
+        lines[5] = b'{"v":1,"seq":6,"type":"no_such_event"}\n'
+    elif damage == "removed":
         del lines[5]
     elif damage == "repeated":
         lines.insert(5, lines[4])
@@ -162,6 +166,11 @@ def test_an_event_from_a_newer_mlra_is_kept_and_shown_as_unknown(
     assert isinstance(unknown, ev.UnknownEvent)
     assert (unknown.original_type, unknown.fields, unknown.seq) == ("gpu_throttled", {"gpu": 0}, 6)
     assert len(events) == len(lines)
+    # Written back (a fork copies it) as the line it was, under its own type.
+    assert json.loads(unknown.model_dump_json()) == json.loads(newer)
+    mangled = b'{"v":1,"seq":6,"ts":"x","t":0,"type":"tool_resulv"}'
+    with pytest.raises(ValidationError):
+        ev.parse_event(mangled)
     proc = mlra_cli(["replay", str(tmp_path), "--no-tui"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "unknown event 'gpu_throttled' (written by a newer mlra" in proc.stdout

@@ -301,13 +301,9 @@ def _tool_call(call: _PendingCall, stop_reason: str | None) -> ToolCallRequest:
 # --- history ---------------------------------------------------------------------------
 
 
-def to_anthropic_messages(messages: list[Message]) -> list[MessageParam]:
-    """Neutral history to strictly alternating Anthropic messages with paired tool results."""
-    return [turn.param() for turn in to_anthropic_turns(messages)]
-
-
 def to_anthropic_turns(messages: list[Message]) -> list[_Turn]:
-    """As `to_anthropic_messages`, still mutable so the cache breakpoint can be placed."""
+    """The neutral history as strictly alternating Anthropic turns with paired tool results,
+    still mutable so the cache breakpoint can be placed."""
     out: list[_Turn] = []
 
     def add(role: Literal["user", "assistant"], blocks: list[Block]) -> None:
