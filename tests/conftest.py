@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -10,6 +11,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
+
+from mlra.tools.sandbox.base import Stream
 
 # Nothing may reach the Hugging Face Hub: this machine has no network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -96,3 +99,41 @@ def run_baseline(
 def answer_baseline_run(answer_task: Path, tmp_path: Path) -> BaselineRun:
     """The baseline agent's finished run of the test task, in `tmp_path/runs`."""
     return run_baseline(answer_task, tmp_path)
+
+
+class Chunks:
+    """Collects streamed output and lets a test await a piece of it."""
+
+    def __init__(self) -> None:
+        self.items: list[tuple[Stream, str]] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, stream: Stream, text: str) -> None:
+        self.items.append((stream, text))
+        self._changed.set()
+
+    def text(self, stream: Stream | None = None) -> str:
+        return "".join(t for s, t in self.items if stream is None or s == stream)
+
+    async def wait_for(self, needle: str, stream: Stream | None = None) -> None:
+        async with asyncio.timeout(20):
+            while needle not in self.text(stream):
+                self._changed.clear()
+                await self._changed.wait()
+
+
+def processes_running(marker: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds `marker` (pids differ in a
+    sandbox's pid namespace, so the command line is what identifies them)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (proc / "status").read_text()
+        except OSError:
+            continue
+        if marker in cmdline and "zombie" not in state and "pytest" not in cmdline:
+            found.append(int(proc.name))
+    return found

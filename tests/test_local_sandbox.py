@@ -21,11 +21,12 @@ from pathlib import Path
 
 import pytest
 
-from mlra.tools.sandbox.base import SandboxError, SandboxSpec, Stream
+from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.env import sandbox_env
 from mlra.tools.sandbox.local import IsolationMode, IsolationUnavailable, LocalSandbox
 from mlra.tools.sandbox.output import BoundedOutput
+from tests.conftest import Chunks
 
 BWRAP_PROBLEM = isolation_problem()
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
@@ -68,27 +69,6 @@ async def make_sandbox(workspace: Path, spec: SandboxSpec | None = None) -> Loca
 async def sh(sb: LocalSandbox, script: str, limit_s: float = 30) -> tuple[int | None, str]:
     result = await sb.exec(["bash", "-c", script], timeout=limit_s)
     return result.exit_code, result.output
-
-
-class Chunks:
-    """Collects streamed output and lets a test await a piece of it."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[Stream, str]] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, stream: Stream, text: str) -> None:
-        self.items.append((stream, text))
-        self._changed.set()
-
-    def text(self, stream: Stream | None = None) -> str:
-        return "".join(t for s, t in self.items if stream is None or s == stream)
-
-    async def wait_for(self, needle: str, stream: Stream | None = None) -> None:
-        async with asyncio.timeout(20):
-            while needle not in self.text(stream):
-                self._changed.clear()
-                await self._changed.wait()
 
 
 # --- commands and output -----------------------------------------------------------------

@@ -11,7 +11,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
-from tests.conftest import mlra_cli
+from tests.conftest import mlra_cli, processes_running
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, plan, supervisor_answering, turn
 
@@ -148,27 +148,10 @@ def test_the_deadline_kills_a_running_command_and_still_evaluates(
     )
     # Its time-out is clamped to the deadline, or the deadline cancels it: killed either way.
     assert not killed.ok and (killed.timed_out or "run ended" in killed.output)
-    assert not _processes_running("117.25")
+    assert not processes_running("117.25")
     evaluation = next(e for e in events if isinstance(e, ev.EvaluationFinished))
     assert evaluation.score == 1.0
     assert json.loads((run_dir / "result.json").read_text())["reason"] == "deadline"
-
-
-def _processes_running(marker: str) -> list[int]:
-    """Live (not zombie) processes whose command line holds `marker` (pids differ in a
-    sandbox's pid namespace, so the command line is what identifies them)."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (proc / "status").read_text()
-        except OSError:
-            continue
-        if marker in cmdline and "zombie" not in state and "pytest" not in cmdline:
-            found.append(int(proc.name))
-    return found
 
 
 def test_step_budget_ends_the_run_and_evaluates_what_is_there(

@@ -46,7 +46,7 @@ from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
-from tests.conftest import ANSWER_TASK, mlra_cli
+from tests.conftest import ANSWER_TASK, mlra_cli, processes_running
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, supervisor_answering, turn
 
@@ -859,7 +859,7 @@ def test_a_daemon_left_behind_cannot_change_the_graded_answer(scene: Scene, sand
     evaluation = run.evaluation
     assert run.code == 0, run.stderr
     assert evaluation.ok and evaluation.score == 1.0, evaluation
-    assert not _processes_running(f"sleep {DAEMON_MARKER}")
+    assert not processes_running(f"sleep {DAEMON_MARKER}")
     # The copy graded is the one submitted, and the log says which by its hash.
     assert getattr(submission, "sha256", None) == hashlib.sha256(b"42\n").hexdigest()
 
@@ -882,22 +882,6 @@ def test_a_submitted_symlink_into_hidden_data_is_not_followed(
     # read the secret (it would quote it in its violations).
     assert evaluation.score != 1.0, evaluation
     _no_leaks(scene, run.everything())
-
-
-def _processes_running(marker: str) -> list[int]:
-    """Live (not zombie) processes on this machine whose command line holds `marker`."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-            state = (proc / "status").read_text()
-        except OSError:
-            continue
-        if marker in cmdline and "zombie" not in state and "pytest" not in cmdline:
-            found.append(int(proc.name))
-    return found
 
 
 # --- no bubblewrap at all --------------------------------------------------------------------

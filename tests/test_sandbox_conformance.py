@@ -22,6 +22,7 @@ import pytest
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec, Stream
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.local import LocalSandbox
+from tests.conftest import Chunks
 
 TEST_SOCKET = (
     Path(os.environ.get("MLRA_TEST_DOCKER_DIR", "/var/tmp/mlra-test-docker")) / "docker.sock"
@@ -135,27 +136,6 @@ async def _until(check: object, what: str, limit_s: float = 10) -> None:
     while not check():
         assert time.monotonic() < deadline, f"still not {what} after {limit_s} s"
         await asyncio.sleep(0.02)
-
-
-class Chunks:
-    """Collects streamed output and lets a test await a piece of it."""
-
-    def __init__(self) -> None:
-        self.items: list[tuple[Stream, str]] = []
-        self._changed = asyncio.Event()
-
-    def __call__(self, stream: Stream, text: str) -> None:
-        self.items.append((stream, text))
-        self._changed.set()
-
-    def text(self, stream: Stream | None = None) -> str:
-        return "".join(t for s, t in self.items if stream is None or s == stream)
-
-    async def wait_for(self, needle: str, stream: Stream | None = None) -> None:
-        async with asyncio.timeout(20):
-            while needle not in self.text(stream):
-                self._changed.clear()
-                await self._changed.wait()
 
 
 # --- streaming and results -----------------------------------------------------------------
