@@ -137,3 +137,40 @@ def processes_running(marker: str) -> list[int]:
         if marker in cmdline and "zombie" not in state and "pytest" not in cmdline:
             found.append(int(proc.name))
     return found
+
+
+TEST_SOCKET = (
+    Path(os.environ.get("MLRA_TEST_DOCKER_DIR", "/var/tmp/mlra-test-docker")) / "docker.sock"
+)
+"""Where docker/test-engine.sh starts its private engine."""
+TEST_IMAGE = os.environ.get("MLRA_TEST_IMAGE", "mlra-test:latest")
+
+
+def docker_address() -> str | None:
+    """The engine's address: DOCKER_HOST, else the socket docker/test-engine.sh makes."""
+    host = os.environ.get("DOCKER_HOST")
+    if host:
+        return host
+    return f"unix://{TEST_SOCKET}" if TEST_SOCKET.exists() else None
+
+
+def docker_problem() -> str | None:
+    """Why the Docker tests cannot run here (said when they skip), or None."""
+    try:
+        from docker.errors import ImageNotFound
+
+        import docker
+    except ImportError:
+        return "the docker Python package is not installed"
+    host = docker_address()
+    if host is None:
+        return "no Docker engine: set DOCKER_HOST or run docker/test-engine.sh (needs root)"
+    try:
+        client = docker.DockerClient(base_url=host, timeout=10)
+        client.ping()
+        client.images.get(TEST_IMAGE)
+    except ImageNotFound:
+        return f"the test image {TEST_IMAGE} is not built (run docker/test-engine.sh)"
+    except Exception as exc:
+        return f"the Docker engine at {host} does not answer: {exc}"
+    return None

@@ -26,35 +26,22 @@ import pytest
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
-from tests.conftest import mlra_cli
+from tests.conftest import TEST_IMAGE, docker_address, docker_problem, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, supervisor_answering, turn
 
-TEST_SOCKET = (
-    Path(os.environ.get("MLRA_TEST_DOCKER_DIR", "/var/tmp/mlra-test-docker")) / "docker.sock"
-)
-TEST_IMAGE = os.environ.get("MLRA_TEST_IMAGE", "mlra-test:latest")
 CANARY = {"ANTHROPIC_API_KEY": "sk-ant-canary-d0c4e", "OPENAI_API_KEY": "sk-canary-openai-d0c4e"}
 
 
 @pytest.fixture(scope="module")
 def docker_host() -> Iterator[str]:
-    """The engine's address: DOCKER_HOST, else the socket docker/test-engine.sh makes."""
-    docker = pytest.importorskip("docker", reason="the docker Python package is not installed")
-    host = os.environ.get("DOCKER_HOST") or (
-        f"unix://{TEST_SOCKET}" if TEST_SOCKET.exists() else None
-    )
-    if host is None:
-        pytest.skip("no Docker engine: set DOCKER_HOST or run docker/test-engine.sh (needs root)")
-    try:
-        client = docker.DockerClient(base_url=host, timeout=10)
-        client.ping()
-    except Exception as exc:
-        pytest.skip(f"the Docker engine at {host} does not answer: {exc}")
-    try:
-        client.images.get(TEST_IMAGE)
-    except docker.errors.ImageNotFound:
-        pytest.skip(f"the test image {TEST_IMAGE} is not built (run docker/test-engine.sh)")
+    """The engine's address, set as DOCKER_HOST for the module's tests; skips them,
+    saying why, where there is no engine or no test image."""
+    problem = docker_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    host = docker_address()
+    assert host is not None
     previous = os.environ.get("DOCKER_HOST")
     os.environ["DOCKER_HOST"] = host
     yield host

@@ -46,17 +46,21 @@ from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
-from tests.conftest import ANSWER_TASK, mlra_cli, processes_running
+from tests.conftest import (
+    ANSWER_TASK,
+    TEST_IMAGE,
+    TEST_SOCKET,
+    docker_address,
+    docker_problem,
+    mlra_cli,
+    processes_running,
+)
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, supervisor_answering, turn
 
 REPO = Path(__file__).resolve().parents[1]
 RUNNER = Path(__file__).resolve().parent / "sandbox_attack_runner.py"
 NOBODY = 65534
-TEST_SOCKET = (
-    Path(os.environ.get("MLRA_TEST_DOCKER_DIR", "/var/tmp/mlra-test-docker")) / "docker.sock"
-)
-TEST_IMAGE = os.environ.get("MLRA_TEST_IMAGE", "mlra-test:latest")
 ATTACK_TIMEOUT_S = 60.0
 
 
@@ -83,32 +87,6 @@ def _bundled_bwrap() -> str | None:
         return str(bwrap_path())
     except Exception:
         return None
-
-
-def _docker_host() -> str | None:
-    host = os.environ.get("DOCKER_HOST")
-    if host:
-        return host
-    return f"unix://{TEST_SOCKET}" if TEST_SOCKET.exists() else None
-
-
-def _docker_problem() -> str | None:
-    try:
-        import docker
-    except ImportError:
-        return "the docker Python package is not installed"
-    host = _docker_host()
-    if host is None:
-        return "no Docker engine: set DOCKER_HOST or run docker/test-engine.sh (needs root)"
-    try:
-        client = docker.DockerClient(base_url=host, timeout=10)
-        client.ping()
-        client.images.get(TEST_IMAGE)
-    except docker.errors.ImageNotFound:
-        return f"the test image {TEST_IMAGE} is not built (run docker/test-engine.sh)"
-    except Exception as exc:
-        return f"the Docker engine at {host} does not answer: {exc}"
-    return None
 
 
 def _nobody_problem() -> str | None:
@@ -167,7 +145,7 @@ SANDBOXES = [
     ),
     pytest.param(
         "docker",
-        marks=pytest.mark.skipif(_docker_problem() is not None, reason=_docker_problem() or ""),
+        marks=pytest.mark.skipif(docker_problem() is not None, reason=docker_problem() or ""),
     ),
 ]
 
@@ -435,7 +413,7 @@ async def box(request: pytest.FixtureRequest, scene: Scene) -> AsyncIterator[Box
     else:
         from mlra.tools.sandbox.docker_sandbox import DockerSandbox
 
-        request.getfixturevalue("monkeypatch").setenv("DOCKER_HOST", _docker_host() or "")
+        request.getfixturevalue("monkeypatch").setenv("DOCKER_HOST", docker_address() or "")
         made = InProcessBox(
             kind,
             DockerSandbox(scene.workspace, spec, image=TEST_IMAGE, run_id=f"attack-{scene.token}"),
@@ -667,7 +645,7 @@ async def test_the_docker_socket_cannot_be_reached(
 ) -> None:
     planted, accepted = planted_docker_socket
     candidates = ["/var/run/docker.sock", "/run/docker.sock", str(planted), str(TEST_SOCKET)]
-    host = _docker_host() or ""
+    host = docker_address() or ""
     if host.startswith("unix://"):
         candidates.append(host[len("unix://") :])
     result = await box.sh(
@@ -747,7 +725,7 @@ RUN_SANDBOXES = [
     "local",
     pytest.param(
         "docker",
-        marks=pytest.mark.skipif(_docker_problem() is not None, reason=_docker_problem() or ""),
+        marks=pytest.mark.skipif(docker_problem() is not None, reason=docker_problem() or ""),
     ),
 ]
 
@@ -797,7 +775,7 @@ def _run(
     }
     if sandbox == "docker":
         extra = ["--sandbox", "docker", "--image", TEST_IMAGE]
-        env["DOCKER_HOST"] = _docker_host() or ""
+        env["DOCKER_HOST"] = docker_address() or ""
     script = {"supervisor": supervisor_answering(), "worker": worker}
     with ScriptedModelServer(script) as server:
         proc = mlra_cli(

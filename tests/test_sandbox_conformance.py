@@ -22,12 +22,7 @@ import pytest
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec, Stream
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.local import LocalSandbox
-from tests.conftest import Chunks
-
-TEST_SOCKET = (
-    Path(os.environ.get("MLRA_TEST_DOCKER_DIR", "/var/tmp/mlra-test-docker")) / "docker.sock"
-)
-TEST_IMAGE = os.environ.get("MLRA_TEST_IMAGE", "mlra-test:latest")
+from tests.conftest import TEST_IMAGE, Chunks, docker_address, docker_problem
 
 BWRAP_PROBLEM = isolation_problem()
 KINDS = [
@@ -40,20 +35,12 @@ KINDS = [
 
 
 def _docker_host() -> str:
-    """The engine's address (DOCKER_HOST, else docker/test-engine.sh's socket); skips
-    the test, saying why, where there is no engine or no test image."""
-    docker = pytest.importorskip("docker", reason="the docker Python package is not installed")
-    host = os.environ.get("DOCKER_HOST") or (
-        f"unix://{TEST_SOCKET}" if TEST_SOCKET.exists() else None
-    )
-    if host is None:
-        pytest.skip("no Docker engine: set DOCKER_HOST or run docker/test-engine.sh (needs root)")
-    try:
-        client = docker.DockerClient(base_url=host, timeout=10)
-        client.ping()
-        client.images.get(TEST_IMAGE)
-    except Exception as exc:
-        pytest.skip(f"the Docker engine at {host} or its image {TEST_IMAGE} cannot be had: {exc}")
+    """The engine's address; skips the test, saying why, where there is none to use."""
+    problem = docker_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    host = docker_address()
+    assert host is not None
     return host
 
 
