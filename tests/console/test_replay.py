@@ -28,7 +28,7 @@ from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import DiffScreen, ReplayApp
 from mlra.console.screens import HelpScreen, PromptScreen
 from tests.conftest import ANSWER_TASK, mlra_cli
-from tests.console_fixtures import EPOCH, recorded_run
+from tests.console.console_fixtures import EPOCH, recorded_run
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 

@@ -15,7 +15,7 @@ from mlra.console.app import MlraApp
 from mlra.console.panes.files import FilesPane
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
-from tests.console_fixtures import Stage, recorded_run, recorded_workspace
+from tests.console.console_fixtures import Stage, recorded_run, recorded_workspace
 
 
 @pytest.fixture(autouse=True)
