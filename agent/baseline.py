@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
+from mlra.agent.ending import unsubmitted
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.durations import parse_duration
 from mlra.tools.core import core_tools
@@ -95,12 +96,23 @@ class BaselineAgent:
         outcome = await self.ctl.execute_tool(
             self.role, submit, self.registry, step=step, turn=step
         )
-        self._plan([*statuses, "done" if outcome.ok else "failed"], "submitted")
+        if not outcome.ok:
+            # A refused submit is no submission, whatever the recipe did before it
+            # (a step that timed out leaves no artifact): the run says so, ungraded.
+            self._plan([*statuses, "failed"], "submit failed")
+            first = outcome.output.strip().splitlines()[0] if outcome.output.strip() else ""
+            raise EndRun(
+                unsubmitted(
+                    "no_submission",
+                    f"the recipe's submit failed, so nothing was submitted: {first}".rstrip(": "),
+                )
+            )
+        self._plan([*statuses, "done"], "submitted")
         raise EndRun(
             Ending(
                 reason="submitted",
                 by="agent",
-                path=outcome.data.get("path") if outcome.ok else self.recipe.submit,
+                path=outcome.data.get("path"),
                 note="baseline recipe",
             )
         )

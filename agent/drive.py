@@ -13,7 +13,7 @@ from mlra import events as ev
 from mlra.agent.catchup import CatchUp
 from mlra.agent.clock import RunClock
 from mlra.agent.controls import Controls
-from mlra.agent.ending import Ending, EndRun
+from mlra.agent.ending import Ending, EndRun, unsubmitted
 from mlra.tools.sandbox.base import Sandbox
 
 
@@ -62,11 +62,8 @@ async def run_agent(agent: Agent) -> Ending:
         await agent.run()
     except EndRun as end:
         return end.ending
-    return Ending(
-        reason="submitted",
-        by="agent",
-        note="the agent stopped without calling submit; its workspace is evaluated",
-    )
+    # Returning is not submitting: nothing was handed in, so nothing is graded.
+    return unsubmitted("no_submission", "the agent stopped without calling submit")
 
 
 async def watch_deadline(clock: RunClock, controls: Controls) -> Ending:

@@ -22,6 +22,10 @@ MESSAGES: dict[ev.FinishReason, str] = {
     "stopped": "stopped by the user",
     "budget": "a budget was used up",
     "error": "the run failed",
+    "no_submission": "the agent ended without submitting",
+    "no_tool_calls": "the supervisor stopped calling tools, so nothing was submitted",
+    "provider_error": "the model provider failed",
+    "repeated_failure": "the same tool call kept failing",
 }
 """The `run_finished` message of an ending that brings none of its own."""
 
@@ -52,6 +56,19 @@ class EndRun(BaseException):
     def __init__(self, ending: Ending) -> None:
         super().__init__(ending.reason)
         self.ending = ending
+
+
+UNSUBMITTED: frozenset[ev.FinishReason] = frozenset(
+    {"no_submission", "no_tool_calls", "repeated_failure"}
+)
+"""Endings where the agent stopped on its own without a submission: nothing is graded
+(only an ending imposed from outside, a deadline or a budget, grades the workspace)."""
+
+
+def unsubmitted(reason: ev.FinishReason, message: str, note: str = "") -> Ending:
+    """The ending of a run the agent ended without a successful `submit`: never
+    reported as a submission, and not graded (there is nothing it handed in)."""
+    return Ending(reason=reason, evaluate=False, by="agent", message=message, note=note or message)
 
 
 def budget_ending(config: RunConfig, state: RunState) -> Ending | None:

@@ -9,12 +9,16 @@ in the main one) and may change the plan and send guidance to the worker.
 
 from __future__ import annotations
 
+import json
+
 from pydantic import BaseModel, Field
 
 from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
+from mlra.agent.ending import unsubmitted
 from mlra.agent.history import AgentHistory
 from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, task_message
+from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.worker import Worker
 from mlra.tools.files import ListFiles, ReadFile
 from mlra.tools.plan import UpdatePlan, render_plan
@@ -91,23 +95,37 @@ class Supervisor:
     # --- the loop ---------------------------------------------------------------------
 
     async def run(self) -> None:
+        """Turn after turn until `submit`, bounded: by the supervisor's turn limit, by
+        turns with no tool call, and by one call failing the same way again and again."""
+        cfg = self.ctl.config
         nudges = 0
+        empty = 0
+        turns = 0
+        failures: dict[str, int] = {}
         prompt = ""
         while True:
+            if turns >= cfg.supervisor_max_turns:
+                problem = (
+                    f"supervisor turn limit reached ({turns} of {cfg.supervisor_max_turns} turns)"
+                )
+                raise EndRun(Ending(reason="budget", by="budget", note=problem, message=problem))
             response, step = await self.ctl.model_turn(
                 self.role, self.history, self.registry, counts_as_step=False, extra_prompt=prompt
             )
+            turns += 1
             prompt = ""
             if response.text.strip():
                 self.ctl.emit(ev.SupervisorMessage(text=response.text, turn=self.history.turn))
             if not response.tool_calls:
                 nudges += 1
+                empty += not response.text.strip()
                 if nudges > MAX_NUDGES:
+                    what = "gave empty answers" if empty == nudges else "answered without a tool"
                     raise EndRun(
-                        Ending(
-                            reason="submitted",
-                            by="agent",
-                            note="the supervisor stopped without calling submit",
+                        unsubmitted(
+                            "no_tool_calls",
+                            f"the supervisor {what} {nudges} turns in a row and never "
+                            "called submit, so nothing was submitted",
                         )
                     )
                 prompt = (
@@ -115,7 +133,7 @@ class Supervisor:
                     "or `submit` when the result is ready."
                 )
                 continue
-            nudges = 0
+            nudges = empty = 0
             for call in response.tool_calls:
                 outcome = await self.ctl.execute_tool(
                     self.role, call, self.registry, step=step, turn=self.history.turn
@@ -123,6 +141,21 @@ class Supervisor:
                 self.history.add_tool_result(
                     call.id, call.name, outcome.output, is_error=not outcome.ok
                 )
+                key = _call_key(call)
+                if outcome.ok:
+                    failures.pop(key, None)
+                else:
+                    failures[key] = failures.get(key, 0) + 1
+                    if failures[key] >= cfg.max_repeated_failures:
+                        lines = outcome.output.strip().splitlines()
+                        raise EndRun(
+                            unsubmitted(
+                                "repeated_failure",
+                                f"the supervisor's {call.name} call failed {failures[key]} "
+                                f"times with the same arguments"
+                                + (f" (last: {lines[0][:200]})" if lines else ""),
+                            )
+                        )
                 if outcome.signal == "submit":
                     raise EndRun(
                         Ending(
@@ -197,3 +230,12 @@ class Supervisor:
         if guidance:
             self._reviews.append(guidance)
         return guidance
+
+
+def _call_key(call: ToolCallRequest) -> str:
+    """A call's identity for spotting repeats: its tool and its arguments as sent."""
+    if call.arguments is None:  # not valid JSON: the text as sent
+        arguments = call.raw_arguments
+    else:
+        arguments = json.dumps(call.arguments, sort_keys=True, default=str)
+    return f"{call.name} {arguments}"

@@ -41,12 +41,16 @@ class Submit(Tool[SubmitArgs]):
     async def run(self, args: SubmitArgs, ctx: ToolContext) -> ToolOutcome:
         if args.path:
             rel = submitted_path(ctx.sandbox, args.path)
-        elif ctx.default_artifact is not None:
+        elif ctx.default_artifact:
             # The default must be there too: "submitted" with nothing there is no submission.
             submitted_path(ctx.sandbox, ctx.default_artifact, default=True)
             rel = None
         else:
-            rel = None
+            # No default to check is no default to grade: an error to the agent, which goes on.
+            raise SandboxError(
+                "this task names no default artifact, so nothing was submitted; "
+                "give the path to submit"
+            )
         what = rel if rel is not None else "the task's default artifact"
         return ToolOutcome(
             output=f"Submitted {what}. Evaluation starts now; the run ends here.",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
+from mlra.agent.ending import UNSUBMITTED
 from mlra.agent.state import RunState
 from mlra.console.headless import score_line
 
@@ -54,4 +55,7 @@ class StatusBar(Static):
             )
         elif state.finished is not None and state.finished.status == "error":
             text.append(f"  {state.finished.message[:120]}", style="red")
+        elif state.finished is not None and state.finished.reason in UNSUBMITTED:
+            # Ended without a submission: nothing was graded, and the bar says why.
+            text.append(f"  not submitted: {state.finished.message[:120]}", style="yellow")
         self.update(text)

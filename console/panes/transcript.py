@@ -298,7 +298,11 @@ class TranscriptPane(VerticalScroll):
             case ev.Submission():
                 self._note(
                     event,
-                    f"submitted {event.path or '(default artifact)'} ({event.by})"
+                    (
+                        f"submitted {event.path or '(default artifact)'} ({event.by})"
+                        if event.by == "agent"  # a deadline or budget grades what is there
+                        else f"{event.by}: grading {event.path or '(default artifact)'}"
+                    )
                     + (f": {event.note}" if event.note else ""),
                     "bold",
                 )

@@ -181,8 +181,10 @@ def test_a_provider_that_keeps_failing_ends_the_run_with_error(
     errors = [e for e in events if isinstance(e, ev.ModelError)]
     assert errors and errors[0].fatal and "500" in errors[0].error
     assert isinstance(events[-1], ev.RunFinished) and events[-1].status == "error"
+    assert events[-1].reason == "provider_error"
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "error" and "model provider failed" in result["message"]
+    assert result["reason"] == "provider_error"
     assert "model provider failed" in out.strip().splitlines()[-1]
 
 
@@ -249,7 +251,11 @@ def test_a_stuck_supervisor_plan_step_unknown_is_an_error_observation(
     assert "no plan step has id 'nope'" in sent
     events = read_events(run_dir / "events.jsonl")
     assert not any(isinstance(e, ev.SubtaskStarted) for e in events)
-    # Submitting with no answer written: evaluated, and no score, said plainly.
-    evaluation = next(e for e in events if isinstance(e, ev.EvaluationFinished))
-    assert not evaluation.ok and "does not exist" in (evaluation.error or "")
+    # Submitting with no answer written is an error observation, not a submission; the
+    # supervisor then stops calling tools, and the run says that nothing was submitted.
+    submit = next(e for e in events if isinstance(e, ev.ToolResult) and e.tool == "submit")
+    assert not submit.ok and "does not exist" in submit.output
+    assert not any(isinstance(e, ev.Submission | ev.EvaluationFinished) for e in events)
+    finished = events[-1]
+    assert isinstance(finished, ev.RunFinished) and finished.reason == "no_tool_calls"
     assert code == 1

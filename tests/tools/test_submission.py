@@ -129,7 +129,8 @@ def test_a_submitted_link_to_hidden_task_data_is_refused(tmp_path: Path, answer_
         "supervisor": [
             turn("", call("assign_subtask", step_id="1", instructions="Answer.")),
             turn("", call("submit", path="answer.txt")),
-            # Told no, it stops: the task's artifact (the link still) is evaluated.
+            # Told no, it waits until its turn limit ends the run, which (like a
+            # budget) grades the task's artifact: the link still.
             *[turn("I am done.") for _ in range(4)],
         ],
         "worker": [
@@ -137,7 +138,7 @@ def test_a_submitted_link_to_hidden_task_data_is_refused(tmp_path: Path, answer_
             turn("", call("report", summary="answer.txt is ready")),
         ],
     }
-    code, _err, run_dir = _run(tmp_path, answer_task, script)
+    code, _err, run_dir = _run(tmp_path, answer_task, script, "--max-supervisor-turns", "4")
     assert code == 1
     events = read_events(run_dir / "events.jsonl")
     refused = next(e for e in events if isinstance(e, ev.ToolResult) and e.tool == "submit")
@@ -146,7 +147,8 @@ def test_a_submitted_link_to_hidden_task_data_is_refused(tmp_path: Path, answer_
     assert "outside the workspace" in refused.output
 
     (submission,) = [e for e in events if isinstance(e, ev.Submission)]
-    assert submission.path is None and submission.frozen is None and submission.sha256 is None
+    assert submission.by == "budget" and submission.path is None
+    assert submission.frozen is None and submission.sha256 is None
     evaluation = next(e for e in events if isinstance(e, ev.EvaluationFinished))
     assert not evaluation.ok and evaluation.score is None
     assert f"'answer.txt' is a symbolic link to {str(hidden)!r}" in (evaluation.error or "")

@@ -292,8 +292,11 @@ async def test_submit(h: Harness) -> None:
     assert out.ok and out.signal == "submit"
     assert out.data == {"path": "model", "note": "best checkpoint"}
     assert "Evaluation starts now" in out.output
+    # With no path and no default artifact to check, nothing is submitted: an error
+    # observation, and the run goes on (the controller always names the task's default).
     default = await h.call("submit", {})
-    assert default.signal == "submit" and default.data == {"path": None, "note": None}
+    assert not default.ok and default.signal is None
+    assert "names no default artifact, so nothing was submitted" in default.output
     missing = await h.call("submit", {"path": "nope"})
     assert not missing.ok and missing.signal is None
     assert "'nope' does not exist in the workspace, so nothing was submitted" in missing.output
