@@ -58,8 +58,9 @@ def add_replay_commands(sub: Any) -> None:
     runs = sub.add_parser(
         "runs",
         help="list the recorded runs",
-        description="List the runs in a runs folder: id, task, model, status, score, "
-        "normalized score, duration, cost and the run each was forked from.",
+        description="List the runs in a runs folder: id, task, model, status, why it ended, "
+        "score, normalized score, the latest re-grade (mlra eval), duration, cost and the run "
+        "each was forked from.",
     )
     runs.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)"
@@ -192,7 +193,10 @@ class RunRow:
     task: str = ""
     model: str = ""
     status: str = "damaged"
+    reason: str = ""
+    """Why the run ended (`submitted`, `deadline`, `no_submission`, ...)."""
     score: float | None = None
+    """The run's own score; a later `mlra eval` is a re-grade, shown beside it."""
     normalized_score: float | None = None
     duration_s: float | None = None
     cost_usd: float | None = None
@@ -204,6 +208,12 @@ class RunRow:
     result_mismatch: bool = False
     """result.json says other than its log (the log was rewritten, or the result
     edited): the row shows what the log says."""
+    regrades: int = 0
+    """How often the run was graded again after it ended (`mlra eval`)."""
+    regrade_score: float | None = None
+    """The latest re-grade's score, and what it graded (a workspace path, or the
+    frozen submission again)."""
+    regrade_artifact: str | None = None
 
     @property
     def unisolated(self) -> bool:
@@ -233,6 +243,7 @@ _CLAIMS = (
     "isolation",
     "forked_from",
     "resumed",
+    "regrades",
 )
 """The fields of result.json a reader takes as the run's outcome; each must be what
 the log says."""
@@ -342,7 +353,12 @@ def run_row(run_dir: Path) -> RunRow:
         row.problem = str(exc).splitlines()[0][:200]
         return row
     row.task, row.model, row.status = result.task, result.model, status
+    row.reason = "" if status in ("running", "interrupted") else result.reason
     row.score, row.normalized_score = result.score, result.normalized_score
+    if result.regrades:
+        latest = result.regrades[-1]
+        row.regrades, row.regrade_score = len(result.regrades), latest.score
+        row.regrade_artifact = latest.artifact
     row.duration_s, row.cost_usd = result.duration_s, result.cost_usd
     row.forked_from = result.forked_from
     row.isolation = result.isolation
@@ -372,8 +388,10 @@ def _cells(row: RunRow) -> list[str]:
         row.task or "-",
         row.model or "-",
         MISMATCH if row.result_mismatch and row.status != "damaged" else row.status,
+        row.reason or "-",
         f"{row.score:.4g}{mark}" if row.score is not None else "-",
         f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
+        _regrade_cell(row),
         format_duration(row.duration_s) if row.duration_s is not None else "-",
         f"${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
         row.isolation or "-",
@@ -381,13 +399,22 @@ def _cells(row: RunRow) -> list[str]:
     ]
 
 
+def _regrade_cell(row: RunRow) -> str:
+    if not row.regrades:
+        return "-"
+    score = f"{row.regrade_score:.4g}" if row.regrade_score is not None else "no score"
+    return f"{score} ({row.regrade_artifact})"
+
+
 HEADERS = [
     "id",
     "task",
     "model",
     "status",
+    "reason",
     "score",
     "normalized",
+    "re-graded",
     "duration",
     "cost",
     "isol.",
@@ -429,7 +456,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             widest = max(len(header), *(len(c[i]) for c in table))
             out.add_column(
                 header,
-                justify="right" if 4 <= i <= 7 else "left",
+                justify="right" if 5 <= i <= 9 else "left",
                 no_wrap=True,
                 min_width=None if header in ("model", "forked from") else widest,
             )
@@ -453,6 +480,11 @@ def _footnotes(rows: list[RunRow]) -> list[str]:
     notes = []
     if any(r.unisolated and r.score is not None for r in rows):
         notes.append(f"{UNISOLATED} unisolated: scored with sandbox isolation none")
+    if any(r.regrades for r in rows):
+        notes.append(
+            "re-graded: the latest `mlra eval` of the run (and what it graded); "
+            "score is the run's own"
+        )
     for row in rows:
         if row.result_mismatch:
             notes.append(f"{row.id}: {MISMATCH}: {row.problem}")

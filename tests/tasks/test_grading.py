@@ -221,7 +221,24 @@ def test_mlra_eval_grades_a_finished_run_again(
     assert started.graded == "evaluation-artifact/answer.txt"  # relative, as at the run's end
     assert isinstance(events[-1], ev.EvaluationFinished) and events[-1].score == 0.0
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
-    assert json.loads((run_dir / "result.json").read_text())["score"] == 0.0
+    # Each is recorded as a re-grade (what, when, by whom) beside the run's own score,
+    # which it never replaces.
+    assert started.regrade_by and "@" in started.regrade_by
+    assert "re-grade recorded beside the run's own result" in changed.stdout
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["score"] == 1.0 and result["reason"] == "submitted"
+    frozen, path = result["regrades"]
+    assert frozen["graded"] == "submission/answer.txt" and frozen["score"] == 1.0
+    assert path["artifact"] == "answer.txt" and path["score"] == 0.0
+    assert path["by"] == started.regrade_by and path["at"] >= frozen["at"]
+    listed = mlra_cli(["runs", "--runs-dir", str(run_dir.parent), "--json"], cwd=tmp_path)
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert row["score"] == 1.0 and row["reason"] == "submitted"
+    assert row["regrade_score"] == 0.0 and row["regrade_artifact"] == "answer.txt"
+    table = mlra_cli(["runs", "--runs-dir", str(run_dir.parent)], cwd=tmp_path).stdout
+    header, line = table.splitlines()
+    assert "reason" in header and "re-graded" in header
+    assert "submitted" in line and " 0 (answer.txt)" in line
 
     # A link the agent made inside its sandbox is read as the sandbox read it.
     sandbox = fold(events).sandbox

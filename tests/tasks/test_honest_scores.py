@@ -147,8 +147,8 @@ def test_runs_marks_unisolated_scores(tmp_path: Path, capsys: pytest.CaptureFixt
     header, *lines = out.out.splitlines()
     assert "isol." in header.split()
     cells = {line.split()[0]: line.split() for line in lines}
-    assert cells["a-bwrap"][4:6] == ["0.5", "+0.500"] and "bwrap" in cells["a-bwrap"]
-    assert cells["b-none"][4:6] == ["0.5*", "+0.500*"] and "none" in cells["b-none"]
+    assert cells["a-bwrap"][4:7] == ["submitted", "0.5", "+0.500"] and "bwrap" in cells["a-bwrap"]
+    assert cells["b-none"][4:7] == ["submitted", "0.5*", "+0.500*"] and "none" in cells["b-none"]
     assert "* unisolated: scored with sandbox isolation none" in out.err
 
 
