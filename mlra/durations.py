@@ -3,6 +3,7 @@ the console shows them: shared by the tasks, the agent, batches and the console.
 
 from __future__ import annotations
 
+import math
 import re
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -10,8 +11,14 @@ _PART = re.compile(r"(\d+(?:\.\d+)?)([smhd])")
 
 
 def parse_duration(text: str | float | int) -> float:
-    """'20m', '1h30m', '90s', '24h' or plain seconds; raises ValueError with the reason."""
+    """'20m', '1h30m', '90s', '24h' or plain seconds; raises ValueError with the reason.
+
+    `nan` and `inf` are refused: float() reads them, but no clock can wait for them
+    (a deadline of nan never arrives and never passes).
+    """
     if isinstance(text, int | float):
+        if not math.isfinite(text):
+            raise ValueError(f"{text!r} is not a duration (it must be a finite number)")
         if text <= 0:
             raise ValueError("a duration must be positive")
         return float(text)
@@ -32,6 +39,8 @@ def parse_duration(text: str | float | int) -> float:
             raise ValueError(
                 f"{text!r} is not a duration (use forms like 90s, 20m, 1h30m, 24h)"
             ) from None
+    if not math.isfinite(value):
+        raise ValueError(f"{text!r} is not a duration (use a finite time such as 90s, 20m, 1h30m)")
     if value <= 0:
         raise ValueError("a duration must be positive")
     return value

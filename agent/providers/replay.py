@@ -5,16 +5,26 @@ is deterministic: the agent gets the same answers, so as long as it sends the
 same requests it takes the same actions. Before each answer the request's
 fingerprint is compared with the recorded one; at the first difference the
 replay stops and says where and why: which step, and which tool result now
-reads differently from the recording.
+reads differently from the recording, with the lines that differ.
+
+Output that changes from one run to the next with no change in behaviour
+(timings, `it/s` rates, dates, the times `ls -la` shows, progress bars redrawn
+a different number of times) is not a difference: a tool result that differs
+from the recording only there counts as the recording's. And a recording that
+simply runs out, because the recorded run ended at its deadline, on a budget or
+by its user's stop, ends the replay the same way rather than as an error.
 """
 
 from __future__ import annotations
 
+import difflib
+import re
 from pathlib import Path
 
 from mlra import events as ev
+from mlra.agent.ending import EndedBy, Ending, EndRun
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
-from mlra.agent.fingerprint import normalize
+from mlra.agent.fingerprint import normalize, request_fingerprint
 from mlra.agent.providers.base import (
     ConfigError,
     Message,
@@ -25,6 +35,129 @@ from mlra.agent.providers.base import (
 )
 from mlra.agent.recording import response_from
 from mlra.tools.registry import ToolSpec
+
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_VOLATILE: list[tuple[re.Pattern[str], str]] = [
+    # tqdm's elapsed<remaining: [00:12<00:34, ...] or [01:02:03<?, ...]
+    (re.compile(r"\[(?:\d+:)?\d{2}:\d{2}<(?:\?|(?:\d+:)?\d{2}:\d{2})"), "[<elapsed>"),
+    # ISO dates, with a time and a zone or not: 2024-01-02, 2024-01-02T12:34:56.789Z
+    (
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2}|\b))?"
+        ),
+        "<date>",
+    ),
+    # `ls -l` times (Jan  2 12:34, Jan  2  2024) and `date` (Mon Jan  2 12:34:56 UTC 2024)
+    (
+        re.compile(
+            rf"\b{_MONTH}\s+\d{{1,2}}\s+(?:\d{{1,2}}:\d{{2}}(?::\d{{2}})?(?:\s+[A-Z]{{2,5}}\s+\d{{4}})?|\d{{4}})\b"
+        ),
+        "<date>",
+    ),
+    # clock times with seconds (12:34:56, 12:34:56.789); not file:line:column
+    (re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
+    # rates: 3.61it/s, 1.2s/it, 12.5 MB/s, 850 tokens/s, tqdm's ?it/s
+    (
+        re.compile(
+            r"(?:\?|(?<![\w.])\d+(?:\.\d+)?)\s?(?:[kKMGT]?i?B|it|ex|examples|samples|tok|tokens"
+            r"|steps|batches)/s\b|(?<![\w.])\d+(?:\.\d+)?\s?s/(?:it|step|batch)\b"
+        ),
+        "<rate>",
+    ),
+    # durations: 0m1.234s (`time`), 1.2s, 35 ms, 2 seconds, 3 min
+    (
+        re.compile(
+            r"(?<![\w.])(?:\d+m)?\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|min|mins"
+            r"|minutes?)\b"
+        ),
+        "<duration>",
+    ),
+    (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x<address>"),  # Python's <object at 0x7f...>
+    (re.compile(r"/tmp/tmp[\w-]{6,}"), "/tmp/<tempname>"),  # tempfile's random names
+]
+"""What differs between two runs that behave the same. Numbers that a result is made
+of (a loss, an accuracy, a file's size) are left alone: those are the run's behaviour."""
+
+
+def steady_line(line: str) -> str:
+    """A line of output with what varies from run to run masked.
+
+    A line redrawn with carriage returns (a progress bar) is read as a terminal
+    shows it, its last drawing: how often it was redrawn depends on speed alone.
+    """
+    line = line.rstrip("\r").rsplit("\r", 1)[-1]
+    for pattern, mask in _VOLATILE:
+        line = pattern.sub(mask, line)
+    return line
+
+
+def steady(text: str) -> str:
+    """`steady_line` on every line: two outputs that differ only in volatile parts match."""
+    return "\n".join(steady_line(line) for line in text.split("\n"))
+
+
+def _clip(line: str, start: int, end: int, width: int = 100) -> str:
+    """The part of a line around [start, end), the span that differs."""
+    start, end = max(0, start - 24), min(len(line), max(end, start) + 24)
+    if end - start > width:
+        end = start + width
+    text = line[start:end]
+    return ("…" if start > 0 else "") + text + ("…" if end < len(line) else "")
+
+
+def _common(a: str, b: str) -> int:
+    """How many leading characters two strings share."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def _line_change(old: str, new: str) -> str:
+    """`recorded '…41…', now '…42…'`: a changed line, cut to where it changed."""
+    prefix = _common(old, new)
+    suffix = _common(old[prefix:][::-1], new[prefix:][::-1])
+    return (
+        f"recorded {_clip(old, prefix, len(old) - suffix)!r}, "
+        f"now {_clip(new, prefix, len(new) - suffix)!r}"
+    )
+
+
+def short_diff(old: str, new: str, *, lines: int = 3) -> str:
+    """Where two outputs differ, beyond what is volatile, in one line: at most `lines`
+    changed lines, each with its line number and the text around the change."""
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    matcher = difflib.SequenceMatcher(
+        None,
+        [steady_line(x) for x in old_lines],
+        [steady_line(x) for x in new_lines],
+        autojunk=False,
+    )
+    parts: list[str] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        pairs = min(i2 - i1, j2 - j1) if tag == "replace" else 0
+        for k in range(pairs):
+            old_line, new_line = old_lines[i1 + k], new_lines[j1 + k]
+            parts.append(f"line {j1 + k + 1}: {_line_change(old_line, new_line)}")
+        for i in range(i1 + pairs, i2):
+            parts.append(f"recorded line {i + 1} {_clip(old_lines[i], 0, 0)!r} is gone")
+        for j in range(j1 + pairs, j2):
+            parts.append(f"line {j + 1} {_clip(new_lines[j], 0, 0)!r} is new")
+    shown = parts[:lines]
+    if len(parts) > lines:
+        shown.append(f"{len(parts) - lines} more changed lines")
+    return "; ".join(shown)
+
+
+_RAN_OUT: dict[ev.FinishReason, tuple[EndedBy, str]] = {
+    "deadline": ("deadline", "the recorded run reached its time limit here"),
+    "budget": ("budget", "the recorded run used up a budget here"),
+    "stopped": ("stop", "the recorded run was stopped here by its user"),
+}
+"""How a recording can run out without the recorded agent having ended it: the
+replay ends the same way, and says so."""
 
 
 class ReplayDiverged(ProviderError):
@@ -53,13 +186,29 @@ class ReplayProvider(ModelProvider):
         self.results = {e.call_id: e for e in events if isinstance(e, ev.ToolResult)}
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
         self.context_window = (started.context_window if started else None) or 200_000
+        self.limits: ev.Limits | None = started.limits if started is not None else None
+        """The recorded run's limits: the prompts state them, so a replay that is to
+        match its recording runs under them unless told otherwise."""
         self.replacements: list[tuple[str, str]] = []
         if started is not None:
             pairs = [(started.sandbox.workspace, "<workspace>"), (started.run_id, "<run>")]
             pairs.insert(0, (started.sandbox.workdir, "<workspace>"))
             self.replacements = sorted(pairs, key=lambda p: -len(p[0]))
+        ends = [i for i, e in enumerate(events) if isinstance(e, ev.RunFinished)]
+        self.finished: ev.RunFinished | None = None
+        """How the recorded run ended (its last ending, if it was resumed); None if it never did."""
+        self._evaluated = False
+        if ends:
+            last = events[ends[-1]]
+            assert isinstance(last, ev.RunFinished)
+            self.finished = last
+            self._evaluated = any(
+                isinstance(e, ev.EvaluationStarted)
+                for e in events[ends[-2] + 1 if len(ends) > 1 else 0 : ends[-1]]
+            )
         self.position = 0
         self.diverged: str | None = None
+        self._expected: tuple[str, list[tuple[str, str]]] | None = None
 
     @classmethod
     def from_spec(cls, spec: str) -> ReplayProvider:
@@ -77,11 +226,46 @@ class ReplayProvider(ModelProvider):
         return provider
 
     def _check_left(self) -> None:
-        if self.position >= len(self.calls):
-            raise ReplayDiverged(
-                f"replay diverged after model call {len(self.calls)}: the recorded run made no "
-                "further model calls"
+        """At the end of the recording: end the replay as the recorded run ended, when
+        that was not the agent's doing; a recorded run that went on is a divergence."""
+        if self.position < len(self.calls):
+            return
+        done = f"after model call {len(self.calls)}"
+        end = self.finished
+        if end is None:
+            raise EndRun(
+                Ending(
+                    reason="stopped",
+                    status="stopped",
+                    by="stop",
+                    evaluate=False,
+                    message=f"the recording ends here, {done}: the recorded run never finished "
+                    "(it was killed or crashed), so the replay stops where it stopped",
+                )
             )
+        if end.reason in _RAN_OUT:
+            by, why = _RAN_OUT[end.reason]
+            detail = f" ({end.message})" if end.message and end.reason == "budget" else ""
+            raise EndRun(
+                Ending(
+                    reason=end.reason,
+                    status=end.status,
+                    by=by,
+                    evaluate=self._evaluated,
+                    message=f"the recording ends here, {done}: {why}{detail}; the replay "
+                    "ends the same way",
+                )
+            )
+        if end.reason in ("error", "provider_error"):
+            raise ProviderError(
+                f"the recording ends here, {done}: the recorded run failed at this point "
+                f"({_short(end.message)})"
+            )
+        raise ReplayDiverged(
+            f"replay diverged {done}: the agent asks the model again, but the recorded run "
+            f"made no further model calls (it ended: {end.reason}"
+            + (f", {_short(end.message)})" if end.message else ")")
+        )
 
     def _where(self) -> str:
         call = self.calls[self.position]
@@ -90,28 +274,44 @@ class ReplayProvider(ModelProvider):
     def expect(
         self, request_sha: str, messages: list[Message], replacements: list[tuple[str, str]]
     ) -> None:
+        """Noted here, compared in `generate`, which has the whole request: a request
+        that differs only in volatile tool output is checked with the recorded outputs
+        put in, and that needs the system prompt and the tools."""
         self._check_left()
-        recorded = self.calls[self.position]
-        if not recorded.request_sha or recorded.request_sha == request_sha:
-            return
-        self.diverged = self._explain(messages, replacements)
-        raise ReplayDiverged(f"replay diverged at {self._where()}: {self.diverged}")
+        self._expected = (request_sha, replacements)
 
-    def _explain(self, messages: list[Message], replacements: list[tuple[str, str]]) -> str:
+    def _check_request(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> None:
+        expected, self._expected = self._expected, None
+        recorded = self.calls[self.position]
+        if expected is None or not recorded.request_sha or recorded.request_sha == expected[0]:
+            return
+        replacements = expected[1]
+        as_recorded: list[Message] = []
+        changed: tuple[ev.ToolResult, str, str] | None = None
         for message in messages:
-            if message.role != "tool" or message.tool_call_id is None:
-                continue
-            then = self.results.get(message.tool_call_id)
-            if then is None:
-                continue
-            old = normalize(then.output, self.replacements)
-            new = normalize(message.content, replacements)
-            if old != new:
-                return (
-                    f"the result of {then.tool} call {then.call_id} differs from the recording: "
-                    f"recorded {_short(old)!r}, now {_short(new)!r}"
-                )
-        return "the request differs from the recorded one (a prompt or the history changed)"
+            then = self.results.get(message.tool_call_id or "") if message.role == "tool" else None
+            if then is not None:
+                old = normalize(then.output, self.replacements)
+                new = normalize(message.content, replacements)
+                if old != new and steady(old) == steady(new):
+                    message = message.model_copy(update={"content": old})
+                elif old != new and changed is None:
+                    changed = (then, old, new)
+            as_recorded.append(message)
+        if changed is None:
+            sha, _ = request_fingerprint(system, as_recorded, tools, replacements)
+            if sha == recorded.request_sha:
+                return  # only volatile output (timings, dates) differs from the recording
+            self.diverged = (
+                "the request differs from the recorded one (a prompt or the history changed)"
+            )
+        else:
+            then, old, new = changed
+            self.diverged = (
+                f"the result of {then.tool} call {then.call_id} differs from the recording: "
+                f"{short_diff(old, new)}"
+            )
+        raise ReplayDiverged(f"replay diverged at {self._where()}: {self.diverged}")
 
     async def generate(
         self,
@@ -123,6 +323,7 @@ class ReplayProvider(ModelProvider):
         max_tokens: int | None = None,
     ) -> ModelResponse:
         self._check_left()
+        self._check_request(system, messages, tools)
         recorded = self.calls[self.position]
         self.position += 1
         if on_text is not None and recorded.text:
