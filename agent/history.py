@@ -67,12 +67,16 @@ class AgentHistory:
         self._measured_tokens = input_tokens
         self._measured_at = len(self.messages)
 
-    def estimated_tokens(self) -> int:
+    def estimated_tokens(self, *, extra: int = 0) -> int:
+        """The history's size in tokens: the provider's count of the last prompt plus an
+        estimate of what came since, or all estimated. `extra` (tokens of tool
+        definitions and a prompt still to come) counts only where nothing was measured:
+        a measured prompt held the tool definitions already."""
         if self._measured_at and self._measured_at <= len(self.messages):
             base = self._measured_tokens
             rest = self.messages[self._measured_at :]
         else:
-            base = estimate_tokens(self.system)
+            base = estimate_tokens(self.system) + extra
             rest = self.messages
         return base + sum(estimate_tokens(message_text(m)) for m in rest)
 

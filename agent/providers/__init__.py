@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from mlra.agent.providers.base import ConfigError, ModelProvider
+from mlra.agent.providers.base import ConfigError, ModelProvider, ModelSettings
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 DEFAULT_OPENAI_MODEL = "gpt-5"
@@ -32,6 +32,7 @@ __all__ = [
     "DEFAULT_OPENAI_MODEL",
     "ConfigError",
     "ModelProvider",
+    "ModelSettings",
     "default_model_spec",
     "parse_model_spec",
     "resolve_model",
@@ -59,8 +60,12 @@ def resolve_model(
     env: Mapping[str, str],
     max_retries: int | None = None,
     timeout_s: float | None = None,
+    settings: ModelSettings | None = None,
 ) -> ModelProvider:
-    """A provider for `spec`, or a ConfigError whose one line tells the user what to fix."""
+    """A provider for `spec`, or a ConfigError whose one line tells the user what to fix.
+
+    `settings` (context window, output tokens, temperature, seed, tool calls) are the
+    user's; the provider fills in what is not set from the server or its model table."""
     if spec.strip().startswith("replay:"):
         from mlra.agent.providers.replay import ReplayProvider
 
@@ -76,6 +81,9 @@ def resolve_model(
                 "or pass --base-url URL for a local OpenAI-compatible server (vLLM, llama.cpp, Ollama)"
             )
         raise ConfigError(f"anthropic/{model} needs an API key: set {key_var}")
+    settings = settings or ModelSettings()
+    if provider == "anthropic" and settings.temperature is not None and settings.temperature > 1:
+        raise ConfigError(f"--temperature {settings.temperature:g}: anthropic/{model} takes 0 to 1")
     if provider == "anthropic":
         from mlra.agent.providers import anthropic as sdk
 
@@ -86,6 +94,7 @@ def resolve_model(
             base_url=base_url,
             max_retries=sdk.DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
             timeout_s=timeout_s or sdk.DEFAULT_TIMEOUT_S,
+            settings=settings,
         )
     from mlra.agent.providers import openai as compat
 
@@ -95,6 +104,7 @@ def resolve_model(
         base_url=base_url,
         max_retries=compat.DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
         timeout_s=timeout_s or compat.DEFAULT_TIMEOUT_S,
+        settings=settings,
     )
 
 

@@ -20,12 +20,20 @@ request takes the role's next turn:
     {"status": 429, "times": 2}           # answer HTTP 429 twice, then go on
     {"hang": 5.0, "times": 1}             # answer only after 5 s (or never, if stopped)
     {"text": "...", "stream_error": "overloaded_error"}  # fail mid-stream
+    {"broken": "html", "times": 2}        # HTTP 200 that is no answer, twice (see BROKEN)
+    {"text": "...", "no_usage": true}     # OpenAI: no token counts (as many local servers)
 
 When a role's turns are used up, `"<role>:fallback"` answers (every time) if the
 script has one, else the text "(script exhausted)". Usage is deterministic:
 prompt tokens = len(request body) // 4, output tokens = len(text + arguments) // 4
 + 10; Anthropic requests that carry cache_control report part of the prompt as
 cache reads and writes, OpenAI reports half of it as cached.
+
+Local servers' ways: `n_ctx` puts llama.cpp's `meta.n_ctx` in /v1/models,
+`ollama_num_ctx` answers Ollama's `POST /api/show`, `reject_tools` refuses
+requests that carry native tool definitions with an HTTP 400 (vLLM without a
+tool parser), and `context_limit` refuses with an HTTP 400, as vLLM does, a
+request whose prompt tokens (len(body) // 4) and max_tokens exceed it.
 
 By hand: `python -m tests.fakes.model_server --script FILE [--port N] [--delay S]`
 prints the base URLs and serves until killed.
@@ -60,7 +68,12 @@ TURN_KEYS = {
     "message",
     "retry_after_ms",
     "hang",
+    "broken",
+    "no_usage",
 }
+BROKEN = ("html", "empty", "no_choices", "truncated", "cut")
+"""HTTP 200 answers that are no answer: a proxy's HTML page, `{}`, a completion with
+no `choices`, JSON cut off midway, a stream that ends with no finish (no [DONE])."""
 USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
 ANTHROPIC_ERRORS = {
     400: "invalid_request_error",
@@ -126,6 +139,8 @@ def _turn(turn: Any, where: str) -> dict[str, Any]:
             raise ValueError(f"{where}: each tool call needs a name")
         if "arguments" in call and "raw_arguments" in call:
             raise ValueError(f"{where}: give arguments or raw_arguments, not both")
+    if "broken" in turn and turn["broken"] not in BROKEN:
+        raise ValueError(f"{where}: broken is one of {', '.join(BROKEN)}")
     if set(turn.get("usage", {})) - USAGE_KEYS:
         raise ValueError(f"{where}: usage keys are {sorted(USAGE_KEYS)}")
     return dict(turn)
@@ -167,6 +182,10 @@ class ScriptedModelServer:
         reject_stream_options: bool = False,
         max_model_len: int | None = None,
         turn_by_history: bool = False,
+        n_ctx: int | None = None,
+        ollama_num_ctx: int | None = None,
+        reject_tools: str | None = None,
+        context_limit: int | None = None,
     ) -> None:
         """`retry_after_ms` is sent with every 429/5xx so SDK retries are near-instant in tests."""
         self.script: Script = validate_script(script or {})
@@ -176,6 +195,10 @@ class ScriptedModelServer:
         self.chunk_delay_s = chunk_delay_s
         self.reject_stream_options = reject_stream_options
         self.max_model_len = max_model_len
+        self.n_ctx = n_ctx
+        self.ollama_num_ctx = ollama_num_ctx
+        self.reject_tools = reject_tools
+        self.context_limit = context_limit
         self.turn_by_history = turn_by_history
         """Answer with the turn numbered by the assistant messages already in the request,
         as a stateless model would: a client that dies and asks again (a resumed run)
@@ -277,7 +300,7 @@ class ScriptedModelServer:
             if position >= len(turns):
                 return dict(self.script.get(f"{key}:fallback") or {"text": EXHAUSTED})
             turn = turns[position]
-            if "status" in turn or "hang" in turn:
+            if "status" in turn or "hang" in turn or "broken" in turn:
                 used = self._repeats.get(key, 0) + 1
                 if used >= int(turn.get("times", 1)):
                     self._positions[key] = position + 1
@@ -314,6 +337,8 @@ class _Handler(BaseHTTPRequestHandler):
             entry: dict[str, Any] = {"id": "scripted", "object": "model", "owned_by": "mlra-tests"}
             if self.fake.max_model_len:
                 entry["max_model_len"] = self.fake.max_model_len
+            if self.fake.n_ctx:
+                entry["meta"] = {"n_ctx": self.fake.n_ctx, "n_ctx_train": 131_072}
             self._json(200, {"object": "list", "data": [entry]})
         else:
             self._json(
@@ -325,6 +350,12 @@ class _Handler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         path = self.path.split("?")[0].rstrip("/")
         api: Api
+        if path == "/api/show" and self.fake.ollama_num_ctx:
+            parameters = (
+                f'num_ctx                        {self.fake.ollama_num_ctx}\nstop "<|im_end|>"'
+            )
+            self._json(200, {"parameters": parameters, "model_info": {}})
+            return
         if path == "/v1/messages":
             api = "anthropic"
         elif path in ("/v1/chat/completions", "/chat/completions"):
@@ -350,6 +381,20 @@ class _Handler(BaseHTTPRequestHandler):
         if api == "openai" and self.fake.reject_stream_options and "stream_options" in body:
             record.outcome = "status 400"
             self._error(api, 400, "Unrecognized request argument supplied: stream_options")
+            return
+        wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+        if self.fake.context_limit and len(raw) // 4 + wanted > self.fake.context_limit:
+            record.outcome = "status 400"
+            self._error(
+                api,
+                400,
+                f"This model's maximum context length is {self.fake.context_limit} tokens. "
+                f"However, you requested {len(raw) // 4 + wanted} tokens.",
+            )
+            return
+        if self.fake.reject_tools and body.get("tools"):
+            record.outcome = "status 400"
+            self._error(api, 400, self.fake.reject_tools)
             return
         answered = sum(1 for m in body.get("messages", []) if m.get("role") == "assistant")
         turn = self.fake._next_turn(record.role, answered)
@@ -382,6 +427,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "text": turn.get("text", "(late answer)"),
                 **{k: v for k, v in turn.items() if k != "hang"},
             }
+        if "broken" in turn:
+            record.outcome = f"broken {turn['broken']}"
+            self._broken(api, str(turn["broken"]), bool(body.get("stream")))
+            return
         reply = _Reply.build(self.fake, api, raw, turn)
         record.outcome = (
             "stream_error" if turn.get("stream_error") else "tool_calls" if reply.calls else "text"
@@ -394,9 +443,84 @@ class _Handler(BaseHTTPRequestHandler):
                 self._json(200, _anthropic_message(self.fake, model, reply, body))
         elif body.get("stream"):
             include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            include_usage = include_usage and not turn.get("no_usage")
             self._sse(_openai_chunks(self.fake, model, reply, include_usage), named=False)
         else:
-            self._json(200, _openai_completion(self.fake, model, reply))
+            completion = _openai_completion(self.fake, model, reply)
+            if turn.get("no_usage"):
+                del completion["usage"]
+            self._json(200, completion)
+
+    def _broken(self, api: Api, kind: str, stream: bool) -> None:
+        """An HTTP 200 that is no answer, as proxies and crashing servers send them."""
+        if kind == "html":
+            page = b"<html><body><h1>502 Bad Gateway</h1>nginx</body></html>"
+            self._raw(200, "text/html", page)
+            return
+        if not stream:
+            bodies = {
+                "empty": b"{}",
+                "no_choices": b'{"id": "chatcmpl-x", "object": "chat.completion", "model": "m"}',
+                "truncated": b'{"id": "chatcmpl-x", "object": "chat.completion", "choi',
+                "cut": b'{"id": "chatcmpl-x", "object": "chat.completion", "choi',
+            }
+            self._raw(200, "application/json", bodies[kind])
+            return
+        if api == "anthropic":
+            start = {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_x",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "m",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 5, "output_tokens": 1},
+                },
+            }
+            text = {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": "half an ans"},
+            }
+            events: dict[str, list[tuple[str | None, str]]] = {
+                "empty": [(None, "{}")],
+                "no_choices": [("message_start", _dumps(start))],
+                "truncated": [
+                    ("message_start", _dumps(start)),
+                    ("content_block_start", '{"type": "content_bl'),
+                ],
+                "cut": [("message_start", _dumps(start)), ("content_block_start", _dumps(text))],
+            }
+            self._sse(iter(events[kind]), named=True)
+            return
+        piece = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "half an ans"}, "finish_reason": None}],
+        }
+        chunks: dict[str, list[tuple[str | None, str]]] = {
+            "empty": [(None, "{}"), (None, "[DONE]")],
+            "no_choices": [
+                (None, '{"id": "chatcmpl-x", "object": "chat.completion.chunk"}'),
+                (None, "[DONE]"),
+            ],
+            "truncated": [(None, _dumps(piece)), (None, '{"id": "chatcmpl-x", "obj')],
+            "cut": [(None, _dumps(piece))],
+        }
+        self._sse(iter(chunks[kind]), named=False)
+
+    def _raw(self, status: int, content_type: str, data: bytes) -> None:
+        self.send_response(status)
+        self.send_header("content-type", content_type)
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
 
     # --- writing ---------------------------------------------------------------------
 
