@@ -26,7 +26,7 @@ def run_headless(
 
     from mlra.agent.controller import RunController
     from mlra.agent.run import agent_for
-    from mlra.console.headless import JsonDisplay, TranscriptDisplay
+    from mlra.console.headless import JsonDisplay, TranscriptDisplay, tell_stderr
 
     display = JsonDisplay() if json_lines else TranscriptDisplay(verbose=verbose)
     if controller is None:
@@ -35,6 +35,15 @@ def run_headless(
         controller.prepare()
     else:  # resumed or forked: the log is open; only what happens from now is shown
         controller.subscribe(display.on_event)
+
+    def reader_gone() -> None:
+        # `mlra run ... | head`: the run is not the reader's to end (see _Printer).
+        tell_stderr(
+            f"mlra: the output's reader has gone; run {controller.run_dir.name} goes on "
+            "without printing, and its log is kept in full"
+        )
+
+    display.on_reader_gone = reader_gone
 
     async def go() -> Any:
         loop = asyncio.get_running_loop()
@@ -67,10 +76,15 @@ def run_headless(
 
     result = asyncio.run(go())
     display.close()
+    last = final_line(controller.run_dir, result)
     if json_lines:
-        print(json.dumps({"run_dir": str(controller.run_dir), **result.model_dump()}), flush=True)
+        printed = display.line(
+            json.dumps({"run_dir": str(controller.run_dir), **result.model_dump()})
+        )
     else:
-        print(final_line(controller.run_dir, result), flush=True)
+        printed = display.line(last)
+    if not printed and not display.stderr_gone:
+        tell_stderr(last)  # the person at the terminal still learns how it ended, and where
     return exit_status(result)
 
 

@@ -164,7 +164,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def cmd_fork(args: argparse.Namespace) -> int:
     from mlra.agent.controller import new_run_id
     from mlra.agent.resume import ResumeError, fork_run, resume_controller
-    from mlra.console.args import UsageError, check_run_id
+    from mlra.console.args import UsageError, check_run_id, check_writable_dir
 
     check_run_id(args.run_id)
     source = _load(args.run_dir)
@@ -184,6 +184,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     run_id = args.run_id or new_run_id(task.name)
     if (runs_dir / run_id).exists():
         raise UsageError(f"run folder {runs_dir / run_id} already exists")
+    check_writable_dir(runs_dir, "--runs-dir")
     try:
         forked = fork_run(
             source,

@@ -1,0 +1,149 @@
+"""The command line as a newcomer meets it: every subcommand answers bad input (a
+runs folder that is a file or lies under one, a duration of nan or inf, a folder
+that is not a run) with one line and exit status 2, and a run whose reader goes
+away (`mlra run ... | head`) goes on to its end with its log whole."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.eventlog import read_events
+from tests.conftest import ANSWER_TASK, mlra_cli
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A finished baseline run, for the subcommands that take one."""
+    tmp = tmp_path_factory.mktemp("recorded")
+    proc = mlra_cli(
+        ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--runs-dir", "runs"],
+        cwd=tmp,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (tmp / "runs").iterdir()
+    return run_dir
+
+
+# `{file}` is a plain file, `{notrun}` an empty folder, `{run}` a finished run.
+BAD_INPUT = [
+    (["run", "{answer}", "--model", "baseline", "--runs-dir", "{file}"], "is not a folder"),
+    (
+        ["run", "{answer}", "--model", "baseline", "--runs-dir", "{file}/runs"],
+        "is not a folder ({file} is a file)",
+    ),
+    (["run", "{answer}", "--model", "baseline", "--time-limit", "nan"], "'nan' is not a duration"),
+    (["run", "{answer}", "--model", "baseline", "--time-limit", "inf"], "'inf' is not a duration"),
+    (["run", "{answer}", "--model", "baseline", "--command-timeout", "inf"], "not a duration"),
+    (["run", "no-such-task", "--model", "baseline"], "unknown task 'no-such-task'"),
+    (["run", "{answer}", "--model", "replay:{notrun}"], "is not a run folder"),
+    (["run", "{answer}", "--model", "baseline", "--run-id", "../x"], "--run-id"),
+    (["batch", "--tasks", "{answer}", "--models", "baseline", "--out", "{file}"], "not a folder"),
+    (
+        ["batch", "--tasks", "{answer}", "--models", "baseline", "--out", "{file}/b"],
+        "({file} is a file)",
+    ),
+    (
+        ["batch", "--tasks", "{answer}", "--models", "baseline", "--time-limit", "inf"],
+        "'inf' is not a duration",
+    ),
+    (["batch", "--tasks", "no-such-task", "--models", "baseline"], "unknown task"),
+    (["fork", "{run}", "--at", "1", "--runs-dir", "{file}/runs"], "({file} is a file)"),
+    (["fork", "{run}", "--at", "1", "--time-limit", "nan"], "'nan' is not a duration"),
+    (["fork", "{run}", "--at", "99"], "99"),
+    (["fork", "{notrun}", "--at", "1"], "is not a run folder"),
+    (["resume", "{run}", "--time-limit", "inf"], "'inf' is not a duration"),
+    (["resume", "{notrun}"], "is not a run folder"),
+    (["resume", "{file}"], "is not a run folder"),
+    (["eval", "{notrun}"], "is not a run folder"),
+    (["replay", "{notrun}", "--no-tui"], "is not a run folder"),
+    (["replay", "{run}", "--no-tui", "--at", "99"], "no worker step 99"),
+    (["runs", "--runs-dir", "{file}"], "is not a folder of runs"),
+    (["report", "{file}"], "is not a folder"),
+    (["report", "{notrun}"], "no runs in"),
+    (["tasks", "no-such-task"], "unknown task 'no-such-task'"),
+    (["tasks", "tiny-lm", "answer"], "one task at a time"),
+]
+
+
+@pytest.mark.parametrize(("args", "expected"), BAD_INPUT, ids=lambda a: " ".join(a)[:60])
+def test_bad_input_to_every_subcommand_is_one_line_and_exit_2(
+    tmp_path: Path, recorded: Path, args: list[str], expected: str
+) -> None:
+    names = {"answer": ANSWER_TASK, "file": "afile", "notrun": "notrun", "run": recorded}
+    (tmp_path / "afile").write_text("not a folder\n")
+    (tmp_path / "notrun").mkdir()
+    before = sorted(p.name for p in tmp_path.rglob("*"))
+    proc = mlra_cli([a.format(**names) for a in args], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert expected.format(**names) in lines[0]
+    assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing made, nothing written
+
+
+def test_tasks_name_shows_the_task(tmp_path: Path) -> None:
+    shown = mlra_cli(["tasks", "tiny-lm"], cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "metric:" in shown.stdout and "Pretrain" in shown.stdout
+    assert shown.stdout == mlra_cli(["tasks", "show", "tiny-lm"], cwd=tmp_path).stdout
+
+
+def test_report_on_a_folder_without_runs_writes_nothing_and_says_so(tmp_path: Path) -> None:
+    (tmp_path / "empty" / "not-a-run").mkdir(parents=True)
+    proc = mlra_cli(["report", "empty"], cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "mlra: report: no runs in empty, so no report was written"
+    assert [p.name for p in (tmp_path / "empty").iterdir()] == ["not-a-run"]
+
+
+def _waiting_task(tmp_path: Path) -> Path:
+    """The answer task, its baseline recipe waiting for a file `go` in the workspace:
+    the run is still going when the test closes the pipe, whatever the machine's speed."""
+    task = tmp_path / "waiting"
+    shutil.copytree(ANSWER_TASK, task)
+    toml = task / "task.toml"
+    recipe = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
+    waiting = 'command = "while [ ! -e go ]; do sleep 0.05; done; echo 42 > answer.txt"'
+    assert recipe in toml.read_text()
+    toml.write_text(toml.read_text().replace(recipe, waiting))
+    return task
+
+
+@pytest.mark.parametrize("mode", ["--no-tui", "--json"])
+def test_a_run_whose_reader_leaves_goes_on_to_its_end_with_its_log_whole(
+    tmp_path: Path, mode: str
+) -> None:
+    """`mlra run ... | head -1`: a real pipe whose reader reads one line and goes."""
+    task = _waiting_task(tmp_path)
+    args = ["run", str(task), "--model", "baseline", mode, "--runs-dir", "runs", "--run-id", "r"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        first = proc.stdout.readline()  # the run has started: its first event is printed
+        assert first, proc.stderr.read()
+        proc.stdout.close()  # the reader goes, as `head -1` does
+        (tmp_path / "runs" / "r" / "workspace" / "go").touch()  # now the run goes on
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 0, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert "the output's reader has gone; run r goes on" in err
+    assert "run finished (submitted) · score exact_match = 1" in err  # the final line, on stderr
+    events = read_events(tmp_path / "runs" / "r" / "events.jsonl")
+    finished = events[-1]
+    assert isinstance(finished, ev.RunFinished) and finished.status == "finished"
+    assert any(isinstance(e, ev.EvaluationFinished) and e.ok for e in events)
+    assert not any(isinstance(e, ev.Notice) and e.level == "error" for e in events)
