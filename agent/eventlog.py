@@ -24,6 +24,7 @@ from typing import IO, Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from mlra.agent.log_refs import Referrer, Resolver, Unresolved, stored_form
 from mlra.events import Event, parse_event, stamped
 
 Subscriber = Callable[[Event], None]
@@ -56,6 +57,7 @@ def dump_json(
     *,
     indent: int | None = None,
     exclude_none: bool = False,
+    exclude: set[str] | None = None,
     surrogates: Literal["escape", "replace"] = "escape",
 ) -> str:
     """`model_dump_json` that survives text holding lone surrogates.
@@ -69,12 +71,12 @@ def dump_json(
     Anything else JSON cannot hold is `UnwritableEvent`.
     """
     try:
-        return model.model_dump_json(indent=indent, exclude_none=exclude_none)
+        return model.model_dump_json(indent=indent, exclude_none=exclude_none, exclude=exclude)
     except (ValueError, TypeError) as exc:  # PydanticSerializationError is a ValueError
         if "surrogates not allowed" not in str(exc):
             raise UnwritableEvent(f"cannot write {type(model).__name__} as JSON: {exc}") from None
     try:
-        data = _finite(model.model_dump(mode="python", exclude_none=exclude_none))
+        data = _finite(model.model_dump(mode="python", exclude_none=exclude_none, exclude=exclude))
         text = json.dumps(
             data,
             ensure_ascii=False,
@@ -93,8 +95,16 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def encode_event(event: Event) -> bytes:
-    """The event's line in the log, newline included (see `dump_json`)."""
+    """The event whole as one JSON line, newline included (see `dump_json`): what
+    `--json` prints, for readers that know nothing of the log's references."""
     return dump_json(event, exclude_none=True).encode("utf-8") + b"\n"
+
+
+def encode_stored(event: Event) -> bytes:
+    """The event's line in the log: as `encode_event`, with a text or arguments
+    another event holds left out for a reference to it (`agent/log_refs.py`)."""
+    stored, left_out = stored_form(event)
+    return dump_json(stored, exclude_none=True, exclude=left_out).encode("utf-8") + b"\n"
 
 
 class EventLog:
@@ -118,6 +128,7 @@ class EventLog:
             raise RunInUse(f"{path} is being written by another mlra process") from None
         self._seq = start_seq
         self._subscribers: list[Subscriber] = []
+        self._refs = Referrer()
 
     @property
     def last_seq(self) -> int:
@@ -141,8 +152,9 @@ class EventLog:
             raise RuntimeError(f"event log {self.path} is closed")
         stamps = event.seq, event.ts
         event.seq, event.ts = self._seq + 1, time.time()
+        self._refs.link(event)
         try:
-            line = encode_event(event)
+            line = encode_stored(event)
             fd = self._file.fileno()
             end = os.fstat(fd).st_size
             try:
@@ -154,8 +166,10 @@ class EventLog:
                 raise
         except BaseException:
             event.seq, event.ts = stamps
+            self._refs.unlink(event)
             raise
         self._seq = event.seq
+        self._refs.written(event)
         for subscriber in list(self._subscribers):
             subscriber(event)
         return event
@@ -233,6 +247,7 @@ def iter_events(
     lines = data.split(b"\n")
     tail = lines.pop()  # b"" when the file ends with a newline
     expected = 1
+    resolve = Resolver()
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -243,6 +258,10 @@ def iter_events(
         if event.seq != expected:
             raise LogDamage(path, number, _out_of_sequence(event.seq, expected))
         expected += 1
+        try:
+            event = resolve(event)
+        except Unresolved as exc:
+            raise LogDamage(path, number, f"not a valid event: {exc}") from None
         yield event
     if tail.strip():
         if on_torn_tail is not None:

@@ -23,7 +23,7 @@ from typing import Any
 from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
-from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, encode_event, read_events
+from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, encode_stored, read_events
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.snapshots import SNAPSHOTS_DIR, SnapshotStore, WorkspaceHistory
 from mlra.agent.state import fold
@@ -233,7 +233,7 @@ def fork_run(
     # The copy keeps the source's numbering and times; the fork's own events follow.
     with open(run_dir / EVENTS_FILE, "wb") as f:
         for event in prefix:
-            f.write(encode_event(event))
+            f.write(encode_stored(event))
     log = EventLog(run_dir / EVENTS_FILE, start_seq=max((e.seq for e in prefix), default=0))
     elapsed = max((e.t for e in prefix), default=0.0)
     try:

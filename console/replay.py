@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, check_lines
+from mlra.agent.log_refs import Unresolved, resolve
 from mlra.agent.snapshots import SnapshotStore, WorkspaceHistory
 from mlra.agent.state import RunState
 from mlra.tools.sandbox.base import FileInfo
@@ -185,18 +186,40 @@ class RecordedLog(Sequence[ev.Event]):
             return event
         assert self._lines is not None
         try:
-            return ev.parse_event(self._lines[index])
+            return resolve(ev.parse_event(self._lines[index]), self._model_call)
         except ValidationError as exc:
-            # The replay goes on over a damaged line and says so where it is.
-            return ev.Notice(
-                seq=index + 1,
-                level="error",
-                message=f"line {index + 1} of the log is not a valid event: "
-                f"{exc.errors()[0]['msg']}",
-            )
+            problem = exc.errors()[0]["msg"]
+        except Unresolved as exc:
+            problem = str(exc)
+        # The replay goes on over a damaged line and says so where it is.
+        return ev.Notice(
+            seq=index + 1,
+            level="error",
+            message=f"line {index + 1} of the log is not a valid event: {problem}",
+        )
+
+    def _model_call(self, seq: int) -> ev.ModelCall | None:
+        """The `model_call` a reference names (the log numbers its lines from 1)."""
+        if not 1 <= seq <= len(self):
+            return None
+        event = self.peek(seq - 1)
+        return event if isinstance(event, ev.ModelCall) else None
 
     def raw(self, index: int) -> bytes | None:
         return self._lines[index] if self._lines is not None else None
+
+    def raw_with_refs(self, index: int) -> bytes | None:
+        """The line's bytes and those of the `model_call` it refers to, which hold
+        its text or arguments (see `agent/log_refs.py`): what search looks in."""
+        line = self.raw(index)
+        if line is None:
+            return None
+        found = _REF_RE.search(line)
+        if found is not None:
+            seq = int(found.group(1))
+            if 1 <= seq <= len(self):
+                return line + b"\n" + (self.raw(seq - 1) or b"")
+        return line
 
     def worker_step(self, index: int) -> int | None:
         """The worker step a `step_started` line starts (None for the supervisor's)."""
@@ -216,6 +239,7 @@ class RecordedLog(Sequence[ev.Event]):
         return line is None or any(n in line for n in needles)
 
 
+_REF_RE = re.compile(rb'"(?:text_of|arguments_of)":(\d+)')
 _STEP_RE = re.compile(rb'"type":"step_started","agent":"([a-z_]+)","step":(\d+)')
 _MAYBE_ERROR = {
     "tool_result": (b'"ok":false',),
@@ -473,7 +497,7 @@ class ReplayModel:
         for i, kind in enumerate(log.types):
             if kind not in _SEARCHED:
                 continue
-            line = log.raw(i)
+            line = log.raw_with_refs(i)
             if line is not None:
                 haystack = (
                     line.lower() if ascii_only else line.decode("utf-8", "replace").lower().encode()

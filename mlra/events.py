@@ -19,7 +19,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, model_serializer
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 AgentRole = Literal["supervisor", "worker", "baseline"]
 PlanStatus = Literal["pending", "in_progress", "done", "failed", "skipped"]
@@ -121,8 +121,11 @@ class PlanUpdated(_Event):
 
 class SupervisorMessage(_Event):
     type: Literal["supervisor_message"] = "supervisor_message"
-    text: str
+    text: str = ""
     turn: int = 0
+    text_of: int | None = None
+    """The `seq` of the `model_call` whose text this is: the log stores the text
+    there only, and readers fill `text` back in (see `agent/log_refs.py`)."""
 
 
 class SubtaskStarted(_Event):
@@ -182,9 +185,11 @@ class TextDelta(_Event):
 
 class WorkerThought(_Event):
     type: Literal["worker_thought"] = "worker_thought"
-    text: str
+    text: str = ""
     turn: int = 0
     step: int = 0
+    text_of: int | None = None
+    """As `SupervisorMessage.text_of`."""
 
 
 class ToolCall(_Event):
@@ -196,6 +201,9 @@ class ToolCall(_Event):
     raw_arguments: str | None = None
     turn: int = 0
     step: int = 0
+    arguments_of: int | None = None
+    """The `seq` of the `model_call` that asked for this call: the log stores the
+    arguments there only, and readers fill them back in (see `agent/log_refs.py`)."""
 
 
 class ApprovalRequested(_Event):
@@ -204,6 +212,8 @@ class ApprovalRequested(_Event):
     tool: str
     arguments: dict[str, Any] | None = None
     reason: str = ""
+    arguments_of: int | None = None
+    """As `ToolCall.arguments_of`."""
 
 
 class ToolOutput(_Event):

@@ -156,8 +156,14 @@ def test_an_event_from_a_newer_mlra_is_kept_and_shown_as_unknown(
     lines = (recorded / "events.jsonl").read_bytes().splitlines(keepends=True)
     newer = b'{"v":2,"seq":6,"ts":1.0,"t":0.5,"type":"gpu_throttled","gpu":0}\n'
     lines.insert(5, newer)
+
+    def moved(event: dict) -> dict:
+        # References to earlier events (`text_of`, `arguments_of`) move with them.
+        refs = {k: v + 1 for k, v in event.items() if k.endswith("_of") and v >= 6}
+        return {**event, **refs}
+
     renumbered = [
-        json.dumps({**json.loads(line), "seq": n}).encode() + b"\n"
+        json.dumps({**moved(json.loads(line)), "seq": n}).encode() + b"\n"
         for n, line in enumerate(lines, start=1)
     ]
     (tmp_path / "events.jsonl").write_bytes(b"".join(renumbered))
