@@ -17,6 +17,7 @@ import asyncio
 import contextlib
 import traceback
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -29,10 +30,9 @@ from mlra.agent.drive import Agent, drive, sample_resources, watch_deadline
 from mlra.agent.ending import Ending, EndRun, budget_ending
 from mlra.agent.evaluation import evaluate
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.history import AgentHistory
-from mlra.agent.model_turn import ModelTurn, Purpose
+from mlra.agent.model_turn import ModelTurn
 from mlra.agent.prompts import status_note
-from mlra.agent.providers.base import ModelProvider, ModelResponse, ToolCallRequest
+from mlra.agent.providers.base import ModelProvider
 from mlra.agent.run_setup import (
     make_run_folder,
     new_run_id,
@@ -41,12 +41,12 @@ from mlra.agent.run_setup import (
     sandbox_spec,
     started_event,
 )
+from mlra.agent.sandboxes import create_sandbox
 from mlra.agent.snapshots import SnapshotStore, WorkspaceScanner
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.agent.steering import Steering
 from mlra.agent.tool_step import ToolStep
 from mlra.tasks.spec import TaskSpec
-from mlra.tools.registry import ToolOutcome, ToolRegistry
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 
 __all__ = ["Agent", "EndRun", "Ending", "RunController", "new_run_id", "run_id_problem"]
@@ -94,6 +94,11 @@ class RunController(Steering):
         )
         self.turns = ModelTurn(self)
         self.tool_step = ToolStep(self, self.scanner)
+        # What the agents call: a model turn and a one-off call (agent/model_turn.py),
+        # and one tool call with everything the user may do about it (agent/tool_step.py).
+        self.model_turn = self.turns.take
+        self.ask = self.turns.ask
+        self.execute_tool = self.tool_step.execute
 
     # --- events -----------------------------------------------------------------------
 
@@ -137,19 +142,6 @@ class RunController(Steering):
         for callback in self._subscribers:
             self.log.subscribe(callback)
 
-    def sandbox_spec(self) -> SandboxSpec:
-        return sandbox_spec(self.task, self.config, self.run_dir)
-
-    def _make_sandbox(self) -> Sandbox:
-        spec = self.sandbox_spec()
-        if self._sandbox_factory is not None:
-            return self._sandbox_factory(self.workspace, spec)
-        from mlra.agent.sandboxes import create_sandbox
-
-        return create_sandbox(
-            self.workspace, spec, config=self.config, task=self.task, run_id=self.run_id
-        )
-
     def _sandbox_info(self) -> ev.SandboxInfo | None:
         return sandbox_info(self.sandbox, self.workspace) if self.sandbox is not None else None
 
@@ -167,16 +159,13 @@ class RunController(Steering):
         self._task = asyncio.current_task()
         try:
             await self.start()
+            interval = self.config.resource_interval_s
             ending = await drive(
                 make_agent(self),
                 deadline=watch_deadline(self.clock, self.controls),
                 stop=self.wait_for_stop(),
                 sampler=sample_resources(
-                    self.workspace,
-                    self.catchup,
-                    self.append,
-                    self.config.resource_interval_s,
-                    sandbox=self.sandbox,
+                    self.workspace, self.catchup, self.append, interval, sandbox=self.sandbox
                 ),
             )
             await self._finish(ending)
@@ -199,7 +188,10 @@ class RunController(Steering):
         """Start the sandbox, record the run's start and start the clock."""
         if self.log is None:
             self.prepare()
-        self.sandbox = self._make_sandbox()
+        make = self._sandbox_factory or partial(
+            create_sandbox, config=self.config, task=self.task, run_id=self.run_id
+        )
+        self.sandbox = make(self.workspace, sandbox_spec(self.task, self.config, self.run_dir))
         notices = await self.sandbox.start()
         if not self.catchup.replaying:
             self.emit(
@@ -260,16 +252,13 @@ class RunController(Steering):
     # --- services for the agents ------------------------------------------------------
 
     def elapsed_note(self) -> str:
+        cfg, state = self.config, self.state
         return status_note(
-            elapsed_s=self.clock.elapsed(),
-            limit_s=self.time_limit_s,
-            steps=self.state.steps,
-            max_steps=self.config.max_steps,
-            cost_usd=self.state.cost_usd,
-            max_cost_usd=self.config.max_cost_usd,
-            tokens=self.state.tokens,
-            max_tokens=self.config.max_tokens,
-        )
+            elapsed_s=self.clock.elapsed(), limit_s=self.time_limit_s,
+            steps=state.steps, max_steps=cfg.max_steps,
+            cost_usd=state.cost_usd, max_cost_usd=cfg.max_cost_usd,
+            tokens=state.tokens, max_tokens=cfg.max_tokens,
+        )  # fmt: skip
 
     def check_budget(self) -> None:
         ending = budget_ending(self.config, self.state)
@@ -293,44 +282,6 @@ class RunController(Steering):
     def take_messages(self, agent: ev.AgentRole, *, review: bool = False) -> list[str]:
         """The user's messages for an agent; while catching up, the ones it read then."""
         return self.catchup.take_messages(agent, review=review)
-
-    async def model_turn(
-        self,
-        agent: ev.AgentRole,
-        history: AgentHistory,
-        registry: ToolRegistry,
-        *,
-        counts_as_step: bool,
-        extra_prompt: str = "",
-    ) -> tuple[ModelResponse, int]:
-        """One model turn (agent/model_turn.py): the response and the step's number."""
-        return await self.turns.take(
-            agent, history, registry, counts_as_step=counts_as_step, extra_prompt=extra_prompt
-        )
-
-    async def ask(
-        self,
-        agent: ev.AgentRole,
-        system: str,
-        text: str,
-        *,
-        purpose: Purpose,
-        registry: ToolRegistry | None = None,
-    ) -> ModelResponse:
-        """A one-off model call outside the agent's main history (summaries, reviews)."""
-        return await self.turns.ask(agent, system, text, purpose=purpose, registry=registry)
-
-    async def execute_tool(
-        self,
-        agent: ev.AgentRole,
-        call: ToolCallRequest,
-        registry: ToolRegistry,
-        *,
-        step: int = 0,
-        turn: int = 0,
-    ) -> ToolOutcome:
-        """Run one tool call the agent asked for (agent/tool_step.py)."""
-        return await self.tool_step.execute(agent, call, registry, step=step, turn=turn)
 
     def set_plan(
         self, steps: list[ev.PlanStep], reason: str = "", *, agent: ev.AgentRole = "supervisor"
