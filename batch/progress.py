@@ -10,9 +10,12 @@ from mlra.durations import format_duration
 
 
 def summary(p: Progress) -> str:
+    unscored = f"{p.count('unscored')} unscored · " if p.count("unscored") else ""
+    retries = f" · {p.retries} retries" if p.retries else ""
     return (
-        f"{p.count('finished')}/{p.total} done · {p.running} running · {p.queued} queued · "
-        f"{p.gave_up} failed · {format_duration(p.elapsed_s)} · ${p.cost_usd:.2f}"
+        f"{p.count('finished')}/{p.total} done · {unscored}{p.running} running · "
+        f"{p.queued} queued · {p.gave_up} failed{retries} · {format_duration(p.elapsed_s)} · "
+        f"${p.cost_usd:.2f}"
     )
 
 

@@ -1,5 +1,11 @@
 """The batch report: per task and model, mean ± standard error over seeds, success
-rate, time, tokens, cost and failures, from the run folders alone.
+rate, time, tokens, cost, failures and retries, from the run folders alone.
+
+Every attempt of every run is a row, a run that never started included (from its
+card, with the reason). The group numbers count one attempt per seed: by default
+its first attempt that started, so that retrying cannot move a mean (a retried
+seed's better second try is shown, not averaged in); `--attempt last` counts the
+last attempt instead.
 
 Every number comes from each run's `result.json` (or, for a run that never
 finished, from folding its event log), so `mlra report DIR` gives the same
@@ -16,12 +22,15 @@ import statistics
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.state import RunResult, fold, result_of
-from mlra.batch.state import RUNS
+from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards
+
+Attempt = Literal["first", "last"]
+"""Which attempt of each seed the group numbers count."""
 
 REPORT_FILES = ("report.md", "report.csv", "report.json", "score.png", "normalized.png")
 
@@ -46,6 +55,12 @@ class RunRow:
     """The sandbox isolation the run had ("bwrap", "docker", "none")."""
     unisolated: bool = False
     """The run was scored without isolation: the agent could have reached the grader."""
+    attempt: int = 1
+    """Which attempt of the run this is (1 = the first start; retries count up)."""
+    counted: bool = True
+    """Whether the group numbers count this attempt (one per seed)."""
+    started: bool = True
+    """False for an attempt that never started (no run_started): it has no outcome."""
 
 
 @dataclass
@@ -67,6 +82,8 @@ class Group:
     """The isolations the group's runs had, e.g. "bwrap" or "bwrap;none"."""
     unisolated: int = 0
     """Scored runs of the group that had no isolation (their scores are in the means)."""
+    retries: int = 0
+    """Attempts beyond the first, over the group's seeds (not in its numbers)."""
 
 
 def mean_se(values: list[float]) -> tuple[float | None, float | None]:
@@ -79,7 +96,8 @@ def mean_se(values: list[float]) -> tuple[float | None, float | None]:
     return mean, statistics.stdev(values) / math.sqrt(len(values))
 
 
-def load_run(run_dir: Path) -> tuple[RunResult, int | None] | None:
+def load_run(run_dir: Path) -> tuple[RunResult, int | None, bool] | None:
+    """A run folder's result, its seed and whether it started (None: nothing to read)."""
     log = run_dir / EVENTS_FILE
     events: list[ev.Event] = []
     if log.is_file():
@@ -96,65 +114,130 @@ def load_run(run_dir: Path) -> tuple[RunResult, int | None] | None:
         result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
         if result.isolation is None and started is not None:  # a result.json from before
             result.isolation = started.sandbox.isolation
-        return result, seed
+        return result, seed, started is not None or bool(result.task)
     if started is None:
         return None
     state = fold(events)
     result = result_of(state)
     if state.finished is None:
         result.status, result.reason = "unfinished", "unfinished"
-    return result, seed
+    return result, seed, True
 
 
 def failure_of(r: RunResult) -> str | None:
     if r.status == "finished" and r.score is not None:
         return None
     if r.status == "finished":
-        return "no score"
+        return "no score" if r.reason == "submitted" else r.reason
     return r.reason if r.status != "unfinished" else "unfinished"
 
 
-def collect(out: Path) -> list[RunRow]:
-    rows = []
+def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> RunRow:
+    success = (
+        bool(r.success)
+        if r.success is not None
+        else (r.normalized_score is not None and r.normalized_score >= 0.05)
+    )
+    return RunRow(
+        run_id=r.run_id or run_id,
+        task=r.task or (card.task if card else ""),
+        model=r.model or (card.model if card else ""),
+        seed=seed if seed is not None else (card.seed if card else None),
+        status=r.status,
+        reason=r.reason,
+        score=r.score,
+        normalized_score=r.normalized_score,
+        success=success,
+        duration_s=r.duration_s,
+        tokens=r.tokens,
+        cost_usd=r.cost_usd,
+        failure=failure_of(r),
+        isolation=r.isolation,
+        unisolated=r.unisolated and r.score is not None,
+    )
+
+
+def _not_started(run_id: str, card: RunCard | None, reason: str, attempt: int) -> RunRow:
+    """The row of an attempt that never started: no outcome, and why."""
+    return RunRow(
+        run_id=run_id,
+        task=card.task if card else "",
+        model=card.model if card else "",
+        seed=card.seed if card else None,
+        status="not started",
+        reason=reason,
+        score=None,
+        normalized_score=None,
+        success=False,
+        duration_s=0.0,
+        tokens=0,
+        cost_usd=0.0,
+        failure=reason,
+        attempt=attempt,
+        started=False,
+    )
+
+
+def _attempt_row(folder: Path, run_id: str, attempt: int, card: RunCard | None) -> RunRow:
+    loaded = load_run(folder)
+    if loaded is None:
+        has_log = (folder / EVENTS_FILE).is_file()
+        return _not_started(run_id, card, "error" if has_log else "no event log", attempt)
+    result, seed, started = loaded
+    row = _row(result, run_id, seed, card)
+    row.attempt, row.started = attempt, started
+    return row
+
+
+def collect(out: Path, attempt: Attempt = "first") -> list[RunRow]:
+    """Every attempt of every run, each marked whether the group numbers count it."""
+    rows: list[RunRow] = []
     runs_dir = out / RUNS if (out / RUNS).is_dir() else out
-    for run_dir in sorted(p for p in runs_dir.iterdir() if p.is_dir()):
-        loaded = load_run(run_dir)
-        if loaded is None:
+    cards = read_cards(out) if runs_dir != out else {}
+    retired_dir = out / RETIRED
+    retired: dict[str, list[tuple[int, Path]]] = {}
+    if runs_dir != out and retired_dir.is_dir():
+        for folder in retired_dir.iterdir():
+            name, sep, n = folder.name.rpartition("__a")
+            if folder.is_dir() and sep and n.isdigit():
+                retired.setdefault(name, []).append((int(n), folder))
+    current = {p.name: p for p in runs_dir.iterdir() if p.is_dir()}
+    for run_id in sorted(set(current) | set(retired) | set(cards)):
+        card = cards.get(run_id)
+        attempts = [
+            _attempt_row(folder, run_id, n, card) for n, folder in sorted(retired.get(run_id, []))
+        ]
+        if run_id in current:
+            n = len(attempts) + 1
+            if runs_dir == out and load_run(current[run_id]) is None:
+                continue  # a plain runs folder: a folder that is no run is not listed
+            attempts.append(_attempt_row(current[run_id], run_id, n, card))
+        elif card is not None and card.not_started:
+            attempts.append(_not_started(run_id, card, card.not_started, len(attempts) + 1))
+        if not attempts:
             continue
-        r, seed = loaded
-        success = (
-            bool(r.success)
-            if r.success is not None
-            else (r.normalized_score is not None and r.normalized_score >= 0.05)
-        )
-        rows.append(
-            RunRow(
-                run_id=r.run_id or run_dir.name,
-                task=r.task,
-                model=r.model,
-                seed=seed,
-                status=r.status,
-                reason=r.reason,
-                score=r.score,
-                normalized_score=r.normalized_score,
-                success=success,
-                duration_s=r.duration_s,
-                tokens=r.tokens,
-                cost_usd=r.cost_usd,
-                failure=failure_of(r),
-                isolation=r.isolation,
-                unisolated=r.unisolated and r.score is not None,
-            )
-        )
+        for row in attempts:
+            row.counted = False
+        if attempt == "last":
+            attempts[-1].counted = True
+        else:
+            # The first attempt that started: one that never did has no outcome to bias.
+            next((r for r in attempts if r.started), attempts[0]).counted = True
+        rows += attempts
     return rows
 
 
 def summarize(rows: list[RunRow]) -> list[Group]:
+    """One group per task and model: its numbers over the counted attempt of each seed;
+    tokens and cost over every attempt (all of it was spent)."""
     groups: dict[tuple[str, str], list[RunRow]] = {}
     for row in rows:
         groups.setdefault((row.task, row.model), []).append(row)
     out = []
-    for (task, model), members in sorted(groups.items()):
+    for (task, model), every in sorted(groups.items()):
+        members = [m for m in every if m.counted]
+        if not members:
+            continue
         scores = [m.score for m in members if m.score is not None]
         normalized = [m.normalized_score for m in members if m.normalized_score is not None]
         score_mean, score_se = mean_se(scores)
@@ -171,11 +254,14 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 normalized_se=norm_se,
                 success_rate=sum(m.success for m in members) / len(members),
                 median_duration_s=statistics.median(m.duration_s for m in members),
-                tokens=sum(m.tokens for m in members),
-                cost_usd=round(sum(m.cost_usd for m in members), 6),
+                tokens=sum(m.tokens for m in every),
+                cost_usd=round(sum(m.cost_usd for m in every), 6),
                 failures=dict(Counter(m.failure for m in members if m.failure)),
-                isolation=";".join(sorted({m.isolation or "unknown" for m in members})),
+                isolation=";".join(
+                    sorted({m.isolation or "unknown" for m in members if m.started})
+                ),
                 unisolated=sum(m.unisolated for m in members),
+                retries=len(every) - len(members),
             )
         )
     return out
@@ -196,15 +282,22 @@ def _unisolated_mark(g: Group) -> str:
     return f" ({g.unisolated} of {g.scored} unisolated)"
 
 
-def markdown(groups: list[Group], rows: list[RunRow]) -> str:
+def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first") -> str:
+    counted = [r for r in rows if r.counted]
+    which = (
+        "the first attempt of each seed that started (retries are shown, not averaged in)"
+        if attempt == "first"
+        else "the last attempt of each seed (`--attempt last`)"
+    )
     lines = [
         "# Batch report",
         "",
-        f"{len(rows)} runs; mean ± standard error over seeds; success = at least 5% of the "
-        "baseline-to-top gap closed (the task's own fraction where it sets one).",
+        f"{len(counted)} runs; mean ± standard error over seeds, counting {which}; "
+        "success = at least 5% of the baseline-to-top gap closed (the task's own fraction "
+        "where it sets one); tokens and cost include every attempt.",
         "",
-        "| task | model | runs | scored | score | normalized | success | median time | tokens | cost | failures | isolation |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | model | runs | scored | score | normalized | success | median time | tokens | cost | failures | retries | isolation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         failures = ", ".join(f"{k} ×{v}" for k, v in sorted(g.failures.items())) or "–"
@@ -216,7 +309,7 @@ def markdown(groups: list[Group], rows: list[RunRow]) -> str:
         lines.append(
             f"| {g.task} | {g.model} | {g.runs} | {g.scored} | {score} | {normalized} | "
             f"{g.success_rate:.0%} | {median} | {g.tokens:,} | ${g.cost_usd:.4f} | {failures} | "
-            f"{g.isolation.replace(';', ', ')} |"
+            f"{g.retries} | {g.isolation.replace(';', ', ')} |"
         )
     if any(g.unisolated for g in groups):
         lines += [
@@ -224,13 +317,17 @@ def markdown(groups: list[Group], rows: list[RunRow]) -> str:
             "Unisolated: scored with sandbox isolation none, so the agent's commands could "
             "reach what the grader reads; such scores are not comparable with isolated ones.",
         ]
+    never = [r for r in rows if not r.started]
+    if never:
+        lines += ["", "Never started (no outcome, so not a draw of the agent's score):", ""]
+        lines += [f"- {r.run_id} (attempt {r.attempt}): {r.reason}" for r in never]
     return "\n".join(lines) + "\n"
 
 
 CSV_FIELDS = [
     "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
-    "isolation", "unisolated",
+    "isolation", "unisolated", "retries",
 ]  # fmt: skip
 
 
@@ -289,13 +386,17 @@ def plot(out: Path, groups: list[Group]) -> None:
 _EMPTY = Group("", "", 0, 0, None, None, None, None, 0.0, None, 0, 0.0)
 
 
-def write_report(out: Path, *, plots: bool = True) -> list[Group]:
+def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -> list[Group]:
     """Write report.md/.csv/.json (and the plots) into the batch folder; returns the groups."""
-    rows = collect(out)
+    rows = collect(out, attempt)
     groups = summarize(rows)
-    (out / "report.md").write_text(markdown(groups, rows), encoding="utf-8")
+    (out / "report.md").write_text(markdown(groups, rows, attempt), encoding="utf-8")
     write_csv(out / "report.csv", groups)
-    payload = {"groups": [asdict(g) for g in groups], "runs": [asdict(r) for r in rows]}
+    payload = {
+        "attempt": attempt,
+        "groups": [asdict(g) for g in groups],
+        "runs": [asdict(r) for r in rows],
+    }
     (out / "report.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     if plots and groups:
         plot(out, groups)

@@ -4,6 +4,7 @@ finished or has used up its attempts.
 What to do with a run is decided from its folder each time (see `state`):
 finished runs are skipped, runs that died mid-way are resumed (`mlra resume`),
 failed runs are set aside and started afresh, each up to `max_attempts` starts.
+A run that ended by itself without a score is not retried (see `state`).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from mlra.batch.executors import Executor, Job
 from mlra.batch.spec import BatchSpec, RunSpec, run_command
-from mlra.batch.state import LOGS, RUNS, RunStatus, retire, run_status
+from mlra.batch.state import LOGS, RUNS, RunCard, RunStatus, retire, run_status, write_card
 
 PASSED_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
 """Model keys a run needs where it runs; they go to the `mlra run` process, as its own env."""
@@ -49,6 +50,11 @@ class Progress:
         return sum(
             1 for s in self.statuses.values() if s.kind == "failed" and s.run_id not in self.active
         )
+
+    @property
+    def retries(self) -> int:
+        """Attempts started afresh after failed ones, over every run."""
+        return sum(s.retries for s in self.statuses.values())
 
     @property
     def running(self) -> int:
@@ -119,7 +125,7 @@ class BatchRunner:
 
     def next_job(self, run: RunSpec, status: RunStatus) -> Job | None:
         """The job that moves this run on, or None when it is done or given up."""
-        if status.kind in ("finished", "running"):
+        if status.kind in ("finished", "unscored", "running"):
             return None
         if status.attempts >= self.spec.max_attempts:
             if status.kind == "interrupted":
@@ -164,10 +170,22 @@ class BatchRunner:
                     self._no_resume.add(run.run_id)
                     continue
                 status.kind, status.reason, status.detail = "failed", "usage", _last_line(log_path)
+                self._card(run, status)
                 self._changed(f"failed (usage) {run.run_id}")
                 return
-            what = status.kind if status.kind != "failed" else f"failed ({status.reason})"
+            what = (
+                status.kind
+                if status.kind in ("finished", "running")
+                else (f"{status.kind} ({status.reason})")
+            )
             self._changed(f"{what} {run.run_id}")
+
+    def _card(self, run: RunSpec, status: RunStatus | None = None) -> None:
+        """The run's card; with why it never started, when it did not."""
+        card = RunCard(run_id=run.run_id, task=run.task_name, model=run.model, seed=run.seed)
+        if status is not None:
+            card.not_started, card.detail = status.reason, status.detail
+        write_card(self.out, card)
 
     async def run(self) -> Progress:
         (self.out / RUNS).mkdir(parents=True, exist_ok=True)
@@ -175,14 +193,18 @@ class BatchRunner:
         drivers = []
         for run in self.runs:
             status = self.refresh(run.run_id)
-            if status.kind == "finished":
+            if status.kind in ("finished", "unscored"):
                 self.progress.skipped += 1
             elif status.kind == "running":
                 self.notes.append(f"{run.run_id} is live in another process; left alone")
             reason = self.executor.cannot_hold(run.resources)
-            if reason and status.kind != "finished":
+            if reason and status.kind not in ("finished", "unscored"):
                 status.kind, status.reason, status.detail = "failed", "resources", reason
+                if status.attempts == 0:
+                    self._card(run, status)
                 continue
+            if not (self.out / LOGS / f"{run.run_id}.json").exists():
+                self._card(run)
             drivers.append(self._drive(run, slots))
         self._changed("batch started")
         ticker = asyncio.create_task(self._tick())

@@ -10,6 +10,14 @@ Layout of a batch folder:
     runs/<run-id>/           the current attempt of each run (an ordinary run folder)
     retired/<run-id>__a<n>/  earlier attempts that failed and were retried
     logs/<run-id>.log        what `mlra run` printed, all attempts
+    logs/<run-id>.json       the run's card: task, model, seed, and why it never
+                             started where it did not (the report's row for a run
+                             with no folder of its own)
+
+Which endings are retried: only failures that say nothing about the agent (an
+internal error, a model provider that failed, a run that never started). A run
+that ended by itself without a score (the deadline, a budget, no submission) is
+final: retrying exactly those would bias a batch's mean upwards.
 """
 
 from __future__ import annotations
@@ -18,13 +26,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from pydantic import BaseModel, ValidationError
+
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.state import fold
 
 RUNS, RETIRED, LOGS = "runs", "retired", "logs"
 
-Kind = Literal["pending", "running", "finished", "failed", "interrupted"]
+Kind = Literal["pending", "running", "finished", "unscored", "failed", "interrupted"]
+"""`unscored`: ended for good without a score (deadline, budget, no submission, a
+submission that scored nothing); not retried. `failed`: retried up to the limit."""
 
 
 @dataclass
@@ -36,6 +48,8 @@ class RunStatus:
     detail: str = ""
     attempts: int = 0
     """Starts so far: retired attempts, the current one and its resumes."""
+    retries: int = 0
+    """Attempts started afresh after a failed one (the retired folders)."""
     cost_usd: float = 0.0
     score: float | None = None
 
@@ -53,17 +67,21 @@ def run_status(out: Path, run_id: str) -> RunStatus:
     log = run_dir / EVENTS_FILE
     if not log.is_file():
         if run_dir.exists():
-            return RunStatus(run_id, "failed", "error", "no event log", attempts=earlier + 1)
-        return RunStatus(run_id, "pending", attempts=earlier)
+            return RunStatus(
+                run_id, "failed", "error", "no event log", attempts=earlier + 1, retries=earlier
+            )
+        return RunStatus(run_id, "pending", attempts=earlier, retries=earlier)
     live = log_is_live(log)
     try:
         events = read_events(log)
     except LogDamage as exc:
-        return RunStatus(run_id, "failed", "error", str(exc), attempts=earlier + 1)
+        return RunStatus(run_id, "failed", "error", str(exc), attempts=earlier + 1, retries=earlier)
     resumes = sum(isinstance(e, ev.RunResumed) for e in events)
     state = fold(events)
     attempts = earlier + 1 + resumes
-    status = RunStatus(run_id, "running", attempts=attempts, cost_usd=state.cost_usd)
+    status = RunStatus(
+        run_id, "running", attempts=attempts, retries=earlier, cost_usd=state.cost_usd
+    )
     if live:
         return status
     finished, evaluation = state.finished, state.evaluation
@@ -74,13 +92,15 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         status.kind, status.reason = "interrupted", "stopped"
     elif finished.status == "finished" and evaluation is not None and evaluation.score is not None:
         status.kind, status.score = "finished", evaluation.score
+    elif finished.status == "finished":
+        # The run ended by itself (the agent, the deadline, a budget) with no score:
+        # that is its outcome, and another try would only be a second draw.
+        status.kind = "unscored"
+        status.reason = "no score" if finished.reason == "submitted" else finished.reason
+        status.detail = (evaluation.error if evaluation else None) or finished.message
     else:
         status.kind = "failed"
-        if finished.status != "finished":
-            status.reason, status.detail = finished.reason, finished.message
-        else:
-            status.reason = "no score"
-            status.detail = (evaluation.error if evaluation else None) or finished.message
+        status.reason, status.detail = finished.reason, finished.message
     return status
 
 
@@ -95,3 +115,38 @@ def retire(out: Path, run_id: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     (out / RUNS / run_id).rename(target)
     return target
+
+
+class RunCard(BaseModel):
+    """What the batch knows of a run before it has a folder: enough for its report row."""
+
+    run_id: str
+    task: str
+    model: str
+    seed: int
+    not_started: str | None = None
+    """Why it never started, where it did not (`resources`, `usage`)."""
+    detail: str = ""
+
+
+def write_card(out: Path, card: RunCard) -> None:
+    path = out / LOGS / f"{card.run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(card.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_cards(out: Path) -> dict[str, RunCard]:
+    """The batch's run cards by run id (none for a plain runs folder)."""
+    cards: dict[str, RunCard] = {}
+    folder = out / LOGS
+    if not folder.is_dir():
+        return cards
+    for path in sorted(folder.glob("*.json")):
+        try:
+            card = RunCard.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError):
+            continue  # not a card (or a damaged one): the run's own folder still counts
+        cards[card.run_id] = card
+    return cards

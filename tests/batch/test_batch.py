@@ -119,7 +119,7 @@ def test_batch_runs_every_combination_and_reports_the_runs_numbers(
         asked = len(server.requests)
         again = _batch(tmp_path, server, out, "--seeds", "2", "--no-tui")
         assert again.returncode == 0, again.stderr
-        assert "(4 already were)" in again.stdout and "queue " not in again.stdout
+        assert "(4 already were; 0 retries)" in again.stdout and "queue " not in again.stdout
         assert len(server.requests) == asked
         assert stamps == {i: (out / "runs" / i / "result.json").stat().st_mtime_ns for i in ids}
 
@@ -193,7 +193,7 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
         server.set_fallback("worker", worker_writing("42"))
         proc = mlra_cli(args, cwd=tmp_path, timeout=180)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "2/2 finished (1 already were)" in proc.stdout
+        assert "2/2 finished (1 already were; 0 retries)" in proc.stdout
         assert baseline_result.stat().st_mtime_ns == baseline_stamp
         assert json.loads((llm_run / "result.json").read_text())["score"] == 1.0
         resumed = any(isinstance(e, ev.RunResumed) for e in read_events(llm_run / "events.jsonl"))
@@ -206,12 +206,20 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
         failing += ["--isolation", "none", "--max-attempts", "2", "--no-tui"]
         proc = mlra_cli(failing, cwd=tmp_path, timeout=180)
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert "not done: answer__openai-test-model__s1 (failed, error, 2 attempts)" in proc.stdout
+        # A provider that fails says nothing about the agent: the run is retried.
+        assert (
+            "not done: answer__openai-test-model__s1 (failed, provider_error, 2 attempts)"
+            in proc.stdout
+        )
+        assert "1 retries" in proc.stdout
         f = tmp_path / "f"
         assert [p.name for p in (f / "retired").iterdir()] == ["answer__openai-test-model__s1__a1"]
         report = json.loads((f / "report.json").read_text())
-        assert report["groups"][0]["failures"] == {"error": 1}
+        assert report["groups"][0]["failures"] == {"provider_error": 1}
         assert report["groups"][0]["success_rate"] == 0.0
+        # Both attempts are rows; the group counts the first, and the retry is counted.
+        assert [(r["attempt"], r["counted"]) for r in report["runs"]] == [(1, True), (2, False)]
+        assert report["groups"][0]["runs"] == 1 and report["groups"][0]["retries"] == 1
         # Its attempts are used up: running the batch again does not start it again.
         asked = len(server.requests)
         proc = mlra_cli(failing, cwd=tmp_path, timeout=60)
