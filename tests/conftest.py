@@ -8,11 +8,15 @@ import subprocess
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
 from mlra.tools.sandbox.base import Stream
+
+if TYPE_CHECKING:
+    from xdist.remote import Producer
+    from xdist.scheduler.protocol import Scheduling
 
 # Nothing may reach the Hugging Face Hub: this machine has no network.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -23,6 +27,35 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 TESTS = Path(__file__).resolve().parent
 ANSWER_TASK = TESTS / "data" / "tasks" / "answer"
 SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
+
+
+def xdist_unit(nodeid: str) -> str:
+    """The tests one pytest-xdist worker runs together, in order: a file's tests, as the
+    files were written to run alone (module fixtures, markers such as a daemon's command
+    line); and every test that starts a container (`test_docker_sandbox.py`, and a test
+    with a `docker` parameter), as a container's start removes the containers of mlra
+    processes that died, and so would take away the one a killed console left for
+    another test to find."""
+    path, _, rest = nodeid.partition("::")
+    params = rest[rest.find("[") + 1 : -1].split("-") if rest.endswith("]") else []
+    if path.endswith("/test_docker_sandbox.py") or "docker" in params:
+        return "docker"
+    return path
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
+    """`--dist loadfile` (addopts), with the Docker tests of every file as one more unit
+    (`xdist_unit`); nodeids stay as they are, so a failure's line can be run again."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class FilesAndDocker(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return xdist_unit(nodeid)
+
+    return FilesAndDocker(config, log)
 
 
 @pytest.fixture
