@@ -18,9 +18,7 @@ from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
 
 
-def _run(
-    tmp_path: Path, task: Path, script: dict[str, Any], *extra: str
-) -> tuple[int, str, Path]:
+def _run(tmp_path: Path, task: Path, script: dict[str, Any], *extra: str) -> tuple[int, str, Path]:
     with ScriptedModelServer(script) as server:
         args = ["run", str(task), "--model", "openai/test-model", "--no-tui"]
         args += ["--base-url", server.url_for("openai"), "--runs-dir", str(tmp_path / "runs")]  # type: ignore[list-item]
