@@ -31,7 +31,23 @@ class RunConfig(BaseModel):
     """The supervisor reviews a running subtask every this many worker steps."""
     subtask_max_steps: int = 40
     """A subtask ends (and goes back to the supervisor) after this many worker steps."""
+    supervisor_max_turns: int = Field(default=100, gt=0)
+    """The supervisor's own model turns in one run (its reviews aside); at the limit the
+    run ends as a budget does (reason "budget"), and what the workspace holds is graded."""
+    max_repeated_failures: int = Field(default=3, gt=0)
+    """The supervisor making the same failing call (same tool, same arguments) this many
+    times ends the run (reason "repeated_failure"): it is stuck, not working."""
     max_output_tokens: int = 8192
+    """The most tokens one answer may have (a model's own limit, when lower, wins)."""
+    context_window: int | None = None
+    """The model's context window in tokens: the user's `--context-window`, else what the
+    server or the model table said when the run started."""
+    context_window_from: str | None = None
+    """Where `context_window` came from: "setting", "server", "model table" or "default"."""
+    temperature: float | None = None
+    """Sampling temperature sent to the model (default: the server's)."""
+    tool_calls: Literal["native", "text", "auto"] = "auto"
+    """Whether tool calls a model writes as text are read (see agent/providers/text_calls.py)."""
     context_fraction: float = 0.8
     """Summarize older steps when the history passes this fraction of the context window."""
     keep_recent_turns: int = 6
@@ -60,4 +76,5 @@ class RunConfig(BaseModel):
     snapshot_max_file_mb: float = 8.0
     """Files larger than this are recorded by size and hash only."""
     seed: int | None = None
-    """Which repetition of a task/model pair this run is (batches); recorded, not used to sample."""
+    """Which repetition of a task/model pair this run is (batches); also sent to providers
+    that take a sampling seed (OpenAI-compatible servers)."""

@@ -5,21 +5,39 @@ The model's answers are recorded whole (`model_call`) and streamed in pieces
 (`text_delta`); a resumed run takes them from the recording instead
 (agent/catchup.py), summarizing where the run did whatever this provider's
 window, so its histories come out as they were.
+
+The history is kept within the window before a request is sent, never after a
+server refused it: the request's size (history, tools, the prompt to come) is
+estimated, and if it and the answer's budget would not fit, the oldest turns are
+summarized first. A call cut off midway (the deadline, a stop) still counts its
+estimated tokens. Text that looked like a tool call but could not be read is
+pointed out in the agent's next prompt (agent/providers/text_calls.py).
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
+import time
+from collections.abc import Callable
 from typing import Literal
 
 from mlra import events as ev
 from mlra.agent.catchup import Cut
 from mlra.agent.ending import Ending, EndRun
 from mlra.agent.fingerprint import request_fingerprint
-from mlra.agent.history import AgentHistory
+from mlra.agent.history import AgentHistory, estimate_tokens
 from mlra.agent.prompts import SUMMARIZER_SYSTEM
-from mlra.agent.providers.base import Message, ModelResponse, ProviderError
+from mlra.agent.providers.base import (
+    Message,
+    ModelResponse,
+    ProviderError,
+    estimated_usage,
+    retries_told_to,
+)
+from mlra.agent.providers.text_calls import problem_note, read_text_calls
 from mlra.agent.run_context import RunContext
-from mlra.tools.registry import ToolRegistry
+from mlra.tools.registry import ToolRegistry, ToolSpec
 
 DELTA_FLUSH_CHARS = 64
 """Streamed model text is logged in pieces of about this size, not per token."""
@@ -27,10 +45,27 @@ DELTA_FLUSH_CHARS = 64
 Purpose = Literal["turn", "summary", "review"]
 """Why the model is called, as `model_call` records it."""
 
+PROMPT_TOKENS = 200
+"""Room kept for the turn's own prompt (clock note, nudges) when checking the window."""
+MIN_OUTPUT_TOKENS = 256
+"""An answer's budget is cut to what the window has left, but never below this."""
+
+
+def tools_tokens(tools: list[ToolSpec]) -> int:
+    """The tool definitions' share of a request, estimated."""
+    if not tools:
+        return 0
+    return estimate_tokens(
+        json.dumps([[t.name, t.description, t.parameters] for t in tools], ensure_ascii=False)
+    )
+
 
 class ModelTurn:
     def __init__(self, run: RunContext) -> None:
         self.run = run
+        self._notes: dict[str, str] = {}
+        """A note for an agent's next prompt (its text looked like a call and was not read)."""
+        self._cost_told = False
 
     async def take(
         self,
@@ -45,12 +80,15 @@ class ModelTurn:
         run = self.run
         assert run.provider is not None
         step = await run.begin_step(agent, counts=counts_as_step)
-        await self._keep_in_context(agent, history)
+        note = self._notes.pop(agent, "")
+        coming = estimate_tokens(note + extra_prompt) + PROMPT_TOKENS
+        await self._keep_in_context(agent, history, tools_tokens(registry.specs()), coming)
         injected = run.catchup.take_messages(agent)
         prompt = run.catchup.recorded_prompt()  # the clock note as it was then
         if prompt is None:
             parts = [
                 *(f"[message from the user] {m}" for m in injected),
+                note,
                 extra_prompt,
                 run.elapsed_note(),
             ]
@@ -63,7 +101,19 @@ class ModelTurn:
         response = await self._generate(agent, history.system, history.messages, registry, turn)
         history.record_usage(response.usage.input_tokens)
         history.add_assistant(response)
+        self._notes[agent] = self._unread_calls(response, registry)
         return response, step
+
+    def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> str:
+        """What to tell the model about text of its answer that looked like a tool call
+        but could not be read; found from the answer's text, so a resumed run, whose
+        answers come from the log, finds the same."""
+        if self.run.config.tool_calls == "native":
+            return ""
+        if any(call.from_text is None for call in response.tool_calls):
+            return ""  # native calls: the text was not read for calls
+        names = [t.name for t in registry.specs()]
+        return problem_note(read_text_calls(response.text, names).problems, names)
 
     async def ask(
         self,
@@ -106,7 +156,10 @@ class ModelTurn:
         assert provider is not None
         tools = registry.specs() if registry else []
         request_sha, _ = request_fingerprint(system, messages, tools, self.replacements())
+        self._tell_unpriced()
+        max_tokens = self._output_budget(system, messages, tools)
         buffer: list[str] = []
+        produced = 0
 
         def flush() -> None:
             if buffer:
@@ -114,24 +167,35 @@ class ModelTurn:
                 buffer.clear()
 
         def on_text(piece: str) -> None:
+            nonlocal produced
+            produced += len(piece)
+            if purpose != "turn":
+                return  # summaries and reviews are not streamed to the transcript
             buffer.append(piece)
             if "\n" in piece or sum(map(len, buffer)) >= DELTA_FLUSH_CHARS:
                 flush()
 
         while True:
+            started = time.monotonic()
+            produced = 0
             try:
                 provider.expect(request_sha, messages, self.replacements())
-                response = await provider.generate(
-                    system=system,
-                    messages=messages,
-                    tools=tools,
-                    on_text=on_text if purpose == "turn" else None,
-                    max_tokens=run.config.max_output_tokens,
-                )
+                with retries_told_to(self._retry_told(agent)):
+                    response = await provider.generate(
+                        system=system,
+                        messages=messages,
+                        tools=tools,
+                        on_text=on_text,
+                        max_tokens=max_tokens,
+                    )
                 break
             except ProviderError as exc:
                 buffer.clear()
                 await self._provider_failed(agent, exc)
+            except asyncio.CancelledError:
+                flush()
+                self._count_cut_off(agent, system, messages, tools, produced, started)
+                raise
         flush()
         usage = response.usage
         run.emit(
@@ -150,9 +214,86 @@ class ModelTurn:
                 text=response.text,
                 tool_calls=[c.model_dump(exclude_defaults=True) for c in response.tool_calls],
                 request_sha=request_sha,
+                tokens_estimated=usage.estimated,
             )
         )
         return response
+
+    def _output_budget(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> int:
+        """The answer's token budget: the run's, the model's, and no more than the window
+        has left after the request (so a nearly full window is not an HTTP 400)."""
+        provider = self.run.provider
+        assert provider is not None
+        wanted = min(self.run.config.max_output_tokens, provider.max_output_tokens)
+        request = estimate_tokens(system) + tools_tokens(tools)
+        request += sum(estimate_tokens(m.content) + len(m.tool_calls) * 20 for m in messages)
+        request += sum(estimate_tokens(c.raw_arguments) for m in messages for c in m.tool_calls)
+        left = provider.context_window - request
+        return max(min(wanted, left), min(wanted, MIN_OUTPUT_TOKENS))
+
+    def _tell_unpriced(self) -> None:
+        """Once a run: a cost budget on a model with no known price cannot end the run."""
+        run = self.run
+        if self._cost_told or run.config.max_cost_usd is None or run.provider is None:
+            return
+        self._cost_told = True
+        if not run.provider.priced:
+            run.append(
+                ev.Notice(
+                    level="warning",
+                    message=f"--max-cost ${run.config.max_cost_usd:g} cannot be enforced: "
+                    f"{run.config.model} has no known price, so its calls count as $0",
+                )
+            )
+
+    def _count_cut_off(
+        self,
+        agent: ev.AgentRole,
+        system: str,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        produced: int,
+        started: float,
+    ) -> None:
+        """A call cut off midway (the deadline, a stop) used tokens all the same: they are
+        estimated and recorded, so the budgets and the report count them."""
+        provider = self.run.provider
+        assert provider is not None
+        prompt_chars = len(system) + sum(len(m.content) for m in messages)
+        prompt_chars += 4 * tools_tokens(tools)
+        usage = estimated_usage(prompt_chars, produced)
+        self.run.emit(
+            ev.ModelError(
+                agent=agent,
+                model=self.run.config.model,
+                error=f"the call was cut off after {time.monotonic() - started:.1f} s; "
+                f"its tokens are counted, estimated (~{usage.input_tokens} in, "
+                f"~{usage.output_tokens} out)",
+                fatal=False,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cost_usd=provider.cost_of(usage),
+            )
+        )
+
+    def _retry_told(self, agent: ev.AgentRole) -> Callable[[int, int | None], None]:
+        """Each retry the provider's SDK makes becomes a `model_retry` event, so the
+        console (and its replay) shows that the run waits for the provider."""
+        run = self.run
+
+        def on_retry(attempt: int, status: int | None) -> None:
+            retries = getattr(run.provider, "max_retries", 0)
+            run.emit(
+                ev.ModelRetry(
+                    agent=agent,
+                    model=run.config.model,
+                    attempt=attempt,
+                    max_retries=retries,
+                    status=status,
+                )
+            )
+
+        return on_retry
 
     async def _provider_failed(self, agent: ev.AgentRole, exc: ProviderError) -> None:
         """End the run, or pause it for the user to retry, as the config says."""
@@ -162,7 +303,7 @@ class ModelTurn:
         if fatal:
             raise EndRun(
                 Ending(
-                    reason="error",
+                    reason="provider_error",
                     status="error",
                     evaluate=False,
                     by="error",
@@ -173,20 +314,27 @@ class ModelTurn:
         run.pause(source="system")
         await run.controls.gate()
 
-    async def _keep_in_context(self, agent: ev.AgentRole, history: AgentHistory) -> None:
-        """Summarize the oldest turns when the history outgrows its share of the window."""
+    async def _keep_in_context(
+        self, agent: ev.AgentRole, history: AgentHistory, tools: int = 0, coming: int = 0
+    ) -> None:
+        """Summarize the oldest turns when the next request (the history, the `tools`'
+        definitions, and `coming`: the prompt still to be added) and its answer would
+        outgrow the history's share of the window."""
         before = history.estimated_tokens()
         keep = self.run.config.keep_recent_turns
         if self.run.catchup.ahead():
             # Summarize where the run did, whatever this provider's window.
             cut = self.run.catchup.recorded_summary(history, keep)
         else:
-            cut = self._cut_for_window(history, before)
+            cut = self._cut_for_window(history, history.estimated_tokens(extra=tools) + coming)
         if cut is None:
             return
         start, end, first_turn, last_turn = cut
         response = await self.ask(
-            agent, SUMMARIZER_SYSTEM, history.render(start, end), purpose="summary"
+            agent,
+            SUMMARIZER_SYSTEM,
+            history.render(start, end, limit=self._summary_chars()),
+            purpose="summary",
         )
         summary = response.text.strip() or "(the summarizer returned nothing)"
         history.replace_with_summary(start, end, summary)
@@ -202,9 +350,19 @@ class ModelTurn:
 
     def _cut_for_window(self, history: AgentHistory, tokens: int) -> Cut | None:
         config = self.run.config
-        assert self.run.provider is not None
-        window = self.run.provider.context_window
-        budget = int(window * config.context_fraction) - config.max_output_tokens
+        provider = self.run.provider
+        assert provider is not None
+        output = min(config.max_output_tokens, provider.max_output_tokens)
+        budget = int(provider.context_window * config.context_fraction) - output
         if tokens <= budget:
             return None
         return history.summarizable(config.keep_recent_turns) or history.summarizable(1)
+
+    def _summary_chars(self) -> int:
+        """How much old history the summarizer is shown: what its window holds (at about
+        three characters a token, for safety), at most 60,000 characters."""
+        provider = self.run.provider
+        assert provider is not None
+        output = min(self.run.config.max_output_tokens, provider.max_output_tokens)
+        room = provider.context_window - output - estimate_tokens(SUMMARIZER_SYSTEM) - 100
+        return max(2_000, min(60_000, room * 3))

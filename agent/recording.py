@@ -32,6 +32,7 @@ PASSIVE = (
     ev.ApprovalRequested,
     ev.Notice,
     ev.ModelError,
+    ev.ModelRetry,
     ev.WorkspaceSnapshot,
     ev.RunResumed,
     ev.RunForked,

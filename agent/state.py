@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -26,6 +26,24 @@ Phase = Literal[
     "stopped",
     "error",
 ]
+
+
+class Regrade(BaseModel):
+    """A grading after the run (`mlra eval`): what was graded, when, by whom, and the
+    outcome; kept beside the run's own result, which it never replaces."""
+
+    artifact: str
+    graded: str | None = None
+    """What the evaluator read: the frozen submission, or a copy of a workspace path."""
+    sha256: str | None = None
+    by: str
+    at: float
+    """When it finished (seconds since the epoch)."""
+    ok: bool
+    metric: str
+    score: float | None = None
+    normalized_score: float | None = None
+    error: str | None = None
 
 
 @dataclass
@@ -57,11 +75,28 @@ class RunState:
     pending_approval: ev.ApprovalRequested | None = None
     submission: ev.Submission | None = None
     evaluation: ev.EvaluationFinished | None = None
+    """The run's own grading; a later `mlra eval` is a re-grade, in `regrades`."""
+    regrades: list[Regrade] = field(default_factory=list)
+    regrading: ev.EvaluationStarted | None = None
+    """The re-grade under way, between its evaluation_started and evaluation_finished."""
     finished: ev.RunFinished | None = None
     last_error: str | None = None
     events: int = 0
     resumed: int = 0
     forked_from: str | None = None
+    context_window: int | None = None
+    context_tokens: int = 0
+    """The prompt of the latest turn (cached or not): what the window holds now."""
+    generating_since: float | None = None
+    """The run clock (`t`) when the model was last asked for a turn; None once it answered."""
+    generating_agent: str | None = None
+    retry: ev.ModelRetry | None = None
+    """The provider's latest retry of the call now generating."""
+    running: dict[str, ev.ToolCall] = field(default_factory=dict)
+    """Tool calls asked for and not yet ended, by call id (one waiting for approval too)."""
+    edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The arguments the user gave calls at a breakpoint, by call id: a resumed run shows
+    its model the call as it ran (agent/tool_step.py)."""
 
     @property
     def phase(self) -> Phase:
@@ -109,6 +144,7 @@ class RunState:
                 self.sandbox = event.sandbox
                 self.started = True
                 self.started_ts = event.ts
+                self.context_window = event.context_window
             case ev.PlanUpdated():
                 self.plan = list(event.steps)
             case ev.SubtaskStarted():
@@ -120,11 +156,14 @@ class RunState:
             case ev.StepStarted():
                 if event.agent != "supervisor":
                     self.steps = max(self.steps, event.step)
+                self._generating(event.agent, event.t)
             case ev.ToolCall():
                 self.tool_calls += 1
+                self.running[event.call_id] = event
             case ev.ToolResult():
                 if not event.ok:
                     self.tool_errors += 1
+                self.running.pop(event.call_id, None)
                 if self.pending_approval and self.pending_approval.call_id == event.call_id:
                     self.pending_approval = None
             case ev.ApprovalRequested():
@@ -135,8 +174,20 @@ class RunState:
                 self.output_tokens += event.output_tokens
                 self.cache_read_tokens += event.cache_read_tokens
                 self.cost_usd += event.cost_usd
+                if event.purpose == "turn":
+                    self.context_tokens = event.input_tokens
+                self.generating_since = self.generating_agent = self.retry = None
+            case ev.ModelRetry():
+                if self.generating_since is None or self.generating_agent != event.agent:
+                    self._generating(event.agent, event.t)  # a summary or a review
+                self.retry = event
             case ev.ModelError():
                 self.last_error = event.error
+                # A call cut off midway still used (estimated) tokens.
+                self.input_tokens += event.input_tokens
+                self.output_tokens += event.output_tokens
+                self.cost_usd += event.cost_usd
+                self.generating_since = self.generating_agent = self.retry = None
             case ev.ResourceSample():
                 self.resources = event
             case ev.Control():
@@ -145,11 +196,17 @@ class RunState:
                 self.submission = event
             case ev.EvaluationStarted():
                 self.evaluating = True
+                self.regrading = event if event.regrade_by else None
             case ev.EvaluationFinished():
                 self.evaluating = False
-                self.evaluation = event
+                if self.regrading is not None:
+                    self.regrades.append(_regrade(self.regrading, event))
+                    self.regrading = None
+                else:
+                    self.evaluation = event
             case ev.RunFinished():
                 self.finished = event
+                self._idle()
                 if event.status == "error":
                     self.last_error = event.message or self.last_error
             case ev.RunResumed():
@@ -158,6 +215,7 @@ class RunState:
                 self.evaluating = False
                 self.paused = False
                 self.pending_approval = None
+                self._idle()
                 self.resumed += 1
                 if event.model:
                     self.model = event.model
@@ -168,13 +226,30 @@ class RunState:
                 self.evaluating = False
                 self.paused = False
                 self.pending_approval = None
+                self._idle()
                 self.submission = None
                 self.evaluation = None
+                self.regrades = []
                 self.run_id = event.run_id
                 self.forked_from = f"{event.source_run}@{event.at_step}"
                 self.model = event.model
             case _:
                 pass
+
+    def _generating(self, agent: str, t: float) -> None:
+        self.generating_since = t
+        self.generating_agent = agent
+        self.retry = None
+
+    def _idle(self) -> None:
+        """Nothing runs once the run ended (or before it goes on)."""
+        self.generating_since = self.generating_agent = self.retry = None
+        self.running.clear()
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """The share of all prompt tokens so far that the provider read from its cache."""
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else None
 
     def _apply_control(self, event: ev.Control) -> None:
         if event.action == "pause":
@@ -184,6 +259,23 @@ class RunState:
         elif event.action in ("approve", "reject", "edit"):
             if self.pending_approval and self.pending_approval.call_id == event.call_id:
                 self.pending_approval = None
+            if event.action == "edit" and event.call_id and event.arguments is not None:
+                self.edited_calls[event.call_id] = event.arguments
+
+
+def _regrade(started: ev.EvaluationStarted, finished: ev.EvaluationFinished) -> Regrade:
+    return Regrade(
+        artifact=started.artifact,
+        graded=started.graded,
+        sha256=started.sha256,
+        by=started.regrade_by or "",
+        at=finished.ts,
+        ok=finished.ok,
+        metric=finished.metric,
+        score=finished.score,
+        normalized_score=finished.normalized,
+        error=finished.error,
+    )
 
 
 def fold(events: list[ev.Event]) -> RunState:
@@ -230,6 +322,8 @@ class RunResult(BaseModel):
     """SHA-256 of the `events.jsonl` bytes this result was derived from, and their
     length: `mlra runs` tells a log appended to since (a resume) from one rewritten."""
     log_size: int | None = None
+    regrades: list[Regrade] = []
+    """Gradings after the run (`mlra eval`), oldest first; `score` stays the run's own."""
 
     @property
     def unisolated(self) -> bool:
@@ -284,6 +378,7 @@ def result_of(state: RunState) -> RunResult:
         forked_from=state.forked_from,
         resumed=state.resumed,
         isolation=state.sandbox.isolation if state.sandbox else None,
+        regrades=list(state.regrades),
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 from typing import NoReturn
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -41,6 +42,16 @@ def positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def temperature(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range (0 to 2)")
     return value
 
 
@@ -110,6 +121,32 @@ def check_run_id(run_id: str | None) -> None:
     problem = run_id_problem(run_id)
     if problem is not None:
         raise UsageError(f"--run-id: {problem}; it names a folder inside --runs-dir")
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """Make sure a folder the command will write into can be made and written to.
+
+    Called once all other input has been checked, just before the first write, so
+    that a `--runs-dir` that is a file, lies under a file, or cannot be written is
+    one line and exit status 2 rather than a traceback from deep inside a run. A
+    probe file is created and removed because permission bits alone do not answer
+    for root, nor for a read-only mount.
+    """
+    import tempfile
+
+    try:
+        for folder in (path, *path.parents):
+            if folder.exists() or folder.is_symlink():
+                if not folder.is_dir():
+                    where = "" if folder == path else f" ({folder} is a file)"
+                    raise UsageError(f"{flag} {path} is not a folder{where}")
+                break
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".mlra-probe-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or " ".join(str(exc).split())
+        raise UsageError(f"{flag} {path} cannot be written: {reason}") from None
 
 
 def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str) -> None:

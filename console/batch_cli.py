@@ -64,6 +64,13 @@ def add_batch_commands(sub: Any) -> None:
     )
     report.add_argument("dir", type=Path, metavar="DIR", help="a batch folder (or a runs folder)")
     report.add_argument("--no-plots", action="store_true", help="tables only")
+    report.add_argument(
+        "--attempt",
+        choices=["first", "last"],
+        default="first",
+        help="which attempt of each seed the means count: the first that started (default; "
+        "retrying cannot move a mean) or the last",
+    )
     report.set_defaults(func=cmd_report)
 
 
@@ -138,7 +145,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
         for model in dict.fromkeys(m.strip() for m in spec.models):
             check_isolation(spec.isolation or "auto", model)
     out = spec.out_dir()
-    out.mkdir(parents=True, exist_ok=True)
+    from mlra.console.args import check_writable_dir
+
+    check_writable_dir(out, "--out")
     (out / "batch.json").write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
     if spec.executor == "ray":
         try:
@@ -166,10 +175,15 @@ def cmd_batch(args: argparse.Namespace) -> int:
     failed = [s for s in progress.statuses.values() if s.kind != "finished"]
     for s in failed:
         detail = f": {s.detail}" if s.detail else ""
-        print(f"not done: {s.run_id} ({s.kind}, {s.reason or '-'}, {s.attempts} attempts){detail}")
+        # An unscored run ended by itself (deadline, no submission...): final, not retried.
+        what = "not scored" if s.kind == "unscored" else "not done"
+        print(f"{what}: {s.run_id} ({s.kind}, {s.reason or '-'}, {s.attempts} attempts){detail}")
+    unscored = progress.count("unscored")
     print(
         f"batch: {progress.count('finished')}/{progress.total} finished "
-        f"({progress.skipped} already were) · report {out / 'report.md'}",
+        + (f"and {unscored} unscored " if unscored else "")
+        + f"({progress.skipped} already were; {progress.retries} retries) · "
+        f"report {out / 'report.md'}",
         flush=True,
     )
     sys.stdout.flush()
@@ -177,14 +191,15 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from mlra.batch.report import write_report
-    from mlra.console.args import EXIT_OK, UsageError
+    from mlra.batch.report import collect, write_report
+    from mlra.console.args import EXIT_OK, UsageError, check_writable_dir
 
     folder: Path = args.dir
     if not folder.is_dir():
         raise UsageError(f"report: {folder} is not a folder")
-    groups = write_report(folder, plots=not args.no_plots)
-    if not groups:
-        raise UsageError(f"report: no run folders in {folder}")
+    if not collect(folder):  # checked first, so that no empty report is left behind
+        raise UsageError(f"report: no runs in {folder}, so no report was written")
+    check_writable_dir(folder, "report:")
+    write_report(folder, plots=not args.no_plots, attempt=args.attempt)
     print((folder / "report.md").read_text(encoding="utf-8"), end="")
     return EXIT_OK

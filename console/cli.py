@@ -23,12 +23,14 @@ from mlra.console.args import (
     add_budget_args,
     check_isolation,
     check_run_id,
+    check_writable_dir,
     dispatch,
     duration,
     gpus,
     memory_mb,
     positive_float,
     positive_int,
+    temperature,
 )
 
 
@@ -64,7 +66,33 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--run-id", help="name the run folder yourself")
     run.add_argument(
-        "--seed", type=int, metavar="N", help="which repetition this run is (recorded in the log)"
+        "--seed",
+        type=int,
+        metavar="N",
+        help="which repetition this run is (recorded); sent to models that take a sampling seed",
+    )
+    run.add_argument(
+        "--context-window",
+        type=positive_int,
+        metavar="TOKENS",
+        help="the model's context window (default: what the server says, else the model's known one)",
+    )
+    run.add_argument(
+        "--max-output-tokens",
+        type=positive_int,
+        metavar="TOKENS",
+        help="the most tokens one model answer may have (default 8192, or the model's limit)",
+    )
+    run.add_argument(
+        "--temperature", type=temperature, metavar="T", help="sampling temperature, 0 to 2"
+    )
+    run.add_argument(
+        "--tool-calls",
+        choices=["native", "text", "auto"],
+        default="auto",
+        help="tool calls the model writes as text: auto (read them when an answer has no "
+        "native call), text (describe the tools in the prompt, read calls from text), "
+        "native (never read text)",
     )
     run.add_argument(
         "--isolation",
@@ -99,6 +127,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="characters of tool output the model sees (default 10000)",
     )
     run.add_argument(
+        "--max-supervisor-turns",
+        type=positive_int,
+        metavar="N",
+        default=100,
+        help="end the run (reason budget) after N supervisor turns (default 100)",
+    )
+    run.add_argument(
         "--command-timeout",
         type=duration,
         metavar="T",
@@ -120,9 +155,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.set_defaults(func=cmd_run)
 
-    tasks = sub.add_parser("tasks", help="list the tasks, or show one", description="List tasks.")
-    tasks.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    tasks.add_argument("name", nargs="?", help="the task to show")
+    tasks = sub.add_parser(
+        "tasks",
+        help="list the tasks, or show one",
+        description="List the tasks (`mlra tasks`), or show one (`mlra tasks NAME`, "
+        "or `mlra tasks show NAME`): its prompt, metric, rules and what it needs.",
+    )
+    tasks.add_argument(
+        "action", nargs="?", default="list", metavar="NAME", help="a task to show (default: list)"
+    )
+    tasks.add_argument("name", nargs="?", help=argparse.SUPPRESS)
     tasks.set_defaults(func=cmd_tasks)
 
     evaluate = sub.add_parser(
@@ -207,17 +249,29 @@ def _load_task(name: str) -> Any:
 
 
 def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
-    """The model spec and its provider (None for the baseline agent)."""
-    from mlra.agent.providers import default_model_spec, resolve_model
+    """The model spec and its provider (None for the baseline agent), with the context
+    window learnt from the server where it tells it (before the run records its limits)."""
+    import asyncio
+
+    from mlra.agent.providers import ModelSettings, default_model_spec, resolve_model
     from mlra.agent.providers.base import ConfigError
 
+    settings = ModelSettings(
+        context_window=args.context_window,
+        max_output_tokens=args.max_output_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        tool_calls=args.tool_calls,
+    )
     try:
         spec = args.model or default_model_spec(os.environ)
         if spec.strip() == "baseline":
             return "baseline", None
-        return spec, resolve_model(spec, base_url=args.base_url, env=os.environ)
+        provider = resolve_model(spec, base_url=args.base_url, env=os.environ, settings=settings)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+    asyncio.run(provider.discover_limits())
+    return spec, provider
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -238,6 +292,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(
             f"{flag} needs the console (run on a terminal, without --no-tui or --json)"
         )
+    _recorded_limits(args, provider)
+    check_writable_dir(args.runs_dir, "--runs-dir")
     config = RunConfig(
         task=task.name,
         model=model,
@@ -250,6 +306,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         max_tokens=args.max_tokens,
         observation_limit=args.observation_limit,
         command_timeout_s=args.command_timeout,
+        supervisor_max_turns=args.max_supervisor_turns,
         isolation=args.isolation,
         sandbox=args.sandbox,
         image=args.image,
@@ -260,7 +317,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         breakpoints=args.breaks,
         start_paused=args.paused,
         seed=args.seed,
+        temperature=args.temperature,
+        tool_calls=args.tool_calls,
     )
+    if provider is not None:  # what the run uses, as the provider settled it
+        config.context_window = provider.context_window
+        config.context_window_from = provider.context_window_from
+        config.max_output_tokens = min(
+            args.max_output_tokens or config.max_output_tokens, provider.max_output_tokens
+        )
     if use_tui:
         app_runner = _tui_runner()
         if app_runner is not None:
@@ -268,6 +333,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mlra.console.headless_run import run_headless
 
     return run_headless(config, task, provider, json_lines=args.json, verbose=args.verbose)
+
+
+def _recorded_limits(args: argparse.Namespace, provider: Any) -> None:
+    """`--model replay:RUN` runs under the recorded run's limits where no flag says
+    otherwise: the prompts state the limits, so other limits would read as a divergence
+    at the first model call, and the recording's deadline would not be the replay's."""
+    from mlra.agent.providers.replay import ReplayProvider
+
+    if not isinstance(provider, ReplayProvider) or provider.limits is None:
+        return
+    limits = provider.limits
+    if args.time_limit is None:
+        args.time_limit = limits.time_limit_s
+    if args.max_steps is None:
+        args.max_steps = limits.max_steps
+    if args.max_cost is None:
+        args.max_cost = limits.max_cost_usd
+    if args.max_tokens is None:
+        args.max_tokens = limits.max_tokens
 
 
 def _check_docker(args: argparse.Namespace, task: Any) -> None:
@@ -295,6 +379,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from mlra.tasks.readiness import blockers, needs
     from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
 
+    if args.action not in ("list", "show"):  # `mlra tasks NAME` shows NAME
+        if args.name is not None:
+            raise UsageError(f"tasks: one task at a time (got {args.action!r} and {args.name!r})")
+        args.action, args.name = "show", args.action
+    elif args.action == "list" and args.name is not None:
+        raise UsageError(f"tasks list takes no name (to show one: `mlra tasks {args.name}`)")
     if args.action == "show":
         if not args.name:
             raise UsageError("tasks show: name a task (see `mlra tasks`)")
@@ -357,7 +447,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     What was frozen at submission is what is graded, checked against its recorded
     digest; the workspace (changed since, perhaps) only when asked with --path, or
-    for a run that has no frozen copy, and the output says which.
+    for a run that has no frozen copy, and the output says which. It is recorded as
+    a re-grade (what, when, by whom), kept beside the run's own result in
+    result.json, never in its place: a score the agent did not earn in its run must
+    not read as its own.
     """
     import asyncio
 
@@ -411,6 +504,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
                     "at submission; it was changed after the run, so it is not graded "
                     "(grade the workspace with --path)"
                 )
+    check_writable_dir(run_dir, "eval:")  # the new evaluation is appended to the run's log
     try:
         log = EventLog(log_path, start_seq=events[-1].seq if events else 0)
     except RunInUse as exc:
@@ -419,6 +513,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     def stamp(event: ev.Event) -> None:
         event.t = state.elapsed_s
+        if isinstance(event, ev.EvaluationStarted):
+            event.regrade_by = _who()
         log.append(event)
 
     out_dir = run_dir / "evaluation"
@@ -458,8 +554,26 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mlra.console.headless import score_line
 
     print(f"{task.name} · {label} · {score_line(finished)}")
+    own = state.evaluation
+    print(
+        "re-grade recorded beside the run's own result ("
+        + (f"its own score: {score_line(own)}" if own is not None else "the run had no grading")
+        + ")"
+    )
     if finished.isolation == "none":
         print("note: the evaluator ran unconfined (no isolation could be had)")
     if state.finished is None:
         print("note: the run has not finished (no run_finished event); result.json is not written")
     return EXIT_OK if finished.ok else EXIT_FAILED
+
+
+def _who() -> str:
+    """user@host, as a re-grade records who ran it."""
+    import getpass
+    import socket
+
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no name for this uid (a bare container)
+        user = f"uid {os.getuid()}"
+    return f"{user}@{socket.gethostname()}"

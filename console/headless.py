@@ -7,7 +7,9 @@ a pipe), from the same events the console renders.
 from __future__ import annotations
 
 import json
+import os
 import sys
+from collections.abc import Callable
 from typing import IO, Any
 
 from mlra import events as ev
@@ -71,7 +73,80 @@ def score_line(e: ev.EvaluationFinished) -> str:
     return " ".join(parts)
 
 
-class TranscriptDisplay:
+def _silence(stream: IO[str]) -> bool:
+    """Point the stream's file descriptor at /dev/null, so that what is still buffered,
+    the final line and the interpreter's last flush go nowhere instead of failing again.
+    True when stderr was the same pipe (`2>&1 | head`) and was silenced with it."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a StringIO: nothing to point elsewhere
+        return False
+    try:
+        same = fd != 2 and os.path.samestat(os.fstat(fd), os.fstat(2))
+    except OSError:
+        same = False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+        if same:
+            os.dup2(devnull, 2)
+    finally:
+        os.close(devnull)
+    return same
+
+
+def tell_stderr(text: str) -> None:
+    """A line for the person at the terminal; a stderr nobody reads is not an error."""
+    try:
+        sys.stderr.write(text + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class _Printer:
+    """What both displays share: they print until the reader goes away.
+
+    `mlra run ... | head` closes the pipe after a few lines. The run must not die
+    of that (a display is an event subscriber, and a subscriber that raises ends the
+    run): from the first failed write the display prints nothing more, the run goes
+    on, and its event log, the record of the run, is written in full.
+    """
+
+    stream: IO[str]
+    reader_gone: bool = False
+    stderr_gone: bool = False
+    on_reader_gone: Callable[[], None] | None = None
+    """Told once, when the reader has gone and stderr still reaches someone."""
+
+    def _print(self, write: Callable[[], None]) -> bool:
+        """Run one write; False (and nothing further printed) once the reader has gone."""
+        if self.reader_gone:
+            return False
+        try:
+            write()
+            return True
+        except (OSError, ValueError):  # BrokenPipeError; EIO on a closed terminal
+            self.reader_gone = True
+            self.stderr_gone = _silence(self.stream)
+            if not self.stderr_gone and self.on_reader_gone is not None:
+                self.on_reader_gone()
+            return False
+
+    def line(self, text: str) -> bool:
+        """One line as it is (the final line); False when it could not be printed."""
+
+        def write() -> None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+        return self._print(write)
+
+    def close(self) -> None:
+        self._print(self.stream.flush)
+
+
+class TranscriptDisplay(_Printer):
     """A concise transcript: one or a few lines per meaningful event."""
 
     def __init__(
@@ -89,11 +164,11 @@ class TranscriptDisplay:
         self._state_limit = 0.0
 
     def _out(self, text: str, style: str = "") -> None:
-        if self._console is not None:
-            self._console.print(text, style=style or None, markup=False)
+        console = self._console
+        if console is not None:
+            self._print(lambda: console.print(text, style=style or None, markup=False))
         else:
-            self.stream.write(text + "\n")
-            self.stream.flush()
+            self.line(text)
 
     def on_event(self, event: ev.Event) -> None:
         t = format_duration(event.t)
@@ -162,11 +237,10 @@ class TranscriptDisplay:
                 detail = f": {one_line(event.text, 120)}" if event.text else ""
                 self._out(f"[{t}] {event.source} {event.action}{detail}", "yellow")
             case ev.Submission():
-                self._out(
-                    f"[{t}] submitted {event.path or '(default artifact)'} by {event.by}"
-                    + (f" — {event.note}" if event.note else ""),
-                    "bold",
-                )
+                what = event.path or "(default artifact)"
+                # Only the agent submits; a deadline or budget grades what is there.
+                done = f"submitted {what}" if event.by == "agent" else f"{event.by}: grading {what}"
+                self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
             case ev.EvaluationStarted():
                 self._out(f"[{t}] evaluating {event.artifact} with {event.evaluator}…")
             case ev.EvaluationFinished():
@@ -205,10 +279,10 @@ class TranscriptDisplay:
 
     def close(self) -> None:
         if self._console is None:
-            self.stream.flush()
+            super().close()
 
 
-class JsonDisplay:
+class JsonDisplay(_Printer):
     """Every event as one JSON line, exactly as in the log."""
 
     def __init__(self, stream: IO[str] | None = None, *, include_samples: bool = True) -> None:
@@ -216,8 +290,4 @@ class JsonDisplay:
         self.include_samples = include_samples
 
     def on_event(self, event: ev.Event) -> None:
-        self.stream.write(encode_event(event).decode("utf-8"))
-        self.stream.flush()
-
-    def close(self) -> None:
-        self.stream.flush()
+        self.line(encode_event(event).decode("utf-8").removesuffix("\n"))

@@ -24,7 +24,21 @@ SCHEMA_VERSION = 2
 AgentRole = Literal["supervisor", "worker", "baseline"]
 PlanStatus = Literal["pending", "in_progress", "done", "failed", "skipped"]
 RunStatus = Literal["finished", "stopped", "error"]
-FinishReason = Literal["submitted", "deadline", "stopped", "budget", "error"]
+FinishReason = Literal[
+    "submitted",
+    "deadline",
+    "stopped",
+    "budget",
+    "error",
+    "no_submission",
+    "no_tool_calls",
+    "provider_error",
+    "repeated_failure",
+]
+"""Why a run ended. Only "submitted" means the agent's `submit` succeeded; the agent
+stopping without one is "no_submission", a supervisor that answers without calling
+any tool "no_tool_calls", the same call failing again and again "repeated_failure",
+a model provider that keeps failing "provider_error" (older logs say "error")."""
 
 
 class _Event(BaseModel):
@@ -260,6 +274,8 @@ class ModelCall(_Event):
     request_sha: str = ""
     """A hash of what the model was sent; a deterministic re-run compares it to find
     the first point where behaviour diverges."""
+    tokens_estimated: bool = False
+    """The server sent no token counts: these are estimated from the characters."""
 
 
 class ModelError(_Event):
@@ -268,6 +284,25 @@ class ModelError(_Event):
     model: str
     error: str
     fatal: bool = True
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    """What a call cut off midway (by the deadline, a stop) had used, estimated: it is
+    counted against the budgets though it left no answer."""
+
+
+class ModelRetry(_Event):
+    """The provider's SDK retries a request that failed (a 429, a 5xx, a time-out): the
+    run waits for the provider, and the console says so ("retry 2 after 429")."""
+
+    type: Literal["model_retry"] = "model_retry"
+    agent: AgentRole
+    model: str
+    attempt: int
+    """Which retry this is: 1 for the first."""
+    max_retries: int = 0
+    status: int | None = None
+    """The HTTP status retried after; None for a failed connection or a time-out."""
 
 
 class HistorySummarized(_Event):
@@ -300,6 +335,13 @@ class ResourceSample(_Event):
     disk_workspace_mb: float
     gpus: list[GpuSample] = Field(default_factory=list)
     gpu_error: str | None = None
+    run_cpu_percent: float | None = None
+    """The run's own commands (the sandbox's process tree, or its container), in
+    percent of one CPU (200 = two CPUs busy); None where it was not measured."""
+    run_mem_mb: float | None = None
+    """The resident memory of the run's own commands; None where it was not measured."""
+    run_processes: int | None = None
+    """How many processes the run's commands are now (0 between commands)."""
 
 
 ControlAction = Literal[
@@ -391,6 +433,9 @@ class EvaluationStarted(_Event):
     """What is graded: the frozen copy (relative to the run folder), or a copy of the
     workspace path made just now (`mlra eval --path`, or a run with no frozen copy)."""
     sha256: str | None = None
+    regrade_by: str | None = None
+    """Set by `mlra eval` (who ran it, user@host): a re-grade after the run, whose score
+    is kept beside the run's own result, never in its place (older logs: None)."""
 
 
 class EvaluationFinished(_Event):
@@ -447,6 +492,7 @@ Event = Annotated[
     | ToolResult
     | ModelCall
     | ModelError
+    | ModelRetry
     | HistorySummarized
     | ResourceSample
     | Control

@@ -11,12 +11,19 @@ moving breakpoint on the newest message, so each turn reads the previous turn's
 prefix from the cache and pays full price only for what is new.
 
 Retries of 429, 5xx, overloads and time-outs are the SDK's (`max_retries`,
-backing off as the server's retry-after asks); what is left is a ProviderError
+backing off as the server's retry-after asks); a stream that ends before its
+stop reason, or an HTTP 200 that is no stream of events (a proxy's HTML page,
+truncated JSON), is retried here the same way. What is left is a ProviderError
 with one readable line.
+
+An Anthropic-compatible local server's model may write its tool calls as text;
+they are read as calls as the OpenAI provider reads them
+(agent/providers/text_calls.py), and go back to the model as text.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
@@ -47,19 +54,30 @@ from anthropic.types import Usage as AnthropicUsage
 from anthropic.types.message_create_params import MessageCreateParamsBase
 
 from mlra.agent.providers.base import (
+    InvalidResponse,
     Message,
     ModelProvider,
     ModelResponse,
+    ModelSettings,
     ProviderError,
     TextCallback,
     ToolCallRequest,
     Usage,
+    retry_hooks,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
+from mlra.agent.providers.text_calls import (
+    call_as_text,
+    read_text_calls,
+    result_as_text,
+    tools_prompt,
+)
 from mlra.tools.registry import ToolSpec, parse_arguments
 
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_TIMEOUT_S = 600.0
+RETRY_DELAY_S = 0.5
+"""The first wait before asking again after a stream that was no answer (doubling, to 8 s)."""
 MISSING_RESULT = "Error: no result was recorded for this tool call (the run was interrupted)."
 
 # (context window, max output tokens) by longest model-name prefix. A newer model of a
@@ -126,27 +144,42 @@ class AnthropicProvider(ModelProvider):
         max_output_tokens: int | None = None,
         prompt_caching: bool = True,
         name: str | None = None,
+        settings: ModelSettings | None = None,
+        retry_delay_s: float = RETRY_DELAY_S,
     ) -> None:
         self.model = model
         self.name = name or f"anthropic/{model}"
         self.base_url = base_url
         self.max_retries = max_retries
         self.timeout_s = timeout_s
+        self.retry_delay_s = retry_delay_s
         self.prompt_caching = prompt_caching
+        self.settings = settings or ModelSettings()
+        context_window = context_window or self.settings.context_window
+        max_output_tokens = max_output_tokens or self.settings.max_output_tokens
         limits = longest_prefix(MODEL_LIMITS, model.lower())
         known_window, known_output = limits or (200_000, 8192)
         self.context_window = context_window or known_window
+        self.context_window_from = (
+            "setting" if context_window else "model table" if limits else "default"
+        )
         self.max_output_tokens = max_output_tokens or known_output
+        if context_window and not max_output_tokens:
+            self.max_output_tokens = min(self.max_output_tokens, max(1, context_window // 4))
         self.priced = price_for(model) is not None
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url,
             max_retries=max_retries,
             timeout=anthropic.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+            http_client=anthropic.DefaultAsyncHttpxClient(event_hooks=retry_hooks(max_retries)),
         )
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    def cost_of(self, usage: Usage) -> float:
+        return cost(self.model, usage)[0]
 
     async def generate(
         self,
@@ -161,11 +194,28 @@ class AnthropicProvider(ModelProvider):
             system=system, messages=messages, tools=tools, max_tokens=max_tokens
         )
         started = time.monotonic()
-        try:
-            response = await self._stream(request, on_text)
-        except (anthropic.APIError, httpx2.HTTPError) as exc:
-            raise ProviderError(self._describe(exc)) from exc
+        invalid = 0
+        while True:
+            try:
+                response = await self._stream(request, on_text)
+                break
+            except (anthropic.APIError, httpx2.HTTPError) as exc:
+                raise ProviderError(self._describe(exc)) from exc
+            except InvalidResponse as exc:
+                invalid += 1
+                if invalid > self.max_retries:
+                    after = (
+                        f" (gave up after {self.max_retries} retries)" if self.max_retries else ""
+                    )
+                    raise ProviderError(
+                        f"{self.name}: HTTP 200 but no valid answer: {exc}{after}"
+                    ) from exc
+                await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
+        if tools and self.settings.tool_calls != "native" and not response.tool_calls:
+            found = read_text_calls(response.text, [t.name for t in tools])
+            if found.calls:
+                response.text, response.tool_calls = found.prose, found.calls
         response.cost_usd = cost(self.model, response.usage)[0]
         return response
 
@@ -189,12 +239,15 @@ class AnthropicProvider(ModelProvider):
             "max_tokens": max(1, min(wanted, self.max_output_tokens)),
             "messages": [turn.param() for turn in turns],
         }
+        native = self.settings.tool_calls != "text"
+        if tools and not native:
+            system = f"{system}\n\n{tools_prompt(tools)}".strip()
         if system:
             block: TextBlockParam = {"type": "text", "text": system}
             if self.prompt_caching:
                 block["cache_control"] = _ephemeral()
             request["system"] = [block]
-        if tools:
+        if tools and native:
             specs: list[ToolParam] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in tools
@@ -209,58 +262,93 @@ class AnthropicProvider(ModelProvider):
     async def _stream(
         self, request: MessageCreateParamsBase, on_text: TextCallback | None
     ) -> ModelResponse:
-        text: list[str] = []
-        pending: dict[int, _PendingCall] = {}
-        order: list[int] = []
-        usage: dict[str, int] = {}
-        stop_reason: str | None = None
-        stream = await self._client.messages.create(**request, stream=True)
-        async with stream:
-            async for event in stream:
-                if isinstance(event, RawMessageStartEvent):
-                    _merge_usage(usage, event.message.usage)
-                elif isinstance(event, RawContentBlockStartEvent):
-                    block = event.content_block
-                    if isinstance(block, TextBlock):
-                        if block.text:
-                            text.append(block.text)
-                            if on_text:
-                                on_text(block.text)
-                    elif isinstance(block, ToolUseBlock):
-                        pending[event.index] = _PendingCall(
-                            id=block.id, name=block.name, start_input=block.input
-                        )
-                        order.append(event.index)
-                elif isinstance(event, RawContentBlockDeltaEvent):
-                    delta = event.delta
-                    if isinstance(delta, TextDelta):
-                        text.append(delta.text)
-                        if on_text and delta.text:
-                            on_text(delta.text)
-                    elif isinstance(delta, InputJSONDelta):
-                        call = pending.get(event.index)
-                        if call is not None:
-                            call.json.append(delta.partial_json)
-                elif isinstance(event, RawMessageDeltaEvent):
-                    stop_reason = event.delta.stop_reason or stop_reason
-                    _merge_usage(usage, event.usage)
-        calls = [_tool_call(pending[i], stop_reason) for i in order]
+        read = _StreamRead(on_text)
+        # This SDK's typed request has no temperature; compatible servers still take one.
+        extra = {"temperature": self.settings.temperature}
+        stream = await self._client.messages.create(
+            **request,
+            stream=True,
+            extra_body=extra if self.settings.temperature is not None else None,
+        )
+        try:
+            async with stream:
+                async for event in stream:
+                    read.take(event)
+        except ValueError as exc:  # a data line that is not JSON (truncated, HTML)
+            raise InvalidResponse(f"the stream is not JSON: {_one_line(str(exc), 120)}") from exc
+        except httpx2.TransportError as exc:
+            if isinstance(exc, httpx2.TimeoutException):
+                raise
+            raise InvalidResponse(f"the stream broke off: {type(exc).__name__}") from exc
+        if not read.started:
+            raise InvalidResponse("the stream holds no message")
+        if read.stop_reason is None:
+            raise InvalidResponse("the stream ended with no stop reason")
+        return read.response()
+
+    def _describe(self, exc: BaseException) -> str:
+        return describe_error(self.name, exc, retries=self.max_retries, timeout_s=self.timeout_s)
+
+
+class _StreamRead:
+    """One streamed answer as its events arrive: text, tool calls, usage, stop reason."""
+
+    def __init__(self, on_text: TextCallback | None) -> None:
+        self.on_text = on_text
+        self.text: list[str] = []
+        self.pending: dict[int, _PendingCall] = {}
+        self.order: list[int] = []
+        self.usage: dict[str, int] = {}
+        self.stop_reason: str | None = None
+        self.started = False
+
+    def _say(self, piece: str) -> None:
+        self.text.append(piece)
+        if self.on_text and piece:
+            self.on_text(piece)
+
+    def take(self, event: object) -> None:
+        if isinstance(event, RawMessageStartEvent):
+            self.started = True
+            _merge_usage(self.usage, event.message.usage)
+        elif isinstance(event, RawContentBlockStartEvent):
+            block = event.content_block
+            if isinstance(block, TextBlock):
+                if block.text:
+                    self._say(block.text)
+            elif isinstance(block, ToolUseBlock):
+                self.pending[event.index] = _PendingCall(
+                    id=block.id, name=block.name, start_input=block.input
+                )
+                self.order.append(event.index)
+        elif isinstance(event, RawContentBlockDeltaEvent):
+            delta = event.delta
+            if isinstance(delta, TextDelta):
+                self._say(delta.text)
+            elif isinstance(delta, InputJSONDelta):
+                call = self.pending.get(event.index)
+                if call is not None:
+                    call.json.append(delta.partial_json)
+        elif isinstance(event, RawMessageDeltaEvent):
+            self.stop_reason = event.delta.stop_reason or self.stop_reason
+            _merge_usage(self.usage, event.usage)
+
+    def response(self) -> ModelResponse:
+        usage = self.usage
         read = usage.get("cache_read_input_tokens", 0)
         written = usage.get("cache_creation_input_tokens", 0)
         return ModelResponse(
-            text="".join(text),
-            tool_calls=calls,
+            text="".join(self.text),
+            tool_calls=[_tool_call(self.pending[i], self.stop_reason) for i in self.order],
             usage=Usage(
                 input_tokens=usage.get("input_tokens", 0) + read + written,
                 output_tokens=usage.get("output_tokens", 0),
                 cache_read_tokens=read,
                 cache_write_tokens=written,
+                estimated="input_tokens" not in usage,
             ),
-            stop_reason=stop_reason,
+            stop_reason=self.stop_reason,
         )
-
-    def _describe(self, exc: BaseException) -> str:
-        return describe_error(self.name, exc, retries=self.max_retries, timeout_s=self.timeout_s)
 
 
 def _merge_usage(
@@ -305,6 +393,8 @@ def to_anthropic_turns(messages: list[Message]) -> list[_Turn]:
     """The neutral history as strictly alternating Anthropic turns with paired tool results,
     still mutable so the cache breakpoint can be placed."""
     out: list[_Turn] = []
+    written: set[str] = set()
+    """Ids of calls the model wrote as text: they and their results go back as text."""
 
     def add(role: Literal["user", "assistant"], blocks: list[Block]) -> None:
         if not blocks:
@@ -315,7 +405,17 @@ def to_anthropic_turns(messages: list[Message]) -> list[_Turn]:
             out.append(_Turn(role, list(blocks)))
 
     for message in messages:
-        if message.role == "assistant":
+        as_text = [c for c in message.tool_calls if c.from_text]
+        if message.role == "assistant" and as_text:
+            written.update(c.id for c in as_text)
+            parts = [message.content.strip(), *(call_as_text(c) for c in as_text)]
+            add("assistant", [{"type": "text", "text": "\n\n".join(p for p in parts if p)}])
+        elif message.role == "tool" and message.tool_call_id in written:
+            content = result_as_text(
+                message.tool_name or "tool", message.content, is_error=message.is_error
+            )
+            add("user", [{"type": "text", "text": content}])
+        elif message.role == "assistant":
             blocks: list[Block] = []
             if message.content.strip():
                 # Trailing whitespace is refused in a final assistant turn; strip it everywhere

@@ -3,13 +3,21 @@
 The agent keeps its history as `Message`s; each provider translates them to its
 own API (Anthropic Messages, OpenAI chat completions) and back, streams text as
 it is written, and reports usage and cost. Retries of 429, 5xx and time-outs are
-left to the official SDKs; what still fails surfaces as `ProviderError`.
+left to the official SDKs; an HTTP 200 that is no valid answer (a proxy's HTML
+page, `{}`, a stream that stops before its end) is retried here the same way,
+since the SDKs take it for an answer. What still fails surfaces as
+`ProviderError`.
+
+Local models often write their tool calls as text; `ModelSettings.tool_calls`
+says whether such text is read as calls (agent/providers/text_calls.py).
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
@@ -17,6 +25,90 @@ from pydantic import BaseModel, Field
 from mlra.tools.registry import ToolSpec
 
 TextCallback = Callable[[str], None]
+
+ToolCallsMode = Literal["native", "text", "auto"]
+"""native: only the API's tool calls; text: tools described in the prompt and calls
+read from the answer's text; auto: native, and text when an answer has no native call."""
+TOOL_CALLS_MODES: tuple[ToolCallsMode, ...] = ("native", "text", "auto")
+
+TextForm = Literal["tool_call", "json_fence", "json"]
+"""How a call read from text was written: `<tool_call>...</tool_call>`, a fenced
+```json block, or a bare JSON object."""
+
+
+RetryListener = Callable[[int, int | None], None]
+"""Told of each retry the SDK makes: which retry (1 for the first) and the HTTP status
+it retries after (None for a failed connection or a time-out)."""
+
+
+class _RetryWatch:
+    """One call's listener, told of each retry once (a failed response and the
+    retry sent after it both tell of the same retry)."""
+
+    def __init__(self, listener: RetryListener) -> None:
+        self.listener = listener
+        self.told = 0
+
+    def tell(self, attempt: int, status: int | None) -> None:
+        if attempt > self.told:
+            self.told = attempt
+            self.listener(attempt, status)
+
+
+_RETRY_WATCH: ContextVar[_RetryWatch | None] = ContextVar("mlra_retry_watch", default=None)
+
+
+@contextmanager
+def retries_told_to(listener: RetryListener) -> Iterator[None]:
+    """Tell `listener` of the retries the SDK makes in the `generate` calls made
+    inside this block: the SDKs retry within a call, and this is how a retry
+    becomes an event the console shows."""
+    token = _RETRY_WATCH.set(_RetryWatch(listener))
+    try:
+        yield
+    finally:
+        _RETRY_WATCH.reset(token)
+
+
+RETRYABLE = frozenset({408, 409, 429})
+"""The statuses, besides 5xx, that both SDKs retry."""
+
+
+def retry_hooks(max_retries: int) -> dict[str, list[Callable[[Any], Awaitable[None]]]]:
+    """httpx event hooks that tell the listener of `retries_told_to` of the SDK's retries.
+
+    A failed response is told at once (the SDK then waits before it retries, and
+    that wait is what the user should see); a retry after no response at all (a
+    time-out, a refused connection) is told when it is sent. The SDKs number their
+    attempts in the `x-stainless-retry-count` header, so the count is theirs.
+    """
+
+    def taken(request: Any) -> int:
+        try:
+            return int(request.headers.get("x-stainless-retry-count", "0"))
+        except ValueError:
+            return 0
+
+    async def on_request(request: Any) -> None:
+        watch = _RETRY_WATCH.get()
+        retry = taken(request)
+        if watch is not None and retry > 0 and request.method == "POST":
+            watch.tell(retry, None)  # a no-op when the failed response told it already
+
+    async def on_response(response: Any) -> None:
+        watch = _RETRY_WATCH.get()
+        status = response.status_code
+        if watch is None or not (status in RETRYABLE or status >= 500):
+            return
+        if response.request.method != "POST":
+            return  # a probe of the server (GET models), sent without retries
+        if response.headers.get("x-should-retry") == "false":
+            return
+        retry = taken(response.request) + 1
+        if retry <= max_retries:
+            watch.tell(retry, status)
+
+    return {"request": [on_request], "response": [on_response]}
 
 
 class ConfigError(Exception):
@@ -34,6 +126,10 @@ class ToolCallRequest(BaseModel):
     raw_arguments: str = ""
     parse_error: str | None = None
     """Why `raw_arguments` could not be read as a JSON object, if it could not."""
+    from_text: TextForm | None = None
+    """Set when the model wrote this call as text, not as a native call: recorded in the
+    `model_call` so a resumed run rebuilds it, and the history shows it to the model
+    again as text in the form it used."""
 
 
 class Message(BaseModel):
@@ -51,6 +147,31 @@ class Usage(BaseModel):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    estimated: bool = False
+    """The server sent no counts: these are estimated from the characters sent and received."""
+
+
+def estimated_usage(prompt_chars: int, produced_chars: int) -> Usage:
+    """Counts for a call the server did not count (no usage sent, or cut off midway)."""
+    return Usage(
+        input_tokens=prompt_chars // 4 + 1, output_tokens=produced_chars // 4 + 1, estimated=True
+    )
+
+
+class ModelSettings(BaseModel):
+    """What the user set about the model itself; a setting given wins over what the
+    server or the model table says."""
+
+    context_window: int | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    seed: int | None = None
+    """Sent to providers whose API takes one (OpenAI-compatible servers)."""
+    tool_calls: ToolCallsMode = "auto"
+
+
+class InvalidResponse(Exception):
+    """An HTTP 200 that is no valid answer: retried like a 5xx, then a ProviderError."""
 
 
 class ModelResponse(BaseModel):
@@ -68,6 +189,10 @@ class ModelProvider(abc.ABC):
     name: str
     context_window: int = 200_000
     max_output_tokens: int = 8192
+    priced: bool = True
+    """False for a model with no known price: its calls cost 0, so a cost budget cannot hold."""
+    context_window_from: str = "model table"
+    """Where `context_window` came from: "setting", "server", "model table" or "default"."""
 
     @abc.abstractmethod
     async def generate(
@@ -89,6 +214,14 @@ class ModelProvider(abc.ABC):
         Only the replay provider uses it, to find where a re-run departs from
         its recording; it raises ProviderError there.
         """
+
+    async def discover_limits(self) -> None:
+        """Ask the server for the model's context window where it tells it (local servers);
+        called before the run records its limits, and again harmlessly on first use."""
+
+    def cost_of(self, usage: Usage) -> float:
+        """USD for `usage` at this model's price (0 when unpriced)."""
+        return 0.0
 
     async def aclose(self) -> None:
         """Release HTTP connections."""

@@ -3,32 +3,55 @@
 The same code talks to api.openai.com and, through `base_url`, to vLLM,
 llama.cpp, Ollama and similar servers. Those servers differ in small ways, so
 the provider adapts once and remembers: a server that rejects `stream_options`
-is asked again without it (usage is then estimated), an OpenAI organization not
-verified for streaming a model gets non-streamed answers, and vLLM's
-`max_model_len` is read from `/v1/models` when the model's window is unknown.
+is asked again without it (usage is then estimated, and marked so), an OpenAI
+organization not verified for streaming a model gets non-streamed answers, and a
+server that refuses native tools (vLLM without a tool parser, llama.cpp without
+--jinja, an Ollama model without tool support) is described the tools in the
+prompt instead. The context window is read from the server where it tells it
+(vLLM's `max_model_len` and llama.cpp's `meta.n_ctx` in `/v1/models`, Ollama's
+`num_ctx` from `/api/show`) unless the user set one.
 
 Tool-call deltas are accumulated by index; arguments are parsed here so a model
-that writes broken JSON gets an error observation, not a crashed run.
+that writes broken JSON gets an error observation, not a crashed run. A model
+that writes its calls as text has them read (agent/providers/text_calls.py).
+
+An HTTP 200 that is no answer (HTML from a proxy, `{}`, no `choices`, truncated
+JSON, a stream that ends with no finish reason) is retried as the SDK retries a
+5xx, then is a ProviderError, never an empty turn.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import re
 import time
 from typing import Any
 
+import httpx2
 import openai
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
 from mlra.agent.providers.base import (
+    InvalidResponse,
     Message,
     ModelProvider,
     ModelResponse,
+    ModelSettings,
     ProviderError,
     TextCallback,
     ToolCallRequest,
     Usage,
+    estimated_usage,
+    retry_hooks,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
+from mlra.agent.providers.text_calls import (
+    call_as_text,
+    read_text_calls,
+    result_as_text,
+    tools_prompt,
+)
 from mlra.tools.registry import ToolSpec, parse_arguments
 
 DEFAULT_MAX_RETRIES = 4
@@ -54,6 +77,19 @@ UNKNOWN_API_LIMITS = (128_000, 8192)
 """An unknown model on api.openai.com: recent models all have at least this."""
 UNKNOWN_LOCAL_LIMITS = (32_768, 8192)
 """A local server's model whose window the server does not tell: small windows are common."""
+RETRY_DELAY_S = 0.5
+"""The first wait before asking again after an answer that was no answer (doubling, to 8 s),
+as the SDK waits before retrying a 5xx."""
+NO_NATIVE_TOOLS = (
+    "enable-auto-tool-choice",
+    "tool-call-parser",
+    "--jinja",
+    "does not support tools",
+    "tools are not supported",
+    "tool use is not supported",
+    "tool calling is not supported",
+)
+"""What servers say when they refuse native tool definitions."""
 
 
 class OpenAIProvider(ModelProvider):
@@ -68,24 +104,38 @@ class OpenAIProvider(ModelProvider):
         context_window: int | None = None,
         max_output_tokens: int | None = None,
         name: str | None = None,
+        settings: ModelSettings | None = None,
+        retry_delay_s: float = RETRY_DELAY_S,
     ) -> None:
         self.model = model
         self.name = name or f"openai/{model}"
         self.base_url = base_url
         self.max_retries = max_retries
         self.timeout_s = timeout_s
+        self.retry_delay_s = retry_delay_s
+        self.settings = settings or ModelSettings()
+        context_window = context_window or self.settings.context_window
+        max_output_tokens = max_output_tokens or self.settings.max_output_tokens
+        self._output_set = max_output_tokens is not None
         limits = longest_prefix(MODEL_LIMITS, model.lower())
         self._window_known = limits is not None or context_window is not None
         fallback = UNKNOWN_LOCAL_LIMITS if base_url else UNKNOWN_API_LIMITS
         known_window, known_output = limits or fallback
         self.context_window = context_window or known_window
+        self.context_window_from = (
+            "setting" if context_window else "model table" if limits else "default"
+        )
         self.max_output_tokens = max_output_tokens or known_output
+        if context_window and not self._output_set:
+            self.max_output_tokens = min(self.max_output_tokens, max(1, context_window // 4))
         self.priced = price_for(model) is not None
+        self._api_key = api_key or PLACEHOLDER_API_KEY
         self._client = openai.AsyncOpenAI(
             api_key=api_key or PLACEHOLDER_API_KEY,
             base_url=base_url,
             max_retries=max_retries,
             timeout=openai.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+            http_client=openai.DefaultAsyncHttpxClient(event_hooks=retry_hooks(max_retries)),
         )
         # What the server accepts, learned from its 400s and kept for the next calls.
         self._stream = True
@@ -94,9 +144,14 @@ class OpenAIProvider(ModelProvider):
         # compatible servers know max_tokens best.
         self._token_param = "max_tokens" if base_url else "max_completion_tokens"
         self._probed = self._window_known or not base_url
+        self._native_tools = self.settings.tool_calls != "text"
+        """False once the server refused native tools (or the user chose text calls)."""
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    def cost_of(self, usage: Usage) -> float:
+        return cost(self.model, usage)[0]
 
     async def generate(
         self,
@@ -108,10 +163,9 @@ class OpenAIProvider(ModelProvider):
         max_tokens: int | None = None,
     ) -> ModelResponse:
         if not self._probed:
-            await self._probe_context_window()
+            await self.discover_limits()
         wanted = max_tokens or self.max_output_tokens
         limit = max(1, min(wanted, self.max_output_tokens))
-        chat = to_openai_messages(system, messages)
         specs = [
             {
                 "type": "function",
@@ -125,8 +179,12 @@ class OpenAIProvider(ModelProvider):
         ]
         started = time.monotonic()
         adaptations = 0
+        invalid = 0
         while True:
-            request = self.build_request(chat, specs, limit)
+            native = self._native_tools
+            prompt = system if native or not tools else f"{system}\n\n{tools_prompt(tools)}"
+            chat = to_openai_messages(prompt.strip(), messages)
+            request = self.build_request(chat, specs if native else [], limit)
             try:
                 if self._stream:
                     response = await self._streamed(request, on_text)
@@ -139,12 +197,27 @@ class OpenAIProvider(ModelProvider):
                     raise ProviderError(self._describe(exc)) from exc
             except openai.APIError as exc:
                 raise ProviderError(self._describe(exc)) from exc
+            except InvalidResponse as exc:
+                invalid += 1
+                if invalid > self.max_retries:
+                    after = (
+                        f" (gave up after {self.max_retries} retries)" if self.max_retries else ""
+                    )
+                    raise ProviderError(
+                        f"{self.name}: HTTP 200 but no valid answer from "
+                        f"{self.base_url or 'the API'}: {exc}{after}"
+                    ) from exc
+                await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
+        if tools and self.settings.tool_calls != "native" and not response.tool_calls:
+            found = read_text_calls(response.text, [t.name for t in tools])
+            if found.calls:
+                response.text, response.tool_calls = found.prose, found.calls
         if response.usage.input_tokens == 0:
             # No usage from the server: an estimate keeps context upkeep honest.
-            size = len(json.dumps(request["messages"])) + len(json.dumps(specs))
+            size = len(json.dumps(request["messages"])) + len(json.dumps(request.get("tools", [])))
             produced = len(response.text) + sum(len(c.raw_arguments) for c in response.tool_calls)
-            response.usage = Usage(input_tokens=size // 4 + 1, output_tokens=produced // 4 + 1)
+            response.usage = estimated_usage(size, produced)
         response.cost_usd = cost(self.model, response.usage)[0]
         return response
 
@@ -154,6 +227,10 @@ class OpenAIProvider(ModelProvider):
         request: dict[str, Any] = {"model": self.model, "messages": chat, self._token_param: limit}
         if specs:
             request["tools"] = specs
+        if self.settings.temperature is not None:
+            request["temperature"] = self.settings.temperature
+        if self.settings.seed is not None:
+            request["seed"] = self.settings.seed
         if self._stream:
             request["stream"] = True
             if self._stream_usage:
@@ -163,6 +240,13 @@ class OpenAIProvider(ModelProvider):
     def _adapt(self, exc: openai.BadRequestError) -> bool:
         """Change what is sent after a 400 that names an unsupported feature; False if none."""
         text = f"{exc.message} {exc.body}".lower()
+        if (
+            self._native_tools
+            and self.settings.tool_calls == "auto"
+            and any(phrase in text for phrase in NO_NATIVE_TOOLS)
+        ):
+            self._native_tools = False  # describe the tools in the prompt, read calls from text
+            return True
         if self._stream and self._stream_usage and "stream_options" in text:
             self._stream_usage = False
             return True
@@ -189,24 +273,23 @@ class OpenAIProvider(ModelProvider):
         usage: Any = None
         finish: str | None = None
         stream = await self._client.chat.completions.create(**request)
-        async with stream:
-            async for chunk in stream:
-                if chunk.usage is not None:
-                    usage = chunk.usage
-                for choice in chunk.choices or []:
-                    if choice.index not in (0, None):
-                        continue
-                    if choice.finish_reason:
-                        finish = choice.finish_reason
-                    delta = choice.delta
-                    if delta is None:
-                        continue
-                    if delta.content:
-                        text.append(delta.content)
-                        if on_text:
-                            on_text(delta.content)
-                    for piece in delta.tool_calls or []:
-                        _add_tool_delta(calls, piece)
+        try:
+            async with stream:
+                async for chunk in stream:
+                    if not isinstance(chunk, ChatCompletionChunk):
+                        raise InvalidResponse(f"a stream event is not a chunk: {chunk!r:.80}")
+                    if chunk.usage is not None:
+                        usage = chunk.usage
+                    _take_chunk(chunk, text, calls, on_text)
+                    finish = _finish_of(chunk) or finish
+        except ValueError as exc:  # a data line that is not JSON (truncated, HTML)
+            raise InvalidResponse(f"the stream is not JSON: {_one_line(str(exc), 120)}") from exc
+        except httpx2.TransportError as exc:  # the connection broke off mid-stream
+            if isinstance(exc, httpx2.TimeoutException):
+                raise ProviderError(self._describe(exc)) from exc
+            raise InvalidResponse(f"the stream broke off: {type(exc).__name__}") from exc
+        if finish is None:
+            raise InvalidResponse("the stream ended with no finish reason")
         return ModelResponse(
             text="".join(text),
             tool_calls=[_tool_call(calls[k], k, finish) for k in sorted(calls)],
@@ -215,9 +298,17 @@ class OpenAIProvider(ModelProvider):
         )
 
     async def _whole(self, request: dict[str, Any], on_text: TextCallback | None) -> ModelResponse:
-        completion = await self._client.chat.completions.create(**request)
-        choice = completion.choices[0] if completion.choices else None
-        message = choice.message if choice else None
+        try:
+            completion: Any = await self._client.chat.completions.create(**request)
+        except ValueError as exc:  # a body that is not JSON (truncated, HTML)
+            raise InvalidResponse(f"the body is not JSON: {_one_line(str(exc), 120)}") from exc
+        choices = getattr(completion, "choices", None)
+        if not isinstance(completion, ChatCompletion) or not choices:
+            raise InvalidResponse(f"the body is no completion: {_one_line(repr(completion), 120)}")
+        choice = choices[0]
+        message = getattr(choice, "message", None)
+        if message is None:
+            raise InvalidResponse("the completion's choice holds no message")
         text = (message.content if message else None) or ""
         if text and on_text:
             on_text(text)
@@ -237,22 +328,35 @@ class OpenAIProvider(ModelProvider):
             stop_reason=finish,
         )
 
-    async def _probe_context_window(self) -> None:
-        """vLLM tells its `max_model_len` in /v1/models; other servers are left at the default."""
-        self._probed = True
-        try:
-            listing = await self._client.with_options(timeout=5.0, max_retries=0).models.list()
-        except openai.APIError:
+    async def discover_limits(self) -> None:
+        """The context window as the server tells it, unless the user set one or the model
+        is a known one: vLLM's `max_model_len` and llama.cpp's `meta.n_ctx` in /v1/models,
+        then Ollama's `num_ctx` from /api/show. A server that tells nothing leaves the
+        default (32k for a local server). Asked once, with a short time-out, no retries."""
+        if self._probed:
             return
-        entries = list(listing.data)
-        for entry in entries:
-            if entry.id != self.model and len(entries) > 1:
-                continue
-            window = (entry.model_extra or {}).get("max_model_len")
-            if isinstance(window, int) and window > 0:
-                self.context_window = window
-                self.max_output_tokens = min(self.max_output_tokens, max(1, window // 4))
-                return
+        self._probed = True
+        assert self.base_url is not None
+        headers = {"Authorization": f"Bearer {self._api_key}"}
+        window: int | None = None
+        try:
+            async with httpx2.AsyncClient(timeout=5.0, headers=headers) as client:
+                listing = await client.get(self.base_url.rstrip("/") + "/models")
+                if listing.status_code == 200:
+                    window = _window_from_listing(listing.json(), self.model)
+                if window is None:
+                    root = re.sub(r"/v1/?$", "", self.base_url.rstrip("/"))
+                    shown = await client.post(root + "/api/show", json={"model": self.model})
+                    if shown.status_code == 200:
+                        window = _window_from_ollama(shown.json())
+        except (httpx2.HTTPError, ValueError):
+            pass  # a server that tells nothing keeps the default
+        if window is None:
+            return
+        self.context_window = window
+        self.context_window_from = "server"
+        if not self._output_set:
+            self.max_output_tokens = min(self.max_output_tokens, max(1, window // 4))
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(
@@ -262,6 +366,59 @@ class OpenAIProvider(ModelProvider):
             timeout_s=self.timeout_s,
             base_url=self.base_url,
         )
+
+
+def _window_from_listing(listing: Any, model: str) -> int | None:
+    """vLLM's `max_model_len` or llama.cpp's `meta.n_ctx` for `model` in /v1/models (the
+    only entry counts when there is one: llama.cpp names it after its file)."""
+    entries = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(entries, list):
+        return None
+    for entry in entries:
+        if not isinstance(entry, dict) or (entry.get("id") != model and len(entries) > 1):
+            continue
+        meta = entry.get("meta")
+        for window in (
+            entry.get("max_model_len"),
+            meta.get("n_ctx") if isinstance(meta, dict) else None,
+        ):
+            if isinstance(window, int) and window > 0:
+                return window
+    return None
+
+
+def _window_from_ollama(shown: Any) -> int | None:
+    """Ollama's `num_ctx` from /api/show's `parameters` (one "name value" a line)."""
+    parameters = shown.get("parameters") if isinstance(shown, dict) else None
+    if not isinstance(parameters, str):
+        return None
+    found = re.search(r"^\s*num_ctx\s+(\d+)\s*$", parameters, re.M)
+    return int(found.group(1)) if found and int(found.group(1)) > 0 else None
+
+
+def _finish_of(chunk: Any) -> str | None:
+    for choice in chunk.choices or []:
+        if choice.index in (0, None) and choice.finish_reason:
+            return str(choice.finish_reason)
+    return None
+
+
+def _take_chunk(
+    chunk: Any, text: list[str], calls: dict[int, dict[str, Any]], on_text: TextCallback | None
+) -> None:
+    """One streamed chunk's text and tool-call pieces (only the first choice is read)."""
+    for choice in chunk.choices or []:
+        if choice.index not in (0, None):
+            continue
+        delta = choice.delta
+        if delta is None:
+            continue
+        if delta.content:
+            text.append(delta.content)
+            if on_text:
+                on_text(delta.content)
+        for piece in delta.tool_calls or []:
+            _add_tool_delta(calls, piece)
 
 
 def _add_tool_delta(calls: dict[int, dict[str, Any]], piece: Any) -> None:
@@ -317,13 +474,17 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
     """Neutral history to chat messages, every tool call answered by a `tool` message.
 
     Consecutive user messages are joined: several chat templates of local
-    servers refuse two user turns in a row.
+    servers refuse two user turns in a row. Calls the model wrote as text go back
+    as the text it wrote, and their results as user messages: a server with no
+    tool parser may drop native `tool_calls` from the prompt it shows the model.
     """
     out: list[dict[str, Any]] = []
     if system:
         out.append({"role": "system", "content": system})
     pending: list[str] = []
     """Tool-call ids of the latest assistant message still waiting for a result."""
+    written: set[str] = set()
+    """Ids of calls the model wrote as text."""
 
     def settle() -> None:
         out.extend(
@@ -332,6 +493,12 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
         pending.clear()
 
     for message in messages:
+        if message.role == "tool" and message.tool_call_id in written:
+            content = result_as_text(
+                message.tool_name or "tool", message.content, is_error=message.is_error
+            )
+            _add_user(out, content)
+            continue
         if message.role == "tool":
             if message.tool_call_id in pending:
                 pending.remove(message.tool_call_id)
@@ -346,7 +513,12 @@ def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, A
                 _add_user(out, f"[tool result for {message.tool_call_id}]\n{message.content}")
             continue
         settle()
-        if message.role == "assistant":
+        as_text = [c for c in message.tool_calls if c.from_text]
+        if message.role == "assistant" and as_text:
+            written.update(c.id for c in as_text)
+            parts = [message.content.strip(), *(call_as_text(c) for c in as_text)]
+            out.append({"role": "assistant", "content": "\n\n".join(p for p in parts if p)})
+        elif message.role == "assistant":
             entry: dict[str, Any] = {"role": "assistant", "content": message.content or None}
             if message.tool_calls:
                 entry["tool_calls"] = [
