@@ -62,15 +62,25 @@ def add_resume_commands(sub: Any) -> None:
     fork.set_defaults(func=cmd_fork)
 
 
-def _provider(model: str, base_url: str | None) -> Any:
-    from mlra.agent.providers import resolve_model
+def _provider(model: str, base_url: str | None, config: Any) -> Any:
+    """The model a resumed or forked run goes on with, set as the run was: the
+    temperature, seed, output budget and tool-call mode it recorded, and its context
+    window where the user set it (a window learnt from a server is learnt again)."""
+    from mlra.agent.providers import ModelSettings, resolve_model
     from mlra.agent.providers.base import ConfigError
     from mlra.console.args import UsageError
 
     if model == "baseline":
         return None
+    settings = ModelSettings(
+        context_window=config.context_window if config.context_window_from == "setting" else None,
+        max_output_tokens=config.max_output_tokens,
+        temperature=config.temperature,
+        seed=config.seed,
+        tool_calls=config.tool_calls,
+    )
     try:
-        return resolve_model(model, base_url=base_url, env=os.environ)
+        return resolve_model(model, base_url=base_url, env=os.environ, settings=settings)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
 
@@ -146,7 +156,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     model = args.model or run.config.model
     use_tui = _use_tui(args)
     overrides = _overrides(args, use_tui) | {"model": model}
-    provider = _provider(model, args.base_url or run.config.base_url)
+    provider = _provider(model, args.base_url or run.config.base_url, run.config)
     try:
         controller = resume_controller(run, task, provider, overrides=overrides)
     except ResumeError as exc:
@@ -179,7 +189,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
         if not isinstance(edit, dict):
             raise UsageError("--edit-action must be a JSON object")
     use_tui = _use_tui(args)
-    provider = _provider(model, args.base_url or source.config.base_url)
+    provider = _provider(model, args.base_url or source.config.base_url, source.config)
     runs_dir = args.runs_dir or source.run_dir.parent
     run_id = args.run_id or new_run_id(task.name)
     if (runs_dir / run_id).exists():

@@ -341,3 +341,23 @@ async def test_replay_finds_the_step_where_a_changed_tool_diverges(
     # read_file ran at worker step 1; the model is next asked at step 2.
     assert "replay diverged at model call 4 (worker, step 2)" in result.message
     assert "the result of read_file call" in result.message and "1: " in result.message
+
+
+def test_a_fork_goes_on_with_the_model_settings_of_its_source(tmp_path: Path) -> None:
+    settings = ["--temperature", "0.3", "--seed", "11", "--max-output-tokens", "1000"]
+    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
+        args = _run_args(server, tmp_path / "runs", "src", ANSWER_TASK) + settings
+        assert mlra_cli(args, cwd=tmp_path, env=_env()).returncode == 0
+    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
+        proc = mlra_cli(
+            [
+                "fork", str(tmp_path / "runs" / "src"), "--at", "2", "--run-id", "f",
+                "--base-url", server.url_for("openai"), "--no-tui",
+            ],
+            cwd=tmp_path,
+            env=_env(),
+        )  # fmt: skip
+        sent = [r.body for r in server.requests_for("worker")]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert sent, "the fork asked the model nothing"
+    assert all((b["temperature"], b["seed"], b["max_tokens"]) == (0.3, 11, 1000) for b in sent)
