@@ -3,15 +3,28 @@
 In order: the call is recorded; a resumed run takes the recorded result instead
 (agent/catchup.py); a breakpoint holds it for the user to approve, edit or
 reject (the clock stops meanwhile); a pause that came while the model was
-thinking holds it back; the tool runs through the registry, its output streamed
-to the log up to a cap; the result is truncated for the model and recorded,
-even when the run ends under the call; and the workspace's changes are
-snapshotted.
+thinking holds it back; the tool runs through the registry; the result is
+truncated for the model and recorded, even when the run ends under the call;
+and the workspace's changes are snapshotted.
+
+An edited call reaches the model as it ran: the call in the agent's history
+takes the user's arguments, and its result opens with a note saying the user
+edited it (the note is in the recorded result, and the arguments are in the
+`control` edit event, so a resumed or forked run rebuilds the same history).
+
+A command's output streams to the log up to `STREAM_CAP_CHARS`; past that it
+goes on streaming to the live console only (`watch_output`), so a day-long
+training log does not grow the event log without bound; the result, with the
+output's head and tail, still ends the call in the log. Durations are the run
+clock's: time paused does not count.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
 
 from mlra import events as ev
 from mlra.agent.catchup import INTERRUPTED
@@ -25,7 +38,18 @@ from mlra.tools.sandbox.base import OutputCallback, Stream
 from mlra.tools.truncate import truncate_middle
 
 STREAM_CAP_CHARS = 1_000_000
-"""Streamed output logged per tool call; past this the log keeps only the result."""
+"""Streamed output logged per tool call; past this only the live console sees it
+stream, and the log keeps the result (the output's head and tail)."""
+STREAM_CAP_NOTE = (
+    "\n[... the log keeps no more of this output as it streams (the live console still "
+    "shows it); the call's result holds its end ...]\n"
+)
+EDITED_NOTE = (
+    "[The user edited this call before it ran: the call above shows the arguments it ran "
+    "with. You had asked for: {asked}]\n"
+)
+OutputWatcher = Callable[[ev.ToolOutput], None]
+"""Sees the output the log no longer takes (an `ev.ToolOutput` never logged, `seq` 0)."""
 
 INTERRUPTED_OUTPUT = (
     "Interrupted: the run stopped (crashed, was killed or was stopped) while this call was "
@@ -38,6 +62,12 @@ class ToolStep:
     def __init__(self, run: RunContext, scanner: WorkspaceScanner) -> None:
         self.run = run
         self.scanner = scanner
+        self._watchers: list[OutputWatcher] = []
+
+    def watch_output(self, watcher: OutputWatcher) -> None:
+        """Also hand `watcher` the output past the log's cap (the live console's
+        transcript): such an event is never logged, and its `seq` is 0."""
+        self._watchers.append(watcher)
 
     async def execute(
         self,
@@ -66,11 +96,15 @@ class ToolStep:
         if tool is None or not tool.reruns_on_resume:
             recorded = run.catchup.recorded_result(call.id)
             if isinstance(recorded, ev.ToolResult):
+                edited = run.state.edited_calls.get(call.id)
+                if edited is not None:
+                    ran_as(call, edited)  # the history shows the call as it ran then
                 return outcome_of(recorded)
             if recorded == INTERRUPTED:
                 outcome = ToolOutcome(output=INTERRUPTED_OUTPUT, ok=False, error="interrupted")
                 return self._record_result(call, agent, outcome)
         arguments = call.arguments
+        note = ""
         breakpoint_ = (
             run.controls.should_break(call.name, arguments) if call.parse_error is None else None
         )
@@ -85,49 +119,69 @@ class ToolStep:
                 )
                 return self._record_result(call, agent, outcome)
             if decision.action == "edit" and decision.arguments is not None:
+                note = EDITED_NOTE.format(asked=_asked(call))
                 arguments = decision.arguments
+                ran_as(call, arguments)
 
         # A pause that came while the model was thinking holds the action back.
         await run.controls.wait_running()
+        tail = _Tail(run.config.observation_limit)
         ctx = ToolContext(
             sandbox=run.sandbox,
             agent=agent,
             call_id=call.id,
-            on_output=self._streamer(call.id),
+            on_output=self._streamer(call.id, tail),
             default_timeout_s=run.config.command_timeout_s,
             remaining_s=run.clock.remaining,
             default_artifact=run.task.evaluator.artifact,
         )
+        took = _Stopwatch(run)
         try:
             outcome = await registry.dispatch(
                 call.name, arguments, ctx, parse_error=call.parse_error
             )
         except asyncio.CancelledError:
             # The run ended under the call (deadline, stop): the sandbox has killed the
-            # command; the log still gets the call's result so no call is left open.
+            # command; the log still gets the call's result so no call is left open,
+            # with how long it ran and what it had printed (a resumed run's model reads it).
+            seconds = took.seconds(None)
+            why = "its time limit was reached" if run.clock.expired() else "it was stopped"
+            printed = tail.text()
             killed = ToolOutcome(
-                output="Killed: the run ended while this call was running.",
+                output=(printed + ("\n" if printed and not printed.endswith("\n") else ""))
+                + f"[killed after {seconds:.1f} s: the run ended ({why}) while this call "
+                "was running]",
                 ok=False,
                 error=KILLED_BY_RUN_END,
+                duration_s=seconds,
             )
-            self._record_result(call, agent, killed)
+            self._record_result(call, agent, killed, note=note)
             raise
-        self._record_result(call, agent, outcome)
+        outcome.duration_s = took.seconds(outcome.duration_s)
+        self._record_result(call, agent, outcome, note=note)
         await self.snapshot(step)
         return outcome
 
-    def _streamer(self, call_id: str) -> OutputCallback:
-        """Logs a call's output as it comes, up to `STREAM_CAP_CHARS`."""
+    def _streamer(self, call_id: str, tail: _Tail) -> OutputCallback:
+        """Logs a call's output as it comes, up to `STREAM_CAP_CHARS`; past that it
+        goes to the watchers alone. `tail` keeps the end, for a call the run kills."""
         streamed = 0
 
         def on_output(stream: Stream, text: str) -> None:
             nonlocal streamed
-            if streamed >= STREAM_CAP_CHARS:
-                return
-            streamed += len(text)
-            if streamed >= STREAM_CAP_CHARS:
-                text += "\n[... further output is not streamed to the log; see the result ...]\n"
-            self.run.emit(ev.ToolOutput(call_id=call_id, stream=stream, text=text))
+            tail.add(text)
+            room = max(0, STREAM_CAP_CHARS - streamed)
+            logged, rest = (text, "") if len(text) < room else (text[:room], text[room:])
+            if logged:
+                streamed += len(logged)
+                if streamed >= STREAM_CAP_CHARS:
+                    logged += STREAM_CAP_NOTE
+                self.run.emit(ev.ToolOutput(call_id=call_id, stream=stream, text=logged))
+            if rest and self._watchers and not self.run.catchup.replaying:
+                unlogged = ev.ToolOutput(call_id=call_id, stream=stream, text=rest)
+                unlogged.t = round(self.run.clock.elapsed(), 3)
+                for watcher in list(self._watchers):
+                    watcher(unlogged)
 
         return on_output
 
@@ -148,9 +202,10 @@ class ToolStep:
                 run.clock.resume()
 
     def _record_result(
-        self, call: ToolCallRequest, agent: ev.AgentRole, outcome: ToolOutcome
+        self, call: ToolCallRequest, agent: ev.AgentRole, outcome: ToolOutcome, *, note: str = ""
     ) -> ToolOutcome:
         text, truncated = truncate_middle(outcome.output, self.run.config.observation_limit)
+        text = note + text
         outcome.output = text
         self.run.emit(
             ev.ToolResult(
@@ -198,3 +253,50 @@ def outcome_of(result: ev.ToolResult) -> ToolOutcome:
         signal=signal,
         duration_s=result.duration_s,
     )
+
+
+def ran_as(call: ToolCallRequest, arguments: dict[str, Any]) -> None:
+    """Make `call`, the very object the agent's history holds, the call that ran: the
+    model is then shown the arguments that ran, not the ones it asked for."""
+    call.arguments = dict(arguments)
+    call.raw_arguments = json.dumps(arguments, ensure_ascii=False)
+    call.parse_error = None
+
+
+def _asked(call: ToolCallRequest, limit: int = 1_000) -> str:
+    asked = f"{call.name}({call.raw_arguments or json.dumps(call.arguments)})"
+    return asked if len(asked) <= limit else asked[:limit] + "…"
+
+
+class _Tail:
+    """The last `limit` characters of a call's output, kept in bounded memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(limit, 0)
+        self._parts: list[str] = []
+        self._size = 0
+
+    def add(self, text: str) -> None:
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size > 2 * self.limit + 4096:
+            joined = "".join(self._parts)[-self.limit :]
+            self._parts, self._size = [joined], len(joined)
+
+    def text(self) -> str:
+        return "".join(self._parts)[-self.limit :] if self.limit else ""
+
+
+class _Stopwatch:
+    """How long a call ran by the run clock, so a pause does not count. The registry's
+    wall time stands where the clock was not running (a run that never started it)."""
+
+    def __init__(self, run: RunContext) -> None:
+        self._clock = run.clock
+        self._counts = run.clock.running
+        self._start = run.clock.elapsed()
+
+    def seconds(self, wall: float | None) -> float:
+        if self._counts or wall is None:
+            return round(max(0.0, self._clock.elapsed() - self._start), 4)
+        return wall

@@ -112,6 +112,8 @@ class MlraApp(App[int]):
         self._files_timer: Timer | None = None
         if controller is not None:
             controller.subscribe(self.display_.on_event)
+            # A long command's output past the log's cap streams to the transcript alone.
+            controller.tool_step.watch_output(self.display_.on_event)
 
     # --- layout ---------------------------------------------------------------------
 
@@ -222,6 +224,9 @@ class MlraApp(App[int]):
             return  # the console is closing and its panes are gone; the log has it all
         files_changed = False
         for event in batch:
+            if not event.seq:  # output the log no longer takes (agent/tool_step.py)
+                transcript.feed(event)
+                continue
             self.state.apply(event)
             plan.feed(event)
             transcript.feed(event)

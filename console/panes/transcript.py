@@ -3,7 +3,11 @@ arguments, its output as it arrives, and its result.
 
 It must stay responsive when a command prints thousands of lines a second and
 stay small over a day-long run: output is kept per call as a few head lines and
-a bounded tail (collapsed to head and tail unless expanded), entries are
+a bounded tail (collapsed to head and tail unless expanded; a line that never
+ends, a progress bar redrawn with carriage returns for hours, is kept bounded
+too), and when the call ends its result (what the model read) replaces the
+stream; output past the log's cap streams here still, from the live run alone
+(agent/tool_step.py). Entries are
 re-rendered at most once per batch of events, and only the newest entries are
 kept as widgets; older ones live on in the event log.
 """
@@ -20,6 +24,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from mlra import events as ev
+from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.console.headless import describe_call, one_line, score_line, unknown_line
 from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
@@ -49,6 +54,8 @@ class OutputBuffer:
         self.partial = pieces.pop()
         for line in pieces:
             self._line(line)
+        if len(self.partial) > 2 * MAX_LINE_CHARS:
+            self.partial = _bounded_partial(self.partial)
 
     def _line(self, line: str) -> None:
         if "\r" in line:  # progress bars redraw their line with carriage returns
@@ -75,6 +82,16 @@ class OutputBuffer:
         shown_tail = tail[-keep:] if keep else []
         hidden = self.lines + (1 if self.partial else 0) - len(self.head) - len(shown_tail)
         return self.head, max(0, hidden), shown_tail
+
+
+def _bounded_partial(partial: str) -> str:
+    """An unfinished line cut to what it will show: the text after its last carriage
+    return (what a redrawn progress bar shows), at most one character past the width
+    a line is cut to (so the cut still shows)."""
+    body = partial.rstrip("\r")
+    ending = partial[len(body) :]
+    body = body.rsplit("\r", 1)[-1]
+    return body[: MAX_LINE_CHARS + 1] + ending
 
 
 class Entry(Static):
@@ -184,15 +201,12 @@ class ToolEntry(Entry, can_focus=True):
             bits.append(f"{r.duration_s:.1f}s")
             if r.timed_out:
                 bits.append("timed out")
+            if r.error == KILLED_BY_RUN_END:
+                bits.append("killed: the run ended")
             out.append(
                 ("✓ " if r.ok else "✗ ") + " · ".join(bits), style="green" if r.ok else "red"
             )
-        if self.output.lines == 0 and not self.output.partial and r is not None:
-            body = OutputBuffer()
-            body.add(_strip_status(r.output) + "\n")
-        else:
-            body = self.output
-        head, hidden, tail = body.view(self.expanded)
+        head, hidden, tail = self.output.view(self.expanded)
         for line in head:
             out.append(f"\n  │ {line}", style="")
         if hidden:
@@ -256,12 +270,18 @@ class TranscriptPane(VerticalScroll):
                 self._tools[event.call_id].waiting = True
                 self._dirty.add(self._tools[event.call_id])
             case ev.ToolOutput() if event.call_id in self._tools:
-                self._tools[event.call_id].output.add(event.text)
-                self._dirty.add(self._tools[event.call_id])
+                entry = self._tools[event.call_id]
+                if entry.result is None:  # output past the log's cap may come in late
+                    entry.output.add(event.text)
+                    self._dirty.add(entry)
             case ev.ToolResult() if event.call_id in self._tools:
                 entry = self._tools[event.call_id]
                 entry.result = event
                 entry.waiting = False
+                # The result replaces the stream: it is what the model read, the stream's
+                # tail is let go, and a replay shows the same whatever it streamed.
+                entry.output = OutputBuffer()
+                entry.output.add(_strip_status(event.output) + "\n")
                 self._dirty.add(entry)
             case ev.Control():
                 self._control(event)
