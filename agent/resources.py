@@ -1,5 +1,5 @@
-"""Sampling what the run uses: GPUs through NVML, CPU and RAM through psutil, the
-workspace's disk use. Each sample is an event, so a replay shows the figures
+"""Sampling what the run uses: GPUs through NVML, CPU and RAM through psutil (the
+machine's, and the run's own commands'), the workspace's disk use. Each sample is an event, so a replay shows the figures
 as they were. A sample must cost next to nothing: NVML and psutil calls are
 cheap, and the workspace walk is done at most every few seconds.
 """
@@ -97,6 +97,7 @@ class ResourceMonitor:
         self._disk_every = disk_every_s
         self._disk_at = 0.0
         self._disk_mb = 0.0
+        self._commands = CommandTrees()
         psutil.cpu_percent(interval=None)  # primes the counter: the next call is a delta
 
     def sample(self) -> ResourceSample:
@@ -115,13 +116,51 @@ class ResourceMonitor:
         )
         usage = self.sandbox.usage() if self.sandbox is not None else None
         if usage is None:
+            self._commands.measure(sample, self.sandbox.command_pids() if self.sandbox else [])
             return sample
         return sandbox_view(sample, usage, mem.total / 2**20)
+
+
+class CommandTrees:
+    """The run's own CPU and memory: the process trees of its running commands, not
+    the whole machine's. psutil's per-process CPU figure is a delta since the last
+    reading, so a process is kept from one sample to the next."""
+
+    def __init__(self) -> None:
+        import psutil
+
+        self._psutil = psutil
+        self._known: dict[int, Any] = {}
+
+    def measure(self, sample: ResourceSample, roots: list[int]) -> None:
+        psutil = self._psutil
+        seen: dict[int, Any] = {}
+        cpu = mem = 0.0
+        for root in roots:
+            try:
+                leader = self._known.get(root) or psutil.Process(root)
+                tree = [leader, *leader.children(recursive=True)]
+            except psutil.Error:
+                continue
+            for proc in tree:
+                proc = self._known.get(proc.pid, proc)  # the one with the CPU counter primed
+                try:
+                    cpu += proc.cpu_percent(interval=None)
+                    mem += proc.memory_info().rss
+                except psutil.Error:
+                    continue
+                seen[proc.pid] = proc
+        self._known = seen
+        sample.run_cpu_percent = round(cpu, 1)
+        sample.run_mem_mb = round(mem / 2**20, 1)
+        sample.run_processes = len(seen)
 
 
 def sandbox_view(sample: ResourceSample, usage: SandboxUsage, host_mem_mb: float) -> ResourceSample:
     """What the sandbox has: its own CPU and memory use (CPU as a share of the CPUs it
     may use) and only the GPUs it was given."""
+    sample.run_cpu_percent = usage.cpu_percent  # the container is the run's own
+    sample.run_mem_mb = None if usage.mem_used_mb is None else round(usage.mem_used_mb, 1)
     if usage.cpu_percent is not None:
         cpus = usage.cpus or os.cpu_count() or 1
         sample.cpu_percent = round(min(usage.cpu_percent / cpus, 100.0), 1)

@@ -127,6 +127,12 @@ class Sandbox(abc.ABC):
         (None: the host's own figures are the sandbox's). Cheap, and never raises."""
         return None
 
+    def command_pids(self) -> list[int]:
+        """The host pids at the root of each command running now (its process group
+        leader): the resource sampler sums their process trees as the run's own use.
+        Empty where the sandbox's `usage()` measures its commands itself."""
+        return []
+
     def suspend_commands(self) -> None:
         """Stop running commands where they are (the run is paused); time-outs stop too."""
 

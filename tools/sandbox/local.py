@@ -173,6 +173,9 @@ class LocalSandbox(Sandbox):
         if not self._limits.kill_all() and not self._use_bwrap:
             await asyncio.to_thread(_kill_marked, self._marker)
 
+    def command_pids(self) -> list[int]:
+        return [running.pgid for running in list(self._running)]
+
     def suspend_commands(self) -> None:
         for running in self._running:
             running.suspend()

@@ -1,0 +1,57 @@
+"""The run's own CPU and memory in each resource sample: the process tree of the
+sandbox's running commands (a real command in a real local sandbox), not the host's."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from mlra.agent.resources import ResourceMonitor
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.local import LocalSandbox
+
+# A child process (so the tree, not just the leader, is counted) that holds ~80 MB
+# and keeps one CPU busy until the sandbox kills the command.
+HOG = """
+import subprocess, sys
+CHILD = 'block = bytearray(80 * 2**20)\\n' \\
+    'for i in range(0, len(block), 4096): block[i] = 1\\n' \\
+    'print("ready", flush=True)\\n' \\
+    'while True: pass\\n'
+subprocess.run([sys.executable, '-c', CHILD])
+"""
+
+
+async def test_a_sample_holds_the_commands_own_cpu_and_memory(tmp_path: Path) -> None:
+    sandbox = LocalSandbox(tmp_path, SandboxSpec(), isolation_mode="none")
+    monitor = ResourceMonitor(tmp_path, sandbox=sandbox)
+    idle = monitor.sample()
+    assert (idle.run_cpu_percent, idle.run_mem_mb, idle.run_processes) == (0.0, 0.0, 0)
+    ready = asyncio.Event()
+
+    def output(stream: str, text: str) -> None:
+        if "ready" in text:
+            ready.set()
+
+    command = asyncio.create_task(
+        sandbox.exec(["python3", "-c", HOG], timeout=60, on_output=output)
+    )
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        first = monitor.sample()  # primes each process's CPU counter
+        assert first.run_processes is not None and first.run_processes >= 2
+        assert first.run_mem_mb is not None and first.run_mem_mb >= 80
+        busy = first
+        for _ in range(50):  # each sample is a CPU delta since the one before
+            await asyncio.sleep(0.1)
+            busy = monitor.sample()
+            if (busy.run_cpu_percent or 0) >= 50:
+                break
+        assert (busy.run_cpu_percent or 0) >= 50
+        assert busy.run_mem_mb is not None and busy.run_mem_mb < busy.ram_used_mb
+    finally:
+        command.cancel()
+        await asyncio.gather(command, return_exceptions=True)
+        await sandbox.close()
+    after = monitor.sample()
+    assert after.run_processes == 0
