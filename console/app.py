@@ -149,6 +149,11 @@ class MlraApp(App[int]):
     def _layout(self, width: int) -> None:
         self.set_class(width < NARROW_BELOW, "-narrow")
         self.set_class(self._files_wanted, "-files")
+        for footer in self.query(Footer):
+            # Compact keys, and no palette hint (help names Ctrl+P), leave room for
+            # q Quit at 80 columns.
+            footer.compact = width < NARROW_BELOW
+            footer.show_command_palette = width >= NARROW_BELOW
 
     # --- the run --------------------------------------------------------------------
 
@@ -261,6 +266,10 @@ class MlraApp(App[int]):
             self.state.pending_approval,
             self.provider_error,
             self.state.evaluation,
+            # what the status line says the run is doing: the model, a retry, a command
+            self.state.generating_since,
+            self.state.retry,
+            len(self.state.running),
         )
         if phase != self._last_phase:
             self._last_phase = phase
@@ -279,19 +288,20 @@ class MlraApp(App[int]):
     def _tick(self) -> None:
         try:
             resources, status = self.query_one(ResourcesPane), self.query_one(StatusBar)
+            elapsed = self._elapsed()
+            resources.show(self.state, elapsed)
+            status.show(self.state, elapsed_s=elapsed, provider_error=self.provider_error)
         except NoMatches:
             return  # a timer that fired while the console closes
-        resources.show(self.state, self._elapsed())
-        status.show(self.state, provider_error=self.provider_error)
 
     async def _refresh_files(self) -> None:
         if not self._files_visible():
             return
         try:
             pane = self.query_one(FilesPane)
+            await pane.refresh_tree()
         except NoMatches:
-            return  # the console is closing
-        await pane.refresh_tree()
+            return  # the console is closing (or closed while the listing was read)
 
     def _files_visible(self) -> bool:
         return not self.has_class("-narrow") or self._files_wanted
@@ -315,6 +325,14 @@ class MlraApp(App[int]):
         return True
 
     def action_pause(self) -> None:
+        if self.state.phase == "evaluating":
+            # The agent has stopped; the evaluator runs to its end and has no pause.
+            self.notify(
+                "Evaluation cannot be paused: it runs to its end. q quits without waiting.",
+                severity="warning",
+                timeout=5,
+            )
+            return
         if self.controller is not None and not self.controller.controls.paused:
             self.controller.pause()
 
@@ -332,6 +350,24 @@ class MlraApp(App[int]):
     def _pending(self) -> ev.ApprovalRequested | None:
         return self.state.pending_approval
 
+    def _run_over(self) -> bool:
+        return self.controller is None or self.result is not None or self.state.finished is not None
+
+    def _steer(self, act: Callable[[RunController], object]) -> None:
+        """Send a dialog's answer to the run, unless the run ended while the dialog
+        was open: then its log is closed, and the answer has nowhere to go."""
+        if (
+            self.controller is None
+            or self.controller.state.finished is not None
+            or self._run_over()
+        ):
+            self.notify("The run has ended: that answer came too late.", severity="warning")
+            return
+        try:
+            act(self.controller)
+        except RuntimeError:  # ended between the check and the call: the log is closed
+            self.notify("The run has ended: that answer came too late.", severity="warning")
+
     def action_approve(self) -> None:
         pending = self._pending()
         if self.controller is not None and pending is not None:
@@ -343,8 +379,8 @@ class MlraApp(App[int]):
             return
 
         def done(arguments: dict[str, Any] | None) -> None:
-            if arguments is not None and self.controller is not None:
-                self.controller.edit(pending.call_id, arguments)
+            if arguments is not None:
+                self._steer(lambda c: c.edit(pending.call_id, arguments))
 
         self.push_screen(EditArgsScreen(pending.tool, pending.arguments), done)
 
@@ -354,8 +390,8 @@ class MlraApp(App[int]):
             return
 
         def done(message: str | None) -> None:
-            if message is not None and self.controller is not None:
-                self.controller.reject(pending.call_id, message)
+            if message is not None:
+                self._steer(lambda c: c.reject(pending.call_id, message))
 
         self.push_screen(
             PromptScreen(
@@ -371,8 +407,8 @@ class MlraApp(App[int]):
             return
 
         def done(text: str | None) -> None:
-            if text and self.controller is not None:
-                self.controller.inject(target, text)
+            if text:
+                self._steer(lambda c: c.inject(target, text))
 
         self.push_screen(
             PromptScreen(f"Message to the {target}", "it reads this before its next step"), done
@@ -384,8 +420,9 @@ class MlraApp(App[int]):
         rules = [_rule(b) for b in self.controller.controls.breakpoints]
 
         def done(new_rules: list[str] | None) -> None:
-            if new_rules is not None and self.controller is not None:
-                self.controller.set_breakpoints([Breakpoint.parse(r) for r in new_rules])
+            if new_rules is not None:
+                rules = [Breakpoint.parse(r) for r in new_rules]
+                self._steer(lambda c: c.set_breakpoints(rules))
 
         self.push_screen(BreakpointsScreen(rules), done)
 
@@ -394,8 +431,8 @@ class MlraApp(App[int]):
             return
 
         def done(yes: bool | None) -> None:
-            if yes and self.controller is not None:
-                self.controller.request_stop(evaluate=True)
+            if yes:
+                self._steer(lambda c: c.request_stop(evaluate=True))
 
         self.push_screen(
             ConfirmScreen(
@@ -411,9 +448,13 @@ class MlraApp(App[int]):
             return
 
         def done(yes: bool | None) -> None:
-            if yes and self.controller is not None:
-                self._quit_when_done = True
-                self.controller.request_stop(evaluate=False)
+            if not yes:
+                return
+            if self._run_over():
+                self.exit(self.exit_code())  # it ended while the question was open
+                return
+            self._quit_when_done = True
+            self._steer(lambda c: c.request_stop(evaluate=False))
 
         self.push_screen(
             ConfirmScreen(

@@ -174,7 +174,7 @@ class HelpScreen(ModalScreen[None]):
             else "The agent runs inside this app. Everything you see comes from the run's event "
             "log (events.jsonl in the run folder), and everything you do is recorded there too.\n"
         )
-        with VerticalScroll(classes="dialog dialog-wide"):
+        with VerticalScroll(classes="dialog dialog-wide", id="help-dialog"):
             yield Label("mlra replay" if self.replay else "mlra console", classes="dialog-title")
             yield Static(Group(intro, keys), id="help-text")
 

@@ -1,6 +1,9 @@
 """The Resources pane: GPUs (or plainly "no GPU"), CPU, RAM and the workspace's
-disk use from the run's resource samples; the clock against the deadline; steps,
-tokens and cost against their limits."""
+disk use from the run's resource samples, with the run's own commands' CPU and
+memory beside the machine's; the clock against the deadline; steps, tokens and
+cost against their limits; how full the model's context window is and how much
+of the prompt the provider's cache served. Every figure comes from the log's
+events, so a replay shows the same."""
 
 from __future__ import annotations
 
@@ -35,7 +38,47 @@ def gigabytes(mb: float) -> str:
 
 
 def tokens(n: int) -> str:
-    return f"{n / 1e6:.2f}M" if n >= 1_000_000 else f"{n / 1e3:.1f}k" if n >= 1000 else str(n)
+    if n >= 1_000_000:
+        return f"{n / 1e6:.2f}M"
+    if n >= 100_000:
+        return f"{n / 1e3:.0f}k"
+    return f"{n / 1e3:.1f}k" if n >= 1000 else str(n)
+
+
+def run_usage(sample: ev.ResourceSample, *, compact: bool = False) -> str:
+    """The run's own commands: CPU in percent of one CPU (as `top`), resident memory."""
+    parts = []
+    if sample.run_cpu_percent is not None:
+        parts.append(f"cpu {sample.run_cpu_percent:.0f}%")
+    if sample.run_mem_mb is not None:
+        parts.append(f"mem {gigabytes(sample.run_mem_mb)}")
+    if sample.run_processes is not None and not compact:
+        parts.append(f"{sample.run_processes} proc" + ("" if sample.run_processes == 1 else "s"))
+    return " · ".join(parts)
+
+
+def context_gauge(state: RunState, width: int) -> Text | None:
+    """The latest turn's prompt against the model's window, and the cache's share of
+    all prompt tokens so far; None before the first turn of a run that knows neither."""
+    window = state.context_window
+    if not window and not state.context_tokens:
+        return None
+    out = Text()
+    if window and width < 10:  # compact: the share in words, no room for a bar
+        frac = state.context_tokens / window
+        style = "red" if frac > 0.85 else "yellow" if frac > 0.6 else ""
+        out.append(f"{tokens(state.context_tokens)}/{tokens(window)} {frac:.0%}", style=style)
+    elif window:
+        frac = state.context_tokens / window
+        style = "red" if frac > 0.85 else "yellow" if frac > 0.6 else "green"
+        out.append(bar(frac, width), style=style)
+        out.append(f" {tokens(state.context_tokens)}/{tokens(window)}")
+    else:
+        out.append(tokens(state.context_tokens))
+    rate = state.cache_hit_rate
+    if rate is not None:
+        out.append(f" · cache {rate:.0%}", style="dim")
+    return out
 
 
 class ResourcesPane(Static):
@@ -52,6 +95,12 @@ class ResourcesPane(Static):
         # The bars are as wide as the pane: drawn before the layout settled (or
         # before the terminal was resized) they would not fit until the next sample.
         if self._shown is not None:
+            # After this layout pass: an update during it would keep the height
+            # measured for the old text (the narrow layout's text is shorter).
+            self.call_after_refresh(self._reshow)
+
+    def _reshow(self) -> None:
+        if self._shown is not None and self.is_attached:
             self.show(*self._shown)
 
     def feed(self, event: ev.Event) -> None:
@@ -68,41 +117,52 @@ class ResourcesPane(Static):
     def show(self, state: RunState, elapsed_s: float) -> None:
         self._shown = (state, elapsed_s)
         inner = self.size.width or 40
+        compact = inner < 40  # the narrow layout: one line a figure, no sparklines
         width = max(10, inner - 20)
-        short = 8 if inner < 40 else 10
+        short = 8 if compact else 10
         out = Text()
         sample = state.resources
         if sample is None:
             out.append("waiting for the first sample…\n", style="dim")
         else:
+            disk = f"disk {gigabytes(sample.disk_workspace_mb)}"
             if sample.gpus:
                 for gpu in sample.gpus:
                     util = gpu.util_percent
                     out.append(f"GPU{gpu.index} ", style="bold")
                     out.append(f"{bar(util / 100, short)} {util:3.0f}%  ", style="green")
                     out.append(
-                        f"mem {gigabytes(gpu.mem_used_mb)} / {gigabytes(gpu.mem_total_mb)}\n"
+                        f"{gigabytes(gpu.mem_used_mb)}/{gigabytes(gpu.mem_total_mb)}\n"
+                        if compact
+                        else f"mem {gigabytes(gpu.mem_used_mb)} / {gigabytes(gpu.mem_total_mb)}\n"
                     )
-                    out.append(
-                        f"     {gpu.name}  {spark(self._gpu.get(gpu.index, deque()), width)}\n",
-                        style="dim",
-                    )
+                    if not compact:
+                        out.append(
+                            f"     {gpu.name}  {spark(self._gpu.get(gpu.index, deque()), width)}\n",
+                            style="dim",
+                        )
             else:
                 out.append("GPU  ", style="bold")
-                out.append("no GPU\n", style="dim")
+                out.append("no GPU" + (f" · {disk}\n" if compact else "\n"), style="dim")
             out.append("CPU  ", style="bold")
             out.append(
                 f"{bar(sample.cpu_percent / 100, short)} {sample.cpu_percent:3.0f}%  ",
                 style="green",
             )
-            out.append(spark(self._cpu, max(5, width - 8)) + "\n", style="dim")
+            out.append(
+                spark(self._cpu, max(5, width - 8 - (4 if compact else 0))) + "\n", style="dim"
+            )
             out.append("RAM  ", style="bold")
             frac = sample.ram_used_mb / sample.ram_total_mb if sample.ram_total_mb else 0
             out.append(
                 f"{bar(frac, short)} {gigabytes(sample.ram_used_mb)}/{gigabytes(sample.ram_total_mb)}\n"
             )
-            out.append("Disk ", style="bold")
-            out.append(f"workspace {gigabytes(sample.disk_workspace_mb)}\n")
+            if sample.run_cpu_percent is not None or sample.run_mem_mb is not None:
+                out.append("Run  ", style="bold")
+                out.append(run_usage(sample, compact=compact) + "\n")
+            if sample.gpus or not compact:
+                out.append("Disk ", style="bold")
+                out.append(f"workspace {gigabytes(sample.disk_workspace_mb)}\n")
         limits = state.limits
         if limits is not None:
             limit = limits.time_limit_s
@@ -110,23 +170,37 @@ class ResourcesPane(Static):
             frac = elapsed_s / limit if limit else 0
             style = "red" if left < 0.1 * limit else "yellow" if left < 0.25 * limit else "cyan"
             out.append("Time ", style="bold")
-            out.append(bar(frac, width), style=style)
-            out.append(
-                f"\n     {format_duration(elapsed_s)} of {format_duration(limit)}, {format_duration(left)} left\n"
+            if compact:
+                out.append(bar(frac, short), style=style)
+                out.append(f" {format_duration(left)} left\n")
+            else:
+                out.append(bar(frac, width), style=style)
+                out.append(
+                    f"\n     {format_duration(elapsed_s)} of {format_duration(limit)}, {format_duration(left)} left\n"
+                )
+            steps = f"{state.steps}" + (f"/{limits.max_steps}" if limits.max_steps else "")
+            spent = f"${state.cost_usd:.2f}" + (
+                f"/${limits.max_cost_usd:.2f}" if limits.max_cost_usd else ""
             )
-            out.append("Steps  ", style="bold")
-            out.append(
-                f"{state.steps}" + (f" / {limits.max_steps}" if limits.max_steps else "") + "\n"
+            used = tokens(state.tokens) + (
+                f"/{tokens(limits.max_tokens)}" if limits.max_tokens else ""
             )
-            out.append("Tokens ", style="bold")
-            out.append(
-                tokens(state.tokens)
-                + (f" / {tokens(limits.max_tokens)}" if limits.max_tokens else "")
-                + "\n"
-            )
-            out.append("Cost   ", style="bold")
-            out.append(
-                f"${state.cost_usd:.2f}"
-                + (f" / ${limits.max_cost_usd:.2f}" if limits.max_cost_usd else "")
-            )
+            if compact:
+                out.append("Steps ", style="bold")
+                out.append(f"{steps} · {spent}\n")
+                if limits.max_tokens:
+                    out.append("Tok  ", style="bold")
+                    out.append(f"{used}\n")
+            else:
+                out.append("Steps  ", style="bold")
+                out.append(steps.replace("/", " / ") + "\n")
+                out.append("Tokens ", style="bold")
+                out.append(used.replace("/", " / ") + "\n")
+                out.append("Cost   ", style="bold")
+                out.append(spent.replace("/", " / ") + "\n")
+        context = context_gauge(state, short if compact else width - 8)
+        if context is not None:
+            out.append("Ctx  ", style="bold")
+            out.append_text(context)
+        out.rstrip()
         redraw(self, out)

@@ -1,13 +1,26 @@
-"""The status line: task, model, run state and, at the end, the score."""
+"""The status line: the run's phase, what it is doing now (the model generating, a
+command running, a call waiting for approval), the score, task and model.
+
+One line, whatever the terminal's width: what matters least is shortened or left
+out first (the model's name, then the task), so the phase, the score and the keys
+that get the user out stay whole at 80 columns.
+"""
 
 from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Unpack
 
 from rich.text import Text
 from textual.widgets import Static
 
+from mlra import events as ev
 from mlra.agent.ending import UNSUBMITTED
 from mlra.agent.state import RunState
 from mlra.console.headless import score_line
+from mlra.console.panes import WidgetOptions
+from mlra.durations import format_duration
 
 PHASES = {
     "starting": ("STARTING", "black on grey70"),
@@ -29,33 +42,203 @@ HINTS = {
 }
 
 
+def score_style(e: ev.EvaluationFinished) -> str:
+    """The score's colour says what it means: green only where it beats the baseline
+    (and reaches the success bar, where there is one); red below the baseline or
+    with no score at all; plain where there is nothing to compare it with."""
+    if not e.ok or e.score is None:
+        return "bold red"
+    if e.baseline is None:
+        return "bold yellow" if e.success is False else "bold"
+    if e.score == e.baseline:
+        return "bold yellow"
+    beats = e.score > e.baseline if e.higher_is_better else e.score < e.baseline
+    if not beats:
+        return "bold red"
+    return "bold yellow" if e.success is False else "bold green"
+
+
+def score_texts(e: ev.EvaluationFinished) -> list[Text]:
+    """The score, from its whole line to its bare value: a narrow status line takes
+    the longest that fits, so it never shows a label without its number."""
+    style = score_style(e)
+    unisolated = " UNISOLATED" if e.agent_isolation == "none" else ""
+    if not e.ok or e.score is None:
+        return [Text(f"score: {score_line(e)}", style=style), Text("no score", style=style)]
+    out = [Text(f"score: {score_line(e)}", style=style)]
+    if e.baseline is not None:
+        out.append(
+            Text(f"{e.metric} {e.score:.4g} (baseline {e.baseline:.4g}){unisolated}", style=style)
+        )
+        out.append(
+            Text(f"score {e.score:.4g} (baseline {e.baseline:.4g}){unisolated}", style=style)
+        )
+    out.append(Text(f"score {e.score:.4g}{unisolated}", style=style))
+    return out
+
+
+def _command(call: ev.ToolCall | ev.ApprovalRequested) -> str:
+    """A call's arguments in one short line: a command's text, else the JSON."""
+    args = call.arguments or {}
+    text = args.get("command") or args.get("code") or args.get("path")
+    if not isinstance(text, str):
+        text = json.dumps(args, ensure_ascii=False) if args else ""
+    return " ".join(text.split())
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def activity(state: RunState, elapsed_s: float) -> list[Text]:
+    """What the run is doing now, longest first; empty when there is nothing to say."""
+    pending = state.pending_approval
+    if pending is not None:
+        what = _command(pending)
+        why = f" ({pending.reason})" if pending.reason else ""
+        return [
+            Text(f"{pending.tool}: {_clip(what, 60)}{why}", style="bold dark_orange"),
+            Text(f"{pending.tool}: {_clip(what, 24)}", style="bold dark_orange"),
+            Text(pending.tool, style="bold dark_orange"),
+        ]
+    if state.phase not in ("running", "paused"):
+        return []
+    if state.generating_since is not None:
+        took = format_duration(max(0.0, elapsed_s - state.generating_since))
+        retry = state.retry
+        if retry is not None:
+            after = f"after {retry.status}" if retry.status else "after a failed connection"
+            of = f"/{retry.max_retries}" if retry.max_retries else ""
+            return [
+                Text(
+                    f"{state.generating_agent} generating… {took} (retry {retry.attempt}{of} {after})",
+                    style="bold yellow",
+                ),
+                Text(f"generating… {took} (retry {retry.attempt} {after})", style="bold yellow"),
+                Text(f"retry {retry.attempt} {after}", style="bold yellow"),
+            ]
+        return [
+            Text(f"{state.generating_agent} generating… {took}", style="cyan"),
+            Text(f"generating… {took}", style="cyan"),
+        ]
+    if state.running:
+        # The latest: a supervisor's assign_subtask runs while its worker's calls do.
+        call = max(state.running.values(), key=lambda c: c.seq)
+        took = format_duration(max(0.0, elapsed_s - call.t))
+        what = _command(call)
+        return [
+            Text(f"{call.tool} {took}: {_clip(what, 60)}", style="cyan"),
+            Text(f"{call.tool} {took}: {_clip(what, 20)}", style="cyan"),
+            Text(f"{call.tool} {took}", style="cyan"),
+        ]
+    return []
+
+
+@dataclass
+class Part:
+    """One piece of the line: its forms, longest first; a higher `rank` gives way first."""
+
+    forms: list[Text]
+    rank: int
+    droppable: bool = True
+    at: int = field(default=0)
+
+    @property
+    def text(self) -> Text:
+        return self.forms[self.at]
+
+
+def fit(parts: list[Part], width: int) -> Text:
+    """The parts, in order, each in its longest form that lets the line fit `width`:
+    the highest-ranked part is shortened first, then left out if it may be."""
+    shown = list(parts)
+    while sum(p.text.cell_len for p in shown) > width:
+        for part in sorted(shown, key=lambda p: -p.rank):
+            if part.at + 1 < len(part.forms):
+                part.at += 1
+                break
+            if part.droppable:
+                shown.remove(part)
+                break
+        else:
+            break  # nothing left to give: the terminal cuts the line
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for part in shown:
+        line.append_text(part.text)
+    return line
+
+
 class StatusBar(Static):
-    def show(self, state: RunState, *, provider_error: str | None = None) -> None:
+    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
+        self._shown: tuple[RunState, float | None, str | None] | None = None
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            state, elapsed, error = self._shown
+            self.show(state, elapsed_s=elapsed, provider_error=error)
+
+    def show(
+        self,
+        state: RunState,
+        *,
+        elapsed_s: float | None = None,
+        provider_error: str | None = None,
+    ) -> None:
+        """Redraw from the run's state; `elapsed_s` is the run clock now (a live run's
+        clock runs on between events; a recorded run's stands at its last event)."""
+        self._shown = (state, elapsed_s, provider_error)
+        elapsed = state.elapsed_s if elapsed_s is None else elapsed_s
         label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
-        text = Text()
-        text.append(" mlra ", style="bold white on grey23")
-        text.append(f" {state.task or '…'} ", style="bold")
-        text.append(f"· {state.model or '…'} ", style="")
         if state.phase == "awaiting_approval" and state.paused:
             label = "PAUSED · " + label
-        text.append(f" {label} ", style=style)
+        parts = [
+            Part([Text(" mlra ", style="bold white on grey23")], rank=9),
+            Part(
+                [Text(f" {state.task or '…'} ", style="bold"), Text(" ")],
+                rank=7,
+            ),
+            Part([Text(f"· {state.model or '…'} ")], rank=8),
+            Part(
+                [Text(f" {label} ", style=style), Text(f" {label.split(' · ')[-1]} ", style=style)],
+                rank=0,
+                droppable=False,
+            ),
+        ]
         if state.sandbox is not None and state.sandbox.isolation == "none":
-            # First, so no width cuts it: nothing this run scores is confined.
-            text.append(" UNISOLATED ", style="bold black on yellow")
+            # Nothing this run scores is confined: no width leaves it out.
+            parts.append(
+                Part([Text(" UNISOLATED ", style="bold black on yellow")], rank=0, droppable=False)
+            )
         if state.phase == "paused" and provider_error:
-            text.append(f" model provider failing: {provider_error[:80]} ", style="red")
+            parts.append(
+                Part(
+                    [
+                        Text(f" model provider failing: {_clip(provider_error, 80)}", style="red"),
+                        Text(f" provider failing: {_clip(provider_error, 30)}", style="red"),
+                    ],
+                    rank=4,
+                )
+            )
+        doing = activity(state, elapsed)
+        if doing:
+            parts.append(Part([Text(" ") + t for t in doing], rank=3))
         hint = HINTS.get(state.phase)
         if hint:
-            text.append(f"  {hint}", style="dim")
-        if state.evaluation is not None:
-            text.append("  score: ", style="bold")
-            text.append(
-                score_line(state.evaluation),
-                style="bold green" if state.evaluation.ok else "bold red",
+            keep = state.phase in ("finished", "stopped", "error")  # the way out
+            parts.append(
+                Part([Text(f"  {hint}", style="dim")], rank=1 if keep else 5, droppable=not keep)
             )
+        if state.evaluation is not None:
+            forms = [Text("  ") + t for t in score_texts(state.evaluation)]
+            parts.append(Part(forms, rank=2, droppable=False))
         elif state.finished is not None and state.finished.status == "error":
-            text.append(f"  {state.finished.message[:120]}", style="red")
+            parts.append(
+                Part([Text(f"  {_clip(state.finished.message, 120)}", style="red")], rank=4)
+            )
         elif state.finished is not None and state.finished.reason in UNSUBMITTED:
             # Ended without a submission: nothing was graded, and the bar says why.
-            text.append(f"  not submitted: {state.finished.message[:120]}", style="yellow")
-        self.update(text)
+            message = f"  not submitted: {_clip(state.finished.message, 120)}"
+            parts.append(Part([Text(message, style="yellow")], rank=4))
+        width = self.size.width or self.app.size.width or 160
+        self.update(fit(parts, width))

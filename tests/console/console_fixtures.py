@@ -10,7 +10,7 @@ from typing import Literal
 
 from mlra import events as ev
 
-Stage = Literal["running", "approval", "finished"]
+Stage = Literal["running", "approval", "finished", "retrying"]
 EPOCH = 1_790_000_000.0  # a fixed wall-clock time for the workspace's files
 
 
@@ -27,7 +27,13 @@ class _Recorder:
 
 def _sample(t: float, cpu: float) -> ev.ResourceSample:
     return ev.ResourceSample(
-        cpu_percent=cpu, ram_used_mb=6_200, ram_total_mb=24_000, disk_workspace_mb=3.4
+        cpu_percent=cpu,
+        ram_used_mb=6_200,
+        ram_total_mb=24_000,
+        disk_workspace_mb=3.4,
+        run_cpu_percent=cpu * 1.9,
+        run_mem_mb=1_480,
+        run_processes=3,
     )
 
 
@@ -48,6 +54,7 @@ def recorded_run(stage: Stage) -> list[ev.Event]:
                 workdir="/workspace",
                 workspace="/runs/x/workspace",
             ),
+            context_window=200_000,
         ),
     )
     steps = [
@@ -114,6 +121,7 @@ def recorded_run(stage: Stage) -> list[ev.Event]:
             model="anthropic/claude-sonnet-4-6",
             input_tokens=18_400,
             output_tokens=620,
+            cache_read_tokens=14_100,
             cost_usd=0.064,
         ),
     )
@@ -161,6 +169,29 @@ def recorded_run(stage: Stage) -> list[ev.Event]:
             step=9,
         ),
     )
+    if stage == "retrying":
+        r.add(
+            77,
+            ev.ToolResult(
+                call_id="call_0009",
+                tool="bash",
+                agent="worker",
+                ok=False,
+                output="[exit code 1, 1 s]",
+                exit_code=1,
+                duration_s=1.0,
+            ),
+        )
+        r.add(78, ev.StepStarted(agent="worker", step=10, turn=10))
+        r.add(81, ev.ModelRetry(agent="worker", model="m", attempt=1, max_retries=4, status=429))
+        r.add(84, ev.ModelRetry(agent="worker", model="m", attempt=2, max_retries=4, status=429))
+        r.add(
+            90,
+            ev.ResourceSample(
+                cpu_percent=3, ram_used_mb=6_000, ram_total_mb=24_000, disk_workspace_mb=3.4
+            ),
+        )
+        return r.events
     if stage == "running":
         r.add(
             80,

@@ -1,6 +1,7 @@
 """The console's main screen in its states, from a recorded run (so every
 figure on screen is fixed): running, paused with a tool call waiting for
-approval, finished with a score, and the compact layout of a 100x30 terminal."""
+approval, finished with a score, retrying the model, the compact layout of a
+100x30 terminal and the smallest, 80x24 (help included)."""
 
 from __future__ import annotations
 
@@ -67,3 +68,23 @@ def test_compact_layout_shows_files_on_demand(snap_compare: Any, tmp_path: Path)
 
 def test_tz_is_pinned() -> None:
     assert os.environ.get("TZ") == "UTC"
+
+
+def test_retrying_the_model(snap_compare: Any, tmp_path: Path) -> None:
+    """The status line says the model is being retried, and after what."""
+    assert snap_compare(_app("retrying", tmp_path), terminal_size=(160, 48), run_before=_settle)
+
+
+@pytest.mark.parametrize("stage", ["running", "approval", "finished", "retrying"])
+def test_80x24(snap_compare: Any, tmp_path: Path, stage: Stage) -> None:
+    """The smallest terminal: the current plan step, the score and q stay on screen."""
+    assert snap_compare(_app(stage, tmp_path), terminal_size=(80, 24), run_before=_settle)
+
+
+def test_help_fits_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    async def help(pilot: Any) -> None:
+        await _settle(pilot)
+        await pilot.press("question_mark")
+        await pilot.pause()
+
+    assert snap_compare(_app("approval", tmp_path), terminal_size=(80, 24), run_before=help)

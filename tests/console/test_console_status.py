@@ -1,0 +1,138 @@
+"""What the live console tells a person steering a run: the model generating and its
+retries (from `model_retry` events), the score coloured by what it means, a status
+line that fits 80 columns, no pause for an evaluation, and dialogs or timers that
+outlive the run without raising. Live runs use the scripted model server through
+the real OpenAI SDK, as tests/console/test_console_controls.py does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rich.text import Text
+
+from mlra import events as ev
+from mlra.agent.state import fold
+from mlra.console.app import MlraApp
+from mlra.console.panes.plan import plan_window
+from mlra.console.panes.status import Part, StatusBar, fit, score_style, score_texts
+from mlra.console.screens import PromptScreen
+from tests.console.console_fixtures import recorded_run
+from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+from tests.scripts import supervisor_answering
+
+
+def status_line(app: MlraApp) -> str:
+    content = app.query_one(StatusBar).content
+    return content.plain if isinstance(content, Text) else str(content)
+
+
+def _score(
+    score: float, *, higher: bool = True, success: bool | None = None
+) -> ev.EvaluationFinished:
+    return ev.EvaluationFinished(
+        ok=True, metric="acc", score=score, baseline=0.5, higher_is_better=higher, success=success
+    )
+
+
+def test_a_score_is_green_only_where_it_beats_the_baseline() -> None:
+    assert score_style(_score(0.7)) == "bold green"
+    assert score_style(_score(0.3)) == "bold red"
+    assert score_style(_score(0.5)) == "bold yellow"
+    assert score_style(_score(0.3, higher=False)) == "bold green"  # a loss: lower is better
+    assert score_style(_score(0.7, success=False)) == "bold yellow"  # short of the success bar
+    assert score_style(ev.EvaluationFinished(ok=False, metric="acc", error="crashed")) == "bold red"
+    assert score_style(ev.EvaluationFinished(ok=True, metric="acc", score=0.4)) == "bold"
+
+
+def test_a_narrow_line_keeps_the_score_whole_and_drops_the_model_first() -> None:
+    e = ev.EvaluationFinished(ok=True, metric="minimal_pair_accuracy", score=0.812, baseline=0.767)
+    parts = [
+        Part([Text("task ")], rank=7),
+        Part([Text("· anthropic/claude-sonnet-4-6 ")], rank=8),
+        Part([Text(" FINISHED ")], rank=0, droppable=False),
+        Part([Text("  q quit")], rank=1, droppable=False),
+        Part([Text("  ") + t for t in score_texts(e)], rank=2, droppable=False),
+    ]
+    line = fit(parts, 40).plain
+    assert "0.812" in line and "q quit" in line and "claude" not in line
+    assert len(line) <= 40
+    assert not line.rstrip().endswith("score:")
+
+
+def test_the_plan_window_keeps_the_current_step() -> None:
+    steps = [ev.PlanStep(id=str(i), title=f"step {i}", status="done") for i in range(1, 8)]
+    steps += [ev.PlanStep(id=str(i), title=f"step {i}") for i in range(8, 11)]
+    state = fold(
+        [ev.PlanUpdated(steps=steps), ev.SubtaskStarted(subtask=1, step_id="8", instructions="")]
+    )
+    shown, before, after = plan_window(state, 5)
+    assert "8" in [s.id for s in shown]
+    assert before + len(shown) + after == 10 and len(shown) + 2 <= 5
+
+
+async def test_retries_show_in_the_status_line_as_they_happen(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    # The second 429 asks the SDK to wait 3 s: the status line shows it while it waits.
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            {"status": 429, "times": 1},
+            {"status": 429, "times": 1, "retry_after_ms": 3000},
+            ANSWER,
+            REPORT,
+        ],
+    }
+    async with live(tmp_path, answer_task, script) as run:
+        retry = await run.watch.wait(is_(ev.ModelRetry, attempt=2))
+        assert isinstance(retry, ev.ModelRetry) and retry.status == 429 and retry.agent == "worker"
+        await run.shown(lambda app: "retry 2" in status_line(app))
+        line = status_line(run.app)
+        assert "generating…" in line and "after 429" in line
+        assert (await run.finished()).reason == "submitted"
+    # The log holds them, so a replay folds the same state.
+    assert [e.attempt for e in run.watch.events if isinstance(e, ev.ModelRetry)] == [1, 2]
+
+
+async def test_space_while_evaluating_says_evaluation_cannot_be_paused(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        # The run as the console sees it during an evaluation (the agent is held at
+        # the breakpoint, so the phase stays put while the key is pressed).
+        run.controller.emit(ev.EvaluationStarted(evaluator="answer", artifact="answer.txt"))
+        await run.shown(lambda app: app.state.phase == "evaluating")
+        await run.pilot.press("space")
+        await run.shown(
+            lambda app: any("cannot be paused" in n.message for n in app._notifications)
+        )
+        assert run.watch.count(is_(ev.Control, action="pause")) == 0
+        assert not run.controller.controls.paused
+        run.controller.request_stop(evaluate=False)
+        await run.finished()
+
+
+async def test_a_dialog_answered_after_the_run_ended_does_not_raise(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.pilot.press("i")
+        await run.shown(lambda app: isinstance(app.screen, PromptScreen))
+        run.controller.request_stop(evaluate=False)  # the run ends while the dialog is open
+        await run.finished()
+        await run.shown(lambda app: app.result is not None)
+        await run.pilot.press(*"too late", "enter")
+        await run.shown(lambda app: any("too late" in n.message for n in app._notifications))
+        assert run.watch.count(is_(ev.Control, action="inject")) == 0
+
+
+async def test_timers_firing_after_the_panes_are_gone_do_not_raise() -> None:
+    app = MlraApp(events=recorded_run("running"))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.query_one("#body").remove()
+        await app.query_one(StatusBar).remove()
+        app._tick()
+        await app._refresh_files()
+        await pilot.pause()
