@@ -18,9 +18,9 @@ from mlra.batch.executors.ray import RayExecutor
 from mlra.batch.report import write_report
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchSpec, expand
+from tests.batch.test_batch import MODEL, supervisor_fallback, worker_writing
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
-from tests.batch.test_batch import MODEL, supervisor_fallback, worker_writing
 
 ray = pytest.importorskip("ray")
 
