@@ -94,7 +94,22 @@ class CatchUp:
             if self._going_live is not None:
                 for event in self._going_live():
                     self._open_live_part(event)
+            self._lose_jobs()
         self._live.set()
+
+    def _lose_jobs(self) -> None:
+        """Jobs the recording leaves running belonged to the process that died: this one
+        cannot reach them to see them through, so they are lost (their logs stay in the
+        workspace)."""
+        for job in self._state.running_jobs:
+            self._append(
+                ev.JobEnded(
+                    job=job.started.job,
+                    end="lost",
+                    reason="mlra stopped while it ran; its log is kept",
+                    duration_s=round(max(0.0, self._state.elapsed_s - job.started.t), 3),
+                )
+            )
 
     def _open_live_part(self, event: ev.Event) -> None:
         if isinstance(event, ev.RunResumed):

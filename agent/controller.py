@@ -47,6 +47,7 @@ from mlra.agent.state import RunResult, RunState, write_result
 from mlra.agent.steering import Steering
 from mlra.agent.tool_step import ToolStep
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.jobs import JobManager
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 
 __all__ = ["Agent", "EndRun", "Ending", "RunController", "new_run_id", "run_id_problem"]
@@ -91,6 +92,11 @@ class RunController(Steering):
             self.workspace,
             SnapshotStore(self.run_dir),
             max_stored_bytes=int(config.snapshot_max_file_mb * 1024 * 1024),
+        )
+        # Background jobs (tools/jobs.py): their events are the run's own observations,
+        # written past any catch-up; the run clock times them, pauses excluded.
+        self.jobs = JobManager(
+            emit=self.append, clock=lambda: self.clock.elapsed(), records=lambda: self.state.jobs
         )
         self.turns = ModelTurn(self)
         self.tool_step = ToolStep(self, self.scanner)
@@ -170,6 +176,7 @@ class RunController(Steering):
             )
             await self._finish(ending)
         except asyncio.CancelledError:
+            await self._stop_jobs("the run was cancelled")
             self._finish_abruptly("stopped", "the run was cancelled before it could finish")
             if not self._aborted:
                 await self._close()
@@ -180,6 +187,7 @@ class RunController(Steering):
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             self.emit_safely(ev.Notice(level="error", message=traceback.format_exc()))
+            await self._stop_jobs("the run failed")
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
         return write_result(self.state, self.run_dir)
@@ -225,6 +233,9 @@ class RunController(Steering):
     async def _finish(self, ending: Ending) -> None:
         self.clock.pause()
         self.catchup.go_live()
+        # Before anything is frozen or graded: a job left running could still change
+        # the artifact after the copy that is graded was taken.
+        await self._stop_jobs(ending.finished_message)
         if ending.evaluate:
             await evaluate(self, ending)
         self.emit(
@@ -241,8 +252,15 @@ class RunController(Steering):
         reason: ev.FinishReason = "error" if status == "error" else "stopped"
         self.emit_safely(ev.RunFinished(status=status, reason=reason, message=message))
 
+    async def _stop_jobs(self, reason: str) -> None:
+        """Stop every background job, each with its `job_ended`; never raises (the run is
+        ending, and the sandbox kills whatever is left on closing)."""
+        with contextlib.suppress(Exception):
+            await self.jobs.stop_all(reason)
+
     async def _close(self) -> None:
         self.clock.pause()
+        await self._stop_jobs("the run ended")
         if self.sandbox is not None:
             with contextlib.suppress(Exception):
                 await self.sandbox.close()
@@ -258,6 +276,7 @@ class RunController(Steering):
             steps=state.steps, max_steps=cfg.max_steps,
             cost_usd=state.cost_usd, max_cost_usd=cfg.max_cost_usd,
             tokens=state.tokens, max_tokens=cfg.max_tokens,
+            jobs=self.jobs.running(),
         )  # fmt: skip
 
     def check_budget(self) -> None:

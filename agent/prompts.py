@@ -6,6 +6,8 @@ The first line of each system prompt names the role; the scripted test server
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from mlra.durations import format_duration
 
 SUPERVISOR_SYSTEM = """\
@@ -31,7 +33,8 @@ WORKER_SYSTEM = """\
 You are the worker of an ML research agent.
 A supervisor gives you one subtask at a time. You act with tools in a sandboxed workspace ({workdir}): `bash` and `python` run commands there, `read_file`, `write_file`, `edit_file` and `list_files` handle files, `report` ends the subtask with your report to the supervisor, and `submit` submits the final artifact for evaluation (only when the supervisor asked for it or time is about to run out). For research, `arxiv_search` finds papers, `arxiv_read` reads one a few pages at a time (the PDF is saved under papers/), and `github_clone` clones a public repository under repos/; they work even when the sandbox has no network.
 
-Think briefly before each action, then act with a tool; one tool call at a time is best. Commands have a time-out; long training runs should print progress and save checkpoints. When the subtask is done (or cannot be done), call `report` with what you did, the results with numbers, the files produced and any problems.
+Think briefly before each action, then act with a tool; one tool call at a time is best. Commands have a time-out; long training runs should print progress and save checkpoints.
+Run a command in the foreground (`bash`, `python`) when you need its result before your next step. Start it as a background job with `job_start` when it takes long (training, a long evaluation) and you have other work meanwhile: it returns a job id at once and writes the output to a log file in jobs/; `job_status` shows how your jobs are doing, `job_wait` waits for one (up to a timeout) and returns its new output, `job_stop` stops one. Anything a foreground command leaves in the background is killed when it ends, so use a job instead. A few jobs may run at once; all of them are stopped at the deadline and when the run is submitted, so save checkpoints and results to files. When the subtask is done (or cannot be done), call `report` with what you did, the results with numbers, the files produced and any problems.
 Every message tells you the time used and left and the remaining budget: plan your work to fit.
 """
 
@@ -60,8 +63,10 @@ def status_note(
     max_cost_usd: float | None,
     tokens: int,
     max_tokens: int | None,
+    jobs: Sequence[tuple[str, float]] = (),
 ) -> str:
-    """The clock-and-budget line the agent sees before every turn."""
+    """The clock-and-budget line the agent sees before every turn, and the background jobs
+    running now ((label, seconds running) each), which an agent busy elsewhere forgets."""
     left = max(0.0, limit_s - elapsed_s)
     parts = [
         f"Time: {format_duration(elapsed_s)} elapsed, {format_duration(left)} left of "
@@ -71,4 +76,7 @@ def status_note(
     parts.append(f"Cost: ${cost_usd:.2f}" + (f" of ${max_cost_usd:.2f}." if max_cost_usd else "."))
     if max_tokens:
         parts.append(f"Tokens: {tokens:,} of {max_tokens:,}.")
+    if jobs:
+        running = ", ".join(f"{label} for {format_duration(seconds)}" for label, seconds in jobs)
+        parts.append(f"Jobs running: {running}.")
     return "[status] " + " ".join(parts)

@@ -36,6 +36,8 @@ PASSIVE = (
     ev.WorkspaceSnapshot,
     ev.RunResumed,
     ev.RunForked,
+    ev.JobStarted,
+    ev.JobEnded,
     ev.Submission,
     ev.EvaluationStarted,
     ev.EvaluationFinished,

@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, dump_json
+from mlra.tools.jobs import JobRecord
 
 Phase = Literal[
     "starting",
@@ -94,6 +95,8 @@ class RunState:
     """The provider's latest retry of the call now generating."""
     running: dict[str, ev.ToolCall] = field(default_factory=dict)
     """Tool calls asked for and not yet ended, by call id (one waiting for approval too)."""
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    """Every background job the run started, by id, running or how it ended."""
     edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The arguments the user gave calls at a breakpoint, by call id: a resumed run shows
     its model the call as it ran (agent/tool_step.py)."""
@@ -109,6 +112,10 @@ class RunState:
         if self.paused:
             return "paused"
         return "running" if self.started else "starting"
+
+    @property
+    def running_jobs(self) -> list[JobRecord]:
+        return [job for job in self.jobs.values() if job.ended is None]
 
     @property
     def tokens(self) -> int:
@@ -190,6 +197,11 @@ class RunState:
                 self.generating_since = self.generating_agent = self.retry = None
             case ev.ResourceSample():
                 self.resources = event
+            case ev.JobStarted():
+                self.jobs[event.job] = JobRecord(started=event)
+            case ev.JobEnded():
+                if event.job in self.jobs:
+                    self.jobs[event.job].ended = event
             case ev.Control():
                 self._apply_control(event)
             case ev.Submission():

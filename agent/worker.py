@@ -45,7 +45,9 @@ class Worker:
     def __init__(self, controller: RunController, *, reviewer: Reviewer | None = None) -> None:
         self.ctl = controller
         self.reviewer = reviewer
-        self.registry = ToolRegistry([*core_tools(), *research_tools(), Report()])
+        self.registry = ToolRegistry(
+            [*core_tools(jobs=controller.jobs), *research_tools(), Report()]
+        )
         assert controller.sandbox is not None
         self.history = AgentHistory(system=WORKER_SYSTEM.format(workdir=controller.sandbox.workdir))
         self.history.pin(

@@ -344,6 +344,40 @@ class ResourceSample(_Event):
     """How many processes the run's commands are now (0 between commands)."""
 
 
+# --- background jobs -----------------------------------------------------------------
+
+JobEnd = Literal["exited", "stopped", "lost"]
+"""How a job ended: its command exited (any code); it was stopped (`job_stop`, the
+deadline, a submission, the run's end); or mlra died while it ran (a resumed run
+cannot reattach to it, so it is reported lost, its log kept)."""
+
+
+class JobStarted(_Event):
+    """A command started in the background by `job_start`: it runs in the sandbox beside
+    the agent's tool calls until it exits or is stopped."""
+
+    type: Literal["job_started"] = "job_started"
+    job: str
+    """The job's id (`job-1`, `job-2`...), unique in the run."""
+    name: str = ""
+    command: str
+    log: str
+    """The workspace-relative file its output (stdout and stderr) is teed to."""
+    agent: AgentRole | None = None
+    call_id: str | None = None
+
+
+class JobEnded(_Event):
+    type: Literal["job_ended"] = "job_ended"
+    job: str
+    end: JobEnd
+    exit_code: int | None = None
+    reason: str = ""
+    """Why it was stopped or lost, in words (e.g. "the time limit was reached")."""
+    duration_s: float = 0.0
+    """Run-clock seconds it ran: time paused does not count (its processes were stopped)."""
+
+
 ControlAction = Literal[
     "pause", "resume", "step", "inject", "approve", "reject", "edit", "stop", "breakpoints", "quit"
 ]
@@ -502,6 +536,8 @@ Event = Annotated[
     | WorkspaceSnapshot
     | RunResumed
     | RunForked
+    | JobStarted
+    | JobEnded
     | UnknownEvent,
     Field(discriminator="type"),
 ]

@@ -81,8 +81,9 @@ class Bash(Tool[BashArgs]):
         "Run a bash command in the workspace and return its output (stdout and stderr "
         "interleaved) and exit code. Each call starts a fresh shell in the workspace folder: "
         "`cd` and variables do not carry over, and anything it starts in the background is "
-        "killed when the command ends, so run long jobs in the foreground with a suitable "
-        "timeout (and tee their log to a file). Very long output is cut in the middle."
+        "killed when the command ends: run a long job with `job_start` where you have it, "
+        "else in the foreground with a suitable timeout (and tee its log to a file). Very "
+        "long output is cut in the middle."
     )
     Args = BashArgs
 

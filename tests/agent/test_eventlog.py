@@ -52,6 +52,8 @@ def _samples() -> list[ev.Event]:
         ev.WorkspaceSnapshot(step=1, changed=[ev.FileChange(path="a", size=1, sha256="x")]),
         ev.RunResumed(),
         ev.RunForked(run_id="b", source_run="a", source_dir="runs/a", at_step=3, model="baseline"),
+        ev.JobStarted(job="job-1", name="train", command="python train.py", log="jobs/job-1.log"),
+        ev.JobEnded(job="job-1", end="stopped", reason="the time limit was reached"),
         ev.UnknownEvent(original_type="from_a_newer_mlra", fields={"x": 1}),
     ]
 

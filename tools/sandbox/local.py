@@ -102,6 +102,9 @@ class LocalSandbox(Sandbox):
         self._started = False
         self._start_lock = asyncio.Lock()
         self._running: set[_Running] = set()
+        self._suspended = False
+        """Paused: a command that starts now (a background job's, begun just before the
+        pause) is stopped as soon as it exists, as the running ones were."""
 
     @property
     def workdir(self) -> str:
@@ -177,11 +180,13 @@ class LocalSandbox(Sandbox):
         return [running.pgid for running in list(self._running)]
 
     def suspend_commands(self) -> None:
-        for running in self._running:
+        self._suspended = True
+        for running in list(self._running):
             running.suspend()
 
     def resume_commands(self) -> None:
-        for running in self._running:
+        self._suspended = False
+        for running in list(self._running):
             running.resume()
 
     def _probe_bwrap(self) -> str | None:
@@ -273,6 +278,8 @@ class LocalSandbox(Sandbox):
             raise SandboxError(f"cannot run {argv[0]}: {exc}") from None
         running = _Running(transport, protocol, sink)
         self._running.add(running)
+        if self._suspended:
+            running.suspend()
         try:
             if stdin is not None:
                 try:

@@ -1,0 +1,315 @@
+"""Background jobs (`job_start`, `job_status`, `job_wait`, `job_stop`) in whole runs.
+
+Runs go through the real command line (or an in-process controller, where the
+test must act on the run while it goes: a pause) with the real OpenAI SDK and
+the scripted model server on loopback. Each job's command carries a marker of
+its own, so the test can tell whether any of its processes is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.eventlog import read_events
+from mlra.agent.providers import resolve_model
+from mlra.agent.run import agent_for
+from mlra.tasks.spec import load_task
+from tests.conftest import SECRET_ENV, mlra_cli, processes_running
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+MODEL = "openai/test-model"
+
+
+def job_start(command: str, name: str = "") -> dict[str, Any]:
+    """A `job_start` call (`call` takes the tool's name as its own `name`)."""
+    return {"name": "job_start", "arguments": {"command": command, "name": name}}
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
+    return env
+
+
+def _args(server: ScriptedModelServer, runs: Path, task: Path, *extra: str) -> list[str]:
+    return [
+        "run",
+        str(task),
+        "--model",
+        MODEL,
+        "--base-url",
+        server.url_for("openai"),
+        "--no-tui",
+        "--runs-dir",
+        str(runs),
+        "--run-id",
+        "r",
+        *extra,
+    ]
+
+
+def _run(tmp_path: Path, task: Path, script: dict[str, Any], *extra: str) -> list[ev.Event]:
+    with ScriptedModelServer(script) as server:
+        proc = mlra_cli(_args(server, tmp_path / "runs", task, *extra), cwd=tmp_path, env=_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return read_events(tmp_path / "runs" / "r" / "events.jsonl")
+
+
+def _result_of(events: list[ev.Event], tool: str, nth: int = 0) -> ev.ToolResult:
+    calls = [e for e in events if isinstance(e, ev.ToolCall) and e.tool == tool]
+    call_id = calls[nth].call_id
+    return next(e for e in events if isinstance(e, ev.ToolResult) and e.call_id == call_id)
+
+
+def _one(events: list[ev.Event], kind: type[ev.Event]) -> Any:
+    found = [e for e in events if isinstance(e, kind)]
+    assert len(found) == 1, found
+    return found[0]
+
+
+def _kill_all(marker: str) -> None:
+    for pid in processes_running(marker):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def test_a_job_runs_while_the_worker_goes_on_and_job_wait_returns_its_output(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    job = "echo begun-A1; while [ ! -f go ]; do sleep 0.02; done; echo finished-A1; exit 3"
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("Train in the background.", job_start(job, "train")),
+            turn("Meanwhile, answer.", call("bash", command="echo 42 > answer.txt")),
+            turn("How is it doing?", call("job_status")),
+            turn("Let it finish.", call("write_file", path="go", content="")),
+            turn("", call("job_wait", job="train", timeout=60)),
+            turn("", call("report", summary="answer.txt holds 42; train exited")),
+        ],
+    }
+    events = _run(tmp_path, answer_task, script)
+    started = _one(events, ev.JobStarted)
+    ended = _one(events, ev.JobEnded)
+    assert started.job == "job-1" and started.name == "train" and started.log == "jobs/job-1.log"
+    # The worker's other calls ran while the job did: their times lie between its start
+    # and its end.
+    bash = _result_of(events, "bash")
+    assert started.seq < bash.seq < ended.seq and started.ts < bash.ts < ended.ts
+    assert "job-1 (train): running" in _result_of(events, "job_status").output
+    # Each turn's status note names the running job.
+    prompts = [
+        e.prompt
+        for e in events
+        if isinstance(e, ev.StepStarted) and started.seq < e.seq < ended.seq
+    ]
+    assert any("Jobs running: job-1 (train) for" in p for p in prompts)
+    waited = _result_of(events, "job_wait")
+    assert waited.ok and "begun-A1" in waited.output and "finished-A1" in waited.output
+    assert "exited with code 3" in waited.output
+    assert ended.end == "exited" and ended.exit_code == 3
+    log = (tmp_path / "runs" / "r" / "workspace" / "jobs" / "job-1.log").read_text()
+    assert log == "begun-A1\nfinished-A1\n"
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", call("job_start", command="sleep 118.25")),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("Wait out the clock.", call("bash", command="sleep 119.75", timeout=300)),
+        ],
+    }
+    try:
+        events = _run(tmp_path, answer_task, script, "--time-limit", "3s")
+    finally:
+        leftover = processes_running("118.25")
+        _kill_all("118.25")
+        _kill_all("119.75")
+    assert not leftover
+    ended = _one(events, ev.JobEnded)
+    assert ended.end == "stopped" and ended.reason == "the time limit was reached"
+    # Within 2 s of the run's end killing the foreground command, and before the
+    # workspace's artifact was frozen for grading.
+    killed = _result_of(events, "bash", 1)
+    assert not killed.ok and ended.ts - killed.ts < 2.0
+    submission = _one(events, ev.Submission)
+    assert ended.seq < submission.seq and submission.by == "deadline"
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "deadline"
+
+
+def test_jobs_at_once_are_bounded_and_submit_stops_them(tmp_path: Path, answer_task: Path) -> None:
+    starts = [turn("", call("job_start", command=f"sleep 120.{i}7")) for i in range(5)]
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            *starts,
+            turn("", call("job_stop", job="job-2")),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    try:
+        events = _run(tmp_path, answer_task, script)
+    finally:
+        leftover = [pid for i in range(5) for pid in processes_running(f"120.{i}7")]
+        for i in range(5):
+            _kill_all(f"120.{i}7")
+    assert not leftover
+    refused = _result_of(events, "job_start", 4)
+    assert not refused.ok and "the most at once is 4" in refused.output
+    assert [e.job for e in events if isinstance(e, ev.JobStarted)] == [
+        f"job-{i}" for i in range(1, 5)
+    ]
+    ended = {e.job: e for e in events if isinstance(e, ev.JobEnded)}
+    assert ended["job-2"].reason == "stopped with job_stop"
+    submission = _one(events, ev.Submission)
+    for job in ("job-1", "job-3", "job-4"):
+        assert ended[job].end == "stopped" and ended[job].reason == "the agent submitted"
+        assert ended[job].seq < submission.seq
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def _controller(server: ScriptedModelServer, task: Path, runs: Path) -> RunController:
+    provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+    config = RunConfig(task="answer", model="openai/test", runs_dir=runs, run_id="p")
+    controller = RunController(config, load_task(task), provider)
+    controller.prepare()
+    return controller
+
+
+async def _until(condition: Any, what: str) -> None:
+    """Wait for a condition on files or processes another process changes (nothing to await)."""
+    async with asyncio.timeout(20):
+        while not condition():  # noqa: ASYNC110 (no event to await: another process's state)
+            await asyncio.sleep(0.01)
+
+
+def _states(marker: str) -> set[str]:
+    states = set()
+    for pid in processes_running(marker):
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            states.add(stat[stat.rfind(")") + 2])
+    return states
+
+
+async def test_a_pause_suspends_jobs_and_their_clocks(tmp_path: Path, answer_task: Path) -> None:
+    job = "while [ ! -f stop ]; do echo tick-P7; sleep 0.02; done; echo done-P7"
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", job_start(job, "ticker")),
+            turn("", call("job_wait", job="ticker", timeout=120)),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        controller = _controller(server, answer_task, tmp_path)
+        log = controller.workspace / "jobs" / "job-1.log"
+        checked: list[int] = []
+
+        async def pause_while_it_runs() -> None:
+            await _until(lambda: log.exists() and "tick-P7" in log.read_text(), "output")
+            controller.pause()
+            await _until(lambda: _states("tick-P7") == {"T"}, "the job stopped")
+            size = log.stat().st_size
+            await asyncio.sleep(0.5)  # paused time, which the job's clock must leave out
+            checked.append(log.stat().st_size - size)
+            controller.resume()
+            await _until(lambda: _states("tick-P7") - {"T"}, "the job going on")
+            (controller.workspace / "stop").touch()
+
+        tasks: list[asyncio.Task[None]] = []
+
+        def seen(event: ev.Event) -> None:
+            if isinstance(event, ev.JobStarted):
+                tasks.append(asyncio.ensure_future(pause_while_it_runs()))
+
+        controller.subscribe(seen)
+        try:
+            await controller.run(agent_for)
+            await asyncio.gather(*tasks)
+        finally:
+            _kill_all("tick-P7")
+    events = read_events(controller.run_dir / "events.jsonl")
+    # Nothing was printed while paused (a line already in the pipe may still be read):
+    # running, it prints a line each 20 ms.
+    assert len(checked) == 1 and checked[0] <= len("tick-P7\n")
+    started, ended = _one(events, ev.JobStarted), _one(events, ev.JobEnded)
+    assert ended.end == "exited" and ended.exit_code == 0
+    assert ended.duration_s <= (ended.ts - started.ts) - 0.45
+    waited = _result_of(events, "job_wait")
+    assert waited.ok and "done-P7" in waited.output
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def test_resume_after_sigkill_reports_a_running_job_as_lost(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", job_start("echo begun-R3; sleep 121.5", "long")),
+            turn("", call("bash", command="sleep 30.25")),
+            turn("", call("job_status")),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    runs = tmp_path / "runs"
+    events_file = runs / "r" / "events.jsonl"
+    job_log = runs / "r" / "workspace" / "jobs" / "job-1.log"
+    try:
+        with ScriptedModelServer(script, turn_by_history=True) as server:
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "mlra", *_args(server, runs, answer_task)],
+                cwd=tmp_path,
+                env=_env(),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            try:
+                deadline = time.monotonic() + 60
+                while proc.poll() is None and time.monotonic() < deadline:
+                    # Polling files another process writes: there is nothing to await.
+                    text = events_file.read_bytes() if events_file.exists() else b""
+                    logged = job_log.read_bytes() if job_log.exists() else b""
+                    if b"sleep 30.25" in text and b"begun-R3" in logged:
+                        break
+                    time.sleep(0.005)
+                proc.send_signal(signal.SIGKILL)
+            finally:
+                proc.wait()
+            killed = read_events(events_file)
+            assert any(isinstance(e, ev.JobStarted) for e in killed)
+            resumed = mlra_cli(["resume", str(runs / "r"), "--no-tui"], cwd=tmp_path, env=_env())
+    finally:
+        _kill_all("121.5")
+        _kill_all("30.25")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    events = read_events(events_file)
+    lost = _one(events, ev.JobEnded)
+    resumed_at = _one(events, ev.RunResumed)
+    assert lost.job == "job-1" and lost.end == "lost" and lost.seq > resumed_at.seq
+    status = _result_of(events, "job_status")
+    assert "job-1 (long): lost" in status.output and "jobs/job-1.log" in status.output
+    assert "begun-R3" in job_log.read_text()  # the log is kept
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
