@@ -81,6 +81,39 @@ def context_gauge(state: RunState, width: int) -> Text | None:
     return out
 
 
+JOBS_SHOWN = 5
+"""Jobs listed in the pane: the running ones first, then the latest to end."""
+
+
+def jobs_section(state: RunState, elapsed_s: float, *, compact: bool = False) -> Text | None:
+    """The run's background jobs, one line each: running (and for how long, pauses
+    excluded) or how each ended; None before the first job."""
+    if not state.jobs:
+        return None
+    records = list(state.jobs.values())
+    running = [j for j in records if j.ended is None]
+    ended = [j for j in reversed(records) if j.ended is not None]
+    out = Text()
+    out.append("Jobs ", style="bold")
+    out.append(f"{len(running)} running\n" if running else "none running\n", style="dim")
+    for job in (running + ended)[:JOBS_SHOWN]:
+        name = job.started.name or job.started.command
+        name = name if len(name) <= (14 if compact else 24) else name[: 13 if compact else 23] + "…"
+        out.append(f"  {job.started.job} {name} ")
+        end = job.ended
+        if end is None:
+            took = format_duration(max(0.0, elapsed_s - job.started.t))
+            out.append(f"running {took}\n", style="green")
+        elif end.end == "exited":
+            style = "" if end.exit_code == 0 else "red"
+            out.append(f"exit {end.exit_code}\n", style=style)
+        else:
+            out.append(f"{end.end}\n", style="yellow" if end.end == "stopped" else "red")
+    if len(records) > JOBS_SHOWN:
+        out.append(f"  … {len(records) - JOBS_SHOWN} more\n", style="dim")
+    return out
+
+
 class ResourcesPane(Static):
     def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
@@ -202,5 +235,10 @@ class ResourcesPane(Static):
         if context is not None:
             out.append("Ctx  ", style="bold")
             out.append_text(context)
+        jobs = jobs_section(state, elapsed_s, compact=compact)
+        if jobs is not None:
+            if not out.plain.endswith("\n"):
+                out.append("\n")
+            out.append_text(jobs)
         out.rstrip()
         redraw(self, out)
