@@ -480,8 +480,16 @@ class MlraApp(App[int]):
             entries[-1].action_toggle_expanded()
 
     def action_toggle_files(self) -> None:
-        self._files_wanted = not self._files_wanted
+        """F: to the Files tree (a narrow terminal shows the files in place of the
+        transcript) and, from the tree, back to the transcript: one key each way."""
+        tree = self.query_one("#files-tree")
+        going = self.focused is not tree
+        self._files_wanted = going
         self._layout(self.size.width)
+        if going:
+            self.call_after_refresh(tree.focus)  # once the layout has shown it
+        else:
+            self.query_one(TranscriptPane).focus()
         self.call_later(self._refresh_files)
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:

@@ -21,7 +21,8 @@ FILES_KEY = Key(
     "F",
     "toggle_files",
     "Files",
-    "Show or hide the workspace's files (in narrow terminals they replace the transcript).",
+    "Go to the workspace's files, and back (narrow terminals show them in place of the "
+    "transcript).",
     footer=False,
 )
 VIEW_KEYS: list[Key] = [

@@ -4,7 +4,11 @@ The cursor lives in a ReplayModel (console/replay.py); this app only moves it
 and shows the run as it was there. Moving forward a little feeds the panes the
 new events, as a live run would; any other move rebuilds them from a bounded
 window of events, so stepping stays fast on runs of any length. Nothing here
-can steer or change the run: the steering keys are not bound at all.
+can steer or change the run: the steering keys are not bound at all; `f` asks
+before it leaves the replay to fork a new run.
+
+A search marks its text in the transcript and opens the entry that holds the
+match, so the match is seen, not only the cursor moved to it.
 """
 
 from __future__ import annotations
@@ -33,9 +37,9 @@ from mlra.console.panes.files import NO_PREVIEW, FilesPane
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import PHASES, StatusBar
-from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript import ThoughtEntry, TranscriptPane
 from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
-from mlra.console.screens import HelpScreen, PromptScreen
+from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
 from mlra.durations import format_duration
 
 INCREMENTAL_MAX = 400
@@ -60,6 +64,8 @@ class ReplayStatusBar(StatusBar):
         text.append(f" {state.task or '…'} ", style="bold")
         text.append(f"· {state.model or '…'} ", style="")
         text.append(" REPLAY ", style="black on medium_purple1")
+        if state.forked_from:
+            text.append(f" fork of {state.forked_from} ", style="bold cyan")
         text.append(
             f" replay: step {pos.step} of {pos.steps}, event {pos.event:,} of {pos.events:,} ",
             style="bold",
@@ -81,7 +87,8 @@ class ReplayStatusBar(StatusBar):
 
 class ReplayTranscript(TranscriptPane, inherit_bindings=False):
     """The transcript, scrolled with the vertical keys only: ←, →, Home and End move
-    the replay, whichever pane has the focus."""
+    the replay from here (in the Files tree Home and End go to its first and last
+    file)."""
 
     BINDINGS = [
         Binding("up", "scroll_up", "Scroll up", show=False),
@@ -319,9 +326,38 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         )
 
     def _match_note(self) -> None:
+        """Say which match this is, mark the query in the transcript and bring the
+        entry holding the match into view, opened so the match shows."""
+        self._show_match()
         matches = self.model.matches
         k = matches.index(self.model.cursor) + 1 if self.model.cursor in matches else 0
         self.notify(f"{self.model.query!r}: match {k} of {len(matches)}", timeout=3)
+
+    def _show_match(self) -> None:
+        transcript = self.query_one(TranscriptPane)
+        transcript.set_highlight(self.model.query)
+        event = self.model.event
+        entry: Any = None
+        call_id = getattr(event, "call_id", None)
+        if isinstance(call_id, str):
+            entry = transcript.tool_entry(call_id)
+            if entry is not None and not entry.expanded:
+                entry.expanded = True
+        else:
+            turn = getattr(event, "turn", None)
+            entry = next(
+                (
+                    e
+                    for e in transcript.children
+                    if isinstance(e, ThoughtEntry) and e.key == ("thought", turn)
+                ),
+                None,
+            )
+        transcript.flush()
+        if entry is not None and entry.parent is transcript:
+            transcript.call_after_refresh(
+                transcript.scroll_to_widget, entry, animate=False, top=True
+            )
 
     def action_next_match(self) -> None:
         if self.model.next_match() is None:
@@ -428,9 +464,24 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         self.push_screen(DiffScreen(title, diff))
 
     def action_fork(self) -> None:
-        self.fork_at = self.model.fork_step()
+        """Ask first: a fork leaves the replay and starts a new run, with a model."""
+        step = self.model.fork_step()
         self._stop_playing()
-        self.exit(0)
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self.fork_at = step
+                self.exit(0)
+
+        self.push_screen(
+            ConfirmScreen(
+                f"Fork a new run from worker step {step}?",
+                f"The replay closes and `mlra fork {self.model.run_dir or 'RUN'} --at {step}` "
+                "starts a new run from the state before that step (the model is asked again "
+                "from there). This run is not changed.",
+            ),
+            done,
+        )
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(REPLAY_KEYS, replay=True))

@@ -1,7 +1,12 @@
 """The Files pane: the sandbox's workspace as a tree with sizes and modified
 times, kept up to date as it changes, and a syntax-highlighted preview of the
 selected file. It reads through the sandbox interface, so it shows a Docker
-container's workspace the same way as a local one."""
+container's workspace the same way as a local one.
+
+In the tree Home and End go to its first and last file, as in any file list (a
+plain Textual tree only scrolls, leaving the cursor where it was), and PageUp and
+PageDown move the cursor a page; elsewhere in the replay those keys move the
+replay."""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from typing import Protocol, Unpack
 from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
 from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
@@ -55,6 +61,31 @@ def _sort_key(info: FileInfo) -> tuple[bool, str]:
     return (not info.is_dir, PurePosixPath(info.path).name.lower())
 
 
+class FilesTree(Tree[FileInfo]):
+    """The workspace's tree, whose cursor Home, End, PageUp and PageDown move."""
+
+    BINDINGS = [
+        Binding("home", "cursor_first", "First file", show=False),
+        Binding("end", "cursor_last", "Last file", show=False),
+        Binding("pageup", "cursor_page(-1)", "Page up", show=False),
+        Binding("pagedown", "cursor_page(1)", "Page down", show=False),
+    ]
+
+    def action_cursor_first(self) -> None:
+        self._to_line(0)
+
+    def action_cursor_last(self) -> None:
+        self._to_line(self.last_line)
+
+    def action_cursor_page(self, direction: int) -> None:
+        page = max(1, self.scrollable_content_region.height - 1)
+        self._to_line(max(0, self.cursor_line) + direction * page)
+
+    def _to_line(self, line: int) -> None:
+        if self.last_line >= 0:  # an empty tree has nowhere to go
+            self.move_cursor_to_line(max(0, min(self.last_line, line)))
+
+
 class FilesPane(Vertical):
     def __init__(self, source: FileSource | None = None, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
@@ -66,7 +97,7 @@ class FilesPane(Vertical):
         self.truncated = False
 
     def compose(self) -> ComposeResult:
-        tree: Tree[FileInfo] = Tree("workspace", id="files-tree")
+        tree = FilesTree("workspace", id="files-tree")
         tree.root.expand()
         tree.show_root = False
         yield tree

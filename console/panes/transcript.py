@@ -38,6 +38,8 @@ KEPT_TAIL_LINES = 400
 MAX_LINE_CHARS = 400
 QUIET_TOOLS = {"update_plan", "assign_subtask"}
 """Supervisor tools the Plan pane shows; the transcript leaves them out."""
+MATCH_STYLE = "bold black on yellow"
+"""A replay search's text, wherever an entry shows it."""
 
 
 class OutputBuffer:
@@ -114,7 +116,11 @@ class Entry(Static):
         self.key = other.key
 
     def redraw(self) -> None:
-        redraw(self, self.render_entry())
+        text = self.render_entry()
+        query = getattr(self.parent, "highlight", "")
+        if query:
+            text.highlight_words([query], MATCH_STYLE, case_sensitive=False)
+        redraw(self, text)
 
 
 class NoteEntry(Entry):
@@ -244,10 +250,18 @@ class TranscriptPane(VerticalScroll):
         self._dirty: set[Entry] = set()
         self._entries: deque[Entry] = deque()
         self.dropped = 0
+        self.highlight = ""
+        """Text to mark wherever it shows (a replay's search)."""
 
     def on_mount(self) -> None:
         self.border_title = "Worker"
         self.anchor()
+
+    def set_highlight(self, query: str) -> None:
+        """Mark `query` in every entry (matched without regard to case, as search does)."""
+        if query != self.highlight:
+            self.highlight = query
+            self._dirty.update(self._entries)
 
     # --- events ---------------------------------------------------------------------
 
@@ -336,6 +350,22 @@ class TranscriptPane(VerticalScroll):
                 )
             case ev.RunFinished():
                 self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
+            case ev.RunResumed():
+                self._note(event, "── the run was resumed here ──", "bold cyan")
+            case ev.RunForked():
+                edit = event.edited_action
+                self._note(
+                    event,
+                    f"── this run is a fork of {event.source_run} at step {event.at_step}, "
+                    f"with {event.model} ──"
+                    + (
+                        f" its next action replaced: {describe_call(str(edit.get('tool', '')), edit.get('arguments'))}"
+                        if edit
+                        else ""
+                    )
+                    + (f" · your message: {one_line(event.message, 200)}" if event.message else ""),
+                    "bold cyan",
+                )
             case _:
                 pass
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
+from rich.text import Text
 from textual.widgets import Static, Tree
 
 from mlra import events as ev
@@ -23,10 +24,16 @@ from mlra.console import replay, replay_app, runs_cli
 from mlra.console.args import UsageError
 from mlra.console.cli import main
 from mlra.console.panes.files import FilesPane
-from mlra.console.panes.transcript import NoteEntry, ThoughtEntry, ToolEntry, TranscriptPane
+from mlra.console.panes.transcript import (
+    MATCH_STYLE,
+    NoteEntry,
+    ThoughtEntry,
+    ToolEntry,
+    TranscriptPane,
+)
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import DiffScreen, ReplayApp
-from mlra.console.screens import HelpScreen, PromptScreen
+from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
 from tests.conftest import ANSWER_TASK, mlra_cli
 from tests.console.console_fixtures import EPOCH, recorded_run
 from tests.fakes.model_server import ScriptedModelServer
@@ -401,9 +408,82 @@ async def test_play_moves_forward_and_fork_key_names_the_step(recorded: Path) ->
         assert "playing" not in static_text(app, "#status")
         await pilot.press("home")
         await goto(app, pilot, 4)
-        await pilot.press("f")
+        await pilot.press("f")  # asks first; n keeps the replay open
+        assert isinstance(app.screen, ConfirmScreen) and "worker step 4" in app.screen.question
+        await pilot.press("n")
+        assert app.fork_at is None and app.is_running
+        await pilot.press("f", "y")
     assert app.fork_at == 4
     assert app.return_value == 0
+
+
+async def test_the_files_tree_is_one_key_away_and_home_and_end_move_in_it(
+    recorded: Path,
+) -> None:
+    app = ReplayApp(ReplayModel.open(recorded))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("end")
+        await settle(app, pilot)
+        tree = app.query_one("#files-tree", Tree)
+        at = app.model.cursor
+        await pilot.press("F")  # one key to the tree
+        await pilot.pause()
+        assert app.focused is tree
+        await pilot.press("end")
+        last = tree.cursor_node
+        assert last is not None and last is _lines(tree)[-1]
+        await pilot.press("home")
+        assert tree.cursor_node is _lines(tree)[0]
+        assert app.model.cursor == at  # the keys moved the tree, not the replay
+        await pilot.press("F")  # and back
+        await pilot.pause()
+        assert isinstance(app.focused, TranscriptPane)
+        await pilot.press("home")
+        assert app.model.cursor == 0  # from the transcript Home moves the replay
+
+
+def _lines(tree: Tree[Any]) -> list[Any]:
+    return [tree.get_node_at_line(i) for i in range(tree.last_line + 1)]
+
+
+async def test_a_search_marks_its_match_and_opens_the_entry_holding_it(recorded: Path) -> None:
+    app = ReplayApp(ReplayModel.open(recorded))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("slash", *"no such FILE", "enter")
+        await pilot.pause()
+        event = app.model.event
+        assert isinstance(event, ev.ToolOutput)
+        entry = app.query_one(TranscriptPane).tool_entry(event.call_id)
+        assert entry is not None and entry.expanded
+        shown = entry.content
+        assert isinstance(shown, Text)
+        marked = [
+            shown.plain[span.start : span.end] for span in shown.spans if span.style == MATCH_STYLE
+        ]
+        assert marked and all(m.lower() == "no such file" for m in marked)
+
+
+async def test_a_fork_says_it_is_one(recorded: Path, tmp_path: Path) -> None:
+    from mlra.agent.resume import fork_run, load_run
+    from mlra.tasks.spec import load_task
+
+    forked = fork_run(
+        load_run(recorded),
+        load_task(ANSWER_TASK),
+        at_step=3,
+        run_dir=tmp_path / "fork",
+        model="openai/other-model",
+        message="try 43",
+    )
+    source = load_run(recorded).started.run_id
+    app = ReplayApp(ReplayModel.open(forked.run_dir))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        assert f"fork of {source}@3" in static_text(app, "#status")
+        text = transcript_text(app)
+        assert f"this run is a fork of {source} at step 3, with openai/other-model" in text
+        assert "your message: try 43" in text
 
 
 def test_the_fork_key_forks_through_the_server_the_replay_was_given(

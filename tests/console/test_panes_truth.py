@@ -1,0 +1,170 @@
+"""The Plan and Worker panes tell the truth: the supervisor's failed calls show, no
+step is left "in progress" once the run has ended, a call's result replaces its
+stream, and a line that never ends stays bounded.
+
+The Plan pane's failed call comes from a real run (the scripted model server on
+loopback, the real OpenAI SDK), seen in the replay console; the endings and the
+transcript's buffers are fed the events those runs write.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from textual.app import App, ComposeResult
+from textual.widgets import Static
+
+from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.providers import resolve_model
+from mlra.agent.recording import KILLED_BY_RUN_END
+from mlra.agent.run import agent_for
+from mlra.agent.state import RunState
+from mlra.console.panes.plan import PlanPane
+from mlra.console.panes.transcript import MAX_LINE_CHARS, OutputBuffer, TranscriptPane
+from mlra.console.replay import ReplayModel
+from mlra.console.replay_app import ReplayApp
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+
+def _text(app: App[Any], selector: str) -> str:
+    return str(app.query_one(selector, Static).content)
+
+
+async def test_the_plan_pane_shows_the_supervisors_failed_calls(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    supervisor = [
+        turn("A plan, badly written.", call("update_plan", steps="first answer, then submit")),
+        *supervisor_answering(),
+    ]
+    worker = [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="done")),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path, run_id="r", isolation="none"
+        )
+        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    assert result.reason == "submitted"
+    app = ReplayApp(ReplayModel.open(tmp_path / "r"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        log = _text(app, "#plan-log")
+        assert "✗ update_plan failed:" in log
+        steps = _text(app, "#plan-steps")
+        assert "✓ 1. Answer the question" in steps
+        # The supervisor submitted with step 2 never marked: it says so, not "pending".
+        assert "2. Submit (not started: the run submitted)" in steps
+
+
+class PlanHost(App[None]):
+    def compose(self) -> ComposeResult:
+        yield PlanPane(id="plan")
+
+
+def _plan_events(ending: ev.RunFinished) -> list[ev.Event]:
+    steps = [
+        ev.PlanStep(id="1", title="Train", status="done"),
+        ev.PlanStep(id="2", title="Tune", status="in_progress"),
+        ev.PlanStep(id="3", title="Report", status="pending"),
+    ]
+    return [ev.PlanUpdated(steps=steps, reason="first plan"), ending]
+
+
+async def _steps_after(events: list[ev.Event]) -> str:
+    app = PlanHost()
+    async with app.run_test(size=(120, 30)) as pilot:
+        pane = app.query_one(PlanPane)
+        state = RunState()
+        for event in events:
+            state.apply(event)
+            pane.feed(event)
+        pane.show(state)
+        await pilot.pause()
+        return _text(app, "#plan-steps")
+
+
+async def test_steps_still_open_when_the_run_ends_say_how_it_ended() -> None:
+    running = await _steps_after(
+        _plan_events(ev.RunFinished(status="stopped", reason="stopped"))[:1]
+    )
+    assert "▶ 2. Tune" in running and "○ 3. Report" in running
+    stopped = await _steps_after(_plan_events(ev.RunFinished(status="stopped", reason="deadline")))
+    assert "✓ 1. Train" in stopped
+    assert "■ 2. Tune (not finished: the run ended (deadline))" in stopped
+    assert "○ 3. Report (not started: the run ended (deadline))" in stopped
+    assert "▶" not in stopped
+    submitted = await _steps_after(
+        _plan_events(ev.RunFinished(status="finished", reason="submitted"))
+    )
+    assert "✓ 2. Tune (open when the run submitted)" in submitted
+    resumed = await _steps_after(
+        [*_plan_events(ev.RunFinished(status="stopped", reason="stopped")), ev.RunResumed()]
+    )
+    assert "▶ 2. Tune" in resumed and "not finished" not in resumed
+
+
+def _call(call_id: str = "c1") -> ev.ToolCall:
+    return ev.ToolCall(call_id=call_id, agent="worker", tool="bash", arguments={"command": "x"})
+
+
+def test_the_result_replaces_the_stream_and_late_output_is_let_go() -> None:
+    pane = TranscriptPane()
+    pane.feed(_call())
+    pane.feed(ev.ToolOutput(call_id="c1", text="".join(f"streamed {i}\n" for i in range(900))))
+    entry = pane.tool_entry("c1")
+    assert entry is not None and entry.output.lines == 900
+    pane.feed(
+        ev.ToolResult(
+            call_id="c1",
+            tool="bash",
+            agent="worker",
+            ok=True,
+            output="head\n[... 8,000 characters cut ...]\ntail\n[exit code 0, 1.0 s]",
+        )
+    )
+    assert entry.output.head == ["head", "[... 8,000 characters cut ...]", "tail"]
+    pane.feed(ev.ToolOutput(call_id="c1", text="late, past the log's cap\n"))
+    assert entry.output.lines == 3  # what the model read, and nothing after it
+
+
+def test_a_call_killed_by_the_runs_end_says_so() -> None:
+    pane = TranscriptPane()
+    pane.feed(_call())
+    pane.feed(
+        ev.ToolResult(
+            call_id="c1",
+            tool="bash",
+            agent="worker",
+            ok=False,
+            output="begun\n[killed after 12.5 s: the run ended (it was stopped) while ...]",
+            duration_s=12.5,
+            error=KILLED_BY_RUN_END,
+        )
+    )
+    entry = pane.tool_entry("c1")
+    assert entry is not None
+    shown = entry.render_entry().plain
+    assert "12.5s · killed: the run ended" in shown and "[killed after 12.5 s" in shown
+
+
+def test_a_line_that_never_ends_stays_bounded() -> None:
+    buffer = OutputBuffer()
+    for i in range(20_000):  # a progress bar redrawn with carriage returns, no newline
+        buffer.add(f"\repoch 1: {i / 200:.1f}% " + "#" * 50)
+    assert len(buffer.partial) <= 2 * MAX_LINE_CHARS
+    _, _, tail = buffer.view(expanded=False)
+    assert tail[-1].startswith("epoch 1: 100.0%")
+    for _ in range(1_000):  # and one without any carriage return
+        buffer.add("x" * 1_000)
+    assert len(buffer.partial) <= 2 * MAX_LINE_CHARS
+    buffer.add("\n")
+    assert buffer.lines == 1 and buffer.head[0].endswith("…")
