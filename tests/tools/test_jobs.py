@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
@@ -25,7 +27,14 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.tasks.spec import load_task
-from tests.conftest import SECRET_ENV, mlra_cli, processes_running
+from tests.conftest import (
+    SECRET_ENV,
+    TEST_IMAGE,
+    docker_address,
+    docker_problem,
+    mlra_cli,
+    processes_running,
+)
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -60,9 +69,24 @@ def _args(server: ScriptedModelServer, runs: Path, task: Path, *extra: str) -> l
     ]
 
 
+@pytest.fixture(params=["local", "docker"])
+def sandbox(request: pytest.FixtureRequest) -> list[str]:
+    """The `mlra run` arguments of each kind of sandbox a job must work in (Docker where an
+    engine and the test image are here; the test says why it skips otherwise)."""
+    if request.param == "local":
+        return []
+    problem = docker_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    return ["--sandbox", "docker", "--image", TEST_IMAGE]
+
+
 def _run(tmp_path: Path, task: Path, script: dict[str, Any], *extra: str) -> list[ev.Event]:
+    env = _env()
+    if "docker" in extra:
+        env["DOCKER_HOST"] = docker_address() or ""
     with ScriptedModelServer(script) as server:
-        proc = mlra_cli(_args(server, tmp_path / "runs", task, *extra), cwd=tmp_path, env=_env())
+        proc = mlra_cli(_args(server, tmp_path / "runs", task, *extra), cwd=tmp_path, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return read_events(tmp_path / "runs" / "r" / "events.jsonl")
 
@@ -86,7 +110,7 @@ def _kill_all(marker: str) -> None:
 
 
 def test_a_job_runs_while_the_worker_goes_on_and_job_wait_returns_its_output(
-    tmp_path: Path, answer_task: Path
+    tmp_path: Path, answer_task: Path, sandbox: list[str]
 ) -> None:
     job = "echo begun-A1; while [ ! -f go ]; do sleep 0.02; done; echo finished-A1; exit 3"
     script = {
@@ -100,7 +124,7 @@ def test_a_job_runs_while_the_worker_goes_on_and_job_wait_returns_its_output(
             turn("", call("report", summary="answer.txt holds 42; train exited")),
         ],
     }
-    events = _run(tmp_path, answer_task, script)
+    events = _run(tmp_path, answer_task, script, *sandbox)
     started = _one(events, ev.JobStarted)
     ended = _one(events, ev.JobEnded)
     assert started.job == "job-1" and started.name == "train" and started.log == "jobs/job-1.log"
@@ -126,7 +150,7 @@ def test_a_job_runs_while_the_worker_goes_on_and_job_wait_returns_its_output(
 
 
 def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
-    tmp_path: Path, answer_task: Path
+    tmp_path: Path, answer_task: Path, sandbox: list[str]
 ) -> None:
     script = {
         "supervisor": supervisor_answering(),
@@ -137,7 +161,7 @@ def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
         ],
     }
     try:
-        events = _run(tmp_path, answer_task, script, "--time-limit", "3s")
+        events = _run(tmp_path, answer_task, script, "--time-limit", "3s", *sandbox)
     finally:
         leftover = processes_running("118.25")
         _kill_all("118.25")
