@@ -260,7 +260,10 @@ class JobManager:
             )
             exit_code = result.exit_code
         except asyncio.CancelledError:
-            pass  # stopped: `exec` killed its process group before this
+            # Stopped: `exec` killed its process group before this. Cancelled with no
+            # reason given, the event loop itself is going away (mlra is exiting).
+            if live.stop_reason is None:
+                live.stop_reason = "the run ended"
         except SandboxError as exc:
             problem = str(exc)
             live.feed(f"[mlra: the job could not run: {problem}]\n")

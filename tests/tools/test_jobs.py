@@ -27,6 +27,10 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.tasks.spec import load_task
+from mlra.tools.jobs import JobManager, JobRecord, job_tools
+from mlra.tools.registry import ToolContext, ToolRegistry
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
 from tests.conftest import (
     SECRET_ENV,
     TEST_IMAGE,
@@ -337,3 +341,71 @@ def test_resume_after_sigkill_reports_a_running_job_as_lost(
     assert "job-1 (long): lost" in status.output and "jobs/job-1.log" in status.output
     assert "begun-R3" in job_log.read_text()  # the log is kept
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+class _Log:
+    """A run's log and state for the job tools alone: the events, folded as the run folds them."""
+
+    def __init__(self) -> None:
+        self.events: list[ev.Event] = []
+        self.records: dict[str, JobRecord] = {}
+        self.changed = asyncio.Event()
+
+    def emit(self, event: ev.Event) -> None:
+        self.events.append(event)
+        if isinstance(event, ev.JobStarted):
+            self.records[event.job] = JobRecord(started=event)
+        elif isinstance(event, ev.JobEnded):
+            self.records[event.job].ended = event
+        self.changed.set()
+
+
+@pytest.mark.parametrize("isolation", ["none", "bwrap"])
+async def test_the_job_tools_over_a_real_sandbox(tmp_path: Path, isolation: IsolationMode) -> None:
+    sandbox = LocalSandbox(tmp_path, SandboxSpec(), isolation_mode=isolation)
+    if isolation == "bwrap" and not sandbox.bwrap:
+        pytest.skip("no bubblewrap here")
+    await sandbox.start()
+    log = _Log()
+    jobs = JobManager(emit=log.emit, clock=time.monotonic, records=lambda: log.records)
+    registry = ToolRegistry(job_tools(jobs))
+    ctx = ToolContext(sandbox=sandbox, agent="worker", call_id="c1")
+    first = "echo one-J5; while [ ! -f two ]; do sleep 0.02; done; echo two-J5; sleep 122.5"
+    try:
+        started = await registry.dispatch("job_start", {"command": first, "name": "a"}, ctx)
+        assert started.ok and "job-1" in started.output and "jobs/job-1.log" in started.output
+        await _until(lambda: "one-J5" in (tmp_path / "jobs" / "job-1.log").read_text(), "out")
+        # Still running when the wait times out: what it printed so far, and its state.
+        early = await registry.dispatch("job_wait", {"job": "a", "timeout": 0.1}, ctx)
+        assert "one-J5" in early.output and "still running" in early.output
+        (tmp_path / "two").touch()
+        await _until(lambda: "two-J5" in (tmp_path / "jobs" / "job-1.log").read_text(), "out")
+        later = await registry.dispatch("job_wait", {"job": "job-1", "timeout": 0.1}, ctx)
+        assert "two-J5" in later.output and "one-J5" not in later.output  # only what is new
+        second = await registry.dispatch("job_start", {"command": "exit 7"}, ctx)
+        assert second.ok
+        ended = await registry.dispatch("job_wait", {"job": "2", "timeout": 30}, ctx)
+        assert "exited with code 7" in ended.output and ended.exit_code == 7
+        everything = await registry.dispatch("job_status", {}, ctx)
+        assert "job-1 (a): running" in everything.output and "job-2: exited" in everything.output
+        assert "two-J5" in everything.output  # a running job's last lines
+        stopped = await registry.dispatch("job_stop", {"job": "a"}, ctx)
+        assert "stopped after" in stopped.output and "stopped with job_stop" in stopped.output
+        assert not processes_running("122.5")
+        unknown = await registry.dispatch("job_wait", {"job": "job-9"}, ctx)
+        assert not unknown.ok and "no job 'job-9'" in unknown.output
+        kinds = [
+            (type(e).__name__, e.job)
+            for e in log.events
+            if isinstance(e, ev.JobStarted | ev.JobEnded)
+        ]
+        assert kinds == [
+            ("JobStarted", "job-1"),
+            ("JobStarted", "job-2"),
+            ("JobEnded", "job-2"),
+            ("JobEnded", "job-1"),
+        ]
+    finally:
+        await jobs.stop_all("the test ended")
+        await sandbox.close()
+        _kill_all("122.5")
