@@ -95,10 +95,10 @@ class ToolStep:
         tool = registry.get(call.name)
         if tool is None or not tool.reruns_on_resume:
             recorded = run.catchup.recorded_result(call.id)
+            edited = run.state.edited_calls.get(call.id)
+            if recorded is not None and edited is not None:
+                ran_as(call, edited)  # the history shows the call as it ran then
             if isinstance(recorded, ev.ToolResult):
-                edited = run.state.edited_calls.get(call.id)
-                if edited is not None:
-                    ran_as(call, edited)  # the history shows the call as it ran then
                 return outcome_of(recorded)
             if recorded == INTERRUPTED:
                 outcome = ToolOutcome(output=INTERRUPTED_OUTPUT, ok=False, error="interrupted")
