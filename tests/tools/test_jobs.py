@@ -156,20 +156,22 @@ def test_a_job_runs_while_the_worker_goes_on_and_job_wait_returns_its_output(
 def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
     tmp_path: Path, answer_task: Path, sandbox: list[str]
 ) -> None:
+    # Markers of its own per sandbox: the two cases may run at once (pytest-xdist).
+    job, foreground = ("118.35", "119.85") if sandbox else ("118.25", "119.75")
     script = {
         "supervisor": supervisor_answering(),
         "worker": [
-            turn("", call("job_start", command="sleep 118.25")),
+            turn("", call("job_start", command=f"sleep {job}")),
             turn("", call("bash", command="echo 42 > answer.txt")),
-            turn("Wait out the clock.", call("bash", command="sleep 119.75", timeout=300)),
+            turn("Wait out the clock.", call("bash", command=f"sleep {foreground}", timeout=300)),
         ],
     }
     try:
         events = _run(tmp_path, answer_task, script, "--time-limit", "3s", *sandbox)
     finally:
-        leftover = processes_running("118.25")
-        _kill_all("118.25")
-        _kill_all("119.75")
+        leftover = processes_running(job)
+        _kill_all(job)
+        _kill_all(foreground)
     assert not leftover
     ended = _one(events, ev.JobEnded)
     assert ended.end == "stopped" and ended.reason == "the time limit was reached"
