@@ -16,6 +16,7 @@ from typing import Unpack
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.widgets import Static
 
 from mlra import events as ev
@@ -62,12 +63,30 @@ def wrapped_lines(plan: list[ev.PlanStep], width: int) -> int:
     return sum(-(-(len(s.id) + len(s.title) + len(s.note) + 16) // width) for s in plan)
 
 
+def plan_window(state: RunState, room: int) -> tuple[list[ev.PlanStep], int, int]:
+    """The steps to list when only `room` lines fit (0: no limit), with how many were
+    left out before and after: the current step (else the first not yet done) is
+    always among them."""
+    plan = state.plan
+    if room <= 0 or len(plan) <= room:
+        return list(plan), 0, 0
+    room = max(1, room - 2)  # the two summary lines
+    ids = [s.id for s in plan]
+    if state.subtask_step_id in ids:
+        at = ids.index(state.subtask_step_id)
+    else:
+        at = next((i for i, s in enumerate(plan) if s.status in ("pending", "in_progress")), 0)
+    start = max(0, min(at - 1, len(plan) - room))  # one done step for context
+    return plan[start : start + room], start, max(0, len(plan) - start - room)
+
+
 class PlanPane(Vertical):
     def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
         self._messages: deque[Text] = deque(maxlen=MAX_MESSAGES)
         self._revision = ""
         self._dirty = True
+        self._state: RunState | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="plan-steps")
@@ -121,24 +140,51 @@ class PlanPane(Vertical):
         line.append(text if len(text) < 600 else text[:600] + "…", style=style)
         self._messages.append(line)
 
+    def on_resize(self) -> None:
+        # How many steps fit depends on the pane's size: drawn again after this layout.
+        self._dirty = True
+        self.call_after_refresh(self._reshow)
+
+    def _reshow(self) -> None:
+        if self._state is not None and self.is_attached:
+            try:
+                self.show(self._state)
+            except NoMatches:
+                pass  # being removed: its parts went first
+
     def show(self, state: RunState) -> None:
+        self._state = state
         if not self._dirty:
             return
         self._dirty = False
+        width = self.content_size.width
+        # The steps' area is at most 60% of the pane (mlra.tcss), less the "revised" line.
+        room = int(self.content_size.height * 0.6) - 1 if self.content_size.height else 0
+        # Wrapped, the steps would not all fit: one line each, around the current one.
+        compact = 0 < room < wrapped_lines(state.plan, width)
         steps = Text()
         if not state.plan:
             steps.append("no plan yet", style="dim")
-        for step in state.plan:
+        shown, before, after = plan_window(state, room if compact else 0)
+        if before:
+            steps.append(
+                f"✓ {before} earlier step" + ("s" if before > 1 else "") + "\n", style="dim"
+            )
+        for step in shown:
             mark, style, ended = step_mark(step, state.finished)
             current = step.id == state.subtask_step_id and state.finished is None
-            line_style = "bold reverse" if current else ""
-            steps.append(f"{mark} ", style=style)
-            steps.append(f"{step.id}. {step.title}", style=line_style)
+            line = Text(f"{mark} ", style=style)
+            line.append(f"{step.id}. {step.title}", style="bold reverse" if current else "")
             if step.note:
-                steps.append(f" — {step.note}", style="dim")
+                line.append(f" — {step.note}", style="dim")
             if ended:
-                steps.append(f" ({ended})", style="dim" if style == "green" else style)
+                line.append(f" ({ended})", style="dim" if style == "green" else style)
+            if compact:  # one line a step, so the count above holds and the current shows
+                line.truncate(width, overflow="ellipsis")
+            steps.append_text(line)
             steps.append("\n")
+        if after:
+            steps.append(f"○ {after} more\n", style="dim")
         if self._revision:
             steps.append(f"revised {self._revision}", style="dim italic")
         log = (
