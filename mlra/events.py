@@ -493,6 +493,60 @@ class EvaluationFinished(_Event):
     sandbox isolation): "none" marks the score unisolated wherever it is shown."""
 
 
+class Validation(_Event):
+    """One `validate` call's grading: the artifact frozen as it was, graded host-side by
+    the task's evaluator on its validation split (never the hidden test split), or, for
+    a task without validation data, checked for format and rules only (`split` "format")."""
+
+    type: Literal["validation"] = "validation"
+    call_id: str | None = None
+    artifact: str
+    """The workspace-relative path validated."""
+    sha256: str | None = None
+    """Digest of the frozen copy that was graded (the folder digest for a folder)."""
+    kept: str | None = None
+    """Where the frozen copy is kept in the run folder (for grading the best one later)."""
+    split: Literal["validation", "format"] = "validation"
+    ok: bool
+    metric: str = ""
+    higher_is_better: bool = True
+    score: float | None = None
+    normalized: float | None = None
+    metrics: dict[str, float] = Field(default_factory=dict)
+    violations: list[str] = Field(default_factory=list)
+    error: str | None = None
+    duration_s: float = 0.0
+
+
+class ExperimentNote(_Event):
+    """What the worker says it is trying before a run (`note`): a hypothesis and the
+    change made to test it; the experiments table pairs it with the validations after it."""
+
+    type: Literal["experiment_note"] = "experiment_note"
+    call_id: str | None = None
+    hypothesis: str
+    change: str = ""
+    job: str | None = None
+    """A background job the experiment runs as, when the worker names one."""
+
+
+class Experiment(_Event):
+    """One row of the experiments table, written after each validation: the latest note
+    (if any), the job it ran as, and the validation's score."""
+
+    type: Literal["experiment"] = "experiment"
+    number: int
+    hypothesis: str = ""
+    change: str = ""
+    job: str | None = None
+    validation_seq: int
+    """The `seq` of the `validation` event this row reports."""
+    score: float | None = None
+    normalized: float | None = None
+    best: bool = False
+    """Whether this is the best validation score so far."""
+
+
 class UnknownEvent(_Event):
     """An event of a type this mlra does not know, written by a newer one: kept with
     its fields and shown as unknown, so an older mlra still reads the log whole.
@@ -533,6 +587,9 @@ Event = Annotated[
     | Submission
     | EvaluationStarted
     | EvaluationFinished
+    | Validation
+    | ExperimentNote
+    | Experiment
     | WorkspaceSnapshot
     | RunResumed
     | RunForked
