@@ -4,7 +4,10 @@ recipe and submits, as MLAgentBench's baseline agent does.
 It goes through the same controller services as the LLM agents (plan events,
 the step gate, tool dispatch, breakpoints), so every part of the pipeline and
 the console can be exercised, and each task gets its reference score, with no
-model at all.
+model at all. With `--baseline-validate` it calls `validate` on the recipe's
+artifact before submitting, so the whole loop (validation split, rate limit, the
+`validation` event) runs with no LLM too; what validation says does not change
+what it submits.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.ending import unsubmitted
+from mlra.agent.evaluation import run_validator
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.durations import parse_duration
 from mlra.tools.core import core_tools
@@ -23,14 +27,21 @@ class BaselineAgent:
 
     def __init__(self, controller: RunController) -> None:
         self.ctl = controller
-        self.registry = ToolRegistry(core_tools())
+        self.validates = controller.config.baseline_validate
+        validator = run_validator(controller) if self.validates else None
+        self.registry = ToolRegistry(core_tools(validator=validator))
         self.recipe = controller.task.baseline
 
     def _plan(self, statuses: list[ev.PlanStatus], reason: str) -> None:
         """The recipe as a plan: its steps, then submitting (`statuses` may cover it)."""
+        artifact = self.recipe.submit or self.ctl.task.evaluator.artifact
         titles = [step.title for step in self.recipe.steps]
-        titles.append(f"Submit {self.recipe.submit or self.ctl.task.evaluator.artifact}")
-        ids = [str(i + 1) for i in range(len(self.recipe.steps))] + ["submit"]
+        ids = [str(i + 1) for i in range(len(self.recipe.steps))]
+        if self.validates:
+            titles.append(f"Validate {artifact}")
+            ids.append("validate")
+        titles.append(f"Submit {artifact}")
+        ids.append("submit")
         pending: list[ev.PlanStatus] = ["pending"] * (len(titles) - len(statuses))
         padded: list[ev.PlanStatus] = [*statuses, *pending]
         steps = [
@@ -84,6 +95,8 @@ class BaselineAgent:
                 statuses[index + 1 :] = skipped
                 self._plan(statuses, "a recipe step failed; skipping the rest")
                 break
+        if self.validates:
+            statuses.append(await self._validate(statuses))
         step = await self.ctl.begin_step(self.role, counts=True)
         self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))
         submit = ToolCallRequest(
@@ -116,3 +129,17 @@ class BaselineAgent:
                 note="baseline recipe",
             )
         )
+
+    async def _validate(self, statuses: list[ev.PlanStatus]) -> ev.PlanStatus:
+        """One `validate` call on the artifact the recipe submits; its status in the plan.
+        A failed validation is reported, and the recipe submits all the same."""
+        step = await self.ctl.begin_step(self.role, counts=True)
+        self._plan([*statuses, "in_progress"], "validating before submitting")
+        self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))
+        call = ToolCallRequest(
+            id=self.ctl.next_call_id(self.role),
+            name="validate",
+            arguments={"path": self.recipe.submit} if self.recipe.submit else {},
+        )
+        outcome = await self.ctl.execute_tool(self.role, call, self.registry, step=step, turn=step)
+        return "done" if outcome.ok else "failed"

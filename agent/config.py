@@ -75,6 +75,8 @@ class RunConfig(BaseModel):
     """Record the workspace's changes after every action, for replay and fork."""
     snapshot_max_file_mb: float = 8.0
     """Files larger than this are recorded by size and hash only."""
+    baseline_validate: bool = False
+    """The baseline agent validates the recipe's artifact (`validate`) before submitting it."""
     seed: int | None = None
     """Which repetition of a task/model pair this run is (batches); also sent to providers
     that take a sampling seed (OpenAI-compatible servers)."""

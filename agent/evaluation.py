@@ -12,6 +12,31 @@ import asyncio
 from mlra import events as ev
 from mlra.agent.ending import Ending
 from mlra.agent.run_context import RunContext
+from mlra.tasks.validation import RunValidator, best_kept
+
+
+def run_validator(run: RunContext) -> RunValidator:
+    """The `validate` tool's host side for this run: on its clock, into its log, with its
+    validations so far (a resumed run's included) counted against the rate limit."""
+    return RunValidator(
+        run.task,
+        run.workspace,
+        run.run_dir,
+        emit=run.emit,
+        elapsed=lambda: run.clock.elapsed(),
+        remaining=lambda: run.clock.remaining(),
+        past=lambda: list(run.state.validations),
+        isolation=run.config.isolation,
+    )
+
+
+def best_validated(run: RunContext, ending: Ending) -> ev.Validation | None:
+    """What a run that reached its deadline with nothing submitted is graded on, where
+    its task opts in: its best validation whose frozen copy was kept. None otherwise
+    (the default stays the workspace's artifact)."""
+    if ending.by != "deadline" or not run.task.validation.grade_best_at_deadline:
+        return None
+    return best_kept(run.state.validations, run.run_dir)
 
 
 async def evaluate(run: RunContext, ending: Ending) -> None:
@@ -36,6 +61,10 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
                     f"submission was copied: {exc}",
                 )
             )
+    best = best_validated(run, ending)
+    if best is not None and best.kept is not None:
+        await _grade_best_validated(run, ending, best, best.kept)
+        return
     label = ending.path or run.task.evaluator.artifact
     frozen, problem = None, None
     try:
@@ -72,6 +101,42 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
         problem=problem,
         graded=frozen_rel,
         sha256=frozen.sha256 if frozen else None,
+        on_start=run.emit,
+        isolation=run.config.isolation,
+    )
+    if run.state.sandbox is not None:
+        finished.agent_isolation = run.state.sandbox.isolation
+    run.emit(finished)
+
+
+async def _grade_best_validated(
+    run: RunContext, ending: Ending, best: ev.Validation, kept: str
+) -> None:
+    """Grade the kept copy of the run's best validation, recorded as such."""
+    from mlra.tasks.grading import grade_artifact
+    from mlra.tools.submission import artifact_digest
+
+    path = run.run_dir / kept
+    _, size = await asyncio.to_thread(artifact_digest, path)
+    run.emit(
+        ev.Submission(
+            path=best.artifact,
+            note=f"the best validated artifact (validation {best.call_id}), graded at the "
+            "deadline with nothing submitted",
+            by=ending.by,
+            frozen=kept,
+            sha256=best.sha256,
+            size_bytes=size,
+            best_validation=best.call_id or "",
+        )
+    )
+    _, finished = await grade_artifact(
+        run.task,
+        best.artifact,
+        path,
+        run.run_dir / "evaluation",
+        graded=kept,
+        sha256=best.sha256,
         on_start=run.emit,
         isolation=run.config.isolation,
     )

@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--base-url", help="an OpenAI-compatible server (vLLM, llama.cpp, Ollama) or API proxy"
     )
+    run.add_argument(
+        "--baseline-validate",
+        action="store_true",
+        help="with --model baseline: validate the recipe's artifact (the `validate` tool, on "
+        "the task's validation split) before submitting it",
+    )
     run.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
     run.add_argument(
         "--json", action="store_true", help="print the events as JSON lines (implies --no-tui)"
@@ -280,6 +286,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_run_id(args.run_id)
     task = _load_task(args.task)
     model, provider = _resolve_model(args)
+    if args.baseline_validate and model != "baseline":
+        raise UsageError("--baseline-validate is for the baseline agent (--model baseline)")
     if args.sandbox == "local":
         check_isolation(args.isolation, model)
     if args.sandbox == "docker":
@@ -319,6 +327,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         seed=args.seed,
         temperature=args.temperature,
         tool_calls=args.tool_calls,
+        baseline_validate=args.baseline_validate,
     )
     if provider is not None:  # what the run uses, as the provider settled it
         config.context_window = provider.context_window

@@ -457,6 +457,10 @@ class Submission(_Event):
     sha256: str | None = None
     """Of the frozen copy: a file's bytes, or a folder's sorted paths and contents."""
     size_bytes: int | None = None
+    best_validation: str | None = None
+    """Set when the run reached its deadline with nothing submitted and the task opts in
+    to grading its best validated artifact: that validation's call id (the graded copy,
+    `frozen`, is the one kept when it was validated)."""
 
 
 class EvaluationStarted(_Event):

@@ -98,6 +98,42 @@ class Baseline(_Strict):
     """Artifact the recipe submits (relative to the workspace); the evaluator's default if unset."""
 
 
+class ValidationSettings(_Strict):
+    """`[validation]`: what the `validate` tool grades and how often (tools/validate.py,
+    tasks/validation.py). The agent sees a validation score while it works; the final
+    grade stays the hidden test split's."""
+
+    settings: dict[str, Any] | None = None
+    """The evaluator's settings for the validation split, laid over `evaluator.settings`
+    (e.g. `tests = { sentiment = "hidden/validation.jsonl" }`). Unset: the task has no
+    validation data, and `validate` checks the artifact's format and the rules only."""
+    max_calls: int = Field(default=20, ge=0)
+    """Validations one run may make."""
+    min_interval: str = "1m"
+    """Run-clock time between the starts of two validations."""
+    grade_best_at_deadline: bool = False
+    """Opt-in: a run that reaches its deadline with nothing submitted is graded on its best
+    validated artifact (the frozen copy kept when it was validated), not the workspace."""
+    baseline: float | None = None
+    """The baseline recipe's score on the validation split (the test score is in [metric])."""
+    top: float | None = None
+    """The top reference's score on the validation split, where measured."""
+
+    @field_validator("min_interval")
+    @classmethod
+    def _duration(cls, value: str) -> str:
+        parse_duration(value)
+        return value
+
+    @property
+    def min_interval_s(self) -> float:
+        return parse_duration(self.min_interval)
+
+    @property
+    def split(self) -> Literal["validation", "format"]:
+        return "format" if self.settings is None else "validation"
+
+
 class SandboxSettings(_Strict):
     image: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
@@ -114,6 +150,7 @@ class TaskSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     baseline: Baseline = Field(default_factory=Baseline)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    validation: ValidationSettings = Field(default_factory=ValidationSettings)
     constraints: Constraints = Field(default_factory=Constraints)
 
     # Set by the loader, not the file.

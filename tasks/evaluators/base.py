@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
@@ -36,6 +36,12 @@ EVALUATORS: dict[str, str] = {
     "lm-eval": "mlra.tasks.evaluators.lm_eval:LmEvalEvaluator",
     "script": "mlra.tasks.evaluators.script:ScriptEvaluator",
 }
+
+
+Split = Literal["test", "validation", "format"]
+"""What an evaluation grades: the hidden test split (the final grade), the task's
+validation split (`[validation] settings` laid over the evaluator's), or the
+artifact's format and the task's rules only (a task without validation data)."""
 
 
 class EvalOutcome(BaseModel):
@@ -57,6 +63,29 @@ class Evaluator(abc.ABC):
     @abc.abstractmethod
     def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
         """Score `artifact`; `work_dir` is scratch space outside the workspace."""
+
+    def check_format(self, artifact: Path) -> EvalOutcome:
+        """Whether `artifact` has the form this evaluator grades, without grading it
+        (no data is read): what `validate` reports for a task without validation data.
+        An evaluator that can say more than "it exists" overrides this."""
+        if not artifact.exists():
+            return EvalOutcome(ok=False, error=f"nothing to check: {artifact.name} does not exist")
+        if artifact.is_file() and artifact.stat().st_size == 0:
+            return EvalOutcome(ok=False, error=f"{artifact.name} is empty")
+        return EvalOutcome(ok=True)
+
+
+def split_task(task: TaskSpec, split: Split) -> TaskSpec:
+    """The task as the evaluator sees it for `split`: for the validation split, the
+    validation settings laid over the evaluator's (the test data never named)."""
+    if split != "validation" or task.validation.settings is None:
+        return task
+    evaluator = task.evaluator.model_copy(
+        update={"settings": {**task.evaluator.settings, **task.validation.settings}}
+    )
+    copy = task.model_copy(update={"evaluator": evaluator})
+    copy.root = task.root
+    return copy
 
 
 def load_evaluator(task: TaskSpec) -> Evaluator:
@@ -227,10 +256,19 @@ def end_stale_evaluator(work_dir: Path) -> str | None:
 
 
 async def run_evaluation(
-    task: TaskSpec, artifact: Path, work_dir: Path, *, isolation: IsolationMode = "auto"
+    task: TaskSpec,
+    artifact: Path,
+    work_dir: Path,
+    *,
+    isolation: IsolationMode = "auto",
+    split: Split = "test",
+    timeout_s: float | None = None,
 ) -> EvalOutcome:
     """Run the task's evaluator on `artifact` in a fresh, confined process.
 
+    `split` says what it grades (the test split unless `validate` asks for the
+    validation split or a format check); `timeout_s`, where shorter than the
+    evaluator's, bounds it (a validation never outlives the run's deadline).
     Never raises for bad artifacts. The process runs in a sandbox of its own
     (bubblewrap: no network unless the task has it, the host read-only, only
     `work_dir` writable); where none can be had it runs unconfined, and the
@@ -247,6 +285,8 @@ async def run_evaluation(
     out.unlink(missing_ok=True)
     log_path = work_dir / "evaluation.log"
     timeout = parse_duration(task.evaluator.timeout)
+    if timeout_s is not None:
+        timeout = max(1.0, min(timeout, timeout_s))
     env = evaluation_env(task)
     spec = evaluation_spec(task, artifact, env)
     box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
@@ -277,6 +317,7 @@ async def run_evaluation(
             str(artifact.resolve()),
             f"{inside}/evaluation.json",
             inside,
+            split,
         ]
         env.update({ISOLATION_VAR: box.isolation, GRADER_VAR: token})
         try:

@@ -26,6 +26,27 @@ BATCH = 256
 
 
 class ClassifierEvaluator(Evaluator):
+    def check_format(self, artifact: Path) -> EvalOutcome:
+        """A model folder with a config naming its labels, and weights in safetensors
+        (the classifier tasks' rules check the rest)."""
+        if not artifact.is_dir():
+            return _refused(
+                f"the submission must be a model folder; {artifact.name} is not a folder"
+            )
+        try:
+            config = json.loads((artifact / "config.json").read_text(encoding="utf-8"))
+        except OSError:
+            return _refused(
+                f"{artifact.name} has no config.json (save the model with save_pretrained)"
+            )
+        except ValueError as exc:
+            return _refused(f"config.json is not valid JSON: {exc}")
+        if not isinstance(config, dict) or not config.get("id2label"):
+            return _refused("config.json names no labels (config.id2label)")
+        if not list(artifact.glob("*.safetensors")):
+            return _refused(f"{artifact.name} holds no safetensors weights")
+        return EvalOutcome(ok=True)
+
     def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
         tests = self.task.evaluator.settings.get("tests")
         if not isinstance(tests, dict) or not tests:

@@ -49,6 +49,14 @@ PICKLED_WEIGHTS = ("*.bin", "*.pt", "*.pth", "*.ckpt", "*.pkl")
 
 
 class LmEvalEvaluator(Evaluator):
+    def check_format(self, artifact: Path) -> EvalOutcome:
+        """A causal-LM folder transformers can load, weights as the task requires."""
+        settings = self.task.evaluator.settings
+        problem = check_artifact(
+            artifact, safetensors_only=bool(settings.get("safetensors_only", True))
+        )
+        return EvalOutcome(ok=problem is None, error=problem)
+
     def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
         settings = self.task.evaluator.settings
         problem = _settings_problem(settings)

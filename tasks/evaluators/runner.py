@@ -1,6 +1,8 @@
 """Entry point of the fresh evaluation process: `python -m mlra.tasks.evaluators.runner`.
 
-Arguments: task folder, artifact path, output JSON path, scratch folder. Writes
+Arguments: task folder, artifact path, output JSON path, scratch folder, and the
+split ("test" when left out; "validation"; "format": the rules and the artifact's
+form only, for a task without validation data). Writes
 an `EvalOutcome` as JSON; a crash of the evaluator is written as an error outcome.
 """
 
@@ -12,20 +14,33 @@ import traceback
 from pathlib import Path
 
 from mlra.tasks.constraints import check
-from mlra.tasks.evaluators.base import ISOLATION_VAR, EvalOutcome, load_evaluator
+from mlra.tasks.evaluators.base import (
+    ISOLATION_VAR,
+    EvalOutcome,
+    Split,
+    load_evaluator,
+    split_task,
+)
 from mlra.tasks.spec import load_task
 
 
 def main(argv: list[str]) -> int:
-    task_dir, artifact, out, work_dir = (Path(a) for a in argv)
+    task_dir, artifact, out, work_dir = (Path(a) for a in argv[:4])
+    split: Split = "test"
+    if len(argv) > 4 and argv[4] in ("validation", "format"):
+        split = "validation" if argv[4] == "validation" else "format"
     try:
-        task = load_task(task_dir)
+        task = split_task(load_task(task_dir), split)
         # The rules first: a submission that breaks one gets no score.
         violations, facts = check(artifact, task.constraints)
         if violations:
             outcome = EvalOutcome(ok=False, violations=violations, details={"constraints": facts})
         else:
-            outcome = load_evaluator(task).evaluate(artifact, work_dir=work_dir)
+            evaluator = load_evaluator(task)
+            if split == "format":
+                outcome = evaluator.check_format(artifact)
+            else:
+                outcome = evaluator.evaluate(artifact, work_dir=work_dir)
             if facts:
                 outcome.details["constraints"] = facts
     except Exception as exc:
