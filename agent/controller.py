@@ -121,7 +121,12 @@ class RunController(Steering):
         if self.log is None:
             raise RuntimeError("the run has not been prepared")
         event.t = round(self.clock.elapsed(), 3)
-        return self.log.append(event)
+        written = self.log.append(event)
+        if isinstance(written, ev.Validation):
+            # Its row of the experiments table (agent/experiments.py), from the state the
+            # validation was just folded into; a resumed run folds the recorded row instead.
+            self.append(self.state.experiments.next_row(written))
+        return written
 
     def emit_safely(self, event: ev.Event) -> None:
         with contextlib.suppress(Exception):

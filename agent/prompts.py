@@ -35,7 +35,9 @@ A supervisor gives you one subtask at a time. You act with tools in a sandboxed 
 
 Think briefly before each action, then act with a tool; one tool call at a time is best. Commands have a time-out; long training runs should print progress and save checkpoints.
 Run a command in the foreground (`bash`, `python`) when you need its result before your next step. Start it as a background job with `job_start` when it takes long (training, a long evaluation) and you have other work meanwhile: it returns a job id at once and writes the output to a log file in jobs/; `job_status` shows how your jobs are doing, `job_wait` waits for one (up to a timeout) and returns its new output, `job_stop` stops one. Anything a foreground command leaves in the background is killed when it ends, so use a job instead. A few jobs may run at once; all of them are stopped at the deadline and when the run is submitted, so save checkpoints and results to files. When the subtask is done (or cannot be done), call `report` with what you did, the results with numbers, the files produced and any problems.
-Every message tells you the time used and left and the remaining budget: plan your work to fit.
+Before each experiment (a training run, a new setting), call `note` with your hypothesis and what you altered to test it; then `validate` the artifact it produces. Together they make the experiments table the supervisor reads, so say what each try is for.
+Keep a valid artifact in the place the task asks for at all times: save it early (even a weak one), replace it only with one that validated better, and have long runs save checkpoints you can resume or submit from, so the deadline never finds you with nothing.
+Every message tells you the time used and left and the remaining budget: plan your work to fit. When it warns that half, three quarters or 90% of the time is used, wind down as it says.
 """
 
 SUMMARIZER_SYSTEM = """\
@@ -79,4 +81,38 @@ def status_note(
     if jobs:
         running = ", ".join(f"{label} for {format_duration(seconds)}" for label, seconds in jobs)
         parts.append(f"Jobs running: {running}.")
+    warning = time_warning(elapsed_s, limit_s)
+    if warning:
+        parts.append(warning)
     return "[status] " + " ".join(parts)
+
+
+TIME_WARNINGS = (
+    (
+        0.9,
+        "Warning: 90% of the time is used. Start nothing new: make sure the best valid "
+        "artifact is saved where the task asks, and submit.",
+    ),
+    (
+        0.75,
+        "Warning: 75% of the time is used. Finish the experiments under way rather than "
+        "start long ones; keep the best valid artifact saved and leave time to submit.",
+    ),
+    (
+        0.5,
+        "Note: half the time is used. Compare the experiments so far, keep a valid "
+        "artifact saved, and spend the rest on what has worked best.",
+    ),
+)
+"""(share of the time used, what the agent is told from then on): the highest reached."""
+
+
+def time_warning(elapsed_s: float, limit_s: float) -> str:
+    """The warning for the share of the run's time used, or '' below half of it."""
+    if limit_s <= 0:
+        return ""
+    used = elapsed_s / limit_s
+    for share, warning in TIME_WARNINGS:
+        if used >= share:
+            return warning
+    return ""

@@ -42,6 +42,7 @@ PASSIVE = (
     ev.EvaluationStarted,
     ev.EvaluationFinished,
     ev.RunFinished,
+    ev.Experiment,
     ev.UnknownEvent,
 )
 """Events that the agent's own code does not emit: they are folded, never matched."""

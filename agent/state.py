@@ -15,6 +15,7 @@ from pydantic import BaseModel
 
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, dump_json
+from mlra.agent.experiments import ExperimentTable
 from mlra.tools.jobs import JobRecord
 
 Phase = Literal[
@@ -100,6 +101,8 @@ class RunState:
     edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The arguments the user gave calls at a breakpoint, by call id: a resumed run shows
     its model the call as it ran (agent/tool_step.py)."""
+    experiments: ExperimentTable = field(default_factory=ExperimentTable)
+    """The worker's notes and the validations, as the experiments table (agent/experiments.py)."""
 
     @property
     def phase(self) -> Phase:
@@ -199,6 +202,9 @@ class RunState:
                 self.resources = event
             case ev.JobStarted():
                 self.jobs[event.job] = JobRecord(started=event)
+                self.experiments.apply(event)
+            case ev.ExperimentNote() | ev.Validation() | ev.Experiment():
+                self.experiments.apply(event)
             case ev.JobEnded():
                 if event.job in self.jobs:
                     self.jobs[event.job].ended = event

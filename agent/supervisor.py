@@ -188,6 +188,9 @@ class Supervisor:
         if self._reviews:
             lines.append("Your guidance during the subtask: " + " | ".join(self._reviews))
         lines.append(f"Worker's report:\n{result.report}")
+        experiments = self._experiments()
+        if experiments:
+            lines.append(experiments)
         lines.append("Update the plan, then assign the next subtask or submit.")
         return ToolOutcome(
             output="\n".join(lines),
@@ -211,6 +214,7 @@ class Supervisor:
                 "Current plan:\n" + (render_plan(self.ctl.state.plan) or "(none)"),
                 f"Subtask {subtask}: {instructions}",
                 "The worker's recent steps:\n" + "\n".join(f"- {r}" for r in recent),
+                *([experiments] if (experiments := self._experiments()) else []),
                 self.ctl.elapsed_note(),
             ]
         )
@@ -230,6 +234,16 @@ class Supervisor:
         if guidance:
             self._reviews.append(guidance)
         return guidance
+
+    def _experiments(self) -> str:
+        """The experiments table (agent/experiments.py) as text, or '' while the worker has
+        neither noted nor validated anything: plans compare experiments, not repeat them."""
+        table = self.ctl.state.experiments
+        if not table.rows and not table.notes:
+            return ""
+        return table.render() + (
+            "\nCompare these before planning more: build on the best, do not repeat a tried change."
+        )
 
 
 def _call_key(call: ToolCallRequest) -> str:

@@ -46,7 +46,11 @@ class Worker:
         self.ctl = controller
         self.reviewer = reviewer
         self.registry = ToolRegistry(
-            [*core_tools(jobs=controller.jobs), *research_tools(), Report()]
+            [
+                *core_tools(jobs=controller.jobs, on_note=controller.emit),
+                *research_tools(),
+                Report(),
+            ]
         )
         assert controller.sandbox is not None
         self.history = AgentHistory(system=WORKER_SYSTEM.format(workdir=controller.sandbox.workdir))

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
+from mlra import events as ev
 from mlra.tools.files import EditFile, ListFiles, ReadFile, WriteFile
 from mlra.tools.jobs import JobManager, job_tools
+from mlra.tools.notes import Note
 from mlra.tools.registry import Tool
 from mlra.tools.shell import Bash, Python
 from mlra.tools.submit import Submit
@@ -13,14 +16,19 @@ from mlra.tools.submit import Submit
 CORE_TOOL_NAMES = ("bash", "python", "read_file", "write_file", "edit_file", "list_files", "submit")
 
 
-def core_tools(jobs: JobManager | None = None) -> list[Tool[Any]]:
+def core_tools(
+    jobs: JobManager | None = None, on_note: Callable[[ev.ExperimentNote], object] | None = None
+) -> list[Tool[Any]]:
     """Fresh instances of bash, python, read_file, write_file, edit_file, list_files, submit,
-    and with the run's `jobs` the background-job tools (tools/jobs.py) after `python`."""
+    with the run's `jobs` the background-job tools (tools/jobs.py) after `python`, and
+    with `on_note` (where a note goes: the run's log) the `note` tool (tools/notes.py)."""
     background = job_tools(jobs) if jobs is not None else []
+    notes: list[Tool[Any]] = [Note(on_note)] if on_note is not None else []
     return [
         Bash(),
         Python(),
         *background,
+        *notes,
         ReadFile(),
         WriteFile(),
         EditFile(),
