@@ -30,7 +30,8 @@ class ExperimentTable:
     """Every validation, by `seq`: a row's metric, direction and outcome."""
     notes: int = 0
     pending: ev.ExperimentNote | None = None
-    """The latest note no row has used yet."""
+    """The latest note no row has used yet (a failed validation's row shows it and leaves
+    it for the next)."""
     job_since_note: str | None = None
     """The first background job started after the pending note: the job an experiment
     ran as when its note named none."""
@@ -48,8 +49,11 @@ class ExperimentTable:
                 self.validations[event.seq] = event
             case ev.Experiment():
                 self.rows.append(event)
-                self.pending = None
-                self.job_since_note = None
+                validation = self.validations.get(event.validation_seq)
+                if validation is None or validation.ok:
+                    # A failed validation tested nothing: the note waits for the retry.
+                    self.pending = None
+                    self.job_since_note = None
             case _:
                 pass
 

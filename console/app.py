@@ -29,6 +29,7 @@ from mlra.agent.controller import Agent, RunController
 from mlra.agent.controls import Breakpoint
 from mlra.agent.state import RunResult, RunState
 from mlra.console.keymap import KEYS, bindings
+from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FileSource, FilesPane
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
@@ -122,6 +123,7 @@ class MlraApp(App[int]):
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield PlanPane(id="plan")
+                yield ExperimentsPane(id="experiments")
                 yield ResourcesPane(id="resources")
             yield TranscriptPane(id="transcript")
             yield FilesPane(self.files_source, id="files")
@@ -258,6 +260,7 @@ class MlraApp(App[int]):
         if self.files_source is None and self.controller and self.controller.sandbox:
             self._attach_sandbox()  # a resumed run: its run_started was in the past
         plan.show(self.state)
+        self._show_experiments()
         transcript.flush()
         # The footer and status line change with the run's phase only; redrawing them
         # for every batch of streamed output would cost renders for nothing.
@@ -279,6 +282,12 @@ class MlraApp(App[int]):
             resources.show(self.state, self._elapsed())
         if files_changed:
             self.call_later(self._refresh_files)
+
+    def _show_experiments(self) -> None:
+        try:
+            self.query_one(ExperimentsPane).show(self.state)
+        except NoMatches:
+            return  # the console is closing
 
     def _elapsed(self) -> float:
         if self.controller is None or self.state.finished is not None:

@@ -33,6 +33,7 @@ from mlra.console.app import MlraApp, _runner
 from mlra.console.headless import score_line
 from mlra.console.keymap import REPLAY_KEYS, bindings
 from mlra.console.panes import redraw
+from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import NO_PREVIEW, FilesPane
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
@@ -164,6 +165,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         with Horizontal(id="body"):
             with Vertical(id="left"):
                 yield PlanPane(id="plan")
+                yield ExperimentsPane(id="experiments")
                 yield ResourcesPane(id="resources")
             yield ReplayTranscript(id="transcript")
             yield FilesPane(self.files_source, id="files")
@@ -219,6 +221,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             transcript.rebuild(model.window_events())
         self._shown = new
         plan.show(state)
+        self._show_experiments()
         transcript.flush()
         if rebuilt:
             transcript.follow()
