@@ -14,6 +14,9 @@ What is written:
 - starter/data/train.jsonl (1,000) and valid.jsonl (500): labelled reviews
   {"text", "label"} with label "negative" or "positive".
 - hidden/test.jsonl (2,000): labelled reviews no split shares a sentence with.
+- hidden/validation.jsonl (1,000): the `validate` tool's split (its own seed), sharing
+  no sentence with the files above. `python build_data.py --validation` writes it
+  alone (the grammar only: the splits above are drawn again, not trained on).
 """
 
 from __future__ import annotations
@@ -37,10 +40,28 @@ def build_base(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def splits() -> dict[str, list[dict]]:
+    return reviews.unique_split(random.Random(1), {"train": 1000, "valid": 500, "test": 2000})
+
+
+def build_validation(drawn: dict[str, list[dict]]) -> None:
+    """The validation split: a seed of its own, no sentence of any split above."""
+    seen = {r["text"] for rows in drawn.values() for r in rows}
+    (rows,) = reviews.unique_split(random.Random(11), {"validation": 1000}, exclude=seen).values()
+    reviews.write_jsonl(
+        HERE / "hidden" / "validation.jsonl",
+        [{"text": r["text"], "label": r["sentiment"]} for r in rows],
+    )
+
+
 def main() -> None:
+    if sys.argv[1:] == ["--validation"]:
+        build_validation(splits())
+        return
     build_base(HERE / "starter" / "base_model")
-    splits = reviews.unique_split(random.Random(1), {"train": 1000, "valid": 500, "test": 2000})
-    for name, rows in splits.items():
+    drawn = splits()
+    build_validation(drawn)
+    for name, rows in drawn.items():
         folder = HERE / ("hidden" if name == "test" else "starter/data")
         reviews.write_jsonl(
             folder / f"{name}.jsonl", [{"text": r["text"], "label": r["sentiment"]} for r in rows]

@@ -17,6 +17,10 @@ What is written:
 - starter/data/train.jsonl (2,000 labelled), unlabelled.txt (20,000 reviews,
   one a line, no labels: for distillation), valid.jsonl (500 labelled).
 - hidden/test.jsonl (2,000 labelled): no split shares a sentence with another.
+- hidden/validation.jsonl (1,000 labelled): the `validate` tool's split (its own seed),
+  sharing no sentence with any split above, the teacher's training reviews included.
+  `python build_data.py --validation` writes it alone (the splits are drawn again from
+  the grammar; nothing is trained).
 """
 
 from __future__ import annotations
@@ -39,17 +43,31 @@ def label(row: dict) -> str:
     return f"{row['topic']}/{row['sentiment']}"
 
 
-def main() -> None:
-    from transformers import BertForSequenceClassification
-
+def draw() -> dict[str, list[dict]]:
     splits = reviews.unique_split(
         random.Random(2),
         {"teacher": 20_000, "train": 2000, "unlabelled": 20_000, "valid": 500, "test": 2000},
     )
-    rows = {
+    return {
         name: [{"text": r["text"], "label": label(r)} for r in split]
         for name, split in splits.items()
     }
+
+
+def build_validation(rows: dict[str, list[dict]]) -> None:
+    """The validation split: a seed of its own, no sentence of any split above."""
+    seen = {r["text"] for split in rows.values() for r in split}
+    (drawn,) = reviews.unique_split(random.Random(12), {"validation": 1000}, exclude=seen).values()
+    reviews.write_jsonl(
+        HERE / "hidden/validation.jsonl", [{"text": r["text"], "label": label(r)} for r in drawn]
+    )
+
+
+def main() -> None:
+    from transformers import BertForSequenceClassification
+
+    rows = draw()
+    build_validation(rows)
     reviews.write_jsonl(HERE / "starter/data/train.jsonl", rows["train"])
     reviews.write_jsonl(HERE / "starter/data/valid.jsonl", rows["valid"])
     (HERE / "starter/data/unlabelled.txt").write_text(
@@ -75,4 +93,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--validation"]:
+        build_validation(draw())
+    else:
+        main()

@@ -20,6 +20,9 @@ What is written:
 - starter/data/valid_sentiment.jsonl, valid_topic.jsonl (300 each): labelled
   reviews for choosing merge settings.
 - hidden/test_sentiment.jsonl, hidden/test_topic.jsonl (2,000 each).
+- hidden/validation_sentiment.jsonl, hidden/validation_topic.jsonl (1,000 each): the
+  `validate` tool's split (its own seed). `python build_data.py --validation` writes
+  them alone (the splits are drawn again from the grammar; nothing is trained).
 No split shares a sentence with another.
 """
 
@@ -41,10 +44,8 @@ SENTIMENT = [f"sentiment:{s}" for s in reviews.SENTIMENTS]
 TOPIC = [f"topic:{t}" for t in reviews.TOPIC_NAMES]
 
 
-def main() -> None:
-    from transformers import BertForSequenceClassification, BertModel
-
-    splits = reviews.unique_split(
+def draw() -> dict[str, list[dict]]:
+    return reviews.unique_split(
         random.Random(3),
         {
             "sentiment": 4000,
@@ -55,6 +56,26 @@ def main() -> None:
             "test2": 2000,
         },
     )
+
+
+def build_validation(splits: dict[str, list[dict]]) -> None:
+    """The validation splits: a seed of their own, no sentence of any split above."""
+    seen = {r["text"] for split in splits.values() for r in split}
+    drawn = reviews.unique_split(
+        random.Random(13), {"sentiment": 1000, "topic": 1000}, exclude=seen
+    )
+    for field, rows in drawn.items():
+        reviews.write_jsonl(
+            HERE / f"hidden/validation_{field}.jsonl",
+            [{"text": r["text"], "label": f"{field}:{r[field]}"} for r in rows],
+        )
+
+
+def main() -> None:
+    from transformers import BertForSequenceClassification, BertModel
+
+    splits = draw()
+    build_validation(splits)
 
     def rows(split: str, field: str) -> list[dict]:
         return [{"text": r["text"], "label": f"{field}:{r[field]}"} for r in splits[split]]
@@ -94,4 +115,7 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--validation"]:
+        build_validation(draw())
+    else:
+        main()
