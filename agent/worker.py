@@ -14,6 +14,7 @@ from typing import Literal
 
 from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
+from mlra.agent.evaluation import run_validator
 from mlra.agent.history import AgentHistory
 from mlra.agent.prompts import WORKER_SYSTEM, task_message
 from mlra.agent.providers.base import ToolCallRequest
@@ -47,7 +48,11 @@ class Worker:
         self.reviewer = reviewer
         self.registry = ToolRegistry(
             [
-                *core_tools(jobs=controller.jobs, on_note=controller.emit),
+                *core_tools(
+                    jobs=controller.jobs,
+                    on_note=controller.emit,
+                    validator=run_validator(controller),
+                ),
                 *research_tools(),
                 Report(),
             ]
