@@ -20,6 +20,11 @@ What is written (all deterministic, no randomness outside a seeded RNG):
   (perplexity).
 - hidden/data/pairs/<phenomenon>.jsonl: minimal pairs made from Persuasion's
   sentences by one controlled corruption each (accuracy).
+- hidden/validation/: the `validate` tool's split, from text neither the agent nor
+  the test has (Northanger Abbey, chapters 16 on): heldout.jsonl (chapters 16-23),
+  pairs/<phenomenon>.jsonl (minimal pairs, a seed of their own, no sentence of the
+  other files), and lm_eval/ (tasks tiny_lm_val_pairs and tiny_lm_val_heldout).
+  `--validation` writes it alone.
 Text is normalized to one paragraph per line, paragraphs separated by a blank
 line, so the training text looks like the held-out text.
 """
@@ -56,6 +61,10 @@ HELDOUT = ("persuasion", 8)
 PAIR_SOURCES = ("persuasion", "mansfieldpark")
 PAIRS_PER_PHENOMENON = 125
 SEED = 20240611
+VALIDATION = ("northangerabbey", 16, 8)
+"""The validation split's novel, its first chapter (after the agent's), and how many
+chapters its perplexity text takes."""
+VALIDATION_SEED = SEED + 1
 
 # --- reading the Debian package ---------------------------------------------------------
 
@@ -659,14 +668,16 @@ PHENOMENA: dict[str, Corruption] = {
 }
 
 
-def minimal_pairs(sents: list[tuple[str, str]]) -> dict[str, list[dict[str, object]]]:
+def minimal_pairs(
+    sents: list[tuple[str, str]], seed: int = SEED
+) -> dict[str, list[dict[str, object]]]:
     """Up to PAIRS_PER_PHENOMENON pairs per phenomenon, each sentence used once.
 
     Rarer phenomena pick first so that common ones do not use up their sentences.
     The good sentence's position among the two choices alternates, so that a model
     (or tokenizer) that cannot tell them apart scores exactly chance, not 100%.
     """
-    rng = random.Random(SEED)
+    rng = random.Random(seed)
     candidates: dict[str, list[tuple[int, Site]]] = {}
     for name, corrupt in PHENOMENA.items():
         found = []
@@ -719,25 +730,32 @@ def write_jsonl(path: Path, rows: list[dict[str, object]]) -> None:
             fh.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def write_task_yamls(folder: Path, phenomena: list[str]) -> None:
+def write_task_yamls(
+    folder: Path,
+    phenomena: list[str],
+    *,
+    group: str = "tiny_lm_pairs",
+    data: str = "../data/pairs",
+    source: str = "Persuasion, Mansfield Park",
+) -> None:
     """One lm-eval task per phenomenon (data files relative to the YAML) and their group."""
     folder.mkdir(parents=True, exist_ok=True)
-    for old in folder.glob("tiny_lm_pairs_*.yaml"):
+    for old in folder.glob(f"{group}_*.yaml"):
         old.unlink()
     for name in phenomena:
-        (folder / f"tiny_lm_pairs_{name}.yaml").write_text(
+        (folder / f"{group}_{name}.yaml").write_text(
             "include: _pairs_template_yaml\n"
-            f"task: tiny_lm_pairs_{name}\n"
+            f"task: {group}_{name}\n"
             "dataset_kwargs:\n"
             "  data_files:\n"
-            f"    validation: ../data/pairs/{name}.jsonl\n"
+            f"    validation: {data}/{name}.jsonl\n"
         )
-    tasks = "".join(f"  - tiny_lm_pairs_{name}\n" for name in phenomena)
-    (folder / "_tiny_lm_pairs.yaml").write_text(
-        "# Grammatical minimal pairs built from held-out text (Persuasion, Mansfield Park);\n"
+    tasks = "".join(f"  - {group}_{name}\n" for name in phenomena)
+    (folder / f"_{group}.yaml").write_text(
+        f"# Grammatical minimal pairs built from held-out text ({source});\n"
         "# the group's acc is the accuracy over all pairs (each phenomenon weighted by its size).\n"
         "# Written by build_data.py.\n"
-        "group: tiny_lm_pairs\n"
+        f"group: {group}\n"
         f"task:\n{tasks}"
         "aggregate_metric_list:\n"
         "  - metric: acc\n"
@@ -746,6 +764,54 @@ def write_task_yamls(folder: Path, phenomena: list[str]) -> None:
         "metadata:\n"
         "  version: 1.0\n"
     )
+
+
+def build_validation(novels: dict[str, list[list[str]]], root: Path) -> None:
+    """The validation split: text from chapters no other file holds, pairs drawn with a
+    seed of their own, none of whose sentences appears in the agent's or the test's text."""
+    name, first, n_docs = VALIDATION
+    chaps = novels[name][first - 1 :]
+    out = root / "hidden" / "validation"
+    docs = [
+        {"text": "\n\n".join(c), "source": f"{NOVELS[name]}, chapter {i}"}
+        for i, c in enumerate(chaps[:n_docs], start=first)
+    ]
+    write_jsonl(out / "heldout.jsonl", docs)
+    elsewhere = (root / "starter" / "data" / "train.txt").read_text(encoding="utf-8")
+    elsewhere += (root / "starter" / "data" / "valid.txt").read_text(encoding="utf-8")
+    for path in sorted((root / "hidden" / "data").rglob("*.jsonl")):
+        elsewhere += path.read_text(encoding="utf-8")
+    sents = [
+        (f"{NOVELS[name]}, chapter {int(source.rsplit(' ', 1)[1]) + first - 1}", sent)
+        for source, sent in sentences(chaps, NOVELS[name])
+        if sent not in elsewhere
+    ]
+    pairs = minimal_pairs(sents, seed=VALIDATION_SEED)
+    for old in (out / "pairs").glob("*.jsonl"):
+        old.unlink()
+    for phenomenon, rows in pairs.items():
+        write_jsonl(out / "pairs" / f"{phenomenon}.jsonl", rows)
+    lm_eval = out / "lm_eval"
+    lm_eval.mkdir(parents=True, exist_ok=True)
+    template = (HERE / "hidden" / "lm_eval" / "_pairs_template_yaml").read_text()
+    (lm_eval / "_pairs_template_yaml").write_text(template)
+    write_task_yamls(
+        lm_eval,
+        sorted(pairs),
+        group="tiny_lm_val_pairs",
+        data="../pairs",
+        source=f"{NOVELS[name]}, chapters {first} on: the validation split",
+    )
+    heldout = (HERE / "hidden" / "lm_eval" / "tiny_lm_heldout.yaml").read_text()
+    heldout = heldout.replace("task: tiny_lm_heldout", "task: tiny_lm_val_heldout")
+    heldout = heldout.replace("../data/heldout.jsonl", "../heldout.jsonl")
+    heldout = re.sub(
+        r"^# Perplexity on held-out text \([^)]*\)",
+        f"# The validation split's perplexity ({NOVELS[name]}, chapters {first}-{first + n_docs - 1})",
+        heldout,
+    )
+    (lm_eval / "tiny_lm_val_heldout.yaml").write_text(heldout)
+    print("validation pairs:", {k: len(v) for k, v in pairs.items()})
 
 
 def build(deb: Path, root: Path) -> None:
@@ -770,6 +836,7 @@ def build(deb: Path, root: Path) -> None:
     for path in sorted([*starter.iterdir(), *hidden.rglob("*.jsonl")]):
         print(f"{path.relative_to(root)}: {path.stat().st_size:,} bytes")
     print("pairs:", {k: len(v) for k, v in pairs.items()}, "total", sum(map(len, pairs.values())))
+    build_validation(novels, root)
 
 
 def main() -> None:
@@ -778,8 +845,14 @@ def main() -> None:
         "--deb", type=Path, required=True, help="r-cran-janeaustenr_1.0.0-1_all.deb"
     )
     parser.add_argument("--out", type=Path, default=HERE, help="task folder to write into")
+    parser.add_argument(
+        "--validation", action="store_true", help="write the validation split alone"
+    )
     args = parser.parse_args()
-    build(args.deb, args.out)
+    if args.validation:
+        build_validation({k: chapters(v) for k, v in read_novels(args.deb).items()}, args.out)
+    else:
+        build(args.deb, args.out)
 
 
 if __name__ == "__main__":

@@ -255,3 +255,32 @@ def test_validation_data_shares_nothing_with_the_agents_files_or_the_test(name: 
         assert len(texts) >= 500
         assert not texts & seen_by_agent, path
         assert not texts & tested, path
+
+
+def test_tiny_lm_validation_text_is_neither_the_agents_nor_the_tests() -> None:
+    """tiny-lm's validation split: lm-eval tasks of their own over text (and minimal
+    pairs) found in no workspace file and in no test file."""
+    folder = next(d for d in builtin_task_dirs() if d.name == "tiny-lm")
+    task = load_task(folder)
+    settings = task.validation.settings
+    assert settings is not None and settings["primary"] == "tiny_lm_val_pairs/acc"
+    include = folder / str(settings["include"])
+    assert include.resolve() != (folder / str(task.evaluator.settings["include"])).resolve()
+    assert {f"{t}.yaml" for t in settings["tasks"]} <= {
+        p.name.lstrip("_") for p in include.glob("*.yaml")
+    }
+    validation = folder / "hidden" / "validation"
+    assert any(h in validation.resolve().parents for h in task.hidden_paths())
+    workspace = "".join(p.read_text() for p in (folder / "starter" / "data").glob("*.txt"))
+    tested = "".join(p.read_text() for p in (folder / "hidden" / "data").rglob("*.jsonl"))
+    rows = [
+        json.loads(line)
+        for path in sorted((validation / "pairs").glob("*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    assert len(rows) >= 300
+    for row in rows:
+        assert row["sentence_good"] not in workspace and row["sentence_good"] not in tested
+    for line in (validation / "heldout.jsonl").read_text().splitlines():
+        paragraphs = json.loads(line)["text"].split("\n\n")
+        assert not [p for p in paragraphs if len(p) > 80 and (p in workspace or p in tested)]
