@@ -342,6 +342,14 @@ class RunResult(BaseModel):
     log_size: int | None = None
     regrades: list[Regrade] = []
     """Gradings after the run (`mlra eval`), oldest first; `score` stays the run's own."""
+    experiments: int = 0
+    """Rows of the experiments table: one per validation (agent/experiments.py)."""
+    best_validation: float | None = None
+    """The best validation score (never the hidden test split's), in `validation_metric`."""
+    validation_metric: str | None = None
+    validation_higher_is_better: bool | None = None
+    validation_curve: list[tuple[float, float]] = []
+    """(run clock seconds, score) of each scored validation, for the report's plot."""
 
     @property
     def unisolated(self) -> bool:
@@ -397,7 +405,23 @@ def result_of(state: RunState) -> RunResult:
         resumed=state.resumed,
         isolation=state.sandbox.isolation if state.sandbox else None,
         regrades=list(state.regrades),
+        **validation_summary(state),
     )
+
+
+def validation_summary(state: RunState) -> dict[str, Any]:
+    """What `result.json` says of the experiments: how many, the best validation score,
+    its metric and direction, and the scores over time."""
+    table = state.experiments
+    best = table.best
+    scored = [(row.t, row.score) for row in table.rows if row.score is not None]
+    return {
+        "experiments": len(table.rows),
+        "best_validation": best.score if best is not None else None,
+        "validation_metric": table.metric or None,
+        "validation_higher_is_better": table.higher_is_better if table.metric else None,
+        "validation_curve": scored,
+    }
 
 
 def write_result(state: RunState, run_dir: Path) -> RunResult:

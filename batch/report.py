@@ -32,7 +32,14 @@ from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards
 Attempt = Literal["first", "last"]
 """Which attempt of each seed the group numbers count."""
 
-REPORT_FILES = ("report.md", "report.csv", "report.json", "score.png", "normalized.png")
+REPORT_FILES = (
+    "report.md",
+    "report.csv",
+    "report.json",
+    "score.png",
+    "normalized.png",
+    "validation.png",
+)
 
 
 @dataclass
@@ -61,6 +68,13 @@ class RunRow:
     """Whether the group numbers count this attempt (one per seed)."""
     started: bool = True
     """False for an attempt that never started (no run_started): it has no outcome."""
+    experiments: int = 0
+    """Rows of the run's experiments table (one per validation)."""
+    best_validation: float | None = None
+    """The best validation score (the validation split, never the hidden test split)."""
+    validation_metric: str | None = None
+    validation_curve: list[tuple[float, float]] = field(default_factory=list)
+    """(run clock seconds, score) of each scored validation: the report's validation plot."""
 
 
 @dataclass
@@ -84,6 +98,11 @@ class Group:
     """Scored runs of the group that had no isolation (their scores are in the means)."""
     retries: int = 0
     """Attempts beyond the first, over the group's seeds (not in its numbers)."""
+    best_validation_mean: float | None = None
+    """The runs' best validation scores, mean and standard error (runs that validated)."""
+    best_validation_se: float | None = None
+    experiments_mean: float | None = None
+    """Experiments (validations) a run, on average."""
 
 
 def mean_se(values: list[float]) -> tuple[float | None, float | None]:
@@ -154,6 +173,10 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         failure=failure_of(r),
         isolation=r.isolation,
         unisolated=r.unisolated and r.score is not None,
+        experiments=r.experiments,
+        best_validation=r.best_validation,
+        validation_metric=r.validation_metric,
+        validation_curve=[(t, score) for t, score in r.validation_curve],
     )
 
 
@@ -242,6 +265,9 @@ def summarize(rows: list[RunRow]) -> list[Group]:
         normalized = [m.normalized_score for m in members if m.normalized_score is not None]
         score_mean, score_se = mean_se(scores)
         norm_mean, norm_se = mean_se(normalized)
+        best = [m.best_validation for m in members if m.best_validation is not None]
+        best_mean, best_se = mean_se(best)
+        started = [m for m in members if m.started]
         out.append(
             Group(
                 task=task,
@@ -262,6 +288,11 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 ),
                 unisolated=sum(m.unisolated for m in members),
                 retries=len(every) - len(members),
+                best_validation_mean=best_mean,
+                best_validation_se=best_se,
+                experiments_mean=(
+                    sum(m.experiments for m in started) / len(started) if started else None
+                ),
             )
         )
     return out
@@ -296,8 +327,8 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         "success = at least 5% of the baseline-to-top gap closed (the task's own fraction "
         "where it sets one); tokens and cost include every attempt.",
         "",
-        "| task | model | runs | scored | score | normalized | success | median time | tokens | cost | failures | retries | isolation |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| task | model | runs | scored | score | normalized | best validation | experiments | success | median time | tokens | cost | failures | retries | isolation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
         failures = ", ".join(f"{k} ×{v}" for k, v in sorted(g.failures.items())) or "–"
@@ -306,8 +337,11 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         score = _pm(g.score_mean, g.score_se) + (mark if g.score_mean is not None else "")
         normalized = _pm(g.normalized_mean, g.normalized_se)
         normalized += mark if g.normalized_mean is not None else ""
+        best = _pm(g.best_validation_mean, g.best_validation_se)
+        experiments = f"{g.experiments_mean:.3g}" if g.experiments_mean is not None else "–"
         lines.append(
             f"| {g.task} | {g.model} | {g.runs} | {g.scored} | {score} | {normalized} | "
+            f"{best} | {experiments} | "
             f"{g.success_rate:.0%} | {median} | {g.tokens:,} | ${g.cost_usd:.4f} | {failures} | "
             f"{g.retries} | {g.isolation.replace(';', ', ')} |"
         )
@@ -327,7 +361,8 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
 CSV_FIELDS = [
     "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
-    "isolation", "unisolated", "retries",
+    "isolation", "unisolated", "retries", "best_validation_mean", "best_validation_se",
+    "experiments_mean",
 ]  # fmt: skip
 
 
@@ -383,6 +418,48 @@ def plot(out: Path, groups: list[Group]) -> None:
     plt.close(fig)
 
 
+def plot_validation(out: Path, rows: list[RunRow]) -> None:
+    """validation.png: each run's validation score over its run clock, one panel a task,
+    a colour a model; a run's best so far is marked. Validation scores, never the test
+    split's: what the agent saw while it worked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [r for r in rows if r.validation_curve]
+    tasks = sorted({r.task for r in shown}) or ["(no validations)"]
+    models = sorted({r.model for r in shown})
+    colours = {m: f"C{i % 10}" for i, m in enumerate(models)}
+    fig, axes = plt.subplots(
+        1, len(tasks), figsize=(max(4.5, 4.0 * len(tasks)), 3.5), squeeze=False
+    )
+    for ax, task in zip(axes[0], tasks, strict=True):
+        labelled: set[str] = set()
+        metric = ""
+        for run in (r for r in shown if r.task == task):
+            minutes = [t / 60 for t, _ in run.validation_curve]
+            scores = [score for _, score in run.validation_curve]
+            label = run.model if run.model not in labelled else None
+            labelled.add(run.model)
+            colour = colours[run.model]
+            ax.plot(minutes, scores, marker=".", color=colour, alpha=0.8, label=label)
+            if run.best_validation is not None and run.best_validation in scores:
+                i = scores.index(run.best_validation)
+                ax.plot(minutes[i], scores[i], marker="*", markersize=11, color=colour)
+            metric = metric or (run.validation_metric or "")
+        ax.set_title(task)
+        ax.set_xlabel("run clock (minutes)")
+        ax.set_ylabel(f"validation {metric or 'score'}")
+        if not shown:
+            ax.text(0.5, 0.5, "no run validated", ha="center", va="center")
+        elif labelled:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / "validation.png", dpi=100)
+    plt.close(fig)
+
+
 _EMPTY = Group("", "", 0, 0, None, None, None, None, 0.0, None, 0, 0.0)
 
 
@@ -400,4 +477,5 @@ def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -
     (out / "report.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     if plots and groups:
         plot(out, groups)
+        plot_validation(out, rows)
     return groups

@@ -59,8 +59,9 @@ def add_replay_commands(sub: Any) -> None:
         "runs",
         help="list the recorded runs",
         description="List the runs in a runs folder: id, task, model, status, why it ended, "
-        "score, normalized score, the latest re-grade (mlra eval), duration, cost and the run "
-        "each was forked from.",
+        "score, normalized score, the best validation score and the number of experiments "
+        "(validations), the latest re-grade (mlra eval), duration, cost and the run each was "
+        "forked from.",
     )
     runs.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)"
@@ -214,6 +215,10 @@ class RunRow:
     """The latest re-grade's score, and what it graded (a workspace path, or the
     frozen submission again)."""
     regrade_artifact: str | None = None
+    experiments: int = 0
+    """Rows of the run's experiments table (one per validation)."""
+    best_validation: float | None = None
+    """The best validation score (the validation split, never the hidden test split)."""
 
     @property
     def unisolated(self) -> bool:
@@ -362,6 +367,7 @@ def run_row(run_dir: Path) -> RunRow:
     row.duration_s, row.cost_usd = result.duration_s, result.cost_usd
     row.forked_from = result.forked_from
     row.isolation = result.isolation
+    row.experiments, row.best_validation = result.experiments, result.best_validation
     return row
 
 
@@ -391,6 +397,8 @@ def _cells(row: RunRow) -> list[str]:
         row.reason or "-",
         f"{row.score:.4g}{mark}" if row.score is not None else "-",
         f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
+        f"{row.best_validation:.4g}" if row.best_validation is not None else "-",
+        str(row.experiments) if row.experiments else "-",
         _regrade_cell(row),
         format_duration(row.duration_s) if row.duration_s is not None else "-",
         f"${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
@@ -414,6 +422,8 @@ HEADERS = [
     "reason",
     "score",
     "normalized",
+    "best val.",
+    "exp.",
     "re-graded",
     "duration",
     "cost",
@@ -456,7 +466,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             widest = max(len(header), *(len(c[i]) for c in table))
             out.add_column(
                 header,
-                justify="right" if 5 <= i <= 9 else "left",
+                justify="right" if 5 <= i <= 11 else "left",
                 no_wrap=True,
                 min_width=None if header in ("model", "forked from") else widest,
             )
