@@ -238,3 +238,39 @@ def test_the_status_note_warns_at_50_75_and_90_percent(elapsed: float, warning: 
         assert "time is used" not in note
     else:
         assert warning in note and note.count("time is used") == 1
+
+
+async def test_a_validate_call_gets_its_row(tmp_path: Path, answer_task: Path) -> None:
+    """The real `validate` tool: its `validation` event is followed by the row pairing it
+    with the worker's note; a refused call (the task allows one an hour) makes none."""
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", call("note", hypothesis="the answer is 42", change="answer.txt")),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("validate", path="answer.txt")),
+            turn("", call("validate", path="answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(task="answer", model="openai/test", runs_dir=tmp_path, isolation="none")
+        controller = RunController(cfg, load_task(answer_task), provider)
+        await controller.run(agent_for)
+        await provider.aclose()
+    events = read_events(controller.run_dir / "events.jsonl")
+    validations = [e for e in events if isinstance(e, ev.Validation)]
+    rows = [e for e in events if isinstance(e, ev.Experiment)]
+    assert len(validations) == 1 and len(rows) == 1
+    assert events[events.index(validations[0]) + 1] == rows[0]
+    row = rows[0]
+    assert (row.number, row.hypothesis, row.change, row.best) == (
+        1,
+        "the answer is 42",
+        "answer.txt",
+        True,
+    )
+    assert row.score == validations[0].score and row.validation_seq == validations[0].seq
+    after_subtask = json.dumps(server.requests_for("supervisor")[2].body)
+    assert "Experiments (1; " in after_subtask and "the answer is 42" in after_subtask
