@@ -177,12 +177,15 @@ def cmd_batch(args: argparse.Namespace) -> int:
         detail = f": {s.detail}" if s.detail else ""
         # An unscored run ended by itself (deadline, no submission...): final, not retried.
         what = "not scored" if s.kind == "unscored" else "not done"
-        print(f"{what}: {s.run_id} ({s.kind}, {s.reason or '-'}, {s.attempts} attempts){detail}")
+        tries = f"{s.attempts} attempt{'' if s.attempts == 1 else 's'}"
+        print(f"{what}: {s.run_id} ({s.kind}, {s.reason or '-'}, {tries}){detail}")
     unscored = progress.count("unscored")
     print(
         f"batch: {progress.count('finished')}/{progress.total} finished "
         + (f"and {unscored} unscored " if unscored else "")
-        + f"({progress.skipped} already were; {progress.retries} retries) · "
+        + f"({progress.skipped} already were; {progress.retries} "
+        + ("retry" if progress.retries == 1 else "retries")
+        + ") · "
         f"report {out / 'report.md'}",
         flush=True,
     )

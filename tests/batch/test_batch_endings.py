@@ -160,7 +160,7 @@ def test_a_run_that_ends_unscored_by_itself_is_not_retried(
         asked = len(server.requests)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert (
-            "not scored: answer__openai-test-model__s1 (unscored, no_tool_calls, 1 attempts)"
+            "not scored: answer__openai-test-model__s1 (unscored, no_tool_calls, 1 attempt)"
             in proc.stdout
         )
         assert "0/1 finished and 1 unscored (0 already were; 0 retries)" in proc.stdout
