@@ -55,10 +55,13 @@ _RUNS: dict[str, Path] = {}
 
 @pytest.fixture(scope="module")
 def baseline_run(task: TaskSpec, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`mlra run TASK --model baseline --no-tui`, end to end: the run folder (once per task)."""
+    """`mlra run TASK --model baseline --baseline-validate --no-tui`, end to end: the run
+    folder (once per task)."""
     if task.name not in _RUNS:
         root = tmp_path_factory.mktemp(task.name)
-        proc, run_dir = run_baseline(task.name, root, env=offline_env(), timeout=600)
+        proc, run_dir = run_baseline(
+            task.name, root, "--baseline-validate", env=offline_env(), timeout=600
+        )
         assert f"score {task.metric.name} = " in proc.stdout.strip().splitlines()[-1]
         _RUNS[task.name] = run_dir
     return _RUNS[task.name]
@@ -145,6 +148,27 @@ def test_the_baseline_agent_reproduces_the_reference_score(
     assert isinstance(facts, dict) and facts["dtypes"] == {"F32": facts["parameters"]}
     if task.constraints.max_parameters is not None:
         assert facts["parameters"] <= task.constraints.max_parameters
+
+
+@pytest.mark.slow
+def test_the_baseline_validates_at_its_recorded_validation_score(
+    task: TaskSpec, baseline_run: Path
+) -> None:
+    """`validate` before the submit graded the validation split, whose score is the one
+    task.toml records beside the test score, and which the agent saw as such."""
+    from mlra import events as ev
+    from mlra.agent.eventlog import read_events
+
+    events = read_events(baseline_run / "events.jsonl")
+    (validation,) = [e for e in events if isinstance(e, ev.Validation)]
+    assert validation.ok and validation.split == "validation", validation.error
+    assert task.validation.baseline is not None and validation.score is not None
+    assert abs(validation.score - task.validation.baseline) <= BASELINE_TOLERANCE
+    assert task.validation.settings is not None
+    named = task.validation.settings["tests"]
+    assert set(validation.metrics) >= {f"{name}/accuracy" for name in named}
+    (result,) = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "validate"]
+    assert "Validation split (not the hidden test split)" in result.output
 
 
 @pytest.mark.slow
