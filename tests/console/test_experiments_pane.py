@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from rich.text import Text
-from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.agent.state import fold
@@ -67,7 +66,7 @@ def with_experiments() -> list[ev.Event]:
 
 
 def pane_text(app: MlraApp) -> str:
-    return str(app.query_one(ExperimentsPane, Static).content)
+    return str(app.query_one(ExperimentsPane).content)
 
 
 async def test_the_pane_shows_the_chart_and_table_with_the_best_highlighted() -> None:
