@@ -151,7 +151,8 @@ class ExperimentTable:
         else:
             score = "no score"
         mark = "*" if row is best else " "
-        parts = [f"{mark}#{row.number} at {format_duration(row.t)}: {score}"]
+        # The time in a form a deterministic re-run's comparison leaves out (agent/fingerprint.py).
+        parts = [f"{mark}#{row.number} {score} ({format_duration(row.t)} into the run)"]
         if row.hypothesis:
             parts.append(f"hypothesis: {row.hypothesis}")
         if row.change:

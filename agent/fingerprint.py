@@ -3,8 +3,8 @@
 A deterministic re-run (`--model replay:RUN`) feeds the agent the recorded
 answers and compares, call by call, what the agent sends now with what it sent
 then. Things that differ between any two runs without any difference in
-behaviour are left out: the clock-and-budget note, command durations, and
-the run's own folder names.
+behaviour are left out: the clock-and-budget note, command durations, when
+each experiment validated, and the run's own folder names.
 """
 
 from __future__ import annotations
@@ -20,11 +20,14 @@ from mlra.tools.registry import ToolSpec
 _STATUS = re.compile(r"^\[status\] .*$", re.MULTILINE)
 _DURATION = re.compile(r", [\d.,]+ s\]")
 """The `[exit code 0, 1.2 s]` line that closes a command's output."""
+_RUN_TIME = re.compile(r"\(\d[\dhms]* into the run\)")
+"""When an experiment validated, in the supervisor's experiments table (agent/experiments.py)."""
 
 
 def normalize(text: str, replacements: Iterable[tuple[str, str]] = ()) -> str:
     text = _STATUS.sub("[status]", text)
     text = _DURATION.sub(", _ s]", text)
+    text = _RUN_TIME.sub("(_ into the run)", text)
     for old, new in replacements:
         if old:
             text = text.replace(old, new)

@@ -15,6 +15,7 @@ from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.eventlog import read_events
+from mlra.agent.fingerprint import normalize
 from mlra.agent.prompts import WORKER_SYSTEM, status_note
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
@@ -124,8 +125,17 @@ def test_rows_pair_notes_with_validations_and_mark_the_best_lower_is_better() ->
     assert table.best is table.rows[1] and table.metric == "loss"
     text = table.render()
     assert "loss, lower is better" in text
-    assert "*#2 at " in text and "wider model" in text
+    assert "*#2 2.5 (20s into the run) | hypothesis: wider model" in text
     assert "failed (no model file)" in text
+
+
+def test_a_deterministic_rerun_leaves_the_tables_times_out() -> None:
+    """`--model replay:RUN` compares what the supervisor is sent: when each experiment
+    validated differs between two runs that behave the same."""
+    table = fold(_log()).experiments
+    later = fold([e.model_copy(update={"t": e.t + 3700}) for e in _log()]).experiments
+    assert table.render() != later.render() and "1h02m into the run" in later.render()
+    assert normalize(table.render()) == normalize(later.render())
 
 
 def test_the_best_follows_the_metrics_direction() -> None:
@@ -199,7 +209,7 @@ async def test_the_supervisor_reads_the_experiments_table(
 
     review = json.dumps(server.requests_for("reviewer")[0].body)
     assert "Experiments (2; accuracy, higher is better" in review
-    assert "*#2 at " in review and "42 is the answer" in review
+    assert "*#2 1 (" in review and "42 is the answer" in review
     after_subtask = json.dumps(server.requests_for("supervisor")[2].body)
     assert (
         "Experiments (2; accuracy" in after_subtask
