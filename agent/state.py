@@ -90,7 +90,9 @@ class RunState:
     context_tokens: int = 0
     """The prompt of the latest turn (cached or not): what the window holds now."""
     generating_since: float | None = None
-    """The run clock (`t`) when the model was last asked for a turn; None once it answered."""
+    """The run clock (`t`) when the model was last asked for a turn; None once it answered
+    (`model_call`, `model_error`, or its first tool call) and for the baseline, which has
+    no model. No event marks a summary's or a review's start: a retry of one shows it."""
     generating_agent: str | None = None
     retry: ev.ModelRetry | None = None
     """The provider's latest retry of the call now generating."""
@@ -166,10 +168,17 @@ class RunState:
             case ev.StepStarted():
                 if event.agent != "supervisor":
                     self.steps = max(self.steps, event.step)
-                self._generating(event.agent, event.t)
+                # A model's turn is asked for right after its step starts (agent/model_turn.py:
+                # a summary, if any, came before); the baseline has no model to wait on.
+                if event.agent != "baseline":
+                    self._generating(event.agent, event.t)
             case ev.ToolCall():
                 self.tool_calls += 1
                 self.running[event.call_id] = event
+                if self.generating_agent == event.agent:
+                    # A call is the answer's: that model is no longer generating, even
+                    # where no model_call was logged for it.
+                    self.generating_since = self.generating_agent = self.retry = None
             case ev.ToolResult():
                 if not event.ok:
                     self.tool_errors += 1
