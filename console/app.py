@@ -31,6 +31,7 @@ from mlra.agent.state import RunResult, RunState
 from mlra.console.keymap import KEYS, bindings
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FileSource, FilesPane
+from mlra.console.panes.footer import KeyFooter
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import StatusBar
@@ -127,7 +128,7 @@ class MlraApp(App[int]):
                 yield ResourcesPane(id="resources")
             yield TranscriptPane(id="transcript")
             yield FilesPane(self.files_source, id="files")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._layout(self.size.width)
@@ -323,15 +324,24 @@ class MlraApp(App[int]):
         if action in ("pause", "resume", "step", "breakpoints", "inject", "stop"):
             if not live:
                 return False  # a finished or recorded run has nothing to steer
+            if self.state.phase == "evaluating":
+                # The agent has stopped and the evaluator runs to its end: nothing to
+                # pause, step, tell or stop. Space still says so (see in_footer).
+                return action == "pause"
             if action in ("pause", "resume"):
                 # One key, two bindings: the footer shows the one that applies now.
                 paused = self.controller is not None and self.controller.controls.paused
                 return paused == (action == "resume")
-            return True if self.state.phase != "evaluating" else None
+            return True
         if action in ("approve", "edit", "reject"):
             # Hidden, not greyed: they only make sense while a call waits.
             return live and self.state.pending_approval is not None
         return True
+
+    def in_footer(self, action: str) -> bool:
+        """Whether the footer offers an enabled key: Space answers during an evaluation
+        (that it cannot be paused) without being offered as a Pause."""
+        return not (action == "pause" and self.state.phase == "evaluating")
 
     def action_pause(self) -> None:
         if self.state.phase == "evaluating":

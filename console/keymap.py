@@ -15,6 +15,9 @@ class Key:
     label: str
     help: str
     footer: bool = True
+    gives_way: int = 0
+    """On a footer too narrow for every key, the higher this, the sooner the key is left
+    out of it (it still works: help and the palette list it); see console/panes/footer.py."""
 
 
 FILES_KEY = Key(
@@ -41,7 +44,7 @@ KEYS: list[Key] = [
         "Pause the agent: running commands are suspended, the clock stops.",
     ),
     Key("space", "resume", "Resume", "Resume a paused agent (also after a model provider failed)."),
-    Key("n", "step", "Step", "Run exactly one agent action, then pause again."),
+    Key("n", "step", "Step", "Run exactly one agent action, then pause again.", gives_way=1),
     Key("a", "approve", "Approve", "Approve the tool call waiting at a breakpoint."),
     Key("e", "edit", "Edit", "Edit the waiting tool call's arguments, then run it."),
     Key("r", "reject", "Reject", "Reject the waiting tool call with a message the worker reads."),
@@ -50,6 +53,7 @@ KEYS: list[Key] = [
         "breakpoints",
         "Breaks",
         "Set breakpoints: break before all tool calls, a tool, or a pattern in the arguments.",
+        gives_way=2,
     ),
     Key(
         "i",

@@ -26,7 +26,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.css.query import NoMatches
 from textual.screen import ModalScreen, Screen
 from textual.timer import Timer
-from textual.widgets import Footer, Label, Static, Tree
+from textual.widgets import Label, Static, Tree
 
 from mlra.agent.state import RunState
 from mlra.console.app import MlraApp, _runner
@@ -35,6 +35,7 @@ from mlra.console.keymap import REPLAY_KEYS, bindings
 from mlra.console.panes import redraw
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import NO_PREVIEW, FilesPane
+from mlra.console.panes.footer import KeyFooter
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import PHASES, StatusBar
@@ -169,7 +170,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
                 yield ResourcesPane(id="resources")
             yield ReplayTranscript(id="transcript")
             yield FilesPane(self.files_source, id="files")
-        yield Footer()
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._layout(self.size.width)

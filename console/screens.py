@@ -83,16 +83,18 @@ class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog-wide"):
             yield Label(f"Edit the arguments of {self.tool}", classes="dialog-title")
+            # Above the text, not below: a short terminal cuts the dialog's bottom off,
+            # and how to save and cancel (or why saving failed) must stay in sight.
+            yield Static(
+                "Ctrl+S to run it with these arguments · Escape to cancel",
+                id="edit-error",
+                classes="dialog-hint",
+            )
             yield TextArea(
                 json.dumps(self.arguments, indent=2, ensure_ascii=False),
                 language=None,
                 id="edit-args",
                 soft_wrap=True,
-            )
-            yield Static(
-                "Ctrl+S to run it with these arguments · Escape to cancel",
-                id="edit-error",
-                classes="dialog-detail",
             )
 
     def action_save(self) -> None:

@@ -1,0 +1,136 @@
+"""What the console says is so (issue 15's review): the status line says "generating"
+only while a model call is in flight, the keys that matter stay on an 80x24 footer,
+the footer offers only what can be done, and the headless transcript names the run
+it shows and every event a person should see."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import Footer, Static, TextArea
+from textual.widgets._footer import FooterKey
+
+from mlra import events as ev
+from mlra.agent.eventlog import read_events
+from mlra.agent.state import RunState, fold
+from mlra.console.app import MlraApp
+from mlra.console.screens import EditArgsScreen, PromptScreen
+from tests.conftest import BaselineRun
+from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+
+
+def footer_keys(app: MlraApp) -> list[str]:
+    """The footer's keys a person can see: shown, and within the screen's width."""
+    width = app.size.width
+    shown = []
+    for key in app.screen.query_one(Footer).query(FooterKey):
+        region = key.region
+        if key.display and region.width and region.right <= width:
+            shown.append(key.key_display or key.key)
+    return shown
+
+
+async def test_footer_keeps_quit_and_help_at_80x24_while_a_call_waits(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.pilot.resize_terminal(80, 24)
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: app.state.phase == "awaiting_approval")
+        await run.pilot.pause()
+        keys = footer_keys(run.app)
+        print(keys)
+        assert "q" in keys and "?" in keys and "a" in keys
+        await run.pilot.press("a")
+        await run.finished()
+
+
+async def test_the_edit_dialog_says_how_to_save_and_cancel_at_80x24(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.pilot.resize_terminal(80, 24)
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("e")
+        await run.shown(lambda app: isinstance(app.screen, EditArgsScreen))
+        await run.pilot.pause()
+        screen = run.app.screen
+        hint = screen.query_one("#edit-error", Static)
+        dialog = screen.query_one(".dialog")
+        text = screen.query_one("#edit-args", TextArea)
+        assert "Ctrl+S" in str(hint.render()) and "Escape" in str(hint.render())
+        for widget in (hint, text):
+            # Wholly inside the dialog's visible area, and so on the screen.
+            assert dialog.content_region.contains_region(widget.region), widget
+        assert dialog.region.bottom <= 24
+        await run.pilot.press("escape")
+        await run.shown(lambda app: not isinstance(app.screen, EditArgsScreen))
+        await run.pilot.press("a")
+        await run.finished()
+
+
+async def test_while_evaluating_the_footer_offers_no_steering(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: "a" in footer_keys(app))
+        assert {"space", "n", "i", "s"} <= set(footer_keys(run.app))
+        # The run as the console sees it during an evaluation (held at the breakpoint,
+        # so the phase stays put), as tests/console/test_console_status.py does.
+        run.controller.emit(ev.EvaluationStarted(evaluator="answer", artifact="answer.txt"))
+        await run.shown(lambda app: app.state.phase == "evaluating")
+        await run.pilot.pause()
+        keys = set(footer_keys(run.app))
+        assert not keys & {"space", "n", "b", "i", "s"} and {"?", "q"} <= keys
+        await run.pilot.press("i")
+        await run.pilot.pause()
+        assert not isinstance(run.app.screen, PromptScreen)  # no message to a stopped agent
+        run.controller.request_stop(evaluate=False)
+        await run.finished()
+
+
+def _worker_turn(step: int, t: float) -> list[ev.Event]:
+    call_id = f"c{step}"
+    return [
+        ev.StepStarted(agent="worker", step=step, turn=step, t=t),
+        ev.ModelCall(agent="worker", model="m", turn=step, t=t + 1),
+        ev.ToolCall(
+            call_id=call_id, agent="worker", tool="bash", arguments={"command": "ls"}, t=t + 1
+        ),
+        ev.ToolResult(call_id=call_id, agent="worker", tool="bash", ok=True, output="", t=t + 2),
+    ]
+
+
+def test_generating_means_a_model_call_is_in_flight() -> None:
+    events = _worker_turn(1, 0.0)
+    # A summary comes before the turn it makes room for (agent/model_turn.py: the
+    # history is kept within the window, then the step starts and the call goes out).
+    events += [
+        ev.ModelCall(agent="worker", model="m", purpose="summary", t=4),
+        ev.HistorySummarized(agent="worker", summary="s", first_turn=1, last_turn=1, t=4),
+        ev.StepStarted(agent="worker", step=2, turn=2, t=5),
+    ]
+    for n, expected in [(1, "worker"), (2, None), (3, None), (4, None), (5, None), (7, "worker")]:
+        assert fold(events[:n]).generating_agent == expected, events[n - 1]
+    assert fold(events).generating_since == 5
+    # A retry of the summary shows it generating until its answer.
+    retrying = [*events[:4], ev.ModelRetry(agent="worker", model="m", attempt=1, t=3.5)]
+    assert fold(retrying).generating_agent == "worker"
+    assert fold([*retrying, events[4]]).generating_agent is None
+
+
+def test_a_tool_call_ends_the_generating_even_without_its_model_call() -> None:
+    started = ev.StepStarted(agent="worker", step=1, turn=1, t=0)
+    call = ev.ToolCall(call_id="c", agent="worker", tool="bash", arguments={}, t=1)
+    assert fold([started, call]).generating_since is None
+
+
+def test_the_baseline_never_shows_generating(answer_baseline_run: BaselineRun) -> None:
+    events = read_events(answer_baseline_run.run_dir / "events.jsonl")
+    assert any(isinstance(e, ev.StepStarted) and e.agent == "baseline" for e in events)
+    state = RunState()
+    for event in events:  # as the live console and the replay fold it, event by event
+        state.apply(event)
+        assert state.generating_since is None, event
