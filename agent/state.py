@@ -94,6 +94,10 @@ class RunState:
     (`model_call`, `model_error`, or its first tool call) and for the baseline, which has
     no model. No event marks a summary's or a review's start: a retry of one shows it."""
     generating_agent: str | None = None
+    awaiting_turn: str | None = None
+    """The agent whose step started and whose turn's answer (`model_call` of purpose
+    "turn") has not come: a summary made for that turn (after the server refused it as
+    too long) is followed by the turn's request, sent again."""
     retry: ev.ModelRetry | None = None
     """The provider's latest retry of the call now generating."""
     running: dict[str, ev.ToolCall] = field(default_factory=dict)
@@ -172,6 +176,7 @@ class RunState:
                 # a summary, if any, came before); the baseline has no model to wait on.
                 if event.agent != "baseline":
                     self._generating(event.agent, event.t)
+                    self.awaiting_turn = event.agent
             case ev.ToolCall():
                 self.tool_calls += 1
                 self.running[event.call_id] = event
@@ -179,6 +184,8 @@ class RunState:
                     # A call is the answer's: that model is no longer generating, even
                     # where no model_call was logged for it.
                     self.generating_since = self.generating_agent = self.retry = None
+                if self.awaiting_turn == event.agent:
+                    self.awaiting_turn = None
             case ev.ToolResult():
                 if not event.ok:
                     self.tool_errors += 1
@@ -196,6 +203,11 @@ class RunState:
                 if event.purpose == "turn":
                     self.context_tokens = event.input_tokens
                 self.generating_since = self.generating_agent = self.retry = None
+                if event.purpose == "turn":
+                    self.awaiting_turn = None
+                elif self.awaiting_turn == event.agent:
+                    # A summary for the turn now in flight: its request goes out again.
+                    self._generating(event.agent, event.t)
             case ev.ModelRetry():
                 if self.generating_since is None or self.generating_agent != event.agent:
                     self._generating(event.agent, event.t)  # a summary or a review
@@ -207,6 +219,7 @@ class RunState:
                 self.output_tokens += event.output_tokens
                 self.cost_usd += event.cost_usd
                 self.generating_since = self.generating_agent = self.retry = None
+                self.awaiting_turn = None
             case ev.ResourceSample():
                 self.resources = event
             case ev.JobStarted():
@@ -271,6 +284,7 @@ class RunState:
     def _idle(self) -> None:
         """Nothing runs once the run ended (or before it goes on)."""
         self.generating_since = self.generating_agent = self.retry = None
+        self.awaiting_turn = None
         self.running.clear()
 
     @property

@@ -121,6 +121,37 @@ def test_generating_means_a_model_call_is_in_flight() -> None:
     assert fold([*retrying, events[4]]).generating_agent is None
 
 
+def test_a_summary_for_the_turn_in_flight_shows_the_turn_generating_again() -> None:
+    """A request the server refused as too long is summarized for and sent again
+    (agent/model_turn.py `_retry_shorter`): the summary comes after the step started."""
+    events: list[ev.Event] = [
+        ev.StepStarted(agent="worker", step=1, turn=1, t=0),
+        ev.Notice(level="warning", message="the server refused worker's request as too long", t=1),
+        ev.ModelCall(agent="worker", model="m", purpose="summary", t=2),
+        ev.HistorySummarized(agent="worker", summary="s", first_turn=1, last_turn=1, t=2),
+    ]
+    state = fold(events)
+    assert state.generating_agent == "worker" and state.generating_since == 2
+    done = fold([*events, ev.ModelCall(agent="worker", model="m", turn=1, t=3)])
+    assert done.generating_since is None
+    # A review's answer (no turn waiting) ends what its retry showed.
+    review = [
+        ev.ModelRetry(agent="supervisor", model="m", attempt=1, t=4),
+        ev.ModelCall(agent="supervisor", model="m", purpose="review", t=5),
+    ]
+    assert (
+        fold(
+            [
+                *events,
+                done_call := ev.ModelCall(agent="worker", model="m", turn=1, t=3),
+                *review[:1],
+            ]
+        ).generating_agent
+        == "supervisor"
+    )
+    assert fold([*events, done_call, *review]).generating_since is None
+
+
 def test_a_tool_call_ends_the_generating_even_without_its_model_call() -> None:
     started = ev.StepStarted(agent="worker", step=1, turn=1, t=0)
     call = ev.ToolCall(call_id="c", agent="worker", tool="bash", arguments={}, t=1)
