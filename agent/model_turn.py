@@ -101,19 +101,30 @@ class ModelTurn:
         response = await self._generate(agent, history.system, history.messages, registry, turn)
         history.record_usage(response.usage.input_tokens)
         history.add_assistant(response)
-        self._notes[agent] = self._unread_calls(response, registry)
+        unread = self._unread_calls(response, registry)
+        names = [t.name for t in registry.specs()]
+        self._notes[agent] = problem_note(unread, names)
+        if unread and not run.catchup.replaying:
+            # The person is shown what the model will be told (and a replay, from the log).
+            run.emit(
+                ev.Notice(
+                    level="warning",
+                    message=f"{agent}'s answer looked like a tool call that could not be read: "
+                    + "; ".join(unread)
+                    + " (nothing was run; its next prompt says so)",
+                )
+            )
         return response, step
 
-    def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> str:
-        """What to tell the model about text of its answer that looked like a tool call
-        but could not be read; found from the answer's text, so a resumed run, whose
-        answers come from the log, finds the same."""
+    def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> list[str]:
+        """What in the text of an answer looked like a tool call but could not be read;
+        found from the answer's text, so a resumed run, whose answers come from the log,
+        finds the same."""
         if self.run.config.tool_calls == "native":
-            return ""
+            return []
         if any(call.from_text is None for call in response.tool_calls):
-            return ""  # native calls: the text was not read for calls
-        names = [t.name for t in registry.specs()]
-        return problem_note(read_text_calls(response.text, names).problems, names)
+            return []  # native calls: the text was not read for calls
+        return read_text_calls(response.text, [t.name for t in registry.specs()]).problems
 
     async def ask(
         self,

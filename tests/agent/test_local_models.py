@@ -369,6 +369,9 @@ async def test_a_run_whose_worker_writes_its_calls_as_text(
     # The broken call was pointed out in the next prompt, and nothing ran for it.
     prompts = [e.prompt for e in events if isinstance(e, ev.StepStarted) and e.agent == "worker"]
     assert "could not be read" in prompts[2] and "call to bash" in prompts[2]
+    # ...and shown to the person, as a notice the log keeps for a replay.
+    notices = [e.message for e in events if isinstance(e, ev.Notice)]
+    assert any("worker's answer" in n and "call to bash" in n for n in notices), notices
     # The model saw its own call again as text, and its result as a user message.
     second = worker_requests[1].body["messages"]
     assert any(
