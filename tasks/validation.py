@@ -111,6 +111,8 @@ class RunValidator:
         self.remaining = remaining
         self.past = past
         self.isolation: IsolationMode = isolation
+        self._one_at_a_time = asyncio.Lock()
+        """Two calls in one turn run in turn: the second is judged by the first's event."""
 
     def calls_left(self) -> tuple[int, float | None]:
         past = self.past()
@@ -118,6 +120,10 @@ class RunValidator:
         return left, next_allowed(self.task.validation, past) if left else None
 
     async def __call__(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
+        async with self._one_at_a_time:
+            return await self._validate(path, call_id=call_id, workdir=workdir)
+
+    async def _validate(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
         settings = self.task.validation
         past = self.past()
         started = self.elapsed()
