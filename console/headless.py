@@ -10,6 +10,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from mlra import events as ev
@@ -46,6 +47,34 @@ def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None =
     if tool == "submit":
         return f"submit {a.get('path') or '(default artifact)'}"
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
+
+
+def fork_line(e: ev.RunForked) -> str:
+    """Where a fork's own events begin: what it is, and what it changed."""
+    parts = [f"⑂ this is run {e.run_id}, forked from {e.source_run} at worker step {e.at_step}"]
+    parts.append(f"model {e.model}")
+    if e.edited_action:
+        tool = str(e.edited_action.get("tool", ""))
+        arguments = e.edited_action.get("arguments")
+        parts.append(
+            "the step's action edited: "
+            + describe_call(tool, arguments if isinstance(arguments, dict) else None)
+        )
+    if e.missing_files:
+        parts.append(f"{len(e.missing_files)} workspace file(s) could not be restored")
+    return " · ".join(parts)
+
+
+def job_ok(e: ev.JobEnded) -> bool:
+    return e.end == "exited" and e.exit_code == 0
+
+
+def job_end_line(e: ev.JobEnded) -> str:
+    took = format_duration(e.duration_s)
+    if e.end == "exited":
+        return f"job {e.job} exited {e.exit_code} after {took}"
+    why = f": {e.reason}" if e.reason else ""
+    return f"job {e.job} {e.end} after {took}{why}"
 
 
 def unknown_line(e: ev.UnknownEvent) -> str:
@@ -161,7 +190,17 @@ class TranscriptDisplay(_Printer):
 
             self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
         self._calls: dict[str, ev.ToolCall] = {}
+        self._waiting: dict[str, str] = {}
+        """The tool of each call that waited for approval, by call id (an edit names it)."""
         self._state_limit = 0.0
+        self._fork: ev.RunForked | None = None
+        self._fork_dir: Path | None = None
+
+    def read_ahead(self, events: list[ev.Event], run_dir: Path) -> None:
+        """A replay knows the whole log: a fork's begins with its source's events, and
+        its header names the fork (its id, its workspace), not the source."""
+        self._fork = next((e for e in reversed(events) if isinstance(e, ev.RunForked)), None)
+        self._fork_dir = run_dir
 
     def _out(self, text: str, style: str = "") -> None:
         console = self._console
@@ -177,12 +216,38 @@ class TranscriptDisplay(_Printer):
                 self._state_limit = event.limits.time_limit_s
                 box = event.sandbox
                 net = "network" if box.network else "no network"
+                run, workspace, model = event.run_id, box.workspace, event.model
+                fork = self._fork
+                if fork is not None:
+                    run = (
+                        f"{fork.run_id} (a fork of {fork.source_run} at worker step {fork.at_step})"
+                    )
+                    model = fork.model
+                    if fork.sandbox is not None:
+                        workspace = fork.sandbox.workspace
+                    elif self._fork_dir is not None:
+                        workspace = str(self._fork_dir / "workspace")
                 self._out(
-                    f"▶ {event.task} · {event.model} · run {event.run_id}\n"
-                    f"  sandbox {box.kind} ({box.isolation}, {net}) · workspace {box.workspace} · "
+                    f"▶ {event.task} · {model} · run {run}\n"
+                    f"  sandbox {box.kind} ({box.isolation}, {net}) · workspace {workspace} · "
                     f"limit {format_duration(event.limits.time_limit_s)}",
                     "bold",
                 )
+            case ev.RunForked():
+                self._out(f"[{t}] {fork_line(event)}", "bold cyan")
+            case ev.JobStarted():
+                name = f" ({event.name})" if event.name else ""
+                self._out(
+                    f"[{t}] job {event.job}{name} started: $ {one_line(event.command, 160)}"
+                    f" · log {event.log}",
+                    "blue",
+                )
+            case ev.JobEnded():
+                self._out(f"[{t}] {job_end_line(event)}", "green" if job_ok(event) else "yellow")
+            case ev.ModelRetry():
+                after = f"after {event.status}" if event.status else "after a failed connection"
+                of = f"/{event.max_retries}" if event.max_retries else ""
+                self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
             case ev.Notice():
                 self._out(f"! {event.message}", "yellow" if event.level != "error" else "red")
             case ev.PlanUpdated():
@@ -214,6 +279,7 @@ class TranscriptDisplay(_Printer):
                     "bold blue",
                 )
             case ev.ApprovalRequested():
+                self._waiting[event.call_id] = event.tool
                 self._out(
                     f"[{t}] ? waiting for approval of {event.tool} ({event.reason})", "yellow"
                 )
@@ -235,6 +301,11 @@ class TranscriptDisplay(_Printer):
                 )
             case ev.Control():
                 detail = f": {one_line(event.text, 120)}" if event.text else ""
+                if event.action == "edit" and event.arguments is not None:
+                    # What ran instead of what the model asked for.
+                    call = self._calls.get(event.call_id or "")
+                    tool = self._waiting.get(event.call_id or "") or (call.tool if call else "")
+                    detail = f", runs: {describe_call(tool, event.arguments)}"
                 self._out(f"[{t}] {event.source} {event.action}{detail}", "yellow")
             case ev.Submission():
                 what = event.path or "(default artifact)"

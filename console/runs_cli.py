@@ -149,6 +149,8 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         end = _end_of_step(events, args.at) if args.at is not None else len(events)
         display = JsonDisplay() if args.json else TranscriptDisplay(verbose=args.verbose)
+        if isinstance(display, TranscriptDisplay):
+            display.read_ahead(events, run_dir)  # a fork's header names the fork
         try:
             for event in events[:end]:
                 display.on_event(event)
