@@ -282,6 +282,7 @@ class RunController(Steering):
             cost_usd=state.cost_usd, max_cost_usd=cfg.max_cost_usd,
             tokens=state.tokens, max_tokens=cfg.max_tokens,
             jobs=self.jobs.running(),
+            cost_enforced=self.provider is None or self.provider.priced,
         )  # fmt: skip
 
     def check_budget(self) -> None:

@@ -26,6 +26,7 @@ MESSAGES: dict[ev.FinishReason, str] = {
     "no_tool_calls": "the supervisor stopped calling tools, so nothing was submitted",
     "provider_error": "the model provider failed",
     "repeated_failure": "the same tool call kept failing",
+    "replay_diverged": "the replay diverged from its recording",
 }
 """The `run_finished` message of an ending that brings none of its own."""
 

@@ -8,14 +8,29 @@ turns are cut only at their boundaries so no tool result loses its call.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from mlra.agent.providers.base import Message, ModelResponse
+from mlra.tools.truncate import truncate_middle
 
 
 def estimate_tokens(text: str) -> int:
-    """A cheap upper-bound estimate (about four characters a token for English and code)."""
-    return len(text) // 4 + 1
+    """A cheap, deliberately high estimate of `text`'s tokens, for keeping requests inside
+    the window (no tokenizer is at hand for every model, so it is no exact count).
+
+    Text is counted as it goes over the wire, JSON-escaped (a newline is two
+    characters, a non-ASCII character six), at four characters a token; digits
+    count apart at one a token, since many tokenizers (Llama 2, Mistral, Qwen)
+    split numbers into single digits, and a column of numbers is far denser in
+    tokens than prose (`seq 100000 104000` is 2 tokens a line by characters,
+    7 by such a tokenizer). The window also keeps a margin for what this
+    misses (see agent/model_turn.py)."""
+    if not text:
+        return 1
+    escaped = len(json.dumps(text)) - 2
+    digits = sum(1 for c in text if c.isdigit())
+    return (escaped - digits) // 4 + digits + 1
 
 
 def message_text(message: Message) -> str:
@@ -79,6 +94,32 @@ class AgentHistory:
             base = estimate_tokens(self.system) + extra
             rest = self.messages
         return base + sum(estimate_tokens(message_text(m)) for m in rest)
+
+    def shorten_outputs(self, excess: int) -> int:
+        """Cut the middle of the longest tool outputs (never the pinned instructions)
+        until about `excess` tokens are saved: what is left when a single output is too
+        big for the window and there are no older turns to summarize. Returns the
+        tokens saved, estimated."""
+        saved = 0
+        while saved < excess:
+            tools = [
+                (estimate_tokens(m.content), i)
+                for i, m in enumerate(self.messages)
+                if i >= self.pinned and m.role == "tool" and len(m.content) > 400
+            ]
+            if not tools:
+                break
+            tokens, index = max(tools)
+            message = self.messages[index]
+            # Keep at least 200 characters; cut by the share of tokens to save.
+            keep = max(200, int(len(message.content) * (1 - (excess - saved) / tokens)) - 100)
+            text, cut = truncate_middle(message.content, keep)
+            if not cut:
+                break
+            saved += tokens - estimate_tokens(text)
+            self.messages[index] = message.model_copy(update={"content": text})
+            self._measured_at = 0
+        return saved
 
     def summarizable(self, keep_recent_turns: int) -> tuple[int, int, int, int] | None:
         """The slice of old turns to summarize: (start, end, first turn, last turn), or None."""

@@ -33,8 +33,11 @@ from mlra.agent.providers.base import (
     ModelResponse,
     ProviderError,
     estimated_usage,
+    is_context_overflow,
     retries_told_to,
+    stated_window,
 )
+from mlra.agent.providers.replay import ReplayDiverged, ReplayProvider
 from mlra.agent.providers.text_calls import problem_note, read_text_calls
 from mlra.agent.run_context import RunContext
 from mlra.tools.registry import ToolRegistry, ToolSpec
@@ -49,6 +52,20 @@ PROMPT_TOKENS = 200
 """Room kept for the turn's own prompt (clock note, nudges) when checking the window."""
 MIN_OUTPUT_TOKENS = 256
 """An answer's budget is cut to what the window has left, but never below this."""
+WINDOW_MARGIN = 0.05
+"""The share of the window kept free when sizing an answer's budget: the estimate is no
+tokenizer's count, and chat templates add tokens of their own."""
+MESSAGE_OVERHEAD = 8
+"""Tokens a chat template adds around each message (role markers), estimated."""
+
+
+class _TooLong(Exception):
+    """The server said the request did not fit the window, though the estimate said it
+    would: the turn summarizes and asks once more rather than ending the run."""
+
+    def __init__(self, error: ProviderError) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def tools_tokens(tools: list[ToolSpec]) -> int:
@@ -98,7 +115,16 @@ class ModelTurn:
         run.emit(
             ev.StepStarted(agent=agent, step=step, turn=turn, prompt=prompt, delivered=injected)
         )
-        response = await self._generate(agent, history.system, history.messages, registry, turn)
+        if run.catchup.ahead():
+            # Where the recorded run summarized after a server refused this request as
+            # too long (`_retry_shorter`), the summary comes next in the log.
+            await self._keep_in_context(agent, history)
+        try:
+            response = await self._generate(
+                agent, history.system, history.messages, registry, turn, too_long_retry=True
+            )
+        except _TooLong as too_long:
+            response = await self._retry_shorter(agent, history, registry, turn, too_long.error)
         history.record_usage(response.usage.input_tokens)
         history.add_assistant(response)
         unread = self._unread_calls(response, registry)
@@ -115,6 +141,50 @@ class ModelTurn:
                 )
             )
         return response, step
+
+    async def _retry_shorter(
+        self,
+        agent: ev.AgentRole,
+        history: AgentHistory,
+        registry: ToolRegistry,
+        turn: int,
+        error: ProviderError,
+    ) -> ModelResponse:
+        """The server refused a request as too long for its window: the estimate was
+        wrong, so the oldest turns are summarized (all but the last, if need be) and the
+        request is sent once more; a second refusal is a provider failure."""
+        run = self.run
+        provider = run.provider
+        assert provider is not None
+        window = stated_window(error)
+        learned = ""
+        if window is not None and window < provider.context_window:
+            # The server's window is smaller than the one assumed: go by it from now on.
+            provider.context_window = window
+            provider.max_output_tokens = min(provider.max_output_tokens, max(1, window // 4))
+            learned = f"the window is now taken as {window:,} tokens; "
+        keep = run.config.keep_recent_turns
+        cut = history.summarizable(keep) or history.summarizable(1)
+        run.emit(
+            ev.Notice(
+                level="warning",
+                message=f"the server refused {agent}'s request as too long for the model's "
+                f"window ({error}); {learned}"
+                + (
+                    "older turns are summarized and the request is sent again"
+                    if cut
+                    else "nothing old is left to summarize; the longest tool outputs are cut "
+                    "and it is sent again with a smaller answer"
+                ),
+            )
+        )
+        if cut is not None:
+            await self._summarize(agent, history, cut)
+        else:
+            history.shorten_outputs(max(1, history.estimated_tokens() // 2))
+        return await self._generate(
+            agent, history.system, history.messages, registry, turn, shrink=cut is None
+        )
 
     def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> list[str]:
         """What in the text of an answer looked like a tool call but could not be read;
@@ -158,7 +228,12 @@ class ModelTurn:
         turn: int,
         *,
         purpose: Purpose = "turn",
+        too_long_retry: bool = False,
+        shrink: bool = False,
     ) -> ModelResponse:
+        """The call, with its retries, recorded as `model_call`. `too_long_retry`: a
+        server's "too long for the window" raises `_TooLong` for the caller to mend;
+        `shrink`: the answer gets the smallest budget (nothing was left to summarize)."""
         run = self.run
         recorded = run.catchup.model_answer(agent, purpose)
         if recorded is not None:
@@ -169,6 +244,8 @@ class ModelTurn:
         request_sha, _ = request_fingerprint(system, messages, tools, self.replacements())
         self._tell_unpriced()
         max_tokens = self._output_budget(system, messages, tools)
+        if shrink:
+            max_tokens = min(max_tokens, MIN_OUTPUT_TOKENS)
         buffer: list[str] = []
         produced = 0
 
@@ -202,12 +279,16 @@ class ModelTurn:
                 break
             except ProviderError as exc:
                 buffer.clear()
+                self._tell_adaptations()
+                if too_long_retry and is_context_overflow(exc):
+                    raise _TooLong(exc) from exc
                 await self._provider_failed(agent, exc)
             except asyncio.CancelledError:
                 flush()
                 self._count_cut_off(agent, system, messages, tools, produced, started)
                 raise
         flush()
+        self._tell_adaptations()
         usage = response.usage
         run.emit(
             ev.ModelCall(
@@ -232,15 +313,28 @@ class ModelTurn:
 
     def _output_budget(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> int:
         """The answer's token budget: the run's, the model's, and no more than the window
-        has left after the request (so a nearly full window is not an HTTP 400)."""
+        has left after the request and a margin (`WINDOW_MARGIN`: the request's size is
+        estimated, so filling the window exactly by the estimate is an HTTP 400 when the
+        server counts more)."""
         provider = self.run.provider
         assert provider is not None
         wanted = min(self.run.config.max_output_tokens, provider.max_output_tokens)
         request = estimate_tokens(system) + tools_tokens(tools)
-        request += sum(estimate_tokens(m.content) + len(m.tool_calls) * 20 for m in messages)
+        request += sum(
+            estimate_tokens(m.content) + len(m.tool_calls) * 20 + MESSAGE_OVERHEAD for m in messages
+        )
         request += sum(estimate_tokens(c.raw_arguments) for m in messages for c in m.tool_calls)
-        left = provider.context_window - request
+        margin = int(provider.context_window * WINDOW_MARGIN)
+        left = provider.context_window - request - margin
         return max(min(wanted, left), min(wanted, MIN_OUTPUT_TOKENS))
+
+    def _tell_adaptations(self) -> None:
+        """What the provider changed about its requests (a server that refused native
+        tools) becomes a `notice`, once each."""
+        provider = self.run.provider
+        assert provider is not None
+        for message in provider.take_notices():
+            self.run.emit(ev.Notice(level="warning", message=message))
 
     def _tell_unpriced(self) -> None:
         """Once a run: a cost budget on a model with no known price cannot end the run."""
@@ -273,14 +367,18 @@ class ModelTurn:
         prompt_chars = len(system) + sum(len(m.content) for m in messages)
         prompt_chars += 4 * tools_tokens(tools)
         usage = estimated_usage(prompt_chars, produced)
+        by = "deadline" if self.run.clock.remaining() <= 0 else "stop"
+        who = "the run's time limit" if by == "deadline" else "the stop"
         self.run.emit(
             ev.ModelError(
                 agent=agent,
                 model=self.run.config.model,
-                error=f"the call was cut off after {time.monotonic() - started:.1f} s; "
-                f"its tokens are counted, estimated (~{usage.input_tokens} in, "
-                f"~{usage.output_tokens} out)",
+                error=f"{who} cut off {agent}'s model call {time.monotonic() - started:.1f} s "
+                f"after it was sent; its tokens may have been billed, so an estimate "
+                f"(~{usage.input_tokens} in, ~{usage.output_tokens} out) is counted in the "
+                "totals",
                 fatal=False,
+                cut_off=by,
                 input_tokens=usage.input_tokens,
                 output_tokens=usage.output_tokens,
                 cost_usd=provider.cost_of(usage),
@@ -307,8 +405,29 @@ class ModelTurn:
         return on_retry
 
     async def _provider_failed(self, agent: ev.AgentRole, exc: ProviderError) -> None:
-        """End the run, or pause it for the user to retry, as the config says."""
+        """End the run, or pause it for the user to retry, as the config says. A replay
+        that diverged from its recording is no provider failure and would diverge
+        again: it ends the run as "replay_diverged", whatever the config."""
         run = self.run
+        if isinstance(exc, ReplayDiverged):
+            config = run.config
+            limits = ev.Limits(
+                time_limit_s=run.clock.limit_s,
+                max_steps=config.max_steps,
+                max_cost_usd=config.max_cost_usd,
+                max_tokens=config.max_tokens,
+            )
+            provider = run.provider
+            why = provider.limits_difference(limits) if isinstance(provider, ReplayProvider) else ""
+            raise EndRun(
+                Ending(
+                    reason="replay_diverged",
+                    status="error",
+                    evaluate=False,
+                    by="error",
+                    message=f"the {exc}{why}",
+                )
+            ) from exc
         fatal = run.config.on_provider_failure == "end"
         run.emit(ev.ModelError(agent=agent, model=run.config.model, error=str(exc), fatal=fatal))
         if fatal:
@@ -338,8 +457,21 @@ class ModelTurn:
             cut = self.run.catchup.recorded_summary(history, keep)
         else:
             cut = self._cut_for_window(history, history.estimated_tokens(extra=tools) + coming)
-        if cut is None:
-            return
+        if cut is not None:
+            await self._summarize(agent, history, cut, before)
+        over = history.estimated_tokens(extra=tools) + coming - self._window_budget()
+        if over > 0:
+            # What is left is still too big for the window (a single huge output): the
+            # middle of the longest outputs is cut, as a resumed run, with the same
+            # history, cuts it again.
+            history.shorten_outputs(over)
+
+    async def _summarize(
+        self, agent: ev.AgentRole, history: AgentHistory, cut: Cut, before: int | None = None
+    ) -> None:
+        """Replace the turns `cut` names with the summarizer's summary of them."""
+        if before is None:
+            before = history.estimated_tokens()
         start, end, first_turn, last_turn = cut
         response = await self.ask(
             agent,
@@ -363,11 +495,18 @@ class ModelTurn:
         config = self.run.config
         provider = self.run.provider
         assert provider is not None
-        output = min(config.max_output_tokens, provider.max_output_tokens)
-        budget = int(provider.context_window * config.context_fraction) - output
-        if tokens <= budget:
+        if tokens <= self._window_budget():
             return None
         return history.summarizable(config.keep_recent_turns) or history.summarizable(1)
+
+    def _window_budget(self) -> int:
+        """The tokens a request may take: the history's share of the window, less the
+        answer's budget."""
+        config = self.run.config
+        provider = self.run.provider
+        assert provider is not None
+        output = min(config.max_output_tokens, provider.max_output_tokens)
+        return int(provider.context_window * config.context_fraction) - output
 
     def _summary_chars(self) -> int:
         """How much old history the summarizer is shown: what its window holds (at about

@@ -68,16 +68,27 @@ def status_note(
     tokens: int,
     max_tokens: int | None,
     jobs: Sequence[tuple[str, float]] = (),
+    cost_enforced: bool = True,
 ) -> str:
     """The clock-and-budget line the agent sees before every turn, and the background jobs
-    running now ((label, seconds running) each), which an agent busy elsewhere forgets."""
+    running now ((label, seconds running) each), which an agent busy elsewhere forgets.
+    `cost_enforced` is False for a model with no known price."""
     left = max(0.0, limit_s - elapsed_s)
     parts = [
         f"Time: {format_duration(elapsed_s)} elapsed, {format_duration(left)} left of "
         f"{format_duration(limit_s)}."
     ]
     parts.append(f"Steps: {steps}" + (f" of {max_steps}." if max_steps else "."))
-    parts.append(f"Cost: ${cost_usd:.2f}" + (f" of ${max_cost_usd:.2f}." if max_cost_usd else "."))
+    if max_cost_usd and not cost_enforced:
+        # An unpriced model's calls count as $0: "of $1.00" would promise a limit.
+        parts.append(
+            f"Cost: unknown (the model has no known price, so the ${max_cost_usd:.2f} "
+            "limit cannot be enforced)."
+        )
+    else:
+        parts.append(
+            f"Cost: ${cost_usd:.2f}" + (f" of ${max_cost_usd:.2f}." if max_cost_usd else ".")
+        )
     if max_tokens:
         parts.append(f"Tokens: {tokens:,} of {max_tokens:,}.")
     if jobs:

@@ -102,6 +102,8 @@ class Supervisor:
         empty = 0
         turns = 0
         failures: dict[str, int] = {}
+        failed_submit = ""
+        """Why its last `submit` failed, if it called one: the ending then says so."""
         prompt = ""
         while True:
             if turns >= cfg.supervisor_max_turns:
@@ -121,13 +123,17 @@ class Supervisor:
                 empty += not response.text.strip()
                 if nudges > MAX_NUDGES:
                     what = "gave empty answers" if empty == nudges else "answered without a tool"
-                    raise EndRun(
-                        unsubmitted(
-                            "no_tool_calls",
-                            f"the supervisor {what} {nudges} turns in a row and never "
-                            "called submit, so nothing was submitted",
+                    if failed_submit:
+                        message = (
+                            f"the supervisor's submit call failed ({failed_submit}), then it "
+                            f"{what} {nudges} turns in a row, so nothing was submitted"
                         )
-                    )
+                    else:
+                        message = (
+                            f"the supervisor {what} {nudges} turns in a row and never "
+                            "called submit, so nothing was submitted"
+                        )
+                    raise EndRun(unsubmitted("no_tool_calls", message))
                 prompt = (
                     "Use your tools: `update_plan`, `assign_subtask` for the next subtask, "
                     "or `submit` when the result is ready."
@@ -142,6 +148,9 @@ class Supervisor:
                     call.id, call.name, outcome.output, is_error=not outcome.ok
                 )
                 key = _call_key(call)
+                if call.name == "submit":
+                    lines = (outcome.error or outcome.output).strip().splitlines()
+                    failed_submit = "" if outcome.ok else (lines[0][:200] if lines else "-")
                 if outcome.ok:
                     failures.pop(key, None)
                 else:

@@ -98,6 +98,10 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         status.kind = "unscored"
         status.reason = "no score" if finished.reason == "submitted" else finished.reason
         status.detail = (evaluation.error if evaluation else None) or finished.message
+    elif finished.reason == "replay_diverged":
+        # A replay that departs from its recording departs again: no retry.
+        status.kind = "unscored"
+        status.reason, status.detail = finished.reason, finished.message
     else:
         status.kind = "failed"
         status.reason, status.detail = finished.reason, finished.message

@@ -8,6 +8,7 @@ none of which imports another's private helpers.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 from typing import NoReturn
@@ -35,21 +36,27 @@ def positive_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
+def finite_float(text: str) -> float:
+    """A number, refusing `nan` and `inf` (which Python's float() reads): a budget of
+    `nan` compares false with everything, so it would never end the run."""
     try:
-        value = float(text.lstrip("$"))
+        value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = finite_float(text.lstrip("$"))
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} must be positive")
     return value
 
 
 def temperature(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    value = finite_float(text)
     if not 0 <= value <= 2:
         raise argparse.ArgumentTypeError(f"{text!r} is out of range (0 to 2)")
     return value
@@ -81,6 +88,8 @@ def memory_mb(text: str) -> int:
         value = float(raw[:-1] if raw[-1:] in units else raw) * units[unit]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512m, 16g)") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512m, 16g)")
     if value < 6:
         raise argparse.ArgumentTypeError(f"{text!r} is too small for a container (at least 6m)")
     return int(value)

@@ -58,7 +58,7 @@ def is_error(event: ev.Event) -> bool:
         case ev.ToolResult():
             return not event.ok
         case ev.ModelError():
-            return True
+            return event.cut_off is None
         case ev.Notice():
             return event.level == "error"
         case ev.RunFinished():

@@ -34,11 +34,14 @@ FinishReason = Literal[
     "no_tool_calls",
     "provider_error",
     "repeated_failure",
+    "replay_diverged",
 ]
 """Why a run ended. Only "submitted" means the agent's `submit` succeeded; the agent
 stopping without one is "no_submission", a supervisor that answers without calling
 any tool "no_tool_calls", the same call failing again and again "repeated_failure",
-a model provider that keeps failing "provider_error" (older logs say "error")."""
+a model provider that keeps failing "provider_error" (older logs say "error"), a
+`--model replay:RUN` re-run that asks what the recording did not "replay_diverged"
+(it would diverge again: batches do not retry it)."""
 
 
 class _Event(BaseModel):
@@ -289,6 +292,10 @@ class ModelError(_Event):
     cost_usd: float = 0.0
     """What a call cut off midway (by the deadline, a stop) had used, estimated: it is
     counted against the budgets though it left no answer."""
+    cut_off: Literal["deadline", "stop"] | None = None
+    """Set when this is no failure of the model but a call the run's time limit or the
+    user's stop cut off: the displays say so instead of "model error", and its tokens
+    are an estimate of what may have been billed."""
 
 
 class ModelRetry(_Event):

@@ -25,8 +25,15 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:,.0f} s"
 
 
-def status_line(result: ExecResult, timeout_s: float) -> str:
-    """The last line of a command's observation, e.g. `[exit code 0, 1.2 s]`."""
+def status_line(result: ExecResult, timeout_s: float, *, deadline: bool = False) -> str:
+    """The last line of a command's observation, e.g. `[exit code 0, 1.2 s]`. `deadline`:
+    the time-out was the run's time limit, not the command's own, so the line says
+    that (a per-command time-out the agent could raise is another matter)."""
+    if result.timed_out and deadline:
+        return (
+            f"[the run's time limit ended this command after {format_seconds(timeout_s)}; "
+            "it was killed]"
+        )
     if result.timed_out:
         return f"[timed out after {format_seconds(timeout_s)}; the command was killed]"
     code = result.exit_code
@@ -42,14 +49,14 @@ def status_line(result: ExecResult, timeout_s: float) -> str:
     return f"[exit code {code}, {took}]"
 
 
-def command_outcome(result: ExecResult, timeout_s: float) -> ToolOutcome:
+def command_outcome(result: ExecResult, timeout_s: float, *, deadline: bool = False) -> ToolOutcome:
     body = result.output
     if not body:
         body = "(no output)\n"
     elif not body.endswith("\n"):
         body += "\n"
     return ToolOutcome(
-        output=body + status_line(result, timeout_s),
+        output=body + status_line(result, timeout_s, deadline=deadline),
         ok=result.exit_code == 0 and not result.timed_out,
         exit_code=result.exit_code,
         timed_out=result.timed_out,
@@ -64,8 +71,11 @@ async def run_command(
     stdin: bytes | None = None,
 ) -> ToolOutcome:
     limit = ctx.timeout(requested_timeout)
+    wanted = requested_timeout if requested_timeout and requested_timeout > 0 else None
+    # The run's deadline, not the command's own time-out, is what will stop it.
+    deadline = ctx.remaining_s() < (wanted or ctx.default_timeout_s)
     result = await ctx.sandbox.exec(command, timeout=limit, on_output=ctx.on_output, stdin=stdin)
-    return command_outcome(result, limit)
+    return command_outcome(result, limit, deadline=deadline)
 
 
 class BashArgs(BaseModel):

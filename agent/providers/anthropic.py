@@ -64,6 +64,7 @@ from mlra.agent.providers.base import (
     ToolCallRequest,
     Usage,
     retry_hooks,
+    tell_invalid_retry,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.text_calls import (
@@ -210,6 +211,7 @@ class AnthropicProvider(ModelProvider):
                     raise ProviderError(
                         f"{self.name}: HTTP 200 but no valid answer: {exc}{after}"
                     ) from exc
+                tell_invalid_retry()
                 await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
         if tools and self.settings.tool_calls != "native" and not response.tool_calls:

@@ -15,6 +15,7 @@ says whether such text is read as calls (agent/providers/text_calls.py).
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -48,11 +49,21 @@ class _RetryWatch:
     def __init__(self, listener: RetryListener) -> None:
         self.listener = listener
         self.told = 0
+        self.offset = 0
+        """Retries told before the SDK call now under way (answers that were no answer):
+        the SDK numbers its retries from 1 in each call, the user sees one count."""
 
     def tell(self, attempt: int, status: int | None) -> None:
+        attempt += self.offset
         if attempt > self.told:
             self.told = attempt
             self.listener(attempt, status)
+
+    def tell_invalid(self) -> None:
+        """A provider retries an HTTP 200 that was no answer, outside the SDK."""
+        self.told += 1
+        self.offset = self.told
+        self.listener(self.told, 200)
 
 
 _RETRY_WATCH: ContextVar[_RetryWatch | None] = ContextVar("mlra_retry_watch", default=None)
@@ -68,6 +79,15 @@ def retries_told_to(listener: RetryListener) -> Iterator[None]:
         yield
     finally:
         _RETRY_WATCH.reset(token)
+
+
+def tell_invalid_retry() -> None:
+    """Tell the listener of `retries_told_to` that the provider retries an HTTP 200 that
+    was no answer (status 200): a retry the SDK does not make, so the hooks below never
+    see it, and the user should see it all the same."""
+    watch = _RETRY_WATCH.get()
+    if watch is not None:
+        watch.tell_invalid()
 
 
 RETRYABLE = frozenset({408, 409, 429})
@@ -117,6 +137,40 @@ class ConfigError(Exception):
 
 class ProviderError(Exception):
     """The provider kept failing after the SDK's own retries."""
+
+
+CONTEXT_OVERFLOW = (
+    "context length",
+    "maximum context",
+    "context window",
+    "exceeds the available context size",
+    "prompt is too long",
+    "too many tokens",
+)
+"""What servers say when a request does not fit the model's window: OpenAI and vLLM
+("maximum context length is"), llama.cpp ("exceeds the available context size"),
+Anthropic ("prompt is too long")."""
+
+
+_STATED_WINDOW = re.compile(
+    r"(?:maximum context length is|context size \(|n_ctx\W{0,3}|context window of)\s*(\d{3,})",
+    re.IGNORECASE,
+)
+
+
+def stated_window(exc: BaseException) -> int | None:
+    """The window a server's "too long" refusal states, where it states one (vLLM and
+    OpenAI: "maximum context length is 8192 tokens", llama.cpp: "context size (8192
+    tokens)"): the model's real window, when it is smaller than the one assumed."""
+    found = _STATED_WINDOW.search(str(exc))
+    return int(found.group(1)) if found else None
+
+
+def is_context_overflow(exc: BaseException) -> bool:
+    """Whether a provider failure says the request did not fit the context window: such
+    a failure is mended by summarizing, not by ending the run."""
+    text = str(exc).lower()
+    return any(phrase in text for phrase in CONTEXT_OVERFLOW)
 
 
 class ToolCallRequest(BaseModel):
@@ -222,6 +276,12 @@ class ModelProvider(abc.ABC):
     def cost_of(self, usage: Usage) -> float:
         """USD for `usage` at this model's price (0 when unpriced)."""
         return 0.0
+
+    def take_notices(self) -> list[str]:
+        """What the provider changed about its requests since it was last asked (a server
+        that refused native tools): the run logs each as a `notice`, so no adaptation
+        is silent."""
+        return []
 
     async def aclose(self) -> None:
         """Release HTTP connections."""

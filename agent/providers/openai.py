@@ -44,6 +44,7 @@ from mlra.agent.providers.base import (
     Usage,
     estimated_usage,
     retry_hooks,
+    tell_invalid_retry,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.text_calls import (
@@ -146,6 +147,8 @@ class OpenAIProvider(ModelProvider):
         self._probed = self._window_known or not base_url
         self._native_tools = self.settings.tool_calls != "text"
         """False once the server refused native tools (or the user chose text calls)."""
+        self._notices: list[str] = []
+        """Adaptations not yet told to the run (see `take_notices`)."""
 
     async def aclose(self) -> None:
         await self._client.close()
@@ -207,6 +210,7 @@ class OpenAIProvider(ModelProvider):
                         f"{self.name}: HTTP 200 but no valid answer from "
                         f"{self.base_url or 'the API'}: {exc}{after}"
                     ) from exc
+                tell_invalid_retry()
                 await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
         if tools and self.settings.tool_calls != "native" and not response.tool_calls:
@@ -220,6 +224,10 @@ class OpenAIProvider(ModelProvider):
             response.usage = estimated_usage(size, produced)
         response.cost_usd = cost(self.model, response.usage)[0]
         return response
+
+    def take_notices(self) -> list[str]:
+        notices, self._notices = self._notices, []
+        return notices
 
     def build_request(
         self, chat: list[dict[str, Any]], specs: list[dict[str, Any]], limit: int
@@ -246,6 +254,11 @@ class OpenAIProvider(ModelProvider):
             and any(phrase in text for phrase in NO_NATIVE_TOOLS)
         ):
             self._native_tools = False  # describe the tools in the prompt, read calls from text
+            self._notices.append(
+                f"{self.name}: the server refused native tool definitions "
+                f"({_one_line(exc.message, 120)}); the tools are now described in the "
+                "prompt and calls are read from the model's text"
+            )
             return True
         if self._stream and self._stream_usage and "stream_options" in text:
             self._stream_usage = False

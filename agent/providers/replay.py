@@ -34,6 +34,7 @@ from mlra.agent.providers.base import (
     TextCallback,
 )
 from mlra.agent.recording import response_from
+from mlra.durations import format_duration
 from mlra.tools.registry import ToolSpec
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
@@ -151,6 +152,17 @@ def short_diff(old: str, new: str, *, lines: int = 3) -> str:
     return "; ".join(shown)
 
 
+def _first_changed_line(old: str, new: str) -> str:
+    """The first line that differs, volatile parts and all (a prompt's clock note differs
+    only in what `short_diff` counts as volatile)."""
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    for n, (a, b) in enumerate(zip(old_lines, new_lines, strict=False), 1):
+        if a != b:
+            return f"line {n}: {_line_change(a, b)}"
+    n = min(len(old_lines), len(new_lines)) + 1
+    return f"line {n}: " + ("is new" if len(new_lines) > len(old_lines) else "is gone")
+
+
 _RAN_OUT: dict[ev.FinishReason, tuple[EndedBy, str]] = {
     "deadline": ("deadline", "the recorded run reached its time limit here"),
     "budget": ("budget", "the recorded run used up a budget here"),
@@ -176,13 +188,20 @@ class ReplayProvider(ModelProvider):
         self.calls: list[ev.ModelCall] = []
         self.steps: list[int] = []
         """The agent step each recorded call belongs to, for saying where a re-run diverged."""
+        self.prompts: list[str | None] = []
+        """The prompt of the turn each recorded call answered (None for summaries and
+        reviews): shown beside the re-run's where a changed prompt made it diverge."""
         step = 0
+        prompts: dict[str, str] = {}
         for event in events:
             if isinstance(event, ev.StepStarted):
                 step = event.step
+                prompts[event.agent] = event.prompt
             elif isinstance(event, ev.ModelCall):
                 self.calls.append(event)
                 self.steps.append(step)
+                turn = event.purpose == "turn"
+                self.prompts.append(prompts.pop(event.agent, None) if turn else None)
         self.results = {e.call_id: e for e in events if isinstance(e, ev.ToolResult)}
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
         self.context_window = (started.context_window if started else None) or 200_000
@@ -302,9 +321,7 @@ class ReplayProvider(ModelProvider):
             sha, _ = request_fingerprint(system, as_recorded, tools, replacements)
             if sha == recorded.request_sha:
                 return  # only volatile output (timings, dates) differs from the recording
-            self.diverged = (
-                "the request differs from the recorded one (a prompt or the history changed)"
-            )
+            self.diverged = self._prompt_difference(messages, replacements)
         else:
             then, old, new = changed
             self.diverged = (
@@ -312,6 +329,46 @@ class ReplayProvider(ModelProvider):
                 f"{short_diff(old, new)}"
             )
         raise ReplayDiverged(f"replay diverged at {self._where()}: {self.diverged}")
+
+    def limits_difference(self, now: ev.Limits) -> str:
+        """The limits this re-run has that differ from the recording's (the prompts state
+        them, so they are a divergence's likely cause), or "" where they are the same."""
+        then = self.limits
+        if then is None:
+            return ""
+        parts = []
+        if now.time_limit_s != then.time_limit_s:
+            parts.append(
+                f"time limit {format_duration(now.time_limit_s)} "
+                f"(recorded {format_duration(then.time_limit_s)})"
+            )
+        for name in ("max_steps", "max_cost_usd", "max_tokens"):
+            a, b = getattr(now, name), getattr(then, name)
+            if a != b:
+                parts.append(f"{name.replace('_', ' ')} {a} (recorded {b})")
+        if not parts:
+            return ""
+        return "; the re-run's limits differ from the recording's: " + ", ".join(parts)
+
+    def _prompt_difference(
+        self, messages: list[Message], replacements: list[tuple[str, str]]
+    ) -> str:
+        """What differs, where a tool result does not: this turn's prompt against the
+        recorded one, as a short diff; else an earlier message or the system prompt,
+        which the recording does not keep whole."""
+        then = self.prompts[self.position]
+        users = [m for m in messages if m.role == "user"]
+        if then is not None and users:
+            old = normalize(then, self.replacements)
+            new = normalize(users[-1].content, replacements)
+            if old != new:
+                diff = short_diff(old, new) or _first_changed_line(old, new)
+                return f"this turn's prompt differs from the recording: {diff}"
+        return (
+            "the request differs from the recorded one, though this turn's prompt and the "
+            "tool results are the same: the system prompt, the task's instructions or the "
+            "tools changed (the recording keeps no copy of them to compare)"
+        )
 
     async def generate(
         self,
