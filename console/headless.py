@@ -65,6 +65,14 @@ def fork_line(e: ev.RunForked) -> str:
     return " · ".join(parts)
 
 
+def retry_cause(status: int | None) -> str:
+    """What a `model_retry` retries after: an HTTP status, a failed connection, or (200)
+    an answer that was none (an HTML page, a stream that broke off)."""
+    if status == 200:
+        return "after an invalid answer"
+    return f"after {status}" if status else "after a failed connection"
+
+
 def job_ok(e: ev.JobEnded) -> bool:
     return e.end == "exited" and e.exit_code == 0
 
@@ -81,7 +89,8 @@ def unknown_line(e: ev.UnknownEvent) -> str:
     return f"unknown event {e.original_type!r} (written by a newer mlra; kept as it is)"
 
 
-def score_line(e: ev.EvaluationFinished) -> str:
+def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
+    """The score with its references; `unisolated=False` where a badge says it already."""
     if not e.ok or e.score is None:
         reason = "; ".join(e.violations) or e.error or "no score"
         return f"no score: {reason}"
@@ -97,7 +106,7 @@ def score_line(e: ev.EvaluationFinished) -> str:
         parts.append("(" + ", ".join(refs) + ")")
     if e.success is not None:
         parts.append("success" if e.success else "below the success bar")
-    if e.agent_isolation == "none":
+    if e.agent_isolation == "none" and unisolated:
         parts.append("· UNISOLATED")  # the agent ran unconfined: see the Security model
     return " ".join(parts)
 
@@ -245,7 +254,7 @@ class TranscriptDisplay(_Printer):
             case ev.JobEnded():
                 self._out(f"[{t}] {job_end_line(event)}", "green" if job_ok(event) else "yellow")
             case ev.ModelRetry():
-                after = f"after {event.status}" if event.status else "after a failed connection"
+                after = retry_cause(event.status)
                 of = f"/{event.max_retries}" if event.max_retries else ""
                 self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
             case ev.Notice():

@@ -233,3 +233,11 @@ def test_the_status_note_says_an_unpriced_cost_budget_cannot_be_enforced() -> No
     unpriced = status_note(cost_usd=0.0, max_cost_usd=1.0, cost_enforced=False, **common)  # pyright: ignore[reportArgumentType]
     assert "Cost: $0.00 of $1.00." in priced
     assert "of $1.00" not in unpriced and "cannot be enforced" in unpriced
+
+
+def test_the_transcript_names_a_retry_after_an_invalid_answer() -> None:
+    stream = io.StringIO()
+    TranscriptDisplay(stream, rich=False).on_event(
+        ev.ModelRetry(agent="worker", model="m", attempt=1, max_retries=2, status=200)
+    )
+    assert "model retry 1/2 after an invalid answer" in stream.getvalue()
