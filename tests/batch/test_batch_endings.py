@@ -81,6 +81,7 @@ def _run(
         ("submitted", "finished", "unscored"),  # graded, and the grader found no score
         ("provider_error", "error", "failed"),
         ("error", "error", "failed"),
+        ("replay_diverged", "error", "unscored"),  # it would diverge again
     ],
 )
 def test_only_failures_that_say_nothing_about_the_agent_are_retried(
