@@ -74,14 +74,15 @@ class ReplayStatusBar(StatusBar):
         )
         text.append(f"{format_duration(model.event.t)} · {model.event.type} ", style="dim")
         text.append(f" {label} ", style=style)
-        if state.sandbox is not None and state.sandbox.isolation == "none":
+        badge = state.sandbox is not None and state.sandbox.isolation == "none"
+        if badge:
             text.append(" UNISOLATED ", style="bold black on yellow")
         if playing:
             text.append(f"  ▶ {playing}", style="bold green")
         if state.evaluation is not None:
             text.append("  score: ", style="bold")
             text.append(
-                score_line(state.evaluation),
+                score_line(state.evaluation, unisolated=not badge),
                 style="bold green" if state.evaluation.ok else "bold red",
             )
         self.update(text, layout=False)  # one line, always: no layout pass per step
@@ -477,12 +478,21 @@ class ReplayApp(MlraApp, inherit_bindings=False):
                 self.fork_at = step
                 self.exit(0)
 
+        # In the status line's numbering ("step 3 of 4": the cursor is in step 3): a fork
+        # `--at N` starts from the state before step N, that is after step N - 1.
+        shown = self.model.position().step
+        command = f"`mlra fork {self.model.run_dir or 'RUN'} --at {step}`"
+        if shown >= step:
+            question = f"Fork a new run at worker step {step}, before its action?"
+            detail = f"{command} starts a new run from the state before step {step}"
+        else:
+            question = f"Fork a new run after worker step {shown}?"
+            detail = f"{command} starts a new run from the state after step {shown}"
         self.push_screen(
             ConfirmScreen(
-                f"Fork a new run from worker step {step}?",
-                f"The replay closes and `mlra fork {self.model.run_dir or 'RUN'} --at {step}` "
-                "starts a new run from the state before that step (the model is asked again "
-                "from there). This run is not changed.",
+                question,
+                f"The replay closes and {detail} (the model is asked again from there). "
+                "This run is not changed.",
             ),
             done,
         )

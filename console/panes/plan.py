@@ -10,6 +10,7 @@ from the ending (`run_finished`), so a replay shows the same as the live console
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Unpack
 
@@ -43,6 +44,9 @@ SUBMITTED_MARKS = {
     "pending": ("–", "dim", "not started: the run submitted"),
 }
 """A step still open when the agent submitted: the work it was on went in."""
+SUBMIT_STEP = re.compile(r"\bsubmit", re.IGNORECASE)
+"""A plan step about submitting: a submitted run did it, whatever its status says (a
+supervisor submits before it marks the step done)."""
 
 
 def step_mark(step: ev.PlanStep, finished: ev.RunFinished | None) -> tuple[str, str, str]:
@@ -51,6 +55,8 @@ def step_mark(step: ev.PlanStep, finished: ev.RunFinished | None) -> tuple[str, 
     if finished is None or step.status not in ("in_progress", "pending"):
         return mark, style, ""
     if finished.reason == "submitted":
+        if SUBMIT_STEP.search(step.title):
+            return "✓", "green", "done: the run submitted"  # its submission was this step
         return SUBMITTED_MARKS[step.status]
     ended_mark, ended_style, note = ENDED_MARKS[step.status]
     return ended_mark, ended_style, note.format(reason=finished.reason)

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.ending import UNSUBMITTED
 from mlra.agent.state import RunState
-from mlra.console.headless import score_line
+from mlra.console.headless import retry_cause, score_line
 from mlra.console.panes import WidgetOptions
 from mlra.durations import format_duration
 
@@ -58,22 +58,24 @@ def score_style(e: ev.EvaluationFinished) -> str:
     return "bold yellow" if e.success is False else "bold green"
 
 
-def score_texts(e: ev.EvaluationFinished) -> list[Text]:
+def score_texts(e: ev.EvaluationFinished, *, unisolated: bool = True) -> list[Text]:
     """The score, from its whole line to its bare value: a narrow status line takes
-    the longest that fits, so it never shows a label without its number."""
+    the longest that fits, so it never shows a label without its number. `unisolated`
+    False: the line's badge says UNISOLATED already, once is enough."""
     style = score_style(e)
-    unisolated = " UNISOLATED" if e.agent_isolation == "none" else ""
+    line = score_line(e, unisolated=unisolated)
+    unisolated_ = " UNISOLATED" if e.agent_isolation == "none" and unisolated else ""
     if not e.ok or e.score is None:
-        return [Text(f"score: {score_line(e)}", style=style), Text("no score", style=style)]
-    out = [Text(f"score: {score_line(e)}", style=style)]
+        return [Text(f"score: {line}", style=style), Text("no score", style=style)]
+    out = [Text(f"score: {line}", style=style)]
     if e.baseline is not None:
         out.append(
-            Text(f"{e.metric} {e.score:.4g} (baseline {e.baseline:.4g}){unisolated}", style=style)
+            Text(f"{e.metric} {e.score:.4g} (baseline {e.baseline:.4g}){unisolated_}", style=style)
         )
         out.append(
-            Text(f"score {e.score:.4g} (baseline {e.baseline:.4g}){unisolated}", style=style)
+            Text(f"score {e.score:.4g} (baseline {e.baseline:.4g}){unisolated_}", style=style)
         )
-    out.append(Text(f"score {e.score:.4g}{unisolated}", style=style))
+    out.append(Text(f"score {e.score:.4g}{unisolated_}", style=style))
     return out
 
 
@@ -107,7 +109,7 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
         took = format_duration(max(0.0, elapsed_s - state.generating_since))
         retry = state.retry
         if retry is not None:
-            after = f"after {retry.status}" if retry.status else "after a failed connection"
+            after = retry_cause(retry.status)
             of = f"/{retry.max_retries}" if retry.max_retries else ""
             return [
                 Text(
@@ -205,7 +207,8 @@ class StatusBar(Static):
                 droppable=False,
             ),
         ]
-        if state.sandbox is not None and state.sandbox.isolation == "none":
+        badge = state.sandbox is not None and state.sandbox.isolation == "none"
+        if badge:
             # Nothing this run scores is confined: no width leaves it out.
             parts.append(
                 Part([Text(" UNISOLATED ", style="bold black on yellow")], rank=0, droppable=False)
@@ -230,7 +233,7 @@ class StatusBar(Static):
                 Part([Text(f"  {hint}", style="dim")], rank=1 if keep else 5, droppable=not keep)
             )
         if state.evaluation is not None:
-            forms = [Text("  ") + t for t in score_texts(state.evaluation)]
+            forms = [Text("  ") + t for t in score_texts(state.evaluation, unisolated=not badge)]
             parts.append(Part(forms, rank=2, droppable=False))
         elif state.finished is not None and state.finished.status == "error":
             parts.append(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from rich.text import Text
 from textual.widgets import Footer, Static, TextArea
 from textual.widgets._footer import FooterKey
 
@@ -16,10 +17,13 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.resume import fork_run, load_run
 from mlra.agent.state import RunState, fold
 from mlra.console.app import MlraApp
-from mlra.console.headless import TranscriptDisplay
+from mlra.console.headless import TranscriptDisplay, score_line
+from mlra.console.panes.plan import step_mark
+from mlra.console.panes.status import StatusBar, score_texts
 from mlra.console.screens import EditArgsScreen, PromptScreen
 from mlra.tasks.spec import load_task
 from tests.conftest import BaselineRun, mlra_cli
+from tests.console.console_fixtures import recorded_run
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 
 
@@ -221,3 +225,33 @@ def test_the_headless_transcript_shows_jobs_retries_and_what_an_edit_ran() -> No
     assert "user edit, runs: $ echo 41 > answer.txt" in text
     assert "job job-1 exited 0 after 3m33s" in text
     assert "job job-2 stopped after 0s: the time limit was reached" in text
+
+
+def test_a_submitted_runs_submit_step_is_done_and_unisolated_is_said_once() -> None:
+    submitted = ev.RunFinished(status="finished", reason="submitted", message="")
+    assert step_mark(ev.PlanStep(id="2", title="Submit"), submitted)[2] == "done: the run submitted"
+    assert step_mark(ev.PlanStep(id="3", title="Write a report"), submitted)[2] == (
+        "not started: the run submitted"
+    )
+    score = ev.EvaluationFinished(
+        ok=True, metric="acc", score=0.9, baseline=0.5, agent_isolation="none"
+    )
+    assert "UNISOLATED" in score_line(score)
+    assert all("UNISOLATED" not in t.plain for t in score_texts(score, unisolated=False))
+
+
+async def test_a_finished_unisolated_run_says_unisolated_once(tmp_path: Path) -> None:
+    events = []
+    for event in recorded_run("finished"):
+        if isinstance(event, ev.RunStarted):
+            sandbox = event.sandbox.model_copy(update={"isolation": "none"})
+            event = event.model_copy(update={"sandbox": sandbox})
+        elif isinstance(event, ev.EvaluationFinished):
+            event = event.model_copy(update={"agent_isolation": "none"})
+        events.append(event)
+    app = MlraApp(events=events)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        content = app.query_one(StatusBar).content
+        line = content.plain if isinstance(content, Text) else str(content)
+        assert "minimal_pair_accuracy" in line and line.count("UNISOLATED") == 1, line

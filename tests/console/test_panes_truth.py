@@ -62,7 +62,7 @@ async def test_the_plan_pane_shows_the_supervisors_failed_calls(
         steps = _text(app, "#plan-steps")
         assert "✓ 1. Answer the question" in steps
         # The supervisor submitted with step 2 never marked: it says so, not "pending".
-        assert "2. Submit (not started: the run submitted)" in steps
+        assert "✓ 2. Submit (done: the run submitted)" in steps
 
 
 class PlanHost(App[None]):

@@ -417,6 +417,20 @@ async def test_play_moves_forward_and_fork_key_names_the_step(recorded: Path) ->
     assert app.return_value == 0
 
 
+async def test_the_fork_dialog_numbers_steps_as_the_status_line(recorded: Path) -> None:
+    app = ReplayApp(ReplayModel.open(recorded), at_step=3)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("right", "right")  # past step 3's start: its action is shown
+        await settle(app, pilot)
+        assert "replay: step 3 of 5" in static_text(app, "#status")
+        await pilot.press("f")
+        assert isinstance(app.screen, ConfirmScreen)
+        assert app.screen.question == "Fork a new run after worker step 3?"
+        assert "--at 4` starts a new run from the state after step 3" in app.screen.detail
+        await pilot.press("y")
+    assert app.fork_at == 4
+
+
 async def test_the_files_tree_is_one_key_away_and_home_and_end_move_in_it(
     recorded: Path,
 ) -> None:
