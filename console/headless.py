@@ -298,6 +298,8 @@ class TranscriptDisplay(_Printer):
                         self._out(f"    {line}", "dim")
             case ev.ToolResult():
                 self._tool_result(event)
+            case ev.ModelError() if event.cut_off:
+                self._out(f"[{t}] {one_line(event.error, 300)}", "yellow")
             case ev.ModelError():
                 self._out(
                     f"[{t}] model error{' (fatal)' if event.fatal else ''}: {one_line(event.error, 300)}",
