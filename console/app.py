@@ -46,6 +46,9 @@ from mlra.console.screens import (
 
 BATCH_DELAY_S = 0.04
 """Events are gathered this long before the panes render them: at most ~25 renders a second."""
+OUTPUT_DELAY_S = 0.1
+"""A command's output alone waits longer: ten redraws a second read as a live tail, and
+under a flood each one costs a repaint of the entry (the UI thread's main work then)."""
 NARROW_BELOW = 130
 """Terminals narrower than this get the compact layout (Files on demand)."""
 FILES_REFRESH_S = 3.0
@@ -61,22 +64,32 @@ class ConsoleDisplay:
     def __init__(self, app: MlraApp) -> None:
         self.app = app
         self.pending: list[ev.Event] = []
-        self._scheduled = False
+        self._due: float | None = None
+        """When the pending events will be rendered (the event loop's clock); None: not asked."""
 
     def on_event(self, event: ev.Event) -> None:
         self.pending.append(event)
-        if not self._scheduled:
-            self._scheduled = True
-            try:
-                loop = asyncio.get_running_loop()
-            except RuntimeError:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            if self._due is None:
+                self._due = 0.0
                 self.app.post_message(EventsArrived())
-                return
-            loop.call_later(BATCH_DELAY_S, self.app.post_message, EventsArrived())
+            return
+        due = loop.time() + (OUTPUT_DELAY_S if isinstance(event, ev.ToolOutput) else BATCH_DELAY_S)
+        if self._due is None or due < self._due:
+            # Anything but output brings the batch forward; a delivery already asked
+            # for finds the batch taken and posts nothing.
+            self._due = due
+            loop.call_at(due, self._deliver)
+
+    def _deliver(self) -> None:
+        if self.pending:
+            self.app.post_message(EventsArrived())
 
     def take(self) -> list[ev.Event]:
         batch, self.pending = self.pending, []
-        self._scheduled = False
+        self._due = None
         return batch
 
     def close(self) -> None:
