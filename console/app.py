@@ -256,7 +256,12 @@ class MlraApp(App[int]):
                 files_changed = True
             elif isinstance(event, ev.RunStarted):
                 self._attach_sandbox()
-            elif isinstance(event, ev.ModelError) and not event.fatal and self.controller:
+            elif (
+                isinstance(event, ev.ModelError)
+                and not event.fatal
+                and event.cut_off is None
+                and self.controller
+            ):
                 self.provider_error = event.error
                 self.notify(
                     f"The model provider keeps failing: {event.error}\nThe run is paused: "

@@ -339,6 +339,8 @@ class TranscriptPane(VerticalScroll):
                 )
             case ev.UnknownEvent():
                 self._note(event, unknown_line(event), "dim")
+            case ev.ModelError() if event.cut_off:
+                self._note(event, one_line(event.error, 300), "yellow")
             case ev.ModelError():
                 self._note(event, f"model error: {one_line(event.error, 300)}", "bold red")
             case ev.HistorySummarized():
