@@ -216,9 +216,12 @@ def test_a_missing_submission_fails_cleanly_in_the_fresh_process(
 
 @pytest.fixture(scope="module")
 def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`mlra run tiny-lm --model baseline --no-tui`, end to end: the run folder."""
+    """`mlra run tiny-lm --model baseline --baseline-validate --no-tui`, end to end: the
+    run folder."""
     root = tmp_path_factory.mktemp("tiny-lm")
-    proc, run_dir = run_baseline("tiny-lm", root, env=offline_env(), timeout=900)
+    proc, run_dir = run_baseline(
+        "tiny-lm", root, "--baseline-validate", env=offline_env(), timeout=900
+    )
     assert "score minimal_pair_accuracy = " in proc.stdout.strip().splitlines()[-1]
     return run_dir
 
@@ -249,6 +252,25 @@ def test_the_baseline_agent_runs_end_to_end_with_a_real_score(
     )
     assert result["normalized_score"] == pytest.approx(0.0, abs=BASELINE_TOLERANCE / 0.1)
     assert (baseline_run / "workspace" / "submission" / "config.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_baseline_validates_at_its_recorded_validation_score(
+    task: TaskSpec, baseline_run: Path
+) -> None:
+    """`validate` ran lm-eval's validation tasks (never the test's) on the recipe's model,
+    at the score task.toml records beside the test score."""
+    from mlra import events as ev
+    from mlra.agent.eventlog import read_events
+
+    events = read_events(baseline_run / "events.jsonl")
+    (validation,) = [e for e in events if isinstance(e, ev.Validation)]
+    assert validation.ok and validation.split == "validation", validation.error
+    assert validation.score is not None and task.validation.baseline is not None
+    assert abs(validation.score - task.validation.baseline) <= BASELINE_TOLERANCE
+    assert validation.metrics["tiny_lm_val_pairs/acc"] == validation.score
+    assert "tiny_lm_val_heldout/word_perplexity" in validation.metrics
+    assert not [k for k in validation.metrics if k.startswith("tiny_lm_pairs")]
 
 
 @pytest.mark.slow
