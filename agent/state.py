@@ -107,6 +107,8 @@ class RunState:
     edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The arguments the user gave calls at a breakpoint, by call id: a resumed run shows
     its model the call as it ran (agent/tool_step.py)."""
+    validations: list[ev.Validation] = field(default_factory=list)
+    """Every `validate` call's grading, in order: its rate limit counts them."""
     experiments: ExperimentTable = field(default_factory=ExperimentTable)
     """The worker's notes and the validations, as the experiments table (agent/experiments.py)."""
 
@@ -150,6 +152,8 @@ class RunState:
         self.events += 1
         self.elapsed_s = max(self.elapsed_s, event.t)
         self.last_ts = event.ts
+        if isinstance(event, ev.Validation):
+            self.validations.append(event)
         match event:
             case ev.RunStarted():
                 self.run_id = event.run_id
@@ -363,6 +367,9 @@ class RunResult(BaseModel):
     """SHA-256 of the `events.jsonl` bytes this result was derived from, and their
     length: `mlra runs` tells a log appended to since (a resume) from one rewritten."""
     log_size: int | None = None
+    graded_best_validation: str | None = None
+    """The call id of the validation whose kept artifact was graded, for a run that reached
+    its deadline with nothing submitted in a task that opts in; None: what was submitted."""
     regrades: list[Regrade] = []
     """Gradings after the run (`mlra eval`), oldest first; `score` stays the run's own."""
     experiments: int = 0
@@ -427,6 +434,7 @@ def result_of(state: RunState) -> RunResult:
         forked_from=state.forked_from,
         resumed=state.resumed,
         isolation=state.sandbox.isolation if state.sandbox else None,
+        graded_best_validation=state.submission.best_validation if state.submission else None,
         regrades=list(state.regrades),
         **validation_summary(state),
     )
