@@ -217,7 +217,8 @@ class RunState:
                     self._generating(event.agent, event.t)  # a summary or a review
                 self.retry = event
             case ev.ModelError():
-                self.last_error = event.error
+                if event.cut_off is None:
+                    self.last_error = event.error
                 # A call cut off midway still used (estimated) tokens.
                 self.input_tokens += event.input_tokens
                 self.output_tokens += event.output_tokens
