@@ -108,7 +108,9 @@ def run_minimal(seconds: float, rate_file: Path) -> None:
         BINDINGS = [Binding("question_mark", "help", "Help"), Binding("q", "quit", "Quit")]
 
         def compose(self) -> ComposeResult:
-            yield Log(max_lines=2000)
+            # Unbounded: Textual 8's Log with max_lines leaves its scroll past the pruned
+            # end, and shows a blank pane (a flood of 75 s is some 70 MB of lines).
+            yield Log()
             yield Footer()
 
         def on_mount(self) -> None:
