@@ -281,6 +281,8 @@ def measure(rounds: int, seconds: float, gap_s: float) -> None:
         cleanup.callback(server.terminate)
         cleanup.callback(subprocess.run, ["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
         mlra, minimal = start_sessions(tmp, seconds, openai_url(server))
+        # tmux leaves its socket file behind when its server is killed.
+        cleanup.callback(Path(tmux("display", "-p", "#{socket_path}").strip()).unlink, True)
         for session in (mlra, minimal):
             wait_for_flood(session)
         time.sleep(1.0)  # both at full flow
