@@ -32,6 +32,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlra import events as ev
+from mlra.agent.eventlog import encode_stored
+from mlra.agent.log_refs import Referrer
 from mlra.agent.snapshots import SnapshotStore
 
 EPOCH = 1_790_000_000.0
@@ -45,11 +47,16 @@ def write_run(run_dir: Path, n_events: int) -> int:
     t = 0.0
     lines: list[str] = []
 
+    refs = Referrer()
+
     def add(event: ev.Event) -> None:
+        """Written as `EventLog` writes it: thoughts and calls refer to their model call."""
         nonlocal seq
         seq += 1
         event.seq, event.t, event.ts = seq, t, EPOCH + t
-        lines.append(event.model_dump_json(exclude_none=True))
+        refs.link(event)
+        lines.append(encode_stored(event).decode().rstrip("\n"))
+        refs.written(event)
 
     def snapshot(step: int, files: dict[str, str]) -> None:
         changed = []
@@ -99,25 +106,25 @@ def write_run(run_dir: Path, n_events: int) -> int:
         add(ev.StepStarted(agent="worker", step=step, turn=step, prompt=f"[{t:.0f}s elapsed]"))
         for piece in ("Looking at ", "the loss curve ", "again."):
             add(ev.TextDelta(agent="worker", turn=step, text=piece))
-        add(
-            ev.WorkerThought(
-                text=f"Step {step}: looking at the loss curve again.", turn=step, step=step
-            )
-        )
+        thought = f"Step {step}: looking at the loss curve again."
+        arguments = {"command": f"python train.py --lr 3e-4 --seed {step}"}
+        asked = {"id": cid, "name": "bash", "arguments": arguments}
         add(
             ev.ModelCall(
-                agent="worker", model="bench/model", turn=step, input_tokens=9000, output_tokens=200
+                agent="worker",
+                model="bench/model",
+                turn=step,
+                input_tokens=9000,
+                output_tokens=200,
+                text=thought,
+                tool_calls=[{**asked, "raw_arguments": json.dumps(arguments)}],
             )
         )
+        add(ev.WorkerThought(text=thought, turn=step, step=step))
         failing = step % 37 == 0
         add(
             ev.ToolCall(
-                call_id=cid,
-                agent="worker",
-                tool="bash",
-                arguments={"command": f"python train.py --lr 3e-4 --seed {step}"},
-                turn=step,
-                step=step,
+                call_id=cid, agent="worker", tool="bash", arguments=arguments, turn=step, step=step
             )
         )
         for k in range(2 + step % 4):
