@@ -211,7 +211,7 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
             "not done: answer__openai-test-model__s1 (failed, provider_error, 2 attempts)"
             in proc.stdout
         )
-        assert "1 retries" in proc.stdout
+        assert "1 retry)" in proc.stdout
         f = tmp_path / "f"
         assert [p.name for p in (f / "retired").iterdir()] == ["answer__openai-test-model__s1__a1"]
         report = json.loads((f / "report.json").read_text())

@@ -858,10 +858,13 @@ def test_a_submitted_symlink_into_hidden_data_is_not_followed(
             turn("", call("report", summary="answer.txt is ready")),
         ],
     )
-    evaluation = run.evaluation
-    # Pointing at the expected answer must not score, and the grader must never have
-    # read the secret (it would quote it in its violations).
-    assert evaluation.score != 1.0, evaluation
+    # Pointing at the expected answer must not score: the submission is refused (a link
+    # leading out of the workspace), so nothing is graded, or what is graded fails; and
+    # the grader must never have read the secret (it would quote it in its violations).
+    graded = [e for e in run.events if isinstance(e, ev.EvaluationFinished)]
+    assert all(e.score != 1.0 for e in graded), graded
+    finished = next(e for e in run.events if isinstance(e, ev.RunFinished))
+    assert graded or finished.reason != "submitted", finished
     _no_leaks(scene, run.everything())
 
 
