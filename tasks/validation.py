@@ -65,15 +65,17 @@ def next_allowed(settings: ValidationSettings, past: list[ev.Validation]) -> flo
 
 
 def better(new: ev.Validation, old: ev.Validation | None) -> bool:
-    """Whether `new` beats `old` in the metric's direction; a format check (no score)
-    that passes beats any before it, the latest passing artifact being the best one."""
+    """Whether `new` beats `old` in the metric's direction (or ties it: the later of
+    equal scores is kept); a format check (no score) that passes beats any before it,
+    the latest passing artifact being the best one."""
     if not new.ok:
         return False
     if old is None or not old.ok:
         return True
     if new.score is None or old.score is None:
         return new.score is not None or old.score is None
-    return new.score > old.score if new.higher_is_better else new.score < old.score
+    # A tie goes to the later artifact: the agent's latest work at the same score.
+    return new.score >= old.score if new.higher_is_better else new.score <= old.score
 
 
 def best_kept(past: list[ev.Validation], run_dir: Path) -> ev.Validation | None:

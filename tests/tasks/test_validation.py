@@ -284,3 +284,10 @@ def test_tiny_lm_validation_text_is_neither_the_agents_nor_the_tests() -> None:
     for line in (validation / "heldout.jsonl").read_text().splitlines():
         paragraphs = json.loads(line)["text"].split("\n\n")
         assert not [p for p in paragraphs if len(p) > 80 and (p in workspace or p in tested)]
+
+
+def test_of_equal_validation_scores_the_later_artifact_is_kept() -> None:
+    # The agent validated "24" and then "42" at the same score: the deadline fallback
+    # grades its latest work, not the first copy it happened to validate.
+    first, later = _validation(1, 0, 0.5), _validation(2, 0, 0.5)
+    assert better(later, first)
