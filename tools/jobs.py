@@ -41,6 +41,15 @@ starts one per step would otherwise fill the machine."""
 JOBS_DIR = "jobs"
 """The workspace folder the jobs' logs are written to (`jobs/job-1.log`)."""
 LAST_LINES = 10
+PARTIAL_MAX = 4000
+"""The most of an unfinished line kept for the last lines (its end)."""
+
+
+def _as_shown(line: str) -> str:
+    """A line as a terminal shows it: what was written after its last carriage return."""
+    return line.rstrip("\r").rsplit("\r", 1)[-1]
+
+
 """Lines of output `job_status` shows of each job."""
 SINCE_LOOK_CHARS = 16 * 1024
 """Of the output since the agent last looked, `job_wait` keeps this much of its head
@@ -96,13 +105,15 @@ class _Live:
             os.write(self.log_fd, text.encode("utf-8", "replace"))
         self.since_look.add(text)
         lines = (self.partial + text).split("\n")
-        self.partial = lines.pop()
-        self.last_lines.extend(lines)
+        # A line that never ends (a progress bar redrawn with \r) is kept bounded:
+        # re-reading it whole on every chunk grew quadratically with its length.
+        self.partial = lines.pop()[-PARTIAL_MAX:]
+        self.last_lines.extend(_as_shown(line) for line in lines)
 
     def tail(self) -> list[str]:
         lines = list(self.last_lines)
         if self.partial:
-            lines.append(self.partial)
+            lines.append(_as_shown(self.partial))
         return lines[-LAST_LINES:]
 
 
@@ -220,14 +231,16 @@ class JobManager:
             data={"job": job_id, "running": record.running},
         )
 
-    async def stop(self, job: str) -> ToolOutcome:
+    async def stop(self, job: str, reason: str = "stopped with job_stop") -> ToolOutcome:
+        """Stop one job; `reason` goes into its `job_ended` (the user's stop from the
+        console says so, and the agent's next `job_status` or `job_wait` reads it)."""
         record = self._find(job)
         if record is None:
             return self._unknown(job)
         job_id = record.started.job
         if job_id not in self._live:
             return ToolOutcome(output=f"{job_id} is not running. {self._state_line(record)}")
-        await self._stop_one(job_id, "stopped with job_stop")
+        await self._stop_one(job_id, reason)
         record = self._find(job_id) or record
         return ToolOutcome(output=f"Stopped {job_id}. {self._state_line(record)}")
 
@@ -237,6 +250,21 @@ class JobManager:
         """(label, run-clock seconds running) of each job running now, for the status note."""
         now = self._clock()
         return [(self._label(j), max(0.0, now - live.started_t)) for j, live in self._live.items()]
+
+    def running_ids(self) -> list[tuple[str, str]]:
+        """(id, label) of each job running in this process, for the console's job dialog."""
+        return [(j, self._label(j)) for j in self._live]
+
+    def last_line(self, job_id: str) -> str | None:
+        """The last non-empty line a running job printed, from memory (the console shows
+        it every tick: no file is read); None for a job not running in this process."""
+        live = self._live.get(job_id)
+        if live is None:
+            return None
+        for line in reversed(live.tail()):
+            if line.strip():
+                return line.rstrip("\r").rsplit("\r", 1)[-1]
+        return ""
 
     async def stop_all(self, reason: str, *, final: bool = True) -> None:
         """Stop every running job (the deadline, a submission, the run's end); returns once

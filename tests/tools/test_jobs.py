@@ -411,3 +411,20 @@ async def test_the_job_tools_over_a_real_sandbox(tmp_path: Path, isolation: Isol
         await jobs.stop_all("the test ended")
         await sandbox.close()
         _kill_all("122.5")
+
+
+def test_a_progress_bar_that_never_ends_its_line_shows_its_last_redraw(tmp_path: Path) -> None:
+    from mlra.tools.jobs import _Live
+
+    fd = os.open(tmp_path / "job.log", os.O_WRONLY | os.O_CREAT)
+    live = _Live(
+        record=ev.JobStarted(job="job-1", command="train", log="l"), started_t=0, log_fd=fd
+    )
+    for i in range(1, 2001):
+        live.feed(f"\rtraining {i / 20:.0f}% " + "█" * 200)
+    assert live.tail()[-1].startswith("training 100% ")
+    assert len(live.partial) <= 4000  # bounded, however long the line grows
+    live.feed("\ndone\r\n")
+    assert live.tail()[-2:] == ["training 100% " + "█" * 200, "done"]
+    os.close(fd)
+    assert (tmp_path / "job.log").stat().st_size > 400_000  # the log keeps every byte
