@@ -42,6 +42,7 @@ from mlra.console.screens import (
     EditArgsScreen,
     HelpScreen,
     PromptScreen,
+    StopJobScreen,
 )
 
 BATCH_DELAY_S = 0.04
@@ -149,6 +150,8 @@ class MlraApp(App[int]):
         if self.files_source is not None:
             self._start_files_timer()
         if self.controller is not None:
+            # The Jobs section's last lines: the job manager's memory, no file read.
+            self.query_one(ResourcesPane).job_last_line = self.controller.jobs.last_line
             if self.recorded:  # a resumed run: what happened before, then live
                 self._render_batch(self.recorded)
             self.drive()
@@ -351,6 +354,8 @@ class MlraApp(App[int]):
                 paused = self.controller is not None and self.controller.controls.paused
                 return paused == (action == "resume")
             return True
+        if action == "stop_job":
+            return live and bool(self.state.running_jobs)
         if action in ("approve", "edit", "reject"):
             # Hidden, not greyed: they only make sense while a call waits.
             return live and self.state.pending_approval is not None
@@ -478,6 +483,20 @@ class MlraApp(App[int]):
             ),
             done,
         )
+
+    def action_stop_job(self) -> None:
+        if self.controller is None:
+            return
+        running = self.controller.jobs.running_ids()
+        if not running:
+            self.notify("No background job is running.", timeout=4)
+            return
+
+        def done(job: str | None) -> None:
+            if job is not None:
+                self._steer(lambda c: c.stop_job(job))
+
+        self.push_screen(StopJobScreen(running), done)
 
     async def action_quit(self) -> None:
         if self.controller is None or self.result is not None or self.state.finished is not None:

@@ -68,6 +68,14 @@ KEYS: list[Key] = [
         "Send a message to the supervisor.",
         footer=False,
     ),
+    Key(
+        "j",
+        "stop_job",
+        "Stop job",
+        "Stop a running background job (choose it in a list); the agent sees it stopped "
+        "by the user.",
+        footer=False,
+    ),
     Key("s", "stop", "Stop & eval", "Stop the agent now and evaluate what the workspace holds."),
     FILES_KEY,
     Key(

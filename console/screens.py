@@ -9,7 +9,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static, TextArea
+from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
+from textual.widgets.option_list import Option
 
 from mlra.console.keymap import KEYS, Key, display_key
 
@@ -139,6 +140,33 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
     def action_save(self) -> None:
         text = self.query_one("#break-rules", TextArea).text
         self.dismiss([line.strip() for line in text.splitlines() if line.strip()])
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class StopJobScreen(ModalScreen[str | None]):
+    """Pick a running background job to stop: its id, or None on Escape."""
+
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, jobs: list[tuple[str, str]]) -> None:
+        super().__init__()
+        self.jobs = jobs
+        """(id, label) of each running job."""
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label("Stop a background job", classes="dialog-title")
+            yield OptionList(*(Option(label, id=job) for job, label in self.jobs), id="jobs")
+            yield Static(
+                "Enter stops the chosen job (the agent sees it stopped by the user) · "
+                "Escape to cancel",
+                classes="dialog-detail",
+            )
+
+    def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
+        self.dismiss(event.option.id)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

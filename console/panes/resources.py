@@ -8,6 +8,7 @@ events, so a replay shows the same."""
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Unpack
 
 from rich.text import Text
@@ -85,9 +86,18 @@ JOBS_SHOWN = 5
 """Jobs listed in the pane: the running ones first, then the latest to end."""
 
 
-def jobs_section(state: RunState, elapsed_s: float, *, compact: bool = False) -> Text | None:
+def jobs_section(
+    state: RunState,
+    elapsed_s: float,
+    *,
+    compact: bool = False,
+    last_line: Callable[[str], str | None] | None = None,
+    width: int = 40,
+) -> Text | None:
     """The run's background jobs, one line each: running (and for how long, pauses
-    excluded) or how each ended; None before the first job."""
+    excluded) or how each ended; None before the first job. `last_line` gives a running
+    job's latest line of output (a live run's job manager keeps it in memory; a replay
+    has none, the log holds no output of jobs), shown dim under it."""
     if not state.jobs:
         return None
     records = list(state.jobs.values())
@@ -104,6 +114,11 @@ def jobs_section(state: RunState, elapsed_s: float, *, compact: bool = False) ->
         if end is None:
             took = format_duration(max(0.0, elapsed_s - job.started.t))
             out.append(f"running {took}\n", style="green")
+            line = last_line(job.started.job) if last_line is not None else None
+            if line:
+                room = max(8, width - 4)
+                line = line if len(line) <= room else line[: room - 1] + "…"
+                out.append(f"    {line}\n", style="dim")
         elif end.end == "exited":
             style = "" if end.exit_code == 0 else "red"
             out.append(f"exit {end.exit_code}\n", style=style)
@@ -120,6 +135,8 @@ class ResourcesPane(Static):
         self._cpu: deque[float] = deque(maxlen=HISTORY)
         self._gpu: dict[int, deque[float]] = {}
         self._shown: tuple[RunState, float] | None = None
+        self.job_last_line: Callable[[str], str | None] | None = None
+        """A running job's last line of output (set by a live console: its job manager)."""
 
     def on_mount(self) -> None:
         self.border_title = "Resources"
@@ -235,7 +252,9 @@ class ResourcesPane(Static):
         if context is not None:
             out.append("Ctx  ", style="bold")
             out.append_text(context)
-        jobs = jobs_section(state, elapsed_s, compact=compact)
+        jobs = jobs_section(
+            state, elapsed_s, compact=compact, last_line=self.job_last_line, width=inner
+        )
         if jobs is not None:
             if not out.plain.endswith("\n"):
                 out.append("\n")

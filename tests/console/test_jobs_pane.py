@@ -3,12 +3,21 @@ them, running ones first (with how long they have run) and then how the others e
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from rich.text import Text
 from textual.app import App, ComposeResult
+from textual.widgets import OptionList
 
 from mlra import events as ev
 from mlra.agent.state import fold
+from mlra.console.app import MlraApp
 from mlra.console.panes.resources import ResourcesPane
+from mlra.console.screens import StopJobScreen
+from tests.conftest import processes_running
+from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+from tests.scripts import turn
 
 
 class _OnePane(App[None]):
@@ -58,3 +67,51 @@ async def test_a_run_without_jobs_shows_no_jobs_section() -> None:
         content = pane.content
         text = content.plain if isinstance(content, Text) else str(content)
     assert "Jobs" not in text
+
+
+def call_job(tool: str, **arguments: Any) -> dict[str, Any]:
+    """A job tool's call (`tests.scripts.call` takes the tool's name as its own `name`)."""
+    return {"name": tool, "arguments": arguments}
+
+
+def _pane_text(app: MlraApp) -> str:
+    content = app.query_one(ResourcesPane).content
+    return content.plain if isinstance(content, Text) else str(content)
+
+
+MARK = "jobmark-5173"
+TICKER = f"for i in $(seq 600); do echo tick-$i; sleep 0.1; done  # {MARK}"
+
+
+async def test_the_user_stops_a_running_job_from_the_console(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The pane shows the job's last line while it runs; `j` lists the running jobs and
+    stops the chosen one; the log says the user stopped it, the agent's `job_wait` reads
+    so, and none of its processes is left."""
+    script = worker(
+        turn("Start the ticker.", call_job("job_start", command=TICKER, name="ticker")),
+        turn("Wait for it.", call_job("job_wait", job="job-1", timeout=60)),
+        ANSWER,
+        REPORT,
+    )
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.JobStarted))
+        await run.watch.wait(lambda e: isinstance(e, ev.ToolCall) and e.tool == "job_wait")
+        await run.shown(lambda app: "    tick-" in _pane_text(app))
+        await run.pilot.press("j")
+        await run.shown(lambda app: isinstance(app.screen, StopJobScreen))
+        assert "job-1 (ticker)" in str(
+            run.app.screen.query_one(OptionList).get_option_at_index(0).prompt
+        )
+        await run.pilot.press("enter")
+        ended = await run.watch.wait(is_(ev.JobEnded))
+        waited = await run.watch.wait(
+            lambda e: isinstance(e, ev.ToolResult) and e.tool == "job_wait"
+        )
+        assert processes_running(MARK) == []
+        await run.finished()
+    assert isinstance(ended, ev.JobEnded)
+    assert ended.end == "stopped" and ended.reason == "stopped by the user"
+    assert isinstance(waited, ev.ToolResult)
+    assert "stopped by the user" in waited.output
