@@ -41,6 +41,7 @@ starts one per step would otherwise fill the machine."""
 JOBS_DIR = "jobs"
 """The workspace folder the jobs' logs are written to (`jobs/job-1.log`)."""
 LAST_LINES = 10
+"""Lines of output `job_status` shows of each job."""
 PARTIAL_MAX = 4000
 """The most of an unfinished line kept for the last lines (its end)."""
 
@@ -50,7 +51,6 @@ def _as_shown(line: str) -> str:
     return line.rstrip("\r").rsplit("\r", 1)[-1]
 
 
-"""Lines of output `job_status` shows of each job."""
 SINCE_LOOK_CHARS = 16 * 1024
 """Of the output since the agent last looked, `job_wait` keeps this much of its head
 and of its tail (a job may print gigabytes between two looks)."""
