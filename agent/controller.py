@@ -98,8 +98,6 @@ class RunController(Steering):
         self.jobs = JobManager(
             emit=self.append, clock=lambda: self.clock.elapsed(), records=lambda: self.state.jobs
         )
-        self._job_stops: set[asyncio.Task[Any]] = set()
-        """The user's job stops under way (held so they are not collected mid-way)."""
         self.turns = ModelTurn(self)
         self.tool_step = ToolStep(self, self.scanner)
         # What the agents call: a model turn and a one-off call (agent/model_turn.py),
@@ -264,22 +262,6 @@ class RunController(Steering):
         ending, and the sandbox kills whatever is left on closing)."""
         with contextlib.suppress(Exception):
             await self.jobs.stop_all(reason)
-
-    USER_STOP_REASON = "stopped by the user"
-    """The `job_ended` reason of a job the user stopped from the console: the log's
-    record of the user's act, and what the agent's `job_status` and `job_wait` read."""
-
-    def stop_job(self, job: str) -> bool:
-        """Stop a running background job for the user (the console's job dialog); returns
-        at once, the job's `job_ended` follows. False if it is not running here."""
-        if job not in {j for j, _ in self.jobs.running_ids()}:
-            return False
-        task = asyncio.get_running_loop().create_task(
-            self.jobs.stop(job, reason=self.USER_STOP_REASON)
-        )
-        self._job_stops.add(task)
-        task.add_done_callback(self._job_stops.discard)
-        return True
 
     async def _close(self) -> None:
         self.clock.pause()

@@ -16,6 +16,7 @@ from mlra.agent.clock import RunClock
 from mlra.agent.controls import Breakpoint, Controls, Decision
 from mlra.agent.ending import Ending
 from mlra.agent.state import RunState
+from mlra.tools.jobs import JobManager
 from mlra.tools.sandbox.base import Sandbox
 
 
@@ -24,10 +25,29 @@ class Steering:
     clock: RunClock
     state: RunState
     sandbox: Sandbox | None
+    jobs: JobManager
+
+    USER_STOP_REASON = "stopped by the user"
+    """The `job_ended` reason of a job the user stopped from the console: the log's
+    record of the user's act, and what the agent's `job_status` and `job_wait` read."""
 
     def __init__(self) -> None:
         self._stop = asyncio.Event()
         self._stop_ending: Ending | None = None
+        self._job_stops: set[asyncio.Task[Any]] = set()
+        """The user's job stops under way (held so they are not collected mid-way)."""
+
+    def stop_job(self, job: str) -> bool:
+        """Stop a running background job for the user (the console's job dialog); returns
+        at once, the job's `job_ended` follows. False if it is not running here."""
+        if job not in {j for j, _ in self.jobs.running_ids()}:
+            return False
+        task = asyncio.get_running_loop().create_task(
+            self.jobs.stop(job, reason=self.USER_STOP_REASON)
+        )
+        self._job_stops.add(task)
+        task.add_done_callback(self._job_stops.discard)
+        return True
 
     def append(self, event: ev.Event) -> ev.Event:
         raise NotImplementedError
