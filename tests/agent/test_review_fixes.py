@@ -198,8 +198,13 @@ async def test_a_call_the_deadline_cut_off_is_no_model_error(
         await provider.aclose()
     assert result.reason == "deadline"
     events = read_events(controller.run_dir / "events.jsonl")
-    cut = next(e for e in events if isinstance(e, ev.ModelError))
+    # The call is still counted (its estimated tokens), once, and is no model error.
+    (cut,) = [e for e in events if isinstance(e, ev.ModelError)]
+    assert "cut off" in cut.error
     assert cut.cut_off == "deadline" and not cut.fatal
+    assert cut.input_tokens > 0 and cut.cost_usd > 0
+    assert result.input_tokens == cut.input_tokens
+    assert result.cost_usd == pytest.approx(cut.cost_usd, abs=1e-6)
     assert "run's time limit cut off" in cut.error and "may have been billed" in cut.error
     assert result.input_tokens == cut.input_tokens > 0  # still in the totals
     stream = io.StringIO()
