@@ -90,6 +90,12 @@ class SandboxSpec:
     gpus: str | None = None
     pids_limit: int | None = None
     file_size_mb: int | None = None
+    disk_mb: int | None = None
+    """The workspace's disk quota (blocks it holds on disk), enforced while commands run
+    and against mlra's own writes; None: no quota."""
+    limit_sources: dict[str, str] = field(default_factory=dict)
+    """Where each limit came from ("memory_mb" -> "--memory", "the task", "default: ..."),
+    recorded with the limits in force."""
 
 
 def read_only_mounts(workspace: Path, files: Mapping[str, Path]) -> list[tuple[str, str]]:
@@ -157,6 +163,16 @@ class Sandbox(abc.ABC):
         leader): the resource sampler sums their process trees as the run's own use.
         Empty where the sandbox's `usage()` measures its commands itself."""
         return []
+
+    def claim_disk(self, nbytes: int) -> str | None:
+        """Count `nbytes` mlra is about to write into the workspace (a file the agent
+        asked for, a clone) against its disk quota: why it may not (a line for the agent),
+        or None. A sandbox without a quota never refuses."""
+        return None
+
+    def disk_room(self) -> int | None:
+        """Bytes the workspace may still grow by under its disk quota; None: no quota."""
+        return None
 
     def suspend_commands(self) -> None:
         """Stop running commands where they are (the run is paused); time-outs stop too."""
@@ -315,6 +331,9 @@ class Sandbox(abc.ABC):
                 problem = None
             if problem is not None:
                 raise SandboxError(problem)
+        refused = self.claim_disk(len(data))
+        if refused is not None:
+            raise SandboxError(refused)
         try:
             fd, rel = self.open_beneath(
                 path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, make_parents=True
