@@ -12,14 +12,13 @@ import abc
 import contextlib
 import os
 import posixpath
-import shutil
 import stat
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal
 
-from mlra.tools.sandbox import beneath
+from mlra.tools.sandbox import beneath, trees
 
 if TYPE_CHECKING:  # the event models are heavy to import, and the evaluation process,
     # which needs this module's types, never makes one
@@ -31,6 +30,36 @@ OutputCallback = Callable[[Stream, str], None]
 
 class SandboxError(Exception):
     """A sandbox operation that cannot be done; its message is shown to the agent."""
+
+
+MAX_READ_BYTES = 8 * 1024 * 1024
+"""The most a whole-file read holds in memory (`read_file`, and through it the file
+tools and the console's preview): a file the agent made as large as it liked (a sparse
+40 GB one costs nothing on disk) must not become that much of mlra's memory."""
+MAX_LIST_ENTRIES = 20_000
+"""Entries one `list_tree` gathers at most (a folder of a million files is one command)."""
+
+
+def human_bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            return f"{size:,} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+class FileTooLarge(SandboxError):
+    """A file holds more than a whole-file read takes; nothing of it was kept."""
+
+    def __init__(self, path: str, size: int, limit: int) -> None:
+        super().__init__(
+            f"{path} is {human_bytes(size)}, more than the {human_bytes(limit)} that can be "
+            "read whole"
+        )
+        self.path = path
+        self.size = size
+        self.limit = limit
 
 
 @dataclass
@@ -299,18 +328,41 @@ class Sandbox(abc.ABC):
         os.close(fd)
         return True
 
-    async def read_file(self, path: str) -> bytes:
+    def open_regular(self, path: str) -> tuple[int, str, os.stat_result]:
+        """A regular file opened for reading beneath the workspace: (descriptor, which the
+        caller closes; workspace-relative path; its stat). SandboxError for anything
+        else: missing, a folder, a FIFO or device (opened without blocking, never read)."""
         try:
-            fd, _ = self.open_beneath(path, os.O_RDONLY)
+            fd, rel = self.open_beneath(path, os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
             raise SandboxError(f"no such file: {path}") from None
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
+        except OSError as exc:
+            raise SandboxError(f"cannot open {path}: {exc.strerror or exc}") from None
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             os.close(fd)
-            what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+            what = "a directory" if stat.S_ISDIR(st.st_mode) else "not a regular file"
             raise SandboxError(f"{path} is {what}")
-        with os.fdopen(fd, "rb") as f:
-            return f.read()
+        return fd, rel, st
+
+    async def read_file(self, path: str, *, max_bytes: int = MAX_READ_BYTES) -> bytes:
+        """The whole file; FileTooLarge (a SandboxError) where it holds more than
+        `max_bytes`, judged by its size before anything is read and by what is read."""
+        fd, _, _ = self.open_regular(path)
+        try:
+            return trees.read_bounded(fd, max_bytes)
+        except trees.TooLarge as exc:
+            raise FileTooLarge(path, exc.size, max_bytes) from None
+        finally:
+            os.close(fd)
+
+    async def read_head(self, path: str, max_bytes: int) -> tuple[bytes, int]:
+        """(at most the first `max_bytes` of the file, its size)."""
+        fd, _, st = self.open_regular(path)
+        try:
+            return trees.read_head(fd, max_bytes), st.st_size
+        finally:
+            os.close(fd)
 
     def read_only_problem(self, rel: str) -> str | None:
         """Why the workspace path `rel` may not be written (a task's read-only file, or
@@ -347,7 +399,12 @@ class Sandbox(abc.ABC):
             f.write(data)
         return rel
 
-    async def list_tree(self, path: str = ".", *, max_depth: int = 3) -> list[FileInfo]:
+    async def list_tree(
+        self, path: str = ".", *, max_depth: int = 3, max_entries: int = MAX_LIST_ENTRIES
+    ) -> list[FileInfo]:
+        """The folder's entries down to `max_depth` levels, each folder's entries after
+        it, folders first; links listed as themselves, never followed. At most
+        `max_entries` + 1 entries: one more than asked says there are more."""
         try:
             fd, rel = self.open_beneath(path, os.O_RDONLY)
         except (FileNotFoundError, NotADirectoryError):
@@ -356,9 +413,13 @@ class Sandbox(abc.ABC):
             st = os.fstat(fd)
             if not stat.S_ISDIR(st.st_mode):
                 return [FileInfo(rel, False, st.st_size, st.st_mtime)]
-            out: list[FileInfo] = []
-            _list_into(out, fd, "" if rel == "." else rel + "/", 1, max_depth)
-            return out
+            prefix = "" if rel == "." else rel + "/"
+            return [
+                FileInfo(prefix + e.rel, e.is_dir, e.st.st_size, e.st.st_mtime)
+                for e in trees.walk(
+                    fd, max_depth=max_depth, max_entries=max_entries + 1, dirs_first=True
+                )
+            ]
         finally:
             os.close(fd)
 
@@ -375,26 +436,37 @@ class Sandbox(abc.ABC):
         _copy_file_in(host_src, fd)
 
     def _copy_tree_in(self, src: Path, dir_fd: int) -> None:
-        for entry in sorted(os.scandir(src), key=lambda e: e.name):
-            if entry.is_dir():
-                with contextlib.suppress(FileExistsError):
-                    os.mkdir(entry.name, 0o777, dir_fd=dir_fd)
-                    made = os.open(entry.name, beneath.DIR_FLAGS, dir_fd=dir_fd)
-                    self._created(made)
-                    os.close(made)
-                sub = os.open(entry.name, beneath.DIR_FLAGS, dir_fd=dir_fd)
-                try:
-                    self._copy_tree_in(Path(entry.path), sub)
-                finally:
-                    os.close(sub)
-                continue
-            flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | beneath.FILE_FLAGS
-            try:
-                fd = os.open(entry.name, flags | os.O_EXCL, 0o666, dir_fd=dir_fd)
-                self._created(fd)
-            except FileExistsError:
-                fd = os.open(entry.name, flags & ~os.O_CREAT, dir_fd=dir_fd)
-            _copy_file_in(Path(entry.path), fd)
+        """Copy a host folder (trusted, but walked without recursion all the same) into
+        an open workspace folder, creating what is missing and handing it to `_created`."""
+        src_fd = os.open(src, beneath.DIR_FLAGS)
+        try:
+            with trees.DirStack(dir_fd) as dest:
+                for entry in trees.walk(src_fd):
+                    dest.move_to(entry.parts[:-1])
+                    if entry.is_dir:
+                        try:
+                            os.mkdir(entry.name, 0o777, dir_fd=dest.top())
+                        except FileExistsError:
+                            continue
+                        made = os.open(entry.name, beneath.DIR_FLAGS, dir_fd=dest.top())
+                        self._created(made)
+                        os.close(made)
+                        continue
+                    source = trees.open_in(entry.dir_fd, entry.name)
+                    if source is None:
+                        continue  # a link or a special file: task files hold neither
+                    flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | beneath.FILE_FLAGS
+                    try:
+                        try:
+                            fd = os.open(entry.name, flags | os.O_EXCL, 0o666, dir_fd=dest.top())
+                            self._created(fd)
+                        except FileExistsError:
+                            fd = os.open(entry.name, flags & ~os.O_CREAT, dir_fd=dest.top())
+                        _copy_fd(source, fd)
+                    finally:
+                        os.close(source)
+        finally:
+            os.close(src_fd)
 
     async def copy_out(self, src: str, host_dest: Path) -> None:
         """Copy a workspace file or folder to the host. Links are followed only where
@@ -411,77 +483,68 @@ class Sandbox(abc.ABC):
 
     def _copy_tree_out(self, dir_fd: int, prefix: str, dest: Path) -> None:
         dest.mkdir(parents=True, exist_ok=True)
-        with os.scandir(dir_fd) as it:
-            names = sorted(e.name for e in it)
-        for name in names:
-            try:
-                st = beneath._lstat(name, dir_fd)
-                if stat.S_ISDIR(st.st_mode):
-                    sub = os.open(name, beneath.DIR_FLAGS, dir_fd=dir_fd)
-                    try:
-                        self._copy_tree_out(sub, f"{prefix}{name}/", dest / name)
-                    finally:
-                        os.close(sub)
-                elif stat.S_ISREG(st.st_mode):
-                    fd = os.open(name, os.O_RDONLY | beneath.FILE_FLAGS, dir_fd=dir_fd)
-                    _copy_file_out(fd, dest / name)
-                elif stat.S_ISLNK(st.st_mode):
-                    fd, _ = self.open_beneath(prefix + name, os.O_RDONLY)
-                    if stat.S_ISREG(os.fstat(fd).st_mode):
-                        _copy_file_out(fd, dest / name)
-                    else:
-                        os.close(fd)
-            except (OSError, SandboxError):
-                continue  # gone, changed under us, or a link that leads out
-
-
-def _list_into(out: list[FileInfo], dir_fd: int, prefix: str, depth: int, max_depth: int) -> None:
-    """List a folder open as `dir_fd` by lstat: a link is listed as itself and never
-    followed (it may lead out of the workspace)."""
-    try:
-        with os.scandir(dir_fd) as it:
-            entries = list(it)
-    except OSError:
-        return
-    found: list[tuple[str, os.stat_result]] = []
-    for entry in entries:
+        dest_fd = os.open(dest, beneath.DIR_FLAGS)
         try:
-            found.append((entry.name, entry.stat(follow_symlinks=False)))
-        except OSError:
-            continue
-    found.sort(key=lambda item: (not stat.S_ISDIR(item[1].st_mode), item[0]))
-    for name, st in found:
-        is_dir = stat.S_ISDIR(st.st_mode)
-        out.append(FileInfo(prefix + name, is_dir, st.st_size, st.st_mtime))
-        if is_dir and depth < max_depth:
-            try:
-                sub = os.open(name, beneath.DIR_FLAGS, dir_fd=dir_fd)
-            except OSError:
-                continue  # gone, or turned into a link since
-            try:
-                _list_into(out, sub, f"{prefix}{name}/", depth + 1, max_depth)
-            finally:
-                os.close(sub)
+            with trees.DirStack(dest_fd) as out:
+                for entry in trees.walk(dir_fd):
+                    try:
+                        at = out.move_to(entry.parts[:-1])
+                        if entry.is_dir:
+                            os.mkdir(entry.name, 0o777, dir_fd=at)
+                            continue
+                        if entry.is_file:
+                            fd = os.open(
+                                entry.name, os.O_RDONLY | beneath.FILE_FLAGS, dir_fd=entry.dir_fd
+                            )
+                        elif entry.is_link:
+                            fd, _ = self.open_beneath(prefix + entry.rel, os.O_RDONLY)
+                        else:
+                            continue
+                        _copy_out_at(fd, at, entry.name)
+                    except (OSError, SandboxError):
+                        continue  # gone, changed under us, or a link that leads out
+        finally:
+            os.close(dest_fd)
+
+
+def _copy_fd(source: int, target: int) -> None:
+    """Copy an open file into another with its mode and times (as copy2), holes kept;
+    closes `target`."""
+    try:
+        trees.copy_sparse(source, target)
+        st = os.fstat(source)
+        os.fchmod(target, stat.S_IMODE(st.st_mode))
+        os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(target)
 
 
 def _copy_file_in(src: Path, fd: int) -> None:
     """Copy a host file into an open workspace file, with its mode and times (as copy2)."""
-    with open(src, "rb") as source, os.fdopen(fd, "wb") as target:
-        shutil.copyfileobj(source, target)
-        target.flush()
-        st = os.fstat(source.fileno())
-        os.fchmod(target.fileno(), stat.S_IMODE(st.st_mode))
-        os.utime(target.fileno(), ns=(st.st_atime_ns, st.st_mtime_ns))
+    source = os.open(src, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        _copy_fd(source, fd)
+    finally:
+        os.close(source)
+
+
+def _copy_out_at(fd: int, dir_fd: int, name: str) -> None:
+    """Copy an open workspace file to `name` in a host folder; closes `fd`. Only a
+    regular file is copied."""
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW
+        target = os.open(name, flags, 0o600, dir_fd=dir_fd)
+        _copy_fd(fd, target)
+    finally:
+        os.close(fd)
 
 
 def _copy_file_out(fd: int, dest: Path) -> None:
     """Copy an open workspace file to the host, with its mode and times; closes `fd`."""
-    st = os.fstat(fd)
-    if not stat.S_ISREG(st.st_mode):
-        os.close(fd)
-        return
-    with os.fdopen(fd, "rb") as source:
-        with open(dest, "wb") as target:
-            shutil.copyfileobj(source, target)
-        os.chmod(dest, stat.S_IMODE(st.st_mode))
-        os.utime(dest, ns=(st.st_atime_ns, st.st_mtime_ns))
+    parent = os.open(dest.parent, beneath.DIR_FLAGS)
+    try:
+        _copy_out_at(fd, parent, dest.name)
+    finally:
+        os.close(parent)

@@ -22,14 +22,15 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from mlra.tools.sandbox.trees import DIR_FLAGS, FILE_FLAGS, DirStack
+
+__all__ = ["DIR_FLAGS", "FILE_FLAGS", "Located", "Outside", "locate", "open_beneath", "open_root"]
+
 MAX_LINKS = 40
 """Links followed in one walk before giving up, as the kernel's ELOOP limit."""
 MAX_RACES = 16
 """Times an entry may change under a walk (a folder turning into a link) before giving up."""
 
-DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
-"""O_NONBLOCK: a FIFO the agent left in place of a file must not hang mlra on open."""
 
 Created = Callable[[int], None]
 """Told the descriptor of each folder and file a walk creates (to hand it to a user)."""
@@ -66,32 +67,36 @@ class Located:
 
 
 class _Walk:
-    """The folders walked so far, as open descriptors, and what remains to walk."""
+    """The folders walked so far, as open descriptors (a bounded number of them however
+    deep the path: trees.DirStack), and what remains to walk."""
 
     def __init__(self, root_fd: int, parts: Iterable[str]) -> None:
-        self.stack: list[tuple[int, str]] = [(os.dup(root_fd), ".")]
+        self.dirs = DirStack(root_fd)
         self.pending: list[str] = list(reversed(split("/".join(parts))))
         self.links = 0
         self.races = 0
 
     @property
     def fd(self) -> int:
-        return self.stack[-1][0]
+        return self.dirs.top()
 
     def names(self) -> list[str]:
-        return [name for _, name in self.stack[1:]]
+        return list(self.dirs.parts)
+
+    def push(self, name: str, fd: int) -> None:
+        self.dirs.push_fd(name, fd)
 
     def push_path(self, path: str) -> None:
         self.pending.extend(reversed(split(path)))
 
     def up(self) -> None:
-        if len(self.stack) == 1:
+        if not self.dirs.depth:
             raise Outside
-        os.close(self.stack.pop()[0])
+        self.dirs.pop()
 
     def to_root(self) -> None:
-        while len(self.stack) > 1:
-            os.close(self.stack.pop()[0])
+        while self.dirs.depth:
+            self.dirs.pop()
 
     def raced(self, name: str) -> None:
         """An entry changed between its lstat and its open: look at it again."""
@@ -101,10 +106,7 @@ class _Walk:
         self.pending.append(name)
 
     def close(self) -> None:
-        for fd, _ in self.stack:
-            with contextlib.suppress(OSError):
-                os.close(fd)
-        self.stack = []
+        self.dirs.close()
 
 
 def locate(
@@ -186,7 +188,7 @@ def locate(
                     raise
                 walk.raced(name)  # became a link since its lstat
                 continue
-            walk.stack.append((fd, name))
+            walk.push(name, fd)
         # Only '..' or nothing was left: the path is a folder already open.
         return _located(walk, ".")
     finally:
