@@ -11,6 +11,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from mlra.tools.fetch.policy import FetchSettings
+
 
 class RunConfig(BaseModel):
     task: str
@@ -80,3 +82,10 @@ class RunConfig(BaseModel):
     seed: int | None = None
     """Which repetition of a task/model pair this run is (batches); also sent to providers
     that take a sampling seed (OpenAI-compatible servers)."""
+    research_tools: list[Literal["github", "arxiv"]] = Field(
+        default_factory=lambda: ["github", "arxiv"]
+    )
+    """The research tools the agents have (`--tools`): GitHub clones, arXiv search and reading."""
+    fetch: FetchSettings = Field(default_factory=FetchSettings)
+    """What those tools may fetch beyond the defaults (the user's config file and
+    `--allow-host`): recorded, so a resumed or forked run fetches by the same rules."""

@@ -20,7 +20,7 @@ How you work:
 3. Read the report, revise the plan with `update_plan` (mark steps done or failed, add or drop steps), and assign the next subtask.
 4. When the result is ready (or time is nearly out), call `submit` with the path of the artifact the task asks for. Submitting ends the run and starts the evaluation; the score comes from the task's own evaluator, never from numbers you or the worker report.
 
-Keep an eye on the clock and budget in each message: leave time for the result to be saved and submitted. You may use `read_file` and `list_files` to check the worker's results yourself, and `arxiv_search` and `arxiv_read` to look up the literature while planning.
+Keep an eye on the clock and budget in each message: leave time for the result to be saved and submitted. You may use `read_file` and `list_files` to check the worker's results yourself{reading}.
 """
 
 REVIEWER_SYSTEM = """\
@@ -31,7 +31,7 @@ If the plan needs changing, call `update_plan`. Then answer in one or two senten
 
 WORKER_SYSTEM = """\
 You are the worker of an ML research agent.
-A supervisor gives you one subtask at a time. You act with tools in a sandboxed workspace ({workdir}): `bash` and `python` run commands there, `read_file`, `write_file`, `edit_file` and `list_files` handle files, `report` ends the subtask with your report to the supervisor, and `submit` submits the final artifact for evaluation (only when the supervisor asked for it or time is about to run out). For research, `arxiv_search` finds papers, `arxiv_read` reads one a few pages at a time (the PDF is saved under papers/), and `github_clone` clones a public repository under repos/; they work even when the sandbox has no network.
+A supervisor gives you one subtask at a time. You act with tools in a sandboxed workspace ({workdir}): `bash` and `python` run commands there, `read_file`, `write_file`, `edit_file` and `list_files` handle files, `report` ends the subtask with your report to the supervisor, and `submit` submits the final artifact for evaluation (only when the supervisor asked for it or time is about to run out).{research}
 
 Think briefly before each action, then act with a tool; one tool call at a time is best. Commands have a time-out; long training runs should print progress and save checkpoints.
 Run a command in the foreground (`bash`, `python`) when you need its result before your next step. Start it as a background job with `job_start` when it takes long (training, a long evaluation) and you have other work meanwhile: it returns a job id at once and writes the output to a log file in jobs/; `job_status` shows how your jobs are doing, `job_wait` waits for one (up to a timeout) and returns its new output, `job_stop` stops one. Anything a foreground command leaves in the background is killed when it ends, so use a job instead. A few jobs may run at once; all of them are stopped at the deadline and when the run is submitted, so save checkpoints and results to files. When the subtask is done (or cannot be done), call `report` with what you did, the results with numbers, the files produced and any problems.
@@ -46,6 +46,30 @@ SUMMARIZER_SYSTEM = """\
 You summarize an ML research agent's earlier steps.
 Write a compact summary of the steps below that keeps everything needed to continue the work: what was tried, exact commands and file paths that matter, results with numbers, errors and their causes, and what remains to do. Plain text, at most about 400 words.
 """
+
+
+def reading_clause(research_tools: Sequence[str]) -> str:
+    """The supervisor's research tools, as its prompt names them (none without arXiv)."""
+    if "arxiv" not in research_tools:
+        return ""
+    return ", and `arxiv_search` and `arxiv_read` to look up the literature while planning"
+
+
+def research_sentence(research_tools: Sequence[str]) -> str:
+    """The worker's research tools, as its prompt names them: only those the run has."""
+    parts: list[str] = []
+    if "arxiv" in research_tools:
+        parts.append(
+            "`arxiv_search` finds papers, `arxiv_read` reads one a few pages at a time (the PDF "
+            "is saved under papers/)"
+        )
+    if "github" in research_tools:
+        parts.append("`github_clone` clones a public repository under repos/")
+    if not parts:
+        return ""
+    tools = ", and ".join(parts)
+    verb = "they work" if len(parts) > 1 or "arxiv" in research_tools else "it works"
+    return f" For research, {tools}; {verb} even when the sandbox has no network."
 
 
 def task_message(task_prompt: str, *, role: str) -> str:

@@ -17,7 +17,7 @@ from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.ending import unsubmitted
 from mlra.agent.history import AgentHistory
-from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, task_message
+from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, reading_clause, task_message
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.worker import Worker
 from mlra.tools.files import ListFiles, ReadFile
@@ -64,12 +64,16 @@ class Supervisor:
                 AssignSubtask(self),
                 ReadFile(),
                 ListFiles(),
-                *reading_tools(),
+                *reading_tools(controller.config.research_tools, controller.config.fetch),
                 Submit(),
             ]
         )
         self.review_registry = ToolRegistry([UpdatePlan(self._plan_changed)])
-        self.history = AgentHistory(system=SUPERVISOR_SYSTEM.format(workdir=workdir))
+        self.history = AgentHistory(
+            system=SUPERVISOR_SYSTEM.format(
+                workdir=workdir, reading=reading_clause(controller.config.research_tools)
+            )
+        )
         self.task_prompt = controller.task.render_prompt(time_limit_s=controller.time_limit_s)
         self.history.pin(task_message(self.task_prompt, role="supervisor"))
         self.worker = Worker(controller, reviewer=self.review)

@@ -16,7 +16,7 @@ from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.evaluation import run_validator
 from mlra.agent.history import AgentHistory
-from mlra.agent.prompts import WORKER_SYSTEM, task_message
+from mlra.agent.prompts import WORKER_SYSTEM, research_sentence, task_message
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.tools.core import core_tools
 from mlra.tools.plan import Report
@@ -53,12 +53,17 @@ class Worker:
                     on_note=controller.emit,
                     validator=run_validator(controller),
                 ),
-                *research_tools(),
+                *research_tools(controller.config.research_tools, controller.config.fetch),
                 Report(),
             ]
         )
         assert controller.sandbox is not None
-        self.history = AgentHistory(system=WORKER_SYSTEM.format(workdir=controller.sandbox.workdir))
+        self.history = AgentHistory(
+            system=WORKER_SYSTEM.format(
+                workdir=controller.sandbox.workdir,
+                research=research_sentence(controller.config.research_tools),
+            )
+        )
         self.history.pin(
             task_message(
                 controller.task.render_prompt(time_limit_s=controller.time_limit_s), role="worker"

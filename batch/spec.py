@@ -72,6 +72,10 @@ class BatchSpec(_Strict):
     max_attempts: int = Field(default=3, gt=0)
     """Starts of one run (first try, resumes and retries together) before it is given up."""
     isolation: Literal["auto", "bwrap", "none"] | None = None
+    tools: list[Literal["github", "arxiv"]] | None = None
+    """The research tools each run has (`mlra run --tools`); None: the default, all."""
+    allow_hosts: list[str] = Field(default_factory=list)
+    """Hosts the research tools may fetch from beside the defaults (`--allow-host`)."""
     defaults: Overrides = Field(default_factory=Overrides)
     overrides: dict[str, Overrides] = Field(default_factory=dict)
     """Settings for one task, by the name it has in `tasks`."""
@@ -198,6 +202,10 @@ def run_command(run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str) -
         command += ["--base-url", spec.base_url]
     if spec.isolation:
         command += ["--isolation", spec.isolation]
+    if spec.tools is not None:
+        command += ["--tools", ",".join(spec.tools) or "none"]
+    for host in spec.allow_hosts:
+        command += ["--allow-host", host]
     s = run.settings
     for flag, value in (
         ("--time-limit", s.time_limit),

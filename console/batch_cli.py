@@ -18,6 +18,7 @@ def _csv(text: str) -> list[str]:
 
 def add_batch_commands(sub: Any) -> None:
     from mlra.console.args import add_budget_args, positive_int
+    from mlra.console.fetch_args import add_fetch_args
 
     batch = sub.add_parser(
         "batch",
@@ -52,6 +53,7 @@ def add_batch_commands(sub: Any) -> None:
         help="starts per run, resumes and retries included (default 3)",
     )
     batch.add_argument("--isolation", choices=["auto", "bwrap", "none"])
+    add_fetch_args(batch, whose="each run")
     add_budget_args(batch, whose="each run", default="the batch file's, else the task's")
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
@@ -83,7 +85,8 @@ def _spec(args: argparse.Namespace) -> Any:
         if args.file is not None:
             data = load_batch_file(args.file).model_dump(exclude_defaults=True)
         for name in ("tasks", "models", "seeds", "parallel", "executor", "ray_address", "out",
-                     "base_url", "max_attempts", "isolation"):  # fmt: skip
+                     "base_url", "max_attempts", "isolation", "tools",
+                     "allow_hosts"):  # fmt: skip
             value = getattr(args, name)
             if value is not None:
                 data[name] = value

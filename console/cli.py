@@ -32,6 +32,7 @@ from mlra.console.args import (
     positive_int,
     temperature,
 )
+from mlra.console.fetch_args import TOOL_CHOICES, add_fetch_args, fetch_settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -146,6 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=600.0,
         help="default time-out of one command (default 10m)",
     )
+    add_fetch_args(run)
     run.add_argument(
         "--break",
         dest="breaks",
@@ -360,6 +362,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         tool_calls=args.tool_calls,
         baseline_validate=args.baseline_validate,
+        research_tools=list(TOOL_CHOICES) if args.tools is None else args.tools,
+        fetch=fetch_settings(args.allow_hosts),
     )
     if provider is not None:  # what the run uses, as the provider settled it
         config.context_window = provider.context_window

@@ -1,11 +1,15 @@
 """`arxiv_search` and `arxiv_read`: find papers on arXiv and read them in parts.
 
-They run host-side (the sandbox may have no network) and share one rate
-limiter, because arXiv asks every client for at most one request every three
-seconds, whichever agent makes it. Searches go through the `arxiv` package;
-PDFs land in the workspace under papers/ and their text is extracted with
-pypdf a range of pages at a time, so a long paper does not flood the context.
-The endpoints are configurable so tests can point them at a loopback server:
+They run outside the agent's sandbox (which may have no network), confined as the
+agent is (tools/fetch/): every request is https to an allowed host (arXiv's own
+unless the user set other endpoints), pinned to a checked public address, made in a
+bubblewrap box of its own with no redirect followed unchecked; the Atom answer is
+parsed and a PDF's text extracted in such a box too, so neither a hostile answer nor
+a PDF the agent left in the workspace is ever parsed by mlra itself. All requests
+share one rate limiter, because arXiv asks every client for at most one request
+every three seconds, whichever agent makes it. PDFs land in the workspace under
+papers/ and their text is read a range of pages at a time, so a long paper does not
+flood the context. The endpoints are configurable (a loopback server in the tests):
 MLRA_ARXIV_API_URL, MLRA_ARXIV_PDF_URL, MLRA_ARXIV_INTERVAL_S,
 MLRA_ARXIV_TIMEOUT_S, MLRA_ARXIV_BACKOFF_S.
 """
@@ -15,25 +19,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
-import io
+import json
 import os
 import re
+import stat
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
-from urllib.parse import urlencode
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+from urllib.parse import urlencode, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlra.tools.fetch import landing
+from mlra.tools.fetch.box import FetchBox, confinement
+from mlra.tools.fetch.https import Got, https_get
+from mlra.tools.fetch.policy import FetchPolicy
 from mlra.tools.fetched import Fetched
 from mlra.tools.files import format_size, plural
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 from mlra.tools.sandbox.base import Sandbox, SandboxError
-
-if TYPE_CHECKING:  # imported when first used: they cost a run's start-up ~0.3 s
-    import arxiv
-    import requests
 
 DEFAULT_API_URL = "https://export.arxiv.org/api/query"
 DEFAULT_PDF_URL = "https://arxiv.org/pdf"
@@ -42,10 +48,11 @@ DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_BACKOFF_S = 3.0
 DEFAULT_RETRIES = 2
 MAX_PDF_BYTES = 100 * 1024 * 1024
+MAX_FEED_BYTES = 8 * 1024 * 1024
+PARSE_TIMEOUT_S = 120.0
 READ_CHARS = 30_000
 ABSTRACT_CHARS = 700
 PAPERS_DIR = "papers"
-USER_AGENT = "mlra/0.1 (ML research agent)"
 NEW_ID = re.compile(r"^\d{4}\.\d{4,5}(v\d+)?$")
 OLD_ID = re.compile(r"^[a-z-]+(\.[A-Z]{2})?/\d{7}(v\d+)?$")
 FIELD_PREFIX = re.compile(r"\b(ti|au|abs|co|jr|cat|rn|id|all):|\b(AND|OR|ANDNOT)\b")
@@ -137,6 +144,7 @@ class _ArxivTool:
     def __init__(
         self,
         *,
+        policy: FetchPolicy | None = None,
         limiter: RateLimiter | None = None,
         api_url: str | None = None,
         pdf_url: str | None = None,
@@ -152,15 +160,34 @@ class _ArxivTool:
             backoff_s=backoff_s,
             retries=retries,
         )
+        # The endpoints are the user's to set (environment, arguments): allowed as hosts
+        # the user named, beside the run's own allow-list.
+        endpoints = [
+            urlsplit(url).netloc
+            for url in (self.config.api_url, self.config.pdf_url)
+            if url not in (DEFAULT_API_URL, DEFAULT_PDF_URL) and urlsplit(url).netloc
+        ]
+        settings = policy.settings if policy is not None else None
+        self.policy = FetchPolicy(settings, extra_hosts=endpoints)
 
-    async def _request(self, fn: Callable[[], T], what: str, ctx: ToolContext) -> T:
-        """One arXiv request in a worker thread, in the limiter's turn, retried with backoff."""
+    def _box(self, folder: Path, ctx: ToolContext, *, file_limit: int | None = None) -> FetchBox:
+        ca = self.policy.ca_bundle
+        return FetchBox(
+            folder,
+            bwrap=confinement(allow_unconfined=ctx.sandbox.isolation == "none"),
+            hide=ctx.sandbox.spec.hide_paths,
+            read_only=[ca] if ca else [],
+            file_limit_bytes=file_limit,
+        )
+
+    async def _request(self, fn: Callable[[], Awaitable[T]], what: str, ctx: ToolContext) -> T:
+        """One arXiv request, in the limiter's turn, retried with backoff."""
         deadline = time.monotonic() + ctx.timeout(None)
         attempt = 0
         while True:
             async with self.limiter.slot():
                 try:
-                    return await asyncio.to_thread(fn)
+                    return await fn()
                 except _Retryable as exc:
                     problem = exc.what
             wait = self.config.backoff_s * 2**attempt
@@ -173,45 +200,29 @@ class _ArxivTool:
             attempt += 1
             await asyncio.sleep(wait)
 
-
-def _network_problem(exc: requests.RequestException, timeout_s: float) -> _Retryable:
-    import requests
-
-    if isinstance(exc, requests.Timeout):
-        return _Retryable(f"no answer within {timeout_s:g} s")
-    if isinstance(exc, requests.ConnectionError):
-        return _Retryable("could not connect")
-    return _Retryable(f"{type(exc).__name__}: {exc}")
-
-
-class _MorePages(Exception):
-    pass
-
-
-def _one_request_session(timeout_s: float) -> requests.Session:
-    """The arxiv package's session, with a time-out (its own requests have none) and
-    one request per search: the client pages on by itself when arXiv sends a short
-    page, which would go around the limiter, so a search keeps its first page."""
-    import requests
-
-    class OneRequestSession(requests.Session):
-        used = False
-
-        def request(self, *args: Any, **kwargs: Any) -> requests.Response:  # type: ignore[override]
-            if self.used:
-                raise _MorePages
-            self.used = True
-            kwargs.setdefault("timeout", timeout_s)
-            return super().request(*args, **kwargs)
-
-    return OneRequestSession()
+    def _judge(self, got: Got, what: str) -> None:
+        """Raise for a GET that did not bring a 200: retryable or said to the agent."""
+        if got.error == "timeout":
+            raise _Retryable(f"no answer within {self.config.timeout_s:g} s")
+        if got.error in ("connect", "protocol", "runner"):
+            raise _Retryable("could not connect")
+        if got.error == "tls":
+            raise SandboxError(
+                f"the TLS certificate of {got.target.host} could not be verified: {got.detail}"
+            )
+        if got.status in RETRY_STATUS:
+            raise _Retryable(f"HTTP {got.status}")
+        if got.error == "too_large":
+            raise SandboxError(f"{what} is larger than mlra takes; not downloaded")
+        if got.status != 200:
+            raise SandboxError(f"arXiv answered HTTP {got.status} for {what}")
 
 
 # --- arxiv_search ---------------------------------------------------------------------------
 
 
 Sort = Literal["relevance", "submitted", "updated"]
-SORTS = {"relevance": "Relevance", "submitted": "SubmittedDate", "updated": "LastUpdatedDate"}
+SORTS = {"relevance": "relevance", "submitted": "submittedDate", "updated": "lastUpdatedDate"}
 
 
 class ArxivSearchArgs(BaseModel):
@@ -238,66 +249,71 @@ class ArxivSearch(_ArxivTool, Tool[ArxivSearchArgs]):
     Args = ArxivSearchArgs
 
     async def run(self, args: ArxivSearchArgs, ctx: ToolContext) -> ToolOutcome:
-        import arxiv
-
         query = search_query(args.query)
-        search = arxiv.Search(
-            query=query,
-            max_results=args.max_results,
-            sort_by=arxiv.SortCriterion[SORTS[args.sort]],
-            sort_order=arxiv.SortOrder.Descending,
-        )
         url = f"{self.config.api_url}?" + urlencode(
             {
                 "search_query": query,
-                "sortBy": search.sort_by.value,
-                "sortOrder": search.sort_order.value,
+                "sortBy": SORTS[args.sort],
+                "sortOrder": "descending",
                 "start": 0,
                 "max_results": args.max_results,
             }
         )
+        self.policy.check(url, what="arXiv's search endpoint")
         try:
-            results = await self._request(
-                lambda: self._search(search, args.max_results), "the search", ctx
-            )
+            papers = await self._request(lambda: self._search(url, ctx), "the search", ctx)
         except ArxivUnavailable as exc:
             raise SandboxError(str(exc)) from None
+        papers = papers[: args.max_results]
         fetched = Fetched(kind="arxiv_search", source=url)
-        papers = [paper_record(r) for r in results]
-        data = {"query": query, "papers": papers, "fetched": [fetched.record()]}
-        if not results:
+        data = {
+            "query": query,
+            "papers": [paper_record(p) for p in papers],
+            "fetched": [fetched.record()],
+        }
+        if not papers:
             return ToolOutcome(
                 output=f"No arXiv papers match {args.query!r}. Try fewer or other words.",
                 data=data,
             )
         head = (
-            f"[arXiv search {args.query!r}: {plural(len(results), 'paper')}, sorted by {args.sort}]"
+            f"[arXiv search {args.query!r}: {plural(len(papers), 'paper')}, sorted by {args.sort}]"
         )
-        body = "\n".join(format_paper(i, r) for i, r in enumerate(results, start=1))
+        body = "\n".join(format_paper(i, p) for i, p in enumerate(papers, start=1))
         return ToolOutcome(output=f"{head}\n{body}", data=data)
 
-    def _search(self, search: arxiv.Search, page_size: int) -> list[arxiv.Result]:
-        import arxiv
-        import requests
-
-        client = arxiv.Client(page_size=page_size, delay_seconds=0, num_retries=0)
-        client.query_url_format = f"{self.config.api_url}?{{}}"
-        client._session = _one_request_session(self.config.timeout_s)
-        results: list[arxiv.Result] = []
+    async def _search(self, url: str, ctx: ToolContext) -> list[dict[str, Any]]:
+        """The search's papers: fetched and parsed in a box of their own."""
+        staging = landing.staging_dir(ctx.sandbox.workspace)
         try:
-            for result in client.results(search):
-                results.append(result)
-            return results
-        except _MorePages:
-            return results
-        except arxiv.HTTPError as exc:
-            if exc.status in RETRY_STATUS:
-                raise _Retryable(f"HTTP {exc.status}") from None
-            raise SandboxError(f"arXiv refused the search (HTTP {exc.status})") from None
-        except arxiv.UnexpectedEmptyPageError:
-            raise _Retryable("an unexpected empty page") from None
-        except requests.RequestException as exc:
-            raise _network_problem(exc, self.config.timeout_s) from None
+            box = self._box(staging, ctx, file_limit=MAX_FEED_BYTES)
+            got = await https_get(
+                self.policy,
+                box,
+                url,
+                out="feed.xml",
+                max_bytes=MAX_FEED_BYTES,
+                timeout_s=self.config.timeout_s,
+                what="arXiv's search",
+            )
+            self._judge(got, "the search")
+            result = await box.run(box.runner("arxiv-feed", "feed.xml"), timeout_s=PARSE_TIMEOUT_S)
+            answer = _answer(result.stdout)
+            if "error" in answer or not isinstance(answer.get("papers"), list):
+                raise SandboxError(
+                    f"arXiv's answer could not be read: {answer.get('error', 'no papers')}"
+                )
+            return [p for p in answer["papers"] if isinstance(p, dict)]
+        finally:
+            await asyncio.to_thread(landing.remove, staging)
+
+
+def _answer(stdout: bytes) -> dict[str, Any]:
+    try:
+        answer = json.loads(stdout)
+    except ValueError:
+        return {"error": "the reader gave no answer"}
+    return answer if isinstance(answer, dict) else {"error": "the reader gave no answer"}
 
 
 def search_query(text: str) -> str:
@@ -309,30 +325,27 @@ def search_query(text: str) -> str:
     return " AND ".join(f"all:{w}" for w in words)
 
 
-def short_id(result: arxiv.Result) -> str:
-    return result.entry_id.rsplit("/abs/", 1)[-1]
-
-
-def paper_record(result: arxiv.Result) -> dict[str, Any]:
+def paper_record(paper: dict[str, Any]) -> dict[str, Any]:
     return {
-        "id": short_id(result),
-        "title": result.title,
-        "authors": [a.name for a in result.authors],
-        "published": result.published.date().isoformat(),
-        "categories": result.categories,
+        "id": str(paper.get("id", "")),
+        "title": str(paper.get("title", "")),
+        "authors": [str(a) for a in paper.get("authors") or []],
+        "published": str(paper.get("published", "")),
+        "categories": [str(c) for c in paper.get("categories") or []],
     }
 
 
-def format_paper(n: int, result: arxiv.Result) -> str:
-    names = [a.name for a in result.authors]
+def format_paper(n: int, paper: dict[str, Any]) -> str:
+    record = paper_record(paper)
+    names = record["authors"]
     authors = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
-    abstract = " ".join(result.summary.split())
+    abstract = " ".join(str(paper.get("summary", "")).split())
     if len(abstract) > ABSTRACT_CHARS:
         abstract = abstract[:ABSTRACT_CHARS].rsplit(" ", 1)[0] + " …"
-    cats = ", ".join(result.categories[:4])
+    cats = ", ".join(record["categories"][:4])
     return (
-        f"{n}. {short_id(result)}  {result.title}\n"
-        f"   {authors} · {result.published.date().isoformat()} · {cats}\n"
+        f"{n}. {record['id']}  {record['title']}\n"
+        f"   {authors} · {record['published']} · {cats}\n"
         f"   {abstract}"
     )
 
@@ -367,40 +380,26 @@ class ArxivRead(_ArxivTool, Tool[ArxivReadArgs]):
         paper = normalize_id(args.id)
         rel = f"{PAPERS_DIR}/{paper.replace('/', '_')}.pdf"
         url = f"{self.config.pdf_url}/{paper}"
-        try:
-            pdf = await ctx.sandbox.read_file(rel)
-        except SandboxError as exc:
-            if "outside the workspace" in str(exc):
-                raise
-            pdf = b""  # not downloaded yet, or not a file
-        cached = pdf.startswith(b"%PDF-")
+        self.policy.check(url, what="arXiv's PDF endpoint")
+        cached = _cached_pdf(ctx.sandbox, rel)
         if not cached:
             try:
-                pdf = await self._request(lambda: self._download(url, paper), f"for {paper}", ctx)
+                await self._request(
+                    lambda: self._download(url, paper, rel, ctx), f"for {paper}", ctx
+                )
             except ArxivUnavailable as exc:
                 raise SandboxError(str(exc)) from None
-            await ctx.sandbox.write_file(rel, pdf)
-        digest = hashlib.sha256(pdf).hexdigest()
+        size, digest, total, pages = await self._read(ctx, rel, paper, args)
         fetched = Fetched(
-            kind="arxiv_pdf", source=url, path=rel, sha256=digest, bytes=len(pdf), cached=cached
+            kind="arxiv_pdf", source=url, path=rel, sha256=digest, bytes=size, cached=cached
         )
-        try:
-            total, pages = await asyncio.to_thread(
-                extract_pages, pdf, args.start_page, args.end_page, READ_CHARS
-            )
-        except Exception as exc:  # pypdf raises many kinds on a broken file
-            _remove(ctx.sandbox, rel)
-            raise SandboxError(
-                f"the PDF of {paper} could not be read ({type(exc).__name__}: {exc}); it was "
-                "removed, so the next arxiv_read downloads it again"
-            ) from None
         data: dict[str, Any] = {
             "id": paper,
             "path": rel,
             "pages": total,
             "fetched": [fetched.record()],
         }
-        got = "already in the workspace" if cached else f"downloaded, {format_size(len(pdf))}"
+        got = "already in the workspace" if cached else f"downloaded, {format_size(size)}"
         if args.start_page > total:
             raise SandboxError(
                 f"{paper} has {plural(total, 'page')}; start_page {args.start_page} is past "
@@ -419,45 +418,120 @@ class ArxivRead(_ArxivTool, Tool[ArxivReadArgs]):
             )
         return ToolOutcome(output="\n".join(parts), data=data)
 
-    def _download(self, url: str, paper: str) -> bytes:
-        import requests
-
+    async def _download(self, url: str, paper: str, rel: str, ctx: ToolContext) -> None:
+        """Fetch the PDF in a box into a staging folder, then move it into the workspace."""
+        staging = landing.staging_dir(ctx.sandbox.workspace)
         try:
-            with requests.get(
+            box = self._box(staging, ctx, file_limit=MAX_PDF_BYTES)
+            got = await https_get(
+                self.policy,
+                box,
                 url,
-                headers={"user-agent": USER_AGENT},
-                timeout=self.config.timeout_s,
-                stream=True,
-                allow_redirects=True,
-            ) as resp:
-                if resp.status_code == 404:
-                    raise SandboxError(
-                        f"arXiv has no paper {paper!r} (HTTP 404); check the id with arxiv_search"
-                    )
-                if resp.status_code in RETRY_STATUS:
-                    raise _Retryable(f"HTTP {resp.status_code}")
-                if resp.status_code != 200:
-                    raise SandboxError(
-                        f"arXiv answered HTTP {resp.status_code} for the PDF of {paper}"
-                    )
-                buf = io.BytesIO()
-                for chunk in resp.iter_content(chunk_size=1 << 16):
-                    buf.write(chunk)
-                    if buf.tell() > MAX_PDF_BYTES:
-                        raise SandboxError(
-                            f"the PDF of {paper} is larger than {format_size(MAX_PDF_BYTES)}; "
-                            "not downloaded"
-                        )
-                data = buf.getvalue()
-        except requests.RequestException as exc:
-            raise _network_problem(exc, self.config.timeout_s) from None
-        if not data.startswith(b"%PDF-"):
-            kind = resp.headers.get("content-type", "unknown type")
-            raise SandboxError(
-                f"arXiv returned no PDF for {paper} (got {kind}, {len(data):,} bytes); the "
-                "paper may be withdrawn or have no PDF"
+                out="paper.pdf",
+                max_bytes=MAX_PDF_BYTES,
+                timeout_s=self.config.timeout_s,
+                what=f"the PDF of {paper}",
             )
-        return data
+            if got.status == 404:
+                raise SandboxError(
+                    f"arXiv has no paper {paper!r} (HTTP 404); check the id with arxiv_search"
+                )
+            if got.error == "too_large":
+                raise SandboxError(
+                    f"the PDF of {paper} is larger than {format_size(MAX_PDF_BYTES)}; "
+                    "not downloaded"
+                )
+            self._judge(got, f"the PDF of {paper}")
+            staged = staging / "paper.pdf"
+            head = _head(staged)
+            if not head.startswith(b"%PDF-"):
+                raise SandboxError(
+                    f"arXiv returned no PDF for {paper} (got {got.content_type or 'unknown type'}, "
+                    f"{got.bytes:,} bytes); the paper may be withdrawn or have no PDF"
+                )
+            await asyncio.to_thread(landing.hand_over, staged, ctx.sandbox.workspace)
+            if not await asyncio.to_thread(landing.move_in, ctx.sandbox, staged, rel, replace=True):
+                await ctx.sandbox.copy_in(staged, rel)
+        finally:
+            await asyncio.to_thread(landing.remove, staging)
+
+    async def _read(
+        self, ctx: ToolContext, rel: str, paper: str, args: ArxivReadArgs
+    ) -> tuple[int, str, int, list[str]]:
+        """(size, sha256, page count, page texts) of the workspace's copy, opened without
+        following a link out and read by the box on its standard input."""
+        try:
+            fd, _ = ctx.sandbox.open_beneath(rel, os.O_RDONLY)
+        except (FileNotFoundError, NotADirectoryError):
+            raise SandboxError(f"{rel} is gone from the workspace; read it again") from None
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PDF_BYTES:
+                raise SandboxError(
+                    f"{rel} is not a PDF of at most {format_size(MAX_PDF_BYTES)}; remove it and "
+                    "read the paper again"
+                )
+            digest = await asyncio.to_thread(_sha256, fd, st.st_size)
+            os.lseek(fd, 0, os.SEEK_SET)
+            staging = landing.staging_dir(ctx.sandbox.workspace)
+            try:
+                box = self._box(staging, ctx)
+                argv = ["pdf-text", "--start", str(args.start_page), "--budget", str(READ_CHARS)]
+                argv += ["--max-bytes", str(MAX_PDF_BYTES)]
+                if args.end_page is not None:
+                    argv += ["--end", str(args.end_page)]
+                result = await box.run(box.runner(*argv), timeout_s=PARSE_TIMEOUT_S, stdin_fd=fd)
+            finally:
+                await asyncio.to_thread(landing.remove, staging)
+        finally:
+            os.close(fd)
+        answer = _answer(result.stdout)
+        if result.timed_out:
+            answer = {"error": f"reading it took over {PARSE_TIMEOUT_S:.0f} s"}
+        texts = answer.get("texts")
+        if "error" in answer or not isinstance(texts, list):
+            _remove(ctx.sandbox, rel)
+            raise SandboxError(
+                f"the PDF of {paper} could not be read ({answer.get('error', 'no text')}); it was "
+                "removed, so the next arxiv_read downloads it again"
+            )
+        return st.st_size, digest, int(answer.get("pages", 0)), [str(t) for t in texts]
+
+
+def _cached_pdf(sandbox: Sandbox, rel: str) -> bool:
+    """Whether the workspace already holds the paper: a regular file, not too large,
+    that starts as a PDF (read without following a link out)."""
+    try:
+        fd, _ = sandbox.open_beneath(rel, os.O_RDONLY)
+    except (OSError, SandboxError):
+        return False
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_PDF_BYTES:
+            return False
+        return os.read(fd, 5) == b"%PDF-"
+    finally:
+        os.close(fd)
+
+
+def _head(path: Path) -> bytes:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    try:
+        return os.read(fd, 5)
+    finally:
+        os.close(fd)
+
+
+def _sha256(fd: int, size: int) -> str:
+    digest = hashlib.sha256()
+    left = size
+    while left > 0 and (chunk := os.read(fd, min(1 << 20, left))):
+        digest.update(chunk)
+        left -= len(chunk)
+    return digest.hexdigest()
 
 
 def normalize_id(raw: str) -> str:
@@ -474,37 +548,8 @@ def normalize_id(raw: str) -> str:
     )
 
 
-def extract_pages(pdf: bytes, start: int, end: int | None, budget: int) -> tuple[int, list[str]]:
-    """The page count and the text of pages start..end, stopping once `budget` chars are used.
-
-    At least one page is always returned (cut to the budget), so a caller
-    always gets on.
-    """
-    from pypdf import PdfReader
-
-    reader = PdfReader(io.BytesIO(pdf))
-    total = len(reader.pages)
-    last = min(end or total, total)
-    texts: list[str] = []
-    used = 0
-    for index in range(start - 1, last):
-        text = _clean(reader.pages[index].extract_text() or "")
-        if texts and used + len(text) > budget:
-            break
-        if len(text) > budget:
-            text = text[:budget] + f"\n[... page cut at {budget:,} characters]"
-        texts.append(text)
-        used += len(text)
-    return total, texts
-
-
 def _pages(first: int, last: int) -> str:
     return f"page {first}" if first == last else f"pages {first}-{last}"
-
-
-def _clean(text: str) -> str:
-    lines = [line.rstrip() for line in text.splitlines()]
-    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip()
 
 
 def _remove(sandbox: Sandbox, rel: str) -> None:

@@ -1,30 +1,37 @@
 """`github_clone`: bring a public repository into the workspace under repos/.
 
-It runs host-side, because the sandbox may have no network, and runs `git` as a
-child process it can kill: a clone that outgrows the size cap or the time-out
-is stopped while it downloads, not after. GitPython then reads what arrived
-(the commit). Every way a clone can fail becomes one readable observation, and
-only failures a second try can cure (a dropped connection, a 5xx) are retried.
+The clone is work mlra does for the agent outside the agent's sandbox (which may
+have no network), so it is confined as the agent is (tools/fetch/): the URL must be
+https to an allowed host (GitHub unless the user allows more), resolving to a public
+address that git is then pinned to; git runs in a bubblewrap box of its own that
+sees only a staging folder in the run folder, as an unprivileged uid with no
+credentials, no config of the host's, no redirects followed (each is checked here
+first) and no protocol but https; the clone's summary (commit, listing, README) is
+read inside the box too, never following a link the repository holds. A clone that
+outgrows the size cap or the time-out is stopped while it downloads. The finished
+clone is renamed in beneath the workspace. Every way a clone can fail becomes one
+readable observation, and only failures a second try can cure (a dropped
+connection, a 5xx) are retried.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import errno
+import json
 import os
 import re
-import shutil
-import signal
 import stat
-import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from mlra.tools.fetch import landing
+from mlra.tools.fetch.box import FetchBox, confinement
+from mlra.tools.fetch.https import https_get
+from mlra.tools.fetch.policy import FetchPolicy, FetchRefused, Target
 from mlra.tools.fetched import Fetched
 from mlra.tools.files import format_size, plural
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
@@ -32,12 +39,9 @@ from mlra.tools.sandbox.base import Sandbox, SandboxError
 
 DEFAULT_MAX_BYTES = 500 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 300.0
+DESCRIBE_TIMEOUT_S = 60.0
 REPOS_DIR = "repos"
-LISTING_ENTRIES = 40
-README_LINES = 25
-WATCH_INTERVAL_S = 0.2
-SCHEMES = {"https", "http", "git", "ssh", "file"}
-SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:[\w./~-]+$")
+SCP_LIKE = re.compile(r"^(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?P<path>[\w./~-]+)$")
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 HEX_REF = re.compile(r"^[0-9a-fA-F]{4,40}$")
 NOT_GIT_SUFFIXES = (".pdf", ".zip", ".tar", ".gz", ".tgz", ".html", ".htm", ".txt", ".json")
@@ -62,14 +66,15 @@ NOT_A_REPO = (
     "could not read username",
     "authentication failed",
 )
-SECRET_ENV_SUFFIXES = ("_API_KEY", "_TOKEN", "_SECRET")
+RETRY_STATUS = {429, 500, 502, 503, 504}
+CAP_SIGNS = ("file size limit exceeded", "invalid index-pack output", "index-pack died")
 
 
 class GithubCloneArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     url: str = Field(
-        description="The repository's git URL, e.g. https://github.com/OWNER/REPO "
+        description="The repository's https URL, e.g. https://github.com/OWNER/REPO "
         "(a /tree/BRANCH link works too)."
     )
     ref: str | None = Field(
@@ -104,24 +109,40 @@ class GitFailed(Exception):
         self.stderr = stderr
 
 
+@dataclass
+class _Clone:
+    """One clone's working parts: the confined box, the staging folder, the target."""
+
+    box: FetchBox
+    staging: Path
+    dest: str
+    """The clone's folder name inside the staging folder."""
+    target: Target
+    """The repository's URL, resolved and pinned, after any redirect."""
+    ca: str | None
+
+
 class GithubClone(Tool[GithubCloneArgs]):
     name = "github_clone"
     description = (
-        "Clone a public git repository (GitHub or any git URL) into the workspace under "
-        "repos/<name>, shallow by default. Optionally check out a branch, tag or commit "
-        "(`ref`). Returns the path, the commit, the top-level listing and the start of the "
-        "README. Large repositories are refused (size cap) and slow clones time out."
+        "Clone a public git repository (GitHub, or another host the user allowed) over "
+        "https into the workspace under repos/<name>, shallow by default. Optionally check "
+        "out a branch, tag or commit (`ref`). Returns the path, the commit, the top-level "
+        "listing and the start of the README. Large repositories are refused (size cap) and "
+        "slow clones time out."
     )
     Args = GithubCloneArgs
 
     def __init__(
         self,
         *,
+        policy: FetchPolicy | None = None,
         max_bytes: int | None = None,
         timeout_s: float | None = None,
         retries: int = 2,
         backoff_s: float = 2.0,
     ) -> None:
+        self.policy = policy or FetchPolicy()
         env_mb = os.environ.get("MLRA_CLONE_MAX_MB")
         self.max_bytes = max_bytes or (
             int(float(env_mb) * 1024 * 1024) if env_mb else DEFAULT_MAX_BYTES
@@ -134,33 +155,43 @@ class GithubClone(Tool[GithubCloneArgs]):
 
     async def run(self, args: GithubCloneArgs, ctx: ToolContext) -> ToolOutcome:
         plan = plan_clone(args.url, args.ref, args.name)
+        target = self.policy.check(plan.url, what=repr(args.url))
         rel = f"{REPOS_DIR}/{plan.name}"
         if _taken(ctx.sandbox, rel):
             raise SandboxError(
                 f"{rel} already exists in the workspace; pass another `name` or remove it first"
             )
-        # git runs host-side, by path: it clones into a folder of mlra's own, which the
-        # agent's processes cannot swap for a link to /root, and the finished clone is
-        # moved in beneath the workspace.
-        staging = Path(_staging_dir(ctx.sandbox.workspace))
+        bwrap = confinement(allow_unconfined=ctx.sandbox.isolation == "none")
+        staging = landing.staging_dir(ctx.sandbox.workspace)
+        ca = self.policy.ca_bundle
+        box = FetchBox(
+            staging,
+            bwrap=bwrap,
+            hide=ctx.sandbox.spec.hide_paths,
+            read_only=[ca] if ca else [],
+            file_limit_bytes=self.max_bytes,
+        )
+        clone = _Clone(box, staging, plan.name, target, str(ca) if ca else None)
         try:
-            return await self._clone_into(plan, args, ctx, rel, staging / plan.name)
+            return await self._clone_into(plan, args, ctx, rel, clone)
         finally:
-            await asyncio.to_thread(shutil.rmtree, staging, True)
+            await asyncio.to_thread(landing.remove, staging)
 
     async def _clone_into(
-        self, plan: _Plan, args: GithubCloneArgs, ctx: ToolContext, rel: str, dest: Path
+        self, plan: _Plan, args: GithubCloneArgs, ctx: ToolContext, rel: str, clone: _Clone
     ) -> ToolOutcome:
         plan.limit_s = ctx.timeout(self.timeout_s)
         started = time.monotonic()
         deadline = plan.deadline = started + plan.limit_s
+        dest = clone.staging / clone.dest
         attempt = 0
         while True:
             try:
-                how = await self._clone(plan, args.depth, dest)
+                clone.target = await self._discover(clone, plan)
+                how = await self._clone(clone, plan, args.depth)
                 break
             except GitFailed as exc:
-                await _remove(dest)
+                await asyncio.to_thread(landing.remove, dest)
                 low = exc.stderr.lower()
                 transient = any(t in low for t in TRANSIENT)
                 wait = self.backoff_s * 2**attempt
@@ -169,32 +200,36 @@ class GithubClone(Tool[GithubCloneArgs]):
                     await asyncio.sleep(wait)
                     continue
                 raise SandboxError(self._explain(plan, exc.stderr, attempt)) from None
-            except BaseException:
-                await _remove(dest)
-                raise
-        await asyncio.to_thread(_hand_over, dest, ctx.sandbox.workspace)
-        info = await asyncio.to_thread(_describe, dest)
-        if not await asyncio.to_thread(_move_in, ctx.sandbox, dest, rel):
+        info = await self._describe(clone, plan)
+        await asyncio.to_thread(landing.hand_over, dest, ctx.sandbox.workspace)
+        if not await asyncio.to_thread(landing.move_in, ctx.sandbox, dest, rel):
             await ctx.sandbox.copy_in(dest, rel)
-        size = info["bytes"]
-        commit = info["commit"]
-        fetched = Fetched(kind="git", source=plan.url, path=rel, commit=commit, bytes=size)
+        size = int(info.get("bytes", 0))
+        commit = str(info.get("commit", ""))
+        url = clone.target.url
+        fetched = Fetched(kind="git", source=url, path=rel, commit=commit, bytes=size)
+        files = int(info.get("files", 0))
+        counted = plural(files, "file") if info.get("complete", True) else f"over {files:,} files"
+        moved = "" if url == plan.url else f" (redirected from {plan.url})"
         lines = [
-            f"Cloned {plan.url} ({how}) into {rel} at commit {commit[:12]} "
-            f'("{info["subject"]}", {info["date"]}): {format_size(size)}, '
-            f"{plural(info['files'], 'file')}, in {time.monotonic() - started:.1f} s.",
-            "Top level: " + ("  ".join(info["listing"]) or "(empty)"),
+            f"Cloned {url}{moved} ({how}) into {rel} at commit {commit[:12]} "
+            f'("{info.get("subject", "")}", {info.get("date", "")}): {format_size(size)}, '
+            f"{counted}, in {time.monotonic() - started:.1f} s.",
+            "Top level: " + ("  ".join(info.get("listing") or []) or "(empty)"),
         ]
-        if info["readme"]:
-            lines.append(f"{info['readme']} (first lines):")
-            lines.append(info["readme_text"])
+        readme = info.get("readme")
+        if readme and info.get("readme_note"):
+            lines.append(f"{readme}: {info['readme_note']}.")
+        elif readme:
+            lines.append(f"{readme} (first lines):")
+            lines.append(str(info.get("readme_text", "")))
         else:
             lines.append("(no README at the top level)")
         return ToolOutcome(
             output="\n".join(lines),
             data={
                 "path": rel,
-                "url": plan.url,
+                "url": url,
                 "ref": plan.ref,
                 "commit": commit,
                 "depth": 0 if how.endswith("full history") else args.depth,
@@ -202,103 +237,159 @@ class GithubClone(Tool[GithubCloneArgs]):
             },
         )
 
-    async def _clone(self, plan: _Plan, depth: int, dest: Path) -> str:
-        """Clone into dest; says how (branch, tag, commit) for the observation."""
-        dest.parent.mkdir(parents=True, exist_ok=True)
+    async def _discover(self, clone: _Clone, plan: _Plan) -> Target:
+        """Ask the server for the repository's refs, following redirects only where each
+        passes the policy, and return the final repository URL, pinned to its address:
+        git itself follows none."""
+        left = max(1.0, plan.deadline - time.monotonic())
+        base = plan.url.rstrip("/")
+        got = await https_get(
+            self.policy,
+            clone.box,
+            f"{base}/info/refs?service=git-upload-pack",
+            out=None,
+            max_bytes=0,
+            timeout_s=min(left, 60.0),
+            what=f"{plan.url!r}",
+        )
+        host = got.target.host
+        if got.error == "tls":
+            raise SandboxError(f"the TLS certificate of {host} could not be verified: {got.detail}")
+        if got.error == "timeout":
+            if time.monotonic() >= plan.deadline - 1.0:
+                raise self._too_slow(plan)
+            raise GitFailed(f"connection timed out: no answer from {host}")
+        if got.error is not None:
+            raise GitFailed(f"failed to connect to {host}: {got.detail or got.error}")
+        if got.status in RETRY_STATUS:
+            raise GitFailed(f"the requested URL returned error: {got.status}")
+        if got.status != 200:
+            raise GitFailed(f"repository not found (HTTP {got.status})")
+        # The last hop passed the policy and is pinned; git fetches from its repository.
+        final = got.url.split("?", 1)[0].removesuffix("/info/refs")
+        return replace(got.target, url=final)
+
+    def _git_config(self, clone: _Clone) -> list[str]:
+        """git's settings for a fetch: https only, pinned to the checked address, no
+        redirects, no credentials, no hooks or templates."""
+        config = [
+            "credential.helper=",
+            "advice.detachedHead=false",
+            "protocol.allow=never",
+            "protocol.https.allow=always",
+            "http.followRedirects=false",
+            f"http.curloptResolve={clone.target.pin()}",
+            "core.hooksPath=/dev/null",
+            "submodule.recurse=false",
+        ]
+        if clone.ca:
+            config.append(f"http.sslCAInfo={clone.ca}")
+        out: list[str] = []
+        for item in config:
+            out += ["-c", item]
+        return out
+
+    async def _clone(self, clone: _Clone, plan: _Plan, depth: int) -> str:
+        """Clone into the staging folder; says how (branch, tag, commit) for the observation."""
+        url = clone.target.url
         shallow = ["--depth", str(depth)] if depth > 0 else []
         history = f"depth {depth}" if depth > 0 else "full history"
+        opts = ["--no-recurse-submodules", "--template="]
+        dest = clone.dest
         if plan.ref is None:
-            await self._git(["clone", *shallow, "--", plan.url, str(dest)], dest, plan)
-            branch = await asyncio.to_thread(_branch_of, dest)
+            await self._git(clone, plan, ["clone", *opts, *shallow, "--", url, dest])
+            branch = (
+                await self._git(clone, plan, ["-C", dest, "branch", "--show-current"])
+            ).strip()
             return f"default branch {branch}, {history}" if branch else history
         try:
             await self._git(
-                ["clone", *shallow, "--branch", plan.ref, "--", plan.url, str(dest)],
-                dest,
-                plan,
+                clone, plan, ["clone", *opts, *shallow, "--branch", plan.ref, "--", url, dest]
             )
-            kind = "branch" if await asyncio.to_thread(_branch_of, dest) else "tag"
-            return f"{kind} {plan.ref}, {history}"
+            branch = (
+                await self._git(clone, plan, ["-C", dest, "branch", "--show-current"])
+            ).strip()
+            return f"{'branch' if branch else 'tag'} {plan.ref}, {history}"
         except GitFailed as exc:
             if "not found in upstream" not in exc.stderr or not HEX_REF.match(plan.ref):
                 raise
-        await _remove(dest)
+        await asyncio.to_thread(landing.remove, clone.staging / dest)
         # A commit: fetch just it where the server allows, else the whole history.
         try:
-            dest.mkdir(parents=True)
-            await self._git(["init", "-q", str(dest)], dest, plan)
-            await self._git(["-C", str(dest), "remote", "add", "origin", plan.url], dest, plan)
-            await self._git(
-                ["-C", str(dest), "fetch", "-q", *shallow, "origin", plan.ref], dest, plan
-            )
-            await self._git(
-                ["-C", str(dest), "checkout", "-q", "--detach", "FETCH_HEAD"], dest, plan
-            )
+            await self._git(clone, plan, ["init", "-q", "--template=", dest])
+            await self._git(clone, plan, ["-C", dest, "remote", "add", "origin", url])
+            await self._git(clone, plan, ["-C", dest, "fetch", "-q", *shallow, "origin", plan.ref])
+            await self._git(clone, plan, ["-C", dest, "checkout", "-q", "--detach", "FETCH_HEAD"])
             return f"commit {plan.ref}, {history}"
         except GitFailed:
-            await _remove(dest)
-        await self._git(["clone", "--", plan.url, str(dest)], dest, plan)
+            await asyncio.to_thread(landing.remove, clone.staging / dest)
+        await self._git(clone, plan, ["clone", *opts, "--", url, dest])
         try:
-            await self._git(["-C", str(dest), "checkout", "-q", "--detach", plan.ref], dest, plan)
+            await self._git(clone, plan, ["-C", dest, "checkout", "-q", "--detach", plan.ref])
         except GitFailed:
             raise SandboxError(
                 f"{plan.url} has no branch, tag or commit named {plan.ref!r}"
             ) from None
         return f"commit {plan.ref}, full history"
 
-    async def _git(self, argv: list[str], watch: Path, plan: _Plan) -> None:
-        """Run git; stop it (and its helpers) when it outgrows the cap or the time."""
-        deadline, limit_s = plan.deadline, plan.limit_s
-        proc = await asyncio.create_subprocess_exec(
-            os.environ.get("GIT_PYTHON_GIT_EXECUTABLE", "git"),
-            "-c",
-            "credential.helper=",
-            "-c",
-            "advice.detachedHead=false",
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=_git_env(),
-            start_new_session=True,
+    async def _git(self, clone: _Clone, plan: _Plan, argv: list[str]) -> str:
+        """Run git in the box; stop it when it outgrows the cap or the time. Returns
+        its output."""
+        left = plan.deadline - time.monotonic()
+        if left <= 0:
+            raise self._too_slow(plan)
+        watched = clone.staging / clone.dest
+
+        def too_big() -> str | None:
+            size = landing.tree_size(watched)
+            return format_size(size) if size > self.max_bytes else None
+
+        result = await clone.box.run(
+            ["git", *self._git_config(clone), *argv], timeout_s=left, watch=too_big
         )
-        communicate = asyncio.ensure_future(proc.communicate())
-        try:
-            while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise SandboxError(
-                        f"the clone did not finish within {limit_s:.0f} s and was stopped; "
-                        "nothing was kept. Try depth=1, or a smaller repository"
-                    )
-                done, _ = await asyncio.wait({communicate}, timeout=min(WATCH_INTERVAL_S, left))
-                if done:
-                    break
-                size = await asyncio.to_thread(tree_size, watch)
-                if size > self.max_bytes:
-                    raise SandboxError(
-                        f"the repository is larger than the size cap of "
-                        f"{format_size(self.max_bytes)} (already {format_size(size)} when "
-                        "stopped); nothing was kept. Try depth=1, or download only the files "
-                        "you need"
-                    )
-            _out, err = communicate.result()
-        finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                with contextlib.suppress(BaseException):
-                    await proc.wait()
-            if not communicate.done():
-                communicate.cancel()
-        if proc.returncode != 0:
-            raise GitFailed(err.decode("utf-8", errors="replace").strip())
-        size = await asyncio.to_thread(tree_size, watch)
+        if result.timed_out:
+            raise self._too_slow(plan)
+        # A file that outgrows the cap stops git by RLIMIT_FSIZE (SIGXFSZ), which kills
+        # index-pack mid-pack: git then reports its helper's output as invalid.
+        low = result.stderr.lower()
+        if result.stopped is not None or (
+            result.exit_code != 0 and any(sign in low for sign in CAP_SIGNS)
+        ):
+            raise SandboxError(
+                f"the repository is larger than the size cap of {format_size(self.max_bytes)} "
+                f"(already {result.stopped or 'over it'} when stopped); nothing was kept. Try "
+                "depth=1, or download only the files you need"
+            )
+        if result.exit_code != 0:
+            raise GitFailed(result.stderr.strip())
+        size = await asyncio.to_thread(landing.tree_size, watched)
         if size > self.max_bytes:
             raise SandboxError(
                 f"the repository is larger than the size cap of {format_size(self.max_bytes)} "
                 f"({format_size(size)}); nothing was kept. Try depth=1"
             )
+        return result.stdout.decode("utf-8", errors="replace")
+
+    def _too_slow(self, plan: _Plan) -> SandboxError:
+        return SandboxError(
+            f"the clone did not finish within {plan.limit_s:.0f} s and was stopped; "
+            "nothing was kept. Try depth=1, or a smaller repository"
+        )
+
+    async def _describe(self, clone: _Clone, plan: _Plan) -> dict:
+        """The clone's commit, listing and README, read inside the box."""
+        left = max(5.0, min(DESCRIBE_TIMEOUT_S, plan.deadline - time.monotonic()))
+        result = await clone.box.run(clone.box.runner("describe", clone.dest), timeout_s=left)
+        try:
+            info = json.loads(result.stdout)
+        except ValueError:
+            info = None
+        if not isinstance(info, dict) or not info.get("commit"):
+            raise SandboxError(
+                "the clone arrived but could not be described "
+                f"({result.stderr.strip().splitlines()[-1:] or 'no answer'}); nothing was kept"
+            )
+        return info
 
     def _explain(self, plan: _Plan, stderr: str, retried: int) -> str:
         said = _last_lines(stderr)
@@ -317,43 +408,50 @@ class GithubClone(Tool[GithubCloneArgs]):
 
 
 def plan_clone(url: str, ref: str | None, name: str | None) -> _Plan:
-    """The URL to clone, the ref and the folder name; refuses what is not a git URL."""
+    """The URL to clone, the ref and the folder name; refuses what is not an https git URL
+    (the policy then checks the host)."""
     raw = url.strip()
     if re.match(r"^(www\.)?(github|gitlab)\.com/", raw):
         raw = "https://" + raw
+    scp = SCP_LIKE.match(raw)
+    if scp is not None and scp["host"].lower() == "github.com":
+        raw = f"https://github.com/{scp['path']}"  # GitHub's ssh form names the same repo
+    elif scp is not None:
+        raise FetchRefused(
+            f"{url!r} is an ssh address; mlra clones for the agent over https:// only "
+            "(write https://HOST/OWNER/REPO)"
+        )
     if ref is not None:
         ref = ref.strip() or None
         if ref is not None and (ref.startswith("-") or any(c.isspace() for c in ref)):
             raise SandboxError(f"{ref!r} is not a branch, tag or commit name")
-    if SCP_LIKE.match(raw):
-        target = raw
-        path = raw.split(":", 1)[1]
-    else:
-        parts = urlsplit(raw)
-        if parts.scheme.lower() not in SCHEMES or not (parts.netloc or parts.scheme == "file"):
+    parts = urlsplit(raw)
+    if not parts.scheme or (not parts.netloc and parts.scheme.lower() != "file"):
+        raise SandboxError(
+            f"{url!r} is not a git URL; github_clone takes a repository URL such as "
+            "https://github.com/OWNER/REPO"
+        )
+    path = parts.path
+    if path.lower().endswith(NOT_GIT_SUFFIXES):
+        raise SandboxError(
+            f"{url!r} points to a file, not a git repository; download files with bash "
+            "(curl) if the sandbox has network, or clone the repository that holds it"
+        )
+    target = raw
+    if parts.scheme.lower() in {"https", "http"} and (parts.hostname or "").lower() in {
+        "github.com",
+        "www.github.com",
+    }:
+        segs = [s for s in path.split("/") if s]
+        if len(segs) < 2:
             raise SandboxError(
-                f"{url!r} is not a git URL; github_clone takes a repository URL such as "
-                "https://github.com/OWNER/REPO (also http://, git://, ssh://, file:// or "
-                "git@HOST:OWNER/REPO)"
+                f"{url!r} does not name a repository; use https://github.com/OWNER/REPO"
             )
-        path = parts.path
-        if path.lower().endswith(NOT_GIT_SUFFIXES):
-            raise SandboxError(
-                f"{url!r} points to a file, not a git repository; download files with bash "
-                "(curl) if the sandbox has network, or clone the repository that holds it"
-            )
-        target = raw
-        if parts.netloc.lower() in {"github.com", "www.github.com"}:
-            segs = [s for s in path.split("/") if s]
-            if len(segs) < 2:
-                raise SandboxError(
-                    f"{url!r} does not name a repository; use https://github.com/OWNER/REPO"
-                )
-            owner, repo = segs[0], segs[1].removesuffix(".git")
-            if len(segs) >= 4 and segs[2] in {"tree", "blob", "commit"} and ref is None:
-                ref = segs[3]
-            target = f"https://github.com/{owner}/{repo}.git"
-            path = f"/{owner}/{repo}"
+        owner, repo = segs[0], segs[1].removesuffix(".git")
+        if len(segs) >= 4 and segs[2] in {"tree", "blob", "commit"} and ref is None:
+            ref = segs[3]
+        target = f"https://github.com/{owner}/{repo}.git"
+        path = f"/{owner}/{repo}"
     if name is None:
         base = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
         name = re.sub(r"[^A-Za-z0-9._-]", "-", base).lstrip(".-") or "repo"
@@ -365,32 +463,14 @@ def plan_clone(url: str, ref: str | None, name: str | None) -> _Plan:
     return _Plan(url=target, ref=ref, name=name)
 
 
-def tree_size(root: Path) -> int:
-    total = 0
-    for base, _dirs, files in os.walk(root):
-        for f in files:
-            with contextlib.suppress(OSError):
-                total += os.lstat(os.path.join(base, f)).st_size
-    return total
-
-
-def _git_env() -> dict[str, str]:
-    """The host's environment for git, without keys, and with no way to prompt."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.upper().endswith(SECRET_ENV_SUFFIXES) and not k.startswith("GIT_")
-    }
-    env.update({"GIT_TERMINAL_PROMPT": "0", "GCM_INTERACTIVE": "never", "LC_ALL": "C"})
-    return env
-
-
 def _taken(sandbox: Sandbox, rel: str) -> bool:
     """Whether `rel` holds something: a file, a link, or a folder that is not empty."""
     try:
         fd, _ = sandbox.open_beneath(rel, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return False
+    except (OSError, SandboxError):
+        return True  # a link that leads out, or something unreadable: taken
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             return True
@@ -400,100 +480,6 @@ def _taken(sandbox: Sandbox, rel: str) -> bool:
         os.close(fd)
 
 
-def _staging_dir(workspace: Path) -> str:
-    """A private folder for the clone, next to the workspace (the run folder, which the
-    agent cannot reach) so it can be renamed in, else in the host's temporary folder."""
-    with contextlib.suppress(OSError):
-        return tempfile.mkdtemp(prefix=".clone-", dir=workspace.parent)
-    return tempfile.mkdtemp(prefix="mlra-clone-")
-
-
-def _move_in(sandbox: Sandbox, staged: Path, rel: str) -> bool:
-    """Put the finished clone at `rel`, renaming it into its parent opened beneath the
-    workspace; False where the staging folder is on another file system (copy it in)."""
-    parent_rel, _, name = rel.rpartition("/")
-    parent, _ = sandbox.open_beneath(parent_rel, os.O_RDONLY, make_parents=True, make_dir=True)
-    try:
-        owner = sandbox.workspace.stat()
-        if os.geteuid() == 0 and owner.st_uid != 0:
-            os.fchown(parent, owner.st_uid, owner.st_gid)
-        with contextlib.suppress(OSError):
-            os.rmdir(name, dir_fd=parent)  # an empty folder waiting for it
-        try:
-            os.rename(staged, name, dst_dir_fd=parent)
-        except OSError as exc:
-            if exc.errno == errno.EXDEV:
-                return False
-            raise SandboxError(f"the clone could not be put at {rel}: {exc.strerror}") from None
-        return True
-    finally:
-        os.close(parent)
-
-
-def _hand_over(dest: Path, workspace: Path) -> None:
-    """The clone belongs to whoever owns the workspace (a Docker sandbox's user, when
-    mlra runs as root), so the agent can change what it cloned."""
-    owner = workspace.stat()
-    if os.geteuid() != 0 or owner.st_uid == 0:
-        return
-    os.lchown(dest.parent, owner.st_uid, owner.st_gid)
-    for base, dirs, files in os.walk(dest):
-        os.lchown(base, owner.st_uid, owner.st_gid)
-        for name in [*dirs, *files]:
-            with contextlib.suppress(OSError):
-                os.lchown(os.path.join(base, name), owner.st_uid, owner.st_gid)
-
-
-def _branch_of(dest: Path) -> str | None:
-    import git  # GitPython; imported when first used, as it is slow to import
-
-    repo = git.Repo(dest)
-    try:
-        return None if repo.head.is_detached else repo.active_branch.name
-    finally:
-        repo.close()
-
-
-def _describe(dest: Path) -> dict:
-    import git  # GitPython; imported when first used, as it is slow to import
-
-    repo = git.Repo(dest)
-    try:
-        head = repo.head.commit
-        commit, subject = head.hexsha, head.summary
-        date = head.committed_datetime.date().isoformat()
-    finally:
-        repo.close()
-    entries = sorted(
-        (p for p in dest.iterdir() if p.name != ".git"), key=lambda p: (not p.is_dir(), p.name)
-    )
-    listing = [p.name + ("/" if p.is_dir() else "") for p in entries[:LISTING_ENTRIES]]
-    if len(entries) > LISTING_ENTRIES:
-        listing.append(f"... {len(entries) - LISTING_ENTRIES} more")
-    readmes = sorted(
-        (p for p in entries if p.is_file() and p.name.lower().startswith("readme")),
-        key=lambda p: (p.suffix.lower() not in {".md", ".rst", ".txt", ""}, p.name),
-    )
-    readme_text = ""
-    if readmes:
-        text = readmes[0].read_text(encoding="utf-8", errors="replace").splitlines()
-        shown = [line[:200] for line in text[:README_LINES]]
-        readme_text = "\n".join(shown)
-        if len(text) > README_LINES:
-            readme_text += f"\n[... {len(text) - README_LINES:,} more lines]"
-    files = sum(len(fs) for b, _d, fs in os.walk(dest) if ".git" not in Path(b).parts)
-    return {
-        "commit": commit,
-        "subject": subject,
-        "date": date,
-        "listing": listing,
-        "readme": readmes[0].name if readmes else None,
-        "readme_text": readme_text,
-        "files": files,
-        "bytes": tree_size(dest),
-    }
-
-
 def _last_lines(stderr: str, n: int = 3) -> str:
     lines = [
         line.strip()
@@ -501,8 +487,3 @@ def _last_lines(stderr: str, n: int = 3) -> str:
         if line.strip() and not line.startswith("Cloning into")
     ]
     return " / ".join(lines[-n:]) or "(no message)"
-
-
-async def _remove(path: Path) -> None:
-    if path.exists():
-        await asyncio.to_thread(shutil.rmtree, path, True)

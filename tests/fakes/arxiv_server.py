@@ -1,7 +1,7 @@
-"""A small arXiv on loopback: the export API's Atom answers and PDFs, over real HTTP.
+"""A small arXiv on loopback: the export API's Atom answers and PDFs, over real HTTPS.
 
-The research tools talk to it exactly as to arXiv (the `arxiv` package's
-client for searches, plain HTTP for PDFs); only the base URLs differ. Searches
+The research tools talk to it exactly as to arXiv (HTTPS, with a certificate
+from the test authority in tests/fakes/tls.py); only the base URLs differ. Searches
 are answered from recorded Atom responses in tests/data/arxiv/: a query that
 mentions a response's keyword gets it, any other query the empty feed. PDFs
 are real (tiny, hand-built) documents, one per id in `papers`; other ids get
@@ -20,6 +20,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
+
+from tests.fakes.tls import serve_tls
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "arxiv"
 FEEDS = {"attention": "search_attention.xml"}
@@ -104,7 +106,7 @@ class ArxivServer:
     def base(self) -> str:
         assert self._httpd is not None
         host, port = self._httpd.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"https://{host!s}:{port}"
 
     @property
     def api_url(self) -> str:
@@ -122,6 +124,7 @@ class ArxivServer:
         handler = type("Handler", (_Handler,), {"fake": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._httpd.daemon_threads = True
+        serve_tls(self._httpd)
         self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
         self._thread.start()
         return self

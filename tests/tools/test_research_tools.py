@@ -1,6 +1,10 @@
-"""The research tools against real servers on this machine: git over file:// and
-loopback HTTP, arXiv as a loopback server that serves recorded Atom answers and
-a real PDF, and a whole scripted run that searches, reads and clones."""
+"""The research tools against real servers on this machine: git's smart HTTP over TLS
+on loopback (git http-backend), arXiv as a loopback HTTPS server that serves recorded
+Atom answers and a real PDF, and a whole scripted run that searches, reads and clones.
+
+mlra fetches for the agent over https only and from allowed hosts only, so each test
+allows its loopback server by its address (as a user allows a company's git host) and
+trusts the test certificate authority (tests/fakes/tls.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ import hashlib
 import itertools
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ import pytest
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.arxiv import ArxivRead, ArxivSearch, RateLimiter, arxiv_limiter
+from mlra.tools.fetch.policy import FetchPolicy, FetchSettings
 from mlra.tools.fetched import Fetched
 from mlra.tools.github import GithubClone
 from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry
@@ -27,7 +32,9 @@ from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
 from tests.conftest import mlra_cli
 from tests.fakes.arxiv_server import ArxivServer
+from tests.fakes.git_server import GitServer, bare_repo
 from tests.fakes.model_server import ScriptedModelServer
+from tests.fakes.tls import ca_bundle
 from tests.scripts import call, supervisor_answering, turn
 
 
@@ -37,16 +44,30 @@ class Repo:
     first: str
     main: str
     dev: str
+    server: GitServer
 
 
-@pytest.fixture
-def repo(tmp_path: Path) -> Repo:
-    """A bare repository with two commits on main (the first tagged v1) and a dev branch."""
-    work = tmp_path / "src" / "demo"
-    r = git.Repo.init(work, initial_branch="main")
+def _committer(r: git.Repo) -> None:
     with r.config_writer() as cw:
         cw.set_value("user", "name", "Test")
         cw.set_value("user", "email", "test@example.com")
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[GitServer]:
+    """An HTTPS git host on loopback serving the bare repositories under served/."""
+    root = tmp_path / "served"
+    root.mkdir()
+    with GitServer(root) as server:
+        yield server
+
+
+@pytest.fixture
+def repo(tmp_path: Path, served: GitServer) -> Repo:
+    """A repository with two commits on main (the first tagged v1) and a dev branch."""
+    work = tmp_path / "src" / "demo"
+    r = git.Repo.init(work, initial_branch="main")
+    _committer(r)
     (work / "README.md").write_text("# Demo model\nTrains a tiny model.\n")
     (work / "train.py").write_text("print('train')\n")
     (work / "src").mkdir()
@@ -62,9 +83,20 @@ def repo(tmp_path: Path) -> Repo:
     r.index.add(["dev.txt"])
     dev = r.index.commit("dev work").hexsha
     r.git.checkout("main")
-    bare = tmp_path / "remote" / "demo.git"
-    git.Repo.clone_from(work, bare, bare=True)
-    return Repo(url=bare.as_uri(), first=first, main=main, dev=dev)
+    bare_repo(work, served.root / "demo.git")
+    return Repo(url=served.url("demo"), first=first, main=main, dev=dev, server=served)
+
+
+def policy_for(*hosts: str) -> FetchPolicy:
+    """What a user who allowed these hosts and trusts the test authority has."""
+    return FetchPolicy(FetchSettings(allow_hosts=list(hosts), ca_bundle=str(ca_bundle())))
+
+
+def write_config(folder: Path) -> dict[str, str]:
+    """mlra's config file trusting the test authority, and the environment naming it."""
+    config = folder / "mlra-config.toml"
+    config.write_text(f'[fetch]\nca_bundle = "{ca_bundle()}"\n')
+    return {"MLRA_CONFIG": str(config)}
 
 
 class Harness:
@@ -80,8 +112,8 @@ class Harness:
 
 @pytest.fixture
 async def h(tmp_path: Path) -> AsyncIterator[Harness]:
-    ws = (tmp_path / "workspace").resolve()
-    ws.mkdir()
+    ws = (tmp_path / "run" / "workspace").resolve()
+    ws.mkdir(parents=True)
     sandbox = LocalSandbox(ws, SandboxSpec(), isolation_mode="none")
     await sandbox.start()
     yield Harness(sandbox, ws)
@@ -97,11 +129,15 @@ def head_of(path: Path) -> str:
     return git.Repo(path).head.commit.hexsha
 
 
+def clone_tool(server: GitServer, **options: Any) -> GithubClone:
+    return GithubClone(policy=policy_for(server.allow), **options)
+
+
 # --- github_clone ---------------------------------------------------------------------------
 
 
 async def test_clone_default_branch_is_shallow_and_described(h: Harness, repo: Repo) -> None:
-    out = await h.call(GithubClone(), url=repo.url)
+    out = await h.call(clone_tool(repo.server), url=repo.url)
     assert out.ok, out.output
     dest = h.ws / "repos" / "demo"
     assert head_of(dest) == repo.main
@@ -116,36 +152,37 @@ async def test_clone_default_branch_is_shallow_and_described(h: Harness, repo: R
 
 
 async def test_clone_a_branch_a_tag_and_a_commit(h: Harness, repo: Repo) -> None:
-    branch = await h.call(GithubClone(), url=repo.url, ref="dev", name="dev")
+    tool = clone_tool(repo.server)
+    branch = await h.call(tool, url=repo.url, ref="dev", name="dev")
     assert branch.ok and "branch dev" in branch.output
     assert head_of(h.ws / "repos/dev") == repo.dev and (h.ws / "repos/dev/dev.txt").exists()
 
-    tag = await h.call(GithubClone(), url=repo.url, ref="v1", name="v1")
+    tag = await h.call(tool, url=repo.url, ref="v1", name="v1")
     assert tag.ok and "tag v1" in tag.output
     assert head_of(h.ws / "repos/v1") == repo.first and not (h.ws / "repos/v1/eval.py").exists()
 
-    commit = await h.call(GithubClone(), url=repo.url, ref=repo.first, name="at-first")
+    commit = await h.call(tool, url=repo.url, ref=repo.first, name="at-first")
     assert commit.ok, commit.output
     assert head_of(h.ws / "repos/at-first") == repo.first
     assert fetched(commit).commit == repo.first
 
-    short = await h.call(GithubClone(), url=repo.url, ref=repo.first[:8], name="short", depth=0)
+    short = await h.call(tool, url=repo.url, ref=repo.first[:8], name="short", depth=0)
     assert short.ok, short.output
     assert head_of(h.ws / "repos/short") == repo.first
 
 
 async def test_clone_failures_are_observations(h: Harness, repo: Repo, tmp_path: Path) -> None:
-    tool = GithubClone()
+    tool = clone_tool(repo.server)
     missing = await h.call(tool, url=repo.url, ref="no-such-branch")
     assert not missing.ok and "no branch or tag named 'no-such-branch'" in missing.output
     assert not (h.ws / "repos" / "demo").exists()
 
-    nothing = await h.call(tool, url=(tmp_path / "nowhere.git").as_uri())
+    nothing = await h.call(tool, url=repo.server.url("nowhere"))
     assert not nothing.ok and "is not a git repository" in nothing.output
 
     for url in ("/etc", "ftp://example.com/x", "not a url", "https://example.com/paper.pdf"):
         refused = await h.call(tool, url=url)
-        assert not refused.ok and "git" in refused.output, url
+        assert not refused.ok and ("git" in refused.output or "https" in refused.output), url
     outside = await h.call(tool, url=repo.url, name="../../escape")
     assert not outside.ok and "plain folder name" in outside.output
     assert not (tmp_path / "escape").exists()
@@ -155,37 +192,56 @@ async def test_clone_failures_are_observations(h: Harness, repo: Repo, tmp_path:
     assert not again.ok and "repos/demo already exists" in again.output
 
 
-async def test_clone_over_the_size_cap_is_stopped_and_removed(h: Harness, tmp_path: Path) -> None:
+async def test_clone_follows_a_redirect_only_as_far_as_the_policy_allows(
+    h: Harness, repo: Repo, tmp_path: Path
+) -> None:
+    # A renamed repository (GitHub answers 301) is followed to its new place on an
+    # allowed host; a redirect to a host the user did not allow is not followed.
+    repo.server.redirects["/old-name.git"] = f"{repo.server.base}/demo.git"
+    moved = await h.call(clone_tool(repo.server), url=repo.server.url("old-name"), name="moved")
+    assert moved.ok, moved.output
+    assert head_of(h.ws / "repos" / "moved") == repo.main
+    assert f"redirected from {repo.server.url('old-name')}" in moved.output
+    assert fetched(moved).source == repo.url
+
+    repo.server.redirects["/elsewhere.git"] = f"https://localhost:{repo.server.port}/demo.git"
+    away = await h.call(clone_tool(repo.server), url=repo.server.url("elsewhere"))
+    assert not away.ok and "localhost" in away.output and "not on the list" in away.output
+    assert not (h.ws / "repos" / "elsewhere").exists()
+
+
+async def test_clone_over_the_size_cap_is_stopped_and_removed(
+    h: Harness, tmp_path: Path, served: GitServer
+) -> None:
     work = tmp_path / "big"
     r = git.Repo.init(work)
-    with r.config_writer() as cw:
-        cw.set_value("user", "name", "Test")
-        cw.set_value("user", "email", "test@example.com")
+    _committer(r)
     (work / "weights.bin").write_bytes(
         b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(96_000))
     )  # 3 MiB that does not compress
     r.index.add(["weights.bin"])
     r.index.commit("weights")
-    out = await h.call(GithubClone(max_bytes=1024 * 1024), url=work.as_uri())
+    bare_repo(work, served.root / "big.git")
+    out = await h.call(clone_tool(served, max_bytes=1024 * 1024), url=served.url("big"))
     assert not out.ok and "size cap of 1.0 MiB" in out.output
     assert not (h.ws / "repos" / "big").exists()
 
 
-async def test_clone_from_a_server_that_never_answers_times_out(h: Harness) -> None:
-    with ArxivServer(mode="hang") as server:
-        started = time.monotonic()
-        out = await h.call(GithubClone(timeout_s=1.0), url=f"{server.base}/org/repo.git")
+async def test_clone_from_a_server_that_never_answers_times_out(
+    h: Harness, served: GitServer
+) -> None:
+    served.mode = "hang"
+    started = time.monotonic()
+    out = await h.call(clone_tool(served, timeout_s=1.0), url=served.url("repo"))
     assert not out.ok and "did not finish within 1 s" in out.output
     assert time.monotonic() - started < 10
     assert not (h.ws / "repos" / "repo").exists()
 
 
-async def test_clone_retries_a_server_error_with_backoff(h: Harness) -> None:
-    with ArxivServer(mode="503") as server:
-        out = await h.call(
-            GithubClone(retries=2, backoff_s=0.05), url=f"{server.base}/org/repo.git"
-        )
-        seen = [s for s in server.requests if s.path.endswith("/info/refs")]
+async def test_clone_retries_a_server_error_with_backoff(h: Harness, served: GitServer) -> None:
+    served.mode = "503"
+    out = await h.call(clone_tool(served, retries=2, backoff_s=0.05), url=served.url("repo"))
+    seen = [s for s in served.requests if s.path.endswith("/info/refs")]
     assert not out.ok and "could not reach" in out.output and "3 tries" in out.output
     assert "503" in out.output and len(seen) == 3
 
@@ -196,6 +252,7 @@ async def test_clone_retries_a_server_error_with_backoff(h: Harness) -> None:
 def arxiv_tools(server: ArxivServer, interval_s: float = 0.0, **options: Any) -> dict[str, Any]:
     limiter = RateLimiter(interval_s)
     kw: dict[str, Any] = {
+        "policy": policy_for(),
         "limiter": limiter,
         "api_url": server.api_url,
         "pdf_url": server.pdf_url,
@@ -399,9 +456,15 @@ def test_a_scripted_run_searches_reads_and_clones(
                 "--no-tui",
                 "--runs-dir",
                 str(tmp_path / "runs"),
+                "--allow-host",
+                repo.server.allow,
             ],
             cwd=tmp_path,
-            env={**arxiv_server.env(), "MLRA_ARXIV_INTERVAL_S": "0.05"},
+            env={
+                **arxiv_server.env(),
+                **write_config(tmp_path),
+                "MLRA_ARXIV_INTERVAL_S": "0.05",
+            },
             timeout=120,
         )
         worker_requests = json.dumps([r.body for r in server.requests_for("worker")])

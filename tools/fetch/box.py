@@ -1,0 +1,277 @@
+"""A sandbox of its own for every step mlra takes outside the agent's sandbox for it.
+
+Cloning, downloading, parsing a feed, extracting a PDF's text and summarizing a clone
+all handle what the agent chose (a URL, a repository, a file in its workspace), so
+none of them runs as mlra: each runs in bubblewrap as an unprivileged uid with no
+capabilities, seeing the OS read-only, one folder of its own read-write (a staging
+folder in the run folder, never the workspace, never another run) and nothing else of
+the host: no home folder, no project checkout, no task files, no sockets. Its
+environment is built from nothing (no API keys, no proxies, no git or ssh config), its
+memory and file sizes are bounded, and it is killed with everything it started on a
+time-out, on a size cap and when the run stops. It shares the host's network (git and
+HTTPS need it), which is why what it connects to is decided beforehand by the policy
+(policy.py) and pinned to a checked address; the runner inside follows no redirect.
+
+Where no bubblewrap works the step runs unconfined only if the run itself is
+unconfined (`--isolation none`), with the same policy, environment and limits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlra.tools.sandbox import bwrap as bw
+from mlra.tools.sandbox.base import SandboxError
+
+RUNNER = Path(__file__).resolve().parent / "runner.py"
+STDOUT_LIMIT = 2 * 1024 * 1024
+"""The most of a step's answer read back (a clone's summary, a page range's text)."""
+STDERR_LIMIT = 64 * 1024
+MEMORY_MB = 2048
+"""Per process (RLIMIT_DATA): git's packing and pypdf on a 100 MB PDF stay well under it."""
+WATCH_INTERVAL_S = 0.2
+KILL_WAIT_S = 5.0
+
+
+class FetchUnconfined(SandboxError):
+    """No bubblewrap works here and the run is confined: the step is refused."""
+
+
+@dataclass
+class BoxResult:
+    exit_code: int | None
+    stdout: bytes
+    stderr: str
+    timed_out: bool = False
+    stopped: str | None = None
+    """Why a watcher stopped it (a size cap), if one did."""
+
+
+@functools.lru_cache(maxsize=4)
+def _bwrap_problem(binary: str) -> str | None:
+    with tempfile.TemporaryDirectory(prefix="mlra-fetch-probe-") as tmp:
+        argv = bw.bwrap_argv(
+            binary,
+            workspace=Path(tmp),
+            inside_cwd=bw.INSIDE_WORKDIR,
+            command=["true"],
+            network=True,
+            gpus="none",
+        )
+        return bw.probe(argv)
+
+
+def confinement(allow_unconfined: bool) -> str | None:
+    """The bubblewrap binary fetch steps run in, or None to run them unconfined (only
+    where `allow_unconfined`); FetchUnconfined where neither may be."""
+    binary = bw.find_bwrap()
+    problem = "bubblewrap (bwrap) was not found" if binary is None else _bwrap_problem(binary)
+    if problem is None:
+        return binary
+    if allow_unconfined:
+        return None
+    raise FetchUnconfined(
+        f"mlra runs what it fetches for the agent in a sandbox of its own, and none can be had "
+        f"here ({problem}); install bubblewrap, or run with --isolation none"
+    )
+
+
+def box_env(home: str) -> dict[str, str]:
+    """Built from nothing: no keys, no proxies, no git or ssh configuration of the host."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "TERM": "dumb",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "GIT_CONFIG_NOSYSTEM": "1",
+        "GIT_CONFIG_GLOBAL": "/dev/null",
+        "GIT_TERMINAL_PROMPT": "0",
+        "GIT_ASKPASS": "/bin/false",
+        "SSH_ASKPASS": "/bin/false",
+        "GCM_INTERACTIVE": "never",
+    }
+
+
+class FetchBox:
+    """Runs fetch steps confined, each seeing `folder` (read-write) and nothing else."""
+
+    def __init__(
+        self,
+        folder: Path,
+        *,
+        bwrap: str | None,
+        hide: Sequence[Path] = (),
+        read_only: Sequence[Path] = (),
+        file_limit_bytes: int | None = None,
+    ) -> None:
+        """`bwrap` from `confinement()`; None runs unconfined. `hide`: host paths masked
+        even where the OS's or Python's folders would show them (hidden task files)."""
+        self.folder = folder.resolve()
+        self.bwrap = bwrap
+        self.hide = list(hide)
+        self.read_only = [p for p in [RUNNER, *read_only] if p.exists()]
+        self.file_limit_bytes = file_limit_bytes
+        self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+
+    @property
+    def confined(self) -> bool:
+        return self.bwrap is not None
+
+    @property
+    def inside(self) -> str:
+        """The folder as the step sees it."""
+        return bw.INSIDE_WORKDIR if self.bwrap is not None else str(self.folder)
+
+    def runner(self, *args: str) -> list[str]:
+        """The command line of the runner (runner.py) doing one step."""
+        return [sys.executable, "-I", str(RUNNER), *args]
+
+    def _rlimits(self) -> list[str]:
+        limits = [f"--data={MEMORY_MB * 1024 * 1024}", "--core=0"]
+        if self.file_limit_bytes is not None:
+            limits.append(f"--fsize={self.file_limit_bytes}")
+        return limits
+
+    def _argv(self, command: Sequence[str]) -> list[str]:
+        prefix = [self._prlimit, *self._rlimits(), "--"] if self._prlimit else []
+        if self.bwrap is None:
+            return [*prefix, *command]
+        return bw.bwrap_argv(
+            self.bwrap,
+            workspace=self.folder,
+            inside_cwd=bw.INSIDE_WORKDIR,
+            command=list(command),
+            network=True,
+            gpus="none",
+            read_only=self.read_only,
+            hide=self.hide,
+            prefix=prefix,
+        )
+
+    async def run(
+        self,
+        command: Sequence[str],
+        *,
+        timeout_s: float,
+        stdin_fd: int | None = None,
+        watch: Callable[[], str | None] | None = None,
+    ) -> BoxResult:
+        """Run one step to its end, its time-out, or until `watch` (called every 0.2 s
+        in a thread) returns a reason to stop it. Never leaves a process behind."""
+        home: str
+        scratch: str | None = None
+        if self.bwrap is not None:
+            home = bw.INSIDE_HOME
+        else:
+            scratch = tempfile.mkdtemp(prefix="mlra-fetch-home-")
+            home = scratch
+        try:
+            return await self._run(command, home, timeout_s, stdin_fd, watch)
+        finally:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+
+    async def _run(
+        self,
+        command: Sequence[str],
+        home: str,
+        timeout_s: float,
+        stdin_fd: int | None,
+        watch: Callable[[], str | None] | None,
+    ) -> BoxResult:
+        proc = await asyncio.create_subprocess_exec(
+            *self._argv(command),
+            stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=str(self.folder),
+            env=box_env(home),
+            start_new_session=True,
+            preexec_fn=None if self._prlimit else self._preexec(),
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        out = asyncio.ensure_future(_read_head(proc.stdout, STDOUT_LIMIT))
+        err = asyncio.ensure_future(_read_tail(proc.stderr, STDERR_LIMIT))
+        deadline = time.monotonic() + timeout_s
+        timed_out = False
+        stopped: str | None = None
+        try:
+            while proc.returncode is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(proc.wait(), min(WATCH_INTERVAL_S, left))
+                if proc.returncode is None and watch is not None:
+                    stopped = await asyncio.to_thread(watch)
+                    if stopped is not None:
+                        break
+        finally:
+            if proc.returncode is None:
+                _kill_group(proc.pid)
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(proc.wait(), KILL_WAIT_S)
+        try:
+            stdout, stderr = await asyncio.wait_for(asyncio.gather(out, err), KILL_WAIT_S)
+        except TimeoutError:
+            out.cancel()
+            err.cancel()
+            stdout, stderr = b"", b""
+        return BoxResult(
+            exit_code=proc.returncode,
+            stdout=stdout,
+            stderr=stderr.decode("utf-8", errors="replace"),
+            timed_out=timed_out,
+            stopped=stopped,
+        )
+
+    def _preexec(self) -> Callable[[], None]:
+        import resource
+
+        limits = [(resource.RLIMIT_DATA, MEMORY_MB * 1024 * 1024), (resource.RLIMIT_CORE, 0)]
+        if self.file_limit_bytes is not None:
+            limits.append((resource.RLIMIT_FSIZE, self.file_limit_bytes))
+
+        def enter() -> None:
+            for kind, value in limits:
+                resource.setrlimit(kind, (value, value))
+
+        return enter
+
+
+def _kill_group(pid: int) -> None:
+    """The step's session: bubblewrap (whose namespace dies with it) or the command."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+
+
+async def _read_head(stream: asyncio.StreamReader, limit: int) -> bytes:
+    """The first `limit` bytes; the rest is read and dropped, so the writer never blocks."""
+    kept = bytearray()
+    while chunk := await stream.read(1 << 16):
+        if len(kept) < limit:
+            kept += chunk[: limit - len(kept)]
+    return bytes(kept)
+
+
+async def _read_tail(stream: asyncio.StreamReader, limit: int) -> bytes:
+    kept = bytearray()
+    while chunk := await stream.read(1 << 16):
+        kept += chunk
+        if len(kept) > 2 * limit:
+            del kept[: len(kept) - limit]
+    return bytes(kept[-limit:])
