@@ -469,8 +469,8 @@ def _taken(sandbox: Sandbox, rel: str) -> bool:
         fd, _ = sandbox.open_beneath(rel, os.O_RDONLY)
     except (FileNotFoundError, NotADirectoryError):
         return False
-    except (OSError, SandboxError):
-        return True  # a link that leads out, or something unreadable: taken
+    except OSError:
+        return True  # something that cannot be opened stands there
     try:
         if not stat.S_ISDIR(os.fstat(fd).st_mode):
             return True
