@@ -147,7 +147,9 @@ class ExperimentTable:
         if row.score is not None:
             score = f"{row.score:.4g}"
         elif validation is not None and not validation.ok:
-            score = "failed" + (f" ({validation.error[:120]})" if validation.error else "")
+            # What the agent was told, not the evaluator's words: the supervisor reads it.
+            why = validation.told if validation.told is not None else validation.error
+            score = "failed" + (f" ({why[:120]})" if why else "")
         else:
             score = "no score"
         mark = "*" if row is best else " "

@@ -534,6 +534,11 @@ class Validation(_Event):
     metrics: dict[str, float] = Field(default_factory=dict)
     violations: list[str] = Field(default_factory=list)
     error: str | None = None
+    """The evaluator's own words, whole (for the user); the agent reads `told`."""
+    told: str | None = None
+    """Why it failed, as the agent was told it: the violations and the error with every
+    line that quotes the task's hidden files withheld (tasks/hidden_text.py). None in
+    logs from before it was recorded (the agent then read `violations` and `error`)."""
     duration_s: float = 0.0
 
 

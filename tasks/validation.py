@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from mlra import events as ev
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.base import normalize, run_evaluation
+from mlra.tasks.hidden_text import HiddenText
 from mlra.tasks.spec import TaskSpec, ValidationSettings
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.submission import SubmissionRefused, freeze, remove_tree
@@ -113,6 +114,8 @@ class RunValidator:
         self.remaining = remaining
         self.past = past
         self.isolation: IsolationMode = isolation
+        self.hidden = HiddenText(task.hidden_paths())
+        """What the evaluator says is checked against, before the agent reads it."""
         self._one_at_a_time = asyncio.Lock()
         """Two calls in one turn run in turn: the second is judged by the first's event."""
 
@@ -175,11 +178,21 @@ class RunValidator:
             error=outcome.error or ("the artifact breaks a rule" if outcome.violations else None),
             duration_s=round(max(0.0, self.elapsed() - started), 3),
         )
+        if not result.ok:
+            result.told = await asyncio.to_thread(self._told, result)
         kept = self._keep(result, past, frozen.path)
         if kept is not None:
             result.kept = Path(os.path.relpath(kept, self.run_dir)).as_posix()
         self.emit(result)
         return result
+
+    def _told(self, result: ev.Validation) -> str:
+        """Why the validation failed, as the agent may read it: the evaluator's words
+        with whatever quotes the task's hidden files withheld."""
+        if result.violations:
+            shown = [self.hidden.shown(v) or "" for v in result.violations]
+            return "it breaks the task's rules: " + "; ".join(shown)
+        return self.hidden.shown(result.error) or "no reason given"
 
     def _keep(self, result: ev.Validation, past: list[ev.Validation], copy: Path) -> Path | None:
         """Keep the frozen copy of the best validation so far, where the task may grade

@@ -74,7 +74,7 @@ class Validate(Tool[ValidateArgs]):
         return ToolOutcome(
             output=describe(result, left, next_at),
             ok=result.ok,
-            error=None if result.ok else (result.error or "the artifact failed validation"),
+            error=None if result.ok else (result.told or "the artifact failed validation"),
             data={"split": result.split, "score": result.score, "sha256": result.sha256},
         )
 
@@ -129,6 +129,9 @@ def describe(result: ev.Validation, left: int, next_at: float | None) -> str:
 
 
 def _problem(result: ev.Validation) -> str:
+    """Why it failed, as the agent is told: never the evaluator's words unchecked."""
+    if result.told is not None:
+        return result.told
     if result.violations:
         return "it breaks the task's rules: " + "; ".join(result.violations)
     return result.error or "no reason given"

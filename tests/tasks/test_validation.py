@@ -291,3 +291,65 @@ def test_of_equal_validation_scores_the_later_artifact_is_kept() -> None:
     # grades its latest work, not the first copy it happened to validate.
     first, later = _validation(1, 0, 0.5), _validation(2, 0, 0.5)
     assert better(later, first)
+
+
+LEAKY_CHECK = """\
+import json, sys
+from pathlib import Path
+
+artifact, root, out = (Path(a) for a in sys.argv[1:4])
+answers = (root / sys.argv[4]).read_text().split() if len(sys.argv) > 4 else ["42"]
+given = artifact.read_text().strip()
+if not given.isdigit():
+    # A careless grader: it prints the hidden examples, then fails on them.
+    print("validation examples:", (root / "hidden" / "examples.txt").read_text())
+    raise ValueError("no answer among the hidden examples: " + (root / "hidden" / "examples.txt").read_text())
+out.write_text(json.dumps({"score": sum(given == a for a in answers) / len(answers)}))
+"""
+SECRET_EXAMPLE = "the hidden validation example reads ZETA-7731 and must stay hidden"
+
+
+def test_validate_tells_the_agent_no_hidden_text(tmp_path: Path, answer_task: Path) -> None:
+    """A broken artifact makes a careless grader print the hidden examples and fail with a
+    traceback of its hidden source: the agent reads the split's name and that it failed,
+    never a line of the hidden files; the log keeps the evaluator's words whole."""
+    task = _task_copy(answer_task, tmp_path, 'min_interval = "1h"', 'min_interval = "0.01s"')
+    (task / "hidden" / "check.py").write_text(LEAKY_CHECK)
+    (task / "hidden" / "examples.txt").write_text(SECRET_EXAMPLE + "\n")
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("Break it.", call("bash", command="echo not-a-number > answer.txt")),
+            turn("Check it.", call("validate")),
+            turn("Fix it.", call("bash", command="echo 42 > answer.txt")),
+            turn("Check again.", call("validate")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        proc = mlra_cli(
+            [
+                "run", str(task), "--model", "openai/test-model",
+                "--base-url", server.url_for("openai"), "--no-tui",
+                "--runs-dir", str(tmp_path / "runs"),
+            ],
+            cwd=tmp_path, timeout=120,
+        )  # fmt: skip
+        worker_saw = json.dumps([r.body for r in server.requests_for("worker")])
+        supervisor_saw = json.dumps([r.body for r in server.requests_for("supervisor")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = read_events(run_dir / "events.jsonl")
+    broken, fixed = (e for e in events if isinstance(e, ev.Validation))
+    assert fixed.ok and fixed.score == 0.5 and fixed.told is None
+    # The log keeps what the evaluator said, for the user.
+    assert broken.error is not None and "ZETA-7731" in broken.error
+    assert broken.told is not None and "withheld" in broken.told
+    first, second = _results(events, "validate")
+    assert not first.ok and "gave no score" in first.output and "withheld" in first.output
+    assert second.ok and "Validation split" in second.output and "0.5000" in second.output
+    for seen in (first.output, first.error or "", worker_saw, supervisor_saw):
+        assert "ZETA-7731" not in seen
+        assert "no answer among the hidden examples" not in seen  # the grader's source
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["score"] == 1.0
