@@ -17,7 +17,9 @@ from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 
 
 def new_run_id(task: str) -> str:
-    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{task}-{secrets.token_hex(2)}"
+    """When and what, for people; and 64 random bits, so that no one (an agent that
+    knows the task and roughly when it started included) can name another run's folder."""
+    return f"{datetime.now().strftime('%Y%m%d-%H%M%S')}-{task}-{secrets.token_hex(8)}"
 
 
 def run_id_problem(run_id: str) -> str | None:
