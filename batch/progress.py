@@ -1,4 +1,9 @@
-"""The batch's live display: rich progress bars on a terminal, plain lines elsewhere."""
+"""The batch's live display: rich progress bars on a terminal, plain lines elsewhere.
+
+What happened to a run is told in words that may quote it (a run's id, a node's
+refusal, the last line of its log): shown with control characters escaped
+(mlra/terminal_text.py), and never read as Rich markup.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,7 @@ from typing import TextIO
 
 from mlra.batch.runner import Progress
 from mlra.durations import format_duration
+from mlra.terminal_text import printable_line
 
 
 def summary(p: Progress) -> str:
@@ -29,7 +35,7 @@ class PlainProgress:
 
     def __call__(self, p: Progress) -> None:
         for event in p.events[self._shown :]:
-            self.stream.write(f"[{summary(p)}] {event}\n")
+            self.stream.write(f"[{summary(p)}] {printable_line(event)}\n")
         if len(p.events) > self._shown:
             self._shown = len(p.events)
             self.stream.flush()
@@ -50,7 +56,7 @@ class RichProgress:
             TextColumn("{task.description:<8}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
+            TextColumn("{task.fields[info]}", markup=False),
             console=self.console,
             transient=False,
         )
@@ -61,7 +67,7 @@ class RichProgress:
     def __call__(self, p: Progress) -> None:
         info = (
             f"{p.running} running · {p.queued} queued · {format_duration(p.elapsed_s)} · ${p.cost_usd:.2f}"
-            + (f" · {p.last_event}" if p.last_event else "")
+            + (f" · {printable_line(p.last_event)}" if p.last_event else "")
         )
         self.bars.update(self.done, total=p.total, completed=p.count("finished"), info=info)
         self.bars.update(self.failed, total=p.total, completed=p.gave_up, info="")

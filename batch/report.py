@@ -11,6 +11,12 @@ Every number comes from each run's `result.json` (or, for a run that never
 finished, from folding its event log), so `mlra report DIR` gives the same
 tables whenever and wherever it is run. Plots are written with matplotlib's
 Agg backend (no display needed).
+
+report.md is read with `cat` as often as rendered: every text in it from a run or a
+task (a task's or model's name, a reason, a success bar, a node) has its control
+characters escaped (mlra/terminal_text.py) and its `|` escaped so it stays in its
+cell; report.csv's texts are escaped the same way. report.json is written with
+`ensure_ascii`, so it holds nothing a terminal obeys.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.state import RunResult, fold, result_of
 from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards, read_placements
+from mlra.terminal_text import printable_line
 
 Attempt = Literal["first", "last"]
 """Which attempt of each seed the group numbers count."""
@@ -328,6 +335,16 @@ def summarize(rows: list[RunRow]) -> list[Group]:
     return out
 
 
+def _text(value: object) -> str:
+    """A run's or a task's text as report.md shows it: one line, nothing a terminal obeys."""
+    return printable_line(str(value))
+
+
+def _cell(value: object) -> str:
+    """A table cell: `_text`, with a `|` that would end the cell escaped."""
+    return _text(value).replace("|", "\\|")
+
+
 def _pm(mean: float | None, se: float | None) -> str:
     if mean is None:
         return "–"
@@ -362,7 +379,7 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for g in groups:
-        failures = ", ".join(f"{k} ×{v}" for k, v in sorted(g.failures.items())) or "–"
+        failures = ", ".join(f"{_cell(k)} ×{v}" for k, v in sorted(g.failures.items())) or "–"
         median = f"{g.median_duration_s:.1f}s" if g.median_duration_s is not None else "–"
         mark = _unisolated_mark(g)
         score = _pm(g.score_mean, g.score_se) + (mark if g.score_mean is not None else "")
@@ -371,16 +388,16 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         best = _pm(g.best_validation_mean, g.best_validation_se)
         experiments = f"{g.experiments_mean:.3g}" if g.experiments_mean is not None else "–"
         lines.append(
-            f"| {g.task} | {g.model} | {g.runs} | {g.scored} | {score} | {normalized} | "
+            f"| {_cell(g.task)} | {_cell(g.model)} | {g.runs} | {g.scored} | {score} | {normalized} | "
             f"{best} | {experiments} | "
             f"{g.success_rate:.0%} | {median} | {g.tokens:,} | ${g.cost_usd:.4f} | {failures} | "
             f"{g.retries}{f' ({g.lost_with_node} lost with a node)' if g.lost_with_node else ''} | "
-            f"{g.isolation.replace(';', ', ')} |"
+            f"{_cell(g.isolation.replace(';', ', '))} |"
         )
     bars = sorted({(r.task, r.success_bar) for r in counted if r.success_bar})
     if bars:
         lines += ["", "Success bars, by each task's rule:", ""]
-        lines += [f"- {task}: {bar}" for task, bar in bars]
+        lines += [f"- {_text(task)}: {_text(bar)}" for task, bar in bars]
     if any(g.unisolated for g in groups):
         lines += [
             "",
@@ -397,8 +414,8 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
             "",
         ]
         lines += [
-            f"- {r.run_id} (attempt {r.attempt}): {r.reason}"
-            + (f": {r.detail}" if r.detail else "")
+            f"- {_text(r.run_id)} (attempt {r.attempt}): {_text(r.reason)}"
+            + (f": {_text(r.detail)}" if r.detail else "")
             for r in never
         ]
     lines += _nodes_table(rows)
@@ -420,7 +437,8 @@ def _nodes_table(rows: list[RunRow]) -> list[str]:
     lines = ["", "Where the attempts ran (a resumed attempt counts a start on each node):", ""]
     lines += ["| node | starts | scored | lost with the node |", "|---|---|---|---|"]
     lines += [
-        f"| {where} | {s} | {ok} | {lost} |" for where, (s, ok, lost) in sorted(table.items())
+        f"| {_cell(where)} | {s} | {ok} | {lost} |"
+        for where, (s, ok, lost) in sorted(table.items())
     ]
     return lines
 
@@ -440,7 +458,12 @@ def write_csv(path: Path, groups: list[Group]) -> None:
         for g in groups:
             row: dict[str, Any] = {k: getattr(g, k) for k in CSV_FIELDS}
             row["failures"] = ";".join(f"{k}={v}" for k, v in sorted(g.failures.items()))
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+            writer.writerow(
+                {
+                    k: "" if v is None else _text(v) if isinstance(v, str) else v
+                    for k, v in row.items()
+                }
+            )
 
 
 def plot(out: Path, groups: list[Group]) -> None:

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import NoReturn
 
+from mlra.terminal_text import printable
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 
@@ -22,7 +24,7 @@ class UsageError(Exception):
 
 class Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"mlra: {message} (see `{self.prog} --help`)\n")
+        sys.stderr.write(printable(f"mlra: {message} (see `{self.prog} --help`)") + "\n")
         raise SystemExit(EXIT_USAGE)
 
 
@@ -183,9 +185,10 @@ def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    """Run a parsed subcommand: bad input it finds is one line on stderr, exit 2."""
+    """Run a parsed subcommand: bad input it finds is one line on stderr, exit 2 (what
+    it quotes, a path or a log's line, shown and not obeyed: mlra/terminal_text.py)."""
     try:
         return int(args.func(args))
     except UsageError as exc:
-        sys.stderr.write(f"mlra: {exc}\n")
+        sys.stderr.write(f"mlra: {printable(str(exc))}\n")
         return EXIT_USAGE

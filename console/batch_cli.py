@@ -135,6 +135,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from mlra.batch.runner import BatchRunner
     from mlra.batch.spec import BatchError, expand
     from mlra.console.args import EXIT_FAILED, EXIT_OK, UsageError
+    from mlra.terminal_text import printable_line
 
     spec = _spec(args)
     try:
@@ -170,14 +171,14 @@ def cmd_batch(args: argparse.Namespace) -> int:
         executor = LocalExecutor()
     display = make_display(args.no_tui)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
-    print(f"batch: {len(runs)} runs in {out}", flush=True)
+    print(printable_line(f"batch: {len(runs)} runs in {out}"), flush=True)
     try:
         progress = asyncio.run(runner.run())
     finally:
         display.close()
         executor.close()
     for note in runner.notes:
-        print(f"note: {note}")
+        print(printable_line(f"note: {note}"))
     write_report(out)
     failed = [s for s in progress.statuses.values() if s.kind != "finished"]
     for s in failed:
@@ -185,7 +186,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         # An unscored run ended by itself (deadline, no submission...): final, not retried.
         what = "not scored" if s.kind == "unscored" else "not done"
         tries = f"{s.attempts} attempt{'' if s.attempts == 1 else 's'}"
-        print(f"{what}: {s.run_id} ({s.kind}, {s.reason or '-'}, {tries}){detail}")
+        print(printable_line(f"{what}: {s.run_id} ({s.kind}, {s.reason or '-'}, {tries}){detail}"))
     unscored = progress.count("unscored")
     print(
         f"batch: {progress.count('finished')}/{progress.total} finished "
@@ -208,6 +209,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from mlra.batch.report import collect, write_report
     from mlra.console.args import EXIT_OK, UsageError, check_writable_dir
+    from mlra.terminal_text import printable
 
     folder: Path = args.dir
     if not folder.is_dir():
@@ -216,5 +218,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise UsageError(f"report: no runs in {folder}, so no report was written")
     check_writable_dir(folder, "report:")
     write_report(folder, plots=not args.no_plots, attempt=args.attempt)
-    print((folder / "report.md").read_text(encoding="utf-8"), end="")
+    # Escaped as it was written; again here, in case the file was not written by this mlra.
+    print(printable((folder / "report.md").read_text(encoding="utf-8")), end="")
     return EXIT_OK

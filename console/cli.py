@@ -424,6 +424,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from mlra.tasks.readiness import blockers, needs
     from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
     from mlra.tasks.success import success_bar
+    from mlra.terminal_text import printable, printable_line
 
     if args.action == "import":
         from mlra.console.foreign_cli import cmd_tasks_import
@@ -445,7 +446,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         if list_benchmark_folder(Path(args.name)):  # a folder of MLAgentBench tasks, say
             return EXIT_OK
         task = _load_task(args.name)
-        print(task.render_prompt())
+        print(printable(task.render_prompt()))  # a task file's text: shown, not obeyed
         m = task.metric
         print(
             f"metric:     {m.name} ({'higher' if m.higher_is_better else 'lower'} is better); "
@@ -472,17 +473,17 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         from mlra.console.foreign_cli import foreign_lines
 
         for line in foreign_lines(task):
-            print(line)
+            print(printable(line))
         return EXIT_OK
     for folder in builtin_task_dirs():
         try:
             task = load_task(folder)
         except TaskError as exc:
-            print(f"{folder.name:<24} BROKEN: {exc}")
+            print(printable_line(f"{folder.name:<24} BROKEN: {exc}"))
             continue
         problems = blockers(task)
         status = "ready" if not problems else "cannot run here now: " + "; ".join(problems)
-        print(f"{task.name:<24} {task.title}")
+        print(printable_line(f"{task.name:<24} {task.title}"))
         print(f"{'':<24} needs {needs(task)} · {status}")
     return EXIT_OK
 
@@ -534,6 +535,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mlra.agent.state import fold, write_result
     from mlra.tasks.grading import grade, grade_artifact
     from mlra.tasks.spec import TaskError, find_task, load_task
+    from mlra.terminal_text import printable_line
     from mlra.tools.submission import artifact_digest, describe_error
 
     run_dir: Path = args.run_dir
@@ -563,7 +565,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if args.path is None and submission is not None and submission.frozen:
         frozen = run_dir / submission.frozen
         if not os.path.lexists(frozen):
-            print(f"note: the frozen copy {submission.frozen} is missing; grading the workspace")
+            print(
+                printable_line(
+                    f"note: the frozen copy {submission.frozen} is missing; grading the workspace"
+                )
+            )
             frozen = None
         elif submission.sha256:
             try:
@@ -595,7 +601,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out_dir = run_dir / "evaluation"
     if frozen is not None:
         assert submission is not None
-        print(f"grading the frozen submission {submission.frozen} (sha256 {submission.sha256})")
+        print(
+            printable_line(
+                f"grading the frozen submission {submission.frozen} (sha256 {submission.sha256})"
+            )
+        )
         grading = grade_artifact(
             task,
             label,
@@ -607,7 +617,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             isolation=args.isolation,
         )
     else:
-        print(f"grading the workspace as it is now: {label}")
+        print(printable_line(f"grading the workspace as it is now: {label}"))
         grading = grade(
             task,
             run_dir / "workspace",
@@ -628,7 +638,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         write_result(state, run_dir)
     from mlra.console.headless import score_line
 
-    print(f"{task.name} · {label} · {score_line(finished)}")
+    print(printable_line(f"{task.name} · {label} · {score_line(finished)}"))
     own = state.evaluation
     print(
         "re-grade recorded beside the run's own result ("

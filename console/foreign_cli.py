@@ -110,6 +110,7 @@ def list_benchmark_folder(folder: Path) -> bool:
     from mlra.tasks.foreign.requirements import check, summary
     from mlra.tasks.readiness import needs
     from mlra.tasks.spec import TaskError, load_task
+    from mlra.terminal_text import printable_line
 
     if not folder.is_dir() or (folder / "task.toml").is_file() or detect(folder) is not None:
         return False
@@ -121,16 +122,16 @@ def list_benchmark_folder(folder: Path) -> bool:
         if child not in children:
             missing = near_miss(child)  # a task folder with a file missing is said, not skipped
             if missing is not None:
-                print(f"{child.name:<24} NOT A TASK: {missing}")
+                print(printable_line(f"{child.name:<24} NOT A TASK: {missing}"))
             continue
         try:
             task = load_task(child)
         except TaskError as exc:
-            print(f"{child.name:<24} BROKEN: {exc}")
+            print(printable_line(f"{child.name:<24} BROKEN: {exc}"))
             continue
         baseline = task.metric.baseline
         reference = "baseline unknown" if baseline is None else f"baseline {baseline:g}"
-        print(f"{task.name:<24} {task.title}")
+        print(printable_line(f"{task.name:<24} {task.title}"))
         print(
             f"{'':<24} needs {needs(task)} · {reference} · requirements {summary(check(task.root))}"
         )

@@ -1,7 +1,9 @@
 """Headless displays: a concise live transcript, and JSON lines.
 
 The transcript uses rich on a terminal and plain lines otherwise (a batch log,
-a pipe), from the same events the console renders.
+a pipe), from the same events the console renders. Whatever a run's text holds, what
+is printed holds no control character a terminal would obey (mlra/terminal_text.py):
+the transcript escapes them where it prints, the JSON lines write them as JSON escapes.
 """
 
 from __future__ import annotations
@@ -16,16 +18,23 @@ from typing import IO, Any
 from mlra import events as ev
 from mlra.agent.eventlog import encode_event
 from mlra.durations import format_duration
+from mlra.terminal_text import printable, printable_json, printable_line
 from mlra.tools.plan import render_plan
 
 
 def one_line(text: str, limit: int = 160) -> str:
+    """`text` on one line, cut at `limit`, with its control characters escaped."""
     flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+    return printable_line(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
 def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None = None) -> str:
-    """A tool call as a person would read it: `$ ls -la` rather than JSON."""
+    """A tool call as a person would read it: `$ ls -la` rather than JSON; whatever the
+    model put in it is shown, not obeyed (a command keeps its line breaks)."""
+    return printable(_describe_call(printable_line(tool), arguments, raw))
+
+
+def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None) -> str:
     if arguments is None:
         return f"{tool} <unreadable arguments: {one_line(raw or '', 80)}>"
     a = arguments
@@ -39,13 +48,13 @@ def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None =
         extra = ""
         if tool == "write_file":
             extra = f" ({len(str(a.get('content', '')))} chars)"
-        return f"{tool} {a['path']}{extra}"
+        return f"{tool} {printable_line(str(a['path']))}{extra}"
     if tool == "assign_subtask":
         return f"assign_subtask [{a.get('step_id')}]"
     if tool == "update_plan":
         return f"update_plan ({len(a.get('steps') or [])} steps)"
     if tool == "submit":
-        return f"submit {a.get('path') or '(default artifact)'}"
+        return f"submit {printable_line(str(a.get('path') or '(default artifact)'))}"
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
 
 
@@ -93,8 +102,8 @@ def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
     """The score with its references; `unisolated=False` where a badge says it already."""
     if not e.ok or e.score is None:
         reason = "; ".join(e.violations) or e.error or "no score"
-        return f"no score: {reason}"
-    parts = [f"{e.metric} = {e.score:.4g}"]
+        return f"no score: {printable_line(reason)}"  # the evaluator's words
+    parts = [f"{printable_line(e.metric)} = {e.score:.4g}"]
     refs = []
     if e.baseline is not None:
         refs.append(f"baseline {e.baseline:.4g}")
@@ -106,7 +115,8 @@ def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
         parts.append("(" + ", ".join(refs) + ")")
     if e.success is not None:
         verdict = "success" if e.success else "below the success bar"
-        parts.append(f"{verdict} ({e.success_bar})" if e.success_bar else verdict)
+        bar = printable_line(e.success_bar or "")
+        parts.append(f"{verdict} ({bar})" if bar else verdict)
     if e.agent_isolation == "none" and unisolated:
         parts.append("· UNISOLATED")  # the agent ran unconfined: see the Security model
     return " ".join(parts)
@@ -137,7 +147,7 @@ def _silence(stream: IO[str]) -> bool:
 def tell_stderr(text: str) -> None:
     """A line for the person at the terminal; a stderr nobody reads is not an error."""
     try:
-        sys.stderr.write(text + "\n")
+        sys.stderr.write(printable(text) + "\n")
         sys.stderr.flush()
     except (OSError, ValueError):
         pass
@@ -198,7 +208,10 @@ class TranscriptDisplay(_Printer):
         if use_rich:
             from rich.console import Console
 
-            self._console = Console(file=self.stream, highlight=False, soft_wrap=True)
+            # Text as it is: no markup, no :emoji: codes, no highlighting.
+            self._console = Console(
+                file=self.stream, highlight=False, soft_wrap=True, emoji=False, markup=False
+            )
         self._calls: dict[str, ev.ToolCall] = {}
         self._waiting: dict[str, str] = {}
         """The tool of each call that waited for approval, by call id (an edit names it)."""
@@ -213,6 +226,8 @@ class TranscriptDisplay(_Printer):
         self._fork_dir = run_dir
 
     def _out(self, text: str, style: str = "") -> None:
+        """Print a line (or a few); whatever the run put in it is shown, never obeyed."""
+        text = printable(text)
         console = self._console
         if console is not None:
             self._print(lambda: console.print(text, style=style or None, markup=False))
@@ -246,10 +261,10 @@ class TranscriptDisplay(_Printer):
             case ev.RunForked():
                 self._out(f"[{t}] {fork_line(event)}", "bold cyan")
             case ev.JobStarted():
-                name = f" ({event.name})" if event.name else ""
+                name = f" ({printable_line(event.name)})" if event.name else ""
                 self._out(
                     f"[{t}] job {event.job}{name} started: $ {one_line(event.command, 160)}"
-                    f" · log {event.log}",
+                    f" · log {printable_line(event.log)}",
                     "blue",
                 )
             case ev.JobEnded():
@@ -366,11 +381,13 @@ class TranscriptDisplay(_Printer):
 
 
 class JsonDisplay(_Printer):
-    """Every event as one JSON line, exactly as in the log."""
+    """Every event as one JSON line, the same JSON value as in the log: the characters
+    the encoder leaves raw that a terminal would obey (C1, bidirectional controls) are
+    written as `\\uXXXX` escapes, which any JSON reader reads back to the same text."""
 
     def __init__(self, stream: IO[str] | None = None, *, include_samples: bool = True) -> None:
         self.stream = stream or sys.stdout
         self.include_samples = include_samples
 
     def on_event(self, event: ev.Event) -> None:
-        self.line(encode_event(event).decode("utf-8").removesuffix("\n"))
+        self.line(printable_json(encode_event(event).decode("utf-8").removesuffix("\n")))

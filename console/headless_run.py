@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.console.args import EXIT_FAILED, EXIT_OK
+from mlra.terminal_text import printable_line
 
 
 def run_headless(
@@ -90,7 +91,9 @@ def run_headless(
 
 def final_line(run_dir: Path, result: Any) -> str:
     """The last line a headless run prints; a score earned without isolation says so,
-    since the agent could have reached what the grader reads."""
+    since the agent could have reached what the grader reads. Its texts (an evaluator's
+    error, the run's message) are shown, not obeyed: control characters escaped."""
+
     try:
         shown = os.path.relpath(run_dir)
     except ValueError:
@@ -106,7 +109,7 @@ def final_line(run_dir: Path, result: Any) -> str:
             score += f" · isolation {isolation}"
     else:
         score = f"no score ({result.evaluation_error or result.message or result.reason})"
-    return f"run {result.status} ({result.reason}) · {score} · run dir {shown}"
+    return printable_line(f"run {result.status} ({result.reason}) · {score} · run dir {shown}")
 
 
 def exit_status(result: Any) -> int:

@@ -214,9 +214,17 @@ def cmd_fork(args: argparse.Namespace) -> int:
     fork_event = next(e for e in reversed(forked.events) if isinstance(e, ev.RunForked))
     if not args.json:
         missing = fork_event.missing_files
+        from mlra.terminal_text import printable_line
+
         print(
-            f"forked {source.run_dir.name} at step {args.at} into {run_id}"
-            + (f"; not restored (recorded by hash only): {', '.join(missing)}" if missing else ""),
+            printable_line(  # the workspace's file names: shown, not obeyed
+                f"forked {source.run_dir.name} at step {args.at} into {run_id}"
+                + (
+                    f"; not restored (recorded by hash only): {', '.join(missing)}"
+                    if missing
+                    else ""
+                )
+            ),
             flush=True,
         )
     return _go(controller, forked.events, args, use_tui)

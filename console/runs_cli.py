@@ -3,6 +3,9 @@
 Both read only what a run folder holds (its event log, result.json, workspace
 snapshots) and never write to it. Like the rest of the CLI, nothing heavy is
 imported before a command runs, and bad input gets one line and exit status 2.
+What a run's folder says (a task's name, a model's, a problem quoting the log) is
+printed with its control characters escaped (mlra/terminal_text.py), and a table
+cell is never read as Rich markup.
 """
 
 from __future__ import annotations
@@ -14,6 +17,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from mlra.terminal_text import printable, printable_line
 
 STATUSES = ("finished", "stopped", "error", "running", "interrupted", "damaged")
 
@@ -77,7 +82,7 @@ def add_replay_commands(sub: Any) -> None:
 
 
 def _warn_torn_tail(note: str) -> None:
-    sys.stderr.write(f"mlra: {note}\n")
+    sys.stderr.write(f"mlra: {printable(note)}\n")
 
 
 def _load_events(run_dir: Path) -> list[Any]:
@@ -181,7 +186,7 @@ def _fork(run_dir: Path, step: int, base_url: str | None = None) -> int:
     argv = ["fork", str(run_dir), "--at", str(step)]
     if base_url:
         argv += ["--base-url", base_url]
-    print(f"mlra {' '.join(argv)}", flush=True)
+    print(printable(f"mlra {' '.join(argv)}"), flush=True)
     parser = Parser(prog="mlra")
     add_resume_commands(parser.add_subparsers(dest="command", parser_class=Parser))
     return dispatch(parser.parse_args(argv))
@@ -395,7 +400,7 @@ def _cells(row: RunRow) -> list[str]:
     from mlra.durations import format_duration
 
     mark = UNISOLATED if row.unisolated else ""
-    return [
+    cells = [
         row.id,
         row.task or "-",
         row.model or "-",
@@ -412,13 +417,14 @@ def _cells(row: RunRow) -> list[str]:
         row.isolation or "-",
         row.forked_from or "-",
     ]
+    return [printable_line(cell) for cell in cells]
 
 
 def _regrade_cell(row: RunRow) -> str:
     if not row.regrades:
         return "-"
     score = f"{row.regrade_score:.4g}" if row.regrade_score is not None else "no score"
-    return f"{score} ({row.regrade_artifact})"
+    return f"{score} ({row.regrade_artifact})"  # escaped with the row's other cells
 
 
 HEADERS = [
@@ -459,13 +465,15 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     if not rows:
         print(
-            f"no runs in {runs_dir}" + (" match" if args.task or args.model or args.status else "")
+            printable(f"no runs in {runs_dir}")
+            + (" match" if args.task or args.model or args.status else "")
         )
         return 0
     table = [_cells(r) for r in rows]
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
         styles = {"finished": "green", "running": "cyan", "damaged": "red", "error": "red"}
         out = Table(box=None, header_style="bold", pad_edge=False, collapse_padding=True)
@@ -480,7 +488,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             )
         for row, cells in zip(rows, table, strict=True):
             style = "red" if row.result_mismatch else styles.get(row.status, "")
-            out.add_row(*cells, style=style)
+            out.add_row(*(Text(cell) for cell in cells), style=style)  # text, not markup
         console = Console()
         console.print(out)
         for line in _footnotes(rows):
@@ -511,4 +519,4 @@ def _footnotes(rows: list[RunRow]) -> list[str]:
     for row in rows:
         if row.result_mismatch:
             notes.append(f"{row.id}: {MISMATCH}: {row.problem}")
-    return notes
+    return [printable_line(note) for note in notes]
