@@ -5,6 +5,12 @@ The app never polls the run: it is a display like the headless ones, fed the
 run's events as they are appended, in batches (so a command printing thousands
 of lines a second costs one render per batch, not one per line). Every control
 the user touches goes to the run controller, which records it as an event.
+
+What the run says is text, never control: the panes show what an agent, a command
+or a file name wrote with its control characters escaped (mlra/terminal_text.py)
+and never as markup (they build `Text`, and a toast quoting the run is sent with
+markup off); and whatever reaches the screen still holding one is cleaned of it
+by a line filter on everything drawn, dialogs and toasts included.
 """
 
 from __future__ import annotations
@@ -15,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import RenderableType
+from rich.segment import Segment
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
+from textual.filter import LineFilter
 from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
@@ -44,6 +52,7 @@ from mlra.console.screens import (
     PromptScreen,
     StopJobScreen,
 )
+from mlra.terminal_text import printable, printable_line, without_controls
 
 BATCH_DELAY_S = 0.04
 """Events are gathered this long before the panes render them: at most ~25 renders a second."""
@@ -53,6 +62,22 @@ under a flood each one costs a repaint of the entry (the UI thread's main work t
 NARROW_BELOW = 130
 """Terminals narrower than this get the compact layout (Files on demand)."""
 FILES_REFRESH_S = 3.0
+
+
+class NoControls(LineFilter):
+    """The last guard between the run's text and the terminal, on every line Textual
+    draws: a control character, an escape sequence's opener or a bidirectional
+    override left in a widget's text is removed (each takes no cell, so the layout
+    stands), and a lone surrogate becomes U+FFFD. The panes escape such characters
+    visibly where they show the run's text; this holds for whatever they missed."""
+
+    def apply(self, segments: list[Segment], background: object) -> list[Segment]:
+        return [
+            segment
+            if segment.control
+            else Segment(without_controls(segment.text), segment.style, segment.control)
+            for segment in segments
+        ]
 
 
 class EventsArrived(Message):
@@ -126,12 +151,17 @@ class MlraApp(App[int]):
         self._files_wanted = False
         self._tick_timer: Timer | None = None
         self._files_timer: Timer | None = None
+        self._no_controls = NoControls()
         if controller is not None:
             controller.subscribe(self.display_.on_event)
             # A long command's output past the log's cap streams to the transcript alone.
             controller.tool_step.watch_output(self.display_.on_event)
 
     # --- layout ---------------------------------------------------------------------
+
+    def get_line_filters(self) -> list[LineFilter]:
+        """Textual's own filters (colour, NO_COLOR), then the guard against control."""
+        return [*super().get_line_filters(), self._no_controls]
 
     def compose(self) -> ComposeResult:
         yield StatusBar(id="status")
@@ -267,17 +297,20 @@ class MlraApp(App[int]):
             ):
                 self.provider_error = event.error
                 self.notify(
-                    f"The model provider keeps failing: {event.error}\nThe run is paused: "
-                    "Space retries, s stops and evaluates.",
+                    f"The model provider keeps failing: {printable(event.error)}\nThe run is "
+                    "paused: Space retries, s stops and evaluates.",
                     severity="error",
                     timeout=15,
+                    markup=False,
                 )
             elif isinstance(event, ev.Control) and event.action == "resume":
                 self.provider_error = None
             elif isinstance(event, ev.ApprovalRequested) and self.controller:
                 self.notify(
-                    f"{event.tool} waits for your approval ({event.reason}): a approve · e edit · r reject",
+                    f"{printable_line(event.tool)} waits for your approval "
+                    f"({printable_line(event.reason)}): a approve · e edit · r reject",
                     timeout=6,
+                    markup=False,
                 )
         if self.files_source is None and self.controller and self.controller.sandbox:
             self._attach_sandbox()  # a resumed run: its run_started was in the past

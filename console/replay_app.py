@@ -9,6 +9,10 @@ before it leaves the replay to fork a new run.
 
 A search marks its text in the transcript and opens the entry that holds the
 match, so the match is seen, not only the cursor moved to it.
+
+As in the live console, the run's text is shown and never obeyed: escaped where it
+is shown (a file's name and diff, the task's name), never read as markup (a toast
+quoting a path or a search goes with markup off), and filtered as it is drawn.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from mlra.console.panes.transcript import ThoughtEntry, TranscriptPane
 from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
 from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
 from mlra.durations import format_duration
+from mlra.terminal_text import printable, printable_line
 
 INCREMENTAL_MAX = 400
 """Moving forward by at most this many events feeds them to the panes; further, they are rebuilt."""
@@ -63,11 +68,11 @@ class ReplayStatusBar(StatusBar):
         label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
         text = Text()
         text.append(" mlra ", style="bold white on grey23")
-        text.append(f" {state.task or '…'} ", style="bold")
-        text.append(f"· {state.model or '…'} ", style="")
+        text.append(f" {printable_line(state.task) or '…'} ", style="bold")
+        text.append(f"· {printable_line(state.model) or '…'} ", style="")
         text.append(" REPLAY ", style="black on medium_purple1")
         if state.forked_from:
-            text.append(f" fork of {state.forked_from} ", style="bold cyan")
+            text.append(f" fork of {printable_line(state.forked_from)} ", style="bold cyan")
         text.append(
             f" replay: step {pos.step} of {pos.steps}, event {pos.event:,} of {pos.events:,} ",
             style="bold",
@@ -119,10 +124,10 @@ class DiffScreen(ModalScreen[None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog-wide", id="diff-dialog"):
-            yield Label(self.title_text, classes="dialog-title")
+            yield Label(Text(printable_line(self.title_text)), classes="dialog-title")
             with VerticalScroll(id="diff-scroll"):
                 body: Any = (
-                    Syntax(self.diff, "diff", theme="ansi_dark", word_wrap=False)
+                    Syntax(printable(self.diff), "diff", theme="ansi_dark", word_wrap=False)
                     if self.diff
                     else Text("no textual difference", style="dim")
                 )
@@ -179,7 +184,9 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         # at once; a jump that needs one not built yet builds it itself.
         self.run_worker(self._build_checkpoints, thread=True, exit_on_error=False)
         if self.at_step is not None and self.model.goto_step(self.at_step) is None:
-            self.notify(f"the run has no worker step {self.at_step}", severity="warning")
+            self.notify(
+                f"the run has no worker step {self.at_step}", severity="warning", markup=False
+            )
         self.show_cursor()
         self.query_one(TranscriptPane).focus()
 
@@ -305,7 +312,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             try:
                 step = int(text)
             except ValueError:
-                self.notify(f"{text!r} is not a step number", severity="error")
+                self.notify(f"{text!r} is not a step number", severity="error", markup=False)
                 return
             if self.model.goto_step(step) is None:
                 self.notify(f"the run has no worker step {step} (1–{last})", severity="error")
@@ -320,7 +327,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
                 return
             matches = self.model.search(query)
             if not matches:
-                self.notify(f"no match for {query!r}", severity="warning")
+                self.notify(f"no match for {query!r}", severity="warning", markup=False)
                 return
             self.model.next_match()
             self.show_cursor()
@@ -336,7 +343,9 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         self._show_match()
         matches = self.model.matches
         k = matches.index(self.model.cursor) + 1 if self.model.cursor in matches else 0
-        self.notify(f"{self.model.query!r}: match {k} of {len(matches)}", timeout=3)
+        # repr() escapes what a terminal would obey; markup off keeps `[` as it is.
+        query = self.model.query
+        self.notify(f"{query!r}: match {k} of {len(matches)}", timeout=3, markup=False)
 
     def _show_match(self) -> None:
         transcript = self.query_one(TranscriptPane)
@@ -461,7 +470,11 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             return
         snap, diff = self.files_history.diff(path)
         if snap is None:
-            self.notify(f"{path}: no recorded change up to here", severity="warning")
+            self.notify(
+                f"{printable_line(path)}: no recorded change up to here",
+                severity="warning",
+                markup=False,
+            )
             return
         index = self.model.snapshot_index(snap.seq) or 0
         what = "removed" if path in snap.removed else "changed"

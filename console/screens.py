@@ -1,10 +1,16 @@
-"""The console's dialogs: confirmations, messages, editing a call, breakpoints, help."""
+"""The console's dialogs: confirmations, messages, editing a call, breakpoints, help.
+
+A dialog's words may quote the run (a tool's name, a job's, a path): each is shown as
+`Text`, which Textual never reads as markup, with its control characters escaped
+(mlra/terminal_text.py). A job named `[@click=app.quit]x[/]` is a job with an odd name,
+not a link that quits."""
 
 from __future__ import annotations
 
 import json
 from typing import Any
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
@@ -13,6 +19,7 @@ from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
 from mlra.console.keymap import KEYS, Key, display_key
+from mlra.terminal_text import printable, printable_json, printable_line
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -28,9 +35,9 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="dialog-title")
+            yield Label(Text(printable(self.question)), classes="dialog-title")
             if self.detail:
-                yield Static(self.detail, classes="dialog-detail")
+                yield Static(Text(printable(self.detail)), classes="dialog-detail")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Yes (y)", id="yes", variant="error")
                 yield Button("No (n)", id="no", variant="primary")
@@ -55,7 +62,7 @@ class PromptScreen(ModalScreen[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.title_text, classes="dialog-title")
+            yield Label(Text(printable(self.title_text)), classes="dialog-title")
             yield Input(placeholder=self.placeholder, id="prompt-input")
             yield Static("Enter to send · Escape to cancel", classes="dialog-detail")
 
@@ -83,7 +90,9 @@ class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog-wide"):
-            yield Label(f"Edit the arguments of {self.tool}", classes="dialog-title")
+            yield Label(
+                Text(f"Edit the arguments of {printable_line(self.tool)}"), classes="dialog-title"
+            )
             # Above the text, not below: a short terminal cuts the dialog's bottom off,
             # and how to save and cancel (or why saving failed) must stay in sight.
             yield Static(
@@ -91,8 +100,10 @@ class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
                 id="edit-error",
                 classes="dialog-hint",
             )
+            # C1 and bidirectional controls as JSON escapes: the same arguments once
+            # read back, and shown as what they are.
             yield TextArea(
-                json.dumps(self.arguments, indent=2, ensure_ascii=False),
+                printable_json(json.dumps(self.arguments, indent=2, ensure_ascii=False)),
                 language=None,
                 id="edit-args",
                 soft_wrap=True,
@@ -158,7 +169,9 @@ class StopJobScreen(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label("Stop a background job", classes="dialog-title")
-            yield OptionList(*(Option(label, id=job) for job, label in self.jobs), id="jobs")
+            # A job's name is the agent's: a Text, never markup (no `[@click=...]` link).
+            options = (Option(Text(printable_line(label)), id=job) for job, label in self.jobs)
+            yield OptionList(*options, id="jobs")
             yield Static(
                 "Enter stops the chosen job (the agent sees it stopped by the user) · "
                 "Escape to cancel",

@@ -21,6 +21,7 @@ from mlra.agent.experiments import ExperimentTable
 from mlra.agent.state import RunState
 from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
+from mlra.terminal_text import printable_line
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
 CHART_ROWS = 3
@@ -78,7 +79,7 @@ def summary(table: ExperimentTable, width: int = 80) -> Text:
         out.append(f" #{best.number}")
     arrow = "↑" if table.higher_is_better else "↓"
     runs = f" · {count} run{'s' if count != 1 else ''}"
-    metric = f" · {table.metric} {arrow}" if table.metric else ""
+    metric = f" · {printable_line(table.metric)} {arrow}" if table.metric else ""
     if len(out.plain) + len(runs) + len(metric) > width:
         metric = f" {arrow}" if table.metric else ""
     out.append(runs + metric, style="dim")
@@ -110,7 +111,7 @@ def table_lines(table: ExperimentTable, width: int, shown: int = ROWS_SHOWN) -> 
         head = f"#{row.number}{mark}"
         out.append(f"{head:<5}{score_text(row.score):>8}  at {format_duration(row.t)}", style=style)
         if row.job:
-            out.append(f"  {row.job}", style="dim")
+            out.append(f"  {printable_line(row.job)}", style="dim")
         out.append("\n")
         what = row.hypothesis or row.change or _unnoted(table, row)
         out.append(f"     {_cut(what, width - 5)}\n", style="" if row.hypothesis else "dim")
@@ -123,9 +124,10 @@ def table_lines(table: ExperimentTable, width: int, shown: int = ROWS_SHOWN) -> 
 
 
 def _cut(text: str, room: int) -> str:
+    """The worker's words on one line, cut to `room`, shown and not obeyed."""
     text = " ".join(text.split())
     room = max(4, room)
-    return text if len(text) <= room else text[: room - 1] + "…"
+    return printable_line(text if len(text) <= room else text[: room - 1] + "…")
 
 
 def _unnoted(table: ExperimentTable, row: ev.Experiment) -> str:

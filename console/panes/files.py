@@ -23,6 +23,7 @@ from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
 from mlra.console.panes import WidgetOptions
+from mlra.terminal_text import printable, printable_line
 from mlra.tools.sandbox.base import FileInfo
 
 MAX_ENTRIES = 3000
@@ -48,7 +49,9 @@ def human_size(size: int) -> str:
 
 
 def label_for(info: FileInfo) -> Text:
-    name = PurePosixPath(info.path).name
+    """A file's line in the tree: its name, whatever bytes it holds, shown and not obeyed
+    (a Text, never markup: a file named `[red]x` is that name)."""
+    name = printable_line(PurePosixPath(info.path).name)
     if info.is_dir:
         return Text(f"{name}/", style="bold")
     label = Text(name)
@@ -174,11 +177,12 @@ class FilesPane(Vertical):
         try:
             data = await self.source.read_file(info.path)
         except Exception as exc:
-            preview.update(Text(f"cannot read {info.path}: {exc}", style="red"))
+            preview.update(Text(printable_line(f"cannot read {info.path}: {exc}"), style="red"))
             return
         head = data[:PREVIEW_BYTES]
         if b"\0" in head[:8192]:
-            preview.update(Text(f"{info.path}: binary file, {human_size(len(data))}", style="dim"))
+            shown = printable_line(info.path)
+            preview.update(Text(f"{shown}: binary file, {human_size(len(data))}", style="dim"))
             return
         text = head.decode("utf-8", errors="replace")
         lines = text.splitlines()
@@ -186,6 +190,6 @@ class FilesPane(Vertical):
         if len(lines) > PREVIEW_LINES or len(data) > PREVIEW_BYTES:
             lines = lines[:PREVIEW_LINES]
             note = f"\n… preview cut; the file has {human_size(len(data))}"
-        body = "\n".join(lines) + note
+        body = printable("\n".join(lines)) + note  # the file's text, shown and not obeyed
         lexer = Syntax.guess_lexer(info.path, code=body)
         preview.update(Syntax(body, lexer, line_numbers=True, word_wrap=False, theme="ansi_dark"))

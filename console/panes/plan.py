@@ -25,6 +25,7 @@ from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.agent.state import RunState
 from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
+from mlra.terminal_text import printable, printable_line
 
 MARKS = {
     "pending": ("○", "dim"),
@@ -107,7 +108,7 @@ class PlanPane(Vertical):
         t = format_duration(event.t)
         match event:
             case ev.PlanUpdated():
-                self._revision = f"{t} · {event.reason or 'revised'}"
+                self._revision = f"{t} · {printable_line(event.reason or 'revised')}"
                 self._note(t, f"plan: {event.reason or 'revised'}", "cyan")
             case ev.SupervisorMessage():
                 self._note(t, event.text.strip(), "")
@@ -142,8 +143,9 @@ class PlanPane(Vertical):
         self._dirty = True
 
     def _note(self, t: str, text: str, style: str) -> None:
+        """A message line; the supervisor's words are shown, not obeyed."""
         line = Text(f"{t} ", style="dim")
-        line.append(text if len(text) < 600 else text[:600] + "…", style=style)
+        line.append(printable(text if len(text) < 600 else text[:600] + "…"), style=style)
         self._messages.append(line)
 
     def on_resize(self) -> None:
@@ -180,9 +182,12 @@ class PlanPane(Vertical):
             mark, style, ended = step_mark(step, state.finished)
             current = step.id == state.subtask_step_id and state.finished is None
             line = Text(f"{mark} ", style=style)
-            line.append(f"{step.id}. {step.title}", style="bold reverse" if current else "")
+            line.append(
+                printable_line(f"{step.id}. {step.title}"),
+                style="bold reverse" if current else "",
+            )
             if step.note:
-                line.append(f" — {step.note}", style="dim")
+                line.append(f" — {printable_line(step.note)}", style="dim")
             if ended:
                 line.append(f" ({ended})", style="dim" if style == "green" else style)
             if compact:  # one line a step, so the count above holds and the current shows

@@ -18,6 +18,7 @@ from mlra import events as ev
 from mlra.agent.state import RunState
 from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
+from mlra.terminal_text import printable_line
 
 HISTORY = 60
 SPARK = "▁▂▃▄▅▆▇█"
@@ -109,7 +110,7 @@ def jobs_section(
     for job in (running + ended)[:JOBS_SHOWN]:
         name = job.started.name or job.started.command
         name = name if len(name) <= (14 if compact else 24) else name[: 13 if compact else 23] + "…"
-        out.append(f"  {job.started.job} {name} ")
+        out.append(f"  {job.started.job} {printable_line(name)} ")  # the agent's: shown only
         end = job.ended
         if end is None:
             took = format_duration(max(0.0, elapsed_s - job.started.t))
@@ -118,7 +119,7 @@ def jobs_section(
             if line:
                 room = max(8, width - 4)
                 line = line if len(line) <= room else line[: room - 1] + "…"
-                out.append(f"    {line}\n", style="dim")
+                out.append(f"    {printable_line(line)}\n", style="dim")
         elif end.end == "exited":
             style = "" if end.exit_code == 0 else "red"
             out.append(f"exit {end.exit_code}\n", style=style)

@@ -21,6 +21,7 @@ from mlra.agent.state import RunState
 from mlra.console.headless import retry_cause, score_line
 from mlra.console.panes import WidgetOptions
 from mlra.durations import format_duration
+from mlra.terminal_text import printable_line
 
 PHASES = {
     "starting": ("STARTING", "black on grey70"),
@@ -89,7 +90,8 @@ def _command(call: ev.ToolCall | ev.ApprovalRequested) -> str:
 
 
 def _clip(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+    """The run's words cut to `width`, on one line and shown, not obeyed."""
+    return printable_line(text if len(text) <= width else text[: max(0, width - 1)] + "…")
 
 
 def activity(state: RunState, elapsed_s: float) -> list[Text]:
@@ -97,11 +99,12 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
     pending = state.pending_approval
     if pending is not None:
         what = _command(pending)
-        why = f" ({pending.reason})" if pending.reason else ""
+        why = f" ({printable_line(pending.reason)})" if pending.reason else ""
+        tool = printable_line(pending.tool)
         return [
-            Text(f"{pending.tool}: {_clip(what, 60)}{why}", style="bold dark_orange"),
-            Text(f"{pending.tool}: {_clip(what, 24)}", style="bold dark_orange"),
-            Text(pending.tool, style="bold dark_orange"),
+            Text(f"{tool}: {_clip(what, 60)}{why}", style="bold dark_orange"),
+            Text(f"{tool}: {_clip(what, 24)}", style="bold dark_orange"),
+            Text(tool, style="bold dark_orange"),
         ]
     if state.phase not in ("running", "paused"):
         return []
@@ -128,10 +131,11 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
         call = max(state.running.values(), key=lambda c: c.seq)
         took = format_duration(max(0.0, elapsed_s - call.t))
         what = _command(call)
+        tool = printable_line(call.tool)
         return [
-            Text(f"{call.tool} {took}: {_clip(what, 60)}", style="cyan"),
-            Text(f"{call.tool} {took}: {_clip(what, 20)}", style="cyan"),
-            Text(f"{call.tool} {took}", style="cyan"),
+            Text(f"{tool} {took}: {_clip(what, 60)}", style="cyan"),
+            Text(f"{tool} {took}: {_clip(what, 20)}", style="cyan"),
+            Text(f"{tool} {took}", style="cyan"),
         ]
     return []
 
@@ -197,10 +201,10 @@ class StatusBar(Static):
         parts = [
             Part([Text(" mlra ", style="bold white on grey23")], rank=9),
             Part(
-                [Text(f" {state.task or '…'} ", style="bold"), Text(" ")],
+                [Text(f" {printable_line(state.task) or '…'} ", style="bold"), Text(" ")],
                 rank=7,
             ),
-            Part([Text(f"· {state.model or '…'} ")], rank=8),
+            Part([Text(f"· {printable_line(state.model) or '…'} ")], rank=8),
             Part(
                 [Text(f" {label} ", style=style), Text(f" {label.split(' · ')[-1]} ", style=style)],
                 rank=0,

@@ -10,6 +10,10 @@ stream; output past the log's cap streams here still, from the live run alone
 (agent/tool_step.py). Entries are
 re-rendered at most once per batch of events, and only the newest entries are
 kept as widgets; older ones live on in the event log.
+
+Whatever the agent, the model or a command wrote is shown, never obeyed: its control
+characters and escape sequences escaped (mlra/terminal_text.py) as each line of
+output is kept and each entry is drawn, and every entry is a `Text`, never markup.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.console.headless import describe_call, one_line, score_line, unknown_line
 from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
+from mlra.terminal_text import printable
 
 MAX_ENTRIES = 200
 KEEP_FULL_OUTPUT = 30
@@ -64,6 +69,7 @@ class OutputBuffer:
             line = line.rstrip("\r").rsplit("\r", 1)[-1]
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS] + "…"
+        line = printable(line)
         self.lines += 1
         if len(self.head) < HEAD_LINES:
             self.head.append(line)
@@ -79,7 +85,7 @@ class OutputBuffer:
         """(head lines, lines hidden, tail lines) to show."""
         tail = list(self.tail)
         if self.partial:
-            tail.append(self.partial.rsplit("\r", 1)[-1][:MAX_LINE_CHARS])
+            tail.append(printable(self.partial.rsplit("\r", 1)[-1][:MAX_LINE_CHARS]))
         keep = len(tail) if expanded else COLLAPSED_TAIL_LINES
         shown_tail = tail[-keep:] if keep else []
         hidden = self.lines + (1 if self.partial else 0) - len(self.head) - len(shown_tail)
@@ -157,7 +163,7 @@ class ThoughtEntry(Entry):
     def render_entry(self) -> Text:
         out = Text(f"{format_duration(self.t)} ", style="dim")
         out.append("thinking: " if not self.done else "", style="italic dim")
-        out.append(self.text.strip() or "…", style="italic" if not self.done else "")
+        out.append(printable(self.text.strip()) or "…", style="italic" if not self.done else "")
         return out
 
 
@@ -429,7 +435,7 @@ class TranscriptPane(VerticalScroll):
 
     def _note(self, event: ev.Event, text: str, style: str) -> None:
         line = Text(f"{format_duration(event.t)} ", style="dim")
-        line.append(text, style=style)
+        line.append(printable(text), style=style)
         self._add(NoteEntry(line, ("note", event.seq)))
 
     def _add(self, entry: Entry) -> None:
