@@ -33,7 +33,9 @@ from textual.widgets import OptionList, Static
 
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
+from mlra.batch.progress import PlainProgress
 from mlra.batch.report import RunRow, markdown, summarize
+from mlra.batch.runner import Progress
 from mlra.console.app import MlraApp
 from mlra.console.headless import JsonDisplay, TranscriptDisplay
 from mlra.console.panes.files import FilesPane
@@ -177,6 +179,13 @@ def test_the_batch_report_escapes_what_runs_and_tasks_say() -> None:
     assert_shown_not_obeyed(report, "report.md")
     table = next(line for line in report.splitlines() if line.startswith("| task\\|"))
     assert table.count(" | ") == 14  # the `|` in the task's name stays in its cell
+
+
+def test_batch_progress_lines_escape_what_they_quote() -> None:
+    out = io.StringIO()
+    PlainProgress(out)(Progress(total=1, events=[f"failed (usage) r1: {HOSTILE}"]))
+    assert_shown_not_obeyed(out.getvalue(), "batch progress")
+    assert "\\x1b]52;c;cHduZWQ=" in out.getvalue()
 
 
 # --- a whole run under attack ------------------------------------------------------------
@@ -424,3 +433,24 @@ def test_a_hostile_run_in_the_console(snap_compare: Any, tmp_path: Path) -> None
     files = LocalSandbox(_hostile_workspace(tmp_path), SandboxSpec(), isolation_mode="none")
     app = _Console(events=_console_events(), files=files)
     assert snap_compare(app, terminal_size=(160, 40), run_before=_show_files)
+
+
+def test_a_task_files_text_is_shown_escaped(tmp_path: Path) -> None:
+    """`mlra tasks show`: a task file is as foreign as an agent's output."""
+    import shutil
+
+    from tests.conftest import ANSWER_TASK
+
+    task = tmp_path / "task"
+    shutil.copytree(ANSWER_TASK, task)
+    toml = task / "task.toml"
+    hostile = json.dumps(HOSTILE)[1:-1]  # TOML reads JSON's \u escapes the same way
+    toml.write_text(
+        toml.read_text()
+        .replace('title = "Write the answer"', f'title = "Write {hostile}"')
+        .replace('rules = "Do not', f'rules = "{hostile} Do not')
+    )
+    shown = mlra_cli(["tasks", "show", str(task)], cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert_shown_not_obeyed(shown.stdout + shown.stderr, "mlra tasks show")
+    assert "\\x1b]52;c;cHduZWQ=\\x07" in shown.stdout
