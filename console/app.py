@@ -52,7 +52,7 @@ from mlra.console.screens import (
     PromptScreen,
     StopJobScreen,
 )
-from mlra.terminal_text import printable, printable_line, without_controls
+from mlra.terminal_text import has_controls, printable, printable_line, without_controls
 
 BATCH_DELAY_S = 0.04
 """Events are gathered this long before the panes render them: at most ~25 renders a second."""
@@ -72,6 +72,8 @@ class NoControls(LineFilter):
     visibly where they show the run's text; this holds for whatever they missed."""
 
     def apply(self, segments: list[Segment], background: object) -> list[Segment]:
+        if not has_controls("".join(segment.text for segment in segments)):
+            return segments  # nearly always: the line as it is, nothing allocated
         return [
             segment
             if segment.control

@@ -99,6 +99,11 @@ def printable_json(text: str) -> str:
     return _IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def has_controls(text: str) -> bool:
+    """Whether `text` holds anything `printable_line` would escape."""
+    return _INVISIBLE.search(text) is not None
+
+
 def without_controls(text: str) -> str:
     """`text` with the characters `printable` escapes removed, and each lone surrogate
     replaced by U+FFFD: for a last pass over text already laid out on a screen, where
