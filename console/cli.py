@@ -278,11 +278,13 @@ def _prepared(task: Any) -> Any:
     from mlra.tasks.foreign.loader import is_foreign
     from mlra.tasks.foreign.prepare import prepared
     from mlra.tasks.spec import TaskError
+    from mlra.terminal_text import printable
 
     if not is_foreign(task.root):
         return task
     try:
-        return prepared(task, echo=lambda line: print(line, file=sys.stderr, flush=True))
+        # What the task's prepare.py prints: shown, not obeyed.
+        return prepared(task, echo=lambda line: print(printable(line), file=sys.stderr, flush=True))
     except TaskError as exc:
         raise UsageError(str(exc)) from None
 
@@ -494,6 +496,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
 def cmd_image(args: argparse.Namespace) -> int:
     import tempfile
 
+    from mlra.terminal_text import printable
     from mlra.tools.sandbox.image import ImageBuildError, ImageBuildFailed, build_image
 
     with tempfile.TemporaryDirectory(prefix="mlra-image-") as context:
@@ -505,9 +508,12 @@ def cmd_image(args: argparse.Namespace) -> int:
                 raise UsageError("image build: --task writes its own Dockerfile; drop --file")
             dockerfile, tag = task_image_context(args.task, Path(context), args.base, args.tag)
         try:
-            build_image(tag, dockerfile=dockerfile, echo=lambda line: print(line, flush=True))
+            # A build's output (a task's environment, its packages' scripts): shown only.
+            build_image(
+                tag, dockerfile=dockerfile, echo=lambda line: print(printable(line), flush=True)
+            )
         except ImageBuildFailed as exc:
-            sys.stderr.write(f"mlra: {exc}\n")
+            sys.stderr.write(f"mlra: {printable(str(exc))}\n")
             return EXIT_FAILED
         except ImageBuildError as exc:
             raise UsageError(str(exc)) from None
