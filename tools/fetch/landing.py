@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import shutil
-import stat
 import tempfile
 from pathlib import Path
 
+from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import Sandbox, SandboxError
 
 
@@ -30,81 +29,46 @@ def staging_dir(workspace: Path) -> Path:
 
 def remove(path: Path) -> None:
     """Remove a staging folder, however deep, without following a link out of it."""
-    if not os.path.lexists(path):
-        return
-    if not path.is_dir() or path.is_symlink():
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return
-    # shutil.rmtree walks by descriptors (rmtree is safe against links) but recurses,
-    # which a very deep tree defeats; walk down iteratively and remove bottom up.
-    stack = [str(path)]
-    order: list[str] = []
-    while stack:
-        folder = stack.pop()
-        order.append(folder)
-        try:
-            with os.scandir(folder) as it:
-                for entry in it:
-                    if entry.is_dir(follow_symlinks=False):
-                        stack.append(entry.path)
-                    else:
-                        with contextlib.suppress(OSError):
-                            os.unlink(entry.path)
-        except OSError:
-            continue
-    for folder in reversed(order):
-        with contextlib.suppress(OSError):
-            os.rmdir(folder)
-    if os.path.lexists(path):
-        shutil.rmtree(path, ignore_errors=True)
+    trees.remove_tree(path, ignore_errors=True)
 
 
 def tree_size(root: Path) -> int:
-    """Bytes of regular files under `root` by lstat, walked iteratively."""
-    total = 0
-    stack = [str(root)]
-    while stack:
-        folder = stack.pop()
-        try:
-            it = os.scandir(folder)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISDIR(st.st_mode):
-                    stack.append(entry.path)
-                elif stat.S_ISREG(st.st_mode):
-                    total += st.st_size
-    return total
+    """Bytes of regular files under `root`, by lstat, however deep."""
+    try:
+        fd = os.open(root, trees.DIR_FLAGS)
+    except OSError:
+        return 0
+    try:
+        return sum(e.st.st_size for e in trees.walk(fd) if e.is_file)
+    finally:
+        os.close(fd)
 
 
 def hand_over(root: Path, workspace: Path) -> None:
     """What a fetch brought belongs to whoever owns the workspace (a Docker sandbox's
-    user, when mlra runs as root), so the agent can change it. lchown, never through a
-    link; iterative."""
+    user, when mlra runs as root), so the agent can change it: chowned entry by entry
+    relative to its folder, never through a link."""
     owner = workspace.stat()
     if os.geteuid() != 0 or owner.st_uid == 0:
         return
-    stack = [str(root)]
     with contextlib.suppress(OSError):
         os.lchown(root, owner.st_uid, owner.st_gid)
-    while stack:
-        folder = stack.pop()
-        try:
-            it = os.scandir(folder)
-        except OSError:
-            continue
-        with it:
-            for entry in it:
-                with contextlib.suppress(OSError):
-                    os.lchown(entry.path, owner.st_uid, owner.st_gid)
-                if entry.is_dir(follow_symlinks=False):
-                    stack.append(entry.path)
+    try:
+        fd = os.open(root, trees.DIR_FLAGS)
+    except OSError:
+        return  # a file, chowned above
+    try:
+        for entry in trees.walk(fd):
+            with contextlib.suppress(OSError):
+                os.chown(
+                    entry.name,
+                    owner.st_uid,
+                    owner.st_gid,
+                    dir_fd=entry.dir_fd,
+                    follow_symlinks=False,
+                )
+    finally:
+        os.close(fd)
 
 
 def move_in(sandbox: Sandbox, staged: Path, rel: str, *, replace: bool = False) -> bool:
