@@ -1,24 +1,22 @@
 """What a batch is: tasks x models x seeds, from flags or a TOML file.
 
-The spec expands into a fixed list of runs with stable ids, so running the same
-command again finds the same run folders and carries on where it stopped.
+The spec expands into a fixed list of runs with stable ids (named by the batch
+folder's key, see `run_ids`), so running the same command again finds the same
+run folders and carries on where it stopped.
 """
 
 from __future__ import annotations
 
 import hashlib
-import re
 import tomllib
 from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from mlra.batch.errors import BatchError as BatchError
+from mlra.batch.run_ids import RunNames
 from mlra.durations import parse_duration
-
-
-class BatchError(Exception):
-    """A batch that cannot be run as given; the message is one readable line."""
 
 
 class _Strict(BaseModel):
@@ -118,14 +116,6 @@ class RunSpec(BaseModel):
     resources: Resources
 
 
-def slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "x"
-
-
-def run_id_for(task_name: str, model: str, seed: int) -> str:
-    return f"{slug(task_name)}__{slug(model)}__s{seed}"
-
-
 def load_batch_file(path: Path) -> BatchSpec:
     try:
         data = tomllib.loads(path.read_text(encoding="utf-8"))
@@ -147,14 +137,26 @@ def parse_spec(data: dict[str, object], *, where: str = "batch") -> BatchSpec:
         raise BatchError(f"{where}: {field}: {error['msg']}") from None
 
 
-def expand(spec: BatchSpec) -> list[RunSpec]:
-    """Every run of the batch, tasks loaded (bad names fail here, before anything runs)."""
+class BatchTask(BaseModel):
+    """One task of the batch, loaded: what each of its runs is given."""
+
+    task: str
+    """As `mlra run` is to be given it (a task name, or a folder's absolute path)."""
+    name: str
+    settings: Overrides
+    resources: Resources
+
+
+def load_tasks(spec: BatchSpec) -> list[BatchTask]:
+    """The batch's tasks, loaded: bad names fail here, before anything is written."""
     from mlra.tasks.spec import TaskError, find_task
 
-    runs: list[RunSpec] = []
     unknown = set(spec.overrides) - set(spec.tasks)
     if unknown:
         raise BatchError(f"overrides for tasks not in the batch: {', '.join(sorted(unknown))}")
+    if any(not model.strip() for model in spec.models):
+        raise BatchError("an empty model name in --models")
+    tasks: list[BatchTask] = []
     seen: dict[str, str] = {}
     for task in spec.tasks:
         try:
@@ -176,22 +178,29 @@ def expand(spec: BatchSpec) -> list[RunSpec]:
             labels=settings.labels or {},
             accelerator_type=settings.accelerator_type,
         )
-        for model in spec.models:
-            if not model.strip():
-                raise BatchError("an empty model name in --models")
-            for seed in range(1, spec.seeds + 1):
-                runs.append(
-                    RunSpec(
-                        run_id=run_id_for(loaded.name, model, seed),
-                        task=str(Path(task).resolve()) if Path(task).is_dir() else task,
-                        task_name=loaded.name,
-                        model=model,
-                        seed=seed,
-                        settings=settings,
-                        resources=resources,
-                    )
-                )
-    return runs
+        where = str(Path(task).resolve()) if Path(task).is_dir() else task
+        tasks.append(
+            BatchTask(task=where, name=loaded.name, settings=settings, resources=resources)
+        )
+    return tasks
+
+
+def expand(spec: BatchSpec, names: RunNames, tasks: list[BatchTask] | None = None) -> list[RunSpec]:
+    """Every run of the batch, named as its batch folder names them (`run_ids.run_names`)."""
+    return [
+        RunSpec(
+            run_id=names.run_id(task.name, model, seed),
+            task=task.task,
+            task_name=task.name,
+            model=model,
+            seed=seed,
+            settings=task.settings,
+            resources=task.resources,
+        )
+        for task in (load_tasks(spec) if tasks is None else tasks)
+        for model in spec.models
+        for seed in range(1, spec.seeds + 1)
+    ]
 
 
 def run_command(run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str) -> list[str]:

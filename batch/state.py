@@ -5,8 +5,10 @@ mid-way or failed is read from its event log (and the log's lock, which a live
 run holds), and how often it was tried from the folders of earlier attempts. So
 a batch killed at any moment is resumed by running the same command again.
 
-Layout of a batch folder:
+Layout of a batch folder (run ids: `<task>__<model>__s<seed>-<mac>`, see `run_ids`):
 
+    .mlra-batch-key          the secret the run ids' suffixes are made with (0600);
+                             absent in a folder made before ids were keyed
     runs/<run-id>/           the current attempt of each run (an ordinary run folder)
     retired/<run-id>__a<n>/  earlier attempts that failed and were retried
     logs/<run-id>.log        what `mlra run` printed, every attempt under its own

@@ -132,14 +132,15 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     from mlra.batch.progress import make_display
     from mlra.batch.report import write_report
+    from mlra.batch.run_ids import run_names
     from mlra.batch.runner import BatchRunner
-    from mlra.batch.spec import BatchError, expand
+    from mlra.batch.spec import BatchError, expand, load_tasks
     from mlra.console.args import EXIT_FAILED, EXIT_OK, UsageError
     from mlra.terminal_text import printable_line
 
     spec = _spec(args)
     try:
-        runs = expand(spec)
+        tasks = load_tasks(spec)
     except BatchError as exc:
         raise UsageError(str(exc)) from None
     _check_models(spec)
@@ -152,6 +153,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
     from mlra.console.args import check_writable_dir
 
     check_writable_dir(out, "--out")
+    try:
+        names = run_names(out)  # the folder's key, made now for a new batch
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+    runs = expand(spec, names, tasks)
     (out / "batch.json").write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
     if spec.executor == "ray":
         try:
@@ -172,6 +178,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     display = make_display(args.no_tui)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
     print(printable_line(f"batch: {len(runs)} runs in {out}"), flush=True)
+    if names.legacy:
+        print(printable_line(f"note: {out} predates keyed run ids: its runs keep their names"))
     try:
         progress = asyncio.run(runner.run())
     finally:

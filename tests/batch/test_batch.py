@@ -19,7 +19,9 @@ import pytest
 from mlra import events as ev
 from mlra.agent.eventlog import log_is_live, read_events
 from mlra.batch.report import REPORT_FILES, mean_se
+from mlra.batch.run_ids import run_names
 from mlra.batch.spec import BatchError, expand, load_batch_file, run_command
+from tests.batch.naming import batch_run_id
 from tests.conftest import SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
@@ -79,17 +81,13 @@ def test_batch_runs_every_combination_and_reports_the_runs_numbers(
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "4/4 finished" in proc.stdout
 
+        seeds = {batch_run_id(out, m, s): s for m in ("baseline", MODEL) for s in (1, 2)}
         ids = sorted(p.name for p in (out / "runs").iterdir())
-        assert ids == [
-            "answer__baseline__s1",
-            "answer__baseline__s2",
-            "answer__openai-test-model__s1",
-            "answer__openai-test-model__s2",
-        ]
+        assert ids == sorted(seeds)
         for run_id in ids:
             started = read_events(out / "runs" / run_id / "events.jsonl")[0]
             assert isinstance(started, ev.RunStarted)
-            assert started.config["seed"] == int(run_id[-1])
+            assert started.config["seed"] == seeds[run_id]
         results = {i: json.loads((out / "runs" / i / "result.json").read_text()) for i in ids}
 
         report = json.loads((out / "report.json").read_text())
@@ -176,8 +174,8 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
-        llm_run = out / "runs" / "answer__openai-test-model__s1"
-        baseline_result = out / "runs" / "answer__baseline__s1" / "result.json"
+        llm_run = out / "runs" / batch_run_id(out, MODEL)
+        baseline_result = out / "runs" / batch_run_id(out, "baseline") / "result.json"
         try:
             _wait_for(lambda: baseline_result.exists(), 60, "the baseline run")
             _wait_for(lambda: _hanging_tool_call(llm_run), 60, "the model run's long command")
@@ -207,13 +205,11 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
         proc = mlra_cli(failing, cwd=tmp_path, timeout=180)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         # A provider that fails says nothing about the agent: the run is retried.
-        assert (
-            "not done: answer__openai-test-model__s1 (failed, provider_error, 2 attempts)"
-            in proc.stdout
-        )
-        assert "1 retry)" in proc.stdout
         f = tmp_path / "f"
-        assert [p.name for p in (f / "retired").iterdir()] == ["answer__openai-test-model__s1__a1"]
+        failed = batch_run_id(f, MODEL)
+        assert f"not done: {failed} (failed, provider_error, 2 attempts)" in proc.stdout
+        assert "1 retry)" in proc.stdout
+        assert [p.name for p in (f / "retired").iterdir()] == [f"{failed}__a1"]
         report = json.loads((f / "report.json").read_text())
         assert report["groups"][0]["failures"] == {"provider_error": 1}
         assert report["groups"][0]["success_rate"] == 0.0
@@ -248,12 +244,13 @@ def test_a_batch_file_with_per_task_overrides(
     )
     monkeypatch.chdir(tmp_path)
     spec = load_batch_file(tmp_path / "batch.toml")
-    runs = expand(spec)
+    runs = expand(spec, run_names(spec.out_dir()))
     assert len(runs) == 6 and spec.out_dir() == tmp_path / "b"
     assert runs[0].resources.gpus == 1 and runs[0].resources.memory_gb == 2
     command = run_command(runs[-1], spec, tmp_path / "b" / "runs", python="python")
     assert command[command.index("--max-steps") + 1] == "7"
-    assert command[command.index("--run-id") + 1] == "answer__openai-m__s3"
+    assert command[command.index("--run-id") + 1] == batch_run_id(tmp_path / "b", "openai/m", 3)
+    assert command[command.index("--run-id") + 1].startswith("answer__openai-m__s3-")
     assert "--base-url" in command
     assert "--base-url" not in run_command(runs[0], spec, tmp_path, python="python")
 
@@ -289,7 +286,7 @@ async def test_the_local_pool_holds_runs_to_capacity_and_gives_each_its_own_gpu(
     )
     # Two GPUs (by name; no device is touched by the answer task) and CPUs to spare.
     executor = LocalExecutor(Capacity(cpus=8, memory_gb=64, gpus=["0", "1"]))
-    progress = await BatchRunner(spec, expand(spec), executor, out).run()
+    progress = await BatchRunner(spec, expand(spec, run_names(out)), executor, out).run()
     assert progress.count("finished") == 3
 
     spans = []
@@ -307,7 +304,9 @@ async def test_the_local_pool_holds_runs_to_capacity_and_gives_each_its_own_gpu(
     big = spec.model_copy(
         update={"out": tmp_path / "big", "overrides": {str(answer_task): Overrides(gpus=3)}}
     )
-    progress = await BatchRunner(big, expand(big), executor, tmp_path / "big").run()
+    big_out = tmp_path / "big"
+    progress = await BatchRunner(big, expand(big, run_names(big_out)), executor, big_out).run()
     assert {s.reason for s in progress.statuses.values()} == {"resources"}
-    assert "needs 3 GPU(s); this machine has 2" in progress.statuses["answer__baseline__s1"].detail
-    assert not (tmp_path / "big" / "runs" / "answer__baseline__s1").exists()
+    refused = batch_run_id(big_out, "baseline")
+    assert "needs 3 GPU(s); this machine has 2" in progress.statuses[refused].detail
+    assert not (big_out / "runs" / refused).exists()

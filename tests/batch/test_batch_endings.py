@@ -16,6 +16,7 @@ from mlra.agent.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.state import RunState, write_result
 from mlra.batch.report import write_report
 from mlra.batch.state import RETIRED, RUNS, RunCard, run_status, write_card
+from tests.batch.naming import batch_run_id
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import turn
@@ -160,10 +161,8 @@ def test_a_run_that_ends_unscored_by_itself_is_not_retried(
         proc = mlra_cli(args, cwd=tmp_path, timeout=180)
         asked = len(server.requests)
         assert proc.returncode == 1, proc.stdout + proc.stderr
-        assert (
-            "not scored: answer__openai-test-model__s1 (unscored, no_tool_calls, 1 attempt)"
-            in proc.stdout
-        )
+        run_id = batch_run_id(out, MODEL)
+        assert f"not scored: {run_id} (unscored, no_tool_calls, 1 attempt)" in proc.stdout
         assert "0/1 finished and 1 unscored (0 already were; 0 retries)" in proc.stdout
         assert not (out / RETIRED).exists()
         # Running the batch again starts nothing: the outcome is final.
@@ -171,9 +170,9 @@ def test_a_run_that_ends_unscored_by_itself_is_not_retried(
         assert len(server.requests) == asked and "queue " not in again.stdout
     report = json.loads((out / "report.json").read_text())
     assert report["groups"][0]["failures"] == {"no_tool_calls": 1}
-    card = json.loads((out / "logs" / "answer__openai-test-model__s1.json").read_text())
+    card = json.loads((out / "logs" / f"{run_id}.json").read_text())
     assert card == {
-        "run_id": "answer__openai-test-model__s1",
+        "run_id": run_id,
         "task": "answer",
         "model": MODEL,
         "seed": 1,
@@ -186,6 +185,7 @@ async def test_a_run_that_never_started_is_a_row_of_the_report(
     tmp_path: Path, answer_task: Path
 ) -> None:
     from mlra.batch.executors.local import Capacity, LocalExecutor
+    from mlra.batch.run_ids import run_names
     from mlra.batch.runner import BatchRunner
     from mlra.batch.spec import BatchSpec, Overrides, expand
 
@@ -199,9 +199,10 @@ async def test_a_run_that_never_started_is_a_row_of_the_report(
         overrides={str(answer_task): Overrides(gpus=3)},
     )
     executor = LocalExecutor(Capacity(cpus=8, memory_gb=64, gpus=["0", "1"]))
-    await BatchRunner(spec, expand(spec), executor, out).run()
-    assert not (out / RUNS / "answer__baseline__s1").exists()
+    await BatchRunner(spec, expand(spec, run_names(out)), executor, out).run()
+    run_id = batch_run_id(out, "baseline")
+    assert not (out / RUNS / run_id).exists()
     (group,) = write_report(out, plots=False)
     assert group.runs == 2 and group.scored == 0 and group.failures == {"resources": 2}
     md = (out / "report.md").read_text()
-    assert "- answer__baseline__s1 (attempt 1): resources" in md
+    assert f"- {run_id} (attempt 1): resources" in md

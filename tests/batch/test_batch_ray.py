@@ -38,9 +38,11 @@ from mlra.batch.executors.shipping import (
     unpack,
 )
 from mlra.batch.report import write_report
+from mlra.batch.run_ids import run_names
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchError, BatchSpec, expand, parse_spec
 from mlra.batch.state import Placement, RunCard, read_placements, run_status, write_card
+from tests.batch.naming import batch_run_id
 from tests.batch.test_batch import MODEL, supervisor_fallback, worker_writing
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
@@ -99,9 +101,10 @@ async def test_a_batch_on_ray_stopped_and_run_again(
     }
     with ScriptedModelServer(script) as server:
         spec = _spec(answer_task, out, server, ["baseline", MODEL])
-        runs = expand(spec)
+        runs = expand(spec, run_names(out))
         executor = RayExecutor(out)
-        llm_log = out / "runs" / "answer__openai-test-model__s1" / "events.jsonl"
+        llm_id, baseline_id = batch_run_id(out, MODEL), batch_run_id(out, "baseline")
+        llm_log = out / "runs" / llm_id / "events.jsonl"
 
         def hanging() -> bool:
             return llm_log.is_file() and any(
@@ -110,15 +113,13 @@ async def test_a_batch_on_ray_stopped_and_run_again(
 
         first = BatchRunner(spec, runs, executor, out, can_resume=False)
         batch = asyncio.create_task(first.run())
-        await _until(
-            lambda: (out / "runs/answer__baseline__s1/result.json").exists(), 60, "baseline"
-        )
+        await _until(lambda: (out / "runs" / baseline_id / "result.json").exists(), 60, "baseline")
         await _until(hanging, 60, "the model run's long command")
         batch.cancel()  # the batch stops: the run is told to stop and records it, resumable
         with pytest.raises(asyncio.CancelledError):
             await batch
         await _until(lambda: not log_is_live(llm_log), 30, "the run to end")
-        assert run_status(out, "answer__openai-test-model__s1").kind == "interrupted"
+        assert run_status(out, llm_id).kind == "interrupted"
 
         server.set_fallback("worker", worker_writing("42"))
         second = BatchRunner(spec, runs, executor, out)
@@ -127,11 +128,8 @@ async def test_a_batch_on_ray_stopped_and_run_again(
         if second.can_resume:  # carried on in its own folder
             assert any(isinstance(e, ev.RunResumed) for e in read_events(llm_log))
         else:  # started afresh, the dead attempt set aside
-            assert (out / "retired" / "answer__openai-test-model__s1__a1").is_dir()
-        assert (
-            "run finished (submitted)"
-            in (out / "logs" / "answer__openai-test-model__s1.log").read_text()
-        )
+            assert (out / "retired" / f"{llm_id}__a1").is_dir()
+        assert "run finished (submitted)" in (out / "logs" / f"{llm_id}.log").read_text()
         groups = write_report(out, plots=False)
         assert [(g.model, g.runs, g.score_mean) for g in groups] == [
             ("baseline", 1, 1.0),
@@ -148,24 +146,24 @@ async def test_run_folders_come_back_from_a_node_without_the_shared_storage(
         spec = _spec(answer_task, out, server, ["baseline"])
         executor = RayExecutor(out)
         executor.token = "another-batch"  # the node finds no token of ours: not shared storage
-        progress = await BatchRunner(spec, expand(spec), executor, out, can_resume=False).run()
+        runs = expand(spec, run_names(out))
+        progress = await BatchRunner(spec, runs, executor, out, can_resume=False).run()
     assert progress.count("finished") == 1
-    result = json.loads((out / "runs" / "answer__baseline__s1" / "result.json").read_text())
+    run_dir = out / "runs" / batch_run_id(out, "baseline")
+    result = json.loads((run_dir / "result.json").read_text())
     assert result["score"] == 1.0
-    assert (
-        out / "runs" / "answer__baseline__s1" / "workspace" / "answer.txt"
-    ).read_text() == "42\n"
+    assert (run_dir / "workspace" / "answer.txt").read_text() == "42\n"
     # The task folder went to the node by its content hash, hidden files and all, into
     # the node's cache (not the workspace); where the run ran is in its result and log.
     [copy] = list(ray_cluster.iterdir())
     assert (copy / "task.toml").is_file()
-    workspace = out / "runs/answer__baseline__s1/workspace"
+    workspace = run_dir / "workspace"
     assert not any(p.name in ("check.py", "expected.txt") for p in workspace.rglob("*"))
     node_id = ray.get_runtime_context().get_node_id()
     assert result["node"]["node_id"] == node_id
-    [placement] = json.loads((out / "runs/answer__baseline__s1/placement.json").read_text())
+    [placement] = json.loads((run_dir / "placement.json").read_text())
     assert placement["node_id"] == node_id and placement["outcome"] == ""
-    log = (out / "logs/answer__baseline__s1.log").read_text()
+    log = (out / "logs" / f"{run_dir.name}.log").read_text()
     assert log.startswith("[mlra batch] attempt 1: start")
     assert f"[mlra batch] on {result['node']['host']} (node {node_id[:8]})" in log
 
@@ -175,7 +173,7 @@ async def test_a_run_on_a_node_without_the_batch_folder_is_stopped_brought_back_
     ray_cluster: Path, tmp_path: Path, answer_task: Path
 ) -> None:
     out = tmp_path / "b"
-    run_id = "answer__openai-test-model__s1"
+    run_id = batch_run_id(out, MODEL)
     script = {
         "supervisor:fallback": supervisor_fallback(),
         "worker:fallback": turn("Waiting.", call("bash", command="sleep 30", timeout=60)),
@@ -189,7 +187,8 @@ async def test_a_run_on_a_node_without_the_batch_folder_is_stopped_brought_back_
         def in_long_command() -> bool:  # the log grows while the run runs, here on the driver
             return log.is_file() and "sleep 30" in log.read_text()
 
-        batch = asyncio.create_task(BatchRunner(spec, expand(spec), executor, out).run())
+        runs = expand(spec, run_names(out))
+        batch = asyncio.create_task(BatchRunner(spec, runs, executor, out).run())
         await _until(in_long_command, 90, "the run's long command in its live log")
         assert not (out / "runs" / run_id).exists()  # the folder is on the node until the end
         batch.cancel()  # Ctrl-C: the run records its stop on the node and comes back
@@ -198,7 +197,7 @@ async def test_a_run_on_a_node_without_the_batch_folder_is_stopped_brought_back_
         assert run_status(out, run_id).kind == "interrupted"
 
         server.set_fallback("worker", worker_writing("42"))
-        progress = await BatchRunner(spec, expand(spec), executor, out).run()
+        progress = await BatchRunner(spec, expand(spec, run_names(out)), executor, out).run()
         assert progress.count("finished") == 1
     events = read_events(out / "runs" / run_id / "events.jsonl")
     assert any(isinstance(e, ev.RunResumed) for e in events)  # resumed from the folder sent
@@ -271,7 +270,7 @@ def test_placement_a_batch_asks_for_per_task_and_per_batch(
             },
         }
     )
-    [run] = expand(spec)
+    [run] = expand(spec, run_names(tmp_path))
     assert run.resources.custom == {"pool": 1, "nodeB": 1}
     assert run.resources.labels == {"zone": "a"}
     assert run.resources.accelerator_type == "A100"
@@ -371,10 +370,10 @@ async def test_attempts_lost_with_a_node_count_within_max_attempts(
         tasks=[str(answer_task)], models=["baseline"], isolation="none", max_attempts=2
     )
     out = tmp_path / "b"
-    runner = BatchRunner(spec, expand(spec), _LosesFirstAttempts(1), out)
+    runner = BatchRunner(spec, expand(spec, run_names(out)), _LosesFirstAttempts(1), out)
     progress = await runner.run()
     assert progress.count("finished") == 1 and progress.lost == 1
-    run_id = "answer__baseline__s1"
+    run_id = batch_run_id(out, "baseline")
     [lost] = read_placements(out / "retired" / f"{run_id}__a1")
     assert (lost.host, lost.outcome) == ("nodeB", "node lost")
     assert any(
@@ -382,7 +381,9 @@ async def test_attempts_lost_with_a_node_count_within_max_attempts(
     )
 
     out2 = tmp_path / "b2"
-    progress = await BatchRunner(spec, expand(spec), _LosesFirstAttempts(2), out2).run()
+    runs = expand(spec, run_names(out2))
+    progress = await BatchRunner(spec, runs, _LosesFirstAttempts(2), out2).run()
+    run_id = batch_run_id(out2, "baseline")
     status = progress.statuses[run_id]
     assert (status.kind, status.reason, status.attempts) == ("failed", "node lost", 2)
     write_report(out2, plots=False)

@@ -23,6 +23,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
+from tests.batch.naming import batch_run_id
 from tests.batch.ray_cluster import (
     RayCluster,
     RayNode,
@@ -122,7 +123,7 @@ def test_a_user_made_task_scores_on_both_nodes(cluster: RayCluster, user_task: P
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     clean(proc)
     found = results(out)
-    assert sorted(found) == [f"answer__baseline__s{seed}" for seed in range(1, 5)]
+    assert sorted(found) == sorted(batch_run_id(out, "baseline", seed) for seed in range(1, 5))
     assert all(r["score"] == 1.0 for r in found.values())
     head, node_b = cluster.node_id("head"), cluster.node_id("nodeB")
     assert {node_of(r) for r in found.values()} == {head, node_b}
@@ -176,9 +177,10 @@ def test_a_request_no_node_can_hold_is_refused_in_one_line(
     assert named in refusal and "nodes have" in refusal, refusal
     # The run that never started is a row of the report, with its reason.
     rows = json.loads((out / "report.json").read_text())["runs"]
-    assert [(r["run_id"], r["started"]) for r in rows] == [("answer__baseline__s1", False)]
+    run_id = batch_run_id(out, "baseline")
+    assert [(r["run_id"], r["started"]) for r in rows] == [(run_id, False)]
     again = mlra_cli(["report", str(out)], cwd=cluster.hidden)
-    assert again.returncode == 0 and "answer__baseline__s1" in (out / "report.md").read_text()
+    assert again.returncode == 0 and run_id in (out / "report.md").read_text()
 
 
 @pytest.mark.parametrize("case", ["nothing-listens", "silent", "ray-client", "wrong-token"])
@@ -246,7 +248,7 @@ def test_a_run_stopped_on_the_node_without_the_disk_resumes_there(
                 driver.kill()
                 driver.communicate()
         assert "Traceback" not in stdout + stderr, stdout[-2000:] + stderr[-2000:]
-        run_dir = out / "runs" / f"answer__{MODEL.replace('/', '-')}__s1"
+        run_dir = out / "runs" / batch_run_id(out, MODEL)
         # Came back from the node, stopped by the user and not evaluated: resumable.
         (ended,) = [
             e for e in read_events(run_dir / "events.jsonl") if isinstance(e, ev.RunFinished)
@@ -294,7 +296,7 @@ def test_a_node_killed_mid_run_costs_one_attempt_and_is_reported(
     assert driver.returncode == 0, stdout[-3000:] + stderr[-3000:]
     assert "Traceback" not in stdout + stderr
     found = results(out)
-    assert sorted(found) == [f"answer__openai-test-model__s{seed}" for seed in (1, 2)]
+    assert sorted(found) == sorted(batch_run_id(out, MODEL, seed) for seed in (1, 2))
     assert all(r["score"] == 1.0 for r in found.values())
     (lost,) = [p for p in (out / "retired").iterdir()]
     run_id = lost.name.rsplit("__a", 1)[0]

@@ -6,8 +6,10 @@ from pathlib import Path
 
 from mlra.batch.executors import Job
 from mlra.batch.report import write_report
+from mlra.batch.run_ids import run_names
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchSpec, expand
+from tests.batch.naming import batch_run_id
 from tests.batch.test_batch_ray import _LosesFirstAttempts
 
 
@@ -35,7 +37,8 @@ async def test_a_retried_run_placed_on_a_node_still_counts_its_retry(
         tasks=[str(answer_task)], models=["baseline"], isolation="none", max_attempts=2
     )
     executor = _NotesRetriesWhenPlaced()
-    runner = BatchRunner(spec, expand(spec), executor, tmp_path / "b")
+    out = tmp_path / "b"
+    runner = BatchRunner(spec, expand(spec, run_names(out)), executor, out)
     executor.runner = runner
     progress = await runner.run()
     assert progress.count("finished") == 1
@@ -49,8 +52,9 @@ async def test_an_attempts_header_says_when_it_was_queued_not_that_it_started(
     start 40 s before the run started (the node's line says when it did)."""
     spec = BatchSpec(tasks=[str(answer_task)], models=["baseline"], isolation="none")
     out = tmp_path / "b"
-    await BatchRunner(spec, expand(spec), _LosesFirstAttempts(0), out).run()
-    first = (out / "logs" / "answer__baseline__s1.log").read_text().splitlines()[0]
+    await BatchRunner(spec, expand(spec, run_names(out)), _LosesFirstAttempts(0), out).run()
+    log = out / "logs" / f"{batch_run_id(out, 'baseline')}.log"
+    first = log.read_text().splitlines()[0]
     assert first.startswith("[mlra batch] attempt 1: start, queued ") and first.endswith(" UTC")
 
 
@@ -62,9 +66,10 @@ async def test_an_attempt_lost_with_its_node_is_not_said_to_have_never_started(
         tasks=[str(answer_task)], models=["baseline"], isolation="none", max_attempts=2
     )
     out = tmp_path / "b"
-    await BatchRunner(spec, expand(spec), _LosesFirstAttempts(1), out).run()
+    await BatchRunner(spec, expand(spec, run_names(out)), _LosesFirstAttempts(1), out).run()
     write_report(out, plots=False)
     report = (out / "report.md").read_text()
     assert "Never started" not in report
     assert "lost with its node before its run folder came back" in report
-    assert "- answer__baseline__s1 (attempt 1): node lost: NodeDiedError: gone" in report
+    run_id = batch_run_id(out, "baseline")
+    assert f"- {run_id} (attempt 1): node lost: NodeDiedError: gone" in report

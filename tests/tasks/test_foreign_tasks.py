@@ -509,12 +509,13 @@ def test_a_batch_takes_foreign_folders_and_yaml_it_cannot_read_is_said(
 ) -> None:
     """A batch names foreign folders as it names task folders (each run an ordinary
     `mlra run PATH`); an environment.yml that is no YAML is an unknown requirement."""
+    from mlra.batch.run_ids import run_names
     from mlra.batch.spec import expand, parse_spec, run_command
     from mlra.tasks.foreign.requirements import check, summary
 
     source = mlagentbench_task(tmp_path)
     batch = parse_spec({"tasks": [str(source)], "models": ["baseline"], "seeds": 2})
-    runs = expand(batch)
+    runs = expand(batch, run_names(tmp_path / "b"))
     assert [r.task_name for r in runs] == ["mlagentbench-tiny-mab"] * 2
     assert run_command(runs[0], batch, tmp_path, python="python")[3:5] == [
         "run",
