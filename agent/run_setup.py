@@ -16,6 +16,10 @@ from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 
 
+BATCH_MARKERS = ("batch.json", ".mlra-batch-key")
+"""Files a batch folder holds (batch/): a run whose runs folder lies in one hides it."""
+
+
 def new_run_id(task: str) -> str:
     """When and what, for people; and 64 random bits, so that no one (an agent that
     knows the task and roughly when it started included) can name another run's folder."""
@@ -59,6 +63,11 @@ def sandbox_spec(task: TaskSpec, config: RunConfig, run_dir: Path) -> SandboxSpe
     # The task folders (hidden test data) and the runs folder (other runs' logs)
     # must not be readable from inside, even where the host file system is.
     hide = [*task.hidden_paths(), task.root.parent, run_dir.parent]
+    batch = run_dir.parent.parent
+    if any((batch / marker).exists() for marker in BATCH_MARKERS):
+        # A batch's folder holds its neighbours' logs and the key their ids come from;
+        # it may lie where the sandbox shows the host (under /usr/local, in the venv).
+        hide.append(batch)
     return SandboxSpec(
         network=task.resources.network,
         env={**task.sandbox.env, **config.env},

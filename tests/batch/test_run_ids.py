@@ -7,8 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import stat
+import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -181,15 +184,28 @@ def _bwrap_problem() -> str | None:
     return isolation_problem()
 
 
+@pytest.fixture(params=["tmp", "shown"])
+def batch_out(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Path]:
+    """Where the batch folder lies: an ordinary folder, or one inside a tree the sandbox
+    shows read-only (the Python environment; /usr/local is another), where only the
+    batch folder's own mask keeps the neighbours' logs and the key out of sight."""
+    if request.param == "tmp":
+        yield tmp_path / "b"
+        return
+    out = Path(sys.prefix) / f"mlra-test-batch-{os.getpid()}-{threading.get_ident()}"
+    yield out
+    shutil.rmtree(out, ignore_errors=True)
+
+
 @pytest.mark.skipif(_bwrap_problem() is not None, reason=_bwrap_problem() or "")
 def test_a_batch_run_reaches_neither_its_neighbour_nor_the_key(
-    tmp_path: Path, answer_task: Path
+    tmp_path: Path, answer_task: Path, batch_out: Path
 ) -> None:
     """Two runs of one batch side by side (root, default isolation): each agent knows the
     batch folder's host path and tries its key, its runs folder and every folder above
     its workspace; neither learns the key or the other's id, and both still score."""
     (tmp_path / "answer_task").symlink_to(answer_task)
-    out = tmp_path / "b"
+    out = batch_out
     probe = (
         f"cat {out}/{KEY_FILE}; ls -a {out} {out}/runs {out}/logs; ls -a .. ../.. ../../..; "
         f"ls /proc/*/cwd/..; find / -name '{KEY_FILE}*' -not -path '/proc/*' 2>/dev/null; "

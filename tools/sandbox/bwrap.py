@@ -222,10 +222,13 @@ def bwrap_argv(
                 real = str(shown.resolve())
                 argv += [flag, real, real]
     shown_roots = [*python_roots(), *(Path(p).resolve() for p in [*read_only, *read_write])]
-    for path in hide:
+    masks = {Path(path).resolve() for path in hide}
+    for real in sorted(masks):
         # Only what would otherwise show needs a mask; one elsewhere would only
-        # make an empty folder appear at a host path the sandbox cannot see.
-        real = Path(path).resolve()
+        # make an empty folder appear at a host path the sandbox cannot see. One inside
+        # another mask is hidden by it already (and mounted first, would be buried).
+        if any(parent in masks for parent in real.parents):
+            continue
         if _under_system(real) or any(real == r or r in real.parents for r in shown_roots):
             argv += mask_args(real)
     argv += [
@@ -233,6 +236,10 @@ def bwrap_argv(
     ]  # fmt: skip
     for original, rel in read_only_mounts(workspace, read_only_files or {}):
         argv += ["--ro-bind", original, f"{INSIDE_WORKDIR}/{rel}"]
+    argv += ["--dir", INSIDE_HOME]
+    # Masks and /dev are tmpfs mounts, writable until made read-only: RAM with no bound.
+    for mask in _tmpfs_masks(argv):
+        argv += ["--remount-ro", mask]
     argv += [
         "--dir", INSIDE_HOME,
         "--remount-ro", "/",
@@ -240,6 +247,22 @@ def bwrap_argv(
         "--",
     ]  # fmt: skip
     return [*argv, *prefix, *command]
+
+
+WRITABLE_TMPFS = ("/tmp", "/dev/shm")
+
+
+def _size_args(mb: int | None, sized: bool) -> list[str]:
+    return ["--size", str(mb * 1024 * 1024)] if mb and sized else []
+
+
+def _tmpfs_masks(argv: Sequence[str]) -> list[str]:
+    """The tmpfs mounts in `argv` other than /tmp and /dev/shm: the masks."""
+    return [
+        argv[i + 1]
+        for i, arg in enumerate(argv[:-1])
+        if arg == "--tmpfs" and argv[i + 1] not in WRITABLE_TMPFS
+    ]
 
 
 def isolation_problem(search_path: str | None = None) -> str | None:
