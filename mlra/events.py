@@ -60,9 +60,27 @@ class LimitsInForce(BaseModel):
     """The resource limits a sandbox actually applies, as recorded in `run_started`."""
 
     memory_mb: int | None = None
+    """For all of the sandbox's commands together under a cgroup or a container (`via`);
+    per process under rlimits. None: no limit."""
     cpus: float | None = None
     pids: int | None = None
     file_size_mb: int | None = None
+    """The largest file a command may write (RLIMIT_FSIZE)."""
+    tmp_mb: int | None = None
+    """The size bound of the sandbox's /tmp (a tmpfs, in RAM); None: none of its own."""
+    shm_mb: int | None = None
+    """The size bound of its /dev/shm (a tmpfs, in RAM); None: none of its own."""
+    tmpfs_counted: bool | None = None
+    """Whether what /tmp and /dev/shm hold is charged to `memory_mb` (the cgroup's or the
+    container's); None where they are the host's own (isolation none)."""
+    disk_mb: int | None = None
+    """The workspace's disk quota (its files' blocks on disk), checked every
+    `disk_check_s` while the sandbox runs and before mlra writes there; None: no quota."""
+    disk_check_s: float | None = None
+    """How often, at most, the workspace's use is measured (longer while a scan is slow)."""
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Where each limit came from ("memory_mb": "--memory", "the task's [resources]",
+    "default: ..."), so a default reads as one in the log."""
     via: str
     """How they are applied: "cgroup v2", "cgroup v1", "rlimit", "docker" or "none"."""
     notes: list[str] = Field(default_factory=list)

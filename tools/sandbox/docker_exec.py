@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import tarfile
+import os
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from mlra.tools.sandbox.base import SandboxError
@@ -23,24 +23,40 @@ from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import RunningCommand
 
 CONTROL_DIR = "/tmp/.mlra"
-"""Where the wrapper keeps each command's session id and stdin, inside the container."""
+"""Where the wrapper keeps each command's session id, inside the container."""
+STDIN_DIR = "/run/mlra-stdin"
+"""Where each command's stdin is, inside the container: a host folder mlra writes and
+the container sees read-only (`docker cp` cannot write into /tmp, a tmpfs, nor into a
+read-only root)."""
 KILL_WAIT_S = 5.0
 
 WRAPPER = r"""
-d=/tmp/.mlra; t=$1; shift
-if [ -f "$d/$t.in" ]; then exec 3<"$d/$t.in"; else exec 3</dev/null; fi
+d=/tmp/.mlra; t=$1; mb=$2; shift 2
+oom() {
+  for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
+    [ -r "$f" ] && while read -r k v; do [ "$k" = oom_kill ] && { echo "$v"; return; }; done < "$f"
+  done
+  echo 0
+}
+o=$(oom)
+if [ -f "/run/mlra-stdin/$t.in" ]; then exec 3<"/run/mlra-stdin/$t.in"; else exec 3</dev/null; fi
 setsid "$@" <&3 3<&- &
 pid=$!
 echo "$pid" > "$d/$t.pid"
 exec 3<&-
 wait "$pid"; rc=$?
 kill -KILL -"$pid" 2>/dev/null
-rm -f "$d/$t.pid" "$d/$t.in"
+rm -f "$d/$t.pid"
+if [ -n "$mb" ] && [ "$(oom)" -gt "$o" ]; then
+  echo "[the sandbox's memory limit of $mb MB was exceeded: the kernel killed a process of this command]" >&2
+fi
 exit "$rc"
 """
 """Runs the command in a new session (an asynchronous list of a non-interactive
 shell is not a group leader, so `setsid` needs no fork and `$!` is the session's
-id) and kills what it left behind once it ends."""
+id), kills what it left behind once it ends, and says so when the container's
+memory limit (`$2` MB, empty for none) killed a process meanwhile (the cgroup's
+oom_kill count went up: the same words as the local sandbox's note)."""
 
 _KILL = r"""
 f=/tmp/.mlra/$1.pid; i=0
@@ -100,6 +116,7 @@ class DockerExec(RunningCommand):
         token: str,
         sink: OutputSink,
         signals: SessionSignals,
+        stdin_dir: Path | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
@@ -108,6 +125,7 @@ class DockerExec(RunningCommand):
         self.container = container
         self.uid, self.gid = uid, gid
         self.token = token
+        self.stdin_dir = stdin_dir
         self.loop = loop
         self.signals = signals
         self.exec_id: str | None = None
@@ -119,7 +137,7 @@ class DockerExec(RunningCommand):
         """Create and start the exec (blocking; run in a thread) and start its reader."""
         try:
             if stdin is not None:
-                self.container.put_archive(CONTROL_DIR, self._stdin_archive(stdin))
+                self._write_stdin(stdin)
             self.exec_id = self.client.api.exec_create(
                 self.container.id, argv, stdout=True, stderr=True, stdin=False, tty=False,
                 environment=env, workdir=cwd, user=f"{self.uid}:{self.gid}",
@@ -132,16 +150,28 @@ class DockerExec(RunningCommand):
             ) from None
         threading.Thread(target=self._read, name=f"docker-exec-{self.token}", daemon=True).start()
 
-    def _stdin_archive(self, stdin: bytes) -> bytes:
+    def _write_stdin(self, stdin: bytes) -> None:
         """The command's stdin as a file the wrapper opens: an exec's own stdin would
         need a hijacked socket the reader thread cannot share."""
-        info = tarfile.TarInfo(f"{self.token}.in")
-        info.size, info.mode = len(stdin), 0o600
-        info.uid, info.gid = self.uid, self.gid
-        buf = io.BytesIO()
-        with tarfile.open(fileobj=buf, mode="w") as tar:
-            tar.addfile(info, io.BytesIO(stdin))
-        return buf.getvalue()
+        if self.stdin_dir is None:
+            raise SandboxError("this container takes no stdin")
+        fd = os.open(
+            self.stdin_dir / f"{self.token}.in",
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+            0o600,
+        )
+        try:
+            if os.geteuid() == 0:
+                os.fchown(fd, self.uid, self.gid)
+            with os.fdopen(fd, "wb", closefd=False) as f:
+                f.write(stdin)
+        finally:
+            os.close(fd)
+
+    def forget_stdin(self) -> None:
+        if self.stdin_dir is not None:
+            with contextlib.suppress(OSError):
+                (self.stdin_dir / f"{self.token}.in").unlink()
 
     def _read(self) -> None:
         try:

@@ -7,6 +7,11 @@ given, and an environment built from nothing (no API keys). Files are read and
 written host-side through the bind mount, so the tools and the Files pane work
 as with the local sandbox.
 
+Its root file system is read-only: what a command can write is the workspace
+(under its disk quota, disk_quota.py) and /tmp and /dev/shm, tmpfs mounts bounded
+in size and charged to the container's memory limit, which every container has
+(the task's, the user's or the machine's default: default_limits.py).
+
 This module holds the container's life cycle; the checks before a run and the
 removal of leftovers are in docker_preflight.py, each command's exec and its
 signals in docker_exec.py, and the container's stats in docker_stats.py.
@@ -21,6 +26,8 @@ import contextlib
 import logging
 import os
 import secrets
+import shutil
+import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,9 +43,12 @@ from mlra.tools.sandbox.base import (
     SandboxUsage,
     read_only_mounts,
 )
+from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
+from mlra.tools.sandbox.disk_quota import CHECK_INTERVAL_S, WorkspaceQuota
 from mlra.tools.sandbox.docker_exec import (
     CONTROL_DIR,
     KILL_WAIT_S,
+    STDIN_DIR,
     WRAPPER,
     DockerExec,
     SessionSignals,
@@ -83,6 +93,26 @@ INSIDE_HOME = "/tmp/home"
 DEFAULT_PIDS_LIMIT = 8192
 FALLBACK_UID = 1000
 
+_KILL_ALL_BUT = r"""
+keep=" 1 $1 $$ "; i=0
+while [ $i -lt 100 ]; do
+  found=
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$keep" in *" $p "*) continue;; esac
+    read -r s < "$d/stat" 2>/dev/null || continue
+    case "${s##*) }" in Z*|X*) continue;; esac
+    kill -KILL "$p" 2>/dev/null && found=1
+  done
+  [ -z "$found" ] && exit 0
+  i=$((i+1))
+done
+exit 1
+"""
+"""SIGKILL every process in the container but its init, its main process ($1) and
+itself, again until none is left (one may fork meanwhile): every command, job and
+daemon, while the container stays up for the next command."""
+
 
 class DockerSandbox(Sandbox):
     """One container per run; see the module's docstring for what it confines."""
@@ -112,6 +142,17 @@ class DockerSandbox(Sandbox):
         self._paused = False
         self._signals = SessionSignals(lambda: self.container, f"{self.uid}:{self.gid}")
         self._stats = StatsReader()
+        sources = dict(spec.limit_sources)
+        memory = memory_for(spec.memory_mb, sources.get("memory_mb"))
+        disk = disk_for(spec.disk_mb, sources.get("disk_mb"), self.workspace)
+        sources["memory_mb"], sources["disk_mb"] = memory.source, disk.source
+        self.memory_mb = memory.mb
+        self.tmp_mb, self.shm_mb = tmpfs_bounds(memory.mb) if memory.mb else (None, None)
+        self._sources = sources
+        self._quota = WorkspaceQuota(self.workspace, disk.mb) if disk.mb else None
+        self._stdin_dir: Path | None = None
+        self._main_pid: str | None = None
+        """The container's main process (`sleep infinity`), the one a quota stop spares."""
 
     @property
     def workdir(self) -> str:
@@ -123,12 +164,28 @@ class DockerSandbox(Sandbox):
 
     @property
     def limits(self) -> LimitsInForce:
+        quota = self._quota
+        enforced = quota is not None and quota.enforced
+        notes = [] if quota is None or quota.problem is None else [quota.problem]
         return LimitsInForce(
-            memory_mb=self.spec.memory_mb,
+            memory_mb=self.memory_mb,
             cpus=self.spec.cpus,
             pids=self.pids_limit,
+            tmp_mb=self.tmp_mb,
+            shm_mb=self.shm_mb,
+            tmpfs_counted=self.memory_mb is not None,
+            disk_mb=quota.limit_mb if quota is not None and enforced else None,
+            disk_check_s=CHECK_INTERVAL_S if enforced else None,
+            sources=self._sources,
             via="docker",
+            notes=notes,
         )
+
+    def claim_disk(self, nbytes: int) -> str | None:
+        return None if self._quota is None else self._quota.claim(nbytes)
+
+    def disk_room(self) -> int | None:
+        return None if self._quota is None else self._quota.room()
 
     @property
     def gpu_ids(self) -> list[str] | None:
@@ -156,7 +213,12 @@ class DockerSandbox(Sandbox):
         async with self._start_lock:
             if self.container is not None:
                 return []
-            return await asyncio.to_thread(self._start)
+            notices = await asyncio.to_thread(self._start)
+            if self._quota is not None:
+                over = await self._quota.start(self._stop_for_quota)
+                if over is not None:
+                    notices.append(over)
+            return notices
 
     def _start(self) -> list[str]:
         import docker.errors
@@ -177,9 +239,13 @@ class DockerSandbox(Sandbox):
             if entry.startswith("PATH="):
                 self._path = entry[len("PATH=") :]
         self._own_workspace()
+        self._stdin_dir = Path(tempfile.mkdtemp(prefix="mlra-stdin-"))
+        if os.geteuid() == 0:
+            os.chown(self._stdin_dir, self.uid, self.gid)
         try:
             self.container = self.client.containers.run(**self._container_args())
         except docker.errors.APIError as exc:
+            self._forget_stdin_dir()
             raise self._explain(exc) from None
         refused = refused_env_names(self.spec.env)
         if refused:
@@ -193,12 +259,20 @@ class DockerSandbox(Sandbox):
         if code != 0:
             self._remove()
             raise SandboxError(f"the container cannot be prepared: {out.decode(errors='replace')}")
+        # Read before any command of the agent's runs, so it names the real one.
+        code, out = self.container.exec_run(
+            ["cat", "/proc/1/task/1/children"], user=f"{self.uid}:{self.gid}"
+        )
+        first = out.decode(errors="replace").split()[:1]
+        self._main_pid = first[0] if code == 0 and first and first[0].isdigit() else None
         return notices
 
     def _container_args(self) -> dict[str, Any]:
         import docker.types
 
         volumes = {str(self.workspace): {"bind": INSIDE_WORKDIR, "mode": "rw"}}
+        if self._stdin_dir is not None:
+            volumes[str(self._stdin_dir)] = {"bind": STDIN_DIR, "mode": "ro"}
         for shown in self.spec.read_only:
             if shown.exists():
                 real = str(shown.resolve())
@@ -222,10 +296,17 @@ class DockerSandbox(Sandbox):
             "security_opt": ["no-new-privileges"],
             "network_mode": "bridge" if self.spec.network else "none",
             "pids_limit": self.pids_limit,
+            # Nothing outside the workspace and the RAM-backed /tmp, /dev/shm is
+            # writable: the image's own layer would be disk with no quota.
+            "read_only": True,
         }
-        if self.spec.memory_mb:
-            args["mem_limit"] = f"{int(self.spec.memory_mb)}m"
-            args["memswap_limit"] = f"{int(self.spec.memory_mb)}m"  # no swap on top
+        if self.memory_mb:
+            args["mem_limit"] = f"{int(self.memory_mb)}m"
+            args["memswap_limit"] = f"{int(self.memory_mb)}m"  # no swap on top
+        tmp = f",size={self.tmp_mb}m" if self.tmp_mb else ""
+        args["tmpfs"] = {"/tmp": f"rw,exec,nosuid,nodev,mode=1777{tmp}"}
+        if self.shm_mb:
+            args["shm_size"] = f"{self.shm_mb}m"
         if self.spec.cpus:
             args["nano_cpus"] = int(self.spec.cpus * 1e9)
         ids = self.gpu_ids
@@ -260,6 +341,8 @@ class DockerSandbox(Sandbox):
         os.chown(self.workspace, self.uid, self.gid)
 
     async def close(self) -> None:
+        if self._quota is not None:
+            await self._quota.close()
         for running in list(self._running):
             with contextlib.suppress(Exception):
                 await running.kill()
@@ -267,6 +350,31 @@ class DockerSandbox(Sandbox):
         await self._signals.settle()
         if self.container is not None:
             await asyncio.to_thread(self._remove)
+        self._forget_stdin_dir()
+
+    def _forget_stdin_dir(self) -> None:
+        if self._stdin_dir is not None:
+            shutil.rmtree(self._stdin_dir, ignore_errors=True)
+            self._stdin_dir = None
+
+    async def _stop_for_quota(self) -> None:
+        """Over the disk quota: kill every process in the container but its init and
+        main process, so the container stays up for the agent to delete files."""
+        for running in list(self._running):
+            if self._main_pid is None:  # no way to spare the main process: sessions only
+                with contextlib.suppress(Exception):
+                    await running.kill()
+        if self._main_pid is not None:
+            await asyncio.to_thread(self._kill_all_but_main)
+
+    def _kill_all_but_main(self) -> None:
+        container = self.container
+        if container is None or self._main_pid is None:
+            return
+        with contextlib.suppress(Exception):
+            container.exec_run(
+                ["sh", "-c", _KILL_ALL_BUT, "sh", self._main_pid], user=f"{self.uid}:{self.gid}"
+            )
 
     async def stop_processes(self) -> None:
         """Kill everything in the container, daemons that left their session included.
@@ -391,13 +499,15 @@ class DockerSandbox(Sandbox):
             token=token,
             sink=sink,
             signals=self._signals,
+            stdin_dir=self._stdin_dir,
         )
+        stops_before = self._quota.stops if self._quota is not None else 0
         self._running.add(running)
         try:
             try:
                 await asyncio.to_thread(
                     running.begin,
-                    ["sh", "-c", WRAPPER, "sh", token, *command],
+                    ["sh", "-c", WRAPPER, "sh", token, str(self.memory_mb or ""), *command],
                     inside_cwd,
                     self._env(inside_cwd, env),
                     stdin,
@@ -410,9 +520,17 @@ class DockerSandbox(Sandbox):
             exit_code = await asyncio.to_thread(running.exit_code)
         finally:
             self._running.discard(running)
+            running.forget_stdin()
+        output = sink.text()
+        note = None if self._quota is None else self._quota.note_since(stops_before)
+        if note is not None:
+            output = f"{output.rstrip()}\n{note}\n"
+            if on_output is not None:
+                with contextlib.suppress(Exception):
+                    on_output("stderr", f"{note}\n")
         return ExecResult(
             exit_code=exit_code,
-            output=sink.text(),
+            output=output,
             duration_s=round(time.monotonic() - started, 3),
             timed_out=timed_out,
             killed=timed_out,

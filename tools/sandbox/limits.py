@@ -18,8 +18,9 @@ import secrets
 import shlex
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Literal
 
 from mlra.events import LimitsInForce
 
@@ -32,16 +33,31 @@ DEFAULT_FILE_SIZE_MB = 64 * 1024
 
 MEMORY_HINTS = ("MemoryError", "Cannot allocate memory", "std::bad_alloc", "out of memory")
 
+TmpfsKind = Literal["sized", "unsized", "host"]
+"""The sandbox's /tmp and /dev/shm: tmpfs mounts of its own, bounded by `--size`
+("sized") or not (a bubblewrap older than 0.9: "unsized"), or the host's ("host":
+no bubblewrap)."""
+
 
 class SandboxLimits:
     """The limits of one sandbox's commands and the cgroup (if any) that holds them."""
 
     def __init__(
-        self, *, memory_mb: int | None, pids: int | None, file_size_mb: int | None
+        self,
+        *,
+        memory_mb: int | None,
+        pids: int | None,
+        file_size_mb: int | None,
+        tmp_mb: int | None = None,
+        shm_mb: int | None = None,
+        sources: Mapping[str, str] | None = None,
     ) -> None:
         self.memory_mb = memory_mb
         self.pids = pids
         self.file_size_mb = file_size_mb
+        self.tmp_mb = tmp_mb
+        self.shm_mb = shm_mb
+        self.sources = dict(sources or {})
         self._groups: dict[str, Path] = {}
         """controller ("memory", "pids", or "" for a v2 group holding both) -> its folder."""
         self.version: int | None = None
@@ -49,7 +65,10 @@ class SandboxLimits:
 
     # --- setting up ---------------------------------------------------------------------
 
-    def setup(self) -> LimitsInForce:
+    def setup(self, *, tmpfs: TmpfsKind = "host", bwrap_version: str = "") -> LimitsInForce:
+        """Make the cgroup (where one can be had) and record what holds; `tmpfs` says
+        what the sandbox's /tmp and /dev/shm are (`bwrap_version` names the binary that
+        could not size them)."""
         # Named after this process, so a later mlra can tell the groups of one that was
         # killed (and never removed them) from those of one still running.
         name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
@@ -70,15 +89,37 @@ class SandboxLimits:
             notes.append(
                 "memory is limited per process (RLIMIT_DATA), not for all commands together"
             )
+        counted = memory_by == "cgroup" and tmpfs != "host"
+        notes += self._tmpfs_notes(tmpfs, counted, bwrap_version)
         via = f"cgroup v{self.version}" if self.version else "rlimit"
+        sized = tmpfs == "sized"
         self.in_force = LimitsInForce(
             memory_mb=self.memory_mb,
             pids=self.pids if pids_by else None,
             file_size_mb=self.file_size_mb,
+            tmp_mb=self.tmp_mb if sized else None,
+            shm_mb=self.shm_mb if sized else None,
+            tmpfs_counted=None if tmpfs == "host" else counted and self.memory_mb is not None,
+            sources=self.sources,
             via=via,
             notes=notes,
         )
         return self.in_force
+
+    def _tmpfs_notes(self, tmpfs: TmpfsKind, counted: bool, bwrap_version: str) -> list[str]:
+        # Without bubblewrap /tmp is the host's, as the notice of no isolation says.
+        if self.memory_mb is None or tmpfs == "host" or counted:
+            return []
+        if tmpfs == "sized":
+            return [
+                "/tmp and /dev/shm are not counted in the memory limit (no cgroup); "
+                f"each is bounded by its own size ({self.tmp_mb} MB, {self.shm_mb} MB)"
+            ]
+        return [
+            "/tmp and /dev/shm are bounded by nothing but the host's RAM: no cgroup counts "
+            f"them, and bubblewrap {bwrap_version or '(this one)'} cannot size a tmpfs "
+            "(0.9 and later can)"
+        ]
 
     def _setup_v2(self, name: str) -> bool:
         if not (CGROUP_ROOT / "cgroup.controllers").exists():
@@ -131,6 +172,10 @@ class SandboxLimits:
                 with contextlib.suppress(OSError):
                     group.rmdir()
                 continue
+            if controller == "memory":
+                # No swap on top, where the kernel accounts it (swapaccount=1).
+                with contextlib.suppress(OSError):
+                    (group / "memory.memsw.limit_in_bytes").write_text(str(value))
             self._groups[controller] = group
             self.version = 1
 

@@ -11,6 +11,10 @@ Either way every command runs in its own process group, inside the sandbox's
 cgroup where one can be had, and nothing it started outlives it: when it ends,
 times out or is cancelled the whole group is killed with SIGKILL, so a stopped
 run leaves no training job holding the GPU.
+
+Every sandbox has a memory limit (its /tmp and /dev/shm counted where a cgroup can
+be had) and a disk quota for its workspace, by default derived from the machine
+(default_limits.py); the quota is watched while it runs (disk_quota.py).
 """
 
 from __future__ import annotations
@@ -37,8 +41,15 @@ from mlra.tools.sandbox.base import (
     SandboxError,
     SandboxSpec,
 )
+from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
+from mlra.tools.sandbox.disk_quota import CHECK_INTERVAL_S, WorkspaceQuota
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
-from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits
+from mlra.tools.sandbox.limits import (
+    DEFAULT_FILE_SIZE_MB,
+    DEFAULT_PIDS,
+    SandboxLimits,
+    TmpfsKind,
+)
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel
 
@@ -92,11 +103,22 @@ class LocalSandbox(Sandbox):
         )
         self._use_bwrap = self.bwrap is not None
         self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
+        sources = dict(spec.limit_sources)
+        memory = memory_for(spec.memory_mb, sources.get("memory_mb"))
+        disk = disk_for(spec.disk_mb, sources.get("disk_mb"), self.workspace)
+        sources["memory_mb"], sources["disk_mb"] = memory.source, disk.source
+        sources.setdefault("pids", "the sandbox's spec" if spec.pids_limit else "default")
+        sources.setdefault("file_size_mb", "the sandbox's spec" if spec.file_size_mb else "default")
+        tmp_mb, shm_mb = tmpfs_bounds(memory.mb) if memory.mb else (None, None)
         self._limits = SandboxLimits(
-            memory_mb=spec.memory_mb,
+            memory_mb=memory.mb,
             pids=spec.pids_limit or DEFAULT_PIDS,
             file_size_mb=spec.file_size_mb or DEFAULT_FILE_SIZE_MB,
+            tmp_mb=tmp_mb,
+            shm_mb=shm_mb,
+            sources=sources,
         )
+        self._quota = WorkspaceQuota(self.workspace, disk.mb) if disk.mb else None
         self._marker = secrets.token_hex(8)
         self._home: Path | None = None
         self._started = False
@@ -116,7 +138,19 @@ class LocalSandbox(Sandbox):
 
     @property
     def limits(self) -> LimitsInForce:
-        return self._limits.in_force
+        in_force = self._limits.in_force
+        quota = self._quota
+        if quota is None or not quota.enforced:
+            return in_force
+        return in_force.model_copy(
+            update={"disk_mb": quota.limit_mb, "disk_check_s": CHECK_INTERVAL_S}
+        )
+
+    def claim_disk(self, nbytes: int) -> str | None:
+        return None if self._quota is None else self._quota.claim(nbytes)
+
+    def disk_room(self) -> int | None:
+        return None if self._quota is None else self._quota.room()
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -149,7 +183,15 @@ class LocalSandbox(Sandbox):
             notices.append(f"{problem}, so {_UNCONFINED}")
         elif self.isolation_mode == "none":
             notices.append(f"isolation 'none' was asked for, so {_UNCONFINED}")
-        await asyncio.to_thread(self._limits.setup)
+        await asyncio.to_thread(
+            self._limits.setup, tmpfs=self._tmpfs_kind(), bwrap_version=self._bwrap_version()
+        )
+        if self._quota is not None:
+            if self._quota.problem is not None:
+                self._limits.in_force.notes.append(self._quota.problem)
+            over = await self._quota.start(self._stop_for_quota)
+            if over is not None:
+                notices.append(over)
         notices += [f"resource limits: {note}" for note in self._limits.in_force.notes]
         refused = refused_env_names(self.spec.env)
         if refused:
@@ -159,7 +201,27 @@ class LocalSandbox(Sandbox):
             )
         return notices
 
+    def _tmpfs_kind(self) -> TmpfsKind:
+        if not self._use_bwrap or self.bwrap is None:
+            return "host"
+        return "sized" if bw.supports_tmpfs_size(self.bwrap) else "unsized"
+
+    def _bwrap_version(self) -> str:
+        if self.bwrap is None:
+            return ""
+        return ".".join(str(n) for n in bw.bwrap_version(self.bwrap))
+
+    async def _stop_for_quota(self) -> None:
+        """Over the disk quota: kill every command and job, and what they left running
+        (the sandbox stays usable: the agent must be able to delete files)."""
+        for running in list(self._running):
+            await finish_despite_cancel(running.kill())
+        if not await asyncio.to_thread(self._limits.kill_all) and not self._use_bwrap:
+            await asyncio.to_thread(_kill_marked, self._marker)
+
     async def close(self) -> None:
+        if self._quota is not None:
+            await self._quota.close()
         await self.stop_processes()
         await asyncio.to_thread(self._limits.close)
         if self._home is not None:
@@ -223,6 +285,7 @@ class LocalSandbox(Sandbox):
             argv = [*self._limits.inside_prefix(self._prlimit), *command]
         argv = [*self._limits.outer_prefix(), *argv]
         oom_before = self._limits.oom_kills()
+        stops_before = self._quota.stops if self._quota is not None else 0
         result = await self._run(
             argv,
             timeout=timeout,
@@ -232,8 +295,13 @@ class LocalSandbox(Sandbox):
             stdin=stdin,
             preexec=self._limits.preexec(self._prlimit),
         )
-        note = self._limits.memory_note(result.output, result.exit_code, oom_before)
-        if note is not None:
+        notes = [
+            self._limits.memory_note(result.output, result.exit_code, oom_before),
+            None if self._quota is None else self._quota.note_since(stops_before),
+        ]
+        for note in notes:
+            if note is None:
+                continue
             result.output = f"{result.output.rstrip()}\n{note}\n"
             if on_output is not None:
                 with contextlib.suppress(Exception):
@@ -340,6 +408,8 @@ class LocalSandbox(Sandbox):
             hide=self.spec.hide_paths,
             prefix=self._limits.inside_prefix(self._prlimit),
             read_only_files=self.spec.read_only_files,
+            tmp_mb=self._limits.tmp_mb,
+            shm_mb=self._limits.shm_mb,
         )
 
 

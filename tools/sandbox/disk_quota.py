@@ -1,0 +1,204 @@
+"""The workspace's disk quota: measured while the sandbox runs, enforced by stopping it.
+
+No file system this runs on can be counted on for quotas of its own (project quotas
+need XFS or a prepared ext4), so the workspace's use is measured from outside: the
+blocks its files hold on disk (`st_blocks`, so a sparse file counts what it really
+takes and a hard link counts once), summed by `du` (no link followed, one file
+system, iterative however deep the tree). A scan of a small workspace costs about
+2 ms; a slow one spaces the next ones out (`SLOW_FACTOR` times its own time), so the
+watcher never takes more than a twentieth of a core.
+
+When the workspace holds more than its quota, every command and background job of
+the sandbox is stopped (the sandbox's `stop` callback) and each command that was
+stopped gets a line saying so, with what the workspace holds. While it stays over
+the quota only growth stops commands again, so the agent can still delete files.
+mlra's own writes into the workspace (`write_file`, clones) are refused up front
+when they would not fit.
+
+Between two scans a command can write more than the quota allows (at 1 GB/s, half a
+second is 500 MB): this bounds a run's disk, it is not a byte-exact quota.
+`RLIMIT_FSIZE` remains the cap on any one file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shutil
+import subprocess
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+MIB = 1024 * 1024
+CHECK_INTERVAL_S = 0.5
+SLOW_FACTOR = 20
+SCAN_TIMEOUT_S = 120.0
+GROWTH_SLACK = MIB
+"""While over the quota, growth by more than this stops commands again."""
+
+
+def _mb(nbytes: int) -> str:
+    return f"{nbytes / MIB:,.1f} MB"
+
+
+class WorkspaceQuota:
+    """One workspace's disk quota and the watcher that enforces it."""
+
+    def __init__(self, workspace: Path, limit_mb: int) -> None:
+        self.workspace = workspace
+        self.limit_mb = limit_mb
+        self.limit = limit_mb * MIB
+        self.du = shutil.which("du", path="/usr/bin:/bin")
+        self.used: int | None = None
+        """Bytes the workspace held at the last scan, plus what mlra wrote since."""
+        self.stops = 0
+        """How many times the watcher stopped the sandbox's commands."""
+        self.last_stop_note = ""
+        self._floor: int | None = None
+        """While over the quota: the least use seen since commands were last stopped."""
+        self._task: asyncio.Task[None] | None = None
+
+    @property
+    def enforced(self) -> bool:
+        return self.du is not None
+
+    @property
+    def problem(self) -> str | None:
+        """Why the quota cannot be enforced here, for the log's notes."""
+        if self.du is None:
+            return "the workspace's disk quota is not enforced: no `du` in /usr/bin or /bin"
+        return None
+
+    # --- measuring ----------------------------------------------------------------------
+
+    def measure(self) -> int | None:
+        """The blocks the workspace holds, in bytes (blocking); None if it cannot be read."""
+        if self.du is None:
+            return None
+        try:
+            result = subprocess.run(
+                [self.du, "-s", "-k", "-x", "-P", "."],
+                cwd=self.workspace,
+                capture_output=True,
+                timeout=SCAN_TIMEOUT_S,
+                check=False,
+            )
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return _parse(result.stdout)
+
+    async def measure_async(self) -> int | None:
+        """As `measure`, without holding a thread: du runs as a child process."""
+        if self.du is None:
+            return None
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.du, "-s", "-k", "-x", "-P", ".",
+                cwd=self.workspace,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+        except OSError:
+            return None
+        try:
+            out, _ = await asyncio.wait_for(proc.communicate(), SCAN_TIMEOUT_S)
+        except (TimeoutError, asyncio.CancelledError):
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.shield(proc.wait())
+            raise
+        return _parse(out)
+
+    # --- watching -----------------------------------------------------------------------
+
+    async def start(self, stop: Callable[[], Awaitable[None]]) -> str | None:
+        """Start watching; `stop` kills every command and job of the sandbox. Returns a
+        notice when the workspace is over its quota already."""
+        if self.du is None or self._task is not None:
+            return None
+        self.used = await self.measure_async()
+        notice = None
+        if self.used is not None and self.used > self.limit:
+            self._floor = self.used
+            notice = (
+                f"the workspace already holds {_mb(self.used)}, over its disk quota of "
+                f"{_mb(self.limit)}: commands are stopped if it grows"
+            )
+        self._task = asyncio.get_running_loop().create_task(self._watch(stop))
+        return notice
+
+    async def close(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+
+    async def _watch(self, stop: Callable[[], Awaitable[None]]) -> None:
+        while True:
+            began = time.monotonic()
+            used = await self.measure_async()
+            took = time.monotonic() - began
+            if used is not None:
+                self.used = used
+                if self._over_and_growing(used):
+                    self.stops += 1
+                    self.last_stop_note = self._stop_note(used)
+                    with contextlib.suppress(Exception):
+                        await stop()
+            await asyncio.sleep(max(CHECK_INTERVAL_S, SLOW_FACTOR * took))
+
+    def _over_and_growing(self, used: int) -> bool:
+        if used <= self.limit:
+            self._floor = None
+            return False
+        if self._floor is not None and used <= self._floor + GROWTH_SLACK:
+            self._floor = min(self._floor, used)
+            return False
+        self._floor = used
+        return True
+
+    def _stop_note(self, used: int) -> str:
+        return (
+            f"[mlra stopped this command: the workspace holds {_mb(used)}, over its disk "
+            f"quota of {_mb(self.limit)}. Every command and background job of the sandbox "
+            "was stopped. Delete files to get back under the quota; while over it, a "
+            "command that writes more is stopped again]"
+        )
+
+    def note_since(self, stops_before: int) -> str | None:
+        """The line for a command that was running when the watcher stopped commands."""
+        return self.last_stop_note if self.stops > stops_before else None
+
+    # --- mlra's own writes ----------------------------------------------------------------
+
+    def room(self) -> int:
+        """Bytes the workspace may still grow by (0 when over)."""
+        if self.used is None:
+            self.used = self.measure()
+        return max(0, self.limit - (self.used or 0))
+
+    def claim(self, nbytes: int) -> str | None:
+        """Count a write of `nbytes` by mlra: why it does not fit, or None (counted)."""
+        if self.du is None:
+            return None
+        room = self.room()
+        if nbytes > room:
+            return (
+                f"not written: {_mb(nbytes)} would take the workspace over its disk quota "
+                f"of {_mb(self.limit)} (it holds {_mb(self.used or 0)}); delete files first"
+            )
+        self.used = (self.used or 0) + nbytes
+        return None
+
+
+def _parse(out: bytes) -> int | None:
+    """du's total in bytes from its first field (KiB); it may also have complained
+    about entries that vanished while it looked, which does not make the total wrong."""
+    first = out.split(maxsplit=1)[:1]
+    if not first or not first[0].isdigit():
+        return None
+    return int(first[0]) * 1024
