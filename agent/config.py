@@ -60,7 +60,12 @@ class RunConfig(BaseModel):
     gpus: str | None = None
     """GPUs for the sandbox: "all", "none" or host ids "0,2" (default: all if the task needs any)."""
     memory_mb: int | None = None
-    """Docker sandbox memory limit (default: the task's memory_gb)."""
+    """The sandbox's memory limit, local or Docker, for all its commands together (`--memory`;
+    None: the task's memory_gb, else this machine's default; 0: none)."""
+    disk_mb: int | None = None
+    """The workspace's disk quota (`--disk`; None: the task's disk_gb, else the default from
+    the runs folder's free space; 0: none). What is in force is `run_started`'s
+    `sandbox.limits.disk_mb` (see agent/run_setup.py `limit_choices`)."""
     cpus: float | None = None
     """Docker sandbox CPU limit (default: the task's cpus)."""
     pids_limit: int | None = None
@@ -77,6 +82,9 @@ class RunConfig(BaseModel):
     """Record the workspace's changes after every action, for replay and fork."""
     snapshot_max_file_mb: float = 8.0
     """Files larger than this are recorded by size and hash only."""
+    snapshot_quota_mb: float = 1024.0
+    """The run's snapshot store holds at most this much; past it, changed files are
+    recorded by size and hash without their contents (a notice says so once)."""
     baseline_validate: bool = False
     """The baseline agent validates the recipe's artifact (`validate`) before submitting it."""
     seed: int | None = None

@@ -56,5 +56,8 @@ def request_fingerprint(
             f"{m.role}|{m.tool_name or ''}|{m.is_error}|{normalize(m.content, subs)}|"
             + normalize(json.dumps(calls, sort_keys=True, ensure_ascii=False), subs)
         )
-    digest = hashlib.sha256("\x1e".join(rendered).encode()).hexdigest()
+    # surrogatepass: a name that is not UTF-8 reaches the messages as lone surrogates
+    # (os.fsdecode), which strict UTF-8 refuses; this encodes them as they are, and
+    # any text without them exactly as before (the same digest for the same request).
+    digest = hashlib.sha256("\x1e".join(rendered).encode("utf-8", "surrogatepass")).hexdigest()
     return digest[:32], rendered

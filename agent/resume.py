@@ -247,6 +247,7 @@ def fork_run(
                 edited_action=edited,
                 message=message,
                 missing_files=missing,
+                not_recorded=history.not_recorded(cut_seq),
             )
         ]
         if message:

@@ -236,6 +236,8 @@ class ToolStep:
             return
         if snapshot is not None:
             self.run.emit(snapshot)
+        while self.scanner.notices:
+            self.run.append(ev.Notice(level="warning", message=self.scanner.notices.pop(0)))
 
 
 def outcome_of(result: ev.ToolResult) -> ToolOutcome:

@@ -421,12 +421,43 @@ class Control(_Event):
 
 
 class FileChange(BaseModel):
+    """One file as a workspace scan found it.
+
+    `path` (and every workspace path in an event: `removed`, a tool's `data`) is the
+    file's name relative to the workspace, exactly as the file system holds it, in one
+    form: a str as Python gives names (os.fsdecode), where a byte that is not UTF-8
+    is a lone surrogate U+DC80-U+DCFF. The log writes such a surrogate as its JSON
+    escape (`\\udce9`, agent/eventlog.py `dump_json`) and reads it back to the same str,
+    and os.fsencode turns that back into the name's very bytes (fork restores it so).
+    A str rather than bytes keeps every reader, display and comparison of paths as it
+    is; a display replaces what it cannot show, the log never does.
+    """
+
     path: str
     size: int
     sha256: str | None = None
+    """None: not hashed (larger than what one scan reads, or the scan's budget was spent);
+    the file is then known by its size and modification time only."""
     stored: bool = True
-    """False for files over the size threshold: recorded by size and hash only."""
+    """False: its content is not in the snapshot store (a file over the size threshold,
+    the store past its quota, or not hashed)."""
     mtime_ns: int = 0
+
+
+class SnapshotLeftOut(BaseModel):
+    """What one scan saw but its event does not record, so a replay and a fork can say
+    what they cannot show or restore (the event stays well under a megabyte whatever
+    the step did)."""
+
+    changed: int = 0
+    """Files added or changed that are not listed in `changed`."""
+    removed: int = 0
+    """Files removed that are not listed in `removed`."""
+    skipped: int = 0
+    """Entries the scan could not look at: folders unreadable or changed while walked,
+    paths too long to record, entries past the scan's bound."""
+    notes: list[str] = Field(default_factory=list)
+    """Why, in words, once each."""
 
 
 class WorkspaceSnapshot(_Event):
@@ -437,6 +468,8 @@ class WorkspaceSnapshot(_Event):
     step: int
     changed: list[FileChange] = Field(default_factory=list)
     removed: list[str] = Field(default_factory=list)
+    left_out: SnapshotLeftOut | None = None
+    """Set when the scan or the event's bounds left something unrecorded."""
 
 
 class RunResumed(_Event):
@@ -464,6 +497,9 @@ class RunForked(_Event):
     message: str | None = None
     missing_files: list[str] = Field(default_factory=list)
     """Workspace files recorded by hash only that could not be restored."""
+    not_recorded: list[str] = Field(default_factory=list)
+    """What the source's snapshots up to the step left unrecorded (so the restored
+    workspace lacks it), one line per snapshot that says so."""
     sandbox: SandboxInfo | None = None
     """The sandbox the fork runs in."""
 

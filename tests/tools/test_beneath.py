@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mlra.agent.snapshots import SnapshotStore, WorkspaceScanner
-from mlra.tools.sandbox import beneath
+from mlra.tools.sandbox import beneath, trees
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
 
@@ -192,26 +192,36 @@ async def test_copy_in_and_out_keep_to_the_workspace(
     assert unchanged(outside)
 
 
+@pytest.mark.parametrize("when", ["before it is entered", "once it is open"])
 def test_the_snapshot_scanner_never_reads_through_a_folder_turned_link(
-    workspace: Path, outside: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    workspace: Path, outside: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
     d = workspace / "d"
     d.mkdir()
     (d / "secret.txt").write_text("decoy")
     scanner = WorkspaceScanner(workspace, SnapshotStore(tmp_path / "run"))
-    # The walk lists d/secret.txt; then d becomes a link before the file is hashed.
-    walked = scanner._walk
+    # The walk lists a folder's names, then d becomes a link to the host folder: before
+    # the walk opens d (after the workspace's listing), or after (d's own listing).
+    listed = trees._names
+    calls: list[int] = []
 
-    def walk_then_swap() -> dict[str, os.stat_result]:
-        found = walked()
-        folder_to_link(d, outside)()
-        return found
+    def list_then_swap(fd: int, budget: int | None, dirs_first: bool = False) -> list[str]:
+        names = listed(fd, budget, dirs_first)
+        calls.append(fd)
+        if len(calls) == (1 if when == "before it is entered" else 2):
+            folder_to_link(d, outside)()
+        return names
 
-    monkeypatch.setattr(scanner, "_walk", walk_then_swap)
+    monkeypatch.setattr(trees, "_names", list_then_swap)
     snap = scanner.scan(step=1)
     stored = [
         p.read_bytes() for p in (tmp_path / "run").rglob("*") if p.is_file()
     ]  # what a replay or a fork would show the agent
     assert SECRET.encode() not in stored
-    assert snap is None  # d/secret.txt could not be opened inside the workspace: skipped
+    assert (workspace / "d").is_symlink()
+    if when == "before it is entered":
+        assert snap is None  # d is a link by the time it is looked at: never entered
+    else:  # the folder open is the one that was there: its own file is what is read
+        assert snap is not None and [c.path for c in snap.changed] == ["d/secret.txt"]
+        assert b"decoy" in stored
     assert unchanged(outside)

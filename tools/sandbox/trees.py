@@ -41,6 +41,7 @@ CHECKPOINT = 64
 """Folders this many levels apart are kept open longest, so going back up a deep chain
 reopens at most this many levels at a time (until the bound closes those too)."""
 CHUNK = 1024 * 1024
+MAX_UNREAD = 10_000
 
 
 class TreeChanged(OSError):
@@ -191,29 +192,39 @@ class DirStack:
         self.close()
 
 
-@dataclass(frozen=True)
 class Entry:
     """One entry of a walk, by lstat: a link is a link, never what it points to."""
 
-    parts: tuple[str, ...]
-    """From the walk's root, this entry's own name last."""
-    st: os.stat_result
-    dir_fd: int
-    """The folder holding it: open while the walk is at this entry, closed after."""
-    leaving: bool = False
-    """True for a folder's second visit, once everything inside it was visited."""
+    __slots__ = ("dir_fd", "leaving", "name", "parent", "rel", "st")
+
+    def __init__(
+        self,
+        parent: tuple[str, ...],
+        name: str,
+        rel: str,
+        st: os.stat_result,
+        dir_fd: int,
+        leaving: bool = False,
+    ) -> None:
+        self.parent = parent
+        """The folders from the walk's root to the one holding it."""
+        self.name = name
+        self.rel = rel
+        """Its path from the walk's root, '/'-separated."""
+        self.st = st
+        self.dir_fd = dir_fd
+        """The folder holding it: open while the walk is at this entry, closed after."""
+        self.leaving = leaving
+        """True for a folder's second visit, once everything inside it was visited."""
 
     @property
-    def name(self) -> str:
-        return self.parts[-1]
-
-    @property
-    def rel(self) -> str:
-        return "/".join(self.parts)
+    def parts(self) -> tuple[str, ...]:
+        """From the walk's root, this entry's own name last."""
+        return (*self.parent, self.name)
 
     @property
     def depth(self) -> int:
-        return len(self.parts)
+        return len(self.parent) + 1
 
     @property
     def is_dir(self) -> bool:
@@ -235,41 +246,68 @@ class WalkStats:
     entries: int = 0
     truncated: bool = False
     """It stopped at `max_entries`: what sorts after `last` was not looked at."""
-    last: tuple[str, ...] = ()
-    """The last entry visited (entries come in the order of their `parts`)."""
+    last_parent: tuple[str, ...] = ()
+    last_name: str = ""
     too_deep: int = 0
     """Folders at `max_depth` not entered."""
     unreadable: int = 0
     """Folders that could not be opened or listed, or changed while walked."""
+    unread: list[tuple[str, ...]] = field(default_factory=list)
+    """Those folders' `parts` (the first MAX_UNREAD): what they hold is unknown."""
     notes: list[str] = field(default_factory=list)
 
-    def summary(self) -> list[str]:
-        out = []
-        if self.truncated:
-            out.append(f"stopped after {self.entries:,} entries (the walk's bound)")
-        if self.too_deep:
-            out.append(f"{self.too_deep:,} folder(s) deeper than the walk's bound not entered")
-        if self.unreadable:
-            out.append(f"{self.unreadable:,} folder(s) unreadable or changed while walked")
-        return out
+    @property
+    def last(self) -> tuple[str, ...]:
+        """The last entry visited (entries come in the order of their `parts`)."""
+        return (*self.last_parent, self.last_name) if self.entries else ()
+
+    def not_read(self, parts: tuple[str, ...]) -> None:
+        self.unreadable += 1
+        if len(self.unread) < MAX_UNREAD:
+            self.unread.append(parts)
+
+    def maybe_unread(self, parts: tuple[str, ...]) -> bool:
+        """Whether an entry at `parts` may exist unseen: in a folder not read, or
+        anywhere once more folders than MAX_UNREAD were not read."""
+        if self.unreadable > len(self.unread):
+            return True
+        if self._prefixes is None or len(self._prefixes) != len(self.unread):
+            self._prefixes = set(self.unread)
+        return any(parts[:k] in self._prefixes for k in range(0, len(parts)))
+
+    _prefixes: set[tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass
 class _Frame:
     entry: Entry | None
+    parts: tuple[str, ...]
+    prefix: str
     names: list[str]
     next: int = 0
 
 
 def _names(fd: int, budget: int | None, dirs_first: bool = False) -> list[str]:
     """A folder's names, sorted (folders first with `dirs_first`); at most `budget`."""
+    if not dirs_first:
+        with os.scandir(fd) as listing:
+            if budget is None:
+                names = [item.name for item in listing]
+            else:
+                names = []
+                for item in listing:
+                    if len(names) >= budget:
+                        break
+                    names.append(item.name)
+        names.sort()
+        return names
     found: list[tuple[bool, str]] = []
     with os.scandir(fd) as listing:
         for item in listing:
             if budget is not None and len(found) >= budget:
                 break
             try:
-                folder = dirs_first and item.is_dir(follow_symlinks=False)
+                folder = item.is_dir(follow_symlinks=False)
             except OSError:
                 folder = False
             found.append((not folder, item.name))
@@ -300,79 +338,91 @@ def walk(
     """
     stats = stats if stats is not None else WalkStats()
     dirs = DirStack(root_fd, max_open=max_open)
-    budget = None if max_entries is None else max_entries
+    count = 0
+    last: Entry | None = None
+    lstat = os.stat
+    is_dir = stat.S_ISDIR
     try:
         try:
-            frames = [_Frame(None, _names(dirs.top(), budget, dirs_first))]
+            frames = [_Frame(None, (), "", _names(dirs.top(), max_entries, dirs_first))]
         except OSError:
-            stats.unreadable += 1
+            stats.not_read(())
             return
-        while frames:
-            frame = frames[-1]
+        frame = frames[-1]
+        fd: int | None = dirs.top()
+        limit = max_entries if max_entries is not None else -1
+        while True:
             if frame.next >= len(frame.names):
                 frames.pop()
                 if frame.entry is None:
                     break
                 dirs.pop()
+                done = frame.entry
+                frame = frames[-1]
+                try:
+                    fd = dirs.top()
+                except TreeChanged:
+                    fd = None
+                    _abandon(frames, stats)
+                    continue
                 if leave:
-                    try:
-                        parent = dirs.top()
-                    except TreeChanged:
-                        stats.unreadable += 1
-                        _abandon(frames)
-                        continue
-                    yield Entry(frame.entry.parts, frame.entry.st, parent, leaving=True)
+                    yield Entry(done.parent, done.name, done.rel, done.st, fd, leaving=True)
                 continue
             name = frame.names[frame.next]
             frame.next += 1
-            try:
-                fd = dirs.top()
-            except TreeChanged:
-                stats.unreadable += 1
-                _abandon(frames)
+            if fd is None:  # the frame's folder could not be reopened
                 continue
             try:
-                st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                st = lstat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue  # gone since it was listed
-            if max_entries is not None and stats.entries >= max_entries:
+            if count == limit:
                 stats.truncated = True
                 return
-            parts = (*frame.entry.parts, name) if frame.entry is not None else (name,)
-            entry = Entry(parts, st, fd)
-            stats.entries += 1
-            stats.last = parts
+            entry = Entry(frame.parts, name, frame.prefix + name, st, fd)
+            count += 1
+            last = entry
             yield entry
-            if not stat.S_ISDIR(st.st_mode) or (enter is not None and not enter(entry)):
+            if not is_dir(st.st_mode) or (enter is not None and not enter(entry)):
                 continue
+            parts = (*frame.parts, name)
             if max_depth is not None and len(parts) >= max_depth:
                 stats.too_deep += 1
                 continue
             try:
-                fd = dirs.top()
                 sub = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                continue  # gone since: nothing to know of
             except OSError:
-                stats.unreadable += 1  # turned into a link, gone, or not ours to read
+                stats.not_read(parts)  # turned into a link, or not ours to read
                 continue
             if _key(os.fstat(sub)) != _key(st):
                 os.close(sub)
-                stats.unreadable += 1
+                stats.not_read(parts)
                 continue
             dirs.push_fd(name, sub)
-            remaining = None if budget is None else max(0, budget - stats.entries)
+            remaining = None if max_entries is None else max(0, max_entries - count)
             try:
                 names = _names(sub, remaining, dirs_first)
             except OSError:
-                stats.unreadable += 1
+                stats.not_read(parts)
                 names = []
-            frames.append(_Frame(entry, names))
+            frame = _Frame(entry, parts, entry.rel + "/", names)
+            frames.append(frame)
+            fd = sub
     finally:
         dirs.close()
+        stats.entries += count
+        if last is not None:
+            stats.last_parent, stats.last_name = last.parent, last.name
 
 
-def _abandon(frames: list[_Frame]) -> None:
+def _abandon(frames: list[_Frame], stats: WalkStats) -> None:
     """The deepest folder cannot be reached again: nothing more is read from it."""
-    frames[-1].next = len(frames[-1].names)
+    frame = frames[-1]
+    if frame.next < len(frame.names):
+        stats.not_read(frame.parts)
+    frame.next = len(frame.names)
 
 
 # --- reading, copying and removing ---------------------------------------------------------
