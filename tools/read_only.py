@@ -18,6 +18,8 @@ import stat
 from collections.abc import Mapping
 from pathlib import Path
 
+from mlra.tools.sandbox.trees import remove_tree
+
 
 def restore_originals(copy: Path, artifact: str, originals: Mapping[str, Path]) -> list[str]:
     """Put the originals back into `copy`, the frozen copy of the workspace path
@@ -59,7 +61,7 @@ def _drop_shadows(source: Path, target: Path) -> list[str]:
             if shadow.is_symlink() or shadow.is_file():
                 shadow.unlink()
             elif shadow.is_dir():
-                shutil.rmtree(shadow)
+                remove_tree(shadow)  # the agent's folder: however deep
             else:
                 continue
             removed.append(shadow.name)
@@ -108,7 +110,7 @@ def _replace(copy: Path, target: Path, source: Path) -> None:
     if target.is_symlink() or target.is_file():
         target.unlink()
     elif target.is_dir():
-        shutil.rmtree(target)
+        remove_tree(target)
     if source.is_dir():
         shutil.copytree(source, target, symlinks=True)
     else:

@@ -19,21 +19,27 @@ bounded before it is made. Its size is the files' apparent sizes, each file coun
 once however many hard links it has; it must fit under the task's cap and in the
 run folder's disk with room to spare. Hard links are copied once and stay linked,
 and holes in sparse files stay holes, so the copy takes no more disk than that size.
+
+Everything inside the artifact is walked, copied and digested by folder descriptors
+(tools/sandbox/trees.py): without recursion, with no path longer than a name (a
+folder 3,000 levels deep, a path past PATH_MAX, is frozen whole), never following a
+link, and holding at most a chunk of any file and a folder's names in memory.
 """
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import hashlib
 import os
+import posixpath
 import stat
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from shutil import disk_usage
 
 from mlra.tools.read_only import restore_originals
+from mlra.tools.sandbox import beneath, trees
 
 SUBMISSION_DIR = "submission"
 """The frozen copy's folder inside the run folder."""
@@ -141,28 +147,31 @@ def _freeze(
     source = follow_submitted(workspace, rel, workdir)
     if not os.path.lexists(source):
         raise SubmissionRefused(f"nothing was submitted: {rel!r} does not exist in the workspace")
-    mode = os.lstat(source).st_mode
-    survey = _Survey()
-    if stat.S_ISDIR(mode):
-        survey.walk(source, workspace=workspace, workdir=workdir)
-    elif stat.S_ISREG(mode):
-        survey.add_file(Path(), os.lstat(source))
-    else:
-        raise SubmissionRefused(f"{rel!r} is not a regular file or a folder")
-    dest_dir.mkdir(parents=True)
+    artifact = _Artifact.open(workspace, source, workdir)
     try:
-        _check_room(rel, survey.size, dest_dir, int(max_gb * GB))
-        target = dest_dir / (Path(rel).name or "workspace")
-        if stat.S_ISDIR(mode):
-            survey.copy(source, target)
+        survey = _Survey()
+        if stat.S_ISDIR(artifact.st.st_mode):
+            survey.walk(artifact)
+        elif stat.S_ISREG(artifact.st.st_mode):
+            survey.add_file(artifact.st)
         else:
-            _copy_file(source, target)
-        restored = restore_originals(target, rel, originals) if originals else []
-        digest, size = artifact_digest(target)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            remove_tree(dest_dir)
-        raise
+            raise SubmissionRefused(f"{rel!r} is not a regular file or a folder")
+        dest_dir.mkdir(parents=True)
+        try:
+            _check_room(rel, survey.size, dest_dir, int(max_gb * GB))
+            target = dest_dir / (Path(rel).name or "workspace")
+            if stat.S_ISDIR(artifact.st.st_mode):
+                survey.copy(artifact, target, int(max_gb * GB))
+            else:
+                _copy_file(artifact.fd, target)
+            restored = restore_originals(target, rel, originals) if originals else []
+            digest, size = artifact_digest(target)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                remove_tree(dest_dir)
+            raise
+    finally:
+        artifact.close()
     return FrozenArtifact(
         path=target, submitted=rel, sha256=digest, size_bytes=size, restored=restored
     )
@@ -196,89 +205,259 @@ def _check_room(rel: str, size: int, dest_dir: Path, max_bytes: int) -> None:
 
 
 @dataclass
+class _Artifact:
+    """The submitted folder or file, open beneath the workspace, and where it lies."""
+
+    fd: int
+    st: os.stat_result
+    parts: tuple[str, ...]
+    """Its path from the workspace, links resolved."""
+    root: int
+    """The workspace, open: links inside the artifact are judged from it."""
+    aliases: tuple[str, ...]
+    """Absolute link targets that mean the workspace (as commands see it, as the host does)."""
+
+    @classmethod
+    def open(cls, workspace: Path, source: Path, workdir: str | None) -> _Artifact:
+        """`source` has no link left on its way (follow_submitted); it is opened beneath
+        the workspace without following any, so a folder swapped for a link since is
+        refused, not followed."""
+        parts = tuple(beneath.split(source.relative_to(workspace).as_posix()))
+        root = beneath.open_root(workspace)
+        try:
+            fd, _ = beneath.open_beneath(root, parts, os.O_RDONLY, follow_links=False)
+        except beneath.Outside:
+            os.close(root)
+            raise SubmissionRefused(
+                f"the artifact {'/'.join(parts) or '.'!r} changed into a symbolic link while "
+                "it was frozen"
+            ) from None
+        except BaseException:
+            os.close(root)
+            raise
+        aliases = tuple(a for a in (workdir, str(workspace)) if a)
+        return cls(fd, os.fstat(fd), parts, root, aliases)
+
+    def where(self, parts: tuple[str, ...]) -> str:
+        return "/".join((*self.parts, *parts))
+
+    def link_text(self, parent: tuple[str, ...], name: str, said: str) -> str:
+        """What a link inside the artifact becomes in the copy: a relative link to the
+        place it leads to (every further link followed, none out of the workspace).
+        SubmissionRefused where that place is outside the artifact."""
+        here = (*self.parts, *parent)
+        resolved = self._resolve(here, said)
+        top = len(self.parts)
+        if resolved is None or resolved[:top] != self.parts:
+            raise SubmissionRefused(
+                f"the artifact is refused: {self.where((*parent, name))!r} is a symbolic link "
+                f"to {said!r}, which is outside the submitted artifact (links out are never "
+                "followed)"
+            )
+        return posixpath.relpath("/".join(resolved) or ".", "/".join(here) or ".")
+
+    def _resolve(self, here: tuple[str, ...], said: str) -> tuple[str, ...] | None:
+        """The workspace path `said` leads to from the folder `here`, or None out of it."""
+        if said.startswith("/"):
+            for alias in self.aliases:
+                base = alias.rstrip("/")
+                if said == base or said.startswith(base + "/"):
+                    path = list(beneath.split(said[len(base) :]))
+                    break
+            else:
+                return None
+        else:
+            path = [*here, *beneath.split(said)]
+        try:
+            where = beneath.locate(self.root, path, aliases=self.aliases)
+        except beneath.Outside:
+            return None
+        except OSError:
+            # Into nothing (a missing folder, a loop): where it says, taken as written.
+            lexical = posixpath.normpath("/".join(path)) if path else "."
+            if lexical == ".." or lexical.startswith("../"):
+                return None
+            return tuple(beneath.split(lexical))
+        os.close(where.dir_fd)
+        return tuple(p for p in where.parts if p != ".")
+
+    def close(self) -> None:
+        for fd in (self.fd, self.root):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
+@dataclass
+class _Item:
+    """An entry of an ordered walk: its folder is open as `dir_fd` during the yield."""
+
+    path: bytes
+    """From the walk's root, the names' own bytes joined by '/'."""
+    parent: tuple[str, ...]
+    name: str
+    st: os.stat_result
+    dir_fd: int
+
+
+def _ordered(root_fd: int) -> Iterator[_Item]:
+    """Every entry below `root_fd` in the byte order of its path (the order the digest
+    frames them in: `a`, `a-b`, then `a/x`), by folder descriptors, without recursion
+    and without following a link. A folder's entries are read when it is reached."""
+    dirs = trees.DirStack(root_fd)
+    # Per folder: its path, its items still to visit (sort key, name, whether it is the
+    # visit of a subfolder's contents), and the stat of each subfolder as first seen.
+    frames: list[
+        tuple[tuple[str, ...], bytes, list[tuple[bytes, str, bool]], dict[str, os.stat_result]]
+    ] = []
+
+    def listing(fd: int) -> list[tuple[bytes, str, bool]]:
+        items: list[tuple[bytes, str, bool]] = []
+        with os.scandir(fd) as found:
+            for item in found:
+                key = os.fsencode(item.name)
+                items.append((key, item.name, False))
+                try:
+                    if item.is_dir(follow_symlinks=False):
+                        items.append((key + b"/", item.name, True))
+                except OSError:
+                    continue
+        items.sort(reverse=True)  # popped from the end: smallest first
+        return items
+
+    try:
+        frames.append(((), b"", listing(dirs.top()), {}))
+        while frames:
+            parent, prefix, items, seen = frames[-1]
+            if not items:
+                frames.pop()
+                if frames:
+                    dirs.pop()
+                continue
+            key, name, contents = items.pop()
+            fd = dirs.top()
+            if not contents:
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue
+                if stat.S_ISDIR(st.st_mode):
+                    seen[name] = st
+                yield _Item(prefix + key, parent, name, st, fd)
+                continue
+            first = seen.pop(name, None)
+            if first is None:
+                continue  # it was not a folder when visited
+            try:
+                sub = os.open(name, trees.DIR_FLAGS, dir_fd=fd)
+            except OSError:
+                continue  # turned into a link or gone: what it held is not walked
+            if (os.fstat(sub).st_dev, os.fstat(sub).st_ino) != (first.st_dev, first.st_ino):
+                os.close(sub)
+                continue
+            dirs.push_fd(name, sub)
+            frames.append(((*parent, name), prefix + key, listing(sub), {}))
+    finally:
+        dirs.close()
+
+
+@dataclass
 class _Survey:
     """What a folder artifact holds, read before anything is copied, so the copy can
-    be refused whole (a link out, a device, too big) and made without recursion."""
+    be refused whole (a link out, a device, too big); the copy walks it again, judging
+    each entry the same way, so nothing changed in between gets through either."""
 
-    dirs: list[Path] = field(default_factory=list)
-    """Relative paths, each after its parent."""
-    files: list[tuple[Path, tuple[int, int]]] = field(default_factory=list)
-    """Relative path and (device, inode): a hard-linked file is copied once."""
-    links: list[tuple[Path, str]] = field(default_factory=list)
-    """Relative path and the relative target to write in the copy."""
     size: int = 0
     seen: set[tuple[int, int]] = field(default_factory=set)
+    """Files with more than one hard link, counted once."""
 
-    def add_file(self, rel: Path, st: os.stat_result) -> None:
-        key = (st.st_dev, st.st_ino)
-        if key not in self.seen:
+    def add_file(self, st: os.stat_result) -> None:
+        if st.st_nlink > 1:
+            key = (st.st_dev, st.st_ino)
+            if key in self.seen:
+                return
             self.seen.add(key)
-            self.size += st.st_size
-        self.files.append((rel, key))
+        self.size += st.st_size
 
-    def walk(self, top: Path, *, workspace: Path, workdir: str | None) -> None:
-        pending = [Path()]
-        while pending:
-            rel = pending.pop()
-            with os.scandir(top / rel) as listing:
-                entries = sorted(listing, key=lambda e: e.name)
-            for entry in entries:
-                sub, src = rel / entry.name, Path(entry.path)
-                where = src.relative_to(workspace).as_posix()
-                if entry.is_symlink():
-                    said, real = _link_target(src, workspace, workdir)
-                    if not _inside(real, top):
-                        raise SubmissionRefused(
-                            f"the artifact is refused: {where!r} is a symbolic link to "
-                            f"{said!r}, which is outside the submitted artifact (links out "
-                            "are never followed)"
-                        )
-                    self.links.append((sub, os.path.relpath(real, src.parent)))
-                elif entry.is_dir(follow_symlinks=False):
-                    self.dirs.append(sub)
-                    pending.append(sub)
-                elif entry.is_file(follow_symlinks=False):
-                    self.add_file(sub, entry.stat(follow_symlinks=False))
-                else:
-                    raise SubmissionRefused(
-                        f"the artifact is refused: {where!r} is not a regular file, folder or link"
-                    )
+    def walk(self, artifact: _Artifact) -> None:
+        for item in _ordered(artifact.fd):
+            mode = item.st.st_mode
+            if stat.S_ISLNK(mode):
+                said = os.readlink(item.name, dir_fd=item.dir_fd)
+                artifact.link_text(item.parent, item.name, said)
+            elif stat.S_ISREG(mode):
+                self.add_file(item.st)
+            elif not stat.S_ISDIR(mode):
+                raise _odd(artifact, item)
 
-    def copy(self, source: Path, target: Path) -> None:
+    def copy(self, artifact: _Artifact, target: Path, max_bytes: int) -> None:
+        """Copy the artifact into `target` (made here), folder by folder from descriptors."""
         target.mkdir()
-        for rel in self.dirs:
-            (target / rel).mkdir()
-        first: dict[tuple[int, int], Path] = {}
-        for rel, key in self.files:
-            if key in first:
-                os.link(first[key], target / rel)
-            else:
-                _copy_file(source / rel, target / rel)
-                first[key] = target / rel
-        for rel, said in self.links:
-            os.symlink(said, target / rel)
+        target_fd = os.open(target, trees.DIR_FLAGS)
+        first: dict[tuple[int, int], tuple[tuple[str, ...], str]] = {}
+        copied = 0
+        try:
+            with trees.DirStack(target_fd) as out, trees.DirStack(target_fd) as linked:
+                for item in _ordered(artifact.fd):
+                    mode = item.st.st_mode
+                    at = out.move_to(item.parent)
+                    if stat.S_ISDIR(mode):
+                        os.mkdir(item.name, 0o777, dir_fd=at)
+                    elif stat.S_ISLNK(mode):
+                        said = os.readlink(item.name, dir_fd=item.dir_fd)
+                        text = artifact.link_text(item.parent, item.name, said)
+                        os.symlink(text, item.name, dir_fd=at)
+                    elif stat.S_ISREG(mode):
+                        key = (item.st.st_dev, item.st.st_ino)
+                        if key in first:
+                            where, name = first[key]
+                            os.link(
+                                name, item.name, src_dir_fd=linked.move_to(where), dst_dir_fd=at
+                            )
+                            continue
+                        copied += _copy_in_folder(item, at, artifact)
+                        if copied > max_bytes:
+                            raise SubmissionRefused(
+                                f"the artifact {artifact.where(()) or '.'!r} is refused: it "
+                                "grew past the size it was checked at while it was copied"
+                            )
+                        if item.st.st_nlink > 1:
+                            first[key] = (item.parent, item.name)
+                    else:
+                        raise _odd(artifact, item)
+        finally:
+            os.close(target_fd)
+
+
+def _odd(artifact: _Artifact, item: _Item) -> SubmissionRefused:
+    return SubmissionRefused(
+        f"the artifact is refused: {artifact.where((*item.parent, item.name))!r} is not a "
+        "regular file, folder or link"
+    )
+
+
+def _copy_in_folder(item: _Item, at: int, artifact: _Artifact) -> int:
+    """Copy a file the walk is at into the copy's folder `at`; returns its size."""
+    source = trees.open_in(item.dir_fd, item.name)
+    if source is None:
+        raise _odd(artifact, item)  # no longer a regular file
+    try:
+        st = os.fstat(source)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        out = os.open(item.name, flags, 0o600, dir_fd=at)
+        try:
+            size = trees.copy_sparse(source, out)
+            os.fchmod(out, st.st_mode & 0o777)
+        finally:
+            os.close(out)
+        return size
+    finally:
+        os.close(source)
 
 
 def remove_tree(path: Path) -> None:
-    """Remove a file or folder however deep (shutil.rmtree recurses, and can run out of stack)."""
-    if not os.path.lexists(path):
-        return
-    if path.is_symlink() or not path.is_dir():
-        path.unlink()
-        return
-    pending: list[tuple[str, bool]] = [(str(path), False)]
-    while pending:
-        folder, emptied = pending.pop()
-        if emptied:
-            os.rmdir(folder)
-            continue
-        pending.append((folder, True))
-        with os.scandir(folder) as listing:
-            for entry in listing:
-                if entry.is_dir(follow_symlinks=False):
-                    pending.append((entry.path, False))
-                else:
-                    os.unlink(entry.path)
+    """Remove a file or folder however deep (shutil.rmtree recurses, and can run out of
+    stack), never following a link inside."""
+    trees.remove_tree(path)
 
 
 def artifact_digest(path: Path) -> tuple[str, int]:
@@ -292,44 +471,54 @@ def artifact_digest(path: Path) -> tuple[str, int]:
     """
     if not path.is_dir() or path.is_symlink():
         return _file_digest(path)
-    root = os.fsencode(path)
-    entries: list[tuple[bytes, bytes, bytes]] = []
-    files: dict[tuple[int, int], str] = {}
+    root = os.open(path, trees.DIR_FLAGS)
+    files: dict[tuple[int, int], bytes] = {}
     total = 0
-    pending = [b""]
-    while pending:
-        rel = pending.pop()
-        with os.scandir(os.path.join(root, rel) if rel else root) as listing:
-            for entry in listing:
-                sub = os.path.join(rel, entry.name) if rel else entry.name
-                if entry.is_symlink():
-                    entries.append((sub, b"L", os.readlink(entry.path)))
-                elif entry.is_dir(follow_symlinks=False):
-                    entries.append((sub, b"D", b""))
-                    pending.append(sub)
-                elif entry.is_file(follow_symlinks=False):
-                    st = entry.stat(follow_symlinks=False)
-                    key = (st.st_dev, st.st_ino)
-                    if key not in files:
-                        files[key], size = _file_digest(Path(os.fsdecode(entry.path)))
-                        total += size
-                    entries.append((sub, b"F", files[key].encode()))
-                else:
-                    entries.append((sub, b"S", b""))  # never in a copy freeze made
     outer = hashlib.sha256()
-    for fields in sorted(entries):
-        for part in fields:
-            outer.update(len(part).to_bytes(8, "big") + part)
+    try:
+        for item in _ordered(root):
+            mode = item.st.st_mode
+            if stat.S_ISLNK(mode):
+                kind, data = b"L", os.fsencode(os.readlink(item.name, dir_fd=item.dir_fd))
+            elif stat.S_ISDIR(mode):
+                kind, data = b"D", b""
+            elif stat.S_ISREG(mode):
+                key = (item.st.st_dev, item.st.st_ino)
+                data = files.get(key, b"")
+                if not data:
+                    fd = os.open(item.name, os.O_RDONLY | trees.FILE_FLAGS, dir_fd=item.dir_fd)
+                    try:
+                        digest, size = _fd_digest(fd)
+                    finally:
+                        os.close(fd)
+                    total += size
+                    data = digest.encode()
+                    if item.st.st_nlink > 1:
+                        files[key] = data
+                kind = b"F"
+            else:
+                kind, data = b"S", b""  # never in a copy freeze made
+            for part in (item.path, kind, data):
+                outer.update(len(part).to_bytes(8, "big") + part)
+    finally:
+        os.close(root)
     return outer.hexdigest(), total
 
 
 def _file_digest(path: Path) -> tuple[str, int]:
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return _fd_digest(fd)
+    finally:
+        os.close(fd)
+
+
+def _fd_digest(fd: int) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            h.update(chunk)
-            size += len(chunk)
+    while chunk := os.read(fd, CHUNK):
+        h.update(chunk)
+        size += len(chunk)
     return h.hexdigest(), size
 
 
@@ -370,45 +559,15 @@ def follow_submitted(workspace: Path, rel: str, workdir: str | None) -> Path:
     return current
 
 
-def _copy_file(source: Path, target: Path) -> None:
-    """Copy the file's data, leaving its holes as holes: a sparse file the agent made
+def _copy_file(fd: int, target: Path) -> None:
+    """Copy an open file's data, leaving its holes as holes: a sparse file the agent made
     as large as it liked must not be written out as that many real zeros."""
-    fd = os.open(source, os.O_RDONLY | os.O_NOFOLLOW)
+    st = os.fstat(fd)
+    out = os.open(
+        target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+    )
     try:
-        st = os.fstat(fd)
-        with open(target, "wb") as dst:
-            out = dst.fileno()
-            for start, end in _data_extents(fd, st.st_size):
-                pos = start
-                while pos < end:
-                    chunk = os.pread(fd, min(CHUNK, end - pos), pos)
-                    if not chunk:
-                        break
-                    os.pwrite(out, chunk, pos)
-                    pos += len(chunk)
-            os.ftruncate(out, st.st_size)
-        os.chmod(target, st.st_mode & 0o777)
+        trees.copy_sparse(fd, out)
+        os.fchmod(out, st.st_mode & 0o777)
     finally:
-        os.close(fd)
-
-
-def _data_extents(fd: int, size: int) -> list[tuple[int, int]]:
-    """The (start, end) spans of `fd` that hold data, holes left out; the whole file
-    where the file system cannot say."""
-    spans: list[tuple[int, int]] = []
-    pos = 0
-    while pos < size:
-        try:
-            start = os.lseek(fd, pos, os.SEEK_DATA)
-        except OSError as exc:
-            if exc.errno == errno.ENXIO:  # nothing but a hole from here on
-                break
-            if exc.errno in (errno.EINVAL, errno.EOPNOTSUPP):
-                return [*spans, (pos, size)]
-            raise
-        if start >= size:
-            break
-        end = min(os.lseek(fd, start, os.SEEK_HOLE), size)
-        spans.append((start, end))
-        pos = end
-    return spans
+        os.close(out)

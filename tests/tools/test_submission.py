@@ -8,6 +8,7 @@ grader left running by a killed mlra is ended before the run is graded again.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import inspect
 import os
@@ -24,6 +25,7 @@ from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import load_task
+from mlra.tools.sandbox import trees
 from mlra.tools.submission import SubmissionRefused, artifact_digest, freeze, remove_tree
 from tests.conftest import SECRET_ENV, mlra_cli, run_baseline
 from tests.fakes.model_server import ScriptedModelServer
@@ -409,18 +411,52 @@ def _nest_past_path_max(top: Path, room: int) -> Path:
     return path
 
 
+def test_a_path_past_path_max_is_frozen_whole(tmp_path: Path) -> None:
+    workspace = tmp_path / "ws"
+    deepest = _nest_past_path_max(workspace / "model", room=10)
+    dest = tmp_path / ("long-destination-" + "x" * 60)  # the copy's paths pass PATH_MAX
+    frozen = freeze(workspace, "model", dest)
+    assert frozen.size_bytes == 1
+    assert frozen.sha256 == artifact_digest(workspace / "model")[0]
+    copied = os.open(dest, os.O_RDONLY)
+    try:
+        for part in (frozen.path.name, *deepest.relative_to(workspace / "model").parts):
+            below = os.open(part, os.O_RDONLY | os.O_DIRECTORY, dir_fd=copied)
+            os.close(copied)
+            copied = below
+        f = os.open("f", os.O_RDONLY, dir_fd=copied)
+        assert os.read(f, 10) == b"x"
+        os.close(f)
+    finally:
+        os.close(copied)
+    remove_tree(dest)
+    assert not dest.exists()
+
+
 def test_a_failure_while_copying_is_a_refusal_and_leaves_no_half_made_copy(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     workspace = tmp_path / "ws"
-    _nest_past_path_max(workspace / "model", room=10)
-    dest = tmp_path / ("long-destination-" + "x" * 60)
+    (workspace / "model" / "a").mkdir(parents=True)
+    (workspace / "model" / "a" / "first.bin").write_bytes(b"1")
+    (workspace / "model" / "b.bin").write_bytes(b"2")
+    copied: list[int] = []
+    real = trees.copy_sparse
+
+    def full_disk(src: int, dst: int) -> int:
+        if copied:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        copied.append(dst)
+        return real(src, dst)
+
+    monkeypatch.setattr(trees, "copy_sparse", full_disk)
+    dest = tmp_path / "frozen"
     with pytest.raises(SubmissionRefused) as refused:
         freeze(workspace, "model", dest)
     message = str(refused.value)
-    assert message.startswith("the submission could not be frozen: OSError: [Errno 36]")
+    assert message.startswith("the submission could not be frozen: OSError: [Errno 28]")
     assert "\n" not in message
-    assert not dest.exists()
+    assert copied and not dest.exists()
 
 
 def test_refusals_quote_the_names_the_agent_chose(tmp_path: Path) -> None:
