@@ -8,18 +8,25 @@ score, and the report says which rule and by how much.
 Everything is read from the files, never by running the submission's code:
 safetensors headers give every tensor's dtype and shape, so parameters and the
 memory needed to load them are counted exactly without loading a byte of
-weights; `config.json` gives the architecture.
+weights; `config.json` gives the architecture. The submission is the agent's, so
+its folder is walked without recursion or following links (tools/sandbox/trees.py)
+and every read is bounded: a header or a config.json larger than any real one is
+a broken rule, not a way to exhaust the grader's memory.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import json
+import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from mlra.tools.sandbox import trees
 
 DTYPE_BYTES = {
     "F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1,
@@ -39,6 +46,12 @@ QUANTIZED_NAME_PARTS = (
     "quant_map",
 )
 QUANTIZED_FILES = ("*.gguf", "*.ggml", "*.awq", "*.gptq")
+MAX_CONFIG_BYTES = 16 * 1024 * 1024
+"""A config.json larger than this is refused unread (real ones are kilobytes)."""
+MAX_HEADER_BYTES = 100_000_000
+"""The safetensors format's own bound on a header."""
+MAX_ENTRIES = 1_000_000
+"""Entries of a submitted folder looked at; more is refused."""
 NOT_WEIGHTS = (
     "position_ids",
     "attention_mask",
@@ -116,17 +129,25 @@ class UnreadableWeights(Exception):
 
 def read_safetensors_header(path: Path) -> list[TensorInfo]:
     """The tensors a safetensors file declares, from its header alone."""
-    with open(path, "rb") as f:
-        raw_len = f.read(8)
-        if len(raw_len) != 8:
-            raise UnreadableWeights(f"{path.name} is not a safetensors file (too short)")
-        (length,) = struct.unpack("<Q", raw_len)
-        if length <= 0 or length > 100_000_000:
-            raise UnreadableWeights(f"{path.name} is not a safetensors file (bad header length)")
-        try:
-            header = json.loads(f.read(length))
-        except (ValueError, UnicodeDecodeError):
-            raise UnreadableWeights(f"{path.name} is not a safetensors file (bad header)") from None
+    try:
+        with open(path, "rb") as f:
+            raw_len = f.read(8)
+            if len(raw_len) != 8:
+                raise UnreadableWeights(f"{path.name} is not a safetensors file (too short)")
+            (length,) = struct.unpack("<Q", raw_len)
+            if length <= 0 or length > MAX_HEADER_BYTES:
+                raise UnreadableWeights(
+                    f"{path.name} is not a safetensors file (bad header length)"
+                )
+            raw = f.read(length)
+    except OSError as exc:
+        raise UnreadableWeights(f"{path.name} cannot be read: {exc.strerror or exc}") from None
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError):
+        raise UnreadableWeights(f"{path.name} is not a safetensors file (bad header)") from None
+    if not isinstance(header, dict):
+        raise UnreadableWeights(f"{path.name} is not a safetensors file (bad header)")
     tensors = []
     for name, info in header.items():
         if name == "__metadata__" or not isinstance(info, dict):
@@ -135,13 +156,70 @@ def read_safetensors_header(path: Path) -> list[TensorInfo]:
     return tensors
 
 
+def _entries(model_dir: Path) -> list[tuple[str, bool]]:
+    """(path relative to the folder, whether it is a folder) of everything in it, walked
+    without recursion and without following links."""
+    try:
+        root = os.open(model_dir, trees.DIR_FLAGS)
+    except OSError as exc:
+        raise UnreadableWeights(f"{model_dir.name} cannot be read: {exc.strerror or exc}") from None
+    stats = trees.WalkStats()
+    try:
+        found = [(e.rel, e.is_dir) for e in trees.walk(root, max_entries=MAX_ENTRIES, stats=stats)]
+    finally:
+        os.close(root)
+    if stats.truncated:
+        raise UnreadableWeights(
+            f"{model_dir.name} holds more than {MAX_ENTRIES:,} files and folders"
+        )
+    return found
+
+
+def _matching(
+    entries: list[tuple[str, bool]], patterns: tuple[str, ...], *, files_only: bool = False
+) -> list[str]:
+    """The paths whose name matches a pattern, as `Path.rglob(pattern)` finds them."""
+    return sorted(
+        rel
+        for rel, is_dir in entries
+        if not (files_only and is_dir)
+        and any(fnmatch.fnmatchcase(rel.rsplit("/", 1)[-1], p) for p in patterns)
+    )
+
+
 def weight_files(model_dir: Path) -> tuple[list[Path], list[Path]]:
     """(safetensors files, other weight files such as pickled .bin/.pt)."""
-    safetensors = sorted(model_dir.rglob("*.safetensors"))
-    pickled = sorted(
-        p for pattern in ("*.bin", "*.pt", "*.pth", "*.ckpt") for p in model_dir.rglob(pattern)
-    )
+    entries = _entries(model_dir)
+    safetensors = [model_dir / r for r in _matching(entries, ("*.safetensors",), files_only=True)]
+    pickled = [
+        model_dir / r
+        for r in _matching(entries, ("*.bin", "*.pt", "*.pth", "*.ckpt"), files_only=True)
+    ]
     return safetensors, pickled
+
+
+def _read_config(path: Path) -> dict[str, Any]:
+    """config.json's object, or {} where there is none or it is not JSON; a file too
+    large for any real config is refused (it could hide a quantization_config)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return {}
+    try:
+        data = trees.read_bounded(fd, MAX_CONFIG_BYTES)
+    except trees.TooLarge as exc:
+        raise UnreadableWeights(
+            f"config.json holds {exc.size:,} bytes, more than the {MAX_CONFIG_BYTES:,} read at most"
+        ) from None
+    except OSError:
+        return {}
+    finally:
+        os.close(fd)
+    try:
+        config = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 @dataclass
@@ -158,13 +236,13 @@ class ModelFacts:
 def model_facts(model_dir: Path) -> ModelFacts:
     """What the rules are checked against, read from the files."""
     config_path = model_dir / "config.json"
-    config: dict[str, Any] = {}
-    if config_path.is_file():
-        try:
-            config = json.loads(config_path.read_text())
-        except ValueError:
-            config = {}
-    safetensors, pickled = weight_files(model_dir)
+    config: dict[str, Any] = _read_config(config_path) if config_path.is_file() else {}
+    entries = _entries(model_dir)
+    safetensors = [model_dir / r for r in _matching(entries, ("*.safetensors",), files_only=True)]
+    pickled = [
+        model_dir / r
+        for r in _matching(entries, ("*.bin", "*.pt", "*.pth", "*.ckpt"), files_only=True)
+    ]
     params = 0
     load = 0
     dtypes: dict[str, int] = {}
@@ -180,11 +258,7 @@ def model_facts(model_dir: Path) -> ModelFacts:
                 p in tensor.name for p in QUANTIZED_NAME_PARTS
             ):
                 quantized.append(f"{tensor.name} ({tensor.dtype})")
-    quant_files = sorted(
-        str(p.relative_to(model_dir))
-        for pattern in QUANTIZED_FILES
-        for p in model_dir.rglob(pattern)
-    )
+    quant_files = _matching(entries, QUANTIZED_FILES)
     return ModelFacts(
         parameters=params,
         load_bytes=load,
