@@ -18,7 +18,6 @@ import asyncio
 import json
 import os
 import secrets
-import shutil
 import time
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -42,6 +41,7 @@ from mlra.batch.executors.ray_node import (
 from mlra.batch.executors.shipping import content_hash, file_chunks, pack, unpack
 from mlra.batch.spec import Resources
 from mlra.batch.state import RUNS, Placement, add_placement
+from mlra.tools.sandbox.trees import remove_tree
 
 POLL_S = 2.0
 """How often a queued run checks that some live node can still hold it."""
@@ -182,7 +182,7 @@ class RayExecutor:
         if self._logs is not None:
             self._logs.close()
             self._logs = None
-        shutil.rmtree(self.out / INCOMING, ignore_errors=True)
+        remove_tree(self.out / INCOMING, ignore_errors=True)
 
 
 def _through_client() -> bool:
@@ -371,10 +371,10 @@ class _Attempt:
                     staging = out / INCOMING / f"{self.job.run_id}-{secrets.token_hex(4)}"
                     unpack(file_chunks(self._archive), staging)
                     if run_dir.exists():
-                        shutil.rmtree(run_dir)
+                        remove_tree(run_dir)
                     run_dir.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(staging / self.job.run_id, run_dir)
-                    shutil.rmtree(staging, ignore_errors=True)
+                    remove_tree(staging, ignore_errors=True)
             finally:
                 self._archive.unlink(missing_ok=True)
                 self._archive = None

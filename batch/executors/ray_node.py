@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -26,6 +25,7 @@ from typing import Any
 
 from mlra.batch.executors.local import die_with_parent
 from mlra.batch.executors.shipping import cached, stream_tar, unpack
+from mlra.tools.sandbox.trees import remove_tree
 
 TOKEN_FILE = ".mlra-batch-token"
 SCRATCH_PREFIX = "mlra-batch-"
@@ -190,7 +190,7 @@ def run_on_node(job: NodeJob) -> Iterator[Message]:
         yield "end", None
     finally:
         if scratch is not None:
-            shutil.rmtree(scratch, ignore_errors=True)
+            remove_tree(scratch, ignore_errors=True)
 
 
 def renamed(data: bytes, renames: Sequence[tuple[bytes, bytes]]) -> bytes:
@@ -207,7 +207,7 @@ def clear_stale_scratch(root: Path | None = None) -> list[Path]:
         pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or _alive(int(pid)):
             continue
-        shutil.rmtree(path, ignore_errors=True)
+        remove_tree(path, ignore_errors=True)
         gone.append(path)
     return gone
 

@@ -5,15 +5,26 @@ and unpacked into a per-node cache (`~/.cache/mlra/tasks/<hash>`, the same path 
 every node with the same home, so a run resumed elsewhere finds its task where
 its log says). A run folder comes back as a stream of tar.gz chunks written to a
 file before it is unpacked, so a large checkpoint needs disk, not memory.
+
+A run folder holds the agent's workspace, so packing it must survive whatever shape
+the agent gave it (tarfile's own `add` recurses, follows nothing but reads a sparse
+40 GB file as 40 GB of zeros, and writes links the unpacking side then refuses): it
+is walked by folder descriptors without recursion (tools/sandbox/trees.py), a sparse
+file is written as a GNU sparse member (its data only; unpacking keeps the holes),
+and what the other side could not unpack (a path too long to make, a link leading
+out of the folder, a device) is left out and named in `LEFT_OUT` inside the folder.
+Unpacking skips a member its filter refuses rather than losing the whole folder.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
+import io
 import os
+import posixpath
 import queue
-import shutil
+import stat
 import tarfile
 import tempfile
 import threading
@@ -21,8 +32,19 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
+from mlra.tools.sandbox import trees
+
 CHUNK = 8 * 2**20
 """Bytes per part: small enough to keep many in flight, big enough to keep Ray's per-object cost low."""
+LEFT_OUT = "left-out-when-shipped.txt"
+"""Written into a shipped folder when something in it could not be shipped."""
+MAX_MEMBER_PATH = 3000
+"""Bytes of a member's path at most: unpacked under a folder's own path, a longer one
+would pass PATH_MAX (4,096) and fail to be made."""
+MAX_MEMBER_DEPTH = 128
+"""Folders a member lies below at most: tarfile's "data" filter resolves every member's
+path link by link (`realpath`), which costs the cube of the depth."""
+MAX_LEFT_OUT_LINES = 1000
 
 
 def cache_root() -> Path:
@@ -51,15 +73,173 @@ def content_hash(folder: Path) -> str:
     return digest.hexdigest()[:24]
 
 
-def _skip_pycache(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
-    return None if "__pycache__" in Path(info.name).parts else info
-
-
 def pack(folder: Path, dest: Path) -> None:
-    """`folder`'s contents as a tar.gz file (members relative to it)."""
-    with tarfile.open(dest, "w:gz", compresslevel=1) as tar:
-        for child in sorted(folder.iterdir()):
-            tar.add(child, arcname=child.name, filter=_skip_pycache)
+    """`folder`'s contents as a tar.gz file (members relative to it), `__pycache__` left out."""
+    with tarfile.open(dest, "w:gz", compresslevel=1, format=tarfile.PAX_FORMAT) as tar:
+        add_tree(tar, folder, "", skip=("__pycache__",))
+
+
+def add_tree(
+    tar: tarfile.TarFile, folder: Path, arcname: str, *, skip: tuple[str, ...] = ()
+) -> list[str]:
+    """Add `folder` (as `arcname`, or its contents at the top when it is empty) without
+    recursion, following no link, holes kept; returns what was left out, which is also
+    added as `LEFT_OUT` in the folder."""
+    left_out: list[str] = []
+    root = os.open(folder, trees.DIR_FLAGS)
+    prefix = arcname + "/" if arcname else ""
+    try:
+        if arcname:
+            tar.addfile(_info(arcname, os.fstat(root), tarfile.DIRTYPE))
+        first: dict[tuple[int, int], str] = {}
+
+        def enter(entry: trees.Entry) -> bool:  # what is left out was noted when visited
+            return entry.name not in skip and _fits(prefix + entry.rel) is None
+
+        stats = trees.WalkStats()
+        for entry in trees.walk(root, enter=enter, stats=stats):
+            name = prefix + entry.rel
+            if entry.name in skip:
+                continue
+            problem = _fits(name)
+            if problem is not None:
+                _note(left_out, f"{name[:200]!r}{'...' if len(name) > 200 else ''}: {problem}")
+                continue
+            mode = entry.st.st_mode
+            if stat.S_ISDIR(mode):
+                tar.addfile(_info(name, entry.st, tarfile.DIRTYPE))
+            elif stat.S_ISLNK(mode):
+                _add_link(tar, entry, name, prefix, left_out)
+            elif stat.S_ISREG(mode):
+                key = (entry.st.st_dev, entry.st.st_ino)
+                if key in first:
+                    info = _info(name, entry.st, tarfile.LNKTYPE)
+                    info.linkname = first[key]
+                    tar.addfile(info)
+                    continue
+                if _add_file(tar, entry, name) and entry.st.st_nlink > 1:
+                    first[key] = name
+            else:
+                _note(left_out, f"{name!r}: not a file, folder or link")
+        left_out += stats.summary()
+        if left_out:
+            text = (
+                "Left out when this folder was shipped between machines (mlra batch):\n"
+                + "".join(f"- {line}\n" for line in left_out)
+            ).encode("utf-8", "backslashreplace")
+            info = tarfile.TarInfo(prefix + LEFT_OUT)
+            info.size = len(text)
+            info.mode = 0o644
+            tar.addfile(info, io.BytesIO(text))
+    finally:
+        os.close(root)
+    return left_out
+
+
+def _note(left_out: list[str], line: str) -> None:
+    if len(left_out) < MAX_LEFT_OUT_LINES:
+        left_out.append(line)
+    elif len(left_out) == MAX_LEFT_OUT_LINES:
+        left_out.append("... and more")
+
+
+def _fits(name: str) -> str | None:
+    """Why a member of this path could not be unpacked, or None."""
+    if len(os.fsencode(name)) > MAX_MEMBER_PATH:
+        return f"a path longer than {MAX_MEMBER_PATH:,} bytes (with what it holds)"
+    if name.count("/") > MAX_MEMBER_DEPTH:
+        return f"deeper than {MAX_MEMBER_DEPTH} folders (with what it holds)"
+    return None
+
+
+def _info(name: str, st: os.stat_result, kind: bytes) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = kind
+    info.mode = stat.S_IMODE(st.st_mode)
+    info.mtime = int(st.st_mtime)
+    return info
+
+
+def _add_link(
+    tar: tarfile.TarFile, entry: trees.Entry, name: str, prefix: str, left_out: list[str]
+) -> None:
+    """A link, where the unpacking side's "data" filter takes it: relative and leading
+    nowhere above the shipped folder."""
+    try:
+        target = os.readlink(entry.name, dir_fd=entry.dir_fd)
+    except OSError:
+        return
+    where = posixpath.normpath(posixpath.join(posixpath.dirname(entry.rel), target))
+    if target.startswith("/") or where == ".." or where.startswith("../"):
+        _note(left_out, f"{name!r}: a link to {target!r}, outside the folder")
+        return
+    info = _info(name, entry.st, tarfile.SYMTYPE)
+    info.linkname = target
+    tar.addfile(info)
+
+
+def _add_file(tar: tarfile.TarFile, entry: trees.Entry, name: str) -> bool:
+    fd = trees.open_in(entry.dir_fd, entry.name)
+    if fd is None:
+        return False  # gone, or no longer a file
+    try:
+        st = os.fstat(fd)
+        info = _info(name, st, tarfile.REGTYPE)
+        spans = trees.data_extents(fd, st.st_size) if trees.is_sparse(st) else None
+        if spans is None or sum(end - start for start, end in spans) * 2 > st.st_size:
+            info.size = st.st_size
+            tar.addfile(info, _Reader(fd, [(0, st.st_size)]))
+            return True
+        # GNU sparse format 1.0 (PAX): the map of data spans, then the data alone.
+        head = f"{len(spans)}\n" + "".join(f"{a}\n{b - a}\n" for a, b in spans)
+        mapped = head.encode().ljust(-(-len(head) // tarfile.BLOCKSIZE) * tarfile.BLOCKSIZE, b"\0")
+        folder, base = posixpath.split(name)
+        info.name = posixpath.join(folder, "GNUSparseFile.0", base)
+        info.pax_headers = {
+            "GNU.sparse.major": "1",
+            "GNU.sparse.minor": "0",
+            "GNU.sparse.name": name,
+            "GNU.sparse.realsize": str(st.st_size),
+        }
+        info.size = len(mapped) + sum(end - start for start, end in spans)
+        tar.addfile(info, _Reader(fd, spans, mapped))
+        return True
+    finally:
+        os.close(fd)
+
+
+class _Reader(io.RawIOBase):
+    """`head`, then the spans of an open file, read in order (what a member holds)."""
+
+    def __init__(self, fd: int, spans: list[tuple[int, int]], head: bytes = b"") -> None:
+        super().__init__()
+        self.fd = fd
+        self.pending = list(reversed(spans))
+        self.head = head
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, size: int = -1) -> bytes:
+        """Up to `size` bytes, as many as there are (tarfile takes a short read for an end)."""
+        if size is None or size < 0:
+            size = trees.CHUNK
+        out = bytearray()
+        if self.head:
+            out += self.head[:size]
+            self.head = self.head[size:]
+        while len(out) < size and self.pending:
+            start, end = self.pending[-1]
+            if start >= end:
+                self.pending.pop()
+                continue
+            want = min(size - len(out), end - start)
+            data = os.pread(self.fd, want, start)
+            if not data:  # shrank since it was looked at: zeros, as the size was told
+                data = bytes(want)
+            self.pending[-1] = (start + len(data), end)
+            out += data
+        return bytes(out)
 
 
 def file_chunks(path: Path) -> Iterator[bytes]:
@@ -76,10 +256,19 @@ def unpack(chunks: Iterable[bytes], dest: Path) -> None:
             for chunk in chunks:
                 f.write(chunk)
         with tarfile.open(name, "r:gz") as tar:
-            tar.extractall(dest, filter="data")
+            tar.extractall(dest, filter=_data_or_skip)
     finally:
         with contextlib.suppress(OSError):
             os.unlink(name)
+
+
+def _data_or_skip(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo | None:
+    """tarfile's "data" filter, skipping a member it refuses (an archive of an older
+    mlra could hold a link out) instead of losing the whole folder for it."""
+    try:
+        return tarfile.data_filter(member, dest)
+    except tarfile.FilterError:
+        return None
 
 
 def cached(digest: str, fetch: Iterable[bytes], root: Path | None = None) -> Path:
@@ -101,7 +290,7 @@ def cached(digest: str, fetch: Iterable[bytes], root: Path | None = None) -> Pat
             if not target.is_dir():  # not another run's rename that won: a real failure
                 raise
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        trees.remove_tree(staging, ignore_errors=True)
     return target
 
 
@@ -134,8 +323,10 @@ def stream_tar(folder: Path, arcname: str, *, depth: int = 4) -> Iterator[bytes]
     def produce() -> None:
         writer = _Writer()
         try:
-            with tarfile.open(fileobj=cast(Any, writer), mode="w|gz") as tar:
-                tar.add(folder, arcname=arcname)
+            with tarfile.open(
+                fileobj=cast(Any, writer), mode="w|gz", format=tarfile.PAX_FORMAT
+            ) as tar:
+                add_tree(tar, folder, arcname)
             if writer.buffer:
                 put(bytes(writer.buffer))
             put(None)

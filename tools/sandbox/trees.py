@@ -254,7 +254,17 @@ class WalkStats:
     """Folders that could not be opened or listed, or changed while walked."""
     unread: list[tuple[str, ...]] = field(default_factory=list)
     """Those folders' `parts` (the first MAX_UNREAD): what they hold is unknown."""
-    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> list[str]:
+        """What was not walked, in words (empty when everything was)."""
+        out = []
+        if self.truncated:
+            out.append(f"stopped after {self.entries:,} entries (the walk's bound)")
+        if self.too_deep:
+            out.append(f"{self.too_deep:,} folder(s) deeper than the walk's bound not entered")
+        if self.unreadable:
+            out.append(f"{self.unreadable:,} folder(s) unreadable or changed while walked")
+        return out
 
     @property
     def last(self) -> tuple[str, ...]:
