@@ -97,6 +97,8 @@ class ArxivServer:
         self.fail_first = fail_first
         self.pdfs = {k: minimal_pdf(v) for k, v in (papers or default_papers()).items()}
         self.requests: list[Seen] = []
+        self.redirect_pdfs: str | None = None
+        """Answer every PDF request with a redirect to this base URL instead."""
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._httpd: ThreadingHTTPServer | None = None
@@ -168,6 +170,9 @@ class _Handler(BaseHTTPRequestHandler):
             wanted = " ".join(query.get("search_query", [""])).lower()
             name = next((f for key, f in FEEDS.items() if key in wanted), EMPTY_FEED)
             self._send(200, (DATA / name).read_bytes(), "application/atom+xml; charset=utf-8")
+        elif parts.path.startswith("/pdf/") and self.fake.redirect_pdfs:
+            paper = parts.path.removeprefix("/pdf/")
+            self._send(301, b"", "text/plain", {"Location": f"{self.fake.redirect_pdfs}/{paper}"})
         elif parts.path.startswith("/pdf/"):
             paper = parts.path.removeprefix("/pdf/")
             pdf = self.fake.pdfs.get(paper)

@@ -18,7 +18,7 @@ import json
 import os
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -28,7 +28,13 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
+from mlra.tools.arxiv import ArxivRead, ArxivSearch, RateLimiter
+from mlra.tools.fetch.policy import FetchPolicy, FetchSettings
+from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.local import LocalSandbox
 from tests.conftest import mlra_cli
+from tests.fakes.arxiv_server import ArxivServer
 from tests.fakes.git_server import GitServer, bare_repo
 from tests.fakes.model_server import ScriptedModelServer
 from tests.fakes.tls import ca_bundle, serve_tls
@@ -333,3 +339,88 @@ def test_the_fetch_box_sees_none_of_the_host(tmp_path: Path) -> None:
     assert caps and caps["CapEff"] == 0 and caps["CapPrm"] == 0
     assert out.strip().splitlines()[-1] != "0"
     assert (folder / "ok").read_text() == "done\n"
+
+
+# --- arXiv: what the agent leaves in papers/, and where arXiv's answer points ----------------
+
+
+@pytest.fixture
+async def arxiv_box(tmp_path: Path) -> AsyncIterator[tuple[LocalSandbox, Path]]:
+    workspace = tmp_path / "run" / "workspace"
+    workspace.mkdir(parents=True)
+    sandbox = LocalSandbox(workspace, SandboxSpec(), isolation_mode="bwrap")
+    await sandbox.start()
+    yield sandbox, workspace
+    await sandbox.close()
+
+
+async def _arxiv(sandbox: LocalSandbox, tool: Any, **arguments: Any) -> ToolOutcome:
+    ctx = ToolContext(sandbox=sandbox, agent="worker", call_id="c1")
+    return await ToolRegistry([tool]).dispatch(tool.name, arguments, ctx)
+
+
+def _arxiv_tools(server: ArxivServer) -> tuple[ArxivSearch, ArxivRead]:
+    kw: dict[str, Any] = {
+        "policy": FetchPolicy(FetchSettings(ca_bundle=str(ca_bundle()))),
+        "limiter": RateLimiter(0.0),
+        "api_url": server.api_url,
+        "pdf_url": server.pdf_url,
+        "timeout_s": 5.0,
+        "backoff_s": 0.05,
+        "retries": 0,
+    }
+    return ArxivSearch(**kw), ArxivRead(**kw)
+
+
+async def test_a_paper_the_agent_replaced_is_never_read_by_mlra(
+    arxiv_box: tuple[LocalSandbox, Path], tmp_path: Path
+) -> None:
+    """papers/<id>.pdf made a link to a host secret, or a 40 GB sparse file that starts
+    like a PDF: mlra neither follows the link nor reads the giant, and fetches the paper
+    anew in their place."""
+    sandbox, workspace = arxiv_box
+    secret = tmp_path / "secret.txt"
+    secret.write_text("%PDF-arxiv-canary-secret\n")
+    papers = workspace / "papers"
+    papers.mkdir()
+    with ArxivServer() as server:
+        _, read = _arxiv_tools(server)
+        (papers / "1706.03762.pdf").symlink_to(secret)
+        linked = await _arxiv(sandbox, read, id="1706.03762", end_page=1)
+        giant = papers / "1706.03762v7.pdf"
+        with open(giant, "wb") as f:
+            f.write(b"%PDF-1.4\n")
+            f.truncate(40 * 1024**3)
+        sparse = await _arxiv(sandbox, read, id="1706.03762v7", end_page=1)
+        fetched = [s.path for s in server.requests]
+    for out in (linked, sparse):
+        assert out.ok, out.output
+        assert "downloaded" in out.output and "MARKER-ABSTRACT" in out.output
+        assert "canary" not in out.output
+    assert fetched == ["/pdf/1706.03762", "/pdf/1706.03762v7"]
+    assert not (papers / "1706.03762.pdf").is_symlink()
+    assert secret.read_text() == "%PDF-arxiv-canary-secret\n"
+    assert giant.stat().st_size < 1024**2
+
+
+async def test_arxiv_endpoints_and_redirects_follow_the_same_rules(
+    arxiv_box: tuple[LocalSandbox, Path], recorders: tuple[Recorder, Recorder]
+) -> None:
+    """An arXiv endpoint set to plain http is refused before any request; a redirect of a
+    PDF to a loopback server nobody allowed is not followed."""
+    sandbox, _ = arxiv_box
+    plain, tls = recorders
+    with ArxivServer() as server:
+        plain_search = ArxivSearch(
+            policy=FetchPolicy(FetchSettings(ca_bundle=str(ca_bundle()))),
+            limiter=RateLimiter(0.0),
+            api_url=f"http://127.0.0.1:{plain.port}/api/query",
+            retries=0,
+        )
+        refused = await _arxiv(sandbox, plain_search, query="attention")
+        server.redirect_pdfs = f"https://localhost:{tls.port}/pdf"
+        _, read = _arxiv_tools(server)
+        redirected = await _arxiv(sandbox, read, id="1706.03762")
+    assert not refused.ok and "https:// only" in refused.output
+    assert not redirected.ok and "localhost" in redirected.output
+    assert plain.hits == [] and tls.hits == []
