@@ -27,7 +27,7 @@ import asyncio
 import json
 import time
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import anthropic
 import httpx2
@@ -65,6 +65,7 @@ from mlra.agent.providers.base import (
     Usage,
     retry_hooks,
     tell_invalid_retry,
+    wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.text_calls import (
@@ -257,7 +258,7 @@ class AnthropicProvider(ModelProvider):
             if self.prompt_caching:
                 specs[-1]["cache_control"] = _ephemeral()
             request["tools"] = specs
-        return request
+        return cast(MessageCreateParamsBase, wire_safe(request))
 
     # --- streaming -------------------------------------------------------------------
 

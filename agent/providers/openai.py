@@ -45,6 +45,7 @@ from mlra.agent.providers.base import (
     estimated_usage,
     retry_hooks,
     tell_invalid_retry,
+    wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.text_calls import (
@@ -243,7 +244,7 @@ class OpenAIProvider(ModelProvider):
             request["stream"] = True
             if self._stream_usage:
                 request["stream_options"] = {"include_usage": True}
-        return request
+        return wire_safe(request)
 
     def _adapt(self, exc: openai.BadRequestError) -> bool:
         """Change what is sent after a 400 that names an unsupported feature; False if none."""
