@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.events import LimitsInForce
+from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import (
     ExecResult,
     OutputCallback,
@@ -327,17 +328,23 @@ class DockerSandbox(Sandbox):
     def _own_workspace(self) -> None:
         """Hand the whole workspace to the container's user.
 
-        Walked by folder descriptors (os.fwalk does not enter a folder that turned
-        into a link between its lstat and its open) and each entry changed relative
-        to its folder without following links: a daemon of the agent's flipping a
-        folder into a link to `/` must not get host files chowned to it.
+        Walked by folder descriptors (trees.walk does not enter a folder that turned
+        into a link between its lstat and its open, and does not recurse: a resumed
+        run's workspace may hold a folder thousands of levels deep) and each entry
+        changed relative to its folder without following links: a daemon of the
+        agent's flipping a folder into a link to `/` must not get host files chowned.
         """
         if os.geteuid() != 0 or self.uid == 0:
             return
-        for _root, dirs, files, dir_fd in os.fwalk(self.workspace, follow_symlinks=False):
-            for name in [*dirs, *files]:
+        root = os.open(self.workspace, trees.DIR_FLAGS)
+        try:
+            for entry in trees.walk(root):
                 with contextlib.suppress(OSError):
-                    os.chown(name, self.uid, self.gid, dir_fd=dir_fd, follow_symlinks=False)
+                    os.chown(
+                        entry.name, self.uid, self.gid, dir_fd=entry.dir_fd, follow_symlinks=False
+                    )
+        finally:
+            os.close(root)
         os.chown(self.workspace, self.uid, self.gid)
 
     async def close(self) -> None:
