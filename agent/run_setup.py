@@ -14,7 +14,7 @@ from mlra.agent.config import RunConfig
 from mlra.agent.providers.base import ModelProvider
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
-
+from mlra.tools.sandbox.default_limits import task_disk, task_memory
 
 BATCH_MARKERS = ("batch.json", ".mlra-batch-key")
 """Files a batch folder holds (batch/): a run whose runs folder lies in one hides it."""
@@ -68,12 +68,39 @@ def sandbox_spec(task: TaskSpec, config: RunConfig, run_dir: Path) -> SandboxSpe
         # A batch's folder holds its neighbours' logs and the key their ids come from;
         # it may lie where the sandbox shows the host (under /usr/local, in the venv).
         hide.append(batch)
+    memory_mb, disk_mb, sources = limit_choices(task, config, run_dir / "workspace")
     return SandboxSpec(
         network=task.resources.network,
         env={**task.sandbox.env, **config.env},
         hide_paths=hide,
         read_only_files=task.read_only_originals(),
+        memory_mb=memory_mb,
+        disk_mb=disk_mb,
+        limit_sources=sources,
     )
+
+
+def limit_choices(
+    task: TaskSpec, config: RunConfig, workspace: Path
+) -> tuple[int | None, int | None, dict[str, str]]:
+    """The run's memory limit and workspace disk quota (MB) and where each came from:
+    the user's flag as given (0: none), else the task's `[resources]` capped at what this
+    machine can give, else None (the sandbox takes the machine's default and says so)."""
+    res = task.resources
+    sources: dict[str, str] = {}
+    memory_mb = config.memory_mb
+    if memory_mb is not None:
+        sources["memory_mb"] = "--memory" if memory_mb else "--memory none: no limit"
+    elif res.memory_gb:
+        chosen = task_memory(int(res.memory_gb * 1024))
+        memory_mb, sources["memory_mb"] = chosen.mb, chosen.source
+    disk_mb = config.disk_mb
+    if disk_mb is not None:
+        sources["disk_mb"] = "--disk" if disk_mb else "--disk none: no quota"
+    elif res.disk_gb:
+        chosen = task_disk(int(res.disk_gb * 1024), workspace)
+        disk_mb, sources["disk_mb"] = chosen.mb, chosen.source
+    return memory_mb, disk_mb, sources
 
 
 def sandbox_info(sandbox: Sandbox, workspace: Path) -> ev.SandboxInfo:

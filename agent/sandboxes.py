@@ -20,15 +20,15 @@ if TYPE_CHECKING:
 
 
 def docker_spec(spec: SandboxSpec, config: RunConfig, task: TaskSpec) -> SandboxSpec:
-    """The spec with the limits filled in: flags first, then the task's resources.
+    """The spec with the container's CPUs and GPUs filled in: flags first, then the
+    task's resources (memory and disk are the spec's already: run_setup.limit_choices).
 
     A task that needs GPUs gets all of them unless `--gpus` narrows it; one that
     needs none gets none, so a CPU task cannot take a GPU another run uses.
     """
     res = task.resources
-    memory_mb = config.memory_mb or (int(res.memory_gb * 1024) if res.memory_gb else None)
     gpus = config.gpus or ("all" if res.gpus > 0 else "none")
-    return replace(spec, memory_mb=memory_mb, cpus=config.cpus or res.cpus, gpus=gpus)
+    return replace(spec, cpus=config.cpus or res.cpus, gpus=gpus)
 
 
 def create_sandbox(
@@ -54,7 +54,6 @@ def create_sandbox(
     spec = replace(
         spec,
         gpus=config.gpus or ("all" if res.gpus > 0 else "none"),
-        memory_mb=config.memory_mb or (int(res.memory_gb * 1024) if res.memory_gb else None),
         pids_limit=config.pids_limit,
     )
     # The baseline agent runs the task's own fixed recipe; an LLM agent's commands

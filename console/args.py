@@ -81,20 +81,41 @@ def gpus(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r}: use all, none or GPU ids such as 0,2")
 
 
-def memory_mb(text: str) -> int:
-    """Sizes as Docker writes them (512m, 16g, 16GB); a plain number is in MB."""
+NO_LIMIT_WORDS = ("none", "off", "unlimited")
+MAX_SIZE_MB = 1024**3
+"""A pebibyte (1024t): past it a size is a typo."""
+
+
+def size_mb(text: str, *, least_mb: int, example: str) -> int:
+    """Sizes as Docker writes them (512m, 16g, 16GB); a plain number is in MB; `none`
+    (or off, unlimited) is 0, no limit."""
+    if text.strip().lower() in NO_LIMIT_WORDS:
+        return 0
     units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
     raw = text.strip().lower().removesuffix("b").removesuffix("i")
     unit = raw[-1:] if raw[-1:] in units else "m"
+    bad = f"{text!r} is not a size (e.g. {example}, or none)"
     try:
         value = float(raw[:-1] if raw[-1:] in units else raw) * units[unit]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512m, 16g)") from None
+        raise argparse.ArgumentTypeError(bad) from None
     if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a size (e.g. 512m, 16g)")
-    if value < 6:
-        raise argparse.ArgumentTypeError(f"{text!r} is too small for a container (at least 6m)")
+        raise argparse.ArgumentTypeError(bad)
+    if value < least_mb:
+        raise argparse.ArgumentTypeError(f"{text!r} is too small (at least {least_mb}m, or none)")
+    if value > MAX_SIZE_MB:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large (at most 1024t)")
     return int(value)
+
+
+def memory_mb(text: str) -> int:
+    """A memory limit: at least 6 MB (a container's least), or none (0)."""
+    return size_mb(text, least_mb=6, example="512m, 16g")
+
+
+def disk_mb(text: str) -> int:
+    """A disk quota: at least 1 MB, or none (0)."""
+    return size_mb(text, least_mb=1, example="500m, 50g")
 
 
 def check_isolation(isolation: str, model: str) -> None:

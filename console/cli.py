@@ -24,6 +24,7 @@ from mlra.console.args import (
     check_isolation,
     check_run_id,
     check_writable_dir,
+    disk_mb,
     dispatch,
     duration,
     gpus,
@@ -121,7 +122,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--gpus", type=gpus, metavar="all|none|IDS", help="GPUs for the sandbox (ids: 0,2)"
     )
     run.add_argument(
-        "--memory", type=memory_mb, metavar="SIZE", help="docker sandbox memory limit (16g)"
+        "--memory",
+        type=memory_mb,
+        metavar="SIZE",
+        help="memory of the sandbox's commands together, /tmp and /dev/shm counted (16g, or "
+        "none; default: the task's memory_gb, else this machine's RAM less max(2g, 1/8))",
+    )
+    run.add_argument(
+        "--disk",
+        type=disk_mb,
+        metavar="SIZE",
+        help="the workspace's disk quota (50g, or none; default: the task's disk_gb, else "
+        "half the free space of the runs folder's disk, at most 200g)",
     )
     run.add_argument(
         "--cpus", type=positive_float, metavar="N", help="docker sandbox CPU limit (e.g. 8)"
@@ -356,6 +368,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         image=args.image,
         gpus=args.gpus,
         memory_mb=args.memory,
+        disk_mb=args.disk,
         cpus=args.cpus,
         on_provider_failure="pause" if use_tui else "end",
         breakpoints=args.breaks,

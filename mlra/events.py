@@ -561,6 +561,9 @@ class EvaluationFinished(_Event):
     duration_s: float = 0.0
     isolation: str | None = None
     """How the evaluator was confined: "bwrap", or "none" where no isolation could be had."""
+    evaluator_limits: LimitsInForce | None = None
+    """What bounded the evaluator (its memory, /tmp and /dev/shm, its scratch folder's
+    disk quota) and where each limit came from; None in logs from before it was recorded."""
     agent_isolation: str | None = None
     """How the agent's commands were confined while it earned this score (run_started's
     sandbox isolation): "none" marks the score unisolated wherever it is shown."""

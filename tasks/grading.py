@@ -61,6 +61,7 @@ async def grade_artifact(
     score = outcome.score if scored else None
     normalized = normalize(score, metric.baseline, metric.top)
     isolation_used = outcome.details.get("isolation")
+    limits = outcome.details.get("limits")
     finished = ev.EvaluationFinished(
         ok=scored,
         metric=metric.name,
@@ -77,6 +78,9 @@ async def grade_artifact(
         error=outcome.error or ("the submission breaks a rule" if outcome.violations else None),
         restored_read_only=list(restored_read_only or []),
         isolation=str(isolation_used) if isolation_used is not None else None,
+        evaluator_limits=ev.LimitsInForce.model_validate(limits)
+        if isinstance(limits, dict)
+        else None,
     )
     return started, finished
 

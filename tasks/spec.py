@@ -94,7 +94,11 @@ class Resources(_Strict):
     gpus: int = 0
     gpu_memory_gb: float = 0
     cpus: float | None = None
-    memory_gb: float | None = None
+    memory_gb: float | None = Field(default=None, ge=0)
+    """The memory the sandbox's commands may use together (capped at what the machine can
+    give: tools/sandbox/default_limits.py); unset or 0: the machine's default."""
+    disk_gb: float | None = Field(default=None, ge=0)
+    """The workspace's disk quota (capped at 90% of the free space); unset or 0: the default."""
     network: bool = False
     data: str = ""
 

@@ -5,6 +5,9 @@ the submitted artifact (the frozen copy) in a separate Python process started by
 the host, in a sandbox of its own (no network unless the task allows it, the
 host read-only, only its scratch folder writable) with an environment built
 from scratch (no API keys), and its score is what the log and `result.json` record.
+The artifact is the agent's, so the evaluator is bounded as the agent's commands
+are: the task's memory (else the machine's default, /tmp and /dev/shm counted) and a
+disk quota on its scratch folder, both recorded in the outcome's details.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from pydantic import BaseModel, Field
 from mlra.durations import parse_duration
 from mlra.tasks.evaluators.host_tools import host_tools
 from mlra.tasks.spec import TaskSpec
-from mlra.tools.sandbox.base import SandboxError, SandboxSpec
+from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from mlra.tools.sandbox.default_limits import task_memory
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
@@ -189,12 +193,25 @@ def evaluation_spec(task: TaskSpec, artifact: Path, env: dict[str, str]) -> Sand
         for d in root.parent.iterdir()
         if d.is_dir() and d.resolve() != root and (d / "task.toml").exists()
     ]
+    memory_mb, sources = None, {}
+    if task.resources.memory_gb:
+        chosen = task_memory(int(task.resources.memory_gb * 1024))
+        memory_mb, sources = chosen.mb, {"memory_mb": chosen.source}
     return SandboxSpec(
         network=task.resources.network,
         read_only=list(dict.fromkeys(shown)),
         read_write=list(dict.fromkeys(caches)),
         hide_paths=others,
+        memory_mb=memory_mb,
+        limit_sources=sources,
     )
+
+
+def limits_details(box: Sandbox) -> dict[str, object]:
+    """What bounded the evaluator, for the outcome's details: its memory, /tmp and
+    /dev/shm, and its scratch folder's quota, with where each came from."""
+    limits = box.limits
+    return limits.model_dump(mode="json", exclude_none=True, exclude={"cpus", "pids"})
 
 
 class EvaluatorRecord(BaseModel):
@@ -302,7 +319,7 @@ async def run_evaluation(
             return EvalOutcome(
                 ok=False,
                 error=f"the evaluator's sandbox could not start: {exc}",
-                details={"isolation": box.isolation},
+                details={"isolation": box.isolation, "limits": limits_details(box)},
             )
         token = secrets.token_hex(8)
         record = EvaluatorRecord(
@@ -330,14 +347,16 @@ async def run_evaluation(
             return EvalOutcome(
                 ok=False,
                 error=f"the evaluator could not run: {exc}",
-                details={"isolation": box.isolation},
+                details={"isolation": box.isolation, "limits": limits_details(box)},
             )
     finally:
         with contextlib.suppress(Exception):
             await box.close()
         (work_dir / EVALUATOR_FILE).unlink(missing_ok=True)
     log_path.write_text(result.output)
-    details: dict[str, object] = {"isolation": box.isolation}
+    details: dict[str, object] = {"isolation": box.isolation, "limits": limits_details(box)}
+    if result.notes:
+        details["sandbox_notes"] = list(result.notes)
     if out.exists():
         try:
             outcome = EvalOutcome.model_validate(json.loads(out.read_text()))
@@ -346,6 +365,10 @@ async def run_evaluation(
                 ok=False, error=f"evaluator wrote an unreadable result: {exc}", details=details
             )
         outcome.details.setdefault("isolation", box.isolation)
+        outcome.details.update({k: v for k, v in details.items() if k != "isolation"})
+        if result.notes and not outcome.ok:
+            # The evaluator saw a child die; the sandbox knows why.
+            outcome.error = " ".join([outcome.error or "the evaluator failed", *result.notes])
         return outcome
     if result.timed_out:
         return EvalOutcome(

@@ -6,7 +6,9 @@ bubblewrap (no setuid, a user namespace it must ask for) than one built as root,
 and both must hold. The request comes as JSON on stdin:
 
     {"workspace": ..., "hide_paths": [...], "bwrap_search_path": ..., "script": ...,
-     "timeout": ...}
+     "timeout": ..., "memory_mb": ... (optional), "disk_mb": ... (optional)}
+
+The answer carries the limits in force (`limits`), as `run_started` would record them.
 
 `@MLRA_PID@` in the script becomes this process's pid: the mlra process the
 attack tries to see or signal.
@@ -26,7 +28,12 @@ from mlra.tools.sandbox.local import LocalSandbox
 
 
 async def run(request: dict[str, Any]) -> dict[str, Any]:
-    spec = SandboxSpec(network=False, hide_paths=[Path(p) for p in request["hide_paths"]])
+    spec = SandboxSpec(
+        network=False,
+        hide_paths=[Path(p) for p in request["hide_paths"]],
+        memory_mb=request.get("memory_mb"),
+        disk_mb=request.get("disk_mb"),
+    )
     sandbox = LocalSandbox(
         Path(request["workspace"]),
         spec,
@@ -44,6 +51,7 @@ async def run(request: dict[str, Any]) -> dict[str, Any]:
         "output": result.output,
         "isolation": sandbox.isolation,
         "workdir": sandbox.workdir,
+        "limits": sandbox.limits.model_dump(mode="json"),
     }
 
 

@@ -35,7 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -352,6 +352,9 @@ class NobodyBox(Box):
         self.name = "bwrap-as-nobody"
         self.scene = scene
         self.search_path = search_path
+        self.extra: dict[str, Any] = {}
+        """More of the runner's request (limits: sandbox_attack_runner.py)."""
+        self.last_answer: dict[str, Any] | None = None
         os.chown(scene.workspace, NOBODY, NOBODY)
         for entry in scene.workspace.iterdir():
             os.chown(entry, NOBODY, NOBODY)
@@ -369,6 +372,7 @@ class NobodyBox(Box):
             "bwrap_search_path": self.search_path,
             "script": script,
             "timeout": timeout,
+            **self.extra,
         }
         proc = await asyncio.create_subprocess_exec(
             *_as_nobody(), RUNNER.read_text(),
@@ -378,6 +382,7 @@ class NobodyBox(Box):
         out, err = await proc.communicate(json.dumps(request).encode())
         assert proc.returncode == 0, f"the runner failed as nobody: {err.decode()[-2000:]}"
         answer = json.loads(out)
+        self.last_answer = answer
         assert answer["isolation"] == "bwrap", answer
         return Result(answer["exit_code"], answer["output"])
 
@@ -758,10 +763,16 @@ class Run:
 
 
 def _run(
-    scene: Scene, sandbox: str, worker: list[dict[str, Any]], *, grader_wait_s: float = 0.0
+    scene: Scene,
+    sandbox: str,
+    worker: list[dict[str, Any]],
+    *,
+    grader_wait_s: float = 0.0,
+    flags: Sequence[str] = (),
 ) -> Run:
     """`mlra run` on the scene's task with a scripted worker, from the scene's working
-    directory, with the canary API keys and home folder in its environment."""
+    directory, with the canary API keys and home folder in its environment; `flags`
+    are added to the command line."""
     toml = scene.task / "task.toml"
     toml.write_text(
         toml.read_text().replace('args = ["0"]', f'args = ["{grader_wait_s}"]'),
@@ -782,7 +793,7 @@ def _run(
             [
                 "run", str(scene.task), "--model", "openai/test-model",
                 "--base-url", server.url_for("openai"), "--no-tui",
-                "--runs-dir", str(runs), *extra,
+                "--runs-dir", str(runs), *extra, *flags,
             ],
             cwd=scene.cwd, env=env, timeout=180,
         )  # fmt: skip

@@ -70,6 +70,9 @@ class ExecResult:
     duration_s: float
     timed_out: bool = False
     killed: bool = False
+    notes: list[str] = field(default_factory=list)
+    """What the sandbox itself says of the command (a process killed for memory, commands
+    stopped for the disk quota), each also the last lines of `output`."""
 
 
 @dataclass

@@ -541,6 +541,7 @@ class DockerSandbox(Sandbox):
             duration_s=round(time.monotonic() - started, 3),
             timed_out=timed_out,
             killed=timed_out,
+            notes=[] if note is None else [note],
         )
 
     # --- resources ----------------------------------------------------------------------

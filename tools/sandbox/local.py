@@ -302,6 +302,7 @@ class LocalSandbox(Sandbox):
         for note in notes:
             if note is None:
                 continue
+            result.notes.append(note)
             result.output = f"{result.output.rstrip()}\n{note}\n"
             if on_output is not None:
                 with contextlib.suppress(Exception):
