@@ -332,7 +332,7 @@ class WorkspaceScanner:
             parts = tuple(rel.split("/"))
             if stats.truncated and parts > stats.last:
                 continue
-            if stats.unreadable and stats.maybe_unread(parts):
+            if (stats.unreadable or stats.partly) and stats.maybe_unread(parts):
                 continue
             gone.append(rel)
         gone.sort()
@@ -555,10 +555,7 @@ def _copy_if_same(root: Path, path: str, change: ev.FileChange, out: int) -> boo
                 return False
         else:
             digest = hashlib.sha256()
-            pos = 0
-            while chunk := os.pread(fd, trees.CHUNK, pos):
-                digest.update(chunk)
-                pos += len(chunk)
+            trees.hash_into(fd, digest)
             if digest.hexdigest() != change.sha256:
                 return False
         os.ftruncate(out, 0)

@@ -515,10 +515,7 @@ def _file_digest(path: Path) -> tuple[str, int]:
 
 def _fd_digest(fd: int) -> tuple[str, int]:
     h = hashlib.sha256()
-    size = 0
-    while chunk := os.read(fd, CHUNK):
-        h.update(chunk)
-        size += len(chunk)
+    size = trees.hash_into(fd, h)
     return h.hexdigest(), size
 
 

@@ -205,7 +205,9 @@ def test_the_snapshot_scanner_never_reads_through_a_folder_turned_link(
     listed = trees._names
     calls: list[int] = []
 
-    def list_then_swap(fd: int, budget: int | None, dirs_first: bool = False) -> list[str]:
+    def list_then_swap(
+        fd: int, budget: int | None, dirs_first: bool = False
+    ) -> tuple[list[str], bool]:
         names = listed(fd, budget, dirs_first)
         calls.append(fd)
         if len(calls) == (1 if when == "before it is entered" else 2):

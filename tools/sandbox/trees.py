@@ -30,6 +30,7 @@ import stat
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 FILE_FLAGS = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
@@ -271,18 +272,24 @@ class WalkStats:
         """The last entry visited (entries come in the order of their `parts`)."""
         return (*self.last_parent, self.last_name) if self.entries else ()
 
+    partly: list[tuple[str, ...]] = field(default_factory=list)
+    """Folders whose listing `max_entries` cut: some of their names were never read."""
+
     def not_read(self, parts: tuple[str, ...]) -> None:
         self.unreadable += 1
         if len(self.unread) < MAX_UNREAD:
             self.unread.append(parts)
 
+    def partly_read(self, parts: tuple[str, ...]) -> None:
+        self.partly.append(parts)  # one per walk: the budget is spent after it
+
     def maybe_unread(self, parts: tuple[str, ...]) -> bool:
-        """Whether an entry at `parts` may exist unseen: in a folder not read, or
-        anywhere once more folders than MAX_UNREAD were not read."""
+        """Whether an entry at `parts` may exist unseen: in a folder not read (or read in
+        part), or anywhere once more folders than MAX_UNREAD were not read."""
         if self.unreadable > len(self.unread):
             return True
-        if self._prefixes is None or len(self._prefixes) != len(self.unread):
-            self._prefixes = set(self.unread)
+        if self._prefixes is None:
+            self._prefixes = set(self.unread) | set(self.partly)
         return any(parts[:k] in self._prefixes for k in range(0, len(parts)))
 
     _prefixes: set[tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
@@ -297,32 +304,25 @@ class _Frame:
     next: int = 0
 
 
-def _names(fd: int, budget: int | None, dirs_first: bool = False) -> list[str]:
-    """A folder's names, sorted (folders first with `dirs_first`); at most `budget`."""
-    if not dirs_first:
-        with os.scandir(fd) as listing:
-            if budget is None:
-                names = [item.name for item in listing]
-            else:
-                names = []
-                for item in listing:
-                    if len(names) >= budget:
-                        break
-                    names.append(item.name)
-        names.sort()
-        return names
+def _names(fd: int, budget: int | None, dirs_first: bool = False) -> tuple[list[str], bool]:
+    """A folder's names, sorted (folders first with `dirs_first`), at most `budget` of
+    them; and whether there were more (those read are then any, not the first)."""
     found: list[tuple[bool, str]] = []
+    cut = False
     with os.scandir(fd) as listing:
         for item in listing:
             if budget is not None and len(found) >= budget:
+                cut = True
                 break
-            try:
-                folder = item.is_dir(follow_symlinks=False)
-            except OSError:
-                folder = False
+            folder = False
+            if dirs_first:
+                try:
+                    folder = item.is_dir(follow_symlinks=False)
+                except OSError:
+                    pass
             found.append((not folder, item.name))
     found.sort()
-    return [name for _, name in found]
+    return [name for _, name in found], cut
 
 
 def walk(
@@ -354,10 +354,13 @@ def walk(
     is_dir = stat.S_ISDIR
     try:
         try:
-            frames = [_Frame(None, (), "", _names(dirs.top(), max_entries, dirs_first))]
+            names, cut = _names(dirs.top(), max_entries, dirs_first)
         except OSError:
             stats.not_read(())
             return
+        if cut:
+            stats.partly_read(())
+        frames = [_Frame(None, (), "", names)]
         frame = frames[-1]
         fd: int | None = dirs.top()
         limit = max_entries if max_entries is not None else -1
@@ -413,10 +416,12 @@ def walk(
             dirs.push_fd(name, sub)
             remaining = None if max_entries is None else max(0, max_entries - count)
             try:
-                names = _names(sub, remaining, dirs_first)
+                names, cut = _names(sub, remaining, dirs_first)
             except OSError:
                 stats.not_read(parts)
-                names = []
+                names, cut = [], False
+            if cut:
+                stats.partly_read(parts)
             frame = _Frame(entry, parts, entry.rel + "/", names)
             frames.append(frame)
             fd = sub
@@ -505,6 +510,30 @@ def data_extents(fd: int, size: int) -> list[tuple[int, int]]:
         spans.append((start, end))
         pos = end
     return spans
+
+
+_ZEROS = bytes(CHUNK)
+
+
+def hash_into(fd: int, digest: Any) -> int:
+    """Feed an open file's bytes to a hashlib object, holes as zeros from memory (the
+    kernel makes them slowly: a sparse 2 GB file read at a third of a GB a second);
+    returns the bytes fed. At most a chunk is held."""
+    size = os.fstat(fd).st_size
+    spans = data_extents(fd, size) if is_sparse(os.fstat(fd)) else [(0, size)]
+    pos = 0
+    for start, end in [*spans, (size, size)]:
+        while pos < start:  # a hole
+            n = min(CHUNK, start - pos)
+            digest.update(_ZEROS[:n] if n < CHUNK else _ZEROS)
+            pos += n
+        while pos < end:
+            chunk = os.pread(fd, min(CHUNK, end - pos), pos)
+            if not chunk:
+                return pos  # shrank while read
+            digest.update(chunk)
+            pos += len(chunk)
+    return pos
 
 
 def is_sparse(st: os.stat_result) -> bool:
