@@ -71,6 +71,11 @@ def fork_line(e: ev.RunForked) -> str:
         )
     if e.missing_files:
         parts.append(f"{len(e.missing_files)} workspace file(s) could not be restored")
+    if e.not_recorded:
+        parts.append(
+            f"{len(e.not_recorded)} workspace snapshot(s) left changes unrecorded, which the "
+            "restored workspace lacks"
+        )
     return " · ".join(parts)
 
 
@@ -275,6 +280,12 @@ class TranscriptDisplay(_Printer):
                 self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
             case ev.Notice():
                 self._out(f"! {event.message}", "yellow" if event.level != "error" else "red")
+            case ev.WorkspaceSnapshot(left_out=ev.SnapshotLeftOut() as gaps):
+                self._out(
+                    f"! the workspace snapshot after step {event.step} left out: "
+                    + one_line("; ".join(gaps.notes), 400),
+                    "yellow",
+                )
             case ev.PlanUpdated():
                 self._out(f"[{t}] plan ({event.reason or 'updated'}):", "cyan")
                 for line in render_plan(event.steps).splitlines():

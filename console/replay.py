@@ -603,8 +603,9 @@ class HistoryFiles:
         data = self.history.read_at(path, self.seq)
         if data is None:
             size = entry[0].size
+            how = "size and hash" if entry[0].sha256 else "size and time (never read)"
             raise FileNotFoundError(
-                f"{path} ({size:,} bytes) was recorded by size and hash only, not its contents"
+                f"{path} ({size:,} bytes) was recorded by {how} only, not its contents"
             )
         return data
 

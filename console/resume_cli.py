@@ -227,4 +227,6 @@ def cmd_fork(args: argparse.Namespace) -> int:
             ),
             flush=True,
         )
+        for gap in fork_event.not_recorded:  # mlra's own counts and reasons
+            print(f"  not restored, as it was never recorded: {gap}", flush=True)
     return _go(controller, forked.events, args, use_tui)

@@ -451,7 +451,7 @@ def test_many_small_files_bound_the_snapshot_event_the_scan_and_the_store(
     assert "stopped after 5,000 entries" in " ".join(cut.left_out.notes)
 
 
-def test_many_small_files_in_a_whole_run_keep_the_log_small(scene: Scene) -> None:
+def test_many_small_files_in_a_whole_run_keep_the_log_small(scene: Scene, tmp_path: Path) -> None:
     make = (
         'python3 -c "import os\n'
         "for d in range(20):\n"
@@ -476,3 +476,12 @@ def test_many_small_files_in_a_whole_run_keep_the_log_small(scene: Scene) -> Non
     snaps = [e for e in run.events if isinstance(e, ev.WorkspaceSnapshot)]
     assert any(s.left_out is not None and s.left_out.changed for s in snaps)
     assert "answer.txt" in {c.path for s in snaps for c in s.changed}
+    assert "the workspace snapshot after step 1 left out:" in run.stdout  # said as it ran
+    # A fork says what it cannot restore, since it was never recorded.
+    forked = fork_run(
+        load_run(run.run_dir), load_task(scene.task), at_step=3,
+        run_dir=tmp_path / "fork", model="baseline",
+    )  # fmt: skip
+    fork_event = next(e for e in forked.events if isinstance(e, ev.RunForked))
+    assert fork_event.not_recorded and "after step 1:" in fork_event.not_recorded[0]
+    assert (forked.run_dir / "workspace" / "answer.txt").read_text() == "42\n"
