@@ -83,8 +83,9 @@ class RunConfig(BaseModel):
     snapshot_max_file_mb: float = 8.0
     """Files larger than this are recorded by size and hash only."""
     snapshot_quota_mb: float = 1024.0
-    """The run's snapshot store holds at most this much; past it, changed files are
-    recorded by size and hash without their contents (a notice says so once)."""
+    """The run's snapshot store holds at most this much (`--snapshot-quota`; 0: no quota);
+    past it, changed files are recorded by size and hash without their contents (a
+    notice says so once)."""
     baseline_validate: bool = False
     """The baseline agent validates the recipe's artifact (`validate`) before submitting it."""
     seed: int | None = None

@@ -42,7 +42,7 @@ from mlra.agent.run_setup import (
     started_event,
 )
 from mlra.agent.sandboxes import create_sandbox
-from mlra.agent.snapshots import SnapshotLimits, SnapshotStore, WorkspaceScanner
+from mlra.agent.snapshots import NO_QUOTA, SnapshotLimits, SnapshotStore, WorkspaceScanner
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.agent.steering import Steering
 from mlra.agent.tool_step import ToolStep
@@ -93,7 +93,7 @@ class RunController(Steering):
             SnapshotStore(self.run_dir),
             limits=SnapshotLimits(
                 max_stored_bytes=int(config.snapshot_max_file_mb * 1024 * 1024),
-                quota_bytes=int(config.snapshot_quota_mb * 1024 * 1024),
+                quota_bytes=int(config.snapshot_quota_mb * 1024 * 1024) or NO_QUOTA,
             ),
         )
         # Background jobs (tools/jobs.py): their events are the run's own observations,

@@ -40,6 +40,7 @@ SNAPSHOTS_DIR = "snapshots"
 MB = 1024 * 1024
 DEFAULT_MAX_STORED_BYTES = 8 * MB
 DEFAULT_QUOTA_BYTES = 1024 * MB
+NO_QUOTA = 2**62
 SKIP_DIRS = frozenset({".git", "__pycache__", ".ipynb_checkpoints"})
 """Git's own object store and caches: large, many and rebuilt by tools anyway."""
 MAX_PATH_CHARS = 16_384

@@ -136,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
         "half the free space of the runs folder's disk, at most 200g)",
     )
     run.add_argument(
+        "--snapshot-quota",
+        type=disk_mb,
+        metavar="SIZE",
+        help="the most the run's workspace snapshots keep of file contents (2g, or none; "
+        "default 1g): past it changed files are recorded by size and hash only",
+    )
+    run.add_argument(
         "--cpus", type=positive_float, metavar="N", help="docker sandbox CPU limit (e.g. 8)"
     )
     run.add_argument(
@@ -369,6 +376,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         gpus=args.gpus,
         memory_mb=args.memory,
         disk_mb=args.disk,
+        **({} if args.snapshot_quota is None else {"snapshot_quota_mb": args.snapshot_quota}),
         cpus=args.cpus,
         on_provider_failure="pause" if use_tui else "end",
         breakpoints=args.breaks,

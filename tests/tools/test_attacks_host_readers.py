@@ -477,6 +477,7 @@ def test_many_small_files_in_a_whole_run_keep_the_log_small(scene: Scene, tmp_pa
     assert any(s.left_out is not None and s.left_out.changed for s in snaps)
     assert "answer.txt" in {c.path for s in snaps for c in s.changed}
     assert "the workspace snapshot after step 1 left out:" in run.stdout  # said as it ran
+    assert run.started.config["snapshot_quota_mb"] == 1024.0  # the store's quota, recorded
     # A fork says what it cannot restore, since it was never recorded.
     forked = fork_run(
         load_run(run.run_dir), load_task(scene.task), at_step=3,
