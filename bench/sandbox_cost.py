@@ -10,8 +10,11 @@ killed and waited for), except the first, which is plain asyncio subprocess:
   read-only with masks, no user namespace, no limits;
 - bwrap strict, rlimits: the hardened command line (user namespace, cap-drop
   ALL, allow-list view) with rlimits only;
+- bwrap strict, no disk quota: as below, without the workspace's quota watcher
+  (a `du` of the workspace every 0.5 s, in the background);
 - bwrap strict: as the sandbox runs by default here, cgroup limits included
-  where this machine lets mlra make a cgroup.
+  where this machine lets mlra make a cgroup, /tmp and /dev/shm sized where the
+  bubblewrap can, and the disk quota watched.
 
 Target: the strict sandbox within 10 ms a command of plain subprocess.
 
@@ -100,6 +103,14 @@ async def main(commands: int) -> None:
             ("bwrap strict, rlimits", await through(strict_rl, commands), strict_rl.limits.via)
         )
         limits_module.SandboxLimits._setup_v2, limits_module.SandboxLimits._setup_v1 = saved
+        unwatched = LocalSandbox(ws, SandboxSpec(memory_mb=4096, disk_mb=0), isolation_mode="bwrap")
+        rows.append(
+            (
+                "bwrap strict, no disk quota",
+                await through(unwatched, commands),
+                unwatched.limits.via,
+            )
+        )
         strict = LocalSandbox(ws, SandboxSpec(memory_mb=4096), isolation_mode="bwrap")
         rows.append(("bwrap strict (default)", await through(strict, commands), strict.limits.via))
     base = statistics.median(rows[0][1])
