@@ -449,6 +449,9 @@ class ArxivRead(_ArxivTool, Tool[ArxivReadArgs]):
                     f"arXiv returned no PDF for {paper} (got {got.content_type or 'unknown type'}, "
                     f"{got.bytes:,} bytes); the paper may be withdrawn or have no PDF"
                 )
+            refused = ctx.sandbox.claim_disk(got.bytes)
+            if refused is not None:
+                raise SandboxError(f"{refused}; the PDF of {paper} was not kept")
             await asyncio.to_thread(landing.hand_over, staged, ctx.sandbox.workspace)
             if not await asyncio.to_thread(landing.move_in, ctx.sandbox, staged, rel, replace=True):
                 await ctx.sandbox.copy_in(staged, rel)

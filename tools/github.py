@@ -120,6 +120,9 @@ class _Clone:
     target: Target
     """The repository's URL, resolved and pinned, after any redirect."""
     ca: str | None
+    cap: int
+    """Bytes the clone may take: the size cap, or less where the disk quota has less left."""
+    cap_said: str
 
 
 class GithubClone(Tool[GithubCloneArgs]):
@@ -162,6 +165,14 @@ class GithubClone(Tool[GithubCloneArgs]):
                 f"{rel} already exists in the workspace; pass another `name` or remove it first"
             )
         bwrap = confinement(allow_unconfined=ctx.sandbox.isolation == "none")
+        cap = self.max_bytes
+        room = ctx.sandbox.disk_room()
+        if room is not None and room < cap:
+            # The clone lands in the workspace: it may not take more than its quota has left.
+            cap = max(0, room)
+            cap_said = f"the workspace's disk quota has {format_size(cap)} left"
+        else:
+            cap_said = f"the size cap of {format_size(cap)}"
         staging = landing.staging_dir(ctx.sandbox.workspace)
         ca = self.policy.ca_bundle
         box = FetchBox(
@@ -169,9 +180,9 @@ class GithubClone(Tool[GithubCloneArgs]):
             bwrap=bwrap,
             hide=ctx.sandbox.spec.hide_paths,
             read_only=[ca] if ca else [],
-            file_limit_bytes=self.max_bytes,
+            file_limit_bytes=max(cap, 1),
         )
-        clone = _Clone(box, staging, plan.name, target, str(ca) if ca else None)
+        clone = _Clone(box, staging, plan.name, target, str(ca) if ca else None, cap, cap_said)
         try:
             return await self._clone_into(plan, args, ctx, rel, clone)
         finally:
@@ -201,6 +212,9 @@ class GithubClone(Tool[GithubCloneArgs]):
                     continue
                 raise SandboxError(self._explain(plan, exc.stderr, attempt)) from None
         info = await self._describe(clone, plan)
+        refused = ctx.sandbox.claim_disk(await asyncio.to_thread(landing.tree_size, dest))
+        if refused is not None:
+            raise SandboxError(f"{refused}; the clone was not kept")
         await asyncio.to_thread(landing.hand_over, dest, ctx.sandbox.workspace)
         if not await asyncio.to_thread(landing.move_in, ctx.sandbox, dest, rel):
             await ctx.sandbox.copy_in(dest, rel)
@@ -342,7 +356,7 @@ class GithubClone(Tool[GithubCloneArgs]):
 
         def too_big() -> str | None:
             size = landing.tree_size(watched)
-            return format_size(size) if size > self.max_bytes else None
+            return format_size(size) if size > clone.cap else None
 
         result = await clone.box.run(
             ["git", *self._git_config(clone), *argv], timeout_s=left, watch=too_big
@@ -356,17 +370,17 @@ class GithubClone(Tool[GithubCloneArgs]):
             result.exit_code != 0 and any(sign in low for sign in CAP_SIGNS)
         ):
             raise SandboxError(
-                f"the repository is larger than the size cap of {format_size(self.max_bytes)} "
-                f"(already {result.stopped or 'over it'} when stopped); nothing was kept. Try "
+                f"the repository is larger than {clone.cap_said} (already "
+                f"{result.stopped or 'over it'} when stopped); nothing was kept. Try "
                 "depth=1, or download only the files you need"
             )
         if result.exit_code != 0:
             raise GitFailed(result.stderr.strip())
         size = await asyncio.to_thread(landing.tree_size, watched)
-        if size > self.max_bytes:
+        if size > clone.cap:
             raise SandboxError(
-                f"the repository is larger than the size cap of {format_size(self.max_bytes)} "
-                f"({format_size(size)}); nothing was kept. Try depth=1"
+                f"the repository is larger than {clone.cap_said} ({format_size(size)}); "
+                "nothing was kept. Try depth=1"
             )
         return result.stdout.decode("utf-8", errors="replace")
 

@@ -500,3 +500,29 @@ def test_a_scripted_run_searches_reads_and_clones(
     assert "# Demo model" in worker_requests
     result = json.loads((run_dir / "result.json").read_text())
     assert result["score"] == 1.0
+
+
+async def test_a_clone_takes_no_more_than_the_workspace_quota_has_left(
+    tmp_path: Path, served: GitServer
+) -> None:
+    """The clone lands in the workspace: under a 1 MB disk quota a 3 MiB repository is
+    stopped while it downloads and nothing is kept, as over the size cap."""
+    work = tmp_path / "big"
+    r = git.Repo.init(work)
+    _committer(r)
+    (work / "weights.bin").write_bytes(
+        b"".join(hashlib.sha256(str(i).encode()).digest() for i in range(96_000))
+    )
+    r.index.add(["weights.bin"])
+    r.index.commit("weights")
+    bare_repo(work, served.root / "big.git")
+    ws = (tmp_path / "run" / "workspace").resolve()
+    ws.mkdir(parents=True)
+    sandbox = LocalSandbox(ws, SandboxSpec(disk_mb=1), isolation_mode="none")
+    await sandbox.start()
+    try:
+        out = await Harness(sandbox, ws).call(clone_tool(served), url=served.url("big"))
+    finally:
+        await sandbox.close()
+    assert not out.ok and "disk quota" in out.output, out.output
+    assert not (ws / "repos" / "big").exists()
