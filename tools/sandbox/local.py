@@ -34,6 +34,7 @@ from typing import Literal
 
 from mlra.events import LimitsInForce
 from mlra.tools.sandbox import bwrap as bw
+from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import (
     ExecResult,
     OutputCallback,
@@ -225,7 +226,7 @@ class LocalSandbox(Sandbox):
         await self.stop_processes()
         await asyncio.to_thread(self._limits.close)
         if self._home is not None:
-            shutil.rmtree(self._home, ignore_errors=True)
+            trees.remove_tree(self._home, ignore_errors=True)  # the agent's: however deep
             self._home = None
         self._started = False
 
