@@ -204,6 +204,9 @@ class WorkspaceScanner:
         self.notices: list[str] = []
         """Things the user should hear once (the store's quota reached), for the run's log."""
         self._quota_noted = False
+        self._last_notes: list[str] = []
+        """What the last event said it left out: a scan that changes nothing and leaves
+        out the same (a workspace past the walk's bound) records no event for it."""
 
     @property
     def max_stored_bytes(self) -> int:
@@ -269,8 +272,10 @@ class WorkspaceScanner:
                 "snapshot event lists at most "
                 f"{limits.event_bytes // 1024:,} KiB of paths"
             )
-        if not changed and not removed and not left_out.notes:
-            return None
+        repeated = left_out.notes == self._last_notes
+        self._last_notes = left_out.notes
+        if not changed and not removed and (repeated or not left_out.notes):
+            return None  # nothing new, not even what could not be looked at
         return ev.WorkspaceSnapshot(
             step=step,
             changed=listed[0],

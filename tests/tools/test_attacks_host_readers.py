@@ -449,6 +449,7 @@ def test_many_small_files_bound_the_snapshot_event_the_scan_and_the_store(
     cut = walked.scan(step=4)
     assert cut is not None and cut.left_out is not None and cut.removed == []
     assert "stopped after 5,000 entries" in " ".join(cut.left_out.notes)
+    assert walked.scan(step=5) is None  # the same gap again is no news
 
 
 def test_many_small_files_in_a_whole_run_keep_the_log_small(scene: Scene, tmp_path: Path) -> None:
