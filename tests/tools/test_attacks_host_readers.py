@@ -487,3 +487,33 @@ def test_many_small_files_in_a_whole_run_keep_the_log_small(scene: Scene, tmp_pa
     fork_event = next(e for e in forked.events if isinstance(e, ev.RunForked))
     assert fork_event.not_recorded and "after step 1:" in fork_event.not_recorded[0]
     assert (forked.run_dir / "workspace" / "answer.txt").read_text() == "42\n"
+
+
+async def test_copy_in_keeps_links_as_links_and_copies_deep_folders(
+    scene: Scene, tmp_path: Path
+) -> None:
+    # What a research tool brings in (a clone) can hold links to host files and deep folders.
+    from mlra.tools.sandbox.base import SandboxSpec
+    from mlra.tools.sandbox.local import LocalSandbox
+
+    source = tmp_path / "clone"
+    source.mkdir()
+    fd = os.open(source, os.O_RDONLY)
+    with trees.DirStack(fd) as dirs:  # pathlib's mkdir recurses, one call a level
+        bottom = os.open(
+            "bottom.txt", os.O_WRONLY | os.O_CREAT, dir_fd=dirs.move_to(["d"] * 1500, create=True)
+        )
+        os.write(bottom, b"found")
+        os.close(bottom)
+    os.close(fd)
+    (source / "README.md").symlink_to(scene.hidden / "secret.txt")
+    sandbox = LocalSandbox(scene.workspace, SandboxSpec(), isolation_mode="none")
+    await sandbox.copy_in(source, "repos/clone")
+    copied = scene.workspace / "repos" / "clone"
+    assert os.readlink(copied / "README.md") == str(scene.hidden / "secret.txt")
+    with pytest.raises(SandboxError, match="outside the workspace"):
+        await sandbox.read_file("repos/clone/README.md")
+    listed = await sandbox.list_tree("repos/clone", max_depth=3000)
+    assert any(i.path.endswith("/bottom.txt") for i in listed)
+    trees.remove_tree(source)
+    trees.remove_tree(copied)

@@ -429,7 +429,8 @@ class Sandbox(abc.ABC):
             os.close(fd)
 
     async def copy_in(self, host_src: Path, dest: str) -> None:
-        """Copy a host file or folder (trusted: task files) into the workspace."""
+        """Copy a host file or folder into the workspace, without recursion: files with
+        their holes, links as links (never followed), no FIFO or device."""
         if host_src.is_dir():
             fd, _ = self.open_beneath(dest, os.O_RDONLY, make_parents=True, make_dir=True)
             try:
@@ -457,9 +458,14 @@ class Sandbox(abc.ABC):
                         self._created(made)
                         os.close(made)
                         continue
+                    if entry.is_link:  # as it is: nothing host-side follows a link out
+                        with contextlib.suppress(OSError):
+                            target = os.readlink(entry.name, dir_fd=entry.dir_fd)
+                            os.symlink(target, entry.name, dir_fd=dest.top())
+                        continue
                     source = trees.open_in(entry.dir_fd, entry.name)
                     if source is None:
-                        continue  # a link or a special file: task files hold neither
+                        continue  # a FIFO, socket or device: not copied
                     flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | beneath.FILE_FLAGS
                     try:
                         try:
