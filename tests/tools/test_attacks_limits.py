@@ -413,3 +413,40 @@ def test_a_tasks_limits_are_capped_at_what_the_machine_can_give(scene: Scene) ->
         5,
         {"memory_mb": "--memory none: no limit", "disk_mb": "--disk"},
     )
+
+
+async def test_closing_the_quota_watcher_ends_it_even_when_a_cancel_is_lost(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On Python 3.11 `asyncio.wait_for` returns the result of an awaitable that finished
+    as the task was cancelled, so a watcher could lose close()'s cancel and go on for
+    ever (a sandbox's close hung under load). close() cancels until the watcher ends."""
+    from mlra.tools.sandbox.disk_quota import WorkspaceQuota
+
+    quota = WorkspaceQuota(tmp_path, 1)
+    measuring = asyncio.Event()
+    lost = 0
+
+    async def measure_swallowing_one_cancel() -> int | None:
+        nonlocal lost
+        measuring.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            if lost:
+                raise
+            lost += 1  # as wait_for does when what it waits on finished meanwhile
+        return 0
+
+    monkeypatch.setattr(quota, "measure_async", measure_swallowing_one_cancel)
+    quota.used = 0
+
+    async def stop() -> None:
+        pass
+
+    quota._task = asyncio.get_running_loop().create_task(quota._watch(stop))
+    watcher = quota._task
+    await measuring.wait()
+    closing = asyncio.create_task(quota.close())
+    done, _ = await asyncio.wait({closing}, timeout=30)  # waits; cancels nothing
+    assert closing in done and watcher.done() and lost == 1

@@ -214,8 +214,10 @@ class FetchBox:
                 if left <= 0:
                     timed_out = True
                     break
+                # asyncio.timeout, not wait_for: on 3.11 wait_for can swallow a cancel.
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(proc.wait(), min(WATCH_INTERVAL_S, left))
+                    async with asyncio.timeout(min(WATCH_INTERVAL_S, left)):
+                        await proc.wait()
                 if proc.returncode is None and watch is not None:
                     stopped = await asyncio.to_thread(watch)
                     if stopped is not None:

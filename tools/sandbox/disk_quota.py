@@ -103,7 +103,11 @@ class WorkspaceQuota:
         except OSError:
             return None
         try:
-            out, _ = await asyncio.wait_for(proc.communicate(), SCAN_TIMEOUT_S)
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result of
+            # an awaitable that finished as the task was cancelled, swallowing the cancel,
+            # and the watcher would then outlive close().
+            async with asyncio.timeout(SCAN_TIMEOUT_S):
+                out, _ = await proc.communicate()
         except (TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -132,10 +136,15 @@ class WorkspaceQuota:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
+        if task is None:
+            return
+        # Cancelled again until it ends: a cancel that lands as an awaited call returns
+        # can be lost, and close() must never wait on a watcher that goes on.
+        while not task.done():
             task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+            await asyncio.wait({task}, timeout=1.0)
+        with contextlib.suppress(BaseException):
+            task.result()
 
     async def _watch(self, stop: Callable[[], Awaitable[None]]) -> None:
         while True:
