@@ -10,7 +10,8 @@ is not UTF-8, a folder 3,000 levels deep or a hundred thousand small files are o
 command away.
 
 Memory is measured honestly: the readers run in a fresh interpreter, whose peak
-resident size (`ru_maxrss`) is what it reports at the end.
+resident size (VmHWM, its own: not ru_maxrss, which counts the parent's at fork) is
+what it reports at the end.
 """
 
 from __future__ import annotations
@@ -118,7 +119,11 @@ shipped = 0
 for part in shipping.stream_tar(run_dir / "workspace", "workspace"):
     shipped += len(part)
 seen["shipped bytes"] = shipped
-seen["peak MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM: the peak of this process's own memory since it started. Not ru_maxrss, which
+# Linux carries over from the parent across fork and exec: a pytest worker that has
+# imported torch would lend its 600 MB to this count.
+hwm = next(l for l in open("/proc/self/status") if l.startswith("VmHWM:"))
+seen["peak MB"] = int(hwm.split()[1]) / 1024
 print(json.dumps(seen))
 """
 
