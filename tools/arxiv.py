@@ -65,34 +65,48 @@ T = TypeVar("T")
 
 
 class RateLimiter:
-    """Spaces requests to one service at least `interval_s` apart.
+    """Lets requests to one service through one at a time, at least `interval_s` apart
+    as the service sees them.
 
-    Slots are reserved without awaiting, so concurrent callers queue in order,
-    and a request that takes long pushes the next one back from its end, as
-    arXiv counts it. It holds no asyncio primitive, so one instance serves
-    every event loop in the process.
+    A request starts no sooner than `interval_s` after the one before ended (the arxiv
+    package's own client waits so): what happens between entering the slot and the
+    request reaching the server (a fetch box starting, more on a busy machine) varies,
+    and only the end of the previous request bounds when that one arrived. Slots are
+    reserved without awaiting, so concurrent callers queue in order. It holds no
+    asyncio primitive, so one instance serves every event loop in the process.
     """
+
+    POLL_S = 0.01
+    """How often a caller waiting for the request in flight looks again."""
 
     def __init__(self, interval_s: float) -> None:
         self.interval_s = interval_s
         self._next = 0.0
         self._entered = -interval_s
+        self._ended = -interval_s
+        self._busy = False
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
         start = max(time.monotonic(), self._next)
         self._next = start + self.interval_s
-        # The reserved start, and never sooner than one interval after the request before
-        # actually went: on a busy machine a caller can wake late, and the next one must
-        # not be let in closer to it than the service allows.
-        while (wait := max(start, self._entered + self.interval_s) - time.monotonic()) > 0:  # noqa: ASYNC110 (a time, not an event)
+        # The reserved start, never while another request is out, and never sooner than
+        # one interval after the request before entered and ended: on a busy machine a
+        # caller can wake late, and the next one must not be let in closer to it.
+        while True:
+            earliest = max(start, self._entered + self.interval_s, self._ended + self.interval_s)
+            wait = self.POLL_S if self._busy else earliest - time.monotonic()
+            if wait <= 0:
+                break
             await asyncio.sleep(wait)
+        self._busy = True
         self._entered = time.monotonic()
-        self._next = max(self._next, self._entered + self.interval_s)
         try:
             yield
         finally:
-            self._next = max(self._next, time.monotonic() + self.interval_s)
+            self._busy = False
+            self._ended = time.monotonic()
+            self._next = max(self._next, self._ended + self.interval_s)
 
 
 _shared: RateLimiter | None = None
