@@ -40,6 +40,8 @@ STDOUT_LIMIT = 2 * 1024 * 1024
 STDERR_LIMIT = 64 * 1024
 MEMORY_MB = 2048
 """Per process (RLIMIT_DATA): git's packing and pypdf on a 100 MB PDF stay well under it."""
+TMPFS_MB = 64
+"""/tmp and /dev/shm (RAM) where bubblewrap can size them: a step writes to its folder."""
 WATCH_INTERVAL_S = 0.2
 KILL_WAIT_S = 5.0
 
@@ -159,6 +161,8 @@ class FetchBox:
             read_only=self.read_only,
             hide=self.hide,
             prefix=prefix,
+            tmp_mb=TMPFS_MB,
+            shm_mb=TMPFS_MB,
         )
 
     async def run(
