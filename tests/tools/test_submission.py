@@ -91,9 +91,16 @@ def test_a_daemon_left_running_cannot_change_what_is_graded(
     script = {
         "supervisor": supervisor_answering(),
         "worker": [
+            # The command ends once the helper beats, so it has left the command's process
+            # group (setsid) before the group is killed at the command's end: on a busy
+            # machine it could otherwise die still inside it.
             turn(
                 "Answer, and leave a helper behind.",
-                call("bash", command=f"echo 42 > answer.txt; {daemon}"),
+                call(
+                    "bash",
+                    command=f"rm -f beat; echo 42 > answer.txt; {daemon} "
+                    "until [ -e beat ]; do sleep 0.02; done",
+                ),
             ),
             # The helper outlived the command that started it: it is still beating.
             turn(
