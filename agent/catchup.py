@@ -200,12 +200,12 @@ class CatchUp:
         if not (isinstance(upcoming, ev.ModelCall) and upcoming.purpose == "summary"):
             return None
         done = self._recording.find_next(ev.HistorySummarized)
-        cuts = [history.summarizable(k) for k in (keep_recent_turns, 1)]
+        cuts = [history.summarizable(k) for k in range(keep_recent_turns, 0, -1)]
         if isinstance(done, ev.HistorySummarized):
             for cut in cuts:
                 if cut and cut[2:] == (done.first_turn, done.last_turn):
                     return cut
-        return cuts[0] or cuts[1]
+        return next((cut for cut in cuts if cut), None)
 
     def recorded_result(self, call_id: str) -> ev.ToolResult | Literal["interrupted"] | None:
         """The recorded result of a call the agent makes now, folding what happened while

@@ -2,8 +2,11 @@
 
 The history is kept within the window before a request is sent, never after a
 server refused it: the request's size (history, tools, the prompt to come) is
-estimated, and if it and the answer's budget would not fit, the oldest turns are
-summarized first. A server that still refuses a request as too long is believed:
+estimated before every turn, and if it and the answer's budget would not fit,
+the older turns are summarized first, in the middle of a subtask as at its
+start. Enough of them go that the request comes back to about half the room it
+may grow in, so a long subtask of short steps is summarized now and then, not at
+every step; the summary itself is held to a size the window can carry. A server that still refuses a request as too long is believed:
 its stated window is taken, older turns are summarized (or the longest outputs
 cut), and the request is sent once more (agent/model_turn.py).
 """
@@ -15,11 +18,12 @@ from collections.abc import Awaitable, Callable
 
 from mlra import events as ev
 from mlra.agent.catchup import Cut
-from mlra.agent.history import AgentHistory, estimate_tokens
+from mlra.agent.history import AgentHistory, estimate_tokens, message_tokens
 from mlra.agent.prompts import SUMMARIZER_SYSTEM
 from mlra.agent.providers.base import Message, ModelResponse, ProviderError, stated_window
 from mlra.agent.run_context import RunContext
 from mlra.tools.registry import ToolSpec
+from mlra.tools.truncate import truncate_middle
 
 PROMPT_TOKENS = 200
 """Room kept for the turn's own prompt (clock note, nudges) when checking the window."""
@@ -28,8 +32,10 @@ MIN_OUTPUT_TOKENS = 256
 WINDOW_MARGIN = 0.05
 """The share of the window kept free when sizing an answer's budget: the estimate is no
 tokenizer's count, and chat templates add tokens of their own."""
-MESSAGE_OVERHEAD = 8
-"""Tokens a chat template adds around each message (role markers), estimated."""
+SUMMARY_TOKENS = 600
+"""The most a summary of earlier steps may take (the summarizer is asked for ~400 words);
+less where the window has less room (`ContextWindow.summary_tokens`)."""
+MIN_SUMMARY_TOKENS = 120
 
 
 class TooLong(Exception):
@@ -58,6 +64,8 @@ class ContextWindow:
     def __init__(self, run: RunContext, ask: Ask) -> None:
         self.run = run
         self._ask = ask
+        self._tools: dict[str, int] = {}
+        """Each agent's tool definitions' tokens, as its last turn sent them."""
 
     def output_budget(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> int:
         """The answer's token budget: the run's, the model's, and no more than the window
@@ -68,10 +76,7 @@ class ContextWindow:
         assert provider is not None
         wanted = min(self.run.config.max_output_tokens, provider.max_output_tokens)
         request = estimate_tokens(system) + tools_tokens(tools)
-        request += sum(
-            estimate_tokens(m.content) + len(m.tool_calls) * 20 + MESSAGE_OVERHEAD for m in messages
-        )
-        request += sum(estimate_tokens(c.raw_arguments) for m in messages for c in m.tool_calls)
+        request += sum(message_tokens(m) for m in messages)
         margin = int(provider.context_window * WINDOW_MARGIN)
         left = provider.context_window - request - margin
         return max(min(wanted, left), min(wanted, MIN_OUTPUT_TOKENS))
@@ -122,11 +127,12 @@ class ContextWindow:
         outgrow the history's share of the window."""
         before = history.estimated_tokens()
         keep = self.run.config.keep_recent_turns
+        self._tools[agent] = tools
         if self.run.catchup.ahead():
             # Summarize where the run did, whatever this provider's window.
             cut = self.run.catchup.recorded_summary(history, keep)
         else:
-            cut = self._cut_for_window(history, history.estimated_tokens(extra=tools) + coming)
+            cut = self._cut_for_window(agent, history, tools, coming)
         if cut is not None:
             await self.summarize(agent, history, cut, before)
         over = history.estimated_tokens(extra=tools) + coming - self._window_budget()
@@ -143,13 +149,21 @@ class ContextWindow:
         if before is None:
             before = history.estimated_tokens()
         start, end, first_turn, last_turn = cut
+        most = self.summary_tokens(agent, history)
+        words = max(60, most * 3 // 5)
         response = await self._ask(
             agent,
             SUMMARIZER_SYSTEM,
-            history.render(start, end, limit=self._summary_chars()),
+            history.render(start, end, limit=self._summary_chars())
+            + f"\n\n(Write at most about {words} words.)",
             purpose="summary",
+            max_tokens=most,
         )
         summary = response.text.strip() or "(the summarizer returned nothing)"
+        tokens = estimate_tokens(summary)
+        if tokens > most:
+            # A summary the window cannot carry would be summarized again at once.
+            summary, _ = truncate_middle(summary, max(200, len(summary) * most // tokens))
         history.replace_with_summary(start, end, summary)
         self.run.emit(
             ev.HistorySummarized(
@@ -161,22 +175,40 @@ class ContextWindow:
             )
         )
 
-    def _cut_for_window(self, history: AgentHistory, tokens: int) -> Cut | None:
-        config = self.run.config
-        provider = self.run.provider
-        assert provider is not None
-        if tokens <= self._window_budget():
+    def summary_tokens(self, agent: ev.AgentRole, history: AgentHistory) -> int:
+        """How long a summary may be: `SUMMARY_TOKENS`, or a quarter of the room the
+        window leaves beside what is always sent, where that is less."""
+        room = self._window_budget() - history.kept_tokens() - self._tools.get(agent, 0)
+        return max(MIN_SUMMARY_TOKENS, min(SUMMARY_TOKENS, room // 4))
+
+    def _cut_for_window(
+        self, agent: ev.AgentRole, history: AgentHistory, tools: int, coming: int
+    ) -> Cut | None:
+        """None while the next request fits; else the summary that keeps the most of the
+        latest turns (up to `keep_recent_turns`, at least the last one) whole while
+        bringing the request back to about half the room it may grow in."""
+        budget = self._window_budget()
+        if history.estimated_tokens(extra=tools) + coming <= budget:
             return None
-        return history.summarizable(config.keep_recent_turns) or history.summarizable(1)
+        fixed = history.kept_tokens() + tools + coming + self.summary_tokens(agent, history)
+        room = budget - fixed
+        for keep in range(self.run.config.keep_recent_turns, 0, -1):
+            cut = history.summarizable(keep)
+            if cut is not None and history.tokens_from(cut[1]) <= room // 2:
+                return cut
+        return history.summarizable(1)
 
     def _window_budget(self) -> int:
-        """The tokens a request may take: the history's share of the window, less the
-        answer's budget."""
+        """The tokens a request may take: the history's share of the window
+        (`context_fraction`), and no more than leaves room for the answer's budget and
+        the margin."""
         config = self.run.config
         provider = self.run.provider
         assert provider is not None
+        window = provider.context_window
         output = min(config.max_output_tokens, provider.max_output_tokens)
-        return int(provider.context_window * config.context_fraction) - output
+        margin = int(window * WINDOW_MARGIN)
+        return min(int(window * config.context_fraction), window - output - margin)
 
     def _summary_chars(self) -> int:
         """How much old history the summarizer is shown: what its window holds (at about

@@ -2,8 +2,13 @@
 
 The history is a real conversation in the provider-neutral format. When it
 nears the context window, the oldest turns are replaced by a model-written
-summary; the instructions at the start (the pinned messages) are never cut, and
-turns are cut only at their boundaries so no tool result loses its call.
+summary, within a subtask as well as between subtasks: a turn is a model call
+and its results (with the prompt that asked for it), and turns are cut only at
+their boundaries so no tool result loses its call. The instructions at the
+start (the pinned messages) and the current subtask's instructions are never
+cut, and the latest turns stay whole. There is one summary at a time: the next
+summary is written over the last one and the turns after it, so summaries never
+pile up into a history that no summary can shrink.
 """
 
 from __future__ import annotations
@@ -33,6 +38,24 @@ def estimate_tokens(text: str) -> int:
     return (escaped - digits) // 4 + digits + 1
 
 
+MESSAGE_OVERHEAD = 8
+"""Tokens a chat template adds around each message (role markers), estimated."""
+CALL_OVERHEAD = 20
+"""Tokens a tool call's wrapping takes beyond its arguments (id, type, name), estimated."""
+
+SUMMARY_HEADER = "[Summary of earlier steps]"
+
+
+def message_tokens(message: Message) -> int:
+    """One message's share of a request, estimated: what it says, its calls' arguments,
+    and the wrapping around both (which many short turns add up to)."""
+    tokens = estimate_tokens(message.content) + MESSAGE_OVERHEAD
+    for call in message.tool_calls:
+        arguments = call.raw_arguments or json.dumps(call.arguments)
+        tokens += estimate_tokens(call.name + arguments) + CALL_OVERHEAD
+    return tokens
+
+
 def message_text(message: Message) -> str:
     parts = [message.content]
     for call in message.tool_calls:
@@ -52,10 +75,20 @@ class AgentHistory:
     """(message index, turn number) where each assistant turn begins."""
     _measured_tokens: int = 0
     _measured_at: int = 0
+    _subtask_at: int | None = None
+    """Where the current subtask's instructions are: kept whole and in place while its
+    turns are summarized (the instructions of subtasks before it are history)."""
+    _summary_at: int | None = None
+    """Where the summary of earlier steps is (one at a time), if any."""
 
     def pin(self, content: str) -> None:
         self.messages.append(Message(role="user", content=content))
         self.pinned = len(self.messages)
+
+    def pin_subtask(self, content: str) -> None:
+        """The instructions of the subtask that begins now: never summarized while it runs."""
+        self.messages.append(Message(role="user", content=content))
+        self._subtask_at = len(self.messages) - 1
 
     def add_user(self, content: str) -> None:
         if content:
@@ -93,7 +126,19 @@ class AgentHistory:
         else:
             base = estimate_tokens(self.system) + extra
             rest = self.messages
-        return base + sum(estimate_tokens(message_text(m)) for m in rest)
+        return base + sum(message_tokens(m) for m in rest)
+
+    def kept_tokens(self) -> int:
+        """What a summary never shrinks, estimated: the system prompt, the pinned
+        instructions and the current subtask's."""
+        kept = [*self.messages[: self.pinned]]
+        if self._subtask_at is not None:
+            kept.append(self.messages[self._subtask_at])
+        return estimate_tokens(self.system) + sum(message_tokens(m) for m in kept)
+
+    def tokens_from(self, index: int) -> int:
+        """The messages from `index` on, estimated: what a summary ending there keeps."""
+        return sum(message_tokens(m) for m in self.messages[index:])
 
     def shorten_outputs(self, excess: int) -> int:
         """Cut the middle of the longest tool outputs (never the pinned instructions)
@@ -122,23 +167,42 @@ class AgentHistory:
         return saved
 
     def summarizable(self, keep_recent_turns: int) -> tuple[int, int, int, int] | None:
-        """The slice of old turns to summarize: (start, end, first turn, last turn), or None."""
+        """What to summarize so that the latest `keep_recent_turns` turns stay whole:
+        (start, end, first turn, last turn), or None where no older turn is left.
+
+        The stretch runs from just after the pinned instructions (so the summary before
+        it, if any, is summarized again with the turns since) to the prompt of the first
+        turn kept; the current subtask's instructions inside it stay as they are. First
+        and last turn name the turns summarized for the first time."""
         candidates = [(i, t) for i, t in self._turn_starts if i >= self.pinned]
-        if len(candidates) <= keep_recent_turns:
+        if keep_recent_turns < 1 or len(candidates) <= keep_recent_turns:
             return None
-        start = candidates[0][0]
+        start = self.pinned
         end, _ = candidates[len(candidates) - keep_recent_turns]
+        # The prompt that asked for the first turn kept belongs with it.
+        while (
+            end - 1 > candidates[len(candidates) - keep_recent_turns - 1][0]
+            and self.messages[end - 1].role == "user"
+            and end - 1 not in (self._subtask_at, self._summary_at)
+        ):
+            end -= 1
         first_turn = candidates[0][1]
         last_turn = candidates[len(candidates) - keep_recent_turns - 1][1]
-        if end <= start:
-            return None
         return start, end, first_turn, last_turn
 
     def render(self, start: int, end: int, *, limit: int = 60_000) -> str:
-        """Old turns as plain text for the summarizer (long tool outputs shortened)."""
+        """Old turns as plain text for the summarizer (long tool outputs shortened), the
+        summary before them included; the current subtask's instructions are left out
+        (they stay in the history as they are)."""
         lines = []
-        for message in self.messages[start:end]:
+        for index in range(start, end):
+            if index == self._subtask_at:
+                continue
+            message = self.messages[index]
             text = message_text(message)
+            if index == self._summary_at:
+                lines.append(f"--- summary of the steps before these:\n{text}")
+                continue
             if len(text) > 2_000:
                 text = text[:1_000] + "\n[...]\n" + text[-800:]
             who = {"assistant": "agent", "tool": f"result of {message.tool_name}", "user": "user"}
@@ -147,11 +211,18 @@ class AgentHistory:
         return out if len(out) <= limit else out[: limit // 2] + "\n[...]\n" + out[-limit // 2 :]
 
     def replace_with_summary(self, start: int, end: int, summary: str) -> None:
-        removed = end - start
-        self.messages[start:end] = [
-            Message(role="user", content=f"[Summary of earlier steps]\n{summary}")
-        ]
-        self._turn_starts = [
-            (i - removed + 1 if i >= end else i, t) for i, t in self._turn_starts if i >= end
-        ]
+        """Messages `start`..`end` become the one summary; the current subtask's
+        instructions among them stay, just before it (the summary tells what was done
+        since, and before)."""
+        kept = self._subtask_at is not None and start <= self._subtask_at < end
+        new = [self.messages[self._subtask_at]] if kept and self._subtask_at is not None else []
+        new.append(Message(role="user", content=f"{SUMMARY_HEADER}\n{summary}"))
+        self.messages[start:end] = new
+        shift = len(new) - (end - start)
+        self._turn_starts = [(i + shift, t) for i, t in self._turn_starts if i >= end]
+        if kept:
+            self._subtask_at = start
+        elif self._subtask_at is not None and self._subtask_at >= end:
+            self._subtask_at += shift
+        self._summary_at = start + len(new) - 1
         self._measured_at = 0

@@ -31,6 +31,7 @@ from mlra.agent.providers.base import (
     Message,
     ModelResponse,
     ProviderError,
+    first_piece_told_to,
     is_context_overflow,
     retries_told_to,
 )
@@ -132,11 +133,19 @@ class ModelTurn:
         *,
         purpose: Purpose,
         registry: ToolRegistry | None = None,
+        max_tokens: int | None = None,
     ) -> ModelResponse:
-        """A one-off model call outside the agent's main history (summaries, reviews)."""
+        """A one-off model call outside the agent's main history (summaries, reviews);
+        `max_tokens` holds its answer to less than the window would allow."""
         self.run.check_budget()
         return await self._generate(
-            agent, system, [Message(role="user", content=text)], registry, 0, purpose=purpose
+            agent,
+            system,
+            [Message(role="user", content=text)],
+            registry,
+            0,
+            purpose=purpose,
+            most_tokens=max_tokens,
         )
 
     def replacements(self) -> list[tuple[str, str]]:
@@ -158,6 +167,7 @@ class ModelTurn:
         purpose: Purpose = "turn",
         too_long_retry: bool = False,
         shrink: bool = False,
+        most_tokens: int | None = None,
     ) -> ModelResponse:
         """The call, with its retries, recorded as `model_call`. `too_long_retry`: a
         server's "too long for the window" raises `TooLong` for the caller to mend;
@@ -171,9 +181,12 @@ class ModelTurn:
         tools = registry.specs() if registry else []
         request_sha, _ = request_fingerprint(system, messages, tools, self.replacements())
         self.provider_events.tell_unpriced()
+        self.provider_events.tell_adaptations()  # what it learnt before (a window it could not read)
         max_tokens = self.window.output_budget(system, messages, tools)
         if shrink:
             max_tokens = min(max_tokens, MIN_OUTPUT_TOKENS)
+        if most_tokens is not None:
+            max_tokens = min(max_tokens, most_tokens)
         buffer: list[str] = []
         produced = 0
 
@@ -191,12 +204,18 @@ class ModelTurn:
             if "\n" in piece or sum(map(len, buffer)) >= DELTA_FLUSH_CHARS:
                 flush()
 
+        def on_first_piece(seconds: float) -> None:
+            run.emit(ev.ModelAnswering(agent=agent, turn=turn, first_token_s=round(seconds, 3)))
+
         while True:
             started = time.monotonic()
             produced = 0
             try:
                 provider.expect(request_sha, messages, self.replacements())
-                with retries_told_to(self.provider_events.retry_told(agent)):
+                with (
+                    retries_told_to(self.provider_events.retry_told(agent)),
+                    first_piece_told_to(on_first_piece),
+                ):
                     response = await provider.generate(
                         system=system,
                         messages=messages,
@@ -237,6 +256,9 @@ class ModelTurn:
                 tool_calls=[c.model_dump(exclude_defaults=True) for c in response.tool_calls],
                 request_sha=request_sha,
                 tokens_estimated=usage.estimated,
+                first_token_s=None
+                if response.first_token_s is None
+                else round(response.first_token_s, 4),
             )
         )
         return response

@@ -27,6 +27,7 @@ PASSIVE = (
     ev.RunStarted,
     ev.ResourceSample,
     ev.TextDelta,
+    ev.ModelAnswering,
     ev.ToolOutput,
     ev.Control,
     ev.ApprovalRequested,

@@ -100,6 +100,13 @@ class RunState:
     too long) is followed by the turn's request, sent again."""
     retry: ev.ModelRetry | None = None
     """The provider's latest retry of the call now generating."""
+    answering_since: float | None = None
+    """The run clock when the call now generating began to answer (`model_answering`, or
+    its first `text_delta`); None while the server still reads the prompt."""
+    first_token_s: float | None = None
+    """How long the server took to read the prompt of the call now answering."""
+    streamed_chars: int = 0
+    """The text the call now answering has streamed so far: its speed as it writes."""
     running: dict[str, ev.ToolCall] = field(default_factory=dict)
     """Tool calls asked for and not yet ended, by call id (one waiting for approval too)."""
     jobs: dict[str, JobRecord] = field(default_factory=dict)
@@ -216,6 +223,20 @@ class RunState:
                 if self.generating_since is None or self.generating_agent != event.agent:
                     self._generating(event.agent, event.t)  # a summary or a review
                 self.retry = event
+                self.answering_since = self.first_token_s = None  # asked again: read again
+                self.streamed_chars = 0
+            case ev.ModelAnswering():
+                if self.generating_since is None or self.generating_agent != event.agent:
+                    self._generating(event.agent, event.t - event.first_token_s)
+                if self.answering_since is None:
+                    self.answering_since = event.t
+                self.first_token_s = event.first_token_s
+                self.retry = None
+            case ev.TextDelta():
+                if self.generating_agent == event.agent and self.generating_since is not None:
+                    if self.answering_since is None:
+                        self.answering_since = event.t
+                    self.streamed_chars += len(event.text)
             case ev.ModelError():
                 if event.cut_off is None:
                     self.last_error = event.error
@@ -285,6 +306,8 @@ class RunState:
         self.generating_since = t
         self.generating_agent = agent
         self.retry = None
+        self.answering_since = self.first_token_s = None
+        self.streamed_chars = 0
 
     def _idle(self) -> None:
         """Nothing runs once the run ended (or before it goes on)."""

@@ -76,7 +76,7 @@ class Worker:
     ) -> SubtaskOutcome:
         cfg = self.ctl.config
         self.ctl.emit(ev.SubtaskStarted(subtask=number, step_id=step_id, instructions=instructions))
-        self.history.add_user(f"[subtask {number}] {instructions}")
+        self.history.pin_subtask(f"[subtask {number}] {instructions}")
         self._recent = []
         steps = 0
         nudges = 0

@@ -328,6 +328,7 @@ class MlraApp(App[int]):
             self.state.evaluation,
             # what the status line says the run is doing: the model, a retry, a command
             self.state.generating_since,
+            self.state.answering_since,
             self.state.retry,
             len(self.state.running),
         )

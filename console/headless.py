@@ -87,6 +87,23 @@ def retry_cause(status: int | None) -> str:
     return f"after {status}" if status else "after a failed connection"
 
 
+def model_speed(e: ev.ModelCall) -> str:
+    """A model call's time, told apart: how long the server read the prompt and how fast it
+    wrote the answer ("prompt read in 3.1s, 120 tokens at 38 tok/s"); counts the server did
+    not send are estimates, marked "~"."""
+    mark = "~" if e.tokens_estimated else ""
+    parts = []
+    writing = e.latency_s
+    if e.first_token_s is not None:
+        parts.append(f"prompt read in {e.first_token_s:.1f}s")
+        writing -= e.first_token_s
+    tokens = f"{mark}{e.output_tokens:,} tokens"
+    if writing > 0 and e.output_tokens:
+        tokens += f" at {mark}{e.output_tokens / writing:.0f} tok/s"
+    parts.append(tokens)
+    return ", ".join(parts)
+
+
 def job_ok(e: ev.JobEnded) -> bool:
     return e.end == "exited" and e.exit_code == 0
 
@@ -223,6 +240,9 @@ class TranscriptDisplay(_Printer):
         self._state_limit = 0.0
         self._fork: ev.RunForked | None = None
         self._fork_dir: Path | None = None
+        self._local = False
+        """The model runs on a server the user gave (`--base-url`): its calls are slow
+        enough, and the prompt's reading long enough, that each call's time is shown."""
 
     def read_ahead(self, events: list[ev.Event], run_dir: Path) -> None:
         """A replay knows the whole log: a fork's begins with its source's events, and
@@ -243,6 +263,7 @@ class TranscriptDisplay(_Printer):
         t = format_duration(event.t)
         match event:
             case ev.RunStarted():
+                self._local = bool(event.config.get("base_url"))
                 self._state_limit = event.limits.time_limit_s
                 box = event.sandbox
                 net = "network" if box.network else "no network"
@@ -274,6 +295,13 @@ class TranscriptDisplay(_Printer):
                 )
             case ev.JobEnded():
                 self._out(f"[{t}] {job_end_line(event)}", "green" if job_ok(event) else "yellow")
+            case ev.ModelCall() if self._local:
+                what = "" if event.purpose == "turn" else f"'s {event.purpose}"
+                self._out(
+                    f"[{t}] {event.agent}{what} answered in {event.latency_s:.1f}s: "
+                    + model_speed(event),
+                    "dim",
+                )
             case ev.ModelRetry():
                 after = retry_cause(event.status)
                 of = f"/{event.max_retries}" if event.max_retries else ""

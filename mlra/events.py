@@ -218,6 +218,18 @@ class TextDelta(_Event):
     text: str
 
 
+class ModelAnswering(_Event):
+    """A streamed model call's answer began to arrive: the server has read the prompt (a
+    local server's prompt processing can take longer than the answer) and now writes.
+    With the `text_delta`s after it, the displays show the model's speed as it writes."""
+
+    type: Literal["model_answering"] = "model_answering"
+    agent: AgentRole
+    turn: int = 0
+    first_token_s: float
+    """Seconds from the request to the first piece of the answer."""
+
+
 class WorkerThought(_Event):
     type: Literal["worker_thought"] = "worker_thought"
     text: str = ""
@@ -297,6 +309,10 @@ class ModelCall(_Event):
     the first point where behaviour diverges."""
     tokens_estimated: bool = False
     """The server sent no token counts: these are estimated from the characters."""
+    first_token_s: float | None = None
+    """Seconds from the request to the answer's first piece, where it was streamed: the
+    time the server took to read the prompt. The rest of `latency_s` wrote the answer,
+    so `output_tokens` over it is the model's speed (tokens/s)."""
 
 
 class ModelError(_Event):
@@ -654,6 +670,7 @@ Event = Annotated[
     | Review
     | StepStarted
     | TextDelta
+    | ModelAnswering
     | WorkerThought
     | ToolCall
     | ApprovalRequested

@@ -64,6 +64,7 @@ from mlra.agent.providers.base import (
     ToolCallRequest,
     Usage,
     retry_hooks,
+    tell_first_piece,
     tell_invalid_retry,
     wire_safe,
 )
@@ -266,6 +267,9 @@ class AnthropicProvider(ModelProvider):
         self, request: MessageCreateParamsBase, on_text: TextCallback | None
     ) -> ModelResponse:
         read = _StreamRead(on_text)
+        sent = time.monotonic()
+        first: float | None = None
+        """When the first piece of the answer came: before it, the server reads the prompt."""
         # This SDK's typed request has no temperature; compatible servers still take one.
         extra = {"temperature": self.settings.temperature}
         stream = await self._client.messages.create(
@@ -277,6 +281,9 @@ class AnthropicProvider(ModelProvider):
             async with stream:
                 async for event in stream:
                     read.take(event)
+                    if first is None and (read.text or read.pending):
+                        first = time.monotonic() - sent
+                        tell_first_piece(first)
         except ValueError as exc:  # a data line that is not JSON (truncated, HTML)
             raise InvalidResponse(f"the stream is not JSON: {_one_line(str(exc), 120)}") from exc
         except httpx2.TransportError as exc:
@@ -287,7 +294,9 @@ class AnthropicProvider(ModelProvider):
             raise InvalidResponse("the stream holds no message")
         if read.stop_reason is None:
             raise InvalidResponse("the stream ended with no stop reason")
-        return read.response()
+        response = read.response()
+        response.first_token_s = first
+        return response
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(self.name, exc, retries=self.max_retries, timeout_s=self.timeout_s)

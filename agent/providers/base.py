@@ -90,6 +90,32 @@ def tell_invalid_retry() -> None:
         watch.tell_invalid()
 
 
+FirstPieceListener = Callable[[float], None]
+"""Told when a streamed answer's first piece (text or a tool call's) arrives, with the
+seconds since its request was sent: until then the server was reading the prompt."""
+
+_FIRST_PIECE: ContextVar[FirstPieceListener | None] = ContextVar("mlra_first_piece", default=None)
+
+
+@contextmanager
+def first_piece_told_to(listener: FirstPieceListener) -> Iterator[None]:
+    """Tell `listener` when the answer of a `generate` call made inside this block begins
+    to arrive: a local server's prompt processing can take longer than the answer, and
+    the user should see which of the two the run waits on."""
+    token = _FIRST_PIECE.set(listener)
+    try:
+        yield
+    finally:
+        _FIRST_PIECE.reset(token)
+
+
+def tell_first_piece(seconds: float) -> None:
+    """A provider's stream brought its answer's first piece, `seconds` after the request."""
+    listener = _FIRST_PIECE.get()
+    if listener is not None:
+        listener(seconds)
+
+
 RETRYABLE = frozenset({408, 409, 429})
 """The statuses, besides 5xx, that both SDKs retry."""
 
@@ -253,6 +279,12 @@ class ModelSettings(BaseModel):
 class InvalidResponse(Exception):
     """An HTTP 200 that is no valid answer: retried like a 5xx, then a ProviderError."""
 
+    def __init__(self, message: str, *, cut_stream: bool = False) -> None:
+        super().__init__(message)
+        self.cut_stream = cut_stream
+        """The stream ended early or empty: some servers answer so a request longer than
+        their window (llama-cpp-python), which a retry unchanged would only repeat."""
+
 
 class ModelResponse(BaseModel):
     text: str = ""
@@ -261,6 +293,9 @@ class ModelResponse(BaseModel):
     stop_reason: str | None = None
     latency_s: float = 0.0
     cost_usd: float = 0.0
+    first_token_s: float | None = None
+    """Seconds from the request to the answer's first piece, where the answer was streamed:
+    the time the server took to read the prompt (a local server's prompt processing)."""
 
 
 class ModelProvider(abc.ABC):

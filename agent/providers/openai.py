@@ -8,8 +8,7 @@ organization not verified for streaming a model gets non-streamed answers, and a
 server that refuses native tools (vLLM without a tool parser, llama.cpp without
 --jinja, an Ollama model without tool support) is described the tools in the
 prompt instead. The context window is read from the server where it tells it
-(vLLM's `max_model_len` and llama.cpp's `meta.n_ctx` in `/v1/models`, Ollama's
-`num_ctx` from `/api/show`) unless the user set one.
+(agent/providers/server_window.py) unless the user set one.
 
 Tool-call deltas are accumulated by index; arguments are parsed here so a model
 that writes broken JSON gets an error observation, not a crashed run. A model
@@ -17,14 +16,19 @@ that writes its calls as text has them read (agent/providers/text_calls.py).
 
 An HTTP 200 that is no answer (HTML from a proxy, `{}`, no `choices`, truncated
 JSON, a stream that ends with no finish reason) is retried as the SDK retries a
-5xx, then is a ProviderError, never an empty turn.
+5xx, then is a ProviderError, never an empty turn. An empty or cut stream is first
+checked against the window: llama-cpp-python answers a streamed request longer than its
+window with HTTP 200 and an empty stream, and the same request without streaming with
+HTTP 400 `context_length_exceeded`. A request that is larger than a known window by
+its own count fails as too long at once; else it is asked once more without streaming,
+so the server's own reason is read. A "too long" failure is mended by the caller
+(summarized and sent again, agent/model_turn.py), never retried unchanged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import re
 import time
 from typing import Any
 
@@ -43,11 +47,15 @@ from mlra.agent.providers.base import (
     ToolCallRequest,
     Usage,
     estimated_usage,
+    is_context_overflow,
     retry_hooks,
+    stated_window,
+    tell_first_piece,
     tell_invalid_retry,
     wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
+from mlra.agent.providers.server_window import read_server_window, unknown_note
 from mlra.agent.providers.text_calls import (
     call_as_text,
     read_text_calls,
@@ -184,13 +192,16 @@ class OpenAIProvider(ModelProvider):
         started = time.monotonic()
         adaptations = 0
         invalid = 0
+        plain = False
+        """This attempt goes without streaming, to read why the last stream was empty."""
+        asked_plain = False
         while True:
             native = self._native_tools
             prompt = system if native or not tools else f"{system}\n\n{tools_prompt(tools)}"
             chat = to_openai_messages(prompt.strip(), messages)
-            request = self.build_request(chat, specs if native else [], limit)
+            request = self.build_request(chat, specs if native else [], limit, plain=plain)
             try:
-                if self._stream:
+                if request.get("stream"):
                     response = await self._streamed(request, on_text)
                 else:
                     response = await self._whole(request, on_text)
@@ -198,11 +209,20 @@ class OpenAIProvider(ModelProvider):
             except openai.BadRequestError as exc:
                 adaptations += 1
                 if adaptations > 3 or not self._adapt(exc):
-                    raise ProviderError(self._describe(exc)) from exc
+                    failure = ProviderError(self._describe(exc))
+                    window = stated_window(failure)
+                    if is_context_overflow(failure) and window and window < self.context_window:
+                        # The caller takes this window from now on (agent/context_window.py).
+                        self.context_window_from = "server"
+                    raise failure from exc
             except openai.APIError as exc:
                 raise ProviderError(self._describe(exc)) from exc
             except InvalidResponse as exc:
+                plain = False
                 invalid += 1
+                reread = exc.cut_stream and not asked_plain
+                if reread:
+                    self._check_window(request, exc)
                 if invalid > self.max_retries:
                     after = (
                         f" (gave up after {self.max_retries} retries)" if self.max_retries else ""
@@ -212,6 +232,13 @@ class OpenAIProvider(ModelProvider):
                         f"{self.base_url or 'the API'}: {exc}{after}"
                     ) from exc
                 tell_invalid_retry()
+                if reread:
+                    asked_plain = plain = True
+                    self._notices.append(
+                        f"{self.name}: {self.base_url or 'the API'} answered HTTP 200 with "
+                        f"{exc}; asked once more without streaming, to read the server's reason"
+                    )
+                    continue
                 await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
         if tools and self.settings.tool_calls != "native" and not response.tool_calls:
@@ -230,9 +257,31 @@ class OpenAIProvider(ModelProvider):
         notices, self._notices = self._notices, []
         return notices
 
+    def _check_window(self, request: dict[str, Any], exc: InvalidResponse) -> None:
+        """An empty or cut stream for a request larger than the model's known window (by
+        the same count as estimated usage: four characters a token) is that request being
+        too long: a ProviderError the caller mends by summarizing, not a flaky server."""
+        if self.context_window_from == "default":
+            return  # a guessed window says nothing: the server's reason is read instead
+        size = len(json.dumps(request["messages"])) + len(json.dumps(request.get("tools", [])))
+        tokens = size // 4 + 1
+        if tokens >= self.context_window:
+            raise ProviderError(
+                f"{self.name}: {self.base_url or 'the API'} answered HTTP 200 with {exc} "
+                f"to a request of about {tokens:,} tokens, more than the model's context window "
+                f"({self.context_window:,} tokens, from the {self.context_window_from}): "
+                "the request is too long"
+            )
+
     def build_request(
-        self, chat: list[dict[str, Any]], specs: list[dict[str, Any]], limit: int
+        self,
+        chat: list[dict[str, Any]],
+        specs: list[dict[str, Any]],
+        limit: int,
+        *,
+        plain: bool = False,
     ) -> dict[str, Any]:
+        """The request's body; `plain`: not streamed, whatever the server accepts."""
         request: dict[str, Any] = {"model": self.model, "messages": chat, self._token_param: limit}
         if specs:
             request["tools"] = specs
@@ -240,7 +289,7 @@ class OpenAIProvider(ModelProvider):
             request["temperature"] = self.settings.temperature
         if self.settings.seed is not None:
             request["seed"] = self.settings.seed
-        if self._stream:
+        if self._stream and not plain:
             request["stream"] = True
             if self._stream_usage:
                 request["stream_options"] = {"include_usage": True}
@@ -286,6 +335,9 @@ class OpenAIProvider(ModelProvider):
         calls: dict[int, dict[str, Any]] = {}
         usage: Any = None
         finish: str | None = None
+        sent = time.monotonic()
+        first: float | None = None
+        """When the first piece of the answer came: before it, the server reads the prompt."""
         stream = await self._client.chat.completions.create(**request)
         try:
             async with stream:
@@ -295,20 +347,27 @@ class OpenAIProvider(ModelProvider):
                     if chunk.usage is not None:
                         usage = chunk.usage
                     _take_chunk(chunk, text, calls, on_text)
+                    if first is None and (text or calls):
+                        first = time.monotonic() - sent
+                        tell_first_piece(first)
                     finish = _finish_of(chunk) or finish
         except ValueError as exc:  # a data line that is not JSON (truncated, HTML)
             raise InvalidResponse(f"the stream is not JSON: {_one_line(str(exc), 120)}") from exc
         except httpx2.TransportError as exc:  # the connection broke off mid-stream
             if isinstance(exc, httpx2.TimeoutException):
                 raise ProviderError(self._describe(exc)) from exc
-            raise InvalidResponse(f"the stream broke off: {type(exc).__name__}") from exc
+            raise InvalidResponse(
+                f"the stream broke off: {type(exc).__name__}", cut_stream=True
+            ) from exc
         if finish is None:
-            raise InvalidResponse("the stream ended with no finish reason")
+            what = "an empty stream" if not text and not calls else "a stream cut off"
+            raise InvalidResponse(f"{what} (no finish reason)", cut_stream=True)
         return ModelResponse(
             text="".join(text),
             tool_calls=[_tool_call(calls[k], k, finish) for k in sorted(calls)],
             usage=_usage(usage),
             stop_reason=finish,
+            first_token_s=first,
         )
 
     async def _whole(self, request: dict[str, Any], on_text: TextCallback | None) -> ModelResponse:
@@ -344,33 +403,21 @@ class OpenAIProvider(ModelProvider):
 
     async def discover_limits(self) -> None:
         """The context window as the server tells it, unless the user set one or the model
-        is a known one: vLLM's `max_model_len` and llama.cpp's `meta.n_ctx` in /v1/models,
-        then Ollama's `num_ctx` from /api/show. A server that tells nothing leaves the
-        default (32k for a local server). Asked once, with a short time-out, no retries."""
+        is a known one (agent/providers/server_window.py: vLLM, llama-server, Ollama). A
+        server that tells nothing leaves the default (32k for a local server), and the run
+        is told so once, with how to set it. Asked once, with a short time-out, no retries."""
         if self._probed:
             return
         self._probed = True
         assert self.base_url is not None
-        headers = {"Authorization": f"Bearer {self._api_key}"}
-        window: int | None = None
-        try:
-            async with httpx2.AsyncClient(timeout=5.0, headers=headers) as client:
-                listing = await client.get(self.base_url.rstrip("/") + "/models")
-                if listing.status_code == 200:
-                    window = _window_from_listing(listing.json(), self.model)
-                if window is None:
-                    root = re.sub(r"/v1/?$", "", self.base_url.rstrip("/"))
-                    shown = await client.post(root + "/api/show", json={"model": self.model})
-                    if shown.status_code == 200:
-                        window = _window_from_ollama(shown.json())
-        except (httpx2.HTTPError, ValueError):
-            pass  # a server that tells nothing keeps the default
-        if window is None:
+        found = await read_server_window(self.base_url, self.model, self._api_key)
+        if found.window is None:
+            self._notices.append(unknown_note(self.name, found, self.context_window))
             return
-        self.context_window = window
+        self.context_window = found.window
         self.context_window_from = "server"
         if not self._output_set:
-            self.max_output_tokens = min(self.max_output_tokens, max(1, window // 4))
+            self.max_output_tokens = min(self.max_output_tokens, max(1, found.window // 4))
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(
@@ -380,34 +427,6 @@ class OpenAIProvider(ModelProvider):
             timeout_s=self.timeout_s,
             base_url=self.base_url,
         )
-
-
-def _window_from_listing(listing: Any, model: str) -> int | None:
-    """vLLM's `max_model_len` or llama.cpp's `meta.n_ctx` for `model` in /v1/models (the
-    only entry counts when there is one: llama.cpp names it after its file)."""
-    entries = listing.get("data") if isinstance(listing, dict) else None
-    if not isinstance(entries, list):
-        return None
-    for entry in entries:
-        if not isinstance(entry, dict) or (entry.get("id") != model and len(entries) > 1):
-            continue
-        meta = entry.get("meta")
-        for window in (
-            entry.get("max_model_len"),
-            meta.get("n_ctx") if isinstance(meta, dict) else None,
-        ):
-            if isinstance(window, int) and window > 0:
-                return window
-    return None
-
-
-def _window_from_ollama(shown: Any) -> int | None:
-    """Ollama's `num_ctx` from /api/show's `parameters` (one "name value" a line)."""
-    parameters = shown.get("parameters") if isinstance(shown, dict) else None
-    if not isinstance(parameters, str):
-        return None
-    found = re.search(r"^\s*num_ctx\s+(\d+)\s*$", parameters, re.M)
-    return int(found.group(1)) if found and int(found.group(1)) > 0 else None
 
 
 def _finish_of(chunk: Any) -> str | None:

@@ -94,6 +94,24 @@ def _clip(text: str, width: int) -> str:
     return printable_line(text if len(text) <= width else text[: max(0, width - 1)] + "…")
 
 
+def short_seconds(seconds: float) -> str:
+    """Tenths of a second under ten seconds, where a rounded "3s" would hide what a
+    cache saved."""
+    return f"{seconds:.1f}s" if seconds < 10 else format_duration(seconds)
+
+
+def answer_speed(state: RunState, elapsed_s: float) -> str:
+    """The speed of the answer now streaming (" · ~32 tok/s"), from the text it streamed
+    (four characters a token, so marked "~" as an estimate); empty until a second of
+    writing has passed or where no text streams (a native tool call's arguments)."""
+    if state.answering_since is None or not state.streamed_chars:
+        return ""
+    writing = elapsed_s - state.answering_since
+    if writing < 1.0:
+        return ""
+    return f" · ~{state.streamed_chars / 4 / writing:.0f} tok/s"
+
+
 def activity(state: RunState, elapsed_s: float) -> list[Text]:
     """What the run is doing now, longest first; empty when there is nothing to say."""
     pending = state.pending_approval
@@ -122,9 +140,23 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
                 Text(f"generating… {took} (retry {retry.attempt} {after})", style="bold yellow"),
                 Text(f"retry {retry.attempt} {after}", style="bold yellow"),
             ]
+        if state.answering_since is None:
+            # No piece of the answer yet: the server reads the prompt (a local server's
+            # prompt processing can be most of the call).
+            return [
+                Text(f"{state.generating_agent} reading the prompt… {took}", style="cyan"),
+                Text(f"reading the prompt… {took}", style="cyan"),
+            ]
+        speed = answer_speed(state, elapsed_s)
+        read = (
+            f" (prompt read in {short_seconds(state.first_token_s)})"
+            if state.first_token_s is not None
+            else ""
+        )
         return [
-            Text(f"{state.generating_agent} generating… {took}", style="cyan"),
-            Text(f"generating… {took}", style="cyan"),
+            Text(f"{state.generating_agent} generating… {took}{speed}{read}", style="cyan"),
+            Text(f"{state.generating_agent} generating… {took}{speed}", style="cyan"),
+            Text(f"generating… {took}{speed}", style="cyan"),
         ]
     if state.running:
         # The latest: a supervisor's assign_subtask runs while its worker's calls do.

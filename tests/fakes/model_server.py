@@ -29,8 +29,14 @@ prompt tokens = len(request body) // 4, output tokens = len(text + arguments) //
 + 10; Anthropic requests that carry cache_control report part of the prompt as
 cache reads and writes, OpenAI reports half of it as cached.
 
-Local servers' ways: `n_ctx` puts llama.cpp's `meta.n_ctx` in /v1/models,
-`ollama_num_ctx` answers Ollama's `POST /api/show`, `reject_tools` refuses
+Local servers' ways: `n_ctx` answers llama-server's `GET /props` (and puts only the
+training window, `meta.n_ctx_train`, in /v1/models, as llama-server does),
+`ollama_num_ctx` answers Ollama's `POST /api/show`, `ollama_loaded_ctx` answers it
+with no num_ctx but lists the model as loaded with that window in `GET /api/ps`,
+`llama_cpp_python_window` behaves as llama-cpp-python's server does with a request
+whose prompt (len(body) // 4) reaches its window: HTTP 200 and an empty stream when
+streamed, HTTP 400 `context_length_exceeded` when not (its /v1/models says
+`owned_by: "me"` and nothing of a window), `reject_tools` refuses
 requests that carry native tool definitions with an HTTP 400 (vLLM without a
 tool parser), and `context_limit` refuses with an HTTP 400, as vLLM does, a
 request whose prompt tokens (len(body) // 4) and max_tokens exceed it.
@@ -186,6 +192,8 @@ class ScriptedModelServer:
         ollama_num_ctx: int | None = None,
         reject_tools: str | None = None,
         context_limit: int | None = None,
+        llama_cpp_python_window: int | None = None,
+        ollama_loaded_ctx: int | None = None,
     ) -> None:
         """`retry_after_ms` is sent with every 429/5xx so SDK retries are near-instant in tests."""
         self.script: Script = validate_script(script or {})
@@ -199,6 +207,8 @@ class ScriptedModelServer:
         self.ollama_num_ctx = ollama_num_ctx
         self.reject_tools = reject_tools
         self.context_limit = context_limit
+        self.llama_cpp_python_window = llama_cpp_python_window
+        self.ollama_loaded_ctx = ollama_loaded_ctx
         self.turn_by_history = turn_by_history
         """Answer with the turn numbered by the assistant messages already in the request,
         as a stateless model would: a client that dies and asks again (a resumed run)
@@ -333,13 +343,24 @@ class _Handler(BaseHTTPRequestHandler):
         """Quiet: test output and the hand-run console stay readable."""
 
     def do_GET(self) -> None:
-        if self.path.rstrip("/") in ("/v1/models", "/models"):
+        path = self.path.rstrip("/")
+        if path in ("/v1/models", "/models"):
             entry: dict[str, Any] = {"id": "scripted", "object": "model", "owned_by": "mlra-tests"}
             if self.fake.max_model_len:
                 entry["max_model_len"] = self.fake.max_model_len
             if self.fake.n_ctx:
-                entry["meta"] = {"n_ctx": self.fake.n_ctx, "n_ctx_train": 131_072}
+                entry["owned_by"] = "llamacpp"
+                entry["meta"] = {"n_vocab": 151_936, "n_ctx_train": 131_072}
+            if self.fake.llama_cpp_python_window:
+                entry = {"id": "scripted", "object": "model", "owned_by": "me", "permissions": []}
             self._json(200, {"object": "list", "data": [entry]})
+        elif path == "/props" and self.fake.n_ctx:
+            settings = {"id": 0, "n_ctx": self.fake.n_ctx, "params": {"n_predict": -1}}
+            self._json(200, {"default_generation_settings": settings, "total_slots": 1})
+        elif path == "/api/ps" and self.fake.ollama_loaded_ctx:
+            loaded = {"name": "scripted", "model": "scripted", "context_length": 0}
+            loaded["context_length"] = self.fake.ollama_loaded_ctx
+            self._json(200, {"models": [loaded]})
         else:
             self._json(
                 404, {"error": {"type": "not_found_error", "message": f"no route {self.path}"}}
@@ -355,6 +376,10 @@ class _Handler(BaseHTTPRequestHandler):
                 f'num_ctx                        {self.fake.ollama_num_ctx}\nstop "<|im_end|>"'
             )
             self._json(200, {"parameters": parameters, "model_info": {}})
+            return
+        if path == "/api/show" and self.fake.ollama_loaded_ctx:
+            info = {"general.architecture": "qwen2", "qwen2.context_length": 32_768}
+            self._json(200, {"parameters": 'stop "<|im_end|>"', "model_info": info})
             return
         if path == "/v1/messages":
             api = "anthropic"
@@ -391,6 +416,15 @@ class _Handler(BaseHTTPRequestHandler):
                 f"This model's maximum context length is {self.fake.context_limit} tokens. "
                 f"However, you requested {len(raw) // 4 + wanted} tokens.",
             )
+            return
+        window = self.fake.llama_cpp_python_window
+        if api == "openai" and window and len(raw) // 4 >= window:
+            if body.get("stream"):
+                record.outcome = "empty stream"
+                self._sse(iter([]), named=False)  # its log says why; the client is told nothing
+                return
+            record.outcome = "status 400"
+            self._llama_cpp_python_too_long(len(raw) // 4, wanted)
             return
         if self.fake.reject_tools and body.get("tools"):
             record.outcome = "status 400"
@@ -450,6 +484,22 @@ class _Handler(BaseHTTPRequestHandler):
             if turn.get("no_usage"):
                 del completion["usage"]
             self._json(200, completion)
+
+    def _llama_cpp_python_too_long(self, prompt: int, wanted: int) -> None:
+        """llama-cpp-python's answer to an unstreamed request longer than its window."""
+        window = self.fake.llama_cpp_python_window
+        message = (
+            f"This model's maximum context length is {window} tokens. However, you requested "
+            f"{prompt + wanted} tokens ({prompt} in the messages, {wanted} in the completion). "
+            "Please reduce the length of the messages or completion."
+        )
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+        self._json(400, {"error": error})
 
     def _broken(self, api: Api, kind: str, stream: bool) -> None:
         """An HTTP 200 that is no answer, as proxies and crashing servers send them."""

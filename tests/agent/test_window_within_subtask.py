@@ -1,0 +1,159 @@
+"""A long subtask of short steps stays inside a small window: older turns are summarized in
+the middle of the subtask (not only between subtasks), one summary at a time, with the
+subtask's instructions and the latest calls whole; the supervisor's history likewise. A
+window too small for an agent's own first request is refused before the run starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.eventlog import read_events
+from mlra.agent.providers import ModelSettings, resolve_model
+from mlra.agent.run import agent_for
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import RecordedRequest, ScriptedModelServer
+from tests.scripts import call, plan, turn
+
+WINDOW = 8192
+SUMMARY = "SUMMARY: the worker listed logs and saw their lines; nothing failed. " * 6
+"""About what a real summarizer writes (~100 words), so summaries piling up would show."""
+INSTRUCTIONS = "Look at the logs one by one, then write 42 into answer.txt and report."
+
+
+def _log_command(n: int) -> str:
+    """A command whose output is 60 short lines, each naming its step (so a cut shows)."""
+    return f"seq -f 'step {n} line %g' 60"
+
+
+async def _run(
+    tmp_path: Path, task: Path, script: dict[str, Any], **settings: Any
+) -> tuple[RunController, Any, list[RecordedRequest], list[RecordedRequest]]:
+    # The server refuses, as vLLM does, a request whose prompt and answer budget pass the
+    # window: a request mlra let outgrow the window would show as a refusal.
+    with ScriptedModelServer(script, context_limit=WINDOW) as server:
+        provider = resolve_model(
+            "openai/test",
+            base_url=server.url_for("openai"),
+            env={},
+            settings=ModelSettings(context_window=WINDOW),
+        )
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path,
+            isolation="none",
+            context_window=WINDOW,
+            context_window_from="setting",
+            max_output_tokens=provider.max_output_tokens,
+            review_every=1000,
+            **settings,
+        )
+        controller = RunController(config, load_task(task), provider)
+        result = await controller.run(agent_for)
+        await provider.aclose()
+        return (
+            controller,
+            result,
+            server.requests_for("worker"),
+            server.requests_for("supervisor"),
+        )
+
+
+def _fits(request: RecordedRequest) -> bool:
+    """The request and its answer budget inside the window, as the server counts."""
+    body = request.body
+    wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
+    return len(json.dumps(body)) // 4 + wanted <= WINDOW
+
+
+def _refusals(events: list[ev.Event]) -> list[str]:
+    return [e.message for e in events if isinstance(e, ev.Notice) and "refused" in e.message]
+
+
+async def test_a_long_subtask_of_short_steps_is_summarized_within_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    steps = 48
+    worker = [turn(f"look {n}", call("bash", command=_log_command(n))) for n in range(steps)]
+    worker += [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+    script = {
+        "supervisor": [
+            turn("", plan("Answer the question", "Submit")),
+            turn("", call("assign_subtask", step_id="1", instructions=INSTRUCTIONS)),
+            turn("", call("submit", path="answer.txt", note="the answer")),
+        ],
+        "worker": worker,
+        "summarizer:fallback": SUMMARY,
+    }
+    controller, result, worker_requests, _ = await _run(
+        tmp_path, answer_task, script, subtask_max_steps=steps + 10
+    )
+
+    assert result.score == 1.0
+    events = read_events(controller.run_dir / "events.jsonl")
+    assert not _refusals(events)
+    assert all(_fits(r) for r in worker_requests)
+    # Summaries happen inside the one subtask, now and then, not at every step.
+    kinds = [type(e) for e in events]
+    started, finished = kinds.index(ev.SubtaskStarted), kinds.index(ev.SubtaskFinished)
+    summaries = [e for e in events if isinstance(e, ev.HistorySummarized)]
+    assert summaries and all(e.agent == "worker" for e in summaries)
+    assert all(started < events.index(e) < finished for e in summaries)
+    assert 2 <= len(summaries) <= steps // 3
+    assert [s.first_turn for s in summaries[1:]] == [s.last_turn + 1 for s in summaries[:-1]]
+
+    last = json.dumps(worker_requests[-1].body)
+    assert json.dumps(f"[subtask 1] {INSTRUCTIONS}")[1:-1] in last  # whole
+    assert "Read question.txt in the workspace" in last  # the pinned task
+    assert last.count("[Summary of earlier steps]") == 1  # one summary, not a pile
+    assert "step 0 line" not in last  # the oldest steps are summarized away
+    # The latest calls, and what they printed, are whole.
+    assert "echo 42 > answer.txt" in last
+    assert _log_command(steps - 1) in last
+    assert all(f"step {steps - 1} line {i}\\n" in last for i in range(1, 61))
+
+
+async def test_the_supervisors_long_history_is_summarized_too(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    revisions = 40
+    supervisor = [
+        turn(
+            f"Revision {n} of the plan.",
+            plan(*(f"Step {k} of plan {n}, said at some length to fill it" for k in range(6))),
+        )
+        for n in range(revisions)
+    ]
+    supervisor += [
+        turn("", call("assign_subtask", step_id="1", instructions=INSTRUCTIONS)),
+        turn("", call("submit", path="answer.txt", note="the answer")),
+    ]
+    script = {
+        "supervisor": supervisor,
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+        "summarizer:fallback": SUMMARY,
+    }
+    controller, result, _, supervisor_requests = await _run(tmp_path, answer_task, script)
+
+    assert result.score == 1.0
+    events = read_events(controller.run_dir / "events.jsonl")
+    assert not _refusals(events)
+    assert all(_fits(r) for r in supervisor_requests)
+    summaries = [e for e in events if isinstance(e, ev.HistorySummarized)]
+    assert summaries and all(e.agent == "supervisor" for e in summaries)
+    last = json.dumps(supervisor_requests[-1].body)
+    assert "Read question.txt in the workspace" in last
+    assert last.count("[Summary of earlier steps]") == 1
+    assert "plan 0," not in last
+    assert f"Step 5 of plan {revisions - 1}," in last  # the latest call, whole
