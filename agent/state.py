@@ -89,6 +89,11 @@ class RunState:
     context_window: int | None = None
     context_tokens: int = 0
     """The prompt of the latest turn (cached or not): what the window holds now."""
+    estimated_tokens: int = 0
+    """Of `tokens`, those mlra estimated (four characters a token) because the server sent
+    no counts, or a call was cut off midway: the displays mark the totals "~"."""
+    context_estimated: bool = False
+    """The latest turn's `context_tokens` are an estimate."""
     generating_since: float | None = None
     """The run clock (`t`) when the model was last asked for a turn; None once it answered
     (`model_call`, `model_error`, or its first tool call) and for the baseline, which has
@@ -211,8 +216,11 @@ class RunState:
                 self.output_tokens += event.output_tokens
                 self.cache_read_tokens += event.cache_read_tokens
                 self.cost_usd += event.cost_usd
+                if event.tokens_estimated:
+                    self.estimated_tokens += event.input_tokens + event.output_tokens
                 if event.purpose == "turn":
                     self.context_tokens = event.input_tokens
+                    self.context_estimated = event.tokens_estimated
                 self.generating_since = self.generating_agent = self.retry = None
                 if event.purpose == "turn":
                     self.awaiting_turn = None
@@ -243,6 +251,7 @@ class RunState:
                 # A call cut off midway still used (estimated) tokens.
                 self.input_tokens += event.input_tokens
                 self.output_tokens += event.output_tokens
+                self.estimated_tokens += event.input_tokens + event.output_tokens
                 self.cost_usd += event.cost_usd
                 self.generating_since = self.generating_agent = self.retry = None
                 self.awaiting_turn = None
@@ -389,6 +398,11 @@ class RunResult(BaseModel):
     cache_read_tokens: int
     tokens: int
     cost_usd: float
+    tokens_estimated: bool = False
+    """Some of the token counts (and the cost reckoned from them) are mlra's estimates,
+    four characters a token, not the server's counts: a server that sent none (many local
+    servers), or calls cut off midway. `estimated_tokens` says how many."""
+    estimated_tokens: int = 0
     forked_from: str | None = None
     resumed: int = 0
     isolation: str | None = None
@@ -465,6 +479,8 @@ def result_of(state: RunState) -> RunResult:
         cache_read_tokens=state.cache_read_tokens,
         tokens=state.tokens,
         cost_usd=round(state.cost_usd, 6),
+        tokens_estimated=state.estimated_tokens > 0,
+        estimated_tokens=state.estimated_tokens,
         forked_from=state.forked_from,
         resumed=state.resumed,
         isolation=state.sandbox.isolation if state.sandbox else None,

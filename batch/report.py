@@ -68,6 +68,8 @@ class RunRow:
     isolation: str | None = None
     """The sandbox isolation the run had ("bwrap", "docker", "none")."""
     unisolated: bool = False
+    tokens_estimated: bool = False
+    """Some of `tokens` are mlra's estimates (the server sent no counts), not counts."""
     """The run was scored without isolation: the agent could have reached the grader."""
     attempt: int = 1
     """Which attempt of the run this is (1 = the first start; retries count up)."""
@@ -109,6 +111,8 @@ class Group:
     tokens: int
     cost_usd: float
     failures: dict[str, int] = field(default_factory=dict)
+    tokens_estimated: int = 0
+    """Runs of the group whose `tokens` hold estimates: the table marks the total "~"."""
     isolation: str = ""
     """The isolations the group's runs had, e.g. "bwrap" or "bwrap;none"."""
     unisolated: int = 0
@@ -189,6 +193,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         duration_s=r.duration_s,
         tokens=r.tokens,
         cost_usd=r.cost_usd,
+        tokens_estimated=r.tokens_estimated,
         failure=failure_of(r),
         isolation=r.isolation,
         unisolated=r.unisolated and r.score is not None,
@@ -317,6 +322,7 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 success_rate=sum(m.success for m in members) / len(members),
                 median_duration_s=statistics.median(m.duration_s for m in members),
                 tokens=sum(m.tokens for m in every),
+                tokens_estimated=sum(m.tokens_estimated for m in every),
                 cost_usd=round(sum(m.cost_usd for m in every), 6),
                 failures=dict(Counter(m.failure for m in members if m.failure)),
                 isolation=";".join(
@@ -390,10 +396,17 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         lines.append(
             f"| {_cell(g.task)} | {_cell(g.model)} | {g.runs} | {g.scored} | {score} | {normalized} | "
             f"{best} | {experiments} | "
-            f"{g.success_rate:.0%} | {median} | {g.tokens:,} | ${g.cost_usd:.4f} | {failures} | "
+            f"{g.success_rate:.0%} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
+            f"${g.cost_usd:.4f} | {failures} | "
             f"{g.retries}{f' ({g.lost_with_node} lost with a node)' if g.lost_with_node else ''} | "
             f"{_cell(g.isolation.replace(';', ', '))} |"
         )
+    if any(g.tokens_estimated for g in groups):
+        lines += [
+            "",
+            "~ tokens: some runs' counts are mlra's estimates (four characters a token), "
+            "where the server sent none.",
+        ]
     bars = sorted({(r.task, r.success_bar) for r in counted if r.success_bar})
     if bars:
         lines += ["", "Success bars, by each task's rule:", ""]

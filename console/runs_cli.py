@@ -210,6 +210,10 @@ class RunRow:
     success_bar: str | None = None
     """The task's success rule and its bar in words, as the grading recorded it."""
     duration_s: float | None = None
+    tokens: int | None = None
+    tokens_estimated: bool = False
+    """Some of `tokens` (and the cost) are mlra's estimates, not the server's counts:
+    shown "~4.5k"."""
     cost_usd: float | None = None
     forked_from: str | None = None
     run_dir: str = ""
@@ -376,6 +380,7 @@ def run_row(run_dir: Path) -> RunRow:
         row.regrades, row.regrade_score = len(result.regrades), latest.score
         row.regrade_artifact = latest.artifact
     row.duration_s, row.cost_usd = result.duration_s, result.cost_usd
+    row.tokens, row.tokens_estimated = result.tokens, result.tokens_estimated
     row.forked_from = result.forked_from
     row.isolation = result.isolation
     row.experiments, row.best_validation = result.experiments, result.best_validation
@@ -397,9 +402,11 @@ MISMATCH = "result≠log"
 
 
 def _cells(row: RunRow) -> list[str]:
+    from mlra.counts import format_tokens
     from mlra.durations import format_duration
 
     mark = UNISOLATED if row.unisolated else ""
+    about = "~" if row.tokens_estimated and row.cost_usd else ""
     cells = [
         row.id,
         row.task or "-",
@@ -413,7 +420,10 @@ def _cells(row: RunRow) -> list[str]:
         "-" if row.success is None else ("yes" if row.success else "no"),
         _regrade_cell(row),
         format_duration(row.duration_s) if row.duration_s is not None else "-",
-        f"${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
+        format_tokens(row.tokens, estimated=row.tokens_estimated)
+        if row.tokens is not None
+        else "-",
+        f"{about}${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
         row.isolation or "-",
         row.forked_from or "-",
     ]
@@ -440,6 +450,7 @@ HEADERS = [
     "success",
     "re-graded",
     "duration",
+    "tokens",
     "cost",
     "isol.",
     "forked from",
@@ -482,7 +493,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
             widest = max(len(header), *(len(c[i]) for c in table))
             out.add_column(
                 header,
-                justify="right" if 5 <= i <= 12 else "left",
+                justify="right" if 5 <= i <= 13 else "left",
                 no_wrap=True,
                 min_width=None if header in ("model", "forked from") else widest,
             )
@@ -510,6 +521,11 @@ def _footnotes(rows: list[RunRow]) -> list[str]:
     if bars:
         notes.append(
             "success by the task's rule: " + "; ".join(f"{task}: {bar}" for task, bar in bars)
+        )
+    if any(r.tokens_estimated for r in rows):
+        notes.append(
+            "~ estimated: the server sent no token counts for some calls (or they were cut "
+            "off); mlra counted four characters a token"
         )
     if any(r.regrades for r in rows):
         notes.append(

@@ -17,6 +17,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.state import RunState
 from mlra.console.panes import WidgetOptions, redraw
+from mlra.counts import format_tokens
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
 
@@ -39,12 +40,9 @@ def gigabytes(mb: float) -> str:
     return f"{mb / 1024:.1f} GB" if mb >= 1024 else f"{mb:.0f} MB"
 
 
-def tokens(n: int) -> str:
-    if n >= 1_000_000:
-        return f"{n / 1e6:.2f}M"
-    if n >= 100_000:
-        return f"{n / 1e3:.0f}k"
-    return f"{n / 1e3:.1f}k" if n >= 1000 else str(n)
+def tokens(n: int, *, estimated: bool = False) -> str:
+    """A token count in short ("4.5k"; "~4.5k" where it is mlra's estimate)."""
+    return format_tokens(n, estimated=estimated)
 
 
 def run_usage(sample: ev.ResourceSample, *, compact: bool = False) -> str:
@@ -65,18 +63,19 @@ def context_gauge(state: RunState, width: int) -> Text | None:
     window = state.context_window
     if not window and not state.context_tokens:
         return None
+    held = tokens(state.context_tokens, estimated=state.context_estimated)
     out = Text()
     if window and width < 10:  # compact: the share in words, no room for a bar
         frac = state.context_tokens / window
         style = "red" if frac > 0.85 else "yellow" if frac > 0.6 else ""
-        out.append(f"{tokens(state.context_tokens)}/{tokens(window)} {frac:.0%}", style=style)
+        out.append(f"{held}/{tokens(window)} {frac:.0%}", style=style)
     elif window:
         frac = state.context_tokens / window
         style = "red" if frac > 0.85 else "yellow" if frac > 0.6 else "green"
         out.append(bar(frac, width), style=style)
-        out.append(f" {tokens(state.context_tokens)}/{tokens(window)}")
+        out.append(f" {held}/{tokens(window)}")
     else:
-        out.append(tokens(state.context_tokens))
+        out.append(held)
     rate = state.cache_hit_rate
     if rate is not None:
         out.append(f" · cache {rate:.0%}", style="dim")
@@ -230,10 +229,11 @@ class ResourcesPane(Static):
                     f"\n     {format_duration(elapsed_s)} of {format_duration(limit)}, {format_duration(left)} left\n"
                 )
             steps = f"{state.steps}" + (f"/{limits.max_steps}" if limits.max_steps else "")
-            spent = f"${state.cost_usd:.2f}" + (
+            about = "~" if state.estimated_tokens and state.cost_usd else ""
+            spent = f"{about}${state.cost_usd:.2f}" + (
                 f"/${limits.max_cost_usd:.2f}" if limits.max_cost_usd else ""
             )
-            used = tokens(state.tokens) + (
+            used = tokens(state.tokens, estimated=state.estimated_tokens > 0) + (
                 f"/{tokens(limits.max_tokens)}" if limits.max_tokens else ""
             )
             if compact:
