@@ -80,12 +80,40 @@ class Tool(Generic[A]):
 
 
 def schema_of(model: type[BaseModel]) -> dict[str, Any]:
-    """A compact JSON schema for a flat argument model, as providers want it."""
+    """A compact JSON schema for an argument model, as providers want it: flat.
+
+    Pydantic puts a nested model (`update_plan`'s steps) in `$defs` and points to it
+    with `$ref`, under the model's class name, and titles every part with its class
+    or field name. Small models read those internals as part of the arguments (Qwen
+    sent `{"PlanStepArgs": [...]}` for `update_plan`), so each reference is replaced
+    by what it refers to and the titles go: the schema says only what a call holds.
+    """
     schema = model.model_json_schema()
+    defs = schema.pop("$defs", {})
+    schema = _inlined(schema, defs, ())
     _strip_titles(schema)
     schema.setdefault("properties", {})
     schema["additionalProperties"] = False
     return schema
+
+
+def _inlined(node: Any, defs: dict[str, Any], within: tuple[str, ...]) -> Any:
+    """`node` with every `$ref` to `defs` replaced by a copy of its target (keywords
+    beside the `$ref`, such as a field's description, kept). `within`: the definitions
+    being inlined around `node`, so a model that contains itself is refused, not
+    expanded forever (a tool's arguments are a tree, which a flat schema can hold)."""
+    if isinstance(node, list):
+        return [_inlined(item, defs, within) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        name = ref.removeprefix("#/$defs/")
+        if name in within or name not in defs:
+            raise ValueError(f"a tool's argument schema cannot be made flat at {ref}")
+        beside = {k: v for k, v in node.items() if k != "$ref"}
+        return _inlined({**defs[name], **beside}, defs, (*within, name))
+    return {key: _inlined(value, defs, within) for key, value in node.items()}
 
 
 def _strip_titles(node: Any) -> None:
