@@ -39,6 +39,11 @@ class RunConfig(BaseModel):
     max_repeated_failures: int = Field(default=3, gt=0)
     """The supervisor making the same failing call (same tool, same arguments) this many
     times ends the run (reason "repeated_failure"): it is stuck, not working."""
+    repeats_told_at: int = Field(default=3, ge=2)
+    """An agent making the same call with the same result this many times in a row is
+    told so in its next prompt, and what to do instead (agent/loops.py)."""
+    repeats_end_at: int = Field(default=6, ge=2)
+    """...and this many times in a row ends the run (reason "stuck"), unsubmitted."""
     max_output_tokens: int = 8192
     """The most tokens one answer may have (a model's own limit, when lower, wins)."""
     context_window: int | None = None

@@ -27,6 +27,7 @@ MESSAGES: dict[ev.FinishReason, str] = {
     "provider_error": "the model provider failed",
     "repeated_failure": "the same tool call kept failing",
     "replay_diverged": "the replay diverged from its recording",
+    "stuck": "the agent made the same call again and again",
 }
 """The `run_finished` message of an ending that brings none of its own."""
 
@@ -60,10 +61,12 @@ class EndRun(BaseException):
 
 
 UNSUBMITTED: frozenset[ev.FinishReason] = frozenset(
-    {"no_submission", "no_tool_calls", "repeated_failure"}
+    {"no_submission", "no_tool_calls", "repeated_failure", "stuck"}
 )
 """Endings where the agent stopped on its own without a submission: nothing is graded
-(only an ending imposed from outside, a deadline or a budget, grades the workspace)."""
+(only an ending imposed from outside, a deadline or a budget, grades the workspace).
+An agent going round in circles ("stuck", "repeated_failure") is ended by mlra, but
+for what the agent did, not for a limit the user set: it handed nothing in."""
 
 
 def unsubmitted(reason: ev.FinishReason, message: str, note: str = "") -> Ending:

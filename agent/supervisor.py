@@ -9,16 +9,14 @@ in the main one) and may change the plan and send guidance to the worker.
 
 from __future__ import annotations
 
-import json
-
 from pydantic import BaseModel, Field
 
 from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.ending import unsubmitted
 from mlra.agent.history import AgentHistory
+from mlra.agent.loops import Repeats, call_key
 from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, reading_clause, task_message
-from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.worker import Worker
 from mlra.tools.files import ListFiles, ReadFile
 from mlra.tools.plan import UpdatePlan, render_plan
@@ -100,8 +98,10 @@ class Supervisor:
 
     async def run(self) -> None:
         """Turn after turn until `submit`, bounded: by the supervisor's turn limit, by
-        turns with no tool call, and by one call failing the same way again and again."""
+        turns with no tool call, by one call failing the same way again and again, and
+        by the same call with the same result made again and again (agent/loops.py)."""
         cfg = self.ctl.config
+        repeats = Repeats.of(self.role, cfg)
         nudges = 0
         empty = 0
         turns = 0
@@ -151,7 +151,7 @@ class Supervisor:
                 self.history.add_tool_result(
                     call.id, call.name, outcome.output, is_error=not outcome.ok
                 )
-                key = _call_key(call)
+                key = call_key(call)
                 if call.name == "submit":
                     lines = (outcome.error or outcome.output).strip().splitlines()
                     failed_submit = "" if outcome.ok else (lines[0][:200] if lines else "-")
@@ -178,6 +178,11 @@ class Supervisor:
                             note=outcome.data.get("note") or "",
                         )
                     )
+                if repeats.see(call, outcome) == repeats.told_at and not self.ctl.catchup.replaying:
+                    self.ctl.emit(repeats.notice())
+                if repeats.stuck:
+                    raise EndRun(repeats.ending())
+            prompt = repeats.prompt_note()
 
     async def delegate(self, step_id: str, instructions: str) -> ToolOutcome:
         plan_ids = {s.id for s in self.ctl.state.plan}
@@ -193,14 +198,18 @@ class Supervisor:
         self._user_notes = []
         self._mark(step_id, "in_progress")
         result = await self.worker.run_subtask(self.subtasks, instructions, step_id)
-        lines = [f"Subtask {self.subtasks} ended ({result.outcome}, {result.steps} worker steps)."]
+        outcome = ev.subtask_outcome_words(result.outcome)
+        lines = [f"Subtask {self.subtasks} ended ({outcome}, {result.steps} worker steps)."]
         if self._user_notes:
             lines.append(
                 "The user wrote to you during the subtask: " + " | ".join(self._user_notes)
             )
         if self._reviews:
             lines.append("Your guidance during the subtask: " + " | ".join(self._reviews))
-        lines.append(f"Worker's report:\n{result.report}")
+        if result.outcome == "reported":
+            lines.append(f"Worker's report:\n{result.report}")
+        else:  # no report: what happened, and the worker's last words marked as such
+            lines.append(result.report)
         experiments = self._experiments()
         if experiments:
             lines.append(experiments)
@@ -257,12 +266,3 @@ class Supervisor:
         return table.render() + (
             "\nCompare these before planning more: build on the best, do not repeat a tried change."
         )
-
-
-def _call_key(call: ToolCallRequest) -> str:
-    """A call's identity for spotting repeats: its tool and its arguments as sent."""
-    if call.arguments is None:  # not valid JSON: the text as sent
-        arguments = call.raw_arguments
-    else:
-        arguments = json.dumps(call.arguments, sort_keys=True, default=str)
-    return f"{call.name} {arguments}"

@@ -4,18 +4,24 @@ It keeps one real message history across subtasks (so it remembers what it
 already did), is told the clock and budget every turn, and ends a subtask by
 calling `report`. Every `review_every` steps the supervisor looks at its
 recent work and may send guidance, which the worker reads as a message.
+
+A subtask ends as it happened: a worker that stops calling tools and never
+calls `report` ends it "no_report", and the supervisor reads that it made no
+report (and whether it made any tool call), with its last text marked as not
+one. The same call made again and again with the same result is pointed out,
+then ends the run "stuck" (agent/loops.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal
 
 from mlra import events as ev
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.evaluation import run_validator
 from mlra.agent.history import AgentHistory
+from mlra.agent.loops import Repeats
 from mlra.agent.prompts import WORKER_SYSTEM, research_sentence, task_message
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.tools.core import core_tools
@@ -29,7 +35,7 @@ Reviewer = Callable[[int, str, list[str]], Awaitable[str]]
 """(subtask, instructions, recent steps as text) -> guidance for the worker, or ''."""
 
 
-Ended = Literal["reported", "step_limit", "submitted", "ended"]
+Ended = ev.SubtaskOutcome
 """How a subtask ended, as `subtask_finished` records it."""
 
 
@@ -70,6 +76,7 @@ class Worker:
             )
         )
         self._recent: list[str] = []
+        self.repeats = Repeats.of(self.role, controller.config)
 
     async def run_subtask(
         self, number: int, instructions: str, step_id: str | None
@@ -78,10 +85,13 @@ class Worker:
         self.ctl.emit(ev.SubtaskStarted(subtask=number, step_id=step_id, instructions=instructions))
         self.history.pin_subtask(f"[subtask {number}] {instructions}")
         self._recent = []
+        self.repeats.reset()
         steps = 0
         nudges = 0
+        calls_made = 0
         last_text = ""
         pending_prompt = ""
+        loop_note = ""
         while True:
             if steps >= cfg.subtask_max_steps:
                 report = (
@@ -100,9 +110,9 @@ class Worker:
                 self.history,
                 self.registry,
                 counts_as_step=True,
-                extra_prompt=pending_prompt,
+                extra_prompt="\n\n".join(p for p in (pending_prompt, loop_note) if p),
             )
-            pending_prompt = ""
+            pending_prompt = loop_note = ""
             steps += 1
             if response.text.strip():
                 last_text = response.text.strip()
@@ -112,15 +122,15 @@ class Worker:
             if not response.tool_calls:
                 nudges += 1
                 if nudges > MAX_NUDGES:
-                    return self._finished(
-                        number, step_id, last_text or "(no report)", "reported", steps
-                    )
+                    report = no_report(nudges, calls_made, last_text)
+                    return self._finished(number, step_id, report, "no_report", steps)
                 pending_prompt = (
                     "Act with a tool, or call `report` if the subtask is done or cannot be done."
                 )
                 continue
             nudges = 0
             for call in response.tool_calls:
+                calls_made += 1
                 outcome = await self.ctl.execute_tool(
                     self.role, call, self.registry, step=step, turn=self.history.turn
                 )
@@ -147,6 +157,19 @@ class Worker:
                             note=outcome.data.get("note") or "",
                         )
                     )
+                if self.repeats.see(call, outcome) == self.repeats.told_at:
+                    self._tell(self.repeats.notice())
+                if self.repeats.stuck:
+                    self._skip_rest(response.tool_calls, call.id)
+                    ending = self.repeats.ending()
+                    self._finished(number, step_id, ending.message, "stuck", steps)
+                    raise EndRun(ending)
+            loop_note = self.repeats.prompt_note()
+
+    def _tell(self, notice: ev.Notice) -> None:
+        """A notice for the person, written once: a resumed run catching up has it."""
+        if not self.ctl.catchup.replaying:
+            self.ctl.emit(notice)
 
     def _skip_rest(self, calls: list[ToolCallRequest], done_id: str) -> None:
         seen = False
@@ -170,3 +193,25 @@ class Worker:
             )
         )
         return SubtaskOutcome(report=report, outcome=outcome, steps=steps)
+
+
+def no_report(answers: int, calls: int, last_text: str) -> str:
+    """What the supervisor reads of a subtask the worker ended without `report`: what
+    happened, said so, and its last words marked as what they are, never passed off as
+    a report (a small model's text can read like one and claim what it never did)."""
+    if calls:
+        did = (
+            f"After {calls} tool call{'s' if calls != 1 else ''}, the worker answered "
+            f"{answers} times in a row without calling a tool"
+        )
+    else:
+        did = (
+            f"The worker made no tool call in this subtask: it answered {answers} times "
+            "without calling a tool, so it ran nothing and changed nothing"
+        )
+    said = (
+        f"Its last text (not a report, and nothing in it was checked):\n{last_text}"
+        if last_text
+        else "It wrote no text."
+    )
+    return f"{did}, and it never called `report`. {said}"

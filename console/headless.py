@@ -327,7 +327,7 @@ class TranscriptDisplay(_Printer):
                 )
             case ev.SubtaskFinished():
                 self._out(
-                    f"[{t}] ← subtask {event.subtask} {event.outcome}: {one_line(event.report, 240)}",
+                    f"[{t}] ← subtask {event.subtask} {ev.subtask_outcome_words(event.outcome)}: {one_line(event.report, 240)}",
                     "magenta",
                 )
             case ev.Review():

@@ -35,13 +35,15 @@ FinishReason = Literal[
     "provider_error",
     "repeated_failure",
     "replay_diverged",
+    "stuck",
 ]
 """Why a run ended. Only "submitted" means the agent's `submit` succeeded; the agent
 stopping without one is "no_submission", a supervisor that answers without calling
 any tool "no_tool_calls", the same call failing again and again "repeated_failure",
 a model provider that keeps failing "provider_error" (older logs say "error"), a
 `--model replay:RUN` re-run that asks what the recording did not "replay_diverged"
-(it would diverge again: batches do not retry it)."""
+(it would diverge again: batches do not retry it), an agent that made the same call
+with the same result again and again, past the bound it was told of, "stuck"."""
 
 
 class _Event(BaseModel):
@@ -170,12 +172,23 @@ class SubtaskStarted(_Event):
     instructions: str
 
 
+SubtaskOutcome = Literal["reported", "no_report", "step_limit", "submitted", "stuck", "ended"]
+"""How a subtask ended: the worker called `report`; it stopped calling tools and never
+reported ("no_report": `report` then holds what happened and its last text, marked as
+not a report); it ran out of steps; it submitted; the run ended "stuck" in it."""
+
+
+def subtask_outcome_words(outcome: SubtaskOutcome) -> str:
+    """An outcome as the displays write it ("no report", "step limit")."""
+    return outcome.replace("_", " ")
+
+
 class SubtaskFinished(_Event):
     type: Literal["subtask_finished"] = "subtask_finished"
     subtask: int
     step_id: str | None = None
     report: str
-    outcome: Literal["reported", "step_limit", "submitted", "ended"] = "reported"
+    outcome: SubtaskOutcome = "reported"
     worker_steps: int = 0
 
 

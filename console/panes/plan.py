@@ -87,6 +87,13 @@ def plan_window(state: RunState, room: int) -> tuple[list[ev.PlanStep], int, int
     return plan[start : start + room], start, max(0, len(plan) - start - room)
 
 
+def _ended(outcome: ev.SubtaskOutcome) -> str:
+    """How the plan's notes introduce a finished subtask's text: only a report is one."""
+    if outcome == "reported":
+        return "report (reported)"
+    return f"subtask ended ({ev.subtask_outcome_words(outcome)})"
+
+
 class PlanPane(Vertical):
     def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
@@ -119,7 +126,7 @@ class PlanPane(Vertical):
                     "magenta",
                 )
             case ev.SubtaskFinished():
-                self._note(t, f"← report ({event.outcome}): {event.report.strip()}", "magenta")
+                self._note(t, f"← {_ended(event.outcome)}: {event.report.strip()}", "magenta")
             case ev.Review() if event.guidance:
                 self._note(t, f"review: {event.guidance}", "yellow")
             case ev.Control() if event.action == "inject" and event.target == "supervisor":

@@ -332,7 +332,7 @@ class TranscriptPane(VerticalScroll):
             case ev.SubtaskFinished():
                 self._note(
                     event,
-                    f"── subtask {event.subtask} ended ({event.outcome}) ── {one_line(event.report, 300)}",
+                    f"── subtask {event.subtask} ended ({ev.subtask_outcome_words(event.outcome)}) ── {one_line(event.report, 300)}",
                     "magenta",
                 )
             case ev.Review() if event.guidance:

@@ -22,7 +22,8 @@ NOISY = "print('x' * 6000)"
 async def test_old_steps_are_summarized_and_instructions_kept(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    worker = [turn(f"step {n}", call("python", code=NOISY)) for n in range(8)]
+    # Each call its own (the same call again and again would be a loop: agent/loops.py).
+    worker = [turn(f"step {n}", call("python", code=f"{NOISY}  # {n}")) for n in range(8)]
     worker += [
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="ok")),

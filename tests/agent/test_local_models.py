@@ -384,7 +384,8 @@ async def test_a_small_window_is_summarized_before_the_server_would_refuse(
     tmp_path: Path, answer_task: Path
 ) -> None:
     noisy = "print('x' * 3000)"
-    worker = [turn(f"step {n}", call("python", code=noisy)) for n in range(8)]
+    # Each call its own (the same call again and again would be a loop: agent/loops.py).
+    worker = [turn(f"step {n}", call("python", code=f"{noisy}  # {n}")) for n in range(8)]
     worker += [
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="ok")),

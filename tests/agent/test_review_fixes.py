@@ -77,7 +77,8 @@ async def test_a_server_that_refuses_a_request_as_too_long_gets_it_summarized_an
     """The server's window is smaller than it says (n_ctx 9000, refusing past 6000): each
     refusal is mended by a summary and the request sent again, never a failed run."""
     noisy = "print('x' * 3000)"
-    worker = [turn(f"step {n}", call("python", code=noisy)) for n in range(6)]
+    # Each call its own (the same call again and again would be a loop: agent/loops.py).
+    worker = [turn(f"step {n}", call("python", code=f"{noisy}  # {n}")) for n in range(6)]
     worker += [
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="ok")),

@@ -106,4 +106,4 @@ async def test_a_subtask_that_never_reports_goes_back_to_the_supervisor(
     assert finished.outcome == "step_limit" and finished.worker_steps == 3
     assert "still busy" in finished.report
     told = json.dumps(server.requests_for("supervisor")[2].body)
-    assert "step_limit" in told and "reached its limit of 3 steps" in told
+    assert "(step limit, 3 worker steps)" in told and "reached its limit of 3 steps" in told
