@@ -37,6 +37,7 @@ from mlra.agent.providers.base import (
 )
 from mlra.agent.providers.text_calls import problem_note, read_text_calls
 from mlra.agent.run_context import RunContext
+from mlra.agent.tool_call_fallback import ToolCallFallback
 from mlra.tools.registry import ToolRegistry
 
 DELTA_FLUSH_CHARS = 64
@@ -53,6 +54,7 @@ class ModelTurn:
         """A note for an agent's next prompt (its text looked like a call and was not read)."""
         self.window = ContextWindow(run, self.ask)
         self.provider_events = ProviderEvents(run)
+        self.fallback = ToolCallFallback(run)
 
     async def take(
         self,
@@ -103,6 +105,8 @@ class ModelTurn:
         unread = self._unread_calls(response, registry)
         names = [t.name for t in registry.specs()]
         self._notes[agent] = problem_note(unread, names)
+        if switched := self.fallback.after(agent, response, registry):
+            self._notes[agent] = "\n\n".join(n for n in (self._notes[agent], switched) if n)
         if unread and not run.catchup.replaying:
             # The person is shown what the model will be told (and a replay, from the log).
             run.emit(

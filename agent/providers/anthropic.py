@@ -158,6 +158,8 @@ class AnthropicProvider(ModelProvider):
         self.retry_delay_s = retry_delay_s
         self.prompt_caching = prompt_caching
         self.settings = settings or ModelSettings()
+        self._native_tools = self.settings.tool_calls != "text"
+        """False once `auto` fell back to tools described in the prompt (or text was chosen)."""
         context_window = context_window or self.settings.context_window
         max_output_tokens = max_output_tokens or self.settings.max_output_tokens
         limits = longest_prefix(MODEL_LIMITS, model.lower())
@@ -183,6 +185,12 @@ class AnthropicProvider(ModelProvider):
 
     def cost_of(self, usage: Usage) -> float:
         return cost(self.model, usage)[0]
+
+    def describe_tools_in_prompt(self) -> bool:
+        if not self._native_tools or self.settings.tool_calls != "auto":
+            return False
+        self._native_tools = False
+        return True
 
     async def generate(
         self,
@@ -243,7 +251,7 @@ class AnthropicProvider(ModelProvider):
             "max_tokens": max(1, min(wanted, self.max_output_tokens)),
             "messages": [turn.param() for turn in turns],
         }
-        native = self.settings.tool_calls != "text"
+        native = self._native_tools
         if tools and not native:
             system = f"{system}\n\n{tools_prompt(tools)}".strip()
         if system:

@@ -338,6 +338,13 @@ class ModelProvider(abc.ABC):
         """USD for `usage` at this model's price (0 when unpriced)."""
         return 0.0
 
+    def describe_tools_in_prompt(self) -> bool:
+        """Send the tools described in the system prompt from now on, calls read from the
+        answer's text (agent/tool_call_fallback.py: `auto` where a model never calls a
+        tool it was sent natively). False where nothing changes: the user chose native
+        or text calls, tools go in the prompt already, or this API has no other way."""
+        return False
+
     def take_notices(self) -> list[str]:
         """What the provider changed about its requests since it was last asked (a server
         that refused native tools): the run logs each as a `notice`, so no adaptation

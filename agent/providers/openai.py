@@ -253,6 +253,12 @@ class OpenAIProvider(ModelProvider):
         response.cost_usd = cost(self.model, response.usage)[0]
         return response
 
+    def describe_tools_in_prompt(self) -> bool:
+        if not self._native_tools or self.settings.tool_calls != "auto":
+            return False
+        self._native_tools = False
+        return True
+
     def take_notices(self) -> list[str]:
         notices, self._notices = self._notices, []
         return notices

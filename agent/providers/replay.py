@@ -228,6 +228,7 @@ class ReplayProvider(ModelProvider):
         self.position = 0
         self.diverged: str | None = None
         self._expected: tuple[str, list[tuple[str, str]]] | None = None
+        self._told_text_tools = False
 
     @classmethod
     def from_spec(cls, spec: str) -> ReplayProvider:
@@ -243,6 +244,12 @@ class ReplayProvider(ModelProvider):
         if not provider.calls:
             raise ConfigError(f"{spec}: the run has no recorded model calls to replay")
         return provider
+
+    def describe_tools_in_prompt(self) -> bool:
+        """The recorded answers came as they came: a replay falls back where its recording
+        did (the same answers), and only says so, once."""
+        told, self._told_text_tools = self._told_text_tools, True
+        return not told
 
     def _check_left(self) -> None:
         """At the end of the recording: end the replay as the recorded run ended, when
