@@ -96,7 +96,15 @@ class ModelTurn:
                 agent, history.system, history.messages, registry, turn, too_long_retry=True
             )
         except TooLong as too_long:
+            assumed = run.provider.context_window
             shrink = await self.window.shorten(agent, history, too_long.error)
+            if run.provider.context_window != assumed:
+                # The server's stated window: the gauges go by it too (a log, not a guess).
+                run.emit(
+                    ev.ContextWindowLearned(
+                        agent=agent, context_window=run.provider.context_window, assumed=assumed
+                    )
+                )
             response = await self._generate(
                 agent, history.system, history.messages, registry, turn, shrink=shrink
             )

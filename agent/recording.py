@@ -28,6 +28,7 @@ PASSIVE = (
     ev.ResourceSample,
     ev.TextDelta,
     ev.ModelAnswering,
+    ev.ContextWindowLearned,
     ev.ToolOutput,
     ev.Control,
     ev.ApprovalRequested,

@@ -233,6 +233,8 @@ class RunState:
                 self.retry = event
                 self.answering_since = self.first_token_s = None  # asked again: read again
                 self.streamed_chars = 0
+            case ev.ContextWindowLearned():
+                self.context_window = event.context_window
             case ev.ModelAnswering():
                 if self.generating_since is None or self.generating_agent != event.agent:
                     self._generating(event.agent, event.t - event.first_token_s)

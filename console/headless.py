@@ -302,6 +302,13 @@ class TranscriptDisplay(_Printer):
                     + model_speed(event),
                     "dim",
                 )
+            case ev.ContextWindowLearned():
+                self._out(
+                    f"[{t}] the model's window is taken as {event.context_window:,} tokens from "
+                    f"the server's answer (was {event.assumed or 0:,}); pass --context-window "
+                    f"{event.context_window} to start from it",
+                    "yellow",
+                )
             case ev.ModelRetry():
                 after = retry_cause(event.status)
                 of = f"/{event.max_retries}" if event.max_retries else ""

@@ -231,6 +231,18 @@ class TextDelta(_Event):
     text: str
 
 
+class ContextWindowLearned(_Event):
+    """The server refused a request as too long and stated a smaller window than the run
+    had assumed (a server that does not tell its window, as llama-cpp-python): the run
+    goes by the stated window from here, and so do the displays' context gauges."""
+
+    type: Literal["context_window_learned"] = "context_window_learned"
+    agent: AgentRole
+    context_window: int
+    assumed: int | None = None
+    """The window the run had gone by until then."""
+
+
 class ModelAnswering(_Event):
     """A streamed model call's answer began to arrive: the server has read the prompt (a
     local server's prompt processing can take longer than the answer) and now writes.
@@ -684,6 +696,7 @@ Event = Annotated[
     | StepStarted
     | TextDelta
     | ModelAnswering
+    | ContextWindowLearned
     | WorkerThought
     | ToolCall
     | ApprovalRequested

@@ -197,11 +197,15 @@ def test_a_run_whose_request_outgrows_a_llama_cpp_python_window_summarizes_and_g
     assert not any(isinstance(e, ev.ModelError) for e in events)
     started = next(e for e in events if isinstance(e, ev.RunStarted))
     assert started.config["context_window_from"] == "default"
+    (learned,) = [e for e in events if isinstance(e, ev.ContextWindowLearned)]
+    assert (learned.context_window, learned.assumed) == (9000, 32_768)
+    assert _fold(events).context_window == 9000  # the console's gauge goes by it
     # What happened, as the person running it reads it.
     assert shown.count("did not tell its context window") == 1
     assert "--context-window" in shown
     assert "without streaming" in shown
     assert "too long for the model's window" in shown and "9,000 tokens" in shown
+    assert "the model's window is taken as 9,000 tokens" in shown
     assert "prompt read in" in shown and "tok/s" in shown
 
 
