@@ -82,6 +82,10 @@ class RunConfig(BaseModel):
     """Pause before the first agent action (to step through a run from its start)."""
     breakpoints: list[str] = Field(default_factory=list)
     """Break before matching tool calls (rules as `Breakpoint.parse` reads them)."""
+    break_runs_jobs: bool = False
+    """While a call waits for approval, let the sandbox's commands and jobs go on running
+    (`--break-runs-jobs`); the wait then counts on the run clock. By default they are
+    suspended and the clock stops, as a pause does."""
     env: dict[str, str] = Field(default_factory=dict)
     snapshots: bool = True
     """Record the workspace's changes after every action, for replay and fork."""

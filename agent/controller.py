@@ -76,7 +76,10 @@ class RunController(Steering):
         self.workspace = self.run_dir / "workspace"
         self.time_limit_s = config.time_limit_s or task.time_limit_s
         self.clock = RunClock(self.time_limit_s)
-        self.controls = Controls(breakpoints=[Breakpoint.parse(r) for r in config.breakpoints])
+        self.controls = Controls(
+            breakpoints=[Breakpoint.parse(r) for r in config.breakpoints],
+            hold_at_breaks=not config.break_runs_jobs,
+        )
         self.state = RunState()
         self.log: EventLog | None = None
         self.sandbox: Sandbox | None = None

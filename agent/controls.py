@@ -67,6 +67,11 @@ class Decision:
 @dataclass
 class Controls:
     breakpoints: list[Breakpoint] = field(default_factory=list)
+    hold_at_breaks: bool = True
+    """While a call waits for approval the run is held as a pause holds it: its clock
+    stops and the sandbox's commands and jobs are suspended, so a person who steps away
+    from a breakpoint does not let a job compute off the clock. False (the user's
+    `--break-runs-jobs`): they go on running, and the wait counts on the clock."""
     _running: asyncio.Event = field(default_factory=asyncio.Event)
     _steps_granted: int | None = None
     """None: run freely. A number: actions allowed before pausing again (step mode)."""
@@ -123,6 +128,11 @@ class Controls:
 
     def pending_calls(self) -> list[str]:
         return [cid for cid, fut in self._pending.items() if not fut.done()]
+
+    def holding(self) -> bool:
+        """Whether the run's clock and commands must stand still now: it is paused, or a
+        call waits for approval and breaks hold the run (`hold_at_breaks`)."""
+        return self.paused or (self.hold_at_breaks and bool(self.pending_calls()))
 
     def decide(self, call_id: str, decision: Decision) -> bool:
         future = self._pending.pop(call_id, None)

@@ -76,8 +76,8 @@ class Steering:
         self._control("step")
 
     def _unpause(self) -> None:
-        if self.controls.pending_calls():
-            return  # the clock waits with the approval
+        if self.controls.holding():
+            return  # held with a call that waits for approval (agent/tool_step.py)
         self.clock.resume()
         if self.sandbox is not None:
             self.sandbox.resume_commands()

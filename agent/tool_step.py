@@ -2,8 +2,9 @@
 
 In order: the call is recorded; a resumed run takes the recorded result instead
 (agent/catchup.py); a breakpoint holds it for the user to approve, edit or
-reject (the clock stops meanwhile); a pause that came while the model was
-thinking holds it back; the tool runs through the registry; the result is
+reject (the run is held meanwhile, as a pause holds it, unless `--break-runs-jobs`);
+a pause that came while the model was thinking holds it back; the tool runs through
+the registry; the result is
 truncated for the model and recorded, even when the run ends under the call;
 and the workspace's changes are snapshotted.
 
@@ -193,13 +194,22 @@ class ToolStep:
                 call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()
             )
         )
-        # The clock does not run while the run waits for a human.
-        run.clock.pause()
+        # While the run waits for a human it is held as a pause holds it: the clock
+        # stops and so do the sandbox's commands and jobs, or a job would compute off
+        # the clock and its `job_ended` would understate its run. Unless the user chose
+        # to let them run (`--break-runs-jobs`): then the wait counts on the clock.
+        held = run.controls.hold_at_breaks
+        if held:
+            run.clock.pause()
+            if run.sandbox is not None:
+                run.sandbox.suspend_commands()
         try:
             return await future
         finally:
-            if not run.controls.paused:
+            if held and not run.controls.holding():
                 run.clock.resume()
+                if run.sandbox is not None:
+                    run.sandbox.resume_commands()
 
     def _record_result(
         self, call: ToolCallRequest, agent: ev.AgentRole, outcome: ToolOutcome, *, note: str = ""

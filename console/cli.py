@@ -176,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="console: break before tool calls: '*', a tool name, or 'tool:pattern'",
     )
     run.add_argument(
+        "--break-runs-jobs",
+        action="store_true",
+        help="console: while a call waits at a breakpoint, let commands and jobs go on "
+        "running (the wait counts on the run clock); by default they are suspended and "
+        "the clock stops, as a pause does",
+    )
+    run.add_argument(
         "--paused",
         action="store_true",
         help="console: start paused, to step through the run from its first action",
@@ -349,8 +356,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.run_id and (args.runs_dir / args.run_id).exists():
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
-    if (args.breaks or args.paused) and not use_tui:
-        flag = "--break" if args.breaks else "--paused"
+    if (args.breaks or args.paused or args.break_runs_jobs) and not use_tui:
+        flag = (
+            "--break" if args.breaks else "--paused" if args.paused else "--break-runs-jobs"
+        )
         raise UsageError(
             f"{flag} needs the console (run on a terminal, without --no-tui or --json)"
         )
@@ -380,6 +389,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cpus=args.cpus,
         on_provider_failure="pause" if use_tui else "end",
         breakpoints=args.breaks,
+        break_runs_jobs=args.break_runs_jobs,
         start_paused=args.paused,
         seed=args.seed,
         temperature=args.temperature,
