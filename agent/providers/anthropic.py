@@ -69,6 +69,12 @@ from mlra.agent.providers.base import (
     wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
+from mlra.agent.providers.server_window import (
+    UNKNOWN_LOCAL_LIMITS,
+    read_server_window,
+    server_root,
+    unknown_note,
+)
 from mlra.agent.providers.text_calls import (
     call_as_text,
     read_text_calls,
@@ -163,7 +169,10 @@ class AnthropicProvider(ModelProvider):
         context_window = context_window or self.settings.context_window
         max_output_tokens = max_output_tokens or self.settings.max_output_tokens
         limits = longest_prefix(MODEL_LIMITS, model.lower())
-        known_window, known_output = limits or (200_000, 8192)
+        # An Anthropic-compatible local server's model (llama-server, vLLM): small windows
+        # are common there, and the server is asked for its own (`discover_limits`).
+        fallback = UNKNOWN_LOCAL_LIMITS if base_url else (200_000, 8192)
+        known_window, known_output = limits or fallback
         self.context_window = context_window or known_window
         self.context_window_from = (
             "setting" if context_window else "model table" if limits else "default"
@@ -172,6 +181,10 @@ class AnthropicProvider(ModelProvider):
         if context_window and not max_output_tokens:
             self.max_output_tokens = min(self.max_output_tokens, max(1, context_window // 4))
         self.priced = price_for(model) is not None
+        self._api_key = api_key
+        self._output_set = max_output_tokens is not None
+        self._probed = limits is not None or context_window is not None or not base_url
+        self._notices: list[str] = []
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
             base_url=base_url,
@@ -182,6 +195,29 @@ class AnthropicProvider(ModelProvider):
 
     async def aclose(self) -> None:
         await self._client.close()
+
+    async def discover_limits(self) -> None:
+        """An Anthropic-compatible local server's window, read as the OpenAI provider reads
+        it (agent/providers/server_window.py: llama-server's /props, vLLM's /v1/models);
+        a server that tells none keeps the default, and the run is told so once."""
+        if self._probed:
+            return
+        self._probed = True
+        assert self.base_url is not None
+        found = await read_server_window(
+            server_root(self.base_url) + "/v1", self.model, self._api_key
+        )
+        if found.window is None:
+            self._notices.append(unknown_note(self.name, found, self.context_window))
+            return
+        self.context_window = found.window
+        self.context_window_from = "server"
+        if not self._output_set:
+            self.max_output_tokens = min(self.max_output_tokens, max(1, found.window // 4))
+
+    def take_notices(self) -> list[str]:
+        notices, self._notices = self._notices, []
+        return notices
 
     def cost_of(self, usage: Usage) -> float:
         return cost(self.model, usage)[0]
@@ -201,6 +237,8 @@ class AnthropicProvider(ModelProvider):
         on_text: TextCallback | None = None,
         max_tokens: int | None = None,
     ) -> ModelResponse:
+        if not self._probed:
+            await self.discover_limits()
         request = self.build_request(
             system=system, messages=messages, tools=tools, max_tokens=max_tokens
         )

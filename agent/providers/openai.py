@@ -55,7 +55,11 @@ from mlra.agent.providers.base import (
     wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
-from mlra.agent.providers.server_window import read_server_window, unknown_note
+from mlra.agent.providers.server_window import (
+    UNKNOWN_LOCAL_LIMITS,
+    read_server_window,
+    unknown_note,
+)
 from mlra.agent.providers.text_calls import (
     call_as_text,
     read_text_calls,
@@ -85,8 +89,6 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
 }
 UNKNOWN_API_LIMITS = (128_000, 8192)
 """An unknown model on api.openai.com: recent models all have at least this."""
-UNKNOWN_LOCAL_LIMITS = (32_768, 8192)
-"""A local server's model whose window the server does not tell: small windows are common."""
 RETRY_DELAY_S = 0.5
 """The first wait before asking again after an answer that was no answer (doubling, to 8 s),
 as the SDK waits before retrying a 5xx."""

@@ -28,6 +28,9 @@ from typing import Any
 import httpx2
 
 PROBE_TIMEOUT_S = 5.0
+UNKNOWN_LOCAL_LIMITS = (32_768, 8192)
+"""(window, answer tokens) for a local server's model whose window the server does not
+tell: small windows are common, and the first "too long" answer tells the real one."""
 
 
 @dataclass

@@ -17,6 +17,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
+from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import (
     Message,
     ModelSettings,
@@ -85,6 +86,21 @@ async def test_a_window_the_server_does_not_tell_is_said_once_with_how_to_set_it
     assert "llama-cpp-python" in notices[0] and "--context-window" in notices[0]
     assert "32,768" in notices[0]  # what mlra assumes meanwhile
     assert "\n" not in notices[0]
+
+
+async def test_an_anthropic_compatible_local_server_s_window_is_read_too() -> None:
+    with ScriptedModelServer(n_ctx=6000) as fake:
+        told = AnthropicProvider("local", api_key="x", base_url=fake.url_for("anthropic"))
+        await told.discover_limits()
+        await told.aclose()
+    with ScriptedModelServer() as fake:
+        silent = AnthropicProvider("local", api_key="x", base_url=fake.url_for("anthropic"))
+        await silent.discover_limits()
+        notices = silent.take_notices()
+        await silent.aclose()
+    assert (told.context_window, told.context_window_from) == (6000, "server")
+    assert (silent.context_window, silent.context_window_from) == (32_768, "default")
+    assert len(notices) == 1 and "--context-window" in notices[0]
 
 
 LONG = [Message(role="user", content="x" * 12_000)]
