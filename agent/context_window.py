@@ -56,6 +56,14 @@ def tools_tokens(tools: list[ToolSpec]) -> int:
     )
 
 
+def history_budget(window: int, output: int, fraction: float) -> int:
+    """The tokens a request may take in a `window` whose answers get `output` tokens: the
+    history's share of the window (`fraction`), and no more than leaves room for the
+    answer and the margin. An agent whose first request is larger cannot work in it
+    (agent/window_floor.py)."""
+    return min(int(window * fraction), window - output - int(window * WINDOW_MARGIN))
+
+
 Ask = Callable[..., Awaitable[ModelResponse]]
 """A one-off model call (`ModelTurn.ask`): the summarizer is one."""
 
@@ -199,16 +207,12 @@ class ContextWindow:
         return history.summarizable(1)
 
     def _window_budget(self) -> int:
-        """The tokens a request may take: the history's share of the window
-        (`context_fraction`), and no more than leaves room for the answer's budget and
-        the margin."""
+        """The tokens a request may take, as this run's window and answers have it."""
         config = self.run.config
         provider = self.run.provider
         assert provider is not None
-        window = provider.context_window
         output = min(config.max_output_tokens, provider.max_output_tokens)
-        margin = int(window * WINDOW_MARGIN)
-        return min(int(window * config.context_fraction), window - output - margin)
+        return history_budget(provider.context_window, output, config.context_fraction)
 
     def _summary_chars(self) -> int:
         """How much old history the summarizer is shown: what its window holds (at about

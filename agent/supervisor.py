@@ -9,15 +9,20 @@ in the main one) and may change the plan and send guidance to the worker.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from mlra import events as ev
+from mlra.agent.config import RunConfig
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.ending import unsubmitted
 from mlra.agent.history import AgentHistory
 from mlra.agent.loops import Repeats, call_key
 from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, reading_clause, task_message
 from mlra.agent.worker import Worker
+from mlra.tasks.spec import TaskSpec
 from mlra.tools.files import ListFiles, ReadFile
 from mlra.tools.plan import UpdatePlan, render_plan
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
@@ -42,11 +47,43 @@ class AssignSubtask(Tool[AssignSubtaskArgs]):
     Args = AssignSubtaskArgs
     reruns_on_resume = True
 
-    def __init__(self, supervisor: Supervisor) -> None:
-        self.supervisor = supervisor
+    def __init__(self, delegate: Delegate) -> None:
+        self.delegate = delegate
 
     async def run(self, args: AssignSubtaskArgs, ctx: ToolContext) -> ToolOutcome:
-        return await self.supervisor.delegate(args.step_id, args.instructions)
+        return await self.delegate(args.step_id, args.instructions)
+
+
+Delegate = Callable[[str, str], Awaitable[ToolOutcome]]
+"""(plan step id, instructions) -> the worker's report, as `assign_subtask` returns it."""
+
+
+def supervisor_tools(
+    config: RunConfig, *, on_plan: Callable[[list[ev.PlanStep], str], None], delegate: Delegate
+) -> list[Tool[Any]]:
+    """The supervisor's tools: one list for the run and for sizing its first request
+    against the window (agent/window_floor.py), so the two cannot drift apart."""
+    return [
+        UpdatePlan(on_plan),
+        AssignSubtask(delegate),
+        ReadFile(),
+        ListFiles(),
+        *reading_tools(config.research_tools, config.fetch),
+        Submit(),
+    ]
+
+
+def supervisor_history(
+    config: RunConfig, task: TaskSpec, workdir: str, time_limit_s: float
+) -> AgentHistory:
+    """The supervisor's history before its first turn: its system prompt and the task."""
+    history = AgentHistory(
+        system=SUPERVISOR_SYSTEM.format(
+            workdir=workdir, reading=reading_clause(config.research_tools)
+        )
+    )
+    history.pin(task_message(task.render_prompt(time_limit_s=time_limit_s), role="supervisor"))
+    return history
 
 
 class Supervisor:
@@ -57,23 +94,13 @@ class Supervisor:
         assert controller.sandbox is not None
         workdir = controller.sandbox.workdir
         self.registry = ToolRegistry(
-            [
-                UpdatePlan(self._plan_changed),
-                AssignSubtask(self),
-                ReadFile(),
-                ListFiles(),
-                *reading_tools(controller.config.research_tools, controller.config.fetch),
-                Submit(),
-            ]
+            supervisor_tools(controller.config, on_plan=self._plan_changed, delegate=self.delegate)
         )
         self.review_registry = ToolRegistry([UpdatePlan(self._plan_changed)])
-        self.history = AgentHistory(
-            system=SUPERVISOR_SYSTEM.format(
-                workdir=workdir, reading=reading_clause(controller.config.research_tools)
-            )
+        self.history = supervisor_history(
+            controller.config, controller.task, workdir, controller.time_limit_s
         )
         self.task_prompt = controller.task.render_prompt(time_limit_s=controller.time_limit_s)
-        self.history.pin(task_message(self.task_prompt, role="supervisor"))
         self.worker = Worker(controller, reviewer=self.review)
         self.subtasks = 0
         self._reviews: list[str] = []

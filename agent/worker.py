@@ -16,18 +16,23 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from mlra import events as ev
+from mlra.agent.config import RunConfig
 from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.evaluation import run_validator
 from mlra.agent.history import AgentHistory
 from mlra.agent.loops import Repeats
 from mlra.agent.prompts import WORKER_SYSTEM, research_sentence, task_message
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.tasks.spec import TaskSpec
 from mlra.tools.core import core_tools
+from mlra.tools.jobs import JobManager
 from mlra.tools.plan import Report
-from mlra.tools.registry import ToolRegistry
+from mlra.tools.registry import Tool, ToolRegistry
 from mlra.tools.research import research_tools
+from mlra.tools.validate import Validator
 
 MAX_NUDGES = 3
 
@@ -46,6 +51,35 @@ class SubtaskOutcome:
     steps: int
 
 
+def worker_tools(
+    config: RunConfig,
+    *,
+    jobs: JobManager,
+    on_note: Callable[[ev.ExperimentNote], object],
+    validator: Validator,
+) -> list[Tool[Any]]:
+    """The worker's tools: one list for the run and for sizing its first request against
+    the window (agent/window_floor.py), so the two cannot drift apart."""
+    return [
+        *core_tools(jobs=jobs, on_note=on_note, validator=validator),
+        *research_tools(config.research_tools, config.fetch),
+        Report(),
+    ]
+
+
+def worker_history(
+    config: RunConfig, task: TaskSpec, workdir: str, time_limit_s: float
+) -> AgentHistory:
+    """The worker's history before its first subtask: its system prompt and the task."""
+    history = AgentHistory(
+        system=WORKER_SYSTEM.format(
+            workdir=workdir, research=research_sentence(config.research_tools)
+        )
+    )
+    history.pin(task_message(task.render_prompt(time_limit_s=time_limit_s), role="worker"))
+    return history
+
+
 class Worker:
     role: ev.AgentRole = "worker"
 
@@ -53,27 +87,16 @@ class Worker:
         self.ctl = controller
         self.reviewer = reviewer
         self.registry = ToolRegistry(
-            [
-                *core_tools(
-                    jobs=controller.jobs,
-                    on_note=controller.emit,
-                    validator=run_validator(controller),
-                ),
-                *research_tools(controller.config.research_tools, controller.config.fetch),
-                Report(),
-            ]
+            worker_tools(
+                controller.config,
+                jobs=controller.jobs,
+                on_note=controller.emit,
+                validator=run_validator(controller),
+            )
         )
         assert controller.sandbox is not None
-        self.history = AgentHistory(
-            system=WORKER_SYSTEM.format(
-                workdir=controller.sandbox.workdir,
-                research=research_sentence(controller.config.research_tools),
-            )
-        )
-        self.history.pin(
-            task_message(
-                controller.task.render_prompt(time_limit_s=controller.time_limit_s), role="worker"
-            )
+        self.history = worker_history(
+            controller.config, controller.task, controller.sandbox.workdir, controller.time_limit_s
         )
         self._recent: list[str] = []
         self.repeats = Repeats.of(self.role, controller.config)

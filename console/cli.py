@@ -357,9 +357,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
     if (args.breaks or args.paused or args.break_runs_jobs) and not use_tui:
-        flag = (
-            "--break" if args.breaks else "--paused" if args.paused else "--break-runs-jobs"
-        )
+        flag = "--break" if args.breaks else "--paused" if args.paused else "--break-runs-jobs"
         raise UsageError(
             f"{flag} needs the console (run on a terminal, without --no-tui or --json)"
         )
@@ -404,6 +402,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         config.max_output_tokens = min(
             args.max_output_tokens or config.max_output_tokens, provider.max_output_tokens
         )
+        _check_window(config, task, provider, args.max_output_tokens)
     if use_tui:
         app_runner = _tui_runner()
         if app_runner is not None:
@@ -411,6 +410,21 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mlra.console.headless_run import run_headless
 
     return run_headless(config, task, provider, json_lines=args.json, verbose=args.verbose)
+
+
+def _check_window(config: Any, task: Any, provider: Any, output_set: int | None) -> None:
+    """A window too small for the agents' own first requests, refused before the run
+    starts (agent/window_floor.py); a replay sends nothing, so any window does."""
+    from mlra.agent.providers.replay import ReplayProvider
+    from mlra.agent.window_floor import window_problem
+
+    if isinstance(provider, ReplayProvider) or config.context_window is None:
+        return
+    problem = window_problem(
+        config, task, config.context_window, config.max_output_tokens, output_set
+    )
+    if problem is not None:
+        raise UsageError(problem)
 
 
 def _recorded_limits(args: argparse.Namespace, provider: Any) -> None:

@@ -15,7 +15,9 @@ from mlra.agent.controller import RunController
 from mlra.agent.eventlog import read_events
 from mlra.agent.providers import ModelSettings, resolve_model
 from mlra.agent.run import agent_for
+from mlra.agent.window_floor import first_requests, smallest_window
 from mlra.tasks.spec import load_task
+from tests.conftest import mlra_cli
 from tests.fakes.model_server import RecordedRequest, ScriptedModelServer
 from tests.scripts import call, plan, turn
 
@@ -31,23 +33,23 @@ def _log_command(n: int) -> str:
 
 
 async def _run(
-    tmp_path: Path, task: Path, script: dict[str, Any], **settings: Any
+    tmp_path: Path, task: Path, script: dict[str, Any], *, window: int = WINDOW, **settings: Any
 ) -> tuple[RunController, Any, list[RecordedRequest], list[RecordedRequest]]:
     # The server refuses, as vLLM does, a request whose prompt and answer budget pass the
     # window: a request mlra let outgrow the window would show as a refusal.
-    with ScriptedModelServer(script, context_limit=WINDOW) as server:
+    with ScriptedModelServer(script, context_limit=window) as server:
         provider = resolve_model(
             "openai/test",
             base_url=server.url_for("openai"),
             env={},
-            settings=ModelSettings(context_window=WINDOW),
+            settings=ModelSettings(context_window=window),
         )
         config = RunConfig(
             task="answer",
             model="openai/test",
             runs_dir=tmp_path,
             isolation="none",
-            context_window=WINDOW,
+            context_window=window,
             context_window_from="setting",
             max_output_tokens=provider.max_output_tokens,
             review_every=1000,
@@ -64,11 +66,11 @@ async def _run(
         )
 
 
-def _fits(request: RecordedRequest) -> bool:
+def _fits(request: RecordedRequest, window: int = WINDOW) -> bool:
     """The request and its answer budget inside the window, as the server counts."""
     body = request.body
     wanted = int(body.get("max_tokens") or body.get("max_completion_tokens") or 0)
-    return len(json.dumps(body)) // 4 + wanted <= WINDOW
+    return len(json.dumps(body)) // 4 + wanted <= window
 
 
 def _refusals(events: list[ev.Event]) -> list[str]:
@@ -157,3 +159,106 @@ async def test_the_supervisors_long_history_is_summarized_too(
     assert last.count("[Summary of earlier steps]") == 1
     assert "plan 0," not in last
     assert f"Step 5 of plan {revisions - 1}," in last  # the latest call, whole
+
+
+# --- a window too small for the agents' own first request -------------------------------
+
+
+def test_a_window_too_small_for_the_workers_first_request_is_refused(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    runs = tmp_path / "runs"
+    least = _least_window(answer_task, runs)
+    done = mlra_cli(
+        [
+            "run",
+            str(answer_task),
+            "--model",
+            "openai/test",
+            "--base-url",
+            "http://127.0.0.1:9/v1",  # never asked: the run is refused first
+            "--context-window",
+            "4096",
+            "--no-tui",
+            "--runs-dir",
+            str(runs),
+        ],
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("mlra: --context-window 4096 is too small for the worker's own")
+    assert "tool definitions take about" in line
+    assert f"the smallest window that works is {least:,} tokens" in line
+    assert not runs.exists() or not any(runs.iterdir())  # nothing started
+
+
+def test_a_window_read_from_the_server_is_refused_the_same_way(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    with ScriptedModelServer({}, n_ctx=4096) as server:
+        done = mlra_cli(
+            [
+                "run",
+                str(answer_task),
+                "--model",
+                "openai/test",
+                "--base-url",
+                server.url_for("openai"),
+                "--no-tui",
+                "--runs-dir",
+                str(tmp_path / "runs"),
+            ],
+            cwd=tmp_path,
+        )
+        asked = [r.path for r in server.requests]
+    assert done.returncode == 2, done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert "the server's context window (4,096 tokens) is too small" in line
+    assert f"is {_least_window(answer_task, tmp_path / 'runs'):,} tokens" in line
+    assert not any("completions" in p for p in asked)  # no model call was made
+
+
+def test_the_floor_is_measured_from_the_tools_the_agents_have(answer_task: Path) -> None:
+    task = load_task(answer_task)
+    full = RunConfig(task="answer", model="openai/test")
+    bare = RunConfig(task="answer", model="openai/test", research_tools=[])
+    (worker,) = [r for r in first_requests(full, task) if r.agent == "worker"]
+    (fewer,) = [r for r in first_requests(bare, task) if r.agent == "worker"]
+    assert fewer.tools == worker.tools - 3  # no arXiv search, arXiv read, GitHub clone
+    assert fewer.tokens < worker.tokens
+    assert smallest_window(fewer.tokens, 0.8) < smallest_window(worker.tokens, 0.8)
+
+
+async def test_a_run_at_the_smallest_window_goes_to_its_end(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    least = _least_window(answer_task, tmp_path)
+    worker = [turn(f"look {n}", call("bash", command=_log_command(n))) for n in range(6)]
+    worker += [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+    script = {
+        "supervisor": [
+            turn("", plan("Answer the question", "Submit")),
+            turn("", call("assign_subtask", step_id="1", instructions=INSTRUCTIONS)),
+            turn("", call("submit", path="answer.txt", note="the answer")),
+        ],
+        "worker": worker,
+        "summarizer:fallback": SUMMARY,
+    }
+    controller, result, worker_requests, _ = await _run(tmp_path, answer_task, script, window=least)
+    assert result.score == 1.0
+    events = read_events(controller.run_dir / "events.jsonl")
+    assert not _refusals(events)
+    assert all(_fits(r, least) for r in worker_requests)
+
+
+def _least_window(task: Path, runs_dir: Path = Path("runs")) -> int:
+    """The floor as the refusal states it, for the answer task with the default tools (the
+    workspace's path, in the worker's prompt, counts too)."""
+    spec = load_task(task)
+    config = RunConfig(task="answer", model="openai/test", runs_dir=runs_dir)
+    largest = max(r.tokens for r in first_requests(config, spec))
+    return smallest_window(largest, config.context_fraction)
