@@ -201,6 +201,11 @@ def test_a_repeat_is_the_same_call_with_the_same_result() -> None:
     assert repeats.see(tail, ToolOutcome(output="step 2\n[exit code 0, 12 s]")) == 2
     assert repeats.see(tail, ToolOutcome(output="step 2\n[exit code 0, 1.5 s]")) == 3
     assert repeats.to_tell and not repeats.stuck
+    # Nor is a job polled while it runs: the time it has run is in its state.
+    wait = _call("job_wait", job="job-1", timeout=600)
+    running = "(no new output)\n[job-1: running for {} s; log jobs/job-1.log]"
+    assert repeats.see(wait, ToolOutcome(output=running.format(600))) == 1
+    assert repeats.see(wait, ToolOutcome(output=running.format(1200))) == 1
     # Another call in between starts the count afresh; so do other arguments.
     assert repeats.see(_call("bash", command="ls"), ToolOutcome(output="a")) == 1
     assert repeats.see(_call("bash", command="ls -a"), ToolOutcome(output="a")) == 1

@@ -78,6 +78,7 @@ def _run(
         ("no_submission", "finished", "unscored"),
         ("no_tool_calls", "finished", "unscored"),
         ("repeated_failure", "finished", "unscored"),
+        ("stuck", "finished", "unscored"),  # it would go round in circles again
         ("deadline", "finished", "unscored"),
         ("submitted", "finished", "unscored"),  # graded, and the grader found no score
         ("provider_error", "error", "failed"),
