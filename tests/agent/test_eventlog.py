@@ -44,6 +44,8 @@ def _samples() -> list[ev.Event]:
         ev.ModelCall(agent="worker", model="m"),
         ev.ModelError(agent="worker", model="m", error="boom"),
         ev.ModelRetry(agent="worker", model="m", attempt=1, max_retries=2, status=429),
+        ev.ModelAnswering(agent="worker", turn=1, first_token_s=2.5),
+        ev.ContextWindowLearned(agent="worker", context_window=8192, assumed=32_768),
         ev.HistorySummarized(agent="worker", summary="s", first_turn=1, last_turn=2),
         ev.ResourceSample(cpu_percent=1, ram_used_mb=1, ram_total_mb=2, disk_workspace_mb=0),
         ev.Control(action="pause"),
