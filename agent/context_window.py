@@ -135,7 +135,8 @@ class ContextWindow:
         outgrow the history's share of the window."""
         before = history.estimated_tokens()
         keep = self.run.config.keep_recent_turns
-        self._tools[agent] = tools
+        if tools:  # (a resumed run's second look, after a refusal, passes none)
+            self._tools[agent] = tools
         if self.run.catchup.ahead():
             # Summarize where the run did, whatever this provider's window.
             cut = self.run.catchup.recorded_summary(history, keep)

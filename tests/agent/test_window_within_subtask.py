@@ -13,7 +13,9 @@ from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.eventlog import read_events
+from mlra.agent.history import AgentHistory
 from mlra.agent.providers import ModelSettings, resolve_model
+from mlra.agent.providers.base import ModelResponse, ToolCallRequest
 from mlra.agent.run import agent_for
 from mlra.agent.window_floor import first_requests, smallest_window
 from mlra.tasks.spec import load_task
@@ -262,3 +264,55 @@ def _least_window(task: Path, runs_dir: Path = Path("runs")) -> int:
     config = RunConfig(task="answer", model="openai/test", runs_dir=runs_dir)
     largest = max(r.tokens for r in first_requests(config, spec))
     return smallest_window(largest, config.context_fraction)
+
+
+# --- the history's own rules ---------------------------------------------------------------
+
+
+def _turns(h: AgentHistory, numbers: range) -> None:
+    for n in numbers:
+        h.add_user(f"status {n}")
+        h.add_assistant(
+            ModelResponse(
+                text=f"thought {n}",
+                tool_calls=[ToolCallRequest(id=f"c{n}", name="bash", arguments={"n": n})],
+            )
+        )
+        h.add_tool_result(f"c{n}", "bash", f"output {n}", is_error=False)
+
+
+def test_one_summary_at_a_time_and_the_current_subtask_stays_whole() -> None:
+    h = AgentHistory(system="system")
+    h.pin("the task")
+    h.pin_subtask("[subtask 1] first")
+    _turns(h, range(1, 5))
+    h.pin_subtask("[subtask 2] second")
+    _turns(h, range(5, 11))
+
+    cut = h.summarizable(keep_recent_turns=2)
+    assert cut is not None and cut[2:] == (1, 8)
+    assert "[subtask 2]" not in h.render(cut[0], cut[1])  # it stays, so it is not summarized
+    h.replace_with_summary(cut[0], cut[1], "S1")
+    contents = [m.content for m in h.messages]
+    assert contents[:3] == ["the task", "[subtask 2] second", "[Summary of earlier steps]\nS1"]
+    assert contents[3] == "status 9"  # the first turn kept keeps the prompt that asked for it
+    assert "[subtask 1] first" not in contents  # an earlier subtask's instructions are history
+
+    _turns(h, range(11, 13))
+    cut = h.summarizable(keep_recent_turns=1)
+    assert cut is not None and cut[2:] == (9, 11)
+    rendered = h.render(cut[0], cut[1])
+    assert "summary of the steps before these:\n[Summary of earlier steps]\nS1" in rendered
+    h.replace_with_summary(cut[0], cut[1], "S2 (with S1)")
+    contents = [m.content for m in h.messages]
+    assert contents[:3] == [
+        "the task",
+        "[subtask 2] second",
+        "[Summary of earlier steps]\nS2 (with S1)",
+    ]
+    assert sum(c.startswith("[Summary of earlier steps]") for c in contents) == 1
+    assert contents[3:] == ["status 12", "thought 12", "output 12"]
+    called: set[str] = set()
+    for m in h.messages:
+        called |= {c.id for c in m.tool_calls}
+        assert m.role != "tool" or m.tool_call_id in called
