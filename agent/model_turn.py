@@ -100,6 +100,7 @@ class ModelTurn:
             shrink = await self.window.shorten(agent, history, too_long.error)
             if run.provider.context_window != assumed:
                 # The server's stated window: the gauges go by it too (a log, not a guess).
+                run.provider.context_window_from = "server"
                 run.emit(
                     ev.ContextWindowLearned(
                         agent=agent, context_window=run.provider.context_window, assumed=assumed

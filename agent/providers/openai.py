@@ -47,9 +47,7 @@ from mlra.agent.providers.base import (
     ToolCallRequest,
     Usage,
     estimated_usage,
-    is_context_overflow,
     retry_hooks,
-    stated_window,
     tell_first_piece,
     tell_invalid_retry,
     wire_safe,
@@ -211,12 +209,7 @@ class OpenAIProvider(ModelProvider):
             except openai.BadRequestError as exc:
                 adaptations += 1
                 if adaptations > 3 or not self._adapt(exc):
-                    failure = ProviderError(self._describe(exc))
-                    window = stated_window(failure)
-                    if is_context_overflow(failure) and window and window < self.context_window:
-                        # The caller takes this window from now on (agent/context_window.py).
-                        self.context_window_from = "server"
-                    raise failure from exc
+                    raise ProviderError(self._describe(exc)) from exc
             except openai.APIError as exc:
                 raise ProviderError(self._describe(exc)) from exc
             except InvalidResponse as exc:
