@@ -8,7 +8,9 @@ answers of a run, sent tools, hold no call at all, native and written alike, the
 tools are described in the system prompt from then on (as `--tool-calls text` does),
 a notice says so, and the agent's next prompt says how to call one.
 
-Only the start of a run counts: once any answer has held a call, the model can call
+Only servers named by a base URL fall back (a local or self-hosted server: the
+vendors' own APIs do not drop tools, and native calls are their best). Only the
+start of a run counts: once any answer has held a call, the model can call
 tools, and a later answer in prose is the agent's choice (the agents nudge it). The
 decision is made from the answers alone, so a resumed run catching up with its log,
 and a replay of it, fall back at the same answer.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from mlra import events as ev
 from mlra.agent.providers.base import ModelResponse
+from mlra.agent.providers.text_calls import FALLBACK_MARK
 from mlra.agent.run_context import RunContext
 from mlra.tools.registry import ToolRegistry
 
@@ -57,14 +60,11 @@ class ToolCallFallback:
         if run.provider is None or not run.provider.describe_tools_in_prompt():
             return ""  # the user chose, or the server already refused native tools
         if not run.catchup.replaying:
-            run.emit(
-                ev.Notice(
-                    level="warning",
-                    message=f"the model answered {self.tool_less} times without calling a "
-                    f"tool though it was sent its tools natively (the {agent} was sent "
-                    f"{len(registry.names())}; the server may drop them); the tools are now described in the prompt and "
-                    "calls are read from its text (--tool-calls auto; set --tool-calls "
-                    "native or text to choose)",
-                )
+            message = (
+                f"the model answered {self.tool_less} times without calling a tool though "
+                f"it was sent its tools natively (the {agent} was sent "
+                f"{len(registry.names())}; the server may drop them): the tools are now "
+                f"described in the prompt and calls are read from its text {FALLBACK_MARK}"
             )
+            run.emit(ev.Notice(level="warning", message=message))
         return NOTE

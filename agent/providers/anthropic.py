@@ -223,8 +223,8 @@ class AnthropicProvider(ModelProvider):
         return cost(self.model, usage)[0]
 
     def describe_tools_in_prompt(self) -> bool:
-        if not self._native_tools or self.settings.tool_calls != "auto":
-            return False
+        if not self.base_url or not self._native_tools or self.settings.tool_calls != "auto":
+            return False  # the vendor's own API never drops the tools it is sent
         self._native_tools = False
         return True
 

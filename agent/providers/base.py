@@ -342,7 +342,8 @@ class ModelProvider(abc.ABC):
         """Send the tools described in the system prompt from now on, calls read from the
         answer's text (agent/tool_call_fallback.py: `auto` where a model never calls a
         tool it was sent natively). False where nothing changes: the user chose native
-        or text calls, tools go in the prompt already, or this API has no other way."""
+        or text calls, tools go in the prompt already, the model is the vendor's own API
+        (no base URL: its servers do not drop tools), or this API has no other way."""
         return False
 
     def take_notices(self) -> list[str]:

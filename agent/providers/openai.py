@@ -249,8 +249,8 @@ class OpenAIProvider(ModelProvider):
         return response
 
     def describe_tools_in_prompt(self) -> bool:
-        if not self._native_tools or self.settings.tool_calls != "auto":
-            return False
+        if not self.base_url or not self._native_tools or self.settings.tool_calls != "auto":
+            return False  # the vendor's own API never drops the tools it is sent
         self._native_tools = False
         return True
 

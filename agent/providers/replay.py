@@ -33,6 +33,7 @@ from mlra.agent.providers.base import (
     ProviderError,
     TextCallback,
 )
+from mlra.agent.providers.text_calls import FALLBACK_MARK
 from mlra.agent.recording import response_from
 from mlra.durations import format_duration
 from mlra.tools.registry import ToolSpec
@@ -229,6 +230,9 @@ class ReplayProvider(ModelProvider):
         self.diverged: str | None = None
         self._expected: tuple[str, list[tuple[str, str]]] | None = None
         self._told_text_tools = False
+        self._fell_back = any(
+            isinstance(e, ev.Notice) and FALLBACK_MARK in e.message for e in events
+        )
 
     @classmethod
     def from_spec(cls, spec: str) -> ReplayProvider:
@@ -246,10 +250,10 @@ class ReplayProvider(ModelProvider):
         return provider
 
     def describe_tools_in_prompt(self) -> bool:
-        """The recorded answers came as they came: a replay falls back where its recording
-        did (the same answers), and only says so, once."""
+        """The answers are the recording's, whatever the prompt: a replay falls back (and
+        says so) where its recording did, found from the recording's notice."""
         told, self._told_text_tools = self._told_text_tools, True
-        return not told
+        return self._fell_back and not told
 
     def _check_left(self) -> None:
         """At the end of the recording: end the replay as the recorded run ended, when

@@ -42,6 +42,11 @@ _FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
 _ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
 
 
+FALLBACK_MARK = "(--tool-calls auto: set --tool-calls native or text to choose)"
+"""Ends the notice of `auto` falling back to tools in the prompt (agent/tool_call_fallback.py):
+a replay finds in its recording whether the run fell back (agent/providers/replay.py)."""
+
+
 @dataclass
 class TextCalls:
     prose: str

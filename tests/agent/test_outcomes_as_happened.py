@@ -24,7 +24,9 @@ from mlra.agent.controller import RunController
 from mlra.agent.eventlog import read_events
 from mlra.agent.loops import Repeats
 from mlra.agent.providers import resolve_model
+from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import ModelSettings, ToolCallRequest
+from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.run import agent_for
 from mlra.agent.state import RunResult
 from mlra.agent.tool_call_fallback import NOTE
@@ -394,3 +396,28 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         return b""
+
+
+async def test_only_a_server_named_by_a_base_url_falls_back() -> None:
+    """The vendors' own APIs never drop the tools they are sent; native calls stay."""
+    hosted = [
+        OpenAIProvider("gpt-4o", api_key="sk-test"),
+        AnthropicProvider("claude-sonnet-4-6", api_key="sk-test"),
+    ]
+    local = [
+        OpenAIProvider("local", api_key=None, base_url="http://127.0.0.1:9/v1"),
+        AnthropicProvider("local", api_key="sk-test", base_url="http://127.0.0.1:9"),
+    ]
+    chosen = OpenAIProvider(
+        "local",
+        api_key=None,
+        base_url="http://127.0.0.1:9/v1",
+        settings=ModelSettings(tool_calls="native"),
+    )
+    try:
+        assert not any(p.describe_tools_in_prompt() for p in [*hosted, chosen])
+        assert all(p.describe_tools_in_prompt() for p in local)
+        assert not any(p.describe_tools_in_prompt() for p in local)  # once
+    finally:
+        for provider in [*hosted, *local, chosen]:
+            await provider.aclose()
