@@ -82,6 +82,16 @@ def context_gauge(state: RunState, width: int) -> Text | None:
     return out
 
 
+def sampling_stopped(state: RunState) -> str:
+    """Why no resource sample comes any more (sampling stops with the agent), or ""
+    while the samples are the run's load now."""
+    if state.finished is not None:
+        return "run stopped" if state.finished.reason == "stopped" else "run ended"
+    if state.evaluating:
+        return "evaluating"
+    return ""
+
+
 JOBS_SHOWN = 5
 """Jobs listed in the pane: the running ones first, then the latest to end."""
 
@@ -172,8 +182,20 @@ class ResourcesPane(Static):
         short = 8 if compact else 10
         out = Text()
         sample = state.resources
+        stopped = sampling_stopped(state)
         if sample is None:
             out.append("waiting for the first sample…\n", style="dim")
+        elif stopped:
+            # The last sample's load is no longer so: figures that would read as now
+            # are left out (the log keeps every sample, and replay shows them in time).
+            out.append("GPU  ", style="bold")
+            out.append("–\n" if sample.gpus else "no GPU\n", style="dim")
+            out.append("CPU  ", style="bold")
+            out.append(f"– {stopped}\n", style="dim")
+            out.append("RAM  ", style="bold")
+            out.append("–\n", style="dim")
+            out.append("Disk ", style="bold")
+            out.append(f"workspace {gigabytes(sample.disk_workspace_mb)}\n")
         else:
             disk = f"disk {gigabytes(sample.disk_workspace_mb)}"
             if sample.gpus:

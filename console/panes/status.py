@@ -80,13 +80,23 @@ def score_texts(e: ev.EvaluationFinished, *, unisolated: bool = True) -> list[Te
     return out
 
 
-def _command(call: ev.ToolCall | ev.ApprovalRequested) -> str:
-    """A call's arguments in one short line: a command's text, else the JSON."""
+def _command(call: ev.ToolCall | ev.ApprovalRequested, state: RunState | None = None) -> str:
+    """A call's arguments in one short line: a command's text, else the JSON. The
+    arguments it runs with: the user's, where they edited it at a breakpoint (the
+    `tool_call` event keeps what the model asked for)."""
     args = call.arguments or {}
+    if state is not None and call.call_id in state.edited_calls:
+        args = state.edited_calls[call.call_id]
     text = args.get("command") or args.get("code") or args.get("path")
     if not isinstance(text, str):
         text = json.dumps(args, ensure_ascii=False) if args else ""
     return " ".join(text.split())
+
+
+def _with(head: str, what: str) -> str:
+    """`head: what`, or `head` alone for a call with nothing to show (`validate` takes no
+    arguments: no label ends in a colon)."""
+    return f"{head}: {what}" if what else head
 
 
 def _clip(text: str, width: int) -> str:
@@ -120,8 +130,8 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
         why = f" ({printable_line(pending.reason)})" if pending.reason else ""
         tool = printable_line(pending.tool)
         return [
-            Text(f"{tool}: {_clip(what, 60)}{why}", style="bold dark_orange"),
-            Text(f"{tool}: {_clip(what, 24)}", style="bold dark_orange"),
+            Text(_with(tool, _clip(what, 60)) + why, style="bold dark_orange"),
+            Text(_with(tool, _clip(what, 24)), style="bold dark_orange"),
             Text(tool, style="bold dark_orange"),
         ]
     if state.phase not in ("running", "paused"):
@@ -161,15 +171,29 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
     if state.running:
         # The latest: a supervisor's assign_subtask runs while its worker's calls do.
         call = max(state.running.values(), key=lambda c: c.seq)
+        if state.paused and call.agent == "supervisor" and state.subtask is not None:
+            # Paused between the worker's steps: the supervisor's call only waits on its
+            # worker, and the worker is the one the pause holds.
+            return _worker_held(state)
         took = format_duration(max(0.0, elapsed_s - call.t))
-        what = _command(call)
+        what = _command(call, state)
         tool = printable_line(call.tool)
         return [
-            Text(f"{tool} {took}: {_clip(what, 60)}", style="cyan"),
-            Text(f"{tool} {took}: {_clip(what, 20)}", style="cyan"),
+            Text(_with(f"{tool} {took}", _clip(what, 60)), style="cyan"),
+            Text(_with(f"{tool} {took}", _clip(what, 20)), style="cyan"),
             Text(f"{tool} {took}", style="cyan"),
         ]
     return []
+
+
+def _worker_held(state: RunState) -> list[Text]:
+    """What a pause between the worker's steps holds: the worker, before its next step
+    (steps are numbered across the run's subtasks)."""
+    step = state.steps + 1
+    return [
+        Text(f"worker before step {step} (subtask {state.subtask})", style="cyan"),
+        Text(f"worker before step {step}", style="cyan"),
+    ]
 
 
 @dataclass
