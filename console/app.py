@@ -308,9 +308,16 @@ class MlraApp(App[int]):
             elif isinstance(event, ev.Control) and event.action == "resume":
                 self.provider_error = None
             elif isinstance(event, ev.ApprovalRequested) and self.controller:
+                held = self.controller.controls.hold_at_breaks
+                meanwhile = (
+                    "commands, jobs and the clock are held meanwhile"
+                    if held
+                    else "commands and jobs run on; the wait counts on the clock"
+                )
                 self.notify(
                     f"{printable_line(event.tool)} waits for your approval "
-                    f"({printable_line(event.reason)}): a approve · e edit · r reject",
+                    f"({printable_line(event.reason)}): a approve · e edit · r reject\n"
+                    f"({meanwhile})",
                     timeout=6,
                     markup=False,
                 )

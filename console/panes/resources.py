@@ -103,11 +103,14 @@ def jobs_section(
     compact: bool = False,
     last_line: Callable[[str], str | None] | None = None,
     width: int = 40,
+    held: bool = False,
 ) -> Text | None:
     """The run's background jobs, one line each: running (and for how long, pauses
     excluded) or how each ended; None before the first job. `last_line` gives a running
     job's latest line of output (a live run's job manager keeps it in memory; a replay
-    has none, the log holds no output of jobs), shown dim under it."""
+    has none, the log holds no output of jobs), shown dim under it. `held`: the run holds
+    its commands (a pause, or a call waiting for approval), so a running job is suspended
+    and its time stands still."""
     if not state.jobs:
         return None
     records = list(state.jobs.values())
@@ -123,7 +126,10 @@ def jobs_section(
         end = job.ended
         if end is None:
             took = format_duration(max(0.0, elapsed_s - job.started.t))
-            out.append(f"running {took}\n", style="green")
+            if held:
+                out.append(f"suspended {took}\n", style="yellow")
+            else:
+                out.append(f"running {took}\n", style="green")
             line = last_line(job.started.job) if last_line is not None else None
             if line:
                 room = max(8, width - 4)
@@ -147,6 +153,11 @@ class ResourcesPane(Static):
         self._shown: tuple[RunState, float] | None = None
         self.job_last_line: Callable[[str], str | None] | None = None
         """A running job's last line of output (set by a live console: its job manager)."""
+        self.breaks_hold: bool | None = None
+        """Whether a call waiting for approval holds the run's commands and jobs (False:
+        the run was started with `--break-runs-jobs`), from the run_started this pane was
+        fed; None where it was not (a replay opened past it), and then only a pause is
+        said to suspend them."""
 
     def on_mount(self) -> None:
         self.border_title = "Resources"
@@ -164,6 +175,8 @@ class ResourcesPane(Static):
             self.show(*self._shown)
 
     def feed(self, event: ev.Event) -> None:
+        if isinstance(event, ev.RunStarted):
+            self.breaks_hold = not event.config.get("break_runs_jobs", False)
         if isinstance(event, ev.ResourceSample):
             self._cpu.append(event.cpu_percent)
             for gpu in event.gpus:
@@ -275,8 +288,14 @@ class ResourcesPane(Static):
         if context is not None:
             out.append("Ctx  ", style="bold")
             out.append_text(context)
+        held = state.paused or (state.phase == "awaiting_approval" and bool(self.breaks_hold))
         jobs = jobs_section(
-            state, elapsed_s, compact=compact, last_line=self.job_last_line, width=inner
+            state,
+            elapsed_s,
+            compact=compact,
+            last_line=self.job_last_line,
+            width=inner,
+            held=held,
         )
         if jobs is not None:
             if not out.plain.endswith("\n"):

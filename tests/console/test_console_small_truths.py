@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,10 @@ from textual.widgets import TextArea
 from textual.widgets._toast import Toast
 
 from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.providers import resolve_model
+from mlra.agent.run import agent_for
 from mlra.agent.state import RunState, fold
 from mlra.console.app import MlraApp
 from mlra.console.panes.files import FilesPane
@@ -29,15 +35,18 @@ from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import activity
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.screens import ConfirmScreen, EditArgsScreen
+from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
 from tests.console.console_fixtures import Stage, recorded_run, recorded_workspace
-from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+from tests.console.test_console_controls import ANSWER, REPORT, Live, Watch, is_, live, worker
 from tests.console.test_console_status import status_line
+from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
 
 APPROVAL_TOAST = (
-    "bash waits for your approval (bash matching 'rm -rf'): a approve · e edit · r reject"
+    "bash waits for your approval (bash matching 'rm -rf'): a approve · e edit · r reject\n"
+    "(commands, jobs and the clock are held meanwhile)"
 )
 
 
@@ -218,6 +227,58 @@ async def test_resources_after_a_stop_say_stopped(tmp_path: Path, answer_task: P
         text = _resources(run.app)
     assert finished.reason == "stopped"
     assert "%" not in text.split("Time")[0], text
+
+
+# --- a call waiting for approval holds the jobs, and the console says so -----------------
+
+
+def _toasts(app: MlraApp) -> str:
+    return "\n".join(str(t.render()) for t in app.screen.query(Toast))
+
+
+@asynccontextmanager
+async def live_with_toasts(
+    tmp_path: Path, answer_task: Path, script: dict[str, Any], **config: Any
+) -> AsyncIterator[Live]:
+    """A live run in the console as `live` makes one, with its toasts shown (a test's
+    app shows none unless asked)."""
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path, isolation="none", **config
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        controller.prepare()
+        watch = Watch(controller)
+        app = MlraApp(controller=controller, make_agent=agent_for)
+        async with app.run_test(size=(160, 48), notifications=True) as pilot:
+            yield Live(app, pilot, watch, server, controller)
+
+
+@pytest.mark.parametrize("runs_jobs", [False, True])
+async def test_a_waiting_call_says_what_happens_to_the_jobs_meanwhile(
+    tmp_path: Path, answer_task: Path, runs_jobs: bool
+) -> None:
+    ticker = "while [ ! -f stop ]; do echo tick; sleep 0.1; done"
+    script = worker(
+        turn("", {"name": "job_start", "arguments": {"command": ticker, "name": "ticker"}}),
+        ANSWER,
+        turn("", call("job_wait", job="ticker", timeout=60)),
+        REPORT,
+    )
+    async with live_with_toasts(
+        tmp_path, answer_task, script, breakpoints=["bash"], break_runs_jobs=runs_jobs
+    ) as run:
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: app.state.phase == "awaiting_approval")
+        word = "running" if runs_jobs else "suspended"
+        await run.shown(lambda app: f"job-1 ticker {word}" in _resources(app))
+        toast = "jobs run on" if runs_jobs else "jobs and the clock are held"
+        await run.shown(lambda app: toast in _toasts(app))
+        await run.pilot.press("a")
+        await run.shown(lambda app: "job-1 ticker running" in _resources(app))
+        (run.controller.workspace / "stop").touch()
+        assert (await run.finished()).reason == "submitted"
 
 
 # --- Files at the start of a run started --paused ----------------------------------------
