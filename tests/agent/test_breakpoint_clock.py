@@ -241,6 +241,36 @@ async def test_break_runs_jobs_lets_them_run_and_counts_the_wait(
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
+async def test_with_break_runs_jobs_the_deadline_passes_while_a_call_waits(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The wait counts: a call nobody approves ends the run at its time limit, and the
+    job that ran meanwhile is stopped then, its duration its whole run."""
+    marker = "tick-B6"
+    limit = 8.0
+    try:
+        with ScriptedModelServer(_script(marker)) as server:
+            controller = _controller(
+                server, answer_task, tmp_path, break_runs_jobs=True, time_limit_s=limit
+            )
+
+            async def never(event: ev.ApprovalRequested) -> None:
+                return None
+
+            events = await _run(controller, never)
+    finally:
+        _kill_all(marker)
+    finished = events[-1]
+    assert isinstance(finished, ev.RunFinished) and finished.reason == "deadline"
+    asked = _one(events, ev.ApprovalRequested)
+    assert not [e for e in events if isinstance(e, ev.Control) and e.action == "approve"]
+    # The run clock ran through the wait to the limit.
+    ended = _one(events, ev.JobEnded)
+    assert asked.t < limit <= ended.t + CLOCK_SLACK_S
+    started = _one(events, ev.JobStarted)
+    assert abs(ended.duration_s - (ended.ts - started.ts)) < CLOCK_SLACK_S
+
+
 def _running_time_by_log(ticks: list[tuple[int, float]], since: float, until: float) -> float:
     """The job's running time by its own log: from its first tick to its last, less the
     time it stood stopped (the gap across the wait, less one usual period)."""
