@@ -235,7 +235,9 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         if rebuilt:
             transcript.follow()
         self._tick()
-        if self.files_history.at(model.snapshot_seq()):
+        # The first showing lists the files even where none were recorded yet (an
+        # empty tree, "0 entries"), rather than leaving the pane to its timer.
+        if self.files_history.at(model.snapshot_seq()) or old is None:
             self.call_later(self._refresh_files)
 
     def _tick(self) -> None:

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -30,7 +31,14 @@ MODEL = "openai/test-model"
 
 
 def research_script() -> dict[str, Any]:
-    """A supervisor with one subtask; a worker taking six steps, two of them slow."""
+    """A supervisor with one subtask; a worker taking six steps, one of them held.
+
+    answer.txt is written twice (steps 2 and 5): the scripted worker does not redo a
+    call a kill cut short, as a model reading "interrupted" would, so a kill inside
+    either write still leaves the answer for the submit. Step 2's command waits while
+    `.hold` exists in the workspace: only the mid-command run's task has one, so that
+    run is surely killed inside the command, however slowly the machine runs.
+    """
     return {
         "supervisor": [
             turn("Plan first.", plan("Answer the question", "Submit")),
@@ -42,15 +50,36 @@ def research_script() -> dict[str, Any]:
         "supervisor:fallback": turn("", call("submit", path="answer.txt", note="the answer")),
         "worker": [
             turn("Read the question.", call("read_file", path="question.txt")),
-            turn("Look around.", call("bash", command="ls && sleep 0.4 && echo looked")),
+            turn("Look around.", call("bash", command=LOOK_AROUND)),
             turn(
                 "Draft.", call("write_file", path="notes.md", content="# notes\nthe answer is 42\n")
             ),
-            turn("Think slowly.", call("bash", command="sleep 0.4; echo 41 > draft.txt")),
-            turn("Write the answer.", call("bash", command="echo 42 > answer.txt")),
+            turn("Think slowly.", call("bash", command="sleep 0.2; echo 41 > draft.txt")),
+            turn(
+                "Write the answer.",
+                call("bash", command="echo 42 > answer.txt && echo yes > checked.txt"),
+            ),
             turn("", call("report", summary="answer.txt holds 42")),
         ],
     }
+
+
+# Prints first (the kill waits for that output), then writes the answer, then waits.
+LOOK_AROUND = "ls && echo 42 > answer.txt && while [ -e .hold ]; do sleep 0.05; done && echo looked"
+
+
+def held_script() -> dict[str, Any]:
+    """The script with the supervisor's last answer held back: a run killed before it
+    is killed before it could end, whatever the kill's delay. Release with `release`."""
+    script = research_script()
+    script["supervisor"][-1] = {**script["supervisor"][-1], "hang": 300}
+    return script
+
+
+def release(server: ScriptedModelServer) -> None:
+    """Answer the held turn at once from now on (the resumed run asks for it again)."""
+    last = server.script["supervisor"][-1]
+    server.script["supervisor"][-1] = {k: v for k, v in last.items() if k != "hang"}
 
 
 def _cmd(args: list[str]) -> list[str]:
@@ -79,25 +108,38 @@ def _run_args(server: ScriptedModelServer, runs: Path, run_id: str, task: Path) 
     ]
 
 
-def _lines(path: Path) -> int:
-    try:
-        return path.read_bytes().count(b"\n")
-    except FileNotFoundError:
-        return 0
+def _kill_when(args: list[str], log: Path, ready: Callable[[bytes], bool], cwd: Path) -> None:
+    """Start a run and SIGKILL it once its log satisfies `ready`.
 
-
-def _kill_after(args: list[str], log: Path, lines: int, cwd: Path) -> None:
-    """Start a run and SIGKILL it once its log holds `lines` events."""
-    proc = subprocess.Popen(
-        _cmd(args), cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
+    The run is held (a held model answer, or a command waiting on `.hold`) past every
+    point the tests kill at, so a slow poll only kills later, never too late.
+    """
+    stderr = cwd / "killed-run.stderr"
+    with stderr.open("wb") as err:
+        proc = subprocess.Popen(
+            _cmd(args), cwd=cwd, env=_env(), stdout=subprocess.DEVNULL, stderr=err
+        )
     try:
-        deadline = time.monotonic() + 60
-        while _lines(log) < lines and proc.poll() is None and time.monotonic() < deadline:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline:
+            if ready(_read(log)):
+                break
             time.sleep(0.005)  # polling a file another process writes: nothing to await
+        else:
+            pytest.fail(
+                f"the run never reached the kill point (exit {proc.poll()}): "
+                + stderr.read_text()[-2000:]
+            )
         proc.send_signal(signal.SIGKILL)
     finally:
         proc.wait()
+
+
+def _read(path: Path) -> bytes:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return b""
 
 
 def _agent_trace(events: list[ev.Event]) -> list[tuple[Any, ...]]:
@@ -134,15 +176,25 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(
 ) -> None:
     runs = tmp_path / "runs"
     log = runs / "r" / "events.jsonl"
-    if point == "mid-command":  # while `sleep` runs: the call is cut short
-        kill_at = next(i for i, e in enumerate(reference, 1) if isinstance(e, ev.ToolOutput))
+    ready: Callable[[bytes], bool]
+    if point == "mid-command":  # while step 2's command waits on `.hold`: cut short
+        answer_task = tmp_path / "task"
+        shutil.copytree(ANSWER_TASK, answer_task)
+        (answer_task / "starter" / ".hold").write_text("")
+        ready = lambda logged: b'"type":"tool_output"' in logged  # noqa: E731
     else:
-        points = sorted(random.Random(2026).sample(range(3, len(reference) - 5), 3))
+        # Any point before the held answer: every event the reference logged before
+        # asking for it but its periodic resource samples, which come as time passes.
+        held = max(i for i, e in enumerate(reference) if isinstance(e, ev.StepStarted))
+        before = sum(1 for e in reference[:held] if not isinstance(e, ev.ResourceSample))
+        points = sorted(random.Random(2026).sample(range(3, before + 1), 3))
         kill_at = points[int(point.split("-")[1])]
-    with ScriptedModelServer(research_script(), turn_by_history=True) as server:
-        _kill_after(_run_args(server, runs, "r", answer_task), log, kill_at, tmp_path)
-        before = log.read_bytes()
-        torn = not before.endswith(b"\n")
+        ready = lambda logged: logged.count(b"\n") >= kill_at  # noqa: E731
+    with ScriptedModelServer(held_script(), turn_by_history=True) as server:
+        _kill_when(_run_args(server, runs, "r", answer_task), log, ready, tmp_path)
+        release(server)
+        before_resume = log.read_bytes()
+        torn = not before_resume.endswith(b"\n")
         killed = read_events(log)
         assert not any(isinstance(e, ev.RunFinished) for e in killed), "killed too late"
         proc = mlra_cli(["resume", str(runs / "r"), "--no-tui"], cwd=tmp_path, env=_env())
@@ -264,7 +316,7 @@ def test_fork_with_an_edited_action_and_a_message(tmp_path: Path, recorded: Path
 
 def test_fork_restores_the_workspace_as_it_was(tmp_path: Path, recorded: Path) -> None:
     # Forking at step 5 with a model that has nothing more to say: the workspace is
-    # that of the start of step 5, before answer.txt was written.
+    # that of the start of step 5, before checked.txt was written.
     script = {"supervisor": [], "worker": [], "default": []}
     with ScriptedModelServer(script) as server:
         server.set_fallback("worker", turn("", call("report", summary="stopping here")))
@@ -290,7 +342,8 @@ def test_fork_restores_the_workspace_as_it_was(tmp_path: Path, recorded: Path) -
     workspace = tmp_path / "g" / "workspace"
     assert (workspace / "notes.md").read_text() == "# notes\nthe answer is 42\n"
     assert (workspace / "draft.txt").read_text() == "41\n"
-    assert (workspace / "question.txt").exists() and not (workspace / "answer.txt").exists()
+    assert (workspace / "answer.txt").read_text() == "42\n"  # step 2's
+    assert (workspace / "question.txt").exists() and not (workspace / "checked.txt").exists()
 
 
 def test_fork_refuses_a_step_the_run_does_not_have(tmp_path: Path, recorded: Path) -> None:

@@ -249,6 +249,15 @@ def _nodes(tree: Tree[Any]) -> list[Any]:
     return out
 
 
+def events_until(model: ReplayModel, kind: type[object]) -> int:
+    """How many events on from the cursor the next event of `kind` is."""
+    return next(
+        i - model.cursor
+        for i in range(model.cursor + 1, len(model.events))
+        if isinstance(model.events[i], kind)
+    )
+
+
 def preview_text(app: ReplayApp) -> str:
     content = app.query_one("#preview", Static).content
     return getattr(content, "code", str(content))
@@ -278,7 +287,9 @@ async def test_replay_shows_plan_transcript_and_files_as_they_were_at_each_step(
 
         # After step 3's write: the new content, and the diff against the step before.
         await pilot.press("t")  # to step 3's tool call
-        await pilot.press("right", "right")  # ... its result and the snapshot after it
+        # ... on event by event to the snapshot after it: its result, and any resource
+        # samples, which come as time passes (a loaded machine logs some in between).
+        await pilot.press(*["right"] * events_until(app.model, ev.WorkspaceSnapshot))
         await settle(app, pilot)
         assert isinstance(app.model.event, ev.WorkspaceSnapshot)
         assert "Revise the notes" in transcript_text(app)
