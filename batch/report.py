@@ -22,6 +22,7 @@ cell; report.csv's texts are escaped the same way. report.json is written with
 from __future__ import annotations
 
 import csv
+import importlib
 import json
 import math
 import statistics
@@ -566,8 +567,40 @@ def plot_validation(out: Path, rows: list[RunRow]) -> None:
 _EMPTY = Group("", "", 0, 0, None, None, None, None, 0.0, None, 0, 0.0)
 
 
+PLOTS_MISSING = (
+    "note: no plots: matplotlib is not installed (pip install 'mlra[batch]' adds it); "
+    "the tables are written"
+)
+"""Said in place of the plots where matplotlib is missing: the quick start's install
+leaves out the batch extra, and the tables need nothing beyond mlra itself."""
+
+
+def can_plot() -> bool:
+    """Whether matplotlib can be imported here (it is the `batch` extra's)."""
+    try:
+        importlib.import_module("matplotlib")
+    except ImportError:
+        return False
+    return True
+
+
+def group_line(g: Group) -> str:
+    """A group's numbers in a line, as the report's table gives them: for the end of
+    `mlra batch`, where a person reads the outcome before opening report.md."""
+    mark = _unisolated_mark(g) if g.score_mean is not None else ""
+    parts = [
+        f"score {_pm(g.score_mean, g.score_se)}{mark}, {g.scored} of {g.runs} "
+        f"seed{'' if g.runs == 1 else 's'} scored"
+    ]
+    if g.normalized_mean is not None:
+        parts.append(f"normalized {_pm(g.normalized_mean, g.normalized_se)}")
+    parts.append(f"success {g.success_rate:.0%}")
+    return f"{printable_line(g.task)} · {printable_line(g.model)}: " + " · ".join(parts)
+
+
 def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -> list[Group]:
-    """Write report.md/.csv/.json (and the plots) into the batch folder; returns the groups."""
+    """Write report.md/.csv/.json (and the plots, where matplotlib is installed: see
+    `can_plot`) into the batch folder; returns the groups."""
     rows = collect(out, attempt)
     groups = summarize(rows)
     (out / "report.md").write_text(markdown(groups, rows, attempt), encoding="utf-8")
@@ -578,7 +611,7 @@ def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -
         "runs": [asdict(r) for r in rows],
     }
     (out / "report.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    if plots and groups:
+    if plots and groups and can_plot():
         plot(out, groups)
         plot_validation(out, rows)
     return groups

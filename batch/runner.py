@@ -106,6 +106,13 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
+def _score_words(status: RunStatus) -> str:
+    """What a finished run scored, for its line (": exact_match = 0.75")."""
+    if status.score is None:
+        return ""
+    return f": {status.metric or 'score'} = {status.score:.4g}"
+
+
 def _log_header(path: Path, attempt: int, job: Job) -> None:
     """Each attempt's part of the run's log starts with a line of its own."""
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -240,7 +247,7 @@ class BatchRunner:
                 if status.kind in ("finished", "running")
                 else (f"{status.kind} ({status.reason})")
             )
-            self._changed(f"{what} {run.run_id}")
+            self._changed(f"{what} {run.run_id}{_score_words(status)}")
 
     async def _settled(self, run_id: str) -> None:
         """Wait for a lost attempt's run to let go of its log (its process dies with its

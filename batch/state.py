@@ -61,6 +61,8 @@ class RunStatus:
     """Attempts started afresh after a failed one (the retired folders)."""
     cost_usd: float = 0.0
     score: float | None = None
+    metric: str = ""
+    """The score's metric, as the task's evaluator names it."""
 
 
 def retired_attempts(out: Path, run_id: str) -> list[Path]:
@@ -106,6 +108,7 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         status.kind, status.reason = "interrupted", "stopped"
     elif finished.status == "finished" and evaluation is not None and evaluation.score is not None:
         status.kind, status.score = "finished", evaluation.score
+        status.metric = evaluation.metric
     elif finished.status == "finished":
         # The run ended by itself (the agent, the deadline, a budget) with no score:
         # that is its outcome, and another try would only be a second draw.

@@ -131,7 +131,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     import sys
 
     from mlra.batch.progress import make_display
-    from mlra.batch.report import write_report
+    from mlra.batch.report import PLOTS_MISSING, can_plot, group_line, write_report
     from mlra.batch.run_ids import run_names
     from mlra.batch.runner import BatchRunner
     from mlra.batch.spec import BatchError, expand, load_tasks
@@ -187,7 +187,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
         executor.close()
     for note in runner.notes:
         print(printable_line(f"note: {note}"))
-    write_report(out)
+    groups = write_report(out)
+    if groups:
+        print("mean ± standard error over seeds, as report.md counts them:")
+        for group in groups:
+            print(f"  {group_line(group)}")
+    if not can_plot():
+        print(PLOTS_MISSING)
     failed = [s for s in progress.statuses.values() if s.kind != "finished"]
     for s in failed:
         detail = f": {s.detail}" if s.detail else ""
@@ -215,7 +221,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from mlra.batch.report import collect, write_report
+    import sys
+
+    from mlra.batch.report import PLOTS_MISSING, can_plot, collect, write_report
     from mlra.console.args import EXIT_OK, UsageError, check_writable_dir
     from mlra.terminal_text import printable
 
@@ -228,4 +236,6 @@ def cmd_report(args: argparse.Namespace) -> int:
     write_report(folder, plots=not args.no_plots, attempt=args.attempt)
     # Escaped as it was written; again here, in case the file was not written by this mlra.
     print(printable((folder / "report.md").read_text(encoding="utf-8")), end="")
+    if not args.no_plots and not can_plot():
+        print(PLOTS_MISSING, file=sys.stderr)  # stdout stays report.md's text
     return EXIT_OK

@@ -21,6 +21,7 @@ from mlra.agent.eventlog import log_is_live, read_events
 from mlra.batch.report import REPORT_FILES, mean_se
 from mlra.batch.run_ids import run_names
 from mlra.batch.spec import BatchError, expand, load_batch_file, run_command
+from mlra.console.cli import main
 from tests.batch.naming import batch_run_id
 from tests.conftest import SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
@@ -67,7 +68,10 @@ def task_link(tmp_path: Path, answer_task: Path) -> Path:
 
 
 def test_batch_runs_every_combination_and_reports_the_runs_numbers(
-    tmp_path: Path, task_link: Path
+    tmp_path: Path,
+    task_link: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # One worker turn per run: whichever run gets the first one answers wrong (score 0).
     script = {
@@ -80,6 +84,15 @@ def test_batch_runs_every_combination_and_reports_the_runs_numbers(
         proc = _batch(tmp_path, server, out, "--seeds", "2", "--no-tui")
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert "4/4 finished" in proc.stdout
+        # Each run's line says what it scored; the end gives each group's mean ± SE.
+        ended = [line for line in proc.stdout.splitlines() if "] finished " in line]
+        assert len(ended) == 4 and all(": exact_match = " in line for line in ended), ended
+        assert sorted(line.rsplit(" = ", 1)[1] for line in ended) == ["0", "1", "1", "1"]
+        assert "mean ± standard error over seeds" in proc.stdout
+        assert f"  answer · {MODEL}: score 0.5 ± 0.5 (unisolated), 2 of 2 seeds scored" in (
+            proc.stdout
+        )
+        assert "  answer · baseline: score 1 ± 0 (unisolated), 2 of 2 seeds scored" in proc.stdout
 
         seeds = {batch_run_id(out, m, s): s for m in ("baseline", MODEL) for s in (1, 2)}
         ids = sorted(p.name for p in (out / "runs").iterdir())
@@ -135,6 +148,20 @@ def test_batch_runs_every_combination_and_reports_the_runs_numbers(
     assert csv_rows[0].startswith("task,model,runs,scored,score_mean,score_se")
     assert any(row.startswith(f"answer,{MODEL},2,2,0.5,0.5,") for row in csv_rows)
     assert (out / "normalized.png").read_bytes()[:4] == b"\x89PNG"
+
+    # Without matplotlib (the quick start installs mlra without the batch extra): the
+    # tables all the same, and a line on how to get the plots, not a traceback.
+    for name in REPORT_FILES:
+        (out / name).unlink()
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert main(["report", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert f"| answer | {MODEL} |" in printed.out and (out / "report.md").read_text() == md
+    assert (
+        printed.err
+        == "note: no plots: matplotlib is not installed (pip install 'mlra[batch]' adds it); the tables are written\n"
+    )
+    assert not (out / "score.png").exists() and (out / "report.csv").exists()
 
 
 def _wait_for(predicate: Any, timeout: float, what: str) -> None:
