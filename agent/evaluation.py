@@ -103,6 +103,7 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
         graded=frozen_rel,
         sha256=frozen.sha256 if frozen else None,
         on_start=run.emit,
+        on_progress=run.emit,
         isolation=run.config.isolation,
         restored_read_only=frozen.restored if frozen else None,
     )
@@ -156,6 +157,7 @@ async def _grade_best_validated(
         graded=kept,
         sha256=best.sha256,
         on_start=run.emit,
+        on_progress=run.emit,
         isolation=run.config.isolation,
     )
     if run.state.sandbox is not None:

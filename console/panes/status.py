@@ -21,6 +21,7 @@ from mlra.agent.state import RunState
 from mlra.console.headless import retry_cause, score_line
 from mlra.console.panes import WidgetOptions
 from mlra.durations import format_duration
+from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable_line
 
 PHASES = {
@@ -133,6 +134,12 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
             Text(_with(tool, _clip(what, 60)) + why, style="bold dark_orange"),
             Text(_with(tool, _clip(what, 24)), style="bold dark_orange"),
             Text(tool, style="bold dark_orange"),
+        ]
+    if state.phase == "evaluating" and state.evaluation_progress is not None:
+        words = progress_words(state.evaluation_progress)  # escaped there
+        return [
+            Text(f"grading {w if len(w) <= n else w[: n - 1] + '…'}", style="cyan")
+            for w, n in ((words, 80), (words, 30))
         ]
     if state.phase not in ("running", "paused"):
         return []

@@ -22,13 +22,17 @@ import secrets
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
+from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.tasks.evaluators.host_tools import host_tools
+from mlra.tasks.evaluators.progress import EVERY_S as PROGRESS_EVERY_S
+from mlra.tasks.evaluators.progress import ProgressReader
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_memory
@@ -276,6 +280,13 @@ def end_stale_evaluator(work_dir: Path) -> str | None:
     return None
 
 
+async def _flush_now_and_then(reader: ProgressReader) -> None:
+    """Log a progress line held back once its time comes, though no output follows."""
+    while True:
+        await asyncio.sleep(PROGRESS_EVERY_S)
+        reader.flush()
+
+
 async def run_evaluation(
     task: TaskSpec,
     artifact: Path,
@@ -284,8 +295,12 @@ async def run_evaluation(
     isolation: IsolationMode = "auto",
     split: Split = "test",
     timeout_s: float | None = None,
+    on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
 ) -> EvalOutcome:
     """Run the task's evaluator on `artifact` in a fresh, confined process.
+
+    `on_progress` gets the evaluator's latest output line now and then as it grades
+    (tasks/evaluators/progress.py).
 
     `split` says what it grades (the test split unless `validate` asks for the
     validation split or a format check); `timeout_s`, where shorter than the
@@ -341,14 +356,24 @@ async def run_evaluation(
             split,
         ]
         env.update({ISOLATION_VAR: box.isolation, GRADER_VAR: token})
+        reader = ProgressReader(on_progress) if on_progress is not None else None
+        flushing = asyncio.create_task(_flush_now_and_then(reader)) if reader else None
         try:
-            result = await box.exec(argv, timeout=timeout, env=env)
+            result = await box.exec(
+                argv,
+                timeout=timeout,
+                env=env,
+                on_output=(lambda _stream, text: reader.feed(text)) if reader else None,
+            )
         except SandboxError as exc:
             return EvalOutcome(
                 ok=False,
                 error=f"the evaluator could not run: {exc}",
                 details={"isolation": box.isolation, "limits": limits_details(box)},
             )
+        finally:
+            if flushing is not None:
+                flushing.cancel()
     finally:
         with contextlib.suppress(Exception):
             await box.close()

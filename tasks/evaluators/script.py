@@ -17,12 +17,15 @@ as JSON to OUT_JSON.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import IO
 
 from mlra.durations import parse_duration
 from mlra.tasks.evaluators.base import ISOLATION_VAR, EvalOutcome, Evaluator
@@ -75,15 +78,33 @@ class ScriptEvaluator(Evaluator):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
+        assert proc.stdout is not None
+        chunks: list[bytes] = []
+        # Passed on as it comes: the evaluation process's output is the grading's
+        # progress, which the run shows (tasks/evaluators/progress.py).
+        passing = threading.Thread(target=_pass_on, args=(proc.stdout, chunks), daemon=True)
+        passing.start()
         timed_out = False
         try:
-            output, _ = proc.communicate(timeout=timeout)
+            proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             timed_out = True
             os.killpg(proc.pid, signal.SIGKILL)
-            output, _ = proc.communicate()
-        text = output.decode(errors="replace")
+            proc.wait()
+        passing.join()
+        text = b"".join(chunks).decode(errors="replace")
         return _outcome(proc.returncode, timed_out, text, out, timeout, {"isolation": isolation})
+
+
+def _pass_on(pipe: IO[bytes], chunks: list[bytes]) -> None:
+    """Keep the script's output and write it on to this process's stdout at once."""
+    out = sys.stdout.buffer
+    with pipe:
+        while chunk := os.read(pipe.fileno(), 65536):
+            chunks.append(chunk)
+            with contextlib.suppress(OSError, ValueError):
+                out.write(chunk)
+                out.flush()
 
 
 def _outcome(

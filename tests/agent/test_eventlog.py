@@ -51,6 +51,7 @@ def _samples() -> list[ev.Event]:
         ev.Control(action="pause"),
         ev.Submission(path="x"),
         ev.EvaluationStarted(evaluator="script", artifact="x"),
+        ev.EvaluationProgress(line="Scoring: 50%|#  | 1/2", what="Scoring", done=1, total=2),
         ev.EvaluationFinished(ok=True, metric="m", score=1.0),
         ev.WorkspaceSnapshot(step=1, changed=[ev.FileChange(path="a", size=1, sha256="x")]),
         ev.RunResumed(),

@@ -26,6 +26,7 @@ import pytest
 from mlra import events as ev
 from mlra.tasks import readiness
 from mlra.tasks.constraints import check
+from mlra.tasks.evaluators import progress as evaluator_progress
 from mlra.tasks.evaluators.base import load_evaluator
 from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator, flatten_metrics, primary_score
 from mlra.tasks.evaluators.script import ScriptEvaluator
@@ -475,10 +476,16 @@ def _group_standin(
     return folder
 
 
-async def _grade_standin(task: TaskSpec, model: Path, tmp_path: Path) -> ev.EvaluationFinished:
+async def _grade_standin(
+    task: TaskSpec,
+    model: Path,
+    tmp_path: Path,
+    progress: list[ev.EvaluationProgress] | None = None,
+) -> ev.EvaluationFinished:
     workspace = tmp_path / "workspace"
     shutil.copytree(model, workspace / "submission")
-    _, finished = await grade(task, workspace, None, tmp_path / "eval")
+    seen = progress if progress is not None else []
+    _, finished = await grade(task, workspace, None, tmp_path / "eval", on_progress=seen.append)
     return finished
 
 
@@ -500,7 +507,10 @@ async def test_superglue_tasks_grade_to_the_mean_of_their_eight_metrics(
 
 
 @pytest.mark.slow
-async def test_blimp_grades_to_lm_evals_group_accuracy(tmp_path: Path, tiny: Path) -> None:
+async def test_blimp_grades_to_lm_evals_group_accuracy(
+    tmp_path: Path, tiny: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(evaluator_progress, "EVERY_S", 0.0)  # every line: this one is quick
     folder = _standin_copy("babylm", tmp_path, evaluator_lines='include = "standin"\n')
     _group_standin(
         folder / "standin",
@@ -508,8 +518,13 @@ async def test_blimp_grades_to_lm_evals_group_accuracy(tmp_path: Path, tiny: Pat
         {"blimp_standin_a": 4, "blimp_standin_b": 8},
         weight_by_size=False,
     )
-    finished = await _grade_standin(load_task(folder), tiny, tmp_path)
+    progress: list[ev.EvaluationProgress] = []
+    finished = await _grade_standin(load_task(folder), tiny, tmp_path, progress)
     assert finished.ok, finished.error
+    # lm-eval's own progress bar, read from its output while it graded.
+    assert any(p.what == "Running loglikelihood requests" and p.total for p in progress), [
+        p.line for p in progress
+    ]
     a, b = finished.metrics["blimp_standin_a/acc"], finished.metrics["blimp_standin_b/acc"]
     assert finished.score == finished.metrics["blimp/acc"] == pytest.approx((a + b) / 2)
 

@@ -355,8 +355,16 @@ def test_a_scripted_run_in_a_container(
     started = events[0]
     assert isinstance(started, ev.RunStarted) and started.sandbox.kind == "docker"
     assert started.sandbox.workdir == "/workspace" and not started.sandbox.network
+    # Which engine confined it, and its version, as the engine gives it.
+    engine = client.version()["Version"]
+    assert (started.sandbox.isolated_by, started.sandbox.isolated_by_version) == (
+        docker_host,
+        engine,
+    )
+    assert f"sandbox docker (docker {engine} at {docker_host}, " in proc.stdout
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "finished" and result["score"] == 1.0
+    assert (result["isolated_by"], result["isolated_by_version"]) == (docker_host, engine)
     assert (run_dir / "workspace" / "answer.txt").read_text().strip() == "42"
     env_result = next(
         e for e in events if isinstance(e, ev.ToolResult) and e.tool == "bash" and e.ok

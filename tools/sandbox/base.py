@@ -166,6 +166,13 @@ class Sandbox(abc.ABC):
         """A short word for how commands are confined (bwrap, none, docker)."""
 
     @property
+    def isolated_by(self) -> tuple[str, str | None] | None:
+        """What confines the commands and its version, once started, for the run's
+        record: a sandbox named "bwrap" says little when two bubblewraps of different
+        abilities may be on a machine. None: nothing confines them."""
+        return None
+
+    @property
     def limits(self) -> LimitsInForce:
         """The limits in force once started (none are claimed before)."""
         from mlra.events import LimitsInForce

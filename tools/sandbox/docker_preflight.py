@@ -47,6 +47,17 @@ def docker_client(timeout: float = 30.0) -> Any:
     return client
 
 
+def engine_of(client: Any) -> tuple[str, str | None]:
+    """The engine's address (DOCKER_HOST's, or the default socket) and its version, as
+    the run records what confined it; the version is None where the engine would not say."""
+    host = os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+    try:
+        version = client.version().get("Version")
+    except Exception:
+        version = None
+    return host, str(version) if version else None
+
+
 def short_error(exc: BaseException) -> str:
     """The line of an engine error that says what went wrong, without its traceback."""
     text = str(exc).strip().splitlines()

@@ -60,6 +60,7 @@ from mlra.tools.sandbox.docker_preflight import (
     LABEL_RUN,
     DockerUnavailable,
     docker_client,
+    engine_of,
     missing_image,
     no_gpu_runtime,
     owner_label,
@@ -135,6 +136,8 @@ class DockerSandbox(Sandbox):
         self.run_id = run_id or workspace.parent.name
         self.pids_limit = pids_limit
         self.client: Any = None
+        self._engine: tuple[str, str | None] | None = None
+        """The engine's address and version, read when the sandbox starts."""
         self.container: Any = None
         self.uid, self.gid = self._user(uid)
         self._path = os.pathsep.join(STANDARD_PATH)
@@ -162,6 +165,10 @@ class DockerSandbox(Sandbox):
     @property
     def isolation(self) -> str:
         return "docker"
+
+    @property
+    def isolated_by(self) -> tuple[str, str | None] | None:
+        return self._engine
 
     @property
     def limits(self) -> LimitsInForce:
@@ -226,6 +233,7 @@ class DockerSandbox(Sandbox):
 
         notices: list[str] = []
         self.client = docker_client()
+        self._engine = engine_of(self.client)
         removed = remove_leftover_containers(self.client)
         if removed:
             notices.append(

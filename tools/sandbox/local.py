@@ -207,6 +207,12 @@ class LocalSandbox(Sandbox):
             return "host"
         return "sized" if bw.supports_tmpfs_size(self.bwrap) else "unsized"
 
+    @property
+    def isolated_by(self) -> tuple[str, str | None] | None:
+        if not self._use_bwrap or self.bwrap is None:
+            return None
+        return self.bwrap, self._bwrap_version() or None
+
     def _bwrap_version(self) -> str:
         if self.bwrap is None:
             return ""
