@@ -427,7 +427,7 @@ async def test_closing_the_quota_watcher_ends_it_even_when_a_cancel_is_lost(
     measuring = asyncio.Event()
     lost = 0
 
-    async def measure_swallowing_one_cancel() -> int | None:
+    async def measure_swallowing_one_cancel() -> tuple[int | None, float]:
         nonlocal lost
         measuring.set()
         try:
@@ -436,9 +436,9 @@ async def test_closing_the_quota_watcher_ends_it_even_when_a_cancel_is_lost(
             if lost:
                 raise
             lost += 1  # as wait_for does when what it waits on finished meanwhile
-        return 0
+        return 0, 0.0
 
-    monkeypatch.setattr(quota, "measure_async", measure_swallowing_one_cancel)
+    monkeypatch.setattr(quota, "_scan_async", measure_swallowing_one_cancel)
     quota.used = 0
 
     async def stop() -> None:

@@ -5,8 +5,9 @@ need XFS or a prepared ext4), so the workspace's use is measured from outside: t
 blocks its files hold on disk (`st_blocks`, so a sparse file counts what it really
 takes and a hard link counts once), summed by `du` (no link followed, one file
 system, iterative however deep the tree). A scan of a small workspace costs about
-2 ms; a slow one spaces the next ones out (`SLOW_FACTOR` times its own time), so the
-watcher never takes more than a twentieth of a core.
+2 ms; a slow one spaces the next ones out (`SLOW_FACTOR` times the CPU it took, not
+its wall time, which a loaded machine stretches), so the watcher never takes more than
+a twentieth of a core.
 
 When the workspace holds more than its quota, every command and background job of
 the sandbox is stopped (the sandbox's `stop` callback) and each command that was
@@ -24,9 +25,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import shutil
 import subprocess
-import time
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
@@ -89,32 +91,54 @@ class WorkspaceQuota:
         return _parse(result.stdout)
 
     async def measure_async(self) -> int | None:
-        """As `measure`, without holding a thread: du runs as a child process."""
+        """As `measure`, off the event loop."""
+        used, _ = await self._scan_async()
+        return used
+
+    async def _scan_async(self) -> tuple[int | None, float]:
+        """The workspace's use and the CPU seconds du spent finding it.
+
+        du runs in a thread that reaps it with wait4, so its own CPU time is known: the
+        watcher spaces its scans by that, not by wall time, which on a loaded machine is
+        mostly waiting for a core (spaced by wall time, scans at load 8 came 15 s apart
+        and a command wrote far past the quota between them)."""
         if self.du is None:
-            return None
+            return None, 0.0
+        started: list[subprocess.Popen[bytes]] = []
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self.du, "-s", "-k", "-x", "-P", ".",
-                cwd=self.workspace,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
-        except OSError:
-            return None
-        try:
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for returns the result of
-            # an awaitable that finished as the task was cancelled, swallowing the cancel,
-            # and the watcher would then outlive close().
-            async with asyncio.timeout(SCAN_TIMEOUT_S):
-                out, _ = await proc.communicate()
-        except (TimeoutError, asyncio.CancelledError):
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            with contextlib.suppress(Exception):
-                await asyncio.shield(proc.wait())
+            return await asyncio.to_thread(self._scan, started)
+        except asyncio.CancelledError:
+            for proc in started:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.kill()
             raise
-        return _parse(out)
+
+    def _scan(self, started: list[subprocess.Popen[bytes]]) -> tuple[int | None, float]:
+        assert self.du is not None
+        try:
+            proc = subprocess.Popen(
+                [self.du, "-s", "-k", "-x", "-P", "."],
+                cwd=self.workspace,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
+        except OSError:
+            return None, 0.0
+        started.append(proc)
+        timer = threading.Timer(SCAN_TIMEOUT_S, proc.kill)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            out = proc.stdout.read()
+            proc.stdout.close()
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0 and not out:
+            return None, usage.ru_utime + usage.ru_stime
+        return _parse(out), usage.ru_utime + usage.ru_stime
 
     # --- watching -----------------------------------------------------------------------
 
@@ -148,9 +172,7 @@ class WorkspaceQuota:
 
     async def _watch(self, stop: Callable[[], Awaitable[None]]) -> None:
         while True:
-            began = time.monotonic()
-            used = await self.measure_async()
-            took = time.monotonic() - began
+            used, cpu = await self._scan_async()
             if used is not None:
                 self.used = used
                 if self._over_and_growing(used):
@@ -158,7 +180,7 @@ class WorkspaceQuota:
                     self.last_stop_note = self._stop_note(used)
                     with contextlib.suppress(Exception):
                         await stop()
-            await asyncio.sleep(max(CHECK_INTERVAL_S, SLOW_FACTOR * took))
+            await asyncio.sleep(max(CHECK_INTERVAL_S, SLOW_FACTOR * cpu))
 
     def _over_and_growing(self, used: int) -> bool:
         if used <= self.limit:
