@@ -14,8 +14,16 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pytest
 
-from mlra.tools.sandbox.base import Stream
-from tests.zygote import Zygote
+# Bytecode is cached, whatever the environment says: where PYTHONDONTWRITEBYTECODE is
+# set (this project's development containers set it), every worker and every `mlra`
+# process a test starts compiled the whole package and pytest rewrote every test module
+# afresh, a fifth of the suite's CPU on two cores. Set before mlra is first imported, and
+# passed on to the processes the tests start.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+from mlra.tools.sandbox.base import Stream  # noqa: E402
+from tests.zygote import Zygote  # noqa: E402
 
 if TYPE_CHECKING:
     from xdist.remote import Producer
@@ -58,7 +66,33 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Schedul
         def _split_scope(self, nodeid: str) -> str:
             return xdist_unit(nodeid)
 
+        def schedule(self) -> None:
+            first = self.collection is None
+            super().schedule()
+            if first and self.workqueue:
+                _longest_first(self.workqueue)
+
     return FilesAndDocker(config, log)
+
+
+UNIT_SECONDS = TESTS / "unit_seconds.json"
+"""Each xdist unit's seconds in a full run on the development machine (regenerate with
+`python tests/unit_seconds.py JUNIT_XML` after `pytest --junitxml JUNIT_XML`)."""
+
+
+def _longest_first(workqueue: dict[str, dict[str, bool]]) -> None:
+    """Hand out the longest units first (xdist orders them by their number of tests, so a
+    file of a few long runs came last and the suite ended waiting on it alone). A unit
+    with no recorded time counts a second a test."""
+    import json
+
+    try:
+        seconds: dict[str, float] = json.loads(UNIT_SECONDS.read_text())
+    except (OSError, ValueError):
+        return
+    units = sorted(workqueue.items(), key=lambda kv: -seconds.get(kv[0], float(len(kv[1]))))
+    workqueue.clear()
+    workqueue.update(units)
 
 
 @pytest.fixture
