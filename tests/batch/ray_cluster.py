@@ -68,10 +68,20 @@ def auth_env() -> dict[str, str]:
     return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(16)}
 
 
+_HANDED_OUT: set[int] = set()
+"""Ports this process already chose: the kernel may give a just-closed port again, and
+Ray refuses two components on one port ("is used by other components")."""
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+    """A port nothing listens on now and no earlier call of this process chose."""
+    while True:
+        with socket.socket() as s:
+            s.bind((HOST, 0))
+            port = s.getsockname()[1]
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def session_members(leader: int) -> list[int]:
