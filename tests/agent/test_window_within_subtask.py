@@ -34,6 +34,25 @@ def _log_command(n: int) -> str:
     return f"seq -f 'step {n} line %g' 60"
 
 
+def _one_long_subtask(steps: int) -> dict[str, Any]:
+    """A plan, one subtask of `steps` log listings then the answer, and its submission."""
+    worker = [turn(f"look {n}", call("bash", command=_log_command(n))) for n in range(steps)]
+    worker += [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+    script = {
+        "supervisor": [
+            turn("", plan("Answer the question", "Submit")),
+            turn("", call("assign_subtask", step_id="1", instructions=INSTRUCTIONS)),
+            turn("", call("submit", path="answer.txt", note="the answer")),
+        ],
+        "worker": worker,
+        "summarizer:fallback": SUMMARY,
+    }
+    return script
+
+
 async def _run(
     tmp_path: Path, task: Path, script: dict[str, Any], *, window: int = WINDOW, **settings: Any
 ) -> tuple[RunController, Any, list[RecordedRequest], list[RecordedRequest]]:
@@ -83,20 +102,7 @@ async def test_a_long_subtask_of_short_steps_is_summarized_within_it(
     tmp_path: Path, answer_task: Path
 ) -> None:
     steps = 48
-    worker = [turn(f"look {n}", call("bash", command=_log_command(n))) for n in range(steps)]
-    worker += [
-        turn("", call("bash", command="echo 42 > answer.txt")),
-        turn("", call("report", summary="answer.txt holds 42")),
-    ]
-    script = {
-        "supervisor": [
-            turn("", plan("Answer the question", "Submit")),
-            turn("", call("assign_subtask", step_id="1", instructions=INSTRUCTIONS)),
-            turn("", call("submit", path="answer.txt", note="the answer")),
-        ],
-        "worker": worker,
-        "summarizer:fallback": SUMMARY,
-    }
+    script = _one_long_subtask(steps)
     controller, result, worker_requests, _ = await _run(
         tmp_path, answer_task, script, subtask_max_steps=steps + 10
     )
@@ -236,20 +242,7 @@ async def test_a_run_at_the_smallest_window_goes_to_its_end(
     tmp_path: Path, answer_task: Path
 ) -> None:
     least = _least_window(answer_task, tmp_path)
-    worker = [turn(f"look {n}", call("bash", command=_log_command(n))) for n in range(6)]
-    worker += [
-        turn("", call("bash", command="echo 42 > answer.txt")),
-        turn("", call("report", summary="answer.txt holds 42")),
-    ]
-    script = {
-        "supervisor": [
-            turn("", plan("Answer the question", "Submit")),
-            turn("", call("assign_subtask", step_id="1", instructions=INSTRUCTIONS)),
-            turn("", call("submit", path="answer.txt", note="the answer")),
-        ],
-        "worker": worker,
-        "summarizer:fallback": SUMMARY,
-    }
+    script = _one_long_subtask(6)
     controller, result, worker_requests, _ = await _run(tmp_path, answer_task, script, window=least)
     assert result.score == 1.0
     events = read_events(controller.run_dir / "events.jsonl")

@@ -78,17 +78,8 @@ class WorkspaceQuota:
         """The blocks the workspace holds, in bytes (blocking); None if it cannot be read."""
         if self.du is None:
             return None
-        try:
-            result = subprocess.run(
-                [self.du, "-s", "-k", "-x", "-P", "."],
-                cwd=self.workspace,
-                capture_output=True,
-                timeout=SCAN_TIMEOUT_S,
-                check=False,
-            )
-        except (OSError, subprocess.SubprocessError):
-            return None
-        return _parse(result.stdout)
+        used, _ = self._scan([])
+        return used
 
     async def measure_async(self) -> int | None:
         """As `measure`, off the event loop."""
