@@ -76,6 +76,24 @@ class Metric(_Strict):
     success_threshold: float | None = None
     """threshold: a run succeeds when its score reaches this value (at least it when
     higher is better, at most it when lower is better)."""
+    success_strictly_above: bool = False
+    """gap_fraction: the run must close more than `success_fraction` of the gap, not
+    merely reach it (MLRC-Bench counts success strictly above its 5%)."""
+    direction_known: bool = True
+    """False where nothing says which way the metric improves (a foreign folder mlra
+    cannot recognize): `higher_is_better` is then a placeholder, the run is scored but
+    its success is not judged, and every display says how to state the direction."""
+    self_reported: str = ""
+    """Why the score is a number the workspace's own code wrote rather than a
+    measurement (MLAgentBench's vectorization reads back the run time train.py wrote):
+    such a score is marked wherever it is shown and never counts as a plain success."""
+    failure_values: list[float] = Field(default_factory=list)
+    """Scores the evaluator returns when it failed (MLAgentBench's vectorization gives
+    1e10 when it cannot read a submission): a run graded with one of them has no score,
+    and a baseline run that gets one records nothing."""
+    score_range: tuple[float, float] | None = None
+    """The scores the metric can take (accuracy: 0 to 1); a score outside is a failed
+    grading, not a result."""
 
 
 class Evaluator(_Strict):
@@ -87,6 +105,11 @@ class Evaluator(_Strict):
     """The largest artifact frozen for grading (files' apparent sizes); a bigger one is
     refused rather than copied, so a submission cannot fill the host's disk."""
     settings: dict[str, Any] = Field(default_factory=dict)
+    cannot_grade: str = ""
+    """Why this machine cannot grade the task at all (a foreign folder with no eval.py,
+    a test phase scored by an online service, a dataset the grader would download with
+    no network): a run is refused before it starts unless the user asks to run it
+    ungraded (`--ungraded`)."""
 
 
 class Resources(_Strict):
@@ -112,6 +135,9 @@ class Resources(_Strict):
 class BaselineStep(_Strict):
     title: str
     command: str
+    """A shell command; `{seed}` in it becomes the run's seed (`--seed`, a batch's seed
+    number; 0 for a run given none), so a batch of baseline seeds measures the recipe's
+    spread rather than one number repeated."""
     timeout: str = "1h"
 
 
@@ -163,6 +189,23 @@ class SandboxSettings(_Strict):
     env: dict[str, str] = Field(default_factory=dict)
 
 
+class EnvironmentSettings(_Strict):
+    """`[environment]`: the task's own Python packages. A task written for other
+    versions than mlra's (MLAgentBench's and MLRC-Bench's folders each expect their
+    own environment) runs in a virtual environment built for it once, cached by the
+    requirements' content; the sandbox's `python` and the evaluator's script run in it.
+    Empty: mlra's own interpreter, as before."""
+
+    requirements: list[str] = Field(default_factory=list)
+    """Requirement lines as pip reads them (`packaging==21.3`)."""
+    files: list[str] = Field(default_factory=list)
+    """requirements.txt or environment.yml files, relative to the task folder."""
+
+    @property
+    def declared(self) -> bool:
+        return bool(self.requirements or self.files)
+
+
 class TaskSpec(_Strict):
     name: str
     title: str
@@ -174,6 +217,7 @@ class TaskSpec(_Strict):
     resources: Resources = Field(default_factory=Resources)
     baseline: Baseline = Field(default_factory=Baseline)
     sandbox: SandboxSettings = Field(default_factory=SandboxSettings)
+    environment: EnvironmentSettings = Field(default_factory=EnvironmentSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     constraints: Constraints = Field(default_factory=Constraints)
 
