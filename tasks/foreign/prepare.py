@@ -13,11 +13,18 @@ answers as the Enter key does (the consent itself is given on the competition's
 page; without it Kaggle's download fails, and so does prepare.py); a question it
 asks beyond those lines meets the end of input. A failure is one line naming the
 log that holds its whole output.
+
+A prepare.py that exits 0 has not necessarily prepared anything: MLAgentBench's babylm
+runs `wget` and `unzip` through subprocess.run and ignores their failures. So its
+output is read for the download tools' and Python's own error lines, and the copy for
+data folders left empty; either is a failed prepare, not kept (a copy cached before
+this check is checked again by `mlra tasks prepare` and removed where it fails).
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -40,6 +47,31 @@ from mlra.tools.sandbox.env import is_secret_name
 
 ENTER_PRESSES = b"\n" * 64
 """prepare.py's stdin: its "Press any key" pauses answered, no interaction possible."""
+
+DOWNLOAD_ERRORS = re.compile(
+    r"unable to resolve host address"  # wget
+    r"|\bfailed: "  # wget: "failed: Name or service not known", "... failed: Connection refused"
+    r"|cannot find or open"  # unzip, of a zip that was never downloaded
+    r"|\b40[134] (?:Not Found|Forbidden|Unauthorized)"  # wget's "ERROR 404: Not Found" too
+    r"|ERROR 40\d"
+    r"|curl: \(\d+\)"  # curl: (6) Could not resolve host
+    r"|Could not resolve host"
+    r"|Temporary failure in name resolution"
+    r"|Traceback \(most recent call last\)"
+    r"|End-of-central-directory signature not found"  # unzip of an HTML error page
+    r"|gzip: .*not in gzip format"
+    r"|tar: Error is not recoverable",
+    re.IGNORECASE,
+)
+"""Lines a download that failed leaves in prepare.py's output although it exits 0."""
+
+DATA_FOLDER_NAMES = {"data", "dataset", "datasets", "raw", "input", "inputs", "images"}
+"""An empty folder of one of these names is a data folder left empty, even where the
+benchmark's own folder had it already (empty folders are not in a git checkout, so
+one found there came with the files and is checked all the same)."""
+
+OUTPUT_FOLDER_NAMES = {"output", "outputs", "logs", "log", "submission", "results", "checkpoints"}
+"""Folders a prepare.py makes empty on purpose, for the task's code to write into."""
 
 
 def prepared(task: TaskSpec, *, echo: Callable[[str], object] = print) -> TaskSpec:
@@ -110,6 +142,92 @@ def _make(source: Path, dest: Path, record: Marker, echo: Callable[[str], object
                 f"{source}: scripts/prepare.py failed (exit {proc.returncode}): {last[:300]} "
                 f"(its whole output: {log})"
             )
+        problem = prepare_problem(partial, log, source)
+        if problem is not None:
+            shutil.rmtree(partial, ignore_errors=True)
+            raise TaskError(
+                f"{source}: scripts/prepare.py exited 0 but {problem}, so the copy is not "
+                f"kept as prepared (its whole output: {log})"
+            )
         record.prepared = True
     (partial / MARKER).write_text(record.model_dump_json(indent=2))
     partial.rename(dest)
+
+
+def prepare_log(copy: Path) -> Path:
+    """Where the output of the prepare.py that made `copy` is kept (beside it)."""
+    return copy.with_name(copy.name.removesuffix(".partial") + ".prepare.log")
+
+
+def prepare_problem(copy: Path, log: Path, source: Path | None) -> str | None:
+    """Why a prepare.py that exited 0 did not prepare `copy`, or None: an error line a
+    failed download leaves in its output, or a data folder left empty (one it made,
+    absent from `source`, or one named as data folders are)."""
+    try:
+        text = log.read_text(errors="replace")
+    except OSError:
+        text = ""
+    for line in text.splitlines():
+        if DOWNLOAD_ERRORS.search(line):
+            return f"its output has a download error ({line.strip()[:200]!r})"
+    empty = empty_data_folders(copy, source)
+    if empty:
+        shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
+        return (
+            f"left {'an empty data folder' if len(empty) == 1 else 'empty data folders'}: {shown}"
+        )
+    return None
+
+
+def empty_data_folders(copy: Path, source: Path | None) -> list[str]:
+    """The outermost folders of `copy` (under env/ and scripts/) that hold no file."""
+    empty: list[str] = []
+    for top in ("env", "scripts"):
+        base = copy / top
+        if not base.is_dir():
+            continue
+        for dirpath, dirnames, _ in os.walk(base):
+            here = Path(dirpath)
+            keep = []
+            for name in sorted(dirnames):
+                folder = here / name
+                if name in SKIPPED or folder.is_symlink():
+                    continue
+                rel = folder.relative_to(copy)
+                if _holds_no_file(folder) and (
+                    name.lower() in DATA_FOLDER_NAMES
+                    or (
+                        name.lower() not in OUTPUT_FOLDER_NAMES
+                        and (source is None or not (source / rel).exists())
+                    )
+                ):
+                    empty.append(rel.as_posix())
+                else:
+                    keep.append(name)
+            dirnames[:] = keep
+    return empty
+
+
+def _holds_no_file(folder: Path) -> bool:
+    return not any(p.is_file() or p.is_symlink() for p in folder.rglob("*"))
+
+
+def recheck(task: TaskSpec) -> str | None:
+    """A prepared copy checked again as a fresh prepare is (`mlra tasks prepare`): one
+    cached before the check existed may hold nothing. Where it fails, the copy is
+    removed (so the next run prepares afresh) and the line saying so returned."""
+    found = marker(task.root)
+    if found is None or not found.prepared:
+        return None
+    copy = task.root
+    log = prepare_log(copy)
+    source = Path(found.source)
+    problem = prepare_problem(copy, log, source if source.is_dir() else None)
+    if problem is None:
+        return None
+    with locked(copy.parent / f"{copy.name}.lock"):
+        shutil.rmtree(copy, ignore_errors=True)
+    return (
+        f"{copy}: removed: the scripts/prepare.py that made it exited 0 but {problem} "
+        f"(its whole output: {log})"
+    )
