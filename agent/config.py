@@ -95,6 +95,12 @@ class RunConfig(BaseModel):
     """The run's snapshot store holds at most this much (`--snapshot-quota`; 0: no quota);
     past it, changed files are recorded by size and hash without their contents (a
     notice says so once)."""
+    ungraded: str = ""
+    """Why this machine cannot grade the task, for a run the user started anyway
+    (`mlra run --ungraded`): said by a notice at the start and in `result.json`."""
+    task_notices: list[str] = Field(default_factory=list)
+    """What was found out about the task before the run (its starter imports a module
+    not installed here): a warning notice each at the run's start."""
     baseline_validate: bool = False
     """The baseline agent validates the recipe's artifact (`validate`) before submitting it."""
     seed: int | None = None

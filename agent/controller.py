@@ -223,6 +223,17 @@ class RunController(Steering):
                     provider=self.provider,
                 )
             )
+            if self.config.ungraded:
+                self.append(
+                    ev.Notice(
+                        level="warning",
+                        message="run ungraded (--ungraded): this machine cannot grade "
+                        f"{self.task.name}: {self.config.ungraded}; any score it gets is "
+                        "not the task's grading",
+                    )
+                )
+            for told in self.config.task_notices:
+                self.append(ev.Notice(level="warning", message=told))
         for notice in notices:
             self.append(ev.Notice(level="warning", message=notice))
         self.clock.start()

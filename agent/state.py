@@ -88,6 +88,9 @@ class RunState:
     events: int = 0
     resumed: int = 0
     forked_from: str | None = None
+    ungraded: str = ""
+    """Why this machine could not grade the task, where the user ran it anyway (the
+    recorded config's `ungraded`)."""
     context_window: int | None = None
     context_tokens: int = 0
     """The prompt of the latest turn (cached or not): what the window holds now."""
@@ -178,6 +181,7 @@ class RunState:
                 self.sandbox = event.sandbox
                 self.started = True
                 self.started_ts = event.ts
+                self.ungraded = str(event.config.get("ungraded") or "")
                 self.context_window = event.context_window
             case ev.PlanUpdated():
                 self.plan = list(event.steps)
@@ -413,6 +417,10 @@ class RunResult(BaseModel):
     estimated_tokens: int = 0
     forked_from: str | None = None
     resumed: int = 0
+    ungraded: str | None = None
+    """Why this machine could not grade the task, for a run the user started anyway
+    (`mlra run --ungraded`); None: a task it could grade. Any score it has is not the
+    benchmark's grading of it."""
     isolation: str | None = None
     """The sandbox isolation the run had ("bwrap", "docker", "none"): a score earned
     with "none" is shown as unisolated wherever scores are shown."""
@@ -494,6 +502,7 @@ def result_of(state: RunState) -> RunResult:
         tokens_estimated=state.estimated_tokens > 0,
         estimated_tokens=state.estimated_tokens,
         forked_from=state.forked_from,
+        ungraded=state.ungraded or None,
         resumed=state.resumed,
         isolation=state.sandbox.isolation if state.sandbox else None,
         isolated_by=state.sandbox.isolated_by if state.sandbox else None,

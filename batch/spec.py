@@ -74,6 +74,9 @@ class BatchSpec(_Strict):
     """The research tools each run has (`mlra run --tools`); None: the default, all."""
     allow_hosts: list[str] = Field(default_factory=list)
     """Hosts the research tools may fetch from beside the defaults (`--allow-host`)."""
+    ungraded: bool = False
+    """Run tasks this machine cannot grade all the same (`mlra run --ungraded`); without
+    it a batch naming one is refused before any run starts."""
     defaults: Overrides = Field(default_factory=Overrides)
     overrides: dict[str, Overrides] = Field(default_factory=dict)
     """Settings for one task, by the name it has in `tasks`."""
@@ -215,6 +218,8 @@ def run_command(run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str) -
         command += ["--tools", ",".join(spec.tools) or "none"]
     for host in spec.allow_hosts:
         command += ["--allow-host", host]
+    if spec.ungraded:
+        command.append("--ungraded")
     s = run.settings
     for flag, value in (
         ("--time-limit", s.time_limit),

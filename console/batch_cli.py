@@ -53,6 +53,13 @@ def add_batch_commands(sub: Any) -> None:
         help="starts per run, resumes and retries included (default 3)",
     )
     batch.add_argument("--isolation", choices=["auto", "bwrap", "none"])
+    batch.add_argument(
+        "--ungraded",
+        action="store_true",
+        default=None,
+        help="run tasks this machine cannot grade all the same (each run `mlra run "
+        "--ungraded`); without it such a task is refused before any run starts",
+    )
     add_fetch_args(batch, whose="each run")
     add_budget_args(batch, whose="each run", default="the batch file's, else the task's")
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
@@ -86,7 +93,7 @@ def _spec(args: argparse.Namespace) -> Any:
             data = load_batch_file(args.file).model_dump(exclude_defaults=True)
         for name in ("tasks", "models", "seeds", "parallel", "executor", "ray_address", "out",
                      "base_url", "max_attempts", "isolation", "tools",
-                     "allow_hosts"):  # fmt: skip
+                     "allow_hosts", "ungraded"):  # fmt: skip
             value = getattr(args, name)
             if value is not None:
                 data[name] = value
@@ -126,6 +133,33 @@ def _check_models(spec: Any) -> None:
             raise UsageError(f"batch: {exc}") from None
 
 
+def _check_gradable(spec: Any) -> None:
+    """A task this machine cannot grade is refused here, before any run starts (every
+    run of it would end with no score), unless the batch runs them ungraded. A Ray
+    batch's runs are graded where they run, so only the files' verdict counts there."""
+    from mlra.console.args import UsageError
+    from mlra.console.needs_cli import UNGRADED_HINT
+    from mlra.tasks.readiness import grading_problems
+    from mlra.tasks.spec import TaskError, find_task
+
+    if spec.ungraded:
+        return
+    refused = []
+    for name in spec.tasks:
+        try:
+            task = find_task(name)
+        except TaskError:
+            continue  # load_tasks said it already
+        if spec.executor == "ray":
+            problems = [task.evaluator.cannot_grade] if task.evaluator.cannot_grade else []
+        else:
+            problems = grading_problems(task)
+        if problems:
+            refused.append(f"{task.name} ({'; '.join(problems)})")
+    if refused:
+        raise UsageError(f"batch: cannot be graded here: {', '.join(refused)} ({UNGRADED_HINT})")
+
+
 def cmd_batch(args: argparse.Namespace) -> int:
     import asyncio
     import sys
@@ -144,6 +178,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     except BatchError as exc:
         raise UsageError(str(exc)) from None
     _check_models(spec)
+    _check_gradable(spec)
     if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
         from mlra.console.args import check_isolation
 

@@ -63,6 +63,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --model baseline: validate the recipe's artifact (the `validate` tool, on "
         "the task's validation split) before submitting it",
     )
+    run.add_argument(
+        "--ungraded",
+        action="store_true",
+        help="run a task this machine cannot grade (no evaluator, grading needs the network "
+        "or a module not installed); refused otherwise. The run log and result.json say so",
+    )
     run.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
     run.add_argument(
         "--json", action="store_true", help="print the events as JSON lines (implies --no-tui)"
@@ -195,7 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="List the tasks (`mlra tasks`), or show one (`mlra tasks NAME`, "
         "or `mlra tasks show NAME`): its prompt, metric, rules and what it needs. NAME may "
         "be an MLAgentBench or MLRC-Bench task folder; `mlra tasks import PATH OUT` writes "
-        "one as an mlra task folder.",
+        "one as an mlra task folder; `mlra tasks prepare PATH` prepares one (its prepare.py, "
+        "once), checks the copy holds data, and says what its code imports and downloads "
+        "that this machine lacks.",
     )
     tasks.add_argument(
         "action", nargs="?", default="list", metavar="NAME", help="a task to show (default: list)"
@@ -363,7 +371,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     _recorded_limits(args, provider)
     check_writable_dir(args.runs_dir, "--runs-dir")
+    from mlra.console.needs_cli import gradable_or_refused, starter_notices
+
+    ungraded = gradable_or_refused(task, args.ungraded)  # before a prepare that may take hours
     task = _prepared(task)
+    ungraded = gradable_or_refused(task, args.ungraded)  # its downloads, judged once prepared
     config = RunConfig(
         task=task.name,
         model=model,
@@ -395,6 +407,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         baseline_validate=args.baseline_validate,
         research_tools=list(TOOL_CHOICES) if args.tools is None else args.tools,
         fetch=fetch_settings(args.allow_hosts),
+        ungraded=ungraded,
+        task_notices=starter_notices(task),
     )
     if provider is not None:  # what the run uses, as the provider settled it
         config.context_window = provider.context_window
@@ -477,6 +491,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         from mlra.console.foreign_cli import cmd_tasks_import
 
         return cmd_tasks_import(args)
+    if args.action == "prepare":
+        from mlra.console.needs_cli import cmd_tasks_prepare
+
+        return cmd_tasks_prepare(args)
     if args.out is not None:
         raise UsageError(f"tasks: unexpected {args.out!r}")
     if args.action not in ("list", "show"):  # `mlra tasks NAME` shows NAME
@@ -512,14 +530,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
             f"needs:      {needs(task)}"
             + (f"; data: {task.resources.data}" if task.resources.data else "")
         )
-        problems = blockers(task)
-        print(
-            "this machine: "
-            + ("ready" if not problems else "cannot run it now: " + "; ".join(problems))
-        )
         from mlra.console.foreign_cli import foreign_lines
+        from mlra.console.needs_cli import machine_line, needs_lines
 
-        for line in foreign_lines(task):
+        print(machine_line(task, blockers(task)))
+        for line in foreign_lines(task) + needs_lines(task):
             print(printable(line))
         return EXIT_OK
     for folder in builtin_task_dirs():

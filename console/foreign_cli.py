@@ -104,11 +104,12 @@ def task_image_context(path: str, context: Path, base: str, tag: str | None) -> 
 
 def list_benchmark_folder(folder: Path) -> bool:
     """`mlra tasks BENCHMARKS_DIR` (MLAgentBench's `benchmarks/`, MLRC-Bench's
-    `benchmarks_base/`): each task folder in it, what it needs and whether this machine
-    meets its requirements. False when `folder` holds none (it is shown as a task then)."""
+    `benchmarks_base/`): each task folder in it, what it needs, whether this machine
+    meets its requirements, and, marked, where it cannot grade it or the starter lacks a
+    module. False when `folder` holds none (it is shown as a task then)."""
     from mlra.tasks.foreign.loader import detect, near_miss
     from mlra.tasks.foreign.requirements import check, summary
-    from mlra.tasks.readiness import needs
+    from mlra.tasks.readiness import grading_problems, needs, task_needs
     from mlra.tasks.spec import TaskError, load_task
     from mlra.terminal_text import printable_line
 
@@ -132,7 +133,12 @@ def list_benchmark_folder(folder: Path) -> bool:
         baseline = task.metric.baseline
         reference = "baseline unknown" if baseline is None else f"baseline {baseline:g}"
         print(printable_line(f"{task.name:<24} {task.title}"))
+        marks = [f"cannot be graded here: {'; '.join(g)}" for g in [grading_problems(task)] if g]
+        marks += task_needs(task).starter_problems()
         print(
-            f"{'':<24} needs {needs(task)} · {reference} · requirements {summary(check(task.root))}"
+            printable_line(
+                f"{'':<24} needs {needs(task)} · {reference} · requirements "
+                + " · ".join([summary(check(task.root)), *marks])
+            )
         )
     return True

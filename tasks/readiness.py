@@ -1,5 +1,7 @@
 """Whether this machine can run a task now: GPUs, network, the packages its
-evaluator needs. Cheap checks only, since `mlra tasks` runs them for every task."""
+evaluator needs, and whether it can grade the task at all (tasks/needs.py: what the
+evaluator imports and downloads, found out from its files). Cheap checks only, since
+`mlra tasks` runs them for every task (one child interpreter answers for the modules)."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import os
 import socket
 
 from mlra.tasks.evaluators.host_tools import host_tools
+from mlra.tasks.needs import Needs, find_needs
 from mlra.tasks.spec import TaskSpec
 
 EVALUATOR_PACKAGES = {"lm-eval": ("torch", "transformers", "lm_eval"), "script": ()}
@@ -53,9 +56,43 @@ def missing_packages(task: TaskSpec) -> list[str]:
     ]
 
 
-def blockers(task: TaskSpec) -> list[str]:
-    """What stops this machine from running `task` now; empty when it can."""
+def online(task: TaskSpec) -> bool:
+    """Whether the task's commands and its grader have the network: only a task that
+    asks for it gets it (the sandboxes' default is none), and only while this machine
+    reaches the Hub."""
+    return task.resources.network and network() is None
+
+
+def task_needs(task: TaskSpec) -> Needs:
+    return find_needs(task, online=online(task))
+
+
+def grading_problems(task: TaskSpec, found: Needs | None = None) -> list[str]:
+    """Why this machine cannot grade `task` at all, one phrase each; empty when it can:
+    what the task's loader knows from its files (`evaluator.cannot_grade`), and what
+    its evaluator's code needs that is not here."""
     problems = []
+    if task.evaluator.cannot_grade:
+        problems.append(task.evaluator.cannot_grade)
+    else:
+        from mlra.tasks.foreign.loader import detect
+        from mlra.tasks.foreign.mlagentbench import grading_problem
+
+        if detect(task.root) == "mlagentbench" and grading_problem(task.root) == (
+            "no scripts/eval.py"
+        ):
+            problems.append("no scripts/eval.py")
+    found = found if found is not None else task_needs(task)
+    return problems + found.grading_problems()
+
+
+def blockers(task: TaskSpec) -> list[str]:
+    """What stops this machine from running `task` now; empty when it can. A task it
+    cannot grade is never ready: a run of it would end with no score."""
+    problems = []
+    ungradable = grading_problems(task)
+    if ungradable:
+        problems.append("cannot be graded here: " + "; ".join(ungradable))
     r = task.resources
     if r.gpus:
         have = gpus()

@@ -1,0 +1,323 @@
+"""What a benchmark's folder needs is found out before a run, not hours into it (issue
+26): a folder this machine cannot grade (no eval.py, an evaluator importing a module
+that is not installed, a dataset it would download with no network, a test phase
+scored online) is refused in one line, exit 2, unless run `--ungraded`; what the
+starter lacks is said; a prepare.py that exits 0 without data is a failed prepare,
+never cached. Folders in both layouts, written here."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.eventlog import read_events
+from mlra.console.cli import main as mlra_main
+from mlra.tasks.foreign.common import CACHE_VAR
+from mlra.tasks.foreign.loader import marker
+from mlra.tasks.foreign.prepare import prepare_log, prepared
+from mlra.tasks.spec import load_task
+
+MISSING = "mlra_surely_absent_module"
+"""A module no interpreter here has."""
+
+EVAL_PY = (
+    "import os\n\n"
+    'def get_score(submission_folder="../env"):\n'
+    '    with open(os.path.join(submission_folder, "submission.csv")) as f:\n'
+    "        return float(f.read().split()[0])\n"
+)
+
+
+def _write(root: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    return root
+
+
+def mab_folder(
+    parent: Path, name: str = "tiny", files: dict[str, str | None] | None = None
+) -> Path:
+    """An MLAgentBench folder: train.py writes submission.csv, eval.py reads it. `files`
+    replace the defaults; one given as None is left out."""
+    chosen: dict[str, str | None] = {
+        "env/train.py": 'import json\nopen("submission.csv", "w").write("0.5\\n")\n',
+        "scripts/research_problem.txt": "Raise the number train.py writes.",
+        "scripts/eval.py": EVAL_PY,
+    }
+    chosen.update(files or {})
+    return _write(parent / "benchmarks" / name, {k: v for k, v in chosen.items() if v is not None})
+
+
+def mlrc_folder(parent: Path, name: str = "tiny-mlrc", evaluation: str = "") -> Path:
+    """An MLRC-Bench folder: main.py runs a method, evaluation.py (read-only, so part of
+    the grader) scores it."""
+    return _write(
+        parent / "benchmarks_base" / name,
+        {
+            "env/main.py": (
+                "import argparse\nfrom evaluation import score\nfrom methods import "
+                "all_method_handlers\nfrom MLAgentBench.utils import save_evals\n"
+            ),
+            "env/evaluation.py": evaluation + "def score(m):\n    return 0.5\n",
+            "env/constants.py": "SCALE = 1\n",
+            "env/methods/__init__.py": "def all_method_handlers():\n    return {}\n",
+            "env/methods/MyMethod.py": "import math\n",
+            "scripts/research_problem.txt": "Do better than my_method.",
+            "scripts/read_only_files.txt": "./main.py\n./evaluation.py\n",
+            "scripts/test_constants.py": "SCALE = 2\n",
+        },
+    )
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "cache"
+    monkeypatch.setenv(CACHE_VAR, str(folder))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))  # no dataset cached but the test's
+    return folder
+
+
+def _run(source: Path, runs: Path, *more: str) -> int:
+    return mlra_main(
+        ["run", str(source), "--model", "baseline", "--no-tui", "--runs-dir", str(runs), *more]
+    )
+
+
+def _refused(capsys: pytest.CaptureFixture[str], code: int, runs: Path) -> str:
+    """The one line a refusal is, with nothing started."""
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2, err
+    assert len(err) == 1 and err[0].startswith("mlra: "), err
+    assert "cannot be graded here" in err[0] and "--ungraded runs it anyway" in err[0]
+    assert not runs.exists() or not any(runs.iterdir())
+    return err[0]
+
+
+def test_a_folder_without_eval_py_is_refused_and_runs_ungraded(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mab_folder(
+        tmp_path, files={"scripts/eval.py": None, "scripts/prepare.py": "print('hi')\n"}
+    )
+    runs = tmp_path / "runs"
+    line = _refused(capsys, _run(source, runs), runs)
+    assert "no scripts/eval.py" in line
+    assert not (cache / "prepared").exists()  # refused before its prepare.py ran
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert "this machine: cannot run it now: cannot be graded here: no scripts/eval.py" in out
+    assert "ready" not in out.replace("already", "")
+    # --ungraded: it runs, said in the log and in result.json.
+    _run(source, runs, "--ungraded")
+    (run_dir,) = runs.iterdir()
+    notices = [e.message for e in read_events(run_dir / "events.jsonl") if isinstance(e, ev.Notice)]
+    assert any(
+        n.startswith("run ungraded (--ungraded)") and "no scripts/eval.py" in n for n in notices
+    )
+    result = json.loads((run_dir / "result.json").read_text())
+    assert "no scripts/eval.py" in result["ungraded"] and result["score"] is None
+
+
+def test_a_prepare_that_exits_0_without_data_is_not_cached(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """babylm's prepare.py runs wget and unzip and ignores their failures."""
+    source = mab_folder(
+        tmp_path,
+        files={
+            "scripts/prepare.py": (
+                "import os\n"
+                'print("--2026-11-26--  https://example.invalid/babylm_data.zip")\n'
+                "print(\"wget: unable to resolve host address 'example.invalid'\")\n"
+                'print("unzip:  cannot find or open babylm_data.zip")\n'
+            )
+        },
+    )
+    assert mlra_main(["tasks", "prepare", str(source)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("preparing tiny: running scripts/prepare.py once")
+    (line,) = err[1:]
+    assert "scripts/prepare.py exited 0 but its output has a download error" in line
+    assert "unable to resolve host address" in line
+    log = Path(line.rsplit("(its whole output: ", 1)[1].rstrip(")"))
+    assert log.is_file() and "cannot find or open" in log.read_text()
+    prepared_dir = cache / "prepared"
+    assert not [p for p in prepared_dir.iterdir() if p.is_dir()]  # nothing kept, no .partial
+    # The first run's prepare is checked the same way: refused, nothing cached.
+    runs = tmp_path / "runs"
+    assert _run(source, runs) == 2
+    assert "download error" in capsys.readouterr().err
+    assert not [p for p in prepared_dir.iterdir() if p.is_dir()]
+    # A data folder left empty is a failed prepare too.
+    (source / "scripts" / "prepare.py").write_text('import os\nos.makedirs("../env/data")\n')
+    assert mlra_main(["tasks", "prepare", str(source)]) == 2
+    assert "left an empty data folder: env/data" in capsys.readouterr().err
+    assert not [p for p in prepared_dir.iterdir() if p.is_dir()]
+
+
+def test_a_copy_cached_before_the_check_is_checked_again_and_made_afresh(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mab_folder(
+        tmp_path,
+        files={
+            "scripts/prepare.py": (
+                'import os\nos.makedirs("../env/data")\nopen("../env/data/x.csv", "w").write("1\\n")\n'
+            )
+        },
+    )
+    first = prepared(load_task(source), echo=lambda _: None)
+    (first.root / "env" / "data" / "x.csv").unlink()  # as a failed download left it
+    assert mlra_main(["tasks", "prepare", str(source)]) == 0
+    captured = capsys.readouterr()
+    assert f"{first.root}: removed: the scripts/prepare.py that made it exited 0 but left " in (
+        captured.err
+    )
+    assert str(prepare_log(first.root)) in captured.err
+    assert (first.root / "env" / "data" / "x.csv").is_file()  # prepared afresh
+    assert marker(first.root) is not None
+    out = captured.out.splitlines()
+    assert out[0] == f"prepared:   {first.root} (from {source.resolve()})"
+    assert "evaluator:  imports all found" in out and "starter:    imports all found" in out
+    assert "downloads:  none needed" in out
+    # A copy that holds its data is kept as it is.
+    assert mlra_main(["tasks", "prepare", str(source)]) == 0
+    assert "removed" not in capsys.readouterr().err
+
+
+def test_an_evaluator_importing_a_missing_module_is_refused(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mab_folder(tmp_path, files={"scripts/eval.py": f"import {MISSING}.sub\n" + EVAL_PY})
+    runs = tmp_path / "runs"
+    line = _refused(capsys, _run(source, runs), runs)
+    assert f"its evaluator imports {MISSING} (scripts/eval.py), not installed" in line
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert f"evaluator:  imports {MISSING} (scripts/eval.py), not installed" in out
+    assert "this machine: cannot run it now: cannot be graded here" in out
+    # The same in MLRC-Bench's layout: its read-only evaluation.py is the grader's code.
+    mlrc = mlrc_folder(tmp_path, evaluation=f"from {MISSING} import thing\n")
+    line = _refused(capsys, _run(mlrc, runs), runs)
+    assert f"its evaluator imports {MISSING} (env/evaluation.py)" in line
+
+
+def test_the_starters_missing_modules_are_reported(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reported, not refused: the agent may write the starter anew. The folder's own
+    modules, relative imports, `__future__` and imports guarded by `except ImportError`
+    are not needs."""
+    train = (
+        "from __future__ import annotations\nimport helper\nfrom . import sibling\n"
+        f"try:\n    import {MISSING}_optional\nexcept ImportError:\n    pass\n\n"
+        f"def main():\n    import {MISSING}\n\n"
+        'open("submission.csv", "w").write("0.5\\n")\n'
+    )
+    source = mab_folder(tmp_path, files={"env/train.py": train, "env/helper.py": "X = 1\n"})
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert f"starter:    imports {MISSING} (env/train.py), not installed: its first run" in out
+    assert f"{MISSING}_optional" not in out and "helper" not in out
+    assert f"this machine: can run and grade it, but the starter imports {MISSING}" in out
+    runs = tmp_path / "runs"
+    _run(source, runs)
+    capsys.readouterr()
+    assert mlra_main(["tasks", "prepare", str(source)]) == 0
+    assert f"starter:    imports {MISSING} (env/train.py)" in capsys.readouterr().out
+    (run_dir,) = runs.iterdir()
+    notices = [e for e in read_events(run_dir / "events.jsonl") if isinstance(e, ev.Notice)]
+    told = [n for n in notices if f"the starter imports {MISSING}" in n.message]
+    assert len(told) == 1 and told[0].level == "warning"
+    assert json.loads((run_dir / "result.json").read_text())["ungraded"] is None
+
+
+def test_an_evaluator_downloading_a_dataset_offline_is_refused(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mab_folder(
+        tmp_path,
+        files={
+            "scripts/eval.py": (
+                "from datasets import load_dataset\n" + EVAL_PY + "\n"
+                "def labels():\n    return load_dataset('some-name', split='test')\n\n"
+                "def local():\n    return load_dataset('csv', data_files='answers.csv')\n"
+            ),
+            "env/train.py": (
+                "import torchvision\n"
+                "def data():\n"
+                "    return torchvision.datasets.CIFAR10(root='./data', download=True)\n"
+            ),
+        },
+    )
+    runs = tmp_path / "runs"
+    line = _refused(capsys, _run(source, runs), runs)
+    assert 'grading would download load_dataset("some-name") (scripts/eval.py) with no' in line
+    assert "csv" not in line
+    # The starter's download is said; a copy in the Hugging Face cache lets grading run.
+    _write(tmp_path / "hf" / "datasets" / "some-name" / "default", {"data.arrow": "x"})
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert 'downloads:  the starter downloads CIFAR10(root="./data", download=True)' in out
+    assert "grading would" not in out and "cannot be graded" not in out
+
+
+def test_an_mlrc_bench_test_phase_scored_online_is_refused(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MLRC-Bench's llm-merging and machine_unlearning score their test phase on Kaggle;
+    the loader says so in `evaluator.cannot_grade`."""
+    from mlra.tasks.foreign import mlrcbench
+
+    online = "its test phase is scored by submitting to Kaggle (online)"
+    spec_data = mlrcbench.spec_data
+
+    def said(folder: Path, **kwargs: Any) -> dict[str, Any]:
+        data = spec_data(folder, **kwargs)
+        data["evaluator"]["cannot_grade"] = data["evaluator"].get("cannot_grade") or online
+        return data
+
+    monkeypatch.setattr(mlrcbench, "spec_data", said)
+    source = mlrc_folder(tmp_path)
+    runs = tmp_path / "runs"
+    line = _refused(capsys, _run(source, runs), runs)
+    assert online in line
+    assert mlra_main(["batch", "--tasks", str(source), "--models", "baseline",
+                      "--out", str(tmp_path / "b")]) == 2  # fmt: skip
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("mlra: batch: cannot be graded here: mlrcbench-tiny-mlrc (")
+    assert not (tmp_path / "b").exists()
+
+
+def test_tasks_dir_marks_what_cannot_be_graded(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mab_folder(tmp_path, "a-good")
+    mab_folder(tmp_path, "b-no-eval", files={"scripts/eval.py": None})
+    mab_folder(tmp_path, "c-starter", files={"env/train.py": f"import {MISSING}\n"})
+    assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    by_task = {lines[i].split()[0]: lines[i + 1] for i in range(0, len(lines), 2)}
+    assert "cannot" not in by_task["mlagentbench-a-good"]
+    assert by_task["mlagentbench-b-no-eval"].endswith(
+        " · cannot be graded here: no scripts/eval.py"
+    )
+    assert by_task["mlagentbench-c-starter"].endswith(
+        f" · the starter imports {MISSING} (env/train.py), not installed"
+    )
+
+
+def test_a_batch_runs_ungraded_tasks_only_when_told(tmp_path: Path, cache: Path) -> None:
+    from mlra.batch.run_ids import run_names
+    from mlra.batch.spec import expand, parse_spec, run_command
+
+    source = mab_folder(tmp_path, files={"scripts/eval.py": None})
+    batch = parse_spec({"tasks": [str(source)], "models": ["baseline"], "ungraded": True})
+    (run,) = expand(batch, run_names(tmp_path / "b"))
+    assert run_command(run, batch, tmp_path, python="python")[-1] == "--ungraded"
