@@ -24,6 +24,12 @@ from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolRegistry
 
 
+def recipe_command(command: str, seed: int | None) -> str:
+    """The step's command with `{seed}` made the run's seed (0 for a run given none): a
+    batch's seeds reseed the recipe, so `--seeds 8` measures its spread."""
+    return command.replace("{seed}", str(seed if seed is not None else 0))
+
+
 class BaselineAgent:
     role: ev.AgentRole = "baseline"
 
@@ -85,7 +91,7 @@ class BaselineAgent:
                     id=self.ctl.next_call_id(self.role),
                     name="bash",
                     arguments={
-                        "command": recipe_step.command,
+                        "command": recipe_command(recipe_step.command, self.ctl.config.seed),
                         "timeout": parse_duration(recipe_step.timeout),
                     },
                 )

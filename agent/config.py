@@ -105,7 +105,11 @@ class RunConfig(BaseModel):
     """The baseline agent validates the recipe's artifact (`validate`) before submitting it."""
     seed: int | None = None
     """Which repetition of a task/model pair this run is (batches); also sent to providers
-    that take a sampling seed (OpenAI-compatible servers)."""
+    that take a sampling seed (OpenAI-compatible servers), and `{seed}` in a baseline
+    recipe's commands."""
+    direction: Literal["higher", "lower"] | None = None
+    """Which way the task's metric improves, as the user stated it (`--direction`) for a
+    task whose own files do not say: recorded, so a resumed run judges success alike."""
     research_tools: list[Literal["github", "arxiv"]] = Field(
         default_factory=lambda: ["github", "arxiv"]
     )

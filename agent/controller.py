@@ -47,6 +47,7 @@ from mlra.agent.state import RunResult, RunState, write_result
 from mlra.agent.steering import Steering
 from mlra.agent.tool_step import ToolStep
 from mlra.tasks.spec import TaskSpec
+from mlra.tasks.success import with_direction
 from mlra.tools.jobs import JobManager
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 
@@ -66,7 +67,7 @@ class RunController(Steering):
     ) -> None:
         super().__init__()
         self.config = config
-        self.task = task
+        self.task = with_direction(task, config.direction)
         self.provider = provider
         self.run_id = config.run_id or new_run_id(task.name)
         problem = run_id_problem(self.run_id)

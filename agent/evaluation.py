@@ -119,13 +119,35 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
             )
         )
     run.emit(finished)
-    if run.config.model == "baseline" and finished.ok and finished.score is not None:
-        # A foreign task's baseline, where its benchmark publishes none, is this score.
+    if run.config.model == "baseline":
+        # A foreign task's baseline, where its benchmark publishes none, is this score,
+        # if this run measured anything: a recipe that failed or a grading that failed
+        # records nothing, and says why.
         from mlra.tasks.foreign.baselines import record_measured_baseline
 
-        note = record_measured_baseline(run.task, finished.score, run_id=run.run_id)
+        note = record_measured_baseline(
+            run.task,
+            finished.score if finished.ok else None,
+            run_id=run.run_id,
+            problem=_recipe_problem(run) or _grading_problem(finished),
+        )
         if note is not None:
-            run.emit(ev.Notice(level="info", message=note))
+            level = "info" if note.startswith("the baseline") else "warning"
+            run.emit(ev.Notice(level=level, message=note))
+
+
+def _recipe_problem(run: RunContext) -> str | None:
+    """Which recipe step failed, from the plan the baseline agent kept (its events)."""
+    failed = [s for s in run.state.plan if s.status == "failed" and s.id != "validate"]
+    if not failed:
+        return None
+    return f"the recipe failed at '{failed[0].title}', so the starter was not measured"
+
+
+def _grading_problem(finished: ev.EvaluationFinished) -> str | None:
+    if finished.ok and finished.score is not None:
+        return None
+    return f"the grading failed: {finished.error or 'no score'}"
 
 
 async def _grade_best_validated(

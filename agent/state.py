@@ -396,6 +396,11 @@ class RunResult(BaseModel):
     (gap_fraction) or with no grading."""
     success_bar: str | None = None
     """That rule's bar in words (`threshold: acc >= 0.8`)."""
+    self_reported: str | None = None
+    """Why the score is the workspace's own report rather than a measurement (None: a
+    measurement); such a score is marked wherever shown, never a plain success."""
+    direction_known: bool = True
+    """False: nothing said which way the metric improves, so success was not judged."""
     metrics: dict[str, float] = {}
     violations: list[str] = []
     evaluation_error: str | None = None
@@ -486,6 +491,8 @@ def result_of(state: RunState) -> RunResult:
         success=evaluation.success if evaluation else None,
         success_rule=evaluation.success_rule if evaluation else None,
         success_bar=evaluation.success_bar if evaluation else None,
+        self_reported=evaluation.self_reported if evaluation else None,
+        direction_known=evaluation.direction_known if evaluation else True,
         metrics=evaluation.metrics if evaluation else {},
         violations=evaluation.violations if evaluation else [],
         evaluation_error=evaluation.error if evaluation else None,

@@ -87,6 +87,9 @@ class RunRow:
     """(run clock seconds, score) of each scored validation: the report's validation plot."""
     success_bar: str | None = None
     """The task's success rule and bar as the grading recorded it (tasks/success.py)."""
+    self_reported: bool = False
+    """The score is the workspace's own report, not a measurement: never counted as a
+    success, and marked."""
     detail: str = ""
     """For an attempt that never started or was lost: what happened, in a line."""
     nodes: list[str] = field(default_factory=list)
@@ -118,6 +121,9 @@ class Group:
     """The isolations the group's runs had, e.g. "bwrap" or "bwrap;none"."""
     unisolated: int = 0
     """Scored runs of the group that had no isolation (their scores are in the means)."""
+    self_reported: int = 0
+    """Scored runs whose score is the workspace's own report (in the means, marked, and
+    never counted as successes)."""
     retries: int = 0
     """Attempts beyond the first, over the group's seeds (not in its numbers)."""
     lost_with_node: int = 0
@@ -179,8 +185,8 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
     success = (
         bool(r.success)
         if r.success is not None
-        else (r.normalized_score is not None and r.normalized_score >= 0.05)
-    )
+        else (r.direction_known and r.normalized_score is not None and r.normalized_score >= 0.05)
+    ) and not (r.self_reported and r.score is not None)
     return RunRow(
         run_id=r.run_id or run_id,
         task=r.task or (card.task if card else ""),
@@ -203,6 +209,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         validation_metric=r.validation_metric,
         validation_curve=[(t, score) for t, score in r.validation_curve],
         success_bar=r.success_bar,
+        self_reported=bool(r.self_reported) and r.score is not None,
     )
 
 
@@ -321,6 +328,7 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 normalized_mean=norm_mean,
                 normalized_se=norm_se,
                 success_rate=sum(m.success for m in members) / len(members),
+                self_reported=sum(m.self_reported for m in members),
                 median_duration_s=statistics.median(m.duration_s for m in members),
                 tokens=sum(m.tokens for m in every),
                 tokens_estimated=sum(m.tokens_estimated for m in every),
@@ -359,12 +367,16 @@ def _pm(mean: float | None, se: float | None) -> str:
 
 
 def _unisolated_mark(g: Group) -> str:
-    """What follows a group's scores when some were earned without isolation."""
-    if not g.unisolated:
-        return ""
-    if g.unisolated == g.scored:
-        return " (unisolated)"
-    return f" ({g.unisolated} of {g.scored} unisolated)"
+    """What follows a group's scores when some were earned without isolation, or are
+    the workspace's own report."""
+    marks = []
+    if g.self_reported:
+        n = "" if g.self_reported == g.scored else f"{g.self_reported} of {g.scored} "
+        marks.append(f"{n}self-reported")
+    if g.unisolated:
+        n = "" if g.unisolated == g.scored else f"{g.unisolated} of {g.scored} "
+        marks.append(f"{n}unisolated")
+    return f" ({'; '.join(marks)})" if marks else ""
 
 
 def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first") -> str:
@@ -407,6 +419,15 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
             "",
             "~ tokens: some runs' counts are mlra's estimates (four characters a token), "
             "where the server sent none.",
+        ]
+    reported = [g for g in groups if g.self_reported]
+    if reported:
+        lines += [
+            "",
+            "Self-reported: "
+            + ", ".join(f"{_text(g.task)} ({g.self_reported} runs)" for g in reported)
+            + ": the score is a number the workspace's own code wrote, not a measurement; "
+            "it is in the means and never counted as a success.",
         ]
     bars = sorted({(r.task, r.success_bar) for r in counted if r.success_bar})
     if bars:
@@ -595,6 +616,8 @@ def group_line(g: Group) -> str:
     if g.normalized_mean is not None:
         parts.append(f"normalized {_pm(g.normalized_mean, g.normalized_se)}")
     parts.append(f"success {g.success_rate:.0%}")
+    if g.self_reported:
+        parts.append(f"{g.self_reported} self-reported (not measured; never a success)")
     return f"{printable_line(g.task)} · {printable_line(g.model)}: " + " · ".join(parts)
 
 

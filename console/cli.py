@@ -83,7 +83,15 @@ def build_parser() -> argparse.ArgumentParser:
         "--seed",
         type=int,
         metavar="N",
-        help="which repetition this run is (recorded); sent to models that take a sampling seed",
+        help="which repetition this run is (recorded); sent to models that take a sampling "
+        "seed, and to a baseline recipe that takes `{seed}`",
+    )
+    run.add_argument(
+        "--direction",
+        choices=("higher", "lower"),
+        help="which way the task's metric improves, for a folder whose own files do not say "
+        "(an evaluator mlra does not recognize): without it the run scores but success is "
+        "not judged",
     )
     run.add_argument(
         "--context-window",
@@ -203,7 +211,8 @@ def build_parser() -> argparse.ArgumentParser:
         "be an MLAgentBench or MLRC-Bench task folder; `mlra tasks import PATH OUT` writes "
         "one as an mlra task folder; `mlra tasks prepare PATH` prepares one (its prepare.py, "
         "once), checks the copy holds data, and says what its code imports and downloads "
-        "that this machine lacks.",
+        "that this machine lacks; `mlra tasks clear-baseline PATH [RUN_ID]` forgets the "
+        "baseline runs recorded for a folder (all, or one).",
     )
     tasks.add_argument(
         "action", nargs="?", default="list", metavar="NAME", help="a task to show (default: list)"
@@ -357,6 +366,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     model, provider = _resolve_model(args)
     if args.baseline_validate and model != "baseline":
         raise UsageError("--baseline-validate is for the baseline agent (--model baseline)")
+    from mlra.tasks.success import direction_conflict
+
+    conflict = direction_conflict(task, args.direction)
+    if conflict is not None:
+        raise UsageError(conflict)
     if args.sandbox == "local":
         check_isolation(args.isolation, model)
     if args.sandbox == "docker":
@@ -402,6 +416,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         break_runs_jobs=args.break_runs_jobs,
         start_paused=args.paused,
         seed=args.seed,
+        direction=args.direction,
         temperature=args.temperature,
         tool_calls=args.tool_calls,
         baseline_validate=args.baseline_validate,
@@ -491,6 +506,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         from mlra.console.foreign_cli import cmd_tasks_import
 
         return cmd_tasks_import(args)
+    if args.action == "clear-baseline":
+        from mlra.console.baseline_cli import cmd_tasks_clear_baseline
+
+        return cmd_tasks_clear_baseline(args)
     if args.action == "prepare":
         from mlra.console.needs_cli import cmd_tasks_prepare
 
@@ -513,9 +532,11 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         task = _load_task(args.name)
         print(printable(task.render_prompt()))  # a task file's text: shown, not obeyed
         m = task.metric
+        way = "higher" if m.higher_is_better else "lower"
         print(
-            f"metric:     {m.name} ({'higher' if m.higher_is_better else 'lower'} is better); "
-            f"baseline {_reference(m.baseline)}, top reference {_reference(m.top)}"
+            f"metric:     {m.name} ({f'{way} is better' if m.direction_known else 'direction unknown'}"
+            + (", self-reported" if m.self_reported else "")
+            + f"); baseline {_reference(m.baseline)}, top reference {_reference(m.top)}"
         )
         print(
             f"success:    {success_bar(m) or m.success_rule + ' (a reference it needs is unset)'}"
@@ -625,6 +646,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     except TaskError as exc:
         raise UsageError(str(exc)) from None
+    from mlra.tasks.success import with_direction
+
+    task = with_direction(task, started.config.get("direction"))  # as the run stated it
     submission = state.submission
     submitted = args.path or (submission.path if submission else None)
     label = submitted or task.evaluator.artifact

@@ -15,7 +15,8 @@ def foreign_lines(task: Any) -> list[str]:
     scores come from, whether it was prepared, and whether this machine satisfies its
     requirements. Empty for an mlra task."""
     from mlra.tasks.foreign import mlagentbench, mlrcbench
-    from mlra.tasks.foreign.loader import LAYOUT_NAMES, detect, is_foreign, marker, task_name
+    from mlra.tasks.foreign.baselines import baseline_lines, records_baselines
+    from mlra.tasks.foreign.loader import LAYOUT_NAMES, detect, is_foreign, marker
     from mlra.tasks.foreign.requirements import check, requirement_files, summary
 
     if not is_foreign(task.root):
@@ -37,7 +38,7 @@ def foreign_lines(task: Any) -> list[str]:
             "prepared:   not yet; `mlra run` "
             + ("runs scripts/prepare.py first, once" if has_prepare else "copies it first")
         )
-    if layout == "mlrcbench" and task_name(root) in mlrcbench.PUBLISHED:
+    if layout == "mlrcbench" and task.metric.baseline is not None and not records_baselines(task):
         reference = f"published ({mlrcbench.PUBLISHED_SOURCE})"
     elif task.metric.baseline is not None:
         reference = "baseline measured by running the unchanged starter"
@@ -47,12 +48,13 @@ def foreign_lines(task: Any) -> list[str]:
     problem = mlagentbench.grading_problem(root) if layout == "mlagentbench" else None
     if problem is not None:
         lines.append(f"grading:    {problem}, so a run of it cannot be graded")
-    elif layout == "mlagentbench" and task_name(root) in mlagentbench.SELF_REPORTED:
-        lines.append(f"grading:    self-reported: {mlagentbench.SELF_REPORTED[task_name(root)]}")
+    elif task.metric.self_reported:
+        lines.append(f"grading:    self-reported: {task.metric.self_reported}")
     files = ", ".join(p.relative_to(root).as_posix() for p in requirement_files(root))
     lines.append(
         "requirements: " + (f"{files}: {summary(check(root))}" if files else "none declared")
     )
+    lines += baseline_lines(task)
     return lines
 
 

@@ -149,6 +149,10 @@ def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
         verdict = "success" if e.success else "below the success bar"
         bar = printable_line(e.success_bar or "")
         parts.append(f"{verdict} ({bar})" if bar else verdict)
+    elif not e.direction_known:
+        parts.append(f"(success {printable_line(e.success_bar or 'not judged')})")
+    if e.self_reported:
+        parts.append("· SELF-REPORTED")  # the workspace's own number, not a measurement
     if e.agent_isolation == "none" and unisolated:
         parts.append("· UNISOLATED")  # the agent ran unconfined: see the Security model
     return " ".join(parts)

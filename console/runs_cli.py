@@ -209,6 +209,8 @@ class RunRow:
     success: bool | None = None
     success_bar: str | None = None
     """The task's success rule and its bar in words, as the grading recorded it."""
+    self_reported: str | None = None
+    """Why the score is the workspace's own report, not a measurement (marked `^`)."""
     duration_s: float | None = None
     tokens: int | None = None
     tokens_estimated: bool = False
@@ -375,6 +377,7 @@ def run_row(run_dir: Path) -> RunRow:
     row.reason = "" if status in ("running", "interrupted") else result.reason
     row.score, row.normalized_score = result.score, result.normalized_score
     row.success, row.success_bar = result.success, result.success_bar
+    row.self_reported = result.self_reported
     if result.regrades:
         latest = result.regrades[-1]
         row.regrades, row.regrade_score = len(result.regrades), latest.score
@@ -397,6 +400,7 @@ def list_runs(runs_dir: Path) -> list[RunRow]:
 
 
 UNISOLATED = "*"
+SELF_REPORTED = "^"
 """After a score earned without isolation (sandbox isolation "none")."""
 MISMATCH = "result≠log"
 
@@ -405,7 +409,8 @@ def _cells(row: RunRow) -> list[str]:
     from mlra.counts import format_tokens
     from mlra.durations import format_duration
 
-    mark = UNISOLATED if row.unisolated else ""
+    reported = SELF_REPORTED if row.self_reported else ""
+    mark = reported + (UNISOLATED if row.unisolated else "")
     about = "~" if row.tokens_estimated and row.cost_usd else ""
     cells = [
         row.id,
@@ -417,7 +422,7 @@ def _cells(row: RunRow) -> list[str]:
         f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
         f"{row.best_validation:.4g}" if row.best_validation is not None else "-",
         str(row.experiments) if row.experiments else "-",
-        "-" if row.success is None else ("yes" if row.success else "no"),
+        "-" if row.success is None else ("yes" if row.success else "no") + reported,
         _regrade_cell(row),
         format_duration(row.duration_s) if row.duration_s is not None else "-",
         format_tokens(row.tokens, estimated=row.tokens_estimated)
@@ -517,6 +522,9 @@ def _footnotes(rows: list[RunRow]) -> list[str]:
     notes = []
     if any(r.unisolated and r.score is not None for r in rows):
         notes.append(f"{UNISOLATED} unisolated: scored with sandbox isolation none")
+    reported = sorted({(r.task, r.self_reported) for r in rows if r.self_reported})
+    for task, why in reported:
+        notes.append(f"{SELF_REPORTED} self-reported, not measured ({task}: {why})")
     bars = sorted({(r.task, r.success_bar) for r in rows if r.success_bar})
     if bars:
         notes.append(

@@ -616,6 +616,13 @@ class EvaluationFinished(_Event):
     threshold); None in logs from before rules existed, which used gap_fraction."""
     success_bar: str | None = None
     """That rule's bar in words, as displays show it."""
+    self_reported: str | None = None
+    """Why the score is a number the workspace's own code wrote, not a measurement
+    (the task's `metric.self_reported`): marked wherever the score is shown, and never
+    counted as a plain success. None: a measurement."""
+    direction_known: bool = True
+    """False where nothing says which way the metric improves (a foreign folder mlra did
+    not recognize): `higher_is_better` is a placeholder then and success is not judged."""
     metrics: dict[str, float] = Field(default_factory=dict)
     violations: list[str] = Field(default_factory=list)
     error: str | None = None

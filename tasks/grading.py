@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from mlra import events as ev
 from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.spec import TaskSpec
-from mlra.tasks.success import success_bar, success_of
+from mlra.tasks.success import failure_problem, success_bar, success_of
 from mlra.tools.submission import SubmissionRefused, freeze
 
 __all__ = ["WORKSPACE_COPY_SUFFIX", "grade", "grade_artifact", "success_bar", "success_of"]
@@ -62,6 +62,16 @@ async def grade_artifact(
         task, artifact, out_dir, isolation=isolation, on_progress=on_progress
     )
     scored = outcome.ok and not outcome.violations
+    failed = (
+        failure_problem(outcome.score, metric.failure_values, metric.score_range)
+        if scored and outcome.score is not None
+        else None
+    )
+    if failed is not None:
+        # The evaluator's own way of failing (vectorization's 1e10 for a submission it
+        # cannot read), or a number the metric cannot take: a failed grading, not a score.
+        scored = False
+        outcome.error = f"no score: {failed}"
     score = outcome.score if scored else None
     normalized = normalize(score, metric.baseline, metric.top)
     isolation_used = outcome.details.get("isolation")
@@ -77,6 +87,8 @@ async def grade_artifact(
         success=success_of(metric, score),
         success_rule=metric.success_rule,
         success_bar=success_bar(metric),
+        self_reported=metric.self_reported or None,
+        direction_known=metric.direction_known,
         metrics=outcome.metrics,
         violations=outcome.violations,
         error=outcome.error or ("the submission breaks a rule" if outcome.violations else None),

@@ -10,19 +10,31 @@ of the log, `mlra runs` or a report knows what "success" meant for this task.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterable
+
 from mlra.tasks.evaluators.base import normalize
-from mlra.tasks.spec import Metric
+from mlra.tasks.spec import Metric, TaskSpec
+
+DIRECTION_UNKNOWN = (
+    "which way the score improves is unknown; state it with `--direction higher|lower` "
+    "or `[metric] higher_is_better` in the folder's mlra.toml (task.toml after import)"
+)
 
 
 def success_of(metric: Metric, score: float | None) -> bool | None:
     """True or False by `metric.success_rule`; None when the score or a reference the
     rule needs is missing (a gap rule without `top`, say), as before rules existed."""
-    if score is None:
-        return None
+    if score is None or not metric.direction_known:
+        return None  # with the direction unknown, no rule can say which side is better
     match metric.success_rule:
         case "gap_fraction":
             normalized = normalize(score, metric.baseline, metric.top)
-            return None if normalized is None else normalized >= metric.success_fraction
+            if normalized is None:
+                return None
+            if metric.success_strictly_above:
+                return normalized > metric.success_fraction
+            return normalized >= metric.success_fraction
         case "relative_improvement":
             bar = improvement_bar(metric)
             if bar is None:
@@ -49,11 +61,14 @@ def success_bar(metric: Metric) -> str | None:
     """The rule and its bar in words (`relative_improvement: acc > 0.55, 10% over
     baseline 0.5`), for the log and every display; None where the rule has no bar
     (a reference it needs is missing)."""
+    if not metric.direction_known:
+        return f"not judged: {DIRECTION_UNKNOWN}"
     match metric.success_rule:
         case "gap_fraction":
             if metric.baseline is None or metric.top is None:
                 return None
-            return f"gap_fraction: normalized >= {metric.success_fraction:g}"
+            sign = ">" if metric.success_strictly_above else ">="
+            return f"gap_fraction: normalized {sign} {metric.success_fraction:g}"
         case "relative_improvement":
             bar = improvement_bar(metric)
             if bar is None or metric.baseline is None:
@@ -68,3 +83,48 @@ def success_bar(metric: Metric) -> str | None:
                 return None
             sign = ">=" if metric.higher_is_better else "<="
             return f"threshold: {metric.name} {sign} {metric.success_threshold:g}"
+
+
+def failure_problem(
+    score: float, failure_values: Iterable[float], score_range: tuple[float, float] | None
+) -> str | None:
+    """Why `score` is not a measurement (the evaluator's failure value, not finite, out
+    of the metric's range), or None when it is one."""
+    if not math.isfinite(score):
+        return f"the score {score} is not a finite number"
+    for value in failure_values:
+        if math.isclose(score, value, rel_tol=1e-9, abs_tol=1e-12):
+            return f"{score:g} is the value the evaluator returns when it fails"
+    if score_range is not None:
+        low, high = score_range
+        if not low <= score <= high:
+            return f"{score:g} is outside the scores the metric can take ({low:g} to {high:g})"
+    return None
+
+
+def with_direction(task: TaskSpec, direction: str | None) -> TaskSpec:
+    """`task` with the direction the user stated (`--direction higher|lower`) where its
+    own files state none; a task whose direction is known keeps it (the CLI refuses a
+    contradiction before the run: `direction_conflict`)."""
+    if direction is None or task.metric.direction_known:
+        return task
+    metric = task.metric.model_copy(
+        update={"higher_is_better": direction == "higher", "direction_known": True}
+    )
+    stated = task.model_copy(update={"metric": metric})
+    stated.root = task.root
+    return stated
+
+
+def direction_conflict(task: TaskSpec, direction: str | None) -> str | None:
+    """Why `--direction` cannot be taken for `task`, or None."""
+    m = task.metric
+    if direction is None or not m.direction_known:
+        return None
+    known = "higher" if m.higher_is_better else "lower"
+    if direction == known:
+        return None
+    return (
+        f"--direction {direction}: {task.name}'s {m.name} is already {known}-is-better "
+        "by its own files"
+    )

@@ -50,6 +50,8 @@ def score_style(e: ev.EvaluationFinished) -> str:
     with no score at all; plain where there is nothing to compare it with."""
     if not e.ok or e.score is None:
         return "bold red"
+    if e.self_reported or not e.direction_known:
+        return "bold yellow"  # a report, or a number no one said which way is better
     if e.baseline is None:
         return "bold yellow" if e.success is False else "bold"
     if e.score == e.baseline:
@@ -67,6 +69,8 @@ def score_texts(e: ev.EvaluationFinished, *, unisolated: bool = True) -> list[Te
     style = score_style(e)
     line = score_line(e, unisolated=unisolated)
     unisolated_ = " UNISOLATED" if e.agent_isolation == "none" and unisolated else ""
+    if e.self_reported:
+        unisolated_ = " SELF-REPORTED" + unisolated_
     if not e.ok or e.score is None:
         return [Text(f"score: {line}", style=style), Text("no score", style=style)]
     out = [Text(f"score: {line}", style=style)]

@@ -3,66 +3,74 @@ of MLAgentBench, MLRC-Bench's newer tasks), `mlra run PATH --model baseline` run
 unchanged starter, and its graded score is written beside the prepared copy, which
 every later load of the folder reads (tasks/foreign/loader.py).
 
-Each baseline run is one measurement, and the baseline is their mean: a batch of
-baseline seeds (which finish in any order, some at once) measures the starter's
-mean, not whichever seed wrote last. The file is rewritten whole, under a lock, so
-a load never reads half of it."""
+A baseline is a measurement that succeeded. A recipe whose step failed, a grading
+that failed or returned the evaluator's failure value (vectorization's starter fails
+on numpy 2 and its eval.py then returns 1e10), a score that is not finite or not in
+the metric's range: each records nothing and says why, since a false baseline makes
+every later run a "success". Each baseline run that did succeed is one measurement,
+and the baseline is their mean (tasks/foreign/measurements.py)."""
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import time
-from pathlib import Path
-from typing import Any
 
-from mlra.tasks.foreign.common import BASELINE_FILE, locked
+from mlra.tasks.foreign import measurements
 from mlra.tasks.foreign.loader import marker
-from mlra.tasks.foreign.mlrcbench import PUBLISHED
+from mlra.tasks.foreign.mlrcbench import PUBLISHED, published_name
 from mlra.tasks.spec import TaskSpec
 
 
-def record_measured_baseline(task: TaskSpec, score: float, *, run_id: str) -> str | None:
-    """Record `score` as a measurement of the task's baseline where it is a foreign task
-    with no published one; what was recorded, for the run's log, or None."""
+def records_baselines(task: TaskSpec) -> bool:
+    """Whether baseline runs of `task` measure its baseline: a prepared foreign folder
+    whose benchmark publishes none."""
     found = marker(task.root)
     if found is None:
+        return False
+    return not (found.layout == "mlrcbench" and published_name(task.root, found.name) in PUBLISHED)
+
+
+def record_measured_baseline(
+    task: TaskSpec,
+    score: float | None,
+    *,
+    run_id: str,
+    problem: str | None = None,
+) -> str | None:
+    """Record `score` as a measurement of the task's baseline where baseline runs measure
+    it and the run succeeded; the line the run's log gets (what was recorded, or why
+    nothing was), or None where baselines are not measured."""
+    if not records_baselines(task):
         return None
-    if found.layout == "mlrcbench" and found.name in PUBLISHED:
-        return None
-    path = task.root / BASELINE_FILE
-    with locked(path.with_name(path.name + ".lock")):
-        runs = [r for r in _measurements(path) if r.get("run") != run_id]  # a re-grade replaces
-        runs.append({"score": score, "run": run_id, "measured_at": time.time()})
-        mean = statistics.fmean(float(r["score"]) for r in runs)
-        data = {"score": mean, "runs": runs}
-        partial = path.with_name(path.name + ".partial")
-        partial.write_text(json.dumps(data, indent=2))
-        os.replace(partial, path)
+    m = task.metric
+    if problem is None and score is None:
+        problem = "the run has no score"
+    if problem is None and score is not None:
+        problem = measurements.failure_problem(score, m.failure_values, m.score_range)
+    if problem is not None:
+        return f"no baseline recorded for {task.name}: {problem}"
+    assert score is not None
+    runs = measurements.record(task.root, score, run_id, now=time.time())
+    mean = statistics.fmean(float(r["score"]) for r in runs)
     over = f"the mean of {len(runs)} runs" if len(runs) > 1 else "measured by this run"
     return (
         f"the baseline of {task.name} is now {mean:g}, {over} of the unchanged starter "
-        f"(this run: {score:g}; recorded in {path})"
+        f"(this run: {score:g}; recorded in {task.root / measurements.BASELINE_FILE})"
     )
 
 
-def _measurements(path: Path) -> list[dict[str, Any]]:
-    """The measurements recorded so far (a file from before measurements were kept, with
-    one score, is one measurement)."""
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
+def baseline_lines(task: TaskSpec) -> list[str]:
+    """What `mlra tasks show` says of the recorded baseline runs: each with its score,
+    so one bad run is seen, and how to clear them."""
+    if not records_baselines(task):
         return []
-    if not isinstance(data, dict):
+    runs = measurements.runs_of(task.root, task.metric.failure_values)
+    if not runs:
         return []
-    runs = data.get("runs")
-    if isinstance(runs, list):
-        return [r for r in runs if isinstance(r, dict) and _number(r.get("score"))]
-    if _number(data.get("score")):
-        return [{"score": data["score"], "run": data.get("run"), "measured_at": None}]
-    return []
-
-
-def _number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
+    lines = [f"baseline runs: {len(runs)} recorded (the baseline is their mean)"]
+    for r in runs:
+        when = r.get("measured_at")
+        stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if when else "earlier"
+        lines.append(f"  {float(r['score']):g}  {r.get('run') or '?'}  ({stamp})")
+    lines.append(f"  clear them: mlra tasks clear-baseline {task.root} [RUN_ID]")
+    return lines

@@ -60,7 +60,8 @@ def content_hash(folder: Path) -> str:
 def _content_hash(where: str) -> str:
     folder = Path(where)
     digest = hashlib.sha256(b"mlra-foreign-1\0")
-    for path in sorted(_files(folder)):
+    # The user's mlra.toml (tasks/foreign/overlay.py) is what they state, not the task.
+    for path in sorted(_files(folder, skip_top=("mlra.toml",))):
         rel = path.relative_to(folder).as_posix()
         digest.update(rel.encode() + b"\0")
         if path.is_symlink():
@@ -73,12 +74,14 @@ def _content_hash(where: str) -> str:
     return digest.hexdigest()
 
 
-def _files(folder: Path) -> list[Path]:
+def _files(folder: Path, *, skip_top: tuple[str, ...] = ()) -> list[Path]:
     found: list[Path] = []
     for dirpath, dirnames, filenames in os.walk(folder):
         dirnames[:] = [d for d in dirnames if d not in SKIPPED]
         here = Path(dirpath)
         found += [here / f for f in filenames if f not in SKIPPED]
+        if here == folder and skip_top:
+            found = [p for p in found if p.name not in skip_top]
         # A link to a folder is not walked into; it is hashed as a link.
         found += [here / d for d in dirnames if (here / d).is_symlink()]
     return found

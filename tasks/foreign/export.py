@@ -14,7 +14,14 @@ from typing import Any
 
 from mlra.tasks.foreign import mlagentbench, mlrcbench
 from mlra.tasks.foreign.common import SKIPPED
-from mlra.tasks.foreign.loader import LAYOUT_NAMES, detect, marker, recorded_baseline
+from mlra.tasks.foreign.loader import (
+    LAYOUT_NAMES,
+    ForeignError,
+    detect,
+    foreign_data,
+    marker,
+    recorded_baseline,
+)
 from mlra.tasks.spec import TaskError, TaskSpec
 
 STARTER, HIDDEN = "env", "scripts"
@@ -31,7 +38,10 @@ def export(task: TaskSpec, out: Path) -> Path:
         raise TaskError(f"{out}: already exists and is not an empty folder")
     module = mlrcbench if layout == "mlrcbench" else mlagentbench
     baseline = recorded_baseline(root)
-    data = module.spec_data(root, name=found.name, baseline=baseline)
+    try:
+        data, _ = foreign_data(root)  # with what the user stated in its mlra.toml
+    except ForeignError as exc:
+        raise TaskError(str(exc)) from None
     driver = f"{HIDDEN}/mlra_score_{layout}.py"
     data["files"]["starter"] = [STARTER]
     data["files"]["hidden"] = [HIDDEN]
@@ -50,7 +60,8 @@ def export(task: TaskSpec, out: Path) -> Path:
     shutil.copytree(root / "scripts", out / HIDDEN, symlinks=True, ignore=ignore)
     shutil.copy2(module.DRIVER, out / driver)
     source = "measured by running the unchanged starter" if baseline is not None else "unset"
-    if layout == "mlrcbench" and found.name in mlrcbench.PUBLISHED:
+    published = mlrcbench.PUBLISHED.get(mlrcbench.published_name(root, found.name), {})
+    if layout == "mlrcbench" and "test" in published:
         source = f"published ({mlrcbench.PUBLISHED_SOURCE})"
     header = [
         f"# Imported by `mlra tasks import` from the {LAYOUT_NAMES[layout]} task folder",
@@ -59,6 +70,11 @@ def export(task: TaskSpec, out: Path) -> Path:
         + ").",
         f"# metric.baseline: {source}.",
     ]
+    if not data["metric"].get("direction_known", True):
+        header.append(
+            "# metric.higher_is_better: unknown (mlra did not recognize this evaluator); "
+            "state it and set metric.direction_known = true, or success is never judged."
+        )
     if baseline is None and data["metric"]["baseline"] is None:
         # A success rule that needs a baseline cannot load without one.
         rule = data["metric"].pop("success_rule", None)

@@ -6,19 +6,19 @@ way. Nothing here imports the task format: it is the format that reads this."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from mlra.tasks.foreign import mlagentbench, mlrcbench
 from mlra.tasks.foreign.common import (
-    BASELINE_FILE,
     MARKER,
     Layout,
     Marker,
     content_hash,
     prepared_dir,
 )
+from mlra.tasks.foreign.measurements import measured_baseline
+from mlra.tasks.foreign.overlay import OverlayError, apply_overlay, overlay_path
 
 LAYOUT_NAMES: dict[Layout, str] = {"mlagentbench": "MLAgentBench", "mlrcbench": "MLRC-Bench"}
 
@@ -65,11 +65,11 @@ def is_foreign(root: Path) -> bool:
     return detect(root) is not None
 
 
-def recorded_baseline(folder: Path) -> float | None:
-    try:
-        return float(json.loads((folder / BASELINE_FILE).read_text())["score"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+def recorded_baseline(folder: Path, layout: Layout | None = None) -> float | None:
+    """The mean of the baseline runs recorded for a prepared copy, failures left out."""
+    layout = layout or detect(folder)
+    fails = mlagentbench.failure_values(folder) if layout == "mlagentbench" else []
+    return measured_baseline(folder, fails)
 
 
 def task_name(folder: Path) -> str:
@@ -86,13 +86,21 @@ def foreign_data(folder: Path) -> tuple[dict[str, Any], Path]:
     layout = detect(folder)
     if layout is None:
         raise ForeignError(f"{folder}: not an MLAgentBench or MLRC-Bench task folder")
+    source = folder
     if marker(folder) is None:
         copy = prepared_dir(task_name(folder), content_hash(folder))
         if marker(copy) is not None:
             folder = copy
-    return data_of(folder, layout), folder
+    found = marker(folder)
+    stated = overlay_path(source, found.source if found else None)
+    try:
+        return apply_overlay(data_of(folder, layout), stated), folder
+    except OverlayError as exc:
+        raise ForeignError(str(exc)) from None
 
 
 def data_of(folder: Path, layout: Layout) -> dict[str, Any]:
     module = mlrcbench if layout == "mlrcbench" else mlagentbench
-    return module.spec_data(folder, name=task_name(folder), baseline=recorded_baseline(folder))
+    return module.spec_data(
+        folder, name=task_name(folder), baseline=recorded_baseline(folder, layout)
+    )

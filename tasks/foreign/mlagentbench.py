@@ -17,27 +17,20 @@ from mlra.tasks.foreign.common import (
     read_only_rule,
     read_text,
 )
+from mlra.tasks.foreign.known import KnownEvaluator, failure_values_in, recognize
 
 DRIVER = Path(__file__).resolve().parent / "drivers" / "mlagentbench_score.py"
 
-LOWER_IS_BETTER = {
-    "house-price": "mean absolute error",
-    "feedback": "MCRMSE",
-    "amp-parkinsons-disease-progression-prediction": "SMAPE",
-    "vectorization": "run time (s)",
-}
-"""MLAgentBench's tasks whose `get_score` falls as the work gets better (the paper's
-metrics); every other task's rises."""
-
 SUCCESS_IMPROVEMENT = 0.10
 
-SELF_REPORTED = {
-    "vectorization": "its eval.py returns the run time that the workspace's own train.py "
-    "wrote into submission.csv, so the score is the agent's report, not a measurement",
-}
-"""MLAgentBench's tasks whose `get_score` reads a number the agent's code wrote rather
-than measuring anything; run as they are, said so (`mlra tasks show`, the prompt's
-evaluation section), since mlra otherwise never trusts a number an agent reports."""
+
+def failure_values(folder: Path) -> list[float]:
+    """What this folder's eval.py returns when it fails: the benchmark's own task's, where
+    recognized (tasks/foreign/known.py), else the numbers its get_score returns from an
+    `except` block."""
+    eval_py = folder / "scripts" / "eval.py"
+    known = recognize(eval_py)
+    return list(known.failure_values) if known is not None else failure_values_in(eval_py)
 
 
 def grading_problem(folder: Path) -> str | None:
@@ -72,13 +65,16 @@ def recognizes(folder: Path) -> bool:
 
 
 def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, Any]:
-    """The task.toml this folder would have, as data."""
+    """The task.toml this folder would have, as data. Which way its score improves, and
+    whether it is a measurement, come from recognizing its evaluator by content; a
+    folder whose evaluator is not one of the benchmark's own has its direction unknown."""
     scripts = folder / "scripts"
     problem = read_text(scripts / "research_problem.txt")
     read_only = expand_read_only(
         folder / "env", read_only_patterns(scripts / "read_only_files.txt")
     )
-    lower = LOWER_IS_BETTER.get(name)
+    cannot_grade = grading_problem(folder) or ""
+    known = None if cannot_grade else recognize(scripts / "eval.py")
     rules = [
         "Work only in the workspace. The benchmark's hidden scripts are not yours to read.",
     ]
@@ -89,6 +85,17 @@ def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, A
     steps = [{"title": "Run the unchanged train.py", "command": "python train.py", "timeout": "5h"}]
     if not (folder / "env" / "train.py").is_file():
         steps = [{"title": "Leave the starter unchanged (no train.py)", "command": "true"}]
+    metric: dict[str, Any] = {
+        "name": known.metric if known else "score",
+        "higher_is_better": known.higher_is_better if known else True,
+        "direction_known": known is not None,
+        "baseline": baseline,
+        "success_rule": "relative_improvement",
+        "success_improvement": SUCCESS_IMPROVEMENT,
+        "self_reported": known.self_reported if known else "",
+        "failure_values": failure_values(folder) if not cannot_grade else [],
+        "score_range": list(known.score_range) if known and known.score_range else None,
+    }
     return {
         "name": f"mlagentbench-{name}",  # not taken for a built-in task (babylm)
         "title": f"{name} (MLAgentBench)",
@@ -97,26 +104,17 @@ def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, A
             "task": problem or f"The MLAgentBench task {name}.",
             "result": "The workspace itself: `submit` with no path submits the whole "
             "workspace, and a frozen copy of it is what is graded.",
-            "evaluation": "The benchmark's own hidden eval.py: get_score(<the frozen copy of "
-            "your workspace>), run host-side after the run"
-            + (f" ({lower}: lower is better)" if lower else " (higher is better)")
-            + ". Success, as MLAgentBench counts it, is a score more than 10% better than "
-            "the baseline's (the unchanged starter's).",
+            "evaluation": _evaluation_text(cannot_grade, known),
             "rules": " ".join(rules),
         },
         "files": {"starter": ["env"], "hidden": ["scripts"], "read_only": read_only},
-        "metric": {
-            "name": lower or "score",
-            "higher_is_better": lower is None,
-            "baseline": baseline,
-            "success_rule": "relative_improvement",
-            "success_improvement": SUCCESS_IMPROVEMENT,
-        },
+        "metric": metric,
         "evaluator": {
             "kind": "script",
             "artifact": ".",
             "timeout": "2h",
             "settings": {"script": str(DRIVER), "args": ["--scripts", "scripts"]},
+            "cannot_grade": cannot_grade,
         },
         "resources": {"time_limit": "5h"},
         "baseline": {
@@ -126,3 +124,33 @@ def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, A
             "submit": ".",
         },
     }
+
+
+def _evaluation_text(cannot_grade: str, known: KnownEvaluator | None) -> str:
+    """The prompt's evaluation section: what grades the work, as far as it is known. A
+    folder that cannot be graded says so (a run of it goes on only with `--ungraded`)
+    rather than citing an evaluator it does not have."""
+    if cannot_grade:
+        return (
+            f"This task folder cannot be graded ({cannot_grade}): the run is not scored. "
+            "Leave the workspace holding your best result and describe it when you submit."
+        )
+    if known is None:
+        return (
+            "The folder's own hidden eval.py: get_score(<the frozen copy of your "
+            "workspace>), run host-side after the run. Which way its score improves is not "
+            "stated, so no success is judged: make the result as good as the task asks."
+        )
+    direction = "higher" if known.higher_is_better else "lower"
+    text = (
+        "The benchmark's own hidden eval.py: get_score(<the frozen copy of your workspace>), "
+        f"run host-side after the run ({known.metric}: {direction} is better). Success, as "
+        "MLAgentBench counts it, is a score more than 10% better than the baseline's (the "
+        "unchanged starter's)."
+    )
+    if known.self_reported:
+        text += (
+            f" The score is self-reported: {known.self_reported}. It is recorded as "
+            "self-reported and never counts as a plain success."
+        )
+    return text

@@ -66,7 +66,7 @@ from evaluation import evaluate_model, get_score
 from methods import all_method_handlers
 from MLAgentBench.utils import save_evals
 
-TASK_NAME = "llm-merging"
+TASK_NAME = "meta-learning"
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
@@ -108,8 +108,8 @@ def get_score(method, phase):
 
 
 def mlrc_task(parent: Path) -> Path:
-    """An MLRC-Bench folder named as one whose scores MLRC-Bench publishes (llm-merging:
-    baseline 0.4933, top human 0.83). A method predicts a constant; the dev score is it,
+    """An MLRC-Bench folder named as one whose scores MLRC-Bench publishes (meta-learning:
+    baseline 0.1728, top human 0.699). A method predicts a constant; the dev score is it,
     the test score twice it (test_constants.py's SCALE, on scripts/test_data)."""
     files = {
         "env/main.py": MLRC_MAIN,
@@ -135,11 +135,11 @@ def mlrc_task(parent: Path) -> Path:
         "scripts/test_constants.py": 'SCALE = 2.0\nDATA = "test.txt"\n',
         "scripts/test_data/test.txt": "4 5\n",
         "scripts/environment.yml": (
-            "name: llm-merging\ndependencies:\n  - python=3.10\n  - cudatoolkit=11.8\n"
+            "name: meta-learning\ndependencies:\n  - python=3.10\n  - cudatoolkit=11.8\n"
             "  - pip\n  - pip:\n    - pydantic>=2\n    - surely-not-installed-pkg==1.0\n"
         ),
     }
-    return _write(parent / "benchmarks_base" / "llm-merging", files)
+    return _write(parent / "benchmarks_base" / "meta-learning", files)
 
 
 @pytest.fixture
@@ -162,7 +162,7 @@ def test_layouts_are_recognized_and_read_as_tasks(tmp_path: Path, cache: Path) -
     assert mab.baseline.steps[0].command == "python train.py"
     mrc = load_task(mlrc_task(tmp_path))
     assert detect(mrc.root) == "mlrcbench"
-    assert (mrc.metric.baseline, mrc.metric.top) == (0.4933333333, 0.83)
+    assert (mrc.metric.baseline, mrc.metric.top) == (0.1727912574, 0.699)
     assert mrc.metric.success_rule == "gap_fraction" and mrc.metric.success_fraction == 0.05
     assert set(mrc.files.read_only) == {
         "main.py",
@@ -379,7 +379,7 @@ def test_mlrc_bench_scripted_run_dev_validated_test_graded(tmp_path: Path, cache
     assert validation.ok and validation.score == pytest.approx(0.3)
     finished = next(e for e in events if isinstance(e, ev.EvaluationFinished))
     assert finished.ok and finished.score == pytest.approx(0.6)  # 2.0 x 0.3: the test phase
-    assert finished.normalized == pytest.approx((0.6 - 0.4933333333) / (0.83 - 0.4933333333))
+    assert finished.normalized == pytest.approx((0.6 - 0.1727912574) / (0.699 - 0.1727912574))
     assert finished.success is True
 
 
@@ -389,7 +389,7 @@ def test_tasks_show_describes_the_folder(
     source = mlrc_task(tmp_path)
     assert mlra_main(["tasks", "show", str(source)]) == 0
     out = capsys.readouterr().out
-    assert "# llm-merging (MLRC-Bench)" in out
+    assert "# meta-learning (MLRC-Bench)" in out
     assert "found:      an MLRC-Bench task folder" in out
     assert "prepared:   not yet" in out and "references: published" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("requirements: "))
@@ -425,9 +425,11 @@ def test_an_eval_py_that_cannot_grade_is_said_before_and_after_a_run(
             assert len(lines) == 1 and said in lines[0] and "cannot be graded" in lines[0]
     eval_py.write_text("def get_score(folder):\n    return float(open(folder).read()\n")
     runs = tmp_path / "runs"
-    code = mlra_main(
-        ["run", str(source), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
-    )
+    argv = ["run", str(source), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
+    assert mlra_main(argv) == 2  # refused before it starts: nothing could grade it
+    assert "cannot be graded" in capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
+    code = mlra_main([*argv, "--ungraded"])  # asked for: it runs, and grading says why not
     assert code == 1
     (run_dir,) = runs.iterdir()
     finished = next(
@@ -572,15 +574,19 @@ def test_a_requirement_for_another_python_is_not_counted_against_this_machine(
     assert summary(results) == "satisfied (2 met)"
 
 
-def test_vectorizations_self_reported_score_is_said(
+def test_a_folder_is_not_recognized_by_its_name(
     tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """MLAgentBench's vectorization grades the time its train.py writes: run as it is,
-    but `mlra tasks show` says the score is the agent's own report."""
+    """A folder named as MLAgentBench's vectorization, with an evaluator of its own, is
+    not vectorization: nothing says its score is self-reported or which way it improves
+    (tests/tasks/test_true_baselines.py: what is recognized, by content)."""
     source = mlagentbench_task(tmp_path).rename(tmp_path / "benchmarks" / "vectorization")
+    task = load_task(source)
+    assert (task.metric.self_reported, task.metric.direction_known) == ("", False)
     assert mlra_main(["tasks", "show", str(source)]) == 0
-    (line,) = [ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("grading:")]
-    assert "self-reported" in line and "submission.csv" in line
+    out = capsys.readouterr().out
+    assert not [ln for ln in out.splitlines() if ln.startswith("grading:")]
+    assert "success:    not judged: which way the score improves is unknown" in out
 
 
 def test_eval_py_finds_the_tasks_own_files_where_the_benchmark_put_them(

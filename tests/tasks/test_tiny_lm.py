@@ -31,10 +31,10 @@ TASK_DIR = BUILTIN_TASKS_DIR / "tiny-lm"
 # is the mean over seeds, which spread over about +-0.01 (see task.toml), so a score
 # outside this band means the recipe, the data or the evaluation changed.
 BASELINE_TOLERANCE = 0.02
-# The recipe's test scores for seeds 0-7 (`python train.py --out submission --seed N`,
-# graded by the evaluator on this machine), as task.toml records them: 660, 663, 650,
-# 663, 626, 653, 663 and 651 pairs of 860.
-SEED_SCORES = [p / 860 for p in (660, 663, 650, 663, 626, 653, 663, 651)]
+# The recipe's test scores for seeds 1-8, the seeds a batch of 8 gives it (`python
+# train.py --out submission --seed N`, graded by the evaluator on this machine), as
+# task.toml records them: 663, 650, 663, 626, 653, 663, 651 and 655 pairs of 860.
+SEED_SCORES = [p / 860 for p in (663, 650, 663, 626, 653, 663, 651, 655)]
 
 
 @pytest.fixture(scope="module")
