@@ -387,9 +387,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     check_writable_dir(args.runs_dir, "--runs-dir")
     from mlra.console.needs_cli import gradable_or_refused, starter_notices
 
-    ungraded = gradable_or_refused(task, args.ungraded)  # before a prepare that may take hours
+    gradable_or_refused(task, args.ungraded)  # before a prepare that may take hours
     task = _prepared(task)
-    ungraded = gradable_or_refused(task, args.ungraded)  # its downloads, judged once prepared
     config = RunConfig(
         task=task.name,
         model=model,
@@ -422,7 +421,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         baseline_validate=args.baseline_validate,
         research_tools=list(TOOL_CHOICES) if args.tools is None else args.tools,
         fetch=fetch_settings(args.allow_hosts),
-        ungraded=ungraded,
+        # Judged again: the prepared copy's downloads, in the task's environment now built.
+        ungraded=gradable_or_refused(task, args.ungraded),
         task_notices=starter_notices(task),
     )
     if provider is not None:  # what the run uses, as the provider settled it

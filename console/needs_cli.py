@@ -59,9 +59,24 @@ def needs_lines(task: Any) -> list[str]:
     from mlra.tasks.readiness import task_needs
 
     found = task_needs(task)
-    lines = [f"python:     {found.python}"]
+    pending = " (its own environment is not built yet: `mlra tasks env PATH` builds it)"
+    lines = [f"python:     {found.python}" + (pending if found.environment_pending else "")]
     if found.error:
         lines.append(f"imports:    not checked: {found.error}")
+    elif found.environment_pending:
+        for who, missing in (
+            ("evaluator", found.evaluator_missing),
+            ("starter", found.starter_missing),
+        ):
+            shown = ", ".join(dict.fromkeys(f"{m.what} ({m.where})" for m in missing))
+            lines.append(
+                f"{who + ':':<12}"
+                + (
+                    f"imports {shown}, not in mlra's interpreter: judged once its environment is built"
+                    if missing
+                    else "imports all found in mlra's interpreter"
+                )
+            )
     else:
         grader = "imports all found" if found.evaluator_files else "no code of the task's own"
         for problem in found.grading_problems():

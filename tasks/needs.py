@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import ast
 import functools
+import importlib.metadata
 import json
 import os
 import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from packaging.requirements import InvalidRequirement, Requirement
 
 from mlra.tasks.environment import task_python
 from mlra.tasks.spec import TaskSpec
@@ -81,11 +84,16 @@ class Needs:
     """Why downloads were not judged yet (a prepare.py still to run may fetch the data)."""
     error: str = ""
     """Why the interpreter could not be asked (the modules are then not judged)."""
+    environment_pending: bool = False
+    """The task declares its own environment and it is not built yet: the modules were
+    looked up in mlra's interpreter (which that environment is laid over), so one not
+    found may still come with the environment's requirements: said, not held against it
+    until the environment is built (`mlra run` builds it first, then judges again)."""
 
     def grading_problems(self) -> list[str]:
         """Why the evaluator cannot run here, one phrase each."""
         out = []
-        if self.evaluator_missing:
+        if self.evaluator_missing and not self.environment_pending:
             out.append(f"its evaluator imports {_listed(self.evaluator_missing)}, not installed")
         if self.evaluator_downloads:
             out.append(
@@ -97,7 +105,7 @@ class Needs:
     def starter_problems(self) -> list[str]:
         """What the unchanged starter would fail on, one phrase each."""
         out = []
-        if self.starter_missing:
+        if self.starter_missing and not self.environment_pending:
             out.append(f"the starter imports {_listed(self.starter_missing)}, not installed")
         if self.starter_downloads:
             out.append(
@@ -133,6 +141,9 @@ def find_needs(task: TaskSpec, *, online: bool) -> Needs:
     evaluator_imports = _imports_of(evaluator_files, root, local)
     needs = Needs(
         python=python,
+        environment_pending=task.environment.declared
+        and task_python(task) is None
+        and not adds_no_modules(task),
         starter_files=[_rel(p, root) for p in starter_files],
         evaluator_files=[_rel(p, root) for p in evaluator_files],
     )
@@ -152,6 +163,22 @@ def find_needs(task: TaskSpec, *, online: bool) -> Needs:
         needs.starter_downloads = _downloads(starter_files, root, bases)
         needs.evaluator_downloads = _downloads(evaluator_files, root, bases)
     return needs
+
+
+def adds_no_modules(task: TaskSpec) -> bool:
+    """Whether the task's declared environment, laid over mlra's packages, can only pin
+    packages mlra's interpreter has already (MLAgentBench's era pin `numpy<2`): then it
+    brings no module mlra's interpreter lacks, and the lookups there are the verdict. A
+    requirements file, or a package not installed here, may bring new ones."""
+    if task.environment.files:
+        return False
+    for line in task.environment.requirements:
+        try:
+            name = Requirement(line).name
+            importlib.metadata.distribution(name)
+        except (InvalidRequirement, importlib.metadata.PackageNotFoundError):
+            return False
+    return True
 
 
 def code_files(task: TaskSpec) -> tuple[list[Path], list[Path]]:

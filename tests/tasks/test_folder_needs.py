@@ -321,3 +321,50 @@ def test_a_batch_runs_ungraded_tasks_only_when_told(tmp_path: Path, cache: Path)
     batch = parse_spec({"tasks": [str(source)], "models": ["baseline"], "ungraded": True})
     (run,) = expand(batch, run_names(tmp_path / "b"))
     assert run_command(run, batch, tmp_path, python="python")[-1] == "--ungraded"
+
+
+def mlra_task(parent: Path, grade: str, environment: str = "") -> Path:
+    """An mlra task folder whose evaluator script is `grade`."""
+    toml = (
+        'name = "needs-demo"\ntitle = "Needs demo"\n\n[prompt]\ntask = "Write 0.5."\n\n'
+        '[files]\nstarter = ["starter"]\nhidden = ["hidden"]\n\n'
+        '[metric]\nname = "score"\n\n'
+        '[evaluator]\nkind = "script"\nartifact = "out.txt"\n'
+        '[evaluator.settings]\nscript = "hidden/grade.py"\n' + environment
+    )
+    return _write(
+        parent / "needs-demo",
+        {
+            "task.toml": toml,
+            "starter/run.py": "import hidden_helper_is_not_imported_here\n",
+            "starter/hidden_helper_is_not_imported_here.py": "",
+            "hidden/grade.py": grade,
+            "hidden/helper.py": "",
+        },
+    )
+
+
+def test_an_mlra_tasks_evaluator_script_is_checked_in_its_environment(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An mlra task's evaluator script is read too (its own helpers are its modules).
+    A task whose own environment is not built yet and may bring the module is not
+    refused on mlra's interpreter's word: said, and judged once it is built."""
+    grade = f"import json\nimport helper\nimport {MISSING}\n"
+    source = mlra_task(tmp_path, grade)
+    runs = tmp_path / "runs"
+    line = _refused(capsys, _run(source, runs), runs)
+    assert f"its evaluator imports {MISSING} (hidden/grade.py), not installed" in line
+    assert "helper" not in line.replace(MISSING, "")
+    pending = mlra_task(
+        tmp_path / "env",
+        grade,
+        environment='\n[environment]\nrequirements = ["mlra-surely-absent-dist==1.0"]\n',
+    )
+    assert mlra_main(["tasks", "show", str(pending)]) == 0
+    out = capsys.readouterr().out
+    assert (
+        f"evaluator:  imports {MISSING} (hidden/grade.py), not in mlra's interpreter: "
+        "judged once its environment is built"
+    ) in out
+    assert "this machine: ready" in out
