@@ -132,8 +132,12 @@ def list_benchmark_folder(folder: Path) -> bool:
         except TaskError as exc:
             print(printable_line(f"{child.name:<24} BROKEN: {exc}"))
             continue
-        baseline = task.metric.baseline
-        reference = "baseline unknown" if baseline is None else f"baseline {baseline:g}"
+        m = task.metric
+        reference = "baseline unknown" if m.baseline is None else f"baseline {m.baseline:g}"
+        if not m.direction_known:
+            reference += " · direction unknown (success not judged; see `mlra tasks PATH`)"
+        elif m.self_reported:
+            reference += " · self-reported score"
         print(printable_line(f"{task.name:<24} {task.title}"))
         marks = [f"cannot be graded here: {'; '.join(g)}" for g in [grading_problems(task)] if g]
         marks += task_needs(task).starter_problems()

@@ -340,6 +340,8 @@ def test_mlrc_bench_scripted_run_dev_validated_test_graded(tmp_path: Path, cache
     constants and test data in place, scores it 0.6: normalized against MLRC-Bench's
     published baseline and top human, a success."""
     source = mlrc_task(tmp_path)
+    yml = source / "scripts" / "environment.yml"  # its environment is built before the run:
+    yml.write_text(yml.read_text().replace("    - surely-not-installed-pkg==1.0\n", ""))
     script = {
         "supervisor": _supervisor_submitting_the_workspace(),
         "worker": [
@@ -401,7 +403,8 @@ def test_tasks_show_describes_the_folder(
     assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].split() == ["mlagentbench-tiny-mab", "tiny-mab", "(MLAgentBench)"]
-    assert "baseline unknown · requirements none declared" in listed[1]
+    assert "baseline unknown · direction unknown (success not judged" in listed[1]
+    assert "requirements none declared" in listed[1]
 
 
 def test_an_eval_py_that_cannot_grade_is_said_before_and_after_a_run(
