@@ -111,7 +111,7 @@ def list_benchmark_folder(folder: Path) -> bool:
     module. False when `folder` holds none (it is shown as a task then)."""
     from mlra.tasks.foreign.loader import detect, near_miss
     from mlra.tasks.foreign.requirements import check, summary
-    from mlra.tasks.readiness import grading_problems, needs, task_needs
+    from mlra.tasks.readiness import grading_problems, needs, task_needs, warm_needs
     from mlra.tasks.spec import TaskError, load_task
     from mlra.terminal_text import printable_line
 
@@ -121,6 +121,7 @@ def list_benchmark_folder(folder: Path) -> bool:
     children = [p for p in subfolders if detect(p) is not None]
     if not children:
         return False
+    warm_needs(children)  # one lookup of every folder's imports
     for child in subfolders:
         if child not in children:
             missing = near_miss(child)  # a task folder with a file missing is said, not skipped

@@ -14,7 +14,6 @@ command would fail on them, and the agent would spend its run finding that out).
 from __future__ import annotations
 
 import ast
-import functools
 import importlib.metadata
 import json
 import os
@@ -165,6 +164,21 @@ def find_needs(task: TaskSpec, *, online: bool) -> Needs:
     return needs
 
 
+def warm(tasks: list[TaskSpec]) -> None:
+    """Every task's imports looked up at once, one child process per interpreter: a
+    listing of a benchmark's folders then asks once, not once per folder."""
+    by_python: dict[str, set[str]] = {}
+    for task in tasks:
+        starter, evaluator = code_files(task)
+        found = _imports_of(starter + evaluator, task.root, local_modules(task))
+        by_python.setdefault(interpreter(task), set()).update(f.what for f in found)
+    for python, names in by_python.items():
+        try:
+            module_presence(python, tuple(sorted(names)))
+        except OSError:
+            continue  # said per task, where it is asked again
+
+
 def adds_no_modules(task: TaskSpec) -> bool:
     """Whether the task's declared environment, laid over mlra's packages, can only pin
     packages mlra's interpreter has already (MLAgentBench's era pin `numpy<2`): then it
@@ -293,20 +307,33 @@ def _catches_import(handler: ast.ExceptHandler) -> bool:
     return any(isinstance(k, ast.Name) and k.id in OPTIONAL_IMPORT_ERRORS for k in kinds)
 
 
-@functools.cache
+_PRESENCE: dict[str, dict[str, bool]] = {}
+"""What each interpreter was found to have, by module: a listing of many tasks asks
+one child process for the names it has not asked about yet, not one per task."""
+
+
 def module_presence(python: str, names: tuple[str, ...]) -> dict[str, bool]:
-    """Whether `python` finds each top-level module, asked in one child process."""
-    if not names:
-        return {}
-    proc = subprocess.run(
-        [python, "-I", "-c", FIND_SPECS],
-        input=json.dumps(list(names)),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-        cwd="/",
-    )
+    """Whether `python` finds each top-level module (OSError where it cannot be asked)."""
+    known = _PRESENCE.setdefault(python, {})
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        known.update(_ask(python, unknown))
+    return {name: known[name] for name in names}
+
+
+def _ask(python: str, names: list[str]) -> dict[str, bool]:
+    try:
+        proc = subprocess.run(
+            [python, "-I", "-c", FIND_SPECS],
+            input=json.dumps(names),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+            cwd="/",
+        )
+    except subprocess.TimeoutExpired:
+        raise OSError("no answer in 60 s") from None
     try:
         answer = json.loads(proc.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

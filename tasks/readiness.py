@@ -9,9 +9,10 @@ import functools
 import importlib.util
 import os
 import socket
+from pathlib import Path
 
 from mlra.tasks.evaluators.host_tools import host_tools
-from mlra.tasks.needs import Needs, find_needs
+from mlra.tasks.needs import Needs, find_needs, warm
 from mlra.tasks.spec import TaskSpec
 
 EVALUATOR_PACKAGES = {"lm-eval": ("torch", "transformers", "lm_eval"), "script": ()}
@@ -65,6 +66,19 @@ def online(task: TaskSpec) -> bool:
 
 def task_needs(task: TaskSpec) -> Needs:
     return find_needs(task, online=online(task))
+
+
+def warm_needs(folders: list[Path]) -> None:
+    """The imports of every task folder given looked up together (`mlra tasks DIR`)."""
+    from mlra.tasks.spec import TaskError, load_task
+
+    tasks = []
+    for folder in folders:
+        try:
+            tasks.append(load_task(folder))
+        except TaskError:
+            continue  # said where the folder is listed
+    warm(tasks)
 
 
 def grading_problems(task: TaskSpec, found: Needs | None = None) -> list[str]:
