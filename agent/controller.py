@@ -40,12 +40,14 @@ from mlra.agent.run_setup import (
     sandbox_info,
     sandbox_spec,
     started_event,
+    task_environment,
 )
 from mlra.agent.sandboxes import create_sandbox
 from mlra.agent.snapshots import NO_QUOTA, SnapshotLimits, SnapshotStore, WorkspaceScanner
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.agent.steering import Steering
 from mlra.agent.tool_step import ToolStep
+from mlra.tasks.environment import TaskEnvError
 from mlra.tasks.spec import TaskSpec
 from mlra.tasks.success import with_direction
 from mlra.tools.jobs import JobManager
@@ -196,6 +198,9 @@ class RunController(Steering):
                 raise
             if self._task is not None:
                 self._task.uncancel()
+        except TaskEnvError as exc:  # one line naming the build's log, not a traceback
+            self.emit_safely(ev.Notice(level="error", message=str(exc)))
+            self._finish_abruptly("error", str(exc))
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             self.emit_safely(ev.Notice(level="error", message=traceback.format_exc()))
@@ -211,7 +216,10 @@ class RunController(Steering):
         make = self._sandbox_factory or partial(
             create_sandbox, config=self.config, task=self.task, run_id=self.run_id
         )
-        self.sandbox = make(self.workspace, sandbox_spec(self.task, self.config, self.run_dir))
+        # Before the sandbox: its `python` is the task's own environment, where it has one.
+        python_env, env_notice = await asyncio.to_thread(task_environment, self.task, self.config)
+        spec = sandbox_spec(self.task, self.config, self.run_dir, python_env=python_env)
+        self.sandbox = make(self.workspace, spec)
         notices = await self.sandbox.start()
         if not self.catchup.replaying:
             self.emit(
@@ -235,6 +243,8 @@ class RunController(Steering):
                 )
             for told in self.config.task_notices:
                 self.append(ev.Notice(level="warning", message=told))
+        if env_notice is not None:
+            self.append(env_notice)
         for notice in notices:
             self.append(ev.Notice(level="warning", message=notice))
         self.clock.start()

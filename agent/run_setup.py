@@ -12,6 +12,7 @@ from mlra import __version__
 from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.providers.base import ModelProvider
+from mlra.tasks.environment import ensure_environment
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_disk, task_memory
@@ -59,7 +60,9 @@ def make_run_folder(run_dir: Path, workspace: Path, task: TaskSpec) -> None:
         raise
 
 
-def sandbox_spec(task: TaskSpec, config: RunConfig, run_dir: Path) -> SandboxSpec:
+def sandbox_spec(
+    task: TaskSpec, config: RunConfig, run_dir: Path, *, python_env: Path | None = None
+) -> SandboxSpec:
     # The task folders (hidden test data) and the runs folder (other runs' logs)
     # must not be readable from inside, even where the host file system is.
     hide = [*task.hidden_paths(), task.root.parent, run_dir.parent]
@@ -77,6 +80,42 @@ def sandbox_spec(task: TaskSpec, config: RunConfig, run_dir: Path) -> SandboxSpe
         memory_mb=memory_mb,
         disk_mb=disk_mb,
         limit_sources=sources,
+        python_env=python_env,
+    )
+
+
+def task_environment(task: TaskSpec, config: RunConfig) -> tuple[Path | None, ev.Notice | None]:
+    """The task's own Python environment for a run's sandbox (built here where the cache
+    has none: the command line builds it before the run, so this finds it), and the
+    notice saying which one; (None, None) for a task that declares no requirements.
+    A container cannot run an environment built on the host: the run goes on with the
+    image's Python, and the notice says so and how to get an image that has them.
+    Raises TaskEnvError."""
+    if not task.environment.declared:
+        return None, None
+    if config.sandbox == "docker":
+        return None, ev.Notice(
+            level="warning", message=docker_environment_notice(task, config.image)
+        )
+    found = ensure_environment(task, echo=None)
+    if found is None:
+        return None, None
+    return found.path, ev.Notice(level="info", message=found.describe())
+
+
+def docker_environment_notice(task: TaskSpec, image: str | None) -> str:
+    from mlra.tasks.foreign.loader import is_foreign
+
+    image = image or task.sandbox.image or "the default image"
+    how = (
+        f"build one with them: mlra image build --task {task.root}, then --image mlra-task-..."
+        if is_foreign(task.root)
+        else "give an image that has them (--image, or [sandbox] image in task.toml)"
+    )
+    return (
+        f"the task declares its own Python requirements ([environment]), but an environment "
+        f"built on this machine cannot run inside the container: commands run on {image}'s "
+        f"Python; {how}"
     )
 
 
@@ -114,6 +153,7 @@ def sandbox_info(sandbox: Sandbox, workspace: Path) -> ev.SandboxInfo:
         limits=sandbox.limits,
         isolated_by=by,
         isolated_by_version=version,
+        python_env=str(sandbox.spec.python_env) if sandbox.spec.python_env else None,
     )
 
 

@@ -389,6 +389,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     gradable_or_refused(task, args.ungraded)  # before a prepare that may take hours
     task = _prepared(task)
+    from mlra.console.env_cli import environment_before_run
+
+    environment_before_run(task, args.sandbox, args.image)  # before what runs in it
     config = RunConfig(
         task=task.name,
         model=model,
@@ -502,6 +505,10 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from mlra.tasks.success import success_bar
     from mlra.terminal_text import printable, printable_line
 
+    if args.action == "env":
+        from mlra.console.env_cli import cmd_tasks_env
+
+        return cmd_tasks_env(args)
     if args.action == "import":
         from mlra.console.foreign_cli import cmd_tasks_import
 

@@ -104,6 +104,9 @@ class SandboxInfo(BaseModel):
     isolated_by_version: str | None = None
     """Its version as it reports it: `bwrap --version`'s ("0.8.0"), the Docker engine's
     ("20.10.24"); None where it could not be read."""
+    python_env: str | None = None
+    """The task's own Python environment the commands' `python` is (its folder in the
+    cache: tasks/environment.py); None: mlra's own interpreter."""
 
 
 class Limits(BaseModel):

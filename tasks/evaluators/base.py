@@ -161,6 +161,12 @@ def evaluation_env(task: TaskSpec) -> dict[str, str]:
         env["TRANSFORMERS_OFFLINE"] = "1"
     # Commands and folders from outside the sandbox's view (Lean, a Lean project).
     env.update(host_tools(task).env)
+    if task.environment.declared:
+        # The task's own environment is found in the cache by its requirements' hash;
+        # HOME is a fresh one inside, so the cache is named to be the same one.
+        from mlra.tasks.foreign.common import CACHE_VAR, cache_root
+
+        env[CACHE_VAR] = str(cache_root().resolve())
     return env
 
 
@@ -185,8 +191,13 @@ def evaluation_spec(task: TaskSpec, artifact: Path, env: dict[str, str]) -> Sand
     Python environment. Writable: the scratch folder and the Hugging
     Face cache (datasets write their caches and locks as they load). Other tasks'
     folders, shown with mlra's source in a checkout, are hidden: one grader, one task."""
+    from mlra.tasks.environment import built_environment
+
     root = task.root.resolve()
     shown = [root, artifact.resolve(), *mlra_source_dirs(), *host_tools(task).read_only]
+    own = built_environment(task)  # the script runs in it (evaluators/script.py)
+    if own is not None:
+        shown.append(own.path)
     caches = [
         Path(env[name]).resolve()
         for name in ("HF_HOME", "HF_DATASETS_CACHE")

@@ -13,6 +13,11 @@ process of it. It is called as
 
 It must write `{"score": ..., "metrics": {...}}` (optionally `"violations": [...]`)
 as JSON to OUT_JSON.
+
+`python` is the task's own environment's where the task declares one
+(tasks/environment.py), as it is for the agent's commands: the script is graded with
+the packages it was written for. One not built is a task error, never mlra's own
+interpreter in its place.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pathlib import Path
 from typing import IO
 
 from mlra.durations import parse_duration
+from mlra.tasks.environment import missing_environment, task_python
 from mlra.tasks.evaluators.base import ISOLATION_VAR, EvalOutcome, Evaluator
 from mlra.tools.sandbox.env import is_secret_name
 
@@ -45,6 +51,9 @@ class ScriptEvaluator(Evaluator):
             return EvalOutcome(
                 ok=False, error=f"nothing was submitted: {artifact.name} does not exist"
             )
+        missing = missing_environment(self.task)
+        if missing is not None:  # never mlra's own interpreter in its place, in silence
+            return EvalOutcome(ok=False, error=f"task error: {missing}")
         extra = [str(a) for a in settings.get("args", [])]
         # Called directly, outside mlra's evaluation process, nothing confines it: say so.
         isolation = os.environ.get(ISOLATION_VAR) or "none"
@@ -61,8 +70,11 @@ class ScriptEvaluator(Evaluator):
         env = {k: v for k, v in os.environ.items() if not is_secret_name(k)}
         env.update({k: str(v) for k, v in self.task.sandbox.env.items() if not is_secret_name(k)})
         timeout = parse_duration(self.task.evaluator.timeout)
+        python = task_python(self.task)  # the task's own environment, where it has one
+        if python is not None:
+            env["PATH"] = os.pathsep.join([str(python.parent), env.get("PATH", "")])
         argv = [
-            sys.executable,
+            str(python) if python is not None else sys.executable,
             str(script),
             str(artifact.resolve()),
             str(self.task.root),

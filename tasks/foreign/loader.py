@@ -19,6 +19,7 @@ from mlra.tasks.foreign.common import (
 )
 from mlra.tasks.foreign.measurements import measured_baseline
 from mlra.tasks.foreign.overlay import OverlayError, apply_overlay, overlay_path
+from mlra.tasks.task_requirements import foreign_environment
 
 LAYOUT_NAMES: dict[Layout, str] = {"mlagentbench": "MLAgentBench", "mlrcbench": "MLRC-Bench"}
 
@@ -101,6 +102,8 @@ def foreign_data(folder: Path) -> tuple[dict[str, Any], Path]:
 
 def data_of(folder: Path, layout: Layout) -> dict[str, Any]:
     module = mlrcbench if layout == "mlrcbench" else mlagentbench
-    return module.spec_data(
+    data = module.spec_data(
         folder, name=task_name(folder), baseline=recorded_baseline(folder, layout)
     )
+    data["environment"] = foreign_environment(folder, layout)  # tasks/task_requirements.py
+    return data

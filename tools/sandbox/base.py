@@ -130,6 +130,10 @@ class SandboxSpec:
     limit_sources: dict[str, str] = field(default_factory=dict)
     """Where each limit came from ("memory_mb" -> "--memory", "the task", "default: ..."),
     recorded with the limits in force."""
+    python_env: Path | None = None
+    """The task's own virtual environment (tasks/environment.py), shown read-only at its
+    own path, its `bin` first on PATH: `python` is the task's. None: mlra's own
+    interpreter, as for any task that declares no requirements."""
 
 
 def read_only_mounts(workspace: Path, files: Mapping[str, Path]) -> list[tuple[str, str]]:

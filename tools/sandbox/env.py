@@ -35,13 +35,15 @@ def sandbox_env(spec: SandboxSpec, *, workdir: str, home: str) -> dict[str, str]
     """The complete environment of a sandboxed command.
 
     `python` on PATH is the interpreter mlra runs in, so the agent gets the same
-    ML stack (torch, transformers) the task's evaluator uses. With the network
-    off, Hugging Face libraries are told so up front instead of timing out on
-    every call.
+    ML stack (torch, transformers) the task's evaluator uses; for a task with its own
+    environment, that environment's, first (mlra's commands stay on PATH after it).
+    With the network off, Hugging Face libraries are told so up front instead of
+    timing out on every call.
     """
     interpreter_dir = os.path.dirname(sys.executable)
-    path = [interpreter_dir] if interpreter_dir else []
-    path += [d for d in STANDARD_PATH if d != interpreter_dir]
+    path = [str(spec.python_env / "bin")] if spec.python_env is not None else []
+    path += [interpreter_dir] if interpreter_dir else []
+    path += [d for d in STANDARD_PATH if d not in path]
     env: dict[str, str] = {
         "PATH": os.pathsep.join(path),
         "HOME": home,

@@ -402,6 +402,10 @@ class LocalSandbox(Sandbox):
             env[MARKER_VAR] = self._marker
         return env
 
+    def _python_env(self) -> list[Path]:
+        """The task's own environment, shown read-only beside mlra's Python trees."""
+        return [self.spec.python_env] if self.spec.python_env is not None else []
+
     def _bwrap_argv(self, inside_cwd: str, command: list[str]) -> list[str]:
         assert self.bwrap is not None
         return bw.bwrap_argv(
@@ -411,7 +415,7 @@ class LocalSandbox(Sandbox):
             command=command,
             network=self.spec.network,
             gpus=self.spec.gpus,
-            read_only=self.spec.read_only,
+            read_only=[*self.spec.read_only, *self._python_env()],
             read_write=self.spec.read_write,
             hide=self.spec.hide_paths,
             prefix=self._limits.inside_prefix(self._prlimit),
