@@ -197,38 +197,79 @@ def adds_no_modules(task: TaskSpec) -> bool:
 
 def code_files(task: TaskSpec) -> tuple[list[Path], list[Path]]:
     """The starter's and the evaluator's .py files. The starter: the top level of each
-    starter folder (and starter files named alone); the evaluator: its script where it
-    is the task's own file, a foreign folder's hidden scripts (MLAgentBench's eval.py,
-    MLRC-Bench's test constants; not prepare.py, which runs once host-side with mlra's
-    interpreter) and the read-only starter files grading restores and runs (MLRC-Bench's
-    main.py and evaluation.py)."""
+    starter folder (and starter files named alone; MLRC-Bench's `methods/` too). The
+    evaluator: what grading runs, followed through the folder's own modules it imports
+    as far as they are the grader's (hidden, or read-only starter files grading puts
+    back): the evaluator script where it is the task's own file, MLAgentBench's
+    `scripts/eval.py`, MLRC-Bench's `main.py` (its test phase) and test constants. Not
+    prepare.py, which runs once host-side with mlra's interpreter, nor a hidden helper
+    nothing of the grader imports."""
     from mlra.tasks.foreign.loader import detect
 
     root = task.root
+    layout = detect(root)
     starter: list[Path] = []
     for path in task.starter_paths():
         if path.is_dir():
             starter += sorted(p for p in path.glob("*.py") if p.is_file())
-            if (path / "methods").is_dir() and detect(root) == "mlrcbench":
+            if (path / "methods").is_dir() and layout == "mlrcbench":
                 starter += sorted(p for p in (path / "methods").glob("*.py") if p.is_file())
         elif path.suffix == ".py" and path.is_file():
             starter.append(path)
-    evaluator: list[Path] = []
+    roots: list[Path] = []
     script = task.evaluator.settings.get("script")
     if task.evaluator.kind == "script" and isinstance(script, str):
         path = (root / script).resolve()
         if path.is_file() and root.resolve() in path.parents:  # not mlra's own driver
-            evaluator.append(path)
-    if detect(root) is not None:
-        scripts = root / "scripts"
-        evaluator += sorted(
-            p for p in scripts.glob("*.py") if p.is_file() and p.name != "prepare.py"
-        )
-        read_only = {str(source.resolve()) for source in task.read_only_originals().values()}
-        moved = [p for p in starter if str(p.resolve()) in read_only]
-        evaluator += moved
-        starter = [p for p in starter if p not in moved]
-    return starter, evaluator
+            roots.append(path)
+    if layout == "mlagentbench":
+        roots.append(root / "scripts" / "eval.py")
+    elif layout == "mlrcbench":
+        roots += [root / "env" / "main.py", root / "scripts" / "test_constants.py"]
+    evaluator = _grader_closure(task, [p for p in roots if p.is_file()])
+    graded = {p.resolve() for p in evaluator}
+    return [p for p in starter if p.resolve() not in graded], evaluator
+
+
+def _grader_closure(task: TaskSpec, roots: list[Path]) -> list[Path]:
+    """`roots` and the task's own modules they import, transitively, where those are the
+    grader's files: hidden ones, the evaluator script's folder, read-only starter files."""
+    root = task.root.resolve()
+    hidden = [p.resolve() for p in task.hidden_paths()]
+    script = task.evaluator.settings.get("script")
+    if isinstance(script, str) and (root / script).resolve().is_file():
+        hidden.append((root / script).resolve().parent)
+    read_only = {source.resolve() for source in task.read_only_originals().values()}
+    places = [*hidden, *(p.resolve() for p in task.starter_paths() if p.is_dir()), root]
+
+    def graders(path: Path) -> bool:
+        path = path.resolve()
+        return path in read_only or any(h == path or h in path.parents for h in hidden)
+
+    seen: list[Path] = []
+    todo = list(roots)
+    while todo:
+        path = todo.pop(0).resolve()
+        if path in seen:
+            continue
+        seen.append(path)
+        tree = _parse(path)
+        if tree is None:
+            continue
+        for name in imported_modules(tree):
+            for folder in [path.parent, *places]:
+                for found in _module_files(folder, name):
+                    if graders(found) and found.resolve() not in seen:
+                        todo.append(found)
+    return seen
+
+
+def _module_files(folder: Path, name: str) -> list[Path]:
+    if (folder / f"{name}.py").is_file():
+        return [folder / f"{name}.py"]
+    if (folder / name).is_dir():
+        return sorted(p for p in (folder / name).glob("*.py") if p.is_file())
+    return []
 
 
 def local_modules(task: TaskSpec) -> set[str]:

@@ -202,6 +202,14 @@ def test_an_evaluator_importing_a_missing_module_is_refused(
     out = capsys.readouterr().out
     assert f"evaluator:  imports {MISSING} (scripts/eval.py), not installed" in out
     assert "this machine: cannot run it now: cannot be graded here" in out
+    # The grader's code is what eval.py imports of the folder's own, not every hidden file.
+    (source / "scripts" / "eval.py").write_text("import scoring\n" + EVAL_PY)
+    _write(
+        source / "scripts", {"scoring.py": f"import {MISSING}\n", "unused.py": "import nope_x\n"}
+    )
+    line = _refused(capsys, _run(source, runs), runs)
+    assert f"its evaluator imports {MISSING} (scripts/scoring.py)" in line
+    assert "nope_x" not in line
     # The same in MLRC-Bench's layout: its read-only evaluation.py is the grader's code.
     mlrc = mlrc_folder(tmp_path, evaluation=f"from {MISSING} import thing\n")
     line = _refused(capsys, _run(mlrc, runs), runs)
