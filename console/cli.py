@@ -426,7 +426,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         fetch=fetch_settings(args.allow_hosts),
         # Judged again: the prepared copy's downloads, in the task's environment now built.
         ungraded=gradable_or_refused(task, args.ungraded),
-        task_notices=starter_notices(task),
+        # The starter runs here (a Docker image has its own packages).
+        task_notices=starter_notices(task) if args.sandbox == "local" else [],
     )
     if provider is not None:  # what the run uses, as the provider settled it
         config.context_window = provider.context_window
