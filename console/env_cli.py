@@ -52,7 +52,7 @@ def cmd_tasks_env(args: argparse.Namespace) -> int:
     took = time.monotonic() - started
     print(printable_line(found.describe()))
     print(printable_line(f"python:  {found.python}"))
-    print(printable_line(f"this call: {took:.2f} s"))
+    print(f"this call: {took:.2f} s" if took >= 1 else f"this call: {took * 1000:.0f} ms")
     return EXIT_OK
 
 

@@ -14,6 +14,7 @@ reaches PyPI, and uv's cache makes every build after the first a local one.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -24,6 +25,7 @@ from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.eventlog import read_events
 from mlra.agent.run_setup import task_environment
+from mlra.tasks import env_build
 from mlra.tasks.env_build import env_key
 from mlra.tasks.environment import built_environment, requirements_of, task_python
 from mlra.tasks.foreign.common import CACHE_VAR
@@ -175,19 +177,21 @@ def _run(task: Path, root: Path, *extra: str) -> tuple[int, str, Path | None]:
     return proc.returncode, proc.stdout + proc.stderr, made[-1] if made else None
 
 
-@needs_bwrap
-def test_a_task_runs_and_is_graded_in_its_own_environment(tmp_path: Path, cache: Path) -> None:
+@pytest.mark.parametrize("isolation", [pytest.param("bwrap", marks=needs_bwrap), "none"])
+def test_a_task_runs_and_is_graded_in_its_own_environment(
+    tmp_path: Path, cache: Path, isolation: str
+) -> None:
     """mlra's task.toml: `[environment] requirements`. The sandbox's `python` is the
     task's environment (tabulate 0.8.10 importable, the run's log says which and that it
-    was built now); the grading script runs in it too and scores 1; `mlra tasks env`
-    afterwards finds it cached."""
+    was built now), in bubblewrap and unconfined; the grading script runs in it too and
+    scores 1; `mlra tasks env` afterwards finds it cached."""
     task = toml_task(tmp_path)
-    code, out, run_dir = _run(task, tmp_path, "--isolation", "bwrap")
+    code, out, run_dir = _run(task, tmp_path, "--isolation", isolation)
     assert code == 0, out[-3000:]
     assert run_dir is not None
     events = read_events(run_dir / "events.jsonl")
     started = next(e for e in events if isinstance(e, ev.RunStarted))
-    assert started.sandbox.isolation == "bwrap"
+    assert started.sandbox.isolation == isolation
     env_folder = Path(started.sandbox.python_env or "")
     assert env_folder.parent == cache / "envs"
     said = [e.message for e in events if isinstance(e, ev.Notice)]
@@ -281,6 +285,30 @@ def test_a_task_that_declares_nothing_runs_as_before(tmp_path: Path, cache: Path
     shown = mlra_cli(["tasks", "env", str(task.root)], cwd=tmp_path)
     assert shown.returncode == 0 and "declares no requirements" in shown.stdout
     assert not cache.exists()
+
+
+def test_without_uv_venv_and_pip_build_it(
+    tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fallback where uv is not installed: `python -m venv` and pip (which reads its
+    own settings); the scripts pip writes name the folder the environment ends up in."""
+    monkeypatch.setattr(env_build, "uv_binary", lambda: None)
+    record, path, built = env_build.ensure([f"tabulate=={OLD}"], echo=None)
+    assert built and record.builder.startswith("pip ") and path.parent == cache / "envs"
+    script = path / "bin" / "tabulate"
+    assert script.read_text().startswith(f"#!{path}/bin/python")
+    proc = subprocess.run(
+        [str(script), "--help"], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert proc.returncode == 0 and "tabulate" in proc.stdout
+    shown = subprocess.run(
+        [str(path / "bin" / "python"), "-c", "import tabulate, torch; print(tabulate.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert shown.stdout.split() == [OLD], shown.stderr  # torch: mlra's own, laid under
 
 
 def test_a_container_cannot_use_it_and_says_so(tmp_path: Path, cache: Path) -> None:
