@@ -212,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
         "one as an mlra task folder; `mlra tasks prepare PATH` prepares one (its prepare.py, "
         "once), checks the copy holds data, and says what its code imports and downloads "
         "that this machine lacks; `mlra tasks clear-baseline PATH [RUN_ID]` forgets the "
-        "baseline runs recorded for a folder (all, or one).",
+        "baseline runs recorded for a folder (all, or one); `mlra tasks env PATH` builds a "
+        "task's own Python environment (its declared requirements) where none is cached "
+        "and says where it is.",
     )
     tasks.add_argument(
         "action", nargs="?", default="list", metavar="NAME", help="a task to show (default: list)"
