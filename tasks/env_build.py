@@ -2,10 +2,9 @@
 cache (`$MLRA_CACHE_DIR/envs/<key>/`).
 
 The key is a hash of the normalized requirements, the Python they run on and the
-environment they are laid over (mlra's own site-packages, named by its installed
-distributions): the same requirements on the same machine are one environment, shared
-by every task that names them, and a changed one is a new environment, never an
-edited one. It is built in `<key>.partial` and renamed when whole, under a lock, so the
+site-packages they are laid over (mlra's own): the same requirements on the same
+machine are one environment, shared by every task that names them, and a changed one
+is a new environment, never an edited one. It is built in `<key>.partial` and renamed when whole, under a lock, so the
 runs of a batch that start together build it once and none ever sees half of one.
 
 The environment holds what the task names (and what that needs); everything else
@@ -26,7 +25,6 @@ without uv, `python -m venv` and pip. A failure is one line naming the build's l
 from __future__ import annotations
 
 import ast
-import contextlib
 import hashlib
 import json
 import os
@@ -95,26 +93,17 @@ def base_site_dirs() -> list[str]:
     return list(dict.fromkeys(dirs))
 
 
-def _installed_names(dirs: list[str]) -> list[str]:
-    names: list[str] = []
-    for folder in dirs:
-        with contextlib.suppress(OSError):
-            names += sorted(n for n in os.listdir(folder) if n.endswith(".dist-info"))
-    return names
-
-
 def env_key(lines: list[str]) -> str:
-    """The hash an environment is cached by: its requirements, the Python, and what it
-    is laid over (a package installed in mlra's environment is a new key, so nothing
-    built against the old one is reused)."""
-    base = base_site_dirs()
+    """The hash an environment is cached by: its requirements, the Python and the
+    site-packages it is laid over. Not what that site-packages holds: a run that lasts
+    hours is graded in the environment it started with, though a package was installed
+    in mlra's environment meanwhile (to build anew: remove `envs/<key>`)."""
     content = {
         "format": FORMAT,
         "python": sys.version,
         "implementation": sys.implementation.name,
         "interpreter": base_interpreter(),
-        "base": base,
-        "installed": _installed_names(base),
+        "base": base_site_dirs(),
         "requirements": sorted(lines),
     }
     return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()

@@ -232,6 +232,29 @@ def test_an_mlagentbench_folder_runs_in_its_requirements_and_its_era(
     assert found.record.requirements == ["numpy<2", f"tabulate=={OLD}"]
 
 
+def test_runs_that_start_together_build_it_once(tmp_path: Path, cache: Path) -> None:
+    """Two processes asking for the same environment at once (a batch's runs): one
+    builds it, the other waits on the lock and finds it; both name the same folder."""
+    task = toml_task(tmp_path)
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "mlra", "tasks", "env", str(task)],
+            cwd=tmp_path,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(2)
+    ]
+    outs = [proc.communicate(timeout=300) for proc in procs]
+    assert [proc.returncode for proc in procs] == [0, 0], outs
+    assert sum("building the environment" in err for _, err in outs) == 1
+    assert sum("built now in" in out for out, _ in outs) == 1
+    assert sum("cached (built " in out for out, _ in outs) == 1
+    (folder,) = [p for p in (cache / "envs").iterdir() if p.is_dir()]
+    assert all(str(folder) in out for out, _ in outs)
+
+
 def test_the_folders_own_files_override_the_era_pin(tmp_path: Path) -> None:
     source = mlagentbench_task(tmp_path, requirements="env/requirements.txt")
     (source / "env" / "requirements.txt").write_text(f"tabulate=={OLD}\nNumPy>=2\n")
