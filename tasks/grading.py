@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING
 
 from mlra import events as ev
 from mlra.tasks.evaluators.base import normalize, run_evaluation
+from mlra.tasks.failures import failure_problem
 from mlra.tasks.spec import TaskSpec
-from mlra.tasks.success import failure_problem, success_bar, success_of
+from mlra.tasks.success import success_bar, success_of
 from mlra.tools.submission import SubmissionRefused, freeze
 
 __all__ = ["WORKSPACE_COPY_SUFFIX", "grade", "grade_artifact", "success_bar", "success_of"]

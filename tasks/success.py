@@ -10,9 +10,6 @@ of the log, `mlra runs` or a report knows what "success" meant for this task.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
-
 from mlra.tasks.evaluators.base import normalize
 from mlra.tasks.spec import Metric, TaskSpec
 
@@ -83,23 +80,6 @@ def success_bar(metric: Metric) -> str | None:
                 return None
             sign = ">=" if metric.higher_is_better else "<="
             return f"threshold: {metric.name} {sign} {metric.success_threshold:g}"
-
-
-def failure_problem(
-    score: float, failure_values: Iterable[float], score_range: tuple[float, float] | None
-) -> str | None:
-    """Why `score` is not a measurement (the evaluator's failure value, not finite, out
-    of the metric's range), or None when it is one."""
-    if not math.isfinite(score):
-        return f"the score {score} is not a finite number"
-    for value in failure_values:
-        if math.isclose(score, value, rel_tol=1e-9, abs_tol=1e-12):
-            return f"{score:g} is the value the evaluator returns when it fails"
-    if score_range is not None:
-        low, high = score_range
-        if not low <= score <= high:
-            return f"{score:g} is outside the scores the metric can take ({low:g} to {high:g})"
-    return None
 
 
 def with_direction(task: TaskSpec, direction: str | None) -> TaskSpec:

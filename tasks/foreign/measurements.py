@@ -16,8 +16,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from mlra.tasks.failures import failure_problem
 from mlra.tasks.foreign.common import BASELINE_FILE, locked
-from mlra.tasks.success import failure_problem
 
 
 def runs_of(folder: Path, failure_values: Iterable[float] = ()) -> list[dict[str, Any]]:
