@@ -18,8 +18,10 @@ environment in versions that agree, so an import does not break; any that cannot
 (mlra itself, installed from a folder) are listed in the record as warnings.
 
 uv builds it where installed (a dependency of mlra), given pip's own settings (its
-find-links, extra index URLs and constraints: torch from the machine's own wheel);
-without uv, `python -m venv` and pip. A failure is one line naming the build's log.
+find-links, extra index URLs and constraints: torch from the machine's own wheel),
+and where an index cannot be reached, again offline from uv's cache and the machine's
+file indexes; without uv, `python -m venv` and pip. A failure is one line naming the
+build's log.
 """
 
 from __future__ import annotations
@@ -204,7 +206,7 @@ def _make(
     requirements = partial / REQUIREMENTS_FILE
     requirements.write_text("\n".join(lines) + "\n")
     install = _install_command(uv, python, requirements)
-    _run(install, log, env)
+    _install(install, uv is not None, log, env)
     base_dirs = base_site_dirs()
     own = site_packages(partial)
     replaced: list[str] = []
@@ -214,7 +216,7 @@ def _make(
             break
         requirements.write_text("\n".join([*lines, *replaced, *repairable]) + "\n")
         try:
-            _run(install, log, env)
+            _install(install, uv is not None, log, env)
         except EnvBuildError:
             break  # the environment stays as the task's own lines made it; warned below
         replaced += repairable
@@ -236,6 +238,24 @@ def _make(
         replaced=replaced,
         warnings=[f"{name} needs {need}" for name, need in sorted(broken.items())],
     )
+
+
+def _install(argv: list[str], offline_too: bool, log: Path, env: dict[str, str]) -> None:
+    """An install; with uv, tried again offline where it failed (uv's cache and the
+    machine's own file indexes: a machine that cannot reach PyPI now builds what it
+    has), the first failure being the one said where both fail."""
+    try:
+        _run(argv, log, env)
+    except EnvBuildError:
+        if not offline_too:
+            raise
+        try:
+            _run([*argv, "--offline"], log, env)
+        except EnvBuildError:
+            pass
+        else:
+            return
+        raise
 
 
 def _install_command(uv: str | None, python: Path, requirements: Path) -> list[str]:

@@ -334,6 +334,23 @@ def test_without_uv_venv_and_pip_build_it(
     assert shown.stdout.split() == [OLD], shown.stderr  # torch: mlra's own, laid under
 
 
+def test_an_index_that_cannot_be_reached_builds_from_what_uv_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Built once (uv's cache then holds the wheel), then again for another cache with
+    pip's index set to a closed loopback port: the install fails, is tried offline,
+    and the environment is built all the same."""
+    monkeypatch.setenv(CACHE_VAR, str(tmp_path / "first"))
+    env_build.ensure([f"tabulate=={OLD}"], echo=None)
+    monkeypatch.setenv(CACHE_VAR, str(tmp_path / "second"))
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple")
+    monkeypatch.setenv("UV_HTTP_RETRIES", "0")
+    record, path, built = env_build.ensure([f"tabulate=={OLD}"], echo=None)
+    assert built and path.parent == tmp_path / "second" / "envs"
+    log = Path(record.log).read_text()
+    assert "127.0.0.1:9" in log and "--offline" in log
+
+
 def test_a_container_cannot_use_it_and_says_so(tmp_path: Path, cache: Path) -> None:
     task = load_task(toml_task(tmp_path))
     config = RunConfig(task=task.name, model="baseline", sandbox="docker")
