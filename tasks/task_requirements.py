@@ -20,9 +20,11 @@ ERA_PINS: dict[Literal["mlagentbench", "mlrcbench"], tuple[str, ...]] = {
 }
 """Pins a benchmark's folder gets for each package its own files do not name.
 
-MLAgentBench (2023) predates NumPy 2: its vectorization starter fails on NumPy 2.x with
-"setting an array element with a sequence", its eval.py then returns its failure value
-1e10, and no run of the task means anything. MLRC-Bench's folders ship an
+MLAgentBench (2023) predates NumPy 2: its vectorization starter stores a (1,1,1) array
+in one element of another (`output[index, h, w, f] = result`), which NumPy 1.25 to 1.26
+allow with a DeprecationWarning and NumPy 2 refuses ("setting an array element with a
+sequence"); its eval.py then returns its failure value 1e10. Under `numpy<2` (1.26.4)
+the unchanged starter runs (about 2 s here). MLRC-Bench's folders ship an
 environment.yml naming their stack; no failure of theirs on today's packages is known,
 so they get none (a pin with no failure behind it would only cost a build). A folder
 whose files name the package (any version) overrides its pin; so does editing
