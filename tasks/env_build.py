@@ -390,6 +390,7 @@ def _last_line(text: str) -> str:
     starts = [i for i, ln in enumerate(raw) if ln.startswith(("×", "╰─▶"))]
     said = raw[starts[-1] :] if starts else raw[-1:]
     joined = " ".join(ln.lstrip("×╰─▶│ ").strip() for ln in said)
+    joined = joined.removeprefix("cause: ").removeprefix("Caused by: ")
     return " ".join(joined.split())[:400] or "no output"
 
 
