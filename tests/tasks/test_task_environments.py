@@ -297,6 +297,17 @@ def test_a_build_that_fails_is_one_line_and_exit_2(tmp_path: Path, cache: Path) 
     code, out, run_dir = _run(task, tmp_path)
     assert code == 2 and run_dir is None
     assert "its environment could not be built" in out and "Traceback" not in out
+    # A run started without the command line's build first (a resumed one): it ends in
+    # an error with that line, its log and result.json saying so, and no traceback.
+    from mlra.console.headless_run import run_headless
+
+    config = RunConfig(task="old-tabulate", model="baseline", runs_dir=tmp_path / "direct")
+    assert run_headless(config, load_task(task), None, json_lines=False, verbose=False) == 1
+    (run_dir,) = (tmp_path / "direct").iterdir()
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "error" and "could not be built" in result["message"]
+    notices = [e for e in read_events(run_dir / "events.jsonl") if isinstance(e, ev.Notice)]
+    assert [n.level for n in notices] == ["error"] and "Traceback" not in notices[0].message
 
 
 def test_a_task_that_declares_nothing_runs_as_before(tmp_path: Path, cache: Path) -> None:
