@@ -6,6 +6,7 @@ ends in an error (tasks/environment.py)."""
 from __future__ import annotations
 
 import argparse
+import platform
 import sys
 import time
 from typing import Any
@@ -21,7 +22,6 @@ def _echo(line: str) -> None:
 
 def cmd_tasks_env(args: argparse.Namespace) -> int:
     """`mlra tasks env PATH`."""
-    from mlra.tasks.env_build import base_interpreter
     from mlra.tasks.environment import TaskEnvError, ensure_environment, requirements_of
     from mlra.tasks.spec import TaskError, find_task
     from mlra.terminal_text import printable_line
@@ -39,7 +39,7 @@ def cmd_tasks_env(args: argparse.Namespace) -> int:
         print(
             printable_line(
                 f"{task.name} declares no requirements: it runs on mlra's own interpreter "
-                f"({sys.executable}, Python {base_interpreter()})"
+                f"({sys.executable}, Python {platform.python_version()})"
             )
         )
         return EXIT_OK
