@@ -51,9 +51,26 @@ def foreign_lines(task: Any) -> list[str]:
     elif task.metric.self_reported:
         lines.append(f"grading:    self-reported: {task.metric.self_reported}")
     files = ", ".join(p.relative_to(root).as_posix() for p in requirement_files(root))
-    lines.append(
-        "requirements: " + (f"{files}: {summary(check(root))}" if files else "none declared")
-    )
+    if task.environment.declared:
+        # Installed in an environment of its own (pip's lines; conda's are not), so not
+        # checked against mlra's own packages.
+        pins = [r for r in task.environment.requirements if r]
+        conda = [
+            c.requirement
+            for c in check(root)
+            if c.source.endswith((".yml", ".yaml")) and c.detail.startswith(("a conda", "Python"))
+        ]
+        lines.append(
+            "requirements: "
+            + (files or "none declared")
+            + (f" (+ {', '.join(pins[:6])})" if pins else "")
+            + f": pip's installed in the task's own environment (`mlra tasks env {root}`)"
+            + (f"; conda's not installed: {', '.join(conda[:8])}" if conda else "")
+        )
+    else:
+        lines.append(
+            "requirements: " + (f"{files}: {summary(check(root))}" if files else "none declared")
+        )
     lines += baseline_lines(task)
     return lines
 

@@ -395,9 +395,8 @@ def test_tasks_show_describes_the_folder(
     assert "found:      an MLRC-Bench task folder" in out
     assert "prepared:   not yet" in out and "references: published" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("requirements: "))
-    assert "scripts/environment.yml: not satisfied" in line
-    assert "surely-not-installed-pkg==1.0 (not installed)" in line
-    assert "cudatoolkit=11.8" in line  # a conda package: unknown
+    assert "scripts/environment.yml: pip's installed in the task's own environment" in line
+    assert "conda's not installed: python=3.10, cudatoolkit=11.8" in line
     # A benchmark's folder of tasks is listed, each with its requirements.
     mlagentbench_task(tmp_path)
     assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0
