@@ -62,8 +62,7 @@ def foreign_lines(task: Any) -> list[str]:
         ]
         lines.append(
             "requirements: "
-            + (files or "none declared")
-            + (f" (+ {', '.join(pins[:6])})" if pins else "")
+            + ", ".join([*([files] if files else []), *pins[:6]])
             + f": pip's installed in the task's own environment (`mlra tasks env {root}`)"
             + (f"; conda's not installed: {', '.join(conda[:8])}" if conda else "")
         )
@@ -152,7 +151,9 @@ def list_benchmark_folder(folder: Path) -> bool:
             continue
         m = task.metric
         reference = "baseline unknown" if m.baseline is None else f"baseline {m.baseline:g}"
-        if not m.direction_known:
+        if task.evaluator.cannot_grade:
+            pass  # said below, and no direction matters then
+        elif not m.direction_known:
             reference += " · direction unknown (success not judged; see `mlra tasks PATH`)"
         elif m.self_reported:
             reference += " · self-reported score"
@@ -162,7 +163,22 @@ def list_benchmark_folder(folder: Path) -> bool:
         print(
             printable_line(
                 f"{'':<24} needs {needs(task)} · {reference} · requirements "
-                + " · ".join([summary(check(task.root)), *marks])
+                + " · ".join([_requirements_word(task, summary, check), *marks])
             )
         )
     return True
+
+
+def _requirements_word(task: Any, summary: Any, check: Any) -> str:
+    """A listed folder's requirements: installed in its own environment where it declares
+    any (not judged against mlra's packages), else whether this machine meets them."""
+    env = task.environment
+    if not env.declared:
+        return summary(check(task.root))
+    parts = [*env.files, *env.requirements]
+    return (
+        "in its own environment ("
+        + ", ".join(parts[:4])
+        + (", ..." if len(parts) > 4 else "")
+        + ")"
+    )
