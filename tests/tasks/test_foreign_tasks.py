@@ -403,7 +403,7 @@ def test_tasks_show_describes_the_folder(
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].split() == ["mlagentbench-tiny-mab", "tiny-mab", "(MLAgentBench)"]
     assert "baseline unknown · direction unknown (success not judged" in listed[1]
-    assert "requirements none declared" in listed[1]
+    assert "requirements in its own environment (numpy<2)" in listed[1]
 
 
 def test_an_eval_py_that_cannot_grade_is_said_before_and_after_a_run(
