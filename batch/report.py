@@ -90,6 +90,8 @@ class RunRow:
     self_reported: bool = False
     """The score is the workspace's own report, not a measurement: never counted as a
     success, and marked."""
+    direction_known: bool = True
+    """False: no one said which way the metric improves, so success was not judged."""
     detail: str = ""
     """For an attempt that never started or was lost: what happened, in a line."""
     nodes: list[str] = field(default_factory=list)
@@ -124,6 +126,9 @@ class Group:
     self_reported: int = 0
     """Scored runs whose score is the workspace's own report (in the means, marked, and
     never counted as successes)."""
+    judged: bool = True
+    """False where no run of the group had its success judged (the task's direction is
+    unknown): its success is "not judged", not 0%."""
     retries: int = 0
     """Attempts beyond the first, over the group's seeds (not in its numbers)."""
     lost_with_node: int = 0
@@ -210,6 +215,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         validation_curve=[(t, score) for t, score in r.validation_curve],
         success_bar=r.success_bar,
         self_reported=bool(r.self_reported) and r.score is not None,
+        direction_known=r.direction_known,
     )
 
 
@@ -329,6 +335,7 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 normalized_se=norm_se,
                 success_rate=sum(m.success for m in members) / len(members),
                 self_reported=sum(m.self_reported for m in members),
+                judged=any(m.direction_known for m in members),
                 median_duration_s=statistics.median(m.duration_s for m in members),
                 tokens=sum(m.tokens for m in every),
                 tokens_estimated=sum(m.tokens_estimated for m in every),
@@ -364,6 +371,10 @@ def _pm(mean: float | None, se: float | None) -> str:
     if mean is None:
         return "–"
     return f"{mean:.4g} ± {se:.2g}" if se is not None else f"{mean:.4g}"
+
+
+def _success_cell(g: Group) -> str:
+    return f"{g.success_rate:.0%}" if g.judged else "not judged"
 
 
 def _unisolated_mark(g: Group) -> str:
@@ -409,7 +420,7 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         lines.append(
             f"| {_cell(g.task)} | {_cell(g.model)} | {g.runs} | {g.scored} | {score} | {normalized} | "
             f"{best} | {experiments} | "
-            f"{g.success_rate:.0%} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
+            f"{_success_cell(g)} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
             f"${g.cost_usd:.4f} | {failures} | "
             f"{g.retries}{f' ({g.lost_with_node} lost with a node)' if g.lost_with_node else ''} | "
             f"{_cell(g.isolation.replace(';', ', '))} |"
@@ -482,7 +493,7 @@ CSV_FIELDS = [
     "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
     "isolation", "unisolated", "retries", "lost_with_node", "best_validation_mean", "best_validation_se",
-    "experiments_mean",
+    "experiments_mean", "self_reported", "judged",
 ]  # fmt: skip
 
 
@@ -615,7 +626,7 @@ def group_line(g: Group) -> str:
     ]
     if g.normalized_mean is not None:
         parts.append(f"normalized {_pm(g.normalized_mean, g.normalized_se)}")
-    parts.append(f"success {g.success_rate:.0%}")
+    parts.append(f"success {_success_cell(g)}")
     if g.self_reported:
         parts.append(f"{g.self_reported} self-reported (not measured; never a success)")
     return f"{printable_line(g.task)} · {printable_line(g.model)}: " + " · ".join(parts)

@@ -39,6 +39,9 @@ class Overrides(_Strict):
     """Node labels a run must be placed on (Ray's label selector, `{ zone = "a" }`)."""
     accelerator_type: str | None = None
     """The accelerator a Ray node must have (`A100`, `H100`, as Ray names them)."""
+    direction: Literal["higher", "lower"] | None = None
+    """Which way the task's metric improves, for a folder whose own files do not say
+    (`mlra run --direction`); a task whose direction is known refuses a contrary one."""
 
     @field_validator("time_limit")
     @classmethod
@@ -153,6 +156,7 @@ class BatchTask(BaseModel):
 def load_tasks(spec: BatchSpec) -> list[BatchTask]:
     """The batch's tasks, loaded: bad names fail here, before anything is written."""
     from mlra.tasks.spec import TaskError, find_task
+    from mlra.tasks.success import direction_conflict
 
     unknown = set(spec.overrides) - set(spec.tasks)
     if unknown:
@@ -170,6 +174,9 @@ def load_tasks(spec: BatchSpec) -> list[BatchTask]:
             raise BatchError(f"two tasks named {loaded.name!r}: {seen[loaded.name]} and {task}")
         seen[loaded.name] = task
         settings = spec.defaults.merged(spec.overrides.get(task, Overrides()))
+        conflict = direction_conflict(loaded, settings.direction)
+        if conflict is not None:
+            raise BatchError(f"{task}: {conflict}")
         declared = loaded.resources
         resources = Resources(
             cpus=settings.cpus or declared.cpus or 1.0,
@@ -226,6 +233,7 @@ def run_command(run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str) -
         ("--max-steps", s.max_steps),
         ("--max-cost", s.max_cost),
         ("--max-tokens", s.max_tokens),
+        ("--direction", s.direction),
     ):
         if value is not None:
             command += [flag, str(value)]

@@ -62,6 +62,12 @@ def add_batch_commands(sub: Any) -> None:
     )
     add_fetch_args(batch, whose="each run")
     add_budget_args(batch, whose="each run", default="the batch file's, else the task's")
+    batch.add_argument(
+        "--direction",
+        choices=("higher", "lower"),
+        help="which way the tasks' metric improves, for folders whose own files do not say "
+        "(per task: `direction` in [overrides.<task>])",
+    )
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
 
@@ -102,6 +108,7 @@ def _spec(args: argparse.Namespace) -> Any:
             "max_steps": args.max_steps,
             "max_cost": args.max_cost,
             "max_tokens": args.max_tokens,
+            "direction": args.direction,
         }
         defaults = Overrides.model_validate(data.get("defaults", {}))
         data["defaults"] = defaults.merged(Overrides(**limits)).model_dump(exclude_none=True)

@@ -103,6 +103,10 @@ def final_line(run_dir: Path, result: Any) -> str:
         score = f"score {result.metric} = {result.score:.4g}"
         if result.normalized_score is not None:
             score += f" (normalized {result.normalized_score:+.3f})"
+        if getattr(result, "self_reported", None):
+            score += " · self-reported (the workspace's own number, not a measurement)"
+        if not getattr(result, "direction_known", True):
+            score += " · success not judged (direction unknown)"
         if isolation == "none":
             score += " · unisolated (sandbox isolation none)"
         elif isolation:

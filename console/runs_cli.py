@@ -400,8 +400,9 @@ def list_runs(runs_dir: Path) -> list[RunRow]:
 
 
 UNISOLATED = "*"
-SELF_REPORTED = "^"
 """After a score earned without isolation (sandbox isolation "none")."""
+SELF_REPORTED = "^"
+"""After a score the workspace's own code wrote (the task's `metric.self_reported`)."""
 MISMATCH = "result≠log"
 
 
@@ -439,6 +440,8 @@ def _regrade_cell(row: RunRow) -> str:
     if not row.regrades:
         return "-"
     score = f"{row.regrade_score:.4g}" if row.regrade_score is not None else "no score"
+    if row.regrade_score is not None and row.self_reported:
+        score += SELF_REPORTED  # graded by the same evaluator: the same report
     return f"{score} ({row.regrade_artifact})"  # escaped with the row's other cells
 
 

@@ -12,7 +12,14 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from mlra.durations import format_duration, parse_duration
 from mlra.tasks import checks
@@ -94,6 +101,14 @@ class Metric(_Strict):
     score_range: tuple[float, float] | None = None
     """The scores the metric can take (accuracy: 0 to 1); a score outside is a failed
     grading, not a result."""
+
+    @model_validator(mode="after")
+    def _stated_direction(self) -> Metric:
+        # A direction written down is a direction known: a task.toml imported with
+        # `direction_known = false` needs only `higher_is_better` set to be judged.
+        if "higher_is_better" in self.model_fields_set:
+            self.direction_known = True
+        return self
 
 
 class Evaluator(_Strict):
@@ -263,13 +278,34 @@ class TaskSpec(_Strict):
                 "commands are killed and whatever the workspace holds is evaluated.",
             ),
             ("Result", p.result),
-            ("Evaluation", p.evaluation),
+            ("Evaluation", self._evaluation()),
             ("Rules", p.rules),
             ("Notes", p.notes),
         ]
         parts = [f"# {self.title}"]
         parts += [f"## {head}\n{body.strip()}" for head, body in sections if body.strip()]
         return "\n\n".join(parts) + "\n"
+
+    def _evaluation(self) -> str:
+        """The evaluation section as the metric now stands: `{direction}` in it is the
+        direction where someone stated it (the folder's mlra.toml, `--direction`), else
+        that none is judged; a self-reported score is said, whoever wrote the task."""
+        m = self.metric
+        text = self.prompt.evaluation
+        if m.direction_known:
+            way = f"({m.name}: {'higher' if m.higher_is_better else 'lower'} is better)"
+        else:
+            way = (
+                "(which way its score improves is not stated, so no success is judged: make "
+                "the result as good as the task asks)"
+            )
+        text = text.replace("{direction}", way)
+        if m.self_reported:
+            text = (
+                f"{text.rstrip()} The score is self-reported: {m.self_reported}. It is "
+                "recorded as self-reported and never counts as a plain success."
+            ).strip()
+        return text
 
 
 def load_task(path: Path) -> TaskSpec:
@@ -318,11 +354,18 @@ def load_task(path: Path) -> TaskSpec:
     return spec
 
 
-def check_task(spec: TaskSpec, where: str, *, baseline_measured_later: bool = False) -> None:
+def check_task(
+    spec: TaskSpec,
+    where: str,
+    *,
+    baseline_measured_later: bool = False,
+    measured_baseline: bool = False,
+) -> None:
     """Refuse a task with a mistake no field's type catches (tasks/checks.py), in one
     line naming `where` (its file) and the field; for every loader of a task. A foreign
     folder's baseline is measured by its first baseline run (`baseline_measured_later`),
-    so a rule that needs one does not refuse the folder before that run."""
+    so a rule that needs one does not refuse the folder before that run; a baseline
+    measured past a published top (`measured_baseline`) does not refuse it either."""
     m = spec.metric
     problems = [
         *checks.direction_problems(
@@ -349,6 +392,10 @@ def check_task(spec: TaskSpec, where: str, *, baseline_measured_later: bool = Fa
     for field, problem in problems:
         if baseline_measured_later and field == "metric.baseline" and m.baseline is None:
             continue
+        if measured_baseline and field == "metric.top":
+            # A baseline this machine measured past a benchmark's published top is a
+            # finding about the starter, not a mistake in the folder: it still loads.
+            continue
         raise TaskError(f"{where}: field {field}: {problem}")
 
 
@@ -368,7 +415,15 @@ def _load_foreign(folder: Path) -> TaskSpec:
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
         raise TaskError(f"{folder}: read as a task, field {field}: {err['msg']}") from None
     spec.root = root
-    check_task(spec, f"{folder} (read as a task)", baseline_measured_later=True)
+    from mlra.tasks.foreign.loader import recorded_baseline
+
+    measured = spec.metric.baseline is not None and spec.metric.baseline == recorded_baseline(root)
+    check_task(
+        spec,
+        f"{folder} (read as a task)",
+        baseline_measured_later=True,
+        measured_baseline=measured,
+    )
     return spec
 
 

@@ -73,7 +73,7 @@ def export(task: TaskSpec, out: Path) -> Path:
     if not data["metric"].get("direction_known", True):
         header.append(
             "# metric.higher_is_better: unknown (mlra did not recognize this evaluator); "
-            "state it and set metric.direction_known = true, or success is never judged."
+            "set it (true or false), or success is never judged."
         )
     if baseline is None and data["metric"]["baseline"] is None:
         # A success rule that needs a baseline cannot load without one.

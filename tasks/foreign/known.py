@@ -107,8 +107,9 @@ def failure_values_in(eval_py: Path) -> list[float]:
 
 
 def _number(node: ast.expr) -> float | None:
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
-        return float(node.value)
+    value = node.value if isinstance(node, ast.Constant) else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub | ast.UAdd):
         inner = _number(node.operand)
         if inner is not None:

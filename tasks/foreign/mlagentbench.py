@@ -87,7 +87,8 @@ def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, A
         steps = [{"title": "Leave the starter unchanged (no train.py)", "command": "true"}]
     metric: dict[str, Any] = {
         "name": known.metric if known else "score",
-        "higher_is_better": known.higher_is_better if known else True,
+        # Unknown: left unset (a written direction is a known one; tasks/spec.py).
+        **({"higher_is_better": known.higher_is_better} if known else {}),
         "direction_known": known is not None,
         "baseline": baseline,
         "success_rule": "relative_improvement",
@@ -135,22 +136,11 @@ def _evaluation_text(cannot_grade: str, known: KnownEvaluator | None) -> str:
             f"This task folder cannot be graded ({cannot_grade}): the run is not scored. "
             "Leave the workspace holding your best result and describe it when you submit."
         )
-    if known is None:
-        return (
-            "The folder's own hidden eval.py: get_score(<the frozen copy of your "
-            "workspace>), run host-side after the run. Which way its score improves is not "
-            "stated, so no success is judged: make the result as good as the task asks."
-        )
-    direction = "higher" if known.higher_is_better else "lower"
-    text = (
-        "The benchmark's own hidden eval.py: get_score(<the frozen copy of your workspace>), "
-        f"run host-side after the run ({known.metric}: {direction} is better). Success, as "
-        "MLAgentBench counts it, is a score more than 10% better than the baseline's (the "
-        "unchanged starter's)."
+    # `{direction}` is filled as the metric stands when the prompt is written (the
+    # folder's mlra.toml or `--direction` may state what the evaluator does not).
+    whose = "The benchmark's own" if known is not None else "The folder's own"
+    return (
+        f"{whose} hidden eval.py: get_score(<the frozen copy of your workspace>), run "
+        "host-side after the run {direction}. Success, as MLAgentBench counts it, is a "
+        "score more than 10% better than the baseline's (the unchanged starter's)."
     )
-    if known.self_reported:
-        text += (
-            f" The score is self-reported: {known.self_reported}. It is recorded as "
-            "self-reported and never counts as a plain success."
-        )
-    return text

@@ -137,7 +137,9 @@ def test_an_unrecognized_evaluator_scores_without_judging_success(
     source = folder(tmp_path, "house-prices-mine", 'open("submission.csv", "w").write("9\\n")\n')
     task = load_task(source)
     assert not task.metric.direction_known
-    assert "Which way its score improves is not stated" in task.render_prompt()
+    assert "(which way its score improves is not stated, so no success is judged" in (
+        task.render_prompt()
+    )
     _, events = baseline_run(source, runs)
     finished = graded(events)
     assert (finished.score, finished.success, finished.direction_known) == (9.0, None, False)
@@ -164,6 +166,7 @@ def test_an_unrecognized_evaluator_scores_without_judging_success(
     assert stated.root == copy  # not prepared again
     assert (stated.metric.name, stated.metric.higher_is_better) == ("mae", False)
     assert stated.metric.direction_known
+    assert "run host-side after the run (mae: lower is better)" in stated.render_prompt()
     capsys.readouterr()
     assert mlra_main(["tasks", "show", str(source)]) == 0
     assert "metric:     mae (lower is better)" in capsys.readouterr().out
@@ -302,3 +305,60 @@ def test_a_batch_of_baseline_seeds_reseeds_the_recipe(tmp_path: Path) -> None:
     assert scores == [1.0, 2.0]
     report = (out / "report.md").read_text()
     assert "1.5 ± 0.5" in report
+
+
+def test_an_imported_folder_needs_only_its_direction_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """After `mlra tasks import`, the task.toml says the direction is unknown; writing
+    `higher_is_better` is all it takes to have success judged."""
+    source = folder(tmp_path, "mine", 'open("submission.csv", "w").write("3\\n")\n')
+    out = tmp_path / "imported"
+    assert mlra_main(["tasks", "import", str(source), str(out)]) == 0
+    toml = (out / "task.toml").read_text()
+    assert "direction_known = false" in toml and "higher_is_better" not in toml.split("[metric]")[1]
+    assert not load_task(out).metric.direction_known
+    (out / "task.toml").write_text(
+        toml.replace("[metric]\n", "[metric]\nhigher_is_better = false\n")
+    )
+    stated = load_task(out)
+    assert (stated.metric.direction_known, stated.metric.higher_is_better) == (True, False)
+
+
+def test_a_batch_states_the_direction_and_says_when_success_is_not_judged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = folder(tmp_path, "errors", 'open("submission.csv", "w").write("7\\n")\n')
+    argv = ["batch", "--tasks", str(source), "--models", "baseline", "--no-tui"]
+    assert mlra_main([*argv, "--out", str(tmp_path / "b1")]) == 0
+    out = capsys.readouterr().out
+    assert "success not judged" in out  # not "success 0%": nothing could be judged
+    assert "| not judged |" in (tmp_path / "b1" / "report.md").read_text()
+    assert mlra_main([*argv, "--out", str(tmp_path / "b2"), "--direction", "lower"]) == 0
+    (result,) = (tmp_path / "b2").glob("runs/*/result.json")
+    data = json.loads(result.read_text())
+    assert data["direction_known"] is True and data["success"] is not None
+    # A direction contrary to what a task's own files say is refused before any run.
+    seeded = seeded_task(tmp_path)
+    code = mlra_main(
+        ["batch", "--tasks", str(seeded), "--models", "baseline", "--direction", "lower",
+         "--out", str(tmp_path / "b3"), "--no-tui"]
+    )  # fmt: skip
+    assert code == 2 and "already higher-is-better" in capsys.readouterr().err
+
+
+def test_a_published_top_without_a_baseline_measures_the_baseline(tmp_path: Path) -> None:
+    """MLRC-Bench publishes weather_forcast's top and no baseline: baseline runs of it
+    are recorded (found by main.py's TASK_NAME, whatever the folder's name)."""
+    from tests.tasks.test_foreign_tasks import mlrc_task
+
+    source = mlrc_task(tmp_path)
+    main = source / "env" / "main.py"
+    main.write_text(main.read_text().replace('"meta-learning"', '"weather_forcast"'))
+    yml = source / "scripts" / "environment.yml"
+    yml.write_text(yml.read_text().replace("    - surely-not-installed-pkg==1.0\n", ""))
+    task = load_task(source)
+    assert (task.metric.baseline, task.metric.top) == (None, 0.1014596)
+    _, events = baseline_run(source, tmp_path / "runs")
+    assert any(n.startswith("the baseline of mlrcbench-") for n in notices(events)), notices(events)
+    assert load_task(source).metric.baseline == graded(events).score
