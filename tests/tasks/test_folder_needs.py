@@ -20,6 +20,7 @@ from mlra.tasks.foreign.common import CACHE_VAR
 from mlra.tasks.foreign.loader import marker
 from mlra.tasks.foreign.prepare import prepare_log, prepared
 from mlra.tasks.spec import load_task
+from tests.tasks.folders import write_tree
 
 MISSING = "mlra_surely_absent_module"
 """A module no interpreter here has."""
@@ -30,14 +31,6 @@ EVAL_PY = (
     '    with open(os.path.join(submission_folder, "submission.csv")) as f:\n'
     "        return float(f.read().split()[0])\n"
 )
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
 
 
 def mab_folder(
@@ -51,13 +44,15 @@ def mab_folder(
         "scripts/eval.py": EVAL_PY,
     }
     chosen.update(files or {})
-    return _write(parent / "benchmarks" / name, {k: v for k, v in chosen.items() if v is not None})
+    return write_tree(
+        parent / "benchmarks" / name, {k: v for k, v in chosen.items() if v is not None}
+    )
 
 
 def mlrc_folder(parent: Path, name: str = "tiny-mlrc", evaluation: str = "") -> Path:
     """An MLRC-Bench folder: main.py runs a method, evaluation.py (read-only, so part of
     the grader) scores it."""
-    return _write(
+    return write_tree(
         parent / "benchmarks_base" / name,
         {
             "env/main.py": (
@@ -204,7 +199,7 @@ def test_an_evaluator_importing_a_missing_module_is_refused(
     assert "this machine: cannot run it now: cannot be graded here" in out
     # The grader's code is what eval.py imports of the folder's own, not every hidden file.
     (source / "scripts" / "eval.py").write_text("import scoring\n" + EVAL_PY)
-    _write(
+    write_tree(
         source / "scripts", {"scoring.py": f"import {MISSING}\n", "unused.py": "import nope_x\n"}
     )
     line = _refused(capsys, _run(source, runs), runs)
@@ -269,7 +264,7 @@ def test_an_evaluator_downloading_a_dataset_offline_is_refused(
     assert 'grading would download load_dataset("some-name") (scripts/eval.py) with no' in line
     assert "csv" not in line
     # The starter's download is said; a copy in the Hugging Face cache lets grading run.
-    _write(tmp_path / "hf" / "datasets" / "some-name" / "default", {"data.arrow": "x"})
+    write_tree(tmp_path / "hf" / "datasets" / "some-name" / "default", {"data.arrow": "x"})
     assert mlra_main(["tasks", "show", str(source)]) == 0
     out = capsys.readouterr().out
     assert 'downloads:  the starter downloads CIFAR10(root="./data", download=True)' in out
@@ -340,7 +335,7 @@ def mlra_task(parent: Path, grade: str, environment: str = "") -> Path:
         '[evaluator]\nkind = "script"\nartifact = "out.txt"\n'
         '[evaluator.settings]\nscript = "hidden/grade.py"\n' + environment
     )
-    return _write(
+    return write_tree(
         parent / "needs-demo",
         {
             "task.toml": toml,

@@ -23,14 +23,7 @@ from mlra.tasks.spec import TaskError, check_task, load_task
 from tests.conftest import docker_address, docker_problem, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
-
-
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
+from tests.tasks.folders import write_tree
 
 
 def mlagentbench_task(parent: Path, *, prepare: str | None = None) -> Path:
@@ -54,7 +47,7 @@ def mlagentbench_task(parent: Path, *, prepare: str | None = None) -> Path:
             'open("answer.csv", "w").write("hidden\\n")\n'
         ),
     }
-    return _write(parent / "benchmarks" / "tiny-mab", files)
+    return write_tree(parent / "benchmarks" / "tiny-mab", files)
 
 
 MLRC_MAIN = """\
@@ -139,7 +132,7 @@ def mlrc_task(parent: Path) -> Path:
             "  - pip\n  - pip:\n    - pydantic>=2\n    - surely-not-installed-pkg==1.0\n"
         ),
     }
-    return _write(parent / "benchmarks_base" / "meta-learning", files)
+    return write_tree(parent / "benchmarks_base" / "meta-learning", files)
 
 
 @pytest.fixture
@@ -184,7 +177,7 @@ def test_a_folder_of_read_only_files_is_one_read_only_folder(tmp_path: Path, cac
     files = {f"env/images/{i:04d}.png": "x" for i in range(3200)}
     files |= {"env/images/train/a.png": "x", "env/notes/key.csv": "x", "env/notes/todo.txt": ""}
     files |= {"env/small/a.csv": "x", "env/small/b.csv": "x"}
-    _write(source, files)
+    write_tree(source, files)
     (source / "scripts" / "read_only_files.txt").write_text("images/*\n./notes/key.csv\nsmall/*\n")
     task = load_task(source)
     assert task.files.read_only == ["images", "notes/key.csv", "small/a.csv", "small/b.csv"]
@@ -468,7 +461,7 @@ def test_a_starter_without_train_py_loads_checked_and_imports(
     the starter as it is, a recipe the load-time checks accept (which a foreign folder
     goes through too, but for the baseline its first baseline run measures), so its
     import reloads."""
-    source = _write(
+    source = write_tree(
         tmp_path / "benchmarks" / "llama-inference",
         {
             "env/inference.py": 'print("Average per token generation time:  0.5")\n',

@@ -40,6 +40,7 @@ from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.env import sandbox_env
 from tests.conftest import mlra_cli
+from tests.tasks.folders import write_tree
 
 BWRAP_PROBLEM = isolation_problem()
 needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
@@ -114,16 +115,8 @@ Path(out).write_text(json.dumps({"score": float(said == found), "metrics": {}}))
 )
 
 
-def _write(root: Path, files: dict[str, str]) -> Path:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
-    return root
-
-
 def toml_task(parent: Path) -> Path:
-    return _write(
+    return write_tree(
         parent / "old-tabulate",
         {
             "task.toml": TASK_TOML,
@@ -143,7 +136,7 @@ def mlagentbench_task(parent: Path, requirements: str = "scripts/requirements.tx
         '    sys.exit(f"numpy {numpy.__version__}")\n'
         "import pandas  # mlra's pandas needs NumPy 2: the environment holds one that agrees\n"
     )
-    return _write(
+    return write_tree(
         parent / "benchmarks" / "old-tab",
         {
             "env/train.py": check + 'open("submission.csv", "w").write("0.75\\n")\n',

@@ -22,6 +22,7 @@ from mlra.tasks.foreign.common import BASELINE_FILE, CACHE_VAR
 from mlra.tasks.foreign.mlrcbench import PUBLISHED, published_name
 from mlra.tasks.spec import Metric, load_task
 from mlra.tasks.success import success_bar, success_of
+from tests.tasks.folders import write_tree
 
 READ_SUBMISSION = (
     "import os\n\n"
@@ -37,15 +38,12 @@ cannot (as MLAgentBench's vectorization does)."""
 
 
 def folder(parent: Path, name: str, train: str, eval_py: str = READ_SUBMISSION) -> Path:
-    root = parent / "benchmarks" / name
-    for rel, text in {
+    files = {
         "env/train.py": train,
         "scripts/research_problem.txt": "Make the number train.py writes smaller.",
         "scripts/eval.py": eval_py,
-    }.items():
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(text)
-    return root
+    }
+    return write_tree(parent / "benchmarks" / name, files)
 
 
 @pytest.fixture(autouse=True)
@@ -281,15 +279,12 @@ json.dump({"score": float(open(artifact).read())}, open(out, "w"))
 
 
 def seeded_task(tmp_path: Path) -> Path:
-    task = tmp_path / "seeded"
-    for rel, text in {
+    files = {
         "task.toml": SEEDED_TASK,
         "starter/write.py": "import sys\nopen('out.txt', 'w').write(sys.argv[2])\n",
         "hidden/score.py": SCORE_PY,
-    }.items():
-        (task / rel).parent.mkdir(parents=True, exist_ok=True)
-        (task / rel).write_text(text)
-    return task
+    }
+    return write_tree(tmp_path / "seeded", files)
 
 
 def test_a_batch_of_baseline_seeds_reseeds_the_recipe(tmp_path: Path) -> None:
