@@ -86,7 +86,12 @@ def node_of(result: dict[str, object]) -> str:
 
 
 def start_driver(cluster: RayCluster, args: list[str]) -> subprocess.Popen[str]:
-    """`mlra ARGS` as a batch driver the test signals or outlives: its own process."""
+    """`mlra ARGS` as a batch driver the test signals or outlives: its own process.
+
+    Its Ctrl-C is the terminal's default whatever started pytest: a shell's background
+    job (`pytest &`, `nohup`) ignores SIGINT, and a child inherits that, so the
+    driver would never see the test's SIGINT (asyncio installs its handler only over
+    the default one)."""
     env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
     return subprocess.Popen(
         [sys.executable, "-m", "mlra", *args],
@@ -95,7 +100,12 @@ def start_driver(cluster: RayCluster, args: list[str]) -> subprocess.Popen[str]:
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        preexec_fn=_default_sigint,
     )
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def wait_for_command(node: RayNode, marker: str, driver: subprocess.Popen[str], what: str) -> None:
