@@ -91,26 +91,26 @@ class Needs:
 
     def grading_problems(self) -> list[str]:
         """Why the evaluator cannot run here, one phrase each."""
-        out = []
-        if self.evaluator_missing and not self.environment_pending:
-            out.append(f"its evaluator imports {_listed(self.evaluator_missing)}, not installed")
-        if self.evaluator_downloads:
-            out.append(
-                f"grading would download {_listed(self.evaluator_downloads)} with no network "
-                "and no local copy"
-            )
-        return out
+        return self._problems(
+            ("its evaluator imports", self.evaluator_missing),
+            ("grading would download", self.evaluator_downloads),
+        )
 
     def starter_problems(self) -> list[str]:
         """What the unchanged starter would fail on, one phrase each."""
+        return self._problems(
+            ("the starter imports", self.starter_missing),
+            ("the starter downloads", self.starter_downloads),
+        )
+
+    def _problems(
+        self, imports: tuple[str, list[Found]], downloads: tuple[str, list[Found]]
+    ) -> list[str]:
         out = []
-        if self.starter_missing and not self.environment_pending:
-            out.append(f"the starter imports {_listed(self.starter_missing)}, not installed")
-        if self.starter_downloads:
-            out.append(
-                f"the starter downloads {_listed(self.starter_downloads)} with no network "
-                "and no local copy"
-            )
+        if imports[1] and not self.environment_pending:
+            out.append(f"{imports[0]} {_listed(imports[1])}, not installed")
+        if downloads[1]:
+            out.append(f"{downloads[0]} {_listed(downloads[1])} with no network and no local copy")
         return out
 
 

@@ -64,7 +64,7 @@ def recognizes(folder: Path) -> bool:
     return (folder / "env").is_dir() and (folder / "scripts" / "research_problem.txt").is_file()
 
 
-def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, Any]:
+def spec_data(folder: Path, *, name: str) -> dict[str, Any]:
     """The task.toml this folder would have, as data. Which way its score improves, and
     whether it is a measurement, come from recognizing its evaluator by content; a
     folder whose evaluator is not one of the benchmark's own has its direction unknown."""
@@ -90,11 +90,15 @@ def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, A
         # Unknown: left unset (a written direction is a known one; tasks/spec.py).
         **({"higher_is_better": known.higher_is_better} if known else {}),
         "direction_known": known is not None,
-        "baseline": baseline,
+        "baseline": None,  # measured by running the starter (tasks/foreign/loader.py)
         "success_rule": "relative_improvement",
         "success_improvement": SUCCESS_IMPROVEMENT,
         "self_reported": known.self_reported if known else "",
-        "failure_values": failure_values(folder) if not cannot_grade else [],
+        "failure_values": []
+        if cannot_grade
+        else list(known.failure_values)
+        if known
+        else failure_values_in(scripts / "eval.py"),
         "score_range": list(known.score_range) if known and known.score_range else None,
     }
     return {

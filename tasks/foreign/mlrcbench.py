@@ -121,7 +121,7 @@ def driver_args(phase: str, *, scripts: str = "scripts", env: str = "env") -> li
     return ["--phase", phase, "--scripts", scripts, "--env", env]
 
 
-def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, Any]:
+def spec_data(folder: Path, *, name: str) -> dict[str, Any]:
     scripts = folder / "scripts"
     problem = read_text(scripts / "research_problem.txt") or read_text(
         folder / "env" / "research_problem.txt"
@@ -130,7 +130,7 @@ def spec_data(folder: Path, *, name: str, baseline: float | None) -> dict[str, A
     read_only = expand_read_only(folder / "env", [*patterns, "MLAgentBench/*"])
     known = published_name(folder, name)
     published = PUBLISHED.get(known, {})
-    test_baseline = published.get("test", baseline)
+    test_baseline = published.get("test")  # else measured (tasks/foreign/loader.py)
     top = published.get("top")
     rules = [
         "Work only in the workspace; the benchmark's hidden scripts (test data, test "
