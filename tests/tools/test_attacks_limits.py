@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -450,3 +451,56 @@ async def test_closing_the_quota_watcher_ends_it_even_when_a_cancel_is_lost(
     closing = asyncio.create_task(quota.close())
     done, _ = await asyncio.wait({closing}, timeout=30)  # waits; cancels nothing
     assert closing in done and watcher.done() and lost == 1
+
+
+async def test_what_a_stopped_writer_wrote_as_it_died_does_not_stop_the_next_command(
+    tmp_path: Path,
+) -> None:
+    """The scan that finds the workspace over its quota comes before the stop, and the
+    writer goes on until killed (a megabyte or more on a loaded machine). Counted from
+    the scan, those last writes read as growth at the next scan, and the agent's next
+    command, the `rm` getting it back under the quota, was stopped too (CI, bwrap)."""
+    from mlra.tools.sandbox.disk_quota import WorkspaceQuota
+
+    quota = WorkspaceQuota(tmp_path, 1)
+    scans = 0
+    scanned = asyncio.Condition()
+    real_scan = quota._scan_async
+
+    async def counted_scan() -> tuple[int | None, float]:
+        nonlocal scans
+        found = await real_scan()
+        async with scanned:
+            scans += 1
+            scanned.notify_all()
+        return found
+
+    async def scans_after(count: int) -> None:
+        async with scanned:
+            await scanned.wait_for(lambda: scans >= count)
+
+    stops: list[int] = []
+
+    async def stop() -> None:
+        stops.append(scans)
+        if len(stops) == 1:  # the writer's last 3 MB, written as it was being killed
+            (tmp_path / "last.bin").write_bytes(os.urandom(3 << 20))
+
+    quota._scan_async = counted_scan  # type: ignore[method-assign]
+    await quota.start(stop)
+    try:
+        (tmp_path / "first.bin").write_bytes(os.urandom(2 << 20))  # over a 1 MB quota
+        while not stops:
+            await asyncio.wait_for(scans_after(scans + 1), 30)
+        # Three scans after the stop with nothing written: nothing more is stopped...
+        await asyncio.wait_for(scans_after(stops[0] + 3), 30)
+        assert len(stops) == 1, stops
+        # ...while writing more than the slack past what the stop left is stopped again.
+        (tmp_path / "more.bin").write_bytes(os.urandom(2 << 20))
+        seen = scans
+        while len(stops) == 1:
+            await asyncio.wait_for(scans_after(seen + 1), 30)
+            seen += 1
+        assert len(stops) == 2
+    finally:
+        await quota.close()

@@ -171,7 +171,20 @@ class WorkspaceQuota:
                     self.last_stop_note = self._stop_note(used)
                     with contextlib.suppress(Exception):
                         await stop()
+                    await self._settle()
             await asyncio.sleep(max(CHECK_INTERVAL_S, SLOW_FACTOR * cpu))
+
+    async def _settle(self) -> None:
+        """Measure again once the stop is done: what the stopped commands wrote between
+        the scan and their end is where growth is counted from. Counted from the scan
+        itself, those last writes (a megabyte or more on a loaded machine) read as new
+        growth at the next scan, which then stopped the agent's next command, even the
+        `rm` that was getting it back under the quota."""
+        used, _ = await self._scan_async()
+        if used is None:
+            return
+        self.used = used
+        self._floor = used if used > self.limit else None
 
     def _over_and_growing(self, used: int) -> bool:
         if used <= self.limit:
