@@ -24,10 +24,16 @@ from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolRegistry
 
 
-def recipe_command(command: str, seed: int | None) -> str:
+def recipe_command(command: str, seed: int | None, variables: dict[str, str] | None = None) -> str:
     """The step's command with `{seed}` made the run's seed (0 for a run given none): a
-    batch's seeds reseed the recipe, so `--seeds 8` measures its spread."""
-    return command.replace("{seed}", str(seed if seed is not None else 0))
+    batch's seeds reseed the recipe, so `--seeds 8` measures its spread. `variables`
+    (the recipe's `vars`, a search's variant over them) fill their `{name}`s; a variant's
+    own `seed` wins over the run's."""
+    values = dict(variables or {})
+    values.setdefault("seed", str(seed if seed is not None else 0))
+    for name, value in values.items():
+        command = command.replace("{" + name + "}", value)
+    return command
 
 
 class BaselineAgent:
@@ -35,10 +41,15 @@ class BaselineAgent:
 
     def __init__(self, controller: RunController) -> None:
         self.ctl = controller
-        self.validates = controller.config.baseline_validate
-        validator = run_validator(controller) if self.validates else None
-        self.registry = ToolRegistry(core_tools(validator=validator))
+        attempt = controller.config.attempt
+        self.attempt = attempt
+        """Set where this runs one variant of the recipe as a search's attempt: it then
+        always validates, and ends there (the search submits)."""
+        self.validates = controller.config.baseline_validate or attempt is not None
+        self.validator = run_validator(controller) if self.validates else None
+        self.registry = ToolRegistry(core_tools(validator=self.validator))
         self.recipe = controller.task.baseline
+        self.variables = {**self.recipe.vars, **(attempt.variant if attempt else {})}
 
     def _plan(self, statuses: list[ev.PlanStatus], reason: str) -> None:
         """The recipe as a plan: its steps, then submitting (`statuses` may cover it)."""
@@ -91,7 +102,9 @@ class BaselineAgent:
                     id=self.ctl.next_call_id(self.role),
                     name="bash",
                     arguments={
-                        "command": recipe_command(recipe_step.command, self.ctl.config.seed),
+                        "command": recipe_command(
+                            recipe_step.command, self.ctl.config.seed, self.variables
+                        ),
                         "timeout": parse_duration(recipe_step.timeout),
                     },
                 )
@@ -114,6 +127,10 @@ class BaselineAgent:
                 break
         if self.validates:
             statuses.append(await self._validate(statuses))
+        if self.attempt is not None:
+            from mlra.agent.attempt_agent import attempt_ending
+
+            raise EndRun(attempt_ending("the recipe's variant ran and was validated"))
         step = await self.ctl.begin_step(self.role, counts=True)
         self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))
         submit = ToolCallRequest(
@@ -158,5 +175,7 @@ class BaselineAgent:
             name="validate",
             arguments={"path": self.recipe.submit} if self.recipe.submit else {},
         )
+        if self.attempt is not None and self.validator is not None:
+            self.validator.closing_calls.add(call.id)  # the attempt's result: mlra's own
         outcome = await self.ctl.execute_tool(self.role, call, self.registry, step=step, turn=step)
         return "done" if outcome.ok else "failed"

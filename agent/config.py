@@ -14,6 +14,16 @@ from pydantic import BaseModel, Field
 from mlra.tools.fetch.policy import FetchSettings
 
 
+class AttemptSettings(BaseModel):
+    """What an attempt's own run was started to do (agent/attempt_agent.py)."""
+
+    id: str
+    parent: str | None = None
+    operator: str = "chosen"
+    instructions: str = ""
+    variant: dict[str, str] = Field(default_factory=dict)
+
+
 class RunConfig(BaseModel):
     task: str
     model: str
@@ -117,3 +127,13 @@ class RunConfig(BaseModel):
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     """What those tools may fetch beyond the defaults (the user's config file and
     `--allow-host`): recorded, so a resumed or forked run fetches by the same rules."""
+    search: Literal["none", "greedy", "llm"] = "none"
+    """How the run searches over attempts (`--search`, agent/search.py): one line of work,
+    AIDE's greedy policy, or the supervisor choosing with its attempt tools."""
+    attempts: int = Field(default=4, gt=0)
+    """`--attempts`: how many attempts a search makes at most."""
+    attempts_parallel: int = Field(default=1, gt=0)
+    """`--attempts-parallel`: how many run at once (the sandbox's memory and CPUs shared
+    out between them)."""
+    attempt: AttemptSettings | None = None
+    """Set in an attempt's own run (attempts/<id>/): what it was started to do."""

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra import events as ev
+from mlra.agent.attempts import AttemptManager
 from mlra.agent.catchup import CatchUp
 from mlra.agent.clock import RunClock
 from mlra.agent.config import RunConfig
@@ -107,6 +108,8 @@ class RunController(Steering):
         self.jobs = JobManager(
             emit=self.append, clock=lambda: self.clock.elapsed(), records=lambda: self.state.jobs
         )
+        # A search's attempts (agent/attempts.py): runs of their own inside this one.
+        self.attempts = AttemptManager(self)
         self.turns = ModelTurn(self)
         self.tool_step = ToolStep(self, self.scanner)
         # What the agents call: a model turn and a one-off call (agent/model_turn.py),
@@ -114,6 +117,11 @@ class RunController(Steering):
         self.model_turn = self.turns.take
         self.ask = self.turns.ask
         self.execute_tool = self.tool_step.execute
+
+    @property
+    def sandbox_factory(self) -> Callable[[Path, SandboxSpec], Sandbox] | None:
+        """How this run makes its sandbox (tests give their own): its attempts' too."""
+        return self._sandbox_factory
 
     # --- events -----------------------------------------------------------------------
 
@@ -190,6 +198,7 @@ class RunController(Steering):
             )
             await self._finish(ending)
         except asyncio.CancelledError:
+            await self._stop_attempts("the run was cancelled")
             await self._stop_jobs("the run was cancelled")
             self._finish_abruptly("stopped", "the run was cancelled before it could finish")
             if not self._aborted:
@@ -204,6 +213,7 @@ class RunController(Steering):
         except Exception as exc:
             detail = "".join(traceback.format_exception_only(type(exc), exc)).strip()
             self.emit_safely(ev.Notice(level="error", message=traceback.format_exc()))
+            await self._stop_attempts("the run failed")
             await self._stop_jobs("the run failed")
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
@@ -268,8 +278,11 @@ class RunController(Steering):
         self.catchup.go_live()
         # Before anything is frozen or graded: a job left running could still change
         # the artifact after the copy that is graded was taken.
+        await self._stop_attempts(ending.finished_message)
         await self._stop_jobs(ending.finished_message)
-        if ending.evaluate:
+        # An attempt's own run is never graded on the test split: the search grades the
+        # attempt it submits, from the run it belongs to.
+        if ending.evaluate and self.config.attempt is None:
             await evaluate(self, ending)
         self.emit(
             ev.RunFinished(
@@ -291,8 +304,14 @@ class RunController(Steering):
         with contextlib.suppress(Exception):
             await self.jobs.stop_all(reason)
 
+    async def _stop_attempts(self, reason: str) -> None:
+        """Stop every attempt still running, each with its `attempt_finished`; never raises."""
+        with contextlib.suppress(Exception):
+            await self.attempts.stop_all(reason)
+
     async def _close(self) -> None:
         self.clock.pause()
+        await self._stop_attempts("the run ended")
         await self._stop_jobs("the run ended")
         if self.sandbox is not None:
             with contextlib.suppress(Exception):

@@ -41,6 +41,8 @@ class Ending:
     path: str | None = None
     note: str = ""
     message: str = ""
+    attempt: str | None = None
+    """The search's attempt whose frozen artifact is submitted (agent/attempts.py)."""
 
     @property
     def finished_message(self) -> str:

@@ -39,6 +39,23 @@ def best_validated(run: RunContext, ending: Ending) -> ev.Validation | None:
     return best_kept(run.state.validations, run.run_dir)
 
 
+def submitted_attempt(run: RunContext, ending: Ending) -> ev.AttemptFinished | None:
+    """The attempt a search's ending grades: the one submitted, else, for a run that
+    searched and ended with nothing submitted (the deadline, a budget, a stop), its best
+    validated attempt. None: the run's own workspace is graded."""
+    tree = run.state.attempts
+    if ending.attempt is not None:
+        node = tree.get(ending.attempt)
+        return node.finished if node is not None else None
+    if ending.reason == "submitted" or not tree:
+        return None
+    for node in tree.ranked():
+        if node.finished is not None and node.finished.kept is not None:
+            if (run.run_dir / node.finished.kept).exists():
+                return node.finished
+    return None
+
+
 async def evaluate(run: RunContext, ending: Ending) -> None:
     from mlra.tasks.grading import grade_artifact
     from mlra.tools.submission import (
@@ -61,6 +78,10 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
                     f"submission was copied: {exc}",
                 )
             )
+    attempt = submitted_attempt(run, ending)
+    if attempt is not None:
+        await _grade_attempt(run, ending, attempt)
+        return
     best = best_validated(run, ending)
     if best is not None and best.kept is not None:
         await _grade_best_validated(run, ending, best, best.kept)
@@ -148,6 +169,49 @@ def _grading_problem(finished: ev.EvaluationFinished) -> str | None:
     if finished.ok and finished.score is not None:
         return None
     return f"the grading failed: {finished.error or 'no score'}"
+
+
+async def _grade_attempt(run: RunContext, ending: Ending, attempt: ev.AttemptFinished) -> None:
+    """Grade an attempt's frozen copy (the one its score was earned on), recorded as such."""
+    from mlra.tasks.grading import grade_artifact
+    from mlra.tools.submission import artifact_digest
+
+    assert attempt.kept is not None
+    path = run.run_dir / attempt.kept
+    _, size = await asyncio.to_thread(artifact_digest, path)
+    if ending.attempt is not None:
+        note = ending.note or f"attempt {attempt.attempt}"
+    else:
+        note = (
+            f"the best validated attempt ({attempt.attempt}), graded as the run ended with "
+            "nothing submitted"
+        )
+    artifact = run.task.evaluator.artifact
+    run.emit(
+        ev.Submission(
+            path=artifact,
+            note=note,
+            by=ending.by,
+            frozen=attempt.kept,
+            sha256=attempt.sha256,
+            size_bytes=size,
+            attempt=attempt.attempt,
+        )
+    )
+    _, finished = await grade_artifact(
+        run.task,
+        artifact,
+        path,
+        run.run_dir / "evaluation",
+        graded=attempt.kept,
+        sha256=attempt.sha256,
+        on_start=run.emit,
+        on_progress=run.emit,
+        isolation=run.config.isolation,
+    )
+    if run.state.sandbox is not None:
+        finished.agent_isolation = run.state.sandbox.isolation
+    run.emit(finished)
 
 
 async def _grade_best_validated(

@@ -40,6 +40,8 @@ PASSIVE = (
     ev.RunForked,
     ev.JobStarted,
     ev.JobEnded,
+    ev.AttemptStarted,
+    ev.AttemptFinished,
     ev.Submission,
     ev.EvaluationStarted,
     ev.EvaluationFinished,

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from mlra import events as ev
+from mlra.agent.attempt_tree import AttemptsSummary, AttemptTree, summary_of
 from mlra.agent.eventlog import EVENTS_FILE, dump_json
 from mlra.agent.experiments import ExperimentTable
 from mlra.tools.jobs import JobRecord
@@ -127,6 +128,8 @@ class RunState:
     validations: list[ev.Validation] = field(default_factory=list)
     """Every `validate` call's grading, in order: its rate limit counts them."""
     experiments: ExperimentTable = field(default_factory=ExperimentTable)
+    attempts: AttemptTree = field(default_factory=AttemptTree)
+    """The search's attempts, as a tree (agent/attempt_tree.py); empty without a search."""
     """The worker's notes and the validations, as the experiments table (agent/experiments.py)."""
 
     @property
@@ -270,6 +273,8 @@ class RunState:
                 self.experiments.apply(event)
             case ev.ExperimentNote() | ev.Validation() | ev.Experiment():
                 self.experiments.apply(event)
+            case ev.AttemptStarted() | ev.AttemptFinished():
+                self.attempts.apply(event)
             case ev.JobEnded():
                 if event.job in self.jobs:
                     self.jobs[event.job].ended = event
@@ -450,6 +455,9 @@ class RunResult(BaseModel):
     validation_higher_is_better: bool | None = None
     validation_curve: list[tuple[float, float]] = []
     """(run clock seconds, score) of each scored validation, for the report's plot."""
+    attempts: AttemptsSummary | None = None
+    """A search's attempts (`--search`): how many, the best validation, the submitted
+    attempt and its validation-to-test gap; None for a run with one line of work."""
 
     @property
     def unisolated(self) -> bool:
@@ -516,6 +524,11 @@ def result_of(state: RunState) -> RunResult:
         isolated_by_version=state.sandbox.isolated_by_version if state.sandbox else None,
         graded_best_validation=state.submission.best_validation if state.submission else None,
         regrades=list(state.regrades),
+        attempts=summary_of(
+            state.attempts,
+            state.submission.attempt if state.submission else None,
+            evaluation.score if evaluation else None,
+        ),
         **validation_summary(state),
     )
 

@@ -161,6 +161,24 @@ class Baseline(_Strict):
     steps: list[BaselineStep] = Field(default_factory=list)
     submit: str | None = None
     """Artifact the recipe submits (relative to the workspace); the evaluator's default if unset."""
+    vars: dict[str, str] = Field(default_factory=dict)
+    """The recipe's variables and their values (`{steps}` in a command): what a plain
+    baseline run uses."""
+    variants: list[dict[str, str]] = Field(default_factory=list)
+    """Variants a search tries (`mlra run TASK --model baseline --search greedy`): each
+    sets some of `vars` (or `seed`), the rest keep their values. The first ones are the
+    search's drafts; the rest, tried nearest the best first, its improvements."""
+
+    @model_validator(mode="after")
+    def _variants_name_vars(self) -> Baseline:
+        for variant in self.variants:
+            unknown = set(variant) - set(self.vars) - {"seed"}
+            if unknown:
+                raise ValueError(
+                    f"a baseline variant sets {', '.join(sorted(unknown))}, which "
+                    "[baseline.vars] does not declare"
+                )
+        return self
 
 
 class ValidationSettings(_Strict):

@@ -118,6 +118,9 @@ class RunValidator:
         """What the evaluator says is checked against, before the agent reads it."""
         self._one_at_a_time = asyncio.Lock()
         """Two calls in one turn run in turn: the second is judged by the first's event."""
+        self.closing_calls: set[str] = set()
+        """Calls mlra makes itself to close an attempt (agent/attempt_agent.py): the
+        attempt's result is validated whatever its worker used of the rate limit."""
 
     def calls_left(self) -> tuple[int, float | None]:
         past = self.past()
@@ -132,7 +135,7 @@ class RunValidator:
         settings = self.task.validation
         past = self.past()
         started = self.elapsed()
-        why = refusal(settings, past, started)
+        why = None if call_id in self.closing_calls else refusal(settings, past, started)
         if why is not None:
             raise SandboxError(why)
         folder = self.run_dir / VALIDATIONS_DIR / str(len(past) + 1)

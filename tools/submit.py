@@ -11,6 +11,7 @@ still fix it; links inside a submitted folder are judged when it is frozen.
 from __future__ import annotations
 
 import os
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -29,6 +30,20 @@ class SubmitArgs(BaseModel):
     note: str | None = Field(default=None, description="Optional: what is being submitted.")
 
 
+class SubmitAttemptArgs(SubmitArgs):
+    attempt: str | None = Field(
+        default=None,
+        description="Submit this attempt's validated artifact (its frozen copy, as it was "
+        "validated) instead of a path in your workspace.",
+    )
+
+
+class Submittable(Protocol):
+    def submittable(self, attempt: str) -> Any:
+        """Raises with why the attempt cannot be submitted."""
+        ...
+
+
 class Submit(Tool[SubmitArgs]):
     name = "submit"
     description = (
@@ -39,6 +54,9 @@ class Submit(Tool[SubmitArgs]):
     Args = SubmitArgs
 
     async def run(self, args: SubmitArgs, ctx: ToolContext) -> ToolOutcome:
+        return self._submit_path(args, ctx)
+
+    def _submit_path(self, args: SubmitArgs, ctx: ToolContext) -> ToolOutcome:
         if args.path:
             rel = submitted_path(ctx.sandbox, args.path)
         elif ctx.default_artifact:
@@ -82,3 +100,32 @@ def submitted_path(sandbox: Sandbox, path: str, *, default: bool = False) -> str
             "create it first or submit another path"
         )
     return rel
+
+
+class SubmitAttempt(Submit):
+    """`submit` in a run that searches: it also hands in an attempt's artifact."""
+
+    description = Submit.description + (
+        " In a search, give `attempt` to submit that attempt's validated artifact."
+    )
+    Args = SubmitAttemptArgs  # type: ignore[assignment]
+
+    def __init__(self, attempts: Submittable) -> None:
+        self.attempts = attempts
+
+    async def run(self, args: SubmitArgs, ctx: ToolContext) -> ToolOutcome:
+        attempt = getattr(args, "attempt", None)
+        if attempt is None:
+            return self._submit_path(args, ctx)
+        if args.path:
+            raise SandboxError("give `attempt` or `path`, not both")
+        try:
+            self.attempts.submittable(attempt)
+        except Exception as exc:
+            raise SandboxError(f"attempt {attempt} was not submitted: {exc}") from None
+        return ToolOutcome(
+            output=f"Submitted attempt {attempt}'s validated artifact. Evaluation starts now; "
+            "the run ends here.",
+            signal="submit",
+            data={"path": None, "note": args.note, "attempt": attempt},
+        )

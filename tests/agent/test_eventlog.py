@@ -58,6 +58,8 @@ def _samples() -> list[ev.Event]:
         ev.RunForked(run_id="b", source_run="a", source_dir="runs/a", at_step=3, model="baseline"),
         ev.JobStarted(job="job-1", name="train", command="python train.py", log="jobs/job-1.log"),
         ev.JobEnded(job="job-1", end="stopped", reason="the time limit was reached"),
+        ev.AttemptStarted(attempt="a1", operator="draft", instructions="x", folder="attempts/a1"),
+        ev.AttemptFinished(attempt="a1", status="validated", score=0.7, metric="acc"),
         ev.Validation(artifact="submission", ok=True, metric="accuracy", score=0.8),
         ev.ExperimentNote(hypothesis="a larger learning rate helps", change="lr 1e-3"),
         ev.Experiment(number=1, hypothesis="a larger learning rate helps", validation_seq=3),

@@ -1,0 +1,417 @@
+"""Attempts: the nodes of a search, each a run of its own inside this one.
+
+An attempt is a worker subtask (or, with no model, one variant of the task's recipe)
+in a run folder of its own, `attempts/<id>/` in this run's: its own log, its own
+workspace, started from the task's starter or as a copy of another attempt's
+workspace as that one ended, and its own sandbox, which hides the runs folder, so no
+attempt reads another's files. It ends with its artifact validated on the task's
+hidden validation split (agent/attempt_agent.py), and its best validated copy is kept:
+what `submit(attempt=...)` grades.
+
+Reusing the run for the attempt gives it everything a run has for free: its log and
+transcript (the console opens it), its snapshots, its limits, and resume: an attempt
+running when mlra died is resumed from its own log when this run is, as `mlra resume`
+would, so nothing it did is lost.
+
+This run records each attempt with `attempt_started` and `attempt_finished`, written
+as the run's own observations (as jobs are), past any catch-up: the tree is folded from
+them (agent/attempt_tree.py). The manager is the one place attempts are started,
+waited on and stopped: by the supervisor's tools (tools/attempts.py), the greedy
+policy (agent/search.py) and the person at the console.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlra import events as ev
+from mlra.agent.config import AttemptSettings
+from mlra.agent.eventlog import EVENTS_FILE, read_events
+
+if TYPE_CHECKING:
+    from mlra.agent.controller import RunController
+
+ATTEMPTS_DIR = "attempts"
+MIN_ATTEMPT_S = 30.0
+"""No attempt is started with less than this left on the run's clock."""
+STOP_REASON_DEADLINE = "the run ended"
+
+
+class AttemptRefused(Exception):
+    """Why an attempt cannot be started, stopped or submitted: one line for the agent."""
+
+
+class AttemptManager:
+    def __init__(self, run: Any) -> None:
+        # Any: the controller makes its manager in its own __init__, where pyright reads
+        # `self` as not yet the class this module imports.
+        self.run: RunController = run
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._children: dict[str, RunController] = {}
+        self._finished = asyncio.Condition()
+        self._closing = False
+        self._stopped: dict[str, str] = {}
+        """Why each attempt stopped here was stopped, by id."""
+
+    # --- reading the tree -----------------------------------------------------------------
+
+    @property
+    def tree(self) -> Any:
+        return self.run.state.attempts
+
+    @property
+    def folder(self) -> Path:
+        return self.run.run_dir / ATTEMPTS_DIR
+
+    def child(self, attempt: str) -> RunController | None:
+        """The attempt's own run while it runs here (the console messages it through it)."""
+        return self._children.get(attempt)
+
+    def table(self) -> str:
+        """The tree as the supervisor reads it (agent/attempt_tree.py)."""
+        return self.tree.render(self.run.clock.elapsed())
+
+    def left(self) -> int:
+        return max(0, self.run.config.attempts - len(self.tree))
+
+    def slots(self) -> int:
+        return max(0, self.run.config.attempts_parallel - len(self.tree.running))
+
+    def time_share(self) -> float:
+        """The run-clock seconds a new attempt gets: what is left, shared between the
+        attempts still to come as they can run (K at a time), the forecast a search
+        plans by. A supervisor may ask for less."""
+        remaining = self.run.clock.remaining()
+        waves = max(1, math.ceil(self.left() / self.run.config.attempts_parallel))
+        return max(0.0, remaining / waves)
+
+    # --- starting -------------------------------------------------------------------------
+
+    def start(
+        self,
+        *,
+        parent: str | None,
+        instructions: str,
+        operator: ev.AttemptOperator,
+        variant: dict[str, str] | None = None,
+        time_limit_s: float | None = None,
+        call_id: str | None = None,
+    ) -> str:
+        """Start an attempt; its id. Raises AttemptRefused with why it may not."""
+        self.adopt()
+        tree = self.tree
+        if self._closing or self.run.state.finished is not None:
+            raise AttemptRefused("the run is ending: no attempt can start")
+        if not self.left():
+            raise AttemptRefused(
+                f"all {self.run.config.attempts} attempts this run may make were started "
+                "(--attempts); submit one"
+            )
+        if not self.slots():
+            running = ", ".join(n.id for n in tree.running)
+            raise AttemptRefused(
+                f"{self.run.config.attempts_parallel} attempts are running already "
+                f"({running}; --attempts-parallel): wait for one with attempt_wait"
+            )
+        if parent is not None:
+            node = tree.get(parent)
+            if node is None:
+                known = ", ".join(tree.nodes) or "none yet"
+                raise AttemptRefused(f"no attempt {parent!r} (the attempts: {known})")
+            if node.finished is None:
+                raise AttemptRefused(
+                    f"attempt {parent} is still running: start from it once it has ended"
+                )
+            if not (self.folder / parent / "workspace").is_dir():
+                raise AttemptRefused(f"attempt {parent}'s workspace is gone")
+        share = self.time_share()
+        limit = min(share, time_limit_s) if time_limit_s else share
+        if limit < MIN_ATTEMPT_S:
+            raise AttemptRefused(
+                f"{limit:.0f} s are left for an attempt, less than the {MIN_ATTEMPT_S:.0f} s "
+                "one needs; submit the best one"
+            )
+        attempt = f"a{len(tree) + 1}"
+        started = ev.AttemptStarted(
+            attempt=attempt,
+            parent=parent,
+            operator=operator,
+            instructions=instructions,
+            variant=dict(variant or {}),
+            folder=f"{ATTEMPTS_DIR}/{attempt}",
+            time_limit_s=round(limit, 3),
+            call_id=call_id,
+        )
+        self.run.append(started)
+        self._launch(started, resume=False)
+        return attempt
+
+    def _launch(self, started: ev.AttemptStarted, *, resume: bool) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._run_attempt(started, resume=resume), name=f"attempt-{started.attempt}"
+        )
+        self._tasks[started.attempt] = task
+
+    def adopt(self) -> None:
+        """Take up the attempts the log leaves running that no task here runs: a resumed
+        run's, from their own logs. Called once live, and before any use of the tree."""
+        if self.run.catchup.replaying or self._closing:
+            return
+        for node in self.tree.running:
+            if node.id not in self._tasks:
+                self._launch(node.started, resume=True)
+
+    async def _run_attempt(self, started: ev.AttemptStarted, *, resume: bool) -> None:
+        attempt = started.attempt
+        run_dir = self.folder / attempt
+        child: RunController | None = None
+        stopped = lost = ""
+        try:
+            child = await asyncio.to_thread(self._child, started, run_dir, resume)
+            if child is not None:
+                self._children[attempt] = child
+                from mlra.agent.attempt_agent import attempt_agent
+
+                await child.run(attempt_agent)
+        except asyncio.CancelledError:
+            stopped = self._stopped.get(attempt, STOP_REASON_DEADLINE)
+        except Exception as exc:  # its own log says the rest
+            lost = f"the attempt could not run: {exc}"
+        finally:
+            self._children.pop(attempt, None)
+        finished = await asyncio.to_thread(
+            finished_event, started, run_dir, self.run.run_dir, stopped=stopped, lost=lost
+        )
+        with contextlib.suppress(Exception):  # the run's log closed under it: the run ended
+            self.run.append(finished)
+        async with self._finished:
+            self._finished.notify_all()
+
+    def _child(
+        self, started: ev.AttemptStarted, run_dir: Path, resume: bool
+    ) -> RunController | None:
+        """The attempt's own run, made (or, resuming, reopened) in its folder."""
+        from mlra.agent.controller import RunController
+
+        parent = self.run
+        if resume:
+            from mlra.agent.resume import ResumeError, load_run, resume_controller
+
+            if not (run_dir / EVENTS_FILE).is_file():
+                raise RuntimeError("it had not started when mlra stopped, and was not resumed")
+            recorded = load_run(run_dir)
+            if _ended(recorded.events):
+                return None  # it ended; only its attempt_finished was not written
+            try:
+                return resume_controller(
+                    recorded,
+                    attempt_task(parent.task),
+                    parent.provider,
+                    overrides={"time_limit_s": started.time_limit_s},
+                )
+            except ResumeError as exc:
+                raise RuntimeError(str(exc)) from None
+        config = parent.config.model_copy(
+            update={
+                "run_id": started.attempt,
+                "runs_dir": self.folder,
+                "time_limit_s": started.time_limit_s,
+                "search": "none",
+                "start_paused": False,
+                "breakpoints": [],
+                "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
+                "max_tokens": None,
+                "max_steps": None,
+                "attempt": AttemptSettings(
+                    id=started.attempt,
+                    parent=started.parent,
+                    operator=started.operator,
+                    instructions=started.instructions,
+                    variant=started.variant,
+                ),
+            }
+        )
+        child = RunController(
+            config,
+            attempt_task(parent.task),
+            parent.provider,
+            sandbox_factory=parent.sandbox_factory,
+        )
+        child.prepare()
+        if started.parent is not None:
+            # Its workspace as the parent attempt's ended (that one no longer changes).
+            source = self.folder / started.parent / "workspace"
+            shutil.rmtree(child.workspace)
+            shutil.copytree(source, child.workspace, symlinks=True)
+        return child
+
+    # --- waiting and stopping ---------------------------------------------------------------
+
+    async def wait(self, attempt: str | None, timeout_s: float) -> list[str]:
+        """Wait until `attempt` (None: any running one) has ended or `timeout_s` passed;
+        the ids of those that ended meanwhile."""
+        self.adopt()
+        tree = self.tree
+        if attempt is not None:
+            if tree.get(attempt) is None:
+                raise AttemptRefused(f"no attempt {attempt!r}")
+            watched = [attempt] if tree.get(attempt).finished is None else []
+        else:
+            watched = [n.id for n in tree.running]
+        if not watched:
+            return []
+
+        def ended() -> list[str]:
+            return [a for a in watched if (n := tree.get(a)) is not None and n.finished]
+
+        async def until() -> None:
+            async with self._finished:
+                await self._finished.wait_for(lambda: bool(ended()))
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(until(), timeout=max(0.0, timeout_s))
+        return ended()
+
+    async def stop(self, attempt: str, reason: str = "stopped by the supervisor") -> None:
+        """Stop a running attempt; its `attempt_finished` says "stopped" and why."""
+        self.adopt()
+        node = self.tree.get(attempt)
+        if node is None:
+            raise AttemptRefused(f"no attempt {attempt!r}")
+        if node.finished is not None:
+            raise AttemptRefused(f"attempt {attempt} has already ended ({node.status})")
+        self._stopped[attempt] = reason
+        task = self._tasks.get(attempt)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def stop_all(self, reason: str = STOP_REASON_DEADLINE) -> None:
+        """The run is ending: every attempt still running is stopped, and recorded so."""
+        self._closing = True
+        running = [t for t in self._tasks.values() if not t.done()]
+        for attempt, task in self._tasks.items():
+            if not task.done():
+                self._stopped.setdefault(attempt, reason)
+        for task in running:
+            task.cancel()
+        if running:
+            await asyncio.gather(*running, return_exceptions=True)
+
+    # --- submitting ------------------------------------------------------------------------
+
+    def submittable(self, attempt: str) -> ev.AttemptFinished:
+        """The attempt's `attempt_finished`, if it may be submitted (it ended validated, its
+        frozen copy kept); raises AttemptRefused with why not."""
+        node = self.tree.get(attempt)
+        if node is None:
+            known = ", ".join(self.tree.nodes) or "none yet"
+            raise AttemptRefused(f"no attempt {attempt!r} (the attempts: {known})")
+        if node.finished is None:
+            raise AttemptRefused(f"attempt {attempt} is still running: wait for it first")
+        if node.finished.kept is None:
+            raise AttemptRefused(
+                f"attempt {attempt} has no validated artifact ({node.status}"
+                + (f": {node.finished.why}" if node.finished.why else "")
+                + ")"
+            )
+        if not (self.run.run_dir / node.finished.kept).exists():
+            raise AttemptRefused(f"attempt {attempt}'s validated copy is gone")
+        return node.finished
+
+
+def attempt_task(task: Any) -> Any:
+    """The task as an attempt runs it: its best validated copy is always kept, since it is
+    what the search submits."""
+    validation = task.validation.model_copy(update={"grade_best_at_deadline": True})
+    return task.model_copy(update={"validation": validation})
+
+
+def _left(limit: float | None, used: float) -> float | None:
+    return None if limit is None else max(0.0, limit - used)
+
+
+def _ended(events: list[ev.Event]) -> bool:
+    return any(isinstance(e, ev.RunFinished) for e in events)
+
+
+def finished_event(
+    started: ev.AttemptStarted,
+    run_dir: Path,
+    parent_dir: Path,
+    *,
+    stopped: str = "",
+    lost: str = "",
+) -> ev.AttemptFinished:
+    """An attempt's `attempt_finished`, from its own log alone (so a resumed run writes the
+    same one): its best validation kept, else why it has none."""
+    from mlra.agent.state import fold
+    from mlra.tasks.validation import best_kept
+
+    log = run_dir / EVENTS_FILE
+    events: list[ev.Event] = []
+    if log.is_file():
+        with contextlib.suppress(Exception):
+            events = read_events(log)
+    state = fold(events)
+    best = best_kept(state.validations, run_dir)
+    summary = next(
+        (e.report for e in reversed(events) if isinstance(e, ev.SubtaskFinished) and e.report),
+        "",
+    )
+    if not summary and started.variant:
+        summary = "recipe with " + " ".join(f"{k}={v}" for k, v in started.variant.items())
+    finished = state.finished
+    if not stopped and finished is not None and finished.reason == "stopped":
+        stopped = finished.message or "stopped"
+    status: ev.AttemptStatus
+    why = ""
+    if lost:
+        status, why = "lost", lost
+    elif stopped:
+        status, why = "stopped", stopped
+    elif best is not None and best.ok:
+        status = "validated"
+    else:
+        status = "buggy"
+        why = _why_buggy(state, finished)
+    scored = best if best is not None and best.ok and not lost else None
+    kept = None
+    if scored is not None and scored.kept is not None:
+        kept = (run_dir / scored.kept).relative_to(parent_dir).as_posix()
+    return ev.AttemptFinished(
+        attempt=started.attempt,
+        parent=started.parent,
+        status=status,
+        score=scored.score if scored is not None else None,
+        metric=best.metric if best is not None else "",
+        higher_is_better=best.higher_is_better if best is not None else True,
+        normalized=scored.normalized if scored is not None else None,
+        why=why,
+        summary=summary.strip()[:2000],
+        kept=kept,
+        sha256=scored.sha256 if scored is not None else None,
+        duration_s=round(state.elapsed_s, 3),
+        steps=state.steps,
+        tokens=state.tokens,
+        cost_usd=round(state.cost_usd, 6),
+    )
+
+
+def _why_buggy(state: Any, finished: ev.RunFinished | None) -> str:
+    failed = [v for v in state.validations if not v.ok]
+    if failed:
+        last = failed[-1]
+        return f"its validation failed: {last.told or last.error or 'no score'}"
+    if finished is not None and finished.message:
+        return finished.message
+    return "it ended with no artifact validated"
+
+
+AttemptCallback = Callable[[ev.AttemptFinished], None]
