@@ -117,6 +117,59 @@ def job_end_line(e: ev.JobEnded) -> str:
     return f"job {e.job} {e.end} after {took}{why}"
 
 
+def attempt_started_line(e: ev.AttemptStarted) -> str:
+    """`attempt a2 started: improve from a1 (5m budget): <instructions>`: what a search
+    began, as every text display shows it."""
+    origin = f"from {printable_line(e.parent)}" if e.parent else "from the starter"
+    what = e.operator
+    if e.variant:
+        what += " " + " ".join(f"{k}={v}" for k, v in e.variant.items())
+    budget = f" ({format_duration(e.time_limit_s)} budget)" if e.time_limit_s > 0 else ""
+    line = f"attempt {printable_line(e.attempt)} started: {one_line(what, 120)} {origin}{budget}"
+    if e.instructions.strip() and not e.variant:
+        line += f": {one_line(e.instructions, 200)}"
+    return line
+
+
+def attempt_finished_line(e: ev.AttemptFinished) -> str:
+    """`attempt a2 validated: accuracy 0.7812 after 4m 10s` (a validation score, never the
+    test split's), `attempt a3 buggy: <why>`; what it changed after a dash."""
+    line = f"attempt {printable_line(e.attempt)} {e.status}"
+    if e.score is not None:
+        line += f": {printable_line(e.metric or 'validation')} {e.score:.4g}"
+        if e.status != "validated" and e.why:
+            line += f" ({one_line(e.why, 160)})"
+    elif e.why:
+        line += f": {one_line(e.why, 200)}"
+    line += f" after {format_duration(e.duration_s)}"
+    if e.summary.strip():
+        line += f" — {one_line(e.summary, 160)}"
+    return line
+
+
+def attempt_ok(e: ev.AttemptFinished) -> bool:
+    return e.status == "validated"
+
+
+def graded_attempt_words(
+    submission: ev.Submission | None, validation: float | None, test: float | None
+) -> str:
+    """What follows a search's score: the attempt graded, its validation score and the
+    gap (test minus validation), and, where nothing was submitted, that the best validated
+    attempt was graded instead. Empty where no attempt was graded."""
+    if submission is None or submission.attempt is None:
+        return ""
+    attempt = printable_line(submission.attempt)
+    words = f"attempt {attempt}"
+    if submission.by != "agent":  # a deadline, a budget, a stop: nothing was submitted
+        words += ", the best validated: nothing was submitted"
+    if validation is not None:
+        words += f"; validation {validation:.4g}"
+        if test is not None:
+            words += f", gap {test - validation:+.3g}"
+    return f"({words})"
+
+
 def unknown_line(e: ev.UnknownEvent) -> str:
     return f"unknown event {e.original_type!r} (written by a newer mlra; kept as it is)"
 
@@ -257,6 +310,11 @@ class TranscriptDisplay(_Printer):
         self._local = False
         """The model runs on a server the user gave (`--base-url`): its calls are slow
         enough, and the prompt's reading long enough, that each call's time is shown."""
+        self._submission: ev.Submission | None = None
+        self._attempt_scores: dict[str, float | None] = {}
+        """Each finished attempt's validation score: the score line sets the graded
+        attempt's beside its test score."""
+        self._regrading = False
 
     def read_ahead(self, events: list[ev.Event], run_dir: Path) -> None:
         """A replay knows the whole log: a fork's begins with its source's events, and
@@ -395,19 +453,34 @@ class TranscriptDisplay(_Printer):
                     tool = self._waiting.get(event.call_id or "") or (call.tool if call else "")
                     detail = f", runs: {describe_call(tool, event.arguments)}"
                 self._out(f"[{t}] {event.source} {event.action}{detail}", "yellow")
+            case ev.AttemptStarted():
+                self._out(f"[{t}] {attempt_started_line(event)}", "cyan")
+            case ev.AttemptFinished():
+                self._attempt_scores[event.attempt] = event.score
+                style = "green" if attempt_ok(event) else "red" if event.status == "buggy" else ""
+                self._out(f"[{t}] {attempt_finished_line(event)}", style or "yellow")
             case ev.Submission():
+                self._submission = event
                 what = event.path or "(default artifact)"
+                if event.attempt is not None:
+                    what = f"attempt {event.attempt}'s {what}"
                 # Only the agent submits; a deadline or budget grades what is there.
                 done = f"submitted {what}" if event.by == "agent" else f"{event.by}: grading {what}"
                 self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
             case ev.EvaluationStarted():
+                self._regrading = event.regrade_by is not None
                 self._out(f"[{t}] evaluating {event.artifact} with {event.evaluator}…")
             case ev.EvaluationProgress():
                 self._out(f"[{t}] grading: {progress_words(event)}", "dim")
             case ev.EvaluationFinished():
-                self._out(
-                    f"[{t}] score: {score_line(event)}", "bold green" if event.ok else "bold red"
-                )
+                line = f"[{t}] score: {score_line(event)}"
+                if not self._regrading and self._submission is not None:
+                    attempt = self._submission.attempt
+                    validation = self._attempt_scores.get(attempt) if attempt else None
+                    test = event.score if event.ok else None
+                    words = graded_attempt_words(self._submission, validation, test)
+                    line += f" {words}" if words else ""
+                self._out(line, "bold green" if event.ok else "bold red")
             case ev.RunFinished():
                 self._out(f"■ {event.status} ({event.reason}) after {t}: {event.message}", "bold")
             case ev.UnknownEvent():

@@ -113,7 +113,28 @@ def final_line(run_dir: Path, result: Any) -> str:
             score += f" · isolation {isolation}"
     else:
         score = f"no score ({result.evaluation_error or result.message or result.reason})"
-    return printable_line(f"run {result.status} ({result.reason}) · {score} · run dir {shown}")
+    search = search_words(result)
+    return printable_line(
+        f"run {result.status} ({result.reason}) · {score}{search} · run dir {shown}"
+    )
+
+
+def search_words(result: Any) -> str:
+    """A search's numbers for the last line: attempts tried, the best validation, the
+    attempt graded (and whether it was submitted) and its validation-to-test gap."""
+    a = getattr(result, "attempts", None)
+    if a is None:
+        return ""
+    words = f" · {a.tried} attempt{'' if a.tried == 1 else 's'}"
+    if a.best is not None and a.best_validation is not None:
+        words += f", best validation {a.best_validation:.4g} ({a.best})"
+    if a.submitted is None:
+        return words + ", none graded"
+    unsubmitted = result.reason != "submitted"  # the best validated one, graded instead
+    words += f", graded {a.submitted}" + (" (nothing was submitted)" if unsubmitted else "")
+    if a.validation_to_test_gap is not None:
+        words += f", validation-to-test gap {a.validation_to_test_gap:+.3g}"
+    return words
 
 
 def exit_status(result: Any) -> int:

@@ -66,7 +66,8 @@ def add_replay_commands(sub: Any) -> None:
         description="List the runs in a runs folder: id, task, model, status, why it ended, "
         "score, normalized score, the best validation score and the number of experiments "
         "(validations), the latest re-grade (mlra eval), duration, cost and the run each was "
-        "forked from.",
+        "forked from; for a run that searched (--search), a search column: attempts tried, "
+        "the best validation, the submitted attempt and its validation-to-test gap.",
     )
     runs.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)"
@@ -235,10 +236,22 @@ class RunRow:
     """Rows of the run's experiments table (one per validation)."""
     best_validation: float | None = None
     """The best validation score (the validation split, never the hidden test split)."""
+    attempts: dict[str, Any] | None = None
+    """A search's attempts as result.json has them (tried, validated, buggy, best,
+    best_validation, submitted, submitted_validation, test_score, validation_to_test_gap);
+    None for a run with one line of work."""
+    graded_unsubmitted: bool = False
+    """The graded attempt was not submitted: the run ended (a deadline, a budget, a stop)
+    with nothing submitted and its best validated attempt was graded instead."""
 
     @property
     def unisolated(self) -> bool:
         return self.isolation == "none"
+
+    @property
+    def running(self) -> bool:
+        """Still going, or cut off before it ended: it has no ending yet."""
+        return self.status in ("running", "interrupted")
 
 
 _OUTCOME_TYPES = frozenset(
@@ -249,6 +262,9 @@ _OUTCOME_TYPES = frozenset(
         b"run_forked",
         b"evaluation_started",
         b"evaluation_finished",
+        b"submission",
+        b"attempt_started",
+        b"attempt_finished",
     }
 )
 _CLAIMS = (
@@ -265,9 +281,10 @@ _CLAIMS = (
     "forked_from",
     "resumed",
     "regrades",
+    "attempts",
 )
 """The fields of result.json a reader takes as the run's outcome; each must be what
-the log says."""
+the log says (a search's numbers too: an edited best validation or gap is caught)."""
 
 
 def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
@@ -387,7 +404,39 @@ def run_row(run_dir: Path) -> RunRow:
     row.forked_from = result.forked_from
     row.isolation = result.isolation
     row.experiments, row.best_validation = result.experiments, result.best_validation
+    if result.attempts is not None:
+        row.attempts = result.attempts.model_dump()
+        row.graded_unsubmitted = graded_unsubmitted(result.reason, result.attempts.submitted)
     return row
+
+
+def graded_unsubmitted(reason: str, submitted: str | None) -> bool:
+    """Whether a search's graded attempt is its best validated one, graded because the run
+    ended with nothing submitted (a submitted attempt ends the run as `submitted`)."""
+    return submitted is not None and reason != "submitted"
+
+
+def search_cell(
+    attempts: dict[str, Any] | None, graded_best: bool = False, *, ended: bool = True
+) -> str:
+    """A search in a cell: `4 tried (1 buggy), best a2 0.7812, sub a2, gap -0.0123`. The
+    gap is the submitted attempt's test score minus its validation score; a run still
+    going (`ended` False) has submitted nothing yet, which is not said."""
+    if attempts is None:
+        return "-"
+    a = attempts
+    parts = [f"{a['tried']} tried" + (f" ({a['buggy']} buggy)" if a.get("buggy") else "")]
+    if a.get("best") is not None and a.get("best_validation") is not None:
+        parts.append(f"best {a['best']} {a['best_validation']:.4g}")
+    else:
+        parts.append("none validated")
+    if a.get("submitted") is not None:
+        parts.append(("graded best " if graded_best else "sub ") + str(a["submitted"]))
+        if a.get("validation_to_test_gap") is not None:
+            parts.append(f"gap {a['validation_to_test_gap']:+.3g}")
+    elif ended:
+        parts.append("none submitted")
+    return ", ".join(parts)
 
 
 def list_runs(runs_dir: Path) -> list[RunRow]:
@@ -406,7 +455,7 @@ SELF_REPORTED = "^"
 MISMATCH = "result≠log"
 
 
-def _cells(row: RunRow) -> list[str]:
+def _cells(row: RunRow, *, search: bool = False) -> list[str]:
     from mlra.counts import format_tokens
     from mlra.durations import format_duration
 
@@ -423,6 +472,11 @@ def _cells(row: RunRow) -> list[str]:
         f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
         f"{row.best_validation:.4g}" if row.best_validation is not None else "-",
         str(row.experiments) if row.experiments else "-",
+        *(
+            [search_cell(row.attempts, row.graded_unsubmitted, ended=not row.running)]
+            if search
+            else []
+        ),
         "-" if row.success is None else ("yes" if row.success else "no") + reported,
         _regrade_cell(row),
         format_duration(row.duration_s) if row.duration_s is not None else "-",
@@ -445,6 +499,22 @@ def _regrade_cell(row: RunRow) -> str:
     return f"{score} ({row.regrade_artifact})"  # escaped with the row's other cells
 
 
+SEARCH_HEADER = "search"
+"""The column a listing has when one of its runs searched (after "exp.")."""
+RIGHT_ALIGNED = frozenset(
+    {
+        "score",
+        "normalized",
+        "best val.",
+        "exp.",
+        "success",
+        "re-graded",
+        "duration",
+        "tokens",
+        "cost",
+    }
+)
+
 HEADERS = [
     "id",
     "task",
@@ -463,6 +533,15 @@ HEADERS = [
     "isol.",
     "forked from",
 ]
+
+
+def _headers(*, search: bool) -> list[str]:
+    """The listing's columns: a search column only where a run searched, so a listing of
+    runs with one line of work each reads as it always has."""
+    if not search:
+        return HEADERS
+    at = HEADERS.index("exp.") + 1
+    return [*HEADERS[:at], SEARCH_HEADER, *HEADERS[at:]]
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -488,7 +567,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
             + (" match" if args.task or args.model or args.status else "")
         )
         return 0
-    table = [_cells(r) for r in rows]
+    search = any(r.attempts is not None for r in rows)
+    headers = _headers(search=search)
+    table = [_cells(r, search=search) for r in rows]
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
@@ -496,12 +577,12 @@ def cmd_runs(args: argparse.Namespace) -> int:
 
         styles = {"finished": "green", "running": "cyan", "damaged": "red", "error": "red"}
         out = Table(box=None, header_style="bold", pad_edge=False, collapse_padding=True)
-        for i, header in enumerate(HEADERS):
+        for i, header in enumerate(headers):
             # On a narrow terminal the model and the fork source give way; the rest stay whole.
             widest = max(len(header), *(len(c[i]) for c in table))
             out.add_column(
                 header,
-                justify="right" if 5 <= i <= 13 else "left",
+                justify="right" if header in RIGHT_ALIGNED else "left",
                 no_wrap=True,
                 min_width=None if header in ("model", "forked from") else widest,
             )
@@ -513,8 +594,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         for line in _footnotes(rows):
             console.print(line, style="yellow", markup=False, highlight=False)
         return 0
-    widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(HEADERS)]
-    for cells in [HEADERS, *table]:
+    widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
+    for cells in [headers, *table]:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
     for line in _footnotes(rows):  # kept off stdout, which has one line per run
         sys.stderr.write(line + "\n")
@@ -537,6 +618,12 @@ def _footnotes(rows: list[RunRow]) -> list[str]:
         notes.append(
             "~ estimated: the server sent no token counts for some calls (or they were cut "
             "off); mlra counted four characters a token"
+        )
+    if any(r.attempts is not None for r in rows):
+        notes.append(
+            "search: attempts tried, the best validation (attempt, score), the graded attempt "
+            "(sub: submitted; graded best: nothing was submitted, so the best validated one "
+            "was graded) and its gap, test score minus validation score"
         )
     if any(r.regrades for r in rows):
         notes.append(
