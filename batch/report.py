@@ -100,6 +100,27 @@ class RunRow:
     """The nodes among those that were lost while they held the attempt."""
     lost: bool = False
     """The attempt's last start ended with its node (Ray), not by itself."""
+    searched: bool = False
+    """The run searched (`--search`): the search_ fields below are its numbers. (A search's
+    attempts are solutions the agent tried within one run, not the batch's `attempt`, a
+    start of the run.)"""
+    search_tried: int | None = None
+    """Attempts the search started, and how many ended validated and buggy."""
+    search_validated: int | None = None
+    search_buggy: int | None = None
+    search_best: str | None = None
+    """The best validated attempt and its validation score."""
+    search_best_validation: float | None = None
+    search_submitted: str | None = None
+    """The attempt graded on the hidden test split, and its validation score."""
+    search_submitted_validation: float | None = None
+    search_graded_unsubmitted: bool = False
+    """Nothing was submitted: the run ended (a deadline, a budget, a stop) and its best
+    validated attempt was graded instead."""
+    search_test_score: float | None = None
+    """The graded attempt's test score (the run's score) and its validation-to-test gap,
+    test minus validation: what choosing by validation overfits."""
+    search_gap: float | None = None
 
 
 @dataclass
@@ -138,6 +159,21 @@ class Group:
     best_validation_se: float | None = None
     experiments_mean: float | None = None
     """Experiments (validations) a run, on average."""
+    searched: int = 0
+    """Counted runs that searched (`--search`); the search_ numbers are over them."""
+    search_tried_mean: float | None = None
+    """Attempts a searching run tried, on average."""
+    search_best_validation_mean: float | None = None
+    """The best attempt's validation score, mean and standard error."""
+    search_best_validation_se: float | None = None
+    search_test_mean: float | None = None
+    """The graded attempt's test score, mean and standard error (runs that had one)."""
+    search_test_se: float | None = None
+    search_gap_mean: float | None = None
+    """The validation-to-test gap (test minus validation), mean and standard error."""
+    search_gap_se: float | None = None
+    search_graded_unsubmitted: int = 0
+    """Searching runs that submitted nothing, whose best validated attempt was graded."""
 
 
 def mean_se(values: list[float]) -> tuple[float | None, float | None]:
@@ -186,6 +222,27 @@ def failure_of(r: RunResult) -> str | None:
     return r.reason if r.status != "unfinished" else "unfinished"
 
 
+def _search_fields(r: RunResult) -> dict[str, Any]:
+    """A searching run's numbers from result.json's `attempts` (none for one line of work)."""
+    a = r.attempts
+    if a is None:
+        return {}
+    return {
+        "searched": True,
+        "search_tried": a.tried,
+        "search_validated": a.validated,
+        "search_buggy": a.buggy,
+        "search_best": a.best,
+        "search_best_validation": a.best_validation,
+        "search_submitted": a.submitted,
+        "search_submitted_validation": a.submitted_validation,
+        # A submitted attempt ends the run "submitted"; any other ending graded the best.
+        "search_graded_unsubmitted": a.submitted is not None and r.reason != "submitted",
+        "search_test_score": a.test_score,
+        "search_gap": a.validation_to_test_gap,
+    }
+
+
 def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> RunRow:
     success = (
         bool(r.success)
@@ -216,6 +273,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         success_bar=r.success_bar,
         self_reported=bool(r.self_reported) and r.score is not None,
         direction_known=r.direction_known,
+        **_search_fields(r),
     )
 
 
@@ -354,7 +412,27 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 ),
             )
         )
+        _summarize_search(out[-1], members)
     return out
+
+
+def _summarize_search(group: Group, members: list[RunRow]) -> None:
+    """A group's search numbers, over its counted runs that searched."""
+    searched = [m for m in members if m.searched]
+    if not searched:
+        return
+    group.searched = len(searched)
+    group.search_tried_mean = statistics.fmean(m.search_tried or 0 for m in searched)
+    group.search_best_validation_mean, group.search_best_validation_se = mean_se(
+        [m.search_best_validation for m in searched if m.search_best_validation is not None]
+    )
+    group.search_test_mean, group.search_test_se = mean_se(
+        [m.search_test_score for m in searched if m.search_test_score is not None]
+    )
+    group.search_gap_mean, group.search_gap_se = mean_se(
+        [m.search_gap for m in searched if m.search_gap is not None]
+    )
+    group.search_graded_unsubmitted = sum(m.search_graded_unsubmitted for m in searched)
 
 
 def _text(value: object) -> str:
@@ -450,6 +528,7 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
             "Unisolated: scored with sandbox isolation none, so the agent's commands could "
             "reach what the grader reads; such scores are not comparable with isolated ones.",
         ]
+    lines += _search_tables(groups, rows)
     never = [r for r in rows if not r.started]
     if never:
         # A node-lost attempt may have run a while: none of it reached the batch folder.
@@ -466,6 +545,71 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         ]
     lines += _nodes_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def _gap(mean: float | None, se: float | None) -> str:
+    """A gap, signed: below zero the test score fell short of the validation score."""
+    if mean is None:
+        return "–"
+    return f"{mean:+.3g} ± {se:.2g}" if se is not None else f"{mean:+.3g}"
+
+
+def _score(value: float | None) -> str:
+    return f"{value:.4g}" if value is not None else "–"
+
+
+def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
+    """The runs that searched over attempts (`--search`): per group and per run, attempts
+    tried, the best validation, the graded attempt's test score and the gap between them.
+    Nothing where no run searched: such a report reads as it always has."""
+    searched = [g for g in groups if g.searched]
+    if not searched:
+        return []
+    lines = [
+        "",
+        "Search over attempts (`--search`): attempts tried a run, the best attempt's "
+        "validation score, the graded attempt's test score and its validation-to-test gap "
+        "(test minus validation: what choosing by validation overfits), mean ± standard "
+        "error over the counted runs that searched. Only the graded attempt was scored on "
+        "the hidden test split.",
+        "",
+        "| task | model | searched | attempts a run | best validation | test | gap | nothing submitted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for g in searched:
+        tried = f"{g.search_tried_mean:.3g}" if g.search_tried_mean is not None else "–"
+        lines.append(
+            f"| {_cell(g.task)} | {_cell(g.model)} | {g.searched} | {tried} | "
+            f"{_pm(g.search_best_validation_mean, g.search_best_validation_se)} | "
+            f"{_pm(g.search_test_mean, g.search_test_se)} | "
+            f"{_gap(g.search_gap_mean, g.search_gap_se)} | {g.search_graded_unsubmitted} |"
+        )
+    lines += [
+        "",
+        'Per run (graded: the attempt scored on the test split; "best, unsubmitted": '
+        "nothing was submitted, so the best validated attempt was graded):",
+        "",
+        "| run | task | model | seed | tried | validated | buggy | best | best validation "
+        "| graded | its validation | test | gap |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if not r.searched:
+            continue
+        run = _cell(r.run_id) + ("" if r.counted else f" (start {r.attempt}, not counted)")
+        graded = _cell(r.search_submitted) if r.search_submitted else "–"
+        if r.search_submitted and r.search_graded_unsubmitted:
+            graded += " (best, unsubmitted)"
+        gap = f"{r.search_gap:+.3g}" if r.search_gap is not None else "–"
+        lines.append(
+            f"| {run} | {_cell(r.task)} | {_cell(r.model)} | "
+            f"{r.seed if r.seed is not None else '–'} | {r.search_tried} | "
+            f"{r.search_validated} | {r.search_buggy} | "
+            f"{_cell(r.search_best) if r.search_best else '–'} | "
+            f"{_score(r.search_best_validation)} | {graded} | "
+            f"{_score(r.search_submitted_validation)} | {_score(r.search_test_score)} | {gap} |"
+        )
+    return lines
 
 
 def _nodes_table(rows: list[RunRow]) -> list[str]:
@@ -494,6 +638,9 @@ CSV_FIELDS = [
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
     "isolation", "unisolated", "retries", "lost_with_node", "best_validation_mean", "best_validation_se",
     "experiments_mean", "self_reported", "judged",
+    "searched", "search_tried_mean", "search_best_validation_mean", "search_best_validation_se",
+    "search_test_mean", "search_test_se", "search_gap_mean", "search_gap_se",
+    "search_graded_unsubmitted",
 ]  # fmt: skip
 
 
@@ -629,6 +776,16 @@ def group_line(g: Group) -> str:
     parts.append(f"success {_success_cell(g)}")
     if g.self_reported:
         parts.append(f"{g.self_reported} self-reported (not measured; never a success)")
+    if g.searched:
+        tried = f"{g.search_tried_mean:.3g}" if g.search_tried_mean is not None else "–"
+        search = f"search: {tried} attempts a run"
+        if g.search_best_validation_mean is not None:
+            search += f", best validation {_pm(g.search_best_validation_mean, g.search_best_validation_se)}"
+        if g.search_gap_mean is not None:
+            search += f", validation-to-test gap {_gap(g.search_gap_mean, g.search_gap_se)}"
+        if g.search_graded_unsubmitted:
+            search += f", {g.search_graded_unsubmitted} graded their best (nothing submitted)"
+        parts.append(search)
     return f"{printable_line(g.task)} · {printable_line(g.model)}: " + " · ".join(parts)
 
 
