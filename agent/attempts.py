@@ -228,6 +228,7 @@ class AttemptManager:
                 "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
                 "max_tokens": None,
                 "max_steps": None,
+                **_shared_out(parent.config),
                 "attempt": AttemptSettings(
                     id=started.attempt,
                     parent=started.parent,
@@ -333,6 +334,18 @@ def attempt_task(task: Any) -> Any:
     return task.model_copy(update={"validation": validation})
 
 
+def _shared_out(config: Any) -> dict[str, Any]:
+    """The memory and CPUs the user gave the run, shared out between the attempts that
+    run at once (a limit left to the default is each attempt's default)."""
+    k = config.attempts_parallel
+    shared: dict[str, Any] = {}
+    if k > 1 and config.memory_mb:
+        shared["memory_mb"] = max(1, config.memory_mb // k)
+    if k > 1 and config.cpus:
+        shared["cpus"] = config.cpus / k
+    return shared
+
+
 def _left(limit: float | None, used: float) -> float | None:
     return None if limit is None else max(0.0, limit - used)
 
@@ -396,6 +409,7 @@ def finished_event(
         why=why,
         summary=summary.strip()[:2000],
         kept=kept,
+        artifact=scored.artifact if scored is not None else None,
         sha256=scored.sha256 if scored is not None else None,
         duration_s=round(state.elapsed_s, 3),
         steps=state.steps,

@@ -186,7 +186,7 @@ async def _grade_attempt(run: RunContext, ending: Ending, attempt: ev.AttemptFin
             f"the best validated attempt ({attempt.attempt}), graded as the run ended with "
             "nothing submitted"
         )
-    artifact = run.task.evaluator.artifact
+    artifact = attempt.artifact or run.task.evaluator.artifact
     run.emit(
         ev.Submission(
             path=artifact,

@@ -6,7 +6,12 @@ from mlra.agent.controller import Agent, RunController
 
 
 def agent_for(controller: RunController) -> Agent:
-    """The baseline agent when there is no model, else the supervisor–worker pair."""
+    """The baseline agent when there is no model, else the supervisor–worker pair; the
+    greedy search policy over attempts (agent/search.py) for `--search greedy`."""
+    if controller.config.search == "greedy":
+        from mlra.agent.search import GreedySearch
+
+        return GreedySearch(controller)
     if controller.provider is None:
         from mlra.agent.baseline import BaselineAgent
 

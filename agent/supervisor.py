@@ -20,14 +20,21 @@ from mlra.agent.controller import Ending, EndRun, RunController
 from mlra.agent.ending import unsubmitted
 from mlra.agent.history import AgentHistory
 from mlra.agent.loops import Repeats, call_key
-from mlra.agent.prompts import REVIEWER_SYSTEM, SUPERVISOR_SYSTEM, reading_clause, task_message
+from mlra.agent.prompts import (
+    REVIEWER_SYSTEM,
+    SEARCH_SUPERVISOR_SYSTEM,
+    SUPERVISOR_SYSTEM,
+    reading_clause,
+    task_message,
+)
 from mlra.agent.worker import Worker
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.attempts import Attempts, attempt_tools
 from mlra.tools.files import ListFiles, ReadFile
 from mlra.tools.plan import UpdatePlan, render_plan
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from mlra.tools.research import reading_tools
-from mlra.tools.submit import Submit
+from mlra.tools.submit import Submit, SubmitAttempt
 
 MAX_NUDGES = 3
 
@@ -59,10 +66,24 @@ Delegate = Callable[[str, str], Awaitable[ToolOutcome]]
 
 
 def supervisor_tools(
-    config: RunConfig, *, on_plan: Callable[[list[ev.PlanStep], str], None], delegate: Delegate
+    config: RunConfig,
+    *,
+    on_plan: Callable[[list[ev.PlanStep], str], None],
+    delegate: Delegate,
+    attempts: Attempts | None = None,
 ) -> list[Tool[Any]]:
     """The supervisor's tools: one list for the run and for sizing its first request
-    against the window (agent/window_floor.py), so the two cannot drift apart."""
+    against the window (agent/window_floor.py), so the two cannot drift apart. A search
+    (`--search llm`, `attempts` given) starts attempts instead of assigning subtasks."""
+    if config.search == "llm" and attempts is not None:
+        return [
+            UpdatePlan(on_plan),
+            *attempt_tools(attempts),
+            ReadFile(),
+            ListFiles(),
+            *reading_tools(config.research_tools, config.fetch),
+            SubmitAttempt(attempts),
+        ]
     return [
         UpdatePlan(on_plan),
         AssignSubtask(delegate),
@@ -77,11 +98,18 @@ def supervisor_history(
     config: RunConfig, task: TaskSpec, workdir: str, time_limit_s: float
 ) -> AgentHistory:
     """The supervisor's history before its first turn: its system prompt and the task."""
-    history = AgentHistory(
-        system=SUPERVISOR_SYSTEM.format(
+    if config.search == "llm":
+        system = SEARCH_SUPERVISOR_SYSTEM.format(
+            workdir=workdir,
+            reading=reading_clause(config.research_tools),
+            parallel=config.attempts_parallel,
+            attempts=config.attempts,
+        )
+    else:
+        system = SUPERVISOR_SYSTEM.format(
             workdir=workdir, reading=reading_clause(config.research_tools)
         )
-    )
+    history = AgentHistory(system=system)
     history.pin(task_message(task.render_prompt(time_limit_s=time_limit_s), role="supervisor"))
     return history
 
@@ -94,7 +122,12 @@ class Supervisor:
         assert controller.sandbox is not None
         workdir = controller.sandbox.workdir
         self.registry = ToolRegistry(
-            supervisor_tools(controller.config, on_plan=self._plan_changed, delegate=self.delegate)
+            supervisor_tools(
+                controller.config,
+                on_plan=self._plan_changed,
+                delegate=self.delegate,
+                attempts=controller.attempts,
+            )
         )
         self.review_registry = ToolRegistry([UpdatePlan(self._plan_changed)])
         self.history = supervisor_history(
@@ -203,13 +236,20 @@ class Supervisor:
                             by="agent",
                             path=outcome.data.get("path"),
                             note=outcome.data.get("note") or "",
+                            attempt=outcome.data.get("attempt"),
                         )
                     )
                 if repeats.see(call, outcome) == repeats.told_at and not self.ctl.catchup.replaying:
                     self.ctl.emit(repeats.notice())
                 if repeats.stuck:
                     raise EndRun(repeats.ending())
-            prompt = repeats.prompt_note()
+            prompt = "\n\n".join(p for p in (self._tree_note(), repeats.prompt_note()) if p)
+
+    def _tree_note(self) -> str:
+        """A search's tree, as the supervisor reads it before each turn."""
+        if self.ctl.config.search != "llm":
+            return ""
+        return self.ctl.attempts.table() or "No attempts yet: start one with attempt_start."
 
     async def delegate(self, step_id: str, instructions: str) -> ToolOutcome:
         plan_ids = {s.id for s in self.ctl.state.plan}

@@ -101,7 +101,7 @@ class ToolStep:
                 ran_as(call, edited)  # the history shows the call as it ran then
             if isinstance(recorded, ev.ToolResult):
                 return outcome_of(recorded)
-            if recorded == INTERRUPTED:
+            if recorded == INTERRUPTED and not (tool and tool.reruns_when_interrupted):
                 outcome = ToolOutcome(output=INTERRUPTED_OUTPUT, ok=False, error="interrupted")
                 return self._record_result(call, agent, outcome)
         arguments = call.arguments

@@ -64,6 +64,29 @@ def build_parser() -> argparse.ArgumentParser:
         "the task's validation split) before submitting it",
     )
     run.add_argument(
+        "--search",
+        choices=["none", "greedy", "llm"],
+        default="none",
+        help="search over attempts, each a worker in a workspace of its own, validated: none "
+        "(one line of work, the default), greedy (AIDE's drafts, debug, improve the best; "
+        "with --model baseline, the recipe's variants), llm (the supervisor chooses)",
+    )
+    run.add_argument(
+        "--attempts",
+        type=_positive_int,
+        default=None,
+        metavar="N",
+        help="with --search: attempts to make at most (default 4)",
+    )
+    run.add_argument(
+        "--attempts-parallel",
+        type=_positive_int,
+        default=None,
+        metavar="K",
+        help="with --search: attempts running at once (default 1; the sandbox's memory and "
+        "CPUs are shared out between them)",
+    )
+    run.add_argument(
         "--ungraded",
         action="store_true",
         help="run a task this machine cannot grade (no evaluator, grading needs the network "
@@ -360,6 +383,41 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
     return spec, provider
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def _search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
+    """`--search`, `--attempts`, `--attempts-parallel` as the run's config, or one line
+    saying why they cannot go together."""
+    if args.search == "none":
+        if args.attempts is not None or args.attempts_parallel is not None:
+            raise UsageError("--attempts and --attempts-parallel go with --search greedy or llm")
+        return {}
+    if args.search == "llm" and model == "baseline":
+        raise UsageError(
+            "--search llm needs a model to choose the attempts; with --model baseline use "
+            "--search greedy (the recipe's variants)"
+        )
+    if args.search == "greedy" and model == "baseline" and not task.baseline.variants:
+        raise UsageError(
+            f"task {task.name} declares no recipe variants ([baseline] variants in its "
+            "task.toml), so --model baseline has nothing to search over"
+        )
+    settings: dict[str, Any] = {"search": args.search}
+    if args.attempts is not None:
+        settings["attempts"] = args.attempts
+    if args.attempts_parallel is not None:
+        settings["attempts_parallel"] = args.attempts_parallel
+    return settings
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from mlra.agent.config import RunConfig
 
@@ -368,6 +426,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     model, provider = _resolve_model(args)
     if args.baseline_validate and model != "baseline":
         raise UsageError("--baseline-validate is for the baseline agent (--model baseline)")
+    search = _search_settings(args, task, model)
     from mlra.tasks.success import direction_conflict
 
     conflict = direction_conflict(task, args.direction)
@@ -424,6 +483,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         tool_calls=args.tool_calls,
         baseline_validate=args.baseline_validate,
+        **search,
         research_tools=list(TOOL_CHOICES) if args.tools is None else args.tools,
         fetch=fetch_settings(args.allow_hosts),
         # Judged again: the prepared copy's downloads, in the task's environment now built.

@@ -761,6 +761,8 @@ class AttemptFinished(_Event):
     kept: str | None = None
     """The frozen copy its score was earned on, relative to this run's folder: what
     `submit(attempt=...)` grades."""
+    artifact: str | None = None
+    """The workspace path that copy was taken from (the artifact the task asks for)."""
     sha256: str | None = None
     duration_s: float = 0.0
     steps: int = 0

@@ -71,6 +71,11 @@ class AttemptStartArgs(BaseModel):
         default=None,
         description="Seconds it may run (default: its share of the time left).",
     )
+    variant: dict[str, str] | None = Field(
+        default=None,
+        description="Only for a recipe's variant (mlra's own search with no model): the "
+        "recipe's variables to set.",
+    )
 
 
 class AttemptStart(Tool[AttemptStartArgs]):
@@ -92,6 +97,7 @@ class AttemptStart(Tool[AttemptStartArgs]):
                 instructions=args.instructions,
                 operator=args.operator,
                 time_limit_s=args.time_limit,
+                variant=args.variant,
                 call_id=ctx.call_id,
             )
         except Exception as exc:
@@ -136,7 +142,7 @@ class AttemptWait(Tool[AttemptWaitArgs]):
         "what ended and the table."
     )
     Args = AttemptWaitArgs
-    reruns_on_resume = True
+    reruns_when_interrupted = True
     """A wait the run stopped in is waited again once the attempts are taken up."""
 
     def __init__(self, attempts: Attempts) -> None:

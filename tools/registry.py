@@ -70,6 +70,11 @@ class Tool(Generic[A]):
     """A tool whose work is the agent's own code (the supervisor's `assign_subtask`
     runs the worker): a resumed run executes it again, catching up inside it,
     where any other tool's recorded result is taken as it is."""
+    reruns_when_interrupted: ClassVar[bool] = False
+    """A tool that only waits on what the run itself takes up again (`attempt_wait`
+    on the attempts a resumed run resumes): cut short by the run's end, it is run again
+    once the run is live, rather than answered "interrupted"; a result the log holds is
+    taken as it is."""
 
     async def run(self, args: A, ctx: ToolContext) -> ToolOutcome:
         raise NotImplementedError

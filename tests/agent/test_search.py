@@ -1,0 +1,340 @@
+"""Search over attempts (agent/attempts.py, agent/search.py): scripted models and the
+baseline agent's recipe variants on the small `answer` task, real sandboxes and real
+grading."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.eventlog import read_events
+from mlra.agent.providers import resolve_model
+from mlra.agent.run import agent_for
+from mlra.agent.state import fold
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, plan, turn
+
+
+def _variant_task(answer_task: Path, tmp_path: Path) -> Path:
+    """The answer task with a recipe that takes a variable, and variants of it: 41 is
+    wrong on the validation split (0.0), 42 half right (0.5), 24 half right too."""
+    task = tmp_path / "answer-variants"
+    shutil.copytree(answer_task, task)
+    toml = (task / "task.toml").read_text()
+    toml = toml.replace('name = "answer"', 'name = "answer-variants"')
+    toml = toml.replace(
+        'submit = "answer.txt"',
+        'submit = "answer.txt"\nvars = { n = "41" }\n'
+        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
+    )
+    toml = toml.replace('python -c \\"print(6 * 7)\\"', "echo {n}")
+    (task / "task.toml").write_text(toml)
+    return task
+
+
+def _events(run_dir: Path) -> list[ev.Event]:
+    return read_events(run_dir / "events.jsonl")
+
+
+async def test_the_baseline_searches_the_recipes_variants_greedily(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Two drafts (41, 40: both wrong), then no validated best to improve, so the policy
+    drafts on: 42 validates at 0.5 and is submitted; graded on the test split (1.0)."""
+    task = load_task(_variant_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=3,
+    )
+    controller = RunController(cfg, task, None)
+    result = await controller.run(agent_for)
+    events = _events(controller.run_dir)
+    started = [e for e in events if isinstance(e, ev.AttemptStarted)]
+    finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
+    assert [s.variant for s in started] == [{}, {"n": "40"}, {"n": "42"}]
+    assert [finished[a].score for a in ("a1", "a2", "a3")] == [0.0, 0.0, 0.5]
+    assert all(finished[a].status == "validated" for a in finished)
+    submission = next(e for e in events if isinstance(e, ev.Submission))
+    assert submission.attempt == "a3" and submission.frozen == finished["a3"].kept
+    assert result.score == 1.0 and result.reason == "submitted"
+    assert result.attempts is not None
+    assert (result.attempts.tried, result.attempts.submitted) == (3, "a3")
+    assert result.attempts.validation_to_test_gap == 0.5
+    # Each attempt is a run of its own, never graded on the test split.
+    for attempt in ("a1", "a2", "a3"):
+        own = _events(controller.run_dir / "attempts" / attempt)
+        assert not any(isinstance(e, ev.EvaluationFinished) for e in own)
+        assert any(isinstance(e, ev.Validation) for e in own)
+
+
+def _search_script(worker_turns: list[list[dict[str, object]]]) -> dict[str, object]:
+    supervisor = [
+        turn("Plan.", plan("Draft three answers", "Improve the best", "Submit")),
+        turn("", call("attempt_start", instructions="Write 41 into answer.txt")),
+        turn("", call("attempt_wait", attempt="a1")),
+        turn("", call("attempt_start", instructions="Write 40 into answer.txt")),
+        turn("", call("attempt_wait", attempt="a2")),
+        turn("", call("attempt_start", instructions="Write 24 into answer.txt")),
+        turn("", call("attempt_wait", attempt="a3")),
+        turn(
+            "",
+            call(
+                "attempt_start",
+                parent="a3",
+                operator="improve",
+                instructions="Try 42 instead",
+            ),
+        ),
+        turn("", call("attempt_wait", attempt="a4")),
+        turn("", call("attempts")),
+        turn("", call("submit", attempt="a4", note="the improved one")),
+    ]
+    worker: list[dict[str, object]] = []
+    for turns in worker_turns:
+        worker += turns
+    return {"supervisor": supervisor, "worker": worker}
+
+
+def _writes(value: str, summary: str) -> list[dict[str, object]]:
+    return [
+        turn("", call("bash", command=f"echo {value} > answer.txt")),
+        turn("", call("report", summary=summary)),
+    ]
+
+
+async def test_three_drafts_and_an_improvement_of_the_best_each_validated(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = _search_script(
+        [
+            _writes("41", "wrote 41"),
+            _writes("40", "wrote 40"),
+            _writes("24", "wrote 24"),
+            [
+                turn("", call("bash", command="cat answer.txt > parent.txt")),
+                *_writes("42", "changed 24 to 42"),
+            ],
+        ]
+    )
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path / "runs",
+            isolation="none",
+            search="llm",
+            attempts=4,
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        result = await controller.run(agent_for)
+        await provider.aclose()
+        supervisor_requests = [json.dumps(r.body) for r in server.requests_for("supervisor")]
+    events = _events(controller.run_dir)
+    finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
+    assert {a: f.score for a, f in finished.items()} == {
+        "a1": 0.0,
+        "a2": 0.0,
+        "a3": 0.5,
+        "a4": 0.5,
+    }
+    assert finished["a4"].parent == "a3" and finished["a4"].summary == "changed 24 to 42"
+    # a4 started as a copy of a3's workspace: its worker read a3's answer.
+    a4 = controller.run_dir / "attempts" / "a4" / "workspace"
+    assert (a4 / "parent.txt").read_text().strip() == "24"
+    # The supervisor read the tree, best first, with lineage and what each tried.
+    table = supervisor_requests[-1]
+    assert "a3 > a4" in table and "changed 24 to 42" in table
+    # submit(attempt=a4) grades a4's frozen artifact on the test split.
+    submission = next(e for e in events if isinstance(e, ev.Submission))
+    assert submission.attempt == "a4"
+    assert result.score == 1.0 and result.attempts is not None
+    assert result.attempts.submitted == "a4"
+    state = fold(events)
+    assert [n.id for n in state.attempts.ranked()][:2] == ["a3", "a4"]
+
+
+async def test_one_attempt_cannot_read_another_attempts_files(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Attempts run in sandboxes of their own: a1's secret is out of a2's reach, by its
+    path in the run folder or by any path up from its own workspace."""
+    runs = tmp_path / "runs"
+    secret_probe = (
+        "cat ../../a1/workspace/secret.txt; cat "
+        f"{runs}/search/attempts/a1/workspace/secret.txt; "
+        f"ls {runs}/search/attempts; echo 42 > answer.txt"
+    )
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Keep a secret")),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("attempt_start", instructions="Look around")),
+            turn("", call("attempt_wait", attempt="a2")),
+            turn("", call("submit", attempt="a2")),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo s3cr3t-a1 > secret.txt; echo 42 > answer.txt")),
+            turn("", call("report", summary="kept a secret")),
+            turn("", call("bash", command=secret_probe)),
+            turn("", call("report", summary="looked")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=runs,
+            run_id="search",
+            search="llm",
+            attempts=2,
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        await controller.run(agent_for)
+        await provider.aclose()
+    a2 = _events(controller.run_dir / "attempts" / "a2")
+    outputs = [e for e in a2 if isinstance(e, ev.ToolResult) and e.tool == "bash"]
+    assert outputs, "a2's worker ran its probe"
+    assert "s3cr3t-a1" not in outputs[0].output
+    assert (controller.run_dir / "attempts" / "a1" / "workspace" / "secret.txt").exists()
+
+
+async def test_the_deadline_stops_every_attempt_within_2_s(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Two attempts sleep far past the run's time limit; the deadline ends both, each
+    recorded as stopped, and the run goes on to grade (nothing validated: no score)."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Sleep")),
+            turn("", call("attempt_start", instructions="Sleep too")),
+            turn("", call("attempt_wait", timeout=600)),
+        ],
+        "worker": [
+            turn("", call("bash", command="sleep 300", timeout=600)),
+            turn("", call("bash", command="sleep 300", timeout=600)),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path / "runs",
+            isolation="none",
+            search="llm",
+            attempts=2,
+            attempts_parallel=2,
+            time_limit_s=35,
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        await controller.run(agent_for)
+        await provider.aclose()
+    events = _events(controller.run_dir)
+    deadline = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert deadline.reason == "deadline"
+    finished = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    # Each ended with the run (stopped by it, or by its own share of the time, which
+    # ends with the run's), within 2 s of the run clock's deadline, with nothing to grade.
+    assert len(finished) == 2 and all(f.status in ("stopped", "buggy") for f in finished)
+    assert all(f.t <= 35 + 2 for f in finished), [f.t for f in finished]
+    assert all(f.score is None for f in finished)
+    for attempt in ("a1", "a2"):
+        own = _events(controller.run_dir / "attempts" / attempt)
+        assert isinstance(own[-1], ev.RunFinished)
+        sleeps = [e for e in own if isinstance(e, ev.ToolResult) and e.tool == "bash"]
+        assert sleeps and not sleeps[0].ok  # the sleep was killed, not let run
+
+
+def _both_held(run_dir: Path) -> bool:
+    """Both attempts are inside their held command (each printed before waiting)."""
+    logs = [run_dir / "attempts" / a / "events.jsonl" for a in ("a1", "a2")]
+    return all(log.is_file() and b'"type":"tool_output"' in log.read_bytes() for log in logs)
+
+
+def test_a_kill_during_two_running_attempts_resumes_with_nothing_lost(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """SIGKILL while two attempts run (each inside a command): `mlra resume` takes both up
+    from their own logs, nothing they did is lost or done again, and the search goes on
+    to submit."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.conftest import SECRET_ENV, mlra_cli
+
+    task = tmp_path / "task"
+    shutil.copytree(answer_task, task)
+    (task / "starter" / ".hold").write_text("")
+    held = "echo 42 > answer.txt && echo held && while [ -e .hold ]; do sleep 0.05; done"
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Answer, slowly")),
+            turn("", call("attempt_start", instructions="Answer, slowly too")),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("attempt_wait", attempt="a2")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command=held)),
+            turn("", call("report", summary="wrote 42")),
+        ],
+    }
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
+    runs = tmp_path / "runs"
+    run_dir = runs / "s"
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        args = [
+            sys.executable, "-m", "mlra", "run", str(task), "--model", "openai/test",
+            "--base-url", server.url_for("openai"), "--no-tui", "--runs-dir", str(runs),
+            "--run-id", "s", "--search", "llm", "--attempts", "2", "--attempts-parallel", "2",
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        try:
+            deadline = time.monotonic() + 120
+            while proc.poll() is None and time.monotonic() < deadline:
+                if _both_held(run_dir):
+                    break
+                time.sleep(0.01)  # polling files another process writes: nothing to await
+            else:
+                pytest.fail(f"never held (exit {proc.poll()}): {proc.stderr.read()[-2000:]!r}")
+            proc.send_signal(signal.SIGKILL)
+        finally:
+            proc.wait()
+            proc.stderr.close()
+        killed = _events(run_dir)
+        killed_children = {a: _events(run_dir / "attempts" / a) for a in ("a1", "a2")}
+        assert not any(isinstance(e, ev.RunFinished) for e in killed)
+        resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=env)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    events = _events(run_dir)
+    assert events[: len(killed)] == killed  # nothing recorded is lost or rewritten
+    started = [e.attempt for e in events if isinstance(e, ev.AttemptStarted)]
+    assert started == ["a1", "a2"]  # taken up, not started again
+    finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
+    assert {a: f.status for a, f in finished.items()} == {"a1": "validated", "a2": "validated"}
+    for attempt, before in killed_children.items():
+        after = _events(run_dir / "attempts" / attempt)
+        assert after[: len(before)] == before
+        assert any(isinstance(e, ev.RunResumed) for e in after[len(before) :])
+    submission = next(e for e in events if isinstance(e, ev.Submission))
+    assert submission.attempt == "a1"
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
