@@ -273,8 +273,12 @@ class RunState:
                 self.experiments.apply(event)
             case ev.ExperimentNote() | ev.Validation() | ev.Experiment():
                 self.experiments.apply(event)
-            case ev.AttemptStarted() | ev.AttemptFinished():
+            case ev.AttemptStarted():
                 self.attempts.apply(event)
+            case ev.AttemptFinished():
+                self.attempts.apply(event)
+                # What its model calls cost counts against this run's budget too.
+                self.cost_usd += event.cost_usd
             case ev.JobEnded():
                 if event.job in self.jobs:
                     self.jobs[event.job].ended = event
