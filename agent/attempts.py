@@ -393,7 +393,7 @@ def finished_event(
         status = "validated"
     else:
         status = "buggy"
-        why = _why_buggy(state, finished)
+        why = _why_buggy(state, events, finished)
     scored = best if best is not None and best.ok and not lost else None
     kept = None
     if scored is not None and scored.kept is not None:
@@ -418,12 +418,16 @@ def finished_event(
     )
 
 
-def _why_buggy(state: Any, finished: ev.RunFinished | None) -> str:
-    failed = [v for v in state.validations if not v.ok]
-    if failed:
-        last = failed[-1]
-        return f"its validation failed: {last.told or last.error or 'no score'}"
-    if finished is not None and finished.message:
+def _why_buggy(state: Any, events: list[ev.Event], finished: ev.RunFinished | None) -> str:
+    """Why an attempt ended with nothing validated: its last validation's failure as its
+    worker was told it, else the refused validation (no artifact), else how it ended."""
+    for event in reversed(events):
+        if isinstance(event, ev.Validation) and not event.ok:
+            return f"its validation failed: {event.told or event.error or 'no score'}"
+        if isinstance(event, ev.ToolResult) and event.tool == "validate" and not event.ok:
+            lines = event.output.strip().splitlines()
+            return "its artifact could not be validated: " + (lines[0] if lines else "-")
+    if finished is not None and finished.reason != "submitted" and finished.message:
         return finished.message
     return "it ended with no artifact validated"
 

@@ -338,3 +338,97 @@ def test_a_kill_during_two_running_attempts_resumes_with_nothing_lost(
     submission = next(e for e in events if isinstance(e, ev.Submission))
     assert submission.attempt == "a1"
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+async def test_the_greedy_policy_drafts_debugs_the_buggy_one_and_submits_the_best(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """AIDE's greedy policy with a model: two drafts (the first leaves no answer, so it
+    is buggy, with why), then a debug of the buggy one from its workspace, then the best
+    validated attempt is submitted, with no supervisor model turn at all."""
+    script = {
+        "worker": [
+            *_writes("", "forgot the answer"),
+            *_writes("24", "wrote 24"),
+            turn("", call("bash", command="test -e answer.txt && echo found || echo missing")),
+            *_writes("42", "fixed: wrote 42"),
+        ]
+    }
+    script["worker"][0] = turn("", call("bash", command="rm -f answer.txt"))
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path / "runs",
+            isolation="none",
+            search="greedy",
+            attempts=3,
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        result = await controller.run(agent_for)
+        await provider.aclose()
+        assert not server.requests_for("supervisor")
+        first_prompt = json.dumps(server.requests_for("worker")[0].body)
+    events = _events(controller.run_dir)
+    started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
+    finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
+    assert [(s.operator, s.parent) for s in started.values()] == [
+        ("draft", None),
+        ("draft", None),
+        ("debug", "a1"),
+    ]
+    assert "[attempt a1] Write a complete solution" in first_prompt
+    assert finished["a1"].status == "buggy"
+    assert "could not be validated" in finished["a1"].why and "answer.txt" in finished["a1"].why
+    assert (
+        "failed" in started["a3"].instructions and finished["a1"].why in started["a3"].instructions
+    )
+    assert (finished["a2"].score, finished["a3"].score) == (0.5, 0.5)
+    # Equal scores: the earlier one is the best, and is what is submitted.
+    assert result.attempts is not None and result.attempts.submitted == "a2"
+    assert result.score == 0.0  # 24 is right on the validation split only
+    assert result.attempts.validation_to_test_gap == -0.5
+
+
+async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Bad calls are error observations: an unknown parent, a submit of a running or
+    unknown attempt, more attempts than allowed; stopping a running one works."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", parent="a9", instructions="x")),
+            turn("", call("attempt_start", instructions="Sleep")),
+            turn("", call("submit", attempt="a1")),
+            turn("", call("attempt_start", instructions="one too many")),
+            turn("", call("attempt_stop", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+            turn("", call("submit", path="answer.txt")),
+        ],
+        "worker": [turn("", call("bash", command="sleep 300", timeout=600))],
+    }
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path / "runs",
+            isolation="none",
+            search="llm",
+            attempts=1,
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        await controller.run(agent_for)
+        await provider.aclose()
+    events = _events(controller.run_dir)
+    results = [e for e in events if isinstance(e, ev.ToolResult)]
+    said = [(r.tool, r.ok, r.output.splitlines()[0]) for r in results]
+    assert said[0][:2] == ("attempt_start", False) and "no attempt 'a9'" in said[0][2]
+    assert said[1][:2] == ("attempt_start", True)
+    assert said[2][:2] == ("submit", False) and "still running" in said[2][2]
+    assert said[3][:2] == ("attempt_start", False) and "--attempts" in said[3][2]
+    assert said[4][:2] == ("attempt_stop", True)
+    assert said[5][:2] == ("submit", False) and "no validated artifact" in said[5][2]
+    finished = next(e for e in events if isinstance(e, ev.AttemptFinished))
+    assert (finished.status, finished.why) == ("stopped", "stopped by the supervisor")
