@@ -42,6 +42,12 @@ class Overrides(_Strict):
     direction: Literal["higher", "lower"] | None = None
     """Which way the task's metric improves, for a folder whose own files do not say
     (`mlra run --direction`); a task whose direction is known refuses a contrary one."""
+    search: Literal["none", "greedy", "llm"] | None = None
+    """Each run's search over attempts (`mlra run --search`)."""
+    attempts: int | None = Field(default=None, gt=0)
+    """Attempts each searching run makes at most (`mlra run --attempts`): not the batch's
+    `max_attempts`, which counts starts of one run."""
+    attempts_parallel: int | None = Field(default=None, gt=0)
 
     @field_validator("time_limit")
     @classmethod
@@ -234,6 +240,9 @@ def run_command(run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str) -
         ("--max-cost", s.max_cost),
         ("--max-tokens", s.max_tokens),
         ("--direction", s.direction),
+        ("--search", s.search),
+        ("--attempts", s.attempts),
+        ("--attempts-parallel", s.attempts_parallel),
     ):
         if value is not None:
             command += [flag, str(value)]

@@ -68,6 +68,25 @@ def add_batch_commands(sub: Any) -> None:
         help="which way the tasks' metric improves, for folders whose own files do not say "
         "(per task: `direction` in [overrides.<task>])",
     )
+    batch.add_argument(
+        "--search",
+        choices=("none", "greedy", "llm"),
+        help="each run searches over attempts (`mlra run --search`; per task: `search` in "
+        "[overrides.<task>])",
+    )
+    batch.add_argument(
+        "--attempts",
+        type=positive_int,
+        metavar="N",
+        help="with --search: attempts each run makes at most (not --max-attempts, which "
+        "counts starts of a run)",
+    )
+    batch.add_argument(
+        "--attempts-parallel",
+        type=positive_int,
+        metavar="K",
+        help="with --search: attempts each run has running at once",
+    )
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
 
@@ -109,6 +128,9 @@ def _spec(args: argparse.Namespace) -> Any:
             "max_cost": args.max_cost,
             "max_tokens": args.max_tokens,
             "direction": args.direction,
+            "search": args.search,
+            "attempts": args.attempts,
+            "attempts_parallel": args.attempts_parallel,
         }
         defaults = Overrides.model_validate(data.get("defaults", {}))
         data["defaults"] = defaults.merged(Overrides(**limits)).model_dump(exclude_none=True)

@@ -432,3 +432,47 @@ async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(
     assert said[5][:2] == ("submit", False) and "no validated artifact" in said[5][2]
     finished = next(e for e in events if isinstance(e, ev.AttemptFinished))
     assert (finished.status, finished.why) == ("stopped", "stopped by the supervisor")
+
+
+def test_a_batch_runs_each_run_as_a_search(tmp_path: Path, answer_task: Path) -> None:
+    """`mlra batch --search greedy --attempts 3`: each run of the batch is an ordinary
+    `mlra run` with the same flags, and its result says what the search did."""
+    from tests.conftest import mlra_cli
+
+    task = _variant_task(answer_task, tmp_path)
+    args = [
+        "batch", "--tasks", str(task), "--models", "baseline", "--search", "greedy",
+        "--attempts", "3", "--out", str(tmp_path / "b"), "--isolation", "none", "--no-tui",
+    ]  # fmt: skip
+    proc = mlra_cli(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    results = list((tmp_path / "b" / "runs").glob("*/result.json"))
+    assert len(results) == 1
+    result = json.loads(results[0].read_text())
+    assert result["attempts"]["tried"] == 3 and result["attempts"]["submitted"] == "a3"
+    assert result["score"] == 1.0
+    proc = mlra_cli(
+        ["batch", "--tasks", str(task), "--models", "baseline", "--attempts", "0"], cwd=tmp_path
+    )
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--search", "llm"], "--search llm needs a model"),
+        (["--attempts", "2"], "go with --search greedy or llm"),
+        (["--search", "greedy"], "declares no recipe variants"),
+        (["--search", "greedy", "--attempts-parallel", "0"], "at least 1"),
+    ],
+)
+def test_search_flags_that_cannot_go_together_are_one_line_and_exit_2(
+    tmp_path: Path, answer_task: Path, flags: list[str], said: str
+) -> None:
+    from tests.conftest import mlra_cli
+
+    args = ["run", str(answer_task), "--model", "baseline", "--no-tui", *flags]
+    proc = mlra_cli([*args, "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
