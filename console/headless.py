@@ -54,6 +54,8 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
         return f"assign_subtask [{a.get('step_id')}]"
     if tool == "update_plan":
         return f"update_plan ({len(a.get('steps') or [])} steps)"
+    if tool == "submit" and a.get("attempt"):
+        return f"submit attempt {printable_line(str(a['attempt']))}"
     if tool == "submit":
         return f"submit {printable_line(str(a.get('path') or '(default artifact)'))}"
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"

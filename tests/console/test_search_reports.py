@@ -19,7 +19,7 @@ from mlra.agent.ending import EndedBy
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, read_events
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.console.cli import main
-from mlra.console.headless import JsonDisplay, TranscriptDisplay
+from mlra.console.headless import JsonDisplay, TranscriptDisplay, describe_call
 from mlra.console.headless_run import final_line
 from mlra.console.runs_cli import HEADERS
 
@@ -358,6 +358,11 @@ def test_the_last_line_of_a_headless_run_gives_the_search(tmp_path: Path) -> Non
     plain = plain_run(tmp_path, "p")
     result = RunResult.model_validate_json((plain / "result.json").read_bytes())
     assert "attempt" not in final_line(plain, result)
+
+
+def test_a_submit_of_an_attempt_reads_as_one() -> None:
+    assert describe_call("submit", {"attempt": "a2", "note": "the best"}) == "submit attempt a2"
+    assert describe_call("submit", {}) == "submit (default artifact)"
 
 
 def test_json_lines_carry_the_attempt_events_as_logged(tmp_path: Path) -> None:
