@@ -9,7 +9,8 @@ read from its log by the run it belongs to.
 from __future__ import annotations
 
 from mlra import events as ev
-from mlra.agent.controller import Agent, Ending, EndRun, RunController
+from mlra.agent.controller import Agent, EndRun, RunController
+from mlra.agent.ending import attempt_ending
 from mlra.agent.evaluation import run_validator
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.worker import Worker
@@ -24,12 +25,6 @@ OPERATOR_FRAMING: dict[str, str] = {
     "chosen": "Do what the supervisor asks",
     "variant": "Run the recipe's variant",
 }
-
-
-def attempt_ending(note: str) -> Ending:
-    """An attempt's end: recorded as finished, never graded on the test split (the run it
-    belongs to grades only the attempt it submits)."""
-    return Ending(reason="submitted", evaluate=False, by="agent", note=note, message=note)
 
 
 def attempt_agent(controller: RunController) -> Agent:

@@ -25,17 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-import shutil
-from collections.abc import Callable
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from mlra import events as ev
-from mlra.agent.config import AttemptSettings
 from mlra.agent.eventlog import EVENTS_FILE, read_events
-
-if TYPE_CHECKING:
-    from mlra.agent.controller import RunController
+from mlra.agent.run_context import RunContext
 
 ATTEMPTS_DIR = "attempts"
 MIN_ATTEMPT_S = 30.0
@@ -47,13 +43,25 @@ class AttemptRefused(Exception):
     """Why an attempt cannot be started, stopped or submitted: one line for the agent."""
 
 
+class Launcher(Protocol):
+    """Runs an attempt's own run to its end (agent/attempt_runs.py): made in `run_dir`, or,
+    `resume`, taken up from its log there; registers it with the manager while it runs.
+    Raises CancelledError when stopped. Set by `agent_for` on a run that searches, so this
+    module needs nothing of the controller the attempts' runs are made of."""
+
+    def __call__(
+        self, manager: AttemptManager, started: ev.AttemptStarted, run_dir: Path, resume: bool
+    ) -> Awaitable[None]: ...
+
+
 class AttemptManager:
-    def __init__(self, run: Any) -> None:
-        # Any: the controller makes its manager in its own __init__, where pyright reads
-        # `self` as not yet the class this module imports.
-        self.run: RunController = run
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+        self.launcher: Launcher | None = None
+        """How attempts run; None in a run that does not search (nothing can start)."""
         self._tasks: dict[str, asyncio.Task[None]] = {}
-        self._children: dict[str, RunController] = {}
+        self.children: dict[str, Any] = {}
+        """The attempts' own runs (their controllers) while they run here, by id."""
         self._finished = asyncio.Condition()
         self._closing = False
         self._stopped: dict[str, str] = {}
@@ -69,9 +77,10 @@ class AttemptManager:
     def folder(self) -> Path:
         return self.run.run_dir / ATTEMPTS_DIR
 
-    def child(self, attempt: str) -> RunController | None:
-        """The attempt's own run while it runs here (the console messages it through it)."""
-        return self._children.get(attempt)
+    def child(self, attempt: str) -> Any:
+        """The attempt's own run (its controller) while it runs here, else None: the
+        console messages an attempt through it."""
+        return self.children.get(attempt)
 
     def table(self) -> str:
         """The tree as the supervisor reads it (agent/attempt_tree.py)."""
@@ -106,6 +115,8 @@ class AttemptManager:
         """Start an attempt; its id. Raises AttemptRefused with why it may not."""
         self.adopt()
         tree = self.tree
+        if self.launcher is None:
+            raise AttemptRefused("this run does not search over attempts (--search)")
         if self._closing or self.run.state.finished is not None:
             raise AttemptRefused("the run is ending: no attempt can start")
         if not self.left():
@@ -161,7 +172,7 @@ class AttemptManager:
     def adopt(self) -> None:
         """Take up the attempts the log leaves running that no task here runs: a resumed
         run's, from their own logs. Called once live, and before any use of the tree."""
-        if self.run.catchup.replaying or self._closing:
+        if self.run.catchup.replaying or self._closing or self.launcher is None:
             return
         for node in self.tree.running:
             if node.id not in self._tasks:
@@ -170,21 +181,16 @@ class AttemptManager:
     async def _run_attempt(self, started: ev.AttemptStarted, *, resume: bool) -> None:
         attempt = started.attempt
         run_dir = self.folder / attempt
-        child: RunController | None = None
         stopped = lost = ""
         try:
-            child = await asyncio.to_thread(self._child, started, run_dir, resume)
-            if child is not None:
-                self._children[attempt] = child
-                from mlra.agent.attempt_agent import attempt_agent
-
-                await child.run(attempt_agent)
+            assert self.launcher is not None
+            await self.launcher(self, started, run_dir, resume)
         except asyncio.CancelledError:
             stopped = self._stopped.get(attempt, STOP_REASON_DEADLINE)
         except Exception as exc:  # its own log says the rest
             lost = f"the attempt could not run: {exc}"
         finally:
-            self._children.pop(attempt, None)
+            self.children.pop(attempt, None)
         finished = await asyncio.to_thread(
             finished_event, started, run_dir, self.run.run_dir, stopped=stopped, lost=lost
         )
@@ -192,65 +198,6 @@ class AttemptManager:
             self.run.append(finished)
         async with self._finished:
             self._finished.notify_all()
-
-    def _child(
-        self, started: ev.AttemptStarted, run_dir: Path, resume: bool
-    ) -> RunController | None:
-        """The attempt's own run, made (or, resuming, reopened) in its folder."""
-        from mlra.agent.controller import RunController
-
-        parent = self.run
-        if resume:
-            from mlra.agent.resume import ResumeError, load_run, resume_controller
-
-            if not (run_dir / EVENTS_FILE).is_file():
-                raise RuntimeError("it had not started when mlra stopped, and was not resumed")
-            recorded = load_run(run_dir)
-            if _ended(recorded.events):
-                return None  # it ended; only its attempt_finished was not written
-            try:
-                return resume_controller(
-                    recorded,
-                    attempt_task(parent.task),
-                    parent.provider,
-                    overrides={"time_limit_s": started.time_limit_s},
-                )
-            except ResumeError as exc:
-                raise RuntimeError(str(exc)) from None
-        config = parent.config.model_copy(
-            update={
-                "run_id": started.attempt,
-                "runs_dir": self.folder,
-                "time_limit_s": started.time_limit_s,
-                "search": "none",
-                "start_paused": False,
-                "breakpoints": [],
-                "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
-                "max_tokens": None,
-                "max_steps": None,
-                **_shared_out(parent.config),
-                "attempt": AttemptSettings(
-                    id=started.attempt,
-                    parent=started.parent,
-                    operator=started.operator,
-                    instructions=started.instructions,
-                    variant=started.variant,
-                ),
-            }
-        )
-        child = RunController(
-            config,
-            attempt_task(parent.task),
-            parent.provider,
-            sandbox_factory=parent.sandbox_factory,
-        )
-        child.prepare()
-        if started.parent is not None:
-            # Its workspace as the parent attempt's ended (that one no longer changes).
-            source = self.folder / started.parent / "workspace"
-            shutil.rmtree(child.workspace)
-            shutil.copytree(source, child.workspace, symlinks=True)
-        return child
 
     # --- waiting and stopping ---------------------------------------------------------------
 
@@ -325,33 +272,6 @@ class AttemptManager:
         if not (self.run.run_dir / node.finished.kept).exists():
             raise AttemptRefused(f"attempt {attempt}'s validated copy is gone")
         return node.finished
-
-
-def attempt_task(task: Any) -> Any:
-    """The task as an attempt runs it: its best validated copy is always kept, since it is
-    what the search submits."""
-    validation = task.validation.model_copy(update={"grade_best_at_deadline": True})
-    return task.model_copy(update={"validation": validation})
-
-
-def _shared_out(config: Any) -> dict[str, Any]:
-    """The memory and CPUs the user gave the run, shared out between the attempts that
-    run at once (a limit left to the default is each attempt's default)."""
-    k = config.attempts_parallel
-    shared: dict[str, Any] = {}
-    if k > 1 and config.memory_mb:
-        shared["memory_mb"] = max(1, config.memory_mb // k)
-    if k > 1 and config.cpus:
-        shared["cpus"] = config.cpus / k
-    return shared
-
-
-def _left(limit: float | None, used: float) -> float | None:
-    return None if limit is None else max(0.0, limit - used)
-
-
-def _ended(events: list[ev.Event]) -> bool:
-    return any(isinstance(e, ev.RunFinished) for e in events)
 
 
 def finished_event(
@@ -430,6 +350,3 @@ def _why_buggy(state: Any, events: list[ev.Event], finished: ev.RunFinished | No
     if finished is not None and finished.reason != "submitted" and finished.message:
         return finished.message
     return "it ended with no artifact validated"
-
-
-AttemptCallback = Callable[[ev.AttemptFinished], None]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from mlra import events as ev
 from mlra.agent.catchup import INTERRUPTED
 from mlra.agent.controller import Ending, EndRun, RunController
-from mlra.agent.ending import unsubmitted
+from mlra.agent.ending import attempt_ending, unsubmitted
 from mlra.agent.evaluation import run_validator
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.recording import KILLED_BY_RUN_END
@@ -128,8 +128,6 @@ class BaselineAgent:
         if self.validates:
             statuses.append(await self._validate(statuses))
         if self.attempt is not None:
-            from mlra.agent.attempt_agent import attempt_ending
-
             raise EndRun(attempt_ending("the recipe's variant ran and was validated"))
         step = await self.ctl.begin_step(self.role, counts=True)
         self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))

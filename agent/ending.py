@@ -90,3 +90,9 @@ def budget_ending(config: RunConfig, state: RunState) -> Ending | None:
     if problem is None:
         return None
     return Ending(reason="budget", by="budget", note=problem, message=problem)
+
+
+def attempt_ending(note: str) -> Ending:
+    """An attempt's end (agent/attempt_agent.py): recorded as finished, never graded on
+    the test split (the run it belongs to grades only the attempt it submits)."""
+    return Ending(reason="submitted", evaluate=False, by="agent", note=note, message=note)

@@ -199,6 +199,39 @@ def _link_tree(source: Path, target: Path) -> None:
                 shutil.copy2(src, dst)
 
 
+def _attempts_at_the_cut(
+    source: RecordedRun, prefix: list[ev.Event], run_dir: Path, at_step: int
+) -> list[ev.Event]:
+    """A search's attempts in the fork: those that had ended by the step are shared with
+    the source (their folders no longer change: hard links), so the fork can build on
+    and submit them; one still running then is recorded lost in the fork, since what it
+    did after that point belongs to the source's timeline, not the fork's."""
+    from mlra.agent.attempts import ATTEMPTS_DIR
+
+    tree = fold(prefix).attempts
+    lost: list[ev.Event] = []
+    seq = max((e.seq for e in prefix), default=0)
+    t = max((e.t for e in prefix), default=0.0)
+    for node in tree.nodes.values():
+        if node.finished is not None:
+            _link_tree(source.run_dir / ATTEMPTS_DIR / node.id, run_dir / ATTEMPTS_DIR / node.id)
+            continue
+        seq += 1
+        lost.append(
+            ev.AttemptFinished(
+                seq=seq,
+                ts=prefix[-1].ts if prefix else 0.0,
+                t=t,
+                attempt=node.id,
+                parent=node.parent,
+                status="lost",
+                why=f"it was running when the run was forked at step {at_step}; what it "
+                "did after that belongs to the run forked from",
+            )
+        )
+    return lost
+
+
 def fork_run(
     source: RecordedRun,
     task: TaskSpec,
@@ -230,6 +263,7 @@ def fork_run(
     missing = history.restore(
         cut_seq, workspace, fallbacks=[source.run_dir / "workspace", *task.starter_paths()]
     )
+    prefix += _attempts_at_the_cut(source, prefix, run_dir, at_step)
     # The copy keeps the source's numbering and times; the fork's own events follow.
     with open(run_dir / EVENTS_FILE, "wb") as f:
         for event in prefix:

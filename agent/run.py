@@ -7,7 +7,14 @@ from mlra.agent.controller import Agent, RunController
 
 def agent_for(controller: RunController) -> Agent:
     """The baseline agent when there is no model, else the supervisor–worker pair; the
-    greedy search policy over attempts (agent/search.py) for `--search greedy`."""
+    greedy search policy over attempts (agent/search.py) for `--search greedy`. A run
+    that searches gets the launcher its attempts' own runs are made by."""
+    if controller.config.search != "none":
+        from functools import partial
+
+        from mlra.agent.attempt_runs import run_attempt
+
+        controller.attempts.launcher = partial(run_attempt, controller)
     if controller.config.search == "greedy":
         from mlra.agent.search import GreedySearch
 

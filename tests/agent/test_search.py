@@ -15,6 +15,7 @@ from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.eventlog import read_events
 from mlra.agent.providers import resolve_model
+from mlra.agent.resume import load_run, resume_controller
 from mlra.agent.run import agent_for
 from mlra.agent.state import fold
 from mlra.tasks.spec import load_task
@@ -476,3 +477,44 @@ def test_search_flags_that_cannot_go_together_are_one_line_and_exit_2(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists()
+
+
+async def test_a_fork_of_a_search_keeps_the_attempts_ended_by_then(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Forked at the step after a2 started: a1 had ended and is shared with the fork (it
+    can be built on and submitted); a2 was running, so the fork records it lost; the
+    fork's search goes on from there and grades what it submits."""
+    from mlra.agent.resume import fork_run
+
+    task = load_task(_variant_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        run_id="src",
+        isolation="none",
+        search="greedy",
+        attempts=3,
+    )
+    await RunController(cfg, task, None).run(agent_for)
+    source = load_run(tmp_path / "runs" / "src")
+    a2_call = next(
+        e for e in source.events if isinstance(e, ev.AttemptStarted) and e.attempt == "a2"
+    ).call_id
+    step = next(
+        e.step for e in source.events if isinstance(e, ev.ToolCall) and e.call_id == a2_call
+    )
+    forked = fork_run(
+        source, task, at_step=step + 1, run_dir=tmp_path / "runs" / "fork", model="baseline"
+    )
+    tree = fold(forked.events).attempts
+    assert tree.get("a1").status == "validated" and tree.get("a2").status == "lost"
+    assert (tmp_path / "runs" / "fork" / "attempts" / "a1" / "workspace").is_dir()
+    controller = resume_controller(forked, task, None)
+    result = await controller.run(agent_for)
+    events = _events(controller.run_dir)
+    started = [e.attempt for e in events if isinstance(e, ev.AttemptStarted)]
+    assert started == ["a1", "a2", "a3"]
+    assert result.attempts is not None and result.attempts.submitted is not None
+    assert result.score is not None
