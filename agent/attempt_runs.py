@@ -75,6 +75,7 @@ def _child(
             "max_tokens": None,
             "max_steps": None,
             **_shared_out(parent.config),
+            **_gpus_for(parent, _gpus_in_use(parent)),
             "attempt": AttemptSettings(
                 id=started.attempt,
                 parent=started.parent,
@@ -109,6 +110,52 @@ def _shared_out(config: RunConfig) -> dict[str, Any]:
     if k > 1 and config.cpus:
         shared["cpus"] = config.cpus / k
     return shared
+
+
+def _gpus_in_use(parent: RunController) -> list[str]:
+    return [
+        child.config.gpus
+        for child in parent.attempts.children.values()
+        if isinstance(child, RunController) and child.config.gpus
+    ]
+
+
+def _gpus_for(parent: RunController, in_use: list[str]) -> dict[str, Any]:
+    """The GPUs a new attempt gets when several run at once: the run's GPUs (`--gpus`
+    ids, else every one NVML sees) split between the K attempts, the first share no
+    running attempt holds. Fewer GPUs than attempts: they share them (by default one
+    attempt runs at a time, so one GPU is never shared). A task needing no GPU: none."""
+    config = parent.config
+    k = config.attempts_parallel
+    if k <= 1 or parent.task.resources.gpus <= 0 or (config.gpus or "").lower() == "none":
+        return {}
+    if config.gpus and config.gpus.lower() != "all":
+        ids = [g.strip() for g in config.gpus.split(",") if g.strip()]
+    else:
+        from mlra.tasks.readiness import gpus
+
+        ids = [str(i) for i in range(len(gpus()))]
+    share = gpu_share(ids, k, in_use)
+    if share is None:
+        return {}
+    settings: dict[str, Any] = {"gpus": share}
+    if config.sandbox == "local":  # every device node is there: CUDA is told which
+        settings["env"] = {**config.env, "CUDA_VISIBLE_DEVICES": share}
+    return settings
+
+
+def gpu_share(ids: list[str], k: int, in_use: list[str]) -> str | None:
+    """The GPU ids (comma-joined) of the first of K shares of `ids` no running attempt
+    holds; with fewer GPUs than K, shares overlap (one GPU each, round robin). None: no
+    GPU to share."""
+    if not ids:
+        return None
+    per = max(1, len(ids) // k)
+    shares = [",".join(ids[(i * per) % len(ids) : (i * per) % len(ids) + per]) for i in range(k)]
+    for share in shares:
+        if share not in in_use:
+            return share
+    return shares[len(in_use) % k]
 
 
 def _left(limit: float | None, used: float) -> float | None:

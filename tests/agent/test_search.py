@@ -518,3 +518,21 @@ async def test_a_fork_of_a_search_keeps_the_attempts_ended_by_then(
     assert started == ["a1", "a2", "a3"]
     assert result.attempts is not None and result.attempts.submitted is not None
     assert result.score is not None
+
+
+@pytest.mark.parametrize(
+    ("ids", "k", "in_use", "share"),
+    [
+        (["0", "1", "2", "3"], 2, [], "0,1"),
+        (["0", "1", "2", "3"], 2, ["0,1"], "2,3"),
+        (["0", "1", "2", "3"], 4, ["0", "1"], "2"),
+        (["0"], 2, ["0"], "0"),  # one GPU, two attempts at once: they share it
+        ([], 2, [], None),
+    ],
+)
+def test_attempts_running_at_once_get_their_own_share_of_the_gpus(
+    ids: list[str], k: int, in_use: list[str], share: str | None
+) -> None:
+    from mlra.agent.attempt_runs import gpu_share
+
+    assert gpu_share(ids, k, in_use) == share
