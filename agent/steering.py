@@ -9,7 +9,7 @@ these stay its public methods.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
 from mlra.agent.clock import RunClock
@@ -19,6 +19,9 @@ from mlra.agent.state import RunState
 from mlra.tools.jobs import JobManager
 from mlra.tools.sandbox.base import Sandbox
 
+if TYPE_CHECKING:
+    from mlra.agent.attempts import AttemptManager
+
 
 class Steering:
     controls: Controls
@@ -26,6 +29,7 @@ class Steering:
     state: RunState
     sandbox: Sandbox | None
     jobs: JobManager
+    attempts: AttemptManager
 
     USER_STOP_REASON = "stopped by the user"
     """The `job_ended` reason of a job the user stopped from the console: the log's
@@ -35,7 +39,8 @@ class Steering:
         self._stop = asyncio.Event()
         self._stop_ending: Ending | None = None
         self._job_stops: set[asyncio.Task[Any]] = set()
-        """The user's job stops under way (held so they are not collected mid-way)."""
+        """The user's job and attempt stops under way (held so they are not collected
+        mid-way)."""
 
     def stop_job(self, job: str) -> bool:
         """Stop a running background job for the user (the console's job dialog); returns
@@ -47,6 +52,45 @@ class Steering:
         )
         self._job_stops.add(task)
         task.add_done_callback(self._job_stops.discard)
+        return True
+
+    def stop_attempt(self, attempt: str) -> bool:
+        """Stop a running attempt of the search for the user (the console's Attempts
+        pane); returns at once, recorded first, its `attempt_finished` ("stopped", why:
+        by the user) follows. False if it is not running."""
+        node = self.state.attempts.get(attempt)
+        if node is None or node.finished is not None or self.state.finished is not None:
+            return False
+        self._control("attempt_stop", target=attempt)
+        task = asyncio.get_running_loop().create_task(
+            self.attempts.stop(attempt, self.USER_STOP_REASON)
+        )
+        self._job_stops.add(task)
+        task.add_done_callback(self._job_stops.discard)
+        return True
+
+    def promote_attempt(self, attempt: str) -> bool:
+        """Submit a search's attempt for the user: the run ends as a user's stop does and
+        grades that attempt's kept copy (agent/evaluation.py), whatever the supervisor
+        was doing. False if it may not be submitted (still running, never validated, its
+        copy gone: `AttemptManager.submittable` says why) or the run is ending already."""
+        from mlra.agent.attempts import AttemptRefused
+
+        if self._stop.is_set() or self.state.finished is not None:
+            return False
+        try:
+            self.attempts.submittable(attempt)
+        except AttemptRefused:
+            return False
+        self._control("promote", target=attempt)
+        self._stop_ending = Ending(
+            reason="stopped",
+            by="stop",
+            attempt=attempt,
+            note=f"attempt {attempt} promoted by the user",
+        )
+        self.controls.resume()
+        self._stop.set()
         return True
 
     def append(self, event: ev.Event) -> ev.Event:

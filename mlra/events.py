@@ -455,8 +455,21 @@ class JobEnded(_Event):
 
 
 ControlAction = Literal[
-    "pause", "resume", "step", "inject", "approve", "reject", "edit", "stop", "breakpoints", "quit"
+    "pause",
+    "resume",
+    "step",
+    "inject",
+    "approve",
+    "reject",
+    "edit",
+    "stop",
+    "breakpoints",
+    "quit",
+    "attempt_stop",
+    "promote",
 ]
+"""`attempt_stop` and `promote` name the search's attempt in `target`: the user stopped
+it, or submitted it (the run then ends and grades that attempt's kept copy)."""
 
 
 class Control(_Event):
