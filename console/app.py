@@ -36,7 +36,9 @@ from mlra import events as ev
 from mlra.agent.controller import Agent, RunController
 from mlra.agent.controls import Breakpoint
 from mlra.agent.state import RunResult, RunState
-from mlra.console.keymap import KEYS, bindings
+from mlra.console.attempt_actions import act_on_attempt
+from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, bindings
+from mlra.console.panes.attempts import AttemptAction, AttemptsPane
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FileSource, FilesPane
 from mlra.console.panes.footer import KeyFooter
@@ -137,10 +139,13 @@ class MlraApp(App[int]):
         make_agent: Callable[[RunController], Agent] | None = None,
         events: Iterable[ev.Event] = (),
         files: FileSource | None = None,
+        run_dir: Path | None = None,
     ) -> None:
-        """A live run (`controller`), or a recorded one (`events` and `files`)."""
+        """A live run (`controller`), or a recorded one (`events` and `files`, and its
+        folder `run_dir`, where the attempts of a search have their own)."""
         super().__init__()
         self.controller = controller
+        self.run_dir = controller.run_dir if controller is not None else run_dir
         self.make_agent = make_agent
         self.recorded = list(events)
         self.files_source = files
@@ -172,7 +177,9 @@ class MlraApp(App[int]):
                 yield PlanPane(id="plan")
                 yield ExperimentsPane(id="experiments")
                 yield ResourcesPane(id="resources")
-            yield TranscriptPane(id="transcript")
+            with Vertical(id="center"):
+                yield AttemptsPane(id="attempts")
+                yield TranscriptPane(id="transcript")
             yield FilesPane(self.files_source, id="files")
         yield KeyFooter()
 
@@ -325,6 +332,8 @@ class MlraApp(App[int]):
             self._attach_sandbox()  # a resumed run: its run_started was in the past
         plan.show(self.state)
         self._show_experiments()
+        if any(isinstance(e, ev.AttemptStarted | ev.AttemptFinished) for e in batch):
+            self._show_attempts()
         transcript.flush()
         # The footer and status line change with the run's phase only; redrawing them
         # for every batch of streamed output would cost renders for nothing.
@@ -354,6 +363,12 @@ class MlraApp(App[int]):
         except NoMatches:
             return  # the console is closing
 
+    def _show_attempts(self) -> None:
+        try:
+            self.query_one(AttemptsPane).show(self.state, self._elapsed())
+        except NoMatches:
+            return  # the console is closing
+
     def _elapsed(self) -> float:
         if self.controller is None or self.state.finished is not None:
             return self.state.elapsed_s
@@ -365,8 +380,11 @@ class MlraApp(App[int]):
             elapsed = self._elapsed()
             resources.show(self.state, elapsed)
             status.show(self.state, elapsed_s=elapsed, provider_error=self.provider_error)
+            attempts = self.query_one(AttemptsPane)
         except NoMatches:
             return  # a timer that fired while the console closes
+        if attempts.ticks(self.state):
+            attempts.show(self.state, elapsed)
 
     async def _refresh_files(self) -> None:
         if not self._files_visible():
@@ -564,7 +582,19 @@ class MlraApp(App[int]):
         )
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen())
+        attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS]
+        self.push_screen(HelpScreen([*KEYS, *attempts] if self.state.attempts else None))
+
+    def action_focus_attempts(self) -> None:
+        pane = self.query_one(AttemptsPane)
+        if not pane.display:
+            self.notify("this run has no attempts: it does not search (--search)", timeout=4)
+            return
+        pane.focus()
+
+    def on_attempt_action(self, message: AttemptAction) -> None:
+        """A key of the Attempts pane on its selected attempt (console/attempt_actions.py)."""
+        act_on_attempt(self, self, message.action, message.attempt)
 
     def action_follow(self) -> None:
         self.query_one(TranscriptPane).follow()

@@ -449,6 +449,8 @@ class TranscriptDisplay(_Printer):
                 )
             case ev.Control():
                 detail = f": {one_line(event.text, 120)}" if event.text else ""
+                if event.action in ("attempt_stop", "promote") and event.target:
+                    detail = f" {printable_line(event.target)}{detail}"
                 if event.action == "edit" and event.arguments is not None:
                     # What ran instead of what the model asked for.
                     call = self._calls.get(event.call_id or "")

@@ -143,9 +143,55 @@ REPLAY_KEYS: list[Key] = [
 """The replay console's keys (read-only: nothing here steers a run)."""
 
 
+ATTEMPTS_FOCUS_KEY = Key(
+    "A",
+    "focus_attempts",
+    "Attempts",
+    "Go to the Attempts pane (a run that searches); its keys then act on the selected attempt.",
+    footer=False,
+)
+"""Bound in both consoles, listed by help only where the run has attempts."""
+
+ATTEMPT_VIEW_KEYS: list[Key] = [
+    Key(
+        "enter",
+        "select",
+        "Open",
+        "In the Attempts pane: open the selected attempt (its transcript and files).",
+    ),
+    Key(
+        "D",
+        "diff",
+        "Diff",
+        "In the Attempts pane: diff the selected attempt with another (files and scores).",
+    ),
+]
+"""The Attempts pane's keys that only read (the replay has these)."""
+
+ATTEMPT_KEYS: list[Key] = [
+    *ATTEMPT_VIEW_KEYS,
+    Key("x", "stop", "Stop", "In the Attempts pane: stop the selected running attempt."),
+    Key(
+        "p",
+        "promote",
+        "Promote",
+        "In the Attempts pane: submit the selected attempt; the run ends and grades its "
+        "validated copy.",
+    ),
+    Key(
+        "m",
+        "message",
+        "Msg",
+        "In the Attempts pane: send a message to the selected running attempt's worker.",
+    ),
+]
+"""The Attempts pane's own keys (they apply while it has the focus; Tab moves there)."""
+
+
 def bindings(keys: list[Key] | None = None) -> list[BindingType]:
     out: list[BindingType] = [
-        Binding(k.key, k.action, k.label, show=k.footer) for k in keys or KEYS
+        Binding(k.key, k.action, k.label, show=k.footer)
+        for k in [*(keys or KEYS), ATTEMPTS_FOCUS_KEY]
     ]
     out.append(Binding("ctrl+c", "quit", "Quit", show=False, priority=True))
     return out

@@ -22,21 +22,21 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
-from textual.screen import ModalScreen, Screen
+from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import Label, Static, Tree
+from textual.widgets import Static, Tree
 
 from mlra.agent.state import RunState
 from mlra.console.app import MlraApp, _runner
 from mlra.console.headless import score_line
-from mlra.console.keymap import REPLAY_KEYS, bindings
+from mlra.console.keymap import ATTEMPT_VIEW_KEYS, ATTEMPTS_FOCUS_KEY, REPLAY_KEYS, bindings
 from mlra.console.panes import redraw
+from mlra.console.panes.attempts import ReplayAttemptsPane
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import NO_PREVIEW, FilesPane
 from mlra.console.panes.footer import KeyFooter
@@ -45,9 +45,9 @@ from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import PHASES, StatusBar
 from mlra.console.panes.transcript import ThoughtEntry, TranscriptPane
 from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
-from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
+from mlra.console.screens import ConfirmScreen, DiffScreen, HelpScreen, PromptScreen
 from mlra.durations import format_duration
-from mlra.terminal_text import printable, printable_line
+from mlra.terminal_text import printable_line
 
 INCREMENTAL_MAX = 400
 """Moving forward by at most this many events feeds them to the panes; further, they are rebuilt."""
@@ -106,38 +106,6 @@ class ReplayTranscript(TranscriptPane, inherit_bindings=False):
     ]
 
 
-class DiffScreen(ModalScreen[None]):
-    """A file's last change up to the replay's cursor, as a unified diff."""
-
-    BINDINGS = [Binding("escape,q,d", "close", "Close")]
-    DEFAULT_CSS = """
-    #diff-scroll {
-        height: auto;
-        max-height: 32;
-    }
-    """
-
-    def __init__(self, title: str, diff: str) -> None:
-        super().__init__()
-        self.title_text = title
-        self.diff = diff
-
-    def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog dialog-wide", id="diff-dialog"):
-            yield Label(Text(printable_line(self.title_text)), classes="dialog-title")
-            with VerticalScroll(id="diff-scroll"):
-                body: Any = (
-                    Syntax(printable(self.diff), "diff", theme="ansi_dark", word_wrap=False)
-                    if self.diff
-                    else Text("no textual difference", style="dim")
-                )
-                yield Static(body, id="diff-text")
-            yield Static("Escape or d to close", classes="dialog-detail")
-
-    def action_close(self) -> None:
-        self.dismiss(None)
-
-
 class ReplayApp(MlraApp, inherit_bindings=False):
     """`mlra replay RUN_DIR`: step through a recorded run."""
 
@@ -155,7 +123,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         has loaded may be frozen out of the garbage collector's passes."""
         self.model = model
         self.files_history = HistoryFiles(model.history)
-        super().__init__(events=(), files=self.files_history)
+        super().__init__(events=(), files=self.files_history, run_dir=model.run_dir)
         self.at_step = at_step
         self.freeze_gc = freeze_gc
         self.fork_at: int | None = None
@@ -174,7 +142,9 @@ class ReplayApp(MlraApp, inherit_bindings=False):
                 yield PlanPane(id="plan")
                 yield ExperimentsPane(id="experiments")
                 yield ResourcesPane(id="resources")
-            yield ReplayTranscript(id="transcript")
+            with Vertical(id="center"):
+                yield ReplayAttemptsPane(id="attempts")
+                yield ReplayTranscript(id="transcript")
             yield FilesPane(self.files_source, id="files")
         yield KeyFooter()
 
@@ -231,6 +201,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         self._shown = new
         plan.show(state)
         self._show_experiments()
+        self._show_attempts()
         transcript.flush()
         if rebuilt:
             transcript.follow()
@@ -513,7 +484,9 @@ class ReplayApp(MlraApp, inherit_bindings=False):
         )
 
     def action_help(self) -> None:
-        self.push_screen(HelpScreen(REPLAY_KEYS, replay=True))
+        attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_VIEW_KEYS]
+        keys = [*REPLAY_KEYS, *attempts] if self.state.attempts else REPLAY_KEYS
+        self.push_screen(HelpScreen(keys, replay=True))
 
     async def action_quit(self) -> None:
         self.exit(0)

@@ -1,4 +1,4 @@
-"""The console's dialogs: confirmations, messages, editing a call, breakpoints, help.
+"""The console's dialogs: confirmations, messages, editing a call, breakpoints, diffs, help.
 
 A dialog's words may quote the run (a tool's name, a job's, a path): each is shown as
 `Text`, which Textual never reads as markup, with its control characters escaped
@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rich.console import RenderableType
+from rich.syntax import Syntax
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -182,6 +184,45 @@ class StopJobScreen(ModalScreen[str | None]):
         self.dismiss(event.option.id)
 
     def action_cancel(self) -> None:
+        self.dismiss(None)
+
+
+class DiffScreen(ModalScreen[None]):
+    """A unified diff: a file's last change up to the replay's cursor, or two attempts'
+    workspaces (with `header`, their scores side by side, above it)."""
+
+    BINDINGS = [Binding("escape,q,d", "close", "Close")]
+    DEFAULT_CSS = """
+    #diff-scroll {
+        height: auto;
+        max-height: 32;
+    }
+    #diff-header {
+        margin-bottom: 1;
+    }
+    """
+
+    def __init__(self, title: str, diff: str, header: RenderableType | None = None) -> None:
+        super().__init__()
+        self.title_text = title
+        self.diff = diff
+        self.header = header
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog dialog-wide", id="diff-dialog"):
+            yield Label(Text(printable_line(self.title_text)), classes="dialog-title")
+            with VerticalScroll(id="diff-scroll"):
+                if self.header is not None:
+                    yield Static(self.header, id="diff-header")
+                body: Any = (
+                    Syntax(printable(self.diff), "diff", theme="ansi_dark", word_wrap=False)
+                    if self.diff
+                    else Text("no textual difference", style="dim")
+                )
+                yield Static(body, id="diff-text")
+            yield Static("Escape or d to close", classes="dialog-detail")
+
+    def action_close(self) -> None:
         self.dismiss(None)
 
 

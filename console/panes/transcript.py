@@ -29,7 +29,15 @@ from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.agent.recording import KILLED_BY_RUN_END
-from mlra.console.headless import describe_call, one_line, score_line, unknown_line
+from mlra.console.headless import (
+    attempt_finished_line,
+    attempt_ok,
+    attempt_started_line,
+    describe_call,
+    one_line,
+    score_line,
+    unknown_line,
+)
 from mlra.console.panes import WidgetOptions, redraw
 from mlra.durations import format_duration
 from mlra.terminal_text import printable
@@ -355,6 +363,13 @@ class TranscriptPane(VerticalScroll):
                     f"{event.agent}'s turns {event.first_turn}–{event.last_turn} were summarized to fit the context",
                     "dim",
                 )
+            case ev.AttemptStarted():
+                self._note(event, f"── {attempt_started_line(event)} ──", "bold cyan")
+            case ev.AttemptFinished():
+                style = (
+                    "green" if attempt_ok(event) else "red" if event.status == "buggy" else "yellow"
+                )
+                self._note(event, attempt_finished_line(event), style)
             case ev.Submission():
                 self._note(
                     event,
@@ -414,6 +429,8 @@ class TranscriptPane(VerticalScroll):
             "breakpoints": f"set breakpoints: {event.text}",
             "edit": "edited the call",
             "inject": f"to the {event.target}: {event.text}",
+            "attempt_stop": f"stopped attempt {event.target}",
+            "promote": f"promoted attempt {event.target}: the run ends and grades it",
         }
         if event.source == "user":
             text = f"you: {words.get(event.action, event.action)}"
