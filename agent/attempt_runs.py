@@ -69,7 +69,8 @@ def _child(
             "runs_dir": run_dir.parent,
             "time_limit_s": started.time_limit_s,
             "search": "none",
-            "start_paused": False,
+            # Started while the run is paused (or stepped): paused with it.
+            "start_paused": parent.controls.paused,
             "breakpoints": [],
             "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
             "max_tokens": None,

@@ -107,17 +107,29 @@ class Steering:
         if self.sandbox is not None:
             self.sandbox.suspend_commands()
         self._control("pause", source=source)
+        for child in self._attempt_runs():  # a search pauses whole, its attempts with it
+            child.pause(source="run")
 
     def resume(self) -> None:
         self.controls.resume()
         self._unpause()
         self._control("resume")
+        for child in self._attempt_runs():
+            child.resume()
 
     def step(self) -> None:
-        """Run exactly one agent action, then pause again."""
+        """Run exactly one agent action, then pause again (each running attempt too)."""
         self.controls.step()
         self._unpause()
         self._control("step")
+        for child in self._attempt_runs():
+            child.step()
+
+    def _attempt_runs(self) -> list[Steering]:
+        """The search's attempts' own runs running here (agent/attempts.py), if any."""
+        attempts = getattr(self, "attempts", None)
+        children = getattr(attempts, "children", None) or {}
+        return [c for c in children.values() if isinstance(c, Steering)]
 
     def _unpause(self) -> None:
         if self.controls.holding():

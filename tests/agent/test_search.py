@@ -4,6 +4,7 @@ grading."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 from pathlib import Path
@@ -536,3 +537,44 @@ def test_attempts_running_at_once_get_their_own_share_of_the_gpus(
     from mlra.agent.attempt_runs import gpu_share
 
     assert gpu_share(ids, k, in_use) == share
+
+
+async def test_pausing_the_run_pauses_its_running_attempts_and_resuming_resumes_them(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Answer")),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt; sleep 1; echo slept")),
+            turn("", call("report", summary="wrote 42")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=tmp_path / "runs",
+            isolation="none",
+            search="llm",
+            attempts=1,
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        run = asyncio.create_task(controller.run(agent_for))
+        while (child := controller.attempts.child("a1")) is None or not child.state.running:
+            assert not run.done(), run
+            await asyncio.sleep(0.01)  # the attempt's own run, seen from here: nothing to await
+        controller.pause()
+        assert child.controls.paused and child.state.paused
+        controller.resume()
+        assert not child.controls.paused
+        result = await run
+        await provider.aclose()
+    own = _events(controller.run_dir / "attempts" / "a1")
+    actions = [e.action for e in own if isinstance(e, ev.Control)]
+    assert actions == ["pause", "resume"]
+    assert result.score == 1.0 and result.attempts is not None
