@@ -94,7 +94,7 @@ class AttemptKeys:
 
     def open(self, node: AttemptNode) -> None:
         host = self.host
-        self.app.push_screen(AttemptScreen(host.state.attempts, node, host.run_dir, self.now()))
+        self.app.push_screen(AttemptScreen(host.state.attempts, node, host.run_dir, self.now))
 
     def pick_and_diff(self, node: AttemptNode) -> None:
         tree = self.host.state.attempts

@@ -10,6 +10,7 @@ markup.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import RenderableType
@@ -123,12 +124,18 @@ class AttemptScreen(ModalScreen[None]):
     """
 
     def __init__(
-        self, tree: AttemptTree, node: AttemptNode, run_dir: Path | None, now: float
+        self,
+        tree: AttemptTree,
+        node: AttemptNode,
+        run_dir: Path | None,
+        clock: Callable[[], float],
     ) -> None:
+        """`tree` is the run's own, folded as events come: a running attempt's node
+        ends under the dialog, which then says so; `clock` reads the run's clock."""
         super().__init__()
         self.attempts_tree = tree
         self.node = node
-        self.now = now
+        self.clock = clock
         self.folder = attempt_folder(run_dir, node)
         self.workspace = self.folder / "workspace" if self.folder is not None else None
         self._events_seen = -1
@@ -141,9 +148,11 @@ class AttemptScreen(ModalScreen[None]):
             yield Label(
                 Text(printable_line(attempt_title(self.attempts_tree, self.node))),
                 classes="dialog-title",
+                id="attempt-title",
             )
             yield Static(
-                attempt_details(self.attempts_tree, self.node, self.now), id="attempt-details"
+                attempt_details(self.attempts_tree, self.node, self.clock()),
+                id="attempt-details",
             )
             with Horizontal(id="attempt-body"):
                 yield TranscriptPane(id="attempt-transcript")
@@ -170,6 +179,14 @@ class AttemptScreen(ModalScreen[None]):
         )
         if not self.is_attached:
             return
+        tree, node = self.attempts_tree, self.node
+        self.query_one("#attempt-title", Label).update(
+            Text(printable_line(attempt_title(tree, node)))
+        )
+        self.query_one("#attempt-details", Static).update(attempt_details(tree, node, self.clock()))
+        if node.finished is not None and self._timer is not None:
+            self._timer.stop()  # it has ended: this was the last look
+            self._timer = None
         transcript = self.query_one(TranscriptPane)
         if len(events) != self._events_seen:
             self._events_seen = len(events)
@@ -263,7 +280,7 @@ def scores_side_by_side(
 ) -> RenderableType:
     """The two attempts' scores, metrics and numbers, a column each."""
     table = Table(box=None, padding=(0, 2), show_edge=False)
-    table.add_column("", style="bold", no_wrap=True)
+    table.add_column("", style="bold", max_width=36, overflow="fold")
     table.add_column(Text(printable_line(a.id)), ratio=1)
     table.add_column(Text(printable_line(b.id)), ratio=1)
     best = tree.best

@@ -215,14 +215,16 @@ class AttemptsPane(OptionList):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Stop, promote and message are offered while the run is live; on a recorded or
-        ended run their keys are not the pane's (x still expands a call)."""
+        ended run, or while it is graded, their keys are not the pane's (x still expands
+        a call)."""
         if action in ("stop", "promote", "message"):
             app = self.app
             state = getattr(app, "state", None)
-            live = getattr(app, "controller", None) is not None and (
-                state is None or getattr(state, "finished", None) is None
+            ended = state is not None and (
+                getattr(state, "finished", None) is not None
+                or getattr(state, "phase", None) == "evaluating"
             )
-            return live
+            return getattr(app, "controller", None) is not None and not ended
         return True
 
     def _ask(self, action: str) -> None:

@@ -626,3 +626,24 @@ def test_steering_refuses_what_does_not_apply(tmp_path: Path) -> None:
     assert not run.controls_of("attempt_stop") and not run.controls_of("promote")
     assert not run.stop_requested
     assert isinstance(run.state, RunState)
+
+
+async def test_an_open_running_attempt_follows_it_to_its_end(tmp_path: Path) -> None:
+    """The dialog of a running attempt reads its log again as it goes and, once the run
+    records its end, says how it ended and stops reading."""
+    app, run = live_app(tmp_path)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await select(pilot, "a5")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, AttemptScreen), "opened")
+        screen = app.screen
+        assert isinstance(screen, AttemptScreen) and screen._timer is not None
+        title = screen.query_one("#attempt-title", Static)
+        assert str(title.content).endswith("· running")
+        run.append(_finished("a5", "a2", status="validated", score=0.8012, duration_s=300))
+        await until(pilot, lambda: app.state.attempts.get("a5").finished, "folded")
+        await screen.reload()
+        assert str(title.content).endswith("· 0.8012")
+        assert screen._timer is None
+        assert "0.8012" in pane_lines(app)[2]
