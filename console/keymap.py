@@ -210,4 +210,5 @@ def display_key(key: str) -> str:
         "minus": "-",
         "home": "Home",
         "end": "End",
+        "enter": "Enter",
     }.get(key, key)

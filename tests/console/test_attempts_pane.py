@@ -647,3 +647,22 @@ async def test_an_open_running_attempt_follows_it_to_its_end(tmp_path: Path) -> 
         assert str(title.content).endswith("· 0.8012")
         assert screen._timer is None
         assert "0.8012" in pane_lines(app)[2]
+
+
+async def test_help_lists_the_attempts_keys_where_the_run_searches(tmp_path: Path) -> None:
+    from mlra.console.screens import HelpScreen
+
+    app = recorded_app(search_run(tmp_path))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await pilot.press("question_mark")
+        await until(pilot, lambda: isinstance(app.screen, HelpScreen), "help")
+        text = plain(app.screen.query_one("#help-text", Static).content)
+        for words in (
+            "Go to the Attempts pane",
+            "Enter",
+            "open the selected attempt",
+            "diff the selected attempt",
+            "submit the selected attempt",
+        ):
+            assert words in text
