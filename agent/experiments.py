@@ -57,6 +57,40 @@ class ExperimentTable:
             case _:
                 pass
 
+    def add_attempt(self, finished: ev.AttemptFinished) -> None:
+        """A search's attempt as a row (derived in the fold, never logged): its validation
+        where it ended, so the chart, `result.json` and `mlra runs` show each attempt's
+        validation over time as they show a line of work's. An attempt that ended with
+        neither a score nor a failed validation (stopped, lost) tested nothing."""
+        if finished.score is None and finished.status != "buggy":
+            return
+        validation = ev.Validation(
+            seq=finished.seq,
+            t=finished.t,
+            artifact=finished.artifact or "",
+            sha256=finished.sha256,
+            kept=finished.kept,
+            ok=finished.score is not None,
+            metric=finished.metric,
+            higher_is_better=finished.higher_is_better,
+            score=finished.score,
+            normalized=finished.normalized,
+            told=finished.why or None,
+        )
+        self.validations[finished.seq] = validation
+        what = finished.summary.splitlines()[0][:200] if finished.summary.strip() else ""
+        row = ev.Experiment(
+            seq=finished.seq,
+            t=finished.t,
+            number=len(self.rows) + 1,
+            hypothesis=f"attempt {finished.attempt}" + (f": {what}" if what else ""),
+            validation_seq=finished.seq,
+            score=finished.score,
+            normalized=finished.normalized,
+            best=finished.score is not None and self._beats(finished.score, validation),
+        )
+        self.rows.append(row)
+
     # --- rows ---------------------------------------------------------------------------
 
     def validation_of(self, row: ev.Experiment) -> ev.Validation | None:

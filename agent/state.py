@@ -277,6 +277,7 @@ class RunState:
                 self.attempts.apply(event)
             case ev.AttemptFinished():
                 self.attempts.apply(event)
+                self.experiments.add_attempt(event)
                 # What its model calls cost counts against this run's budget too.
                 self.cost_usd += event.cost_usd
             case ev.JobEnded():

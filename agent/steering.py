@@ -88,6 +88,7 @@ class Steering:
             by="stop",
             attempt=attempt,
             note=f"attempt {attempt} promoted by the user",
+            message=f"attempt {attempt} promoted by the user",
         )
         self.controls.resume()
         self._stop.set()

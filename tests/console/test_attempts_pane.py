@@ -595,7 +595,11 @@ async def test_p_promotes_the_selected_attempt_and_ends_the_run_grading_it(tmp_p
         (control,) = run.controls_of("promote")
         assert control.target == "a4"
         assert run.ending == Ending(
-            reason="stopped", by="stop", attempt="a4", note="attempt a4 promoted by the user"
+            reason="stopped",
+            by="stop",
+            attempt="a4",
+            note="attempt a4 promoted by the user",
+            message="attempt a4 promoted by the user",
         )
         # the transcript says what the user did
         shown = " ".join(str(e.render()) for e in app.query_one(TranscriptPane).children)

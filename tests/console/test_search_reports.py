@@ -197,7 +197,8 @@ def test_runs_has_a_search_column_for_a_run_that_searched(
     assert names[names.index("exp.") + 1] == "search"
     assert "3 tried (1 buggy), best a2 0.7812, sub a2, gap -0.0122" in lines["a-search"]
     # The test score is the run's score column; the search's best is its validation.
-    assert lines["a-search"].split()[5:8] == ["0.769", "-", "-"]
+    # The attempts' validations are the run's experiments: best val. is the best attempt's.
+    assert lines["a-search"].split()[5:8] == ["0.769", "-", "0.7812"]
     plain = lines["b-plain"].split()
     assert plain[plain.index("0.6") + 2] == "-"  # best val. 0.6, exp. 2, search -
     assert "search: attempts tried, the best validation" in lines[""]  # the footnote
