@@ -182,11 +182,12 @@ def report(task: str, outcomes: list[Outcome]) -> None:
             f"test {num(o.test_score)}, gap (test - validation) {num(o.gap, 4)}"
         )
         print(f"   load after:  {o.load_after}")
-    print(f"\n   {'config':34} {'best val':>9} {'at':>6} {'test':>7} {'gap':>8} {'wall':>6}")
+    width = max(len(o.config) for o in outcomes) + 2
+    print(f"\n   {'config':{width}} {'best val':>9} {'at':>6} {'test':>7} {'gap':>8} {'wall':>6}")
     for o in outcomes:
         best = o.best
         print(
-            f"   {o.config:34} {num(best.score if best else None):>9} "
+            f"   {o.config:{width}} {num(best.score if best else None):>9} "
             f"{(f'{best.t:.0f}s' if best else '-'):>6} {num(o.test_score):>7} "
             f"{num(o.gap):>8} {o.wall_s:5.0f}s"
         )
