@@ -66,7 +66,13 @@ def sandbox_spec(
     # The task folders (hidden test data) and the runs folder (other runs' logs)
     # must not be readable from inside, even where the host file system is.
     hide = [*task.hidden_paths(), task.root.parent, run_dir.parent]
-    batch = run_dir.parent.parent
+    runs = run_dir.parent
+    if config.attempt is not None:
+        # An attempt's run lies in the searching run's `attempts/`: the runs folder is
+        # two levels up (the searching run's log, the other runs), hidden too.
+        runs = run_dir.parent.parent.parent
+        hide.append(runs)
+    batch = runs.parent
     if any((batch / marker).exists() for marker in BATCH_MARKERS):
         # A batch's folder holds its neighbours' logs and the key their ids come from;
         # it may lie where the sandbox shows the host (under /usr/local, in the venv).

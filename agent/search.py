@@ -137,10 +137,10 @@ class GreedySearch:
             # The untried variant nearest the best one: greedy hill-climbing on the recipe.
             variant = min(untried, key=lambda v: _distance(v, best.started.variant))
             parent = best.id
-        words = " ".join(f"{k}={v}" for k, v in variant.items()) or "the recipe as it is"
+        words = " ".join(f"{k}={v}" for k, v in variant.items())
         return {
             "operator": "variant",
-            "instructions": f"the recipe with {words}",
+            "instructions": f"the recipe with {words}" if words else "the recipe as it is",
             "variant": variant,
             **({"parent": parent} if parent else {}),
         }

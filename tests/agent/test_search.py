@@ -171,12 +171,25 @@ async def test_one_attempt_cannot_read_another_attempts_files(
     tmp_path: Path, answer_task: Path
 ) -> None:
     """Attempts run in sandboxes of their own: a1's secret is out of a2's reach, by its
-    path in the run folder or by any path up from its own workspace."""
-    runs = tmp_path / "runs"
+    path in the run folder or by any path up from its own workspace, and so are the
+    searching run's log and the runs folder. The runs folder lies where the sandbox
+    shows the host (inside the interpreter's prefix), so hiding is what keeps it out."""
+    import sys
+    import uuid
+
+    runs = Path(sys.prefix) / f"mlra-test-runs-{uuid.uuid4().hex[:8]}"
+    try:
+        await _probe_the_other_attempt(runs, answer_task)
+    finally:
+        shutil.rmtree(runs, ignore_errors=True)
+
+
+async def _probe_the_other_attempt(runs: Path, answer_task: Path) -> None:
     secret_probe = (
         "cat ../../a1/workspace/secret.txt; cat "
         f"{runs}/search/attempts/a1/workspace/secret.txt; "
-        f"ls {runs}/search/attempts; echo 42 > answer.txt"
+        f"ls {runs}/search/attempts; cat {runs}/search/events.jsonl; ls {runs}; "
+        "echo 42 > answer.txt"
     )
     script = {
         "supervisor": [
@@ -210,6 +223,10 @@ async def test_one_attempt_cannot_read_another_attempts_files(
     outputs = [e for e in a2 if isinstance(e, ev.ToolResult) and e.tool == "bash"]
     assert outputs, "a2's worker ran its probe"
     assert "s3cr3t-a1" not in outputs[0].output
+    # Nor the searching run's own log (a1's instructions and summary), nor the runs folder.
+    assert "Keep a secret" not in outputs[0].output and "run_started" not in outputs[0].output
+    assert "search" not in outputs[0].output.splitlines()  # `ls` of the runs folder
+    assert f"{runs}/search/events.jsonl: No such file" in outputs[0].output
     assert (controller.run_dir / "attempts" / "a1" / "workspace" / "secret.txt").exists()
 
 
