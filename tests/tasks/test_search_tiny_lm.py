@@ -1,6 +1,7 @@
 """A search with no LLM on a real task: `mlra run tiny-lm --model baseline --search greedy
---attempts 2`, end to end through the CLI (real training, real lm-eval validation and
-grading, each attempt in a bubblewrap sandbox of its own).
+--attempts 2 --attempts-parallel 2`, end to end through the CLI (real training, real
+lm-eval validation and grading, each attempt in a bubblewrap sandbox of its own; the two
+at once, one training per core, which also halves the test's time).
 
 What a user sees: two attempts, each a recipe variant the task declares, each validated
 on the hidden validation split; the better one submitted, and only that one graded on
@@ -32,6 +33,8 @@ def test_a_greedy_search_over_tiny_lms_recipe_submits_its_best_validated_attempt
         "--search",
         "greedy",
         "--attempts",
+        "2",
+        "--attempts-parallel",
         "2",
         env=offline_env(),
         timeout=2400,
