@@ -4,7 +4,8 @@ A deterministic re-run (`--model replay:RUN`) feeds the agent the recorded
 answers and compares, call by call, what the agent sends now with what it sent
 then. Things that differ between any two runs without any difference in
 behaviour are left out: the clock-and-budget note, command durations, when
-each experiment validated, and the run's own folder names.
+each experiment validated, how long each attempt has run, and the run's own
+folder names.
 """
 
 from __future__ import annotations
@@ -22,12 +23,15 @@ _DURATION = re.compile(r", [\d.,]+ s\]")
 """The `[exit code 0, 1.2 s]` line that closes a command's output."""
 _RUN_TIME = re.compile(r"\(\d[\dhms]* into the run\)")
 """When an experiment validated, in the supervisor's experiments table (agent/experiments.py)."""
+_ATTEMPT_TIME = re.compile(r"(\(a\d+(?: > a\d+)*\)), \d[\dhms.]*: ")
+"""How long each attempt ran, in the search's table (agent/attempt_tree.py `render`)."""
 
 
 def normalize(text: str, replacements: Iterable[tuple[str, str]] = ()) -> str:
     text = _STATUS.sub("[status]", text)
     text = _DURATION.sub(", _ s]", text)
     text = _RUN_TIME.sub("(_ into the run)", text)
+    text = _ATTEMPT_TIME.sub(r"\1, _: ", text)
     for old, new in replacements:
         if old:
             text = text.replace(old, new)

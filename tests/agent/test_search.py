@@ -595,3 +595,45 @@ async def test_pausing_the_run_pauses_its_running_attempts_and_resuming_resumes_
     actions = [e.action for e in own if isinstance(e, ev.Control)]
     assert actions == ["pause", "resume"]
     assert result.score == 1.0 and result.attempts is not None
+
+
+def test_the_tree_as_the_supervisor_reads_it_and_its_fingerprint() -> None:
+    """Best first with lineage and why the buggy failed; how long each ran is left out
+    of the fingerprint a deterministic re-run compares (it differs between any two runs)."""
+    from mlra.agent.attempt_tree import AttemptTree
+    from mlra.agent.fingerprint import normalize
+
+    tree = AttemptTree()
+    events: list[ev.Event] = [
+        ev.AttemptStarted(t=1, seq=1, attempt="a1", operator="draft", folder="attempts/a1"),
+        ev.AttemptFinished(t=50, seq=2, attempt="a1", status="buggy", why="NameError: x"),
+        ev.AttemptStarted(t=2, seq=3, attempt="a2", operator="draft", folder="attempts/a2"),
+        ev.AttemptFinished(
+            t=90,
+            seq=4,
+            attempt="a2",
+            status="validated",
+            score=0.7,
+            metric="acc",
+            summary="bigger model",
+            duration_s=88,
+        ),
+        ev.AttemptStarted(
+            t=91,
+            seq=5,
+            attempt="a3",
+            parent="a2",
+            operator="improve",
+            folder="attempts/a3",
+            instructions="lower lr",
+        ),
+    ]
+    for event in events:
+        tree.apply(event)
+    early, later = tree.render(now=100), tree.render(now=700)
+    lines = early.splitlines()
+    assert lines[0].startswith("Attempts (3; 1 running; acc, higher is better")
+    assert lines[1].startswith("- a2 (best) [0.7] draft, from the starter (a2)")
+    assert "a3 [running] improve, from a2 (a2 > a3)" in early and "lower lr" in early
+    assert "a1 [buggy]" in early and "why: NameError: x" in early
+    assert early != later and normalize(early) == normalize(later)
