@@ -327,6 +327,7 @@ def test_a_kill_during_two_running_attempts_resumes_with_nothing_lost(
         proc = subprocess.Popen(
             args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
         )
+        assert proc.stderr is not None
         try:
             deadline = time.monotonic() + 120
             while proc.poll() is None and time.monotonic() < deadline:
@@ -527,7 +528,9 @@ async def test_a_fork_of_a_search_keeps_the_attempts_ended_by_then(
         source, task, at_step=step + 1, run_dir=tmp_path / "runs" / "fork", model="baseline"
     )
     tree = fold(forked.events).attempts
-    assert tree.get("a1").status == "validated" and tree.get("a2").status == "lost"
+    a1, a2 = tree.get("a1"), tree.get("a2")
+    assert a1 is not None and a2 is not None
+    assert (a1.status, a2.status) == ("validated", "lost")
     assert (tmp_path / "runs" / "fork" / "attempts" / "a1" / "workspace").is_dir()
     controller = resume_controller(forked, task, None)
     result = await controller.run(agent_for)
