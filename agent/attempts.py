@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlra import events as ev
+from mlra.agent.attempt_tree import AttemptTree
 from mlra.agent.eventlog import EVENTS_FILE, read_events
 from mlra.agent.run_context import RunContext
 
@@ -70,7 +71,7 @@ class AttemptManager:
     # --- reading the tree -----------------------------------------------------------------
 
     @property
-    def tree(self) -> Any:
+    def tree(self) -> AttemptTree:
         return self.run.state.attempts
 
     @property
@@ -207,9 +208,10 @@ class AttemptManager:
         self.adopt()
         tree = self.tree
         if attempt is not None:
-            if tree.get(attempt) is None:
+            node = tree.get(attempt)
+            if node is None:
                 raise AttemptRefused(f"no attempt {attempt!r}")
-            watched = [attempt] if tree.get(attempt).finished is None else []
+            watched = [attempt] if node.finished is None else []
         else:
             watched = [n.id for n in tree.running]
         if not watched:
