@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.providers import resolve_model
 from mlra.agent.resume import load_run, resume_controller
 from mlra.agent.run import agent_for
-from mlra.agent.state import fold
+from mlra.agent.state import RunResult, fold
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
@@ -43,6 +44,23 @@ def _variant_task(answer_task: Path, tmp_path: Path) -> Path:
 
 def _events(run_dir: Path) -> list[ev.Event]:
     return read_events(run_dir / "events.jsonl")
+
+
+async def _scripted_search(
+    runs: Path, answer_task: Path, script: Mapping[str, object], **settings: object
+) -> tuple[RunController, RunResult, ScriptedModelServer]:
+    """A run of the answer task with a scripted model, to its end, in `runs`: its
+    controller, its result and the server (what each role was sent stays readable)."""
+    config: dict[str, object] = {"isolation": "none", **settings}
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        cfg = RunConfig.model_validate(
+            {"task": "answer", "model": "openai/test", "runs_dir": runs, **config}
+        )
+        controller = RunController(cfg, load_task(answer_task), provider)
+        result = await controller.run(agent_for)
+        await provider.aclose()
+    return controller, result, server
 
 
 async def test_the_baseline_searches_the_recipes_variants_greedily(
@@ -129,20 +147,10 @@ async def test_three_drafts_and_an_improvement_of_the_best_each_validated(
             ],
         ]
     )
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=tmp_path / "runs",
-            isolation="none",
-            search="llm",
-            attempts=4,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
-        result = await controller.run(agent_for)
-        await provider.aclose()
-        supervisor_requests = [json.dumps(r.body) for r in server.requests_for("supervisor")]
+    controller, result, server = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=4
+    )
+    supervisor_requests = [json.dumps(r.body) for r in server.requests_for("supervisor")]
     events = _events(controller.run_dir)
     finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
     assert {a: f.score for a, f in finished.items()} == {
@@ -206,19 +214,9 @@ async def _probe_the_other_attempt(runs: Path, answer_task: Path) -> None:
             turn("", call("report", summary="looked")),
         ],
     }
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=runs,
-            run_id="search",
-            search="llm",
-            attempts=2,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
-        await controller.run(agent_for)
-        await provider.aclose()
+    controller, _, _ = await _scripted_search(
+        runs, answer_task, script, isolation="auto", run_id="search", search="llm", attempts=2
+    )
     a2 = _events(controller.run_dir / "attempts" / "a2")
     outputs = [e for e in a2 if isinstance(e, ev.ToolResult) and e.tool == "bash"]
     assert outputs, "a2's worker ran its probe"
@@ -246,21 +244,15 @@ async def test_the_deadline_stops_every_attempt_within_2_s(
             turn("", call("bash", command="sleep 300", timeout=600)),
         ],
     }
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=tmp_path / "runs",
-            isolation="none",
-            search="llm",
-            attempts=2,
-            attempts_parallel=2,
-            time_limit_s=35,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
-        await controller.run(agent_for)
-        await provider.aclose()
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs",
+        answer_task,
+        script,
+        search="llm",
+        attempts=2,
+        attempts_parallel=2,
+        time_limit_s=35,
+    )
     events = _events(controller.run_dir)
     deadline = next(e for e in events if isinstance(e, ev.RunFinished))
     assert deadline.reason == "deadline"
@@ -375,21 +367,11 @@ async def test_the_greedy_policy_drafts_debugs_the_buggy_one_and_submits_the_bes
         ]
     }
     script["worker"][0] = turn("", call("bash", command="rm -f answer.txt"))
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=tmp_path / "runs",
-            isolation="none",
-            search="greedy",
-            attempts=3,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
-        result = await controller.run(agent_for)
-        await provider.aclose()
-        assert not server.requests_for("supervisor")
-        first_prompt = json.dumps(server.requests_for("worker")[0].body)
+    controller, result, server = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="greedy", attempts=3
+    )
+    assert not server.requests_for("supervisor")
+    first_prompt = json.dumps(server.requests_for("worker")[0].body)
     events = _events(controller.run_dir)
     started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
     finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
@@ -428,19 +410,9 @@ async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(
         ],
         "worker": [turn("", call("bash", command="sleep 300", timeout=600))],
     }
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=tmp_path / "runs",
-            isolation="none",
-            search="llm",
-            attempts=1,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
-        await controller.run(agent_for)
-        await provider.aclose()
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1
+    )
     events = _events(controller.run_dir)
     results = [e for e in events if isinstance(e, ev.ToolResult)]
     said = [(r.tool, r.ok, r.output.splitlines()[0]) for r in results]
