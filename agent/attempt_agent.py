@@ -62,7 +62,6 @@ class WorkerAttempt:
     async def run(self) -> None:
         s = self.settings
         instructions = attempt_instructions(s.id, s.operator, s.parent, s.instructions)
-        summary = ""
         try:
             result = await self.worker.run_subtask(1, instructions, None)
             summary = result.report
@@ -71,10 +70,10 @@ class WorkerAttempt:
                 raise
             # The worker called submit after all: its attempt ends, and is validated.
             summary = end.ending.note or "the worker submitted"
-        await self._validate(end_path=None)
+        await self._validate()
         raise EndRun(attempt_ending(summary[:300] or "the attempt ended"))
 
-    async def _validate(self, end_path: str | None) -> None:
+    async def _validate(self) -> None:
         """Validate what the workspace holds: the attempt's result, whatever its worker
         used of the rate limit."""
         step = await self.ctl.begin_step(self.role, counts=True)
@@ -82,7 +81,7 @@ class WorkerAttempt:
         call = ToolCallRequest(
             id=self.ctl.next_call_id(self.role),
             name="validate",
-            arguments={"path": end_path} if end_path else {},
+            arguments={},
         )
         self.validator.closing_calls.add(call.id)
         await self.ctl.execute_tool(self.role, call, self.registry, step=step, turn=step)

@@ -245,14 +245,11 @@ class AttemptManager:
     async def stop_all(self, reason: str = STOP_REASON_DEADLINE) -> None:
         """The run is ending: every attempt still running is stopped, and recorded so."""
         self._closing = True
-        running = [t for t in self._tasks.values() if not t.done()]
-        for attempt, task in self._tasks.items():
-            if not task.done():
-                self._stopped.setdefault(attempt, reason)
-        for task in running:
+        running = {a: t for a, t in self._tasks.items() if not t.done()}
+        for attempt, task in running.items():
+            self._stopped.setdefault(attempt, reason)
             task.cancel()
-        if running:
-            await asyncio.gather(*running, return_exceptions=True)
+        await asyncio.gather(*running.values(), return_exceptions=True)
 
     # --- submitting ------------------------------------------------------------------------
 

@@ -173,12 +173,7 @@ def _grading_problem(finished: ev.EvaluationFinished) -> str | None:
 
 async def _grade_attempt(run: RunContext, ending: Ending, attempt: ev.AttemptFinished) -> None:
     """Grade an attempt's frozen copy (the one its score was earned on), recorded as such."""
-    from mlra.tasks.grading import grade_artifact
-    from mlra.tools.submission import artifact_digest
-
     assert attempt.kept is not None
-    path = run.run_dir / attempt.kept
-    _, size = await asyncio.to_thread(artifact_digest, path)
     if ending.attempt is not None:
         note = ending.note or f"attempt {attempt.attempt}"
     else:
@@ -186,62 +181,50 @@ async def _grade_attempt(run: RunContext, ending: Ending, attempt: ev.AttemptFin
             f"the best validated attempt ({attempt.attempt}), graded as the run ended with "
             "nothing submitted"
         )
-    artifact = attempt.artifact or run.task.evaluator.artifact
-    run.emit(
-        ev.Submission(
-            path=artifact,
-            note=note,
-            by=ending.by,
-            frozen=attempt.kept,
-            sha256=attempt.sha256,
-            size_bytes=size,
-            attempt=attempt.attempt,
-        )
-    )
-    _, finished = await grade_artifact(
-        run.task,
-        artifact,
-        path,
-        run.run_dir / "evaluation",
-        graded=attempt.kept,
+    submission = ev.Submission(
+        path=attempt.artifact or run.task.evaluator.artifact,
+        note=note,
+        by=ending.by,
+        frozen=attempt.kept,
         sha256=attempt.sha256,
-        on_start=run.emit,
-        on_progress=run.emit,
-        isolation=run.config.isolation,
+        attempt=attempt.attempt,
     )
-    if run.state.sandbox is not None:
-        finished.agent_isolation = run.state.sandbox.isolation
-    run.emit(finished)
+    await _grade_kept(run, submission)
 
 
 async def _grade_best_validated(
     run: RunContext, ending: Ending, best: ev.Validation, kept: str
 ) -> None:
     """Grade the kept copy of the run's best validation, recorded as such."""
+    submission = ev.Submission(
+        path=best.artifact,
+        note=f"the best validated artifact (validation {best.call_id}), graded at the "
+        "deadline with nothing submitted",
+        by=ending.by,
+        frozen=kept,
+        sha256=best.sha256,
+        best_validation=best.call_id or "",
+    )
+    await _grade_kept(run, submission)
+
+
+async def _grade_kept(run: RunContext, submission: ev.Submission) -> None:
+    """Record `submission`, a copy frozen earlier and kept in the run folder (its
+    `frozen`), with its size, and grade that copy on the test split."""
     from mlra.tasks.grading import grade_artifact
     from mlra.tools.submission import artifact_digest
 
-    path = run.run_dir / kept
-    _, size = await asyncio.to_thread(artifact_digest, path)
-    run.emit(
-        ev.Submission(
-            path=best.artifact,
-            note=f"the best validated artifact (validation {best.call_id}), graded at the "
-            "deadline with nothing submitted",
-            by=ending.by,
-            frozen=kept,
-            sha256=best.sha256,
-            size_bytes=size,
-            best_validation=best.call_id or "",
-        )
-    )
+    assert submission.frozen is not None and submission.path is not None
+    path = run.run_dir / submission.frozen
+    _, submission.size_bytes = await asyncio.to_thread(artifact_digest, path)
+    run.emit(submission)
     _, finished = await grade_artifact(
         run.task,
-        best.artifact,
+        submission.path,
         path,
         run.run_dir / "evaluation",
-        graded=kept,
-        sha256=best.sha256,
+        graded=submission.frozen,
+        sha256=submission.sha256,
         on_start=run.emit,
         on_progress=run.emit,
         isolation=run.config.isolation,
