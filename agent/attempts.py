@@ -312,7 +312,7 @@ def finished_event(
         status = "validated"
     else:
         status = "buggy"
-        why = _why_buggy(state, events, finished)
+        why = _why_buggy(events, finished)
     scored = best if best is not None and best.ok and not lost else None
     kept = None
     if scored is not None and scored.kept is not None:
@@ -337,7 +337,7 @@ def finished_event(
     )
 
 
-def _why_buggy(state: Any, events: list[ev.Event], finished: ev.RunFinished | None) -> str:
+def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     """Why an attempt ended with nothing validated: its last validation's failure as its
     worker was told it, else the refused validation (no artifact), else how it ended."""
     for event in reversed(events):
