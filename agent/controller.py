@@ -26,6 +26,7 @@ from mlra.agent.attempts import AttemptManager
 from mlra.agent.catchup import CatchUp
 from mlra.agent.clock import RunClock
 from mlra.agent.config import RunConfig
+from mlra.agent.control_server import ControlServer
 from mlra.agent.controls import Breakpoint, Controls
 from mlra.agent.drive import Agent, drive, sample_resources, watch_deadline
 from mlra.agent.ending import Ending, EndRun, budget_ending
@@ -92,6 +93,10 @@ class RunController(Steering):
         self._call_counter = 0
         self._task: asyncio.Task[Any] | None = None
         self._aborted = False
+        self.control_server: ControlServer | None = None
+        """The run's control endpoint (`control.sock`: `mlra ctl`, `mlra attach`), while it
+        runs; a search's attempts have none (they are steered through their run)."""
+        self._control_problem: str | None = None
         self.catchup = CatchUp(
             self.state, self.controls, append=self.append, sandbox_info=self._sandbox_info
         )
@@ -180,8 +185,15 @@ class RunController(Steering):
 
         The agent is made once the sandbox is up (its prompts name the sandbox's
         working directory). The log survives every failure: an internal error
-        ends the run with status error, a cancellation with status stopped.
+        ends the run with status error, a cancellation with status stopped. The
+        control endpoint goes last, once `result.json` says how the run ended.
         """
+        try:
+            return await self._run(make_agent)
+        finally:
+            await self._stop_serving()
+
+    async def _run(self, make_agent: Callable[[RunController], Agent]) -> RunResult:
         if self.log is None:
             self.prepare()
         self._task = asyncio.current_task()
@@ -223,6 +235,7 @@ class RunController(Steering):
         """Start the sandbox, record the run's start and start the clock."""
         if self.log is None:
             self.prepare()
+        await self._serve_controls()
         make = self._sandbox_factory or partial(
             create_sandbox, config=self.config, task=self.task, run_id=self.run_id
         )
@@ -257,12 +270,33 @@ class RunController(Steering):
             self.append(env_notice)
         for notice in notices:
             self.append(ev.Notice(level="warning", message=notice))
+        if self._control_problem is not None:
+            self.append(ev.Notice(level="warning", message=self._control_problem))
         self.clock.start()
         if not self.catchup.replaying:
             self.catchup.go_live()
             await self.tool_step.snapshot(0)
         if self.config.start_paused:
             self.pause(source="start")
+
+    async def _serve_controls(self) -> None:
+        """Open the control endpoint (agent/control_server.py) of a top-level run. A run
+        folder where no socket can be made (a file system without them) runs on,
+        steerable from its console only, and says so."""
+        if self.config.attempt is not None or self.control_server is not None:
+            return
+        server = ControlServer(self)
+        try:
+            await server.start()
+        except OSError as exc:
+            self._control_problem = f"no control endpoint for `mlra ctl`/`mlra attach`: {exc}"
+            return
+        self.control_server = server
+
+    async def _stop_serving(self) -> None:
+        server, self.control_server = self.control_server, None
+        if server is not None:
+            await server.close()
 
     def abort(self) -> None:
         """End the run now, without evaluating; for a second Ctrl-C or a killed console."""

@@ -9,13 +9,19 @@ these stay its public methods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
 from mlra.agent.clock import RunClock
+from mlra.agent.config import RunConfig
 from mlra.agent.controls import Breakpoint, Controls, Decision
 from mlra.agent.ending import Ending
+from mlra.agent.eventlog import EventLog
 from mlra.agent.state import RunState
+from mlra.tasks.spec import TaskSpec
 from mlra.tools.jobs import JobManager
 from mlra.tools.sandbox.base import Sandbox
 
@@ -24,6 +30,12 @@ if TYPE_CHECKING:
 
 
 class Steering:
+    run_id: str
+    run_dir: Path
+    config: RunConfig
+    task: TaskSpec
+    time_limit_s: float
+    log: EventLog | None
     controls: Controls
     clock: RunClock
     state: RunState
@@ -41,6 +53,20 @@ class Steering:
         self._job_stops: set[asyncio.Task[Any]] = set()
         """The user's job and attempt stops under way (held so they are not collected
         mid-way)."""
+        self.control_source = "user"
+        """Who the `control` events now recorded come from: the console's user, or a
+        command from outside the process (`ctl`, `attach`: agent/control_server.py),
+        set around the call by `acting_as`."""
+
+    @contextlib.contextmanager
+    def acting_as(self, source: str) -> Iterator[None]:
+        """Record the controls taken inside as `source`'s (the calls are synchronous,
+        so nothing else acts in between)."""
+        before, self.control_source = self.control_source, source
+        try:
+            yield
+        finally:
+            self.control_source = before
 
     def stop_job(self, job: str) -> bool:
         """Stop a running background job for the user (the console's job dialog); returns
@@ -98,16 +124,17 @@ class Steering:
         raise NotImplementedError
 
     def _control(self, action: ev.ControlAction, **fields: Any) -> None:
+        fields.setdefault("source", self.control_source)
         self.append(ev.Control(action=action, **fields))
 
-    def pause(self, *, source: str = "user") -> None:
+    def pause(self, *, source: str | None = None) -> None:
         if self.controls.paused or self.state.finished:
             return
         self.controls.pause()
         self.clock.pause()
         if self.sandbox is not None:
             self.sandbox.suspend_commands()
-        self._control("pause", source=source)
+        self._control("pause", source=source or self.control_source)
         for child in self._attempt_runs():  # a search pauses whole, its attempts with it
             child.pause(source="run")
 

@@ -210,19 +210,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="RULE",
-        help="console: break before tool calls: '*', a tool name, or 'tool:pattern'",
+        help="break before tool calls: '*', a tool name, or 'tool:pattern' (headless: "
+        "`mlra ctl RUN approve` releases a held call)",
     )
     run.add_argument(
         "--break-runs-jobs",
         action="store_true",
-        help="console: while a call waits at a breakpoint, let commands and jobs go on "
+        help="while a call waits at a breakpoint, let commands and jobs go on "
         "running (the wait counts on the run clock); by default they are suspended and "
         "the clock stops, as a pause does",
     )
     run.add_argument(
         "--paused",
         action="store_true",
-        help="console: start paused, to step through the run from its first action",
+        help="start paused, to step through the run from its first action (headless: "
+        "`mlra ctl RUN step|resume`)",
     )
     run.set_defaults(func=cmd_run)
 
@@ -439,11 +441,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.run_id and (args.runs_dir / args.run_id).exists():
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
-    if (args.breaks or args.paused or args.break_runs_jobs) and not use_tui:
-        flag = "--break" if args.breaks else "--paused" if args.paused else "--break-runs-jobs"
-        raise UsageError(
-            f"{flag} needs the console (run on a terminal, without --no-tui or --json)"
-        )
+    # --break and --paused hold a headless run too: `mlra ctl` / `mlra attach` release it.
     _recorded_limits(args, provider)
     check_writable_dir(args.runs_dir, "--runs-dir")
     from mlra.console.needs_cli import gradable_or_refused, starter_notices

@@ -30,7 +30,7 @@ from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox import bwrap as bw
-from tests.conftest import SECRET_ENV, mlra_cli, processes_running
+from tests.conftest import processes_running
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -279,13 +279,3 @@ def _running_time_by_log(ticks: list[tuple[int, float]], since: float, until: fl
     across = next(b - a for a, b in itertools.pairwise(times) if a < since and b > until)
     period = statistics.median(gaps)
     return (times[-1] - times[0]) - (across - period)
-
-
-def test_break_runs_jobs_needs_the_console(tmp_path: Path, answer_task: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-    env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
-    args = ["run", str(answer_task), "--model", "openai/x", "--no-tui", "--break-runs-jobs"]
-    proc = mlra_cli(args, cwd=tmp_path, env=env)
-    assert proc.returncode == 2
-    assert "--break-runs-jobs needs the console" in proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1

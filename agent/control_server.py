@@ -1,0 +1,542 @@
+"""The control endpoint of a live run: `control.sock` in its run folder, where `mlra ctl`
+and `mlra attach` (console/) steer a run they did not start in their own terminal.
+
+The wire is mlra/control_socket.py: one JSON request a line, one reply a line. Every
+control goes through the controller's own `Steering` methods, so it is recorded as the
+same `control` event a console key makes, with the request's `client` as its `source`.
+
+Who may connect is who owns the run folder: the socket is 0600 from the moment it
+has a name in the folder (it is bound inside a private 0700 folder and renamed into
+place), and each connection's peer user id (SO_PEERCRED) must be the server's own.
+The sandbox never sees the run folder, so the agent cannot reach it either.
+
+Nothing a client does may hold the run up: a request is handled between the run's own
+steps on its event loop, and a watcher's events wait in a bounded queue of its own; a
+watcher that falls that far behind is dropped with a message rather than let the run's
+memory grow.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import struct
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from mlra import events as ev
+from mlra.agent.controls import Breakpoint
+from mlra.agent.eventlog import LogDamage, encode_event, iter_events
+from mlra.agent.steering import Steering
+from mlra.control_socket import (
+    SOCKET_NAME,
+    CtlReply,
+    CtlRequest,
+    PendingCall,
+    RunStatus,
+    encode,
+    short_address,
+    socket_path,
+)
+
+MAX_LINE = 1 << 20
+"""The longest request line read (an edit's arguments included)."""
+
+WATCH_QUEUE = 10_000
+"""Events one watcher may have waiting to be sent before it is dropped."""
+
+CLOSE_GRACE_S = 2.0
+"""How long the ending run waits for its watchers to take their last lines."""
+
+CONTROL_OPS = {
+    "pause", "resume", "step", "approve", "reject", "edit", "inject", "breakpoints",
+    "stop", "quit", "stop_job", "attempt_stop", "promote",
+}  # fmt: skip
+"""The ops that act on the run (an attached console that does not hold the controls
+may not send them)."""
+
+
+class Refused(Exception):
+    """A request that does not apply now: its message is the one-line answer."""
+
+
+class _Connection:
+    """One client: its replies and (when it watches) events go out through one queue, so
+    the run only ever puts and never waits on a slow reader."""
+
+    def __init__(self, number: int, writer: asyncio.StreamWriter) -> None:
+        self.number = number
+        self.writer = writer
+        self.name = f"connection {number}"
+        self.out: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.room = asyncio.Event()
+        self.room.set()
+        self.watching = False
+        self.streaming = False
+        """Its backlog is sent: new events go straight to its queue."""
+        self.early: list[ev.Event] = []
+        """Events appended while its backlog was being read (sent after it)."""
+        self.sent_seq = 0
+        self.subscriber: Callable[[ev.Event], None] | None = None
+        self.closed = False
+        self.sender = asyncio.get_running_loop().create_task(self._send())
+
+    def send(self, message: CtlReply | bytes) -> None:
+        if self.closed:
+            return
+        self.out.put_nowait(encode(message) if isinstance(message, CtlReply) else message)
+        if self.out.qsize() >= WATCH_QUEUE // 2:
+            self.room.clear()
+
+    def send_event(self, event: ev.Event) -> None:
+        """Send one event of the log, once (a `seq` already sent is skipped)."""
+        if self.closed or event.seq <= self.sent_seq:
+            return
+        self.sent_seq = event.seq
+        data = json.loads(encode_event(event))
+        self.send(CtlReply(ok=True, event=data))
+
+    def drop(self, message: str) -> None:
+        """Stop sending: what is queued is dropped, `message` is the last line."""
+        if self.closed:
+            return
+        while not self.out.empty():
+            self.out.get_nowait()
+        self.send(CtlReply(ok=False, message=message))
+        self.finish()
+
+    def finish(self) -> None:
+        """Send what is queued, then close."""
+        if not self.closed:
+            self.out.put_nowait(None)
+            self.closed = True
+
+    async def _send(self) -> None:
+        try:
+            while True:
+                data = await self.out.get()
+                if self.out.qsize() < WATCH_QUEUE // 4:
+                    self.room.set()
+                if data is None:
+                    break
+                self.writer.write(data)
+                await self.writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            self.closed = True
+            self.room.set()
+            self.writer.close()
+
+
+class ControlServer:
+    """Serves one live run's controls until the run ends."""
+
+    def __init__(self, run: Steering) -> None:
+        self.run = run
+        self.run_dir = run.run_dir
+        self.holder: str | None = None
+        """Who holds the controls among attached consoles: a connection's name, or a
+        console running this run in-process (it sets this itself, e.g. "console")."""
+        self._holding: _Connection | None = None
+        self._server: asyncio.AbstractServer | None = None
+        self._inode: tuple[int, int] | None = None
+        self._connections: dict[int, _Connection] = {}
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._numbers = 0
+
+    @property
+    def watchers(self) -> int:
+        return sum(1 for c in self._connections.values() if c.watching and not c.closed)
+
+    @property
+    def path(self) -> Path:
+        return socket_path(self.run_dir)
+
+    # --- life ---------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        """Bind the socket where no one else can reach it yet, then put it in place (a
+        stale socket left by a killed run is replaced in the same step)."""
+        private = Path(tempfile.mkdtemp(prefix=".control-", dir=self.run_dir))  # 0700
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            with short_address(private) as address:
+                sock.bind(address)
+            bound = private / SOCKET_NAME
+            os.chmod(bound, 0o600)
+            os.rename(bound, self.path)
+            info = os.stat(self.path)
+            self._inode = (info.st_dev, info.st_ino)
+            sock.listen(16)
+            sock.setblocking(False)
+            self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_LINE)
+        except BaseException:
+            sock.close()
+            self._remove_socket()
+            raise
+        finally:
+            with contextlib.suppress(OSError):
+                (private / SOCKET_NAME).unlink()
+            with contextlib.suppress(OSError):
+                private.rmdir()
+
+    async def close(self) -> None:
+        """The run has ended: watchers get `ended`, the socket file goes."""
+        self._remove_socket()
+        if self._server is not None:
+            self._server.close()
+        how = self._ending_words()
+        for conn in list(self._connections.values()):
+            if conn.watching:
+                conn.send(CtlReply(ok=True, ended=True, message=how))
+            conn.finish()
+        senders = [c.sender for c in self._connections.values()]
+        if senders:
+            await asyncio.wait(senders, timeout=CLOSE_GRACE_S)
+        for conn in list(self._connections.values()):
+            conn.sender.cancel()
+            conn.writer.close()
+        if self._handlers:
+            await asyncio.wait(list(self._handlers), timeout=CLOSE_GRACE_S)
+        self._server = None
+
+    def _remove_socket(self) -> None:
+        """Remove the socket file if it is still this server's (never another's)."""
+        if self._inode is None:
+            return
+        with contextlib.suppress(OSError):
+            info = os.stat(self.path)
+            if (info.st_dev, info.st_ino) == self._inode:
+                self.path.unlink()
+        self._inode = None
+
+    # --- connections --------------------------------------------------------------------
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._handlers.add(task)
+        try:
+            if _peer_uid(writer) != os.geteuid():
+                writer.write(
+                    encode(CtlReply(ok=False, message="refused: this run is not yours to steer"))
+                )
+                with contextlib.suppress(ConnectionError, OSError):
+                    await writer.drain()
+                writer.close()
+                return
+            self._numbers += 1
+            conn = _Connection(self._numbers, writer)
+            self._connections[conn.number] = conn
+            try:
+                await self._converse(conn, reader)
+            finally:
+                self._forget(conn)
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
+
+    async def _converse(self, conn: _Connection, reader: asyncio.StreamReader) -> None:
+        while not conn.closed:
+            try:
+                line = await reader.readline()
+            except (ValueError, asyncio.LimitOverrunError):
+                conn.drop(f"refused: a request longer than {MAX_LINE} bytes")
+                return
+            except (ConnectionError, OSError):
+                return
+            if not line:
+                return
+            if not line.strip():
+                continue
+            try:
+                reply = await self._answer(conn, line)
+            except Refused as exc:
+                reply = CtlReply(ok=False, message=str(exc))
+            except Exception as exc:  # a bug here must never end the run
+                reply = CtlReply(ok=False, message=f"refused: internal error: {exc!r}")
+            if reply is not None:
+                conn.send(reply)
+
+    def _forget(self, conn: _Connection) -> None:
+        self._stop_watching(conn)
+        if self._holding is conn:
+            self._holding = None
+            self.holder = None
+        conn.finish()
+        self._connections.pop(conn.number, None)
+
+    # --- requests -----------------------------------------------------------------------
+
+    async def _answer(self, conn: _Connection, line: bytes) -> CtlReply | None:
+        try:
+            req = CtlRequest.model_validate_json(line)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(p) for p in error["loc"])
+            raise Refused(
+                f"refused: not a request: {error['msg']}" + (f" ({where})" if where else "")
+            ) from None
+        if req.op == "status":
+            status = self.status()
+            return CtlReply(ok=True, status=status, message=status.state)
+        if req.op == "watch":
+            await self._watch(conn, req.from_seq)
+            return None
+        if req.op == "hold":
+            return self._hold(conn, req)
+        if req.op == "release":
+            return self._release(conn)
+        self._check_may_act(conn, req)
+        with self.run.acting_as(req.client):
+            message = self._act(req)
+        return CtlReply(ok=True, message=message)
+
+    def _check_may_act(self, conn: _Connection, req: CtlRequest) -> None:
+        finished = self.run.state.finished
+        if finished is not None:
+            raise Refused(f"refused: {self._ending_words()}")
+        if self.run.stop_requested and req.op not in ("status",):
+            raise Refused("refused: the run is ending (a stop was asked for)")
+        if req.client == "attach" and self._holding is not conn:
+            if self.holder is None:
+                raise Refused("watching: nobody holds the controls (hold them first)")
+            raise Refused(f"watching: {self.holder} holds the controls")
+
+    def _act(self, req: CtlRequest) -> str:
+        run, controls = self.run, self.run.controls
+        op = req.op
+        if op == "pause":
+            if controls.paused:
+                raise Refused("refused: the run is paused already")
+            run.pause()
+            return "paused"
+        if op == "resume":
+            if not controls.paused:
+                raise Refused("refused: the run is not paused")
+            run.resume()
+            return "resumed"
+        if op == "step":
+            run.step()
+            return "one step, then paused"
+        if op in ("approve", "reject", "edit"):
+            call_id = self._waiting_call(req.call_id)
+            if op == "approve":
+                done = run.approve(call_id)
+            elif op == "reject":
+                done = run.reject(call_id, req.text or "")
+            else:
+                if req.arguments is None:
+                    raise Refused("refused: edit needs the call's new arguments")
+                done = run.edit(call_id, req.arguments)
+            if not done:
+                raise Refused(f"refused: call {call_id} no longer waits")
+            return {"approve": "approved", "reject": "rejected", "edit": "edited"}[op] + (
+                f" {call_id}"
+            )
+        if op == "inject":
+            target = req.target or "worker"
+            if target not in ("worker", "supervisor"):
+                raise Refused(f"refused: inject goes to worker or supervisor, not {target!r}")
+            if not (req.text or "").strip():
+                raise Refused("refused: inject needs a message")
+            run.inject(target, req.text or "")
+            return f"message for the {target} queued (it reads it at its next step)"
+        if op == "breakpoints":
+            rules = [r for r in (req.rules or []) if r.strip()]
+            run.set_breakpoints([Breakpoint.parse(r) for r in rules])
+            return "breakpoints: " + (", ".join(rules) or "none")
+        if op in ("stop", "quit"):
+            run.request_stop(evaluate=op == "stop")
+            return "stopping; the run is graded" if op == "stop" else "quitting without grading"
+        if op == "stop_job":
+            if not req.target or not run.stop_job(req.target):
+                raise Refused(f"refused: no job {req.target!r} is running")
+            return f"stopping job {req.target}"
+        if op == "attempt_stop":
+            if not req.target or not run.stop_attempt(req.target):
+                raise Refused(f"refused: no attempt {req.target!r} is running")
+            return f"stopping attempt {req.target}"
+        if op == "promote":
+            if not req.target or not run.promote_attempt(req.target):
+                raise Refused(f"refused: attempt {req.target!r} cannot be submitted now")
+            return f"submitting attempt {req.target}; the run ends and grades it"
+        raise Refused(f"refused: unknown op {op!r}")  # pragma: no cover (the model forbids)
+
+    def _waiting_call(self, named: str | None) -> str:
+        waiting = self.run.controls.pending_calls()
+        if named is not None:
+            if named not in waiting:
+                raise Refused(
+                    f"refused: call {named} does not wait for approval"
+                    + (f" (waiting: {', '.join(waiting)})" if waiting else "")
+                )
+            return named
+        if not waiting:
+            raise Refused("refused: no call waits for approval")
+        if len(waiting) > 1:
+            raise Refused(
+                f"refused: several calls wait ({', '.join(waiting)}): name one with --call"
+            )
+        return waiting[0]
+
+    def _hold(self, conn: _Connection, req: CtlRequest) -> CtlReply:
+        if self._holding is conn:
+            return CtlReply(ok=True, message=f"{conn.name} holds the controls")
+        if self.holder is not None:
+            return CtlReply(ok=False, message=f"watching: {self.holder} holds the controls")
+        conn.name = (req.text or "").strip()[:80] or f"{req.client} {conn.number}"
+        self._holding, self.holder = conn, conn.name
+        return CtlReply(ok=True, message=f"{conn.name} holds the controls")
+
+    def _release(self, conn: _Connection) -> CtlReply:
+        if self._holding is not conn:
+            return CtlReply(ok=False, message="refused: this connection does not hold the controls")
+        self._holding, self.holder = None, None
+        return CtlReply(ok=True, message="controls released")
+
+    # --- watching -----------------------------------------------------------------------
+
+    async def _watch(self, conn: _Connection, from_seq: int) -> None:
+        """Every event past `from_seq`: those on disk from the file, then each as it is
+        appended; no gap between the two and no event twice (by `seq`)."""
+        log = self.run.log
+        if conn.watching:
+            raise Refused("refused: this connection watches already")
+        if log is None:
+            raise Refused("refused: the run has no log yet")
+        conn.watching, conn.sent_seq = True, max(0, from_seq)
+        conn.subscriber = self._subscriber(conn)
+        log.subscribe(conn.subscriber)
+        upto = log.last_seq  # everything up to here is whole on disk; later ones come live
+        if conn.sent_seq < upto:
+            try:
+                backlog = await asyncio.to_thread(_read_backlog, log.path, conn.sent_seq, upto)
+            except (OSError, LogDamage) as exc:
+                self._stop_watching(conn)
+                raise Refused(f"refused: cannot read the run's log: {exc}") from None
+            for event in backlog:
+                conn.send_event(event)
+                if not conn.room.is_set():
+                    await conn.room.wait()
+                if conn.closed:
+                    return
+        early, conn.early = conn.early, []
+        for event in early:
+            conn.send_event(event)
+        conn.streaming = True
+
+    def _subscriber(self, conn: _Connection) -> Callable[[ev.Event], None]:
+        def on_event(event: ev.Event) -> None:
+            if conn.closed:
+                return
+            if not conn.streaming:
+                conn.early.append(event)
+                if len(conn.early) <= WATCH_QUEUE:
+                    return
+            elif conn.out.qsize() < WATCH_QUEUE:
+                conn.send_event(event)
+                return
+            self._stop_watching(conn)
+            conn.drop(
+                f"dropped: this watcher fell {WATCH_QUEUE} events behind the run; "
+                f"watch again from seq {conn.sent_seq}"
+            )
+
+        return on_event
+
+    def _stop_watching(self, conn: _Connection) -> None:
+        if conn.subscriber is not None and self.run.log is not None:
+            self.run.log.unsubscribe(conn.subscriber)
+        conn.subscriber = None
+        conn.early = []
+
+    # --- status -------------------------------------------------------------------------
+
+    def status(self) -> RunStatus:
+        run, state, controls = self.run, self.run.state, self.run.controls
+        waiting = controls.pending_calls()
+        pending: list[PendingCall] = []
+        for call_id in waiting:
+            call = state.running.get(call_id)
+            asked = state.pending_approval
+            if call is not None:
+                pending.append(
+                    PendingCall(
+                        call_id=call_id,
+                        tool=call.tool,
+                        agent=call.agent,
+                        arguments=call.arguments or {},
+                    )
+                )
+            elif asked is not None and asked.call_id == call_id:
+                pending.append(
+                    PendingCall(call_id=call_id, tool=asked.tool, arguments=asked.arguments or {})
+                )
+            else:
+                pending.append(PendingCall(call_id=call_id, tool="?"))
+        if state.finished is not None:
+            phase = "ended"
+        elif state.evaluating:
+            phase = "evaluating"
+        elif waiting:
+            phase = "waiting"
+        elif controls.paused:
+            phase = "paused"
+        else:
+            phase = "running" if state.started else "starting"
+        best = state.experiments.best
+        score = state.evaluation.score if state.evaluation is not None else None
+        return RunStatus(
+            run_id=run.run_id,
+            task=state.task or run.task.name,
+            model=state.model or run.config.model,
+            pid=os.getpid(),
+            state=phase,
+            elapsed_s=round(run.clock.elapsed(), 3),
+            time_limit_s=run.time_limit_s,
+            steps=state.steps,
+            events=run.log.last_seq if run.log is not None else state.events,
+            pending=pending,
+            running_jobs=[job.started.job for job in state.running_jobs],
+            running_attempts=[a for a, n in state.attempts.nodes.items() if n.finished is None],
+            best_validation=best.score if best is not None else None,
+            breakpoints=[b.rule for b in controls.breakpoints],
+            hold_at_breaks=controls.hold_at_breaks,
+            holder=self.holder,
+            watchers=self.watchers,
+            score=score,
+        )
+
+    def _ending_words(self) -> str:
+        finished = self.run.state.finished
+        if finished is None:
+            return "the run ended"
+        words = f"the run ended ({finished.status}"
+        if finished.message:
+            words += f": {finished.message}"
+        return words + ")"
+
+
+def _read_backlog(path: Path, after: int, upto: int) -> list[ev.Event]:
+    return [e for e in iter_events(path) if after < e.seq <= upto]
+
+
+def _peer_uid(writer: asyncio.StreamWriter) -> int | None:
+    sock = writer.get_extra_info("socket")
+    if sock is None:
+        return None
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return uid
