@@ -92,6 +92,10 @@ class RunConfig(BaseModel):
     """Pause before the first agent action (to step through a run from its start)."""
     breakpoints: list[str] = Field(default_factory=list)
     """Break before matching tool calls (rules as `Breakpoint.parse` reads them)."""
+    notify: list[str] = Field(default_factory=list, exclude=True)
+    """Where to tell the user what needs them (`--notify`: bell, desktop, cmd:COMMAND, a
+    webhook URL; agent/notify/). Never recorded: a URL or a command may hold a token, so
+    the log says only where notifications go ("bell, webhook to hooks.example.com")."""
     break_runs_jobs: bool = False
     """While a call waits for approval, let the sandbox's commands and jobs go on running
     (`--break-runs-jobs`); the wait then counts on the run clock. By default they are

@@ -33,6 +33,7 @@ from mlra.agent.ending import Ending, EndRun, budget_ending
 from mlra.agent.evaluation import evaluate
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.model_turn import ModelTurn
+from mlra.agent.notify import Notifications
 from mlra.agent.prompts import status_note
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.run_setup import (
@@ -97,6 +98,7 @@ class RunController(Steering):
         """The run's control endpoint (`control.sock`: `mlra ctl`, `mlra attach`), while it
         runs; a search's attempts have none (they are steered through their run)."""
         self._control_problem: str | None = None
+        self._time_warned = False
         self.catchup = CatchUp(
             self.state, self.controls, append=self.append, sandbox_info=self._sandbox_info
         )
@@ -122,6 +124,13 @@ class RunController(Steering):
         self.model_turn = self.turns.take
         self.ask = self.turns.ask
         self.execute_tool = self.tool_step.execute
+        # The user's `--notify` destinations, fed by this run's events (agent/notify/);
+        # an attempt's own run leaves telling the user to the run it belongs to.
+        self.notifications = (
+            Notifications.attach(self, config.notify)
+            if config.notify and config.attempt is None
+            else None
+        )
 
     @property
     def sandbox_factory(self) -> Callable[[Path, SandboxSpec], Sandbox] | None:
@@ -157,6 +166,7 @@ class RunController(Steering):
     def catch_up(self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]) -> None:
         """Replay `recorded` through the agent before going live (agent/catchup.py)."""
         self.catchup.load(recorded, going_live)
+        self._time_warned = any(isinstance(e, ev.TimeWarning) for e in recorded)
         self.scanner.load(e for e in recorded if isinstance(e, ev.WorkspaceSnapshot))
 
     def subscribe(self, callback: Callable[[ev.Event], None]) -> None:
@@ -202,7 +212,7 @@ class RunController(Steering):
             interval = self.config.resource_interval_s
             ending = await drive(
                 make_agent(self),
-                deadline=watch_deadline(self.clock, self.controls),
+                deadline=watch_deadline(self.clock, self.controls, self._warn_time),
                 stop=self.wait_for_stop(),
                 sampler=sample_resources(
                     self.workspace, self.catchup, self.append, interval, sandbox=self.sandbox
@@ -343,6 +353,13 @@ class RunController(Steering):
         with contextlib.suppress(Exception):
             await self.attempts.stop_all(reason)
 
+    def _warn_time(self, left_s: float) -> None:
+        """Once a run (a resumed one counts its log's): the time warning, as an event."""
+        if self._time_warned or self.log is None or self.state.finished is not None:
+            return
+        self._time_warned = True
+        self.append(ev.TimeWarning(left_s=round(left_s, 1), limit_s=self.time_limit_s))
+
     async def _close(self) -> None:
         self.clock.pause()
         await self._stop_attempts("the run ended")
@@ -350,6 +367,10 @@ class RunController(Steering):
         if self.sandbox is not None:
             with contextlib.suppress(Exception):
                 await self.sandbox.close()
+        if self.notifications is not None:
+            # The end's notification is delivered (or its failure logged) before the log
+            # closes and the process exits, within the notifications' own bound.
+            await self.notifications.drain()
         if self.log is not None:
             self.log.close()
 

@@ -66,14 +66,33 @@ async def run_agent(agent: Agent) -> Ending:
     return unsubmitted("no_submission", "the agent stopped without calling submit")
 
 
-async def watch_deadline(clock: RunClock, controls: Controls) -> Ending:
+WARN_SHARE, WARN_MOST_S = 0.1, 600.0
+"""The time warning comes with a tenth of the limit left, or ten minutes where that is
+less: early enough to act on, late enough that a long run's warning still means "soon"."""
+
+
+def warning_left_s(limit_s: float) -> float:
+    """Run-clock seconds left at which a run of `limit_s` is warned."""
+    return min(WARN_SHARE * limit_s, WARN_MOST_S)
+
+
+async def watch_deadline(
+    clock: RunClock, controls: Controls, warn: Callable[[float], None] | None = None
+) -> Ending:
+    """The deadline's ending, once the clock is spent; `warn` is called once (with the
+    seconds left) when the time warning is due."""
+    warn_at = warning_left_s(clock.limit_s) if warn is not None else None
     while True:
         await controls.wait_running()
         remaining = clock.remaining()
         if remaining <= 0:
             return Ending(reason="deadline", by="deadline", note="time limit reached")
+        if warn is not None and warn_at is not None and remaining <= warn_at:
+            warn(remaining)
+            warn_at = None
+        until = remaining if warn_at is None else remaining - warn_at
         # Re-checked after each wait: a pause stops the clock, moving the deadline.
-        await asyncio.sleep(min(remaining, 5.0) + 0.01)
+        await asyncio.sleep(min(until, 5.0) + 0.01)
 
 
 async def sample_resources(

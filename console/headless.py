@@ -23,6 +23,11 @@ from mlra.terminal_text import printable, printable_json, printable_line
 from mlra.tools.plan import render_plan
 
 
+def time_warning_line(event: ev.TimeWarning) -> str:
+    left, limit = format_duration(event.left_s), format_duration(event.limit_s)
+    return f"time warning: {left} left of the {limit} limit"
+
+
 def one_line(text: str, limit: int = 160) -> str:
     """`text` on one line, cut at `limit`, with its control characters escaped."""
     flat = " ".join(text.split())
@@ -390,6 +395,8 @@ class TranscriptDisplay(_Printer):
                 self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
             case ev.Notice():
                 self._out(f"! {event.message}", "yellow" if event.level != "error" else "red")
+            case ev.TimeWarning():
+                self._out(f"[{t}] ! {time_warning_line(event)}", "yellow")
             case ev.WorkspaceSnapshot(left_out=ev.SnapshotLeftOut() as gaps):
                 self._out(
                     f"! the workspace snapshot after step {event.step} left out: "

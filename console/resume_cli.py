@@ -17,6 +17,7 @@ from typing import Any
 
 def add_resume_commands(sub: Any) -> None:
     from mlra.console.args import add_budget_args, positive_int
+    from mlra.console.notify_args import add_notify_arg
 
     def common(p: argparse.ArgumentParser) -> None:
         p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
@@ -26,6 +27,7 @@ def add_resume_commands(sub: Any) -> None:
         )
         p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
         add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
+        add_notify_arg(p)
 
     resume = sub.add_parser(
         "resume",
@@ -111,6 +113,8 @@ def _load(run_dir: Path) -> Any:
 
 def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"on_provider_failure": "pause" if use_tui else "end"}
+    if args.notify:  # never recorded: given again on each resume
+        out["notify"] = args.notify
     for flag, key in (
         ("time_limit", "time_limit_s"),
         ("max_steps", "max_steps"),

@@ -149,6 +149,16 @@ class Notice(_Event):
     message: str
 
 
+class TimeWarning(_Event):
+    """The run clock is nearly spent (a tenth of the limit left, at most ten minutes):
+    once a run, so a user away from the run learns it (`--notify`) while there is still
+    time to act."""
+
+    type: Literal["time_warning"] = "time_warning"
+    left_s: float
+    limit_s: float
+
+
 # --- supervisor ----------------------------------------------------------------------
 
 
@@ -802,6 +812,7 @@ Event = Annotated[
     RunStarted
     | RunFinished
     | Notice
+    | TimeWarning
     | PlanUpdated
     | SupervisorMessage
     | SubtaskStarted

@@ -29,6 +29,7 @@ def _samples() -> list[ev.Event]:
         ),
         ev.RunFinished(status="finished", reason="submitted"),
         ev.Notice(message="hello"),
+        ev.TimeWarning(left_s=60.0, limit_s=600.0),
         ev.PlanUpdated(steps=[ev.PlanStep(id="1", title="a")]),
         ev.SupervisorMessage(text="plan"),
         ev.SubtaskStarted(subtask=1, instructions="do"),

@@ -1,0 +1,57 @@
+"""What one notification says, and the one interface every destination implements.
+
+A notification is derived from the run's typed events (agent/notify/triggers.py) and
+is the same whatever it is sent to: the bell ignores its words, a desktop pop-up shows
+its title and message, a command reads it as JSON on stdin, a webhook gets it as the
+JSON body. So a user's script sees exactly the fields a webhook receiver does.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel
+
+NotificationKind = Literal[
+    "approval", "best_validation", "provider_paused", "time_warning", "finished"
+]
+"""Why the user is told: a call waits for their approval; a validation beat every
+earlier one; the model provider failed and the run is paused for them; the run's time
+is nearly spent; the run ended (with its score, where it has one)."""
+
+
+class Notification(BaseModel):
+    kind: NotificationKind
+    title: str
+    message: str
+    text: str = ""
+    """`title: message` in one line: what a chat webhook (Slack's `text`) shows."""
+    run_id: str
+    run_dir: str
+    task: str = ""
+    seq: int = 0
+    """The `seq` of the event in the run's log that caused it."""
+    t: float = 0.0
+    """The run clock (active seconds) at that event."""
+    call_id: str | None = None
+    tool: str | None = None
+    metric: str | None = None
+    score: float | None = None
+    normalized: float | None = None
+    success: bool | None = None
+    status: str | None = None
+    reason: str | None = None
+
+
+class NotifyFailed(Exception):
+    """A destination did not take a notification: one line saying why."""
+
+
+class Notifier(Protocol):
+    """One destination of `--notify`. `send` raises NotifyFailed (or times out: the
+    caller bounds it); it never prints, since the console may own the terminal."""
+
+    described: str
+    """Where it sends, in words safe for the log: never a URL's path or a command."""
+
+    async def send(self, note: Notification) -> None: ...

@@ -1,0 +1,265 @@
+"""Notifications (`--notify`): a user who walked away is told what needs them.
+
+Whole runs in-process over the scripted model server on loopback (the real OpenAI
+SDK), with real destinations: a `cmd:` shell command that appends the JSON it reads
+to a file, and a webhook on a loopback HTTP server in a thread. What is asserted is
+what the user receives: the kinds, the final score, and that the API key never
+reaches the command; and that a dead webhook costs one warning, never the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.clock import RunClock
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.controls import Controls
+from mlra.agent.drive import warning_left_s, watch_deadline
+from mlra.agent.eventlog import read_events
+from mlra.agent.notify import parse_destinations
+from mlra.agent.notify.triggers import Triggers
+from mlra.agent.providers import resolve_model
+from mlra.agent.run import agent_for
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+API_KEY = "sk-notify-test-do-not-leak"
+
+
+def _worker_validating() -> list[dict[str, Any]]:
+    return [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("validate", path="answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+
+
+def _controller(
+    server: ScriptedModelServer, task: Path, runs: Path, notify: list[str], **config: Any
+) -> RunController:
+    provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+    cfg = RunConfig(
+        task="answer",
+        model="openai/test",
+        runs_dir=runs,
+        run_id="notified",
+        isolation="none",
+        notify=notify,
+        **config,
+    )
+    controller = RunController(cfg, load_task(task), provider)
+    controller.prepare()
+    return controller
+
+
+async def _close(controller: RunController) -> None:
+    if controller.provider is not None:
+        await controller.provider.aclose()
+
+
+def _on(controller: RunController, kind: type, act: Callable[[Any], object]) -> None:
+    """Act on each event of a kind once it is written (not inside the log's fan-out)."""
+    loop = asyncio.get_running_loop()
+
+    def seen(event: ev.Event) -> None:
+        if isinstance(event, kind):
+            loop.call_soon(act, event)
+
+    controller.subscribe(seen)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def test_a_command_hears_of_the_approval_the_best_validation_and_the_end(
+    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", API_KEY)
+    monkeypatch.setenv("HF_TOKEN", API_KEY)
+    heard, envs = tmp_path / "heard.jsonl", tmp_path / "env.txt"
+    command = f"cat >> {heard}; env >> {envs}; echo --- >> {envs}"
+    script = {"supervisor": supervisor_answering(), "worker": _worker_validating()}
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        controller = _controller(
+            server, answer_task, tmp_path / "runs", [f"cmd:{command}"], breakpoints=["bash"]
+        )
+        _on(controller, ev.ApprovalRequested, lambda e: controller.approve(e.call_id))
+        result = await controller.run(agent_for)
+        await _close(controller)
+    assert result.status == "finished" and result.score == 1.0
+    notes = _lines(heard)
+    assert sorted(n["kind"] for n in notes) == ["approval", "best_validation", "finished"]
+    by_kind = {n["kind"]: n for n in notes}
+    assert by_kind["approval"]["tool"] == "bash" and "echo 42" in by_kind["approval"]["message"]
+    assert by_kind["best_validation"]["score"] == 0.5  # the validation split's score for 42
+    end = by_kind["finished"]
+    assert (end["status"], end["reason"], end["score"], end["success"]) == (
+        "finished",
+        "submitted",
+        1.0,
+        True,
+    )
+    assert end["run_id"] == "notified" and end["run_dir"] == str(controller.run_dir)
+    assert "exact_match = 1" in end["message"]
+    told = envs.read_text()
+    assert "MLRA_NOTIFY_KIND=finished" in told and f"MLRA_RUN_DIR={controller.run_dir}" in told
+    assert API_KEY not in told and "OPENAI_API_KEY" not in told and "HF_TOKEN" not in told
+    log = read_events(controller.run_dir / "events.jsonl")
+    where = [e.message for e in log if isinstance(e, ev.Notice) and "notifications go" in e.message]
+    assert where == ["notifications go to command"]
+    assert command not in (controller.run_dir / "events.jsonl").read_text()
+
+
+class _Hooks(BaseHTTPRequestHandler):
+    received: list[tuple[str, str, dict[str, Any]]]
+    arrived: threading.Event
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.received.append((self.path, self.headers["Content-Type"], json.loads(body)))
+        self.send_response(204)
+        self.end_headers()
+        self.arrived.set()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def hooks() -> Iterator[tuple[str, type[_Hooks]]]:
+    handler = type("Hooks", (_Hooks,), {"received": [], "arrived": threading.Event()})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}", handler
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _answering() -> dict[str, Any]:
+    worker = [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+    return {"supervisor": supervisor_answering(), "worker": worker}
+
+
+async def test_a_webhook_receives_the_end_as_json_and_its_token_is_never_written(
+    tmp_path: Path, answer_task: Path, hooks: tuple[str, type[_Hooks]]
+) -> None:
+    base, handler = hooks
+    url = f"{base}/hook/T0KEN-secret?key=abc"
+    with ScriptedModelServer(_answering(), turn_by_history=True) as server:
+        controller = _controller(server, answer_task, tmp_path / "runs", [url])
+        result = await controller.run(agent_for)
+        await _close(controller)
+    assert result.status == "finished" and result.score == 1.0
+    # Delivered before run() returned: the run drains its sends before it closes.
+    (path, content_type, body) = handler.received[-1]
+    assert path == "/hook/T0KEN-secret?key=abc" and content_type == "application/json"
+    assert (body["kind"], body["score"], body["metric"]) == ("finished", 1.0, "exact_match")
+    assert body["text"].startswith("mlra: run finished")
+    for written in ("events.jsonl", "result.json"):
+        text = (controller.run_dir / written).read_text()
+        assert "T0KEN" not in text and "key=abc" not in text
+    port = base.rsplit(":", 1)[1]
+    assert (
+        f"notifications go to webhook to 127.0.0.1:{port}"
+        in (controller.run_dir / "events.jsonl").read_text()
+    )
+
+
+async def test_an_unreachable_webhook_is_one_warning_and_the_run_ends_as_ever(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    with socket.socket() as probe:  # a port nothing listens on: the connection is refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = {"supervisor": supervisor_answering(), "worker": _worker_validating()}
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        controller = _controller(
+            server, answer_task, tmp_path / "runs", [f"http://127.0.0.1:{port}/x"]
+        )
+        result = await controller.run(agent_for)
+        await _close(controller)
+    assert (result.status, result.reason, result.score) == ("finished", "submitted", 1.0)
+    log = read_events(controller.run_dir / "events.jsonl")
+    notes = [e for e in log if isinstance(e, ev.Notice) and "notification" in e.message]
+    warnings = [e for e in notes if e.level == "warning"]
+    assert len(warnings) == 1, warnings  # two sends failed (the validation, the end)
+    assert f"notification to webhook to 127.0.0.1:{port} failed" in warnings[0].message
+    assert f"webhook to 127.0.0.1:{port} 2 times" in notes[-1].message  # counted, at the end
+    assert isinstance(log[-1], ev.Notice | ev.RunFinished)  # nothing after the end but notes
+
+
+async def test_the_time_warning_comes_once_with_a_tenth_of_the_time_left() -> None:
+    clock, warned = RunClock(1.0), []
+    clock.start()
+    ending = await watch_deadline(clock, Controls(), warned.append)
+    assert ending.reason == "deadline" and len(warned) == 1
+    assert 0 < warned[0] <= warning_left_s(1.0) == pytest.approx(0.1)
+    assert warning_left_s(24 * 3600) == 600.0  # ten minutes at most
+
+
+def test_a_provider_failure_that_paused_the_run_is_told_with_its_error() -> None:
+    triggers = Triggers("r1", Path("/runs/r1"))
+    error = ev.ModelError(agent="worker", model="openai/x", error="HTTP 503", fatal=False)
+    assert triggers.notification(error) is None
+    note = triggers.notification(ev.Control(action="pause", source="system"))
+    assert note is not None and note.kind == "provider_paused" and "HTTP 503" in note.message
+    # The user's own pause is no provider failure.
+    assert triggers.notification(ev.Control(action="pause")) is None
+
+
+def test_a_lower_is_better_search_is_told_only_of_a_better_attempt() -> None:
+    triggers = Triggers("r1", Path("/runs/r1"))
+
+    def attempt(name: str, score: float) -> ev.AttemptFinished:
+        return ev.AttemptFinished(
+            attempt=name, status="validated", score=score, metric="loss", higher_is_better=False
+        )
+
+    told = [
+        triggers.notification(attempt(n, s)) for n, s in (("a1", 2.0), ("a2", 3.0), ("a3", 1.5))
+    ]
+    assert [n.score if n else None for n in told] == [2.0, None, 1.5]
+
+
+@pytest.mark.parametrize(
+    ("written", "described"),
+    [
+        ("bell", ["bell"]),
+        ("bell,desktop", ["bell", "desktop"]),
+        ("https://hooks.example.com/services/T/B/XYZ", ["webhook to hooks.example.com"]),
+        ("bell,cmd:notify.sh a,b", ["bell", "command"]),  # a command takes the rest
+        ("http://user:pw@10.0.0.1:8080/h", ["webhook to 10.0.0.1:8080"]),
+    ],
+)
+def test_destinations_as_written_and_as_logged(written: str, described: list[str]) -> None:
+    found = parse_destinations(written)
+    assert [d.described for d in found] == described
+    if "cmd:" in written:
+        assert found[-1].value == "notify.sh a,b"
+
+
+@pytest.mark.parametrize(
+    "bad", ["beep", "cmd:", "ftp://host/x", "https://", "bell,,desktop", "bell,", "http://h:x/"]
+)
+def test_a_bad_destination_is_refused(bad: str) -> None:
+    with pytest.raises(ValueError):
+        parse_destinations(bad)
