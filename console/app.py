@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import RenderableType
 from rich.segment import Segment
 from textual import work
@@ -33,6 +34,16 @@ from textual.timer import Timer
 from textual.widgets import Footer
 
 from mlra import events as ev
+from mlra.agent.annotations import (
+    ANNOTATIONS_FILE,
+    Annotation,
+    append_annotation,
+    load_annotations,
+    parse_rating,
+    step_of_seq,
+    who,
+    worker_steps,
+)
 from mlra.agent.controller import Agent, RunController
 from mlra.agent.controls import Breakpoint
 from mlra.agent.state import RunResult, RunState
@@ -159,6 +170,8 @@ class MlraApp(App[int]):
         self._tick_timer: Timer | None = None
         self._files_timer: Timer | None = None
         self._no_controls = NoControls()
+        self._notes_size: int | None = None
+        """The size of annotations.jsonl when last read: a change shows the new notes."""
         if controller is not None:
             controller.subscribe(self.display_.on_event)
             # A long command's output past the log's cap streams to the transcript alone.
@@ -185,6 +198,7 @@ class MlraApp(App[int]):
 
     def on_mount(self) -> None:
         self._layout(self.size.width)
+        self._load_annotations()
         self._tick_timer = self.set_interval(1.0, self._on_tick_timer)
         if self.files_source is not None:
             self._start_files_timer()
@@ -247,6 +261,7 @@ class MlraApp(App[int]):
         # Textual marks the app as not running before it removes the panes at
         # shutdown (a test's run_test() ends that way, without exit()).
         if self.is_running:
+            self._poll_annotations()
             self._tick()
 
     async def _on_files_timer(self) -> None:
@@ -417,6 +432,8 @@ class MlraApp(App[int]):
             return True
         if action == "stop_job":
             return live and bool(self.state.running_jobs)
+        if action in ("tag", "comment", "rate"):
+            return self.run_dir is not None  # a note lives in the run folder
         if action in ("approve", "edit", "reject"):
             # Hidden, not greyed: they only make sense while a call waits.
             return live and self.state.pending_approval is not None
@@ -580,6 +597,119 @@ class MlraApp(App[int]):
             ),
             done,
         )
+
+    # --- annotations ----------------------------------------------------------------
+
+    def _load_annotations(self) -> None:
+        """The run's notes so far, for the transcript to show where their steps start."""
+        if self.run_dir is None:
+            return
+        notes, _ = load_annotations(self.run_dir)
+        self._notes_size = self._annotations_size()
+        self.query_one(TranscriptPane).set_annotations(notes)
+
+    def _annotations_size(self) -> int | None:
+        try:
+            return (Path(self.run_dir) / ANNOTATIONS_FILE).stat().st_size if self.run_dir else None
+        except OSError:
+            return None
+
+    def _poll_annotations(self) -> None:
+        """Show notes added from elsewhere (`mlra annotate`, another console) since the
+        last look: one stat a second, the file read only when it grew."""
+        size = self._annotations_size()
+        if size == self._notes_size or self.run_dir is None:
+            return
+        self._notes_size = size
+        try:
+            transcript = self.query_one(TranscriptPane)
+        except NoMatches:
+            return
+        for note in load_annotations(self.run_dir)[0]:
+            transcript.add_annotation(note)  # those shown already stay as they are
+        transcript.flush()
+
+    def annotation_target(self) -> tuple[int, int] | None:
+        """The (worker step, event seq) the note keys act on: the selected tool call's,
+        else the newest worker step; None (and said) when there is none."""
+        if self.run_dir is None:
+            return None
+        try:
+            steps = worker_steps(Path(self.run_dir))
+        except OSError as exc:
+            self.notify(f"cannot read the run's log: {exc}", severity="error", markup=False)
+            return None
+        focused = self.focused
+        if isinstance(focused, ToolEntry) and focused.call.seq:
+            step = step_of_seq(steps, focused.call.seq)
+            if step is not None:
+                return step, focused.call.seq
+        if not steps:
+            self.notify("no worker step yet to annotate", severity="warning")
+            return None
+        step = self.state.steps if self.state.steps in steps else max(steps)
+        return step, steps[step]
+
+    def add_note(self, target: tuple[int, int], **fields: Any) -> Annotation | None:
+        """Keep a note on the step (annotations.jsonl, beside the log) and show it."""
+        assert self.run_dir is not None
+        step, seq = target
+        try:
+            note = Annotation(step=step, seq=seq, who=who(), **fields)
+            append_annotation(Path(self.run_dir), note)
+        except ValidationError as exc:
+            self.notify(f"not kept: {exc.errors()[0]['msg']}", severity="error", markup=False)
+            return None
+        except (ValueError, OSError) as exc:
+            self.notify(f"not kept: {exc}", severity="error", markup=False)
+            return None
+        self._notes_size = self._annotations_size()
+        self.show_annotation(note)
+        self.notify(f"step {step}: {printable_line(note.summary())}", timeout=3, markup=False)
+        return note
+
+    def show_annotation(self, note: Annotation) -> None:
+        transcript = self.query_one(TranscriptPane)
+        transcript.add_annotation(note)
+        transcript.flush()
+
+    def _ask_note(self, what: str) -> None:
+        target = self.annotation_target()
+        if target is None:
+            return
+
+        def done(text: str | None) -> None:
+            if not text or not text.strip():
+                return
+            if what == "tag":
+                self.add_note(target, tags=text.replace(",", " ").split())
+            elif what == "comment":
+                self.add_note(target, comment=text.strip())
+            else:
+                try:
+                    rating = parse_rating(text)
+                except ValueError as exc:
+                    self.notify(str(exc), severity="error", markup=False)
+                    return
+                self.add_note(target, rating=rating)
+
+        title, hint = {
+            "tag": (f"Tag worker step {target[0]}", "one or more words, e.g. data-leak"),
+            "comment": (f"Comment on worker step {target[0]}", "kept beside the run's log"),
+            "rating": (f"Rate worker step {target[0]}", "+1 or -1"),
+        }[what]
+        self.push_screen(PromptScreen(title, hint), done)
+
+    def action_tag(self) -> None:
+        self._ask_note("tag")
+
+    def action_comment(self) -> None:
+        self._ask_note("comment")
+
+    def action_rate(self, rating: int) -> None:
+        target = self.annotation_target()
+        if target is not None:
+            self.add_note(target, rating=rating)
 
     def action_help(self) -> None:
         attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS]

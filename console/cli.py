@@ -301,6 +301,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     add_batch_commands(sub)
+    from mlra.console.annotate_cli import add_annotate_command  # `mlra annotate`
+
+    add_annotate_command(sub)
     return parser
 
 

@@ -36,6 +36,19 @@ VIEW_KEYS: list[Key] = [
 ]
 """Keys that mean the same in the live console and the replay: defined once."""
 
+NOTE_KEYS: list[Key] = [
+    Key(
+        "number_sign",
+        "tag",
+        "Tag",
+        "Tag the worker step shown (the selected call's, else the newest; in a replay, the "
+        "cursor's): kept with who and when in annotations.jsonl, beside the log.",
+        footer=False,
+    ),
+    Key("c", "comment", "Comment", "Comment on the step shown (kept as a tag is).", footer=False),
+]
+"""Annotating a step (agent/annotations.py): the same keys live and in a replay."""
+
 KEYS: list[Key] = [
     Key(
         "space",
@@ -77,6 +90,9 @@ KEYS: list[Key] = [
         footer=False,
     ),
     Key("s", "stop", "Stop & eval", "Stop the agent now and evaluate what the workspace holds."),
+    *NOTE_KEYS,
+    Key("plus", "rate(1)", "Rate +1", "Rate the step shown +1 (a good step).", footer=False),
+    Key("minus", "rate(-1)", "Rate -1", "Rate the step shown -1 (a bad step).", footer=False),
     FILES_KEY,
     Key(
         "f",
@@ -123,7 +139,26 @@ REPLAY_KEYS: list[Key] = [
         "Go back to the previous change of the plan.",
         footer=False,
     ),
-    Key("slash", "search", "Search", "Search the transcript (thoughts, calls' arguments, output)."),
+    Key(
+        "o",
+        "next_mark('annotation')",
+        "Note",
+        "Go to the next annotation (a tag, comment or rating someone made).",
+        footer=False,
+    ),
+    Key(
+        "O",
+        "prev_mark('annotation')",
+        "Previous note",
+        "Go back to the previous annotation.",
+        footer=False,
+    ),
+    Key(
+        "slash",
+        "search",
+        "Search",
+        "Search the transcript (thoughts, calls' arguments, output) and the annotations.",
+    ),
     Key("m", "next_match", "Next match", "Go to the next match of the search.", footer=False),
     Key(
         "M", "prev_match", "Previous match", "Go to the previous match of the search.", footer=False
@@ -136,6 +171,10 @@ REPLAY_KEYS: list[Key] = [
     Key("end", "last", "End", "Go to the run's last event.", footer=False),
     Key("d", "diff", "Diff", "Show the selected file's last change up to here, as a diff."),
     Key("f", "fork", "Fork", "Fork a new run from the worker step shown (mlra fork)."),
+    *NOTE_KEYS,
+    Key(
+        "r", "rate_step", "Rate", "Rate the step shown: +1 or -1 (kept as a tag is).", footer=False
+    ),
     FILES_KEY,
     *VIEW_KEYS,
     Key("q", "quit", "Quit", "Leave the replay (the run is only read, never changed)."),
@@ -211,4 +250,5 @@ def display_key(key: str) -> str:
         "home": "Home",
         "end": "End",
         "enter": "Enter",
+        "number_sign": "#",
     }.get(key, key)

@@ -28,6 +28,7 @@ from typing import Literal, overload
 from pydantic import ValidationError
 
 from mlra import events as ev
+from mlra.agent.annotations import Annotation, read_annotations
 from mlra.agent.eventlog import EVENTS_FILE, check_lines
 from mlra.agent.log_refs import Unresolved, resolve
 from mlra.agent.snapshots import SnapshotStore, WorkspaceHistory
@@ -49,7 +50,7 @@ MAX_WINDOW_EVENTS = 4000
 PLAN_MESSAGES = 30
 RESOURCE_HISTORY = 60
 
-Mark = Literal["tool", "error", "plan"]
+Mark = Literal["tool", "error", "plan", "annotation"]
 PlayUnit = Literal["events", "steps"]
 
 
@@ -300,7 +301,7 @@ class ReplayModel:
         """Indices of every agent action (StepStarted, any agent)."""
         self.worker_steps: dict[int, int] = {}
         """Worker step number -> index of its first StepStarted."""
-        self.marks: dict[Mark, list[int]] = {"tool": [], "error": [], "plan": []}
+        self.marks: dict[Mark, list[int]] = {"tool": [], "error": [], "plan": [], "annotation": []}
         self.plan_messages: list[int] = []
         self.resources: list[int] = []
         self.snapshots: list[int] = []
@@ -335,6 +336,10 @@ class ReplayModel:
         self._state_index = 0
         self.query = ""
         self.matches: list[int] = []
+        self.annotations: list[Annotation] = []
+        """People's notes on the run's steps (beside its log, never in it)."""
+        if run_dir is not None:
+            self.set_annotations(read_annotations(run_dir))
 
     @classmethod
     def open(
@@ -343,6 +348,21 @@ class ReplayModel:
         """A run folder's replay (OSError reaches the caller)."""
         log = RecordedLog.read(run_dir / EVENTS_FILE, on_torn_tail=on_torn_tail)
         return cls(log, SnapshotStore(run_dir), run_dir=run_dir)
+
+    # --- annotations ----------------------------------------------------------------
+
+    def set_annotations(self, notes: list[Annotation]) -> None:
+        self.annotations = list(notes)
+        self.marks["annotation"] = sorted(
+            {i for i in (self.annotation_index(n) for n in notes) if i is not None}
+        )
+
+    def annotation_index(self, note: Annotation) -> int | None:
+        """The event a note was made on (its `seq`), else its step's start."""
+        i = note.seq - 1  # the log numbers its events from 1, one a line (check_lines)
+        if 0 <= i < len(self.events) and self.events[i].seq == note.seq:
+            return i
+        return self.worker_steps.get(note.step)
 
     # --- the state at a point -------------------------------------------------------
 
@@ -507,6 +527,9 @@ class ReplayModel:
             text = searchable_text(log.peek(i))
             if text and needle in text.lower():
                 self.matches.append(i)
+        noted = {self.annotation_index(n) for n in self.annotations if needle in n.text().lower()}
+        if noted - {None}:
+            self.matches = sorted(set(self.matches) | {i for i in noted if i is not None})
         return self.matches
 
     def next_match(self) -> int | None:

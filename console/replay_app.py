@@ -5,7 +5,8 @@ and shows the run as it was there. Moving forward a little feeds the panes the
 new events, as a live run would; any other move rebuilds them from a bounded
 window of events, so stepping stays fast on runs of any length. Nothing here
 can steer or change the run: the steering keys are not bound at all; `f` asks
-before it leaves the replay to fork a new run.
+before it leaves the replay to fork a new run. A note on a step (`#`, `c`, `r`) goes
+beside the run's log, in annotations.jsonl; the log itself is only read.
 
 A search marks its text in the transcript and opens the entry that holds the
 match, so the match is seen, not only the cursor moved to it.
@@ -31,6 +32,7 @@ from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Static, Tree
 
+from mlra.agent.annotations import Annotation
 from mlra.agent.state import RunState
 from mlra.console.app import MlraApp, _runner
 from mlra.console.headless import score_line
@@ -59,7 +61,12 @@ DEFAULT_RATE = {"events": 5, "steps": 1}
 """Indices into RATES: 20 events a second, or 1 agent step a second."""
 MIN_TICK_S = 0.05
 
-MARK_WORDS = {"tool": "tool call", "error": "error", "plan": "plan change"}
+MARK_WORDS = {
+    "tool": "tool call",
+    "error": "error",
+    "plan": "plan change",
+    "annotation": "annotation",
+}
 
 
 class ReplayStatusBar(StatusBar):
@@ -150,6 +157,7 @@ class ReplayApp(MlraApp, inherit_bindings=False):
 
     def on_mount(self) -> None:
         self._layout(self.size.width)
+        self.query_one(TranscriptPane).set_annotations(self.model.annotations)
         # The checkpoints of the state fold are built beside the console, so it opens
         # at once; a jump that needs one not built yet builds it itself.
         self.run_worker(self._build_checkpoints, thread=True, exit_on_error=False)
@@ -359,6 +367,27 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             return
         self.show_cursor()
         self._match_note()
+
+    # --- annotations ----------------------------------------------------------------
+
+    def annotation_target(self) -> tuple[int, int] | None:
+        """The worker step the cursor is in, and the event under it."""
+        step = self.model.position().step
+        if self.run_dir is None or step not in self.model.worker_steps:
+            self.notify("no worker step here to annotate: → or ] moves on", severity="warning")
+            return None
+        return step, self.model.event.seq
+
+    def show_annotation(self, note: Annotation) -> None:
+        """The note joins the replay's marks and search, and the transcript is rebuilt
+        so it shows where its step starts."""
+        self.model.set_annotations([*self.model.annotations, note])
+        self.query_one(TranscriptPane).set_annotations(self.model.annotations)
+        self._shown = None
+        self.show_cursor()
+
+    def action_rate_step(self) -> None:
+        self._ask_note("rating")
 
     # --- playing --------------------------------------------------------------------
 

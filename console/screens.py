@@ -253,10 +253,12 @@ class HelpScreen(ModalScreen[None]):
         )
         intro = Text(
             "A recorded run, read-only: every pane shows the run as it was at the event under "
-            "the cursor, rebuilt from its event log and workspace snapshots.\n"
+            "the cursor, rebuilt from its event log and workspace snapshots. Notes on steps "
+            "(#, c, r) go beside the log, in annotations.jsonl.\n"
             if self.replay
             else "The agent runs inside this app. Everything you see comes from the run's event "
-            "log (events.jsonl in the run folder), and everything you do is recorded there too.\n"
+            "log (events.jsonl in the run folder), and everything you do is recorded there too; "
+            "notes on steps (#, c, +, -) go beside it, in annotations.jsonl.\n"
         )
         with VerticalScroll(classes="dialog dialog-wide", id="help-dialog"):
             yield Label("mlra replay" if self.replay else "mlra console", classes="dialog-title")

@@ -28,6 +28,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import Static
 
 from mlra import events as ev
+from mlra.agent.annotations import Annotation
 from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.console.headless import (
     attempt_finished_line,
@@ -53,6 +54,15 @@ QUIET_TOOLS = {"update_plan", "assign_subtask"}
 """Supervisor tools the Plan pane shows; the transcript leaves them out."""
 MATCH_STYLE = "bold black on yellow"
 """A replay search's text, wherever an entry shows it."""
+NOTE_STYLE = "bold blue"
+"""A person's annotation of a step (agent/annotations.py): not the run's own text."""
+
+
+def annotation_line(note: Annotation) -> Text:
+    """The marker a step's annotation shows as: `✎ step 3: #data · +1 · comment · who`."""
+    line = Text("note ", style="dim")
+    line.append(printable(f"✎ step {note.step}: {note.summary()}"), style=NOTE_STYLE)
+    return line
 
 
 class OutputBuffer:
@@ -284,6 +294,10 @@ class TranscriptPane(VerticalScroll):
         self.dropped = 0
         self.highlight = ""
         """Text to mark wherever it shows (a replay's search)."""
+        self._notes: dict[int, list[Annotation]] = {}
+        """People's annotations by worker step: shown where the step starts."""
+        self._noted: set[str] = set()
+        """The annotations shown now (by id): each once."""
 
     def on_mount(self) -> None:
         self.border_title = "Worker"
@@ -294,6 +308,27 @@ class TranscriptPane(VerticalScroll):
         if query != self.highlight:
             self.highlight = query
             self._dirty.update(self._entries)
+
+    # --- annotations ----------------------------------------------------------------
+
+    def set_annotations(self, notes: Iterable[Annotation]) -> None:
+        """The run's annotations, each shown as a marker where its step starts (feed)."""
+        self._notes = {}
+        for note in notes:
+            self._notes.setdefault(note.step, []).append(note)
+
+    def add_annotation(self, note: Annotation) -> None:
+        """One made now: kept for its step and shown at once, at the end (the live
+        console is looking at the newest entries); a rebuilt transcript shows it where
+        its step starts."""
+        if note.id not in {n.id for n in self._notes.get(note.step, [])}:
+            self._notes.setdefault(note.step, []).append(note)
+        self._mark(note)
+
+    def _mark(self, note: Annotation) -> None:
+        if note.id not in self._noted:
+            self._noted.add(note.id)
+            self._add(NoteEntry(annotation_line(note), ("annotation", note.id)))
 
     # --- events ---------------------------------------------------------------------
 
@@ -331,6 +366,9 @@ class TranscriptPane(VerticalScroll):
                 self._dirty.add(entry)
             case ev.Control():
                 self._control(event)
+            case ev.StepStarted() if event.agent != "supervisor":
+                for note in self._notes.get(event.step, ()):
+                    self._mark(note)
             case ev.SubtaskStarted():
                 self._note(
                     event,
@@ -504,6 +542,7 @@ class TranscriptPane(VerticalScroll):
         self._new = []
         self._dirty.clear()
         self._entries.clear()
+        self._noted.clear()
         self.dropped = 0
         self.border_subtitle = ""
 
