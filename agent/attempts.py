@@ -254,23 +254,30 @@ class AttemptManager:
     # --- submitting ------------------------------------------------------------------------
 
     def submittable(self, attempt: str) -> ev.AttemptFinished:
-        """The attempt's `attempt_finished`, if it may be submitted (it ended validated, its
-        frozen copy kept); raises AttemptRefused with why not."""
-        node = self.tree.get(attempt)
-        if node is None:
-            known = ", ".join(self.tree.nodes) or "none yet"
-            raise AttemptRefused(f"no attempt {attempt!r} (the attempts: {known})")
-        if node.finished is None:
-            raise AttemptRefused(f"attempt {attempt} is still running: wait for it first")
-        if node.finished.kept is None:
-            raise AttemptRefused(
-                f"attempt {attempt} has no validated artifact ({node.status}"
-                + (f": {node.finished.why}" if node.finished.why else "")
-                + ")"
-            )
-        if not (self.run.run_dir / node.finished.kept).exists():
-            raise AttemptRefused(f"attempt {attempt}'s validated copy is gone")
-        return node.finished
+        """The attempt's `attempt_finished`, if it may be submitted; raises AttemptRefused
+        with why not (see `submittable`)."""
+        return submittable(self.tree, self.run.run_dir, attempt)
+
+
+def submittable(tree: AttemptTree, run_dir: Path, attempt: str) -> ev.AttemptFinished:
+    """The attempt's `attempt_finished`, if it may be submitted (it ended validated, its
+    frozen copy kept); raises AttemptRefused with why not. From the tree and the run
+    folder alone, so a console attached from another process judges as the run does."""
+    node = tree.get(attempt)
+    if node is None:
+        known = ", ".join(tree.nodes) or "none yet"
+        raise AttemptRefused(f"no attempt {attempt!r} (the attempts: {known})")
+    if node.finished is None:
+        raise AttemptRefused(f"attempt {attempt} is still running: wait for it first")
+    if node.finished.kept is None:
+        raise AttemptRefused(
+            f"attempt {attempt} has no validated artifact ({node.status}"
+            + (f": {node.finished.why}" if node.finished.why else "")
+            + ")"
+        )
+    if not (run_dir / node.finished.kept).exists():
+        raise AttemptRefused(f"attempt {attempt}'s validated copy is gone")
+    return node.finished
 
 
 def finished_event(

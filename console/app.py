@@ -49,6 +49,7 @@ from mlra.agent.controls import Breakpoint
 from mlra.agent.state import RunResult, RunState
 from mlra.console.attempt_actions import act_on_attempt
 from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, bindings
+from mlra.console.live_run import LiveRun
 from mlra.console.panes.attempts import AttemptAction, AttemptsPane
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FileSource, FilesPane
@@ -146,7 +147,7 @@ class MlraApp(App[int]):
     def __init__(
         self,
         *,
-        controller: RunController | None = None,
+        controller: LiveRun | None = None,
         make_agent: Callable[[RunController], Agent] | None = None,
         events: Iterable[ev.Event] = (),
         files: FileSource | None = None,
@@ -473,7 +474,7 @@ class MlraApp(App[int]):
     def _run_over(self) -> bool:
         return self.controller is None or self.result is not None or self.state.finished is not None
 
-    def _steer(self, act: Callable[[RunController], object]) -> None:
+    def _steer(self, act: Callable[[LiveRun], object]) -> None:
         """Send a dialog's answer to the run, unless the run ended while the dialog
         was open: then its log is closed, and the answer has nowhere to go."""
         if (

@@ -19,7 +19,6 @@ from textual.app import App
 
 from mlra.agent.attempt_tree import AttemptNode
 from mlra.agent.attempts import AttemptRefused
-from mlra.agent.controller import RunController
 from mlra.agent.state import RunResult, RunState
 from mlra.console.attempt_files import (
     attempt_events,
@@ -28,6 +27,7 @@ from mlra.console.attempt_files import (
     workspaces_diff,
 )
 from mlra.console.attempt_screens import AttemptScreen, PickAttemptScreen, scores_side_by_side
+from mlra.console.live_run import LiveRun
 from mlra.console.panes.attempts import attempt_lines
 from mlra.console.screens import ConfirmScreen, DiffScreen, PromptScreen
 from mlra.terminal_text import printable_line
@@ -38,13 +38,13 @@ class AttemptHost(Protocol):
     rather than the app's class keeps this module below console/app.py)."""
 
     state: RunState
-    controller: RunController | None
+    controller: LiveRun | None
     run_dir: Path | None
     result: RunResult | None
 
     def _elapsed(self) -> float: ...
 
-    def _steer(self, act: Callable[[RunController], object]) -> None: ...
+    def _steer(self, act: Callable[[LiveRun], object]) -> None: ...
 
 
 def act_on_attempt(app: App[Any], host: AttemptHost, action: str, attempt: str) -> None:
@@ -79,7 +79,7 @@ class AttemptKeys:
     def warn(self, text: str) -> None:
         self.app.notify(printable_line(text), severity="warning", timeout=5, markup=False)
 
-    def live(self, what: str) -> RunController | None:
+    def live(self, what: str) -> LiveRun | None:
         """The run to steer, or None (and why, said) for a recorded or ended run."""
         host = self.host
         if host.controller is None:
@@ -147,7 +147,7 @@ class AttemptKeys:
             return
         attempt = node.id
 
-        def act(run: RunController) -> None:
+        def act(run: LiveRun) -> None:
             if not run.stop_attempt(attempt):
                 self.warn(f"attempt {attempt} is not running")
 
@@ -177,7 +177,7 @@ class AttemptKeys:
         score = self.host.state.attempts.score_text(node)
         metric = f", {finished.metric}" if finished.metric else ""
 
-        def act(run: RunController) -> None:
+        def act(run: LiveRun) -> None:
             if run.promote_attempt(attempt):
                 return
             try:
@@ -212,7 +212,7 @@ class AttemptKeys:
             self.warn(f"attempt {attempt} is not running here yet")
             return
 
-        def send(run: RunController, text: str) -> None:
+        def send(run: LiveRun, text: str) -> None:
             child = run.attempts.child(attempt)
             if child is None:
                 self.warn(f"attempt {attempt} has ended: the message was not sent")

@@ -293,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.resume_cli import add_resume_commands
 
     add_resume_commands(sub)
+    from mlra.console.attach_cli import add_attach_command  # `mlra attach`
+
+    add_attach_command(sub)
     from mlra.console.runs_cli import add_replay_commands  # `mlra replay`, `mlra runs`
 
     add_replay_commands(sub)

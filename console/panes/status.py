@@ -245,6 +245,9 @@ class StatusBar(Static):
     def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
         self._shown: tuple[RunState, float | None, str | None] | None = None
+        self.note: list[Text] = []
+        """A word on the console itself, longest form first (an attached console: whether
+        it holds the run's controls or only watches)."""
 
     def on_resize(self) -> None:
         if self._shown is not None:
@@ -284,6 +287,8 @@ class StatusBar(Static):
             parts.append(
                 Part([Text(" UNISOLATED ", style="bold black on yellow")], rank=0, droppable=False)
             )
+        if self.note:
+            parts.append(Part(self.note, rank=6, droppable=False))
         if state.phase == "paused" and provider_error:
             parts.append(
                 Part(

@@ -1,0 +1,510 @@
+"""A run in another process, as the console drives it: `mlra attach`'s stand-in for the
+run controller (console/live_run.py is what both offer the console).
+
+The run stays where it is; this speaks to its control socket (mlra/control_socket.py,
+served by agent/control_server.py) over two connections: one `watch`es the log (every
+event from the first, then each as it is appended) and feeds the console's display as
+the controller's subscribers are fed; the other asks for the controls (`hold`) and
+carries the user's keys, which the run records as `control` events from "attach".
+Everything shown is folded from those events, as a replay would fold them; nothing is
+inferred from what was sent (a pause shows once the run's `control` event comes back).
+
+One attached console at a time holds the controls: the others watch, and a key they
+press is answered with who holds them; once the holder lets go, the next key (or the
+next look at the run's status) takes them. What the run refuses is said in its own
+words. Closing the console closes the connections and leaves the run going.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import stat
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.attempts import submittable
+from mlra.agent.controls import Breakpoint
+from mlra.agent.drive import Agent
+from mlra.agent.log_refs import Resolver, Unresolved
+from mlra.agent.state import RunResult, RunState, result_of
+from mlra.control_socket import (
+    CtlReply,
+    CtlRequest,
+    NotLive,
+    RunStatus,
+    encode,
+    short_address,
+    socket_path,
+)
+from mlra.events import parse_event
+from mlra.tools.sandbox import beneath, trees
+from mlra.tools.sandbox.base import FileInfo
+
+MAX_LINE = 1 << 28
+"""The longest line read from the run: one event, whole (a long file written by a call)."""
+STATUS_EVERY_S = 2.0
+"""How often the run's status is asked for: its clock, who holds the controls."""
+LIST_ENTRIES = 20_000
+READ_BYTES = 8 * 1024 * 1024
+TAIL_BYTES = 4096
+
+Refusal = Callable[[str], None]
+
+
+class Gone(Exception):
+    """The run's process no longer answers (it ended or was killed)."""
+
+
+class _Line:
+    """One connection to the run's socket: a JSON line each way."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader = reader
+        self.writer = writer
+
+    @classmethod
+    async def open(cls, run_dir: Path) -> _Line:
+        if not socket_path(run_dir).exists():
+            raise NotLive(f"{run_dir} is not running (no control socket)")
+        try:
+            with short_address(run_dir) as address:
+                reader, writer = await asyncio.open_unix_connection(address, limit=MAX_LINE)
+        except (ConnectionRefusedError, FileNotFoundError) as exc:
+            raise NotLive(f"{run_dir} is not running (its control socket is stale)") from exc
+        return cls(reader, writer)
+
+    async def send(self, req: CtlRequest) -> None:
+        try:
+            self.writer.write(encode(req))
+            await self.writer.drain()
+        except (ConnectionError, OSError) as exc:
+            raise Gone(str(exc)) from None
+
+    async def read(self) -> dict[str, Any]:
+        """The next reply, as JSON (an event in it is parsed by the caller)."""
+        try:
+            line = await self.reader.readline()
+        except (ConnectionError, OSError, ValueError, asyncio.LimitOverrunError) as exc:
+            raise Gone(str(exc)) from None
+        if not line:
+            raise Gone("the run closed the connection")
+        data = json.loads(line)
+        if not isinstance(data, dict):
+            raise Gone("the run sent something that is not a reply")
+        return data
+
+    async def ask(self, req: CtlRequest) -> CtlReply:
+        await self.send(req)
+        return CtlReply.model_validate(await self.read())
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class RemoteControls:
+    """The run's controls as its events and status say they are."""
+
+    def __init__(self, run: RemoteRun) -> None:
+        self._run = run
+        self.hold_at_breaks = True
+        self.breakpoints: list[Breakpoint] = []
+
+    @property
+    def paused(self) -> bool:
+        return self._run.state.paused
+
+
+class RemoteClock:
+    """The run clock, from the run's status and the stamps of its events, running on
+    between them while the run runs (as the run's own clock does: not while it is
+    paused, held at a breakpoint, or ended)."""
+
+    def __init__(self, run: RemoteRun) -> None:
+        self._run = run
+        self._base = 0.0
+        self._at = time.monotonic()
+
+    def set(self, elapsed_s: float) -> None:
+        self._base, self._at = elapsed_s, time.monotonic()
+
+    def _ticking(self) -> bool:
+        state = self._run.state
+        phase = state.phase
+        if phase == "running":
+            return True
+        return phase == "awaiting_approval" and not state.paused and not self._run.holds_at_breaks
+
+    def elapsed(self) -> float:
+        if self._ticking():
+            return self._base + (time.monotonic() - self._at)
+        return self._base
+
+
+class RemoteJobs:
+    """The run's background jobs, from its events; a job's last line read from the tail
+    of its log file in the workspace (the run's own memory of it is in its process)."""
+
+    def __init__(self, run: RemoteRun) -> None:
+        self._run = run
+
+    def running_ids(self) -> list[tuple[str, str]]:
+        return [
+            (job.started.job, f"{job.started.job} ({job.started.name})")
+            if job.started.name
+            else (job.started.job, job.started.job)
+            for job in self._run.state.running_jobs
+        ]
+
+    def last_line(self, job_id: str) -> str | None:
+        record = self._run.state.jobs.get(job_id)
+        if record is None or record.ended is not None:
+            return None
+        data = self._run.sandbox.tail(record.started.log, TAIL_BYTES)
+        if data is None:
+            return None
+        for line in reversed(data.decode("utf-8", errors="replace").split("\n")):
+            if line.strip():
+                return line.rstrip("\r").rsplit("\r", 1)[-1]
+        return ""
+
+
+class NoOutputFeed:
+    """Output past the log's cap reaches only the run's own console: nothing comes here."""
+
+    def watch_output(self, watcher: Callable[[ev.ToolOutput], None]) -> None:
+        return None
+
+
+class RemoteAttempts:
+    """A search's attempts, judged from the run's events and folder as the run judges."""
+
+    def __init__(self, run: RemoteRun) -> None:
+        self._run = run
+
+    def submittable(self, attempt: str) -> ev.AttemptFinished:
+        return submittable(self._run.state.attempts, self._run.run_dir, attempt)
+
+    def child(self, attempt: str) -> Any:
+        node = self._run.state.attempts.get(attempt)
+        if node is None or node.finished is not None:
+            return None
+        return _AttemptMessages(self._run, attempt)
+
+
+class _AttemptMessages:
+    def __init__(self, run: RemoteRun, attempt: str) -> None:
+        self._run = run
+        self._attempt = attempt
+
+    def inject(self, target: str, text: str) -> None:
+        # The run answers whether it takes a message for an attempt from outside.
+        self._run.send(CtlRequest(op="inject", target=f"{self._attempt}:{target}", text=text))
+
+
+class HostWorkspace:
+    """The run's workspace folder read on the host, for the Files pane: every path walked
+    beneath the folder, never following a link out of it (agent/sandbox beneath.py),
+    whatever the agent left there."""
+
+    def __init__(self, workspace: Path) -> None:
+        self.workspace = workspace
+
+    def _open(self, path: str, flags: int) -> int:
+        root = beneath.open_root(self.workspace)
+        try:
+            fd, _ = beneath.open_beneath(root, beneath.split(path), flags)
+        except beneath.Outside:
+            raise PermissionError(f"{path} leads out of the workspace") from None
+        finally:
+            os.close(root)
+        return fd
+
+    async def list_tree(self, path: str = ".", *, max_depth: int = 3) -> list[FileInfo]:
+        return await asyncio.to_thread(self._list, path, max_depth)
+
+    def _list(self, path: str, max_depth: int) -> list[FileInfo]:
+        fd = self._open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            prefix = "" if path in (".", "") else path.rstrip("/") + "/"
+            return [
+                FileInfo(prefix + e.rel, e.is_dir, e.st.st_size, e.st.st_mtime)
+                for e in trees.walk(
+                    fd, max_depth=max_depth, max_entries=LIST_ENTRIES + 1, dirs_first=True
+                )
+            ]
+        finally:
+            os.close(fd)
+
+    async def read_file(self, path: str) -> bytes:
+        return await asyncio.to_thread(self._read, path)
+
+    def _read(self, path: str) -> bytes:
+        fd = self._regular(path)
+        try:
+            return trees.read_bounded(fd, READ_BYTES)
+        except trees.TooLarge as exc:
+            raise ValueError(f"{path} holds {exc.size:,} bytes: too large to preview") from None
+        finally:
+            os.close(fd)
+
+    def _regular(self, path: str) -> int:
+        fd = self._open(path, os.O_RDONLY | trees.FILE_FLAGS)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ValueError(f"{path} is not a regular file")
+        return fd
+
+    def tail(self, path: str, size: int) -> bytes | None:
+        """The last `size` bytes of a file, or None where it cannot be read."""
+        try:
+            fd = self._regular(path)
+        except (OSError, ValueError):
+            return None
+        try:
+            end = os.fstat(fd).st_size
+            return os.pread(fd, size, max(0, end - size))
+        except OSError:
+            return None
+        finally:
+            os.close(fd)
+
+
+class RemoteRun:
+    """A live run in another process, attached to through its control socket."""
+
+    def __init__(self, run_dir: Path, *, name: str | None = None) -> None:
+        self.run_dir = run_dir
+        self.name = name or f"mlra attach (pid {os.getpid()})"
+        """How the run names this console to other consoles when it holds the controls."""
+        self.state = RunState()
+        self.controls = RemoteControls(self)
+        self.clock = RemoteClock(self)
+        self.jobs = RemoteJobs(self)
+        self.tool_step = NoOutputFeed()
+        self.attempts = RemoteAttempts(self)
+        self.provider = None
+        self.sandbox = HostWorkspace(run_dir / "workspace")
+        self.status: RunStatus | None = None
+        self.holding = False
+        """Whether this console holds the run's controls."""
+        self.holder: str | None = None
+        """Who holds them when this console does not (None: nobody, or not known yet)."""
+        self.gone: str | None = None
+        """Why the run no longer answers, once it does not (killed, say), without an end."""
+        self.ended_words = ""
+        self.on_refused: Refusal = lambda _message: None
+        self.on_holder: Callable[[], None] = lambda: None
+        self._subscribers: list[Callable[[ev.Event], None]] = []
+        self._resolve = Resolver()
+        self._control: _Line | None = None
+        self._watch: _Line | None = None
+        self._lock = asyncio.Lock()
+        self._sending: set[asyncio.Task[Any]] = set()
+        self._backlog_upto = 0
+
+    @property
+    def holds_at_breaks(self) -> bool:
+        return self.controls.hold_at_breaks
+
+    # --- connecting ---------------------------------------------------------------------
+
+    async def connect(self) -> RunStatus:
+        """Reach the run, learn where it stands, and ask for its controls (another console
+        may hold them: then this one watches). NotLive where no run serves the folder."""
+        self._control = await _Line.open(self.run_dir)
+        try:
+            reply = await self._control.ask(CtlRequest(op="status", client="attach"))
+        except Gone as exc:
+            raise NotLive(f"{self.run_dir}: the run ended before it answered ({exc})") from None
+        if not reply.ok or reply.status is None:
+            self._control.close()
+            raise NotLive(f"{self.run_dir}: {reply.message or 'no status'}")
+        self._take_status(reply.status)
+        self._backlog_upto = reply.status.events
+        if reply.status.state != "ended":
+            with contextlib.suppress(Gone):
+                await self._hold(quiet=True)
+        return reply.status
+
+    def _take_status(self, status: RunStatus) -> None:
+        self.status = status
+        self.clock.set(status.elapsed_s)
+        self.controls.hold_at_breaks = status.hold_at_breaks
+        self.controls.breakpoints = [Breakpoint.parse(r) for r in status.breakpoints]
+        holder = None if self.holding else status.holder
+        if holder != self.holder:
+            self.holder = holder
+            self.on_holder()
+
+    async def _hold(self, *, quiet: bool) -> bool:
+        assert self._control is not None
+        reply = await self._control.ask(CtlRequest(op="hold", client="attach", text=self.name))
+        was = self.holding
+        self.holding = reply.ok
+        if reply.ok:
+            self.holder = None
+        elif not quiet:
+            self.on_refused(reply.message)
+        if was != self.holding or not reply.ok:
+            self.on_holder()
+        return reply.ok
+
+    def subscribe(self, callback: Callable[[ev.Event], None]) -> None:
+        self._subscribers.append(callback)
+
+    # --- following the run --------------------------------------------------------------
+
+    async def run(self, make_agent: Callable[[Any], Agent] | None = None) -> RunResult:
+        """Follow the run to its end (the agent is the run's own, in its process)."""
+        await self.follow()
+        return result_of(self.state)
+
+    async def follow(self) -> RunResult | None:
+        """Every event of the run, then each as it comes, to the subscribers, until the
+        run ends (its result) or its process goes without an end (None, `gone` says)."""
+        if self._control is None:
+            await self.connect()
+        poll = asyncio.get_running_loop().create_task(self._poll())
+        try:
+            self._watch = await _Line.open(self.run_dir)
+            await self._watch.send(CtlRequest(op="watch", from_seq=0, client="attach"))
+            while True:
+                data = await self._watch.read()
+                if isinstance(data.get("event"), dict):
+                    self._deliver(self._parse(data["event"]))
+                    continue
+                reply = CtlReply.model_validate(data)
+                if reply.ended:
+                    self.ended_words = reply.message
+                    break
+                if not reply.ok:
+                    raise Gone(reply.message)
+        except (Gone, NotLive, OSError) as exc:
+            if self.state.finished is None:
+                self.gone = str(exc)
+        finally:
+            poll.cancel()
+            self.close()
+        return result_of(self.state) if self.state.finished is not None else None
+
+    def _parse(self, data: dict[str, Any]) -> ev.Event:
+        event = parse_event(json.dumps(data))
+        try:
+            return self._resolve(event)
+        except Unresolved:
+            return event  # sent whole by the run: nothing to fill in
+
+    def _deliver(self, event: ev.Event) -> None:
+        self.state.apply(event)
+        if event.seq > self._backlog_upto:
+            self.clock.set(event.t)  # live: the run's clock as of now
+        for callback in self._subscribers:
+            callback(event)
+
+    async def _poll(self) -> None:
+        """The run's status now and then: its clock, and who holds the controls (taken
+        when nobody does)."""
+        while True:
+            await asyncio.sleep(STATUS_EVERY_S)
+            try:
+                async with self._lock:
+                    if self._control is None:
+                        return
+                    reply = await self._control.ask(CtlRequest(op="status", client="attach"))
+                    if reply.status is not None:
+                        self._take_status(reply.status)
+                    if (
+                        not self.holding
+                        and reply.status is not None
+                        and reply.status.holder is None
+                        and reply.status.state != "ended"
+                    ):
+                        await self._hold(quiet=True)
+            except Gone:
+                return
+
+    def close(self) -> None:
+        """Leave the run: its connections closed (the controls go back), the run goes on."""
+        for line in (self._watch, self._control):
+            if line is not None:
+                line.close()
+        self._watch = self._control = None
+        if self.holding:
+            self.holding = False
+
+    # --- the user's controls ------------------------------------------------------------
+
+    def send(self, req: CtlRequest) -> None:
+        """Send a control; returns at once. The run records what it does (the console shows
+        it from the event); a refusal is told in the run's words."""
+        req = req.model_copy(update={"client": "attach"})
+        task = asyncio.get_running_loop().create_task(self._send(req))
+        self._sending.add(task)
+        task.add_done_callback(self._sending.discard)
+
+    async def _send(self, req: CtlRequest) -> None:
+        async with self._lock:
+            if self._control is None:
+                self.on_refused(self.gone or "the run is not attached any more")
+                return
+            try:
+                if not self.holding and not await self._hold(quiet=False):
+                    return
+                reply = await self._control.ask(req)
+            except Gone as exc:
+                self.on_refused(f"the run did not answer: {exc}")
+                return
+            if not reply.ok:
+                self.on_refused(reply.message)
+                if reply.message.startswith("watching:"):
+                    self.holding = False
+                    self.on_holder()
+
+    def pause(self) -> None:
+        self.send(CtlRequest(op="pause"))
+
+    def resume(self) -> None:
+        self.send(CtlRequest(op="resume"))
+
+    def step(self) -> None:
+        self.send(CtlRequest(op="step"))
+
+    def approve(self, call_id: str) -> bool:
+        self.send(CtlRequest(op="approve", call_id=call_id))
+        return True
+
+    def edit(self, call_id: str, arguments: dict[str, Any]) -> bool:
+        self.send(CtlRequest(op="edit", call_id=call_id, arguments=arguments))
+        return True
+
+    def reject(self, call_id: str, message: str = "") -> bool:
+        self.send(CtlRequest(op="reject", call_id=call_id, text=message))
+        return True
+
+    def inject(self, target: str, text: str) -> None:
+        self.send(CtlRequest(op="inject", target=target, text=text))
+
+    def set_breakpoints(self, breakpoints: list[Breakpoint]) -> None:
+        self.send(CtlRequest(op="breakpoints", rules=[b.rule for b in breakpoints]))
+
+    def request_stop(self, *, evaluate: bool = True) -> None:
+        self.send(CtlRequest(op="stop" if evaluate else "quit"))
+
+    def stop_job(self, job: str) -> bool:
+        self.send(CtlRequest(op="stop_job", target=job))
+        return True
+
+    def stop_attempt(self, attempt: str) -> bool:
+        self.send(CtlRequest(op="attempt_stop", target=attempt))
+        return True
+
+    def promote_attempt(self, attempt: str) -> bool:
+        self.send(CtlRequest(op="promote", target=attempt))
+        return True
