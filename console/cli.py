@@ -299,6 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.runs_cli import add_replay_commands  # `mlra replay`, `mlra runs`
 
     add_replay_commands(sub)
+    from mlra.console.ctl_cli import add_ctl_command  # `mlra ctl`
+
+    add_ctl_command(sub)
     from mlra.console.batch_cli import (
         add_batch_commands,  # argparse only at import: start-up stays fast
     )

@@ -219,6 +219,8 @@ class RunRow:
     shown "~4.5k"."""
     cost_usd: float | None = None
     forked_from: str | None = None
+    annotations: int = 0
+    """People's notes on the run's steps (annotations.jsonl, `mlra annotate`)."""
     run_dir: str = ""
     problem: str | None = None
     isolation: str | None = None
@@ -243,6 +245,10 @@ class RunRow:
     graded_unsubmitted: bool = False
     """The graded attempt was not submitted: the run ended (a deadline, a budget, a stop)
     with nothing submitted and its best validated attempt was graded instead."""
+    live: bool = False
+    """Running and serving its controls now (control.sock answers): `mlra attach` and
+    `mlra ctl` reach it. A running run that does not answer (killed, an older mlra) is
+    not live."""
 
     @property
     def unisolated(self) -> bool:
@@ -345,6 +351,7 @@ def run_row(run_dir: Path) -> RunRow:
     from mlra.agent.state import RunResult, fold, result_of
 
     row = RunRow(id=run_dir.name, run_dir=str(run_dir))
+    row.annotations = _annotations(run_dir)
     log, result_file = run_dir / EVENTS_FILE, run_dir / "result.json"
     try:
         running = log_is_live(log)
@@ -391,6 +398,10 @@ def run_row(run_dir: Path) -> RunRow:
         row.problem = str(exc).splitlines()[0][:200]
         return row
     row.task, row.model, row.status = result.task, result.model, status
+    if status == "running":
+        from mlra.control_socket import is_live
+
+        row.live = is_live(run_dir)
     row.reason = "" if status in ("running", "interrupted") else result.reason
     row.score, row.normalized_score = result.score, result.normalized_score
     row.success, row.success_bar = result.success, result.success_bar
@@ -453,9 +464,20 @@ UNISOLATED = "*"
 SELF_REPORTED = "^"
 """After a score the workspace's own code wrote (the task's `metric.self_reported`)."""
 MISMATCH = "result≠log"
+LIVE = "(live)"
+"""After a running run's status where it serves its controls (`mlra attach`, `mlra ctl`)."""
 
 
-def _cells(row: RunRow, *, search: bool = False) -> list[str]:
+def _annotations(run_dir: Path) -> int:
+    from mlra.agent.annotations import read_annotations
+
+    try:
+        return len(read_annotations(run_dir))
+    except OSError:
+        return 0
+
+
+def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[str]:
     from mlra.counts import format_tokens
     from mlra.durations import format_duration
 
@@ -466,7 +488,11 @@ def _cells(row: RunRow, *, search: bool = False) -> list[str]:
         row.id,
         row.task or "-",
         row.model or "-",
-        MISMATCH if row.result_mismatch and row.status != "damaged" else row.status,
+        MISMATCH
+        if row.result_mismatch and row.status != "damaged"
+        else f"{row.status} {LIVE}"
+        if row.live
+        else row.status,
         row.reason or "-",
         f"{row.score:.4g}{mark}" if row.score is not None else "-",
         f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
@@ -486,6 +512,7 @@ def _cells(row: RunRow, *, search: bool = False) -> list[str]:
         f"{about}${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
         row.isolation or "-",
         row.forked_from or "-",
+        *([str(row.annotations) if row.annotations else "-"] if notes else []),
     ]
     return [printable_line(cell) for cell in cells]
 
@@ -499,6 +526,8 @@ def _regrade_cell(row: RunRow) -> str:
     return f"{score} ({row.regrade_artifact})"  # escaped with the row's other cells
 
 
+NOTES_HEADER = "notes"
+"""The column a listing has when one of its runs has annotations (last)."""
 SEARCH_HEADER = "search"
 """The column a listing has when one of its runs searched (after "exp.")."""
 RIGHT_ALIGNED = frozenset(
@@ -512,6 +541,7 @@ RIGHT_ALIGNED = frozenset(
         "duration",
         "tokens",
         "cost",
+        NOTES_HEADER,
     }
 )
 
@@ -535,13 +565,14 @@ HEADERS = [
 ]
 
 
-def _headers(*, search: bool) -> list[str]:
+def _headers(*, search: bool, notes: bool = False) -> list[str]:
     """The listing's columns: a search column only where a run searched, so a listing of
     runs with one line of work each reads as it always has."""
+    headers = [*HEADERS, NOTES_HEADER] if notes else HEADERS
     if not search:
-        return HEADERS
-    at = HEADERS.index("exp.") + 1
-    return [*HEADERS[:at], SEARCH_HEADER, *HEADERS[at:]]
+        return headers
+    at = headers.index("exp.") + 1
+    return [*headers[:at], SEARCH_HEADER, *headers[at:]]
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
@@ -568,8 +599,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         )
         return 0
     search = any(r.attempts is not None for r in rows)
-    headers = _headers(search=search)
-    table = [_cells(r, search=search) for r in rows]
+    notes = any(r.annotations for r in rows)
+    headers = _headers(search=search, notes=notes)
+    table = [_cells(r, search=search, notes=notes) for r in rows]
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
@@ -625,11 +657,18 @@ def _footnotes(rows: list[RunRow]) -> list[str]:
             "(sub: submitted; graded best: nothing was submitted, so the best validated one "
             "was graded) and its gap, test score minus validation score"
         )
+    if any(r.live for r in rows):
+        notes.append(
+            f"{LIVE}: the run answers on its control socket: mlra attach ID watches and "
+            "steers it, mlra ctl ID status|pause|stop... acts on it"
+        )
     if any(r.regrades for r in rows):
         notes.append(
             "re-graded: the latest `mlra eval` of the run (and what it graded); "
             "score is the run's own"
         )
+    if any(r.annotations for r in rows):
+        notes.append("notes: annotations of the run's steps (`mlra annotate ID` lists them)")
     for row in rows:
         if row.result_mismatch:
             notes.append(f"{row.id}: {MISMATCH}: {row.problem}")

@@ -1,0 +1,353 @@
+"""`mlra ctl`: a headless scripted run in one process, steered from others.
+
+The run is the real command line (`mlra run --no-tui`) against the scripted model
+server; each control is the real `mlra ctl` in a process of its own. The test waits
+on the run's events through its control socket (`watch`), never on the clock,
+except where it checks that nothing happens while the run is paused: there it
+looks for a short while, as a person watching would.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra.agent.eventlog import read_events
+from mlra.control_socket import CtlRequest, connect, encode, socket_path
+from mlra.tools.sandbox import bwrap as bw
+from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli, processes_running
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+pytestmark = pytest.mark.skipif(bw.find_bwrap() is None, reason="needs bubblewrap")
+
+MODEL = "openai/test-model"
+QUIET_S = 0.4
+"""How long the paused run is looked at for a sign of life (none may come)."""
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
+    return env
+
+
+class Watch:
+    """The run's events as its control socket streams them, on a thread of the test."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.events: list[dict[str, Any]] = []
+        self.ended = False
+        self._changed = threading.Condition()
+        self._sock = connect(run_dir, timeout=60)
+        self._sock.sendall(encode(CtlRequest(op="watch")))
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(OSError), self._sock.makefile("rb") as lines:
+            for line in lines:
+                reply = json.loads(line)
+                with self._changed:
+                    if reply.get("event") is not None:
+                        self.events.append(reply["event"])
+                    self.ended = self.ended or reply.get("ended", False)
+                    self._changed.notify_all()
+        with self._changed:
+            self.ended = True
+            self._changed.notify_all()
+
+    def wait_for(self, what: str, found: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        with self._changed:
+            ok = self._changed.wait_for(
+                lambda: any(found(e) for e in self.events) or self.ended, timeout=60
+            )
+            hits = [e for e in self.events if found(e)]
+        if not hits:
+            raise AssertionError(f"the run never showed {what} (ended: {self.ended}, {ok})")
+        return hits[0]
+
+    def wait_end(self) -> None:
+        with self._changed:
+            assert self._changed.wait_for(lambda: self.ended, timeout=60), "the run never ended"
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+
+@contextlib.contextmanager
+def live_run(
+    script: dict[str, Any], root: Path, *flags: str
+) -> Iterator[tuple[subprocess.Popen[bytes], Path, ScriptedModelServer, Watch]]:
+    """`mlra run --no-tui` in a process of its own, once its control socket answers."""
+    runs = root / "runs"
+    run_dir = runs / "r"
+    with ScriptedModelServer(script) as server:
+        args = ["run", str(ANSWER_TASK), "--model", MODEL, "--base-url", server.url_for("openai")]
+        args += ["--no-tui", "--runs-dir", str(runs), "--run-id", "r", *flags]
+        err = (root / "run.stderr").open("wb")
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=root,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        watch: Watch | None = None
+        try:
+            deadline = time.monotonic() + 60
+            while not socket_path(run_dir).exists():  # another process makes it: poll
+                assert proc.poll() is None, (root / "run.stderr").read_text()[-2000:]
+                assert time.monotonic() < deadline, "the run never opened its control socket"
+                time.sleep(0.01)
+            watch = Watch(run_dir)
+            yield proc, run_dir, server, watch
+        finally:
+            if watch is not None:
+                watch.close()
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            err.close()
+
+
+def ctl(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return mlra_cli(["ctl", "r", *args, "--runs-dir", str(root / "runs")], cwd=root, env=_env())
+
+
+def _controls(run_dir: Path) -> list[tuple[str, str]]:
+    return [
+        (e.action, e.source) for e in read_events(run_dir / "events.jsonl") if e.type == "control"
+    ]
+
+
+def _of_call(kind: str, call_id: str) -> Callable[[dict[str, Any]], bool]:
+    return lambda e: e["type"] == kind and e.get("call_id") == call_id
+
+
+REACH_SOCKET = (
+    "python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); s.connect('{path}'); "
+    "print('REACHED')\"; ls {run_dir} 2>&1 | head -3; echo 42 > answer.txt"
+)
+
+
+@pytest.fixture
+def open_root() -> Iterator[Path]:
+    """A folder other users may pass through, as a home folder often is: what keeps them
+    from the socket is its own mode and the server's check, not the folders above it."""
+    root = Path(tempfile.mkdtemp(prefix="mlra-ctl-"))
+    root.chmod(0o755)
+    try:
+        yield root
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> None:
+    root = open_root
+    run_dir = (root / "runs" / "r").resolve()
+    sock = socket_path(run_dir)
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn(
+                "Try the socket.",
+                call("bash", command=REACH_SOCKET.format(path=sock, run_dir=run_dir)),
+            ),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    with live_run(script, root, "--break", "bash") as (proc, run_dir, server, watch):
+        asked = watch.wait_for("the call waiting", lambda e: e["type"] == "approval_requested")
+        assert stat.S_IMODE(sock.stat().st_mode) == 0o600
+
+        status = ctl(root, "status", "--json")
+        assert status.returncode == 0, status.stderr
+        reply = json.loads(status.stdout)
+        assert reply["ok"] and reply["status"]["state"] == "waiting"
+        assert [p["tool"] for p in reply["status"]["pending"]] == ["bash"]
+        human = ctl(root, "status")
+        assert f"waiting: {asked['call_id']} (worker) bash" in human.stdout
+
+        # Another user of the machine: the run folder (0700) keeps them out; were it
+        # opened, the socket's own mode would; were that loosened too, the server's check
+        # of who connects still would.
+        assert _connect_as_nobody(run_dir) == "PermissionError"
+        run_dir.chmod(0o755)
+        assert _connect_as_nobody(run_dir) == "PermissionError"
+        sock.chmod(0o666)
+        assert _connect_as_nobody(run_dir) == "refused: this run is not yours to steer"
+        sock.chmod(0o600)
+        run_dir.chmod(0o700)
+
+        told = ctl(root, "inject", "the answer is 42, from ctl")
+        assert told.returncode == 0, told.stderr
+        approved = ctl(root, "approve")
+        assert approved.returncode == 0 and "approved" in approved.stdout, approved.stderr
+        again = ctl(root, "approve")
+        assert again.returncode == 1
+        assert again.stderr.strip() == "refused: no call waits for approval"
+
+        result = watch.wait_for("the held call's result", _of_call("tool_result", asked["call_id"]))
+        assert "REACHED" not in result["output"]  # the sandbox never sees the run folder
+        assert "No such file" in result["output"] or "Error" in result["output"]
+        watch.wait_end()
+        assert proc.wait(timeout=60) == 0
+
+    first, after = server.requests_for("worker")[:2]  # the model's next request reads it
+    assert "from ctl" not in json.dumps(first.body)
+    assert "[message from the user] the answer is 42, from ctl" in json.dumps(
+        after.body["messages"][-1]
+    )
+    assert ("approve", "ctl") in _controls(run_dir) and ("inject", "ctl") in _controls(run_dir)
+    assert not sock.exists()
+
+    done = ctl(root, "status")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == "refused: r has ended (finished, submitted; score 1)"
+    stopped = ctl(root, "stop", "--json")
+    assert stopped.returncode == 1 and json.loads(stopped.stdout)["ok"] is False
+
+
+def _connect_as_nobody(run_dir: Path) -> str:
+    """What another user (uid 65534) gets trying the socket: an error's name or the
+    server's first line. A forked child, since that user may not run this interpreter."""
+    path = str(socket_path(run_dir))
+    readable, writable = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: only system calls, then out
+        try:
+            os.close(readable)
+            os.setuid(65534)
+            sock = socket.socket(socket.AF_UNIX)
+            sock.settimeout(20)
+            try:
+                sock.connect(path)
+                sock.sendall(b'{"op": "status"}\n')
+                said = sock.makefile().readline()
+            except OSError as exc:
+                said = type(exc).__name__
+            os.write(writable, said.encode())
+        finally:
+            os._exit(0)
+    os.close(writable)
+    with os.fdopen(readable, "rb") as pipe:
+        line = pipe.read().decode().strip()
+    os.waitpid(pid, 0)
+    with contextlib.suppress(ValueError):
+        return json.loads(line)["message"]
+    return line
+
+
+TICKER = "while true; do echo t >> ticks.txt; sleep 0.02; done"
+WAIT_GO = "while [ ! -e go ]; do sleep 0.02; done; echo went"
+
+
+def test_pause_holds_agent_and_jobs_then_stop_grades(tmp_path: Path) -> None:
+    script = {
+        "supervisor": supervisor_answering(),
+        "supervisor:fallback": turn("", call("submit", path="answer.txt", note="the answer")),
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", {"name": "job_start", "arguments": {"command": TICKER, "name": "ticker"}}),
+            turn("", call("bash", command=WAIT_GO)),
+            turn("", call("bash", command="while [ ! -e go-on ]; do sleep 0.02; done")),
+        ],
+        "worker:fallback": turn("", call("report", summary="answer.txt holds 42")),
+    }
+    with live_run(script, tmp_path) as (proc, run_dir, server, watch):
+        workspace = run_dir / "workspace"
+        waiting = watch.wait_for(
+            "the command waiting for go", lambda e: e["type"] == "tool_call" and "go ]" in str(e)
+        )
+        asked = len(server.requests)
+        assert ctl(tmp_path, "pause").returncode == 0
+        assert set(_states(TICKER)) == {"T"}  # the job's processes are stopped
+        (workspace / "go").touch()
+        ticks = (workspace / "ticks.txt").stat().st_size
+        time.sleep(QUIET_S)  # a paused run shows no sign of life (looked at for a while)
+        assert (workspace / "ticks.txt").stat().st_size == ticks
+        assert len(server.requests) == asked
+        assert not any(_of_call("tool_result", waiting["call_id"])(e) for e in watch.events)
+        twice = ctl(tmp_path, "pause")
+        assert (
+            twice.returncode == 1 and twice.stderr.strip() == "refused: the run is paused already"
+        )
+        paused = json.loads(ctl(tmp_path, "status", "--json").stdout)["status"]
+        assert paused["state"] == "paused" and paused["running_jobs"] == ["job-1"]
+
+        listed = mlra_cli(["runs", "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path)
+        assert "running (live)" in listed.stdout.splitlines()[1]
+        assert "(live): the run answers on its control socket" in listed.stderr
+
+        assert ctl(tmp_path, "resume").returncode == 0
+        watch.wait_for("the command's end", _of_call("tool_result", waiting["call_id"]))
+        watch.wait_for("the next hold", lambda e: e["type"] == "tool_call" and "go-on" in str(e))
+        assert (workspace / "ticks.txt").stat().st_size > ticks
+        stopping = ctl(tmp_path, "stop")
+        assert stopping.returncode == 0, stopping.stderr
+        watch.wait_end()
+        proc.wait(timeout=60)
+
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["reason"] == "stopped" and result["score"] == 1.0
+    controls = _controls(run_dir)
+    assert [a for a, s in controls if s == "ctl"] == ["pause", "resume", "stop"]
+    assert not processes_running("ticks.txt")
+    listed = mlra_cli(["runs", "--json", "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path)
+    assert json.loads(listed.stdout)["live"] is False
+    ended = ctl(tmp_path, "resume")
+    assert ended.returncode == 1 and "r has ended (finished, stopped" in ended.stderr
+
+
+def _states(marker: str) -> list[str]:
+    states = []
+    for pid in processes_running(marker):
+        with contextlib.suppress(OSError):
+            text = Path(f"/proc/{pid}/stat").read_text()
+            states.append(text[text.rfind(")") + 2])
+    return states
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    (tmp_path / "runs").mkdir()
+    missing = ctl(tmp_path, "status")
+    assert missing.returncode == 2 and len(missing.stderr.strip().splitlines()) == 1
+    assert "no run 'r'" in missing.stderr
+    run_dir = tmp_path / "runs" / "r"
+    run_dir.mkdir()
+    (run_dir / "events.jsonl").write_bytes(b"")
+    for args in (
+        ["approve", "now"],
+        ["inject"],
+        ["edit", "[1]"],
+        ["stop-job"],
+        ["pause", "--call", "x"],
+    ):
+        bad = ctl(tmp_path, *args)
+        assert bad.returncode == 2, (args, bad.stderr)
+        assert len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+    gone = ctl(tmp_path, "pause")
+    assert gone.returncode == 1
+    assert gone.stderr.strip() == (
+        "refused: r is not running (stopped without an end): mlra resume r goes on with it"
+    )
+    stale = socket.socket(socket.AF_UNIX)  # a killed run's socket: nobody answers it
+    stale.bind(str(socket_path(run_dir)))
+    stale.close()
+    assert ctl(tmp_path, "status").returncode == 1
