@@ -1,4 +1,5 @@
-"""Tasks as data: `tasks/<name>/task.toml` and the files beside it.
+"""Tasks as data: a built-in task's `tasks/builtin/<name>/task.toml`, or any
+folder's `task.toml`, and the files beside it.
 
 A task says what the agent is asked (the prompt, in the ML Research Benchmark's
 sections), which files it starts with, which files it must never see, how the
@@ -27,7 +28,9 @@ from mlra.tasks.constraints import Constraints
 from mlra.tasks.starter import starter_source, workspace_relative
 from mlra.tools.submission import DEFAULT_MAX_SUBMISSION_GB
 
-BUILTIN_TASKS_DIR = Path(__file__).resolve().parent
+BUILTIN_TASKS_DIR = Path(__file__).resolve().parent / "builtin"
+"""The built-in tasks, one folder each (task.toml, starter/, hidden/, data), kept apart
+from the code that reads, checks and grades them, so `tasks/` shows which is which."""
 
 
 class TaskError(Exception):

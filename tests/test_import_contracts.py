@@ -40,11 +40,7 @@ def _sources() -> dict[str, Path]:
             rel = path.relative_to(ROOT)
             if folder == "mlra" and path.parent != ROOT / "mlra":
                 continue  # mlra/<concept> are links to the folders read on their own
-            if (
-                folder == "tasks"
-                and rel.parts[1] not in ("__init__.py", "evaluators", "foreign")
-                and (len(rel.parts) > 2 or not path.name[0].isalpha())
-            ):
+            if folder == "tasks" and rel.parts[1] == "builtin":
                 continue  # a task folder's starter, hidden and build scripts are not mlra
             found[_module_name(path)] = path
     return found

@@ -187,7 +187,7 @@ def test_clones_of_local_paths_other_schemes_and_unlisted_hosts_are_refused(
     (other_workspace / "notes.txt").write_text(scene.canaries["another run's log"] + "\n")
     subprocess.run(["git", "init", "-q", str(other_workspace)], check=True)
     attacks = [
-        # The project checkout: tasks/*/hidden/ is in git.
+        # The project checkout: tasks/builtin/*/hidden/ is in git.
         clone(REPO.as_uri(), "checkout"),
         clone(str(REPO), "checkout-path"),
         # A neighbour run's workspace.

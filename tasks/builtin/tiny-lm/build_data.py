@@ -41,7 +41,7 @@ import re
 import struct
 import tarfile
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -723,7 +723,7 @@ def minimal_pairs(
 # --- writing ----------------------------------------------------------------------------
 
 
-def write_jsonl(path: Path, rows: list[dict[str, object]]) -> None:
+def write_jsonl(path: Path, rows: Sequence[Mapping[str, object]]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as fh:
         for row in rows:
@@ -840,7 +840,7 @@ def build(deb: Path, root: Path) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").partition("\n")[0])
     parser.add_argument(
         "--deb", type=Path, required=True, help="r-cran-janeaustenr_1.0.0-1_all.deb"
     )
