@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from mlra import events as ev
+from mlra.agent.annotations import read_annotations, tag_counts
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.state import RunResult, fold, result_of
 from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards, read_placements
@@ -121,6 +122,10 @@ class RunRow:
     """The graded attempt's test score (the run's score) and its validation-to-test gap,
     test minus validation: what choosing by validation overfits."""
     search_gap: float | None = None
+    annotations: int = 0
+    """People's notes on the run's steps (annotations.jsonl, `mlra annotate`)."""
+    tags: dict[str, int] = field(default_factory=dict)
+    """Their tags, each with how many notes carry it."""
 
 
 @dataclass
@@ -316,6 +321,8 @@ def _attempt_row(folder: Path, run_id: str, attempt: int, card: RunCard | None) 
         result, seed, started = loaded
         row = _row(result, run_id, seed, card)
         row.attempt, row.started = attempt, started
+    notes = read_annotations(folder)
+    row.annotations, row.tags = len(notes), dict(tag_counts(notes))
     row.nodes = [p.where for p in placements if p.node_id]
     row.nodes_lost = [p.where for p in placements if p.node_id and p.outcome]
     row.lost = lost
@@ -543,8 +550,26 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
             + (f": {_text(r.detail)}" if r.detail else "")
             for r in never
         ]
+    lines += _annotations_list(rows)
     lines += _nodes_table(rows)
     return "\n".join(lines) + "\n"
+
+
+def _annotations_list(rows: list[RunRow]) -> list[str]:
+    """The tags people gave each run's steps (`mlra annotate`, the consoles' keys)."""
+    noted = [r for r in rows if r.annotations]
+    if not noted:
+        return []
+    lines = [
+        "",
+        "Annotations, by run (tags × notes carrying them; `mlra annotate RUN` lists them):",
+        "",
+    ]
+    for r in noted:
+        tags = ", ".join(f"#{_text(t)} ×{n}" for t, n in sorted(r.tags.items())) or "no tags"
+        attempt = f" (attempt {r.attempt})" if r.attempt > 1 else ""
+        lines.append(f"- {_text(r.run_id)}{attempt}: {tags}; {r.annotations} notes")
+    return lines
 
 
 def _gap(mean: float | None, se: float | None) -> str:
