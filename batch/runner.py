@@ -135,6 +135,7 @@ class BatchRunner:
         *,
         listener: Listener | None = None,
         can_resume: bool = True,
+        on_settled: Callable[[RunStatus], None] | None = None,
     ) -> None:
         self.spec = spec
         self.runs = runs
@@ -142,6 +143,8 @@ class BatchRunner:
         self.out = out
         self.listener = listener or (lambda _p: None)
         self.can_resume = can_resume
+        self.on_settled = on_settled
+        """Told of each run this batch drove once it has ended for good (`--notify`)."""
         """False carries an interrupted run on afresh instead of with `mlra resume`."""
         self.progress = Progress(total=len(runs))
         self.env = {k: v for k, v in os.environ.items() if k in PASSED_ENV}
@@ -249,6 +252,12 @@ class BatchRunner:
             )
             self._changed(f"{what} {run.run_id}{_score_words(status)}")
 
+    async def _drive_to_end(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
+        await self._drive(run, slots)
+        status = self.progress.statuses.get(run.run_id)
+        if self.on_settled is not None and status is not None:
+            self.on_settled(status)
+
     async def _settled(self, run_id: str) -> None:
         """Wait for a lost attempt's run to let go of its log (its process dies with its
         worker a moment after the node is lost), so that it is resumed, not left alone."""
@@ -304,7 +313,7 @@ class BatchRunner:
                 self.progress.events.append(f"refused {run.run_id}: {reason}")
                 continue
             self._card(run)  # a refusal an earlier batch recorded no longer holds
-            drivers.append(self._drive(run, slots))
+            drivers.append(self._drive_to_end(run, slots))
         self._changed("batch started")
         ticker = asyncio.create_task(self._tick())
         try:

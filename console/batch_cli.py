@@ -61,6 +61,14 @@ def add_batch_commands(sub: Any) -> None:
         "--ungraded`); without it such a task is refused before any run starts",
     )
     add_fetch_args(batch, whose="each run")
+    from mlra.console.notify_args import add_notify_arg
+
+    add_notify_arg(
+        batch,
+        help="tell you as each run ends for good (with its score) and as the batch ends: "
+        "bell, desktop, cmd:COMMAND (the notification as JSON on its stdin), or an "
+        "http(s):// webhook URL (a JSON POST); sent by this process, never by the runs",
+    )
     add_budget_args(batch, whose="each run", default="the batch file's, else the task's")
     batch.add_argument(
         "--direction",
@@ -241,11 +249,24 @@ def cmd_batch(args: argparse.Namespace) -> int:
         executor = LocalExecutor()
     display = make_display(args.no_tui)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
+    told = _notifications(out, args.notify, runner.notes)
+    if told is not None:
+        runner.on_settled = told.run_settled
     print(printable_line(f"batch: {len(runs)} runs in {out}"), flush=True)
+    if told is not None and told.described:
+        print(printable_line(f"batch: notifications go to {told.described}"), flush=True)
     if names.legacy:
         print(printable_line(f"note: {out} predates keyed run ids: its runs keep their names"))
+
+    async def go() -> Any:
+        done = await runner.run()
+        if told is not None:
+            told.batch_ended(list(done.statuses.values()), len(runs))
+            await told.drain()  # the batch's end goes out before the process exits
+        return done
+
     try:
-        progress = asyncio.run(runner.run())
+        progress = asyncio.run(go())
     finally:
         display.close()
         executor.close()
@@ -282,6 +303,17 @@ def cmd_batch(args: argparse.Namespace) -> int:
     )
     sys.stdout.flush()
     return EXIT_OK if not failed else EXIT_FAILED
+
+
+def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
+    """The batch's own notifications (batch/notify.py), where `--notify` was given: the
+    runs are not told the destinations, so nothing is sent from a cluster's nodes and
+    no token reaches a run's command line or its log."""
+    if not written:
+        return None
+    from mlra.batch.notify import BatchNotifications
+
+    return BatchNotifications(out, written, notes)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -34,6 +34,7 @@ from mlra.console.args import (
     temperature,
 )
 from mlra.console.fetch_args import TOOL_CHOICES, add_fetch_args, fetch_settings
+from mlra.console.notify_args import add_notify_arg
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -204,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="default time-out of one command (default 10m)",
     )
     add_fetch_args(run)
+    add_notify_arg(run)
     run.add_argument(
         "--break",
         dest="breaks",
@@ -485,6 +487,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         breakpoints=args.breaks,
         break_runs_jobs=args.break_runs_jobs,
         start_paused=args.paused,
+        notify=args.notify,
         seed=args.seed,
         direction=args.direction,
         temperature=args.temperature,

@@ -19,15 +19,20 @@ def notify_destinations(text: str) -> list[str]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def add_notify_arg(parser: argparse.ArgumentParser, *, whose: str = "the run") -> None:
+RUN_HELP = (
+    "tell you when the run needs you or ends: bell, desktop, cmd:COMMAND (the notification "
+    "as JSON on its stdin), or an http(s):// webhook URL (a JSON POST); repeat it or "
+    "separate with commas. On: a call waiting for approval, a new best validation, a "
+    "provider failure that paused the run, the time warning, the end with the score"
+)
+
+
+def add_notify_arg(parser: argparse.ArgumentParser, *, help: str = RUN_HELP) -> None:
     parser.add_argument(
         "--notify",
         action="extend",
         type=notify_destinations,
         default=[],
         metavar="DEST",
-        help=f"tell you when {whose} needs you or ends: bell, desktop, cmd:COMMAND (the "
-        "notification as JSON on its stdin), or an http(s):// webhook URL (a JSON POST); "
-        "repeat it or separate with commas. On: a call waiting for approval, a new best "
-        "validation, a provider failure that paused the run, the time warning, the end",
+        help=help,
     )

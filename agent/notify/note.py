@@ -13,11 +13,12 @@ from typing import Literal, Protocol
 from pydantic import BaseModel
 
 NotificationKind = Literal[
-    "approval", "best_validation", "provider_paused", "time_warning", "finished"
+    "approval", "best_validation", "provider_paused", "time_warning", "finished", "batch_finished"
 ]
 """Why the user is told: a call waits for their approval; a validation beat every
 earlier one; the model provider failed and the run is paused for them; the run's time
-is nearly spent; the run ended (with its score, where it has one)."""
+is nearly spent; the run ended (with its score, where it has one); a batch ended (`mlra
+batch --notify`, whose runs each notify "finished" as they end for good)."""
 
 
 class Notification(BaseModel):
@@ -41,6 +42,8 @@ class Notification(BaseModel):
     success: bool | None = None
     status: str | None = None
     reason: str | None = None
+    counts: dict[str, int] | None = None
+    """A batch's end: its runs by how they ended ("finished", "unscored", "failed")."""
 
 
 class NotifyFailed(Exception):

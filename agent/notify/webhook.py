@@ -48,10 +48,10 @@ class Webhook:
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
                 response.read(65536)
         except urllib.error.HTTPError as exc:
-            raise NotifyFailed(f"the {self.described} answered HTTP {exc.code}") from None
+            raise NotifyFailed(f"it answered HTTP {exc.code}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise NotifyFailed(f"the {self.described} could not be reached: {reason}") from None
+            raise NotifyFailed(f"it could not be reached: {reason}") from None
 
     async def send(self, note: Notification) -> None:
         await asyncio.to_thread(self._post, note.model_dump_json().encode("utf-8"))

@@ -37,6 +37,7 @@ from mlra.console.headless import (
     describe_call,
     one_line,
     score_line,
+    time_warning_line,
     unknown_line,
 )
 from mlra.console.panes import WidgetOptions, redraw
@@ -389,6 +390,8 @@ class TranscriptPane(VerticalScroll):
                 self._note(
                     event, f"! {event.message}", "yellow" if event.level != "error" else "red"
                 )
+            case ev.TimeWarning():
+                self._note(event, f"! {time_warning_line(event)}", "yellow")
             case ev.UnknownEvent():
                 self._note(event, unknown_line(event), "dim")
             case ev.ModelError() if event.cut_off:
