@@ -11,12 +11,13 @@ from textual.app import App
 from textual.widgets import Input
 
 from mlra import events as ev
-from mlra.agent.annotations import ANNOTATIONS_FILE, read_annotations
+from mlra.agent.annotations import ANNOTATIONS_FILE, Annotation, append_annotation, read_annotations
 from mlra.agent.eventlog import EVENTS_FILE
 from mlra.console.panes.transcript import NoteEntry, TranscriptPane
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
 from mlra.console.screens import HelpScreen, PromptScreen
+from tests.console.console_fixtures import EPOCH, recorded_run
 from tests.console.test_console_controls import ANSWER, REPORT, Live, is_, live, worker
 
 
@@ -92,3 +93,26 @@ async def test_keys_annotate_the_step_live_and_the_replay_finds_them(
             k.action for k in app.screen.keys
         }
     assert [n.rating for n in read_annotations(run_dir)][-1] == -1
+
+
+def test_snapshot_a_noted_step_80x24(snap_compare: Any, tmp_path: Path) -> None:
+    """The replay at a step someone annotated, in the smallest terminal: the note's
+    marker line (tags, rating, comment, who) closes the transcript."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    events = recorded_run("finished")
+    (run_dir / EVENTS_FILE).write_text("".join(e.model_dump_json() + "\n" for e in events))
+    step_7 = next(e for e in events if isinstance(e, ev.StepStarted) and e.step == 7)
+    note = Annotation(
+        id="0123456789ab",
+        step=7,
+        seq=step_7.seq,
+        tags=["baseline"],
+        rating=1,
+        comment="measures before changing anything",
+        who="ada@lab",
+        ts=EPOCH,
+    )
+    append_annotation(run_dir, note)
+    app = ReplayApp(ReplayModel.open(run_dir), at_step=7)
+    assert snap_compare(app, terminal_size=(80, 24))
