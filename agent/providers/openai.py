@@ -10,9 +10,12 @@ server that refuses native tools (vLLM without a tool parser, llama.cpp without
 prompt instead. The context window is read from the server where it tells it
 (agent/providers/server_window.py) unless the user set one.
 
-Tool-call deltas are accumulated by index; arguments are parsed here so a model
-that writes broken JSON gets an error observation, not a crashed run. A model
-that writes its calls as text has them read (agent/providers/text_calls.py).
+The history goes out as chat messages rebuilt on every call
+(agent/providers/openai_messages.py); answers and errors are read back in
+agent/providers/openai_replies.py, where tool-call deltas are accumulated by index and
+arguments parsed, so a model that writes broken JSON gets an error observation, not a
+crashed run. A model that writes its calls as text has them read
+(agent/providers/text_calls.py).
 
 An HTTP 200 that is no answer (HTML from a proxy, `{}`, no `choices`, truncated
 JSON, a stream that ends with no finish reason) is retried as the SDK retries a
@@ -44,7 +47,6 @@ from mlra.agent.providers.base import (
     ModelSettings,
     ProviderError,
     TextCallback,
-    ToolCallRequest,
     Usage,
     estimated_usage,
     retry_hooks,
@@ -52,24 +54,27 @@ from mlra.agent.providers.base import (
     tell_invalid_retry,
     wire_safe,
 )
+from mlra.agent.providers.openai_messages import to_openai_messages
+from mlra.agent.providers.openai_replies import (
+    describe_error,
+    finish_of,
+    one_line,
+    take_chunk,
+    tool_call,
+    usage_of,
+)
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
     read_server_window,
     unknown_note,
 )
-from mlra.agent.providers.text_calls import (
-    call_as_text,
-    read_text_calls,
-    result_as_text,
-    tools_prompt,
-)
-from mlra.tools.registry import ToolSpec, parse_arguments
+from mlra.agent.providers.text_calls import read_text_calls, tools_prompt
+from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_TIMEOUT_S = 600.0
 PLACEHOLDER_API_KEY = "not-needed"
-MISSING_RESULT = "Error: no result was recorded for this tool call (the run was interrupted)."
 
 # (context window, max output tokens) by model-name prefix.
 MODEL_LIMITS: dict[str, tuple[int, int]] = {
@@ -307,7 +312,7 @@ class OpenAIProvider(ModelProvider):
             self._native_tools = False  # describe the tools in the prompt, read calls from text
             self._notices.append(
                 f"{self.name}: the server refused native tool definitions "
-                f"({_one_line(exc.message, 120)}); the tools are now described in the "
+                f"({one_line(exc.message, 120)}); the tools are now described in the "
                 "prompt and calls are read from the model's text"
             )
             return True
@@ -347,13 +352,13 @@ class OpenAIProvider(ModelProvider):
                         raise InvalidResponse(f"a stream event is not a chunk: {chunk!r:.80}")
                     if chunk.usage is not None:
                         usage = chunk.usage
-                    _take_chunk(chunk, text, calls, on_text)
+                    take_chunk(chunk, text, calls, on_text)
                     if first is None and (text or calls):
                         first = time.monotonic() - sent
                         tell_first_piece(first)
-                    finish = _finish_of(chunk) or finish
+                    finish = finish_of(chunk) or finish
         except ValueError as exc:  # a data line that is not JSON (truncated, HTML)
-            raise InvalidResponse(f"the stream is not JSON: {_one_line(str(exc), 120)}") from exc
+            raise InvalidResponse(f"the stream is not JSON: {one_line(str(exc), 120)}") from exc
         except httpx2.TransportError as exc:  # the connection broke off mid-stream
             if isinstance(exc, httpx2.TimeoutException):
                 raise ProviderError(self._describe(exc)) from exc
@@ -365,8 +370,8 @@ class OpenAIProvider(ModelProvider):
             raise InvalidResponse(f"{what} (no finish reason)", cut_stream=True)
         return ModelResponse(
             text="".join(text),
-            tool_calls=[_tool_call(calls[k], k, finish) for k in sorted(calls)],
-            usage=_usage(usage),
+            tool_calls=[tool_call(calls[k], k, finish) for k in sorted(calls)],
+            usage=usage_of(usage),
             stop_reason=finish,
             first_token_s=first,
         )
@@ -375,10 +380,10 @@ class OpenAIProvider(ModelProvider):
         try:
             completion: Any = await self._client.chat.completions.create(**request)
         except ValueError as exc:  # a body that is not JSON (truncated, HTML)
-            raise InvalidResponse(f"the body is not JSON: {_one_line(str(exc), 120)}") from exc
+            raise InvalidResponse(f"the body is not JSON: {one_line(str(exc), 120)}") from exc
         choices = getattr(completion, "choices", None)
         if not isinstance(completion, ChatCompletion) or not choices:
-            raise InvalidResponse(f"the body is no completion: {_one_line(repr(completion), 120)}")
+            raise InvalidResponse(f"the body is no completion: {one_line(repr(completion), 120)}")
         choice = choices[0]
         message = getattr(choice, "message", None)
         if message is None:
@@ -397,8 +402,8 @@ class OpenAIProvider(ModelProvider):
         finish = choice.finish_reason if choice else None
         return ModelResponse(
             text=text,
-            tool_calls=[_tool_call(calls[k], k, finish) for k in sorted(calls)],
-            usage=_usage(completion.usage),
+            tool_calls=[tool_call(calls[k], k, finish) for k in sorted(calls)],
+            usage=usage_of(completion.usage),
             stop_reason=finish,
         )
 
@@ -430,205 +435,4 @@ class OpenAIProvider(ModelProvider):
         )
 
 
-def _finish_of(chunk: Any) -> str | None:
-    for choice in chunk.choices or []:
-        if choice.index in (0, None) and choice.finish_reason:
-            return str(choice.finish_reason)
-    return None
-
-
-def _take_chunk(
-    chunk: Any, text: list[str], calls: dict[int, dict[str, Any]], on_text: TextCallback | None
-) -> None:
-    """One streamed chunk's text and tool-call pieces (only the first choice is read)."""
-    for choice in chunk.choices or []:
-        if choice.index not in (0, None):
-            continue
-        delta = choice.delta
-        if delta is None:
-            continue
-        if delta.content:
-            text.append(delta.content)
-            if on_text:
-                on_text(delta.content)
-        for piece in delta.tool_calls or []:
-            _add_tool_delta(calls, piece)
-
-
-def _add_tool_delta(calls: dict[int, dict[str, Any]], piece: Any) -> None:
-    index = piece.index
-    if index is None:
-        # Some servers leave out the index: find the call by id, or start a new one.
-        index = next((k for k, c in calls.items() if piece.id and c["id"] == piece.id), None)
-        if index is None:
-            index = len(calls) if piece.id or not calls else max(calls)
-    entry = calls.setdefault(index, {"id": None, "name": "", "arguments": []})
-    if piece.id and not entry["id"]:
-        entry["id"] = piece.id
-    function = piece.function
-    if function is not None:
-        if function.name and not entry["name"]:
-            entry["name"] = function.name
-        if function.arguments:
-            entry["arguments"].append(function.arguments)
-
-
-def _tool_call(entry: dict[str, Any], index: int, finish: str | None) -> ToolCallRequest:
-    raw = "".join(entry["arguments"])
-    arguments, problem = parse_arguments(raw)
-    if problem is not None and finish == "length":
-        problem = "the arguments were cut off at the output token limit; " + problem
-    return ToolCallRequest(
-        id=entry["id"] or f"call_{index}",
-        name=entry["name"],
-        arguments=arguments,
-        raw_arguments=raw,
-        parse_error=problem,
-    )
-
-
-def _usage(reported: Any) -> Usage:
-    if reported is None:
-        return Usage()
-    details = getattr(reported, "prompt_tokens_details", None)
-    cached = getattr(details, "cached_tokens", None) or 0
-    written = getattr(details, "cache_write_tokens", None) or 0
-    return Usage(
-        input_tokens=reported.prompt_tokens or 0,
-        output_tokens=reported.completion_tokens or 0,
-        cache_read_tokens=cached,
-        cache_write_tokens=written,
-    )
-
-
 # --- history ---------------------------------------------------------------------------
-
-
-def to_openai_messages(system: str, messages: list[Message]) -> list[dict[str, Any]]:
-    """Neutral history to chat messages, every tool call answered by a `tool` message.
-
-    Consecutive user messages are joined: several chat templates of local
-    servers refuse two user turns in a row. Calls the model wrote as text go back
-    as the text it wrote, and their results as user messages: a server with no
-    tool parser may drop native `tool_calls` from the prompt it shows the model.
-    """
-    out: list[dict[str, Any]] = []
-    if system:
-        out.append({"role": "system", "content": system})
-    pending: list[str] = []
-    """Tool-call ids of the latest assistant message still waiting for a result."""
-    written: set[str] = set()
-    """Ids of calls the model wrote as text."""
-
-    def settle() -> None:
-        out.extend(
-            {"role": "tool", "tool_call_id": cid, "content": MISSING_RESULT} for cid in pending
-        )
-        pending.clear()
-
-    for message in messages:
-        if message.role == "tool" and message.tool_call_id in written:
-            content = result_as_text(
-                message.tool_name or "tool", message.content, is_error=message.is_error
-            )
-            _add_user(out, content)
-            continue
-        if message.role == "tool":
-            if message.tool_call_id in pending:
-                pending.remove(message.tool_call_id)
-                content = message.content or "(no output)"
-                if message.is_error and not content.lower().startswith("error"):
-                    content = f"Error: {content}"
-                out.append(
-                    {"role": "tool", "tool_call_id": message.tool_call_id, "content": content}
-                )
-            else:
-                settle()
-                _add_user(out, f"[tool result for {message.tool_call_id}]\n{message.content}")
-            continue
-        settle()
-        as_text = [c for c in message.tool_calls if c.from_text]
-        if message.role == "assistant" and as_text:
-            written.update(c.id for c in as_text)
-            parts = [message.content.strip(), *(call_as_text(c) for c in as_text)]
-            out.append({"role": "assistant", "content": "\n\n".join(p for p in parts if p)})
-        elif message.role == "assistant":
-            entry: dict[str, Any] = {"role": "assistant", "content": message.content or None}
-            if message.tool_calls:
-                entry["tool_calls"] = [
-                    {
-                        "id": call.id,
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": _replayed_arguments(call)},
-                    }
-                    for call in message.tool_calls
-                ]
-                pending.extend(call.id for call in message.tool_calls)
-            elif not message.content:
-                entry["content"] = ""
-            out.append(entry)
-        elif message.content:
-            _add_user(out, message.content)
-    settle()
-    return out
-
-
-def _add_user(out: list[dict[str, Any]], content: str) -> None:
-    if out and out[-1]["role"] == "user":
-        out[-1]["content"] += "\n\n" + content
-    else:
-        out.append({"role": "user", "content": content})
-
-
-def _replayed_arguments(call: ToolCallRequest) -> str:
-    """What the model wrote, when it was valid; servers that re-parse history choke on the rest."""
-    if call.parse_error is None and call.raw_arguments:
-        return call.raw_arguments
-    return json.dumps(call.arguments if call.arguments is not None else {})
-
-
-# --- errors ----------------------------------------------------------------------------
-
-
-def describe_error(
-    name: str, exc: BaseException, *, retries: int, timeout_s: float, base_url: str | None = None
-) -> str:
-    """One line a user can act on: what failed, the status and the server's own words."""
-    after = f" (gave up after {retries} retries)" if retries else ""
-    where = base_url or "the API"
-    if isinstance(exc, openai.APITimeoutError):
-        return f"{name}: no answer from {where} within {timeout_s:g} s{after}"
-    if isinstance(exc, openai.APIConnectionError):
-        cause = exc.__cause__ or exc
-        detail = _one_line(str(cause) or type(cause).__name__)
-        return f"{name}: cannot connect to {where}: {detail}{after}"
-    if isinstance(exc, openai.APIStatusError):
-        kind, message = _error_fields(exc.body)
-        label = f"HTTP {exc.status_code}" + (f" {kind}" if kind else "")
-        retried = after if exc.status_code == 429 or exc.status_code >= 500 else ""
-        return f"{name}: {label}: {_one_line(message or exc.message)}{retried}"
-    if isinstance(exc, openai.APIError):
-        return f"{name}: the response stream failed: {_one_line(exc.message)}"
-    return f"{name}: {type(exc).__name__}: {_one_line(str(exc))}"
-
-
-def _error_fields(body: Any) -> tuple[str | None, str | None]:
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            kind = inner.get("code") or inner.get("type")
-            message = inner.get("message")
-            return (
-                kind if isinstance(kind, str) else None,
-                message if isinstance(message, str) else None,
-            )
-        if isinstance(inner, str):
-            return None, inner
-    elif isinstance(body, str):
-        return None, body
-    return None, None
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
