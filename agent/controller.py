@@ -97,6 +97,9 @@ class RunController(Steering):
         self.control_server: ControlServer | None = None
         """The run's control endpoint (`control.sock`: `mlra ctl`, `mlra attach`), while it
         runs; a search's attempts have none (they are steered through their run)."""
+        self.console_holder: str | None = None
+        """Who holds the controls from the first moment, where a console drives this run
+        in its own process (console/app.py): an attached console then only watches."""
         self._control_problem: str | None = None
         self._time_warned = False
         self.catchup = CatchUp(
@@ -296,6 +299,7 @@ class RunController(Steering):
         if self.config.attempt is not None or self.control_server is not None:
             return
         server = ControlServer(self)
+        server.holder = self.console_holder
         try:
             await server.start()
         except OSError as exc:

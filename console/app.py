@@ -785,13 +785,24 @@ def run_console(config: Any, task: Any, provider: Any) -> int:
     return continue_in_console(controller, [])
 
 
+def console_app(
+    controller: RunController,
+    make_agent: Callable[[RunController], Agent],
+    recorded: list[ev.Event],
+) -> MlraApp:
+    """The console that drives `controller` in this process: it holds the run's controls
+    from the start, so a console attached from elsewhere (`mlra attach`) only watches."""
+    controller.console_holder = "the run's own console"
+    return MlraApp(controller=controller, make_agent=make_agent, events=recorded)
+
+
 def continue_in_console(controller: RunController, recorded: list[ev.Event]) -> int:
     """Drive a prepared run in the console; `recorded` is what a resumed or forked run
     did before (shown first), empty for a new run."""
     from mlra.agent.run import agent_for
     from mlra.console.headless_run import final_line
 
-    app = MlraApp(controller=controller, make_agent=agent_for, events=recorded)
+    app = console_app(controller, agent_for, recorded)
     code = app.run()
     if app.result is not None:
         print(final_line(controller.run_dir, app.result))

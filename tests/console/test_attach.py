@@ -1,0 +1,374 @@
+"""`mlra attach` (issue 28): the full console on a run going on in another process.
+
+A real headless run (`mlra run --no-tui` in a child process, its model the scripted
+loopback server) holds on a command until the test lets it go; consoles attach to it
+through its control socket, with Textual's pilot and in a real terminal (tmux), and the
+run's own log says what they did.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from mlra import events as ev
+from mlra.agent.eventlog import read_events
+from mlra.console.attach_app import AttachApp
+from mlra.console.attach_run import RemoteRun
+from mlra.console.cli import main as mlra_main
+from mlra.console.panes.status import StatusBar
+from mlra.control_socket import socket_path
+from tests.conftest import SECRET_ENV
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, plan, turn
+
+HELD = "echo started-held && while [ -e .hold ]; do sleep 0.05; done && echo 42 > answer.txt"
+"""The worker's command: it runs until the test removes `.hold` from the workspace."""
+
+
+def _script() -> dict[str, Any]:
+    return {
+        "supervisor": [
+            turn("I will plan first.", plan("Answer the question", "Submit")),
+            turn("", call("assign_subtask", step_id="1", instructions="Answer, slowly.")),
+            turn("The worker is done.", plan("Answer the question", "Submit", done=1)),
+            turn("", call("submit", path="answer.txt", note="the answer")),
+        ],
+        "worker": [
+            turn("Reading the question first.", call("read_file", path="question.txt")),
+            turn("Now the slow part.", call("bash", command=HELD)),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
+    """Poll `check` (another process's files or screen: nothing to await) until it gives
+    something true, at most `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+async def pilot_wait(
+    pilot: Pilot[Any], what: str, check: Callable[[], Any], timeout: float = 30.0
+) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        found = check()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}")
+        await pilot.pause(0.05)
+
+
+def events_of(run_dir: Path) -> list[ev.Event]:
+    try:
+        return read_events(run_dir / "events.jsonl")
+    except FileNotFoundError:
+        return []
+
+
+@dataclass
+class LiveRun:
+    run_dir: Path
+    proc: subprocess.Popen[bytes]
+    env: dict[str, str]
+
+    @property
+    def hold(self) -> Path:
+        return self.run_dir / "workspace" / ".hold"
+
+    def release(self) -> None:
+        """Let the held command finish: the run goes on to its end."""
+        self.hold.unlink(missing_ok=True)
+
+    def finish(self) -> int:
+        """Release the held command and wait for the run's end (its exit status)."""
+        self.release()
+        return self.proc.wait(timeout=60)
+
+    def controls(self) -> list[ev.Control]:
+        return [e for e in events_of(self.run_dir) if isinstance(e, ev.Control)]
+
+
+def _held(run_dir: Path) -> bool:
+    return any(
+        isinstance(e, ev.ToolOutput) and "started-held" in e.text for e in events_of(run_dir)
+    )
+
+
+def _start_run(tmp_path: Path, answer_task: Path, *extra: str) -> Iterator[LiveRun]:
+    """A headless run in a child process, held on a command (or on its approval, with
+    `--break bash`), its control socket up."""
+    task = tmp_path / "task"
+    shutil.copytree(answer_task, task)
+    (task / "starter" / ".hold").write_text("")
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
+    runs = tmp_path / "runs"
+    run_dir = runs / "held"
+    breaks = "--break" in extra
+    with ScriptedModelServer(_script()) as server:
+        args = [
+            sys.executable, "-m", "mlra", "run", str(task), "--model", "openai/test",
+            "--base-url", server.url_for("openai"), "--no-tui", "--runs-dir", str(runs),
+            "--run-id", "held", *extra,
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        )
+        run = LiveRun(run_dir, proc, env)
+
+        def ready() -> bool:
+            if proc.poll() is not None:
+                return True
+            held = _waits(run_dir) if breaks else _held(run_dir)
+            return held and socket_path(run_dir).exists()
+
+        try:
+            wait_for("the run to hold", ready, timeout=60)
+            assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
+            yield run
+        finally:
+            if proc.poll() is None:  # a test that saw the end waited for it: none left
+                proc.kill()
+            proc.wait()
+            if proc.stderr is not None:
+                proc.stderr.close()
+
+
+def _waits(run_dir: Path) -> bool:
+    return any(isinstance(e, ev.ApprovalRequested) for e in events_of(run_dir))
+
+
+@pytest.fixture
+def live_run(tmp_path: Path, answer_task: Path) -> Iterator[LiveRun]:
+    yield from _start_run(tmp_path, answer_task)
+
+
+@pytest.fixture
+def held_at_break(tmp_path: Path, answer_task: Path) -> Iterator[LiveRun]:
+    yield from _start_run(tmp_path, answer_task, "--break", "bash")
+
+
+def _status_text(app: AttachApp) -> str:
+    return str(app.query_one(StatusBar).render())
+
+
+async def test_attached_consoles_show_the_run_steer_it_one_at_a_time_and_leave_it_going(
+    live_run: LiveRun,
+) -> None:
+    """The first console shows the log so far and holds the controls: its Space pauses
+    the run (recorded from "attach"); a second one only watches, and its keys are refused
+    naming the holder; once the first detaches (the run going on), the second's key takes
+    the controls; the run's end shows in it, and q leaves."""
+    first = AttachApp(RemoteRun(live_run.run_dir, name="console one"))
+    second = AttachApp(RemoteRun(live_run.run_dir, name="console two"))
+    async with first.run_test(size=(160, 45)) as one:
+        await pilot_wait(one, "the log so far", lambda: first.state.running)
+        assert first.state.steps == 2 and first.state.plan  # the worker's steps, the plan
+        assert "ATTACHED" in _status_text(first)
+        await one.press("space")
+        await pilot_wait(one, "the pause", lambda: first.state.paused)
+        assert [(c.action, c.source) for c in live_run.controls()] == [("pause", "attach")]
+        assert "PAUSED" in _status_text(first)
+
+        async with second.run_test(size=(160, 45)) as two:
+            await pilot_wait(two, "the pause, seen", lambda: second.state.paused)
+            assert not second.remote.holding
+            assert "WATCH-ONLY: console one holds the controls" in _status_text(second)
+            await two.press("space")
+            await pilot_wait(
+                two,
+                "the refusal",
+                lambda: any(
+                    "console one holds the controls" in str(n.message)
+                    for n in second._notifications
+                ),
+            )
+            assert second.state.paused  # refused: nothing was sent
+            assert len(live_run.controls()) == 1
+
+            await one.press("space")  # the holder resumes
+            await pilot_wait(two, "the resume, seen", lambda: not second.state.paused)
+            await one.press("q")  # detaches: the run goes on
+            await pilot_wait(one, "the first console gone", lambda: not first.is_running)
+            assert first.detached
+            assert live_run.proc.poll() is None
+
+            await two.press("space")  # the controls are free now: the key takes them
+            await pilot_wait(two, "the second pause", lambda: second.state.paused)
+            assert second.remote.holding
+            assert "ATTACHED" in _status_text(second)
+            await two.press("space")
+            await pilot_wait(two, "the second resume", lambda: not second.state.paused)
+            assert [(c.action, c.source) for c in live_run.controls()] == [
+                ("pause", "attach"),
+                ("resume", "attach"),
+                ("pause", "attach"),
+                ("resume", "attach"),
+            ]
+
+            live_run.release()
+            await pilot_wait(two, "the end shown", lambda: second.state.finished, timeout=60)
+            assert second.result is not None and second.state.evaluation is not None
+            assert "FINISHED" in _status_text(second)
+            await two.press("q")
+            await pilot_wait(two, "the second console gone", lambda: not second.is_running)
+            assert not second.detached
+    assert live_run.proc.wait(timeout=30) == 0
+
+
+async def test_an_attached_console_approves_the_call_a_headless_run_holds(
+    held_at_break: LiveRun,
+) -> None:
+    """A headless run held at a breakpoint (`--break bash`) is released by the attached
+    console's a: the approval is the run's own event, from "attach", and the command runs."""
+    app = AttachApp(RemoteRun(held_at_break.run_dir))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the waiting call", lambda: app.state.pending_approval)
+        assert "WAITING FOR APPROVAL" in _status_text(app)
+        await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+        await pilot.press("a")
+        await pilot_wait(pilot, "the approval", lambda: app.state.pending_approval is None)
+        approved = [c for c in held_at_break.controls() if c.action == "approve"]
+        assert [(c.source, c.call_id) for c in approved] == [("attach", approved[0].call_id)]
+        await pilot_wait(pilot, "the command running", lambda: _held(held_at_break.run_dir))
+        await pilot.press("q")
+        await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
+    assert held_at_break.finish() == 0  # detached: the run went on to its end
+
+
+def test_attach_refuses_in_one_line_what_is_not_a_live_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = tmp_path / "runs"
+    ended = runs / "ended"
+    ended.mkdir(parents=True)
+    (ended / "events.jsonl").write_text("")
+    (ended / "result.json").write_text("{}")
+    killed = runs / "killed"
+    killed.mkdir()
+    (killed / "events.jsonl").write_text("")
+    cases = {
+        "nothing": "no run 'nothing': not a run folder, nor a run id under",
+        "ended": "ended has ended: mlra replay ended steps through it",
+        str(killed): "is not running (stopped without an end): mlra resume",
+    }
+    for run, said in cases.items():
+        assert mlra_main(["attach", run, "--runs-dir", str(runs)]) == 2
+        err = capsys.readouterr().err
+        assert said in err and err.count("\n") == 1, err
+
+
+def _tmux(socket: str, *args: str) -> str:
+    done = subprocess.run(
+        ["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=10, check=False
+    )
+    return done.stdout
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
+def test_mlra_attach_in_a_real_terminal_detaches_and_the_run_goes_on(live_run: LiveRun) -> None:
+    """What a person sees in a terminal: the run's panes and the attached console's word in
+    the status line; Space pauses it; q detaches, says so, and the run goes on to its end."""
+    socket = f"mlra-attach-test-{os.getpid()}"
+    command = f"{sys.executable} -m mlra attach {live_run.run_dir}; echo attach-exit=$?; sleep 60"
+    env = ["env", "TERM=xterm-256color", "COLORTERM=", "MLRA_MODEL="]
+    _tmux(
+        socket, "new-session", "-d", "-x", "120", "-y", "40", "-s", "a", *env, "sh", "-c", command
+    )
+    try:
+
+        def screen() -> str:
+            return _tmux(socket, "capture-pane", "-p", "-t", "a")
+
+        shown = wait_for(
+            "the console",
+            lambda: "ATTACHED" in screen() and "started-held" in screen() and screen(),
+        )
+        assert "RUNNING" in shown and "Answer the question" in shown
+        assert "q Detach" in shown
+        _tmux(socket, "send-keys", "-t", "a", "Space")
+        wait_for("the pause", lambda: "PAUSED" in screen())
+        assert [(c.action, c.source) for c in live_run.controls()] == [("pause", "attach")]
+        _tmux(socket, "send-keys", "-t", "a", "Space")
+        wait_for(
+            "the resume", lambda: [c.action for c in live_run.controls()] == ["pause", "resume"]
+        )
+        _tmux(socket, "send-keys", "-t", "a", "q")
+        left = wait_for("the shell again", lambda: "attach-exit=" in screen() and screen())
+        assert "detached; the run goes on" in left and "attach-exit=0" in left
+        assert live_run.proc.poll() is None
+    finally:
+        _tmux(socket, "kill-server")
+    assert live_run.finish() == 0
+    assert isinstance(events_of(live_run.run_dir)[-1], ev.RunFinished)
+
+
+async def test_a_run_in_its_own_console_is_only_watched_from_an_attached_one(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A run driven by a console in its own process holds its controls from the start: an
+    attached console watches, says who steers, and its keys are refused naming them,
+    while the run's own console steers as ever (its pause reaches the attached one)."""
+    from mlra.agent.config import RunConfig
+    from mlra.agent.controller import RunController
+    from mlra.agent.providers import resolve_model
+    from mlra.agent.run import agent_for
+    from mlra.console.app import console_app
+    from mlra.tasks.spec import load_task
+
+    task = tmp_path / "task"
+    shutil.copytree(answer_task, task)
+    (task / "starter" / ".hold").write_text("")
+    with ScriptedModelServer(_script()) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path / "runs", isolation="none"
+        )
+        controller = RunController(config, load_task(task), provider)
+        controller.prepare()
+        own = console_app(controller, agent_for, [])
+        async with own.run_test(size=(160, 45)) as here:
+            await pilot_wait(here, "the held command", lambda: _held(controller.run_dir))
+            attached = AttachApp(RemoteRun(controller.run_dir))
+            async with attached.run_test(size=(160, 45)) as there:
+                await pilot_wait(there, "the log so far", lambda: attached.state.running)
+                assert not attached.remote.holding
+                status = _status_text(attached)
+                assert "WATCH-ONLY: the run's own console holds the controls" in status
+                await there.press("space")
+                await pilot_wait(
+                    there,
+                    "the refusal",
+                    lambda: any(
+                        "the run's own console holds the controls" in str(n.message)
+                        for n in attached._notifications
+                    ),
+                )
+                await here.press("space")  # the run's own console pauses it
+                await pilot_wait(there, "its pause, seen", lambda: attached.state.paused)
+                controls = [e for e in events_of(controller.run_dir) if isinstance(e, ev.Control)]
+                assert [(c.action, c.source) for c in controls] == [("pause", "user")]
+                await there.press("q")
+                await pilot_wait(there, "detached", lambda: not attached.is_running)
+            controller.request_stop(evaluate=False)
+            await pilot_wait(here, "the run's end", lambda: own.result is not None, timeout=60)
