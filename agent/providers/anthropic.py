@@ -1,10 +1,8 @@
 """Claude through the Anthropic Messages API, streamed.
 
-The neutral history is translated on every call (the history is the source of
-truth, not a provider-side conversation). Anthropic needs strict alternation and
-tool results right after their calls, so consecutive tool results and any user
-text after them become one user message, and calls whose results are missing
-(a run cut short while a tool ran) get a stand-in error result instead of a 400.
+The neutral history is translated on every call into strictly alternating turns
+with paired tool results (agent/providers/anthropic_messages.py); the streamed
+answer and any error are read back in agent/providers/anthropic_replies.py.
 
 Prompt caching marks the stable prefix (system prompt, tool definitions) and a
 moving breakpoint on the newest message, so each turn reads the previous turn's
@@ -24,35 +22,16 @@ they are read as calls as the OpenAI provider reads them
 from __future__ import annotations
 
 import asyncio
-import json
 import time
-from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import cast
 
 import anthropic
 import httpx2
-from anthropic.types import (
-    AssistantMessageParam,
-    CacheControlEphemeralParam,
-    InputJSONDelta,
-    MessageDeltaUsage,
-    MessageParam,
-    RawContentBlockDeltaEvent,
-    RawContentBlockStartEvent,
-    RawMessageDeltaEvent,
-    RawMessageStartEvent,
-    TextBlock,
-    TextBlockParam,
-    TextDelta,
-    ToolParam,
-    ToolResultBlockParam,
-    ToolUseBlock,
-    ToolUseBlockParam,
-    UserMessageParam,
-)
-from anthropic.types import Usage as AnthropicUsage
+from anthropic.types import CacheControlEphemeralParam, TextBlockParam, ToolParam
 from anthropic.types.message_create_params import MessageCreateParamsBase
 
+from mlra.agent.providers.anthropic_messages import to_anthropic_turns
+from mlra.agent.providers.anthropic_replies import StreamRead, describe_error, one_line
 from mlra.agent.providers.base import (
     InvalidResponse,
     Message,
@@ -61,7 +40,6 @@ from mlra.agent.providers.base import (
     ModelSettings,
     ProviderError,
     TextCallback,
-    ToolCallRequest,
     Usage,
     retry_hooks,
     tell_first_piece,
@@ -75,19 +53,13 @@ from mlra.agent.providers.server_window import (
     server_root,
     unknown_note,
 )
-from mlra.agent.providers.text_calls import (
-    call_as_text,
-    read_text_calls,
-    result_as_text,
-    tools_prompt,
-)
-from mlra.tools.registry import ToolSpec, parse_arguments
+from mlra.agent.providers.text_calls import read_text_calls, tools_prompt
+from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4
 DEFAULT_TIMEOUT_S = 600.0
 RETRY_DELAY_S = 0.5
 """The first wait before asking again after a stream that was no answer (doubling, to 8 s)."""
-MISSING_RESULT = "Error: no result was recorded for this tool call (the run was interrupted)."
 
 # (context window, max output tokens) by longest model-name prefix. A newer model of a
 # known family gets the family's line; a model of no known family gets 200k / 8192.
@@ -107,37 +79,10 @@ MODEL_LIMITS: dict[str, tuple[int, int]] = {
     "claude-3-opus": (200_000, 4_096),
 }
 
-# The blocks this provider writes into a request; narrowed on their "type" key.
-Block = TextBlockParam | ToolUseBlockParam | ToolResultBlockParam
-
 
 def _ephemeral() -> CacheControlEphemeralParam:
     """A fresh marker each time: the request's dicts must not share one mutable value."""
     return {"type": "ephemeral"}
-
-
-@dataclass
-class _Turn:
-    """One message while the history is being merged and repaired; mutable, unlike the
-    SDK's TypedDicts whose content is only an Iterable."""
-
-    role: Literal["user", "assistant"]
-    content: list[Block]
-
-    def param(self) -> MessageParam:
-        if self.role == "user":
-            return UserMessageParam(role="user", content=self.content)
-        return AssistantMessageParam(role="assistant", content=self.content)
-
-
-@dataclass
-class _PendingCall:
-    """A tool_use block whose input JSON is still streaming in."""
-
-    id: str
-    name: str
-    start_input: object
-    json: list[str] = field(default_factory=list)
 
 
 class AnthropicProvider(ModelProvider):
@@ -312,7 +257,7 @@ class AnthropicProvider(ModelProvider):
     async def _stream(
         self, request: MessageCreateParamsBase, on_text: TextCallback | None
     ) -> ModelResponse:
-        read = _StreamRead(on_text)
+        read = StreamRead(on_text)
         sent = time.monotonic()
         first: float | None = None
         """When the first piece of the answer came: before it, the server reads the prompt."""
@@ -331,7 +276,7 @@ class AnthropicProvider(ModelProvider):
                         first = time.monotonic() - sent
                         tell_first_piece(first)
         except ValueError as exc:  # a data line that is not JSON (truncated, HTML)
-            raise InvalidResponse(f"the stream is not JSON: {_one_line(str(exc), 120)}") from exc
+            raise InvalidResponse(f"the stream is not JSON: {one_line(str(exc), 120)}") from exc
         except httpx2.TransportError as exc:
             if isinstance(exc, httpx2.TimeoutException):
                 raise
@@ -346,255 +291,3 @@ class AnthropicProvider(ModelProvider):
 
     def _describe(self, exc: BaseException) -> str:
         return describe_error(self.name, exc, retries=self.max_retries, timeout_s=self.timeout_s)
-
-
-class _StreamRead:
-    """One streamed answer as its events arrive: text, tool calls, usage, stop reason."""
-
-    def __init__(self, on_text: TextCallback | None) -> None:
-        self.on_text = on_text
-        self.text: list[str] = []
-        self.pending: dict[int, _PendingCall] = {}
-        self.order: list[int] = []
-        self.usage: dict[str, int] = {}
-        self.stop_reason: str | None = None
-        self.started = False
-
-    def _say(self, piece: str) -> None:
-        self.text.append(piece)
-        if self.on_text and piece:
-            self.on_text(piece)
-
-    def take(self, event: object) -> None:
-        if isinstance(event, RawMessageStartEvent):
-            self.started = True
-            _merge_usage(self.usage, event.message.usage)
-        elif isinstance(event, RawContentBlockStartEvent):
-            block = event.content_block
-            if isinstance(block, TextBlock):
-                if block.text:
-                    self._say(block.text)
-            elif isinstance(block, ToolUseBlock):
-                self.pending[event.index] = _PendingCall(
-                    id=block.id, name=block.name, start_input=block.input
-                )
-                self.order.append(event.index)
-        elif isinstance(event, RawContentBlockDeltaEvent):
-            delta = event.delta
-            if isinstance(delta, TextDelta):
-                self._say(delta.text)
-            elif isinstance(delta, InputJSONDelta):
-                call = self.pending.get(event.index)
-                if call is not None:
-                    call.json.append(delta.partial_json)
-        elif isinstance(event, RawMessageDeltaEvent):
-            self.stop_reason = event.delta.stop_reason or self.stop_reason
-            _merge_usage(self.usage, event.usage)
-
-    def response(self) -> ModelResponse:
-        usage = self.usage
-        read = usage.get("cache_read_input_tokens", 0)
-        written = usage.get("cache_creation_input_tokens", 0)
-        return ModelResponse(
-            text="".join(self.text),
-            tool_calls=[_tool_call(self.pending[i], self.stop_reason) for i in self.order],
-            usage=Usage(
-                input_tokens=usage.get("input_tokens", 0) + read + written,
-                output_tokens=usage.get("output_tokens", 0),
-                cache_read_tokens=read,
-                cache_write_tokens=written,
-                estimated="input_tokens" not in usage,
-            ),
-            stop_reason=self.stop_reason,
-        )
-
-
-def _merge_usage(
-    usage: dict[str, int], reported: AnthropicUsage | MessageDeltaUsage | None
-) -> None:
-    """Streamed usage is cumulative: a later non-null count replaces the earlier one."""
-    if reported is None:
-        return
-    for key in (
-        "input_tokens",
-        "output_tokens",
-        "cache_read_input_tokens",
-        "cache_creation_input_tokens",
-    ):
-        value = getattr(reported, key, None)
-        if value is not None:
-            usage[key] = int(value)
-
-
-def _tool_call(call: _PendingCall, stop_reason: str | None) -> ToolCallRequest:
-    raw = "".join(call.json)
-    start_input = call.start_input
-    if not raw and isinstance(start_input, dict) and start_input:
-        # Some Anthropic-compatible servers send the whole input up front, unstreamed.
-        raw = json.dumps(start_input)
-    arguments, problem = parse_arguments(raw)
-    if problem is not None and stop_reason == "max_tokens":
-        problem = "the arguments were cut off at the output token limit (max_tokens); " + problem
-    return ToolCallRequest(
-        id=call.id,
-        name=call.name,
-        arguments=arguments,
-        raw_arguments=raw,
-        parse_error=problem,
-    )
-
-
-# --- history ---------------------------------------------------------------------------
-
-
-def to_anthropic_turns(messages: list[Message]) -> list[_Turn]:
-    """The neutral history as strictly alternating Anthropic turns with paired tool results,
-    still mutable so the cache breakpoint can be placed."""
-    out: list[_Turn] = []
-    written: set[str] = set()
-    """Ids of calls the model wrote as text: they and their results go back as text."""
-
-    def add(role: Literal["user", "assistant"], blocks: list[Block]) -> None:
-        if not blocks:
-            return
-        if out and out[-1].role == role:
-            out[-1].content.extend(blocks)
-        else:
-            out.append(_Turn(role, list(blocks)))
-
-    for message in messages:
-        as_text = [c for c in message.tool_calls if c.from_text]
-        if message.role == "assistant" and as_text:
-            written.update(c.id for c in as_text)
-            parts = [message.content.strip(), *(call_as_text(c) for c in as_text)]
-            add("assistant", [{"type": "text", "text": "\n\n".join(p for p in parts if p)}])
-        elif message.role == "tool" and message.tool_call_id in written:
-            content = result_as_text(
-                message.tool_name or "tool", message.content, is_error=message.is_error
-            )
-            add("user", [{"type": "text", "text": content}])
-        elif message.role == "assistant":
-            blocks: list[Block] = []
-            if message.content.strip():
-                # Trailing whitespace is refused in a final assistant turn; strip it everywhere
-                # so the cached prefix stays byte-identical from turn to turn.
-                blocks.append({"type": "text", "text": message.content.rstrip()})
-            for call in message.tool_calls:
-                blocks.append(
-                    {
-                        "type": "tool_use",
-                        "id": call.id,
-                        "name": call.name,
-                        # A call whose arguments were not a JSON object is replayed as {}:
-                        # its tool result already tells the model what went wrong.
-                        "input": call.arguments if call.arguments is not None else {},
-                    }
-                )
-            add("assistant", blocks or [{"type": "text", "text": "(no response)"}])
-        elif message.role == "tool":
-            result: ToolResultBlockParam = {
-                "type": "tool_result",
-                "tool_use_id": message.tool_call_id or "",
-                "content": message.content or "(no output)",
-            }
-            if message.is_error:
-                result["is_error"] = True
-            add("user", [result])
-        elif message.content.strip():
-            add("user", [{"type": "text", "text": message.content}])
-    return _pair_tool_results(out)
-
-
-def _pair_tool_results(messages: list[_Turn]) -> list[_Turn]:
-    """Every tool_use answered in the next user message, results first; strays become text."""
-    fixed: list[_Turn] = []
-    for i, message in enumerate(messages):
-        if message.role == "user":
-            previous = fixed[-1] if fixed and fixed[-1].role == "assistant" else None
-            expected = _call_ids(previous) if previous else []
-            results: list[Block] = []
-            others: list[Block] = []
-            answered: set[str] = set()
-            for block in message.content:
-                if block["type"] == "tool_result":
-                    if block["tool_use_id"] in expected:
-                        results.append(block)
-                        answered.add(block["tool_use_id"])
-                    else:
-                        others.append(_stray_result(block))
-                else:
-                    others.append(block)
-            results += [_missing_result(cid) for cid in expected if cid not in answered]
-            fixed.append(_Turn("user", results + others))
-        else:
-            if not fixed:
-                fixed.append(_Turn("user", [{"type": "text", "text": "(continue)"}]))
-            fixed.append(message)
-            last = i == len(messages) - 1
-            calls = _call_ids(message)
-            if calls and last:
-                fixed.append(_Turn("user", [_missing_result(c) for c in calls]))
-    if not fixed:
-        fixed.append(_Turn("user", [{"type": "text", "text": "(continue)"}]))
-    return fixed
-
-
-def _call_ids(turn: _Turn) -> list[str]:
-    return [b["id"] for b in turn.content if b["type"] == "tool_use"]
-
-
-def _missing_result(call_id: str) -> ToolResultBlockParam:
-    return {
-        "type": "tool_result",
-        "tool_use_id": call_id,
-        "content": MISSING_RESULT,
-        "is_error": True,
-    }
-
-
-def _stray_result(block: ToolResultBlockParam) -> TextBlockParam:
-    content = block.get("content", "")
-    return {"type": "text", "text": f"[tool result for {block.get('tool_use_id')}]\n{content}"}
-
-
-# --- errors ----------------------------------------------------------------------------
-
-
-def describe_error(name: str, exc: BaseException, *, retries: int, timeout_s: float) -> str:
-    """One line a user can act on: what failed, the status and the server's own words."""
-    after = f" (gave up after {retries} retries)" if retries else ""
-    if isinstance(exc, anthropic.APITimeoutError) or isinstance(exc, httpx2.TimeoutException):
-        return f"{name}: no answer within {timeout_s:g} s{after}"
-    if isinstance(exc, anthropic.APIConnectionError):
-        cause = exc.__cause__ or exc
-        return f"{name}: cannot connect to the API: {_one_line(str(cause) or type(cause).__name__)}{after}"
-    if isinstance(exc, anthropic.APIStatusError):
-        kind, message = _error_fields(getattr(exc, "body", None))
-        kind = getattr(exc, "type", None) or kind
-        message = getattr(exc, "api_message", None) or message or exc.message
-        if exc.status_code < 400:
-            return f"{name}: the response stream failed: {kind or 'error'}: {_one_line(message)}"
-        label = f"HTTP {exc.status_code}" + (f" {kind}" if kind else "")
-        retried = after if exc.status_code == 429 or exc.status_code >= 500 else ""
-        return f"{name}: {label}: {_one_line(message)}{retried}"
-    if isinstance(exc, httpx2.HTTPError):
-        return f"{name}: the response stream broke off: {type(exc).__name__}: {_one_line(str(exc))}"
-    return f"{name}: {type(exc).__name__}: {_one_line(str(exc))}"
-
-
-def _error_fields(body: Any) -> tuple[str | None, str | None]:
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict):
-            kind = inner.get("type")
-            message = inner.get("message")
-            return (
-                kind if isinstance(kind, str) else None,
-                message if isinstance(message, str) else None,
-            )
-    return None, None
-
-
-def _one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
