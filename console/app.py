@@ -319,6 +319,7 @@ class MlraApp(App[int]):
                 and not event.fatal
                 and event.cut_off is None
                 and self.controller
+                and self.tells(event)
             ):
                 self.provider_error = event.error
                 self.notify(
@@ -330,7 +331,7 @@ class MlraApp(App[int]):
                 )
             elif isinstance(event, ev.Control) and event.action == "resume":
                 self.provider_error = None
-            elif isinstance(event, ev.ApprovalRequested) and self.controller:
+            elif isinstance(event, ev.ApprovalRequested) and self.controller and self.tells(event):
                 held = self.controller.controls.hold_at_breaks
                 meanwhile = (
                     "commands, jobs and the clock are held meanwhile"
@@ -372,6 +373,11 @@ class MlraApp(App[int]):
             resources.show(self.state, self._elapsed())
         if files_changed:
             self.call_later(self._refresh_files)
+
+    def tells(self, event: ev.Event) -> bool:
+        """Whether an event of a live run is news to tell in a toast (an attached console
+        first reads the run's past, which has no news: console/attach_app.py)."""
+        return True
 
     def _show_experiments(self) -> None:
         try:

@@ -14,6 +14,7 @@ from rich.text import Text
 from textual import work
 from textual.css.query import NoMatches
 
+from mlra import events as ev
 from mlra.console.app import MlraApp
 from mlra.console.attach_run import RemoteRun
 from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, Key, bindings
@@ -65,6 +66,11 @@ class AttachApp(MlraApp):
             )
         self._holder_changed()
         self.refresh_bindings()
+
+    def tells(self, event: ev.Event) -> bool:
+        """The run's past, read first, is no news: a call it approved long ago, a provider
+        failure it got over, are not toasted as though they were happening now."""
+        return event.seq > self.remote.backlog_upto
 
     def _refused(self, message: str) -> None:
         self.notify(printable_line(message), severity="warning", timeout=6, markup=False)

@@ -307,7 +307,9 @@ class RemoteRun:
         self._watch: _Line | None = None
         self._lock = asyncio.Lock()
         self._sending: set[asyncio.Task[Any]] = set()
-        self._backlog_upto = 0
+        self.backlog_upto = 0
+        """The last event of the run's past when this console reached it (the rest is news)."""
+        self.last_seq = 0
 
     @property
     def holds_at_breaks(self) -> bool:
@@ -327,7 +329,7 @@ class RemoteRun:
             self._control.close()
             raise NotLive(f"{self.run_dir}: {reply.message or 'no status'}")
         self._take_status(reply.status)
-        self._backlog_upto = reply.status.events
+        self.backlog_upto = reply.status.events
         if reply.status.state != "ended":
             with contextlib.suppress(Gone):
                 await self._hold(quiet=True)
@@ -373,19 +375,8 @@ class RemoteRun:
             await self.connect()
         poll = asyncio.get_running_loop().create_task(self._poll())
         try:
-            self._watch = await _Line.open(self.run_dir)
-            await self._watch.send(CtlRequest(op="watch", from_seq=0, client="attach"))
-            while True:
-                data = await self._watch.read()
-                if isinstance(data.get("event"), dict):
-                    self._deliver(self._parse(data["event"]))
-                    continue
-                reply = CtlReply.model_validate(data)
-                if reply.ended:
-                    self.ended_words = reply.message
-                    break
-                if not reply.ok:
-                    raise Gone(reply.message)
+            while not await self._watch_once():
+                pass
         except (Gone, NotLive, OSError) as exc:
             if self.state.finished is None:
                 self.gone = str(exc)
@@ -393,6 +384,27 @@ class RemoteRun:
             poll.cancel()
             self.close()
         return result_of(self.state) if self.state.finished is not None else None
+
+    async def _watch_once(self) -> bool:
+        """Watch from the last event seen: True once the run has ended; False where the
+        run dropped this watcher for falling behind (it is watched again from there)."""
+        if self._watch is not None:
+            self._watch.close()
+        self._watch = await _Line.open(self.run_dir)
+        await self._watch.send(CtlRequest(op="watch", from_seq=self.last_seq, client="attach"))
+        while True:
+            data = await self._watch.read()
+            if isinstance(data.get("event"), dict):
+                self._deliver(self._parse(data["event"]))
+                continue
+            reply = CtlReply.model_validate(data)
+            if reply.ended:
+                self.ended_words = reply.message
+                return True
+            if reply.message.startswith("dropped:"):
+                return False
+            if not reply.ok:
+                raise Gone(reply.message)
 
     def _parse(self, data: dict[str, Any]) -> ev.Event:
         event = parse_event(json.dumps(data))
@@ -402,8 +414,11 @@ class RemoteRun:
             return event  # sent whole by the run: nothing to fill in
 
     def _deliver(self, event: ev.Event) -> None:
+        if event.seq <= self.last_seq:
+            return  # sent again after a watch was taken up again
+        self.last_seq = event.seq
         self.state.apply(event)
-        if event.seq > self._backlog_upto:
+        if event.seq > self.backlog_upto:
             self.clock.set(event.t)  # live: the run's clock as of now
         for callback in self._subscribers:
             callback(event)

@@ -27,6 +27,7 @@ from mlra.console.attach_app import AttachApp
 from mlra.console.attach_run import RemoteRun
 from mlra.console.cli import main as mlra_main
 from mlra.console.panes.status import StatusBar
+from mlra.console.screens import ConfirmScreen
 from mlra.control_socket import socket_path
 from tests.conftest import SECRET_ENV
 from tests.fakes.model_server import ScriptedModelServer
@@ -240,7 +241,8 @@ async def test_an_attached_console_approves_the_call_a_headless_run_holds(
     held_at_break: LiveRun,
 ) -> None:
     """A headless run held at a breakpoint (`--break bash`) is released by the attached
-    console's a: the approval is the run's own event, from "attach", and the command runs."""
+    console's a: the approval is the run's own event, from "attach", and the command runs;
+    s, once confirmed, stops the run and it is graded, as from its own console."""
     app = AttachApp(RemoteRun(held_at_break.run_dir))
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot_wait(pilot, "the waiting call", lambda: app.state.pending_approval)
@@ -251,9 +253,19 @@ async def test_an_attached_console_approves_the_call_a_headless_run_holds(
         approved = [c for c in held_at_break.controls() if c.action == "approve"]
         assert [(c.source, c.call_id) for c in approved] == [("attach", approved[0].call_id)]
         await pilot_wait(pilot, "the command running", lambda: _held(held_at_break.run_dir))
-        await pilot.press("q")
+        await pilot.press("s")  # stop and evaluate: asked first, as in the run's own console
+        await pilot_wait(pilot, "the question", lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
+        await pilot_wait(pilot, "the end shown", lambda: app.state.finished, timeout=60)
+        assert app.state.finished is not None and app.state.finished.reason == "stopped"
+        assert app.state.evaluation is not None  # graded
+        stops = [c for c in held_at_break.controls() if c.action == "stop"]
+        assert [c.source for c in stops] == ["attach"]
+        await pilot.press("q")  # the run has ended: q leaves, nothing is asked
         await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
-    assert held_at_break.finish() == 0  # detached: the run went on to its end
+        assert not app.detached
+    held_at_break.proc.wait(timeout=30)  # 1: stopped before any answer, its score none
+    assert isinstance(events_of(held_at_break.run_dir)[-1], ev.RunFinished)
 
 
 def test_attach_refuses_in_one_line_what_is_not_a_live_run(
@@ -372,3 +384,64 @@ async def test_a_run_in_its_own_console_is_only_watched_from_an_attached_one(
                 await pilot_wait(there, "detached", lambda: not attached.is_running)
             controller.request_stop(evaluate=False)
             await pilot_wait(here, "the run's end", lambda: own.result is not None, timeout=60)
+
+
+async def test_a_watcher_the_run_dropped_for_falling_behind_watches_again_from_where_it_was(
+    tmp_path: Path,
+) -> None:
+    """The run drops a watcher that falls too far behind, saying from where to watch
+    again; the attached console does so, and sees every event once, in order."""
+    import asyncio
+    import json as json_
+
+    from mlra.agent.eventlog import encode_event
+    from mlra.control_socket import CtlReply, CtlRequest, RunStatus, encode, short_address
+
+    def stored(event: ev.Event, seq: int) -> dict[str, Any]:
+        event.seq, event.t = seq, float(seq)
+        return json_.loads(encode_event(event))
+
+    log = [
+        stored(ev.Notice(message="one"), 1),
+        stored(ev.Notice(message="two"), 2),
+        stored(ev.Notice(message="three"), 3),
+        stored(ev.RunFinished(status="stopped", reason="stopped"), 4),
+    ]
+    watches: list[int] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while line := await reader.readline():
+            req = CtlRequest.model_validate_json(line)
+            if req.op == "status":
+                status = RunStatus(run_id="r", task="t", pid=1, state="running")
+                writer.write(encode(CtlReply(ok=True, status=status)))
+            elif req.op == "hold":
+                writer.write(encode(CtlReply(ok=True, message="held")))
+            elif req.op == "watch":
+                watches.append(req.from_seq)
+                if len(watches) == 1:  # two events, then dropped
+                    for data in log[:2]:
+                        writer.write(encode(CtlReply(ok=True, event=data)))
+                    writer.write(encode(CtlReply(ok=False, message="dropped: watch again")))
+                else:  # one sent twice, then the rest and the end
+                    for data in log[1:]:
+                        writer.write(encode(CtlReply(ok=True, event=data)))
+                    writer.write(encode(CtlReply(ok=True, ended=True, message="ended")))
+            await writer.drain()
+        writer.close()
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    with short_address(run_dir) as address:  # however deep pytest's folder is
+        server = await asyncio.start_unix_server(serve, path=address)
+    seen: list[int] = []
+    try:
+        remote = RemoteRun(run_dir)
+        remote.subscribe(lambda event: seen.append(event.seq))
+        result = await asyncio.wait_for(remote.follow(), timeout=10)
+    finally:
+        server.close()
+    assert watches == [0, 2]
+    assert seen == [1, 2, 3, 4]
+    assert result is not None and result.status == "stopped"
+    assert remote.gone is None
