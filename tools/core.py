@@ -7,7 +7,8 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.tools.files import EditFile, ListFiles, ReadFile, WriteFile
-from mlra.tools.jobs import JobManager, job_tools
+from mlra.tools.job_tools import job_tools
+from mlra.tools.jobs import JobManager
 from mlra.tools.notes import Note
 from mlra.tools.registry import Tool
 from mlra.tools.shell import Bash, Python

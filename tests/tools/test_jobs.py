@@ -27,7 +27,8 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.tasks.spec import load_task
-from mlra.tools.jobs import JobManager, JobRecord, job_tools
+from mlra.tools.job_tools import job_tools
+from mlra.tools.jobs import JobManager, JobRecord
 from mlra.tools.registry import ToolContext, ToolRegistry
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
