@@ -13,6 +13,7 @@ from textual.widgets import Input
 from mlra import events as ev
 from mlra.agent.annotations import ANNOTATIONS_FILE, Annotation, append_annotation, read_annotations
 from mlra.agent.eventlog import EVENTS_FILE
+from mlra.console.app import MlraApp
 from mlra.console.panes.transcript import NoteEntry, TranscriptPane
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
@@ -116,3 +117,12 @@ def test_snapshot_a_noted_step_80x24(snap_compare: Any, tmp_path: Path) -> None:
     append_annotation(run_dir, note)
     app = ReplayApp(ReplayModel.open(run_dir), at_step=7)
     assert snap_compare(app, terminal_size=(80, 24))
+
+
+def test_the_attached_console_has_the_same_note_keys() -> None:
+    """`mlra attach` opens a subclass of the console: its notes come from the same code."""
+    from mlra.console.attach_app import AttachApp
+
+    actions = {getattr(b, "action", None) for b in AttachApp.BINDINGS}
+    assert {"tag", "comment", "rate(1)", "rate(-1)"} <= actions
+    assert AttachApp.action_tag is MlraApp.action_tag
