@@ -119,9 +119,14 @@ class CtlReply(BaseModel):
     """One line: what was done, or why it was refused."""
     status: RunStatus | None = None
     event: dict[str, Any] | None = None
-    """watch: one event of the log, as stored."""
+    """watch: one event of the log, whole (the text and arguments the log stores once
+    filled back in, as `mlra replay --json` prints it): `parse_event` reads it. A watching
+    connection may still send requests; their replies (no `event`) come between the
+    events, in the order asked."""
     ended: bool = False
-    """watch: the run has ended; nothing follows."""
+    """watch: the run has ended; nothing follows. A watcher that fell too far behind gets
+    instead `ok=False`, a message starting "dropped:", and the connection closes: it may
+    watch again from the last `seq` it got."""
 
 
 class NotLive(Exception):
