@@ -263,3 +263,42 @@ def test_destinations_as_written_and_as_logged(written: str, described: list[str
 def test_a_bad_destination_is_refused(bad: str) -> None:
     with pytest.raises(ValueError):
         parse_destinations(bad)
+
+
+async def test_a_provider_failure_that_pauses_the_run_and_the_time_warning_notify(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The model provider refuses a request (HTTP 400, not retried): the run pauses for the
+    user, who is told with the provider's error and resumes; later the clock runs low while
+    a command runs, and the deadline ends the run. Each is one notification, in order."""
+    heard = tmp_path / "heard.jsonl"
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            {"status": 400, "times": 1},
+            turn("", call("bash", command="echo 42 > answer.txt; sleep 30")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        controller = _controller(
+            server,
+            answer_task,
+            tmp_path / "runs",
+            [f"cmd:cat >> {heard}"],
+            on_provider_failure="pause",
+            time_limit_s=3.0,
+        )
+        paused_by_provider = lambda e: e.action == "pause" and e.source == "system"  # noqa: E731
+        _on(controller, ev.Control, lambda e: paused_by_provider(e) and controller.resume())
+        result = await controller.run(agent_for)
+        await _close(controller)
+    assert (result.status, result.reason) == ("finished", "deadline")
+    notes = _lines(heard)
+    kinds = [n["kind"] for n in sorted(notes, key=lambda n: n["seq"])]
+    assert kinds == ["provider_paused", "time_warning", "finished"]
+    paused = next(n for n in notes if n["kind"] == "provider_paused")
+    assert "400" in paused["message"]
+    warned = next(n for n in notes if n["kind"] == "time_warning")
+    assert "left" in warned["title"] and warned["t"] >= 2.6  # a tenth of 3 s left, not before
+    log = read_events(controller.run_dir / "events.jsonl")
+    assert sum(isinstance(e, ev.TimeWarning) for e in log) == 1
