@@ -30,7 +30,8 @@ from mlra.agent.prompts import (
 from mlra.agent.worker import Worker
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.attempts import Attempts, attempt_tools
-from mlra.tools.files import ListFiles, ReadFile
+from mlra.tools.files import ReadFile
+from mlra.tools.list_files import ListFiles
 from mlra.tools.plan import UpdatePlan, render_plan
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry
 from mlra.tools.research import reading_tools

@@ -6,9 +6,11 @@ from collections.abc import Callable
 from typing import Any
 
 from mlra import events as ev
-from mlra.tools.files import EditFile, ListFiles, ReadFile, WriteFile
+from mlra.tools.edit_file import EditFile
+from mlra.tools.files import ReadFile, WriteFile
 from mlra.tools.job_tools import job_tools
 from mlra.tools.jobs import JobManager
+from mlra.tools.list_files import ListFiles
 from mlra.tools.notes import Note
 from mlra.tools.registry import Tool
 from mlra.tools.shell import Bash, Python

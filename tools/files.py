@@ -1,4 +1,5 @@
-"""File tools: read, write, edit and list files in the workspace.
+"""File tools: read and write files in the workspace, and what every file tool shares
+(`edit_file` is in tools/edit_file.py, `list_files` in tools/list_files.py).
 
 They act through the sandbox's file methods, never on host paths directly, so
 every path is confined to the workspace (`../x`, absolute paths elsewhere and
@@ -10,10 +11,8 @@ do instead, because a vague error costs another step.
 from __future__ import annotations
 
 import asyncio
-import difflib
 import os
 from dataclasses import dataclass
-from pathlib import PurePosixPath
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -21,18 +20,12 @@ from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import (
     MAX_READ_BYTES,
-    FileInfo,
-    FileTooLarge,
     Sandbox,
     SandboxError,
     human_bytes,
 )
 
 BINARY_SNIFF_BYTES = 8192
-EDIT_CONTEXT_LINES = 3
-MAX_LIST_ENTRIES = 200
-LIST_SCAN_ENTRIES = 20_000
-"""Entries list_files gathers (to count what collapsed folders hold) before it stops."""
 
 # A file over MAX_READ_BYTES is never read whole: a line range is streamed from it.
 RANGE_SCAN_BYTES = 256 * 1024 * 1024
@@ -104,7 +97,7 @@ def _binary(rel: str, size: int) -> str:
     )
 
 
-def _too_large(rel: str, size: int, what: str) -> str:
+def too_large(rel: str, size: int, what: str) -> str:
     return (
         f"{rel} is {human_bytes(size)}, too large for {what} (it takes files up to "
         f"{human_bytes(MAX_READ_BYTES)} whole)."
@@ -213,7 +206,7 @@ class ReadFile(Tool[ReadFileArgs]):
             try:
                 data = trees.read_bounded(fd, MAX_READ_BYTES)
             except trees.TooLarge as exc:  # it grew since it was looked at
-                raise SandboxError(_too_large(rel, exc.size, "read_file to read whole")) from None
+                raise SandboxError(too_large(rel, exc.size, "read_file to read whole")) from None
         finally:
             os.close(fd)
         lines = split_lines(data.decode("utf-8", errors="replace"))
@@ -240,7 +233,7 @@ def _read_range(fd: int, rel: str, size: int, args: ReadFileArgs) -> ToolOutcome
     sed = f"`sed -n 'FIRST,LASTp' {rel}`, `head -n 100 {rel}`, `tail -n 100 {rel}` or `grep -n PATTERN {rel} | head`"
     if args.start_line is None and args.end_line is None:
         raise SandboxError(
-            _too_large(rel, size, "read_file to read whole")
+            too_large(rel, size, "read_file to read whole")
             + f" Pass start_line and end_line to read some of its lines (read_file looks "
             f"through its first {human_bytes(RANGE_SCAN_BYTES)} for them), or use bash: {sed}."
         )
@@ -305,204 +298,3 @@ class WriteFile(Tool[WriteFileArgs]):
             output=f"{verb} {rel} ({plural(len(data), 'byte')}, {plural(lines, 'line')}).",
             data={"path": rel, "bytes": len(data), "lines": lines, "created": not existed},
         )
-
-
-# --- edit_file -----------------------------------------------------------------------------
-
-
-class EditFileArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(description="File path, relative to the workspace or absolute inside it.")
-    old_text: str = Field(
-        description="The exact text to replace (without read_file's line numbers); it must "
-        "occur exactly once in the file, so include enough surrounding lines."
-    )
-    new_text: str = Field(description="The text to put in its place.")
-
-
-class EditFile(Tool[EditFileArgs]):
-    name = "edit_file"
-    description = (
-        "Replace one exact occurrence of old_text with new_text in a workspace file. "
-        "old_text must match the file exactly (whitespace included) and occur exactly once; "
-        "copy it from read_file without the line numbers. Shows the changed lines after."
-    )
-    Args = EditFileArgs
-
-    async def run(self, args: EditFileArgs, ctx: ToolContext) -> ToolOutcome:
-        if args.old_text == "":
-            raise SandboxError(
-                "old_text is empty; to create or replace a whole file use write_file"
-            )
-        try:
-            data = await ctx.sandbox.read_file(args.path)
-        except FileTooLarge as exc:
-            raise SandboxError(
-                _too_large(workspace_relative(ctx.sandbox, args.path), exc.size, "edit_file")
-                + " Change it with a command instead (a python script, or `sed -i`)."
-            ) from None
-        rel = workspace_relative(ctx.sandbox, args.path)
-        if is_binary(data):
-            raise SandboxError(
-                f"{rel} is a binary file ({len(data):,} bytes); edit_file edits text only"
-            )
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            raise SandboxError(
-                f"{rel} is not UTF-8 text; edit it with python or bash instead"
-            ) from None
-        old, new = args.old_text, args.new_text
-        count = text.count(old)
-        if count == 0 and "\r\n" in text and "\n" in old and "\r\n" not in old:
-            # The model writes '\n'; a file with Windows line ends would never match.
-            old, new = old.replace("\n", "\r\n"), new.replace("\n", "\r\n")
-            count = text.count(old)
-        if count == 0:
-            raise SandboxError(f"old_text was not found in {rel}. " + _miss_hint(text, old))
-        if count > 1:
-            at = _occurrence_lines(text, old)
-            where = ", ".join(str(n) for n in at[:10]) + (", ..." if count > 10 else "")
-            raise SandboxError(
-                f"old_text appears {count} times in {rel} (starting at lines {where}); "
-                "include more of the surrounding lines so it matches exactly once"
-            )
-        if old == new:
-            raise SandboxError("old_text and new_text are the same; nothing to change")
-        index = text.index(old)
-        updated = text[:index] + new + text[index + len(old) :]
-        await ctx.sandbox.write_file(args.path, updated.encode("utf-8"))
-
-        first = text.count("\n", 0, index) + 1
-        old_lines = old.count("\n") + 1
-        new_lines = new.count("\n") + 1 if new else 0
-        lines = split_lines(updated)
-        lo = max(1, first - EDIT_CONTEXT_LINES)
-        hi = min(len(lines), first + max(new_lines, 1) - 1 + EDIT_CONTEXT_LINES)
-        snippet = numbered(lines[lo - 1 : hi], lo) if lines else "(the file is now empty)"
-        return ToolOutcome(
-            output=(
-                f"Edited {rel}: replaced {plural(old_lines, 'line')} at line {first} with "
-                f"{plural(new_lines, 'line')}. Lines {lo}-{hi} now read:\n{snippet}"
-            ),
-            data={"path": rel, "line": first, "old_lines": old_lines, "new_lines": new_lines},
-        )
-
-
-def _occurrence_lines(text: str, needle: str) -> list[int]:
-    found: list[int] = []
-    start = 0
-    while (index := text.find(needle, start)) != -1:
-        found.append(text.count("\n", 0, index) + 1)
-        start = index + 1
-    return found
-
-
-def _miss_hint(text: str, old: str) -> str:
-    """Where the model probably meant: the same lines with other whitespace, or the closest line."""
-    lines = split_lines(text)
-    stripped = [line.strip() for line in lines]
-    wanted = [line.strip() for line in split_lines(old)]
-    while wanted and not wanted[0]:
-        wanted.pop(0)
-    while wanted and not wanted[-1]:
-        wanted.pop()
-    if not wanted:
-        return "old_text holds only whitespace."
-    for i in range(len(stripped) - len(wanted) + 1):
-        if stripped[i : i + len(wanted)] == wanted:
-            return (
-                f"Lines {i + 1}-{i + len(wanted)} match it except for indentation or "
-                "whitespace; copy them exactly (read_file shows a tab after each line number, "
-                "which is not part of the line)."
-            )
-    probe = max(wanted, key=len)
-    close = difflib.get_close_matches(probe, stripped, n=1, cutoff=0.6)
-    if close:
-        n = stripped.index(close[0]) + 1
-        return f"The closest line is {n}: {lines[n - 1].strip()!r}. Read the file and copy the text exactly."
-    return "Read the file (read_file) and copy the text exactly."
-
-
-# --- list_files ----------------------------------------------------------------------------
-
-
-class ListFilesArgs(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    path: str = Field(default=".", description="Folder to list, relative to the workspace.")
-    depth: int = Field(default=2, ge=1, le=10, description="How many levels of folders to show.")
-
-
-class ListFiles(Tool[ListFilesArgs]):
-    name = "list_files"
-    description = (
-        "List a workspace folder as a tree with file sizes, folders first, down to `depth` "
-        "levels (default 2); deeper folders show how many entries they hold."
-    )
-    Args = ListFilesArgs
-
-    async def run(self, args: ListFilesArgs, ctx: ToolContext) -> ToolOutcome:
-        root = workspace_relative(ctx.sandbox, args.path)
-        infos = await ctx.sandbox.list_tree(
-            args.path, max_depth=args.depth + 1, max_entries=LIST_SCAN_ENTRIES
-        )
-        more = len(infos) > LIST_SCAN_ENTRIES
-        infos = infos[:LIST_SCAN_ENTRIES]
-        if len(infos) == 1 and not infos[0].is_dir and infos[0].path == root:
-            return ToolOutcome(
-                output=f"{root}  {format_size(infos[0].size)} (a file)",
-                data={"path": root, "entries": 1},
-            )
-        text, shown, total = render_tree(root, infos, args.depth)
-        if more:
-            text += (
-                f"\n[the folder holds more than {LIST_SCAN_ENTRIES:,} entries within "
-                f"{args.depth + 1} levels; counts above are of the first {LIST_SCAN_ENTRIES:,}. "
-                "List a subfolder, or count with bash (`find DIR | wc -l`)]"
-            )
-        return ToolOutcome(
-            output=text, data={"path": root, "entries": total, "shown": shown, "more": more}
-        )
-
-
-def render_tree(root: str, infos: list[FileInfo], depth: int) -> tuple[str, int, int]:
-    """The listing as text, with the number of entries shown and within `depth`.
-
-    `infos` reaches one level deeper than shown, only to count what collapsed
-    folders hold.
-    """
-    root_path = PurePosixPath(root)
-    placed: list[tuple[PurePosixPath, FileInfo]] = []
-    children: dict[PurePosixPath, int] = {}
-    for info in infos:
-        rel = PurePosixPath(info.path)
-        if root != ".":
-            rel = rel.relative_to(root_path)
-        children[rel.parent] = children.get(rel.parent, 0) + 1
-        if len(rel.parts) <= depth:
-            placed.append((rel, info))
-    lines: list[str] = []
-    for rel, info in placed[:MAX_LIST_ENTRIES]:
-        indent = "  " * (len(rel.parts) - 1)
-        if info.is_dir:
-            held = children.get(rel, 0)
-            note = "  (empty)" if held == 0 else ""
-            if held and len(rel.parts) == depth:
-                note = f"  ({entries(held)})"
-            lines.append(f"{indent}{rel.name}/{note}")
-        else:
-            lines.append(f"{indent}{rel.name}  {format_size(info.size)}")
-    total = len(placed)
-    shown = min(total, MAX_LIST_ENTRIES)
-    header = f"[{root}: {entries(total)}, depth {depth}]"
-    if total == 0:
-        return f"{header}\n(empty folder)", 0, 0
-    text = header + "\n" + "\n".join(lines)
-    if total > shown:
-        text += (
-            f"\n[... {total - shown:,} more entries not shown; list a subfolder or use a "
-            "smaller depth]"
-        )
-    return text, shown, total
