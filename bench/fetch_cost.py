@@ -30,7 +30,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from mlra.tools.arxiv import ArxivRead, RateLimiter  # noqa: E402
+from mlra.tools.arxiv import RateLimiter  # noqa: E402
+from mlra.tools.arxiv_read import ArxivRead  # noqa: E402
 from mlra.tools.fetch.box import FetchBox, confinement  # noqa: E402
 from mlra.tools.fetch.policy import FetchPolicy, FetchSettings  # noqa: E402
 from mlra.tools.github import GithubClone  # noqa: E402

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from mlra.tools.arxiv import ArxivRead, ArxivSearch
+from mlra.tools.arxiv import ArxivSearch
+from mlra.tools.arxiv_read import ArxivRead
 from mlra.tools.fetch.policy import FetchPolicy, FetchSettings
 from mlra.tools.github import GithubClone
 from mlra.tools.registry import Tool

@@ -28,7 +28,8 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
-from mlra.tools.arxiv import ArxivRead, ArxivSearch, RateLimiter
+from mlra.tools.arxiv import ArxivSearch, RateLimiter
+from mlra.tools.arxiv_read import ArxivRead
 from mlra.tools.fetch.policy import FetchPolicy, FetchSettings
 from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from mlra.tools.sandbox.base import SandboxSpec

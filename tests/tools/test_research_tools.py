@@ -23,7 +23,8 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
-from mlra.tools.arxiv import ArxivRead, ArxivSearch, RateLimiter, arxiv_limiter
+from mlra.tools.arxiv import ArxivSearch, RateLimiter, arxiv_limiter
+from mlra.tools.arxiv_read import ArxivRead
 from mlra.tools.fetch.policy import FetchPolicy, FetchSettings
 from mlra.tools.fetched import Fetched
 from mlra.tools.github import GithubClone
