@@ -304,7 +304,11 @@ class ControlServer:
         finished = self.run.state.finished
         if finished is not None:
             raise Refused(f"refused: {self._ending_words()}")
-        if self.run.stop_requested and req.op not in ("status",):
+        if self.run.log is None or self.run.log.last_seq == 0:
+            # A control is an event, and no event may come before the run's `run_started`
+            # (its sandbox and task environment are still being made).
+            raise Refused("refused: the run is still starting; try again once it runs")
+        if self.run.stop_requested:
             raise Refused("refused: the run is ending (a stop was asked for)")
         if req.client == "attach" and self._holding is not conn:
             if self.holder is None:
@@ -344,10 +348,12 @@ class ControlServer:
             )
         if op == "inject":
             target = req.target or "worker"
-            if target not in ("worker", "supervisor"):
-                raise Refused(f"refused: inject goes to worker or supervisor, not {target!r}")
             if not (req.text or "").strip():
                 raise Refused("refused: inject needs a message")
+            if target.startswith("attempt:"):  # a search's attempt: its own worker
+                return self._message_attempt(target.removeprefix("attempt:"), req)
+            if target not in ("worker", "supervisor"):
+                raise Refused(f"refused: inject goes to worker or supervisor, not {target!r}")
             run.inject(target, req.text or "")
             return f"message for the {target} queued (it reads it at its next step)"
         if op == "breakpoints":
@@ -370,6 +376,16 @@ class ControlServer:
                 raise Refused(f"refused: attempt {req.target!r} cannot be submitted now")
             return f"submitting attempt {req.target}; the run ends and grades it"
         raise Refused(f"refused: unknown op {op!r}")  # pragma: no cover (the model forbids)
+
+    def _message_attempt(self, attempt: str, req: CtlRequest) -> str:
+        """A message to a running attempt's worker (the Attempts pane's m), recorded in
+        the attempt's own log as the request's client's."""
+        child = self.run.attempts.child(attempt)
+        if child is None:
+            raise Refused(f"refused: attempt {attempt!r} is not running")
+        with child.acting_as(req.client):
+            child.inject("worker", req.text or "")
+        return f"message for attempt {attempt}'s worker queued"
 
     def _waiting_call(self, named: str | None) -> str:
         waiting = self.run.controls.pending_calls()

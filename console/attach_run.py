@@ -204,8 +204,8 @@ class _AttemptMessages:
         self._attempt = attempt
 
     def inject(self, target: str, text: str) -> None:
-        # The run answers whether it takes a message for an attempt from outside.
-        self._run.send(CtlRequest(op="inject", target=f"{self._attempt}:{target}", text=text))
+        # Only the attempt's worker reads messages (as in the run's own console).
+        self._run.send(CtlRequest(op="inject", target=f"attempt:{self._attempt}", text=text))
 
 
 class HostWorkspace:

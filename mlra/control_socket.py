@@ -65,8 +65,8 @@ class CtlRequest(BaseModel):
     text: str | None = None
     """inject: the message; reject: why (the worker reads it)."""
     target: str | None = None
-    """inject: worker (default) or supervisor; stop_job: the job; attempt_stop / promote:
-    the attempt."""
+    """inject: worker (default), supervisor, or `attempt:ID` (that running attempt's
+    worker); stop_job: the job; attempt_stop / promote: the attempt."""
     arguments: dict[str, Any] | None = None
     """edit: the call's new arguments."""
     rules: list[str] | None = None

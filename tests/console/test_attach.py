@@ -27,7 +27,7 @@ from mlra.console.attach_app import AttachApp
 from mlra.console.attach_run import RemoteRun
 from mlra.console.cli import main as mlra_main
 from mlra.console.panes.status import StatusBar
-from mlra.console.screens import ConfirmScreen
+from mlra.console.screens import ConfirmScreen, PromptScreen
 from mlra.control_socket import socket_path
 from tests.conftest import SECRET_ENV
 from tests.fakes.model_server import ScriptedModelServer
@@ -115,7 +115,13 @@ def _held(run_dir: Path) -> bool:
     )
 
 
-def _start_run(tmp_path: Path, answer_task: Path, *extra: str) -> Iterator[LiveRun]:
+def _start_run(
+    tmp_path: Path,
+    answer_task: Path,
+    *extra: str,
+    script: dict[str, Any] | None = None,
+    held: Callable[[Path], bool] | None = None,
+) -> Iterator[LiveRun]:
     """A headless run in a child process, held on a command (or on its approval, with
     `--break bash`), its control socket up."""
     task = tmp_path / "task"
@@ -126,7 +132,7 @@ def _start_run(tmp_path: Path, answer_task: Path, *extra: str) -> Iterator[LiveR
     runs = tmp_path / "runs"
     run_dir = runs / "held"
     breaks = "--break" in extra
-    with ScriptedModelServer(_script()) as server:
+    with ScriptedModelServer(script or _script()) as server:
         args = [
             sys.executable, "-m", "mlra", "run", str(task), "--model", "openai/test",
             "--base-url", server.url_for("openai"), "--no-tui", "--runs-dir", str(runs),
@@ -140,8 +146,8 @@ def _start_run(tmp_path: Path, answer_task: Path, *extra: str) -> Iterator[LiveR
         def ready() -> bool:
             if proc.poll() is not None:
                 return True
-            held = _waits(run_dir) if breaks else _held(run_dir)
-            return held and socket_path(run_dir).exists()
+            holds = held or (_waits if breaks else _held)
+            return holds(run_dir) and socket_path(run_dir).exists()
 
         try:
             wait_for("the run to hold", ready, timeout=60)
@@ -445,3 +451,53 @@ async def test_a_watcher_the_run_dropped_for_falling_behind_watches_again_from_w
     assert seen == [1, 2, 3, 4]
     assert result is not None and result.status == "stopped"
     assert remote.gone is None
+
+
+def _attempt_held(run_dir: Path) -> bool:
+    return _held(run_dir / "attempts" / "a1")
+
+
+@pytest.fixture
+def searching_run(tmp_path: Path, answer_task: Path) -> Iterator[LiveRun]:
+    """A headless search (`--search llm`) whose one attempt holds on a command."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Answer, slowly")),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command=HELD)),
+            turn("", call("report", summary="wrote 42")),
+        ],
+    }
+    extra = ("--search", "llm", "--attempts", "1")
+    yield from _start_run(tmp_path, answer_task, *extra, script=script, held=_attempt_held)
+
+
+async def test_an_attached_console_messages_a_running_attempt(searching_run: LiveRun) -> None:
+    """In a search, the Attempts pane's m sends a message to the selected running
+    attempt's worker from the attached console too: the attempt's own log records it,
+    from "attach"."""
+    app = AttachApp(RemoteRun(searching_run.run_dir))
+    attempt = searching_run.run_dir / "attempts" / "a1"
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the attempt", lambda: "a1" in app.state.attempts.nodes)
+        await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+        await pilot.press("A")  # to the Attempts pane; a1 is selected
+        await pilot.press("m")
+        await pilot_wait(pilot, "the prompt", lambda: isinstance(app.screen, PromptScreen))
+        await pilot.press(*"look again")
+        await pilot.press("enter")
+        told = wait_for(
+            "the message in the attempt's log",
+            lambda: [
+                e for e in events_of(attempt) if isinstance(e, ev.Control) and e.action == "inject"
+            ],
+            timeout=10,
+        )
+        assert [(c.source, c.text, c.target) for c in told] == [("attach", "look again", "worker")]
+        await pilot.press("q")
+        await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
+    (attempt / "workspace" / ".hold").unlink()  # the attempt's own workspace
+    assert searching_run.finish() == 0
