@@ -165,13 +165,32 @@ def tag_counts(notes: list[Annotation]) -> Counter[str]:
 
 def worker_steps(run_dir: Path) -> dict[int, int]:
     """Worker step number -> the `seq` of its first `step_started`, as the replay's
-    "Go to" numbers them. Only the lines that start a step are parsed (a log can hold
-    100,000 events): inside any JSON string the key's quotes would be escaped, so the
-    bare `"type":"step_started"` is only ever an event's own type."""
-    steps: dict[int, int] = {}
-    with open(run_dir / EVENTS_FILE, "rb") as f:
-        for line in f:
-            if b'"type":"step_started"' not in line or not line.endswith(b"\n"):
+    "Go to" numbers them."""
+    return StepIndex(run_dir).update()
+
+
+class StepIndex:
+    """`worker_steps` of a log that grows: each update reads only what was appended
+    since the last (a console asks on every note key; a long run's log is tens of MB).
+
+    Only the lines that start a step are parsed: inside any JSON string the key's quotes
+    would be escaped, so the bare `"type":"step_started"` is only ever an event's own
+    type. A line not yet ended is left for the next update."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = run_dir / EVENTS_FILE
+        self.offset = 0
+        self.steps: dict[int, int] = {}
+
+    def update(self) -> dict[int, int]:
+        """The steps so far (OSError reaches the caller)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for line in data[:end].split(b"\n"):
+            if b'"type":"step_started"' not in line:
                 continue
             try:
                 event = json.loads(line)
@@ -181,8 +200,8 @@ def worker_steps(run_dir: Path) -> dict[int, int]:
                 continue
             step, seq = event.get("step"), event.get("seq")
             if isinstance(step, int) and isinstance(seq, int):
-                steps.setdefault(step, seq)
-    return steps
+                self.steps.setdefault(step, seq)
+        return self.steps
 
 
 def step_of_seq(steps: dict[int, int], seq: int) -> int | None:

@@ -37,12 +37,12 @@ from mlra import events as ev
 from mlra.agent.annotations import (
     ANNOTATIONS_FILE,
     Annotation,
+    StepIndex,
     append_annotation,
     load_annotations,
     parse_rating,
     step_of_seq,
     who,
-    worker_steps,
 )
 from mlra.agent.controller import Agent, RunController
 from mlra.agent.controls import Breakpoint
@@ -173,6 +173,8 @@ class MlraApp(App[int]):
         self._no_controls = NoControls()
         self._notes_size: int | None = None
         """The size of annotations.jsonl when last read: a change shows the new notes."""
+        self._step_index: StepIndex | None = None
+        """Where each worker step starts in the log, read as the log grows (note keys)."""
         if controller is not None:
             controller.subscribe(self.display_.on_event)
             # A long command's output past the log's cap streams to the transcript alone.
@@ -641,8 +643,10 @@ class MlraApp(App[int]):
         else the newest worker step; None (and said) when there is none."""
         if self.run_dir is None:
             return None
+        if self._step_index is None:
+            self._step_index = StepIndex(Path(self.run_dir))
         try:
-            steps = worker_steps(Path(self.run_dir))
+            steps = self._step_index.update()
         except OSError as exc:
             self.notify(f"cannot read the run's log: {exc}", severity="error", markup=False)
             return None

@@ -27,9 +27,11 @@ from mlra import events as ev
 from mlra.agent.annotations import (
     ANNOTATIONS_FILE,
     Annotation,
+    StepIndex,
     append_annotation,
     load_annotations,
     read_annotations,
+    worker_steps,
 )
 from mlra.agent.eventlog import EVENTS_FILE, read_events
 from mlra.batch.report import write_report
@@ -255,3 +257,21 @@ def test_writers_at_once_never_interleave_and_a_damaged_line_is_skipped(tmp_path
     notes, skipped = load_annotations(tmp_path)
     assert len(notes) == 401 and skipped == 1 and notes[-1].tags == ["after"]
     assert oct(os.stat(tmp_path / ANNOTATIONS_FILE).st_mode & 0o777) == "0o600"
+
+
+def test_the_step_index_reads_only_what_the_log_gained(tmp_path: Path) -> None:
+    def line(seq: int, agent: ev.AgentRole, step: int) -> bytes:
+        e = ev.StepStarted(seq=seq, agent=agent, step=step, turn=step)
+        return e.model_dump_json().encode() + b"\n"
+
+    log = tmp_path / EVENTS_FILE
+    log.write_bytes(line(1, "supervisor", 1) + line(2, "worker", 1))
+    index = StepIndex(tmp_path)
+    assert index.update() == {1: 2}
+    whole = line(3, "worker", 2)
+    with open(log, "ab") as f:
+        f.write(whole[:20])  # half-written: left for the next update
+    assert index.update() == {1: 2}
+    with open(log, "ab") as f:
+        f.write(whole[20:])
+    assert index.update() == {1: 2, 2: 3} == worker_steps(tmp_path)
