@@ -56,10 +56,12 @@ class Notifications:
         return self.dispatch.sent
 
     def on_event(self, event: ev.Event) -> None:
-        if not self._told and isinstance(event, ev.RunStarted | ev.RunResumed | ev.RunForked):
-            self._told = True
-            with contextlib.suppress(RuntimeError):  # past the log's fan-out of this event
+        if not self._told:
+            # Once, after the first event this process writes (a new run's `run_started`,
+            # a resumed one's first), past the log's fan-out of it.
+            with contextlib.suppress(RuntimeError):  # not yet where no loop runs
                 asyncio.get_running_loop().call_soon(self._tell_where)
+                self._told = True
         note = self.triggers.notification(event)
         if note is not None:
             self.dispatch.send(note)

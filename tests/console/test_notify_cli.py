@@ -105,3 +105,26 @@ def test_a_batch_tells_of_each_run_s_end_and_its_own(tmp_path: Path) -> None:
     assert end["counts"] == {"finished": 2} and end["run_dir"] == str((tmp_path / "out").resolve())
     for note in runs:  # each run's own log knows nothing of the destination
         assert "heard.jsonl" not in (Path(note["run_dir"]) / "events.jsonl").read_text()
+
+
+def test_a_fork_is_told_where_it_is_given_notify_and_records_no_destination(
+    tmp_path: Path,
+) -> None:
+    ran = mlra_cli(
+        ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--runs-dir", "runs"],
+        cwd=tmp_path,
+    )
+    assert ran.returncode == 0, ran.stderr
+    (source,) = (tmp_path / "runs").iterdir()
+    forked = mlra_cli(
+        [
+            "fork", str(source), "--at", "1", "--no-tui", "--run-id", "again",
+            "--notify", "cmd:cat >> heard.jsonl",
+        ],
+        cwd=tmp_path,
+    )  # fmt: skip
+    assert forked.returncode == 0, forked.stdout + forked.stderr
+    (heard,) = [json.loads(line) for line in (tmp_path / "heard.jsonl").read_text().splitlines()]
+    assert (heard["kind"], heard["run_id"], heard["score"]) == ("finished", "again", 1.0)
+    logged = (tmp_path / "runs" / "again" / "events.jsonl").read_text()
+    assert logged.count("notifications go to command") == 1 and "heard.jsonl" not in logged
