@@ -6,10 +6,10 @@ console (Textual) owns stdout and stderr; stderr when it is a terminal otherwise
 
 from __future__ import annotations
 
-import asyncio
 import sys
 
 from mlra.agent.notify.note import Notification, NotifyFailed
+from mlra.agent.notify.threads import in_daemon_thread
 
 BELL = "\a"
 
@@ -33,4 +33,4 @@ class Bell:
     described = "bell"
 
     async def send(self, note: Notification) -> None:
-        await asyncio.to_thread(ring)
+        await in_daemon_thread(ring, name="mlra-notify-bell")

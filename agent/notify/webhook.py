@@ -7,13 +7,13 @@ URL may carry a token (a Slack or ntfy hook does), so it is never written anywhe
 
 from __future__ import annotations
 
-import asyncio
 import urllib.error
 import urllib.request
 from urllib.parse import urlsplit
 
 from mlra import __version__
 from mlra.agent.notify.note import Notification, NotifyFailed
+from mlra.agent.notify.threads import in_daemon_thread
 
 WEBHOOK_TIMEOUT_S = 5.0
 
@@ -54,4 +54,5 @@ class Webhook:
             raise NotifyFailed(f"it could not be reached: {reason}") from None
 
     async def send(self, note: Notification) -> None:
-        await asyncio.to_thread(self._post, note.model_dump_json().encode("utf-8"))
+        body = note.model_dump_json().encode("utf-8")
+        await in_daemon_thread(lambda: self._post(body), name="mlra-notify-webhook")
