@@ -1,0 +1,36 @@
+"""Which snapshot test draws which picture of the documentation.
+
+The pictures in `docs/images/` are these tests' own SVGs, copied byte for byte, so the
+pages never show a console that is not the product's: `docs/screens.py` regenerates
+them, `tests/test_docs.py` checks they are still identical, and the tests named here
+carry the `docs_screens` marker (`pytest -m docs_screens`, tests/console/conftest.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+IMAGES = ROOT / "docs" / "images"
+
+SCREENS: dict[str, str] = {
+    "console-running.svg": "tests/console/test_console_snapshots.py::test_running",
+    "console-80x24.svg": "tests/console/test_console_snapshots.py::test_80x24[running]",
+    "console-breakpoint.svg": (
+        "tests/console/test_console_snapshots.py::test_paused_with_a_tool_call_waiting"
+    ),
+    "console-experiments.svg": (
+        "tests/console/test_experiments_pane.py::test_snapshot_with_experiments"
+    ),
+    "console-attempts.svg": "tests/console/test_attempts_pane.py::test_snapshot_attempts_200x50",
+    "replay-mid-run.svg": "tests/console/test_replay.py::test_snapshot_replay_mid_run",
+}
+"""The docs' picture (a file name in docs/images/) to the snapshot test that draws it."""
+
+
+def snapshot_of(nodeid: str) -> Path:
+    """Where pytest-textual-snapshot keeps a test's SVG: `__snapshots__/<module>/<test>.svg`
+    beside the test file, the test's name with its parameters."""
+    path, _, name = nodeid.partition("::")
+    test_file = ROOT / path
+    return test_file.parent / "__snapshots__" / test_file.stem / f"{name}.svg"
