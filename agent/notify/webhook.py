@@ -31,6 +31,16 @@ def host_of(url: str) -> str:
     return host if port is None else f"{host}:{port}"
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: it would send to a place the user did not name."""
+
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+OPENER = urllib.request.build_opener(_NoRedirects())
+
+
 class Webhook:
     def __init__(self, url: str, *, timeout_s: float = WEBHOOK_TIMEOUT_S) -> None:
         self.url = url
@@ -45,10 +55,11 @@ class Webhook:
             headers={"Content-Type": "application/json", "User-Agent": f"mlra/{__version__}"},
         )
         try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
+            with OPENER.open(request, timeout=self.timeout_s) as response:
                 response.read(65536)
         except urllib.error.HTTPError as exc:
-            raise NotifyFailed(f"it answered HTTP {exc.code}") from None
+            moved = " (a redirect, not followed)" if 300 <= exc.code < 400 else ""
+            raise NotifyFailed(f"it answered HTTP {exc.code}{moved}") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise NotifyFailed(f"it could not be reached: {reason}") from None

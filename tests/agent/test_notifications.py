@@ -27,8 +27,9 @@ from mlra.agent.controller import RunController
 from mlra.agent.controls import Controls
 from mlra.agent.drive import warning_left_s, watch_deadline
 from mlra.agent.eventlog import read_events
-from mlra.agent.notify import parse_destinations
+from mlra.agent.notify import Notification, NotifyFailed, parse_destinations
 from mlra.agent.notify.triggers import Triggers
+from mlra.agent.notify.webhook import Webhook
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.tasks.spec import load_task
@@ -302,3 +303,30 @@ async def test_a_provider_failure_that_pauses_the_run_and_the_time_warning_notif
     assert "left" in warned["title"] and warned["t"] >= 2.6  # a tenth of 3 s left, not before
     log = read_events(controller.run_dir / "events.jsonl")
     assert sum(isinstance(e, ev.TimeWarning) for e in log) == 1
+
+
+async def test_a_webhook_that_redirects_is_not_followed() -> None:
+    """A redirect would send the notification where the user did not name."""
+    seen: list[str] = []
+
+    class Moved(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            seen.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", "/elsewhere")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = HTTPServer(("127.0.0.1", 0), Moved)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        hook = Webhook(f"http://127.0.0.1:{server.server_port}/hook")
+        note = Notification(kind="finished", title="t", message="m", run_id="r", run_dir="/r")
+        with pytest.raises(NotifyFailed, match="HTTP 307 \\(a redirect, not followed\\)"):
+            await hook.send(note)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert seen == ["/hook"]
