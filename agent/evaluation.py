@@ -58,12 +58,8 @@ def submitted_attempt(run: RunContext, ending: Ending) -> ev.AttemptFinished | N
 
 async def evaluate(run: RunContext, ending: Ending) -> None:
     from mlra.tasks.grading import grade_artifact
-    from mlra.tools.submission import (
-        SUBMISSION_DIR,
-        SubmissionRefused,
-        describe_error,
-        freeze,
-    )
+    from mlra.tools.artifact_copy import SubmissionRefused
+    from mlra.tools.submission import SUBMISSION_DIR, describe_error, freeze
 
     workdir = None
     if run.sandbox is not None:

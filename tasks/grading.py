@@ -20,7 +20,8 @@ from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.failures import failure_problem
 from mlra.tasks.spec import TaskSpec
 from mlra.tasks.success import success_bar, success_of
-from mlra.tools.submission import SubmissionRefused, freeze
+from mlra.tools.artifact_copy import SubmissionRefused
+from mlra.tools.submission import freeze
 
 __all__ = ["WORKSPACE_COPY_SUFFIX", "grade", "grade_artifact", "success_bar", "success_of"]
 

@@ -28,8 +28,9 @@ from mlra.durations import format_duration
 from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.hidden_text import HiddenText
 from mlra.tasks.spec import TaskSpec, ValidationSettings
+from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.sandbox.base import SandboxError
-from mlra.tools.submission import SubmissionRefused, freeze, remove_tree
+from mlra.tools.submission import freeze, remove_tree
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode

@@ -80,7 +80,8 @@ class Submit(Tool[SubmitArgs]):
 def submitted_path(sandbox: Sandbox, path: str, *, default: bool = False) -> str:
     """The path relative to the workspace, as written; it must exist, and no link on
     the way may lead out of the workspace (the freeze checks the artifact's inside)."""
-    from mlra.tools.submission import SubmissionRefused, follow_submitted, workspace_relative
+    from mlra.tools.artifact_copy import SubmissionRefused
+    from mlra.tools.submission import follow_submitted, workspace_relative
 
     try:
         rel = workspace_relative(sandbox.workspace, path, workdir=sandbox.workdir)

@@ -35,11 +35,12 @@ from mlra.agent.snapshots import (
 )
 from mlra.batch.executors import shipping
 from mlra.tasks.spec import load_task
+from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolContext, ToolRegistry, parse_arguments
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import SandboxError
-from mlra.tools.submission import SubmissionRefused, freeze
+from mlra.tools.submission import freeze
 from tests.scripts import call, turn
 from tests.tools import test_sandbox_attacks as attacks
 from tests.tools.test_sandbox_attacks import Box, Scene, _no_leaks, _run
@@ -68,7 +69,8 @@ from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolContext, ToolRegistry
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
-from mlra.tools.submission import SubmissionRefused, freeze
+from mlra.tools.artifact_copy import SubmissionRefused
+from mlra.tools.submission import freeze
 
 run_dir = Path(sys.argv[1])
 ws = run_dir / "workspace"

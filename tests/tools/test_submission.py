@@ -25,8 +25,9 @@ from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import load_task
+from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.sandbox import trees
-from mlra.tools.submission import SubmissionRefused, artifact_digest, freeze, remove_tree
+from mlra.tools.submission import artifact_digest, freeze, remove_tree
 from tests.conftest import SECRET_ENV, mlra_cli, run_baseline
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, supervisor_answering, turn
