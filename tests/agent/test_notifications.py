@@ -27,7 +27,7 @@ from mlra.agent.controller import RunController
 from mlra.agent.controls import Controls
 from mlra.agent.drive import warning_left_s, watch_deadline
 from mlra.agent.eventlog import read_events
-from mlra.agent.notify import Notification, NotifyFailed, parse_destinations
+from mlra.agent.notify import Notification, NotifyFailed, desktop, parse_destinations
 from mlra.agent.notify.triggers import Triggers
 from mlra.agent.notify.webhook import Webhook
 from mlra.agent.providers import resolve_model
@@ -330,3 +330,28 @@ async def test_a_webhook_that_redirects_is_not_followed() -> None:
         server.shutdown()
         server.server_close()
     assert seen == ["/hook"]
+
+
+async def test_desktop_notifications_go_through_notify_send_where_there_is_a_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The desktop's own notifier is stood in for by a script of the same name on PATH
+    (this machine has no desktop); without a session there is one line saying so."""
+    bin_dir, shown = tmp_path / "bin", tmp_path / "shown.txt"
+    bin_dir.mkdir()
+    sender = bin_dir / "notify-send"
+    sender.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > {shown}\n")
+    sender.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    for name in ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS"):
+        monkeypatch.delenv(name, raising=False)
+    assert desktop.unavailable() == (
+        "no desktop session here (none of DISPLAY, WAYLAND_DISPLAY, DBUS_SESSION_BUS_ADDRESS)"
+    )
+    monkeypatch.setenv("DISPLAY", ":0")
+    assert desktop.unavailable() is None
+    note = Notification(
+        kind="approval", title="mlra: approve?", message="bash ls", run_id="r", run_dir="/r"
+    )
+    await desktop.Desktop().send(note)
+    assert shown.read_text().splitlines() == ["--app-name=mlra", "mlra: approve?", "bash ls"]
