@@ -238,7 +238,8 @@ def _connect_as_nobody(run_dir: Path) -> str:
             sock.settimeout(20)
             try:
                 sock.connect(path)
-                sock.sendall(b'{"op": "status"}\n')
+                with contextlib.suppress(BrokenPipeError):  # refused before it asked
+                    sock.sendall(b'{"op": "status"}\n')
                 said = sock.makefile().readline()
             except OSError as exc:
                 said = type(exc).__name__
