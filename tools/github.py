@@ -12,6 +12,9 @@ outgrows the size cap or the time-out is stopped while it downloads. The finishe
 clone is renamed in beneath the workspace. Every way a clone can fail becomes one
 readable observation, and only failures a second try can cure (a dropped
 connection, a 5xx) are retried.
+
+What the request means (the URL normalized, the ref and folder name checked) is read
+first, before anything is fetched, in tools/github_plan.py.
 """
 
 from __future__ import annotations
@@ -24,27 +27,23 @@ import stat
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.tools.fetch import landing
 from mlra.tools.fetch.box import FetchBox, confinement
 from mlra.tools.fetch.https import https_get
-from mlra.tools.fetch.policy import FetchPolicy, FetchRefused, Target
+from mlra.tools.fetch.policy import FetchPolicy, Target
 from mlra.tools.fetched import Fetched
 from mlra.tools.files import format_size, plural
+from mlra.tools.github_plan import REPOS_DIR, ClonePlan, plan_clone
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 from mlra.tools.sandbox.base import Sandbox, SandboxError
 
 DEFAULT_MAX_BYTES = 500 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 300.0
 DESCRIBE_TIMEOUT_S = 60.0
-REPOS_DIR = "repos"
-SCP_LIKE = re.compile(r"^(?P<user>[\w.-]+)@(?P<host>[\w.-]+):(?P<path>[\w./~-]+)$")
-SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 HEX_REF = re.compile(r"^[0-9a-fA-F]{4,40}$")
-NOT_GIT_SUFFIXES = (".pdf", ".zip", ".tar", ".gz", ".tgz", ".html", ".htm", ".txt", ".json")
 TRANSIENT = (
     "could not resolve host",
     "connection timed out",
@@ -92,15 +91,6 @@ class GithubCloneArgs(BaseModel):
         default=None,
         description="Folder name under repos/; default: the repository's name.",
     )
-
-
-@dataclass
-class _Plan:
-    url: str
-    ref: str | None
-    name: str
-    deadline: float = 0.0
-    limit_s: float = 0.0
 
 
 class GitFailed(Exception):
@@ -189,7 +179,7 @@ class GithubClone(Tool[GithubCloneArgs]):
             await asyncio.to_thread(landing.remove, staging)
 
     async def _clone_into(
-        self, plan: _Plan, args: GithubCloneArgs, ctx: ToolContext, rel: str, clone: _Clone
+        self, plan: ClonePlan, args: GithubCloneArgs, ctx: ToolContext, rel: str, clone: _Clone
     ) -> ToolOutcome:
         plan.limit_s = ctx.timeout(self.timeout_s)
         started = time.monotonic()
@@ -251,7 +241,7 @@ class GithubClone(Tool[GithubCloneArgs]):
             },
         )
 
-    async def _discover(self, clone: _Clone, plan: _Plan) -> Target:
+    async def _discover(self, clone: _Clone, plan: ClonePlan) -> Target:
         """Ask the server for the repository's refs, following redirects only where each
         passes the policy, and return the final repository URL, pinned to its address:
         git itself follows none."""
@@ -303,7 +293,7 @@ class GithubClone(Tool[GithubCloneArgs]):
             out += ["-c", item]
         return out
 
-    async def _clone(self, clone: _Clone, plan: _Plan, depth: int) -> str:
+    async def _clone(self, clone: _Clone, plan: ClonePlan, depth: int) -> str:
         """Clone into the staging folder; says how (branch, tag, commit) for the observation."""
         url = clone.target.url
         shallow = ["--depth", str(depth)] if depth > 0 else []
@@ -346,7 +336,7 @@ class GithubClone(Tool[GithubCloneArgs]):
             ) from None
         return f"commit {plan.ref}, full history"
 
-    async def _git(self, clone: _Clone, plan: _Plan, argv: list[str]) -> str:
+    async def _git(self, clone: _Clone, plan: ClonePlan, argv: list[str]) -> str:
         """Run git in the box; stop it when it outgrows the cap or the time. Returns
         its output."""
         left = plan.deadline - time.monotonic()
@@ -384,13 +374,13 @@ class GithubClone(Tool[GithubCloneArgs]):
             )
         return result.stdout.decode("utf-8", errors="replace")
 
-    def _too_slow(self, plan: _Plan) -> SandboxError:
+    def _too_slow(self, plan: ClonePlan) -> SandboxError:
         return SandboxError(
             f"the clone did not finish within {plan.limit_s:.0f} s and was stopped; "
             "nothing was kept. Try depth=1, or a smaller repository"
         )
 
-    async def _describe(self, clone: _Clone, plan: _Plan) -> dict:
+    async def _describe(self, clone: _Clone, plan: ClonePlan) -> dict:
         """The clone's commit, listing and README, read inside the box."""
         left = max(5.0, min(DESCRIBE_TIMEOUT_S, plan.deadline - time.monotonic()))
         result = await clone.box.run(clone.box.runner("describe", clone.dest), timeout_s=left)
@@ -405,7 +395,7 @@ class GithubClone(Tool[GithubCloneArgs]):
             )
         return info
 
-    def _explain(self, plan: _Plan, stderr: str, retried: int) -> str:
+    def _explain(self, plan: ClonePlan, stderr: str, retried: int) -> str:
         said = _last_lines(stderr)
         low = stderr.lower()
         tries = f" (after {plural(retried + 1, 'try', 'tries')})" if retried else ""
@@ -419,62 +409,6 @@ class GithubClone(Tool[GithubCloneArgs]):
                 f"private, or is not a git URL). git said: {said}"
             )
         return f"git clone of {plan.url} failed{tries}: {said}"
-
-
-def plan_clone(url: str, ref: str | None, name: str | None) -> _Plan:
-    """The URL to clone, the ref and the folder name; refuses what is not an https git URL
-    (the policy then checks the host)."""
-    raw = url.strip()
-    if re.match(r"^(www\.)?(github|gitlab)\.com/", raw):
-        raw = "https://" + raw
-    scp = SCP_LIKE.match(raw)
-    if scp is not None and scp["host"].lower() == "github.com":
-        raw = f"https://github.com/{scp['path']}"  # GitHub's ssh form names the same repo
-    elif scp is not None:
-        raise FetchRefused(
-            f"{url!r} is an ssh address; mlra clones for the agent over https:// only "
-            "(write https://HOST/OWNER/REPO)"
-        )
-    if ref is not None:
-        ref = ref.strip() or None
-        if ref is not None and (ref.startswith("-") or any(c.isspace() for c in ref)):
-            raise SandboxError(f"{ref!r} is not a branch, tag or commit name")
-    parts = urlsplit(raw)
-    if not parts.scheme or (not parts.netloc and parts.scheme.lower() != "file"):
-        raise SandboxError(
-            f"{url!r} is not a git URL; github_clone takes a repository URL such as "
-            "https://github.com/OWNER/REPO"
-        )
-    path = parts.path
-    if path.lower().endswith(NOT_GIT_SUFFIXES):
-        raise SandboxError(
-            f"{url!r} points to a file, not a git repository; download files with bash "
-            "(curl) if the sandbox has network, or clone the repository that holds it"
-        )
-    target = raw
-    if parts.scheme.lower() in {"https", "http"} and (parts.hostname or "").lower() in {
-        "github.com",
-        "www.github.com",
-    }:
-        segs = [s for s in path.split("/") if s]
-        if len(segs) < 2:
-            raise SandboxError(
-                f"{url!r} does not name a repository; use https://github.com/OWNER/REPO"
-            )
-        owner, repo = segs[0], segs[1].removesuffix(".git")
-        if len(segs) >= 4 and segs[2] in {"tree", "blob", "commit"} and ref is None:
-            ref = segs[3]
-        target = f"https://github.com/{owner}/{repo}.git"
-        path = f"/{owner}/{repo}"
-    if name is None:
-        base = path.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git")
-        name = re.sub(r"[^A-Za-z0-9._-]", "-", base).lstrip(".-") or "repo"
-    elif not SAFE_NAME.match(name) or name in {".", ".."}:
-        raise SandboxError(
-            f"name {name!r} must be a plain folder name (letters, digits, '.', '_', '-'); "
-            f"the clone always goes under {REPOS_DIR}/ in the workspace"
-        )
-    return _Plan(url=target, ref=ref, name=name)
 
 
 def _taken(sandbox: Sandbox, rel: str) -> bool:
