@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar, overload
 
+from mlra.console.args import Parser
 from mlra.terminal_text import printable_line
 
 ACTIONS = {
@@ -38,8 +40,38 @@ ACTIONS = {
     "stop-attempt": "stop one of a search's attempts: ATTEMPT",
     "promote": "submit a search's attempt: ATTEMPT (the run ends and grades it)",
 }
+_N = TypeVar("_N")
+
 _OPS = {"stop-job": "stop_job", "stop-attempt": "attempt_stop"}
 _NO_ARGUMENT = {"status", "pause", "resume", "step", "approve", "stop", "quit"}
+
+
+class _MixedParser(Parser):
+    """Options anywhere among the action's words (`reject --call ID why not`): argparse
+    alone stops taking positionals once an option has come between them."""
+
+    _mixing = False
+
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: None = None
+    ) -> tuple[argparse.Namespace, list[str]]: ...
+    @overload
+    def parse_known_args(
+        self, args: Iterable[str] | None, namespace: _N
+    ) -> tuple[_N, list[str]]: ...
+    @overload
+    def parse_known_args(self, *, namespace: _N) -> tuple[_N, list[str]]: ...
+    def parse_known_args(
+        self, args: Iterable[str] | None = None, namespace: Any = None
+    ) -> tuple[Any, list[str]]:
+        if self._mixing:  # parse_known_intermixed_args calls back here
+            return super().parse_known_args(args, namespace)
+        self._mixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._mixing = False
 
 
 def add_ctl_command(sub: Any) -> None:
@@ -71,6 +103,7 @@ def add_ctl_command(sub: Any) -> None:
         "--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)"
     )
     ctl.set_defaults(func=cmd_ctl)
+    ctl.__class__ = _MixedParser
 
 
 def run_folder(run: str, runs_dir: Path) -> Path:

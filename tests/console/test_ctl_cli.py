@@ -195,6 +195,17 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
         sock.chmod(0o600)
         run_dir.chmod(0o700)
 
+        wrong = ctl(root, "reject", "--call", "nope", "not that one")
+        assert wrong.returncode == 1
+        assert wrong.stderr.strip() == (
+            f"refused: call nope does not wait for approval (waiting: {asked['call_id']})"
+        )
+        rules = ctl(root, "breakpoints", "bash:rm -rf", "--json")
+        assert json.loads(rules.stdout) == {
+            "ok": True,
+            "message": "breakpoints: bash:rm -rf",
+            "ended": False,
+        }
         told = ctl(root, "inject", "the answer is 42, from ctl")
         assert told.returncode == 0, told.stderr
         approved = ctl(root, "approve")
@@ -214,7 +225,11 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
     assert "[message from the user] the answer is 42, from ctl" in json.dumps(
         after.body["messages"][-1]
     )
-    assert ("approve", "ctl") in _controls(run_dir) and ("inject", "ctl") in _controls(run_dir)
+    assert [c for c in _controls(run_dir) if c[1] == "ctl"] == [
+        ("breakpoints", "ctl"),
+        ("inject", "ctl"),
+        ("approve", "ctl"),
+    ]
     assert not sock.exists()
 
     done = ctl(root, "status")
