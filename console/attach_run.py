@@ -27,6 +27,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from mlra import events as ev
 from mlra.agent.attempts import submittable
 from mlra.agent.controls import Breakpoint
@@ -407,7 +409,10 @@ class RemoteRun:
                 raise Gone(reply.message)
 
     def _parse(self, data: dict[str, Any]) -> ev.Event:
-        event = parse_event(json.dumps(data))
+        try:
+            event = ev.EVENT_ADAPTER.validate_python(data)
+        except ValidationError:  # a type this mlra does not know: the log's own reader says
+            event = parse_event(json.dumps(data))
         try:
             return self._resolve(event)
         except Unresolved:
