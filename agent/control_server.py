@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import socket
 import struct
 import tempfile
@@ -51,6 +52,9 @@ MAX_LINE = 1 << 20
 
 WATCH_QUEUE = 10_000
 """Events one watcher may have waiting to be sent before it is dropped."""
+
+PRIVATE_PREFIX = ".control-"
+"""The private folder the socket is bound in before it is renamed into place."""
 
 CLOSE_GRACE_S = 2.0
 """How long the ending run waits for its watchers to take their last lines."""
@@ -165,7 +169,9 @@ class ControlServer:
     async def start(self) -> None:
         """Bind the socket where no one else can reach it yet, then put it in place (a
         stale socket left by a killed run is replaced in the same step)."""
-        private = Path(tempfile.mkdtemp(prefix=".control-", dir=self.run_dir))  # 0700
+        for left in self.run_dir.glob(f"{PRIVATE_PREFIX}*"):  # a killed run's, mid-bind
+            shutil.rmtree(left, ignore_errors=True)
+        private = Path(tempfile.mkdtemp(prefix=PRIVATE_PREFIX, dir=self.run_dir))  # 0700
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             with short_address(private) as address:
@@ -452,20 +458,22 @@ class ControlServer:
 
     def _subscriber(self, conn: _Connection) -> Callable[[ev.Event], None]:
         def on_event(event: ev.Event) -> None:
+            """Called inside the run's `append`: it must never raise, nor wait."""
             if conn.closed:
                 return
-            if not conn.streaming:
-                conn.early.append(event)
-                if len(conn.early) <= WATCH_QUEUE:
+            try:
+                if not conn.streaming:
+                    conn.early.append(event)
+                    if len(conn.early) <= WATCH_QUEUE:
+                        return
+                elif conn.out.qsize() < WATCH_QUEUE:
+                    conn.send_event(event)
                     return
-            elif conn.out.qsize() < WATCH_QUEUE:
-                conn.send_event(event)
-                return
+                why = f"this watcher fell {WATCH_QUEUE} events behind the run"
+            except Exception as exc:  # a watcher's trouble is never the run's
+                why = f"event {event.seq} could not be sent: {exc!r}"
             self._stop_watching(conn)
-            conn.drop(
-                f"dropped: this watcher fell {WATCH_QUEUE} events behind the run; "
-                f"watch again from seq {conn.sent_seq}"
-            )
+            conn.drop(f"dropped: {why}; watch again from seq {conn.sent_seq}")
 
         return on_event
 

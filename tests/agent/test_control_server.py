@@ -121,6 +121,7 @@ async def test_watch_hold_and_controls(tmp_path: Path, answer_task: Path) -> Non
         with short_address(run_dir) as address:
             stale.bind(address)
         stale.close()
+        (run_dir / ".control-old").mkdir(mode=0o700)  # a run killed mid-bind left this
         asked = _waiting(controller)
         running = asyncio.create_task(controller.run(agent_for))
         await asyncio.wait_for(asked.wait(), 60)
