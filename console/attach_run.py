@@ -423,6 +423,10 @@ class RemoteRun:
             return  # sent again after a watch was taken up again
         self.last_seq = event.seq
         self.state.apply(event)
+        if isinstance(event, ev.Control) and event.action == "breakpoints" and event.arguments:
+            rules = event.arguments.get("rules")
+            if isinstance(rules, list):  # the rules as the run now holds them
+                self.controls.breakpoints = [Breakpoint.parse(str(r)) for r in rules]
         if event.seq > self.backlog_upto:
             self.clock.set(event.t)  # live: the run's clock as of now
         for callback in self._subscribers:
