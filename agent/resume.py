@@ -25,8 +25,9 @@ from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, encode_stored, read_events
 from mlra.agent.providers.base import ModelProvider
-from mlra.agent.snapshots import SNAPSHOTS_DIR, SnapshotStore, WorkspaceHistory
+from mlra.agent.snapshots import SNAPSHOTS_DIR, SnapshotStore
 from mlra.agent.state import fold
+from mlra.agent.workspace_history import WorkspaceHistory
 from mlra.tasks.spec import TaskSpec
 
 

@@ -31,8 +31,9 @@ from mlra import events as ev
 from mlra.agent.annotations import Annotation, read_annotations
 from mlra.agent.eventlog import EVENTS_FILE, check_lines
 from mlra.agent.log_refs import Unresolved, resolve
-from mlra.agent.snapshots import SnapshotStore, WorkspaceHistory
+from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import RunState
+from mlra.agent.workspace_history import WorkspaceHistory
 from mlra.tools.sandbox.base import FileInfo
 
 CHECKPOINT_EVERY = 1000
