@@ -416,6 +416,8 @@ class RunResult(BaseModel):
     evaluation_error: str | None = None
     restored_read_only: list[str] = []
     """Read-only task files the agent had changed, put back before grading."""
+    rules: ev.RulesSummary | None = None
+    """The challenge's rules the grade checked and those it trusted (tasks/challenge.py)."""
     duration_s: float
     wall_s: float
     steps: int
@@ -510,6 +512,7 @@ def result_of(state: RunState) -> RunResult:
         violations=evaluation.violations if evaluation else [],
         evaluation_error=evaluation.error if evaluation else None,
         restored_read_only=list(evaluation.restored_read_only) if evaluation else [],
+        rules=evaluation.rules if evaluation else None,
         duration_s=round(state.elapsed_s, 3),
         wall_s=round(wall, 3),
         steps=state.steps,

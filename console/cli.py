@@ -573,6 +573,7 @@ def _tui_runner() -> Any:
 
 
 def cmd_tasks(args: argparse.Namespace) -> int:
+    from mlra.tasks.challenge import rule_lines
     from mlra.tasks.readiness import blockers, needs
     from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
     from mlra.tasks.success import success_bar
@@ -627,6 +628,8 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         rules = task.constraints.model_dump(exclude_defaults=True)
         if rules:
             print("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
+        for line in rule_lines(task.challenge):
+            print(printable(line))
         print(
             f"needs:      {needs(task)}"
             + (f"; data: {task.resources.data}" if task.resources.data else "")

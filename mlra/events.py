@@ -58,6 +58,21 @@ class _Event(BaseModel):
 # --- run lifecycle -------------------------------------------------------------------
 
 
+class RulesSummary(BaseModel):
+    """The challenge's rules as a grade held to them (a task's `[[challenge.rules]]`):
+    how many mlra checked, and the ones it could only trust, so a score never claims
+    more than was verified; where mlra's grade deliberately differs from the
+    challenge's, why, and the challenge's own metric beside it."""
+
+    checked: int = 0
+    trusted: int = 0
+    trusted_rules: list[str] = Field(default_factory=list)
+    differs: str | None = None
+    own_metric: str | None = None
+    """The grade's metrics key holding the challenge's own metric, where `differs`."""
+    own_score: float | None = None
+
+
 class LimitsInForce(BaseModel):
     """The resource limits a sandbox actually applies, as recorded in `run_started`."""
 
@@ -667,6 +682,9 @@ class EvaluationFinished(_Event):
     agent_isolation: str | None = None
     """How the agent's commands were confined while it earned this score (run_started's
     sandbox isolation): "none" marks the score unisolated wherever it is shown."""
+    rules: RulesSummary | None = None
+    """The challenge's rules this grade checked and trusted; None for a task that lists
+    none (and in logs from before rules were recorded)."""
 
 
 class Validation(_Event):

@@ -91,6 +91,11 @@ class Constraints(BaseModel):
     allowed_base_models: list[ArchitectureFingerprint] = Field(default_factory=list)
     """The submission's config must match one of these architectures."""
     min_layers_kept: int | None = None
+    allowed_dtypes: list[str] = Field(default_factory=list)
+    """Safetensors dtypes the weights may be stored in ("F16", "F32"): a challenge that
+    says "FP16 or FP32" refuses BF16 and F64 as well as quantized weights."""
+    allowed_dtypes_rule: str = ""
+    """The challenge's words for that rule, quoted when it is broken."""
 
     def active(self) -> bool:
         return any(
@@ -101,6 +106,7 @@ class Constraints(BaseModel):
                 self.require_safetensors,
                 self.allowed_base_models,
                 self.min_layers_kept,
+                self.allowed_dtypes,
             ]
         )
 
@@ -302,7 +308,7 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
     ):
         if facts.pickled and not facts.parameters:
             broken.append(
-                "weights must be in safetensors format (found only pickled weights: "
+                "require_safetensors: weights must be in safetensors format (found only pickled weights: "
                 + ", ".join(facts.pickled[:3])
                 + "); the limits can only be checked on safetensors"
             )
@@ -355,6 +361,21 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
             }
             broken.append(
                 f"allowed_base_models: the model's architecture {got} matches none of the approved base models ({names})"
+            )
+    if rules.allowed_dtypes:
+        others = {
+            d: n
+            for d, n in facts.dtypes.items()
+            if d not in rules.allowed_dtypes
+            and not (rules.forbid_quantized and d in QUANTIZED_DTYPES)
+        }
+        if others:
+            words = f'"{rules.allowed_dtypes_rule}": ' if rules.allowed_dtypes_rule else ""
+            stored = ", ".join(f"{_count(n)} parameters in {d}" for d, n in sorted(others.items()))
+            broken.append(
+                f"allowed_dtypes: {words}the weights hold {stored}; only "
+                f"{' or '.join(rules.allowed_dtypes)} is allowed (convert with "
+                "model.to(torch.float16) or torch.float32 before save_pretrained)"
             )
     if rules.min_layers_kept is not None:
         layers = facts.config.get("num_hidden_layers")

@@ -99,6 +99,7 @@ async def grade_artifact(
         evaluator_limits=ev.LimitsInForce.model_validate(limits)
         if isinstance(limits, dict)
         else None,
+        rules=task.challenge.summary(outcome.metrics),
     )
     return started, finished
 

@@ -24,6 +24,7 @@ from pydantic import (
 
 from mlra.durations import format_duration, parse_duration
 from mlra.tasks import checks
+from mlra.tasks.challenge import Challenge, challenge_problems, prompt_section
 from mlra.tasks.constraints import Constraints
 from mlra.tasks.starter import starter_source, workspace_relative
 from mlra.tools.submission import DEFAULT_MAX_SUBMISSION_GB
@@ -256,6 +257,9 @@ class TaskSpec(_Strict):
     environment: EnvironmentSettings = Field(default_factory=EnvironmentSettings)
     validation: ValidationSettings = Field(default_factory=ValidationSettings)
     constraints: Constraints = Field(default_factory=Constraints)
+    challenge: Challenge = Field(default_factory=Challenge)
+    """The competition the task restates, and each of its rules as checked or trusted
+    (tasks/challenge.py)."""
 
     # Set by the loader, not the file.
     root: Path = Field(default=Path("."), exclude=True)
@@ -300,7 +304,10 @@ class TaskSpec(_Strict):
             ),
             ("Result", p.result),
             ("Evaluation", self._evaluation()),
-            ("Rules", p.rules),
+            (
+                "Rules",
+                "\n\n".join(t for t in (p.rules.strip(), prompt_section(self.challenge)) if t),
+            ),
             ("Notes", p.notes),
         ]
         parts = [f"# {self.title}"]
@@ -409,6 +416,7 @@ def check_task(
         *checks.read_only_problems(
             spec.files.read_only, lambda rel: spec.starter_source(rel) is not None
         ),
+        *challenge_problems(spec.challenge, spec.constraints),
     ]
     for field, problem in problems:
         if baseline_measured_later and field == "metric.baseline" and m.baseline is None:

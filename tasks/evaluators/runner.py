@@ -13,6 +13,7 @@ import sys
 import traceback
 from pathlib import Path
 
+from mlra.tasks.challenge import quote_rules
 from mlra.tasks.constraints import check
 from mlra.tasks.evaluators.base import (
     ISOLATION_VAR,
@@ -43,6 +44,8 @@ def main(argv: list[str]) -> int:
                 outcome = evaluator.evaluate(artifact, work_dir=work_dir)
             if facts:
                 outcome.details["constraints"] = facts
+        # A broken rule is said in the challenge's words where a checked rule names the check.
+        outcome.violations = quote_rules(outcome.violations, task.challenge)
     except Exception as exc:
         traceback.print_exc()
         outcome = EvalOutcome(ok=False, error=f"evaluator failed: {type(exc).__name__}: {exc}")
