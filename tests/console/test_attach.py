@@ -26,6 +26,7 @@ from mlra.agent.eventlog import read_events
 from mlra.console.attach_app import AttachApp
 from mlra.console.attach_run import RemoteRun
 from mlra.console.cli import main as mlra_main
+from mlra.console.panes.files import FilesPane
 from mlra.console.panes.status import StatusBar
 from mlra.console.screens import ConfirmScreen, PromptScreen
 from mlra.control_socket import socket_path
@@ -191,6 +192,8 @@ async def test_attached_consoles_show_the_run_steer_it_one_at_a_time_and_leave_i
     async with first.run_test(size=(160, 45)) as one:
         await pilot_wait(one, "the log so far", lambda: first.state.running)
         assert first.state.steps == 2 and first.state.plan  # the worker's steps, the plan
+        files = first.query_one(FilesPane)
+        await pilot_wait(one, "the workspace's files", lambda: "question.txt" in files._tree_nodes)
         assert "ATTACHED" in _status_text(first)
         await one.press("space")
         await pilot_wait(one, "the pause", lambda: first.state.paused)
@@ -501,3 +504,26 @@ async def test_an_attached_console_messages_a_running_attempt(searching_run: Liv
         await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
     (attempt / "workspace" / ".hold").unlink()  # the attempt's own workspace
     assert searching_run.finish() == 0
+
+
+async def test_the_files_pane_of_an_attached_console_reads_nothing_outside_the_workspace(
+    tmp_path: Path,
+) -> None:
+    """The workspace is read on the host, where the attached console runs as its user: a
+    link the agent left there is listed as a link, and reading through it is refused."""
+    from mlra.console.attach_run import HostWorkspace
+
+    secret = tmp_path / "secret.txt"
+    secret.write_text("not for the agent")
+    workspace = tmp_path / "workspace"
+    (workspace / "sub").mkdir(parents=True)
+    (workspace / "sub" / "notes.txt").write_text("hello")
+    (workspace / "leak").symlink_to(secret)
+    (workspace / "sub" / "up").symlink_to("../../secret.txt")
+    files = HostWorkspace(workspace)
+    listed = {info.path: info for info in await files.list_tree(".", max_depth=3)}
+    assert set(listed) == {"sub", "sub/notes.txt", "sub/up", "leak"}
+    assert await files.read_file("sub/notes.txt") == b"hello"
+    for path in ("leak", "sub/up", "../secret.txt"):
+        with pytest.raises(PermissionError):
+            await files.read_file(path)
