@@ -134,19 +134,101 @@ def test_the_reference_theorem_is_read_as_a_pi_type() -> None:
     assert source == "theorem t : 2 = 2 := rfl\n\nexample : 2 = 2 := @t\n"
 
 
-def test_answers_that_could_prove_anything_are_refused_before_lean() -> None:
+CHEATS = {
+    # Each would let Lean accept the answer and its check without a proof of the
+    # problem's statement as the reference states it.
+    "theorem t : false := sorry": "`sorry`",
+    "theorem t : false := by admit": "`admit`",
+    "axiom cheat : false\ntheorem t : false := cheat": "an axiom",
+    "@[simp] constant c : false": "an axiom or constant",
+    "meta constant c : false": "an axiom or constant",
+    # Lean stops at #exit: the check appended after the answer is never read.
+    "#exit": "`#exit`",
+    "theorem t : 1 = 1 := rfl\n/- the check below is inside this comment": "unterminated comment",
+    # Meta code adds an axiom under any name without the word `axiom`:
+    "run_cmd tactic.add_decl d": "meta code",
+    "run_cmd do e ← tactic.get_env, tactic.set_env e": "meta code",
+    "theorem t : false := begin tactic.updateex_env (λ e, e.add d), end": "meta code",
+    "meta def m : tactic unit := tactic.skip": "meta code",
+    "#eval tactic.trace 1": "meta code",
+    "@[user_command] def c : unit := ()": "meta code",
+    "theorem t : false := by do d ← pure (declaration.ax `x [] e), skip": "meta code",
+    # What makes the check's own statement mean something else:
+    "local notation `x = 2` := true": "a notation",
+    "notation `ℝ` := unit": "a notation",
+    "infix ` + `:65 := λ a b, a": "a notation",
+    "reserve infix ` ⊕⊕ `:50": "a notation",
+    "precedence `+`:1": "a notation",
+    'localized "notation `ℝ` := unit" in cheat\nopen_locale cheat': "`localized`",
+    "instance weird : has_add ℕ := ⟨λ a b, 0⟩": "an instance",
+    "local attribute [instance, priority 10000] weird_add": "an instance",
+    "@[instance] def w : has_one ℕ := ⟨0⟩": "an instance",
+    "export nat (succ)": "an alias",
+    "open nat (renaming succ → prime)": "an alias",
+    "section\nparameter h : false\ntheorem t : 1 = 2 := h.elim": "`parameter`",
+    "variables (h : false)\ninclude h": "`include`",
+}
+
+
+def test_answers_that_could_cheat_the_check_are_refused_before_lean_with_a_reason() -> None:
     m = _script()
-    for bad in (
-        "theorem t : false := sorry",
-        "theorem t : false := by admit",
-        "axiom cheat : false\ntheorem t : false := cheat",
-        "@[simp] constant c : false",
-        "local notation `x = 2` := true",
-        "run_cmd tactic.add_decl d",
+    for bad, why in CHEATS.items():
+        found = m.refusal(bad)
+        assert found is not None and why in found, (bad, found)
+    for fine in (
+        "theorem constant_coeff_zero : 1 = 1 := rfl",
+        "lemma is_prefix : true := trivial",
+        "theorem t : 1 = 1 := by apply_instance",  # `apply_instance` is not `instance`
+        "-- no sorry here: a comment\ntheorem t : 1 = 1 := rfl /- nor axiom -/",
+        "/- nested /- comment -/ still one -/ theorem t : 1 = 1 := rfl",
+        "open_locale big_operators\nopen real\nvariables (x : ℝ)",
+        "lemma metaphor_free : true := trivial",
     ):
-        assert m.FORBIDDEN.search(bad), bad
-    for fine in ("theorem constant_coeff_zero : 1 = 1 := rfl", "lemma is_prefix : true := trivial"):
-        assert not m.FORBIDDEN.search(fine), fine
+        assert m.refusal(fine) is None, fine
+
+
+def test_an_answer_may_not_define_a_name_the_statement_uses() -> None:
+    """A `def prime` of the answer's own would make `prime p` in the check mean it."""
+    m = _script()
+    statement = "∀ (p : ℕ) (h : nat.prime p), 2 ≤ p"
+    found = m.refusal("def prime (n : ℕ) : Prop := true\ntheorem t : 1 = 1 := rfl", statement)
+    assert found is not None and "a definition of `prime`" in found
+    found = m.refusal("@[reducible] def foo.nat.prime := true", statement)
+    assert found is not None and "`foo.nat.prime`" in found
+    assert m.refusal("def helper (n : ℕ) : ℕ := n + 1", statement) is None
+
+
+def test_the_prompt_gives_the_theorem_name_and_any_name_is_checked() -> None:
+    """The challenge's rows give `name` as an input beside the informal statement and
+    proof (the formal proof is the answer): the prompt shows it. An answer that states
+    the theorem under another name is checked under that name."""
+    m = _script()
+    prompt = m.PROMPT.format(
+        name="algebra_p1", informal_statement="x + 1 = 3 so x = 2", informal_proof="Subtract."
+    )
+    assert prompt.startswith("Theorem name: algebra_p1\n")
+    assert prompt.endswith("Formal statement and proof in Lean 3:\n")
+    assert m.answer_theorem(REFERENCE, "algebra_p1") == "algebra_p1"
+    other = REFERENCE.replace("algebra_p1", "my_version")
+    assert m.answer_theorem(other, "algebra_p1") == "my_version"
+    helper = "lemma aux : true := trivial\ntheorem main : 1 = 1 := rfl\n"
+    assert m.answer_theorem(helper, "p") == "main"
+    assert m.answer_theorem("-- theorem fake : true\n", "p") == "p"
+
+
+def test_the_lean_time_plan_fits_the_budget_in_the_worst_case() -> None:
+    """199 held-out problems: 120 s each would take 6.6 h one at a time, past the
+    evaluator's 6 h. The limit shrinks so every answer running out of time still fits
+    the Lean budget (2 h by default), workers at once."""
+    m = _script()
+    assert m.lean_plan(199, 8, 120, 7200) == 120  # 25 rounds of 120 s: 50 min
+    assert m.lean_plan(199, 1, 120, 7200) == pytest.approx(7200 / 199)  # about 36 s
+    for problems in (1, 7, 199, 200, 1000):
+        for workers in (1, 2, 3, 8, 16):
+            limit = m.lean_plan(problems, workers, 120, 7200)
+            rounds = -(-problems // workers)
+            assert 0 < limit <= 120 and rounds * limit <= 7200 + 1e-9
+    assert 1 <= m.default_workers() <= 8
 
 
 def test_only_an_answer_stating_the_theorem_compiles(
@@ -174,8 +256,9 @@ def test_only_an_answer_stating_the_theorem_compiles(
     assert not judged(REFERENCE.replace("linarith", "FAIL"))  # a proof Lean rejects
     assert not judged(REFERENCE.replace("linarith,", "sorry,"))
     assert not judged(renamed)  # the stand-in is stricter than Lean (alpha-equivalence)
+    assert judged(REFERENCE.replace("algebra_p1", "x_eq_two"))  # its own name is checked
     calls = [json.loads(line) for line in log.read_text().splitlines()]
-    assert len(calls) == 6  # the `sorry` answer never reached Lean
+    assert len(calls) == 7  # the `sorry` answer never reached Lean
     assert {c["cwd"] for c in calls} == {str(project)}
     assert all(Path(c["file"]).parent == scratch for c in calls)
     assert sorted(p.name for p in project.iterdir()) == before
@@ -183,6 +266,84 @@ def test_only_an_answer_stating_the_theorem_compiles(
 
     # Outside the project (as the old grader ran it when given none) the imports fail.
     assert not m.compiles(str(lean), scratch, m.checked_source(REFERENCE, target), 10, scratch)
+
+
+INFORMAL = "Let x be a real number with x + 1 = 3. Show that x = 2."
+DEGENERATE = {
+    # answer: (counted as formalized, the reason the grader's log gives)
+    "": (False, "unknown identifier 'algebra_p1'"),  # Lean accepts an empty file; the check not
+    INFORMAL: (False, "unknown identifier 'algebra_p1'"),  # no theorem (real Lean: parse error)
+    REFERENCE.replace("linarith,", "sorry,"): (False, "refused: `sorry`"),
+    "theorem algebra_p1 : true := trivial\n": (False, "type mismatch"),
+    "import data.real.basic\ntheorem algebra_p1 (x : ℝ) (h₀ : x + 1 = 3) : true := trivial\n": (
+        False,
+        "type mismatch",
+    ),
+    "#exit\n" + REFERENCE: (False, "refused: `#exit`"),
+    REFERENCE: (True, "states and proves the theorem"),
+    REFERENCE.replace("algebra_p1", "x_is_two"): (True, "states and proves the theorem"),
+}
+
+
+def test_degenerate_answers_score_0_through_the_whole_script(
+    tmp_path: Path,
+    lean_setup: tuple[Path, Path],
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The script end to end (the model's generation replaced by fixed answers, the
+    stand-in Lean as the grader finds it): each problem is the same reference, each
+    answer one of DEGENERATE; only the two that state and prove it count, so the
+    compile rate is 2/8, and the grader's log says why each other one failed."""
+    m = _script()
+    lean, project = lean_setup
+    monkeypatch.setenv("MLRA_COMMAND_LEAN", str(lean))
+    answers = list(DEGENERATE)
+    rows = [
+        {"name": "algebra_p1", "informal_statement": INFORMAL, "informal_proof": "Subtract 1.",
+         "formal_proof": REFERENCE}
+        for _ in answers
+    ]  # fmt: skip
+    problems = tmp_path / "problems.jsonl"
+    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    prompts: list[str] = []
+
+    def fixed_answers(
+        model_dir: Path, given: list[dict[str, str]], max_new_tokens: int
+    ) -> list[str]:
+        prompts.extend(m.PROMPT.format(**p) for p in given)
+        return answers
+
+    monkeypatch.setattr(m, "generate", fixed_answers)
+    out = tmp_path / "out.json"
+    args = [str(tmp_path / "model"), str(tmp_path), str(out), "--problems", str(problems)]
+    assert m.main([*args, "--lean-project", str(project), "--lean-workers", "3"]) == 0
+    result = json.loads(out.read_text())
+    assert result["score"] == pytest.approx(2 / 8)
+    metrics = result["metrics"]
+    assert metrics["problems"] == 8 and metrics["refused_answers"] == 2
+    assert metrics["lean_workers"] == 3 and metrics["lean_seconds_per_answer"] == 120
+    assert all(p.startswith("Theorem name: algebra_p1\n") for p in prompts)
+    # Each answer's verdict, in order, in the grader's log (stderr).
+    verdicts = [line.split(": ", 1)[1] for line in capsys.readouterr().err.splitlines()]
+    assert len(verdicts) == len(answers)
+    for answer, verdict in zip(answers, verdicts, strict=True):
+        passes, why = DEGENERATE[answer]
+        assert (verdict == "states and proves the theorem") == passes, (answer, verdict)
+        assert why in verdict, (answer, verdict)
+
+
+def test_an_answer_lean_cannot_finish_in_time_counts_as_not_compiled(
+    tmp_path: Path, lean_setup: tuple[Path, Path]
+) -> None:
+    m = _script()
+    _, project = lean_setup
+    slow = tmp_path / "slow-lean"
+    slow.write_text("#!/bin/sh\nexec sleep 600\n")
+    slow.chmod(0o755)
+    target = m.statement(REFERENCE, "algebra_p1")
+    assert m.judge(str(slow), project, REFERENCE, target, 1, tmp_path) == "Lean ran out of its 1 s"
+    assert list(tmp_path.glob("*.lean")) == []  # its file is removed all the same
 
 
 def test_without_lean_3_or_a_project_it_says_which() -> None:
@@ -318,8 +479,9 @@ def _real_lean_3() -> str | None:
 @pytest.mark.skipif(_real_lean_3() is None, reason="Lean 3 is not installed here")
 def test_a_real_lean_3_judges_the_same_answers(tmp_path: Path) -> None:
     """Core Lean only (no mathlib import), in a project whose leanpkg.path names only the
-    built-in library: the reference passes, renamed variables pass (Lean compares types
-    up to alpha-equivalence), an empty, unrelated or wrong answer does not."""
+    built-in library: the reference passes, renamed variables and another theorem name
+    pass (Lean compares types up to alpha-equivalence), an empty, unrelated or wrong
+    answer does not."""
     m = _script()
     lean = _real_lean_3()
     assert lean is not None
@@ -332,7 +494,7 @@ def test_a_real_lean_3_judges_the_same_answers(tmp_path: Path) -> None:
     target = m.statement(reference, "p")
 
     def judged(answer: str) -> bool:
-        return m.compiles(lean, project, m.checked_source(answer, target), 120, scratch)
+        return m.judge(lean, project, answer, target, 120, scratch) is None
 
     assert judged(reference)
     assert judged(
@@ -343,3 +505,5 @@ def test_a_real_lean_3_judges_the_same_answers(tmp_path: Path) -> None:
     assert not judged("")
     assert not judged("theorem q : 1 = 1 := rfl")
     assert not judged(reference.replace("n + 1 = 3", "n + 1 = 4"))
+    assert judged(reference.replace("theorem p", "theorem q"))  # its own name is checked
+    assert not judged("#exit\n" + reference)  # refused: the check would never be read

@@ -2,18 +2,28 @@
 
     python evaluate.py SUBMISSION TASK_ROOT OUT_JSON [--problems hub|FILE.jsonl]
         [--limit N] [--max-new-tokens N] [--lean-project DIR] [--lean-timeout S]
+        [--lean-budget S] [--lean-workers N]
 
 The submitted model (a `save_pretrained` folder) writes a formal Lean 3 statement
-and proof for each held-out problem from its informal statement and proof, with
-the prompt below, greedy decoding. An output counts as formalized when Lean 3,
-run in a Lean 3 project that has mathlib (`--lean-project`, default
-$LEAN_PROJECT), accepts it, followed by a check that it states the problem's
-theorem: `example : ∀ BINDERS, TYPE := @NAME`, with the name, binders and type of
-the reference's theorem, must type-check too (up to definitional equality, so
-renamed variables and implicit binders pass). An empty or unrelated answer, which
-Lean would accept, therefore fails. No error, no `sorry`, and none of `axiom`,
-`constant`, `admit` or `add_decl`, which would prove anything, nor a notation
-declaration, which could make the check's statement mean something else.
+and proof for each held-out problem from the fields a row of the challenge's data
+gives as input (the theorem's `name`, its informal statement and proof; the
+`formal_proof` is the answer to find), with the prompt below, greedy decoding. An
+output counts as formalized when Lean 3, run in a Lean 3 project that has mathlib
+(`--lean-project`, default $LEAN_PROJECT), accepts it, followed by a check that it
+states the problem's theorem: `example : ∀ BINDERS, TYPE := @NAME`, with the
+binders and type of the reference's theorem, must type-check too (up to
+definitional equality, so renamed variables and implicit binders pass). NAME is
+the problem's name where the answer declares a theorem of that name, else the last
+theorem or lemma the answer declares: a right statement under another name counts.
+An empty or unrelated answer, which Lean would accept, therefore fails.
+
+Refused before Lean (`refusal`, each with its reason): what proves anything without
+a proof (`sorry`, `admit`, axioms, constants), what stops Lean before the check
+(`#exit`, an unterminated comment), meta code that can add declarations or axioms
+no keyword shows (`meta`, `run_cmd`, `#eval`, environment and declaration
+primitives), and what can change what the check's statement means (notation,
+`localized` notation, precedence, instances, aliases, and a definition of a name
+the reference's statement uses). Comments are not read for these words.
 
 The answers are written to a temporary folder of their own (the Lean project may
 be read-only); `lean` runs with the project as its working folder, where it finds
@@ -21,6 +31,14 @@ be read-only); `lean` runs with the project as its working folder, where it find
 on the host (tasks/evaluators/host_tools.py), else the one on PATH. BLEU-4 (corpus,
 smoothed) and ROUGE-1/2/L (F1, averaged over problems) compare the output with
 the reference formal proof.
+
+Time: the answers are checked by `--lean-workers` Lean processes at once (default:
+the CPUs this process may use, at most 8), each answer given at most
+`--lean-timeout` seconds (120) and less where needed for every answer's worst case
+to fit `--lean-budget` (2 h): ceil(problems / workers) * limit <= budget. So the
+~199 held-out problems take at most 2 h of Lean on one CPU (36 s each) and about
+50 min on 8, leaving the rest of the task's 6 h evaluator time-out to generation.
+An answer that runs out of time counts as not compiled.
 
 Score: the compile rate. Without Lean 3 or the project there is no score: the
 script says so and exits with status 3 before loading the model. A problem whose
@@ -39,9 +57,11 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 PROMPT = (
+    "Theorem name: {name}\n\n"
     "Informal statement:\n{informal_statement}\n\n"
     "Informal proof:\n{informal_proof}\n\n"
     "Formal statement and proof in Lean 3:\n"
@@ -58,13 +78,106 @@ NO_PROJECT = (
     "no Lean 3 project: the compile rate cannot be measured. Give a Lean 3 mathlib "
     "project's folder (one with leanpkg.path) as --lean-project or $LEAN_PROJECT"
 )
-FORBIDDEN = re.compile(
-    r"\b(?:sorry|admit|add_decl)\b"
-    r"|^\s*(?:@\[[^\]]*\]\s*)?(?:(?:local|private|meta|protected)\s+)*"
-    r"(?:axioms?|constants?|notation|infixl?|infixr|prefix|postfix)\b",
+_COMMAND = r"^\s*(?:@\[[^\]]*\]\s*)?(?:(?:local|private|protected|noncomputable|meta)\s+)*"
+REFUSED: tuple[tuple[re.Pattern[str], str], ...] = tuple(
+    (re.compile(pattern, re.MULTILINE), why)
+    for pattern, why in (
+        (r"\b(?:sorry|admit)\b", "`sorry` or `admit`: a proof left out"),
+        (
+            _COMMAND + r"(?:axioms?|constants?)\b",
+            "an axiom or constant: a statement taken without proof",
+        ),
+        (
+            r"#exit\b",
+            "`#exit`: Lean stops reading there, so the statement check after the answer never runs",
+        ),
+        (
+            r"\b(?:meta|run_cmd|add_decl|set_env|updateex_env|add_meta_definition|environment"
+            r"|declaration|vm_override|unsafe_run_io|user_command)\b|#eval\b",
+            "meta code (`meta`, `run_cmd`, `#eval`, the environment's primitives): it can add "
+            "axioms or declarations that no keyword shows",
+        ),
+        (
+            _COMMAND + r"(?:notation|infixl?|infixr|prefix|postfix|precedence|reserve)\b"
+            r"|\blocalized\b",
+            "a notation, precedence or `localized` declaration: it can change what the check's "
+            "statement parses to",
+        ),
+        (
+            r"\binstance\b",
+            "an instance or instance attribute: it can change what the check's numerals and "
+            "operators mean",
+        ),
+        (
+            _COMMAND + r"(?:parameters?|include)\b",
+            "a section `parameter` or `include`: the check after the answer would take the "
+            "section's hypotheses too, so a theorem that needs an extra one would pass",
+        ),
+        (
+            r"\b(?:export|renaming)\b",
+            "an alias (`export`, `open ... (renaming ...)`): a name in the check's statement "
+            "could then stand for another constant",
+        ),
+    )
+)
+"""Refused before Lean: what would let an answer prove anything, stop Lean before the
+statement check, or change what the check's statement means. Lean 4's meta syntax
+(`macro`, `elab`, `syntax`, `open ... in`, `@[implemented_by]`, `unsafe`, `@[extern]`)
+is not Lean 3 and fails to parse there, so it needs no entry of its own."""
+
+DEFINITION = re.compile(
+    _COMMAND
+    + r"(?:def|definition|abbreviation|irreducible_def|structure|class|inductive)\s+([^\s:({\[⦃]+)",
     re.MULTILINE,
 )
-"""What would let an answer prove anything, or change what the statement check means."""
+IDENTIFIER = re.compile(r"[\w.'!?]+")
+
+
+def without_comments(text: str) -> str | None:
+    """`text` with its `--` and (nested) `/- -/` comments blanked, or None where a block
+    comment is never closed: then the check after the answer would be read as comment."""
+    out: list[str] = []
+    depth = 0
+    i = 0
+    while i < len(text):
+        if text.startswith("/-", i):
+            depth += 1
+            i += 2
+        elif depth and text.startswith("-/", i):
+            depth -= 1
+            i += 2
+            out.append(" ")
+        elif depth:
+            i += 1
+        elif text.startswith("--", i):
+            end = text.find("\n", i)
+            i = len(text) if end < 0 else end
+        else:
+            out.append(text[i])
+            i += 1
+    return None if depth else "".join(out)
+
+
+def refusal(answer: str, reference_type: str | None = None) -> str | None:
+    """Why the answer is refused before Lean runs it, or None. `reference_type` is the
+    check's statement: the answer may not define a name it uses (a `def prime` of its
+    own would make `prime p` in the check mean that)."""
+    code = without_comments(answer)
+    if code is None:
+        return "an unterminated comment: the statement check after it would be read as comment"
+    for pattern, why in REFUSED:
+        if pattern.search(code):
+            return why
+    if reference_type is not None:
+        used = {word.rsplit(".", 1)[-1] for word in IDENTIFIER.findall(reference_type)}
+        for m in DEFINITION.finditer(code):
+            if m.group(1).rsplit(".", 1)[-1] in used:
+                return (
+                    f"a definition of `{m.group(1)}`, a name the problem's statement uses: "
+                    "the check's statement would then mean the answer's definition"
+                )
+    return None
+
 
 TOKEN = re.compile(r"\w+|[^\w\s]")
 
@@ -207,17 +320,28 @@ def statement(formal_proof: str, name: str | None = None) -> tuple[str, str] | N
     return chosen.group(1), f"∀ {binders}, {typ}" if binders else typ
 
 
+def answer_theorem(answer: str, name: str) -> str:
+    """The theorem the check applies to: the problem's `name` where the answer declares
+    it, else the last theorem or lemma it declares (a right statement under another
+    name counts), else `name` (then Lean says it is unknown)."""
+    declared = [m.group(1) for m in DECLARATION.finditer(without_comments(answer) or "")]
+    if name in declared or not declared:
+        return name
+    return declared[-1]
+
+
 def checked_source(answer: str, target: tuple[str, str]) -> str:
     """The answer, then the check that it proves the reference's statement."""
     name, pi_type = target
-    return f"{answer.rstrip()}\n\nexample : {pi_type} := @{name}\n"
+    return f"{answer.rstrip()}\n\nexample : {pi_type} := @{answer_theorem(answer, name)}\n"
 
 
-def compiles(lean: str, project: Path, source: str, timeout: float, scratch: Path) -> bool:
-    """Lean accepts `source` with no error and no `sorry`. The file goes to `scratch`
-    (the project may be read-only); Lean runs in the project, to find its leanpkg.path."""
-    if FORBIDDEN.search(source):
-        return False
+def lean_verdict(
+    lean: str, project: Path, source: str, timeout: float, scratch: Path
+) -> str | None:
+    """None where Lean accepts `source` with no error and no `sorry`, else why not. The
+    file goes to `scratch` (the project may be read-only); Lean runs in the project, to
+    find its leanpkg.path."""
     fd, name = tempfile.mkstemp(suffix=".lean", dir=scratch)
     path = Path(name)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -232,11 +356,49 @@ def compiles(lean: str, project: Path, source: str, timeout: float, scratch: Pat
             check=False,
         )
     except subprocess.TimeoutExpired:
-        return False
+        return f"Lean ran out of its {timeout:.0f} s"
     finally:
         path.unlink(missing_ok=True)
     log = proc.stdout + proc.stderr
-    return proc.returncode == 0 and "error" not in log and "sorry" not in log
+    if proc.returncode != 0 or "error" in log:
+        first = next((x for x in log.splitlines() if "error" in x), f"exit {proc.returncode}")
+        return "Lean: " + first.replace(str(path), "answer.lean")[:300]
+    if "sorry" in log:
+        return "Lean: the answer uses sorry"
+    return None
+
+
+def judge(
+    lean: str, project: Path, answer: str, target: tuple[str, str], timeout: float, scratch: Path
+) -> str | None:
+    """None where the answer states and proves the problem's theorem, else why not."""
+    refused = refusal(answer, target[1])
+    if refused is not None:
+        return "refused: " + refused
+    return lean_verdict(lean, project, checked_source(answer, target), timeout, scratch)
+
+
+def compiles(lean: str, project: Path, source: str, timeout: float, scratch: Path) -> bool:
+    """Lean accepts `source` (an answer with its check) and nothing in it is refused."""
+    if refusal(source) is not None:
+        return False
+    return lean_verdict(lean, project, source, timeout, scratch) is None
+
+
+def lean_plan(problems: int, workers: int, timeout: float, budget: float) -> float:
+    """Seconds each answer may take so that the worst case, every answer running out of
+    time, `workers` at once, fits `budget`: ceil(problems / workers) * limit <= budget."""
+    rounds = -(-problems // max(workers, 1))
+    return min(timeout, budget / max(rounds, 1))
+
+
+def default_workers() -> int:
+    """The CPUs this process may use, at most 8 (each Lean holds mathlib in memory)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, 8))
 
 
 def lean_problem(lean: str | None, project: Path | None) -> str | None:
@@ -269,6 +431,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--max-new-tokens", type=int, default=768)
     parser.add_argument("--lean-project", type=Path, default=None)
     parser.add_argument("--lean-timeout", type=float, default=120)
+    parser.add_argument("--lean-budget", type=float, default=7200)
+    parser.add_argument("--lean-workers", type=int, default=None)
     args = parser.parse_args(argv)
 
     lean = os.environ.get("MLRA_COMMAND_LEAN") or shutil.which("lean")
@@ -288,11 +452,18 @@ def main(argv: list[str]) -> int:
     problems = [p for p, _ in kept]
     outputs = generate(args.submission, problems, args.max_new_tokens)
     references = [p["formal_proof"] for p in problems]
+    workers = args.lean_workers or default_workers()
+    limit = lean_plan(len(problems), workers, args.lean_timeout, args.lean_budget)
     with tempfile.TemporaryDirectory(prefix="lean-answers-") as scratch:
-        compiled = [
-            compiles(lean, project, checked_source(o, t), args.lean_timeout, Path(scratch))
-            for o, (_, t) in zip(outputs, kept, strict=True)
-        ]
+
+        def one(item: tuple[str, tuple[str, str]]) -> str | None:
+            return judge(lean, project, item[0], item[1], limit, Path(scratch))
+
+        with ThreadPoolExecutor(max_workers=workers) as pool:
+            verdicts = list(pool.map(one, zip(outputs, [t for _, t in kept], strict=True)))
+    for p, why in zip(problems, verdicts, strict=True):
+        print(f"{p.get('name', '?')}: {why or 'states and proves the theorem'}", file=sys.stderr)
+    compiled = [v is None for v in verdicts]
     scores = [rouge(o, r) for o, r in zip(outputs, references, strict=True)]
     metrics = {
         "compile_rate": sum(compiled) / len(compiled),
@@ -300,6 +471,10 @@ def main(argv: list[str]) -> int:
         **{k: sum(s[k] for s in scores) / len(scores) for k in ("rouge1", "rouge2", "rougeL")},
         "problems": float(len(problems)),
         "unreadable_references": float(unread),
+        "refused_answers": float(sum(bool(v and v.startswith("refused: ")) for v in verdicts)),
+        "lean_timeouts": float(sum(bool(v and v.startswith("Lean ran out")) for v in verdicts)),
+        "lean_seconds_per_answer": limit,
+        "lean_workers": float(workers),
     }
     args.out.write_text(json.dumps({"score": metrics["compile_rate"], "metrics": metrics}))
     return 0
