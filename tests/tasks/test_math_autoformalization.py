@@ -4,8 +4,9 @@ problem's theorem can succeed.
 
 Lean 3 is not installed here, so a stand-in `lean` (a script the tests write) plays
 it: it accepts a file unless a proof says FAIL, an `example : T := @N` names no
-theorem N of type T, or an `import` cannot be found because it was not run in a
-project with `leanpkg.path`. Where a real Lean 3 is on PATH, the last test checks
+theorem N of type T, a line at the margin begins with no command (prose), or an
+`import` cannot be found because it was not run in a project with `leanpkg.path`;
+errors come with their line, as Lean's do. Where a real Lean 3 is on PATH, the last test checks
 the same answers with it.
 """
 
@@ -57,7 +58,7 @@ if log:
         fh.write(json.dumps({"cwd": os.getcwd(), "file": path}) + "\n")
 errors = []
 if re.search(r"^import ", text, re.M) and not os.path.exists("leanpkg.path"):
-    errors.append("file 'data.real.basic' not found in the LEAN_PATH")
+    errors.append((1, "file 'data.real.basic' not found in the LEAN_PATH"))
 declared = {}
 for m in re.finditer(r"\b(?:theorem|lemma)\s+(\S+)", text):
     colon = top_level(text, m.end(), ":")
@@ -65,16 +66,22 @@ for m in re.finditer(r"\b(?:theorem|lemma)\s+(\S+)", text):
     binders = " ".join(text[m.end():colon].split())
     typ = " ".join(text[colon + 1:body].split())
     declared[m.group(1)] = f"∀ {binders}, {typ}" if binders else typ
+COMMANDS = ("import", "theorem", "lemma", "example", "open", "variables", "def", "begin",
+            "end", "section", "namespace", "noncomputable", "universe", "@[", "--", "/-")
+for n, line in enumerate(text.splitlines(), 1):
+    if line.strip() and not line[0].isspace() and not line.startswith(COMMANDS):
+        errors.append((n, f"unknown command '{line.split()[0]}'"))
 for m in re.finditer(r"^example : (.*) := @(\S+)$", text, re.M):
     want, name = " ".join(m.group(1).split()), m.group(2)
+    at = text.count("\n", 0, m.start()) + 1
     if name not in declared:
-        errors.append(f"unknown identifier '{name}'")
+        errors.append((at, f"unknown identifier '{name}'"))
     elif declared[name] != want:
-        errors.append(f"type mismatch, term @{name} has type {declared[name]}")
+        errors.append((at, f"type mismatch, term @{name} has type {declared[name]}"))
 if "FAIL" in text:
-    errors.append("tactic failed")
-for e in errors:
-    print(f"{path}:1:0: error: {e}")
+    errors.append((1, "tactic failed"))
+for n, e in errors:
+    print(f"{path}:{n}:0: error: {e}")
 if "sorry" in text:
     print(f"{path}:1:0: warning: declaration uses sorry")
 sys.exit(1 if errors else 0)
@@ -271,18 +278,20 @@ def test_only_an_answer_stating_the_theorem_compiles(
 INFORMAL = "Let x be a real number with x + 1 = 3. Show that x = 2."
 DEGENERATE = {
     # answer: (counted as formalized, the reason the grader's log gives)
-    "": (False, "unknown identifier 'algebra_p1'"),  # Lean accepts an empty file; the check not
-    INFORMAL: (False, "unknown identifier 'algebra_p1'"),  # no theorem (real Lean: parse error)
+    "": (False, "the statement check: answer.lean:3:0: error: unknown identifier 'algebra_p1'"),
+    INFORMAL: (False, "Lean: answer.lean:1:0: error: unknown command 'Let'"),
     REFERENCE.replace("linarith,", "sorry,"): (False, "refused: `sorry`"),
-    "theorem algebra_p1 : true := trivial\n": (False, "type mismatch"),
+    "theorem algebra_p1 : true := trivial\n": (False, "the statement check: "),
     "import data.real.basic\ntheorem algebra_p1 (x : ℝ) (h₀ : x + 1 = 3) : true := trivial\n": (
         False,
-        "type mismatch",
+        "the statement check: answer.lean:4:0: error: type mismatch",
     ),
     "#exit\n" + REFERENCE: (False, "refused: `#exit`"),
     REFERENCE: (True, "states and proves the theorem"),
     REFERENCE.replace("algebra_p1", "x_is_two"): (True, "states and proves the theorem"),
 }
+"""Lean accepts five of these on their own (the empty file, the two `true` theorems and
+the two right answers): MLRB's "Lean that compiled", reported as lean_accepts_rate."""
 
 
 def test_degenerate_answers_score_0_through_the_whole_script(
@@ -322,6 +331,7 @@ def test_degenerate_answers_score_0_through_the_whole_script(
     assert result["score"] == pytest.approx(2 / 8)
     metrics = result["metrics"]
     assert metrics["problems"] == 8 and metrics["refused_answers"] == 2
+    assert metrics["lean_accepts_rate"] == pytest.approx(5 / 8)
     assert metrics["lean_workers"] == 3 and metrics["lean_seconds_per_answer"] == 120
     assert all(p.startswith("Theorem name: algebra_p1\n") for p in prompts)
     # Each answer's verdict, in order, in the grader's log (stderr).
@@ -330,7 +340,7 @@ def test_degenerate_answers_score_0_through_the_whole_script(
     for answer, verdict in zip(answers, verdicts, strict=True):
         passes, why = DEGENERATE[answer]
         assert (verdict == "states and proves the theorem") == passes, (answer, verdict)
-        assert why in verdict, (answer, verdict)
+        assert verdict.startswith(why), (answer, verdict)
 
 
 def test_an_answer_lean_cannot_finish_in_time_counts_as_not_compiled(

@@ -336,12 +336,23 @@ def checked_source(answer: str, target: tuple[str, str]) -> str:
     return f"{answer.rstrip()}\n\nexample : {pi_type} := @{answer_theorem(answer, name)}\n"
 
 
+STATEMENT_CHECK = "the statement check: "
+"""How a verdict begins where Lean accepts the answer itself and only the check after
+it fails: the answer compiles but states another theorem (or none)."""
+
+
 def lean_verdict(
-    lean: str, project: Path, source: str, timeout: float, scratch: Path
+    lean: str,
+    project: Path,
+    source: str,
+    timeout: float,
+    scratch: Path,
+    check_line: int | None = None,
 ) -> str | None:
-    """None where Lean accepts `source` with no error and no `sorry`, else why not. The
-    file goes to `scratch` (the project may be read-only); Lean runs in the project, to
-    find its leanpkg.path."""
+    """None where Lean accepts `source` with no error and no `sorry`, else why not; where
+    every error is at or after `check_line` (the statement check's), the verdict begins
+    with STATEMENT_CHECK. The file goes to `scratch` (the project may be read-only);
+    Lean runs in the project, to find its leanpkg.path."""
     fd, name = tempfile.mkstemp(suffix=".lean", dir=scratch)
     path = Path(name)
     with os.fdopen(fd, "w", encoding="utf-8") as fh:
@@ -361,8 +372,17 @@ def lean_verdict(
         path.unlink(missing_ok=True)
     log = proc.stdout + proc.stderr
     if proc.returncode != 0 or "error" in log:
-        first = next((x for x in log.splitlines() if "error" in x), f"exit {proc.returncode}")
-        return "Lean: " + first.replace(str(path), "answer.lean")[:300]
+        errors = [x for x in log.splitlines() if "error" in x]
+        first = (errors or [f"exit {proc.returncode}"])[0].replace(str(path), "answer.lean")
+        at = re.compile(re.escape(str(path)) + r":(\d+):\d+: error")
+        lines = [at.match(x) for x in errors]
+        if (
+            check_line is not None
+            and errors
+            and all(m is not None and int(m.group(1)) >= check_line for m in lines)
+        ):
+            return STATEMENT_CHECK + first[:300]
+        return "Lean: " + first[:300]
     if "sorry" in log:
         return "Lean: the answer uses sorry"
     return None
@@ -375,7 +395,15 @@ def judge(
     refused = refusal(answer, target[1])
     if refused is not None:
         return "refused: " + refused
-    return lean_verdict(lean, project, checked_source(answer, target), timeout, scratch)
+    source = checked_source(answer, target)
+    check_line = source.count("\n")  # the check is the last line, which ends the file
+    return lean_verdict(lean, project, source, timeout, scratch, check_line)
+
+
+def lean_accepts_answer(verdict: str | None) -> bool:
+    """Lean accepts the answer on its own (MLRB's "Lean 3 that compiled"), whether or
+    not it states the problem's theorem."""
+    return verdict is None or verdict.startswith(STATEMENT_CHECK)
 
 
 def compiles(lean: str, project: Path, source: str, timeout: float, scratch: Path) -> bool:
@@ -471,6 +499,7 @@ def main(argv: list[str]) -> int:
         **{k: sum(s[k] for s in scores) / len(scores) for k in ("rouge1", "rouge2", "rougeL")},
         "problems": float(len(problems)),
         "unreadable_references": float(unread),
+        "lean_accepts_rate": sum(map(lean_accepts_answer, verdicts)) / len(verdicts),
         "refused_answers": float(sum(bool(v and v.startswith("refused: ")) for v in verdicts)),
         "lean_timeouts": float(sum(bool(v and v.startswith("Lean ran out")) for v in verdicts)),
         "lean_seconds_per_answer": limit,
