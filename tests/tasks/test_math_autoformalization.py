@@ -302,12 +302,13 @@ def test_degenerate_answers_score_0_through_the_whole_script(
 ) -> None:
     """The script end to end (the model's generation replaced by fixed answers, the
     stand-in Lean as the grader finds it): each problem is the same reference, each
-    answer one of DEGENERATE; only the two that state and prove it count, so the
-    compile rate is 2/8, and the grader's log says why each other one failed."""
+    answer one of DEGENERATE, and one more problem the model's time ran out before
+    (graded as an empty answer); only the two that state and prove it count, so the
+    compile rate is 2/9, and the grader's log says why each other one failed."""
     m = _script()
     lean, project = lean_setup
     monkeypatch.setenv("MLRA_COMMAND_LEAN", str(lean))
-    answers = list(DEGENERATE)
+    answers = [*DEGENERATE, ""]  # the last: a problem the model did not reach in time
     rows = [
         {"name": "algebra_p1", "informal_statement": INFORMAL, "informal_proof": "Subtract 1.",
          "formal_proof": REFERENCE}
@@ -318,20 +319,22 @@ def test_degenerate_answers_score_0_through_the_whole_script(
     prompts: list[str] = []
 
     def fixed_answers(
-        model_dir: Path, given: list[dict[str, str]], max_new_tokens: int
-    ) -> list[str]:
+        model_dir: Path, given: list[dict[str, str]], max_new_tokens: int, budget: float
+    ) -> list[str | None]:
+        assert budget == 12600  # 3.5 h: with 2 h of Lean, inside the evaluator's 6 h
         prompts.extend(m.PROMPT.format(**p) for p in given)
-        return answers
+        return [*answers[:-1], None]  # the last problem not reached in time
 
     monkeypatch.setattr(m, "generate", fixed_answers)
     out = tmp_path / "out.json"
     args = [str(tmp_path / "model"), str(tmp_path), str(out), "--problems", str(problems)]
     assert m.main([*args, "--lean-project", str(project), "--lean-workers", "3"]) == 0
     result = json.loads(out.read_text())
-    assert result["score"] == pytest.approx(2 / 8)
+    assert result["score"] == pytest.approx(2 / 9)
     metrics = result["metrics"]
-    assert metrics["problems"] == 8 and metrics["refused_answers"] == 2
-    assert metrics["lean_accepts_rate"] == pytest.approx(5 / 8)
+    assert metrics["problems"] == 9 and metrics["refused_answers"] == 2
+    assert metrics["unanswered_in_time"] == 1
+    assert metrics["lean_accepts_rate"] == pytest.approx(6 / 9)  # "" compiles
     assert metrics["lean_workers"] == 3 and metrics["lean_seconds_per_answer"] == 120
     assert all(p.startswith("Theorem name: algebra_p1\n") for p in prompts)
     # Each answer's verdict, in order, in the grader's log (stderr).
@@ -341,6 +344,17 @@ def test_degenerate_answers_score_0_through_the_whole_script(
         passes, why = DEGENERATE[answer]
         assert (verdict == "states and proves the theorem") == passes, (answer, verdict)
         assert verdict.startswith(why), (answer, verdict)
+
+
+def test_a_model_out_of_generation_time_answers_nothing_more(tmp_path: Path) -> None:
+    """The real generation, with the tiny stand-in model: a budget spent (here before
+    the first problem) leaves the rest unanswered, where no budget answers them all."""
+    m = _script()
+    model = _llama(tmp_path / "tiny")
+    row = {"name": "p", "informal_statement": "s", "informal_proof": "p", "formal_proof": ""}
+    assert m.generate(model, [row, row], 2, budget=0) == [None, None]
+    answered = m.generate(model, [row, row], 2, budget=600)
+    assert len(answered) == 2 and all(isinstance(a, str) for a in answered)
 
 
 def test_an_answer_lean_cannot_finish_in_time_counts_as_not_compiled(

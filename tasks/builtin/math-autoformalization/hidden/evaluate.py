@@ -32,13 +32,16 @@ on the host (tasks/evaluators/host_tools.py), else the one on PATH. BLEU-4 (corp
 smoothed) and ROUGE-1/2/L (F1, averaged over problems) compare the output with
 the reference formal proof.
 
-Time: the answers are checked by `--lean-workers` Lean processes at once (default:
-the CPUs this process may use, at most 8), each answer given at most
-`--lean-timeout` seconds (120) and less where needed for every answer's worst case
-to fit `--lean-budget` (2 h): ceil(problems / workers) * limit <= budget. So the
-~199 held-out problems take at most 2 h of Lean on one CPU (36 s each) and about
-50 min on 8, leaving the rest of the task's 6 h evaluator time-out to generation.
-An answer that runs out of time counts as not compiled.
+Time: the model has `--generate-budget` seconds (3.5 h, loading included) for all
+its answers; each answer stops at what is left of it (`max_time`) and a problem not
+reached by then gets no answer (not compiled; counted as `unanswered_in_time`).
+Then `--lean-workers` Lean processes check the answers at once (default: the CPUs
+this process may use, at most 8), each answer given at most `--lean-timeout`
+seconds (120) and less where needed for every answer's worst case to fit
+`--lean-budget` (2 h): ceil(problems / workers) * limit <= budget. So the ~199
+held-out problems take at most 2 h of Lean on one CPU (36 s each) and about 50 min
+on 8; 3.5 h + 2 h leaves half an hour of the task's 6 h evaluator time-out for
+reading the data and the rest. An answer that runs out of time is not compiled.
 
 Score: the compile rate. Without Lean 3 or the project there is no score: the
 script says so and exits with status 3 before loading the model. A problem whose
@@ -56,6 +59,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -254,10 +258,19 @@ def load_problems(source: str, limit: int | None) -> list[dict[str, str]]:
     return problems[:limit] if limit else problems
 
 
-def generate(model_dir: Path, problems: list[dict[str, str]], max_new_tokens: int) -> list[str]:
+def generate(
+    model_dir: Path,
+    problems: list[dict[str, str]],
+    max_new_tokens: int,
+    budget: float | None = None,
+) -> list[str | None]:
+    """The model's answer to each problem, greedy. With a `budget` (seconds, loading
+    included) no answer runs past it (`max_time`), and the problems it never reaches
+    get None: a slow model costs its own score, never the whole grade's time-out."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    start = time.monotonic()
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(model_dir, trust_remote_code=False)
     model = AutoModelForCausalLM.from_pretrained(
@@ -265,13 +278,21 @@ def generate(model_dir: Path, problems: list[dict[str, str]], max_new_tokens: in
     ).to(device)
     model.eval()
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    outputs = []
+    outputs: list[str | None] = []
     for problem in problems:
+        left = None if budget is None else budget - (time.monotonic() - start)
+        if left is not None and left <= 0:
+            outputs.append(None)
+            continue
         prompt = PROMPT.format(**problem)
         ids = tokenizer(prompt, return_tensors="pt").to(device)
         with torch.no_grad():
             out = model.generate(
-                **ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad
+                **ids,
+                max_new_tokens=max_new_tokens,
+                max_time=left,
+                do_sample=False,
+                pad_token_id=pad,
             )
         outputs.append(
             tokenizer.decode(out[0, ids["input_ids"].shape[1] :], skip_special_tokens=True)
@@ -461,6 +482,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--lean-timeout", type=float, default=120)
     parser.add_argument("--lean-budget", type=float, default=7200)
     parser.add_argument("--lean-workers", type=int, default=None)
+    parser.add_argument("--generate-budget", type=float, default=12600)
     args = parser.parse_args(argv)
 
     lean = os.environ.get("MLRA_COMMAND_LEAN") or shutil.which("lean")
@@ -478,7 +500,8 @@ def main(argv: list[str]) -> int:
         print("no reference states a theorem this script can read", file=sys.stderr)
         return 3
     problems = [p for p, _ in kept]
-    outputs = generate(args.submission, problems, args.max_new_tokens)
+    generated = generate(args.submission, problems, args.max_new_tokens, args.generate_budget)
+    outputs = [o or "" for o in generated]
     references = [p["formal_proof"] for p in problems]
     workers = args.lean_workers or default_workers()
     limit = lean_plan(len(problems), workers, args.lean_timeout, args.lean_budget)
@@ -500,6 +523,7 @@ def main(argv: list[str]) -> int:
         "problems": float(len(problems)),
         "unreadable_references": float(unread),
         "lean_accepts_rate": sum(map(lean_accepts_answer, verdicts)) / len(verdicts),
+        "unanswered_in_time": float(sum(o is None for o in generated)),
         "refused_answers": float(sum(bool(v and v.startswith("refused: ")) for v in verdicts)),
         "lean_timeouts": float(sum(bool(v and v.startswith("Lean ran out")) for v in verdicts)),
         "lean_seconds_per_answer": limit,
