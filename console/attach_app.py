@@ -15,6 +15,7 @@ from textual import work
 from textual.css.query import NoMatches
 
 from mlra import events as ev
+from mlra.agent.state import result_of
 from mlra.console.app import MlraApp
 from mlra.console.attach_run import RemoteRun
 from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, Key, bindings
@@ -88,6 +89,8 @@ class AttachApp(MlraApp):
             ]
         if self.state.finished is not None or self.result is not None:
             return [Text(" ATTACHED ", style="bold black on magenta")]
+        if remote.status is None:
+            return [Text(" ATTACHING… ", style="black on grey70")]
         if remote.holding:
             return [
                 Text(" ATTACHED: your keys steer the run · q detaches ", style="black on magenta"),
@@ -121,6 +124,9 @@ class AttachApp(MlraApp):
     async def action_quit(self) -> None:
         """Detach: the run goes on; once it has ended, leave as the console does."""
         if self._run_over() or self.remote.gone is not None:
+            if self.result is None and self.state.finished is not None:
+                # The end is shown; the run's last word (`ended`) may still be on its way.
+                self.result = result_of(self.state)
             self.exit(self.exit_code())
             return
         self.detached = True

@@ -278,12 +278,21 @@ class HostWorkspace:
             os.close(fd)
 
 
+def _console_name() -> str:
+    """This console as other consoles are told of it: its terminal, where it has one."""
+    try:
+        where = f" on {os.ttyname(0)}"
+    except OSError:
+        where = ""
+    return f"mlra attach{where} (pid {os.getpid()})"
+
+
 class RemoteRun:
     """A live run in another process, attached to through its control socket."""
 
     def __init__(self, run_dir: Path, *, name: str | None = None) -> None:
         self.run_dir = run_dir
-        self.name = name or f"mlra attach (pid {os.getpid()})"
+        self.name = name or _console_name()
         """How the run names this console to other consoles when it holds the controls."""
         self.state = RunState()
         self.controls = RemoteControls(self)

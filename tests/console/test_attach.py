@@ -299,6 +299,14 @@ def test_attach_refuses_in_one_line_what_is_not_a_live_run(
         assert said in err and err.count("\n") == 1, err
 
 
+def _toasts(screen: str) -> str:
+    """The words of the toasts on a captured screen (each line of one starts with its
+    bar, and the pane behind shows on its right), wrapped lines joined."""
+    lines = [line for line in screen.splitlines() if line[:1] == "▌"]
+    shown = [line[1:].split("│")[0].split("╰")[0] for line in lines]
+    return " ".join(" ".join(shown).split())
+
+
 def _tmux(socket: str, *args: str) -> str:
     done = subprocess.run(
         ["tmux", "-L", socket, *args], capture_output=True, text=True, timeout=10, check=False
@@ -308,39 +316,57 @@ def _tmux(socket: str, *args: str) -> str:
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")
 def test_mlra_attach_in_a_real_terminal_detaches_and_the_run_goes_on(live_run: LiveRun) -> None:
-    """What a person sees in a terminal: the run's panes and the attached console's word in
-    the status line; Space pauses it; q detaches, says so, and the run goes on to its end."""
+    """What a person sees in two terminals: the run's panes and each console's word in the
+    status line; Space in the first pauses the run; the second only watches, and its Space
+    is answered with who holds the controls; q detaches the first, says so, and the run
+    goes on to its end, which the second shows."""
     socket = f"mlra-attach-test-{os.getpid()}"
     command = f"{sys.executable} -m mlra attach {live_run.run_dir}; echo attach-exit=$?; sleep 60"
     env = ["env", "TERM=xterm-256color", "COLORTERM=", "MLRA_MODEL="]
-    _tmux(
-        socket, "new-session", "-d", "-x", "120", "-y", "40", "-s", "a", *env, "sh", "-c", command
-    )
+    size = ["-x", "120", "-y", "40"]
+    _tmux(socket, "new-session", "-d", *size, "-s", "a", *env, "sh", "-c", command)
     try:
 
-        def screen() -> str:
-            return _tmux(socket, "capture-pane", "-p", "-t", "a")
+        def screen(target: str) -> str:
+            return _tmux(socket, "capture-pane", "-p", "-t", target)
 
         shown = wait_for(
             "the console",
-            lambda: "ATTACHED" in screen() and "started-held" in screen() and screen(),
+            lambda: "ATTACHED" in screen("a") and "started-held" in screen("a") and screen("a"),
         )
         assert "RUNNING" in shown and "Answer the question" in shown
         assert "q Detach" in shown
         _tmux(socket, "send-keys", "-t", "a", "Space")
-        wait_for("the pause", lambda: "PAUSED" in screen())
+        wait_for("the pause", lambda: "PAUSED" in screen("a"))
         assert [(c.action, c.source) for c in live_run.controls()] == [("pause", "attach")]
+
+        _tmux(socket, "new-session", "-d", *size, "-s", "b", *env, "sh", "-c", command)
+        wait_for("the second console", lambda: "PAUSED" in screen("b"))
+        assert "WATCH-ONLY" in screen("b")
+        _tmux(socket, "send-keys", "-t", "b", "Space")
+        refused = wait_for(
+            "the refusal",
+            lambda: "holds the controls" in _toasts(screen("b")) and _toasts(screen("b")),
+        )
+        assert "watching: mlra attach on /dev/pts/" in refused  # the holder, by its terminal
+        assert len(live_run.controls()) == 1
+
         _tmux(socket, "send-keys", "-t", "a", "Space")
         wait_for(
             "the resume", lambda: [c.action for c in live_run.controls()] == ["pause", "resume"]
         )
         _tmux(socket, "send-keys", "-t", "a", "q")
-        left = wait_for("the shell again", lambda: "attach-exit=" in screen() and screen())
+        left = wait_for("the shell again", lambda: "attach-exit=" in screen("a") and screen("a"))
         assert "detached; the run goes on" in left and "attach-exit=0" in left
         assert live_run.proc.poll() is None
+        live_run.release()
+        wait_for("the end, in the second", lambda: "FINISHED" in screen("b"), timeout=60)
+        _tmux(socket, "send-keys", "-t", "b", "q")
+        wait_for("the second leaves", lambda: "attach-exit=0" in screen("b"))
+        assert "score" in screen("b")  # the run's final line, as a headless run prints it
     finally:
         _tmux(socket, "kill-server")
-    assert live_run.finish() == 0
+    assert live_run.proc.wait(timeout=30) == 0
     assert isinstance(events_of(live_run.run_dir)[-1], ev.RunFinished)
 
 
