@@ -190,6 +190,7 @@ def test_answers_that_could_cheat_the_check_are_refused_before_lean_with_a_reaso
         "/- nested /- comment -/ still one -/ theorem t : 1 = 1 := rfl",
         "open_locale big_operators\nopen real\nvariables (x : ℝ)",
         "lemma metaphor_free : true := trivial",
+        "local attribute [instance] classical.prop_decidable\ntheorem t : 1 = 1 := rfl",
     ):
         assert m.refusal(fine) is None, fine
 

@@ -129,6 +129,15 @@ statement check, or change what the check's statement means. Lean 4's meta synta
 (`macro`, `elab`, `syntax`, `open ... in`, `@[implemented_by]`, `unsafe`, `@[extern]`)
 is not Lean 3 and fails to parse there, so it needs no entry of its own."""
 
+CLASSICAL = re.compile(
+    r"^\s*(?:local\s+)?attribute\s+\[instance(?:,\s*priority\s+\d+)?\]\s+"
+    r"classical\.(?:prop_decidable|dec|dec_eq|dec_pred|dec_rel)\s*$",
+    re.MULTILINE,
+)
+"""The one instance attribute honest Lean 3 proofs use (classical decidability, as
+`open_locale classical` gives): decidable instances are subsingletons, so it cannot
+change what a statement means. Not refused."""
+
 DEFINITION = re.compile(
     _COMMAND
     + r"(?:def|definition|abbreviation|irreducible_def|structure|class|inductive)\s+([^\s:({\[⦃]+)",
@@ -169,6 +178,7 @@ def refusal(answer: str, reference_type: str | None = None) -> str | None:
     code = without_comments(answer)
     if code is None:
         return "an unterminated comment: the statement check after it would be read as comment"
+    code = CLASSICAL.sub("", code)
     for pattern, why in REFUSED:
         if pattern.search(code):
             return why
