@@ -553,3 +553,20 @@ async def test_the_files_pane_of_an_attached_console_reads_nothing_outside_the_w
     for path in ("leak", "sub/up", "../secret.txt"):
         with pytest.raises(PermissionError):
             await files.read_file(path)
+
+
+async def test_a_run_killed_while_attached_is_said_gone_and_q_leaves(live_run: LiveRun) -> None:
+    """The run's process killed (no end in its log): the attached console says the run no
+    longer answers and how to go on with it, offers no steering, and q leaves."""
+    app = AttachApp(RemoteRun(live_run.run_dir))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the log so far", lambda: app.state.running)
+        live_run.proc.kill()
+        await pilot_wait(pilot, "the run gone", lambda: app.remote.gone is not None)
+        await pilot_wait(pilot, "it said", lambda: "GONE" in _status_text(app))
+        told = " ".join(str(n.message) for n in app._notifications)
+        assert "The run no longer answers" in told and "mlra resume RUN" in told
+        assert app.check_action("pause", ()) is False
+        await pilot.press("q")
+        await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
+    assert not app.detached and app.exit_code() == 1  # no result: not a finished run
