@@ -19,8 +19,9 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.snapshots import SnapshotStore
-from mlra.tools.sandbox import beneath, trees
+from mlra.tools.sandbox import beneath, sparse_files
 from mlra.tools.sandbox.base import FileInfo
+from mlra.tools.sandbox.dir_stack import DirStack
 
 
 class WorkspaceHistory:
@@ -117,7 +118,7 @@ class WorkspaceHistory:
         target.mkdir(parents=True, exist_ok=True)
         target_fd = os.open(target, beneath.DIR_FLAGS)
         try:
-            with trees.DirStack(target_fd) as dirs:
+            with DirStack(target_fd) as dirs:
                 # Sorted as tuples: a folder's files together, a subfolder's right after.
                 for path, (change, _) in sorted(
                     self.files_at(seq).items(), key=lambda item: item[0].split("/")
@@ -153,7 +154,7 @@ class WorkspaceHistory:
                 source = None
             if source is not None:
                 try:
-                    trees.copy_sparse(source, out)
+                    sparse_files.copy_sparse(source, out)
                     return True
                 finally:
                     os.close(source)
@@ -185,11 +186,11 @@ def _copy_if_same(root: Path, path: str, change: ev.FileChange, out: int) -> boo
                 return False
         else:
             digest = hashlib.sha256()
-            trees.hash_into(fd, digest)
+            sparse_files.hash_into(fd, digest)
             if digest.hexdigest() != change.sha256:
                 return False
         os.ftruncate(out, 0)
-        trees.copy_sparse(fd, out)
+        sparse_files.copy_sparse(fd, out)
         return True
     except OSError:
         return False

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from shutil import disk_usage
 
-from mlra.tools.sandbox import beneath, trees
+from mlra.tools.sandbox import beneath, sparse_files, trees
+from mlra.tools.sandbox.dir_stack import DirStack
 
 GB = 1_000_000_000
 KEEP_FREE_BYTES = GB
@@ -159,7 +160,7 @@ def ordered_walk(root_fd: int) -> Iterator[Item]:
     """Every entry below `root_fd` in the byte order of its path (the order the digest
     frames them in: `a`, `a-b`, then `a/x`), by folder descriptors, without recursion
     and without following a link. A folder's entries are read when it is reached."""
-    dirs = trees.DirStack(root_fd)
+    dirs = DirStack(root_fd)
     # Per folder: its path, its items still to visit (sort key, name, whether it is the
     # visit of a subfolder's contents), and the stat of each subfolder as first seen.
     frames: list[
@@ -252,7 +253,7 @@ class Survey:
         first: dict[tuple[int, int], tuple[tuple[str, ...], str]] = {}
         copied = 0
         try:
-            with trees.DirStack(target_fd) as out, trees.DirStack(target_fd) as linked:
+            with DirStack(target_fd) as out, DirStack(target_fd) as linked:
                 for item in ordered_walk(artifact.fd):
                     mode = item.st.st_mode
                     at = out.move_to(item.parent)
@@ -301,7 +302,7 @@ def _copy_in_folder(item: Item, at: int, artifact: OpenArtifact) -> int:
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         out = os.open(item.name, flags, 0o600, dir_fd=at)
         try:
-            size = trees.copy_sparse(source, out)
+            size = sparse_files.copy_sparse(source, out)
             os.fchmod(out, st.st_mode & 0o777)
         finally:
             os.close(out)
@@ -318,7 +319,7 @@ def copy_file(fd: int, target: Path) -> None:
         target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
     )
     try:
-        trees.copy_sparse(fd, out)
+        sparse_files.copy_sparse(fd, out)
         os.fchmod(out, st.st_mode & 0o777)
     finally:
         os.close(out)

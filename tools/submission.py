@@ -46,7 +46,7 @@ from mlra.tools.artifact_copy import (
     ordered_walk,
 )
 from mlra.tools.read_only import restore_originals
-from mlra.tools.sandbox import trees
+from mlra.tools.sandbox import sparse_files, trees
 
 SUBMISSION_DIR = "submission"
 """The frozen copy's folder inside the run folder."""
@@ -233,7 +233,7 @@ def _file_digest(path: Path) -> tuple[str, int]:
 
 def _fd_digest(fd: int) -> tuple[str, int]:
     h = hashlib.sha256()
-    size = trees.hash_into(fd, h)
+    size = sparse_files.hash_into(fd, h)
     return h.hexdigest(), size
 
 

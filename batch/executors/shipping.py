@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
-from mlra.tools.sandbox import trees
+from mlra.tools.sandbox import sparse_files, trees
 
 CHUNK = 8 * 2**20
 """Bytes per part: small enough to keep many in flight, big enough to keep Ray's per-object cost low."""
@@ -185,7 +185,7 @@ def _add_file(tar: tarfile.TarFile, entry: trees.Entry, name: str) -> bool:
     try:
         st = os.fstat(fd)
         info = _info(name, st, tarfile.REGTYPE)
-        spans = trees.data_extents(fd, st.st_size) if trees.is_sparse(st) else None
+        spans = sparse_files.data_extents(fd, st.st_size) if sparse_files.is_sparse(st) else None
         if spans is None or sum(end - start for start, end in spans) * 2 > st.st_size:
             info.size = st.st_size
             tar.addfile(info, _Reader(fd, [(0, st.st_size)]))

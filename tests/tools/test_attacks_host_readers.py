@@ -36,6 +36,7 @@ from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolContext, ToolRegistry, parse_arguments
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.dir_stack import DirStack
 from mlra.tools.submission import freeze
 from tests.scripts import call, turn
 from tests.tools import test_sandbox_attacks as attacks
@@ -388,7 +389,7 @@ def test_a_folder_3000_deep_breaks_no_later_snapshot_fork_replay_submission_or_s
     fork_ws = forked.run_dir / "workspace"
     assert (fork_ws / "answer.txt").read_text() == "42\n"
     fd = os.open(fork_ws, os.O_RDONLY)
-    with trees.DirStack(fd) as dirs:
+    with DirStack(fd) as dirs:
         at = dirs.move_to(["d"] * DEEP)
         found = os.open("bottom.txt", os.O_RDONLY, dir_fd=at)
         assert os.read(found, 10) == b"found"
@@ -503,7 +504,7 @@ async def test_copy_in_keeps_links_as_links_and_copies_deep_folders(
     source = tmp_path / "clone"
     source.mkdir()
     fd = os.open(source, os.O_RDONLY)
-    with trees.DirStack(fd) as dirs:  # pathlib's mkdir recurses, one call a level
+    with DirStack(fd) as dirs:  # pathlib's mkdir recurses, one call a level
         bottom = os.open(
             "bottom.txt", os.O_WRONLY | os.O_CREAT, dir_fd=dirs.move_to(["d"] * 1500, create=True)
         )

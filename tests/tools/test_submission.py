@@ -26,7 +26,7 @@ from mlra.agent.eventlog import read_events
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import load_task
 from mlra.tools.artifact_copy import SubmissionRefused
-from mlra.tools.sandbox import trees
+from mlra.tools.sandbox import sparse_files
 from mlra.tools.submission import artifact_digest, freeze, remove_tree
 from tests.conftest import SECRET_ENV, mlra_cli, run_baseline
 from tests.fakes.model_server import ScriptedModelServer
@@ -449,7 +449,7 @@ def test_a_failure_while_copying_is_a_refusal_and_leaves_no_half_made_copy(
     (workspace / "model" / "a" / "first.bin").write_bytes(b"1")
     (workspace / "model" / "b.bin").write_bytes(b"2")
     copied: list[int] = []
-    real = trees.copy_sparse
+    real = sparse_files.copy_sparse
 
     def full_disk(src: int, dst: int) -> int:
         if copied:
@@ -457,7 +457,7 @@ def test_a_failure_while_copying_is_a_refusal_and_leaves_no_half_made_copy(
         copied.append(dst)
         return real(src, dst)
 
-    monkeypatch.setattr(trees, "copy_sparse", full_disk)
+    monkeypatch.setattr(sparse_files, "copy_sparse", full_disk)
     dest = tmp_path / "frozen"
     with pytest.raises(SubmissionRefused) as refused:
         freeze(workspace, "model", dest)

@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Literal
 
-from mlra.tools.sandbox import beneath, trees
+from mlra.tools.sandbox import beneath, sparse_files, trees
+from mlra.tools.sandbox.dir_stack import DirStack
 
 if TYPE_CHECKING:  # the event models are heavy to import, and the evaluation process,
     # which needs this module's types, never makes one
@@ -457,7 +458,7 @@ class Sandbox(abc.ABC):
         an open workspace folder, creating what is missing and handing it to `_created`."""
         src_fd = os.open(src, beneath.DIR_FLAGS)
         try:
-            with trees.DirStack(dir_fd) as dest:
+            with DirStack(dir_fd) as dest:
                 for entry in trees.walk(src_fd):
                     dest.move_to(entry.parent)
                     if entry.is_dir:
@@ -507,7 +508,7 @@ class Sandbox(abc.ABC):
         dest.mkdir(parents=True, exist_ok=True)
         dest_fd = os.open(dest, beneath.DIR_FLAGS)
         try:
-            with trees.DirStack(dest_fd) as out:
+            with DirStack(dest_fd) as out:
                 for entry in trees.walk(dir_fd):
                     try:
                         at = out.move_to(entry.parent)
@@ -533,7 +534,7 @@ def _copy_fd(source: int, target: int) -> None:
     """Copy an open file into another with its mode and times (as copy2), holes kept;
     closes `target`."""
     try:
-        trees.copy_sparse(source, target)
+        sparse_files.copy_sparse(source, target)
         st = os.fstat(source)
         os.fchmod(target, stat.S_IMODE(st.st_mode))
         os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))

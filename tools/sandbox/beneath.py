@@ -22,7 +22,7 @@ import stat
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from mlra.tools.sandbox.trees import DIR_FLAGS, FILE_FLAGS, DirStack
+from mlra.tools.sandbox.dir_stack import DIR_FLAGS, FILE_FLAGS, DirStack
 
 __all__ = ["DIR_FLAGS", "FILE_FLAGS", "Located", "Outside", "locate", "open_beneath", "open_root"]
 
@@ -68,7 +68,7 @@ class Located:
 
 class _Walk:
     """The folders walked so far, as open descriptors (a bounded number of them however
-    deep the path: trees.DirStack), and what remains to walk."""
+    deep the path: DirStack), and what remains to walk."""
 
     def __init__(self, root_fd: int, parts: Iterable[str]) -> None:
         self.dirs = DirStack(root_fd)
