@@ -485,6 +485,11 @@ async def test_grading_runs_the_stand_in_inside_the_sandbox_and_unrelated_answer
     assert finished.metrics["problems"] == 2.0
     assert finished.metrics["unreadable_references"] == 1.0
     assert sorted(p.name for p in project.iterdir()) == ["leanpkg.path"]
+    # The challenge's rules and its own measure (Lean accepting the answer alone) beside.
+    rules = finished.rules
+    assert rules is not None and (rules.checked, rules.trusted) == (3, 3)
+    assert rules.own_metric == "lean_accepts_rate"
+    assert rules.own_score == finished.metrics["lean_accepts_rate"]
 
 
 # --- a real Lean 3, where one is installed ---------------------------------------------------
