@@ -28,36 +28,35 @@ def add_attach_command(sub: Any) -> None:
     attach.set_defaults(func=cmd_attach)
 
 
-def resolve_run(run: str, runs_dir: Path) -> Path:
-    """The run folder RUN names: a folder as given, else a run id under `runs_dir`."""
-    from mlra.agent.eventlog import EVENTS_FILE
-    from mlra.console.args import UsageError
+def _folder(run_dir: Path) -> str:
+    """The run folder as `mlra replay` and `mlra resume` take it (they take no run id)."""
+    import os
 
-    given = Path(run)
-    for candidate in (given, runs_dir / run):
-        if (candidate / EVENTS_FILE).is_file():
-            return candidate.resolve()
-    if given.is_dir():
-        raise UsageError(f"{run} is not a run folder (no {EVENTS_FILE})")
-    raise UsageError(f"no run {run!r}: not a run folder, nor a run id under {runs_dir}")
+    try:
+        relative = os.path.relpath(run_dir)
+    except ValueError:
+        return str(run_dir)
+    return relative if len(relative) < len(str(run_dir)) else str(run_dir)
 
 
 def not_live_line(run_dir: Path, shown: str) -> str:
     """Why RUN cannot be attached to, and what to do with it instead."""
     from mlra.agent.eventlog import EVENTS_FILE, log_is_live
 
+    folder = _folder(run_dir)
     if (run_dir / "result.json").is_file():
-        return f"{shown} has ended: mlra replay {shown} steps through it"
+        return f"{shown} has ended: mlra replay {folder} steps through it"
     if log_is_live(run_dir / EVENTS_FILE):
         return f"{shown} is running but serves no control socket (it says why in its log)"
-    return f"{shown} is not running (stopped without an end): mlra resume {shown} goes on with it"
+    return f"{shown} is not running (stopped without an end): mlra resume {folder} goes on with it"
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
     from mlra.console.args import UsageError
+    from mlra.console.ctl_cli import run_folder  # RUN read as `mlra ctl` reads it
     from mlra.control_socket import CtlRequest, NotLive, request
 
-    run_dir = resolve_run(args.run, args.runs_dir)
+    run_dir = run_folder(args.run, args.runs_dir)
     shown = args.run
     try:
         reply = request(run_dir, CtlRequest(op="status", client="attach"), timeout=5.0)
@@ -70,7 +69,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if not reply.ok or reply.status is None:
         raise UsageError(f"{shown}: {reply.message or 'the run did not say how it stands'}")
     if reply.status.state == "ended":
-        raise UsageError(f"{shown} has ended: mlra replay {shown} steps through it")
+        raise UsageError(f"{shown} has ended: mlra replay {_folder(run_dir)} steps through it")
     return _attach(run_dir)
 
 

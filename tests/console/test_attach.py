@@ -289,8 +289,8 @@ def test_attach_refuses_in_one_line_what_is_not_a_live_run(
     killed.mkdir()
     (killed / "events.jsonl").write_text("")
     cases = {
-        "nothing": "no run 'nothing': not a run folder, nor a run id under",
-        "ended": "ended has ended: mlra replay ended steps through it",
+        "nothing": "no run 'nothing': not a run folder (no events.jsonl), nor a run id",
+        "ended": f"ended has ended: mlra replay {ended} steps through it",
         str(killed): "is not running (stopped without an end): mlra resume",
     }
     for run, said in cases.items():
