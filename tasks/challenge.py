@@ -31,6 +31,10 @@ EVALUATOR_CHECKS: dict[str, str] = {
     "weights": "the submission's weight files can be read at all",
     "max_peak_memory_gb": "memory the model needs while it runs (edge efficiency setting)",
     "lossless_tokenizer": "the tokenizer gives back the text it encodes",
+    "running_memory": "the model's peak memory while it runs, alone in a fresh process "
+    "(lm-eval setting running_memory)",
+    "pretrained_tokenizer": "the tokenizer is not a known pretrained vocabulary "
+    "(lm-eval setting refuse_pretrained_tokenizer)",
     "evaluator": "the evaluator itself (what it scores, on which data, how)",
 }
 """Checks an evaluator (not `[constraints]`) reports, by the name that begins its
@@ -53,9 +57,10 @@ class ChallengeRule(_Strict):
     how: str = Field(min_length=1)
     """checked: how mlra checks it; trusted: why it cannot be checked here."""
     checks: list[str] = Field(default_factory=list)
-    """The checks that enforce a checked rule: `[constraints]` fields or EVALUATOR_CHECKS
-    names. A violation beginning with one of them (`max_parameters: ...`) is reported
-    with this rule's text. A trusted rule names none."""
+    """The checks that enforce the rule: `[constraints]` fields or EVALUATOR_CHECKS names.
+    A violation beginning with one of them (`max_parameters: ...`) is reported with this
+    rule's text. A trusted rule may name the checks that catch part of it (a name the
+    files give away) while the rest stays trusted: it counts as trusted."""
 
 
 class Challenge(_Strict):
@@ -90,17 +95,14 @@ class Challenge(_Strict):
 
 
 def challenge_problems(challenge: Challenge, constraints: Constraints) -> list[tuple[str, str]]:
-    """(field, problem) for rules that claim more than mlra does: a checked rule naming
-    a check that does not exist or a constraint the task leaves unset, a trusted rule
-    naming checks, an `own_metric` without `differs`."""
+    """(field, problem) for rules that claim more than mlra does: a rule naming a check
+    that does not exist or a `[constraints]` field the task leaves unset, an
+    `own_metric` without `differs`."""
     problems: list[tuple[str, str]] = []
     known_constraints = set(Constraints.model_fields)
     set_constraints = set(constraints.model_dump(exclude_defaults=True))
     for i, rule in enumerate(challenge.rules):
         field = f"challenge.rules.{i}.checks"
-        if rule.status == "trusted" and rule.checks:
-            problems.append((field, "a trusted rule names no checks (it is not checked)"))
-            continue
         for name in rule.checks:
             if name in known_constraints:
                 if name not in set_constraints:
@@ -125,9 +127,9 @@ def quote_rules(violations: list[str], challenge: Challenge) -> list[str]:
     names the check that found it, so the refusal says the rule in its own words."""
     by_check: dict[str, ChallengeRule] = {}
     for rule in challenge.rules:
-        if rule.status == "checked":
-            for name in rule.checks:
-                by_check.setdefault(name, rule)
+        for name in rule.checks:
+            if rule.status == "checked" or name not in by_check:
+                by_check[name] = rule
     out: list[str] = []
     for violation in violations:
         key = violation.split(":", 1)[0].strip()
@@ -155,6 +157,8 @@ def rule_lines(challenge: Challenge) -> list[str]:
     )
     for rule in challenge.rules:
         mark = "✓ checked" if rule.status == "checked" else "· trusted"
+        if rule.status == "trusted" and rule.checks:
+            mark += " (partly checked)"
         lines.append(f"  {mark}: {rule.text.strip()} [{rule.source}]")
         lines.append(f"      {'how' if rule.status == 'checked' else 'why'}: {rule.how.strip()}")
     return lines

@@ -19,12 +19,13 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mlra.tools.sandbox import trees
 
@@ -69,6 +70,8 @@ class ArchitectureFingerprint(BaseModel):
 
     name: str
     model_type: str
+    """The config's `model_type`; "*" any model type (a rule that allows every family of
+    a size class, with exceptions listed beside it)."""
     hidden_size: int | None = None
     num_hidden_layers: int | None = None
     vocab_size: int | None = None
@@ -76,6 +79,28 @@ class ArchitectureFingerprint(BaseModel):
     """A limit for this family alone: where a rule names a size class ("up to 8B"),
     a family whose allowed model counts more by its embedding (Gemma-7B: 8.54B) gets
     that model's size, so the list of allowed models and the size rule agree."""
+
+
+class RefusedModel(BaseModel):
+    """A checkpoint the rules exclude although its architecture is allowed: a later
+    generation of an allowed family (Llama 3 where the list says "LLaMA or Llama 2"),
+    told by its config's values."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    model_type: str | None = None
+    """Only configs of this model_type; None: any."""
+    config_any: dict[str, list[Any]] = Field(default_factory=dict)
+    """Config values that identify the model: it matches when any key (dotted for a
+    nested value: `rope_parameters.rope_type`) holds one of its listed values."""
+
+    @field_validator("config_any")
+    @classmethod
+    def _something(cls, value: dict[str, list[Any]]) -> dict[str, list[Any]]:
+        if not any(value.values()):
+            raise ValueError("lists no config value that identifies the model")
+        return value
 
 
 class Constraints(BaseModel):
@@ -91,11 +116,27 @@ class Constraints(BaseModel):
     allowed_base_models: list[ArchitectureFingerprint] = Field(default_factory=list)
     """The submission's config must match one of these architectures."""
     min_layers_kept: int | None = None
+    refused_models: list[RefusedModel] = Field(default_factory=list)
+    """Checkpoints refused though their architecture is allowed (RefusedModel)."""
+    instruction_tuned_names: str | None = None
+    """A regular expression (case-insensitive): a submission whose files name a checkpoint
+    matching it (config.json's `_name_or_path`, written by transformers before 5.0; a
+    model card's `base_model:`) started from an instruction-tuned model, where only base
+    models are allowed. A name can be removed, so this refuses only what the files say."""
+
+    @field_validator("instruction_tuned_names")
+    @classmethod
+    def _pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as exc:
+                raise ValueError(f"not a regular expression: {exc}") from None
+        return value
+
     allowed_dtypes: list[str] = Field(default_factory=list)
     """Safetensors dtypes the weights may be stored in ("F16", "F32"): a challenge that
     says "FP16 or FP32" refuses BF16 and F64 as well as quantized weights."""
-    allowed_dtypes_rule: str = ""
-    """The challenge's words for that rule, quoted when it is broken."""
 
     def active(self) -> bool:
         return any(
@@ -106,6 +147,8 @@ class Constraints(BaseModel):
                 self.require_safetensors,
                 self.allowed_base_models,
                 self.min_layers_kept,
+                self.refused_models,
+                self.instruction_tuned_names,
                 self.allowed_dtypes,
             ]
         )
@@ -370,12 +413,25 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
             and not (rules.forbid_quantized and d in QUANTIZED_DTYPES)
         }
         if others:
-            words = f'"{rules.allowed_dtypes_rule}": ' if rules.allowed_dtypes_rule else ""
             stored = ", ".join(f"{_count(n)} parameters in {d}" for d, n in sorted(others.items()))
             broken.append(
-                f"allowed_dtypes: {words}the weights hold {stored}; only "
+                f"allowed_dtypes: the weights hold {stored}; only "
                 f"{' or '.join(rules.allowed_dtypes)} is allowed (convert with "
                 "model.to(torch.float16) or torch.float32 before save_pretrained)"
+            )
+    for refused in rules.refused_models:
+        evidence = refused_evidence(refused, facts.config)
+        if evidence:
+            broken.append(
+                f"refused_models: the model is {refused.name} ({evidence}), which the rules exclude"
+            )
+    if rules.instruction_tuned_names:
+        pattern = re.compile(rules.instruction_tuned_names, re.IGNORECASE)
+        named = [n for n in declared_names(model_dir, facts.config) if pattern.search(n)]
+        if named:
+            broken.append(
+                f"instruction_tuned_names: the submission's files name {named[0]!r}, an "
+                "instruction-tuned model; only base models may be started from"
             )
     if rules.min_layers_kept is not None:
         layers = facts.config.get("num_hidden_layers")
@@ -386,8 +442,84 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
     return broken, summary
 
 
+MAX_CARD_BYTES = 1024 * 1024
+"""A model card (README.md) is read this far for its `base_model:` lines."""
+
+
+HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+HUB_CACHE = re.compile(r"models--([\w.-]+?)--([\w.-]+)")
+
+
+def hub_id(name: str) -> str | None:
+    """`name` as a Hub model id (`org/model`, or the folder of the Hub's cache that holds
+    it), or None for anything else: a local folder's name (`out-sft/`) says nothing of
+    which checkpoint the training started from."""
+    cached = HUB_CACHE.search(name)
+    if cached:
+        return f"{cached.group(1)}/{cached.group(2)}"
+    return name if HUB_ID.match(name) and not name.startswith((".", "/")) else None
+
+
+def declared_names(model_dir: Path, config: dict[str, Any]) -> list[str]:
+    """The Hub checkpoints a submission's files name: config.json's `_name_or_path`
+    (written by transformers before 5.0) and a model card's `base_model:` entries."""
+    names = [str(config["_name_or_path"])] if config.get("_name_or_path") else []
+    names += _card_base_models(model_dir)
+    return [found for found in map(hub_id, names) if found is not None]
+
+
+def _card_base_models(model_dir: Path) -> list[str]:
+    """The `base_model:` entries of a model card's front matter (one value or a list)."""
+    try:
+        fd = os.open(model_dir / "README.md", os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return []
+    try:
+        card = trees.read_bounded(fd, MAX_CARD_BYTES).decode("utf-8", "replace")
+    except (OSError, trees.TooLarge):
+        return []
+    finally:
+        os.close(fd)
+    names: list[str] = []
+    in_list = False
+    for line in card.splitlines()[:200]:
+        stripped = line.strip()
+        if stripped.startswith("base_model:"):
+            value = stripped.removeprefix("base_model:").strip().strip("'\"")
+            names += [value] if value else []
+            in_list = not value
+        elif in_list and stripped.startswith("- "):
+            names.append(stripped[2:].strip().strip("'\""))
+        else:
+            in_list = False
+    return names
+
+
+def _config_value(config: dict[str, Any], dotted: str) -> Any:
+    value: Any = config
+    for part in dotted.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(part)
+    return value
+
+
+def refused_evidence(refused: RefusedModel, config: dict[str, Any]) -> str:
+    """Why the config says the model is `refused` (empty: it does not)."""
+    if refused.model_type is not None and config.get("model_type") != refused.model_type:
+        return ""
+    for key, values in refused.config_any.items():
+        got = _config_value(config, key)
+        if got is not None and not isinstance(got, (dict, list)) and got in values:
+            return f"config.json has {key} = {got!r}"
+    return ""
+
+
 def _matches(config: dict[str, Any], fp: ArchitectureFingerprint) -> bool:
-    if config.get("model_type") != fp.model_type:
+    if fp.model_type == "*":
+        if not isinstance(config.get("model_type"), str):
+            return False
+    elif config.get("model_type") != fp.model_type:
         return False
     for key in ("hidden_size", "num_hidden_layers", "vocab_size"):
         expected = getattr(fp, key)

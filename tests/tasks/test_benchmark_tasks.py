@@ -372,8 +372,8 @@ def test_llm_merging_refuses_models_over_its_parameter_limit(tmp_path: Path, tin
         "allowed_base_models: a Llama 2 / Llama 3 family model may have at most 8.1B "
         "parameters; this one has 9B"
     ]
-    (message,) = check(_phi(tmp_path / "phi"), rules)[0]
-    assert message.startswith("allowed_base_models:") and "Gemma family" in message
+    # Any family of the size class: the competition's families are suggestions (issue 30).
+    assert check(_phi(tmp_path / "phi"), rules)[0] == []
 
 
 def test_llm_merging_accepts_every_model_its_prompt_allows(tmp_path: Path) -> None:

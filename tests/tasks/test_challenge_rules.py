@@ -8,7 +8,9 @@ trusted; a task.toml that claims a check mlra does not make is refused, in one l
 
 from __future__ import annotations
 
+import json
 import shutil
+import struct
 from pathlib import Path
 
 import pytest
@@ -16,10 +18,11 @@ import pytest
 from mlra import events as ev
 from mlra.agent.state import fold, result_of
 from mlra.tasks.challenge import Challenge, ChallengeRule, quote_rules
+from mlra.tasks.constraints import check
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskError, load_task
 from tests.conftest import mlra_cli
-from tests.tasks.test_benchmark_tasks import _claims
+from tests.tasks.test_benchmark_tasks import _claims, _llama
 
 RULE = """
 [[challenge.rules]]
@@ -77,11 +80,6 @@ def test_the_prompt_says_which_rules_are_checked_and_which_are_trusted() -> None
             RULE.format(status="checked", checks='"vibes"'),
             "challenge.rules.0.checks",
             "'vibes' is not a check mlra has",
-        ),
-        (
-            RULE.format(status="trusted", checks='"allowed_base_models"'),
-            "challenge.rules.0.checks",
-            "a trusted rule names no checks",
         ),
         (
             RULE.replace('how = "counted from the safetensors headers"\n', "").format(
@@ -180,3 +178,221 @@ def test_a_differing_grade_reports_the_challenges_own_metric_beside_it() -> None
         "accuracy",
         0.61,
     )
+
+
+# --- llm-merging and llm-efficiency: what each kind of submission gets -------------------
+
+
+def _model(
+    folder: Path, model_type: str, parameters: int = 1024, config: dict[str, object] | None = None
+) -> Path:
+    """A submission whose safetensors header declares `parameters` F16 weights (nothing
+    allocated: the rules read headers and config.json only) and whose config.json says
+    `model_type` and `config`."""
+    folder.mkdir(parents=True)
+    header = json.dumps(
+        {
+            "model.embed_tokens.weight": {
+                "dtype": "F16",
+                "shape": [parameters],
+                "data_offsets": [0, parameters * 2],
+            }
+        }
+    ).encode()
+    (folder / "model.safetensors").write_bytes(struct.pack("<Q", len(header)) + header)
+    (folder / "config.json").write_text(json.dumps({"model_type": model_type, **(config or {})}))
+    return folder
+
+
+def _refusals(task: str, folder: Path) -> list[str]:
+    """The rules `folder` breaks for `task`, as the evaluation runner reports them."""
+    spec = load_task(BUILTIN_TASKS_DIR / task)
+    return quote_rules(check(folder, spec.constraints)[0], spec.challenge)
+
+
+SIZE_RULE = (
+    "breaks the challenge's rule \"The model's parameter size is not larger than 8 billion\""
+)
+LIST_RULE = "breaks the challenge's rule \"You must start with a base model from our approved list"
+BASE_RULE = (
+    "breaks the challenge's rule \"The starting model for the competition should be an open "
+    'base model without instruction-tuning"'
+)
+
+
+@pytest.mark.parametrize(
+    ("name", "model_type", "parameters"),
+    [
+        ("Qwen1.5-7B", "qwen2", 7_721_324_544),
+        ("Llama-3-8B", "llama", 8_030_261_248),
+        ("Mistral-7B-v0.1", "mistral", 7_241_732_096),
+        ("Gemma-7B", "gemma", 8_537_680_896),
+        ("Phi-2", "phi", 2_779_683_840),
+    ],
+)
+def test_llm_merging_admits_any_public_family_of_the_size_class(
+    tmp_path: Path, name: str, model_type: str, parameters: int
+) -> None:
+    """The competition allows any public model of at most 8 billion parameters (its
+    families are suggestions): a Qwen1.5-7B, refused before, is admitted."""
+    assert _refusals("llm-merging", _model(tmp_path / name, model_type, parameters)) == []
+
+
+def test_llm_merging_refuses_a_model_past_the_size_class_in_the_rules_words(
+    tmp_path: Path,
+) -> None:
+    (qwen,) = _refusals("llm-merging", _model(tmp_path / "q14", "qwen2", 14_167_290_880))
+    assert qwen.startswith(SIZE_RULE)
+    assert "at most 8.1B parameters; this one has 14.2B" in qwen
+    (gemma,) = _refusals("llm-merging", _model(tmp_path / "g9", "gemma", 9_241_705_984))
+    assert gemma.startswith(SIZE_RULE) and "a Gemma family model may have at most 8.54B" in gemma
+
+
+def test_llm_merging_degenerate_submissions(tmp_path: Path) -> None:
+    """What each degenerate submission gets before lm-eval runs, and why:
+    - one expert as downloaded (or the unchanged base model): admitted, graded on MMLU
+      like any model; "merging expert models" is a trusted rule, since telling a merge
+      from one expert needs the experts' weights, which the grader does not hold;
+    - a randomly initialised model of an admitted family: admitted; lm-eval scores it
+      near MMLU's chance level (0.25, four choices);
+    - an empty folder: refused, no weights;
+    - pickled weights only: refused (safetensors are what the size is counted from)."""
+    expert = _llama(tmp_path / "expert")  # a tiny Llama: any expert looks the same to the rules
+    assert _refusals("llm-merging", expert) == []
+    trusted = load_task(BUILTIN_TASKS_DIR / "llm-merging").challenge.summary()
+    assert trusted is not None
+    assert "Create a generalist model by merging expert models" in trusted.trusted_rules
+
+    (tmp_path / "empty").mkdir()
+    empty = _refusals("llm-merging", tmp_path / "empty")
+    assert empty[0] == "no model weights found (no *.safetensors file in the submission)"
+    pickled = tmp_path / "pickled"
+    pickled.mkdir()
+    (pickled / "pytorch_model.bin").write_bytes(b"\0" * 16)
+    (pickled / "config.json").write_text('{"model_type": "llama"}')
+    (message,) = _refusals("llm-merging", pickled)
+    assert message.startswith("require_safetensors: weights must be in safetensors format")
+
+
+LLAMA2 = {"vocab_size": 32000, "rope_theta": 10000.0, "hidden_size": 4096}
+
+
+@pytest.mark.parametrize(
+    ("name", "model_type", "config"),
+    [
+        ("Llama-2-7b-hf", "llama", LLAMA2),
+        ("open_llama_7b", "llama", LLAMA2),
+        ("Colossal-LLaMA-2-7b-base", "llama", LLAMA2 | {"vocab_size": 69104}),
+        ("Mistral-7B-v0.1", "mistral", {"vocab_size": 32000, "rope_theta": 10000.0}),
+        ("pythia-1b", "gpt_neox", {"vocab_size": 50304}),
+        ("falcon-7b", "falcon", {"vocab_size": 65024}),
+    ],
+)
+def test_llm_efficiency_admits_the_challenges_base_models(
+    tmp_path: Path, name: str, model_type: str, config: dict[str, object]
+) -> None:
+    folder = _model(tmp_path / name, model_type, config=config)
+    (folder / "README.md").write_text(f"---\nbase_model: x/{name}\n---\n")
+    assert _refusals("llm-efficiency", folder) == []
+
+
+@pytest.mark.parametrize(
+    ("name", "model_type", "config", "why"),
+    [
+        # transformers 4.x writes rope_theta at the top; 5.x in rope_parameters.
+        ("Llama-3-8B", "llama", {"vocab_size": 128256, "rope_theta": 500000.0}, "vocab_size"),
+        (
+            "Llama-3.1-8B",
+            "llama",
+            {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0}},
+            "rope_parameters.rope_theta = 500000.0",
+        ),
+        ("Mistral-7B-v0.3", "mistral", {"vocab_size": 32768}, "Mistral v0.2 or later"),
+        ("Mistral-7B-v0.2", "mistral", {"rope_theta": 1000000.0}, "rope_theta = 1000000.0"),
+    ],
+)
+def test_llm_efficiency_refuses_later_generations_in_the_rules_words(
+    tmp_path: Path, name: str, model_type: str, config: dict[str, object], why: str
+) -> None:
+    (message,) = _refusals("llm-efficiency", _model(tmp_path / name, model_type, config=config))
+    assert message.startswith(LIST_RULE), message
+    assert "refused_models: the model is" in message and why in message
+
+
+@pytest.mark.parametrize("name", ["Qwen1.5-7B", "Qwen2-7B", "Qwen2.5-7B"])
+def test_llm_efficiency_refuses_qwen2_type_models(tmp_path: Path, name: str) -> None:
+    """The challenge's Qwen is the original Qwen-7B/14B (remote code, not loadable here);
+    Qwen1.5 and later (transformers' qwen2 type) came out after it."""
+    (message,) = _refusals("llm-efficiency", _model(tmp_path / name, "qwen2"))
+    assert message.startswith(LIST_RULE)
+    assert "allowed_base_models: the model's architecture {'model_type': 'qwen2'" in message
+
+
+@pytest.mark.parametrize(
+    ("where", "name", "hub_id"),
+    [
+        ("config", "meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-chat-hf"),
+        (
+            "config",
+            "/root/.cache/huggingface/hub/models--mistralai--Mistral-7B-Instruct-v0.1/snapshots/7a",
+            "mistralai/Mistral-7B-Instruct-v0.1",
+        ),
+        ("card", "google/gemma-7b-it", "google/gemma-7b-it"),
+        ("card-list", "lmsys/vicuna-7b-v1.5", "lmsys/vicuna-7b-v1.5"),
+    ],
+)
+def test_llm_efficiency_refuses_an_instruction_tuned_start_its_files_name(
+    tmp_path: Path, where: str, name: str, hub_id: str
+) -> None:
+    config: dict[str, object] = dict(LLAMA2)
+    if where == "config":
+        config["_name_or_path"] = name  # what transformers before 5.0 saved
+    folder = _model(tmp_path / "m", "llama", config=config)
+    if where == "card":
+        (folder / "README.md").write_text(f"---\nlicense: other\nbase_model: {name}\n---\n# x\n")
+    elif where == "card-list":
+        (folder / "README.md").write_text(f"---\nbase_model:\n- '{name}'\n---\n")
+    (message,) = _refusals("llm-efficiency", folder)
+    assert message.startswith(BASE_RULE), message
+    assert f"instruction_tuned_names: the submission's files name '{hub_id}'" in message
+
+
+def test_llm_efficiency_a_local_folders_name_is_not_a_checkpoint(tmp_path: Path) -> None:
+    """The agent's own folders (`out-chat/`, `./sft-ckpt`) say nothing of the starting
+    checkpoint; only Hub ids are read as one."""
+    for local in ("out-chat", "./sft-instruct", "/workspace/chat-run"):
+        folder = _model(tmp_path / local.strip("./").replace("/", "_"), "llama", config=LLAMA2)
+        config = json.loads((folder / "config.json").read_text())
+        (folder / "config.json").write_text(json.dumps(config | {"_name_or_path": local}))
+        assert _refusals("llm-efficiency", folder) == [], local
+
+
+def test_llm_efficiency_degenerate_submissions(tmp_path: Path) -> None:
+    """- the unchanged base model (a Llama 2-shaped model, nothing trained): admitted and
+      graded on MMLU like any model: the challenge asks for fine-tuning, but a base model
+      is a legal starting point and its score is the honest floor (no reference scores:
+      the normalized score and success stay unset);
+    - a random model of an approved family: admitted, scored near chance (0.25);
+    - an empty folder: refused, no weights; a Phi model: refused, not on the list."""
+    base = _llama(tmp_path / "base")
+    assert _refusals("llm-efficiency", base) == []
+    (tmp_path / "empty").mkdir()
+    empty = _refusals("llm-efficiency", tmp_path / "empty")
+    assert empty[0] == "no model weights found (no *.safetensors file in the submission)"
+    (phi,) = _refusals("llm-efficiency", _model(tmp_path / "phi", "phi"))
+    assert phi.startswith(LIST_RULE)
+
+
+def test_the_refused_model_and_instruction_name_fields_refuse_bad_values(tmp_path: Path) -> None:
+    folder = _task_with(tmp_path, "", base="llm-efficiency")
+    toml = folder / "task.toml"
+    text = toml.read_text()
+    toml.write_text(
+        text.replace(
+            "instruction_tuned_names = '(instruct", "instruction_tuned_names = '((instruct"
+        )
+    )
+    with pytest.raises(
+        TaskError, match=r"field constraints.instruction_tuned_names: .*not a regular expression"
+    ):
+        load_task(folder)
