@@ -396,3 +396,31 @@ def test_the_refused_model_and_instruction_name_fields_refuse_bad_values(tmp_pat
         TaskError, match=r"field constraints.instruction_tuned_names: .*not a regular expression"
     ):
         load_task(folder)
+
+
+@pytest.mark.slow
+async def test_degenerate_merges_get_an_mmlu_score_on_the_stand_in(tmp_path: Path) -> None:
+    """One expert as downloaded and a randomly initialised model, graded as llm-merging
+    grades (fresh process, rules first, lm-eval on an MMLU stand-in): both are admitted
+    and scored, as the rules allow; the grade says which rules it only trusted."""
+    from tests.tasks.test_benchmark_tasks import _group_standin, _standin_copy
+
+    folder = _standin_copy("llm-merging", tmp_path, evaluator_lines='include = "standin"\n')
+    _group_standin(
+        folder / "standin", "mmlu", {"mmlu_standin_a": 8, "mmlu_standin_b": 8}, weight_by_size=True
+    )
+    task = load_task(folder)
+    scores = {}
+    # A tiny Llama stands for the downloaded expert; the random model is drawn wider.
+    for name, init in (("expert", 0.02), ("random", 0.5)):
+        model = _llama(tmp_path / "models" / name, initializer_range=init)
+        workspace = tmp_path / name / "workspace"
+        shutil.copytree(model, workspace / "submission")
+        _, finished = await grade(task, workspace, None, tmp_path / name / "eval")
+        assert finished.ok, finished.error
+        assert finished.score is not None and 0 <= finished.score <= 1
+        assert finished.normalized is None and finished.success is None  # no references
+        assert finished.rules is not None
+        assert "Create a generalist model by merging expert models" in finished.rules.trusted_rules
+        scores[name] = finished.score
+    assert set(scores) == {"expert", "random"}
