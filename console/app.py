@@ -143,6 +143,8 @@ class MlraApp(App[int]):
     CSS_PATH = "mlra.tcss"
     TITLE = "mlra"
     BINDINGS = bindings()
+    KEY_TABLE = KEYS
+    """The keys help and the command palette list (an attached console's q detaches)."""
 
     def __init__(
         self,
@@ -724,7 +726,8 @@ class MlraApp(App[int]):
 
     def action_help(self) -> None:
         attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS]
-        self.push_screen(HelpScreen([*KEYS, *attempts] if self.state.attempts else None))
+        keys = self.KEY_TABLE
+        self.push_screen(HelpScreen([*keys, *attempts] if self.state.attempts else keys))
 
     def action_focus_attempts(self) -> None:
         pane = self.query_one(AttemptsPane)
@@ -764,7 +767,7 @@ class MlraApp(App[int]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        for key in KEYS:
+        for key in self.KEY_TABLE:
             action = key.action
             if self.check_action(action.split("(")[0], ()) is not True:
                 continue

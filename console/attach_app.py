@@ -18,7 +18,7 @@ from mlra import events as ev
 from mlra.agent.state import result_of
 from mlra.console.app import MlraApp
 from mlra.console.attach_run import RemoteRun
-from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, Key, bindings
+from mlra.console.keymap import KEYS, Key, bindings
 from mlra.console.panes.status import StatusBar
 from mlra.control_socket import NotLive
 from mlra.terminal_text import printable_line
@@ -38,6 +38,7 @@ STEERING = {
 
 class AttachApp(MlraApp):
     BINDINGS = bindings(ATTACH_KEYS)
+    KEY_TABLE = ATTACH_KEYS
 
     def __init__(self, remote: RemoteRun) -> None:
         super().__init__(controller=remote)
@@ -132,11 +133,3 @@ class AttachApp(MlraApp):
         self.detached = True
         self.remote.close()
         self.exit(0)
-
-    def action_help(self) -> None:
-        from mlra.console.screens import HelpScreen
-
-        attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS]
-        self.push_screen(
-            HelpScreen([*ATTACH_KEYS, *attempts] if self.state.attempts else ATTACH_KEYS)
-        )

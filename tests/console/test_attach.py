@@ -28,7 +28,7 @@ from mlra.console.attach_run import RemoteRun
 from mlra.console.cli import main as mlra_main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.status import StatusBar
-from mlra.console.screens import ConfirmScreen, PromptScreen
+from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
 from mlra.control_socket import socket_path
 from tests.conftest import SECRET_ENV
 from tests.fakes.model_server import ScriptedModelServer
@@ -256,6 +256,12 @@ async def test_an_attached_console_approves_the_call_a_headless_run_holds(
     async with app.run_test(size=(160, 45)) as pilot:
         await pilot_wait(pilot, "the waiting call", lambda: app.state.pending_approval)
         assert "WAITING FOR APPROVAL" in _status_text(app)
+        await pilot.press("question_mark")  # help says what q does here
+        help_ = await pilot_wait(
+            pilot, "help", lambda: isinstance(app.screen, HelpScreen) and app.screen
+        )
+        assert ("q", "Detach") in [(k.key, k.label) for k in help_.keys]
+        await pilot.press("escape")
         await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
         await pilot.press("a")
         await pilot_wait(pilot, "the approval", lambda: app.state.pending_approval is None)
