@@ -179,7 +179,10 @@ def prompt_section(challenge: Challenge) -> str:
         )
     if trusted:
         parts.append(
-            "Not checkable here, and trusted to you:\n"
-            + "\n".join(f"- {r.text.strip()}" for r in trusted)
+            "Not checkable here (or only in part), and trusted to you:\n"
+            + "\n".join(
+                f"- {r.text.strip()}" + (f" (in part: {r.how.strip()})" if r.checks else "")
+                for r in trusted
+            )
         )
     return "\n\n".join(parts)

@@ -63,7 +63,7 @@ def test_the_prompt_says_which_rules_are_checked_and_which_are_trusted() -> None
     rules = prompt[prompt.index("## Rules") : prompt.index("## Notes")]
     assert "Checked before scoring (a submission that breaks one gets no score):" in rules
     assert "- The model's parameter size is not larger than 8 billion" in rules
-    assert "Not checkable here, and trusted to you:" in rules
+    assert "Not checkable here (or only in part), and trusted to you:" in rules
     assert "- You may not train on MMLU directly" in rules
 
 
