@@ -26,6 +26,7 @@ from mlra.tools.fetched import Fetched
 from mlra.tools.files import format_size, plural
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 from mlra.tools.sandbox.base import Sandbox, SandboxError
+from mlra.tools.sandbox.host_copies import copy_in
 
 MAX_PDF_BYTES = 100 * 1024 * 1024
 READ_CHARS = 30_000
@@ -135,7 +136,7 @@ class ArxivRead(ArxivTool, Tool[ArxivReadArgs]):
                 raise SandboxError(f"{refused}; the PDF of {paper} was not kept")
             await asyncio.to_thread(landing.hand_over, staged, ctx.sandbox.workspace)
             if not await asyncio.to_thread(landing.move_in, ctx.sandbox, staged, rel, replace=True):
-                await ctx.sandbox.copy_in(staged, rel)
+                await copy_in(ctx.sandbox, staged, rel)
         finally:
             await asyncio.to_thread(landing.remove, staging)
 

@@ -39,6 +39,7 @@ from mlra.tools.files import format_size, plural
 from mlra.tools.github_plan import REPOS_DIR, ClonePlan, plan_clone
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 from mlra.tools.sandbox.base import Sandbox, SandboxError
+from mlra.tools.sandbox.host_copies import copy_in
 
 DEFAULT_MAX_BYTES = 500 * 1024 * 1024
 DEFAULT_TIMEOUT_S = 300.0
@@ -207,7 +208,7 @@ class GithubClone(Tool[GithubCloneArgs]):
             raise SandboxError(f"{refused}; the clone was not kept")
         await asyncio.to_thread(landing.hand_over, dest, ctx.sandbox.workspace)
         if not await asyncio.to_thread(landing.move_in, ctx.sandbox, dest, rel):
-            await ctx.sandbox.copy_in(dest, rel)
+            await copy_in(ctx.sandbox, dest, rel)
         size = int(info.get("bytes", 0))
         commit = str(info.get("commit", ""))
         url = clone.target.url

@@ -37,6 +37,7 @@ from mlra.tools.registry import ToolContext, ToolRegistry, parse_arguments
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.dir_stack import DirStack
+from mlra.tools.sandbox.host_copies import copy_in, copy_out
 from mlra.tools.submission import freeze
 from tests.scripts import call, turn
 from tests.tools import test_sandbox_attacks as attacks
@@ -244,7 +245,7 @@ async def test_links_out_of_the_workspace_read_nothing_of_the_host_through_any_s
         seen.append(await use("list_files", path=path.rsplit("/", 1)[0]))
     seen.append(await use("list_files", path=".", depth=5))
     out = scene.root / "copied-out"
-    await host.copy_out(".", out)
+    await copy_out(host, ".", out)
     for path in out.rglob("*"):
         if path.is_file():
             seen.append(path.read_text(errors="replace"))
@@ -513,7 +514,7 @@ async def test_copy_in_keeps_links_as_links_and_copies_deep_folders(
     os.close(fd)
     (source / "README.md").symlink_to(scene.hidden / "secret.txt")
     sandbox = LocalSandbox(scene.workspace, SandboxSpec(), isolation_mode="none")
-    await sandbox.copy_in(source, "repos/clone")
+    await copy_in(sandbox, source, "repos/clone")
     copied = scene.workspace / "repos" / "clone"
     assert os.readlink(copied / "README.md") == str(scene.hidden / "secret.txt")
     with pytest.raises(SandboxError, match="outside the workspace"):

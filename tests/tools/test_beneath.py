@@ -19,6 +19,7 @@ import pytest
 from mlra.agent.snapshots import SnapshotStore, WorkspaceScanner
 from mlra.tools.sandbox import beneath, trees
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
+from mlra.tools.sandbox.host_copies import copy_in, copy_out
 from mlra.tools.sandbox.local import LocalSandbox
 
 SECRET = "host secret d0c4e"
@@ -100,7 +101,7 @@ async def test_a_folder_turned_into_a_link_mid_walk_is_not_followed(
         return await sandbox.list_tree("d/")
 
     async def copy() -> object:
-        return await sandbox.copy_out("d/secret.txt", tmp_path / "copied.txt")
+        return await copy_out(sandbox, "d/secret.txt", tmp_path / "copied.txt")
 
     for op in (read, write, listing, copy):
         d = workspace / "d"
@@ -177,18 +178,18 @@ async def test_copy_in_and_out_keep_to_the_workspace(
     src = tmp_path / "starter"
     (src / "pkg").mkdir(parents=True)
     (src / "pkg" / "a.py").write_text("a = 1\n")
-    await sandbox.copy_in(src, "code")
+    await copy_in(sandbox, src, "code")
     assert (workspace / "code" / "pkg" / "a.py").read_text() == "a = 1\n"
     (workspace / "code" / "leak").symlink_to(outside / "secret.txt")
     (workspace / "code" / "alias.py").symlink_to("pkg/a.py")
-    await sandbox.copy_out("code", tmp_path / "out")
+    await copy_out(sandbox, "code", tmp_path / "out")
     copied = tmp_path / "out"
     assert (copied / "pkg" / "a.py").read_text() == "a = 1\n"
     assert (copied / "alias.py").read_text() == "a = 1\n"  # a link inside is copied as its file
     assert not (copied / "leak").exists()  # one that leads out is left out
     (workspace / "into").symlink_to(outside)
     with pytest.raises(SandboxError, match="outside the workspace"):
-        await sandbox.copy_in(src, "into/code")
+        await copy_in(sandbox, src, "into/code")
     assert unchanged(outside)
 
 

@@ -26,6 +26,7 @@ import pytest
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
+from mlra.tools.sandbox.host_copies import copy_out
 from tests.conftest import TEST_IMAGE, docker_address, docker_problem, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, supervisor_answering, turn
@@ -183,7 +184,7 @@ async def test_the_workspace_is_shared_with_the_host(tmp_path: Path, client: Any
         tree = {f.path for f in await sandbox.list_tree(".")}
         assert {"out", "out/result.txt", "src", "src/train.py"} <= tree
         assert await sandbox.read_file("/workspace/out/result.txt") == b"from-container\n"
-        await sandbox.copy_out("out", tmp_path / "copied")
+        await copy_out(sandbox, "out", tmp_path / "copied")
         assert (tmp_path / "copied" / "result.txt").exists()
         in_sub = await sandbox.exec(["pwd"], timeout=20, cwd="src")
         assert in_sub.output.strip() == "/workspace/src"

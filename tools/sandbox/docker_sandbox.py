@@ -454,7 +454,7 @@ class DockerSandbox(Sandbox):
     # Read and written host-side through the bind mount; what mlra writes as root is
     # handed to the container's user so its commands can change it.
 
-    def _created(self, fd: int) -> None:
+    def created(self, fd: int) -> None:
         # By descriptor: the entry just made, wherever its name leads by now.
         if os.geteuid() != 0 or self.uid == 0:
             return
