@@ -20,10 +20,10 @@ once however many hard links it has; it must fit under the task's cap and in the
 run folder's disk with room to spare. Hard links are copied once and stay linked,
 and holes in sparse files stay holes, so the copy takes no more disk than that size.
 
-Everything inside the artifact is walked, copied and digested by folder descriptors
-(tools/sandbox/trees.py): without recursion, with no path longer than a name (a
-folder 3,000 levels deep, a path past PATH_MAX, is frozen whole), never following a
-link, and holding at most a chunk of any file and a folder's names in memory.
+Everything inside the artifact is walked, copied (tools/artifact_copy.py) and digested
+by folder descriptors (tools/sandbox/trees.py): without recursion, with no path longer
+than a name (a folder 3,000 levels deep, a path past PATH_MAX, is frozen whole), never
+following a link, and holding at most a chunk of any file and a folder's names in memory.
 """
 
 from __future__ import annotations
