@@ -33,6 +33,8 @@ PASSIVE = (
     ev.Control,
     ev.ApprovalRequested,
     ev.Notice,
+    ev.TimeWarning,
+    ev.Metrics,
     ev.ModelError,
     ev.ModelRetry,
     ev.WorkspaceSnapshot,

@@ -174,6 +174,40 @@ class TimeWarning(_Event):
     limit_s: float
 
 
+class MetricPoint(BaseModel):
+    """One number a training process printed or wrote, as read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """The series: `loss`, `eval_loss`, `train/acc` (as the source names it)."""
+    value: float
+    step: int | None = None
+    """The training step the source states with it, if it states one."""
+    wall: float
+    """Run-clock seconds when it was read (a curve's time axis)."""
+
+
+class Metrics(_Event):
+    """Numbers read from what runs in the sandbox (a job's or a command's output, a
+    `metrics.jsonl`, TensorBoard event files) without the task changing anything: the
+    curves the console draws and the exports carry. Several points a line, flushed a
+    few times a minute and thinned past a bound, so a chatty trainer never floods the
+    log; `thinned` counts the points read but left out since the previous event of this
+    source."""
+
+    type: Literal["metrics"] = "metrics"
+    source: str
+    """Where the points came from: `job:<id>`, `command:<call_id>` or `file:<path>`."""
+    kind: Literal["log", "jsonl", "tensorboard"] = "log"
+    job: str | None = None
+    call_id: str | None = None
+    path: str | None = None
+    """A file source's workspace-relative path."""
+    points: list[MetricPoint] = Field(default_factory=list)
+    thinned: int = 0
+
+
 # --- supervisor ----------------------------------------------------------------------
 
 
@@ -831,6 +865,7 @@ Event = Annotated[
     | RunFinished
     | Notice
     | TimeWarning
+    | Metrics
     | PlanUpdated
     | SupervisorMessage
     | SubtaskStarted

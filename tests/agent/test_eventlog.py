@@ -30,6 +30,11 @@ def _samples() -> list[ev.Event]:
         ev.RunFinished(status="finished", reason="submitted"),
         ev.Notice(message="hello"),
         ev.TimeWarning(left_s=60.0, limit_s=600.0),
+        ev.Metrics(
+            source="job:j1",
+            job="j1",
+            points=[ev.MetricPoint(name="loss", value=2.5, step=10, wall=3.25)],
+        ),
         ev.PlanUpdated(steps=[ev.PlanStep(id="1", title="a")]),
         ev.SupervisorMessage(text="plan"),
         ev.SubtaskStarted(subtask=1, instructions="do"),
