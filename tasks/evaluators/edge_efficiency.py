@@ -21,7 +21,13 @@ model, measured on the same device in the same process:
   challenge: between a third of the skill (no faster than the reference) and all
   of it (no time at all). Slower than the reference lowers it, never below 0.
 - peak memory during that forward pass (`torch.cuda.max_memory_allocated`, as the
-  starting kit reads it) must stay under the limit, where a GPU measures it.
+  starting kit reads it) must stay under the limit, where a GPU measures it. Each
+  model is measured alone in a fresh process (tasks/evaluators/model_memory.py), so
+  the figure is the model's own, never lm-eval's copy of it as well.
+
+mlra's score is a deliberate difference from the benchmark (MLRB scores MMLU
+accuracy alone, which unmodified Phi-2 maximizes): the challenge's own metric,
+`mmlu/acc`, is reported beside it in every result.
 """
 
 from __future__ import annotations
@@ -130,40 +136,36 @@ def _free(device: str) -> None:
 
 
 def measure_submission(artifact: Path, settings: EfficiencySettings, device: str) -> Measurement:
-    import transformers
+    """The submission alone, in a fresh process (tasks/evaluators/model_memory.py): its
+    peak memory is then this model's, not lm-eval's copy of it as well."""
+    from mlra.tasks.evaluators.model_memory import measure_in_fresh_process
 
-    # Any: transformers' stubs type `.to` on a model as generation mixins see it.
-    model: Any = transformers.AutoModelForCausalLM.from_pretrained(
-        str(artifact), torch_dtype="auto", use_safetensors=True, trust_remote_code=False
+    got = measure_in_fresh_process(
+        device=device,
+        artifact=artifact,
+        sequence_length=settings.sequence_length,
+        batch_size=settings.batch_size,
+        warmup=settings.warmup,
+        repeats=settings.repeats,
     )
-    model = model.to(device)
-    model.eval()
-    try:
-        return measure(
-            model, vocab_size=int(model.config.vocab_size), settings=settings, device=device
-        )
-    finally:
-        del model
-        _free(device)
+    return Measurement(got.throughput, got.peak_cuda_bytes)
 
 
 def measure_reference(settings: EfficiencySettings, device: str) -> Measurement:
-    """The uncompressed architecture, random weights, built on the device directly."""
-    import torch
-    import transformers
+    """The uncompressed architecture, random weights, in a fresh process of its own too,
+    so that both are measured alike."""
+    from mlra.tasks.evaluators.model_memory import measure_in_fresh_process
 
-    config = dict(settings.reference)
-    model_type = str(config.pop("model_type"))
-    cfg = transformers.AutoConfig.for_model(model_type, **config)
-    dtype = getattr(torch, settings.reference_dtype)
-    with torch.device(device):
-        model = transformers.AutoModelForCausalLM.from_config(cfg, torch_dtype=dtype)
-    model.eval()
-    try:
-        return measure(model, vocab_size=int(cfg.vocab_size), settings=settings, device=device)
-    finally:
-        del model
-        _free(device)
+    got = measure_in_fresh_process(
+        device=device,
+        reference=dict(settings.reference),
+        dtype=settings.reference_dtype,
+        sequence_length=settings.sequence_length,
+        batch_size=settings.batch_size,
+        warmup=settings.warmup,
+        repeats=settings.repeats,
+    )
+    return Measurement(got.throughput, got.peak_cuda_bytes)
 
 
 def score_efficiency(

@@ -27,6 +27,18 @@ that `AutoModelForCausalLM` loads without remote code. Settings, from
   the primary accuracy combined with the model's throughput against an uncompressed
   reference measured on the same device, and a peak-memory limit; the score is
   then that combination, and the accuracy one of the metrics.
+- `running_memory`: `{max_gb, sequence_length, batch_size}`: the model's memory while
+  it runs, measured alone in a fresh process before lm-eval starts
+  (tasks/evaluators/model_memory.py); over `max_gb` is a broken rule, and lm-eval
+  does not run.
+- `refuse_pretrained_tokenizer` (default false): a submitted tokenizer that is a known
+  pretrained vocabulary (tasks/evaluators/known_tokenizers.py) breaks the rule "train
+  only on the data provided", and lm-eval does not run.
+- `primary_weighting` ("mean", the default, or "samples"): "samples" weights each
+  primary entry by its task's number of examples, as lm-eval 0.4.0-0.4.2 averaged a
+  group (the versions the benchmark's numbers were taken with).
+- `also_report`: `{name: [task/metric...]}`: further unweighted means reported as
+  metrics beside the score (mlra's own view, or the challenge's where mlra differs).
 - `lossless_tokenizer_on`: a JSONL file (relative to the task folder) with a `text`
   field; the submitted tokenizer must give back that text, up to whitespace, when
   it decodes its own tokens. A lossy tokenizer (one that maps text to UNK, say)
@@ -108,9 +120,34 @@ class LmEvalEvaluator(Evaluator):
             if violation:
                 violations.append(violation)
 
+        if settings.get("refuse_pretrained_tokenizer"):
+            from mlra.tasks.evaluators.known_tokenizers import pretrained_tokenizer_violation
+
+            violation = pretrained_tokenizer_violation(tokenizer)
+            if violation:
+                return EvalOutcome(ok=False, violations=[*violations, violation])
+
         device = str(settings.get("device", "auto"))
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
+        memory_metrics: dict[str, float] = {}
+        if settings.get("running_memory") is not None:
+            from mlra.tasks.evaluators.model_memory import running_memory_rule
+
+            try:
+                memory_metrics, broken = running_memory_rule(
+                    artifact, dict(settings["running_memory"]), device
+                )
+            except Exception as exc:
+                return EvalOutcome(
+                    ok=False,
+                    error=f"the submission's memory while running could not be measured: {_brief(exc)}",
+                )
+            if broken:
+                # A broken rule gets no score: hours of lm-eval would change nothing.
+                return EvalOutcome(
+                    ok=False, metrics=memory_metrics, violations=[*violations, broken]
+                )
         model_args: dict[str, Any] = {
             "pretrained": str(artifact),
             "dtype": str(settings.get("dtype", "float32")),
@@ -165,7 +202,7 @@ class LmEvalEvaluator(Evaluator):
             return EvalOutcome(ok=False, error="lm-eval returned no results")
         task_results = results["results"]
 
-        metrics = flatten_metrics(task_results)
+        metrics = flatten_metrics(task_results) | memory_metrics
         details: dict[str, object] = {
             "lm_eval_version": getattr(lm_eval, "__version__", "unknown"),
             "transformers_version": transformers.__version__,
@@ -182,7 +219,12 @@ class LmEvalEvaluator(Evaluator):
             details["num_fewshot"] = settings["num_fewshot"]
         if settings.get("limit") is not None:
             details["limit"] = settings["limit"]
-        score, used, missing = primary_score(metrics, settings["primary"])
+        sizes = (
+            _sample_counts(results.get("n-samples"))
+            if settings.get("primary_weighting") == "samples"
+            else None
+        )
+        score, used, missing = primary_score(metrics, settings["primary"], sizes=sizes)
         if missing or score is None:
             return EvalOutcome(
                 ok=False,
@@ -193,6 +235,12 @@ class LmEvalEvaluator(Evaluator):
             )
         if len(used) > 1:
             details["primary_mean_of"] = used
+        if sizes is not None:
+            details["primary_weighted_by_samples"] = {k: sizes.get(k.split("/")[0]) for k in used}
+        for name, entries in dict(settings.get("also_report") or {}).items():
+            value, _, gaps = primary_score(metrics, list(entries))
+            if value is not None and not gaps:
+                metrics[str(name)] = value
         if settings.get("efficiency") is not None:
             from mlra.tasks.evaluators.edge_efficiency import score_efficiency
 
@@ -236,6 +284,16 @@ def _settings_problem(settings: dict[str, Any]) -> str | None:
             EfficiencySettings.model_validate(settings["efficiency"])
         except ValidationError as exc:
             return f"evaluator.settings.efficiency: {exc.errors()[0]['msg']}"
+    if settings.get("primary_weighting", "mean") not in ("mean", "samples"):
+        return 'evaluator.settings.primary_weighting must be "mean" or "samples"'
+    also = settings.get("also_report")
+    if also is not None and (
+        not isinstance(also, dict)
+        or not all(
+            isinstance(v, list) and v and all("/" in str(e) for e in v) for v in also.values()
+        )
+    ):
+        return "evaluator.settings.also_report must map names to lists of 'task/metric'"
     fewshot = settings.get("num_fewshot")
     if fewshot is not None and (
         isinstance(fewshot, bool) or not isinstance(fewshot, int) or fewshot < 0
@@ -253,14 +311,30 @@ def _optional_int(value: Any) -> int | None:
     return None if value is None else int(value)
 
 
+def _sample_counts(n_samples: Any) -> dict[str, int]:
+    """{task: examples scored} from lm-eval's "n-samples" ({"effective": n, ...})."""
+    out: dict[str, int] = {}
+    if isinstance(n_samples, dict):
+        for task, counts in n_samples.items():
+            n = counts.get("effective") if isinstance(counts, dict) else None
+            if isinstance(n, int) and not isinstance(n, bool) and n > 0:
+                out[str(task)] = n
+    return out
+
+
 def primary_score(
-    metrics: dict[str, float], primary: str | list[str]
+    metrics: dict[str, float],
+    primary: str | list[str],
+    *,
+    sizes: dict[str, int] | None = None,
 ) -> tuple[float | None, list[str], list[str]]:
     """(score, the metrics it averages, the entries that matched nothing).
 
     One "task/metric" is the score itself; a list is averaged without weights, as
     a benchmark that reports "the SuperGLUE average" means; a glob entry stands
-    for every metric it matches.
+    for every metric it matches. With `sizes` ({task: examples}), each metric
+    counts by its task's examples, as lm-eval 0.4.0-0.4.2 averaged a group; a task
+    without a count is then missing.
     """
     import fnmatch
 
@@ -274,8 +348,13 @@ def primary_score(
         if not hits:
             missing.append(entry)
         used += [h for h in hits if h not in used]
+    if sizes is not None:
+        missing += [k for k in used if k.split("/")[0] not in sizes]
     if missing or not used:
         return None, used, missing
+    if sizes is not None:
+        total = sum(sizes[k.split("/")[0]] for k in used)
+        return sum(metrics[k] * sizes[k.split("/")[0]] for k in used) / total, used, missing
     return sum(metrics[k] for k in used) / len(used), used, missing
 
 

@@ -1,6 +1,9 @@
 """A small GPT-2 trained from scratch on the BabyLM strict-small corpus.
 
 A starting point: a 6-layer model, 256-token blocks, a few thousand steps.
+The tokenizer is trained on the corpus too (GPT-2's byte-level BPE algorithm,
+a vocabulary learned from the training split): "train strictly on the dataset
+provided" covers the tokenizer, and a pretrained vocabulary is refused.
 Saves the model and tokenizer to `submission/`.
 """
 
@@ -17,7 +20,12 @@ from transformers import (
 BLOCK = 256
 
 dataset = load_dataset("AlgorithmicResearchGroup/babylm")
-tokenizer = GPT2TokenizerFast.from_pretrained("gpt2")  # a pretrained tokenizer is allowed
+VOCAB = 16_000
+# GPT-2's tokenization algorithm and special tokens, with a vocabulary learned from the
+# corpus alone (GPT-2's own vocabulary was learned from web text, and is refused).
+tokenizer = GPT2TokenizerFast.from_pretrained("gpt2").train_new_from_iterator(
+    (row["content"] for row in dataset["train"]), vocab_size=VOCAB
+)
 tokenizer.pad_token = tokenizer.eos_token
 
 
