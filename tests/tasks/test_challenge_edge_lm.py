@@ -407,3 +407,23 @@ async def test_a_random_model_on_superglue_scores_the_examples_weighted_accuracy
     mean8 = (sum(acc) + finished.metrics["record/f1"]) / 8
     assert finished.metrics["superglue/mean_of_8"] == pytest.approx(mean8)
     assert finished.normalized == pytest.approx((finished.score - 0.457) / (0.541 - 0.457))
+
+
+@pytest.mark.slow
+async def test_a_random_model_for_edge_training_runs_in_1_gb_and_scores_near_chance(
+    tmp_path: Path,
+) -> None:
+    """The degenerate from-scratch submission: never trained, FP16, tiny. It breaks no
+    rule (its memory while running is measured and reported), and it is graded: what
+    it scores is what guessing gives on the stand-ins, nothing more."""
+    folder = _standin_copy("edge-llm-training", tmp_path, evaluator_lines='include = "standin"\n')
+    (folder / "standin").mkdir()
+    for t in ("boolq", "cb", "copa", "multirc", "record", "sglue_rte", "wic", "wsc"):
+        _write_mc_task(folder / "standin", t, metric="f1" if t == "record" else "acc", docs=4)
+    finished = await _grade(load_task(folder), _gpt2(tmp_path / "r", dtype="float16"), tmp_path)
+    assert finished.ok and not finished.violations, (finished.error, finished.violations)
+    assert 0 < finished.metrics["memory/peak_gb"] < 1
+    assert finished.metrics["memory/sequence_length"] == 256
+    assert finished.score is not None and 0 <= finished.score <= 1
+    assert finished.normalized is None  # no reference scores for this task
+    assert finished.rules is not None and finished.rules.checked == 4
