@@ -424,3 +424,16 @@ async def test_degenerate_merges_get_an_mmlu_score_on_the_stand_in(tmp_path: Pat
         assert "Create a generalist model by merging expert models" in finished.rules.trusted_rules
         scores[name] = finished.score
     assert set(scores) == {"expert", "random"}
+
+
+def test_a_refused_model_that_names_no_config_value_is_refused(tmp_path: Path) -> None:
+    folder = _task_with(tmp_path, "", base="llm-efficiency")
+    toml = folder / "task.toml"
+    text = toml.read_text()
+    start = text.index("config_any = { vocab_size = [128256]")
+    end = text.index("\n", start)
+    toml.write_text(text[:start] + "config_any = { vocab_size = [] }" + text[end:])
+    with pytest.raises(TaskError) as caught:
+        load_task(folder)
+    assert "field constraints.refused_models.0.config_any: " in str(caught.value)
+    assert "lists no config value that identifies the model" in str(caught.value)
