@@ -284,6 +284,11 @@ def _settings_problem(settings: dict[str, Any]) -> str | None:
             EfficiencySettings.model_validate(settings["efficiency"])
         except ValidationError as exc:
             return f"evaluator.settings.efficiency: {exc.errors()[0]['msg']}"
+    memory = settings.get("running_memory")
+    if memory is not None:
+        limit = memory.get("max_gb") if isinstance(memory, dict) else None
+        if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
+            return "evaluator.settings.running_memory needs max_gb, a positive number of GB"
     if settings.get("primary_weighting", "mean") not in ("mean", "samples"):
         return 'evaluator.settings.primary_weighting must be "mean" or "samples"'
     also = settings.get("also_report")

@@ -427,3 +427,15 @@ async def test_a_random_model_for_edge_training_runs_in_1_gb_and_scores_near_cha
     assert finished.score is not None and 0 <= finished.score <= 1
     assert finished.normalized is None  # no reference scores for this task
     assert finished.rules is not None and finished.rules.checked == 4
+
+
+def test_a_running_memory_setting_without_a_limit_is_a_task_error(tmp_path: Path) -> None:
+    from mlra.tasks.evaluators.lm_eval import _settings_problem
+
+    settings = dict(_task("edge-llm-training").evaluator.settings)
+    assert _settings_problem(settings) is None
+    for bad in ({"sequence_length": 2000}, {"max_gb": 0}, {"max_gb": True}, "1 GB"):
+        assert _settings_problem(settings | {"running_memory": bad}) == (
+            "evaluator.settings.running_memory needs max_gb, a positive number of GB"
+        )
+    assert "primary_weighting" in str(_settings_problem(settings | {"primary_weighting": "x"}))
