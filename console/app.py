@@ -11,45 +11,38 @@ or a file name wrote with its control characters escaped (mlra/terminal_text.py)
 and never as markup (they build `Text`, and a toast quoting the run is sent with
 markup off); and whatever reaches the screen still holding one is cleaned of it
 by a line filter on everything drawn, dialogs and toasts included.
+
+This module holds the panes, their layout and what feeds them; the batching of events
+and the last guard on each line drawn are in console/console_display.py, the keys that
+steer the run in console/run_control_keys.py, the keys that keep notes in
+console/note_keys.py.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
 from rich.console import RenderableType
-from rich.segment import Segment
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.filter import LineFilter
-from textual.message import Message
 from textual.screen import Screen
 from textual.timer import Timer
 from textual.widgets import Footer
 
 from mlra import events as ev
-from mlra.agent.annotations import (
-    ANNOTATIONS_FILE,
-    Annotation,
-    StepIndex,
-    append_annotation,
-    load_annotations,
-    parse_rating,
-    step_of_seq,
-    who,
-)
+from mlra.agent.annotations import StepIndex
 from mlra.agent.controller import Agent, RunController
-from mlra.agent.controls import Breakpoint
 from mlra.agent.state import RunResult, RunState
 from mlra.console.attempt_actions import act_on_attempt
+from mlra.console.console_display import ConsoleDisplay, EventsArrived, NoControls
 from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, bindings
 from mlra.console.live_run import LiveRun
+from mlra.console.note_keys import NoteKeys
 from mlra.console.panes.attempts import AttemptAction, AttemptsPane
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FileSource, FilesPane
@@ -58,88 +51,19 @@ from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import StatusBar
 from mlra.console.panes.transcript import ToolEntry, TranscriptPane
-from mlra.console.screens import (
-    BreakpointsScreen,
-    ConfirmScreen,
-    EditArgsScreen,
-    HelpScreen,
-    PromptScreen,
-    StopJobScreen,
-)
-from mlra.terminal_text import has_controls, printable, printable_line, without_controls
+from mlra.console.run_control_keys import RunControlKeys
+from mlra.console.screens import HelpScreen
+from mlra.terminal_text import printable, printable_line
 
-BATCH_DELAY_S = 0.04
-"""Events are gathered this long before the panes render them: at most ~25 renders a second."""
-OUTPUT_DELAY_S = 0.1
-"""A command's output alone waits longer: ten redraws a second read as a live tail, and
-under a flood each one costs a repaint of the entry (the UI thread's main work then)."""
 NARROW_BELOW = 130
 """Terminals narrower than this get the compact layout (Files on demand)."""
 FILES_REFRESH_S = 3.0
 
 
-class NoControls(LineFilter):
-    """The last guard between the run's text and the terminal, on every line Textual
-    draws: a control character, an escape sequence's opener or a bidirectional
-    override left in a widget's text is removed (each takes no cell, so the layout
-    stands), and a lone surrogate becomes U+FFFD. The panes escape such characters
-    visibly where they show the run's text; this holds for whatever they missed."""
+class MlraApp(RunControlKeys, NoteKeys, App[int]):
+    """The panes and their layout, fed the run's events; the keys that steer the run
+    (console/run_control_keys.py) and keep notes (console/note_keys.py) are mixed in."""
 
-    def apply(self, segments: list[Segment], background: object) -> list[Segment]:
-        if not has_controls("".join(segment.text for segment in segments)):
-            return segments  # nearly always: the line as it is, nothing allocated
-        return [
-            segment
-            if segment.control
-            else Segment(without_controls(segment.text), segment.style, segment.control)
-            for segment in segments
-        ]
-
-
-class EventsArrived(Message):
-    """Some events are waiting in the console display's queue."""
-
-
-class ConsoleDisplay:
-    """The console's implementation of the display interface: queues events for the app."""
-
-    def __init__(self, app: MlraApp) -> None:
-        self.app = app
-        self.pending: list[ev.Event] = []
-        self._due: float | None = None
-        """When the pending events will be rendered (the event loop's clock); None: not asked."""
-
-    def on_event(self, event: ev.Event) -> None:
-        self.pending.append(event)
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            if self._due is None:
-                self._due = 0.0
-                self.app.post_message(EventsArrived())
-            return
-        due = loop.time() + (OUTPUT_DELAY_S if isinstance(event, ev.ToolOutput) else BATCH_DELAY_S)
-        if self._due is None or due < self._due:
-            # Anything but output brings the batch forward; a delivery already asked
-            # for finds the batch taken and posts nothing.
-            self._due = due
-            loop.call_at(due, self._deliver)
-
-    def _deliver(self) -> None:
-        if self.pending:
-            self.app.post_message(EventsArrived())
-
-    def take(self) -> list[ev.Event]:
-        batch, self.pending = self.pending, []
-        self._due = None
-        return batch
-
-    def close(self) -> None:
-        if self.pending:
-            self.app.post_message(EventsArrived())
-
-
-class MlraApp(App[int]):
     CSS_PATH = "mlra.tcss"
     TITLE = "mlra"
     BINDINGS = bindings()
@@ -289,10 +213,6 @@ class MlraApp(App[int]):
         self._stop_timers()
         super().exit(result, return_code, message)
 
-    def exit_code(self) -> int:
-        result = self.result
-        return 0 if result and result.status == "finished" and result.score is not None else 1
-
     def on_events_arrived(self, _: EventsArrived) -> None:
         self._render_batch(self.display_.take())
 
@@ -424,306 +344,6 @@ class MlraApp(App[int]):
     def _files_visible(self) -> bool:
         return not self.has_class("-narrow") or self._files_wanted
 
-    # --- controls -------------------------------------------------------------------
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """Grey out what does not apply now (the footer and the palette follow)."""
-        live = self.controller is not None and self.state.finished is None
-        if action in ("pause", "resume", "step", "breakpoints", "inject", "stop"):
-            if not live:
-                return False  # a finished or recorded run has nothing to steer
-            if self.state.phase == "evaluating":
-                # The agent has stopped and the evaluator runs to its end: nothing to
-                # pause, step, tell or stop. Space still says so (see in_footer).
-                return action == "pause"
-            if action in ("pause", "resume"):
-                # One key, two bindings: the footer shows the one that applies now.
-                paused = self.controller is not None and self.controller.controls.paused
-                return paused == (action == "resume")
-            return True
-        if action == "stop_job":
-            return live and bool(self.state.running_jobs)
-        if action in ("tag", "comment", "rate"):
-            return self.run_dir is not None  # a note lives in the run folder
-        if action in ("approve", "edit", "reject"):
-            # Hidden, not greyed: they only make sense while a call waits.
-            return live and self.state.pending_approval is not None
-        return True
-
-    def in_footer(self, action: str) -> bool:
-        """Whether the footer offers an enabled key: Space answers during an evaluation
-        (that it cannot be paused) without being offered as a Pause."""
-        return not (action == "pause" and self.state.phase == "evaluating")
-
-    def action_pause(self) -> None:
-        if self.state.phase == "evaluating":
-            # The agent has stopped; the evaluator runs to its end and has no pause.
-            self.notify(
-                "Evaluation cannot be paused: it runs to its end. q quits without waiting.",
-                severity="warning",
-                timeout=5,
-            )
-            return
-        if self.controller is not None and not self.controller.controls.paused:
-            self.controller.pause()
-
-    def action_resume(self) -> None:
-        if self.controller is not None and self.controller.controls.paused:
-            self.controller.resume()
-
-    def action_step(self) -> None:
-        assert self.controller is not None
-        if self.controller.controls.paused:
-            self.controller.step()
-        else:
-            self.controller.pause()
-
-    def _pending(self) -> ev.ApprovalRequested | None:
-        return self.state.pending_approval
-
-    def _run_over(self) -> bool:
-        return self.controller is None or self.result is not None or self.state.finished is not None
-
-    def _steer(self, act: Callable[[LiveRun], object]) -> None:
-        """Send a dialog's answer to the run, unless the run ended while the dialog
-        was open: then its log is closed, and the answer has nowhere to go."""
-        if (
-            self.controller is None
-            or self.controller.state.finished is not None
-            or self._run_over()
-        ):
-            self.notify("The run has ended: that answer came too late.", severity="warning")
-            return
-        try:
-            act(self.controller)
-        except RuntimeError:  # ended between the check and the call: the log is closed
-            self.notify("The run has ended: that answer came too late.", severity="warning")
-
-    def action_approve(self) -> None:
-        pending = self._pending()
-        if self.controller is not None and pending is not None:
-            self.controller.approve(pending.call_id)
-
-    def action_edit(self) -> None:
-        pending = self._pending()
-        if self.controller is None or pending is None:
-            return
-
-        def done(arguments: dict[str, Any] | None) -> None:
-            if arguments is not None:
-                self._steer(lambda c: c.edit(pending.call_id, arguments))
-
-        self.push_screen(EditArgsScreen(pending.tool, pending.arguments), done)
-
-    def action_reject(self) -> None:
-        pending = self._pending()
-        if self.controller is None or pending is None:
-            return
-
-        def done(message: str | None) -> None:
-            if message is not None:
-                self._steer(lambda c: c.reject(pending.call_id, message))
-
-        self.push_screen(
-            PromptScreen(
-                f"Reject {pending.tool}: why? (the worker reads this)",
-                "e.g. do not delete the data",
-                allow_empty=True,
-            ),
-            done,
-        )
-
-    def action_inject(self, target: str) -> None:
-        if self.controller is None:
-            return
-
-        def done(text: str | None) -> None:
-            if text:
-                self._steer(lambda c: c.inject(target, text))
-
-        self.push_screen(
-            PromptScreen(f"Message to the {target}", "it reads this before its next step"), done
-        )
-
-    def action_breakpoints(self) -> None:
-        if self.controller is None:
-            return
-        rules = [_rule(b) for b in self.controller.controls.breakpoints]
-
-        def done(new_rules: list[str] | None) -> None:
-            if new_rules is not None:
-                rules = [Breakpoint.parse(r) for r in new_rules]
-                self._steer(lambda c: c.set_breakpoints(rules))
-
-        self.push_screen(BreakpointsScreen(rules), done)
-
-    def action_stop(self) -> None:
-        if self.controller is None:
-            return
-
-        def done(yes: bool | None) -> None:
-            if yes:
-                self._steer(lambda c: c.request_stop(evaluate=True))
-
-        self.push_screen(
-            ConfirmScreen(
-                "Stop the agent and evaluate now?",
-                "Running commands are killed; the workspace is evaluated as it is.",
-            ),
-            done,
-        )
-
-    def action_stop_job(self) -> None:
-        if self.controller is None:
-            return
-        running = self.controller.jobs.running_ids()
-        if not running:
-            self.notify("No background job is running.", timeout=4)
-            return
-
-        def done(job: str | None) -> None:
-            if job is not None:
-                self._steer(lambda c: c.stop_job(job))
-
-        self.push_screen(StopJobScreen(running), done)
-
-    async def action_quit(self) -> None:
-        if self.controller is None or self.result is not None or self.state.finished is not None:
-            self.exit(self.exit_code())
-            return
-
-        def done(yes: bool | None) -> None:
-            if not yes:
-                return
-            if self._run_over():
-                self.exit(self.exit_code())  # it ended while the question was open
-                return
-            self._quit_when_done = True
-            self._steer(lambda c: c.request_stop(evaluate=False))
-
-        self.push_screen(
-            ConfirmScreen(
-                "Quit?",
-                "The run is stopped without evaluation and marked stopped; its log and workspace are kept.",
-            ),
-            done,
-        )
-
-    # --- annotations ----------------------------------------------------------------
-
-    def _load_annotations(self) -> None:
-        """The run's notes so far, for the transcript to show where their steps start."""
-        if self.run_dir is None:
-            return
-        notes, _ = load_annotations(self.run_dir)
-        self._notes_size = self._annotations_size()
-        self.query_one(TranscriptPane).set_annotations(notes)
-
-    def _annotations_size(self) -> int | None:
-        try:
-            return (Path(self.run_dir) / ANNOTATIONS_FILE).stat().st_size if self.run_dir else None
-        except OSError:
-            return None
-
-    def _poll_annotations(self) -> None:
-        """Show notes added from elsewhere (`mlra annotate`, another console) since the
-        last look: one stat a second, the file read only when it grew."""
-        size = self._annotations_size()
-        if size == self._notes_size or self.run_dir is None:
-            return
-        self._notes_size = size
-        try:
-            transcript = self.query_one(TranscriptPane)
-        except NoMatches:
-            return
-        for note in load_annotations(self.run_dir)[0]:
-            transcript.add_annotation(note)  # those shown already stay as they are
-        transcript.flush()
-
-    def annotation_target(self) -> tuple[int, int] | None:
-        """The (worker step, event seq) the note keys act on: the selected tool call's,
-        else the newest worker step; None (and said) when there is none."""
-        if self.run_dir is None:
-            return None
-        if self._step_index is None:
-            self._step_index = StepIndex(Path(self.run_dir))
-        try:
-            steps = self._step_index.update()
-        except OSError as exc:
-            self.notify(f"cannot read the run's log: {exc}", severity="error", markup=False)
-            return None
-        focused = self.focused
-        if isinstance(focused, ToolEntry) and focused.call.seq:
-            step = step_of_seq(steps, focused.call.seq)
-            if step is not None:
-                return step, focused.call.seq
-        if not steps:
-            self.notify("no worker step yet to annotate", severity="warning")
-            return None
-        step = self.state.steps if self.state.steps in steps else max(steps)
-        return step, steps[step]
-
-    def add_note(self, target: tuple[int, int], **fields: Any) -> Annotation | None:
-        """Keep a note on the step (annotations.jsonl, beside the log) and show it."""
-        assert self.run_dir is not None
-        step, seq = target
-        try:
-            note = Annotation(step=step, seq=seq, who=who(), **fields)
-            append_annotation(Path(self.run_dir), note)
-        except ValidationError as exc:
-            self.notify(f"not kept: {exc.errors()[0]['msg']}", severity="error", markup=False)
-            return None
-        except (ValueError, OSError) as exc:
-            self.notify(f"not kept: {exc}", severity="error", markup=False)
-            return None
-        self._notes_size = self._annotations_size()
-        self.show_annotation(note)
-        self.notify(f"step {step}: {printable_line(note.summary())}", timeout=3, markup=False)
-        return note
-
-    def show_annotation(self, note: Annotation) -> None:
-        transcript = self.query_one(TranscriptPane)
-        transcript.add_annotation(note)
-        transcript.flush()
-
-    def _ask_note(self, what: str) -> None:
-        target = self.annotation_target()
-        if target is None:
-            return
-
-        def done(text: str | None) -> None:
-            if not text or not text.strip():
-                return
-            if what == "tag":
-                self.add_note(target, tags=text.replace(",", " ").split())
-            elif what == "comment":
-                self.add_note(target, comment=text.strip())
-            else:
-                try:
-                    rating = parse_rating(text)
-                except ValueError as exc:
-                    self.notify(str(exc), severity="error", markup=False)
-                    return
-                self.add_note(target, rating=rating)
-
-        title, hint = {
-            "tag": (f"Tag worker step {target[0]}", "one or more words, e.g. data-leak"),
-            "comment": (f"Comment on worker step {target[0]}", "kept beside the run's log"),
-            "rating": (f"Rate worker step {target[0]}", "+1 or -1"),
-        }[what]
-        self.push_screen(PromptScreen(title, hint), done)
-
-    def action_tag(self) -> None:
-        self._ask_note("tag")
-
-    def action_comment(self) -> None:
-        self._ask_note("comment")
-
-    def action_rate(self, rating: int) -> None:
-        target = self.annotation_target()
-        if target is not None:
-            self.add_note(target, rating=rating)
-
     def action_help(self) -> None:
         attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS]
         keys = self.KEY_TABLE
@@ -783,12 +403,6 @@ def _runner(app: App[Any], action: str) -> Callable[[], Any]:
         await app.run_action(action)
 
     return run
-
-
-def _rule(bp: Breakpoint) -> str:
-    if bp.tool is None and bp.pattern is None:
-        return "*"
-    return f"{bp.tool or ''}:{bp.pattern}" if bp.pattern else (bp.tool or "*")
 
 
 def run_console(config: Any, task: Any, provider: Any) -> int:
