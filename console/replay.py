@@ -10,7 +10,8 @@ fold is checkpointed every `CHECKPOINT_EVERY` events (going to index i folds at
 most that many events from the nearest checkpoint), the points one jumps
 between (agent steps, tool calls, errors, plan changes) are indexed once on
 opening, and the transcript is rebuilt from a bounded window of events before
-the cursor, never from the whole log.
+the cursor, never from the whole log. The log itself, read lazily line by line and
+sorted cheaply into what each mark and search looks at, is console/recorded_log.py.
 """
 
 from __future__ import annotations
@@ -18,22 +19,27 @@ from __future__ import annotations
 import bisect
 import copy
 import json
-import re
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, overload
-
-from pydantic import ValidationError
+from typing import Literal
 
 from mlra import events as ev
 from mlra.agent.annotations import Annotation, read_annotations
-from mlra.agent.eventlog import EVENTS_FILE, check_lines
-from mlra.agent.log_refs import Unresolved, resolve
+from mlra.agent.eventlog import EVENTS_FILE
 from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import RunState
 from mlra.agent.workspace_history import WorkspaceHistory
+from mlra.console.recorded_log import (
+    MAYBE_ERROR,
+    MAYBE_PLAN,
+    SEARCHED,
+    RecordedLog,
+    is_error,
+    is_plan_message,
+    searchable_text,
+)
 from mlra.tools.sandbox.base import FileInfo
 
 CHECKPOINT_EVERY = 1000
@@ -41,8 +47,6 @@ TRIVIAL = frozenset({"text_delta", "tool_output", "worker_thought"})
 """Event types the state fold only counts and clocks (RunState.apply has no case for
 them): the checkpoints skip them, and state_at puts the count right. A test folds a
 recorded run both ways and compares, should RunState start to use them."""
-CACHE_EVENTS = 20_000
-"""Parsed events kept; past this the cache starts again (it refills with what is looked at)."""
 WINDOW_STEPS = 4
 """Agent steps before the cursor's step that the rebuilt transcript shows; earlier
 ones are a step back away (the transcript pane keeps a bounded number of entries anyway)."""
@@ -53,225 +57,6 @@ RESOURCE_HISTORY = 60
 
 Mark = Literal["tool", "error", "plan", "annotation"]
 PlayUnit = Literal["events", "steps"]
-
-
-def is_error(event: ev.Event) -> bool:
-    match event:
-        case ev.ToolResult():
-            return not event.ok
-        case ev.ModelError():
-            return event.cut_off is None
-        case ev.Notice():
-            return event.level == "error"
-        case ev.RunFinished():
-            return event.status == "error"
-        case _:
-            return False
-
-
-def is_plan_message(event: ev.Event) -> bool:
-    """Events the Plan pane writes a line for (see PlanPane.feed)."""
-    match event:
-        case ev.PlanUpdated() | ev.SupervisorMessage() | ev.SubtaskStarted() | ev.SubtaskFinished():
-            return True
-        case ev.Review():
-            return bool(event.guidance)
-        case ev.Control():
-            return event.action == "inject" and event.target == "supervisor"
-        case _:
-            return False
-
-
-def searchable_text(event: ev.Event) -> str | None:
-    """The transcript text of an event that a search looks in (None: nothing to search)."""
-    match event:
-        case ev.WorkerThought() | ev.SupervisorMessage():
-            return event.text
-        case ev.ToolCall():
-            args = (
-                json.dumps(event.arguments, ensure_ascii=False)
-                if event.arguments is not None
-                else event.raw_arguments or ""
-            )
-            return f"{event.tool} {args}"
-        case ev.ToolOutput():
-            return event.text
-        case ev.ToolResult():
-            return event.output
-        case ev.Notice():
-            return event.message
-        case ev.ModelError():
-            return event.error
-        case ev.SubtaskStarted():
-            return event.instructions
-        case ev.SubtaskFinished():
-            return event.report
-        case ev.Review():
-            return event.guidance
-        case ev.Control():
-            return event.text
-        case _:
-            return None
-
-
-class RecordedLog(Sequence[ev.Event]):
-    """A run's events, each parsed when first looked at.
-
-    Parsing 100,000 events with pydantic takes most of a second; opening a replay
-    must not. So the log is split into lines and each line's type read from its
-    bytes (the stamp fields come first, so the first `"type":"` is the event's);
-    the events themselves are parsed on demand and a bounded number kept.
-    """
-
-    def __init__(self, lines: list[bytes] | None, parsed: list[ev.Event] | None = None) -> None:
-        self._lines = lines
-        self._all = parsed
-        self._cache: dict[int, ev.Event] = {}
-        if parsed is not None:
-            self.types = [e.type for e in parsed]
-        else:
-            assert lines is not None
-            names: dict[bytes, str] = {}
-            self.types = []
-            for line in lines:
-                i = line.find(b'"type":"') + 8
-                raw = line[i : line.find(b'"', i)] if i >= 8 else b"?"
-                name = names.get(raw)
-                if name is None:
-                    name = names[raw] = raw.decode("utf-8", "replace")
-                self.types.append(name)
-
-    @classmethod
-    def read(cls, path: Path, *, on_torn_tail: Callable[[str], None] | None = None) -> RecordedLog:
-        """The log at `path`; a half-written last line is dropped and reported, as
-        `read_events` does, and a damaged log is `LogDamage` (see `check_lines`)."""
-        data = path.read_bytes()
-        lines = data.split(b"\n")
-        tail = lines.pop()
-        log = cls([line for line in lines if line.strip()])
-        check_lines(path, lines)
-        if tail.strip() and on_torn_tail is not None:
-            on_torn_tail(f"{path}: dropped a half-written last line ({len(tail)} bytes)")
-        return log
-
-    @classmethod
-    def of(cls, events: list[ev.Event]) -> RecordedLog:
-        return cls(None, list(events))
-
-    def __len__(self) -> int:
-        return len(self._all) if self._all is not None else len(self.types)
-
-    @overload
-    def __getitem__(self, index: int) -> ev.Event: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[ev.Event]: ...
-    def __getitem__(self, index: int | slice) -> ev.Event | list[ev.Event]:
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        if self._all is not None:
-            return self._all[index]
-        if index < 0:
-            index += len(self)
-        event = self._cache.get(index)
-        if event is None:
-            if len(self._cache) >= CACHE_EVENTS:
-                self._cache.clear()
-            event = self._cache[index] = self.peek(index)
-        return event
-
-    def peek(self, index: int) -> ev.Event:
-        """The event at `index`, parsed without keeping it (for one pass over many)."""
-        if self._all is not None:
-            return self._all[index]
-        event = self._cache.get(index)
-        if event is not None:
-            return event
-        assert self._lines is not None
-        try:
-            return resolve(ev.parse_event(self._lines[index]), self._model_call)
-        except ValidationError as exc:
-            problem = exc.errors()[0]["msg"]
-        except Unresolved as exc:
-            problem = str(exc)
-        # The replay goes on over a damaged line and says so where it is.
-        return ev.Notice(
-            seq=index + 1,
-            level="error",
-            message=f"line {index + 1} of the log is not a valid event: {problem}",
-        )
-
-    def _model_call(self, seq: int) -> ev.ModelCall | None:
-        """The `model_call` a reference names (the log numbers its lines from 1)."""
-        if not 1 <= seq <= len(self):
-            return None
-        event = self.peek(seq - 1)
-        return event if isinstance(event, ev.ModelCall) else None
-
-    def raw(self, index: int) -> bytes | None:
-        return self._lines[index] if self._lines is not None else None
-
-    def raw_with_refs(self, index: int) -> bytes | None:
-        """The line's bytes and those of the `model_call` it refers to, which hold
-        its text or arguments (see `agent/log_refs.py`): what search looks in."""
-        line = self.raw(index)
-        if line is None:
-            return None
-        found = _REF_RE.search(line)
-        if found is not None:
-            seq = int(found.group(1))
-            if 1 <= seq <= len(self):
-                return line + b"\n" + (self.raw(seq - 1) or b"")
-        return line
-
-    def worker_step(self, index: int) -> int | None:
-        """The worker step a `step_started` line starts (None for the supervisor's)."""
-        line = self.raw(index)
-        if line is not None:
-            found = _STEP_RE.search(line)
-            if found:
-                agent, step = found.groups()
-                return None if agent == b"supervisor" else int(step)
-        event = self.peek(index)
-        assert isinstance(event, ev.StepStarted)
-        return None if event.agent == "supervisor" else event.step
-
-    def maybe(self, index: int, *needles: bytes) -> bool:
-        """A cheap pre-check on the line's bytes before parsing it (True without bytes)."""
-        line = self.raw(index)
-        return line is None or any(n in line for n in needles)
-
-
-_REF_RE = re.compile(rb'"(?:text_of|arguments_of)":(\d+)')
-_STEP_RE = re.compile(rb'"type":"step_started","agent":"([a-z_]+)","step":(\d+)')
-_MAYBE_ERROR = {
-    "tool_result": (b'"ok":false',),
-    "notice": (b'"level":"error"',),
-    "run_finished": (b'"status":"error"',),
-    "model_error": (b"",),
-}
-_MAYBE_PLAN = {
-    "plan_updated": (b"",),
-    "supervisor_message": (b"",),
-    "subtask_started": (b"",),
-    "subtask_finished": (b"",),
-    "review": (b'"guidance":"',),
-    "control": (b'"target":"supervisor"',),
-}
-_SEARCHED = frozenset(
-    {
-        "worker_thought",
-        "supervisor_message",
-        "tool_call",
-        "tool_output",
-        "tool_result",
-        "notice",
-        "model_error",
-        "subtask_started",
-        "subtask_finished",
-        "review",
-        "control",
-    }
-)
 
 
 @dataclass
@@ -320,9 +105,9 @@ class ReplayModel:
                 self.snapshots.append(i)
             if kind == "plan_updated":
                 self.marks["plan"].append(i)
-            if kind in _MAYBE_ERROR and log.maybe(i, *_MAYBE_ERROR[kind]) and is_error(log[i]):
+            if kind in MAYBE_ERROR and log.maybe(i, *MAYBE_ERROR[kind]) and is_error(log[i]):
                 self.marks["error"].append(i)
-            if kind in _MAYBE_PLAN and log.maybe(i, *_MAYBE_PLAN[kind]) and is_plan_message(log[i]):
+            if kind in MAYBE_PLAN and log.maybe(i, *MAYBE_PLAN[kind]) and is_plan_message(log[i]):
                 self.plan_messages.append(i)
         self.max_step = max(self.worker_steps, default=0)
         self.history = WorkspaceHistory(
@@ -516,7 +301,7 @@ class ReplayModel:
         ascii_only = escaped.isascii()
         log = self.events
         for i, kind in enumerate(log.types):
-            if kind not in _SEARCHED:
+            if kind not in SEARCHED:
                 continue
             line = log.raw_with_refs(i)
             if line is not None:

@@ -14,6 +14,9 @@ match, so the match is seen, not only the cursor moved to it.
 As in the live console, the run's text is shown and never obeyed: escaped where it
 is shown (a file's name and diff, the task's name), never read as markup (a toast
 quoting a path or a search goes with markup off), and filtered as it is drawn.
+
+Its status line and transcript are in console/replay_panes.py, its playing (a clock
+over the cursor) in console/replay_playback.py.
 """
 
 from __future__ import annotations
@@ -23,7 +26,6 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rich.text import Text
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -33,9 +35,7 @@ from textual.timer import Timer
 from textual.widgets import Static, Tree
 
 from mlra.agent.annotations import Annotation
-from mlra.agent.state import RunState
 from mlra.console.app import MlraApp, _runner
-from mlra.console.headless import score_line
 from mlra.console.keymap import ATTEMPT_VIEW_KEYS, ATTEMPTS_FOCUS_KEY, REPLAY_KEYS, bindings
 from mlra.console.panes import redraw
 from mlra.console.panes.attempts import ReplayAttemptsPane
@@ -44,11 +44,11 @@ from mlra.console.panes.files import NO_PREVIEW, FilesPane
 from mlra.console.panes.footer import KeyFooter
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
-from mlra.console.panes.status import PHASES, StatusBar
 from mlra.console.panes.transcript import ThoughtEntry, TranscriptPane
 from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
+from mlra.console.replay_panes import ReplayStatusBar, ReplayTranscript
+from mlra.console.replay_playback import DEFAULT_RATE, ReplayPlayback
 from mlra.console.screens import ConfirmScreen, DiffScreen, HelpScreen, PromptScreen
-from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
 
 INCREMENTAL_MAX = 400
@@ -56,11 +56,6 @@ INCREMENTAL_MAX = 400
 MAX_ENTRIES = 40
 """Transcript entries the replay lets pile up before it rebuilds the transcript: every
 entry costs layout time on each move, and earlier ones are a step back away."""
-RATES = [0.5, 1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000]
-DEFAULT_RATE = {"events": 5, "steps": 1}
-"""Indices into RATES: 20 events a second, or 1 agent step a second."""
-MIN_TICK_S = 0.05
-
 MARK_WORDS = {
     "tool": "tool call",
     "error": "error",
@@ -69,51 +64,7 @@ MARK_WORDS = {
 }
 
 
-class ReplayStatusBar(StatusBar):
-    def show_replay(self, state: RunState, model: ReplayModel, playing: str | None) -> None:
-        pos = model.position()
-        label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
-        text = Text()
-        text.append(" mlra ", style="bold white on grey23")
-        text.append(f" {printable_line(state.task) or '…'} ", style="bold")
-        text.append(f"· {printable_line(state.model) or '…'} ", style="")
-        text.append(" REPLAY ", style="black on medium_purple1")
-        if state.forked_from:
-            text.append(f" fork of {printable_line(state.forked_from)} ", style="bold cyan")
-        text.append(
-            f" replay: step {pos.step} of {pos.steps}, event {pos.event:,} of {pos.events:,} ",
-            style="bold",
-        )
-        text.append(f"{format_duration(model.event.t)} · {model.event.type} ", style="dim")
-        text.append(f" {label} ", style=style)
-        badge = state.sandbox is not None and state.sandbox.isolation == "none"
-        if badge:
-            text.append(" UNISOLATED ", style="bold black on yellow")
-        if playing:
-            text.append(f"  ▶ {playing}", style="bold green")
-        if state.evaluation is not None:
-            text.append("  score: ", style="bold")
-            text.append(
-                score_line(state.evaluation, unisolated=not badge),
-                style="bold green" if state.evaluation.ok else "bold red",
-            )
-        self.update(text, layout=False)  # one line, always: no layout pass per step
-
-
-class ReplayTranscript(TranscriptPane, inherit_bindings=False):
-    """The transcript, scrolled with the vertical keys only: ←, →, Home and End move
-    the replay from here (in the Files tree Home and End go to its first and last
-    file)."""
-
-    BINDINGS = [
-        Binding("up", "scroll_up", "Scroll up", show=False),
-        Binding("down", "scroll_down", "Scroll down", show=False),
-        Binding("pageup", "page_up", "Page up", show=False),
-        Binding("pagedown", "page_down", "Page down", show=False),
-    ]
-
-
-class ReplayApp(MlraApp, inherit_bindings=False):
+class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
     """`mlra replay RUN_DIR`: step through a recorded run."""
 
     CSS_PATH = str(Path(__file__).with_name("mlra.tcss"))
@@ -226,12 +177,6 @@ class ReplayApp(MlraApp, inherit_bindings=False):
             return  # the app is closing
         resources.show(self.state, self.state.elapsed_s)
         status.show_replay(self.state, self.model, self._playing_text())
-
-    def _playing_text(self) -> str | None:
-        if not self.playing:
-            return None
-        rate = RATES[self.rate_index]
-        return f"playing {rate:g} {self.unit if rate != 1 else self.unit[:-1]}/s"
 
     async def _refresh_files(self) -> None:
         try:
@@ -389,71 +334,9 @@ class ReplayApp(MlraApp, inherit_bindings=False):
     def action_rate_step(self) -> None:
         self._ask_note("rating")
 
-    # --- playing --------------------------------------------------------------------
-
-    def action_play(self) -> None:
-        if self.playing:
-            self._stop_playing()
-        elif self.model.cursor == len(self.model.events) - 1:
-            self.notify("at the end of the run: Home goes back to its start")
-            return
-        else:
-            self.playing = True
-            self._play_credit = 0.0
-            self._restart_timer()
-        self._tick()
-
-    def _stop_playing(self) -> None:
-        self.playing = False
-        if self._play_timer is not None:
-            self._play_timer.stop()
-            self._play_timer = None
-
-    def _restart_timer(self) -> None:
-        if self._play_timer is not None:
-            self._play_timer.stop()
-        rate = RATES[self.rate_index]
-        self._play_timer = self.set_interval(max(MIN_TICK_S, 1 / rate), self._play_tick)
-
-    def _play_tick(self) -> None:
-        if not self.is_running:
-            return  # shutting down (see MlraApp._on_tick_timer): the panes are going
-        rate = RATES[self.rate_index]
-        self._play_credit += rate * max(MIN_TICK_S, 1 / rate)
-        moves = int(self._play_credit)
-        self._play_credit -= moves
-        model = self.model
-        for _ in range(moves):
-            before = model.cursor
-            if self.unit == "steps":
-                model.next_step()
-            else:
-                model.forward()
-            if model.cursor == before:
-                self._stop_playing()
-                break
-        self.show_cursor()
-
     def _stop_timers(self) -> None:
         super()._stop_timers()
         self._stop_playing()
-
-    def _set_rate(self, index: int) -> None:
-        self.rate_index = max(0, min(len(RATES) - 1, index))
-        if self.playing:
-            self._restart_timer()
-        self._tick()
-        self.notify(f"speed: {RATES[self.rate_index]:g} {self.unit}/s", timeout=2)
-
-    def action_faster(self) -> None:
-        self._set_rate(self.rate_index + 1)
-
-    def action_slower(self) -> None:
-        self._set_rate(self.rate_index - 1)
-
-    def action_play_unit(self) -> None:
-        self.unit = "steps" if self.unit == "events" else "events"
-        self._set_rate(DEFAULT_RATE[self.unit])
 
     # --- files, fork, help ----------------------------------------------------------
 

@@ -16,8 +16,6 @@ OVER_THE_LIMIT: dict[str, str] = {
     # Being changed by other work in progress (issue 28: attach, ctl, notifications,
     # annotations); each is split once that work has landed.
     "console/cli.py": "the CLI's sub-commands: each to a module of its own",
-    "console/replay.py": "replay's event index apart from its views",
-    "console/replay_app.py": "the replay app's screens",
     "console/runs_cli.py": "`mlra runs` listing apart from its other sub-commands",
     "console/headless.py": "the headless run's driver apart from its printing",
     "console/attach_run.py": "new with `mlra attach` (issue 28)",

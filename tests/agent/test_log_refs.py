@@ -11,7 +11,8 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import EventLog, LogDamage, read_events
-from mlra.console.replay import RecordedLog, ReplayModel
+from mlra.console.recorded_log import RecordedLog
+from mlra.console.replay import ReplayModel
 from tests.conftest import ANSWER_TASK, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
