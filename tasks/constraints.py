@@ -28,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from mlra.tasks.model_identity import RefusedModel, declared_names, refused_evidence
+from mlra.tasks.training_traces import training_traces
 from mlra.tools.sandbox import trees
 
 DTYPE_BYTES = {
@@ -116,6 +117,8 @@ class Constraints(BaseModel):
     allowed_dtypes: list[str] = Field(default_factory=list)
     """Safetensors dtypes the weights may be stored in ("F16", "F32"): a challenge that
     says "FP16 or FP32" refuses BF16 and F64 as well as quantized weights."""
+    forbid_training_files: bool = False
+    """No training allowed: refuse what training leaves in the folder (tasks/training_traces.py)."""
 
     def active(self) -> bool:
         return any(
@@ -129,6 +132,7 @@ class Constraints(BaseModel):
                 self.refused_models,
                 self.instruction_tuned_names,
                 self.allowed_dtypes,
+                self.forbid_training_files,
             ]
         )
 
@@ -412,6 +416,11 @@ def check(model_dir: Path, rules: Constraints) -> tuple[list[str], dict[str, Any
                 f"instruction_tuned_names: the submission's files name {named[0]!r}, an "
                 "instruction-tuned model; only base models may be started from"
             )
+    if rules.forbid_training_files and (left := training_traces(model_dir)):
+        broken.append(
+            f"forbid_training_files: the submission holds what training leaves "
+            f"({', '.join(left[:4])}); no training is allowed"
+        )
     if rules.min_layers_kept is not None:
         layers = facts.config.get("num_hidden_layers")
         if isinstance(layers, int) and layers < rules.min_layers_kept:

@@ -439,3 +439,29 @@ def test_a_running_memory_setting_without_a_limit_is_a_task_error(tmp_path: Path
             "evaluator.settings.running_memory needs max_gb, a positive number of GB"
         )
     assert "primary_weighting" in str(_settings_problem(settings | {"primary_weighting": "x"}))
+
+
+def test_compression_refuses_what_training_leaves_in_the_folder(tmp_path: Path) -> None:
+    """ "No training is allowed": a folder saved from a Trainer run says so itself (its
+    arguments and state beside the model, or its model card); a pruned model saved with
+    save_pretrained carries none of it."""
+    rules = _task("edge-llm-compression").constraints
+    assert rules.forbid_training_files
+    pruned = _tiny_phi(tmp_path / "pruned")
+    assert check(pruned, rules)[0] == []
+    trained = shutil.copytree(pruned, tmp_path / "trained")
+    (trained / "trainer_state.json").write_text("{}")
+    (trained / "training_args.bin").write_bytes(b"\x80")
+    (violation,) = check(trained, rules)[0]
+    assert violation == (
+        "forbid_training_files: the submission holds what training leaves "
+        "(trainer_state.json, training_args.bin); no training is allowed"
+    )
+    carded = shutil.copytree(pruned, tmp_path / "carded")
+    (carded / "README.md").write_text(
+        "# phi-pruned\n\n## Training procedure\n\n### Training hyperparameters\n"
+    )
+    (violation,) = check(carded, rules)[0]
+    assert "README.md, a Trainer model card ('Training hyperparameters')" in violation
+    rule = next(r for r in _task("edge-llm-compression").challenge.rules if "no training" in r.text)
+    assert rule.status == "trusted" and rule.checks == ["forbid_training_files"]
