@@ -32,6 +32,7 @@ from mlra.agent.drive import Agent, drive, sample_resources, watch_deadline
 from mlra.agent.ending import Ending, EndRun, budget_ending
 from mlra.agent.evaluation import evaluate
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.model_turn import ModelTurn
 from mlra.agent.notify import Notifications
 from mlra.agent.prompts import status_note
@@ -113,15 +114,22 @@ class RunController(Steering):
                 quota_bytes=int(config.snapshot_quota_mb * 1024 * 1024) or NO_QUOTA,
             ),
         )
+        # Training metrics read from jobs' and commands' output and from metric files
+        # (agent/metrics/): the run's own observations, as the jobs' events are.
+        self.metrics = RunMetrics(self.append, lambda: self.clock.elapsed(), self._open_beneath)
         # Background jobs (tools/jobs.py): their events are the run's own observations,
         # written past any catch-up; the run clock times them, pauses excluded.
         self.jobs = JobManager(
-            emit=self.append, clock=lambda: self.clock.elapsed(), records=lambda: self.state.jobs
+            emit=self.append,
+            clock=lambda: self.clock.elapsed(),
+            records=lambda: self.state.jobs,
+            on_output=self.metrics.job_output,
+            on_end=self.metrics.job_ended,
         )
         # A search's attempts (agent/attempts.py): runs of their own inside this one.
         self.attempts = AttemptManager(self)
         self.turns = ModelTurn(self)
-        self.tool_step = ToolStep(self, self.scanner)
+        self.tool_step = ToolStep(self, self.scanner, self.metrics)
         # What the agents call: a model turn and a one-off call (agent/model_turn.py),
         # and one tool call with everything the user may do about it (agent/tool_step.py).
         self.model_turn = self.turns.take
@@ -188,6 +196,12 @@ class RunController(Steering):
         for callback in self._subscribers:
             self.log.subscribe(callback)
 
+    def _open_beneath(self, path: str, flags: int) -> tuple[int, str]:
+        """A workspace file opened as the agent could open it (the metric files)."""
+        if self.sandbox is None:
+            raise FileNotFoundError(path)
+        return self.sandbox.open_beneath(path, flags)
+
     def _sandbox_info(self) -> ev.SandboxInfo | None:
         return sandbox_info(self.sandbox, self.workspace) if self.sandbox is not None else None
 
@@ -218,7 +232,12 @@ class RunController(Steering):
                 deadline=watch_deadline(self.clock, self.controls, self._warn_time),
                 stop=self.wait_for_stop(),
                 sampler=sample_resources(
-                    self.workspace, self.catchup, self.append, interval, sandbox=self.sandbox
+                    self.workspace,
+                    self.catchup,
+                    self.append,
+                    interval,
+                    sandbox=self.sandbox,
+                    sampled=self.metrics.sampled,
                 ),
             )
             await self._finish(ending)
@@ -351,6 +370,8 @@ class RunController(Steering):
         ending, and the sandbox kills whatever is left on closing)."""
         with contextlib.suppress(Exception):
             await self.jobs.stop_all(reason)
+        if self.log is not None and self.state.finished is None:
+            await self.metrics.close()  # the jobs' last points, before the run's end
 
     async def _stop_attempts(self, reason: str) -> None:
         """Stop every attempt still running, each with its `attempt_finished`; never raises."""

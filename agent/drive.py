@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -101,9 +101,11 @@ async def sample_resources(
     append: Callable[[ev.Event], ev.Event],
     interval_s: float,
     sandbox: Sandbox | None = None,
+    sampled: Callable[[list[str]], Awaitable[None]] | None = None,
 ) -> None:
     """Log a resource sample every `interval_s` once the run is live; a sandbox that
-    measures itself (a container) is asked, else the host is."""
+    measures itself (a container) is asked, else the host is. `sampled` is handed the
+    metric files the sample's workspace walk found (agent/metrics/run_metrics.py)."""
     from mlra.agent.resources import ResourceMonitor
 
     monitor = await asyncio.to_thread(
@@ -112,4 +114,6 @@ async def sample_resources(
     await catchup.wait_live()
     while True:
         append(await asyncio.to_thread(monitor.sample))
+        if sampled is not None:
+            await sampled(monitor.metric_files)
         await asyncio.sleep(interval_s)

@@ -8,14 +8,18 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from mlra.agent.metrics.files import MAX_FILES, metric_file_kind
 from mlra.events import GpuSample, ResourceSample
 from mlra.tools.sandbox.base import Sandbox, SandboxUsage
 
 
-def directory_size(root: Path) -> int:
+def directory_size(root: Path, spot: Callable[[str], None] | None = None) -> int:
+    """The bytes under `root`, links not followed; `spot` is told the path (relative
+    to `root`) of each file whose name is a metric file's (agent/metrics/files.py)."""
     total = 0
     stack = [root]
     while stack:
@@ -28,6 +32,8 @@ def directory_size(root: Path) -> int:
                             stack.append(Path(entry.path))
                         else:
                             total += entry.stat(follow_symlinks=False).st_size
+                            if spot is not None and metric_file_kind(entry.name) is not None:
+                                spot(os.path.relpath(entry.path, root))
                     except OSError:
                         continue
         except OSError:
@@ -98,12 +104,16 @@ class ResourceMonitor:
         self._disk_at = 0.0
         self._disk_mb = 0.0
         self._commands = CommandTrees()
+        self.metric_files: list[str] = []
+        """The metric files the last walk found (agent/metrics/), workspace-relative."""
         psutil.cpu_percent(interval=None)  # primes the counter: the next call is a delta
 
     def sample(self) -> ResourceSample:
         now = time.monotonic()
         if now - self._disk_at >= self._disk_every:
-            self._disk_mb = directory_size(self.workspace) / 2**20
+            found: list[str] = []
+            self._disk_mb = directory_size(self.workspace, found.append) / 2**20
+            self.metric_files = sorted(found)[:MAX_FILES]
             self._disk_at = now
         mem = self._psutil.virtual_memory()
         sample = ResourceSample(

@@ -30,6 +30,7 @@ from typing import Any
 from mlra import events as ev
 from mlra.agent.catchup import INTERRUPTED
 from mlra.agent.controls import Breakpoint, Decision
+from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.agent.run_context import RunContext
@@ -60,9 +61,13 @@ INTERRUPTED_OUTPUT = (
 
 
 class ToolStep:
-    def __init__(self, run: RunContext, scanner: WorkspaceScanner) -> None:
+    def __init__(
+        self, run: RunContext, scanner: WorkspaceScanner, metrics: RunMetrics | None = None
+    ) -> None:
         self.run = run
         self.scanner = scanner
+        self.metrics = metrics
+        """Reads training metrics from commands' output as it streams (agent/metrics/)."""
         self._watchers: list[OutputWatcher] = []
 
     def watch_output(self, watcher: OutputWatcher) -> None:
@@ -157,7 +162,11 @@ class ToolStep:
                 duration_s=seconds,
             )
             self._record_result(call, agent, killed, note=note)
+            if self.metrics is not None:
+                self.metrics.command_ended(call.id)
             raise
+        if self.metrics is not None:
+            self.metrics.command_ended(call.id)
         outcome.duration_s = took.seconds(outcome.duration_s)
         self._record_result(call, agent, outcome, note=note)
         await self.snapshot(step)
@@ -171,6 +180,8 @@ class ToolStep:
         def on_output(stream: Stream, text: str) -> None:
             nonlocal streamed
             tail.add(text)
+            if self.metrics is not None and not self.run.catchup.replaying:
+                self.metrics.command_output(call_id, text)
             room = max(0, STREAM_CAP_CHARS - streamed)
             logged, rest = (text, "") if len(text) < room else (text[:room], text[room:])
             if logged:
@@ -246,6 +257,8 @@ class ToolStep:
             return
         if snapshot is not None:
             self.run.emit(snapshot)
+        if self.metrics is not None:  # the metric files the scan found (agent/metrics/)
+            await self.metrics.spotted(self.scanner.index)
         while self.scanner.notices:
             self.run.append(ev.Notice(level="warning", message=self.scanner.notices.pop(0)))
 

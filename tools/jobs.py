@@ -127,8 +127,14 @@ class JobManager:
         clock: Callable[[], float],
         records: Callable[[], Mapping[str, JobRecord]],
         max_jobs: int = MAX_JOBS,
+        on_output: Callable[[str, str], None] | None = None,
+        on_end: Callable[[str], None] | None = None,
     ) -> None:
         self._emit = emit
+        self._on_output = on_output
+        self._on_end = on_end
+        """Told each job's output as it comes, and its end before its `job_ended` (the
+        run's metrics read from job logs, agent/metrics/); neither may raise."""
         self._clock = clock
         self._records = records
         self.max_jobs = max_jobs
@@ -282,7 +288,7 @@ class JobManager:
             result = await sandbox.exec(
                 ["bash", "-c", live.record.command],
                 timeout=NO_TIME_OUT_S,
-                on_output=lambda _stream, text: live.feed(text),
+                on_output=lambda _stream, text: self._feed(live, text),
             )
             exit_code = result.exit_code
         except asyncio.CancelledError:
@@ -301,6 +307,9 @@ class JobManager:
             with contextlib.suppress(OSError):
                 os.close(live.log_fd)
             stopped = live.stop_reason is not None
+            if self._on_end is not None:
+                with contextlib.suppress(Exception):
+                    self._on_end(live.record.job)
             ended = ev.JobEnded(
                 job=live.record.job,
                 end="stopped" if stopped else "exited",
@@ -313,6 +322,12 @@ class JobManager:
             self._live.pop(live.record.job, None)
             self._unread[live.record.job] = live.since_look
             live.done.set()
+
+    def _feed(self, live: _Live, text: str) -> None:
+        live.feed(text)
+        if self._on_output is not None:
+            with contextlib.suppress(Exception):
+                self._on_output(live.record.job, text)
 
     async def _stop_one(self, job_id: str, reason: str) -> None:
         live = self._live.get(job_id)

@@ -1,0 +1,167 @@
+"""Numbers read from the lines a training process prints, by the shapes training logs
+commonly take: `step 120 loss 2.79`, `iter 5: loss 2.1`, `loss=2.31 acc=0.5`,
+`eval_loss: 1.9`, a tqdm bar's postfix (`50/50 [00:01<00:00, loss=2.31]`), Hugging Face
+Trainer's dict lines (`{'loss': 2.1, 'epoch': 0.5}`) and JSON lines.
+
+A wrong point on a curve misleads more than a missing one, so the reading is
+conservative: a number is taken only where a name stands right before it and nothing
+number-like follows it. Versions (`torch 2.1.0`), dates, clock times, IP addresses,
+percentages, fractions (`Epoch 1/10`), hex and thousands separators give none: each
+has a `.digit`, `-`, `:`, `%`, `/`, a letter or a `,digit` straight after its first
+number. A bare `name value` pair (no `=` or `:`) is taken only on a line that states a
+step, or where the name is a metric's (`loss`, `acc`, `lr`...), since `Python 3.11` is
+that shape too.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import cast
+
+MAX_LINE_CHARS = 4000
+"""Longer lines are not read (a dumped tensor, a minified blob): no training log's
+metric line is that long."""
+MAX_POINTS_PER_LINE = 32
+
+STEP_KEYS = frozenset({"step", "steps", "global_step", "iter", "iters", "iteration", "it"})
+"""Names that give the line's step rather than a series of their own."""
+METRIC_WORDS = (
+    "loss", "acc", "accuracy", "lr", "learning_rate", "ppl", "perplexity", "f1", "bleu",
+    "rouge", "auc", "grad_norm", "error", "err", "score", "reward", "bpb", "bpc", "wer",
+    "mse", "mae", "rmse", "precision", "recall", "entropy", "kl", "top1", "top5",
+)  # fmt: skip
+"""A bare `name value` pair is taken where the name holds one of these."""
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
+_KEY = r"[A-Za-z_][\w./-]*"
+_PAIR = re.compile(
+    rf"(?<![\w./-])(?P<key>{_KEY})(?P<sep>\s*=\s*|:\s+|\s+)(?P<value>{_NUMBER})"
+    r"(?P<frac>/\d+)?"
+    # What may follow a number that is a value: the line's end, a space or a closing
+    # punctuation mark, never a digit group, a unit, a clock's colon or a date's dash.
+    r"(?=$|[\s;|)\]}]|,(?!\d))"
+)
+_STEP_FIRST = re.compile(rf"^\s*\[?\s*(?P<key>{_KEY})\s+(?P<value>\d+)(?:/\d+)?\s*[\]:|,]")
+"""`iter 5: loss 2.1`, `[step 3] loss ...`: a step key leading the line."""
+
+
+@dataclass(frozen=True)
+class LinePoint:
+    name: str
+    value: float
+    step: int | None
+
+
+def trim_name(name: str) -> str:
+    """A series name as the source writes it, less the punctuation around it."""
+    return name.strip().strip("-_./:'\"")
+
+
+def _is_metric_name(key: str) -> bool:
+    low = key.lower()
+    return any(word in re.split(r"[^a-z0-9]+", low) or low.endswith(word) for word in METRIC_WORDS)
+
+
+def _finite(value: float) -> bool:
+    return math.isfinite(value)
+
+
+def points_of_mapping(obj: Mapping[str, object], *, prefix: str = "") -> list[LinePoint]:
+    """The numbers of a JSON object or a Python dict line: one series a numeric key
+    (nested objects joined with `/`), its step from a step key; booleans, strings and
+    non-finite numbers left out."""
+    flat: list[tuple[str, float]] = []
+
+    def walk(mapping: Mapping[str, object], at: str, depth: int) -> None:
+        for key, value in mapping.items():
+            if not isinstance(key, str):
+                continue
+            name = f"{at}{trim_name(key)}"
+            if isinstance(value, Mapping) and depth < 2:
+                walk(cast(Mapping[str, object], value), f"{name}/", depth + 1)
+            elif isinstance(value, int | float) and not isinstance(value, bool):
+                flat.append((name, float(value)))
+
+    walk(obj, prefix, 0)
+    step = _step_of(flat)
+    return [
+        LinePoint(name, value, step)
+        for name, value in flat
+        if name and name.lower() not in STEP_KEYS and _finite(value)
+    ][:MAX_POINTS_PER_LINE]
+
+
+def _step_of(pairs: Iterable[tuple[str, float]]) -> int | None:
+    for name, value in pairs:
+        if name.lower() in STEP_KEYS and value.is_integer() and value >= 0:
+            return int(value)
+    return None
+
+
+def _dict_line(text: str) -> list[LinePoint] | None:
+    """A line that is a JSON object or a Python dict literal; None where it is not one."""
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        try:
+            obj = ast.literal_eval(text)
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            return None
+    if not isinstance(obj, dict):
+        return None
+    return points_of_mapping(cast(dict[str, object], obj))
+
+
+def parse_line(line: str) -> list[LinePoint]:
+    """The points one line of output states; none for a line that states none."""
+    if len(line) > MAX_LINE_CHARS:
+        return []
+    text = _ANSI.sub("", line).strip()
+    if not text or not any(c.isdigit() for c in text):
+        return []
+    if text[0] == "{" and text[-1] == "}":
+        found = _dict_line(text)
+        if found is not None:
+            return found
+    pairs: list[tuple[str, str, float, bool]] = []  # key, separator, value, had a fraction
+    step: int | None = None
+    lead = _STEP_FIRST.match(text)
+    if lead is not None and lead["key"].lower() in STEP_KEYS:
+        step = int(lead["value"])
+    for match in _PAIR.finditer(text):
+        key = trim_name(match["key"])
+        if not key or not (key[0].isalpha() or key[0] == "_"):
+            continue
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        pairs.append((key, match["sep"], value, match["frac"] is not None))
+    if not pairs:
+        return []
+    for key, _, value, _ in pairs:
+        if step is None and key.lower() in STEP_KEYS and value.is_integer() and value >= 0:
+            step = int(value)
+    out: list[LinePoint] = []
+    for key, sep, value, fraction in pairs:
+        if key.lower() in STEP_KEYS:
+            continue
+        if fraction:  # `Epoch 1/10`, `3/50`: a count of a total, not a value
+            continue
+        if not sep.strip() and step is None and not _is_metric_name(key):
+            continue  # `Python 3.11`, `CUDA 12`: a bare pair needs a step or a metric's name
+        if not _finite(value):
+            continue
+        out.append(LinePoint(key, value, step))
+        if len(out) >= MAX_POINTS_PER_LINE:
+            break
+    return out
+
+
+__all__ = ["STEP_KEYS", "LinePoint", "parse_line", "points_of_mapping", "trim_name"]

@@ -1,0 +1,98 @@
+"""A run's metrics: what the controller, the job manager and the tool step feed.
+
+Job output and command output are read line by line as they arrive (recorder.py);
+metric files are read when the resource sampler has walked the workspace (its disk
+figure's walk spots them, agent/resources.py), so no poller of its own runs. All of it
+goes to the log through the controller's `append`: the run's own observation, passed
+over when a resumed run catches up with its log. A fault here is never the run's:
+every entry point swallows its own errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Iterable
+
+from mlra import events as ev
+from mlra.agent.metrics.files import MetricFiles, Opener, metric_file_kind
+from mlra.agent.metrics.recorder import MetricsRecorder
+
+
+class RunMetrics:
+    def __init__(
+        self,
+        append: Callable[[ev.Event], object],
+        clock: Callable[[], float],
+        open_beneath: Opener,
+        *,
+        flush_s: float | None = None,
+    ) -> None:
+        self._append = append
+        self.recorder = (
+            MetricsRecorder(append, clock)
+            if flush_s is None
+            else MetricsRecorder(append, clock, flush_s=flush_s)
+        )
+        self.files = MetricFiles(open_beneath, clock)
+        self._paths: dict[str, None] = {}
+        """Every metric file spotted so far (in the order found)."""
+        self._reading = asyncio.Lock()
+
+    def job_output(self, job: str, text: str) -> None:
+        with contextlib.suppress(Exception):
+            self.recorder.job_output(job, text)
+
+    def job_ended(self, job: str) -> None:
+        with contextlib.suppress(Exception):
+            self.recorder.job_ended(job)
+
+    def command_output(self, call_id: str, text: str) -> None:
+        with contextlib.suppress(Exception):
+            self.recorder.command_output(call_id, text)
+
+    def command_ended(self, call_id: str) -> None:
+        with contextlib.suppress(Exception):
+            self.recorder.command_ended(call_id)
+
+    async def sampled(self, paths: list[str]) -> None:
+        """After a resource sample: read the metric files its walk found, and send
+        whatever has waited long enough to the log."""
+        await self.spotted(paths)
+        with contextlib.suppress(Exception):
+            self.recorder.flush(due_only=True)
+
+    async def spotted(self, paths: Iterable[str]) -> None:
+        """Metric files a workspace walk found (the sampler's, or a snapshot's after a
+        tool call): read what they hold since the last read."""
+        for path in paths:
+            # Cheap string tests first: a snapshot's index may hold a great many paths.
+            if ("metrics.jsonl" in path or "tfevents" in path) and metric_file_kind(
+                path.rsplit("/", 1)[-1]
+            ) is not None:
+                self._paths.setdefault(path)
+        with contextlib.suppress(Exception):
+            await self.read_files()
+
+    async def read_files(self) -> None:
+        if not self._paths or self.recorder.closed:
+            return
+        async with self._reading:
+            read = await asyncio.to_thread(self.files.read, list(self._paths))
+            for found in read:
+                self.recorder.add(f"file:{found.path}", found.kind, found.readings, path=found.path)
+            while self.files.notices:
+                self._append(ev.Notice(level="warning", message=self.files.notices.pop(0)))
+
+    async def close(self) -> None:
+        """The run is ending (its jobs stopped): the files' last lines and every
+        source's waiting points go to the log; nothing is recorded after."""
+        if self.recorder.closed:
+            return
+        with contextlib.suppress(Exception):
+            await self.read_files()
+        with contextlib.suppress(Exception):
+            self.recorder.close()
+
+
+__all__ = ["RunMetrics"]
