@@ -40,6 +40,8 @@ from mlra.agent.controller import Agent, RunController
 from mlra.agent.state import RunResult, RunState
 from mlra.console.attempt_actions import act_on_attempt
 from mlra.console.console_display import ConsoleDisplay, EventsArrived, NoControls
+from mlra.console.curves_data import CurveSet
+from mlra.console.curves_screen import curves_view
 from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, bindings
 from mlra.console.live_run import LiveRun
 from mlra.console.note_keys import NoteKeys
@@ -88,6 +90,8 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         self.recorded = list(events)
         self.files_source = files
         self.state = RunState()
+        self.curves = CurveSet()
+        """The run's `metrics` and validations as curves (the Curves view, `v`)."""
         self.display_ = ConsoleDisplay(self)
         self.result: RunResult | None = None
         self.provider_error: str | None = None
@@ -231,6 +235,7 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
                 transcript.feed(event)
                 continue
             self.state.apply(event)
+            self.curves.feed(event)
             plan.feed(event)
             transcript.feed(event)
             resources.feed(event)
@@ -343,6 +348,9 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
 
     def _files_visible(self) -> bool:
         return not self.has_class("-narrow") or self._files_wanted
+
+    def action_curves(self) -> None:
+        self.push_screen(curves_view(self))
 
     def action_help(self) -> None:
         attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS]

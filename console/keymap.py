@@ -32,6 +32,14 @@ VIEW_KEYS: list[Key] = [
     Key(
         "x", "expand", "Expand", "Expand or collapse the focused tool call's output.", footer=False
     ),
+    Key(
+        "v",
+        "curves",
+        "Curves",
+        "Show the curves of the numbers jobs print or write (loss, accuracy...) with the "
+        "validation scores; pick series to overlay, l log scale, t step or time; Esc closes.",
+        footer=False,
+    ),
     Key("question_mark", "help", "Help", "Show this help."),
 ]
 """Keys that mean the same in the live console and the replay: defined once."""

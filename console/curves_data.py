@@ -1,0 +1,274 @@
+"""The fold from a run's events to the curves the Curves view draws (console/
+curves_screen.py): each series by (where it came from, its name) with its points, and
+the validation scores beside them.
+
+Apart from the widget so tests check it without a terminal, and fed the way every
+pane is (the console's batched event path: live, attached, or a replay's events up to
+its cursor). Memory stays bounded however long the run: a series past `MAX_POINTS`
+keeps every other point (and then takes every other new one), always with its
+newest; past `MAX_SERIES` new series are counted, not kept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlra import events as ev
+
+MAX_POINTS = 2000
+"""Points kept per series (a terminal plot is a few hundred cells wide)."""
+MAX_SERIES = 200
+MAX_VALIDATIONS = 2000
+
+
+@dataclass(frozen=True)
+class CurvePoint:
+    wall: float
+    """Run-clock seconds (of the log it was read from)."""
+    step: int | None
+    value: float
+    seq: int
+    """The event that carried it (its log's numbering): a replay cuts at the cursor's."""
+
+
+@dataclass
+class Series:
+    source: str
+    """`job:<id>`, `command:<call_id>`, `file:<path>`; an attempt's prefixed `a2 `."""
+    name: str
+    points: list[CurvePoint] = field(default_factory=list)
+    stride: int = 1
+    """Every `stride`-th new point is kept (doubles each time the series is thinned)."""
+    seen: int = 0
+    last: CurvePoint | None = None
+    """The newest point, kept whether or not the stride keeps it."""
+
+    @property
+    def label(self) -> str:
+        return f"{self.source} {self.name}"
+
+    def add(self, point: CurvePoint) -> None:
+        self.seen += 1
+        self.last = point
+        if (self.seen - 1) % self.stride:
+            return
+        self.points.append(point)
+        if len(self.points) > MAX_POINTS:
+            self.points = self.points[::2]
+            self.stride *= 2
+
+    def shown(self) -> list[CurvePoint]:
+        """Its points as drawn: the kept ones and the newest."""
+        if self.last is not None and (not self.points or self.points[-1] is not self.last):
+            return [*self.points, self.last]
+        return list(self.points)
+
+    @property
+    def has_steps(self) -> bool:
+        return all(p.step is not None for p in self.shown())
+
+
+@dataclass(frozen=True)
+class ValidationPoint:
+    wall: float
+    score: float
+    metric: str
+    seq: int
+    origin: str
+    """"" for the run's own, an attempt's id for its."""
+
+
+class CurveSet:
+    """Series by (source, name) and the validation points, folded from events."""
+
+    def __init__(self, origin: str = "") -> None:
+        self.origin = origin
+        """An attempt's id: its series are named `<id> <source>` to tell them apart."""
+        self.series: dict[tuple[str, str], Series] = {}
+        self.validations: list[ValidationPoint] = []
+        self.left_out_series = 0
+        self.version = 0
+        """Bumped by every change: a view redraws only when it moved."""
+        self.last_source: str | None = None
+        """The source of the newest points: the view's default selection."""
+
+    def feed(self, event: ev.Event) -> bool:
+        """Take one event; whether it changed the curves."""
+        if isinstance(event, ev.Metrics):
+            source = f"{self.origin} {event.source}" if self.origin else event.source
+            taken = 0
+            for p in event.points:
+                if not math.isfinite(p.value):
+                    continue
+                key = (source, p.name)
+                series = self.series.get(key)
+                if series is None:
+                    if len(self.series) >= MAX_SERIES:
+                        self.left_out_series += 1
+                        continue
+                    series = self.series[key] = Series(source, p.name)
+                series.add(CurvePoint(p.wall, p.step, p.value, event.seq))
+                taken += 1
+            if taken:
+                self.last_source = source
+                self.version += 1
+                return True
+            return False
+        if isinstance(event, ev.Validation) and event.ok and event.score is not None:
+            if math.isfinite(event.score) and len(self.validations) < MAX_VALIDATIONS:
+                self.validations.append(
+                    ValidationPoint(event.t, event.score, event.metric, event.seq, self.origin)
+                )
+                self.version += 1
+                return True
+        return False
+
+    def feed_all(self, events: Iterable[ev.Event]) -> CurveSet:
+        for event in events:
+            self.feed(event)
+        return self
+
+    def merged(self, others: Iterable[CurveSet]) -> CurveSet:
+        """This set and others' (attempts') side by side, as one to draw."""
+        out = CurveSet(self.origin)
+        for part in [self, *others]:
+            out.series.update(part.series)
+            out.validations.extend(part.validations)
+            out.left_out_series += part.left_out_series
+            out.version += part.version
+            out.last_source = part.last_source or out.last_source
+        return out
+
+
+def curves_upto(events: Iterable[ev.Event], seq: int, origin: str = "") -> CurveSet:
+    """The curves as the run's displays showed them once event `seq` was in."""
+    out = CurveSet(origin)
+    for event in events:
+        if event.seq > seq:
+            break
+        out.feed(event)
+    return out
+
+
+# --- what is drawn ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Drawn:
+    """One series as it is plotted: its x and y, and what the axis left out."""
+
+    label: str
+    x: list[float]
+    y: list[float]
+    left_out: int = 0
+    """Points a log scale cannot show (zero or below)."""
+
+
+def x_axis_is_step(series: Sequence[Series]) -> bool:
+    """The step axis is offered only when every shown point states its step."""
+    return bool(series) and all(s.has_steps for s in series)
+
+
+def drawn(series: Sequence[Series], *, by_step: bool, log: bool) -> list[Drawn]:
+    out: list[Drawn] = []
+    for s in series:
+        xs: list[float] = []
+        ys: list[float] = []
+        left_out = 0
+        for p in s.shown():
+            if log and p.value <= 0:
+                left_out += 1
+                continue
+            x = float(p.step) if by_step and p.step is not None else p.wall
+            xs.append(x)
+            ys.append(p.value)
+        out.append(Drawn(s.label, xs, ys, left_out))
+    return out
+
+
+def validations_drawn(
+    curves: CurveSet, series: Sequence[Series], *, by_step: bool, log: bool
+) -> Drawn | None:
+    """The validation scores of the origins shown (the run's own when nothing is), on
+    the same axes: by step, each at the step the shown series had reached by then."""
+    origins = {s.source.split(" ", 1)[0] if " " in s.source else "" for s in series} or {""}
+    xs: list[float] = []
+    ys: list[float] = []
+    left_out = 0
+    steps = sorted((p.wall, p.step) for s in series for p in s.shown() if p.step is not None)
+    for v in curves.validations:
+        if v.origin not in origins:
+            continue
+        if log and v.score <= 0:
+            left_out += 1
+            continue
+        if by_step:
+            reached = [step for wall, step in steps if wall <= v.wall]
+            x = float(max(reached)) if reached else float(steps[0][1]) if steps else 0.0
+        else:
+            x = v.wall
+        xs.append(x)
+        ys.append(v.score)
+    if not xs and not left_out:
+        return None
+    metric = next((v.metric for v in curves.validations if v.metric), "")
+    return Drawn(f"validation {metric}".strip(), xs, ys, left_out)
+
+
+# --- an attempt's own log, read as it grows ----------------------------------------------
+
+_WANTED = (
+    b'"type":"metrics"',
+    b'"type":"validation"',
+    b'"type": "metrics"',
+    b'"type": "validation"',
+)
+
+
+class LogCurves:
+    """The curves of a run folder's log read from the file (an attempt's), a tail at a
+    time: only new complete lines are read, and only those of the two event types
+    parsed. `cut_ts`: leave out events stamped after this (a replay's cursor)."""
+
+    def __init__(self, path: Path, origin: str) -> None:
+        self.path = path
+        self.origin = origin
+        self._offset = 0
+        self._events: list[ev.Event] = []
+        self._curves = CurveSet(origin)
+        self.error: str | None = None
+
+    def _read_new(self) -> None:
+        try:
+            with self.path.open("rb") as f:
+                f.seek(self._offset)
+                data = f.read(64_000_000)
+        except OSError as exc:
+            self.error = str(exc) if not isinstance(exc, FileNotFoundError) else None
+            return
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        for line in data[:end].splitlines():
+            if not any(w in line for w in _WANTED):
+                continue
+            try:
+                event = ev.parse_event(line)
+            except Exception:  # a damaged line: the rest still reads
+                continue
+            if len(self._events) < 50_000:
+                self._events.append(event)
+            self._curves.feed(event)
+
+    def curves(self, cut_ts: float | None = None) -> CurveSet:
+        self._read_new()
+        if cut_ts is None:
+            return self._curves
+        out = CurveSet(self.origin)
+        for event in self._events:
+            if event.ts > cut_ts:
+                break
+            out.feed(event)
+        return out

@@ -1,0 +1,316 @@
+"""The Curves view (`v`, live and in replay): the numbers the run's jobs and commands
+printed or wrote (`metrics` events, folded in console/curves_data.py) as curves, with
+the validation scores on the same axes.
+
+A full screen of its own, so it reads at 80x24: the series on the left (Space picks
+which are overlaid: a job's, a command's, a file's, each attempt's of a search), the
+plot on the right. The console's own keys still work beneath it (a replay's arrows
+move the cursor and the curves follow it; a live run's Space pauses it).
+
+Where the curves come from is a `CurvesSource`: the live console's fold of its batched
+events (`MlraApp.curves`, an attached console's too) with each attempt's own log read
+as it grows, or a replay's events up to the cursor (`seq` at most the cursor's; an
+attempt's log up to the cursor's time).
+"""
+
+from __future__ import annotations
+
+import bisect
+from pathlib import Path
+from typing import Protocol
+from weakref import WeakKeyDictionary
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.screen import Screen
+from textual.widgets import SelectionList, Static
+from textual.widgets.selection_list import Selection
+from textual_plotext import PlotextPlot
+
+from mlra.agent.eventlog import EVENTS_FILE
+from mlra.agent.state import RunState
+from mlra.console.attempt_files import attempt_folder
+from mlra.console.curves_data import (
+    CurveSet,
+    Drawn,
+    LogCurves,
+    Series,
+    drawn,
+    validations_drawn,
+    x_axis_is_step,
+)
+from mlra.console.panes.attempts import AttemptsPane
+from mlra.console.replay import ReplayModel
+from mlra.terminal_text import printable_line
+
+
+class Console(Protocol):
+    """What the view reads of the console that opens it (console/app.py's MlraApp)."""
+
+    curves: CurveSet
+    state: RunState
+    run_dir: Path | None
+
+
+POLL_S = 0.5
+"""How often the open view looks for new points (it redraws only when there are)."""
+MINUTES_PAST_S = 600.0
+"""Past this many run-clock seconds the time axis counts minutes."""
+
+
+class CurvesSource(Protocol):
+    def curves(self) -> tuple[CurveSet, object]:
+        """The curves now, and a token that changes whenever they do."""
+        ...
+
+
+class _Attempts:
+    """Each attempt's own log, read as it grows (console/attempt_files.py's folders)."""
+
+    def __init__(self, run_dir: Path | None) -> None:
+        self.run_dir = run_dir
+        self.logs: dict[str, LogCurves] = {}
+
+    def curves(self, state: RunState, cut_ts: float | None) -> list[CurveSet]:
+        out: list[CurveSet] = []
+        for node in state.attempts.nodes.values():
+            log = self.logs.get(node.id)
+            if log is None:
+                folder = attempt_folder(self.run_dir, node)
+                if folder is None:
+                    continue
+                log = self.logs[node.id] = LogCurves(folder / EVENTS_FILE, node.id)
+            out.append(log.curves(cut_ts))
+        return out
+
+
+class LiveCurves:
+    """A live (or attached) console's curves: what its batched events folded."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.attempts = _Attempts(console.run_dir)
+
+    def curves(self) -> tuple[CurveSet, object]:
+        parts = self.attempts.curves(self.console.state, None)
+        own = self.console.curves
+        token = (own.version, *(p.version for p in parts))
+        return (own.merged(parts) if parts else own), token
+
+
+class ReplayCurves:
+    """A replay's curves as of its cursor: the run's `metrics` and `validation` events
+    up to it (indexed once; moving forward folds only the new ones)."""
+
+    def __init__(self, model: ReplayModel) -> None:
+        self.model = model
+        self.indices = [
+            i for i, kind in enumerate(model.events.types) if kind in ("metrics", "validation")
+        ]
+        self.attempts = _Attempts(model.run_dir)
+        self._own = CurveSet()
+        self._upto = 0
+        """How many of `indices` `_own` has folded."""
+
+    def at(self, cursor: int) -> CurveSet:
+        k = bisect.bisect_right(self.indices, cursor)
+        if k < self._upto:
+            self._own, self._upto = CurveSet(), 0
+        for i in self.indices[self._upto : k]:
+            self._own.feed(self.model.events[i])
+        self._upto = k
+        return self._own
+
+    def curves(self) -> tuple[CurveSet, object]:
+        cursor = self.model.cursor
+        own = self.at(cursor)
+        state = self.model.state
+        parts = self.attempts.curves(state, self.model.event.ts) if state.attempts.nodes else []
+        token = (cursor, own.version, *(p.version for p in parts))
+        return (own.merged(parts) if parts else own), token
+
+
+class CurvesScreen(Screen[None]):
+    """The series list and the plot; Escape (or v) closes."""
+
+    BINDINGS = [
+        Binding("escape,v", "close", "Close"),
+        Binding("l", "toggle_log", "Log scale"),
+        Binding("t", "toggle_axis", "Step/time"),
+    ]
+    DEFAULT_CSS = """
+    CurvesScreen { layout: vertical; }
+    CurvesScreen #curves-title { height: 1; padding: 0 1; background: $panel; }
+    CurvesScreen #curves-body { height: 1fr; }
+    CurvesScreen #curves-series { width: 28; height: 1fr; border: none; padding: 0; }
+    CurvesScreen #curves-plot { width: 1fr; height: 1fr; }
+    CurvesScreen #curves-empty { width: 1fr; height: 1fr; padding: 1 2; }
+    CurvesScreen #curves-keys { height: 1; padding: 0 1; color: $text-muted; }
+    """
+
+    def __init__(self, source: CurvesSource, *, focus_origin: str | None = None) -> None:
+        """`focus_origin`: an attempt's id whose series are picked at first; by default
+        the one selected in the Attempts pane (a search), else the newest source's."""
+        super().__init__()
+        self.source = source
+        self.focus_origin = focus_origin
+        self.log_scale = False
+        self.by_step = False
+        """Asked for; honoured only while every shown series has steps."""
+        self.picked: set[str] | None = None
+        """Series labels overlaid; None until the first curves arrive."""
+        self._token: object = None
+        self._listed: list[str] = []
+        self.curve_set = CurveSet()
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="curves-title")
+        with Horizontal(id="curves-body"):
+            yield SelectionList[str](id="curves-series")
+            yield PlotextPlot(id="curves-plot")
+            yield Static(
+                "No curves yet: numbers a job prints (step N loss X, key=value, JSON "
+                "lines) or writes (metrics.jsonl, TensorBoard) appear here as they are read.",
+                id="curves-empty",
+            )
+        yield Static(
+            "Space pick · l log scale · t step/time · Esc close", id="curves-keys", markup=False
+        )
+
+    def on_mount(self) -> None:
+        if self.focus_origin is None:
+            for pane in self.app.query(AttemptsPane):
+                self.focus_origin = pane.selected if pane.display else None
+        self.redraw()
+        self.query_one(SelectionList).focus()
+        self.set_interval(POLL_S, self._poll)
+
+    def _poll(self) -> None:
+        if self.is_attached and self.app.screen is self:
+            self.redraw(only_if_changed=True)
+
+    # --- what is shown --------------------------------------------------------------
+
+    def _default_pick(self, curves: CurveSet) -> set[str]:
+        if self.focus_origin:
+            mine = {
+                s.label
+                for s in curves.series.values()
+                if s.source.startswith(f"{self.focus_origin} ")
+            }
+            if mine:
+                return mine
+        return {s.label for s in curves.series.values() if s.source == curves.last_source}
+
+    def shown_series(self) -> list[Series]:
+        picked = self.picked or set()
+        return [s for s in self.curve_set.series.values() if s.label in picked]
+
+    def redraw(self, *, only_if_changed: bool = False) -> None:
+        curves, token = self.source.curves()
+        if only_if_changed and token == self._token:
+            return
+        self._token = token
+        self.curve_set = curves
+        if self.picked is None and curves.series:
+            self.picked = self._default_pick(curves)
+        self._list_series()
+        self._plot()
+
+    def _list_series(self) -> None:
+        listing = self.query_one(SelectionList[str])
+        labels = [s.label for s in self.curve_set.series.values()]
+        if labels == self._listed:
+            return
+        picked = self.picked or set()
+        with listing.prevent(SelectionList.SelectedChanged):
+            if labels[: len(self._listed)] != self._listed:
+                listing.clear_options()
+                self._listed = []
+            for label in labels[len(self._listed) :]:
+                listing.add_option(Selection(printable_line(label), label, label in picked))
+        self._listed = labels
+
+    def on_selection_list_selected_changed(
+        self, message: SelectionList.SelectedChanged[str]
+    ) -> None:
+        self.picked = set(message.selection_list.selected)
+        self._plot()
+
+    def _plot(self) -> None:
+        series = self.shown_series()
+        plot = self.query_one(PlotextPlot)
+        empty = self.query_one("#curves-empty", Static)
+        plot.display = bool(self.curve_set.series or self.curve_set.validations)
+        empty.display = not plot.display
+        by_step = self.by_step and x_axis_is_step(series)
+        lines = drawn(series, by_step=by_step, log=self.log_scale)
+        checks = validations_drawn(self.curve_set, series, by_step=by_step, log=self.log_scale)
+        minutes = not by_step and any(
+            x > MINUTES_PAST_S for d in [*lines, *([checks] if checks else [])] for x in d.x
+        )
+        scale = 60.0 if minutes else 1.0
+        plt = plot.plt
+        plt.clear_figure()
+        for d in lines:
+            if d.x:
+                plt.plot(
+                    [x / scale for x in d.x], d.y, label=printable_line(d.label), marker="braille"
+                )
+        if checks is not None and checks.x:
+            plt.scatter([x / scale for x in checks.x], checks.y, label=checks.label, marker="x")
+        if self.log_scale:
+            plt.yscale("log")
+        plt.xlabel("step" if by_step else "run clock (min)" if minutes else "run clock (s)")
+        plot.refresh()
+        self._title(series, lines, checks, by_step)
+
+    def _title(
+        self, series: list[Series], lines: list[Drawn], checks: Drawn | None, by_step: bool
+    ) -> None:
+        left_out = sum(d.left_out for d in lines) + (checks.left_out if checks is not None else 0)
+        parts = [f"Curves · {len(series)} of {len(self.curve_set.series)} series"]
+        axis = "step" if by_step else "time"
+        if self.by_step and not by_step:
+            axis += " (a series shown has no steps)"
+        parts.append(f"x: {axis}")
+        parts.append("y: log" if self.log_scale else "y: linear")
+        if left_out:
+            parts.append(f"{left_out} points ≤ 0 not on the log scale")
+        if self.curve_set.left_out_series:
+            parts.append(f"{self.curve_set.left_out_series} more series not kept")
+        self.query_one("#curves-title", Static).update(Text(" · ".join(parts)))
+
+    # --- keys -----------------------------------------------------------------------
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_toggle_log(self) -> None:
+        self.log_scale = not self.log_scale
+        self._plot()
+
+    def action_toggle_axis(self) -> None:
+        self.by_step = not self.by_step
+        self._plot()
+
+
+_SOURCES: WeakKeyDictionary[object, CurvesSource] = WeakKeyDictionary()
+"""Each console's source, kept between openings (an attempt's log is read once)."""
+
+
+def curves_source(console: Console) -> CurvesSource:
+    """A replay's curves at its cursor (a console with a replay `model`), else live."""
+    source = _SOURCES.get(console)
+    if source is None:
+        model = getattr(console, "model", None)
+        source = ReplayCurves(model) if isinstance(model, ReplayModel) else LiveCurves(console)
+        _SOURCES[console] = source
+    return source
+
+
+def curves_view(console: Console) -> CurvesScreen:
+    """The Curves view of this console (live, attached or a replay), to push."""
+    return CurvesScreen(curves_source(console))

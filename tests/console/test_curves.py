@@ -1,0 +1,277 @@
+"""The Curves view (issue 31): the numbers a run's jobs print, folded from `metrics`
+events into series (bounded), overlaid, on a log scale, with the validation scores on
+the same axes; `v` opens it in the live console and in a replay, where it shows the
+curves as of the cursor."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from textual.widgets import SelectionList
+from textual_plotext import PlotextPlot
+
+from mlra import events as ev
+from mlra.console import curves_data
+from mlra.console.app import MlraApp
+from mlra.console.curves_data import CurveSet, curves_upto, drawn, validations_drawn
+from mlra.console.curves_screen import CurvesScreen
+from mlra.console.replay import ReplayModel
+from mlra.console.replay_app import ReplayApp
+from tests.console.console_fixtures import EPOCH, recorded_run
+
+
+def metrics(source: str, *points: tuple[str, float, int | None, float]) -> ev.Metrics:
+    job = source.split(":", 1)[1] if source.startswith("job:") else None
+    return ev.Metrics(
+        source=source,
+        job=job,
+        points=[ev.MetricPoint(name=n, value=v, step=s, wall=w) for n, v, s, w in points],
+    )
+
+
+def numbered(events: list[ev.Event]) -> list[ev.Event]:
+    for i, event in enumerate(events, 1):
+        event.seq = i
+    return events
+
+
+def training_run() -> list[ev.Event]:
+    """The console fixtures' running run, then a job whose loss falls from 4.0 step by
+    step, read a few points an event as the recorder flushes them, and a validation
+    between (val_loss 2.9 at t=160)."""
+    events = recorded_run("running")
+
+    def add(t: float, event: ev.Event) -> None:
+        event.seq, event.t, event.ts = len(events) + 1, t, EPOCH + t
+        events.append(event)
+
+    add(100, ev.JobStarted(job="job-1", command="python train.py", log="jobs/job-1.log"))
+    for flush in range(6):
+        points = []
+        for k in range(5):
+            step = (flush * 5 + k + 1) * 20
+            points.append(("loss", 4.0 * math.exp(-step / 250) + 0.5, step, 100 + step / 2))
+        add(100 + (flush + 1) * 50, metrics("job:job-1", *points))
+        if flush == 2:
+            add(
+                260,
+                ev.Validation(
+                    artifact="submission",
+                    ok=True,
+                    metric="val_loss",
+                    score=2.9,
+                    higher_is_better=False,
+                ),
+            )
+    return events
+
+
+# --- the fold ------------------------------------------------------------------------
+
+
+def test_events_fold_into_series_by_source_and_name() -> None:
+    events = numbered(
+        [
+            metrics("job:j1", ("loss", 3.0, 1, 1.0), ("lr", 0.1, 1, 1.0)),
+            metrics("job:j2", ("loss", 5.0, 1, 2.0)),
+            metrics("job:j1", ("loss", 2.0, 2, 3.0)),
+            ev.Validation(artifact="s", ok=True, metric="acc", score=0.7),
+            ev.Validation(artifact="s", ok=False, metric="acc", error="missing"),
+            metrics("file:metrics.jsonl", ("acc", math.nan, None, 4.0)),
+        ]
+    )
+    curves = CurveSet().feed_all(events)
+    assert sorted(curves.series) == [("job:j1", "loss"), ("job:j1", "lr"), ("job:j2", "loss")]
+    loss = curves.series[("job:j1", "loss")]
+    assert [(p.step, p.value) for p in loss.shown()] == [(1, 3.0), (2, 2.0)]
+    assert curves.last_source == "job:j1"  # the NaN-only event added nothing
+    assert [v.score for v in curves.validations] == [0.7]  # a failed one has no score
+    # overlaid: both jobs' loss drawn, each its own line
+    lines = drawn(
+        [curves.series[("job:j1", "loss")], curves.series[("job:j2", "loss")]],
+        by_step=True,
+        log=False,
+    )
+    assert [(d.label, d.x, d.y) for d in lines] == [
+        ("job:j1 loss", [1.0, 2.0], [3.0, 2.0]),
+        ("job:j2 loss", [1.0], [5.0]),
+    ]
+
+
+def test_a_replay_cut_shows_only_points_up_to_its_seq() -> None:
+    events = training_run()
+    val = next(e for e in events if isinstance(e, ev.Validation))
+    cut = curves_upto(events, val.seq)
+    loss = cut.series[("job:job-1", "loss")]
+    assert all(p.seq <= val.seq for p in loss.shown()) and len(loss.shown()) == 15
+    assert [v.score for v in cut.validations] == [2.9]
+    before = curves_upto(events, val.seq - 1)
+    assert before.validations == [] and len(before.series[("job:job-1", "loss")].shown()) == 15
+    assert len(curves_upto(events, events[-1].seq).series[("job:job-1", "loss")].shown()) == 30
+
+
+def test_log_scale_leaves_out_non_positive_values_and_says_how_many() -> None:
+    curves = CurveSet().feed_all(
+        numbered(
+            [
+                metrics(
+                    "job:j",
+                    ("reward", -1.0, 1, 1.0),
+                    ("reward", 0.0, 2, 2.0),
+                    ("reward", 10.0, 3, 3.0),
+                ),
+                ev.Validation(artifact="s", ok=True, metric="r", score=0.0),
+            ]
+        )
+    )
+    series = list(curves.series.values())
+    [line] = drawn(series, by_step=False, log=True)
+    assert (line.x, line.y, line.left_out) == ([3.0], [10.0], 2)
+    [linear] = drawn(series, by_step=False, log=False)
+    assert linear.y == [-1.0, 0.0, 10.0] and linear.left_out == 0
+    checks = validations_drawn(curves, series, by_step=False, log=True)
+    assert checks is not None and checks.x == [] and checks.left_out == 1
+
+
+def test_validation_on_the_step_axis_sits_at_the_step_reached_by_then() -> None:
+    events = training_run()
+    curves = CurveSet().feed_all(events)
+    series = list(curves.series.values())
+    checks = validations_drawn(curves, series, by_step=True, log=False)
+    # t=260: the job had logged step 320 at wall 260, step 340 at 270
+    assert checks is not None and checks.x == [320.0] and checks.y == [2.9]
+
+
+def test_memory_stays_bounded_on_a_long_chatty_run(monkeypatch: Any) -> None:
+    monkeypatch.setattr(curves_data, "MAX_POINTS", 100)
+    monkeypatch.setattr(curves_data, "MAX_SERIES", 3)
+    curves = CurveSet()
+    for i in range(1000):
+        curves.feed(metrics("job:j", ("loss", 1000.0 - i, i, float(i))))
+    for name in ("a", "b", "c", "d"):
+        curves.feed(metrics("job:k", (name, 1.0, 1, 1.0)))
+    loss = curves.series[("job:j", "loss")]
+    assert len(loss.shown()) <= 101
+    assert loss.shown()[0].value == 1000.0 and loss.shown()[-1].value == 1.0  # first and newest
+    assert len(curves.series) == 3 and curves.left_out_series == 2
+
+
+# --- the console -------------------------------------------------------------------------
+
+
+def plotted(app: Any) -> str:
+    screen = app.screen
+    assert isinstance(screen, CurvesScreen)
+    return screen.query_one(PlotextPlot).plt.build()
+
+
+async def test_v_opens_and_escape_closes_the_view_live_with_the_falling_loss() -> None:
+    events = training_run()
+    app = MlraApp(events=events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
+        assert screen.query_one(SelectionList).selected == ["job:job-1 loss"]
+        plot = plotted(app)
+        assert "job:job-1 loss" in plot and "validation val_loss" in plot
+        await pilot.press("t")  # every point has a step: the axis is the step
+        assert "step" in plotted(app)
+        await pilot.press("l")
+        assert "y: log" in str(screen.query_one("#curves-title").render())
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, CurvesScreen)
+        # live: new points reach the open view through the console's batched path
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        before = len(screen.curve_set.series[("job:job-1", "loss")].shown())
+        extra = metrics("job:job-1", ("loss", 0.6, 700, 450.0))
+        extra.seq, extra.t = len(events) + 1, 450.0
+        app.display_.on_event(extra)
+        await pilot.pause(0.1)
+        screen.redraw(only_if_changed=True)
+        assert len(screen.curve_set.series[("job:job-1", "loss")].shown()) == before + 1
+        await pilot.press("v")
+        await pilot.pause()
+        assert not isinstance(app.screen, CurvesScreen)
+
+
+async def test_the_view_in_replay_shows_the_curves_as_of_the_cursor() -> None:
+    events = training_run()
+    val = next(i for i, e in enumerate(events) if isinstance(e, ev.Validation))
+    app = ReplayApp(ReplayModel(events))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.model.go(val - 1)
+        app.show_cursor()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        loss = screen.curve_set.series[("job:job-1", "loss")]
+        assert len(loss.shown()) == 15 and screen.curve_set.validations == []
+        await pilot.press("right")  # the replay's own key moves the cursor beneath
+        await pilot.pause()
+        screen.redraw(only_if_changed=True)
+        assert [v.score for v in screen.curve_set.validations] == [2.9]
+        await app.run_action("last")  # (End itself moves in the series list)
+        await pilot.pause()
+        screen.redraw(only_if_changed=True)
+        assert len(screen.curve_set.series[("job:job-1", "loss")].shown()) == 30
+        await app.run_action("first")
+        await pilot.pause()
+        screen.redraw(only_if_changed=True)
+        assert screen.curve_set.series == {}
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, CurvesScreen)
+
+
+async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
+    events = training_run()
+    start = ev.AttemptStarted(attempt="a1", folder="attempts/a1", instructions="try")
+    start.seq, start.t, start.ts = len(events) + 1, 500.0, EPOCH + 500
+    events.append(start)
+    folder = tmp_path / "attempts" / "a1"
+    folder.mkdir(parents=True)
+    own = numbered([metrics("job:job-1", ("loss", 3.0, 10, 5.0), ("loss", 1.0, 20, 9.0))])
+    (folder / "events.jsonl").write_text("".join(e.model_dump_json() + "\n" for e in own))
+    app = MlraApp(events=events, run_dir=tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.pause()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        assert ("a1 job:job-1", "loss") in screen.curve_set.series
+        listing = screen.query_one(SelectionList[str])
+        labels = [listing.get_option_at_index(i).value for i in range(listing.option_count)]
+        assert labels == ["job:job-1 loss", "a1 job:job-1 loss"]
+
+
+# --- snapshots -----------------------------------------------------------------------------
+
+
+async def _open_view(pilot: Any) -> None:
+    await pilot.pause()
+    await pilot.press("v")
+    await pilot.pause()
+
+
+def test_snapshot_curves_80x24(snap_compare: Any) -> None:
+    assert snap_compare(
+        MlraApp(events=training_run()), terminal_size=(80, 24), run_before=_open_view
+    )
+
+
+def test_snapshot_curves_wide(snap_compare: Any) -> None:
+    assert snap_compare(
+        MlraApp(events=training_run()), terminal_size=(140, 40), run_before=_open_view
+    )
