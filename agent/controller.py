@@ -179,6 +179,7 @@ class RunController(Steering):
         self.catchup.load(recorded, going_live)
         self._time_warned = any(isinstance(e, ev.TimeWarning) for e in recorded)
         self.scanner.load(e for e in recorded if isinstance(e, ev.WorkspaceSnapshot))
+        self.metrics.load(recorded)
 
     def subscribe(self, callback: Callable[[ev.Event], None]) -> None:
         """Displays subscribe before `run()` so they see every event from the first."""

@@ -206,6 +206,9 @@ class Metrics(_Event):
     """A file source's workspace-relative path."""
     points: list[MetricPoint] = Field(default_factory=list)
     thinned: int = 0
+    offset: int | None = None
+    """A file source's bytes read so far: a resumed run reads on from there rather than
+    recording the file's points twice."""
 
 
 # --- supervisor ----------------------------------------------------------------------

@@ -48,6 +48,8 @@ class FileReading:
     path: str
     kind: Kind
     readings: list[Reading] = field(default_factory=lambda: [])
+    offset: int = 0
+    """The file's bytes read so far."""
 
 
 @dataclass
@@ -66,6 +68,15 @@ class MetricFiles:
         self._clock = clock
         self._files: dict[str, _File] = {}
         self.notices: list[str] = []
+
+    def resume(self, path: str, offset: int) -> None:
+        """Read `path` on from `offset` (where the run's log says an earlier process got)."""
+        kind = metric_file_kind(path.rsplit("/", 1)[-1])
+        if kind is None or len(self._files) >= MAX_FILES:
+            return
+        reader = JsonlReader() if kind == "jsonl" else TensorBoardReader()
+        reader.offset = max(0, offset)
+        self._files[path] = _File(kind, reader)
 
     def read(self, paths: Iterable[str]) -> list[FileReading]:
         """What the files at `paths` (workspace-relative) hold since the last read."""
@@ -89,7 +100,7 @@ class MetricFiles:
                 self.notices.append(f"metrics: {path} is not a TensorBoard event file ({exc})")
                 continue
             if readings:
-                out.append(FileReading(path, kind, readings))
+                out.append(FileReading(path, kind, readings, known.reader.offset))
         return out
 
     def _read_one(self, path: str, known: _File) -> list[Reading]:

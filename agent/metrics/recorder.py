@@ -76,6 +76,7 @@ class _Source:
     series: dict[str, _Series] = field(default_factory=lambda: {})
     waiting: list[ev.MetricPoint] = field(default_factory=lambda: [])
     thinned: int = 0
+    offset: int | None = None
 
 
 class MetricsRecorder:
@@ -145,11 +146,13 @@ class MetricsRecorder:
         readings: Iterable[Reading],
         *,
         path: str | None = None,
+        offset: int | None = None,
     ) -> None:
-        """Points read exactly (a metric file's), thinned as any."""
+        """Points read exactly (a metric file's, read up to byte `offset`), thinned as any."""
         if self.closed:
             return
         src = self._source(source, kind, path=path)
+        src.offset = offset
         for name, value, step, wall in readings:
             self._take(src, name, value, step, wall)
 
@@ -234,6 +237,7 @@ class MetricsRecorder:
             path=src.path,
             points=src.waiting,
             thinned=src.thinned,
+            offset=src.offset,
         )
         src.waiting, src.thinned = [], 0
         with contextlib.suppress(Exception):  # a closed log: the run is already over

@@ -80,9 +80,23 @@ class RunMetrics:
         async with self._reading:
             read = await asyncio.to_thread(self.files.read, list(self._paths))
             for found in read:
-                self.recorder.add(f"file:{found.path}", found.kind, found.readings, path=found.path)
+                self.recorder.add(
+                    f"file:{found.path}",
+                    found.kind,
+                    found.readings,
+                    path=found.path,
+                    offset=found.offset,
+                )
             while self.files.notices:
                 self._append(ev.Notice(level="warning", message=self.files.notices.pop(0)))
+
+    def load(self, recorded: Iterable[ev.Event]) -> None:
+        """A resumed run: each metric file is read on from where the log says the
+        earlier process had got, so its points are not recorded twice."""
+        for event in recorded:
+            if isinstance(event, ev.Metrics) and event.path and event.offset is not None:
+                self.files.resume(event.path, event.offset)
+                self._paths.setdefault(event.path)
 
     async def close(self) -> None:
         """The run is ending (its jobs stopped): the files' last lines and every

@@ -22,6 +22,7 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.metrics.files import MetricFiles
 from mlra.agent.metrics.log_lines import parse_line
 from mlra.agent.metrics.recorder import MetricsRecorder
+from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.metrics.tensorboard import TensorBoardReader
 from mlra.agent.providers import resolve_model
 from mlra.agent.resources import directory_size
@@ -314,6 +315,38 @@ def test_a_tensorboard_file_is_read_as_it_grows_and_a_bad_one_gives_one_notice(
     assert files.read(["events.out.tfevents.123.host"]) == []
     assert files.read(["events.out.tfevents.123.host"]) == []
     assert len(files.notices) == 1 and "not a TensorBoard event file" in files.notices[0]
+
+
+async def test_a_resumed_run_reads_a_metric_file_on_from_where_its_log_got(
+    tmp_path: Path,
+) -> None:
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    path = workspace / "metrics.jsonl"
+    path.write_text('{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.0}\n')
+    sandbox = LocalSandbox(workspace, SandboxSpec())
+
+    async def one_process(recorded: list[ev.Event]) -> list[ev.Metrics]:
+        logged: list[ev.Metrics] = []
+
+        def append(event: ev.Event) -> ev.Event:
+            assert isinstance(event, ev.Metrics)
+            logged.append(event)
+            return event
+
+        metrics = RunMetrics(append, lambda: 1.0, sandbox.open_beneath)
+        metrics.load(recorded)
+        await metrics.spotted(_found(workspace))
+        await metrics.close()
+        return logged
+
+    first = await one_process([])
+    assert [(p.step, p.value) for e in first for p in e.points] == [(1, 2.0), (2, 1.0)]
+    assert first[-1].offset == path.stat().st_size and first[-1].path == "metrics.jsonl"
+    with path.open("a") as f:
+        f.write('{"step": 3, "loss": 0.5}\n')
+    second = await one_process(list(first))
+    assert [(p.step, p.value) for e in second for p in e.points] == [(3, 0.5)]
 
 
 # --- a whole run -------------------------------------------------------------------------
