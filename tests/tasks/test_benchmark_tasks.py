@@ -515,7 +515,7 @@ async def test_superglue_tasks_grade_as_the_benchmarks_lm_eval_printed_them(
     assert finished.score == pytest.approx(sum(parts) / 7, abs=1e-12)
     mean8 = (sum(parts) + finished.metrics["record/f1"]) / 8
     assert finished.metrics["superglue/mean_of_8"] == pytest.approx(mean8, abs=1e-12)
-    assert finished.metric == "superglue_mean"
+    assert finished.metric == "superglue_acc"
     assert finished.normalized == pytest.approx((finished.score - 0.457) / (0.541 - 0.457))
 
 
