@@ -5,6 +5,7 @@ curves as of the cursor."""
 
 from __future__ import annotations
 
+import asyncio
 import math
 from pathlib import Path
 from typing import Any
@@ -13,13 +14,20 @@ from textual.widgets import SelectionList
 from textual_plotext import PlotextPlot
 
 from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.providers import resolve_model
+from mlra.agent.run import agent_for
 from mlra.console import curves_data
 from mlra.console.app import MlraApp
 from mlra.console.curves_data import CurveSet, curves_upto, drawn, validations_drawn
 from mlra.console.curves_screen import CurvesScreen
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
+from mlra.tasks.spec import load_task
 from tests.console.console_fixtures import EPOCH, recorded_run
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
 
 
 def metrics(source: str, *points: tuple[str, float, int | None, float]) -> ev.Metrics:
@@ -275,3 +283,58 @@ def test_snapshot_curves_wide(snap_compare: Any) -> None:
     assert snap_compare(
         MlraApp(events=training_run()), terminal_size=(140, 40), run_before=_open_view
     )
+
+
+# --- a whole scripted run ------------------------------------------------------------------
+
+TRAINER = (
+    "for i in $(seq 0 29); do "
+    'echo "step $i loss $(awk -v i=$i \'BEGIN { printf "%.4f", 5 * exp(-i / 10) }\')"; '
+    "done"
+)
+
+
+async def test_a_live_run_whose_job_prints_a_falling_loss_shows_a_falling_curve(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", {"name": "job_start", "arguments": {"command": TRAINER, "name": "train"}}),
+            turn("", call("job_wait", job="train", timeout=120)),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("validate", path="answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path, run_id="c", isolation="none"
+        )
+        controller = RunController(config, load_task(answer_task), provider)
+        controller.prepare()
+        finished = asyncio.Event()
+        controller.subscribe(lambda e: finished.set() if isinstance(e, ev.RunFinished) else None)
+        app = MlraApp(controller=controller, make_agent=agent_for)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await pilot.press("v")  # open before anything was read: it fills as points come
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, CurvesScreen)
+            await asyncio.wait_for(finished.wait(), 60)
+            while app.state.finished is None:  # the last batch reaches the console
+                await pilot.pause(0.05)
+            screen.redraw(only_if_changed=True)
+            assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
+            [line] = drawn(screen.shown_series(), by_step=True, log=False)
+            assert line.x == [float(i) for i in range(30)]
+            assert line.y[0] == 5.0 and line.y == sorted(line.y, reverse=True)
+            assert [(v.metric, v.score) for v in screen.curve_set.validations] == [
+                ("exact_match", 0.5)
+            ]
+            plot = plotted(app)
+            assert "job:job-1 loss" in plot and "validation" in plot
+            await pilot.press("escape")
+            await pilot.pause()
+            assert not isinstance(app.screen, CurvesScreen)
