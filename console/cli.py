@@ -45,9 +45,11 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.attach_cli import add_attach_command  # `mlra attach`
 
     add_attach_command(sub)
-    from mlra.console.runs_cli import add_replay_commands  # `mlra replay`, `mlra runs`
+    from mlra.console.replay_cli import add_replay_command  # `mlra replay`
+    from mlra.console.runs_cli import add_runs_command  # `mlra runs`
 
-    add_replay_commands(sub)
+    add_replay_command(sub)
+    add_runs_command(sub)
     from mlra.console.ctl_cli import add_ctl_command  # `mlra ctl`
 
     add_ctl_command(sub)

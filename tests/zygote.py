@@ -33,6 +33,7 @@ PRELOAD = (
     "mlra.console.cli",
     "mlra.console.headless_run",
     "mlra.console.runs_cli",
+    "mlra.console.replay_cli",
     "mlra.console.resume_cli",
     "mlra.console.batch_cli",
     "mlra.agent.providers.openai",

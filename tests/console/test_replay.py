@@ -20,7 +20,7 @@ from mlra import events as ev
 from mlra.agent.eventlog import EventLog, LogDamage, read_events
 from mlra.agent.snapshots import SnapshotStore
 from mlra.agent.state import fold
-from mlra.console import replay, replay_app, runs_cli
+from mlra.console import replay, replay_app, replay_cli
 from mlra.console.args import UsageError
 from mlra.console.cli import main
 from mlra.console.panes.files import FilesPane
@@ -139,7 +139,7 @@ def test_replay_refuses_a_damaged_log_naming_file_and_line(
         ReplayModel.open(tmp_path)  # what the replay console opens
     assert str(raised.value).startswith(where) and raised.value.line == 6
     with pytest.raises(UsageError, match=r"events\.jsonl:6: "):
-        runs_cli._open_model(tmp_path)
+        replay_cli._open_model(tmp_path)
     for mode in ("--no-tui", "--json"):
         proc = mlra_cli(["replay", str(tmp_path), mode], cwd=tmp_path)
         assert proc.returncode == 2 and proc.stdout == ""
@@ -524,7 +524,7 @@ def test_the_fork_key_forks_through_the_server_the_replay_was_given(
         server.set_fallback("worker", turn("", call("report", summary="stopping here")))
         server.set_fallback("supervisor", turn("", call("submit", path="answer.txt")))
         url = server.url_for("openai")
-        code = runs_cli._fork(source, 4, base_url=url)
+        code = replay_cli._fork(source, 4, base_url=url)
         asked = server.requests_for("worker")
     assert code in (0, 1), capsys.readouterr()
     assert f"mlra fork {source} --at 4 --base-url {url}" in capsys.readouterr().out
