@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.annotate_cli import add_annotate_command  # `mlra annotate`
 
     add_annotate_command(sub)
+    from mlra.console.export_cli import add_export_command  # `mlra export`
+
+    add_export_command(sub)
     return parser
 
 

@@ -1,0 +1,76 @@
+"""A run's training curves, gathered from its `metrics` events: one series a source and
+name, named so that runs can be laid over each other.
+
+The exports (batch/export/) and the report's curves (batch/report_curves.py) read them
+from here, so a curve is named and ordered the same wherever it is shown. A series is
+named by what the source calls it (`loss`) where one source of the run has that name,
+so the same curve of two runs meets under one name in a tracker; where two sources of
+one run have it (two jobs each printing `loss`), each is named `<source>/<name>`
+(`j1/loss`, `metrics.jsonl/loss`), never merged into one zigzag.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from mlra import events as ev
+
+
+@dataclass
+class Point:
+    value: float
+    step: int | None
+    wall: float
+    """Run-clock seconds when it was read."""
+
+
+@dataclass
+class Series:
+    name: str
+    source: str
+    """`job:<id>`, `command:<call_id>` or `file:<path>`, as the events name it."""
+    points: list[Point] = field(default_factory=list)
+    thinned: int = 0
+    """Points read but left out of the log past its bound (the curve is a sample)."""
+
+    @property
+    def has_steps(self) -> bool:
+        """Every point states its training step: a curve over steps, else over time."""
+        return bool(self.points) and all(p.step is not None for p in self.points)
+
+
+def source_label(source: str) -> str:
+    """`job:j1` → `j1`, `file:out/metrics.jsonl` → `out/metrics.jsonl`: the source's
+    own name, short enough to stand before a series' name."""
+    _, sep, rest = source.partition(":")
+    return rest if sep and rest else source
+
+
+def run_series(events: Iterable[ev.Event]) -> list[Series]:
+    """Every series of a run, in the order first read; empty where nothing was read."""
+    by_key: dict[tuple[str, str], Series] = {}
+    for event in events:
+        if not isinstance(event, ev.Metrics):
+            continue
+        seen: set[str] = set()
+        for p in event.points:
+            series = by_key.setdefault((event.source, p.name), Series(p.name, event.source))
+            series.points.append(Point(p.value, p.step, p.wall))
+            seen.add(p.name)
+        for name in seen:  # the event's count of points left out, shared by its series
+            by_key[event.source, name].thinned += event.thinned
+    sources_of: dict[str, set[str]] = {}
+    for source, name in by_key:
+        sources_of.setdefault(name, set()).add(source)
+    named: list[Series] = []
+    for (source, name), series in by_key.items():
+        if len(sources_of[name]) > 1:
+            series.name = f"{source_label(source)}/{name}"
+        named.append(series)
+    return named
+
+
+def validation_points(events: Iterable[ev.Event]) -> list[tuple[float, ev.Validation]]:
+    """Each graded validation (run clock, event): the points a curve's axes share."""
+    return [(e.t, e) for e in events if isinstance(e, ev.Validation) and e.score is not None]

@@ -1,0 +1,3 @@
+"""`mlra export`: a run or a batch written into the trackers researchers already use
+(MLflow, Weights & Biases, TensorBoard), each behind the one small seam of
+`trackers.py`, so a tracker's package is imported only by the export that names it."""

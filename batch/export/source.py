@@ -1,0 +1,174 @@
+"""What an export carries of a run, read from its folder alone: the same for every
+tracker, so MLflow, W&B and TensorBoard hold one run's numbers alike.
+
+A run is its parameters (from `run_started`: task, model, limits, seed, search, the
+rest of its config), its curves (its `metrics` events, batch/curves.py), its
+validations, its final score (`result.json`, else its log folded) and its artifacts
+(result.json, a text transcript, the event log). A batch folder is one experiment of
+its runs; a searching run brings each attempt (`attempts/<id>/`, a run folder of its
+own) as a run of the same experiment, tied to its parent run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.attempts import ATTEMPTS_DIR
+from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
+from mlra.agent.state import RunResult, fold, result_of
+from mlra.batch.curves import Point, Series, run_series, validation_points
+from mlra.batch.state import RUNS
+
+Transcript = Callable[[list[ev.Event], Path], str]
+"""A run's events as the text transcript `mlra replay --no-tui` prints (given by the
+console, whose display it is: this layer cannot import it)."""
+
+Param = str | int | float | bool
+
+
+class NotARun(ValueError):
+    """The path is neither a run folder nor a batch folder (one line for the user)."""
+
+
+@dataclass
+class Artifact:
+    name: str
+    """Its name in the tracker (`result.json`, `transcript.txt`, `events.jsonl`)."""
+    path: Path | None = None
+    text: str | None = None
+    """Made for the export (the transcript), where it is no file of the run."""
+
+
+@dataclass
+class ExportRun:
+    name: str
+    """The run id (an attempt: `<run id>/<attempt id>`)."""
+    params: dict[str, Param]
+    series: list[Series]
+    validations: list[Series]
+    """Validation scores over the run clock (step = the validation's number)."""
+    final: dict[str, float]
+    """`score`, `normalized_score`, the evaluator's other metrics: one value each."""
+    artifacts: list[Artifact]
+    started_ts: float
+    """Wall-clock epoch seconds of the run's start: a point's time is this plus its wall."""
+    parent: str | None = None
+    """An attempt's run (its `name`), else None."""
+    tags: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class Experiment:
+    name: str
+    runs: list[ExportRun]
+
+
+def _params(started: ev.RunStarted | None, result: RunResult) -> dict[str, Param]:
+    params: dict[str, Param] = {"task": result.task, "model": result.model}
+    if started is None:
+        return params
+    params["task_title"] = started.task_title
+    for key, value in started.limits.model_dump().items():
+        if value is not None:
+            params[key] = value
+    config = started.config
+    for key in ("seed", "search", "attempts", "attempts_parallel"):
+        if config.get(key) is not None:
+            params[key] = config[key]
+    params["isolation"] = started.sandbox.isolation
+    if started.mlra_version:
+        params["mlra_version"] = started.mlra_version
+    for key, value in sorted(config.items()):
+        if isinstance(value, str | int | float | bool) and key not in params:
+            params[f"config.{key}"] = value
+    return params
+
+
+def _final(result: RunResult) -> dict[str, float]:
+    final: dict[str, float] = {}
+    if result.score is not None:
+        final["score"] = result.score
+    if result.normalized_score is not None:
+        final["normalized_score"] = result.normalized_score
+    for key, value in sorted(result.metrics.items()):
+        final.setdefault(f"eval/{key}", value)
+    final["duration_s"] = result.duration_s
+    final["tokens"] = float(result.tokens)
+    final["cost_usd"] = result.cost_usd
+    return final
+
+
+def _validations(events: list[ev.Event]) -> list[Series]:
+    score = Series("validation/score", "validation")
+    normalized = Series("validation/normalized", "validation")
+    for n, (t, v) in enumerate(validation_points(events), start=1):
+        if v.metric:
+            score.name = f"validation/{v.metric}"
+        assert v.score is not None  # validation_points keeps the graded ones
+        score.points.append(Point(v.score, n, t))
+        if v.normalized is not None:
+            normalized.points.append(Point(v.normalized, n, t))
+    return [s for s in (score, normalized) if s.points]
+
+
+def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRun:
+    """One run folder as an export carries it."""
+    try:
+        events = read_events(folder / EVENTS_FILE)
+    except (OSError, LogDamage) as exc:
+        raise NotARun(f"{folder}: its event log cannot be read ({exc})") from None
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    result_file = folder / "result.json"
+    if result_file.is_file():
+        result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
+    else:
+        result = result_of(fold(events))
+    artifacts = [Artifact("events.jsonl", path=folder / EVENTS_FILE)]
+    if result_file.is_file():
+        artifacts.insert(0, Artifact("result.json", path=result_file))
+    if transcript is not None:
+        artifacts.append(Artifact("transcript.txt", text=transcript(events, folder)))
+    return ExportRun(
+        name=name,
+        params=_params(started, result),
+        series=run_series(events),
+        validations=_validations(events),
+        final=_final(result),
+        artifacts=artifacts,
+        started_ts=events[0].ts if events else 0.0,
+        tags={"status": result.status, "reason": result.reason},
+    )
+
+
+def _with_attempts(folder: Path, name: str, transcript: Transcript | None) -> list[ExportRun]:
+    runs = [read_run(folder, name, transcript)]
+    attempts = folder / ATTEMPTS_DIR
+    if attempts.is_dir():
+        for sub in sorted(attempts.iterdir()):
+            if (sub / EVENTS_FILE).is_file():
+                child = read_run(sub, f"{name}/{sub.name}", transcript)
+                child.parent = name
+                child.tags["attempt"] = sub.name
+                runs.append(child)
+    return runs
+
+
+def read_experiment(path: Path, transcript: Transcript | None = None) -> Experiment:
+    """A run folder (with its attempts) or a batch folder (every run in `runs/`) as one
+    experiment; `NotARun` where it is neither."""
+    path = path.resolve()
+    if (path / EVENTS_FILE).is_file():
+        return Experiment(path.name, _with_attempts(path, path.name, transcript))
+    runs_dir = path / RUNS
+    if runs_dir.is_dir():
+        runs: list[ExportRun] = []
+        for folder in sorted(runs_dir.iterdir()):
+            if (folder / EVENTS_FILE).is_file():
+                runs += _with_attempts(folder, folder.name, transcript)
+        if runs:
+            return Experiment(path.name, runs)
+        raise NotARun(f"{path}: a batch folder with no run in {RUNS}/ yet")
+    raise NotARun(f"{path} is neither a run folder ({EVENTS_FILE}) nor a batch folder ({RUNS}/)")

@@ -1,0 +1,121 @@
+"""A run or batch as TensorBoard event files: `DEST/<experiment>/<run>/` a run (an
+attempt under its run's folder), its curves as scalars, its parameters as hparams and
+as a text table, its artifacts copied beside its event file.
+
+Written with TensorBoard's own event-file writer and protos, so neither TensorFlow nor
+torch is needed. A point's wall time is the run's start plus its run-clock seconds; a
+point without a stated training step is numbered in its series' order. Each export
+writes a new event file: TensorBoard reads them all, so a run exported twice shows its
+points twice; export into a fresh folder to start again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+from pathlib import Path
+from typing import Any
+
+from mlra.batch.export.source import Experiment, ExportRun, Param
+
+PACKAGE = "tensorboard"
+DEFAULT_DEST = "tensorboard"
+
+
+def _proto(module: str) -> Any:
+    """A generated protobuf module (untyped: its classes are made at import)."""
+    return importlib.import_module(module)
+
+
+def _scalar(tag: str, value: float) -> Any:
+    Summary = _proto("tensorboard.compat.proto.summary_pb2").Summary
+    return Summary(value=[Summary.Value(tag=tag, simple_value=value)])
+
+
+def _text(tag: str, text: str) -> Any:
+    summary_pb2 = _proto("tensorboard.compat.proto.summary_pb2")
+    Summary, SummaryMetadata = summary_pb2.Summary, summary_pb2.SummaryMetadata
+    TensorProto = _proto("tensorboard.compat.proto.tensor_pb2").TensorProto
+    TensorShapeProto = _proto("tensorboard.compat.proto.tensor_shape_pb2").TensorShapeProto
+
+    metadata = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name="text"))
+    tensor = TensorProto(
+        dtype=7,  # DT_STRING
+        string_val=[text.encode("utf-8")],
+        tensor_shape=TensorShapeProto(dim=[TensorShapeProto.Dim(size=1)]),
+    )
+    return Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
+
+
+def _hparams(params: dict[str, Param]) -> Any:
+    """The hparams plugin's session start, made as its plugin writes it (the plugin's own
+    helper needs TensorFlow)."""
+    summary_pb2 = _proto("tensorboard.compat.proto.summary_pb2")
+    Summary, SummaryMetadata = summary_pb2.Summary, summary_pb2.SummaryMetadata
+    plugin_data_pb2 = _proto("tensorboard.plugins.hparams.plugin_data_pb2")
+
+    info = plugin_data_pb2.SessionStartInfo()
+    for key, value in params.items():
+        slot = info.hparams[key]
+        if isinstance(value, bool):
+            slot.bool_value = value
+        elif isinstance(value, int | float):
+            slot.number_value = float(value)
+        else:
+            slot.string_value = value
+    content = plugin_data_pb2.HParamsPluginData(version=0, session_start_info=info)
+    metadata = SummaryMetadata(
+        plugin_data=SummaryMetadata.PluginData(
+            plugin_name="hparams", content=content.SerializeToString()
+        )
+    )
+    return Summary(value=[Summary.Value(tag="_hparams_/session_start_info", metadata=metadata)])
+
+
+def _params_table(params: dict[str, Param]) -> str:
+    bar = "\\|"
+    rows = [f"| {k} | {str(v).replace('|', bar)} |" for k, v in params.items()]
+    return "\n".join(["| parameter | value |", "| --- | --- |", *rows])
+
+
+def _write_run(folder: Path, run: ExportRun) -> None:
+    Event = _proto("tensorboard.compat.proto.event_pb2").Event
+    from tensorboard.summary.writer.event_file_writer import EventFileWriter
+
+    folder.mkdir(parents=True, exist_ok=True)
+    writer = EventFileWriter(str(folder))
+    start = run.started_ts
+    try:
+        writer.add_event(Event(wall_time=start, step=0, summary=_hparams(run.params)))
+        writer.add_event(
+            Event(wall_time=start, step=0, summary=_text("params", _params_table(run.params)))
+        )
+        for s in run.series + run.validations:
+            for i, p in enumerate(s.points):
+                step = p.step if p.step is not None else i
+                writer.add_event(
+                    Event(wall_time=start + p.wall, step=step, summary=_scalar(s.name, p.value))
+                )
+        end = start + run.final.get("duration_s", 0.0)
+        for key, value in run.final.items():
+            writer.add_event(Event(wall_time=end, step=0, summary=_scalar(f"final/{key}", value)))
+    finally:
+        writer.close()
+    for artifact in run.artifacts:
+        if artifact.path is not None:
+            shutil.copyfile(artifact.path, folder / artifact.name)
+        elif artifact.text is not None:
+            (folder / artifact.name).write_text(artifact.text, encoding="utf-8")
+
+
+def write(experiment: Experiment, dest: str) -> str:
+    root = Path(dest) / experiment.name
+    for run in experiment.runs:
+        parts = run.name.split("/")
+        if run.parent is not None:  # an attempt: under its run, beside none of its files
+            parts = [*run.parent.split("/"), "attempts", parts[-1]]
+        _write_run(root.joinpath(*parts), run)
+    n = len(experiment.runs)
+    return (
+        f"TensorBoard event files in {root} ({n} run{'s' * (n != 1)}): tensorboard --logdir {root}"
+    )

@@ -1,0 +1,264 @@
+"""`mlra export`: a run (with its attempt) and a batch of two runs written into MLflow's
+file store, TensorBoard event files and an offline W&B run, each read back with the
+tracker's own reader: what a researcher opening them would find."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra.console.cli import main
+from tests.batch.metrics_runs import metrics_run, started_ts
+from tests.conftest import mlra_cli
+
+LOSSES = (2.5, 1.5, 0.9, 0.6)
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Run r1 (job j1's loss over steps, metrics.jsonl's acc over time, two validations,
+    score 0.5) with one attempt a1 of its own (loss 3.0, 2.0)."""
+    root = tmp_path_factory.mktemp("runs")
+    run = metrics_run(root, "r1", losses=LOSSES, score=0.5, seed=7, search="greedy")
+    metrics_run(run / "attempts", "a1", losses=(3.0, 2.0), score=0.25)
+    return run
+
+
+@pytest.fixture(scope="module")
+def batch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    batch = tmp_path_factory.mktemp("batch") / "mybatch"
+    metrics_run(batch / "runs", "answer__m__s1", seed=1, score=0.4)
+    metrics_run(batch / "runs", "answer__m__s2", seed=2, score=0.6, losses=(2.0, 1.0))
+    (batch / "batch.json").write_text("{}", encoding="utf-8")
+    return batch
+
+
+def _export(path: Path, target: str, dest: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(["export", str(path), "--to", target, "--dest", str(dest)]) == 0
+    return capsys.readouterr().out
+
+
+# --- MLflow --------------------------------------------------------------------------
+
+
+def _mlflow(dest: Path) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=dest.resolve().as_uri())
+
+
+def test_mlflow_holds_params_curves_validations_score_and_artifacts(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dest = tmp_path / "mlruns"
+    said = _export(run_dir, "mlflow", dest, capsys)
+    assert "experiment 'r1', 2 runs" in said
+    client = _mlflow(dest)
+    experiment = client.get_experiment_by_name("r1")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"r1", "r1/a1"}
+    run = runs["r1"]
+    params = run.data.params
+    assert params["task"] == "answer" and params["model"] == "m"
+    assert params["seed"] == "7" and params["search"] == "greedy"
+    assert params["time_limit_s"] == "3600.0" and params["max_steps"] == "50"
+    loss = client.get_metric_history(run.info.run_id, "loss")
+    assert [(m.step, m.value) for m in loss] == [(100, 2.5), (200, 1.5), (300, 0.9), (400, 0.6)]
+    start = started_ts(run_dir)
+    assert [m.timestamp for m in loss] == [int((start + 10 * i) * 1000) for i in (1, 2, 3, 4)]
+    acc = client.get_metric_history(run.info.run_id, "acc")  # no steps: numbered in order
+    assert [(m.step, round(m.value, 6)) for m in acc] == [(0, 0.2), (1, 0.4), (2, 0.6)]
+    validations = client.get_metric_history(run.info.run_id, "validation/accuracy")
+    assert [m.value for m in validations] == [0.3, 0.45]
+    assert run.data.metrics["score"] == 0.5 and run.data.metrics["normalized_score"] == 0.5
+    assert run.info.status == "FINISHED"
+    names = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert names == {"result.json", "transcript.txt", "events.jsonl"}
+    local = Path(client.download_artifacts(run.info.run_id, "result.json", str(tmp_path)))
+    assert json.loads(local.read_text())["score"] == 0.5
+    transcript = Path(client.download_artifacts(run.info.run_id, "transcript.txt", str(tmp_path)))
+    assert "answer" in transcript.read_text()  # the replay's header names the task
+    attempt = runs["r1/a1"]
+    assert attempt.data.tags["mlflow.parentRunId"] == run.info.run_id
+    assert [m.value for m in client.get_metric_history(attempt.info.run_id, "loss")] == [3.0, 2.0]
+
+    _export(run_dir, "mlflow", dest, capsys)  # again: replaces, never doubles
+    again = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name for r in again) == ["r1", "r1/a1"]
+
+
+def test_a_batch_is_one_mlflow_experiment_with_a_run_per_run(
+    batch_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    dest = tmp_path / "mlruns"
+    _export(batch_dir, "mlflow", dest, capsys)
+    client = _mlflow(dest)
+    experiment = client.get_experiment_by_name("mybatch")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"answer__m__s1", "answer__m__s2"}
+    assert {r.data.params["seed"] for r in runs.values()} == {"1", "2"}
+    assert runs["answer__m__s2"].data.metrics["score"] == 0.6
+    history = client.get_metric_history(runs["answer__m__s2"].info.run_id, "loss")
+    assert [m.value for m in history] == [2.0, 1.0]
+
+
+# --- TensorBoard ---------------------------------------------------------------------
+
+
+def test_tensorboard_event_files_read_back(
+    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    dest = tmp_path / "tb"
+    _export(run_dir, "tensorboard", dest, capsys)
+    folder = dest / "r1" / "r1"
+    acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    loss = acc.Scalars("loss")
+    assert [(s.step, round(s.value, 6)) for s in loss] == [
+        (100, 2.5),
+        (200, 1.5),
+        (300, 0.9),
+        (400, 0.6),
+    ]
+    start = started_ts(run_dir)
+    assert [s.wall_time for s in loss] == pytest.approx([start + 10 * i for i in (1, 2, 3, 4)])
+    assert [round(s.value, 6) for s in acc.Scalars("validation/accuracy")] == [0.3, 0.45]
+    assert acc.Scalars("final/score")[0].value == 0.5
+    params = acc.Tensors("params")[0].tensor_proto.string_val[0].decode()
+    assert "| seed | 7 |" in params and "| task | answer |" in params
+    assert "_hparams_/session_start_info" in acc.PluginTagToContent("hparams")
+    assert {p.name for p in folder.iterdir() if "tfevents" not in p.name} == {
+        "result.json",
+        "transcript.txt",
+        "events.jsonl",
+        "attempts",
+    }
+    attempt = EventAccumulator(str(folder / "attempts" / "a1"))
+    attempt.Reload()
+    assert [s.value for s in attempt.Scalars("loss")] == [3.0, 2.0]
+
+
+# --- W&B (offline) -------------------------------------------------------------------
+
+
+def _wandb_records(path: Path) -> list[Any]:
+    """The records of a `.wandb` file: W&B's own protobuf `Record`s in the LevelDB log
+    framing wandb-core writes (a 7-byte `:W&B` header, 32 KiB blocks, each record a
+    crc32, a length and a type). wandb no longer ships a Python reader of the frame."""
+    import importlib
+
+    Record: Any = importlib.import_module("wandb.proto.wandb_internal_pb2").Record
+    data = path.read_bytes()
+    assert data[:4] == b":W&B"
+    records: list[Any] = []
+    pos, block, pending = 7, 32768, b""
+    while pos + 7 <= len(data):
+        if block - pos % block < 7:  # the block's tail is padding
+            pos += block - pos % block
+            continue
+        _crc, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
+        chunk = data[pos + 7 : pos + 7 + length]
+        pos += 7 + length
+        if kind == 0 and length == 0:
+            break
+        pending += chunk
+        if kind in (1, 4):  # FULL or LAST
+            record = Record()
+            record.ParseFromString(pending)
+            records.append(record)
+            pending = b""
+    return records
+
+
+def test_wandb_offline_run_reads_back_and_no_key_is_read(
+    run_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    monkeypatch.setenv("WANDB_API_KEY", "key-that-must-not-be-read-0123456789abcdef01234")
+    monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing answers there
+    dest = tmp_path / "wb"
+    said = _export(run_dir, "wandb", dest, capsys)
+    assert "2 runs" in said
+    assert os.environ["WANDB_API_KEY"].startswith("key-that")  # the user's env is restored
+    runs = sorted((dest / "wandb").glob("offline-run-*"))
+    assert len(runs) == 2
+    found: dict[str, Any] = {}
+    for folder in runs:
+        (log,) = folder.glob("run-*.wandb")
+        records = _wandb_records(log)
+        run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+        history: list[dict[str, Any]] = []
+        for r in records:
+            if r.WhichOneof("record_type") == "history":
+                history.append(
+                    {
+                        (i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+                        for i in r.history.item
+                    }
+                )
+        config = {  # the run record's config, and any updates after it
+            (i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+            for update in [run.config]
+            + [r.config for r in records if r.WhichOneof("record_type") == "config"]
+            for i in update.update
+        }
+        summary = {
+            (i.key or "/".join(i.nested_key)): json.loads(i.value_json)
+            for r in records
+            if r.WhichOneof("record_type") == "summary"
+            for i in r.summary.update
+        }
+        found[run.display_name] = (run, history, config, summary, folder)
+        text = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
+        assert b"key-that-must-not-be-read" not in text
+    run, history, config, summary, folder = found["r1"]
+    assert run.run_group == "r1" and found["r1/a1"][0].run_group == "r1"
+    losses = [(row["mlra/step"], row["loss"]) for row in history if "loss" in row]
+    assert losses == [(100, 2.5), (200, 1.5), (300, 0.9), (400, 0.6)]
+    assert [row["validation/accuracy"] for row in history if "validation/accuracy" in row] == [
+        0.3,
+        0.45,
+    ]
+    assert config["seed"] == 7 and config["task"] == "answer"
+    assert summary["score"] == 0.5
+    files = {p.name for p in (folder / "files").iterdir()}
+    assert {"result.json", "transcript.txt", "events.jsonl"} <= files
+
+
+# --- bad input -----------------------------------------------------------------------
+
+
+def test_bad_input_is_one_line_and_exit_2(run_dir: Path, tmp_path: Path) -> None:
+    unknown = mlra_cli(["export", str(run_dir), "--to", "neptune"], cwd=tmp_path)
+    assert unknown.returncode == 2 and "neptune" in unknown.stderr
+    nothing = mlra_cli(["export", str(tmp_path), "--to", "mlflow"], cwd=tmp_path)
+    assert nothing.returncode == 2
+    assert nothing.stderr.count("\n") == 1 and "neither a run folder" in nothing.stderr
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_a_missing_tracker_names_the_extra(
+    run_dir: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+    )
+    assert main(["export", str(run_dir), "--to", "wandb", "--dest", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == "mlra: --to wandb needs the wandb package: pip install 'mlra[export]'\n"
