@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.widgets import SelectionList
 from textual_plotext import PlotextPlot
 
@@ -20,14 +22,17 @@ from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.console import curves_data
 from mlra.console.app import MlraApp
+from mlra.console.attach_app import AttachApp
+from mlra.console.attach_run import RemoteRun
 from mlra.console.curves_data import CurveSet, curves_upto, drawn, validations_drawn
 from mlra.console.curves_screen import CurvesScreen
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
 from mlra.tasks.spec import load_task
 from tests.console.console_fixtures import EPOCH, recorded_run
+from tests.console.test_attach import HELD, LiveRun, _start_run, pilot_wait
 from tests.fakes.model_server import ScriptedModelServer
-from tests.scripts import call, supervisor_answering, turn
+from tests.scripts import call, plan, supervisor_answering, turn
 
 
 def metrics(source: str, *points: tuple[str, float, int | None, float]) -> ev.Metrics:
@@ -338,3 +343,45 @@ async def test_a_live_run_whose_job_prints_a_falling_loss_shows_a_falling_curve(
             await pilot.press("escape")
             await pilot.pause()
             assert not isinstance(app.screen, CurvesScreen)
+
+
+@pytest.fixture
+def trained_and_held(tmp_path: Path, answer_task: Path) -> Iterator[LiveRun]:
+    """A headless run (a child process) whose job printed a falling loss, held on a
+    later command."""
+    script = {
+        "supervisor": [
+            turn("", plan("Answer the question")),
+            turn("", call("assign_subtask", step_id="1", instructions="Train, then answer.")),
+            turn("", call("submit", path="answer.txt", note="the answer")),
+        ],
+        "worker": [
+            turn("", {"name": "job_start", "arguments": {"command": TRAINER, "name": "train"}}),
+            turn("", call("job_wait", job="train", timeout=120)),
+            turn("", call("bash", command=HELD)),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    yield from _start_run(tmp_path, answer_task, script=script)
+
+
+async def test_an_attached_console_draws_the_curves_of_a_run_in_another_process(
+    trained_and_held: LiveRun,
+) -> None:
+    """A console attached to a run in another process reads the curves from the run's
+    past, and `v` shows them."""
+    run = trained_and_held
+    app = AttachApp(RemoteRun(run.run_dir))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot_wait(pilot, "the job's curve", lambda: app.curves.series)
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        [line] = drawn(screen.shown_series(), by_step=True, log=False)
+        assert line.label == "job:job-1 loss" and line.x == [float(i) for i in range(30)]
+        assert line.y == sorted(line.y, reverse=True)
+        await pilot.press("escape")
+        await pilot.pause()
+        assert not isinstance(app.screen, CurvesScreen)
+    assert run.finish() == 0
