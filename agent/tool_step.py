@@ -35,6 +35,7 @@ from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.agent.run_context import RunContext
 from mlra.agent.snapshots import WorkspaceScanner
+from mlra.tools.jobs import JOBS_DIR
 from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry
 from mlra.tools.sandbox.base import OutputCallback, Stream
 from mlra.tools.truncate import truncate_middle
@@ -136,7 +137,7 @@ class ToolStep:
             sandbox=run.sandbox,
             agent=agent,
             call_id=call.id,
-            on_output=self._streamer(call.id, tail),
+            on_output=self._streamer(call.id, tail, metrics=not reads_job_log(arguments or {})),
             default_timeout_s=run.config.command_timeout_s,
             remaining_s=run.clock.remaining,
             default_artifact=run.task.evaluator.artifact,
@@ -172,15 +173,16 @@ class ToolStep:
         await self.snapshot(step)
         return outcome
 
-    def _streamer(self, call_id: str, tail: _Tail) -> OutputCallback:
+    def _streamer(self, call_id: str, tail: _Tail, *, metrics: bool = True) -> OutputCallback:
         """Logs a call's output as it comes, up to `STREAM_CAP_CHARS`; past that it
-        goes to the watchers alone. `tail` keeps the end, for a call the run kills."""
+        goes to the watchers alone. `tail` keeps the end, for a call the run kills.
+        `metrics`: the output is read for training metrics too (agent/metrics/)."""
         streamed = 0
 
         def on_output(stream: Stream, text: str) -> None:
             nonlocal streamed
             tail.add(text)
-            if self.metrics is not None and not self.run.catchup.replaying:
+            if metrics and self.metrics is not None and not self.run.catchup.replaying:
                 self.metrics.command_output(call_id, text)
             room = max(0, STREAM_CAP_CHARS - streamed)
             logged, rest = (text, "") if len(text) < room else (text[:room], text[room:])
@@ -261,6 +263,12 @@ class ToolStep:
             await self.metrics.spotted(self.scanner.index)
         while self.scanner.notices:
             self.run.append(ev.Notice(level="warning", message=self.scanner.notices.pop(0)))
+
+
+def reads_job_log(arguments: dict[str, Any]) -> bool:
+    """A command that names a job's log (`tail jobs/job-1.log`): its output repeats lines
+    the job's own metrics already hold, and is not read for metrics again."""
+    return any(isinstance(v, str) and f"{JOBS_DIR}/" in v for v in arguments.values())
 
 
 def outcome_of(result: ev.ToolResult) -> ToolOutcome:

@@ -369,6 +369,7 @@ async def test_a_job_printing_a_falling_loss_records_a_falling_curve(
             turn("", {"name": "job_start", "arguments": {"command": TRAINER, "name": "train"}}),
             turn("", call("job_wait", job="train", timeout=120)),
             turn("", call("bash", command="echo 'iter 1: val_loss 0.9'; echo 42 > answer.txt")),
+            turn("", call("bash", command="tail -n 3 jobs/job-1.log")),  # not read again
             turn("", call("report", summary="answer.txt holds 42")),
         ],
     }
