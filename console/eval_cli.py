@@ -165,7 +165,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         log.close()
     if state.finished is not None:
         write_result(state, run_dir)
-    from mlra.console.headless import score_line
+    from mlra.console.event_lines import score_line
 
     print(printable_line(f"{task.name} · {label} · {score_line(finished)}"))
     own = state.evaluation

@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.binding import Binding
 
 from mlra.agent.state import RunState
-from mlra.console.headless import score_line
+from mlra.console.event_lines import score_line
 from mlra.console.panes.status import PHASES, StatusBar
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.replay import ReplayModel

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.ending import UNSUBMITTED
 from mlra.agent.state import RunState
-from mlra.console.headless import retry_cause, score_line
+from mlra.console.event_lines import retry_cause, score_line
 from mlra.console.panes import WidgetOptions
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words

@@ -30,7 +30,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.annotations import Annotation
 from mlra.agent.recording import KILLED_BY_RUN_END
-from mlra.console.headless import (
+from mlra.console.event_lines import (
     attempt_finished_line,
     attempt_ok,
     attempt_started_line,

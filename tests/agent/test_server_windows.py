@@ -28,7 +28,7 @@ from mlra.agent.providers.base import (
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.state import RunState
 from mlra.console.cli import main
-from mlra.console.headless import model_speed
+from mlra.console.event_lines import model_speed
 from mlra.console.panes.status import activity
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn

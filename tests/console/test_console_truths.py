@@ -17,7 +17,8 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.resume import fork_run, load_run
 from mlra.agent.state import RunState, fold
 from mlra.console.app import MlraApp
-from mlra.console.headless import TranscriptDisplay, score_line
+from mlra.console.event_lines import score_line
+from mlra.console.headless import TranscriptDisplay
 from mlra.console.panes.plan import step_mark
 from mlra.console.panes.status import StatusBar, score_texts
 from mlra.console.screens import EditArgsScreen, PromptScreen

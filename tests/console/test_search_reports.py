@@ -19,7 +19,8 @@ from mlra.agent.ending import EndedBy
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, read_events
 from mlra.agent.state import RunResult, RunState, write_result
 from mlra.console.cli import main
-from mlra.console.headless import JsonDisplay, TranscriptDisplay, describe_call
+from mlra.console.event_lines import describe_call
+from mlra.console.headless import JsonDisplay, TranscriptDisplay
 from mlra.console.headless_run import final_line
 from mlra.console.runs_cli import HEADERS
 
