@@ -817,17 +817,24 @@ def group_line(g: Group) -> str:
 def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -> list[Group]:
     """Write report.md/.csv/.json (and the plots, where matplotlib is installed: see
     `can_plot`) into the batch folder; returns the groups."""
+    from mlra.batch.report_curves import curves_json, curves_markdown, plot_curves, read_curves
+
     rows = collect(out, attempt)
     groups = summarize(rows)
-    (out / "report.md").write_text(markdown(groups, rows, attempt), encoding="utf-8")
+    curves = read_curves(out, rows)  # the runs' training curves (issue 31)
+    plotting = plots and bool(groups) and can_plot()
+    text = markdown(groups, rows, attempt) + curves_markdown(curves, plotting)
+    (out / "report.md").write_text(text, encoding="utf-8")
     write_csv(out / "report.csv", groups)
     payload = {
         "attempt": attempt,
         "groups": [asdict(g) for g in groups],
         "runs": [asdict(r) for r in rows],
+        "curves": curves_json(curves),
     }
     (out / "report.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
-    if plots and groups and can_plot():
+    if plotting:
         plot(out, groups)
         plot_validation(out, rows)
+        plot_curves(out, curves)
     return groups
