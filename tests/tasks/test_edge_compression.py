@@ -162,7 +162,7 @@ async def test_grading_scores_mmlu_and_throughput_together(tmp_path: Path) -> No
     text = text[:start] + "reference = { " + tiny + " }" + text[end:]
     for old, new in (
         ("sequence_length = 2000", "sequence_length = 64"),
-        ("repeats = 20", "repeats = 3"),
+        ("repeats = 20", "repeats = 10"),  # the median of 10: steady on a loaded machine
         ('reference_dtype = "float16"', 'reference_dtype = "float32"'),
     ):
         assert old in text
