@@ -106,6 +106,18 @@ def test_a_batch_is_one_mlflow_experiment_with_a_run_per_run(
     assert [m.value for m in history] == [2.0, 1.0]
 
 
+def test_a_batch_is_one_tensorboard_logdir_with_a_folder_per_run(
+    batch_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    _export(batch_dir, "tensorboard", tmp_path / "tb", capsys)
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb" / "mybatch"))
+    runs.Reload()
+    assert set(runs.Runs()) == {"answer__m__s1", "answer__m__s2"}
+    assert [s.value for s in runs.Scalars("answer__m__s2", "loss")] == [2.0, 1.0]
+
+
 # --- TensorBoard ---------------------------------------------------------------------
 
 
@@ -262,3 +274,70 @@ def test_a_missing_tracker_names_the_extra(
     assert main(["export", str(run_dir), "--to", "wandb", "--dest", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err == "mlra: --to wandb needs the wandb package: pip install 'mlra[export]'\n"
+
+
+# --- a real run ----------------------------------------------------------------------
+
+TRAINER = (
+    "for i in $(seq 0 19); do "
+    'echo "step $i loss $(awk -v i=$i \'BEGIN { printf "%.4f", 5 * exp(-i / 10) }\')"; '
+    "done"
+)
+
+
+async def test_a_scripted_run_whose_job_prints_a_falling_loss_exports_it(
+    tmp_path: Path, answer_task: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The metrics the recorder read from a real job's output, end to end into TensorBoard
+    and MLflow: the falling loss at its steps, the validation, the graded score."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from mlra.agent.config import RunConfig
+    from mlra.agent.controller import RunController
+    from mlra.agent.providers import resolve_model
+    from mlra.agent.run import agent_for
+    from mlra.tasks.spec import load_task
+    from tests.fakes.model_server import ScriptedModelServer
+    from tests.scripts import call, supervisor_answering, turn
+
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", {"name": "job_start", "arguments": {"command": TRAINER, "name": "train"}}),
+            turn("", call("job_wait", job="train", timeout=120)),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("validate", path="answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path, run_id="real", isolation="none"
+        )
+        controller = RunController(config, load_task(answer_task), provider)
+        controller.prepare()
+        await controller.run(agent_for)
+    run = tmp_path / "real"
+
+    _export(run, "tensorboard", tmp_path / "tb", capsys)
+    acc = EventAccumulator(str(tmp_path / "tb" / "real" / "real"))
+    acc.Reload()
+    loss = acc.Scalars("loss")
+    assert [s.step for s in loss] == list(range(20))
+    assert loss[0].value == 5.0 and [s.value for s in loss] == sorted(
+        (s.value for s in loss), reverse=True
+    )
+    assert [s.value for s in acc.Scalars("validation/exact_match")] == [0.5]
+    score = json.loads((run / "result.json").read_text())["score"]
+    assert score is not None and acc.Scalars("final/score")[0].value == score
+
+    _export(run, "mlflow", tmp_path / "mlruns", capsys)
+    client = _mlflow(tmp_path / "mlruns")
+    (exported,) = client.search_runs([client.get_experiment_by_name("real").experiment_id])
+    assert exported.data.params["task"] == "answer"
+    assert exported.data.params["model"] == "openai/test"
+    history = client.get_metric_history(exported.info.run_id, "loss")
+    assert [m.step for m in history] == list(range(20))
+    transcript = client.download_artifacts(exported.info.run_id, "transcript.txt", str(tmp_path))
+    assert "validate" in Path(transcript).read_text()
