@@ -52,7 +52,8 @@ from mlra.console.panes.footer import KeyFooter
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import StatusBar
-from mlra.console.panes.transcript import ToolEntry, TranscriptPane
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import ToolEntry
 from mlra.console.run_control_keys import RunControlKeys
 from mlra.console.screens import HelpScreen
 from mlra.terminal_text import printable, printable_line

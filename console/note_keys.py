@@ -27,7 +27,8 @@ from mlra.agent.annotations import (
     who,
 )
 from mlra.agent.state import RunState
-from mlra.console.panes.transcript import ToolEntry, TranscriptPane
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import ToolEntry
 from mlra.console.screens import PromptScreen
 from mlra.terminal_text import printable_line
 

@@ -44,7 +44,8 @@ from mlra.console.panes.files import NO_PREVIEW, FilesPane
 from mlra.console.panes.footer import KeyFooter
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
-from mlra.console.panes.transcript import ThoughtEntry, TranscriptPane
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import ThoughtEntry
 from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
 from mlra.console.replay_panes import ReplayStatusBar, ReplayTranscript
 from mlra.console.replay_playback import DEFAULT_RATE, ReplayPlayback

@@ -35,7 +35,8 @@ from mlra.agent.annotations import (
 )
 from mlra.agent.eventlog import EVENTS_FILE, read_events
 from mlra.batch.report import write_report
-from mlra.console.panes.transcript import NoteEntry, TranscriptPane
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import NoteEntry
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
 from tests.agent.test_resume import _cmd, _env, _read, _run_args

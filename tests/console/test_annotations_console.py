@@ -14,7 +14,8 @@ from mlra import events as ev
 from mlra.agent.annotations import ANNOTATIONS_FILE, Annotation, append_annotation, read_annotations
 from mlra.agent.eventlog import EVENTS_FILE
 from mlra.console.app import MlraApp
-from mlra.console.panes.transcript import NoteEntry, TranscriptPane
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import NoteEntry
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
 from mlra.console.screens import HelpScreen, PromptScreen

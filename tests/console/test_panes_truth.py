@@ -23,7 +23,8 @@ from mlra.agent.recording import KILLED_BY_RUN_END
 from mlra.agent.run import agent_for
 from mlra.agent.state import RunState
 from mlra.console.panes.plan import PlanPane
-from mlra.console.panes.transcript import MAX_LINE_CHARS, OutputBuffer, TranscriptPane
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import MAX_LINE_CHARS, OutputBuffer
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
 from mlra.tasks.spec import load_task

@@ -24,13 +24,8 @@ from mlra.console import replay, replay_app, replay_cli
 from mlra.console.args import UsageError
 from mlra.console.cli import main
 from mlra.console.panes.files import FilesPane
-from mlra.console.panes.transcript import (
-    MATCH_STYLE,
-    NoteEntry,
-    ThoughtEntry,
-    ToolEntry,
-    TranscriptPane,
-)
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import MATCH_STYLE, NoteEntry, ThoughtEntry, ToolEntry
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import DiffScreen, ReplayApp
 from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
