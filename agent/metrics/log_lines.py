@@ -49,6 +49,11 @@ _PAIR = re.compile(
 )
 _STEP_FIRST = re.compile(rf"^\s*\[?\s*(?P<key>{_KEY})\s+(?P<value>\d+)(?:/\d+)?\s*[\]:|,]")
 """`iter 5: loss 2.1`, `[step 3] loss ...`: a step key leading the line."""
+_ENV_LINE = re.compile(r"[A-Z_][A-Z0-9_]*=\S*")
+_CALL = re.compile(r"[A-Za-z_][\w.]*\([^()]*\)")
+_TABLE = re.compile(r"\s+[-+]?\.?\d")
+IGNORED = frozenset({"v_num", "pid", "port", "seed", "rank", "local_rank", "world_size"})
+"""Names that are never a curve: Lightning's version number, process ids and the like."""
 
 
 @dataclass(frozen=True)
@@ -129,6 +134,9 @@ def parse_line(line: str) -> list[LinePoint]:
         found = _dict_line(text)
         if found is not None:
             return found
+    if _ENV_LINE.fullmatch(text):
+        return []  # `SHLVL=1`: an environment listing, not a metric
+    calls = [m.span() for m in _CALL.finditer(text)]
     pairs: list[tuple[str, str, float, bool]] = []  # key, separator, value, had a fraction
     step: int | None = None
     lead = _STEP_FIRST.match(text)
@@ -136,8 +144,12 @@ def parse_line(line: str) -> list[LinePoint]:
         step = int(lead["value"])
     for match in _PAIR.finditer(text):
         key = trim_name(match["key"])
-        if not key or not (key[0].isalpha() or key[0] == "_"):
+        if not key or not (key[0].isalpha() or key[0] == "_") or key.lower() in IGNORED:
             continue
+        if any(a < match.start() < b for a, b in calls):
+            continue  # `Linear(in_features=768)`, `Namespace(lr=0.1)`: a repr, not a metric
+        if "=" not in match["sep"] and _TABLE.match(text, match.end()):
+            continue  # `Mem:  24047  1234`: a table's row, not one value
         try:
             value = float(match["value"])
         except ValueError:

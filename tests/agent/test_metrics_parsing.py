@@ -74,6 +74,15 @@ def _points(line: str) -> list[tuple[str, float, int | None]]:
             [("loss", 1.5, 3), ("val/acc", 0.25, 3)],
         ),
         ("\x1b[32mloss=0.5\x1b[0m", [("loss", 0.5, None)]),
+        (
+            "100/100 [==============================] - 1s 5ms/step - loss: 0.5000 - "
+            "accuracy: 0.9000 - val_loss: 0.6000",
+            [("loss", 0.5, None), ("accuracy", 0.9, None), ("val_loss", 0.6, None)],
+        ),
+        (
+            "Epoch 0: 100%|██████████| 50/50 [00:01<00:00, 30.50it/s, v_num=0, train_loss=0.234]",
+            [("train_loss", 0.234, None)],
+        ),
     ],
 )
 def test_a_log_line_gives_its_series(line: str, expected: list[Any]) -> None:
@@ -101,6 +110,13 @@ def test_a_log_line_gives_its_series(line: str, expected: list[Any]) -> None:
         "sha=0xdeadbeef",
         "commit 3fa2b1c",
         "Total params: 124,439,808",
+        "SHLVL=1",
+        "Mem:          24047        1234       22000",
+        "(fc): Linear(in_features=768, out_features=3072, bias=True)",
+        "Namespace(lr=0.001, batch_size=32, epochs=3)",
+        "-rw-r--r-- 1 root root 1234 Nov 26 19:00 train.py",
+        "total 48",
+        "real 0m1.234s",
         "loss=nan",
         "loss: inf",
         "",
