@@ -36,6 +36,10 @@ OTHER_PROGRAMS_FLAGS = {
     "--cluster": "bench/batch_overhead.py",
     "--no-ray": "bench/batch_overhead.py",
     "--keep": "bench/search_attempts.py",
+    "--generate-budget": "math-autoformalization's hidden/evaluate.py",
+    "--lean-budget": "math-autoformalization's hidden/evaluate.py",
+    "--lean-workers": "math-autoformalization's hidden/evaluate.py",
+    "--lean-timeout": "math-autoformalization's hidden/evaluate.py",
 }
 SEPARATORS = {"|", "||", "&&", ";", "&"}
 
