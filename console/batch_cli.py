@@ -202,7 +202,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     import sys
 
     from mlra.batch.progress import make_display
-    from mlra.batch.report import PLOTS_MISSING, can_plot, group_line, write_report
+    from mlra.batch.report import write_report
+    from mlra.batch.report_plots import PLOTS_MISSING, can_plot
+    from mlra.batch.report_tables import group_line
     from mlra.batch.run_ids import run_names
     from mlra.batch.runner import BatchRunner
     from mlra.batch.spec import BatchError, expand, load_tasks
@@ -319,7 +321,9 @@ def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
 def cmd_report(args: argparse.Namespace) -> int:
     import sys
 
-    from mlra.batch.report import PLOTS_MISSING, can_plot, collect, write_report
+    from mlra.batch.report import write_report
+    from mlra.batch.report_plots import PLOTS_MISSING, can_plot
+    from mlra.batch.report_rows import collect
     from mlra.console.args import EXIT_OK, UsageError, check_writable_dir
     from mlra.terminal_text import printable
 

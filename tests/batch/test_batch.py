@@ -18,7 +18,8 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.eventlog import log_is_live, read_events
-from mlra.batch.report import REPORT_FILES, mean_se
+from mlra.batch.report import REPORT_FILES
+from mlra.batch.report_rows import mean_se
 from mlra.batch.run_ids import run_names
 from mlra.batch.spec import BatchError, expand, load_batch_file, run_command
 from mlra.console.cli import main

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mlra.batch.report import CSV_FIELDS, group_line, write_report
+from mlra.batch.report import write_report
+from mlra.batch.report_tables import CSV_FIELDS, group_line
 from tests.console.test_search_reports import Try, plain_run, search_run
 
 

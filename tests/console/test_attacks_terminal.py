@@ -34,7 +34,8 @@ from textual.widgets import OptionList, Static
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.batch.progress import PlainProgress
-from mlra.batch.report import RunRow, markdown, summarize
+from mlra.batch.report_rows import RunRow, summarize
+from mlra.batch.report_tables import markdown
 from mlra.batch.runner import Progress
 from mlra.console.app import MlraApp
 from mlra.console.headless import JsonDisplay, TranscriptDisplay

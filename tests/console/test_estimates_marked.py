@@ -21,7 +21,8 @@ from mlra.agent.controller import RunController
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
 from mlra.agent.state import RunState, result_of
-from mlra.batch.report import collect, markdown, summarize
+from mlra.batch.report_rows import collect, summarize
+from mlra.batch.report_tables import markdown
 from mlra.console.cli import main
 from mlra.console.panes.resources import context_gauge
 from mlra.console.replay import ReplayModel

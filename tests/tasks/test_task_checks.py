@@ -202,7 +202,8 @@ def test_the_rule_and_its_bar_are_said_wherever_success_is(
     which rule decided `success`, and its bar."""
     from mlra import events as ev
     from mlra.agent.eventlog import read_events
-    from mlra.batch.report import collect, markdown, summarize
+    from mlra.batch.report_rows import collect, summarize
+    from mlra.batch.report_tables import markdown
     from tests.conftest import run_baseline
 
     folder = _task(

@@ -1,0 +1,283 @@
+"""The batch report's text: report.md's tables, report.csv, and a group's numbers in a
+line for the end of `mlra batch`.
+
+Every text from a run or a task (a name, a reason, a success bar, a node) is escaped
+here, its control characters (mlra/terminal_text.py) and its `|` (so it stays in its
+cell): report.md is read with `cat` as often as rendered. The numbers themselves are
+batch/report_rows.py's.
+"""
+
+import csv
+from pathlib import Path
+from typing import Any
+
+from mlra.batch.report_rows import Attempt, Group, RunRow
+from mlra.terminal_text import printable_line
+
+
+def _text(value: object) -> str:
+    """A run's or a task's text as report.md shows it: one line, nothing a terminal obeys."""
+    return printable_line(str(value))
+
+
+def _cell(value: object) -> str:
+    """A table cell: `_text`, with a `|` that would end the cell escaped."""
+    return _text(value).replace("|", "\\|")
+
+
+def _pm(mean: float | None, se: float | None) -> str:
+    if mean is None:
+        return "–"
+    return f"{mean:.4g} ± {se:.2g}" if se is not None else f"{mean:.4g}"
+
+
+def _success_cell(g: Group) -> str:
+    return f"{g.success_rate:.0%}" if g.judged else "not judged"
+
+
+def _unisolated_mark(g: Group) -> str:
+    """What follows a group's scores when some were earned without isolation, or are
+    the workspace's own report."""
+    marks = []
+    if g.self_reported:
+        n = "" if g.self_reported == g.scored else f"{g.self_reported} of {g.scored} "
+        marks.append(f"{n}self-reported")
+    if g.unisolated:
+        n = "" if g.unisolated == g.scored else f"{g.unisolated} of {g.scored} "
+        marks.append(f"{n}unisolated")
+    return f" ({'; '.join(marks)})" if marks else ""
+
+
+def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first") -> str:
+    counted = [r for r in rows if r.counted]
+    which = (
+        "the first attempt of each seed that started (retries are shown, not averaged in)"
+        if attempt == "first"
+        else "the last attempt of each seed (`--attempt last`)"
+    )
+    lines = [
+        "# Batch report",
+        "",
+        f"{len(counted)} runs; mean ± standard error over seeds, counting {which}; "
+        "success = by each task's own rule (below the table; at least 5% of the "
+        "baseline-to-top gap closed where a run recorded none); tokens and cost include "
+        "every attempt.",
+        "",
+        "| task | model | runs | scored | score | normalized | best validation | experiments | success | median time | tokens | cost | failures | retries | isolation |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for g in groups:
+        failures = ", ".join(f"{_cell(k)} ×{v}" for k, v in sorted(g.failures.items())) or "–"
+        median = f"{g.median_duration_s:.1f}s" if g.median_duration_s is not None else "–"
+        mark = _unisolated_mark(g)
+        score = _pm(g.score_mean, g.score_se) + (mark if g.score_mean is not None else "")
+        normalized = _pm(g.normalized_mean, g.normalized_se)
+        normalized += mark if g.normalized_mean is not None else ""
+        best = _pm(g.best_validation_mean, g.best_validation_se)
+        experiments = f"{g.experiments_mean:.3g}" if g.experiments_mean is not None else "–"
+        lines.append(
+            f"| {_cell(g.task)} | {_cell(g.model)} | {g.runs} | {g.scored} | {score} | {normalized} | "
+            f"{best} | {experiments} | "
+            f"{_success_cell(g)} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
+            f"${g.cost_usd:.4f} | {failures} | "
+            f"{g.retries}{f' ({g.lost_with_node} lost with a node)' if g.lost_with_node else ''} | "
+            f"{_cell(g.isolation.replace(';', ', '))} |"
+        )
+    if any(g.tokens_estimated for g in groups):
+        lines += [
+            "",
+            "~ tokens: some runs' counts are mlra's estimates (four characters a token), "
+            "where the server sent none.",
+        ]
+    reported = [g for g in groups if g.self_reported]
+    if reported:
+        lines += [
+            "",
+            "Self-reported: "
+            + ", ".join(f"{_text(g.task)} ({g.self_reported} runs)" for g in reported)
+            + ": the score is a number the workspace's own code wrote, not a measurement; "
+            "it is in the means and never counted as a success.",
+        ]
+    bars = sorted({(r.task, r.success_bar) for r in counted if r.success_bar})
+    if bars:
+        lines += ["", "Success bars, by each task's rule:", ""]
+        lines += [f"- {_text(task)}: {_text(bar)}" for task, bar in bars]
+    if any(g.unisolated for g in groups):
+        lines += [
+            "",
+            "Unisolated: scored with sandbox isolation none, so the agent's commands could "
+            "reach what the grader reads; such scores are not comparable with isolated ones.",
+        ]
+    lines += _search_tables(groups, rows)
+    never = [r for r in rows if not r.started]
+    if never:
+        # A node-lost attempt may have run a while: none of it reached the batch folder.
+        lines += [
+            "",
+            "No outcome (never started, or lost with its node before its run folder came "
+            "back), so not a draw of the agent's score:",
+            "",
+        ]
+        lines += [
+            f"- {_text(r.run_id)} (attempt {r.attempt}): {_text(r.reason)}"
+            + (f": {_text(r.detail)}" if r.detail else "")
+            for r in never
+        ]
+    lines += _annotations_list(rows)
+    lines += _nodes_table(rows)
+    return "\n".join(lines) + "\n"
+
+
+def _annotations_list(rows: list[RunRow]) -> list[str]:
+    """The tags people gave each run's steps (`mlra annotate`, the consoles' keys)."""
+    noted = [r for r in rows if r.annotations]
+    if not noted:
+        return []
+    lines = [
+        "",
+        "Annotations, by run (tags × notes carrying them; `mlra annotate RUN` lists them):",
+        "",
+    ]
+    for r in noted:
+        tags = ", ".join(f"#{_text(t)} ×{n}" for t, n in sorted(r.tags.items())) or "no tags"
+        attempt = f" (attempt {r.attempt})" if r.attempt > 1 else ""
+        lines.append(f"- {_text(r.run_id)}{attempt}: {tags}; {r.annotations} notes")
+    return lines
+
+
+def _gap(mean: float | None, se: float | None) -> str:
+    """A gap, signed: below zero the test score fell short of the validation score."""
+    if mean is None:
+        return "–"
+    return f"{mean:+.3g} ± {se:.2g}" if se is not None else f"{mean:+.3g}"
+
+
+def _score(value: float | None) -> str:
+    return f"{value:.4g}" if value is not None else "–"
+
+
+def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
+    """The runs that searched over attempts (`--search`): per group and per run, attempts
+    tried, the best validation, the graded attempt's test score and the gap between them.
+    Nothing where no run searched: such a report reads as it always has."""
+    searched = [g for g in groups if g.searched]
+    if not searched:
+        return []
+    lines = [
+        "",
+        "Search over attempts (`--search`): attempts tried a run, the best attempt's "
+        "validation score, the graded attempt's test score and its validation-to-test gap "
+        "(test minus validation: what choosing by validation overfits), mean ± standard "
+        "error over the counted runs that searched. Only the graded attempt was scored on "
+        "the hidden test split.",
+        "",
+        "| task | model | searched | attempts a run | best validation | test | gap | nothing submitted |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for g in searched:
+        tried = f"{g.search_tried_mean:.3g}" if g.search_tried_mean is not None else "–"
+        lines.append(
+            f"| {_cell(g.task)} | {_cell(g.model)} | {g.searched} | {tried} | "
+            f"{_pm(g.search_best_validation_mean, g.search_best_validation_se)} | "
+            f"{_pm(g.search_test_mean, g.search_test_se)} | "
+            f"{_gap(g.search_gap_mean, g.search_gap_se)} | {g.search_graded_unsubmitted} |"
+        )
+    lines += [
+        "",
+        'Per run (graded: the attempt scored on the test split; "best, unsubmitted": '
+        "nothing was submitted, so the best validated attempt was graded):",
+        "",
+        "| run | task | model | seed | tried | validated | buggy | best | best validation "
+        "| graded | its validation | test | gap |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        if not r.searched:
+            continue
+        run = _cell(r.run_id) + ("" if r.counted else f" (start {r.attempt}, not counted)")
+        graded = _cell(r.search_submitted) if r.search_submitted else "–"
+        if r.search_submitted and r.search_graded_unsubmitted:
+            graded += " (best, unsubmitted)"
+        gap = f"{r.search_gap:+.3g}" if r.search_gap is not None else "–"
+        lines.append(
+            f"| {run} | {_cell(r.task)} | {_cell(r.model)} | "
+            f"{r.seed if r.seed is not None else '–'} | {r.search_tried} | "
+            f"{r.search_validated} | {r.search_buggy} | "
+            f"{_cell(r.search_best) if r.search_best else '–'} | "
+            f"{_score(r.search_best_validation)} | {graded} | "
+            f"{_score(r.search_submitted_validation)} | {_score(r.search_test_score)} | {gap} |"
+        )
+    return lines
+
+
+def _nodes_table(rows: list[RunRow]) -> list[str]:
+    """Where the attempts ran (Ray): per node, starts, scored runs and starts lost with it."""
+    table: dict[str, list[int]] = {}
+    for row in rows:
+        for i, where in enumerate(row.nodes):
+            counts = table.setdefault(where, [0, 0, 0])
+            counts[0] += 1
+            counts[1] += int(i == len(row.nodes) - 1 and row.score is not None)
+        for where in row.nodes_lost:
+            table.setdefault(where, [0, 0, 0])[2] += 1
+    if not table:
+        return []
+    lines = ["", "Where the attempts ran (a resumed attempt counts a start on each node):", ""]
+    lines += ["| node | starts | scored | lost with the node |", "|---|---|---|---|"]
+    lines += [
+        f"| {_cell(where)} | {s} | {ok} | {lost} |"
+        for where, (s, ok, lost) in sorted(table.items())
+    ]
+    return lines
+
+
+CSV_FIELDS = [
+    "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
+    "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
+    "isolation", "unisolated", "retries", "lost_with_node", "best_validation_mean", "best_validation_se",
+    "experiments_mean", "self_reported", "judged",
+    "searched", "search_tried_mean", "search_best_validation_mean", "search_best_validation_se",
+    "search_test_mean", "search_test_se", "search_gap_mean", "search_gap_se",
+    "search_graded_unsubmitted",
+]  # fmt: skip
+
+
+def write_csv(path: Path, groups: list[Group]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        writer.writeheader()
+        for g in groups:
+            row: dict[str, Any] = {k: getattr(g, k) for k in CSV_FIELDS}
+            row["failures"] = ";".join(f"{k}={v}" for k, v in sorted(g.failures.items()))
+            writer.writerow(
+                {
+                    k: "" if v is None else _text(v) if isinstance(v, str) else v
+                    for k, v in row.items()
+                }
+            )
+
+
+def group_line(g: Group) -> str:
+    """A group's numbers in a line, as the report's table gives them: for the end of
+    `mlra batch`, where a person reads the outcome before opening report.md."""
+    mark = _unisolated_mark(g) if g.score_mean is not None else ""
+    parts = [
+        f"score {_pm(g.score_mean, g.score_se)}{mark}, {g.scored} of {g.runs} "
+        f"seed{'' if g.runs == 1 else 's'} scored"
+    ]
+    if g.normalized_mean is not None:
+        parts.append(f"normalized {_pm(g.normalized_mean, g.normalized_se)}")
+    parts.append(f"success {_success_cell(g)}")
+    if g.self_reported:
+        parts.append(f"{g.self_reported} self-reported (not measured; never a success)")
+    if g.searched:
+        tried = f"{g.search_tried_mean:.3g}" if g.search_tried_mean is not None else "–"
+        search = f"search: {tried} attempts a run"
+        if g.search_best_validation_mean is not None:
+            search += f", best validation {_pm(g.search_best_validation_mean, g.search_best_validation_se)}"
+        if g.search_gap_mean is not None:
+            search += f", validation-to-test gap {_gap(g.search_gap_mean, g.search_gap_se)}"
+        if g.search_graded_unsubmitted:
+            search += f", {g.search_graded_unsubmitted} graded their best (nothing submitted)"
+        parts.append(search)
+    return f"{printable_line(g.task)} · {printable_line(g.model)}: " + " · ".join(parts)
