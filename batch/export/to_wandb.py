@@ -27,13 +27,21 @@ DEFAULT_DEST = "."
 STEP, WALL = "mlra/step", "mlra/wall_s"
 
 
+_OWN_DIRS = ("WANDB_CACHE_DIR", "WANDB_CONFIG_DIR", "WANDB_DATA_DIR")
+
+
 @contextmanager
-def _offline() -> Iterator[None]:
-    """No key and no network while the export runs; the environment restored after."""
-    saved = {k: os.environ.get(k) for k in ("WANDB_API_KEY", "WANDB_MODE", "WANDB_SILENT")}
+def _offline(folder: Path) -> Iterator[None]:
+    """No key and no network while the export runs, and wandb's own files (its service's
+    logs, its cache and settings, else under the user's home) kept under the export's
+    folder; the environment restored after."""
+    names = ("WANDB_API_KEY", "WANDB_MODE", "WANDB_SILENT", *_OWN_DIRS)
+    saved = {k: os.environ.get(k) for k in names}
     os.environ.pop("WANDB_API_KEY", None)
     os.environ["WANDB_MODE"] = "offline"
     os.environ["WANDB_SILENT"] = "true"
+    for name in _OWN_DIRS:
+        os.environ[name] = str(folder / "wandb" / ".mlra" / name.split("_")[1].lower())
     try:
         yield
     finally:
@@ -110,7 +118,7 @@ def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun) -> str:
 def write(experiment: Experiment, dest: str) -> str:
     folder = Path(dest).resolve()
     folder.mkdir(parents=True, exist_ok=True)
-    with _offline():
+    with _offline(folder):
         import wandb
 
         try:

@@ -198,10 +198,16 @@ def test_wandb_offline_run_reads_back_and_no_key_is_read(
 
     monkeypatch.setenv("WANDB_API_KEY", "key-that-must-not-be-read-0123456789abcdef01234")
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing answers there
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     dest = tmp_path / "wb"
     said = _export(run_dir, "wandb", dest, capsys)
     assert "2 runs" in said
     assert os.environ["WANDB_API_KEY"].startswith("key-that")  # the user's env is restored
+    assert list(home.iterdir()) == []  # wandb's own files stayed under the export's folder
     runs = sorted((dest / "wandb").glob("offline-run-*"))
     assert len(runs) == 2
     found: dict[str, Any] = {}
