@@ -37,6 +37,7 @@ from mlra.agent.model_turn import ModelTurn
 from mlra.agent.notify import Notifications
 from mlra.agent.prompts import status_note
 from mlra.agent.providers.base import ModelProvider
+from mlra.agent.run_result import RunResult, write_result
 from mlra.agent.run_setup import (
     make_run_folder,
     new_run_id,
@@ -48,7 +49,7 @@ from mlra.agent.run_setup import (
 )
 from mlra.agent.sandboxes import create_sandbox
 from mlra.agent.snapshots import NO_QUOTA, SnapshotLimits, SnapshotStore, WorkspaceScanner
-from mlra.agent.state import RunResult, RunState, write_result
+from mlra.agent.state import RunState
 from mlra.agent.steering import Steering
 from mlra.agent.tool_step import ToolStep
 from mlra.tasks.environment import TaskEnvError

@@ -16,7 +16,8 @@ from typing import Any, Literal
 from mlra import events as ev
 from mlra.agent.annotations import read_annotations, tag_counts
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
-from mlra.agent.state import RunResult, fold, result_of
+from mlra.agent.run_result import RunResult, result_of
+from mlra.agent.state import fold
 from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards, read_placements
 
 Attempt = Literal["first", "last"]

@@ -37,7 +37,8 @@ from textual.widgets import Footer
 from mlra import events as ev
 from mlra.agent.annotations import StepIndex
 from mlra.agent.controller import Agent, RunController
-from mlra.agent.state import RunResult, RunState
+from mlra.agent.run_result import RunResult
+from mlra.agent.state import RunState
 from mlra.console.attempt_actions import act_on_attempt
 from mlra.console.console_display import ConsoleDisplay, EventsArrived, NoControls
 from mlra.console.curves_data import CurveSet

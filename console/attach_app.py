@@ -15,7 +15,7 @@ from textual import work
 from textual.css.query import NoMatches
 
 from mlra import events as ev
-from mlra.agent.state import result_of
+from mlra.agent.run_result import result_of
 from mlra.console.app import MlraApp
 from mlra.console.attach_run import RemoteRun
 from mlra.console.keymap import KEYS, Key, bindings

@@ -34,7 +34,8 @@ from mlra.agent.attempts import submittable
 from mlra.agent.controls import Breakpoint
 from mlra.agent.drive import Agent
 from mlra.agent.log_refs import Resolver, Unresolved
-from mlra.agent.state import RunResult, RunState, result_of
+from mlra.agent.run_result import RunResult, result_of
+from mlra.agent.state import RunState
 from mlra.control_socket import (
     CtlReply,
     CtlRequest,

@@ -19,7 +19,8 @@ from textual.app import App
 
 from mlra.agent.attempt_tree import AttemptNode
 from mlra.agent.attempts import AttemptRefused
-from mlra.agent.state import RunResult, RunState
+from mlra.agent.run_result import RunResult
+from mlra.agent.state import RunState
 from mlra.console.attempt_files import (
     attempt_events,
     attempt_folder,

@@ -202,7 +202,7 @@ def _how_it_ended(run_dir: Path) -> str | None:
     written, so a race leaves the log only to a run killed at its very end)."""
     from mlra import events as ev
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage, iter_events
-    from mlra.agent.state import RunResult
+    from mlra.agent.run_result import RunResult
 
     try:
         result = RunResult.model_validate_json((run_dir / "result.json").read_bytes())

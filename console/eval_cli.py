@@ -51,7 +51,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
     from mlra import events as ev
     from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
-    from mlra.agent.state import fold, write_result
+    from mlra.agent.run_result import write_result
+    from mlra.agent.state import fold
     from mlra.tasks.evaluators.progress import progress_words
     from mlra.tasks.grading import grade, grade_artifact
     from mlra.tasks.spec import TaskError, find_task, load_task

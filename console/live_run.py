@@ -15,7 +15,8 @@ from typing import Any, Protocol
 from mlra import events as ev
 from mlra.agent.controls import Breakpoint
 from mlra.agent.drive import Agent
-from mlra.agent.state import RunResult, RunState
+from mlra.agent.run_result import RunResult
+from mlra.agent.state import RunState
 from mlra.console.panes.files import FileSource
 
 

@@ -17,7 +17,8 @@ from textual.app import App
 
 from mlra import events as ev
 from mlra.agent.controls import Breakpoint
-from mlra.agent.state import RunResult, RunState
+from mlra.agent.run_result import RunResult
+from mlra.agent.state import RunState
 from mlra.console.live_run import LiveRun
 from mlra.console.screens import (
     BreakpointsScreen,

@@ -121,7 +121,8 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
     checked for their numbering only (`check_lines`), so a listing stays quick.
     """
     from mlra.agent.eventlog import check_lines
-    from mlra.agent.state import RunState, result_of
+    from mlra.agent.run_result import result_of
+    from mlra.agent.state import RunState
     from mlra.events import parse_event
 
     lines = data.split(b"\n")
@@ -167,7 +168,8 @@ def run_row(run_dir: Path) -> RunRow:
     from pydantic import ValidationError
 
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
-    from mlra.agent.state import RunResult, fold, result_of
+    from mlra.agent.run_result import RunResult, result_of
+    from mlra.agent.state import fold
 
     row = RunRow(id=run_dir.name, run_dir=str(run_dir))
     row.annotations = _annotations(run_dir)

@@ -18,7 +18,8 @@ from pathlib import Path
 from mlra import events as ev
 from mlra.agent.attempts import ATTEMPTS_DIR
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
-from mlra.agent.state import RunResult, fold, result_of
+from mlra.agent.run_result import RunResult, result_of
+from mlra.agent.state import fold
 from mlra.batch.curves import Point, Series, run_series, validation_points
 from mlra.batch.state import RUNS
 

@@ -28,7 +28,7 @@ from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import ModelSettings, ToolCallRequest
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.run import agent_for
-from mlra.agent.state import RunResult
+from mlra.agent.run_result import RunResult
 from mlra.agent.tool_call_fallback import NOTE
 from mlra.tasks.spec import load_task
 from mlra.tools.registry import Tool, ToolOutcome

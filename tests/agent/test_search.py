@@ -19,7 +19,8 @@ from mlra.agent.eventlog import read_events
 from mlra.agent.providers import resolve_model
 from mlra.agent.resume import load_run, resume_controller
 from mlra.agent.run import agent_for
-from mlra.agent.state import RunResult, fold
+from mlra.agent.run_result import RunResult
+from mlra.agent.state import fold
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.state import RunState, write_result
+from mlra.agent.run_result import write_result
+from mlra.agent.state import RunState
 
 
 def started_ts(run_dir: Path) -> float:

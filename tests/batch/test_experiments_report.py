@@ -10,7 +10,8 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.state import RunResult, RunState, write_result
+from mlra.agent.run_result import RunResult, write_result
+from mlra.agent.state import RunState
 from mlra.batch.report import REPORT_FILES, write_report
 
 

@@ -27,7 +27,8 @@ from mlra.agent.clock import RunClock
 from mlra.agent.controls import Controls
 from mlra.agent.ending import Ending
 from mlra.agent.eventlog import EVENTS_FILE, encode_event
-from mlra.agent.state import RunState, fold, result_of
+from mlra.agent.run_result import result_of
+from mlra.agent.state import RunState, fold
 from mlra.agent.steering import Steering
 from mlra.console.app import MlraApp
 from mlra.console.attempt_screens import AttemptScreen, PickAttemptScreen

@@ -20,7 +20,8 @@ from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.providers import resolve_model
 from mlra.agent.run import agent_for
-from mlra.agent.state import RunState, result_of
+from mlra.agent.run_result import result_of
+from mlra.agent.state import RunState
 from mlra.batch.report_rows import collect, summarize
 from mlra.batch.report_tables import markdown
 from mlra.console.cli import main

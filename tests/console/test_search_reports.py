@@ -17,7 +17,8 @@ import pytest
 from mlra import events as ev
 from mlra.agent.ending import EndedBy
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, read_events
-from mlra.agent.state import RunResult, RunState, write_result
+from mlra.agent.run_result import RunResult, write_result
+from mlra.agent.state import RunState
 from mlra.console.cli import main
 from mlra.console.event_lines import describe_call
 from mlra.console.headless import JsonDisplay, TranscriptDisplay

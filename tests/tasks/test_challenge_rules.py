@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.state import fold, result_of
+from mlra.agent.run_result import result_of
+from mlra.agent.state import fold
 from mlra.tasks.challenge import Challenge, ChallengeRule, quote_rules
 from mlra.tasks.constraints import check
 from mlra.tasks.grading import grade

@@ -14,7 +14,8 @@ import pytest
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.resume import ResumeError, load_run
-from mlra.agent.state import RunResult, RunState, write_result
+from mlra.agent.run_result import RunResult, write_result
+from mlra.agent.state import RunState
 from mlra.batch.report import write_report
 from mlra.console.cli import main
 from mlra.console.headless_run import final_line
