@@ -172,7 +172,33 @@ def x_axis_is_step(series: Sequence[Series]) -> bool:
     return bool(series) and all(s.has_steps for s in series)
 
 
-def drawn(series: Sequence[Series], *, by_step: bool, log: bool) -> list[Drawn]:
+def decimated(xs: list[float], ys: list[float], room: int) -> tuple[list[float], list[float]]:
+    """At most `room` points: each of `room // 2` runs of points gives its lowest and
+    highest (in their order), so a noisy curve keeps its envelope and spikes; plotext's
+    cost grows with the points drawn, and a terminal shows a few hundred across."""
+    if room < 2 or len(xs) <= room:
+        return xs, ys
+    buckets = room // 2
+    ox: list[float] = []
+    oy: list[float] = []
+    n = len(xs)
+    for b in range(buckets):
+        lo, hi = b * n // buckets, (b + 1) * n // buckets
+        if lo >= hi:
+            continue
+        run = range(lo, hi)
+        i_min = min(run, key=ys.__getitem__)
+        i_max = max(run, key=ys.__getitem__)
+        for i in sorted({i_min, i_max}):
+            ox.append(xs[i])
+            oy.append(ys[i])
+    return ox, oy
+
+
+def drawn(
+    series: Sequence[Series], *, by_step: bool, log: bool, room: int | None = None
+) -> list[Drawn]:
+    """`room`: at most this many points a series (see `decimated`); None: all kept."""
     out: list[Drawn] = []
     for s in series:
         xs: list[float] = []
@@ -185,6 +211,8 @@ def drawn(series: Sequence[Series], *, by_step: bool, log: bool) -> list[Drawn]:
             x = float(p.step) if by_step and p.step is not None else p.wall
             xs.append(x)
             ys.append(p.value)
+        if room is not None:
+            xs, ys = decimated(xs, ys, room)
         out.append(Drawn(s.label, xs, ys, left_out))
     return out
 

@@ -56,6 +56,8 @@ class Console(Protocol):
 
 POLL_S = 0.5
 """How often the open view looks for new points (it redraws only when there are)."""
+MIN_ROOM = 120
+"""Points drawn a series at least, however narrow the plot (see curves_data.decimated)."""
 MINUTES_PAST_S = 600.0
 """Past this many run-clock seconds the time axis counts minutes."""
 
@@ -246,7 +248,10 @@ class CurvesScreen(Screen[None]):
         plot.display = bool(self.curve_set.series or self.curve_set.validations)
         empty.display = not plot.display
         by_step = self.by_step and x_axis_is_step(series)
-        lines = drawn(series, by_step=by_step, log=self.log_scale)
+        # A cell's lowest and highest point is what a braille curve shows of it; plotext
+        # takes ~8 ms a series this way, not ~20 for 2,000 points.
+        room = max(MIN_ROOM, 2 * plot.size.width)
+        lines = drawn(series, by_step=by_step, log=self.log_scale, room=room)
         checks = validations_drawn(self.curve_set, series, by_step=by_step, log=self.log_scale)
         minutes = not by_step and any(
             x > MINUTES_PAST_S for d in [*lines, *([checks] if checks else [])] for x in d.x

@@ -24,7 +24,13 @@ from mlra.console import curves_data
 from mlra.console.app import MlraApp
 from mlra.console.attach_app import AttachApp
 from mlra.console.attach_run import RemoteRun
-from mlra.console.curves_data import CurveSet, curves_upto, drawn, validations_drawn
+from mlra.console.curves_data import (
+    CurveSet,
+    curves_upto,
+    decimated,
+    drawn,
+    validations_drawn,
+)
 from mlra.console.curves_screen import CurvesScreen
 from mlra.console.replay import ReplayModel
 from mlra.console.replay_app import ReplayApp
@@ -169,6 +175,15 @@ def test_memory_stays_bounded_on_a_long_chatty_run(monkeypatch: Any) -> None:
     assert len(loss.shown()) <= 101
     assert loss.shown()[0].value == 1000.0 and loss.shown()[-1].value == 1.0  # first and newest
     assert len(curves.series) == 3 and curves.left_out_series == 2
+
+
+def test_a_long_series_is_drawn_as_its_envelope_in_the_room_given() -> None:
+    xs = [float(i) for i in range(1000)]
+    ys = [1.0 + (9.0 if i == 500 else 0.0) - i / 1000 for i in range(1000)]  # one spike
+    dx, dy = decimated(xs, ys, 100)
+    assert len(dx) <= 100 and dx == sorted(dx)
+    assert max(dy) == 10.0 - 0.5 and min(dy) == ys[-1]  # the spike and the end kept
+    assert decimated(xs[:50], ys[:50], 100) == (xs[:50], ys[:50])
 
 
 # --- the console -------------------------------------------------------------------------
@@ -384,4 +399,5 @@ async def test_an_attached_console_draws_the_curves_of_a_run_in_another_process(
         await pilot.press("escape")
         await pilot.pause()
         assert not isinstance(app.screen, CurvesScreen)
-    assert run.finish() == 0
+    code = run.finish()
+    assert code == 0, run.proc.stderr.read().decode()[-3000:] if run.proc.stderr else ""
