@@ -165,6 +165,7 @@ class CurvesScreen(Screen[None]):
         """Series labels overlaid; None until the first curves arrive."""
         self._token: object = None
         self._listed: list[str] = []
+        self._prompts: list[str] = []
         self.curve_set = CurveSet()
 
     def compose(self) -> ComposeResult:
@@ -222,18 +223,26 @@ class CurvesScreen(Screen[None]):
         self._plot()
 
     def _list_series(self) -> None:
+        """One line a series: its name and its newest value (what a person reads off a
+        curve first), updated in place as points come."""
         listing = self.query_one(SelectionList[str])
-        labels = [s.label for s in self.curve_set.series.values()]
-        if labels == self._listed:
-            return
+        series = list(self.curve_set.series.values())
+        labels = [s.label for s in series]
+        prompts = [_prompt(s) for s in series]
         picked = self.picked or set()
         with listing.prevent(SelectionList.SelectedChanged):
             if labels[: len(self._listed)] != self._listed:
                 listing.clear_options()
-                self._listed = []
-            for label in labels[len(self._listed) :]:
-                listing.add_option(Selection(printable_line(label), label, label in picked))
+                self._listed, self._prompts = [], []
+            for index, prompt in enumerate(prompts[: len(self._prompts)]):
+                if prompt.plain != self._prompts[index]:
+                    listing.replace_option_prompt_at_index(index, prompt)
+            for label, prompt in list(zip(labels, prompts, strict=True))[len(self._listed) :]:
+                listing.add_option(Selection(prompt, label, label in picked))
         self._listed = labels
+        self._prompts = [p.plain for p in prompts]
+        if listing.highlighted is None and labels:
+            listing.highlighted = 0
 
     def on_selection_list_selected_changed(
         self, message: SelectionList.SelectedChanged[str]
@@ -300,6 +309,14 @@ class CurvesScreen(Screen[None]):
     def action_toggle_axis(self) -> None:
         self.by_step = not self.by_step
         self._plot()
+
+
+def _prompt(series: Series) -> Text:
+    last = series.last
+    text = Text(printable_line(series.label))
+    if last is not None:
+        text.append(f" {last.value:.4g}", style="bold")
+    return text
 
 
 _SOURCES: WeakKeyDictionary[object, CurvesSource] = WeakKeyDictionary()

@@ -227,9 +227,38 @@ async def test_v_opens_and_escape_closes_the_view_live_with_the_falling_loss() -
         await pilot.pause(0.1)
         screen.redraw(only_if_changed=True)
         assert len(screen.curve_set.series[("job:job-1", "loss")].shown()) == before + 1
+        listing = screen.query_one(SelectionList[str])
+        assert str(listing.get_option_at_index(0).prompt) == "job:job-1 loss 0.6"  # the newest
         await pilot.press("v")
         await pilot.pause()
         assert not isinstance(app.screen, CurvesScreen)
+
+
+async def test_space_picks_the_series_overlaid() -> None:
+    """Two jobs: the view opens on the newest one's loss; Space on the other's adds it,
+    both drawn on the same axes; Space again takes it off."""
+    events = training_run()
+    second = metrics("job:job-2", ("loss", 3.0, 20, 400.0), ("loss", 2.0, 40, 420.0))
+    second.seq = len(events) + 1
+    events = [*events[:-1], second, events[-1]]  # job-1's last flush is still the newest
+    events[-1].seq = len(events)
+    app = MlraApp(events=events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
+        await pilot.press("down", "space")
+        await pilot.pause()
+        assert [s.label for s in screen.shown_series()] == ["job:job-1 loss", "job:job-2 loss"]
+        plot = plotted(app)
+        assert "job:job-1 loss" in plot and "job:job-2 loss" in plot
+        await pilot.press("space")
+        await pilot.pause()
+        assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
+        assert "job:job-2" not in plotted(app)
 
 
 async def test_the_view_in_replay_shows_the_curves_as_of_the_cursor() -> None:
