@@ -274,7 +274,12 @@ class CurvesScreen(Screen[None]):
                     [x / scale for x in d.x], d.y, label=printable_line(d.label), marker="braille"
                 )
         if checks is not None and checks.x:
-            plt.scatter([x / scale for x in checks.x], checks.y, label=checks.label, marker="x")
+            plt.scatter(
+                [x / scale for x in checks.x],
+                checks.y,
+                label=printable_line(checks.label),
+                marker="x",
+            )
         if self.log_scale:
             plt.yscale("log")
         plt.xlabel("step" if by_step else "run clock (min)" if minutes else "run clock (s)")

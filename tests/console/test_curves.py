@@ -261,6 +261,26 @@ async def test_space_picks_the_series_overlaid() -> None:
         assert "job:job-2" not in plotted(app)
 
 
+async def test_a_series_named_with_terminal_controls_is_shown_escaped() -> None:
+    """Names come from what runs in the sandbox: shown, never obeyed by the terminal."""
+    events = training_run()
+    hostile = metrics("job:job-1", ("loss\x1b]52;c;aGk=\x07", 1.0, 1, 100.0))
+    hostile.seq = len(events) + 1
+    app = MlraApp(events=[*events, hostile])
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        await pilot.press("down", "space")
+        await pilot.pause()
+        listing = screen.query_one(SelectionList[str])
+        prompts = [str(listing.get_option_at_index(i).prompt) for i in range(2)]
+        assert "\x1b" not in "".join(prompts) and "loss\\x1b]52" in prompts[1]
+        assert "\x1b]52" not in plotted(app)
+
+
 async def test_the_view_in_replay_shows_the_curves_as_of_the_cursor() -> None:
     events = training_run()
     val = next(i for i, e in enumerate(events) if isinstance(e, ev.Validation))
