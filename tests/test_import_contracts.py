@@ -38,7 +38,7 @@ def _sources() -> dict[str, Path]:
     for folder in ("mlra", "agent", "tools", "tasks", "console", "batch"):
         for path in sorted((ROOT / folder).rglob("*.py")):
             rel = path.relative_to(ROOT)
-            if folder == "mlra" and path.parent != ROOT / "mlra":
+            if folder == "mlra" and (ROOT / "mlra" / rel.parts[1]).is_symlink():
                 continue  # mlra/<concept> are links to the folders read on their own
             if folder == "tasks" and rel.parts[1] == "builtin":
                 continue  # a task folder's starter, hidden and build scripts are not mlra

@@ -1,0 +1,254 @@
+"""What the agents do: the supervisor's plan, messages, subtasks and reviews, and the
+worker's steps, streamed text, thoughts, tool calls and their output and results, and
+every model call with its errors, retries and summaries.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from mlra.events.base import AgentRole, PlanStatus, _Event
+
+# --- supervisor ----------------------------------------------------------------------
+
+
+class PlanStep(BaseModel):
+    id: str
+    title: str
+    status: PlanStatus = "pending"
+    note: str = ""
+
+
+class PlanUpdated(_Event):
+    type: Literal["plan_updated"] = "plan_updated"
+    agent: AgentRole = "supervisor"
+    steps: list[PlanStep]
+    reason: str = ""
+
+
+class SupervisorMessage(_Event):
+    type: Literal["supervisor_message"] = "supervisor_message"
+    text: str = ""
+    turn: int = 0
+    text_of: int | None = None
+    """The `seq` of the `model_call` whose text this is: the log stores the text
+    there only, and readers fill `text` back in (see `agent/log_refs.py`)."""
+
+
+class SubtaskStarted(_Event):
+    type: Literal["subtask_started"] = "subtask_started"
+    subtask: int
+    step_id: str | None = None
+    instructions: str
+
+
+SubtaskOutcome = Literal["reported", "no_report", "step_limit", "submitted", "stuck", "ended"]
+"""How a subtask ended: the worker called `report`; it stopped calling tools and never
+reported ("no_report": `report` then holds what happened and its last text, marked as
+not a report); it ran out of steps; it submitted; the run ended "stuck" in it."""
+
+
+def subtask_outcome_words(outcome: SubtaskOutcome) -> str:
+    """An outcome as the displays write it ("no report", "step limit")."""
+    return outcome.replace("_", " ")
+
+
+class SubtaskFinished(_Event):
+    type: Literal["subtask_finished"] = "subtask_finished"
+    subtask: int
+    step_id: str | None = None
+    report: str
+    outcome: SubtaskOutcome = "reported"
+    worker_steps: int = 0
+
+
+class Review(_Event):
+    """A periodic supervisor check on a running subtask, and the guidance it gave."""
+
+    type: Literal["review"] = "review"
+    subtask: int
+    after_steps: int
+    guidance: str = ""
+    user_messages: list[str] = Field(default_factory=list)
+    """The user's messages to the supervisor that this review read."""
+
+
+# --- worker --------------------------------------------------------------------------
+
+
+class StepStarted(_Event):
+    """One agent action begins: the model is asked for its next move.
+
+    `prompt` is the text added to the agent's history before the call (the clock
+    and budget note, injected messages), so the history can be rebuilt exactly.
+    """
+
+    type: Literal["step_started"] = "step_started"
+    agent: AgentRole
+    step: int
+    turn: int
+    prompt: str = ""
+    delivered: list[str] = Field(default_factory=list)
+    """The user's messages the prompt carries, so a resume knows they were read."""
+
+
+class TextDelta(_Event):
+    """A streamed piece of a model's text, so thoughts show while they are written."""
+
+    type: Literal["text_delta"] = "text_delta"
+    agent: AgentRole
+    turn: int
+    text: str
+
+
+class ContextWindowLearned(_Event):
+    """The server refused a request as too long and stated a smaller window than the run
+    had assumed (a server that does not tell its window, as llama-cpp-python): the run
+    goes by the stated window from here, and so do the displays' context gauges."""
+
+    type: Literal["context_window_learned"] = "context_window_learned"
+    agent: AgentRole
+    context_window: int
+    assumed: int | None = None
+    """The window the run had gone by until then."""
+
+
+class ModelAnswering(_Event):
+    """A streamed model call's answer began to arrive: the server has read the prompt (a
+    local server's prompt processing can take longer than the answer) and now writes.
+    With the `text_delta`s after it, the displays show the model's speed as it writes."""
+
+    type: Literal["model_answering"] = "model_answering"
+    agent: AgentRole
+    turn: int = 0
+    first_token_s: float
+    """Seconds from the request to the first piece of the answer."""
+
+
+class WorkerThought(_Event):
+    type: Literal["worker_thought"] = "worker_thought"
+    text: str = ""
+    turn: int = 0
+    step: int = 0
+    text_of: int | None = None
+    """As `SupervisorMessage.text_of`."""
+
+
+class ToolCall(_Event):
+    type: Literal["tool_call"] = "tool_call"
+    call_id: str
+    agent: AgentRole
+    tool: str
+    arguments: dict[str, Any] | None = None
+    raw_arguments: str | None = None
+    turn: int = 0
+    step: int = 0
+    arguments_of: int | None = None
+    """The `seq` of the `model_call` that asked for this call: the log stores the
+    arguments there only, and readers fill them back in (see `agent/log_refs.py`)."""
+
+
+class ApprovalRequested(_Event):
+    type: Literal["approval_requested"] = "approval_requested"
+    call_id: str
+    tool: str
+    arguments: dict[str, Any] | None = None
+    reason: str = ""
+    arguments_of: int | None = None
+    """As `ToolCall.arguments_of`."""
+
+
+class ToolOutput(_Event):
+    type: Literal["tool_output"] = "tool_output"
+    call_id: str
+    stream: Literal["stdout", "stderr"] = "stdout"
+    text: str
+
+
+class ToolResult(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    call_id: str
+    tool: str
+    agent: AgentRole
+    ok: bool
+    output: str
+    exit_code: int | None = None
+    duration_s: float = 0.0
+    truncated: bool = False
+    timed_out: bool = False
+    error: str | None = None
+    data: dict[str, Any] = Field(default_factory=dict)
+    signal: Literal["submit", "report"] | None = None
+    """The call ended the run (submit) or the subtask (report)."""
+
+
+class ModelCall(_Event):
+    type: Literal["model_call"] = "model_call"
+    agent: AgentRole
+    model: str
+    turn: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
+    latency_s: float = 0.0
+    stop_reason: str | None = None
+    purpose: Literal["turn", "summary", "review"] = "turn"
+    text: str = ""
+    """The model's whole answer, with `tool_calls`: the record a resume rebuilds the
+    history from and `--model replay:RUN` plays back."""
+    tool_calls: list[dict[str, Any]] = Field(default_factory=list)
+    request_sha: str = ""
+    """A hash of what the model was sent; a deterministic re-run compares it to find
+    the first point where behaviour diverges."""
+    tokens_estimated: bool = False
+    """The server sent no token counts: these are estimated from the characters."""
+    first_token_s: float | None = None
+    """Seconds from the request to the answer's first piece, where it was streamed: the
+    time the server took to read the prompt. The rest of `latency_s` wrote the answer,
+    so `output_tokens` over it is the model's speed (tokens/s)."""
+
+
+class ModelError(_Event):
+    type: Literal["model_error"] = "model_error"
+    agent: AgentRole
+    model: str
+    error: str
+    fatal: bool = True
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float = 0.0
+    """What a call cut off midway (by the deadline, a stop) had used, estimated: it is
+    counted against the budgets though it left no answer."""
+    cut_off: Literal["deadline", "stop"] | None = None
+    """Set when this is no failure of the model but a call the run's time limit or the
+    user's stop cut off: the displays say so instead of "model error", and its tokens
+    are an estimate of what may have been billed."""
+
+
+class ModelRetry(_Event):
+    """The provider's SDK retries a request that failed (a 429, a 5xx, a time-out): the
+    run waits for the provider, and the console says so ("retry 2 after 429")."""
+
+    type: Literal["model_retry"] = "model_retry"
+    agent: AgentRole
+    model: str
+    attempt: int
+    """Which retry this is: 1 for the first."""
+    max_retries: int = 0
+    status: int | None = None
+    """The HTTP status retried after; None for a failed connection or a time-out."""
+
+
+class HistorySummarized(_Event):
+    """Older steps of an agent's history were replaced by a summary to fit the context."""
+
+    type: Literal["history_summarized"] = "history_summarized"
+    agent: AgentRole
+    summary: str
+    first_turn: int
+    last_turn: int
+    tokens_before: int = 0

