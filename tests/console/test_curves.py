@@ -333,6 +333,44 @@ async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
         assert labels == ["job:job-1 loss", "a1 job:job-1 loss"]
 
 
+async def test_a_replay_shows_an_attempts_curve_up_to_the_cursors_time(tmp_path: Path) -> None:
+    events = training_run()
+
+    def add(t: float, event: ev.Event) -> int:
+        event.seq, event.t, event.ts = len(events) + 1, t, EPOCH + t
+        events.append(event)
+        return len(events) - 1
+
+    started = add(500, ev.AttemptStarted(attempt="a1", folder="attempts/a1", instructions="try"))
+    first = add(650, ev.Notice(message="later"))
+    second = add(750, ev.Notice(message="later still"))
+    own = numbered(
+        [
+            metrics("job:job-1", ("loss", 3.0, 10, 5.0)),
+            metrics("job:job-1", ("loss", 1.0, 20, 9.0)),
+        ]
+    )
+    own[0].ts, own[1].ts = EPOCH + 600, EPOCH + 700
+    folder = tmp_path / "attempts" / "a1"
+    folder.mkdir(parents=True)
+    (folder / "events.jsonl").write_text("".join(e.model_dump_json() + "\n" for e in own))
+    app = ReplayApp(ReplayModel(events, run_dir=tmp_path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        app.model.go(started - 1)
+        app.show_cursor()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        assert ("a1 job:job-1", "loss") not in screen.curve_set.series  # not started yet
+        for index, points in ((first, [3.0]), (second, [3.0, 1.0])):
+            app.model.go(index)
+            app.show_cursor()
+            screen.redraw(only_if_changed=True)
+            series = screen.curve_set.series[("a1 job:job-1", "loss")]
+            assert [p.value for p in series.shown()] == points
+
+
 # --- snapshots -----------------------------------------------------------------------------
 
 
