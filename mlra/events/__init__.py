@@ -15,7 +15,8 @@ every event has (`base`), the run's own events (`run`), what the agents do (`age
 what happens around them (`environment`), how a run is judged (`ending`) and a search's
 attempts (`attempts`). Every event is re-exported here: `from mlra import events as ev`
 and `ev.ToolCall` are how the rest of mlra names them; this module adds the union of
-them all (`Event`) and reading a log line back (`parse_event`).
+them all (`Event`) and reading a log line back (`parse_event`). A new event goes in
+the module of its concern, and here: in its import, in `Event` and in `__all__`.
 """
 
 from __future__ import annotations
