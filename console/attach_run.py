@@ -13,6 +13,10 @@ One attached console at a time holds the controls: the others watch, and a key t
 press is answered with who holds them; once the holder lets go, the next key (or the
 next look at the run's status) takes them. What the run refuses is said in its own
 words. Closing the console closes the connections and leaves the run going.
+
+The parts of the controller the console reads besides (its controls, clock, jobs and
+attempts, as the run's events say they are) are console/remote_parts.py; the run's
+workspace read from the host for the Files pane is console/host_workspace.py.
 """
 
 from __future__ import annotations
@@ -21,8 +25,6 @@ import asyncio
 import contextlib
 import json
 import os
-import stat
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,12 +32,19 @@ from typing import Any
 from pydantic import ValidationError
 
 from mlra import events as ev
-from mlra.agent.attempts import submittable
 from mlra.agent.controls import Breakpoint
 from mlra.agent.drive import Agent
 from mlra.agent.log_refs import Resolver, Unresolved
 from mlra.agent.run_result import RunResult, result_of
 from mlra.agent.state import RunState
+from mlra.console.host_workspace import HostWorkspace
+from mlra.console.remote_parts import (
+    NoOutputFeed,
+    RemoteAttempts,
+    RemoteClock,
+    RemoteControls,
+    RemoteJobs,
+)
 from mlra.control_socket import (
     CtlReply,
     CtlRequest,
@@ -46,17 +55,11 @@ from mlra.control_socket import (
     socket_path,
 )
 from mlra.events import parse_event
-from mlra.tools.sandbox import beneath, trees
-from mlra.tools.sandbox.base import FileInfo
 
 MAX_LINE = 1 << 28
 """The longest line read from the run: one event, whole (a long file written by a call)."""
 STATUS_EVERY_S = 2.0
 """How often the run's status is asked for: its clock, who holds the controls."""
-LIST_ENTRIES = 20_000
-READ_BYTES = 8 * 1024 * 1024
-TAIL_BYTES = 4096
-
 Refusal = Callable[[str], None]
 
 
@@ -109,174 +112,6 @@ class _Line:
     def close(self) -> None:
         with contextlib.suppress(Exception):
             self.writer.close()
-
-
-class RemoteControls:
-    """The run's controls as its events and status say they are."""
-
-    def __init__(self, run: RemoteRun) -> None:
-        self._run = run
-        self.hold_at_breaks = True
-        self.breakpoints: list[Breakpoint] = []
-
-    @property
-    def paused(self) -> bool:
-        return self._run.state.paused
-
-
-class RemoteClock:
-    """The run clock, from the run's status and the stamps of its events, running on
-    between them while the run runs (as the run's own clock does: not while it is
-    paused, held at a breakpoint, or ended)."""
-
-    def __init__(self, run: RemoteRun) -> None:
-        self._run = run
-        self._base = 0.0
-        self._at = time.monotonic()
-
-    def set(self, elapsed_s: float) -> None:
-        self._base, self._at = elapsed_s, time.monotonic()
-
-    def _ticking(self) -> bool:
-        state = self._run.state
-        phase = state.phase
-        if phase == "running":
-            return True
-        return phase == "awaiting_approval" and not state.paused and not self._run.holds_at_breaks
-
-    def elapsed(self) -> float:
-        if self._ticking():
-            return self._base + (time.monotonic() - self._at)
-        return self._base
-
-
-class RemoteJobs:
-    """The run's background jobs, from its events; a job's last line read from the tail
-    of its log file in the workspace (the run's own memory of it is in its process)."""
-
-    def __init__(self, run: RemoteRun) -> None:
-        self._run = run
-
-    def running_ids(self) -> list[tuple[str, str]]:
-        return [
-            (job.started.job, f"{job.started.job} ({job.started.name})")
-            if job.started.name
-            else (job.started.job, job.started.job)
-            for job in self._run.state.running_jobs
-        ]
-
-    def last_line(self, job_id: str) -> str | None:
-        record = self._run.state.jobs.get(job_id)
-        if record is None or record.ended is not None:
-            return None
-        data = self._run.sandbox.tail(record.started.log, TAIL_BYTES)
-        if data is None:
-            return None
-        for line in reversed(data.decode("utf-8", errors="replace").split("\n")):
-            if line.strip():
-                return line.rstrip("\r").rsplit("\r", 1)[-1]
-        return ""
-
-
-class NoOutputFeed:
-    """Output past the log's cap reaches only the run's own console: nothing comes here."""
-
-    def watch_output(self, watcher: Callable[[ev.ToolOutput], None]) -> None:
-        return None
-
-
-class RemoteAttempts:
-    """A search's attempts, judged from the run's events and folder as the run judges."""
-
-    def __init__(self, run: RemoteRun) -> None:
-        self._run = run
-
-    def submittable(self, attempt: str) -> ev.AttemptFinished:
-        return submittable(self._run.state.attempts, self._run.run_dir, attempt)
-
-    def child(self, attempt: str) -> Any:
-        node = self._run.state.attempts.get(attempt)
-        if node is None or node.finished is not None:
-            return None
-        return _AttemptMessages(self._run, attempt)
-
-
-class _AttemptMessages:
-    def __init__(self, run: RemoteRun, attempt: str) -> None:
-        self._run = run
-        self._attempt = attempt
-
-    def inject(self, target: str, text: str) -> None:
-        # Only the attempt's worker reads messages (as in the run's own console).
-        self._run.send(CtlRequest(op="inject", target=f"attempt:{self._attempt}", text=text))
-
-
-class HostWorkspace:
-    """The run's workspace folder read on the host, for the Files pane: every path walked
-    beneath the folder, never following a link out of it (agent/sandbox beneath.py),
-    whatever the agent left there."""
-
-    def __init__(self, workspace: Path) -> None:
-        self.workspace = workspace
-
-    def _open(self, path: str, flags: int) -> int:
-        root = beneath.open_root(self.workspace)
-        try:
-            fd, _ = beneath.open_beneath(root, beneath.split(path), flags)
-        except beneath.Outside:
-            raise PermissionError(f"{path} leads out of the workspace") from None
-        finally:
-            os.close(root)
-        return fd
-
-    async def list_tree(self, path: str = ".", *, max_depth: int = 3) -> list[FileInfo]:
-        return await asyncio.to_thread(self._list, path, max_depth)
-
-    def _list(self, path: str, max_depth: int) -> list[FileInfo]:
-        fd = self._open(path, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            prefix = "" if path in (".", "") else path.rstrip("/") + "/"
-            return [
-                FileInfo(prefix + e.rel, e.is_dir, e.st.st_size, e.st.st_mtime)
-                for e in trees.walk(
-                    fd, max_depth=max_depth, max_entries=LIST_ENTRIES + 1, dirs_first=True
-                )
-            ]
-        finally:
-            os.close(fd)
-
-    async def read_file(self, path: str) -> bytes:
-        return await asyncio.to_thread(self._read, path)
-
-    def _read(self, path: str) -> bytes:
-        fd = self._regular(path)
-        try:
-            return trees.read_bounded(fd, READ_BYTES)
-        except trees.TooLarge as exc:
-            raise ValueError(f"{path} holds {exc.size:,} bytes: too large to preview") from None
-        finally:
-            os.close(fd)
-
-    def _regular(self, path: str) -> int:
-        fd = self._open(path, os.O_RDONLY | trees.FILE_FLAGS)
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            os.close(fd)
-            raise ValueError(f"{path} is not a regular file")
-        return fd
-
-    def tail(self, path: str, size: int) -> bytes | None:
-        """The last `size` bytes of a file, or None where it cannot be read."""
-        try:
-            fd = self._regular(path)
-        except (OSError, ValueError):
-            return None
-        try:
-            end = os.fstat(fd).st_size
-            return os.pread(fd, size, max(0, end - size))
-        except OSError:
-            return None
-        finally:
-            os.close(fd)
 
 
 def _console_name() -> str:

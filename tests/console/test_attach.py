@@ -543,7 +543,7 @@ async def test_the_files_pane_of_an_attached_console_reads_nothing_outside_the_w
 ) -> None:
     """The workspace is read on the host, where the attached console runs as its user: a
     link the agent left there is listed as a link, and reading through it is refused."""
-    from mlra.console.attach_run import HostWorkspace
+    from mlra.console.host_workspace import HostWorkspace
 
     secret = tmp_path / "secret.txt"
     secret.write_text("not for the agent")
