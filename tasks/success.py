@@ -11,7 +11,8 @@ of the log, `mlra runs` or a report knows what "success" meant for this task.
 from __future__ import annotations
 
 from mlra.tasks.evaluators.base import normalize
-from mlra.tasks.spec import Metric, TaskSpec
+from mlra.tasks.sections import Metric
+from mlra.tasks.spec import TaskSpec
 
 DIRECTION_UNKNOWN = (
     "which way the score improves is unknown; state it with `--direction higher|lower` "

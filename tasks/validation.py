@@ -27,7 +27,8 @@ from mlra import events as ev
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.hidden_text import HiddenText
-from mlra.tasks.spec import TaskSpec, ValidationSettings
+from mlra.tasks.sections import ValidationSettings
+from mlra.tasks.spec import TaskSpec
 from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.submission import freeze, remove_tree

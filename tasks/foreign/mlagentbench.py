@@ -87,7 +87,7 @@ def spec_data(folder: Path, *, name: str) -> dict[str, Any]:
         steps = [{"title": "Leave the starter unchanged (no train.py)", "command": "true"}]
     metric: dict[str, Any] = {
         "name": known.metric if known else "score",
-        # Unknown: left unset (a written direction is a known one; tasks/spec.py).
+        # Unknown: left unset (a written direction is a known one; tasks/sections.py).
         **({"higher_is_better": known.higher_is_better} if known else {}),
         "direction_known": known is not None,
         "baseline": None,  # measured by running the starter (tasks/foreign/loader.py)

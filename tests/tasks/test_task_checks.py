@@ -14,7 +14,8 @@ import pytest
 from mlra.console.cli import main
 from mlra.tasks.checks import scripts_run
 from mlra.tasks.grading import success_bar, success_of
-from mlra.tasks.spec import Metric, TaskError, builtin_task_dirs, load_task
+from mlra.tasks.sections import Metric
+from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
 
 RECIPE = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
 

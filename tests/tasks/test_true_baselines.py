@@ -20,7 +20,8 @@ from mlra.console.cli import main as mlra_main
 from mlra.tasks.foreign import known
 from mlra.tasks.foreign.common import BASELINE_FILE, CACHE_VAR
 from mlra.tasks.foreign.mlrcbench import PUBLISHED, published_name
-from mlra.tasks.spec import Metric, load_task
+from mlra.tasks.sections import Metric
+from mlra.tasks.spec import load_task
 from mlra.tasks.success import success_bar, success_of
 from tests.tasks.folders import write_tree
 
