@@ -28,7 +28,8 @@ from mlra.tasks import readiness
 from mlra.tasks.constraints import check
 from mlra.tasks.evaluators import progress as evaluator_progress
 from mlra.tasks.evaluators.base import load_evaluator
-from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator, flatten_metrics, primary_score
+from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator
+from mlra.tasks.evaluators.lm_eval_scores import flatten_metrics, primary_score
 from mlra.tasks.evaluators.script import ScriptEvaluator
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task

@@ -22,7 +22,7 @@ from mlra import events as ev
 from mlra.tasks.constraints import check
 from mlra.tasks.evaluators.edge_efficiency import EfficiencySettings, edge_score
 from mlra.tasks.evaluators.known_tokenizers import KNOWN, PROBE, pretrained_vocabulary
-from mlra.tasks.evaluators.lm_eval import _sample_counts, primary_score
+from mlra.tasks.evaluators.lm_eval_scores import primary_score, sample_counts
 from mlra.tasks.evaluators.model_memory import measure_in_fresh_process
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
@@ -318,7 +318,7 @@ def test_the_examples_weighted_mean_and_the_unweighted_one() -> None:
     n = {"boolq": 3270, "cb": 56, "copa": 100, "multirc": 4848, "sglue_rte": 277}
     n |= {"wic": 638, "wsc": 104, "record": 10000}
     metrics = {k: 0.5 for k in SUPERGLUE_ACC} | {"boolq/acc": 0.62, "record/f1": 0.1}
-    counts = _sample_counts({t: {"original": c, "effective": c} for t, c in n.items()})
+    counts = sample_counts({t: {"original": c, "effective": c} for t, c in n.items()})
     score, used, missing = primary_score(metrics, SUPERGLUE_ACC, sizes=counts)
     assert missing == [] and used == SUPERGLUE_ACC
     assert score == pytest.approx((0.62 * 3270 + 0.5 * (9293 - 3270)) / 9293)
@@ -430,15 +430,15 @@ async def test_a_random_model_for_edge_training_runs_in_1_gb_and_scores_near_cha
 
 
 def test_a_running_memory_setting_without_a_limit_is_a_task_error(tmp_path: Path) -> None:
-    from mlra.tasks.evaluators.lm_eval import _settings_problem
+    from mlra.tasks.evaluators.lm_eval_checks import settings_problem
 
     settings = dict(_task("edge-llm-training").evaluator.settings)
-    assert _settings_problem(settings) is None
+    assert settings_problem(settings) is None
     for bad in ({"sequence_length": 2000}, {"max_gb": 0}, {"max_gb": True}, "1 GB"):
-        assert _settings_problem(settings | {"running_memory": bad}) == (
+        assert settings_problem(settings | {"running_memory": bad}) == (
             "evaluator.settings.running_memory needs max_gb, a positive number of GB"
         )
-    assert "primary_weighting" in str(_settings_problem(settings | {"primary_weighting": "x"}))
+    assert "primary_weighting" in str(settings_problem(settings | {"primary_weighting": "x"}))
 
 
 def test_compression_refuses_what_training_leaves_in_the_folder(tmp_path: Path) -> None:

@@ -21,7 +21,9 @@ from pathlib import Path
 import pytest
 
 from mlra.tasks.evaluators.base import EvalOutcome, load_evaluator, run_evaluation
-from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator, flatten_metrics, lossless_violation
+from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator
+from mlra.tasks.evaluators.lm_eval_checks import lossless_violation
+from mlra.tasks.evaluators.lm_eval_scores import flatten_metrics
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
 from tests.conftest import offline_env, run_baseline
 
