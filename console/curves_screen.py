@@ -163,6 +163,8 @@ class CurvesScreen(Screen[None]):
         """Asked for; honoured only while every shown series has steps."""
         self.picked: set[str] | None = None
         """Series labels overlaid; None until the first curves arrive."""
+        self._auto_pick = True
+        """The picked series follow the default until the person picks (Space)."""
         self._token: object = None
         self._listed: list[str] = []
         self._prompts: list[str] = []
@@ -197,15 +199,17 @@ class CurvesScreen(Screen[None]):
     # --- what is shown --------------------------------------------------------------
 
     def _default_pick(self, curves: CurveSet) -> set[str]:
-        if self.focus_origin:
-            mine = {
-                s.label
-                for s in curves.series.values()
-                if s.source.startswith(f"{self.focus_origin} ")
-            }
-            if mine:
-                return mine
-        return {s.label for s in curves.series.values() if s.source == curves.last_source}
+        """The focused attempt's series, else the newest source's; of those, the ones
+        that are curves. A training script's one-off lines (`tokenizer: 2048 tokens`,
+        `model: d=128, layers=2`) read as one-point series; picked beside a loss of 4
+        they set the axis to 2048 and flatten the curve a person opened the view for."""
+        candidates = [
+            s
+            for s in curves.series.values()
+            if (s.source.startswith(f"{self.focus_origin} ") if self.focus_origin else False)
+        ] or [s for s in curves.series.values() if s.source == curves.last_source]
+        curves_only = [s for s in candidates if len(s.shown()) > 1]
+        return {s.label for s in (curves_only or candidates)}
 
     def shown_series(self) -> list[Series]:
         picked = self.picked or set()
@@ -217,7 +221,9 @@ class CurvesScreen(Screen[None]):
             return
         self._token = token
         self.curve_set = curves
-        if self.picked is None and curves.series:
+        if (self.picked is None or self._auto_pick) and curves.series:
+            # Until the person picks, the default follows the run (a loss's second
+            # point turns it into a curve worth showing).
             self.picked = self._default_pick(curves)
         self._list_series()
         self._plot()
@@ -239,6 +245,10 @@ class CurvesScreen(Screen[None]):
                     listing.replace_option_prompt_at_index(index, prompt)
             for label, prompt in list(zip(labels, prompts, strict=True))[len(self._listed) :]:
                 listing.add_option(Selection(prompt, label, label in picked))
+            if self._auto_pick and set(listing.selected) != picked & set(labels):
+                listing.deselect_all()
+                for label in picked & set(labels):
+                    listing.select(label)
         self._listed = labels
         self._prompts = [p.plain for p in prompts]
         if listing.highlighted is None and labels:
@@ -248,6 +258,7 @@ class CurvesScreen(Screen[None]):
         self, message: SelectionList.SelectedChanged[str]
     ) -> None:
         self.picked = set(message.selection_list.selected)
+        self._auto_pick = False
         self._plot()
 
     def _plot(self) -> None:

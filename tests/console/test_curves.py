@@ -261,6 +261,31 @@ async def test_space_picks_the_series_overlaid() -> None:
         assert "job:job-2" not in plotted(app)
 
 
+async def test_a_scripts_one_off_numbers_are_listed_but_not_picked_over_its_loss() -> None:
+    """tiny-lm's train.py prints `tokenizer: 2048 tokens` and `model: d=128, layers=2`
+    before its loss: each a one-point series of the same job. Picked beside the loss
+    they set the axis to 2048 and flatten the curve; the view opens on the loss alone,
+    and keeps following the run until the person picks."""
+    events = training_run()
+    one_offs = metrics(
+        "job:job-1",
+        ("tokenizer", 2048.0, None, 1.0),
+        ("d", 128.0, None, 1.0),
+        ("layers", 2.0, None, 1.0),
+    )
+    events = numbered([events[0], one_offs, *events[1:]])
+    app = MlraApp(events=events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
+        listed = [str(o.prompt) for o in screen.query_one(SelectionList).options]
+        assert any("tokenizer" in line for line in listed), listed
+
+
 async def test_a_series_named_with_terminal_controls_is_shown_escaped() -> None:
     """Names come from what runs in the sandbox: shown, never obeyed by the terminal."""
     events = training_run()
