@@ -25,6 +25,12 @@ def act(run: Steering, req: CtlRequest) -> str:
     key uses; the one-line answer, or `Refused` with why not."""
     controls = run.controls
     op = req.op
+    if run.state.evaluating and op not in ("status", "quit", "watch", "hold", "release"):
+        # The agent has stopped and the evaluator runs to its end: as the console's keys
+        # are, a control would be recorded and change nothing.
+        raise Refused(
+            f"refused: the run is being graded: {op} does not apply (quit ends it ungraded)"
+        )
     if op == "pause":
         if controls.paused:
             raise Refused("refused: the run is paused already")

@@ -102,4 +102,7 @@ def write(experiment: Experiment, dest: str) -> str:
         parent = ids.get(run.parent) if run.parent else None
         ids[run.name] = _write_run(client, experiment_id, run, parent)
     n = len(experiment.runs)
-    return f"MLflow {uri}: experiment {experiment.name!r}, {n} run{'s' * (n != 1)}"
+    where = f"MLflow {uri}: experiment {experiment.name!r}, {n} run{'s' * (n != 1)}"
+    if uri.startswith("file:"):  # MLflow 3 reads its file store only when told it may
+        where += f" (read it with MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri})"
+    return where

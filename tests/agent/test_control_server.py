@@ -215,3 +215,21 @@ async def test_a_watcher_too_far_behind_is_dropped_and_the_run_goes_on(
         assert controller.approve(controller.controls.pending_calls()[0])
         result = await running
     assert result.status == "finished" and result.score == 1.0
+
+
+def test_a_run_being_graded_refuses_what_would_change_nothing() -> None:
+    """Once the agent has stopped and the evaluator runs to its end, `mlra ctl pause`
+    (or step, inject, stop...) would be recorded and change nothing, as the console's
+    keys would: each is refused in one line; status and quit still answer."""
+    from types import SimpleNamespace
+
+    from mlra.agent.control_ops import Refused, act
+    from mlra.agent.controls import Controls
+    from mlra.agent.state import RunState
+
+    state = RunState()
+    state.evaluating = True
+    run: Any = SimpleNamespace(state=state, controls=Controls())
+    for op in ("pause", "resume", "step", "inject", "approve", "stop", "breakpoints"):
+        with pytest.raises(Refused, match=f"being graded: {op} does not apply"):
+            act(run, CtlRequest(op=op, text="hello"))
