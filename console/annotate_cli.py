@@ -56,22 +56,9 @@ def add_annotate_command(sub: Any) -> None:
     p.set_defaults(func=cmd_annotate)
 
 
-def run_folder(run: str, runs_dir: Path) -> Path:
-    """RUN as a folder: a path holding an event log, else a run id under --runs-dir."""
-    from mlra.agent.eventlog import EVENTS_FILE
-    from mlra.console.args import UsageError
-
-    for candidate in (Path(run), runs_dir / run):
-        if (candidate / EVENTS_FILE).is_file():
-            return candidate
-    raise UsageError(
-        f"{run} is not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} (see --runs-dir)"
-    )
-
-
 def cmd_annotate(args: argparse.Namespace) -> int:
     from mlra.agent.annotations import Annotation, append_annotation, load_annotations
-    from mlra.console.args import UsageError
+    from mlra.console.args import UsageError, run_folder
 
     run_dir = run_folder(args.run, args.runs_dir)
     adding = bool(args.tag) or args.comment is not None or args.rating is not None

@@ -181,6 +181,20 @@ def check_writable_dir(path: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path} cannot be written: {reason}") from None
 
 
+def run_folder(run: str, runs_dir: Path) -> Path:
+    """RUN as `mlra ctl`, `attach` and `annotate` take it: a path holding an event log,
+    else a run id under --runs-dir."""
+    from mlra.agent.eventlog import EVENTS_FILE
+
+    for candidate in (Path(run), runs_dir / run):
+        if (candidate / EVENTS_FILE).is_file():
+            return candidate.resolve()
+    raise UsageError(
+        f"no run {run!r}: not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} "
+        "(see --runs-dir)"
+    )
+
+
 def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str) -> None:
     """The four limits a run can end on, one definition for run, batch, resume and
     fork; `whose` ("the run", "each run") says whose they are in the help, and

@@ -52,8 +52,7 @@ def not_live_line(run_dir: Path, shown: str) -> str:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from mlra.console.args import UsageError
-    from mlra.console.ctl_cli import run_folder  # RUN read as `mlra ctl` reads it
+    from mlra.console.args import UsageError, run_folder
     from mlra.control_socket import CtlRequest, NotLive, request
 
     run_dir = run_folder(args.run, args.runs_dir)

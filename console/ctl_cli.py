@@ -106,20 +106,6 @@ def add_ctl_command(sub: Any) -> None:
     ctl.__class__ = _MixedParser
 
 
-def run_folder(run: str, runs_dir: Path) -> Path:
-    """RUN as a folder: a path holding an event log, else a run id under --runs-dir."""
-    from mlra.agent.eventlog import EVENTS_FILE
-    from mlra.console.args import UsageError
-
-    for candidate in (Path(run), runs_dir / run):
-        if (candidate / EVENTS_FILE).is_file():
-            return candidate.resolve()
-    raise UsageError(
-        f"no run {run!r}: not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} "
-        "(see --runs-dir)"
-    )
-
-
 def _request(args: argparse.Namespace) -> Any:
     """The action as a request; bad arguments are a UsageError (exit 2)."""
     from mlra.console.args import UsageError
@@ -161,6 +147,7 @@ def _request(args: argparse.Namespace) -> Any:
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
+    from mlra.console.args import run_folder
     from mlra.control_socket import CtlReply, NotLive, request
 
     run_dir = run_folder(args.run, args.runs_dir)
