@@ -42,7 +42,6 @@ from mlra.agent.state import RunState
 from mlra.console.attempt_actions import act_on_attempt
 from mlra.console.console_display import ConsoleDisplay, EventsArrived, NoControls
 from mlra.console.curves_data import CurveSet
-from mlra.console.curves_screen import curves_view
 from mlra.console.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, bindings
 from mlra.console.live_run import LiveRun
 from mlra.console.note_keys import NoteKeys
@@ -352,6 +351,8 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         return not self.has_class("-narrow") or self._files_wanted
 
     def action_curves(self) -> None:
+        from mlra.console.curves_screen import curves_view  # plotext: only when opened
+
         self.push_screen(curves_view(self))
 
     def action_help(self) -> None:
