@@ -274,6 +274,48 @@ async def test_a_background_job_writing_past_the_quota_is_stopped(scene: Scene) 
         await sandbox.close()
 
 
+async def test_a_command_started_while_a_quota_stop_sweeps_the_sandbox_runs_after_it(
+    scene: Scene,
+) -> None:
+    """A stop kills the running commands, then sweeps what is left in the sandbox; the
+    stopped command's result comes back before the sweep. The agent's next command,
+    the `rm` getting back under the quota, started in that gap and was swept with no
+    output (exit -9 on CI). It now starts once the stop is done."""
+    sandbox = LocalSandbox(
+        scene.workspace,
+        SandboxSpec(hide_paths=scene.hide_paths(), disk_mb=DISK_MB),
+        isolation_mode="bwrap",
+    )
+    real_stop = sandbox._stop_for_quota
+    sweeping, release = asyncio.Event(), asyncio.Event()
+
+    async def stop_with_a_slow_sweep() -> None:
+        await real_stop()
+        sweeping.set()
+        await release.wait()
+        await real_stop()  # the sweep: whatever runs in the sandbox now is killed
+
+    sandbox._stop_for_quota = stop_with_a_slow_sweep  # type: ignore[method-assign]
+    await sandbox.start()
+    try:
+        writer = await sandbox.exec(["sh", "-c", WRITER], timeout=60)
+        assert QUOTA_NOTE in writer.output, writer.output
+        await asyncio.wait_for(sweeping.wait(), 30)
+        cleaning = asyncio.create_task(
+            sandbox.exec(["sh", "-c", "touch started; rm -f chunk-*; echo cleaned"], timeout=60)
+        )
+        # Given a moment, it has not started: it waits for the sweep (on an idle
+        # machine it would have started by now; a loaded one only makes this weaker).
+        done, _ = await asyncio.wait({cleaning}, timeout=1.0)
+        assert not done and not (scene.workspace / "started").exists()
+        release.set()
+        cleaned = await asyncio.wait_for(cleaning, 60)
+        assert "cleaned" in cleaned.output and QUOTA_NOTE not in cleaned.output, cleaned
+    finally:
+        release.set()
+        await sandbox.close()
+
+
 # --- whole runs -------------------------------------------------------------------------
 
 

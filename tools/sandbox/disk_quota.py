@@ -60,6 +60,8 @@ class WorkspaceQuota:
         self._floor: int | None = None
         """While over the quota: the least use seen since commands were last stopped."""
         self._task: asyncio.Task[None] | None = None
+        self._stop_done: asyncio.Event | None = None
+        """While the watcher is stopping the sandbox's commands: set when it is done."""
 
     @property
     def enforced(self) -> bool:
@@ -169,8 +171,13 @@ class WorkspaceQuota:
                 if self._over_and_growing(used):
                     self.stops += 1
                     self.last_stop_note = self._stop_note(used)
-                    with contextlib.suppress(Exception):
-                        await stop()
+                    done = self._stop_done = asyncio.Event()
+                    try:
+                        with contextlib.suppress(Exception):
+                            await stop()
+                    finally:
+                        self._stop_done = None
+                        done.set()
                     await self._settle()
             await asyncio.sleep(max(CHECK_INTERVAL_S, SLOW_FACTOR * cpu))
 
@@ -185,6 +192,17 @@ class WorkspaceQuota:
             return
         self.used = used
         self._floor = used if used > self.limit else None
+
+    async def clear_to_start(self) -> None:
+        """Wait out a stop in progress before a command starts.
+
+        A stop kills the commands it finds one by one and then sweeps whatever is left
+        in the sandbox; the stopped command's result comes back as soon as its own
+        process dies, before the sweep. The agent's next command (the `rm` that gets it
+        back under the quota) started in that gap was swept too, killed with no output."""
+        done = self._stop_done
+        if done is not None:
+            await done.wait()
 
     def _over_and_growing(self, used: int) -> bool:
         if used <= self.limit:

@@ -516,6 +516,8 @@ class DockerSandbox(Sandbox):
             signals=self._signals,
             stdin_dir=self._stdin_dir,
         )
+        if self._quota is not None:
+            await self._quota.clear_to_start()
         stops_before = self._quota.stops if self._quota is not None else 0
         self._running.add(running)
         try:

@@ -282,6 +282,8 @@ class LocalSandbox(Sandbox):
             argv = [*self._limits.inside_prefix(self._prlimit), *command]
         argv = [*self._limits.outer_prefix(), *argv]
         oom_before = self._limits.oom_kills()
+        if self._quota is not None:
+            await self._quota.clear_to_start()
         stops_before = self._quota.stops if self._quota is not None else 0
         result = await self._run(
             argv,
