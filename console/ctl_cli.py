@@ -6,9 +6,10 @@ through the same controls as the console's keys and recorded as the same `contro
 events (their `source` "ctl"). An explicit command always acts, whoever holds an
 attached console's controls.
 
-Exit status: 0 done; 1 refused (it does not apply now: nothing waits for approval,
-the run is paused already, it ended: the line says how it ended); 2 bad input (a
-flag, an action's argument, no such run). `--json` prints the reply as one JSON
+Exit status: 0 done (`status` of a run that is not running says how it ended); 1
+refused (it does not apply now: nothing waits for approval, the run is paused
+already, it ended: the line says how it ended); 2 bad input (a flag, an action's
+argument, no such run). `--json` prints the reply as one JSON
 object (`CtlReply`, with `status` for `status`) whatever the outcome.
 """
 
@@ -155,7 +156,14 @@ def cmd_ctl(args: argparse.Namespace) -> int:
     try:
         reply = request(run_dir, req, timeout=15.0)
     except NotLive:
-        reply = CtlReply(ok=False, message=f"refused: {not_live(run_dir, args.run)}")
+        # Asked how it stands, a run that ended has an answer: how it ended. Refused is
+        # for actions that no longer apply.
+        why = not_live(run_dir, args.run)
+        reply = (
+            CtlReply(ok=True, message=why)
+            if req.op == "status"
+            else CtlReply(ok=False, message=f"refused: {why}")
+        )
     except PermissionError as exc:
         reply = CtlReply(ok=False, message=f"refused: {exc}")
     except (OSError, ValueError) as exc:

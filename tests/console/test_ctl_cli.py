@@ -232,9 +232,9 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
     ]
     assert not sock.exists()
 
-    done = ctl(root, "status")
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.strip() == "refused: r has ended (finished, submitted; score 1)"
+    done = ctl(root, "status")  # answered, not refused: how it ended
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.strip() == "r has ended (finished, submitted; score 1)"
     stopped = ctl(root, "stop", "--json")
     assert stopped.returncode == 1 and json.loads(stopped.stdout)["ok"] is False
 
@@ -366,4 +366,6 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     stale = socket.socket(socket.AF_UNIX)  # a killed run's socket: nobody answers it
     stale.bind(str(socket_path(run_dir)))
     stale.close()
-    assert ctl(tmp_path, "status").returncode == 1
+    killed = ctl(tmp_path, "status")  # answered: how it stands
+    assert killed.returncode == 0 and "r is not running (stopped without an end)" in killed.stdout
+    assert ctl(tmp_path, "pause").returncode == 1
