@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 from mlra import events as ev
 from mlra.agent.eventlog import encode_event
@@ -38,6 +38,9 @@ from mlra.console.event_lines import (
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable, printable_json, printable_line
+
+if TYPE_CHECKING:
+    from mlra.agent.annotations import Annotation
 from mlra.tools.plan import render_plan
 
 
@@ -151,6 +154,10 @@ class TranscriptDisplay(_Printer):
         its header names the fork (its id, its workspace), not the source."""
         self._fork = next((e for e in reversed(events) if isinstance(e, ev.RunForked)), None)
         self._fork_dir = run_dir
+
+    def annotation(self, note: Annotation) -> None:
+        """A person's note on a step (a replay prints them; the run never sees them)."""
+        self._out(f"  ✎ note on step {note.step}: {printable_line(note.summary())}", "magenta")
 
     def _out(self, text: str, style: str = "") -> None:
         """Print a line (or a few); whatever the run put in it is shown, never obeyed."""

@@ -128,11 +128,21 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
         end = _end_of_step(events, args.at) if args.at is not None else len(events)
         display = JsonDisplay() if args.json else TranscriptDisplay(verbose=args.verbose)
+        notes_at: dict[int, list[Any]] = {}
         if isinstance(display, TranscriptDisplay):
+            from mlra.agent.annotations import read_annotations
+
             display.read_ahead(events, run_dir)  # a fork's header names the fork
+            # People's notes (annotations.jsonl), each under the event it was made on,
+            # as the replay console marks them in its transcript.
+            for note in read_annotations(run_dir):
+                notes_at.setdefault(note.seq, []).append(note)
         try:
             for event in events[:end]:
                 display.on_event(event)
+                if isinstance(display, TranscriptDisplay):
+                    for note in notes_at.pop(event.seq, ()):
+                        display.annotation(note)
             display.close()
         except BrokenPipeError:  # `mlra replay RUN --no-tui | head`: the reader has gone
             import os

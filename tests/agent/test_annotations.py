@@ -170,6 +170,24 @@ def test_runs_listing_counts_notes(resumed: Path) -> None:
     assert "notes: annotations" in table.stderr
 
 
+def test_a_replay_transcript_prints_each_note_under_its_step(resumed: Path) -> None:
+    shown = mlra_cli(["replay", str(resumed), "--no-tui"], cwd=resumed.parent)
+    assert shown.returncode == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    noted = [i for i, line in enumerate(lines) if "✎ note on step" in line]
+    assert [lines[i].strip().split(" · ")[0] for i in noted] == [
+        "✎ note on step 1: #data",
+        "✎ note on step 2: #sandbox #probe",
+    ]
+    assert "-1" in lines[noted[1]] and "+1" in lines[noted[0]]
+    # Each where its step begins: the next thing the worker says is that step's.
+    after = [next(line for line in lines[i:] if "worker: " in line) for i in noted]
+    assert after[0].endswith("worker: Read the question."), after
+    assert after[1].endswith("worker: Look at the run folder."), after
+    cut = mlra_cli(["replay", str(resumed), "--no-tui", "--at", "1"], cwd=resumed.parent)
+    assert cut.stdout.count("✎ note on step") == 1, cut.stdout
+
+
 def test_batch_report_lists_tags_per_run(resumed: Path, tmp_path: Path) -> None:
     out = tmp_path / "runs"
     shutil.copytree(resumed.parent, out, ignore=shutil.ignore_patterns("workspace", "snapshots"))
