@@ -62,14 +62,14 @@ def add_run_command(sub: Any) -> None:
     )
     run.add_argument(
         "--attempts",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="N",
         help="with --search: attempts to make at most (default 4)",
     )
     run.add_argument(
         "--attempts-parallel",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         metavar="K",
         help="with --search: attempts running at once (default 1; the sandbox's memory and "
@@ -260,16 +260,6 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
         raise UsageError(str(exc)) from None
     asyncio.run(provider.discover_limits())
     return spec, provider
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
 
 
 def _search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
