@@ -456,7 +456,7 @@ def test_a_batch_runs_each_run_as_a_search(tmp_path: Path, answer_task: Path) ->
         (["--search", "llm"], "--search llm needs a model"),
         (["--attempts", "2"], "go with --search greedy or llm"),
         (["--search", "greedy"], "declares no recipe variants"),
-        (["--search", "greedy", "--attempts-parallel", "0"], "at least 1"),
+        (["--search", "greedy", "--attempts-parallel", "0"], "'0' must be positive"),
     ],
 )
 def test_search_flags_that_cannot_go_together_are_one_line_and_exit_2(
