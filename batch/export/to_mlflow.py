@@ -15,6 +15,7 @@ replaces its earlier export in the same experiment (found by its `mlra.run` tag)
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from pathlib import Path
@@ -104,5 +105,10 @@ def write(experiment: Experiment, dest: str) -> str:
     n = len(experiment.runs)
     where = f"MLflow {uri}: experiment {experiment.name!r}, {n} run{'s' * (n != 1)}"
     if uri.startswith("file:"):  # MLflow 3 reads its file store only when told it may
-        where += f" (read it with MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri})"
+        ui = f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}"
+        if importlib.util.find_spec("flask") is None:
+            # mlflow-skinny (the export extra) has no UI server: its `mlflow ui` fails
+            # on a missing flask, so the hint names what serves it.
+            ui = f"pip install mlflow, then {ui}"
+        where += f" (read it with {ui})"
     return where
