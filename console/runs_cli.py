@@ -35,7 +35,7 @@ def add_runs_command(sub: Any) -> None:
         "the best validation, the submitted attempt and its validation-to-test gap.",
     )
     runs.add_argument(
-        "--runs-dir", type=Path, default=Path("runs"), help="the runs folder (default ./runs)"
+        "--runs-dir", type=Path, default=None, help="the runs folder (default ./runs)"
     )
     runs.add_argument("--task", help="only runs of this task (a part of its name)")
     runs.add_argument("--model", help="only runs of this model (a part of its name)")
@@ -154,7 +154,12 @@ def _headers(*, search: bool, notes: bool = False) -> list[str]:
 def cmd_runs(args: argparse.Namespace) -> int:
     from mlra.console.args import UsageError
 
-    runs_dir: Path = args.runs_dir
+    runs_dir: Path = args.runs_dir or Path("runs")
+    if args.runs_dir is None and not runs_dir.exists():
+        # The first thing a newcomer may try: nothing has run here yet, which is no error.
+        if not args.json:
+            print("no runs yet: ./runs does not exist (mlra run makes it; see --runs-dir)")
+        return 0
     if not runs_dir.is_dir():
         raise UsageError(f"{runs_dir} is not a folder of runs (see --runs-dir)")
     rows = list_runs(runs_dir)

@@ -623,6 +623,15 @@ def test_runs_lists_status_score_and_filters(
     assert "is not a folder of runs" in capsys.readouterr().err
 
 
+def test_runs_before_any_run_is_an_empty_list_not_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # no ./runs: nothing has run here yet
+    assert main(["runs"]) == 0
+    assert capsys.readouterr().out.startswith("no runs yet: ./runs does not exist")
+    assert main(["runs", "--json"]) == 0 and capsys.readouterr().out == ""
+
+
 # --- snapshots of the replay console over a fixed recorded run -------------------------
 
 
