@@ -246,6 +246,8 @@ def fork_run(
     """Make the new run's folder: the log up to the step, and the workspace as it was."""
     if source.started.model == "baseline" and edit_action is not None:
         raise ResumeError("--edit-action: the baseline agent follows its recipe; nothing to edit")
+    if source.started.model == "baseline" and message is not None:
+        raise ResumeError("--message: the baseline agent follows its recipe and reads no messages")
     index = _step_index(source.events, at_step)
     prefix = list(source.events[:index])
     edited = None

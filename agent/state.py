@@ -143,6 +143,14 @@ class RunState:
         return "running" if self.started else "starting"
 
     @property
+    def message_refusal(self) -> str | None:
+        """Why a message to this run's agents would be read by nobody: the baseline agent
+        follows its task's recipe and has no model to tell (its `edit` is refused alike)."""
+        if self.model == "baseline":
+            return "the baseline agent follows its recipe and reads no messages"
+        return None
+
+    @property
     def running_jobs(self) -> list[JobRecord]:
         return [job for job in self.jobs.values() if job.ended is None]
 

@@ -369,3 +369,41 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:
     killed = ctl(tmp_path, "status")  # answered: how it stands
     assert killed.returncode == 0 and "r is not running (stopped without an end)" in killed.stdout
     assert ctl(tmp_path, "pause").returncode == 1
+
+
+def test_a_message_to_the_baseline_agent_is_refused_as_no_one_reads_it(tmp_path: Path) -> None:
+    """The baseline follows its recipe: a queued message would be read by nobody, as its
+    fork's edited action already was refused."""
+    runs = tmp_path / "runs"
+    run_dir = runs / "b"
+    args = ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--paused"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args, "--runs-dir", str(runs), "--run-id", "b"],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not socket_path(run_dir).exists():  # another process makes it: poll
+            assert proc.poll() is None and time.monotonic() < deadline, "no control socket"
+            time.sleep(0.01)
+        told = mlra_cli(["ctl", str(run_dir), "inject", "use a smaller lr"], cwd=tmp_path)
+        assert told.returncode == 1, told.stdout
+        assert told.stderr.strip() == (
+            "refused: the baseline agent follows its recipe and reads no messages"
+        )
+        assert mlra_cli(["ctl", str(run_dir), "resume"], cwd=tmp_path).returncode == 0
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [c for c in _controls(run_dir) if c[0] == "inject"] == []
+    fork = mlra_cli(
+        ["fork", str(run_dir), "--at", "1", "--message", "try again", "--no-tui"], cwd=tmp_path
+    )
+    assert fork.returncode == 2 and fork.stderr.strip().splitlines() == [
+        "mlra: --message: the baseline agent follows its recipe and reads no messages"
+    ], fork.stderr
