@@ -78,7 +78,11 @@ def needs_lines(task: Any) -> list[str]:
                 )
             )
     else:
-        grader = "imports all found" if found.evaluator_files else "no code of the task's own"
+        grader = (
+            "imports all found"
+            if found.evaluator_files
+            else "mlra's own (the task ships no grading code to check)"
+        )
         for problem in found.grading_problems():
             if problem.startswith("its evaluator imports"):
                 grader = problem.removeprefix("its evaluator ")

@@ -99,7 +99,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print(
             f"success:    {success_bar(m) or m.success_rule + ' (a reference it needs is unset)'}"
         )
-        print(f"evaluator:  {task.evaluator.kind} on {task.evaluator.artifact}")
+        print(f"graded by:  {task.evaluator.kind} on {task.evaluator.artifact}")
         if task.files.read_only:
             print("read-only:  " + ", ".join(task.files.read_only))
         rules = task.constraints.model_dump(exclude_defaults=True)
