@@ -7,6 +7,9 @@ named by what the source calls it (`loss`) where one source of the run has that 
 so the same curve of two runs meets under one name in a tracker; where two sources of
 one run have it (two jobs each printing `loss`), each is named `<source>/<name>`
 (`j1/loss`, `metrics.jsonl/loss`), never merged into one zigzag.
+
+Which series are curves and which one-off numbers (`d=128` printed once) is
+agent/metrics/one_off.py's rule; `curve_names` applies it to runs shown together.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from mlra import events as ev
+from mlra.agent.metrics.one_off import is_curve
 
 
 @dataclass
@@ -38,6 +42,11 @@ class Series:
     def has_steps(self) -> bool:
         """Every point states its training step: a curve over steps, else over time."""
         return bool(self.points) and all(p.step is not None for p in self.points)
+
+    @property
+    def is_curve(self) -> bool:
+        """Its values change (agent/metrics/one_off.py): else a one-off number."""
+        return is_curve(p.value for p in self.points)
 
 
 def source_label(source: str) -> str:
@@ -69,6 +78,14 @@ def run_series(events: Iterable[ev.Event]) -> list[Series]:
             series.name = f"{source_label(source)}/{name}"
         named.append(series)
     return named
+
+
+def curve_names(runs: Iterable[Iterable[Series]]) -> set[str]:
+    """The names that are a curve in at least one of these runs: shown or exported
+    together, a name is a curve in every run or in none, so one run's loss that stuck
+    at one value, or stopped after a reading, still meets the others' on their panel
+    or chart, and `d` printed once by every run is a curve in none."""
+    return {s.name for series in runs for s in series if s.is_curve}
 
 
 def validation_points(events: Iterable[ev.Event]) -> list[tuple[float, ev.Validation]]:

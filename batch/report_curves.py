@@ -4,6 +4,12 @@ whole, in report.md a line a series (points, first → last, best), and a PNG a 
 (`curves-<task>.png`) with every run of the task laid over each other, a panel a series
 name, a colour a model.
 
+Only curves are drawn and tabled as curves: a series whose values never change in any
+run of the task (`d=128`, `tokenizer: 2048 tokens` printed once by tiny-lm's train.py;
+agent/metrics/one_off.py's rule, batch/curves.py's `curve_names`) is a one-off number,
+listed with its value in a table of its own and marked `"curve": false` in report.json,
+so the panels go to what moved (tiny-lm's `loss` and `valid`).
+
 A run is read from its current folder (`runs/<id>/` of a batch, `<id>/` of a plain
 runs folder): the attempt whose numbers the report's rows show last. A curve is drawn
 over its training steps where every point states one, else over the run clock; on a
@@ -19,13 +25,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
-from mlra.batch.curves import Series, run_series
+from mlra.batch.curves import Series, curve_names, run_series
 from mlra.batch.state import RUNS
 from mlra.terminal_text import printable_line
 
 PANELS = 4
-"""The most series names a task's PNG draws (the most common first): more would be
-unreadable; report.json holds them all."""
+"""The most curve names a task's PNG draws (the most common first, `loss` before the
+rest): more would be unreadable; report.json holds them all."""
 
 
 class _Row(Protocol):
@@ -65,8 +71,16 @@ def read_curves(out: Path, rows: Sequence[_Row]) -> list[RunCurves]:
     return found
 
 
+def _task_curves(curves: list[RunCurves]) -> dict[str, set[str]]:
+    """Each task's curve names: a name is a curve in all the task's runs or in none."""
+    tasks = {c.task for c in curves}
+    return {t: curve_names(c.series for c in curves if c.task == t) for t in tasks}
+
+
 def curves_json(curves: list[RunCurves]) -> list[dict[str, Any]]:
-    """report.json's `curves`: every point, `[step or null, run-clock seconds, value]`."""
+    """report.json's `curves`: every point, `[step or null, run-clock seconds, value]`;
+    `curve` false for a one-off number."""
+    names = _task_curves(curves)
     return [
         {
             "run_id": c.run_id,
@@ -77,6 +91,7 @@ def curves_json(curves: list[RunCurves]) -> list[dict[str, Any]]:
                 {
                     "name": s.name,
                     "source": s.source,
+                    "curve": s.name in names[c.task],
                     "thinned": s.thinned,
                     "points": [[p.step, p.wall, p.value] for p in s.points],
                 }
@@ -97,9 +112,11 @@ def png_name(task: str) -> str:
 
 
 def curves_markdown(curves: list[RunCurves], plotted: bool) -> str:
-    """report.md's section (empty where no run has a curve)."""
+    """report.md's section (empty where no run has a series): a row a curve, and the
+    one-off numbers in a table of their own."""
     if not curves:
         return ""
+    names = _task_curves(curves)
     lines = [
         "",
         "## Training curves",
@@ -108,35 +125,57 @@ def curves_markdown(curves: list[RunCurves], plotted: bool) -> str:
         "wrote (a sample where `thinned` counts points left out).",
         "",
     ]
-    if plotted:
-        for task in sorted({c.task for c in curves}):
-            lines.append(f"![curves: {_cell(task)}]({png_name(task)})")
+    drawn = sorted(t for t in names if names[t]) if plotted else []
+    for task in drawn:
+        lines.append(f"![curves: {_cell(task)}]({png_name(task)})")
+    if drawn:
         lines.append("")
-    lines += [
-        "| run | series | source | points | first → last | min | max | thinned |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for c in curves:
-        for s in c.series:
-            values = [p.value for p in s.points]
+    rows = [(c, s) for c in curves for s in c.series if s.name in names[c.task]]
+    if rows:
+        lines += [
+            "| run | series | source | points | first → last | min | max | thinned |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+    for c, s in rows:
+        values = [p.value for p in s.points]
+        lines.append(
+            f"| {_cell(c.run_id)} | {_cell(s.name)} | {_cell(s.source)} | {len(values)} | "
+            f"{values[0]:.4g} → {values[-1]:.4g} | {min(values):.4g} | {max(values):.4g} "
+            f"| {s.thinned} |"
+        )
+    once = [(c, s) for c in curves for s in c.series if s.name not in names[c.task]]
+    if once:
+        lines += [
+            *([""] if rows else []),
+            "One-off numbers: read once, or the same at every reading (a setting or a size "
+            "a script printed, `d=128`), so listed here rather than drawn.",
+            "",
+            "| run | number | source | value | readings |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        for c, s in once:
             lines.append(
-                f"| {_cell(c.run_id)} | {_cell(s.name)} | {_cell(s.source)} | {len(values)} | "
-                f"{values[0]:.4g} → {values[-1]:.4g} | {min(values):.4g} | {max(values):.4g} "
-                f"| {s.thinned} |"
+                f"| {_cell(c.run_id)} | {_cell(s.name)} | {_cell(s.source)} | "
+                f"{s.points[-1].value:.4g} | {len(s.points)} |"
             )
     return "\n".join(lines) + "\n"
 
 
-def _panel_names(runs: list[RunCurves]) -> list[str]:
+def panel_names(runs: list[RunCurves]) -> list[str]:
+    """A task's panels: its curve names only (a one-off number is a dot, and took the
+    panel of tiny-lm's `valid`), the most common first, `loss` before the rest."""
+    curves = curve_names(c.series for c in runs)
     counts: dict[str, int] = {}
     for c in runs:
         for s in c.series:
-            counts[s.name] = counts.get(s.name, 0) + 1
+            if s.name in curves:
+                counts[s.name] = counts.get(s.name, 0) + 1
     return sorted(counts, key=lambda n: (-counts[n], "loss" not in n, n))[:PANELS]
 
 
 def plot_curves(out: Path, curves: list[RunCurves]) -> list[str]:
-    """`curves-<task>.png` for each task with a curve; the names written."""
+    """`curves-<task>.png` for each task with a curve (one-off numbers alone draw
+    none); the names written."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -146,7 +185,9 @@ def plot_curves(out: Path, curves: list[RunCurves]) -> list[str]:
     colours = {m: f"C{i % 10}" for i, m in enumerate(sorted({c.model for c in curves}))}
     for task in sorted({c.task for c in curves}):
         runs = [c for c in curves if c.task == task]
-        names = _panel_names(runs)
+        names = panel_names(runs)
+        if not names:
+            continue
         fig, axes = plt.subplots(
             1, len(names), figsize=(max(4.5, 4.0 * len(names)), 3.5), squeeze=False
         )
@@ -164,7 +205,9 @@ def plot_curves(out: Path, curves: list[RunCurves]) -> list[str]:
                     values += ys
                     label = c.model if c.model not in labelled else None
                     labelled.add(c.model)
-                    ax.plot(xs, ys, color=colours[c.model], alpha=0.8, label=label)
+                    # A run's single reading of a curve (it stopped there): a dot.
+                    marker = "o" if len(xs) == 1 else None
+                    ax.plot(xs, ys, color=colours[c.model], alpha=0.8, label=label, marker=marker)
             if values and min(values) > 0 and max(values) > 10 * min(values):
                 ax.set_yscale("log")
             ax.set_title(printable_line(name)[:60], fontsize=9)

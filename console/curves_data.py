@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlra import events as ev
+from mlra.agent.metrics.one_off import is_curve
 
 MAX_POINTS = 2000
 """Points kept per series (a terminal plot is a few hundred cells wide)."""
@@ -69,6 +70,12 @@ class Series:
     @property
     def has_steps(self) -> bool:
         return all(p.step is not None for p in self.shown())
+
+    @property
+    def is_curve(self) -> bool:
+        """Its values change (agent/metrics/one_off.py's rule, the report's and the
+        exports' too): else a one-off number (`d=128` printed once), listed, not picked."""
+        return is_curve(p.value for p in self.shown())
 
 
 @dataclass(frozen=True)

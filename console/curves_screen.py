@@ -200,15 +200,16 @@ class CurvesScreen(Screen[None]):
 
     def _default_pick(self, curves: CurveSet) -> set[str]:
         """The focused attempt's series, else the newest source's; of those, the ones
-        that are curves. A training script's one-off lines (`tokenizer: 2048 tokens`,
-        `model: d=128, layers=2`) read as one-point series; picked beside a loss of 4
-        they set the axis to 2048 and flatten the curve a person opened the view for."""
+        that are curves (agent/metrics/one_off.py: their values change). A training
+        script's one-off lines (`tokenizer: 2048 tokens`, `model: d=128, layers=2`) read
+        as series that never change; picked beside a loss of 4 they set the axis to 2048
+        and flatten the curve a person opened the view for."""
         candidates = [
             s
             for s in curves.series.values()
             if (s.source.startswith(f"{self.focus_origin} ") if self.focus_origin else False)
         ] or [s for s in curves.series.values() if s.source == curves.last_source]
-        curves_only = [s for s in candidates if len(s.shown()) > 1]
+        curves_only = [s for s in candidates if s.is_curve]
         return {s.label for s in (curves_only or candidates)}
 
     def shown_series(self) -> list[Series]:

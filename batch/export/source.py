@@ -2,11 +2,18 @@
 tracker, so MLflow, W&B and TensorBoard hold one run's numbers alike.
 
 A run is its parameters (from `run_started`: task, model, limits, seed, search, the
-rest of its config), its curves (its `metrics` events, batch/curves.py), its
-validations, its final score (`result.json`, else its log folded) and its artifacts
-(result.json, a text transcript, the event log). A batch folder is one experiment of
+rest of its config), its curves (its `metrics` events, batch/curves.py), its one-off
+numbers, its validations, its final score (`result.json`, else its log folded) and its
+artifacts (result.json, a text transcript, the event log). A batch folder is one experiment of
 its runs; a searching run brings each attempt (`attempts/<id>/`, a run folder of its
 own) as a run of the same experiment, tied to its parent run.
+
+A series whose values never change in any run of the experiment (tiny-lm's `d=128`,
+`layers=2`, `tokenizer: 2048 tokens`, printed once; agent/metrics/one_off.py's rule,
+batch/curves.py's `curve_names`) is no curve: a tracker would give it a chart of one dot
+beside the loss. It is carried as one of the run's single numbers (`one_offs`: its last
+value, kept as each tracker keeps such numbers) under its own name, so a column `d`
+compares the runs.
 """
 
 from __future__ import annotations
@@ -20,7 +27,14 @@ from mlra.agent.attempts import ATTEMPTS_DIR
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.run_result import RunResult, result_of
 from mlra.agent.state import fold
-from mlra.batch.curves import Point, Series, run_series, validation_points
+from mlra.batch.curves import (
+    Point,
+    Series,
+    curve_names,
+    run_series,
+    source_label,
+    validation_points,
+)
 from mlra.batch.state import RUNS
 
 Transcript = Callable[[list[ev.Event], Path], str]
@@ -49,6 +63,7 @@ class ExportRun:
     """The run id (an attempt: `<run id>/<attempt id>`)."""
     params: dict[str, Param]
     series: list[Series]
+    """Its curves (once `read_experiment` has set the one-off numbers apart)."""
     validations: list[Series]
     """Validation scores over the run clock (step = the validation's number)."""
     final: dict[str, float]
@@ -59,6 +74,24 @@ class ExportRun:
     parent: str | None = None
     """An attempt's run (its `name`), else None."""
     tags: dict[str, str] = field(default_factory=dict)
+    one_offs: dict[str, Point] = field(default_factory=dict)
+    """Numbers its scripts printed or wrote that are no curve: each its last reading,
+    named as its series (`<source>/<name>` where a final number or a parameter of the
+    run has that name)."""
+
+
+def set_one_offs_apart(runs: list[ExportRun]) -> None:
+    """Move each run's one-off numbers from `series` to `one_offs`: a name is a curve in
+    every run of the experiment or in none, so one chart holds every run's `loss`."""
+    curves = curve_names(r.series for r in runs)
+    for run in runs:
+        taken = set(run.final) | set(run.params)
+        for s in run.series:
+            if s.name in curves or not s.points:
+                continue
+            key = s.name if s.name not in taken else f"{source_label(s.source)}/{s.name}"
+            run.one_offs[key] = s.points[-1]
+        run.series = [s for s in run.series if s.name in curves]
 
 
 @dataclass
@@ -162,7 +195,9 @@ def read_experiment(path: Path, transcript: Transcript | None = None) -> Experim
     experiment; `NotARun` where it is neither."""
     path = path.resolve()
     if (path / EVENTS_FILE).is_file():
-        return Experiment(path.name, _with_attempts(path, path.name, transcript))
+        runs = _with_attempts(path, path.name, transcript)
+        set_one_offs_apart(runs)
+        return Experiment(path.name, runs)
     runs_dir = path / RUNS
     if runs_dir.is_dir():
         runs: list[ExportRun] = []
@@ -170,6 +205,7 @@ def read_experiment(path: Path, transcript: Transcript | None = None) -> Experim
             if (folder / EVENTS_FILE).is_file():
                 runs += _with_attempts(folder, folder.name, transcript)
         if runs:
+            set_one_offs_apart(runs)
             return Experiment(path.name, runs)
         raise NotARun(f"{path}: a batch folder with no run in {RUNS}/ yet")
     raise NotARun(f"{path} is neither a run folder ({EVENTS_FILE}) nor a batch folder ({RUNS}/)")

@@ -9,7 +9,9 @@ server the user names) is used as given: the only way this export reaches a netw
 
 A point without a stated training step is numbered in its series' order (MLflow needs
 a step); its time, the run's start plus its run-clock seconds, is its timestamp either
-way, so MLflow's relative-time axis shows the run's clock. Exporting a run again
+way, so MLflow's relative-time axis shows the run's clock. A one-off number (source.py:
+`d=128` printed once) is a metric of one value, as the final numbers are: MLflow's
+runs table shows it as a column, and it makes no history chart of one dot. Exporting a run again
 replaces its earlier export in the same experiment (found by its `mlra.run` tag).
 """
 
@@ -53,6 +55,9 @@ def _metrics(run: ExportRun, series: list[Series]) -> list[Any]:
         for i, p in enumerate(s.points):
             ms = int((run.started_ts + p.wall) * 1000)
             out.append(Metric(key, p.value, ms, p.step if p.step is not None else i))
+    for k, p in run.one_offs.items():
+        ms = int((run.started_ts + p.wall) * 1000)
+        out.append(Metric(metric_key(k), p.value, ms, p.step if p.step is not None else 0))
     end = int((run.started_ts + run.final.get("duration_s", 0.0)) * 1000)
     out += [Metric(metric_key(k), v, end, 0) for k, v in run.final.items()]
     return out

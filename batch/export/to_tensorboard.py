@@ -1,6 +1,8 @@
 """A run or batch as TensorBoard event files: `DEST/<experiment>/<run>/` a run (an
-attempt under its run's folder), its curves as scalars, its parameters as hparams and
-as a text table, its artifacts copied beside its event file.
+attempt under its run's folder), its curves as scalars, its parameters and its one-off
+numbers (source.py: `d=128` printed once) as hparams and as a text table (a one-off as
+a scalar would be a chart of one dot beside the loss), its artifacts copied beside its
+event file.
 
 Written with TensorBoard's own event-file writer and protos, so neither TensorFlow nor
 torch is needed. A point's wall time is the run's start plus its run-clock seconds; a
@@ -85,10 +87,13 @@ def _write_run(folder: Path, run: ExportRun) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     writer = EventFileWriter(str(folder))
     start = run.started_ts
+    params: dict[str, Param] = dict(run.params)
+    for key, p in run.one_offs.items():
+        params[key] = int(p.value) if p.value.is_integer() else p.value
     try:
-        writer.add_event(Event(wall_time=start, step=0, summary=_hparams(run.params)))
+        writer.add_event(Event(wall_time=start, step=0, summary=_hparams(params)))
         writer.add_event(
-            Event(wall_time=start, step=0, summary=_text("params", _params_table(run.params)))
+            Event(wall_time=start, step=0, summary=_text("params", _params_table(params)))
         )
         for s in run.series + run.validations:
             for i, p in enumerate(s.points):

@@ -5,7 +5,8 @@ run (and one an attempt, grouped under its run), for `wandb sync` to upload late
 Offline means offline: no login, no API key read (the process's `WANDB_API_KEY` is
 hidden from wandb while the export runs and `WANDB_MODE` is `offline`), no system or
 git metadata collected, no console captured. The parameters are the run's config,
-the final numbers its summary, and the artifacts (result.json, transcript, event log)
+the final numbers and the one-off numbers (source.py: `d=128` printed once) its summary,
+never a history chart of one dot, and the artifacts (result.json, transcript, event log)
 its files. A curve whose points all state a training step is drawn over
 `mlra/step`; any other, and the validations, over `mlra/wall_s` (run-clock seconds).
 """
@@ -102,6 +103,7 @@ def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun) -> str:
             tracked.define_metric(s.name, step_metric=WALL)
         for _, row in _rows(run):
             tracked.log(row)
+        tracked.summary.update({k: p.value for k, p in run.one_offs.items()})
         tracked.summary.update(run.final)
         files = Path(tracked.dir)
         for artifact in run.artifacts:
