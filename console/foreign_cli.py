@@ -154,7 +154,10 @@ def list_benchmark_folder(folder: Path) -> bool:
         if task.evaluator.cannot_grade:
             pass  # said below, and no direction matters then
         elif not m.direction_known:
-            reference += " · direction unknown (success not judged; see `mlra tasks PATH`)"
+            reference += (
+                " · direction unknown (success not judged; state it with --direction "
+                "higher|lower or [metric] higher_is_better in the folder's mlra.toml)"
+            )
         elif m.self_reported:
             reference += " · self-reported score"
         print(printable_line(f"{task.name:<24} {task.title}"))

@@ -73,7 +73,7 @@ async def grade_artifact(
         # The evaluator's own way of failing (vectorization's 1e10 for a submission it
         # cannot read), or a number the metric cannot take: a failed grading, not a score.
         scored = False
-        outcome.error = f"no score: {failed}"
+        outcome.error = failed  # the displays frame it ("no score: ...")
     score = outcome.score if scored else None
     normalized = normalize(score, metric.baseline, metric.top)
     isolation_used = outcome.details.get("isolation")

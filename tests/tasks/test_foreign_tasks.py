@@ -396,6 +396,10 @@ def test_tasks_show_describes_the_folder(
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].split() == ["mlagentbench-tiny-mab", "tiny-mab", "(MLAgentBench)"]
     assert "baseline unknown · direction unknown (success not judged" in listed[1]
+    assert (
+        "--direction higher|lower or [metric] higher_is_better in the folder's mlra.toml"
+        in (listed[1])
+    )
     assert "requirements in its own environment (numpy<2)" in listed[1]
 
 

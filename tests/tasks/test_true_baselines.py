@@ -17,6 +17,7 @@ import pytest
 from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.console.cli import main as mlra_main
+from mlra.console.event_lines import score_line
 from mlra.tasks.foreign import known
 from mlra.tasks.foreign.common import BASELINE_FILE, CACHE_VAR
 from mlra.tasks.foreign.mlrcbench import PUBLISHED, published_name
@@ -84,6 +85,9 @@ def test_a_failed_starter_records_no_baseline_and_says_why(
     _, events = baseline_run(crashing, runs)
     assert graded(events).score is None  # 1e10 is the evaluator failing, not a score
     assert "1e+10 is the value the evaluator returns when it fails" in str(graded(events).error)
+    assert score_line(graded(events)) == (  # said once, as the run's last line shows it
+        "no score: 1e+10 is the value the evaluator returns when it fails"
+    )
     (said,) = [n for n in notices(events) if "baseline" in n]
     assert said.startswith("no baseline recorded for mlagentbench-crashing: the recipe failed")
     prepared = load_task(crashing)
