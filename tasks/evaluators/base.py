@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.tasks.evaluators.host_tools import host_tools
-from mlra.tasks.evaluators.progress import EVERY_S as PROGRESS_EVERY_S
+from mlra.tasks.evaluators.progress import TICK_S as PROGRESS_TICK_S
 from mlra.tasks.evaluators.progress import ProgressReader
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
@@ -294,7 +294,7 @@ def end_stale_evaluator(work_dir: Path) -> str | None:
 async def _flush_now_and_then(reader: ProgressReader) -> None:
     """Log a progress line held back once its time comes, though no output follows."""
     while True:
-        await asyncio.sleep(PROGRESS_EVERY_S)
+        await asyncio.sleep(PROGRESS_TICK_S)
         reader.flush()
 
 
@@ -385,6 +385,11 @@ async def run_evaluation(
         finally:
             if flushing is not None:
                 flushing.cancel()
+        if reader is not None:
+            # Where the evaluator got to, before its score; a display that fails here
+            # must not fail the grading (the output's own callback is guarded alike).
+            with contextlib.suppress(Exception):
+                reader.close()
     finally:
         with contextlib.suppress(Exception):
             await box.close()

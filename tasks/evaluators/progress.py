@@ -1,11 +1,11 @@
 """The evaluator's progress, read from its output as it grades.
 
-An lm-eval grading runs for minutes with nothing to show but its progress bars
-(tqdm, written to stderr and redrawn with carriage returns); a script evaluator
+An lm-eval grading runs for seconds to hours with nothing to show but its progress
+bars (tqdm, written to stderr and redrawn with carriage returns); a script evaluator
 prints what it likes. The evaluation process's output streams through the sandbox
 (tasks/evaluators/base.py); this turns its latest line into `evaluation_progress`
-events, at most one every few seconds, so a long grading shows it is moving and the
-log stays small. The evaluator is the task's own, but the lines may quote the
+events, paced so that a grading of seconds shows its counts rising and one of hours
+keeps the log small. The evaluator is the task's own, but the lines may quote the
 submission: they are data, logged as written and escaped where shown.
 """
 
@@ -18,28 +18,38 @@ from collections.abc import Callable
 from mlra import events as ev
 from mlra.terminal_text import printable_line
 
+MIN_S = 0.5
+"""The shortest wait between two progress events: two a second at most, while a
+grading is young (a baseline's lm-eval grading lasts seconds, its bars less than one)..."""
 EVERY_S = 5.0
-"""The longest a new line waits to be logged: one event at most every this often..."""
-NEW_PHASE_S = 1.0
-"""...except a progress bar of another description (lm-eval's next phase), which waits
-only this long."""
+"""...the longest: a new line waits this long at most. Between the two, the wait is
+PACE times the time the grading has run: at most 10 events in its first 5 s, 33 in its
+first 50 s, and 23 + T/5 in T seconds after that (some 750 an hour)."""
+PACE = 0.1
+TICK_S = MIN_S / 2
+"""How often the caller calls `flush`: a line held back goes out this late at most."""
 MAX_LINE = 300
 """A line longer than this is cut: it is a glimpse of progress, not the evaluator's log
 (which is kept whole in the evaluation folder)."""
 
 _BAR = re.compile(r"^(?P<what>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<done>\d+)/(?P<total>\d+)")
+_WHOLE_BAR = re.compile(r"\|\s*\d+/\d+\s*\[[^\]]*\]\s*$")
+"""The end of a bar tqdm has written whole ("| 65/1720 [00:00<00:02, 555.86it/s]"):
+tqdm writes "\\r" + line, so its latest line is ended only by the next redraw."""
 
 
-def parse_line(line: str) -> ev.EvaluationProgress:
+def parse_line(line: str, context: str = "") -> ev.EvaluationProgress:
     """A line as a progress event: a progress bar's description and counts, where it
-    is one ("Running loglikelihood requests:  45%|####5     | 4500/10000 [00:30<...]")."""
+    is one ("Running loglikelihood requests:  45%|####5     | 4500/10000 [00:30<...]").
+    A bar without a description (lm-eval's building of each task's requests) is named
+    by `context`, the evaluator's last line that was not a bar."""
     line = line.strip()[:MAX_LINE]
     bar = _BAR.match(line)
     if bar is None:
         return ev.EvaluationProgress(line=line)
     return ev.EvaluationProgress(
         line=line,
-        what=bar["what"].strip(),
+        what=bar["what"].strip() or context,
         done=int(bar["done"]),
         total=int(bar["total"]),
     )
@@ -47,10 +57,14 @@ def parse_line(line: str) -> ev.EvaluationProgress:
 
 class ProgressReader:
     """Fed the evaluation process's output as it comes, in chunks; calls `emit` with the
-    latest whole line, as often as EVERY_S allows (a line held back meanwhile goes out
-    with `flush`, which the caller calls now and then: the evaluator may fall silent
-    after it). A line is whole once a newline or a carriage return (a progress bar
-    redrawn) ends it."""
+    latest line, at most once every `wait_s()` (a line held back meanwhile goes out
+    with `flush`, which the caller calls every TICK_S: the evaluator may fall silent
+    after it; and with `close`, once the evaluator has ended, whatever the wait).
+
+    A line is whole once a newline or a carriage return ends it, or, for a progress
+    bar, once it reads as a whole bar: tqdm redraws with "\\r" + line, and waiting for
+    the next redraw to end it would show every bar one update late (a bar whose first
+    batch takes a minute, at its 0% line of before)."""
 
     def __init__(
         self,
@@ -60,29 +74,48 @@ class ProgressReader:
     ) -> None:
         self._emit = emit
         self._clock = clock
+        self._started = clock()
         self._partial = ""
+        self._context = ""
         self._last_at: float | None = None
         self._last: ev.EvaluationProgress | None = None
         self._held: ev.EvaluationProgress | None = None
+
+    def wait_s(self) -> float:
+        """How long a line waits after the last one logged, now."""
+        return min(EVERY_S, max(MIN_S, PACE * (self._clock() - self._started)))
 
     def feed(self, text: str) -> None:
         pieces = re.split(r"[\r\n]", self._partial + text)
         self._partial = pieces.pop()[-4 * MAX_LINE :]  # a line not yet ended
         for piece in pieces:
-            if piece.strip():
-                self._offer(parse_line(piece))
+            self._take(piece)
+        if _WHOLE_BAR.search(self._partial):
+            self._take(self._partial)
+
+    def _take(self, piece: str) -> None:
+        if not piece.strip():
+            return
+        progress = parse_line(piece, self._context)
+        if progress.total is None:
+            self._context = progress.line
+        self._offer(progress)
 
     def _offer(self, progress: ev.EvaluationProgress) -> None:
         last = self._held or self._last
         if last is not None and (progress.line, progress.done) == (last.line, last.done):
             return
         self._held = progress
-        new_phase = last is not None and progress.total is not None and progress.what != last.what
-        self._send(NEW_PHASE_S if new_phase else EVERY_S)
+        self._send(self.wait_s())
 
     def flush(self) -> None:
-        """Log the line held back, once EVERY_S has passed since the last one."""
-        self._send(EVERY_S)
+        """Log the line held back, once its wait has passed."""
+        self._send(self.wait_s())
+
+    def close(self) -> None:
+        """The evaluator has ended: log the line held back now (a bar's last count),
+        so the last progress before the score is where the evaluator got to."""
+        self._send(0.0)
 
     def _send(self, wait_s: float) -> None:
         held, now = self._held, self._clock()

@@ -22,7 +22,6 @@ from mlra import events as ev
 from mlra.agent.eventlog import read_events
 from mlra.agent.state import fold
 from mlra.console.panes.status import activity
-from mlra.tasks.evaluators.progress import ProgressReader, progress_words
 from mlra.tools.sandbox.bwrap import find_bwrap
 from tests.conftest import ANSWER_TASK
 
@@ -104,32 +103,3 @@ def _read(path: Path) -> bytes:
         return path.read_bytes()
     except FileNotFoundError:
         return b""
-
-
-def test_progress_is_logged_every_few_seconds_and_a_silent_evaluator_still_shows_its_last() -> None:
-    """The reader's own clock, stepped by hand: what reaches the log, and when."""
-    now = [0.0]
-    logged: list[ev.EvaluationProgress] = []
-    reader = ProgressReader(logged.append, clock=lambda: now[0])
-    bar = "Running loglikelihood requests: {p:3d}%|#  | {n}/10000 [00:30<00:37]\r"
-    reader.feed("Loading weights\n")  # the first line goes out at once
-    now[0] = 1.5  # a bar of a new phase: after a second
-    reader.feed(bar.format(p=1, n=100) + bar.format(p=2, n=200)[:-17])
-    assert [e.line for e in logged] == ["Loading weights", bar.format(p=1, n=100).strip()]
-    reader.feed("00 [00:30<00:37]\r")  # the cut line, whole now: held back until 6.5
-    now[0] = 6.4
-    reader.flush()
-    assert len(logged) == 2
-    now[0] = 6.5  # the evaluator has fallen silent: its last line goes out all the same
-    reader.flush()
-    assert (logged[-1].what, logged[-1].done, logged[-1].total) == (
-        "Running loglikelihood requests",
-        200,
-        10000,
-    )
-    assert progress_words(logged[-1]) == "2% (200/10,000) Running loglikelihood requests"
-    now[0] = 20.0
-    reader.feed(bar.format(p=2, n=200))  # the same again: nothing new to say
-    reader.flush()
-    assert len(logged) == 3
-    assert progress_words(ev.EvaluationProgress(line="loading \x1b[2Jx")) == "loading \\x1b[2Jx"

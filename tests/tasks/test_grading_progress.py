@@ -1,0 +1,205 @@
+"""A grading shows its counts rising while it runs, and the log stays small.
+
+The progress reader (tasks/evaluators/progress.py) is run over a real evaluation
+process (the real sandbox, runner and script evaluator) whose script draws a real tqdm
+bar into a pipe, as lm-eval does: "\\r" + line, so the latest count is ended only by
+the next redraw. The script waits, at each count, until the test has seen that count
+logged: a count the reader held back until the next redraw would never come.
+The pace itself is checked on the reader's own clock, stepped by hand.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from mlra import events as ev
+from mlra.console.headless import TranscriptDisplay
+from mlra.tasks.evaluators.base import run_evaluation
+from mlra.tasks.evaluators.progress import EVERY_S, MIN_S, ProgressReader, progress_words
+from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
+from tests.conftest import ANSWER_TASK
+
+STEPPED_BAR = '''
+"""Four answers scored under a real tqdm bar; at each count it waits (60 s at most)
+until `seen-N` appears in the task folder: the test saw that count logged."""
+import json, sys, time
+from pathlib import Path
+from tqdm import tqdm
+
+artifact, task_root, out = (Path(a) for a in sys.argv[1:4])
+bar = tqdm(total=4, desc="Scoring answers", mininterval=0, file=sys.stderr)
+for n in range(1, 4):
+    bar.update(1)
+    deadline = time.monotonic() + 60
+    while not (task_root / f"seen-{n}").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+bar.update(1)
+bar.close()
+out.write_text(json.dumps({"score": 1.0, "metrics": {}}))
+'''
+
+
+async def test_a_real_tqdm_bar_in_a_real_evaluation_logs_each_count_in_order(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "task"
+    shutil.copytree(ANSWER_TASK, folder)
+    (folder / "hidden" / "check.py").write_text(STEPPED_BAR)
+    artifact = tmp_path / "answer.txt"
+    artifact.write_text("42\n")
+    logged: list[tuple[float, ev.EvaluationProgress]] = []
+
+    def seen(progress: ev.EvaluationProgress) -> None:
+        logged.append((time.monotonic(), progress))
+        if progress.done:
+            (folder / f"seen-{progress.done}").touch()  # the script goes on to the next
+
+    outcome = await run_evaluation(load_task(folder), artifact, tmp_path / "eval", on_progress=seen)
+    assert outcome.ok and outcome.score == 1.0, outcome.error
+    progress = [p for _, p in logged]
+    # Every count, in order, the last one (4/4) logged once the script ended.
+    assert [p.done for p in progress] == [0, 1, 2, 3, 4], [p.line for p in progress]
+    assert {(p.what, p.total) for p in progress} == {("Scoring answers", 4)}
+    assert progress_words(progress[2]) == "50% (2/4) Scoring answers"
+    # Two a second at most while it ran; the count it ended on went out at its end.
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged[:-1])]
+    assert all(gap >= MIN_S - 0.01 for gap in gaps), gaps
+
+
+def _reader() -> tuple[list[float], list[ev.EvaluationProgress], ProgressReader]:
+    now = [0.0]
+    logged: list[ev.EvaluationProgress] = []
+    return now, logged, ProgressReader(logged.append, clock=lambda: now[0])
+
+
+def _bar(n: int, total: int = 1720, what: str = "Running loglikelihood requests: ") -> str:
+    """A bar as tqdm draws it into a pipe: a carriage return, then the line."""
+    return f"\r{what}{100 * n // total:3d}%|#  | {n}/{total} [00:01<00:02, 555.86it/s]"
+
+
+def test_the_latest_count_shows_at_once_and_later_ones_twice_a_second_at_most() -> None:
+    now, logged, reader = _reader()
+    reader.feed("loading lm-eval and its tasks\n")  # the first line: at once
+    now[0] = 0.1
+    reader.feed(_bar(0))  # not yet ended by a redraw, but a whole bar: taken
+    reader.feed(_bar(65))
+    now[0] = 0.4
+    reader.flush()
+    assert [p.done for p in logged] == [None]
+    now[0] = 0.5
+    reader.flush()  # 0.5 s after the first: the latest count, never a stale 0%
+    assert [p.done for p in logged] == [None, 65]
+    reader.feed(_bar(225)[:-10])  # a bar cut by the pipe: not a count yet
+    now[0] = 1.2
+    reader.flush()
+    assert [p.done for p in logged] == [None, 65]
+    reader.feed(_bar(225)[-10:])
+    assert [p.done for p in logged] == [None, 65, 225]
+    reader.feed(_bar(225) + "  ")  # the same bar redrawn, padded: nothing new
+    now[0] = 3.0
+    reader.flush()
+    assert len(logged) == 3
+    reader.feed(_bar(1720) + "\n")
+    reader.close()  # the evaluator has ended: its last count, whatever the wait
+    assert [p.done for p in logged] == [None, 65, 225, 1720]
+    assert progress_words(logged[-1]) == "100% (1,720/1,720) Running loglikelihood requests"
+    # The evaluator's words are data: shown escaped, never obeyed by the terminal.
+    assert progress_words(ev.EvaluationProgress(line="loading \x1b[2Jx")) == "loading \\x1b[2Jx"
+
+
+def test_the_wait_grows_to_five_seconds_so_an_hour_of_grading_logs_some_750_events() -> None:
+    now, logged, reader = _reader()
+    for tenth in range(36_000):  # an hour of a bar redrawn ten times a second
+        now[0] = tenth / 10
+        reader.feed(_bar(tenth, total=36_000))
+        if tenth % 2 == 0:
+            reader.flush()
+    assert reader.wait_s() == EVERY_S
+    assert 700 < len(logged) < 760
+    assert [p.done for p in logged] == sorted(p.done or 0 for p in logged)
+    assert sum(len(p.model_dump_json()) for p in logged) < 250_000
+
+
+def test_an_unnamed_bar_is_named_by_the_step_before_it() -> None:
+    """lm-eval's bars for building requests and rolling windows have no description;
+    its log line before each says what they count."""
+    _, logged, reader = _reader()
+    reader.feed("lm-eval: Building contexts for tiny_lm_agreement on rank 0...\n")
+    reader.close()
+    reader.feed(_bar(0, total=125, what=""))
+    reader.close()
+    reader.feed("\nlm-eval: Running loglikelihood_rolling requests\n")
+    reader.feed(_bar(3, total=8, what=""))
+    reader.close()
+    assert [progress_words(p) for p in logged] == [
+        "lm-eval: Building contexts for tiny_lm_agreement on rank 0...",
+        "0% (0/125) lm-eval: Building contexts for tiny_lm_agreement on rank 0...",
+        "37% (3/8) lm-eval: Running loglikelihood_rolling requests",
+    ]
+
+
+def test_the_transcript_says_how_long_the_grading_has_run() -> None:
+    """The run clock stands still while the run is graded: the progress lines count
+    the grading's own seconds beside it."""
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    started = ev.EvaluationStarted(evaluator="lm-eval", artifact="submission", t=48.7, ts=1000.0)
+    display.on_event(started)
+    for ts, done in ((1004.2, 65), (1004.9, 781)):
+        display.on_event(
+            ev.EvaluationProgress(
+                line="...",
+                what="Running loglikelihood requests",
+                done=done,
+                total=1720,
+                t=48.7,
+                ts=ts,
+            )
+        )
+    lines = out.getvalue().splitlines()
+    assert lines[1:] == [
+        "[49s +4s] grading: 3% (65/1,720) Running loglikelihood requests",
+        "[49s +5s] grading: 45% (781/1,720) Running loglikelihood requests",
+    ]
+
+
+@pytest.mark.slow
+async def test_lm_eval_grading_tiny_lm_names_its_steps_and_ends_on_its_last(
+    tmp_path: Path,
+) -> None:
+    """Real lm-eval on the tiny-lm task, a 0.02M-parameter model: every bar's counts
+    rise, unnamed bars carry lm-eval's step, and the last line says what it does after."""
+    from tests.tasks.test_benchmark_tasks import _llama
+
+    model = _llama(tmp_path / "model")
+    logged: list[tuple[float, ev.EvaluationProgress]] = []
+    outcome = await run_evaluation(
+        load_task(BUILTIN_TASKS_DIR / "tiny-lm"),
+        model,
+        tmp_path / "eval",
+        on_progress=lambda p: logged.append((time.monotonic(), p)),
+    )
+    assert outcome.ok, outcome.error
+    progress = [p for _, p in logged]
+    lines = [p.line for p in progress]
+    assert progress[-1].line == "lm-eval has finished; computing the score from its results", lines
+    # Every bar lm-eval drew is named, read back from its whole output at no pace.
+    ticks = itertools.count(step=10.0)
+    every: list[ev.EvaluationProgress] = []
+    reader = ProgressReader(every.append, clock=lambda: next(ticks))
+    reader.feed((tmp_path / "eval" / "evaluation.log").read_text())
+    reader.close()
+    bars = [p for p in every if p.total]
+    assert bars and all(p.what for p in bars), [p.line for p in every]
+    named = {p.what for p in bars}
+    assert "lm-eval: Building contexts for tiny_lm_pairs_word_order on rank 0..." in named
+    assert "lm-eval: Running loglikelihood_rolling requests" in named
+    assert "Running loglikelihood requests" in named
+    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged[:-1])]
+    assert all(gap >= MIN_S - 0.01 for gap in gaps), gaps
