@@ -148,6 +148,9 @@ class TranscriptDisplay(_Printer):
         """Each finished attempt's validation score: the score line sets the graded
         attempt's beside its test score."""
         self._regrading = False
+        self._grading_since: float | None = None
+        """When the grading began (its start event's wall clock): the run clock stands
+        still while it grades, so its progress lines say how long it has been at it."""
 
     def read_ahead(self, events: list[ev.Event], run_dir: Path) -> None:
         """A replay knows the whole log: a fork's begins with its source's events, and
@@ -310,9 +313,12 @@ class TranscriptDisplay(_Printer):
                 self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
             case ev.EvaluationStarted():
                 self._regrading = event.regrade_by is not None
+                self._grading_since = event.ts or None
                 self._out(f"[{t}] evaluating {event.artifact} with {event.evaluator}…")
             case ev.EvaluationProgress():
-                self._out(f"[{t}] grading: {progress_words(event)}", "dim")
+                since = self._grading_since
+                took = f" +{format_duration(event.ts - since)}" if since and event.ts else ""
+                self._out(f"[{t}{took}] grading: {progress_words(event)}", "dim")
             case ev.EvaluationFinished():
                 line = f"[{t}] score: {score_line(event)}"
                 if not self._regrading and self._submission is not None:

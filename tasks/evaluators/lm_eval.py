@@ -53,7 +53,9 @@ this module runs it.
 
 from __future__ import annotations
 
+import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -108,6 +110,7 @@ class LmEvalEvaluator(Evaluator):
         if not self.task.resources.network:
             for name in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
                 os.environ.setdefault(name, "1")
+        say("loading torch, transformers and the submitted tokenizer")
         import torch
         import transformers
 
@@ -146,6 +149,7 @@ class LmEvalEvaluator(Evaluator):
         if settings.get("running_memory") is not None:
             from mlra.tasks.evaluators.model_memory import running_memory_rule
 
+            say("measuring the submission's memory while it runs (no count to show)")
             try:
                 memory_metrics, broken = running_memory_rule(
                     artifact, dict(settings["running_memory"]), device
@@ -170,6 +174,7 @@ class LmEvalEvaluator(Evaluator):
         cap = int(settings.get("max_length_cap", 2048))
         if context_length(artifact) > cap:
             model_args["max_length"] = cap
+        say("loading lm-eval and its tasks")
         import lm_eval
         from lm_eval.evaluator import simple_evaluate
         from lm_eval.tasks import TaskManager
@@ -189,6 +194,7 @@ class LmEvalEvaluator(Evaluator):
                 f"named {', '.join(unknown)}",
             )
 
+        show_lm_eval_steps()
         started = time.monotonic()
         try:
             results = simple_evaluate(
@@ -213,6 +219,7 @@ class LmEvalEvaluator(Evaluator):
         if not results or "results" not in results:
             return EvalOutcome(ok=False, error="lm-eval returned no results")
         task_results = results["results"]
+        say("lm-eval has finished; computing the score from its results")
 
         metrics = flatten_metrics(task_results) | memory_metrics
         details: dict[str, object] = {
@@ -257,6 +264,7 @@ class LmEvalEvaluator(Evaluator):
             from mlra.tasks.evaluators.edge_efficiency import score_efficiency
 
             details["accuracy"] = score
+            say("measuring the submission's throughput (no count to show)")
             try:
                 score, more, broken = score_efficiency(
                     artifact, score, dict(settings["efficiency"]), device
@@ -273,6 +281,25 @@ class LmEvalEvaluator(Evaluator):
         return EvalOutcome(
             ok=True, score=score, metrics=metrics, violations=violations, details=details
         )
+
+
+def say(line: str) -> None:
+    """A step of the grading, in the evaluator's output, where the displays show it
+    (tasks/evaluators/progress.py): a step with no progress bar says so rather than
+    leave the last bar's count standing as if it were still moving."""
+    print(line, file=sys.stderr, flush=True)
+
+
+def show_lm_eval_steps() -> None:
+    """lm-eval's own log at INFO, on stderr: it says which task's requests it builds
+    and which kind of request it runs ("Building contexts for blimp_x on rank 0...",
+    "Running loglikelihood_rolling requests"), the names its unnamed progress bars take
+    on the displays. Without a handler its INFO lines go nowhere."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("lm-eval: %(message)s"))
+    logger = logging.getLogger("lm_eval")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
 
 
 def _optional_int(value: Any) -> int | None:
