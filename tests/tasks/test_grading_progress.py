@@ -69,7 +69,7 @@ async def test_a_real_tqdm_bar_in_a_real_evaluation_logs_each_count_in_order(
     assert progress_words(progress[2]) == "50% (2/4) Scoring answers"
     # Two a second at most while it ran; the count it ended on went out at its end.
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged[:-1])]
-    assert all(gap >= MIN_S - 0.01 for gap in gaps), gaps
+    assert all(gap >= MIN_S - 0.05 for gap in gaps), gaps
 
 
 def _reader() -> tuple[list[float], list[ev.EvaluationProgress], ProgressReader]:
@@ -202,4 +202,4 @@ async def test_lm_eval_grading_tiny_lm_names_its_steps_and_ends_on_its_last(
     assert "lm-eval: Running loglikelihood_rolling requests" in named
     assert "Running loglikelihood requests" in named
     gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged[:-1])]
-    assert all(gap >= MIN_S - 0.01 for gap in gaps), gaps
+    assert all(gap >= MIN_S - 0.05 for gap in gaps), gaps
