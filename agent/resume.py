@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -242,8 +243,11 @@ def fork_run(
     model: str,
     edit_action: dict[str, Any] | None = None,
     message: str | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> RecordedRun:
-    """Make the new run's folder: the log up to the step, and the workspace as it was."""
+    """Make the new run's folder: the log up to the step, and the workspace as it was.
+    `ready` is called once the fork is known to be possible, before anything is written
+    (the CLI asks the model server there, so a refusal leaves no folder)."""
     if source.started.model == "baseline" and edit_action is not None:
         raise ResumeError("--edit-action: the baseline agent follows its recipe; nothing to edit")
     if source.started.model == "baseline" and message is not None:
@@ -256,6 +260,8 @@ def fork_run(
         prefix = [*source.events[:index], *prefix[index:]]
     # Earlier endings (a stop, then a resume) stay: the copy keeps every event up to
     # the step, numbering included, so it reads as whole (`seq` 1, 2, 3...).
+    if ready is not None:
+        ready()
     run_dir.parent.mkdir(parents=True, exist_ok=True)
     run_dir.mkdir(mode=0o700, exist_ok=False)  # private, as RunController.prepare makes it
     workspace = run_dir / "workspace"

@@ -67,7 +67,8 @@ def add_resume_commands(sub: Any) -> None:
 def _provider(model: str, base_url: str | None, config: Any) -> Any:
     """The model a resumed or forked run goes on with, set as the run was: the
     temperature, seed, output budget and tool-call mode it recorded, and its context
-    window where the user set it (a window learnt from a server is learnt again)."""
+    window where the user set it (a window learnt from a server is learnt again, by
+    `limits_or_refused` once the run is known to go on, before anything is written)."""
     from mlra.agent.providers import ModelSettings, resolve_model
     from mlra.agent.providers.base import ConfigError
     from mlra.console.args import UsageError
@@ -152,8 +153,9 @@ def _use_tui(args: argparse.Namespace) -> bool:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from mlra.agent.resume import ResumeError, resume_controller
+    from mlra.agent.resume import ResumeError, resumable, resume_controller
     from mlra.console.args import UsageError
+    from mlra.console.model_server import limits_or_refused
 
     run = _load(args.run_dir)
     task = _task_of(run)
@@ -161,6 +163,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     use_tui = _use_tui(args)
     overrides = _overrides(args, use_tui) | {"model": model}
     provider = _provider(model, args.base_url or run.config.base_url, run.config)
+    try:
+        resumable(run)  # a run that cannot go on is said first, whatever its server
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+    limits_or_refused(provider)  # before the log is reopened (a torn line dropped)
     try:
         controller = resume_controller(run, task, provider, overrides=overrides)
     except ResumeError as exc:
@@ -179,6 +186,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     from mlra.agent.controller import new_run_id
     from mlra.agent.resume import ResumeError, fork_run, resume_controller
     from mlra.console.args import UsageError, check_run_id, check_writable_dir
+    from mlra.console.model_server import limits_or_refused
 
     check_run_id(args.run_id)
     source = _load(args.run_dir)
@@ -208,6 +216,9 @@ def cmd_fork(args: argparse.Namespace) -> int:
             model=model,
             edit_action=edit,
             message=args.message,
+            # A server nothing answers at: refused once the fork is possible, before its
+            # folder is made.
+            ready=lambda: limits_or_refused(provider),
         )
         overrides = _overrides(args, use_tui) | {"model": model}
         controller = resume_controller(forked, task, provider, overrides=overrides)

@@ -239,10 +239,9 @@ def _prepared(task: Any) -> Any:
 def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
     """The model spec and its provider (None for the baseline agent), with the context
     window learnt from the server where it tells it (before the run records its limits)."""
-    import asyncio
-
     from mlra.agent.providers import ModelSettings, default_model_spec, resolve_model
     from mlra.agent.providers.base import ConfigError
+    from mlra.console.model_server import limits_or_refused
 
     settings = ModelSettings(
         context_window=args.context_window,
@@ -258,7 +257,9 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
         provider = resolve_model(spec, base_url=args.base_url, env=os.environ, settings=settings)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    asyncio.run(provider.discover_limits())
+    # Before a foreign task's prepare.py or the task's environment is built: a server
+    # nothing answers at is refused here (exit 2), with --context-window set too.
+    limits_or_refused(provider)
     return spec, provider
 
 

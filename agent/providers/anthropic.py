@@ -22,6 +22,7 @@ they are read as calls as the OpenAI provider reads them
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from typing import cast
 
@@ -49,6 +50,7 @@ from mlra.agent.providers.base import (
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
+    ServerUnreachable,
     read_server_window,
     server_root,
     unknown_note,
@@ -129,6 +131,8 @@ class AnthropicProvider(ModelProvider):
         self._api_key = api_key
         self._output_set = max_output_tokens is not None
         self._probed = limits is not None or context_window is not None or not base_url
+        self._reached = not base_url
+        """Whether the user's server was connected to (`discover_limits`, before the run)."""
         self._notices: list[str] = []
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
@@ -144,14 +148,27 @@ class AnthropicProvider(ModelProvider):
     async def discover_limits(self) -> None:
         """An Anthropic-compatible local server's window, read as the OpenAI provider reads
         it (agent/providers/server_window.py: llama-server's /props, vLLM's /v1/models);
-        a server that tells none keeps the default, and the run is told so once."""
-        if self._probed:
+        a server that tells none keeps the default, and the run is told so once; one that
+        cannot be connected to at all raises ServerUnreachable, window set or not."""
+        if self._probed and self._reached:
             return
-        self._probed = True
         assert self.base_url is not None
-        found = await read_server_window(
-            server_root(self.base_url) + "/v1", self.model, self._api_key
-        )
+        asking = not self._probed
+        self._probed = True  # set before the wait: a second caller meanwhile asks nothing
+        try:
+            found = await read_server_window(
+                server_root(self.base_url) + "/v1",
+                self.model,
+                self._api_key,
+                ask_window=asking,
+                shown_url=self.base_url,
+            )
+        except ServerUnreachable:
+            self._probed = not asking  # asked again next time
+            raise
+        self._reached = True
+        if not asking:
+            return  # the window was set or known: only whether the server is there
         if found.window is None:
             self._notices.append(unknown_note(self.name, found, self.context_window))
             return
@@ -183,7 +200,8 @@ class AnthropicProvider(ModelProvider):
         max_tokens: int | None = None,
     ) -> ModelResponse:
         if not self._probed:
-            await self.discover_limits()
+            with contextlib.suppress(ServerUnreachable):  # the request says why, retried
+                await self.discover_limits()
         request = self.build_request(
             system=system, messages=messages, tools=tools, max_tokens=max_tokens
         )

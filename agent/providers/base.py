@@ -332,7 +332,9 @@ class ModelProvider(abc.ABC):
 
     async def discover_limits(self) -> None:
         """Ask the server for the model's context window where it tells it (local servers);
-        called before the run records its limits, and again harmlessly on first use."""
+        called before the run records its limits, and again harmlessly on first use. Raises
+        ServerUnreachable (agent/providers/server_window.py) where the user's base URL
+        cannot be connected to at all; the vendors' own APIs are not asked."""
 
     def cost_of(self, usage: Usage) -> float:
         """USD for `usage` at this model's price (0 when unpriced)."""

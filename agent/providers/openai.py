@@ -31,6 +31,7 @@ so the server's own reason is read. A "too long" failure is mended by the caller
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from typing import Any
@@ -66,6 +67,7 @@ from mlra.agent.providers.openai_replies import (
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
+    ServerUnreachable,
     read_server_window,
     unknown_note,
 )
@@ -159,6 +161,8 @@ class OpenAIProvider(ModelProvider):
         # compatible servers know max_tokens best.
         self._token_param = "max_tokens" if base_url else "max_completion_tokens"
         self._probed = self._window_known or not base_url
+        self._reached = not base_url
+        """Whether the user's server was connected to (`discover_limits`, before the run)."""
         self._native_tools = self.settings.tool_calls != "text"
         """False once the server refused native tools (or the user chose text calls)."""
         self._notices: list[str] = []
@@ -180,7 +184,8 @@ class OpenAIProvider(ModelProvider):
         max_tokens: int | None = None,
     ) -> ModelResponse:
         if not self._probed:
-            await self.discover_limits()
+            with contextlib.suppress(ServerUnreachable):  # the request says why, retried
+                await self.discover_limits()
         wanted = max_tokens or self.max_output_tokens
         limit = max(1, min(wanted, self.max_output_tokens))
         specs = [
@@ -411,12 +416,24 @@ class OpenAIProvider(ModelProvider):
         """The context window as the server tells it, unless the user set one or the model
         is a known one (agent/providers/server_window.py: vLLM, llama-server, Ollama). A
         server that tells nothing leaves the default (32k for a local server), and the run
-        is told so once, with how to set it. Asked once, with a short time-out, no retries."""
-        if self._probed:
+        is told so once, with how to set it. Asked once, with a short time-out, no retries.
+        A server that cannot be connected to at all raises ServerUnreachable, window set
+        or not: `mlra run` refuses then, before a run folder is made."""
+        if self._probed and self._reached:
             return
-        self._probed = True
         assert self.base_url is not None
-        found = await read_server_window(self.base_url, self.model, self._api_key)
+        asking = not self._probed
+        self._probed = True  # set before the wait: a second caller meanwhile asks nothing
+        try:
+            found = await read_server_window(
+                self.base_url, self.model, self._api_key, ask_window=asking
+            )
+        except ServerUnreachable:
+            self._probed = not asking  # asked again next time
+            raise
+        self._reached = True
+        if not asking:
+            return  # the window was set or known: only whether the server is there
         if found.window is None:
             self._notices.append(unknown_note(self.name, found, self.context_window))
             return

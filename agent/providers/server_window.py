@@ -16,12 +16,17 @@ Each server kind tells it its own way, and some not at all:
 The training window is never taken as the server's: a window taken too large is a
 request the server refuses or, worse, cuts silently. Each probe is one short request
 with no retries; a server that answers none of them keeps mlra's default, and the run
-says so once (`unknown_note`).
+says so once (`unknown_note`). A server that cannot be connected to at all (refused, no
+such host, a TLS failure) is no server that tells nothing: the first probe raises
+`ServerUnreachable`, and `mlra run` refuses before the run starts (a slow or erring
+server is up, and keeps the default).
 """
 
 from __future__ import annotations
 
 import re
+import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,18 +50,39 @@ class ServerWindow:
     """The window the model was trained with, where the server told only that."""
 
 
+class ServerUnreachable(Exception):
+    """The server at the user's base URL could not be connected to at all: a typo or a
+    server not started, which no retry mends; said before a run starts, not after its
+    model calls have used their retries."""
+
+    def __init__(self, url: str, cause: str) -> None:
+        super().__init__(f"cannot reach the model server at {url} ({cause}): is it running?")
+        self.url = url
+        self.cause = cause
+
+
 def server_root(base_url: str) -> str:
     """The server's own root, where its non-OpenAI endpoints live (`/props`, `/api/...`)."""
     return re.sub(r"/v1/?$", "", base_url.rstrip("/"))
 
 
-async def read_server_window(base_url: str, model: str, api_key: str) -> ServerWindow:
-    """Ask the server at `base_url` (an OpenAI-compatible `/v1`) for its window."""
+async def read_server_window(
+    base_url: str, model: str, api_key: str, *, ask_window: bool = True, shown_url: str = ""
+) -> ServerWindow:
+    """Ask the server at `base_url` (an OpenAI-compatible `/v1`) for its window; with
+    `ask_window` False only whether it can be reached (a window the user set or a known
+    model's). Raises ServerUnreachable (naming `shown_url`, else `base_url`) where the
+    first request cannot connect."""
     found = ServerWindow()
     root = server_root(base_url)
     headers = {"Authorization": f"Bearer {api_key}"}
     async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as client:
-        listing = await _get_json(client, base_url.rstrip("/") + "/models")
+        try:
+            listing = await _get_json(client, base_url.rstrip("/") + "/models", connect=True)
+        except httpx2.ConnectError as exc:
+            raise ServerUnreachable(shown_url or base_url, connect_cause(exc)) from None
+        if not ask_window:
+            return found
         entry = _entry_for(listing, model)
         if entry is not None:
             owner = entry.get("owned_by")
@@ -128,10 +154,34 @@ def _positive(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
-async def _get_json(client: httpx2.AsyncClient, url: str) -> Any:
+def connect_cause(exc: BaseException) -> str:
+    """Why a connection failed, in a few words, from the OS's own error under httpx's."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(seen, socket.gaierror):
+            return "no such host"
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            return f"TLS: {seen.verify_message or seen.reason or 'certificate not verified'}"
+        if isinstance(seen, ssl.SSLError):
+            return f"TLS: {(seen.reason or str(seen)).lower().replace('_', ' ')}"
+        if isinstance(seen, OSError) and seen.strerror and seen.errno is not None:
+            return seen.strerror.lower()
+        seen = seen.__cause__ or seen.__context__
+    return str(exc) or type(exc).__name__
+
+
+async def _get_json(client: httpx2.AsyncClient, url: str, *, connect: bool = False) -> Any:
+    """The answer's JSON, None for any failure; with `connect`, a connection that cannot
+    be made is raised (httpx2.ConnectError), not taken for a server that tells nothing."""
     try:
         answer = await client.get(url)
         return answer.json() if answer.status_code == 200 else None
+    except httpx2.ConnectError:
+        if connect:
+            raise
+        return None
     except (httpx2.HTTPError, ValueError):
         return None
 

@@ -177,22 +177,27 @@ def test_a_window_too_small_for_the_workers_first_request_is_refused(
 ) -> None:
     runs = tmp_path / "runs"
     least = _least_window(answer_task, runs)
-    done = mlra_cli(
-        [
-            "run",
-            str(answer_task),
-            "--model",
-            "openai/test",
-            "--base-url",
-            "http://127.0.0.1:9/v1",  # never asked: the run is refused first
-            "--context-window",
-            "4096",
-            "--no-tui",
-            "--runs-dir",
-            str(runs),
-        ],
-        cwd=tmp_path,
-    )
+    # A server that is there (one nothing answers at is refused first, in its own line:
+    # tests/console/test_unreachable_server.py); it is asked for no model call.
+    with ScriptedModelServer({}) as server:
+        done = mlra_cli(
+            [
+                "run",
+                str(answer_task),
+                "--model",
+                "openai/test",
+                "--base-url",
+                server.url_for("openai"),
+                "--context-window",
+                "4096",
+                "--no-tui",
+                "--runs-dir",
+                str(runs),
+            ],
+            cwd=tmp_path,
+        )
+        asked = [r.path for r in server.requests]
+    assert not any("completions" in p for p in asked)
     assert done.returncode == 2
     (line,) = done.stderr.strip().splitlines()
     assert line.startswith("mlra: --context-window 4096 is too small for the worker's own")

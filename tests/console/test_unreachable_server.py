@@ -1,0 +1,152 @@
+"""A model server nothing answers at is bad input: `mlra run`, `resume` and `fork`
+refuse it in one line with exit status 2 before a run folder is made or a log written,
+instead of a context-window warning, four retries and a `provider_error` run.
+
+Through the real command line in a subprocess and the real SDKs' HTTP stack, against a
+loopback port that was bound and closed (nothing listens: connection refused). A
+server that is up but tells no window keeps its warning (tests/agent/test_server_windows.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import ANSWER_TASK
+
+
+def _closed_port_url() -> str:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    return f"http://127.0.0.1:{port}/v1"
+
+
+def _mlra(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["OPENAI_API_KEY"] = "sk-test"
+    return subprocess.run(
+        [sys.executable, "-m", "mlra", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _refused_in_one_line(proc: subprocess.CompletedProcess[str], url: str) -> None:
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    assert proc.stderr == (
+        f"mlra: cannot reach the model server at {url} (connection refused): is it running?\n"
+    )
+
+
+def test_run_refuses_a_server_nothing_answers_at_before_making_a_run_folder(
+    tmp_path: Path,
+) -> None:
+    url = _closed_port_url()
+    runs = tmp_path / "runs"
+    base = ["run", str(ANSWER_TASK), "--no-tui", "--runs-dir", str(runs), "--isolation", "none"]
+    # Window unknown (asked of the server), window set, a model of known window through
+    # an Anthropic-compatible URL: each is refused alike, none warns of a window first.
+    for model, extra in (
+        ("openai/qwen2.5-coder", []),
+        ("openai/qwen2.5-coder", ["--context-window", "16000"]),
+        ("anthropic/claude-sonnet-4-5", []),
+    ):
+        proc = _mlra(tmp_path, *base, "--model", model, "--base-url", url, *extra)
+        _refused_in_one_line(proc, url)
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_resume_and_fork_refuse_it_before_writing(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    done = _mlra(
+        tmp_path,
+        *("run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--isolation", "none"),
+        *("--runs-dir", str(runs), "--run-id", "r"),
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    log = runs / "r" / "events.jsonl"
+    # Cut where a crash would have cut it: a run with no ending, one `mlra resume` takes.
+    lines = log.read_bytes().splitlines(keepends=True)
+    ended = next(i for i, line in enumerate(lines) if b'"type":"run_finished"' in line)
+    log.write_bytes(b"".join(lines[:ended]))
+    before = log.read_bytes()
+    url = _closed_port_url()
+    model = ("--model", "openai/qwen2.5-coder", "--base-url", url, "--no-tui")
+    _refused_in_one_line(_mlra(tmp_path, "resume", str(runs / "r"), *model), url)
+    _refused_in_one_line(
+        _mlra(tmp_path, "fork", str(runs / "r"), "--at", "1", "--run-id", "f", *model), url
+    )
+    assert log.read_bytes() == before
+    assert sorted(p.name for p in runs.iterdir()) == ["r"]
+
+
+def test_no_such_host_and_a_tls_failure_are_named_and_an_up_server_is_not_refused() -> None:
+    from mlra.agent.providers.server_window import ServerUnreachable, read_server_window
+    from tests.fakes.model_server import ScriptedModelServer
+
+    def cause(url: str) -> str:
+        try:
+            asyncio.run(read_server_window(url, "local", "sk-test"))
+        except ServerUnreachable as exc:
+            return exc.cause
+        return "reached"
+
+    assert cause("http://no-such-host.invalid/v1") == "no such host"
+    with ScriptedModelServer({"supervisor": [], "worker": []}) as server:
+        url = server.url_for("openai")
+        assert cause(url) == "reached"  # up, whatever it tells of its window
+        # TLS spoken to a plain-HTTP server: the handshake fails, said as TLS.
+        assert cause(url.replace("http://", "https://")).startswith("TLS: ")
+
+
+def test_a_batch_goes_on_without_the_runs_whose_server_is_unreachable(tmp_path: Path) -> None:
+    """Each run of the unreachable server is refused as `mlra run` refuses it (no folder,
+    no retries spent on it) and reported with the line; the batch's other runs go on."""
+    url = _closed_port_url()
+    out = tmp_path / "out"
+    proc = _mlra(
+        tmp_path,
+        *("batch", "--tasks", str(ANSWER_TASK), "--models", "baseline,openai/qwen"),
+        *("--seeds", "1", "--out", str(out), "--base-url", url, "--isolation", "none"),
+        "--no-tui",
+    )
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    refused = f"mlra: cannot reach the model server at {url} (connection refused): is it running?"
+    assert f"(failed, usage, 0 attempts): {refused}" in proc.stdout
+    assert "batch: 1/2 finished (0 already were; 0 retries)" in proc.stdout
+    made = [p.name for p in (out / "runs").iterdir()]
+    assert len(made) == 1 and "baseline" in made[0]  # the refused run has no folder
+    assert not (out / "retired").exists()
+
+
+def test_a_model_call_whose_server_is_gone_still_fails_as_a_provider_error() -> None:
+    """Inside a run (the server went away after it started) nothing is refused: the
+    model call says it cannot connect, after its retries, as a ProviderError."""
+    from mlra.agent.providers.base import Message, ProviderError
+    from mlra.agent.providers.openai import OpenAIProvider
+
+    url = _closed_port_url()
+
+    async def call() -> str:
+        provider = OpenAIProvider("local", api_key=None, base_url=url, max_retries=0)
+        try:
+            await provider.generate(
+                system="s", messages=[Message(role="user", content="hi")], tools=[]
+            )
+        except ProviderError as exc:
+            return str(exc)
+        finally:
+            await provider.aclose()
+        return "answered"
+
+    said = asyncio.run(call())
+    assert said.startswith(f"openai/local: cannot connect to {url}")
