@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlra.agent.providers.server_window import UNREACHABLE_WORDS
 from mlra.batch.executors import AttemptLost, Executor, Job, NotPlaced
 from mlra.batch.spec import BatchSpec, RunSpec, run_command
 from mlra.batch.state import (
@@ -94,6 +95,9 @@ Listener = Callable[[Progress], None]
 
 EXIT_USAGE = 2
 LOST_GRACE_S = 60.0
+UNREACHABLE_WAIT_S = 10.0
+"""The first wait before a run refused for an unreachable model server is tried again
+(then twice that, and so on)."""
 """How long a lost attempt's run may still hold its log (on shared storage) before the
 batch stops waiting for it."""
 
@@ -151,6 +155,9 @@ class BatchRunner:
         self.notes: list[str] = []
         self._no_resume: set[str] = set()
         """Runs `mlra resume` refused (exit 2): they start afresh instead."""
+        self._unreachable: dict[str, int] = {}
+        """How many times each run was refused because its model server did not answer."""
+        self.unreachable_wait_s = UNREACHABLE_WAIT_S
         self.placed: dict[str, str] = {}
         """Runs the executor has started on a node, and where (running before their log
         is live here: a node that does not share the batch folder sends it at the end)."""
@@ -237,6 +244,10 @@ class BatchRunner:
             before = status
             status = self.refresh(run.run_id)
             if code == EXIT_USAGE and status.attempts == before.attempts:
+                refused = _last_line(log_path)
+                if UNREACHABLE_WORDS in refused and self._wait_for_server(run.run_id, refused):
+                    await asyncio.sleep(self.unreachable_wait_s * self._unreachable[run.run_id])
+                    continue
                 # Refused before it began: trying the same command again would loop.
                 if job.resume:
                     self._no_resume.add(run.run_id)
@@ -251,6 +262,18 @@ class BatchRunner:
                 else (f"{status.kind} ({status.reason})")
             )
             self._changed(f"{what} {run.run_id}{_score_words(status)}")
+
+    def _wait_for_server(self, run_id: str, refused: str) -> bool:
+        """A run refused because its model server did not answer: unlike a bad command,
+        a server restarting (a local vLLM after a crash) answers again soon, and an
+        unattended batch should not lose the runs that came due meanwhile. Tried again
+        after a wait growing each time, as many times as the batch starts a run."""
+        tries = self._unreachable[run_id] = self._unreachable.get(run_id, 0) + 1
+        if tries >= self.spec.max_attempts:
+            return False
+        wait = self.unreachable_wait_s * tries
+        self._changed(f"server unreachable for {run_id}: trying again in {wait:g} s ({refused})")
+        return True
 
     async def _drive_to_end(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
         await self._drive(run, slots)

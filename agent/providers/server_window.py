@@ -50,13 +50,18 @@ class ServerWindow:
     """The window the model was trained with, where the server told only that."""
 
 
+UNREACHABLE_WORDS = "cannot reach the model server at"
+"""How the refusal begins: a batch knows by it a run refused for its server, not for
+its command, and tries it again later (batch/runner.py)."""
+
+
 class ServerUnreachable(Exception):
     """The server at the user's base URL could not be connected to at all: a typo or a
     server not started, which no retry mends; said before a run starts, not after its
     model calls have used their retries."""
 
     def __init__(self, url: str, cause: str) -> None:
-        super().__init__(f"cannot reach the model server at {url} ({cause}): is it running?")
+        super().__init__(f"{UNREACHABLE_WORDS} {url} ({cause}): is it running?")
         self.url = url
         self.cause = cause
 

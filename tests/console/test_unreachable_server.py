@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ANSWER_TASK
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import supervisor_answering, worker_answering
 
 
 def _closed_port_url() -> str:
@@ -110,14 +112,15 @@ def test_no_such_host_and_a_tls_failure_are_named_and_an_up_server_is_not_refuse
 
 def test_a_batch_goes_on_without_the_runs_whose_server_is_unreachable(tmp_path: Path) -> None:
     """Each run of the unreachable server is refused as `mlra run` refuses it (no folder,
-    no retries spent on it) and reported with the line; the batch's other runs go on."""
+    no retries spent on it) and reported with the line once its starts are used up
+    (one here); the batch's other runs go on."""
     url = _closed_port_url()
     out = tmp_path / "out"
     proc = _mlra(
         tmp_path,
         *("batch", "--tasks", str(ANSWER_TASK), "--models", "baseline,openai/qwen"),
         *("--seeds", "1", "--out", str(out), "--base-url", url, "--isolation", "none"),
-        "--no-tui",
+        *("--max-attempts", "1", "--no-tui"),
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     refused = f"mlra: cannot reach the model server at {url} (connection refused): is it running?"
@@ -126,6 +129,43 @@ def test_a_batch_goes_on_without_the_runs_whose_server_is_unreachable(tmp_path: 
     made = [p.name for p in (out / "runs").iterdir()]
     assert len(made) == 1 and "baseline" in made[0]  # the refused run has no folder
     assert not (out / "retired").exists()
+
+
+def test_a_batch_tries_a_run_again_once_its_server_is_back(tmp_path: Path) -> None:
+    """A server restarting while a batch runs unattended: the run that came due is
+    tried again after a wait, and finishes once the server answers."""
+    url = _closed_port_url()
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
+    env["OPENAI_API_KEY"] = "sk-test"
+    args = ["batch", "--tasks", str(ANSWER_TASK), "--models", "openai/qwen", "--seeds", "1"]
+    args += ["--out", str(out), "--base-url", url, "--isolation", "none", "--no-tui"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    script = {"supervisor": supervisor_answering(), "worker": worker_answering()}
+    try:
+        assert proc.stdout is not None
+        seen: list[str] = []
+        for line in proc.stdout:  # the batch's own lines, as they come
+            seen.append(line)
+            if "server unreachable for" in line:
+                break
+        assert "trying again in 10 s" in seen[-1] and "connection refused" in seen[-1], seen
+        with ScriptedModelServer(script, port=port):
+            rest, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "".join(seen) + rest
+    assert "batch: 1/1 finished" in rest, rest
 
 
 def test_a_model_call_whose_server_is_gone_still_fails_as_a_provider_error() -> None:
