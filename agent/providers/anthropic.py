@@ -50,8 +50,8 @@ from mlra.agent.providers.base import (
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
+    ServerProbe,
     ServerUnreachable,
-    read_server_window,
     server_root,
     unknown_note,
 )
@@ -130,9 +130,9 @@ class AnthropicProvider(ModelProvider):
         self.priced = price_for(model) is not None
         self._api_key = api_key
         self._output_set = max_output_tokens is not None
-        self._probed = limits is not None or context_window is not None or not base_url
-        self._reached = not base_url
-        """Whether the user's server was connected to (`discover_limits`, before the run)."""
+        self._probe = ServerProbe(
+            ask_window=limits is None and context_window is None, base_url=base_url
+        )
         self._notices: list[str] = []
         self._client = anthropic.AsyncAnthropic(
             api_key=api_key,
@@ -150,24 +150,12 @@ class AnthropicProvider(ModelProvider):
         it (agent/providers/server_window.py: llama-server's /props, vLLM's /v1/models);
         a server that tells none keeps the default, and the run is told so once; one that
         cannot be connected to at all raises ServerUnreachable, window set or not."""
-        if self._probed and self._reached:
+        if self.base_url is None:
             return
-        assert self.base_url is not None
-        asking = not self._probed
-        self._probed = True  # set before the wait: a second caller meanwhile asks nothing
-        try:
-            found = await read_server_window(
-                server_root(self.base_url) + "/v1",
-                self.model,
-                self._api_key,
-                ask_window=asking,
-                shown_url=self.base_url,
-            )
-        except ServerUnreachable:
-            self._probed = not asking  # asked again next time
-            raise
-        self._reached = True
-        if not asking:
+        found = await self._probe.window(
+            server_root(self.base_url) + "/v1", self.model, self._api_key, shown_url=self.base_url
+        )
+        if found is None:
             return  # the window was set or known: only whether the server is there
         if found.window is None:
             self._notices.append(unknown_note(self.name, found, self.context_window))
@@ -199,7 +187,7 @@ class AnthropicProvider(ModelProvider):
         on_text: TextCallback | None = None,
         max_tokens: int | None = None,
     ) -> ModelResponse:
-        if not self._probed:
+        if not self._probe.probed:
             with contextlib.suppress(ServerUnreachable):  # the request says why, retried
                 await self.discover_limits()
         request = self.build_request(

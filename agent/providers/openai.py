@@ -67,8 +67,8 @@ from mlra.agent.providers.openai_replies import (
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
+    ServerProbe,
     ServerUnreachable,
-    read_server_window,
     unknown_note,
 )
 from mlra.agent.providers.text_calls import read_text_calls, tools_prompt
@@ -160,9 +160,7 @@ class OpenAIProvider(ModelProvider):
         # api.openai.com wants max_completion_tokens (reasoning models refuse max_tokens);
         # compatible servers know max_tokens best.
         self._token_param = "max_tokens" if base_url else "max_completion_tokens"
-        self._probed = self._window_known or not base_url
-        self._reached = not base_url
-        """Whether the user's server was connected to (`discover_limits`, before the run)."""
+        self._probe = ServerProbe(ask_window=not self._window_known, base_url=base_url)
         self._native_tools = self.settings.tool_calls != "text"
         """False once the server refused native tools (or the user chose text calls)."""
         self._notices: list[str] = []
@@ -183,7 +181,7 @@ class OpenAIProvider(ModelProvider):
         on_text: TextCallback | None = None,
         max_tokens: int | None = None,
     ) -> ModelResponse:
-        if not self._probed:
+        if not self._probe.probed:
             with contextlib.suppress(ServerUnreachable):  # the request says why, retried
                 await self.discover_limits()
         wanted = max_tokens or self.max_output_tokens
@@ -419,20 +417,10 @@ class OpenAIProvider(ModelProvider):
         is told so once, with how to set it. Asked once, with a short time-out, no retries.
         A server that cannot be connected to at all raises ServerUnreachable, window set
         or not: `mlra run` refuses then, before a run folder is made."""
-        if self._probed and self._reached:
+        if self.base_url is None:
             return
-        assert self.base_url is not None
-        asking = not self._probed
-        self._probed = True  # set before the wait: a second caller meanwhile asks nothing
-        try:
-            found = await read_server_window(
-                self.base_url, self.model, self._api_key, ask_window=asking
-            )
-        except ServerUnreachable:
-            self._probed = not asking  # asked again next time
-            raise
-        self._reached = True
-        if not asking:
+        found = await self._probe.window(self.base_url, self.model, self._api_key)
+        if found is None:
             return  # the window was set or known: only whether the server is there
         if found.window is None:
             self._notices.append(unknown_note(self.name, found, self.context_window))

@@ -136,6 +136,38 @@ async def read_server_window(
     return found
 
 
+class ServerProbe:
+    """Whether the user's server was asked for its window and whether it was reached,
+    for both providers that talk to one (OpenAI- and Anthropic-compatible): asked once,
+    before the run (`discover_limits`), and again only where it could not be reached."""
+
+    def __init__(self, *, ask_window: bool, base_url: str | None) -> None:
+        self.probed = not ask_window or not base_url
+        """Nothing more to ask of the window (set by the user, a known model, or asked)."""
+        self.reached = not base_url
+        """Whether the user's server was connected to (no server: nothing to reach)."""
+
+    async def window(
+        self, base_url: str, model: str, api_key: str, *, shown_url: str = ""
+    ) -> ServerWindow | None:
+        """What the server tells of its window where it was to be asked; None where only
+        its being there was checked (or it was reached already). Raises
+        ServerUnreachable, and asks again next time, where it cannot be connected to."""
+        if self.probed and self.reached:
+            return None
+        asking = not self.probed
+        self.probed = True  # set before the wait: a second caller meanwhile asks nothing
+        try:
+            found = await read_server_window(
+                base_url, model, api_key, ask_window=asking, shown_url=shown_url
+            )
+        except ServerUnreachable:
+            self.probed = not asking  # asked again next time
+            raise
+        self.reached = True
+        return found if asking else None
+
+
 def unknown_note(name: str, found: ServerWindow, assumed: int) -> str:
     """What the run says once when the server did not tell its window: what was assumed
     and how to set it."""
