@@ -289,8 +289,7 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
             self.state.pending_approval,
             self.provider_error,
             self.state.evaluation,
-            # a grading's latest count (two a second at most: tasks/evaluators/progress.py)
-            self.state.evaluation_progress,
+            self.state.evaluation_progress,  # a grading's count (paced: evaluators/progress.py)
             # what the status line says the run is doing: the model, a retry, a command
             self.state.generating_since,
             self.state.answering_since,
