@@ -95,11 +95,15 @@ Listener = Callable[[Progress], None]
 
 EXIT_USAGE = 2
 LOST_GRACE_S = 60.0
-UNREACHABLE_WAIT_S = 10.0
-"""The first wait before a run refused for an unreachable model server is tried again
-(then twice that, and so on)."""
 """How long a lost attempt's run may still hold its log (on shared storage) before the
 batch stops waiting for it."""
+UNREACHABLE_WAIT_S = 10.0
+"""The first wait before a run refused for an unreachable model server is tried again
+(then twice that, up to `UNREACHABLE_MAX_WAIT_S` each)."""
+UNREACHABLE_MAX_WAIT_S = 60.0
+UNREACHABLE_BUDGET_S = 600.0
+"""How long in all a run waits for its model server before the batch gives up on it:
+a local server reloading its model after a crash takes minutes, not seconds."""
 
 
 def _last_line(path: Path) -> str:
@@ -155,9 +159,11 @@ class BatchRunner:
         self.notes: list[str] = []
         self._no_resume: set[str] = set()
         """Runs `mlra resume` refused (exit 2): they start afresh instead."""
-        self._unreachable: dict[str, int] = {}
-        """How many times each run was refused because its model server did not answer."""
+        self._unreachable: dict[str, tuple[int, float]] = {}
+        """Each run refused because its model server did not answer: how many times in a
+        row, and the seconds it has waited for it."""
         self.unreachable_wait_s = UNREACHABLE_WAIT_S
+        self.unreachable_budget_s = UNREACHABLE_BUDGET_S
         self.placed: dict[str, str] = {}
         """Runs the executor has started on a node, and where (running before their log
         is live here: a node that does not share the batch folder sends it at the end)."""
@@ -245,9 +251,18 @@ class BatchRunner:
             status = self.refresh(run.run_id)
             if code == EXIT_USAGE and status.attempts == before.attempts:
                 refused = _last_line(log_path)
-                if UNREACHABLE_WORDS in refused and self._wait_for_server(run.run_id, refused):
-                    await asyncio.sleep(self.unreachable_wait_s * self._unreachable[run.run_id])
-                    continue
+                if UNREACHABLE_WORDS in refused:
+                    wait = self._server_wait(run.run_id, refused)
+                    if wait is not None:
+                        await asyncio.sleep(wait)
+                        continue
+                    if job.resume:
+                        # Its folder stays as it is: run again once the server answers,
+                        # the batch resumes it (set aside and started afresh, its
+                        # progress would be lost to a server that was only down).
+                        status.detail = refused
+                        self._changed(f"interrupted {run.run_id}, not resumed: {refused}")
+                        return
                 # Refused before it began: trying the same command again would loop.
                 if job.resume:
                     self._no_resume.add(run.run_id)
@@ -256,6 +271,7 @@ class BatchRunner:
                 self._card(run, status)
                 self._changed(f"failed (usage) {run.run_id}")
                 return
+            self._unreachable.pop(run.run_id, None)  # it got past its server's door
             what = (
                 status.kind
                 if status.kind in ("finished", "running")
@@ -263,17 +279,20 @@ class BatchRunner:
             )
             self._changed(f"{what} {run.run_id}{_score_words(status)}")
 
-    def _wait_for_server(self, run_id: str, refused: str) -> bool:
-        """A run refused because its model server did not answer: unlike a bad command,
-        a server restarting (a local vLLM after a crash) answers again soon, and an
-        unattended batch should not lose the runs that came due meanwhile. Tried again
-        after a wait growing each time, as many times as the batch starts a run."""
-        tries = self._unreachable[run_id] = self._unreachable.get(run_id, 0) + 1
-        if tries >= self.spec.max_attempts:
-            return False
-        wait = self.unreachable_wait_s * tries
+    def _server_wait(self, run_id: str, refused: str) -> float | None:
+        """How long to wait before trying again a run refused because its model server
+        did not answer, or None once it has waited `UNREACHABLE_BUDGET_S` in all. Unlike
+        a bad command, a server restarting (a local vLLM after a crash, reloading its
+        model) answers again, and an unattended batch should not lose the runs that
+        came due meanwhile."""
+        tries, waited = self._unreachable.get(run_id, (0, 0.0))
+        if waited >= self.unreachable_budget_s or self.spec.max_attempts <= 1:
+            return None  # `--max-attempts 1`: each run is tried once, whatever refused it
+        wait = min(self.unreachable_wait_s * 2**tries, UNREACHABLE_MAX_WAIT_S)
+        wait = min(wait, self.unreachable_budget_s - waited)
+        self._unreachable[run_id] = (tries + 1, waited + wait)
         self._changed(f"server unreachable for {run_id}: trying again in {wait:g} s ({refused})")
-        return True
+        return wait
 
     async def _drive_to_end(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
         await self._drive(run, slots)
