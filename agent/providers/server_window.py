@@ -86,6 +86,13 @@ async def read_server_window(
             listing = await _get_json(client, base_url.rstrip("/") + "/models", connect=True)
         except httpx2.ConnectError as exc:
             raise ServerUnreachable(shown_url or base_url, connect_cause(exc)) from None
+        except httpx2.ConnectTimeout:
+            # Nothing answered the connection at all (a machine off, a wrong address, a
+            # firewall dropping packets): no run can go on; a slow server is a read
+            # time-out, and is no refusal.
+            raise ServerUnreachable(
+                shown_url or base_url, f"no answer to connect within {PROBE_TIMEOUT_S:g} s"
+            ) from None
         if not ask_window:
             return found
         entry = _entry_for(listing, model)
@@ -192,12 +199,19 @@ def _positive(value: Any) -> bool:
 
 
 def connect_cause(exc: BaseException) -> str:
-    """Why a connection failed, in a few words, from the OS's own error under httpx's."""
+    """Why a connection failed, in a few words, from the OS's own error under httpx's
+    (a host with several addresses, `localhost` as ::1 and 127.0.0.1, fails as a group
+    of one error per address: the first that says why is taken)."""
     seen: BaseException | None = exc
     while seen is not None:
+        if isinstance(seen, BaseExceptionGroup):
+            causes = [connect_cause(e) for e in seen.exceptions]
+            return next((c for c in causes if c != "connection attempts failed"), causes[0])
         if isinstance(seen, ConnectionRefusedError):
             return "connection refused"
         if isinstance(seen, socket.gaierror):
+            if seen.errno == socket.EAI_AGAIN:
+                return "name lookup failed for now"
             return "no such host"
         if isinstance(seen, ssl.SSLCertVerificationError):
             return f"TLS: {seen.verify_message or seen.reason or 'certificate not verified'}"
@@ -206,16 +220,17 @@ def connect_cause(exc: BaseException) -> str:
         if isinstance(seen, OSError) and seen.strerror and seen.errno is not None:
             return seen.strerror.lower()
         seen = seen.__cause__ or seen.__context__
-    return str(exc) or type(exc).__name__
+    return (str(exc) or type(exc).__name__).lower().rstrip(".")
 
 
 async def _get_json(client: httpx2.AsyncClient, url: str, *, connect: bool = False) -> Any:
     """The answer's JSON, None for any failure; with `connect`, a connection that cannot
-    be made is raised (httpx2.ConnectError), not taken for a server that tells nothing."""
+    be made is raised (httpx2.ConnectError, ConnectTimeout), not taken for a server that
+    tells nothing."""
     try:
         answer = await client.get(url)
         return answer.json() if answer.status_code == 200 else None
-    except httpx2.ConnectError:
+    except (httpx2.ConnectError, httpx2.ConnectTimeout):
         if connect:
             raise
         return None

@@ -110,6 +110,46 @@ def test_no_such_host_and_a_tls_failure_are_named_and_an_up_server_is_not_refuse
         assert cause(url.replace("http://", "https://")).startswith("TLS: ")
 
 
+def test_a_host_of_several_addresses_says_why_and_a_dropped_connect_is_unreachable() -> None:
+    """`localhost` as ::1 and 127.0.0.1 fails as a group, one error an address (anyio's
+    "All connection attempts failed"): the cause is read from inside it. A connection
+    nobody answers (a machine off, a firewall dropping it) is unreachable too: only a
+    slow answer is a server that is up."""
+    from mlra.agent.providers.server_window import (
+        PROBE_TIMEOUT_S,
+        ServerUnreachable,
+        connect_cause,
+        read_server_window,
+    )
+
+    try:
+        try:
+            raise ExceptionGroup(
+                "", [OSError(99, "Cannot assign requested address"), ConnectionRefusedError()]
+            )
+        except ExceptionGroup as group:
+            raise OSError("All connection attempts failed") from group
+    except OSError as failed:
+        assert connect_cause(failed) == "cannot assign requested address"
+    # A listener whose queue is full: the kernel drops further connections unanswered.
+    with socket.socket() as full:
+        full.bind(("127.0.0.1", 0))
+        full.listen(0)
+        port = full.getsockname()[1]
+        queued = [socket.create_connection(("127.0.0.1", port), timeout=30)]  # fills it
+        try:
+            url = f"http://127.0.0.1:{port}/v1"
+            try:
+                asyncio.run(read_server_window(url, "local", "sk-test"))
+                cause = "reached"
+            except ServerUnreachable as exc:
+                cause = exc.cause
+            assert cause == f"no answer to connect within {PROBE_TIMEOUT_S:g} s"
+        finally:
+            for sock in queued:
+                sock.close()
+
+
 def test_a_batch_goes_on_without_the_runs_whose_server_is_unreachable(tmp_path: Path) -> None:
     """Each run of the unreachable server is refused as `mlra run` refuses it (no folder,
     no retries spent on it) and reported with the line once its starts are used up
