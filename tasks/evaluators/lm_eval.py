@@ -295,11 +295,19 @@ def show_lm_eval_steps() -> None:
     and which kind of request it runs ("Building contexts for blimp_x on rank 0...",
     "Running loglikelihood_rolling requests"), the names its unnamed progress bars take
     on the displays. Without a handler its INFO lines go nowhere."""
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("lm-eval: %(message)s"))
     logger = logging.getLogger("lm_eval")
-    logger.addHandler(handler)
     logger.setLevel(logging.INFO)
+    # Once a process, to whatever stderr is now: a second grading in the same process
+    # would otherwise print each line twice (and to a stderr that may have closed).
+    for old in [h for h in logger.handlers if h.get_name() == _STEPS_HANDLER]:
+        logger.removeHandler(old)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(_STEPS_HANDLER)
+    handler.setFormatter(logging.Formatter("lm-eval: %(message)s"))
+    logger.addHandler(handler)
+
+
+_STEPS_HANDLER = "mlra-lm-eval-steps"
 
 
 def _optional_int(value: Any) -> int | None:

@@ -103,7 +103,7 @@ class ProgressReader:
 
     def _offer(self, progress: ev.EvaluationProgress) -> None:
         last = self._held or self._last
-        if last is not None and (progress.line, progress.done) == (last.line, last.done):
+        if last is not None and _same(progress, last):
             return
         self._held = progress
         self._send(self.wait_s())
@@ -123,6 +123,14 @@ class ProgressReader:
             return
         self._last, self._last_at, self._held = held, now, None
         self._emit(held)
+
+
+def _same(a: ev.EvaluationProgress, b: ev.EvaluationProgress) -> bool:
+    """The same news: a bar at the same count (tqdm's close redraws its last count with
+    another rate and time, which is no progress), or the same plain line."""
+    if a.total is not None or b.total is not None:
+        return (a.what, a.done, a.total) == (b.what, b.done, b.total)
+    return a.line == b.line
 
 
 def progress_words(e: ev.EvaluationProgress) -> str:

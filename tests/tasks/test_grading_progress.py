@@ -21,7 +21,7 @@ import pytest
 from mlra import events as ev
 from mlra.console.headless import TranscriptDisplay
 from mlra.tasks.evaluators.base import run_evaluation
-from mlra.tasks.evaluators.progress import EVERY_S, MIN_S, ProgressReader, progress_words
+from mlra.tasks.evaluators.progress import EVERY_S, ProgressReader, progress_words
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
 from tests.conftest import ANSWER_TASK
 
@@ -67,9 +67,8 @@ async def test_a_real_tqdm_bar_in_a_real_evaluation_logs_each_count_in_order(
     assert [p.done for p in progress] == [0, 1, 2, 3, 4], [p.line for p in progress]
     assert {(p.what, p.total) for p in progress} == {("Scoring answers", 4)}
     assert progress_words(progress[2]) == "50% (2/4) Scoring answers"
-    # Two a second at most while it ran; the count it ended on went out at its end.
-    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged[:-1])]
-    assert all(gap >= MIN_S - 0.05 for gap in gaps), gaps
+    # (The pace, two a second at most, is checked on a stepped clock below: measured
+    # here by the wall clock it would depend on how the machine schedules the test.)
 
 
 def _reader() -> tuple[list[float], list[ev.EvaluationProgress], ProgressReader]:
@@ -102,6 +101,7 @@ def test_the_latest_count_shows_at_once_and_later_ones_twice_a_second_at_most() 
     reader.feed(_bar(225)[-10:])
     assert [p.done for p in logged] == [None, 65, 225]
     reader.feed(_bar(225) + "  ")  # the same bar redrawn, padded: nothing new
+    reader.feed(_bar(225).replace("555.86it/s", "601.2it/s"))  # redrawn at close: nor this
     now[0] = 3.0
     reader.flush()
     assert len(logged) == 3
@@ -201,5 +201,3 @@ async def test_lm_eval_grading_tiny_lm_names_its_steps_and_ends_on_its_last(
     assert "lm-eval: Building contexts for tiny_lm_pairs_word_order on rank 0..." in named
     assert "lm-eval: Running loglikelihood_rolling requests" in named
     assert "Running loglikelihood requests" in named
-    gaps = [b - a for (a, _), (b, _) in itertools.pairwise(logged[:-1])]
-    assert all(gap >= MIN_S - 0.05 for gap in gaps), gaps
