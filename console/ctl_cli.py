@@ -160,7 +160,7 @@ def cmd_ctl(args: argparse.Namespace) -> int:
         # for actions that no longer apply.
         why = not_live(run_dir, args.run)
         reply = (
-            CtlReply(ok=True, message=why)
+            CtlReply(ok=True, message=why, ended=True)  # --json: no live status to give
             if req.op == "status"
             else CtlReply(ok=False, message=f"refused: {why}")
         )

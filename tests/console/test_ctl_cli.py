@@ -235,6 +235,8 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
     done = ctl(root, "status")  # answered, not refused: how it ended
     assert done.returncode == 0 and done.stderr == ""
     assert done.stdout.strip() == "r has ended (finished, submitted; score 1)"
+    as_json = json.loads(ctl(root, "status", "--json").stdout)
+    assert as_json == {"ok": True, "message": done.stdout.strip(), "ended": True}
     stopped = ctl(root, "stop", "--json")
     assert stopped.returncode == 1 and json.loads(stopped.stdout)["ok"] is False
 

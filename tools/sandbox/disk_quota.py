@@ -38,6 +38,8 @@ SLOW_FACTOR = 20
 SCAN_TIMEOUT_S = 120.0
 GROWTH_SLACK = MIB
 """While over the quota, growth by more than this stops commands again."""
+STOP_WAIT_S = 60.0
+"""The longest a command waits for a stop in progress before it starts anyway."""
 
 
 def _mb(nbytes: int) -> str:
@@ -202,7 +204,10 @@ class WorkspaceQuota:
         back under the quota) started in that gap was swept too, killed with no output."""
         done = self._stop_done
         if done is not None:
-            await done.wait()
+            # Bounded: a stop that hangs (a Docker engine that stopped answering) must
+            # not hold every later command for ever; past it, the command starts.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), STOP_WAIT_S)
 
     def _over_and_growing(self, used: int) -> bool:
         if used <= self.limit:

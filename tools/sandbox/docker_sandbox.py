@@ -504,6 +504,8 @@ class DockerSandbox(Sandbox):
         rel = self._folder(cwd or ".")
         inside_cwd = INSIDE_WORKDIR if rel == "." else f"{INSIDE_WORKDIR}/{rel}"
         token = secrets.token_hex(8)
+        if self._quota is not None:
+            await self._quota.clear_to_start()  # the command's time starts after
         sink = OutputSink(on_output)
         started = time.monotonic()
         running = DockerExec(
@@ -516,8 +518,6 @@ class DockerSandbox(Sandbox):
             signals=self._signals,
             stdin_dir=self._stdin_dir,
         )
-        if self._quota is not None:
-            await self._quota.clear_to_start()
         stops_before = self._quota.stops if self._quota is not None else 0
         self._running.add(running)
         try:
