@@ -17,7 +17,7 @@ replaces its earlier export in the same experiment (found by its `mlra.run` tag)
 
 from __future__ import annotations
 
-import importlib.util
+import importlib.metadata
 import os
 import re
 from pathlib import Path
@@ -111,9 +111,18 @@ def write(experiment: Experiment, dest: str) -> str:
     where = f"MLflow {uri}: experiment {experiment.name!r}, {n} run{'s' * (n != 1)}"
     if uri.startswith("file:"):  # MLflow 3 reads its file store only when told it may
         ui = f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}"
-        if importlib.util.find_spec("flask") is None:
+        if not _full_mlflow():
             # mlflow-skinny (the export extra) has no UI server: its `mlflow ui` fails
             # on a missing flask, so the hint names what serves it.
             ui = f"pip install mlflow, then {ui}"
         where += f" (read it with {ui})"
     return where
+
+
+def _full_mlflow() -> bool:
+    """Whether the full mlflow (with its UI server) is installed, not only mlflow-skinny."""
+    try:
+        importlib.metadata.distribution("mlflow")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
