@@ -27,7 +27,7 @@ from mlra.agent.controller import RunController
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, LogDamage, encode_stored, read_events
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.snapshots import SNAPSHOTS_DIR, SnapshotStore
-from mlra.agent.state import fold
+from mlra.agent.state import BASELINE_READS_NO_MESSAGES, fold
 from mlra.agent.workspace_history import WorkspaceHistory
 from mlra.tasks.spec import TaskSpec
 
@@ -114,9 +114,14 @@ def resume_controller(
     provider: ModelProvider | None,
     *,
     overrides: dict[str, Any] | None = None,
+    ready: Callable[[], None] | None = None,
 ) -> RunController:
-    """A controller that continues `run` in its own folder."""
+    """A controller that continues `run` in its own folder. `ready` is called once the
+    run is known to be resumable, before its log is reopened (the CLI asks the model
+    server there, so a refusal leaves the log as it was)."""
     resumable(run)
+    if ready is not None:
+        ready()
     config = run.config.model_copy(
         update={
             "run_id": run.run_dir.name,
@@ -251,7 +256,7 @@ def fork_run(
     if source.started.model == "baseline" and edit_action is not None:
         raise ResumeError("--edit-action: the baseline agent follows its recipe; nothing to edit")
     if source.started.model == "baseline" and message is not None:
-        raise ResumeError("--message: the baseline agent follows its recipe and reads no messages")
+        raise ResumeError(f"--message: {BASELINE_READS_NO_MESSAGES}")
     index = _step_index(source.events, at_step)
     prefix = list(source.events[:index])
     edited = None

@@ -47,6 +47,9 @@ class Regrade(BaseModel):
     error: str | None = None
 
 
+BASELINE_READS_NO_MESSAGES = "the baseline agent follows its recipe and reads no messages"
+
+
 @dataclass
 class RunState:
     run_id: str = ""
@@ -146,9 +149,7 @@ class RunState:
     def message_refusal(self) -> str | None:
         """Why a message to this run's agents would be read by nobody: the baseline agent
         follows its task's recipe and has no model to tell (its `edit` is refused alike)."""
-        if self.model == "baseline":
-            return "the baseline agent follows its recipe and reads no messages"
-        return None
+        return BASELINE_READS_NO_MESSAGES if self.model == "baseline" else None
 
     @property
     def running_jobs(self) -> list[JobRecord]:

@@ -162,8 +162,6 @@ class BatchRunner:
         self._unreachable: dict[str, tuple[int, float]] = {}
         """Each run refused because its model server did not answer: how many times in a
         row, and the seconds it has waited for it."""
-        self.unreachable_wait_s = UNREACHABLE_WAIT_S
-        self.unreachable_budget_s = UNREACHABLE_BUDGET_S
         self.placed: dict[str, str] = {}
         """Runs the executor has started on a node, and where (running before their log
         is live here: a node that does not share the batch folder sends it at the end)."""
@@ -267,7 +265,7 @@ class BatchRunner:
                 if job.resume:
                     self._no_resume.add(run.run_id)
                     continue
-                status.kind, status.reason, status.detail = "failed", "usage", _last_line(log_path)
+                status.kind, status.reason, status.detail = "failed", "usage", refused
                 self._card(run, status)
                 self._changed(f"failed (usage) {run.run_id}")
                 return
@@ -286,10 +284,11 @@ class BatchRunner:
         model) answers again, and an unattended batch should not lose the runs that
         came due meanwhile."""
         tries, waited = self._unreachable.get(run_id, (0, 0.0))
-        if waited >= self.unreachable_budget_s or self.spec.max_attempts <= 1:
+        if waited >= UNREACHABLE_BUDGET_S or self.spec.max_attempts <= 1:
             return None  # `--max-attempts 1`: each run is tried once, whatever refused it
-        wait = min(self.unreachable_wait_s * 2**tries, UNREACHABLE_MAX_WAIT_S)
-        wait = min(wait, self.unreachable_budget_s - waited)
+        wait = min(
+            UNREACHABLE_WAIT_S * 2**tries, UNREACHABLE_MAX_WAIT_S, UNREACHABLE_BUDGET_S - waited
+        )
         self._unreachable[run_id] = (tries + 1, waited + wait)
         self._changed(f"server unreachable for {run_id}: trying again in {wait:g} s ({refused})")
         return wait

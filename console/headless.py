@@ -38,10 +38,10 @@ from mlra.console.event_lines import (
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable, printable_json, printable_line
+from mlra.tools.plan import render_plan
 
 if TYPE_CHECKING:
     from mlra.agent.annotations import Annotation
-from mlra.tools.plan import render_plan
 
 
 def _silence(stream: IO[str]) -> bool:

@@ -153,7 +153,7 @@ def _use_tui(args: argparse.Namespace) -> bool:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from mlra.agent.resume import ResumeError, resumable, resume_controller
+    from mlra.agent.resume import ResumeError, resume_controller
     from mlra.console.args import UsageError
     from mlra.console.model_server import limits_or_refused
 
@@ -164,12 +164,11 @@ def cmd_resume(args: argparse.Namespace) -> int:
     overrides = _overrides(args, use_tui) | {"model": model}
     provider = _provider(model, args.base_url or run.config.base_url, run.config)
     try:
-        resumable(run)  # a run that cannot go on is said first, whatever its server
-    except ResumeError as exc:
-        raise UsageError(str(exc)) from None
-    limits_or_refused(provider)  # before the log is reopened (a torn line dropped)
-    try:
-        controller = resume_controller(run, task, provider, overrides=overrides)
+        # A run that cannot go on is said first, whatever its server; the server is
+        # asked before the log is reopened (a torn line dropped).
+        controller = resume_controller(
+            run, task, provider, overrides=overrides, ready=lambda: limits_or_refused(provider)
+        )
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
     if not args.json:

@@ -290,6 +290,9 @@ def say(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
+_STEPS_HANDLER = "mlra-lm-eval-steps"
+
+
 def show_lm_eval_steps() -> None:
     """lm-eval's own log at INFO, on stderr: it says which task's requests it builds
     and which kind of request it runs ("Building contexts for blimp_x on rank 0...",
@@ -305,9 +308,6 @@ def show_lm_eval_steps() -> None:
     handler.set_name(_STEPS_HANDLER)
     handler.setFormatter(logging.Formatter("lm-eval: %(message)s"))
     logger.addHandler(handler)
-
-
-_STEPS_HANDLER = "mlra-lm-eval-steps"
 
 
 def _optional_int(value: Any) -> int | None:
