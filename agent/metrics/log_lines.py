@@ -91,7 +91,10 @@ def points_of_mapping(obj: Mapping[str, object], *, prefix: str = "") -> list[Li
             if isinstance(value, Mapping) and depth < 2:
                 walk(cast(Mapping[str, object], value), f"{name}/", depth + 1)
             elif isinstance(value, int | float) and not isinstance(value, bool):
-                flat.append((name, float(value)))
+                try:
+                    flat.append((name, float(value)))
+                except OverflowError:  # an integer past any float: no value of a curve
+                    continue
 
     walk(obj, prefix, 0)
     step = _step_of(flat)
@@ -113,6 +116,8 @@ def _dict_line(text: str) -> list[LinePoint] | None:
     """A line that is a JSON object or a Python dict literal; None where it is not one."""
     try:
         obj = json.loads(text)
+    except RecursionError:
+        return None  # nested deeper than any line of metrics
     except ValueError:
         try:
             obj = ast.literal_eval(text)

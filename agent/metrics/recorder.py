@@ -8,6 +8,11 @@ command ends), and each series keeps every point up to `FULL_POINTS`, then every
 every 4th... (the stride doubling each time `LEVEL_POINTS` more are kept), so n points
 read leave about FULL + LEVEL * log2(n / FULL) in the log: ~2,000 for 100,000 lines,
 ~2,500 for a million. A source's `thinned` counts what was read and left out.
+
+What a source holds is bounded too, whatever the agent prints or writes: `MAX_SERIES`
+series of names up to `MAX_NAME_CHARS`, an unfinished line up to MAX_LINE_CHARS. A
+name past either cap is left out (counted in `thinned`) and a line that cannot be read
+is skipped; each is said once in `notices`, which the run turns into notice events.
 """
 
 from __future__ import annotations
@@ -33,6 +38,8 @@ MAX_SERIES_POINTS = 4000
 MAX_SERIES = 64
 """Series per source: a log that names a new key on every line (ids, hashes) is not
 a set of curves, and its points past this are left out."""
+MAX_NAME_CHARS = 256
+"""A longer series name (a TensorBoard tag, a JSON key) is not a curve's: left out."""
 
 _BREAK = re.compile(r"[\r\n]")
 Reading = tuple[str, float, int | None, float]
@@ -94,6 +101,9 @@ class MetricsRecorder:
         self._flush_s = flush_s
         self._sources: dict[str, _Source] = {}
         self._flushed_at = time.monotonic()
+        self._told: set[str] = set()
+        self.notices: list[str] = []
+        """What was left out for a cap or a fault, each kind said once a run."""
         self.closed = False
 
     # --- what is fed ------------------------------------------------------------------
@@ -204,8 +214,19 @@ class MetricsRecorder:
             self._sources[source] = src
         return src
 
+    def _tell(self, key: str, message: str) -> None:
+        if key not in self._told:
+            self._told.add(key)
+            self.notices.append(f"metrics: {message}")
+
     def _read_line(self, src: _Source, line: str, wall: float, *, redraw: bool) -> None:
-        points: list[LinePoint] = parse_line(line)
+        try:
+            points: list[LinePoint] = parse_line(line)
+        except Exception as exc:  # any fault of one line skips that line only
+            self._tell(
+                "line", f"a line of {src.source} could not be read ({type(exc).__name__}); skipped"
+            )
+            return
         for point in points:
             if redraw:
                 series = src.series.get(point.name)
@@ -216,8 +237,20 @@ class MetricsRecorder:
     def _take(self, src: _Source, name: str, value: float, step: int | None, wall: float) -> None:
         series = src.series.get(name)
         if series is None:
-            if len(src.series) >= MAX_SERIES:
+            if len(src.series) >= MAX_SERIES or len(name) > MAX_NAME_CHARS:
                 src.thinned += 1
+                if len(name) > MAX_NAME_CHARS:
+                    self._tell(
+                        "name",
+                        f"{src.source} names a series in more than {MAX_NAME_CHARS} "
+                        "characters; such series are not read",
+                    )
+                else:
+                    self._tell(
+                        "series",
+                        f"{src.source} has more than {MAX_SERIES} series; the later ones "
+                        "are not read",
+                    )
                 return
             series = src.series[name] = _Series()
         series.last = (value, step)
@@ -244,4 +277,12 @@ class MetricsRecorder:
             self._append(event)
 
 
-__all__ = ["FLUSH_S", "FULL_POINTS", "MAX_SERIES_POINTS", "MetricsRecorder", "Reading"]
+__all__ = [
+    "FLUSH_S",
+    "FULL_POINTS",
+    "MAX_NAME_CHARS",
+    "MAX_SERIES",
+    "MAX_SERIES_POINTS",
+    "MetricsRecorder",
+    "Reading",
+]

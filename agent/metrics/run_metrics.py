@@ -15,7 +15,7 @@ import contextlib
 from collections.abc import Callable, Iterable
 
 from mlra import events as ev
-from mlra.agent.metrics.files import MetricFiles, Opener, metric_file_kind
+from mlra.agent.metrics.files import MetricFiles, Opener
 from mlra.agent.metrics.recorder import MetricsRecorder
 
 
@@ -42,18 +42,26 @@ class RunMetrics:
     def job_output(self, job: str, text: str) -> None:
         with contextlib.suppress(Exception):
             self.recorder.job_output(job, text)
+            if self.recorder.notices:
+                self._tell()
 
     def job_ended(self, job: str) -> None:
         with contextlib.suppress(Exception):
             self.recorder.job_ended(job)
+            if self.recorder.notices:
+                self._tell()
 
     def command_output(self, call_id: str, text: str) -> None:
         with contextlib.suppress(Exception):
             self.recorder.command_output(call_id, text)
+            if self.recorder.notices:
+                self._tell()
 
     def command_ended(self, call_id: str) -> None:
         with contextlib.suppress(Exception):
             self.recorder.command_ended(call_id)
+            if self.recorder.notices:
+                self._tell()
 
     async def sampled(self, paths: list[str]) -> None:
         """After a resource sample: read the metric files its walk found, and send
@@ -61,16 +69,19 @@ class RunMetrics:
         await self.spotted(paths)
         with contextlib.suppress(Exception):
             self.recorder.flush(due_only=True)
+            self._tell()
 
     async def spotted(self, paths: Iterable[str]) -> None:
         """Metric files a workspace walk found (the sampler's, or a snapshot's after a
         tool call): read what they hold since the last read."""
         for path in paths:
             # Cheap string tests first: a snapshot's index may hold a great many paths.
-            if ("metrics.jsonl" in path or "tfevents" in path) and metric_file_kind(
-                path.rsplit("/", 1)[-1]
-            ) is not None:
-                self._paths.setdefault(path)
+            if (
+                ("metrics.jsonl" in path or "tfevents" in path)
+                and path not in self._paths
+                and self.files.follow(path)  # at most MAX_FILES, said once past it
+            ):
+                self._paths[path] = None
         with contextlib.suppress(Exception):
             await self.read_files()
 
@@ -87,16 +98,21 @@ class RunMetrics:
                     path=found.path,
                     offset=found.offset,
                 )
-            while self.files.notices:
-                self._append(ev.Notice(level="warning", message=self.files.notices.pop(0)))
+        self._tell()
+
+    def _tell(self) -> None:
+        """The notices the readers left (each said once by its reader)."""
+        for notices in (self.files.notices, self.recorder.notices):
+            while notices:
+                self._append(ev.Notice(level="warning", message=notices.pop(0)))
 
     def load(self, recorded: Iterable[ev.Event]) -> None:
         """A resumed run: each metric file is read on from where the log says the
         earlier process had got, so its points are not recorded twice."""
         for event in recorded:
             if isinstance(event, ev.Metrics) and event.path and event.offset is not None:
-                self.files.resume(event.path, event.offset)
-                self._paths.setdefault(event.path)
+                if self.files.resume(event.path, event.offset):
+                    self._paths.setdefault(event.path)
 
     async def close(self) -> None:
         """The run is ending (its jobs stopped): the files' last lines and every
@@ -107,6 +123,7 @@ class RunMetrics:
             await self.read_files()
         with contextlib.suppress(Exception):
             self.recorder.close()
+            self._tell()
 
 
 __all__ = ["RunMetrics"]
