@@ -38,7 +38,7 @@ def _arguments_in_raw(call: dict[str, Any]) -> bool:
         return False
     try:
         return json.loads(raw) == call.get("arguments")
-    except ValueError:
+    except (ValueError, RecursionError):
         return False
 
 
@@ -56,7 +56,7 @@ def _read_calls(calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if "arguments" not in call and isinstance(raw, str) and call.get("parse_error") is None:
             try:
                 arguments = json.loads(raw)
-            except ValueError:
+            except (ValueError, RecursionError):
                 arguments = None
             if isinstance(arguments, dict):
                 call = {**call, "arguments": arguments}

@@ -149,6 +149,8 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any] | 
         value = json.loads(raw)
     except json.JSONDecodeError as exc:
         return None, f"the arguments are not valid JSON: {exc.msg} (character {exc.pos})"
+    except RecursionError:  # `[` thousands deep: no tool's arguments
+        return None, "the arguments are not valid JSON: nested too deeply to read"
     if not isinstance(value, dict):
         return None, f"the arguments must be a JSON object, not {type(value).__name__}"
     return value, None

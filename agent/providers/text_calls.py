@@ -101,7 +101,7 @@ def _candidates(text: str) -> list[_Found]:
         start = match.start()
         try:
             _, end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError):
             end = len(text)  # broken: up to the end, for the problem report only
         found.append(_Found(start, end, "json", text[start:end]))
     found.sort(key=lambda f: (f.start, -f.end))
@@ -119,6 +119,11 @@ def _read(found: _Found, names: set[str]) -> tuple[list[ToolCallRequest], str | 
         if found.form == "tool_call" or (named and named.group(1) in names):
             what = f"a call to {named.group(1)}" if named else "a tool call"
             return [], f"{what} written as text is not valid JSON ({exc.msg} at char {exc.pos})"
+        return [], None
+    except RecursionError:  # nested thousands deep: no call's shape
+        named = _NAME.search(body)
+        if found.form == "tool_call" or (named and named.group(1) in names):
+            return [], "a tool call written as text is nested too deeply to read"
         return [], None
     items = value if isinstance(value, list) else [value]
     calls: list[ToolCallRequest] = []

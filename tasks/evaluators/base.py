@@ -20,6 +20,7 @@ import json
 import os
 import secrets
 import signal
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -34,6 +35,7 @@ from mlra.tasks.evaluators.host_tools import host_tools
 from mlra.tasks.evaluators.progress import TICK_S as PROGRESS_TICK_S
 from mlra.tasks.evaluators.progress import ProgressReader
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_memory
 
@@ -125,6 +127,22 @@ running by a killed mlra can be found and ended before the run is graded again."
 
 EVALUATOR_FILE = "evaluator.json"
 """In the evaluation folder while an evaluation runs: who runs it, and its token."""
+
+MAX_RESULT_BYTES = 16 * 1024 * 1024
+"""The evaluator's result read at most: it is written where the evaluated code runs."""
+
+
+def _read_result(out: Path) -> object:
+    """The result's JSON, never through a link, bounded (ValueError for any other)."""
+    fd = os.open(out, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("it is not a regular file")
+        return json.loads(trees.read_bounded(fd, MAX_RESULT_BYTES))
+    except (trees.TooLarge, RecursionError) as exc:
+        raise ValueError(f"it is too large or too deeply nested to read ({exc})") from None
+    finally:
+        os.close(fd)
 
 
 def evaluation_env(task: TaskSpec) -> dict[str, str]:
@@ -400,8 +418,8 @@ async def run_evaluation(
         details["sandbox_notes"] = list(result.notes)
     if out.exists():
         try:
-            outcome = EvalOutcome.model_validate(json.loads(out.read_text()))
-        except (ValueError, json.JSONDecodeError) as exc:
+            outcome = EvalOutcome.model_validate(_read_result(out))
+        except (ValueError, OSError) as exc:
             return EvalOutcome(
                 ok=False, error=f"evaluator wrote an unreadable result: {exc}", details=details
             )

@@ -12,6 +12,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mlra import events as ev
 from mlra.agent.metrics.files import READ_BYTES, MetricFiles
 from mlra.agent.metrics.jsonl import MAX_JSONL_LINE
@@ -243,3 +245,36 @@ def test_more_metric_files_than_followed_are_said_once(tmp_path: Path) -> None:
     assert sum(files.follow(p) for p in paths) == MAX_FILES
     (notice,) = files.notices
     assert f"more than {MAX_FILES} metric files" in notice
+
+
+# --- the other places mlra reads JSON the agent wrote --------------------------------
+
+
+def test_json_nested_5000_deep_from_the_model_is_an_answer_not_a_crash(tmp_path: Path) -> None:
+    from mlra.agent.providers.text_calls import read_text_calls
+    from mlra.tasks.evaluators.base import MAX_RESULT_BYTES, _read_result  # pyright: ignore[reportPrivateUsage]
+    from mlra.tools.registry import parse_arguments
+
+    deep = "[" * 5000
+    # A tool call's arguments: the error observation the model reads.
+    arguments, problem = parse_arguments('{"cmd": ' + deep + "}")
+    assert arguments is None and problem is not None and "nested too deeply" in problem
+    # A call written as text: one problem said, the prose kept.
+    found = read_text_calls(
+        '<tool_call>{"name": "bash", "arguments": ' + deep + "</tool_call>", ["bash"]
+    )
+    assert found.calls == [] and found.problems and "nested too deeply" in found.problems[0]
+    # The evaluator's result file, written where the evaluated code runs.
+    out = tmp_path / "evaluation.json"
+    out.write_text(deep)
+    with pytest.raises(ValueError, match="deeply nested"):
+        _read_result(out)
+    out.unlink()
+    os.symlink("/etc/hostname", out)
+    with pytest.raises(OSError):
+        _read_result(out)
+    out.unlink()
+    with out.open("wb") as f:
+        f.truncate(MAX_RESULT_BYTES + 1)
+    with pytest.raises(ValueError, match="too large"):
+        _read_result(out)
