@@ -148,7 +148,7 @@ def measure(tree: Path, workspace: Path, mode: str, mb: float) -> dict[str, floa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").strip().split("\n")[0])
     parser.add_argument("--mb", type=float, default=300.0, help="size of each flood")
     parser.add_argument("--against", type=Path, help="another checkout to measure too")
     args = parser.parse_args()

@@ -86,9 +86,9 @@ def test_a_tensorboard_tag_flood_holds_a_bounded_state_and_a_rewrite_starts_over
     path = "tb/events.out.tfevents.1.flood"
     shutil.copyfile(made, workspace / path)
 
+    files = _files(workspace)
     tracemalloc.start()
     try:
-        files = _files(workspace)
         points = _read_all(files, path)
         held_now, _ = tracemalloc.get_traced_memory()
     finally:
