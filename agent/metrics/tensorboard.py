@@ -20,6 +20,7 @@ every byte would cost more than the decoding); the header's 8 bytes are.
 
 from __future__ import annotations
 
+import re
 import struct
 from dataclasses import dataclass, field
 
@@ -66,6 +67,11 @@ def masked_crc32c(data: bytes | memoryview) -> int:
         crc = _CRC32C[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     crc ^= 0xFFFFFFFF
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
+
+
+_ZERO_HEADER = bytes(12)
+"""Twelve zero bytes: no header (the checksum of a zero length is not zero)."""
+_NONZERO = re.compile(rb"[^\0]")
 
 
 def _header_ok(data: bytes | memoryview, pos: int) -> bool:
@@ -252,6 +258,12 @@ class TensorBoardReader:
             pos = zeros - 4
             if pos + 12 > len(data):
                 return pos, True
+            if data[pos : pos + 12] == _ZERO_HEADER:  # never a header: past the zeros
+                more = _NONZERO.search(data, pos)
+                if more is None:
+                    return max(pos, len(data) - 11), True
+                pos = max(pos + 1, more.start() - 11)
+                continue
             if _header_ok(data, pos):
                 return pos, False
             pos += 1

@@ -138,10 +138,14 @@ def test_a_corrupt_tensorboard_record_is_skipped_and_the_file_read_on(tmp_path: 
     data[body : body + 8] = b"\xff" * 8  # step 3: its event does not decode
     workspace = tmp_path / "ws"
     workspace.mkdir()
-    (workspace / "events.out.tfevents.2.bad").write_bytes(bytes(data))
+    # Then 12 MiB of zeros (a hole), and the steps again.
+    again = made.read_bytes()[starts[1] :]
+    (workspace / "events.out.tfevents.2.bad").write_bytes(
+        bytes(data) + bytes(3 * READ_BYTES) + again
+    )
     files = _files(workspace)
-    points = _read_all(files, "events.out.tfevents.2.bad")
-    assert [s for n, _, s in points if n == "loss"] == [0, 2, 4, 5]
+    points = _read_all(files, "events.out.tfevents.2.bad", scans=6)
+    assert [s for n, _, s in points if n == "loss"] == [0, 2, 4, 5, 0, 1, 2, 3, 4, 5]
     (notice,) = files.notices
     assert "records that are not TensorBoard events" in notice and "does not check" in notice
 
