@@ -72,7 +72,7 @@ class _File:
     reader: JsonlReader | TensorBoardReader
     broken: bool = False
     identity: tuple[int, int] | None = None
-    """The file's device and inode when first read."""
+    """The file's device and inode as last read."""
     head: bytes | None = None
     """Its first bytes (up to HEAD_BYTES) as last read."""
     told: set[str] = field(default_factory=lambda: set[str]())
