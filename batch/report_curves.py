@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.batch.curves import Series, curve_names, run_series
+from mlra.batch.report_text import md_cell as _cell
 from mlra.batch.state import RUNS
 from mlra.terminal_text import printable_line
 
@@ -100,10 +101,6 @@ def curves_json(curves: list[RunCurves]) -> list[dict[str, Any]]:
         }
         for c in curves
     ]
-
-
-def _cell(value: object) -> str:
-    return printable_line(str(value)).replace("|", "\\|")
 
 
 def png_name(task: str) -> str:
