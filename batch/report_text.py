@@ -1,6 +1,8 @@
 """Text from a run made safe for Markdown: report.md (batch/report_tables.py,
 batch/report_curves.py) and the parameters table a TensorBoard export writes (its text
-plugin renders Markdown, images included).
+plugin renders Markdown, images included); and for the report's plots, whose titles,
+labels and ticks matplotlib reads as math between `$`s (`$\\frac{a$` would stop the
+report with a parse error): there every `$` is `\\$`, a dollar sign.
 
 What a run's scripts printed or wrote names its series (`![p](https://host/p.png?d=1)`,
 `<img src=x onerror=alert(1)>`), and a task, a model, a reason, a tag or a file name
@@ -78,3 +80,10 @@ def md_text(value: object) -> str:
 def md_cell(value: object) -> str:
     """A table cell (`md_text` escapes its `|` already): named so for the reader."""
     return md_text(value)
+
+
+def plot_text(value: object, limit: int | None = None) -> str:
+    """`value` as a plot's title, label or tick shows it: one line, at most `limit`
+    characters of it, no `$` that matplotlib would read as math."""
+    text = printable_line(str(value))[:limit]
+    return text.replace("$", "\\$")

@@ -34,6 +34,7 @@ POISON = (
     "_step",
     "mlra/step",
     "glob*",
+    "$\\frac{a$",
 )
 
 
@@ -240,6 +241,20 @@ def test_report_md_forms_no_image_link_or_html_from_a_runs_names(batch_dir: Path
     assert spans <= {"thinned", "d=128"}, spans  # report.md's own words only
     assert "![" not in text and "<img" not in text and "](" not in text
     assert "a/../../x" in text and md_text("<img src=x onerror=alert(1)>") in text
+
+
+def test_the_reports_plots_draw_any_name(tmp_path: Path) -> None:
+    """matplotlib reads text between `$`s as math: a series or a model named with one
+    is drawn as written, never a parse error that stops the report."""
+    pytest.importorskip("matplotlib")
+    batch = tmp_path / "b"
+    points = [ev.MetricPoint(name="$\\frac{a$", value=float(k), step=k, wall=k) for k in (1, 2)]
+    more = (ev.Metrics(source="job:j2", job="j2", points=points),)
+    metrics_run(batch / "runs", "r1", model="m$\\sqrt{$", more=more)
+    (batch / "batch.json").write_text("{}", encoding="utf-8")
+    write_report(batch)
+    for png in ("score.png", "normalized.png", "validation.png", "curves-answer.png"):
+        assert (batch / png).read_bytes()[:4] == b"\x89PNG", png
 
 
 @pytest.mark.parametrize(
