@@ -13,10 +13,12 @@ tables whenever and wherever it is run. Plots are written with matplotlib's
 Agg backend (no display needed).
 
 report.md is read with `cat` as often as rendered: every text in it from a run or a
-task (a task's or model's name, a reason, a success bar, a node) has its control
-characters escaped (mlra/terminal_text.py) and its `|` escaped so it stays in its
-cell; report.csv's texts are escaped the same way. report.json is written with
-`ensure_ascii`, so it holds nothing a terminal obeys.
+task (a task's or model's name, a series' name, a reason, a success bar, a node, a tag)
+is escaped as Markdown that renders as the very text (batch/report_text.py: no image,
+link or HTML formed from it, its `|` kept in its cell) with its control characters
+escaped (mlra/terminal_text.py); report.csv's texts have their control characters
+escaped. report.json is written with `ensure_ascii`, so it holds nothing a terminal
+obeys.
 
 This module writes the report's files; the rows and groups (the numbers) are
 batch/report_rows.py, report.md's tables and report.csv batch/report_tables.py, the

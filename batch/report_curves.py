@@ -26,8 +26,9 @@ from typing import Any, Protocol
 
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.batch.curves import Series, curve_names, run_series
+from mlra.batch.report_text import md_cell as _cell
+from mlra.batch.report_text import plot_text
 from mlra.batch.state import RUNS
-from mlra.terminal_text import printable_line
 
 PANELS = 4
 """The most curve names a task's PNG draws (the most common first, `loss` before the
@@ -100,10 +101,6 @@ def curves_json(curves: list[RunCurves]) -> list[dict[str, Any]]:
         }
         for c in curves
     ]
-
-
-def _cell(value: object) -> str:
-    return printable_line(str(value)).replace("|", "\\|")
 
 
 def png_name(task: str) -> str:
@@ -203,18 +200,18 @@ def plot_curves(out: Path, curves: list[RunCurves]) -> list[str]:
                     xs = [p.step if steps and p.step is not None else p.wall / 60 for p in s.points]
                     ys = [p.value for p in s.points]
                     values += ys
-                    label = c.model if c.model not in labelled else None
+                    label = plot_text(c.model) if c.model not in labelled else None
                     labelled.add(c.model)
                     # A run's single reading of a curve (it stopped there): a dot.
                     marker = "o" if len(xs) == 1 else None
                     ax.plot(xs, ys, color=colours[c.model], alpha=0.8, label=label, marker=marker)
             if values and min(values) > 0 and max(values) > 10 * min(values):
                 ax.set_yscale("log")
-            ax.set_title(printable_line(name)[:60], fontsize=9)
+            ax.set_title(plot_text(name, 60), fontsize=9)
             ax.set_xlabel("step" if steps else "run clock (minutes)")
             if labelled:
                 ax.legend(fontsize=7)
-        fig.suptitle(printable_line(task)[:80], fontsize=10)
+        fig.suptitle(plot_text(task, 80), fontsize=10)
         fig.tight_layout()
         fig.savefig(out / png_name(task), dpi=100)
         plt.close(fig)

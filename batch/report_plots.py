@@ -1,7 +1,9 @@
 """The batch report's plots: score.png and normalized.png per task and model,
 validation.png each run's validation score over its run clock.
 
-Apart from the tables because matplotlib is optional (the `batch` extra): the tables
+Every text from a run or a task is drawn through `plot_text` (batch/report_text.py): a
+`$` in a name is a dollar sign, never math that stops the report. Apart from the
+tables because matplotlib is optional (the `batch` extra): the tables
 need nothing beyond mlra, and `can_plot` says whether the plots can be drawn here.
 matplotlib's Agg backend draws them, so no display is needed.
 """
@@ -10,6 +12,7 @@ import importlib
 from pathlib import Path
 
 from mlra.batch.report_rows import Group, RunRow
+from mlra.batch.report_text import plot_text
 
 
 def plot(out: Path, groups: list[Group]) -> None:
@@ -31,8 +34,9 @@ def plot(out: Path, groups: list[Group]) -> None:
         means = [by_key[task, m].score_mean or 0.0 for m in present]
         errs = [by_key[task, m].score_se or 0.0 for m in present]
         ax.bar(range(len(present)), means, yerr=errs, capsize=4, color="tab:blue")
-        ax.set_xticks(range(len(present)), present, rotation=20, ha="right", fontsize=8)
-        ax.set_title(task)
+        names = [plot_text(m) for m in present]
+        ax.set_xticks(range(len(present)), names, rotation=20, ha="right", fontsize=8)
+        ax.set_title(plot_text(task))
         ax.set_ylabel("score (mean ± SE)")
     fig.tight_layout()
     fig.savefig(out / "score.png", dpi=100)
@@ -43,10 +47,11 @@ def plot(out: Path, groups: list[Group]) -> None:
         xs = [t + i * width for t in range(len(tasks))]
         means = [(by_key.get((task, model)) or _EMPTY).normalized_mean or 0.0 for task in tasks]
         errs = [(by_key.get((task, model)) or _EMPTY).normalized_se or 0.0 for task in tasks]
-        ax.bar(xs, means, width=width, yerr=errs, capsize=3, label=model)
+        ax.bar(xs, means, width=width, yerr=errs, capsize=3, label=plot_text(model))
     ax.axhline(0.0, color="gray", linewidth=0.8)
     ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
-    ax.set_xticks([t + width * (len(models) - 1) / 2 for t in range(len(tasks))], tasks)
+    ticks = [t + width * (len(models) - 1) / 2 for t in range(len(tasks))]
+    ax.set_xticks(ticks, [plot_text(t) for t in tasks])
     ax.set_ylabel("normalized score (0 baseline, 1 top)")
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -76,7 +81,7 @@ def plot_validation(out: Path, rows: list[RunRow]) -> None:
         for run in (r for r in shown if r.task == task):
             minutes = [t / 60 for t, _ in run.validation_curve]
             scores = [score for _, score in run.validation_curve]
-            label = run.model if run.model not in labelled else None
+            label = plot_text(run.model) if run.model not in labelled else None
             labelled.add(run.model)
             colour = colours[run.model]
             ax.plot(minutes, scores, marker=".", color=colour, alpha=0.8, label=label)
@@ -84,9 +89,9 @@ def plot_validation(out: Path, rows: list[RunRow]) -> None:
                 i = scores.index(run.best_validation)
                 ax.plot(minutes[i], scores[i], marker="*", markersize=11, color=colour)
             metric = metric or (run.validation_metric or "")
-        ax.set_title(task)
+        ax.set_title(plot_text(task))
         ax.set_xlabel("run clock (minutes)")
-        ax.set_ylabel(f"validation {metric or 'score'}")
+        ax.set_ylabel(plot_text(f"validation {metric or 'score'}"))
         if not shown:
             ax.text(0.5, 0.5, "no run validated", ha="center", va="center")
         elif labelled:

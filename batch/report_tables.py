@@ -1,10 +1,11 @@
 """The batch report's text: report.md's tables, report.csv, and a group's numbers in a
 line for the end of `mlra batch`.
 
-Every text from a run or a task (a name, a reason, a success bar, a node) is escaped
-here, its control characters (mlra/terminal_text.py) and its `|` (so it stays in its
-cell): report.md is read with `cat` as often as rendered. The numbers themselves are
-batch/report_rows.py's.
+Every text from a run or a task (a name, a reason, a success bar, a node, a tag) is
+escaped here for where it goes: in report.md as Markdown that renders as the very text
+(batch/report_text.py: no image, link or HTML formed from it, its `|` kept in its
+cell, nothing a terminal obeys), in report.csv its control characters
+(mlra/terminal_text.py). The numbers themselves are batch/report_rows.py's.
 """
 
 import csv
@@ -12,17 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from mlra.batch.report_rows import Attempt, Group, RunRow
+from mlra.batch.report_text import md_cell as _cell
+from mlra.batch.report_text import md_text as _text
 from mlra.terminal_text import printable_line
-
-
-def _text(value: object) -> str:
-    """A run's or a task's text as report.md shows it: one line, nothing a terminal obeys."""
-    return printable_line(str(value))
-
-
-def _cell(value: object) -> str:
-    """A table cell: `_text`, with a `|` that would end the cell escaped."""
-    return _text(value).replace("|", "\\|")
 
 
 def _pm(mean: float | None, se: float | None) -> str:
@@ -251,7 +244,7 @@ def write_csv(path: Path, groups: list[Group]) -> None:
             row["failures"] = ";".join(f"{k}={v}" for k, v in sorted(g.failures.items()))
             writer.writerow(
                 {
-                    k: "" if v is None else _text(v) if isinstance(v, str) else v
+                    k: "" if v is None else printable_line(v) if isinstance(v, str) else v
                     for k, v in row.items()
                 }
             )

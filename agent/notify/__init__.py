@@ -4,8 +4,9 @@ note.py holds the notification and the `Notifier` interface; triggers.py which o
 run's events notify and what they say; hub.py the run's subscriber; dispatch.py the
 sending, bounded and off the run's path (shared with batch/notify.py); destinations.py
 reads `--notify`; bell.py, desktop.py, command.py and webhook.py are the destinations
-(child_env.py the secret-free environment of what they run, threads.py the daemon
-threads their blocking work runs in).
+(payload.py the JSON a command and a webhook get, its chat text escaped; child_env.py
+the secret-free environment of what they run, threads.py the daemon threads their
+blocking work runs in).
 """
 
 from mlra.agent.notify.destinations import Destination, parse_destinations

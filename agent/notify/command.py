@@ -1,7 +1,8 @@
 """`--notify cmd:COMMAND`: the user's command, run with `sh -c` for each notification.
 
-It reads the notification as JSON on stdin and finds its main fields in MLRA_NOTIFY_*
-variables too (for a one-line shell command). Its environment carries no secrets
+It reads the notification as JSON on stdin, the very bytes a webhook gets (payload.py:
+its `text` escaped for Slack-style chat), and finds its main fields in MLRA_NOTIFY_*
+variables too (for a one-line shell command), as plain text. Its environment carries no secrets
 (agent/notify/child_env.py); it runs in a session of its own, so a command that
 outlives its time limit is killed with everything it started. Its output is not
 shown (the console may own the terminal): a failure says its exit status and the
@@ -17,6 +18,7 @@ import signal
 
 from mlra.agent.notify.child_env import child_env
 from mlra.agent.notify.note import Notification, NotifyFailed
+from mlra.agent.notify.payload import payload
 
 COMMAND_TIMEOUT_S = 10.0
 
@@ -52,9 +54,7 @@ class Command:
             start_new_session=True,
         )
         try:
-            _, err = await asyncio.wait_for(
-                proc.communicate(note.model_dump_json().encode("utf-8") + b"\n"), self.timeout_s
-            )
+            _, err = await asyncio.wait_for(proc.communicate(payload(note) + b"\n"), self.timeout_s)
         except (TimeoutError, asyncio.CancelledError):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)

@@ -3,6 +3,11 @@
 `notify-send` (libnotify) with a desktop session to show it in (a display, Wayland or
 a D-Bus session bus), or macOS's `osascript`. Where there is neither, `unavailable`
 says why in one line, logged once as a warning: a run on a server is no error.
+
+The Desktop Notifications spec lets a server read markup in the body (`<b>`, `<a
+href>`, `<img src>`), and the agent writes part of it (a held call's arguments): the
+body's `&`, `<` and `>` are sent as entities, so it shows as written and loads nothing.
+The title is plain text by the spec; osascript's strings are quoted as AppleScript's.
 """
 
 from __future__ import annotations
@@ -20,6 +25,11 @@ DESKTOP_TIMEOUT_S = 5.0
 SESSION_VARS = ("DISPLAY", "WAYLAND_DISPLAY", "DBUS_SESSION_BUS_ADDRESS")
 
 
+def body_markup(text: str) -> str:
+    """The body as notify-send's servers read it: the text, no markup."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
 def _apple_string(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
 
@@ -31,7 +41,7 @@ def desktop_command(title: str, message: str) -> list[str] | None:
         return ["osascript", "-e", script]
     sender = shutil.which("notify-send")
     if sender and any(os.environ.get(name) for name in SESSION_VARS):
-        return [sender, "--app-name=mlra", title, message]
+        return [sender, "--app-name=mlra", title, body_markup(message)]
     return None
 
 

@@ -4,13 +4,36 @@ A notification is derived from the run's typed events (agent/notify/triggers.py)
 is the same whatever it is sent to: the bell ignores its words, a desktop pop-up shows
 its title and message, a command reads it as JSON on stdin, a webhook gets it as the
 JSON body. So a user's script sees exactly the fields a webhook receiver does.
+
+Its text comes partly from the agent (a held call's arguments, a metric's name, an
+error): a lone surrogate or a NUL in it would stop the notification at every
+destination (JSON cannot encode the one as UTF-8, an environment variable or an
+argument cannot hold the other), so both are U+FFFD from the moment a notification is
+made, and it is always sent. What each destination's own format needs (Slack's
+markup, a desktop's) is escaped by the destination (payload.py, desktop.py).
 """
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+import re
+from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
+
+_UNSENDABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def sendable(value: Any) -> Any:
+    """`value` (a str, or a dict or list of them) with every NUL and lone surrogate
+    as U+FFFD."""
+    if isinstance(value, str):
+        return _UNSENDABLE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {sendable(k): sendable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [sendable(v) for v in value]
+    return value
+
 
 NotificationKind = Literal[
     "approval", "best_validation", "provider_paused", "time_warning", "finished", "batch_finished"
@@ -44,6 +67,11 @@ class Notification(BaseModel):
     reason: str | None = None
     counts: dict[str, int] | None = None
     """A batch's end: its runs by how they ended ("finished", "unscored", "failed")."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _sendable(cls, data: Any) -> Any:
+        return sendable(data)
 
 
 class NotifyFailed(Exception):

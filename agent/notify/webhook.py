@@ -1,4 +1,5 @@
-"""`--notify https://...`: the notification POSTed as a JSON body to the user's URL.
+"""`--notify https://...`: the notification POSTed as a JSON body to the user's URL
+(payload.py: its `text` escaped for Slack-style chat, which such a URL often is).
 
 A short time-out, in a thread, so a slow or dead receiver never holds the run. The
 URL may carry a token (a Slack or ntfy hook does), so it is never written anywhere:
@@ -13,6 +14,7 @@ from urllib.parse import urlsplit
 
 from mlra import __version__
 from mlra.agent.notify.note import Notification, NotifyFailed
+from mlra.agent.notify.payload import payload
 from mlra.agent.notify.threads import in_daemon_thread
 
 WEBHOOK_TIMEOUT_S = 5.0
@@ -65,5 +67,5 @@ class Webhook:
             raise NotifyFailed(f"it could not be reached: {reason}") from None
 
     async def send(self, note: Notification) -> None:
-        body = note.model_dump_json().encode("utf-8")
+        body = payload(note)
         await in_daemon_thread(lambda: self._post(body), name="mlra-notify-webhook")

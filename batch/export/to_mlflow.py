@@ -13,30 +13,38 @@ way, so MLflow's relative-time axis shows the run's clock. A one-off number (sou
 `d=128` printed once) is a metric of one value, as the final numbers are: MLflow's
 runs table shows it as a column, and it makes no history chart of one dot. Exporting a run again
 replaces its earlier export in the same experiment (found by its `mlra.run` tag).
+
+Every key is one MLflow accepts (batch/export/names.py: `a/../../x` becomes `a/__/__/x`);
+a run whose names were changed carries the originals, key to name, in its
+`mlra.renamed` tag (JSON) and its `renamed.json` artifact. A run MLflow still refuses
+is one line in what the export says, and the other runs are written.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import json
 import os
-import re
 from pathlib import Path
 from typing import Any
 
 from mlra.batch.curves import Series
+from mlra.batch.export.names import SafeNames, names_of, text_value, tracker_name
 from mlra.batch.export.source import Experiment, ExportRun
+from mlra.batch.export.trackers import not_written
 
 PACKAGE = "mlflow"
 DEFAULT_DEST = "mlruns"
 _BATCH = 1000
 """MLflow's most metrics in one log_batch call."""
+_PARAMS_BATCH = 100
+"""And its most params (MAX_PARAMS_TAGS_PER_BATCH)."""
 _PARAM_CHARS = 500
 """The value length every MLflow store accepts."""
-
-
-def metric_key(name: str) -> str:
-    """MLflow's keys allow letters, digits, `_-. /` only."""
-    return re.sub(r"[^\w\-. /]", "_", name)
+_TAG_CHARS = 8000
+"""MLflow's longest tag value (MAX_TAG_VAL_LENGTH)."""
+_EXPERIMENT_CHARS = 500
+"""MLflow's longest experiment name."""
 
 
 def _uri(dest: str) -> str:
@@ -46,38 +54,56 @@ def _uri(dest: str) -> str:
     return Path(dest).resolve().as_uri()
 
 
-def _metrics(run: ExportRun, series: list[Series]) -> list[Any]:
+def _metrics(run: ExportRun, series: list[Series], keys: SafeNames) -> list[Any]:
     from mlflow.entities import Metric
 
     out: list[Metric] = []
     for s in series:
-        key = metric_key(s.name)
+        key = keys[s.name]
         for i, p in enumerate(s.points):
             ms = int((run.started_ts + p.wall) * 1000)
             out.append(Metric(key, p.value, ms, p.step if p.step is not None else i))
     for k, p in run.one_offs.items():
         ms = int((run.started_ts + p.wall) * 1000)
-        out.append(Metric(metric_key(k), p.value, ms, p.step if p.step is not None else 0))
+        out.append(Metric(keys[k], p.value, ms, p.step if p.step is not None else 0))
     end = int((run.started_ts + run.final.get("duration_s", 0.0)) * 1000)
-    out += [Metric(metric_key(k), v, end, 0) for k, v in run.final.items()]
+    out += [Metric(keys[k], v, end, 0) for k, v in run.final.items()]
     return out
 
 
-def _write_run(client: Any, experiment_id: str, run: ExportRun, parent_id: str | None) -> str:
+def _renamed(run: ExportRun, keys: SafeNames) -> str:
+    """The run's changed names as JSON, key to original (ASCII: any name survives)."""
+    names = [s.name for s in run.series + run.validations]
+    return json.dumps(keys.renamed([*names, *run.one_offs, *run.final, *run.params]))
+
+
+def _write_run(
+    client: Any, experiment_id: str, run: ExportRun, parent_id: str | None, keys: SafeNames
+) -> str:
     from mlflow.entities import Param, RunTag
 
-    for old in client.search_runs([experiment_id], filter_string=f"tags.`mlra.run` = '{run.name}'"):
-        client.delete_run(old.info.run_id)
-    tags = {"mlra.run": run.name, **{f"mlra.{k}": v for k, v in run.tags.items()}}
+    name = text_value(run.name)
+    if "'" not in name:  # a quote would end the filter's string: such a run is not replaced
+        for old in client.search_runs([experiment_id], filter_string=f"tags.`mlra.run` = '{name}'"):
+            client.delete_run(old.info.run_id)
+    tags = {"mlra.run": name, **{f"mlra.{k}": text_value(v) for k, v in run.tags.items()}}
     if parent_id is not None:
         tags["mlflow.parentRunId"] = parent_id
+    renamed = _renamed(run, keys)
+    if renamed != "{}":
+        fits = len(renamed) <= _TAG_CHARS
+        tags["mlra.renamed"] = renamed if fits else "too long for a tag: see renamed.json"
     created = client.create_run(
-        experiment_id, start_time=int(run.started_ts * 1000), tags=tags, run_name=run.name
+        experiment_id, start_time=int(run.started_ts * 1000), tags=tags, run_name=name
     )
     run_id: str = created.info.run_id
-    params = [Param(k, str(v)[:_PARAM_CHARS]) for k, v in run.params.items()]
-    metrics = _metrics(run, run.series + run.validations)
-    client.log_batch(run_id, params=params, tags=[RunTag("mlra.exported", "true")])
+    params = [Param(keys[k], text_value(str(v))[:_PARAM_CHARS]) for k, v in run.params.items()]
+    metrics = _metrics(run, run.series + run.validations, keys)
+    client.log_batch(run_id, tags=[RunTag("mlra.exported", "true")])
+    for i in range(0, len(params), _PARAMS_BATCH):
+        client.log_batch(run_id, params=params[i : i + _PARAMS_BATCH])
+    if renamed != "{}":
+        client.log_text(run_id, renamed + "\n", "renamed.json")
     for i in range(0, len(metrics), _BATCH):
         client.log_batch(run_id, metrics=metrics[i : i + _BATCH])
     for artifact in run.artifacts:
@@ -99,16 +125,20 @@ def write(experiment: Experiment, dest: str) -> str:
 
     uri = _uri(dest)
     client = MlflowClient(tracking_uri=uri)
-    found = client.get_experiment_by_name(experiment.name)
-    experiment_id = (
-        found.experiment_id if found is not None else client.create_experiment(experiment.name)
-    )
+    name = text_value(experiment.name)[:_EXPERIMENT_CHARS]
+    found = client.get_experiment_by_name(name)
+    experiment_id = found.experiment_id if found is not None else client.create_experiment(name)
+    keys = SafeNames(tracker_name, names_of(experiment))
     ids: dict[str, str] = {}
+    refused: list[str] = []
     for run in experiment.runs:
         parent = ids.get(run.parent) if run.parent else None
-        ids[run.name] = _write_run(client, experiment_id, run, parent)
-    n = len(experiment.runs)
-    where = f"MLflow {uri}: experiment {experiment.name!r}, {n} run{'s' * (n != 1)}"
+        try:
+            ids[run.name] = _write_run(client, experiment_id, run, parent, keys)
+        except Exception as exc:  # the client's refusal of one run: said, the rest go on
+            refused.append(not_written("MLflow", run.name, exc))
+    n = len(ids)
+    where = f"MLflow {uri}: experiment {name!r}, {n} run{'s' * (n != 1)}"
     if uri.startswith("file:"):  # MLflow 3 reads its file store only when told it may
         ui = f"MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {uri}"
         if not _full_mlflow():
@@ -116,7 +146,7 @@ def write(experiment: Experiment, dest: str) -> str:
             # on a missing flask, so the hint names what serves it.
             ui = f"pip install mlflow, then {ui}"
         where += f" (read it with {ui})"
-    return where
+    return "\n".join([where, *refused])
 
 
 def _full_mlflow() -> bool:

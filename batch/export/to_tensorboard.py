@@ -9,6 +9,13 @@ torch is needed. A point's wall time is the run's start plus its run-clock secon
 point without a stated training step is numbered in its series' order. Each export
 writes a new event file: TensorBoard reads them all, so a run exported twice shows its
 points twice; export into a fresh folder to start again.
+
+Every tag and hparam is a name batch/export/names.py made safe (no lone surrogate,
+which protobuf cannot encode; no control character); a run whose names were changed
+has a `renamed` text of each key and its original. The text plugin renders Markdown
+(images and links included), so every name and value in the `params` and `renamed`
+tables is escaped as report.md's are (batch/report_text.py). A run that cannot be
+written is one line in what the export says, and the other runs are written.
 """
 
 from __future__ import annotations
@@ -18,7 +25,10 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+from mlra.batch.export.names import SafeNames, names_of, text_value, tracker_name
 from mlra.batch.export.source import Experiment, ExportRun, Param
+from mlra.batch.export.trackers import not_written
+from mlra.batch.report_text import md_cell
 
 PACKAGE = "tensorboard"
 DEFAULT_DEST = "tensorboard"
@@ -49,7 +59,7 @@ def _text(tag: str, text: str) -> Any:
     return Summary(value=[Summary.Value(tag=tag, metadata=metadata, tensor=tensor)])
 
 
-def _hparams(params: dict[str, Param]) -> Any:
+def _hparams(params: dict[str, Param], keys: SafeNames) -> Any:
     """The hparams plugin's session start, made as its plugin writes it (the plugin's own
     helper needs TensorFlow)."""
     summary_pb2 = _proto("tensorboard.compat.proto.summary_pb2")
@@ -58,13 +68,13 @@ def _hparams(params: dict[str, Param]) -> Any:
 
     info = plugin_data_pb2.SessionStartInfo()
     for key, value in params.items():
-        slot = info.hparams[key]
+        slot = info.hparams[keys[key]]
         if isinstance(value, bool):
             slot.bool_value = value
         elif isinstance(value, int | float):
             slot.number_value = float(value)
         else:
-            slot.string_value = value
+            slot.string_value = text_value(value)
     content = plugin_data_pb2.HParamsPluginData(version=0, session_start_info=info)
     metadata = SummaryMetadata(
         plugin_data=SummaryMetadata.PluginData(
@@ -74,13 +84,12 @@ def _hparams(params: dict[str, Param]) -> Any:
     return Summary(value=[Summary.Value(tag="_hparams_/session_start_info", metadata=metadata)])
 
 
-def _params_table(params: dict[str, Param]) -> str:
-    bar = "\\|"
-    rows = [f"| {k} | {str(v).replace('|', bar)} |" for k, v in params.items()]
-    return "\n".join(["| parameter | value |", "| --- | --- |", *rows])
+def _table(head: tuple[str, str], rows: dict[str, str] | dict[str, Param]) -> str:
+    lines = [f"| {md_cell(k)} | {md_cell(v)} |" for k, v in rows.items()]
+    return "\n".join([f"| {head[0]} | {head[1]} |", "| --- | --- |", *lines])
 
 
-def _write_run(folder: Path, run: ExportRun) -> None:
+def _write_run(folder: Path, run: ExportRun, keys: SafeNames) -> None:
     Event = _proto("tensorboard.compat.proto.event_pb2").Event
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
@@ -91,19 +100,25 @@ def _write_run(folder: Path, run: ExportRun) -> None:
     for key, p in run.one_offs.items():
         params[key] = int(p.value) if p.value.is_integer() else p.value
     try:
-        writer.add_event(Event(wall_time=start, step=0, summary=_hparams(params)))
-        writer.add_event(
-            Event(wall_time=start, step=0, summary=_text("params", _params_table(params)))
-        )
-        for s in run.series + run.validations:
+        writer.add_event(Event(wall_time=start, step=0, summary=_hparams(params, keys)))
+        table = _table(("parameter", "value"), params)
+        writer.add_event(Event(wall_time=start, step=0, summary=_text("params", table)))
+        series = run.series + run.validations
+        renamed = keys.renamed([*(s.name for s in series), *params, *run.final])
+        if renamed:
+            table = _table(("key", "named by the run"), renamed)
+            writer.add_event(Event(wall_time=start, step=0, summary=_text("renamed", table)))
+        for s in series:
+            tag = keys[s.name]
             for i, p in enumerate(s.points):
                 step = p.step if p.step is not None else i
                 writer.add_event(
-                    Event(wall_time=start + p.wall, step=step, summary=_scalar(s.name, p.value))
+                    Event(wall_time=start + p.wall, step=step, summary=_scalar(tag, p.value))
                 )
         end = start + run.final.get("duration_s", 0.0)
         for key, value in run.final.items():
-            writer.add_event(Event(wall_time=end, step=0, summary=_scalar(f"final/{key}", value)))
+            summary = _scalar(f"final/{keys[key]}", value)
+            writer.add_event(Event(wall_time=end, step=0, summary=summary))
     finally:
         writer.close()
     for artifact in run.artifacts:
@@ -115,12 +130,18 @@ def _write_run(folder: Path, run: ExportRun) -> None:
 
 def write(experiment: Experiment, dest: str) -> str:
     root = Path(dest) / experiment.name
+    keys = SafeNames(tracker_name, names_of(experiment))
+    refused: list[str] = []
     for run in experiment.runs:
         parts = run.name.split("/")
         if run.parent is not None:  # an attempt: under its run, beside none of its files
             parts = [*run.parent.split("/"), "attempts", parts[-1]]
-        _write_run(root.joinpath(*parts), run)
-    n = len(experiment.runs)
-    return (
+        try:
+            _write_run(root.joinpath(*parts), run, keys)
+        except Exception as exc:  # one run's failure: said, the rest go on
+            refused.append(not_written("TensorBoard", run.name, exc))
+    n = len(experiment.runs) - len(refused)
+    where = (
         f"TensorBoard event files in {root} ({n} run{'s' * (n != 1)}): tensorboard --logdir {root}"
     )
+    return "\n".join([where, *refused])

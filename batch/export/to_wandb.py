@@ -9,6 +9,12 @@ the final numbers and the one-off numbers (source.py: `d=128` printed once) its 
 never a history chart of one dot, and the artifacts (result.json, transcript, event log)
 its files. A curve whose points all state a training step is drawn over
 `mlra/step`; any other, and the validations, over `mlra/wall_s` (run-clock seconds).
+
+Every key is one batch/export/names.py made safe (no `*` glob, no leading `_`, never
+`mlra/step` or `mlra/wall_s` themselves, no lone surrogate, which protobuf cannot
+encode); a run whose names were changed has the originals, key to name, in its config
+as `mlra.renamed`. A run W&B refuses is one line in what the export says (its partial
+offline run finished), and the other runs are written.
 """
 
 from __future__ import annotations
@@ -21,7 +27,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from mlra.batch.export.names import SafeNames, names_of, text_value, wandb_name
 from mlra.batch.export.source import Experiment, ExportRun
+from mlra.batch.export.trackers import not_written
+from mlra.terminal_text import printable_line
 
 PACKAGE = "wandb"
 DEFAULT_DEST = "."
@@ -55,24 +64,37 @@ def _offline(folder: Path) -> Iterator[None]:
 
 def project_name(name: str) -> str:
     """W&B's project names refuse `/\\#?%:` (and are at most 128 characters)."""
-    return re.sub(r"[/\\#?%:]", "_", name)[:128] or "mlra"
+    return text_value(re.sub(r"[/\\#?%:]", "_", name))[:128] or "mlra"
 
 
-def _rows(run: ExportRun) -> list[tuple[float, dict[str, Any]]]:
+def _rows(run: ExportRun, keys: SafeNames) -> list[tuple[float, dict[str, Any]]]:
     rows: list[tuple[float, dict[str, Any]]] = []
     for s in run.series:
         for p in s.points:
-            row: dict[str, Any] = {s.name: p.value, WALL: p.wall}
+            row: dict[str, Any] = {keys[s.name]: p.value, WALL: p.wall}
             if p.step is not None:
                 row[STEP] = p.step
             rows.append((p.wall, row))
     for s in run.validations:
-        rows += [(p.wall, {s.name: p.value, WALL: p.wall}) for p in s.points]
+        rows += [(p.wall, {keys[s.name]: p.value, WALL: p.wall}) for p in s.points]
     rows.sort(key=lambda r: r[0])
     return rows
 
 
-def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun) -> str:
+def _config(run: ExportRun, keys: SafeNames) -> dict[str, Any]:
+    """The run's parameters under their keys, and the originals of the changed names
+    (escaped as the terminal shows them: a config value is JSON W&B writes as UTF-8)."""
+    config: dict[str, Any] = {
+        keys[k]: text_value(v) if isinstance(v, str) else v for k, v in run.params.items()
+    }
+    names = [s.name for s in run.series + run.validations]
+    renamed = keys.renamed([*names, *run.one_offs, *run.final, *run.params])
+    if renamed:
+        config["mlra.renamed"] = {k: printable_line(v) for k, v in renamed.items()}
+    return config
+
+
+def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun, keys: SafeNames) -> str:
     settings = wandb.Settings(
         mode="offline",
         console="off",
@@ -87,24 +109,24 @@ def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun) -> str:
     tracked = wandb.init(
         dir=str(dest),
         project=project,
-        name=run.name,
-        group=run.parent or run.name,
+        name=text_value(run.name),
+        group=text_value(run.parent or run.name),
         job_type="attempt" if run.parent else "run",
-        config=dict(run.params),
-        tags=[f"{k}:{v}"[:64] for k, v in run.tags.items()],
+        config=_config(run, keys),
+        tags=[text_value(f"{k}:{v}")[:64] for k, v in run.tags.items()],
         settings=settings,
     )
     try:
         tracked.define_metric(STEP, hidden=True)
         tracked.define_metric(WALL, hidden=True)
         for s in run.series:
-            tracked.define_metric(s.name, step_metric=STEP if s.has_steps else WALL)
+            tracked.define_metric(keys[s.name], step_metric=STEP if s.has_steps else WALL)
         for s in run.validations:
-            tracked.define_metric(s.name, step_metric=WALL)
-        for _, row in _rows(run):
+            tracked.define_metric(keys[s.name], step_metric=WALL)
+        for _, row in _rows(run, keys):
             tracked.log(row)
-        tracked.summary.update({k: p.value for k, p in run.one_offs.items()})
-        tracked.summary.update(run.final)
+        tracked.summary.update({keys[k]: p.value for k, p in run.one_offs.items()})
+        tracked.summary.update({keys[k]: v for k, v in run.final.items()})
         files = Path(tracked.dir)
         for artifact in run.artifacts:
             if artifact.path is not None:
@@ -123,18 +145,23 @@ def write(experiment: Experiment, dest: str) -> str:
     with _offline(folder):
         import wandb
 
+        keys = SafeNames(wandb_name, names_of(experiment), reserved=(STEP, WALL))
+        made: list[str] = []
+        refused: list[str] = []
         try:
-            made = [
-                _write_run(wandb, folder, project_name(experiment.name), run)
-                for run in experiment.runs
-            ]
+            for run in experiment.runs:
+                try:
+                    made.append(_write_run(wandb, folder, project_name(experiment.name), run, keys))
+                except Exception as exc:  # one run's failure: said, the rest go on
+                    refused.append(not_written("W&B", run.name, exc))
         finally:
             # finish() returns before wandb-core has written the whole `.wandb` file
             # (seen: a file with only its header): the service's shutdown waits for it.
             wandb.teardown()
     n = len(made)
-    return (
+    where = (
         f"W&B offline run{'s' * (n != 1)} in {folder / 'wandb'} (project "
         f"{project_name(experiment.name)!r}, {n} run{'s' * (n != 1)}): "
         f"wandb sync {folder / 'wandb'}/offline-run-* uploads them"
     )
+    return "\n".join([where, *refused])

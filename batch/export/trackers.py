@@ -45,3 +45,12 @@ def writer(target: str) -> Writer:
             f"--to {target} needs the {package} package: pip install 'mlra[{EXTRA}]'"
         )
     return cast(Writer, module)  # a module is the writer: its PACKAGE, DEFAULT_DEST, write
+
+
+def not_written(tracker: str, run: str, exc: BaseException) -> str:
+    """One line for a run a tracker refused (its client's error, first line, cut), said
+    where the export goes on with the other runs: never a traceback."""
+    from mlra.terminal_text import printable_line
+
+    said = (str(exc).strip().splitlines() or [""])[0][:200]
+    return printable_line(f"run {run} was not written to {tracker}: {type(exc).__name__}: {said}")

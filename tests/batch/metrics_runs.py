@@ -28,9 +28,11 @@ def metrics_run(
     losses: tuple[float, ...] = (2.5, 1.5, 0.9, 0.6),
     score: float = 0.5,
     search: str = "none",
+    more: tuple[ev.Metrics, ...] = (),
 ) -> Path:
     """A finished run: job j1 printed `loss` at steps 100, 200..., metrics.jsonl gave
-    `acc` with no steps, two validations, a graded submission."""
+    `acc` with no steps, two validations, a graded submission; `more` metrics events
+    after those (series of other names)."""
     run_dir = runs / name
     log = EventLog(run_dir / EVENTS_FILE)
     state = RunState()
@@ -70,6 +72,8 @@ def metrics_run(
         70,
         ev.Metrics(source="file:metrics.jsonl", kind="jsonl", path="metrics.jsonl", points=acc),
     )
+    for event in more:
+        append(75, event)
     for t, value in ((80.0, 0.3), (90.0, 0.45)):
         append(
             t,
