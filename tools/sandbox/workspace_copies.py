@@ -25,6 +25,7 @@ a host path.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from dataclasses import dataclass, field
@@ -286,7 +287,7 @@ def _copy_entry(
             return 0  # replaced since it was listed: left out
         target = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | FILE_FLAGS, 0o600, dir_fd=at)
         try:
-            sparse_files.copy_sparse(source, target)
+            _copy_data(source, target, st)
             os.fchmod(target, stat.S_IMODE(st.st_mode))
             os.utime(target, ns=(st.st_atime_ns, st.st_mtime_ns))
             taken = os.fstat(target).st_blocks * 512
@@ -297,3 +298,19 @@ def _copy_entry(
     if st.st_nlink > 1:
         first[key] = entry.rel
     return taken
+
+
+def _copy_data(source: int, target: int, st: os.stat_result) -> None:
+    """A file's bytes: a sparse one extent by extent, holes kept; any other in the kernel
+    (`copy_file_range`: no bytes through mlra, a reflink where the file system has them)."""
+    if sparse_files.is_sparse(st):
+        sparse_files.copy_sparse(source, target)
+        return
+    pos = 0
+    try:
+        while n := os.copy_file_range(source, target, trees.CHUNK * 64, pos, pos):
+            pos += n
+    except OSError as exc:
+        if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+            raise
+        sparse_files.copy_sparse(source, target)  # a file system that cannot
