@@ -9,6 +9,7 @@ as a notice at its run's start, and to the searching run.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from mlra.agent.attempts import AttemptRefused
@@ -16,7 +17,7 @@ from mlra.agent.controller import RunController
 from mlra.agent.run_setup import limit_choices
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.default_limits import MIB, disk_for
-from mlra.tools.sandbox.workspace_copies import CopyRefused, copy_workspace
+from mlra.tools.sandbox.workspace_copies import CopyRefused, copy_workspace, empty_folder
 
 
 def disk_quota_bytes(child: RunController) -> int | None:
@@ -32,7 +33,10 @@ def copy_parents_workspace(child: RunController, source: Path, parent: str) -> s
     (which no longer changes); what the copy left out, in words ('' when nothing).
     Raises AttemptRefused, with nothing of the copy left, where it does not fit."""
     quota = disk_quota_bytes(child)
-    trees.remove_tree(child.workspace)
+    if os.path.ismount(child.workspace):  # a file system of its own: filled, never removed
+        empty_folder(child.workspace)
+    else:
+        trees.remove_tree(child.workspace)
     try:
         found = copy_workspace(
             source, child.workspace, quota_bytes=quota, what=f"attempt {parent}'s workspace"

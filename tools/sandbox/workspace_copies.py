@@ -191,7 +191,7 @@ def copy_workspace(
             if made:
                 trees.remove_tree(dest, ignore_errors=True)
             else:
-                _empty(dest)
+                empty_folder(dest)
             if isinstance(exc, CopyRefused):
                 raise
             if isinstance(exc, OSError):
@@ -202,7 +202,9 @@ def copy_workspace(
         os.close(src_fd)
 
 
-def _empty(dest: Path) -> None:
+def empty_folder(dest: Path) -> None:
+    """Remove what a folder holds, keeping the folder (a mount point: a file system of
+    its own, sized for the workspace)."""
     with contextlib.suppress(OSError):
         fd = os.open(dest, DIR_FLAGS)
         try:
