@@ -105,6 +105,13 @@ def test_a_copy_over_the_quota_is_refused_before_anything_is_written(tmp_path: P
     assert not dest.exists()
 
 
+def test_a_workspace_gone_is_one_line_without_its_path(tmp_path: Path) -> None:
+    with pytest.raises(CopyRefused) as refused:
+        copy_workspace(tmp_path / "gone", tmp_path / "dest", quota_bytes=None, what="a1's copy")
+    assert str(refused.value) == "a1's copy cannot be read (No such file or directory)"
+    assert not (tmp_path / "dest").exists()
+
+
 def test_a_copy_failing_midway_is_removed_and_says_where_without_a_host_path(
     tmp_path: Path,
 ) -> None:

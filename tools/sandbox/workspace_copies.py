@@ -177,7 +177,10 @@ def copy_workspace(
     """Copy the folder `source` to `dest` (made here; or an empty folder there, filled),
     inside the budget; what was copied and skipped. Raises CopyRefused, having removed
     whatever of the copy was made, where it does not fit or fails midway."""
-    src_fd = os.open(source, DIR_FLAGS)
+    try:
+        src_fd = os.open(source, DIR_FLAGS)
+    except OSError as exc:
+        raise CopyRefused(f"{what} cannot be read ({exc.strerror})") from None
     try:
         found = measure(src_fd)
         room = room_at(dest, quota_bytes)
