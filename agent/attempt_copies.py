@@ -14,6 +14,7 @@ from pathlib import Path
 
 from mlra.agent.attempts import AttemptRefused
 from mlra.agent.controller import RunController
+from mlra.agent.eventlog import EVENTS_FILE
 from mlra.agent.run_setup import limit_choices
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.default_limits import MIB, disk_for
@@ -54,3 +55,14 @@ def copy_parents_workspace(child: RunController, source: Path, parent: str) -> s
     if child.config.attempt is not None:
         child.config.attempt.instructions = f"{child.config.attempt.instructions.strip()}\n\n{told}"
     return told
+
+
+def clear_if_never_started(run_dir: Path) -> bool:
+    """Whether an attempt's run never began (no log, or an empty one: its first line is
+    its `run_started`); if so, whatever of its workspace was made (a copy cut short when
+    mlra stopped) is removed, since nothing will ever run in it."""
+    log = run_dir / EVENTS_FILE
+    if log.is_file() and log.stat().st_size > 0:
+        return False
+    trees.remove_tree(run_dir / "workspace", ignore_errors=True)
+    return True

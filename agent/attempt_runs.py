@@ -13,11 +13,10 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.agent.attempt_agent import attempt_agent
-from mlra.agent.attempt_copies import copy_parents_workspace
+from mlra.agent.attempt_copies import clear_if_never_started, copy_parents_workspace
 from mlra.agent.attempts import AttemptManager
 from mlra.agent.config import AttemptSettings, RunConfig
 from mlra.agent.controller import RunController
-from mlra.agent.eventlog import EVENTS_FILE
 from mlra.agent.resume import ResumeError, load_run, resume_controller
 from mlra.tasks.spec import TaskSpec
 
@@ -52,7 +51,7 @@ def _child(
     """The attempt's own run, made (or, resuming, reopened) in its folder, and what its
     copy of the parent's workspace left out (in words, '' for nothing)."""
     if resume:
-        if not (run_dir / EVENTS_FILE).is_file():
+        if clear_if_never_started(run_dir):  # mlra stopped while its workspace was made
             raise RuntimeError("it had not started when mlra stopped, and was not resumed")
         recorded = load_run(run_dir)
         if any(isinstance(e, ev.RunFinished) for e in recorded.events):

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
+from mlra.agent.attempt_copies import clear_if_never_started
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.eventlog import read_events
@@ -163,3 +164,20 @@ async def test_a_copy_that_would_not_fit_is_refused_in_one_line_with_nothing_lef
         assert "not started: attempt a1's workspace takes" in waits[-1].output
         assert len(server.requests_for("worker")) == 2  # a2's worker never ran
         _no_host_path(controller, server, runs)
+
+
+def test_a_copy_cut_short_by_mlra_stopping_is_removed_when_the_run_is_resumed(
+    tmp_path: Path,
+) -> None:
+    """mlra killed while it copied a parent's workspace leaves an attempt whose log is
+    empty: taking the run up again removes the partial copy (the attempt is `lost`)."""
+    cut_short = tmp_path / "a2"
+    (cut_short / "workspace" / "sub").mkdir(parents=True)
+    (cut_short / "workspace" / "sub" / "half.bin").write_bytes(b"x" * 4096)
+    (cut_short / "events.jsonl").touch()
+    assert clear_if_never_started(cut_short)
+    assert not (cut_short / "workspace").exists()
+    ran = tmp_path / "a1"
+    (ran / "workspace").mkdir(parents=True)
+    (ran / "events.jsonl").write_text('{"type": "run_started"}\n')
+    assert not clear_if_never_started(ran) and (ran / "workspace").is_dir()
