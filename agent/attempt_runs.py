@@ -8,16 +8,15 @@ nothing of the controller: an attempt's run is a controller of its own.
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 from typing import Any
 
 from mlra import events as ev
 from mlra.agent.attempt_agent import attempt_agent
+from mlra.agent.attempt_copies import clear_if_never_started, copy_parents_workspace
 from mlra.agent.attempts import AttemptManager
 from mlra.agent.config import AttemptSettings, RunConfig
 from mlra.agent.controller import RunController
-from mlra.agent.eventlog import EVENTS_FILE
 from mlra.agent.resume import ResumeError, load_run, resume_controller
 from mlra.tasks.spec import TaskSpec
 
@@ -30,9 +29,11 @@ async def run_attempt(
     resume: bool,
 ) -> None:
     """Make (or take up) the attempt's run and run it to its end."""
-    child = await asyncio.to_thread(_child, parent, started, run_dir, resume)
+    child, skipped = await asyncio.to_thread(_child, parent, started, run_dir, resume)
     if child is None:
         return  # it had ended; only its attempt_finished was not written
+    if skipped:
+        parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
     await child.run(attempt_agent)
 
@@ -46,21 +47,23 @@ def attempt_task(task: TaskSpec) -> TaskSpec:
 
 def _child(
     parent: RunController, started: ev.AttemptStarted, run_dir: Path, resume: bool
-) -> RunController | None:
-    """The attempt's own run, made (or, resuming, reopened) in its folder."""
+) -> tuple[RunController | None, str]:
+    """The attempt's own run, made (or, resuming, reopened) in its folder, and what its
+    copy of the parent's workspace left out (in words, '' for nothing)."""
     if resume:
-        if not (run_dir / EVENTS_FILE).is_file():
+        if clear_if_never_started(run_dir):  # mlra stopped while its workspace was made
             raise RuntimeError("it had not started when mlra stopped, and was not resumed")
         recorded = load_run(run_dir)
         if any(isinstance(e, ev.RunFinished) for e in recorded.events):
-            return None
+            return None, ""
         try:
-            return resume_controller(
+            resumed = resume_controller(
                 recorded,
                 attempt_task(parent.task),
                 parent.provider,
                 overrides={"time_limit_s": started.time_limit_s},
             )
+            return resumed, ""
         except ResumeError as exc:
             raise RuntimeError(str(exc)) from None
     config = parent.config.model_copy(
@@ -93,12 +96,12 @@ def _child(
         sandbox_factory=parent.sandbox_factory,
     )
     child.prepare()
+    skipped = ""
     if started.parent is not None:
         # Its workspace as the parent attempt's ended (that one no longer changes).
         source = run_dir.parent / started.parent / "workspace"
-        shutil.rmtree(child.workspace)
-        shutil.copytree(source, child.workspace, symlinks=True)
-    return child
+        skipped = copy_parents_workspace(child, source, started.parent)
+    return child, skipped
 
 
 def _shared_out(config: RunConfig) -> dict[str, Any]:

@@ -188,8 +188,10 @@ class AttemptManager:
             await self.launcher(self, started, run_dir, resume)
         except asyncio.CancelledError:
             stopped = self._stopped.get(attempt, STOP_REASON_DEADLINE)
+        except AttemptRefused as exc:  # its workspace copy would not fit: one line
+            stopped = str(exc)
         except Exception as exc:  # its own log says the rest
-            lost = f"the attempt could not run: {exc}"
+            lost = f"the attempt could not run: {self._no_host_path(str(exc))}"
         finally:
             self.children.pop(attempt, None)
         finished = await asyncio.to_thread(
@@ -199,6 +201,12 @@ class AttemptManager:
             self.run.append(finished)
         async with self._finished:
             self._finished.notify_all()
+
+    def _no_host_path(self, text: str) -> str:
+        """An error's text as the supervisor may read it: the run folder's host path out."""
+        for folder, shown in ((self.folder, "attempts"), (self.run.run_dir, "the run folder")):
+            text = text.replace(str(folder), shown)
+        return text
 
     # --- waiting and stopping ---------------------------------------------------------------
 

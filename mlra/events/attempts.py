@@ -25,7 +25,8 @@ recipe declares (the baseline agent's "variant"), or the supervisor's own instru
 AttemptStatus = Literal["running", "validated", "buggy", "stopped", "lost"]
 """Where an attempt stands: running; ended with its artifact validated (a score);
 ended with no valid artifact ("buggy", with why); stopped (`attempt_stop`, the run's
-end); or its process died and it could not be taken up again ("lost")."""
+end, or never started: its copy of the parent's workspace was refused, with why); or
+its process died and it could not be taken up again ("lost")."""
 
 
 class AttemptStarted(_Event):
