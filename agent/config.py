@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from mlra.events import Budget
 from mlra.tools.fetch.policy import FetchSettings
 
 
@@ -141,3 +142,9 @@ class RunConfig(BaseModel):
     out between them)."""
     attempt: AttemptSettings | None = None
     """Set in an attempt's own run (attempts/<id>/): what it was started to do."""
+    budget: Budget | None = None
+    """Set in an attempt's own run: its share of the run's budget (agent/run_budget.py),
+    which its sandbox takes as its limits."""
+    machine_shared_by: int = Field(default=1, gt=0)
+    """How many runs share this machine's defaults at once (`mlra batch --parallel K`):
+    a limit no flag or task sets is 1/K of the default, so K runs never add up past it."""
