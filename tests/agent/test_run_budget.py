@@ -15,8 +15,11 @@ from mlra import events as ev
 from mlra.agent.config import RunConfig
 from mlra.agent.controller import RunController
 from mlra.agent.eventlog import read_events
+from mlra.agent.resume import load_run, resume_controller
 from mlra.agent.run import agent_for
-from mlra.agent.run_budget import held_mb
+from mlra.agent.run_budget import held_mb, run_budget
+from mlra.console.panes.resources import budget_use
+from mlra.console.run_rows import budget_cell, run_row
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.default_limits import default_memory, machine_memory_mb
 from mlra.tools.sandbox.limits import CGROUP_ROOT, own_cgroup
@@ -86,21 +89,31 @@ async def test_attempts_at_once_share_the_runs_budget_instead_of_each_taking_the
     controller = _search(tmp_path, answer_task, attempts=2, attempts_parallel=2)
     await controller.run(agent_for)
     budget, started = _started(controller.run_dir)
-    assert budget.memory_mb == default_memory().mb <= machine_memory_mb()
+    whole, disk_budget = budget.memory_mb, budget.disk_mb
+    assert whole is not None and whole == default_memory().mb and whole <= machine_memory_mb()
     assert budget.held_by in _held_by()
-    assert budget.disk_mb is not None and budget.sources["disk_mb"].startswith("default:")
+    assert disk_budget is not None and budget.sources["disk_mb"].startswith("default:")
     assert len(started) == 2
-    shares = [s.share for s in started]
-    assert all(s is not None for s in shares)
+    shares = [s.share for s in started if s.share is not None]
+    assert len(shares) == 2
     for attempt, share in zip(("a1", "a2"), shares, strict=True):
         assert share is not None and share.memory_mb is not None and share.disk_mb is not None
-        assert share.memory_mb == budget.memory_mb // 2
+        assert share.memory_mb == whole // 2
         assert "1/2 of the run's budget" in share.sources["memory_mb"]
         limits = _own_limits(controller.run_dir, attempt)
         assert (limits.memory_mb, limits.disk_mb) == (share.memory_mb, share.disk_mb)
-    memory = sum(s.memory_mb or 0 for s in shares if s is not None)
-    disk = sum(s.disk_mb or 0 for s in shares if s is not None)
-    assert memory <= budget.memory_mb and disk <= budget.disk_mb
+    memory = sum(s.memory_mb or 0 for s in shares)
+    disk = sum(s.disk_mb or 0 for s in shares)
+    assert memory <= whole and disk <= disk_budget
+    # `mlra runs` and the Resources pane show the run's use against that budget.
+    row = run_row(controller.run_dir)
+    assert (row.budget_memory_mb, row.budget_disk_mb) == (budget.memory_mb, budget.disk_mb)
+    assert budget_cell(row).startswith("mem ") and " disk " in budget_cell(row)
+    events = read_events(controller.run_dir / "events.jsonl")
+    sample = next(e for e in events if isinstance(e, ev.ResourceSample))
+    if budget.held_by != "none":
+        assert sample.pool_mem_mb is not None and sample.pool_processes is not None
+    assert budget_use(budget, sample, compact=False).startswith("mem ")
     # The run's group went with the run, its sandboxes' groups in it.
     assert not _groups_of_this_process()
 
@@ -115,16 +128,16 @@ async def test_attempts_one_after_another_get_what_the_ended_ones_left_of_the_di
     await controller.run(agent_for)
     budget, started = _started(controller.run_dir)
     assert (budget.disk_mb, budget.sources["disk_mb"]) == (40, "--disk")
-    shares = [s.share for s in started]
-    assert len(shares) == 3 and all(s is not None and s.disk_mb for s in shares)
-    disks = [s.disk_mb or 0 for s in shares if s is not None]
+    shares = [s.share for s in started if s.share is not None]
+    assert len(shares) == 3 and all(s.disk_mb for s in shares)
+    disks = [s.disk_mb or 0 for s in shares]
     assert disks[0] <= 40
     assert disks[1] <= disks[0] - PAD_MB and disks[2] <= disks[1] - PAD_MB, disks
     for i, share in enumerate(disks):
         before = [controller.run_dir / "attempts" / a for a in ("a1", "a2", "a3")[:i]]
         assert share + held_mb(before) <= 40
         # One at a time: each has the whole of the memory and processes.
-        assert shares[i] is not None and shares[i].memory_mb == budget.memory_mb  # type: ignore[union-attr]
+        assert shares[i].memory_mb == budget.memory_mb
 
 
 async def test_an_attempts_commands_run_in_the_runs_group_whose_limit_kills_a_hog(
@@ -158,6 +171,21 @@ async def test_an_attempts_commands_run_in_the_runs_group_whose_limit_kills_a_ho
     assert f"mlra-{os.getpid()}-run-" in out.output  # the run's group holds the attempt's
     assert "kept" not in out.output and "memory limit" in out.output, out.output
     assert not _groups_of_this_process()
+
+
+async def test_a_resumed_run_keeps_the_budget_it_started_with(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A run resumed later (when the free disk is another) draws from the budget its
+    `run_started` recorded, not from one computed again."""
+    script = {"supervisor": [turn("Nothing to do.")]}
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1
+    )
+    budget, _ = _started(controller.run_dir)
+    resumed = resume_controller(load_run(controller.run_dir), load_task(answer_task), None)
+    assert resumed.config.budget == budget
+    assert run_budget(resumed.task, resumed.config, resumed.workspace) == budget
 
 
 def _groups_of_this_process() -> list[Path]:

@@ -5,6 +5,7 @@ more (a sandbox allowed 1 GB under a run of 64 MB is stopped at 64 MB)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +19,11 @@ HOG = "x = b'x' * (200 * 2**20); print('kept', len(x))"
 
 
 @pytest.fixture
-def run_group() -> RunGroup:
+def run_group() -> Iterator[RunGroup]:
     group = RunGroup(memory_mb=64, pids=32, cpus=None)
     if group.setup() == "none":
         pytest.skip("no writable cgroup with memory and pids controllers here")
-    yield group  # type: ignore[misc]
+    yield group
     group.close()
 
 
