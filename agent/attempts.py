@@ -68,6 +68,8 @@ class AttemptManager:
         self._closing = False
         self._stopped: dict[str, str] = {}
         """Why each attempt stopped here was stopped, by id."""
+        self._held_mb: dict[str, int] = {}
+        """What each ended attempt's folder holds on disk (MB), measured once."""
 
     # --- reading the tree -----------------------------------------------------------------
 
@@ -174,14 +176,16 @@ class AttemptManager:
         budget = self.run.state.budget
         if budget is None:
             return None
-        ended = [self.folder / n.id for n in self.tree.nodes.values() if n.finished is not None]
+        for node in self.tree.nodes.values():  # an ended one's folder no longer changes
+            if node.finished is not None and node.id not in self._held_mb:
+                self._held_mb[node.id] = held_mb([self.folder / node.id])
         running = [n.started.share for n in self.tree.running if n.started.share]
         try:
             return attempt_share(
                 budget,
                 parallel=self.run.config.attempts_parallel,
                 running=running,
-                held_mb=held_mb([self.run.workspace, *ended]),
+                held_mb=held_mb([self.run.workspace]) + sum(self._held_mb.values()),
             )
         except BudgetSpent as exc:
             raise AttemptRefused(str(exc)) from None
