@@ -69,10 +69,12 @@ def sandbox_spec(
     config: RunConfig,
     run_dir: Path,
     *,
+    budget: ev.Budget,
     python_env: Path | None = None,
-    budget: ev.Budget | None = None,
     run_group: RunGroup | None = None,
 ) -> SandboxSpec:
+    """The run's sandbox: what it hides and shows, and its limits from the run's budget
+    (an attempt's run: its share; agent/run_budget.py), its group under the run's."""
     # The task folders (hidden test data) and the runs folder (other runs' logs)
     # must not be readable from inside, even where the host file system is.
     hide = [*task.hidden_paths(), task.root.parent, run_dir.parent]
@@ -87,12 +89,6 @@ def sandbox_spec(
         # A batch's folder holds its neighbours' logs and the key their ids come from;
         # it may lie where the sandbox shows the host (under /usr/local, in the venv).
         hide.append(batch)
-    if budget is None:
-        memory_mb, disk_mb, sources = limit_choices(task, config, run_dir / "workspace")
-        limits: dict[str, Any] = {"memory_mb": memory_mb, "disk_mb": disk_mb}
-        limits["limit_sources"] = sources
-    else:
-        limits = spec_limits(budget)
     return SandboxSpec(
         network=task.resources.network,
         env={**task.sandbox.env, **config.env},
@@ -100,7 +96,7 @@ def sandbox_spec(
         read_only_files=task.read_only_originals(),
         python_env=python_env,
         run_group=run_group,
-        **limits,
+        **spec_limits(budget),
     )
 
 
