@@ -66,6 +66,8 @@ def _child(
             return resumed, ""
         except ResumeError as exc:
             raise RuntimeError(str(exc)) from None
+        resumed.run_group = parent.run_group
+        return resumed
     config = parent.config.model_copy(
         update={
             "run_id": started.attempt,
@@ -78,7 +80,7 @@ def _child(
             "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
             "max_tokens": None,
             "max_steps": None,
-            **_shared_out(parent.config),
+            **_shared_out(parent.config, started.share),
             **_gpus_for(parent, _gpus_in_use(parent)),
             "attempt": AttemptSettings(
                 id=started.attempt,
@@ -95,6 +97,7 @@ def _child(
         parent.provider,
         sandbox_factory=parent.sandbox_factory,
     )
+    child.run_group = parent.run_group  # its sandbox's group is made under the run's
     child.prepare()
     skipped = ""
     if started.parent is not None:
@@ -104,9 +107,12 @@ def _child(
     return child, skipped
 
 
-def _shared_out(config: RunConfig) -> dict[str, Any]:
-    """The memory and CPUs the user gave the run, shared out between the attempts that
-    run at once (a limit left to the default is each attempt's default)."""
+def _shared_out(config: RunConfig, share: ev.Budget | None) -> dict[str, Any]:
+    """The attempt's share of the run's budget (agent/run_budget.py), its sandbox's
+    limits; a log from before budgets: the memory and CPUs the user gave the run,
+    shared out between the attempts that run at once."""
+    if share is not None:
+        return {"budget": share}
     k = config.attempts_parallel
     shared: dict[str, Any] = {}
     if k > 1 and config.memory_mb:

@@ -32,6 +32,7 @@ from typing import Any, Protocol
 from mlra import events as ev
 from mlra.agent.attempt_tree import AttemptTree
 from mlra.agent.eventlog import EVENTS_FILE, read_events
+from mlra.agent.run_budget import BudgetSpent, attempt_share, held_mb
 from mlra.agent.run_context import RunContext
 
 ATTEMPTS_DIR = "attempts"
@@ -67,6 +68,8 @@ class AttemptManager:
         self._closing = False
         self._stopped: dict[str, str] = {}
         """Why each attempt stopped here was stopped, by id."""
+        self._held_mb: dict[str, int] = {}
+        """What each ended attempt's folder holds on disk (MB), measured once."""
 
     # --- reading the tree -----------------------------------------------------------------
 
@@ -149,6 +152,7 @@ class AttemptManager:
                 f"{limit:.0f} s are left for an attempt, less than the {MIN_ATTEMPT_S:.0f} s "
                 "one needs; submit the best one"
             )
+        budget_share = self.budget_share()
         attempt = f"a{len(tree) + 1}"
         started = ev.AttemptStarted(
             attempt=attempt,
@@ -158,11 +162,33 @@ class AttemptManager:
             variant=dict(variant or {}),
             folder=f"{ATTEMPTS_DIR}/{attempt}",
             time_limit_s=round(limit, 3),
+            share=budget_share,
             call_id=call_id,
         )
         self.run.append(started)
         self._launch(started, resume=False)
         return attempt
+
+    def budget_share(self) -> ev.Budget | None:
+        """A new attempt's share of the run's budget (agent/run_budget.py): the disk what
+        the run's workspace and the ended attempts' folders (kept: later attempts copy
+        from them) leave. Raises AttemptRefused when the disk budget is spent."""
+        budget = self.run.state.budget
+        if budget is None:
+            return None
+        for node in self.tree.nodes.values():  # an ended one's folder no longer changes
+            if node.finished is not None and node.id not in self._held_mb:
+                self._held_mb[node.id] = held_mb([self.folder / node.id])
+        running = [n.started.share for n in self.tree.running if n.started.share]
+        try:
+            return attempt_share(
+                budget,
+                parallel=self.run.config.attempts_parallel,
+                running=running,
+                held_mb=held_mb([self.run.workspace]) + sum(self._held_mb.values()),
+            )
+        except BudgetSpent as exc:
+            raise AttemptRefused(str(exc)) from None
 
     def _launch(self, started: ev.AttemptStarted, *, resume: bool) -> None:
         task = asyncio.get_running_loop().create_task(

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from mlra.events import Budget
 from mlra.tools.fetch.policy import FetchSettings
 
 
@@ -82,7 +83,8 @@ class RunConfig(BaseModel):
     the runs folder's free space; 0: none). What is in force is `run_started`'s
     `sandbox.limits.disk_mb` (see agent/run_setup.py `limit_choices`)."""
     cpus: float | None = None
-    """Docker sandbox CPU limit (default: the task's cpus)."""
+    """The run's CPUs (`--cpus`): a CPU quota on the run's cgroup, all its sandboxes
+    together (local), the container's limit (Docker; default: the task's cpus)."""
     pids_limit: int | None = None
     """Docker sandbox process limit (default 8192)."""
     on_provider_failure: Literal["end", "pause"] = "end"
@@ -137,7 +139,13 @@ class RunConfig(BaseModel):
     attempts: int = Field(default=4, gt=0)
     """`--attempts`: how many attempts a search makes at most."""
     attempts_parallel: int = Field(default=1, gt=0)
-    """`--attempts-parallel`: how many run at once (the sandbox's memory and CPUs shared
-    out between them)."""
+    """`--attempts-parallel`: how many run at once (the run's budget shared out between
+    them: agent/run_budget.py)."""
     attempt: AttemptSettings | None = None
     """Set in an attempt's own run (attempts/<id>/): what it was started to do."""
+    budget: Budget | None = None
+    """Set in an attempt's own run: its share of the run's budget (agent/run_budget.py),
+    which its sandbox takes as its limits."""
+    machine_shared_by: int = Field(default=1, gt=0)
+    """How many runs share this machine's defaults at once (`mlra batch --parallel K`):
+    a limit no flag or task sets is 1/K of the default, so K runs never add up past it."""

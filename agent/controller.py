@@ -37,13 +37,13 @@ from mlra.agent.model_turn import ModelTurn
 from mlra.agent.notify import Notifications
 from mlra.agent.prompts import status_note
 from mlra.agent.providers.base import ModelProvider
+from mlra.agent.run_budget import budgeted_spec
 from mlra.agent.run_result import RunResult, write_result
 from mlra.agent.run_setup import (
     make_run_folder,
     new_run_id,
     run_id_problem,
     sandbox_info,
-    sandbox_spec,
     started_event,
     task_environment,
 )
@@ -57,6 +57,7 @@ from mlra.tasks.spec import TaskSpec
 from mlra.tasks.success import with_direction
 from mlra.tools.jobs import JobManager
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
+from mlra.tools.sandbox.run_group import RunGroup
 
 __all__ = ["Agent", "EndRun", "Ending", "RunController", "new_run_id", "run_id_problem"]
 """Ending, EndRun and the run-id helpers live in their own modules; the agents and the
@@ -92,6 +93,7 @@ class RunController(Steering):
         self.log: EventLog | None = None
         self.sandbox: Sandbox | None = None
         self._sandbox_factory = sandbox_factory
+        self.run_group: RunGroup | None = None  # the run's cgroup, its attempts' too
         self._subscribers: list[Callable[[ev.Event], None]] = []
         self._call_counter = 0
         self._task: asyncio.Task[Any] | None = None
@@ -240,6 +242,7 @@ class RunController(Steering):
                     interval,
                     sandbox=self.sandbox,
                     sampled=self.metrics.sampled,
+                    group=self.run_group,
                 ),
             )
             await self._finish(ending)
@@ -275,7 +278,7 @@ class RunController(Steering):
         )
         # Before the sandbox: its `python` is the task's own environment, where it has one.
         python_env, env_notice = await asyncio.to_thread(task_environment, self.task, self.config)
-        spec = sandbox_spec(self.task, self.config, self.run_dir, python_env=python_env)
+        spec, budget = budgeted_spec(self, python_env)
         self.sandbox = make(self.workspace, spec)
         notices = await self.sandbox.start()
         if not self.catchup.replaying:
@@ -287,6 +290,7 @@ class RunController(Steering):
                     time_limit_s=self.time_limit_s,
                     sandbox=sandbox_info(self.sandbox, self.workspace),
                     provider=self.provider,
+                    budget=budget,
                 )
             )
             if self.config.ungraded:
@@ -394,6 +398,8 @@ class RunController(Steering):
         if self.sandbox is not None:
             with contextlib.suppress(Exception):
                 await self.sandbox.close()
+        if self.run_group is not None and self.config.attempt is None:
+            self.run_group.close()  # what its sandboxes left, the attempts' included
         if self.notifications is not None:
             # The end's notification is delivered (or its failure logged) before the log
             # closes and the process exits, within the notifications' own bound.

@@ -15,6 +15,7 @@ from mlra.agent.clock import RunClock
 from mlra.agent.controls import Controls
 from mlra.agent.ending import Ending, EndRun, unsubmitted
 from mlra.tools.sandbox.base import Sandbox
+from mlra.tools.sandbox.run_group import RunGroup
 
 
 class Agent(Protocol):
@@ -102,6 +103,7 @@ async def sample_resources(
     interval_s: float,
     sandbox: Sandbox | None = None,
     sampled: Callable[[list[str]], Awaitable[None]] | None = None,
+    group: RunGroup | None = None,
 ) -> None:
     """Log a resource sample every `interval_s` once the run is live; a sandbox that
     measures itself (a container) is asked, else the host is. `sampled` is handed the
@@ -109,7 +111,7 @@ async def sample_resources(
     from mlra.agent.resources import ResourceMonitor
 
     monitor = await asyncio.to_thread(
-        functools.partial(ResourceMonitor, workspace, sandbox=sandbox)
+        functools.partial(ResourceMonitor, workspace, sandbox=sandbox, group=group)
     )
     await catchup.wait_live()
     while True:

@@ -1,5 +1,6 @@
 """Sampling what the run uses: GPUs through NVML, CPU and RAM through psutil (the
-machine's, and the run's own commands'), the workspace's disk use. Each sample is an event, so a replay shows the figures
+machine's, the run's own commands', and the whole run's from its cgroup against its
+budget), the workspace's disk use (a search's: its attempts' folders too). Each sample is an event, so a replay shows the figures
 as they were. A sample must cost next to nothing: NVML and psutil calls are
 cheap, and the workspace walk is done at most every few seconds.
 """
@@ -15,6 +16,7 @@ from typing import Any
 from mlra.agent.metrics.files import MAX_FILES, metric_file_kind
 from mlra.events import GpuSample, ResourceSample
 from mlra.tools.sandbox.base import Sandbox, SandboxUsage
+from mlra.tools.sandbox.run_group import RunGroup
 
 
 def directory_size(root: Path, spot: Callable[[str], None] | None = None) -> int:
@@ -93,12 +95,17 @@ class ResourceMonitor:
         *,
         disk_every_s: float = 5.0,
         sandbox: Sandbox | None = None,
+        group: RunGroup | None = None,
     ) -> None:
         import psutil
 
         self._psutil = psutil
         self.workspace = workspace
         self.sandbox = sandbox
+        self.group = group
+        """The run's cgroup (tools/sandbox/run_group.py): the whole run's use of its budget."""
+        self._attempts = workspace.parent / "attempts"
+        self._pool_disk_mb: float | None = None
         self.gpus = GpuMonitor()
         self._disk_every = disk_every_s
         self._disk_at = 0.0
@@ -115,6 +122,8 @@ class ResourceMonitor:
             self._disk_mb = directory_size(self.workspace, found.append) / 2**20
             self.metric_files = sorted(found)[:MAX_FILES]
             self._disk_at = now
+            if self._attempts.is_dir():
+                self._pool_disk_mb = self._disk_mb + directory_size(self._attempts) / 2**20
         mem = self._psutil.virtual_memory()
         sample = ResourceSample(
             cpu_percent=self._psutil.cpu_percent(interval=None),
@@ -124,6 +133,12 @@ class ResourceMonitor:
             gpus=self.gpus.sample(),
             gpu_error=self.gpus.error,
         )
+        if self._pool_disk_mb is not None:
+            sample.pool_disk_mb = round(self._pool_disk_mb, 2)
+        if self.group is not None:
+            memory, processes = self.group.usage()
+            sample.pool_mem_mb = None if memory is None else round(memory / 2**20, 1)
+            sample.pool_processes = processes
         usage = self.sandbox.usage() if self.sandbox is not None else None
         if usage is None:
             self._commands.measure(sample, self.sandbox.command_pids() if self.sandbox else [])

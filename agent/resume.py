@@ -108,6 +108,11 @@ def resumable(run: RecordedRun) -> None:
         )
 
 
+def _recorded_budget(events: list[ev.Event]) -> ev.Budget | None:
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    return started.budget if started is not None else None
+
+
 def resume_controller(
     run: RecordedRun,
     task: TaskSpec,
@@ -127,6 +132,8 @@ def resume_controller(
             "run_id": run.run_dir.name,
             "runs_dir": run.run_dir.parent,
             "start_paused": False,
+            # The budget it started with (agent/run_budget.py), not one from what is free now.
+            "budget": run.config.budget or _recorded_budget(run.events),
             **(overrides or {}),
         }
     )

@@ -7,6 +7,7 @@ import secrets
 import shutil
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from mlra import __version__
 from mlra import events as ev
@@ -16,6 +17,9 @@ from mlra.tasks.environment import ensure_environment
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_disk, task_memory
+
+if TYPE_CHECKING:
+    from mlra.tools.sandbox.run_group import RunGroup
 
 BATCH_MARKERS = ("batch.json", ".mlra-batch-key")
 """Files a batch folder holds (batch/): a run whose runs folder lies in one hides it."""
@@ -61,8 +65,16 @@ def make_run_folder(run_dir: Path, workspace: Path, task: TaskSpec) -> None:
 
 
 def sandbox_spec(
-    task: TaskSpec, config: RunConfig, run_dir: Path, *, python_env: Path | None = None
+    task: TaskSpec,
+    config: RunConfig,
+    run_dir: Path,
+    *,
+    budget: ev.Budget,
+    python_env: Path | None = None,
+    run_group: RunGroup | None = None,
 ) -> SandboxSpec:
+    """The run's sandbox: what it hides and shows, and its limits from the run's budget
+    (an attempt's run: its share; agent/run_budget.py), its group under the run's."""
     # The task folders (hidden test data) and the runs folder (other runs' logs)
     # must not be readable from inside, even where the host file system is.
     hide = [*task.hidden_paths(), task.root.parent, run_dir.parent]
@@ -77,17 +89,28 @@ def sandbox_spec(
         # A batch's folder holds its neighbours' logs and the key their ids come from;
         # it may lie where the sandbox shows the host (under /usr/local, in the venv).
         hide.append(batch)
-    memory_mb, disk_mb, sources = limit_choices(task, config, run_dir / "workspace")
     return SandboxSpec(
         network=task.resources.network,
         env={**task.sandbox.env, **config.env},
         hide_paths=hide,
         read_only_files=task.read_only_originals(),
-        memory_mb=memory_mb,
-        disk_mb=disk_mb,
-        limit_sources=sources,
         python_env=python_env,
+        run_group=run_group,
+        **spec_limits(budget),
     )
+
+
+def spec_limits(budget: ev.Budget) -> dict[str, Any]:
+    """A sandbox spec's limits from a run's budget or an attempt's share (0: none, as a
+    spec says it; agent/run_budget.py)."""
+    named = ("memory_mb", "disk_mb", "pids")
+    return {
+        "memory_mb": budget.memory_mb or 0,
+        "disk_mb": budget.disk_mb or 0,
+        "cpus": budget.cpus,
+        "pids_limit": budget.pids,
+        "limit_sources": {k: v for k, v in budget.sources.items() if k in named},
+    }
 
 
 def task_environment(task: TaskSpec, config: RunConfig) -> tuple[Path | None, ev.Notice | None]:
@@ -171,6 +194,7 @@ def started_event(
     time_limit_s: float,
     sandbox: ev.SandboxInfo,
     provider: ModelProvider | None,
+    budget: ev.Budget | None = None,
 ) -> ev.RunStarted:
     return ev.RunStarted(
         run_id=run_id,
@@ -188,4 +212,5 @@ def started_event(
         config=config.model_dump(mode="json"),
         mlra_version=__version__,
         context_window=provider.context_window if provider else None,
+        budget=budget,
     )

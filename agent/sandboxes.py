@@ -28,7 +28,7 @@ def docker_spec(spec: SandboxSpec, config: RunConfig, task: TaskSpec) -> Sandbox
     """
     res = task.resources
     gpus = config.gpus or ("all" if res.gpus > 0 else "none")
-    return replace(spec, cpus=config.cpus or res.cpus, gpus=gpus)
+    return replace(spec, cpus=spec.cpus or config.cpus or res.cpus, gpus=gpus)
 
 
 def create_sandbox(
@@ -46,7 +46,7 @@ def create_sandbox(
             docker_spec(spec, config, task),
             image=config.image or task.sandbox.image or DEFAULT_IMAGE,
             run_id=run_id,
-            pids_limit=config.pids_limit or DEFAULT_PIDS_LIMIT,
+            pids_limit=spec.pids_limit or config.pids_limit or DEFAULT_PIDS_LIMIT,
         )
     from mlra.tools.sandbox.local import LocalSandbox
 
@@ -54,7 +54,7 @@ def create_sandbox(
     spec = replace(
         spec,
         gpus=config.gpus or ("all" if res.gpus > 0 else "none"),
-        pids_limit=config.pids_limit,
+        pids_limit=spec.pids_limit or config.pids_limit,
     )
     # The baseline agent runs the task's own fixed recipe; an LLM agent's commands
     # are anyone's guess, so it never runs unconfined unless the user said so.

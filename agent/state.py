@@ -58,6 +58,8 @@ class RunState:
     model: str = ""
     limits: ev.Limits | None = None
     sandbox: ev.SandboxInfo | None = None
+    budget: ev.Budget | None = None
+    """The run's budget (an attempt's run: its share), from `run_started`."""
     started: bool = False
     paused: bool = False
     evaluating: bool = False
@@ -189,6 +191,7 @@ class RunState:
                 self.model = event.model
                 self.limits = event.limits
                 self.sandbox = event.sandbox
+                self.budget = event.budget
                 self.started = True
                 self.started_ts = event.ts
                 self.ungraded = str(event.config.get("ungraded") or "")

@@ -205,10 +205,18 @@ class BatchRunner:
             )
         if status.kind in ("failed", "interrupted"):
             retire(self.out, run.run_id)
-        command = run_command(run, self.spec, runs_dir, python="python")
+        command = run_command(run, self.spec, runs_dir, python="python", shared_by=self.shared_by)
         return Job(
             run.run_id, command[3:], run.resources, env=self.env, task_folder=folder, placed=placed
         )
+
+    @property
+    def shared_by(self) -> int:
+        """How many runs share this machine's defaults: `--parallel` at once, on this
+        machine (Ray places runs on nodes of their own)."""
+        if self.spec.executor != "local":
+            return 1
+        return max(1, min(self.spec.parallel or len(self.runs), len(self.runs)))
 
     async def _drive(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
         while True:

@@ -219,9 +219,15 @@ def expand(spec: BatchSpec, names: RunNames, tasks: list[BatchTask] | None = Non
     ]
 
 
-def run_command(run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str) -> list[str]:
-    """The `mlra run` command line of one run: a batch run is an ordinary headless run."""
+def run_command(
+    run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str, shared_by: int = 1
+) -> list[str]:
+    """The `mlra run` command line of one run: a batch run is an ordinary headless run,
+    told how many runs share its machine's defaults (`shared_by`, `--parallel` runs at
+    once on one machine)."""
     command = [python, "-m", "mlra", "run", run.task, "--model", run.model, "--no-tui"]
+    if shared_by > 1:
+        command += ["--machine-shared-by", str(shared_by)]
     command += ["--runs-dir", str(runs_dir), "--run-id", run.run_id, "--seed", str(run.seed)]
     if spec.base_url and run.model != "baseline":
         command += ["--base-url", spec.base_url]

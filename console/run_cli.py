@@ -72,8 +72,8 @@ def add_run_command(sub: Any) -> None:
         type=positive_int,
         default=None,
         metavar="K",
-        help="with --search: attempts running at once (default 1; the sandbox's memory and "
-        "CPUs are shared out between them)",
+        help="with --search: attempts running at once (default 1; the run's memory, CPUs, "
+        "disk and processes are shared out between them)",
     )
     run.add_argument(
         "--ungraded",
@@ -169,7 +169,18 @@ def add_run_command(sub: Any) -> None:
         "default 1g): past it changed files are recorded by size and hash only",
     )
     run.add_argument(
-        "--cpus", type=positive_float, metavar="N", help="docker sandbox CPU limit (e.g. 8)"
+        "--cpus",
+        type=positive_float,
+        metavar="N",
+        help="CPUs of the run's commands together (e.g. 8; a cgroup quota, or Docker's)",
+    )
+    run.add_argument(
+        "--machine-shared-by",
+        type=positive_int,
+        default=1,
+        metavar="K",
+        help="K runs share this machine at once (mlra batch --parallel K sets it): the "
+        "run's default memory, CPUs and disk are 1/K of the machine's",
     )
     run.add_argument(
         "--observation-limit",
@@ -340,6 +351,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         disk_mb=args.disk,
         **({} if args.snapshot_quota is None else {"snapshot_quota_mb": args.snapshot_quota}),
         cpus=args.cpus,
+        machine_shared_by=args.machine_shared_by,
         on_provider_failure="pause" if use_tui else "end",
         breakpoints=args.breaks,
         break_runs_jobs=args.break_runs_jobs,

@@ -64,6 +64,14 @@ class RunRow:
     graded_unsubmitted: bool = False
     """The graded attempt was not submitted: the run ended (a deadline, a budget, a stop)
     with nothing submitted and its best validated attempt was graded instead."""
+    budget_memory_mb: int | None = None
+    """The run's budget (`run_started`): memory and disk of everything it starts together."""
+    budget_disk_mb: int | None = None
+    used_memory_mb: float | None = None
+    """The whole run's memory at its last resource sample (its cgroup's; its commands'
+    where none held it): for a running run, its use now."""
+    used_disk_mb: float | None = None
+    """Its workspace and its attempts' folders at the last sample."""
     live: bool = False
     """Running and serving its controls now (control.sock answers): `mlra attach` and
     `mlra ctl` reach it. A running run that does not answer (killed, an older mlra) is
@@ -236,10 +244,73 @@ def run_row(run_dir: Path) -> RunRow:
     row.forked_from = result.forked_from
     row.isolation = result.isolation
     row.experiments, row.best_validation = result.experiments, result.best_validation
+    if log.is_file():
+        _budget_use(row, log)
     if result.attempts is not None:
         row.attempts = result.attempts.model_dump()
         row.graded_unsubmitted = graded_unsubmitted(result.reason, result.attempts.submitted)
     return row
+
+
+TAIL_BYTES = 256 * 1024
+"""How much of a log's end is read for its last resource sample."""
+
+
+def _budget_use(row: RunRow, log: Path) -> None:
+    """The budget from the log's first line (`run_started`) and the use from its last
+    resource sample within its tail: two reads, never the whole log."""
+    from mlra import events as ev
+
+    try:
+        with open(log, "rb") as f:
+            first = f.readline(TAIL_BYTES)
+            f.seek(max(0, log.stat().st_size - TAIL_BYTES))
+            tail = f.read(TAIL_BYTES)
+        started = ev.parse_event(first)
+    except (OSError, ValueError):
+        return
+    if isinstance(started, ev.RunStarted) and started.budget is not None:
+        row.budget_memory_mb, row.budget_disk_mb = started.budget.memory_mb, started.budget.disk_mb
+    for line in reversed(tail.splitlines()):
+        if b'"type":"resource_sample"' not in line:
+            continue
+        try:
+            sample = ev.parse_event(line)
+        except ValueError:
+            continue
+        if isinstance(sample, ev.ResourceSample):
+            row.used_memory_mb = (
+                sample.pool_mem_mb if sample.pool_mem_mb is not None else sample.run_mem_mb
+            )
+            row.used_disk_mb = sample.pool_disk_mb or sample.disk_workspace_mb
+        return
+
+
+def budget_cell(row: RunRow) -> str:
+    """`mem 0.2/10G disk 1.4/38G`: the run's use against its budget (a figure alone
+    where only one is known; the memory in use only while the run runs)."""
+    if row.budget_memory_mb is None and row.budget_disk_mb is None:
+        return "-"
+    parts = []
+    used_memory = row.used_memory_mb if row.status == "running" else None
+    for name, used, limit in (
+        ("mem", used_memory, row.budget_memory_mb),
+        ("disk", row.used_disk_mb, row.budget_disk_mb),
+    ):
+        if used is None and limit is None:
+            continue
+        shown = "none" if limit is None else short_gb(limit)
+        parts.append(
+            f"{name} {shown}" if used is None else f"{name} {short_gb(used, unit=False)}/{shown}"
+        )
+    return " ".join(parts)
+
+
+def short_gb(mb: float, *, unit: bool = True) -> str:
+    """Megabytes as a short figure of GB (`0.2`, `38`; `38G` with its unit)."""
+    gb = mb / 1024
+    text = f"{gb:.0f}" if gb >= 10 else f"{gb:.1f}"
+    return text + ("G" if unit else "")
 
 
 def graded_unsubmitted(reason: str, submitted: str | None) -> bool:

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from mlra.console.run_rows import RunRow, list_runs, search_cell
+from mlra.console.run_rows import RunRow, budget_cell, list_runs, search_cell
 from mlra.terminal_text import printable, printable_line
 
 STATUSES = ("finished", "stopped", "error", "running", "interrupted", "damaged")
@@ -30,8 +30,8 @@ def add_runs_command(sub: Any) -> None:
         help="list the recorded runs",
         description="List the runs in a runs folder: id, task, model, status, why it ended, "
         "score, normalized score, the best validation score and the number of experiments "
-        "(validations), the latest re-grade (mlra eval), duration, cost and the run each was "
-        "forked from; for a run that searched (--search), a search column: attempts tried, "
+        "(validations), the latest re-grade (mlra eval), duration, cost, the run's use of its "
+        "budget (memory while it runs, disk) and the run each was forked from; for a run that searched (--search), a search column: attempts tried, "
         "the best validation, the submitted attempt and its validation-to-test gap.",
     )
     runs.add_argument(
@@ -86,6 +86,7 @@ def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[st
         if row.tokens is not None
         else "-",
         f"{about}${row.cost_usd:.2f}" if row.cost_usd is not None else "-",
+        budget_cell(row),
         row.isolation or "-",
         row.forked_from or "-",
         *([str(row.annotations) if row.annotations else "-"] if notes else []),
@@ -136,6 +137,7 @@ HEADERS = [
     "duration",
     "tokens",
     "cost",
+    "budget",
     "isol.",
     "forked from",
 ]
@@ -191,13 +193,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
         styles = {"finished": "green", "running": "cyan", "damaged": "red", "error": "red"}
         out = Table(box=None, header_style="bold", pad_edge=False, collapse_padding=True)
         for i, header in enumerate(headers):
-            # On a narrow terminal the model and the fork source give way; the rest stay whole.
+            # On a narrow terminal the model, the budget and the fork source give way; the
+            # rest stay whole.
             widest = max(len(header), *(len(c[i]) for c in table))
             out.add_column(
                 header,
                 justify="right" if header in RIGHT_ALIGNED else "left",
                 no_wrap=True,
-                min_width=None if header in ("model", "forked from") else widest,
+                min_width=None if header in ("model", "budget", "forked from") else widest,
             )
         for row, cells in zip(rows, table, strict=True):
             style = "red" if row.result_mismatch else styles.get(row.status, "")
@@ -247,6 +250,11 @@ def _footnotes(rows: list[RunRow]) -> list[str]:
         notes.append(
             "re-graded: the latest `mlra eval` of the run (and what it graded); "
             "score is the run's own"
+        )
+    if any(r.budget_memory_mb or r.budget_disk_mb for r in rows):
+        notes.append(
+            "budget: the run's use against its budget, everything it starts together (mem: "
+            "while it runs; disk: its workspace and its attempts' folders), in GB"
         )
     if any(r.annotations for r in rows):
         notes.append("notes: annotations of the run's steps (`mlra annotate ID` lists them)")

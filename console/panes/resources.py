@@ -2,7 +2,8 @@
 disk use from the run's resource samples, with the run's own commands' CPU and
 memory beside the machine's; the clock against the deadline; steps, tokens and
 cost against their limits; how full the model's context window is and how much
-of the prompt the provider's cache served. Every figure comes from the log's
+of the prompt the provider's cache served; the whole run's use of its budget (its
+attempts' sandboxes included: "Pool"). Every figure comes from the log's
 events, so a replay shows the same."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.state import RunState
 from mlra.console.panes import WidgetOptions, redraw
+from mlra.console.run_rows import short_gb
 from mlra.counts import format_tokens
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
@@ -54,6 +56,25 @@ def run_usage(sample: ev.ResourceSample, *, compact: bool = False) -> str:
         parts.append(f"mem {gigabytes(sample.run_mem_mb)}")
     if sample.run_processes is not None and not compact:
         parts.append(f"{sample.run_processes} proc" + ("" if sample.run_processes == 1 else "s"))
+    return " · ".join(parts)
+
+
+def budget_use(budget: ev.Budget | None, sample: ev.ResourceSample, *, compact: bool) -> str:
+    """The whole run's use against its budget (`run_started`): everything it starts
+    together, attempts included (`mem 0.2/10G · disk 1.4/38G · 3/4096 procs`); "" for a
+    run with no budget recorded."""
+    if budget is None:
+        return ""
+    memory = sample.pool_mem_mb if sample.pool_mem_mb is not None else sample.run_mem_mb
+    disk = sample.pool_disk_mb if sample.pool_disk_mb is not None else sample.disk_workspace_mb
+    parts = []
+    for name, used, limit in (("mem", memory, budget.memory_mb), ("disk", disk, budget.disk_mb)):
+        if used is not None:
+            parts.append(
+                f"{name} {short_gb(used, unit=False)}/{'none' if limit is None else short_gb(limit)}"
+            )
+    if sample.pool_processes is not None and budget.pids and not compact:
+        parts.append(f"{sample.pool_processes}/{budget.pids} procs")
     return " · ".join(parts)
 
 
@@ -245,6 +266,10 @@ class ResourcesPane(Static):
             if sample.run_cpu_percent is not None or sample.run_mem_mb is not None:
                 out.append("Run  ", style="bold")
                 out.append(run_usage(sample, compact=compact) + "\n")
+            pool = budget_use(state.budget, sample, compact=compact)
+            if pool:
+                out.append("Pool ", style="bold")  # the run's budget, attempts included
+                out.append(pool + "\n")
             if sample.gpus or not compact:
                 out.append("Disk ", style="bold")
                 out.append(f"workspace {gigabytes(sample.disk_workspace_mb)}\n")

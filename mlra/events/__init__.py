@@ -82,6 +82,7 @@ from mlra.events.environment import (
     WorkspaceSnapshot,
 )
 from mlra.events.run import (
+    Budget,
     Limits,
     LimitsInForce,
     MetricPoint,
@@ -239,6 +240,7 @@ __all__ = [
     "AttemptOperator",
     "AttemptStarted",
     "AttemptStatus",
+    "Budget",
     "ContextWindowLearned",
     "Control",
     "ControlAction",

@@ -9,6 +9,7 @@ from typing import Literal
 from pydantic import Field
 
 from mlra.events.base import _Event
+from mlra.events.run import Budget
 
 # --- search over attempts (agent/attempts.py) -----------------------------------------
 
@@ -47,6 +48,10 @@ class AttemptStarted(_Event):
     """Its run folder, relative to this run's (`attempts/a1`): its own log and workspace."""
     time_limit_s: float = 0.0
     """Run-clock seconds it was given: its share of what was left."""
+    share: Budget | None = None
+    """Its share of the run's budget (memory, CPUs, disk, processes): 1/K of it with K
+    attempts at once, and of the disk what ended attempts and the run's own workspace
+    left. None in logs from before budgets."""
     call_id: str | None = None
 
 

@@ -37,6 +37,14 @@ class ResourceSample(_Event):
     """The resident memory of the run's own commands; None where it was not measured."""
     run_processes: int | None = None
     """How many processes the run's commands are now (0 between commands)."""
+    pool_mem_mb: float | None = None
+    """What the whole run holds (its sandbox's commands and every attempt's), from the
+    run's cgroup: the use against `run_started`'s budget; None where no group holds it."""
+    pool_processes: int | None = None
+    """The whole run's processes, from the same group."""
+    pool_disk_mb: float | None = None
+    """The run's workspace and its attempts' folders together (a search's); None for a
+    run without attempts, whose use is `disk_workspace_mb`."""
 
 
 # --- background jobs -----------------------------------------------------------------

@@ -59,6 +59,31 @@ class LimitsInForce(BaseModel):
     """What is asked for but not enforced, and why."""
 
 
+class Budget(BaseModel):
+    """What a run may take of the machine, for everything it starts together (its own
+    sandbox and every attempt's), or one attempt's share of it (agent/run_budget.py).
+    Computed once when a top-level run starts, from the user's flags, the task's
+    `[resources]` and the machine's defaults (a `batch --parallel K` run's default is
+    1/K of them), so that runs and attempts never add up past the machine."""
+
+    memory_mb: int | None = None
+    """None: no limit (`--memory none`)."""
+    cpus: float | None = None
+    """None: the machine's CPUs, unlimited."""
+    disk_mb: int | None = None
+    inodes: int | None = None
+    """Files and folders the workspace may hold (ext4's one inode per 16 KiB of disk),
+    kept where the workspace is a filesystem image of its own."""
+    pids: int | None = None
+    sources: dict[str, str] = Field(default_factory=dict)
+    """Where each figure came from ("memory_mb": "--memory", "default: ...", "1/2 of the
+    run's budget (--attempts-parallel 2)")."""
+    held_by: str = "none"
+    """What keeps the run's total (memory, processes, CPUs with `--cpus`) whatever its
+    sandboxes' own limits say: "cgroup v1", "cgroup v2" (a group every sandbox of the run
+    is made under) or "none" (each sandbox keeps only its own share)."""
+
+
 class SandboxInfo(BaseModel):
     kind: str
     isolation: str
@@ -102,6 +127,9 @@ class RunStarted(_Event):
     context_window: int | None = None
     """The model's context window as the run knew it: a replay of the run
     (`--model replay:RUN`) summarizes where the run did."""
+    budget: Budget | None = None
+    """The run's budget (all its sandboxes together); an attempt's own run: its share.
+    None in logs from before budgets."""
 
 
 class RunFinished(_Event):

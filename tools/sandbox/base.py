@@ -23,6 +23,7 @@ from mlra.tools.sandbox import beneath, trees
 if TYPE_CHECKING:  # the event models are heavy to import, and the evaluation process,
     # which needs this module's types, never makes one
     from mlra.events import LimitsInForce
+    from mlra.tools.sandbox.run_group import RunGroup
 
 Stream = Literal["stdout", "stderr"]
 OutputCallback = Callable[[Stream, str], None]
@@ -134,6 +135,10 @@ class SandboxSpec:
     """The task's own virtual environment (tasks/environment.py), shown read-only at its
     own path, its `bin` first on PATH: `python` is the task's. None: mlra's own
     interpreter, as for any task that declares no requirements."""
+    run_group: RunGroup | None = None
+    """The cgroup of the run this sandbox belongs to (tools/sandbox/run_group.py): the
+    sandbox's own group is made under it, so the run's total is kept whatever this
+    sandbox's share. None: under mlra's own (a lone sandbox, the Docker sandbox)."""
 
 
 def read_only_mounts(workspace: Path, files: Mapping[str, Path]) -> list[tuple[str, str]]:

@@ -51,6 +51,8 @@ class SandboxLimits:
         tmp_mb: int | None = None,
         shm_mb: int | None = None,
         sources: Mapping[str, str] | None = None,
+        parents: Mapping[str, Path] | None = None,
+        cpu_join: Path | None = None,
     ) -> None:
         self.memory_mb = memory_mb
         self.pids = pids
@@ -59,6 +61,11 @@ class SandboxLimits:
         self.shm_mb = shm_mb
         self.sources = dict(sources or {})
         self._groups: dict[str, Path] = {}
+        self._parents = dict(parents or {})
+        """The run's groups (tools/sandbox/run_group.py) this sandbox's are made under:
+        "" (v2), "memory" and "pids" (v1); none: under mlra's own."""
+        self._cpu_join = cpu_join
+        """cgroup v1: the run's cpu group, joined as it is (never removed here)."""
         """controller ("memory", "pids", or "" for a v2 group holding both) -> its folder."""
         self.version: int | None = None
         self.in_force = LimitsInForce(via="none")
@@ -127,7 +134,7 @@ class SandboxLimits:
         own = _own_cgroup("")
         if own is None:
             return False
-        parent = CGROUP_ROOT / own.lstrip("/")
+        parent = self._parents.get("") or CGROUP_ROOT / own.lstrip("/")
         _remove_stale_groups(parent)
         group = parent / name
         try:
@@ -160,19 +167,23 @@ class SandboxLimits:
             ("pids", "pids.max", self.pids),
         ):
             own = _own_cgroup(controller)
-            if own is None or value is None:
+            run = self._parents.get(controller)
+            # Under the run's group a sandbox with no limit of its own still has a group,
+            # so its commands are counted in the run's.
+            if own is None or (value is None and run is None):
                 continue
-            parent = CGROUP_ROOT / controller / own.lstrip("/")
+            parent = run or CGROUP_ROOT / controller / own.lstrip("/")
             _remove_stale_groups(parent)
             group = parent / name
             try:
                 group.mkdir()
-                (group / limit_file).write_text(str(value))
+                if value is not None:
+                    (group / limit_file).write_text(str(value))
             except OSError:
                 with contextlib.suppress(OSError):
                     group.rmdir()
                 continue
-            if controller == "memory":
+            if controller == "memory" and value is not None:
                 # No swap on top, where the kernel accounts it (swapaccount=1).
                 with contextlib.suppress(OSError):
                     (group / "memory.memsw.limit_in_bytes").write_text(str(value))
@@ -196,9 +207,9 @@ class SandboxLimits:
         """
         if not self._groups:
             return []
+        joined = [*self._groups.values(), *([self._cpu_join] if self._cpu_join else [])]
         joins = "".join(
-            f"echo 0 > {shlex.quote(str(group / 'cgroup.procs'))} && "
-            for group in self._groups.values()
+            f"echo 0 > {shlex.quote(str(group / 'cgroup.procs'))} && " for group in joined
         )
         return ["/bin/sh", "-c", joins + 'exec "$@"', "mlra-limits"]
 
@@ -260,8 +271,9 @@ class SandboxLimits:
         if self.memory_mb is None:
             return None
         if self.oom_kills() > oom_before:
+            run = " (or the run's, shared by all its sandboxes)" if self._parents else ""
             return (
-                f"[the sandbox's memory limit of {self.memory_mb} MB was exceeded: "
+                f"[the sandbox's memory limit of {self.memory_mb} MB{run} was exceeded: "
                 "the kernel killed a process of this command]"
             )
         if (
@@ -314,7 +326,8 @@ class SandboxLimits:
 
 
 def _remove_stale_groups(parent: Path) -> None:
-    """Remove the empty groups of mlra processes that are gone (killed, say)."""
+    """Remove the empty groups of mlra processes that are gone (killed, say), a run's
+    group (tools/sandbox/run_group.py) with its sandboxes' groups in it."""
     try:
         entries = list(parent.glob(f"{GROUP_PREFIX}*"))
     except OSError:
@@ -323,7 +336,31 @@ def _remove_stale_groups(parent: Path) -> None:
         owner = group.name[len(GROUP_PREFIX) :].split("-", 1)[0]
         if owner.isdigit() and not Path(f"/proc/{owner}").exists():
             with contextlib.suppress(OSError):
+                for child in group.glob(f"{GROUP_PREFIX}*"):
+                    child.rmdir()
+            with contextlib.suppress(OSError):
                 group.rmdir()  # only an empty group can be removed
+
+
+remove_stale_groups = _remove_stale_groups
+
+
+def kill_group(group: Path) -> None:
+    """SIGKILL every process in `group` (a run's leftovers at its end), a few rounds."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    while True:
+        with contextlib.suppress(OSError):
+            (group / "cgroup.kill").write_text("1")
+        try:
+            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+        except (OSError, ValueError):
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        if not pids or time.monotonic() > deadline:
+            return
+        time.sleep(0.005)
 
 
 def _own_cgroup(controller: str) -> str | None:
@@ -339,3 +376,6 @@ def _own_cgroup(controller: str) -> str | None:
         if controller and controller in controllers.split(","):
             return path
     return None
+
+
+own_cgroup = _own_cgroup

@@ -108,6 +108,8 @@ class LocalSandbox(Sandbox):
             tmp_mb=tmp_mb,
             shm_mb=shm_mb,
             sources=sources,
+            parents=spec.run_group.parents if spec.run_group else None,
+            cpu_join=spec.run_group.cpu_join if spec.run_group else None,
         )
         self._quota = WorkspaceQuota(self.workspace, disk.mb) if disk.mb else None
         self._marker = secrets.token_hex(8)

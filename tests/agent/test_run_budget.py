@@ -1,0 +1,198 @@
+"""One budget per run (agent/run_budget.py, tools/sandbox/run_group.py): real searches on
+the small `answer` task record the run's budget in `run_started` and each attempt's share
+in `attempt_started`, the shares add up to at most the budget, each attempt's sandbox
+has its share, and the kernel holds the run's total in a group every sandbox is under."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.config import RunConfig
+from mlra.agent.controller import RunController
+from mlra.agent.eventlog import read_events
+from mlra.agent.resume import load_run, resume_controller
+from mlra.agent.run import agent_for
+from mlra.agent.run_budget import held_mb, run_budget
+from mlra.console.panes.resources import budget_use
+from mlra.console.run_rows import budget_cell, run_row
+from mlra.tasks.spec import load_task
+from mlra.tools.sandbox.default_limits import default_memory, machine_memory_mb
+from mlra.tools.sandbox.limits import CGROUP_ROOT, own_cgroup
+from tests.agent.test_search import _scripted_search
+from tests.scripts import call, turn
+
+PAD_MB = 4
+
+
+def _padded_variants(answer_task: Path, tmp_path: Path) -> Path:
+    """The answer task whose recipe takes a variable (four variants) and leaves a 4 MB
+    file in its workspace, so that an ended attempt holds disk a later one cannot have."""
+    task = tmp_path / "answer-padded"
+    shutil.copytree(answer_task, task)
+    toml = (task / "task.toml").read_text()
+    toml = toml.replace('name = "answer"', 'name = "answer-padded"')
+    toml = toml.replace(
+        'submit = "answer.txt"',
+        'submit = "answer.txt"\nvars = { n = "41" }\n'
+        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
+    )
+    pad = f"head -c {PAD_MB * 1024 * 1024} /dev/urandom > pad.bin; echo {{n}}"
+    toml = toml.replace('python -c \\"print(6 * 7)\\"', pad)
+    (task / "task.toml").write_text(toml)
+    return task
+
+
+def _search(tmp_path: Path, answer_task: Path, **settings: object) -> RunController:
+    task = load_task(_padded_variants(answer_task, tmp_path))
+    config = RunConfig.model_validate(
+        {
+            "task": task.name,
+            "model": "baseline",
+            "runs_dir": tmp_path / "runs",
+            "isolation": "none",
+            "search": "greedy",
+            **settings,
+        }
+    )
+    return RunController(config, task, None)
+
+
+def _started(run_dir: Path) -> tuple[ev.Budget, list[ev.AttemptStarted]]:
+    events = read_events(run_dir / "events.jsonl")
+    run = next(e for e in events if isinstance(e, ev.RunStarted))
+    assert run.budget is not None
+    return run.budget, [e for e in events if isinstance(e, ev.AttemptStarted)]
+
+
+def _own_limits(run_dir: Path, attempt: str) -> ev.LimitsInForce:
+    own = read_events(run_dir / "attempts" / attempt / "events.jsonl")
+    started = next(e for e in own if isinstance(e, ev.RunStarted))
+    assert started.sandbox.limits is not None
+    return started.sandbox.limits
+
+
+def _held_by() -> set[str]:
+    return {"cgroup v1", "cgroup v2"} if os.geteuid() == 0 else {"cgroup v1", "cgroup v2", "none"}
+
+
+async def test_attempts_at_once_share_the_runs_budget_instead_of_each_taking_the_machine(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Two attempts at once, memory and disk left to the defaults: each used to take the
+    machine's whole default (twice the machine); now each gets half the run's budget,
+    and its sandbox has that share."""
+    controller = _search(tmp_path, answer_task, attempts=2, attempts_parallel=2)
+    await controller.run(agent_for)
+    budget, started = _started(controller.run_dir)
+    whole, disk_budget = budget.memory_mb, budget.disk_mb
+    assert whole is not None and whole == default_memory().mb and whole <= machine_memory_mb()
+    assert budget.held_by in _held_by()
+    assert disk_budget is not None and budget.sources["disk_mb"].startswith("default:")
+    assert len(started) == 2
+    shares = [s.share for s in started if s.share is not None]
+    assert len(shares) == 2
+    for attempt, share in zip(("a1", "a2"), shares, strict=True):
+        assert share is not None and share.memory_mb is not None and share.disk_mb is not None
+        assert share.memory_mb == whole // 2
+        assert "1/2 of the run's budget" in share.sources["memory_mb"]
+        limits = _own_limits(controller.run_dir, attempt)
+        assert (limits.memory_mb, limits.disk_mb) == (share.memory_mb, share.disk_mb)
+    memory = sum(s.memory_mb or 0 for s in shares)
+    disk = sum(s.disk_mb or 0 for s in shares)
+    assert memory <= whole and disk <= disk_budget
+    # `mlra runs` and the Resources pane show the run's use against that budget.
+    row = run_row(controller.run_dir)
+    assert (row.budget_memory_mb, row.budget_disk_mb) == (budget.memory_mb, budget.disk_mb)
+    assert budget_cell(row).startswith("mem ") and " disk " in budget_cell(row)
+    events = read_events(controller.run_dir / "events.jsonl")
+    sample = next(e for e in events if isinstance(e, ev.ResourceSample))
+    if budget.held_by != "none":
+        assert sample.pool_mem_mb is not None and sample.pool_processes is not None
+    assert budget_use(budget, sample, compact=False).startswith("mem ")
+    # The run's group went with the run, its sandboxes' groups in it.
+    assert not _groups_of_this_process()
+
+
+async def test_attempts_one_after_another_get_what_the_ended_ones_left_of_the_disk(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A 40 MB disk budget and attempts that each leave a 4 MB file: the second and third
+    get what the run's workspace and the ended attempts' folders left, so each share and
+    what was held before it add up to at most the budget."""
+    controller = _search(tmp_path, answer_task, attempts=3, disk_mb=40)
+    await controller.run(agent_for)
+    budget, started = _started(controller.run_dir)
+    assert (budget.disk_mb, budget.sources["disk_mb"]) == (40, "--disk")
+    shares = [s.share for s in started if s.share is not None]
+    assert len(shares) == 3 and all(s.disk_mb for s in shares)
+    disks = [s.disk_mb or 0 for s in shares]
+    assert disks[0] <= 40
+    assert disks[1] <= disks[0] - PAD_MB and disks[2] <= disks[1] - PAD_MB, disks
+    for i, share in enumerate(disks):
+        before = [controller.run_dir / "attempts" / a for a in ("a1", "a2", "a3")[:i]]
+        assert share + held_mb(before) <= 40
+        # One at a time: each has the whole of the memory and processes.
+        assert shares[i].memory_mb == budget.memory_mb
+
+
+async def test_an_attempts_commands_run_in_the_runs_group_whose_limit_kills_a_hog(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """With a 100 MB budget an attempt's command sits in a cgroup under the run's own, and
+    one that takes 300 MB is killed by the kernel, the model told so."""
+    if os.geteuid() != 0 and not Path("/sys/fs/cgroup/cgroup.controllers").exists():
+        pytest.skip("no writable cgroup here")
+    hog = "cat /proc/self/cgroup; python3 -c \"x = b'x' * (300 * 2**20); print('kept')\""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Hog")),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command=hog)),
+            turn("", call("report", summary="hogged")),
+        ],
+    }
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1, memory_mb=100
+    )
+    budget, started = _started(controller.run_dir)
+    if budget.held_by == "none":
+        pytest.skip("no writable cgroup here")
+    assert budget.memory_mb == 100 and started[0].share is not None
+    a1 = read_events(controller.run_dir / "attempts" / "a1" / "events.jsonl")
+    out = next(e for e in a1 if isinstance(e, ev.ToolResult) and e.tool == "bash")
+    assert f"mlra-{os.getpid()}-run-" in out.output  # the run's group holds the attempt's
+    assert "kept" not in out.output and "memory limit" in out.output, out.output
+    assert not _groups_of_this_process()
+
+
+async def test_a_resumed_run_keeps_the_budget_it_started_with(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A run resumed later (when the free disk is another) draws from the budget its
+    `run_started` recorded, not from one computed again."""
+    script = {"supervisor": [turn("Nothing to do.")]}
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1
+    )
+    budget, _ = _started(controller.run_dir)
+    resumed = resume_controller(load_run(controller.run_dir), load_task(answer_task), None)
+    assert resumed.config.budget == budget
+    assert run_budget(resumed.task, resumed.config, resumed.workspace) == budget
+
+
+def _groups_of_this_process() -> list[Path]:
+    """This process's cgroups still there (a run's group must go with the run)."""
+    found: list[Path] = []
+    for controller, base in (("", CGROUP_ROOT), ("memory", CGROUP_ROOT / "memory")):
+        own = own_cgroup(controller)
+        if own is not None:
+            found += (base / own.lstrip("/")).glob(f"mlra-{os.getpid()}-*")
+    return found

@@ -1,0 +1,50 @@
+"""`mlra batch --parallel K` on one machine: the runs at once share its defaults, each
+1/K of the default memory, CPUs and disk, instead of each taking all of it; a limit
+the user gave is theirs."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.eventlog import read_events
+from mlra.tools.sandbox.default_limits import default_memory
+from tests.conftest import mlra_cli
+
+
+def _budgets(out: Path) -> list[ev.Budget]:
+    found = []
+    for log in sorted((out / "runs").glob("*/events.jsonl")):
+        started = next(e for e in read_events(log) if isinstance(e, ev.RunStarted))
+        assert started.budget is not None
+        found.append(started.budget)
+    return found
+
+
+def test_a_batchs_parallel_runs_each_get_half_the_machines_defaults(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    out = tmp_path / "b"
+    args = [
+        "batch", "--tasks", str(answer_task), "--models", "baseline", "--seeds", "2",
+        "--parallel", "2", "--out", str(out), "--isolation", "none", "--no-tui",
+    ]  # fmt: skip
+    proc = mlra_cli(args, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    budgets = _budgets(out)
+    assert len(budgets) == 2
+    memory = default_memory().mb
+    assert memory is not None
+    cpus = os.cpu_count() or 1
+    for budget in budgets:
+        assert budget.memory_mb == memory // 2, budget
+        assert "1/2 of the default" in budget.sources["memory_mb"]
+        assert budget.cpus == round(cpus / 2, 2)
+        assert budget.disk_mb is not None and "1/2 of the default" in budget.sources["disk_mb"]
+        # A quarter of the space free when the run started: half of the default's half.
+        found = re.search(r"half the ([0-9.]+) GiB free", budget.sources["disk_mb"])
+        assert found is not None, budget.sources
+        free_mb = float(found.group(1)) * 1024
+        assert abs(budget.disk_mb - free_mb / 4) <= 0.05 * 1024 / 4 + 1, budget

@@ -1,0 +1,81 @@
+"""The run-level cgroup (tools/sandbox/run_group.py): sandboxes made under it keep their
+own limits, and the run's limit holds their total even where their shares add up to
+more (a sandbox allowed 1 GB under a run of 64 MB is stopped at 64 MB)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.limits import CGROUP_ROOT, own_cgroup
+from mlra.tools.sandbox.local import LocalSandbox
+from mlra.tools.sandbox.run_group import RunGroup
+
+HOG = "x = b'x' * (200 * 2**20); print('kept', len(x))"
+
+
+@pytest.fixture
+def run_group() -> Iterator[RunGroup]:
+    group = RunGroup(memory_mb=64, pids=32, cpus=None)
+    if group.setup() == "none":
+        pytest.skip("no writable cgroup with memory and pids controllers here")
+    yield group
+    group.close()
+
+
+async def test_two_sandboxes_over_subscribed_are_held_to_the_runs_memory(
+    tmp_path: Path, run_group: RunGroup
+) -> None:
+    """Each sandbox may have 1 GB; the run has 64 MB: the kernel kills the 200 MB hog,
+    the agent is told, and the other sandbox (and the first) go on."""
+    sandboxes = []
+    for name in ("own", "attempt"):
+        (tmp_path / name).mkdir()
+        spec = SandboxSpec(memory_mb=1024, run_group=run_group)
+        sb = LocalSandbox(tmp_path / name, spec, isolation_mode="none")
+        await sb.start()
+        sandboxes.append(sb)
+    try:
+        hog = await sandboxes[1].exec(["python3", "-c", HOG], timeout=60)
+        assert hog.exit_code != 0 and "kept" not in hog.output
+        assert "the run's, shared by all its sandboxes" in hog.output, hog.output
+        ok = await sandboxes[0].exec(["python3", "-c", "print('fine')"], timeout=60)
+        assert (ok.exit_code, ok.output) == (0, "fine\n")
+        again = await sandboxes[1].exec(["echo", "still-here"], timeout=60)
+        assert again.output == "still-here\n"
+    finally:
+        for sb in sandboxes:
+            await sb.close()
+
+
+async def test_the_runs_process_limit_holds_sandboxes_allowed_more(
+    tmp_path: Path, run_group: RunGroup
+) -> None:
+    """A sandbox allowed 4,096 processes under a run of 32 cannot start 100."""
+    spec = SandboxSpec(pids_limit=4096, run_group=run_group)
+    sb = LocalSandbox(tmp_path, spec, isolation_mode="none")
+    await sb.start()
+    try:
+        many = "for i in $(seq 100); do sleep 5 & done 2>&1; wait; echo done"
+        result = await sb.exec(["bash", "-c", many], timeout=60)
+        assert "Resource temporarily unavailable" in result.output, result.output
+    finally:
+        await sb.close()
+
+
+def test_the_runs_group_and_its_sandboxes_groups_are_removed_at_its_end(tmp_path: Path) -> None:
+    group = RunGroup(memory_mb=64, pids=32, cpus=0.5)
+    if group.setup() == "none":
+        pytest.skip("no writable cgroup here")
+    parents = list(group.parents.values()) + ([group.cpu_join] if group.cpu_join else [])
+    assert all(p.is_dir() for p in parents)
+    (parents[0] / "mlra-child").mkdir()  # a sandbox's group, left behind
+    group.close()
+    assert not any(p.exists() for p in parents)
+    own = own_cgroup("memory") or own_cgroup("") or "/"
+    base = CGROUP_ROOT / "memory" if own_cgroup("memory") else CGROUP_ROOT
+    assert not list((base / own.lstrip("/")).glob(f"mlra-{os.getpid()}-run-*"))

@@ -1,0 +1,162 @@
+"""The cgroup that holds a whole run: every sandbox of the run (its own and each
+attempt's) is made under it, so the run's memory, processes and (with `--cpus`) CPU
+time are one pool the kernel keeps, whatever each sandbox's own share says.
+
+Shares can over-subscribe (K attempts at once each get 1/K of the memory, and the
+run's own sandbox has the whole of it beside them): the group's limit is what holds
+the total. It is made where the sandboxes' own groups would be (tools/sandbox/limits.py:
+a delegated cgroup v2 group, or cgroup v1's memory and pids hierarchies where they are
+writable), named after this process so that a later mlra removes it if this one is
+killed, and removed when the run ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+from pathlib import Path
+
+from mlra.tools.sandbox.limits import (
+    CGROUP_ROOT,
+    GROUP_PREFIX,
+    kill_group,
+    own_cgroup,
+    remove_stale_groups,
+)
+
+CPU_PERIOD_US = 100_000
+
+
+class RunGroup:
+    """One run's cgroup (v2) or groups (v1, one a controller), and the limits on them."""
+
+    def __init__(self, *, memory_mb: int | None, pids: int | None, cpus: float | None) -> None:
+        self.memory_mb = memory_mb
+        self.pids = pids
+        self.cpus = cpus
+        self.parents: dict[str, Path] = {}
+        """Where a sandbox makes its group: "" (v2), or "memory" and "pids" (v1)."""
+        self.cpu_join: Path | None = None
+        """cgroup v1: the run's `cpu` group, which the sandboxes' commands join as it is
+        (a sandbox makes no cpu group of its own)."""
+        self.via = "none"
+
+    def setup(self) -> str:
+        """Make the group(s); how the run's total is held: "cgroup v2", "cgroup v1" or
+        "none" (no writable cgroup: each sandbox keeps only its own limits)."""
+        name = f"{GROUP_PREFIX}{os.getpid()}-run-{secrets.token_hex(4)}"
+        if self._setup_v2(name):
+            self.via = "cgroup v2"
+        elif self._setup_v1(name):
+            self.via = "cgroup v1"
+        return self.via
+
+    def _setup_v2(self, name: str) -> bool:
+        if not (CGROUP_ROOT / "cgroup.controllers").exists():
+            return False
+        own = own_cgroup("")
+        if own is None:
+            return False
+        parent = CGROUP_ROOT / own.lstrip("/")
+        remove_stale_groups(parent)
+        group = parent / name
+        try:
+            group.mkdir()
+            available = set((group / "cgroup.controllers").read_text().split())
+            if not {"memory", "pids"} <= available:
+                raise OSError("no memory and pids controllers")
+            if self.memory_mb is not None:
+                (group / "memory.max").write_text(str(self.memory_mb * 1024 * 1024))
+                with contextlib.suppress(OSError):
+                    (group / "memory.swap.max").write_text("0")
+            if self.pids is not None:
+                (group / "pids.max").write_text(str(self.pids))
+            if self.cpus is not None and "cpu" in available:
+                quota = max(1000, int(self.cpus * CPU_PERIOD_US))
+                (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+            (group / "cgroup.subtree_control").write_text("+memory +pids")
+        except OSError:
+            with contextlib.suppress(OSError):
+                group.rmdir()
+            return False
+        self.parents[""] = group
+        return True
+
+    def _setup_v1(self, name: str) -> bool:
+        limits: list[tuple[str, str, int | None]] = [
+            ("memory", "memory.limit_in_bytes", self.memory_mb and self.memory_mb * 1024 * 1024),
+            ("pids", "pids.max", self.pids),
+        ]
+        if self.cpus is not None:
+            limits.append(("cpu", "cpu.cfs_quota_us", max(1000, int(self.cpus * CPU_PERIOD_US))))
+        made: dict[str, Path] = {}
+        for controller, limit_file, value in limits:
+            own = own_cgroup(controller)
+            if own is None:
+                continue
+            parent = CGROUP_ROOT / controller / own.lstrip("/")
+            remove_stale_groups(parent)
+            group = parent / name
+            try:
+                group.mkdir()
+                if controller == "cpu":
+                    (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
+                if value is not None:
+                    (group / limit_file).write_text(str(value))
+            except OSError:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+                continue
+            if controller == "memory" and value is not None:
+                with contextlib.suppress(OSError):
+                    (group / "memory.memsw.limit_in_bytes").write_text(str(value))
+            made[controller] = group
+        if "memory" not in made or "pids" not in made:
+            # Half a pool holds nothing together: the sandboxes make their groups as before.
+            for group in made.values():
+                with contextlib.suppress(OSError):
+                    group.rmdir()
+            return False
+        self.cpu_join = made.pop("cpu", None)
+        self.parents = made
+        return True
+
+    def usage(self) -> tuple[int | None, int | None]:
+        """(memory bytes, processes) the whole run holds now, where the group can say."""
+        memory = self.parents.get("") or self.parents.get("memory")
+        pids = self.parents.get("") or self.parents.get("pids")
+        names = ("memory.current",) if "" in self.parents else ("memory.usage_in_bytes",)
+        return _read_int(memory, names[0]), _read_int(pids, "pids.current")
+
+    def close(self) -> None:
+        """Kill what is left in the run's groups and remove them (the sandboxes' own groups
+        under them first: a group with children cannot be removed)."""
+        groups = [*self.parents.values(), *([self.cpu_join] if self.cpu_join else [])]
+        for group in groups:
+            for child in _children(group):
+                kill_group(child)
+                with contextlib.suppress(OSError):
+                    child.rmdir()
+            kill_group(group)
+            with contextlib.suppress(OSError):
+                group.rmdir()
+        self.parents.clear()
+        self.cpu_join = None
+        self.via = "none"
+
+
+def _children(group: Path) -> list[Path]:
+    try:
+        return [p for p in group.iterdir() if p.is_dir()]
+    except OSError:
+        return []
+
+
+def _read_int(group: Path | None, name: str) -> int | None:
+    if group is None:
+        return None
+    try:
+        return int((group / name).read_text().strip())
+    except (OSError, ValueError):
+        return None
