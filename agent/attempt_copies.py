@@ -23,7 +23,11 @@ from mlra.tools.sandbox.workspace_copies import CopyRefused, copy_workspace, emp
 
 def disk_quota_bytes(child: RunController) -> int | None:
     """The disk quota the attempt's sandbox will get, as its spec will ask for it (None:
-    no quota)."""
+    no quota): its share of the run's budget (agent/run_budget.py), else, for a log
+    from before budgets, what its own limits choose."""
+    budget = child.config.budget
+    if budget is not None:
+        return budget.disk_mb * MIB if budget.disk_mb else None
     _, disk_mb, sources = limit_choices(child.task, child.config, child.workspace)
     chosen = disk_for(disk_mb, sources.get("disk_mb"), child.workspace)
     return None if chosen.mb is None else chosen.mb * MIB
