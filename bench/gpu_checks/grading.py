@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +94,9 @@ def check_mlra_run(ctx: Context) -> None:
     ]  # fmt: skip
     ctx.figures["command"] = " ".join(["mlra", *argv[3:]])
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
+    began = time.monotonic()
     done = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=env, check=False)
+    ctx.figures["wall_s"] = round(time.monotonic() - began, 1)
     ctx.figures["exit"] = done.returncode
     ctx.expect(
         done.returncode == 0,
@@ -115,11 +118,12 @@ def check_mlra_run(ctx: Context) -> None:
         ctx.figures["score"] = f.score
         ctx.figures["ok"] = f.ok
         ctx.figures["error"] = f.error
-        ctx.figures["grading_s"] = f.duration_s
         ctx.expect(f.ok and f.score is not None, f"grading failed: {f.error}")
     try:
         outcome = json.loads((runs / "gpu-check" / "evaluation" / "evaluation.json").read_text())
-        ctx.figures["graded_on"] = (outcome.get("details") or {}).get("device")
+        details = outcome.get("details") or {}
+        ctx.figures["graded_on"] = details.get("device")
+        ctx.figures["lm_eval_s"] = details.get("seconds")
     except (OSError, ValueError):
         ctx.figures["graded_on"] = None
     if ctx.cuda:

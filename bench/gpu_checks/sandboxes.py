@@ -75,6 +75,22 @@ def run_sandbox(ctx: Context, name: str, **config: Any) -> tuple[Any, Any]:
     return create_sandbox(workspace, spec, config=cfg, task=task, run_id=name), task
 
 
+def device_minors(ids: list[str]) -> list[str]:
+    """The /dev/nvidiaN numbers of the GPUs with these NVML indices (in a container
+    given the host's GPU 3, NVML's GPU 0 is /dev/nvidia3); the indices where NVML
+    cannot say."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [
+            str(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(int(i))))
+            for i in ids
+        ]
+    except Exception:
+        return list(ids)
+
+
 def expect_devices(ctx: Context, label: str, seen: dict[str, Any], given: list[str]) -> None:
     """What a sandbox given `given` (host ids; [] for none) sees: CUDA that many devices,
     a right matmul, and no numbered device node of a GPU it was not given."""
@@ -97,7 +113,7 @@ def expect_devices(ctx: Context, label: str, seen: dict[str, Any], given: list[s
             not seen.get("cuda"), f"{label}: torch.cuda is available though no GPU was given"
         )
     numbered = [m.group(1) for n in seen.get("nodes", []) if (m := NUMBERED.match(n))]
-    extra = sorted(set(numbered) - set(given))
+    extra = sorted(set(numbered) - set(device_minors(given)))
     ctx.expect(
         not extra,
         f"{label}: device nodes of GPUs not given are there: "
