@@ -33,6 +33,24 @@ async def grade_folder(folder: Path, model: Path, work: Path) -> tuple[Any, dict
     return finished, dict(outcome.get("details") or {})
 
 
+WORDS = "the cat sat on mat is it true yes no maybe theorem foo".split()
+
+
+def varied_rows(n: int, seed: int) -> str:
+    """Multiple-choice rows whose texts and choices differ, so a random model's picks
+    follow its logits (the stand-ins' same two choices everywhere give any model 0.5):
+    a GPU's rounding that turned a pick round would show in the score."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(4, 12)))
+        choices = rng.sample(WORDS, 4)
+        rows.append({"text": text, "choices": choices, "label": rng.randrange(4)})
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
 def with_device(folder: Path, device: str) -> Path:
     toml = folder / "task.toml"
     text = toml.read_text()
@@ -50,10 +68,10 @@ async def check_lm_eval(ctx: Context) -> None:
         folder = s.standin_copy(
             "llm-merging", ctx.work / label, evaluator_lines='include = "standin"\n'
         )
-        s.group_standin(
-            folder / "standin", "mmlu", {"mmlu_standin_algebra": 12, "mmlu_standin_history": 20},
-            weight_by_size=True,
-        )  # fmt: skip
+        sizes = {"mmlu_standin_algebra": 24, "mmlu_standin_history": 40}
+        s.group_standin(folder / "standin", "mmlu", sizes, weight_by_size=True)
+        for i, (name, n) in enumerate(sizes.items()):
+            (folder / "standin" / f"{name}.jsonl").write_text(varied_rows(n, seed=i))
         finished, details = await grade_folder(
             with_device(folder, device), model, ctx.work / label / "run"
         )
