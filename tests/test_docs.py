@@ -36,6 +36,8 @@ OTHER_PROGRAMS_FLAGS = {
     "--cluster": "bench/batch_overhead.py",
     "--no-ray": "bench/batch_overhead.py",
     "--keep": "bench/search_attempts.py",
+    "--list": "bench/gpu_check.py",
+    "--only": "bench/gpu_check.py",
     "--generate-budget": "math-autoformalization's hidden/evaluate.py",
     "--lean-budget": "math-autoformalization's hidden/evaluate.py",
     "--lean-workers": "math-autoformalization's hidden/evaluate.py",

@@ -34,6 +34,12 @@ from mlra.tasks.evaluators.script import ScriptEvaluator
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
 from tests.conftest import mlra_cli
+from tests.tasks.standins import SUPERGLUE
+from tests.tasks.standins import group_standin as _group_standin
+from tests.tasks.standins import llama as _llama
+from tests.tasks.standins import save as _save
+from tests.tasks.standins import standin_copy as _standin_copy
+from tests.tasks.standins import superglue_standin as _superglue_standin
 
 BENCHMARK = [
     "minipile",
@@ -44,7 +50,6 @@ BENCHMARK = [
     "llm-merging",
     "math-autoformalization",
 ]
-SUPERGLUE = ["boolq", "cb", "copa", "multirc", "record", "sglue_rte", "wic", "wsc"]
 
 
 def _task(name: str) -> TaskSpec:
@@ -203,56 +208,6 @@ def test_readiness_without_a_gpu_or_network(monkeypatch: pytest.MonkeyPatch) -> 
 # --- tiny stand-in models -----------------------------------------------------------------
 
 
-def _tokenizer(folder: Path) -> Any:
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
-
-    inner = Tokenizer(models.BPE())
-    inner.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    inner.decoder = decoders.ByteLevel()
-    text = [
-        "The cat sat on the mat. Is it true? yes no maybe. theorem foo : 1 + 1 = 2 := by norm_num"
-    ]
-    inner.train_from_iterator(
-        text * 4,
-        trainers.BpeTrainer(
-            vocab_size=300,
-            special_tokens=["<eos>"],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    tok = PreTrainedTokenizerFast(tokenizer_object=inner, eos_token="<eos>", pad_token="<eos>")
-    tok.save_pretrained(folder)
-    return tok
-
-
-def _save(model: Any, folder: Path, tokenizer: bool = True) -> Path:
-    model.save_pretrained(folder)
-    if tokenizer:
-        _tokenizer(folder)
-    return folder
-
-
-def _llama(folder: Path, **overrides: Any) -> Path:
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    torch.manual_seed(0)
-    config = dict(
-        vocab_size=300,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        max_position_embeddings=256,
-        eos_token_id=0,
-        bos_token_id=0,
-        pad_token_id=0,
-    )
-    return _save(LlamaForCausalLM(LlamaConfig(**(config | overrides))), folder)
-
-
 def _phi(folder: Path, **overrides: Any) -> Path:
     """A Phi-2-shaped model: Phi-2's vocabulary, the rest pruned to almost nothing."""
     from transformers import PhiConfig, PhiForCausalLM
@@ -402,19 +357,6 @@ def test_llm_merging_accepts_every_model_its_prompt_allows(tmp_path: Path) -> No
     ]
 
 
-def _standin_copy(name: str, root: Path, *, evaluator_lines: str = "") -> Path:
-    """The real task folder, copied, with offline resources and extra evaluator settings."""
-    folder = root / name
-    shutil.copytree(BUILTIN_TASKS_DIR / name, folder)
-    toml = folder / "task.toml"
-    text = toml.read_text()
-    text = text.replace("network = true", "network = false")
-    if evaluator_lines:
-        text = text.replace("[evaluator.settings]\n", "[evaluator.settings]\n" + evaluator_lines)
-    toml.write_text(text)
-    return folder
-
-
 async def test_a_rule_breaker_gets_no_score_through_grading(tmp_path: Path, tiny: Path) -> None:
     folder = _standin_copy("edge-llm-training", tmp_path)
     toml = folder / "task.toml"
@@ -437,52 +379,6 @@ async def test_a_rule_breaker_gets_no_score_through_grading(tmp_path: Path, tiny
 
 
 # --- the evaluator wiring, on stand-ins ----------------------------------------------------
-
-
-def _write_mc_task(
-    folder: Path, task: str, *, metric: str = "acc", docs: int = 6, tag: str = ""
-) -> None:
-    rows = [
-        {
-            "text": f"Item {i}: the cat sat on the mat. Is it true?",
-            "choices": ["yes", "no"],
-            "label": i % 2,
-        }
-        for i in range(docs)
-    ]
-    (folder / f"{task}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / f"{task}.yaml").write_text(
-        f"task: {task}\n" + (f"tag: [{tag}]\n" if tag else "") + "dataset_path: json\n"
-        f"dataset_kwargs:\n  data_files:\n    test: {task}.jsonl\n"
-        "test_split: test\nfewshot_split: test\noutput_type: multiple_choice\n"
-        'doc_to_text: "{{text}}"\ndoc_to_target: label\ndoc_to_choice: choices\n'
-        f"metric_list:\n  - metric: {metric}\n    aggregation: {'f1' if metric == 'f1' else 'mean'}\n"
-        "    higher_is_better: true\nmetadata:\n  version: 1.0\n"
-    )
-
-
-def _superglue_standin(folder: Path) -> Path:
-    folder.mkdir(parents=True)
-    for task in SUPERGLUE:
-        _write_mc_task(
-            folder, task, metric="f1" if task == "record" else "acc", tag="super-glue-lm-eval-v1"
-        )
-    return folder
-
-
-def _group_standin(
-    folder: Path, group: str, subtasks: dict[str, int], *, weight_by_size: bool
-) -> Path:
-    folder.mkdir(parents=True)
-    for task, docs in subtasks.items():
-        _write_mc_task(folder, task, docs=docs)
-    (folder / f"_{group}.yaml").write_text(
-        f"group: {group}\ntask:\n"
-        + "".join(f"  - {t}\n" for t in subtasks)
-        + "aggregate_metric_list:\n  - metric: acc\n    aggregation: mean\n"
-        f"    weight_by_size: {str(weight_by_size).lower()}\nmetadata:\n  version: 1.0\n"
-    )
-    return folder
 
 
 async def _grade_standin(

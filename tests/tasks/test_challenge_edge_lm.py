@@ -26,12 +26,10 @@ from mlra.tasks.evaluators.lm_eval_scores import primary_score, sample_counts
 from mlra.tasks.evaluators.model_memory import measure_in_fresh_process
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
-from tests.tasks.test_benchmark_tasks import (
-    _save,
-    _standin_copy,
-    _tokenizer,
-    _write_mc_task,
-)
+from tests.tasks.standins import bpe_tokenizer as _tokenizer
+from tests.tasks.standins import save as _save
+from tests.tasks.standins import standin_copy as _standin_copy
+from tests.tasks.standins import write_mc_task as _write_mc_task
 
 EDGE = ["edge-llm-training", "edge-llm-compression"]
 SUPERGLUE_ACC = [

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -23,37 +22,14 @@ from mlra.tasks.evaluators.edge_efficiency import (
 )
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
-from tests.tasks.test_benchmark_tasks import _group_standin, _save, _standin_copy
-
-TINY_REFERENCE = {
-    "model_type": "phi",
-    "vocab_size": 512,
-    "hidden_size": 256,
-    "intermediate_size": 1024,
-    "num_hidden_layers": 4,
-    "num_attention_heads": 4,
-    "max_position_embeddings": 256,
-}
-"""The stand-in for Phi-2: the same architecture, small enough for a CPU."""
+from tests.tasks.standins import TINY_REFERENCE
+from tests.tasks.standins import tiny_phi as _tiny_phi
+from tests.tasks.test_benchmark_tasks import _group_standin, _standin_copy
 
 
 def _settings() -> EfficiencySettings:
     task = load_task(BUILTIN_TASKS_DIR / "edge-llm-compression")
     return EfficiencySettings.model_validate(task.evaluator.settings["efficiency"])
-
-
-def _tiny_phi(folder: Path, tokenizer: bool = True, **overrides: Any) -> Path:
-    from transformers import PhiConfig, PhiForCausalLM
-
-    config: dict[str, Any] = dict(
-        vocab_size=512,
-        hidden_size=16,
-        intermediate_size=32,
-        num_hidden_layers=1,
-        num_attention_heads=2,
-        max_position_embeddings=256,
-    )
-    return _save(PhiForCausalLM(PhiConfig(**(config | overrides))), folder, tokenizer)
 
 
 def test_the_task_measures_against_phi_2_as_the_starting_kit_does() -> None:

@@ -28,75 +28,9 @@ from mlra.tasks.evaluators.base import evaluation_env, evaluation_spec
 from mlra.tasks.evaluators.host_tools import host_tools, resolve_command
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
-from tests.tasks.test_benchmark_tasks import _claims, _llama, _standin_copy
-
-STANDIN_LEAN = r"""
-import json, os, re, sys
-
-def top_level(text, start, target):
-    depth = 0
-    for i in range(start, len(text)):
-        c = text[i]
-        if c in "([{⟨⦃":
-            depth += 1
-        elif c in ")]}⟩⦄":
-            depth -= 1
-        elif depth == 0 and text.startswith(target, i) and not (
-            target == ":" and text.startswith(":=", i)
-        ):
-            return i
-    return -1
-
-if sys.argv[1:] == ["--version"]:
-    print("Lean (version 3.51.1, commit standin, Release)")
-    sys.exit(0)
-path = sys.argv[1]
-text = open(path, encoding="utf-8").read()
-log = os.environ.get("STANDIN_LEAN_LOG")
-if log:
-    with open(log, "a") as fh:
-        fh.write(json.dumps({"cwd": os.getcwd(), "file": path}) + "\n")
-errors = []
-if re.search(r"^import ", text, re.M) and not os.path.exists("leanpkg.path"):
-    errors.append((1, "file 'data.real.basic' not found in the LEAN_PATH"))
-declared = {}
-for m in re.finditer(r"\b(?:theorem|lemma)\s+(\S+)", text):
-    colon = top_level(text, m.end(), ":")
-    body = top_level(text, colon + 1, ":=")
-    binders = " ".join(text[m.end():colon].split())
-    typ = " ".join(text[colon + 1:body].split())
-    declared[m.group(1)] = f"∀ {binders}, {typ}" if binders else typ
-COMMANDS = ("import", "theorem", "lemma", "example", "open", "variables", "def", "begin",
-            "end", "section", "namespace", "noncomputable", "universe", "@[", "--", "/-")
-for n, line in enumerate(text.splitlines(), 1):
-    if line.strip() and not line[0].isspace() and not line.startswith(COMMANDS):
-        errors.append((n, f"unknown command '{line.split()[0]}'"))
-for m in re.finditer(r"^example : (.*) := @(\S+)$", text, re.M):
-    want, name = " ".join(m.group(1).split()), m.group(2)
-    at = text.count("\n", 0, m.start()) + 1
-    if name not in declared:
-        errors.append((at, f"unknown identifier '{name}'"))
-    elif declared[name] != want:
-        errors.append((at, f"type mismatch, term @{name} has type {declared[name]}"))
-if "FAIL" in text:
-    errors.append((1, "tactic failed"))
-for n, e in errors:
-    print(f"{path}:{n}:0: error: {e}")
-if "sorry" in text:
-    print(f"{path}:1:0: warning: declaration uses sorry")
-sys.exit(1 if errors else 0)
-"""
-
-REFERENCE = """import data.real.basic
-
-theorem algebra_p1
-  (x : ℝ)
-  (h₀ : x + 1 = 3) :
-  x = 2 :=
-begin
-  linarith,
-end
-"""
+from tests.tasks.standins import REFERENCE, lean_toolchain
+from tests.tasks.standins import graded_math_copy as _graded_copy
+from tests.tasks.test_benchmark_tasks import _claims, _llama
 
 
 def _script() -> ModuleType:
@@ -111,16 +45,7 @@ def _script() -> ModuleType:
 @pytest.fixture
 def lean_setup(tmp_path: Path) -> tuple[Path, Path]:
     """(the stand-in toolchain's `bin/lean`, a Lean project) outside the system folders."""
-    toolchain = tmp_path / "toolchains" / "lean-3.51.1"
-    (toolchain / "lib" / "lean" / "library").mkdir(parents=True)
-    (toolchain / "bin").mkdir()
-    lean = toolchain / "bin" / "lean"
-    lean.write_text(f"#!{sys.executable}\n{STANDIN_LEAN}")
-    lean.chmod(0o755)
-    project = tmp_path / "lean-project"
-    project.mkdir()
-    (project / "leanpkg.path").write_text("builtin_path\npath ./src\n")
-    return lean, project
+    return lean_toolchain(tmp_path)
 
 
 # --- the statement check -------------------------------------------------------------------
@@ -425,20 +350,6 @@ def test_elans_proxy_resolves_to_the_projects_toolchain(
     monkeypatch.setenv("PATH", str(elan_bin))
     assert resolve_command("lean", cwd=project) == lean
     assert resolve_command("lean") == elan_bin / "lean"  # elan cannot say: the proxy as found
-
-
-def _graded_copy(tmp_path: Path, rows: list[dict[str, str]]) -> Path:
-    folder = _standin_copy("math-autoformalization", tmp_path)
-    problems = folder / "hidden" / "problems.jsonl"
-    problems.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    toml = folder / "task.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            '"--problems", "hub", "--max-new-tokens", "768"',
-            f'"--problems", "{problems}", "--max-new-tokens", "4"',
-        )
-    )
-    return folder
 
 
 async def test_lean_and_the_project_reach_the_sandboxed_evaluator(

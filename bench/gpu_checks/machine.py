@@ -1,0 +1,208 @@
+"""The machine's own checks: the install (mlra, torch's CUDA build, the `ml` extra), and
+NVML as the Resources pane reads it (agent/resources.py), sampled idle and under a
+matmul load started here, with the pane (console/panes/resources.py) rendered headless
+from those samples to an SVG."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import threading
+import time
+import tomllib
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from gpu_checks.core import Context
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def check_install(ctx: Context) -> None:
+    import mlra
+
+    f = ctx.figures
+    f["mlra_imported_from"] = str(Path(mlra.__file__).resolve().parent)
+    try:
+        f["mlra_version"] = metadata.version("mlra")
+    except metadata.PackageNotFoundError:
+        ctx.expect(
+            False, "mlra is importable but not installed (pip install -e '.[ml]' or the wheel)"
+        )
+    f["mlra_command"] = shutil.which("mlra")
+    f["python"] = sys.version.split()[0]
+    import torch
+
+    f["torch"] = torch.__version__
+    f["torch_cuda_build"] = torch.version.cuda
+    f["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
+    f["cuda_available"] = torch.cuda.is_available()
+    f["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    if ctx.cuda:
+        ctx.expect(
+            torch.version.cuda is not None,
+            f"torch {torch.__version__} is a CPU build: install the machine's CUDA torch "
+            "first, then mlra (docs/getting-started.md, On a GPU machine)",
+        )
+        ctx.expect(bool(torch.cuda.is_available()), "torch.cuda.is_available() is False")
+    missing, found = ml_extra()
+    f["ml_extra"] = found
+    ctx.expect(not missing, f"the ml extra is not installed whole: {'; '.join(missing)}")
+    from mlra.tools.sandbox.bwrap import find_bwrap
+
+    f["bwrap"] = find_bwrap()
+
+
+def ml_extra() -> tuple[list[str], dict[str, str]]:
+    """(what of the `ml` extra is missing or of a version it does not allow, the
+    versions found), from the installed mlra's metadata, else the checkout's
+    pyproject.toml."""
+    from packaging.requirements import Requirement
+
+    try:
+        lines = [
+            r
+            for r in metadata.requires("mlra") or []
+            if "extra" in r and '"ml"' in r.split(";", 1)[1]
+        ]
+        requirements = [Requirement(r.split(";", 1)[0]) for r in lines]
+    except metadata.PackageNotFoundError:
+        project = tomllib.loads((REPO / "pyproject.toml").read_text())
+        requirements = [Requirement(r) for r in project["project"]["optional-dependencies"]["ml"]]
+    missing, found = [], {}
+    for req in requirements:
+        try:
+            version = metadata.version(req.name)
+        except metadata.PackageNotFoundError:
+            missing.append(f"{req.name} not installed")
+            continue
+        found[req.name] = version
+        if req.specifier and not req.specifier.contains(version, prereleases=True):
+            missing.append(f"{req.name} {version} does not satisfy {req.specifier}")
+    return missing, found
+
+
+class MatmulLoad:
+    """A matmul loop on `device` in a thread (torch lets go of the GIL in its kernels),
+    for NVML to see a real load; its rate is a figure of its own."""
+
+    def __init__(self, device: str, size: int = 8192) -> None:
+        self.device = device
+        self.size = size if device == "cuda" else 512
+        self.flops = 0.0
+        self.seconds = 0.0
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> MatmulLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        try:
+            import torch
+
+            dtype = torch.float16 if self.device == "cuda" else torch.float32
+            a = torch.randn(self.size, self.size, device=self.device, dtype=dtype)
+            started = time.monotonic()
+            n = 0
+            while not self._stop.is_set():
+                for _ in range(10):
+                    a = (a @ a).clamp_(-1, 1)
+                if self.device == "cuda":
+                    torch.cuda.synchronize()
+                n += 10
+            self.seconds = time.monotonic() - started
+            self.flops = 2 * self.size**3 * n
+        except Exception as exc:  # recorded: the check says it
+            self.error = f"{type(exc).__name__}: {exc}"
+
+
+def check_nvml(ctx: Context) -> None:
+    from mlra import events as ev
+    from mlra.agent.resources import GpuMonitor, ResourceMonitor
+
+    f = ctx.figures
+    nvml = GpuMonitor()
+    f["nvml_error"] = nvml.error
+    if ctx.cuda:
+        ctx.expect(nvml.error is None, f"NVML: {nvml.error}")
+    monitor = ResourceMonitor(ctx.work, disk_every_s=60)
+    idle = monitor.sample()
+    f["idle"] = [g.model_dump(mode="json") for g in idle.gpus]
+    samples: list[ev.ResourceSample] = [idle]
+    with MatmulLoad(ctx.device) as load:
+        for _ in range(10):
+            time.sleep(0.5)
+            samples.append(monitor.sample())
+    ctx.expect(load.error is None, f"the matmul load failed: {load.error}")
+    if load.seconds:
+        f["matmul_tflops"] = round(load.flops / load.seconds / 1e12, 2)
+    loaded = [g for s in samples[1:] for g in s.gpus]
+    if loaded:
+        f["under_load_util_percent_max"] = max(g.util_percent for g in loaded)
+        f["under_load_mem_used_mb_max"] = round(max(g.mem_used_mb for g in loaded))
+        f["mem_total_mb"] = round(loaded[0].mem_total_mb)
+        f["names"] = sorted({g.name for g in loaded})
+    if ctx.cuda:
+        ctx.expect(bool(loaded), "NVML gave no GPU sample under load")
+        ctx.expect(
+            f.get("under_load_util_percent_max", 0) > 0,
+            "NVML's utilisation stayed at 0% under a matmul load",
+        )
+        idle_used = max((g.mem_used_mb for g in idle.gpus), default=0.0)
+        ctx.expect(
+            f.get("under_load_mem_used_mb_max", 0) > idle_used,
+            "NVML's memory used did not grow under a matmul load",
+        )
+    import asyncio
+
+    text = asyncio.run(render_pane(samples, ctx.out / "resources.svg"))
+    f["pane_svg"] = "resources.svg"
+    f["pane_text"] = text
+    for g in loaded[:1]:
+        ctx.expect(f"GPU{g.index}" in text and g.name in text, "the pane does not show the GPU")
+    if not loaded:
+        ctx.expect("no GPU" in text, "the pane does not say no GPU")
+
+
+async def render_pane(samples: list[Any], svg: Path) -> str:
+    """The Resources pane fed the samples as a run's log would feed it, headless (as
+    tests/console renders panes), saved as an SVG; its text."""
+    from rich.text import Text
+    from textual.app import App, ComposeResult
+
+    from mlra import events as ev
+    from mlra.agent.state import fold
+    from mlra.console.panes.resources import ResourcesPane
+
+    class OnePane(App[None]):
+        def compose(self) -> ComposeResult:
+            yield ResourcesPane(id="resources")
+
+    started = ev.RunStarted(
+        run_id="gpu-check", task="gpu-check", task_title="GPU check", task_dir="/t", model="baseline",
+        limits=ev.Limits(time_limit_s=600),
+        sandbox=ev.SandboxInfo(kind="local", isolation="bwrap", network=False, workdir="/workspace", workspace="/w"),
+    )  # fmt: skip
+    events: list[ev.Event] = [started]
+    for i, sample in enumerate(samples):
+        sample.t = 1.0 + i * 0.5
+        events.append(sample)
+    app = OnePane()
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(ResourcesPane)
+        for event in events:
+            pane.feed(event)
+        pane.show(fold(events), 1.0 + len(samples) * 0.5)
+        await pilot.pause()
+        content = pane.content
+        text = content.plain if isinstance(content, Text) else str(content)
+        app.save_screenshot(filename=svg.name, path=str(svg.parent))
+    return text

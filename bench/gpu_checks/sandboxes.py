@@ -1,0 +1,233 @@
+"""GPUs inside the sandboxes, made as a run makes them (agent/run_setup.sandbox_spec,
+agent/sandboxes.create_sandbox): the local one (bubblewrap) given GPU 0 and given none,
+Docker's with the NVIDIA runtime where an engine has it, and two attempts running at
+once on the shares agent/attempt_runs.py gives them. Inside, a probe says what it sees
+(torch.cuda, CUDA_VISIBLE_DEVICES, the /dev/nvidia* nodes) and checks a matmul against
+the CPU's."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import sys
+from typing import Any, cast
+
+from gpu_checks.core import Context, Skipped
+
+PROBE = r"""
+import glob, json, os, sys, time
+seen = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "python": sys.executable,
+        "nodes": sorted(glob.glob("/dev/nvidia*"))}
+try:
+    import torch
+    seen["torch"] = torch.__version__
+    seen["torch_file"] = torch.__file__
+    seen["cuda"] = torch.cuda.is_available()
+    seen["count"] = torch.cuda.device_count()
+    seen["names"] = [torch.cuda.get_device_name(i) for i in range(seen["count"])]
+    if seen["cuda"]:
+        a = torch.randn(512, 512)
+        want = a @ a
+        end = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 0)
+        started = time.monotonic()
+        got = (a.cuda() @ a.cuda()).cpu()
+        while time.monotonic() < end:  # hold the GPU a while: two attempts at once
+            b = torch.randn(2048, 2048, device="cuda"); (b @ b).sum().item()
+        seen["matmul_max_diff"] = float((got - want).abs().max())
+        seen["held_s"] = round(time.monotonic() - started, 2)
+except Exception as exc:
+    seen["error"] = f"{type(exc).__name__}: {exc}"
+print("PROBE " + json.dumps(seen))
+"""
+NUMBERED = re.compile(r"^/dev/nvidia(\d+)$")
+
+
+def probe_result(output: str) -> dict[str, Any]:
+    for line in output.splitlines():
+        if line.startswith("PROBE "):
+            return json.loads(line[6:])
+    raise RuntimeError(f"the probe printed no result:\n{output[-2000:]}")
+
+
+async def probe_in(box: Any, *, hold_s: float = 0.0, python: str | None = None) -> dict[str, Any]:
+    """The probe's view from inside a started sandbox."""
+    got = await box.exec([python or sys.executable, "-c", PROBE, str(hold_s)], timeout=120)
+    if got.exit_code != 0:
+        raise RuntimeError(f"the probe exited {got.exit_code}:\n{got.output[-2000:]}")
+    return probe_result(got.output)
+
+
+def run_sandbox(ctx: Context, name: str, **config: Any) -> tuple[Any, Any]:
+    """A sandbox made as `mlra run tiny-lm --model baseline` with `config` (the flags)
+    makes it; (the sandbox, the task)."""
+    from mlra.agent.config import RunConfig
+    from mlra.agent.run_setup import sandbox_spec
+    from mlra.agent.sandboxes import create_sandbox
+    from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
+
+    task = load_task(BUILTIN_TASKS_DIR / "tiny-lm")
+    run_dir = ctx.work / "runs" / name
+    workspace = run_dir / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    cfg = RunConfig(task="tiny-lm", model="baseline", runs_dir=run_dir.parent, **config)
+    spec = sandbox_spec(task, cfg, run_dir)
+    return create_sandbox(workspace, spec, config=cfg, task=task, run_id=name), task
+
+
+def device_minors(ids: list[str]) -> list[str]:
+    """The /dev/nvidiaN numbers of the GPUs with these NVML indices (in a container
+    given the host's GPU 3, NVML's GPU 0 is /dev/nvidia3); the indices where NVML
+    cannot say."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        return [
+            str(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(int(i))))
+            for i in ids
+        ]
+    except Exception:
+        return list(ids)
+
+
+def expect_devices(ctx: Context, label: str, seen: dict[str, Any], given: list[str]) -> None:
+    """What a sandbox given `given` (host ids; [] for none) sees: CUDA that many devices,
+    a right matmul, and no numbered device node of a GPU it was not given."""
+    ctx.figures[label] = seen
+    ctx.expect("error" not in seen, f"{label}: {seen.get('error')}")
+    if not ctx.cuda:
+        return
+    if given:
+        ctx.expect(bool(seen.get("cuda")), f"{label}: torch.cuda is not available inside")
+        ctx.expect(
+            seen.get("count") == len(given),
+            f"{label}: CUDA sees {seen.get('count')} devices, given {len(given)}",
+        )
+        ctx.expect(
+            seen.get("matmul_max_diff", 1.0) < 1e-2,
+            f"{label}: the GPU's matmul differs from the CPU's by {seen.get('matmul_max_diff')}",
+        )
+    else:
+        ctx.expect(
+            not seen.get("cuda"), f"{label}: torch.cuda is available though no GPU was given"
+        )
+    numbered = [m.group(1) for n in seen.get("nodes", []) if (m := NUMBERED.match(n))]
+    extra = sorted(set(numbered) - set(device_minors(given)))
+    ctx.expect(
+        not extra,
+        f"{label}: device nodes of GPUs not given are there: "
+        + ", ".join(f"/dev/nvidia{i}" for i in extra)
+        + f" (given: {','.join(given) or 'none'}; CUDA_VISIBLE_DEVICES={seen.get('visible')})",
+    )
+
+
+async def check_sandbox(ctx: Context) -> None:
+    from mlra.tools.sandbox.bwrap import isolation_problem
+
+    problem = isolation_problem()
+    ctx.expect(problem is None, f"bubblewrap cannot confine commands here: {problem}")
+    for label, gpus, given in (("gpus_0", "0", ["0"]), ("gpus_none", "none", [])):
+        box, _ = run_sandbox(ctx, label, gpus=gpus, isolation="bwrap")
+        await box.start()
+        try:
+            ctx.figures[f"{label}_isolation"] = box.isolation
+            expect_devices(ctx, label, await probe_in(box), given)
+            if given:
+                seen = ctx.figures[label]
+                ctx.expect(
+                    seen.get("visible") == "0",
+                    f"{label}: CUDA_VISIBLE_DEVICES={seen.get('visible')}",
+                )
+        finally:
+            await box.close()
+
+
+async def check_docker(ctx: Context) -> None:
+    from mlra.tools.sandbox.docker_sandbox import DEFAULT_IMAGE
+
+    try:
+        import docker
+
+        client = docker.from_env(timeout=10)
+        client.ping()
+        info = client.info()
+    except Exception as exc:
+        raise Skipped(f"no engine ({type(exc).__name__})") from None
+    runtimes = sorted((info.get("Runtimes") or {}).keys())
+    ctx.figures["runtimes"] = runtimes
+    if "nvidia" not in runtimes and not any(
+        "nvidia" in str(v) for v in info.get("CDISpecDirs") or []
+    ):
+        raise Skipped(f"an engine without the NVIDIA runtime (runtimes: {', '.join(runtimes)})")
+    try:
+        client.images.get(DEFAULT_IMAGE)
+    except Exception:
+        raise Skipped(
+            f"no {DEFAULT_IMAGE} image here (mlra image build needs the network)"
+        ) from None
+    box, _ = run_sandbox(ctx, "docker", sandbox="docker", gpus="0")
+    await box.start()
+    try:
+        got = await box.exec(["sh", "-c", "nvidia-smi -L; ls /dev | grep nvidia"], timeout=60)
+        ctx.figures["nvidia_smi"] = got.output.strip()
+        ctx.expect(got.exit_code == 0, f"nvidia-smi inside the container exited {got.exit_code}")
+        gpus_listed = [line for line in got.output.splitlines() if line.startswith("GPU ")]
+        ctx.expect(
+            len(gpus_listed) == 1, f"the container given GPU 0 lists {len(gpus_listed)} GPUs"
+        )
+        try:
+            seen = await probe_in(box, python="python3")
+        except RuntimeError as exc:
+            seen = {"error": str(exc)}
+        if "torch" in seen:
+            expect_devices(ctx, "docker_gpus_0", seen, ["0"])
+        else:  # mlra's image need not hold torch: nvidia-smi above is the proof then
+            ctx.figures["docker_probe"] = seen
+    finally:
+        await box.close()
+
+
+async def check_shares(ctx: Context) -> None:
+    """Two attempts of a search with `--attempts-parallel 2`: their settings from
+    attempt_runs._gpus_for (given a stand-in of the searching run: its config and a
+    task that needs a GPU), then both sandboxes probing at once, holding the GPU."""
+    from types import SimpleNamespace
+
+    from mlra.agent import attempt_runs
+    from mlra.agent.config import RunConfig
+    from mlra.tasks import readiness
+    from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
+
+    ids = [str(i) for i in range(len(readiness.gpus()))]
+    ctx.figures["host_gpus"] = ids
+    if ctx.cuda:
+        ctx.expect(bool(ids), "NVML lists no GPU to share")
+    parent = SimpleNamespace(
+        config=RunConfig(task="minipile", model="baseline", attempts_parallel=2, sandbox="local"),
+        task=load_task(BUILTIN_TASKS_DIR / "minipile"),  # needs one GPU
+    )
+    settings: list[dict[str, Any]] = []
+    for _ in range(2):
+        in_use = [s["gpus"] for s in settings if s.get("gpus")]
+        settings.append(attempt_runs._gpus_for(cast(Any, parent), in_use))
+    ctx.figures["shares"] = settings
+    if not ctx.cuda:  # no GPU to share: the logic is shown with the one a GPU machine has
+        settings = [{"gpus": "0", "env": {"CUDA_VISIBLE_DEVICES": "0"}}] * 2
+    boxes = []
+    for i, s in enumerate(settings):
+        box, _ = run_sandbox(ctx, f"attempt-{i + 1}", isolation="bwrap", **s)
+        await box.start()
+        boxes.append(box)
+    try:
+        seen = await asyncio.gather(*(probe_in(b, hold_s=3.0) for b in boxes))
+    finally:
+        for b in boxes:
+            await b.close()
+    for i, (s, got) in enumerate(zip(settings, seen, strict=True)):
+        told = str(s.get("gpus") or "")
+        expect_devices(ctx, f"attempt_{i + 1}", got, told.split(",") if told else [])
+        ctx.expect(
+            got.get("visible") == told,
+            f"attempt {i + 1} was told {told} and sees CUDA_VISIBLE_DEVICES={got.get('visible')}",
+        )
