@@ -36,6 +36,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--cluster": "bench/batch_overhead.py",
     "--no-ray": "bench/batch_overhead.py",
     "--keep": "bench/search_attempts.py",
+    "--disable-host-loopback": "slirp4netns (docs/security.md)",
     "--generate-budget": "math-autoformalization's hidden/evaluate.py",
     "--lean-budget": "math-autoformalization's hidden/evaluate.py",
     "--lean-workers": "math-autoformalization's hidden/evaluate.py",
