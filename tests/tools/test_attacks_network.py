@@ -365,3 +365,14 @@ def test_a_network_tasks_agent_cannot_reach_a_model_server_on_the_hosts_loopback
     assert "refused" in probed.output and "CONNECTED" not in probed.output, probed.output
     assert run.code == 0, (run.stdout[-3000:], run.stderr[-3000:])
     assert run.evaluation.score == 1.0
+
+
+def test_a_docker_network_task_gets_the_bridge_never_the_hosts_network(tmp_path: Path) -> None:
+    """What can be checked without a bridge (the test engine has none): the container's
+    settings. A container on the bridge has its own namespace (loopback, abstract sockets)."""
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    for network, mode, via in ((True, "bridge", "docker bridge"), (False, "none", None)):
+        sandbox = DockerSandbox(tmp_path, SandboxSpec(network=network), image="mlra:test")
+        assert sandbox._container_args()["network_mode"] == mode
+        assert sandbox.network_via == via
