@@ -265,7 +265,8 @@ async def test_a_task_without_the_network_still_has_none(scene: Scene, kind: str
 @needs_own_network
 async def test_the_network_is_recorded_and_ends_with_the_sandbox(tmp_path: Path) -> None:
     sandbox = LocalSandbox(tmp_path, SandboxSpec(network=True), isolation_mode="bwrap")
-    assert await sandbox.start() == []
+    notices = await sandbox.start()
+    assert not any("network" in n for n in notices), notices
     info = sandbox_info(sandbox, tmp_path)
     assert info.network and (info.network_via or "").startswith("slirp4netns")
     assert "169.254.0.0/16" in (info.network_via or "")
@@ -376,3 +377,13 @@ def test_a_docker_network_task_gets_the_bridge_never_the_hosts_network(tmp_path:
         sandbox = DockerSandbox(tmp_path, SandboxSpec(network=network), image="mlra:test")
         assert sandbox._container_args()["network_mode"] == mode
         assert sandbox.network_via == via
+
+
+@needs_own_network
+def test_mlra_tasks_says_a_network_task_needs_slirp4netns(no_slirp: None) -> None:
+    from mlra.tasks import readiness
+    from mlra.tasks.spec import find_task
+
+    problems = readiness.blockers(find_task("babylm"))
+    assert any("slirp4netns is not installed" in p for p in problems), problems
+    assert not any("slirp4netns" in p for p in readiness.blockers(find_task("tiny-lm")))
