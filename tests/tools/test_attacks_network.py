@@ -13,7 +13,8 @@ and the bundled bwrap, and as `nobody`):
   socket bound on the host, link-local (the metadata address) and the host's own
   addresses: none answers, and the host's servers see no connection;
 - the namespace works for what is the task's: its own loopback, a default route and a
-  resolver (this machine has no internet, so the way out is checked as configured);
+  resolver that answers what the host's answers (this machine has no internet, so the
+  way out is checked as configured);
 - a task without the network still has none;
 - without slirp4netns: an LLM agent's run is refused with the install hint, the
   baseline's shares the host's network and says so, as does MLRA_HOST_NETWORK=1;
@@ -31,6 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import subprocess
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -246,6 +248,13 @@ async def test_a_network_task_has_its_own_loopback_a_route_out_and_a_resolver(
     # The default route (destination 0) through slirp's gateway 10.0.2.2 (little-endian hex).
     assert ["tap0", "00000000", "0202000A"] in [r[:3] for r in routes], result.output
     assert f"nameserver {netns.SLIRP_DNS}" in result.output, result.output
+    lookup = await asyncio.create_subprocess_exec(
+        "getent", "ahostsv4", "pypi.org", stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+    )
+    out, _ = await asyncio.wait_for(lookup.communicate(), timeout=20)
+    if lookup.returncode == 0:  # the host's resolver answers: so does slirp's 10.0.2.3
+        named = await net_box.sh("getent ahostsv4 pypi.org")
+        assert named.exit_code == 0 and out.decode().split()[0] in named.output, named.output
 
 
 @pytest.mark.parametrize("kind", OFFLINE_SANDBOXES)
