@@ -182,6 +182,7 @@ def sandbox_info(sandbox: Sandbox, workspace: Path) -> ev.SandboxInfo:
         limits=sandbox.limits,
         isolated_by=by,
         isolated_by_version=version,
+        network_via=sandbox.network_via,
         python_env=str(sandbox.spec.python_env) if sandbox.spec.python_env else None,
     )
 

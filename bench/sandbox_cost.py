@@ -14,7 +14,12 @@ killed and waited for), except the first, which is plain asyncio subprocess:
   (a `du` of the workspace every 0.5 s, in the background);
 - bwrap strict: as the sandbox runs by default here, cgroup limits included
   where this machine lets mlra make a cgroup, /tmp and /dev/shm sized where the
-  bubblewrap can, and the disk quota watched.
+  bubblewrap can, and the disk quota watched;
+- bwrap strict, network task, host network: a task with `network = true` as it ran
+  before issue 37, in the host's network namespace (MLRA_HOST_NETWORK=1 now);
+- bwrap strict, network task, own namespace: the same task as it runs now, each
+  command joining the sandbox's namespace (nsenter) whose way out is slirp4netns;
+  the namespace's set-up, once a sandbox, is printed apart.
 
 Target: the strict sandbox within 10 ms a command of plain subprocess.
 
@@ -52,7 +57,7 @@ async def plain(commands: int, cwd: Path) -> list[float]:
 class OldBwrapSandbox(LocalSandbox):
     """The bubblewrap settings mlra used before the allow-list (for comparison only)."""
 
-    def _bwrap_argv(self, inside_cwd: str, command: list[str]) -> list[str]:
+    def _bwrap_argv(self, inside_cwd: str, command: list[str], network: object = None) -> list[str]:
         assert self.bwrap is not None
         argv = [self.bwrap]
         for entry in sorted(os.scandir("/"), key=lambda e: e.name):
@@ -84,6 +89,33 @@ async def through(sandbox: LocalSandbox, commands: int) -> list[float]:
     return times
 
 
+async def side_by_side(ws: Path, commands: int) -> list[tuple[str, list[float], str]]:
+    """The default sandbox and a network task's, on the host's network and in its own
+    namespace, one command of each in turn: the machine's load falls on all three alike."""
+    offline = LocalSandbox(ws, SandboxSpec(memory_mb=4096), isolation_mode="bwrap")
+    os.environ["MLRA_HOST_NETWORK"] = "1"
+    shared = LocalSandbox(ws, SandboxSpec(memory_mb=4096, network=True), isolation_mode="bwrap")
+    await shared.start()
+    del os.environ["MLRA_HOST_NETWORK"]
+    own = LocalSandbox(ws, SandboxSpec(memory_mb=4096, network=True), isolation_mode="bwrap")
+    boxes = {"(in turn) no network": offline, "(in turn) network, host": shared}
+    boxes["(in turn) network, own netns"] = own
+    times: dict[str, list[float]] = {name: [] for name in boxes}
+    for box in boxes.values():
+        await box.start()
+        for _ in range(5):
+            await box.exec(["true"], timeout=30)
+    for _ in range(commands):
+        for name, box in boxes.items():
+            start = time.perf_counter()
+            result = await box.exec(["true"], timeout=30)
+            times[name].append(time.perf_counter() - start)
+            assert result.exit_code == 0, result.output
+    for box in boxes.values():
+        await box.close()
+    return [(name, times[name], (boxes[name].network_via or "").split(":")[0]) for name in boxes]
+
+
 async def main(commands: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         ws = Path(tmp)
@@ -113,9 +145,21 @@ async def main(commands: int) -> None:
         )
         strict = LocalSandbox(ws, SandboxSpec(memory_mb=4096), isolation_mode="bwrap")
         rows.append(("bwrap strict (default)", await through(strict, commands), strict.limits.via))
+        starts = []
+        for _ in range(5):
+            start = time.perf_counter()
+            opened = LocalSandbox(ws, SandboxSpec(network=True, disk_mb=0), isolation_mode="bwrap")
+            await opened.start()
+            starts.append(time.perf_counter() - start)
+            await opened.close()
+        rows += await side_by_side(ws, commands)
     base = statistics.median(rows[0][1])
     load = os.getloadavg()
     print(f"{commands} commands each; load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+    print(
+        f"a network sandbox's start (namespace, slirp4netns, a probe): median "
+        f"{statistics.median(starts) * 1000:.1f} ms of 5"
+    )
     print(f"{'variant':34} {'median':>8} {'p90':>8} {'over plain':>11}  limits")
     for name, times, via in rows:
         med = statistics.median(times)

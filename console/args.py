@@ -118,11 +118,12 @@ def disk_mb(text: str) -> int:
     return size_mb(text, least_mb=1, example="500m, 50g")
 
 
-def check_isolation(isolation: str, model: str) -> None:
+def check_isolation(isolation: str, model: str, *, network: bool = False) -> None:
     """Refuse, before anything is created, a run whose agent would go unconfined.
 
     Only the user's explicit `--isolation none` lets an LLM agent run unconfined;
     the baseline agent's fixed recipe may, with a warning, since it is the task's own.
+    A `network` task's commands need a network namespace of their own (slirp4netns).
     """
     if isolation == "none":
         return
@@ -131,6 +132,8 @@ def check_isolation(isolation: str, model: str) -> None:
 
     problem = isolation_problem()
     if problem is None:
+        if network:
+            _check_own_network(isolation, model)
         return
     if isolation == "bwrap" or model != "baseline":
         raise UsageError(
@@ -140,6 +143,23 @@ def check_isolation(isolation: str, model: str) -> None:
     print(
         f"mlra: warning: {problem}; the baseline agent runs unconfined and its score "
         "is marked unisolated",
+        file=sys.stderr,
+    )
+
+
+def _check_own_network(isolation: str, model: str) -> None:
+    import os
+
+    from mlra.tools.sandbox import netns
+
+    problem = netns.network_problem()
+    if problem is None or os.environ.get(netns.HOST_NETWORK_VAR) == "1":
+        return
+    problem = f"the task has the network on, but {problem}"
+    if isolation == "bwrap" or model != "baseline":
+        raise UsageError(f"{problem}: {netns.NETWORK_HINT}")
+    print(
+        f"mlra: warning: {problem}; the baseline agent's commands share the host's network",
         file=sys.stderr,
     )
 

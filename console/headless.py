@@ -179,6 +179,8 @@ class TranscriptDisplay(_Printer):
                 self._state_limit = event.limits.time_limit_s
                 box = event.sandbox
                 net = "network" if box.network else "no network"
+                if box.network and box.network_via:  # "slirp4netns 1.2.0", "host", ...
+                    net = f"network: {box.network_via.split(':')[0]}"
                 run, workspace, model = event.run_id, box.workspace, event.model
                 fork = self._fork
                 if fork is not None:

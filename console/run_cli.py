@@ -314,7 +314,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if conflict is not None:
         raise UsageError(conflict)
     if args.sandbox == "local":
-        check_isolation(args.isolation, model)
+        check_isolation(args.isolation, model, network=task.resources.network)
     if args.sandbox == "docker":
         _check_docker(args, task)
     if args.run_id and (args.runs_dir / args.run_id).exists():

@@ -14,6 +14,7 @@ from pathlib import Path
 from mlra.tasks.evaluators.host_tools import host_tools
 from mlra.tasks.needs import Needs, find_needs, warm
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.sandbox import netns
 
 EVALUATOR_PACKAGES = {"lm-eval": ("torch", "transformers", "lm_eval"), "script": ()}
 
@@ -122,6 +123,12 @@ def blockers(task: TaskSpec) -> list[str]:
         why = network()
         if why:
             problems.append(f"needs the network for its data and models; {why}")
+        own = netns.network_problem()
+        if own and os.environ.get(netns.HOST_NETWORK_VAR) != "1":
+            problems.append(
+                f"its commands need a network namespace of their own in the local sandbox: {own} "
+                "(apt-get install slirp4netns, or --sandbox docker)"
+            )
     # What the evaluator's sandbox will be given, found as grading finds it.
     problems += host_tools(task).problems
     missing = missing_packages(task)

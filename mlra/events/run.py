@@ -99,6 +99,11 @@ class SandboxInfo(BaseModel):
     isolated_by_version: str | None = None
     """Its version as it reports it: `bwrap --version`'s ("0.8.0"), the Docker engine's
     ("20.10.24"); None where it could not be read."""
+    network_via: str | None = None
+    """How a task with the network on reaches it: "slirp4netns 1.2.0: a network namespace
+    of its own; ..." (with what is unreachable), "docker bridge", "host" (shared, said in a
+    notice: no namespace could be had, or MLRA_HOST_NETWORK=1); None: no network, isolation
+    none, or a log from before it was recorded."""
     python_env: str | None = None
     """The task's own Python environment the commands' `python` is (its folder in the
     cache: tasks/environment.py); None: mlra's own interpreter."""

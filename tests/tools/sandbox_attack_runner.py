@@ -6,7 +6,8 @@ bubblewrap (no setuid, a user namespace it must ask for) than one built as root,
 and both must hold. The request comes as JSON on stdin:
 
     {"workspace": ..., "hide_paths": [...], "bwrap_search_path": ..., "script": ...,
-     "timeout": ..., "memory_mb": ... (optional), "disk_mb": ... (optional)}
+     "timeout": ..., "memory_mb": ... (optional), "disk_mb": ... (optional),
+     "network": ... (optional: a task with the network on)}
 
 The answer carries the limits in force (`limits`), as `run_started` would record them.
 
@@ -29,7 +30,7 @@ from mlra.tools.sandbox.local import LocalSandbox
 
 async def run(request: dict[str, Any]) -> dict[str, Any]:
     spec = SandboxSpec(
-        network=False,
+        network=bool(request.get("network", False)),
         hide_paths=[Path(p) for p in request["hide_paths"]],
         memory_mb=request.get("memory_mb"),
         disk_mb=request.get("disk_mb"),
@@ -52,6 +53,7 @@ async def run(request: dict[str, Any]) -> dict[str, Any]:
         "isolation": sandbox.isolation,
         "workdir": sandbox.workdir,
         "limits": sandbox.limits.model_dump(mode="json"),
+        "network_via": sandbox.network_via,
     }
 
 

@@ -182,6 +182,12 @@ class Sandbox(abc.ABC):
         return None
 
     @property
+    def network_via(self) -> str | None:
+        """How a network task's commands reach the network, once started, for the run's
+        record (SandboxInfo.network_via); None: no network, or the host's unconfined."""
+        return None
+
+    @property
     def limits(self) -> LimitsInForce:
         """The limits in force once started (none are claimed before)."""
         from mlra.events import LimitsInForce

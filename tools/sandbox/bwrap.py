@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from mlra.tools.sandbox.base import read_only_mounts
+from mlra.tools.sandbox.netns import resolv_conf_target
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_HOME = "/tmp/home"
@@ -190,6 +191,7 @@ def bwrap_argv(
     read_only_files: Mapping[str, Path] | None = None,
     tmp_mb: int | None = None,
     shm_mb: int | None = None,
+    resolv_conf: Path | None = None,
 ) -> list[str]:
     """The whole command line: confinement, the allow-listed view, then `command`.
 
@@ -201,6 +203,9 @@ def bwrap_argv(
     the workspace read-only; the original, not the workspace's copy, so no link the
     agent leaves in the workspace can choose what is mounted.
 
+    `resolv_conf` is shown over the host's (where its link leads): a network task's
+    own namespace has its own DNS server (netns.py).
+
     `prefix` runs inside the sandbox before the command (e.g. `prlimit` setting
     limits that only hold when set inside the user namespace).
     """
@@ -211,7 +216,7 @@ def bwrap_argv(
         "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
         "--die-with-parent", "--new-session",
     ]  # fmt: skip
-    if not network:
+    if not network:  # else the namespace bwrap starts in: the sandbox's own (netns.py)
         argv.append("--unshare-net")
     if bwrap_version(binary) >= (0, 8):
         # No nested user namespace: one would give back capabilities over new mounts.
@@ -224,6 +229,9 @@ def bwrap_argv(
             argv += ["--ro-bind", host, host]
     for path, is_dir in unreadable_in_etc():
         argv += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
+    resolv_target = resolv_conf_target() if resolv_conf is not None else None
+    if resolv_conf is not None and resolv_target is not None:
+        argv += ["--ro-bind", str(resolv_conf), resolv_target]
     sized = supports_tmpfs_size(binary)
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += [*_size_args(shm_mb, sized), "--tmpfs", "/dev/shm"]

@@ -171,6 +171,10 @@ class DockerSandbox(Sandbox):
         return self._engine
 
     @property
+    def network_via(self) -> str | None:
+        return "docker bridge" if self.spec.network else None
+
+    @property
     def limits(self) -> LimitsInForce:
         quota = self._quota
         enforced = quota is not None and quota.enforced

@@ -1,8 +1,8 @@
 """Commands on this machine, confined by bubblewrap (see bwrap.py for what they see).
 
 With bubblewrap a command runs as an unprivileged uid with no capabilities, in
-its own user, pid, IPC and (unless the task allows the network) network
-namespaces, and sees an allow-list of the host: system folders and the Python
+its own user, pid, IPC and network namespaces (a network task's with a way out
+through slirp4netns, netns.py), and sees an allow-list of the host: system folders and the Python
 environment read-only, the workspace read-write at /workspace, a private /tmp.
 Without it (only when asked for with isolation "none", or for the baseline agent)
 commands run as plain child processes, and the run log says so.
@@ -33,7 +33,7 @@ from typing import Literal
 
 from mlra.events import LimitsInForce
 from mlra.tools.sandbox import bwrap as bw
-from mlra.tools.sandbox import trees
+from mlra.tools.sandbox import netns, trees
 from mlra.tools.sandbox.base import ExecResult, OutputCallback, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
 from mlra.tools.sandbox.disk_quota import CHECK_INTERVAL_S, WorkspaceQuota
@@ -117,6 +117,8 @@ class LocalSandbox(Sandbox):
         self._started = False
         self._start_lock = asyncio.Lock()
         self._running: set[RunningProcess] = set()
+        self._network: netns.OwnNetwork | None = None
+        self._network_via: str | None = None
         self._suspended = False
         """Paused: a command that starts now (a background job's, begun just before the
         pause) is stopped as soon as it exists, as the running ones were."""
@@ -176,6 +178,8 @@ class LocalSandbox(Sandbox):
             notices.append(f"{problem}, so {_UNCONFINED}")
         elif self.isolation_mode == "none":
             notices.append(f"isolation 'none' was asked for, so {_UNCONFINED}")
+        if self._use_bwrap and self.spec.network:
+            notices += await asyncio.to_thread(self._open_network)
         await asyncio.to_thread(
             self._limits.setup, tmpfs=self._tmpfs_kind(), bwrap_version=self._bwrap_version()
         )
@@ -198,6 +202,19 @@ class LocalSandbox(Sandbox):
         if not self._use_bwrap or self.bwrap is None:
             return "host"
         return "sized" if bw.supports_tmpfs_size(self.bwrap) else "unsized"
+
+    @property
+    def network_via(self) -> str | None:
+        return self._network_via
+
+    def _open_network(self) -> list[str]:
+        strict = self.isolation_mode == "bwrap" or self.require_isolation
+        try:
+            chosen = netns.network_for_sandbox(self._probe_bwrap, strict)
+        except netns.NetworkUnavailable as exc:
+            raise IsolationUnavailable(str(exc)) from None
+        self._network, self._network_via = chosen.network, chosen.via
+        return chosen.notices
 
     @property
     def isolated_by(self) -> tuple[str, str | None] | None:
@@ -223,6 +240,9 @@ class LocalSandbox(Sandbox):
             await self._quota.close()
         await self.stop_processes()
         await asyncio.to_thread(self._limits.close)
+        if self._network is not None:
+            await asyncio.to_thread(self._network.close)
+            self._network = None
         if self._home is not None:
             trees.remove_tree(self._home, ignore_errors=True)  # the agent's: however deep
             self._home = None
@@ -250,9 +270,9 @@ class LocalSandbox(Sandbox):
         for running in list(self._running):
             running.resume()
 
-    def _probe_bwrap(self) -> str | None:
+    def _probe_bwrap(self, network: netns.OwnNetwork | None = None) -> str | None:
         assert self.bwrap is not None
-        return bw.probe(self._bwrap_argv(INSIDE_WORKDIR, ["true"]))
+        return bw.probe(self._bwrap_argv(INSIDE_WORKDIR, ["true"], network))
 
     # --- running commands ---------------------------------------------------------------
 
@@ -400,14 +420,17 @@ class LocalSandbox(Sandbox):
         """The task's own environment, shown read-only beside mlra's Python trees."""
         return [self.spec.python_env] if self.spec.python_env is not None else []
 
-    def _bwrap_argv(self, inside_cwd: str, command: list[str]) -> list[str]:
+    def _bwrap_argv(
+        self, inside_cwd: str, command: list[str], network: netns.OwnNetwork | None = None
+    ) -> list[str]:
         assert self.bwrap is not None
-        return bw.bwrap_argv(
+        own = network or self._network
+        argv = bw.bwrap_argv(
             self.bwrap,
             workspace=self.workspace,
             inside_cwd=inside_cwd,
             command=command,
-            network=self.spec.network,
+            network=self.spec.network and (own is not None or self._network_via is not None),
             gpus=self.spec.gpus,
             read_only=[*self.spec.read_only, *self._python_env()],
             read_write=self.spec.read_write,
@@ -416,7 +439,9 @@ class LocalSandbox(Sandbox):
             read_only_files=self.spec.read_only_files,
             tmp_mb=self._limits.tmp_mb,
             shm_mb=self._limits.shm_mb,
+            resolv_conf=own.resolv_conf if own else None,
         )
+        return [*own.join_prefix(), *argv] if own else argv
 
 
 _UNCONFINED = (
