@@ -8,8 +8,8 @@ derived from the machine it runs on, and each says where it came from:
 - memory: the machine's memory (physical RAM, or mlra's own cgroup limit where that
   is lower: a container, a batch node's slice) less a reserve for mlra and the OS,
   `max(2 GiB, 1/8 of it)`, and never less than half of it;
-- disk: half the space free on the workspace's file system when the sandbox is
-  made, and at most `DISK_CAP_MB` (200 GiB); never the disk's reserve (below).
+- disk: half the space free on the workspace's file system beyond its reserve
+  (below) when the sandbox is made, and at most `DISK_CAP_MB` (200 GiB).
 
 The runs disk keeps a reserve no sandbox's quota may take, `max(2 GiB, 5%)` of the
 disk: the run's log, snapshots, grading copies, a neighbour's run and the OS need it
@@ -155,12 +155,15 @@ def beyond_reserve_mb(path: Path) -> int:
 
 
 def default_disk(path: Path) -> Chosen:
-    free = free_mb(path)
-    mb = max(1, min(free // DISK_FREE_FRACTION, DISK_CAP_MB, beyond_reserve_mb(path)))
+    """Half what is free beyond the reserve: a volume takes its quota from the disk when
+    it is made, so sandboxes made one after another (a run, its grader, parallel
+    attempts) each get half of what the last left, and none takes the reserve."""
+    beyond, reserve = beyond_reserve_mb(path), disk_reserve_mb(path)
+    mb = max(1, min(beyond // DISK_FREE_FRACTION, DISK_CAP_MB))
     return Chosen(
         mb,
-        f"default: half the {_gib(free)} free on the workspace's disk, at most "
-        f"{_gib(DISK_CAP_MB)}, less the disk's reserve of {_gib(disk_reserve_mb(path))}",
+        f"default: half the {_gib(beyond)} free on the workspace's disk beyond its reserve "
+        f"of {_gib(reserve)}, at most {_gib(DISK_CAP_MB)}",
     )
 
 

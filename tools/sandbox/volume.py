@@ -148,8 +148,9 @@ class WorkspaceVolume:
         folder = self.workspace.parent
         settle_stale(folder)
         free, reserve = free_mb(folder), disk_reserve_mb(folder)
-        if self.shrink and free - self.size_mb < reserve and free - reserve >= 1:
-            self.size_mb = free - reserve
+        if self.shrink and (free - reserve) // 2 < self.size_mb:
+            # Another volume took space since the default was chosen: half what is left.
+            self.size_mb = max(1, (free - reserve) // 2)
             self.inodes_asked = min(self.inodes_asked, default_inodes(self.size_mb))
         if free - self.size_mb < reserve:
             raise VolumeRefused(
