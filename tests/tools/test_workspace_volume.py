@@ -193,8 +193,9 @@ async def test_the_workspace_comes_back_a_plain_folder_with_everything(workspace
     assert "lost+found" not in os.listdir(workspace)
 
 
+@pytest.mark.parametrize("next_one", ["another run's sandbox", "its resume, with no quota"])
 async def test_a_volume_of_an_mlra_that_was_killed_is_carried_back_by_the_next(
-    workspace: Path, tmp_path: Path
+    workspace: Path, tmp_path: Path, next_one: str
 ) -> None:
     code = (
         "import os, sys\n"
@@ -213,14 +214,30 @@ async def test_a_volume_of_an_mlra_that_was_killed_is_carried_back_by_the_next(
     )
     assert done.returncode == -9
     assert _mounted(workspace) and len(_images(workspace.parent)) == 2  # the image, its mark
-    # Any sandbox set up on this machine afterwards (here another run's) settles it.
-    other = (tmp_path / "other" / "workspace").resolve()
-    other.mkdir(parents=True)
-    box = await _box(other)
+    if next_one == "another run's sandbox":  # any sandbox set up on this machine settles it
+        other = (tmp_path / "other" / "workspace").resolve()
+        other.mkdir(parents=True)
+        box = await _box(other)
+    else:  # the same workspace again, without a volume of its own
+        box = LocalSandbox(workspace, SandboxSpec(disk_mb=0), isolation_mode="none")
+        await box.start()
+        assert not _mounted(workspace)
     await box.close()
     assert not _mounted(workspace) and _images(workspace.parent) == []
     assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
     assert (workspace / "before.txt").read_text() == "before"
+
+
+async def test_a_volume_whose_owner_lives_is_left_alone(workspace: Path) -> None:
+    made = volume.WorkspaceVolume(workspace, QUOTA_MB, INODES)
+    await asyncio.to_thread(made.open)
+    try:
+        # Named after this (living) process and locked by it: not stale, not taken.
+        assert await asyncio.to_thread(volume.settle_stale, workspace.parent) == []
+        assert _mounted(workspace)
+    finally:
+        assert await asyncio.to_thread(made.close) is None
+    assert not _mounted(workspace) and _images(workspace.parent) == []
 
 
 async def test_a_quota_that_would_take_the_disks_reserve_is_refused_in_one_line(

@@ -77,6 +77,7 @@ from mlra.tools.sandbox.env import (
 )
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.volume import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
 __all__ = [
@@ -228,6 +229,7 @@ class DockerSandbox(Sandbox):
             if self.container is not None:
                 return []
             # The volume first: the container binds whatever is at the workspace's path.
+            await asyncio.to_thread(settle_before_use, self.workspace)
             notices = [] if self._quota is None else await self._quota.start(self._stop_for_quota)
             try:
                 notices += await asyncio.to_thread(self._start)

@@ -47,6 +47,7 @@ from mlra.tools.sandbox.local_processes import (
 )
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.volume import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
 IsolationMode = Literal["auto", "bwrap", "none"]
@@ -180,6 +181,7 @@ class LocalSandbox(Sandbox):
             notices.append(f"{problem}, so {_UNCONFINED}")
         elif self.isolation_mode == "none":
             notices.append(f"isolation 'none' was asked for, so {_UNCONFINED}")
+        await asyncio.to_thread(settle_before_use, self.workspace)
         if self._quota is not None:  # first: bwrap's probe and commands see the volume
             notices += await self._quota.start(self._stop_for_quota)
         await asyncio.to_thread(

@@ -23,13 +23,18 @@ sandbox, whatever the agent does and however fast.
 - A volume never takes the runs disk's reserve (default_limits.py): an asked-for quota
   that would is refused with one line; the default one is made smaller.
 - An mlra killed with its volume mounted leaves it there (the workspace still reads
-  right). Names carry the owner's pid, so any later sandbox set up on this machine
-  settles the volumes of owners that are gone: carried back, unmounted, deleted.
+  right). Names carry the owner's pid, and the owner holds an exclusive `flock` on its
+  image for as long as it lives, so any later sandbox set up on this machine settles
+  the volumes of owners that are gone (the pid is dead and the lock free: a reused pid
+  is not taken for the owner, two settlers never settle one volume twice): carried
+  back, unmounted, deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import logging
 import os
 import re
 import secrets
@@ -42,6 +47,8 @@ from pathlib import Path
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB, disk_reserve_mb, free_mb
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
+
+logger = logging.getLogger(__name__)
 
 TAG = "mlra-volume"
 IMAGE_NAME = re.compile(rf"^\.(?P<ws>.+)\.{TAG}-(?P<pid>\d+)-(?P<token>[0-9a-f]+)\.img$")
@@ -133,6 +140,8 @@ class WorkspaceVolume:
         """As made (mkfs rounds up to fill its inode tables)."""
         self.usable_mb = 0
         self.image: Path | None = None
+        self._lock: int | None = None
+        """The image opened and flock'ed while this process owns it."""
 
     def describe(self) -> str:
         return (
@@ -162,6 +171,8 @@ class WorkspaceVolume:
         image = folder / f".{self.workspace.name}.{TAG}-{os.getpid()}-{secrets.token_hex(4)}.img"
         self._allocate(image)
         self.image = image
+        self._lock = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+        fcntl.flock(self._lock, fcntl.LOCK_EX)
         try:
             _run(
                 "mkfs.ext4", "-q", "-F", "-b", "4096", "-m", "0", "-N", str(self.inodes_asked),
@@ -172,7 +183,8 @@ class WorkspaceVolume:
         except BaseException:
             with contextlib.suppress(OSError):
                 image.unlink()
-            self.image = None
+            os.close(self._lock)
+            self.image, self._lock = None, None
             raise
 
     def _allocate(self, image: Path) -> None:
@@ -262,15 +274,39 @@ class WorkspaceVolume:
         """Carry the workspace back to a plain folder, unmount, delete the image; a line
         saying what is left where that failed (the volume then stays mounted)."""
         image, self.image = self.image, None
-        if image is None:
+        lock, self._lock = self._lock, None
+        if image is None or lock is None:
             return None
-        return settle(image, self.workspace, mounted=True).problem
+        return settle(image, self.workspace, mounted=True, lock=lock).problem
 
 
-def settle(image: Path, workspace: Path, *, mounted: bool) -> Settled:
+def _take(image: Path) -> int | None:
+    """The image's lock, where no living process holds it and the image is still there."""
+    try:
+        fd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.fstat(fd).st_nlink > 0:  # not settled (and deleted) by another meanwhile
+            return fd
+    except OSError:
+        pass
+    os.close(fd)
+    return None
+
+
+def settle(image: Path, workspace: Path, *, mounted: bool, lock: int) -> Settled:
     """Carry a volume's files back to the plain folder at `workspace`, unmount it and
-    delete its image. `mounted`: the volume is mounted at `workspace` (else it is only
-    the image, after a reboot)."""
+    delete its image; `lock` is the image's flock'ed descriptor, closed here. `mounted`:
+    the volume is mounted at `workspace` (else it is only the image, after a reboot)."""
+    try:
+        return _settle(image, workspace, mounted=mounted)
+    finally:
+        os.close(lock)
+
+
+def _settle(image: Path, workspace: Path, *, mounted: bool) -> Settled:
     view = Path(tempfile.mkdtemp(prefix=VIEW_PREFIX, dir=image.parent))
     moved = Path(f"{image}{MOVED}")
     try:
@@ -371,11 +407,17 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
     machine, and the images left unmounted in `folder` (after a reboot)."""
     done: list[Settled] = []
     mounted = _loop_mounts()
-    for image, points in mounted.items():
-        if not _owner_gone(image.name):
-            continue
+    found = {image: points for image, points in mounted.items() if _owner_gone(image.name)}
+    if folder is not None:
+        with contextlib.suppress(OSError):
+            for image in folder.resolve().iterdir():
+                if image not in mounted and _owner_gone(image.name):
+                    found[image] = []
+    for image, points in found.items():
         match = IMAGE_NAME.match(image.name)
-        assert match is not None
+        lock = _take(image)
+        if match is None or lock is None:
+            continue  # another mlra is settling it, or has
         workspace = image.parent / match["ws"]
         for point in points:  # a copy-back cut short: its view
             if point.name.startswith(VIEW_PREFIX):
@@ -383,13 +425,20 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
                     _unmount(point)
                 with contextlib.suppress(OSError):
                     point.rmdir()
-        done.append(settle(image, workspace, mounted=workspace in points))
-    if folder is not None:
-        with contextlib.suppress(OSError):
-            for image in folder.iterdir():
-                if image in mounted or not _owner_gone(image.name):
-                    continue
-                match = IMAGE_NAME.match(image.name)
-                assert match is not None
-                done.append(settle(image, folder / match["ws"], mounted=False))
+        settled = settle(image, workspace, mounted=workspace in points, lock=lock)
+        if settled.problem is not None:
+            logger.warning("%s: %s", workspace, settled.problem)
+        done.append(settled)
     return done
+
+
+def settle_before_use(workspace: Path) -> None:
+    """Before a sandbox is set up on `workspace` (with a volume or not): settle what
+    owners that are gone left, its own folder's images included, so a resumed run
+    never starts on its killed predecessor's volume."""
+    if os.geteuid() != 0:
+        return
+    try:
+        settle_stale(workspace.parent)
+    except (OSError, VolumeFailed) as exc:
+        logger.warning("workspace volumes left by mlra processes that are gone: %s", exc)
