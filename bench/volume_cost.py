@@ -75,7 +75,7 @@ async def per_command(base: Path, commands: int, use_volume: bool) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--commands", type=int, default=100)
     parser.add_argument("--files", type=int, default=2000)

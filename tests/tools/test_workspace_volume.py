@@ -289,3 +289,41 @@ def test_the_inode_budget_is_proportional_and_capped() -> None:
     assert volume.default_inodes(913) == 913 * 64
     assert volume.default_inodes(200 * 1024) == volume.MAX_INODES
     assert volume.default_inodes(1) == volume.MIN_INODES
+
+
+async def test_the_container_writes_to_the_volume_and_gets_enospc_past_it(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Docker sandbox binds the workspace's path after its volume is mounted there:
+    the container sees the volume, and the kernel keeps its quota."""
+    from tests.conftest import TEST_IMAGE, docker_address, docker_problem
+
+    problem = docker_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    monkeypatch.setenv("DOCKER_HOST", docker_address() or "")
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    (workspace / "starter.txt").write_text("from the task\n")
+    box = DockerSandbox(
+        workspace,
+        SandboxSpec(disk_mb=QUOTA_MB, disk_inodes=INODES),
+        image=TEST_IMAGE,
+        run_id=f"volume-{os.getpid()}",
+    )
+    await box.start()
+    try:
+        limits = box.limits
+        assert (limits.disk_by or "").startswith("ext4 image (loop)"), limits
+        result = await box.exec(
+            ["sh", "-c", "cat starter.txt; head -c 100000000 /dev/zero > big; echo rc=$?"],
+            timeout=60,
+        )
+        assert "from the task" in result.output, result.output
+        assert "No space left on device" in result.output and "rc=1" in result.output, result
+        assert "[the workspace is full" in result.output, result.output
+    finally:
+        await box.close()
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "starter.txt").read_text() == "from the task\n"
+    assert 0 < (workspace / "big").stat().st_size < QUOTA_MB * MIB
