@@ -232,7 +232,10 @@ class WorkspaceVolume:
             ) from None
         copy_root_meta(under, on)
         Path(f"{image}{MOVED}").touch(0o600)
-        clear_folder(under)
+        # From here the volume holds the workspace: what cannot be removed from under it
+        # stays hidden there, and is cleared before the volume is carried back.
+        with contextlib.suppress(OSError):
+            clear_folder(under)
 
     # --- while it is up ---------------------------------------------------------------
 

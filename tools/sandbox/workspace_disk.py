@@ -68,6 +68,8 @@ class WorkspaceDisk:
                 await asyncio.to_thread(made.open)
             except volume.VolumeFailed as exc:
                 why = str(exc)
+            except OSError as exc:  # the workspace vanished or cannot be opened meanwhile
+                why = f"the volume could not be made: {exc.strerror or exc}"
             else:
                 self.volume, self.limit_mb = made, made.size_mb
                 self.by = made.describe()
