@@ -159,7 +159,8 @@ def add_run_command(sub: Any) -> None:
         type=disk_mb,
         metavar="SIZE",
         help="the workspace's disk quota (50g, or none; default: the task's disk_gb, else "
-        "half the free space of the runs folder's disk, at most 200g)",
+        "half the free space of the runs folder's disk beyond its reserve of max(2g, 5%%), "
+        "at most 200g)",
     )
     run.add_argument(
         "--snapshot-quota",

@@ -46,10 +46,16 @@ class LimitsInForce(BaseModel):
     """Whether what /tmp and /dev/shm hold is charged to `memory_mb` (the cgroup's or the
     container's); None where they are the host's own (isolation none)."""
     disk_mb: int | None = None
-    """The workspace's disk quota (its files' blocks on disk), checked every
-    `disk_check_s` while the sandbox runs and before mlra writes there; None: no quota."""
+    """The workspace's disk quota: the size of its volume (`disk_by`), or its files'
+    blocks on disk checked every `disk_check_s`; None: no quota."""
     disk_check_s: float | None = None
-    """How often, at most, the workspace's use is measured (longer while a scan is slow)."""
+    """How often, at most, the workspace's use is measured (longer while a scan is slow);
+    None where the kernel keeps the quota (a volume) or there is none."""
+    disk_by: str | None = None
+    """What keeps the quota: "ext4 image (loop), 913 MB, 58,432 inodes" or "du watcher
+    (not root)"; None in logs from before it was recorded."""
+    disk_inodes: int | None = None
+    """The workspace volume's inode budget (files and folders it may hold); None: none."""
     sources: dict[str, str] = Field(default_factory=dict)
     """Where each limit came from ("memory_mb": "--memory", "the task's [resources]",
     "default: ..."), so a default reads as one in the log."""

@@ -12,8 +12,10 @@ Each attack here runs against the sandboxes of tests/tools/test_sandbox_attacks.
 - where no cgroup can be had (mlra as `nobody`), the limits recorded are the ones that
   hold: per process, tmpfs sized by a bubblewrap that can, unsized (and said so) by one
   that cannot;
-- a command writing past the workspace's disk quota is stopped and told, mlra refuses
-  a write that does not fit, and the sandbox still works once files are deleted;
+- a command writing past the workspace's disk quota kept by the du watcher (where no
+  volume can be had) is stopped and told, mlra refuses a write that does not fit, and
+  the sandbox still works once files are deleted (the volume, which the kernel keeps:
+  test_workspace_volume.py);
 - whole runs: the defaults are in force and recorded in `run_started` with no flag,
   the flags override them, a bad value is one line and exit 2, and a run whose agent
   fills its quota still scores its honest answer;
@@ -134,7 +136,11 @@ async def limited(
     kind: str = request.param
     if kind == "docker":
         monkeypatch.setenv("DOCKER_HOST", docker_address() or "")
-    spec = SandboxSpec(hide_paths=scene.hide_paths(), memory_mb=MEMORY_MB, disk_mb=DISK_MB)
+    # The du watcher's quota (kept where no volume can be had, as for nobody); the
+    # volume's, kept by the kernel, is tested in test_workspace_volume.py.
+    spec = SandboxSpec(
+        hide_paths=scene.hide_paths(), memory_mb=MEMORY_MB, disk_mb=DISK_MB, disk_volume=False
+    )
     made = _make_box(kind, scene, spec)
     if isinstance(made, InProcessBox):
         await made.host.start()
@@ -260,7 +266,7 @@ async def test_a_background_job_writing_past_the_quota_is_stopped(scene: Scene) 
     """Every command of the sandbox is stopped, not only the one that wrote last."""
     sandbox = LocalSandbox(
         scene.workspace,
-        SandboxSpec(hide_paths=scene.hide_paths(), disk_mb=DISK_MB),
+        SandboxSpec(hide_paths=scene.hide_paths(), disk_mb=DISK_MB, disk_volume=False),
         isolation_mode="bwrap",
     )
     await sandbox.start()
@@ -283,7 +289,7 @@ async def test_a_command_started_while_a_quota_stop_sweeps_the_sandbox_runs_afte
     output (exit -9 on CI). It now starts once the stop is done."""
     sandbox = LocalSandbox(
         scene.workspace,
-        SandboxSpec(hide_paths=scene.hide_paths(), disk_mb=DISK_MB),
+        SandboxSpec(hide_paths=scene.hide_paths(), disk_mb=DISK_MB, disk_volume=False),
         isolation_mode="bwrap",
     )
     real_stop = sandbox._stop_for_quota
@@ -319,6 +325,13 @@ async def test_a_command_started_while_a_quota_stop_sweeps_the_sandbox_runs_afte
 # --- whole runs -------------------------------------------------------------------------
 
 
+FULL_NOTE = "[the workspace is full"
+
+
+def _on_a_volume(limits: ev.LimitsInForce) -> bool:
+    return (limits.disk_by or "").startswith("ext4 image")
+
+
 @pytest.mark.parametrize("sandbox", RUN_SANDBOXES)
 def test_the_defaults_are_in_force_and_recorded_with_no_flag(scene: Scene, sandbox: str) -> None:
     run = _run(
@@ -338,7 +351,10 @@ def test_the_defaults_are_in_force_and_recorded_with_no_flag(scene: Scene, sandb
     assert limits.sources["memory_mb"] == expected.source, limits.sources
     assert limits.sources["disk_mb"].startswith("default: half the"), limits.sources
     assert limits.disk_mb is not None and 0 < limits.disk_mb <= 200 * 1024, limits
-    assert limits.disk_check_s is not None
+    if _on_a_volume(limits):  # root with loop devices: the kernel keeps the quota
+        assert limits.disk_check_s is None and limits.disk_inodes, limits
+    else:
+        assert limits.disk_check_s is not None and limits.disk_by, limits
     assert limits.tmpfs_counted is True, limits  # a cgroup (root here) or the container
     if sandbox == "docker":
         assert (limits.tmp_mb, limits.shm_mb) == tmpfs_bounds(expected.mb or 0), limits
@@ -369,7 +385,8 @@ def test_a_run_that_fills_its_quota_is_told_and_still_scores(scene: Scene, sandb
     assert limits.sources["disk_mb"] == "--disk" and limits.sources["memory_mb"] == "--memory"
     results = [e for e in run.events if isinstance(e, ev.ToolResult) and e.agent == "worker"]
     writer, write_file, cleanup = results[:3]
-    assert QUOTA_NOTE in writer.output and "WROTE-ALL" not in writer.output, writer.output
+    told = FULL_NOTE if _on_a_volume(limits) else QUOTA_NOTE  # ENOSPC, or a stop
+    assert told in writer.output and "WROTE-ALL" not in writer.output, writer.output
     assert not write_file.ok and "disk quota" in write_file.output, write_file.output
     assert cleanup.ok and "done" in cleanup.output, cleanup.output
     assert not (run.run_dir / "workspace" / "more.txt").exists()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import secrets
 import tempfile
 from pathlib import Path
 
-from mlra.tools.sandbox import trees
+from mlra.tools.sandbox import sparse_files, trees
 from mlra.tools.sandbox.base import Sandbox, SandboxError
 
 
@@ -96,9 +97,37 @@ def move_in(sandbox: Sandbox, staged: Path, rel: str, *, replace: bool = False) 
             else:
                 os.rename(staged, name, dst_dir_fd=parent)
         except OSError as exc:
+            if exc.errno == errno.EXDEV and replace and staged.is_file():
+                _replace_across(staged, parent, name)
+                return True
             if exc.errno == errno.EXDEV:
                 return False
             raise SandboxError(f"could not put it at {rel}: {exc.strerror}") from None
         return True
     finally:
         os.close(parent)
+
+
+def _replace_across(staged: Path, parent: int, name: str) -> None:
+    """A file put in `name`'s place from another file system (the workspace is a volume
+    of its own: tools/sandbox/volume.py): copied beside it under a fresh name, then
+    renamed over it, so a link the agent left there is replaced, never followed."""
+    temp = f".{name}.mlra-incoming-{secrets.token_hex(4)}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    source = os.open(staged, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        target = os.open(temp, flags, 0o644, dir_fd=parent)
+        try:
+            sparse_files.copy_sparse(source, target)
+            st = os.fstat(source)
+            with contextlib.suppress(OSError):
+                os.fchown(target, st.st_uid, st.st_gid)
+        finally:
+            os.close(target)
+        os.replace(temp, name, src_dir_fd=parent, dst_dir_fd=parent)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(temp, dir_fd=parent)
+        raise SandboxError(f"could not put it in place: {exc.strerror}") from None
+    finally:
+        os.close(source)

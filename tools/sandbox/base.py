@@ -128,6 +128,10 @@ class SandboxSpec:
     disk_mb: int | None = None
     """The workspace's disk quota (blocks it holds on disk), enforced while commands run
     and against mlra's own writes: None for the default (from the free space), 0 for none."""
+    disk_inodes: int | None = None
+    """The workspace volume's inode budget (tools/sandbox/volume.py): None for the default."""
+    disk_volume: bool = True
+    """Keep the quota with a volume where one can be had; False: the du watcher always."""
     limit_sources: dict[str, str] = field(default_factory=dict)
     """Where each limit came from ("memory_mb" -> "--memory", "the task", "default: ..."),
     recorded with the limits in force."""

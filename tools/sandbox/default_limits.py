@@ -8,8 +8,12 @@ derived from the machine it runs on, and each says where it came from:
 - memory: the machine's memory (physical RAM, or mlra's own cgroup limit where that
   is lower: a container, a batch node's slice) less a reserve for mlra and the OS,
   `max(2 GiB, 1/8 of it)`, and never less than half of it;
-- disk: half the space free on the workspace's file system when the sandbox is
-  made, and at most `DISK_CAP_MB` (200 GiB).
+- disk: half the space free on the workspace's file system beyond its reserve
+  (below) when the sandbox is made, and at most `DISK_CAP_MB` (200 GiB).
+
+The runs disk keeps a reserve no sandbox's quota may take, `max(2 GiB, 5%)` of the
+disk: the run's log, snapshots, grading copies, a neighbour's run and the OS need it
+(a workspace volume that would eat into it is refused: tools/sandbox/volume.py).
 
 A task's `[resources]` values are what the task needs; they are capped at what the
 machine can give (the memory default; 90% of the free space), with the cap said.
@@ -31,6 +35,9 @@ DISK_FREE_FRACTION = 2
 """The default quota is at most 1/2 of the free space..."""
 DISK_CEILING_PERCENT = 90
 """...and a task's own is at most 90% of it: the log, snapshots and the OS need the rest."""
+DISK_RESERVE_MIN_MB = 2048
+DISK_RESERVE_PERCENT = 5
+"""The runs disk's reserve: at least 2 GiB, and 5% of the disk's size."""
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 NO_LIMIT_V1 = 1 << 60
 """cgroup v1 writes "no limit" as a number near 2**63."""
@@ -130,24 +137,46 @@ def free_mb(path: Path) -> int:
     return 0
 
 
+def disk_reserve_mb(path: Path) -> int:
+    """What the disk holding `path` keeps free of every quota: `max(2 GiB, 5%)` of its size."""
+    for candidate in (path, *path.parents):
+        try:
+            st = os.statvfs(candidate)
+        except OSError:
+            continue
+        size_mb = st.f_blocks * st.f_frsize // MIB
+        return max(DISK_RESERVE_MIN_MB, size_mb * DISK_RESERVE_PERCENT // 100)
+    return DISK_RESERVE_MIN_MB
+
+
+def beyond_reserve_mb(path: Path) -> int:
+    """Space free on the disk holding `path` less its reserve (0 when inside it)."""
+    return max(0, free_mb(path) - disk_reserve_mb(path))
+
+
 def default_disk(path: Path) -> Chosen:
-    free = free_mb(path)
-    mb = max(1, min(free // DISK_FREE_FRACTION, DISK_CAP_MB))
+    """Half what is free beyond the reserve: a volume takes its quota from the disk when
+    it is made, so sandboxes made one after another (a run, its grader, parallel
+    attempts) each get half of what the last left, and none takes the reserve."""
+    beyond, reserve = beyond_reserve_mb(path), disk_reserve_mb(path)
+    mb = max(1, min(beyond // DISK_FREE_FRACTION, DISK_CAP_MB))
     return Chosen(
         mb,
-        f"default: half the {_gib(free)} free on the workspace's disk, at most {_gib(DISK_CAP_MB)}",
+        f"default: half the {_gib(beyond)} free on the workspace's disk beyond its reserve "
+        f"of {_gib(reserve)}, at most {_gib(DISK_CAP_MB)}",
     )
 
 
 def task_disk(task_mb: int, path: Path) -> Chosen:
-    """A task's `disk_gb`, capped at 90% of the space free."""
+    """A task's `disk_gb`, capped at 90% of the space free and never the disk's reserve."""
     free = free_mb(path)
-    ceiling = max(1, free * DISK_CEILING_PERCENT // 100)
+    ceiling = max(1, min(free * DISK_CEILING_PERCENT // 100, beyond_reserve_mb(path)))
     if task_mb > ceiling:
         return Chosen(
             ceiling,
             f"the task's [resources] disk_gb ({_gib(task_mb)}), capped at "
-            f"{DISK_CEILING_PERCENT}% of the {_gib(free)} free on the workspace's disk",
+            f"{DISK_CEILING_PERCENT}% of the {_gib(free)} free on the workspace's disk, "
+            f"less its reserve of {_gib(disk_reserve_mb(path))}",
         )
     return Chosen(task_mb, "the task's [resources] disk_gb")
 

@@ -1,6 +1,8 @@
 """The workspace's disk quota: measured while the sandbox runs, enforced by stopping it.
 
-No file system this runs on can be counted on for quotas of its own (project quotas
+The fallback where the workspace cannot be a volume of its own, whose size the kernel
+keeps (volume.py: root, loop devices and mkfs.ext4; workspace_disk.py chooses). No
+file system this runs on can be counted on for quotas of its own (project quotas
 need XFS or a prepared ext4), so the workspace's use is measured from outside: the
 blocks its files hold on disk (`st_blocks`, so a sparse file counts what it really
 takes and a hard link counts once), summed by `du` (no link followed, one file

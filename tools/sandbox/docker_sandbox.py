@@ -8,7 +8,8 @@ written host-side through the bind mount, so the tools and the Files pane work
 as with the local sandbox.
 
 Its root file system is read-only: what a command can write is the workspace
-(under its disk quota, disk_quota.py) and /tmp and /dev/shm, tmpfs mounts bounded
+(under its disk quota: its volume, mounted before the container binds the path, or
+the du watcher, workspace_disk.py) and /tmp and /dev/shm, tmpfs mounts bounded
 in size and charged to the container's memory limit, which every container has
 (the task's, the user's or the machine's default: default_limits.py).
 
@@ -45,7 +46,6 @@ from mlra.tools.sandbox.base import (
     read_only_mounts,
 )
 from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
-from mlra.tools.sandbox.disk_quota import CHECK_INTERVAL_S, WorkspaceQuota
 from mlra.tools.sandbox.docker_exec import (
     CONTROL_DIR,
     KILL_WAIT_S,
@@ -77,6 +77,8 @@ from mlra.tools.sandbox.env import (
 )
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.volume import settle_before_use
+from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
 __all__ = [
     "DEFAULT_IMAGE",
@@ -153,7 +155,7 @@ class DockerSandbox(Sandbox):
         self.memory_mb = memory.mb
         self.tmp_mb, self.shm_mb = tmpfs_bounds(memory.mb) if memory.mb else (None, None)
         self._sources = sources
-        self._quota = WorkspaceQuota(self.workspace, disk.mb) if disk.mb else None
+        self._quota = WorkspaceDisk.for_spec(self.workspace, disk.mb, spec)
         self._stdin_dir: Path | None = None
         self._main_pid: str | None = None
         """The container's main process (`sleep infinity`), the one a quota stop spares."""
@@ -177,21 +179,19 @@ class DockerSandbox(Sandbox):
     @property
     def limits(self) -> LimitsInForce:
         quota = self._quota
-        enforced = quota is not None and quota.enforced
         notes = [] if quota is None or quota.problem is None else [quota.problem]
-        return LimitsInForce(
+        limits = LimitsInForce(
             memory_mb=self.memory_mb,
             cpus=self.spec.cpus,
             pids=self.pids_limit,
             tmp_mb=self.tmp_mb,
             shm_mb=self.shm_mb,
             tmpfs_counted=self.memory_mb is not None,
-            disk_mb=quota.limit_mb if quota is not None and enforced else None,
-            disk_check_s=CHECK_INTERVAL_S if enforced else None,
             sources=self._sources,
             via="docker",
             notes=notes,
         )
+        return limits if quota is None else quota.in_force(limits)
 
     def claim_disk(self, nbytes: int) -> str | None:
         return None if self._quota is None else self._quota.claim(nbytes)
@@ -225,11 +225,15 @@ class DockerSandbox(Sandbox):
         async with self._start_lock:
             if self.container is not None:
                 return []
-            notices = await asyncio.to_thread(self._start)
-            if self._quota is not None:
-                over = await self._quota.start(self._stop_for_quota)
-                if over is not None:
-                    notices.append(over)
+            # The volume first: the container binds whatever is at the workspace's path.
+            await asyncio.to_thread(settle_before_use, self.workspace)
+            notices = [] if self._quota is None else await self._quota.start(self._stop_for_quota)
+            try:
+                notices += await asyncio.to_thread(self._start)
+            except BaseException:
+                if self._quota is not None:
+                    await self._quota.close()
+                raise
             return notices
 
     def _start(self) -> list[str]:
@@ -360,8 +364,6 @@ class DockerSandbox(Sandbox):
         os.chown(self.workspace, self.uid, self.gid)
 
     async def close(self) -> None:
-        if self._quota is not None:
-            await self._quota.close()
         for running in list(self._running):
             with contextlib.suppress(Exception):
                 await running.kill()
@@ -370,6 +372,8 @@ class DockerSandbox(Sandbox):
         if self.container is not None:
             await asyncio.to_thread(self._remove)
         self._forget_stdin_dir()
+        if self._quota is not None:  # the container gone, nothing writes to the volume
+            await self._quota.close()
 
     def _forget_stdin_dir(self) -> None:
         if self._stdin_dir is not None:

@@ -14,7 +14,8 @@ run leaves no training job holding the GPU (tools/sandbox/local_processes.py).
 
 Every sandbox has a memory limit (its /tmp and /dev/shm counted where a cgroup can
 be had) and a disk quota for its workspace, by default derived from the machine
-(default_limits.py); the quota is watched while it runs (disk_quota.py).
+(default_limits.py); the kernel keeps the quota where the workspace can be a volume
+of its own, else it is watched while the sandbox runs (workspace_disk.py).
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox import netns, trees
 from mlra.tools.sandbox.base import ExecResult, OutputCallback, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
-from mlra.tools.sandbox.disk_quota import CHECK_INTERVAL_S, WorkspaceQuota
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
 from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits, TmpfsKind
 from mlra.tools.sandbox.local_processes import (
@@ -47,6 +47,8 @@ from mlra.tools.sandbox.local_processes import (
 )
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.volume import settle_before_use
+from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
 IsolationMode = Literal["auto", "bwrap", "none"]
 
@@ -111,7 +113,7 @@ class LocalSandbox(Sandbox):
             parents=spec.run_group.parents if spec.run_group else None,
             cpu_join=spec.run_group.cpu_join if spec.run_group else None,
         )
-        self._quota = WorkspaceQuota(self.workspace, disk.mb) if disk.mb else None
+        self._quota = WorkspaceDisk.for_spec(self.workspace, disk.mb, spec)
         self._marker = secrets.token_hex(8)
         self._home: Path | None = None
         self._started = False
@@ -134,12 +136,7 @@ class LocalSandbox(Sandbox):
     @property
     def limits(self) -> LimitsInForce:
         in_force = self._limits.in_force
-        quota = self._quota
-        if quota is None or not quota.enforced:
-            return in_force
-        return in_force.model_copy(
-            update={"disk_mb": quota.limit_mb, "disk_check_s": CHECK_INTERVAL_S}
-        )
+        return in_force if self._quota is None else self._quota.in_force(in_force)
 
     def claim_disk(self, nbytes: int) -> str | None:
         return None if self._quota is None else self._quota.claim(nbytes)
@@ -178,17 +175,16 @@ class LocalSandbox(Sandbox):
             notices.append(f"{problem}, so {_UNCONFINED}")
         elif self.isolation_mode == "none":
             notices.append(f"isolation 'none' was asked for, so {_UNCONFINED}")
+        await asyncio.to_thread(settle_before_use, self.workspace)
+        if self._quota is not None:  # first: bwrap's probe and commands see the volume
+            notices += await self._quota.start(self._stop_for_quota)
         if self._use_bwrap and self.spec.network:
             notices += await asyncio.to_thread(self._open_network)
         await asyncio.to_thread(
             self._limits.setup, tmpfs=self._tmpfs_kind(), bwrap_version=self._bwrap_version()
         )
-        if self._quota is not None:
-            if self._quota.problem is not None:
-                self._limits.in_force.notes.append(self._quota.problem)
-            over = await self._quota.start(self._stop_for_quota)
-            if over is not None:
-                notices.append(over)
+        if self._quota is not None and self._quota.problem is not None:
+            self._limits.in_force.notes.append(self._quota.problem)
         notices += [f"resource limits: {note}" for note in self._limits.in_force.notes]
         refused = refused_env_names(self.spec.env)
         if refused:
@@ -236,13 +232,13 @@ class LocalSandbox(Sandbox):
             await asyncio.to_thread(kill_marked, self._marker)
 
     async def close(self) -> None:
-        if self._quota is not None:
-            await self._quota.close()
         await self.stop_processes()
         await asyncio.to_thread(self._limits.close)
         if self._network is not None:
             await asyncio.to_thread(self._network.close)
             self._network = None
+        if self._quota is not None:  # with nothing left running to write to it
+            await self._quota.close()
         if self._home is not None:
             trees.remove_tree(self._home, ignore_errors=True)  # the agent's: however deep
             self._home = None

@@ -1,0 +1,329 @@
+"""The workspace's disk quota kept by the kernel: a volume of its own (tools/sandbox/volume.py).
+
+Real loop devices, real ext4 images, real bubblewrap: as root on a machine with loop
+devices and mkfs.ext4 (skipped, saying why, elsewhere). The volumes are small (tens of
+MB, 2,000 inodes) so the attacks end in well under a second each: `fallocate` far past
+the quota, a sparse file written past it, files until the inode budget is spent. Each
+ends in ENOSPC inside the sandbox, with the host's disk where the image put it, and
+after the sandbox closes the workspace is a plain folder with the files, holes kept,
+and no mount, loop device or image left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlra.tools.sandbox import volume
+from mlra.tools.sandbox.base import SandboxError, SandboxSpec
+from mlra.tools.sandbox.bwrap import isolation_problem
+from mlra.tools.sandbox.default_limits import MIB, disk_reserve_mb, free_mb
+from mlra.tools.sandbox.local import LocalSandbox
+
+WHY_NOT = volume.unavailable()
+BWRAP_PROBLEM = isolation_problem()
+pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no workspace volume: {WHY_NOT}")
+needs_bwrap = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
+QUOTA_MB = 48
+INODES = 2000
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    ws = (tmp_path / "run" / "workspace").resolve()
+    ws.mkdir(parents=True)
+    return ws
+
+
+def _mounted(path: Path) -> bool:
+    return any(path in points for points in volume._loop_mounts().values()) or any(
+        line.split()[4] == str(path)
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+    )
+
+
+def _images(folder: Path) -> list[str]:
+    return [p.name for p in folder.iterdir() if volume.TAG in p.name]
+
+
+def _loops_of(folder: Path) -> list[str]:
+    found = subprocess.run(["losetup", "-a"], capture_output=True, text=True, check=False).stdout
+    return [line for line in found.splitlines() if str(folder) in line]
+
+
+async def _box(workspace: Path) -> LocalSandbox:
+    mode = "bwrap" if BWRAP_PROBLEM is None else "none"
+    box = LocalSandbox(
+        workspace,
+        SandboxSpec(disk_mb=QUOTA_MB, disk_inodes=INODES),
+        isolation_mode=mode,
+    )
+    await box.start()
+    return box
+
+
+def _image_bytes(folder: Path) -> int:
+    (name,) = [n for n in _images(folder) if n.endswith(".img")]
+    return os.stat(folder / name).st_blocks * 512
+
+
+@needs_bwrap
+async def test_fallocate_past_the_quota_is_enospc_inside_and_takes_nothing_more(
+    workspace: Path,
+) -> None:
+    (workspace / "starter.txt").write_text("from the task\n")
+    box = await _box(workspace)
+    try:
+        limits = box.limits
+        assert limits.disk_by is not None and limits.disk_by.startswith("ext4 image (loop)")
+        assert limits.disk_mb == QUOTA_MB and limits.disk_check_s is None, limits
+        assert limits.disk_inodes is not None and INODES <= limits.disk_inodes < INODES + 64
+        held = _image_bytes(workspace.parent)
+        # Reserved on the host when set up (its extent map's blocks besides), not later.
+        assert QUOTA_MB * MIB <= held <= (QUOTA_MB + 1) * MIB, held
+        free_before = free_mb(workspace.parent)
+        result = await box.exec(
+            ["sh", "-c", "cat starter.txt; fallocate -l 8G big; echo rc=$?"], timeout=30
+        )
+        assert "from the task" in result.output  # carried onto the volume
+        assert "No space left on device" in result.output and "rc=1" in result.output, result
+        assert "[the workspace is full" in result.output, result.output
+        # The host gave nothing beyond the image (8 GB would show; neighbours' writes
+        # in the same instant are far below the slack).
+        assert _image_bytes(workspace.parent) == held
+        assert free_mb(workspace.parent) > free_before - 1024
+        # mlra's own write past what is left is refused up front, with one line.
+        with pytest.raises(SandboxError, match="disk quota"):
+            await box.write_file("more.bin", b"x" * (2 * MIB))
+        # Deleting makes room again: the agent is not stopped, only the write failed.
+        again = await box.exec(
+            ["sh", "-c", "rm -f big && echo ok > small.txt && cat small.txt"], timeout=30
+        )
+        assert again.exit_code == 0 and "ok" in again.output, again.output
+    finally:
+        await box.close()
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "starter.txt").read_text() == "from the task\n"
+    assert (workspace / "small.txt").exists()
+
+
+@needs_bwrap
+async def test_a_sparse_file_written_past_the_quota_stops_and_keeps_its_holes(
+    workspace: Path,
+) -> None:
+    box = await _box(workspace)
+    try:
+        result = await box.exec(
+            ["sh", "-c",
+             "truncate -s 2G sparse && dd if=/dev/zero of=sparse bs=1M seek=100 count=200 "
+             "conv=notrunc 2>&1; echo rc=$?; stat -c %s sparse"],
+            timeout=60,
+        )  # fmt: skip
+        assert "No space left on device" in result.output and "rc=1" in result.output, result
+        assert "2147483648" in result.output
+    finally:
+        await box.close()
+    st = os.stat(workspace / "sparse")
+    assert st.st_size == 2 << 30
+    assert st.st_blocks * 512 <= QUOTA_MB * MIB  # the holes stayed holes on the way out
+    assert (
+        not _mounted(workspace)
+        and _images(workspace.parent) == []
+        and not _loops_of(workspace.parent)
+    )
+
+
+@needs_bwrap
+async def test_files_past_the_inode_budget_are_enospc(workspace: Path) -> None:
+    box = await _box(workspace)
+    script = (
+        "import errno, os\n"
+        "n = 0\n"
+        "try:\n"
+        "    while n < 200_000:\n"
+        "        open(f'f{n}', 'w').close(); n += 1\n"
+        "except OSError as e:\n"
+        "    print('stopped', n, errno.errorcode[e.errno])\n"
+    )
+    try:
+        result = await box.exec([sys.executable, "-c", script], timeout=60)
+        assert "ENOSPC" in result.output, result.output
+        made = int(result.output.split("stopped", 1)[1].split()[0])
+        assert INODES - 20 <= made <= INODES, made
+        assert "files and folders it may hold" in result.output
+    finally:
+        await box.close()
+    assert len(os.listdir(workspace)) == made
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+
+
+async def test_the_workspace_comes_back_a_plain_folder_with_everything(workspace: Path) -> None:
+    """Starter files, a resumed run's sparse file and hard links, modes, links and an
+    empty folder: all on the volume while it is up, all back in a plain folder after."""
+    (workspace / "data").mkdir()
+    (workspace / "data" / "one.txt").write_text("1")
+    os.link(workspace / "data" / "one.txt", workspace / "linked.txt")
+    (workspace / "empty").mkdir(mode=0o750)
+    (workspace / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (workspace / "run.sh").chmod(0o755)
+    (workspace / "to-data").symlink_to("data")
+    with open(workspace / "holes.bin", "wb") as f:
+        f.truncate(1 << 30)
+    box = await _box(workspace)
+    try:
+        assert _mounted(workspace)
+        result = await box.exec(["sh", "-c", "./run.sh && echo two > data/two.txt"], timeout=30)
+        assert "ran" in result.output, result.output
+    finally:
+        await box.close()
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "data" / "two.txt").read_text() == "two\n"
+    assert (
+        os.stat(workspace / "linked.txt").st_ino == os.stat(workspace / "data" / "one.txt").st_ino
+    )
+    assert (workspace / "empty").is_dir() and (workspace / "empty").stat().st_mode & 0o777 == 0o750
+    assert os.access(workspace / "run.sh", os.X_OK)
+    assert os.readlink(workspace / "to-data") == "data"
+    assert os.stat(workspace / "holes.bin").st_blocks == 0
+    assert "lost+found" not in os.listdir(workspace)
+
+
+@pytest.mark.parametrize("next_one", ["another run's sandbox", "its resume, with no quota"])
+async def test_a_volume_of_an_mlra_that_was_killed_is_carried_back_by_the_next(
+    workspace: Path, tmp_path: Path, next_one: str
+) -> None:
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
+        "ws = Path(sys.argv[1])\n"
+        f"v = WorkspaceVolume(ws, {QUOTA_MB}, {INODES})\n"
+        "v.open()\n"
+        "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    (workspace / "before.txt").write_text("before")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", code, str(workspace)], env=env, check=False
+    )
+    assert done.returncode == -9
+    assert _mounted(workspace) and len(_images(workspace.parent)) == 2  # the image, its mark
+    if next_one == "another run's sandbox":  # any sandbox set up on this machine settles it
+        other = (tmp_path / "other" / "workspace").resolve()
+        other.mkdir(parents=True)
+        box = await _box(other)
+    else:  # the same workspace again, without a volume of its own
+        box = LocalSandbox(workspace, SandboxSpec(disk_mb=0), isolation_mode="none")
+        await box.start()
+        assert not _mounted(workspace)
+    await box.close()
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+    assert (workspace / "before.txt").read_text() == "before"
+
+
+async def test_a_volume_whose_owner_lives_is_left_alone(workspace: Path) -> None:
+    made = volume.WorkspaceVolume(workspace, QUOTA_MB, INODES)
+    await asyncio.to_thread(made.open)
+    try:
+        # Named after this (living) process and locked by it: not stale, not taken.
+        assert await asyncio.to_thread(volume.settle_stale, workspace.parent) == []
+        assert _mounted(workspace)
+    finally:
+        assert await asyncio.to_thread(made.close) is None
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+
+
+async def test_a_quota_that_would_take_the_disks_reserve_is_refused_in_one_line(
+    workspace: Path,
+) -> None:
+    folder = workspace.parent
+    too_much = free_mb(folder) - disk_reserve_mb(folder) + 1024
+    box = LocalSandbox(workspace, SandboxSpec(disk_mb=too_much), isolation_mode="none")
+    with pytest.raises(volume.VolumeRefused, match="keeps for the logs") as refused:
+        await box.start()
+    assert "\n" not in str(refused.value)
+    await box.close()
+    assert _images(folder) == [] and not _mounted(workspace)
+
+
+async def test_without_a_volume_the_watcher_keeps_the_quota_and_says_so(workspace: Path) -> None:
+    box = LocalSandbox(
+        workspace, SandboxSpec(disk_mb=QUOTA_MB, disk_volume=False), isolation_mode="none"
+    )
+    await box.start()
+    try:
+        limits = box.limits
+        assert limits.disk_by == "du watcher (the sandbox asked for it)", limits
+        assert limits.disk_check_s is not None and limits.disk_inodes is None
+        assert not _mounted(workspace)
+    finally:
+        await box.close()
+
+
+async def test_a_volume_that_cannot_be_made_falls_back_to_the_watcher_with_a_notice(
+    workspace: Path,
+) -> None:
+    """A workspace that does not fit in its quota cannot move onto the volume: the run
+    goes on under the watcher (which tells the agent it is over), and nothing is lost."""
+    (workspace / "big.bin").write_bytes(os.urandom(3 * MIB))
+    box = LocalSandbox(workspace, SandboxSpec(disk_mb=2), isolation_mode="none")
+    notices = await box.start()
+    try:
+        assert box.limits.disk_by is not None
+        assert box.limits.disk_by.startswith("du watcher (the workspace does not fit"), box.limits
+        assert any("not kept by the kernel" in n for n in notices), notices
+    finally:
+        await box.close()
+    assert (workspace / "big.bin").stat().st_size == 3 * MIB
+    assert _images(workspace.parent) == [] and not _mounted(workspace)
+
+
+def test_the_inode_budget_is_proportional_and_capped() -> None:
+    assert volume.default_inodes(913) == 913 * 64
+    assert volume.default_inodes(200 * 1024) == volume.MAX_INODES
+    assert volume.default_inodes(1) == volume.MIN_INODES
+
+
+async def test_the_container_writes_to_the_volume_and_gets_enospc_past_it(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Docker sandbox binds the workspace's path after its volume is mounted there:
+    the container sees the volume, and the kernel keeps its quota."""
+    from tests.conftest import TEST_IMAGE, docker_address, docker_problem
+
+    problem = docker_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    monkeypatch.setenv("DOCKER_HOST", docker_address() or "")
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    (workspace / "starter.txt").write_text("from the task\n")
+    box = DockerSandbox(
+        workspace,
+        SandboxSpec(disk_mb=QUOTA_MB, disk_inodes=INODES),
+        image=TEST_IMAGE,
+        run_id=f"volume-{os.getpid()}",
+    )
+    await box.start()
+    try:
+        limits = box.limits
+        assert (limits.disk_by or "").startswith("ext4 image (loop)"), limits
+        result = await box.exec(
+            ["sh", "-c", "cat starter.txt; head -c 100000000 /dev/zero > big; echo rc=$?"],
+            timeout=60,
+        )
+        assert "from the task" in result.output, result.output
+        assert "No space left on device" in result.output and "rc=1" in result.output, result
+        assert "[the workspace is full" in result.output, result.output
+    finally:
+        await box.close()
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "starter.txt").read_text() == "from the task\n"
+    assert 0 < (workspace / "big").stat().st_size < QUOTA_MB * MIB
