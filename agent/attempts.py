@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from mlra import events as ev
 from mlra.agent.attempt_tree import AttemptTree
 from mlra.agent.eventlog import EVENTS_FILE, read_events
-from mlra.agent.run_budget import BudgetSpent, attempt_share, held_mb
+from mlra.agent.run_budget import BudgetSpent, attempt_share, held_mb, own_share
 from mlra.agent.run_context import RunContext
 
 ATTEMPTS_DIR = "attempts"
@@ -185,10 +185,18 @@ class AttemptManager:
                 budget,
                 parallel=self.run.config.attempts_parallel,
                 running=running,
-                held_mb=held_mb([self.run.workspace]) + sum(self._held_mb.values()),
+                held_mb=self._runs_own_mb(budget) + sum(self._held_mb.values()),
             )
         except BudgetSpent as exc:
             raise AttemptRefused(str(exc)) from None
+
+    def _runs_own_mb(self, budget: ev.Budget) -> int:
+        """What the run's own workspace takes of the disk budget: its share, reserved
+        whole where it is a volume (run_budget.own_share), else what it holds."""
+        own = own_share(budget, self.run.config).disk_mb
+        if own is not None and own != budget.disk_mb:
+            return own
+        return held_mb([self.run.workspace])
 
     def _launch(self, started: ev.AttemptStarted, *, resume: bool) -> None:
         task = asyncio.get_running_loop().create_task(

@@ -56,6 +56,7 @@ def run_budget(task: TaskSpec, config: RunConfig, workspace: Path) -> ev.Budget:
         memory_mb, sources["memory_mb"] = _of_default(
             Chosen(memory_mb, sources.get("memory_mb", "")), default_memory(), k
         )
+    from_default = config.disk_mb is None and disk_mb is None
     if config.disk_mb is None:
         disk_mb, sources["disk_mb"] = _of_default(
             Chosen(disk_mb, sources.get("disk_mb", "")), default_disk(workspace), k
@@ -75,6 +76,7 @@ def run_budget(task: TaskSpec, config: RunConfig, workspace: Path) -> ev.Budget:
         memory_mb=memory_mb or None,
         cpus=cpus,
         disk_mb=disk_mb or None,
+        disk_from_default=from_default,
         inodes=disk_mb * INODES_PER_MB if disk_mb else None,
         pids=pids,
         sources=sources,
@@ -127,11 +129,23 @@ def attempt_share(
         memory_mb=None if budget.memory_mb is None else max(1, budget.memory_mb // k),
         cpus=None if budget.cpus is None else round(budget.cpus / k, 3),
         disk_mb=disk,
+        disk_from_default=budget.disk_from_default,
         inodes=disk * INODES_PER_MB if disk else None,
         pids=None if budget.pids is None else max(MIN_PIDS, budget.pids // k),
         sources=sources,
         held_by=budget.held_by,
     )
+
+
+def own_share(budget: ev.Budget, config: RunConfig) -> ev.Budget:
+    """The part of the disk a searching run's own sandbox takes: its workspace's volume
+    is reserved whole when it is made, beside every attempt's, so it takes 1/(K+1) of
+    the run's disk (K attempts at once) and the attempts the rest; a run that does not
+    search, or an attempt's (its share already), takes its budget whole."""
+    if config.search == "none" or config.attempt is not None or budget.disk_mb is None:
+        return budget
+    disk = max(1, budget.disk_mb // (config.attempts_parallel + 1))
+    return budget.model_copy(update={"disk_mb": disk, "inodes": disk * INODES_PER_MB})
 
 
 def held_mb(folders: list[Path]) -> int:
@@ -173,7 +187,7 @@ def budgeted_spec(run: BudgetedRun, python_env: Path | None) -> tuple[SandboxSpe
     if run.config.attempt is None and run.run_group is None:
         budget, run.run_group = hold_run(budget, run.config)
     spec = sandbox_spec(
-        run.task, run.config, run.run_dir, python_env=python_env, budget=budget,
-        run_group=run.run_group,
+        run.task, run.config, run.run_dir, python_env=python_env,
+        budget=own_share(budget, run.config), run_group=run.run_group,
     )  # fmt: skip
     return spec, budget

@@ -107,6 +107,7 @@ def spec_limits(budget: ev.Budget) -> dict[str, Any]:
     return {
         "memory_mb": budget.memory_mb or 0,
         "disk_mb": budget.disk_mb or 0,
+        "disk_shrinks": budget.disk_from_default,
         "cpus": budget.cpus,
         "pids_limit": budget.pids,
         "limit_sources": {k: v for k, v in budget.sources.items() if k in named},

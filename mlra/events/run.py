@@ -77,6 +77,9 @@ class Budget(BaseModel):
     cpus: float | None = None
     """None: the machine's CPUs, unlimited."""
     disk_mb: int | None = None
+    disk_from_default: bool = False
+    """The disk is (a share of) the machine's default, not a figure anyone asked for: a
+    volume made when other runs have taken space since takes half what is left."""
     inodes: int | None = None
     """Files and folders the workspace may hold (ext4's one inode per 16 KiB of disk),
     kept where the workspace is a filesystem image of its own."""

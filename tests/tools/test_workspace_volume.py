@@ -86,17 +86,16 @@ async def test_fallocate_past_the_quota_is_enospc_inside_and_takes_nothing_more(
         held = _image_bytes(workspace.parent)
         # Reserved on the host when set up (its extent map's blocks besides), not later.
         assert QUOTA_MB * MIB <= held <= (QUOTA_MB + 1) * MIB, held
-        free_before = free_mb(workspace.parent)
         result = await box.exec(
             ["sh", "-c", "cat starter.txt; fallocate -l 8G big; echo rc=$?"], timeout=30
         )
         assert "from the task" in result.output  # carried onto the volume
         assert "No space left on device" in result.output and "rc=1" in result.output, result
         assert "[the workspace is full" in result.output, result.output
-        # The host gave nothing beyond the image (8 GB would show; neighbours' writes
-        # in the same instant are far below the slack).
+        # The host gave nothing beyond the image: its blocks are what they were. (The
+        # host's free space is not compared: the suite's other workers make volumes of
+        # their own meanwhile.)
         assert _image_bytes(workspace.parent) == held
-        assert free_mb(workspace.parent) > free_before - 1024
         # mlra's own write past what is left is refused up front, with one line.
         with pytest.raises(SandboxError, match="disk quota"):
             await box.write_file("more.bin", b"x" * (2 * MIB))

@@ -42,6 +42,10 @@ class SandboxSpec:
     """The workspace volume's inode budget (tools/sandbox/volume.py): None for the default."""
     disk_volume: bool = True
     """Keep the quota with a volume where one can be had; False: the du watcher always."""
+    disk_shrinks: bool = False
+    """The quota is (a share of) the machine's default: a volume made when others have
+    taken space since takes half what is left rather than being refused; as is a quota
+    of None."""
     limit_sources: dict[str, str] = field(default_factory=dict)
     """Where each limit came from ("memory_mb" -> "--memory", "the task", "default: ..."),
     recorded with the limits in force."""

@@ -32,15 +32,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlra.tools.sandbox import sparse_files, trees
+from mlra.tools.sandbox.default_limits import disk_reserve_mb
 from mlra.tools.sandbox.dir_stack import DIR_FLAGS, FILE_FLAGS, DirStack, file_key
 
 MIB = 1024 * 1024
-RESERVE_MIN = 256 * MIB
-RESERVE_MAX = 2048 * MIB
-RESERVE_PERCENT = 5
-"""The disk a copy always leaves free: 5% of the file system, between 256 MiB and 2 GiB
-(a copy that filled the runs disk would stop every run on it, the log's writes first)."""
 INODE_RESERVE_PERCENT = 5
+"""The inodes a copy always leaves free; of the blocks it leaves the runs disk's reserve
+(default_limits.disk_reserve_mb: a copy that filled the runs disk would stop every run
+on it, the log's writes first)."""
 GROWTH_SLACK = 4 * MIB
 """What the copy may take past its measure (a file system's own metadata) before it is
 taken to have grown."""
@@ -143,8 +142,7 @@ def room_at(dest: Path, quota_bytes: int | None) -> Room:
             vfs = os.statvfs(where)
         except OSError:
             continue
-        size = vfs.f_blocks * vfs.f_frsize
-        reserve = min(RESERVE_MAX, max(RESERVE_MIN, size * RESERVE_PERCENT // 100))
+        reserve = disk_reserve_mb(where) * MIB
         inodes = None
         if vfs.f_files:
             inodes = max(0, vfs.f_favail - vfs.f_files * INODE_RESERVE_PERCENT // 100)

@@ -62,7 +62,7 @@ class WorkspaceDisk:
             limit_mb,
             inodes=spec.disk_inodes,
             use_volume=spec.disk_volume,
-            default=spec.disk_mb is None,
+            default=spec.disk_mb is None or spec.disk_shrinks,
         )
 
     @property
