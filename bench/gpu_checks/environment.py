@@ -69,6 +69,7 @@ async def check_task_env(ctx: Context) -> None:
     import torch
 
     from mlra.agent.config import RunConfig
+    from mlra.agent.run_budget import run_budget
     from mlra.agent.run_setup import sandbox_spec, task_environment
     from mlra.agent.sandboxes import create_sandbox
     from mlra.tasks.spec import load_task
@@ -96,7 +97,8 @@ async def check_task_env(ctx: Context) -> None:
         return
     run_dir = ctx.work / "runs" / "gpu-env"
     (run_dir / "workspace").mkdir(parents=True)
-    spec = sandbox_spec(task, config, run_dir, python_env=env_path)
+    budget = run_budget(task, config, run_dir / "workspace")
+    spec = sandbox_spec(task, config, run_dir, python_env=env_path, budget=budget)
     box = create_sandbox(run_dir / "workspace", spec, config=config, task=task, run_id="gpu-env")
     await box.start()
     try:

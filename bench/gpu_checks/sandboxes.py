@@ -62,6 +62,7 @@ def run_sandbox(ctx: Context, name: str, **config: Any) -> tuple[Any, Any]:
     """A sandbox made as `mlra run tiny-lm --model baseline` with `config` (the flags)
     makes it; (the sandbox, the task)."""
     from mlra.agent.config import RunConfig
+    from mlra.agent.run_budget import run_budget
     from mlra.agent.run_setup import sandbox_spec
     from mlra.agent.sandboxes import create_sandbox
     from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
@@ -71,7 +72,7 @@ def run_sandbox(ctx: Context, name: str, **config: Any) -> tuple[Any, Any]:
     workspace = run_dir / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     cfg = RunConfig(task="tiny-lm", model="baseline", runs_dir=run_dir.parent, **config)
-    spec = sandbox_spec(task, cfg, run_dir)
+    spec = sandbox_spec(task, cfg, run_dir, budget=run_budget(task, cfg, workspace))
     return create_sandbox(workspace, spec, config=cfg, task=task, run_id=name), task
 
 
