@@ -86,6 +86,7 @@ async def test_attempts_at_once_share_the_runs_budget_instead_of_each_taking_the
     """Two attempts at once, memory and disk left to the defaults: each used to take the
     machine's whole default (twice the machine); now each gets half the run's budget,
     and its sandbox has that share."""
+    groups_before = set(_groups_of_this_process())
     controller = _search(tmp_path, answer_task, attempts=2, attempts_parallel=2)
     await controller.run(agent_for)
     budget, started = _started(controller.run_dir)
@@ -101,7 +102,10 @@ async def test_attempts_at_once_share_the_runs_budget_instead_of_each_taking_the
         assert share.memory_mb == whole // 2
         assert "1/2 of the run's budget" in share.sources["memory_mb"]
         limits = _own_limits(controller.run_dir, attempt)
-        assert (limits.memory_mb, limits.disk_mb) == (share.memory_mb, share.disk_mb)
+        assert limits.memory_mb == share.memory_mb
+        # A default disk's volume takes less where the suite's other workers took space
+        # since (tools/sandbox/volume.py), never more.
+        assert limits.disk_mb is not None and limits.disk_mb <= share.disk_mb
     memory = sum(s.memory_mb or 0 for s in shares)
     disk = sum(s.disk_mb or 0 for s in shares)
     assert memory <= whole and disk <= disk_budget
@@ -115,7 +119,7 @@ async def test_attempts_at_once_share_the_runs_budget_instead_of_each_taking_the
         assert sample.pool_mem_mb is not None and sample.pool_processes is not None
     assert budget_use(budget, sample, compact=False).startswith("mem ")
     # The run's group went with the run, its sandboxes' groups in it.
-    assert not _groups_of_this_process()
+    assert set(_groups_of_this_process()) <= groups_before
 
 
 async def test_attempts_one_after_another_get_what_the_ended_ones_left_of_the_disk(
@@ -159,6 +163,7 @@ async def test_an_attempts_commands_run_in_the_runs_group_whose_limit_kills_a_ho
             turn("", call("report", summary="hogged")),
         ],
     }
+    groups_before = set(_groups_of_this_process())
     controller, _, _ = await _scripted_search(
         tmp_path / "runs", answer_task, script, search="llm", attempts=1, memory_mb=100
     )
@@ -170,7 +175,7 @@ async def test_an_attempts_commands_run_in_the_runs_group_whose_limit_kills_a_ho
     out = next(e for e in a1 if isinstance(e, ev.ToolResult) and e.tool == "bash")
     assert f"mlra-{os.getpid()}-run-" in out.output  # the run's group holds the attempt's
     assert "kept" not in out.output and "memory limit" in out.output, out.output
-    assert not _groups_of_this_process()
+    assert set(_groups_of_this_process()) <= groups_before  # (other tests' in this process)
 
 
 async def test_a_resumed_run_keeps_the_budget_it_started_with(

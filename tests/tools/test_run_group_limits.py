@@ -4,14 +4,12 @@ more (a sandbox allowed 1 GB under a run of 64 MB is stopped at 64 MB)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
-from mlra.tools.sandbox.limits import CGROUP_ROOT, own_cgroup
 from mlra.tools.sandbox.local import LocalSandbox
 from mlra.tools.sandbox.run_group import RunGroup
 
@@ -75,7 +73,5 @@ def test_the_runs_group_and_its_sandboxes_groups_are_removed_at_its_end(tmp_path
     assert all(p.is_dir() for p in parents)
     (parents[0] / "mlra-child").mkdir()  # a sandbox's group, left behind
     group.close()
+    # (Not "no group of this process": the other tests this worker ran may have left one.)
     assert not any(p.exists() for p in parents)
-    own = own_cgroup("memory") or own_cgroup("") or "/"
-    base = CGROUP_ROOT / "memory" if own_cgroup("memory") else CGROUP_ROOT
-    assert not list((base / own.lstrip("/")).glob(f"mlra-{os.getpid()}-run-*"))
