@@ -388,8 +388,11 @@ def test_a_message_to_the_baseline_agent_is_refused_as_no_one_reads_it(tmp_path:
     )
     try:
         deadline = time.monotonic() + 60
-        while not socket_path(run_dir).exists():  # another process makes it: poll
-            assert proc.poll() is None and time.monotonic() < deadline, "no control socket"
+        log = run_dir / "events.jsonl"
+        # Another process makes them: poll for the socket, then for `run_started` (a
+        # control before it is refused as "still starting": its sandbox is being made).
+        while not socket_path(run_dir).exists() or not (log.exists() and log.stat().st_size):
+            assert proc.poll() is None and time.monotonic() < deadline, "no run_started"
             time.sleep(0.01)
         told = mlra_cli(["ctl", str(run_dir), "inject", "use a smaller lr"], cwd=tmp_path)
         assert told.returncode == 1, told.stdout
