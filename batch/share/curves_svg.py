@@ -110,7 +110,7 @@ class Curves:
         return sum(s.read - len(s.points()) for s in self.series.values())
 
 
-W, H, PAD_L, PAD_B, PAD_T, PAD_R = 640, 200, 64, 28, 12, 12
+W, H, PAD_L, PAD_B, PAD_T, PAD_R = 460, 170, 56, 26, 10, 10
 
 
 def _fmt(value: float) -> str:

@@ -29,12 +29,13 @@ details.step>summary{cursor:pointer}.bad pre{background:#fff0f0}.call pre{backgr
 .notice pre{background:#fffbe8}.kv td:first-child{color:#555}
 .curve{display:inline-block;margin:.3em 1em .3em 0}.plot{fill:#fafafc;stroke:#ccc}
 .line{fill:none;stroke:#2060c0;stroke-width:1.5}.tick{font-size:11px;fill:#555}
-.tree{font-family:ui-monospace,monospace;white-space:pre}.st{font-size:.8em;color:#555}
+.tree{font-family:ui-monospace,monospace;white-space:pre;overflow-x:auto}.st{font-size:.8em;color:#555}
 li.done{color:#2a7a2a}li.in_progress{font-weight:600}.warn{color:#805b00}
 .good{color:#2a7a2a}.poor{color:#b00}
 """
 
 SCRIPT = """
+document.documentElement.setAttribute('data-script', 'ran');
 document.querySelectorAll('button[data-fold]').forEach(function (b) {
   b.addEventListener('click', function () {
     var open = b.getAttribute('data-fold') === 'open';

@@ -46,6 +46,8 @@ class RunRead:
     bad_lines: int = 0
     torn_tail: int = 0
     notes: list[Any] = field(default_factory=list)
+    recorded_by: str = ""
+    """The mlra version that started the run (`run_started`; empty from before it was said)."""
 
 
 def read_run(
@@ -63,6 +65,7 @@ def read_run(
     state, curves, resolve = RunState(), Curves(), Resolver()
     digest = hashlib.sha256()
     bad = torn = 0
+    recorded_by = ""
     with open(log, "rb") as f:
         left = limit if limit is not None else log.stat().st_size
         while left > 0:
@@ -82,6 +85,8 @@ def read_run(
                 bad += 1
                 continue
             state.apply(event)
+            if isinstance(event, ev.RunStarted) and not recorded_by:
+                recorded_by = event.mlra_version or "an mlra that did not record its version"
             if isinstance(event, ev.Metrics):
                 curves.feed(event)
             elif isinstance(event, ev.PlanUpdated):
@@ -101,6 +106,7 @@ def read_run(
     )
     size = (limit if limit is not None else log.stat().st_size) - left - torn
     read = RunRead(run_dir, state, result, status, digest.hexdigest(), size, curves, bad, torn)
+    read.recorded_by = recorded_by
     try:
         read.notes = read_annotations(run_dir)
     except (OSError, ValueError):

