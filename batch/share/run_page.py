@@ -28,44 +28,58 @@ cut; a page whose fixed part exceeds it still has them whole)."""
 PLAN_SHARE = 0.1
 
 
-def _copy(src: IO[str], out: IO[str]) -> None:
+def _copy(src: IO[bytes], out: IO[bytes], size: int) -> None:
     src.seek(0)
-    while chunk := src.read(1 << 20):
+    while size > 0 and (chunk := src.read(min(size, 1 << 20))):
         out.write(chunk)
+        size -= len(chunk)
 
 
 def write_run_page(
     run_dir: Path, out_path: Path, *, max_mb: float = DEFAULT_MAX_MB, redact: Redactor | None = None
 ) -> dict[str, Any]:
-    """Write the page; return what it says of itself (the embedded summary)."""
+    """Write the page; return what it says of itself (the embedded summary).
+
+    The transcript is written while the log is read, before the parts never cut are
+    known; once they are, it is copied only as far as the last step that still fits the
+    budget beside them (FIXED_SHARE is the first guess at their size, not a bound)."""
     budget = int(max_mb * MB)
     redact = redact or Redactor()
     with (
-        tempfile.TemporaryFile("w+", encoding="utf-8", dir=out_path.parent) as tbody,
-        tempfile.TemporaryFile("w+", encoding="utf-8", dir=out_path.parent) as pbody,
+        tempfile.TemporaryFile("w+b", dir=out_path.parent) as tbody,
+        tempfile.TemporaryFile("w+b", dir=out_path.parent) as pbody,
     ):
         transcript = Transcript(tbody, int(budget * (1 - FIXED_SHARE - PLAN_SHARE)), redact)
         plan = PlanChanges(pbody, int(budget * PLAN_SHARE), redact)
         read = read_run(run_dir, transcript, plan)
         transcript.close()
+        r = read.result
+        top = head(esc_line(redact(f"{r.task} · {r.model} · mlra share"))) + sections.header(
+            read, redact
+        )
         fixed = sections.fixed_sections(read, redact)
         summary = sections.summary_data(read)
+        for key in ("task", "model", "run_id", "reason"):
+            if isinstance(summary.get(key), str):
+                summary[key] = redact(summary[key])
+        plan_top = f"<h2>Plan, as it changed ({plan.changes})</h2>\n"
+        steps_top = f"<h2>Transcript ({transcript.steps} steps)</h2>\n" + fold_buttons()
+        written = f'<p class="dim">Page written {time.strftime("%Y-%m-%d %H:%M:%S %Z")}.</p>'
+        reserve = 4096  # the list of what was left out, and the summary's counts
+        around = top + fixed + plan_top + steps_top + written + tail(json_for_script(summary))
+        room = budget - len(around.encode("utf-8")) - plan.written - reserve
+        steps_size, cut_steps = transcript.fitting(max(0, room))
+        transcript.steps_left_out += cut_steps
         left_out = sections.left_out(read, transcript, plan)
         summary["left_out"] = left_out
         summary["redacted"] = dict(redact.counts)
         partial = out_path.with_name(out_path.name + ".part")
-        with open(partial, "w", encoding="utf-8", newline="\n") as out:
-            title = esc_line(f"{read.result.task} · {read.result.model} · mlra share")
-            out.write(head(title))
-            out.write(sections.header(read, redact))
-            out.write(sections.what_page_leaves(redact, left_out))
-            out.write(fixed)
-            out.write(f"<h2>Plan, as it changed ({plan.changes})</h2>\n")
-            _copy(pbody, out)
-            out.write(f"<h2>Transcript ({transcript.steps} steps)</h2>\n")
-            out.write(fold_buttons())
-            _copy(tbody, out)
-            out.write(f'<p class="dim">Page written {time.strftime("%Y-%m-%d %H:%M:%S %Z")}.</p>')
-            out.write(tail(json_for_script(summary)))
+        with open(partial, "wb") as out:
+            for part in (top, sections.what_page_leaves(redact, left_out), fixed, plan_top):
+                out.write(part.encode("utf-8"))
+            _copy(pbody, out, plan.written)
+            out.write(steps_top.encode("utf-8"))
+            _copy(tbody, out, steps_size)
+            out.write((written + tail(json_for_script(summary))).encode("utf-8"))
         partial.replace(out_path)
     return summary

@@ -27,6 +27,11 @@ from mlra.agent.state import RunState
 from mlra.batch.share.curves_svg import Curves
 from mlra.batch.share.transcript import PlanChanges, Transcript
 
+STREAMED = frozenset({b"text_delta", b"tool_output", b"model_answering"})
+"""Events only a live display needs (the text a model is writing, a command's output as it
+comes): the whole text is in the thought or result that follows, so they are not parsed.
+A long run's log is mostly these; skipping them reads it several times faster."""
+
 
 class NotARun(ValueError):
     """The folder holds no run log: one line for the user."""
@@ -48,6 +53,15 @@ class RunRead:
     notes: list[Any] = field(default_factory=list)
     recorded_by: str = ""
     """The mlra version that started the run (`run_started`; empty from before it was said)."""
+
+
+def _event_type(line: bytes) -> bytes:
+    """The type a log line names in its stamps (where `EventLog` writes it, first)."""
+    i = line.find(b'"type":"', 0, 160)
+    if i < 0:
+        return b""
+    i += 8
+    return line[i : line.find(b'"', i, i + 48)]
 
 
 def read_run(
@@ -77,7 +91,7 @@ def read_run(
                 torn = len(line)  # being written now, or cut off: never shown to anyone
                 break
             digest.update(line)
-            if not line.strip():
+            if not line.strip() or _event_type(line) in STREAMED:
                 continue
             try:
                 event = resolve(ev.parse_event(line))

@@ -15,7 +15,7 @@ import json
 from typing import IO
 
 from mlra import events as ev
-from mlra.batch.share.text import Redactor, block, esc, esc_line, utf8_size
+from mlra.batch.share.text import Redactor, block, esc, esc_line
 from mlra.durations import format_duration
 
 TEXT_LIMIT = 12_000
@@ -27,9 +27,13 @@ def _clock(t: float) -> str:
 
 
 class Transcript:
-    def __init__(self, out: IO[str], budget: int, redact: Redactor, text_limit: int = TEXT_LIMIT):
+    def __init__(
+        self, out: IO[bytes], budget: int, redact: Redactor, text_limit: int = TEXT_LIMIT
+    ) -> None:
         self.out, self.budget, self.redact, self.text_limit = out, budget, redact, text_limit
         self.written = 0
+        self.step_starts: list[int] = []
+        """Where each step's block begins in `out`: a page short of room ends at one."""
         self.open = False
         self.steps = 0
         self.steps_left_out = 0
@@ -37,8 +41,9 @@ class Transcript:
         self.full = False
 
     def _write(self, html_text: str) -> None:
-        self.out.write(html_text)
-        self.written += utf8_size(html_text)
+        data = html_text.encode("utf-8")
+        self.out.write(data)
+        self.written += len(data)
 
     def _pre(self, text: str, cls: str = "") -> str:
         inner, was_cut = block(text, self.text_limit, self.redact)
@@ -52,6 +57,7 @@ class Transcript:
         if self.full:
             self.steps_left_out += 1
             return
+        self.step_starts.append(self.written)
         self._write(f'<details class="step"><summary>{title}</summary>\n')
         self.open = True
 
@@ -150,11 +156,20 @@ class Transcript:
     def close(self) -> None:
         self._close_step()
 
+    def fitting(self, room: int) -> tuple[int, int]:
+        """How many bytes of the transcript fit in `room` (cut where a step begins), and
+        how many steps that leaves out."""
+        if self.written <= room:
+            return self.written, 0
+        kept = [start for start in self.step_starts if start <= room]
+        end = kept[-1] if kept else 0
+        return end, len(self.step_starts) - len(kept)
+
 
 class PlanChanges:
     """Each `plan_updated` as a list of its steps, within its own share of the budget."""
 
-    def __init__(self, out: IO[str], budget: int, redact: Redactor) -> None:
+    def __init__(self, out: IO[bytes], budget: int, redact: Redactor) -> None:
         self.out, self.budget, self.redact = out, budget, redact
         self.written = 0
         self.changes = 0
@@ -181,5 +196,6 @@ class PlanChanges:
             f'<div class="plan"><div class="lbl"><span class="dim">{_clock(event.t)}</span> '
             f"{esc_line(event.agent)}</div><ol>{items}</ol></div>\n"
         )
-        self.out.write(text)
-        self.written += utf8_size(text)
+        data = text.encode("utf-8")
+        self.out.write(data)
+        self.written += len(data)

@@ -9,8 +9,6 @@ import json
 import time
 from pathlib import Path
 
-import pytest
-
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, encode_event
 from mlra.console.cli import main
@@ -26,7 +24,8 @@ def _line(event: ev.Event, seq: int) -> bytes:
 
 
 def _synthetic_log(run_dir: Path, size: int) -> int:
-    """A run's log grown to `size` bytes: steps of 1 MB outputs and metrics between."""
+    """A run's log grown to `size` bytes: steps of a model's streamed words, a command's
+    output streamed and whole (1 MB), and metrics."""
     log = run_dir / EVENTS_FILE
     lines = log.read_bytes().splitlines(keepends=True)
     finished = lines.pop()  # run_finished goes last again
@@ -41,6 +40,10 @@ def _synthetic_log(run_dir: Path, size: int) -> int:
                 ev.StepStarted(agent="worker", step=step, turn=step, t=step),
                 ev.ToolCall(call_id=f"c{step}", agent="worker", tool="bash", t=step,
                             arguments={"command": "python train.py"}),
+                *(ev.TextDelta(agent="worker", turn=step, text="I will train ", t=step)
+                  for _ in range(200)),
+                *(ev.ToolOutput(call_id=f"c{step}", text=output[:65536], t=step)
+                  for _ in range(4)),
                 ev.ToolResult(call_id=f"c{step}", tool="bash", agent="worker", ok=True,
                               output=output, t=step),
                 ev.Metrics(source="job:j9", job="j9", t=step, points=[
@@ -59,7 +62,6 @@ def _synthetic_log(run_dir: Path, size: int) -> int:
     return written
 
 
-@pytest.mark.slow
 def test_a_300_mb_log_makes_a_page_within_its_budget(tmp_path: Path) -> None:
     run_dir = metrics_run(tmp_path / "runs", "big", score=0.875)
     size = _synthetic_log(run_dir, 300 * MB)
