@@ -46,6 +46,8 @@ class Transcript:
         self.written += len(data)
 
     def _pre(self, text: str, cls: str = "") -> str:
+        if not text:
+            return ""
         inner, was_cut = block(text, self.text_limit, self.redact)
         self.texts_cut += was_cut
         return f'<pre class="{cls}">{inner}</pre>' if cls else f"<pre>{inner}</pre>"
@@ -144,6 +146,15 @@ class Transcript:
                     f"{t} attempt {esc_line(event.attempt)} {esc_line(event.status)}{score}",
                     self._pre(event.summary or event.why or ""),
                 )
+            case ev.HistorySummarized():
+                label = f"{t} turns {event.first_turn}–{event.last_turn} summarized"
+                self._item(label, self._pre(event.summary), "notice")
+            case ev.JobStarted():
+                self._item(f"{t} job {esc_line(event.job)} started", self._pre(event.command))
+            case ev.JobEnded():
+                code = "" if event.exit_code is None else f", exit {event.exit_code}"
+                label = f"{t} job {esc_line(event.job)} {esc_line(event.end)}{code}"
+                self._item(label, self._pre(event.reason))
             case ev.RunFinished():
                 self._item(
                     f"{t} run {esc_line(event.status)} ({esc_line(event.reason)})",

@@ -57,6 +57,9 @@ def add_hostile_events(run_dir: Path) -> None:
             ev.ToolResult(call_id="c1", tool="bash", agent="worker", ok=False, output=text),
             ev.ToolResult(call_id="c2", tool="bash", agent="worker", ok=True, output=ONE_MB_LINE),
             ev.Notice(level="warning", message=text),
+            ev.ToolCall(call_id=HOSTILE[0], agent="worker", tool=HOSTILE[1], raw_arguments=text),
+            ev.JobStarted(job=HOSTILE[1], name=HOSTILE[0], command=text, log="jobs/j.log"),
+            ev.JobEnded(job=HOSTILE[1], end="exited", exit_code=1, reason=text),
             ev.PlanUpdated(
                 agent="worker",
                 steps=[ev.PlanStep(id=str(i), title=h, note=h) for i, h in enumerate(HOSTILE)],
@@ -88,3 +91,32 @@ def add_hostile_events(run_dir: Path) -> None:
     finally:
         log.close()
     append_annotation(run_dir, Annotation(step=1, seq=1, tags=["x"], comment=text[:3000]))
+
+
+def add_demo_steps(run_dir: Path) -> None:
+    """A plan and two steps, for the docs' picture."""
+    log_path = run_dir / EVENTS_FILE
+    last = max(e.seq for e in iter_events(log_path))
+    log = EventLog(log_path, start_seq=last)
+    steps = [("1", "Train the baseline", "done"), ("2", "Tune the learning rate", "in_progress")]
+    try:
+        for t, event in enumerate(
+            (
+                ev.PlanUpdated(
+                    agent="supervisor",
+                    steps=[ev.PlanStep(id=i, title=title, status=st) for i, title, st in steps],
+                ),
+                ev.StepStarted(agent="worker", step=1, turn=1),
+                ev.WorkerThought(text="Train the baseline first.", turn=1, step=1),
+                ev.ToolCall(call_id="c1", agent="worker", tool="bash",
+                            arguments={"command": "python train.py --steps 400"}),
+                ev.ToolResult(call_id="c1", tool="bash", agent="worker", ok=True,
+                              output="step 400 loss 0.61\n[exit code 0, 41 s]"),
+                ev.StepStarted(agent="worker", step=2, turn=2),
+            ),
+            start=120,
+        ):  # fmt: skip
+            event.t = float(t)
+            log.append(event)
+    finally:
+        log.close()

@@ -21,7 +21,7 @@ import pytest
 from mlra.agent.annotations import Annotation, append_annotation
 from mlra.console.cli import main
 from tests.batch.metrics_runs import metrics_run
-from tests.batch.share_corpus import add_hostile_events
+from tests.batch.share_corpus import add_demo_steps, add_hostile_events
 from tests.batch.test_share_page import Page, check_page_is_ours
 from tests.console.docs_screens import IMAGES
 
@@ -109,9 +109,10 @@ def test_the_docs_picture(tmp_path: Path) -> None:
         comment="loss spikes after step 300; the agent printed <img src=x onerror=alert(1)> "
         "and \x1b[31mANSI\x1b[0m: shown as text, never run",
     ))  # fmt: skip
+    add_demo_steps(run_dir)
     out = tmp_path / "run.html"
     assert main(["share", str(run_dir), "-o", str(out)]) == 0
     picture = tmp_path / "shot.png"
-    open_in_chromium(out, tmp_path, f"--screenshot={picture}", "--window-size=1000,1250",
+    open_in_chromium(out, tmp_path, f"--screenshot={picture}", "--window-size=1000,1400",
                      "--hide-scrollbars")  # fmt: skip
     shutil.copyfile(picture, IMAGES / "share-page.png")

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, encode_event
+from mlra.agent.eventlog import EVENTS_FILE, EventLog, encode_event
 from mlra.console.cli import main
 from tests.batch.metrics_runs import metrics_run
 from tests.batch.test_share_page import check_page_is_ours
@@ -106,3 +106,11 @@ def test_a_run_still_going_and_an_older_log(tmp_path: Path) -> None:
     assert main(["share", str(run_dir), "-o", str(out)]) == 0
     shown = "".join(check_page_is_ours(out.read_text(encoding="utf-8")).text)
     assert "interrupted" in shown and f"bytes of a half-written last line: {len(tail)}" in shown
+    assert "an mlra that did not record its version (recorded the run)" in shown
+    writer = EventLog(log, start_seq=len(kept))  # a run writing its log holds its lock
+    try:
+        assert main(["share", str(run_dir), "-o", str(out)]) == 0
+    finally:
+        writer.close()
+    shown = "".join(check_page_is_ours(out.read_text(encoding="utf-8")).text)
+    assert "still running (a snapshot as of now)" in shown
