@@ -8,6 +8,7 @@ from pathlib import Path
 from mlra import events as ev
 from mlra.agent.annotations import Annotation, append_annotation
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, iter_events
+from mlra.events.base import PlanStatus
 
 SECRET_KEY = "sk-ant-api03-" + "Q" * 40
 GITHUB_TOKEN = "ghp_" + "Z" * 36
@@ -98,7 +99,10 @@ def add_demo_steps(run_dir: Path) -> None:
     log_path = run_dir / EVENTS_FILE
     last = max(e.seq for e in iter_events(log_path))
     log = EventLog(log_path, start_seq=last)
-    steps = [("1", "Train the baseline", "done"), ("2", "Tune the learning rate", "in_progress")]
+    steps: list[tuple[str, str, PlanStatus]] = [
+        ("1", "Train the baseline", "done"),
+        ("2", "Tune the learning rate", "in_progress"),
+    ]
     try:
         for t, event in enumerate(
             (
