@@ -106,6 +106,7 @@ def left_out(read: RunRead, transcript: Transcript, plan: PlanChanges) -> dict[s
         "transcript texts cut to head and tail": transcript.texts_cut,
         "transcript steps left out past the size budget": transcript.steps_left_out,
         "plan changes left out past the size budget": plan.left_out,
+        "plan step texts cut to head and tail": plan.texts_cut,
         "curve points thinned (each bucket's extremes kept)": read.curves.left_out,
         "log lines that were not events": read.bad_lines,
         "bytes of a half-written last line": read.torn_tail,

@@ -15,7 +15,7 @@ import json
 from typing import IO
 
 from mlra import events as ev
-from mlra.batch.share.text import Redactor, block, esc, esc_line
+from mlra.batch.share.text import Redactor, block, esc_line
 from mlra.durations import format_duration
 
 TEXT_LIMIT = 12_000
@@ -177,6 +177,10 @@ class Transcript:
         return end, len(self.step_starts) - len(kept)
 
 
+PLAN_TEXT = 2000
+"""Characters of a plan step's title or note kept before it is cut to head and tail."""
+
+
 class PlanChanges:
     """Each `plan_updated` as a list of its steps, within its own share of the budget."""
 
@@ -185,7 +189,13 @@ class PlanChanges:
         self.written = 0
         self.changes = 0
         self.left_out = 0
+        self.texts_cut = 0
         self._last: list[tuple[str, str, str]] | None = None
+
+    def _text(self, text: str) -> str:
+        inner, was_cut = block(text, PLAN_TEXT, self.redact)
+        self.texts_cut += was_cut
+        return inner
 
     def feed(self, event: ev.PlanUpdated) -> None:
         steps = [(s.title, s.status, s.note) for s in event.steps]
@@ -198,8 +208,12 @@ class PlanChanges:
             return
         items = "".join(
             f'<li class="{esc_line(status)}"><span class="st">{esc_line(status)}</span> '
-            f"{esc(self.redact(title[:2000]))}"
-            + (f' <span class="dim">{esc(self.redact(note[:2000]))}</span>' if note else "")
+            f"{block(title, PLAN_TEXT, self.redact)[0]}"
+            + (
+                f' <span class="dim">{block(note, PLAN_TEXT, self.redact)[0]}</span>'
+                if note
+                else ""
+            )
             + "</li>"
             for title, status, note in steps
         )
