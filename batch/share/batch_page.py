@@ -76,7 +76,7 @@ def write_batch_page(
             )
             status = r.status + (f" ({r.failure})" if r.failure else "")
             parts.append(
-                f"<tr><td>{line(r.run_id)}</td><td>{line(r.model)}</td><td>{r.seed or '-'}</td>"
+                f"<tr><td>{line(r.run_id)}</td><td>{line(r.model)}</td><td>{'-' if r.seed is None else r.seed}</td>"
                 f"<td>{r.attempt}{'' if r.counted else ' (not counted)'}</td>"
                 f'<td>{line(status)}</td><td class="num">{_num(r.score)}</td>'
                 f"<td>{'yes' if r.success else 'no'}</td>"

@@ -63,8 +63,14 @@ class Thinned:
         self.width *= 2
         self.filling = 1
 
-    def points(self) -> list[tuple[float | None, float, float]]:
-        return [p for b in self.buckets for p in b]
+    def points(self, buckets: int = MAX_BUCKETS) -> list[tuple[float | None, float, float]]:
+        """The kept points, merged pairwise into at most `buckets` buckets (a page short of
+        room draws its curves with fewer, each still with its extremes)."""
+        kept = self.buckets
+        while len(kept) > buckets:
+            kept = [_extremes(kept[i] + kept[i + 1]) if i + 1 < len(kept) else kept[i]
+                    for i in range(0, len(kept), 2)]  # fmt: skip
+        return [p for b in kept for p in b]
 
 
 def _extremes(
@@ -104,10 +110,9 @@ class Curves:
             out.append((f"{source_label(source)}/{name}" if sources_of[name] > 1 else name, series))
         return out
 
-    @property
-    def left_out(self) -> int:
+    def left_out(self, buckets: int = MAX_BUCKETS) -> int:
         """Points read but not drawn (thinned here)."""
-        return sum(s.read - len(s.points()) for s in self.series.values())
+        return sum(s.read - len(s.points(buckets)) for s in self.series.values())
 
 
 W, H, PAD_L, PAD_B, PAD_T, PAD_R = 460, 170, 56, 26, 10, 10
@@ -156,8 +161,8 @@ def svg(title: str, points: list[Pt], x_label: str, *, step_line: bool = False) 
     )
 
 
-def series_svg(name: str, series: Thinned) -> str:
-    kept = series.points()
+def series_svg(name: str, series: Thinned, buckets: int = MAX_BUCKETS) -> str:
+    kept = series.points(buckets)
     over_steps = all(p[0] is not None for p in kept)
     pts: list[Pt] = [(float(p[0]) if over_steps and p[0] is not None else p[1], p[2]) for p in kept]
     if over_steps:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from mlra.batch.share import sections
+from mlra.batch.share.curves_svg import MAX_BUCKETS
 from mlra.batch.share.page import fold_buttons, head, tail
 from mlra.batch.share.run_read import read_run
 from mlra.batch.share.text import Redactor, esc_line, json_for_script
@@ -26,6 +27,9 @@ FIXED_SHARE = 0.1
 """Of the budget, what the header, notes, attempts and curves may take (they are never
 cut; a page whose fixed part exceeds it still has them whole)."""
 PLAN_SHARE = 0.1
+CURVES_SHARE = 0.25
+"""Of the budget, what the curves may take before they are drawn with fewer points."""
+MIN_BUCKETS = 25
 
 
 def _copy(src: IO[bytes], out: IO[bytes], size: int) -> None:
@@ -58,6 +62,12 @@ def write_run_page(
             read, redact
         )
         fixed = sections.fixed_sections(read, redact)
+        buckets = MAX_BUCKETS
+        drawn = sections.curves(read, buckets)
+        while len(drawn) > budget * CURVES_SHARE and buckets > MIN_BUCKETS:
+            buckets //= 2  # many curves: each drawn with fewer points, none left out
+            drawn = sections.curves(read, buckets)
+        fixed += drawn
         summary = sections.summary_data(read)
         for key in ("task", "model", "run_id", "reason"):
             if isinstance(summary.get(key), str):
@@ -70,7 +80,7 @@ def write_run_page(
         room = budget - len(around.encode("utf-8")) - plan.written - reserve
         steps_size, cut_steps = transcript.fitting(max(0, room))
         transcript.steps_left_out += cut_steps
-        left_out = sections.left_out(read, transcript, plan)
+        left_out = sections.left_out(read, transcript, plan, buckets)
         summary["left_out"] = left_out
         summary["redacted"] = dict(redact.counts)
         partial = out_path.with_name(out_path.name + ".part")

@@ -101,13 +101,15 @@ def header(read: RunRead, redact: Redactor) -> str:
     )
 
 
-def left_out(read: RunRead, transcript: Transcript, plan: PlanChanges) -> dict[str, int]:
+def left_out(
+    read: RunRead, transcript: Transcript, plan: PlanChanges, buckets: int
+) -> dict[str, int]:
     counts = {
         "transcript texts cut to head and tail": transcript.texts_cut,
         "transcript steps left out past the size budget": transcript.steps_left_out,
         "plan changes left out past the size budget": plan.left_out,
         "plan step texts cut to head and tail": plan.texts_cut,
-        "curve points thinned (each bucket's extremes kept)": read.curves.left_out,
+        "curve points thinned (each bucket's extremes kept)": read.curves.left_out(buckets),
         "log lines that were not events": read.bad_lines,
         "bytes of a half-written last line": read.torn_tail,
     }
@@ -178,8 +180,9 @@ def _attempts(read: RunRead, redact: Redactor) -> str:
     )
 
 
-def _curves(read: RunRead) -> str:
-    figures = [series_svg(name, series) for name, series in read.curves.named()]
+def curves(read: RunRead, buckets: int) -> str:
+    """The curves section, each series drawn from at most `buckets` buckets."""
+    figures = [series_svg(name, series, buckets) for name, series in read.curves.named()]
     curve = read.result.validation_curve
     if curve:
         best: list[tuple[float, float]] = []
@@ -197,7 +200,8 @@ def _curves(read: RunRead) -> str:
 
 
 def fixed_sections(read: RunRead, redact: Redactor) -> str:
-    return _notes(read, redact) + _attempts(read, redact) + _curves(read)
+    """The notes and the attempts: never cut."""
+    return _notes(read, redact) + _attempts(read, redact)
 
 
 def summary_data(read: RunRead) -> dict[str, Any]:

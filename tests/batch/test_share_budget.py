@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from mlra import events as ev
+from mlra.agent.annotations import Annotation, append_annotation
 from mlra.agent.eventlog import EVENTS_FILE, EventLog, encode_event
 from mlra.console.cli import main
 from tests.batch.metrics_runs import metrics_run
@@ -114,3 +115,34 @@ def test_a_run_still_going_and_an_older_log(tmp_path: Path) -> None:
         writer.close()
     shown = "".join(check_page_is_ours(out.read_text(encoding="utf-8")).text)
     assert "still running (a snapshot as of now)" in shown
+
+
+def test_many_curves_are_drawn_with_fewer_points_within_the_budget(tmp_path: Path) -> None:
+    many = tuple(
+        ev.Metrics(source=f"job:s{i}", job=f"s{i}", points=[
+            ev.MetricPoint(name=f"loss{i}", value=(k * 7919 % 1000) / 7.0, step=k, wall=float(k))
+            for k in range(2000)
+        ])
+        for i in range(60)
+    )  # fmt: skip
+    run_dir = metrics_run(tmp_path / "runs", "curvy", score=0.5, more=many)
+    _synthetic_log(run_dir, 12 * MB)
+    out = tmp_path / "curvy.html"
+    assert main(["share", str(run_dir), "-o", str(out), "--max-mb", "0.35"]) == 0
+    assert out.stat().st_size <= 0.35 * MB  # at 400 buckets a curve: 0.42 MB
+    page = check_page_is_ours(out.read_text(encoding="utf-8"))
+    assert [t for t, _ in page.tags].count("svg") == 63  # all 60, loss, acc, train_loss
+    assert "curve points thinned" in "".join(page.text)  # drawn with fewer points
+
+
+def test_notes_are_never_cut_the_transcript_makes_room(tmp_path: Path) -> None:
+    run_dir = metrics_run(tmp_path / "runs", "noted", score=0.5)
+    _synthetic_log(run_dir, 12 * MB)
+    for i in range(100):
+        append_annotation(run_dir, Annotation(step=1, seq=2, comment=f"note {i} " + "n" * 3000))
+    out = tmp_path / "noted.html"
+    assert main(["share", str(run_dir), "-o", str(out), "--max-mb", "0.4"]) == 0
+    assert out.stat().st_size <= 0.4 * MB  # with every step: 0.43 MB
+    shown = "".join(check_page_is_ours(out.read_text(encoding="utf-8")).text)
+    assert "Notes (100)" in shown and all(f"note {i} " + "n" * 3000 in shown for i in range(100))
+    assert "transcript steps left out past the size budget" in shown

@@ -221,3 +221,16 @@ def test_escaping_helpers() -> None:
         "[redacted: AWS access key] and [redacted: Hugging Face token]"
     )
     assert redact("DB_PASSWORD: 'letmein99'") == "DB_PASSWORD: '[redacted: value]'"
+
+
+def test_thinning_keeps_each_buckets_extremes() -> None:
+    from mlra.batch.share.curves_svg import MAX_BUCKETS, Thinned
+
+    series = Thinned()
+    for k in range(100_000):
+        value = 1000.0 if k == 77_777 else -5.0 if k == 12_345 else 1.0 / (k + 1)
+        series.add(k, float(k), value)
+    kept = series.points()
+    assert len(kept) <= 2 * (MAX_BUCKETS + 1) and series.read == 100_000
+    assert (77_777, 77_777.0, 1000.0) in kept and (12_345, 12_345.0, -5.0) in kept
+    assert [p[0] for p in kept] == sorted(p[0] for p in kept)  # still in order
