@@ -233,4 +233,4 @@ def test_thinning_keeps_each_buckets_extremes() -> None:
     kept = series.points()
     assert len(kept) <= 2 * (MAX_BUCKETS + 1) and series.read == 100_000
     assert (77_777, 77_777.0, 1000.0) in kept and (12_345, 12_345.0, -5.0) in kept
-    assert [p[0] for p in kept] == sorted(p[0] for p in kept)  # still in order
+    assert [p[1] for p in kept] == sorted(p[1] for p in kept)  # still in order
