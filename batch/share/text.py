@@ -12,8 +12,9 @@ and U+2029 written as `\\uXXXX`, so no `</script>` can close its element.
 
 Secrets are redacted before anything else (a key cut in half by the cut would show its
 half): API keys by their known shapes and the values of `NAME=value` pairs whose name
-says KEY, TOKEN, SECRET or PASSWORD, and the values of such variables in the sharing
-user's own environment wherever they appear. The page counts what it redacted by kind.
+ends as a secret's does (`OPENAI_API_KEY`, `db_password`), and the values of variables
+whose names say KEY, TOKEN, SECRET or PASSWORD in the sharing user's own environment
+wherever they appear. The page counts what it redacted by kind.
 """
 
 from __future__ import annotations
@@ -42,10 +43,13 @@ _KEY_SHAPES: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD", re.IGNORECASE)
 _ASSIGNED = re.compile(
-    r"""(?P<name>\b[A-Za-z_][A-Za-z0-9_]*(?:KEY|TOKEN|SECRET|PASSWORD|PASSWD)[A-Za-z0-9_]*)"""
-    r"""(?P<sep>["']?\s*[=:]\s*["']?)(?P<value>[^\s"',;]{6,})""",
-    re.IGNORECASE,
+    r"""(?P<name>\b(?:[A-Z0-9_]*KEY|[A-Za-z0-9_]*?(?i:api_?key|access_?key|secret_?key|"""
+    r"""private_?key|token|secret|password|passwd)))\b"""
+    r"""(?P<sep>["']?\s*[=:]\s*["']?)(?P<value>[^\s"',;]{8,})"""
 )
+"""`NAME=value` (or `: `) where the name ends as a secret's does: `OPENAI_API_KEY`,
+`HF_TOKEN`, `db_password`, `api_key`; not `tokenizer` or `max_tokens`, so code reads
+whole."""
 MIN_ENV_SECRET = 8
 """An environment value shorter than this is not looked for (`TOKEN=1` would redact
 every 1 on the page)."""
@@ -77,7 +81,7 @@ class Redactor:
         def assigned(m: re.Match[str]) -> str:
             if m.group("value").startswith("[redacted"):
                 return m.group()
-            self.counts["value assigned to a *KEY/*TOKEN/*SECRET name"] += 1
+            self.counts["value of a NAME=value whose name says KEY, TOKEN, SECRET or PASSWORD"] += 1
             return m.group("name") + m.group("sep") + REDACTED.format("value")
 
         return _ASSIGNED.sub(assigned, text)
