@@ -34,3 +34,11 @@ def snapshot_of(nodeid: str) -> Path:
     path, _, name = nodeid.partition("::")
     test_file = ROOT / path
     return test_file.parent / "__snapshots__" / test_file.stem / f"{name}.svg"
+
+
+BROWSER_PICTURES: dict[str, str] = {
+    "share-page.png": "tests/batch/test_share_browser.py::test_the_docs_picture",
+}
+"""Pictures of a page in a real browser (headless Chromium's screenshot), written by the
+test named with MLRA_DOCS_PICTURES=1: a rendering depends on the machine's fonts, so they
+are not compared byte for byte, only required to exist and be shown."""
