@@ -152,3 +152,20 @@ def test_real_runs_compare(answer_task: Path, tmp_path: Path) -> None:
     assert [(r.name, r.cells) for r in m.rows if r.section == "settings"] == [
         ("max_steps", ["null", "30"])
     ]
+
+
+def test_report_compares_each_tasks_runs_with_agent_text_escaped(tmp_path: Path) -> None:
+    from mlra.batch.report import write_report
+
+    runs = tmp_path / "runs"
+    compared_run(runs, "t1-a", task="t1", model="m1", score=0.5)
+    compared_run(runs, "t1-b", task="t1", model="m<img src=x onerror=alert(1)>", score=0.7)
+    compared_run(runs, "t2-a", task="t2", model="m1", score=0.9)
+    compared_run(runs, "t2-b", task="t2", model="m<img src=x onerror=alert(1)>", score=0.8)
+    write_report(tmp_path, plots=False)
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    section = text[text.index("## Runs compared") :]
+    assert "### t1" in section and "### t2" in section
+    assert "| exact_match ↑ | 0.5 | 0.7\\* |" in section
+    assert "<img" not in section and "&lt;img" in section
+    assert "1 wins, 1 losses, 0 ties" in section
