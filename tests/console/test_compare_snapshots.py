@@ -45,12 +45,12 @@ def _app(tmp_path: Path, n: int = 3) -> CompareApp:
     return CompareApp(load_all(dirs))
 
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 def test_matrix(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     assert snap_compare(_app(tmp_path), terminal_size=size)
 
 
-@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
 def test_curves(snap_compare: Any, tmp_path: Path, size: tuple[int, int]) -> None:
     assert snap_compare(_app(tmp_path), terminal_size=size, press=["x", "c"])
 
