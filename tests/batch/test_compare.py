@@ -169,3 +169,45 @@ def test_report_compares_each_tasks_runs_with_agent_text_escaped(tmp_path: Path)
     assert "| exact_match ↑ | 0.5 | 0.7\\* |" in section
     assert "<img" not in section and "&lt;img" in section
     assert "1 wins, 1 losses, 0 ties" in section
+
+
+def test_a_run_going_on_and_a_log_from_an_older_mlra(tmp_path: Path) -> None:
+    """A log still held open compares as running; a log whose run_started lacks what
+    later versions record (config, mlra version, budget) compares with what it has."""
+    import json
+
+    from mlra import events as ev
+    from mlra.agent.eventlog import EVENTS_FILE, EventLog
+
+    runs = tmp_path / "runs"
+    done = compared_run(runs, "done")
+    older = compared_run(runs, "older", score=0.9)
+    lines = (older / EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    for name in ("config", "mlra_version", "budget"):
+        first.pop(name, None)
+    (older / EVENTS_FILE).write_text(
+        "\n".join([json.dumps(first), *lines[1:]]) + "\n", encoding="utf-8"
+    )
+    (older / "result.json").unlink()
+    live = EventLog(runs / "live" / EVENTS_FILE)
+    try:
+        sandbox = ev.SandboxInfo(
+            kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"
+        )
+        live.append(
+            ev.RunStarted(
+                run_id="live",
+                task="answer",
+                task_title="A",
+                model="m1",
+                limits=ev.Limits(time_limit_s=60),
+                sandbox=sandbox,
+            )
+        )
+        m = matrix.build(load_all([done, older, runs / "live"]))
+    finally:
+        live.close()
+    assert _row(m, "status") == ["finished (submitted)", "finished (submitted)", "running"]
+    assert _row(m, "exact_match") == ["0.5", "0.9*", "-"]
+    assert _row(m, "mlra_version") == ["0.1.0", "(older)", "(older)"]

@@ -62,3 +62,14 @@ def test_bad_input_one_line_exit_2(tmp_path: Path) -> None:
         proc = mlra_cli([*args, "--no-tui"], cwd=tmp_path)
         assert proc.returncode == 2, proc.stdout
         assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_runs_text_is_printed_escaped(tmp_path: Path) -> None:
+    """A model's name with a terminal escape and Rich markup prints as text."""
+    runs = tmp_path / "runs"
+    compared_run(runs, "a", model="m\x1b]0;pwned\x07[bold red]x[/]")
+    compared_run(runs, "b")
+    proc = mlra_cli(["compare", "runs", "--no-tui"], cwd=tmp_path, env=NARROW)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    assert "[bold red]x" in proc.stdout
