@@ -31,10 +31,13 @@ from mlra.batch.compare.runs import ComparedRun
 from mlra.console.attempt_files import workspaces_diff
 from mlra.console.attempt_screens import PickAttemptScreen
 from mlra.console.compare_text import letter
+from mlra.console.curves_data import decimated
 from mlra.console.screens import DiffScreen
 from mlra.terminal_text import printable_line
 
 KEYS = "m matrix · c curves · b best val · x step/time · a all · d/p/s diff · q quit"
+MIN_ROOM = 120
+"""Points drawn a line at least, however narrow the plot (curves_data.decimated)."""
 MINUTES_PAST_S = 600.0
 """Past this many run-clock seconds the time axis counts minutes."""
 
@@ -163,14 +166,18 @@ class CompareApp(App[int]):
     def _plot(self, plot: PlotextPlot, lines: list[Line], title: str, *, by_step: bool) -> None:
         minutes = not by_step and any(x > MINUTES_PAST_S for line in lines for x in line.x)
         scale = 60.0 if minutes else 1.0
+        # Each cell's lowest and highest point, as the Curves view draws (plotext's cost
+        # grows with the points: 10 runs of 50,000 points each draw in a blink so).
+        room = max(MIN_ROOM, 2 * plot.size.width)
         plt = plot.plt
         plt.clear_figure()
         plt.title(printable_line(title))
         for line in lines:
-            if line.x:
+            xs, ys = decimated(line.x, line.y, room)
+            if xs:
                 plt.plot(
-                    [x / scale for x in line.x],
-                    line.y,
+                    [x / scale for x in xs],
+                    ys,
                     label=letter(line.run),
                     color=rgb(line.run),
                     marker="braille",
