@@ -60,8 +60,7 @@ def matrix_table(runs: list[ComparedRun], metric: str | None, *, all_settings: b
     for row in m.rows:
         if row.section != section:
             section = row.section
-            heading = "settings that differ" if m.same_hidden else "settings"
-            table.add_row(Text(heading, style="italic"))
+            table.add_row(Text("settings", style="italic"))
         star = row.name == m.metric
         cells = [
             Text(printable_line(c), style="bold" if star and i in m.best else "")
