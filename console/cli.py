@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.share_cli import add_share_command  # `mlra share`
 
     add_share_command(sub)
+
+    from mlra.console.compare_cli import add_compare_command  # `mlra compare`
+
+    add_compare_command(sub)
     return parser
 
 
