@@ -67,7 +67,6 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.share_cli import add_share_command  # `mlra share`
 
     add_share_command(sub)
-
     from mlra.console.compare_cli import add_compare_command  # `mlra compare`
 
     add_compare_command(sub)
