@@ -72,15 +72,21 @@ def _paired_md(table: Paired) -> list[str]:
     return lines
 
 
-def comparison_markdown(out: Path, rows: list[RunRow]) -> str:
-    """The section (empty where no task has two runs to compare)."""
+def compared(out: Path, rows: list[RunRow]) -> tuple[dict[str, list[ComparedRun]], list[Paired]]:
+    """Each task with two runs or more (its runs, all of them: whoever shows them takes
+    the first `MAX_RUNS`), and the paired tables over every run: what the report and the
+    shared batch page compare."""
     runs = _loaded(out, rows)
     tasks: dict[str, list[ComparedRun]] = {}
     for run in runs:
         tasks.setdefault(run.task, []).append(run)
-    compared = {t: rs for t, rs in sorted(tasks.items()) if len(rs) >= 2}
-    tables = paired(runs)
-    if not compared and not tables:
+    return {t: rs for t, rs in sorted(tasks.items()) if len(rs) >= 2}, paired(runs)
+
+
+def comparison_markdown(out: Path, rows: list[RunRow]) -> str:
+    """The section (empty where no task has two runs to compare)."""
+    compared_tasks, tables = compared(out, rows)
+    if not compared_tasks and not tables:
         return ""
     lines = [
         "",
@@ -88,7 +94,7 @@ def comparison_markdown(out: Path, rows: list[RunRow]) -> str:
         "",
         "Each task's runs side by side, as mlra compare shows them (with their curves).",
     ]
-    for task, task_runs in compared.items():
+    for task, task_runs in compared_tasks.items():
         lines += ["", f"### {md_cell(task)}", ""]
         if len(task_runs) > MAX_RUNS:
             lines += [f"The first {MAX_RUNS} of its {len(task_runs)} runs.", ""]

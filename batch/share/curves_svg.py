@@ -124,9 +124,25 @@ def _fmt(value: float) -> str:
 
 def svg(title: str, points: list[Pt], x_label: str, *, step_line: bool = False) -> str:
     """One curve as an inline `<svg>` (title and labels escaped; numbers only otherwise)."""
-    if not points:
+    return lines_svg(title, [("line", points)], x_label, step_line=step_line)
+
+
+def lines_svg(
+    title: str,
+    lines: list[tuple[str, list[Pt]]],
+    x_label: str,
+    *,
+    step_line: bool = False,
+    legend: str = "",
+) -> str:
+    """Curves on one axis as an inline `<svg>`, each `(its CSS classes, its points)`: the
+    classes are mlra's own (`line c3`, a run's colour), never text from a run; the
+    title is escaped here, `legend` is HTML already escaped."""
+    lines = [(cls, pts) for cls, pts in lines if pts]
+    if not lines:
         return ""
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    xs = [p[0] for _, pts in lines for p in pts]
+    ys = [p[1] for _, pts in lines for p in pts]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     if x1 == x0:
         x1 = x0 + 1
@@ -139,12 +155,16 @@ def svg(title: str, points: list[Pt], x_label: str, *, step_line: bool = False) 
     def sy(y: float) -> float:
         return PAD_T + (1 - (y - y0) / (y1 - y0)) * (H - PAD_T - PAD_B)
 
-    coords: list[str] = []
-    for i, (x, y) in enumerate(points):
-        if step_line and i:
-            coords.append(f"{sx(x):.1f},{sy(points[i - 1][1]):.1f}")
-        coords.append(f"{sx(x):.1f},{sy(y):.1f}")
+    polylines = []
+    for cls, points in lines:
+        coords: list[str] = []
+        for i, (x, y) in enumerate(points):
+            if step_line and i:
+                coords.append(f"{sx(x):.1f},{sy(points[i - 1][1]):.1f}")
+            coords.append(f"{sx(x):.1f},{sy(y):.1f}")
+        polylines.append(f'<polyline class="{cls}" points="{" ".join(coords)}"/>')
     name = esc_line(title)
+    count = sum(len(pts) for _, pts in lines)
     return (
         f'<figure class="curve"><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" '
         f'width="{W}" height="{H}" role="img" aria-label="{name}">'
@@ -155,8 +175,8 @@ def svg(title: str, points: list[Pt], x_label: str, *, step_line: bool = False) 
         f'<text class="tick" x="{PAD_L}" y="{H - 8}">{_fmt(x0)}</text>'
         f'<text class="tick" x="{W - PAD_R}" y="{H - 8}" text-anchor="end">{_fmt(x1)} '
         f"{x_label}</text>"
-        f'<polyline class="line" points="{" ".join(coords)}"/></svg>'
-        f'<figcaption>{name} <span class="dim">({len(points)} points)</span></figcaption>'
+        f"{''.join(polylines)}</svg>"
+        f'<figcaption>{name} <span class="dim">({count} points)</span>{legend}</figcaption>'
         "</figure>"
     )
 
