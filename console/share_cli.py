@@ -63,7 +63,7 @@ def cmd_share(args: argparse.Namespace) -> int:
             left = summary.get("left_out") or {}
             said = "; what it cut or left out is listed on it" if left else ""
         else:
-            write_batch_page(path, out)
+            write_batch_page(path, out, max_mb=args.max_mb)
             said = ""
     except (NotARun, LogDamage) as exc:
         raise UsageError(printable_line(str(exc))) from None

@@ -1,9 +1,10 @@
 """A batch (or a folder of runs) as one self-contained page: a table of its groups as
-`mlra report` counts them, then one table a task of its runs' outcomes.
+`mlra report` counts them, one table a task of its runs' outcomes, then the runs
+compared as `mlra report` compares them, with their curves (compare_section.py).
 
 The rows are the report's (batch/report_rows.py: the same counting of attempts and
 seeds), so the page and report.md agree; each run's log is named by its SHA-256. A run's
-own transcript and curves are its own page (`mlra share RUN`).
+own transcript and its every curve are its own page (`mlra share RUN`).
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from mlra import __version__
 from mlra.agent.eventlog import EVENTS_FILE
 from mlra.agent.run_result import log_digest
 from mlra.batch.report_rows import collect, summarize
+from mlra.batch.share.compare_section import comparison
 from mlra.batch.share.page import head, tail
+from mlra.batch.share.run_page import CURVES_SHARE, DEFAULT_MAX_MB, MB
 from mlra.batch.share.run_read import NotARun
 from mlra.batch.share.text import Redactor, esc, esc_line, json_for_script
 from mlra.batch.state import RUNS
@@ -27,7 +30,7 @@ def _num(value: float | None) -> str:
 
 
 def write_batch_page(
-    folder: Path, out_path: Path, redact: Redactor | None = None
+    folder: Path, out_path: Path, redact: Redactor | None = None, max_mb: float = DEFAULT_MAX_MB
 ) -> dict[str, Any]:
     redact = redact or Redactor()
     rows = collect(folder)
@@ -97,6 +100,8 @@ def write_batch_page(
                 }
             )
         parts.append("</table>\n")
+    compared, data["compared"] = comparison(folder, rows, redact, int(max_mb * MB * CURVES_SHARE))
+    parts.append(compared)
     redacted = ", ".join(f"{n} × {k}" for k, n in sorted(redact.counts.items())) or "nothing"
     parts.append(f'<p class="dim">Redacted: {esc(redacted)}.</p>\n')
     data["redacted"] = dict(redact.counts)

@@ -15,7 +15,10 @@ from __future__ import annotations
 import base64
 import hashlib
 
-STYLE = """
+from mlra.batch.compare.overlay import COLOURS
+
+STYLE = (
+    """
 body{font:14px/1.45 system-ui,sans-serif;margin:1.5em auto;max-width:72em;padding:0 1em;color:#1d1d1f;background:#fff}
 h1{font-size:1.5em;margin:.2em 0}h2{font-size:1.15em;margin:1.6em 0 .4em;border-bottom:1px solid #ddd}
 table{border-collapse:collapse;margin:.4em 0}td,th{border:1px solid #ddd;padding:.2em .5em;text-align:left;vertical-align:top}
@@ -33,6 +36,11 @@ details.step>summary{cursor:pointer}.bad pre{background:#fff0f0}.call pre{backgr
 li.done{color:#2a7a2a}li.in_progress{font-weight:600}.warn{color:#805b00}
 .good{color:#2a7a2a}.poor{color:#b00}
 """
+    + "".join(f".c{i}{{color:{c};stroke:{c}}}" for i, c in enumerate(COLOURS))
+    + "\n"
+)
+"""The page's style; `.c3` is the fourth run's colour in a comparison, the one it has
+in every view of `mlra compare` (its text, its swatch and its curves' stroke)."""
 
 SCRIPT = """
 document.documentElement.setAttribute('data-script', 'ran');
