@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from mlra import events as ev
+from mlra.agent.eventlog import EVENTS_FILE, EventLog, iter_events
 from mlra.batch.share.text import Redactor, esc, json_for_script
 from mlra.console.cli import main
 from mlra.terminal_text import has_controls
@@ -31,7 +33,7 @@ from tests.batch.share_corpus import (
 from tests.conftest import ANSWER_TASK, run_baseline
 
 OWN_TAGS = {
-    "html", "head", "meta", "title", "style", "body", "h1", "h2", "table", "tr", "td", "th",
+    "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "table", "tr", "td", "th",
     "span", "b", "code", "ul", "ol", "li", "p", "pre", "div", "details", "summary", "button",
     "script", "svg", "rect", "text", "polyline", "figure", "figcaption", "br",
 }  # fmt: skip
@@ -192,6 +194,72 @@ def test_a_batch_page_lists_each_runs_summary_by_task(tmp_path: Path) -> None:
     page = check_page_is_ours(out.read_text(encoding="utf-8"))
     shown = "".join(page.text)
     assert HOSTILE[1] in shown and HOSTILE[0] in shown and "r1" in shown and "r2" in shown
+
+
+def _with_hostile_model_and_curves(run_dir: Path, model: str | None, scale: float) -> None:
+    """A recorded run given a model name no provider gives (run_started and result.json
+    rewritten, as a hostile or careless writer of a log could) and two curves appended as a run's
+    jobs write them: a loss named with markup, and an accuracy."""
+    log_path = run_dir / EVENTS_FILE
+    lines = log_path.read_text(encoding="utf-8").splitlines(keepends=True)
+    if model is not None:
+        first = json.loads(lines[0])
+        assert first["type"] == "run_started"
+        first["model"] = model
+        lines[0] = json.dumps(first) + "\n"
+        log_path.write_text("".join(lines), encoding="utf-8")
+        result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+        (run_dir / "result.json").write_text(json.dumps({**result, "model": model}))
+    last = max(e.seq for e in iter_events(log_path))
+    log = EventLog(log_path, start_seq=last)
+    try:
+        for name, values in (
+            (HOSTILE[1], [scale * 3 / (k + 1) for k in range(40)]),
+            ("acc", [min(1.0, scale * k / 40) for k in range(40)]),
+        ):
+            points = [
+                ev.MetricPoint(name=name, value=v, step=k, wall=float(k))
+                for k, v in enumerate(values)
+            ]
+            event = ev.Metrics(source="job:j1", job="j1", points=points)
+            event.t = 50.0
+            log.append(event)
+    finally:
+        log.close()
+
+
+def test_a_batch_page_compares_each_tasks_runs(tmp_path: Path) -> None:
+    """Two real baseline runs of one task (seeds 1 and 2, one under a hostile model
+    name): the page has the matrix with only the differing settings, the paired table
+    by model, and the overlaid curves, one line a run in its colour; no run text is an
+    element or an attribute."""
+    batch = tmp_path / "b"
+    (batch / "runs").mkdir(parents=True)
+    for seed, model in ((1, None), (2, HOSTILE[0])):
+        root = tmp_path / f"r{seed}"
+        root.mkdir()
+        run = run_baseline(
+            ANSWER_TASK, root, "--isolation", "none", "--seed", str(seed), "--run-id", f"s{seed}"
+        ).run_dir
+        _with_hostile_model_and_curves(run, model, scale=float(seed))
+        run.rename(batch / "runs" / run.name)
+    out = tmp_path / "batch.html"
+    assert main(["share", str(batch), "-o", str(out)]) == 0
+    page = check_page_is_ours(out.read_text(encoding="utf-8"))
+    shown = "".join(page.text)
+    compared = shown[shown.index("Runs compared") :]
+    assert "Paired by model" in compared and HOSTILE[0] in compared
+    assert re.search(r"\d wins, \d losses, \d ties", compared)
+    assert "seed" in compared and "settings alike in every run, not shown" in compared
+    assert "* the best" in compared and "observation_limit" not in compared
+    heads = [a.get("class") for t, a in page.tags if t == "span" and a.get("class")]
+    assert {"c0", "c1"} <= set(heads)  # each run's swatch in its colour
+    lines = [a.get("class") for t, a in page.tags if t == "polyline"]
+    assert lines.count("line c0") >= 2 and lines.count("line c1") >= 2  # both panels
+    assert HOSTILE[1] in compared and "acc" in compared
+    data = json.loads(next(s[1] for s in page.scripts if s[0].get("type")))
+    assert data["compared"]["paired"][0]["b"] == HOSTILE[0]
+    assert data["compared"]["tasks"]["answer"]["runs"] == ["s1", "s2"]
 
 
 def test_bad_input_is_one_line_and_exit_2(
