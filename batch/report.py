@@ -48,6 +48,7 @@ REPORT_FILES = (
 def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -> list[Group]:
     """Write report.md/.csv/.json (and the plots, where matplotlib is installed: see
     `can_plot`) into the batch folder; returns the groups."""
+    from mlra.batch.compare.report_md import comparison_markdown
     from mlra.batch.report_curves import curves_json, curves_markdown, plot_curves, read_curves
 
     rows = collect(out, attempt)
@@ -55,6 +56,7 @@ def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -
     curves = read_curves(out, rows)  # the runs' training curves (issue 31)
     plotting = plots and bool(groups) and can_plot()
     text = markdown(groups, rows, attempt) + curves_markdown(curves, plotting)
+    text += comparison_markdown(out, rows)  # the runs of each task side by side
     (out / "report.md").write_text(text, encoding="utf-8")
     write_csv(out / "report.csv", groups)
     payload = {

@@ -64,6 +64,12 @@ def build_parser() -> argparse.ArgumentParser:
     from mlra.console.export_cli import add_export_command  # `mlra export`
 
     add_export_command(sub)
+    from mlra.console.share_cli import add_share_command  # `mlra share`
+
+    add_share_command(sub)
+    from mlra.console.compare_cli import add_compare_command  # `mlra compare`
+
+    add_compare_command(sub)
     return parser
 
 

@@ -36,6 +36,7 @@ returns 93 ms, and 10 MB of ANSI-coloured log lines 153 ms.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 _C0_KEPT = "\t\n"
 """What a multi-line display keeps: a tab and a line break only move to a fresh place."""
@@ -97,6 +98,15 @@ def printable_json(text: str) -> str:
     if _IN_JSON.search(text) is None:
         return text
     return _IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def replace_controls(text: str, mark: Callable[[str], str]) -> str:
+    """`text` with each character `printable` escapes (line breaks and tabs kept) replaced
+    by `mark(char)`: for a display that shows them its own way (`mlra share`'s page marks
+    each as ⟨U+202E⟩), from the same classification as the terminal's."""
+    if _MULTILINE.search(text) is None:
+        return text
+    return _MULTILINE.sub(lambda m: mark(m.group()), text)
 
 
 def has_controls(text: str) -> bool:

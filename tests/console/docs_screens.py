@@ -24,6 +24,8 @@ SCREENS: dict[str, str] = {
     ),
     "console-attempts.svg": "tests/console/test_attempts_pane.py::test_snapshot_attempts_200x50",
     "replay-mid-run.svg": "tests/console/test_replay.py::test_snapshot_replay_mid_run",
+    "compare-matrix.svg": "tests/console/test_compare_snapshots.py::test_matrix[160x48]",
+    "compare-curves.svg": "tests/console/test_compare_snapshots.py::test_curves[160x48]",
 }
 """The docs' picture (a file name in docs/images/) to the snapshot test that draws it."""
 
@@ -34,3 +36,11 @@ def snapshot_of(nodeid: str) -> Path:
     path, _, name = nodeid.partition("::")
     test_file = ROOT / path
     return test_file.parent / "__snapshots__" / test_file.stem / f"{name}.svg"
+
+
+BROWSER_PICTURES: dict[str, str] = {
+    "share-page.png": "tests/batch/test_share_browser.py::test_the_docs_picture",
+}
+"""Pictures of a page in a real browser (headless Chromium's screenshot), written by the
+test named with MLRA_DOCS_PICTURES=1: a rendering depends on the machine's fonts, so they
+are not compared byte for byte, only required to exist and be shown."""

@@ -1,0 +1,130 @@
+"""The runs' curves laid over each other: one fixed colour a run in every view, the
+step or the run clock across, and one panel a scale (losses apart from accuracies, so
+a loss of 4 never flattens an accuracy of 0.8), and each run's best validation so far
+against time.
+
+Which panel a series goes to is a rule by its name, else by its values: a name that
+says loss or error (`loss`, `val_err`, `perplexity`) is a loss, one that says a score
+(`acc`, `f1`, `auc`) a score, and any other is a score where all its values lie in
+[0, 1], a loss where they do not.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Literal
+
+from mlra.batch.compare.matrix import lower_by_name
+from mlra.batch.compare.runs import ComparedRun
+from mlra.batch.curves import Series, curve_names
+
+COLOURS = (
+    "#4cc9f0",
+    "#f8961e",
+    "#90be6d",
+    "#f72585",
+    "#f9c74f",
+    "#577590",
+    "#f94144",
+    "#b5b5b5",
+    "#9d4edd",
+    "#43aa8b",
+)
+"""The runs' colours, in the order named (`mlra compare A B`: A cyan, B orange), as
+hex: Rich takes them so, plotext as RGB (`rgb`), the same colour in every view."""
+
+X = Literal["step", "time"]
+Panel = Literal["loss", "score"]
+_SCORE_NAME = re.compile(r"acc|f1|auc|precision|recall|score|bleu|rouge|exact|map\b|iou", re.I)
+
+
+def colour(index: int) -> str:
+    return COLOURS[index % len(COLOURS)]
+
+
+def rgb(index: int) -> tuple[int, int, int]:
+    """The run's colour as plotext takes it."""
+    hexa = colour(index).lstrip("#")
+    return int(hexa[0:2], 16), int(hexa[2:4], 16), int(hexa[4:6], 16)
+
+
+def panel_of(name: str, values: list[float]) -> Panel:
+    if lower_by_name(name):
+        return "loss"
+    if _SCORE_NAME.search(name):
+        return "score"
+    return "score" if values and all(0.0 <= v <= 1.0 for v in values) else "loss"
+
+
+@dataclass
+class Line:
+    run: int
+    """The run's column (its colour)."""
+    label: str
+    x: list[float]
+    y: list[float]
+
+
+@dataclass
+class Overlay:
+    x: X
+    panels: dict[Panel, str] = field(default_factory=dict)
+    """Each panel's series name (the one most runs have)."""
+    lines: dict[Panel, list[Line]] = field(default_factory=dict)
+    no_steps: int = 0
+    """Series left off a step axis because their points state no steps."""
+
+
+def _series_by_name(run: ComparedRun, name: str) -> list[Series]:
+    return [s for s in run.series if s.name == name]
+
+
+def overlay(runs: list[ComparedRun], x: X = "time", metric: str | None = None) -> Overlay:
+    """Each panel's most common curve (or `metric`'s, where a run has it), every run's
+    series of that name as one line of its colour."""
+    names = curve_names(r.series for r in runs)
+    if metric is not None and any(_series_by_name(r, metric) for r in runs):
+        names = {metric}
+    counts: dict[str, int] = {}
+    for run in runs:
+        for name in {s.name for s in run.series if s.name in names}:
+            counts[name] = counts.get(name, 0) + 1
+    out = Overlay(x)
+    for name in sorted(counts, key=lambda n: (-counts[n], n)):
+        values = [p.value for r in runs for s in _series_by_name(r, name) for p in s.points]
+        panel = panel_of(name, values)
+        out.panels.setdefault(panel, name)
+    for panel, name in out.panels.items():
+        lines: list[Line] = []
+        for i, run in enumerate(runs):
+            for s in _series_by_name(run, name):
+                if x == "step" and not s.has_steps:
+                    out.no_steps += 1
+                    continue
+                xs = [float(p.step or 0) if x == "step" else p.wall for p in s.points]
+                lines.append(Line(i, s.name, xs, [p.value for p in s.points]))
+        out.lines[panel] = lines
+    return out
+
+
+def best_so_far(runs: list[ComparedRun]) -> list[Line]:
+    """Each run's best validation score so far against the run clock (by the direction
+    its validations state), drawn as stairs: a line a run with no validation leaves out."""
+    lines = []
+    for i, run in enumerate(runs):
+        if not run.validations:
+            continue
+        higher = run.validation_higher_is_better is not False
+        xs, ys = [], []
+        best: float | None = None
+        for t, score in run.validations:
+            if best is None or (score > best if higher else score < best):
+                if best is not None:  # a stair: the old best held until now
+                    xs.append(t)
+                    ys.append(best)
+                best = score
+            xs.append(t)
+            ys.append(best)
+        lines.append(Line(i, run.validation_metric or "validation", xs, ys))
+    return lines

@@ -1,0 +1,119 @@
+"""`mlra compare --no-tui`'s text: the matrix and the paired tables as plain text that
+fits the terminal's width (80 columns at least), and the same as JSON.
+
+A matrix too wide for the width is cut into blocks of runs, each with the row names,
+so no run is dropped; each run's column is named by a letter and the legend above
+gives its full id. A cell too long for its column is cut with `…` (its start kept: the
+status before its reason). Everything a run's folder says is printed with its control
+characters escaped (mlra/terminal_text.py).
+"""
+
+from __future__ import annotations
+
+import math
+import string
+from dataclasses import asdict
+from typing import Any
+
+from mlra.batch.compare.matrix import Matrix
+from mlra.batch.compare.paired import Paired
+from mlra.terminal_text import printable_line
+
+NAME_WIDTH = 18
+CELL_WIDTH = 22
+MIN_CELL = 10
+"""A cell's least width: a status (`finished …`) and a score still read."""
+GAP = "  "
+
+
+def letter(index: int) -> str:
+    return string.ascii_uppercase[index]
+
+
+def cut(text: str, width: int) -> str:
+    text = printable_line(text)
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def _blocks(widths: list[int], room: int) -> list[list[int]]:
+    """Runs' columns grouped so that each group fits `room` (one at least a group)."""
+    blocks: list[list[int]] = [[]]
+    used = 0
+    for i, w in enumerate(widths):
+        need = w + len(GAP)
+        if blocks[-1] and used + need > room:
+            blocks.append([])
+            used = 0
+        blocks[-1].append(i)
+        used += need
+    return blocks
+
+
+def matrix_text(matrix: Matrix, width: int = 80) -> str:
+    width = max(width, 40)
+    lines = [f"{letter(i)}  {cut(run, width - 3)}" for i, run in enumerate(matrix.runs)]
+    names = [cut(r.name, NAME_WIDTH) for r in matrix.rows]
+    name_w = max([len(n) for n in names] + [3])
+    room = width - name_w
+    fit = max(1, room // (MIN_CELL + len(GAP)))
+    blocks = math.ceil(len(matrix.runs) / fit)
+    per_block = math.ceil(len(matrix.runs) / blocks)
+    cell_w = max(MIN_CELL, min(CELL_WIDTH, room // per_block - len(GAP)))
+    widths = [
+        max([1] + [len(cut(row.cells[i], cell_w)) for row in matrix.rows])
+        for i in range(len(matrix.runs))
+    ]
+    for block in _blocks(widths, room):
+        lines.append("")
+        head = "".ljust(name_w) + "".join(GAP + letter(i).ljust(widths[i]) for i in block)
+        lines.append(head.rstrip())
+        section = "outcome"
+        for name, row in zip(names, matrix.rows, strict=True):
+            if row.section != section:
+                section = row.section
+                lines.append("settings that differ:" if matrix.same_hidden else "settings:")
+            cells = "".join(GAP + cut(row.cells[i], cell_w).ljust(widths[i]) for i in block)
+            lines.append((name.ljust(name_w) + cells).rstrip())
+    if matrix.best:
+        lines.append("")
+        lines.append(f"{'*'} best {matrix.metric}")
+    if matrix.same_hidden:
+        lines.append(
+            f"{matrix.same_hidden} settings alike in every run, not shown (--all shows them)"
+        )
+    return "\n".join(lines)
+
+
+def _num(value: float | None, signed: bool = False) -> str:
+    if value is None:
+        return "-"
+    return f"{value:+.4g}" if signed else f"{value:.4g}"
+
+
+def paired_text(table: Paired, width: int = 80) -> str:
+    width = max(width, 40)
+    head = (
+        f"paired by {table.by}, B against A: "
+        f"{table.wins} wins, {table.losses} losses, {table.ties} ties"
+    )
+    rows = [("task", "A side", "B side", "B-A", "")] + [
+        (r.task, _num(r.a), _num(r.b), _num(r.diff, signed=True), r.outcome) for r in table.rows
+    ]
+    num_w = [max(len(r[k]) for r in rows) for k in (1, 2, 3, 4)]
+    task_w = max(4, min(max(len(printable_line(r[0])) for r in rows), width - sum(num_w) - 8))
+    out = [cut(head, width), f"A = {cut(table.a, width - 4)}", f"B = {cut(table.b, width - 4)}"]
+    for r in rows:
+        cells = [cut(r[0], task_w).ljust(task_w)] + [r[k].rjust(num_w[k - 1]) for k in (1, 2, 3, 4)]
+        out.append(GAP.join(cells).rstrip())
+    return "\n".join(out)
+
+
+def as_json(matrix: Matrix, tables: list[Paired]) -> dict[str, Any]:
+    return {
+        "runs": matrix.runs,
+        "metric": matrix.metric,
+        "best": [matrix.runs[i] for i in sorted(matrix.best)],
+        "rows": [{"name": r.name, "section": r.section, "cells": r.cells} for r in matrix.rows],
+        "settings_alike_hidden": matrix.same_hidden,
+        "paired": [asdict(t) for t in tables],
+    }

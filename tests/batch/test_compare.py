@@ -1,0 +1,213 @@
+"""The comparison's pure functions (batch/compare/) on recorded logs: the matrix, its
+settings diff, the paired table, the overlaid curves and the diffs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from mlra.batch.compare import matrix, overlay, paired
+from mlra.batch.compare.diffs import prompts_diff, settings_diff
+from mlra.batch.compare.runs import CompareError, expand, load, load_all
+from tests.batch.compare_runs import compared_run
+from tests.conftest import BaselineRun, run_baseline
+
+
+def _row(m: matrix.Matrix, name: str) -> list[str]:
+    return next(r.cells for r in m.rows if r.name.startswith(name))
+
+
+def test_matrix_stars_the_best_by_the_metrics_direction(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    a = compared_run(runs, "a", score=0.5)
+    b = compared_run(runs, "b", score=0.8, model="m2", config={"temperature": 0.7})
+    m = matrix.build(load_all([a, b]))
+    assert m.runs == ["a", "b"]
+    assert _row(m, "exact_match ↑") == ["0.5", "0.8*"]
+    assert _row(m, "status") == ["finished (submitted)"] * 2
+    assert _row(m, "verdict") == ["not judged"] * 2  # no success rule recorded
+    assert _row(m, "tokens") == ["1.2k"] * 2
+    # Only the differing settings, the alike ones counted.
+    settings = [r for r in m.rows if r.section == "settings"]
+    assert [(r.name, r.cells) for r in settings] == [("temperature", ["null", "0.7"])]
+    assert m.same_hidden > 3
+    every = matrix.build(load_all([a, b]), all_settings=True)
+    assert "fetch.allow_hosts" in [r.name for r in every.rows] and every.same_hidden == 0
+
+    low = tmp_path / "low"
+    c = compared_run(low, "c", score=0.5, higher_is_better=False)
+    d = compared_run(low, "d", score=0.8, higher_is_better=False)
+    m = matrix.build(load_all([c, d]))
+    assert _row(m, "exact_match ↓") == ["0.5*", "0.8"]
+
+
+def test_metric_picks_a_curve_or_a_validation_and_refuses_an_unknown_one(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    a = compared_run(runs, "a", losses=(2.0, 1.0))
+    b = compared_run(runs, "b", losses=(2.0, 0.5), validations=(0.9,))
+    both = load_all([a, b])
+    assert _row(matrix.build(both, "loss"), "loss ↓") == ["1", "0.5*"]
+    assert _row(matrix.build(both, "accuracy"), "accuracy ↑") == ["0.45", "0.9*"]
+    with pytest.raises(CompareError, match="unknown metric 'nope'"):
+        matrix.build(both, "nope")
+
+
+def test_a_running_run_and_bad_input(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    a = compared_run(runs, "a")
+    b = compared_run(runs, "b", finished=False)
+    m = matrix.build(load_all([a, b]))
+    assert _row(m, "status")[1] == "interrupted"  # no ending, no writer
+    assert _row(m, "exact_match")[1] == "-"
+    with pytest.raises(CompareError, match="at least 2 runs"):
+        load_all([a])
+    with pytest.raises(CompareError, match="no such run"):
+        expand([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(CompareError, match="neither a run folder"):
+        expand([tmp_path / "empty"])
+    # A folder of runs (or a batch's) is its runs, each once.
+    assert expand([runs, a]) == [a, b]
+
+
+def test_paired_by_model_counts_wins_losses_and_ties(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    dirs = [
+        compared_run(runs, "t1-m1", task="t1", model="m1", score=0.5),
+        compared_run(runs, "t1-m2", task="t1", model="m2", score=0.7),
+        compared_run(runs, "t2-m1", task="t2", model="m1", score=0.9),
+        compared_run(runs, "t2-m2", task="t2", model="m2", score=0.6),
+        compared_run(runs, "t3-m1", task="t3", model="m1", score=0.4),
+        compared_run(runs, "t3-m2", task="t3", model="m2", score=0.4),
+    ]
+    (table,) = paired.paired(load_all(dirs))
+    assert (table.a, table.b, table.by) == ("m1", "m2", "model")
+    assert [(r.task, r.outcome) for r in table.rows] == [
+        ("t1", "win"),
+        ("t2", "loss"),
+        ("t3", "tie"),
+    ]
+    assert (table.wins, table.losses, table.ties) == (1, 1, 1)
+    assert table.rows[0].diff == pytest.approx(0.2)
+
+
+def test_paired_by_settings_where_one_model_ran(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    a = compared_run(runs, "a", score=0.5)
+    b = compared_run(runs, "b", score=0.3, config={"temperature": 0.7})
+    (table,) = paired.paired(load_all([a, b]))
+    assert table.by == "settings" and table.b == "temperature=0.7"
+    assert (table.wins, table.losses) == (0, 1)
+
+
+def test_overlay_one_panel_a_scale_and_best_so_far(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    a = compared_run(runs, "a", validations=(0.3, 0.2, 0.5))
+    b = compared_run(runs, "b", losses=(3.0, 2.0))
+    loaded = load_all([a, b])
+    shown = overlay.overlay(loaded, "step")
+    assert shown.panels == {"loss": "loss", "score": "acc"}
+    losses = shown.lines["loss"]
+    assert [(line.run, line.x) for line in losses] == [
+        (0, [100.0, 200.0, 300.0, 400.0]),
+        (1, [100.0, 200.0]),
+    ]
+    by_time = overlay.overlay(loaded, "time")
+    assert by_time.lines["loss"][1].x == [10.0, 20.0]
+    best = overlay.best_so_far(loaded)
+    # The best so far never goes down, drawn as stairs.
+    assert list(zip(best[0].x, best[0].y, strict=True)) == [
+        (70.0, 0.3),
+        (80.0, 0.3),
+        (90.0, 0.3),
+        (90.0, 0.5),
+    ]
+    assert overlay.colour(0) != overlay.colour(1)
+    assert overlay.panel_of("val_err", [0.1]) == "loss"
+    assert overlay.panel_of("bits", [0.2, 0.9]) == "score"
+    assert overlay.panel_of("bits", [2.0, 0.9]) == "loss"
+
+
+def test_settings_and_prompts_diff(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    a = load(compared_run(runs, "a", prompt="Note: 10 minutes left."))
+    b = load(compared_run(runs, "b", prompt="Note: 5 minutes left.", config={"seed": 2}))
+    text = settings_diff(a, b)
+    assert "- seed: 1" in text and "+ seed: 2" in text and "temperature" not in text
+    diff = prompts_diff(a, b)
+    assert "-Note: 10 minutes left." in diff and "+Note: 5 minutes left." in diff
+
+
+def test_real_runs_compare(answer_task: Path, tmp_path: Path) -> None:
+    """Two real baseline runs of the test task (one with a step limit): the matrix reads
+    their logs as `mlra run` wrote them."""
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    first: BaselineRun = run_baseline(answer_task, tmp_path / "one", "--isolation", "none")
+    second = run_baseline(answer_task, tmp_path / "two", "--isolation", "none", "--max-steps", "30")
+    m = matrix.build(load_all([first.run_dir, second.run_dir]))
+    assert _row(m, "status") == ["finished (submitted)"] * 2
+    assert _row(m, "exact_match") == ["1*", "1*"]
+    assert [(r.name, r.cells) for r in m.rows if r.section == "settings"] == [
+        ("max_steps", ["null", "30"])
+    ]
+
+
+def test_report_compares_each_tasks_runs_with_agent_text_escaped(tmp_path: Path) -> None:
+    from mlra.batch.report import write_report
+
+    runs = tmp_path / "runs"
+    compared_run(runs, "t1-a", task="t1", model="m1", score=0.5)
+    compared_run(runs, "t1-b", task="t1", model="m<img src=x onerror=alert(1)>", score=0.7)
+    compared_run(runs, "t2-a", task="t2", model="m1", score=0.9)
+    compared_run(runs, "t2-b", task="t2", model="m<img src=x onerror=alert(1)>", score=0.8)
+    write_report(tmp_path, plots=False)
+    text = (tmp_path / "report.md").read_text(encoding="utf-8")
+    section = text[text.index("## Runs compared") :]
+    assert "### t1" in section and "### t2" in section
+    assert "| exact_match ↑ | 0.5 | 0.7\\* |" in section
+    assert "<img" not in section and "&lt;img" in section
+    assert "1 wins, 1 losses, 0 ties" in section
+
+
+def test_a_run_going_on_and_a_log_from_an_older_mlra(tmp_path: Path) -> None:
+    """A log still held open compares as running; a log whose run_started lacks what
+    later versions record (config, mlra version, budget) compares with what it has."""
+    import json
+
+    from mlra import events as ev
+    from mlra.agent.eventlog import EVENTS_FILE, EventLog
+
+    runs = tmp_path / "runs"
+    done = compared_run(runs, "done")
+    older = compared_run(runs, "older", score=0.9)
+    lines = (older / EVENTS_FILE).read_text(encoding="utf-8").splitlines()
+    first = json.loads(lines[0])
+    for name in ("config", "mlra_version", "budget"):
+        first.pop(name, None)
+    (older / EVENTS_FILE).write_text(
+        "\n".join([json.dumps(first), *lines[1:]]) + "\n", encoding="utf-8"
+    )
+    (older / "result.json").unlink()
+    live = EventLog(runs / "live" / EVENTS_FILE)
+    try:
+        sandbox = ev.SandboxInfo(
+            kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"
+        )
+        live.append(
+            ev.RunStarted(
+                run_id="live",
+                task="answer",
+                task_title="A",
+                model="m1",
+                limits=ev.Limits(time_limit_s=60),
+                sandbox=sandbox,
+            )
+        )
+        m = matrix.build(load_all([done, older, runs / "live"]))
+    finally:
+        live.close()
+    assert _row(m, "status") == ["finished (submitted)", "finished (submitted)", "running"]
+    assert _row(m, "exact_match") == ["0.5", "0.9*", "-"]
+    assert _row(m, "mlra_version") == ["0.1.0", "(older)", "(older)"]

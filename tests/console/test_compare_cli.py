@@ -1,0 +1,75 @@
+"""`mlra compare` on the command line: the text tables at 80 columns keep every run's
+id, status and score; JSON; bad input gets one line and exit status 2."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.batch.compare_runs import compared_run
+from tests.conftest import mlra_cli
+
+NARROW = {"COLUMNS": "80", "LINES": "24"}
+
+
+def _runs(tmp_path: Path, n: int) -> list[Path]:
+    runs = tmp_path / "runs"
+    return [
+        compared_run(
+            runs,
+            f"20261129-0900{i:02d}-answer-{i:016x}",
+            model=f"model-{i % 2}",
+            score=0.1 * (i + 1),
+            config={"temperature": i / 10},
+        )
+        for i in range(n)
+    ]
+
+
+def test_no_tui_fits_80_columns_and_keeps_ids_status_and_scores(tmp_path: Path) -> None:
+    dirs = _runs(tmp_path, 6)
+    proc = mlra_cli(["compare", "runs", "--no-tui"], cwd=tmp_path, env=NARROW)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert max(len(line) for line in out.splitlines()) <= 80
+    for d in dirs:
+        assert d.name in out
+    assert out.count("finished") >= 6
+    for score in ("0.1", "0.2", "0.3", "0.4", "0.5", "0.6*"):
+        assert score in out.split()
+    assert "temperature" in out and "settings alike in every run" in out
+    # Two models over the same task: the paired table.
+    assert "paired by model, B against A: 1 wins, 0 losses, 0 ties" in out
+
+
+def test_json_and_run_ids(tmp_path: Path) -> None:
+    dirs = _runs(tmp_path, 2)
+    proc = mlra_cli(["compare", dirs[0].name, dirs[1].name[:22], "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["runs"] == [d.name for d in dirs]
+    assert data["best"] == [dirs[1].name]
+    assert data["paired"][0]["wins"] == 1
+
+
+def test_bad_input_one_line_exit_2(tmp_path: Path) -> None:
+    dirs = _runs(tmp_path, 2)
+    for args, said in (
+        (["compare", "nope", dirs[0].name], "nope: no such run"),
+        (["compare", dirs[0].name], "at least 2 runs"),
+        (["compare", "runs", "--metric", "bleu"], "unknown metric 'bleu'"),
+    ):
+        proc = mlra_cli([*args, "--no-tui"], cwd=tmp_path)
+        assert proc.returncode == 2, proc.stdout
+        assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_runs_text_is_printed_escaped(tmp_path: Path) -> None:
+    """A model's name with a terminal escape and Rich markup prints as text."""
+    runs = tmp_path / "runs"
+    compared_run(runs, "a", model="m\x1b]0;pwned\x07[bold red]x[/]")
+    compared_run(runs, "b")
+    proc = mlra_cli(["compare", "runs", "--no-tui"], cwd=tmp_path, env=NARROW)
+    assert proc.returncode == 0, proc.stderr
+    assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
+    assert "[bold red]x" in proc.stdout
