@@ -173,22 +173,10 @@ class SandboxLimits:
             if own is None or (value is None and run is None):
                 continue
             parent = run or CGROUP_ROOT / controller / own.lstrip("/")
-            _remove_stale_groups(parent)
-            group = parent / name
-            try:
-                group.mkdir()
-                if value is not None:
-                    (group / limit_file).write_text(str(value))
-            except OSError:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
-                continue
-            if controller == "memory" and value is not None:
-                # No swap on top, where the kernel accounts it (swapaccount=1).
-                with contextlib.suppress(OSError):
-                    (group / "memory.memsw.limit_in_bytes").write_text(str(value))
-            self._groups[controller] = group
-            self.version = 1
+            group = make_v1_group(parent / name, controller, {limit_file: value})
+            if group is not None:
+                self._groups[controller] = group
+                self.version = 1
 
     def _memory_group(self) -> Path | None:
         return self._groups.get("") or self._groups.get("memory")
@@ -361,6 +349,28 @@ def kill_group(group: Path) -> None:
         if not pids or time.monotonic() > deadline:
             return
         time.sleep(0.005)
+
+
+def make_v1_group(group: Path, controller: str, settings: Mapping[str, int | None]) -> Path | None:
+    """Make a cgroup v1 group (old groups of dead mlra processes beside it removed first)
+    and write its `settings` (a file -> its value; None: left as it is); None where it
+    cannot be made or written, with nothing left. A memory limit is set with no swap on
+    top, where the kernel accounts swap (swapaccount=1)."""
+    _remove_stale_groups(group.parent)
+    try:
+        group.mkdir()
+        for file, value in settings.items():
+            if value is not None:
+                (group / file).write_text(str(value))
+    except OSError:
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        return None
+    limit = settings.get("memory.limit_in_bytes")
+    if controller == "memory" and limit is not None:
+        with contextlib.suppress(OSError):
+            (group / "memory.memsw.limit_in_bytes").write_text(str(limit))
+    return group
 
 
 def _own_cgroup(controller: str) -> str | None:

@@ -21,6 +21,7 @@ from mlra.tools.sandbox.limits import (
     CGROUP_ROOT,
     GROUP_PREFIX,
     kill_group,
+    make_v1_group,
     own_cgroup,
     remove_stale_groups,
 )
@@ -95,23 +96,14 @@ class RunGroup:
             own = own_cgroup(controller)
             if own is None:
                 continue
-            parent = CGROUP_ROOT / controller / own.lstrip("/")
-            remove_stale_groups(parent)
-            group = parent / name
-            try:
-                group.mkdir()
-                if controller == "cpu":
-                    (group / "cpu.cfs_period_us").write_text(str(CPU_PERIOD_US))
-                if value is not None:
-                    (group / limit_file).write_text(str(value))
-            except OSError:
-                with contextlib.suppress(OSError):
-                    group.rmdir()
-                continue
-            if controller == "memory" and value is not None:
-                with contextlib.suppress(OSError):
-                    (group / "memory.memsw.limit_in_bytes").write_text(str(value))
-            made[controller] = group
+            settings = {limit_file: value}
+            if controller == "cpu":  # the period first: the quota is read against it
+                settings = {"cpu.cfs_period_us": CPU_PERIOD_US, **settings}
+            group = make_v1_group(
+                CGROUP_ROOT / controller / own.lstrip("/") / name, controller, settings
+            )
+            if group is not None:
+                made[controller] = group
         if "memory" not in made or "pids" not in made:
             # Half a pool holds nothing together: the sandboxes make their groups as before.
             for group in made.values():
