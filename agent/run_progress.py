@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass
 
 from mlra import events as ev
+from mlra.agent.metrics.log_lines import parse_line as metric_points
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import parse_line
 from mlra.terminal_text import printable_line
@@ -75,7 +76,7 @@ class ProgressWatch:
 
     def apply(self, event: ev.Event) -> None:
         match event:
-            case ev.Metrics() if event.points:
+            case ev.Metrics() if event.points and not self._older(event):
                 step = max((p.step for p in event.points if p.step is not None), default=None)
                 last = event.points[-1]
                 chosen = [p for p in event.points if p.step == step] if step is not None else []
@@ -86,12 +87,26 @@ class ProgressWatch:
                     values[point.name] = point.value
                 self.newest[event.source] = Newest(step, values, event.t)
             case ev.ToolOutput():
+                source = f"command:{event.call_id}"
                 count = latest_count(event.text)
                 if count is not None:
                     count.at = event.t
-                    self.counts[f"command:{event.call_id}"] = count
+                    self.counts[source] = count
+                # The line's own numbers, read as `metrics` reads them: those events are
+                # flushed a few times a minute, so the output is the fresher.
+                for line in reversed(re.split(r"[\r\n]", event.text)):
+                    points = [p for p in metric_points(line) if p.step is not None]
+                    if points:
+                        values = {p.name: p.value for p in points}
+                        self.newest[source] = Newest(points[0].step, values, event.t)
+                        break
             case _:
                 pass
+
+    def _older(self, event: ev.Metrics) -> bool:
+        """Its points were read before what the output already showed."""
+        newest = self.newest.get(event.source)
+        return newest is not None and max(p.wall for p in event.points) < newest.at
 
     def words(self, source: str, started: float, now: float) -> str:
         """`step 200/600 loss 4.62 · ETA 3m00s`, or "" where nothing was read yet.
@@ -103,7 +118,9 @@ class ProgressWatch:
             parts.append(f"{what}{count.done}/{count.total}")
         elif newest is not None and newest.step is not None:
             parts.append(f"step {newest.step}")
-        if newest is not None:
+        if newest is not None and (newest.step is not None or count is None):
+            # A count beside numbers of no step (a model's size at its start) would
+            # read as its progress: those are left out.
             shown = list(newest.values.items())[-MAX_METRICS:]
             parts += [f"{printable_line(name)} {value:.4g}" for name, value in shown]
         words = " ".join(parts)
