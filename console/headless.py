@@ -167,6 +167,12 @@ class TranscriptDisplay(_Printer):
         its header names the fork (its id, its workspace), not the source."""
         self._fork = next((e for e in reversed(events) if isinstance(e, ev.RunForked)), None)
         self._fork_dir = run_dir
+        self.attempts_in(run_dir)
+
+    def attempts_in(self, run_dir: Path) -> None:
+        """The run's folder: heartbeats read its attempts' logs for their progress."""
+        if self._heartbeat is not None:
+            self._heartbeat.run_dir = run_dir
 
     def annotation(self, note: Annotation) -> None:
         """A person's note on a step (a replay prints them; the run never sees them)."""

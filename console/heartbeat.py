@@ -8,12 +8,19 @@ silent command runs. A heartbeat is due when the run clock has moved `every_s` p
 the last printed line; no clock of its own, so a replay prints the same heartbeats at
 the same run-clock times, and a paused run (its clock stopped) prints none. A grading
 says its own progress (`evaluation_progress`) while the run clock stands still.
+
+A search's attempts each have a log of their own (`attempts/<id>/events.jsonl`):
+waiting for them, the line gives each one's progress as its log held it at the time
+of the event (wall clock `ts`), so a replay reads what the run read then.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from mlra import events as ev
-from mlra.agent.run_progress import ProgressWatch
+from mlra.agent.eventlog import LogDamage, read_events
+from mlra.agent.run_progress import ProgressWatch, glance
 from mlra.agent.state import RunState
 from mlra.console.event_lines import describe_call, one_line, waiting_words
 from mlra.durations import format_duration
@@ -32,9 +39,13 @@ class Heartbeat:
         self.every_s = every_s
         self.state = RunState()
         self.progress = ProgressWatch()
+        self.run_dir: Path | None = None
+        """The run's folder, where its attempts' logs are; None: attempts unread."""
         self._quiet_since: float | None = None
+        self._ts = 0.0
 
     def apply(self, event: ev.Event) -> None:
+        self._ts = event.ts
         self.state.apply(event)
         self.progress.apply(event)
         if self._quiet_since is None:
@@ -71,7 +82,7 @@ class Heartbeat:
                 running = state.attempts.running
                 words = waiting_words(call.arguments, [n.id for n in running], took)
                 each = ", ".join(
-                    f"{printable_line(n.id)} {format_duration(n.elapsed_s(now))}" for n in running
+                    self._attempt_words(n.id, n.started.folder, n.elapsed_s(now)) for n in running
                 )
                 lines.append(f"… {words}" + (f" · running: {each}" if each else ""))
                 continue
@@ -87,3 +98,18 @@ class Heartbeat:
             progress = self.progress.words(f"job:{started.job}", started.t, now)
             lines.append(line + (f" · {progress}" if progress else ""))
         return lines
+
+    def _attempt_words(self, attempt: str, folder: str, running_s: float) -> str:
+        """`a1 2m10s` and, where its log is read, its progress then (`step 200/600 ...`)."""
+        words = f"{printable_line(attempt)} {format_duration(running_s)}"
+        if self.run_dir is None:
+            return words
+        try:
+            events = read_events(self.run_dir / folder / "events.jsonl")
+        except (OSError, LogDamage, ValueError):
+            return words
+        seen = [e for e in events if not self._ts or not e.ts or e.ts <= self._ts]
+        if not seen:
+            return words
+        progress = glance(seen, max(e.t for e in seen)).partition(" · ")[2]
+        return f"{words} ({progress})" if progress else words

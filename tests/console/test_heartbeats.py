@@ -9,8 +9,10 @@ from __future__ import annotations
 import io
 import itertools
 import re
+from pathlib import Path
 
 from mlra import events as ev
+from mlra.agent.eventlog import encode_event
 from mlra.console.headless import TranscriptDisplay
 
 COMMAND = "python train.py --steps 600"
@@ -120,3 +122,37 @@ def test_waiting_for_attempts_is_said_in_words() -> None:
     beats = [line for line in _lines(events) if "…" in line]
     assert beats[0] == "[32s] … waiting for a1 (30s of up to 60m) · running: a1 31s"
     assert len(beats) == 4
+
+
+def test_waiting_for_attempts_gives_each_ones_progress_from_its_own_log(tmp_path: Path) -> None:
+    """A search's attempt trains in a run of its own: the wait's line reads its log
+    (`attempts/a1/events.jsonl`) as it was at the time (by the events' wall clock)."""
+    attempt_log = tmp_path / "attempts" / "a1" / "events.jsonl"
+    attempt_log.parent.mkdir(parents=True)
+    trained = [
+        ev.ToolCall(call_id="c1", agent="worker", tool="bash", arguments={"command": "x"}, t=1),
+        ev.ToolOutput(call_id="c1", text="step 200/600 loss 4.62\n", t=20.0, ts=1020.0),
+        ev.ToolOutput(call_id="c1", text="step 400/600 loss 4.1\n", t=40.0, ts=1040.0),
+    ]
+    for seq, event in enumerate(trained, 1):
+        event.seq = seq
+    attempt_log.write_bytes(b"".join(encode_event(e) for e in trained))
+    events: list[ev.Event] = [
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0, ts=1001),
+        ev.ToolCall(call_id="w1", agent="worker", tool="attempt_wait",
+                    arguments={"timeout": 3600.0}, t=2.0, ts=1002.0),
+    ]  # fmt: skip
+    for s in range(3, 70):
+        sample = _sample(s)
+        sample.ts = 1000.0 + s
+        events.append(sample)
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    display.attempts_in(tmp_path)
+    for event in events:
+        display.on_event(event)
+    beats = [line for line in out.getvalue().splitlines() if "…" in line]
+    assert beats[0] == (
+        "[32s] … waiting for a1 (30s of up to 60m) · running: a1 31s (step 200/600 loss 4.62 · ETA 38s)"
+    )
+    assert beats[1].endswith("a1 1m01s (step 400/600 loss 4.1 · ETA 20s)")
