@@ -76,6 +76,8 @@ class ProgressWatch:
 
     def apply(self, event: ev.Event) -> None:
         match event:
+            case ev.Metrics(kind="log") if all(p.step is None for p in event.points):
+                pass  # numbers a line printed with no step: a model's size, a count of tokens
             case ev.Metrics() if event.points and not self._older(event):
                 step = max((p.step for p in event.points if p.step is not None), default=None)
                 last = event.points[-1]
@@ -137,13 +139,18 @@ def glance(events: list[ev.Event], elapsed_s: float) -> str:
     watch = ProgressWatch()
     started: dict[str, float] = {}
     ended: set[str] = set()
+    calls: dict[str, str] = {}
+    """Other calls running (`validate`...), by call id: named where nothing is counted."""
     for event in events:
         watch.apply(event)
         match event:
             case ev.ToolCall(tool="bash" | "python"):
                 started[f"command:{event.call_id}"] = event.t
+            case ev.ToolCall():
+                calls[event.call_id] = event.tool
             case ev.ToolResult():
                 ended.add(f"command:{event.call_id}")
+                calls.pop(event.call_id, None)
             case ev.JobStarted():
                 started[f"job:{event.job}"] = event.t
             case ev.JobEnded():
@@ -156,4 +163,6 @@ def glance(events: list[ev.Event], elapsed_s: float) -> str:
         progress = watch.words(source, t, elapsed_s)
         if progress:
             return f"{words} · {progress}"
+    if calls:
+        return f"{words} · {printable_line(list(calls.values())[-1])}"
     return words

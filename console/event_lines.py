@@ -54,6 +54,11 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
         return f"assign_subtask [{a.get('step_id')}]"
     if tool == "update_plan":
         return f"update_plan ({len(a.get('steps') or [])} steps)"
+    if tool == "attempt_wait":
+        whom = printable_line(str(a["attempt"])) if a.get("attempt") else "any attempt"
+        timeout = a.get("timeout", 600.0)
+        bound = limit_words(float(timeout)) if isinstance(timeout, int | float) else "?"
+        return f"attempt_wait for {whom}, up to {bound}"
     if tool == "submit" and a.get("attempt"):
         return f"submit attempt {printable_line(str(a['attempt']))}"
     if tool == "submit":

@@ -156,3 +156,14 @@ def test_waiting_for_attempts_gives_each_ones_progress_from_its_own_log(tmp_path
         "[32s] … waiting for a1 (30s of up to 60m) · running: a1 31s (step 200/600 loss 4.62 · ETA 38s)"
     )
     assert beats[1].endswith("a1 1m01s (step 400/600 loss 4.1 · ETA 20s)")
+
+
+def test_an_attempt_wait_call_reads_in_words() -> None:
+    from mlra.console.event_lines import describe_call
+
+    assert describe_call("attempt_wait", {"timeout": 3600.0}) == (
+        "attempt_wait for any attempt, up to 60m"
+    )
+    assert describe_call("attempt_wait", {"attempt": "a2", "timeout": 90}) == (
+        "attempt_wait for a2, up to 1m30s"
+    )
