@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from mlra import events as ev
 from mlra.agent.metrics.log_lines import parse_line as metric_points
 from mlra.durations import format_duration
-from mlra.tasks.evaluators.progress import parse_line
+from mlra.tasks.evaluators.progress import parse_line, progress_words
 from mlra.terminal_text import printable_line
 
 MAX_METRICS = 3
@@ -141,9 +141,14 @@ def glance(events: list[ev.Event], elapsed_s: float) -> str:
     ended: set[str] = set()
     calls: dict[str, str] = {}
     """Other calls running (`validate`...), by call id: named where nothing is counted."""
+    grading: ev.EvaluationStarted | ev.EvaluationProgress | None = None
     for event in events:
         watch.apply(event)
         match event:
+            case ev.EvaluationStarted() | ev.EvaluationProgress():
+                grading = event
+            case ev.EvaluationFinished():
+                grading = None
             case ev.ToolCall(tool="bash" | "python"):
                 started[f"command:{event.call_id}"] = event.t
             case ev.ToolCall():
@@ -158,6 +163,9 @@ def glance(events: list[ev.Event], elapsed_s: float) -> str:
             case _:
                 pass
     words = format_duration(elapsed_s)
+    if grading is not None:  # the run clock stands still while it grades
+        done = f": {progress_words(grading)}" if isinstance(grading, ev.EvaluationProgress) else ""
+        return f"{words} · grading{done}"
     running = [(t, source) for source, t in started.items() if source not in ended]
     for t, source in sorted(running, reverse=True):
         progress = watch.words(source, t, elapsed_s)

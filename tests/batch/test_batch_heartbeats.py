@@ -37,3 +37,21 @@ def test_the_plain_display_says_how_each_running_run_goes_while_nothing_happens(
     assert len(lines) == 2
     assert lines[1].endswith("] r1 running 1m05s · step 366/600 loss 3.48")
     assert "1 running" in lines[1]
+
+
+def test_a_grading_run_says_so_with_its_count() -> None:
+    """The run clock stands still while it grades: the line says what goes on instead."""
+    from mlra import events as ev
+
+    events = [
+        *_training_run(90),
+        ev.EvaluationStarted(evaluator="lm-eval", artifact="submission", t=95.0),
+        ev.EvaluationProgress(
+            line="", what="Running loglikelihood requests", done=781, total=1720, t=95.0
+        ),
+    ]
+    assert glance(events, 95.0) == (
+        "1m35s · grading: 45% (781/1,720) Running loglikelihood requests"
+    )
+    events.append(ev.EvaluationFinished(ok=True, metric="acc", score=0.8, t=95.0))
+    assert glance(events, 95.0) == "1m35s"
