@@ -173,9 +173,15 @@ class AttemptTree:
         ]
         for node in shown:
             mark = " (best)" if node is best else ""
+            # A draft's lineage is itself alone: "from the starter (a2)" said nothing more.
+            origin = (
+                f"from {node.parent} ({self.lineage(node.id)})"
+                if node.parent
+                else ("from the starter")
+            )
             line = (
                 f"- {node.id}{mark} [{self.score_text(node)}] {node.started.operator}, "
-                f"from {node.parent or 'the starter'} ({self.lineage(node.id)}), "
+                f"{origin}, "
                 f"{format_duration(node.elapsed_s(now))}: {_clip(node.what, 160)}"
             )
             if node.finished is not None and node.finished.why and node.score is None:

@@ -84,11 +84,14 @@ class BaselineAgent:
         statuses: list[ev.PlanStatus] = ["pending"] * len(steps)
         self._plan(statuses, "the task's reference recipe")
         for index, recipe_step in enumerate(steps):
-            statuses[index] = "in_progress"
-            self._plan(statuses, f"running step {index + 1}")
             again = False
             while True:
                 step = await self.ctl.begin_step(self.role, counts=True)
+                if statuses[index] != "in_progress":
+                    # Once the step may start (a run started `--paused` waits above):
+                    # the plan never shows a step running that has not begun.
+                    statuses[index] = "in_progress"
+                    self._plan(statuses, f"running step {index + 1}")
                 self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))
                 title = f"Recipe step {index + 1} of {len(steps)}: {recipe_step.title}"
                 self.ctl.emit(

@@ -26,19 +26,40 @@ def summary(p: Progress) -> str:
     )
 
 
-class PlainProgress:
-    """One line per run started or ended: readable in CI logs and when piped."""
+EVERY_S = 30.0
+"""While runs run with nothing printed, a line for each at least this often."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+
+def running_lines(p: Progress) -> list[str]:
+    """Each running run's clock and newest progress, as its log tells them."""
+    return [
+        f"{printable_line(s.run_id)} running" + (f" {printable_line(s.glance)}" if s.glance else "")
+        for s in sorted(p.statuses.values(), key=lambda s: s.run_id)
+        if s.kind == "running"
+    ]
+
+
+class PlainProgress:
+    """One line per run started or ended, and while runs go on with nothing to say, a
+    line for each running run every `every_s`: readable in CI logs and when piped."""
+
+    def __init__(self, stream: TextIO | None = None, *, every_s: float = EVERY_S) -> None:
         self.stream = stream or sys.stdout
+        self.every_s = every_s
         self._shown = 0
+        self._printed_at = 0.0
 
     def __call__(self, p: Progress) -> None:
-        for event in p.events[self._shown :]:
-            self.stream.write(f"[{summary(p)}] {printable_line(event)}\n")
-        if len(p.events) > self._shown:
-            self._shown = len(p.events)
-            self.stream.flush()
+        lines = [printable_line(event) for event in p.events[self._shown :]]
+        self._shown = len(p.events)
+        if not lines and p.elapsed_s - self._printed_at >= self.every_s:
+            lines = running_lines(p)
+        if not lines:
+            return
+        for line in lines:
+            self.stream.write(f"[{summary(p)}] {line}\n")
+        self._printed_at = p.elapsed_s
+        self.stream.flush()
 
     def close(self) -> None:
         pass
@@ -69,6 +90,9 @@ class RichProgress:
             f"{p.running} running · {p.queued} queued · {format_duration(p.elapsed_s)} · ${p.cost_usd:.2f}"
             + (f" · {printable_line(p.last_event)}" if p.last_event else "")
         )
+        running = running_lines(p)
+        if len(running) == 1:  # one run: its progress beside the counts
+            info += f" · {running[0]}"
         self.bars.update(self.done, total=p.total, completed=p.count("finished"), info=info)
         self.bars.update(self.failed, total=p.total, completed=p.gave_up, info="")
 

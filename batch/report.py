@@ -31,7 +31,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from mlra.batch.report_plots import can_plot, plot, plot_validation
+from mlra.batch.report_plots import can_plot, plot, plot_validation, references
 from mlra.batch.report_rows import Attempt, Group, collect, summarize
 from mlra.batch.report_tables import markdown, write_csv
 
@@ -67,7 +67,7 @@ def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -
     }
     (out / "report.json").write_text(json.dumps(payload, indent=2) + "\n", encoding="utf-8")
     if plotting:
-        plot(out, groups)
+        plot(out, groups, references(rows))
         plot_validation(out, rows)
         plot_curves(out, curves)
     return groups

@@ -66,6 +66,9 @@ class RunRow:
     success, and marked."""
     direction_known: bool = True
     """False: no one said which way the metric improves, so success was not judged."""
+    baseline_score: float | None = None
+    """The task's reference scores as the grading recorded them: score.png's lines."""
+    top_score: float | None = None
     detail: str = ""
     """For an attempt that never started or was lost: what happened, in a line."""
     nodes: list[str] = field(default_factory=list)
@@ -251,6 +254,8 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         success_bar=r.success_bar,
         self_reported=bool(r.self_reported) and r.score is not None,
         direction_known=r.direction_known,
+        baseline_score=r.baseline_score,
+        top_score=r.top_score,
         **_search_fields(r),
     )
 

@@ -38,6 +38,7 @@ from pydantic import BaseModel, ValidationError
 
 from mlra import events as ev
 from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
+from mlra.agent.run_progress import glance
 from mlra.agent.state import fold
 
 RUNS, RETIRED, LOGS = "runs", "retired", "logs"
@@ -63,6 +64,8 @@ class RunStatus:
     score: float | None = None
     metric: str = ""
     """The score's metric, as the task's evaluator names it."""
+    glance: str = ""
+    """A running run's clock and newest progress, from its log (agent/run_progress.py)."""
 
 
 def retired_attempts(out: Path, run_id: str) -> list[Path]:
@@ -99,6 +102,7 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         run_id, "running", attempts=attempts, retries=earlier, cost_usd=state.cost_usd
     )
     if live:
+        status.glance = glance(events, state.elapsed_s)
         return status
     finished, evaluation = state.finished, state.evaluation
     if finished is None:

@@ -129,9 +129,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     out_dir = run_dir / "evaluation"
     if frozen is not None:
         assert submission is not None
+        # `submission/submission`: the run folder's frozen copies keep the artifact's name,
+        # which reads as a folder named twice; the copy is named once, then where it is.
+        kept = Path(submission.frozen or "").parent.as_posix()
         print(
             printable_line(
-                f"grading the frozen submission {submission.frozen} (sha256 {submission.sha256})"
+                f"grading the copy of {submission.path or 'the artifact'} frozen at submission, "
+                f"in the run folder's {kept}/ (sha256 {submission.sha256})"
             )
         )
         grading = grade_artifact(

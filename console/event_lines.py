@@ -54,11 +54,42 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
         return f"assign_subtask [{a.get('step_id')}]"
     if tool == "update_plan":
         return f"update_plan ({len(a.get('steps') or [])} steps)"
+    if tool == "attempt_wait":
+        whom = printable_line(str(a["attempt"])) if a.get("attempt") else "any attempt"
+        timeout = a.get("timeout", 600.0)
+        bound = limit_words(float(timeout)) if isinstance(timeout, int | float) else "?"
+        return f"attempt_wait for {whom}, up to {bound}"
     if tool == "submit" and a.get("attempt"):
         return f"submit attempt {printable_line(str(a['attempt']))}"
     if tool == "submit":
         return f"submit {printable_line(str(a.get('path') or '(default artifact)'))}"
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
+
+
+def limit_words(seconds: float) -> str:
+    """A wait's bound as said: `60m` for an hour (a round number of minutes up to an
+    hour reads so), else as a duration."""
+    if seconds % 60 == 0 and 0 < seconds <= 3600:
+        return f"{int(seconds // 60)}m"
+    return format_duration(seconds)
+
+
+def waiting_words(arguments: dict[str, Any] | None, running: list[str], took_s: float) -> str:
+    """An `attempt_wait` under way in words: `waiting for a1 (1m59s of up to 60m)`;
+    `running`: the attempts running now, which a wait for any one of them waits on."""
+    a = arguments or {}
+    named = a.get("attempt")
+    if isinstance(named, str) and named:
+        whom = printable_line(named)
+    elif len(running) == 1:
+        whom = printable_line(running[0])
+    elif running:
+        whom = "any of " + ", ".join(printable_line(r) for r in running)
+    else:
+        whom = "an attempt"
+    timeout = a.get("timeout", 600.0)
+    bound = f" of up to {limit_words(float(timeout))}" if isinstance(timeout, int | float) else ""
+    return f"waiting for {whom} ({format_duration(took_s)}{bound})"
 
 
 def fork_line(e: ev.RunForked) -> str:

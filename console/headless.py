@@ -35,6 +35,7 @@ from mlra.console.event_lines import (
     time_warning_line,
     unknown_line,
 )
+from mlra.console.heartbeat import EVERY_S, Heartbeat
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable, printable_json, printable_line
@@ -121,9 +122,18 @@ class TranscriptDisplay(_Printer):
     """A concise transcript: one or a few lines per meaningful event."""
 
     def __init__(
-        self, stream: IO[str] | None = None, *, rich: bool | None = None, verbose: bool = False
+        self,
+        stream: IO[str] | None = None,
+        *,
+        rich: bool | None = None,
+        verbose: bool = False,
+        heartbeat_s: float | None = EVERY_S,
     ) -> None:
         self.stream = stream or sys.stdout
+        self._heartbeat = Heartbeat(heartbeat_s) if heartbeat_s else None
+        """While something runs with nothing printed, a line every `heartbeat_s` of run
+        clock (console/heartbeat.py); None: none."""
+        self._now = 0.0
         use_rich = self.stream.isatty() if rich is None else rich
         self.verbose = verbose
         self._console = None
@@ -157,6 +167,12 @@ class TranscriptDisplay(_Printer):
         its header names the fork (its id, its workspace), not the source."""
         self._fork = next((e for e in reversed(events) if isinstance(e, ev.RunForked)), None)
         self._fork_dir = run_dir
+        self.attempts_in(run_dir)
+
+    def attempts_in(self, run_dir: Path) -> None:
+        """The run's folder: heartbeats read its attempts' logs for their progress."""
+        if self._heartbeat is not None:
+            self._heartbeat.run_dir = run_dir
 
     def annotation(self, note: Annotation) -> None:
         """A person's note on a step (a replay prints them; the run never sees them)."""
@@ -165,6 +181,8 @@ class TranscriptDisplay(_Printer):
     def _out(self, text: str, style: str = "") -> None:
         """Print a line (or a few); whatever the run put in it is shown, never obeyed."""
         text = printable(text)
+        if self._heartbeat is not None:
+            self._heartbeat.printed(self._now)
         console = self._console
         if console is not None:
             self._print(lambda: console.print(text, style=style or None, markup=False))
@@ -172,6 +190,15 @@ class TranscriptDisplay(_Printer):
             self.line(text)
 
     def on_event(self, event: ev.Event) -> None:
+        self._now = event.t
+        if self._heartbeat is not None:
+            self._heartbeat.apply(event)
+        self._say(event)
+        if self._heartbeat is not None:
+            for line in self._heartbeat.due(event.t):
+                self._out(f"[{format_duration(event.t)}] {line}", "dim")
+
+    def _say(self, event: ev.Event) -> None:
         t = format_duration(event.t)
         match event:
             case ev.RunStarted():

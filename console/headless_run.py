@@ -45,6 +45,8 @@ def run_headless(
         )
 
     display.on_reader_gone = reader_gone
+    if isinstance(display, TranscriptDisplay):
+        display.attempts_in(controller.run_dir)  # a search's heartbeats read its attempts
 
     async def go() -> Any:
         loop = asyncio.get_running_loop()

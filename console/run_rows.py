@@ -72,6 +72,8 @@ class RunRow:
     where none held it): for a running run, its use now."""
     used_disk_mb: float | None = None
     """Its workspace and its attempts' folders at the last sample."""
+    started: float | None = None
+    """When the run started (its `run_started`'s clock, seconds since the epoch)."""
     live: bool = False
     """Running and serving its controls now (control.sock answers): `mlra attach` and
     `mlra ctl` reach it. A running run that does not answer (killed, an older mlra) is
@@ -269,6 +271,8 @@ def _budget_use(row: RunRow, log: Path) -> None:
         started = ev.parse_event(first)
     except (OSError, ValueError):
         return
+    if isinstance(started, ev.RunStarted):
+        row.started = started.ts or None
     if isinstance(started, ev.RunStarted) and started.budget is not None:
         row.budget_memory_mb, row.budget_disk_mb = started.budget.memory_mb, started.budget.disk_mb
     for line in reversed(tail.splitlines()):

@@ -24,6 +24,47 @@ from mlra.terminal_text import printable, printable_line
 STATUSES = ("finished", "stopped", "error", "running", "interrupted", "damaged")
 
 
+def _sort_key(field: str) -> Any:
+    """A row's key for `--sort FIELD`, with the order's direction built in (first wanted
+    first) and runs without the field last."""
+
+    def number(get: Any, *, high_first: bool) -> Any:
+        def key(row: RunRow) -> tuple[bool, float]:
+            value = get(row)
+            if value is None:
+                return (True, 0.0)
+            return (False, -value if high_first else value)
+
+        return key
+
+    texts = {"id": "id", "task": "task", "model": "model", "status": "status"}
+    if field in texts:
+        return lambda row: (getattr(row, texts[field]) or "~").lower()
+    getters = {
+        "score": lambda r: r.score,
+        "normalized": lambda r: r.normalized_score,
+        "started": lambda r: r.started,
+        "time": lambda r: r.duration_s,
+        "cost": lambda r: r.cost_usd,
+        "tokens": lambda r: r.tokens,
+    }
+    return number(getters[field], high_first=True)
+
+
+SORTS = (
+    "id",
+    "task",
+    "model",
+    "status",
+    "score",
+    "normalized",
+    "started",
+    "time",
+    "cost",
+    "tokens",
+)
+
+
 def add_runs_command(sub: Any) -> None:
     runs = sub.add_parser(
         "runs",
@@ -40,6 +81,14 @@ def add_runs_command(sub: Any) -> None:
     runs.add_argument("--task", help="only runs of this task (a part of its name)")
     runs.add_argument("--model", help="only runs of this model (a part of its name)")
     runs.add_argument("--status", choices=STATUSES, help="only runs with this status")
+    runs.add_argument(
+        "--sort",
+        choices=sorted(SORTS),
+        help="order the runs by this field: score, normalized and started best or newest "
+        "first; time (duration), cost and tokens largest first; the rest A to Z "
+        "(default: by id)",
+    )
+    runs.add_argument("--reverse", action="store_true", help="the --sort order reversed")
     runs.add_argument("--json", action="store_true", help="one JSON object per run")
     runs.set_defaults(func=cmd_runs)
 
@@ -171,6 +220,10 @@ def cmd_runs(args: argparse.Namespace) -> int:
         rows = [r for r in rows if args.model.lower() in r.model.lower()]
     if args.status:
         rows = [r for r in rows if r.status == args.status]
+    if args.sort:
+        rows.sort(key=_sort_key(args.sort))
+    if args.reverse:
+        rows.reverse()
     if args.json:
         for row in rows:
             print(json.dumps({**asdict(row), "unisolated": row.unisolated}))
@@ -185,37 +238,102 @@ def cmd_runs(args: argparse.Namespace) -> int:
     notes = any(r.annotations for r in rows)
     headers = _headers(search=search, notes=notes)
     table = [_cells(r, search=search, notes=notes) for r in rows]
-    if sys.stdout.isatty():
+    tty = sys.stdout.isatty()
+    width = _width(tty)
+    notes_after: list[str] = []
+    if width is not None:
+        every = headers
+        headers, table = fit_columns(headers, table, width)
+        if left_out := [h for h in every if h not in headers]:
+            notes_after.append(
+                f"left out at {width} columns: {', '.join(left_out)} (a wider terminal, "
+                "or --json, shows them)"
+            )
+    if tty:
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
 
         styles = {"finished": "green", "running": "cyan", "damaged": "red", "error": "red"}
-        out = Table(box=None, header_style="bold", pad_edge=False, collapse_padding=True)
+        out = Table(box=None, header_style="bold", pad_edge=False, padding=(0, 1))
         for i, header in enumerate(headers):
-            # On a narrow terminal the model, the budget and the fork source give way; the
-            # rest stay whole.
             widest = max(len(header), *(len(c[i]) for c in table))
             out.add_column(
                 header,
                 justify="right" if header in RIGHT_ALIGNED else "left",
                 no_wrap=True,
-                min_width=None if header in ("model", "budget", "forked from") else widest,
+                min_width=widest,
             )
         for row, cells in zip(rows, table, strict=True):
             style = "red" if row.result_mismatch else styles.get(row.status, "")
             out.add_row(*(Text(cell) for cell in cells), style=style)  # text, not markup
         console = Console()
         console.print(out)
-        for line in _footnotes(rows):
+        for line in _footnotes(rows) + notes_after:
             console.print(line, style="yellow", markup=False, highlight=False)
         return 0
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
     for cells in [headers, *table]:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    for line in _footnotes(rows):  # kept off stdout, which has one line per run
+    for line in _footnotes(rows) + notes_after:  # kept off stdout: one line per run
         sys.stderr.write(line + "\n")
     return 0
+
+
+PRIORITY = [
+    "id",
+    "task",
+    "status",
+    "score",
+    "success",
+    "reason",
+    "normalized",
+    SEARCH_HEADER,
+    "best val.",
+    "duration",
+    "cost",
+    "model",
+    "exp.",
+    "re-graded",
+    "tokens",
+    "budget",
+    "isol.",
+    NOTES_HEADER,
+    "forked from",
+]
+"""The columns in the order they are kept where the table is too wide: the run, what
+it was, how it stands and how well it did (its score and verdict) first; the rest give
+way from the end of this list."""
+KEPT = 5
+"""The first columns of PRIORITY are kept whatever the width (the terminal cuts them)."""
+GAP = 2
+"""The spaces between two columns, in both the plain and the terminal table."""
+
+
+def fit_columns(
+    headers: list[str], table: list[list[str]], width: int
+) -> tuple[list[str], list[list[str]]]:
+    """The table with the fewest columns dropped for it to fit `width`, dropped in the
+    reverse order of PRIORITY; the columns kept keep their order."""
+    widths = {h: max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)}
+    kept = list(headers)
+    droppable = [h for h in reversed(PRIORITY[KEPT:]) if h in widths]
+
+    def total() -> int:
+        return sum(widths[h] for h in kept) + GAP * (len(kept) - 1)
+
+    while total() > width and droppable:
+        kept.remove(droppable.pop(0))
+    at = [headers.index(h) for h in kept]
+    return kept, [[cells[i] for i in at] for cells in table]
+
+
+def _width(tty: bool) -> int | None:
+    """The width the table must fit on a terminal (COLUMNS where it is set); a pipe gets
+    every column, since a script reads them all."""
+    import shutil
+
+    return shutil.get_terminal_size().columns if tty else None
 
 
 def _footnotes(rows: list[RunRow]) -> list[str]:

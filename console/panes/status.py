@@ -18,7 +18,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.ending import UNSUBMITTED
 from mlra.agent.state import RunState
-from mlra.console.event_lines import retry_cause, score_line
+from mlra.console.event_lines import retry_cause, score_line, waiting_words
 from mlra.console.panes import WidgetOptions
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
@@ -187,6 +187,10 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
             # worker, and the worker is the one the pause holds.
             return _worker_held(state)
         took = format_duration(max(0.0, elapsed_s - call.t))
+        if call.tool == "attempt_wait":
+            running = [node.id for node in state.attempts.running]
+            words = waiting_words(call.arguments, running, elapsed_s - call.t)
+            return [Text(words, style="cyan"), Text(f"waiting {took}", style="cyan")]
         what = _command(call, state)
         tool = printable_line(call.tool)
         return [

@@ -195,6 +195,7 @@ class LmEvalEvaluator(Evaluator):
             )
 
         show_lm_eval_steps()
+        quiet_git_probe()
         started = time.monotonic()
         try:
             results = simple_evaluate(
@@ -308,6 +309,18 @@ def show_lm_eval_steps() -> None:
     handler.set_name(_STEPS_HANDLER)
     handler.setFormatter(logging.Formatter("lm-eval: %(message)s"))
     logger.addHandler(handler)
+
+
+def quiet_git_probe() -> None:
+    """lm-eval asks `git describe` which commit its working folder is at, for its
+    results' `git_hash`; the grader's folder is no repository, and git's answer on stderr
+    (`Stopping at filesystem boundary (GIT_DISCOVERY_ACROSS_FILESYSTEM not set)`) became
+    a line of the grading's output about nothing graded. mlra records no git hash: the
+    probe is answered "none" without running git."""
+    import lm_eval.evaluator
+
+    if hasattr(lm_eval.evaluator, "get_git_commit_hash"):
+        lm_eval.evaluator.get_git_commit_hash = lambda: None  # type: ignore[attr-defined]
 
 
 def _optional_int(value: Any) -> int | None:

@@ -609,7 +609,7 @@ def test_the_tree_as_the_supervisor_reads_it_and_its_fingerprint() -> None:
     early, later = tree.render(now=100), tree.render(now=700)
     lines = early.splitlines()
     assert lines[0].startswith("Attempts (3; 1 running; acc, higher is better")
-    assert lines[1].startswith("- a2 (best) [0.7] draft, from the starter (a2)")
+    assert lines[1].startswith("- a2 (best) [0.7] draft, from the starter, ")
     assert "a3 [running] improve, from a2 (a2 > a3)" in early and "lower lr" in early
     assert "a1 [buggy]" in early and "why: NameError: x" in early
     assert early != later and normalize(early) == normalize(later)

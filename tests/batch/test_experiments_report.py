@@ -16,7 +16,14 @@ from mlra.batch.report import REPORT_FILES, write_report
 
 
 def experiment_run(
-    runs: Path, name: str, scores: list[float | None], *, model: str = "m", score: float = 0.5
+    runs: Path,
+    name: str,
+    scores: list[float | None],
+    *,
+    model: str = "m",
+    score: float = 0.5,
+    baseline: float | None = None,
+    top: float | None = None,
 ) -> Path:
     """A finished run that validated once per score (None: a failed validation), each
     validation followed by its row as the controller writes it; accuracy, higher better."""
@@ -63,7 +70,12 @@ def experiment_run(
         )
     end = 300.0 * (len(scores) + 1)
     append(end, ev.Submission(path="answer.txt"))
-    append(end, ev.EvaluationFinished(ok=True, metric="exact_match", score=score, normalized=score))
+    append(
+        end,
+        ev.EvaluationFinished(
+            ok=True, metric="exact_match", score=score, normalized=score, baseline=baseline, top=top
+        ),
+    )
     append(end, ev.RunFinished(status="finished", reason="submitted"))
     log.close()
     write_result(state, run_dir)

@@ -136,3 +136,25 @@ async def test_timers_firing_after_the_panes_are_gone_do_not_raise() -> None:
         app._tick()
         await app._refresh_files()
         await pilot.pause()
+
+
+def test_a_wait_for_attempts_is_said_in_words() -> None:
+    """`waiting for a1 (1m59s of up to 60m)`, not `attempt_wait 1m59s: {"timeout": 3600.0}`."""
+    from mlra.console.panes.status import activity
+
+    state = fold(
+        [
+            ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0),
+            ev.ToolCall(
+                call_id="w1",
+                agent="worker",
+                tool="attempt_wait",
+                arguments={"timeout": 3600.0},
+                t=2.0,
+            ),
+        ]
+    )
+    state.started = True  # as after its run_started
+    forms = [text.plain for text in activity(state, 121.0)]
+    assert forms[0] == "waiting for a1 (1m59s of up to 60m)"
+    assert not any("timeout" in form for form in forms)

@@ -28,6 +28,7 @@ import pytest
 
 from mlra.agent.eventlog import read_events
 from mlra.control_socket import CtlRequest, connect, encode, socket_path
+from mlra.events import PlanUpdated
 from mlra.tools.sandbox import bwrap as bw
 from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli, processes_running
 from tests.fakes.model_server import ScriptedModelServer
@@ -134,6 +135,11 @@ def _controls(run_dir: Path) -> list[tuple[str, str]]:
     return [
         (e.action, e.source) for e in read_events(run_dir / "events.jsonl") if e.type == "control"
     ]
+
+
+def _events(log: Path) -> list[Any]:
+    """The log as far as it is written (none before its file exists)."""
+    return read_events(log) if log.exists() else []
 
 
 def _of_call(kind: str, call_id: str) -> Callable[[dict[str, Any]], bool]:
@@ -394,6 +400,13 @@ def test_a_message_to_the_baseline_agent_is_refused_as_no_one_reads_it(tmp_path:
         while not socket_path(run_dir).exists() or not (log.exists() and log.stat().st_size):
             assert proc.poll() is None and time.monotonic() < deadline, "no run_started"
             time.sleep(0.01)
+        # Paused before its first step: its plan shows no step running (the recipe's
+        # plan and a step's start are written in one go, so the first plan is enough).
+        log = run_dir / "events.jsonl"
+        while not (plans := [e for e in _events(log) if isinstance(e, PlanUpdated)]):
+            assert proc.poll() is None and time.monotonic() < deadline, "no plan"
+            time.sleep(0.01)
+        assert [s.status for p in plans for s in p.steps if s.status != "pending"] == []
         told = mlra_cli(["ctl", str(run_dir), "inject", "use a smaller lr"], cwd=tmp_path)
         assert told.returncode == 1, told.stdout
         assert told.stderr.strip() == (

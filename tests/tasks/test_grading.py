@@ -210,7 +210,10 @@ def test_mlra_eval_grades_a_finished_run_again(
     # What was submitted is graded again, whatever the workspace holds now.
     again = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
     assert again.returncode == 0, again.stderr
-    assert "grading the frozen submission submission/answer.txt" in again.stdout
+    assert (
+        "grading the copy of answer.txt frozen at submission, in the run folder's submission/"
+        in again.stdout
+    )
     assert "exact_match = 1" in again.stdout
     # --path grades the workspace as it is now, and says so.
     changed = mlra_cli(["eval", str(run_dir), "--path", "answer.txt"], cwd=tmp_path)

@@ -201,3 +201,23 @@ async def test_lm_eval_grading_tiny_lm_names_its_steps_and_ends_on_its_last(
     assert "lm-eval: Building contexts for tiny_lm_pairs_word_order on rank 0..." in named
     assert "lm-eval: Running loglikelihood_rolling requests" in named
     assert "Running loglikelihood requests" in named
+
+
+def test_lm_eval_asks_git_nothing_so_no_git_warning_reaches_the_grading_lines(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """lm-eval's `git describe` probe wrote `Stopping at filesystem boundary...` (or
+    `not a git repository`) to the grading's stderr; mlra's lm-eval grading answers it
+    without running git."""
+    pytest.importorskip("lm_eval")
+    import lm_eval.evaluator
+
+    from mlra.tasks.evaluators.lm_eval import quiet_git_probe
+
+    monkeypatch.chdir(tmp_path)  # no repository here: git would say so on stderr
+    monkeypatch.setattr(
+        lm_eval.evaluator, "get_git_commit_hash", lm_eval.evaluator.get_git_commit_hash
+    )
+    quiet_git_probe()
+    assert lm_eval.evaluator.get_git_commit_hash() is None
+    assert "git" not in capfd.readouterr().err

@@ -1,0 +1,169 @@
+"""The headless transcript's heartbeats: a command that runs for minutes gets a line at
+least every minute of run clock, with its elapsed time, its newest metric, its count
+and the time left; timed by the events' own run clock (a replay of the same log prints
+the same lines), so these tests feed a run's events as its log holds them, 90 s of run
+clock in no time at all."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import re
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.eventlog import encode_event
+from mlra.console.headless import TranscriptDisplay
+
+COMMAND = "python train.py --steps 600"
+
+
+def _training_run(seconds: int = 90) -> list[ev.Event]:
+    """A command that trains for `seconds` of run clock: it prints `step N/600 loss X`
+    every 10 s, mlra reads the loss into `metrics`, and the run samples its resources
+    every second, as a live run's log does."""
+    events: list[ev.Event] = [
+        ev.ToolCall(
+            call_id="c1", agent="worker", tool="bash", arguments={"command": COMMAND}, t=5.0
+        )
+    ]
+    for second in range(6, 5 + seconds):
+        events.append(_sample(second))
+        if second % 10 == 0:
+            step = (second - 5) * 200 // 30  # 200 steps every 30 s: 600 in 90 s
+            loss = round(6.0 - step / 145, 2)
+            events.append(
+                ev.ToolOutput(call_id="c1", text=f"step {step}/600 loss {loss}\n", t=second)
+            )
+            events.append(
+                ev.Metrics(
+                    source="command:c1",
+                    call_id="c1",
+                    points=[ev.MetricPoint(name="loss", value=loss, step=step, wall=second)],
+                    t=second,
+                )
+            )
+    events.append(
+        ev.ToolResult(
+            call_id="c1",
+            tool="bash",
+            agent="worker",
+            ok=True,
+            output="done",
+            exit_code=0,
+            duration_s=seconds,
+            t=5.0 + seconds,
+        )
+    )
+    return events
+
+
+def _sample(t: float) -> ev.ResourceSample:
+    return ev.ResourceSample(
+        cpu_percent=90, ram_used_mb=1, ram_total_mb=8, disk_workspace_mb=1, t=float(t)
+    )
+
+
+def _lines(events: list[ev.Event], heartbeat_s: float | None = 30.0) -> list[str]:
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False, heartbeat_s=heartbeat_s)
+    for event in events:
+        display.on_event(event)
+    return out.getvalue().splitlines()
+
+
+def _clock(line: str) -> float:
+    """The run clock a transcript line is stamped with (`[1m05s] ...`)."""
+    stamp = re.match(r"\[(?:(\d+)m)?(\d+)s\]", line)
+    assert stamp is not None, line
+    return int(stamp[1] or 0) * 60 + int(stamp[2])
+
+
+def test_a_90s_command_gets_a_line_at_least_every_minute_with_its_progress() -> None:
+    lines = _lines(_training_run(90))
+    stamped = [line for line in lines if line.startswith("[")]
+    assert stamped[0].endswith(f"$ {COMMAND}")
+    times = [_clock(line) for line in stamped] + [95]  # the ✓ line ends it at 95 s
+    assert max(b - a for a, b in itertools.pairwise(times)) <= 60
+    beats = [line for line in stamped if "still running" in line]
+    assert len(beats) >= 2, lines
+    # Its elapsed time, its count against the total, its newest loss and the time left.
+    assert beats[0] == (
+        f"[35s] … $ {COMMAND} still running, 30s · step 166/600 loss 4.86 · ETA 1m00s"
+    ), beats
+    assert re.search(r"step \d+/600 loss \d\.\d+ · ETA \d", beats[-1])
+    assert lines[-2:] == ["    ✓ exit 0 · 90.0s", "    │ done"]
+
+
+def test_no_heartbeat_while_lines_come_or_once_the_command_ended() -> None:
+    """A command shorter than the interval gets none; after it ends, the run's ticks
+    alone (nothing running) print nothing."""
+    short = _training_run(20)
+    idle = [_sample(s) for s in range(26, 200)]
+    assert not [line for line in _lines(short + idle) if "…" in line]
+
+
+def test_the_interval_is_a_setting_and_a_replay_prints_the_same_lines() -> None:
+    events = _training_run(90)
+    every_10 = [line for line in _lines(events, heartbeat_s=10) if "still running" in line]
+    assert len(every_10) >= 5
+    assert _lines(events) == _lines(events)  # timed by the log alone: no clock of its own
+    assert not [line for line in _lines(events, heartbeat_s=0) if "still running" in line]
+
+
+def test_waiting_for_attempts_is_said_in_words() -> None:
+    events: list[ev.Event] = [
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0),
+        ev.ToolCall(
+            call_id="w1", agent="worker", tool="attempt_wait", arguments={"timeout": 3600.0}, t=2.0
+        ),
+    ]
+    events += [_sample(s) for s in range(3, 125)]
+    beats = [line for line in _lines(events) if "…" in line]
+    assert beats[0] == "[32s] … waiting for a1 (30s of up to 60m) · running: a1 31s"
+    assert len(beats) == 4
+
+
+def test_waiting_for_attempts_gives_each_ones_progress_from_its_own_log(tmp_path: Path) -> None:
+    """A search's attempt trains in a run of its own: the wait's line reads its log
+    (`attempts/a1/events.jsonl`) as it was at the time (by the events' wall clock)."""
+    attempt_log = tmp_path / "attempts" / "a1" / "events.jsonl"
+    attempt_log.parent.mkdir(parents=True)
+    trained = [
+        ev.ToolCall(call_id="c1", agent="worker", tool="bash", arguments={"command": "x"}, t=1),
+        ev.ToolOutput(call_id="c1", text="step 200/600 loss 4.62\n", t=20.0, ts=1020.0),
+        ev.ToolOutput(call_id="c1", text="step 400/600 loss 4.1\n", t=40.0, ts=1040.0),
+    ]
+    for seq, event in enumerate(trained, 1):
+        event.seq = seq
+    attempt_log.write_bytes(b"".join(encode_event(e) for e in trained))
+    events: list[ev.Event] = [
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0, ts=1001),
+        ev.ToolCall(call_id="w1", agent="worker", tool="attempt_wait",
+                    arguments={"timeout": 3600.0}, t=2.0, ts=1002.0),
+    ]  # fmt: skip
+    for s in range(3, 70):
+        sample = _sample(s)
+        sample.ts = 1000.0 + s
+        events.append(sample)
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    display.attempts_in(tmp_path)
+    for event in events:
+        display.on_event(event)
+    beats = [line for line in out.getvalue().splitlines() if "…" in line]
+    assert beats[0] == (
+        "[32s] … waiting for a1 (30s of up to 60m) · running: a1 31s (step 200/600 loss 4.62 · ETA 38s)"
+    )
+    assert beats[1].endswith("a1 1m01s (step 400/600 loss 4.1 · ETA 20s)")
+
+
+def test_an_attempt_wait_call_reads_in_words() -> None:
+    from mlra.console.event_lines import describe_call
+
+    assert describe_call("attempt_wait", {"timeout": 3600.0}) == (
+        "attempt_wait for any attempt, up to 60m"
+    )
+    assert describe_call("attempt_wait", {"attempt": "a2", "timeout": 90}) == (
+        "attempt_wait for a2, up to 1m30s"
+    )

@@ -1,0 +1,108 @@
+"""`mlra runs` on a narrow terminal keeps what a researcher looks for first (the run,
+its task, its status, its score and verdict) and drops the rest in order; `--sort`,
+`--task`, `--status` and `--json` choose and order the rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlra.console.cli import main
+from mlra.console.runs_cli import fit_columns
+from tests.batch.test_experiments_report import experiment_run
+
+
+def _runs(tmp_path: Path) -> Path:
+    runs = tmp_path / "runs"
+    experiment_run(runs, "r1-middling", [0.4], model="anthropic/claude-sonnet-4-6", score=0.5)
+    experiment_run(runs, "r2-best", [0.7, 0.9], model="openai/gpt-5.1-codex-mini", score=0.875)
+    experiment_run(runs, "r3-worst", [], score=0.125)
+    return runs
+
+
+def _on_a_terminal(args: list[str], columns: int) -> str:
+    """`mlra ...` with a terminal of `columns` as its stdout (a pty), as a person runs
+    it: its screen, escape sequences and carriage returns taken out."""
+    import os
+    import pty
+    import re
+    import subprocess
+    import sys
+
+    main_fd, child_fd = pty.openpty()
+    env = {**os.environ, "COLUMNS": str(columns), "LINES": "24", "NO_COLOR": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args], stdout=child_fd, stderr=child_fd, env=env
+    )
+    os.close(child_fd)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(main_fd, 65536)
+        except OSError:  # EIO: the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(main_fd)
+    assert proc.wait(timeout=60) == 0
+    text = b"".join(chunks).decode()
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", text).replace("\r", "")
+
+
+def test_at_80_columns_the_score_and_verdict_stay(tmp_path: Path) -> None:
+    runs = _runs(tmp_path)
+    screen = _on_a_terminal(["runs", "--runs-dir", str(runs)], 80)
+    header, *lines = screen.splitlines()
+    names = header.split()
+    assert names[:3] == ["id", "task", "status"] and {"score", "success"} <= set(names)
+    assert all(len(line) <= 80 for line in screen.splitlines()), screen
+    cells = {line.split()[0]: line.split() for line in lines if line.startswith("r")}
+    assert cells["r2-best"][:3] == ["r2-best", "answer", "finished"]
+    assert cells["r2-best"][names.index("score")] == "0.875"
+    assert "left out at 80 columns: " in screen and "forked" in screen
+
+
+def test_a_wide_terminal_or_a_pipe_gets_every_column(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    runs = _runs(tmp_path)
+    wide = _on_a_terminal(["runs", "--runs-dir", str(runs)], 400)
+    assert "forked from" in wide and "left out" not in wide
+    assert main(["runs", "--runs-dir", str(runs)]) == 0  # a pipe: every column
+    assert "forked from" in capsys.readouterr().out
+
+
+def test_columns_give_way_in_order_of_priority() -> None:
+    headers = ["id", "task", "model", "status", "reason", "score", "success", "forked from"]
+    row = ["r1", "answer", "openai/gpt-5.1", "finished", "submitted", "0.875", "yes", "-"]
+    kept, _ = fit_columns(headers, [row], 70)
+    assert kept == ["id", "task", "model", "status", "reason", "score", "success"]
+    kept, (cells,) = fit_columns(headers, [row], 60)
+    assert kept == ["id", "task", "status", "reason", "score", "success"]
+    assert cells == ["r1", "answer", "finished", "submitted", "0.875", "yes"]
+    kept, _ = fit_columns(headers, [row], 10)  # never fewer than the five
+    assert kept == ["id", "task", "status", "score", "success"]
+
+
+def test_sort_filter_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = _runs(tmp_path)
+
+    def ids(*args: str) -> list[str]:
+        assert main(["runs", "--runs-dir", str(runs), "--json", *args]) == 0
+        return [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
+
+    assert ids("--sort", "score") == ["r2-best", "r1-middling", "r3-worst"]
+    assert ids("--sort", "score", "--reverse") == ["r3-worst", "r1-middling", "r2-best"]
+    assert ids("--sort", "model")[0] == "r1-middling"  # anthropic/... first
+    assert ids("--task", "answ", "--status", "finished", "--sort", "id") == [
+        "r1-middling",
+        "r2-best",
+        "r3-worst",
+    ]
+    assert ids("--status", "running") == []
+    with pytest.raises(SystemExit) as exit_:
+        main(["runs", "--runs-dir", str(runs), "--sort", "colour"])
+    assert exit_.value.code == 2
