@@ -90,7 +90,20 @@ def add_runs_command(sub: Any) -> None:
     )
     runs.add_argument("--reverse", action="store_true", help="the --sort order reversed")
     runs.add_argument("--json", action="store_true", help="one JSON object per run")
+    runs.add_argument(
+        "--compare",
+        nargs="?",
+        type=int,
+        const=COMPARED_MAX,
+        metavar="N",
+        help="open `mlra compare` over the runs listed (picked with --task, --model, "
+        f"--status and --sort): the first N, at most {COMPARED_MAX} (the default)",
+    )
     runs.set_defaults(func=cmd_runs)
+
+
+COMPARED_MAX = 10
+"""The most runs `mlra compare` puts side by side."""
 
 
 UNISOLATED = "*"
@@ -224,6 +237,8 @@ def cmd_runs(args: argparse.Namespace) -> int:
         rows.sort(key=_sort_key(args.sort))
     if args.reverse:
         rows.reverse()
+    if args.compare is not None:
+        return _compare(rows, runs_dir, args.compare)
     if args.json:
         for row in rows:
             print(json.dumps({**asdict(row), "unisolated": row.unisolated}))
@@ -308,6 +323,25 @@ KEPT = 5
 """The first columns of PRIORITY are kept whatever the width (the terminal cuts them)."""
 GAP = 2
 """The spaces between two columns, in both the plain and the terminal table."""
+
+
+def _compare(rows: list[RunRow], runs_dir: Path, n: int) -> int:
+    """`mlra compare` over the first `n` of the runs listed, as if each were named."""
+    from mlra.console.args import UsageError
+    from mlra.console.compare_cli import cmd_compare
+
+    if not 2 <= n <= COMPARED_MAX:
+        raise UsageError(f"--compare N: N must be 2 to {COMPARED_MAX}, not {n}")
+    picked = rows[:n]
+    if len(picked) < 2:
+        raise UsageError(
+            f"--compare: {len(picked)} run listed; pick at least two (--task, --model, --status)"
+        )
+    names = [str(runs_dir / row.id) for row in picked]
+    compare = argparse.Namespace(
+        runs=names, metric=None, x="time", all=False, runs_dir=runs_dir, no_tui=False, json=False
+    )
+    return cmd_compare(compare)
 
 
 def fit_columns(

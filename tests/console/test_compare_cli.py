@@ -73,3 +73,27 @@ def test_a_runs_text_is_printed_escaped(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert "\x1b" not in proc.stdout and "\x07" not in proc.stdout
     assert "[bold red]x" in proc.stdout
+
+
+def test_mlra_runs_opens_the_comparison_of_the_runs_it_lists(tmp_path: Path) -> None:
+    """Runs picked in `mlra runs` (filtered, sorted, the first N) are compared: a pipe
+    gets the text tables, as `mlra compare --no-tui` prints them."""
+    dirs = _runs(tmp_path, 4)
+    proc = mlra_cli(["runs", "--sort", "score", "--compare", "2"], cwd=tmp_path, env=NARROW)
+    assert proc.returncode == 0, proc.stderr
+    # The two best scores (sorted best first), and no other run.
+    assert dirs[3].name in proc.stdout and dirs[2].name in proc.stdout
+    assert dirs[0].name not in proc.stdout and dirs[1].name not in proc.stdout
+    assert "0.4*" in proc.stdout.split()
+    only_one = mlra_cli(
+        ["runs", "--model", "model-0", "--sort", "score", "--compare"], cwd=tmp_path
+    )
+    assert only_one.returncode == 0, only_one.stderr  # model-0's two runs
+    assert dirs[0].name in only_one.stdout and dirs[2].name in only_one.stdout
+    for args, said in (
+        (["runs", "--task", "nothing", "--compare"], "0 run listed"),
+        (["runs", "--compare", "1"], "N must be 2 to 10"),
+    ):
+        proc = mlra_cli(args, cwd=tmp_path)
+        assert proc.returncode == 2 and said in proc.stderr, (proc.stdout, proc.stderr)
+        assert len(proc.stderr.strip().splitlines()) == 1
