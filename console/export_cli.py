@@ -26,8 +26,9 @@ def add_export_command(sub: Any) -> None:
     p = sub.add_parser(
         "export",
         help="write a run or a batch into MLflow, W&B (offline) or TensorBoard",
-        description="Write a run (with its search's attempts) or a batch (one experiment, a "
-        "run per run and attempt) into a tracker: its parameters (task, model, limits, seed, "
+        description="Write a run (with its search's attempts as child runs) or a batch into "
+        "a tracker, one experiment (MLflow), project (W&B) or folder (TensorBoard) per task, "
+        "so runs of a task exported at different times sit together: its parameters (task, model, limits, seed, "
         "search), its curves (the metrics read from its jobs, commands and files), its "
         "validations and final score, and its result.json, transcript and event log. "
         "Local unless --dest names a server: MLflow's file store (default ./mlruns), an "
@@ -61,7 +62,7 @@ def transcript(events: list[ev.Event], run_dir: Path) -> str:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from mlra.batch.export.source import NotARun, read_experiment
+    from mlra.batch.export.source import NotARun, by_task, read_experiment
     from mlra.batch.export.trackers import TrackerMissing, writer
     from mlra.console.args import UsageError
     from mlra.terminal_text import printable
@@ -74,6 +75,6 @@ def cmd_export(args: argparse.Namespace) -> int:
         experiment = read_experiment(path, transcript)
     except (NotARun, TrackerMissing) as exc:
         raise UsageError(str(exc)) from None
-    where = target.write(experiment, args.dest or target.DEFAULT_DEST)
-    print(printable(where))
+    for group in by_task(experiment):  # one experiment (project, folder) per task
+        print(printable(target.write(group, args.dest or target.DEFAULT_DEST)))
     return 0

@@ -4,9 +4,11 @@ tracker, so MLflow, W&B and TensorBoard hold one run's numbers alike.
 A run is its parameters (from `run_started`: task, model, limits, seed, search, the
 rest of its config), its curves (its `metrics` events, batch/curves.py), its one-off
 numbers, its validations, its final score (`result.json`, else its log folded) and its
-artifacts (result.json, a text transcript, the event log). A batch folder is one experiment of
-its runs; a searching run brings each attempt (`attempts/<id>/`, a run folder of its
-own) as a run of the same experiment, tied to its parent run.
+artifacts (result.json, a text transcript, the event log). Runs are grouped as researchers
+group them: one experiment per task (`by_task`), whether they came one by one or in a
+batch (whose name each run keeps as its `batch` tag), so a second run of a task exported
+later lands beside the first; a searching run brings each attempt (`attempts/<id>/`, a
+run folder of its own) as a child run of the same experiment, tied to its parent run.
 
 A series whose values never change in any run of the experiment (tiny-lm's `d=128`,
 `layers=2`, `tokenizer: 2048 tokens`, printed once; agent/metrics/one_off.py's rule,
@@ -97,7 +99,24 @@ def set_one_offs_apart(runs: list[ExportRun]) -> None:
 @dataclass
 class Experiment:
     name: str
+    """Its runs' task (`by_task`), which each tracker names in its own way; the folder's
+    name where `read_experiment` has not grouped them yet."""
     runs: list[ExportRun]
+
+
+def by_task(experiment: Experiment) -> list[Experiment]:
+    """One experiment per task, in the order the tasks first appear: the unit a
+    researcher compares runs in. An attempt goes with its run, whatever it recorded."""
+    task_of: dict[str, str] = {}
+    groups: dict[str, list[ExportRun]] = {}
+    for run in experiment.runs:
+        if run.parent is not None and run.parent in task_of:
+            task = task_of[run.parent]
+        else:
+            task = str(run.params.get("task") or "unknown")
+        task_of[run.name] = task
+        groups.setdefault(task, []).append(run)
+    return [Experiment(task, runs) for task, runs in groups.items()]
 
 
 def _params(started: ev.RunStarted | None, result: RunResult) -> dict[str, Param]:
@@ -204,6 +223,8 @@ def read_experiment(path: Path, transcript: Transcript | None = None) -> Experim
         for folder in sorted(runs_dir.iterdir()):
             if (folder / EVENTS_FILE).is_file():
                 runs += _with_attempts(folder, folder.name, transcript)
+        for run in runs:
+            run.tags["batch"] = path.name
         if runs:
             set_one_offs_apart(runs)
             return Experiment(path.name, runs)

@@ -1,5 +1,9 @@
 """A run or batch as an MLflow experiment: params, metric histories, artifacts.
 
+The experiment is the task's, `mlra/<task>`: runs of one task exported one by one or in
+a batch are runs of one experiment, a searching run's attempts its child runs (MLflow's
+`mlflow.parentRunId` tag, which its UI nests under the run).
+
 A folder given as the destination is MLflow's file store (`mlruns/` by default), read
 by `mlflow ui --backend-store-uri DIR` and by `MlflowClient`; mlflow-skinny (the lighter
 client, which the `export` extra installs) keeps no database of its own, and MLflow 3
@@ -120,12 +124,17 @@ def _write_run(
     return run_id
 
 
+def experiment_name(task: str) -> str:
+    """A task's MLflow experiment (`mlra/<task>`)."""
+    return text_value(f"mlra/{task}")[:_EXPERIMENT_CHARS]
+
+
 def write(experiment: Experiment, dest: str) -> str:
     from mlflow.tracking import MlflowClient
 
     uri = _uri(dest)
     client = MlflowClient(tracking_uri=uri)
-    name = text_value(experiment.name)[:_EXPERIMENT_CHARS]
+    name = experiment_name(experiment.name)
     found = client.get_experiment_by_name(name)
     experiment_id = found.experiment_id if found is not None else client.create_experiment(name)
     keys = SafeNames(tracker_name, names_of(experiment))

@@ -1,5 +1,6 @@
-"""A run or batch as TensorBoard event files: `DEST/<experiment>/<run>/` a run (an
-attempt under its run's folder), its curves as scalars, its parameters and its one-off
+"""A run or batch as TensorBoard event files: `DEST/<task>/<run>/` a run (a folder per
+task, so `tensorboard --logdir DEST/<task>` compares its runs; an attempt in
+`<run>/attempts/<id>/`, TensorBoard's run `<run>/attempts/<id>`), its curves as scalars, its parameters and its one-off
 numbers (source.py: `d=128` printed once) as hparams and as a text table (a one-off as
 a scalar would be a chart of one dot beside the loss), its artifacts copied beside its
 event file.
@@ -129,7 +130,7 @@ def _write_run(folder: Path, run: ExportRun, keys: SafeNames) -> None:
 
 
 def write(experiment: Experiment, dest: str) -> str:
-    root = Path(dest) / experiment.name
+    root = Path(dest) / tracker_name(experiment.name).replace("/", "_")
     keys = SafeNames(tracker_name, names_of(experiment))
     refused: list[str] = []
     for run in experiment.runs:

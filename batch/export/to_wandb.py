@@ -1,5 +1,6 @@
 """A run or batch as offline Weights & Biases runs: `DEST/wandb/offline-run-*/`, one a
-run (and one an attempt, grouped under its run), for `wandb sync` to upload later, or
+run (and one an attempt, grouped under its run: `group=<run id>`, `job_type="attempt"`),
+in one project per task (`mlra-<task>`), for `wandb sync` to upload later, or
 `wandb beta leet` to read in the terminal.
 
 Offline means offline: no login, no API key read (the process's `WANDB_API_KEY` is
@@ -62,9 +63,10 @@ def _offline(folder: Path) -> Iterator[None]:
                 os.environ[key] = value
 
 
-def project_name(name: str) -> str:
-    """W&B's project names refuse `/\\#?%:` (and are at most 128 characters)."""
-    return text_value(re.sub(r"[/\\#?%:]", "_", name))[:128] or "mlra"
+def project_name(task: str) -> str:
+    """A task's project, `mlra-<task>`: W&B's project names refuse `/\\#?%:` (and are at
+    most 128 characters)."""
+    return text_value(re.sub(r"[/\\#?%:]", "_", f"mlra-{task}"))[:128]
 
 
 def _rows(run: ExportRun, keys: SafeNames) -> list[tuple[float, dict[str, Any]]]:

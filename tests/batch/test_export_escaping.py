@@ -97,7 +97,7 @@ def test_mlflow_takes_every_name_and_keeps_the_originals(
     said = _export(batch_dir, "mlflow", dest, capsys)
     assert "2 runs" in said and "not written" not in said
     client = MlflowClient(tracking_uri=dest.resolve().as_uri())
-    experiment = client.get_experiment_by_name("poisoned")
+    experiment = client.get_experiment_by_name("mlra/answer")
     assert experiment is not None
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(runs) == {"r1", "r2"}
@@ -129,7 +129,7 @@ def test_tensorboard_takes_every_name_and_its_tables_render_no_image_or_link(
     dest = tmp_path / "out" / "tb"
     said = _export(batch_dir, "tensorboard", dest, capsys)
     assert "2 runs" in said and "not written" not in said
-    acc = EventAccumulator(str(dest / "poisoned" / "r1"), size_guidance={"tensors": 0})
+    acc = EventAccumulator(str(dest / "answer" / "r1"), size_guidance={"tensors": 0})
     acc.Reload()
     scalars = acc.Tags()["scalars"]
     assert "a/__/__/x" in scalars and "loss" in scalars
@@ -206,13 +206,13 @@ def test_a_run_that_cannot_be_written_is_one_line_and_the_others_are_written(
     batch_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dest = tmp_path / "tb"
-    (dest / "poisoned").mkdir(parents=True)
-    (dest / "poisoned" / "r1").write_text("a file where r1's folder would go\n")
+    (dest / "answer").mkdir(parents=True)
+    (dest / "answer" / "r1").write_text("a file where r1's folder would go\n")
     said = _export(batch_dir, "tensorboard", dest, capsys)
     lines = said.splitlines()
     assert "(1 run)" in lines[0]
     assert len(lines) == 2 and lines[1].startswith("run r1 was not written to TensorBoard: ")
-    assert list((dest / "poisoned" / "r2").glob("*tfevents*"))
+    assert list((dest / "answer" / "r2").glob("*tfevents*"))
 
 
 def _rendered(text: str) -> list[Any]:

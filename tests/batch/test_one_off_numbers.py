@@ -155,7 +155,7 @@ def test_the_exports_chart_loss_and_valid_and_keep_the_one_offs_as_numbers(
 
     # TensorBoard: a scalar chart a curve; the one-offs beside the parameters.
     assert main(["export", str(batch_dir), "--to", "tensorboard", "--dest", str(tmp_path)]) == 0
-    acc = EventAccumulator(str(tmp_path / "b1" / "tiny-lm__baseline__s1"))
+    acc = EventAccumulator(str(tmp_path / "tiny-lm" / "tiny-lm__baseline__s1"))
     acc.Reload()
     charts = {t for t in acc.Tags()["scalars"] if not t.startswith("final/")}
     assert charts == {"loss", "valid"}

@@ -1,6 +1,8 @@
 """`mlra export`: a run (with its attempt) and a batch of two runs written into MLflow's
 file store, TensorBoard event files and an offline W&B run, each read back with the
-tracker's own reader: what a researcher opening them would find."""
+tracker's own reader: what a researcher opening them would find. Runs are grouped by
+task: a second run of the task exported later joins the first's experiment (project,
+folder), the attempts are its run's children, and a batch of two tasks makes two."""
 
 from __future__ import annotations
 
@@ -29,10 +31,17 @@ def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def second_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Run r2 of the same task, elsewhere: exported on its own, after r1."""
+    return metrics_run(tmp_path_factory.mktemp("more"), "r2", losses=(1.0, 0.5), score=0.7)
+
+
+@pytest.fixture(scope="module")
 def batch_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     batch = tmp_path_factory.mktemp("batch") / "mybatch"
     metrics_run(batch / "runs", "answer__m__s1", seed=1, score=0.4)
     metrics_run(batch / "runs", "answer__m__s2", seed=2, score=0.6, losses=(2.0, 1.0))
+    metrics_run(batch / "runs", "other__m__s1", task="other", score=0.9)
     (batch / "batch.json").write_text("{}", encoding="utf-8")
     return batch
 
@@ -52,11 +61,11 @@ def _mlflow(dest: Path) -> Any:
 
 
 def test_mlflow_holds_params_curves_validations_score_and_artifacts(
-    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    run_dir: Path, second_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dest = tmp_path / "mlruns"
     said = _export(run_dir, "mlflow", dest, capsys)
-    assert "experiment 'r1', 2 runs" in said
+    assert "experiment 'mlra/answer', 2 runs" in said
     # The way to look at it works with what is installed: mlflow-skinny has no UI.
     import importlib.metadata
 
@@ -64,7 +73,7 @@ def test_mlflow_holds_params_curves_validations_score_and_artifacts(
     needs_full = all(d.metadata["Name"] != "mlflow" for d in importlib.metadata.distributions())
     assert (f"pip install mlflow, then {ui}" in said) == needs_full and ui in said, said
     client = _mlflow(dest)
-    experiment = client.get_experiment_by_name("r1")
+    experiment = client.get_experiment_by_name("mlra/answer")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(runs) == {"r1", "r1/a1"}
     run = runs["r1"]
@@ -92,20 +101,30 @@ def test_mlflow_holds_params_curves_validations_score_and_artifacts(
     assert attempt.data.tags["mlflow.parentRunId"] == run.info.run_id
     assert [m.value for m in client.get_metric_history(attempt.info.run_id, "loss")] == [3.0, 2.0]
 
+    _export(second_run, "mlflow", dest, capsys)  # the task's next run joins the experiment
     _export(run_dir, "mlflow", dest, capsys)  # again: replaces, never doubles
-    again = client.search_runs([experiment.experiment_id])
-    assert sorted(r.info.run_name for r in again) == ["r1", "r1/a1"]
+    assert {e.name for e in client.search_experiments()} == {"mlra/answer", "Default"}
+    again = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert sorted(again) == ["r1", "r1/a1", "r2"]
+    assert again["r1/a1"].data.tags["mlflow.parentRunId"] == again["r1"].info.run_id
+    assert "mlflow.parentRunId" not in again["r2"].data.tags
+    assert again["r2"].data.metrics["score"] == 0.7
 
 
 def test_a_batch_is_one_mlflow_experiment_with_a_run_per_run(
     batch_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     dest = tmp_path / "mlruns"
-    _export(batch_dir, "mlflow", dest, capsys)
+    said = _export(batch_dir, "mlflow", dest, capsys)
+    assert "experiment 'mlra/answer', 2 runs" in said and "'mlra/other', 1 run " in said
     client = _mlflow(dest)
-    experiment = client.get_experiment_by_name("mybatch")
+    experiment = client.get_experiment_by_name("mlra/answer")
     runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert set(runs) == {"answer__m__s1", "answer__m__s2"}
+    assert {r.data.tags["mlra.batch"] for r in runs.values()} == {"mybatch"}
+    other = client.get_experiment_by_name("mlra/other")
+    (run,) = client.search_runs([other.experiment_id])
+    assert run.info.run_name == "other__m__s1" and run.data.metrics["score"] == 0.9
     assert {r.data.params["seed"] for r in runs.values()} == {"1", "2"}
     assert runs["answer__m__s2"].data.metrics["score"] == 0.6
     history = client.get_metric_history(runs["answer__m__s2"].info.run_id, "loss")
@@ -118,9 +137,10 @@ def test_a_batch_is_one_tensorboard_logdir_with_a_folder_per_run(
     from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
     _export(batch_dir, "tensorboard", tmp_path / "tb", capsys)
-    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb" / "mybatch"))
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb" / "answer"))
     runs.Reload()
     assert set(runs.Runs()) == {"answer__m__s1", "answer__m__s2"}
+    assert {p.name for p in (tmp_path / "tb").iterdir()} == {"answer", "other"}
     assert [s.value for s in runs.Scalars("answer__m__s2", "loss")] == [2.0, 1.0]
 
 
@@ -128,13 +148,19 @@ def test_a_batch_is_one_tensorboard_logdir_with_a_folder_per_run(
 
 
 def test_tensorboard_event_files_read_back(
-    run_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    run_dir: Path, second_run: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
 
     dest = tmp_path / "tb"
     _export(run_dir, "tensorboard", dest, capsys)
-    folder = dest / "r1" / "r1"
+    _export(second_run, "tensorboard", dest, capsys)
+    task = EventMultiplexer().AddRunsFromDirectory(str(dest / "answer"))
+    task.Reload()  # one logdir for the task: its runs, the attempt under its run
+    assert set(task.Runs()) == {"r1", "r2", "r1/attempts/a1"}
+    assert [s.value for s in task.Scalars("r2", "loss")] == [1.0, 0.5]
+    folder = dest / "answer" / "r1"
     acc = EventAccumulator(str(folder), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
     loss = acc.Scalars("loss")
@@ -196,6 +222,7 @@ def _wandb_records(path: Path) -> list[Any]:
 
 def test_wandb_offline_run_reads_back_and_no_key_is_read(
     run_dir: Path,
+    second_run: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
@@ -211,11 +238,12 @@ def test_wandb_offline_run_reads_back_and_no_key_is_read(
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     dest = tmp_path / "wb"
     said = _export(run_dir, "wandb", dest, capsys)
-    assert "2 runs" in said
+    assert "project 'mlra-answer', 2 runs" in said
+    _export(second_run, "wandb", dest, capsys)
     assert os.environ["WANDB_API_KEY"].startswith("key-that")  # the user's env is restored
     assert list(home.iterdir()) == []  # wandb's own files stayed under the export's folder
     runs = sorted((dest / "wandb").glob("offline-run-*"))
-    assert len(runs) == 2
+    assert len(runs) == 3
     found: dict[str, Any] = {}
     for folder in runs:
         (log,) = folder.glob("run-*.wandb")
@@ -246,7 +274,10 @@ def test_wandb_offline_run_reads_back_and_no_key_is_read(
         text = b"".join(p.read_bytes() for p in folder.rglob("*") if p.is_file())
         assert b"key-that-must-not-be-read" not in text
     run, history, config, summary, folder = found["r1"]
+    assert {r.project for r, *_ in found.values()} == {"mlra-answer"}  # one project a task
     assert run.run_group == "r1" and found["r1/a1"][0].run_group == "r1"
+    assert run.job_type == "run" and found["r1/a1"][0].job_type == "attempt"
+    assert found["r2"][0].run_group == "r2" and found["r2"][0].job_type == "run"
     losses = [(row["mlra/step"], row["loss"]) for row in history if "loss" in row]
     assert losses == [(100, 2.5), (200, 1.5), (300, 0.9), (400, 0.6)]
     assert [row["validation/accuracy"] for row in history if "validation/accuracy" in row] == [
@@ -333,7 +364,7 @@ async def test_a_scripted_run_whose_job_prints_a_falling_loss_exports_it(
     run = tmp_path / "real"
 
     _export(run, "tensorboard", tmp_path / "tb", capsys)
-    acc = EventAccumulator(str(tmp_path / "tb" / "real" / "real"))
+    acc = EventAccumulator(str(tmp_path / "tb" / "answer" / "real"))
     acc.Reload()
     loss = acc.Scalars("loss")
     assert [s.step for s in loss] == list(range(20))
@@ -346,7 +377,7 @@ async def test_a_scripted_run_whose_job_prints_a_falling_loss_exports_it(
 
     _export(run, "mlflow", tmp_path / "mlruns", capsys)
     client = _mlflow(tmp_path / "mlruns")
-    (exported,) = client.search_runs([client.get_experiment_by_name("real").experiment_id])
+    (exported,) = client.search_runs([client.get_experiment_by_name("mlra/answer").experiment_id])
     assert exported.data.params["task"] == "answer"
     assert exported.data.params["model"] == "openai/test"
     history = client.get_metric_history(exported.info.run_id, "loss")
