@@ -119,6 +119,36 @@ def test_events_fold_into_series_by_source_and_name() -> None:
     ]
 
 
+def test_series_are_named_after_the_program_not_the_id_the_log_knows() -> None:
+    events = numbered(
+        [
+            ev.JobStarted(job="job-1", command="python train.py --steps 600", log="j.log"),
+            ev.JobStarted(job="job-2", command="python train.py --lr 1e-3", log="k.log"),
+            ev.ToolCall(
+                call_id="bas-0001",
+                agent="worker",
+                tool="bash",
+                arguments={"command": "cd src && uv run python eval.py"},
+            ),
+            metrics("job:job-1", ("loss", 3.0, 1, 1.0)),
+            metrics("job:job-2", ("loss", 3.5, 1, 1.0)),
+            metrics("command:bas-0001", ("val_accuracy", 0.7, None, 2.0)),
+            metrics("file:out/metrics.jsonl", ("lr", 0.1, 1, 1.0)),
+            metrics("job:job-3", ("loss", 2.0, 1, 1.0)),
+        ]
+    )
+    curves = CurveSet().feed_all(events)
+    attempt = CurveSet("a2").feed_all(numbered([metrics("job:job-1", ("loss", 2.5, 1, 1.0))]))
+    assert list(curves.merged([attempt]).names().values()) == [
+        "train.py loss (job-1)",  # the same script twice: the job's id says which
+        "train.py loss (job-2)",
+        "eval.py val_accuracy",
+        "metrics.jsonl lr",
+        "job-3 loss",  # no command seen: the job's id
+        "a2 loss",
+    ]
+
+
 def test_a_replay_cut_shows_only_points_up_to_its_seq() -> None:
     events = training_run()
     val = next(e for e in events if isinstance(e, ev.Validation))
@@ -337,14 +367,17 @@ async def test_the_view_in_replay_shows_the_curves_as_of_the_cursor() -> None:
 
 
 async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
+    """A search: each attempt's log gives its own series, named after the attempt, and
+    every attempt's loss is overlaid when the view opens."""
     events = training_run()
-    start = ev.AttemptStarted(attempt="a1", folder="attempts/a1", instructions="try")
-    start.seq, start.t, start.ts = len(events) + 1, 500.0, EPOCH + 500
-    events.append(start)
-    folder = tmp_path / "attempts" / "a1"
-    folder.mkdir(parents=True)
-    own = numbered([metrics("job:job-1", ("loss", 3.0, 10, 5.0), ("loss", 1.0, 20, 9.0))])
-    (folder / "events.jsonl").write_text("".join(e.model_dump_json() + "\n" for e in own))
+    for k, attempt in enumerate(("a1", "a2")):
+        start = ev.AttemptStarted(attempt=attempt, folder=f"attempts/{attempt}", instructions="try")
+        start.seq, start.t, start.ts = len(events) + 1, 500.0 + k, EPOCH + 500 + k
+        events.append(start)
+        folder = tmp_path / "attempts" / attempt
+        folder.mkdir(parents=True)
+        own = numbered([metrics("job:job-1", ("loss", 3.0 + k, 10, 5.0), ("loss", 1.0, 20, 9.0))])
+        (folder / "events.jsonl").write_text("".join(e.model_dump_json() + "\n" for e in own))
     app = MlraApp(events=events, run_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
@@ -355,7 +388,15 @@ async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
         assert ("a1 job:job-1", "loss") in screen.curve_set.series
         listing = screen.query_one(SelectionList[str])
         labels = [listing.get_option_at_index(i).value for i in range(listing.option_count)]
-        assert labels == ["job:job-1 loss", "a1 job:job-1 loss"]
+        assert labels == ["job:job-1 loss", "a1 job:job-1 loss", "a2 job:job-1 loss"]
+        assert {s.label for s in screen.shown_series()} >= {
+            "a1 job:job-1 loss",
+            "a2 job:job-1 loss",
+        }
+        prompts = [str(listing.get_option_at_index(i).prompt) for i in range(3)]
+        assert [p.rsplit(" ", 1)[0] for p in prompts] == ["train.py loss", "a1 loss", "a2 loss"]
+        plot = plotted(app)
+        assert "a1 loss" in plot and "a2 loss" in plot
 
 
 async def test_a_replay_shows_an_attempts_curve_up_to_the_cursors_time(tmp_path: Path) -> None:
