@@ -10,6 +10,7 @@ markup.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -271,6 +272,23 @@ class PickAttemptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+NAME_WIDTH = 36
+"""The side-by-side's name column; a longer metric name breaks where a word of it ends."""
+
+
+def broken_at_words(name: str, width: int) -> str:
+    """`name` in lines of at most `width`, broken after a `/`, `_`, `.` or `-` (a metric
+    name has no spaces: Rich would fold `tiny_lm_val_heldout/bits_per_byte` mid-word);
+    a part longer than `width` is left for the column to fold."""
+    parts = re.findall(r"[^/_.\-]*[/_.\-]?", name)
+    lines = [""]
+    for part in filter(None, parts):
+        if lines[-1] and len(lines[-1]) + len(part) > width:
+            lines.append("")
+        lines[-1] += part
+    return "\n".join(lines)
+
+
 def scores_side_by_side(
     tree: AttemptTree,
     a: AttemptNode,
@@ -280,7 +298,16 @@ def scores_side_by_side(
 ) -> RenderableType:
     """The two attempts' scores, metrics and numbers, a column each."""
     table = Table(box=None, padding=(0, 2), show_edge=False)
-    table.add_column("", style="bold", max_width=36, overflow="fold")
+    ma, mb = metrics
+    # Never narrower than the longest name's longest part: Rich shrinks a column to fit
+    # the screen by folding it, mid-word.
+    longest = max(
+        (len(line) for k in {*ma, *mb} for line in broken_at_words(k, NAME_WIDTH).split("\n")),
+        default=0,
+    )
+    table.add_column(
+        "", style="bold", min_width=min(longest, NAME_WIDTH), max_width=NAME_WIDTH, overflow="fold"
+    )
     table.add_column(Text(printable_line(a.id)), ratio=1)
     table.add_column(Text(printable_line(b.id)), ratio=1)
     best = tree.best
@@ -306,10 +333,9 @@ def scores_side_by_side(
     for key in left:
         if left[key] or right[key]:
             table.add_row(key, Text(printable(left[key])), Text(printable(right[key])))
-    ma, mb = metrics
     for key in sorted(set(ma) | set(mb)):
         table.add_row(
-            Text(printable_line(key)),
+            Text(broken_at_words(printable_line(key), NAME_WIDTH)),
             f"{ma[key]:.6g}" if key in ma else "—",
             f"{mb[key]:.6g}" if key in mb else "—",
         )

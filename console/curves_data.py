@@ -12,7 +12,8 @@ newest; past `MAX_SERIES` new series are counted, not kept.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+import shlex
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -101,9 +102,23 @@ class CurveSet:
         """Bumped by every change: a view redraws only when it moved."""
         self.last_source: str | None = None
         """The source of the newest points: the view's default selection."""
+        self.commands: dict[str, str] = {}
+        """A job's or a command's source to the command it ran: what a series is named
+        after (`train.py loss`), not the id the log knows it by."""
+
+    def _source(self, source: str) -> str:
+        return f"{self.origin} {source}" if self.origin else source
 
     def feed(self, event: ev.Event) -> bool:
         """Take one event; whether it changed the curves."""
+        if isinstance(event, ev.JobStarted):
+            self.commands[self._source(f"job:{event.job}")] = event.command
+            return False
+        if isinstance(event, ev.ToolCall):
+            command = (event.arguments or {}).get("command")
+            if isinstance(command, str):
+                self.commands[self._source(f"command:{event.call_id}")] = command
+            return False
         if isinstance(event, ev.Metrics):
             source = f"{self.origin} {event.source}" if self.origin else event.source
             taken = 0
@@ -147,7 +162,67 @@ class CurveSet:
             out.left_out_series += part.left_out_series
             out.version += part.version
             out.last_source = part.last_source or out.last_source
+            out.commands.update(part.commands)
         return out
+
+    def names(self) -> dict[str, str]:
+        """Each series' label to the name a person reads: the run's own named after the
+        program its job or command ran (`train.py loss`), an attempt's after the
+        attempt (`a2 loss`, with the program where the attempt has two of that name);
+        where two would still read the same, the source's id tells them apart."""
+        by_name: dict[tuple[str, str], int] = {}
+        for s in self.series.values():
+            key = (origin_of(s), s.name)
+            by_name[key] = by_name.get(key, 0) + 1
+        out: dict[str, str] = {}
+        for s in self.series.values():
+            origin = origin_of(s)
+            own = s.source.split(" ", 1)[1] if origin else s.source
+            program = _program(own, self.commands.get(s.source))
+            if origin and by_name[(origin, s.name)] == 1:
+                out[s.label] = f"{origin} {s.name}"
+            else:
+                out[s.label] = " ".join(p for p in (origin, program, s.name) if p)
+        seen: dict[str, int] = {}
+        for name in out.values():
+            seen[name] = seen.get(name, 0) + 1
+        for s in self.series.values():
+            if seen[out[s.label]] > 1:  # the same program twice: its id says which
+                out[s.label] = f"{out[s.label]} ({s.source.rsplit(':', 1)[-1]})"
+        return out
+
+
+def origin_of(series: Series) -> str:
+    """The attempt a series is of (`a2`), "" for the run's own."""
+    return series.source.split(" ", 1)[0] if " " in series.source else ""
+
+
+_SCRIPTS = {".py", ".sh", ".jl", ".R", ".lua", ".js"}
+_SHELL = {"for", "while", "until", "if", "cd", "set", "export", "source", "time", "exec"}
+_LAUNCHERS = {"python", "python3", "uv", "run", "poetry", "env", "bash", "sh", "torchrun", "-m"}
+
+
+def _program(source: str, command: str | None) -> str:
+    """What a person calls the thing that printed a series: the script its command ran
+    (`python train.py --steps 600`: `train.py`), a file's name, else a job's id."""
+    kind, _, rest = source.partition(":")
+    if kind == "file":
+        return Path(rest).name or rest
+    if command:
+        try:
+            words = shlex.split(command)
+        except ValueError:
+            words = command.split()
+        scripts = [w for w in words if Path(w).suffix in _SCRIPTS]
+        if scripts:
+            return Path(scripts[0]).name[:32]
+        for word in words:
+            if word in _LAUNCHERS or word.startswith("-") or ("=" in word and "/" not in word):
+                continue
+            if word not in _SHELL and word.isprintable() and not set(word) & set("$;&|(){}"):
+                return Path(word).name[:32] or kind
+            break
+    return rest if kind == "job" else kind
 
 
 def curves_upto(events: Iterable[ev.Event], seq: int, origin: str = "") -> CurveSet:
@@ -203,9 +278,15 @@ def decimated(xs: list[float], ys: list[float], room: int) -> tuple[list[float],
 
 
 def drawn(
-    series: Sequence[Series], *, by_step: bool, log: bool, room: int | None = None
+    series: Sequence[Series],
+    *,
+    by_step: bool,
+    log: bool,
+    room: int | None = None,
+    names: Callable[[Series], str] | None = None,
 ) -> list[Drawn]:
-    """`room`: at most this many points a series (see `decimated`); None: all kept."""
+    """`room`: at most this many points a series (see `decimated`); None: all kept.
+    `names`: the legend's name of a series (else its label)."""
     out: list[Drawn] = []
     for s in series:
         xs: list[float] = []
@@ -220,7 +301,7 @@ def drawn(
             ys.append(p.value)
         if room is not None:
             xs, ys = decimated(xs, ys, room)
-        out.append(Drawn(s.label, xs, ys, left_out))
+        out.append(Drawn(names(s) if names else s.label, xs, ys, left_out))
     return out
 
 
@@ -260,13 +341,17 @@ _WANTED = (
     b'"type":"validation"',
     b'"type": "metrics"',
     b'"type": "validation"',
+    b'"type":"job_started"',
+    b'"type": "job_started"',
+    b'"type":"tool_call"',
+    b'"type": "tool_call"',
 )
 
 
 class LogCurves:
     """The curves of a run folder's log read from the file (an attempt's), a tail at a
-    time: only new complete lines are read, and only those of the two event types
-    parsed. `cut_ts`: leave out events stamped after this (a replay's cursor)."""
+    time: only new complete lines are read, and only those of the event types it
+    folds parsed. `cut_ts`: leave out events stamped after this (a replay's cursor)."""
 
     def __init__(self, path: Path, origin: str) -> None:
         self.path = path

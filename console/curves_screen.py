@@ -1,10 +1,12 @@
 """The Curves view (`v`, live and in replay): the numbers the run's jobs and commands
 printed or wrote (`metrics` events, folded in console/curves_data.py) as curves, with
-the validation scores on the same axes.
+the validation scores beside them.
 
 A full screen of its own, so it reads at 80x24: the series on the left (Space picks
 which are overlaid: a job's, a command's, a file's, each attempt's of a search), the
-plot on the right. The console's own keys still work beneath it (a replay's arrows
+plot on the right, one panel a scale (losses above, accuracies and other scores below,
+by the compare screen's rule, batch/compare/overlay.py's `panel_of`), so a loss of 4
+never flattens an accuracy of 0.78 into one row. The console's own keys still work beneath it (a replay's arrows
 move the cursor and the curves follow it; a live run's Space pauses it).
 
 Where the curves come from is a `CurvesSource`: the live console's fold of its batched
@@ -20,17 +22,20 @@ from pathlib import Path
 from typing import Protocol
 from weakref import WeakKeyDictionary
 
+from rich.segment import Segment
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
+from textual.strip import Strip
 from textual.widgets import SelectionList, Static
 from textual.widgets.selection_list import Selection
 from textual_plotext import PlotextPlot
 
 from mlra.agent.eventlog import EVENTS_FILE
 from mlra.agent.state import RunState
+from mlra.batch.compare.overlay import Panel, panel_of
 from mlra.console.attempt_files import attempt_folder
 from mlra.console.curves_data import (
     CurveSet,
@@ -38,6 +43,7 @@ from mlra.console.curves_data import (
     LogCurves,
     Series,
     drawn,
+    origin_of,
     validations_drawn,
     x_axis_is_step,
 )
@@ -58,6 +64,8 @@ POLL_S = 0.5
 """How often the open view looks for new points (it redraws only when there are)."""
 MIN_ROOM = 120
 """Points drawn a series at least, however narrow the plot (see curves_data.decimated)."""
+BOX_COLUMNS = 6
+"""The list's checkbox, its gap and the scrollbar beside each name."""
 MINUTES_PAST_S = 600.0
 """Past this many run-clock seconds the time axis counts minutes."""
 
@@ -134,6 +142,23 @@ class ReplayCurves:
         return (own.merged(parts) if parts else own), token
 
 
+class SeriesList(SelectionList[str]):
+    """The series, a box each that shows an `X` only where its series is drawn
+    (Textual's shows the `X` in every box, told apart by colour alone)."""
+
+    def render_line(self, y: int) -> Strip:
+        strip = super().render_line(y)
+        index = self.scroll_offset.y + y
+        if index >= self.option_count:
+            return strip
+        if self.get_option_at_index(index).value in self.selected:
+            return strip
+        segments = list(strip)
+        if len(segments) > 1 and segments[1].text.strip():
+            segments[1] = Segment(" " * len(segments[1].text), segments[1].style)
+        return Strip(segments, strip.cell_length)
+
+
 class CurvesScreen(Screen[None]):
     """The series list and the plot; Escape (or v) closes."""
 
@@ -147,7 +172,8 @@ class CurvesScreen(Screen[None]):
     CurvesScreen #curves-title { height: 1; padding: 0 1; background: $panel; }
     CurvesScreen #curves-body { height: 1fr; }
     CurvesScreen #curves-series { width: 28; height: 1fr; border: none; padding: 0; }
-    CurvesScreen #curves-plot { width: 1fr; height: 1fr; }
+    CurvesScreen #curves-plots { width: 1fr; height: 1fr; }
+    CurvesScreen #curves-plots PlotextPlot { height: 1fr; }
     CurvesScreen #curves-empty { width: 1fr; height: 1fr; padding: 1 2; }
     CurvesScreen #curves-keys { height: 1; padding: 0 1; color: $text-muted; }
     """
@@ -173,8 +199,10 @@ class CurvesScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static(id="curves-title")
         with Horizontal(id="curves-body"):
-            yield SelectionList[str](id="curves-series")
-            yield PlotextPlot(id="curves-plot")
+            yield SeriesList(id="curves-series")
+            with Vertical(id="curves-plots"):
+                yield PlotextPlot(id="curves-plot-loss")
+                yield PlotextPlot(id="curves-plot-score")
             yield Static(
                 "No curves yet: numbers a job prints (step N loss X, key=value, JSON "
                 "lines) or writes (metrics.jsonl, TensorBoard) appear here as they are read.",
@@ -210,7 +238,14 @@ class CurvesScreen(Screen[None]):
             if (s.source.startswith(f"{self.focus_origin} ") if self.focus_origin else False)
         ] or [s for s in curves.series.values() if s.source == curves.last_source]
         curves_only = [s for s in candidates if s.is_curve]
-        return {s.label for s in (curves_only or candidates)}
+        picked = curves_only or candidates
+        # A search: every attempt's curve of those names overlaid, so the attempts
+        # read against each other without picking each by hand.
+        names = {s.name for s in picked if s.is_curve}
+        overlaid = [
+            s for s in curves.series.values() if origin_of(s) and s.name in names and s.is_curve
+        ]
+        return {s.label for s in [*picked, *overlaid]}
 
     def shown_series(self) -> list[Series]:
         picked = self.picked or set()
@@ -235,7 +270,18 @@ class CurvesScreen(Screen[None]):
         listing = self.query_one(SelectionList[str])
         series = list(self.curve_set.series.values())
         labels = [s.label for s in series]
-        prompts = [_prompt(s) for s in series]
+        names = self.curve_set.names()
+        # Wide enough for every name and value whole (a third of the screen at most),
+        # for every name at least (two fifths); a value that has no room left is left
+        # off, a name cut only where a word ends (Textual's list takes one line).
+        whole = [_prompt(s, names[s.label], None) for s in series]
+        widest = max((p.cell_len for p in whole), default=0) + BOX_COLUMNS
+        width = max(24, min(widest, self.size.width // 3 or widest))
+        longest = max((len(n) for n in names.values()), default=0) + BOX_COLUMNS
+        if width < longest:
+            width = max(width, min(longest, self.size.width * 2 // 5))
+        listing.styles.width = width
+        prompts = [_prompt(s, names[s.label], width - BOX_COLUMNS) for s in series]
         picked = self.picked or set()
         with listing.prevent(SelectionList.SelectedChanged):
             if labels[: len(self._listed)] != self._listed:
@@ -264,38 +310,62 @@ class CurvesScreen(Screen[None]):
 
     def _plot(self) -> None:
         series = self.shown_series()
-        plot = self.query_one(PlotextPlot)
+        panels: tuple[Panel, ...] = ("loss", "score")
+        plots: dict[Panel, PlotextPlot] = {
+            panel: self.query_one(f"#curves-plot-{panel}", PlotextPlot) for panel in panels
+        }
         empty = self.query_one("#curves-empty", Static)
-        plot.display = bool(self.curve_set.series or self.curve_set.validations)
-        empty.display = not plot.display
+        has_any = bool(self.curve_set.series or self.curve_set.validations)
+        self.query_one("#curves-plots").display = has_any
+        empty.display = not has_any
         by_step = self.by_step and x_axis_is_step(series)
         # A cell's lowest and highest point is what a braille curve shows of it; plotext
         # takes ~8 ms a series this way, not ~20 for 2,000 points.
-        room = max(MIN_ROOM, 2 * plot.size.width)
-        lines = drawn(series, by_step=by_step, log=self.log_scale, room=room)
+        room = max(MIN_ROOM, 2 * plots["loss"].size.width)
+        names = self.curve_set.names()
+        lines = drawn(
+            series,
+            by_step=by_step,
+            log=self.log_scale,
+            room=room,
+            names=lambda s: names.get(s.label, s.label),
+        )
         checks = validations_drawn(self.curve_set, series, by_step=by_step, log=self.log_scale)
         minutes = not by_step and any(
             x > MINUTES_PAST_S for d in [*lines, *([checks] if checks else [])] for x in d.x
         )
         scale = 60.0 if minutes else 1.0
-        plt = plot.plt
-        plt.clear_figure()
-        for d in lines:
-            if d.x:
-                plt.plot(
-                    [x / scale for x in d.x], d.y, label=printable_line(d.label), marker="braille"
-                )
+        by_panel: dict[Panel, list[Drawn]] = {"loss": [], "score": []}
+        for s, d in zip(series, lines, strict=True):
+            by_panel[panel_of(s.name, [p.value for p in s.shown()])].append(d)
+        check_panel: Panel | None = None
         if checks is not None and checks.x:
-            plt.scatter(
-                [x / scale for x in checks.x],
-                checks.y,
-                label=printable_line(checks.label),
-                marker="x",
-            )
-        if self.log_scale:
-            plt.yscale("log")
-        plt.xlabel("step" if by_step else "run clock (min)" if minutes else "run clock (s)")
-        plot.refresh()
+            check_panel = panel_of(checks.label, checks.y)
+        shown: list[Panel] = [p for p in panels if by_panel[p] or check_panel == p] or ["loss"]
+        for panel, plot in plots.items():
+            plot.display = panel in shown
+            plt = plot.plt
+            plt.clear_figure()
+            for d in by_panel[panel]:
+                if d.x:
+                    plt.plot(
+                        [x / scale for x in d.x],
+                        d.y,
+                        label=printable_line(d.label),
+                        marker="braille",
+                    )
+            if checks is not None and check_panel == panel:
+                plt.scatter(
+                    [x / scale for x in checks.x],
+                    checks.y,
+                    label=printable_line(checks.label),
+                    marker="x",
+                )
+            if self.log_scale:
+                plt.yscale("log")
+            if panel == shown[-1]:  # the x axis named once, under the lowest panel
+                plt.xlabel("step" if by_step else "run clock (min)" if minutes else "run clock (s)")
+            plot.refresh()
         self._title(series, lines, checks, by_step)
 
     def _title(
@@ -328,11 +398,19 @@ class CurvesScreen(Screen[None]):
         self._plot()
 
 
-def _prompt(series: Series) -> Text:
+def _prompt(series: Series, name: str, room: int | None) -> Text:
+    """The series' name and its newest value in `room` cells: the value left off where
+    it has none, a name too long for it cut where a word of it ends (` `, `_`, `/`)."""
     last = series.last
-    text = Text(printable_line(series.label))
-    if last is not None:
-        text.append(f" {last.value:.4g}", style="bold")
+    value = f"{last.value:.4g}" if last is not None else ""
+    name = printable_line(name)
+    if room is not None and len(name) > room:
+        cut = max((name.rfind(sep, 0, room) for sep in " _/-."), default=-1)
+        # a word longer than half the room is cut where the room ends
+        name = (name[:cut] if cut >= room // 2 else name[: room - 1]) + "…"
+    text = Text(name)
+    if value and (room is None or len(name) + 1 + len(value) <= room):
+        text.append(f" {value}", style="bold")
     return text
 
 

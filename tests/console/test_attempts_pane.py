@@ -31,7 +31,7 @@ from mlra.agent.run_result import result_of
 from mlra.agent.state import RunState, fold
 from mlra.agent.steering import Steering
 from mlra.console.app import MlraApp
-from mlra.console.attempt_screens import AttemptScreen, PickAttemptScreen
+from mlra.console.attempt_screens import AttemptScreen, PickAttemptScreen, broken_at_words
 from mlra.console.panes.attempts import AttemptsPane, attempt_lines
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import TranscriptPane
@@ -441,6 +441,27 @@ async def test_D_diffs_two_attempts_files_beside_their_scores(tmp_path: Path) ->
         text = plain(app.screen.query_one("#diff-header", Static).content)
         assert "0.7905" in text and "0.8231 (best)" in text
         assert "heldout/word_perplexity" in text and "53.1" in text and "62.9" in text
+
+
+async def test_the_diffs_metric_names_stay_whole_at_80_columns(tmp_path: Path) -> None:
+    """Rich folds a narrow column mid-word (`heldout/wor` / `d_perplexity`): the name
+    column is as wide as the longest name (up to 36), broken only after `/` or `_`."""
+    assert broken_at_words("tiny_lm_val_heldout/bits_per_byte_of_the_text", 36) == (
+        "tiny_lm_val_heldout/bits_per_byte_\nof_the_text"
+    )
+    app = recorded_app(search_run(tmp_path))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await select(pilot, "a3")
+        await pilot.press("D")
+        await until(pilot, lambda: isinstance(app.screen, PickAttemptScreen), "asked which")
+        choices = app.screen.query_one(OptionList)
+        choices.highlighted = choices.get_option_index("a4")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, DiffScreen), "the diff shown")
+        header = app.screen.query_one("#diff-header", Static)
+        lines = [strip.text for strip in header.render_lines(header.region.reset_offset)]
+        assert any("heldout/word_perplexity" in line for line in lines), lines
 
 
 async def test_replay_shows_the_tree_as_it_was_at_the_cursor(tmp_path: Path) -> None:

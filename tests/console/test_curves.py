@@ -119,6 +119,36 @@ def test_events_fold_into_series_by_source_and_name() -> None:
     ]
 
 
+def test_series_are_named_after_the_program_not_the_id_the_log_knows() -> None:
+    events = numbered(
+        [
+            ev.JobStarted(job="job-1", command="python train.py --steps 600", log="j.log"),
+            ev.JobStarted(job="job-2", command="python train.py --lr 1e-3", log="k.log"),
+            ev.ToolCall(
+                call_id="bas-0001",
+                agent="worker",
+                tool="bash",
+                arguments={"command": "cd src && uv run python eval.py"},
+            ),
+            metrics("job:job-1", ("loss", 3.0, 1, 1.0)),
+            metrics("job:job-2", ("loss", 3.5, 1, 1.0)),
+            metrics("command:bas-0001", ("val_accuracy", 0.7, None, 2.0)),
+            metrics("file:out/metrics.jsonl", ("lr", 0.1, 1, 1.0)),
+            metrics("job:job-3", ("loss", 2.0, 1, 1.0)),
+        ]
+    )
+    curves = CurveSet().feed_all(events)
+    attempt = CurveSet("a2").feed_all(numbered([metrics("job:job-1", ("loss", 2.5, 1, 1.0))]))
+    assert list(curves.merged([attempt]).names().values()) == [
+        "train.py loss (job-1)",  # the same script twice: the job's id says which
+        "train.py loss (job-2)",
+        "eval.py val_accuracy",
+        "metrics.jsonl lr",
+        "job-3 loss",  # no command seen: the job's id
+        "a2 loss",
+    ]
+
+
 def test_a_replay_cut_shows_only_points_up_to_its_seq() -> None:
     events = training_run()
     val = next(e for e in events if isinstance(e, ev.Validation))
@@ -192,7 +222,7 @@ def test_a_long_series_is_drawn_as_its_envelope_in_the_room_given() -> None:
 def plotted(app: Any) -> str:
     screen = app.screen
     assert isinstance(screen, CurvesScreen)
-    return screen.query_one(PlotextPlot).plt.build()
+    return "\n".join(p.plt.build() for p in screen.query(PlotextPlot) if p.display)
 
 
 async def test_v_opens_and_escape_closes_the_view_live_with_the_falling_loss() -> None:
@@ -207,7 +237,7 @@ async def test_v_opens_and_escape_closes_the_view_live_with_the_falling_loss() -
         assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
         assert screen.query_one(SelectionList).selected == ["job:job-1 loss"]
         plot = plotted(app)
-        assert "job:job-1 loss" in plot and "validation val_loss" in plot
+        assert "train.py loss" in plot and "validation val_loss" in plot  # one panel
         await pilot.press("t")  # every point has a step: the axis is the step
         assert "step" in plotted(app)
         await pilot.press("l")
@@ -228,7 +258,7 @@ async def test_v_opens_and_escape_closes_the_view_live_with_the_falling_loss() -
         screen.redraw(only_if_changed=True)
         assert len(screen.curve_set.series[("job:job-1", "loss")].shown()) == before + 1
         listing = screen.query_one(SelectionList[str])
-        assert str(listing.get_option_at_index(0).prompt) == "job:job-1 loss 0.6"  # the newest
+        assert str(listing.get_option_at_index(0).prompt) == "train.py loss 0.6"  # the newest
         await pilot.press("v")
         await pilot.pause()
         assert not isinstance(app.screen, CurvesScreen)
@@ -254,11 +284,11 @@ async def test_space_picks_the_series_overlaid() -> None:
         await pilot.pause()
         assert [s.label for s in screen.shown_series()] == ["job:job-1 loss", "job:job-2 loss"]
         plot = plotted(app)
-        assert "job:job-1 loss" in plot and "job:job-2 loss" in plot
+        assert "train.py loss" in plot and "job-2 loss" in plot
         await pilot.press("space")
         await pilot.pause()
         assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
-        assert "job:job-2" not in plotted(app)
+        assert "job-2" not in plotted(app)
 
 
 async def test_a_scripts_one_off_numbers_are_listed_but_not_picked_over_its_loss() -> None:
@@ -337,14 +367,17 @@ async def test_the_view_in_replay_shows_the_curves_as_of_the_cursor() -> None:
 
 
 async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
+    """A search: each attempt's log gives its own series, named after the attempt, and
+    every attempt's loss is overlaid when the view opens."""
     events = training_run()
-    start = ev.AttemptStarted(attempt="a1", folder="attempts/a1", instructions="try")
-    start.seq, start.t, start.ts = len(events) + 1, 500.0, EPOCH + 500
-    events.append(start)
-    folder = tmp_path / "attempts" / "a1"
-    folder.mkdir(parents=True)
-    own = numbered([metrics("job:job-1", ("loss", 3.0, 10, 5.0), ("loss", 1.0, 20, 9.0))])
-    (folder / "events.jsonl").write_text("".join(e.model_dump_json() + "\n" for e in own))
+    for k, attempt in enumerate(("a1", "a2")):
+        start = ev.AttemptStarted(attempt=attempt, folder=f"attempts/{attempt}", instructions="try")
+        start.seq, start.t, start.ts = len(events) + 1, 500.0 + k, EPOCH + 500 + k
+        events.append(start)
+        folder = tmp_path / "attempts" / attempt
+        folder.mkdir(parents=True)
+        own = numbered([metrics("job:job-1", ("loss", 3.0 + k, 10, 5.0), ("loss", 1.0, 20, 9.0))])
+        (folder / "events.jsonl").write_text("".join(e.model_dump_json() + "\n" for e in own))
     app = MlraApp(events=events, run_dir=tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
         await pilot.pause()
@@ -355,7 +388,15 @@ async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
         assert ("a1 job:job-1", "loss") in screen.curve_set.series
         listing = screen.query_one(SelectionList[str])
         labels = [listing.get_option_at_index(i).value for i in range(listing.option_count)]
-        assert labels == ["job:job-1 loss", "a1 job:job-1 loss"]
+        assert labels == ["job:job-1 loss", "a1 job:job-1 loss", "a2 job:job-1 loss"]
+        assert {s.label for s in screen.shown_series()} >= {
+            "a1 job:job-1 loss",
+            "a2 job:job-1 loss",
+        }
+        prompts = [str(listing.get_option_at_index(i).prompt) for i in range(3)]
+        assert [p.rsplit(" ", 1)[0] for p in prompts] == ["train.py loss", "a1 loss", "a2 loss"]
+        plot = plotted(app)
+        assert "a1 loss" in plot and "a2 loss" in plot
 
 
 async def test_a_replay_shows_an_attempts_curve_up_to_the_cursors_time(tmp_path: Path) -> None:
@@ -417,6 +458,53 @@ def test_snapshot_curves_wide(snap_compare: Any) -> None:
     )
 
 
+def loss_and_accuracy_run() -> list[ev.Event]:
+    """tiny-lm's shape: `python train.py` prints a loss falling from 4 and an accuracy
+    rising to 0.78, and a validation scores 0.78: a loss and an accuracy on one axis
+    squash the loss into one row, so they are drawn in two panels."""
+    events = training_run()
+    start = ev.JobStarted(job="job-1", command="python train.py --steps 600", log="j.log")
+    accuracy = metrics(
+        "job:job-1",
+        *[("val_accuracy", 0.78 - 0.5 * math.exp(-i / 8), i * 20, 100 + i * 10) for i in range(30)],
+    )
+    check = ev.Validation(
+        artifact="submission", ok=True, metric="accuracy", score=0.78, higher_is_better=True
+    )
+    kept = [e for e in events if not isinstance(e, (ev.JobStarted, ev.Validation))]
+    out = numbered([*kept[:-1], start, accuracy, check, kept[-1]])
+    for event in out[-4:]:
+        event.t = max(event.t, 400.0)
+        event.ts = EPOCH + event.t
+    return out
+
+
+async def test_a_loss_and_an_accuracy_are_drawn_in_two_panels_named_after_the_script() -> None:
+    app = MlraApp(events=loss_and_accuracy_run())
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open_view(pilot)
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        loss, score = screen.query(PlotextPlot)
+        assert loss.display and score.display
+        assert "train.py loss" in loss.plt.build()
+        assert "val_accuracy" not in loss.plt.build()
+        assert "train.py val_accuracy" in score.plt.build()
+        assert "validation accuracy" in score.plt.build()
+        listed = [str(o.prompt) for o in screen.query_one(SelectionList).options]
+        assert [line.split()[:2] for line in listed] == [
+            ["train.py", "loss"],
+            ["train.py", "val_accuracy"],
+        ]
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)], ids=["80x24", "160x48"])
+def test_snapshot_curves_loss_and_accuracy(snap_compare: Any, size: tuple[int, int]) -> None:
+    assert snap_compare(
+        MlraApp(events=loss_and_accuracy_run()), terminal_size=size, run_before=_open_view
+    )
+
+
 # --- a whole scripted run ------------------------------------------------------------------
 
 TRAINER = (
@@ -466,7 +554,8 @@ async def test_a_live_run_whose_job_prints_a_falling_loss_shows_a_falling_curve(
                 ("exact_match", 0.5)
             ]
             plot = plotted(app)
-            assert "job:job-1 loss" in plot and "validation" in plot
+            # the job's loss above, the validation's exact_match (a score) below
+            assert "job-1 loss" in plot and "validation exact_match" in plot
             await pilot.press("escape")
             await pilot.pause()
             assert not isinstance(app.screen, CurvesScreen)
