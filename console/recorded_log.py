@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from mlra import events as ev
 from mlra.agent.eventlog import check_lines
 from mlra.agent.log_refs import Unresolved, resolve
+from mlra.agent.recording import KILLED_BY_RUN_END
 
 CACHE_EVENTS = 20_000
 """Parsed events kept; past this the cache starts again (it refills with what is looked at)."""
@@ -48,6 +49,10 @@ def is_plan_message(event: ev.Event) -> bool:
             return bool(event.guidance)
         case ev.Control():
             return event.action == "inject" and event.target == "supervisor"
+        case ev.ToolResult():
+            # The supervisor's failed calls (the run's ending aside, which the plan's
+            # marks say): a plan rebuilt after a jump shows them as one fed event by event.
+            return event.agent == "supervisor" and not event.ok and event.error != KILLED_BY_RUN_END
         case _:
             return False
 
@@ -226,6 +231,7 @@ MAYBE_PLAN = {
     "subtask_finished": (b"",),
     "review": (b'"guidance":"',),
     "control": (b'"target":"supervisor"',),
+    "tool_result": (b'"agent":"supervisor","ok":false',),
 }
 SEARCHED = frozenset(
     {

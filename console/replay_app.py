@@ -47,7 +47,7 @@ from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import ThoughtEntry
 from mlra.console.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
-from mlra.console.replay_panes import ReplayStatusBar, ReplayTranscript
+from mlra.console.replay_panes import ReplayStatusBar, ReplayTranscript, VerdictPanel
 from mlra.console.replay_playback import DEFAULT_RATE, ReplayPlayback
 from mlra.console.screens import ConfirmScreen, DiffScreen, HelpScreen, PromptScreen
 from mlra.terminal_text import printable_line
@@ -102,6 +102,7 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
                 yield ExperimentsPane(id="experiments")
                 yield ResourcesPane(id="resources")
             with Vertical(id="center"):
+                yield VerdictPanel(id="verdict")
                 yield ReplayAttemptsPane(id="attempts")
                 yield ReplayTranscript(id="transcript")
             yield FilesPane(self.files_source, id="files")
@@ -113,10 +114,16 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
         # The checkpoints of the state fold are built beside the console, so it opens
         # at once; a jump that needs one not built yet builds it itself.
         self.run_worker(self._build_checkpoints, thread=True, exit_on_error=False)
-        if self.at_step is not None and self.model.goto_step(self.at_step) is None:
-            self.notify(
-                f"the run has no worker step {self.at_step}", severity="warning", markup=False
-            )
+        if self.at_step is not None:
+            if self.model.goto_step(self.at_step) is None:
+                self.notify(
+                    f"the run has no worker step {self.at_step}", severity="warning", markup=False
+                )
+        elif self.model.final.finished is not None:
+            # A finished run opens on its ending, as one asks of a run first (how did it
+            # end, how well); Home goes to its start. One still being written opens at
+            # its first event, as before.
+            self.model.last()
         self.show_cursor()
         self.query_one(TranscriptPane).focus()
 
@@ -160,6 +167,7 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
             transcript.rebuild(model.window_events())
         self._shown = new
         plan.show(state)
+        self.query_one(VerdictPanel).show(state, model)
         self._show_experiments()
         self._show_attempts()
         transcript.flush()

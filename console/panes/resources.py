@@ -280,7 +280,11 @@ class ResourcesPane(Static):
             frac = elapsed_s / limit if limit else 0
             style = "red" if left < 0.1 * limit else "yellow" if left < 0.25 * limit else "cyan"
             out.append("Time ", style="bold")
-            if compact:
+            if state.finished is not None:
+                # Nothing is left of a run that ended: the time it took, against its limit.
+                out.append(f"{format_duration(elapsed_s)} in all", style="bold")
+                out.append("\n" if compact else f" (limit {format_duration(limit)})\n", style="dim")
+            elif compact:
                 out.append(bar(frac, short), style=style)
                 out.append(f" {format_duration(left)} left\n")
             else:

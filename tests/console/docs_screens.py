@@ -24,6 +24,9 @@ SCREENS: dict[str, str] = {
     ),
     "console-attempts.svg": "tests/console/test_attempts_pane.py::test_snapshot_attempts_200x50",
     "replay-mid-run.svg": "tests/console/test_replay.py::test_snapshot_replay_mid_run",
+    "replay-verdict.svg": (
+        "tests/console/test_replay.py::test_snapshot_replay_opens_on_the_verdict[size1]"
+    ),
     "compare-matrix.svg": "tests/console/test_compare_snapshots.py::test_matrix[160x48]",
     "compare-curves.svg": "tests/console/test_compare_snapshots.py::test_curves[160x48]",
 }

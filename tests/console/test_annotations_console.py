@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from textual.app import App
-from textual.widgets import Input
+from textual.widgets import Input, Static
 
 from mlra import events as ev
 from mlra.agent.annotations import ANNOTATIONS_FILE, Annotation, append_annotation, read_annotations
@@ -72,6 +72,9 @@ async def test_keys_annotate_the_step_live_and_the_replay_finds_them(
     app = ReplayApp(ReplayModel.open(run_dir))
     async with app.run_test(size=(160, 48)) as pilot:
         model = app.model
+        assert model.cursor == len(model.events) - 1  # a finished run opens at its end
+        assert "3 notes" in str(app.query_one("#verdict", Static).content)
+        await pilot.press("home")
         assert model.cursor == 0
         await pilot.press("o")  # to the first note: the worker's step 1
         assert model.position().step == 1 and model.cursor in model.marks["annotation"]

@@ -264,7 +264,23 @@ async def test_replay_shows_plan_transcript_and_files_as_they_were_at_each_step(
     app = ReplayApp(ReplayModel.open(recorded))
     async with app.run_test(size=(160, 48)) as pilot:
         await settle(app, pilot)
+        # A finished run opens on its ending: the verdict, what it took, no time left.
+        events = len(app.model.events)
+        assert f"event {events} of {events}" in static_text(app, "#status")
+        verdict = app.query_one("#verdict", Static)
+        assert verdict.display
+        summary = static_text(app, "#verdict")
+        assert "FINISHED" in summary and "submitted" in summary
+        assert "exact_match = 1" in summary and "success" in summary
+        assert "cost $" in summary and "time " in summary and "0 notes" in summary
+        resources = static_text(app, "#resources")
+        assert "in all" in resources and "left" not in resources
+
+        # Home goes to the start: event 1, nothing recorded yet, the verdict put away.
+        await pilot.press("home")
+        await settle(app, pilot)
         assert "replay: step 0 of 5, event 1 of" in static_text(app, "#status")
+        assert not verdict.display
         assert tree_paths(app) == set()  # before the starter files were recorded
 
         # Worker step 3 starts: notes.txt holds its first version, answer.txt exists.
@@ -694,9 +710,23 @@ def fixed_replay(tmp_path: Path) -> ReplayModel:
 
 
 @pytest.mark.usefixtures("_utc")
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+def test_snapshot_replay_opens_on_the_verdict(
+    snap_compare: Any, tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """The first screen of a finished run's replay: how it ended, at the end."""
+
+    async def opened(pilot: Any) -> None:
+        await settle(pilot.app, pilot)
+
+    app = ReplayApp(fixed_replay(tmp_path))
+    assert snap_compare(app, terminal_size=size, run_before=opened)
+
+
+@pytest.mark.usefixtures("_utc")
 def test_snapshot_replay_mid_run(snap_compare: Any, tmp_path: Path) -> None:
     async def to_step_8(pilot: Any) -> None:
-        app = pilot.app
+        app = pilot.app  # from the end, where it opens: the transcript rebuilt there
         app.model.goto_step(8)
         app.model.next_mark("tool")
         app.model.forward(2)  # the write's result and the snapshot after it
