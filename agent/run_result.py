@@ -121,6 +121,15 @@ def log_digest(path: Path, size: int | None = None) -> str:
     return digest.hexdigest()
 
 
+def listed_status(state: RunState, running: bool) -> str:
+    """How a run stands as its log tells it, for the lists and pages that show runs
+    (`mlra runs`, `mlra share`): running (its log still being written), how it finished,
+    or interrupted (it ended without a `run_finished`)."""
+    if running:
+        return "running"
+    return state.finished.status if state.finished is not None else "interrupted"
+
+
 def result_of(state: RunState) -> RunResult:
     evaluation = state.evaluation
     finished = state.finished

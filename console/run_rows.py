@@ -178,7 +178,7 @@ def run_row(run_dir: Path) -> RunRow:
     from pydantic import ValidationError
 
     from mlra.agent.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
-    from mlra.agent.run_result import RunResult, result_of
+    from mlra.agent.run_result import RunResult, listed_status, result_of
     from mlra.agent.state import fold
 
     row = RunRow(id=run_dir.name, run_dir=str(run_dir))
@@ -217,13 +217,7 @@ def run_row(run_dir: Path) -> RunRow:
             if not state.run_id and not state.task:
                 raise ValueError("the log has no run_started event")
             result = result_of(state)
-            status = (
-                "running"
-                if running
-                else state.finished.status
-                if state.finished is not None
-                else "interrupted"
-            )
+            status = listed_status(state, running)
     except (OSError, ValueError, ValidationError, LogDamage) as exc:
         row.status = "damaged"
         row.problem = str(exc).splitlines()[0][:200]

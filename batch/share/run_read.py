@@ -22,7 +22,7 @@ from mlra import events as ev
 from mlra.agent.annotations import read_annotations
 from mlra.agent.eventlog import EVENTS_FILE, log_is_live
 from mlra.agent.log_refs import Resolver, Unresolved
-from mlra.agent.run_result import RunResult, result_of
+from mlra.agent.run_result import RunResult, listed_status, result_of
 from mlra.agent.state import RunState
 from mlra.batch.share.curves_svg import Curves
 from mlra.batch.share.transcript import PlanChanges, Transcript
@@ -111,13 +111,7 @@ def read_run(
     if not state.run_id and not state.task:
         raise NotARun(f"{log} has no run_started event")
     result = result_of(state)
-    status = (
-        "running"
-        if running
-        else state.finished.status
-        if state.finished is not None
-        else "interrupted"
-    )
+    status = listed_status(state, running)
     size = (limit if limit is not None else log.stat().st_size) - left - torn
     read = RunRead(run_dir, state, result, status, digest.hexdigest(), size, curves, bad, torn)
     read.recorded_by = recorded_by

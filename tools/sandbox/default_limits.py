@@ -126,27 +126,30 @@ def tmpfs_bounds(memory_mb: int) -> tuple[int, int]:
 # --- disk -------------------------------------------------------------------------------
 
 
-def free_mb(path: Path) -> int:
-    """Space free to mlra on the file system holding `path` (or its nearest existing parent)."""
+def statvfs_of(path: Path) -> os.statvfs_result | None:
+    """The file system holding `path`, or its nearest existing parent (a folder about to
+    be made); None where none can be read."""
     for candidate in (path, *path.parents):
         try:
-            st = os.statvfs(candidate)
+            return os.statvfs(candidate)
         except OSError:
             continue
-        return st.f_bavail * st.f_frsize // MIB
-    return 0
+    return None
+
+
+def free_mb(path: Path) -> int:
+    """Space free to mlra on the file system holding `path` (or its nearest existing parent)."""
+    st = statvfs_of(path)
+    return 0 if st is None else st.f_bavail * st.f_frsize // MIB
 
 
 def disk_reserve_mb(path: Path) -> int:
     """What the disk holding `path` keeps free of every quota: `max(2 GiB, 5%)` of its size."""
-    for candidate in (path, *path.parents):
-        try:
-            st = os.statvfs(candidate)
-        except OSError:
-            continue
-        size_mb = st.f_blocks * st.f_frsize // MIB
-        return max(DISK_RESERVE_MIN_MB, size_mb * DISK_RESERVE_PERCENT // 100)
-    return DISK_RESERVE_MIN_MB
+    st = statvfs_of(path)
+    if st is None:
+        return DISK_RESERVE_MIN_MB
+    size_mb = st.f_blocks * st.f_frsize // MIB
+    return max(DISK_RESERVE_MIN_MB, size_mb * DISK_RESERVE_PERCENT // 100)
 
 
 def beyond_reserve_mb(path: Path) -> int:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlra.tools.sandbox import sparse_files, trees
-from mlra.tools.sandbox.default_limits import disk_reserve_mb
+from mlra.tools.sandbox.default_limits import disk_reserve_mb, statvfs_of
 from mlra.tools.sandbox.dir_stack import DIR_FLAGS, FILE_FLAGS, DirStack, file_key
 
 MIB = 1024 * 1024
@@ -137,17 +137,14 @@ class Room:
 
 def room_at(dest: Path, quota_bytes: int | None) -> Room:
     """The room on the file system that will hold `dest` (or its nearest parent)."""
-    for where in (dest, *dest.parents):
-        try:
-            vfs = os.statvfs(where)
-        except OSError:
-            continue
-        reserve = disk_reserve_mb(where) * MIB
-        inodes = None
-        if vfs.f_files:
-            inodes = max(0, vfs.f_favail - vfs.f_files * INODE_RESERVE_PERCENT // 100)
-        return Room(quota_bytes, vfs.f_bavail * vfs.f_frsize, reserve, inodes)
-    return Room(quota_bytes, 0, 0, None)
+    vfs = statvfs_of(dest)
+    if vfs is None:
+        return Room(quota_bytes, 0, 0, None)
+    reserve = disk_reserve_mb(dest) * MIB
+    inodes = None
+    if vfs.f_files:
+        inodes = max(0, vfs.f_favail - vfs.f_files * INODE_RESERVE_PERCENT // 100)
+    return Room(quota_bytes, vfs.f_bavail * vfs.f_frsize, reserve, inodes)
 
 
 def check(found: Measured, room: Room, what: str) -> None:
