@@ -133,44 +133,64 @@ class ProgressWatch:
         return words
 
 
+class Glance:
+    """A running run in a few words, folded event by event (so a log read as it grows is
+    never read twice): its run clock and the newest progress of what it runs."""
+
+    def __init__(self) -> None:
+        self.watch = ProgressWatch()
+        self.started: dict[str, float] = {}
+        self.ended: set[str] = set()
+        self.calls: dict[str, str] = {}
+        """Other calls running (`validate`...), by call id: named where nothing is counted."""
+        self.grading: ev.EvaluationStarted | ev.EvaluationProgress | None = None
+        self.last_t = 0.0
+
+    def apply(self, event: ev.Event) -> None:
+        self.watch.apply(event)
+        self.last_t = max(self.last_t, event.t)
+        match event:
+            case ev.EvaluationStarted() | ev.EvaluationProgress():
+                self.grading = event
+            case ev.EvaluationFinished():
+                self.grading = None
+            case ev.ToolCall(tool="bash" | "python"):
+                self.started[f"command:{event.call_id}"] = event.t
+            case ev.ToolCall():
+                self.calls[event.call_id] = event.tool
+            case ev.ToolResult():
+                self.ended.add(f"command:{event.call_id}")
+                self.calls.pop(event.call_id, None)
+            case ev.JobStarted():
+                self.started[f"job:{event.job}"] = event.t
+            case ev.JobEnded():
+                self.ended.add(f"job:{event.job}")
+            case _:
+                pass
+
+    def words(self, elapsed_s: float) -> str:
+        """`4m18s · step 200/600 loss 4.62 · ETA 3m00s`."""
+        words = format_duration(elapsed_s)
+        grading = self.grading
+        if grading is not None:  # the run clock stands still while it grades
+            done = (
+                f": {progress_words(grading)}" if isinstance(grading, ev.EvaluationProgress) else ""
+            )
+            return f"{words} · grading{done}"
+        running = [(t, source) for source, t in self.started.items() if source not in self.ended]
+        for t, source in sorted(running, reverse=True):
+            progress = self.watch.words(source, t, elapsed_s)
+            if progress:
+                return f"{words} · {progress}"
+        if self.calls:
+            return f"{words} · {printable_line(list(self.calls.values())[-1])}"
+        return words
+
+
 def glance(events: list[ev.Event], elapsed_s: float) -> str:
     """A running run in a few words for a batch's line: its run clock and the newest
     progress of what it runs (`4m18s · step 200/600 loss 4.62 · ETA 3m00s`)."""
-    watch = ProgressWatch()
-    started: dict[str, float] = {}
-    ended: set[str] = set()
-    calls: dict[str, str] = {}
-    """Other calls running (`validate`...), by call id: named where nothing is counted."""
-    grading: ev.EvaluationStarted | ev.EvaluationProgress | None = None
+    folded = Glance()
     for event in events:
-        watch.apply(event)
-        match event:
-            case ev.EvaluationStarted() | ev.EvaluationProgress():
-                grading = event
-            case ev.EvaluationFinished():
-                grading = None
-            case ev.ToolCall(tool="bash" | "python"):
-                started[f"command:{event.call_id}"] = event.t
-            case ev.ToolCall():
-                calls[event.call_id] = event.tool
-            case ev.ToolResult():
-                ended.add(f"command:{event.call_id}")
-                calls.pop(event.call_id, None)
-            case ev.JobStarted():
-                started[f"job:{event.job}"] = event.t
-            case ev.JobEnded():
-                ended.add(f"job:{event.job}")
-            case _:
-                pass
-    words = format_duration(elapsed_s)
-    if grading is not None:  # the run clock stands still while it grades
-        done = f": {progress_words(grading)}" if isinstance(grading, ev.EvaluationProgress) else ""
-        return f"{words} · grading{done}"
-    running = [(t, source) for source, t in started.items() if source not in ended]
-    for t, source in sorted(running, reverse=True):
-        progress = watch.words(source, t, elapsed_s)
-        if progress:
-            return f"{words} · {progress}"
-    if calls:
-        return f"{words} · {printable_line(list(calls.values())[-1])}"
-    return words
+        folded.apply(event)
+    return folded.words(elapsed_s)

@@ -18,9 +18,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from mlra import events as ev
-from mlra.agent.eventlog import LogDamage, read_events
-from mlra.agent.run_progress import ProgressWatch, glance
+from mlra.agent.log_refs import Resolver, Unresolved
+from mlra.agent.run_progress import Glance, ProgressWatch
 from mlra.agent.state import RunState
 from mlra.console.event_lines import describe_call, one_line, waiting_words
 from mlra.durations import format_duration
@@ -43,6 +45,7 @@ class Heartbeat:
         """The run's folder, where its attempts' logs are; None: attempts unread."""
         self._quiet_since: float | None = None
         self._ts = 0.0
+        self._attempt_logs: dict[str, _GrowingLog] = {}
 
     def apply(self, event: ev.Event) -> None:
         self._ts = event.ts
@@ -104,12 +107,56 @@ class Heartbeat:
         words = f"{printable_line(attempt)} {format_duration(running_s)}"
         if self.run_dir is None:
             return words
-        try:
-            events = read_events(self.run_dir / folder / "events.jsonl")
-        except (OSError, LogDamage, ValueError):
-            return words
-        seen = [e for e in events if not self._ts or not e.ts or e.ts <= self._ts]
-        if not seen:
-            return words
-        progress = glance(seen, max(e.t for e in seen)).partition(" · ")[2]
+        log = self._attempt_logs.get(folder)
+        if log is None:
+            log = self._attempt_logs[folder] = _GrowingLog(self.run_dir / folder / "events.jsonl")
+        progress = log.progress(self._ts)
         return f"{words} ({progress})" if progress else words
+
+
+class _GrowingLog:
+    """An attempt's log, read on from where the last heartbeat left it: each line is
+    parsed once however long the attempt runs (reading it whole every heartbeat grew
+    with the log), and folded up to the wall clock asked for."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.resolve = Resolver()
+        self.held: list[ev.Event] = []
+        """Read, but written after the time last asked for: folded when it comes."""
+        self.glance = Glance()
+        self.folded = False
+        self.damaged = False
+
+    def progress(self, until_ts: float) -> str:
+        """Its newest progress as the log held it at wall clock `until_ts` (0: now)."""
+        if self.damaged:
+            return ""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return ""
+        whole = data.rfind(b"\n") + 1  # a half-written last line waits for its newline
+        self.offset += whole
+        for line in data[:whole].split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                self.held.append(self.resolve(ev.parse_event(line)))
+            except (ValidationError, ValueError, Unresolved):
+                self.damaged = True
+                return ""
+        later: list[ev.Event] = []
+        for event in self.held:
+            if not until_ts or not event.ts or event.ts <= until_ts:
+                self.glance.apply(event)
+                self.folded = True
+            else:
+                later.append(event)
+        self.held = later
+        if not self.folded:
+            return ""
+        return self.glance.words(self.glance.last_t).partition(" · ")[2]
