@@ -22,7 +22,7 @@ import pytest
 from mlra.tools.sandbox import volume
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
-from mlra.tools.sandbox.default_limits import MIB, disk_reserve_mb, free_mb
+from mlra.tools.sandbox.default_limits import MIB, free_mb
 from mlra.tools.sandbox.local import LocalSandbox
 
 WHY_NOT = volume.unavailable()
@@ -243,7 +243,9 @@ async def test_a_quota_that_would_take_the_disks_reserve_is_refused_in_one_line(
     workspace: Path,
 ) -> None:
     folder = workspace.parent
-    too_much = free_mb(folder) - disk_reserve_mb(folder) + 1024
+    # More than all that is free: refused whatever the suite's other workers free or take
+    # meanwhile (free space less the reserve, plus a margin, was outgrown once).
+    too_much = free_mb(folder) + 1024
     box = LocalSandbox(workspace, SandboxSpec(disk_mb=too_much), isolation_mode="none")
     with pytest.raises(volume.VolumeRefused, match="keeps for the logs") as refused:
         await box.start()
