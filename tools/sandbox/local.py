@@ -232,13 +232,15 @@ class LocalSandbox(Sandbox):
             await asyncio.to_thread(kill_marked, self._marker)
 
     async def close(self) -> None:
-        await self.stop_processes()
-        await asyncio.to_thread(self._limits.close)
-        if self._network is not None:
-            await asyncio.to_thread(self._network.close)
-            self._network = None
-        if self._quota is not None:  # with nothing left running to write to it
-            await self._quota.close()
+        try:
+            await self.stop_processes()
+            await asyncio.to_thread(self._limits.close)
+            if self._network is not None:
+                await asyncio.to_thread(self._network.close)
+                self._network = None
+        finally:  # a volume left mounted by a cancelled close would hold its space
+            if self._quota is not None:  # with nothing left running to write to it
+                await finish_despite_cancel(self._quota.close())
         if self._home is not None:
             trees.remove_tree(self._home, ignore_errors=True)  # the agent's: however deep
             self._home = None
