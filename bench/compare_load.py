@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 
 
 def write_run(runs: Path, name: str, model: str, events: int) -> None:
@@ -64,7 +64,7 @@ def write_run(runs: Path, name: str, model: str, events: int) -> None:
 
 
 async def screen(runs: list, size: tuple[int, int]) -> tuple[float, float]:
-    from mlra.console.compare_screen import CompareApp
+    from mlra.console.screens.compare_screen import CompareApp
 
     app = CompareApp(runs, x="step")
     async with app.run_test(size=size) as pilot:
@@ -86,7 +86,7 @@ def main() -> None:
     args = parser.parse_args()
     from mlra.batch.compare import matrix, paired
     from mlra.batch.compare.runs import expand, load_all
-    from mlra.console.compare_text import matrix_text, paired_text
+    from mlra.console.text.compare_text import matrix_text, paired_text
 
     with tempfile.TemporaryDirectory() as tmp:
         runs_dir = Path(tmp) / "runs"

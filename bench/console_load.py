@@ -27,12 +27,12 @@ import psutil
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
-from mlra.console.app import MlraApp
-from mlra.console.screens import HelpScreen
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.app import MlraApp
+from mlra.console.screens.screens import HelpScreen
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
@@ -106,7 +106,7 @@ def _key(app: MlraApp, key: str, char: str | None) -> None:
 
 
 def _events(controller: RunController) -> list[ev.Event]:
-    from mlra.agent.eventlog import read_events
+    from mlra.agent.record.eventlog import read_events
 
     return read_events(controller.run_dir / "events.jsonl")
 

@@ -27,11 +27,11 @@ from typing import Literal, cast
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import ModelSettings, resolve_model
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn

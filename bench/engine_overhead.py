@@ -21,9 +21,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolRegistry

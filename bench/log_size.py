@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import EventLog, encode_event, read_events
+from mlra.agent.record.eventlog import EventLog, encode_event, read_events
 
 
 def turn(content: str) -> list[ev.Event]:

@@ -32,9 +32,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from mlra import events as ev
-from mlra.agent.eventlog import encode_stored
-from mlra.agent.log_refs import Referrer
-from mlra.agent.snapshots import SnapshotStore
+from mlra.agent.record.eventlog import encode_stored
+from mlra.agent.record.log_refs import Referrer
+from mlra.agent.record.snapshots import SnapshotStore
 
 EPOCH = 1_790_000_000.0
 
@@ -180,8 +180,8 @@ def _key(app: object, key: str, char: str | None) -> None:
 
 
 async def measure(run_dir: Path, steps: int) -> dict[str, object]:
-    from mlra.console.replay import ReplayModel
-    from mlra.console.replay_app import ReplayApp
+    from mlra.console.apps.replay_app import ReplayApp
+    from mlra.console.text.replay import ReplayModel
 
     class TimedApp(ReplayApp):
         """Says when the screen after a move has been drawn."""

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import encode_event
+from mlra.agent.record.eventlog import encode_event
 
 MB = 1024 * 1024
 

@@ -1,7 +1,8 @@
 """mlra: a terminal console for ML research agents.
 
-The concept packages live at the top level of the repository and install as
-`mlra.agent`, `mlra.tools`, `mlra.tasks` and `mlra.console`.
+One package tree, a folder per concept, lowest first: `mlra.events` (the vocabulary),
+`mlra.tools`, `mlra.tasks`, `mlra.agent`, `mlra.batch`, `mlra.console`
+(docs/architecture.md).
 """
 
 __version__ = "0.1.0"

@@ -1,3 +1,3 @@
-from mlra.console.cli import main
+from mlra.console.cli.cli import main
 
 raise SystemExit(main())

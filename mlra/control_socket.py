@@ -1,7 +1,7 @@
 """The wire between a live run and whoever steers it from outside its process.
 
 A live run (headless, in the console, in a batch) serves a Unix socket in its run
-folder (`control.sock`, mode 0600; the server in agent/control_server.py) that
+folder (`control.sock`, mode 0600; the server in agent/control/control_server.py) that
 `mlra ctl` and `mlra attach` (console/) speak to. Both ends live in separate
 layers, so the messages they exchange live here, below both, as typed models:
 one JSON object a line each way.

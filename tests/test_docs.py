@@ -1,7 +1,7 @@
 """The README and the documentation cannot name what is not there.
 
 Every `mlra SUB-COMMAND ... --flag` the pages show (in code blocks and inline code) must
-be a sub-command and an option of the real command line (console/cli.py's parser), and
+be a sub-command and an option of the real command line (console/cli/cli.py's parser), and
 every `--flag` named on its own must be one of mlra's or one of the few other programs'
 the pages name (pytest, the benches). Every picture in docs/images/ must be, byte for
 byte, the SVG its snapshot test renders (tests/console/docs_screens.py), so the docs
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.console.cli import build_parser
+from mlra.console.cli.cli import build_parser
 from tests.console.docs_screens import BROWSER_PICTURES, IMAGES, SCREENS, snapshot_of
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.console.cli import build_parser
+from mlra.console.cli.cli import build_parser
 from tests.conftest import mlra_cli, offline_env
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -30,12 +30,12 @@ from pathlib import Path
 # environment or the working directory at import time (the child's differ): the
 # product's modules do not, and neither do these SDKs (they read it when a client is made).
 PRELOAD = (
-    "mlra.console.cli",
-    "mlra.console.headless_run",
-    "mlra.console.runs_cli",
-    "mlra.console.replay_cli",
-    "mlra.console.resume_cli",
-    "mlra.console.batch_cli",
+    "mlra.console.cli.cli",
+    "mlra.console.apps.headless_run",
+    "mlra.console.cli.runs_cli",
+    "mlra.console.cli.replay_cli",
+    "mlra.console.cli.resume_cli",
+    "mlra.console.cli.batch_cli",
     "mlra.agent.providers.openai",
     "mlra.agent.providers.anthropic",
     "mlra.batch.runner",
@@ -63,7 +63,7 @@ def _child(request: dict[str, object]) -> int:
     sys.argv = [str(Path(sys.modules["mlra"].__file__ or "mlra").parent / "__main__.py"), *argv]
     code: int
     try:
-        from mlra.console.cli import main
+        from mlra.console.cli.cli import main
 
         code = _exit_code(main())
     except SystemExit as exit_:

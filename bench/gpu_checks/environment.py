@@ -68,10 +68,10 @@ def write_wheel(folder: Path) -> Path:
 async def check_task_env(ctx: Context) -> None:
     import torch
 
-    from mlra.agent.config import RunConfig
-    from mlra.agent.run_budget import run_budget
-    from mlra.agent.run_setup import sandbox_spec, task_environment
-    from mlra.agent.sandboxes import create_sandbox
+    from mlra.agent.setup.config import RunConfig
+    from mlra.agent.setup.run_budget import run_budget
+    from mlra.agent.setup.run_setup import sandbox_spec, task_environment
+    from mlra.agent.setup.sandboxes import create_sandbox
     from mlra.tasks.spec import load_task
 
     wheels = ctx.work / "wheels"

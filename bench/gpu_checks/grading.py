@@ -103,7 +103,7 @@ def check_mlra_run(ctx: Context) -> None:
     """`mlra run tiny-lm --model baseline --no-tui --gpus all`: the recipe trains on the
     CPU (the task says CPU only) and lm-eval grades on the GPU the run was given."""
     from mlra import events as ev
-    from mlra.agent.eventlog import read_events
+    from mlra.agent.record.eventlog import read_events
 
     runs = ctx.work / "runs"
     argv = [

@@ -1,5 +1,5 @@
 """The machine's own checks: the install (mlra, torch's CUDA build, the `ml` extra), and
-NVML as the Resources pane reads it (agent/resources.py), sampled idle and under a
+NVML as the Resources pane reads it (agent/loop/resources.py), sampled idle and under a
 matmul load started here, with the pane (console/panes/resources.py) rendered headless
 from those samples to an SVG."""
 
@@ -126,7 +126,7 @@ class MatmulLoad:
 
 def check_nvml(ctx: Context) -> None:
     from mlra import events as ev
-    from mlra.agent.resources import GpuMonitor, ResourceMonitor
+    from mlra.agent.loop.resources import GpuMonitor, ResourceMonitor
 
     f = ctx.figures
     nvml = GpuMonitor()
@@ -179,7 +179,7 @@ async def render_pane(samples: list[Any], svg: Path) -> str:
     from textual.app import App, ComposeResult
 
     from mlra import events as ev
-    from mlra.agent.state import fold
+    from mlra.agent.record.state import fold
     from mlra.console.panes.resources import ResourcesPane
 
     class OnePane(App[None]):

@@ -31,7 +31,7 @@ def gpu_absence() -> str | None:
     """Why this machine has no GPU to check ("torch.cuda unavailable, NVML: no GPU"), or
     None. A GPU that NVML sees but torch cannot use (a CPU build of torch) is a GPU:
     the install check says what is wrong with torch."""
-    from mlra.agent.resources import GpuMonitor
+    from mlra.agent.loop.resources import GpuMonitor
 
     nvml = GpuMonitor()
     try:

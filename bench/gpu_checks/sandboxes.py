@@ -1,7 +1,7 @@
 """GPUs inside the sandboxes, made as a run makes them (agent/run_setup.sandbox_spec,
 agent/sandboxes.create_sandbox): the local one (bubblewrap) given GPU 0 and given none,
 Docker's with the NVIDIA runtime where an engine has it, and two attempts running at
-once on the shares agent/attempt_runs.py gives them. Inside, a probe says what it sees
+once on the shares agent/agents/attempt_runs.py gives them. Inside, a probe says what it sees
 (torch.cuda, CUDA_VISIBLE_DEVICES, the /dev/nvidia* nodes) and checks a matmul against
 the CPU's."""
 
@@ -61,10 +61,10 @@ async def probe_in(box: Any, *, hold_s: float = 0.0, python: str | None = None) 
 def run_sandbox(ctx: Context, name: str, **config: Any) -> tuple[Any, Any]:
     """A sandbox made as `mlra run tiny-lm --model baseline` with `config` (the flags)
     makes it; (the sandbox, the task)."""
-    from mlra.agent.config import RunConfig
-    from mlra.agent.run_budget import run_budget
-    from mlra.agent.run_setup import sandbox_spec
-    from mlra.agent.sandboxes import create_sandbox
+    from mlra.agent.setup.config import RunConfig
+    from mlra.agent.setup.run_budget import run_budget
+    from mlra.agent.setup.run_setup import sandbox_spec
+    from mlra.agent.setup.sandboxes import create_sandbox
     from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
 
     task = load_task(BUILTIN_TASKS_DIR / "tiny-lm")
@@ -195,8 +195,8 @@ async def check_shares(ctx: Context) -> None:
     task that needs a GPU), then both sandboxes probing at once, holding the GPU."""
     from types import SimpleNamespace
 
-    from mlra.agent import attempt_runs
-    from mlra.agent.config import RunConfig
+    from mlra.agent.agents import attempt_runs
+    from mlra.agent.setup.config import RunConfig
     from mlra.tasks import readiness
     from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
 

@@ -34,7 +34,7 @@ class SupervisorMessage(_Event):
     turn: int = 0
     text_of: int | None = None
     """The `seq` of the `model_call` whose text this is: the log stores the text
-    there only, and readers fill `text` back in (see `agent/log_refs.py`)."""
+    there only, and readers fill `text` back in (see `agent/record/log_refs.py`)."""
 
 
 class SubtaskStarted(_Event):
@@ -147,7 +147,7 @@ class ToolCall(_Event):
     step: int = 0
     arguments_of: int | None = None
     """The `seq` of the `model_call` that asked for this call: the log stores the
-    arguments there only, and readers fill them back in (see `agent/log_refs.py`)."""
+    arguments there only, and readers fill them back in (see `agent/record/log_refs.py`)."""
 
 
 class ApprovalRequested(_Event):

@@ -1,4 +1,4 @@
-"""A search over attempts (agent/attempts.py): each attempt's start and its end,
+"""A search over attempts (agent/loop/attempts.py): each attempt's start and its end,
 validated or not.
 """
 
@@ -11,7 +11,7 @@ from pydantic import Field
 from mlra.events.base import _Event
 from mlra.events.run import Budget
 
-# --- search over attempts (agent/attempts.py) -----------------------------------------
+# --- search over attempts (agent/loop/attempts.py) -----------------------------------------
 
 SearchPolicy = Literal["none", "greedy", "llm"]
 """How a run searches: one line of work ("none"), AIDE's greedy draft/debug/improve

@@ -118,7 +118,7 @@ class FileChange(BaseModel):
     file's name relative to the workspace, exactly as the file system holds it, in one
     form: a str as Python gives names (os.fsdecode), where a byte that is not UTF-8
     is a lone surrogate U+DC80-U+DCFF. The log writes such a surrogate as its JSON
-    escape (`\\udce9`, agent/eventlog.py `dump_json`) and reads it back to the same str,
+    escape (`\\udce9`, agent/record/eventlog.py `dump_json`) and reads it back to the same str,
     and os.fsencode turns that back into the name's very bytes (fork restores it so).
     A str rather than bytes keeps every reader, display and comparison of paths as it
     is; a display replaces what it cannot show, the log never does.

@@ -67,7 +67,7 @@ class LimitsInForce(BaseModel):
 
 class Budget(BaseModel):
     """What a run may take of the machine, for everything it starts together (its own
-    sandbox and every attempt's), or one attempt's share of it (agent/run_budget.py).
+    sandbox and every attempt's), or one attempt's share of it (agent/setup/run_budget.py).
     Computed once when a top-level run starts, from the user's flags, the task's
     `[resources]` and the machine's defaults (a `batch --parallel K` run's default is
     1/K of them), so that runs and attempts never add up past the machine."""

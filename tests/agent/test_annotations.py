@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.annotations import (
+from mlra.agent.record.annotations import (
     ANNOTATIONS_FILE,
     Annotation,
     StepIndex,
@@ -33,12 +33,12 @@ from mlra.agent.annotations import (
     read_annotations,
     worker_steps,
 )
-from mlra.agent.eventlog import EVENTS_FILE, read_events
+from mlra.agent.record.eventlog import EVENTS_FILE, read_events
 from mlra.batch.report import write_report
+from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import NoteEntry
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
+from mlra.console.text.replay import ReplayModel
 from tests.agent.test_resume import _cmd, _env, _read, _run_args
 from tests.conftest import ANSWER_TASK, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer

@@ -1,5 +1,5 @@
 """An attempt started from another's workspace (`improve`, `debug`) gets a copy made inside
-its budget (agent/attempt_copies.py): sparse files and hard links take on disk what they
+its budget (agent/run/attempt_copies.py): sparse files and hard links take on disk what they
 took in the parent, FIFOs and sockets are skipped and said, a copy that would not fit is
 refused in one line with nothing left, and the model never reads a host path. Scripted
 models on the small `answer` task, real sandboxes."""
@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.attempt_copies import clear_if_never_started
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.attempt_copies import clear_if_never_started
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn

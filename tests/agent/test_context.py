@@ -7,11 +7,11 @@ import json
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
@@ -22,7 +22,7 @@ NOISY = "print('x' * 6000)"
 async def test_old_steps_are_summarized_and_instructions_kept(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    # Each call its own (the same call again and again would be a loop: agent/loops.py).
+    # Each call its own (the same call again and again would be a loop: agent/loop/loops.py).
     worker = [turn(f"step {n}", call("python", code=f"{NOISY}  # {n}")) for n in range(8)]
     worker += [
         turn("", call("bash", command="echo 42 > answer.txt")),

@@ -1,4 +1,4 @@
-"""The control endpoint of a live run (agent/control_server.py), spoken to as `mlra ctl`
+"""The control endpoint of a live run (agent/control/control_server.py), spoken to as `mlra ctl`
 and `mlra attach` speak to it, from the run's own event loop.
 
 A real run (real sandbox, the scripted model server) is held at a breakpoint while the
@@ -19,12 +19,12 @@ import pytest
 from pydantic import BaseModel
 
 from mlra import events as ev
-from mlra.agent import control_server
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
+from mlra.agent.control import control_server
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.control_socket import CtlRequest, encode, is_live, short_address, socket_path
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox import bwrap as bw
@@ -223,9 +223,9 @@ def test_a_run_being_graded_refuses_what_would_change_nothing() -> None:
     keys would: each is refused in one line; status and quit still answer."""
     from types import SimpleNamespace
 
-    from mlra.agent.control_ops import Refused, act
-    from mlra.agent.controls import Controls
-    from mlra.agent.state import RunState
+    from mlra.agent.control.control_ops import Refused, act
+    from mlra.agent.loop.controls import Controls
+    from mlra.agent.record.state import RunState
 
     state = RunState()
     state.evaluating = True

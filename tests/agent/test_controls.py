@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from mlra.agent.controls import Breakpoint
+from mlra.agent.loop.controls import Breakpoint
 
 
 @pytest.mark.parametrize(

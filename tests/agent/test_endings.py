@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mlra import events as ev
-from mlra.agent.drive import run_agent
-from mlra.agent.eventlog import read_events
+from mlra.agent.loop.drive import run_agent
+from mlra.agent.record.eventlog import read_events
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent import eventlog
-from mlra.agent.eventlog import EventLog, LogDamage, UnwritableEvent, read_events
+from mlra.agent.record import eventlog
+from mlra.agent.record.eventlog import EventLog, LogDamage, UnwritableEvent, read_events
 
 
 def _samples() -> list[ev.Event]:

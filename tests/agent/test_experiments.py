@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
-from mlra.agent.fingerprint import normalize
-from mlra.agent.prompts import WORKER_SYSTEM, status_note
+from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.fingerprint import normalize
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
-from mlra.agent.state import fold
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import fold
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.agent.setup.prompts import WORKER_SYSTEM, status_note
 from mlra.tasks.spec import load_task
 from mlra.tools.core import core_tools
 from mlra.tools.notes import Note

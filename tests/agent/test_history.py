@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from mlra.agent.history import AgentHistory
+from mlra.agent.loop.history import AgentHistory
 from mlra.agent.providers.base import ModelResponse, ToolCallRequest
 
 

@@ -12,9 +12,7 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
 from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import (
@@ -26,8 +24,10 @@ from mlra.agent.providers.base import (
 )
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.providers.text_calls import problem_note, read_text_calls
-from mlra.agent.run import agent_for
-from mlra.console.cli import main
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.cli.cli import main
 from mlra.tasks.spec import load_task
 from mlra.tools.registry import ToolSpec
 from tests.fakes.model_server import BROKEN, Api, ScriptedModelServer
@@ -384,7 +384,7 @@ async def test_a_small_window_is_summarized_before_the_server_would_refuse(
     tmp_path: Path, answer_task: Path
 ) -> None:
     noisy = "print('x' * 3000)"
-    # Each call its own (the same call again and again would be a loop: agent/loops.py).
+    # Each call its own (the same call again and again would be a loop: agent/loop/loops.py).
     worker = [turn(f"step {n}", call("python", code=f"{noisy}  # {n}")) for n in range(8)]
     worker += [
         turn("", call("bash", command="echo 42 > answer.txt")),

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import EventLog, LogDamage, read_events
-from mlra.console.recorded_log import RecordedLog
-from mlra.console.replay import ReplayModel
+from mlra.agent.record.eventlog import EventLog, LogDamage, read_events
+from mlra.console.text.recorded_log import RecordedLog
+from mlra.console.text.replay import ReplayModel
 from tests.conftest import ANSWER_TASK, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
@@ -89,7 +89,7 @@ def test_replay_shows_and_finds_referenced_text(big_run: Path) -> None:
 
 
 def test_resume_rebuilds_the_history_from_a_compact_log(big_run: Path) -> None:
-    from mlra.agent.recording import response_from
+    from mlra.agent.record.recording import response_from
 
     events = read_events(big_run / "events.jsonl")
     answers = [e for e in events if isinstance(e, ev.ModelCall) and e.agent == "worker"]

@@ -16,17 +16,17 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.resources import directory_size
 from mlra.agent.metrics.files import MetricFiles
 from mlra.agent.metrics.log_lines import parse_line
 from mlra.agent.metrics.recorder import MetricsRecorder
 from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.metrics.tensorboard import TensorBoardReader
 from mlra.agent.providers import resolve_model
-from mlra.agent.resources import directory_size
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox.base import SandboxSpec

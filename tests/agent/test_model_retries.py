@@ -8,7 +8,6 @@ from typing import Any, Literal
 
 import pytest
 
-from mlra.agent.prompts import WORKER_SYSTEM
 from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import (
     Message,
@@ -17,6 +16,7 @@ from mlra.agent.providers.base import (
     retries_told_to,
 )
 from mlra.agent.providers.openai import OpenAIProvider
+from mlra.agent.setup.prompts import WORKER_SYSTEM
 from tests.fakes.model_server import ScriptedModelServer
 
 Api = Literal["anthropic", "openai"]

@@ -21,17 +21,17 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.clock import RunClock
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.controls import Controls
-from mlra.agent.drive import warning_left_s, watch_deadline
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.clock import RunClock
+from mlra.agent.loop.controls import Controls
+from mlra.agent.loop.drive import warning_left_s, watch_deadline
 from mlra.agent.notify import Notification, NotifyFailed, desktop, parse_destinations
 from mlra.agent.notify.triggers import Triggers
 from mlra.agent.notify.webhook import Webhook
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn

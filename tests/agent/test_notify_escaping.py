@@ -22,14 +22,14 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
 from mlra.agent.notify import Notification
 from mlra.agent.notify.command import Command
 from mlra.agent.notify.payload import payload, slack_text
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn

@@ -19,17 +19,17 @@ import pytest
 from pydantic import BaseModel
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
-from mlra.agent.loops import Repeats
+from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.loops import Repeats
+from mlra.agent.loop.tool_call_fallback import NOTE
 from mlra.agent.providers import resolve_model
 from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import ModelSettings, ToolCallRequest
 from mlra.agent.providers.openai import OpenAIProvider
-from mlra.agent.run import agent_for
-from mlra.agent.run_result import RunResult
-from mlra.agent.tool_call_fallback import NOTE
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.run_result import RunResult
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from mlra.tools.registry import Tool, ToolOutcome
 from tests.conftest import mlra_cli
@@ -224,7 +224,7 @@ def test_a_repeat_is_the_same_call_with_the_same_result() -> None:
 
 
 def _all_tools() -> list[type[Tool[Any]]]:
-    import mlra.agent.supervisor
+    import mlra.agent.agents.supervisor
     import mlra.tools.core
     import mlra.tools.research  # noqa: F401  (every module that defines tools)
 

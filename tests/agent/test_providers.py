@@ -15,7 +15,6 @@ import anthropic
 import openai
 import pytest
 
-from mlra.agent.prompts import REVIEWER_SYSTEM, SUMMARIZER_SYSTEM, SUPERVISOR_SYSTEM, WORKER_SYSTEM
 from mlra.agent.providers import (
     DEFAULT_ANTHROPIC_MODEL,
     DEFAULT_OPENAI_MODEL,
@@ -33,6 +32,12 @@ from mlra.agent.providers.base import (
 )
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.providers.pricing import cost, price_for
+from mlra.agent.setup.prompts import (
+    REVIEWER_SYSTEM,
+    SUMMARIZER_SYSTEM,
+    SUPERVISOR_SYSTEM,
+    WORKER_SYSTEM,
+)
 from mlra.tools.registry import ToolSpec
 from tests.fakes.model_server import EXHAUSTED, ScriptedModelServer, role_of, split_text
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
-from mlra.agent.providers.replay import short_diff, steady
+from mlra.agent.loop.replay_provider import short_diff, steady
+from mlra.agent.record.eventlog import read_events
 from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn

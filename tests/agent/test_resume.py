@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
@@ -383,10 +383,10 @@ async def test_replay_finds_the_step_where_a_changed_tool_diverges(
     tmp_path: Path, recorded: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A change to `read_file` (it now numbers lines) shows at the next model call."""
-    from mlra.agent.config import RunConfig
-    from mlra.agent.controller import RunController
-    from mlra.agent.providers.replay import ReplayProvider
-    from mlra.agent.run import agent_for
+    from mlra.agent.agents.run import agent_for
+    from mlra.agent.loop.replay_provider import ReplayProvider
+    from mlra.agent.run.controller import RunController
+    from mlra.agent.setup.config import RunConfig
     from mlra.tasks.spec import find_task
     from mlra.tools.files import ReadFile
 

@@ -11,19 +11,19 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
-from mlra.agent.prompts import status_note
+from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.providers import resolve_model
 from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import Message, ModelProvider, retries_told_to
 from mlra.agent.providers.openai import OpenAIProvider
-from mlra.agent.providers.replay import ReplayProvider
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.agent.setup.prompts import status_note
 from mlra.batch.state import RUNS, run_status
-from mlra.console.cli import main
-from mlra.console.headless import TranscriptDisplay
+from mlra.console.cli.cli import main
+from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import Api, ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn, worker_answering
@@ -77,7 +77,7 @@ async def test_a_server_that_refuses_a_request_as_too_long_gets_it_summarized_an
     """The server's window is smaller than it says (n_ctx 9000, refusing past 6000): each
     refusal is mended by a summary and the request sent again, never a failed run."""
     noisy = "print('x' * 3000)"
-    # Each call its own (the same call again and again would be a loop: agent/loops.py).
+    # Each call its own (the same call again and again would be a loop: agent/loop/loops.py).
     worker = [turn(f"step {n}", call("python", code=f"{noisy}  # {n}")) for n in range(6)]
     worker += [
         turn("", call("bash", command="echo 42 > answer.txt")),

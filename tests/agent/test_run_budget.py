@@ -1,4 +1,4 @@
-"""One budget per run (agent/run_budget.py, tools/sandbox/run_group.py): real searches on
+"""One budget per run (agent/setup/run_budget.py, tools/sandbox/run_group.py): real searches on
 the small `answer` task record the run's budget in `run_started` and each attempt's share
 in `attempt_started`, the shares add up to at most the budget, each attempt's sandbox
 has its share, and the kernel holds the run's total in a group every sandbox is under."""
@@ -12,14 +12,14 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
-from mlra.agent.resume import load_run, resume_controller
-from mlra.agent.run import agent_for
-from mlra.agent.run_budget import held_mb, run_budget
+from mlra.agent.agents.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.run.resume import load_run, resume_controller
+from mlra.agent.setup.config import RunConfig
+from mlra.agent.setup.run_budget import held_mb, run_budget
 from mlra.console.panes.resources import budget_use
-from mlra.console.run_rows import budget_cell, run_row
+from mlra.console.text.run_rows import budget_cell, run_row
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.default_limits import default_memory, machine_memory_mb
 from mlra.tools.sandbox.limits import CGROUP_ROOT, own_cgroup

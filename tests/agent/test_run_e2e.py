@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from tests.conftest import mlra_cli, processes_running
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, plan, supervisor_answering, turn

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psutil
 
-from mlra.agent.resources import ResourceMonitor
+from mlra.agent.loop.resources import ResourceMonitor
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
 

@@ -1,4 +1,4 @@
-"""Search over attempts (agent/attempts.py, agent/search.py): scripted models and the
+"""Search over attempts (agent/loop/attempts.py, agent/agents/search.py): scripted models and the
 baseline agent's recipe variants on the small `answer` task, real sandboxes and real
 grading."""
 
@@ -13,14 +13,14 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.resume import load_run, resume_controller
-from mlra.agent.run import agent_for
-from mlra.agent.run_result import RunResult
-from mlra.agent.state import fold
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.run_result import RunResult
+from mlra.agent.record.state import fold
+from mlra.agent.run.controller import RunController
+from mlra.agent.run.resume import load_run, resume_controller
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
@@ -477,7 +477,7 @@ async def test_a_fork_of_a_search_keeps_the_attempts_ended_by_then(
     """Forked at the step after a2 started: a1 had ended and is shared with the fork (it
     can be built on and submitted); a2 was running, so the fork records it lost; the
     fork's search goes on from there and grades what it submits."""
-    from mlra.agent.resume import fork_run
+    from mlra.agent.run.resume import fork_run
 
     task = load_task(_variant_task(answer_task, tmp_path))
     cfg = RunConfig(
@@ -527,7 +527,7 @@ async def test_a_fork_of_a_search_keeps_the_attempts_ended_by_then(
 def test_attempts_running_at_once_get_their_own_share_of_the_gpus(
     ids: list[str], k: int, in_use: list[str], share: str | None
 ) -> None:
-    from mlra.agent.attempt_runs import gpu_share
+    from mlra.agent.agents.attempt_runs import gpu_share
 
     assert gpu_share(ids, k, in_use) == share
 
@@ -576,8 +576,8 @@ async def test_pausing_the_run_pauses_its_running_attempts_and_resuming_resumes_
 def test_the_tree_as_the_supervisor_reads_it_and_its_fingerprint() -> None:
     """Best first with lineage and why the buggy failed; how long each ran is left out
     of the fingerprint a deterministic re-run compares (it differs between any two runs)."""
-    from mlra.agent.attempt_tree import AttemptTree
-    from mlra.agent.fingerprint import normalize
+    from mlra.agent.loop.fingerprint import normalize
+    from mlra.agent.record.attempt_tree import AttemptTree
 
     tree = AttemptTree()
     events: list[ev.Event] = [

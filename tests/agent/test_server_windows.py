@@ -16,7 +16,6 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
 from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import (
     Message,
@@ -26,10 +25,11 @@ from mlra.agent.providers.base import (
     stated_window,
 )
 from mlra.agent.providers.openai import OpenAIProvider
-from mlra.agent.state import RunState
-from mlra.console.cli import main
-from mlra.console.event_lines import model_speed
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import RunState
+from mlra.console.cli.cli import main
 from mlra.console.panes.status import activity
+from mlra.console.text.event_lines import model_speed
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 

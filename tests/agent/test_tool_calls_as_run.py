@@ -19,13 +19,13 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent import tool_step
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
+from mlra.agent.agents.run import agent_for
+from mlra.agent.loop import tool_step
 from mlra.agent.providers import resolve_model
-from mlra.agent.recording import KILLED_BY_RUN_END
-from mlra.agent.resume import fork_run, load_run, resume_controller
-from mlra.agent.run import agent_for
+from mlra.agent.record.recording import KILLED_BY_RUN_END
+from mlra.agent.run.controller import RunController
+from mlra.agent.run.resume import fork_run, load_run, resume_controller
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
@@ -201,6 +201,6 @@ async def test_output_past_the_stream_cap_reaches_the_console_but_not_the_log(
 
 
 def _read(controller: RunController) -> list[ev.Event]:
-    from mlra.agent.eventlog import read_events
+    from mlra.agent.record.eventlog import read_events
 
     return read_events(controller.run_dir / "events.jsonl")

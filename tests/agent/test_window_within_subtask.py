@@ -10,14 +10,14 @@ from pathlib import Path
 from typing import Any
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
-from mlra.agent.history import AgentHistory
+from mlra.agent.agents.run import agent_for
+from mlra.agent.agents.window_floor import first_requests, smallest_window
+from mlra.agent.loop.history import AgentHistory
 from mlra.agent.providers import ModelSettings, resolve_model
 from mlra.agent.providers.base import ModelResponse, ToolCallRequest
-from mlra.agent.run import agent_for
-from mlra.agent.window_floor import first_requests, smallest_window
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import RecordedRequest, ScriptedModelServer

@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.run_result import write_result
-from mlra.agent.state import RunState
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.run_result import write_result
+from mlra.agent.record.state import RunState
 
 
 def started_ts(run_dir: Path) -> float:

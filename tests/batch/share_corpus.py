@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.annotations import Annotation, append_annotation
-from mlra.agent.eventlog import EVENTS_FILE, EventLog, iter_events
+from mlra.agent.record.annotations import Annotation, append_annotation
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, iter_events
 from mlra.events.base import PlanStatus
 
 SECRET_KEY = "sk-ant-api03-" + "Q" * 40

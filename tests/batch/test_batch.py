@@ -17,12 +17,12 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import log_is_live, read_events
+from mlra.agent.record.eventlog import log_is_live, read_events
 from mlra.batch.report import REPORT_FILES
 from mlra.batch.report_rows import mean_se
 from mlra.batch.run_ids import run_names
 from mlra.batch.spec import BatchError, expand, load_batch_file, run_command
-from mlra.console.cli import main
+from mlra.console.cli.cli import main
 from tests.batch.naming import batch_run_id
 from tests.conftest import SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.tools.sandbox.default_limits import default_memory
 from tests.conftest import mlra_cli
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.run_result import write_result
-from mlra.agent.state import RunState
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.run_result import write_result
+from mlra.agent.record.state import RunState
 from mlra.batch.report import write_report
 from mlra.batch.state import RETIRED, RUNS, RunCard, run_status, write_card
 from tests.batch.naming import batch_run_id

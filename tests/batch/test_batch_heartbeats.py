@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 import time
 
-from mlra.agent.run_progress import glance
+from mlra.agent.record.run_progress import glance
 from mlra.batch.progress import PlainProgress
 from mlra.batch.runner import Progress
 from mlra.batch.state import RunStatus

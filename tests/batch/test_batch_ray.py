@@ -23,7 +23,7 @@ from typing import Any, cast
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import log_is_live, read_events
+from mlra.agent.record.eventlog import log_is_live, read_events
 from mlra.batch.executors import AttemptLost, Job
 from mlra.batch.executors.local import Capacity, LocalExecutor
 from mlra.batch.executors.ray import RayExecutor

@@ -177,7 +177,7 @@ def test_a_run_going_on_and_a_log_from_an_older_mlra(tmp_path: Path) -> None:
     import json
 
     from mlra import events as ev
-    from mlra.agent.eventlog import EVENTS_FILE, EventLog
+    from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 
     runs = tmp_path / "runs"
     done = compared_run(runs, "done")

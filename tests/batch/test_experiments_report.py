@@ -9,9 +9,9 @@ import json
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.run_result import RunResult, write_result
-from mlra.agent.state import RunState
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.run_result import RunResult, write_result
+from mlra.agent.record.state import RunState
 from mlra.batch.report import REPORT_FILES, write_report
 
 

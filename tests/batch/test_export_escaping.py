@@ -19,7 +19,7 @@ from mlra import events as ev
 from mlra.batch.export.names import MAX_KEY, SafeNames, tracker_name, wandb_name
 from mlra.batch.report import write_report
 from mlra.batch.report_text import md_text
-from mlra.console.cli import main
+from mlra.console.cli.cli import main
 from mlra.terminal_text import printable_line
 from tests.batch.metrics_runs import metrics_run
 

@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.metrics.one_off import is_curve
 from mlra.agent.metrics.recorder import MetricsRecorder
-from mlra.agent.run_result import write_result
-from mlra.agent.state import RunState
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.run_result import write_result
+from mlra.agent.record.state import RunState
 from mlra.batch.export.source import read_experiment
 from mlra.batch.report import write_report
 from mlra.batch.report_curves import panel_names, read_curves
 from mlra.batch.report_rows import collect
-from mlra.console.cli import main
-from mlra.console.curves_data import CurveSet
+from mlra.console.cli.cli import main
+from mlra.console.text.curves_data import CurveSet
 from tests.console.test_export import _wandb_records
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from tests.batch.naming import batch_run_id
 from tests.batch.ray_cluster import (
     RayCluster,

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 from mlra.batch.report import write_report
 from mlra.batch.report_curves import png_name
 from tests.batch.metrics_runs import metrics_run

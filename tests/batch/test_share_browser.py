@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent.annotations import Annotation, append_annotation
-from mlra.console.cli import main
+from mlra.agent.record.annotations import Annotation, append_annotation
+from mlra.console.cli.cli import main
 from tests.batch.metrics_runs import metrics_run
 from tests.batch.share_corpus import add_demo_steps, add_hostile_events
 from tests.batch.test_share_page import Page, check_page_is_ours

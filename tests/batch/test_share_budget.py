@@ -10,9 +10,9 @@ import time
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.annotations import Annotation, append_annotation
-from mlra.agent.eventlog import EVENTS_FILE, EventLog, encode_event
-from mlra.console.cli import main
+from mlra.agent.record.annotations import Annotation, append_annotation
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, encode_event
+from mlra.console.cli.cli import main
 from tests.batch.metrics_runs import metrics_run
 from tests.batch.test_share_page import check_page_is_ours
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog, iter_events
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, iter_events
 from mlra.batch.share.text import Redactor, esc, json_for_script
-from mlra.console.cli import main
+from mlra.console.cli.cli import main
 from mlra.terminal_text import has_controls
 from tests.batch.metrics_runs import metrics_run
 from tests.batch.share_corpus import (

@@ -11,14 +11,19 @@ from textual.app import App
 from textual.widgets import Input, Static
 
 from mlra import events as ev
-from mlra.agent.annotations import ANNOTATIONS_FILE, Annotation, append_annotation, read_annotations
-from mlra.agent.eventlog import EVENTS_FILE
-from mlra.console.app import MlraApp
+from mlra.agent.record.annotations import (
+    ANNOTATIONS_FILE,
+    Annotation,
+    append_annotation,
+    read_annotations,
+)
+from mlra.agent.record.eventlog import EVENTS_FILE
+from mlra.console.apps.app import MlraApp
+from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import NoteEntry
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
-from mlra.console.screens import HelpScreen, PromptScreen
+from mlra.console.screens.screens import HelpScreen, PromptScreen
+from mlra.console.text.replay import ReplayModel
 from tests.console.console_fixtures import EPOCH, recorded_run
 from tests.console.test_console_controls import ANSWER, REPORT, Live, is_, live, worker
 
@@ -125,7 +130,7 @@ def test_snapshot_a_noted_step_80x24(snap_compare: Any, tmp_path: Path) -> None:
 
 def test_the_attached_console_has_the_same_note_keys() -> None:
     """`mlra attach` opens a subclass of the console: its notes come from the same code."""
-    from mlra.console.attach_app import AttachApp
+    from mlra.console.apps.attach_app import AttachApp
 
     actions = {getattr(b, "action", None) for b in AttachApp.BINDINGS}
     assert {"tag", "comment", "rate(1)", "rate(-1)"} <= actions

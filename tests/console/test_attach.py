@@ -22,13 +22,13 @@ import pytest
 from textual.pilot import Pilot
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
-from mlra.console.attach_app import AttachApp
-from mlra.console.attach_run import RemoteRun
-from mlra.console.cli import main as mlra_main
+from mlra.agent.record.eventlog import read_events
+from mlra.console.apps.attach_app import AttachApp
+from mlra.console.cli.cli import main as mlra_main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.status import StatusBar
-from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
+from mlra.console.screens.screens import ConfirmScreen, HelpScreen, PromptScreen
+from mlra.console.text.attach_run import RemoteRun
 from mlra.control_socket import socket_path
 from tests.conftest import SECRET_ENV
 from tests.fakes.model_server import ScriptedModelServer
@@ -391,11 +391,11 @@ async def test_a_run_in_its_own_console_is_only_watched_from_an_attached_one(
     """A run driven by a console in its own process holds its controls from the start: an
     attached console watches, says who steers, and its keys are refused naming them,
     while the run's own console steers as ever (its pause reaches the attached one)."""
-    from mlra.agent.config import RunConfig
-    from mlra.agent.controller import RunController
+    from mlra.agent.agents.run import agent_for
     from mlra.agent.providers import resolve_model
-    from mlra.agent.run import agent_for
-    from mlra.console.app import console_app
+    from mlra.agent.run.controller import RunController
+    from mlra.agent.setup.config import RunConfig
+    from mlra.console.apps.app import console_app
     from mlra.tasks.spec import load_task
 
     task = tmp_path / "task"
@@ -444,7 +444,7 @@ async def test_a_watcher_the_run_dropped_for_falling_behind_watches_again_from_w
     import asyncio
     import json as json_
 
-    from mlra.agent.eventlog import encode_event
+    from mlra.agent.record.eventlog import encode_event
     from mlra.control_socket import CtlReply, CtlRequest, RunStatus, encode, short_address
 
     def stored(event: ev.Event, seq: int) -> dict[str, Any]:
@@ -552,7 +552,7 @@ async def test_the_files_pane_of_an_attached_console_reads_nothing_outside_the_w
 ) -> None:
     """The workspace is read on the host, where the attached console runs as its user: a
     link the agent left there is listed as a link, and reading through it is refused."""
-    from mlra.console.host_workspace import HostWorkspace
+    from mlra.console.text.host_workspace import HostWorkspace
 
     secret = tmp_path / "secret.txt"
     secret.write_text("not for the agent")

@@ -32,17 +32,17 @@ from rich.text import Text
 from textual.widgets import OptionList, Static
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.batch.progress import PlainProgress
 from mlra.batch.report_rows import RunRow, summarize
 from mlra.batch.report_tables import markdown
 from mlra.batch.runner import Progress
-from mlra.console.app import MlraApp
-from mlra.console.headless import JsonDisplay, TranscriptDisplay
+from mlra.console.apps.app import MlraApp
+from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.files import FilesPane
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
-from mlra.console.screens import StopJobScreen
+from mlra.console.screens.screens import StopJobScreen
+from mlra.console.text.headless import JsonDisplay, TranscriptDisplay
+from mlra.console.text.replay import ReplayModel
 from mlra.terminal_text import printable, printable_json, printable_line, without_controls
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox

@@ -21,23 +21,23 @@ from rich.text import Text
 from textual.widgets import Input, OptionList, Static
 
 from mlra import events as ev
-from mlra.agent.attempt_tree import AttemptTree
-from mlra.agent.attempts import AttemptManager
-from mlra.agent.clock import RunClock
-from mlra.agent.controls import Controls
-from mlra.agent.ending import Ending
-from mlra.agent.eventlog import EVENTS_FILE, encode_event
-from mlra.agent.run_result import result_of
-from mlra.agent.state import RunState, fold
-from mlra.agent.steering import Steering
-from mlra.console.app import MlraApp
-from mlra.console.attempt_screens import AttemptScreen, PickAttemptScreen, broken_at_words
+from mlra.agent.control.steering import Steering
+from mlra.agent.loop.attempts import AttemptManager
+from mlra.agent.loop.clock import RunClock
+from mlra.agent.loop.controls import Controls
+from mlra.agent.loop.ending import Ending
+from mlra.agent.record.attempt_tree import AttemptTree
+from mlra.agent.record.eventlog import EVENTS_FILE, encode_event
+from mlra.agent.record.run_result import result_of
+from mlra.agent.record.state import RunState, fold
+from mlra.console.apps.app import MlraApp
+from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.attempts import AttemptsPane, attempt_lines
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import TranscriptPane
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
-from mlra.console.screens import ConfirmScreen, DiffScreen, PromptScreen
+from mlra.console.screens.attempt_screens import AttemptScreen, PickAttemptScreen, broken_at_words
+from mlra.console.screens.screens import ConfirmScreen, DiffScreen, PromptScreen
+from mlra.console.text.replay import ReplayModel
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
 from tests.console.console_fixtures import EPOCH, recorded_workspace
@@ -676,7 +676,7 @@ async def test_an_open_running_attempt_follows_it_to_its_end(tmp_path: Path) -> 
 
 
 async def test_help_lists_the_attempts_keys_where_the_run_searches(tmp_path: Path) -> None:
-    from mlra.console.screens import HelpScreen
+    from mlra.console.screens.screens import HelpScreen
 
     app = recorded_app(search_run(tmp_path))
     async with app.run_test(size=(160, 48)) as pilot:

@@ -75,7 +75,7 @@ def test_model_default_order(tmp_path: Path, answer_task: Path) -> None:
 def test_help_does_not_import_heavy_packages() -> None:
     code = (
         "import sys\n"
-        "from mlra.console.cli import main\n"
+        "from mlra.console.cli.cli import main\n"
         "for argv in (['--help'], ['run', '--help'], ['tasks', '--help']):\n"
         "    try:\n"
         "        main(argv)\n"

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from tests.conftest import ANSWER_TASK, mlra_cli
 
 

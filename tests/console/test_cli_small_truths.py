@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
-from mlra.agent.state import fold
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import fold
 from mlra.console.panes.status import activity
 from mlra.tools.sandbox.bwrap import find_bwrap
 from tests.conftest import ANSWER_TASK

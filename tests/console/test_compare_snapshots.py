@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from mlra.batch.compare.runs import load_all
-from mlra.console.compare_screen import CompareApp
+from mlra.console.screens.compare_screen import CompareApp
 from tests.batch.compare_runs import compared_run
 
 

@@ -17,13 +17,13 @@ from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
-from mlra.console.app import MlraApp
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.app import MlraApp
 from mlra.console.panes.status import StatusBar
-from mlra.console.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
+from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn

@@ -24,17 +24,17 @@ from textual.widgets import TextArea
 from textual.widgets._toast import Toast
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
-from mlra.agent.state import RunState, fold
-from mlra.console.app import MlraApp
+from mlra.agent.record.state import RunState, fold
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.app import MlraApp
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import activity
 from mlra.console.panes.transcript import TranscriptPane
-from mlra.console.screens import ConfirmScreen, EditArgsScreen
+from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox

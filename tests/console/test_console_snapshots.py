@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from mlra.console.app import MlraApp
+from mlra.console.apps.app import MlraApp
 from mlra.console.panes.files import FilesPane
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox

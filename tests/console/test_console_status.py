@@ -11,11 +11,11 @@ from pathlib import Path
 from rich.text import Text
 
 from mlra import events as ev
-from mlra.agent.state import fold
-from mlra.console.app import MlraApp
+from mlra.agent.record.state import fold
+from mlra.console.apps.app import MlraApp
 from mlra.console.panes.plan import plan_window
 from mlra.console.panes.status import Part, StatusBar, fit, score_style, score_texts
-from mlra.console.screens import PromptScreen
+from mlra.console.screens.screens import PromptScreen
 from tests.console.console_fixtures import recorded_run
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.scripts import supervisor_answering

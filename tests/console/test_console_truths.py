@@ -13,15 +13,15 @@ from textual.widgets import Footer, Static, TextArea
 from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
-from mlra.agent.resume import fork_run, load_run
-from mlra.agent.state import RunState, fold
-from mlra.console.app import MlraApp
-from mlra.console.event_lines import score_line
-from mlra.console.headless import TranscriptDisplay
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import RunState, fold
+from mlra.agent.run.resume import fork_run, load_run
+from mlra.console.apps.app import MlraApp
 from mlra.console.panes.plan import step_mark
 from mlra.console.panes.status import StatusBar, score_texts
-from mlra.console.screens import EditArgsScreen, PromptScreen
+from mlra.console.screens.screens import EditArgsScreen, PromptScreen
+from mlra.console.text.event_lines import score_line
+from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.spec import load_task
 from tests.conftest import BaselineRun, mlra_cli
 from tests.console.console_fixtures import recorded_run
@@ -114,7 +114,7 @@ def _worker_turn(step: int, t: float) -> list[ev.Event]:
 
 def test_generating_means_a_model_call_is_in_flight() -> None:
     events = _worker_turn(1, 0.0)
-    # A summary comes before the turn it makes room for (agent/model_turn.py: the
+    # A summary comes before the turn it makes room for (agent/loop/model_turn.py: the
     # history is kept within the window, then the step starts and the call goes out).
     events += [
         ev.ModelCall(agent="worker", model="m", purpose="summary", t=4),
@@ -132,7 +132,7 @@ def test_generating_means_a_model_call_is_in_flight() -> None:
 
 def test_a_summary_for_the_turn_in_flight_shows_the_turn_generating_again() -> None:
     """A request the server refused as too long is summarized for and sent again
-    (agent/model_turn.py `_retry_shorter`): the summary comes after the step started."""
+    (agent/loop/model_turn.py `_retry_shorter`): the summary comes after the step started."""
     events: list[ev.Event] = [
         ev.StepStarted(agent="worker", step=1, turn=1, t=0),
         ev.Notice(level="warning", message="the server refused worker's request as too long", t=1),

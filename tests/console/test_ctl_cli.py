@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.control_socket import CtlRequest, connect, encode, socket_path
 from mlra.events import PlanUpdated
 from mlra.tools.sandbox import bwrap as bw

@@ -16,24 +16,24 @@ from textual.widgets import SelectionList
 from textual_plotext import PlotextPlot
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
-from mlra.console import curves_data
-from mlra.console.app import MlraApp
-from mlra.console.attach_app import AttachApp
-from mlra.console.attach_run import RemoteRun
-from mlra.console.curves_data import (
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.app import MlraApp
+from mlra.console.apps.attach_app import AttachApp
+from mlra.console.apps.replay_app import ReplayApp
+from mlra.console.screens.curves_screen import CurvesScreen
+from mlra.console.text import curves_data
+from mlra.console.text.attach_run import RemoteRun
+from mlra.console.text.curves_data import (
     CurveSet,
     curves_upto,
     decimated,
     drawn,
     validations_drawn,
 )
-from mlra.console.curves_screen import CurvesScreen
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
+from mlra.console.text.replay import ReplayModel
 from mlra.tasks.spec import load_task
 from tests.console.console_fixtures import EPOCH, recorded_run
 from tests.console.test_attach import HELD, LiveRun, _start_run, pilot_wait

@@ -16,18 +16,18 @@ import pytest
 from textual.widgets import Static
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
-from mlra.agent.run_result import result_of
-from mlra.agent.state import RunState
+from mlra.agent.record.run_result import result_of
+from mlra.agent.record.state import RunState
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.batch.report_rows import collect, summarize
 from mlra.batch.report_tables import markdown
-from mlra.console.cli import main
+from mlra.console.apps.replay_app import ReplayApp
+from mlra.console.cli.cli import main
 from mlra.console.panes.resources import context_gauge
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
+from mlra.console.text.replay import ReplayModel
 from mlra.counts import format_tokens
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer

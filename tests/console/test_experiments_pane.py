@@ -12,12 +12,12 @@ import pytest
 from rich.text import Text
 
 from mlra import events as ev
-from mlra.agent.state import fold
-from mlra.console.app import MlraApp
+from mlra.agent.record.state import fold
+from mlra.console.apps.app import MlraApp
+from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FilesPane
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
+from mlra.console.text.replay import ReplayModel
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
 from tests.console.console_fixtures import EPOCH, recorded_run, recorded_workspace

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from mlra.console.cli import main
+from mlra.console.cli.cli import main
 from tests.batch.metrics_runs import metrics_run, started_ts
 from tests.conftest import mlra_cli
 
@@ -335,10 +335,10 @@ async def test_a_scripted_run_whose_job_prints_a_falling_loss_exports_it(
     and MLflow: the falling loss at its steps, the validation, the graded score."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from mlra.agent.config import RunConfig
-    from mlra.agent.controller import RunController
+    from mlra.agent.agents.run import agent_for
     from mlra.agent.providers import resolve_model
-    from mlra.agent.run import agent_for
+    from mlra.agent.run.controller import RunController
+    from mlra.agent.setup.config import RunConfig
     from mlra.tasks.spec import load_task
     from tests.fakes.model_server import ScriptedModelServer
     from tests.scripts import call, supervisor_answering, turn

@@ -12,8 +12,8 @@ import re
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.eventlog import encode_event
-from mlra.console.headless import TranscriptDisplay
+from mlra.agent.record.eventlog import encode_event
+from mlra.console.text.headless import TranscriptDisplay
 
 COMMAND = "python train.py --steps 600"
 
@@ -159,7 +159,7 @@ def test_waiting_for_attempts_gives_each_ones_progress_from_its_own_log(tmp_path
 
 
 def test_an_attempt_wait_call_reads_in_words() -> None:
-    from mlra.console.event_lines import describe_call
+    from mlra.console.text.event_lines import describe_call
 
     assert describe_call("attempt_wait", {"timeout": 3600.0}) == (
         "attempt_wait for any attempt, up to 60m"

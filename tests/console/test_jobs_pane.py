@@ -11,10 +11,10 @@ from textual.app import App, ComposeResult
 from textual.widgets import OptionList
 
 from mlra import events as ev
-from mlra.agent.state import fold
-from mlra.console.app import MlraApp
+from mlra.agent.record.state import fold
+from mlra.console.apps.app import MlraApp
 from mlra.console.panes.resources import ResourcesPane
-from mlra.console.screens import StopJobScreen
+from mlra.console.screens.screens import StopJobScreen
 from tests.conftest import processes_running
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.scripts import turn

@@ -16,17 +16,17 @@ from textual.app import App, ComposeResult
 from textual.widgets import Static
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.recording import KILLED_BY_RUN_END
-from mlra.agent.run import agent_for
-from mlra.agent.state import RunState
+from mlra.agent.record.recording import KILLED_BY_RUN_END
+from mlra.agent.record.state import RunState
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import MAX_LINE_CHARS, OutputBuffer
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import ReplayApp
+from mlra.console.text.replay import ReplayModel
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn

@@ -17,18 +17,20 @@ from rich.text import Text
 from textual.widgets import Static, Tree
 
 from mlra import events as ev
-from mlra.agent.eventlog import EventLog, LogDamage, read_events
-from mlra.agent.snapshots import SnapshotStore
-from mlra.agent.state import fold
-from mlra.console import replay, replay_app, replay_cli
-from mlra.console.args import UsageError
-from mlra.console.cli import main
+from mlra.agent.record.eventlog import EventLog, LogDamage, read_events
+from mlra.agent.record.snapshots import SnapshotStore
+from mlra.agent.record.state import fold
+from mlra.console.apps import replay_app
+from mlra.console.apps.replay_app import DiffScreen, ReplayApp
+from mlra.console.cli import replay_cli
+from mlra.console.cli.cli import main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import MATCH_STYLE, NoteEntry, ThoughtEntry, ToolEntry
-from mlra.console.replay import ReplayModel
-from mlra.console.replay_app import DiffScreen, ReplayApp
-from mlra.console.screens import ConfirmScreen, HelpScreen, PromptScreen
+from mlra.console.screens.screens import ConfirmScreen, HelpScreen, PromptScreen
+from mlra.console.text import replay
+from mlra.console.text.args import UsageError
+from mlra.console.text.replay import ReplayModel
 from tests.conftest import ANSWER_TASK, mlra_cli
 from tests.console.console_fixtures import EPOCH, recorded_run
 from tests.fakes.model_server import ScriptedModelServer
@@ -500,7 +502,7 @@ async def test_a_search_marks_its_match_and_opens_the_entry_holding_it(recorded:
 
 
 async def test_a_fork_says_it_is_one(recorded: Path, tmp_path: Path) -> None:
-    from mlra.agent.resume import fork_run, load_run
+    from mlra.agent.run.resume import fork_run, load_run
     from mlra.tasks.spec import load_task
 
     forked = fork_run(

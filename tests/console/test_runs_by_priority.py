@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mlra.console.cli import main
-from mlra.console.runs_cli import fit_columns
+from mlra.console.cli.cli import main
+from mlra.console.cli.runs_cli import fit_columns
 from tests.batch.test_experiments_report import experiment_run
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.console.cli import main
+from mlra.console.cli.cli import main
 from tests.batch.test_experiments_report import experiment_run
 
 

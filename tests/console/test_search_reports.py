@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.ending import EndedBy
-from mlra.agent.eventlog import EVENTS_FILE, EventLog, read_events
-from mlra.agent.run_result import RunResult, write_result
-from mlra.agent.state import RunState
-from mlra.console.cli import main
-from mlra.console.event_lines import describe_call
-from mlra.console.headless import JsonDisplay, TranscriptDisplay
-from mlra.console.headless_run import final_line
-from mlra.console.runs_cli import HEADERS
+from mlra.agent.loop.ending import EndedBy
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, read_events
+from mlra.agent.record.run_result import RunResult, write_result
+from mlra.agent.record.state import RunState
+from mlra.console.apps.headless_run import final_line
+from mlra.console.cli.cli import main
+from mlra.console.cli.runs_cli import HEADERS
+from mlra.console.text.event_lines import describe_call
+from mlra.console.text.headless import JsonDisplay, TranscriptDisplay
 
 
 @dataclass

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.run_result import result_of
-from mlra.agent.state import fold
+from mlra.agent.record.run_result import result_of
+from mlra.agent.record.state import fold
 from mlra.tasks.challenge import Challenge, ChallengeRule, quote_rules
 from mlra.tasks.constraints import check
 from mlra.tasks.grading import grade

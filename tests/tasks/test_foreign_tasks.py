@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
-from mlra.console.cli import main as mlra_main
+from mlra.agent.record.eventlog import read_events
+from mlra.console.cli.cli import main as mlra_main
 from mlra.tasks.foreign.common import BASELINE_FILE, CACHE_VAR
 from mlra.tasks.foreign.loader import detect, marker
 from mlra.tasks.foreign.prepare import prepared

@@ -13,8 +13,8 @@ import torch
 from safetensors.torch import save_file
 
 from mlra import events as ev
-from mlra.agent.eventlog import EventLog, read_events
-from mlra.agent.state import fold
+from mlra.agent.record.eventlog import EventLog, read_events
+from mlra.agent.record.state import fold
 from mlra.tasks.constraints import ArchitectureFingerprint, Constraints, check
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.readiness import blockers

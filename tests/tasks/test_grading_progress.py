@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.console.headless import TranscriptDisplay
+from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.progress import EVERY_S, ProgressReader, progress_words
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.resume import ResumeError, load_run
-from mlra.agent.run_result import RunResult, write_result
-from mlra.agent.state import RunState
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.run_result import RunResult, write_result
+from mlra.agent.record.state import RunState
+from mlra.agent.run.resume import ResumeError, load_run
 from mlra.batch.report import write_report
-from mlra.console.cli import main
-from mlra.console.headless_run import final_line
+from mlra.console.apps.headless_run import final_line
+from mlra.console.cli.cli import main
 from tests.conftest import BaselineRun, mlra_cli
 
 

@@ -157,7 +157,7 @@ def test_the_baseline_validates_at_its_recorded_validation_score(
     """`validate` before the submit graded the validation split, whose score is the one
     task.toml records beside the test score, and which the agent saw as such."""
     from mlra import events as ev
-    from mlra.agent.eventlog import read_events
+    from mlra.agent.record.eventlog import read_events
 
     events = read_events(baseline_run / "events.jsonl")
     (validation,) = [e for e in events if isinstance(e, ev.Validation)]

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
-from mlra.console.cli import main
+from mlra.agent.record.eventlog import read_events
+from mlra.console.cli.cli import main
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import TaskSpec, load_task
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec, read_only_mounts

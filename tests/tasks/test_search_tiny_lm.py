@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
 from tests.conftest import offline_env, run_baseline
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.console.cli import main
+from mlra.console.cli.cli import main
 from mlra.tasks.checks import scripts_run
 from mlra.tasks.grading import success_bar, success_of
 from mlra.tasks.sections import Metric
@@ -202,7 +202,7 @@ def test_the_rule_and_its_bar_are_said_wherever_success_is(
     """The log, result.json, the run's last line, `mlra runs` and the batch report say
     which rule decided `success`, and its bar."""
     from mlra import events as ev
-    from mlra.agent.eventlog import read_events
+    from mlra.agent.record.eventlog import read_events
     from mlra.batch.report_rows import collect, summarize
     from mlra.batch.report_tables import markdown
     from tests.conftest import run_baseline

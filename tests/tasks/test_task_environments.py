@@ -22,9 +22,9 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.eventlog import read_events
-from mlra.agent.run_setup import task_environment
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.setup.config import RunConfig
+from mlra.agent.setup.run_setup import task_environment
 from mlra.tasks import env_build
 from mlra.tasks.env_build import env_key
 from mlra.tasks.environment import built_environment, requirements_of, task_python
@@ -292,7 +292,7 @@ def test_a_build_that_fails_is_one_line_and_exit_2(tmp_path: Path, cache: Path) 
     assert "its environment could not be built" in out and "Traceback" not in out
     # A run started without the command line's build first (a resumed one): it ends in
     # an error with that line, its log and result.json saying so, and no traceback.
-    from mlra.console.headless_run import run_headless
+    from mlra.console.apps.headless_run import run_headless
 
     config = RunConfig(task="old-tabulate", model="baseline", runs_dir=tmp_path / "direct")
     assert run_headless(config, load_task(task), None, json_lines=False, verbose=False) == 1

@@ -279,7 +279,7 @@ def test_the_baseline_validates_at_its_recorded_validation_score(
     """`validate` ran lm-eval's validation tasks (never the test's) on the recipe's model,
     at the score task.toml records beside the test score."""
     from mlra import events as ev
-    from mlra.agent.eventlog import read_events
+    from mlra.agent.record.eventlog import read_events
 
     events = read_events(baseline_run / "events.jsonl")
     (validation,) = [e for e in events if isinstance(e, ev.Validation)]

@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
-from mlra.console.cli import main as mlra_main
-from mlra.console.event_lines import score_line
+from mlra.agent.record.eventlog import read_events
+from mlra.console.cli.cli import main as mlra_main
+from mlra.console.text.event_lines import score_line
 from mlra.tasks.foreign import known
 from mlra.tasks.foreign.common import BASELINE_FILE, CACHE_VAR
 from mlra.tasks.foreign.mlrcbench import PUBLISHED, published_name

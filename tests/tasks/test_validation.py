@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.tasks.spec import ValidationSettings, builtin_task_dirs, load_task
 from mlra.tasks.validation import better, refusal
 from tests.conftest import mlra_cli, run_baseline

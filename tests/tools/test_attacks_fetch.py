@@ -27,7 +27,7 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.tools.arxiv import ArxivSearch, RateLimiter
 from mlra.tools.arxiv_read import ArxivRead
 from mlra.tools.fetch.policy import FetchPolicy, FetchSettings

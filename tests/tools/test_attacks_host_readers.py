@@ -25,10 +25,10 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import encode_event
-from mlra.agent.resume import fork_run, load_run
-from mlra.agent.snapshots import SnapshotLimits, SnapshotStore, WorkspaceScanner
-from mlra.agent.workspace_history import WorkspaceHistory
+from mlra.agent.record.eventlog import encode_event
+from mlra.agent.record.snapshots import SnapshotLimits, SnapshotStore, WorkspaceScanner
+from mlra.agent.record.workspace_history import WorkspaceHistory
+from mlra.agent.run.resume import fork_run, load_run
 from mlra.batch.executors import shipping
 from mlra.tasks.spec import load_task
 from mlra.tools.artifact_copy import SubmissionRefused
@@ -61,8 +61,8 @@ READERS = r"""
 import asyncio, json, os, resource, sys
 from pathlib import Path
 
-from mlra.agent.snapshots import SnapshotStore, WorkspaceScanner
-from mlra.agent.workspace_history import WorkspaceHistory
+from mlra.agent.record.snapshots import SnapshotStore, WorkspaceScanner
+from mlra.agent.record.workspace_history import WorkspaceHistory
 from mlra.batch.executors import shipping
 from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolContext, ToolRegistry

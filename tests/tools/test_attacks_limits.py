@@ -450,8 +450,8 @@ async def test_the_graders_memory_is_bounded_and_recorded(scene: Scene, tmp_path
 
 
 def test_a_tasks_limits_are_capped_at_what_the_machine_can_give(scene: Scene) -> None:
-    from mlra.agent.config import RunConfig
-    from mlra.agent.run_setup import limit_choices
+    from mlra.agent.setup.config import RunConfig
+    from mlra.agent.setup.run_setup import limit_choices
 
     toml = scene.task / "task.toml"
     toml.write_text(

@@ -39,8 +39,8 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.run_setup import sandbox_info
-from mlra.console.args import UsageError, check_isolation
+from mlra.agent.setup.run_setup import sandbox_info
+from mlra.console.text.args import UsageError, check_isolation
 from mlra.tools.sandbox import netns
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent.snapshots import SnapshotStore, WorkspaceScanner
+from mlra.agent.record.snapshots import SnapshotStore, WorkspaceScanner
 from mlra.tools.sandbox import beneath, trees
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.host_copies import copy_in, copy_out

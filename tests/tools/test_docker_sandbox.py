@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.host_copies import copy_out
 from tests.conftest import TEST_IMAGE, docker_address, docker_problem, mlra_cli
@@ -314,7 +314,7 @@ def test_handing_the_workspace_over_does_not_follow_links_out(tmp_path: Path) ->
 async def test_the_resources_pane_sees_the_container_through_its_sandbox(
     tmp_path: Path, client: Any
 ) -> None:
-    from mlra.agent.resources import ResourceMonitor
+    from mlra.agent.loop.resources import ResourceMonitor
 
     sandbox = _sandbox(tmp_path / "ws", "usage-test", memory_mb=300, cpus=0.5)
     assert sandbox.usage() is None  # no container yet

@@ -21,11 +21,11 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
-from mlra.agent.config import RunConfig
-from mlra.agent.controller import RunController
-from mlra.agent.eventlog import read_events
+from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
-from mlra.agent.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from mlra.tools.job_tools import job_tools
 from mlra.tools.jobs import JobManager, JobRecord

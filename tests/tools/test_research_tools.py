@@ -22,7 +22,7 @@ import git
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.tools.arxiv import ArxivSearch, RateLimiter, arxiv_limiter
 from mlra.tools.arxiv_read import ArxivRead
 from mlra.tools.fetch.policy import FetchPolicy, FetchSettings

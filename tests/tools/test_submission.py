@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
-from mlra.agent.eventlog import read_events
+from mlra.agent.record.eventlog import read_events
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import load_task
 from mlra.tools.artifact_copy import SubmissionRefused
@@ -268,8 +268,8 @@ def test_a_run_id_cannot_leave_the_runs_folder(
 def test_the_controller_refuses_a_run_id_out_of_the_runs_folder(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    from mlra.agent.config import RunConfig
-    from mlra.agent.controller import RunController
+    from mlra.agent.run.controller import RunController
+    from mlra.agent.setup.config import RunConfig
 
     config = RunConfig(task="answer", model="baseline", runs_dir=tmp_path, run_id="../x")
     with pytest.raises(ValueError, match="plain folder name"):

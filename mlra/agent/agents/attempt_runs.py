@@ -1,0 +1,172 @@
+"""How an attempt's own run is made and run: the launcher a searching run's attempt
+manager uses (agent/loop/attempts.py), set by `agent_for`.
+
+Apart from the manager so that the manager, which the controller holds, imports
+nothing of the controller: an attempt's run is a controller of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.agents.attempt_agent import attempt_agent
+from mlra.agent.loop.attempts import AttemptManager
+from mlra.agent.run.attempt_copies import clear_if_never_started, copy_parents_workspace
+from mlra.agent.run.controller import RunController
+from mlra.agent.run.resume import ResumeError, load_run, resume_controller
+from mlra.agent.setup.config import AttemptSettings, RunConfig
+from mlra.tasks.spec import TaskSpec
+
+
+async def run_attempt(
+    parent: RunController,
+    manager: AttemptManager,
+    started: ev.AttemptStarted,
+    run_dir: Path,
+    resume: bool,
+) -> None:
+    """Make (or take up) the attempt's run and run it to its end."""
+    child, skipped = await asyncio.to_thread(_child, parent, started, run_dir, resume)
+    if child is None:
+        return  # it had ended; only its attempt_finished was not written
+    if skipped:
+        parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
+    manager.children[started.attempt] = child
+    await child.run(attempt_agent)
+
+
+def attempt_task(task: TaskSpec) -> TaskSpec:
+    """The task as an attempt runs it: its best validated copy is always kept, since it is
+    what the search submits."""
+    validation = task.validation.model_copy(update={"grade_best_at_deadline": True})
+    return task.model_copy(update={"validation": validation})
+
+
+def _child(
+    parent: RunController, started: ev.AttemptStarted, run_dir: Path, resume: bool
+) -> tuple[RunController | None, str]:
+    """The attempt's own run, made (or, resuming, reopened) in its folder, and what its
+    copy of the parent's workspace left out (in words, '' for nothing)."""
+    if resume:
+        if clear_if_never_started(run_dir):  # mlra stopped while its workspace was made
+            raise RuntimeError("it had not started when mlra stopped, and was not resumed")
+        recorded = load_run(run_dir)
+        if any(isinstance(e, ev.RunFinished) for e in recorded.events):
+            return None, ""
+        try:
+            resumed = resume_controller(
+                recorded,
+                attempt_task(parent.task),
+                parent.provider,
+                overrides={"time_limit_s": started.time_limit_s},
+            )
+            return resumed, ""
+        except ResumeError as exc:
+            raise RuntimeError(str(exc)) from None
+        resumed.run_group = parent.run_group
+        return resumed
+    config = parent.config.model_copy(
+        update={
+            "run_id": started.attempt,
+            "runs_dir": run_dir.parent,
+            "time_limit_s": started.time_limit_s,
+            "search": "none",
+            # Started while the run is paused (or stepped): paused with it.
+            "start_paused": parent.controls.paused,
+            "breakpoints": [],
+            "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
+            "max_tokens": None,
+            "max_steps": None,
+            **_shared_out(parent.config, started.share),
+            **_gpus_for(parent, _gpus_in_use(parent)),
+            "attempt": AttemptSettings(
+                id=started.attempt,
+                parent=started.parent,
+                operator=started.operator,
+                instructions=started.instructions,
+                variant=started.variant,
+            ),
+        }
+    )
+    child = RunController(
+        config,
+        attempt_task(parent.task),
+        parent.provider,
+        sandbox_factory=parent.sandbox_factory,
+    )
+    child.run_group = parent.run_group  # its sandbox's group is made under the run's
+    child.prepare()
+    skipped = ""
+    if started.parent is not None:
+        # Its workspace as the parent attempt's ended (that one no longer changes).
+        source = run_dir.parent / started.parent / "workspace"
+        skipped = copy_parents_workspace(child, source, started.parent)
+    return child, skipped
+
+
+def _shared_out(config: RunConfig, share: ev.Budget | None) -> dict[str, Any]:
+    """The attempt's share of the run's budget (agent/setup/run_budget.py), its sandbox's
+    limits; a log from before budgets: the memory and CPUs the user gave the run,
+    shared out between the attempts that run at once."""
+    if share is not None:
+        return {"budget": share}
+    k = config.attempts_parallel
+    shared: dict[str, Any] = {}
+    if k > 1 and config.memory_mb:
+        shared["memory_mb"] = max(1, config.memory_mb // k)
+    if k > 1 and config.cpus:
+        shared["cpus"] = config.cpus / k
+    return shared
+
+
+def _gpus_in_use(parent: RunController) -> list[str]:
+    return [
+        child.config.gpus
+        for child in parent.attempts.children.values()
+        if isinstance(child, RunController) and child.config.gpus
+    ]
+
+
+def _gpus_for(parent: RunController, in_use: list[str]) -> dict[str, Any]:
+    """The GPUs a new attempt gets when several run at once: the run's GPUs (`--gpus`
+    ids, else every one NVML sees) split between the K attempts, the first share no
+    running attempt holds. Fewer GPUs than attempts: they share them (by default one
+    attempt runs at a time, so one GPU is never shared). A task needing no GPU: none."""
+    config = parent.config
+    k = config.attempts_parallel
+    if k <= 1 or parent.task.resources.gpus <= 0 or (config.gpus or "").lower() == "none":
+        return {}
+    if config.gpus and config.gpus.lower() != "all":
+        ids = [g.strip() for g in config.gpus.split(",") if g.strip()]
+    else:
+        from mlra.tasks.readiness import gpus
+
+        ids = [str(i) for i in range(len(gpus()))]
+    share = gpu_share(ids, k, in_use)
+    if share is None:
+        return {}
+    settings: dict[str, Any] = {"gpus": share}
+    if config.sandbox == "local":  # every device node is there: CUDA is told which
+        settings["env"] = {**config.env, "CUDA_VISIBLE_DEVICES": share}
+    return settings
+
+
+def gpu_share(ids: list[str], k: int, in_use: list[str]) -> str | None:
+    """The GPU ids (comma-joined) of the first of K shares of `ids` no running attempt
+    holds; with fewer GPUs than K, shares overlap (one GPU each, round robin). None: no
+    GPU to share."""
+    if not ids:
+        return None
+    per = max(1, len(ids) // k)
+    shares = [",".join(ids[(i * per) % len(ids) : (i * per) % len(ids) + per]) for i in range(k)]
+    for share in shares:
+        if share not in in_use:
+            return share
+    return shares[len(in_use) % k]
+
+
+def _left(limit: float | None, used: float) -> float | None:
+    return None if limit is None else max(0.0, limit - used)

@@ -1,0 +1,28 @@
+"""Putting a run together: which agent drives it."""
+
+from __future__ import annotations
+
+from mlra.agent.run.controller import Agent, RunController
+
+
+def agent_for(controller: RunController) -> Agent:
+    """The baseline agent when there is no model, else the supervisor–worker pair; the
+    greedy search policy over attempts (agent/agents/search.py) for `--search greedy`. A run
+    that searches gets the launcher its attempts' own runs are made by."""
+    if controller.config.search != "none":
+        from functools import partial
+
+        from mlra.agent.agents.attempt_runs import run_attempt
+
+        controller.attempts.launcher = partial(run_attempt, controller)
+    if controller.config.search == "greedy":
+        from mlra.agent.agents.search import GreedySearch
+
+        return GreedySearch(controller)
+    if controller.provider is None:
+        from mlra.agent.agents.baseline import BaselineAgent
+
+        return BaselineAgent(controller)
+    from mlra.agent.agents.supervisor import Supervisor
+
+    return Supervisor(controller)

@@ -1,0 +1,222 @@
+"""The human's controls over a running agent: pause, step, resume, messages,
+breakpoints, the decision on a held call, and stop.
+
+Each is recorded as a `control` event, so a replay shows what the human did
+and when. A base class of the run controller, which is what the console holds:
+these stay its public methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from mlra import events as ev
+from mlra.agent.loop.clock import RunClock
+from mlra.agent.loop.controls import Breakpoint, Controls, Decision
+from mlra.agent.loop.ending import Ending
+from mlra.agent.record.eventlog import EventLog
+from mlra.agent.record.state import RunState
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import TaskSpec
+from mlra.tools.jobs import JobManager
+from mlra.tools.sandbox.base import Sandbox
+
+if TYPE_CHECKING:
+    from mlra.agent.loop.attempts import AttemptManager
+
+
+class Steering:
+    run_id: str
+    run_dir: Path
+    config: RunConfig
+    task: TaskSpec
+    time_limit_s: float
+    log: EventLog | None
+    controls: Controls
+    clock: RunClock
+    state: RunState
+    sandbox: Sandbox | None
+    jobs: JobManager
+    attempts: AttemptManager
+
+    USER_STOP_REASON = "stopped by the user"
+    """The `job_ended` reason of a job the user stopped from the console: the log's
+    record of the user's act, and what the agent's `job_status` and `job_wait` read."""
+
+    def __init__(self) -> None:
+        self._stop = asyncio.Event()
+        self._stop_ending: Ending | None = None
+        self._job_stops: set[asyncio.Task[Any]] = set()
+        """The user's job and attempt stops under way (held so they are not collected
+        mid-way)."""
+        self.control_source = "user"
+        """Who the `control` events now recorded come from: the console's user, or a
+        command from outside the process (`ctl`, `attach`: agent/control/control_server.py),
+        set around the call by `acting_as`."""
+
+    @contextlib.contextmanager
+    def acting_as(self, source: str) -> Iterator[None]:
+        """Record the controls taken inside as `source`'s (the calls are synchronous,
+        so nothing else acts in between)."""
+        before, self.control_source = self.control_source, source
+        try:
+            yield
+        finally:
+            self.control_source = before
+
+    def stop_job(self, job: str) -> bool:
+        """Stop a running background job for the user (the console's job dialog); returns
+        at once, the job's `job_ended` follows. False if it is not running here."""
+        if job not in {j for j, _ in self.jobs.running_ids()}:
+            return False
+        task = asyncio.get_running_loop().create_task(
+            self.jobs.stop(job, reason=self.USER_STOP_REASON)
+        )
+        self._job_stops.add(task)
+        task.add_done_callback(self._job_stops.discard)
+        return True
+
+    def stop_attempt(self, attempt: str) -> bool:
+        """Stop a running attempt of the search for the user (the console's Attempts
+        pane); returns at once, recorded first, its `attempt_finished` ("stopped", why:
+        by the user) follows. False if it is not running."""
+        node = self.state.attempts.get(attempt)
+        if node is None or node.finished is not None or self.state.finished is not None:
+            return False
+        self._control("attempt_stop", target=attempt)
+        task = asyncio.get_running_loop().create_task(
+            self.attempts.stop(attempt, self.USER_STOP_REASON)
+        )
+        self._job_stops.add(task)
+        task.add_done_callback(self._job_stops.discard)
+        return True
+
+    def promote_attempt(self, attempt: str) -> bool:
+        """Submit a search's attempt for the user: the run ends as a user's stop does and
+        grades that attempt's kept copy (agent/loop/evaluation.py), whatever the supervisor
+        was doing. False if it may not be submitted (still running, never validated, its
+        copy gone: `AttemptManager.submittable` says why) or the run is ending already."""
+        from mlra.agent.loop.attempts import AttemptRefused
+
+        if self._stop.is_set() or self.state.finished is not None:
+            return False
+        try:
+            self.attempts.submittable(attempt)
+        except AttemptRefused:
+            return False
+        self._control("promote", target=attempt)
+        self._stop_ending = Ending(
+            reason="stopped",
+            by="stop",
+            attempt=attempt,
+            note=f"attempt {attempt} promoted by the user",
+            message=f"attempt {attempt} promoted by the user",
+        )
+        self.controls.resume()
+        self._stop.set()
+        return True
+
+    def append(self, event: ev.Event) -> ev.Event:
+        raise NotImplementedError
+
+    def _control(self, action: ev.ControlAction, **fields: Any) -> None:
+        fields.setdefault("source", self.control_source)
+        self.append(ev.Control(action=action, **fields))
+
+    def pause(self, *, source: str | None = None) -> None:
+        if self.controls.paused or self.state.finished:
+            return
+        self.controls.pause()
+        self.clock.pause()
+        if self.sandbox is not None:
+            self.sandbox.suspend_commands()
+        self._control("pause", source=source or self.control_source)
+        for child in self._attempt_runs():  # a search pauses whole, its attempts with it
+            child.pause(source="run")
+
+    def resume(self) -> None:
+        self.controls.resume()
+        self._unpause()
+        self._control("resume")
+        for child in self._attempt_runs():
+            child.resume()
+
+    def step(self) -> None:
+        """Run exactly one agent action, then pause again (each running attempt too)."""
+        self.controls.step()
+        self._unpause()
+        self._control("step")
+        for child in self._attempt_runs():
+            child.step()
+
+    def _attempt_runs(self) -> list[Steering]:
+        """The search's attempts' own runs running here (agent/loop/attempts.py), if any."""
+        attempts = getattr(self, "attempts", None)
+        children = getattr(attempts, "children", None) or {}
+        return [c for c in children.values() if isinstance(c, Steering)]
+
+    def _unpause(self) -> None:
+        if self.controls.holding():
+            return  # held with a call that waits for approval (agent/loop/tool_step.py)
+        self.clock.resume()
+        if self.sandbox is not None:
+            self.sandbox.resume_commands()
+
+    def inject(self, target: str, text: str) -> None:
+        self.controls.inject(target, text)
+        self._control("inject", target=target, text=text)
+
+    def set_breakpoints(self, breakpoints: list[Breakpoint]) -> None:
+        self.controls.breakpoints = list(breakpoints)
+        self._control(
+            "breakpoints",
+            text="; ".join(b.describe() for b in breakpoints) or "none",
+            arguments={"rules": [b.rule for b in breakpoints]},
+        )
+
+    def approve(self, call_id: str) -> bool:
+        if self.controls.decide(call_id, Decision("approve")):
+            self._control("approve", call_id=call_id)
+            return True
+        return False
+
+    def edit(self, call_id: str, arguments: dict[str, Any]) -> bool:
+        if self.controls.decide(call_id, Decision("edit", arguments=arguments)):
+            self._control("edit", call_id=call_id, arguments=arguments)
+            return True
+        return False
+
+    def reject(self, call_id: str, message: str = "") -> bool:
+        if self.controls.decide(call_id, Decision("reject", message=message)):
+            self._control("reject", call_id=call_id, text=message)
+            return True
+        return False
+
+    def request_stop(self, *, evaluate: bool = True) -> None:
+        """Stop now; evaluate what the workspace holds unless `evaluate` is False (quit)."""
+        if self._stop.is_set():
+            return
+        self._control("stop" if evaluate else "quit")
+        self._stop_ending = Ending(
+            reason="stopped",
+            status="finished" if evaluate else "stopped",
+            evaluate=evaluate,
+            by="stop",
+            note="stopped by the user",
+        )
+        self.controls.resume()
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+    async def wait_for_stop(self) -> Ending:
+        """The ending the user asked for, once they do."""
+        await self._stop.wait()
+        assert self._stop_ending is not None
+        return self._stop_ending

@@ -1,0 +1,400 @@
+"""Attempts: the nodes of a search, each a run of its own inside this one.
+
+An attempt is a worker subtask (or, with no model, one variant of the task's recipe)
+in a run folder of its own, `attempts/<id>/` in this run's: its own log, its own
+workspace, started from the task's starter or as a copy of another attempt's
+workspace as that one ended, and its own sandbox, which hides the runs folder, so no
+attempt reads another's files. It ends with its artifact validated on the task's
+hidden validation split (agent/agents/attempt_agent.py), and its best validated copy is kept:
+what `submit(attempt=...)` grades.
+
+Reusing the run for the attempt gives it everything a run has for free: its log and
+transcript (the console opens it), its snapshots, its limits, and resume: an attempt
+running when mlra died is resumed from its own log when this run is, as `mlra resume`
+would, so nothing it did is lost.
+
+This run records each attempt with `attempt_started` and `attempt_finished`, written
+as the run's own observations (as jobs are), past any catch-up: the tree is folded from
+them (agent/record/attempt_tree.py). The manager is the one place attempts are started,
+waited on and stopped: by the supervisor's tools (tools/attempts.py), the greedy
+policy (agent/agents/search.py) and the person at the console.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Awaitable
+from pathlib import Path
+from typing import Any, Protocol
+
+from mlra import events as ev
+from mlra.agent.loop.run_context import RunContext
+from mlra.agent.record.attempt_tree import AttemptTree
+from mlra.agent.record.eventlog import EVENTS_FILE, read_events
+from mlra.agent.setup.run_budget import BudgetSpent, attempt_share, held_mb, own_share
+
+ATTEMPTS_DIR = "attempts"
+MIN_ATTEMPT_S = 30.0
+"""No attempt is started with less than this left on the run's clock."""
+STOP_REASON_DEADLINE = "the run ended"
+
+
+class AttemptRefused(Exception):
+    """Why an attempt cannot be started, stopped or submitted: one line for the agent."""
+
+
+class Launcher(Protocol):
+    """Runs an attempt's own run to its end (agent/agents/attempt_runs.py): made in `run_dir`, or,
+    `resume`, taken up from its log there; registers it with the manager while it runs.
+    Raises CancelledError when stopped. Set by `agent_for` on a run that searches, so this
+    module needs nothing of the controller the attempts' runs are made of."""
+
+    def __call__(
+        self, manager: AttemptManager, started: ev.AttemptStarted, run_dir: Path, resume: bool
+    ) -> Awaitable[None]: ...
+
+
+class AttemptManager:
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+        self.launcher: Launcher | None = None
+        """How attempts run; None in a run that does not search (nothing can start)."""
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+        self.children: dict[str, Any] = {}
+        """The attempts' own runs (their controllers) while they run here, by id."""
+        self._finished = asyncio.Condition()
+        self._closing = False
+        self._stopped: dict[str, str] = {}
+        """Why each attempt stopped here was stopped, by id."""
+        self._held_mb: dict[str, int] = {}
+        """What each ended attempt's folder holds on disk (MB), measured once."""
+
+    # --- reading the tree -----------------------------------------------------------------
+
+    @property
+    def tree(self) -> AttemptTree:
+        return self.run.state.attempts
+
+    @property
+    def folder(self) -> Path:
+        return self.run.run_dir / ATTEMPTS_DIR
+
+    def child(self, attempt: str) -> Any:
+        """The attempt's own run (its controller) while it runs here, else None: the
+        console messages an attempt through it."""
+        return self.children.get(attempt)
+
+    def table(self) -> str:
+        """The tree as the supervisor reads it (agent/record/attempt_tree.py)."""
+        return self.tree.render(self.run.clock.elapsed())
+
+    def left(self) -> int:
+        return max(0, self.run.config.attempts - len(self.tree))
+
+    def slots(self) -> int:
+        return max(0, self.run.config.attempts_parallel - len(self.tree.running))
+
+    def time_share(self) -> float:
+        """The run-clock seconds a new attempt gets: what is left, shared between the
+        attempts still to come as they can run (K at a time), the forecast a search
+        plans by. A supervisor may ask for less."""
+        remaining = self.run.clock.remaining()
+        waves = max(1, math.ceil(self.left() / self.run.config.attempts_parallel))
+        return max(0.0, remaining / waves)
+
+    # --- starting -------------------------------------------------------------------------
+
+    def start(
+        self,
+        *,
+        parent: str | None,
+        instructions: str,
+        operator: ev.AttemptOperator,
+        variant: dict[str, str] | None = None,
+        time_limit_s: float | None = None,
+        call_id: str | None = None,
+    ) -> str:
+        """Start an attempt; its id. Raises AttemptRefused with why it may not."""
+        self.adopt()
+        tree = self.tree
+        if self.launcher is None:
+            raise AttemptRefused("this run does not search over attempts (--search)")
+        if self._closing or self.run.state.finished is not None:
+            raise AttemptRefused("the run is ending: no attempt can start")
+        if not self.left():
+            raise AttemptRefused(
+                f"all {self.run.config.attempts} attempts this run may make were started "
+                "(--attempts); submit one"
+            )
+        if not self.slots():
+            running = ", ".join(n.id for n in tree.running)
+            raise AttemptRefused(
+                f"{self.run.config.attempts_parallel} attempts are running already "
+                f"({running}; --attempts-parallel): wait for one with attempt_wait"
+            )
+        if parent is not None:
+            node = tree.get(parent)
+            if node is None:
+                known = ", ".join(tree.nodes) or "none yet"
+                raise AttemptRefused(f"no attempt {parent!r} (the attempts: {known})")
+            if node.finished is None:
+                raise AttemptRefused(
+                    f"attempt {parent} is still running: start from it once it has ended"
+                )
+            if not (self.folder / parent / "workspace").is_dir():
+                raise AttemptRefused(f"attempt {parent}'s workspace is gone")
+        share = self.time_share()
+        limit = min(share, time_limit_s) if time_limit_s else share
+        if limit < MIN_ATTEMPT_S:
+            raise AttemptRefused(
+                f"{limit:.0f} s are left for an attempt, less than the {MIN_ATTEMPT_S:.0f} s "
+                "one needs; submit the best one"
+            )
+        budget_share = self.budget_share()
+        attempt = f"a{len(tree) + 1}"
+        started = ev.AttemptStarted(
+            attempt=attempt,
+            parent=parent,
+            operator=operator,
+            instructions=instructions,
+            variant=dict(variant or {}),
+            folder=f"{ATTEMPTS_DIR}/{attempt}",
+            time_limit_s=round(limit, 3),
+            share=budget_share,
+            call_id=call_id,
+        )
+        self.run.append(started)
+        self._launch(started, resume=False)
+        return attempt
+
+    def budget_share(self) -> ev.Budget | None:
+        """A new attempt's share of the run's budget (agent/setup/run_budget.py): the disk what
+        the run's workspace and the ended attempts' folders (kept: later attempts copy
+        from them) leave. Raises AttemptRefused when the disk budget is spent."""
+        budget = self.run.state.budget
+        if budget is None:
+            return None
+        for node in self.tree.nodes.values():  # an ended one's folder no longer changes
+            if node.finished is not None and node.id not in self._held_mb:
+                self._held_mb[node.id] = held_mb([self.folder / node.id])
+        running = [n.started.share for n in self.tree.running if n.started.share]
+        try:
+            return attempt_share(
+                budget,
+                parallel=self.run.config.attempts_parallel,
+                running=running,
+                held_mb=self._runs_own_mb(budget) + sum(self._held_mb.values()),
+            )
+        except BudgetSpent as exc:
+            raise AttemptRefused(str(exc)) from None
+
+    def _runs_own_mb(self, budget: ev.Budget) -> int:
+        """What the run's own workspace takes of the disk budget: its share, reserved
+        whole where it is a volume (run_budget.own_share), else what it holds."""
+        own = own_share(budget, self.run.config).disk_mb
+        if own is not None and own != budget.disk_mb:
+            return own
+        return held_mb([self.run.workspace])
+
+    def _launch(self, started: ev.AttemptStarted, *, resume: bool) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._run_attempt(started, resume=resume), name=f"attempt-{started.attempt}"
+        )
+        self._tasks[started.attempt] = task
+
+    def adopt(self) -> None:
+        """Take up the attempts the log leaves running that no task here runs: a resumed
+        run's, from their own logs. Called once live, and before any use of the tree."""
+        if self.run.catchup.replaying or self._closing or self.launcher is None:
+            return
+        for node in self.tree.running:
+            if node.id not in self._tasks:
+                self._launch(node.started, resume=True)
+
+    async def _run_attempt(self, started: ev.AttemptStarted, *, resume: bool) -> None:
+        attempt = started.attempt
+        run_dir = self.folder / attempt
+        stopped = lost = ""
+        try:
+            assert self.launcher is not None
+            await self.launcher(self, started, run_dir, resume)
+        except asyncio.CancelledError:
+            stopped = self._stopped.get(attempt, STOP_REASON_DEADLINE)
+        except AttemptRefused as exc:  # its workspace copy would not fit: one line
+            stopped = str(exc)
+        except Exception as exc:  # its own log says the rest
+            lost = f"the attempt could not run: {self._no_host_path(str(exc))}"
+        finally:
+            self.children.pop(attempt, None)
+        finished = await asyncio.to_thread(
+            finished_event, started, run_dir, self.run.run_dir, stopped=stopped, lost=lost
+        )
+        with contextlib.suppress(Exception):  # the run's log closed under it: the run ended
+            self.run.append(finished)
+        async with self._finished:
+            self._finished.notify_all()
+
+    def _no_host_path(self, text: str) -> str:
+        """An error's text as the supervisor may read it: the run folder's host path out."""
+        for folder, shown in ((self.folder, "attempts"), (self.run.run_dir, "the run folder")):
+            text = text.replace(str(folder), shown)
+        return text
+
+    # --- waiting and stopping ---------------------------------------------------------------
+
+    async def wait(self, attempt: str | None, timeout_s: float) -> list[str]:
+        """Wait until `attempt` (None: any running one) has ended or `timeout_s` passed;
+        the ids of those that ended meanwhile."""
+        self.adopt()
+        tree = self.tree
+        if attempt is not None:
+            node = tree.get(attempt)
+            if node is None:
+                raise AttemptRefused(f"no attempt {attempt!r}")
+            watched = [attempt] if node.finished is None else []
+        else:
+            watched = [n.id for n in tree.running]
+        if not watched:
+            return []
+
+        def ended() -> list[str]:
+            return [a for a in watched if (n := tree.get(a)) is not None and n.finished]
+
+        async def until() -> None:
+            async with self._finished:
+                await self._finished.wait_for(lambda: bool(ended()))
+
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(until(), timeout=max(0.0, timeout_s))
+        return ended()
+
+    async def stop(self, attempt: str, reason: str = "stopped by the supervisor") -> None:
+        """Stop a running attempt; its `attempt_finished` says "stopped" and why."""
+        self.adopt()
+        node = self.tree.get(attempt)
+        if node is None:
+            raise AttemptRefused(f"no attempt {attempt!r}")
+        if node.finished is not None:
+            raise AttemptRefused(f"attempt {attempt} has already ended ({node.status})")
+        self._stopped[attempt] = reason
+        task = self._tasks.get(attempt)
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def stop_all(self, reason: str = STOP_REASON_DEADLINE) -> None:
+        """The run is ending: every attempt still running is stopped, and recorded so."""
+        self._closing = True
+        running = {a: t for a, t in self._tasks.items() if not t.done()}
+        for attempt, task in running.items():
+            self._stopped.setdefault(attempt, reason)
+            task.cancel()
+        await asyncio.gather(*running.values(), return_exceptions=True)
+
+    # --- submitting ------------------------------------------------------------------------
+
+    def submittable(self, attempt: str) -> ev.AttemptFinished:
+        """The attempt's `attempt_finished`, if it may be submitted; raises AttemptRefused
+        with why not (see `submittable`)."""
+        return submittable(self.tree, self.run.run_dir, attempt)
+
+
+def submittable(tree: AttemptTree, run_dir: Path, attempt: str) -> ev.AttemptFinished:
+    """The attempt's `attempt_finished`, if it may be submitted (it ended validated, its
+    frozen copy kept); raises AttemptRefused with why not. From the tree and the run
+    folder alone, so a console attached from another process judges as the run does."""
+    node = tree.get(attempt)
+    if node is None:
+        known = ", ".join(tree.nodes) or "none yet"
+        raise AttemptRefused(f"no attempt {attempt!r} (the attempts: {known})")
+    if node.finished is None:
+        raise AttemptRefused(f"attempt {attempt} is still running: wait for it first")
+    if node.finished.kept is None:
+        raise AttemptRefused(
+            f"attempt {attempt} has no validated artifact ({node.status}"
+            + (f": {node.finished.why}" if node.finished.why else "")
+            + ")"
+        )
+    if not (run_dir / node.finished.kept).exists():
+        raise AttemptRefused(f"attempt {attempt}'s validated copy is gone")
+    return node.finished
+
+
+def finished_event(
+    started: ev.AttemptStarted,
+    run_dir: Path,
+    parent_dir: Path,
+    *,
+    stopped: str = "",
+    lost: str = "",
+) -> ev.AttemptFinished:
+    """An attempt's `attempt_finished`, from its own log alone (so a resumed run writes the
+    same one): its best validation kept, else why it has none."""
+    from mlra.agent.record.state import fold
+    from mlra.tasks.validation import best_kept
+
+    log = run_dir / EVENTS_FILE
+    events: list[ev.Event] = []
+    if log.is_file():
+        with contextlib.suppress(Exception):
+            events = read_events(log)
+    state = fold(events)
+    best = best_kept(state.validations, run_dir)
+    summary = next(
+        (e.report for e in reversed(events) if isinstance(e, ev.SubtaskFinished) and e.report),
+        "",
+    )
+    if not summary and started.variant:
+        summary = "recipe with " + " ".join(f"{k}={v}" for k, v in started.variant.items())
+    finished = state.finished
+    if not stopped and finished is not None and finished.reason == "stopped":
+        stopped = finished.message or "stopped"
+    status: ev.AttemptStatus
+    why = ""
+    if lost:
+        status, why = "lost", lost
+    elif stopped:
+        status, why = "stopped", stopped
+    elif best is not None and best.ok:
+        status = "validated"
+    else:
+        status = "buggy"
+        why = _why_buggy(events, finished)
+    scored = best if best is not None and best.ok and not lost else None
+    kept = None
+    if scored is not None and scored.kept is not None:
+        kept = (run_dir / scored.kept).relative_to(parent_dir).as_posix()
+    return ev.AttemptFinished(
+        attempt=started.attempt,
+        parent=started.parent,
+        status=status,
+        score=scored.score if scored is not None else None,
+        metric=best.metric if best is not None else "",
+        higher_is_better=best.higher_is_better if best is not None else True,
+        normalized=scored.normalized if scored is not None else None,
+        why=why,
+        summary=summary.strip()[:2000],
+        kept=kept,
+        artifact=scored.artifact if scored is not None else None,
+        sha256=scored.sha256 if scored is not None else None,
+        duration_s=round(state.elapsed_s, 3),
+        steps=state.steps,
+        tokens=state.tokens,
+        cost_usd=round(state.cost_usd, 6),
+    )
+
+
+def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
+    """Why an attempt ended with nothing validated: its last validation's failure as its
+    worker was told it, else the refused validation (no artifact), else how it ended."""
+    for event in reversed(events):
+        if isinstance(event, ev.Validation) and not event.ok:
+            return f"its validation failed: {event.told or event.error or 'no score'}"
+        if isinstance(event, ev.ToolResult) and event.tool == "validate" and not event.ok:
+            lines = event.output.strip().splitlines()
+            return "its artifact could not be validated: " + (lines[0] if lines else "-")
+    if finished is not None and finished.reason != "submitted" and finished.message:
+        return finished.message
+    return "it ended with no artifact validated"

@@ -1,0 +1,230 @@
+"""The end of a run that is graded: stop every process, freeze the artifact,
+record the submission, and grade the frozen copy on the host.
+
+Stopping comes first: a daemon the agent left running must not be able to
+change the artifact while it is copied, nor after (it is the copy that is graded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from mlra import events as ev
+from mlra.agent.loop.ending import Ending
+from mlra.agent.loop.run_context import RunContext
+from mlra.tasks.validation import RunValidator, best_kept
+
+
+def run_validator(run: RunContext) -> RunValidator:
+    """The `validate` tool's host side for this run: on its clock, into its log, with its
+    validations so far (a resumed run's included) counted against the rate limit."""
+    return RunValidator(
+        run.task,
+        run.workspace,
+        run.run_dir,
+        emit=run.emit,
+        elapsed=lambda: run.clock.elapsed(),
+        remaining=lambda: run.clock.remaining(),
+        past=lambda: list(run.state.validations),
+        isolation=run.config.isolation,
+    )
+
+
+def best_validated(run: RunContext, ending: Ending) -> ev.Validation | None:
+    """What a run that reached its deadline with nothing submitted is graded on, where
+    its task opts in: its best validation whose frozen copy was kept. None otherwise
+    (the default stays the workspace's artifact)."""
+    if ending.by != "deadline" or not run.task.validation.grade_best_at_deadline:
+        return None
+    return best_kept(run.state.validations, run.run_dir)
+
+
+def submitted_attempt(run: RunContext, ending: Ending) -> ev.AttemptFinished | None:
+    """The attempt a search's ending grades: the one submitted, else, for a run that
+    searched and ended with nothing submitted (the deadline, a budget, a stop), its best
+    validated attempt. None: the run's own workspace is graded."""
+    tree = run.state.attempts
+    if ending.attempt is not None:
+        node = tree.get(ending.attempt)
+        return node.finished if node is not None else None
+    if ending.reason == "submitted" or not tree:
+        return None
+    for node in tree.ranked():
+        if node.finished is not None and node.finished.kept is not None:
+            if (run.run_dir / node.finished.kept).exists():
+                return node.finished
+    return None
+
+
+async def evaluate(run: RunContext, ending: Ending) -> None:
+    from mlra.tasks.grading import grade_artifact
+    from mlra.tools.artifact_copy import SubmissionRefused
+    from mlra.tools.submission import SUBMISSION_DIR, describe_error, freeze
+
+    workdir = None
+    if run.sandbox is not None:
+        workdir = run.sandbox.workdir
+        try:
+            await run.sandbox.stop_processes()
+        except Exception as exc:
+            run.append(
+                ev.Notice(
+                    level="warning",
+                    message=f"the sandbox's processes could not all be stopped before the "
+                    f"submission was copied: {exc}",
+                )
+            )
+    attempt = submitted_attempt(run, ending)
+    if attempt is not None:
+        await _grade_attempt(run, ending, attempt)
+        return
+    best = best_validated(run, ending)
+    if best is not None and best.kept is not None:
+        await _grade_best_validated(run, ending, best, best.kept)
+        return
+    label = ending.path or run.task.evaluator.artifact
+    frozen, problem = None, None
+    try:
+        frozen = await asyncio.to_thread(
+            freeze,
+            run.workspace,
+            label,
+            run.run_dir / SUBMISSION_DIR,
+            workdir=workdir,
+            max_gb=run.task.evaluator.max_submission_gb,
+            originals=run.task.read_only_originals(),
+        )
+    except SubmissionRefused as exc:
+        problem = str(exc)
+    except Exception as exc:
+        # freeze turns its failures into refusals; whatever else escapes must still
+        # end in a recorded evaluation, never an "internal error" with none.
+        problem = f"the submission could not be copied out of the workspace: {describe_error(exc)}"
+    frozen_rel = frozen.path.relative_to(run.run_dir).as_posix() if frozen else None
+    run.emit(
+        ev.Submission(
+            path=ending.path,
+            note=ending.note,
+            by=ending.by,
+            frozen=frozen_rel,
+            sha256=frozen.sha256 if frozen else None,
+            size_bytes=frozen.size_bytes if frozen else None,
+        )
+    )
+    _, finished = await grade_artifact(
+        run.task,
+        label,
+        frozen.path if frozen else None,
+        run.run_dir / "evaluation",
+        problem=problem,
+        graded=frozen_rel,
+        sha256=frozen.sha256 if frozen else None,
+        on_start=run.emit,
+        on_progress=run.emit,
+        isolation=run.config.isolation,
+        restored_read_only=frozen.restored if frozen else None,
+    )
+    if run.state.sandbox is not None:
+        finished.agent_isolation = run.state.sandbox.isolation
+    if finished.restored_read_only:
+        run.emit(
+            ev.Notice(
+                level="warning",
+                message="the agent had changed the task's read-only "
+                + ", ".join(finished.restored_read_only)
+                + "; the task's originals were put back in the graded copy",
+            )
+        )
+    run.emit(finished)
+    if run.config.model == "baseline":
+        # A foreign task's baseline, where its benchmark publishes none, is this score,
+        # if this run measured anything: a recipe that failed or a grading that failed
+        # records nothing, and says why.
+        from mlra.tasks.foreign.baselines import record_measured_baseline
+
+        note = record_measured_baseline(
+            run.task,
+            finished.score if finished.ok else None,
+            run_id=run.run_id,
+            problem=_recipe_problem(run) or _grading_problem(finished),
+        )
+        if note is not None:
+            level = "info" if note.startswith("the baseline") else "warning"
+            run.emit(ev.Notice(level=level, message=note))
+
+
+def _recipe_problem(run: RunContext) -> str | None:
+    """Which recipe step failed, from the plan the baseline agent kept (its events)."""
+    failed = [s for s in run.state.plan if s.status == "failed" and s.id != "validate"]
+    if not failed:
+        return None
+    return f"the recipe failed at '{failed[0].title}', so the starter was not measured"
+
+
+def _grading_problem(finished: ev.EvaluationFinished) -> str | None:
+    if finished.ok and finished.score is not None:
+        return None
+    return f"the grading failed: {finished.error or 'no score'}"
+
+
+async def _grade_attempt(run: RunContext, ending: Ending, attempt: ev.AttemptFinished) -> None:
+    """Grade an attempt's frozen copy (the one its score was earned on), recorded as such."""
+    assert attempt.kept is not None
+    if ending.attempt is not None:
+        note = ending.note or f"attempt {attempt.attempt}"
+    else:
+        note = (
+            f"the best validated attempt ({attempt.attempt}), graded as the run ended with "
+            "nothing submitted"
+        )
+    submission = ev.Submission(
+        path=attempt.artifact or run.task.evaluator.artifact,
+        note=note,
+        by=ending.by,
+        frozen=attempt.kept,
+        sha256=attempt.sha256,
+        attempt=attempt.attempt,
+    )
+    await _grade_kept(run, submission)
+
+
+async def _grade_best_validated(
+    run: RunContext, ending: Ending, best: ev.Validation, kept: str
+) -> None:
+    """Grade the kept copy of the run's best validation, recorded as such."""
+    submission = ev.Submission(
+        path=best.artifact,
+        note=f"the best validated artifact (validation {best.call_id}), graded at the "
+        "deadline with nothing submitted",
+        by=ending.by,
+        frozen=kept,
+        sha256=best.sha256,
+        best_validation=best.call_id or "",
+    )
+    await _grade_kept(run, submission)
+
+
+async def _grade_kept(run: RunContext, submission: ev.Submission) -> None:
+    """Record `submission`, a copy frozen earlier and kept in the run folder (its
+    `frozen`), with its size, and grade that copy on the test split."""
+    from mlra.tasks.grading import grade_artifact
+    from mlra.tools.submission import artifact_digest
+
+    assert submission.frozen is not None and submission.path is not None
+    path = run.run_dir / submission.frozen
+    _, submission.size_bytes = await asyncio.to_thread(artifact_digest, path)
+    run.emit(submission)
+    _, finished = await grade_artifact(
+        run.task,
+        submission.path,
+        path,
+        run.run_dir / "evaluation",
+        graded=submission.frozen,
+        sha256=submission.sha256,
+        on_start=run.emit,
+        on_progress=run.emit,
+        isolation=run.config.isolation,
+    )
+    if run.state.sandbox is not None:
+        finished.agent_isolation = run.state.sandbox.isolation
+    run.emit(finished)

@@ -1,0 +1,67 @@
+"""A fingerprint of what the model was sent, for finding where two runs part ways.
+
+A deterministic re-run (`--model replay:RUN`) feeds the agent the recorded
+answers and compares, call by call, what the agent sends now with what it sent
+then. Things that differ between any two runs without any difference in
+behaviour are left out: the clock-and-budget note, command durations, when
+each experiment validated, how long each attempt has run, and the run's own
+folder names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+
+from mlra.agent.providers.base import Message
+from mlra.tools.registry import ToolSpec
+
+_STATUS = re.compile(r"^\[status\] .*$", re.MULTILINE)
+_DURATION = re.compile(r", [\d.,]+ s\]")
+"""The `[exit code 0, 1.2 s]` line that closes a command's output."""
+_RUN_TIME = re.compile(r"\(\d[\dhms]* into the run\)")
+"""When an experiment validated, in the supervisor's experiments table (agent/record/experiments.py)."""
+_ATTEMPT_TIME = re.compile(r"(\(a\d+(?: > a\d+)*\)), \d[\dhms.]*: ")
+"""How long each attempt ran, in the search's table (agent/record/attempt_tree.py `render`)."""
+
+
+def normalize(text: str, replacements: Iterable[tuple[str, str]] = ()) -> str:
+    text = _STATUS.sub("[status]", text)
+    text = _DURATION.sub(", _ s]", text)
+    text = _RUN_TIME.sub("(_ into the run)", text)
+    text = _ATTEMPT_TIME.sub(r"\1, _: ", text)
+    for old, new in replacements:
+        if old:
+            text = text.replace(old, new)
+    return text
+
+
+def request_fingerprint(
+    system: str,
+    messages: list[Message],
+    tools: list[ToolSpec],
+    replacements: Iterable[tuple[str, str]] = (),
+) -> tuple[str, list[str]]:
+    """(hash of the whole request, the normalized messages as text for a diff)."""
+    subs = list(replacements)
+    rendered = [normalize(system, subs), ",".join(sorted(t.name for t in tools))]
+    for m in messages:
+        calls = [
+            {
+                "name": c.name,
+                "arguments": c.arguments,
+                "raw": None if c.arguments else c.raw_arguments,
+            }
+            for c in m.tool_calls
+        ]
+        rendered.append(
+            f"{m.role}|{m.tool_name or ''}|{m.is_error}|{normalize(m.content, subs)}|"
+            + normalize(json.dumps(calls, sort_keys=True, ensure_ascii=False), subs)
+        )
+    # surrogatepass: a name that is not UTF-8 reaches the messages as lone surrogates
+    # (os.fsdecode), which strict UTF-8 refuses; this encodes them as they are, and
+    # any text without them exactly as before (the same digest for the same request).
+    digest = hashlib.sha256("\x1e".join(rendered).encode("utf-8", "surrogatepass")).hexdigest()
+    return digest[:32], rendered

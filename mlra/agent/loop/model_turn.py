@@ -1,0 +1,277 @@
+"""One model turn: the step gate, the turn's prompt, and the streamed call.
+
+The model's answers are recorded whole (`model_call`) and streamed in pieces
+(`text_delta`); a resumed run takes them from the recording instead
+(agent/loop/catchup.py), summarizing where the run did whatever this provider's
+window, so its histories come out as they were. Keeping the history within the
+window is agent/loop/context_window.py; what the provider does that the log must tell
+(retries, a call cut off, a failure) is agent/loop/provider_events.py. Text that
+looked like a tool call but could not be read is pointed out in the agent's next
+prompt (agent/providers/text_calls.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Literal
+
+from mlra import events as ev
+from mlra.agent.loop.context_window import (
+    MIN_OUTPUT_TOKENS,
+    PROMPT_TOKENS,
+    ContextWindow,
+    TooLong,
+    tools_tokens,
+)
+from mlra.agent.loop.fingerprint import request_fingerprint
+from mlra.agent.loop.history import AgentHistory, estimate_tokens
+from mlra.agent.loop.provider_events import ProviderEvents
+from mlra.agent.loop.run_context import RunContext
+from mlra.agent.loop.tool_call_fallback import ToolCallFallback
+from mlra.agent.providers.base import (
+    Message,
+    ModelResponse,
+    ProviderError,
+    first_piece_told_to,
+    is_context_overflow,
+    retries_told_to,
+)
+from mlra.agent.providers.text_calls import problem_note, read_text_calls
+from mlra.tools.registry import ToolRegistry
+
+DELTA_FLUSH_CHARS = 64
+"""Streamed model text is logged in pieces of about this size, not per token."""
+
+Purpose = Literal["turn", "summary", "review"]
+"""Why the model is called, as `model_call` records it."""
+
+
+class ModelTurn:
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+        self._notes: dict[str, str] = {}
+        """A note for an agent's next prompt (its text looked like a call and was not read)."""
+        self.window = ContextWindow(run, self.ask)
+        self.provider_events = ProviderEvents(run)
+        self.fallback = ToolCallFallback(run)
+
+    async def take(
+        self,
+        agent: ev.AgentRole,
+        history: AgentHistory,
+        registry: ToolRegistry,
+        *,
+        counts_as_step: bool,
+        extra_prompt: str = "",
+    ) -> tuple[ModelResponse, int]:
+        """One model turn: gate, budget, context upkeep, status note, streamed call."""
+        run = self.run
+        assert run.provider is not None
+        step = await run.begin_step(agent, counts=counts_as_step)
+        note = self._notes.pop(agent, "")
+        coming = estimate_tokens(note + extra_prompt) + PROMPT_TOKENS
+        await self.window.keep(agent, history, tools_tokens(registry.specs()), coming)
+        injected = run.catchup.take_messages(agent)
+        prompt = run.catchup.recorded_prompt()  # the clock note as it was then
+        if prompt is None:
+            parts = [
+                *(f"[message from the user] {m}" for m in injected),
+                note,
+                extra_prompt,
+                run.elapsed_note(),
+            ]
+            prompt = "\n\n".join(p for p in parts if p)
+        history.add_user(prompt)
+        turn = history.turn + 1
+        run.emit(
+            ev.StepStarted(agent=agent, step=step, turn=turn, prompt=prompt, delivered=injected)
+        )
+        if run.catchup.ahead():
+            # Where the recorded run summarized after a server refused this request as
+            # too long (`ContextWindow.shorten`), the summary comes next in the log.
+            await self.window.keep(agent, history)
+        try:
+            response = await self._generate(
+                agent, history.system, history.messages, registry, turn, too_long_retry=True
+            )
+        except TooLong as too_long:
+            assumed = run.provider.context_window
+            shrink = await self.window.shorten(agent, history, too_long.error)
+            if run.provider.context_window != assumed:
+                # The server's stated window: the gauges go by it too (a log, not a guess).
+                run.provider.context_window_from = "server"
+                run.emit(
+                    ev.ContextWindowLearned(
+                        agent=agent, context_window=run.provider.context_window, assumed=assumed
+                    )
+                )
+            response = await self._generate(
+                agent, history.system, history.messages, registry, turn, shrink=shrink
+            )
+        history.record_usage(response.usage.input_tokens)
+        history.add_assistant(response)
+        unread = self._unread_calls(response, registry)
+        names = [t.name for t in registry.specs()]
+        self._notes[agent] = problem_note(unread, names)
+        if switched := self.fallback.after(agent, response, registry):
+            self._notes[agent] = "\n\n".join(n for n in (self._notes[agent], switched) if n)
+        if unread and not run.catchup.replaying:
+            # The person is shown what the model will be told (and a replay, from the log).
+            run.emit(
+                ev.Notice(
+                    level="warning",
+                    message=f"{agent}'s answer looked like a tool call that could not be read: "
+                    + "; ".join(unread)
+                    + " (nothing was run; its next prompt says so)",
+                )
+            )
+        return response, step
+
+    def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> list[str]:
+        """What in the text of an answer looked like a tool call but could not be read;
+        found from the answer's text, so a resumed run, whose answers come from the log,
+        finds the same."""
+        if self.run.config.tool_calls == "native":
+            return []
+        if any(call.from_text is None for call in response.tool_calls):
+            return []  # native calls: the text was not read for calls
+        return read_text_calls(response.text, [t.name for t in registry.specs()]).problems
+
+    async def ask(
+        self,
+        agent: ev.AgentRole,
+        system: str,
+        text: str,
+        *,
+        purpose: Purpose,
+        registry: ToolRegistry | None = None,
+        max_tokens: int | None = None,
+    ) -> ModelResponse:
+        """A one-off model call outside the agent's main history (summaries, reviews);
+        `max_tokens` holds its answer to less than the window would allow."""
+        self.run.check_budget()
+        return await self._generate(
+            agent,
+            system,
+            [Message(role="user", content=text)],
+            registry,
+            0,
+            purpose=purpose,
+            most_tokens=max_tokens,
+        )
+
+    def replacements(self) -> list[tuple[str, str]]:
+        """Names that differ between two runs of the same thing (see agent/loop/fingerprint.py)."""
+        run = self.run
+        pairs = [(str(run.workspace), "<workspace>"), (run.run_id, "<run>")]
+        if run.sandbox is not None:
+            pairs.insert(0, (run.sandbox.workdir, "<workspace>"))
+        return sorted(pairs, key=lambda p: -len(p[0]))
+
+    async def _generate(
+        self,
+        agent: ev.AgentRole,
+        system: str,
+        messages: list[Message],
+        registry: ToolRegistry | None,
+        turn: int,
+        *,
+        purpose: Purpose = "turn",
+        too_long_retry: bool = False,
+        shrink: bool = False,
+        most_tokens: int | None = None,
+    ) -> ModelResponse:
+        """The call, with its retries, recorded as `model_call`. `too_long_retry`: a
+        server's "too long for the window" raises `TooLong` for the caller to mend;
+        `shrink`: the answer gets the smallest budget (nothing was left to summarize)."""
+        run = self.run
+        recorded = run.catchup.model_answer(agent, purpose)
+        if recorded is not None:
+            return recorded
+        provider = run.provider
+        assert provider is not None
+        tools = registry.specs() if registry else []
+        request_sha, _ = request_fingerprint(system, messages, tools, self.replacements())
+        self.provider_events.tell_unpriced()
+        self.provider_events.tell_adaptations()  # what it learnt before (a window it could not read)
+        max_tokens = self.window.output_budget(system, messages, tools)
+        if shrink:
+            max_tokens = min(max_tokens, MIN_OUTPUT_TOKENS)
+        if most_tokens is not None:
+            max_tokens = min(max_tokens, most_tokens)
+        buffer: list[str] = []
+        produced = 0
+
+        def flush() -> None:
+            if buffer:
+                run.emit(ev.TextDelta(agent=agent, turn=turn, text="".join(buffer)))
+                buffer.clear()
+
+        def on_text(piece: str) -> None:
+            nonlocal produced
+            produced += len(piece)
+            if purpose != "turn":
+                return  # summaries and reviews are not streamed to the transcript
+            buffer.append(piece)
+            if "\n" in piece or sum(map(len, buffer)) >= DELTA_FLUSH_CHARS:
+                flush()
+
+        def on_first_piece(seconds: float) -> None:
+            run.emit(ev.ModelAnswering(agent=agent, turn=turn, first_token_s=round(seconds, 3)))
+
+        while True:
+            started = time.monotonic()
+            produced = 0
+            try:
+                provider.expect(request_sha, messages, self.replacements())
+                with (
+                    retries_told_to(self.provider_events.retry_told(agent)),
+                    first_piece_told_to(on_first_piece),
+                ):
+                    response = await provider.generate(
+                        system=system,
+                        messages=messages,
+                        tools=tools,
+                        on_text=on_text,
+                        max_tokens=max_tokens,
+                    )
+                break
+            except ProviderError as exc:
+                buffer.clear()
+                self.provider_events.tell_adaptations()
+                if too_long_retry and is_context_overflow(exc):
+                    raise TooLong(exc) from exc
+                await self.provider_events.failed(agent, exc)
+            except asyncio.CancelledError:
+                flush()
+                self.provider_events.count_cut_off(
+                    agent, system, messages, tools, produced, started
+                )
+                raise
+        flush()
+        self.provider_events.tell_adaptations()
+        usage = response.usage
+        run.emit(
+            ev.ModelCall(
+                agent=agent,
+                model=run.config.model,
+                turn=turn,
+                input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens,
+                cache_read_tokens=usage.cache_read_tokens,
+                cache_write_tokens=usage.cache_write_tokens,
+                cost_usd=response.cost_usd,
+                latency_s=round(response.latency_s, 4),
+                stop_reason=response.stop_reason,
+                purpose=purpose,
+                text=response.text,
+                tool_calls=[c.model_dump(exclude_defaults=True) for c in response.tool_calls],
+                request_sha=request_sha,
+                tokens_estimated=usage.estimated,
+                first_token_s=None
+                if response.first_token_s is None
+                else round(response.first_token_s, 4),
+            )
+        )
+        return response

@@ -1,0 +1,399 @@
+"""`--model replay:RUN_DIR`: the model answers recorded in a run, played back in order.
+
+Re-executing a run this way (after a change to a tool, a prompt or a sandbox)
+is deterministic: the agent gets the same answers, so as long as it sends the
+same requests it takes the same actions. Before each answer the request's
+fingerprint is compared with the recorded one; at the first difference the
+replay stops and says where and why: which step, and which tool result now
+reads differently from the recording, with the lines that differ.
+
+Output that changes from one run to the next with no change in behaviour
+(timings, `it/s` rates, dates, the times `ls -la` shows, progress bars redrawn
+a different number of times) is not a difference: a tool result that differs
+from the recording only there counts as the recording's. And a recording that
+simply runs out, because the recorded run ended at its deadline, on a budget or
+by its user's stop, ends the replay the same way rather than as an error.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.loop.ending import EndedBy, Ending, EndRun
+from mlra.agent.loop.fingerprint import normalize, request_fingerprint
+from mlra.agent.providers.base import (
+    ConfigError,
+    Message,
+    ModelProvider,
+    ModelResponse,
+    ProviderError,
+    TextCallback,
+)
+from mlra.agent.providers.text_calls import FALLBACK_MARK
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
+from mlra.agent.record.recording import response_from
+from mlra.durations import format_duration
+from mlra.tools.registry import ToolSpec
+
+_MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
+_VOLATILE: list[tuple[re.Pattern[str], str]] = [
+    # tqdm's elapsed<remaining: [00:12<00:34, ...] or [01:02:03<?, ...]
+    (re.compile(r"\[(?:\d+:)?\d{2}:\d{2}<(?:\?|(?:\d+:)?\d{2}:\d{2})"), "[<elapsed>"),
+    # ISO dates, with a time and a zone or not: 2024-01-02, 2024-01-02T12:34:56.789Z
+    (
+        re.compile(
+            r"\b\d{4}-\d{2}-\d{2}(?:[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?"
+            r"(?:Z|[+-]\d{2}:?\d{2}|\b))?"
+        ),
+        "<date>",
+    ),
+    # `ls -l` times (Jan  2 12:34, Jan  2  2024) and `date` (Mon Jan  2 12:34:56 UTC 2024)
+    (
+        re.compile(
+            rf"\b{_MONTH}\s+\d{{1,2}}\s+(?:\d{{1,2}}:\d{{2}}(?::\d{{2}})?(?:\s+[A-Z]{{2,5}}\s+\d{{4}})?|\d{{4}})\b"
+        ),
+        "<date>",
+    ),
+    # clock times with seconds (12:34:56, 12:34:56.789); not file:line:column
+    (re.compile(r"(?<![\d:])\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?(?![\d:])"), "<time>"),
+    # rates: 3.61it/s, 1.2s/it, 12.5 MB/s, 850 tokens/s, tqdm's ?it/s
+    (
+        re.compile(
+            r"(?:\?|(?<![\w.])\d+(?:\.\d+)?)\s?(?:[kKMGT]?i?B|it|ex|examples|samples|tok|tokens"
+            r"|steps|batches)/s\b|(?<![\w.])\d+(?:\.\d+)?\s?s/(?:it|step|batch)\b"
+        ),
+        "<rate>",
+    ),
+    # durations: 0m1.234s (`time`), 1.2s, 35 ms, 2 seconds, 3 min
+    (
+        re.compile(
+            r"(?<![\w.])(?:\d+m)?\d+(?:\.\d+)?\s?(?:ms|us|µs|ns|s|sec|secs|seconds?|min|mins"
+            r"|minutes?)\b"
+        ),
+        "<duration>",
+    ),
+    (re.compile(r"\b0x[0-9a-fA-F]{6,}\b"), "0x<address>"),  # Python's <object at 0x7f...>
+    (re.compile(r"/tmp/tmp[\w-]{6,}"), "/tmp/<tempname>"),  # tempfile's random names
+]
+"""What differs between two runs that behave the same. Numbers that a result is made
+of (a loss, an accuracy, a file's size) are left alone: those are the run's behaviour."""
+
+
+def steady_line(line: str) -> str:
+    """A line of output with what varies from run to run masked.
+
+    A line redrawn with carriage returns (a progress bar) is read as a terminal
+    shows it, its last drawing: how often it was redrawn depends on speed alone.
+    """
+    line = line.rstrip("\r").rsplit("\r", 1)[-1]
+    for pattern, mask in _VOLATILE:
+        line = pattern.sub(mask, line)
+    return line
+
+
+def steady(text: str) -> str:
+    """`steady_line` on every line: two outputs that differ only in volatile parts match."""
+    return "\n".join(steady_line(line) for line in text.split("\n"))
+
+
+def _clip(line: str, start: int, end: int, width: int = 100) -> str:
+    """The part of a line around [start, end), the span that differs."""
+    start, end = max(0, start - 24), min(len(line), max(end, start) + 24)
+    if end - start > width:
+        end = start + width
+    text = line[start:end]
+    return ("…" if start > 0 else "") + text + ("…" if end < len(line) else "")
+
+
+def _common(a: str, b: str) -> int:
+    """How many leading characters two strings share."""
+    return next(
+        (i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b))
+    )
+
+
+def _line_change(old: str, new: str) -> str:
+    """`recorded '…41…', now '…42…'`: a changed line, cut to where it changed."""
+    prefix = _common(old, new)
+    suffix = _common(old[prefix:][::-1], new[prefix:][::-1])
+    return (
+        f"recorded {_clip(old, prefix, len(old) - suffix)!r}, "
+        f"now {_clip(new, prefix, len(new) - suffix)!r}"
+    )
+
+
+def short_diff(old: str, new: str, *, lines: int = 3) -> str:
+    """Where two outputs differ, beyond what is volatile, in one line: at most `lines`
+    changed lines, each with its line number and the text around the change."""
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    matcher = difflib.SequenceMatcher(
+        None,
+        [steady_line(x) for x in old_lines],
+        [steady_line(x) for x in new_lines],
+        autojunk=False,
+    )
+    parts: list[str] = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        pairs = min(i2 - i1, j2 - j1) if tag == "replace" else 0
+        for k in range(pairs):
+            old_line, new_line = old_lines[i1 + k], new_lines[j1 + k]
+            parts.append(f"line {j1 + k + 1}: {_line_change(old_line, new_line)}")
+        for i in range(i1 + pairs, i2):
+            parts.append(f"recorded line {i + 1} {_clip(old_lines[i], 0, 0)!r} is gone")
+        for j in range(j1 + pairs, j2):
+            parts.append(f"line {j + 1} {_clip(new_lines[j], 0, 0)!r} is new")
+    shown = parts[:lines]
+    if len(parts) > lines:
+        shown.append(f"{len(parts) - lines} more changed lines")
+    return "; ".join(shown)
+
+
+def _first_changed_line(old: str, new: str) -> str:
+    """The first line that differs, volatile parts and all (a prompt's clock note differs
+    only in what `short_diff` counts as volatile)."""
+    old_lines, new_lines = old.split("\n"), new.split("\n")
+    for n, (a, b) in enumerate(zip(old_lines, new_lines, strict=False), 1):
+        if a != b:
+            return f"line {n}: {_line_change(a, b)}"
+    n = min(len(old_lines), len(new_lines)) + 1
+    return f"line {n}: " + ("is new" if len(new_lines) > len(old_lines) else "is gone")
+
+
+_RAN_OUT: dict[ev.FinishReason, tuple[EndedBy, str]] = {
+    "deadline": ("deadline", "the recorded run reached its time limit here"),
+    "budget": ("budget", "the recorded run used up a budget here"),
+    "stopped": ("stop", "the recorded run was stopped here by its user"),
+}
+"""How a recording can run out without the recorded agent having ended it: the
+replay ends the same way, and says so."""
+
+
+class ReplayDiverged(ProviderError):
+    """The re-run asked something the recorded run did not."""
+
+
+def _short(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+class ReplayProvider(ModelProvider):
+    def __init__(self, run_dir: Path, events: list[ev.Event]) -> None:
+        self.name = f"replay:{run_dir}"
+        self.run_dir = run_dir
+        self.calls: list[ev.ModelCall] = []
+        self.steps: list[int] = []
+        """The agent step each recorded call belongs to, for saying where a re-run diverged."""
+        self.prompts: list[str | None] = []
+        """The prompt of the turn each recorded call answered (None for summaries and
+        reviews): shown beside the re-run's where a changed prompt made it diverge."""
+        step = 0
+        prompts: dict[str, str] = {}
+        for event in events:
+            if isinstance(event, ev.StepStarted):
+                step = event.step
+                prompts[event.agent] = event.prompt
+            elif isinstance(event, ev.ModelCall):
+                self.calls.append(event)
+                self.steps.append(step)
+                turn = event.purpose == "turn"
+                self.prompts.append(prompts.pop(event.agent, None) if turn else None)
+        self.results = {e.call_id: e for e in events if isinstance(e, ev.ToolResult)}
+        started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+        self.context_window = (started.context_window if started else None) or 200_000
+        self.limits: ev.Limits | None = started.limits if started is not None else None
+        """The recorded run's limits: the prompts state them, so a replay that is to
+        match its recording runs under them unless told otherwise."""
+        self.replacements: list[tuple[str, str]] = []
+        if started is not None:
+            pairs = [(started.sandbox.workspace, "<workspace>"), (started.run_id, "<run>")]
+            pairs.insert(0, (started.sandbox.workdir, "<workspace>"))
+            self.replacements = sorted(pairs, key=lambda p: -len(p[0]))
+        ends = [i for i, e in enumerate(events) if isinstance(e, ev.RunFinished)]
+        self.finished: ev.RunFinished | None = None
+        """How the recorded run ended (its last ending, if it was resumed); None if it never did."""
+        self._evaluated = False
+        if ends:
+            last = events[ends[-1]]
+            assert isinstance(last, ev.RunFinished)
+            self.finished = last
+            self._evaluated = any(
+                isinstance(e, ev.EvaluationStarted)
+                for e in events[ends[-2] + 1 if len(ends) > 1 else 0 : ends[-1]]
+            )
+        self.position = 0
+        self.diverged: str | None = None
+        self._expected: tuple[str, list[tuple[str, str]]] | None = None
+        self._told_text_tools = False
+        self._fell_back = any(
+            isinstance(e, ev.Notice) and FALLBACK_MARK in e.message for e in events
+        )
+
+    @classmethod
+    def from_spec(cls, spec: str) -> ReplayProvider:
+        run_dir = Path(spec.removeprefix("replay:")).expanduser()
+        path = run_dir / EVENTS_FILE
+        if not path.is_file():
+            raise ConfigError(f"{spec}: {run_dir} is not a run folder (no {EVENTS_FILE})")
+        try:
+            events = read_events(path)
+        except LogDamage as exc:
+            raise ConfigError(f"{spec}: {exc}") from None
+        provider = cls(run_dir.resolve(), events)
+        if not provider.calls:
+            raise ConfigError(f"{spec}: the run has no recorded model calls to replay")
+        return provider
+
+    def describe_tools_in_prompt(self) -> bool:
+        """The answers are the recording's, whatever the prompt: a replay falls back (and
+        says so) where its recording did, found from the recording's notice."""
+        told, self._told_text_tools = self._told_text_tools, True
+        return self._fell_back and not told
+
+    def _check_left(self) -> None:
+        """At the end of the recording: end the replay as the recorded run ended, when
+        that was not the agent's doing; a recorded run that went on is a divergence."""
+        if self.position < len(self.calls):
+            return
+        done = f"after model call {len(self.calls)}"
+        end = self.finished
+        if end is None:
+            raise EndRun(
+                Ending(
+                    reason="stopped",
+                    status="stopped",
+                    by="stop",
+                    evaluate=False,
+                    message=f"the recording ends here, {done}: the recorded run never finished "
+                    "(it was killed or crashed), so the replay stops where it stopped",
+                )
+            )
+        if end.reason in _RAN_OUT:
+            by, why = _RAN_OUT[end.reason]
+            detail = f" ({end.message})" if end.message and end.reason == "budget" else ""
+            raise EndRun(
+                Ending(
+                    reason=end.reason,
+                    status=end.status,
+                    by=by,
+                    evaluate=self._evaluated,
+                    message=f"the recording ends here, {done}: {why}{detail}; the replay "
+                    "ends the same way",
+                )
+            )
+        if end.reason in ("error", "provider_error"):
+            raise ProviderError(
+                f"the recording ends here, {done}: the recorded run failed at this point "
+                f"({_short(end.message)})"
+            )
+        raise ReplayDiverged(
+            f"replay diverged {done}: the agent asks the model again, but the recorded run "
+            f"made no further model calls (it ended: {end.reason}"
+            + (f", {_short(end.message)})" if end.message else ")")
+        )
+
+    def _where(self) -> str:
+        call = self.calls[self.position]
+        return f"model call {self.position + 1} ({call.agent}, step {self.steps[self.position]})"
+
+    def expect(
+        self, request_sha: str, messages: list[Message], replacements: list[tuple[str, str]]
+    ) -> None:
+        """Noted here, compared in `generate`, which has the whole request: a request
+        that differs only in volatile tool output is checked with the recorded outputs
+        put in, and that needs the system prompt and the tools."""
+        self._check_left()
+        self._expected = (request_sha, replacements)
+
+    def _check_request(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> None:
+        expected, self._expected = self._expected, None
+        recorded = self.calls[self.position]
+        if expected is None or not recorded.request_sha or recorded.request_sha == expected[0]:
+            return
+        replacements = expected[1]
+        as_recorded: list[Message] = []
+        changed: tuple[ev.ToolResult, str, str] | None = None
+        for message in messages:
+            then = self.results.get(message.tool_call_id or "") if message.role == "tool" else None
+            if then is not None:
+                old = normalize(then.output, self.replacements)
+                new = normalize(message.content, replacements)
+                if old != new and steady(old) == steady(new):
+                    message = message.model_copy(update={"content": old})
+                elif old != new and changed is None:
+                    changed = (then, old, new)
+            as_recorded.append(message)
+        if changed is None:
+            sha, _ = request_fingerprint(system, as_recorded, tools, replacements)
+            if sha == recorded.request_sha:
+                return  # only volatile output (timings, dates) differs from the recording
+            self.diverged = self._prompt_difference(messages, replacements)
+        else:
+            then, old, new = changed
+            self.diverged = (
+                f"the result of {then.tool} call {then.call_id} differs from the recording: "
+                f"{short_diff(old, new)}"
+            )
+        raise ReplayDiverged(f"replay diverged at {self._where()}: {self.diverged}")
+
+    def limits_difference(self, now: ev.Limits) -> str:
+        """The limits this re-run has that differ from the recording's (the prompts state
+        them, so they are a divergence's likely cause), or "" where they are the same."""
+        then = self.limits
+        if then is None:
+            return ""
+        parts = []
+        if now.time_limit_s != then.time_limit_s:
+            parts.append(
+                f"time limit {format_duration(now.time_limit_s)} "
+                f"(recorded {format_duration(then.time_limit_s)})"
+            )
+        for name in ("max_steps", "max_cost_usd", "max_tokens"):
+            a, b = getattr(now, name), getattr(then, name)
+            if a != b:
+                parts.append(f"{name.replace('_', ' ')} {a} (recorded {b})")
+        if not parts:
+            return ""
+        return "; the re-run's limits differ from the recording's: " + ", ".join(parts)
+
+    def _prompt_difference(
+        self, messages: list[Message], replacements: list[tuple[str, str]]
+    ) -> str:
+        """What differs, where a tool result does not: this turn's prompt against the
+        recorded one, as a short diff; else an earlier message or the system prompt,
+        which the recording does not keep whole."""
+        then = self.prompts[self.position]
+        users = [m for m in messages if m.role == "user"]
+        if then is not None and users:
+            old = normalize(then, self.replacements)
+            new = normalize(users[-1].content, replacements)
+            if old != new:
+                diff = short_diff(old, new) or _first_changed_line(old, new)
+                return f"this turn's prompt differs from the recording: {diff}"
+        return (
+            "the request differs from the recorded one, though this turn's prompt and the "
+            "tool results are the same: the system prompt, the task's instructions or the "
+            "tools changed (the recording keeps no copy of them to compare)"
+        )
+
+    async def generate(
+        self,
+        *,
+        system: str,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        on_text: TextCallback | None = None,
+        max_tokens: int | None = None,
+    ) -> ModelResponse:
+        self._check_left()
+        self._check_request(system, messages, tools)
+        recorded = self.calls[self.position]
+        self.position += 1
+        if on_text is not None and recorded.text:
+            on_text(recorded.text)
+        return response_from(recorded)

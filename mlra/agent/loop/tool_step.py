@@ -1,0 +1,335 @@
+"""What happens on a tool call, from the agent's request to its recorded result.
+
+In order: the call is recorded; a resumed run takes the recorded result instead
+(agent/loop/catchup.py); a breakpoint holds it for the user to approve, edit or
+reject (the run is held meanwhile, as a pause holds it, unless `--break-runs-jobs`);
+a pause that came while the model was thinking holds it back; the tool runs through
+the registry; the result is
+truncated for the model and recorded, even when the run ends under the call;
+and the workspace's changes are snapshotted.
+
+An edited call reaches the model as it ran: the call in the agent's history
+takes the user's arguments, and its result opens with a note saying the user
+edited it (the note is in the recorded result, and the arguments are in the
+`control` edit event, so a resumed or forked run rebuilds the same history).
+
+A command's output streams to the log up to `STREAM_CAP_CHARS`; past that it
+goes on streaming to the live console only (`watch_output`), so a day-long
+training log does not grow the event log without bound; the result, with the
+output's head and tail, still ends the call in the log. Durations are the run
+clock's: time paused does not count.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.loop.catchup import INTERRUPTED
+from mlra.agent.loop.controls import Breakpoint, Decision
+from mlra.agent.loop.run_context import RunContext
+from mlra.agent.metrics.run_metrics import RunMetrics
+from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.record.recording import KILLED_BY_RUN_END
+from mlra.agent.record.snapshots import WorkspaceScanner
+from mlra.tools.jobs import JOBS_DIR
+from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+from mlra.tools.sandbox.base import OutputCallback, Stream
+from mlra.tools.truncate import truncate_middle
+
+STREAM_CAP_CHARS = 1_000_000
+"""Streamed output logged per tool call; past this only the live console sees it
+stream, and the log keeps the result (the output's head and tail)."""
+STREAM_CAP_NOTE = (
+    "\n[... the log keeps no more of this output as it streams (the live console still "
+    "shows it); the call's result holds its end ...]\n"
+)
+EDITED_NOTE = (
+    "[The user edited this call before it ran: the call above shows the arguments it ran "
+    "with. You had asked for: {asked}]\n"
+)
+OutputWatcher = Callable[[ev.ToolOutput], None]
+"""Sees the output the log no longer takes (an `ev.ToolOutput` never logged, `seq` 0)."""
+
+INTERRUPTED_OUTPUT = (
+    "Interrupted: the run stopped (crashed, was killed or was stopped) while this call was "
+    "running, and has been resumed. It may have run in part: check its effects before "
+    "running it again."
+)
+
+
+class ToolStep:
+    def __init__(
+        self, run: RunContext, scanner: WorkspaceScanner, metrics: RunMetrics | None = None
+    ) -> None:
+        self.run = run
+        self.scanner = scanner
+        self.metrics = metrics
+        """Reads training metrics from commands' output as it streams (agent/metrics/)."""
+        self._watchers: list[OutputWatcher] = []
+
+    def watch_output(self, watcher: OutputWatcher) -> None:
+        """Also hand `watcher` the output past the log's cap (the live console's
+        transcript): such an event is never logged, and its `seq` is 0."""
+        self._watchers.append(watcher)
+
+    async def execute(
+        self,
+        agent: ev.AgentRole,
+        call: ToolCallRequest,
+        registry: ToolRegistry,
+        *,
+        step: int = 0,
+        turn: int = 0,
+    ) -> ToolOutcome:
+        """Run one tool call the agent asked for, with everything the user may do about it."""
+        run = self.run
+        assert run.sandbox is not None
+        run.emit(
+            ev.ToolCall(
+                call_id=call.id,
+                agent=agent,
+                tool=call.name,
+                arguments=call.arguments,
+                raw_arguments=call.raw_arguments if call.parse_error else None,
+                step=step,
+                turn=turn,
+            )
+        )
+        tool = registry.get(call.name)
+        if tool is None or not tool.reruns_on_resume:
+            recorded = run.catchup.recorded_result(call.id)
+            edited = run.state.edited_calls.get(call.id)
+            if recorded is not None and edited is not None:
+                ran_as(call, edited)  # the history shows the call as it ran then
+            if isinstance(recorded, ev.ToolResult):
+                return outcome_of(recorded)
+            if recorded == INTERRUPTED and not (tool and tool.reruns_when_interrupted):
+                outcome = ToolOutcome(output=INTERRUPTED_OUTPUT, ok=False, error="interrupted")
+                return self._record_result(call, agent, outcome)
+        arguments = call.arguments
+        note = ""
+        breakpoint_ = (
+            run.controls.should_break(call.name, arguments) if call.parse_error is None else None
+        )
+        if breakpoint_ is not None:
+            decision = await self._await_decision(call, breakpoint_)
+            if decision.action == "reject":
+                message = decision.message or "no reason given"
+                outcome = ToolOutcome(
+                    output=f"The user rejected this call: {message}",
+                    ok=False,
+                    error="rejected by the user",
+                )
+                return self._record_result(call, agent, outcome)
+            if decision.action == "edit" and decision.arguments is not None:
+                note = EDITED_NOTE.format(asked=_asked(call))
+                arguments = decision.arguments
+                ran_as(call, arguments)
+
+        # A pause that came while the model was thinking holds the action back.
+        await run.controls.wait_running()
+        tail = _Tail(run.config.observation_limit)
+        ctx = ToolContext(
+            sandbox=run.sandbox,
+            agent=agent,
+            call_id=call.id,
+            on_output=self._streamer(call.id, tail, metrics=not reads_job_log(arguments or {})),
+            default_timeout_s=run.config.command_timeout_s,
+            remaining_s=run.clock.remaining,
+            default_artifact=run.task.evaluator.artifact,
+        )
+        took = _Stopwatch(run)
+        try:
+            outcome = await registry.dispatch(
+                call.name, arguments, ctx, parse_error=call.parse_error
+            )
+        except asyncio.CancelledError:
+            # The run ended under the call (deadline, stop): the sandbox has killed the
+            # command; the log still gets the call's result so no call is left open,
+            # with how long it ran and what it had printed (a resumed run's model reads it).
+            seconds = took.seconds(None)
+            why = "its time limit was reached" if run.clock.expired() else "it was stopped"
+            printed = tail.text()
+            killed = ToolOutcome(
+                output=(printed + ("\n" if printed and not printed.endswith("\n") else ""))
+                + f"[killed after {seconds:.1f} s: the run ended ({why}) while this call "
+                "was running]",
+                ok=False,
+                error=KILLED_BY_RUN_END,
+                duration_s=seconds,
+            )
+            self._record_result(call, agent, killed, note=note)
+            if self.metrics is not None:
+                self.metrics.command_ended(call.id)
+            raise
+        if self.metrics is not None:
+            self.metrics.command_ended(call.id)
+        outcome.duration_s = took.seconds(outcome.duration_s)
+        self._record_result(call, agent, outcome, note=note)
+        await self.snapshot(step)
+        return outcome
+
+    def _streamer(self, call_id: str, tail: _Tail, *, metrics: bool = True) -> OutputCallback:
+        """Logs a call's output as it comes, up to `STREAM_CAP_CHARS`; past that it
+        goes to the watchers alone. `tail` keeps the end, for a call the run kills.
+        `metrics`: the output is read for training metrics too (agent/metrics/)."""
+        streamed = 0
+
+        def on_output(stream: Stream, text: str) -> None:
+            nonlocal streamed
+            tail.add(text)
+            if metrics and self.metrics is not None and not self.run.catchup.replaying:
+                self.metrics.command_output(call_id, text)
+            room = max(0, STREAM_CAP_CHARS - streamed)
+            logged, rest = (text, "") if len(text) < room else (text[:room], text[room:])
+            if logged:
+                streamed += len(logged)
+                if streamed >= STREAM_CAP_CHARS:
+                    logged += STREAM_CAP_NOTE
+                self.run.emit(ev.ToolOutput(call_id=call_id, stream=stream, text=logged))
+            if rest and self._watchers and not self.run.catchup.replaying:
+                unlogged = ev.ToolOutput(call_id=call_id, stream=stream, text=rest)
+                unlogged.t = round(self.run.clock.elapsed(), 3)
+                for watcher in list(self._watchers):
+                    watcher(unlogged)
+
+        return on_output
+
+    async def _await_decision(self, call: ToolCallRequest, bp: Breakpoint) -> Decision:
+        run = self.run
+        future = run.controls.expect_decision(call.id)
+        run.emit(
+            ev.ApprovalRequested(
+                call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()
+            )
+        )
+        # While the run waits for a human it is held as a pause holds it: the clock
+        # stops and so do the sandbox's commands and jobs, or a job would compute off
+        # the clock and its `job_ended` would understate its run. Unless the user chose
+        # to let them run (`--break-runs-jobs`): then the wait counts on the clock.
+        held = run.controls.hold_at_breaks
+        if held:
+            run.clock.pause()
+            if run.sandbox is not None:
+                run.sandbox.suspend_commands()
+        try:
+            return await future
+        finally:
+            if held and not run.controls.holding():
+                run.clock.resume()
+                if run.sandbox is not None:
+                    run.sandbox.resume_commands()
+
+    def _record_result(
+        self, call: ToolCallRequest, agent: ev.AgentRole, outcome: ToolOutcome, *, note: str = ""
+    ) -> ToolOutcome:
+        text, truncated = truncate_middle(outcome.output, self.run.config.observation_limit)
+        text = note + text
+        outcome.output = text
+        self.run.emit(
+            ev.ToolResult(
+                call_id=call.id,
+                tool=call.name,
+                agent=agent,
+                ok=outcome.ok,
+                output=text,
+                exit_code=outcome.exit_code,
+                duration_s=outcome.duration_s,
+                truncated=truncated,
+                timed_out=outcome.timed_out,
+                error=outcome.error,
+                data=outcome.data,
+                signal=outcome.signal,
+            )
+        )
+        return outcome
+
+    async def snapshot(self, step: int) -> None:
+        """Record what the last action changed in the workspace (agent/record/snapshots.py)."""
+        if not self.run.config.snapshots:
+            return
+        try:
+            snapshot = await asyncio.to_thread(self.scanner.scan, step)
+        except Exception as exc:  # a full disk must not end the run
+            self.run.append(ev.Notice(level="warning", message=f"workspace snapshot failed: {exc}"))
+            return
+        if snapshot is not None:
+            self.run.emit(snapshot)
+        if self.metrics is not None:  # the metric files the scan found (agent/metrics/)
+            await self.metrics.spotted(self.scanner.index)
+        while self.scanner.notices:
+            self.run.append(ev.Notice(level="warning", message=self.scanner.notices.pop(0)))
+
+
+def reads_job_log(arguments: dict[str, Any]) -> bool:
+    """A command that names a job's log (`tail jobs/job-1.log`): its output repeats lines
+    the job's own metrics already hold, and is not read for metrics again."""
+    return any(isinstance(v, str) and f"{JOBS_DIR}/" in v for v in arguments.values())
+
+
+def outcome_of(result: ev.ToolResult) -> ToolOutcome:
+    """A tool's outcome as the agent received it, rebuilt from its record."""
+    signal = result.signal
+    if signal is None and result.ok and result.tool in ("submit", "report"):
+        signal = result.tool  # logs written before the signal was recorded
+    return ToolOutcome(
+        output=result.output,
+        ok=result.ok,
+        exit_code=result.exit_code,
+        timed_out=result.timed_out,
+        error=result.error,
+        data=dict(result.data),
+        signal=signal,
+        duration_s=result.duration_s,
+    )
+
+
+def ran_as(call: ToolCallRequest, arguments: dict[str, Any]) -> None:
+    """Make `call`, the very object the agent's history holds, the call that ran: the
+    model is then shown the arguments that ran, not the ones it asked for."""
+    call.arguments = dict(arguments)
+    call.raw_arguments = json.dumps(arguments, ensure_ascii=False)
+    call.parse_error = None
+
+
+def _asked(call: ToolCallRequest, limit: int = 1_000) -> str:
+    asked = f"{call.name}({call.raw_arguments or json.dumps(call.arguments)})"
+    return asked if len(asked) <= limit else asked[:limit] + "…"
+
+
+class _Tail:
+    """The last `limit` characters of a call's output, kept in bounded memory."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = max(limit, 0)
+        self._parts: list[str] = []
+        self._size = 0
+
+    def add(self, text: str) -> None:
+        self._parts.append(text)
+        self._size += len(text)
+        if self._size > 2 * self.limit + 4096:
+            joined = "".join(self._parts)[-self.limit :]
+            self._parts, self._size = [joined], len(joined)
+
+    def text(self) -> str:
+        return "".join(self._parts)[-self.limit :] if self.limit else ""
+
+
+class _Stopwatch:
+    """How long a call ran by the run clock, so a pause does not count. The registry's
+    wall time stands where the clock was not running (a run that never started it)."""
+
+    def __init__(self, run: RunContext) -> None:
+        self._clock = run.clock
+        self._counts = run.clock.running
+        self._start = run.clock.elapsed()
+
+    def seconds(self, wall: float | None) -> float:
+        if self._counts or wall is None:
+            return round(max(0.0, self._clock.elapsed() - self._start), 4)
+        return wall

@@ -1,0 +1,215 @@
+"""`result.json`: a run's outcome derived from its folded state, and bound to the log it
+was derived from (its size and sha256), so a reader can tell when the two disagree.
+
+Apart from the fold (agent/record/state.py) because the fold is what every display reads
+while the run goes on, and this is what is written once it has ended (and again after
+a re-grade or a resume); nothing here is kept that the log could not rebuild.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from mlra import events as ev
+from mlra.agent.record.attempt_tree import AttemptsSummary, summary_of
+from mlra.agent.record.eventlog import EVENTS_FILE, dump_json
+from mlra.agent.record.state import Regrade, RunState
+
+
+class RunResult(BaseModel):
+    """What `result.json` holds: the run's outcome, derived from its events."""
+
+    run_id: str
+    task: str
+    model: str
+    status: str
+    reason: str
+    message: str = ""
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    score: float | None = None
+    baseline_score: float | None = None
+    top_score: float | None = None
+    normalized_score: float | None = None
+    success: bool | None = None
+    success_rule: str | None = None
+    """The task's rule that decided `success`; None in results from before rules existed
+    (gap_fraction) or with no grading."""
+    success_bar: str | None = None
+    """That rule's bar in words (`threshold: acc >= 0.8`)."""
+    self_reported: str | None = None
+    """Why the score is the workspace's own report rather than a measurement (None: a
+    measurement); such a score is marked wherever shown, never a plain success."""
+    direction_known: bool = True
+    """False: nothing said which way the metric improves, so success was not judged."""
+    metrics: dict[str, float] = {}
+    violations: list[str] = []
+    evaluation_error: str | None = None
+    restored_read_only: list[str] = []
+    """Read-only task files the agent had changed, put back before grading."""
+    rules: ev.RulesSummary | None = None
+    """The challenge's rules the grade checked and those it trusted (tasks/challenge.py)."""
+    duration_s: float
+    wall_s: float
+    steps: int
+    tool_calls: int
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    tokens: int
+    cost_usd: float
+    tokens_estimated: bool = False
+    """Some of the token counts (and the cost reckoned from them) are mlra's estimates,
+    four characters a token, not the server's counts: a server that sent none (many local
+    servers), or calls cut off midway. `estimated_tokens` says how many."""
+    estimated_tokens: int = 0
+    forked_from: str | None = None
+    resumed: int = 0
+    ungraded: str | None = None
+    """Why this machine could not grade the task, for a run the user started anyway
+    (`mlra run --ungraded`); None: a task it could grade. Any score it has is not the
+    benchmark's grading of it."""
+    isolation: str | None = None
+    """The sandbox isolation the run had ("bwrap", "docker", "none"): a score earned
+    with "none" is shown as unisolated wherever scores are shown."""
+    isolated_by: str | None = None
+    """What confined the agent's commands (the bubblewrap binary's path, the Docker
+    engine's address) and, below, its version: as `run_started` recorded them."""
+    isolated_by_version: str | None = None
+    log_sha256: str | None = None
+    """SHA-256 of the `events.jsonl` bytes this result was derived from, and their
+    length: `mlra runs` tells a log appended to since (a resume) from one rewritten."""
+    log_size: int | None = None
+    graded_best_validation: str | None = None
+    """The call id of the validation whose kept artifact was graded, for a run that reached
+    its deadline with nothing submitted in a task that opts in; None: what was submitted."""
+    regrades: list[Regrade] = []
+    """Gradings after the run (`mlra eval`), oldest first; `score` stays the run's own."""
+    experiments: int = 0
+    """Rows of the experiments table: one per validation (agent/record/experiments.py)."""
+    best_validation: float | None = None
+    """The best validation score (never the hidden test split's), in `validation_metric`."""
+    validation_metric: str | None = None
+    validation_higher_is_better: bool | None = None
+    validation_curve: list[tuple[float, float]] = []
+    """(run clock seconds, score) of each scored validation, for the report's plot."""
+    attempts: AttemptsSummary | None = None
+    """A search's attempts (`--search`): how many, the best validation, the submitted
+    attempt and its validation-to-test gap; None for a run with one line of work."""
+
+    @property
+    def unisolated(self) -> bool:
+        return self.isolation == "none"
+
+
+def log_digest(path: Path, size: int | None = None) -> str:
+    """SHA-256 of the log's bytes (of its first `size` bytes, where given)."""
+    digest = hashlib.sha256()
+    left = size
+    with open(path, "rb") as f:
+        while left is None or left > 0:
+            chunk = f.read(1 << 20 if left is None else min(1 << 20, left))
+            if not chunk:
+                break
+            digest.update(chunk)
+            if left is not None:
+                left -= len(chunk)
+    return digest.hexdigest()
+
+
+def listed_status(state: RunState, running: bool) -> str:
+    """How a run stands as its log tells it, for the lists and pages that show runs
+    (`mlra runs`, `mlra share`): running (its log still being written), how it finished,
+    or interrupted (it ended without a `run_finished`)."""
+    if running:
+        return "running"
+    return state.finished.status if state.finished is not None else "interrupted"
+
+
+def result_of(state: RunState) -> RunResult:
+    evaluation = state.evaluation
+    finished = state.finished
+    wall = (state.last_ts or 0.0) - (state.started_ts or state.last_ts or 0.0)
+    return RunResult(
+        run_id=state.run_id,
+        task=state.task,
+        model=state.model,
+        status=finished.status if finished else "error",
+        reason=finished.reason if finished else "error",
+        message=finished.message if finished else "run did not finish",
+        metric=evaluation.metric if evaluation else None,
+        higher_is_better=evaluation.higher_is_better if evaluation else None,
+        score=evaluation.score if evaluation else None,
+        baseline_score=evaluation.baseline if evaluation else None,
+        top_score=evaluation.top if evaluation else None,
+        normalized_score=evaluation.normalized if evaluation else None,
+        success=evaluation.success if evaluation else None,
+        success_rule=evaluation.success_rule if evaluation else None,
+        success_bar=evaluation.success_bar if evaluation else None,
+        self_reported=evaluation.self_reported if evaluation else None,
+        direction_known=evaluation.direction_known if evaluation else True,
+        metrics=evaluation.metrics if evaluation else {},
+        violations=evaluation.violations if evaluation else [],
+        evaluation_error=evaluation.error if evaluation else None,
+        restored_read_only=list(evaluation.restored_read_only) if evaluation else [],
+        rules=evaluation.rules if evaluation else None,
+        duration_s=round(state.elapsed_s, 3),
+        wall_s=round(wall, 3),
+        steps=state.steps,
+        tool_calls=state.tool_calls,
+        input_tokens=state.input_tokens,
+        output_tokens=state.output_tokens,
+        cache_read_tokens=state.cache_read_tokens,
+        tokens=state.tokens,
+        cost_usd=round(state.cost_usd, 6),
+        tokens_estimated=state.estimated_tokens > 0,
+        estimated_tokens=state.estimated_tokens,
+        forked_from=state.forked_from,
+        ungraded=state.ungraded or None,
+        resumed=state.resumed,
+        isolation=state.sandbox.isolation if state.sandbox else None,
+        isolated_by=state.sandbox.isolated_by if state.sandbox else None,
+        isolated_by_version=state.sandbox.isolated_by_version if state.sandbox else None,
+        graded_best_validation=state.submission.best_validation if state.submission else None,
+        regrades=list(state.regrades),
+        attempts=summary_of(
+            state.attempts,
+            state.submission.attempt if state.submission else None,
+            evaluation.score if evaluation else None,
+        ),
+        **validation_summary(state),
+    )
+
+
+def validation_summary(state: RunState) -> dict[str, Any]:
+    """What `result.json` says of the experiments: how many, the best validation score,
+    its metric and direction, and the scores over time."""
+    table = state.experiments
+    best = table.best
+    scored = [(row.t, row.score) for row in table.rows if row.score is not None]
+    return {
+        "experiments": len(table.rows),
+        "best_validation": best.score if best is not None else None,
+        "validation_metric": table.metric or None,
+        "validation_higher_is_better": table.higher_is_better if table.metric else None,
+        "validation_curve": scored,
+    }
+
+
+def write_result(state: RunState, run_dir: Path) -> RunResult:
+    """Write `result.json`, bound to the log as it is now (call it with the log closed)."""
+    result = result_of(state)
+    log = run_dir / EVENTS_FILE
+    if log.is_file():
+        result.log_size = log.stat().st_size
+        result.log_sha256 = log_digest(log, result.log_size)
+    tmp = run_dir / "result.json.tmp"
+    # Derived text only: a lone surrogate is replaced here (the log keeps it exactly).
+    text = dump_json(result, indent=2, surrogates="replace")
+    tmp.write_text(text + "\n", encoding="utf-8")
+    tmp.replace(run_dir / "result.json")
+    return result

@@ -1,0 +1,395 @@
+"""A run's state, folded from its events.
+
+Displays, budget checks and `result.json` read this fold rather than keeping
+counters of their own, so whatever they show can be rebuilt from the log alone.
+What the fold comes to in the end, `result.json`, is agent/record/run_result.py.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from mlra import events as ev
+from mlra.agent.record.attempt_tree import AttemptTree
+from mlra.agent.record.experiments import ExperimentTable
+from mlra.tools.jobs import JobRecord
+
+Phase = Literal[
+    "starting",
+    "running",
+    "paused",
+    "awaiting_approval",
+    "evaluating",
+    "finished",
+    "stopped",
+    "error",
+]
+
+
+class Regrade(BaseModel):
+    """A grading after the run (`mlra eval`): what was graded, when, by whom, and the
+    outcome; kept beside the run's own result, which it never replaces."""
+
+    artifact: str
+    graded: str | None = None
+    """What the evaluator read: the frozen submission, or a copy of a workspace path."""
+    sha256: str | None = None
+    by: str
+    at: float
+    """When it finished (seconds since the epoch)."""
+    ok: bool
+    metric: str
+    score: float | None = None
+    normalized_score: float | None = None
+    error: str | None = None
+
+
+BASELINE_READS_NO_MESSAGES = "the baseline agent follows its recipe and reads no messages"
+
+
+@dataclass
+class RunState:
+    run_id: str = ""
+    task: str = ""
+    task_title: str = ""
+    model: str = ""
+    limits: ev.Limits | None = None
+    sandbox: ev.SandboxInfo | None = None
+    budget: ev.Budget | None = None
+    """The run's budget (an attempt's run: its share), from `run_started`."""
+    started: bool = False
+    paused: bool = False
+    evaluating: bool = False
+    plan: list[ev.PlanStep] = field(default_factory=list)
+    subtask: int | None = None
+    subtask_step_id: str | None = None
+    steps: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+    tool_errors: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float = 0.0
+    elapsed_s: float = 0.0
+    started_ts: float | None = None
+    last_ts: float | None = None
+    resources: ev.ResourceSample | None = None
+    pending_approval: ev.ApprovalRequested | None = None
+    submission: ev.Submission | None = None
+    evaluation: ev.EvaluationFinished | None = None
+    """The run's own grading; a later `mlra eval` is a re-grade, in `regrades`."""
+    regrades: list[Regrade] = field(default_factory=list)
+    regrading: ev.EvaluationStarted | None = None
+    """The re-grade under way, between its evaluation_started and evaluation_finished."""
+    evaluation_progress: ev.EvaluationProgress | None = None
+    """The grading under way's latest progress, as its evaluator wrote it."""
+    finished: ev.RunFinished | None = None
+    last_error: str | None = None
+    events: int = 0
+    resumed: int = 0
+    forked_from: str | None = None
+    ungraded: str = ""
+    """Why this machine could not grade the task, where the user ran it anyway (the
+    recorded config's `ungraded`)."""
+    context_window: int | None = None
+    context_tokens: int = 0
+    """The prompt of the latest turn (cached or not): what the window holds now."""
+    estimated_tokens: int = 0
+    """Of `tokens`, those mlra estimated (four characters a token) because the server sent
+    no counts, or a call was cut off midway: the displays mark the totals "~"."""
+    context_estimated: bool = False
+    """The latest turn's `context_tokens` are an estimate."""
+    generating_since: float | None = None
+    """The run clock (`t`) when the model was last asked for a turn; None once it answered
+    (`model_call`, `model_error`, or its first tool call) and for the baseline, which has
+    no model. No event marks a summary's or a review's start: a retry of one shows it."""
+    generating_agent: str | None = None
+    awaiting_turn: str | None = None
+    """The agent whose step started and whose turn's answer (`model_call` of purpose
+    "turn") has not come: a summary made for that turn (after the server refused it as
+    too long) is followed by the turn's request, sent again."""
+    retry: ev.ModelRetry | None = None
+    """The provider's latest retry of the call now generating."""
+    answering_since: float | None = None
+    """The run clock when the call now generating began to answer (`model_answering`, or
+    its first `text_delta`); None while the server still reads the prompt."""
+    first_token_s: float | None = None
+    """How long the server took to read the prompt of the call now answering."""
+    streamed_chars: int = 0
+    """The text the call now answering has streamed so far: its speed as it writes."""
+    running: dict[str, ev.ToolCall] = field(default_factory=dict)
+    """Tool calls asked for and not yet ended, by call id (one waiting for approval too)."""
+    jobs: dict[str, JobRecord] = field(default_factory=dict)
+    """Every background job the run started, by id, running or how it ended."""
+    edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """The arguments the user gave calls at a breakpoint, by call id: a resumed run shows
+    its model the call as it ran (agent/loop/tool_step.py)."""
+    validations: list[ev.Validation] = field(default_factory=list)
+    """Every `validate` call's grading, in order: its rate limit counts them."""
+    experiments: ExperimentTable = field(default_factory=ExperimentTable)
+    attempts: AttemptTree = field(default_factory=AttemptTree)
+    """The search's attempts, as a tree (agent/record/attempt_tree.py); empty without a search."""
+    """The worker's notes and the validations, as the experiments table (agent/record/experiments.py)."""
+
+    @property
+    def phase(self) -> Phase:
+        if self.finished is not None:
+            return self.finished.status  # each way a run ends is also a phase of its own
+        if self.evaluating:
+            return "evaluating"
+        if self.pending_approval is not None:
+            return "awaiting_approval"
+        if self.paused:
+            return "paused"
+        return "running" if self.started else "starting"
+
+    @property
+    def message_refusal(self) -> str | None:
+        """Why a message to this run's agents would be read by nobody: the baseline agent
+        follows its task's recipe and has no model to tell (its `edit` is refused alike)."""
+        return BASELINE_READS_NO_MESSAGES if self.model == "baseline" else None
+
+    @property
+    def running_jobs(self) -> list[JobRecord]:
+        return [job for job in self.jobs.values() if job.ended is None]
+
+    @property
+    def tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def remaining_s(self) -> float | None:
+        if self.limits is None:
+            return None
+        return max(0.0, self.limits.time_limit_s - self.elapsed_s)
+
+    def _confined_by(self, sandbox: ev.SandboxInfo | None) -> None:
+        """A later part of the run (resumed, forked) in another sandbox.
+
+        Unisolated stays unisolated: work done unconfined before is in the result.
+        """
+        if sandbox is None:
+            return
+        if self.sandbox is None or self.sandbox.isolation != "none":
+            self.sandbox = sandbox
+
+    def apply(self, event: ev.Event) -> None:
+        self.events += 1
+        self.elapsed_s = max(self.elapsed_s, event.t)
+        self.last_ts = event.ts
+        if isinstance(event, ev.Validation):
+            self.validations.append(event)
+        match event:
+            case ev.RunStarted():
+                self.run_id = event.run_id
+                self.task = event.task
+                self.task_title = event.task_title
+                self.model = event.model
+                self.limits = event.limits
+                self.sandbox = event.sandbox
+                self.budget = event.budget
+                self.started = True
+                self.started_ts = event.ts
+                self.ungraded = str(event.config.get("ungraded") or "")
+                self.context_window = event.context_window
+            case ev.PlanUpdated():
+                self.plan = list(event.steps)
+            case ev.SubtaskStarted():
+                self.subtask = event.subtask
+                self.subtask_step_id = event.step_id
+            case ev.SubtaskFinished():
+                self.subtask = None
+                self.subtask_step_id = None
+            case ev.StepStarted():
+                if event.agent != "supervisor":
+                    self.steps = max(self.steps, event.step)
+                # A model's turn is asked for right after its step starts (agent/loop/model_turn.py:
+                # a summary, if any, came before); the baseline has no model to wait on.
+                if event.agent != "baseline":
+                    self._generating(event.agent, event.t)
+                    self.awaiting_turn = event.agent
+            case ev.ToolCall():
+                self.tool_calls += 1
+                self.running[event.call_id] = event
+                if self.generating_agent == event.agent:
+                    # A call is the answer's: that model is no longer generating, even
+                    # where no model_call was logged for it.
+                    self.generating_since = self.generating_agent = self.retry = None
+                if self.awaiting_turn == event.agent:
+                    self.awaiting_turn = None
+            case ev.ToolResult():
+                if not event.ok:
+                    self.tool_errors += 1
+                self.running.pop(event.call_id, None)
+                if self.pending_approval and self.pending_approval.call_id == event.call_id:
+                    self.pending_approval = None
+            case ev.ApprovalRequested():
+                self.pending_approval = event
+            case ev.ModelCall():
+                self.model_calls += 1
+                self.input_tokens += event.input_tokens
+                self.output_tokens += event.output_tokens
+                self.cache_read_tokens += event.cache_read_tokens
+                self.cost_usd += event.cost_usd
+                if event.tokens_estimated:
+                    self.estimated_tokens += event.input_tokens + event.output_tokens
+                if event.purpose == "turn":
+                    self.context_tokens = event.input_tokens
+                    self.context_estimated = event.tokens_estimated
+                self.generating_since = self.generating_agent = self.retry = None
+                if event.purpose == "turn":
+                    self.awaiting_turn = None
+                elif self.awaiting_turn == event.agent:
+                    # A summary for the turn now in flight: its request goes out again.
+                    self._generating(event.agent, event.t)
+            case ev.ModelRetry():
+                if self.generating_since is None or self.generating_agent != event.agent:
+                    self._generating(event.agent, event.t)  # a summary or a review
+                self.retry = event
+                self.answering_since = self.first_token_s = None  # asked again: read again
+                self.streamed_chars = 0
+            case ev.ContextWindowLearned():
+                self.context_window = event.context_window
+            case ev.ModelAnswering():
+                if self.generating_since is None or self.generating_agent != event.agent:
+                    self._generating(event.agent, event.t - event.first_token_s)
+                if self.answering_since is None:
+                    self.answering_since = event.t
+                self.first_token_s = event.first_token_s
+                self.retry = None
+            case ev.TextDelta():
+                if self.generating_agent == event.agent and self.generating_since is not None:
+                    if self.answering_since is None:
+                        self.answering_since = event.t
+                    self.streamed_chars += len(event.text)
+            case ev.ModelError():
+                if event.cut_off is None:
+                    self.last_error = event.error
+                # A call cut off midway still used (estimated) tokens.
+                self.input_tokens += event.input_tokens
+                self.output_tokens += event.output_tokens
+                self.estimated_tokens += event.input_tokens + event.output_tokens
+                self.cost_usd += event.cost_usd
+                self.generating_since = self.generating_agent = self.retry = None
+                self.awaiting_turn = None
+            case ev.ResourceSample():
+                self.resources = event
+            case ev.JobStarted():
+                self.jobs[event.job] = JobRecord(started=event)
+                self.experiments.apply(event)
+            case ev.ExperimentNote() | ev.Validation() | ev.Experiment():
+                self.experiments.apply(event)
+            case ev.AttemptStarted():
+                self.attempts.apply(event)
+            case ev.AttemptFinished():
+                self.attempts.apply(event)
+                self.experiments.add_attempt(event)
+                # What its model calls cost counts against this run's budget too.
+                self.cost_usd += event.cost_usd
+            case ev.JobEnded():
+                if event.job in self.jobs:
+                    self.jobs[event.job].ended = event
+            case ev.Control():
+                self._apply_control(event)
+            case ev.Submission():
+                self.submission = event
+            case ev.EvaluationStarted():
+                self.evaluating = True
+                self.regrading = event if event.regrade_by else None
+                self.evaluation_progress = None
+            case ev.EvaluationProgress():
+                self.evaluation_progress = event
+            case ev.EvaluationFinished():
+                self.evaluating = False
+                self.evaluation_progress = None
+                if self.regrading is not None:
+                    self.regrades.append(_regrade(self.regrading, event))
+                    self.regrading = None
+                else:
+                    self.evaluation = event
+            case ev.RunFinished():
+                self.finished = event
+                self._idle()
+                if event.status == "error":
+                    self.last_error = event.message or self.last_error
+            case ev.RunResumed():
+                # The run goes on: the earlier ending (a stop, a crash) is history.
+                self.finished = None
+                self.evaluating = False
+                self.paused = False
+                self.pending_approval = None
+                self._idle()
+                self.resumed += 1
+                if event.model:
+                    self.model = event.model
+                self._confined_by(event.sandbox)
+            case ev.RunForked():
+                self._confined_by(event.sandbox)
+                self.finished = None
+                self.evaluating = False
+                self.paused = False
+                self.pending_approval = None
+                self._idle()
+                self.submission = None
+                self.evaluation = None
+                self.regrades = []
+                self.run_id = event.run_id
+                self.forked_from = f"{event.source_run}@{event.at_step}"
+                self.model = event.model
+            case _:
+                pass
+
+    def _generating(self, agent: str, t: float) -> None:
+        self.generating_since = t
+        self.generating_agent = agent
+        self.retry = None
+        self.answering_since = self.first_token_s = None
+        self.streamed_chars = 0
+
+    def _idle(self) -> None:
+        """Nothing runs once the run ended (or before it goes on)."""
+        self.generating_since = self.generating_agent = self.retry = None
+        self.awaiting_turn = None
+        self.running.clear()
+
+    @property
+    def cache_hit_rate(self) -> float | None:
+        """The share of all prompt tokens so far that the provider read from its cache."""
+        return self.cache_read_tokens / self.input_tokens if self.input_tokens else None
+
+    def _apply_control(self, event: ev.Control) -> None:
+        if event.action == "pause":
+            self.paused = True
+        elif event.action in ("resume", "step", "stop", "quit"):
+            self.paused = False
+        elif event.action in ("approve", "reject", "edit"):
+            if self.pending_approval and self.pending_approval.call_id == event.call_id:
+                self.pending_approval = None
+            if event.action == "edit" and event.call_id and event.arguments is not None:
+                self.edited_calls[event.call_id] = event.arguments
+
+
+def _regrade(started: ev.EvaluationStarted, finished: ev.EvaluationFinished) -> Regrade:
+    return Regrade(
+        artifact=started.artifact,
+        graded=started.graded,
+        sha256=started.sha256,
+        by=started.regrade_by or "",
+        at=finished.ts,
+        ok=finished.ok,
+        metric=finished.metric,
+        score=finished.score,
+        normalized_score=finished.normalized,
+        error=finished.error,
+    )
+
+
+def fold(events: list[ev.Event]) -> RunState:
+    state = RunState()
+    for event in events:
+        state.apply(event)
+    return state

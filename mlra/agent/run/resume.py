@@ -1,0 +1,315 @@
+"""Resume and fork: a run goes on from its log (and its workspace snapshots).
+
+`mlra resume` reopens a run that crashed, was killed or was stopped, in its own
+folder: the log is checked (a half-written last line is dropped, with a note),
+the clock takes up the time already spent, and the agent catches up with the
+log (agent/record/recording.py) before going live where it stopped.
+
+`mlra fork` makes a new run from another's log up to a step: the events up to
+there are copied, the workspace is restored as it was then, and the new run
+catches up and goes live with, optionally, another model, the next action
+replaced, or a message from the user.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.providers.base import ModelProvider
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, LogDamage, encode_stored, read_events
+from mlra.agent.record.snapshots import SNAPSHOTS_DIR, SnapshotStore
+from mlra.agent.record.state import BASELINE_READS_NO_MESSAGES, fold
+from mlra.agent.record.workspace_history import WorkspaceHistory
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import TaskSpec
+
+
+class ResumeError(Exception):
+    """The run cannot go on (no log, still running, already submitted...): one line."""
+
+
+@dataclass
+class RecordedRun:
+    run_dir: Path
+    events: list[ev.Event]
+    started: ev.RunStarted
+    config: RunConfig
+    torn: list[str] = field(default_factory=list)
+
+    @property
+    def elapsed_s(self) -> float:
+        return max((e.t for e in self.events), default=0.0)
+
+
+def load_run(run_dir: Path) -> RecordedRun:
+    path = run_dir / EVENTS_FILE
+    if not path.is_file():
+        raise ResumeError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
+    torn: list[str] = []
+    try:
+        events = read_events(path, on_torn_tail=torn.append)
+    except LogDamage as exc:
+        # Going on from a log with a line missing or forged would build on a run that
+        # never happened; the log stays as it is for someone to look at.
+        raise ResumeError(f"the log is damaged, so the run cannot go on: {exc}") from None
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    if started is None:
+        raise ResumeError(f"{path} has no run_started event: the run never started")
+    config = RunConfig.model_validate(started.config)
+    return RecordedRun(
+        run_dir=run_dir.resolve(), events=events, started=started, config=config, torn=torn
+    )
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut the log back to its last whole line (what a SIGKILL mid-write leaves)."""
+    with open(path, "rb+") as f:
+        data = f.read()
+        end = data.rfind(b"\n") + 1
+        if end < len(data):
+            f.truncate(end)
+
+
+def _reopen(controller: RunController, run: RecordedRun) -> None:
+    """Give a controller the existing log (locked: a live run cannot be resumed twice)."""
+    from mlra.agent.record.eventlog import RunInUse
+
+    path = run.run_dir / EVENTS_FILE
+    last_seq = max((e.seq for e in run.events), default=0)
+    try:
+        controller.log = EventLog(path, start_seq=last_seq)
+    except RunInUse:
+        raise ResumeError(
+            f"{run.run_dir} is still running in another mlra process; stop it first"
+        ) from None
+    if run.torn:
+        _drop_torn_tail(path)
+    controller.log.subscribe(controller.state.apply)
+    for callback in controller._subscribers:
+        controller.log.subscribe(callback)
+    controller.clock = type(controller.clock)(controller.time_limit_s, already=run.elapsed_s)
+
+
+def resumable(run: RecordedRun) -> None:
+    state = fold(run.events)
+    finished = state.finished
+    if finished is not None and finished.reason == "submitted":
+        raise ResumeError(
+            f"{run.run_dir.name} ended with a submission, so there is nothing to resume; "
+            f"fork it to try again from a step (`mlra fork {run.run_dir} --at STEP`)"
+        )
+
+
+def _recorded_budget(events: list[ev.Event]) -> ev.Budget | None:
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    return started.budget if started is not None else None
+
+
+def resume_controller(
+    run: RecordedRun,
+    task: TaskSpec,
+    provider: ModelProvider | None,
+    *,
+    overrides: dict[str, Any] | None = None,
+    ready: Callable[[], None] | None = None,
+) -> RunController:
+    """A controller that continues `run` in its own folder. `ready` is called once the
+    run is known to be resumable, before its log is reopened (the CLI asks the model
+    server there, so a refusal leaves the log as it was)."""
+    resumable(run)
+    if ready is not None:
+        ready()
+    config = run.config.model_copy(
+        update={
+            "run_id": run.run_dir.name,
+            "runs_dir": run.run_dir.parent,
+            "start_paused": False,
+            # The budget it started with (agent/setup/run_budget.py), not one from what is free now.
+            "budget": run.config.budget or _recorded_budget(run.events),
+            **(overrides or {}),
+        }
+    )
+    controller = RunController(config, task, provider)
+    _reopen(controller, run)
+    notes = [f"dropped a half-written last line of the log: {t}" for t in run.torn]
+
+    # A new fork goes live where its log was cut: it was not stopped, so it is not resumed.
+    tail = [e for e in run.events[-2:] if not isinstance(e, ev.Control)]
+    fresh_fork = bool(tail) and isinstance(tail[-1], ev.RunForked)
+
+    def going_live() -> list[ev.Event]:
+        events: list[ev.Event] = (
+            []
+            if fresh_fork
+            else [ev.RunResumed(dropped_torn_line=bool(run.torn), model=config.model)]
+        )
+        events += [ev.Notice(level="warning", message=n) for n in notes]
+        return events
+
+    controller.catch_up(list(run.events), going_live)
+    return controller
+
+
+# --- fork ------------------------------------------------------------------------------
+
+
+def _step_index(events: list[ev.Event], step: int) -> int:
+    for i, event in enumerate(events):
+        if isinstance(event, ev.StepStarted) and event.agent != "supervisor" and event.step == step:
+            return i
+    steps = [e.step for e in events if isinstance(e, ev.StepStarted) and e.agent != "supervisor"]
+    have = f"steps 1 to {max(steps)}" if steps else "no agent steps"
+    raise ResumeError(f"--at {step}: the run has {have}")
+
+
+def _edited_prefix(
+    events: list[ev.Event], start: int, edit: dict[str, Any]
+) -> tuple[list[ev.Event], dict[str, Any]]:
+    """The log up to the model's answer at the step, with its first tool call replaced."""
+    for i in range(start, len(events)):
+        call = events[i]
+        if isinstance(call, ev.ModelCall) and call.purpose == "turn":
+            break
+    else:
+        raise ResumeError("--edit-action: the model never answered at that step")
+    if not call.tool_calls:
+        raise ResumeError("--edit-action: the model made no tool call at that step")
+    first = dict(call.tool_calls[0])
+    if "arguments" in edit and isinstance(edit["arguments"], dict):
+        tool = str(edit.get("tool") or edit.get("name") or first["name"])
+        arguments = edit["arguments"]
+    else:
+        tool, arguments = str(first["name"]), edit
+    first.update(name=tool, arguments=arguments, raw_arguments=json.dumps(arguments))
+    first.pop("parse_error", None)
+    edited = call.model_copy(deep=True)
+    edited.tool_calls = [first, *call.tool_calls[1:]]
+    edited.text = call.text
+    return [*events[:i], edited], {"tool": tool, "arguments": arguments}
+
+
+def _link_tree(source: Path, target: Path) -> None:
+    """Share the source run's snapshot objects (hard links where the disk allows)."""
+    if not source.is_dir():
+        return
+    for root, _, files in os.walk(source):
+        dest_root = target / Path(root).relative_to(source)
+        dest_root.mkdir(parents=True, exist_ok=True)
+        for name in files:
+            src, dst = Path(root) / name, dest_root / name
+            if dst.exists():
+                continue
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+
+
+def _attempts_at_the_cut(
+    source: RecordedRun, prefix: list[ev.Event], run_dir: Path, at_step: int
+) -> list[ev.Event]:
+    """A search's attempts in the fork: those that had ended by the step are shared with
+    the source (their folders no longer change: hard links), so the fork can build on
+    and submit them; one still running then is recorded lost in the fork, since what it
+    did after that point belongs to the source's timeline, not the fork's."""
+    from mlra.agent.loop.attempts import ATTEMPTS_DIR
+
+    tree = fold(prefix).attempts
+    lost: list[ev.Event] = []
+    seq = max((e.seq for e in prefix), default=0)
+    t = max((e.t for e in prefix), default=0.0)
+    for node in tree.nodes.values():
+        if node.finished is not None:
+            _link_tree(source.run_dir / ATTEMPTS_DIR / node.id, run_dir / ATTEMPTS_DIR / node.id)
+            continue
+        seq += 1
+        lost.append(
+            ev.AttemptFinished(
+                seq=seq,
+                ts=prefix[-1].ts if prefix else 0.0,
+                t=t,
+                attempt=node.id,
+                parent=node.parent,
+                status="lost",
+                why=f"it was running when the run was forked at step {at_step}; what it "
+                "did after that belongs to the run forked from",
+            )
+        )
+    return lost
+
+
+def fork_run(
+    source: RecordedRun,
+    task: TaskSpec,
+    *,
+    at_step: int,
+    run_dir: Path,
+    model: str,
+    edit_action: dict[str, Any] | None = None,
+    message: str | None = None,
+    ready: Callable[[], None] | None = None,
+) -> RecordedRun:
+    """Make the new run's folder: the log up to the step, and the workspace as it was.
+    `ready` is called once the fork is known to be possible, before anything is written
+    (the CLI asks the model server there, so a refusal leaves no folder)."""
+    if source.started.model == "baseline" and edit_action is not None:
+        raise ResumeError("--edit-action: the baseline agent follows its recipe; nothing to edit")
+    if source.started.model == "baseline" and message is not None:
+        raise ResumeError(f"--message: {BASELINE_READS_NO_MESSAGES}")
+    index = _step_index(source.events, at_step)
+    prefix = list(source.events[:index])
+    edited = None
+    if edit_action is not None:
+        prefix, edited = _edited_prefix(source.events, index, edit_action)
+        prefix = [*source.events[:index], *prefix[index:]]
+    # Earlier endings (a stop, then a resume) stay: the copy keeps every event up to
+    # the step, numbering included, so it reads as whole (`seq` 1, 2, 3...).
+    if ready is not None:
+        ready()
+    run_dir.parent.mkdir(parents=True, exist_ok=True)
+    run_dir.mkdir(mode=0o700, exist_ok=False)  # private, as RunController.prepare makes it
+    workspace = run_dir / "workspace"
+    workspace.mkdir()
+    _link_tree(source.run_dir / SNAPSHOTS_DIR, run_dir / SNAPSHOTS_DIR)
+    history = WorkspaceHistory(source.events, SnapshotStore(source.run_dir))
+    cut_seq = max((e.seq for e in source.events[:index]), default=0)
+    missing = history.restore(
+        cut_seq, workspace, fallbacks=[source.run_dir / "workspace", *task.starter_paths()]
+    )
+    prefix += _attempts_at_the_cut(source, prefix, run_dir, at_step)
+    # The copy keeps the source's numbering and times; the fork's own events follow.
+    with open(run_dir / EVENTS_FILE, "wb") as f:
+        for event in prefix:
+            f.write(encode_stored(event))
+    log = EventLog(run_dir / EVENTS_FILE, start_seq=max((e.seq for e in prefix), default=0))
+    elapsed = max((e.t for e in prefix), default=0.0)
+    try:
+        forked: list[ev.Event] = [
+            ev.RunForked(
+                run_id=run_dir.name,
+                source_run=source.started.run_id,
+                source_dir=str(source.run_dir),
+                at_step=at_step,
+                model=model,
+                edited_action=edited,
+                message=message,
+                missing_files=missing,
+                not_recorded=history.not_recorded(cut_seq),
+            )
+        ]
+        if message:
+            forked.append(ev.Control(action="inject", target="worker", text=message))
+        for event in forked:
+            event.t = elapsed
+            log.append(event)
+    finally:
+        log.close()
+    return load_run(run_dir)

@@ -1,0 +1,174 @@
+"""The runs a comparison reads: each folder's log folded once, into what every view of
+the comparison shows (its outcome, its settings, its prompts, its curves).
+
+Read from the log alone (never result.json), so a run still going compares as it is now
+and a run recorded by an older mlra compares with the fields its log has.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
+from mlra.agent.record.run_result import result_of
+from mlra.agent.record.state import fold
+from mlra.batch.curves import Series, run_series, validation_points
+from mlra.batch.state import RUNS
+
+MAX_RUNS = 10
+"""Runs compared at once: columns a person can still read side by side."""
+
+
+NOT_SETTINGS = frozenset({"run_id", "runs_dir", "task", "model"})
+"""Config keys that name the run or where it was written, not how it ran (the task and
+the model have rows of their own)."""
+
+
+class CompareError(ValueError):
+    """Bad input to a comparison, in one line a person reads."""
+
+
+@dataclass
+class ComparedRun:
+    id: str
+    run_dir: Path
+    task: str = ""
+    model: str = ""
+    status: str = ""
+    """`finished`, `stopped`, `error`, or `running` (its log is held open), or
+    `interrupted` (no ending and no writer)."""
+    reason: str = ""
+    metric: str | None = None
+    higher_is_better: bool | None = None
+    score: float | None = None
+    normalized: float | None = None
+    success: bool | None = None
+    direction_known: bool = True
+    self_reported: bool = False
+    metrics: dict[str, float] = field(default_factory=dict)
+    """The grading's other numbers (by name), a metric `--metric` may pick."""
+    best_validation: float | None = None
+    validation_metric: str | None = None
+    validation_higher_is_better: bool | None = None
+    validations: list[tuple[float, float]] = field(default_factory=list)
+    """(run clock seconds, score) of each graded validation, in order."""
+    tried: int | None = None
+    """A search's attempts: tried, validated and buggy (None: one line of work)."""
+    validated: int | None = None
+    buggy: int | None = None
+    duration_s: float = 0.0
+    tokens: int = 0
+    tokens_estimated: bool = False
+    cost_usd: float = 0.0
+    settings: dict[str, str] = field(default_factory=dict)
+    """`run_started`'s config flattened (`fetch.allow_hosts`), with the mlra version and
+    the sandbox's isolation: the rows a settings diff compares."""
+    prompts: list[tuple[str, str]] = field(default_factory=list)
+    """(who and when, text) of every non-empty prompt the log recorded (`step_started`)."""
+    series: list[Series] = field(default_factory=list)
+
+    @property
+    def submission_dir(self) -> Path:
+        return self.run_dir / "submission"
+
+
+def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
+    """Nested settings as one row each (`fetch.allow_hosts`), values as short JSON."""
+    out: dict[str, str] = {}
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict) and value:
+            out.update(flatten(value, f"{name}."))
+        else:
+            out[name] = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return out
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / EVENTS_FILE).is_file()
+
+
+def expand(paths: list[Path]) -> list[Path]:
+    """Run folders from what was named: a run folder itself, a batch folder (its runs),
+    or a folder of runs (each of them); in the order named, each once."""
+    out: list[Path] = []
+    for path in paths:
+        if is_run_dir(path):
+            found = [path]
+        elif path.is_dir():
+            inner = path / RUNS if (path / RUNS).is_dir() else path
+            found = sorted(p for p in inner.iterdir() if p.is_dir() and is_run_dir(p))
+            if not found:
+                raise CompareError(f"{path}: neither a run folder nor a folder of runs")
+        else:
+            raise CompareError(f"{path}: no such run")
+        out += [p for p in found if p.resolve() not in {q.resolve() for q in out}]
+    return out
+
+
+def load(run_dir: Path) -> ComparedRun:
+    """One run as compared; a log that cannot be read is a CompareError."""
+    log = run_dir / EVENTS_FILE
+    try:
+        events = read_events(log)
+    except (OSError, ValueError, LogDamage) as exc:
+        raise CompareError(f"{run_dir}: its log cannot be read: {exc}") from exc
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    if started is None:
+        raise CompareError(f"{run_dir}: its log has no run_started event")
+    state = fold(events)
+    result = result_of(state)
+    run = ComparedRun(id=started.run_id or run_dir.name, run_dir=run_dir)
+    run.task, run.model = result.task, result.model
+    if state.finished is not None:
+        run.status, run.reason = state.finished.status, state.finished.reason
+    else:
+        run.status = "running" if log_is_live(log) else "interrupted"
+    run.metric, run.higher_is_better = result.metric, result.higher_is_better
+    run.score, run.normalized, run.success = result.score, result.normalized_score, result.success
+    run.direction_known = result.direction_known
+    run.self_reported = bool(result.self_reported) and result.score is not None
+    run.metrics = dict(result.metrics)
+    run.best_validation, run.validation_metric = result.best_validation, result.validation_metric
+    run.validation_higher_is_better = result.validation_higher_is_better
+    checks = [v for _, v in validation_points(events) if v.ok and v.split == "validation"]
+    run.validations = [(v.t, v.score) for v in checks if v.score is not None]
+    if checks and run.validation_metric is None:  # validations no experiment row holds
+        run.validation_metric = checks[-1].metric or None
+        run.validation_higher_is_better = checks[-1].higher_is_better
+        higher = checks[-1].higher_is_better
+        scores = [s for _, s in run.validations]
+        run.best_validation = max(scores) if higher else min(scores)
+    if result.attempts is not None:
+        a = result.attempts
+        run.tried, run.validated, run.buggy = a.tried, a.validated, a.buggy
+    run.duration_s, run.cost_usd = result.duration_s, result.cost_usd
+    run.tokens, run.tokens_estimated = result.tokens, result.tokens_estimated
+    run.settings = {
+        **flatten({k: v for k, v in started.config.items() if k not in NOT_SETTINGS}),
+        "isolation": started.sandbox.isolation,
+        "mlra_version": started.mlra_version or "(older)",
+    }
+    run.prompts = [
+        (f"{e.agent} step {e.step}", e.prompt)
+        for e in events
+        if isinstance(e, ev.StepStarted) and e.prompt.strip()
+    ]
+    run.series = run_series(events)
+    return run
+
+
+def load_all(run_dirs: list[Path]) -> list[ComparedRun]:
+    """The runs to compare: at least two, at most `MAX_RUNS`."""
+    if len(run_dirs) < 2:
+        raise CompareError(f"compare needs at least 2 runs, got {len(run_dirs)}")
+    if len(run_dirs) > MAX_RUNS:
+        raise CompareError(
+            f"compare shows at most {MAX_RUNS} runs side by side, got {len(run_dirs)}: "
+            "name fewer (a batch's runs of one task, say)"
+        )
+    return [load(d) for d in run_dirs]

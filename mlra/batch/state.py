@@ -1,0 +1,218 @@
+"""A batch's state, derived from its run folders alone.
+
+The batch keeps no state file of its own: whether a run is done, live, dead
+mid-way or failed is read from its event log (and the log's lock, which a live
+run holds), and how often it was tried from the folders of earlier attempts. So
+a batch killed at any moment is resumed by running the same command again.
+
+Layout of a batch folder (run ids: `<task>__<model>__s<seed>-<mac>`, see `run_ids`):
+
+    .mlra-batch-key          the secret the run ids' suffixes are made with (0600);
+                             absent in a folder made before ids were keyed
+    runs/<run-id>/           the current attempt of each run (an ordinary run folder)
+    retired/<run-id>__a<n>/  earlier attempts that failed and were retried
+    logs/<run-id>.log        what `mlra run` printed, every attempt under its own
+                             header line (where it ran), growing while it runs
+    logs/<run-id>.json       the run's card: task, model, seed, and why it never
+                             started where it did not (the report's row for a run
+                             with no folder of its own)
+    runs/<run-id>/placement.json   where each start of the attempt ran (Ray: node id
+                             and host); an attempt lost with its node before any of
+                             its folder reached the batch folder is a retired folder
+                             holding only this file, so it counts as an attempt
+
+Which endings are retried: only failures that say nothing about the agent (an
+internal error, a model provider that failed, a run that never started). A run
+that ended by itself without a score (the deadline, a budget, no submission) is
+final: retrying exactly those would bias a batch's mean upwards.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ValidationError
+
+from mlra import events as ev
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
+from mlra.agent.record.run_progress import glance
+from mlra.agent.record.state import fold
+
+RUNS, RETIRED, LOGS = "runs", "retired", "logs"
+PLACEMENT = "placement.json"
+
+Kind = Literal["pending", "running", "finished", "unscored", "failed", "interrupted"]
+"""`unscored`: ended for good without a score (deadline, budget, no submission, a
+submission that scored nothing); not retried. `failed`: retried up to the limit."""
+
+
+@dataclass
+class RunStatus:
+    run_id: str
+    kind: Kind
+    reason: str = ""
+    """Why a run failed or did not finish (`error`, `budget`, `no score`, ...)."""
+    detail: str = ""
+    attempts: int = 0
+    """Starts so far: retired attempts, the current one and its resumes."""
+    retries: int = 0
+    """Attempts started afresh after a failed one (the retired folders)."""
+    cost_usd: float = 0.0
+    score: float | None = None
+    metric: str = ""
+    """The score's metric, as the task's evaluator names it."""
+    glance: str = ""
+    """A running run's clock and newest progress, from its log (agent/record/run_progress.py)."""
+
+
+def retired_attempts(out: Path, run_id: str) -> list[Path]:
+    folder = out / RETIRED
+    if not folder.is_dir():
+        return []
+    return sorted(folder.glob(f"{run_id}__a*"), key=lambda p: int(p.name.rsplit("__a", 1)[1]))
+
+
+def run_status(out: Path, run_id: str) -> RunStatus:
+    retired = retired_attempts(out, run_id)
+    earlier = len(retired)
+    run_dir = out / RUNS / run_id
+    log = run_dir / EVENTS_FILE
+    if not log.is_file():
+        if run_dir.exists():
+            return RunStatus(
+                run_id, "failed", "error", "no event log", attempts=earlier + 1, retries=earlier
+            )
+        status = RunStatus(run_id, "pending", attempts=earlier, retries=earlier)
+        last = read_placements(retired[-1]) if retired else []
+        if last and last[-1].outcome:  # the last attempt was lost before it had a folder here
+            status.reason, status.detail = last[-1].outcome, last[-1].detail
+        return status
+    live = log_is_live(log)
+    try:
+        events = read_events(log)
+    except LogDamage as exc:
+        return RunStatus(run_id, "failed", "error", str(exc), attempts=earlier + 1, retries=earlier)
+    resumes = sum(isinstance(e, ev.RunResumed) for e in events)
+    state = fold(events)
+    attempts = earlier + 1 + resumes
+    status = RunStatus(
+        run_id, "running", attempts=attempts, retries=earlier, cost_usd=state.cost_usd
+    )
+    if live:
+        status.glance = glance(events, state.elapsed_s)
+        return status
+    finished, evaluation = state.finished, state.evaluation
+    if finished is None:
+        status.kind, status.reason = "interrupted", "unfinished"
+    elif finished.status == "stopped" and finished.reason == "stopped" and evaluation is None:
+        # Stopped without evaluating: what a batch's Ctrl-C does to its runs.
+        status.kind, status.reason = "interrupted", "stopped"
+    elif finished.status == "finished" and evaluation is not None and evaluation.score is not None:
+        status.kind, status.score = "finished", evaluation.score
+        status.metric = evaluation.metric
+    elif finished.status == "finished":
+        # The run ended by itself (the agent, the deadline, a budget) with no score:
+        # that is its outcome, and another try would only be a second draw.
+        status.kind = "unscored"
+        status.reason = "no score" if finished.reason == "submitted" else finished.reason
+        status.detail = (evaluation.error if evaluation else None) or finished.message
+    elif finished.reason == "replay_diverged":
+        # A replay that departs from its recording departs again: no retry.
+        status.kind = "unscored"
+        status.reason, status.detail = finished.reason, finished.message
+    else:
+        status.kind = "failed"
+        status.reason, status.detail = finished.reason, finished.message
+    return status
+
+
+def batch_status(out: Path, run_ids: list[str]) -> dict[str, RunStatus]:
+    return {run_id: run_status(out, run_id) for run_id in run_ids}
+
+
+def retire(out: Path, run_id: str) -> Path:
+    """Move a failed attempt aside so the run can start afresh under its own id."""
+    n = len(retired_attempts(out, run_id)) + 1
+    target = out / RETIRED / f"{run_id}__a{n}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    (out / RUNS / run_id).rename(target)
+    return target
+
+
+class RunCard(BaseModel):
+    """What the batch knows of a run before it has a folder: enough for its report row."""
+
+    run_id: str
+    task: str
+    model: str
+    seed: int
+    not_started: str | None = None
+    """Why it never started, where it did not (`resources`, `usage`)."""
+    detail: str = ""
+
+
+def write_card(out: Path, card: RunCard) -> None:
+    path = out / LOGS / f"{card.run_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(card.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
+
+
+def read_cards(out: Path) -> dict[str, RunCard]:
+    """The batch's run cards by run id (none for a plain runs folder)."""
+    cards: dict[str, RunCard] = {}
+    folder = out / LOGS
+    if not folder.is_dir():
+        return cards
+    for path in sorted(folder.glob("*.json")):
+        try:
+            card = RunCard.model_validate_json(path.read_bytes())
+        except (OSError, ValidationError):
+            continue  # not a card (or a damaged one): the run's own folder still counts
+        cards[card.run_id] = card
+    return cards
+
+
+class Placement(BaseModel):
+    """One start of an attempt on a node, and how it ended where the run could not say."""
+
+    node_id: str
+    host: str
+    ip: str = ""
+    started_at: float = 0.0
+    outcome: str = ""
+    """`node lost` when the attempt ended with its node; empty when the run itself ended."""
+    detail: str = ""
+
+    @property
+    def where(self) -> str:
+        return f"{self.host} (node {self.node_id[:8]})"
+
+
+def read_placements(folder: Path) -> list[Placement]:
+    try:
+        data = json.loads((folder / PLACEMENT).read_text(encoding="utf-8"))
+        return [Placement.model_validate(p) for p in data]
+    except (OSError, ValueError, TypeError, ValidationError):
+        return []
+
+
+def add_placement(folder: Path, placement: Placement) -> None:
+    """Append to the folder's placements (written whole, then renamed over)."""
+    entries = [*read_placements(folder), placement]
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / (PLACEMENT + ".tmp")
+    tmp.write_text(json.dumps([p.model_dump() for p in entries], indent=2) + "\n", encoding="utf-8")
+    tmp.replace(folder / PLACEMENT)
+
+
+def lost_attempt(out: Path, run_id: str, placement: Placement) -> Path:
+    """An attempt that left nothing in the batch folder: a retired folder of its placement."""
+    n = len(retired_attempts(out, run_id)) + 1
+    folder = out / RETIRED / f"{run_id}__a{n}"
+    add_placement(folder, placement)
+    return folder

@@ -1,0 +1,341 @@
+"""`mlra batch` and `mlra report`.
+
+Only argparse is imported at the top: `mlra --help` builds these parsers and
+must stay fast. Bad input is one line and exit status 2 (the console's
+`UsageError`), before any run starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+
+def _csv(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def add_batch_commands(sub: Any) -> None:
+    from mlra.console.cli.fetch_args import add_fetch_args
+    from mlra.console.text.args import add_budget_args, positive_int
+
+    batch = sub.add_parser(
+        "batch",
+        help="run tasks x models x seeds headless, resumably, and report",
+        description="Run every task x model x seed combination headless, each an ordinary run "
+        "with its own folder. Running the same command again skips finished runs, resumes "
+        "interrupted ones and retries failed ones.",
+    )
+    batch.add_argument("file", nargs="?", type=Path, metavar="FILE", help="a TOML batch file")
+    batch.add_argument("--tasks", type=_csv, metavar="A,B", help="task names or folders")
+    batch.add_argument(
+        "--models", type=_csv, metavar="M1,M2", help="models, as `mlra run` takes them"
+    )
+    batch.add_argument(
+        "--seeds", type=positive_int, metavar="N", help="runs per task and model (default 1)"
+    )
+    batch.add_argument("--parallel", type=positive_int, metavar="N", help="at most N runs at once")
+    batch.add_argument(
+        "--executor", choices=["local", "ray"], help="where runs execute (default local)"
+    )
+    batch.add_argument(
+        "--ray-address", metavar="ADDR", help="a Ray cluster (default: start Ray here)"
+    )
+    batch.add_argument(
+        "--out", type=Path, metavar="DIR", help="the batch folder (on Ray, shared storage or not)"
+    )
+    batch.add_argument("--base-url", help="an OpenAI-compatible server for the non-baseline models")
+    batch.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        metavar="N",
+        help="starts per run, resumes and retries included (default 3)",
+    )
+    batch.add_argument("--isolation", choices=["auto", "bwrap", "none"])
+    batch.add_argument(
+        "--ungraded",
+        action="store_true",
+        default=None,
+        help="run tasks this machine cannot grade all the same (each run `mlra run "
+        "--ungraded`); without it such a task is refused before any run starts",
+    )
+    add_fetch_args(batch, whose="each run")
+    from mlra.console.cli.notify_args import add_notify_arg
+
+    add_notify_arg(
+        batch,
+        help="tell you as each run ends for good (with its score) and as the batch ends: "
+        "bell, desktop, cmd:COMMAND (the notification as JSON on its stdin), or an "
+        "http(s):// webhook URL (a JSON POST); sent by this process, never by the runs",
+    )
+    add_budget_args(batch, whose="each run", default="the batch file's, else the task's")
+    batch.add_argument(
+        "--direction",
+        choices=("higher", "lower"),
+        help="which way the tasks' metric improves, for folders whose own files do not say "
+        "(per task: `direction` in [overrides.<task>])",
+    )
+    batch.add_argument(
+        "--search",
+        choices=("none", "greedy", "llm"),
+        help="each run searches over attempts (`mlra run --search`; per task: `search` in "
+        "[overrides.<task>])",
+    )
+    batch.add_argument(
+        "--attempts",
+        type=positive_int,
+        metavar="N",
+        help="with --search: attempts each run makes at most (not --max-attempts, which "
+        "counts starts of a run)",
+    )
+    batch.add_argument(
+        "--attempts-parallel",
+        type=positive_int,
+        metavar="K",
+        help="with --search: attempts each run has running at once",
+    )
+    batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
+    batch.set_defaults(func=cmd_batch)
+
+    report = sub.add_parser(
+        "report",
+        help="tables and plots of a batch's runs",
+        description="Write report.md, report.csv, report.json and PNG plots from a batch "
+        "folder's runs alone.",
+    )
+    report.add_argument("dir", type=Path, metavar="DIR", help="a batch folder (or a runs folder)")
+    report.add_argument("--no-plots", action="store_true", help="tables only")
+    report.add_argument(
+        "--attempt",
+        choices=["first", "last"],
+        default="first",
+        help="which attempt of each seed the means count: the first that started (default; "
+        "retrying cannot move a mean) or the last",
+    )
+    report.set_defaults(func=cmd_report)
+
+
+def _spec(args: argparse.Namespace) -> Any:
+    from mlra.batch.spec import BatchError, Overrides, load_batch_file, parse_spec
+    from mlra.console.text.args import UsageError
+
+    try:
+        data: dict[str, Any] = {}
+        if args.file is not None:
+            data = load_batch_file(args.file).model_dump(exclude_defaults=True)
+        for name in ("tasks", "models", "seeds", "parallel", "executor", "ray_address", "out",
+                     "base_url", "max_attempts", "isolation", "tools",
+                     "allow_hosts", "ungraded"):  # fmt: skip
+            value = getattr(args, name)
+            if value is not None:
+                data[name] = value
+        limits = {
+            "time_limit": f"{args.time_limit:g}s" if args.time_limit else None,
+            "max_steps": args.max_steps,
+            "max_cost": args.max_cost,
+            "max_tokens": args.max_tokens,
+            "direction": args.direction,
+            "search": args.search,
+            "attempts": args.attempts,
+            "attempts_parallel": args.attempts_parallel,
+        }
+        defaults = Overrides.model_validate(data.get("defaults", {}))
+        data["defaults"] = defaults.merged(Overrides(**limits)).model_dump(exclude_none=True)
+        if not data.get("tasks"):
+            raise UsageError("batch: name the tasks (--tasks A,B or `tasks` in the batch file)")
+        if not data.get("models"):
+            raise UsageError(
+                "batch: name the models (--models M1,M2 or `models` in the batch file)"
+            )
+        return parse_spec(data, where=str(args.file or "batch"))
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _check_models(spec: Any) -> None:
+    """A model name or key that is wrong fails here, once, not in every run."""
+    import os
+
+    from mlra.agent.providers import resolve_model
+    from mlra.agent.providers.base import ConfigError
+    from mlra.console.text.args import UsageError
+
+    for model in spec.models:
+        if model.strip() == "baseline":
+            continue
+        try:
+            resolve_model(model, base_url=spec.base_url, env=os.environ)
+        except ConfigError as exc:
+            raise UsageError(f"batch: {exc}") from None
+
+
+def _check_gradable(spec: Any) -> None:
+    """A task this machine cannot grade is refused here, before any run starts (every
+    run of it would end with no score), unless the batch runs them ungraded. A Ray
+    batch's runs are graded where they run, so only the files' verdict counts there."""
+    from mlra.console.cli.needs_cli import UNGRADED_HINT
+    from mlra.console.text.args import UsageError
+    from mlra.tasks.readiness import grading_problems
+    from mlra.tasks.spec import TaskError, find_task
+
+    if spec.ungraded:
+        return
+    refused = []
+    for name in spec.tasks:
+        try:
+            task = find_task(name)
+        except TaskError:
+            continue  # load_tasks said it already
+        if spec.executor == "ray":
+            problems = [task.evaluator.cannot_grade] if task.evaluator.cannot_grade else []
+        else:
+            problems = grading_problems(task)
+        if problems:
+            refused.append(f"{task.name} ({'; '.join(problems)})")
+    if refused:
+        raise UsageError(f"batch: cannot be graded here: {', '.join(refused)} ({UNGRADED_HINT})")
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    import asyncio
+    import sys
+
+    from mlra.batch.progress import make_display
+    from mlra.batch.report import write_report
+    from mlra.batch.report_plots import PLOTS_MISSING, can_plot
+    from mlra.batch.report_tables import group_line
+    from mlra.batch.run_ids import run_names
+    from mlra.batch.runner import BatchRunner
+    from mlra.batch.spec import BatchError, expand, load_tasks
+    from mlra.console.text.args import EXIT_FAILED, EXIT_OK, UsageError
+    from mlra.terminal_text import printable_line
+
+    spec = _spec(args)
+    try:
+        tasks = load_tasks(spec)
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+    _check_models(spec)
+    _check_gradable(spec)
+    if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
+        from mlra.console.text.args import check_isolation
+
+        for model in dict.fromkeys(m.strip() for m in spec.models):
+            check_isolation(spec.isolation or "auto", model)
+    out = spec.out_dir()
+    from mlra.console.text.args import check_writable_dir
+
+    check_writable_dir(out, "--out")
+    try:
+        names = run_names(out)  # the folder's key, made now for a new batch
+    except BatchError as exc:
+        raise UsageError(str(exc)) from None
+    runs = expand(spec, names, tasks)
+    (out / "batch.json").write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    if spec.executor == "ray":
+        try:
+            from mlra.batch.executors.ray import RayExecutor
+            from mlra.batch.executors.ray_connect import ClusterError
+        except ImportError:
+            raise UsageError(
+                "--executor ray: ray is not installed (pip install 'mlra[batch]')"
+            ) from None
+        try:
+            executor: Any = RayExecutor(out, address=spec.ray_address)
+        except ClusterError as exc:
+            raise UsageError(str(exc)) from None
+    else:
+        from mlra.batch.executors.local import LocalExecutor
+
+        executor = LocalExecutor()
+    display = make_display(args.no_tui)
+    runner = BatchRunner(spec, runs, executor, out, listener=display)
+    told = _notifications(out, args.notify, runner.notes)
+    if told is not None:
+        runner.on_settled = told.run_settled
+    print(printable_line(f"batch: {len(runs)} runs in {out}"), flush=True)
+    if told is not None and told.described:
+        print(printable_line(f"batch: notifications go to {told.described}"), flush=True)
+    if names.legacy:
+        print(printable_line(f"note: {out} predates keyed run ids: its runs keep their names"))
+
+    async def go() -> Any:
+        done = await runner.run()
+        if told is not None:
+            told.batch_ended(list(done.statuses.values()), len(runs))
+            await told.drain()  # the batch's end goes out before the process exits
+        return done
+
+    try:
+        progress = asyncio.run(go())
+    finally:
+        display.close()
+        executor.close()
+    for note in runner.notes:
+        print(printable_line(f"note: {note}"))
+    groups = write_report(out)
+    if groups:
+        print("mean ± standard error over seeds, as report.md counts them:")
+        for group in groups:
+            print(f"  {group_line(group)}")
+    if not can_plot():
+        print(PLOTS_MISSING)
+    failed = [s for s in progress.statuses.values() if s.kind != "finished"]
+    for s in failed:
+        detail = f": {s.detail}" if s.detail else ""
+        # An unscored run ended by itself (deadline, no submission...): final, not retried.
+        what = "not scored" if s.kind == "unscored" else "not done"
+        tries = f"{s.attempts} attempt{'' if s.attempts == 1 else 's'}"
+        print(printable_line(f"{what}: {s.run_id} ({s.kind}, {s.reason or '-'}, {tries}){detail}"))
+    unscored = progress.count("unscored")
+    print(
+        f"batch: {progress.count('finished')}/{progress.total} finished "
+        + (f"and {unscored} unscored " if unscored else "")
+        + f"({progress.skipped} already were; {progress.retries} "
+        + ("retry" if progress.retries == 1 else "retries")
+        + (
+            f", {progress.lost} attempt{'' if progress.lost == 1 else 's'} lost with a node"
+            if progress.lost
+            else ""
+        )
+        + ") · "
+        f"report {out / 'report.md'}",
+        flush=True,
+    )
+    sys.stdout.flush()
+    return EXIT_OK if not failed else EXIT_FAILED
+
+
+def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
+    """The batch's own notifications (batch/notify.py), where `--notify` was given: the
+    runs are not told the destinations, so nothing is sent from a cluster's nodes and
+    no token reaches a run's command line or its log."""
+    if not written:
+        return None
+    from mlra.batch.notify import BatchNotifications
+
+    return BatchNotifications(out, written, notes)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    import sys
+
+    from mlra.batch.report import write_report
+    from mlra.batch.report_plots import PLOTS_MISSING, can_plot
+    from mlra.batch.report_rows import collect
+    from mlra.console.text.args import EXIT_OK, UsageError, check_writable_dir
+    from mlra.terminal_text import printable
+
+    folder: Path = args.dir
+    if not folder.is_dir():
+        raise UsageError(f"report: {folder} is not a folder")
+    if not collect(folder):  # checked first, so that no empty report is left behind
+        raise UsageError(f"report: no runs in {folder}, so no report was written")
+    check_writable_dir(folder, "report:")
+    write_report(folder, plots=not args.no_plots, attempt=args.attempt)
+    # Escaped as it was written; again here, in case the file was not written by this mlra.
+    print(printable((folder / "report.md").read_text(encoding="utf-8")), end="")
+    if not args.no_plots and not can_plot():
+        print(PLOTS_MISSING, file=sys.stderr)  # stdout stays report.md's text
+    return EXIT_OK

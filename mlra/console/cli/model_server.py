@@ -1,0 +1,29 @@
+"""The user's model server, asked before a run starts (`mlra run`, `resume`, `fork`).
+
+Kept apart so the three commands refuse alike: a base URL nothing answers at (refused,
+no such host, a TLS failure) is bad input, said in one line with exit status 2 before a
+run folder is made or a run log is written, not as `provider_error` after the model
+call's retries. Only a server the user named is asked (`--base-url`): the vendors' own
+APIs are not contacted before a run, and a failure to reach them is the network's
+state, which the run's retries and its pause on provider failure are for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+
+def limits_or_refused(provider: Any) -> None:
+    """The provider's limits as its server tells them (`discover_limits`), or a UsageError
+    where its server cannot be reached at all. A server that is up but slow or erring is
+    no refusal: the run starts, with the default window and the warning that says so."""
+    from mlra.agent.providers.server_window import ServerUnreachable
+    from mlra.console.text.args import UsageError
+
+    if provider is None:
+        return
+    try:
+        asyncio.run(provider.discover_limits())
+    except ServerUnreachable as exc:
+        raise UsageError(str(exc)) from None

@@ -1,0 +1,246 @@
+"""`mlra resume` and `mlra fork`: a run goes on from its log (see agent/run/resume.py).
+
+Kept apart from console/cli/cli.py so the commands' flags and their checks read
+together; like the rest of the CLI, nothing heavy is imported before a
+command runs, and bad input gets one line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_resume_commands(sub: Any) -> None:
+    from mlra.console.cli.notify_args import add_notify_arg
+    from mlra.console.text.args import add_budget_args, positive_int
+
+    def common(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
+        p.add_argument("--json", action="store_true", help="print the new events as JSON lines")
+        p.add_argument(
+            "-v", "--verbose", action="store_true", help="headless: stream command output"
+        )
+        p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
+        add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
+        add_notify_arg(p)
+
+    resume = sub.add_parser(
+        "resume",
+        help="continue a run that crashed, was killed or was stopped",
+        description="Continue a run in its own folder: same plan, histories and workspace; "
+        "the clock counts the time already spent.",
+    )
+    resume.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    resume.add_argument("--model", help="go on with another model (default: the run's own)")
+    common(resume)
+    resume.set_defaults(func=cmd_resume)
+
+    fork = sub.add_parser(
+        "fork",
+        help="start a new run from a recorded run's state at a step",
+        description="Start a new run from the state before agent step STEP of a recorded run: "
+        "its workspace as it was, its histories up to there.",
+    )
+    fork.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    fork.add_argument("--at", type=positive_int, required=True, metavar="STEP")
+    fork.add_argument("--model", help="the model from there on (default: the run's own)")
+    fork.add_argument(
+        "--edit-action",
+        metavar="JSON",
+        help='replace the action taken at STEP: {"tool": "bash", "arguments": {...}} '
+        "or the arguments alone",
+    )
+    fork.add_argument("--message", metavar="TEXT", help="a message to the worker at the fork")
+    fork.add_argument(
+        "--runs-dir", type=Path, help="where the new run goes (default: beside the source)"
+    )
+    fork.add_argument("--run-id", help="name the new run's folder")
+    common(fork)
+    fork.set_defaults(func=cmd_fork)
+
+
+def _provider(model: str, base_url: str | None, config: Any) -> Any:
+    """The model a resumed or forked run goes on with, set as the run was: the
+    temperature, seed, output budget and tool-call mode it recorded, and its context
+    window where the user set it (a window learnt from a server is learnt again, by
+    `limits_or_refused` once the run is known to go on, before anything is written)."""
+    from mlra.agent.providers import ModelSettings, resolve_model
+    from mlra.agent.providers.base import ConfigError
+    from mlra.console.text.args import UsageError
+
+    if model == "baseline":
+        return None
+    settings = ModelSettings(
+        context_window=config.context_window if config.context_window_from == "setting" else None,
+        max_output_tokens=config.max_output_tokens,
+        temperature=config.temperature,
+        seed=config.seed,
+        tool_calls=config.tool_calls,
+    )
+    try:
+        return resolve_model(model, base_url=base_url, env=os.environ, settings=settings)
+    except ConfigError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _task_of(run: Any) -> Any:
+    from mlra.console.text.args import UsageError
+    from mlra.tasks.spec import TaskError, find_task
+
+    for name in (run.started.task_dir, run.started.task):
+        if not name:
+            continue
+        try:
+            return find_task(name)
+        except TaskError:
+            continue
+    raise UsageError(f"the run's task {run.started.task!r} is not available here")
+
+
+def _load(run_dir: Path) -> Any:
+    from mlra.agent.run.resume import ResumeError, load_run
+    from mlra.console.text.args import UsageError
+
+    try:
+        return load_run(run_dir)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"on_provider_failure": "pause" if use_tui else "end"}
+    if args.notify:  # never recorded: given again on each resume
+        out["notify"] = args.notify
+    for flag, key in (
+        ("time_limit", "time_limit_s"),
+        ("max_steps", "max_steps"),
+        ("max_cost", "max_cost_usd"),
+        ("max_tokens", "max_tokens"),
+        ("base_url", "base_url"),
+    ):
+        if getattr(args, flag) is not None:
+            out[key] = getattr(args, flag)
+    return out
+
+
+def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui: bool) -> int:
+    from mlra.console.apps.headless_run import run_headless
+
+    if use_tui:
+        try:
+            from mlra.console.apps.app import continue_in_console
+        except ImportError:
+            use_tui = False
+        else:
+            return continue_in_console(controller, recorded)
+    return run_headless(
+        controller.config,
+        controller.task,
+        controller.provider,
+        json_lines=args.json,
+        verbose=args.verbose,
+        controller=controller,
+    )
+
+
+def _use_tui(args: argparse.Namespace) -> bool:
+    return not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    from mlra.agent.run.resume import ResumeError, resume_controller
+    from mlra.console.cli.model_server import limits_or_refused
+    from mlra.console.text.args import UsageError
+
+    run = _load(args.run_dir)
+    task = _task_of(run)
+    model = args.model or run.config.model
+    use_tui = _use_tui(args)
+    overrides = _overrides(args, use_tui) | {"model": model}
+    provider = _provider(model, args.base_url or run.config.base_url, run.config)
+    try:
+        # A run that cannot go on is said first, whatever its server; the server is
+        # asked before the log is reopened (a torn line dropped).
+        controller = resume_controller(
+            run, task, provider, overrides=overrides, ready=lambda: limits_or_refused(provider)
+        )
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+    if not args.json:
+        print(
+            f"resuming {run.run_dir.name} after {len(run.events)} events "
+            f"({run.elapsed_s:.0f} s of {controller.time_limit_s:.0f} s used)"
+            + ("; dropped a half-written last line" if run.torn else ""),
+            flush=True,
+        )
+    return _go(controller, run.events, args, use_tui)
+
+
+def cmd_fork(args: argparse.Namespace) -> int:
+    from mlra.agent.run.controller import new_run_id
+    from mlra.agent.run.resume import ResumeError, fork_run, resume_controller
+    from mlra.console.cli.model_server import limits_or_refused
+    from mlra.console.text.args import UsageError, check_run_id, check_writable_dir
+
+    check_run_id(args.run_id)
+    source = _load(args.run_dir)
+    task = _task_of(source)
+    model = args.model or source.config.model
+    edit = None
+    if args.edit_action is not None:
+        try:
+            edit = json.loads(args.edit_action)
+        except json.JSONDecodeError as exc:
+            raise UsageError(f"--edit-action is not JSON: {exc.msg}") from None
+        if not isinstance(edit, dict):
+            raise UsageError("--edit-action must be a JSON object")
+    use_tui = _use_tui(args)
+    provider = _provider(model, args.base_url or source.config.base_url, source.config)
+    runs_dir = args.runs_dir or source.run_dir.parent
+    run_id = args.run_id or new_run_id(task.name)
+    if (runs_dir / run_id).exists():
+        raise UsageError(f"run folder {runs_dir / run_id} already exists")
+    check_writable_dir(runs_dir, "--runs-dir")
+    try:
+        forked = fork_run(
+            source,
+            task,
+            at_step=args.at,
+            run_dir=runs_dir / run_id,
+            model=model,
+            edit_action=edit,
+            message=args.message,
+            # A server nothing answers at: refused once the fork is possible, before its
+            # folder is made.
+            ready=lambda: limits_or_refused(provider),
+        )
+        overrides = _overrides(args, use_tui) | {"model": model}
+        controller = resume_controller(forked, task, provider, overrides=overrides)
+    except ResumeError as exc:
+        raise UsageError(str(exc)) from None
+    from mlra import events as ev
+
+    fork_event = next(e for e in reversed(forked.events) if isinstance(e, ev.RunForked))
+    if not args.json:
+        missing = fork_event.missing_files
+        from mlra.terminal_text import printable_line
+
+        print(
+            printable_line(  # the workspace's file names: shown, not obeyed
+                f"forked {source.run_dir.name} at step {args.at} into {run_id}"
+                + (
+                    f"; not restored (recorded by hash only): {', '.join(missing)}"
+                    if missing
+                    else ""
+                )
+            ),
+            flush=True,
+        )
+        for gap in fork_event.not_recorded:  # mlra's own counts and reasons
+            print(f"  not restored, as it was never recorded: {gap}", flush=True)
+    return _go(controller, forked.events, args, use_tui)

@@ -1,0 +1,131 @@
+"""`mlra tasks`: the task list, one task shown, and the sub-actions on task folders
+(import, prepare, clear-baseline, env), each of which lives in its own module.
+
+Apart from console/cli/cli.py, which keeps `main` and the list of commands.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from mlra.console.text.args import EXIT_OK, UsageError
+
+
+def add_tasks_command(sub: Any) -> None:
+    tasks = sub.add_parser(
+        "tasks",
+        help="list the tasks, or show one",
+        description="List the tasks (`mlra tasks`), or show one (`mlra tasks NAME`, "
+        "or `mlra tasks show NAME`): its prompt, metric, rules and what it needs. NAME may "
+        "be an MLAgentBench or MLRC-Bench task folder; `mlra tasks import PATH OUT` writes "
+        "one as an mlra task folder; `mlra tasks prepare PATH` prepares one (its prepare.py, "
+        "once), checks the copy holds data, and says what its code imports and downloads "
+        "that this machine lacks; `mlra tasks clear-baseline PATH [RUN_ID]` forgets the "
+        "baseline runs recorded for a folder (all, or one); `mlra tasks env PATH` builds a "
+        "task's own Python environment (its declared requirements) where none is cached "
+        "and says where it is.",
+    )
+    tasks.add_argument(
+        "action", nargs="?", default="list", metavar="NAME", help="a task to show (default: list)"
+    )
+    tasks.add_argument("name", nargs="?", help=argparse.SUPPRESS)
+    tasks.add_argument("out", nargs="?", help=argparse.SUPPRESS)  # tasks import PATH OUT
+    tasks.set_defaults(func=cmd_tasks)
+
+
+def _reference(score: float | None) -> str:
+    return "unknown" if score is None else f"{score:g}"
+
+
+def load_task_named(name: str) -> Any:
+    """The task a name or folder names, or one line saying why there is none."""
+    from mlra.tasks.spec import TaskError, find_task
+
+    try:
+        return find_task(name)
+    except TaskError as exc:
+        raise UsageError(str(exc)) from None
+
+
+def cmd_tasks(args: argparse.Namespace) -> int:
+    from mlra.tasks.challenge import rule_lines
+    from mlra.tasks.readiness import blockers, needs
+    from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
+    from mlra.tasks.success import success_bar
+    from mlra.terminal_text import printable, printable_line
+
+    if args.action == "env":
+        from mlra.console.cli.env_cli import cmd_tasks_env
+
+        return cmd_tasks_env(args)
+    if args.action == "import":
+        from mlra.console.cli.foreign_cli import cmd_tasks_import
+
+        return cmd_tasks_import(args)
+    if args.action == "clear-baseline":
+        from mlra.console.cli.baseline_cli import cmd_tasks_clear_baseline
+
+        return cmd_tasks_clear_baseline(args)
+    if args.action == "prepare":
+        from mlra.console.cli.needs_cli import cmd_tasks_prepare
+
+        return cmd_tasks_prepare(args)
+    if args.out is not None:
+        raise UsageError(f"tasks: unexpected {args.out!r}")
+    if args.action not in ("list", "show"):  # `mlra tasks NAME` shows NAME
+        if args.name is not None:
+            raise UsageError(f"tasks: one task at a time (got {args.action!r} and {args.name!r})")
+        args.action, args.name = "show", args.action
+    elif args.action == "list" and args.name is not None:
+        raise UsageError(f"tasks list takes no name (to show one: `mlra tasks {args.name}`)")
+    if args.action == "show":
+        if not args.name:
+            raise UsageError("tasks show: name a task (see `mlra tasks`)")
+        from mlra.console.cli.foreign_cli import list_benchmark_folder
+
+        if list_benchmark_folder(Path(args.name)):  # a folder of MLAgentBench tasks, say
+            return EXIT_OK
+        task = load_task_named(args.name)
+        print(printable(task.render_prompt()))  # a task file's text: shown, not obeyed
+        m = task.metric
+        way = "higher" if m.higher_is_better else "lower"
+        print(
+            f"metric:     {m.name} ({f'{way} is better' if m.direction_known else 'direction unknown'}"
+            + (", self-reported" if m.self_reported else "")
+            + f"); baseline {_reference(m.baseline)}, top reference {_reference(m.top)}"
+        )
+        print(
+            f"success:    {success_bar(m) or m.success_rule + ' (a reference it needs is unset)'}"
+        )
+        print(f"graded by:  {task.evaluator.kind} on {task.evaluator.artifact}")
+        if task.files.read_only:
+            print("read-only:  " + ", ".join(task.files.read_only))
+        rules = task.constraints.model_dump(exclude_defaults=True)
+        if rules:
+            print("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
+        for line in rule_lines(task.challenge):
+            print(printable(line))
+        print(
+            f"needs:      {needs(task)}"
+            + (f"; data: {task.resources.data}" if task.resources.data else "")
+        )
+        from mlra.console.cli.foreign_cli import foreign_lines
+        from mlra.console.cli.needs_cli import machine_line, needs_lines
+
+        print(machine_line(task, blockers(task)))
+        for line in foreign_lines(task) + needs_lines(task):
+            print(printable(line))
+        return EXIT_OK
+    for folder in builtin_task_dirs():
+        try:
+            task = load_task(folder)
+        except TaskError as exc:
+            print(printable_line(f"{folder.name:<24} BROKEN: {exc}"))
+            continue
+        problems = blockers(task)
+        status = "ready" if not problems else "cannot run here now: " + "; ".join(problems)
+        print(printable_line(f"{task.name:<24} {task.title}"))
+        print(f"{'':<24} needs {needs(task)} · {status}")
+    return EXIT_OK

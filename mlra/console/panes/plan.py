@@ -1,0 +1,214 @@
+"""The Plan pane: the supervisor's plan with each step's status, the current
+subtask highlighted, and the supervisor's latest messages and revisions.
+
+The supervisor's failed calls (an `update_plan` with arguments it cannot read, an
+`assign_subtask` of a step the plan lacks) show among its messages: the
+transcript leaves its calls out, and a supervisor going round in circles should
+be seen. Once the run has ended no step shows as still going: the marks are read
+from the ending (`run_finished`), so a replay shows the same as the live console.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from typing import Unpack
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Vertical, VerticalScroll
+from textual.css.query import NoMatches
+from textual.widgets import Static
+
+from mlra import events as ev
+from mlra.agent.record.recording import KILLED_BY_RUN_END
+from mlra.agent.record.state import RunState
+from mlra.console.panes import WidgetOptions, redraw
+from mlra.durations import format_duration
+from mlra.terminal_text import printable, printable_line
+
+MARKS = {
+    "pending": ("○", "dim"),
+    "in_progress": ("▶", "bold yellow"),
+    "done": ("✓", "green"),
+    "failed": ("✗", "red"),
+    "skipped": ("–", "dim"),
+}
+MAX_MESSAGES = 30
+ENDED_MARKS = {
+    "in_progress": ("■", "red", "not finished: the run ended ({reason})"),
+    "pending": ("○", "dim", "not started: the run ended ({reason})"),
+}
+"""A step still open when the run ended without submitting, and what it says."""
+SUBMITTED_MARKS = {
+    "in_progress": ("✓", "green", "open when the run submitted"),
+    "pending": ("–", "dim", "not started: the run submitted"),
+}
+"""A step still open when the agent submitted: the work it was on went in."""
+SUBMIT_STEP = re.compile(r"\bsubmit", re.IGNORECASE)
+"""A plan step about submitting: a submitted run did it, whatever its status says (a
+supervisor submits before it marks the step done)."""
+
+
+def step_mark(step: ev.PlanStep, finished: ev.RunFinished | None) -> tuple[str, str, str]:
+    """(mark, style, note) of a plan step, as the run's ending leaves it."""
+    mark, style = MARKS[step.status]
+    if finished is None or step.status not in ("in_progress", "pending"):
+        return mark, style, ""
+    if finished.reason == "submitted":
+        if SUBMIT_STEP.search(step.title):
+            return "✓", "green", "done: the run submitted"  # its submission was this step
+        return SUBMITTED_MARKS[step.status]
+    ended_mark, ended_style, note = ENDED_MARKS[step.status]
+    return ended_mark, ended_style, note.format(reason=finished.reason)
+
+
+def wrapped_lines(plan: list[ev.PlanStep], width: int) -> int:
+    """About how many lines the steps take wrapped at `width` (mark, note and ending included)."""
+    if width <= 0:
+        return 0
+    return sum(-(-(len(s.id) + len(s.title) + len(s.note) + 16) // width) for s in plan)
+
+
+def plan_window(state: RunState, room: int) -> tuple[list[ev.PlanStep], int, int]:
+    """The steps to list when only `room` lines fit (0: no limit), with how many were
+    left out before and after: the current step (else the first not yet done) is
+    always among them."""
+    plan = state.plan
+    if room <= 0 or len(plan) <= room:
+        return list(plan), 0, 0
+    room = max(1, room - 2)  # the two summary lines
+    ids = [s.id for s in plan]
+    if state.subtask_step_id in ids:
+        at = ids.index(state.subtask_step_id)
+    else:
+        at = next((i for i, s in enumerate(plan) if s.status in ("pending", "in_progress")), 0)
+    start = max(0, min(at - 1, len(plan) - room))  # one done step for context
+    return plan[start : start + room], start, max(0, len(plan) - start - room)
+
+
+def _ended(outcome: ev.SubtaskOutcome) -> str:
+    """How the plan's notes introduce a finished subtask's text: only a report is one."""
+    if outcome == "reported":
+        return "report (reported)"
+    return f"subtask ended ({ev.subtask_outcome_words(outcome)})"
+
+
+class PlanPane(Vertical):
+    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
+        self._messages: deque[Text] = deque(maxlen=MAX_MESSAGES)
+        self._revision = ""
+        self._dirty = True
+        self._state: RunState | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="plan-steps")
+        with VerticalScroll(id="plan-messages"):
+            yield Static(id="plan-log")
+
+    def on_mount(self) -> None:
+        self.border_title = "Plan"
+        self.query_one("#plan-messages").anchor()
+
+    def feed(self, event: ev.Event) -> None:
+        t = format_duration(event.t)
+        match event:
+            case ev.PlanUpdated():
+                self._revision = f"{t} · {printable_line(event.reason or 'revised')}"
+                self._note(t, f"plan: {event.reason or 'revised'}", "cyan")
+            case ev.SupervisorMessage():
+                self._note(t, event.text.strip(), "")
+            case ev.SubtaskStarted():
+                self._note(
+                    t,
+                    f"→ subtask {event.subtask} [{event.step_id}]: {event.instructions.strip()}",
+                    "magenta",
+                )
+            case ev.SubtaskFinished():
+                self._note(t, f"← {_ended(event.outcome)}: {event.report.strip()}", "magenta")
+            case ev.Review() if event.guidance:
+                self._note(t, f"review: {event.guidance}", "yellow")
+            case ev.Control() if event.action == "inject" and event.target == "supervisor":
+                self._note(t, f"you: {event.text}", "bold")
+            case ev.ToolResult() if event.agent == "supervisor" and not event.ok:
+                if event.error == KILLED_BY_RUN_END:
+                    return  # the run's ending, which the plan's marks say
+                first = next((ln for ln in event.output.splitlines() if ln.strip()), "")
+                self._note(t, f"✗ {event.tool} failed: {first.strip() or event.error}", "red")
+            case ev.RunFinished() | ev.RunResumed() | ev.RunForked():
+                self._dirty = True  # the marks change with the ending
+                return
+            case _:
+                return
+        self._dirty = True
+
+    def clear(self) -> None:
+        """Forget the messages: a replay feeds those of another point of the run."""
+        self._messages.clear()
+        self._revision = ""
+        self._dirty = True
+
+    def _note(self, t: str, text: str, style: str) -> None:
+        """A message line; the supervisor's words are shown, not obeyed."""
+        line = Text(f"{t} ", style="dim")
+        line.append(printable(text if len(text) < 600 else text[:600] + "…"), style=style)
+        self._messages.append(line)
+
+    def on_resize(self) -> None:
+        # How many steps fit depends on the pane's size: drawn again after this layout.
+        self._dirty = True
+        self.call_after_refresh(self._reshow)
+
+    def _reshow(self) -> None:
+        if self._state is not None and self.is_attached:
+            try:
+                self.show(self._state)
+            except NoMatches:
+                pass  # being removed: its parts went first
+
+    def show(self, state: RunState) -> None:
+        self._state = state
+        if not self._dirty:
+            return
+        self._dirty = False
+        width = self.content_size.width
+        # The steps' area is at most 60% of the pane (mlra.tcss), less the "revised" line.
+        room = int(self.content_size.height * 0.6) - 1 if self.content_size.height else 0
+        # Wrapped, the steps would not all fit: one line each, around the current one.
+        compact = 0 < room < wrapped_lines(state.plan, width)
+        steps = Text()
+        if not state.plan:
+            steps.append("no plan yet", style="dim")
+        shown, before, after = plan_window(state, room if compact else 0)
+        if before:
+            steps.append(
+                f"✓ {before} earlier step" + ("s" if before > 1 else "") + "\n", style="dim"
+            )
+        for step in shown:
+            mark, style, ended = step_mark(step, state.finished)
+            current = step.id == state.subtask_step_id and state.finished is None
+            line = Text(f"{mark} ", style=style)
+            line.append(
+                printable_line(f"{step.id}. {step.title}"),
+                style="bold reverse" if current else "",
+            )
+            if step.note:
+                line.append(f" — {printable_line(step.note)}", style="dim")
+            if ended:
+                line.append(f" ({ended})", style="dim" if style == "green" else style)
+            if compact:  # one line a step, so the count above holds and the current shows
+                line.truncate(width, overflow="ellipsis")
+            steps.append_text(line)
+            steps.append("\n")
+        if after:
+            steps.append(f"○ {after} more\n", style="dim")
+        if self._revision:
+            steps.append(f"revised {self._revision}", style="dim italic")
+        log = (
+            Text("\n").join(self._messages)
+            if self._messages
+            else Text("supervisor messages appear here", style="dim")
+        )
+        redraw(self.query_one("#plan-steps", Static), steps)
+        redraw(self.query_one("#plan-log", Static), log)

@@ -1,0 +1,327 @@
+"""The status line: the run's phase, what it is doing now (the model generating, a
+command running, a call waiting for approval), the score, task and model.
+
+One line, whatever the terminal's width: what matters least is shortened or left
+out first (the model's name, then the task), so the phase, the score and the keys
+that get the user out stay whole at 80 columns.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Unpack
+
+from rich.text import Text
+from textual.widgets import Static
+
+from mlra import events as ev
+from mlra.agent.loop.ending import UNSUBMITTED
+from mlra.agent.record.state import RunState
+from mlra.console.panes import WidgetOptions
+from mlra.console.text.event_lines import retry_cause, score_line, waiting_words
+from mlra.durations import format_duration
+from mlra.tasks.evaluators.progress import progress_words
+from mlra.terminal_text import printable_line
+
+PHASES = {
+    "starting": ("STARTING", "black on grey70"),
+    "running": ("RUNNING", "black on green3"),
+    "paused": ("PAUSED", "black on yellow"),
+    "awaiting_approval": ("WAITING FOR APPROVAL", "black on dark_orange"),
+    "evaluating": ("EVALUATING", "black on cyan"),
+    "finished": ("FINISHED", "black on dodger_blue1"),
+    "stopped": ("STOPPED", "black on grey70"),
+    "error": ("ERROR", "white on red3"),
+}
+
+HINTS = {
+    "paused": "Space resume · n step",
+    "awaiting_approval": "a approve · e edit · r reject",
+    "finished": "q quit",
+    "stopped": "q quit",
+    "error": "q quit",
+}
+
+
+def score_style(e: ev.EvaluationFinished) -> str:
+    """The score's colour says what it means: green only where it beats the baseline
+    (and reaches the success bar, where there is one); red below the baseline or
+    with no score at all; plain where there is nothing to compare it with."""
+    if not e.ok or e.score is None:
+        return "bold red"
+    if e.self_reported or not e.direction_known:
+        return "bold yellow"  # a report, or a number no one said which way is better
+    if e.baseline is None:
+        return "bold yellow" if e.success is False else "bold"
+    if e.score == e.baseline:
+        return "bold yellow"
+    beats = e.score > e.baseline if e.higher_is_better else e.score < e.baseline
+    if not beats:
+        return "bold red"
+    return "bold yellow" if e.success is False else "bold green"
+
+
+def score_texts(e: ev.EvaluationFinished, *, unisolated: bool = True) -> list[Text]:
+    """The score, from its whole line to its bare value: a narrow status line takes
+    the longest that fits, so it never shows a label without its number. `unisolated`
+    False: the line's badge says UNISOLATED already, once is enough."""
+    style = score_style(e)
+    line = score_line(e, unisolated=unisolated)
+    unisolated_ = " UNISOLATED" if e.agent_isolation == "none" and unisolated else ""
+    if e.self_reported:
+        unisolated_ = " SELF-REPORTED" + unisolated_
+    if not e.ok or e.score is None:
+        return [Text(f"score: {line}", style=style), Text("no score", style=style)]
+    out = [Text(f"score: {line}", style=style)]
+    if e.baseline is not None:
+        out.append(
+            Text(f"{e.metric} {e.score:.4g} (baseline {e.baseline:.4g}){unisolated_}", style=style)
+        )
+        out.append(
+            Text(f"score {e.score:.4g} (baseline {e.baseline:.4g}){unisolated_}", style=style)
+        )
+    out.append(Text(f"score {e.score:.4g}{unisolated_}", style=style))
+    return out
+
+
+def _command(call: ev.ToolCall | ev.ApprovalRequested, state: RunState | None = None) -> str:
+    """A call's arguments in one short line: a command's text, else the JSON. The
+    arguments it runs with: the user's, where they edited it at a breakpoint (the
+    `tool_call` event keeps what the model asked for)."""
+    args = call.arguments or {}
+    if state is not None and call.call_id in state.edited_calls:
+        args = state.edited_calls[call.call_id]
+    text = args.get("command") or args.get("code") or args.get("path")
+    if not isinstance(text, str):
+        text = json.dumps(args, ensure_ascii=False) if args else ""
+    return " ".join(text.split())
+
+
+def _with(head: str, what: str) -> str:
+    """`head: what`, or `head` alone for a call with nothing to show (`validate` takes no
+    arguments: no label ends in a colon)."""
+    return f"{head}: {what}" if what else head
+
+
+def _clip(text: str, width: int) -> str:
+    """The run's words cut to `width`, on one line and shown, not obeyed."""
+    return printable_line(text if len(text) <= width else text[: max(0, width - 1)] + "…")
+
+
+def short_seconds(seconds: float) -> str:
+    """Tenths of a second under ten seconds, where a rounded "3s" would hide what a
+    cache saved."""
+    return f"{seconds:.1f}s" if seconds < 10 else format_duration(seconds)
+
+
+def answer_speed(state: RunState, elapsed_s: float) -> str:
+    """The speed of the answer now streaming (" · ~32 tok/s"), from the text it streamed
+    (four characters a token, so marked "~" as an estimate); empty until a second of
+    writing has passed or where no text streams (a native tool call's arguments)."""
+    if state.answering_since is None or not state.streamed_chars:
+        return ""
+    writing = elapsed_s - state.answering_since
+    if writing < 1.0:
+        return ""
+    return f" · ~{state.streamed_chars / 4 / writing:.0f} tok/s"
+
+
+def activity(state: RunState, elapsed_s: float) -> list[Text]:
+    """What the run is doing now, longest first; empty when there is nothing to say."""
+    pending = state.pending_approval
+    if pending is not None:
+        what = _command(pending)
+        why = f" ({printable_line(pending.reason)})" if pending.reason else ""
+        tool = printable_line(pending.tool)
+        return [
+            Text(_with(tool, _clip(what, 60)) + why, style="bold dark_orange"),
+            Text(_with(tool, _clip(what, 24)), style="bold dark_orange"),
+            Text(tool, style="bold dark_orange"),
+        ]
+    if state.phase == "evaluating" and state.evaluation_progress is not None:
+        words = progress_words(state.evaluation_progress)  # escaped there
+        return [
+            Text(f"grading {w if len(w) <= n else w[: n - 1] + '…'}", style="cyan")
+            for w, n in ((words, 80), (words, 30))
+        ]
+    if state.phase not in ("running", "paused"):
+        return []
+    if state.generating_since is not None:
+        took = format_duration(max(0.0, elapsed_s - state.generating_since))
+        retry = state.retry
+        if retry is not None:
+            after = retry_cause(retry.status)
+            of = f"/{retry.max_retries}" if retry.max_retries else ""
+            return [
+                Text(
+                    f"{state.generating_agent} generating… {took} (retry {retry.attempt}{of} {after})",
+                    style="bold yellow",
+                ),
+                Text(f"generating… {took} (retry {retry.attempt} {after})", style="bold yellow"),
+                Text(f"retry {retry.attempt} {after}", style="bold yellow"),
+            ]
+        if state.answering_since is None:
+            # No piece of the answer yet: the server reads the prompt (a local server's
+            # prompt processing can be most of the call).
+            return [
+                Text(f"{state.generating_agent} reading the prompt… {took}", style="cyan"),
+                Text(f"reading the prompt… {took}", style="cyan"),
+            ]
+        speed = answer_speed(state, elapsed_s)
+        read = (
+            f" (prompt read in {short_seconds(state.first_token_s)})"
+            if state.first_token_s is not None
+            else ""
+        )
+        return [
+            Text(f"{state.generating_agent} generating… {took}{speed}{read}", style="cyan"),
+            Text(f"{state.generating_agent} generating… {took}{speed}", style="cyan"),
+            Text(f"generating… {took}{speed}", style="cyan"),
+        ]
+    if state.running:
+        # The latest: a supervisor's assign_subtask runs while its worker's calls do.
+        call = max(state.running.values(), key=lambda c: c.seq)
+        if state.paused and call.agent == "supervisor" and state.subtask is not None:
+            # Paused between the worker's steps: the supervisor's call only waits on its
+            # worker, and the worker is the one the pause holds.
+            return _worker_held(state)
+        took = format_duration(max(0.0, elapsed_s - call.t))
+        if call.tool == "attempt_wait":
+            running = [node.id for node in state.attempts.running]
+            words = waiting_words(call.arguments, running, elapsed_s - call.t)
+            return [Text(words, style="cyan"), Text(f"waiting {took}", style="cyan")]
+        what = _command(call, state)
+        tool = printable_line(call.tool)
+        return [
+            Text(_with(f"{tool} {took}", _clip(what, 60)), style="cyan"),
+            Text(_with(f"{tool} {took}", _clip(what, 20)), style="cyan"),
+            Text(f"{tool} {took}", style="cyan"),
+        ]
+    return []
+
+
+def _worker_held(state: RunState) -> list[Text]:
+    """What a pause between the worker's steps holds: the worker, before its next step
+    (steps are numbered across the run's subtasks)."""
+    step = state.steps + 1
+    return [
+        Text(f"worker before step {step} (subtask {state.subtask})", style="cyan"),
+        Text(f"worker before step {step}", style="cyan"),
+    ]
+
+
+@dataclass
+class Part:
+    """One piece of the line: its forms, longest first; a higher `rank` gives way first."""
+
+    forms: list[Text]
+    rank: int
+    droppable: bool = True
+    at: int = field(default=0)
+
+    @property
+    def text(self) -> Text:
+        return self.forms[self.at]
+
+
+def fit(parts: list[Part], width: int) -> Text:
+    """The parts, in order, each in its longest form that lets the line fit `width`:
+    the highest-ranked part is shortened first, then left out if it may be."""
+    shown = list(parts)
+    while sum(p.text.cell_len for p in shown) > width:
+        for part in sorted(shown, key=lambda p: -p.rank):
+            if part.at + 1 < len(part.forms):
+                part.at += 1
+                break
+            if part.droppable:
+                shown.remove(part)
+                break
+        else:
+            break  # nothing left to give: the terminal cuts the line
+    line = Text(no_wrap=True, overflow="ellipsis")
+    for part in shown:
+        line.append_text(part.text)
+    return line
+
+
+class StatusBar(Static):
+    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
+        self._shown: tuple[RunState, float | None, str | None] | None = None
+        self.note: list[Text] = []
+        """A word on the console itself, longest form first (an attached console: whether
+        it holds the run's controls or only watches)."""
+
+    def on_resize(self) -> None:
+        if self._shown is not None:
+            state, elapsed, error = self._shown
+            self.show(state, elapsed_s=elapsed, provider_error=error)
+
+    def show(
+        self,
+        state: RunState,
+        *,
+        elapsed_s: float | None = None,
+        provider_error: str | None = None,
+    ) -> None:
+        """Redraw from the run's state; `elapsed_s` is the run clock now (a live run's
+        clock runs on between events; a recorded run's stands at its last event)."""
+        self._shown = (state, elapsed_s, provider_error)
+        elapsed = state.elapsed_s if elapsed_s is None else elapsed_s
+        label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
+        if state.phase == "awaiting_approval" and state.paused:
+            label = "PAUSED · " + label
+        parts = [
+            Part([Text(" mlra ", style="bold white on grey23")], rank=9),
+            Part(
+                [Text(f" {printable_line(state.task) or '…'} ", style="bold"), Text(" ")],
+                rank=7,
+            ),
+            Part([Text(f"· {printable_line(state.model) or '…'} ")], rank=8),
+            Part(
+                [Text(f" {label} ", style=style), Text(f" {label.split(' · ')[-1]} ", style=style)],
+                rank=0,
+                droppable=False,
+            ),
+        ]
+        badge = state.sandbox is not None and state.sandbox.isolation == "none"
+        if badge:
+            # Nothing this run scores is confined: no width leaves it out.
+            parts.append(
+                Part([Text(" UNISOLATED ", style="bold black on yellow")], rank=0, droppable=False)
+            )
+        if self.note:
+            parts.append(Part(self.note, rank=6, droppable=False))
+        if state.phase == "paused" and provider_error:
+            parts.append(
+                Part(
+                    [
+                        Text(f" model provider failing: {_clip(provider_error, 80)}", style="red"),
+                        Text(f" provider failing: {_clip(provider_error, 30)}", style="red"),
+                    ],
+                    rank=4,
+                )
+            )
+        doing = activity(state, elapsed)
+        if doing:
+            parts.append(Part([Text(" ") + t for t in doing], rank=3))
+        hint = HINTS.get(state.phase)
+        if hint:
+            keep = state.phase in ("finished", "stopped", "error")  # the way out
+            parts.append(
+                Part([Text(f"  {hint}", style="dim")], rank=1 if keep else 5, droppable=not keep)
+            )
+        if state.evaluation is not None:
+            forms = [Text("  ") + t for t in score_texts(state.evaluation, unisolated=not badge)]
+            parts.append(Part(forms, rank=2, droppable=False))
+        elif state.finished is not None and state.finished.status == "error":
+            parts.append(
+                Part([Text(f"  {_clip(state.finished.message, 120)}", style="red")], rank=4)
+            )
+        elif state.finished is not None and state.finished.reason in UNSUBMITTED:
+            # Ended without a submission: nothing was graded, and the bar says why.
+            message = f"  not submitted: {_clip(state.finished.message, 120)}"
+            parts.append(Part([Text(message, style="yellow")], rank=4))
+        width = self.size.width or self.app.size.width or 160
+        self.update(fit(parts, width))

@@ -1,0 +1,403 @@
+"""The Worker pane: the agent's thoughts as they stream, each tool call with its
+arguments, its output as it arrives, and its result.
+
+It must stay responsive when a command prints thousands of lines a second and
+stay small over a day-long run: output is kept per call as a few head lines and
+a bounded tail (collapsed to head and tail unless expanded; a line that never
+ends, a progress bar redrawn with carriage returns for hours, is kept bounded
+too), and when the call ends its result (what the model read) replaces the
+stream; output past the log's cap streams here still, from the live run alone
+(agent/loop/tool_step.py). Entries are
+re-rendered at most once per batch of events, and only the newest entries are
+kept as widgets; older ones live on in the event log. This module is the pane: which
+entry each event goes to, batching, trimming and rebuilding; each entry's keeping and
+drawing of its text is console/panes/transcript_entries.py.
+
+Whatever the agent, the model or a command wrote is shown, never obeyed: its control
+characters and escape sequences escaped (mlra/terminal_text.py) as each line of
+output is kept and each entry is drawn, and every entry is a `Text`, never markup.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from typing import TypeVar, Unpack
+
+from rich.text import Text
+from textual.containers import VerticalScroll
+
+from mlra import events as ev
+from mlra.agent.record.annotations import Annotation
+from mlra.console.panes import WidgetOptions
+from mlra.console.panes.transcript_entries import (
+    Entry,
+    NoteEntry,
+    OutputBuffer,
+    ThoughtEntry,
+    ToolEntry,
+    annotation_line,
+    strip_status,
+)
+from mlra.console.text.event_lines import (
+    attempt_finished_line,
+    attempt_ok,
+    attempt_started_line,
+    describe_call,
+    one_line,
+    score_line,
+    time_warning_line,
+    unknown_line,
+)
+from mlra.durations import format_duration
+from mlra.terminal_text import printable
+
+MAX_ENTRIES = 200
+KEEP_FULL_OUTPUT = 30
+"""The newest entries keep their full tail for expanding; older ones keep what they show."""
+QUIET_TOOLS = {"update_plan", "assign_subtask"}
+"""Supervisor tools the Plan pane shows; the transcript leaves them out."""
+
+
+E = TypeVar("E", bound="Entry")
+
+
+def _taken_over(entry: E, swapped: Mapping[int, Entry]) -> E:
+    """The widget that shows `entry` after a rebuild: an older one of its type that took
+    it over, or itself."""
+    kept = swapped.get(id(entry), entry)
+    return kept if isinstance(kept, type(entry)) else entry
+
+
+class TranscriptPane(VerticalScroll):
+    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+        super().__init__(**kwargs)
+        self._tools: dict[str, ToolEntry] = {}
+        self._thoughts: dict[int, ThoughtEntry] = {}
+        """The worker's (or baseline's) text of each turn; the supervisor's is in the Plan pane."""
+        self._new: list[Entry] = []
+        self._dirty: set[Entry] = set()
+        self._entries: deque[Entry] = deque()
+        self.dropped = 0
+        self.highlight = ""
+        """Text to mark wherever it shows (a replay's search)."""
+        self._notes: dict[int, list[Annotation]] = {}
+        """People's annotations by worker step: shown where the step starts."""
+        self._noted: set[str] = set()
+        """The annotations shown now (by id): each once."""
+
+    def on_mount(self) -> None:
+        self.border_title = "Worker"
+        self.anchor()
+
+    def set_highlight(self, query: str) -> None:
+        """Mark `query` in every entry (matched without regard to case, as search does)."""
+        if query != self.highlight:
+            self.highlight = query
+            self._dirty.update(self._entries)
+
+    # --- annotations ----------------------------------------------------------------
+
+    def set_annotations(self, notes: Iterable[Annotation]) -> None:
+        """The run's annotations, each shown as a marker where its step starts (feed)."""
+        self._notes = {}
+        for note in notes:
+            self._notes.setdefault(note.step, []).append(note)
+
+    def add_annotation(self, note: Annotation) -> None:
+        """One made now: kept for its step and shown at once, at the end (the live
+        console is looking at the newest entries); a rebuilt transcript shows it where
+        its step starts."""
+        if note.id not in {n.id for n in self._notes.get(note.step, [])}:
+            self._notes.setdefault(note.step, []).append(note)
+        self._mark(note)
+
+    def _mark(self, note: Annotation) -> None:
+        if note.id not in self._noted:
+            self._noted.add(note.id)
+            self._add(NoteEntry(annotation_line(note), ("annotation", note.id)))
+
+    # --- events ---------------------------------------------------------------------
+
+    def feed(self, event: ev.Event) -> None:
+        match event:
+            case ev.TextDelta() if event.agent != "supervisor":
+                entry = self._thought(event.turn, event.t)
+                entry.text += event.text
+                self._dirty.add(entry)
+            case ev.WorkerThought():
+                entry = self._thought(event.turn, event.t)
+                entry.text = event.text
+                entry.done = True
+                self._dirty.add(entry)
+            case ev.ToolCall() if event.tool not in QUIET_TOOLS:
+                tool = ToolEntry(event)
+                self._tools[event.call_id] = tool
+                self._add(tool)
+            case ev.ApprovalRequested() if event.call_id in self._tools:
+                self._tools[event.call_id].waiting = True
+                self._dirty.add(self._tools[event.call_id])
+            case ev.ToolOutput() if event.call_id in self._tools:
+                entry = self._tools[event.call_id]
+                if entry.result is None:  # output past the log's cap may come in late
+                    entry.output.add(event.text)
+                    self._dirty.add(entry)
+            case ev.ToolResult() if event.call_id in self._tools:
+                entry = self._tools[event.call_id]
+                entry.result = event
+                entry.waiting = False
+                # The result replaces the stream: it is what the model read, the stream's
+                # tail is let go, and a replay shows the same whatever it streamed.
+                entry.output = OutputBuffer()
+                entry.output.add(strip_status(event.output) + "\n")
+                self._dirty.add(entry)
+            case ev.Control():
+                self._control(event)
+            case ev.StepStarted() if event.agent != "supervisor":
+                for note in self._notes.get(event.step, ()):
+                    self._mark(note)
+            case ev.SubtaskStarted():
+                self._note(
+                    event,
+                    f"── subtask {event.subtask} [{event.step_id}] ── {one_line(event.instructions, 300)}",
+                    "bold magenta",
+                )
+            case ev.SubtaskFinished():
+                self._note(
+                    event,
+                    f"── subtask {event.subtask} ended ({ev.subtask_outcome_words(event.outcome)}) ── {one_line(event.report, 300)}",
+                    "magenta",
+                )
+            case ev.Review() if event.guidance:
+                self._note(
+                    event, f"supervisor, reviewing: {one_line(event.guidance, 300)}", "magenta"
+                )
+            case ev.Notice():
+                self._note(
+                    event, f"! {event.message}", "yellow" if event.level != "error" else "red"
+                )
+            case ev.TimeWarning():
+                self._note(event, f"! {time_warning_line(event)}", "yellow")
+            case ev.UnknownEvent():
+                self._note(event, unknown_line(event), "dim")
+            case ev.ModelError() if event.cut_off:
+                self._note(event, one_line(event.error, 300), "yellow")
+            case ev.ModelError():
+                self._note(event, f"model error: {one_line(event.error, 300)}", "bold red")
+            case ev.HistorySummarized():
+                self._note(
+                    event,
+                    f"{event.agent}'s turns {event.first_turn}–{event.last_turn} were summarized to fit the context",
+                    "dim",
+                )
+            case ev.AttemptStarted():
+                self._note(event, f"── {attempt_started_line(event)} ──", "bold cyan")
+            case ev.AttemptFinished():
+                style = (
+                    "green" if attempt_ok(event) else "red" if event.status == "buggy" else "yellow"
+                )
+                self._note(event, attempt_finished_line(event), style)
+            case ev.Submission():
+                self._note(
+                    event,
+                    (
+                        f"submitted {event.path or '(default artifact)'} ({event.by})"
+                        if event.by == "agent"  # a deadline or budget grades what is there
+                        else f"{event.by}: grading {event.path or '(default artifact)'}"
+                    )
+                    + (f": {event.note}" if event.note else ""),
+                    "bold",
+                )
+            case ev.EvaluationStarted():
+                self._note(
+                    event, f"evaluating {event.artifact} with {event.evaluator}…", "bold cyan"
+                )
+            case ev.EvaluationFinished():
+                self._note(
+                    event, f"score: {score_line(event)}", "bold green" if event.ok else "bold red"
+                )
+            case ev.RunFinished():
+                self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
+            case ev.RunResumed():
+                self._note(event, "── the run was resumed here ──", "bold cyan")
+            case ev.RunForked():
+                edit = event.edited_action
+                self._note(
+                    event,
+                    f"── this run is a fork of {event.source_run} at step {event.at_step}, "
+                    f"with {event.model} ──"
+                    + (
+                        f" its next action replaced: {describe_call(str(edit.get('tool', '')), edit.get('arguments'))}"
+                        if edit
+                        else ""
+                    )
+                    + (f" · your message: {one_line(event.message, 200)}" if event.message else ""),
+                    "bold cyan",
+                )
+            case _:
+                pass
+
+    def _control(self, event: ev.Control) -> None:
+        entry = self._tools.get(event.call_id or "")
+        if entry is not None:
+            entry.waiting = False
+            self._dirty.add(entry)
+            if event.action == "edit":
+                entry.edited = event.arguments
+                return
+        words = {
+            "pause": "paused",
+            "resume": "resumed",
+            "step": "stepped one action",
+            "approve": "approved the call",
+            "reject": f"rejected the call: {event.text or ''}",
+            "stop": "stopped the run to evaluate it",
+            "quit": "quit the run",
+            "breakpoints": f"set breakpoints: {event.text}",
+            "edit": "edited the call",
+            "inject": f"to the {event.target}: {event.text}",
+            "attempt_stop": f"stopped attempt {event.target}",
+            "promote": f"promoted attempt {event.target}: the run ends and grades it",
+        }
+        if event.source == "user":
+            text = f"you: {words.get(event.action, event.action)}"
+        else:
+            text = {
+                "start": "paused before the first action (--paused): n steps, Space resumes",
+                "step": "paused after one action: n steps again, Space resumes",
+                "system": "paused: the model provider keeps failing; Space retries",
+            }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
+        self._note(event, text, "bold yellow")
+
+    def _thought(self, turn: int, t: float) -> ThoughtEntry:
+        entry = self._thoughts.get(turn)
+        if entry is None:
+            entry = ThoughtEntry(t, turn)
+            self._thoughts[turn] = entry
+            self._add(entry)
+        return entry
+
+    def _note(self, event: ev.Event, text: str, style: str) -> None:
+        line = Text(f"{format_duration(event.t)} ", style="dim")
+        line.append(printable(text), style=style)
+        self._add(NoteEntry(line, ("note", event.seq)))
+
+    def _add(self, entry: Entry) -> None:
+        self._new.append(entry)
+        self._entries.append(entry)
+        self._dirty.add(entry)
+
+    # --- rendering ------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """Bring the widgets up to date with everything fed since the last flush."""
+        if not self.is_attached:
+            return  # the app is closing
+        self._trim()
+        for entry in self._dirty:
+            entry.redraw()
+        self._dirty.clear()
+        if self._new:
+            self.mount(*self._new)
+            self._new = []
+        for entry in list(self._entries)[-KEEP_FULL_OUTPUT - 5 : -KEEP_FULL_OUTPUT]:
+            if isinstance(entry, ToolEntry) and entry.result is not None:
+                entry.output.compact()
+
+    def _trim(self) -> None:
+        """Keep the newest MAX_ENTRIES entries; those not yet mounted never are."""
+        excess = len(self._entries) - MAX_ENTRIES
+        if excess <= 0:
+            return
+        old = [self._entries.popleft() for _ in range(excess)]
+        self.dropped += excess
+        self.border_subtitle = f"{self.dropped:,} earlier entries are in the event log"
+        dropped = set(old)
+        self._new = [entry for entry in self._new if entry not in dropped]
+        self._dirty -= dropped
+        for entry in old:
+            if isinstance(entry, ToolEntry):
+                self._tools.pop(entry.call.call_id, None)
+            elif isinstance(entry, ThoughtEntry):
+                self._thoughts = {k: v for k, v in self._thoughts.items() if v is not entry}
+        mounted = [entry for entry in old if entry.parent is self]
+        if mounted:
+            self.remove_children(mounted)
+
+    def _forget(self) -> None:
+        """Forget every entry, leaving the widgets to rebuild()."""
+        self._tools.clear()
+        self._thoughts.clear()
+        self._new = []
+        self._dirty.clear()
+        self._entries.clear()
+        self._noted.clear()
+        self.dropped = 0
+        self.border_subtitle = ""
+
+    def rebuild(self, events: Iterable[ev.Event]) -> None:
+        """Show what `events` alone make, as clear() and feed() would, keeping the widget
+        of each entry that is still there: a replay's move then redraws and lays out
+        only the entries that changed, not the whole transcript (most of a move's
+        time on a long run went to drawing entries anew that looked just the same)."""
+        old = [entry for entry in self._entries if entry.parent is self]
+        stale = [entry for entry in self.children if entry not in old]
+        self._forget()
+        for event in events:
+            self.feed(event)
+        self._trim()
+        fresh = list(self._entries)
+        by_key = {entry.key: entry for entry in old}
+        final: list[Entry] = []
+        for entry in fresh:
+            was = by_key.pop(entry.key, None)
+            if was is not None and type(was) is type(entry):
+                was.take(entry)
+                final.append(was)
+            else:
+                final.append(entry)
+        order = {id(entry): i for i, entry in enumerate(old)}
+        kept = [order[id(entry)] for entry in final if id(entry) in order]
+        if kept != sorted(kept):  # cannot happen while entries are made in feed order
+            final, kept = list(fresh), []
+        if not kept:  # a jump: the old widgets, where their kinds line up, show the new
+            for i, (was, entry) in enumerate(zip(old, fresh, strict=False)):
+                if type(was) is type(entry):
+                    was.adopt(entry)
+                    final[i] = was
+                    kept.append(i)
+        staying = set(kept)
+        gone = [entry for i, entry in enumerate(old) if i not in staying]
+        if gone or stale:
+            self.remove_children([*gone, *stale])
+        previous: Entry | None = None
+        batch: list[Entry] = []
+        for entry in [*final, None]:
+            if entry is not None and id(entry) not in order:
+                batch.append(entry)
+                continue
+            if batch:
+                if previous is not None:
+                    self.mount(*batch, after=previous)
+                elif entry is not None:
+                    self.mount(*batch, before=entry)
+                else:
+                    self.mount(*batch)
+                batch = []
+            previous = entry
+        swapped = {id(f): k for f, k in zip(fresh, final, strict=True)}
+        self._tools = {cid: _taken_over(e, swapped) for cid, e in self._tools.items()}
+        self._thoughts = {turn: _taken_over(e, swapped) for turn, e in self._thoughts.items()}
+        self._entries = deque(final)
+        self._new = []
+        self._dirty = set(final)
+
+    def follow(self) -> None:
+        self.scroll_end(animate=False)
+        self.anchor()
+
+    def entry_count(self) -> int:
+        return len(self._entries)
+
+    def tool_entry(self, call_id: str) -> ToolEntry | None:
+        return self._tools.get(call_id)

@@ -1,0 +1,116 @@
+"""The replay's own versions of two live panes: a status line that says where the
+cursor is in the run, and a transcript whose arrow keys are left to the replay; and
+the verdict panel, the run's ending in a few lines, shown where the replay opens.
+
+Apart from the replay app (console/apps/replay_app.py), which is about moving the cursor;
+these are about drawing what is there.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import Static
+
+from mlra.agent.record.state import RunState
+from mlra.console.panes import redraw
+from mlra.console.panes.status import PHASES, StatusBar
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.text.event_lines import score_line
+from mlra.console.text.replay import ReplayModel
+from mlra.durations import format_duration
+from mlra.terminal_text import printable_line
+
+
+class ReplayStatusBar(StatusBar):
+    def show_replay(self, state: RunState, model: ReplayModel, playing: str | None) -> None:
+        pos = model.position()
+        label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
+        text = Text()
+        text.append(" mlra ", style="bold white on grey23")
+        text.append(f" {printable_line(state.task) or '…'} ", style="bold")
+        text.append(f"· {printable_line(state.model) or '…'} ", style="")
+        text.append(" REPLAY ", style="black on medium_purple1")
+        if state.forked_from:
+            text.append(f" fork of {printable_line(state.forked_from)} ", style="bold cyan")
+        text.append(
+            f" replay: step {pos.step} of {pos.steps}, event {pos.event:,} of {pos.events:,} ",
+            style="bold",
+        )
+        text.append(f"{format_duration(model.event.t)} · {model.event.type} ", style="dim")
+        text.append(f" {label} ", style=style)
+        badge = state.sandbox is not None and state.sandbox.isolation == "none"
+        if badge:
+            text.append(" UNISOLATED ", style="bold black on yellow")
+        if playing:
+            text.append(f"  ▶ {playing}", style="bold green")
+        if state.evaluation is not None:
+            text.append("  score: ", style="bold")
+            text.append(
+                score_line(state.evaluation, unisolated=not badge),
+                style="bold green" if state.evaluation.ok else "bold red",
+            )
+        self.update(text, layout=False)  # one line, always: no layout pass per step
+
+
+class ReplayTranscript(TranscriptPane, inherit_bindings=False):
+    """The transcript, scrolled with the vertical keys only: ←, →, Home and End move
+    the replay from here (in the Files tree Home and End go to its first and last
+    file)."""
+
+    BINDINGS = [
+        Binding("up", "scroll_up", "Scroll up", show=False),
+        Binding("down", "scroll_down", "Scroll down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+    ]
+
+
+def verdict_text(state: RunState, notes: int) -> Text:
+    """How the run ended: its state, score and verdict, then what it took (attempts,
+    cost, time) and how many notes people left on it."""
+    label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
+    text = Text()
+    text.append(f" {label} ", style=style)
+    if state.finished is not None:
+        text.append(f" {state.finished.reason}", style="bold")
+        if state.finished.message:
+            text.append(f": {printable_line(state.finished.message)}", style="")
+    text.append("\n")
+    text.append("score ", style="bold")
+    e = state.evaluation
+    if e is None:
+        text.append("not graded\n", style="dim")
+    else:
+        text.append(score_line(e) + "\n", style="bold green" if e.ok else "bold red")
+    figures = []
+    if state.attempts:
+        tried = len(state.attempts)
+        validated = sum(1 for n in state.attempts.nodes.values() if n.status == "validated")
+        best = state.attempts.best
+        figures.append(
+            f"attempts {tried} tried, {validated} validated"
+            + (f" (best {best.id})" if best is not None else "")
+        )
+    about = "~" if state.estimated_tokens and state.cost_usd else ""
+    figures.append(f"cost {about}${state.cost_usd:.2f}")
+    figures.append(f"time {format_duration(state.elapsed_s)}")
+    figures.append(f"{notes} note{'' if notes == 1 else 's'}")
+    text.append(" · ".join(figures))
+    text.append("  Home: from the start", style="dim")
+    return text
+
+
+class VerdictPanel(Static):
+    """The run's ending, shown while the cursor is on a finished run's last event (where
+    `mlra replay` opens); hidden elsewhere, so every other point shows the run as it was."""
+
+    def on_mount(self) -> None:
+        self.border_title = "How the run ended"
+
+    def show(self, state: RunState, model: ReplayModel) -> None:
+        at_end = state.finished is not None and model.cursor == len(model.events) - 1
+        if at_end:
+            redraw(self, verdict_text(state, len(model.annotations)))
+        if self.display != at_end:
+            self.display = at_end

@@ -1,0 +1,236 @@
+"""The live console's keys that steer the run: pause, step, approve, edit, reject, tell,
+breakpoints, stop and quit, and when each applies.
+
+Every one of them goes to the run controller, which records it as a `Control` event; the
+console only asks (a dialog where an answer is needed) and greys out what does not apply
+now. Apart from the app's panes and layout (console/apps/app.py) because this is the app's
+controller-facing half: what a key does to the run, not how the run is drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from textual.app import App
+
+from mlra import events as ev
+from mlra.agent.loop.controls import Breakpoint
+from mlra.agent.record.run_result import RunResult
+from mlra.agent.record.state import RunState
+from mlra.console.screens.live_run import LiveRun
+from mlra.console.screens.screens import (
+    BreakpointsScreen,
+    ConfirmScreen,
+    EditArgsScreen,
+    PromptScreen,
+    StopJobScreen,
+)
+
+
+class RunControlKeys(App[int]):
+    """The steering actions of the console (a mixin of `MlraApp`, which sets these)."""
+
+    controller: LiveRun | None
+    state: RunState
+    result: RunResult | None
+    run_dir: Path | None
+    _quit_when_done: bool
+
+    def exit_code(self) -> int:
+        result = self.result
+        return 0 if result and result.status == "finished" and result.score is not None else 1
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """Grey out what does not apply now (the footer and the palette follow)."""
+        live = self.controller is not None and self.state.finished is None
+        if action in ("pause", "resume", "step", "breakpoints", "inject", "stop"):
+            if not live:
+                return False  # a finished or recorded run has nothing to steer
+            if self.state.phase == "evaluating":
+                # The agent has stopped and the evaluator runs to its end: nothing to
+                # pause, step, tell or stop. Space still says so (see in_footer).
+                return action == "pause"
+            if action in ("pause", "resume"):
+                # One key, two bindings: the footer shows the one that applies now.
+                paused = self.controller is not None and self.controller.controls.paused
+                return paused == (action == "resume")
+            return True
+        if action == "stop_job":
+            return live and bool(self.state.running_jobs)
+        if action in ("tag", "comment", "rate"):
+            return self.run_dir is not None  # a note lives in the run folder
+        if action in ("approve", "edit", "reject"):
+            # Hidden, not greyed: they only make sense while a call waits.
+            return live and self.state.pending_approval is not None
+        return True
+
+    def in_footer(self, action: str) -> bool:
+        """Whether the footer offers an enabled key: Space answers during an evaluation
+        (that it cannot be paused) without being offered as a Pause."""
+        return not (action == "pause" and self.state.phase == "evaluating")
+
+    def action_pause(self) -> None:
+        if self.state.phase == "evaluating":
+            # The agent has stopped; the evaluator runs to its end and has no pause.
+            self.notify(
+                "Evaluation cannot be paused: it runs to its end. q quits without waiting.",
+                severity="warning",
+                timeout=5,
+            )
+            return
+        if self.controller is not None and not self.controller.controls.paused:
+            self.controller.pause()
+
+    def action_resume(self) -> None:
+        if self.controller is not None and self.controller.controls.paused:
+            self.controller.resume()
+
+    def action_step(self) -> None:
+        assert self.controller is not None
+        if self.controller.controls.paused:
+            self.controller.step()
+        else:
+            self.controller.pause()
+
+    def _pending(self) -> ev.ApprovalRequested | None:
+        return self.state.pending_approval
+
+    def _run_over(self) -> bool:
+        return self.controller is None or self.result is not None or self.state.finished is not None
+
+    def _steer(self, act: Callable[[LiveRun], object]) -> None:
+        """Send a dialog's answer to the run, unless the run ended while the dialog
+        was open: then its log is closed, and the answer has nowhere to go."""
+        if (
+            self.controller is None
+            or self.controller.state.finished is not None
+            or self._run_over()
+        ):
+            self.notify("The run has ended: that answer came too late.", severity="warning")
+            return
+        try:
+            act(self.controller)
+        except RuntimeError:  # ended between the check and the call: the log is closed
+            self.notify("The run has ended: that answer came too late.", severity="warning")
+
+    def action_approve(self) -> None:
+        pending = self._pending()
+        if self.controller is not None and pending is not None:
+            self.controller.approve(pending.call_id)
+
+    def action_edit(self) -> None:
+        pending = self._pending()
+        if self.controller is None or pending is None:
+            return
+
+        def done(arguments: dict[str, Any] | None) -> None:
+            if arguments is not None:
+                self._steer(lambda c: c.edit(pending.call_id, arguments))
+
+        self.push_screen(EditArgsScreen(pending.tool, pending.arguments), done)
+
+    def action_reject(self) -> None:
+        pending = self._pending()
+        if self.controller is None or pending is None:
+            return
+
+        def done(message: str | None) -> None:
+            if message is not None:
+                self._steer(lambda c: c.reject(pending.call_id, message))
+
+        self.push_screen(
+            PromptScreen(
+                f"Reject {pending.tool}: why? (the worker reads this)",
+                "e.g. do not delete the data",
+                allow_empty=True,
+            ),
+            done,
+        )
+
+    def action_inject(self, target: str) -> None:
+        if self.controller is None:
+            return
+        refusal = self.controller.state.message_refusal
+        if refusal is not None:
+            self.notify(refusal[0].upper() + refusal[1:] + ".", severity="warning")
+            return
+
+        def done(text: str | None) -> None:
+            if text:
+                self._steer(lambda c: c.inject(target, text))
+
+        self.push_screen(
+            PromptScreen(f"Message to the {target}", "it reads this before its next step"), done
+        )
+
+    def action_breakpoints(self) -> None:
+        if self.controller is None:
+            return
+        rules = [_rule(b) for b in self.controller.controls.breakpoints]
+
+        def done(new_rules: list[str] | None) -> None:
+            if new_rules is not None:
+                rules = [Breakpoint.parse(r) for r in new_rules]
+                self._steer(lambda c: c.set_breakpoints(rules))
+
+        self.push_screen(BreakpointsScreen(rules), done)
+
+    def action_stop(self) -> None:
+        if self.controller is None:
+            return
+
+        def done(yes: bool | None) -> None:
+            if yes:
+                self._steer(lambda c: c.request_stop(evaluate=True))
+
+        self.push_screen(
+            ConfirmScreen(
+                "Stop the agent and evaluate now?",
+                "Running commands are killed; the workspace is evaluated as it is.",
+            ),
+            done,
+        )
+
+    def action_stop_job(self) -> None:
+        if self.controller is None:
+            return
+        running = self.controller.jobs.running_ids()
+        if not running:
+            self.notify("No background job is running.", timeout=4)
+            return
+
+        def done(job: str | None) -> None:
+            if job is not None:
+                self._steer(lambda c: c.stop_job(job))
+
+        self.push_screen(StopJobScreen(running), done)
+
+    async def action_quit(self) -> None:
+        if self.controller is None or self.result is not None or self.state.finished is not None:
+            self.exit(self.exit_code())
+            return
+
+        def done(yes: bool | None) -> None:
+            if not yes:
+                return
+            if self._run_over():
+                self.exit(self.exit_code())  # it ended while the question was open
+                return
+            self._quit_when_done = True
+            self._steer(lambda c: c.request_stop(evaluate=False))
+
+        self.push_screen(
+            ConfirmScreen(
+                "Quit?",
+                "The run is stopped without evaluation and marked stopped; its log and workspace are kept.",
+            ),
+            done,
+        )
+
+
+def _rule(bp: Breakpoint) -> str:
+    if bp.tool is None and bp.pattern is None:
+        return "*"
+    return f"{bp.tool or ''}:{bp.pattern}" if bp.pattern else (bp.tool or "*")

@@ -1,0 +1,249 @@
+"""What every `mlra` subcommand shares: exit codes, the one-line usage error, and
+argument types that answer bad input in one line (exit status 2).
+
+Imported by the command line's modules (cli, batch_cli, resume_cli, runs_cli),
+none of which imports another's private helpers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+from mlra.terminal_text import printable
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the user: one line on stderr, exit status 2."""
+
+
+class Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(printable(f"mlra: {message} (see `{self.prog} --help`)") + "\n")
+        raise SystemExit(EXIT_USAGE)
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def finite_float(text: str) -> float:
+    """A number, refusing `nan` and `inf` (which Python's float() reads): a budget of
+    `nan` compares false with everything, so it would never end the run."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = finite_float(text.lstrip("$"))
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
+    return value
+
+
+def temperature(text: str) -> float:
+    value = finite_float(text)
+    if not 0 <= value <= 2:
+        raise argparse.ArgumentTypeError(f"{text!r} is out of range (0 to 2)")
+    return value
+
+
+def duration(text: str) -> float:
+    from mlra.durations import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def gpus(text: str) -> str:
+    value = text.strip()
+    ids = [g.strip() for g in value.split(",")]
+    if value.lower() in ("all", "none") or (value and all(ids)):
+        return value.lower() if value.lower() in ("all", "none") else ",".join(ids)
+    raise argparse.ArgumentTypeError(f"{text!r}: use all, none or GPU ids such as 0,2")
+
+
+NO_LIMIT_WORDS = ("none", "off", "unlimited")
+MAX_SIZE_MB = 1024**3
+"""A pebibyte (1024t): past it a size is a typo."""
+
+
+def size_mb(text: str, *, least_mb: int, example: str) -> int:
+    """Sizes as Docker writes them (512m, 16g, 16GB); a plain number is in MB; `none`
+    (or off, unlimited) is 0, no limit."""
+    if text.strip().lower() in NO_LIMIT_WORDS:
+        return 0
+    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
+    raw = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = raw[-1:] if raw[-1:] in units else "m"
+    bad = f"{text!r} is not a size (e.g. {example}, or none)"
+    try:
+        value = float(raw[:-1] if raw[-1:] in units else raw) * units[unit]
+    except ValueError:
+        raise argparse.ArgumentTypeError(bad) from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(bad)
+    if value < least_mb:
+        raise argparse.ArgumentTypeError(f"{text!r} is too small (at least {least_mb}m, or none)")
+    if value > MAX_SIZE_MB:
+        raise argparse.ArgumentTypeError(f"{text!r} is too large (at most 1024t)")
+    return int(value)
+
+
+def memory_mb(text: str) -> int:
+    """A memory limit: at least 6 MB (a container's least), or none (0)."""
+    return size_mb(text, least_mb=6, example="512m, 16g")
+
+
+def disk_mb(text: str) -> int:
+    """A disk quota: at least 1 MB, or none (0)."""
+    return size_mb(text, least_mb=1, example="500m, 50g")
+
+
+def check_isolation(isolation: str, model: str, *, network: bool = False) -> None:
+    """Refuse, before anything is created, a run whose agent would go unconfined.
+
+    Only the user's explicit `--isolation none` lets an LLM agent run unconfined;
+    the baseline agent's fixed recipe may, with a warning, since it is the task's own.
+    A `network` task's commands need a network namespace of their own (slirp4netns).
+    """
+    if isolation == "none":
+        return
+    from mlra.tools.sandbox.bwrap import isolation_problem
+    from mlra.tools.sandbox.local import INSTALL_HINT
+
+    problem = isolation_problem()
+    if problem is None:
+        if network:
+            _check_own_network(isolation, model)
+        return
+    if isolation == "bwrap" or model != "baseline":
+        raise UsageError(
+            f"no isolation for the agent's commands ({problem}): {INSTALL_HINT}, "
+            "or pass --isolation none to run the agent unconfined"
+        )
+    print(
+        f"mlra: warning: {problem}; the baseline agent runs unconfined and its score "
+        "is marked unisolated",
+        file=sys.stderr,
+    )
+
+
+def _check_own_network(isolation: str, model: str) -> None:
+    import os
+
+    from mlra.tools.sandbox import netns
+
+    problem = netns.network_problem()
+    if problem is None or os.environ.get(netns.HOST_NETWORK_VAR) == "1":
+        return
+    problem = f"the task has the network on, but {problem}"
+    if isolation == "bwrap" or model != "baseline":
+        raise UsageError(f"{problem}: {netns.NETWORK_HINT}")
+    print(
+        f"mlra: warning: {problem}; the baseline agent's commands share the host's network",
+        file=sys.stderr,
+    )
+
+
+def check_run_id(run_id: str | None) -> None:
+    """A run id names a folder inside the runs folder, never a path out of it."""
+    if run_id is None:
+        return
+    from mlra.agent.run.controller import run_id_problem
+
+    problem = run_id_problem(run_id)
+    if problem is not None:
+        raise UsageError(f"--run-id: {problem}; it names a folder inside --runs-dir")
+
+
+def check_writable_dir(path: Path, flag: str) -> None:
+    """Make sure a folder the command will write into can be made and written to.
+
+    Called once all other input has been checked, just before the first write, so
+    that a `--runs-dir` that is a file, lies under a file, or cannot be written is
+    one line and exit status 2 rather than a traceback from deep inside a run. A
+    probe file is created and removed because permission bits alone do not answer
+    for root, nor for a read-only mount.
+    """
+    import tempfile
+
+    try:
+        for folder in (path, *path.parents):
+            if folder.exists() or folder.is_symlink():
+                if not folder.is_dir():
+                    where = "" if folder == path else f" ({folder} is a file)"
+                    raise UsageError(f"{flag} {path} is not a folder{where}")
+                break
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=path, prefix=".mlra-probe-"):
+            pass
+    except OSError as exc:
+        reason = exc.strerror or " ".join(str(exc).split())
+        raise UsageError(f"{flag} {path} cannot be written: {reason}") from None
+
+
+def run_folder(run: str, runs_dir: Path) -> Path:
+    """RUN as `mlra ctl`, `attach` and `annotate` take it: a path holding an event log,
+    else a run id under --runs-dir."""
+    from mlra.agent.record.eventlog import EVENTS_FILE
+
+    for candidate in (Path(run), runs_dir / run):
+        if (candidate / EVENTS_FILE).is_file():
+            return candidate.resolve()
+    raise UsageError(
+        f"no run {run!r}: not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} "
+        "(see --runs-dir)"
+    )
+
+
+def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str) -> None:
+    """The four limits a run can end on, one definition for run, batch, resume and
+    fork; `whose` ("the run", "each run") says whose they are in the help, and
+    `default` where the limits come from when not given."""
+    parser.add_argument(
+        "--time-limit",
+        type=duration,
+        metavar="T",
+        help=f"{whose}'s time limit, paused time excluded (90s, 20m, 1h30m; default {default})",
+    )
+    parser.add_argument(
+        "--max-steps", type=positive_int, metavar="N", help=f"end {whose} after N worker steps"
+    )
+    parser.add_argument(
+        "--max-cost",
+        type=positive_float,
+        metavar="USD",
+        help=f"end {whose} when its model cost reaches USD",
+    )
+    parser.add_argument(
+        "--max-tokens", type=positive_int, metavar="N", help=f"end {whose} after N model tokens"
+    )
+
+
+def dispatch(args: argparse.Namespace) -> int:
+    """Run a parsed subcommand: bad input it finds is one line on stderr, exit 2 (what
+    it quotes, a path or a log's line, shown and not obeyed: mlra/terminal_text.py)."""
+    try:
+        return int(args.func(args))
+    except UsageError as exc:
+        sys.stderr.write(f"mlra: {printable(str(exc))}\n")
+        return EXIT_USAGE

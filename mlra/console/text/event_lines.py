@@ -1,0 +1,244 @@
+"""The words an event is said in, one line each: a tool call, a retry's cause, a model
+call's speed, a job's end, an attempt, a score with its marks (SELF-REPORTED,
+UNISOLATED).
+
+Shared by every display (the headless transcript, the console's transcript pane and
+status line, the replay, `mlra eval`), so a run reads the same wherever it is shown;
+apart from the headless printers (console/text/headless.py) because these only phrase,
+they never print. What the run wrote is escaped here (mlra/terminal_text.py).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from mlra import events as ev
+from mlra.durations import format_duration
+from mlra.terminal_text import printable, printable_line
+
+
+def time_warning_line(event: ev.TimeWarning) -> str:
+    left, limit = format_duration(event.left_s), format_duration(event.limit_s)
+    return f"time warning: {left} left of the {limit} limit"
+
+
+def one_line(text: str, limit: int = 160) -> str:
+    """`text` on one line, cut at `limit`, with its control characters escaped."""
+    flat = " ".join(text.split())
+    return printable_line(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None = None) -> str:
+    """A tool call as a person would read it: `$ ls -la` rather than JSON; whatever the
+    model put in it is shown, not obeyed (a command keeps its line breaks)."""
+    return printable(_describe_call(printable_line(tool), arguments, raw))
+
+
+def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None) -> str:
+    if arguments is None:
+        return f"{tool} <unreadable arguments: {one_line(raw or '', 80)}>"
+    a = arguments
+    if tool == "bash" and "command" in a:
+        return f"$ {a['command']}"
+    if tool == "python":
+        if a.get("script"):
+            return f"python {a['script']} {' '.join(map(str, a.get('args') or []))}".rstrip()
+        return "python <<< " + one_line(str(a.get("code", "")), 100)
+    if tool in ("read_file", "write_file", "edit_file", "list_files") and "path" in a:
+        extra = ""
+        if tool == "write_file":
+            extra = f" ({len(str(a.get('content', '')))} chars)"
+        return f"{tool} {printable_line(str(a['path']))}{extra}"
+    if tool == "assign_subtask":
+        return f"assign_subtask [{a.get('step_id')}]"
+    if tool == "update_plan":
+        return f"update_plan ({len(a.get('steps') or [])} steps)"
+    if tool == "attempt_wait":
+        whom = printable_line(str(a["attempt"])) if a.get("attempt") else "any attempt"
+        timeout = a.get("timeout", 600.0)
+        bound = limit_words(float(timeout)) if isinstance(timeout, int | float) else "?"
+        return f"attempt_wait for {whom}, up to {bound}"
+    if tool == "submit" and a.get("attempt"):
+        return f"submit attempt {printable_line(str(a['attempt']))}"
+    if tool == "submit":
+        return f"submit {printable_line(str(a.get('path') or '(default artifact)'))}"
+    return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
+
+
+def limit_words(seconds: float) -> str:
+    """A wait's bound as said: `60m` for an hour (a round number of minutes up to an
+    hour reads so), else as a duration."""
+    if seconds % 60 == 0 and 0 < seconds <= 3600:
+        return f"{int(seconds // 60)}m"
+    return format_duration(seconds)
+
+
+def waiting_words(arguments: dict[str, Any] | None, running: list[str], took_s: float) -> str:
+    """An `attempt_wait` under way in words: `waiting for a1 (1m59s of up to 60m)`;
+    `running`: the attempts running now, which a wait for any one of them waits on."""
+    a = arguments or {}
+    named = a.get("attempt")
+    if isinstance(named, str) and named:
+        whom = printable_line(named)
+    elif len(running) == 1:
+        whom = printable_line(running[0])
+    elif running:
+        whom = "any of " + ", ".join(printable_line(r) for r in running)
+    else:
+        whom = "an attempt"
+    timeout = a.get("timeout", 600.0)
+    bound = f" of up to {limit_words(float(timeout))}" if isinstance(timeout, int | float) else ""
+    return f"waiting for {whom} ({format_duration(took_s)}{bound})"
+
+
+def fork_line(e: ev.RunForked) -> str:
+    """Where a fork's own events begin: what it is, and what it changed."""
+    parts = [f"⑂ this is run {e.run_id}, forked from {e.source_run} at worker step {e.at_step}"]
+    parts.append(f"model {e.model}")
+    if e.edited_action:
+        tool = str(e.edited_action.get("tool", ""))
+        arguments = e.edited_action.get("arguments")
+        parts.append(
+            "the step's action edited: "
+            + describe_call(tool, arguments if isinstance(arguments, dict) else None)
+        )
+    if e.missing_files:
+        parts.append(f"{len(e.missing_files)} workspace file(s) could not be restored")
+    if e.not_recorded:
+        parts.append(
+            f"{len(e.not_recorded)} workspace snapshot(s) left changes unrecorded, which the "
+            "restored workspace lacks"
+        )
+    return " · ".join(parts)
+
+
+def retry_cause(status: int | None) -> str:
+    """What a `model_retry` retries after: an HTTP status, a failed connection, or (200)
+    an answer that was none (an HTML page, a stream that broke off)."""
+    if status == 200:
+        return "after an invalid answer"
+    return f"after {status}" if status else "after a failed connection"
+
+
+def model_speed(e: ev.ModelCall) -> str:
+    """A model call's time, told apart: how long the server read the prompt and how fast it
+    wrote the answer ("prompt read in 3.1s, 120 tokens at 38 tok/s"); counts the server did
+    not send are estimates, marked "~"."""
+    mark = "~" if e.tokens_estimated else ""
+    parts = []
+    writing = e.latency_s
+    if e.first_token_s is not None:
+        parts.append(f"prompt read in {e.first_token_s:.1f}s")
+        writing -= e.first_token_s
+    tokens = f"{mark}{e.output_tokens:,} tokens"
+    if writing > 0 and e.output_tokens:
+        tokens += f" at {mark}{e.output_tokens / writing:.0f} tok/s"
+    parts.append(tokens)
+    return ", ".join(parts)
+
+
+def job_ok(e: ev.JobEnded) -> bool:
+    return e.end == "exited" and e.exit_code == 0
+
+
+def job_end_line(e: ev.JobEnded) -> str:
+    took = format_duration(e.duration_s)
+    if e.end == "exited":
+        return f"job {e.job} exited {e.exit_code} after {took}"
+    why = f": {e.reason}" if e.reason else ""
+    return f"job {e.job} {e.end} after {took}{why}"
+
+
+def attempt_started_line(e: ev.AttemptStarted) -> str:
+    """`attempt a2 started: improve from a1 (5m budget): <instructions>`: what a search
+    began, as every text display shows it."""
+    origin = f"from {printable_line(e.parent)}" if e.parent else "from the starter"
+    what = e.operator
+    if e.variant:
+        what += " " + " ".join(f"{k}={v}" for k, v in e.variant.items())
+    budget = f" ({format_duration(e.time_limit_s)} budget)" if e.time_limit_s > 0 else ""
+    line = f"attempt {printable_line(e.attempt)} started: {one_line(what, 120)} {origin}{budget}"
+    if e.instructions.strip() and not e.variant:
+        line += f": {one_line(e.instructions, 200)}"
+    return line
+
+
+def attempt_finished_line(e: ev.AttemptFinished) -> str:
+    """`attempt a2 validated: accuracy 0.7812 after 4m 10s` (a validation score, never the
+    test split's), `attempt a3 buggy: <why>`; what it changed after a dash."""
+    line = f"attempt {printable_line(e.attempt)} {e.status}"
+    if e.score is not None:
+        line += f": {printable_line(e.metric or 'validation')} {e.score:.4g}"
+        if e.status != "validated" and e.why:
+            line += f" ({one_line(e.why, 160)})"
+    elif e.why:
+        line += f": {one_line(e.why, 200)}"
+    line += f" after {format_duration(e.duration_s)}"
+    if e.summary.strip():
+        line += f" — {one_line(e.summary, 160)}"
+    return line
+
+
+def attempt_ok(e: ev.AttemptFinished) -> bool:
+    return e.status == "validated"
+
+
+def graded_attempt_words(
+    submission: ev.Submission | None, validation: float | None, test: float | None
+) -> str:
+    """What follows a search's score: the attempt graded, its validation score and the
+    gap (test minus validation), and, where nothing was submitted, that the best validated
+    attempt was graded instead. Empty where no attempt was graded."""
+    if submission is None or submission.attempt is None:
+        return ""
+    attempt = printable_line(submission.attempt)
+    words = f"attempt {attempt}"
+    if submission.by != "agent":  # a deadline, a budget, a stop: nothing was submitted
+        words += ", the best validated: nothing was submitted"
+    if validation is not None:
+        words += f"; validation {validation:.4g}"
+        if test is not None:
+            words += f", gap {test - validation:+.3g}"
+    return f"({words})"
+
+
+def unknown_line(e: ev.UnknownEvent) -> str:
+    return f"unknown event {e.original_type!r} (written by a newer mlra; kept as it is)"
+
+
+def isolation_words(box: ev.SandboxInfo) -> str:
+    """How the commands were confined, with what: "bwrap 0.8.0 at /usr/bin/bwrap",
+    "docker 20.10.24 at unix:///var/run/docker.sock"."""
+    if box.isolated_by is None:
+        return box.isolation
+    version = f" {printable_line(box.isolated_by_version)}" if box.isolated_by_version else ""
+    return f"{box.isolation}{version} at {printable_line(box.isolated_by)}"
+
+
+def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
+    """The score with its references; `unisolated=False` where a badge says it already."""
+    if not e.ok or e.score is None:
+        reason = "; ".join(e.violations) or e.error or "no score"
+        return f"no score: {printable_line(reason)}"  # the evaluator's words
+    parts = [f"{printable_line(e.metric)} = {e.score:.4g}"]
+    refs = []
+    if e.baseline is not None:
+        refs.append(f"baseline {e.baseline:.4g}")
+    if e.top is not None:
+        refs.append(f"top {e.top:.4g}")
+    if e.normalized is not None:
+        refs.append(f"normalized {e.normalized:+.3f}")
+    if refs:
+        parts.append("(" + ", ".join(refs) + ")")
+    if e.success is not None:
+        verdict = "success" if e.success else "below the success bar"
+        bar = printable_line(e.success_bar or "")
+        parts.append(f"{verdict} ({bar})" if bar else verdict)
+    elif not e.direction_known:
+        parts.append(f"(success {printable_line(e.success_bar or 'not judged')})")
+    if e.self_reported:
+        parts.append("· SELF-REPORTED")  # the workspace's own number, not a measurement
+    if e.agent_isolation == "none" and unisolated:
+        parts.append("· UNISOLATED")  # the agent ran unconfined: see the Security model
+    return " ".join(parts)

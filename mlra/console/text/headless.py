@@ -1,0 +1,405 @@
+"""Headless displays: a concise live transcript, and JSON lines.
+
+The transcript uses rich on a terminal and plain lines otherwise (a batch log,
+a pipe), from the same events the console renders. Whatever a run's text holds, what
+is printed holds no control character a terminal would obey (mlra/terminal_text.py):
+the transcript escapes them where it prints, the JSON lines write them as JSON escapes.
+What each event is said in (a call, a score, an attempt) is console/text/event_lines.py,
+shared with the console's panes.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
+
+from mlra import events as ev
+from mlra.agent.record.eventlog import encode_event
+from mlra.console.text.event_lines import (
+    attempt_finished_line,
+    attempt_ok,
+    attempt_started_line,
+    describe_call,
+    fork_line,
+    graded_attempt_words,
+    isolation_words,
+    job_end_line,
+    job_ok,
+    model_speed,
+    one_line,
+    retry_cause,
+    score_line,
+    time_warning_line,
+    unknown_line,
+)
+from mlra.console.text.heartbeat import EVERY_S, Heartbeat
+from mlra.durations import format_duration
+from mlra.tasks.evaluators.progress import progress_words
+from mlra.terminal_text import printable, printable_json, printable_line
+from mlra.tools.plan import render_plan
+
+if TYPE_CHECKING:
+    from mlra.agent.record.annotations import Annotation
+
+
+def _silence(stream: IO[str]) -> bool:
+    """Point the stream's file descriptor at /dev/null, so that what is still buffered,
+    the final line and the interpreter's last flush go nowhere instead of failing again.
+    True when stderr was the same pipe (`2>&1 | head`) and was silenced with it."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # a StringIO: nothing to point elsewhere
+        return False
+    try:
+        same = fd != 2 and os.path.samestat(os.fstat(fd), os.fstat(2))
+    except OSError:
+        same = False
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+        if same:
+            os.dup2(devnull, 2)
+    finally:
+        os.close(devnull)
+    return same
+
+
+def tell_stderr(text: str) -> None:
+    """A line for the person at the terminal; a stderr nobody reads is not an error."""
+    try:
+        sys.stderr.write(printable(text) + "\n")
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        pass
+
+
+class _Printer:
+    """What both displays share: they print until the reader goes away.
+
+    `mlra run ... | head` closes the pipe after a few lines. The run must not die
+    of that (a display is an event subscriber, and a subscriber that raises ends the
+    run): from the first failed write the display prints nothing more, the run goes
+    on, and its event log, the record of the run, is written in full.
+    """
+
+    stream: IO[str]
+    reader_gone: bool = False
+    stderr_gone: bool = False
+    on_reader_gone: Callable[[], None] | None = None
+    """Told once, when the reader has gone and stderr still reaches someone."""
+
+    def _print(self, write: Callable[[], None]) -> bool:
+        """Run one write; False (and nothing further printed) once the reader has gone."""
+        if self.reader_gone:
+            return False
+        try:
+            write()
+            return True
+        except (OSError, ValueError):  # BrokenPipeError; EIO on a closed terminal
+            self.reader_gone = True
+            self.stderr_gone = _silence(self.stream)
+            if not self.stderr_gone and self.on_reader_gone is not None:
+                self.on_reader_gone()
+            return False
+
+    def line(self, text: str) -> bool:
+        """One line as it is (the final line); False when it could not be printed."""
+
+        def write() -> None:
+            self.stream.write(text + "\n")
+            self.stream.flush()
+
+        return self._print(write)
+
+    def close(self) -> None:
+        self._print(self.stream.flush)
+
+
+class TranscriptDisplay(_Printer):
+    """A concise transcript: one or a few lines per meaningful event."""
+
+    def __init__(
+        self,
+        stream: IO[str] | None = None,
+        *,
+        rich: bool | None = None,
+        verbose: bool = False,
+        heartbeat_s: float | None = EVERY_S,
+    ) -> None:
+        self.stream = stream or sys.stdout
+        self._heartbeat = Heartbeat(heartbeat_s) if heartbeat_s else None
+        """While something runs with nothing printed, a line every `heartbeat_s` of run
+        clock (console/text/heartbeat.py); None: none."""
+        self._now = 0.0
+        use_rich = self.stream.isatty() if rich is None else rich
+        self.verbose = verbose
+        self._console = None
+        if use_rich:
+            from rich.console import Console
+
+            # Text as it is: no markup, no :emoji: codes, no highlighting.
+            self._console = Console(
+                file=self.stream, highlight=False, soft_wrap=True, emoji=False, markup=False
+            )
+        self._calls: dict[str, ev.ToolCall] = {}
+        self._waiting: dict[str, str] = {}
+        """The tool of each call that waited for approval, by call id (an edit names it)."""
+        self._state_limit = 0.0
+        self._fork: ev.RunForked | None = None
+        self._fork_dir: Path | None = None
+        self._local = False
+        """The model runs on a server the user gave (`--base-url`): its calls are slow
+        enough, and the prompt's reading long enough, that each call's time is shown."""
+        self._submission: ev.Submission | None = None
+        self._attempt_scores: dict[str, float | None] = {}
+        """Each finished attempt's validation score: the score line sets the graded
+        attempt's beside its test score."""
+        self._regrading = False
+        self._grading_since: float | None = None
+        """When the grading began (its start event's wall clock): the run clock stands
+        still while it grades, so its progress lines say how long it has been at it."""
+
+    def read_ahead(self, events: list[ev.Event], run_dir: Path) -> None:
+        """A replay knows the whole log: a fork's begins with its source's events, and
+        its header names the fork (its id, its workspace), not the source."""
+        self._fork = next((e for e in reversed(events) if isinstance(e, ev.RunForked)), None)
+        self._fork_dir = run_dir
+        self.attempts_in(run_dir)
+
+    def attempts_in(self, run_dir: Path) -> None:
+        """The run's folder: heartbeats read its attempts' logs for their progress."""
+        if self._heartbeat is not None:
+            self._heartbeat.run_dir = run_dir
+
+    def annotation(self, note: Annotation) -> None:
+        """A person's note on a step (a replay prints them; the run never sees them)."""
+        self._out(f"  ✎ note on step {note.step}: {printable_line(note.summary())}", "magenta")
+
+    def _out(self, text: str, style: str = "") -> None:
+        """Print a line (or a few); whatever the run put in it is shown, never obeyed."""
+        text = printable(text)
+        if self._heartbeat is not None:
+            self._heartbeat.printed(self._now)
+        console = self._console
+        if console is not None:
+            self._print(lambda: console.print(text, style=style or None, markup=False))
+        else:
+            self.line(text)
+
+    def on_event(self, event: ev.Event) -> None:
+        self._now = event.t
+        if self._heartbeat is not None:
+            self._heartbeat.apply(event)
+        self._say(event)
+        if self._heartbeat is not None:
+            for line in self._heartbeat.due(event.t):
+                self._out(f"[{format_duration(event.t)}] {line}", "dim")
+
+    def _say(self, event: ev.Event) -> None:
+        t = format_duration(event.t)
+        match event:
+            case ev.RunStarted():
+                self._local = bool(event.config.get("base_url"))
+                self._state_limit = event.limits.time_limit_s
+                box = event.sandbox
+                net = "network" if box.network else "no network"
+                if box.network and box.network_via:  # "slirp4netns 1.2.0", "host", ...
+                    net = f"network: {box.network_via.split(':')[0]}"
+                run, workspace, model = event.run_id, box.workspace, event.model
+                fork = self._fork
+                if fork is not None:
+                    run = (
+                        f"{fork.run_id} (a fork of {fork.source_run} at worker step {fork.at_step})"
+                    )
+                    model = fork.model
+                    if fork.sandbox is not None:
+                        workspace = fork.sandbox.workspace
+                    elif self._fork_dir is not None:
+                        workspace = str(self._fork_dir / "workspace")
+                self._out(
+                    f"▶ {event.task} · {model} · run {run}\n"
+                    f"  sandbox {box.kind} ({isolation_words(box)}, {net}) · "
+                    f"workspace {workspace} · "
+                    f"limit {format_duration(event.limits.time_limit_s)}",
+                    "bold",
+                )
+            case ev.RunForked():
+                self._out(f"[{t}] {fork_line(event)}", "bold cyan")
+            case ev.JobStarted():
+                name = f" ({printable_line(event.name)})" if event.name else ""
+                self._out(
+                    f"[{t}] job {event.job}{name} started: $ {one_line(event.command, 160)}"
+                    f" · log {printable_line(event.log)}",
+                    "blue",
+                )
+            case ev.JobEnded():
+                self._out(f"[{t}] {job_end_line(event)}", "green" if job_ok(event) else "yellow")
+            case ev.ModelCall() if self._local:
+                what = "" if event.purpose == "turn" else f"'s {event.purpose}"
+                self._out(
+                    f"[{t}] {event.agent}{what} answered in {event.latency_s:.1f}s: "
+                    + model_speed(event),
+                    "dim",
+                )
+            case ev.ContextWindowLearned():
+                self._out(
+                    f"[{t}] the model's window is taken as {event.context_window:,} tokens from "
+                    f"the server's answer (was {event.assumed or 0:,}); pass --context-window "
+                    f"{event.context_window} to start from it",
+                    "yellow",
+                )
+            case ev.ModelRetry():
+                after = retry_cause(event.status)
+                of = f"/{event.max_retries}" if event.max_retries else ""
+                self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
+            case ev.Notice():
+                self._out(f"! {event.message}", "yellow" if event.level != "error" else "red")
+            case ev.TimeWarning():
+                self._out(f"[{t}] ! {time_warning_line(event)}", "yellow")
+            case ev.WorkspaceSnapshot(left_out=ev.SnapshotLeftOut() as gaps):
+                self._out(
+                    f"! the workspace snapshot after step {event.step} left out: "
+                    + one_line("; ".join(gaps.notes), 400),
+                    "yellow",
+                )
+            case ev.PlanUpdated():
+                self._out(f"[{t}] plan ({event.reason or 'updated'}):", "cyan")
+                for line in render_plan(event.steps).splitlines():
+                    self._out(f"    {line}", "cyan")
+            case ev.SupervisorMessage():
+                self._out(f"[{t}] supervisor: {one_line(event.text, 300)}", "magenta")
+            case ev.SubtaskStarted():
+                self._out(
+                    f"[{t}] → subtask {event.subtask} [{event.step_id}]: {one_line(event.instructions, 240)}",
+                    "magenta",
+                )
+            case ev.SubtaskFinished():
+                self._out(
+                    f"[{t}] ← subtask {event.subtask} {ev.subtask_outcome_words(event.outcome)}: {one_line(event.report, 240)}",
+                    "magenta",
+                )
+            case ev.Review():
+                if event.guidance:
+                    self._out(f"[{t}] review: {one_line(event.guidance, 240)}", "magenta")
+            case ev.WorkerThought():
+                self._out(f"[{t}] worker: {one_line(event.text, 300)}")
+            case ev.ToolCall():
+                self._calls[event.call_id] = event
+                who = "" if event.agent in ("worker", "baseline") else f"{event.agent} "
+                self._out(
+                    f"[{t}] {who}{describe_call(event.tool, event.arguments, event.raw_arguments)}",
+                    "bold blue",
+                )
+            case ev.ApprovalRequested():
+                self._waiting[event.call_id] = event.tool
+                self._out(
+                    f"[{t}] ? waiting for approval of {event.tool} ({event.reason})", "yellow"
+                )
+            case ev.ToolOutput():
+                if self.verbose:
+                    for line in event.text.rstrip("\n").splitlines():
+                        self._out(f"    {line}", "dim")
+            case ev.ToolResult():
+                self._tool_result(event)
+            case ev.ModelError() if event.cut_off:
+                self._out(f"[{t}] {one_line(event.error, 300)}", "yellow")
+            case ev.ModelError():
+                self._out(
+                    f"[{t}] model error{' (fatal)' if event.fatal else ''}: {one_line(event.error, 300)}",
+                    "red",
+                )
+            case ev.HistorySummarized():
+                self._out(
+                    f"[{t}] {event.agent} history summarized (turns {event.first_turn}–{event.last_turn})",
+                    "dim",
+                )
+            case ev.Control():
+                detail = f": {one_line(event.text, 120)}" if event.text else ""
+                if event.action in ("attempt_stop", "promote") and event.target:
+                    detail = f" {printable_line(event.target)}{detail}"
+                if event.action == "edit" and event.arguments is not None:
+                    # What ran instead of what the model asked for.
+                    call = self._calls.get(event.call_id or "")
+                    tool = self._waiting.get(event.call_id or "") or (call.tool if call else "")
+                    detail = f", runs: {describe_call(tool, event.arguments)}"
+                self._out(f"[{t}] {event.source} {event.action}{detail}", "yellow")
+            case ev.AttemptStarted():
+                self._out(f"[{t}] {attempt_started_line(event)}", "cyan")
+            case ev.AttemptFinished():
+                self._attempt_scores[event.attempt] = event.score
+                style = "green" if attempt_ok(event) else "red" if event.status == "buggy" else ""
+                self._out(f"[{t}] {attempt_finished_line(event)}", style or "yellow")
+            case ev.Submission():
+                self._submission = event
+                what = event.path or "(default artifact)"
+                if event.attempt is not None:
+                    what = f"attempt {event.attempt}'s {what}"
+                # Only the agent submits; a deadline or budget grades what is there.
+                done = f"submitted {what}" if event.by == "agent" else f"{event.by}: grading {what}"
+                self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
+            case ev.EvaluationStarted():
+                self._regrading = event.regrade_by is not None
+                self._grading_since = event.ts or None
+                self._out(f"[{t}] evaluating {event.artifact} with {event.evaluator}…")
+            case ev.EvaluationProgress():
+                since = self._grading_since
+                took = f" +{format_duration(event.ts - since)}" if since and event.ts else ""
+                self._out(f"[{t}{took}] grading: {progress_words(event)}", "dim")
+            case ev.EvaluationFinished():
+                line = f"[{t}] score: {score_line(event)}"
+                if not self._regrading and self._submission is not None:
+                    attempt = self._submission.attempt
+                    validation = self._attempt_scores.get(attempt) if attempt else None
+                    test = event.score if event.ok else None
+                    words = graded_attempt_words(self._submission, validation, test)
+                    line += f" {words}" if words else ""
+                self._out(line, "bold green" if event.ok else "bold red")
+            case ev.RunFinished():
+                self._out(f"■ {event.status} ({event.reason}) after {t}: {event.message}", "bold")
+            case ev.UnknownEvent():
+                self._out(f"[{t}] {unknown_line(event)}", "dim")
+            case _:
+                pass
+
+    def _tool_result(self, event: ev.ToolResult) -> None:
+        status = "✓" if event.ok else "✗"
+        bits = []
+        if event.exit_code is not None:
+            bits.append(f"exit {event.exit_code}")
+        bits.append(f"{event.duration_s:.1f}s")
+        if event.timed_out:
+            bits.append("timed out")
+        if event.truncated:
+            bits.append("output cut")
+        if event.tool in ("assign_subtask", "update_plan"):
+            if not event.ok:
+                self._out(f"    {status} {one_line(event.output, 200)}", "red")
+            return
+        self._out(f"    {status} {' · '.join(bits)}", "green" if event.ok else "red")
+        if not self.verbose or not event.ok:
+            lines = [ln for ln in event.output.rstrip().splitlines() if ln.strip()]
+            if lines and lines[-1].startswith(("[exit code", "[timed out")):
+                lines.pop()  # the status line repeats what the ✓/✗ line says
+            shown = lines[-4:] if event.ok else lines[-8:]
+            for line in shown:
+                self._out(f"    │ {one_line(line, 200)}", "dim")
+
+    def close(self) -> None:
+        if self._console is None:
+            super().close()
+
+
+class JsonDisplay(_Printer):
+    """Every event as one JSON line, the same JSON value as in the log: the characters
+    the encoder leaves raw that a terminal would obey (C1, bidirectional controls) are
+    written as `\\uXXXX` escapes, which any JSON reader reads back to the same text."""
+
+    def __init__(self, stream: IO[str] | None = None, *, include_samples: bool = True) -> None:
+        self.stream = stream or sys.stdout
+        self.include_samples = include_samples
+
+    def on_event(self, event: ev.Event) -> None:
+        self.line(printable_json(encode_event(event).decode("utf-8").removesuffix("\n")))

@@ -1,0 +1,162 @@
+"""The headless transcript's heartbeats: while a command, a job or a wait for attempts
+runs with nothing printed for a while, a line saying what runs, for how long, and the
+latest progress the log holds (`step 200/600 loss 4.62 · ETA 3m00s`).
+
+Timed by the events themselves: each event carries the run clock (`t`), and the run
+samples its resources every second (`resource_sample`), so the log ticks while a
+silent command runs. A heartbeat is due when the run clock has moved `every_s` past
+the last printed line; no clock of its own, so a replay prints the same heartbeats at
+the same run-clock times, and a paused run (its clock stopped) prints none. A grading
+says its own progress (`evaluation_progress`) while the run clock stands still.
+
+A search's attempts each have a log of their own (`attempts/<id>/events.jsonl`):
+waiting for them, the line gives each one's progress as its log held it at the time
+of the event (wall clock `ts`), so a replay reads what the run read then.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from mlra import events as ev
+from mlra.agent.record.log_refs import Resolver, Unresolved
+from mlra.agent.record.run_progress import Glance, ProgressWatch
+from mlra.agent.record.state import RunState
+from mlra.console.text.event_lines import describe_call, one_line, waiting_words
+from mlra.durations import format_duration
+from mlra.terminal_text import printable_line
+
+EVERY_S = 30.0
+"""A line at least this often (run-clock seconds) while something runs."""
+QUIET_TOOLS = frozenset({"assign_subtask"})
+"""Calls that only wait on the calls of another agent, which have heartbeats of their own."""
+
+
+class Heartbeat:
+    """Fed every event; `due` returns the lines to print now (none most of the time)."""
+
+    def __init__(self, every_s: float = EVERY_S) -> None:
+        self.every_s = every_s
+        self.state = RunState()
+        self.progress = ProgressWatch()
+        self.run_dir: Path | None = None
+        """The run's folder, where its attempts' logs are; None: attempts unread."""
+        self._quiet_since: float | None = None
+        self._ts = 0.0
+        self._attempt_logs: dict[str, _GrowingLog] = {}
+
+    def apply(self, event: ev.Event) -> None:
+        self._ts = event.ts
+        self.state.apply(event)
+        self.progress.apply(event)
+        if self._quiet_since is None:
+            self._quiet_since = event.t
+
+    def printed(self, t: float) -> None:
+        """A line was printed at run-clock `t`: the next heartbeat counts from it."""
+        self._quiet_since = t
+
+    def due(self, now: float) -> list[str]:
+        state = self.state
+        if state.paused or state.evaluating or state.finished is not None:
+            self._quiet_since = now  # the clock stands still, or nothing runs any more
+            return []
+        lines = self.running_lines(now)
+        if not lines:
+            self._quiet_since = now
+            return []
+        if self._quiet_since is not None and now - self._quiet_since < self.every_s:
+            return []
+        self._quiet_since = now
+        return lines
+
+    def running_lines(self, now: float) -> list[str]:
+        """What runs now, one line each: a command or call, a job."""
+        state = self.state
+        lines: list[str] = []
+        waiting = state.pending_approval.call_id if state.pending_approval else None
+        for call in sorted(state.running.values(), key=lambda c: c.seq):
+            if call.tool in QUIET_TOOLS or call.call_id == waiting:
+                continue
+            took = max(0.0, now - call.t)
+            if call.tool == "attempt_wait":
+                running = state.attempts.running
+                words = waiting_words(call.arguments, [n.id for n in running], took)
+                each = ", ".join(
+                    self._attempt_words(n.id, n.started.folder, n.elapsed_s(now)) for n in running
+                )
+                lines.append(f"… {words}" + (f" · running: {each}" if each else ""))
+                continue
+            what = one_line(describe_call(call.tool, call.arguments, call.raw_arguments), 80)
+            line = f"… {what} still running, {format_duration(took)}"
+            progress = self.progress.words(f"command:{call.call_id}", call.t, now)
+            lines.append(line + (f" · {progress}" if progress else ""))
+        for job in state.running_jobs:
+            started = job.started
+            name = f" ({printable_line(started.name)})" if started.name else ""
+            took = format_duration(max(0.0, now - started.t))
+            line = f"… job {printable_line(started.job)}{name} running, {took}"
+            progress = self.progress.words(f"job:{started.job}", started.t, now)
+            lines.append(line + (f" · {progress}" if progress else ""))
+        return lines
+
+    def _attempt_words(self, attempt: str, folder: str, running_s: float) -> str:
+        """`a1 2m10s` and, where its log is read, its progress then (`step 200/600 ...`)."""
+        words = f"{printable_line(attempt)} {format_duration(running_s)}"
+        if self.run_dir is None:
+            return words
+        log = self._attempt_logs.get(folder)
+        if log is None:
+            log = self._attempt_logs[folder] = _GrowingLog(self.run_dir / folder / "events.jsonl")
+        progress = log.progress(self._ts)
+        return f"{words} ({progress})" if progress else words
+
+
+class _GrowingLog:
+    """An attempt's log, read on from where the last heartbeat left it: each line is
+    parsed once however long the attempt runs (reading it whole every heartbeat grew
+    with the log), and folded up to the wall clock asked for."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.resolve = Resolver()
+        self.held: list[ev.Event] = []
+        """Read, but written after the time last asked for: folded when it comes."""
+        self.glance = Glance()
+        self.folded = False
+        self.damaged = False
+
+    def progress(self, until_ts: float) -> str:
+        """Its newest progress as the log held it at wall clock `until_ts` (0: now)."""
+        if self.damaged:
+            return ""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return ""
+        whole = data.rfind(b"\n") + 1  # a half-written last line waits for its newline
+        self.offset += whole
+        for line in data[:whole].split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                self.held.append(self.resolve(ev.parse_event(line)))
+            except (ValidationError, ValueError, Unresolved):
+                self.damaged = True
+                return ""
+        later: list[ev.Event] = []
+        for event in self.held:
+            if not until_ts or not event.ts or event.ts <= until_ts:
+                self.glance.apply(event)
+                self.folded = True
+            else:
+                later.append(event)
+        self.held = later
+        if not self.folded:
+            return ""
+        return self.glance.words(self.glance.last_t).partition(" · ")[2]

@@ -1,0 +1,213 @@
+"""Validating during a run: the `validate` tool's host side (tools/validate.py).
+
+A validation freezes the artifact as it is now (tools/submission.py, links out
+refused), grades the frozen copy with the task's evaluator in the evaluator's own
+sandbox (tasks/evaluators/base.py) on the task's validation split, `[validation]
+settings` in task.toml, or, for a task without validation data, checks the
+artifact's format and the task's rules only. It runs on the run's clock (a
+validation's time is working time, and it never outlives the deadline), and the
+task's rate limit (`max_calls`, `min_interval` between starts, by the run clock)
+is judged from the `validation` events already in the log, so a resumed run keeps
+the count. The test split is never graded here.
+
+A task that opts in (`grade_best_at_deadline`) keeps the frozen copy of its best
+validation so far in the run folder (`validations/<n>/`): a run that reaches its
+deadline with nothing submitted is graded on it (agent/loop/evaluation.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mlra import events as ev
+from mlra.durations import format_duration
+from mlra.tasks.evaluators.base import normalize, run_evaluation
+from mlra.tasks.hidden_text import HiddenText
+from mlra.tasks.sections import ValidationSettings
+from mlra.tasks.spec import TaskSpec
+from mlra.tools.artifact_copy import SubmissionRefused
+from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.submission import freeze, remove_tree
+
+if TYPE_CHECKING:
+    from mlra.tools.sandbox.local import IsolationMode
+
+VALIDATIONS_DIR = "validations"
+"""In the run folder: one folder per validation, its frozen copy (while kept) and its
+evaluation's scratch folder, beside `submission/` and `evaluation/`."""
+
+
+def refusal(settings: ValidationSettings, past: list[ev.Validation], now: float) -> str | None:
+    """Why a validation may not start at run time `now`, given those before it; None
+    when it may. Said with when the next one is allowed, for the agent to plan by."""
+    if len(past) >= settings.max_calls:
+        return (
+            f"this run has used all {settings.max_calls} validations the task allows; "
+            "no more are possible (submit when the result is ready)"
+        )
+    allowed = next_allowed(settings, past)
+    if allowed is not None and now < allowed:
+        return (
+            f"validations must start at least {format_duration(settings.min_interval_s)} "
+            f"apart on the run clock; the next is allowed in {format_duration(allowed - now)} "
+            f"(at run time {format_duration(allowed)})"
+        )
+    return None
+
+
+def next_allowed(settings: ValidationSettings, past: list[ev.Validation]) -> float | None:
+    """The run time from which the next validation may start (None: any time)."""
+    if not past:
+        return None
+    last = past[-1]
+    return max(0.0, last.t - last.duration_s) + settings.min_interval_s
+
+
+def better(new: ev.Validation, old: ev.Validation | None) -> bool:
+    """Whether `new` beats `old` in the metric's direction (or ties it: the later of
+    equal scores is kept); a format check (no score) that passes beats any before it,
+    the latest passing artifact being the best one."""
+    if not new.ok:
+        return False
+    if old is None or not old.ok:
+        return True
+    if new.score is None or old.score is None:
+        return new.score is not None or old.score is None
+    # A tie goes to the later artifact: the agent's latest work at the same score.
+    return new.score >= old.score if new.higher_is_better else new.score <= old.score
+
+
+def best_kept(past: list[ev.Validation], run_dir: Path) -> ev.Validation | None:
+    """The best validation whose frozen copy is still in the run folder."""
+    best: ev.Validation | None = None
+    for validation in past:
+        if validation.kept is None or not (run_dir / validation.kept).exists():
+            continue
+        if best is None or better(validation, best):
+            best = validation
+    return best
+
+
+class RunValidator:
+    """The `Validator` a run hands its `validate` tool: the run's parts it needs, read
+    at each call (the clock and the log change; a resumed run replaces the clock)."""
+
+    def __init__(
+        self,
+        task: TaskSpec,
+        workspace: Path,
+        run_dir: Path,
+        *,
+        emit: Callable[[ev.Event], object],
+        elapsed: Callable[[], float],
+        remaining: Callable[[], float],
+        past: Callable[[], list[ev.Validation]],
+        isolation: IsolationMode = "auto",
+    ) -> None:
+        self.task = task
+        self.workspace = workspace
+        self.run_dir = run_dir
+        self.emit = emit
+        self.elapsed = elapsed
+        self.remaining = remaining
+        self.past = past
+        self.isolation: IsolationMode = isolation
+        self.hidden = HiddenText(task.hidden_paths())
+        """What the evaluator says is checked against, before the agent reads it."""
+        self._one_at_a_time = asyncio.Lock()
+        """Two calls in one turn run in turn: the second is judged by the first's event."""
+        self.closing_calls: set[str] = set()
+        """Calls mlra makes itself to close an attempt (agent/agents/attempt_agent.py): the
+        attempt's result is validated whatever its worker used of the rate limit."""
+
+    def calls_left(self) -> tuple[int, float | None]:
+        past = self.past()
+        left = max(0, self.task.validation.max_calls - len(past))
+        return left, next_allowed(self.task.validation, past) if left else None
+
+    async def __call__(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
+        async with self._one_at_a_time:
+            return await self._validate(path, call_id=call_id, workdir=workdir)
+
+    async def _validate(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
+        settings = self.task.validation
+        past = self.past()
+        started = self.elapsed()
+        why = None if call_id in self.closing_calls else refusal(settings, past, started)
+        if why is not None:
+            raise SandboxError(why)
+        folder = self.run_dir / VALIDATIONS_DIR / str(len(past) + 1)
+        if folder.exists():
+            # Left by a validation the run was killed under: not one the log counts.
+            await asyncio.to_thread(remove_tree, folder)
+        try:
+            frozen = await asyncio.to_thread(
+                freeze,
+                self.workspace,
+                path,
+                folder / "artifact",
+                workdir=workdir,
+                max_gb=self.task.evaluator.max_submission_gb,
+                originals=self.task.read_only_originals(),
+            )
+        except SubmissionRefused as exc:
+            raise SandboxError(f"{exc}, so nothing was validated") from None
+        split = settings.split
+        outcome = await run_evaluation(
+            self.task,
+            frozen.path,
+            folder / "evaluation",
+            isolation=self.isolation,
+            split=split,
+            timeout_s=self.remaining(),
+        )
+        scored = outcome.ok and not outcome.violations
+        score = outcome.score if scored and split == "validation" else None
+        metric = self.task.metric
+        result = ev.Validation(
+            call_id=call_id,
+            artifact=path,
+            sha256=frozen.sha256,
+            split=split,
+            ok=scored,
+            metric=metric.name if split == "validation" else "",
+            higher_is_better=metric.higher_is_better,
+            score=score,
+            normalized=normalize(score, settings.baseline, settings.top),
+            metrics=outcome.metrics if split == "validation" else {},
+            violations=outcome.violations,
+            error=outcome.error or ("the artifact breaks a rule" if outcome.violations else None),
+            duration_s=round(max(0.0, self.elapsed() - started), 3),
+        )
+        if not result.ok:
+            result.told = await asyncio.to_thread(self._told, result)
+        kept = self._keep(result, past, frozen.path)
+        if kept is not None:
+            result.kept = Path(os.path.relpath(kept, self.run_dir)).as_posix()
+        self.emit(result)
+        return result
+
+    def _told(self, result: ev.Validation) -> str:
+        """Why the validation failed, as the agent may read it: the evaluator's words
+        with whatever quotes the task's hidden files withheld."""
+        if result.violations:
+            shown = [self.hidden.shown(v) or "" for v in result.violations]
+            return "it breaks the task's rules: " + "; ".join(shown)
+        return self.hidden.shown(result.error) or "no reason given"
+
+    def _keep(self, result: ev.Validation, past: list[ev.Validation], copy: Path) -> Path | None:
+        """Keep the frozen copy of the best validation so far, where the task may grade
+        it at the deadline; every other copy goes (a run folder does not fill with them)."""
+        best = (
+            best_kept(past, self.run_dir) if self.task.validation.grade_best_at_deadline else None
+        )
+        if self.task.validation.grade_best_at_deadline and better(result, best):
+            if best is not None and best.kept is not None:
+                remove_tree((self.run_dir / best.kept).parent)
+            return copy
+        remove_tree(copy.parent)
+        return None

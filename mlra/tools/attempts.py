@@ -1,0 +1,192 @@
+"""The supervisor's search tools: start attempts, read the tree, wait for and stop them.
+
+`attempt_start` (parent, instructions) -> an id; `attempts` -> the tree as a table;
+`attempt_wait` (id or any, timeout) -> what ended; `attempt_stop` (id). Each attempt is
+a worker subtask in a workspace of its own (agent/loop/attempts.py); `submit(attempt=...)`
+hands in one attempt's validated artifact. The run's manager sits behind `Attempts`,
+so these tools know nothing of runs and controllers.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from mlra import events as ev
+from mlra.tools.registry import Tool, ToolContext, ToolOutcome
+from mlra.tools.sandbox.base import SandboxError
+
+MAX_WAIT_S = 3600.0
+
+
+class Attempts(Protocol):
+    """What the tools need of the run's attempt manager."""
+
+    def start(
+        self,
+        *,
+        parent: str | None,
+        instructions: str,
+        operator: ev.AttemptOperator,
+        variant: dict[str, str] | None = None,
+        time_limit_s: float | None = None,
+        call_id: str | None = None,
+    ) -> str: ...
+
+    async def wait(self, attempt: str | None, timeout_s: float) -> list[str]: ...
+
+    async def stop(self, attempt: str, reason: str = ...) -> None: ...
+
+    def table(self) -> str:
+        """The tree as the supervisor reads it."""
+        ...
+
+    def submittable(self, attempt: str) -> ev.AttemptFinished: ...
+
+
+def _refused(exc: Exception) -> SandboxError:
+    """The manager's refusal as the error observation the agent reads."""
+    return SandboxError(str(exc))
+
+
+class AttemptStartArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    instructions: str = Field(
+        description="What the attempt's worker should do: the idea to try, which files, what "
+        "to measure. It sees only its own workspace and these instructions."
+    )
+    parent: str | None = Field(
+        default=None,
+        description="Start from this attempt's workspace as it ended (to debug or improve it); "
+        "omit to start from the task's starter files (a new draft).",
+    )
+    operator: ev.AttemptOperator = Field(
+        default="chosen",
+        description="What it is: draft (new solution), debug (fix a buggy parent), improve "
+        "(one change to a good parent), or chosen.",
+    )
+    time_limit: float | None = Field(
+        default=None,
+        description="Seconds it may run (default: its share of the time left).",
+    )
+    variant: dict[str, str] | None = Field(
+        default=None,
+        description="Only for a recipe's variant (mlra's own search with no model): the "
+        "recipe's variables to set.",
+    )
+
+
+class AttemptStart(Tool[AttemptStartArgs]):
+    name = "attempt_start"
+    description = (
+        "Start an attempt: a worker in a workspace of its own (a copy of `parent`'s, or the "
+        "starter), which ends with its artifact validated on the hidden validation split. "
+        "Returns its id at once; it runs beside you (see attempt_wait)."
+    )
+    Args = AttemptStartArgs
+
+    def __init__(self, attempts: Attempts) -> None:
+        self.attempts = attempts
+
+    async def run(self, args: AttemptStartArgs, ctx: ToolContext) -> ToolOutcome:
+        try:
+            attempt = self.attempts.start(
+                parent=args.parent,
+                instructions=args.instructions,
+                operator=args.operator,
+                time_limit_s=args.time_limit,
+                variant=args.variant,
+                call_id=ctx.call_id,
+            )
+        except Exception as exc:
+            raise _refused(exc) from None
+        return ToolOutcome(
+            output=f"Started attempt {attempt}"
+            + (f" from {args.parent}" if args.parent else " from the starter")
+            + ". Use attempt_wait to wait for it, or start others while it runs.",
+            data={"attempt": attempt},
+        )
+
+
+class NoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AttemptsTable(Tool[NoArgs]):
+    name = "attempts"
+    description = "The attempts so far as a table: best first, each with its score, lineage and what it tried."
+    Args = NoArgs
+
+    def __init__(self, attempts: Attempts) -> None:
+        self.attempts = attempts
+
+    async def run(self, args: NoArgs, ctx: ToolContext) -> ToolOutcome:
+        return ToolOutcome(output=self.attempts.table() or "No attempts yet.")
+
+
+class AttemptWaitArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: str | None = Field(
+        default=None, description="The attempt to wait for; omit to wait for any running one."
+    )
+    timeout: float = Field(default=600.0, description="Seconds to wait at most.")
+
+
+class AttemptWait(Tool[AttemptWaitArgs]):
+    name = "attempt_wait"
+    description = (
+        "Wait until an attempt (or any running one) ends, or the timeout passes; returns "
+        "what ended and the table."
+    )
+    Args = AttemptWaitArgs
+    reruns_when_interrupted = True
+    """A wait the run stopped in is waited again once the attempts are taken up."""
+
+    def __init__(self, attempts: Attempts) -> None:
+        self.attempts = attempts
+
+    async def run(self, args: AttemptWaitArgs, ctx: ToolContext) -> ToolOutcome:
+        timeout = max(0.0, min(args.timeout, MAX_WAIT_S, ctx.remaining_s()))
+        try:
+            ended = await self.attempts.wait(args.attempt, timeout)
+        except Exception as exc:
+            raise _refused(exc) from None
+        head = f"Ended: {', '.join(ended)}." if ended else f"Nothing ended within {timeout:.0f} s."
+        return ToolOutcome(
+            output=head + "\n" + (self.attempts.table() or "No attempts yet."),
+            data={"ended": ended},
+        )
+
+
+class AttemptStopArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    attempt: str = Field(description="The running attempt to stop.")
+
+
+class AttemptStop(Tool[AttemptStopArgs]):
+    name = "attempt_stop"
+    description = "Stop a running attempt (it keeps any validation it already earned)."
+    Args = AttemptStopArgs
+
+    def __init__(self, attempts: Attempts) -> None:
+        self.attempts = attempts
+
+    async def run(self, args: AttemptStopArgs, ctx: ToolContext) -> ToolOutcome:
+        try:
+            await self.attempts.stop(args.attempt, "stopped by the supervisor")
+        except Exception as exc:
+            raise _refused(exc) from None
+        return ToolOutcome(output=f"Stopped attempt {args.attempt}.")
+
+
+def attempt_tools(attempts: Attempts) -> list[Tool[Any]]:
+    return [
+        AttemptStart(attempts),
+        AttemptsTable(attempts),
+        AttemptWait(attempts),
+        AttemptStop(attempts),
+    ]
