@@ -27,7 +27,6 @@ from typing import Any
 from rich.console import RenderableType
 from textual import work
 from textual.app import App, ComposeResult, SystemCommand
-from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.filter import LineFilter
 from textual.screen import Screen
@@ -40,10 +39,10 @@ from mlra.agent.record.run_result import RunResult
 from mlra.agent.record.state import RunState
 from mlra.agent.run.controller import Agent, RunController
 from mlra.console.apps.console_display import ConsoleDisplay, EventsArrived, NoControls
+from mlra.console.apps.layout import run_screen
 from mlra.console.panes.attempts import AttemptAction, AttemptsPane
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FileSource, FilesPane
-from mlra.console.panes.footer import KeyFooter
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import StatusBar
@@ -118,17 +117,10 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         return [*super().get_line_filters(), self._no_controls]
 
     def compose(self) -> ComposeResult:
-        yield StatusBar(id="status")
-        with Horizontal(id="body"):
-            with Vertical(id="left"):
-                yield PlanPane(id="plan")
-                yield ExperimentsPane(id="experiments")
-                yield ResourcesPane(id="resources")
-            with Vertical(id="center"):
-                yield AttemptsPane(id="attempts")
-                yield TranscriptPane(id="transcript")
-            yield FilesPane(self.files_source, id="files")
-        yield KeyFooter()
+        center = [AttemptsPane(id="attempts"), TranscriptPane(id="transcript")]
+        yield from run_screen(
+            status=StatusBar(id="status"), center=center, files_source=self.files_source
+        )
 
     def on_mount(self) -> None:
         self._layout(self.size.width)

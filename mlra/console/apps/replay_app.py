@@ -28,7 +28,6 @@ from typing import Any
 
 from textual.app import ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
 from textual.css.query import NoMatches
 from textual.screen import Screen
 from textual.timer import Timer
@@ -36,12 +35,11 @@ from textual.widgets import Static, Tree
 
 from mlra.agent.record.annotations import Annotation
 from mlra.console.apps.app import MlraApp, _runner
+from mlra.console.apps.layout import run_screen
 from mlra.console.apps.replay_playback import DEFAULT_RATE, ReplayPlayback
 from mlra.console.panes import redraw
 from mlra.console.panes.attempts import ReplayAttemptsPane
-from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import NO_PREVIEW, FilesPane
-from mlra.console.panes.footer import KeyFooter
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.transcript import TranscriptPane
@@ -95,18 +93,14 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
         self._shown: int | None = None
 
     def compose(self) -> ComposeResult:
-        yield ReplayStatusBar(id="status")
-        with Horizontal(id="body"):
-            with Vertical(id="left"):
-                yield PlanPane(id="plan")
-                yield ExperimentsPane(id="experiments")
-                yield ResourcesPane(id="resources")
-            with Vertical(id="center"):
-                yield VerdictPanel(id="verdict")
-                yield ReplayAttemptsPane(id="attempts")
-                yield ReplayTranscript(id="transcript")
-            yield FilesPane(self.files_source, id="files")
-        yield KeyFooter()
+        center = [
+            VerdictPanel(id="verdict"),
+            ReplayAttemptsPane(id="attempts"),
+            ReplayTranscript(id="transcript"),
+        ]
+        yield from run_screen(
+            status=ReplayStatusBar(id="status"), center=center, files_source=self.files_source
+        )
 
     def on_mount(self) -> None:
         self._layout(self.size.width)
