@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parent.parent
 def run(argv: list[str | Path], *, cwd: Path, timeout: float = 120) -> str:
     """`argv` from `cwd` with no PYTHONPATH (which would put the checkout's mlra first)."""
     env = {k: v for k, v in os.environ.items() if k not in (*SECRET_ENV, "PYTHONPATH")}
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")  # pip asks no index
     proc = subprocess.run(
         [str(a) for a in argv],
         cwd=cwd,
