@@ -129,10 +129,6 @@ def run_status(out: Path, run_id: str) -> RunStatus:
     return status
 
 
-def batch_status(out: Path, run_ids: list[str]) -> dict[str, RunStatus]:
-    return {run_id: run_status(out, run_id) for run_id in run_ids}
-
-
 def retire(out: Path, run_id: str) -> Path:
     """Move a failed attempt aside so the run can start afresh under its own id."""
     n = len(retired_attempts(out, run_id)) + 1

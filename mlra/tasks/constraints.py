@@ -219,17 +219,6 @@ def _matching(
     )
 
 
-def weight_files(model_dir: Path) -> tuple[list[Path], list[Path]]:
-    """(safetensors files, other weight files such as pickled .bin/.pt)."""
-    entries = _entries(model_dir)
-    safetensors = [model_dir / r for r in _matching(entries, ("*.safetensors",), files_only=True)]
-    pickled = [
-        model_dir / r
-        for r in _matching(entries, ("*.bin", "*.pt", "*.pth", "*.ckpt"), files_only=True)
-    ]
-    return safetensors, pickled
-
-
 def _read_config(path: Path) -> dict[str, Any]:
     """config.json's object, or {} where there is none or it is not JSON; a file too
     large for any real config is refused (it could hide a quantization_config)."""

@@ -53,7 +53,7 @@ class FirstRequest:
 def first_requests(config: RunConfig, task: TaskSpec) -> list[FirstRequest]:
     """Each agent's first request, measured from the prompts and tools the run will send."""
     workdir = str((config.runs_dir / f"{'0' * 15}-{task.name}-{'0' * 16}" / "workspace").resolve())
-    time_limit_s = config.time_limit_s or task.time_limit_s
+    time_limit_s = config.time_limit_for(task)
     jobs = JobManager(emit=_ignored, clock=lambda: 0.0, records=dict)
     worker = worker_tools(config, jobs=jobs, on_note=_ignored, validator=_Unused())
     supervisor = supervisor_tools(config, on_plan=_ignored_plan, delegate=_unused_delegate)

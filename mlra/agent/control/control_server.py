@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import socket
-import struct
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +45,7 @@ from mlra.control_socket import (
     CtlRequest,
     RunStatus,
     encode,
+    peer_uid,
     short_address,
     socket_path,
 )
@@ -404,12 +404,11 @@ def _read_backlog(path: Path, after: int, upto: int) -> list[ev.Event]:
 
 
 def _peer_uid(writer: asyncio.StreamWriter) -> int | None:
+    """The connection's peer's user id, or None where the transport cannot say."""
     sock = writer.get_extra_info("socket")
     if sock is None:
         return None
     try:
-        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+        return peer_uid(sock)
     except OSError:
         return None
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return uid

@@ -67,7 +67,6 @@ class RunState:
     subtask: int | None = None
     subtask_step_id: str | None = None
     steps: int = 0
-    model_calls: int = 0
     tool_calls: int = 0
     tool_errors: int = 0
     input_tokens: int = 0
@@ -230,7 +229,6 @@ class RunState:
             case ev.ApprovalRequested():
                 self.pending_approval = event
             case ev.ModelCall():
-                self.model_calls += 1
                 self.input_tokens += event.input_tokens
                 self.output_tokens += event.output_tokens
                 self.cache_read_tokens += event.cache_read_tokens

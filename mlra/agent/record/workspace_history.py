@@ -83,13 +83,6 @@ class WorkspaceHistory:
             return None
         return self.store.get(entry[0].sha256)
 
-    def changed_at(self, seq: int) -> ev.WorkspaceSnapshot | None:
-        """The snapshot recorded at exactly this event, if any."""
-        for snap in self.snapshots:
-            if snap.seq == seq:
-                return snap
-        return None
-
     def diff(self, path: str, seq: int) -> str:
         """A unified diff of `path` between the step before `seq` and `seq`."""
         before_seq = max((s.seq for s in self.snapshots if s.seq < seq), default=0)

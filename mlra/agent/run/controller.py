@@ -83,7 +83,7 @@ class RunController(Steering):
             raise ValueError(problem)
         self.run_dir = (config.runs_dir / self.run_id).resolve()
         self.workspace = self.run_dir / "workspace"
-        self.time_limit_s = config.time_limit_s or task.time_limit_s
+        self.time_limit_s = config.time_limit_for(task)
         self.clock = RunClock(self.time_limit_s)
         self.controls = Controls(
             breakpoints=[Breakpoint.parse(r) for r in config.breakpoints],

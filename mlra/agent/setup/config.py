@@ -7,12 +7,15 @@ understood, resumed or forked from its log alone.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, Field
 
 from mlra.events import Budget
 from mlra.tools.fetch.policy import FetchSettings
+
+if TYPE_CHECKING:
+    from mlra.tasks.spec import TaskSpec
 
 
 class AttemptSettings(BaseModel):
@@ -149,3 +152,7 @@ class RunConfig(BaseModel):
     machine_shared_by: int = Field(default=1, gt=0)
     """How many runs share this machine's defaults at once (`mlra batch --parallel K`):
     a limit no flag or task sets is 1/K of the default, so K runs never add up past it."""
+
+    def time_limit_for(self, task: TaskSpec) -> float:
+        """The run's time limit: `--time-limit` where given, else the task's own."""
+        return self.time_limit_s or task.time_limit_s

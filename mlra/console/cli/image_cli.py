@@ -20,7 +20,7 @@ def add_image_command(sub: Any) -> None:
         help="the Docker image for real runs",
         description="The Docker image for real runs.",
     )
-    image.add_argument("action", choices=["build"], help="build docker/Dockerfile")
+    image.add_argument("action", choices=["build"], help="build mlra's own Dockerfile")
     image.add_argument(
         "--tag",
         help="the image's name (default mlra:latest; with --task, mlra-task-NAME:latest)",

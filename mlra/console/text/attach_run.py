@@ -145,7 +145,6 @@ class RemoteRun:
         """Who holds them when this console does not (None: nobody, or not known yet)."""
         self.gone: str | None = None
         """Why the run no longer answers, once it does not (killed, say), without an end."""
-        self.ended_words = ""
         self.on_refused: Refusal = lambda _message: None
         self.on_holder: Callable[[], None] = lambda: None
         self._subscribers: list[Callable[[ev.Event], None]] = []
@@ -246,7 +245,6 @@ class RemoteRun:
                 continue
             reply = CtlReply.model_validate(data)
             if reply.ended:
-                self.ended_words = reply.message
                 return True
             if reply.message.startswith("dropped:"):
                 return False

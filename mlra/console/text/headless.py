@@ -147,7 +147,6 @@ class TranscriptDisplay(_Printer):
         self._calls: dict[str, ev.ToolCall] = {}
         self._waiting: dict[str, str] = {}
         """The tool of each call that waited for approval, by call id (an edit names it)."""
-        self._state_limit = 0.0
         self._fork: ev.RunForked | None = None
         self._fork_dir: Path | None = None
         self._local = False
@@ -203,7 +202,6 @@ class TranscriptDisplay(_Printer):
         match event:
             case ev.RunStarted():
                 self._local = bool(event.config.get("base_url"))
-                self._state_limit = event.limits.time_limit_s
                 box = event.sandbox
                 net = "network" if box.network else "no network"
                 if box.network and box.network_via:  # "slirp4netns 1.2.0", "host", ...

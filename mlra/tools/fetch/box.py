@@ -129,10 +129,6 @@ class FetchBox:
         self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
 
     @property
-    def confined(self) -> bool:
-        return self.bwrap is not None
-
-    @property
     def inside(self) -> str:
         """The folder as the step sees it."""
         return bw.INSIDE_WORKDIR if self.bwrap is not None else str(self.folder)

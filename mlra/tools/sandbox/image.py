@@ -1,11 +1,10 @@
-"""Building the image real runs use (`mlra image build`) from docker/Dockerfile."""
+"""Building the image real runs use (`mlra image build`) from the Dockerfile shipped in
+the package (tools/sandbox/docker/Dockerfile), so a wheel builds it as a checkout does."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-
-import mlra
 
 
 class ImageBuildError(Exception):
@@ -17,8 +16,8 @@ class ImageBuildFailed(ImageBuildError):
 
 
 def default_dockerfile() -> Path:
-    """docker/Dockerfile of the source checkout mlra runs from."""
-    return Path(mlra.__file__).resolve().parent.parent / "docker" / "Dockerfile"
+    """mlra's own Dockerfile, package data beside this module."""
+    return Path(__file__).resolve().parent / "docker" / "Dockerfile"
 
 
 def build_image(
@@ -28,10 +27,7 @@ def build_image(
 
     path = (dockerfile or default_dockerfile()).resolve()
     if not path.is_file():
-        raise ImageBuildError(
-            f"no Dockerfile at {path}; `mlra image build` works from a source checkout, "
-            "or name one with --file"
-        )
+        raise ImageBuildError(f"no Dockerfile at {path}; name one with --file")
     try:
         client = docker_client(timeout=600)
     except DockerUnavailable as exc:

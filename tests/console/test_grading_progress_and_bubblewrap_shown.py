@@ -1,4 +1,4 @@
-"""Small truths a user reads off a run: a long grading shows how far it has got, and
+"""What a user reads off a run: a long grading shows how far it has got, and
 the run says which bubblewrap confined it (binary and version).
 
 A whole baseline run through the real command line, the real bubblewrap and the task's

@@ -1,4 +1,6 @@
-"""Ray executor findings from trying it as a cluster user would (issue 19's review)."""
+"""What a batch on Ray says of its attempts, as a cluster user reads it: a retry placed
+on a node is still counted, an attempt's header says when it was queued, and an attempt
+lost with its node is not said never to have started (issue 19)."""
 
 from __future__ import annotations
 

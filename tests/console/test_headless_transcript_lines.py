@@ -1,0 +1,65 @@
+"""The headless transcript names the run it shows (a fork as the fork) and every event a
+person should see: jobs, retries, what an edit ran."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.run.resume import fork_run, load_run
+from mlra.console.text.headless import TranscriptDisplay
+from mlra.tasks.spec import load_task
+from tests.conftest import BaselineRun, mlra_cli
+
+
+def transcript(events: list[ev.Event], *, ahead: Path | None = None) -> str:
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    if ahead is not None:
+        display.read_ahead(events, ahead)
+    for event in events:
+        display.on_event(event)
+    return out.getvalue()
+
+
+def test_a_fork_replayed_headless_names_the_fork(
+    answer_baseline_run: BaselineRun, answer_task: Path, tmp_path: Path
+) -> None:
+    source = load_run(answer_baseline_run.run_dir)
+    fork_dir = tmp_path / "runs" / "the-fork"
+    fork_run(source, load_task(answer_task), at_step=1, run_dir=fork_dir, model="baseline")
+    proc = mlra_cli(["replay", str(fork_dir), "--no-tui"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    header = proc.stdout.splitlines()[:2]
+    assert f"run the-fork (a fork of {source.started.run_id} at worker step 1)" in header[0]
+    assert f"workspace {fork_dir / 'workspace'}" in header[1], header
+    assert str(answer_baseline_run.run_dir) not in "\n".join(header)
+    assert f"⑂ this is run the-fork, forked from {source.started.run_id} at worker step 1" in (
+        proc.stdout
+    )
+
+
+def test_the_headless_transcript_shows_jobs_retries_and_what_an_edit_ran() -> None:
+    command = {"command": "echo 42 > answer.txt"}
+    edited = {"command": "echo 41 > answer.txt"}
+    text = transcript(
+        [
+            ev.JobStarted(
+                job="job-1", name="train", command="python train.py", log="job-1.log", t=1
+            ),
+            ev.ModelRetry(agent="worker", model="m", attempt=2, max_retries=5, status=429, t=2),
+            ev.ModelRetry(agent="worker", model="m", attempt=3, t=3),
+            ev.ToolCall(call_id="c1", agent="worker", tool="bash", arguments=command, t=4),
+            ev.ApprovalRequested(call_id="c1", tool="bash", arguments=command, reason="bash", t=4),
+            ev.Control(action="edit", call_id="c1", arguments=edited, t=5),
+            ev.JobEnded(job="job-1", end="exited", exit_code=0, duration_s=213, t=214),
+            ev.JobEnded(job="job-2", end="stopped", reason="the time limit was reached", t=215),
+        ]
+    )
+    assert "job job-1 (train) started: $ python train.py · log job-1.log" in text
+    assert "worker model retry 2/5 after 429" in text
+    assert "worker model retry 3 after a failed connection" in text
+    assert "user edit, runs: $ echo 41 > answer.txt" in text
+    assert "job job-1 exited 0 after 3m33s" in text
+    assert "job job-2 stopped after 0s: the time limit was reached" in text

@@ -1,0 +1,99 @@
+"""The wheel built from the tree runs a run: built, installed without `-e` into a fresh
+virtual environment, and used from a folder outside the checkout, as on a GPU box or a
+Ray node where `pip install .` or a wheel is all there is. An editable install (what the
+suite and CI otherwise use) reads every module and data file from the checkout, so
+whatever the wheel leaves out is seen here only."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+from tests.conftest import ANSWER_TASK, SECRET_ENV
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run(argv: list[str | Path], *, cwd: Path, timeout: float = 120) -> str:
+    """`argv` from `cwd` with no PYTHONPATH (which would put the checkout's mlra first)."""
+    env = {k: v for k, v in os.environ.items() if k not in (*SECRET_ENV, "PYTHONPATH")}
+    env.update(PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1")  # pip asks no index
+    proc = subprocess.run(
+        [str(a) for a in argv],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, f"{argv}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    return proc.stdout
+
+
+def build_wheel(out: Path, scratch: Path) -> Path:
+    """The wheel of a copy of the tree: the checkout's own build/ (setuptools' staging,
+    kept between builds) could hold a module since deleted, and the copy leaves the
+    checkout untouched."""
+    src = scratch / "src"
+    src.mkdir()
+    for entry in REPO.iterdir():
+        if entry.is_file():
+            shutil.copy2(entry, src / entry.name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
+    shutil.copytree(REPO / "mlra", src / "mlra", ignore=ignore)
+    pip = [sys.executable, "-m", "pip"]
+    run([*pip, "wheel", "-q", "--no-deps", "--no-build-isolation", src, "-w", out], cwd=scratch)
+    (wheel,) = out.glob("mlra-*.whl")
+    return wheel
+
+
+def test_the_wheel_runs_a_run_from_outside_the_checkout(tmp_path: Path) -> None:
+    wheel = build_wheel(tmp_path / "dist", tmp_path)
+
+    # A fresh environment with the wheel alone; the dependencies are the suite's own,
+    # seen through a .pth line (quicker than installing them again). A .pth line adds
+    # a folder to sys.path without reading the .pth files in it, so the suite's
+    # editable install of mlra is not among them, and the wheel's site-packages comes first.
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp_path)
+    python = venv / "bin" / "python"
+    run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", wheel],
+        cwd=tmp_path)  # fmt: skip
+    site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                    cwd=tmp_path).strip())  # fmt: skip
+    (site / "suite-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
+
+    where = tmp_path / "elsewhere"
+    where.mkdir()
+    found = run(
+        [python, "-c", "import mlra, mlra.tools.sandbox.image as i; "
+         "print(mlra.__file__); print(i.default_dockerfile())"],
+        cwd=where,
+    ).split()  # fmt: skip
+    assert all(Path(p).is_relative_to(site / "mlra") for p in found), found
+    assert Path(found[1]).is_file()  # `mlra image build` has its Dockerfile
+
+    mlra = venv / "bin" / "mlra"
+    assert "usage: mlra" in run([mlra, "--help"], cwd=where)
+
+    # The test task, copied out of the checkout. No bubblewrap: the sandbox shows the
+    # environment's own folders, not the suite's that the .pth line borrows from
+    # (the sandbox's own tests hold what it confines).
+    task = shutil.copytree(ANSWER_TASK, where / "answer")
+    runs = where / "runs"
+    out = run(
+        [mlra, "run", task, "--model", "baseline", "--no-tui", "--isolation", "none",
+         "--runs-dir", runs],
+        cwd=where,
+    )  # fmt: skip
+    assert "run finished (submitted)" in out, out
+    (run_dir,) = runs.iterdir()
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["status"] == "finished" and result["evaluation_error"] is None
+    assert result["score"] == 1.0
