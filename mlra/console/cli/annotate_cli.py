@@ -17,12 +17,21 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
+from mlra.agent.record.annotations import (
+    Annotation,
+    append_annotation,
+    load_annotations,
+    parse_rating,
+    who,
+    worker_steps,
+)
+from mlra.console.text.args import UsageError, run_folder
 from mlra.terminal_text import printable, printable_line
 
 
 def _rating(text: str) -> int:
-    from mlra.agent.record.annotations import parse_rating
-
     try:
         return parse_rating(text)
     except ValueError as exc:
@@ -32,7 +41,6 @@ def _rating(text: str) -> int:
 def add_annotate_command(sub: Any) -> None:
     p = sub.add_parser(
         "annotate",
-        help="tag, comment on and rate a run's steps; list or export the notes",
         description="Tag, comment on and rate (+1/-1) a worker step of a run, live or "
         "finished: `mlra annotate RUN --step N --tag T --comment C --rating +1`. Without "
         "--step, list the run's notes (--json: one JSON object per note, every field). "
@@ -57,9 +65,6 @@ def add_annotate_command(sub: Any) -> None:
 
 
 def cmd_annotate(args: argparse.Namespace) -> int:
-    from mlra.agent.record.annotations import Annotation, append_annotation, load_annotations
-    from mlra.console.text.args import UsageError, run_folder
-
     run_dir = run_folder(args.run, args.runs_dir)
     adding = bool(args.tag) or args.comment is not None or args.rating is not None
     if args.step is None:
@@ -85,7 +90,6 @@ def cmd_annotate(args: argparse.Namespace) -> int:
         last = max(steps, default=0)
         have = f"it has 1–{last}" if last else "it has none yet"
         raise UsageError(f"--step {args.step}: the run has no worker step {args.step} ({have})")
-    from mlra.agent.record.annotations import who
 
     try:
         note = Annotation(
@@ -112,9 +116,6 @@ def cmd_annotate(args: argparse.Namespace) -> int:
 
 
 def _steps(run_dir: Path) -> dict[int, int]:
-    from mlra.agent.record.annotations import worker_steps
-    from mlra.console.text.args import UsageError
-
     try:
         return worker_steps(run_dir)
     except OSError as exc:
@@ -122,8 +123,6 @@ def _steps(run_dir: Path) -> dict[int, int]:
 
 
 def _first_problem(exc: ValueError) -> str:
-    from pydantic import ValidationError
-
     if isinstance(exc, ValidationError):
         return str(exc.errors()[0]["msg"]).removeprefix("Value error, ")
     return str(exc)

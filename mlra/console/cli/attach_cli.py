@@ -8,14 +8,20 @@ and exit 2, saying what can be done with it instead.
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 from typing import Any
+
+from mlra.agent.record.eventlog import EVENTS_FILE, log_is_live
+from mlra.console.apps.headless_run import final_line
+from mlra.console.text.args import UsageError, run_folder
+from mlra.console.text.attach_run import RemoteRun
+from mlra.control_socket import CtlRequest, NotLive, request
 
 
 def add_attach_command(sub: Any) -> None:
     attach = sub.add_parser(
         "attach",
-        help="open the console on a live run (q detaches, the run goes on)",
         description="Open the full console on a run that is running in another process "
         "(headless, in a batch, or in another console): its panes from the log so far, then "
         "live, every key working. One attached console at a time holds the controls; the "
@@ -30,7 +36,6 @@ def add_attach_command(sub: Any) -> None:
 
 def _folder(run_dir: Path) -> str:
     """The run folder as `mlra replay` and `mlra resume` take it (they take no run id)."""
-    import os
 
     try:
         relative = os.path.relpath(run_dir)
@@ -41,7 +46,6 @@ def _folder(run_dir: Path) -> str:
 
 def not_live_line(run_dir: Path, shown: str) -> str:
     """Why RUN cannot be attached to, and what to do with it instead."""
-    from mlra.agent.record.eventlog import EVENTS_FILE, log_is_live
 
     folder = _folder(run_dir)
     if (run_dir / "result.json").is_file():
@@ -52,9 +56,6 @@ def not_live_line(run_dir: Path, shown: str) -> str:
 
 
 def cmd_attach(args: argparse.Namespace) -> int:
-    from mlra.console.text.args import UsageError, run_folder
-    from mlra.control_socket import CtlRequest, NotLive, request
-
     run_dir = run_folder(args.run, args.runs_dir)
     shown = args.run
     try:
@@ -73,9 +74,8 @@ def cmd_attach(args: argparse.Namespace) -> int:
 
 
 def _attach(run_dir: Path) -> int:
+    # lazy: Textual, which the one-line answer for a finished run never needs
     from mlra.console.apps.attach_app import AttachApp
-    from mlra.console.apps.headless_run import final_line
-    from mlra.console.text.attach_run import RemoteRun
 
     app = AttachApp(RemoteRun(run_dir))
     code = app.run()

@@ -7,14 +7,13 @@ from __future__ import annotations
 import argparse
 
 from mlra.console.text.args import EXIT_OK, UsageError
+from mlra.tasks.foreign import measurements
+from mlra.tasks.foreign.baselines import records_baselines
+from mlra.tasks.spec import TaskError, find_task
+from mlra.terminal_text import printable_line
 
 
 def cmd_tasks_clear_baseline(args: argparse.Namespace) -> int:
-    from mlra.tasks.foreign import measurements
-    from mlra.tasks.foreign.baselines import records_baselines
-    from mlra.tasks.spec import TaskError, find_task
-    from mlra.terminal_text import printable_line
-
     if not args.name:
         raise UsageError("tasks clear-baseline: give a task folder (PATH [RUN_ID])")
     try:

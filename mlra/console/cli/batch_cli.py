@@ -1,28 +1,56 @@
 """`mlra batch` and `mlra report`.
 
-Only argparse is imported at the top: `mlra --help` builds these parsers and
-must stay fast. Bad input is one line and exit status 2 (the console's
+Imported only when `mlra batch` or `mlra report` is named (console/cli/cli.py's table),
+so it imports what they need at its top; Ray stays inside the command, for a batch that
+runs on it. Bad input is one line and exit status 2 (the console's
 `UsageError`), before any run starts.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import os
+import sys
 from pathlib import Path
 from typing import Any
+
+from mlra.agent.providers import resolve_model
+from mlra.agent.providers.base import ConfigError
+from mlra.batch.executors.local import LocalExecutor
+from mlra.batch.notify import BatchNotifications
+from mlra.batch.progress import make_display
+from mlra.batch.report import write_report
+from mlra.batch.report_plots import PLOTS_MISSING, can_plot
+from mlra.batch.report_rows import collect
+from mlra.batch.report_tables import group_line
+from mlra.batch.run_ids import run_names
+from mlra.batch.runner import BatchRunner
+from mlra.batch.spec import BatchError, Overrides, expand, load_batch_file, load_tasks, parse_spec
+from mlra.console.cli.fetch_args import add_fetch_args
+from mlra.console.cli.needs_cli import UNGRADED_HINT
+from mlra.console.cli.notify_args import add_notify_arg
+from mlra.console.text.args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    add_budget_args,
+    check_isolation,
+    check_writable_dir,
+    positive_int,
+)
+from mlra.tasks.readiness import grading_problems
+from mlra.tasks.spec import TaskError, find_task
+from mlra.terminal_text import printable, printable_line
 
 
 def _csv(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def add_batch_commands(sub: Any) -> None:
-    from mlra.console.cli.fetch_args import add_fetch_args
-    from mlra.console.text.args import add_budget_args, positive_int
-
+def add_batch_command(sub: Any) -> None:
     batch = sub.add_parser(
         "batch",
-        help="run tasks x models x seeds headless, resumably, and report",
         description="Run every task x model x seed combination headless, each an ordinary run "
         "with its own folder. Running the same command again skips finished runs, resumes "
         "interrupted ones and retries failed ones.",
@@ -61,7 +89,6 @@ def add_batch_commands(sub: Any) -> None:
         "--ungraded`); without it such a task is refused before any run starts",
     )
     add_fetch_args(batch, whose="each run")
-    from mlra.console.cli.notify_args import add_notify_arg
 
     add_notify_arg(
         batch,
@@ -98,9 +125,10 @@ def add_batch_commands(sub: Any) -> None:
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
 
+
+def add_report_command(sub: Any) -> None:
     report = sub.add_parser(
         "report",
-        help="tables and plots of a batch's runs",
         description="Write report.md, report.csv, report.json and PNG plots from a batch "
         "folder's runs alone.",
     )
@@ -117,9 +145,6 @@ def add_batch_commands(sub: Any) -> None:
 
 
 def _spec(args: argparse.Namespace) -> Any:
-    from mlra.batch.spec import BatchError, Overrides, load_batch_file, parse_spec
-    from mlra.console.text.args import UsageError
-
     try:
         data: dict[str, Any] = {}
         if args.file is not None:
@@ -155,11 +180,6 @@ def _spec(args: argparse.Namespace) -> Any:
 
 def _check_models(spec: Any) -> None:
     """A model name or key that is wrong fails here, once, not in every run."""
-    import os
-
-    from mlra.agent.providers import resolve_model
-    from mlra.agent.providers.base import ConfigError
-    from mlra.console.text.args import UsageError
 
     for model in spec.models:
         if model.strip() == "baseline":
@@ -174,10 +194,6 @@ def _check_gradable(spec: Any) -> None:
     """A task this machine cannot grade is refused here, before any run starts (every
     run of it would end with no score), unless the batch runs them ungraded. A Ray
     batch's runs are graded where they run, so only the files' verdict counts there."""
-    from mlra.console.cli.needs_cli import UNGRADED_HINT
-    from mlra.console.text.args import UsageError
-    from mlra.tasks.readiness import grading_problems
-    from mlra.tasks.spec import TaskError, find_task
 
     if spec.ungraded:
         return
@@ -198,19 +214,6 @@ def _check_gradable(spec: Any) -> None:
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
-    import asyncio
-    import sys
-
-    from mlra.batch.progress import make_display
-    from mlra.batch.report import write_report
-    from mlra.batch.report_plots import PLOTS_MISSING, can_plot
-    from mlra.batch.report_tables import group_line
-    from mlra.batch.run_ids import run_names
-    from mlra.batch.runner import BatchRunner
-    from mlra.batch.spec import BatchError, expand, load_tasks
-    from mlra.console.text.args import EXIT_FAILED, EXIT_OK, UsageError
-    from mlra.terminal_text import printable_line
-
     spec = _spec(args)
     try:
         tasks = load_tasks(spec)
@@ -219,12 +222,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     _check_models(spec)
     _check_gradable(spec)
     if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
-        from mlra.console.text.args import check_isolation
-
         for model in dict.fromkeys(m.strip() for m in spec.models):
             check_isolation(spec.isolation or "auto", model)
     out = spec.out_dir()
-    from mlra.console.text.args import check_writable_dir
 
     check_writable_dir(out, "--out")
     try:
@@ -235,6 +235,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     (out / "batch.json").write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
     if spec.executor == "ray":
         try:
+            # lazy: Ray, for a batch that runs on it only
             from mlra.batch.executors.ray import RayExecutor
             from mlra.batch.executors.ray_connect import ClusterError
         except ImportError:
@@ -246,8 +247,6 @@ def cmd_batch(args: argparse.Namespace) -> int:
         except ClusterError as exc:
             raise UsageError(str(exc)) from None
     else:
-        from mlra.batch.executors.local import LocalExecutor
-
         executor = LocalExecutor()
     display = make_display(args.no_tui)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
@@ -313,20 +312,11 @@ def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
     no token reaches a run's command line or its log."""
     if not written:
         return None
-    from mlra.batch.notify import BatchNotifications
 
     return BatchNotifications(out, written, notes)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    import sys
-
-    from mlra.batch.report import write_report
-    from mlra.batch.report_plots import PLOTS_MISSING, can_plot
-    from mlra.batch.report_rows import collect
-    from mlra.console.text.args import EXIT_OK, UsageError, check_writable_dir
-    from mlra.terminal_text import printable
-
     folder: Path = args.dir
     if not folder.is_dir():
         raise UsageError(f"report: {folder} is not a folder")

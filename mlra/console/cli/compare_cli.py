@@ -17,11 +17,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlra.batch.compare import matrix, paired
+from mlra.batch.compare.runs import CompareError, expand, load_all
+from mlra.console.text.args import UsageError
+from mlra.console.text.compare_text import as_json, matrix_text, paired_text
+from mlra.terminal_text import printable_line
+
 
 def add_compare_command(sub: Any) -> None:
     p = sub.add_parser(
         "compare",
-        help="compare runs side by side",
         description="Compare runs side by side: a matrix with a column a run (status, task, "
         "model, the score and its verdict with the best starred, attempts tried/validated/"
         "buggy, time, tokens, cost, and the run settings that differ), a paired table where "
@@ -47,7 +52,6 @@ def add_compare_command(sub: Any) -> None:
 
 def resolve(name: str, runs_dir: Path) -> Path:
     """A path as named, else a run id (or the start of one) in `runs_dir`."""
-    from mlra.batch.compare.runs import CompareError
 
     path = Path(name)
     if path.exists():
@@ -65,11 +69,6 @@ def resolve(name: str, runs_dir: Path) -> Path:
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
-    from mlra.batch.compare import matrix, paired
-    from mlra.batch.compare.runs import CompareError, expand, load_all
-    from mlra.console.text.args import UsageError
-    from mlra.terminal_text import printable_line
-
     runs_dir: Path = args.runs_dir or Path("runs")
     try:
         runs = load_all(expand([resolve(n, runs_dir) for n in args.runs]))
@@ -78,16 +77,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(printable_line(str(exc))) from None
     tables = paired.paired(runs, args.metric)
     if args.json:
-        from mlra.console.text.compare_text import as_json
-
         print(json.dumps(as_json(table, tables), indent=2, ensure_ascii=True))
         return 0
     if not args.no_tui and sys.stdout.isatty() and sys.stdin.isatty():
+        # lazy: Textual, which --no-tui, --json and a pipe never need
         from mlra.console.screens.compare_screen import CompareApp
 
         CompareApp(runs, metric=args.metric, x=args.x, all_settings=args.all).run()
         return 0
-    from mlra.console.text.compare_text import matrix_text, paired_text
 
     width = shutil.get_terminal_size((80, 24)).columns
     parts = [matrix_text(table, width)] + [paired_text(t, width) for t in tables]

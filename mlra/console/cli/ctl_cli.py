@@ -22,7 +22,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, TypeVar, overload
 
-from mlra.console.text.args import Parser
+from mlra import events as ev
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, iter_events, log_is_live
+from mlra.agent.record.run_result import RunResult
+from mlra.console.text.args import Parser, UsageError, run_folder
+from mlra.control_socket import CtlReply, CtlRequest, NotLive, request
+from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
 
 ACTIONS = {
@@ -78,7 +83,6 @@ class _MixedParser(Parser):
 def add_ctl_command(sub: Any) -> None:
     ctl = sub.add_parser(
         "ctl",
-        help="control a live run from outside: pause, resume, step, approve, inject, stop...",
         description="Send a live run (headless, in a console, in a batch) one of the "
         "console's controls through its control socket (control.sock in the run folder, "
         "reachable by its owner only), recorded as the same control event. Refused in one "
@@ -109,8 +113,6 @@ def add_ctl_command(sub: Any) -> None:
 
 def _request(args: argparse.Namespace) -> Any:
     """The action as a request; bad arguments are a UsageError (exit 2)."""
-    from mlra.console.text.args import UsageError
-    from mlra.control_socket import CtlRequest
 
     action: str = args.action
     words: list[str] = args.words
@@ -148,9 +150,6 @@ def _request(args: argparse.Namespace) -> Any:
 
 
 def cmd_ctl(args: argparse.Namespace) -> int:
-    from mlra.console.text.args import run_folder
-    from mlra.control_socket import CtlReply, NotLive, request
-
     run_dir = run_folder(args.run, args.runs_dir)
     req = _request(args)
     try:
@@ -182,7 +181,6 @@ def cmd_ctl(args: argparse.Namespace) -> int:
 
 def not_live(run_dir: Path, shown: str) -> str:
     """Why the run does not answer, and how it ended where it did."""
-    from mlra.agent.record.eventlog import EVENTS_FILE, log_is_live
 
     ended = _how_it_ended(run_dir)
     if ended is not None:
@@ -195,9 +193,6 @@ def not_live(run_dir: Path, shown: str) -> str:
 def _how_it_ended(run_dir: Path) -> str | None:
     """From result.json, else the log's run_finished (the socket goes after the result is
     written, so a race leaves the log only to a run killed at its very end)."""
-    from mlra import events as ev
-    from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, iter_events
-    from mlra.agent.record.run_result import RunResult
 
     try:
         result = RunResult.model_validate_json((run_dir / "result.json").read_bytes())
@@ -224,7 +219,6 @@ def _how_it_ended(run_dir: Path) -> str | None:
 
 def status_lines(status: Any) -> list[str]:
     """A few lines: what the run is doing, its clock and steps, what waits, the rest."""
-    from mlra.durations import format_duration
 
     clock = format_duration(status.elapsed_s)
     if status.time_limit_s:

@@ -7,17 +7,30 @@ Apart from console/cli/cli.py, which keeps `main` and the list of commands.
 from __future__ import annotations
 
 import argparse
+import asyncio
+import getpass
 import os
+import socket
 from pathlib import Path
 from typing import Any
 
+from mlra import events as ev
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
+from mlra.agent.record.run_result import write_result
+from mlra.agent.record.state import fold
 from mlra.console.text.args import EXIT_FAILED, EXIT_OK, UsageError, check_writable_dir
+from mlra.console.text.event_lines import score_line
+from mlra.tasks.evaluators.progress import progress_words
+from mlra.tasks.grading import grade, grade_artifact
+from mlra.tasks.spec import TaskError, find_task, load_task
+from mlra.tasks.success import with_direction
+from mlra.terminal_text import printable_line
+from mlra.tools.submission import artifact_digest, describe_error
 
 
 def add_eval_command(sub: Any) -> None:
     evaluate = sub.add_parser(
         "eval",
-        help="grade a run's submission again",
         description="Grade a run's submission again, host-side: the copy frozen when the run "
         "ended, or with --path a path of the workspace as it is now.",
     )
@@ -47,17 +60,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
     result.json, never in its place: a score the agent did not earn in its run must
     not read as its own.
     """
-    import asyncio
-
-    from mlra import events as ev
-    from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
-    from mlra.agent.record.run_result import write_result
-    from mlra.agent.record.state import fold
-    from mlra.tasks.evaluators.progress import progress_words
-    from mlra.tasks.grading import grade, grade_artifact
-    from mlra.tasks.spec import TaskError, find_task, load_task
-    from mlra.terminal_text import printable_line
-    from mlra.tools.submission import artifact_digest, describe_error
 
     run_dir: Path = args.run_dir
     log_path = run_dir / EVENTS_FILE
@@ -79,7 +81,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         )
     except TaskError as exc:
         raise UsageError(str(exc)) from None
-    from mlra.tasks.success import with_direction
 
     task = with_direction(task, started.config.get("direction"))  # as the run stated it
     submission = state.submission
@@ -170,7 +171,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         log.close()
     if state.finished is not None:
         write_result(state, run_dir)
-    from mlra.console.text.event_lines import score_line
 
     print(printable_line(f"{task.name} · {label} · {score_line(finished)}"))
     own = state.evaluation
@@ -188,8 +188,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def _who() -> str:
     """user@host, as a re-grade records who ran it."""
-    import getpass
-    import socket
 
     try:
         user = getpass.getuser()

@@ -8,16 +8,22 @@ from pathlib import Path
 from typing import Any
 
 from mlra.console.text.args import EXIT_OK, UsageError
+from mlra.tasks.foreign import mlagentbench, mlrcbench
+from mlra.tasks.foreign.baselines import baseline_lines, records_baselines
+from mlra.tasks.foreign.export import export
+from mlra.tasks.foreign.image import image_tag, write_context
+from mlra.tasks.foreign.loader import LAYOUT_NAMES, detect, is_foreign, marker, near_miss
+from mlra.tasks.foreign.prepare import prepared
+from mlra.tasks.foreign.requirements import Unreadable, check, requirement_files, summary
+from mlra.tasks.readiness import grading_problems, needs, task_needs, warm_needs
+from mlra.tasks.spec import TaskError, find_task, load_task
+from mlra.terminal_text import printable_line
 
 
 def foreign_lines(task: Any) -> list[str]:
     """What `mlra tasks show` adds for a foreign folder: its layout, where its reference
     scores come from, whether it was prepared, and whether this machine satisfies its
     requirements. Empty for an mlra task."""
-    from mlra.tasks.foreign import mlagentbench, mlrcbench
-    from mlra.tasks.foreign.baselines import baseline_lines, records_baselines
-    from mlra.tasks.foreign.loader import LAYOUT_NAMES, detect, is_foreign, marker
-    from mlra.tasks.foreign.requirements import check, requirement_files, summary
 
     if not is_foreign(task.root):
         return []
@@ -75,11 +81,6 @@ def foreign_lines(task: Any) -> list[str]:
 
 
 def cmd_tasks_import(args: argparse.Namespace) -> int:
-    from mlra.tasks.foreign.export import export
-    from mlra.tasks.foreign.loader import is_foreign
-    from mlra.tasks.foreign.prepare import prepared
-    from mlra.tasks.spec import TaskError, find_task, load_task
-
     if not args.name or not args.out:
         raise UsageError("tasks import: give a task folder and where to write it (PATH OUT)")
     try:
@@ -100,10 +101,6 @@ def cmd_tasks_import(args: argparse.Namespace) -> int:
 def task_image_context(path: str, context: Path, base: str, tag: str | None) -> tuple[Path, str]:
     """`mlra image build --task PATH`: the Dockerfile (in `context`) that installs the
     task's requirements on `base`, and the image's name."""
-    from mlra.tasks.foreign.image import image_tag, write_context
-    from mlra.tasks.foreign.loader import is_foreign
-    from mlra.tasks.foreign.requirements import Unreadable
-    from mlra.tasks.spec import TaskError, find_task
 
     try:
         task = find_task(path)
@@ -125,11 +122,6 @@ def list_benchmark_folder(folder: Path) -> bool:
     `benchmarks_base/`): each task folder in it, what it needs, whether this machine
     meets its requirements, and, marked, where it cannot grade it or the starter lacks a
     module. False when `folder` holds none (it is shown as a task then)."""
-    from mlra.tasks.foreign.loader import detect, near_miss
-    from mlra.tasks.foreign.requirements import check, summary
-    from mlra.tasks.readiness import grading_problems, needs, task_needs, warm_needs
-    from mlra.tasks.spec import TaskError, load_task
-    from mlra.terminal_text import printable_line
 
     if not folder.is_dir() or (folder / "task.toml").is_file() or detect(folder) is not None:
         return False

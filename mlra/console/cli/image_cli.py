@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
+from mlra.console.cli.foreign_cli import task_image_context
 from mlra.console.text.args import EXIT_FAILED, EXIT_OK, UsageError
+from mlra.terminal_text import printable
+from mlra.tools.sandbox.image import ImageBuildError, ImageBuildFailed, build_image
 
 
 def add_image_command(sub: Any) -> None:
     image = sub.add_parser(
         "image",
-        help="the Docker image for real runs",
         description="The Docker image for real runs.",
     )
     image.add_argument("action", choices=["build"], help="build mlra's own Dockerfile")
@@ -38,16 +41,9 @@ def add_image_command(sub: Any) -> None:
 
 
 def cmd_image(args: argparse.Namespace) -> int:
-    import tempfile
-
-    from mlra.terminal_text import printable
-    from mlra.tools.sandbox.image import ImageBuildError, ImageBuildFailed, build_image
-
     with tempfile.TemporaryDirectory(prefix="mlra-image-") as context:
         dockerfile, tag = args.file, args.tag or "mlra:latest"
         if args.task:
-            from mlra.console.cli.foreign_cli import task_image_context
-
             if args.file:
                 raise UsageError("image build: --task writes its own Dockerfile; drop --file")
             dockerfile, tag = task_image_context(args.task, Path(context), args.base, args.tag)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from mlra.agent.providers.server_window import ServerUnreachable
+from mlra.console.text.args import UsageError
+
 
 def limits_or_refused(provider: Any) -> None:
     """The provider's limits as its server tells them (`discover_limits`), or a UsageError
     where its server cannot be reached at all. A server that is up but slow or erring is
     no refusal: the run starts, with the default window and the warning that says so."""
-    from mlra.agent.providers.server_window import ServerUnreachable
-    from mlra.console.text.args import UsageError
 
     if provider is None:
         return

@@ -7,9 +7,16 @@ prints what its code imports and downloads (tasks/needs.py)."""
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
 from mlra.console.text.args import EXIT_OK, UsageError
+from mlra.tasks.foreign.loader import is_foreign, marker
+from mlra.tasks.foreign.prepare import prepared, recheck
+from mlra.tasks.readiness import grading_problems, task_needs
+from mlra.tasks.spec import TaskError, find_task, load_task
+from mlra.terminal_text import printable
 
 UNGRADED_HINT = "--ungraded runs it anyway"
 
@@ -17,7 +24,6 @@ UNGRADED_HINT = "--ungraded runs it anyway"
 def gradable_or_refused(task: Any, ungraded: bool, *, who: str = "") -> str:
     """Why `task` cannot be graded here ("" when it can); refused in one line (exit 2)
     unless the user runs it ungraded, in which case the reason is what the run records."""
-    from mlra.tasks.readiness import grading_problems
 
     problems = grading_problems(task)
     if not problems:
@@ -30,7 +36,6 @@ def gradable_or_refused(task: Any, ungraded: bool, *, who: str = "") -> str:
 
 def starter_notices(task: Any) -> list[str]:
     """What the unchanged starter would fail on here, for notices at the run's start."""
-    from mlra.tasks.readiness import task_needs
 
     return [
         f"{problem} (in {found.python}): its first run will fail on it"
@@ -42,7 +47,6 @@ def starter_notices(task: Any) -> list[str]:
 def machine_line(task: Any, problems: list[str]) -> str:
     """`this machine:` in `mlra tasks show`: ready only where nothing stops a run, its
     grading included, and the starter runs as given."""
-    from mlra.tasks.readiness import task_needs
 
     if problems:
         return "this machine: cannot run it now: " + "; ".join(problems)
@@ -56,7 +60,6 @@ def needs_lines(task: Any) -> list[str]:
     """What `mlra tasks show` and `mlra tasks prepare` say of the task's code: the
     interpreter asked, what the evaluator and the starter import that it lacks, and
     the datasets they would download."""
-    from mlra.tasks.readiness import task_needs
 
     found = task_needs(task)
     pending = " (its own environment is not built yet: `mlra tasks env PATH` builds it)"
@@ -104,13 +107,6 @@ def needs_lines(task: Any) -> list[str]:
 def cmd_tasks_prepare(args: argparse.Namespace) -> int:
     """`mlra tasks prepare PATH`: the folder prepared once (or its cached copy checked
     again, and made afresh where it holds nothing), then what its code needs."""
-    import sys
-    from pathlib import Path
-
-    from mlra.tasks.foreign.loader import is_foreign, marker
-    from mlra.tasks.foreign.prepare import prepared, recheck
-    from mlra.tasks.spec import TaskError, find_task, load_task
-    from mlra.terminal_text import printable
 
     if not args.name:
         raise UsageError("tasks prepare: name a task folder (an MLAgentBench or MLRC-Bench task)")
@@ -141,7 +137,6 @@ def cmd_tasks_prepare(args: argparse.Namespace) -> int:
             print(printable(f"prepared:   {task.root} is an mlra task: nothing to prepare"))
     except TaskError as exc:
         raise UsageError(str(exc)) from None
-    from mlra.tasks.readiness import grading_problems
 
     for line in needs_lines(task):
         print(printable(line))

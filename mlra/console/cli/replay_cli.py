@@ -1,8 +1,9 @@
 """`mlra replay`: a recorded run stepped through in the console, or printed headless up
 to a step; the fork key's `mlra fork` once the replay has closed.
 
-It reads only what a run folder holds and never writes to it. Like the rest of the CLI,
-nothing heavy is imported before the command runs, and bad input gets one line and exit
+It reads only what a run folder holds and never writes to it. Imported only when
+`mlra replay` is named (console/cli/cli.py's table); the Textual app alone is imported
+inside the command, which `--no-tui` never needs. Bad input gets one line and exit
 status 2; a damaged log is refused, not replayed. Apart from `mlra runs`
 (console/cli/runs_cli.py), which lists runs rather than opening one.
 """
@@ -10,10 +11,18 @@ status 2; a damaged log is refused, not replayed. Apart from `mlra runs`
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
+from mlra import events as ev
+from mlra.agent.record.annotations import read_annotations
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
+from mlra.console.cli.resume_cli import add_fork_command
+from mlra.console.text.args import Parser, UsageError, dispatch
+from mlra.console.text.headless import JsonDisplay, TranscriptDisplay
+from mlra.console.text.replay import ReplayModel
 from mlra.terminal_text import printable
 
 
@@ -30,7 +39,6 @@ def _step(text: str) -> int:
 def add_replay_command(sub: Any) -> None:
     replay = sub.add_parser(
         "replay",
-        help="step through a recorded run",
         description="Open the console over a recorded run, read-only: step through it event by "
         "event or step by step, with the plan, transcript, resources and files as they were.",
     )
@@ -60,9 +68,6 @@ def _warn_torn_tail(note: str) -> None:
 
 
 def _load_events(run_dir: Path) -> list[Any]:
-    from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
-    from mlra.console.text.args import UsageError
-
     log = run_dir / EVENTS_FILE
     if not log.is_file():
         raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
@@ -82,9 +87,6 @@ def _open_model(run_dir: Path) -> Any:
 
     A damaged log (a line missing, repeated or forged) is refused, not replayed:
     what a replay shows must be what the run did."""
-    from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage
-    from mlra.console.text.args import UsageError
-    from mlra.console.text.replay import ReplayModel
 
     if not (run_dir / EVENTS_FILE).is_file():
         raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")
@@ -100,8 +102,6 @@ def _open_model(run_dir: Path) -> Any:
 
 def _end_of_step(events: list[Any], step: int) -> int:
     """The number of events up to the end of worker step `step`."""
-    from mlra import events as ev
-    from mlra.console.text.args import UsageError
 
     starts = [
         (i, e.step)
@@ -116,22 +116,17 @@ def _end_of_step(events: list[Any], step: int) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from mlra.console.text.args import UsageError
-
     run_dir: Path = args.run_dir
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
     if use_tui:
         model = _open_model(run_dir)
     else:
         events = _load_events(run_dir)
-        from mlra.console.text.headless import JsonDisplay, TranscriptDisplay
 
         end = _end_of_step(events, args.at) if args.at is not None else len(events)
         display = JsonDisplay() if args.json else TranscriptDisplay(verbose=args.verbose)
         notes_at: dict[int, list[Any]] = {}
         if isinstance(display, TranscriptDisplay):
-            from mlra.agent.record.annotations import read_annotations
-
             display.read_ahead(events, run_dir)  # a fork's header names the fork
             # People's notes (annotations.jsonl), each under the event it was made on,
             # as the replay console marks them in its transcript.
@@ -145,10 +140,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
                         display.annotation(note)
             display.close()
         except BrokenPipeError:  # `mlra replay RUN --no-tui | head`: the reader has gone
-            import os
-
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    # lazy: Textual, which --no-tui and --json never need
     from mlra.console.apps.replay_app import ReplayApp
 
     if args.at is not None and args.at not in model.worker_steps and args.at != 0:
@@ -164,13 +158,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def _fork(run_dir: Path, step: int, base_url: str | None = None) -> int:
     """The fork key's errand: `mlra fork RUN_DIR --at STEP`, once the replay has closed."""
-    from mlra.console.cli.resume_cli import add_resume_commands
-    from mlra.console.text.args import Parser, dispatch
 
     argv = ["fork", str(run_dir), "--at", str(step)]
     if base_url:
         argv += ["--base-url", base_url]
     print(printable(f"mlra {' '.join(argv)}"), flush=True)
     parser = Parser(prog="mlra")
-    add_resume_commands(parser.add_subparsers(dest="command", parser_class=Parser))
+    add_fork_command(parser.add_subparsers(dest="command", parser_class=Parser))
     return dispatch(parser.parse_args(argv))

@@ -1,8 +1,9 @@
 """`mlra resume` and `mlra fork`: a run goes on from its log (see agent/run/resume.py).
 
 Kept apart from console/cli/cli.py so the commands' flags and their checks read
-together; like the rest of the CLI, nothing heavy is imported before a
-command runs, and bad input gets one line and exit status 2.
+together. Imported only when one of them is named (console/cli/cli.py's table), it
+imports all but the Textual console (which `--no-tui` never needs) at its top; bad input
+gets one line and exit status 2.
 """
 
 from __future__ import annotations
@@ -14,35 +15,50 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlra import events as ev
+from mlra.agent.providers import ModelSettings, resolve_model
+from mlra.agent.providers.base import ConfigError
+from mlra.agent.run.controller import new_run_id
+from mlra.agent.run.resume import ResumeError, fork_run, load_run, resume_controller
+from mlra.console.apps.headless_run import run_headless
+from mlra.console.cli.model_server import limits_or_refused
+from mlra.console.cli.notify_args import add_notify_arg
+from mlra.console.text.args import (
+    UsageError,
+    add_budget_args,
+    check_run_id,
+    check_writable_dir,
+    positive_int,
+)
+from mlra.tasks.spec import TaskError, find_task
+from mlra.terminal_text import printable_line
 
-def add_resume_commands(sub: Any) -> None:
-    from mlra.console.cli.notify_args import add_notify_arg
-    from mlra.console.text.args import add_budget_args, positive_int
 
-    def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
-        p.add_argument("--json", action="store_true", help="print the new events as JSON lines")
-        p.add_argument(
-            "-v", "--verbose", action="store_true", help="headless: stream command output"
-        )
-        p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
-        add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
-        add_notify_arg(p)
+def _common(p: argparse.ArgumentParser) -> None:
+    """The flags resume and fork share."""
+    p.add_argument("--no-tui", action="store_true", help="no console: print a live transcript")
+    p.add_argument("--json", action="store_true", help="print the new events as JSON lines")
+    p.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
+    p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
+    add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
+    add_notify_arg(p)
 
+
+def add_resume_command(sub: Any) -> None:
     resume = sub.add_parser(
         "resume",
-        help="continue a run that crashed, was killed or was stopped",
         description="Continue a run in its own folder: same plan, histories and workspace; "
         "the clock counts the time already spent.",
     )
     resume.add_argument("run_dir", metavar="RUN_DIR", type=Path)
     resume.add_argument("--model", help="go on with another model (default: the run's own)")
-    common(resume)
+    _common(resume)
     resume.set_defaults(func=cmd_resume)
 
+
+def add_fork_command(sub: Any) -> None:
     fork = sub.add_parser(
         "fork",
-        help="start a new run from a recorded run's state at a step",
         description="Start a new run from the state before agent step STEP of a recorded run: "
         "its workspace as it was, its histories up to there.",
     )
@@ -60,7 +76,7 @@ def add_resume_commands(sub: Any) -> None:
         "--runs-dir", type=Path, help="where the new run goes (default: beside the source)"
     )
     fork.add_argument("--run-id", help="name the new run's folder")
-    common(fork)
+    _common(fork)
     fork.set_defaults(func=cmd_fork)
 
 
@@ -69,9 +85,6 @@ def _provider(model: str, base_url: str | None, config: Any) -> Any:
     temperature, seed, output budget and tool-call mode it recorded, and its context
     window where the user set it (a window learnt from a server is learnt again, by
     `limits_or_refused` once the run is known to go on, before anything is written)."""
-    from mlra.agent.providers import ModelSettings, resolve_model
-    from mlra.agent.providers.base import ConfigError
-    from mlra.console.text.args import UsageError
 
     if model == "baseline":
         return None
@@ -89,9 +102,6 @@ def _provider(model: str, base_url: str | None, config: Any) -> Any:
 
 
 def _task_of(run: Any) -> Any:
-    from mlra.console.text.args import UsageError
-    from mlra.tasks.spec import TaskError, find_task
-
     for name in (run.started.task_dir, run.started.task):
         if not name:
             continue
@@ -103,9 +113,6 @@ def _task_of(run: Any) -> Any:
 
 
 def _load(run_dir: Path) -> Any:
-    from mlra.agent.run.resume import ResumeError, load_run
-    from mlra.console.text.args import UsageError
-
     try:
         return load_run(run_dir)
     except ResumeError as exc:
@@ -129,10 +136,9 @@ def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
 
 
 def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui: bool) -> int:
-    from mlra.console.apps.headless_run import run_headless
-
     if use_tui:
         try:
+            # lazy: Textual, which --no-tui never needs
             from mlra.console.apps.app import continue_in_console
         except ImportError:
             use_tui = False
@@ -153,10 +159,6 @@ def _use_tui(args: argparse.Namespace) -> bool:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    from mlra.agent.run.resume import ResumeError, resume_controller
-    from mlra.console.cli.model_server import limits_or_refused
-    from mlra.console.text.args import UsageError
-
     run = _load(args.run_dir)
     task = _task_of(run)
     model = args.model or run.config.model
@@ -182,11 +184,6 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_fork(args: argparse.Namespace) -> int:
-    from mlra.agent.run.controller import new_run_id
-    from mlra.agent.run.resume import ResumeError, fork_run, resume_controller
-    from mlra.console.cli.model_server import limits_or_refused
-    from mlra.console.text.args import UsageError, check_run_id, check_writable_dir
-
     check_run_id(args.run_id)
     source = _load(args.run_dir)
     task = _task_of(source)
@@ -223,12 +220,10 @@ def cmd_fork(args: argparse.Namespace) -> int:
         controller = resume_controller(forked, task, provider, overrides=overrides)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
-    from mlra import events as ev
 
     fork_event = next(e for e in reversed(forked.events) if isinstance(e, ev.RunForked))
     if not args.json:
         missing = fork_event.missing_files
-        from mlra.terminal_text import printable_line
 
         print(
             printable_line(  # the workspace's file names: shown, not obeyed

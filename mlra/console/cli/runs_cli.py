@@ -2,8 +2,9 @@
 
 It reads only what a run folder holds and never writes to it; how one folder becomes a
 row (its result checked against its log) is console/text/run_rows.py, and `mlra replay`,
-the other way of looking back at a run, is console/cli/replay_cli.py. Like the rest of the CLI, nothing heavy is
-imported before a command runs, and bad input gets one line and exit status 2.
+the other way of looking back at a run, is console/cli/replay_cli.py. Imported only
+when `mlra runs` is named (console/cli/cli.py's table); Rich alone waits for the table
+that needs it. Bad input gets one line and exit status 2.
 What a run's folder says (a task's name, a model's, a problem quoting the log) is
 printed with its control characters escaped (mlra/terminal_text.py), and a table
 cell is never read as Rich markup.
@@ -13,12 +14,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from mlra.console.cli.compare_cli import cmd_compare
+from mlra.console.text.args import UsageError
 from mlra.console.text.run_rows import RunRow, budget_cell, list_runs, search_cell
+from mlra.counts import format_tokens
+from mlra.durations import format_duration
 from mlra.terminal_text import printable, printable_line
 
 STATUSES = ("finished", "stopped", "error", "running", "interrupted", "damaged")
@@ -68,7 +74,6 @@ SORTS = (
 def add_runs_command(sub: Any) -> None:
     runs = sub.add_parser(
         "runs",
-        help="list the recorded runs",
         description="List the runs in a runs folder: id, task, model, status, why it ended, "
         "score, normalized score, the best validation score and the number of experiments "
         "(validations), the latest re-grade (mlra eval), duration, cost, the run's use of its "
@@ -116,9 +121,6 @@ LIVE = "(live)"
 
 
 def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[str]:
-    from mlra.counts import format_tokens
-    from mlra.durations import format_duration
-
     reported = SELF_REPORTED if row.self_reported else ""
     mark = reported + (UNISOLATED if row.unisolated else "")
     about = "~" if row.tokens_estimated and row.cost_usd else ""
@@ -216,8 +218,6 @@ def _headers(*, search: bool, notes: bool = False) -> list[str]:
 
 
 def cmd_runs(args: argparse.Namespace) -> int:
-    from mlra.console.text.args import UsageError
-
     runs_dir: Path = args.runs_dir or Path("runs")
     if args.runs_dir is None and not runs_dir.exists():
         # The first thing a newcomer may try: nothing has run here yet, which is no error.
@@ -265,6 +265,7 @@ def cmd_runs(args: argparse.Namespace) -> int:
                 "or --json, shows them)"
             )
     if tty:
+        # lazy: Rich, for a terminal's table only (a pipe and --json get plain lines)
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
@@ -327,8 +328,6 @@ GAP = 2
 
 def _compare(rows: list[RunRow], runs_dir: Path, n: int) -> int:
     """`mlra compare` over the first `n` of the runs listed, as if each were named."""
-    from mlra.console.cli.compare_cli import cmd_compare
-    from mlra.console.text.args import UsageError
 
     if not 2 <= n <= COMPARED_MAX:
         raise UsageError(f"--compare N: N must be 2 to {COMPARED_MAX}, not {n}")
@@ -365,7 +364,6 @@ def fit_columns(
 def _width(tty: bool) -> int | None:
     """The width the table must fit on a terminal (COLUMNS where it is set); a pipe gets
     every column, since a script reads them all."""
-    import shutil
 
     return shutil.get_terminal_size().columns if tty else None
 

@@ -11,13 +11,17 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from mlra.console.text.args import positive_float
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage
+from mlra.batch.share.batch_page import write_batch_page
+from mlra.batch.share.run_page import write_run_page
+from mlra.batch.share.run_read import NotARun
+from mlra.console.text.args import UsageError, positive_float
+from mlra.terminal_text import printable_line
 
 
 def add_share_command(sub: Any) -> None:
     p = sub.add_parser(
         "share",
-        help="write a run or a batch as one self-contained HTML page",
         description="Write a run (or a batch) as one HTML file that opens from a file, a "
         "static host or an email attachment with no server, no network and no mlra: its "
         "header, notes, attempts, curves (inline SVG), plan and transcript (folded). The "
@@ -40,13 +44,6 @@ def add_share_command(sub: Any) -> None:
 
 
 def cmd_share(args: argparse.Namespace) -> int:
-    from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage
-    from mlra.batch.share.batch_page import write_batch_page
-    from mlra.batch.share.run_page import write_run_page
-    from mlra.batch.share.run_read import NotARun
-    from mlra.console.text.args import UsageError
-    from mlra.terminal_text import printable_line
-
     path = Path(args.run)
     if not path.exists() and (args.runs_dir / args.run).exists():
         path = args.runs_dir / args.run

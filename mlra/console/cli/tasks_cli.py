@@ -1,7 +1,9 @@
 """`mlra tasks`: the task list, one task shown, and the sub-actions on task folders
 (import, prepare, clear-baseline, env), each of which lives in its own module.
 
-Apart from console/cli/cli.py, which keeps `main` and the list of commands.
+Apart from console/cli/cli.py, which keeps `main` and the table of commands. Unlike the
+other command modules, this one imports the task models inside the command: `mlra tasks
+--help`, like `mlra --help`, loads no pydantic (tests/console/test_cli.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from mlra.console.text.args import EXIT_OK, UsageError
 def add_tasks_command(sub: Any) -> None:
     tasks = sub.add_parser(
         "tasks",
-        help="list the tasks, or show one",
         description="List the tasks (`mlra tasks`), or show one (`mlra tasks NAME`, "
         "or `mlra tasks show NAME`): its prompt, metric, rules and what it needs. NAME may "
         "be an MLAgentBench or MLRC-Bench task folder; `mlra tasks import PATH OUT` writes "
