@@ -10,13 +10,21 @@ from __future__ import annotations
 import hashlib
 import tomllib
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+)
 
 from mlra.batch.errors import BatchError as BatchError
 from mlra.batch.run_ids import RunNames
 from mlra.durations import parse_duration
+from mlra.tools.research_table import research_tool_name
 
 
 class _Strict(BaseModel):
@@ -79,7 +87,7 @@ class BatchSpec(_Strict):
     max_attempts: int = Field(default=3, gt=0)
     """Starts of one run (first try, resumes and retries together) before it is given up."""
     isolation: Literal["auto", "bwrap", "none"] | None = None
-    tools: list[Literal["github", "arxiv"]] | None = None
+    tools: list[Annotated[str, BeforeValidator(research_tool_name)]] | None = None
     """The research tools each run has (`mlra run --tools`); None: the default, all."""
     allow_hosts: list[str] = Field(default_factory=list)
     """Hosts the research tools may fetch from beside the defaults (`--allow-host`)."""

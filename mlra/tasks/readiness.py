@@ -12,11 +12,10 @@ import socket
 from pathlib import Path
 
 from mlra.tasks.evaluators.host_tools import host_tools
+from mlra.tasks.evaluators.kinds import EVALUATORS
 from mlra.tasks.needs import Needs, find_needs, warm
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import netns
-
-EVALUATOR_PACKAGES = {"lm-eval": ("torch", "transformers", "lm_eval"), "script": ()}
 
 
 @functools.cache
@@ -52,9 +51,7 @@ def network() -> str | None:
 
 def missing_packages(task: TaskSpec) -> list[str]:
     return [
-        p
-        for p in EVALUATOR_PACKAGES.get(task.evaluator.kind, ())
-        if importlib.util.find_spec(p) is None
+        p for p in EVALUATORS[task.evaluator.kind].packages if importlib.util.find_spec(p) is None
     ]
 
 

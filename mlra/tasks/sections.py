@@ -8,11 +8,19 @@ checks and finds tasks, so what a field means can be read without the loading ar
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 from mlra.durations import parse_duration
+from mlra.tasks.evaluators.kinds import evaluator_kind
 from mlra.tools.submission import DEFAULT_MAX_SUBMISSION_GB
 
 
@@ -97,7 +105,8 @@ class Metric(StrictModel):
 
 
 class Evaluator(StrictModel):
-    kind: Literal["classifier", "lm-eval", "script"]
+    kind: Annotated[str, BeforeValidator(evaluator_kind)]
+    """Which evaluator grades the task: a line of tasks/evaluators/kinds.py."""
     artifact: str = "submission"
     """Default artifact, relative to the workspace, when `submit` names none."""
     timeout: str = "30m"

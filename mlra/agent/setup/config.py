@@ -7,12 +7,13 @@ understood, resumed or forked from its log alone.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, BeforeValidator, Field
 
 from mlra.events import Budget
 from mlra.tools.fetch.policy import FetchSettings
+from mlra.tools.research_table import RESEARCH_TOOLS, research_tool_name
 
 if TYPE_CHECKING:
     from mlra.tasks.spec import TaskSpec
@@ -129,10 +130,11 @@ class RunConfig(BaseModel):
     direction: Literal["higher", "lower"] | None = None
     """Which way the task's metric improves, as the user stated it (`--direction`) for a
     task whose own files do not say: recorded, so a resumed run judges success alike."""
-    research_tools: list[Literal["github", "arxiv"]] = Field(
-        default_factory=lambda: ["github", "arxiv"]
+    research_tools: list[Annotated[str, BeforeValidator(research_tool_name)]] = Field(
+        default_factory=lambda: list(RESEARCH_TOOLS)
     )
-    """The research tools the agents have (`--tools`): GitHub clones, arXiv search and reading."""
+    """The research tools the agents have (`--tools`, tools/research_table.py): GitHub
+    clones, arXiv search and reading."""
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     """What those tools may fetch beyond the defaults (the user's config file and
     `--allow-host`): recorded, so a resumed or forked run fetches by the same rules."""

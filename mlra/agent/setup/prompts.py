@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from mlra.durations import format_duration
+from mlra.tools.research_table import RESEARCH_TOOLS, in_order
 
 SUPERVISOR_SYSTEM = """\
 You are the supervisor of an ML research agent.
@@ -64,25 +65,21 @@ Write a compact summary of the steps below that keeps everything needed to conti
 
 def reading_clause(research_tools: Sequence[str]) -> str:
     """The supervisor's research tools, as its prompt names them (none without arXiv)."""
-    if "arxiv" not in research_tools:
-        return ""
-    return ", and `arxiv_search` and `arxiv_read` to look up the literature while planning"
+    return "".join(
+        f", and {RESEARCH_TOOLS[name].reading}"
+        for name in in_order(research_tools)
+        if RESEARCH_TOOLS[name].reading
+    )
 
 
 def research_sentence(research_tools: Sequence[str]) -> str:
     """The worker's research tools, as its prompt names them: only those the run has."""
-    parts: list[str] = []
-    if "arxiv" in research_tools:
-        parts.append(
-            "`arxiv_search` finds papers, `arxiv_read` reads one a few pages at a time (the PDF "
-            "is saved under papers/)"
-        )
-    if "github" in research_tools:
-        parts.append("`github_clone` clones a public repository under repos/")
-    if not parts:
+    chosen = in_order(research_tools, reading_first=True)
+    if not chosen:
         return ""
-    tools = ", and ".join(parts)
-    verb = "they work" if len(parts) > 1 or "arxiv" in research_tools else "it works"
+    tools = ", and ".join(RESEARCH_TOOLS[name].says for name in chosen)
+    several = sum(len(RESEARCH_TOOLS[name].tools) for name in chosen) > 1
+    verb = "they work" if several else "it works"
     return f" For research, {tools}; {verb} even when the sandbox has no network."
 
 

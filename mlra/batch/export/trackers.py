@@ -1,25 +1,61 @@
-"""The seam every tracker's writer sits behind: a module with `PACKAGE` (what must be
-importable) and `write(experiment, dest) -> str` (where it went, in words).
+"""The seam every tracker's writer sits behind, and the table of them: a writer has
+`PACKAGE` (what must be importable), `DEFAULT_DEST` and `write(experiment, dest) -> str`
+(where it went, in words); `TRACKERS` names each by "module" (a module that is the
+writer, as to_mlflow.py is) or "module:attr", with the words `mlra export --help` says.
 
 The trackers' packages are the `export` extra's (pip install 'mlra[export]'): a writer
 is imported only when named, so mlra itself never needs them, and one that is missing
-is one line naming the extra, not a traceback.
+is one line naming the extra, not a traceback. This module imports nothing heavy:
+console/cli/export_cli.py reads the table for `--to`'s choices and its help.
+Adding a tracker is its writer's module and one line here (docs/contributing.md).
 """
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
-from typing import Protocol, cast
+from typing import TYPE_CHECKING, NamedTuple, Protocol, cast
 
-from mlra.batch.export.source import Experiment
+from mlra.lazy_load import load
 
-TARGETS: dict[str, str] = {
-    "mlflow": "mlra.batch.export.to_mlflow",
-    "wandb": "mlra.batch.export.to_wandb",
-    "tensorboard": "mlra.batch.export.to_tensorboard",
+if TYPE_CHECKING:
+    from mlra.batch.export.source import Experiment
+
+
+class Tracker(NamedTuple):
+    """One `--to` name: its writer, and how the command's help names what it writes."""
+
+    writer: str
+    """"module" or "module:attr", imported only when the tracker is named."""
+    title: str
+    """The tracker, as the command's one-line help names it: "MLflow"."""
+    groups: str
+    """What holds a task's runs there, with the tracker's name: "experiment (MLflow)"."""
+    local: str
+    """What it writes where --dest names no server, with its default: "MLflow's file
+    store (default ./mlruns)"."""
+
+
+TRACKERS: dict[str, Tracker] = {
+    "mlflow": Tracker(
+        "mlra.batch.export.to_mlflow",
+        "MLflow",
+        "experiment (MLflow)",
+        "MLflow's file store (default ./mlruns)",
+    ),
+    "wandb": Tracker(
+        "mlra.batch.export.to_wandb",
+        "W&B (offline)",
+        "project (W&B)",
+        "an offline W&B run (default ./wandb/)",
+    ),
+    "tensorboard": Tracker(
+        "mlra.batch.export.to_tensorboard",
+        "TensorBoard",
+        "folder (TensorBoard)",
+        "TensorBoard event files (default ./tensorboard)",
+    ),
 }
-"""Each target's writer module."""
+"""`mlra export --to`'s names, in the order its help lists them."""
 
 EXTRA = "export"
 """The pyproject extra that installs every target's package."""
@@ -38,13 +74,13 @@ class Writer(Protocol):
 
 def writer(target: str) -> Writer:
     """The target's writer, its package checked present (`TrackerMissing` if not)."""
-    module = importlib.import_module(TARGETS[target])
-    package: str = module.PACKAGE
+    module = cast(Writer, load(TRACKERS[target].writer))
+    package = module.PACKAGE
     if importlib.util.find_spec(package) is None:
         raise TrackerMissing(
             f"--to {target} needs the {package} package: pip install 'mlra[{EXTRA}]'"
         )
-    return cast(Writer, module)  # a module is the writer: its PACKAGE, DEFAULT_DEST, write
+    return module  # a module (or an object) is the writer: its PACKAGE, DEFAULT_DEST, write
 
 
 def not_written(tracker: str, run: str, exc: BaseException) -> str:

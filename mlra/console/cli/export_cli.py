@@ -15,28 +15,27 @@ import io
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # `mlra --help` imports this module: argparse only at its top
-    from mlra import events as ev
+from mlra.batch.export.trackers import TRACKERS  # a table of strings: imports no tracker
+from mlra.lazy_load import either
 
-TARGETS = ("mlflow", "wandb", "tensorboard")
-"""As batch/export/trackers.py names them (kept here so `mlra --help` imports nothing)."""
+if TYPE_CHECKING:  # `mlra --help` imports this module: argparse and the table at its top
+    from mlra import events as ev
 
 
 def add_export_command(sub: Any) -> None:
     p = sub.add_parser(
         "export",
-        help="write a run or a batch into MLflow, W&B (offline) or TensorBoard",
+        help=f"write a run or a batch into {either(t.title for t in TRACKERS.values())}",
         description="Write a run (with its search's attempts as child runs) or a batch into "
-        "a tracker, one experiment (MLflow), project (W&B) or folder (TensorBoard) per task, "
+        f"a tracker, one {either(t.groups for t in TRACKERS.values())} per task, "
         "so runs of a task exported at different times sit together: its parameters (task, model, limits, seed, "
         "search), its curves (the metrics read from its jobs, commands and files), its "
         "validations and final score, and its result.json, transcript and event log. "
-        "Local unless --dest names a server: MLflow's file store (default ./mlruns), an "
-        "offline W&B run (default ./wandb/), TensorBoard event files (default ./tensorboard). "
+        f"Local unless --dest names a server: {', '.join(t.local for t in TRACKERS.values())}. "
         "Needs pip install 'mlra[export]'.",
     )
     p.add_argument("run", metavar="RUN|BATCH", help="a run folder, a batch folder, or a run id")
-    p.add_argument("--to", required=True, choices=TARGETS, help="the tracker")
+    p.add_argument("--to", required=True, choices=list(TRACKERS), help="the tracker")
     p.add_argument(
         "--dest",
         metavar="DIR_OR_URI",

@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlra.console.text.args import UsageError
+from mlra.tools.research_table import RESEARCH_TOOLS
 
 if TYPE_CHECKING:
     from mlra.tools.fetch.policy import FetchSettings
 
-TOOL_CHOICES = ("github", "arxiv")
+TOOL_CHOICES = tuple(RESEARCH_TOOLS)
+"""tools/research_table.py's names, in its order: all of them, a run's default."""
 
 
 def add_fetch_args(parser: argparse.ArgumentParser, *, whose: str = "the run") -> None:
@@ -28,8 +30,9 @@ def add_fetch_args(parser: argparse.ArgumentParser, *, whose: str = "the run") -
         "--tools",
         type=tools_list,
         metavar="LIST",
-        help=f"the research tools {whose} has: github, arxiv, both (github,arxiv: the "
-        "default) or none (a task that forbids outside code)",
+        help=f"the research tools {whose} has: {', '.join(RESEARCH_TOOLS)}, "
+        f"{'both' if len(RESEARCH_TOOLS) == 2 else 'several'} ({','.join(RESEARCH_TOOLS)}: "
+        "the default) or none (a task that forbids outside code)",
     )
     parser.add_argument(
         "--allow-host",
@@ -47,12 +50,12 @@ def tools_list(text: str) -> list[str]:
     names = [n.strip().lower() for n in text.split(",") if n.strip()]
     if names == ["none"]:
         return []
-    unknown = [n for n in names if n not in TOOL_CHOICES]
+    unknown = [n for n in names if n not in RESEARCH_TOOLS]
     if unknown or not names:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: name research tools from {', '.join(TOOL_CHOICES)}, or none"
+            f"{text!r}: name research tools from {', '.join(RESEARCH_TOOLS)}, or none"
         )
-    return [n for n in TOOL_CHOICES if n in names]
+    return [n for n in RESEARCH_TOOLS if n in names]
 
 
 def host_entry(text: str) -> str:

@@ -25,13 +25,15 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, cast
 
 from pydantic import BaseModel, Field
 
 from mlra import events as ev
 from mlra.durations import parse_duration
+from mlra.lazy_load import load
 from mlra.tasks.evaluators.host_tools import host_tools
+from mlra.tasks.evaluators.kinds import EVALUATORS
 from mlra.tasks.evaluators.progress import TICK_S as PROGRESS_TICK_S
 from mlra.tasks.evaluators.progress import ProgressReader
 from mlra.tasks.spec import TaskSpec
@@ -41,12 +43,6 @@ from mlra.tools.sandbox.default_limits import task_memory
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
-
-EVALUATORS: dict[str, str] = {
-    "classifier": "mlra.tasks.evaluators.classifier:ClassifierEvaluator",
-    "lm-eval": "mlra.tasks.evaluators.lm_eval:LmEvalEvaluator",
-    "script": "mlra.tasks.evaluators.script:ScriptEvaluator",
-}
 
 
 Split = Literal["test", "validation", "format"]
@@ -100,9 +96,9 @@ def split_task(task: TaskSpec, split: Split) -> TaskSpec:
 
 
 def load_evaluator(task: TaskSpec) -> Evaluator:
-    target = EVALUATORS[task.evaluator.kind]
-    module_name, _, class_name = target.partition(":")
-    cls = getattr(importlib.import_module(module_name), class_name)
+    """The task's evaluator, by its kind's line in the table (tasks/evaluators/kinds.py),
+    imported only here, in the grading process."""
+    cls = cast(type[Evaluator], load(EVALUATORS[task.evaluator.kind].evaluator))
     return cls(task)
 
 
