@@ -1,7 +1,8 @@
 """What an extension table's line names, imported only when it is used.
 
 The tables of research tools (tools/research_table.py), tracker exports
-(batch/export/trackers.py) and evaluators (tasks/evaluators/kinds.py) name their
+(batch/export/trackers.py), evaluators (tasks/evaluators/kinds.py) and the command
+line's sub-commands (console/cli/cli.py) name their
 entries by strings, so reading a table (for `--help`, a flag's choices, a task file's
 check) imports nothing heavy, and a table may name code of a layer it must not import.
 """

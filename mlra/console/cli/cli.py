@@ -12,13 +12,13 @@ one readable line on stderr and exit status 2, before any run folder is made.
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
 import sys
 from typing import TYPE_CHECKING, Any
 
 from mlra import __version__
 from mlra.console.text.args import EXIT_OK, EXIT_USAGE, Parser, dispatch
+from mlra.lazy_load import load
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("mlra.console.cli.run_cli:add_run_command", "run an agent on a task"),
@@ -101,9 +101,10 @@ class LazyCommands(_SubParsers):
         target = self.unbuilt.pop(name, None)
         if target is None:
             return
-        module, _, attr = target.partition(":")
         stand_in = self._name_parser_map[name]
-        getattr(importlib.import_module(module), attr)(self)
+        adder = load(target)
+        assert callable(adder), target
+        adder(self)
         if self._name_parser_map.get(name, stand_in) is stand_in:
             raise RuntimeError(f"{target} added no `{name}` command")
 
