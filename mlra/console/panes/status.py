@@ -388,9 +388,7 @@ class StatusBar(Static):
         parts += glance(state, elapsed, unisolated=not badge)
         ended = state.finished if state.evaluation is None else None
         if ended is not None and ended.status == "error":
-            parts.append(
-                Part([Text(f"  {_clip(ended.message, 120)}", style="red")], rank=4)
-            )
+            parts.append(Part([Text(f"  {_clip(ended.message, 120)}", style="red")], rank=4))
         elif ended is not None and ended.reason in UNSUBMITTED:
             # Ended without a submission: nothing was graded, and the bar says why.
             message = f"  not submitted: {_clip(ended.message, 120)}"
