@@ -68,3 +68,42 @@ async def test_a_sample_holds_the_commands_own_cpu_and_memory(tmp_path: Path) ->
         await sandbox.close()
     after = monitor.sample()
     assert after.run_processes == 0
+
+
+async def test_a_searching_runs_sample_holds_its_attempts_commands(tmp_path: Path) -> None:
+    """While a search's attempts train, the run's own sandbox only waits: the run's
+    figures are its attempts' commands, so a working search does not read as idle."""
+    (tmp_path / "run").mkdir()
+    (tmp_path / "a1").mkdir()
+    own = LocalSandbox(tmp_path / "run", SandboxSpec(), isolation_mode="none")
+    attempt = LocalSandbox(tmp_path / "a1", SandboxSpec(), isolation_mode="none")
+    monitor = ResourceMonitor(tmp_path / "run", sandbox=own, attempts=lambda: [attempt])
+    ready = asyncio.Event()
+    said: list[str] = []
+
+    def output(stream: str, text: str) -> None:
+        said.append(text)
+        if re.search(r"ready \d+\n", "".join(said)):
+            ready.set()
+
+    command = asyncio.create_task(
+        attempt.exec(["python3", "-c", HOG], timeout=60, on_output=output)
+    )
+    try:
+        await asyncio.wait_for(ready.wait(), 30)
+        first = monitor.sample()
+        assert first.run_processes is not None and first.run_processes >= 2
+        assert first.run_mem_mb is not None and first.run_mem_mb >= 80
+        match = re.search(r"ready (\d+)", "".join(said))
+        assert match is not None
+        hog = psutil.Process(int(match.group(1)))
+        start_cpu = sum(hog.cpu_times()[:2])
+        while sum(hog.cpu_times()[:2]) - start_cpu < 0.3:  # noqa: ASYNC110 (a CPU counter has no event)
+            await asyncio.sleep(0.05)
+        busy = monitor.sample()
+        assert busy.run_cpu_percent is not None and busy.run_cpu_percent > 0
+    finally:
+        command.cancel()
+        await asyncio.gather(command, return_exceptions=True)
+        await attempt.close()
+        await own.close()

@@ -77,7 +77,7 @@ async def test_the_pane_shows_the_chart_and_table_with_the_best_highlighted() ->
         assert pane.display and pane.border_title == "Experiments"
         text = pane_text(app)
         lines = text.splitlines()
-        assert lines[0] == "best 2.41 #3 · 3 runs · val_loss ↓"
+        assert lines[0] == "best 2.41 #3 · 3 tries · val_loss ↓"
         # The chart: a bar per experiment, oldest left, the failed one a red cross at the
         # bottom; the lowest loss is the shortest bar, and the best so far.
         assert [line.rstrip() for line in lines[1:4]] == ["██", "██", "██ ×× ▆▆"]
@@ -120,15 +120,15 @@ async def test_replay_shows_the_experiments_as_of_the_cursor() -> None:
         assert not app.query_one(ExperimentsPane).display
         await at(first_note)
         assert app.query_one(ExperimentsPane).display
-        assert "no score yet · 0 runs" in pane_text(app)
+        assert "no score yet · 0 tries" in pane_text(app)
         await at(rows[0])
-        assert pane_text(app).startswith("best 2.79 #1 · 1 run ")
+        assert pane_text(app).startswith("best 2.79 #1 · 1 try ")
         await at(rows[1])
-        assert "best 2.79 #1 · 2 runs" in pane_text(app) and "#3" not in pane_text(app)
+        assert "best 2.79 #1 · 2 tries" in pane_text(app) and "#3" not in pane_text(app)
         await at(len(events) - 1)
-        assert pane_text(app).startswith("best 2.41 #3 · 3 runs")
+        assert pane_text(app).startswith("best 2.41 #3 · 3 tries")
         await at(rows[0])  # and back
-        assert pane_text(app).startswith("best 2.79 #1 · 1 run ")
+        assert pane_text(app).startswith("best 2.79 #1 · 1 try ")
 
 
 def _app(tmp_path: Path) -> MlraApp:

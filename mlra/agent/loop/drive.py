@@ -104,6 +104,7 @@ async def sample_resources(
     sandbox: Sandbox | None = None,
     sampled: Callable[[list[str]], Awaitable[None]] | None = None,
     group: RunGroup | None = None,
+    attempts: Callable[[], list[Sandbox]] | None = None,
 ) -> None:
     """Log a resource sample every `interval_s` once the run is live; a sandbox that
     measures itself (a container) is asked, else the host is. `sampled` is handed the
@@ -111,7 +112,9 @@ async def sample_resources(
     from mlra.agent.loop.resources import ResourceMonitor
 
     monitor = await asyncio.to_thread(
-        functools.partial(ResourceMonitor, workspace, sandbox=sandbox, group=group)
+        functools.partial(
+            ResourceMonitor, workspace, sandbox=sandbox, group=group, attempts=attempts
+        )
     )
     await catchup.wait_live()
     while True:

@@ -96,6 +96,7 @@ class ResourceMonitor:
         disk_every_s: float = 5.0,
         sandbox: Sandbox | None = None,
         group: RunGroup | None = None,
+        attempts: Callable[[], list[Sandbox]] | None = None,
     ) -> None:
         import psutil
 
@@ -104,6 +105,9 @@ class ResourceMonitor:
         self.sandbox = sandbox
         self.group = group
         """The run's cgroup (tools/sandbox/run_group.py): the whole run's use of its budget."""
+        self.attempts = attempts
+        """The sandboxes of a search's running attempts: their commands are the run's
+        work too, so a searching run whose own sandbox only waits does not read as idle."""
         self._attempts = workspace.parent / "attempts"
         self._pool_disk_mb: float | None = None
         self.gpus = GpuMonitor()
@@ -140,10 +144,28 @@ class ResourceMonitor:
             sample.pool_mem_mb = None if memory is None else round(memory / 2**20, 1)
             sample.pool_processes = processes
         usage = self.sandbox.usage() if self.sandbox is not None else None
+        attempts = [pid for box in self._attempt_boxes() for pid in box.command_pids()]
         if usage is None:
-            self._commands.measure(sample, self.sandbox.command_pids() if self.sandbox else [])
+            own = self.sandbox.command_pids() if self.sandbox else []
+            self._commands.measure(sample, own + attempts)
             return sample
-        return sandbox_view(sample, usage, mem.total / 2**20)
+        sample = sandbox_view(sample, usage, mem.total / 2**20)
+        if attempts:  # the container's own use, and the attempts' commands on the host
+            extra = ResourceSample(
+                cpu_percent=0, ram_used_mb=0, ram_total_mb=0, disk_workspace_mb=0
+            )
+            self._commands.measure(extra, attempts)
+            sample.run_cpu_percent = (sample.run_cpu_percent or 0) + (extra.run_cpu_percent or 0)
+            sample.run_mem_mb = (sample.run_mem_mb or 0) + (extra.run_mem_mb or 0)
+        return sample
+
+    def _attempt_boxes(self) -> list[Sandbox]:
+        if self.attempts is None:
+            return []
+        try:
+            return [box for box in self.attempts() if box is not None]
+        except Exception:  # an attempt starting or ending as this reads: the next sample has it
+            return []
 
 
 class CommandTrees:

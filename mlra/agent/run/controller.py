@@ -243,6 +243,7 @@ class RunController(Steering):
                     sandbox=self.sandbox,
                     sampled=self.metrics.sampled,
                     group=self.run_group,
+                    attempts=lambda: [c.sandbox for c in self.attempts.children.values()],
                 ),
             )
             await self._finish(ending)

@@ -78,7 +78,8 @@ def summary(table: ExperimentTable, width: int = 80) -> Text:
         out.append(score_text(best.score), style=BEST)
         out.append(f" #{best.number}")
     arrow = "↑" if table.higher_is_better else "↓"
-    runs = f" · {count} run{'s' if count != 1 else ''}"
+    # Each row is one validated try (of the run's work or an attempt's), not a run.
+    runs = f" · {count} tr{'ies' if count != 1 else 'y'}"
     metric = f" · {printable_line(table.metric)} {arrow}" if table.metric else ""
     if len(out.plain) + len(runs) + len(metric) > width:
         metric = f" {arrow}" if table.metric else ""

@@ -74,6 +74,12 @@ def score_texts(e: ev.EvaluationFinished, *, unisolated: bool = True) -> list[Te
     if not e.ok or e.score is None:
         return [Text(f"score: {line}", style=style), Text("no score", style=style)]
     out = [Text(f"score: {line}", style=style)]
+    # The verdict without its reasons: whole words where the full line does not fit.
+    verdict = "" if e.success is None else " success" if e.success else " below the success bar"
+    base = f" (baseline {e.baseline:.4g})" if e.baseline is not None else ""
+    middle = f"score: {printable_line(e.metric)} = {e.score:.4g}{base}{verdict}{unisolated_}"
+    if middle != f"score: {line}":
+        out.append(Text(middle, style=style))
     if e.baseline is not None:
         out.append(
             Text(f"{e.metric} {e.score:.4g} (baseline {e.baseline:.4g}){unisolated_}", style=style)
@@ -245,6 +251,73 @@ def fit(parts: list[Part], width: int) -> Text:
     return line
 
 
+def best_so_far(state: RunState) -> list[Text]:
+    """The best validated score so far, and which attempt earned it in a search:
+    what a researcher asks first of a run still going. Empty before one."""
+    node = state.attempts.best
+    if node is not None and node.score is not None:
+        return [
+            Text(f"  best {node.id} {node.score:.4g} (validated)", style="bold"),
+            Text(f"  best {node.id} {node.score:.4g}", style="bold"),
+            Text(f"  {node.id} {node.score:.4g}", style="bold"),
+        ]
+    row = state.experiments.best
+    if row is not None and row.score is not None:
+        return [
+            Text(f"  best {row.score:.4g} (validated)", style="bold"),
+            Text(f"  best {row.score:.4g}", style="bold"),
+            Text(f"  {row.score:.4g}", style="bold"),
+        ]
+    return []
+
+
+def clock_words(state: RunState, elapsed_s: float) -> list[Text]:
+    """How long it has run and how long is left; once ended, how long it took."""
+    took = format_duration(elapsed_s)
+    if state.finished is not None:
+        return [Text(f"  took {took}", style="dim"), Text(f"  {took}", style="dim")]
+    limits = state.limits
+    if limits is None or not limits.time_limit_s:
+        return [Text(f"  {took}", style="dim")]
+    left = format_duration(max(0.0, limits.time_limit_s - elapsed_s))
+    return [
+        Text(f"  {took} · {left} left", style="dim"),
+        Text(f"  {left} left", style="dim"),
+    ]
+
+
+def load_words(state: RunState) -> list[Text]:
+    """The run's own CPU and memory, everything it started summed (a search's attempts
+    included): a run that works shows it. Empty once sampling stopped."""
+    sample = state.resources
+    if sample is None or state.finished is not None or sample.run_cpu_percent is None:
+        return []
+    mem = f" · {sample.run_mem_mb / 1024:.1f} GB" if sample.run_mem_mb is not None else ""
+    return [
+        Text(f"  cpu {sample.run_cpu_percent:.0f}%{mem}", style="dim"),
+        Text(f"  cpu {sample.run_cpu_percent:.0f}%", style="dim"),
+    ]
+
+
+def glance(state: RunState, elapsed_s: float, *, unisolated: bool) -> list[Part]:
+    """The three answers every console's top line gives at any width: how well (the
+    final score with its verdict, or the best validated so far), how long, and that
+    it works (its CPU and memory); the score and the time are never dropped."""
+    parts: list[Part] = []
+    if state.evaluation is not None:
+        forms = [Text("  ") + t for t in score_texts(state.evaluation, unisolated=unisolated)]
+        parts.append(Part(forms, rank=2, droppable=False))
+    else:
+        best = best_so_far(state)
+        if best:
+            parts.append(Part(best, rank=2, droppable=False))
+    parts.append(Part(clock_words(state, elapsed_s), rank=3, droppable=False))
+    load = load_words(state)
+    if load:
+        parts.append(Part(load, rank=6))
+    return parts
+
+
 class StatusBar(Static):
     def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
@@ -305,23 +378,20 @@ class StatusBar(Static):
             )
         doing = activity(state, elapsed)
         if doing:
-            parts.append(Part([Text(" ") + t for t in doing], rank=3))
+            parts.append(Part([Text(" ") + t for t in doing], rank=4))
         hint = HINTS.get(state.phase)
         if hint:
             keep = state.phase in ("finished", "stopped", "error")  # the way out
             parts.append(
                 Part([Text(f"  {hint}", style="dim")], rank=1 if keep else 5, droppable=not keep)
             )
-        if state.evaluation is not None:
-            forms = [Text("  ") + t for t in score_texts(state.evaluation, unisolated=not badge)]
-            parts.append(Part(forms, rank=2, droppable=False))
-        elif state.finished is not None and state.finished.status == "error":
-            parts.append(
-                Part([Text(f"  {_clip(state.finished.message, 120)}", style="red")], rank=4)
-            )
-        elif state.finished is not None and state.finished.reason in UNSUBMITTED:
+        parts += glance(state, elapsed, unisolated=not badge)
+        ended = state.finished if state.evaluation is None else None
+        if ended is not None and ended.status == "error":
+            parts.append(Part([Text(f"  {_clip(ended.message, 120)}", style="red")], rank=4))
+        elif ended is not None and ended.reason in UNSUBMITTED:
             # Ended without a submission: nothing was graded, and the bar says why.
-            message = f"  not submitted: {_clip(state.finished.message, 120)}"
+            message = f"  not submitted: {_clip(ended.message, 120)}"
             parts.append(Part([Text(message, style="yellow")], rank=4))
         width = self.size.width or self.app.size.width or 160
         self.update(fit(parts, width))

@@ -14,7 +14,7 @@ from textual.widgets import Static
 
 from mlra.agent.record.state import RunState
 from mlra.console.panes import redraw
-from mlra.console.panes.status import PHASES, StatusBar
+from mlra.console.panes.status import PHASES, Part, StatusBar, fit, glance
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.text.event_lines import score_line
 from mlra.console.text.replay import ReplayModel
@@ -23,34 +23,58 @@ from mlra.terminal_text import printable_line
 
 
 class ReplayStatusBar(StatusBar):
+    _replayed: tuple[RunState, ReplayModel, str | None] | None = None
+
+    def on_resize(self) -> None:
+        if self._replayed is not None:
+            self.show_replay(*self._replayed)
+
     def show_replay(self, state: RunState, model: ReplayModel, playing: str | None) -> None:
+        """The live line's parts, where the replay's cursor stands in place of what the
+        run is doing: each part shortened or left out as the live line's are, so the
+        phase, the score and the time stay whole at 80 columns."""
+        self._replayed = (state, model, playing)
         pos = model.position()
         label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
-        text = Text()
-        text.append(" mlra ", style="bold white on grey23")
-        text.append(f" {printable_line(state.task) or '…'} ", style="bold")
-        text.append(f"· {printable_line(state.model) or '…'} ", style="")
-        text.append(" REPLAY ", style="black on medium_purple1")
+        parts = [
+            Part([Text(" mlra ", style="bold white on grey23")], rank=9),
+            Part([Text(f" {printable_line(state.task) or '…'} ", style="bold"), Text(" ")], rank=7),
+            Part([Text(f"· {printable_line(state.model) or '…'} ")], rank=8),
+            Part([Text(" REPLAY ", style="black on medium_purple1")], rank=0, droppable=False),
+        ]
         if state.forked_from:
-            text.append(f" fork of {printable_line(state.forked_from)} ", style="bold cyan")
-        text.append(
-            f" replay: step {pos.step} of {pos.steps}, event {pos.event:,} of {pos.events:,} ",
-            style="bold",
+            fork = f" fork of {printable_line(state.forked_from)} "
+            parts.append(Part([Text(fork, style="bold cyan")], rank=4))
+        parts.append(
+            Part(
+                [
+                    Text(
+                        f" replay: step {pos.step} of {pos.steps}, event {pos.event:,} of "
+                        f"{pos.events:,} ",
+                        style="bold",
+                    ),
+                    Text(f" step {pos.step}/{pos.steps} ", style="bold"),
+                ],
+                rank=1,  # where the cursor is: the last to give way, after the score
+            )
         )
-        text.append(f"{format_duration(model.event.t)} · {model.event.type} ", style="dim")
-        text.append(f" {label} ", style=style)
+        parts.append(
+            Part(
+                [Text(f"{format_duration(model.event.t)} · {model.event.type} ", style="dim")],
+                rank=6,
+            )
+        )
+        parts.append(Part([Text(f" {label} ", style=style)], rank=0, droppable=False))
         badge = state.sandbox is not None and state.sandbox.isolation == "none"
         if badge:
-            text.append(" UNISOLATED ", style="bold black on yellow")
-        if playing:
-            text.append(f"  ▶ {playing}", style="bold green")
-        if state.evaluation is not None:
-            text.append("  score: ", style="bold")
-            text.append(
-                score_line(state.evaluation, unisolated=not badge),
-                style="bold green" if state.evaluation.ok else "bold red",
+            parts.append(
+                Part([Text(" UNISOLATED ", style="bold black on yellow")], rank=0, droppable=False)
             )
-        self.update(text, layout=False)  # one line, always: no layout pass per step
+        if playing:
+            parts.append(Part([Text(f"  ▶ {playing}", style="bold green")], rank=5))
+        parts += glance(state, model.event.t, unisolated=not badge)
+        width = self.size.width or self.app.size.width or 160
+        self.update(fit(parts, width), layout=False)  # one line, always: no layout pass per step
 
 
 class ReplayTranscript(TranscriptPane, inherit_bindings=False):
