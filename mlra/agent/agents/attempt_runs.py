@@ -19,6 +19,7 @@ from mlra.agent.run.controller import RunController
 from mlra.agent.run.resume import ResumeError, load_run, resume_controller
 from mlra.agent.setup.config import AttemptSettings, RunConfig
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.sandbox.backends import sandbox_backend
 
 
 async def run_attempt(
@@ -149,8 +150,9 @@ def _gpus_for(parent: RunController, in_use: list[str]) -> dict[str, Any]:
     if share is None:
         return {}
     settings: dict[str, Any] = {"gpus": share}
-    if config.sandbox == "local":  # every device node is there: CUDA is told which
-        settings["env"] = {**config.env, "CUDA_VISIBLE_DEVICES": share}
+    told = sandbox_backend(config.sandbox).device_env(share)  # local: CUDA is told which
+    if told:
+        settings["env"] = {**config.env, **told}
     return settings
 
 

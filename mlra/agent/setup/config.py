@@ -14,6 +14,7 @@ from pydantic import BaseModel, BeforeValidator, Field
 from mlra.events import Budget
 from mlra.tools.fetch.policy import FetchSettings
 from mlra.tools.research_table import RESEARCH_TOOLS, research_tool_name
+from mlra.tools.sandbox.backends import DEFAULT_BACKEND, backend_name
 
 if TYPE_CHECKING:
     from mlra.tasks.spec import TaskSpec
@@ -73,7 +74,9 @@ class RunConfig(BaseModel):
     context_fraction: float = 0.8
     """Summarize older steps when the history passes this fraction of the context window."""
     keep_recent_turns: int = 6
-    sandbox: Literal["local", "docker"] = "local"
+    sandbox: Annotated[str, BeforeValidator(backend_name)] = DEFAULT_BACKEND
+    """Where commands run: a name of the backends' table (`--sandbox`,
+    tools/sandbox/backends.py)."""
     isolation: Literal["auto", "bwrap", "none"] = "auto"
     image: str | None = None
     """Docker sandbox: the image (default: the task's, else mlra's own, `mlra image build`)."""

@@ -28,17 +28,15 @@ from mlra.agent.record.state import RunState
 from mlra.agent.setup.config import RunConfig
 from mlra.agent.setup.run_setup import limit_choices, sandbox_spec
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.sandbox.backends import sandbox_backend
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.default_limits import Chosen, default_disk, default_memory
 from mlra.tools.sandbox.disk_quota import WorkspaceQuota
-from mlra.tools.sandbox.limits import DEFAULT_PIDS
 from mlra.tools.sandbox.run_group import RunGroup
 
 MIB = 1024 * 1024
 INODES_PER_MB = 64
 """One inode per 16 KiB of disk: ext4's default ratio."""
-DOCKER_PIDS = 8192
-"""The Docker sandbox's own default (tools/sandbox/docker_sandbox.py DEFAULT_PIDS_LIMIT)."""
 MIN_PIDS = 64
 
 
@@ -70,7 +68,7 @@ def run_budget(task: TaskSpec, config: RunConfig, workspace: Path) -> ev.Budget:
         sources["cpus"] = f"1/{k} of this machine's {count} CPUs (batch --parallel {k})"
     else:
         sources["cpus"] = "this machine's CPUs, no quota"
-    pids = config.pids_limit or (DOCKER_PIDS if config.sandbox == "docker" else DEFAULT_PIDS)
+    pids = config.pids_limit or sandbox_backend(config.sandbox).default_pids
     sources["pids"] = "--pids-limit" if config.pids_limit else "default"
     return ev.Budget(
         memory_mb=memory_mb or None,
@@ -158,10 +156,10 @@ def held_mb(folders: list[Path]) -> int:
 
 
 def hold_run(budget: ev.Budget, config: RunConfig) -> tuple[ev.Budget, RunGroup | None]:
-    """The run-level cgroup a top-level local run's sandboxes are made under, and the
-    budget saying whether one holds the run's total. The Docker sandbox's containers
-    each keep their own share (Docker makes their groups)."""
-    if config.sandbox != "local":
+    """The run-level cgroup a top-level run's sandboxes are made under (a local run's),
+    and the budget saying whether one holds the run's total. A backend without one keeps
+    each sandbox's own share (Docker makes the containers' groups)."""
+    if not sandbox_backend(config.sandbox).run_cgroup:
         return budget, None
     group = RunGroup(memory_mb=budget.memory_mb, pids=budget.pids, cpus=budget.cpus)
     via = group.setup()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import secrets
 import shutil
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,8 +14,10 @@ from mlra import __version__
 from mlra import events as ev
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.setup.config import RunConfig
+from mlra.agent.setup.sandboxes import sandbox_request
 from mlra.tasks.environment import ensure_environment
 from mlra.tasks.spec import TaskSpec
+from mlra.tools.sandbox.backends import sandbox_backend
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_disk, task_memory
 
@@ -123,30 +126,23 @@ def task_environment(task: TaskSpec, config: RunConfig) -> tuple[Path | None, ev
     Raises TaskEnvError."""
     if not task.environment.declared:
         return None, None
-    if config.sandbox == "docker":
-        return None, ev.Notice(
-            level="warning", message=docker_environment_notice(task, config.image)
-        )
+    notice = environment_notice(task, config.sandbox, config.image)
+    if notice is not None:
+        return None, ev.Notice(level="warning", message=notice)
     found = ensure_environment(task, echo=None)
     if found is None:
         return None, None
     return found.path, ev.Notice(level="info", message=found.describe())
 
 
-def docker_environment_notice(task: TaskSpec, image: str | None) -> str:
+def environment_notice(task: TaskSpec, sandbox: str, image: str | None) -> str | None:
+    """Why the task's own environment, built on this machine, cannot serve the commands
+    of the backend `sandbox` names (a container has its own Python), or None: it does."""
     from mlra.tasks.foreign.loader import is_foreign
 
-    image = image or task.sandbox.image or "the default image"
-    how = (
-        f"build one with them: mlra image build --task {task.root}, then --image mlra-task-..."
-        if is_foreign(task.root)
-        else "give an image that has them (--image, or [sandbox] image in task.toml)"
-    )
-    return (
-        f"the task declares its own Python requirements ([environment]), but an environment "
-        f"built on this machine cannot run inside the container: commands run on {image}'s "
-        f"Python; {how}"
-    )
+    request = sandbox_request(task, model="", image=image)
+    request = replace(request, foreign=is_foreign(task.root))
+    return sandbox_backend(sandbox).environment_notice(request)
 
 
 def limit_choices(

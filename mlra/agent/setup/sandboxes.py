@@ -1,14 +1,15 @@
 """Which sandbox a run gets, from its config and its task.
 
-The task says what it needs (GPUs, memory, CPUs, its image); flags override it.
+The task says what it needs (GPUs, memory, CPUs, its image); flags override it. The
+backend `--sandbox` names (tools/sandbox/backends.py) reads both as a SandboxRequest.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
+from mlra.tools.sandbox.backends import SandboxRequest, sandbox_backend
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
 
 BASELINE_MODEL = "baseline"
@@ -19,48 +20,43 @@ if TYPE_CHECKING:
     from mlra.tasks.spec import TaskSpec
 
 
-def docker_spec(spec: SandboxSpec, config: RunConfig, task: TaskSpec) -> SandboxSpec:
-    """The spec with the container's CPUs and GPUs filled in: flags first, then the
-    task's resources (memory and disk are the spec's already: run_setup.limit_choices).
-
-    A task that needs GPUs gets all of them unless `--gpus` narrows it; one that
-    needs none gets none, so a CPU task cannot take a GPU another run uses.
-    """
+def sandbox_request(
+    task: TaskSpec,
+    *,
+    model: str,
+    isolation: Literal["auto", "bwrap", "none"] = "auto",
+    image: str | None = None,
+    gpus: str | None = None,
+    cpus: float | None = None,
+    pids_limit: int | None = None,
+) -> SandboxRequest:
+    """What the backend reads, from the user's settings (as flags or a config name
+    them) and the task's. A task that needs GPUs gets all of them unless `--gpus`
+    narrows it; one that needs none gets none."""
     res = task.resources
-    gpus = config.gpus or ("all" if res.gpus > 0 else "none")
-    return replace(spec, cpus=spec.cpus or config.cpus or res.cpus, gpus=gpus)
+    return SandboxRequest(
+        confined=model != BASELINE_MODEL,
+        isolation=isolation,
+        image=image or task.sandbox.image,
+        gpus=gpus or ("all" if res.gpus > 0 else "none"),
+        cpus=cpus,
+        task_cpus=res.cpus,
+        pids_limit=pids_limit,
+        network=res.network,
+        task_root=task.root,
+    )
+
+
+def config_request(config: RunConfig, task: TaskSpec) -> SandboxRequest:
+    return sandbox_request(
+        task, model=config.model, isolation=config.isolation, image=config.image,
+        gpus=config.gpus, cpus=config.cpus, pids_limit=config.pids_limit,
+    )  # fmt: skip
 
 
 def create_sandbox(
     workspace: Path, spec: SandboxSpec, *, config: RunConfig, task: TaskSpec, run_id: str
 ) -> Sandbox:
-    if config.sandbox == "docker":
-        from mlra.tools.sandbox.docker_sandbox import (
-            DEFAULT_IMAGE,
-            DEFAULT_PIDS_LIMIT,
-            DockerSandbox,
-        )
-
-        return DockerSandbox(
-            workspace,
-            docker_spec(spec, config, task),
-            image=config.image or task.sandbox.image or DEFAULT_IMAGE,
-            run_id=run_id,
-            pids_limit=spec.pids_limit or config.pids_limit or DEFAULT_PIDS_LIMIT,
-        )
-    from mlra.tools.sandbox.local import LocalSandbox
-
-    res = task.resources
-    spec = replace(
-        spec,
-        gpus=config.gpus or ("all" if res.gpus > 0 else "none"),
-        pids_limit=spec.pids_limit or config.pids_limit,
-    )
-    # The baseline agent runs the task's own fixed recipe; an LLM agent's commands
-    # are anyone's guess, so it never runs unconfined unless the user said so.
-    return LocalSandbox(
-        workspace,
-        spec,
-        isolation_mode=config.isolation,
-        require_isolation=config.model != BASELINE_MODEL,
-    )
+    backend = sandbox_backend(config.sandbox)
+    request = config_request(config, task)
+    return backend.create(workspace, backend.spec(spec, request), request, run_id=run_id)

@@ -58,16 +58,17 @@ def cmd_tasks_env(args: argparse.Namespace) -> int:
 
 def environment_before_run(task: Any, sandbox: str, image: str | None) -> None:
     """The task's own environment built before `mlra run` starts the run (the run finds
-    it in the cache); a failure refused in one line (exit 2). A container cannot use it:
-    said, in one line."""
+    it in the cache); a failure refused in one line (exit 2). A backend whose commands
+    cannot use it (a container): said, in one line."""
     from mlra.tasks.environment import TaskEnvError, ensure_environment
 
     if not task.environment.declared:
         return
-    if sandbox == "docker":
-        from mlra.agent.setup.run_setup import docker_environment_notice
+    from mlra.agent.setup.run_setup import environment_notice
 
-        _echo("note: " + docker_environment_notice(task, image))
+    notice = environment_notice(task, sandbox, image)
+    if notice is not None:
+        _echo("note: " + notice)
         return
     try:
         found = ensure_environment(task, echo=_echo)

@@ -20,7 +20,7 @@ from mlra.console.cli.tasks_cli import load_task_named
 from mlra.console.text.args import (
     UsageError,
     add_budget_args,
-    check_isolation,
+    check_backend,
     check_run_id,
     check_writable_dir,
     disk_mb,
@@ -31,6 +31,7 @@ from mlra.console.text.args import (
     positive_int,
     temperature,
 )
+from mlra.tools.sandbox.backends import BACKENDS, DEFAULT_BACKEND
 
 
 def add_run_command(sub: Any) -> None:
@@ -137,8 +138,8 @@ def add_run_command(sub: Any) -> None:
     )
     run.add_argument(
         "--sandbox",
-        choices=["local", "docker"],
-        default="local",
+        choices=list(BACKENDS),
+        default=DEFAULT_BACKEND,
         help="where commands run: this machine, or a Docker container (default local)",
     )
     run.add_argument(
@@ -314,10 +315,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     conflict = direction_conflict(task, args.direction)
     if conflict is not None:
         raise UsageError(conflict)
-    if args.sandbox == "local":
-        check_isolation(args.isolation, model, network=task.resources.network)
-    if args.sandbox == "docker":
-        _check_docker(args, task)
+    backend = _checked_backend(args, task, model)
     if args.run_id and (args.runs_dir / args.run_id).exists():
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
@@ -369,7 +367,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Judged again: the prepared copy's downloads, in the task's environment now built.
         ungraded=gradable_or_refused(task, args.ungraded),
         # The starter runs here (a Docker image has its own packages).
-        task_notices=starter_notices(task) if args.sandbox == "local" else [],
+        task_notices=starter_notices(task) if backend.host_python else [],
     )
     if provider is not None:  # what the run uses, as the provider settled it
         config.context_window = provider.context_window
@@ -421,14 +419,19 @@ def _recorded_limits(args: argparse.Namespace, provider: Any) -> None:
         args.max_tokens = limits.max_tokens
 
 
-def _check_docker(args: argparse.Namespace, task: Any) -> None:
-    from mlra.tools.sandbox.docker_sandbox import DEFAULT_IMAGE, DockerUnavailable, preflight
+def _checked_backend(args: argparse.Namespace, task: Any, model: str) -> Any:
+    """The backend `--sandbox` names, its preflight passed (tools/sandbox/backends.py):
+    what must hold before a run folder is made."""
+    from mlra.agent.setup.sandboxes import sandbox_request
+    from mlra.tools.sandbox.backends import sandbox_backend
 
-    gpus = args.gpus or ("all" if task.resources.gpus > 0 else "none")
-    try:
-        preflight(args.image or task.sandbox.image or DEFAULT_IMAGE, gpus)
-    except DockerUnavailable as exc:
-        raise UsageError(f"--sandbox docker: {exc}") from None
+    backend = sandbox_backend(args.sandbox)
+    request = sandbox_request(
+        task, model=model, isolation=args.isolation, image=args.image, gpus=args.gpus,
+        cpus=args.cpus,
+    )  # fmt: skip
+    check_backend(backend, request)
+    return backend
 
 
 def _tui_runner() -> Any:

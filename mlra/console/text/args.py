@@ -11,9 +11,12 @@ import argparse
 import math
 import sys
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, Literal, NoReturn, cast
 
 from mlra.terminal_text import printable
+
+if TYPE_CHECKING:
+    from mlra.tools.sandbox.backends import SandboxBackend, SandboxRequest
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -119,49 +122,28 @@ def disk_mb(text: str) -> int:
 
 
 def check_isolation(isolation: str, model: str, *, network: bool = False) -> None:
-    """Refuse, before anything is created, a run whose agent would go unconfined.
+    """Refuse, before anything is created, a run whose agent would go unconfined (the
+    local backend's preflight, tools/sandbox/local_backend.py); a baseline run that may
+    go on unconfined is warned about."""
+    from mlra.tools.sandbox.backends import SandboxRequest
+    from mlra.tools.sandbox.local_backend import LocalBackend
 
-    Only the user's explicit `--isolation none` lets an LLM agent run unconfined;
-    the baseline agent's fixed recipe may, with a warning, since it is the task's own.
-    A `network` task's commands need a network namespace of their own (slirp4netns).
-    """
-    if isolation == "none":
-        return
-    from mlra.tools.sandbox.bwrap import isolation_problem
-    from mlra.tools.sandbox.local import INSTALL_HINT
-
-    problem = isolation_problem()
-    if problem is None:
-        if network:
-            _check_own_network(isolation, model)
-        return
-    if isolation == "bwrap" or model != "baseline":
-        raise UsageError(
-            f"no isolation for the agent's commands ({problem}): {INSTALL_HINT}, "
-            "or pass --isolation none to run the agent unconfined"
-        )
-    print(
-        f"mlra: warning: {problem}; the baseline agent runs unconfined and its score "
-        "is marked unisolated",
-        file=sys.stderr,
-    )
+    mode = cast(Literal["auto", "bwrap", "none"], isolation)
+    request = SandboxRequest(confined=model != "baseline", isolation=mode, network=network)
+    check_backend(LocalBackend(), request)
 
 
-def _check_own_network(isolation: str, model: str) -> None:
-    import os
+def check_backend(backend: SandboxBackend, request: SandboxRequest) -> None:
+    """A sandbox backend's preflight at the command line: a refusal is one line and exit
+    status 2 (UsageError), each warning one line on stderr."""
+    from mlra.tools.sandbox.backends import BackendRefused
 
-    from mlra.tools.sandbox import netns
-
-    problem = netns.network_problem()
-    if problem is None or os.environ.get(netns.HOST_NETWORK_VAR) == "1":
-        return
-    problem = f"the task has the network on, but {problem}"
-    if isolation == "bwrap" or model != "baseline":
-        raise UsageError(f"{problem}: {netns.NETWORK_HINT}")
-    print(
-        f"mlra: warning: {problem}; the baseline agent's commands share the host's network",
-        file=sys.stderr,
-    )
+    try:
+        warnings = backend.preflight(request)
+    except BackendRefused as exc:
+        raise UsageError(str(exc)) from None
+    for line in warnings:
+        print(f"mlra: warning: {line}", file=sys.stderr)
 
 
 def check_run_id(run_id: str | None) -> None:
