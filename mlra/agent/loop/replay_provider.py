@@ -20,6 +20,7 @@ from __future__ import annotations
 import difflib
 import re
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlra import events as ev
 from mlra.agent.loop.ending import EndedBy, Ending, EndRun
@@ -37,6 +38,9 @@ from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.record.recording import response_from
 from mlra.durations import format_duration
 from mlra.tools.registry import ToolSpec
+
+if TYPE_CHECKING:
+    from mlra.agent.providers.table import ProviderRequest
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
 _VOLATILE: list[tuple[re.Pattern[str], str]] = [
@@ -397,3 +401,8 @@ class ReplayProvider(ModelProvider):
         if on_text is not None and recorded.text:
             on_text(recorded.text)
         return response_from(recorded)
+
+
+def replay(request: ProviderRequest) -> ReplayProvider:
+    """The providers' table entry `replay:RUN_DIR` (agent/providers/table.py)."""
+    return ReplayProvider.from_spec(request.spec)

@@ -1,9 +1,10 @@
 """From a model spec the user typed to a ready provider.
 
 Specs are `anthropic/<model>` and `openai/<model>` (the latter also for any
-OpenAI-compatible server given with `--base-url`). `baseline` is not a model:
-the caller handles it before coming here, by running the baseline agent that
-needs no LLM.
+OpenAI-compatible server given with `--base-url`), and `replay:RUN_DIR`: the entries
+of the providers' table (agent/providers/table.py), whose factories build them.
+`baseline` is not a model: the caller handles it before coming here, by running the
+baseline agent that needs no LLM.
 
 The SDKs are imported only when a provider is built, so `mlra --help` and the
 commands that never call a model start fast. API keys come from the `env`
@@ -15,11 +16,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from mlra.agent.providers.base import ConfigError, ModelProvider, ModelSettings
+from mlra.agent.providers.table import PROVIDERS, ProviderRequest, entry_for, provider_factory
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 DEFAULT_OPENAI_MODEL = "gpt-5"
-PROVIDERS = ("anthropic", "openai")
-KEY_VARS = {"anthropic": "ANTHROPIC_API_KEY", "openai": "OPENAI_API_KEY"}
+BUILT_IN = ("anthropic/", "openai/", "replay:")
+"""The table's entries VALID_FORMS describes; others are listed after it by name."""
 VALID_FORMS = (
     "use anthropic/<model> (e.g. anthropic/claude-sonnet-4-6), openai/<model> "
     "(e.g. openai/gpt-5; with --base-url URL for a local OpenAI-compatible server), "
@@ -42,15 +44,22 @@ __all__ = [
 def parse_model_spec(spec: str) -> tuple[str, str]:
     """(provider, model); model names may hold slashes (`openai/Qwen/Qwen3-8B`)."""
     text = spec.strip()
-    provider, slash, model = text.partition("/")
-    provider = provider.strip().lower()
-    if not slash or provider not in PROVIDERS:
+    entry = entry_for(text, "/")
+    if entry is None:
         hint = _guess(text)
-        raise ConfigError(f"unknown model {text!r}: {hint}{VALID_FORMS}")
-    model = model.strip()
+        raise ConfigError(f"unknown model {text!r}: {hint}{valid_forms()}")
+    model = text.partition("/")[2].strip()
     if not model:
-        raise ConfigError(f"model spec {text!r} names no model: {VALID_FORMS}")
-    return provider, model
+        raise ConfigError(f"model spec {text!r} names no model: {valid_forms()}")
+    return entry.removesuffix("/"), model
+
+
+def valid_forms() -> str:
+    """What `--model` takes: the built-in forms, then any other entry of the table."""
+    extra = [
+        f"{e}<model>" if e.endswith("/") else f"{e}..." for e in PROVIDERS if e not in BUILT_IN
+    ]
+    return VALID_FORMS + (f"; also {', '.join(extra)}" if extra else "")
 
 
 def resolve_model(
@@ -66,46 +75,23 @@ def resolve_model(
 
     `settings` (context window, output tokens, temperature, seed, tool calls) are the
     user's; the provider fills in what is not set from the server or its model table."""
-    if spec.strip().startswith("replay:"):
-        from mlra.agent.loop.replay_provider import ReplayProvider
-
-        return ReplayProvider.from_spec(spec.strip())
-    provider, model = parse_model_spec(spec)
-    base_url = (base_url or "").strip() or None
-    key_var = KEY_VARS[provider]
-    api_key = (env.get(key_var) or "").strip() or None
-    if api_key is None and base_url is None:
-        if provider == "openai":
-            raise ConfigError(
-                f"openai/{model} needs an API key: set {key_var}, "
-                "or pass --base-url URL for a local OpenAI-compatible server (vLLM, llama.cpp, Ollama)"
-            )
-        raise ConfigError(f"anthropic/{model} needs an API key: set {key_var}")
-    settings = settings or ModelSettings()
-    if provider == "anthropic" and settings.temperature is not None and settings.temperature > 1:
-        raise ConfigError(f"--temperature {settings.temperature:g}: anthropic/{model} takes 0 to 1")
-    if provider == "anthropic":
-        from mlra.agent.providers import anthropic as sdk
-
-        # A base URL means an Anthropic-compatible server, which may not want a key.
-        return sdk.AnthropicProvider(
-            model,
-            api_key=api_key or "not-needed",
-            base_url=base_url,
-            max_retries=sdk.DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
-            timeout_s=timeout_s or sdk.DEFAULT_TIMEOUT_S,
-            settings=settings,
-        )
-    from mlra.agent.providers import openai as compat
-
-    return compat.OpenAIProvider(
-        model,
-        api_key=api_key,
-        base_url=base_url,
-        max_retries=compat.DEFAULT_MAX_RETRIES if max_retries is None else max_retries,
-        timeout_s=timeout_s or compat.DEFAULT_TIMEOUT_S,
-        settings=settings,
+    text = spec.strip()
+    entry = entry_for(text, ":")  # `NAME:WHAT`: the factory reads the whole spec
+    if entry is not None:
+        model = text.partition(":")[2]
+    else:
+        name, model = parse_model_spec(text)
+        entry = f"{name}/"
+    request = ProviderRequest(
+        spec=text,
+        model=model,
+        base_url=(base_url or "").strip() or None,
+        env=env,
+        settings=settings or ModelSettings(),
+        max_retries=max_retries,
+        timeout_s=timeout_s,
     )
+    return provider_factory(entry)(request)
 
 
 def default_model_spec(env: Mapping[str, str]) -> str:
