@@ -11,12 +11,12 @@ entry is chosen: the SDKs, and the replay provider of a wing above this one
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from mlra.agent.providers.base import ModelSettings
+from mlra.lazy_load import load
 
 if TYPE_CHECKING:
     from mlra.agent.providers.base import ModelProvider
@@ -60,5 +60,4 @@ def entry_for(text: str, sep: str) -> str | None:
 
 def provider_factory(entry: str) -> ProviderFactory:
     """The factory of a table entry, its module imported now."""
-    module, _, attr = PROVIDERS[entry].partition(":")
-    return getattr(importlib.import_module(module), attr)
+    return cast("ProviderFactory", load(PROVIDERS[entry]))

@@ -31,7 +31,7 @@ from mlra.console.text.args import (
     positive_int,
     temperature,
 )
-from mlra.tools.sandbox.backends import BACKENDS, DEFAULT_BACKEND
+from mlra.tools.sandbox.backends import BACKENDS, DEFAULT_BACKEND, sandbox_backend
 
 
 def add_run_command(sub: Any) -> None:
@@ -423,7 +423,6 @@ def _checked_backend(args: argparse.Namespace, task: Any, model: str) -> Any:
     """The backend `--sandbox` names, its preflight passed (tools/sandbox/backends.py):
     what must hold before a run folder is made."""
     from mlra.agent.setup.sandboxes import sandbox_request
-    from mlra.tools.sandbox.backends import sandbox_backend
 
     backend = sandbox_backend(args.sandbox)
     request = sandbox_request(
