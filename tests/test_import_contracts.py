@@ -9,7 +9,14 @@ own imports and type-only ones included, since they are knowledge all the same):
     mlra.events, mlra.durations  (the vocabulary every layer shares)
 
 A layer imports only layers below it, and no module imports itself back through
-others (no cycles between modules, so none between packages either).
+others (no cycles between modules, so none between packages either). Inside the two
+layers that hold many parts, the wings are layers too, lowest first:
+
+    agent:   providers, metrics, notify, record, setup, loop, control, run, agents
+    console: text, panes, screens, apps, cli
+
+A wing imports only the wings below it in its layer (and any lower layer); a module
+directly in a layer's folder (its `__init__`) counts as that layer's lowest wing.
 """
 
 from __future__ import annotations
@@ -20,6 +27,21 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = ["console", "batch", "agent", "tasks", "tools", "shared"]
 """Highest first."""
+WINGS = {
+    "agent": [
+        "agents",
+        "run",
+        "control",
+        "loop",
+        "setup",
+        "record",
+        "notify",
+        "metrics",
+        "providers",
+    ],
+    "console": ["cli", "apps", "screens", "panes", "text"],
+}
+"""Each layer's wings, highest first (docs/architecture.md draws them)."""
 
 
 def _module_name(path: Path) -> str:
@@ -73,6 +95,18 @@ def _layer(module: str) -> str:
     return "shared"
 
 
+def _wing(module: str) -> tuple[str, int]:
+    """(layer, rank of its wing: 0 is the lowest); layers without wings rank 0."""
+    layer = _layer(module)
+    wings = WINGS.get(layer, [])
+    if module == "mlra.__main__":
+        return layer, len(wings)  # the entry point stands above the command line
+    parts = module.split(".")
+    if len(parts) > 2 and parts[2] in wings:
+        return layer, len(wings) - wings.index(parts[2])
+    return layer, 0
+
+
 def _graph() -> dict[str, set[str]]:
     sources = _sources()
     modules = set(sources)
@@ -87,6 +121,28 @@ def test_each_layer_imports_only_the_layers_below_it() -> None:
         if LAYERS.index(_layer(target)) < LAYERS.index(_layer(module))
     ]
     assert broken == []
+
+
+def test_each_wing_imports_only_the_wings_below_it() -> None:
+    broken = [
+        f"{module} imports {target}"
+        for module, targets in sorted(_graph().items())
+        for target in sorted(targets)
+        if _layer(module) == _layer(target) and _wing(target)[1] > _wing(module)[1]
+    ]
+    assert broken == []
+
+
+def test_every_module_of_a_winged_layer_is_in_a_wing() -> None:
+    """A module left beside the wings would sit outside the order the test keeps."""
+    loose = [
+        module
+        for module in _graph()
+        if _layer(module) in WINGS
+        and len(module.split(".")) > 2
+        and module.split(".")[2] not in WINGS[_layer(module)]
+    ]
+    assert loose == []
 
 
 def test_no_module_imports_itself_back() -> None:
