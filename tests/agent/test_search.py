@@ -392,6 +392,10 @@ async def test_the_greedy_policy_drafts_debugs_the_buggy_one_and_submits_the_bes
     assert result.attempts is not None and result.attempts.submitted == "a2"
     assert result.score == 0.0  # 24 is right on the validation split only
     assert result.attempts.validation_to_test_gap == -0.5
+    # The plan says how the search went: never a search that ran shown "not started".
+    plan = [e for e in events if isinstance(e, ev.PlanUpdated)][-1]
+    assert [(s.id, s.status) for s in plan.steps] == [("search", "done"), ("submit", "in_progress")]
+    assert plan.steps[0].title.startswith("Searched: 3 attempts, best a2")
 
 
 async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(

@@ -237,7 +237,13 @@ async def test_attached_consoles_show_the_run_steer_it_one_at_a_time_and_leave_i
             ]
 
             live_run.release()
-            await pilot_wait(two, "the end shown", lambda: second.state.finished, timeout=60)
+            # The end is shown first; the run's result (its last word) follows it.
+            await pilot_wait(
+                two,
+                "the end shown and the result read",
+                lambda: second.state.finished and second.result is not None,
+                timeout=60,
+            )
             assert second.result is not None and second.state.evaluation is not None
             assert "FINISHED" in _status_text(second)
             await two.press("q")

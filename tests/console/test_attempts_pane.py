@@ -198,7 +198,14 @@ def search_log() -> Log:
     log.add(
         400,
         ev.ResourceSample(
-            cpu_percent=97, ram_used_mb=6_200, ram_total_mb=24_000, disk_workspace_mb=3.4
+            cpu_percent=97,
+            ram_used_mb=6_200,
+            ram_total_mb=24_000,
+            disk_workspace_mb=3.4,
+            # The attempts' training, summed: the run's own sandbox only waits on them.
+            run_cpu_percent=188.0,
+            run_mem_mb=1_400.0,
+            run_processes=4,
         ),
     )
     return log
@@ -384,6 +391,28 @@ def test_snapshot_attempts_200x50(snap_compare: Any, tmp_path: Path) -> None:
 def test_snapshot_attempts_80x24(snap_compare: Any, tmp_path: Path) -> None:
     app = recorded_app(search_run(tmp_path))
     assert snap_compare(app, terminal_size=(80, 24), run_before=_settle)
+
+
+def test_snapshot_attempts_160x48(snap_compare: Any, tmp_path: Path) -> None:
+    app = recorded_app(search_run(tmp_path))
+    assert snap_compare(app, terminal_size=(160, 48), run_before=_settle)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_the_top_line_of_a_search_says_how_well_how_long_and_that_it_works(
+    tmp_path: Path, size: tuple[int, int]
+) -> None:
+    """The best validated attempt and its score, the time left, at every width; the
+    attempts' CPU where there is room (the run's own sandbox only waits on them)."""
+    from mlra.console.panes.status import StatusBar
+
+    app = recorded_app(search_run(tmp_path))
+    async with app.run_test(size=size) as pilot:
+        await _settle(pilot)
+        line = plain(app.query_one(StatusBar).content)
+        assert "RUNNING" in line and "a4 0.8231" in line and "left" in line
+        if size[0] >= 160:
+            assert "best a4 0.8231 (validated)" in line and "cpu 188%" in line
 
 
 # --- opening and diffing ------------------------------------------------------------------

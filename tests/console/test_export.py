@@ -144,6 +144,20 @@ def test_a_batch_is_one_tensorboard_logdir_with_a_folder_per_run(
     assert [s.value for s in runs.Scalars("answer__m__s2", "loss")] == [2.0, 1.0]
 
 
+def test_a_tensorboard_export_done_again_replaces_the_first(
+    batch_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """TensorBoard reads every event file of a run's folder: a second export kept beside
+    the first would draw each point twice."""
+    from tensorboard.backend.event_processing.event_multiplexer import EventMultiplexer
+
+    _export(batch_dir, "tensorboard", tmp_path / "tb", capsys)
+    _export(batch_dir, "tensorboard", tmp_path / "tb", capsys)
+    runs = EventMultiplexer().AddRunsFromDirectory(str(tmp_path / "tb" / "answer"))
+    runs.Reload()
+    assert [s.value for s in runs.Scalars("answer__m__s2", "loss")] == [2.0, 1.0]
+
+
 # --- TensorBoard ---------------------------------------------------------------------
 
 
@@ -288,6 +302,11 @@ def test_wandb_offline_run_reads_back_and_no_key_is_read(
     assert summary["score"] == 0.5
     files = {p.name for p in (folder / "files").iterdir()}
     assert {"result.json", "transcript.txt", "events.jsonl"} <= files
+    # Exported again: the same three W&B runs (their ids), not three more beside them.
+    ids = {p.name.rsplit("-", 1)[-1] for p in runs}
+    _export(run_dir, "wandb", dest, capsys)
+    again = sorted((dest / "wandb").glob("offline-run-*"))
+    assert len(again) == 3 and {p.name.rsplit("-", 1)[-1] for p in again} == ids
 
 
 # --- bad input -----------------------------------------------------------------------

@@ -63,3 +63,13 @@ def test_the_headless_transcript_shows_jobs_retries_and_what_an_edit_ran() -> No
     assert "user edit, runs: $ echo 41 > answer.txt" in text
     assert "job job-1 exited 0 after 3m33s" in text
     assert "job job-2 stopped after 0s: the time limit was reached" in text
+
+
+def test_the_attempt_tools_are_said_in_words_not_json() -> None:
+    from mlra.console.text.event_lines import describe_call
+
+    start = {"operator": "improve", "parent": "a3", "instructions": "lower the lr to 0.003"}
+    assert describe_call("attempt_start", start) == (
+        "attempt_start improve from a3: lower the lr to 0.003"
+    )
+    assert describe_call("attempt_stop", {"attempt": "a2"}) == "attempt_stop a2"

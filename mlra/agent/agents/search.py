@@ -148,7 +148,7 @@ class GreedySearch:
     async def _submit_best(self) -> None:
         best = self.tree.best
         if best is None:
-            self._plan("no attempt validated")
+            self._plan("no attempt validated", searched="failed")
             raise EndRun(
                 unsubmitted(
                     "no_submission",
@@ -156,6 +156,7 @@ class GreedySearch:
                     "so nothing was submitted",
                 )
             )
+        self._plan(f"submitting {best.id}", searched="done")
         outcome = await self._call(
             "submit",
             {"attempt": best.id, "note": f"the best of {len(self.tree)} attempts (greedy)"},
@@ -177,10 +178,22 @@ class GreedySearch:
         call = ToolCallRequest(id=self.ctl.next_call_id(self.role), name=name, arguments=arguments)
         return await self.ctl.execute_tool(self.role, call, self.registry, step=step, turn=step)
 
-    def _plan(self, reason: str) -> None:
+    def _plan(self, reason: str, *, searched: ev.PlanStatus | None = None) -> None:
+        """The plan as the search stands: searching, then (`searched`: how the search
+        ended) submitting; a finished search says how many attempts it made and the
+        best, so the Plan pane never shows a search that ran as "not started"."""
+        title = "Search: drafts, then debug or improve the best"
+        if searched is not None:
+            best = self.tree.best
+            found = f", best {best.id} {self.tree.score_text(best)}" if best is not None else ""
+            title = f"Searched: {len(self.tree)} attempts{found}"
         steps = [
-            ev.PlanStep(id="search", title="Search: drafts, then debug or improve the best"),
-            ev.PlanStep(id="submit", title="Submit the best validated attempt"),
+            ev.PlanStep(id="search", title=title, status=searched or "in_progress"),
+            ev.PlanStep(
+                id="submit",
+                title="Submit the best validated attempt",
+                status="in_progress" if searched == "done" else "pending",
+            ),
         ]
         self.ctl.set_plan(steps, reason, agent=self.role)
 

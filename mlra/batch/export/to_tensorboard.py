@@ -7,9 +7,9 @@ event file.
 
 Written with TensorBoard's own event-file writer and protos, so neither TensorFlow nor
 torch is needed. A point's wall time is the run's start plus its run-clock seconds; a
-point without a stated training step is numbered in its series' order. Each export
-writes a new event file: TensorBoard reads them all, so a run exported twice shows its
-points twice; export into a fresh folder to start again.
+point without a stated training step is numbered in its series' order. An export
+replaces the run's event file from an earlier export into the same folder (TensorBoard
+reads every event file in a run's folder, so one kept would show each point twice).
 
 Every tag and hparam is a name batch/export/names.py made safe (no lone surrogate,
 which protobuf cannot encode; no control character); a run whose names were changed
@@ -95,6 +95,8 @@ def _write_run(folder: Path, run: ExportRun, keys: SafeNames) -> None:
     from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
     folder.mkdir(parents=True, exist_ok=True)
+    for earlier in folder.glob("events.out.tfevents.*"):  # this run, exported before
+        earlier.unlink()
     writer = EventFileWriter(str(folder))
     start = run.started_ts
     params: dict[str, Param] = dict(run.params)

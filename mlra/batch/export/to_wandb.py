@@ -20,6 +20,7 @@ offline run finished), and the other runs are written.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -108,7 +109,14 @@ def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun, keys: SafeN
         x_disable_machine_info=True,
         x_save_requirements=False,
     )
+    # The same run is the same W&B run whatever the export: an id of its own name, and
+    # the offline copy an earlier export left replaced, so a synced re-export is not a
+    # second run beside the first.
+    run_id = hashlib.sha256(f"{project}\0{run.name}".encode()).hexdigest()[:16]
+    for earlier in (dest / "wandb").glob(f"offline-run-*-{run_id}"):
+        shutil.rmtree(earlier, ignore_errors=True)
     tracked = wandb.init(
+        id=run_id,
         dir=str(dest),
         project=project,
         name=text_value(run.name),

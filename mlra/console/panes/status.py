@@ -222,7 +222,7 @@ class Part:
     """One piece of the line: its forms, longest first; a higher `rank` gives way first."""
 
     forms: list[Text]
-    rank: int
+    rank: float
     droppable: bool = True
     at: int = field(default=0)
 
@@ -365,7 +365,7 @@ class StatusBar(Static):
                 Part([Text(" UNISOLATED ", style="bold black on yellow")], rank=0, droppable=False)
             )
         if self.note:
-            parts.append(Part(self.note, rank=6, droppable=False))
+            parts.append(Part(self.note, rank=3.5, droppable=False))  # after what it is doing
         if state.phase == "paused" and provider_error:
             parts.append(
                 Part(

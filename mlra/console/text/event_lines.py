@@ -59,6 +59,13 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
         timeout = a.get("timeout", 600.0)
         bound = limit_words(float(timeout)) if isinstance(timeout, int | float) else "?"
         return f"attempt_wait for {whom}, up to {bound}"
+    if tool == "attempt_start":
+        op = printable_line(str(a.get("operator") or "draft"))
+        parent = f" from {printable_line(str(a['parent']))}" if a.get("parent") else ""
+        what = one_line(str(a.get("instructions") or ""), 100)
+        return f"attempt_start {op}{parent}" + (f": {what}" if what else "")
+    if tool == "attempt_stop" and a.get("attempt"):
+        return f"attempt_stop {printable_line(str(a['attempt']))}"
     if tool == "submit" and a.get("attempt"):
         return f"submit attempt {printable_line(str(a['attempt']))}"
     if tool == "submit":
