@@ -35,6 +35,7 @@ from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
 from tests.conftest import (
     SECRET_ENV,
     TEST_IMAGE,
+    deadline_inside_the_held_call,
     docker_address,
     docker_problem,
     mlra_cli,
@@ -173,21 +174,9 @@ async def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
         config |= {"sandbox": "docker", "image": TEST_IMAGE}
     with ScriptedModelServer(script) as server:
         controller = _controller(server, answer_task, tmp_path, **config)
-
         # The deadline falls while the foreground command runs, however long the steps
-        # before it took on a busy machine (a fixed 3 s limit once ran out before it):
-        # the command waits at a breakpoint, the clock stopped, and the run is left 6 s
-        # from there. More than the deadline watcher's longest nap (5 s), so the watcher
-        # has woken to the nearer deadline by then, as with a limit given at the start.
-        def approve_with_6_s_left(call_id: str) -> None:
-            controller.clock.limit_s = controller.clock.elapsed() + 6.0
-            controller.approve(call_id)
-
-        def seen(event: ev.Event) -> None:
-            if isinstance(event, ev.ApprovalRequested):
-                asyncio.get_running_loop().call_soon(approve_with_6_s_left, event.call_id)
-
-        controller.subscribe(seen)
+        # before it took on a busy machine (a fixed 3 s limit once ran out before them).
+        deadline_inside_the_held_call(controller)
         try:
             await controller.run(agent_for)
         finally:
