@@ -107,6 +107,14 @@ async def live(
         app = MlraApp(controller=controller, make_agent=agent_for)
         async with app.run_test(size=(160, 48)) as pilot:
             yield Live(app, pilot, watch, server, controller)
+            # A run that finished is let end whole before the app closes: its sandbox's
+            # close carries the workspace back off its volume after `run_finished`, and
+            # a test reading the workspace once the app had closed (cancelling the run
+            # mid-close) found answer.txt missing beside a busy neighbour.
+            if any(isinstance(e, ev.RunFinished) for e in watch.events):
+                async with asyncio.timeout(120):
+                    while app.result is None:
+                        await pilot.pause(0.02)
 
 
 def terminal_key(app: MlraApp, key: str, char: str | None) -> None:
