@@ -247,15 +247,19 @@ async def test_with_break_runs_jobs_the_deadline_passes_while_a_call_waits(
     """The wait counts: a call nobody approves ends the run at its time limit, and the
     job that ran meanwhile is stopped then, its duration its whole run."""
     marker = "tick-B6"
-    limit = 8.0
+    limits: list[float] = []
     try:
         with ScriptedModelServer(_script(marker)) as server:
             controller = _controller(
-                server, answer_task, tmp_path, break_runs_jobs=True, time_limit_s=limit
+                server, answer_task, tmp_path, break_runs_jobs=True, time_limit_s=600
             )
 
             async def never(event: ev.ApprovalRequested) -> None:
-                return None
+                # The deadline falls during the wait however long the steps before it
+                # took on a busy machine (a fixed 8 s limit could run out first): 6 s
+                # on from here, past the deadline watcher's longest nap (5 s).
+                limits.append(controller.clock.elapsed() + 6.0)
+                controller.clock.limit_s = limits[0]
 
             events = await _run(controller, never)
     finally:
@@ -266,6 +270,7 @@ async def test_with_break_runs_jobs_the_deadline_passes_while_a_call_waits(
     assert not [e for e in events if isinstance(e, ev.Control) and e.action == "approve"]
     # The run clock ran through the wait to the limit.
     ended = _one(events, ev.JobEnded)
+    (limit,) = limits
     assert asked.t < limit <= ended.t + CLOCK_SLACK_S
     started = _one(events, ev.JobStarted)
     assert abs(ended.duration_s - (ended.ts - started.ts)) < CLOCK_SLACK_S

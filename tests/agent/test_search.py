@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 
 import pytest
@@ -48,10 +48,16 @@ def _events(run_dir: Path) -> list[ev.Event]:
 
 
 async def _scripted_search(
-    runs: Path, answer_task: Path, script: Mapping[str, object], **settings: object
+    runs: Path,
+    answer_task: Path,
+    script: Mapping[str, object],
+    *,
+    during: Callable[[RunController], Awaitable[None]] | None = None,
+    **settings: object,
 ) -> tuple[RunController, RunResult, ScriptedModelServer]:
     """A run of the answer task with a scripted model, to its end, in `runs`: its
-    controller, its result and the server (what each role was sent stays readable)."""
+    controller, its result and the server (what each role was sent stays readable).
+    `during` acts on the run while it goes."""
     config: dict[str, object] = {"isolation": "none", **settings}
     with ScriptedModelServer(script) as server:
         provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
@@ -59,7 +65,14 @@ async def _scripted_search(
             {"task": "answer", "model": "openai/test", "runs_dir": runs, **config}
         )
         controller = RunController(cfg, load_task(answer_task), provider)
-        result = await controller.run(agent_for)
+        side = asyncio.ensure_future(during(controller)) if during is not None else None
+        try:
+            result = await controller.run(agent_for)
+        finally:
+            if side is not None and not side.done():
+                side.cancel()
+        if side is not None:
+            await side  # its failure is the test's
         await provider.aclose()
     return controller, result, server
 
@@ -245,14 +258,27 @@ async def test_the_deadline_stops_every_attempt_within_2_s(
             turn("", call("bash", command="sleep 300", timeout=600)),
         ],
     }
+    limit: list[float] = []
+
+    async def deadline_once_both_sleep(controller: RunController) -> None:
+        """The deadline falls while both attempts sleep, however long their start took
+        on a busy machine (a fixed limit had to be 35 s for that): 6 s from when both
+        are inside their command, past the deadline watcher's longest nap (5 s)."""
+        async with asyncio.timeout(120):
+            while not _both_sleep(controller.run_dir):  # noqa: ASYNC110 (the logs' state)
+                await asyncio.sleep(0.02)
+        limit.append(controller.clock.elapsed() + 6.0)
+        controller.clock.limit_s = limit[0]
+
     controller, _, _ = await _scripted_search(
         tmp_path / "runs",
         answer_task,
         script,
+        during=deadline_once_both_sleep,
         search="llm",
         attempts=2,
         attempts_parallel=2,
-        time_limit_s=35,
+        time_limit_s=600,
     )
     events = _events(controller.run_dir)
     deadline = next(e for e in events if isinstance(e, ev.RunFinished))
@@ -261,13 +287,19 @@ async def test_the_deadline_stops_every_attempt_within_2_s(
     # Each ended with the run (stopped by it, or by its own share of the time, which
     # ends with the run's), within 2 s of the run clock's deadline, with nothing to grade.
     assert len(finished) == 2 and all(f.status in ("stopped", "buggy") for f in finished)
-    assert all(f.t <= 35 + 2 for f in finished), [f.t for f in finished]
+    assert all(f.t <= limit[0] + 2 for f in finished), ([f.t for f in finished], limit)
     assert all(f.score is None for f in finished)
     for attempt in ("a1", "a2"):
         own = _events(controller.run_dir / "attempts" / attempt)
         assert isinstance(own[-1], ev.RunFinished)
         sleeps = [e for e in own if isinstance(e, ev.ToolResult) and e.tool == "bash"]
         assert sleeps and not sleeps[0].ok  # the sleep was killed, not let run
+
+
+def _both_sleep(run_dir: Path) -> bool:
+    """Both attempts have called their `sleep 300` (the call is logged as it starts)."""
+    logs = [run_dir / "attempts" / a / "events.jsonl" for a in ("a1", "a2")]
+    return all(log.is_file() and b"sleep 300" in log.read_bytes() for log in logs)
 
 
 def _both_held(run_dir: Path) -> bool:

@@ -15,10 +15,14 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import ValidationSettings, builtin_task_dirs, load_task
 from mlra.tasks.validation import better, refusal
-from tests.conftest import mlra_cli, run_baseline
+from tests.conftest import deadline_inside_the_held_call, mlra_cli, run_baseline
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -102,7 +106,7 @@ def test_a_scripted_run_validates_and_hits_the_rate_limit(
 
 
 @pytest.mark.parametrize("opted_in", [True, False])
-def test_the_deadline_grades_the_best_validated_artifact_where_the_task_opts_in(
+async def test_the_deadline_grades_the_best_validated_artifact_where_the_task_opts_in(
     tmp_path: Path, answer_task: Path, opted_in: bool
 ) -> None:
     """The agent validates 42, then spoils answer.txt and runs out of time: a task that
@@ -122,7 +126,20 @@ def test_the_deadline_grades_the_best_validated_artifact_where_the_task_opts_in(
             turn("Wait.", call("bash", command="sleep 118.5", timeout=300)),
         ],
     }
-    run_dir = _run(tmp_path, task, script, "--time-limit", "6s")
+    # The deadline falls while the agent waits, after it spoilt the answer, however long
+    # the steps before took on a busy machine (a fixed 6 s limit could run out first).
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test-model", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer",
+            model="openai/test-model",
+            runs_dir=tmp_path / "runs",
+            breakpoints=["bash:sleep 118.5"],
+        )
+        controller = RunController(config, load_task(task), provider)
+        deadline_inside_the_held_call(controller)
+        await controller.run(agent_for)
+    run_dir = controller.run_dir
     events = read_events(run_dir / "events.jsonl")
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "deadline"
     (validation,) = [e for e in events if isinstance(e, ev.Validation)]

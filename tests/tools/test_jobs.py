@@ -35,6 +35,7 @@ from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
 from tests.conftest import (
     SECRET_ENV,
     TEST_IMAGE,
+    deadline_inside_the_held_call,
     docker_address,
     docker_problem,
     mlra_cli,
@@ -154,8 +155,8 @@ def test_a_job_runs_while_the_worker_goes_on_and_job_wait_returns_its_output(
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
-def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
-    tmp_path: Path, answer_task: Path, sandbox: list[str]
+async def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
+    tmp_path: Path, answer_task: Path, sandbox: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Markers of its own per sandbox: the two cases may run at once (pytest-xdist).
     job, foreground = ("118.35", "119.85") if sandbox else ("118.25", "119.75")
@@ -167,12 +168,22 @@ def test_the_deadline_stops_a_job_before_the_submission_is_frozen(
             turn("Wait out the clock.", call("bash", command=f"sleep {foreground}", timeout=300)),
         ],
     }
-    try:
-        events = _run(tmp_path, answer_task, script, "--time-limit", "3s", *sandbox)
-    finally:
-        leftover = processes_running(job)
-        _kill_all(job)
-        _kill_all(foreground)
+    config: dict[str, Any] = {"breakpoints": [f"bash:sleep {foreground}"]}
+    if sandbox:
+        monkeypatch.setenv("DOCKER_HOST", docker_address() or "")
+        config |= {"sandbox": "docker", "image": TEST_IMAGE}
+    with ScriptedModelServer(script) as server:
+        controller = _controller(server, answer_task, tmp_path, **config)
+        # The deadline falls while the foreground command runs, however long the steps
+        # before it took on a busy machine (a fixed 3 s limit once ran out before them).
+        deadline_inside_the_held_call(controller)
+        try:
+            await controller.run(agent_for)
+        finally:
+            leftover = processes_running(job)
+            _kill_all(job)
+            _kill_all(foreground)
+    events = read_events(controller.run_dir / "events.jsonl")
     assert not leftover
     ended = _one(events, ev.JobEnded)
     assert ended.end == "stopped" and ended.reason == "the time limit was reached"
@@ -217,9 +228,13 @@ def test_jobs_at_once_are_bounded_and_submit_stops_them(tmp_path: Path, answer_t
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
-def _controller(server: ScriptedModelServer, task: Path, runs: Path) -> RunController:
+def _controller(
+    server: ScriptedModelServer, task: Path, runs: Path, **config_fields: Any
+) -> RunController:
     provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-    config = RunConfig(task="answer", model="openai/test", runs_dir=runs, run_id="p")
+    config = RunConfig(
+        task="answer", model="openai/test", runs_dir=runs, run_id="p", **config_fields
+    )
     controller = RunController(config, load_task(task), provider)
     controller.prepare()
     return controller
