@@ -113,6 +113,9 @@ class ContextWindowLearned(_Event):
     context_window: int
     assumed: int | None = None
     """The window the run had gone by until then."""
+    smallest: int | None = None
+    """The smallest window the agent's own first request fits, estimated: a learned
+    window below it is said as such, not as a window to start the next run from."""
 
 
 class ModelAnswering(_Event):

@@ -40,6 +40,9 @@ streamed, HTTP 400 `context_length_exceeded` when not (its /v1/models says
 requests that carry native tool definitions with an HTTP 400 (vLLM without a
 tool parser), and `context_limit` refuses with an HTTP 400, as vLLM does, a
 request whose prompt tokens (len(body) // 4) and max_tokens exceed it.
+`llama_server_ctx` refuses, as llama-server does, a request whose prompt alone passes
+it (HTTP 400 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`);
+`ollama_ctx` the same, wrapped in a string as Ollama passes it on.
 
 By hand: `python -m tests.fakes.model_server --script FILE [--port N] [--delay S]`
 prints the base URLs and serves until killed.
@@ -164,6 +167,8 @@ class RecordedRequest:
     outcome: str = ""
     """What was answered: "text", "tool_calls", "status 429", "hang", "stream_error"."""
     turn: dict[str, Any] = field(default_factory=dict)
+    size: int = 0
+    """The body's length in bytes, as sent: the fake counts a prompt's tokens from it."""
 
     @property
     def system(self) -> str:
@@ -194,6 +199,8 @@ class ScriptedModelServer:
         context_limit: int | None = None,
         llama_cpp_python_window: int | None = None,
         ollama_loaded_ctx: int | None = None,
+        llama_server_ctx: int | None = None,
+        ollama_ctx: int | None = None,
     ) -> None:
         """`retry_after_ms` is sent with every 429/5xx so SDK retries are near-instant in tests."""
         self.script: Script = validate_script(script or {})
@@ -209,6 +216,8 @@ class ScriptedModelServer:
         self.context_limit = context_limit
         self.llama_cpp_python_window = llama_cpp_python_window
         self.ollama_loaded_ctx = ollama_loaded_ctx
+        self.llama_server_ctx = llama_server_ctx
+        self.ollama_ctx = ollama_ctx
         self.turn_by_history = turn_by_history
         """Answer with the turn numbered by the assistant messages already in the request,
         as a stateless model would: a client that dies and asks again (a resumed run)
@@ -401,6 +410,7 @@ class _Handler(BaseHTTPRequestHandler):
             path=path,
             body=body,
             headers={k.lower(): v for k, v in self.headers.items()},
+            size=len(raw),
         )
         self.fake._record(record)
         if api == "openai" and self.fake.reject_stream_options and "stream_options" in body:
@@ -417,6 +427,11 @@ class _Handler(BaseHTTPRequestHandler):
                 f"However, you requested {len(raw) // 4 + wanted} tokens.",
             )
             return
+        for window, wrapped in ((self.fake.llama_server_ctx, False), (self.fake.ollama_ctx, True)):
+            if api == "openai" and window and len(raw) // 4 > window:
+                record.outcome = "status 400"
+                self._llama_server_too_long(len(raw) // 4, window, wrapped=wrapped)
+                return
         window = self.fake.llama_cpp_python_window
         if api == "openai" and window and len(raw) // 4 >= window:
             if body.get("stream"):
@@ -484,6 +499,26 @@ class _Handler(BaseHTTPRequestHandler):
             if turn.get("no_usage"):
                 del completion["usage"]
             self._json(200, completion)
+
+    def _llama_server_too_long(self, prompt: int, window: int, *, wrapped: bool) -> None:
+        """llama-server's answer to a prompt longer than its window (the answer's budget
+        is not counted); Ollama (`truncate: false`, or a model whose template lets its
+        runner check) passes the same error on as the message of its own."""
+        message = (
+            f"request ({prompt} tokens) exceeds the available context size ({window} tokens), "
+            "try increasing it"
+        )
+        error: dict[str, Any] = {
+            "code": 400,
+            "message": message,
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": prompt,
+            "n_ctx": window,
+        }
+        if wrapped:
+            inner = json.dumps({"error": error})
+            error = {"message": inner, "type": "invalid_request_error", "param": None, "code": None}
+        self._json(400, {"error": error})
 
     def _llama_cpp_python_too_long(self, prompt: int, wanted: int) -> None:
         """llama-cpp-python's answer to an unstreamed request longer than its window."""

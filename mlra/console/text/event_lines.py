@@ -121,6 +121,22 @@ def retry_cause(status: int | None) -> str:
     return f"after {status}" if status else "after a failed connection"
 
 
+def learned_window_line(e: ev.ContextWindowLearned) -> str:
+    """A window the server stated: where it is below what the agents need, that is said
+    with what can be done, never the advice to start from it (`mlra run` refuses it)."""
+    line = (
+        f"the model's window is taken as {e.context_window:,} tokens from the server's "
+        f"answer (was {e.assumed or 0:,})"
+    )
+    if e.smallest is not None and e.context_window < e.smallest:
+        return (
+            f"{line}: below the smallest window mlra's agents work in (about {e.smallest:,} "
+            "tokens); start the server with a larger context (llama.cpp --ctx-size, Ollama "
+            "num_ctx) or run with --tools none"
+        )
+    return f"{line}; pass --context-window {e.context_window} to start from it"
+
+
 def model_speed(e: ev.ModelCall) -> str:
     """A model call's time, told apart: how long the server read the prompt and how fast it
     wrote the answer ("prompt read in 3.1s, 120 tokens at 38 tok/s"); counts the server did

@@ -28,6 +28,7 @@ from mlra.console.text.event_lines import (
     isolation_words,
     job_end_line,
     job_ok,
+    learned_window_line,
     model_speed,
     one_line,
     retry_cause,
@@ -243,12 +244,7 @@ class TranscriptDisplay(_Printer):
                     "dim",
                 )
             case ev.ContextWindowLearned():
-                self._out(
-                    f"[{t}] the model's window is taken as {event.context_window:,} tokens from "
-                    f"the server's answer (was {event.assumed or 0:,}); pass --context-window "
-                    f"{event.context_window} to start from it",
-                    "yellow",
-                )
+                self._out(f"[{t}] {learned_window_line(event)}", "yellow")
             case ev.ModelRetry():
                 after = retry_cause(event.status)
                 of = f"/{event.max_retries}" if event.max_retries else ""
