@@ -40,7 +40,12 @@ STYLES: dict[str, tuple[str, bool]] = {
 
 
 async def _run(
-    tmp_path: Path, task: Path, script: dict[str, Any], options: dict[str, int]
+    tmp_path: Path,
+    task: Path,
+    script: dict[str, Any],
+    options: dict[str, int],
+    *,
+    window: int = 32_768,
 ) -> tuple[list[ev.Event], list[RecordedRequest]]:
     """A whole run against the fake, mlra taking the window for 32,768 tokens (the server
     tells none, or the user said so), as in the runs the issue reports."""
@@ -49,14 +54,14 @@ async def _run(
             "openai/test",
             base_url=server.url_for("openai"),
             env={},
-            settings=ModelSettings(context_window=32_768),
+            settings=ModelSettings(context_window=window),
         )
         config = RunConfig(
             task="answer",
             model="openai/test",
             runs_dir=tmp_path,
             isolation="none",
-            context_window=32_768,
+            context_window=window,
             context_window_from="setting",
             max_output_tokens=provider.max_output_tokens,
             review_every=1000,
@@ -102,7 +107,10 @@ async def test_a_refused_request_is_sent_again_smaller_by_what_the_server_said(
 ) -> None:
     # Each step prints 3,000 characters: the worker's request outgrows the server's
     # 9,000 tokens while mlra takes the window for 32k.
-    worker = [turn(f"step {n}", call("python", code=f"print('{n}' * 3000)")) for n in range(1, 8)]
+    worker = [
+        turn(f"step {n}", call("python", code=f"print('{'abcdefg'[n - 1]}' * 3000)"))
+        for n in range(1, 8)
+    ]
     worker += [
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="answer.txt holds 42")),
@@ -229,3 +237,36 @@ def test_each_server_s_refusal_is_read_for_its_numbers(
         requested,
         answer_counts,
     )
+
+
+async def test_a_server_that_under_reports_its_prompt_count_is_not_believed(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A proxy that reports a constant 50 prompt tokens (or only the uncached part): the
+    history is still summarized before the request outgrows the window, and the run says
+    once that the counts were doubted."""
+    lie = {"input_tokens": 50, "output_tokens": 5}
+    worker = [
+        {**turn(f"step {n}", call("python", code=f"print('ab ' * {1000 + n})")), "usage": lie}
+        for n in range(1, 8)
+    ]
+    worker += [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": worker,
+        "summarizer:fallback": "SUMMARY: printed text",
+    }
+    # The window is the server's (vLLM's max_model_len) and mlra knows it: with the
+    # counts believed, nothing would be summarized and the server would refuse.
+    events, requests = await _run(
+        tmp_path, answer_task, script, {"context_limit": 9000}, window=9000
+    )
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "submitted", finished.message
+    assert [r for r in requests if r.outcome == "status 400"] == []
+    assert any(isinstance(e, ev.HistorySummarized) and e.agent == "worker" for e in events)
+    doubted = [e.message for e in events if isinstance(e, ev.Notice) and "apart" in e.message]
+    assert len(doubted) == 1 and "counted worker's prompt as 50 tokens" in doubted[0]

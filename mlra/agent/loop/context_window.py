@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from mlra import events as ev
 from mlra.agent.loop.catchup import Cut
 from mlra.agent.loop.history import AgentHistory, estimate_tokens, message_tokens
-from mlra.agent.loop.overflow_mend import Sent, mend
+from mlra.agent.loop.overflow_mend import Sent, mend, prompt_sizes
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.providers.base import Message, ModelResponse, ProviderError, stated_window
 from mlra.agent.setup.prompts import SUMMARIZER_SYSTEM
@@ -37,6 +37,8 @@ SUMMARY_TOKENS = 600
 """The most a summary of earlier steps may take (the summarizer is asked for ~400 words);
 less where the window has less room (`ContextWindow.summary_tokens`)."""
 MIN_SUMMARY_TOKENS = 120
+COUNT_RATIO = 2
+"""A server's prompt count this many times above or below mlra's estimate is doubted."""
 
 
 OUTPUT_CAP = 8192
@@ -109,6 +111,7 @@ class ContextWindow:
         """Each agent's tool definitions' tokens, as its last turn sent them."""
         self._history_kept: dict[str, int] = {}
         """Each agent's history's part that is always sent (system prompt, instructions)."""
+        self._count_told = False
         self.floor: Callable[[], int] | None = None
         """The smallest window all the run's agents work in, as `mlra run` measures it
         (agent/agents/window_floor.py sets it): a learned window is compared with it."""
@@ -162,6 +165,41 @@ class ContextWindow:
             )
         )
         return await mend(self, agent, history, error, refusal.sent, refusal.tools)
+
+    def checked_count(
+        self,
+        agent: ev.AgentRole,
+        history: AgentHistory,
+        tools: int,
+        reported: int,
+        *,
+        tell: bool = True,
+    ) -> int:
+        """The server's count of the prompt just sent, unless it is more than `COUNT_RATIO`
+        away from mlra's estimate of it: then the larger, said once a run. A server or
+        proxy that reports a constant, or only the part it had not cached, would otherwise
+        keep the history from ever being summarized while the answer's budget falls to
+        its floor (96 KB requests went to an 8k window so)."""
+        if reported <= 0:
+            return reported
+        # mlra's estimate is a range: a digit a token (as Qwen and Llama 2 count them) or
+        # four characters a token (as most count prose); a count within reach of either
+        # end is believed.
+        low, high = sorted(prompt_sizes(history, tools))
+        if low <= reported * COUNT_RATIO and reported <= high * COUNT_RATIO:
+            return reported
+        estimate = high
+        if tell and not self._count_told:
+            self._count_told = True
+            self.run.emit(
+                ev.Notice(
+                    level="warning",
+                    message=f"the server counted {agent}'s prompt as {reported:,} tokens, "
+                    f"mlra estimates about {estimate:,}: more than {COUNT_RATIO}x apart, so "
+                    f"the larger is taken to keep the history within the window (said once)",
+                )
+            )
+        return max(reported, estimate)
 
     def smallest(self, agent: ev.AgentRole, tools: int) -> int:
         """The smallest window `agent`'s own first request fits (as agent/agents/window_floor.py

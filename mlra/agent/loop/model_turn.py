@@ -111,7 +111,13 @@ class ModelTurn:
                 answer = await self.window.shorten(agent, history, too_long)
         else:  # pragma: no cover - the last try raises no TooLong
             raise AssertionError("a mended request was neither answered nor refused")
-        history.record_usage(response.usage.input_tokens)
+        counted = response.usage.input_tokens
+        if not response.usage.estimated:
+            specs = tools_tokens(registry.specs())
+            counted = self.window.checked_count(
+                agent, history, specs, counted, tell=not run.catchup.replaying
+            )
+        history.record_usage(counted)
         history.add_assistant(response)
         unread = self._unread_calls(response, registry)
         names = [t.name for t in registry.specs()]
