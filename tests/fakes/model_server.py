@@ -22,6 +22,8 @@ request takes the role's next turn:
     {"text": "...", "stream_error": "overloaded_error"}  # fail mid-stream
     {"broken": "html", "times": 2}        # HTTP 200 that is no answer, twice (see BROKEN)
     {"text": "...", "no_usage": true}     # OpenAI: no token counts (as many local servers)
+    {"drop": true}                        # OpenAI: a stream's first piece, then the socket
+                                          # closed (a server killed mid-answer)
 
 When a role's turns are used up, `"<role>:fallback"` answers (every time) if the
 script has one, else the text "(script exhausted)". Usage is deterministic:
@@ -51,8 +53,10 @@ prints the base URLs and serves until killed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -79,6 +83,7 @@ TURN_KEYS = {
     "hang",
     "broken",
     "no_usage",
+    "drop",
 }
 BROKEN = ("html", "empty", "no_choices", "truncated", "cut")
 """HTTP 200 answers that are no answer: a proxy's HTML page, `{}`, a completion with
@@ -228,6 +233,8 @@ class ScriptedModelServer:
         self._repeats: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._stopping = threading.Event()
+        self._open: set[socket.socket] = set()
+        """Connections open now: a stopped server closes them, as a killed one would."""
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -253,6 +260,10 @@ class ScriptedModelServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        with self._lock:
+            for connection in list(self._open):
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -347,6 +358,17 @@ class ScriptedModelServer:
 class _Handler(BaseHTTPRequestHandler):
     fake: ScriptedModelServer
     protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        super().setup()
+        with self.fake._lock:
+            self.fake._open.add(self.connection)
+
+    def finish(self) -> None:
+        with self.fake._lock:
+            self.fake._open.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: test output and the hand-run console stay readable."""
@@ -476,6 +498,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "text": turn.get("text", "(late answer)"),
                 **{k: v for k, v in turn.items() if k != "hang"},
             }
+        if turn.get("drop"):
+            record.outcome = "dropped"
+            self._dropped()
+            return
         if "broken" in turn:
             record.outcome = f"broken {turn['broken']}"
             self._broken(api, str(turn["broken"]), bool(body.get("stream")))
@@ -598,6 +624,26 @@ class _Handler(BaseHTTPRequestHandler):
             "cut": [(None, _dumps(piece))],
         }
         self._sse(iter(chunks[kind]), named=False)
+
+    def _dropped(self) -> None:
+        """A server killed mid-answer: a streamed answer's first piece, then the socket
+        closed with the stream unfinished (no last chunk), as a killed process leaves it."""
+        piece = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "half an ans"}, "finish_reason": None}],
+        }
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        chunk = f"data: {_dumps(piece)}\n\n".encode()
+        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     def _raw(self, status: int, content_type: str, data: bytes) -> None:
         self.send_response(status)

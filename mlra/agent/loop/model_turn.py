@@ -28,11 +28,13 @@ from mlra.agent.loop.history import AgentHistory, estimate_tokens
 from mlra.agent.loop.overflow_mend import Sent, prompt_sizes
 from mlra.agent.loop.provider_events import ProviderEvents
 from mlra.agent.loop.run_context import RunContext
+from mlra.agent.loop.server_wait import ServerWait
 from mlra.agent.loop.tool_call_fallback import ToolCallFallback
 from mlra.agent.providers.base import (
     Message,
     ModelResponse,
     ProviderError,
+    ServerGone,
     first_piece_told_to,
     is_context_overflow,
     retries_told_to,
@@ -58,6 +60,7 @@ class ModelTurn:
         self.window = ContextWindow(run, self.ask)
         self.provider_events = ProviderEvents(run)
         self.fallback = ToolCallFallback(run)
+        self.server_wait = ServerWait(run)
 
     async def take(
         self,
@@ -245,6 +248,11 @@ class ModelTurn:
             except ProviderError as exc:
                 buffer.clear()
                 self.provider_events.tell_adaptations()
+                if isinstance(exc, ServerGone):
+                    if await self.server_wait.wait(agent, exc):
+                        continue
+                    exc = self.server_wait.gave_up(exc)
+                    self.server_wait.reset()
                 if too_long_retry and is_context_overflow(exc):
                     spec = tools_tokens(tools)
                     sizes = prompt_sizes(AgentHistory(system, messages), spec)
@@ -257,6 +265,7 @@ class ModelTurn:
                 )
                 raise
         flush()
+        self.server_wait.reset()
         self.provider_events.tell_adaptations()
         usage = response.usage
         run.emit(

@@ -113,9 +113,16 @@ def fork_line(e: ev.RunForked) -> str:
     return " · ".join(parts)
 
 
-def retry_cause(status: int | None) -> str:
+def retry_cause(status: int | None, retry: ev.ModelRetry | None = None) -> str:
     """What a `model_retry` retries after: an HTTP status, a failed connection, or (200)
-    an answer that was none (an HTML page, a stream that broke off)."""
+    an answer that was none (an HTML page, a stream that broke off); for a server that
+    went away, why and how long the run waits for it, its clock paused."""
+    if retry is not None and retry.cause is not None:
+        why = {
+            "connection_lost": "the connection was lost mid-answer",
+            "not_answering": "the server is not answering",
+        }[retry.cause]
+        return f"after {why}; waiting {retry.wait_s or 0:g}s, clock paused"
     if status == 200:
         return "after an invalid answer"
     return f"after {status}" if status else "after a failed connection"

@@ -246,7 +246,7 @@ class TranscriptDisplay(_Printer):
             case ev.ContextWindowLearned():
                 self._out(f"[{t}] {learned_window_line(event)}", "yellow")
             case ev.ModelRetry():
-                after = retry_cause(event.status)
+                after = retry_cause(event.status, event)
                 of = f"/{event.max_retries}" if event.max_retries else ""
                 self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
             case ev.Notice():
