@@ -392,6 +392,10 @@ async def test_the_greedy_policy_drafts_debugs_the_buggy_one_and_submits_the_bes
     assert result.attempts is not None and result.attempts.submitted == "a2"
     assert result.score == 0.0  # 24 is right on the validation split only
     assert result.attempts.validation_to_test_gap == -0.5
+    # The attempts' model calls are the run's: its token totals (result.json, `mlra
+    # runs`) are theirs, not 0 (issue 40).
+    used = sum(f.tokens for f in finished.values())
+    assert used > 0 and result.input_tokens + result.output_tokens == used
 
 
 async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(

@@ -198,6 +198,11 @@ class TranscriptDisplay(_Printer):
             for line in self._heartbeat.due(event.t):
                 self._out(f"[{format_duration(event.t)}] {line}", "dim")
 
+    def time_calls(self, local: bool) -> None:
+        """Show each model call's time and speed (a model on the user's own server), as
+        `run_started` would tell a printer that saw it."""
+        self._local = local
+
     def _say(self, event: ev.Event) -> None:
         t = format_duration(event.t)
         match event:
