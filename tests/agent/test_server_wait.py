@@ -114,7 +114,9 @@ async def test_a_server_that_stops_answering_mid_run_is_waited_for(
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert finished.reason == "submitted", finished.message
     waits = [e for e in events if isinstance(e, ev.ModelRetry)]
-    assert waits and all(e.cause == "not_answering" for e in waits)
+    # (A request in flight when it stopped was lost mid-answer; then nothing answered.)
+    assert {e.cause for e in waits} <= {"connection_lost", "not_answering"}
+    assert any(e.cause == "not_answering" for e in waits)
     assert [e.attempt for e in waits] == list(range(1, len(waits) + 1))
     assert not any(isinstance(e, ev.ModelError) for e in events)
 
