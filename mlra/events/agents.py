@@ -113,6 +113,9 @@ class ContextWindowLearned(_Event):
     context_window: int
     assumed: int | None = None
     """The window the run had gone by until then."""
+    smallest: int | None = None
+    """The smallest window the agent's own first request fits, estimated: a learned
+    window below it is said as such, not as a window to start the next run from."""
 
 
 class ModelAnswering(_Event):
@@ -241,6 +244,11 @@ class ModelRetry(_Event):
     max_retries: int = 0
     status: int | None = None
     """The HTTP status retried after; None for a failed connection or a time-out."""
+    cause: Literal["connection_lost", "not_answering"] | None = None
+    """Set where the run waits for a server that went away (agent/loop/server_wait.py):
+    the connection was lost mid-answer, or nothing answers at its address."""
+    wait_s: float | None = None
+    """How long the run waits, its clock paused, before this retry."""
 
 
 class HistorySummarized(_Event):

@@ -78,4 +78,9 @@ class AttemptFinished(_Event):
     duration_s: float = 0.0
     steps: int = 0
     tokens: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    estimated_tokens: int = 0
+    """Of `tokens`, those estimated (a server that sent no counts): the run's totals
+    add the attempt's, so `result.json` and `mlra runs` show what its attempts used."""
     cost_usd: float = 0.0

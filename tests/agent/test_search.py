@@ -428,6 +428,10 @@ async def test_the_greedy_policy_drafts_debugs_the_buggy_one_and_submits_the_bes
     plan = [e for e in events if isinstance(e, ev.PlanUpdated)][-1]
     assert [(s.id, s.status) for s in plan.steps] == [("search", "done"), ("submit", "in_progress")]
     assert plan.steps[0].title.startswith("Searched: 3 attempts, best a2")
+    # The attempts' model calls are the run's: its token totals (result.json, `mlra
+    # runs`) are theirs, not 0 (issue 40).
+    used = sum(f.tokens for f in finished.values())
+    assert used > 0 and result.input_tokens + result.output_tokens == used
 
 
 async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(

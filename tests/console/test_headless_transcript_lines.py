@@ -73,3 +73,29 @@ def test_the_attempt_tools_are_said_in_words_not_json() -> None:
         "attempt_start improve from a3: lower the lr to 0.003"
     )
     assert describe_call("attempt_stop", {"attempt": "a2"}) == "attempt_stop a2"
+
+
+def test_a_resumed_local_run_prints_each_call_s_speed_and_a_server_wait() -> None:
+    """`mlra resume --no-tui` of a run on the user's own server: its printer sees no
+    run_started, so the config tells it to time the calls (issue 40); a wait for a server
+    that went away says why and that the clock is paused."""
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False, heartbeat_s=None)
+    display.time_calls(True)
+    call = ev.ModelCall(
+        agent="worker",
+        model="openai/local",
+        input_tokens=900,
+        output_tokens=120,
+        latency_s=6.0,
+        first_token_s=2.0,
+        t=30.0,
+    )
+    wait = ev.ModelRetry(
+        agent="worker", model="openai/local", attempt=2, cause="not_answering", wait_s=2.0, t=40.0
+    )
+    display.on_event(call)
+    display.on_event(wait)
+    shown = out.getvalue()
+    assert "worker answered in 6.0s" in shown and "tok/s" in shown
+    assert "retry 2 after the server is not answering; waiting 2s, clock paused" in shown

@@ -22,6 +22,8 @@ request takes the role's next turn:
     {"text": "...", "stream_error": "overloaded_error"}  # fail mid-stream
     {"broken": "html", "times": 2}        # HTTP 200 that is no answer, twice (see BROKEN)
     {"text": "...", "no_usage": true}     # OpenAI: no token counts (as many local servers)
+    {"drop": true}                        # OpenAI: a stream's first piece, then the socket
+                                          # closed (a server killed mid-answer)
 
 When a role's turns are used up, `"<role>:fallback"` answers (every time) if the
 script has one, else the text "(script exhausted)". Usage is deterministic:
@@ -40,6 +42,9 @@ streamed, HTTP 400 `context_length_exceeded` when not (its /v1/models says
 requests that carry native tool definitions with an HTTP 400 (vLLM without a
 tool parser), and `context_limit` refuses with an HTTP 400, as vLLM does, a
 request whose prompt tokens (len(body) // 4) and max_tokens exceed it.
+`llama_server_ctx` refuses, as llama-server does, a request whose prompt alone passes
+it (HTTP 400 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`);
+`ollama_ctx` the same, wrapped in a string as Ollama passes it on.
 
 By hand: `python -m tests.fakes.model_server --script FILE [--port N] [--delay S]`
 prints the base URLs and serves until killed.
@@ -48,8 +53,10 @@ prints the base URLs and serves until killed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import re
+import socket
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -76,6 +83,7 @@ TURN_KEYS = {
     "hang",
     "broken",
     "no_usage",
+    "drop",
 }
 BROKEN = ("html", "empty", "no_choices", "truncated", "cut")
 """HTTP 200 answers that are no answer: a proxy's HTML page, `{}`, a completion with
@@ -164,6 +172,8 @@ class RecordedRequest:
     outcome: str = ""
     """What was answered: "text", "tool_calls", "status 429", "hang", "stream_error"."""
     turn: dict[str, Any] = field(default_factory=dict)
+    size: int = 0
+    """The body's length in bytes, as sent: the fake counts a prompt's tokens from it."""
 
     @property
     def system(self) -> str:
@@ -194,6 +204,8 @@ class ScriptedModelServer:
         context_limit: int | None = None,
         llama_cpp_python_window: int | None = None,
         ollama_loaded_ctx: int | None = None,
+        llama_server_ctx: int | None = None,
+        ollama_ctx: int | None = None,
     ) -> None:
         """`retry_after_ms` is sent with every 429/5xx so SDK retries are near-instant in tests."""
         self.script: Script = validate_script(script or {})
@@ -209,6 +221,8 @@ class ScriptedModelServer:
         self.context_limit = context_limit
         self.llama_cpp_python_window = llama_cpp_python_window
         self.ollama_loaded_ctx = ollama_loaded_ctx
+        self.llama_server_ctx = llama_server_ctx
+        self.ollama_ctx = ollama_ctx
         self.turn_by_history = turn_by_history
         """Answer with the turn numbered by the assistant messages already in the request,
         as a stateless model would: a client that dies and asks again (a resumed run)
@@ -219,6 +233,8 @@ class ScriptedModelServer:
         self._repeats: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._stopping = threading.Event()
+        self._open: set[socket.socket] = set()
+        """Connections open now: a stopped server closes them, as a killed one would."""
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -244,6 +260,10 @@ class ScriptedModelServer:
 
     def stop(self) -> None:
         self._stopping.set()
+        with self._lock:
+            for connection in list(self._open):
+                with contextlib.suppress(OSError):
+                    connection.shutdown(socket.SHUT_RDWR)
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -339,6 +359,17 @@ class _Handler(BaseHTTPRequestHandler):
     fake: ScriptedModelServer
     protocol_version = "HTTP/1.1"
 
+    def setup(self) -> None:
+        super().setup()
+        with self.fake._lock:
+            self.fake._open.add(self.connection)
+
+    def finish(self) -> None:
+        with self.fake._lock:
+            self.fake._open.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet: test output and the hand-run console stay readable."""
 
@@ -401,6 +432,7 @@ class _Handler(BaseHTTPRequestHandler):
             path=path,
             body=body,
             headers={k.lower(): v for k, v in self.headers.items()},
+            size=len(raw),
         )
         self.fake._record(record)
         if api == "openai" and self.fake.reject_stream_options and "stream_options" in body:
@@ -417,6 +449,11 @@ class _Handler(BaseHTTPRequestHandler):
                 f"However, you requested {len(raw) // 4 + wanted} tokens.",
             )
             return
+        for window, wrapped in ((self.fake.llama_server_ctx, False), (self.fake.ollama_ctx, True)):
+            if api == "openai" and window and len(raw) // 4 > window:
+                record.outcome = "status 400"
+                self._llama_server_too_long(len(raw) // 4, window, wrapped=wrapped)
+                return
         window = self.fake.llama_cpp_python_window
         if api == "openai" and window and len(raw) // 4 >= window:
             if body.get("stream"):
@@ -461,6 +498,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "text": turn.get("text", "(late answer)"),
                 **{k: v for k, v in turn.items() if k != "hang"},
             }
+        if turn.get("drop"):
+            record.outcome = "dropped"
+            self._dropped()
+            return
         if "broken" in turn:
             record.outcome = f"broken {turn['broken']}"
             self._broken(api, str(turn["broken"]), bool(body.get("stream")))
@@ -484,6 +525,26 @@ class _Handler(BaseHTTPRequestHandler):
             if turn.get("no_usage"):
                 del completion["usage"]
             self._json(200, completion)
+
+    def _llama_server_too_long(self, prompt: int, window: int, *, wrapped: bool) -> None:
+        """llama-server's answer to a prompt longer than its window (the answer's budget
+        is not counted); Ollama (`truncate: false`, or a model whose template lets its
+        runner check) passes the same error on as the message of its own."""
+        message = (
+            f"request ({prompt} tokens) exceeds the available context size ({window} tokens), "
+            "try increasing it"
+        )
+        error: dict[str, Any] = {
+            "code": 400,
+            "message": message,
+            "type": "exceed_context_size_error",
+            "n_prompt_tokens": prompt,
+            "n_ctx": window,
+        }
+        if wrapped:
+            inner = json.dumps({"error": error})
+            error = {"message": inner, "type": "invalid_request_error", "param": None, "code": None}
+        self._json(400, {"error": error})
 
     def _llama_cpp_python_too_long(self, prompt: int, wanted: int) -> None:
         """llama-cpp-python's answer to an unstreamed request longer than its window."""
@@ -563,6 +624,26 @@ class _Handler(BaseHTTPRequestHandler):
             "cut": [(None, _dumps(piece))],
         }
         self._sse(iter(chunks[kind]), named=False)
+
+    def _dropped(self) -> None:
+        """A server killed mid-answer: a streamed answer's first piece, then the socket
+        closed with the stream unfinished (no last chunk), as a killed process leaves it."""
+        piece = {
+            "id": "chatcmpl-x",
+            "object": "chat.completion.chunk",
+            "created": 0,
+            "model": "m",
+            "choices": [{"index": 0, "delta": {"content": "half an ans"}, "finish_reason": None}],
+        }
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        chunk = f"data: {_dumps(piece)}\n\n".encode()
+        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        self.wfile.flush()
+        self.close_connection = True
+        self.connection.shutdown(socket.SHUT_RDWR)
 
     def _raw(self, status: int, content_type: str, data: bytes) -> None:
         self.send_response(status)

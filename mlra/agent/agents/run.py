@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from mlra.agent.run.controller import Agent, RunController
 
 
@@ -10,8 +12,6 @@ def agent_for(controller: RunController) -> Agent:
     greedy search policy over attempts (agent/agents/search.py) for `--search greedy`. A run
     that searches gets the launcher its attempts' own runs are made by."""
     if controller.config.search != "none":
-        from functools import partial
-
         from mlra.agent.agents.attempt_runs import run_attempt
 
         controller.attempts.launcher = partial(run_attempt, controller)
@@ -24,5 +24,7 @@ def agent_for(controller: RunController) -> Agent:
 
         return BaselineAgent(controller)
     from mlra.agent.agents.supervisor import Supervisor
+    from mlra.agent.agents.window_floor import run_floor
 
+    controller.turns.window.floor = partial(run_floor, controller.config, controller.task)
     return Supervisor(controller)

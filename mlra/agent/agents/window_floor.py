@@ -25,6 +25,7 @@ from mlra.agent.loop.context_window import (
     PROMPT_TOKENS,
     WINDOW_MARGIN,
     history_budget,
+    smallest_window,
     tools_tokens,
 )
 from mlra.agent.loop.history import AgentHistory
@@ -37,8 +38,6 @@ from mlra.tools.sandbox.base import SandboxError
 INSTRUCTIONS_TOKENS = 300
 """Room for the worker's subtask instructions (written by the supervisor, so unknown
 before the run): a few sentences."""
-OUTPUT_CAP = 8192
-"""An answer's budget where neither the user nor a window below 4 x this sets it."""
 
 
 @dataclass(frozen=True)
@@ -70,19 +69,10 @@ def first_requests(config: RunConfig, task: TaskSpec) -> list[FirstRequest]:
     ]
 
 
-def smallest_window(first: int, fraction: float, output_set: int | None = None) -> int:
-    """The smallest window whose history budget holds a first request of `first` tokens,
-    with answers of `output_set` tokens, or, where the user set none, what the run gives
-    an answer in that window (a quarter of it, at most `OUTPUT_CAP`)."""
-    low, high = 1, 1 << 24
-    while low < high:
-        window = (low + high) // 2
-        output = output_set or min(OUTPUT_CAP, max(1, window // 4))
-        if history_budget(window, output, fraction) >= first:
-            high = window
-        else:
-            low = window + 1
-    return low
+def run_floor(config: RunConfig, task: TaskSpec) -> int:
+    """The smallest window this run's agents work in, with the answers the run gives."""
+    largest = max(first_requests(config, task), key=lambda r: r.tokens)
+    return smallest_window(largest.tokens, config.context_fraction)
 
 
 def window_problem(

@@ -382,6 +382,9 @@ def finished_event(
         duration_s=round(state.elapsed_s, 3),
         steps=state.steps,
         tokens=state.tokens,
+        input_tokens=state.input_tokens,
+        output_tokens=state.output_tokens,
+        estimated_tokens=state.estimated_tokens,
         cost_usd=round(state.cost_usd, 6),
     )
 

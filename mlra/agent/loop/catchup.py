@@ -200,7 +200,7 @@ class CatchUp:
         if not (isinstance(upcoming, ev.ModelCall) and upcoming.purpose == "summary"):
             return None
         done = self._recording.find_next(ev.HistorySummarized)
-        cuts = [history.summarizable(k) for k in range(keep_recent_turns, 0, -1)]
+        cuts = [history.summarizable(k) for k in range(keep_recent_turns, -1, -1)]
         if isinstance(done, ev.HistorySummarized):
             for cut in cuts:
                 if cut and cut[2:] == (done.first_turn, done.last_turn):

@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from mlra import events as ev
 from mlra.agent.loop.catchup import Cut
 from mlra.agent.loop.history import AgentHistory, estimate_tokens, message_tokens
+from mlra.agent.loop.overflow_mend import Sent, mend, prompt_sizes
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.providers.base import Message, ModelResponse, ProviderError, stated_window
 from mlra.agent.setup.prompts import SUMMARIZER_SYSTEM
@@ -36,15 +37,23 @@ SUMMARY_TOKENS = 600
 """The most a summary of earlier steps may take (the summarizer is asked for ~400 words);
 less where the window has less room (`ContextWindow.summary_tokens`)."""
 MIN_SUMMARY_TOKENS = 120
+COUNT_RATIO = 2
+"""A server's prompt count this many times above or below mlra's estimate is doubted."""
+
+
+OUTPUT_CAP = 8192
+"""An answer's budget where neither the user nor a window below 4 x this sets it."""
 
 
 class TooLong(Exception):
     """The server said the request did not fit the window, though the estimate said it
-    would: the turn summarizes and asks once more rather than ending the run."""
+    would: the turn makes it smaller and asks again rather than ending the run."""
 
-    def __init__(self, error: ProviderError) -> None:
+    def __init__(self, error: ProviderError, sent: Sent, tools: int) -> None:
         super().__init__(str(error))
         self.error = error
+        self.sent = sent
+        self.tools = tools
 
 
 def tools_tokens(tools: list[ToolSpec]) -> int:
@@ -64,6 +73,32 @@ def history_budget(window: int, output: int, fraction: float) -> int:
     return min(int(window * fraction), window - output - int(window * WINDOW_MARGIN))
 
 
+def smallest_window(first: int, fraction: float, output_set: int | None = None) -> int:
+    """The smallest window whose history budget holds a first request of `first` tokens,
+    with answers of `output_set` tokens, or, where the user set none, what the run gives
+    an answer in that window (a quarter of it, at most `OUTPUT_CAP`)."""
+    low, high = 1, 1 << 24
+    while low < high:
+        window = (low + high) // 2
+        output = output_set or min(OUTPUT_CAP, max(1, window // 4))
+        if history_budget(window, output, fraction) >= first:
+            high = window
+        else:
+            low = window + 1
+    return low
+
+
+def below_smallest(window: int, least: int) -> str:
+    """What a window below the smallest the agents work in means, and what can be done:
+    never "pass --context-window", which `mlra run` refuses for such a window."""
+    return (
+        f"that is below the smallest window mlra's agents work in (about {least:,} tokens "
+        "for their own prompts and tools), so most requests will need summarizing or cannot "
+        "be sent: start the server with a larger context (llama.cpp --ctx-size, Ollama "
+        "num_ctx) or run with --tools none (fewer tool definitions); "
+    )
+
+
 Ask = Callable[..., Awaitable[ModelResponse]]
 """A one-off model call (`ModelTurn.ask`): the summarizer is one."""
 
@@ -74,6 +109,12 @@ class ContextWindow:
         self._ask = ask
         self._tools: dict[str, int] = {}
         """Each agent's tool definitions' tokens, as its last turn sent them."""
+        self._history_kept: dict[str, int] = {}
+        """Each agent's history's part that is always sent (system prompt, instructions)."""
+        self._count_told = False
+        self.floor: Callable[[], int] | None = None
+        """The smallest window all the run's agents work in, as `mlra run` measures it
+        (agent/agents/window_floor.py sets it): a learned window is compared with it."""
 
     def output_budget(self, system: str, messages: list[Message], tools: list[ToolSpec]) -> int:
         """The answer's token budget: the run's, the model's, and no more than the window
@@ -89,43 +130,86 @@ class ContextWindow:
         left = provider.context_window - request - margin
         return max(min(wanted, left), min(wanted, MIN_OUTPUT_TOKENS))
 
-    async def shorten(
-        self, agent: ev.AgentRole, history: AgentHistory, error: ProviderError
-    ) -> bool:
+    async def shorten(self, agent: ev.AgentRole, history: AgentHistory, refusal: TooLong) -> int:
         """The server refused a request as too long for its window: the estimate was
-        wrong, so the oldest turns are summarized (all but the last, if need be) and the
-        request is sent once more; a second refusal is a provider failure. True when nothing
-        was left to summarize: the request then asks for the smallest answer."""
+        wrong. Its stated window is taken from here on (said below mlra's smallest where
+        it is), and the request is made smaller by at least what the server said was too
+        much (agent/loop/overflow_mend.py); returns the next answer's budget."""
         run = self.run
         provider = run.provider
         assert provider is not None
+        error = refusal.error
         window = stated_window(error)
         learned = ""
         if window is not None and window < provider.context_window:
-            # The server's window is smaller than the one assumed: go by it from now on.
+            # The server's window is smaller than the one assumed: go by it from now on,
+            # and the gauges too (a log, not a guess).
+            assumed = provider.context_window
             provider.context_window = window
+            provider.context_window_from = "server"
             provider.max_output_tokens = min(provider.max_output_tokens, max(1, window // 4))
             learned = f"the window is now taken as {window:,} tokens; "
-        keep = run.config.keep_recent_turns
-        cut = history.summarizable(keep) or history.summarizable(1)
+            least = self.smallest(agent, refusal.tools)
+            if window < least:
+                learned += below_smallest(window, least)
+            run.emit(
+                ev.ContextWindowLearned(
+                    agent=agent, context_window=window, assumed=assumed, smallest=least
+                )
+            )
         run.emit(
             ev.Notice(
                 level="warning",
                 message=f"the server refused {agent}'s request as too long for the model's "
-                f"window ({error}); {learned}"
-                + (
-                    "older turns are summarized and the request is sent again"
-                    if cut
-                    else "nothing old is left to summarize; the longest tool outputs are cut "
-                    "and it is sent again with a smaller answer"
-                ),
+                f"window ({error}); {learned}it is made smaller before it is sent again",
             )
         )
-        if cut is not None:
-            await self.summarize(agent, history, cut)
-        else:
-            history.shorten_outputs(max(1, history.estimated_tokens() // 2))
-        return cut is None
+        return await mend(self, agent, history, error, refusal.sent, refusal.tools)
+
+    def checked_count(
+        self,
+        agent: ev.AgentRole,
+        history: AgentHistory,
+        tools: int,
+        reported: int,
+        *,
+        tell: bool = True,
+    ) -> int:
+        """The server's count of the prompt just sent, unless it is more than `COUNT_RATIO`
+        away from mlra's estimate of it: then the larger, said once a run. A server or
+        proxy that reports a constant, or only the part it had not cached, would otherwise
+        keep the history from ever being summarized while the answer's budget falls to
+        its floor (96 KB requests went to an 8k window so)."""
+        if reported <= 0:
+            return reported
+        # mlra's estimate is a range: a digit a token (as Qwen and Llama 2 count them) or
+        # four characters a token (as most count prose); a count within reach of either
+        # end is believed.
+        low, high = sorted(prompt_sizes(history, tools))
+        if low <= reported * COUNT_RATIO and reported <= high * COUNT_RATIO:
+            return reported
+        estimate = high
+        if tell and not self._count_told:
+            self._count_told = True
+            self.run.emit(
+                ev.Notice(
+                    level="warning",
+                    message=f"the server counted {agent}'s prompt as {reported:,} tokens, "
+                    f"mlra estimates about {estimate:,}: more than {COUNT_RATIO}x apart, so "
+                    f"the larger is taken to keep the history within the window (said once)",
+                )
+            )
+        return max(reported, estimate)
+
+    def smallest(self, agent: ev.AgentRole, tools: int) -> int:
+        """The smallest window `agent`'s own first request fits (as agent/agents/window_floor.py
+        measures it before a run): what is always sent, its tools and a turn's prompt."""
+        kept = self._history_kept.get(agent, 0)
+        own = smallest_window(
+            kept + (tools or self._tools.get(agent, 0)) + PROMPT_TOKENS,
+            self.run.config.context_fraction,
+        )
+        return max(own, self.floor()) if self.floor is not None else own
 
     async def keep(
         self, agent: ev.AgentRole, history: AgentHistory, tools: int = 0, coming: int = 0
@@ -137,6 +221,7 @@ class ContextWindow:
         keep = self.run.config.keep_recent_turns
         if tools:  # (a resumed run's second look, after a refusal, passes none)
             self._tools[agent] = tools
+        self._history_kept[agent] = history.kept_tokens()
         if self.run.catchup.ahead():
             # Summarize where the run did, whatever this provider's window.
             cut = self.run.catchup.recorded_summary(history, keep)

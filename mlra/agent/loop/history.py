@@ -173,8 +173,11 @@ class AgentHistory:
         The stretch runs from just after the pinned instructions (so the summary before
         it, if any, is summarized again with the turns since) to the prompt of the first
         turn kept; the current subtask's instructions inside it stay as they are. First
-        and last turn name the turns summarized for the first time."""
+        and last turn name the turns summarized for the first time. `keep_recent_turns` 0:
+        every turn, up to the prompt now asked."""
         candidates = [(i, t) for i, t in self._turn_starts if i >= self.pinned]
+        if keep_recent_turns == 0 and candidates:
+            return self._all_turns(candidates)
         if keep_recent_turns < 1 or len(candidates) <= keep_recent_turns:
             return None
         start = self.pinned
@@ -189,6 +192,18 @@ class AgentHistory:
         first_turn = candidates[0][1]
         last_turn = candidates[len(candidates) - keep_recent_turns - 1][1]
         return start, end, first_turn, last_turn
+
+    def _all_turns(self, candidates: list[tuple[int, int]]) -> tuple[int, int, int, int] | None:
+        """Every turn, up to the prompt now asked (what a server that refused the second
+        request of a history leaves to summarize: the first answer)."""
+        end = len(self.messages)
+        while (
+            end - 1 > candidates[-1][0]
+            and self.messages[end - 1].role == "user"
+            and end - 1 not in (self._subtask_at, self._summary_at)
+        ):
+            end -= 1
+        return self.pinned, end, candidates[0][1], candidates[-1][1]
 
     def render(self, start: int, end: int, *, limit: int = 60_000) -> str:
         """Old turns as plain text for the summarizer (long tool outputs shortened), the

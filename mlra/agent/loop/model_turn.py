@@ -18,7 +18,6 @@ from typing import Literal
 
 from mlra import events as ev
 from mlra.agent.loop.context_window import (
-    MIN_OUTPUT_TOKENS,
     PROMPT_TOKENS,
     ContextWindow,
     TooLong,
@@ -26,13 +25,16 @@ from mlra.agent.loop.context_window import (
 )
 from mlra.agent.loop.fingerprint import request_fingerprint
 from mlra.agent.loop.history import AgentHistory, estimate_tokens
+from mlra.agent.loop.overflow_mend import Sent, prompt_sizes
 from mlra.agent.loop.provider_events import ProviderEvents
 from mlra.agent.loop.run_context import RunContext
+from mlra.agent.loop.server_wait import ServerWait
 from mlra.agent.loop.tool_call_fallback import ToolCallFallback
 from mlra.agent.providers.base import (
     Message,
     ModelResponse,
     ProviderError,
+    ServerGone,
     first_piece_told_to,
     is_context_overflow,
     retries_told_to,
@@ -40,6 +42,9 @@ from mlra.agent.providers.base import (
 from mlra.agent.providers.text_calls import problem_note, read_text_calls
 from mlra.tools.registry import ToolRegistry
 
+MAX_MENDS = 4
+"""How many times one turn's request is made smaller after a server refused it as too
+long, each time by what the server said was too much, before a refusal ends the run."""
 DELTA_FLUSH_CHARS = 64
 """Streamed model text is logged in pieces of about this size, not per token."""
 
@@ -55,6 +60,7 @@ class ModelTurn:
         self.window = ContextWindow(run, self.ask)
         self.provider_events = ProviderEvents(run)
         self.fallback = ToolCallFallback(run)
+        self.server_wait = ServerWait(run)
 
     async def take(
         self,
@@ -91,25 +97,30 @@ class ModelTurn:
             # Where the recorded run summarized after a server refused this request as
             # too long (`ContextWindow.shorten`), the summary comes next in the log.
             await self.window.keep(agent, history)
-        try:
-            response = await self._generate(
-                agent, history.system, history.messages, registry, turn, too_long_retry=True
-            )
-        except TooLong as too_long:
-            assumed = run.provider.context_window
-            shrink = await self.window.shorten(agent, history, too_long.error)
-            if run.provider.context_window != assumed:
-                # The server's stated window: the gauges go by it too (a log, not a guess).
-                run.provider.context_window_from = "server"
-                run.emit(
-                    ev.ContextWindowLearned(
-                        agent=agent, context_window=run.provider.context_window, assumed=assumed
-                    )
+        answer: int | None = None
+        for mends_left in range(MAX_MENDS, -1, -1):
+            try:
+                response = await self._generate(
+                    agent,
+                    history.system,
+                    history.messages,
+                    registry,
+                    turn,
+                    too_long_retry=mends_left > 0,
+                    most_tokens=answer,
                 )
-            response = await self._generate(
-                agent, history.system, history.messages, registry, turn, shrink=shrink
+                break
+            except TooLong as too_long:
+                answer = await self.window.shorten(agent, history, too_long)
+        else:  # pragma: no cover - the last try raises no TooLong
+            raise AssertionError("a mended request was neither answered nor refused")
+        counted = response.usage.input_tokens
+        if not response.usage.estimated:
+            specs = tools_tokens(registry.specs())
+            counted = self.window.checked_count(
+                agent, history, specs, counted, tell=not run.catchup.replaying
             )
-        history.record_usage(response.usage.input_tokens)
+        history.record_usage(counted)
         history.add_assistant(response)
         unread = self._unread_calls(response, registry)
         names = [t.name for t in registry.specs()]
@@ -179,12 +190,11 @@ class ModelTurn:
         *,
         purpose: Purpose = "turn",
         too_long_retry: bool = False,
-        shrink: bool = False,
         most_tokens: int | None = None,
     ) -> ModelResponse:
         """The call, with its retries, recorded as `model_call`. `too_long_retry`: a
         server's "too long for the window" raises `TooLong` for the caller to mend;
-        `shrink`: the answer gets the smallest budget (nothing was left to summarize)."""
+        `most_tokens`: the most the answer may take (a summary's, a mended request's)."""
         run = self.run
         recorded = run.catchup.model_answer(agent, purpose)
         if recorded is not None:
@@ -196,8 +206,6 @@ class ModelTurn:
         self.provider_events.tell_unpriced()
         self.provider_events.tell_adaptations()  # what it learnt before (a window it could not read)
         max_tokens = self.window.output_budget(system, messages, tools)
-        if shrink:
-            max_tokens = min(max_tokens, MIN_OUTPUT_TOKENS)
         if most_tokens is not None:
             max_tokens = min(max_tokens, most_tokens)
         buffer: list[str] = []
@@ -240,8 +248,15 @@ class ModelTurn:
             except ProviderError as exc:
                 buffer.clear()
                 self.provider_events.tell_adaptations()
+                if isinstance(exc, ServerGone):
+                    if await self.server_wait.wait(agent, exc):
+                        continue
+                    exc = self.server_wait.gave_up(exc)
+                    self.server_wait.reset()
                 if too_long_retry and is_context_overflow(exc):
-                    raise TooLong(exc) from exc
+                    spec = tools_tokens(tools)
+                    sizes = prompt_sizes(AgentHistory(system, messages), spec)
+                    raise TooLong(exc, Sent(*sizes, max_tokens), spec) from exc
                 await self.provider_events.failed(agent, exc)
             except asyncio.CancelledError:
                 flush()
@@ -250,6 +265,7 @@ class ModelTurn:
                 )
                 raise
         flush()
+        self.server_wait.reset()
         self.provider_events.tell_adaptations()
         usage = response.usage
         run.emit(

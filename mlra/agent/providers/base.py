@@ -81,6 +81,13 @@ def retries_told_to(listener: RetryListener) -> Iterator[None]:
         _RETRY_WATCH.reset(token)
 
 
+def retries_made() -> int | None:
+    """The retries told so far in the `retries_told_to` block now open (None outside
+    one): a failure says how many retries were made, not how many were allowed."""
+    watch = _RETRY_WATCH.get()
+    return None if watch is None else watch.told
+
+
 def tell_invalid_retry() -> None:
     """Tell the listener of `retries_told_to` that the provider retries an HTTP 200 that
     was no answer (status 200): a retry the SDK does not make, so the hooks below never
@@ -163,6 +170,16 @@ class ConfigError(Exception):
 
 class ProviderError(Exception):
     """The provider kept failing after the SDK's own retries."""
+
+
+class ServerGone(ProviderError):
+    """The server went away: the connection was lost mid-answer (`mid_answer`), or
+    nothing answers at its address. A local server that reloads its model or is
+    restarted comes back: the run waits for it (agent/loop/server_wait.py)."""
+
+    def __init__(self, message: str, *, mid_answer: bool) -> None:
+        super().__init__(message)
+        self.mid_answer = mid_answer
 
 
 CONTEXT_OVERFLOW = (

@@ -50,6 +50,7 @@ from mlra.agent.providers.base import (
     TextCallback,
     Usage,
     estimated_usage,
+    retries_made,
     retry_hooks,
     tell_first_piece,
     tell_invalid_retry,
@@ -60,6 +61,7 @@ from mlra.agent.providers.openai_replies import (
     describe_error,
     finish_of,
     one_line,
+    server_gone,
     take_chunk,
     tool_call,
     usage_of,
@@ -218,6 +220,11 @@ class OpenAIProvider(ModelProvider):
                 adaptations += 1
                 if adaptations > 3 or not self._adapt(exc):
                     raise ProviderError(self._describe(exc)) from exc
+            except openai.APIConnectionError as exc:
+                if isinstance(exc, openai.APITimeoutError):
+                    raise ProviderError(self._describe(exc)) from exc
+                made = retries_made()
+                raise server_gone(self.name, self.base_url, exc, made) from exc
             except openai.APIError as exc:
                 raise ProviderError(self._describe(exc)) from exc
             except InvalidResponse as exc:
@@ -365,9 +372,8 @@ class OpenAIProvider(ModelProvider):
         except httpx2.TransportError as exc:  # the connection broke off mid-stream
             if isinstance(exc, httpx2.TimeoutException):
                 raise ProviderError(self._describe(exc)) from exc
-            raise InvalidResponse(
-                f"the stream broke off: {type(exc).__name__}", cut_stream=True
-            ) from exc
+            # The server went away (killed, restarted): waited for, not asked at once.
+            raise server_gone(self.name, self.base_url, exc, None) from exc
         if finish is None:
             what = "an empty stream" if not text and not calls else "a stream cut off"
             raise InvalidResponse(f"{what} (no finish reason)", cut_stream=True)
@@ -431,10 +437,11 @@ class OpenAIProvider(ModelProvider):
             self.max_output_tokens = min(self.max_output_tokens, max(1, found.window // 4))
 
     def _describe(self, exc: BaseException) -> str:
+        made = retries_made()
         return describe_error(
             self.name,
             exc,
-            retries=self.max_retries,
+            retries=self.max_retries if made is None else made,
             timeout_s=self.timeout_s,
             base_url=self.base_url,
         )

@@ -286,8 +286,12 @@ class RunState:
             case ev.AttemptFinished():
                 self.attempts.apply(event)
                 self.experiments.add_attempt(event)
-                # What its model calls cost counts against this run's budget too.
+                # What its model calls cost counts against this run's budget too, and
+                # its tokens in this run's totals (estimates marked as its were).
                 self.cost_usd += event.cost_usd
+                self.input_tokens += event.input_tokens
+                self.output_tokens += event.output_tokens
+                self.estimated_tokens += event.estimated_tokens
             case ev.JobEnded():
                 if event.job in self.jobs:
                     self.jobs[event.job].ended = event

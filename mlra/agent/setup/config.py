@@ -96,6 +96,10 @@ class RunConfig(BaseModel):
     """Docker sandbox process limit (default 8192)."""
     on_provider_failure: Literal["end", "pause"] = "end"
     """Headless runs end with status error; the console pauses so the user can decide."""
+    server_wait_s: float = 300.0
+    """How long a run waits, its clock paused, for a model server that went away (a
+    connection lost mid-answer, nothing answering) before that is a provider failure
+    (`--server-wait`; 0: not at all). A local server that reloads or restarts comes back."""
     resource_interval_s: float = 1.0
     start_paused: bool = False
     """Pause before the first agent action (to step through a run from its start)."""

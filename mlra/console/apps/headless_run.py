@@ -47,6 +47,8 @@ def run_headless(
     display.on_reader_gone = reader_gone
     if isinstance(display, TranscriptDisplay):
         display.attempts_in(controller.run_dir)  # a search's heartbeats read its attempts
+        # A resumed run's printer sees no run_started: the config says the server is local.
+        display.time_calls(bool(controller.config.base_url))
 
     async def go() -> Any:
         loop = asyncio.get_running_loop()

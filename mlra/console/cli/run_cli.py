@@ -205,6 +205,13 @@ def add_run_command(sub: Any) -> None:
         default=600.0,
         help="default time-out of one command (default 10m)",
     )
+    run.add_argument(
+        "--server-wait",
+        type=duration,
+        metavar="T",
+        default=300.0,
+        help="how long to wait, clock paused, for a model server that went away (default 5m)",
+    )
     add_fetch_args(run)
     add_notify_arg(run)
     run.add_argument(
@@ -352,6 +359,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cpus=args.cpus,
         machine_shared_by=args.machine_shared_by,
         on_provider_failure="pause" if use_tui else "end",
+        server_wait_s=args.server_wait,
         breakpoints=args.breaks,
         break_runs_jobs=args.break_runs_jobs,
         start_paused=args.paused,

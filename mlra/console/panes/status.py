@@ -157,7 +157,7 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
         took = format_duration(max(0.0, elapsed_s - state.generating_since))
         retry = state.retry
         if retry is not None:
-            after = retry_cause(retry.status)
+            after = retry_cause(retry.status, retry)
             of = f"/{retry.max_retries}" if retry.max_retries else ""
             return [
                 Text(

@@ -120,12 +120,35 @@ def fork_line(e: ev.RunForked) -> str:
     return " · ".join(parts)
 
 
-def retry_cause(status: int | None) -> str:
+def retry_cause(status: int | None, retry: ev.ModelRetry | None = None) -> str:
     """What a `model_retry` retries after: an HTTP status, a failed connection, or (200)
-    an answer that was none (an HTML page, a stream that broke off)."""
+    an answer that was none (an HTML page, a stream that broke off); for a server that
+    went away, why and how long the run waits for it, its clock paused."""
+    if retry is not None and retry.cause is not None:
+        why = {
+            "connection_lost": "the connection was lost mid-answer",
+            "not_answering": "the server is not answering",
+        }[retry.cause]
+        return f"after {why}; waiting {retry.wait_s or 0:g}s, clock paused"
     if status == 200:
         return "after an invalid answer"
     return f"after {status}" if status else "after a failed connection"
+
+
+def learned_window_line(e: ev.ContextWindowLearned) -> str:
+    """A window the server stated: where it is below what the agents need, that is said
+    with what can be done, never the advice to start from it (`mlra run` refuses it)."""
+    line = (
+        f"the model's window is taken as {e.context_window:,} tokens from the server's "
+        f"answer (was {e.assumed or 0:,})"
+    )
+    if e.smallest is not None and e.context_window < e.smallest:
+        return (
+            f"{line}: below the smallest window mlra's agents work in (about {e.smallest:,} "
+            "tokens); start the server with a larger context (llama.cpp --ctx-size, Ollama "
+            "num_ctx) or run with --tools none"
+        )
+    return f"{line}; pass --context-window {e.context_window} to start from it"
 
 
 def model_speed(e: ev.ModelCall) -> str:

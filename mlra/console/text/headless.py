@@ -28,6 +28,7 @@ from mlra.console.text.event_lines import (
     isolation_words,
     job_end_line,
     job_ok,
+    learned_window_line,
     model_speed,
     one_line,
     retry_cause,
@@ -197,6 +198,11 @@ class TranscriptDisplay(_Printer):
             for line in self._heartbeat.due(event.t):
                 self._out(f"[{format_duration(event.t)}] {line}", "dim")
 
+    def time_calls(self, local: bool) -> None:
+        """Show each model call's time and speed (a model on the user's own server), as
+        `run_started` would tell a printer that saw it."""
+        self._local = local
+
     def _say(self, event: ev.Event) -> None:
         t = format_duration(event.t)
         match event:
@@ -243,14 +249,9 @@ class TranscriptDisplay(_Printer):
                     "dim",
                 )
             case ev.ContextWindowLearned():
-                self._out(
-                    f"[{t}] the model's window is taken as {event.context_window:,} tokens from "
-                    f"the server's answer (was {event.assumed or 0:,}); pass --context-window "
-                    f"{event.context_window} to start from it",
-                    "yellow",
-                )
+                self._out(f"[{t}] {learned_window_line(event)}", "yellow")
             case ev.ModelRetry():
-                after = retry_cause(event.status)
+                after = retry_cause(event.status, event)
                 of = f"/{event.max_retries}" if event.max_retries else ""
                 self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
             case ev.Notice():

@@ -1,0 +1,139 @@
+"""A run waits out a model server that went away, instead of ending (issue 40).
+
+Against the scripted server: one killed mid-answer (a stream's first piece, then the
+socket closed), and one that stops answering in the middle of a run and comes back.
+The run asks again after a wait, its clock paused, each wait a `model_retry` event
+saying why; past `--server-wait` the failure says what happened and how long the run
+waited, never "gave up after 4 retries" when none were made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.providers.openai import OpenAIProvider
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.text.event_lines import retry_cause
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+WORKER = [
+    turn("", call("bash", command="echo 42 > answer.txt")),
+    turn("", call("report", summary="answer.txt holds 42")),
+]
+
+
+def _controller(
+    tmp_path: Path, task: Path, server: ScriptedModelServer, **settings: Any
+) -> tuple[RunController, OpenAIProvider]:
+    # No SDK retries: the run's own waits are what is tested (and the test stays fast).
+    provider = OpenAIProvider(
+        "scripted", api_key=None, base_url=server.url_for("openai"), max_retries=0
+    )
+    config = RunConfig(
+        task="answer",
+        model="openai/scripted",
+        runs_dir=tmp_path,
+        isolation="none",
+        context_window=32_768,
+        context_window_from="setting",
+        review_every=1000,
+        **settings,
+    )
+    return RunController(config, load_task(task), provider), provider
+
+
+def _events(controller: RunController) -> list[ev.Event]:
+    path = controller.run_dir / "events.jsonl"
+    return read_events(path) if path.exists() else []
+
+
+async def _until(controller: RunController, found: Any) -> list[ev.Event]:
+    """Wait until the run's log holds an event `found` accepts (the log, not the clock)."""
+    for _ in range(600):
+        events = _events(controller)
+        if any(found(e) for e in events):
+            return events
+        await asyncio.sleep(0.05)
+    raise AssertionError("the event never came")
+
+
+async def test_a_stream_cut_mid_answer_is_asked_again_after_a_wait(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = {"supervisor": [{"drop": True}, *supervisor_answering()], "worker": WORKER}
+    with ScriptedModelServer(script) as server:
+        controller, provider = _controller(tmp_path, answer_task, server)
+        await controller.run(agent_for)
+        await provider.aclose()
+        outcomes = [r.outcome for r in server.requests]
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "submitted", finished.message
+    assert outcomes[0] == "dropped" and outcomes[1] != "dropped"
+    (retry,) = [e for e in events if isinstance(e, ev.ModelRetry)]
+    assert (retry.agent, retry.cause, retry.wait_s) == ("supervisor", "connection_lost", 1.0)
+    assert "connection was lost mid-answer; waiting 1s, clock paused" in retry_cause(
+        retry.status, retry
+    )
+    assert not any(isinstance(e, ev.ModelError) for e in events)
+
+
+async def test_a_server_that_stops_answering_mid_run_is_waited_for(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    # Answers go by the history, as a model's do: a request cut off by the stop asks
+    # for the same answer again.
+    server = ScriptedModelServer(script, turn_by_history=True).start()
+    try:
+        controller, provider = _controller(tmp_path, answer_task, server)
+        running = asyncio.create_task(controller.run(agent_for))
+        # The server goes away once the supervisor has its first answer ...
+        await _until(controller, lambda e: isinstance(e, ev.ModelCall))
+        server.stop()
+        # ... and comes back once the run says it waits for it.
+        await _until(
+            controller, lambda e: isinstance(e, ev.ModelRetry) and e.cause == "not_answering"
+        )
+        server.start()
+        await asyncio.wait_for(running, 60)
+        await provider.aclose()
+    finally:
+        server.stop()
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "submitted", finished.message
+    waits = [e for e in events if isinstance(e, ev.ModelRetry)]
+    # (A request in flight when it stopped was lost mid-answer; then nothing answered.)
+    assert {e.cause for e in waits} <= {"connection_lost", "not_answering"}
+    assert any(e.cause == "not_answering" for e in waits)
+    assert [e.attempt for e in waits] == list(range(1, len(waits) + 1))
+    assert not any(isinstance(e, ev.ModelError) for e in events)
+
+
+async def test_a_server_gone_past_the_limit_ends_the_run_saying_what_happened(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    server = ScriptedModelServer({}).start()
+    server.stop()  # its address now refuses connections
+    controller, provider = _controller(tmp_path, answer_task, server, server_wait_s=1.5)
+    await controller.run(agent_for)
+    await provider.aclose()
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "provider_error"
+    assert "is not answering" in finished.message
+    assert "the run waited 2 s for the server over 2 tries" in finished.message
+    assert "gave up after" not in finished.message
+    waits = [e.wait_s for e in events if isinstance(e, ev.ModelRetry)]
+    assert waits == [1.0, pytest.approx(0.5, abs=0.1)]
