@@ -119,6 +119,8 @@ async def test_a_bf16_model_is_refused_in_the_challenges_words(tmp_path: Path) -
 # --- memory while running, measured apart from the evaluator ------------------------------
 
 
+# Slow: three fresh torch and transformers processes, each building and running a model.
+@pytest.mark.slow
 def test_memory_while_running_is_the_models_own_and_more_than_its_weights(
     tmp_path: Path,
 ) -> None:

@@ -72,6 +72,8 @@ def test_more_than_12_gb_while_running_breaks_the_rule() -> None:
     )
 
 
+# Slow: two fresh processes each build a model and time its forward passes.
+@pytest.mark.slow
 def test_throughput_is_measured_against_the_reference_built_from_its_config(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -314,6 +314,8 @@ def test_a_task_that_declares_nothing_runs_as_before(tmp_path: Path, cache: Path
     assert not cache.exists()
 
 
+# Slow: python -m venv and pip build a whole environment (uv's path stays in the fast suite).
+@pytest.mark.slow
 def test_without_uv_venv_and_pip_build_it(
     tmp_path: Path, cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
