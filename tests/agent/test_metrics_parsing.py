@@ -176,7 +176,8 @@ def test_a_flood_of_lines_is_thinned_to_a_bounded_log() -> None:
     thinned = sum(e.thinned for e in logged)
     assert len(kept) + thinned == lines
     assert 1_000 < len(kept) <= 2_200, len(kept)
-    assert len(logged) <= lines // chunk  # one event a flush, never one a line
+    # One event a flush, never one a line (and one as it ends: the curve's last point).
+    assert len(logged) <= lines // chunk + 1
     steps = [s for _, s in kept if s is not None]
     # Every 2^k-th of the lines, in order: the curve still starts at the start and
     # reaches the end.
@@ -416,3 +417,26 @@ async def test_a_job_printing_a_falling_loss_records_a_falling_curve(
     assert [(p.name, p.value, p.step) for e in files for p in e.points] == [("eval_loss", 0.5, 30)]
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert all(e.seq < finished.seq for e in metrics)
+
+
+def test_a_source_past_its_reading_time_has_only_each_pieces_last_line_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Reading shares the event loop with the console's keys: a source that has used
+    its second's reading time has only the last line of each piece of output read, the
+    rest counted as thinned and said once, and its curve still reaches its end."""
+    from mlra.agent.metrics import recorder as module
+
+    monkeypatch.setattr(module, "READ_S_PER_S", 0.0)
+    recorder, logged = _recorder(flush_s=0.0)
+    for start in (0, 1000, 2000):
+        recorder.job_output(
+            "job-1",
+            "".join(f"step {i} loss {1 / (i + 1):.6f}\n" for i in range(start, start + 1000)),
+        )
+    recorder.job_ended("job-1")
+    steps = [s for _, s in _series(logged, "loss")]
+    assert steps == [999, 1999, 2999]
+    assert sum(e.thinned for e in logged) == 3000 - 3
+    (notice,) = recorder.notices
+    assert "only the last line of each piece of output is read" in notice

@@ -13,6 +13,14 @@ What a source holds is bounded too, whatever the agent prints or writes: `MAX_SE
 series of names up to `MAX_NAME_CHARS`, an unfinished line up to MAX_LINE_CHARS. A
 name past either cap is left out (counted in `thinned`) and a line that cannot be read
 is skipped; each is said once in `notices`, which the run turns into notice events.
+
+Reading costs time on the run's event loop (tens of microseconds a line), which the
+console shares: a command printing 10,000 lines a second would spend half of every
+second in the line reader, and keys would wait behind it. So each output source may
+spend at most `READ_S_PER_S` of a second reading lines; past that, the second's lines
+are counted in `thinned` and not read, but the last line of each piece of output
+always is, so a curve still reaches its end (a trainer's metrics come a few lines a
+second, and a flood is thinned past `FULL_POINTS` all the same).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ from mlra import events as ev
 from mlra.agent.metrics.log_lines import MAX_LINE_CHARS, LinePoint, parse_line
 
 FLUSH_S = 5.0
+READ_S_PER_S = 0.1
+"""Seconds of reading one output source may take in a second (the docstring: why)."""
 """How often a source's waiting points go to the log (monotonic seconds)."""
 FULL_POINTS = 1000
 """A series keeps every point up to this many."""
@@ -54,6 +64,10 @@ class _Series:
     stride: int = 1
     next_double: int = FULL_POINTS
     last: tuple[float, int | None] | None = None
+    last_wall: float = 0.0
+    last_kept: bool = False
+    """Whether the latest point read was kept: when its source ends, a curve that the
+    stride thinned still gets its last point, so it reaches its end."""
 
     def keep(self) -> bool:
         """Whether the point just read is kept (every `stride`-th of those read)."""
@@ -84,6 +98,10 @@ class _Source:
     waiting: list[ev.MetricPoint] = field(default_factory=lambda: [])
     thinned: int = 0
     offset: int | None = None
+    second: float = 0.0
+    """When this source's current second of line reading began (monotonic)."""
+    spent: float = 0.0
+    """Seconds spent reading its lines in that second."""
 
 
 class MetricsRecorder:
@@ -132,14 +150,27 @@ class MetricsRecorder:
         start = 0
         buffered = src.partial + text if not src.overlong else text
         wall = round(self._clock(), 3)
-        for found in _BREAK.finditer(buffered):
+        now = time.monotonic()
+        if now - src.second >= 1.0:
+            src.second, src.spent = now, 0.0
+        breaks = list(_BREAK.finditer(buffered))
+        for i, found in enumerate(breaks):
             cut = found.start()
             segment = buffered[start:cut]
             ends_redraw = buffered[cut] == "\r"
             if src.overlong:
                 src.overlong = ends_redraw  # a redraw's end is not the line's end
+            elif src.spent >= READ_S_PER_S and i < len(breaks) - 1:
+                src.thinned += 1
+                self._tell(
+                    "rate",
+                    f"{src.source} prints faster than its lines can be read beside the "
+                    "console; past that, only the last line of each piece of output is read",
+                )
             else:
+                begun = time.perf_counter()
                 self._read_line(src, segment, wall, redraw=ends_redraw or src.after_cr)
+                src.spent += time.perf_counter() - begun
             src.after_cr = ends_redraw
             start = cut + 1
         rest = buffered[start:]
@@ -175,6 +206,14 @@ class MetricsRecorder:
         if src.partial and not src.overlong:
             self._read_line(src, src.partial, round(self._clock(), 3), redraw=False)
         src.partial, src.overlong = "", False
+        for name, series in src.series.items():
+            if series.last is not None and not series.last_kept:  # the curve's end
+                value, step = series.last
+                src.waiting.append(
+                    ev.MetricPoint(name=name, value=value, step=step, wall=series.last_wall)
+                )
+                src.thinned -= 1
+                series.last_kept = True
         self._flush_source(src)
         del self._sources[source]
 
@@ -253,8 +292,9 @@ class MetricsRecorder:
                     )
                 return
             series = src.series[name] = _Series()
-        series.last = (value, step)
-        if not series.keep():
+        series.last, series.last_wall = (value, step), wall
+        series.last_kept = series.keep()
+        if not series.last_kept:
             src.thinned += 1
             return
         src.waiting.append(ev.MetricPoint(name=name, value=value, step=step, wall=wall))
