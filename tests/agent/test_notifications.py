@@ -292,9 +292,11 @@ async def test_a_provider_failure_that_pauses_the_run_and_the_time_warning_notif
         )
         paused_by_provider = lambda e: e.action == "pause" and e.source == "system"  # noqa: E731
         _on(controller, ev.Control, lambda e: paused_by_provider(e) and controller.resume())
-        # The 3 s count from the command's start, however long the steps before it took
-        # on a busy machine (they could bring the warning before the provider's pause).
-        clock_from(controller, lambda e: isinstance(e, ev.ToolCall) and e.tool == "bash")
+        # The clock stands at 0.5 s of the 3 s until the command starts, however long the
+        # steps before took on a busy machine (they could bring the warning before the
+        # provider's pause): 2.5 s left then, about what an idle machine left.
+        bash_starts = lambda e: isinstance(e, ev.ToolCall) and e.tool == "bash"  # noqa: E731
+        clock_from(controller, bash_starts, already=0.5)
         result = await controller.run(agent_for)
         await _close(controller)
     assert (result.status, result.reason) == ("finished", "deadline")
