@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -22,6 +22,7 @@ import pytest
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
+from mlra.agent.loop.clock import RunClock  # noqa: E402
 from mlra.tools.sandbox.base import Stream  # noqa: E402
 from tests.zygote import Zygote  # noqa: E402
 
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
     from xdist.remote import Producer
     from xdist.scheduler.protocol import Scheduling
 
+    from mlra import events as ev
     from mlra.agent.run.controller import RunController
 
 # Nothing may reach the Hugging Face Hub: this machine has no network.
@@ -220,6 +222,43 @@ def deadline_inside_the_held_call(controller: RunController, left_s: float = 6.0
     def seen(event: ev.Event) -> None:
         if isinstance(event, ev.ApprovalRequested):
             asyncio.get_running_loop().call_soon(approve, event.call_id)
+
+    controller.subscribe(seen)
+
+
+class HeldClock(RunClock):
+    """A run clock that stands still, at `already` seconds, until `go()`: the run's
+    start and its pauses' ends start it only after that."""
+
+    def __init__(self, limit_s: float, *, already: float = 0.0) -> None:
+        super().__init__(limit_s, already=already)
+        self.held = True
+
+    def start(self) -> None:
+        if not self.held:
+            super().start()
+
+    resume = start
+
+    def go(self) -> None:
+        self.held = False
+        self.start()
+
+
+def clock_from(
+    controller: RunController, starts: Callable[[ev.Event], bool], *, already: float = 0.0
+) -> None:
+    """Count the run's time limit from the first event `starts` accepts (the clock stands
+    still before it), so the steps before the one a deadline test waits on take what
+    they take on a busy machine (a fixed limit of a few seconds ran out before them at
+    load 15), and the limit is the one given, in the log and the prompts. The clock
+    stands at `already` till then (a recorded limit with room for a replay, less left)."""
+    clock = HeldClock(controller.clock.limit_s, already=already)
+    controller.clock = clock
+
+    def seen(event: ev.Event) -> None:
+        if clock.held and starts(event):
+            clock.go()
 
     controller.subscribe(seen)
 

@@ -25,6 +25,7 @@ from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.spec import load_task
+from tests.conftest import clock_from
 from tests.fakes.model_server import Api, ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn, worker_answering
 
@@ -139,6 +140,9 @@ async def test_a_call_the_deadline_cut_off_is_no_model_error(
             time_limit_s=1.0,
         )
         controller = RunController(config, load_task(answer_task), provider)
+        # The second counts from the supervisor's first step, however long the run's
+        # start took on a busy machine (it could use up the whole limit before the call).
+        clock_from(controller, lambda e: isinstance(e, ev.StepStarted))
         result = await controller.run(agent_for)
         await provider.aclose()
     assert result.reason == "deadline"

@@ -33,6 +33,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
+from tests.conftest import clock_from
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -291,6 +292,11 @@ async def test_a_provider_failure_that_pauses_the_run_and_the_time_warning_notif
         )
         paused_by_provider = lambda e: e.action == "pause" and e.source == "system"  # noqa: E731
         _on(controller, ev.Control, lambda e: paused_by_provider(e) and controller.resume())
+        # The clock stands at 0.5 s of the 3 s until the command starts, however long the
+        # steps before took on a busy machine (they could bring the warning before the
+        # provider's pause): 2.5 s left then, about what an idle machine left.
+        bash_starts = lambda e: isinstance(e, ev.ToolCall) and e.tool == "bash"  # noqa: E731
+        clock_from(controller, bash_starts, already=0.5)
         result = await controller.run(agent_for)
         await _close(controller)
     assert (result.status, result.reason) == ("finished", "deadline")

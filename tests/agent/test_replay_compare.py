@@ -3,8 +3,9 @@
 the lines that differ, and a recording that ran out at its deadline ends the
 replay the same way rather than as an error.
 
-Recordings are made through the real command line, the real OpenAI SDK and the
-scripted model server; replays run through the command line too.
+Recordings are made through the real command line (the one that runs out at its
+deadline in-process, its clock held until the call it waits on), the real OpenAI SDK
+and the scripted model server; replays run through the command line too.
 """
 
 from __future__ import annotations
@@ -17,9 +18,14 @@ from typing import Any
 import pytest
 
 from mlra import events as ev
+from mlra.agent.agents.run import agent_for
 from mlra.agent.loop.replay_provider import short_diff, steady
+from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
-from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import load_task
+from tests.conftest import ANSWER_TASK, SECRET_ENV, clock_from, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -145,7 +151,39 @@ def test_a_divergence_shows_the_lines_that_differ(
     assert "took" not in message and "it/s" not in message  # the volatile lines are not shown
 
 
-def test_a_recording_that_ran_out_at_its_deadline_ends_the_replay_the_same_way(
+async def _record_to_its_deadline(
+    tmp: Path, task: Path, worker: list[dict[str, Any]]
+) -> tuple[Path, list[ev.Event]]:
+    """A recording (in-process) whose deadline falls while its worker waits on its last
+    model call, however long the steps before took on a busy machine: its clock stands
+    at 8 s of its 10 s until that call's step starts (the replay, under the recorded
+    limit, has 10 s for those steps; a 3 s limit could run out before them, in either)."""
+    script = {"supervisor": supervisor_answering(), "worker": worker}
+
+    def last_step(event: ev.Event) -> bool:
+        return isinstance(event, ev.StepStarted) and (event.agent, event.step) == (
+            "worker",
+            len(worker),
+        )
+
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        provider = resolve_model("openai/test-model", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer",
+            model="openai/test-model",
+            runs_dir=tmp / "runs",
+            run_id="recorded",
+            time_limit_s=10.0,
+        )
+        controller = RunController(config, load_task(task), provider)
+        clock_from(controller, last_step, already=8.0)
+        await controller.run(agent_for)
+        await provider.aclose()
+    run_dir = tmp / "runs" / "recorded"
+    return run_dir, read_events(run_dir / "events.jsonl")
+
+
+async def test_a_recording_that_ran_out_at_its_deadline_ends_the_replay_the_same_way(
     tmp_path: Path,
 ) -> None:
     """The recorded run reached its time limit while waiting for its model: the replay,
@@ -154,7 +192,7 @@ def test_a_recording_that_ran_out_at_its_deadline_ends_the_replay_the_same_way(
         turn("Answer first.", call("bash", command="echo 42 > answer.txt")),
         {"hang": 60, "times": 1},
     ]
-    recorded, then = _record(tmp_path, ANSWER_TASK, worker, "--time-limit", "3s")
+    recorded, then = await _record_to_its_deadline(tmp_path, ANSWER_TASK, worker)
     end = then[-1]
     assert isinstance(end, ev.RunFinished) and end.reason == "deadline"
     proc, again = _replay(tmp_path, ANSWER_TASK, recorded)
