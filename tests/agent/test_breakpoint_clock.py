@@ -217,9 +217,13 @@ async def test_break_runs_jobs_lets_them_run_and_counts_the_wait(
             log = controller.workspace / "jobs" / "job-1.log"
 
             async def wait_then_approve(event: ev.ApprovalRequested) -> None:
-                before = len(_ticks(log, marker))
-                # The job goes on while the call waits: five more ticks.
-                await _until(lambda: len(_ticks(log, marker)) >= before + 5, "ticks meanwhile")
+                # The job goes on while the call waits: ticks half a second past the
+                # question by the job's own clock (counting lines would not do: a starved
+                # reader takes several at once, less than half a second apart).
+                await _until(
+                    lambda: any(t >= event.ts + 0.5 for _, t in _ticks(log, marker)),
+                    "ticks meanwhile",
+                )
                 controller.approve(event.call_id)
                 (controller.workspace / f"stop-{marker}").touch()
 

@@ -584,7 +584,15 @@ async def test_a_run_killed_while_attached_is_said_gone_and_q_leaves(live_run: L
         await pilot_wait(pilot, "the log so far", lambda: app.state.running)
         live_run.proc.kill()
         await pilot_wait(pilot, "the run gone", lambda: app.remote.gone is not None)
-        await pilot_wait(pilot, "it said", lambda: "GONE" in _status_text(app))
+        # The status line and the notice are two steps: both are waited for.
+        await pilot_wait(
+            pilot,
+            "it said",
+            lambda: (
+                "GONE" in _status_text(app)
+                and any("no longer answers" in str(n.message) for n in app._notifications)
+            ),
+        )
         told = " ".join(str(n.message) for n in app._notifications)
         assert "The run no longer answers" in told and "mlra resume RUN" in told
         assert app.check_action("pause", ()) is False
