@@ -38,6 +38,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Each run's default disk quota is a volume of half the free space, reserved when it is
+# made: four workers' runs side by side would leave a fifth nothing beyond the reserve
+# (a run refused at random). The suite's runs write megabytes; each default takes 4 GB
+# at most (tools/sandbox/default_limits.py).
+os.environ.setdefault("MLRA_DISK_CAP_GB", "4")
 
 TESTS = Path(__file__).resolve().parent
 ANSWER_TASK = TESTS / "data" / "tasks" / "answer"

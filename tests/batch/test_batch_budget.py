@@ -10,7 +10,7 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
-from mlra.tools.sandbox.default_limits import default_memory
+from mlra.tools.sandbox.default_limits import default_memory, disk_cap_mb
 from tests.conftest import mlra_cli
 
 
@@ -43,8 +43,8 @@ def test_a_batchs_parallel_runs_each_get_half_the_machines_defaults(
         assert "1/2 of the default" in budget.sources["memory_mb"]
         assert budget.cpus == round(cpus / 2, 2)
         assert budget.disk_mb is not None and "1/2 of the default" in budget.sources["disk_mb"]
-        # A quarter of the space free when the run started: half of the default's half.
+        # Half of the default: half the space free when the run started, or the cap.
         found = re.search(r"half the ([0-9.]+) GiB free", budget.sources["disk_mb"])
         assert found is not None, budget.sources
-        free_mb = float(found.group(1)) * 1024
-        assert abs(budget.disk_mb - free_mb / 4) <= 0.05 * 1024 / 4 + 1, budget
+        default_mb = min(float(found.group(1)) * 1024 / 2, disk_cap_mb())
+        assert abs(budget.disk_mb - default_mb / 2) <= 0.05 * 1024 / 4 + 1, budget

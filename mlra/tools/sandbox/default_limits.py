@@ -9,7 +9,10 @@ derived from the machine it runs on, and each says where it came from:
   is lower: a container, a batch node's slice) less a reserve for mlra and the OS,
   `max(2 GiB, 1/8 of it)`, and never less than half of it;
 - disk: half the space free on the workspace's file system beyond its reserve
-  (below) when the sandbox is made, and at most `DISK_CAP_MB` (200 GiB).
+  (below) when the sandbox is made, and at most `DISK_CAP_MB` (200 GiB), or what
+  `MLRA_DISK_CAP_GB` says: a machine that starts many runs side by side (a test suite,
+  a shared box) caps each default so that the first ones do not leave the later ones
+  nothing beyond the reserve.
 
 The runs disk keeps a reserve no sandbox's quota may take, `max(2 GiB, 5%)` of the
 disk: the run's log, snapshots, grading copies, a neighbour's run and the OS need it
@@ -157,16 +160,25 @@ def beyond_reserve_mb(path: Path) -> int:
     return max(0, free_mb(path) - disk_reserve_mb(path))
 
 
+def disk_cap_mb() -> int:
+    """The most a default quota takes: `MLRA_DISK_CAP_GB` where set, else DISK_CAP_MB."""
+    raw = os.environ.get("MLRA_DISK_CAP_GB", "").strip()
+    try:
+        return max(1, int(float(raw) * 1024)) if raw else DISK_CAP_MB
+    except ValueError:
+        return DISK_CAP_MB
+
+
 def default_disk(path: Path) -> Chosen:
     """Half what is free beyond the reserve: a volume takes its quota from the disk when
     it is made, so sandboxes made one after another (a run, its grader, parallel
     attempts) each get half of what the last left, and none takes the reserve."""
-    beyond, reserve = beyond_reserve_mb(path), disk_reserve_mb(path)
-    mb = max(1, min(beyond // DISK_FREE_FRACTION, DISK_CAP_MB))
+    beyond, reserve, cap = beyond_reserve_mb(path), disk_reserve_mb(path), disk_cap_mb()
+    mb = max(1, min(beyond // DISK_FREE_FRACTION, cap))
     return Chosen(
         mb,
         f"default: half the {_gib(beyond)} free on the workspace's disk beyond its reserve "
-        f"of {_gib(reserve)}, at most {_gib(DISK_CAP_MB)}",
+        f"of {_gib(reserve)}, at most {_gib(cap)}",
     )
 
 
