@@ -151,12 +151,9 @@ class ResourceMonitor:
             return sample
         sample = sandbox_view(sample, usage, mem.total / 2**20)
         if attempts:  # the container's own use, and the attempts' commands on the host
-            extra = ResourceSample(
-                cpu_percent=0, ram_used_mb=0, ram_total_mb=0, disk_workspace_mb=0
-            )
-            self._commands.measure(extra, attempts)
-            sample.run_cpu_percent = (sample.run_cpu_percent or 0) + (extra.run_cpu_percent or 0)
-            sample.run_mem_mb = (sample.run_mem_mb or 0) + (extra.run_mem_mb or 0)
+            cpu, mem_mb, _ = self._commands.totals(attempts)
+            sample.run_cpu_percent = (sample.run_cpu_percent or 0) + cpu
+            sample.run_mem_mb = (sample.run_mem_mb or 0) + mem_mb
         return sample
 
     def _attempt_boxes(self) -> list[Sandbox]:
@@ -180,6 +177,11 @@ class CommandTrees:
         self._known: dict[int, Any] = {}
 
     def measure(self, sample: ResourceSample, roots: list[int]) -> None:
+        cpu, mem_mb, processes = self.totals(roots)
+        sample.run_cpu_percent, sample.run_mem_mb, sample.run_processes = cpu, mem_mb, processes
+
+    def totals(self, roots: list[int]) -> tuple[float, float, int]:
+        """(CPU %, memory MB, processes) of the trees under `roots`."""
         psutil = self._psutil
         seen: dict[int, Any] = {}
         cpu = mem = 0.0
@@ -198,9 +200,7 @@ class CommandTrees:
                     continue
                 seen[proc.pid] = proc
         self._known = seen
-        sample.run_cpu_percent = round(cpu, 1)
-        sample.run_mem_mb = round(mem / 2**20, 1)
-        sample.run_processes = len(seen)
+        return round(cpu, 1), round(mem / 2**20, 1), len(seen)
 
 
 def sandbox_view(sample: ResourceSample, usage: SandboxUsage, host_mem_mb: float) -> ResourceSample:
