@@ -279,10 +279,8 @@ def measure(rounds: int, seconds: float, gap_s: float) -> None:
         server = start_model_server(tmp, seconds, tmp / "mlra.rate")
         cleanup.callback(server.wait)
         cleanup.callback(server.terminate)
-        cleanup.callback(subprocess.run, ["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
         mlra, minimal = start_sessions(tmp, seconds, openai_url(server))
-        # tmux leaves its socket file behind when its server is killed.
-        cleanup.callback(Path(tmux("display", "-p", "#{socket_path}").strip()).unlink, True)
+        cleanup.callback(stop_tmux, Path(tmux("display", "-p", "#{socket_path}").strip()))
         for session in (mlra, minimal):
             wait_for_flood(session)
         time.sleep(1.0)  # both at full flow
@@ -316,6 +314,13 @@ def measure(rounds: int, seconds: float, gap_s: float) -> None:
             f"{session.cpu_s / wall * 100:.0f}% of a core while measured"
         )
     report(mlra, minimal)
+
+
+def stop_tmux(socket_path: Path) -> None:
+    """Kill the bench's tmux server, then remove the socket file it leaves behind: in
+    that order, since `kill-server` finds the server through that file."""
+    subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
+    socket_path.unlink(missing_ok=True)
 
 
 def quit_all(mlra: Session, minimal: Session) -> None:
