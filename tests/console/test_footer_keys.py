@@ -11,7 +11,7 @@ from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
 from mlra.console.apps.app import MlraApp
-from mlra.console.screens.screens import EditArgsScreen, PromptScreen
+from mlra.console.screens.screens import EditArgsScreen, HelpScreen, PromptScreen
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 
 
@@ -84,4 +84,25 @@ async def test_while_evaluating_the_footer_offers_no_steering(
         await run.pilot.pause()
         assert not isinstance(run.app.screen, PromptScreen)  # no message to a stopped agent
         run.controller.request_stop(evaluate=False)
+        await run.finished()
+
+
+async def test_closing_the_help_keeps_the_footer_and_a_new_phase_redraws_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Closing a dialog refreshes the screen's keys; the footer is rebuilt only when what
+    it shows changes (a rebuild lays the whole screen out, slow under an output flood),
+    and still is when the run's phase changes its keys."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: "a" in footer_keys(app))
+        before = list(run.app.screen.query_one(Footer).query(FooterKey))
+        await run.pilot.press("question_mark")
+        await run.shown(lambda app: isinstance(app.screen, HelpScreen))
+        await run.pilot.press("question_mark")
+        await run.shown(lambda app: not isinstance(app.screen, HelpScreen))
+        await run.pilot.pause()
+        assert list(run.app.screen.query_one(Footer).query(FooterKey)) == before
+        await run.pilot.press("a")
+        await run.shown(lambda app: "a" not in footer_keys(app))
         await run.finished()

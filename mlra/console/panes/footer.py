@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from rich.cells import cell_len
 from textual.app import ComposeResult
 from textual.events import Resize
+from textual.screen import Screen
 from textual.widget import Widget
 from textual.widgets import Footer
 from textual.widgets._footer import FooterKey
@@ -56,8 +57,34 @@ class KeyFooter(Footer):
     """Textual's footer, leaving out what does not fit rather than cutting off the right."""
 
     _width = 0
+    _shown: tuple[object, ...] | None = None
+    """What the footer was last composed from (`_keys_now`)."""
+
+    def _keys_now(self) -> tuple[object, ...]:
+        """What the footer would show now: the screen's keys as the footer draws them,
+        which of them the app offers, the width and the style."""
+        offered = getattr(self.app, "in_footer", None)
+        keys = tuple(
+            (b.key, b.description, b.action, enabled, tooltip, b.group and b.group.description)
+            + ((offered(b.action),) if callable(offered) else ())
+            for _, b, enabled, tooltip in self.screen.active_bindings.values()
+            if b.show
+        )
+        return keys, self.size.width, self.compact, self.app.app_focus
+
+    def bindings_changed(self, screen: Screen) -> None:
+        """Textual recomposes the footer whenever a screen's bindings are refreshed: each
+        time a dialog closes, the focus moves or the run's phase changes. Rebuilding a
+        row of keys lays the whole screen out again, which under an output flood put a
+        key's answer behind a tenth of a second of layout, so the footer is rebuilt
+        only when what it shows would change."""
+        if self._shown is not None and screen is self.screen and self._keys_now() == self._shown:
+            return
+        super().bindings_changed(screen)
 
     def compose(self) -> ComposeResult:
+        if self._bindings_ready:
+            self._shown = self._keys_now()
         composed: list[Widget] = list(super().compose())
         palette = [w for w in composed if w.has_class("-command-palette")]
         keys = [w for w in composed if isinstance(w, FooterKey) and w not in palette]
