@@ -18,7 +18,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.loop.ending import UNSUBMITTED
 from mlra.agent.record.state import RunState
-from mlra.console.panes import WidgetOptions
+from mlra.console.panes import WidgetOptions, sized_by_content
 from mlra.console.text.event_lines import retry_cause, score_line, waiting_words
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
@@ -394,4 +394,4 @@ class StatusBar(Static):
             message = f"  not submitted: {_clip(ended.message, 120)}"
             parts.append(Part([Text(message, style="yellow")], rank=4))
         width = self.size.width or self.app.size.width or 160
-        self.update(fit(parts, width))
+        self.update(fit(parts, width), layout=sized_by_content(self))
