@@ -431,9 +431,11 @@ def continue_in_console(controller: RunController, recorded: list[ev.Event]) -> 
     """Drive a prepared run in the console; `recorded` is what a resumed or forked run
     did before (shown first), empty for a new run."""
     from mlra.agent.agents.run import agent_for
+    from mlra.console.apps.collector import steady_collector
     from mlra.console.apps.headless_run import final_line
 
     app = console_app(controller, agent_for, recorded)
+    steady_collector()
     code = app.run()
     if app.result is not None:
         print(final_line(controller.run_dir, app.result))

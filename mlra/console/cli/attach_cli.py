@@ -76,8 +76,10 @@ def cmd_attach(args: argparse.Namespace) -> int:
 def _attach(run_dir: Path) -> int:
     # lazy: Textual, which the one-line answer for a finished run never needs
     from mlra.console.apps.attach_app import AttachApp
+    from mlra.console.apps.collector import steady_collector
 
     app = AttachApp(RemoteRun(run_dir))
+    steady_collector()
     code = app.run()
     if app.detached:
         print(f"detached; the run goes on · mlra attach {run_dir} comes back")
