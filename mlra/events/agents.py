@@ -249,6 +249,9 @@ class ModelRetry(_Event):
     the connection was lost mid-answer, or nothing answers at its address."""
     wait_s: float | None = None
     """How long the run waits, its clock paused, before this retry."""
+    wait_limit_s: float | None = None
+    """Where the run waits for its server: how long it may wait in all for one call (its
+    `--server-wait`), so a notification can say how long the run may stay waiting."""
 
 
 class HistorySummarized(_Event):

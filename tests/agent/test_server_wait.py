@@ -1,7 +1,8 @@
 """A run waits out a model server that went away, instead of ending (issue 40).
 
-Against the scripted server: one killed mid-answer (a stream's first piece, then the
-socket closed), and one that stops answering in the middle of a run and comes back.
+Against the scripted server, through both providers (the real OpenAI and Anthropic
+SDKs): one killed mid-answer (a stream's first piece, then the socket closed), and one
+that stops answering in the middle of a run and comes back.
 The run asks again after a wait, its clock paused, each wait a `model_retry` event
 saying why; past `--server-wait` the failure says what happened and how long the run
 waited, never "gave up after 4 retries" when none were made.
@@ -17,13 +18,15 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
+from mlra.agent.providers.anthropic import AnthropicProvider
+from mlra.agent.providers.base import ModelProvider
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.text.event_lines import retry_cause
 from mlra.tasks.spec import load_task
-from tests.fakes.model_server import ScriptedModelServer
+from tests.fakes.model_server import Api, ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
 WORKER = [
@@ -32,16 +35,31 @@ WORKER = [
 ]
 
 
+@pytest.fixture(params=["openai", "anthropic"])
+def api(request: pytest.FixtureRequest) -> Api:
+    return request.param
+
+
 def _controller(
-    tmp_path: Path, task: Path, server: ScriptedModelServer, **settings: Any
-) -> tuple[RunController, OpenAIProvider]:
-    # No SDK retries: the run's own waits are what is tested (and the test stays fast).
-    provider = OpenAIProvider(
-        "scripted", api_key=None, base_url=server.url_for("openai"), max_retries=0
-    )
+    tmp_path: Path,
+    task: Path,
+    server: ScriptedModelServer,
+    api: Api,
+    max_retries: int = 0,
+    **settings: Any,
+) -> tuple[RunController, ModelProvider]:
+    # No SDK retries unless asked: the run's own waits are what is tested (and fast).
+    url = server.url_for(api)
+    provider: ModelProvider
+    if api == "anthropic":
+        provider = AnthropicProvider(
+            "scripted", api_key="sk-test", base_url=url, max_retries=max_retries
+        )
+    else:
+        provider = OpenAIProvider("scripted", api_key=None, base_url=url, max_retries=max_retries)
     config = RunConfig(
         task="answer",
-        model="openai/scripted",
+        model=f"{api}/scripted",
         runs_dir=tmp_path,
         isolation="none",
         context_window=32_768,
@@ -68,11 +86,11 @@ async def _until(controller: RunController, found: Any) -> list[ev.Event]:
 
 
 async def test_a_stream_cut_mid_answer_is_asked_again_after_a_wait(
-    tmp_path: Path, answer_task: Path
+    tmp_path: Path, answer_task: Path, api: Api
 ) -> None:
     script = {"supervisor": [{"drop": True}, *supervisor_answering()], "worker": WORKER}
     with ScriptedModelServer(script) as server:
-        controller, provider = _controller(tmp_path, answer_task, server)
+        controller, provider = _controller(tmp_path, answer_task, server, api)
         await controller.run(agent_for)
         await provider.aclose()
         outcomes = [r.outcome for r in server.requests]
@@ -89,14 +107,14 @@ async def test_a_stream_cut_mid_answer_is_asked_again_after_a_wait(
 
 
 async def test_a_server_that_stops_answering_mid_run_is_waited_for(
-    tmp_path: Path, answer_task: Path
+    tmp_path: Path, answer_task: Path, api: Api
 ) -> None:
     script = {"supervisor": supervisor_answering(), "worker": WORKER}
     # Answers go by the history, as a model's do: a request cut off by the stop asks
     # for the same answer again.
     server = ScriptedModelServer(script, turn_by_history=True).start()
     try:
-        controller, provider = _controller(tmp_path, answer_task, server)
+        controller, provider = _controller(tmp_path, answer_task, server, api)
         running = asyncio.create_task(controller.run(agent_for))
         # The server goes away once the supervisor has its first answer ...
         await _until(controller, lambda e: isinstance(e, ev.ModelCall))
@@ -122,11 +140,11 @@ async def test_a_server_that_stops_answering_mid_run_is_waited_for(
 
 
 async def test_a_server_gone_past_the_limit_ends_the_run_saying_what_happened(
-    tmp_path: Path, answer_task: Path
+    tmp_path: Path, answer_task: Path, api: Api
 ) -> None:
     server = ScriptedModelServer({}).start()
     server.stop()  # its address now refuses connections
-    controller, provider = _controller(tmp_path, answer_task, server, server_wait_s=1.5)
+    controller, provider = _controller(tmp_path, answer_task, server, api, server_wait_s=1.5)
     await controller.run(agent_for)
     await provider.aclose()
     events = _events(controller)
@@ -137,3 +155,42 @@ async def test_a_server_gone_past_the_limit_ends_the_run_saying_what_happened(
     assert "gave up after" not in finished.message
     waits = [e.wait_s for e in events if isinstance(e, ev.ModelRetry)]
     assert waits == [1.0, pytest.approx(0.5, abs=0.1)]
+
+
+async def test_a_server_killed_mid_answer_each_time_ends_the_run_saying_so(
+    tmp_path: Path, answer_task: Path, api: Api
+) -> None:
+    script = {"supervisor": [{"drop": True, "times": 10}]}
+    with ScriptedModelServer(script) as server:
+        controller, provider = _controller(tmp_path, answer_task, server, api, server_wait_s=1.5)
+        await controller.run(agent_for)
+        await provider.aclose()
+        outcomes = [r.outcome for r in server.requests if r.outcome]
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "provider_error"
+    assert "was lost mid-answer" in finished.message
+    assert "the run waited 2 s for the server over 2 tries" in finished.message
+    assert "gave up after" not in finished.message and "(after" not in finished.message
+    assert outcomes == ["dropped"] * 3  # the first call and the two tries after waits
+    causes = [e.cause for e in events if isinstance(e, ev.ModelRetry)]
+    assert causes == ["connection_lost", "connection_lost"]
+
+
+async def test_the_sdk_retries_a_refused_connection_and_the_message_counts_them(
+    tmp_path: Path, answer_task: Path, api: Api
+) -> None:
+    server = ScriptedModelServer({}).start()
+    server.stop()
+    controller, provider = _controller(
+        tmp_path, answer_task, server, api, max_retries=1, server_wait_s=0.2
+    )
+    await controller.run(agent_for)
+    await provider.aclose()
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert "is not answering" in finished.message
+    assert "(after 1 retry)" in finished.message and "gave up after" not in finished.message
+    retries = [e for e in events if isinstance(e, ev.ModelRetry)]
+    # Each call: the SDK's one retry (no cause), then the run's wait for the server.
+    assert [e.cause for e in retries] == [None, "not_answering", None]

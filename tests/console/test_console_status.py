@@ -14,7 +14,7 @@ from mlra import events as ev
 from mlra.agent.record.state import fold
 from mlra.console.apps.app import MlraApp
 from mlra.console.panes.plan import plan_window
-from mlra.console.panes.status import Part, StatusBar, fit, score_style, score_texts
+from mlra.console.panes.status import Part, StatusBar, activity, fit, score_style, score_texts
 from mlra.console.screens.screens import PromptScreen
 from tests.console.console_fixtures import recorded_run
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
@@ -92,6 +92,31 @@ async def test_retries_show_in_the_status_line_as_they_happen(
         assert (await run.finished()).reason == "submitted"
     # The log holds them, so a replay folds the same state.
     assert [e.attempt for e in run.watch.events if isinstance(e, ev.ModelRetry)] == [1, 2]
+
+
+def test_a_wait_for_the_model_server_shows_in_the_status_line() -> None:
+    """A run waiting out a server that went away (agent/loop/server_wait.py) says so, and
+    why, for as long as it waits: its clock is paused, so the seconds stand still."""
+    events: list[ev.Event] = [
+        ev.StepStarted(agent="worker", step=3, turn=3, t=10.0),
+        ev.ModelRetry(
+            agent="worker",
+            model="anthropic/local",
+            attempt=2,
+            cause="connection_lost",
+            wait_s=2.0,
+            wait_limit_s=300.0,
+            t=12.0,
+        ),
+    ]
+    state = fold(events)
+    state.started = True
+    shown = [t.plain for t in activity(state, 12.0)]
+    assert shown[0] == (
+        "worker generating… 2s (retry 2 after the connection was lost mid-answer; "
+        "waiting 2s, clock paused)"
+    )
+    assert all("clock paused" in line for line in shown)  # kept in the narrowest too
 
 
 async def test_space_while_evaluating_says_evaluation_cannot_be_paused(

@@ -22,8 +22,8 @@ request takes the role's next turn:
     {"text": "...", "stream_error": "overloaded_error"}  # fail mid-stream
     {"broken": "html", "times": 2}        # HTTP 200 that is no answer, twice (see BROKEN)
     {"text": "...", "no_usage": true}     # OpenAI: no token counts (as many local servers)
-    {"drop": true}                        # OpenAI: a stream's first piece, then the socket
-                                          # closed (a server killed mid-answer)
+    {"drop": true, "times": 2}            # a stream's first piece, then the socket closed
+                                          # (a server killed mid-answer), twice
 
 When a role's turns are used up, `"<role>:fallback"` answers (every time) if the
 script has one, else the text "(script exhausted)". Usage is deterministic:
@@ -330,7 +330,7 @@ class ScriptedModelServer:
             if position >= len(turns):
                 return dict(self.script.get(f"{key}:fallback") or {"text": EXHAUSTED})
             turn = turns[position]
-            if "status" in turn or "hang" in turn or "broken" in turn:
+            if "status" in turn or "hang" in turn or "broken" in turn or "drop" in turn:
                 used = self._repeats.get(key, 0) + 1
                 if used >= int(turn.get("times", 1)):
                     self._positions[key] = position + 1
@@ -500,7 +500,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
         if turn.get("drop"):
             record.outcome = "dropped"
-            self._dropped()
+            self._dropped(api)
             return
         if "broken" in turn:
             record.outcome = f"broken {turn['broken']}"
@@ -625,22 +625,52 @@ class _Handler(BaseHTTPRequestHandler):
         }
         self._sse(iter(chunks[kind]), named=False)
 
-    def _dropped(self) -> None:
+    def _dropped(self, api: Api) -> None:
         """A server killed mid-answer: a streamed answer's first piece, then the socket
         closed with the stream unfinished (no last chunk), as a killed process leaves it."""
-        piece = {
-            "id": "chatcmpl-x",
-            "object": "chat.completion.chunk",
-            "created": 0,
-            "model": "m",
-            "choices": [{"index": 0, "delta": {"content": "half an ans"}, "finish_reason": None}],
-        }
+        if api == "anthropic":
+            start = {
+                "type": "message_start",
+                "message": {
+                    "id": "msg_x",
+                    "type": "message",
+                    "role": "assistant",
+                    "model": "m",
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": 5, "output_tokens": 1},
+                },
+            }
+            block = {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            }
+            delta = {
+                "type": "content_block_delta",
+                "index": 0,
+                "delta": {"type": "text_delta", "text": "half an ans"},
+            }
+            pieces = [f"event: {e['type']}\ndata: {_dumps(e)}\n\n" for e in (start, block, delta)]
+        else:
+            piece = {
+                "id": "chatcmpl-x",
+                "object": "chat.completion.chunk",
+                "created": 0,
+                "model": "m",
+                "choices": [
+                    {"index": 0, "delta": {"content": "half an ans"}, "finish_reason": None}
+                ],
+            }
+            pieces = [f"data: {_dumps(piece)}\n\n"]
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        chunk = f"data: {_dumps(piece)}\n\n".encode()
-        self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+        for text in pieces:
+            chunk = text.encode()
+            self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
         self.wfile.flush()
         self.close_connection = True
         self.connection.shutdown(socket.SHUT_RDWR)

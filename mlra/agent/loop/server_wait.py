@@ -50,6 +50,7 @@ class ServerWait:
                 status=None,
                 cause="connection_lost" if exc.mid_answer else "not_answering",
                 wait_s=round(delay, 3),
+                wait_limit_s=run.config.server_wait_s,
             )
         )
         paused = run.clock.running

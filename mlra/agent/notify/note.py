@@ -36,12 +36,21 @@ def sendable(value: Any) -> Any:
 
 
 NotificationKind = Literal[
-    "approval", "best_validation", "provider_paused", "time_warning", "finished", "batch_finished"
+    "approval",
+    "best_validation",
+    "provider_paused",
+    "server_wait",
+    "server_back",
+    "time_warning",
+    "finished",
+    "batch_finished",
 ]
 """Why the user is told: a call waits for their approval; a validation beat every
-earlier one; the model provider failed and the run is paused for them; the run's time
-is nearly spent; the run ended (with its score, where it has one); a batch ended (`mlra
-batch --notify`, whose runs each notify "finished" as they end for good)."""
+earlier one; the model provider failed and the run is paused for them; the run waits
+for its model server, which went away, and the server came back (a wait that gives up
+is told by the pause or the end that follows); the run's time is nearly spent; the run
+ended (with its score, where it has one); a batch ended (`mlra batch --notify`, whose
+runs each notify "finished" as they end for good)."""
 
 
 class Notification(BaseModel):

@@ -5,8 +5,10 @@ its panes, so a notification says what the log says: a call held for approval
 (`approval_requested`), a validation that beat every earlier one in the metric's own
 direction (the experiments table's `best` mark, or a search attempt's validated score),
 a model provider failure that paused the run (a non-fatal `model_error` followed by
-the system's `pause`), the time warning (`time_warning`), and the end (`run_finished`,
-with the grading's score, normalized score and success).
+the system's `pause`), a run waiting for its model server (the first `model_retry` with
+a cause, and the `model_call` that ends the wait; not every retry), the time warning
+(`time_warning`), and the end (`run_finished`, with the grading's score, normalized
+score and success).
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ class Triggers:
         self._best: float | None = None
         self._provider_error: ev.ModelError | None = None
         self._evaluation: ev.EvaluationFinished | None = None
+        self._server_waits: list[ev.ModelRetry] = []
+        """The waits for the server since its last answer: the first is told, the rest not."""
+        self._server_gave_up = False
+        """The last provider failure ended a wait for the server: the pause or end says so."""
 
     def _note(
         self, kind: NotificationKind, event: ev.Event, title: str, message: str, **fields: object
@@ -73,12 +79,22 @@ class Triggers:
                 return self._best_validation(event)
             case ev.AttemptFinished() if event.status == "validated" and event.score is not None:
                 return self._best_attempt(event)
-            case ev.ModelError() if not event.fatal and event.cut_off is None:
-                self._provider_error = event
+            case ev.ModelRetry() if event.cause is not None:
+                self._server_waits.append(event)
+                if len(self._server_waits) == 1:
+                    return self._server_wait(event)
+            case ev.ModelCall() if self._server_waits:
+                return self._server_back(event)
+            case ev.ModelError() if event.cut_off is None:
+                self._server_gave_up = bool(self._server_waits)
+                self._server_waits = []
+                if not event.fatal:
+                    self._provider_error = event
             case ev.Control() if event.action == "pause" and event.source == "system":
                 return self._provider_paused(event)
             case ev.Control() if event.action in ("resume", "step"):
                 self._provider_error = None
+                self._server_gave_up = False
             case ev.TimeWarning():
                 return self._note(
                     "time_warning",
@@ -148,14 +164,47 @@ class Triggers:
             normalized=event.normalized,
         )
 
+    def _server_wait(self, event: ev.ModelRetry) -> Notification:
+        what = (
+            "the connection was lost mid-answer"
+            if event.cause == "connection_lost"
+            else "the server is not answering"
+        )
+        limit = event.wait_limit_s
+        up_to = f" up to {format_duration(limit)}" if limit is not None else ""
+        return self._note(
+            "server_wait",
+            event,
+            "mlra: the model server went away; the run waits for it",
+            f"{self._who()}: {event.model}: {what}; waiting{up_to} for it to come back, "
+            "the run's clock paused",
+        )
+
+    def _server_back(self, event: ev.ModelCall) -> Notification:
+        waits, self._server_waits = self._server_waits, []
+        tries = len(waits)
+        return self._note(
+            "server_back",
+            event,
+            "mlra: the model server is back; the run goes on",
+            f"{self._who()}: {event.model} answered again after "
+            f"{format_duration(event.ts - waits[0].ts)} of waiting "
+            f"({tries} {'try' if tries == 1 else 'tries'})",
+        )
+
     def _provider_paused(self, event: ev.Control) -> Notification | None:
         error = self._provider_error
         if error is None:
             return None
+        what = (
+            "the model server did not come back"
+            if self._server_gave_up
+            else "the model provider failed"
+        )
         return self._note(
             "provider_paused",
             event,
-            "mlra: the model provider failed; the run is paused",
+            f"mlra: {what}; the run is paused",
             f"{self._who()}: {error.model}: {error.error} — resume to retry, or stop",
         )
 
@@ -183,6 +232,8 @@ class Triggers:
             if "metric" in fields and grading
             else ""
         )
+        if self._server_gave_up and event.reason == "provider_error":
+            title += ": the model server did not come back"
         return self._note(
             "finished",
             event,

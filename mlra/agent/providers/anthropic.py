@@ -11,8 +11,9 @@ prefix from the cache and pays full price only for what is new.
 Retries of 429, 5xx, overloads and time-outs are the SDK's (`max_retries`,
 backing off as the server's retry-after asks); a stream that ends before its
 stop reason, or an HTTP 200 that is no stream of events (a proxy's HTML page,
-truncated JSON), is retried here the same way. What is left is a ProviderError
-with one readable line.
+truncated JSON), is retried here the same way. A connection lost mid-answer or
+refused is a ServerGone (agent/providers/server_gone.py, read as for OpenAI), which
+the run waits out. What is left is a ProviderError with one readable line.
 
 An Anthropic-compatible local server's model may write its tool calls as text;
 they are read as calls as the OpenAI provider reads them
@@ -42,12 +43,14 @@ from mlra.agent.providers.base import (
     ProviderError,
     TextCallback,
     Usage,
+    retries_made,
     retry_hooks,
     tell_first_piece,
     tell_invalid_retry,
     wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
+from mlra.agent.providers.server_gone import server_gone
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
     ServerProbe,
@@ -199,6 +202,11 @@ class AnthropicProvider(ModelProvider):
             try:
                 response = await self._stream(request, on_text)
                 break
+            except anthropic.APIConnectionError as exc:
+                if isinstance(exc, anthropic.APITimeoutError):
+                    raise ProviderError(self._describe(exc)) from exc
+                # Nothing answers at the address (after the SDK's own retries): waited for.
+                raise server_gone(self.name, self.base_url, exc, retries_made()) from exc
             except (anthropic.APIError, httpx2.HTTPError) as exc:
                 raise ProviderError(self._describe(exc)) from exc
             except InvalidResponse as exc:
@@ -286,7 +294,8 @@ class AnthropicProvider(ModelProvider):
         except httpx2.TransportError as exc:
             if isinstance(exc, httpx2.TimeoutException):
                 raise
-            raise InvalidResponse(f"the stream broke off: {type(exc).__name__}") from exc
+            # The server went away (killed, restarted): waited for, not asked at once.
+            raise server_gone(self.name, self.base_url, exc, None) from exc
         if not read.started:
             raise InvalidResponse("the stream holds no message")
         if read.stop_reason is None:

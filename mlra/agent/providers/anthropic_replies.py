@@ -30,6 +30,7 @@ from anthropic.types import (
 from anthropic.types import Usage as AnthropicUsage
 
 from mlra.agent.providers.base import ModelResponse, TextCallback, ToolCallRequest, Usage
+from mlra.agent.providers.server_gone import one_line
 from mlra.tools.registry import parse_arguments
 
 
@@ -172,8 +173,3 @@ def _error_fields(body: Any) -> tuple[str | None, str | None]:
                 message if isinstance(message, str) else None,
             )
     return None, None
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."

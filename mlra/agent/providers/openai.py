@@ -61,12 +61,12 @@ from mlra.agent.providers.openai_replies import (
     describe_error,
     finish_of,
     one_line,
-    server_gone,
     take_chunk,
     tool_call,
     usage_of,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
+from mlra.agent.providers.server_gone import server_gone
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
     ServerProbe,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import httpx2
 import openai
 
-from mlra.agent.providers.base import ServerGone, TextCallback, ToolCallRequest, Usage
+from mlra.agent.providers.base import TextCallback, ToolCallRequest, Usage
+from mlra.agent.providers.server_gone import one_line
 from mlra.tools.registry import parse_arguments
 
 
@@ -127,29 +127,3 @@ def _error_fields(body: Any) -> tuple[str | None, str | None]:
     elif isinstance(body, str):
         return None, body
     return None, None
-
-
-def one_line(text: str, limit: int = 300) -> str:
-    line = " ".join(str(text).split())
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def server_gone(
-    name: str, base_url: str | None, exc: BaseException, retries: int | None
-) -> ServerGone:
-    """What a failed connection was: one lost while the answer came (a server killed or
-    restarted mid-answer), or no server answering at all, with the retries made (never
-    "gave up after 4 retries" when none were)."""
-    cause = exc.__cause__ if isinstance(exc, openai.APIConnectionError) and exc.__cause__ else exc
-    after = f" (after {retries} retries)" if retries else ""
-    where = base_url or "the API"
-    detail = f"{type(cause).__name__}: {one_line(str(cause), 120)}"
-    if isinstance(cause, (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)):
-        return ServerGone(
-            f"{name}: the connection to {where} was lost mid-answer ({detail}){after}",
-            mid_answer=True,
-        )
-    return ServerGone(
-        f"{name}: cannot connect to {where}: the server is not answering ({detail}){after}",
-        mid_answer=False,
-    )

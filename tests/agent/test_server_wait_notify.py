@@ -1,0 +1,157 @@
+"""`--notify` on a run that waits for its model server (issue 40).
+
+A user who walked away hears once that the run waits (why, and how long it may wait),
+and once that it ended: the server came back, or the wait gave up (said by the pause or
+the end that follows), never once per retry. Whole runs over the scripted server on
+loopback, which refuses connections for a while and then comes back, with a real
+`cmd:` destination that appends the JSON it reads to a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.notify.triggers import Triggers
+from mlra.agent.providers.openai import OpenAIProvider
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+WORKER = [
+    turn("", call("bash", command="echo 42 > answer.txt")),
+    turn("", call("report", summary="answer.txt holds 42")),
+]
+
+
+def _controller(
+    tmp_path: Path, task: Path, server: ScriptedModelServer, heard: Path, **settings: Any
+) -> tuple[RunController, OpenAIProvider]:
+    provider = OpenAIProvider(
+        "scripted", api_key=None, base_url=server.url_for("openai"), max_retries=0
+    )
+    config = RunConfig(
+        task="answer",
+        model="openai/scripted",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        context_window=32_768,
+        context_window_from="setting",
+        review_every=1000,
+        notify=[f"cmd:cat >> {heard}"],
+        **settings,
+    )
+    return RunController(config, load_task(task), provider), provider
+
+
+def _events(controller: RunController) -> list[ev.Event]:
+    path = controller.run_dir / "events.jsonl"
+    return read_events(path) if path.exists() else []
+
+
+async def _until(controller: RunController, found: Any) -> None:
+    """Wait until the run's log holds an event `found` accepts (the log, not the clock)."""
+    for _ in range(600):
+        if any(found(e) for e in _events(controller)):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("the event never came")
+
+
+def _heard(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+async def test_a_wait_for_the_server_is_told_once_and_its_end_once(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    heard = tmp_path / "heard.jsonl"
+    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    server = ScriptedModelServer(script, turn_by_history=True).start()
+    try:
+        controller, provider = _controller(tmp_path, answer_task, server, heard)
+        running = asyncio.create_task(controller.run(agent_for))
+        await _until(controller, lambda e: isinstance(e, ev.ModelCall))
+        server.stop()  # its address now refuses connections ...
+        # ... for two waits at least, then it comes back.
+        await _until(
+            controller,
+            lambda e: (
+                isinstance(e, ev.ModelRetry) and e.cause == "not_answering" and e.attempt >= 2
+            ),
+        )
+        server.start()
+        result = await asyncio.wait_for(running, 60)
+        await provider.aclose()
+    finally:
+        server.stop()
+    assert result.reason == "submitted"
+    waits = [e for e in _events(controller) if isinstance(e, ev.ModelRetry) and e.cause]
+    assert len(waits) >= 2 and all(e.wait_limit_s == 300.0 for e in waits)
+    notes = _heard(heard)
+    assert [n["kind"] for n in notes] == ["server_wait", "server_back", "finished"]
+    waiting, back = notes[0], notes[1]
+    assert "went away; the run waits for it" in waiting["title"]
+    assert "waiting up to 5m00s for it to come back" in waiting["message"]
+    assert "the server is not answering" in waiting["message"] or (
+        "lost mid-answer" in waiting["message"]
+    )
+    assert back["title"] == "mlra: the model server is back; the run goes on"
+    assert f"({len(waits)} tries)" in back["message"]
+
+
+async def test_a_wait_that_gives_up_is_told_by_the_end(tmp_path: Path, answer_task: Path) -> None:
+    heard = tmp_path / "heard.jsonl"
+    server = ScriptedModelServer({}).start()
+    server.stop()
+    controller, provider = _controller(tmp_path, answer_task, server, heard, server_wait_s=1.5)
+    result = await controller.run(agent_for)
+    await provider.aclose()
+    assert result.reason == "provider_error"
+    notes = _heard(heard)
+    assert [n["kind"] for n in notes] == ["server_wait", "finished"]
+    assert "waiting up to 2s for it to come back" in notes[0]["message"]
+    assert notes[1]["title"] == "mlra: run error: the model server did not come back"
+
+
+def test_a_paused_run_says_its_server_did_not_come_back() -> None:
+    """The console pauses where a headless run ends: the pause's notification says the
+    wait gave up, and a later wait (after the user resumes) is told again."""
+    triggers = Triggers("r1", Path("/runs/r1"))
+
+    def wait(attempt: int) -> ev.ModelRetry:
+        return ev.ModelRetry(
+            agent="worker",
+            model="openai/x",
+            attempt=attempt,
+            cause="connection_lost",
+            wait_s=1.0,
+            wait_limit_s=60.0,
+        )
+
+    first = triggers.notification(wait(1))
+    assert first is not None and first.kind == "server_wait"
+    assert "the connection was lost mid-answer; waiting up to 1m00s" in first.message
+    assert triggers.notification(wait(2)) is None  # not on every retry
+    gone = ev.ModelError(agent="worker", model="openai/x", error="lost", fatal=False)
+    assert triggers.notification(gone) is None
+    paused = triggers.notification(ev.Control(action="pause", source="system"))
+    assert paused is not None and paused.kind == "provider_paused"
+    assert paused.title == "mlra: the model server did not come back; the run is paused"
+    assert triggers.notification(ev.Control(action="resume")) is None
+    again = triggers.notification(wait(1))
+    assert again is not None and again.kind == "server_wait"
+    back = triggers.notification(ev.ModelCall(agent="worker", model="openai/x"))
+    assert back is not None and back.kind == "server_back" and "(1 try)" in back.message
+    # A provider failure with no wait before it is told as ever.
+    failed = ev.ModelError(agent="worker", model="openai/x", error="HTTP 503", fatal=False)
+    triggers.notification(failed)
+    other = triggers.notification(ev.Control(action="pause", source="system"))
+    assert other is not None and other.title == "mlra: the model provider failed; the run is paused"
