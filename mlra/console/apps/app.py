@@ -53,6 +53,7 @@ from mlra.console.screens.live_run import LiveRun
 from mlra.console.screens.note_keys import NoteKeys
 from mlra.console.screens.run_control_keys import RunControlKeys
 from mlra.console.screens.screens import HelpScreen
+from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.curves_data import CurveSet
 from mlra.console.text.keymap import ATTEMPT_KEYS, ATTEMPTS_FOCUS_KEY, KEYS, bindings
 from mlra.terminal_text import printable, printable_line
@@ -93,6 +94,8 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         self.curves = CurveSet()
         """The run's `metrics` and validations as curves (the Curves view, `v`)."""
         self.display_ = ConsoleDisplay(self)
+        self.attempt_logs = AttemptLogs(self.run_dir)
+        """A search's attempts' own logs: their notices and calls shown in the transcript."""
         self.result: RunResult | None = None
         self.provider_error: str | None = None
         self._quit_when_done = False
@@ -230,6 +233,8 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
             self.state.apply(event)
             self.curves.feed(event)
             plan.feed(event)
+            for attempt, said in self.attempt_logs.news(event):
+                transcript.attempt_said(attempt, said, event.t, calls=self.attempt_logs.local)
             transcript.feed(event)
             resources.feed(event)
             if isinstance(event, ev.ToolResult):

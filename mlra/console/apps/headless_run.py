@@ -20,6 +20,7 @@ def run_headless(
     json_lines: bool,
     verbose: bool,
     controller: Any = None,
+    recorded: list[Any] | None = None,
 ) -> int:
     import asyncio
     import json
@@ -46,7 +47,8 @@ def run_headless(
 
     display.on_reader_gone = reader_gone
     if isinstance(display, TranscriptDisplay):
-        display.attempts_in(controller.run_dir)  # a search's heartbeats read its attempts
+        # A search's attempts' own logs: their calls, notices and progress.
+        display.attempts_in(controller.run_dir, recorded or ())
         # A resumed run's printer sees no run_started: the config says the server is local.
         display.time_calls(bool(controller.config.base_url))
 

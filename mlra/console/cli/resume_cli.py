@@ -151,6 +151,7 @@ def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui:
         json_lines=args.json,
         verbose=args.verbose,
         controller=controller,
+        recorded=recorded,
     )
 
 

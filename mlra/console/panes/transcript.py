@@ -41,6 +41,7 @@ from mlra.console.panes.transcript_entries import (
 )
 from mlra.console.text.event_lines import (
     attempt_finished_line,
+    attempt_news,
     attempt_ok,
     attempt_started_line,
     describe_call,
@@ -236,6 +237,15 @@ class TranscriptPane(VerticalScroll):
                 )
             case _:
                 pass
+
+    def attempt_said(self, attempt: str, event: ev.Event, now: float, *, calls: bool) -> None:
+        """One of the run's attempts' model calls or notices, from its own log
+        (console/text/attempt_logs.py), at the run's clock `now`."""
+        said = attempt_news(event, calls=calls)
+        if said is not None:
+            line = Text(f"{format_duration(now)} ", style="dim")
+            line.append(printable(f"{attempt} · {said[0]}"), style=said[1])
+            self._add(NoteEntry(line, ("attempt", attempt, event.seq)))
 
     def _control(self, event: ev.Control) -> None:
         entry = self._tools.get(event.call_id or "")

@@ -1,6 +1,6 @@
 """The words an event is said in, one line each: a tool call, a retry's cause, a model
-call's speed, a job's end, an attempt, a score with its marks (SELF-REPORTED,
-UNISOLATED).
+call's speed, a job's end, an attempt and what its own log says, a score with its marks
+(SELF-REPORTED, UNISOLATED).
 
 Shared by every display (the headless transcript, the console's transcript pane and
 status line, the replay, `mlra eval`), so a run reads the same wherever it is shown;
@@ -166,6 +166,38 @@ def model_speed(e: ev.ModelCall) -> str:
         tokens += f" at {mark}{e.output_tokens / writing:.0f} tok/s"
     parts.append(tokens)
     return ", ".join(parts)
+
+
+def model_call_line(e: ev.ModelCall) -> str:
+    """`worker answered in 3.2s: prompt read in 1.1s, ~120 tokens at ~38 tok/s`."""
+    what = "" if e.purpose == "turn" else f"'s {e.purpose}"
+    return f"{e.agent}{what} answered in {e.latency_s:.1f}s: {model_speed(e)}"
+
+
+def retry_line(e: ev.ModelRetry) -> str:
+    of = f"/{e.max_retries}" if e.max_retries else ""
+    return f"{e.agent} model retry {e.attempt}{of} {retry_cause(e.status, e)}"
+
+
+def attempt_news(e: ev.Event, *, calls: bool) -> tuple[str, str] | None:
+    """What a run shows of one of its attempts' own events (read from the attempt's log,
+    console/text/attempt_logs.py) in the words it says its own: each model call's time
+    and speed where the model runs on the user's server (`calls`), a notice, a window
+    learned from the server, a retry or a wait for it, a history summarized. The line
+    and its style; None: not shown."""
+    match e:
+        case ev.ModelCall() if calls:
+            return model_call_line(e), "dim"
+        case ev.ContextWindowLearned():
+            return learned_window_line(e), "yellow"
+        case ev.ModelRetry():
+            return retry_line(e), "yellow"
+        case ev.Notice():
+            return f"! {e.message}", "red" if e.level == "error" else "yellow"
+        case ev.HistorySummarized():
+            return f"{e.agent} history summarized (turns {e.first_turn}–{e.last_turn})", "dim"
+        case _:
+            return None
 
 
 def job_ok(e: ev.JobEnded) -> bool:

@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import encode_event
+from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.event_lines import (
     attempt_finished_line,
+    attempt_news,
     attempt_ok,
     attempt_started_line,
     describe_call,
@@ -29,9 +31,9 @@ from mlra.console.text.event_lines import (
     job_end_line,
     job_ok,
     learned_window_line,
-    model_speed,
+    model_call_line,
     one_line,
-    retry_cause,
+    retry_line,
     score_line,
     time_warning_line,
     unknown_line,
@@ -146,6 +148,8 @@ class TranscriptDisplay(_Printer):
                 file=self.stream, highlight=False, soft_wrap=True, emoji=False, markup=False
             )
         self._calls: dict[str, ev.ToolCall] = {}
+        self._attempts = AttemptLogs()
+        """A search's attempts' own logs, followed (the run's folder is told: attempts_in)."""
         self._waiting: dict[str, str] = {}
         """The tool of each call that waited for approval, by call id (an edit names it)."""
         self._fork: ev.RunForked | None = None
@@ -169,8 +173,12 @@ class TranscriptDisplay(_Printer):
         self._fork_dir = run_dir
         self.attempts_in(run_dir)
 
-    def attempts_in(self, run_dir: Path) -> None:
-        """The run's folder: heartbeats read its attempts' logs for their progress."""
+    def attempts_in(self, run_dir: Path, resumed: Iterable[ev.Event] = ()) -> None:
+        """The run's folder: its attempts' logs are read for their model calls and notices
+        (shown prefixed with the attempt's id), and by heartbeats for their progress;
+        `resumed`: the past of a resumed run, whose running attempts are followed on."""
+        self._attempts.run_dir = run_dir
+        self._attempts.resumed(resumed)
         if self._heartbeat is not None:
             self._heartbeat.run_dir = run_dir
 
@@ -193,6 +201,8 @@ class TranscriptDisplay(_Printer):
         self._now = event.t
         if self._heartbeat is not None:
             self._heartbeat.apply(event)
+        for attempt, said in self._attempts.news(event):
+            self._attempt_said(attempt, said, event.t)
         self._say(event)
         if self._heartbeat is not None:
             for line in self._heartbeat.due(event.t):
@@ -202,6 +212,13 @@ class TranscriptDisplay(_Printer):
         """Show each model call's time and speed (a model on the user's own server), as
         `run_started` would tell a printer that saw it."""
         self._local = local
+
+    def _attempt_said(self, attempt: str, event: ev.Event, now: float) -> None:
+        """An attempt's model call or notice, from its own log, at the run's clock."""
+        said = attempt_news(event, calls=self._local)
+        if said is not None:
+            text, style = said
+            self._out(f"[{format_duration(now)}] {printable_line(attempt)} · {text}", style)
 
     def _say(self, event: ev.Event) -> None:
         t = format_duration(event.t)
@@ -242,18 +259,11 @@ class TranscriptDisplay(_Printer):
             case ev.JobEnded():
                 self._out(f"[{t}] {job_end_line(event)}", "green" if job_ok(event) else "yellow")
             case ev.ModelCall() if self._local:
-                what = "" if event.purpose == "turn" else f"'s {event.purpose}"
-                self._out(
-                    f"[{t}] {event.agent}{what} answered in {event.latency_s:.1f}s: "
-                    + model_speed(event),
-                    "dim",
-                )
+                self._out(f"[{t}] {model_call_line(event)}", "dim")
             case ev.ContextWindowLearned():
                 self._out(f"[{t}] {learned_window_line(event)}", "yellow")
             case ev.ModelRetry():
-                after = retry_cause(event.status, event)
-                of = f"/{event.max_retries}" if event.max_retries else ""
-                self._out(f"[{t}] {event.agent} model retry {event.attempt}{of} {after}", "yellow")
+                self._out(f"[{t}] {retry_line(event)}", "yellow")
             case ev.Notice():
                 self._out(f"! {event.message}", "yellow" if event.level != "error" else "red")
             case ev.TimeWarning():

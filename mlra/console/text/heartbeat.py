@@ -18,12 +18,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from mlra import events as ev
-from mlra.agent.record.log_refs import Resolver, Unresolved
 from mlra.agent.record.run_progress import Glance, ProgressWatch
 from mlra.agent.record.state import RunState
+from mlra.console.text.attempt_logs import GrowingLog
 from mlra.console.text.event_lines import describe_call, one_line, waiting_words
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
@@ -115,48 +113,19 @@ class Heartbeat:
 
 
 class _GrowingLog:
-    """An attempt's log, read on from where the last heartbeat left it: each line is
-    parsed once however long the attempt runs (reading it whole every heartbeat grew
-    with the log), and folded up to the wall clock asked for."""
+    """An attempt's log, read on from where the last heartbeat left it
+    (console/text/attempt_logs.py), and folded up to the wall clock asked for."""
 
     def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = 0
-        self.resolve = Resolver()
-        self.held: list[ev.Event] = []
-        """Read, but written after the time last asked for: folded when it comes."""
+        self.log = GrowingLog(path)
         self.glance = Glance()
         self.folded = False
-        self.damaged = False
 
     def progress(self, until_ts: float) -> str:
         """Its newest progress as the log held it at wall clock `until_ts` (0: now)."""
-        if self.damaged:
-            return ""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
-        except OSError:
-            return ""
-        whole = data.rfind(b"\n") + 1  # a half-written last line waits for its newline
-        self.offset += whole
-        for line in data[:whole].split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                self.held.append(self.resolve(ev.parse_event(line)))
-            except (ValidationError, ValueError, Unresolved):
-                self.damaged = True
-                return ""
-        later: list[ev.Event] = []
-        for event in self.held:
-            if not until_ts or not event.ts or event.ts <= until_ts:
-                self.glance.apply(event)
-                self.folded = True
-            else:
-                later.append(event)
-        self.held = later
-        if not self.folded:
+        for event in self.log.read(until_ts):
+            self.glance.apply(event)
+            self.folded = True
+        if not self.folded or self.log.damaged:
             return ""
         return self.glance.words(self.glance.last_t).partition(" · ")[2]
