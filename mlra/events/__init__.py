@@ -47,6 +47,8 @@ from mlra.events.agents import (
     ToolCall,
     ToolOutput,
     ToolResult,
+    WorkerAlone,
+    WorkerAloneReason,
     WorkerThought,
     subtask_outcome_words,
 )
@@ -121,6 +123,7 @@ Event = Annotated[
     | SupervisorMessage
     | SubtaskStarted
     | SubtaskFinished
+    | WorkerAlone
     | Review
     | StepStarted
     | TextDelta
@@ -293,6 +296,8 @@ __all__ = [
     "ToolResult",
     "UnknownEvent",
     "Validation",
+    "WorkerAlone",
+    "WorkerAloneReason",
     "WorkerThought",
     "WorkspaceSnapshot",
     "parse_event",

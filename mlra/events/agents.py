@@ -64,6 +64,23 @@ class SubtaskFinished(_Event):
     worker_steps: int = 0
 
 
+WorkerAloneReason = Literal["chosen", "supervisor_idle"]
+"""Why the worker took the task whole: the user chose it (`--agent worker`), or the
+supervisor answered turn after turn without handing it a subtask or making a usable
+call (small models that cannot plan, agent/agents/worker_alone.py)."""
+
+
+class WorkerAlone(_Event):
+    """From here the worker does the task alone, given it whole with `submit`, as
+    MLAgentBench's single agent does; the supervisor takes no more turns."""
+
+    type: Literal["worker_alone"] = "worker_alone"
+    reason: WorkerAloneReason
+    supervisor_turns: int = 0
+    """The supervisor's turns before the hand-over (0 where the user chose it)."""
+    message: str = ""
+
+
 class Review(_Event):
     """A periodic supervisor check on a running subtask, and the guidance it gave."""
 

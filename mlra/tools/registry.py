@@ -135,6 +135,12 @@ def _strip_titles(node: Any) -> None:
             _strip_titles(item)
 
 
+def no_such_tool(name: str) -> str:
+    """How a call to a tool that does not exist is answered, native or written as text
+    (agent/providers/text_calls.py): in the same words, so a model hears one thing."""
+    return f"there is no tool named {name!r}"
+
+
 def error(message: str) -> ToolOutcome:
     return ToolOutcome(output=f"Error: {message}", ok=False, error=message)
 
@@ -202,7 +208,7 @@ class ToolRegistry:
     ) -> ToolOutcome:
         tool = self._tools.get(name)
         if tool is None:
-            return error(f"unknown tool {name!r}; the tools are: {', '.join(self._tools)}")
+            return error(f"{no_such_tool(name)}; the tools are: {', '.join(self._tools)}")
         if parse_error is not None or arguments is None:
             return error(f"{name}: {parse_error or 'missing arguments'}")
         fields = tool.Args.model_fields

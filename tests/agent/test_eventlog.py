@@ -39,6 +39,7 @@ def _samples() -> list[ev.Event]:
         ev.SupervisorMessage(text="plan"),
         ev.SubtaskStarted(subtask=1, instructions="do"),
         ev.SubtaskFinished(subtask=1, report="done"),
+        ev.WorkerAlone(reason="supervisor_idle", supervisor_turns=4, message="the worker takes it"),
         ev.Review(subtask=1, after_steps=3),
         ev.StepStarted(agent="worker", step=1, turn=1),
         ev.TextDelta(agent="worker", turn=1, text="th"),

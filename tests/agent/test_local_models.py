@@ -156,7 +156,7 @@ def test_text_that_looks_like_a_call_and_cannot_be_read_is_reported() -> None:
     unknown = read_text_calls(
         '<tool_call>{"name": "python", "arguments": {}}</tool_call>', ["bash"]
     )
-    assert unknown.problems == ["<tool_call> names no tool of yours: 'python'"]
+    assert unknown.problems == ["there is no tool named 'python'"]
     fenced = read_text_calls('```json\n{"name": "bash", "arguments": {"command": \n```', ["bash"])
     assert fenced.problems and not fenced.calls
     # JSON about something else is prose, and no problem.

@@ -75,7 +75,10 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: Api) ->
     broken = next(c for c in calls if c.raw_arguments is not None)
     broken_result = result_of[broken.call_id]
     assert not broken_result.ok and "not valid JSON" in broken_result.output
-    assert not by_tool["teleport"].ok and "unknown tool 'teleport'" in by_tool["teleport"].output
+    assert (
+        not by_tool["teleport"].ok
+        and "there is no tool named 'teleport'" in by_tool["teleport"].output
+    )
     # Dispatch by name: list_files with a `command` argument is refused, not run as a shell command.
     assert (
         not by_tool["list_files"].ok
@@ -86,7 +89,7 @@ def test_scripted_run_end_to_end(tmp_path: Path, answer_task: Path, api: Api) ->
 
     # The model saw every error as an observation and the run went on.
     sent = json.dumps([r.body for r in worker_requests])
-    assert "not valid JSON" in sent and "unknown tool" in sent and "unknown argument" in sent
+    assert "not valid JSON" in sent and "no tool named" in sent and "unknown argument" in sent
 
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "finished" and result["reason"] == "submitted"

@@ -359,7 +359,11 @@ class Boom(Tool[BoomArgs]):
 async def test_dispatch_errors_become_observations(h: Harness) -> None:
     h.registry.add(Boom())
     unknown = await h.call("rm_rf", {})
-    assert not unknown.ok and "unknown tool 'rm_rf'" in unknown.output and "bash" in unknown.output
+    assert (
+        not unknown.ok
+        and "there is no tool named 'rm_rf'" in unknown.output
+        and "bash" in unknown.output
+    )
     not_json = await h.call("bash", '{"command": "ls"')
     assert not not_json.ok and "not valid JSON" in not_json.output
     not_object = await h.call("bash", '["ls"]')

@@ -8,7 +8,8 @@ from mlra.agent.run.controller import Agent, RunController
 
 
 def agent_for(controller: RunController) -> Agent:
-    """The baseline agent when there is no model, else the supervisor–worker pair; the
+    """The baseline agent when there is no model, else the supervisor–worker pair, or the
+    worker alone for `--agent worker` (agent/agents/worker_alone.py); the
     greedy search policy over attempts (agent/agents/search.py) for `--search greedy`. A run
     that searches gets the launcher its attempts' own runs are made by."""
     if controller.config.search != "none":
@@ -23,8 +24,13 @@ def agent_for(controller: RunController) -> Agent:
         from mlra.agent.agents.baseline import BaselineAgent
 
         return BaselineAgent(controller)
-    from mlra.agent.agents.supervisor import Supervisor
     from mlra.agent.agents.window_floor import run_floor
 
     controller.turns.window.floor = partial(run_floor, controller.config, controller.task)
+    if controller.config.agent == "worker":
+        from mlra.agent.agents.worker_alone import WorkerAloneAgent
+
+        return WorkerAloneAgent(controller)
+    from mlra.agent.agents.supervisor import Supervisor
+
     return Supervisor(controller)

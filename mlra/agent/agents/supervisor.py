@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 
 from mlra import events as ev
 from mlra.agent.agents.worker import Worker
+from mlra.agent.agents.worker_alone import work_alone
 from mlra.agent.loop.ending import unsubmitted
 from mlra.agent.loop.history import AgentHistory
 from mlra.agent.loop.loops import Repeats, call_key
@@ -188,6 +189,16 @@ class Supervisor:
                 empty += not response.text.strip()
                 if nudges > MAX_NUDGES:
                     what = "gave empty answers" if empty == nudges else "answered without a tool"
+                    if self._hands_over(failed_submit):
+                        did = f"the supervisor {what} {nudges} turns in a row"
+                        await work_alone(
+                            self.ctl,
+                            "supervisor_idle",
+                            f"{did} and never handed the worker a subtask: the worker takes "
+                            "the whole task alone (--agent worker starts a run so)",
+                            supervisor_turns=turns,
+                            before=did + " and never handed the worker a subtask",
+                        )
                     if failed_submit:
                         message = (
                             f"the supervisor's submit call failed ({failed_submit}), then it "
@@ -245,6 +256,12 @@ class Supervisor:
                 if repeats.stuck:
                     raise EndRun(repeats.ending())
             prompt = "\n\n".join(p for p in (self._tree_note(), repeats.prompt_note()) if p)
+
+    def _hands_over(self, failed_submit: str) -> bool:
+        """Whether a supervisor that stopped calling tools gives the worker the whole task:
+        only where it never handed a subtask (it cannot plan) and never tried to submit
+        (it thinks the work done), and not in a search, where attempts are its work."""
+        return not self.subtasks and not failed_submit and self.ctl.config.search == "none"
 
     def _tree_note(self) -> str:
         """A search's tree, as the supervisor reads it before each turn."""

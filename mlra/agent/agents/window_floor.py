@@ -54,6 +54,10 @@ def first_requests(config: RunConfig, task: TaskSpec) -> list[FirstRequest]:
     workdir = str((config.runs_dir / f"{'0' * 15}-{task.name}-{'0' * 16}" / "workspace").resolve())
     time_limit_s = config.time_limit_for(task)
     jobs = JobManager(emit=_ignored, clock=lambda: 0.0, records=dict)
+    if config.agent == "worker":  # the worker alone: its own prompt and tools only
+        alone = worker_tools(config, jobs=jobs, on_note=_ignored, validator=_Unused(), alone=True)
+        history = worker_history(config, task, workdir, time_limit_s, alone=True)
+        return [_first("worker", history, alone, INSTRUCTIONS_TOKENS)]
     worker = worker_tools(config, jobs=jobs, on_note=_ignored, validator=_Unused())
     supervisor = supervisor_tools(config, on_plan=_ignored_plan, delegate=_unused_delegate)
     return [

@@ -25,7 +25,12 @@ from mlra.agent.loop.loops import Repeats
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.run.controller import Ending, EndRun, RunController
 from mlra.agent.setup.config import RunConfig
-from mlra.agent.setup.prompts import WORKER_SYSTEM, research_sentence, task_message
+from mlra.agent.setup.prompts import (
+    WORKER_ALONE_SYSTEM,
+    WORKER_SYSTEM,
+    research_sentence,
+    task_message,
+)
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.core import core_tools
 from mlra.tools.jobs import JobManager
@@ -57,46 +62,57 @@ def worker_tools(
     jobs: JobManager,
     on_note: Callable[[ev.ExperimentNote], object],
     validator: Validator,
+    alone: bool = False,
 ) -> list[Tool[Any]]:
     """The worker's tools: one list for the run and for sizing its first request against
-    the window (agent/agents/window_floor.py), so the two cannot drift apart."""
+    the window (agent/agents/window_floor.py), so the two cannot drift apart. Alone, it
+    has no one to `report` to: it ends its work with `submit` (a core tool)."""
     return [
         *core_tools(jobs=jobs, on_note=on_note, validator=validator),
         *research_tools(config.research_tools, config.fetch),
-        Report(),
+        *([] if alone else [Report()]),
     ]
 
 
 def worker_history(
-    config: RunConfig, task: TaskSpec, workdir: str, time_limit_s: float
+    config: RunConfig, task: TaskSpec, workdir: str, time_limit_s: float, *, alone: bool = False
 ) -> AgentHistory:
     """The worker's history before its first subtask: its system prompt and the task."""
+    system = WORKER_ALONE_SYSTEM if alone else WORKER_SYSTEM
     history = AgentHistory(
-        system=WORKER_SYSTEM.format(
-            workdir=workdir, research=research_sentence(config.research_tools)
-        )
+        system=system.format(workdir=workdir, research=research_sentence(config.research_tools))
     )
-    history.pin(task_message(task.render_prompt(time_limit_s=time_limit_s), role="worker"))
+    role = "worker_alone" if alone else "worker"
+    history.pin(task_message(task.render_prompt(time_limit_s=time_limit_s), role=role))
     return history
 
 
 class Worker:
     role: ev.AgentRole = "worker"
 
-    def __init__(self, controller: RunController, *, reviewer: Reviewer | None = None) -> None:
+    def __init__(
+        self, controller: RunController, *, reviewer: Reviewer | None = None, alone: bool = False
+    ) -> None:
         self.ctl = controller
         self.reviewer = reviewer
+        self.alone = alone
+        """Given the task whole (agent/agents/worker_alone.py): it submits, reporting to no one."""
         self.registry = ToolRegistry(
             worker_tools(
                 controller.config,
                 jobs=controller.jobs,
                 on_note=controller.emit,
                 validator=run_validator(controller),
+                alone=alone,
             )
         )
         assert controller.sandbox is not None
         self.history = worker_history(
-            controller.config, controller.task, controller.sandbox.workdir, controller.time_limit_s
+            controller.config,
+            controller.task,
+            controller.sandbox.workdir,
+            controller.time_limit_s,
+            alone=alone,
         )
         self._recent: list[str] = []
         self.repeats = Repeats.of(self.role, controller.config)
@@ -145,10 +161,12 @@ class Worker:
             if not response.tool_calls:
                 nudges += 1
                 if nudges > MAX_NUDGES:
-                    report = no_report(nudges, calls_made, last_text)
+                    report = no_report(nudges, calls_made, last_text, alone=self.alone)
                     return self._finished(number, step_id, report, "no_report", steps)
                 pending_prompt = (
-                    "Act with a tool, or call `report` if the subtask is done or cannot be done."
+                    "Act with a tool, or call `submit` when the artifact is ready."
+                    if self.alone
+                    else "Act with a tool, or call `report` if the subtask is done or cannot be done."
                 )
                 continue
             nudges = 0
@@ -218,7 +236,7 @@ class Worker:
         return SubtaskOutcome(report=report, outcome=outcome, steps=steps)
 
 
-def no_report(answers: int, calls: int, last_text: str) -> str:
+def no_report(answers: int, calls: int, last_text: str, *, alone: bool = False) -> str:
     """What the supervisor reads of a subtask the worker ended without `report`: what
     happened, said so, and its last words marked as what they are, never passed off as
     a report (a small model's text can read like one and claim what it never did)."""
@@ -237,4 +255,4 @@ def no_report(answers: int, calls: int, last_text: str) -> str:
         if last_text
         else "It wrote no text."
     )
-    return f"{did}, and it never called `report`. {said}"
+    return f"{did}, and it never called `{'submit' if alone else 'report'}`. {said}"

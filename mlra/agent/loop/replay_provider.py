@@ -213,6 +213,8 @@ class ReplayProvider(ModelProvider):
         self.limits: ev.Limits | None = started.limits if started is not None else None
         """The recorded run's limits: the prompts state them, so a replay that is to
         match its recording runs under them unless told otherwise."""
+        self.agent = str(started.config.get("agent") or "supervisor") if started else None
+        """The recorded run's `--agent`, which a replay follows unless told otherwise."""
         self.replacements: list[tuple[str, str]] = []
         if started is not None:
             pairs = [(started.sandbox.workspace, "<workspace>"), (started.run_id, "<run>")]

@@ -18,6 +18,15 @@ JSON in a `<tool_call>`, a fenced block naming a tool) is reported as a problem,
 which the agent's next prompt tells the model (agent/loop/model_turn.py); the problems
 are found again from the recorded text alone, so a resumed run tells the same.
 
+Small models (135M-1.5B) write calls loosely, so what can be read without guessing is
+read: the name under `tool`, `tool_name` or `action`, the arguments under
+`parameters`, `args`, `input`, `action_input`..., or beside the name
+(`{"name": "bash", "command": "ls"}`). What cannot be is said, but only in an answer
+that holds no call (there, it is what the model meant to do): a call-shaped object
+naming a tool that does not exist (`{"name": "pretrain", "arguments": {...}}`, told in
+the words a native call to it is answered with, tools/registry.py), and a fenced block
+in a tool's language (```bash) that nothing runs.
+
 `tools_prompt` describes the tools in the system prompt for `--tool-calls text`,
 where the server is sent no native tool definitions at all.
 """
@@ -32,14 +41,27 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlra.agent.providers.base import TextForm, ToolCallRequest
-from mlra.tools.registry import ToolSpec, parse_arguments
+from mlra.tools.registry import ToolSpec, no_such_tool, parse_arguments
 
 _TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
 _FENCE = re.compile(r"```[ \t]*([\w-]*)[ \t]*\n(.*?)```", re.S)
-_BARE = re.compile(r'\{\s*"(?:name|function|tool)"\s*:')
-_NAME = re.compile(r'"(?:name|function|tool)"\s*:\s*"([^"]+)"')
+_BARE = re.compile(r'\{\s*"(?:name|function|tool|tool_name|action)"\s*:')
+_NAME = re.compile(r'"(?:name|function|tool|tool_name|action)"\s*:\s*"([^"]+)"')
+_ARGUMENTS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:')
 _FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
-_ARGUMENT_KEYS = ("arguments", "parameters", "args", "input")
+_NAME_KEYS = ("name", "tool", "tool_name", "action")
+_ARGUMENT_KEYS = (
+    "arguments",
+    "parameters",
+    "args",
+    "input",
+    "params",
+    "action_input",
+    "tool_input",
+    "tool_args",
+)
+_NOT_ARGUMENTS = {*_NAME_KEYS, "function", "type", "id"}
+"""Keys beside a name that are not arguments written flat beside it."""
 
 
 FALLBACK_MARK = "(--tool-calls auto: set --tool-calls native or text to choose)"
@@ -54,6 +76,10 @@ class TextCalls:
     calls: list[ToolCallRequest] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
     """Text that looked like a call to one of the tools but could not be read as one."""
+    unknown: list[str] = field(default_factory=list)
+    """Names of tools that do not exist, in call-shaped objects outside `<tool_call>`."""
+    code_in: list[str] = field(default_factory=list)
+    """Languages of fenced blocks named as a tool is (```bash), which nothing runs."""
 
 
 @dataclass
@@ -67,7 +93,7 @@ class _Found:
 def read_text_calls(text: str, tool_names: Iterable[str]) -> TextCalls:
     """The calls written in `text` to tools named in `tool_names`, and the prose left."""
     names = set(tool_names)
-    if not names or not any(mark in text for mark in ("{", "<tool_call>")):
+    if not names or not any(mark in text for mark in ("{", "<tool_call>", "```")):
         return TextCalls(prose=text)
     spans: list[tuple[int, int]] = []
     taken: list[tuple[int, int]] = []
@@ -76,7 +102,7 @@ def read_text_calls(text: str, tool_names: Iterable[str]) -> TextCalls:
     for found in _candidates(text):
         if any(found.start < end and start < found.end for start, end in taken):
             continue  # inside a span already read (a fenced block inside a tag, ...)
-        calls, problem = _read(found, names)
+        calls, problem = _read(found, names, result.unknown)
         if problem:
             result.problems.append(problem)
             taken.append((found.start, found.end))
@@ -86,6 +112,15 @@ def read_text_calls(text: str, tool_names: Iterable[str]) -> TextCalls:
             taken.append((found.start, found.end))
     if spans:
         result.prose = _cut(text, sorted(spans))
+    if not result.calls:
+        result.code_in = [
+            lang for m in _FENCE.finditer(text) if (lang := m.group(1).lower()) in names
+        ]
+        result.problems += [no_such_tool(name) for name in dict.fromkeys(result.unknown)]
+        result.problems += [
+            f"a ```{lang} block is text, not a call: nothing ran it"
+            for lang in dict.fromkeys(result.code_in)
+        ]
     return result
 
 
@@ -108,15 +143,21 @@ def _candidates(text: str) -> list[_Found]:
     return found
 
 
-def _read(found: _Found, names: set[str]) -> tuple[list[ToolCallRequest], str | None]:
+def _read(
+    found: _Found, names: set[str], unknown: list[str]
+) -> tuple[list[ToolCallRequest], str | None]:
     """The calls in one candidate span, and what stopped it being read, if it looked
-    like a call and could not be."""
+    like a call and could not be; call-shaped objects naming no tool go to `unknown`."""
     body = found.body.strip()
     try:
         value: Any = json.loads(body)
     except json.JSONDecodeError as exc:
         named = _NAME.search(body)
-        if found.form == "tool_call" or (named and named.group(1) in names):
+        if (
+            found.form == "tool_call"
+            or (named and named.group(1) in names)
+            or (named and found.form == "json_fence" and _ARGUMENTS_KEY.search(body))
+        ):
             what = f"a call to {named.group(1)}" if named else "a tool call"
             return [], f"{what} written as text is not valid JSON ({exc.msg} at char {exc.pos})"
         return [], None
@@ -127,7 +168,7 @@ def _read(found: _Found, names: set[str]) -> tuple[list[ToolCallRequest], str | 
         return [], None
     items = value if isinstance(value, list) else [value]
     calls: list[ToolCallRequest] = []
-    unknown: list[str] = []
+    strangers: list[str] = []
     for item in items:
         if not isinstance(item, dict):
             continue
@@ -135,28 +176,36 @@ def _read(found: _Found, names: set[str]) -> tuple[list[ToolCallRequest], str | 
         if name is None:
             continue
         if name not in names:
-            unknown.append(name)
+            if found.form == "tool_call" or any(k in item for k in (*_ARGUMENT_KEYS, "function")):
+                strangers.append(name)  # call-shaped: {"name": ..., "arguments": ...}
             continue
         calls.append(_request(name, arguments, found.form))
     problem = None
-    if unknown and found.form == "tool_call":
-        problem = f"<tool_call> names no tool of yours: {', '.join(map(repr, unknown))}"
-    if not calls and not unknown and found.form == "tool_call":
+    if strangers and found.form == "tool_call":
+        problem = "; ".join(no_such_tool(name) for name in strangers)
+    elif strangers:
+        unknown.extend(strangers)
+    if not calls and not strangers and found.form == "tool_call":
         problem = 'a <tool_call> holds no {"name": ..., "arguments": {...}} object'
     return calls, problem
 
 
 def _shape(item: dict[str, Any]) -> tuple[str | None, Any]:
     """(name, arguments) of the shapes models write: {"name", "arguments"|"parameters"},
-    or OpenAI's own {"function": {"name", "arguments"}}."""
+    OpenAI's own {"function": {"name", "arguments"}}, LangChain's {"action",
+    "action_input"}, and arguments written flat beside the name."""
     function = item.get("function")
     if isinstance(function, dict):
         item = function
-    name = item.get("name", function if isinstance(function, str) else item.get("tool"))
+    name = next((item[k] for k in _NAME_KEYS if isinstance(item.get(k), str)), None)
+    if name is None and isinstance(function, str):
+        name = function
     if not isinstance(name, str):
         return None, None
-    arguments = next((item[k] for k in _ARGUMENT_KEYS if k in item), {})
-    return name, arguments
+    key = next((k for k in _ARGUMENT_KEYS if k in item), None)
+    if key is not None:
+        return name, item[key]
+    return name, {k: v for k, v in item.items() if k not in _NOT_ARGUMENTS}
 
 
 def _request(name: str, arguments: Any, form: TextForm) -> ToolCallRequest:

@@ -97,6 +97,9 @@ class RunResult(BaseModel):
     validation_higher_is_better: bool | None = None
     validation_curve: list[tuple[float, float]] = []
     """(run clock seconds, score) of each scored validation, for the report's plot."""
+    worker_alone: ev.WorkerAloneReason | None = None
+    """Why the worker did the task alone ("chosen": `--agent worker`; "supervisor_idle":
+    the supervisor never handed it a subtask); None: the supervisor led the run."""
     attempts: AttemptsSummary | None = None
     """A search's attempts (`--search`): how many, the best validation, the submitted
     attempt and its validation-to-test gap; None for a run with one line of work."""
@@ -176,6 +179,7 @@ def result_of(state: RunState) -> RunResult:
         isolated_by_version=state.sandbox.isolated_by_version if state.sandbox else None,
         graded_best_validation=state.submission.best_validation if state.submission else None,
         regrades=list(state.regrades),
+        worker_alone=state.worker_alone,
         attempts=summary_of(
             state.attempts,
             state.submission.attempt if state.submission else None,

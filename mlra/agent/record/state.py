@@ -91,6 +91,8 @@ class RunState:
     events: int = 0
     resumed: int = 0
     forked_from: str | None = None
+    worker_alone: ev.WorkerAloneReason | None = None
+    """Why the worker took the task whole (`worker_alone`); None: the supervisor led."""
     ungraded: str = ""
     """Why this machine could not grade the task, where the user ran it anyway (the
     recorded config's `ungraded`)."""
@@ -203,6 +205,8 @@ class RunState:
             case ev.SubtaskFinished():
                 self.subtask = None
                 self.subtask_step_id = None
+            case ev.WorkerAlone():
+                self.worker_alone = event.reason
             case ev.StepStarted():
                 if event.agent != "supervisor":
                     self.steps = max(self.steps, event.step)

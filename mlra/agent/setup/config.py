@@ -145,6 +145,10 @@ class RunConfig(BaseModel):
     fetch: FetchSettings = Field(default_factory=FetchSettings)
     """What those tools may fetch beyond the defaults (the user's config file and
     `--allow-host`): recorded, so a resumed or forked run fetches by the same rules."""
+    agent: Literal["supervisor", "worker"] = "supervisor"
+    """`--agent`: a supervisor planning and handing a worker subtasks (which gives the
+    worker the task whole if it never hands one), or the worker alone from the start
+    (agent/agents/worker_alone.py)."""
     search: Literal["none", "greedy", "llm"] = "none"
     """How the run searches over attempts (`--search`, agent/agents/search.py): one line of work,
     AIDE's greedy policy, or the supervisor choosing with its attempt tools."""

@@ -57,6 +57,17 @@ Keep a valid artifact in the place the task asks for at all times: save it early
 Every message tells you the time used and left and the remaining budget: plan your work to fit. When it warns that half, three quarters or 90% of the time is used, wind down as it says.
 """
 
+WORKER_ALONE_SYSTEM = """\
+You are the worker of an ML research agent, working alone: the whole task is yours.
+You act with tools in a sandboxed workspace ({workdir}): `bash` and `python` run commands there, `read_file`, `write_file`, `edit_file` and `list_files` handle files, `job_start`, `job_status`, `job_wait` and `job_stop` run long commands in the background, `note` records what an experiment tests, `validate` scores an artifact on a validation split, and `submit` hands the final artifact in for grading, which ends the run.{research}
+
+Think briefly, then act with one tool call at a time. Save a simple valid artifact where the task asks for it early, validate it, improve it, and call `submit` when it is good or time is nearly up.
+Every message tells you the time used and left: plan your work to fit.
+"""
+"""The worker's prompt when it does the task alone (`--agent worker`, or a supervisor
+that cannot plan): shorter than the pair's, for the small windows of the small models
+that most need it."""
+
 SUMMARIZER_SYSTEM = """\
 You summarize an ML research agent's earlier steps.
 Write a compact summary of the steps below that keeps everything needed to continue the work: what was tried, exact commands and file paths that matter, results with numbers, errors and their causes, and what remains to do. Plain text, at most about 400 words.
@@ -86,6 +97,8 @@ def research_sentence(research_tools: Sequence[str]) -> str:
 def task_message(task_prompt: str, *, role: str) -> str:
     if role == "supervisor":
         return task_prompt + "\nStart by making a plan with `update_plan`."
+    if role == "worker_alone":
+        return task_prompt
     return (
         task_prompt
         + "\nThis is the overall task; the supervisor will give you subtasks of it one at a time."

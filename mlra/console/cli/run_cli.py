@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from mlra.console.cli.agent_args import add_agent_args, agent_settings
 from mlra.console.cli.fetch_args import TOOL_CHOICES, add_fetch_args, fetch_settings
 from mlra.console.cli.notify_args import add_notify_arg
 from mlra.console.cli.tasks_cli import load_task_named
@@ -53,29 +54,7 @@ def add_run_command(sub: Any) -> None:
         help="with --model baseline: validate the recipe's artifact (the `validate` tool, on "
         "the task's validation split) before submitting it",
     )
-    run.add_argument(
-        "--search",
-        choices=["none", "greedy", "llm"],
-        default="none",
-        help="search over attempts, each a worker in a workspace of its own, validated: none "
-        "(one line of work, the default), greedy (AIDE's drafts, debug, improve the best; "
-        "with --model baseline, the recipe's variants), llm (the supervisor chooses)",
-    )
-    run.add_argument(
-        "--attempts",
-        type=positive_int,
-        default=None,
-        metavar="N",
-        help="with --search: attempts to make at most (default 4)",
-    )
-    run.add_argument(
-        "--attempts-parallel",
-        type=positive_int,
-        default=None,
-        metavar="K",
-        help="with --search: attempts running at once (default 1; the run's memory, CPUs, "
-        "disk and processes are shared out between them)",
-    )
+    add_agent_args(run)
     run.add_argument(
         "--ungraded",
         action="store_true",
@@ -283,31 +262,6 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
     return spec, provider
 
 
-def _search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
-    """`--search`, `--attempts`, `--attempts-parallel` as the run's config, or one line
-    saying why they cannot go together."""
-    if args.search == "none":
-        if args.attempts is not None or args.attempts_parallel is not None:
-            raise UsageError("--attempts and --attempts-parallel go with --search greedy or llm")
-        return {}
-    if args.search == "llm" and model == "baseline":
-        raise UsageError(
-            "--search llm needs a model to choose the attempts; with --model baseline use "
-            "--search greedy (the recipe's variants)"
-        )
-    if args.search == "greedy" and model == "baseline" and not task.baseline.variants:
-        raise UsageError(
-            f"task {task.name} declares no recipe variants ([baseline] variants in its "
-            "task.toml), so --model baseline has nothing to search over"
-        )
-    settings: dict[str, Any] = {"search": args.search}
-    if args.attempts is not None:
-        settings["attempts"] = args.attempts
-    if args.attempts_parallel is not None:
-        settings["attempts_parallel"] = args.attempts_parallel
-    return settings
-
-
 def cmd_run(args: argparse.Namespace) -> int:
     from mlra.agent.setup.config import RunConfig
 
@@ -316,7 +270,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     model, provider = _resolve_model(args)
     if args.baseline_validate and model != "baseline":
         raise UsageError("--baseline-validate is for the baseline agent (--model baseline)")
-    search = _search_settings(args, task, model)
+    _recorded_limits(args, provider)
+    search = agent_settings(args, task, model)
     from mlra.tasks.success import direction_conflict
 
     conflict = direction_conflict(task, args.direction)
@@ -327,7 +282,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
     # --break and --paused hold a headless run too: `mlra ctl` / `mlra attach` release it.
-    _recorded_limits(args, provider)
     check_writable_dir(args.runs_dir, "--runs-dir")
     from mlra.console.cli.needs_cli import gradable_or_refused, starter_notices
 
@@ -425,6 +379,8 @@ def _recorded_limits(args: argparse.Namespace, provider: Any) -> None:
         args.max_cost = limits.max_cost_usd
     if args.max_tokens is None:
         args.max_tokens = limits.max_tokens
+    if args.agent is None and provider.agent is not None:
+        args.agent = provider.agent
 
 
 def _checked_backend(args: argparse.Namespace, task: Any, model: str) -> Any:

@@ -127,7 +127,7 @@ def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[st
     cells = [
         row.id,
         row.task or "-",
-        row.model or "-",
+        (row.model or "-") + (" (worker alone)" if row.worker_alone else ""),
         MISMATCH
         if row.result_mismatch and row.status != "damaged"
         else f"{row.status} {LIVE}"

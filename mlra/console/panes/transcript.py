@@ -160,7 +160,7 @@ class TranscriptPane(VerticalScroll):
             case ev.SubtaskStarted():
                 self._note(
                     event,
-                    f"── subtask {event.subtask} [{event.step_id}] ── {one_line(event.instructions, 300)}",
+                    f"── subtask {event.subtask}{f' [{event.step_id}]' if event.step_id else ''} ── {one_line(event.instructions, 300)}",
                     "bold magenta",
                 )
             case ev.SubtaskFinished():

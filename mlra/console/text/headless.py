@@ -282,7 +282,7 @@ class TranscriptDisplay(_Printer):
                 self._out(f"[{t}] supervisor: {one_line(event.text, 300)}", "magenta")
             case ev.SubtaskStarted():
                 self._out(
-                    f"[{t}] → subtask {event.subtask} [{event.step_id}]: {one_line(event.instructions, 240)}",
+                    f"[{t}] → subtask {event.subtask}{f' [{event.step_id}]' if event.step_id else ''}: {one_line(event.instructions, 240)}",
                     "magenta",
                 )
             case ev.SubtaskFinished():

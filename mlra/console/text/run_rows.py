@@ -61,6 +61,9 @@ class RunRow:
     """A search's attempts as result.json has them (tried, validated, buggy, best,
     best_validation, submitted, submitted_validation, test_score, validation_to_test_gap);
     None for a run with one line of work."""
+    worker_alone: str | None = None
+    """Why the worker did the task alone (result.json's `worker_alone`): the model column
+    says "worker alone"; None where the supervisor led."""
     graded_unsubmitted: bool = False
     """The graded attempt was not submitted: the run ended (a deadline, a budget, a stop)
     with nothing submitted and its best validated attempt was graded instead."""
@@ -238,6 +241,7 @@ def run_row(run_dir: Path) -> RunRow:
     row.duration_s, row.cost_usd = result.duration_s, result.cost_usd
     row.tokens, row.tokens_estimated = result.tokens, result.tokens_estimated
     row.forked_from = result.forked_from
+    row.worker_alone = result.worker_alone
     row.isolation = result.isolation
     row.experiments, row.best_validation = result.experiments, result.best_validation
     if log.is_file():

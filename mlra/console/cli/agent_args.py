@@ -1,0 +1,85 @@
+"""`mlra run`'s flags for who does the work: `--agent` (the supervisor–worker pair or the
+worker alone) and `--search` with its `--attempts` and `--attempts-parallel`, and the
+checks that they go together, each refusal one line (exit status 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from mlra.console.text.args import UsageError, positive_int
+
+
+def add_agent_args(run: argparse.ArgumentParser) -> None:
+    run.add_argument(
+        "--agent",
+        choices=["supervisor", "worker"],
+        default=None,
+        help="who does the work: supervisor (the default: it plans and hands the worker "
+        "subtasks, and gives the worker the whole task if it never hands one) or worker "
+        "(the worker alone, given the whole task: for small models that cannot plan)",
+    )
+    run.add_argument(
+        "--search",
+        choices=["none", "greedy", "llm"],
+        default="none",
+        help="search over attempts, each a worker in a workspace of its own, validated: none "
+        "(one line of work, the default), greedy (AIDE's drafts, debug, improve the best; "
+        "with --model baseline, the recipe's variants), llm (the supervisor chooses)",
+    )
+    run.add_argument(
+        "--attempts",
+        type=positive_int,
+        default=None,
+        metavar="N",
+        help="with --search: attempts to make at most (default 4)",
+    )
+    run.add_argument(
+        "--attempts-parallel",
+        type=positive_int,
+        default=None,
+        metavar="K",
+        help="with --search: attempts running at once (default 1; the run's memory, CPUs, "
+        "disk and processes are shared out between them)",
+    )
+
+
+def agent_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
+    """`--agent`, `--search`, `--attempts`, `--attempts-parallel` as the run's config, or
+    one line saying why they cannot go together."""
+    settings: dict[str, Any] = {}
+    if args.agent == "worker":
+        if model == "baseline":
+            raise UsageError("--agent worker needs a model; --model baseline runs the recipe")
+        if args.search != "none":
+            raise UsageError(
+                f"--agent worker and --search {args.search} do not go together: a search's "
+                "attempts are each a worker already"
+            )
+    if args.agent is not None:
+        settings["agent"] = args.agent
+    return settings | _search_settings(args, task, model)
+
+
+def _search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
+    if args.search == "none":
+        if args.attempts is not None or args.attempts_parallel is not None:
+            raise UsageError("--attempts and --attempts-parallel go with --search greedy or llm")
+        return {}
+    if args.search == "llm" and model == "baseline":
+        raise UsageError(
+            "--search llm needs a model to choose the attempts; with --model baseline use "
+            "--search greedy (the recipe's variants)"
+        )
+    if args.search == "greedy" and model == "baseline" and not task.baseline.variants:
+        raise UsageError(
+            f"task {task.name} declares no recipe variants ([baseline] variants in its "
+            "task.toml), so --model baseline has nothing to search over"
+        )
+    settings: dict[str, Any] = {"search": args.search}
+    if args.attempts is not None:
+        settings["attempts"] = args.attempts
+    if args.attempts_parallel is not None:
+        settings["attempts_parallel"] = args.attempts_parallel
+    return settings
