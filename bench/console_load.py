@@ -39,10 +39,10 @@ from tests.scripts import call, supervisor_answering, turn
 
 TASK = Path(__file__).resolve().parent.parent / "tests" / "data" / "tasks" / "answer"
 FLOOD = (
-    "import sys, time\n"
-    "end = time.time() + 8\n"
+    "import os, sys, time\n"
+    "end = time.time() + 300\n"
     "i = 0\n"
-    "while time.time() < end:\n"
+    "while time.time() < end and not os.path.exists(STOP):\n"
     "    sys.stdout.write(''.join(f'step {i + k} loss 1.234 lr 3e-4 tokens/s 12345\\n' for k in range(100)))\n"
     "    sys.stdout.flush()\n"
     "    i += 100\n"
@@ -51,10 +51,13 @@ FLOOD = (
 
 
 async def key_latency(presses: int) -> list[float]:
+    # The flood runs until the presses are done (a slow machine, or a profiler, once
+    # outlasted a fixed one and the bench waited on a help screen that never came).
+    stop = Path(tempfile.mkdtemp(prefix="mlra-flood-")) / "stop"
     script = {
         "supervisor": supervisor_answering(),
         "worker": [
-            turn("flood", call("python", code=FLOOD)),
+            turn("flood", call("python", code=FLOOD.replace("STOP", repr(str(stop))))),
             turn("", call("report", summary="ok")),
         ],
     }
@@ -88,6 +91,7 @@ async def key_latency(presses: int) -> list[float]:
                 for e in _events(controller)
                 if isinstance(e, ev.ToolOutput)
             )
+            stop.touch()
             controller.request_stop(evaluate=False)
             while app.result is None:  # noqa: ASYNC110
                 await asyncio.sleep(0.05)
