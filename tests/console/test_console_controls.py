@@ -295,6 +295,28 @@ async def test_quit_asks_first_then_marks_the_run_stopped(
     assert run.app.return_value == 1  # what `mlra run` exits with
 
 
+async def test_quit_as_the_run_closes_leaves_once_its_result_is_written(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A run that has ended still closes: it delivers the end's notification, carries its
+    workspace back and writes result.json. `q` then leaves once that is done, never
+    half-way. Here a real `--notify` command holds the close until the test lets it go."""
+    gate = tmp_path / "gate"
+    hold = f"cmd:cat > /dev/null; while [ ! -e {gate} ]; do sleep 0.05; done"
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), notify=[hold]) as run:
+        await run.finished()
+        await run.shown(lambda app: app.state.finished is not None)
+        assert run.app.result is None  # still closing: the notification is held
+        await run.pilot.press("q")
+        await run.pilot.pause(0.2)
+        assert run.app.is_running and not isinstance(run.app.screen, ConfirmScreen)
+        assert not (run.controller.run_dir / "result.json").exists()
+        gate.touch()
+        await run.shown(lambda app: app.return_value is not None)
+    assert run.app.result is not None
+    assert json.loads((run.controller.run_dir / "result.json").read_text())["status"] == "finished"
+
+
 async def test_keys_answer_while_a_command_floods_its_output(
     tmp_path: Path, answer_task: Path
 ) -> None:

@@ -207,16 +207,28 @@ class RunControlKeys(App[int]):
 
         self.push_screen(StopJobScreen(running), done)
 
-    async def action_quit(self) -> None:
-        if self.controller is None or self.result is not None or self.state.finished is not None:
+    def _leave_once_closed(self) -> None:
+        """Leave now if the run is closed, else as soon as it is. A run that has ended
+        still writes its result and carries its workspace back off its volume; leaving
+        then would cancel that half-way and leave the workspace where `mlra` finds it
+        only on its next start."""
+        closing = any(w.group == "run" and not w.is_finished for w in self.workers)
+        if self.controller is None or self.result is not None or not closing:
             self.exit(self.exit_code())
+            return
+        self._quit_when_done = True
+        self.notify("the run has ended; leaving once its result and workspace are kept", timeout=5)
+
+    async def action_quit(self) -> None:
+        if self._run_over():
+            self._leave_once_closed()
             return
 
         def done(yes: bool | None) -> None:
             if not yes:
                 return
             if self._run_over():
-                self.exit(self.exit_code())  # it ended while the question was open
+                self._leave_once_closed()  # it ended while the question was open
                 return
             self._quit_when_done = True
             self._steer(lambda c: c.request_stop(evaluate=False))
