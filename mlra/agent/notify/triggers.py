@@ -5,8 +5,9 @@ its panes, so a notification says what the log says: a call held for approval
 (`approval_requested`), a validation that beat every earlier one in the metric's own
 direction (the experiments table's `best` mark, or a search attempt's validated score),
 a model provider failure that paused the run (a non-fatal `model_error` followed by
-the system's `pause`), a run waiting for its model server (the first `model_retry` with
-a cause, and the `model_call` that ends the wait; not every retry), the time warning
+the system's `pause`; one whose `server_waited_s` says a wait for the server gave up is
+said as such), a run waiting for its model server (the first `model_retry` with a
+cause, and the `model_call` that ends the wait; not every retry), the time warning
 (`time_warning`), and the end (`run_finished`, with the grading's score, normalized
 score and success).
 """
@@ -26,6 +27,16 @@ MESSAGE_CHARS = 300
 def _short(text: str, limit: int = MESSAGE_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _naming_model(error: ev.ModelError) -> str:
+    """The error's line naming its model once: a provider's own line starts with the
+    model's name already ("m: HTTP 500 ..."), which the run's model ("openai/m") would
+    only repeat."""
+    name = error.model.split("/", 1)[-1]
+    if error.error.startswith((f"{error.model}:", f"{name}:")):
+        return error.error
+    return f"{error.model}: {error.error}"
 
 
 def _score(value: float | None) -> str:
@@ -86,7 +97,9 @@ class Triggers:
             case ev.ModelCall() if self._server_waits:
                 return self._server_back(event)
             case ev.ModelError() if event.cut_off is None:
-                self._server_gave_up = bool(self._server_waits)
+                # Only a wait that used up its limit says the server did not come back;
+                # an error after a wait is the server answering again, with that error.
+                self._server_gave_up = event.server_waited_s is not None
                 self._server_waits = []
                 if not event.fatal:
                     self._provider_error = event
@@ -165,11 +178,11 @@ class Triggers:
         )
 
     def _server_wait(self, event: ev.ModelRetry) -> Notification:
-        what = (
-            "the connection was lost mid-answer"
-            if event.cause == "connection_lost"
-            else "the server is not answering"
-        )
+        what = {
+            "connection_lost": "the connection was lost mid-answer",
+            "not_answering": "the server is not answering",
+            "loading_model": "the server is still loading its model",
+        }[event.cause or "not_answering"]
         limit = event.wait_limit_s
         up_to = f" up to {format_duration(limit)}" if limit is not None else ""
         return self._note(
@@ -205,7 +218,7 @@ class Triggers:
             "provider_paused",
             event,
             f"mlra: {what}; the run is paused",
-            f"{self._who()}: {error.model}: {error.error} — resume to retry, or stop",
+            f"{self._who()}: {_naming_model(error)} — resume to retry, or stop",
         )
 
     def _finished(self, event: ev.RunFinished) -> Notification:
