@@ -263,3 +263,73 @@ def test_a_paused_run_says_its_server_did_not_come_back() -> None:
     triggers.notification(failed)
     other = triggers.notification(ev.Control(action="pause", source="system"))
     assert other is not None and other.title == "mlra: the model provider failed; the run is paused"
+
+
+async def test_a_search_s_attempt_waiting_for_the_server_is_told_once_naming_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`--search greedy`: every model call is an attempt's, in the attempt's own log, yet
+    the run's `--notify` tells that the attempt waits, and that the server is back."""
+    heard = tmp_path / "heard.jsonl"
+    server = ScriptedModelServer({"worker": WORKER}, turn_by_history=True).start()
+    try:
+        controller, provider = _controller(
+            tmp_path, answer_task, server, heard, search="greedy", attempts=1
+        )
+        attempt_log = controller.run_dir / "attempts" / "a1" / "events.jsonl"
+
+        async def until(found: Any) -> None:
+            for _ in range(600):
+                if attempt_log.exists() and any(found(e) for e in read_events(attempt_log)):
+                    return
+                await asyncio.sleep(0.05)
+            raise AssertionError("the attempt's event never came")
+
+        running = asyncio.create_task(controller.run(agent_for))
+        await until(lambda e: isinstance(e, ev.ModelCall))
+        server.stop()
+        await until(lambda e: isinstance(e, ev.ModelRetry) and e.cause and e.attempt >= 2)
+        server.start()
+        result = await asyncio.wait_for(running, 60)
+        await provider.aclose()
+    finally:
+        server.stop()
+    assert result.reason == "submitted"
+    assert not any(isinstance(e, ev.ModelRetry) for e in _events(controller))  # a1's, not its
+    notes = _heard(heard)
+    kinds = [n["kind"] for n in notes]
+    assert kinds == ["server_wait", "server_back", "best_validation", "finished"]
+    waiting, back = notes[0], notes[1]
+    assert waiting["attempt"] == back["attempt"] == "a1"
+    assert ", attempt a1: openai/scripted: " in waiting["message"]
+    said = waiting["message"]
+    assert "waiting up to 5m00s for it to come back, the attempt's clock paused" in said
+    assert ", attempt a1: openai/scripted answered again after " in back["message"]
+
+
+def test_attempts_waiting_through_one_outage_are_told_once() -> None:
+    """Attempts running at once each wait for the same server: one notification that
+    it went away, one that it is back; an attempt whose wait gave up does not end the
+    outage (the next one's wait is not told again)."""
+    triggers = Triggers("r1", Path("/runs/r1"))
+
+    def wait(attempt: int) -> ev.ModelRetry:
+        return ev.ModelRetry(
+            agent="worker", model="openai/x", attempt=attempt, cause="not_answering", wait_s=1.0
+        )
+
+    told = [
+        triggers.attempt_notification("a1", wait(1)),
+        triggers.attempt_notification("a2", wait(1)),
+        triggers.attempt_notification("a1", wait(2)),
+        triggers.attempt_notification(
+            "a1", ev.ModelError(agent="worker", model="openai/x", error="x", server_waited_s=9.0)
+        ),
+        triggers.attempt_notification("a3", wait(1)),
+        triggers.attempt_notification("a2", ev.ModelCall(agent="worker", model="openai/x")),
+        triggers.attempt_notification("a3", ev.ModelCall(agent="worker", model="openai/x")),
+    ]
+    kinds = [(n.kind, n.attempt) if n else None for n in told]
+    assert kinds == [("server_wait", "a1"), None, None, None, None, ("server_back", "a2"), None]
+    back = told[5]
+    assert back is not None and "(4 tries)" in back.message

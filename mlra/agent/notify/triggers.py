@@ -7,7 +7,8 @@ direction (the experiments table's `best` mark, or a search attempt's validated 
 a model provider failure that paused the run (a non-fatal `model_error` followed by
 the system's `pause`; one whose `server_waited_s` says a wait for the server gave up is
 said as such), a run waiting for its model server (the first `model_retry` with a
-cause, and the `model_call` that ends the wait; not every retry), the time warning
+cause, and the `model_call` that ends the wait; not every retry; a search's attempts'
+waits, read from their own logs, are counted with the run's), the time warning
 (`time_warning`), and the end (`run_finished`, with the grading's score, normalized
 score and success).
 """
@@ -124,8 +125,27 @@ class Triggers:
                 pass
         return None
 
-    def _who(self) -> str:
-        return f"run {self.run_id}" + (f" ({self.task})" if self.task else "")
+    def attempt_notification(self, attempt: str, event: ev.Event) -> Notification | None:
+        """What an event of a search's attempt `attempt` (from its own log) tells the
+        user: only its waits for the model server, which the run's own are counted
+        with, so one outage is told once however many attempts (and the run's own
+        agent) wait through it, and the server is back at the first answer any of them
+        gets. An attempt whose wait gives up ends as a failed attempt; the outage is
+        told over only when the server answers again, or the run itself gives up."""
+        match event:
+            case ev.ModelRetry() if event.cause is not None:
+                self._server_waits.append(event)
+                if len(self._server_waits) == 1:
+                    return self._server_wait(event, attempt)
+            case ev.ModelCall() if self._server_waits:
+                return self._server_back(event, attempt)
+            case _:
+                pass
+        return None
+
+    def _who(self, attempt: str | None = None) -> str:
+        run = f"run {self.run_id}" + (f" ({self.task})" if self.task else "")
+        return f"{run}, attempt {attempt}" if attempt else run
 
     def _approval(self, event: ev.ApprovalRequested) -> Notification:
         args = json.dumps(event.arguments, ensure_ascii=False) if event.arguments else ""
@@ -177,7 +197,7 @@ class Triggers:
             normalized=event.normalized,
         )
 
-    def _server_wait(self, event: ev.ModelRetry) -> Notification:
+    def _server_wait(self, event: ev.ModelRetry, attempt: str | None = None) -> Notification:
         what = {
             "connection_lost": "the connection was lost mid-answer",
             "not_answering": "the server is not answering",
@@ -189,20 +209,22 @@ class Triggers:
             "server_wait",
             event,
             "mlra: the model server went away; the run waits for it",
-            f"{self._who()}: {event.model}: {what}; waiting{up_to} for it to come back, "
-            "the run's clock paused",
+            f"{self._who(attempt)}: {event.model}: {what}; waiting{up_to} for it to come "
+            f"back, the {'attempt' if attempt else 'run'}'s clock paused",
+            attempt=attempt,
         )
 
-    def _server_back(self, event: ev.ModelCall) -> Notification:
+    def _server_back(self, event: ev.ModelCall, attempt: str | None = None) -> Notification:
         waits, self._server_waits = self._server_waits, []
         tries = len(waits)
         return self._note(
             "server_back",
             event,
             "mlra: the model server is back; the run goes on",
-            f"{self._who()}: {event.model} answered again after "
+            f"{self._who(attempt)}: {event.model} answered again after "
             f"{format_duration(event.ts - waits[0].ts)} of waiting "
             f"({tries} {'try' if tries == 1 else 'tries'})",
+            attempt=attempt,
         )
 
     def _provider_paused(self, event: ev.Control) -> Notification | None:
