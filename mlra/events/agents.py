@@ -247,6 +247,17 @@ class ModelError(_Event):
     """Set when this is no failure of the model but a call the run's time limit or the
     user's stop cut off: the displays say so instead of "model error", and its tokens
     are an estimate of what may have been billed."""
+    server_waited_s: float | None = None
+    """Set where this failure ends a wait for a model server that went away (its
+    `--server-wait` used up, agent/loop/server_wait.py): how long the run waited. The
+    pause's and the end's notifications then say the server did not come back; a
+    failure after a wait without it is the server answering, with an error."""
+
+
+ServerAbsence = Literal["connection_lost", "not_answering", "loading_model"]
+"""Why a model server is not there for a call: the connection was lost mid-answer (a
+server killed or restarted), nothing answers at its address, or it answers HTTP 503
+"Loading model" (llama-server while it loads its model, after a restart)."""
 
 
 class ModelRetry(_Event):
@@ -261,9 +272,10 @@ class ModelRetry(_Event):
     max_retries: int = 0
     status: int | None = None
     """The HTTP status retried after; None for a failed connection or a time-out."""
-    cause: Literal["connection_lost", "not_answering"] | None = None
+    cause: ServerAbsence | None = None
     """Set where the run waits for a server that went away (agent/loop/server_wait.py):
-    the connection was lost mid-answer, or nothing answers at its address."""
+    the connection was lost mid-answer, nothing answers at its address, or it answers
+    that it is still loading its model."""
     wait_s: float | None = None
     """How long the run waits, its clock paused, before this retry."""
     wait_limit_s: float | None = None

@@ -139,6 +139,37 @@ async def test_a_server_that_stops_answering_mid_run_is_waited_for(
     assert not any(isinstance(e, ev.ModelError) for e in events)
 
 
+async def test_a_server_answering_that_it_loads_its_model_is_waited_for(
+    tmp_path: Path, answer_task: Path, api: Api
+) -> None:
+    """llama-server, restarted, answers HTTP 503 "Loading model" until its model is
+    loaded: a server not there yet, waited for like one that refuses connections."""
+    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    server = ScriptedModelServer(script, turn_by_history=True).start()
+    try:
+        controller, provider = _controller(tmp_path, answer_task, server, api)
+        running = asyncio.create_task(controller.run(agent_for))
+        await _until(controller, lambda e: isinstance(e, ev.ModelCall))
+        server.loading_model = True
+        await _until(
+            controller, lambda e: isinstance(e, ev.ModelRetry) and e.cause == "loading_model"
+        )
+        server.loading_model = False
+        await asyncio.wait_for(running, 60)
+        await provider.aclose()
+    finally:
+        server.stop()
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "submitted", finished.message
+    assert not any(isinstance(e, ev.ModelError) for e in events)
+    retry = next(e for e in events if isinstance(e, ev.ModelRetry))
+    assert "after the server is still loading its model; waiting 1s, clock paused" in (
+        retry_cause(retry.status, retry)
+    )
+    assert any(r.outcome == "loading model" for r in server.requests)
+
+
 async def test_a_server_gone_past_the_limit_ends_the_run_saying_what_happened(
     tmp_path: Path, answer_task: Path, api: Api
 ) -> None:

@@ -17,6 +17,7 @@ from mlra.console.apps.app import MlraApp
 from mlra.console.cli.cli import main
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import NoteEntry
+from mlra.console.text import attempt_logs
 from mlra.console.text.headless import TranscriptDisplay
 from tests.console.console_fixtures import EPOCH
 from tests.fakes.model_server import ScriptedModelServer
@@ -173,3 +174,44 @@ def test_a_resumed_run_follows_its_running_attempts_from_where_their_logs_end(
         display.on_event(event)
     said = [line for line in out.getvalue().splitlines() if "a1 · " in line]
     assert said == ["[41s] a1 · ! said after the resume"]
+
+
+def test_an_attempt_log_longer_than_a_read_is_shown_whole_and_in_order(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A replay or a resume reads each attempt's log a chunk at a time, never the whole
+    file at once on the thread that draws the console: an attempt whose log is many
+    chunks long (one of its lines longer than a chunk) still shows every call, in
+    order, by the attempt's end."""
+    monkeypatch.setattr(attempt_logs, "READ_BYTES", 4096)
+    said: list[ev.Event] = []
+    for i in range(40):
+        t = 2.0 + i / 4
+        said.append(ev.ModelCall(agent="worker", model="m", output_tokens=100 + i, latency_s=1.0))
+        said.append(ev.ToolOutput(call_id=f"c{i}", text="x" * 600 + "\n"))
+        for event in said[-2:]:
+            event.t, event.ts = t, EPOCH + t
+    said.insert(41, ev.Notice(level="info", message="long " + "y" * 9000, t=7.0, ts=EPOCH + 7))
+    for seq, event in enumerate(said, 1):
+        event.seq = seq
+    log = tmp_path / "attempts" / "a1" / "events.jsonl"
+    log.parent.mkdir(parents=True)
+    log.write_bytes(b"".join(encode_event(e) for e in said))
+    assert log.stat().st_size > 6 * 4096
+
+    first = attempt_logs.GrowingLog(log, attempt_logs.NEWS)
+    read = first.read()
+    assert 0 < len(read) < 41 and first.offset <= 4096 + 700  # one chunk, whole lines
+    assert log.read_bytes()[first.offset - 1 : first.offset] == b"\n"
+
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False, heartbeat_s=None)
+    display.attempts_in(tmp_path)
+    display.time_calls(True)
+    for event in _run_log():
+        display.on_event(event)
+    lines = [line for line in out.getvalue().splitlines() if " a1 · " in line]
+    tokens = [int(line.split(": ")[1].split()[0]) for line in lines if "answered in" in line]
+    assert tokens == list(range(100, 140))
+    assert sum("! long yyy" in line for line in lines) == 1
+    assert lines.index(next(line for line in lines if "! long" in line)) == 21  # after 120

@@ -44,7 +44,9 @@ tool parser), and `context_limit` refuses with an HTTP 400, as vLLM does, a
 request whose prompt tokens (len(body) // 4) and max_tokens exceed it.
 `llama_server_ctx` refuses, as llama-server does, a request whose prompt alone passes
 it (HTTP 400 `exceed_context_size_error` with `n_prompt_tokens` and `n_ctx`);
-`ollama_ctx` the same, wrapped in a string as Ollama passes it on.
+`ollama_ctx` the same, wrapped in a string as Ollama passes it on. Setting
+`loading_model` makes it answer every request as llama-server does while it loads its
+model after a restart (HTTP 503 "Loading model"), until it is set False.
 
 By hand: `python -m tests.fakes.model_server --script FILE [--port N] [--delay S]`
 prints the base URLs and serves until killed.
@@ -88,6 +90,8 @@ TURN_KEYS = {
 BROKEN = ("html", "empty", "no_choices", "truncated", "cut")
 """HTTP 200 answers that are no answer: a proxy's HTML page, `{}`, a completion with
 no `choices`, JSON cut off midway, a stream that ends with no finish (no [DONE])."""
+LOADING_MODEL = {"error": {"code": 503, "message": "Loading model", "type": "unavailable_error"}}
+"""llama-server's answer (HTTP 503) to every request while it loads its model."""
 USAGE_KEYS = {"input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens"}
 ANTHROPIC_ERRORS = {
     400: "invalid_request_error",
@@ -223,6 +227,9 @@ class ScriptedModelServer:
         self.ollama_loaded_ctx = ollama_loaded_ctx
         self.llama_server_ctx = llama_server_ctx
         self.ollama_ctx = ollama_ctx
+        self.loading_model = False
+        """Answer everything as llama-server does while it loads its model (after a
+        restart): HTTP 503 `LOADING_MODEL`, until set False again."""
         self.turn_by_history = turn_by_history
         """Answer with the turn numbered by the assistant messages already in the request,
         as a stateless model would: a client that dies and asks again (a resumed run)
@@ -375,7 +382,9 @@ class _Handler(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         path = self.path.rstrip("/")
-        if path in ("/v1/models", "/models"):
+        if self.fake.loading_model:
+            self._loading_model()
+        elif path in ("/v1/models", "/models"):
             entry: dict[str, Any] = {"id": "scripted", "object": "model", "owned_by": "mlra-tests"}
             if self.fake.max_model_len:
                 entry["max_model_len"] = self.fake.max_model_len
@@ -435,6 +444,10 @@ class _Handler(BaseHTTPRequestHandler):
             size=len(raw),
         )
         self.fake._record(record)
+        if self.fake.loading_model:
+            record.outcome = "loading model"
+            self._loading_model()
+            return
         if api == "openai" and self.fake.reject_stream_options and "stream_options" in body:
             record.outcome = "status 400"
             self._error(api, 400, "Unrecognized request argument supplied: stream_options")
@@ -696,6 +709,12 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
         self.wfile.flush()
+
+    def _loading_model(self) -> None:
+        """llama-server's answer to every request while its model loads (the same for its
+        OpenAI and Anthropic endpoints)."""
+        retry = self.fake.retry_after_ms
+        self._json(503, LOADING_MODEL, {"retry-after-ms": f"{retry:g}"} if retry else None)
 
     def _error(
         self, api: Api, status: int, message: str, retry_after_ms: float | None = None

@@ -36,6 +36,8 @@ async def run_attempt(
     if skipped:
         parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
+    if parent.notifications is not None:  # its waits for the model server are told
+        child.subscribe(parent.notifications.attempt_events(started.attempt))
     await child.run(attempt_agent)
 
 

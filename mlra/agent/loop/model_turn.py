@@ -252,6 +252,9 @@ class ModelTurn:
                     if await self.server_wait.wait(agent, exc):
                         continue
                     exc = self.server_wait.gave_up(exc)
+                else:
+                    # The server answered, with an error: whatever comes next (a mended
+                    # request, a resume after the pause) is no longer the outage's.
                     self.server_wait.reset()
                 if too_long_retry and is_context_overflow(exc):
                     spec = tools_tokens(tools)

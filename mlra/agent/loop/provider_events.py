@@ -18,7 +18,7 @@ from mlra.agent.loop.context_window import tools_tokens
 from mlra.agent.loop.ending import Ending, EndRun
 from mlra.agent.loop.replay_provider import ReplayDiverged, ReplayProvider
 from mlra.agent.loop.run_context import RunContext
-from mlra.agent.providers.base import Message, ProviderError, estimated_usage
+from mlra.agent.providers.base import Message, ProviderError, ServerGone, estimated_usage
 from mlra.tools.registry import ToolSpec
 
 
@@ -128,7 +128,16 @@ class ProviderEvents:
                 )
             ) from exc
         fatal = run.config.on_provider_failure == "end"
-        run.emit(ev.ModelError(agent=agent, model=run.config.model, error=str(exc), fatal=fatal))
+        waited = exc.waited_s if isinstance(exc, ServerGone) else None
+        run.emit(
+            ev.ModelError(
+                agent=agent,
+                model=run.config.model,
+                error=str(exc),
+                fatal=fatal,
+                server_waited_s=waited,
+            )
+        )
         if fatal:
             raise EndRun(
                 Ending(

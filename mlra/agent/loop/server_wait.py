@@ -4,10 +4,11 @@ A local server that reloads its model, crashes and is restarted by its user, or 
 killed mid-answer comes back at the same address: the call is asked again after a
 wait that doubles (1 s, 2 s, 4 s ... at most `MAX_WAIT_S`), with the run's clock
 paused while it waits, up to the run's `server_wait_s` for one call. Each wait is a
-`model_retry` event saying why (the connection lost mid-answer, or no server
-answering), so the console and headless output show the run waiting, and the log
-keeps every retry. Past the limit, the failure says what happened and how long the
-run waited (aider and OpenHands retry so; Inspect waits out a restarting server).
+`model_retry` event saying why (the connection lost mid-answer, no server answering,
+or a server still loading its model), so the console and headless output show the
+run waiting, and the log keeps every retry. Past the limit, the failure says what
+happened and how long the run waited (aider and OpenHands retry so; Inspect waits
+out a restarting server).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ class ServerWait:
         self.waited_s = 0.0
 
     def reset(self) -> None:
-        """The call was answered: the next outage waits from the start again."""
+        """The server answered (with an answer or an error), or the wait gave up: the
+        next outage waits from the start again, with the whole `--server-wait`."""
         self.tries = 0
         self.waited_s = 0.0
 
@@ -48,7 +50,7 @@ class ServerWait:
                 model=run.config.model,
                 attempt=self.tries,
                 status=None,
-                cause="connection_lost" if exc.mid_answer else "not_answering",
+                cause=exc.cause,
                 wait_s=round(delay, 3),
                 wait_limit_s=run.config.server_wait_s,
             )
@@ -66,11 +68,17 @@ class ServerWait:
         return True
 
     def gave_up(self, exc: ServerGone) -> ServerGone:
-        """The failure as the run ends on it: what happened, and how long it waited."""
-        if not self.tries:
+        """The failure as the run ends on it: what happened, and how long it waited
+        (`waited_s`, which its `model_error` records, so a notification can say the
+        server did not come back). The wait is over: the next outage has the whole
+        limit again."""
+        tries, waited_s = self.tries, self.waited_s
+        self.reset()
+        if not tries:
             return exc
         return ServerGone(
-            f"{exc} (the run waited {self.waited_s:.0f} s for the server over {self.tries} "
+            f"{exc} (the run waited {waited_s:.0f} s for the server over {tries} "
             f"tries, its --server-wait limit)",
-            mid_answer=exc.mid_answer,
+            cause=exc.cause,
+            waited_s=round(waited_s, 3),
         )

@@ -66,6 +66,18 @@ class Notifications:
         if note is not None:
             self.dispatch.send(note)
 
+    def attempt_events(self, attempt: str) -> Callable[[ev.Event], None]:
+        """A subscriber for a search's attempt's own log: the attempts run in this
+        process with no notifications of their own, so their waits for the model server
+        are told from here, counted with the run's (one notification an outage)."""
+
+        def on_event(event: ev.Event) -> None:
+            note = self.triggers.attempt_notification(attempt, event)
+            if note is not None:
+                self.dispatch.send(note)
+
+        return on_event
+
     def _tell_where(self) -> None:
         if self.dispatch.notifiers:
             where = self.dispatch.described

@@ -74,6 +74,9 @@ class Notification(BaseModel):
     success: bool | None = None
     status: str | None = None
     reason: str | None = None
+    attempt: str | None = None
+    """Set where an event of a search's attempt caused it (a wait for the model server):
+    `seq` and `t` are then in that attempt's log (`attempts/<id>/events.jsonl`)."""
     counts: dict[str, int] | None = None
     """A batch's end: its runs by how they ended ("finished", "unscored", "failed")."""
 

@@ -5,8 +5,10 @@ its panes, so a notification says what the log says: a call held for approval
 (`approval_requested`), a validation that beat every earlier one in the metric's own
 direction (the experiments table's `best` mark, or a search attempt's validated score),
 a model provider failure that paused the run (a non-fatal `model_error` followed by
-the system's `pause`), a run waiting for its model server (the first `model_retry` with
-a cause, and the `model_call` that ends the wait; not every retry), the time warning
+the system's `pause`; one whose `server_waited_s` says a wait for the server gave up is
+said as such), a run waiting for its model server (the first `model_retry` with a
+cause, and the `model_call` that ends the wait; not every retry; a search's attempts'
+waits, read from their own logs, are counted with the run's), the time warning
 (`time_warning`), and the end (`run_finished`, with the grading's score, normalized
 score and success).
 """
@@ -26,6 +28,16 @@ MESSAGE_CHARS = 300
 def _short(text: str, limit: int = MESSAGE_CHARS) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _naming_model(error: ev.ModelError) -> str:
+    """The error's line naming its model once: a provider's own line starts with the
+    model's name already ("m: HTTP 500 ..."), which the run's model ("openai/m") would
+    only repeat."""
+    name = error.model.split("/", 1)[-1]
+    if error.error.startswith((f"{error.model}:", f"{name}:")):
+        return error.error
+    return f"{error.model}: {error.error}"
 
 
 def _score(value: float | None) -> str:
@@ -86,7 +98,9 @@ class Triggers:
             case ev.ModelCall() if self._server_waits:
                 return self._server_back(event)
             case ev.ModelError() if event.cut_off is None:
-                self._server_gave_up = bool(self._server_waits)
+                # Only a wait that used up its limit says the server did not come back;
+                # an error after a wait is the server answering again, with that error.
+                self._server_gave_up = event.server_waited_s is not None
                 self._server_waits = []
                 if not event.fatal:
                     self._provider_error = event
@@ -111,8 +125,27 @@ class Triggers:
                 pass
         return None
 
-    def _who(self) -> str:
-        return f"run {self.run_id}" + (f" ({self.task})" if self.task else "")
+    def attempt_notification(self, attempt: str, event: ev.Event) -> Notification | None:
+        """What an event of a search's attempt `attempt` (from its own log) tells the
+        user: only its waits for the model server, which the run's own are counted
+        with, so one outage is told once however many attempts (and the run's own
+        agent) wait through it, and the server is back at the first answer any of them
+        gets. An attempt whose wait gives up ends as a failed attempt; the outage is
+        told over only when the server answers again, or the run itself gives up."""
+        match event:
+            case ev.ModelRetry() if event.cause is not None:
+                self._server_waits.append(event)
+                if len(self._server_waits) == 1:
+                    return self._server_wait(event, attempt)
+            case ev.ModelCall() if self._server_waits:
+                return self._server_back(event, attempt)
+            case _:
+                pass
+        return None
+
+    def _who(self, attempt: str | None = None) -> str:
+        run = f"run {self.run_id}" + (f" ({self.task})" if self.task else "")
+        return f"{run}, attempt {attempt}" if attempt else run
 
     def _approval(self, event: ev.ApprovalRequested) -> Notification:
         args = json.dumps(event.arguments, ensure_ascii=False) if event.arguments else ""
@@ -164,32 +197,34 @@ class Triggers:
             normalized=event.normalized,
         )
 
-    def _server_wait(self, event: ev.ModelRetry) -> Notification:
-        what = (
-            "the connection was lost mid-answer"
-            if event.cause == "connection_lost"
-            else "the server is not answering"
-        )
+    def _server_wait(self, event: ev.ModelRetry, attempt: str | None = None) -> Notification:
+        what = {
+            "connection_lost": "the connection was lost mid-answer",
+            "not_answering": "the server is not answering",
+            "loading_model": "the server is still loading its model",
+        }[event.cause or "not_answering"]
         limit = event.wait_limit_s
         up_to = f" up to {format_duration(limit)}" if limit is not None else ""
         return self._note(
             "server_wait",
             event,
             "mlra: the model server went away; the run waits for it",
-            f"{self._who()}: {event.model}: {what}; waiting{up_to} for it to come back, "
-            "the run's clock paused",
+            f"{self._who(attempt)}: {event.model}: {what}; waiting{up_to} for it to come "
+            f"back, the {'attempt' if attempt else 'run'}'s clock paused",
+            attempt=attempt,
         )
 
-    def _server_back(self, event: ev.ModelCall) -> Notification:
+    def _server_back(self, event: ev.ModelCall, attempt: str | None = None) -> Notification:
         waits, self._server_waits = self._server_waits, []
         tries = len(waits)
         return self._note(
             "server_back",
             event,
             "mlra: the model server is back; the run goes on",
-            f"{self._who()}: {event.model} answered again after "
+            f"{self._who(attempt)}: {event.model} answered again after "
             f"{format_duration(event.ts - waits[0].ts)} of waiting "
             f"({tries} {'try' if tries == 1 else 'tries'})",
+            attempt=attempt,
         )
 
     def _provider_paused(self, event: ev.Control) -> Notification | None:
@@ -205,7 +240,7 @@ class Triggers:
             "provider_paused",
             event,
             f"mlra: {what}; the run is paused",
-            f"{self._who()}: {error.model}: {error.error} — resume to retry, or stop",
+            f"{self._who()}: {_naming_model(error)} — resume to retry, or stop",
         )
 
     def _finished(self, event: ev.RunFinished) -> Notification:

@@ -50,7 +50,7 @@ from mlra.agent.providers.base import (
     wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
-from mlra.agent.providers.server_gone import server_gone
+from mlra.agent.providers.server_gone import failed_answer, server_gone
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
     ServerProbe,
@@ -208,7 +208,7 @@ class AnthropicProvider(ModelProvider):
                 # Nothing answers at the address (after the SDK's own retries): waited for.
                 raise server_gone(self.name, self.base_url, exc, retries_made()) from exc
             except (anthropic.APIError, httpx2.HTTPError) as exc:
-                raise ProviderError(self._describe(exc)) from exc
+                raise failed_answer(self.name, self.base_url, exc, self._describe(exc)) from exc
             except InvalidResponse as exc:
                 invalid += 1
                 if invalid > self.max_retries:

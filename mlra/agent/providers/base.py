@@ -23,6 +23,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from mlra.events import ServerAbsence
 from mlra.tools.registry import ToolSpec
 
 TextCallback = Callable[[str], None]
@@ -173,13 +174,18 @@ class ProviderError(Exception):
 
 
 class ServerGone(ProviderError):
-    """The server went away: the connection was lost mid-answer (`mid_answer`), or
-    nothing answers at its address. A local server that reloads its model or is
-    restarted comes back: the run waits for it (agent/loop/server_wait.py)."""
+    """The server is not there for the call (`cause`): the connection was lost
+    mid-answer, nothing answers at its address, or it is still loading its model. A
+    local server that reloads its model or is restarted comes back: the run waits for
+    it (agent/loop/server_wait.py). `waited_s`: set where the run's wait for it gave up,
+    how long it waited."""
 
-    def __init__(self, message: str, *, mid_answer: bool) -> None:
+    def __init__(
+        self, message: str, *, cause: ServerAbsence, waited_s: float | None = None
+    ) -> None:
         super().__init__(message)
-        self.mid_answer = mid_answer
+        self.cause: ServerAbsence = cause
+        self.waited_s = waited_s
 
 
 CONTEXT_OVERFLOW = (

@@ -5,15 +5,21 @@ Both SDKs (OpenAI's and Anthropic's) wrap a failed connection in their own
 while it is read surfaces the transport's exception itself. Either way the cause is
 one of two things a user can act on: the connection was lost while the answer came
 (a server killed or restarted mid-answer), or nothing answers at the address at all.
-Both are a `ServerGone`, which the run waits out (agent/loop/server_wait.py); a
-time-out is neither (the server is there, and slow) and stays the provider's failure.
+A third is a server that answers but is not there yet: llama-server, restarted, answers
+every request HTTP 503 `{"error": {"code": 503, "message": "Loading model", "type":
+"unavailable_error"}}` until its model is loaded (seconds to minutes), which the SDKs'
+own retries outlast in about 8 s. All three are a `ServerGone`, which the run waits out
+(agent/loop/server_wait.py); a time-out is none of them (the server is there, and
+slow) and stays the provider's failure, as does any other 503.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import httpx2
 
-from mlra.agent.providers.base import ServerGone
+from mlra.agent.providers.base import ProviderError, ServerGone, retries_made
 
 LOST_MID_ANSWER = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
 """The transport's ways of saying a connection that was open is gone."""
@@ -33,6 +39,10 @@ def transport_cause(exc: BaseException) -> BaseException:
     return exc.__cause__ or exc
 
 
+def _after(retries: int | None) -> str:
+    return f" (after {retries} {'retry' if retries == 1 else 'retries'})" if retries else ""
+
+
 def server_gone(
     name: str, base_url: str | None, exc: BaseException, retries: int | None
 ) -> ServerGone:
@@ -40,15 +50,47 @@ def server_gone(
     answering at all, with the retries the SDK made (never "gave up after 4 retries"
     when none were)."""
     cause = transport_cause(exc)
-    after = f" (after {retries} {'retry' if retries == 1 else 'retries'})" if retries else ""
+    after = _after(retries)
     where = base_url or "the API"
     detail = f"{type(cause).__name__}: {one_line(str(cause), 120)}"
     if isinstance(cause, LOST_MID_ANSWER):
         return ServerGone(
             f"{name}: the connection to {where} was lost mid-answer ({detail}){after}",
-            mid_answer=True,
+            cause="connection_lost",
         )
     return ServerGone(
         f"{name}: cannot connect to {where}: the server is not answering ({detail}){after}",
-        mid_answer=False,
+        cause="not_answering",
+    )
+
+
+LOADING_MODEL = "loading model"
+"""llama-server's words (its `message`, any case) while it loads its model."""
+
+
+def _server_message(body: Any) -> str:
+    """The `message` of an error body as OpenAI, Anthropic and llama-server shape it."""
+    inner = body.get("error", body) if isinstance(body, dict) else body
+    if isinstance(inner, dict):
+        message = inner.get("message")
+        return message if isinstance(message, str) else ""
+    return inner if isinstance(inner, str) else ""
+
+
+def failed_answer(
+    name: str, base_url: str | None, exc: BaseException, described: str
+) -> ProviderError:
+    """An SDK's error answer as the run takes it: a server still loading its model
+    (llama-server's 503 "Loading model") is a `ServerGone` the run waits out; any other
+    is the provider's failure, in the words `described` gives it."""
+    if getattr(exc, "status_code", None) != 503:
+        return ProviderError(described)
+    said = _server_message(getattr(exc, "body", None))
+    if LOADING_MODEL not in said.lower():
+        return ProviderError(described)
+    retries = retries_made()
+    return ServerGone(
+        f'{name}: {base_url or "the API"} answered HTTP 503 "{one_line(said, 80)}": the '
+        f"server is still loading its model{_after(retries)}",
+        cause="loading_model",
     )

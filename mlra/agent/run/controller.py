@@ -139,7 +139,7 @@ class RunController(Steering):
         self.ask = self.turns.ask
         self.execute_tool = self.tool_step.execute
         # The user's `--notify` destinations, fed by this run's events (agent/notify/);
-        # an attempt's own run leaves telling the user to the run it belongs to.
+        # an attempt's run has none: its run's read its server waits (attempt_runs.py).
         self.notifications = (
             Notifications.attach(self, config.notify)
             if config.notify and config.attempt is None

@@ -30,6 +30,10 @@ NEWS = frozenset(
     {"model_call", "notice", "context_window_learned", "model_retry", "history_summarized"}
 )
 """The kinds of an attempt's events its run shows (console/text/event_lines.attempt_news)."""
+READ_BYTES = 1 << 20
+"""The most of an attempt's log one read takes (a console's replay or resume reads each
+attempt's log on the thread that draws it): a longer log is read on at the run's next
+reads, and to its end, chunk by chunk, only at the attempt's (or the run's) end."""
 READ_EVERY_S = 1.0
 """The attempts' logs are read at most this often (wall clock of the run's events): the
 run samples its resources every second, so a search whose own agent only waits still
@@ -45,6 +49,7 @@ class GrowingLog:
     def __init__(self, path: Path, types: frozenset[str] | None = None) -> None:
         self.path = path
         self.offset = 0
+        self.chunk = READ_BYTES
         self.types = types
         self._marks = [f'"type":"{kind}"'.encode() for kind in sorted(types or ())]
         self._resolve = Resolver() if types is None else None
@@ -52,20 +57,47 @@ class GrowingLog:
         """Read, but written after the time last asked for: given when it comes."""
         self.damaged = False
 
-    def read(self, until_ts: float = 0.0) -> list[ev.Event]:
+    def read(self, until_ts: float = 0.0, *, to_end: bool = False) -> list[ev.Event]:
         """The events written since the last read, up to wall clock `until_ts` (0: all
-        there are); nothing once a line would not parse (a damaged log)."""
+        there are); nothing once a line would not parse (a damaged log). One chunk of
+        `chunk` bytes is read (a whole line at least), or, `to_end`, chunk after chunk
+        to the log's end; reading stops early at an event written after `until_ts`,
+        which is not due yet. The offset moves only past whole lines: a half-written
+        last line waits for its newline."""
         if self.damaged:
             return []
+        chunk, taken = self.chunk, 0
         try:
             with open(self.path, "rb") as f:
-                f.seek(self.offset)
-                data = f.read()
+                while (to_end or not taken) and not self._ahead(until_ts):
+                    f.seek(self.offset)
+                    data = f.read(chunk)
+                    whole = data.rfind(b"\n") + 1
+                    if not whole and len(data) == chunk:
+                        data += f.readline()  # one line longer than a chunk: all of it
+                        whole = len(data) if data.endswith(b"\n") else 0
+                    if not whole:
+                        break  # the log's end, or a line not yet written whole
+                    self.offset += whole
+                    taken += whole
+                    if not self._take(data[:whole]):
+                        return []
         except OSError:  # not written yet
-            return []
-        whole = data.rfind(b"\n") + 1  # a half-written last line waits for its newline
-        self.offset += whole
-        for line in data[:whole].split(b"\n"):
+            pass
+        due: list[ev.Event] = []
+        later: list[ev.Event] = []
+        for event in self.held:
+            (due if not until_ts or not event.ts or event.ts <= until_ts else later).append(event)
+        self.held = later
+        return due
+
+    def _ahead(self, until_ts: float) -> bool:
+        """An event written after `until_ts` is held: what comes after it is later still."""
+        return bool(until_ts) and bool(self.held) and (self.held[-1].ts or 0) > until_ts
+
+    def _take(self, data: bytes) -> bool:
+        """Parse the whole lines in `data` into `held`; False for a damaged log."""
+        for line in data.split(b"\n"):
             if not line.strip() or (self._marks and not any(m in line for m in self._marks)):
                 continue
             try:
@@ -74,15 +106,11 @@ class GrowingLog:
                     event = self._resolve(event)
             except (ValidationError, ValueError, Unresolved):
                 self.damaged = True
-                return []
+                self.held = []
+                return False
             if self.types is None or event.type in self.types:
                 self.held.append(event)
-        due: list[ev.Event] = []
-        later: list[ev.Event] = []
-        for event in self.held:
-            (due if not until_ts or not event.ts or event.ts <= until_ts else later).append(event)
-        self.held = later
-        return due
+        return True
 
 
 class AttemptLogs:
@@ -122,7 +150,7 @@ class AttemptLogs:
         ):
             return []
         self._read_ts = event.ts
-        found = [(a, e) for a, log in self._logs.items() for e in log.read(event.ts)]
+        found = [(a, e) for a, log in self._logs.items() for e in log.read(event.ts, to_end=ending)]
         if isinstance(event, ev.AttemptFinished):
             self._logs.pop(event.attempt, None)
         news: list[tuple[str, ev.Event]] = []
