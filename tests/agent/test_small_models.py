@@ -15,6 +15,7 @@ from typing import Any
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
+from mlra.agent.providers.base import ModelSettings
 from mlra.agent.providers.text_calls import read_text_calls
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
@@ -48,18 +49,24 @@ def test_loose_shapes_of_a_call_are_read() -> None:
 
 
 def test_what_cannot_be_read_is_said_only_where_no_call_was_made() -> None:
-    unknown = read_text_calls('I will train. {"name": "pretrain", "arguments": {"n": 3}}', TOOLS)
+    """Said where the model was told the text format (the tools in its prompt)."""
+    unknown = read_text_calls(
+        'I will train. {"name": "pretrain", "arguments": {"n": 3}}', TOOLS, tools_in_prompt=True
+    )
     assert unknown.calls == [] and unknown.problems == ["there is no tool named 'pretrain'"]
-    fenced = read_text_calls('```json\n{"name": "pretrain", "arguments": {"n": 3}\n```', TOOLS)
+    fenced = read_text_calls(
+        '```json\n{"name": "pretrain", "arguments": {"n": 3}\n```', TOOLS, tools_in_prompt=True
+    )
     assert fenced.problems and "not valid JSON" in fenced.problems[0]
-    code = read_text_calls("Run this:\n```bash\nls -la\n```", TOOLS)
+    code = read_text_calls("Run this:\n```bash\nls -la\n```", TOOLS, tools_in_prompt=True)
     assert code.problems == ["a ```bash block is text, not a call: nothing ran it"]
     # Beside a call, JSON about something else is prose; so is a name with no arguments.
     beside = 'Config: {"name": "resnet", "arguments": {"depth": 18}}. ' + (
         '{"name": "bash", "arguments": {"command": "ls"}}'
     )
-    assert read_text_calls(beside, TOOLS).problems == []
-    assert read_text_calls('The model is {"name": "resnet", "depth": 18}.', TOOLS).problems == []
+    assert read_text_calls(beside, TOOLS, tools_in_prompt=True).problems == []
+    resnet = 'The model is {"name": "resnet", "depth": 18}.'
+    assert read_text_calls(resnet, TOOLS, tools_in_prompt=True).problems == []
 
 
 async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
@@ -72,8 +79,17 @@ async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
     ]
     worker = [turn("", call("bash", command="echo 42 > answer.txt")), turn("", call("report"))]
     with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        provider = resolve_model("openai/local", base_url=server.url_for("openai"), env={})
-        config = RunConfig(task="answer", model="openai/local", runs_dir=tmp_path, isolation="none")
+        # `--tool-calls text`: the model is told the format, so what it meant is said.
+        settings = ModelSettings(tool_calls="text")
+        url = server.url_for("openai")
+        provider = resolve_model("openai/local", base_url=url, env={}, settings=settings)
+        config = RunConfig(
+            task="answer",
+            model="openai/local",
+            runs_dir=tmp_path,
+            isolation="none",
+            tool_calls="text",
+        )
         controller = RunController(config, load_task(answer_task), provider)
         result = await controller.run(agent_for)
         await provider.aclose()
@@ -223,3 +239,4 @@ def test_a_resumed_run_meets_the_hand_over_in_its_log(tmp_path: Path, answer_tas
     assert len(handed) == 1
     result = json.loads((runs / "r" / "result.json").read_text())
     assert result["reason"] == "submitted" and result["worker_alone"] == "supervisor_idle"
+
