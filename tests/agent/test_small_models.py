@@ -15,6 +15,7 @@ from typing import Any
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
+from mlra.agent.providers.base import ModelSettings
 from mlra.agent.providers.text_calls import read_text_calls
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
@@ -48,18 +49,24 @@ def test_loose_shapes_of_a_call_are_read() -> None:
 
 
 def test_what_cannot_be_read_is_said_only_where_no_call_was_made() -> None:
-    unknown = read_text_calls('I will train. {"name": "pretrain", "arguments": {"n": 3}}', TOOLS)
+    """Said where the model was told the text format (the tools in its prompt)."""
+    unknown = read_text_calls(
+        'I will train. {"name": "pretrain", "arguments": {"n": 3}}', TOOLS, tools_in_prompt=True
+    )
     assert unknown.calls == [] and unknown.problems == ["there is no tool named 'pretrain'"]
-    fenced = read_text_calls('```json\n{"name": "pretrain", "arguments": {"n": 3}\n```', TOOLS)
+    fenced = read_text_calls(
+        '```json\n{"name": "pretrain", "arguments": {"n": 3}\n```', TOOLS, tools_in_prompt=True
+    )
     assert fenced.problems and "not valid JSON" in fenced.problems[0]
-    code = read_text_calls("Run this:\n```bash\nls -la\n```", TOOLS)
+    code = read_text_calls("Run this:\n```bash\nls -la\n```", TOOLS, tools_in_prompt=True)
     assert code.problems == ["a ```bash block is text, not a call: nothing ran it"]
     # Beside a call, JSON about something else is prose; so is a name with no arguments.
     beside = 'Config: {"name": "resnet", "arguments": {"depth": 18}}. ' + (
         '{"name": "bash", "arguments": {"command": "ls"}}'
     )
-    assert read_text_calls(beside, TOOLS).problems == []
-    assert read_text_calls('The model is {"name": "resnet", "depth": 18}.', TOOLS).problems == []
+    assert read_text_calls(beside, TOOLS, tools_in_prompt=True).problems == []
+    resnet = 'The model is {"name": "resnet", "depth": 18}.'
+    assert read_text_calls(resnet, TOOLS, tools_in_prompt=True).problems == []
 
 
 async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
@@ -72,8 +79,17 @@ async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
     ]
     worker = [turn("", call("bash", command="echo 42 > answer.txt")), turn("", call("report"))]
     with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        provider = resolve_model("openai/local", base_url=server.url_for("openai"), env={})
-        config = RunConfig(task="answer", model="openai/local", runs_dir=tmp_path, isolation="none")
+        # `--tool-calls text`: the model is told the format, so what it meant is said.
+        settings = ModelSettings(tool_calls="text")
+        url = server.url_for("openai")
+        provider = resolve_model("openai/local", base_url=url, env={}, settings=settings)
+        config = RunConfig(
+            task="answer",
+            model="openai/local",
+            runs_dir=tmp_path,
+            isolation="none",
+            tool_calls="text",
+        )
         controller = RunController(config, load_task(answer_task), provider)
         result = await controller.run(agent_for)
         await provider.aclose()
@@ -223,3 +239,99 @@ def test_a_resumed_run_meets_the_hand_over_in_its_log(tmp_path: Path, answer_tas
     assert len(handed) == 1
     result = json.loads((runs / "r" / "result.json").read_text())
     assert result["reason"] == "submitted" and result["worker_alone"] == "supervisor_idle"
+
+
+# --- messages when the worker works alone ------------------------------------------------
+
+
+def test_a_message_to_the_supervisor_of_a_worker_alone_is_refused(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """No supervisor reads it: one line says so, and a message to the worker is read."""
+    import subprocess
+    import sys
+    import time
+
+    from mlra.control_socket import socket_path
+    from tests.agent.test_resume import _env
+
+    runs = tmp_path / "runs"
+    run_dir = runs / "w"
+    log = run_dir / "events.jsonl"
+    with ScriptedModelServer({"worker": SOLVE}) as server:
+        args = ["run", str(answer_task), "--model", "openai/small", "--agent", "worker"]
+        args += ["--no-tui", "--paused", "--runs-dir", str(runs), "--run-id", "w"]
+        args += ["--base-url", server.url_for("openai")]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 300  # a guard only: the hand-over is awaited
+            while not (
+                socket_path(run_dir).exists()
+                and log.exists()
+                and any(isinstance(e, ev.WorkerAlone) for e in read_events(log))
+            ):
+                assert proc.poll() is None and time.monotonic() < deadline, "no worker_alone"
+                time.sleep(0.01)
+            ctl = ["ctl", str(run_dir), "inject"]
+            told = mlra_cli([*ctl, "--to", "supervisor", "use 42"], cwd=tmp_path)
+            assert told.returncode == 1, told.stdout
+            assert told.stderr.strip().splitlines() == [
+                "refused: the worker does the task alone and no supervisor reads messages: "
+                "send it to the worker"
+            ]
+            assert mlra_cli([*ctl, "--to", "worker", "use 42"], cwd=tmp_path).returncode == 0
+            assert mlra_cli(["ctl", str(run_dir), "resume"], cwd=tmp_path).returncode == 0
+            assert proc.wait(timeout=120) == 0
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    events = read_events(log)
+    injected = [(e.target, e.text) for e in events if isinstance(e, ev.Control)]
+    assert ("supervisor", "use 42") not in injected and ("worker", "use 42") in injected
+    first = next(e for e in events if isinstance(e, ev.StepStarted) and e.agent == "worker")
+    assert first.delivered == ["use 42"]
+
+
+async def test_messages_to_the_supervisor_at_the_hand_over_go_to_the_worker(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Queued after the supervisor's last turn, before it hands the task over: the worker
+    reads them, and a notice says where they went."""
+    script = {"supervisor:fallback": turn("The answer is probably 42."), "worker": SOLVE}
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/local", base_url=server.url_for("openai"), env={})
+        config = RunConfig(task="answer", model="openai/local", runs_dir=tmp_path, isolation="none")
+        controller = RunController(config, load_task(answer_task), provider)
+        turns = 0
+
+        def queue_at_the_last_turn(event: ev.Event) -> None:
+            nonlocal turns
+            if isinstance(event, ev.ModelCall) and event.agent == "supervisor":
+                turns += 1
+                if turns == 4:  # MAX_NUDGES + 1: the hand-over comes next
+                    controller.inject("supervisor", "the answer is 42")
+
+        controller.subscribe(queue_at_the_last_turn)
+        result = await controller.run(agent_for)
+        await provider.aclose()
+    assert result.score == 1.0
+    events = read_events(controller.run_dir / "events.jsonl")
+    alone = next(e for e in events if isinstance(e, ev.WorkerAlone))
+    queued = next(e for e in events if isinstance(e, ev.Control) and e.action == "inject")
+    assert queued.seq < alone.seq
+    notices = [e.message for e in events if isinstance(e, ev.Notice)]
+    assert "1 message to the supervisor, unread at the hand-over, goes to the worker" in notices
+    first = next(e for e in events if isinstance(e, ev.StepStarted) and e.agent == "worker")
+    assert first.delivered == ["the answer is 42"]
+    assert "[message from the user] the answer is 42" in first.prompt
+    supervisor_steps = [
+        e for e in events if isinstance(e, ev.StepStarted) and e.agent == "supervisor"
+    ]
+    assert all("the answer is 42" not in e.prompt for e in supervisor_steps)

@@ -56,6 +56,7 @@ async def work_alone(
     ctl.emit(ev.WorkerAlone(reason=reason, supervisor_turns=supervisor_turns, message=message))
     if not ctl.catchup.replaying:
         ctl.emit(ev.Notice(level="warning" if before else "info", message=message))
+    _pass_on_messages(ctl)
     worker = Worker(ctl, alone=True)
     number = 0
     while True:
@@ -72,3 +73,18 @@ async def work_alone(
                 "in a row and never called submit, so nothing was submitted",
             )
         )
+
+
+def _pass_on_messages(ctl: RunController) -> None:
+    """Messages the user sent the supervisor that it never read (queued just before the
+    hand-over) go to the worker, which reads them at its first step (its `step_started`
+    lists them as delivered); from here on a message to the supervisor is refused
+    (agent/record/state.py `message_refusal`)."""
+    pending = ctl.controls.take_messages("supervisor")
+    for text in pending:
+        ctl.controls.inject("worker", text)
+    if pending and not ctl.catchup.replaying:
+        count = "1 message" if len(pending) == 1 else f"{len(pending)} messages"
+        goes = "goes" if len(pending) == 1 else "go"
+        message = f"{count} to the supervisor, unread at the hand-over, {goes} to the worker"
+        ctl.emit(ev.Notice(level="info", message=message))

@@ -65,8 +65,8 @@ def act(run: Steering, req: CtlRequest) -> str:
             return _message_attempt(run, target.removeprefix("attempt:"), req)
         if target not in ("worker", "supervisor"):
             raise Refused(f"refused: inject goes to worker or supervisor, not {target!r}")
-        if run.state.message_refusal is not None:
-            raise Refused(f"refused: {run.state.message_refusal}")
+        if (refusal := run.state.message_refusal(target)) is not None:
+            raise Refused(f"refused: {refusal}")
         run.inject(target, req.text or "")
         return f"message for the {target} queued (it reads it at its next step)"
     if op == "breakpoints":

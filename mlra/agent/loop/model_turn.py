@@ -142,12 +142,19 @@ class ModelTurn:
     def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> list[str]:
         """What in the text of an answer looked like a tool call but could not be read;
         found from the answer's text, so a resumed run, whose answers come from the log,
-        finds the same."""
-        if self.run.config.tool_calls == "native":
+        finds the same. Nothing for a provider that reads no text (a vendor's own API:
+        its prose is prose), and what the model only meant as a call (a tool that does
+        not exist, a ```bash block) only where it was told the format."""
+        provider = self.run.provider
+        if self.run.config.tool_calls == "native" or provider is None:
+            return []
+        if not provider.reads_text_calls():
             return []
         if any(call.from_text is None for call in response.tool_calls):
             return []  # native calls: the text was not read for calls
-        return read_text_calls(response.text, [t.name for t in registry.specs()]).problems
+        names = [t.name for t in registry.specs()]
+        told = provider.tools_in_prompt()
+        return read_text_calls(response.text, names, tools_in_prompt=told).problems
 
     async def ask(
         self,

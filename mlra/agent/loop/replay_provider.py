@@ -33,7 +33,7 @@ from mlra.agent.providers.base import (
     ProviderError,
     TextCallback,
 )
-from mlra.agent.providers.text_calls import FALLBACK_MARK
+from mlra.agent.providers.text_calls import FALLBACK_MARK, REFUSED_NATIVE
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.record.recording import response_from
 from mlra.durations import format_duration
@@ -239,6 +239,15 @@ class ReplayProvider(ModelProvider):
         self._fell_back = any(
             isinstance(e, ev.Notice) and FALLBACK_MARK in e.message for e in events
         )
+        config = started.config if started is not None else {}
+        self._mode = str(config.get("tool_calls") or "auto")
+        self._refused = any(
+            isinstance(e, ev.Notice) and REFUSED_NATIVE in e.message for e in events
+        )
+        """The server refused native tools at the run's first request: text from the start."""
+        self._read_text = self._mode == "text" or (
+            self._mode == "auto" and (bool(config.get("base_url")) or self._refused)
+        )
 
     @classmethod
     def from_spec(cls, spec: str) -> ReplayProvider:
@@ -260,6 +269,13 @@ class ReplayProvider(ModelProvider):
         says so) where its recording did, found from the recording's notice."""
         told, self._told_text_tools = self._told_text_tools, True
         return self._fell_back and not told
+
+    def reads_text_calls(self) -> bool:
+        """As the recorded run's provider read them: its `--tool-calls` and base URL."""
+        return self._read_text
+
+    def tools_in_prompt(self) -> bool:
+        return self._mode == "text" or self._refused or (self._fell_back and self._told_text_tools)
 
     def _check_left(self) -> None:
         """At the end of the recording: end the replay as the recorded run ended, when

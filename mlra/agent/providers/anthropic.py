@@ -58,7 +58,7 @@ from mlra.agent.providers.server_window import (
     server_root,
     unknown_note,
 )
-from mlra.agent.providers.text_calls import read_text_calls, tools_prompt
+from mlra.agent.providers.text_calls import TextCallReading, tools_prompt
 from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4
@@ -90,7 +90,7 @@ def _ephemeral() -> CacheControlEphemeralParam:
     return {"type": "ephemeral"}
 
 
-class AnthropicProvider(ModelProvider):
+class AnthropicProvider(TextCallReading, ModelProvider):
     def __init__(
         self,
         model: str,
@@ -175,12 +175,6 @@ class AnthropicProvider(ModelProvider):
     def cost_of(self, usage: Usage) -> float:
         return cost(self.model, usage)[0]
 
-    def describe_tools_in_prompt(self) -> bool:
-        if not self.base_url or not self._native_tools or self.settings.tool_calls != "auto":
-            return False  # the vendor's own API never drops the tools it is sent
-        self._native_tools = False
-        return True
-
     async def generate(
         self,
         *,
@@ -221,10 +215,7 @@ class AnthropicProvider(ModelProvider):
                 tell_invalid_retry()
                 await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
-        if tools and self.settings.tool_calls != "native" and not response.tool_calls:
-            found = read_text_calls(response.text, [t.name for t in tools])
-            if found.calls:
-                response.text, response.tool_calls = found.prose, found.calls
+        self.read_calls_into(response, tools)
         response.cost_usd = cost(self.model, response.usage)[0]
         return response
 

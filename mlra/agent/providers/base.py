@@ -9,7 +9,8 @@ since the SDKs take it for an answer. What still fails surfaces as
 `ProviderError`.
 
 Local models often write their tool calls as text; `ModelSettings.tool_calls`
-says whether such text is read as calls (agent/providers/text_calls.py).
+says whether such text is read as calls (agent/providers/text_calls.py: `auto` reads
+it only from servers named by a base URL).
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ TextCallback = Callable[[str], None]
 
 ToolCallsMode = Literal["native", "text", "auto"]
 """native: only the API's tool calls; text: tools described in the prompt and calls
-read from the answer's text; auto: native, and text when an answer has no native call."""
+read from the answer's text; auto: native, and, from a server named by a base URL,
+text when an answer has no native call."""
 TOOL_CALLS_MODES: tuple[ToolCallsMode, ...] = ("native", "text", "auto")
 
 TextForm = Literal["tool_call", "json_fence", "json"]
@@ -369,6 +371,17 @@ class ModelProvider(abc.ABC):
         tool it was sent natively). False where nothing changes: the user chose native
         or text calls, tools go in the prompt already, the model is the vendor's own API
         (no base URL: its servers do not drop tools), or this API has no other way."""
+        return False
+
+    def reads_text_calls(self) -> bool:
+        """Whether an answer with no native call has its text read for calls
+        (agent/providers/text_calls.py); False for providers that call tools natively."""
+        return False
+
+    def tools_in_prompt(self) -> bool:
+        """Whether the tools go described in the prompt now (`--tool-calls text`, or `auto`
+        after its fall-back): the model was told the text format, so text that was
+        meant as a call and is none is worth telling it."""
         return False
 
     def take_notices(self) -> list[str]:

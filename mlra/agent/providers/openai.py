@@ -15,7 +15,7 @@ The history goes out as chat messages rebuilt on every call
 agent/providers/openai_replies.py, where tool-call deltas are accumulated by index and
 arguments parsed, so a model that writes broken JSON gets an error observation, not a
 crashed run. A model that writes its calls as text has them read
-(agent/providers/text_calls.py).
+(agent/providers/text_calls.py: behind a base URL, or with `--tool-calls text`).
 
 An HTTP 200 that is no answer (HTML from a proxy, `{}`, no `choices`, truncated
 JSON, a stream that ends with no finish reason) is retried as the SDK retries a
@@ -73,7 +73,7 @@ from mlra.agent.providers.server_window import (
     ServerUnreachable,
     unknown_note,
 )
-from mlra.agent.providers.text_calls import read_text_calls, tools_prompt
+from mlra.agent.providers.text_calls import REFUSED_NATIVE, TextCallReading, tools_prompt
 from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4
@@ -111,7 +111,7 @@ NO_NATIVE_TOOLS = (
 """What servers say when they refuse native tool definitions."""
 
 
-class OpenAIProvider(ModelProvider):
+class OpenAIProvider(TextCallReading, ModelProvider):
     def __init__(
         self,
         model: str,
@@ -251,10 +251,7 @@ class OpenAIProvider(ModelProvider):
                     continue
                 await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
-        if tools and self.settings.tool_calls != "native" and not response.tool_calls:
-            found = read_text_calls(response.text, [t.name for t in tools])
-            if found.calls:
-                response.text, response.tool_calls = found.prose, found.calls
+        self.read_calls_into(response, tools)
         if response.usage.input_tokens == 0:
             # No usage from the server: an estimate keeps context upkeep honest.
             size = len(json.dumps(request["messages"])) + len(json.dumps(request.get("tools", [])))
@@ -262,12 +259,6 @@ class OpenAIProvider(ModelProvider):
             response.usage = estimated_usage(size, produced)
         response.cost_usd = cost(self.model, response.usage)[0]
         return response
-
-    def describe_tools_in_prompt(self) -> bool:
-        if not self.base_url or not self._native_tools or self.settings.tool_calls != "auto":
-            return False  # the vendor's own API never drops the tools it is sent
-        self._native_tools = False
-        return True
 
     def take_notices(self) -> list[str]:
         notices, self._notices = self._notices, []
@@ -321,7 +312,7 @@ class OpenAIProvider(ModelProvider):
         ):
             self._native_tools = False  # describe the tools in the prompt, read calls from text
             self._notices.append(
-                f"{self.name}: the server refused native tool definitions "
+                f"{self.name}: {REFUSED_NATIVE} "
                 f"({one_line(exc.message, 120)}); the tools are now described in the "
                 "prompt and calls are read from the model's text"
             )

@@ -18,17 +18,27 @@ JSON in a `<tool_call>`, a fenced block naming a tool) is reported as a problem,
 which the agent's next prompt tells the model (agent/loop/model_turn.py); the problems
 are found again from the recorded text alone, so a resumed run tells the same.
 
-Small models (135M-1.5B) write calls loosely, so what can be read without guessing is
-read: the name under `tool`, `tool_name` or `action`, the arguments under
-`parameters`, `args`, `input`, `action_input`..., or beside the name
-(`{"name": "bash", "command": "ls"}`). What cannot be is said, but only in an answer
-that holds no call (there, it is what the model meant to do): a call-shaped object
-naming a tool that does not exist (`{"name": "pretrain", "arguments": {...}}`, told in
-the words a native call to it is answered with, tools/registry.py), and a fenced block
-in a tool's language (```bash) that nothing runs.
+How loosely an object is read depends on where it stands, since prose holds JSON
+examples (`each RL step logs {"action": "submit", ...}`) that must never run:
+- inside `<tool_call>` tags, or as the whole answer (nothing beside it but blanks and
+  fence marks), small models' (135M-1.5B) loose shapes are read: the name under
+  `tool`, `tool_name` or `action` as well as `name`, the arguments under `parameters`,
+  `args`, `input`, `action_input`..., or written flat beside the name
+  (`{"name": "bash", "command": "ls"}`);
+- an object among other text is a call only as `{"name": <tool>, "arguments": {...}}`
+  (or `"parameters"`), or OpenAI's `{"function": {"name", "arguments"}}`.
+With the tools described in the prompt (`tools_in_prompt`: `--tool-calls text`, or
+`auto` after its fall-back), an answer holding no call that is essentially one
+object naming a tool that does not exist (`{"name": "pretrain", "arguments": {...}}`,
+told in the words a native call to it is answered with, tools/registry.py) or one
+fenced block in a tool's language (```bash) is said too: there the model was told
+the format and meant a call. Never elsewhere: ML prose is full of such objects.
 
-`tools_prompt` describes the tools in the system prompt for `--tool-calls text`,
-where the server is sent no native tool definitions at all.
+`TextCallReading` decides, for a provider, whether an answer's text is read at all:
+`--tool-calls text`, and `auto` only for a server named by a base URL (or once the
+tools went into the prompt); the vendors' own APIs call tools natively, and their
+prose is never run. `tools_prompt` describes the tools in the system prompt for
+`--tool-calls text`, where the server is sent no native tool definitions at all.
 """
 
 from __future__ import annotations
@@ -40,13 +50,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mlra.agent.providers.base import TextForm, ToolCallRequest
+from mlra.agent.providers.base import ModelResponse, ModelSettings, TextForm, ToolCallRequest
 from mlra.tools.registry import ToolSpec, no_such_tool, parse_arguments
 
 _TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
 _FENCE = re.compile(r"```[ \t]*([\w-]*)[ \t]*\n(.*?)```", re.S)
+_FENCE_MARK = re.compile(r"```[ \t]*[\w-]*")
+_BLANK = re.compile(r"(?:\s++|```[ \t]*+[\w-]*+)*+")
+"""Blanks and fence marks only (possessive: linear however long)."""
 _BARE = re.compile(r'\{\s*"(?:name|function|tool|tool_name|action)"\s*:')
 _NAME = re.compile(r'"(?:name|function|tool|tool_name|action)"\s*:\s*"([^"]+)"')
+_STRICT_NAME = re.compile(r'"(?:name|function)"\s*:\s*"([^"]+)"')
 _ARGUMENTS_KEY = re.compile(r'"(?:arguments|parameters)"\s*:')
 _FENCE_LANGS = {"", "json", "tool_call", "tool_code", "tool"}
 _NAME_KEYS = ("name", "tool", "tool_name", "action")
@@ -60,13 +74,21 @@ _ARGUMENT_KEYS = (
     "tool_input",
     "tool_args",
 )
+_STRICT_ARGUMENT_KEYS = ("arguments", "parameters")
 _NOT_ARGUMENTS = {*_NAME_KEYS, "function", "type", "id"}
 """Keys beside a name that are not arguments written flat beside it."""
+SHORT_LINE = 80
+"""An answer is "essentially" one object or block when what is beside it is at most one
+line this long ("I will train.", "Run this:")."""
 
 
 FALLBACK_MARK = "(--tool-calls auto: set --tool-calls native or text to choose)"
 """Ends the notice of `auto` falling back to tools in the prompt (agent/loop/tool_call_fallback.py):
 a replay finds in its recording whether the run fell back (agent/loop/replay_provider.py)."""
+
+REFUSED_NATIVE = "the server refused native tool definitions"
+"""Begins what the notice of a server refusing native tools says (agent/providers/openai.py):
+a replay finds in its recording that the run's tools went in the prompt from the start."""
 
 
 @dataclass
@@ -77,9 +99,11 @@ class TextCalls:
     problems: list[str] = field(default_factory=list)
     """Text that looked like a call to one of the tools but could not be read as one."""
     unknown: list[str] = field(default_factory=list)
-    """Names of tools that do not exist, in call-shaped objects outside `<tool_call>`."""
+    """Names of tools that do not exist, in an answer that is essentially one call-shaped
+    object (told only with the tools in the prompt)."""
     code_in: list[str] = field(default_factory=list)
-    """Languages of fenced blocks named as a tool is (```bash), which nothing runs."""
+    """Languages of fenced blocks named as a tool is (```bash), which nothing runs, in an
+    answer that is essentially that block (told only with the tools in the prompt)."""
 
 
 @dataclass
@@ -90,8 +114,12 @@ class _Found:
     body: str
 
 
-def read_text_calls(text: str, tool_names: Iterable[str]) -> TextCalls:
-    """The calls written in `text` to tools named in `tool_names`, and the prose left."""
+def read_text_calls(
+    text: str, tool_names: Iterable[str], *, tools_in_prompt: bool = False
+) -> TextCalls:
+    """The calls written in `text` to tools named in `tool_names`, and the prose left;
+    `tools_in_prompt`: the model was told the format, so an answer that is essentially
+    a call to a tool that does not exist, or a block in a tool's language, is a problem."""
     names = set(tool_names)
     if not names or not any(mark in text for mark in ("{", "<tool_call>", "```")):
         return TextCalls(prose=text)
@@ -102,7 +130,10 @@ def read_text_calls(text: str, tool_names: Iterable[str]) -> TextCalls:
     for found in _candidates(text):
         if any(found.start < end and start < found.end for start, end in taken):
             continue  # inside a span already read (a fenced block inside a tag, ...)
-        calls, problem = _read(found, names, result.unknown)
+        beside = _beside(text, found.start, found.end)
+        loose = found.form == "tool_call" or beside == ""
+        told = tools_in_prompt and _essentially(beside)
+        calls, problem = _read(found, names, loose=loose, told=told, unknown=result.unknown)
         if problem:
             result.problems.append(problem)
             taken.append((found.start, found.end))
@@ -113,15 +144,37 @@ def read_text_calls(text: str, tool_names: Iterable[str]) -> TextCalls:
     if spans:
         result.prose = _cut(text, sorted(spans))
     if not result.calls:
-        result.code_in = [
-            lang for m in _FENCE.finditer(text) if (lang := m.group(1).lower()) in names
-        ]
+        if tools_in_prompt:
+            result.code_in = [
+                lang
+                for m in _FENCE.finditer(text)
+                if (lang := m.group(1).lower()) in names
+                and _essentially(_beside(text, m.start(), m.end()))
+            ]
         result.problems += [no_such_tool(name) for name in dict.fromkeys(result.unknown)]
         result.problems += [
             f"a ```{lang} block is text, not a call: nothing ran it"
             for lang in dict.fromkeys(result.code_in)
         ]
+    else:
+        result.unknown = []
     return result
+
+
+def _beside(text: str, start: int, end: int) -> str | None:
+    """What an answer holds besides one span, blanks and fence marks aside; None when
+    that is more than one short line (read without copying the answer, which may be long
+    and hold many spans)."""
+    if _BLANK.fullmatch(text, 0, start) and _BLANK.fullmatch(text, end):
+        return ""
+    if len(text) - (end - start) > 4 * SHORT_LINE:
+        return None  # the blanks and fences beside one short line take less
+    return _FENCE_MARK.sub("", text[:start] + text[end:]).strip()
+
+
+def _essentially(beside: str | None) -> bool:
+    """An answer is essentially one object or block: beside it, at most one short line."""
+    return beside is not None and "\n" not in beside and len(beside) <= SHORT_LINE
 
 
 def _candidates(text: str) -> list[_Found]:
@@ -144,25 +197,33 @@ def _candidates(text: str) -> list[_Found]:
 
 
 def _read(
-    found: _Found, names: set[str], unknown: list[str]
+    found: _Found, names: set[str], *, loose: bool, told: bool, unknown: list[str]
 ) -> tuple[list[ToolCallRequest], str | None]:
     """The calls in one candidate span, and what stopped it being read, if it looked
-    like a call and could not be; call-shaped objects naming no tool go to `unknown`."""
+    like a call and could not be. `loose`: the span is a `<tool_call>` or the whole
+    answer, so small models' loose shapes count; `told`: the model was told the format
+    and the answer is essentially this span, so call-shaped objects naming no tool go
+    to `unknown` (and a broken fenced one that is the whole answer is a problem)."""
     body = found.body.strip()
+    named = (_NAME if loose else _STRICT_NAME).search(body)
     try:
         value: Any = json.loads(body)
     except json.JSONDecodeError as exc:
-        named = _NAME.search(body)
         if (
             found.form == "tool_call"
             or (named and named.group(1) in names)
-            or (named and found.form == "json_fence" and _ARGUMENTS_KEY.search(body))
+            or (
+                told
+                and loose
+                and named
+                and found.form == "json_fence"
+                and _ARGUMENTS_KEY.search(body)
+            )
         ):
             what = f"a call to {named.group(1)}" if named else "a tool call"
             return [], f"{what} written as text is not valid JSON ({exc.msg} at char {exc.pos})"
         return [], None
     except RecursionError:  # nested thousands deep: no call's shape
-        named = _NAME.search(body)
         if found.form == "tool_call" or (named and named.group(1) in names):
             return [], "a tool call written as text is nested too deeply to read"
         return [], None
@@ -172,12 +233,12 @@ def _read(
     for item in items:
         if not isinstance(item, dict):
             continue
-        name, arguments = _shape(item)
+        name, arguments = _shape(item) if loose else _strict_shape(item)
         if name is None:
             continue
         if name not in names:
-            if found.form == "tool_call" or any(k in item for k in (*_ARGUMENT_KEYS, "function")):
-                strangers.append(name)  # call-shaped: {"name": ..., "arguments": ...}
+            if found.form == "tool_call" or (told and _call_shaped(item)):
+                strangers.append(name)  # {"name": ..., "arguments": {...}}
             continue
         calls.append(_request(name, arguments, found.form))
     problem = None
@@ -188,6 +249,28 @@ def _read(
     if not calls and not strangers and found.form == "tool_call":
         problem = 'a <tool_call> holds no {"name": ..., "arguments": {...}} object'
     return calls, problem
+
+
+def _call_shaped(item: dict[str, Any]) -> bool:
+    """A name with its arguments as an object: what a call to a missing tool looks like
+    (`{"name": "resnet50", "parameters": "25.6M"}` is a description, not a call)."""
+    function = item.get("function")
+    if isinstance(function, dict):
+        item = function
+    return any(isinstance(item.get(k), dict) for k in _ARGUMENT_KEYS)
+
+
+def _strict_shape(item: dict[str, Any]) -> tuple[str | None, Any]:
+    """(name, arguments) of an object among prose: only {"name", "arguments"|"parameters"}
+    with an object as the arguments, or OpenAI's {"function": {"name", "arguments"}}."""
+    function = item.get("function")
+    if isinstance(function, dict):
+        item = function
+    name = item.get("name")
+    arguments = next((item[k] for k in _STRICT_ARGUMENT_KEYS if k in item), None)
+    if not isinstance(name, str) or not isinstance(arguments, dict):
+        return None, None
+    return name, arguments
 
 
 def _shape(item: dict[str, Any]) -> tuple[str | None, Any]:
@@ -286,3 +369,41 @@ def tools_prompt(tools: list[ToolSpec]) -> str:
         schema = json.dumps(tool.parameters, ensure_ascii=False)
         lines.append(f"## {tool.name}\n{tool.description}\nArguments (JSON schema): {schema}\n")
     return "\n".join(lines).rstrip()
+
+
+class TextCallReading:
+    """What the Anthropic and OpenAI providers share about calls written as text: whether
+    an answer's text is read for calls at all, and the switch of `auto` to tools in the
+    prompt (agent/loop/tool_call_fallback.py). Mixed in before `ModelProvider`."""
+
+    settings: ModelSettings
+    base_url: str | None
+    _native_tools: bool
+    """False once the tools go described in the prompt (text chosen, or `auto` fell back
+    or the server refused native tools)."""
+
+    def reads_text_calls(self) -> bool:
+        """`text`, and `auto` for a server named by a base URL or once the tools are in
+        the prompt: a vendor's own API calls tools natively, and a JSON example in its
+        prose must never run as a call."""
+        mode = self.settings.tool_calls
+        return mode == "text" or (
+            mode == "auto" and (self.base_url is not None or not self._native_tools)
+        )
+
+    def tools_in_prompt(self) -> bool:
+        return not self._native_tools
+
+    def describe_tools_in_prompt(self) -> bool:
+        if not self.base_url or not self._native_tools or self.settings.tool_calls != "auto":
+            return False  # the vendor's own API never drops the tools it is sent
+        self._native_tools = False
+        return True
+
+    def read_calls_into(self, response: ModelResponse, tools: list[ToolSpec]) -> None:
+        """Calls written in an answer that holds no native one become its calls."""
+        if not tools or response.tool_calls or not self.reads_text_calls():
+            return
+        found = read_text_calls(response.text, [t.name for t in tools])
+        if found.calls:
+            response.text, response.tool_calls = found.prose, found.calls

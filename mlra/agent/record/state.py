@@ -48,6 +48,9 @@ class Regrade(BaseModel):
 
 
 BASELINE_READS_NO_MESSAGES = "the baseline agent follows its recipe and reads no messages"
+SUPERVISOR_GONE = (
+    "the worker does the task alone and no supervisor reads messages: send it to the worker"
+)
 
 
 @dataclass
@@ -148,11 +151,15 @@ class RunState:
             return "paused"
         return "running" if self.started else "starting"
 
-    @property
-    def message_refusal(self) -> str | None:
-        """Why a message to this run's agents would be read by nobody: the baseline agent
-        follows its task's recipe and has no model to tell (its `edit` is refused alike)."""
-        return BASELINE_READS_NO_MESSAGES if self.model == "baseline" else None
+    def message_refusal(self, target: str) -> str | None:
+        """Why a message to `target` would be read by nobody: the baseline agent follows
+        its task's recipe and has no model to tell (its `edit` is refused alike); once the
+        worker works alone (`worker_alone`), the supervisor takes no more turns."""
+        if self.model == "baseline":
+            return BASELINE_READS_NO_MESSAGES
+        if target == "supervisor" and self.worker_alone is not None:
+            return SUPERVISOR_GONE
+        return None
 
     @property
     def running_jobs(self) -> list[JobRecord]:

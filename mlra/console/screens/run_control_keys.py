@@ -152,7 +152,7 @@ class RunControlKeys(App[int]):
     def action_inject(self, target: str) -> None:
         if self.controller is None:
             return
-        refusal = self.controller.state.message_refusal
+        refusal = self.controller.state.message_refusal(target)
         if refusal is not None:
             self.notify(refusal[0].upper() + refusal[1:] + ".", severity="warning")
             return
