@@ -177,10 +177,12 @@ class ControlServer:
                 sock.bind(address)
             bound = private / SOCKET_NAME
             os.chmod(bound, 0o600)
+            # Listening before it is in place: a client that finds the socket (`mlra
+            # attach`, `ctl`) as the run starts is never refused as if it were stale.
+            sock.listen(16)
             os.rename(bound, self.path)
             info = os.stat(self.path)
             self._inode = (info.st_dev, info.st_ino)
-            sock.listen(16)
             sock.setblocking(False)
             self._server = await asyncio.start_unix_server(self._serve, sock=sock, limit=MAX_LINE)
         except BaseException:
