@@ -33,6 +33,14 @@ WORKER = [
 ]
 
 
+def held_worker(gate: Path) -> list[dict[str, Any]]:
+    """The worker, its first command held until the test opens `gate`: the server is
+    taken away while the worker still has a model call to make, however slowly the
+    test sees the log."""
+    wait = f"while [ ! -e {gate} ]; do sleep 0.02; done; echo 42 > answer.txt"
+    return [turn("", call("bash", command=wait)), WORKER[1]]
+
+
 def _controller(
     tmp_path: Path,
     task: Path,
@@ -79,14 +87,15 @@ def _heard(path: Path) -> list[dict[str, Any]]:
 async def test_a_wait_for_the_server_is_told_once_and_its_end_once(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    heard = tmp_path / "heard.jsonl"
-    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    heard, gate = tmp_path / "heard.jsonl", tmp_path / "gate"
+    script = {"supervisor": supervisor_answering(), "worker": held_worker(gate)}
     server = ScriptedModelServer(script, turn_by_history=True).start()
     try:
         controller, provider = _controller(tmp_path, answer_task, server, heard)
         running = asyncio.create_task(controller.run(agent_for))
         await _until(controller, lambda e: isinstance(e, ev.ModelCall))
         server.stop()  # its address now refuses connections ...
+        gate.touch()
         # ... for two waits at least, then it comes back.
         await _until(
             controller,
@@ -120,14 +129,15 @@ async def test_a_server_loading_its_model_is_waited_for_and_its_return_told(
     """A restarted llama-server answers HTTP 503 "Loading model" until its model is in:
     the SDK's own retries of it fail within seconds, then the run waits (it once paused
     and told the user the server "did not come back")."""
-    heard = tmp_path / "heard.jsonl"
-    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    heard, gate = tmp_path / "heard.jsonl", tmp_path / "gate"
+    script = {"supervisor": supervisor_answering(), "worker": held_worker(gate)}
     server = ScriptedModelServer(script, turn_by_history=True).start()
     try:
         controller, provider = _controller(tmp_path, answer_task, server, heard, max_retries=1)
         running = asyncio.create_task(controller.run(agent_for))
         await _until(controller, lambda e: isinstance(e, ev.ModelCall))
         server.loading_model = True  # restarted, loading its model
+        gate.touch()
         await _until(
             controller,
             lambda e: (
@@ -270,8 +280,8 @@ async def test_a_search_s_attempt_waiting_for_the_server_is_told_once_naming_it(
 ) -> None:
     """`--search greedy`: every model call is an attempt's, in the attempt's own log, yet
     the run's `--notify` tells that the attempt waits, and that the server is back."""
-    heard = tmp_path / "heard.jsonl"
-    server = ScriptedModelServer({"worker": WORKER}, turn_by_history=True).start()
+    heard, gate = tmp_path / "heard.jsonl", tmp_path / "gate"
+    server = ScriptedModelServer({"worker": held_worker(gate)}, turn_by_history=True).start()
     try:
         controller, provider = _controller(
             tmp_path, answer_task, server, heard, search="greedy", attempts=1
@@ -288,6 +298,7 @@ async def test_a_search_s_attempt_waiting_for_the_server_is_told_once_naming_it(
         running = asyncio.create_task(controller.run(agent_for))
         await until(lambda e: isinstance(e, ev.ModelCall))
         server.stop()
+        gate.touch()
         await until(lambda e: isinstance(e, ev.ModelRetry) and e.cause and e.attempt >= 2)
         server.start()
         result = await asyncio.wait_for(running, 60)
