@@ -261,9 +261,10 @@ class ModelRetry(_Event):
     max_retries: int = 0
     status: int | None = None
     """The HTTP status retried after; None for a failed connection or a time-out."""
-    cause: Literal["connection_lost", "not_answering"] | None = None
+    cause: Literal["connection_lost", "not_answering", "not_ready"] | None = None
     """Set where the run waits for a server that went away (agent/loop/server_wait.py):
-    the connection was lost mid-answer, or nothing answers at its address."""
+    the connection was lost mid-answer, or nothing answers at its address, or it answers
+    `status` 502/503/504, not ready (loading its model, or down behind a proxy)."""
     wait_s: float | None = None
     """How long the run waits, its clock paused, before this retry."""
     wait_limit_s: float | None = None

@@ -47,8 +47,12 @@ class ServerWait:
                 agent=agent,
                 model=run.config.model,
                 attempt=self.tries,
-                status=None,
-                cause="connection_lost" if exc.mid_answer else "not_answering",
+                status=exc.status,
+                cause="connection_lost"
+                if exc.mid_answer
+                else "not_ready"
+                if exc.status
+                else "not_answering",
                 wait_s=round(delay, 3),
                 wait_limit_s=run.config.server_wait_s,
             )
@@ -73,4 +77,5 @@ class ServerWait:
             f"{exc} (the run waited {self.waited_s:.0f} s for the server over {self.tries} "
             f"tries, its --server-wait limit)",
             mid_answer=exc.mid_answer,
+            status=exc.status,
         )

@@ -165,11 +165,10 @@ class Triggers:
         )
 
     def _server_wait(self, event: ev.ModelRetry) -> Notification:
-        what = (
-            "the connection was lost mid-answer"
-            if event.cause == "connection_lost"
-            else "the server is not answering"
-        )
+        what = {
+            "connection_lost": "the connection was lost mid-answer",
+            "not_ready": f"the server answered HTTP {event.status}, not ready",
+        }.get(event.cause or "", "the server is not answering")
         limit = event.wait_limit_s
         up_to = f" up to {format_duration(limit)}" if limit is not None else ""
         return self._note(

@@ -174,12 +174,15 @@ class ProviderError(Exception):
 
 class ServerGone(ProviderError):
     """The server went away: the connection was lost mid-answer (`mid_answer`), or
-    nothing answers at its address. A local server that reloads its model or is
-    restarted comes back: the run waits for it (agent/loop/server_wait.py)."""
+    nothing answers at its address, or it answers that it is not ready (`status`: 503
+    while llama-server loads its model, 502 or 504 from a proxy whose server is down).
+    A local server that reloads its model or is restarted comes back: the run waits for
+    it (agent/loop/server_wait.py)."""
 
-    def __init__(self, message: str, *, mid_answer: bool) -> None:
+    def __init__(self, message: str, *, mid_answer: bool, status: int | None = None) -> None:
         super().__init__(message)
         self.mid_answer = mid_answer
+        self.status = status
 
 
 CONTEXT_OVERFLOW = (

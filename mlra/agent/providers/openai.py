@@ -66,7 +66,7 @@ from mlra.agent.providers.openai_replies import (
     usage_of,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
-from mlra.agent.providers.server_gone import server_gone
+from mlra.agent.providers.server_gone import not_ready, server_gone
 from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
     ServerProbe,
@@ -226,7 +226,7 @@ class OpenAIProvider(ModelProvider):
                 made = retries_made()
                 raise server_gone(self.name, self.base_url, exc, made) from exc
             except openai.APIError as exc:
-                raise ProviderError(self._describe(exc)) from exc
+                raise not_ready(self.base_url, exc, self._describe(exc)) from exc
             except InvalidResponse as exc:
                 plain = False
                 invalid += 1

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import httpx2
 
-from mlra.agent.providers.base import ServerGone
+from mlra.agent.providers.base import ProviderError, ServerGone
 
 LOST_MID_ANSWER = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
 """The transport's ways of saying a connection that was open is gone."""
+NOT_READY = (502, 503, 504)
+"""A server that is there and not ready: llama-server answers 503 "Loading model" while
+it loads after a restart, and a proxy in front of a server that is down answers 502 or
+504 (what a real llama-server, killed behind a logging proxy, gave)."""
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -51,4 +55,20 @@ def server_gone(
     return ServerGone(
         f"{name}: cannot connect to {where}: the server is not answering ({detail}){after}",
         mid_answer=False,
+    )
+
+
+def not_ready(base_url: str | None, exc: BaseException, described: str) -> ProviderError:
+    """An HTTP error the SDK gave up on: past its retries, a server at `--base-url` that
+    says it is not ready is one that went away for a while, waited out as a refused
+    connection is; anything else (and any status from a hosted API) stays the
+    provider's failure."""
+    status = getattr(exc, "status_code", None)
+    if base_url is None or status not in NOT_READY:
+        return ProviderError(described)
+    return ServerGone(
+        f"{described}; the server at {base_url} is not ready (loading its model, or down "
+        "behind a proxy)",
+        mid_answer=False,
+        status=status,
     )

@@ -128,6 +128,7 @@ def retry_cause(status: int | None, retry: ev.ModelRetry | None = None) -> str:
         why = {
             "connection_lost": "the connection was lost mid-answer",
             "not_answering": "the server is not answering",
+            "not_ready": f"the server answered HTTP {retry.status}, not ready",
         }[retry.cause]
         return f"after {why}; waiting {retry.wait_s or 0:g}s, clock paused"
     if status == 200:
