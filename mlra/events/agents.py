@@ -64,10 +64,11 @@ class SubtaskFinished(_Event):
     worker_steps: int = 0
 
 
-WorkerAloneReason = Literal["chosen", "supervisor_idle"]
+WorkerAloneReason = Literal["chosen", "supervisor_idle", "supervisor_stuck"]
 """Why the worker took the task whole: the user chose it (`--agent worker`), or the
 supervisor answered turn after turn without handing it a subtask or making a usable
-call (small models that cannot plan, agent/agents/worker_alone.py)."""
+call, or made the same call again and again (its plan, on a real Qwen2.5-Coder-0.5B)
+without ever handing one (small models that cannot plan, agent/agents/worker_alone.py)."""
 
 
 class WorkerAlone(_Event):

@@ -22,7 +22,7 @@ from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
-from tests.scripts import call, supervisor_answering, turn
+from tests.scripts import call, plan, supervisor_answering, turn
 
 TOOLS = ["bash", "python", "read_file", "submit"]
 SOLVE = [
@@ -223,3 +223,22 @@ def test_a_resumed_run_meets_the_hand_over_in_its_log(tmp_path: Path, answer_tas
     assert len(handed) == 1
     result = json.loads((runs / "r" / "result.json").read_text())
     assert result["reason"] == "submitted" and result["worker_alone"] == "supervisor_idle"
+
+
+def test_a_supervisor_stuck_on_its_plan_hands_the_worker_the_whole_task(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Qwen2.5-Coder-0.5B on a real llama-server: the supervisor wrote the same plan
+    again and again and never assigned a subtask, and the run ended stuck."""
+    script = {"supervisor:fallback": turn("", plan("Read question.txt")), "worker": SOLVE}
+    proc, run_dir, supervisor_requests = _run_cli(tmp_path, answer_task, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert supervisor_requests == 6  # stuck at 6 in a row, then no more turns
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["reason"] == "submitted" and result["score"] == 1.0
+    assert result["worker_alone"] == "supervisor_stuck"
+    notice = (
+        "the supervisor made the same update_plan call 6 times in a row and never handed the "
+        "worker a subtask: the worker takes the whole task alone"
+    )
+    assert sum(notice in line for line in proc.stdout.splitlines()) == 1, proc.stdout
