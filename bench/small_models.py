@@ -3,7 +3,8 @@
 Reads run folders (each with its events.jsonl and result.json, as `mlra run` leaves them)
 and prints, a row a run and then a row a model and way of working (the supervisor,
 or `--agent worker`): the model's turns, the share of them that made a valid tool
-call, the share written as text (read by agent/providers/text_calls.py), whether the
+call, the share written as text (read by agent/providers/text_calls.py; a search's
+attempts' turns counted with its run's), whether the
 supervisor handed the worker a subtask, whether the run gave the worker the whole task
 itself (`worker_alone`), how the run ended and whether it solved the task.
 
@@ -56,6 +57,23 @@ def refused(result: ev.ToolResult) -> bool:
     return not result.ok and any(r in words for r in REFUSED)
 
 
+def count_turns(run: Run, events: list[ev.Event], prefix: str) -> None:
+    """Add a log's model turns to `run`, by agent (named with `prefix`)."""
+    refused_calls = {e.call_id for e in events if isinstance(e, ev.ToolResult) and refused(e)}
+    for event in events:
+        if not isinstance(event, ev.ModelCall) or event.purpose != "turn":
+            continue
+        run.turns += 1
+        counts = run.by_agent.setdefault(prefix + event.agent, [0, 0])
+        counts[0] += 1
+        calls = event.tool_calls
+        if calls and not any(c.get("id") in refused_calls for c in calls):
+            run.valid += 1
+            counts[1] += 1
+        if any(c.get("from_text") for c in calls):
+            run.text += 1
+
+
 def read_run(folder: Path) -> Run | None:
     path = folder / "events.jsonl"
     if not path.is_file():
@@ -65,20 +83,15 @@ def read_run(folder: Path) -> Run | None:
     if started is None:
         return None
     way = str(started.config.get("agent") or "supervisor")
+    if started.config.get("search", "none") != "none":
+        way = "search"
     run = Run(folder.name, started.model, way)
-    refused_calls = {e.call_id for e in events if isinstance(e, ev.ToolResult) and refused(e)}
+    count_turns(run, events, "")
+    # A search's attempts are workers with logs of their own.
+    for log in sorted(folder.glob("attempts/*/events.jsonl")):
+        count_turns(run, read_events(log), "attempts' ")
     for event in events:
-        if isinstance(event, ev.ModelCall) and event.purpose == "turn":
-            run.turns += 1
-            counts = run.by_agent.setdefault(event.agent, [0, 0])
-            counts[0] += 1
-            calls = event.tool_calls
-            if calls and not any(c.get("id") in refused_calls for c in calls):
-                run.valid += 1
-                counts[1] += 1
-            if any(c.get("from_text") for c in calls):
-                run.text += 1
-        elif isinstance(event, ev.SubtaskStarted):
+        if isinstance(event, ev.SubtaskStarted):
             run.subtasks += 1
         elif isinstance(event, ev.WorkerAlone):
             run.worker_alone = True
