@@ -38,6 +38,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--keep": "bench/search_attempts.py",
     "--list": "bench/gpu_check.py",
     "--only": "bench/gpu_check.py",
+    "--ctx-size": "llama.cpp's llama-server (docs/agents.md)",
     "--disable-host-loopback": "slirp4netns (docs/security.md)",
     "--generate-budget": "math-autoformalization's hidden/evaluate.py",
     "--lean-budget": "math-autoformalization's hidden/evaluate.py",

@@ -64,10 +64,11 @@ class SubtaskFinished(_Event):
     worker_steps: int = 0
 
 
-WorkerAloneReason = Literal["chosen", "supervisor_idle"]
+WorkerAloneReason = Literal["chosen", "supervisor_idle", "supervisor_stuck"]
 """Why the worker took the task whole: the user chose it (`--agent worker`), or the
 supervisor answered turn after turn without handing it a subtask or making a usable
-call (small models that cannot plan, agent/agents/worker_alone.py)."""
+call, or made the same call again and again (its plan, on a real Qwen2.5-Coder-0.5B)
+without ever handing one (small models that cannot plan, agent/agents/worker_alone.py)."""
 
 
 class WorkerAlone(_Event):
@@ -254,10 +255,12 @@ class ModelError(_Event):
     failure after a wait without it is the server answering, with an error."""
 
 
-ServerAbsence = Literal["connection_lost", "not_answering", "loading_model"]
+ServerAbsence = Literal["connection_lost", "not_answering", "loading_model", "not_ready"]
 """Why a model server is not there for a call: the connection was lost mid-answer (a
-server killed or restarted), nothing answers at its address, or it answers HTTP 503
-"Loading model" (llama-server while it loads its model, after a restart)."""
+server killed or restarted), nothing answers at its address, it answers HTTP 503
+"Loading model" (llama-server while it loads its model, after a restart), or a server
+at `--base-url` answers 502, 503 or 504 past the SDK's retries (a proxy whose server is
+down)."""
 
 
 class ModelRetry(_Event):
@@ -274,8 +277,8 @@ class ModelRetry(_Event):
     """The HTTP status retried after; None for a failed connection or a time-out."""
     cause: ServerAbsence | None = None
     """Set where the run waits for a server that went away (agent/loop/server_wait.py):
-    the connection was lost mid-answer, nothing answers at its address, or it answers
-    that it is still loading its model."""
+    the connection was lost mid-answer, nothing answers at its address, it answers that
+    it is still loading its model, or it answers `status` 502/503/504, not ready."""
     wait_s: float | None = None
     """How long the run waits, its clock paused, before this retry."""
     wait_limit_s: float | None = None

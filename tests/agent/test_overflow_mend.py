@@ -270,3 +270,35 @@ async def test_a_server_that_under_reports_its_prompt_count_is_not_believed(
     assert any(isinstance(e, ev.HistorySummarized) and e.agent == "worker" for e in events)
     doubted = [e.message for e in events if isinstance(e, ev.Notice) and "apart" in e.message]
     assert len(doubted) == 1 and "counted worker's prompt as 50 tokens" in doubted[0]
+
+
+async def test_a_worker_s_short_turns_are_summarized_enough_beside_long_instructions(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Qwen2.5-Coder-0.5B against a real llama-server at --ctx-size 4608: the worker's
+    short failing calls outgrew the window by 72 tokens; the summary was chosen counting
+    the subtask's instructions (which it keeps) as saved, so it took too few turns, saved
+    too little, and the run ended 'nothing is left to summarize' with turns left."""
+    instructions = "Read question.txt and write the answer into answer.txt. " + (
+        "Mind the format: a number alone, no words around it. " * 60
+    )
+    worker = [turn("", call("read_file", path="question.txt", step=n)) for n in range(1, 9)]
+    worker += [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+    script = {
+        "supervisor": supervisor_answering(instructions),
+        "worker": worker,
+        # A small model's summary, as long as the summarizer may write.
+        "summarizer:fallback": "SUMMARY: the worker tried to read question.txt. " * 10,
+    }
+    _, sized = await _run(tmp_path / "sizing", answer_task, script, {})
+    workers = [r.size // 4 for r in sized if r.role == "worker"]
+    window = workers[8] - 60  # the ninth request is over by 60 tokens
+    assert workers[7] < window
+    events, requests = await _run(tmp_path, answer_task, script, {"llama_server_ctx": window})
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "submitted", finished.message
+    assert _assert_never_repeated(requests, window, answer_counts=False) == 1
+    assert any(isinstance(e, ev.HistorySummarized) and e.agent == "worker" for e in events)

@@ -19,7 +19,7 @@ import pytest
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers.anthropic import AnthropicProvider
-from mlra.agent.providers.base import ModelProvider
+from mlra.agent.providers.base import ModelProvider, ServerGone
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
@@ -225,3 +225,45 @@ async def test_the_sdk_retries_a_refused_connection_and_the_message_counts_them(
     retries = [e for e in events if isinstance(e, ev.ModelRetry)]
     # Each call: the SDK's one retry (no cause), then the run's wait for the server.
     assert [e.cause for e in retries] == [None, "not_answering", None]
+
+
+async def test_a_server_loading_its_model_is_waited_for(tmp_path: Path, answer_task: Path) -> None:
+    """A real llama-server restarted mid-run answers HTTP 503 "Loading model" while it
+    loads (and a proxy in front of it 502 while it is down): past the SDK's retries that
+    was the run's end; it is waited out as a refused connection is, and said so."""
+    down = {"status": 502, "message": "Bad Gateway"}
+    loading = {"status": 503, "message": "Loading model"}
+    script = {"supervisor": [down, loading, *supervisor_answering()], "worker": WORKER}
+    with ScriptedModelServer(script) as server:
+        controller, provider = _controller(tmp_path, answer_task, server, "openai")
+        await controller.run(agent_for)
+        await provider.aclose()
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "submitted", finished.message
+    waits = [e for e in events if isinstance(e, ev.ModelRetry)]
+    assert [(e.cause, e.status, e.wait_s) for e in waits] == [
+        ("not_ready", 502, 1.0),
+        ("loading_model", 503, 2.0),
+    ]
+    assert "the server answered HTTP 502, not ready; waiting 1s, clock paused" in retry_cause(
+        502, waits[0]
+    )
+    assert "the server is still loading its model; waiting 2s" in retry_cause(503, waits[1])
+    assert not any(isinstance(e, ev.ModelError) for e in events)
+
+
+def test_a_hosted_api_s_503_is_not_waited_for() -> None:
+    """Only a server at --base-url is waited for: the hosted API's 503 past the SDK's
+    retries stays the provider's failure (its status pages are for that)."""
+    from mlra.agent.providers.server_gone import failed_answer
+
+    class Refused(Exception):
+        status_code = 503
+
+    hosted = failed_answer("openai/gpt", None, Refused(), "openai/gpt: HTTP 503")
+    assert not isinstance(hosted, ServerGone)
+    local = "http://127.0.0.1:8080/v1"
+    gone = failed_answer("openai/q", local, Refused(), "openai/q: HTTP 503: overloaded")
+    assert isinstance(gone, ServerGone) and gone.status == 503 and gone.cause == "not_ready"
+    assert "not ready (loading its model" in str(gone)

@@ -23,7 +23,7 @@ from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
 from tests.conftest import mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
-from tests.scripts import call, supervisor_answering, turn
+from tests.scripts import call, plan, supervisor_answering, turn
 
 TOOLS = ["bash", "python", "read_file", "submit"]
 SOLVE = [
@@ -335,3 +335,22 @@ async def test_messages_to_the_supervisor_at_the_hand_over_go_to_the_worker(
         e for e in events if isinstance(e, ev.StepStarted) and e.agent == "supervisor"
     ]
     assert all("the answer is 42" not in e.prompt for e in supervisor_steps)
+
+
+def test_a_supervisor_stuck_on_its_plan_hands_the_worker_the_whole_task(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Qwen2.5-Coder-0.5B on a real llama-server: the supervisor wrote the same plan
+    again and again and never assigned a subtask, and the run ended stuck."""
+    script = {"supervisor:fallback": turn("", plan("Read question.txt")), "worker": SOLVE}
+    proc, run_dir, supervisor_requests = _run_cli(tmp_path, answer_task, script)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert supervisor_requests == 6  # stuck at 6 in a row, then no more turns
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["reason"] == "submitted" and result["score"] == 1.0
+    assert result["worker_alone"] == "supervisor_stuck"
+    notice = (
+        "the supervisor made the same update_plan call 6 times in a row and never handed the "
+        "worker a subtask: the worker takes the whole task alone"
+    )
+    assert sum(notice in line for line in proc.stdout.splitlines()) == 1, proc.stdout

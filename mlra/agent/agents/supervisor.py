@@ -233,6 +233,12 @@ class Supervisor:
                     failures[key] = failures.get(key, 0) + 1
                     if failures[key] >= cfg.max_repeated_failures:
                         lines = outcome.output.strip().splitlines()
+                        await self._stuck_hands_over(
+                            f"the supervisor's {call.name} call failed {failures[key]} times "
+                            "with the same arguments",
+                            failed_submit,
+                            turns,
+                        )
                         raise EndRun(
                             unsubmitted(
                                 "repeated_failure",
@@ -254,6 +260,12 @@ class Supervisor:
                 if repeats.see(call, outcome) == repeats.told_at and not self.ctl.catchup.replaying:
                     self.ctl.emit(repeats.notice())
                 if repeats.stuck:
+                    await self._stuck_hands_over(
+                        f"the supervisor made the same {call.name} call {repeats.count} times "
+                        "in a row",
+                        failed_submit,
+                        turns,
+                    )
                     raise EndRun(repeats.ending())
             prompt = "\n\n".join(p for p in (self._tree_note(), repeats.prompt_note()) if p)
 
@@ -262,6 +274,21 @@ class Supervisor:
         only where it never handed a subtask (it cannot plan) and never tried to submit
         (it thinks the work done), and not in a search, where attempts are its work."""
         return not self.subtasks and not failed_submit and self.ctl.config.search == "none"
+
+    async def _stuck_hands_over(self, did: str, failed_submit: str, turns: int) -> None:
+        """A supervisor stuck on one call (a small model rewriting its plan) before it
+        ever handed a subtask cannot plan: the worker takes the whole task, as where it
+        answers without tools, instead of the run ending stuck with nothing done."""
+        if not self._hands_over(failed_submit):
+            return
+        did += " and never handed the worker a subtask"
+        await work_alone(
+            self.ctl,
+            "supervisor_stuck",
+            f"{did}: the worker takes the whole task alone (--agent worker starts a run so)",
+            supervisor_turns=turns,
+            before=did,
+        )
 
     def _tree_note(self) -> str:
         """A search's tree, as the supervisor reads it before each turn."""

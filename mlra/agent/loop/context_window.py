@@ -88,17 +88,6 @@ def smallest_window(first: int, fraction: float, output_set: int | None = None) 
     return low
 
 
-def below_smallest(window: int, least: int) -> str:
-    """What a window below the smallest the agents work in means, and what can be done:
-    never "pass --context-window", which `mlra run` refuses for such a window."""
-    return (
-        f"that is below the smallest window mlra's agents work in (about {least:,} tokens "
-        "for their own prompts and tools), so most requests will need summarizing or cannot "
-        "be sent: start the server with a larger context (llama.cpp --ctx-size, Ollama "
-        "num_ctx) or run with --tools none (fewer tool definitions); "
-    )
-
-
 Ask = Callable[..., Awaitable[ModelResponse]]
 """A one-off model call (`ModelTurn.ask`): the summarizer is one."""
 
@@ -140,7 +129,6 @@ class ContextWindow:
         assert provider is not None
         error = refusal.error
         window = stated_window(error)
-        learned = ""
         if window is not None and window < provider.context_window:
             # The server's window is smaller than the one assumed: go by it from now on,
             # and the gauges too (a log, not a guess).
@@ -148,10 +136,9 @@ class ContextWindow:
             provider.context_window = window
             provider.context_window_from = "server"
             provider.max_output_tokens = min(provider.max_output_tokens, max(1, window // 4))
-            learned = f"the window is now taken as {window:,} tokens; "
+            # Said once, by the event's own line (console/text/event_lines.py): the
+            # notice below repeated it, and two lines said the same in headless output.
             least = self.smallest(agent, refusal.tools)
-            if window < least:
-                learned += below_smallest(window, least)
             run.emit(
                 ev.ContextWindowLearned(
                     agent=agent, context_window=window, assumed=assumed, smallest=least
@@ -161,7 +148,8 @@ class ContextWindow:
             ev.Notice(
                 level="warning",
                 message=f"the server refused {agent}'s request as too long for the model's "
-                f"window ({error}); {learned}it is made smaller before it is sent again",
+                f"window ({error}); it is made smaller, where it can be, before it is sent "
+                "again",
             )
         )
         return await mend(self, agent, history, error, refusal.sent, refusal.tools)

@@ -136,6 +136,11 @@ class AgentHistory:
             kept.append(self.messages[self._subtask_at])
         return estimate_tokens(self.system) + sum(message_tokens(m) for m in kept)
 
+    def replaced(self, start: int, end: int) -> list[Message]:
+        """What a summary of messages `start`..`end` takes out of the request: all of
+        them but the current subtask's instructions, which stay beside it."""
+        return [m for i, m in enumerate(self.messages[start:end], start) if i != self._subtask_at]
+
     def tokens_from(self, index: int) -> int:
         """The messages from `index` on, estimated: what a summary ending there keeps."""
         return sum(message_tokens(m) for m in self.messages[index:])

@@ -25,9 +25,14 @@ from typing import Protocol
 from mlra import events as ev
 from mlra.agent.loop.catchup import Cut
 from mlra.agent.loop.ending import Ending, EndRun
-from mlra.agent.loop.history import AgentHistory, estimate_tokens, message_tokens
+from mlra.agent.loop.history import (
+    SUMMARY_HEADER,
+    AgentHistory,
+    estimate_tokens,
+    message_tokens,
+)
 from mlra.agent.loop.run_context import RunContext
-from mlra.agent.providers.base import ProviderError
+from mlra.agent.providers.base import Message, ProviderError
 from mlra.agent.providers.overflow import Overflow, stated_overflow
 
 MIN_MENDED_ANSWER = 64
@@ -66,12 +71,15 @@ def prompt_sizes(history: AgentHistory, tools: int) -> tuple[int, int]:
     the two, so it is no more than any server would count."""
     messages = history.messages
     estimate = estimate_tokens(history.system) + tools + sum(message_tokens(m) for m in messages)
-    chars = len(json.dumps(history.system)) + sum(
-        len(json.dumps(m.content))
-        + sum(len(c.raw_arguments or json.dumps(c.arguments)) for c in m.tool_calls)
-        for m in messages
-    )
+    chars = len(json.dumps(history.system)) + sum(_chars(m) for m in messages)
     return estimate, chars // 4 + tools
+
+
+def _chars(message: Message) -> int:
+    """A message's characters as sent: what `prompt_sizes` counts beside the estimate."""
+    return len(json.dumps(message.content)) + sum(
+        len(c.raw_arguments or json.dumps(c.arguments)) for c in message.tool_calls
+    )
 
 
 def _saved(before: tuple[int, int], after: tuple[int, int]) -> int:
@@ -146,13 +154,26 @@ def _best_cut(
     """The summary that keeps the most latest turns whole while saving `aim` tokens, or,
     where none does, the one that saves the most (every turn before the prompt now
     asked); None where nothing is older than it, or summarizing would save nothing."""
-    summary = window.summary_tokens(agent, history)
+    summary = window.summary_tokens(agent, history) + message_tokens(
+        Message(role="user", content=SUMMARY_HEADER)
+    )
     best = None
     for keep in range(window.run.config.keep_recent_turns, -1, -1):
         cut = history.summarizable(keep)
         if cut is None:
             continue
-        saving = sum(message_tokens(m) for m in history.messages[cut[0] : cut[1]]) - summary
+        # Counted as `mend` counts what it saved (the smaller of the estimate and the
+        # characters), without the current subtask's instructions, which stay: the
+        # estimate alone, with them, made a summary of a few short turns look like
+        # enough, and the run ended with turns left to summarize (a real llama-server).
+        replaced = history.replaced(cut[0], cut[1])
+        saving = (
+            min(
+                sum(message_tokens(m) for m in replaced),
+                sum(_chars(m) for m in replaced) // 4,
+            )
+            - summary
+        )
         if saving <= 0:
             continue
         best = cut

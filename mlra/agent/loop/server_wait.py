@@ -49,7 +49,7 @@ class ServerWait:
                 agent=agent,
                 model=run.config.model,
                 attempt=self.tries,
-                status=None,
+                status=exc.status,
                 cause=exc.cause,
                 wait_s=round(delay, 3),
                 wait_limit_s=run.config.server_wait_s,
@@ -80,5 +80,6 @@ class ServerWait:
             f"{exc} (the run waited {waited_s:.0f} s for the server over {tries} "
             f"tries, its --server-wait limit)",
             cause=exc.cause,
+            status=exc.status,
             waited_s=round(waited_s, 3),
         )

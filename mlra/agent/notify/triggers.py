@@ -202,6 +202,7 @@ class Triggers:
             "connection_lost": "the connection was lost mid-answer",
             "not_answering": "the server is not answering",
             "loading_model": "the server is still loading its model",
+            "not_ready": f"the server answered HTTP {event.status}, not ready",
         }[event.cause or "not_answering"]
         limit = event.wait_limit_s
         up_to = f" up to {format_duration(limit)}" if limit is not None else ""

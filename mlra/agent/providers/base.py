@@ -177,16 +177,23 @@ class ProviderError(Exception):
 
 class ServerGone(ProviderError):
     """The server is not there for the call (`cause`): the connection was lost
-    mid-answer, nothing answers at its address, or it is still loading its model. A
-    local server that reloads its model or is restarted comes back: the run waits for
-    it (agent/loop/server_wait.py). `waited_s`: set where the run's wait for it gave up,
-    how long it waited."""
+    mid-answer, nothing answers at its address, it is still loading its model, or it
+    answers that it is not ready (`status`: 502 or 504 from a proxy whose server is
+    down, 503 from a server starting). A local server that reloads its model or is
+    restarted comes back: the run waits for it (agent/loop/server_wait.py).
+    `waited_s`: set where the run's wait for it gave up, how long it waited."""
 
     def __init__(
-        self, message: str, *, cause: ServerAbsence, waited_s: float | None = None
+        self,
+        message: str,
+        *,
+        cause: ServerAbsence,
+        status: int | None = None,
+        waited_s: float | None = None,
     ) -> None:
         super().__init__(message)
         self.cause: ServerAbsence = cause
+        self.status = status
         self.waited_s = waited_s
 
 

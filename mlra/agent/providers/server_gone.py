@@ -8,9 +8,11 @@ one of two things a user can act on: the connection was lost while the answer ca
 A third is a server that answers but is not there yet: llama-server, restarted, answers
 every request HTTP 503 `{"error": {"code": 503, "message": "Loading model", "type":
 "unavailable_error"}}` until its model is loaded (seconds to minutes), which the SDKs'
-own retries outlast in about 8 s. All three are a `ServerGone`, which the run waits out
-(agent/loop/server_wait.py); a time-out is none of them (the server is there, and
-slow) and stays the provider's failure, as does any other 503.
+own retries outlast in about 8 s; and a server at `--base-url` behind a proxy, down,
+answers 502 or 504 (what a real llama-server, killed behind a logging proxy, gave). All
+are a `ServerGone`, which the run waits out (agent/loop/server_wait.py); a time-out is
+none of them (the server is there, and slow) and stays the provider's failure, as does
+a hosted API's 5xx.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from mlra.agent.providers.base import ProviderError, ServerGone, retries_made
 
 LOST_MID_ANSWER = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteError)
 """The transport's ways of saying a connection that was open is gone."""
+NOT_READY = (502, 503, 504)
+"""What a server at `--base-url` that is there and not ready answers past the SDK's
+retries: a proxy in front of a server that is down (502, 504), a server starting (503)."""
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -81,16 +86,23 @@ def failed_answer(
     name: str, base_url: str | None, exc: BaseException, described: str
 ) -> ProviderError:
     """An SDK's error answer as the run takes it: a server still loading its model
-    (llama-server's 503 "Loading model") is a `ServerGone` the run waits out; any other
-    is the provider's failure, in the words `described` gives it."""
-    if getattr(exc, "status_code", None) != 503:
-        return ProviderError(described)
+    (llama-server's 503 "Loading model"), or a server at `--base-url` answering 502, 503
+    or 504 past the SDK's retries, is a `ServerGone` the run waits out; any other is the
+    provider's failure, in the words `described` gives it."""
+    status = getattr(exc, "status_code", None)
     said = _server_message(getattr(exc, "body", None))
-    if LOADING_MODEL not in said.lower():
-        return ProviderError(described)
-    retries = retries_made()
-    return ServerGone(
-        f'{name}: {base_url or "the API"} answered HTTP 503 "{one_line(said, 80)}": the '
-        f"server is still loading its model{_after(retries)}",
-        cause="loading_model",
-    )
+    if status == 503 and LOADING_MODEL in said.lower():
+        return ServerGone(
+            f'{name}: {base_url or "the API"} answered HTTP 503 "{one_line(said, 80)}": the '
+            f"server is still loading its model{_after(retries_made())}",
+            cause="loading_model",
+            status=status,
+        )
+    if base_url is not None and status in NOT_READY:
+        return ServerGone(
+            f"{described}; the server at {base_url} is not ready (loading its model, or "
+            "down behind a proxy)",
+            cause="not_ready",
+            status=status,
+        )
+    return ProviderError(described)

@@ -98,7 +98,8 @@ class RunResult(BaseModel):
     validation_curve: list[tuple[float, float]] = []
     """(run clock seconds, score) of each scored validation, for the report's plot."""
     worker_alone: ev.WorkerAloneReason | None = None
-    """Why the worker did the task alone ("chosen": `--agent worker`; "supervisor_idle":
+    """Why the worker did the task alone ("chosen": `--agent worker`; "supervisor_stuck":
+    the supervisor repeated one call until stuck, never handing a subtask; "supervisor_idle":
     the supervisor never handed it a subtask); None: the supervisor led the run."""
     attempts: AttemptsSummary | None = None
     """A search's attempts (`--search`): how many, the best validation, the submitted

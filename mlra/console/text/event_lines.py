@@ -129,6 +129,7 @@ def retry_cause(status: int | None, retry: ev.ModelRetry | None = None) -> str:
             "connection_lost": "the connection was lost mid-answer",
             "not_answering": "the server is not answering",
             "loading_model": "the server is still loading its model",
+            "not_ready": f"the server answered HTTP {retry.status}, not ready",
         }[retry.cause]
         return f"after {why}; waiting {retry.wait_s or 0:g}s, clock paused"
     if status == 200:
