@@ -110,6 +110,38 @@ async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
     assert "assign_subtask" in native.output
 
 
+async def test_the_same_missing_tool_is_told_to_the_model_each_time_and_the_person_once(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A small model names the same missing tool turn after turn (4 times in one run on a
+    real llama-server): each of its next prompts says so, one notice tells the person."""
+    meant = '{"name": "pretrain", "arguments": {"epochs": 3}}'
+    supervisor = [meant, meant, *supervisor_answering()]
+    worker = [turn("", call("bash", command="echo 42 > answer.txt")), turn("", call("report"))]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
+        settings = ModelSettings(tool_calls="text")
+        url = server.url_for("openai")
+        provider = resolve_model("openai/local", base_url=url, env={}, settings=settings)
+        config = RunConfig(
+            task="answer",
+            model="openai/local",
+            runs_dir=tmp_path,
+            isolation="none",
+            tool_calls="text",
+        )
+        controller = RunController(config, load_task(answer_task), provider)
+        result = await controller.run(agent_for)
+        await provider.aclose()
+    assert result.score == 1.0
+    events = read_events(controller.run_dir / "events.jsonl")
+    prompts = [
+        e.prompt for e in events if isinstance(e, ev.StepStarted) and e.agent == "supervisor"
+    ]
+    assert all("there is no tool named 'pretrain'" in p for p in prompts[1:3])
+    notices = [e.message for e in events if isinstance(e, ev.Notice) and "'pretrain'" in e.message]
+    assert len(notices) == 1 and "each time it happens" in notices[0], notices
+
+
 # --- the worker alone ----------------------------------------------------------------------
 
 

@@ -57,6 +57,10 @@ class ModelTurn:
         self.run = run
         self._notes: dict[str, str] = {}
         """A note for an agent's next prompt (its text looked like a call and was not read)."""
+        self._shown_unread: set[tuple[str, str]] = set()
+        """The (agent, problem) pairs a notice has shown the person: the model is told
+        each time, the person once (a small model names the same missing tool turn
+        after turn). Filled while a resumed run catches up, too, so it says no more."""
         self.window = ContextWindow(run, self.ask)
         self.provider_events = ProviderEvents(run)
         self.fallback = ToolCallFallback(run)
@@ -127,14 +131,16 @@ class ModelTurn:
         self._notes[agent] = problem_note(unread, names)
         if switched := self.fallback.after(agent, response, registry):
             self._notes[agent] = "\n\n".join(n for n in (self._notes[agent], switched) if n)
-        if unread and not run.catchup.replaying:
+        new = [p for p in unread if (agent, p) not in self._shown_unread]
+        self._shown_unread.update((agent, p) for p in unread)
+        if new and not run.catchup.replaying:
             # The person is shown what the model will be told (and a replay, from the log).
             run.emit(
                 ev.Notice(
                     level="warning",
                     message=f"{agent}'s answer looked like a tool call that could not be read: "
-                    + "; ".join(unread)
-                    + " (nothing was run; its next prompt says so)",
+                    + "; ".join(new)
+                    + " (nothing was run; its next prompt says so, each time it happens)",
                 )
             )
         return response, step
