@@ -69,17 +69,12 @@ def test_what_cannot_be_read_is_said_only_where_no_call_was_made() -> None:
     assert read_text_calls(resnet, TOOLS, tools_in_prompt=True).problems == []
 
 
-async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
-    tmp_path: Path, answer_task: Path
-) -> None:
-    supervisor = [
-        'First I pretrain. {"name": "pretrain", "arguments": {"epochs": 3}}',
-        turn("", call("pretrain", epochs=3)),  # the same, as a native call
-        *supervisor_answering(),
-    ]
-    worker = [turn("", call("bash", command="echo 42 > answer.txt")), turn("", call("report"))]
+async def _text_mode_run(
+    tmp_path: Path, answer_task: Path, supervisor: list[Any], worker: list[Any]
+) -> list[ev.Event]:
+    """A `--tool-calls text` run of the answer task on a local server, which it solves:
+    its log."""
     with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        # `--tool-calls text`: the model is told the format, so what it meant is said.
         settings = ModelSettings(tool_calls="text")
         url = server.url_for("openai")
         provider = resolve_model("openai/local", base_url=url, env={}, settings=settings)
@@ -94,7 +89,20 @@ async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
         result = await controller.run(agent_for)
         await provider.aclose()
     assert result.score == 1.0
-    events = read_events(controller.run_dir / "events.jsonl")
+    return read_events(controller.run_dir / "events.jsonl")
+
+
+async def test_a_tool_that_does_not_exist_is_named_with_the_tools_there_are(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    supervisor = [
+        'First I pretrain. {"name": "pretrain", "arguments": {"epochs": 3}}',
+        turn("", call("pretrain", epochs=3)),  # the same, as a native call
+        *supervisor_answering(),
+    ]
+    worker = [turn("", call("bash", command="echo 42 > answer.txt")), turn("", call("report"))]
+    # `--tool-calls text`: the model is told the format, so what it meant is said.
+    events = await _text_mode_run(tmp_path, answer_task, supervisor, worker)
     prompts = [
         e.prompt for e in events if isinstance(e, ev.StepStarted) and e.agent == "supervisor"
     ]
@@ -118,22 +126,7 @@ async def test_the_same_missing_tool_is_told_to_the_model_each_time_and_the_pers
     meant = '{"name": "pretrain", "arguments": {"epochs": 3}}'
     supervisor = [meant, meant, *supervisor_answering()]
     worker = [turn("", call("bash", command="echo 42 > answer.txt")), turn("", call("report"))]
-    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        settings = ModelSettings(tool_calls="text")
-        url = server.url_for("openai")
-        provider = resolve_model("openai/local", base_url=url, env={}, settings=settings)
-        config = RunConfig(
-            task="answer",
-            model="openai/local",
-            runs_dir=tmp_path,
-            isolation="none",
-            tool_calls="text",
-        )
-        controller = RunController(config, load_task(answer_task), provider)
-        result = await controller.run(agent_for)
-        await provider.aclose()
-    assert result.score == 1.0
-    events = read_events(controller.run_dir / "events.jsonl")
+    events = await _text_mode_run(tmp_path, answer_task, supervisor, worker)
     prompts = [
         e.prompt for e in events if isinstance(e, ev.StepStarted) and e.agent == "supervisor"
     ]

@@ -164,6 +164,22 @@ def _turn(turn: Any, where: str) -> dict[str, Any]:
     return dict(turn)
 
 
+ANTHROPIC_START = {
+    "type": "message_start",
+    "message": {
+        "id": "msg_x",
+        "type": "message",
+        "role": "assistant",
+        "model": "m",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 5, "output_tokens": 1},
+    },
+}
+"""The first event of a broken or cut Anthropic stream (a message begun, nothing in it)."""
+
+
 @dataclass
 class RecordedRequest:
     """One model request as the server saw it, for assertions."""
@@ -591,19 +607,6 @@ class _Handler(BaseHTTPRequestHandler):
             self._raw(200, "application/json", bodies[kind])
             return
         if api == "anthropic":
-            start = {
-                "type": "message_start",
-                "message": {
-                    "id": "msg_x",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "m",
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": 5, "output_tokens": 1},
-                },
-            }
             text = {
                 "type": "content_block_start",
                 "index": 0,
@@ -611,12 +614,15 @@ class _Handler(BaseHTTPRequestHandler):
             }
             events: dict[str, list[tuple[str | None, str]]] = {
                 "empty": [(None, "{}")],
-                "no_choices": [("message_start", _dumps(start))],
+                "no_choices": [("message_start", _dumps(ANTHROPIC_START))],
                 "truncated": [
-                    ("message_start", _dumps(start)),
+                    ("message_start", _dumps(ANTHROPIC_START)),
                     ("content_block_start", '{"type": "content_bl'),
                 ],
-                "cut": [("message_start", _dumps(start)), ("content_block_start", _dumps(text))],
+                "cut": [
+                    ("message_start", _dumps(ANTHROPIC_START)),
+                    ("content_block_start", _dumps(text)),
+                ],
             }
             self._sse(iter(events[kind]), named=True)
             return
@@ -642,19 +648,6 @@ class _Handler(BaseHTTPRequestHandler):
         """A server killed mid-answer: a streamed answer's first piece, then the socket
         closed with the stream unfinished (no last chunk), as a killed process leaves it."""
         if api == "anthropic":
-            start = {
-                "type": "message_start",
-                "message": {
-                    "id": "msg_x",
-                    "type": "message",
-                    "role": "assistant",
-                    "model": "m",
-                    "content": [],
-                    "stop_reason": None,
-                    "stop_sequence": None,
-                    "usage": {"input_tokens": 5, "output_tokens": 1},
-                },
-            }
             block = {
                 "type": "content_block_start",
                 "index": 0,
@@ -665,7 +658,10 @@ class _Handler(BaseHTTPRequestHandler):
                 "index": 0,
                 "delta": {"type": "text_delta", "text": "half an ans"},
             }
-            pieces = [f"event: {e['type']}\ndata: {_dumps(e)}\n\n" for e in (start, block, delta)]
+            pieces = [
+                f"event: {e['type']}\ndata: {_dumps(e)}\n\n"
+                for e in (ANTHROPIC_START, block, delta)
+            ]
         else:
             piece = {
                 "id": "chatcmpl-x",
