@@ -21,7 +21,9 @@ sandbox, whatever the agent does and however fast.
   holes, hard links, owners, modes and times kept), the volume unmounted and the
   image deleted. Whatever reads a run's workspace afterwards sees a plain folder.
 - A volume never takes the runs disk's reserve (default_limits.py): an asked-for quota
-  that would is refused with one line; the default one is made smaller.
+  that would is refused with one line; the default one is made smaller. Its size is
+  chosen and its space reserved with the disk held (disk_claim.py), so volumes made at
+  once each see what the one before took.
 - An mlra killed with its volume mounted leaves it there (the workspace still reads
   right). Names carry the owner's pid, and the owner holds an exclusive `flock` on its
   image for as long as it lives, so any later sandbox set up on this machine settles
@@ -45,7 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlra.tools.sandbox.base import SandboxError
-from mlra.tools.sandbox.default_limits import MIB, disk_reserve_mb, free_mb
+from mlra.tools.sandbox.default_limits import MIB
+from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
 
 logger = logging.getLogger(__name__)
@@ -156,20 +159,16 @@ class WorkspaceVolume:
         VolumeRefused: it would take the reserve; VolumeFailed: it cannot be had here."""
         folder = self.workspace.parent
         settle_stale(folder)
-        free, reserve = free_mb(folder), disk_reserve_mb(folder)
-        if self.shrink and (free - reserve) // 2 < self.size_mb:
-            # Another volume took space since the default was chosen: half what is left.
-            self.size_mb = max(1, (free - reserve) // 2)
-            self.inodes_asked = min(self.inodes_asked, default_inodes(self.size_mb))
-        if free - self.size_mb < reserve:
-            raise VolumeRefused(
-                f"the workspace's disk quota of {self.size_mb:,} MB would leave "
-                f"{max(0, free - self.size_mb):,} MB free on the runs disk, under the "
-                f"{reserve:,} MB it keeps for the logs, grading and other runs: ask for "
-                "less (--disk) or free space"
-            )
         image = folder / f".{self.workspace.name}.{TAG}-{os.getpid()}-{secrets.token_hex(4)}.img"
-        self._allocate(image)
+        try:
+            made = set_aside(folder, image, self.size_mb, shrink=self.shrink)
+        except SpaceRefused as exc:
+            raise VolumeRefused(str(exc)) from None
+        except SpaceNotSetAside as exc:
+            raise VolumeFailed(str(exc)) from None
+        if made < self.size_mb:  # others took space since the default was chosen
+            self.size_mb = made
+            self.inodes_asked = min(self.inodes_asked, default_inodes(made))
         self.image = image
         self._lock = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
@@ -186,16 +185,6 @@ class WorkspaceVolume:
             os.close(self._lock)
             self.image, self._lock = None, None
             raise
-
-    def _allocate(self, image: Path) -> None:
-        fd = os.open(image, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-        try:
-            os.posix_fallocate(fd, 0, self.size_mb * MIB)
-        except OSError as exc:
-            os.close(fd)
-            image.unlink()
-            raise VolumeFailed(f"the image cannot be reserved: {exc.strerror}") from None
-        os.close(fd)
 
     def _mount_and_move(self, image: Path) -> None:
         under = os.open(self.workspace, DIR_FLAGS)
