@@ -50,6 +50,9 @@ class Overrides(_Strict):
     direction: Literal["higher", "lower"] | None = None
     """Which way the task's metric improves, for a folder whose own files do not say
     (`mlra run --direction`); a task whose direction is known refuses a contrary one."""
+    agent: Literal["supervisor", "worker"] | None = None
+    """Who does each run's work (`mlra run --agent`): `worker`, the worker alone, for
+    small local models that cannot plan; not with `baseline` or a search."""
     search: Literal["none", "greedy", "llm"] | None = None
     """Each run's search over attempts (`mlra run --search`)."""
     attempts: int | None = Field(default=None, gt=0)
@@ -254,6 +257,7 @@ def run_command(
         ("--max-cost", s.max_cost),
         ("--max-tokens", s.max_tokens),
         ("--direction", s.direction),
+        ("--agent", s.agent),
         ("--search", s.search),
         ("--attempts", s.attempts),
         ("--attempts-parallel", s.attempts_parallel),

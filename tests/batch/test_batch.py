@@ -250,6 +250,39 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
         assert proc.returncode == 1 and len(server.requests) == asked
 
 
+def test_a_batch_with_agent_worker_runs_each_run_with_the_worker_alone(
+    tmp_path: Path, task_link: Path
+) -> None:
+    solve = [
+        turn("I will write the answer.", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("submit", path="answer.txt", note="42")),
+    ]
+    out = tmp_path / "b"
+    with ScriptedModelServer({"worker": solve}) as server:
+        args = ["batch", "--tasks", "answer_task", "--models", MODEL, "--agent", "worker"]
+        args += ["--out", str(out), "--base-url", server.url_for("openai"), "--isolation", "none"]
+        proc = mlra_cli([*args, "--no-tui"], cwd=tmp_path, timeout=180)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert server.requests_for("supervisor") == []
+    (run_dir,) = (out / "runs").iterdir()
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["score"] == 1.0 and result["worker_alone"] == "chosen"
+    listed = mlra_cli(["runs", "--runs-dir", str(out / "runs")], cwd=tmp_path)
+    assert f"{MODEL} (worker alone)" in listed.stdout
+    # Where a run of it could not start, the batch says so once, before any run.
+    for extra, said in (
+        (["--models", f"baseline,{MODEL}"], "--agent worker needs a model"),
+        (["--models", MODEL, "--search", "greedy"], "do not go together"),
+    ):
+        proc = mlra_cli(
+            ["batch", "--tasks", "answer_task", "--agent", "worker", "--out", str(tmp_path / "x"),
+             "--base-url", "http://127.0.0.1:9/v1", *extra],
+            cwd=tmp_path,
+        )  # fmt: skip
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1 and not (tmp_path / "x").exists()
+
+
 def test_bad_batch_input_is_one_line_and_exit_2(tmp_path: Path, task_link: Path) -> None:
     proc = mlra_cli(["batch", "--tasks", "no-such-task", "--models", "baseline"], cwd=tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
@@ -269,6 +302,7 @@ def test_a_batch_file_with_per_task_overrides(
         'tasks = ["answer_task"]\nmodels = ["baseline", "openai/m"]\nseeds = 3\nout = "b"\n'
         'base_url = "http://127.0.0.1:9/v1"\n'
         '[overrides.answer_task]\nmax_steps = 7\ntime_limit = "2m"\ngpus = 1\nmemory_gb = 2\n'
+        'agent = "worker"\n'
     )
     monkeypatch.chdir(tmp_path)
     spec = load_batch_file(tmp_path / "batch.toml")
@@ -277,6 +311,7 @@ def test_a_batch_file_with_per_task_overrides(
     assert runs[0].resources.gpus == 1 and runs[0].resources.memory_gb == 2
     command = run_command(runs[-1], spec, tmp_path / "b" / "runs", python="python")
     assert command[command.index("--max-steps") + 1] == "7"
+    assert command[command.index("--agent") + 1] == "worker"
     assert command[command.index("--run-id") + 1] == batch_run_id(tmp_path / "b", "openai/m", 3)
     assert command[command.index("--run-id") + 1].startswith("answer__openai-m__s3-")
     assert "--base-url" in command

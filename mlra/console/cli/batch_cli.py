@@ -104,6 +104,12 @@ def add_batch_command(sub: Any) -> None:
         "(per task: `direction` in [overrides.<task>])",
     )
     batch.add_argument(
+        "--agent",
+        choices=("supervisor", "worker"),
+        help="who does each run's work (`mlra run --agent`; per task: `agent` in "
+        "[overrides.<task>]): worker, the worker alone, for small models that cannot plan",
+    )
+    batch.add_argument(
         "--search",
         choices=("none", "greedy", "llm"),
         help="each run searches over attempts (`mlra run --search`; per task: `search` in "
@@ -161,6 +167,7 @@ def _spec(args: argparse.Namespace) -> Any:
             "max_cost": args.max_cost,
             "max_tokens": args.max_tokens,
             "direction": args.direction,
+            "agent": args.agent,
             "search": args.search,
             "attempts": args.attempts,
             "attempts_parallel": args.attempts_parallel,
@@ -188,6 +195,24 @@ def _check_models(spec: Any) -> None:
             resolve_model(model, base_url=spec.base_url, env=os.environ)
         except ConfigError as exc:
             raise UsageError(f"batch: {exc}") from None
+
+
+def _check_agents(spec: Any, tasks: list[Any]) -> None:
+    """`agent = "worker"` where a run of it could not start (a baseline model, a search)
+    fails here, once, not in every such run."""
+    for t in tasks:
+        if t.settings.agent != "worker":
+            continue
+        if "baseline" in (m.strip() for m in spec.models):
+            raise UsageError(
+                f"batch: {t.name}: --agent worker needs a model; --model baseline runs the "
+                "recipe (give baseline a batch of its own)"
+            )
+        if t.settings.search not in (None, "none"):
+            raise UsageError(
+                f"batch: {t.name}: --agent worker and --search {t.settings.search} do not "
+                "go together: a search's attempts are each a worker already"
+            )
 
 
 def _check_gradable(spec: Any) -> None:
@@ -220,6 +245,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     except BatchError as exc:
         raise UsageError(str(exc)) from None
     _check_models(spec)
+    _check_agents(spec, tasks)
     _check_gradable(spec)
     if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
         for model in dict.fromkeys(m.strip() for m in spec.models):
