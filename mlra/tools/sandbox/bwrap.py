@@ -116,15 +116,26 @@ def probe(argv: Sequence[str]) -> str | None:
 
 
 def python_roots() -> list[Path]:
-    """Where the interpreter commands run with lives: the venv and the Python it was made from.
+    """Where the interpreter commands run with lives: the venv and the Python it was made
+    from, and the package folders outside both that its `.pth` files put on its path.
 
     Only these trees are shown, not their parents: a virtual environment inside the
     project checkout or a pyenv under the home folder leaves the rest of either unseen.
+    A venv that borrows another's packages through a `.pth` line (mlra's wheel installed
+    beside a GPU machine's own CUDA torch) finds them inside too: only folders named
+    `site-packages` or `dist-packages` are taken from the path, never the current
+    folder or a PYTHONPATH checkout.
     """
     roots: list[Path] = []
     for prefix in (sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent)):
         p = Path(prefix).resolve()
         if p not in roots and not _under_system(p):
+            roots.append(p)
+    for entry in sys.path:
+        if Path(entry).name not in ("site-packages", "dist-packages"):
+            continue
+        p = Path(entry).resolve()
+        if p.is_dir() and not _under_system(p) and not any(r == p or r in p.parents for r in roots):
             roots.append(p)
     return roots
 

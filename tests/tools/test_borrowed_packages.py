@@ -1,0 +1,83 @@
+"""A venv that borrows another's packages through a `.pth` line, confined by bubblewrap
+(tools/sandbox/bwrap.py `python_roots`): mlra's wheel in an environment of its own
+beside a GPU machine's CUDA torch, as docs/getting-started.md installs it offline.
+Before, the sandbox showed only the venv and its base Python, so every command's
+`import torch` failed inside while mlra itself, outside, had it.
+
+A real venv made here, its `.pth` naming this environment's packages (mlra, pydantic)
+and a borrowed folder holding one module, and a real sandbox started from it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+import mlra
+from mlra.tools.sandbox.bwrap import isolation_problem
+
+BWRAP_PROBLEM = isolation_problem()
+pytestmark = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
+
+IN_THE_VENV = """
+import asyncio, sys
+from pathlib import Path
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.local import LocalSandbox
+
+async def main():
+    box = LocalSandbox(Path(sys.argv[1]), SandboxSpec(), isolation_mode="bwrap")
+    await box.start()
+    try:
+        got = await box.exec(["python", "-c", sys.argv[2]], timeout=60)
+        print(got.output.strip())
+    finally:
+        await box.close()
+
+asyncio.run(main())
+"""
+
+
+def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    borrowed = tmp_path / "gpu-env" / "lib" / "site-packages"
+    borrowed.mkdir(parents=True)
+    (borrowed / "borrowed_torch.py").write_text("WHERE = 'borrowed'\n")
+    checkout = Path(mlra.__file__).resolve().parent.parent  # mlra itself, outside only
+    lines = [checkout, sysconfig.get_path("purelib"), borrowed]
+    (Path(purelib) / "borrowed.pth").write_text("".join(f"{line}\n" for line in lines))
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    probe = "import borrowed_torch, pydantic; print(borrowed_torch.WHERE)"
+    done = subprocess.run(
+        [python, "-c", IN_THE_VENV, str(workspace), probe],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "borrowed", done.stdout
+    # Only package folders are borrowed: not what lies beside them, nor the folder the
+    # venv was started in.
+    (tmp_path / "gpu-env" / "notes.txt").write_text("beside\n")
+    (tmp_path / "here.txt").write_text("cwd\n")
+    looks = [
+        tmp_path / "gpu-env" / "notes.txt",
+        tmp_path / "here.txt",
+        borrowed / "borrowed_torch.py",
+    ]
+    seen = subprocess.run(
+        [python, "-c", IN_THE_VENV, str(workspace),
+         f"import os; print([os.path.exists(p) for p in {[str(p) for p in looks]!r}])"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert seen.stdout.strip().splitlines()[-1] == "[False, False, True]", seen.stdout + seen.stderr
