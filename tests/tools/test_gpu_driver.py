@@ -1,0 +1,68 @@
+"""A command given a GPU in the local sandbox can load the NVIDIA driver where this
+machine finds it only through LD_LIBRARY_PATH (the driver's folder mounted at start, as
+/usr/local/nvidia on the GPU machines this project is lent): the folder is carried into
+the command's environment, and shown inside bubblewrap. A stand-in driver folder (a
+file named libcuda.so.1) takes the driver's place on a machine without one."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.bwrap import isolation_problem
+from mlra.tools.sandbox.gpu_driver import driver_library_dirs
+from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
+
+BWRAP_PROBLEM = isolation_problem()
+MODES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or ""))]  # fmt: skip
+
+
+@pytest.fixture
+def driver() -> Iterator[tuple[Path, Path]]:
+    """(a stand-in driver folder, a library folder without the driver), outside /tmp
+    (bubblewrap's /tmp is a fresh one) and outside the system folders it shows anyway."""
+    base = Path("/var/tmp")
+    if not os.access(base, os.W_OK):
+        pytest.skip("/var/tmp is not writable, and a folder outside /tmp is needed")
+    root = Path(tempfile.mkdtemp(prefix="mlra-driver-", dir=base)).resolve()
+    (root / "nvidia" / "lib64").mkdir(parents=True)
+    (root / "nvidia" / "lib64" / "libcuda.so.1").write_bytes(b"")
+    (root / "other").mkdir()
+    (root / "other" / "libsecret.so").write_bytes(b"")
+    yield root / "nvidia" / "lib64", root / "other"
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def test_only_folders_holding_the_driver_are_found(driver: tuple[Path, Path]) -> None:
+    lib, other = driver
+    search = os.pathsep.join([str(other), "", "relative/lib", str(lib), str(lib) + "/"])
+    assert driver_library_dirs(search) == [lib]
+    assert driver_library_dirs(str(other)) == []
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_a_command_given_a_gpu_finds_the_driver_through_ld_library_path(
+    mode: IsolationMode, driver: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lib, other = driver
+    monkeypatch.setenv("LD_LIBRARY_PATH", f"{other}{os.pathsep}{lib}")
+    script = 'echo "LD=${LD_LIBRARY_PATH-unset}"; ls "$LD_LIBRARY_PATH" 2>&1 || true'
+    seen = {}
+    for gpus in ("0", "none"):
+        workspace = tmp_path / gpus
+        workspace.mkdir()
+        box = LocalSandbox(workspace, SandboxSpec(gpus=gpus), isolation_mode=mode)
+        await box.start()
+        try:
+            seen[gpus] = (await box.exec(["sh", "-c", script], timeout=60)).output
+        finally:
+            await box.close()
+    assert f"LD={lib}\n" in seen["0"] and "libcuda.so.1" in seen["0"]
+    assert str(other) not in seen["0"]
+    assert "LD=unset" in seen["none"]
