@@ -55,3 +55,15 @@ def test_it_lists_its_checks_and_refuses_an_unknown_one_in_one_line() -> None:
     assert unknown.returncode == 2 and unknown.stdout == ""
     (line,) = unknown.stderr.splitlines()
     assert line.startswith("gpu_check: no check named gpu-magic (the checks: install, ")
+
+
+@pytest.mark.skipif(NO_GPU is None, reason="this machine has a GPU: the check would pass")
+def test_a_check_asked_for_cuda_where_it_is_unavailable_says_what_it_saw(tmp_path: Path) -> None:
+    """A lent machine gives one run: a CUDA that torch cannot use must come back with
+    what the check saw (torch's words, the driver's library, its folders, the nodes)."""
+    done = _run("--run-one", "install", "--device", "cuda", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "checks" / "install.json").read_text())
+    assert result["status"] == "failed"
+    (why,) = [f for f in result["failures"] if "is_available() is False" in f]
+    assert "libcuda.so.1 " in why and "LD_LIBRARY_PATH=" in why and "nodes: " in why

@@ -123,6 +123,35 @@ async def _awaited(coro: Coroutine[Any, Any, Any]) -> None:
     await coro
 
 
+def cuda_available() -> tuple[bool, str]:
+    """(torch.cuda.is_available(), why not: torch's own warning, whether the driver's
+    libcuda.so.1 loads, LD_LIBRARY_PATH and the device nodes), so a failure on a lent
+    machine says what it saw."""
+    import ctypes
+    import glob
+    import os
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = bool(torch.cuda.is_available())
+    if ok:
+        return True, ""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        libcuda = "loads"
+    except OSError as exc:
+        libcuda = f"does not load ({exc})"
+    said = "; ".join(str(w.message) for w in caught) or "torch said nothing"
+    return False, (
+        f"{said}; libcuda.so.1 {libcuda}; LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH')}; "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}; "
+        f"nodes: {' '.join(sorted(glob.glob('/dev/nvidia*'))) or 'none'}"
+    )
+
+
 def standins() -> Any:
     """tests/tasks/standins.py, loaded from its file: the tiny models and stand-in tasks
     the slow tests grade, made the same way here (a `tests` package installed by some

@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from gpu_checks.core import Context
+from gpu_checks.core import Context, cuda_available
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,12 +32,28 @@ def check_install(ctx: Context) -> None:
         )
     f["mlra_command"] = shutil.which("mlra")
     f["python"] = sys.version.split()[0]
+    f["python_prefix"] = sys.prefix
+    f["python_base_prefix"] = sys.base_prefix
+    try:
+        check_torch(ctx)
+    except ImportError as exc:
+        ctx.expect(False, no_torch(exc))
+    missing, found = ml_extra()
+    f["ml_extra"] = found
+    ctx.expect(not missing, f"the ml extra is not installed whole: {'; '.join(missing)}")
+    from mlra.tools.sandbox.bwrap import find_bwrap
+
+    f["bwrap"] = find_bwrap()
+
+
+def check_torch(ctx: Context) -> None:
     import torch
 
+    f = ctx.figures
     f["torch"] = torch.__version__
     f["torch_cuda_build"] = torch.version.cuda
     f["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    f["cuda_available"] = torch.cuda.is_available()
+    f["cuda_available"], why = cuda_available()
     f["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     if ctx.cuda:
         ctx.expect(
@@ -45,13 +61,20 @@ def check_install(ctx: Context) -> None:
             f"torch {torch.__version__} is a CPU build: install the machine's CUDA torch "
             "first, then mlra (docs/getting-started.md, On a GPU machine)",
         )
-        ctx.expect(bool(torch.cuda.is_available()), "torch.cuda.is_available() is False")
-    missing, found = ml_extra()
-    f["ml_extra"] = found
-    ctx.expect(not missing, f"the ml extra is not installed whole: {'; '.join(missing)}")
-    from mlra.tools.sandbox.bwrap import find_bwrap
+        ctx.expect(f["cuda_available"], f"torch.cuda.is_available() is False: {why}")
 
-    f["bwrap"] = find_bwrap()
+
+def no_torch(exc: ImportError) -> str:
+    """Why torch is not importable, with the likely cause where this Python is a venv
+    with the system's site-packages: made from a Python that is itself a venv (the
+    machine's torch in /opt/torch/.venv), it sees that venv's base, not its packages."""
+    why = f"torch is not importable from {sys.executable} ({exc})"
+    if sys.prefix != sys.base_prefix:
+        why += (
+            f"; this is a venv over {sys.base_prefix}: where the machine's torch is in a venv "
+            "of its own, install mlra into that venv (docs/getting-started.md, On a GPU machine)"
+        )
+    return why
 
 
 def ml_extra() -> tuple[list[str], dict[str, str]]:

@@ -16,14 +16,24 @@ from typing import Any, cast
 from gpu_checks.core import Context, Skipped
 
 PROBE = r"""
-import glob, json, os, sys, time
+import ctypes, glob, json, os, sys, time, warnings
 seen = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "python": sys.executable,
-        "nodes": sorted(glob.glob("/dev/nvidia*"))}
+        "nodes": sorted(glob.glob("/dev/nvidia*")),
+        "ld_library_path": os.environ.get("LD_LIBRARY_PATH")}
+try:
+    ctypes.CDLL("libcuda.so.1")
+    seen["libcuda"] = "loads"
+except OSError as exc:
+    seen["libcuda"] = f"does not load ({exc})"
 try:
     import torch
     seen["torch"] = torch.__version__
     seen["torch_file"] = torch.__file__
-    seen["cuda"] = torch.cuda.is_available()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen["cuda"] = torch.cuda.is_available()
+    if not seen["cuda"]:
+        seen["cuda_said"] = "; ".join(str(w.message) for w in caught)
     seen["count"] = torch.cuda.device_count()
     seen["names"] = [torch.cuda.get_device_name(i) for i in range(seen["count"])]
     if seen["cuda"]:
@@ -100,7 +110,11 @@ def expect_devices(ctx: Context, label: str, seen: dict[str, Any], given: list[s
     if not ctx.cuda:
         return
     if given:
-        ctx.expect(bool(seen.get("cuda")), f"{label}: torch.cuda is not available inside")
+        ctx.expect(
+            bool(seen.get("cuda")),
+            f"{label}: torch.cuda is not available inside ({seen.get('cuda_said') or 'no warning'}; "
+            f"libcuda.so.1 {seen.get('libcuda')}; LD_LIBRARY_PATH={seen.get('ld_library_path')})",
+        )
         ctx.expect(
             seen.get("count") == len(given),
             f"{label}: CUDA sees {seen.get('count')} devices, given {len(given)}",
