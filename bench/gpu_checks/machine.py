@@ -106,6 +106,11 @@ def ml_extra() -> tuple[list[str], dict[str, str]]:
     return missing, found
 
 
+LOAD_START_S = 60
+"""How long the load may take to start: CUDA's first start in a process (the driver,
+the context, cuBLAS) takes seconds, tens of them on some machines."""
+
+
 class MatmulLoad:
     """A matmul loop on `device` in a thread (torch lets go of the GIL in its kernels),
     for NVML to see a real load; its rate is a figure of its own."""
@@ -116,6 +121,10 @@ class MatmulLoad:
         self.flops = 0.0
         self.seconds = 0.0
         self.error: str | None = None
+        self.started = threading.Event()
+        """Set once the first products are done (CUDA's start-up can take many seconds),
+        or the load failed: sampling before it would see an idle GPU."""
+        self.start_s: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -128,11 +137,17 @@ class MatmulLoad:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        began = time.monotonic()
         try:
             import torch
 
             dtype = torch.float16 if self.device == "cuda" else torch.float32
             a = torch.randn(self.size, self.size, device=self.device, dtype=dtype)
+            a = (a @ a).clamp_(-1, 1)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            self.start_s = round(time.monotonic() - began, 2)
+            self.started.set()
             started = time.monotonic()
             n = 0
             while not self._stop.is_set():
@@ -145,6 +160,8 @@ class MatmulLoad:
             self.flops = 2 * self.size**3 * n
         except Exception as exc:  # recorded: the check says it
             self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.started.set()
 
 
 def check_nvml(ctx: Context) -> None:
@@ -161,6 +178,10 @@ def check_nvml(ctx: Context) -> None:
     f["idle"] = [g.model_dump(mode="json") for g in idle.gpus]
     samples: list[ev.ResourceSample] = [idle]
     with MatmulLoad(ctx.device) as load:
+        ctx.expect(
+            load.started.wait(LOAD_START_S), f"the matmul load had not started in {LOAD_START_S} s"
+        )
+        f["load_start_s"] = load.start_s
         for _ in range(10):
             time.sleep(0.5)
             samples.append(monitor.sample())
