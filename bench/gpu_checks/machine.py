@@ -171,6 +171,7 @@ def check_nvml(ctx: Context) -> None:
     f = ctx.figures
     nvml = GpuMonitor()
     f["nvml_error"] = nvml.error
+    f["nvml_sample_error"] = None
     if ctx.cuda:
         ctx.expect(nvml.error is None, f"NVML: {nvml.error}")
     monitor = ResourceMonitor(ctx.work, disk_every_s=60)
@@ -189,13 +190,17 @@ def check_nvml(ctx: Context) -> None:
     if load.seconds:
         f["matmul_tflops"] = round(load.flops / load.seconds / 1e12, 2)
     loaded = [g for s in samples[1:] for g in s.gpus]
+    f["nvml_sample_error"] = monitor.gpus.sample_error
     if loaded:
         f["under_load_util_percent_max"] = max(g.util_percent for g in loaded)
         f["under_load_mem_used_mb_max"] = round(max(g.mem_used_mb for g in loaded))
         f["mem_total_mb"] = round(loaded[0].mem_total_mb)
         f["names"] = sorted({g.name for g in loaded})
     if ctx.cuda:
-        ctx.expect(bool(loaded), "NVML gave no GPU sample under load")
+        ctx.expect(
+            bool(loaded),
+            f"NVML gave no GPU sample under load ({monitor.gpus.sample_error or 'no NVML error'})",
+        )
         ctx.expect(
             f.get("under_load_util_percent_max", 0) > 0,
             "NVML's utilisation stayed at 0% under a matmul load",

@@ -50,6 +50,8 @@ class GpuMonitor:
         self._nvml: Any = None
         self._handles: list[Any] = []
         self.error: str | None = None
+        self.sample_error: str | None = None
+        """Why the last sample left a GPU out (an NVML call it refused), for a report."""
         try:
             import pynvml
 
@@ -71,7 +73,8 @@ class GpuMonitor:
                 name = self._nvml.nvmlDeviceGetName(handle)
                 util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
                 mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-            except Exception:
+            except Exception as exc:
+                self.sample_error = f"GPU{index}: {type(exc).__name__}: {exc}"
                 continue
             out.append(
                 GpuSample(
