@@ -81,7 +81,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(f"gpu_check: {len(checks)} checks on {device}, report in {out}", flush=True)
-        results = run_all(checks, out, device, args.budget)
+
+        def so_far(done: list[dict[str, object]]) -> None:
+            report.write(
+                out, done, command=command, device=device, no_gpu=None, budget_s=args.budget,
+                seconds=time.monotonic() - started, unfinished=len(checks) - len(done),
+            )  # fmt: skip
+
+        results = run_all(checks, out, device, args.budget, after_phase=so_far)
     seconds = time.monotonic() - started
     report.write(
         out, results, command=command, device=device, seconds=seconds, no_gpu=absent,
