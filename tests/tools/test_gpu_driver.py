@@ -16,6 +16,7 @@ import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
+from mlra.tools.sandbox.env import sandbox_env
 from mlra.tools.sandbox.gpu_driver import driver_library_dirs
 from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
 
@@ -66,3 +67,19 @@ async def test_a_command_given_a_gpu_finds_the_driver_through_ld_library_path(
     assert f"LD={lib}\n" in seen["0"] and "libcuda.so.1" in seen["0"]
     assert str(other) not in seen["0"]
     assert "LD=unset" in seen["none"]
+
+
+def test_gpu_ids_given_are_read_in_nvmls_order() -> None:
+    """mlra numbers GPUs as NVML does (PCI bus order, what `--gpus 1` and the attempts'
+    shares name); CUDA's default order puts the fastest first, another GPU on a machine
+    with mixed GPUs. Told the ids, CUDA is told the order too."""
+
+    def env(spec: SandboxSpec) -> dict[str, str]:
+        return sandbox_env(spec, workdir="/w", home="/h")
+
+    assert env(SandboxSpec(gpus="1"))["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert env(SandboxSpec(env={"CUDA_VISIBLE_DEVICES": "0"}))["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "CUDA_DEVICE_ORDER" not in env(SandboxSpec(gpus="all"))
+    assert "CUDA_DEVICE_ORDER" not in env(SandboxSpec(gpus="none"))
+    told = SandboxSpec(gpus="1", env={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert env(told)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"

@@ -79,4 +79,7 @@ def sandbox_env(
     for name, value in spec.env.items():
         if not is_secret_name(name):
             env[name] = str(value)
+    if env.get("CUDA_VISIBLE_DEVICES") and "CUDA_DEVICE_ORDER" not in spec.env:
+        # The ids are NVML's, in PCI bus order; CUDA's own order puts the fastest first.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env
