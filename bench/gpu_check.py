@@ -13,6 +13,10 @@ against the CPU; the seven ML Research Benchmark evaluators on stand-ins made on
 spot; a short `mlra run` through the CLI. Each runs in its own process with its own
 time-out: one failing never stops the others.
 
+The checks' scratch (models, task folders, environments, runs) goes beside the
+report's folder, in DIR.work, so that DIR holds only the report, the pane's SVG, each
+check's result and each check's output.
+
 A machine without a GPU gets one line saying so and what would be checked, a report
 with every check skipped, and exit 0 (CI runs it). A check that fails makes the exit
 1. `--device cpu` (not in --help) runs the checks' logic on the CPU, for working on

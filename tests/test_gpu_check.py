@@ -94,3 +94,6 @@ def test_a_report_is_written_after_each_phase_so_a_stopped_run_leaves_one(tmp_pa
     report = json.loads((out / "report.json").read_text())
     assert [c["name"] for c in report["checks"]] == ["install"] and report["unfinished"] == 1
     assert "UNFINISHED: 1 checks still to run" in (out / "report.md").read_text()
+    # The scratch is beside the report, which stays small enough to carry off a machine.
+    assert (tmp_path / "report.work" / "install").is_dir()
+    assert sorted(p.name for p in out.iterdir()) == ["checks", "logs", "report.json", "report.md"]

@@ -46,9 +46,16 @@ def gpu_absence() -> str | None:
     return f"{torch_says}, NVML: {nvml.error}"
 
 
+def scratch(out: Path) -> Path:
+    """The checks' scratch folders (models, task folders, environments, runs): beside
+    the report's folder, not in it, so the report stays small to carry off a lent
+    machine (whose tool brings back a folder's files only up to a limit)."""
+    return out.with_name(out.name + ".work")
+
+
 def run_one(check: Check, out: Path, device: str) -> int:
     """In the check's own process: runs it, writes its result."""
-    work = out / "work" / check.name
+    work = scratch(out) / check.name
     shutil.rmtree(work, ignore_errors=True)  # a report folder used before: start afresh
     work.mkdir(parents=True)
     ctx = Context(device=device, work=work, out=out, arg=check.arg)
