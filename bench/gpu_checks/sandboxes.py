@@ -16,11 +16,12 @@ from typing import Any, cast
 from gpu_checks.core import Context, Skipped
 
 PROBE = r"""
-import ctypes, glob, json, os, resource, sys, time, warnings
+import ctypes, glob, json, os, resource, shutil, sys, time, warnings
 began = time.monotonic()
 seen = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "python": sys.executable,
         "nodes": sorted(glob.glob("/dev/nvidia*")),
         "ld_library_path": os.environ.get("LD_LIBRARY_PATH"),
+        "nvidia_smi": shutil.which("nvidia-smi"),
         "rlimit_data": resource.getrlimit(resource.RLIMIT_DATA)[0],
         "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0]}
 try:

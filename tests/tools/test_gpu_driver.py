@@ -1,7 +1,8 @@
-"""A command given a GPU in the local sandbox can load the NVIDIA driver where this
-machine finds it only through LD_LIBRARY_PATH (the driver's folder mounted at start, as
-/usr/local/nvidia on the GPU machines this project is lent): the folder is carried into
-the command's environment, and shown inside bubblewrap. A stand-in driver folder (a
+"""A command given a GPU in the local sandbox can load the NVIDIA driver, and run its
+nvidia-smi, where this machine finds them only through LD_LIBRARY_PATH and PATH (the
+driver's folder mounted at start, as /usr/local/nvidia on the GPU machines this project
+is lent): the folders are carried into the command's environment, and shown inside
+bubblewrap. A stand-in driver folder (a
 file named libcuda.so.1) takes the driver's place on a machine without one."""
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def driver() -> Iterator[tuple[Path, Path]]:
     root = Path(tempfile.mkdtemp(prefix="mlra-driver-", dir=base)).resolve()
     (root / "nvidia" / "lib64").mkdir(parents=True)
     (root / "nvidia" / "lib64" / "libcuda.so.1").write_bytes(b"")
+    (root / "nvidia" / "bin").mkdir()
+    smi = root / "nvidia" / "bin" / "nvidia-smi"
+    smi.write_text("#!/bin/sh\necho 'GPU 0: stand-in'\n")
+    smi.chmod(0o755)
+    (root / "nvidia" / "bin" / "notes.txt").write_text("a person's own file\n")
     (root / "other").mkdir()
     (root / "other" / "libsecret.so").write_bytes(b"")
     yield root / "nvidia" / "lib64", root / "other"
@@ -53,7 +59,11 @@ async def test_a_command_given_a_gpu_finds_the_driver_through_ld_library_path(
 ) -> None:
     lib, other = driver
     monkeypatch.setenv("LD_LIBRARY_PATH", f"{other}{os.pathsep}{lib}")
-    script = 'echo "LD=${LD_LIBRARY_PATH-unset}"; ls "$LD_LIBRARY_PATH" 2>&1 || true'
+    monkeypatch.setenv("PATH", f"{lib.parent / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    script = (
+        'echo "LD=${LD_LIBRARY_PATH-unset}"; ls "$LD_LIBRARY_PATH" 2>&1 || true; '
+        'nvidia-smi 2>&1 || true; ls "$(dirname "$(command -v nvidia-smi)")"'
+    )
     seen = {}
     for gpus in ("0", "none"):
         workspace = tmp_path / gpus
@@ -66,7 +76,10 @@ async def test_a_command_given_a_gpu_finds_the_driver_through_ld_library_path(
             await box.close()
     assert f"LD={lib}\n" in seen["0"] and "libcuda.so.1" in seen["0"]
     assert str(other) not in seen["0"]
-    assert "LD=unset" in seen["none"]
+    assert "GPU 0: stand-in" in seen["0"]
+    if mode == "bwrap":  # of nvidia-smi's folder only nvidia-smi is shown
+        assert "notes.txt" not in seen["0"]
+    assert "LD=unset" in seen["none"] and "GPU 0: stand-in" not in seen["none"]
 
 
 def test_gpu_ids_given_are_read_in_nvmls_order() -> None:

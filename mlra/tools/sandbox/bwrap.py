@@ -33,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from mlra.tools.sandbox.base import read_only_mounts
-from mlra.tools.sandbox.gpu_driver import driver_library_dirs, gives_gpus
+from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 from mlra.tools.sandbox.netns import resolv_conf_target
 
 INSIDE_WORKDIR = "/workspace"
@@ -243,10 +243,12 @@ def bwrap_argv(
         for node in sorted(glob.glob("/dev/nvidia*")):
             if os.path.basename(node) != "nvidia-caps":
                 argv += ["--dev-bind", node, node]
-        # The driver's libraries where LD_LIBRARY_PATH finds them (env.py passes it on).
-        for folder in driver_library_dirs():
-            if not _under_system(folder):
-                argv += ["--ro-bind", str(folder), str(folder)]
+        # The driver's libraries where LD_LIBRARY_PATH finds them, and its nvidia-smi
+        # (env.py puts them in the command's environment).
+        smi = driver_smi()
+        for shown in [*driver_library_dirs(), *([smi] if smi else [])]:
+            if not _under_system(shown):
+                argv += ["--ro-bind", str(shown), str(shown)]
     for root in python_roots():
         argv += ["--ro-bind", str(root), str(root)]
     for flag, paths in (("--ro-bind", read_only), ("--bind", read_write)):

@@ -15,7 +15,7 @@ import sys
 from collections.abc import Mapping
 
 from mlra.tools.sandbox.base import SandboxSpec
-from mlra.tools.sandbox.gpu_driver import driver_library_dirs, gives_gpus
+from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 
 STANDARD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
@@ -45,7 +45,8 @@ def sandbox_env(
 
     `host_driver` (the local sandbox, whose commands use this machine's NVIDIA
     driver): a command given a GPU gets the LD_LIBRARY_PATH folders that hold the
-    driver's libraries (gpu_driver.py), and nothing else of LD_LIBRARY_PATH.
+    driver's libraries (gpu_driver.py), and nothing else of LD_LIBRARY_PATH, and the
+    folder of its `nvidia-smi` on PATH.
     """
     interpreter_dir = os.path.dirname(sys.executable)
     path = [str(spec.python_env / "bin")] if spec.python_env is not None else []
@@ -76,6 +77,9 @@ def sandbox_env(
     driver = driver_library_dirs() if host_driver and gives_gpus(spec.gpus) else []
     if driver:
         env["LD_LIBRARY_PATH"] = os.pathsep.join(str(d) for d in driver)
+    smi = driver_smi() if host_driver and gives_gpus(spec.gpus) else None
+    if smi is not None and str(smi.parent) not in path:
+        env["PATH"] += os.pathsep + str(smi.parent)
     for name, value in spec.env.items():
         if not is_secret_name(name):
             env[name] = str(value)

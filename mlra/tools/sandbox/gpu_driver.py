@@ -10,11 +10,14 @@ a command given a GPU has the device nodes but no driver, and torch.cuda is
 unavailable inside while it is available outside.
 
 Only folders that hold the driver's libraries are carried: nothing else of the host's
-LD_LIBRARY_PATH reaches a command."""
+LD_LIBRARY_PATH reaches a command. Likewise the folder of the driver's `nvidia-smi`
+(/usr/local/nvidia/bin) joins a command's PATH, the first thing a person or an agent
+runs to see the GPU."""
 
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 DRIVER_LIBRARIES = ("libcuda.so.1", "libnvidia-ml.so.1")
@@ -33,6 +36,14 @@ def driver_library_dirs(search: str | None = None) -> list[Path]:
             if real not in found:
                 found.append(real)
     return found
+
+
+def driver_smi(search: str | None = None) -> Path | None:
+    """The driver's `nvidia-smi` on PATH (or on `search`), links resolved. Only this file
+    is shown of its folder, which may be a person's own (~/bin)."""
+    path = os.environ.get("PATH", "") if search is None else search
+    found = shutil.which("nvidia-smi", path=path)
+    return Path(os.path.realpath(found)) if found else None
 
 
 def gives_gpus(gpus: str | None) -> bool:
