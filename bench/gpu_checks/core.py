@@ -42,7 +42,7 @@ class Check:
 CHECKS: list[Check] = [
     Check("install", "mlra importable, torch's CUDA build, the ml extra", "machine:check_install", 90, 0),
     Check("nvml", "NVML as the Resources pane reads it, under a matmul load; the pane as SVG", "machine:check_nvml", 90, 1),
-    Check("sandbox", "bubblewrap with --gpus 0 and none: torch.cuda, a matmul, the devices given", "sandboxes:check_sandbox", 90, 2),
+    Check("sandbox", "bubblewrap with --gpus 0 and none: torch.cuda, a matmul, the devices given", "sandboxes:check_sandbox", 150, 2),
     Check("docker", "Docker with the NVIDIA runtime: the devices given (else skipped)", "sandboxes:check_docker", 90, 3),
     Check("shares", "two parallel attempts with their GPU shares, each seeing its own", "sandboxes:check_shares", 90, 4),
     Check("task-env", "a task environment laid over the machine's CUDA torch, built offline", "environment:check_task_env", 120, 5),
