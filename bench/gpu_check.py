@@ -13,6 +13,10 @@ against the CPU; the seven ML Research Benchmark evaluators on stand-ins made on
 spot; a short `mlra run` through the CLI. Each runs in its own process with its own
 time-out: one failing never stops the others.
 
+The checks' scratch (models, task folders, environments, runs) goes beside the
+report's folder, in DIR.work, so that DIR holds only the report, the pane's SVG, each
+check's result and each check's output.
+
 A machine without a GPU gets one line saying so and what would be checked, a report
 with every check skipped, and exit 0 (CI runs it). A check that fails makes the exit
 1. `--device cpu` (not in --help) runs the checks' logic on the CPU, for working on
@@ -81,7 +85,14 @@ def main(argv: list[str] | None = None) -> int:
         )
     else:
         print(f"gpu_check: {len(checks)} checks on {device}, report in {out}", flush=True)
-        results = run_all(checks, out, device, args.budget)
+
+        def so_far(done: list[dict[str, object]]) -> None:
+            report.write(
+                out, done, command=command, device=device, no_gpu=None, budget_s=args.budget,
+                seconds=time.monotonic() - started, unfinished=len(checks) - len(done),
+            )  # fmt: skip
+
+        results = run_all(checks, out, device, args.budget, after_phase=so_far)
     seconds = time.monotonic() - started
     report.write(
         out, results, command=command, device=device, seconds=seconds, no_gpu=absent,

@@ -55,3 +55,45 @@ def test_it_lists_its_checks_and_refuses_an_unknown_one_in_one_line() -> None:
     assert unknown.returncode == 2 and unknown.stdout == ""
     (line,) = unknown.stderr.splitlines()
     assert line.startswith("gpu_check: no check named gpu-magic (the checks: install, ")
+
+
+@pytest.mark.skipif(NO_GPU is None, reason="this machine has a GPU: the check would pass")
+def test_a_check_asked_for_cuda_where_it_is_unavailable_says_what_it_saw(tmp_path: Path) -> None:
+    """A lent machine gives one run: a CUDA that torch cannot use must come back with
+    what the check saw (torch's words, the driver's library, its folders, the nodes)."""
+    done = _run("--run-one", "install", "--device", "cuda", "--out", str(tmp_path))
+    assert done.returncode == 0, done.stderr
+    result = json.loads((tmp_path / "checks" / "install.json").read_text())
+    assert result["status"] == "failed"
+    (why,) = [f for f in result["failures"] if "is_available() is False" in f]
+    assert "libcuda.so.1 " in why and "LD_LIBRARY_PATH=" in why and "nodes: " in why
+
+
+def test_a_report_is_written_after_each_phase_so_a_stopped_run_leaves_one(tmp_path: Path) -> None:
+    """The lent machine's tool may stop the command at its limit: what ran is reported.
+    Stopped once the first phase's report is there (the nvml phase after it samples for
+    five seconds, so the final report cannot have been written yet; each file is
+    renamed into place whole)."""
+    import os
+    import signal
+    import time
+
+    out = tmp_path / "report"
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), "--device", "cpu", "--only", "install,nvml", "--out", str(out)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (out / "report.md").exists() and proc.poll() is None:
+            assert time.monotonic() < deadline, "no report after the first phase"
+            time.sleep(0.05)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    report = json.loads((out / "report.json").read_text())
+    assert [c["name"] for c in report["checks"]] == ["install"] and report["unfinished"] == 1
+    assert "UNFINISHED: 1 checks still to run" in (out / "report.md").read_text()
+    # The scratch is beside the report, which stays small enough to carry off a machine.
+    assert (tmp_path / "report.work" / "install").is_dir()
+    assert sorted(p.name for p in out.iterdir()) == ["checks", "logs", "report.json", "report.md"]

@@ -42,7 +42,7 @@ class Check:
 CHECKS: list[Check] = [
     Check("install", "mlra importable, torch's CUDA build, the ml extra", "machine:check_install", 90, 0),
     Check("nvml", "NVML as the Resources pane reads it, under a matmul load; the pane as SVG", "machine:check_nvml", 90, 1),
-    Check("sandbox", "bubblewrap with --gpus 0 and none: torch.cuda, a matmul, the devices given", "sandboxes:check_sandbox", 90, 2),
+    Check("sandbox", "bubblewrap with --gpus 0 and none: torch.cuda, a matmul, the devices given", "sandboxes:check_sandbox", 150, 2),
     Check("docker", "Docker with the NVIDIA runtime: the devices given (else skipped)", "sandboxes:check_docker", 90, 3),
     Check("shares", "two parallel attempts with their GPU shares, each seeing its own", "sandboxes:check_shares", 90, 4),
     Check("task-env", "a task environment laid over the machine's CUDA torch, built offline", "environment:check_task_env", 120, 5),
@@ -121,6 +121,35 @@ def call(fn: Callable[[Context], Any], ctx: Context) -> None:
 
 async def _awaited(coro: Coroutine[Any, Any, Any]) -> None:
     await coro
+
+
+def cuda_available() -> tuple[bool, str]:
+    """(torch.cuda.is_available(), why not: torch's own warning, whether the driver's
+    libcuda.so.1 loads, LD_LIBRARY_PATH and the device nodes), so a failure on a lent
+    machine says what it saw."""
+    import ctypes
+    import glob
+    import os
+    import warnings
+
+    import torch
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ok = bool(torch.cuda.is_available())
+    if ok:
+        return True, ""
+    try:
+        ctypes.CDLL("libcuda.so.1")
+        libcuda = "loads"
+    except OSError as exc:
+        libcuda = f"does not load ({exc})"
+    said = "; ".join(str(w.message) for w in caught) or "torch said nothing"
+    return False, (
+        f"{said}; libcuda.so.1 {libcuda}; LD_LIBRARY_PATH={os.environ.get('LD_LIBRARY_PATH')}; "
+        f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')}; "
+        f"nodes: {' '.join(sorted(glob.glob('/dev/nvidia*'))) or 'none'}"
+    )
 
 
 def standins() -> Any:

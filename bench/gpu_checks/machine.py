@@ -14,7 +14,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from gpu_checks.core import Context
+from gpu_checks.core import Context, cuda_available
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -32,12 +32,28 @@ def check_install(ctx: Context) -> None:
         )
     f["mlra_command"] = shutil.which("mlra")
     f["python"] = sys.version.split()[0]
+    f["python_prefix"] = sys.prefix
+    f["python_base_prefix"] = sys.base_prefix
+    try:
+        check_torch(ctx)
+    except ImportError as exc:
+        ctx.expect(False, no_torch(exc))
+    missing, found = ml_extra()
+    f["ml_extra"] = found
+    ctx.expect(not missing, f"the ml extra is not installed whole: {'; '.join(missing)}")
+    from mlra.tools.sandbox.bwrap import find_bwrap
+
+    f["bwrap"] = find_bwrap()
+
+
+def check_torch(ctx: Context) -> None:
     import torch
 
+    f = ctx.figures
     f["torch"] = torch.__version__
     f["torch_cuda_build"] = torch.version.cuda
     f["cudnn"] = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
-    f["cuda_available"] = torch.cuda.is_available()
+    f["cuda_available"], why = cuda_available()
     f["devices"] = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
     if ctx.cuda:
         ctx.expect(
@@ -45,13 +61,20 @@ def check_install(ctx: Context) -> None:
             f"torch {torch.__version__} is a CPU build: install the machine's CUDA torch "
             "first, then mlra (docs/getting-started.md, On a GPU machine)",
         )
-        ctx.expect(bool(torch.cuda.is_available()), "torch.cuda.is_available() is False")
-    missing, found = ml_extra()
-    f["ml_extra"] = found
-    ctx.expect(not missing, f"the ml extra is not installed whole: {'; '.join(missing)}")
-    from mlra.tools.sandbox.bwrap import find_bwrap
+        ctx.expect(f["cuda_available"], f"torch.cuda.is_available() is False: {why}")
 
-    f["bwrap"] = find_bwrap()
+
+def no_torch(exc: ImportError) -> str:
+    """Why torch is not importable, with the likely cause where this Python is a venv
+    with the system's site-packages: made from a Python that is itself a venv (the
+    machine's torch in /opt/torch/.venv), it sees that venv's base, not its packages."""
+    why = f"torch is not importable from {sys.executable} ({exc})"
+    if sys.prefix != sys.base_prefix:
+        why += (
+            f"; this is a venv over {sys.base_prefix}: where the machine's torch is in a venv "
+            "of its own, install mlra into that venv (docs/getting-started.md, On a GPU machine)"
+        )
+    return why
 
 
 def ml_extra() -> tuple[list[str], dict[str, str]]:
@@ -83,6 +106,11 @@ def ml_extra() -> tuple[list[str], dict[str, str]]:
     return missing, found
 
 
+LOAD_START_S = 60
+"""How long the load may take to start: CUDA's first start in a process (the driver,
+the context, cuBLAS) takes seconds, tens of them on some machines."""
+
+
 class MatmulLoad:
     """A matmul loop on `device` in a thread (torch lets go of the GIL in its kernels),
     for NVML to see a real load; its rate is a figure of its own."""
@@ -93,6 +121,10 @@ class MatmulLoad:
         self.flops = 0.0
         self.seconds = 0.0
         self.error: str | None = None
+        self.started = threading.Event()
+        """Set once the first products are done (CUDA's start-up can take many seconds),
+        or the load failed: sampling before it would see an idle GPU."""
+        self.start_s: float | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -105,11 +137,17 @@ class MatmulLoad:
         self._thread.join(timeout=30)
 
     def _run(self) -> None:
+        began = time.monotonic()
         try:
             import torch
 
             dtype = torch.float16 if self.device == "cuda" else torch.float32
             a = torch.randn(self.size, self.size, device=self.device, dtype=dtype)
+            a = (a @ a).clamp_(-1, 1)
+            if self.device == "cuda":
+                torch.cuda.synchronize()
+            self.start_s = round(time.monotonic() - began, 2)
+            self.started.set()
             started = time.monotonic()
             n = 0
             while not self._stop.is_set():
@@ -122,6 +160,8 @@ class MatmulLoad:
             self.flops = 2 * self.size**3 * n
         except Exception as exc:  # recorded: the check says it
             self.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            self.started.set()
 
 
 def check_nvml(ctx: Context) -> None:
@@ -131,6 +171,7 @@ def check_nvml(ctx: Context) -> None:
     f = ctx.figures
     nvml = GpuMonitor()
     f["nvml_error"] = nvml.error
+    f["nvml_sample_error"] = None
     if ctx.cuda:
         ctx.expect(nvml.error is None, f"NVML: {nvml.error}")
     monitor = ResourceMonitor(ctx.work, disk_every_s=60)
@@ -138,6 +179,10 @@ def check_nvml(ctx: Context) -> None:
     f["idle"] = [g.model_dump(mode="json") for g in idle.gpus]
     samples: list[ev.ResourceSample] = [idle]
     with MatmulLoad(ctx.device) as load:
+        ctx.expect(
+            load.started.wait(LOAD_START_S), f"the matmul load had not started in {LOAD_START_S} s"
+        )
+        f["load_start_s"] = load.start_s
         for _ in range(10):
             time.sleep(0.5)
             samples.append(monitor.sample())
@@ -145,16 +190,23 @@ def check_nvml(ctx: Context) -> None:
     if load.seconds:
         f["matmul_tflops"] = round(load.flops / load.seconds / 1e12, 2)
     loaded = [g for s in samples[1:] for g in s.gpus]
+    f["nvml_sample_error"] = monitor.gpus.sample_error
     if loaded:
-        f["under_load_util_percent_max"] = max(g.util_percent for g in loaded)
+        utils = [g.util_percent for g in loaded if g.util_percent is not None]
+        f["under_load_util_percent_max"] = max(utils) if utils else None
         f["under_load_mem_used_mb_max"] = round(max(g.mem_used_mb for g in loaded))
         f["mem_total_mb"] = round(loaded[0].mem_total_mb)
         f["names"] = sorted({g.name for g in loaded})
     if ctx.cuda:
-        ctx.expect(bool(loaded), "NVML gave no GPU sample under load")
         ctx.expect(
-            f.get("under_load_util_percent_max", 0) > 0,
-            "NVML's utilisation stayed at 0% under a matmul load",
+            bool(loaded),
+            f"NVML gave no GPU sample under load ({monitor.gpus.sample_error or 'no NVML error'})",
+        )
+        util = f.get("under_load_util_percent_max")
+        ctx.expect(util is None or util > 0, "NVML's utilisation stayed at 0% under a matmul load")
+        ctx.expect(
+            not loaded or util is not None,
+            f"NVML gave no utilisation ({monitor.gpus.sample_error}): the pane shows 'util n/a'",
         )
         idle_used = max((g.mem_used_mb for g in idle.gpus), default=0.0)
         ctx.expect(

@@ -50,7 +50,9 @@ def write(
     seconds: float,
     no_gpu: str | None,
     budget_s: float,
+    unfinished: int = 0,
 ) -> None:
+    """`unfinished`: checks not yet run (the report written after each phase)."""
     report = {
         "command": command,
         "device": device,
@@ -58,14 +60,22 @@ def write(
         "machine": machine(),
         "seconds": round(seconds, 1),
         "budget_s": budget_s,
+        "unfinished": unfinished,
         "checks": results,
         "counts": {
             s: sum(r["status"] == s for r in results) for s in ("passed", "failed", "skipped")
         },
     }
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.json").write_text(json.dumps(report, indent=2, default=str))
-    (out / "report.md").write_text(markdown(report))
+    _whole(out / "report.json", json.dumps(report, indent=2, default=str))
+    _whole(out / "report.md", markdown(report))
+
+
+def _whole(path: Path, text: str) -> None:
+    """Written beside and renamed: a run stopped mid-write leaves the last whole one."""
+    part = path.with_name(path.name + ".part")
+    part.write_text(text)
+    part.replace(path)
 
 
 def markdown(report: dict[str, Any]) -> str:
@@ -89,6 +99,10 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     if report["no_gpu"]:
         lines.append(f"- no GPU on this machine ({report['no_gpu']}): every check skipped")
+    if report.get("unfinished"):
+        lines.append(
+            f"- UNFINISHED: {report['unfinished']} checks still to run when this was written"
+        )
     lines += ["", "| check | status | seconds | what |", "|---|---|---|---|"]
     for r in report["checks"]:
         status = r["status"] + (f": {r['reason']}" if r.get("reason") else "")

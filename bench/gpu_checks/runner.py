@@ -46,9 +46,16 @@ def gpu_absence() -> str | None:
     return f"{torch_says}, NVML: {nvml.error}"
 
 
+def scratch(out: Path) -> Path:
+    """The checks' scratch folders (models, task folders, environments, runs): beside
+    the report's folder, not in it, so the report stays small to carry off a lent
+    machine (whose tool brings back a folder's files only up to a limit)."""
+    return out.with_name(out.name + ".work")
+
+
 def run_one(check: Check, out: Path, device: str) -> int:
     """In the check's own process: runs it, writes its result."""
-    work = out / "work" / check.name
+    work = scratch(out) / check.name
     shutil.rmtree(work, ignore_errors=True)  # a report folder used before: start afresh
     work.mkdir(parents=True)
     ctx = Context(device=device, work=work, out=out, arg=check.arg)
@@ -96,9 +103,16 @@ def skipped_all(checks: list[Check], out: Path, reason: str, device: str) -> lis
 
 
 def run_all(
-    checks: list[Check], out: Path, device: str, budget_s: float, echo: Any = print
+    checks: list[Check],
+    out: Path,
+    device: str,
+    budget_s: float,
+    echo: Any = print,
+    after_phase: Any = None,
 ) -> list[dict[str, Any]]:
-    """Every check in its own process, phase by phase, inside `budget_s`."""
+    """Every check in its own process, phase by phase, inside `budget_s`;
+    `after_phase` is given the results so far after each phase (the report is written
+    then, so a run stopped from outside still leaves one)."""
     deadline = time.monotonic() + budget_s
     results: dict[str, dict[str, Any]] = {}
     for phase in sorted({c.phase for c in checks}):
@@ -119,6 +133,8 @@ def run_all(
             echo(
                 f"gpu_check: {c.name}: {r['status']}{' (' + r['reason'] + ')' if r.get('reason') else ''} in {r['seconds']} s"
             )
+        if after_phase is not None:
+            after_phase([results[c.name] for c in checks if c.name in results])
     return [results[c.name] for c in checks]
 
 

@@ -16,31 +16,52 @@ from typing import Any, cast
 from gpu_checks.core import Context, Skipped
 
 PROBE = r"""
-import glob, json, os, sys, time
+import ctypes, glob, json, os, resource, shutil, sys, time, warnings
+began = time.monotonic()
 seen = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES"), "python": sys.executable,
-        "nodes": sorted(glob.glob("/dev/nvidia*"))}
+        "nodes": sorted(glob.glob("/dev/nvidia*")),
+        "ld_library_path": os.environ.get("LD_LIBRARY_PATH"),
+        "nvidia_smi": shutil.which("nvidia-smi"),
+        "rlimit_data": resource.getrlimit(resource.RLIMIT_DATA)[0],
+        "rlimit_as": resource.getrlimit(resource.RLIMIT_AS)[0]}
+try:
+    ctypes.CDLL("libcuda.so.1")
+    seen["libcuda"] = "loads"
+except OSError as exc:
+    seen["libcuda"] = f"does not load ({exc})"
 try:
     import torch
     seen["torch"] = torch.__version__
     seen["torch_file"] = torch.__file__
-    seen["cuda"] = torch.cuda.is_available()
+    seen["import_s"] = round(time.monotonic() - began, 2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        seen["cuda"] = torch.cuda.is_available()
+    if not seen["cuda"]:
+        seen["cuda_said"] = "; ".join(str(w.message) for w in caught)
     seen["count"] = torch.cuda.device_count()
     seen["names"] = [torch.cuda.get_device_name(i) for i in range(seen["count"])]
     if seen["cuda"]:
         a = torch.randn(512, 512)
         want = a @ a
-        end = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 0)
-        started = time.monotonic()
         got = (a.cuda() @ a.cuda()).cpu()
-        while time.monotonic() < end:  # hold the GPU a while: two attempts at once
+        seen["cuda_start_s"] = round(time.monotonic() - began, 2)
+        # The hold counts from here, CUDA started: two attempts hold the GPU at once.
+        seen["held_from"] = time.time()
+        end = time.monotonic() + float(sys.argv[1] if len(sys.argv) > 1 else 0)
+        while time.monotonic() < end:
             b = torch.randn(2048, 2048, device="cuda"); (b @ b).sum().item()
-        seen["matmul_max_diff"] = float((got - want).abs().max())
-        seen["held_s"] = round(time.monotonic() - started, 2)
+        seen["held_to"] = time.time()
+        # Relative: a GPU may multiply fp32 through TF32 (about 1e-3), right all the same.
+        seen["matmul_max_diff"] = float((got - want).abs().max() / want.abs().max())
 except Exception as exc:
     seen["error"] = f"{type(exc).__name__}: {exc}"
 print("PROBE " + json.dumps(seen))
 """
 NUMBERED = re.compile(r"^/dev/nvidia(\d+)$")
+HOLD_S = 8.0
+"""How long each attempt holds the GPU once CUDA has started in it: long enough that
+two CUDA starts at once, seconds apart, still overlap."""
 
 
 def probe_result(output: str) -> dict[str, Any]:
@@ -100,14 +121,19 @@ def expect_devices(ctx: Context, label: str, seen: dict[str, Any], given: list[s
     if not ctx.cuda:
         return
     if given:
-        ctx.expect(bool(seen.get("cuda")), f"{label}: torch.cuda is not available inside")
+        ctx.expect(
+            bool(seen.get("cuda")),
+            f"{label}: torch.cuda is not available inside ({seen.get('cuda_said') or 'no warning'}; "
+            f"libcuda.so.1 {seen.get('libcuda')}; LD_LIBRARY_PATH={seen.get('ld_library_path')})",
+        )
         ctx.expect(
             seen.get("count") == len(given),
             f"{label}: CUDA sees {seen.get('count')} devices, given {len(given)}",
         )
         ctx.expect(
             seen.get("matmul_max_diff", 1.0) < 1e-2,
-            f"{label}: the GPU's matmul differs from the CPU's by {seen.get('matmul_max_diff')}",
+            f"{label}: the GPU's matmul differs from the CPU's by {seen.get('matmul_max_diff')} "
+            "of its largest value",
         )
     else:
         ctx.expect(
@@ -133,6 +159,9 @@ async def check_sandbox(ctx: Context) -> None:
         await box.start()
         try:
             ctx.figures[f"{label}_isolation"] = box.isolation
+            # RLIMIT_DATA stands in for a memory cgroup where none can be had: CUDA's
+            # mappings count in it, so a failure inside wants to be read beside it.
+            ctx.figures[f"{label}_limits"] = box.limits.model_dump(mode="json", exclude_none=True)
             expect_devices(ctx, label, await probe_in(box), given)
             if given:
                 seen = ctx.figures[label]
@@ -221,10 +250,19 @@ async def check_shares(ctx: Context) -> None:
         await box.start()
         boxes.append(box)
     try:
-        seen = await asyncio.gather(*(probe_in(b, hold_s=3.0) for b in boxes))
+        seen = await asyncio.gather(*(probe_in(b, hold_s=HOLD_S) for b in boxes))
     finally:
         for b in boxes:
             await b.close()
+    if ctx.cuda and all("held_to" in got for got in seen):
+        ctx.figures["held_together_s"] = round(
+            min(g["held_to"] for g in seen) - max(g["held_from"] for g in seen), 2
+        )
+        ctx.expect(
+            ctx.figures["held_together_s"] > 0,
+            "the two attempts did not hold the GPU at once (CUDA started after "
+            f"{', '.join(str(g.get('cuda_start_s')) for g in seen)} s, each held it {HOLD_S} s)",
+        )
     for i, (s, got) in enumerate(zip(settings, seen, strict=True)):
         told = str(s.get("gpus") or "")
         expect_devices(ctx, f"attempt_{i + 1}", got, told.split(",") if told else [])

@@ -17,7 +17,8 @@ from mlra.events.run import SandboxInfo
 class GpuSample(BaseModel):
     index: int
     name: str
-    util_percent: float
+    util_percent: float | None
+    """None where NVML does not report it (NOT_SUPPORTED on some virtual GPUs)."""
     mem_used_mb: float
     mem_total_mb: float
 

@@ -64,3 +64,40 @@ async def test_paused_at_the_start_the_files_tree_shows_the_workspace(
             await run.pilot.press("F")  # back to the transcript, where Space resumes
         await run.pilot.press("space")
         assert (await run.finished()).reason == "submitted"
+
+
+async def test_a_gpu_whose_utilisation_nvml_does_not_give_is_shown_with_its_memory() -> None:
+    """Some virtual GPUs answer NVML's utilisation with NOT_SUPPORTED: the GPU, its name
+    and memory are still shown (it was left out of the sample, and the pane said no GPU)."""
+    from textual.app import App, ComposeResult
+
+    from mlra.agent.record.state import fold
+    from mlra.console.panes.resources import ResourcesPane
+
+    class OnePane(App[None]):
+        def compose(self) -> ComposeResult:
+            yield ResourcesPane(id="resources")
+
+    gpu = ev.GpuSample(
+        index=0, name="NVIDIA H200", util_percent=None, mem_used_mb=2048, mem_total_mb=143771
+    )
+    events: list[ev.Event] = [
+        ev.RunStarted(
+            run_id="r", task="t", task_title="T", task_dir="/t", model="baseline",
+            limits=ev.Limits(time_limit_s=600),
+            sandbox=ev.SandboxInfo(kind="local", isolation="bwrap", network=False, workdir="/workspace", workspace="/w"),
+        ),
+        ev.ResourceSample(
+            t=1.0, cpu_percent=5, ram_used_mb=1000, ram_total_mb=8000, disk_workspace_mb=1, gpus=[gpu]
+        ),
+    ]  # fmt: skip
+    app = OnePane()
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(ResourcesPane)
+        for event in events:
+            pane.feed(event)
+        pane.show(fold(events), 2.0)
+        await pilot.pause()
+        text = str(pane.content)
+    assert "GPU0 util n/a" in text and "mem 2.0 GB / 140.4 GB" in text and "NVIDIA H200" in text
+    assert "no GPU" not in text

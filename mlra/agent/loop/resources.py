@@ -50,6 +50,8 @@ class GpuMonitor:
         self._nvml: Any = None
         self._handles: list[Any] = []
         self.error: str | None = None
+        self.sample_error: str | None = None
+        """Why the last sample left a GPU out (an NVML call it refused), for a report."""
         try:
             import pynvml
 
@@ -69,15 +71,20 @@ class GpuMonitor:
         for index, handle in enumerate(self._handles):
             try:
                 name = self._nvml.nvmlDeviceGetName(handle)
-                util = self._nvml.nvmlDeviceGetUtilizationRates(handle)
                 mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)
-            except Exception:
+            except Exception as exc:
+                self.sample_error = f"GPU{index}: {type(exc).__name__}: {exc}"
                 continue
+            try:  # a GPU whose utilisation NVML does not give is still shown
+                util: float | None = float(self._nvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            except Exception as exc:
+                self.sample_error = f"GPU{index} utilisation: {type(exc).__name__}: {exc}"
+                util = None
             out.append(
                 GpuSample(
                     index=index,
                     name=name.decode() if isinstance(name, bytes) else str(name),
-                    util_percent=float(util.gpu),
+                    util_percent=util,
                     mem_used_mb=mem.used / 2**20,
                     mem_total_mb=mem.total / 2**20,
                 )

@@ -201,7 +201,8 @@ class ResourcesPane(Static):
         if isinstance(event, ev.ResourceSample):
             self._cpu.append(event.cpu_percent)
             for gpu in event.gpus:
-                self._gpu.setdefault(gpu.index, deque(maxlen=HISTORY)).append(gpu.util_percent)
+                if gpu.util_percent is not None:
+                    self._gpu.setdefault(gpu.index, deque(maxlen=HISTORY)).append(gpu.util_percent)
 
     def clear(self) -> None:
         """Forget the sparklines' history: a replay feeds that of another point of the run."""
@@ -236,7 +237,10 @@ class ResourcesPane(Static):
                 for gpu in sample.gpus:
                     util = gpu.util_percent
                     out.append(f"GPU{gpu.index} ", style="bold")
-                    out.append(f"{bar(util / 100, short)} {util:3.0f}%  ", style="green")
+                    if util is None:  # NVML gives none for this GPU
+                        out.append(f"{'util n/a':<{short + 7}}", style="dim")
+                    else:
+                        out.append(f"{bar(util / 100, short)} {util:3.0f}%  ", style="green")
                     out.append(
                         f"{gigabytes(gpu.mem_used_mb)}/{gigabytes(gpu.mem_total_mb)}\n"
                         if compact

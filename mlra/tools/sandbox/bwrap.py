@@ -33,6 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from mlra.tools.sandbox.base import read_only_mounts
+from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 from mlra.tools.sandbox.netns import resolv_conf_target
 
 INSIDE_WORKDIR = "/workspace"
@@ -247,12 +248,18 @@ def bwrap_argv(
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += [*_size_args(shm_mb, sized), "--tmpfs", "/dev/shm"]
     argv += [*_size_args(tmp_mb, sized), "--tmpfs", "/tmp"]
-    if (gpus or "").strip().lower() != "none":
+    if gives_gpus(gpus):
         # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
         # Not /dev/nvidia-caps: MIG and fabric capabilities are the host's to grant.
         for node in sorted(glob.glob("/dev/nvidia*")):
             if os.path.basename(node) != "nvidia-caps":
                 argv += ["--dev-bind", node, node]
+        # The driver's libraries where LD_LIBRARY_PATH finds them, and its nvidia-smi
+        # (env.py puts them in the command's environment).
+        smi = driver_smi()
+        for shown in [*driver_library_dirs(), *([smi] if smi else [])]:
+            if not _under_system(shown):
+                argv += ["--ro-bind", str(shown), str(shown)]
     for root in python_roots():
         argv += ["--ro-bind", str(root), str(root)]
     for flag, paths in (("--ro-bind", read_only), ("--bind", read_write)):

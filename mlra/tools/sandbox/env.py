@@ -15,6 +15,7 @@ import sys
 from collections.abc import Mapping
 
 from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 
 STANDARD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
@@ -31,7 +32,9 @@ def refused_env_names(env: Mapping[str, str]) -> list[str]:
     return sorted(name for name in env if is_secret_name(name))
 
 
-def sandbox_env(spec: SandboxSpec, *, workdir: str, home: str) -> dict[str, str]:
+def sandbox_env(
+    spec: SandboxSpec, *, workdir: str, home: str, host_driver: bool = False
+) -> dict[str, str]:
     """The complete environment of a sandboxed command.
 
     `python` on PATH is the interpreter mlra runs in, so the agent gets the same
@@ -39,6 +42,11 @@ def sandbox_env(spec: SandboxSpec, *, workdir: str, home: str) -> dict[str, str]
     environment, that environment's, first (mlra's commands stay on PATH after it).
     With the network off, Hugging Face libraries are told so up front instead of
     timing out on every call.
+
+    `host_driver` (the local sandbox, whose commands use this machine's NVIDIA
+    driver): a command given a GPU gets the LD_LIBRARY_PATH folders that hold the
+    driver's libraries (gpu_driver.py), and nothing else of LD_LIBRARY_PATH, and the
+    folder of its `nvidia-smi` on PATH.
     """
     interpreter_dir = os.path.dirname(sys.executable)
     path = [str(spec.python_env / "bin")] if spec.python_env is not None else []
@@ -66,7 +74,16 @@ def sandbox_env(spec: SandboxSpec, *, workdir: str, home: str) -> dict[str, str]
     if spec.gpus is not None and spec.gpus.strip().lower() not in ("", "all"):
         gpus = spec.gpus.strip()
         env["CUDA_VISIBLE_DEVICES"] = "" if gpus.lower() == "none" else gpus
+    driver = driver_library_dirs() if host_driver and gives_gpus(spec.gpus) else []
+    if driver:
+        env["LD_LIBRARY_PATH"] = os.pathsep.join(str(d) for d in driver)
+    smi = driver_smi() if host_driver and gives_gpus(spec.gpus) else None
+    if smi is not None and str(smi.parent) not in path:
+        env["PATH"] += os.pathsep + str(smi.parent)
     for name, value in spec.env.items():
         if not is_secret_name(name):
             env[name] = str(value)
+    if env.get("CUDA_VISIBLE_DEVICES") and "CUDA_DEVICE_ORDER" not in spec.env:
+        # The ids are NVML's, in PCI bus order; CUDA's own order puts the fastest first.
+        env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return env

@@ -406,7 +406,7 @@ class LocalSandbox(Sandbox):
             if self._home is None:
                 self._home = Path(tempfile.mkdtemp(prefix="mlra-home-"))
             home = str(self._home)
-        env = sandbox_env(self.spec, workdir=inside_cwd, home=home)
+        env = sandbox_env(self.spec, workdir=inside_cwd, home=home, host_driver=True)
         for name, value in (extra or {}).items():
             if not is_secret_name(name):
                 env[name] = value
