@@ -98,11 +98,19 @@ def run_sandbox(ctx: Context, name: str, **config: Any) -> tuple[Any, Any]:
 
 
 def device_minors(ids: list[str]) -> list[str]:
-    """The /dev/nvidiaN numbers of the GPUs with these NVML indices, as the sandbox
-    chooses its nodes (tools/sandbox/gpu_driver.py); the indices where NVML cannot say."""
-    from mlra.tools.sandbox.gpu_driver import nvml_minors
+    """The /dev/nvidiaN numbers of the GPUs with these NVML indices (in a container
+    given the host's GPU 3, NVML's GPU 0 is /dev/nvidia3); the indices where NVML
+    cannot say."""
+    try:
+        import pynvml
 
-    return nvml_minors(ids) or list(ids)
+        pynvml.nvmlInit()
+        return [
+            str(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(int(i))))
+            for i in ids
+        ]
+    except Exception:
+        return list(ids)
 
 
 def expect_devices(ctx: Context, label: str, seen: dict[str, Any], given: list[str]) -> None:

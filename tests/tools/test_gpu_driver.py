@@ -10,15 +10,15 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
-from mlra.tools.sandbox.bwrap import bwrap_argv, isolation_problem
+from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.env import sandbox_env
-from mlra.tools.sandbox.gpu_driver import driver_library_dirs, gpu_nodes
+from mlra.tools.sandbox.gpu_driver import driver_library_dirs
 from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
 
 BWRAP_PROBLEM = isolation_problem()
@@ -96,40 +96,3 @@ def test_gpu_ids_given_are_read_in_nvmls_order() -> None:
     assert "CUDA_DEVICE_ORDER" not in env(SandboxSpec(gpus="none"))
     told = SandboxSpec(gpus="1", env={"CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
     assert env(told)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
-
-
-NODES = ["/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidia0", "/dev/nvidia1", "/dev/nvidia3", "/dev/nvidiactl"]  # fmt: skip
-"""A machine's nodes (nvidia-caps already left out): GPUs 0, 1 and 3, and the shared ones."""
-
-
-def test_a_sandbox_given_some_gpus_is_shown_their_nodes_and_no_others() -> None:
-    # NVML numbers GPUs from 0; in a container given the host's GPUs 1 and 3 its GPU 1
-    # is /dev/nvidia3.
-    minors = {"0": "1", "1": "3"}
-
-    def nvml(ids: Sequence[str]) -> list[str] | None:
-        return [minors[i] for i in ids]
-
-    shared = ["/dev/nvidia-modeset", "/dev/nvidia-uvm", "/dev/nvidiactl"]
-    assert sorted(gpu_nodes("1", NODES, nvml)) == sorted([*shared, "/dev/nvidia3"])
-    assert sorted(gpu_nodes("0,1", NODES, nvml)) == sorted(
-        [*shared, "/dev/nvidia1", "/dev/nvidia3"]
-    )
-    assert gpu_nodes("none", NODES, nvml) == []
-    assert gpu_nodes("all", NODES, nvml) == gpu_nodes(None, NODES, nvml) == NODES
-    # Where NVML cannot tell which node is whose, every node, as before.
-    assert gpu_nodes("1", NODES, lambda ids: None) == NODES
-
-
-def test_bubblewrap_binds_only_the_given_gpus_nodes(monkeypatch: pytest.MonkeyPatch) -> None:
-    import mlra.tools.sandbox.gpu_driver as gpu_driver
-
-    monkeypatch.setattr(gpu_driver, "nvidia_nodes", lambda: list(NODES))
-    monkeypatch.setattr(gpu_driver, "nvml_minors", lambda ids: list(ids))
-    argv = bwrap_argv(
-        "bwrap", workspace=Path("/var/tmp/ws"), inside_cwd="/workspace", command=["true"],
-        network=False, gpus="1",
-    )  # fmt: skip
-    bound = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--dev-bind"]
-    assert "/dev/nvidia1" in bound and "/dev/nvidiactl" in bound
-    assert "/dev/nvidia0" not in bound and "/dev/nvidia3" not in bound

@@ -22,6 +22,7 @@ step. `MLRA_BWRAP` names another binary (a path that does not exist means "none"
 from __future__ import annotations
 
 import functools
+import glob
 import os
 import re
 import shutil
@@ -32,7 +33,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from mlra.tools.sandbox.base import read_only_mounts
-from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus, gpu_nodes
+from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 from mlra.tools.sandbox.netns import resolv_conf_target
 
 INSIDE_WORKDIR = "/workspace"
@@ -248,10 +249,11 @@ def bwrap_argv(
     argv += [*_size_args(shm_mb, sized), "--tmpfs", "/dev/shm"]
     argv += [*_size_args(tmp_mb, sized), "--tmpfs", "/tmp"]
     if gives_gpus(gpus):
-        # --dev gives a minimal /dev; CUDA needs the driver's device nodes, of the
-        # GPUs given only (gpu_driver.py).
-        for node in gpu_nodes(gpus):
-            argv += ["--dev-bind", node, node]
+        # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
+        # Not /dev/nvidia-caps: MIG and fabric capabilities are the host's to grant.
+        for node in sorted(glob.glob("/dev/nvidia*")):
+            if os.path.basename(node) != "nvidia-caps":
+                argv += ["--dev-bind", node, node]
         # The driver's libraries where LD_LIBRARY_PATH finds them, and its nvidia-smi
         # (env.py puts them in the command's environment).
         smi = driver_smi()
