@@ -70,9 +70,14 @@ def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
     # venv was started in.
     (tmp_path / "gpu-env" / "notes.txt").write_text("beside\n")
     (tmp_path / "here.txt").write_text("cwd\n")
+    # Another mlra installed in the borrowed folder: its tasks' hidden data stays hidden.
+    answers = borrowed / "mlra" / "tasks" / "builtin" / "classify-finetune" / "hidden"
+    answers.mkdir(parents=True)
+    (answers / "test.jsonl").write_text('{"label": 1}\n')
     looks = [
         tmp_path / "gpu-env" / "notes.txt",
         tmp_path / "here.txt",
+        answers / "test.jsonl",
         borrowed / "borrowed_torch.py",
     ]
     seen = subprocess.run(
@@ -80,4 +85,6 @@ def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
          f"import os; print([os.path.exists(p) for p in {[str(p) for p in looks]!r}])"],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
-    assert seen.stdout.strip().splitlines()[-1] == "[False, False, True]", seen.stdout + seen.stderr
+    assert seen.stdout.strip().splitlines()[-1] == "[False, False, False, True]", (
+        seen.stdout + seen.stderr
+    )

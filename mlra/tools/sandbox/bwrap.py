@@ -124,8 +124,8 @@ def python_roots() -> list[Path]:
     project checkout or a pyenv under the home folder leaves the rest of either unseen.
     A venv that borrows another's packages through a `.pth` line (mlra's wheel installed
     beside a GPU machine's own CUDA torch) finds them inside too: only folders named
-    `site-packages` or `dist-packages` are taken from the path, never the current
-    folder or a PYTHONPATH checkout.
+    `site-packages` or `dist-packages` are taken from the path (a user site, one a
+    PYTHONPATH names so, a `.pth` line's), never the current folder or a checkout.
     """
     roots: list[Path] = []
     for prefix in (sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent)):
@@ -133,12 +133,35 @@ def python_roots() -> list[Path]:
         if p not in roots and not _under_system(p):
             roots.append(p)
     for entry in sys.path:
-        if Path(entry).name not in ("site-packages", "dist-packages"):
-            continue
         p = Path(entry).resolve()
+        if Path(entry).name not in PACKAGE_DIRS or p.name not in PACKAGE_DIRS:
+            continue  # a link named so is taken only where it leads to one
         if p.is_dir() and not _under_system(p) and not any(r == p or r in p.parents for r in roots):
             roots.append(p)
     return roots
+
+
+PACKAGE_DIRS = ("site-packages", "dist-packages")
+OWN_TASKS = Path(__file__).resolve().parents[2] / "tasks" / "builtin"
+"""The built-in tasks of the mlra running: the run's spec hides them (its task's
+hidden data, the other tasks); another installed copy's are hidden here."""
+
+
+def other_task_folders(roots: Iterable[Path]) -> list[Path]:
+    """The built-in task folders (hidden test data included) of every other mlra
+    installed where the sandbox shows Python (a copy in the venv a `.pth` line borrows,
+    in the base Python): masked as the running mlra's own are."""
+    found: list[Path] = []
+    for root in roots:
+        for pattern in (
+            "mlra/tasks/builtin",
+            *(f"lib/python*/{d}/mlra/tasks/builtin" for d in PACKAGE_DIRS),
+        ):
+            for hit in glob.glob(str(root / pattern)):
+                real = Path(hit).resolve()
+                if real != OWN_TASKS and real not in found:
+                    found.append(real)
+    return found
 
 
 def _under_system(path: Path) -> bool:
@@ -268,7 +291,7 @@ def bwrap_argv(
                 real = str(shown.resolve())
                 argv += [flag, real, real]
     shown_roots = [*python_roots(), *(Path(p).resolve() for p in [*read_only, *read_write])]
-    masks = {Path(path).resolve() for path in hide}
+    masks = {Path(path).resolve() for path in hide} | set(other_task_folders(python_roots()))
     for real in sorted(masks):
         # Only what would otherwise show needs a mask; one elsewhere would only
         # make an empty folder appear at a host path the sandbox cannot see. One inside
