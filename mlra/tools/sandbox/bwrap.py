@@ -291,7 +291,9 @@ def bwrap_argv(
                 real = str(shown.resolve())
                 argv += [flag, real, real]
     shown_roots = [*python_roots(), *(Path(p).resolve() for p in [*read_only, *read_write])]
-    masks = {Path(path).resolve() for path in hide} | set(other_task_folders(python_roots()))
+    on_path = [Path(e) for e in sys.path if Path(e).name in PACKAGE_DIRS]  # /usr's too
+    masks = {Path(path).resolve() for path in hide}
+    masks |= set(other_task_folders([*python_roots(), *on_path]))
     for real in sorted(masks):
         # Only what would otherwise show needs a mask; one elsewhere would only
         # make an empty folder appear at a host path the sandbox cannot see. One inside
