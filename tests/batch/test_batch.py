@@ -271,7 +271,7 @@ def test_a_batch_with_agent_worker_runs_each_run_with_the_worker_alone(
     assert f"{MODEL} (worker alone)" in listed.stdout
     # Where a run of it could not start, the batch says so once, before any run.
     for extra, said in (
-        (["--models", f"baseline,{MODEL}"], "--agent worker needs a model"),
+        (["--models", f"baseline,{MODEL}"], "agent worker (--agent, or `agent` in the batch"),
         (["--models", MODEL, "--search", "greedy"], "do not go together"),
     ):
         proc = mlra_cli(

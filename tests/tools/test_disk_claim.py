@@ -39,6 +39,9 @@ def disk(tmp_path: Path):  # type: ignore[no-untyped-def]
 
 
 def test_volumes_made_at_once_each_get_half_of_what_the_last_left(disk: Path) -> None:
+    """What a person sees: all start, none takes the reserve. Without the lock this
+    fails only now and then (the race's window is a few milliseconds); the next test
+    is the one that fails every time without it."""
     default = default_disk(disk).mb
     assert default is not None
     reserve = disk_reserve_mb(disk)

@@ -205,13 +205,13 @@ def _check_agents(spec: Any, tasks: list[Any]) -> None:
             continue
         if "baseline" in (m.strip() for m in spec.models):
             raise UsageError(
-                f"batch: {t.name}: --agent worker needs a model; --model baseline runs the "
-                "recipe (give baseline a batch of its own)"
+                f"batch: {t.name}: agent worker (--agent, or `agent` in the batch file) needs "
+                "a model; --model baseline runs the recipe (give baseline a batch of its own)"
             )
         if t.settings.search not in (None, "none"):
             raise UsageError(
-                f"batch: {t.name}: --agent worker and --search {t.settings.search} do not "
-                "go together: a search's attempts are each a worker already"
+                f"batch: {t.name}: agent worker and search {t.settings.search} do not go "
+                "together: a search's attempts are each a worker already"
             )
 
 

@@ -11,6 +11,9 @@ what the last left" true however many start together.
 
 The lock is an exclusive `flock` on the disk's own mount point: every process that sees
 the disk sees that directory, whatever run folder it uses, and nothing is created on it.
+Not covered: btrfs subvolumes and different bind mounts of one disk (each its own mount
+point, one free space), where the race stays as it was; a file system that refuses a
+directory's `flock` (NFS) is reserved on without the lock, as before.
 """
 
 from __future__ import annotations
@@ -97,6 +100,8 @@ def disk_claim(path: Path, wait_s: float = WAIT_S) -> Iterator[Path]:
                         f"another sandbox held {root} for more than {wait_s:.0f} s"
                     ) from None
                 time.sleep(POLL_S)
+            except OSError:
+                break  # no lock on this file system (NFS: EBADF): reserve as before
         yield root
     finally:
         os.close(fd)
