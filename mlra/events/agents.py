@@ -123,8 +123,9 @@ class TextDelta(_Event):
 
 class ContextWindowLearned(_Event):
     """The server refused a request as too long and stated a smaller window than the run
-    had assumed (a server that does not tell its window, as llama-cpp-python): the run
-    goes by the stated window from here, and so do the displays' context gauges."""
+    had assumed (a server that does not tell its window, as llama-cpp-python), or told
+    its window once its model was loaded (`told_by`): the run goes by that window from
+    here, and so do the displays' context gauges."""
 
     type: Literal["context_window_learned"] = "context_window_learned"
     agent: AgentRole
@@ -134,6 +135,9 @@ class ContextWindowLearned(_Event):
     smallest: int | None = None
     """The smallest window the agent's own first request fits, estimated: a learned
     window below it is said as such, not as a window to start the next run from."""
+    told_by: str | None = None
+    """Where the server told it ("llama-server's /props, read once its model was
+    loaded"); None: stated in a refusal."""
 
 
 class ModelAnswering(_Event):

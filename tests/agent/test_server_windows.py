@@ -10,6 +10,8 @@ the displays tell the time the server read the prompt from the time it wrote.
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -256,3 +258,83 @@ def test_a_model_call_s_speed_is_told_apart_from_its_prompt_reading() -> None:
     assert model_speed(call_) == "prompt read in 3.0s, 120 tokens at 30 tok/s"
     guessed = call_.model_copy(update={"tokens_estimated": True})
     assert model_speed(guessed) == "prompt read in 3.0s, ~120 tokens at ~30 tok/s"
+
+
+# --- a server still loading its model when the run starts --------------------------------
+
+
+@pytest.mark.parametrize("api", ["openai", "anthropic"])
+async def test_a_server_loading_its_model_at_the_start_is_asked_its_window_once_it_answers(
+    api: str,
+) -> None:
+    """llama-server answers everything, /props included, with 503 "Loading model" until
+    its model is loaded: the window is asked again after the first answer."""
+    with ScriptedModelServer({"worker": [turn("hello")]}, n_ctx=16_384) as fake:
+        fake.loading_model = True
+        provider: OpenAIProvider | AnthropicProvider
+        if api == "openai":
+            provider = provider_for(fake)
+        else:
+            provider = AnthropicProvider("local", api_key="x", base_url=fake.url_for("anthropic"))
+        await provider.discover_limits()
+        (notice,) = provider.take_notices()
+        assert "still loading its model (HTTP 503); it is asked again once it answers" in notice
+        assert provider.context_window_from == "default" and provider.take_window_told() is None
+        fake.loading_model = False
+        await provider.generate(
+            system=WORKER, messages=[Message(role="user", content="hi")], tools=[]
+        )
+        told = provider.take_window_told()
+        await provider.generate(
+            system=WORKER, messages=[Message(role="user", content="hi")], tools=[]
+        )
+        await provider.aclose()
+    assert told is not None and (told.window, told.assumed) == (16_384, 32_768)
+    assert told.told_by == "llama-server's /props, read once its model was loaded"
+    assert (provider.context_window, provider.context_window_from) == (16_384, "server")
+    assert provider.take_window_told() is None  # asked once only
+
+
+def test_a_run_started_while_its_server_loads_goes_by_the_window_told_after(
+    tmp_path: Path, answer_task: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    with ScriptedModelServer(script, n_ctx=16_384, turn_by_history=True) as server:
+        server.loading_model = True
+
+        def loaded_once_asked() -> None:
+            # The model is loaded once the run's first model request was answered 503.
+            asked = ("/chat/completions", "/messages")
+            while not any(
+                r.outcome == "loading model" and r.path.endswith(asked) for r in server.requests
+            ):
+                time.sleep(0.01)
+            server.loading_model = False
+
+        loader = threading.Thread(target=loaded_once_asked, daemon=True)
+        loader.start()
+        code = main(
+            ["run", str(answer_task), "--model", "openai/scripted", "--base-url",
+             server.url_for("openai"), "--runs-dir", str(tmp_path), "--run-id", "r",
+             "--isolation", "none", "--no-tui"]
+        )  # fmt: skip
+        loader.join(5)
+    shown = capsys.readouterr().out
+    events = read_events(tmp_path / "r" / "events.jsonl")
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert (code, finished.reason) == (0, "submitted"), finished.message
+    assert any(isinstance(e, ev.ModelRetry) for e in events)  # its 503 was asked again
+    (learned,) = [e for e in events if isinstance(e, ev.ContextWindowLearned)]
+    assert (learned.context_window, learned.assumed) == (16_384, 32_768)
+    assert _fold(events).context_window == 16_384  # the console's gauge goes by it
+    assert "still loading its model" in shown
+    assert (
+        "the model's window is taken as 16,384 tokens from llama-server's /props, read once "
+        "its model was loaded (was 32,768)" in shown
+    )

@@ -217,7 +217,9 @@ class ModelTurn:
         tools = registry.specs() if registry else []
         request_sha, _ = request_fingerprint(system, messages, tools, self.replacements())
         self.provider_events.tell_unpriced()
-        self.provider_events.tell_adaptations()  # what it learnt before (a window it could not read)
+        self.provider_events.tell_adaptations(
+            agent
+        )  # what it learnt before (a window it could not read)
         max_tokens = self.window.output_budget(system, messages, tools)
         if most_tokens is not None:
             max_tokens = min(max_tokens, most_tokens)
@@ -260,7 +262,7 @@ class ModelTurn:
                 break
             except ProviderError as exc:
                 buffer.clear()
-                self.provider_events.tell_adaptations()
+                self.provider_events.tell_adaptations(agent)
                 if isinstance(exc, ServerGone):
                     if await self.server_wait.wait(agent, exc):
                         continue
@@ -282,7 +284,7 @@ class ModelTurn:
                 raise
         flush()
         self.server_wait.reset()
-        self.provider_events.tell_adaptations()
+        self.provider_events.tell_adaptations(agent)
         usage = response.usage
         run.emit(
             ev.ModelCall(

@@ -27,13 +27,24 @@ class ProviderEvents:
         self.run = run
         self._cost_told = False
 
-    def tell_adaptations(self) -> None:
+    def tell_adaptations(self, agent: ev.AgentRole) -> None:
         """What the provider changed about its requests (a server that refused native
-        tools) becomes a `notice`, once each."""
+        tools) becomes a `notice`, once each; a window the server told once its model was
+        loaded, `context_window_learned`."""
         provider = self.run.provider
         assert provider is not None
         for message in provider.take_notices():
             self.run.emit(ev.Notice(level="warning", message=message))
+        told = provider.take_window_told()
+        if told is not None:
+            self.run.emit(
+                ev.ContextWindowLearned(
+                    agent=agent,
+                    context_window=told.window,
+                    assumed=told.assumed,
+                    told_by=told.told_by,
+                )
+            )
 
     def tell_unpriced(self) -> None:
         """Once a run: a cost budget on a model with no known price cannot end the run."""

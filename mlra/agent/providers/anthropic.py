@@ -56,9 +56,9 @@ from mlra.agent.providers.server_window import (
     ServerProbe,
     ServerUnreachable,
     server_root,
-    unknown_note,
 )
 from mlra.agent.providers.text_calls import TextCallReading, tools_prompt
+from mlra.agent.providers.window_reading import WindowReading
 from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4
@@ -90,7 +90,7 @@ def _ephemeral() -> CacheControlEphemeralParam:
     return {"type": "ephemeral"}
 
 
-class AnthropicProvider(TextCallReading, ModelProvider):
+class AnthropicProvider(TextCallReading, WindowReading, ModelProvider):
     def __init__(
         self,
         model: str,
@@ -153,20 +153,8 @@ class AnthropicProvider(TextCallReading, ModelProvider):
         it (agent/providers/server_window.py: llama-server's /props, vLLM's /v1/models);
         a server that tells none keeps the default, and the run is told so once; one that
         cannot be connected to at all raises ServerUnreachable, window set or not."""
-        if self.base_url is None:
-            return
-        found = await self._probe.window(
-            server_root(self.base_url) + "/v1", self.model, self._api_key, shown_url=self.base_url
-        )
-        if found is None:
-            return  # the window was set or known: only whether the server is there
-        if found.window is None:
-            self._notices.append(unknown_note(self.name, found, self.context_window))
-            return
-        self.context_window = found.window
-        self.context_window_from = "server"
-        if not self._output_set:
-            self.max_output_tokens = min(self.max_output_tokens, max(1, found.window // 4))
+        if self.base_url is not None:
+            await self.read_window(server_root(self.base_url) + "/v1", shown_url=self.base_url)
 
     def take_notices(self) -> list[str]:
         notices, self._notices = self._notices, []
@@ -215,6 +203,7 @@ class AnthropicProvider(TextCallReading, ModelProvider):
                 tell_invalid_retry()
                 await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
+        await self.read_window_again()
         self.read_calls_into(response, tools)
         response.cost_usd = cost(self.model, response.usage)[0]
         return response

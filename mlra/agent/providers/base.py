@@ -20,12 +20,15 @@ import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
 from mlra.events import ServerAbsence
 from mlra.tools.registry import ToolSpec
+
+if TYPE_CHECKING:
+    from mlra.agent.providers.window_reading import WindowTold
 
 TextCallback = Callable[[str], None]
 
@@ -396,6 +399,11 @@ class ModelProvider(abc.ABC):
         that refused native tools): the run logs each as a `notice`, so no adaptation
         is silent."""
         return []
+
+    def take_window_told(self) -> WindowTold | None:
+        """A window the server told after the run began (it was loading its model
+        before): the run logs it as `context_window_learned` and goes by it."""
+        return None
 
     async def aclose(self) -> None:
         """Release HTTP connections."""

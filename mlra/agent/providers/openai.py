@@ -71,9 +71,9 @@ from mlra.agent.providers.server_window import (
     UNKNOWN_LOCAL_LIMITS,
     ServerProbe,
     ServerUnreachable,
-    unknown_note,
 )
 from mlra.agent.providers.text_calls import REFUSED_NATIVE, TextCallReading, tools_prompt
+from mlra.agent.providers.window_reading import WindowReading
 from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4
@@ -111,7 +111,7 @@ NO_NATIVE_TOOLS = (
 """What servers say when they refuse native tool definitions."""
 
 
-class OpenAIProvider(TextCallReading, ModelProvider):
+class OpenAIProvider(TextCallReading, WindowReading, ModelProvider):
     def __init__(
         self,
         model: str,
@@ -251,6 +251,7 @@ class OpenAIProvider(TextCallReading, ModelProvider):
                     continue
                 await asyncio.sleep(min(8.0, self.retry_delay_s * 2 ** (invalid - 1)))
         response.latency_s = time.monotonic() - started
+        await self.read_window_again()
         self.read_calls_into(response, tools)
         if response.usage.input_tokens == 0:
             # No usage from the server: an estimate keeps context upkeep honest.
@@ -411,21 +412,12 @@ class OpenAIProvider(TextCallReading, ModelProvider):
         """The context window as the server tells it, unless the user set one or the model
         is a known one (agent/providers/server_window.py: vLLM, llama-server, Ollama). A
         server that tells nothing leaves the default (32k for a local server), and the run
-        is told so once, with how to set it. Asked once, with a short time-out, no retries.
+        is told so once, with how to set it; one loading its model is asked again after
+        its first answer (window_reading.py). Asked with a short time-out, no retries.
         A server that cannot be connected to at all raises ServerUnreachable, window set
         or not: `mlra run` refuses then, before a run folder is made."""
-        if self.base_url is None:
-            return
-        found = await self._probe.window(self.base_url, self.model, self._api_key)
-        if found is None:
-            return  # the window was set or known: only whether the server is there
-        if found.window is None:
-            self._notices.append(unknown_note(self.name, found, self.context_window))
-            return
-        self.context_window = found.window
-        self.context_window_from = "server"
-        if not self._output_set:
-            self.max_output_tokens = min(self.max_output_tokens, max(1, found.window // 4))
+        if self.base_url is not None:
+            await self.read_window(self.base_url)
 
     def _describe(self, exc: BaseException) -> str:
         made = retries_made()

@@ -48,6 +48,10 @@ class ServerWindow:
     """The kind of server, where it could be told ("llama-cpp-python", "Ollama")."""
     trained: int | None = None
     """The window the model was trained with, where the server told only that."""
+    loading: bool = False
+    """The server answered HTTP 503 while loading its model (llama-server, started or
+    restarted with the run): its window is asked again once it answers
+    (agent/providers/window_reading.py)."""
 
 
 UNREACHABLE_WORDS = "cannot reach the model server at"
@@ -81,7 +85,14 @@ async def read_server_window(
     found = ServerWindow()
     root = server_root(base_url)
     headers = {"Authorization": f"Bearer {api_key}"}
-    async with httpx2.AsyncClient(timeout=PROBE_TIMEOUT_S, headers=headers) as client:
+
+    async def loading(answer: httpx2.Response) -> None:
+        found.loading = found.loading or answer.status_code == 503
+
+    hooks = {"response": [loading]}
+    async with httpx2.AsyncClient(
+        timeout=PROBE_TIMEOUT_S, headers=headers, event_hooks=hooks
+    ) as client:
         try:
             listing = await _get_json(client, base_url.rstrip("/") + "/models", connect=True)
         except httpx2.ConnectError as exc:
@@ -185,6 +196,8 @@ def unknown_note(name: str, found: ServerWindow, assumed: int) -> str:
         "Ollama": "Ollama tells no window for a model without num_ctx until it is loaded "
         "(its default is OLLAMA_CONTEXT_LENGTH)",
     }.get(found.server, "it answered none of /v1/models max_model_len, /props, /api/show")
+    if found.loading:
+        why = "it was still loading its model (HTTP 503); it is asked again once it answers"
     trained = f"; the model was trained for {found.trained:,} tokens" if found.trained else ""
     return (
         f"{name}: the server{server} did not tell its context window: {why}{trained}. "

@@ -140,9 +140,10 @@ def retry_cause(status: int | None, retry: ev.ModelRetry | None = None) -> str:
 def learned_window_line(e: ev.ContextWindowLearned) -> str:
     """A window the server stated: where it is below what the agents need, that is said
     with what can be done, never the advice to start from it (`mlra run` refuses it)."""
+    source = e.told_by or "the server's answer"
     line = (
-        f"the model's window is taken as {e.context_window:,} tokens from the server's "
-        f"answer (was {e.assumed or 0:,})"
+        f"the model's window is taken as {e.context_window:,} tokens from {source} "
+        f"(was {e.assumed or 0:,})"
     )
     if e.smallest is not None and e.context_window < e.smallest:
         return (
