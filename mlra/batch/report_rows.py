@@ -77,6 +77,9 @@ class RunRow:
     """The nodes among those that were lost while they held the attempt."""
     lost: bool = False
     """The attempt's last start ended with its node (Ray), not by itself."""
+    worker_alone: str | None = None
+    """Why the worker took the whole task where it did ("chosen": `--agent worker`;
+    "supervisor_idle", "supervisor_stuck": handed over); None: the supervisor led."""
     searched: bool = False
     """The run searched (`--search`): the search_ fields below are its numbers. (A search's
     attempts are solutions the agent tried within one run, not the batch's `attempt`, a
@@ -140,6 +143,9 @@ class Group:
     best_validation_se: float | None = None
     experiments_mean: float | None = None
     """Experiments (validations) a run, on average."""
+    worker_alone: int = 0
+    """Counted runs where the worker took the whole task (`--agent worker`, or a supervisor
+    that never handed a subtask): small models' runs are told from supervised ones."""
     searched: int = 0
     """Counted runs that searched (`--search`); the search_ numbers are over them."""
     search_tried_mean: float | None = None
@@ -256,6 +262,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         direction_known=r.direction_known,
         baseline_score=r.baseline_score,
         top_score=r.top_score,
+        worker_alone=r.worker_alone,
         **_search_fields(r),
     )
 
@@ -395,6 +402,7 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 experiments_mean=(
                     sum(m.experiments for m in started) / len(started) if started else None
                 ),
+                worker_alone=sum(m.worker_alone is not None for m in members),
             )
         )
         _summarize_search(out[-1], members)

@@ -95,6 +95,15 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
     if bars:
         lines += ["", "Success bars, by each task's rule:", ""]
         lines += [f"- {_text(task)}: {_text(bar)}" for task, bar in bars]
+    alone = [g for g in groups if g.worker_alone]
+    if alone:
+        lines += [
+            "",
+            "Worker alone: "
+            + ", ".join(f"{_text(g.task)} · {_text(g.model)} ({_worker_alone(g)})" for g in alone)
+            + ": the worker took the whole task, with no supervisor (`--agent worker`, or a "
+            "supervisor that never handed it a subtask).",
+        ]
     if any(g.unisolated for g in groups):
         lines += [
             "",
@@ -228,7 +237,7 @@ CSV_FIELDS = [
     "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
     "isolation", "unisolated", "retries", "lost_with_node", "best_validation_mean", "best_validation_se",
-    "experiments_mean", "self_reported", "judged",
+    "experiments_mean", "self_reported", "judged", "worker_alone",
     "searched", "search_tried_mean", "search_best_validation_mean", "search_best_validation_se",
     "search_test_mean", "search_test_se", "search_gap_mean", "search_gap_se",
     "search_graded_unsubmitted",
@@ -250,6 +259,12 @@ def write_csv(path: Path, groups: list[Group]) -> None:
             )
 
 
+def _worker_alone(g: Group) -> str:
+    return "worker alone" + (
+        "" if g.worker_alone == g.runs else f" in {g.worker_alone} of {g.runs}"
+    )
+
+
 def group_line(g: Group) -> str:
     """A group's numbers in a line, as the report's table gives them: for the end of
     `mlra batch`, where a person reads the outcome before opening report.md."""
@@ -263,6 +278,8 @@ def group_line(g: Group) -> str:
     parts.append(f"success {_success_cell(g)}")
     if g.self_reported:
         parts.append(f"{g.self_reported} self-reported (not measured; never a success)")
+    if g.worker_alone:
+        parts.append(_worker_alone(g))
     if g.searched:
         tried = f"{g.search_tried_mean:.3g}" if g.search_tried_mean is not None else "–"
         search = f"search: {tried} attempts a run"

@@ -267,6 +267,13 @@ def test_a_batch_with_agent_worker_runs_each_run_with_the_worker_alone(
     (run_dir,) = (out / "runs").iterdir()
     result = json.loads((run_dir / "result.json").read_text())
     assert result["score"] == 1.0 and result["worker_alone"] == "chosen"
+    # The report tells the worker's runs from supervised ones.
+    assert f"answer · {MODEL}: score 1 (unisolated), 1 of 1 seed scored" in proc.stdout
+    assert "success 100% · worker alone\n" in proc.stdout, proc.stdout
+    report = json.loads((out / "report.json").read_text())
+    assert report["groups"][0]["worker_alone"] == 1
+    assert report["runs"][0]["worker_alone"] == "chosen"
+    assert "Worker alone: answer · " in (out / "report.md").read_text()
     listed = mlra_cli(["runs", "--runs-dir", str(out / "runs")], cwd=tmp_path)
     assert f"{MODEL} (worker alone)" in listed.stdout
     # Where a run of it could not start, the batch says so once, before any run.
