@@ -133,8 +133,10 @@ def python_roots() -> list[Path]:
         if p not in roots and not _under_system(p):
             roots.append(p)
     for entry in sys.path:
+        if Path(entry).name not in PACKAGE_DIRS:
+            continue
         p = Path(entry).resolve()
-        if Path(entry).name not in PACKAGE_DIRS or p.name not in PACKAGE_DIRS:
+        if p.name not in PACKAGE_DIRS:
             continue  # a link named so is taken only where it leads to one
         if p.is_dir() and not _under_system(p) and not any(r == p or r in p.parents for r in roots):
             roots.append(p)
@@ -283,17 +285,18 @@ def bwrap_argv(
         for shown in [*driver_library_dirs(), *([smi] if smi else [])]:
             if not _under_system(shown):
                 argv += ["--ro-bind", str(shown), str(shown)]
-    for root in python_roots():
+    roots = python_roots()
+    for root in roots:
         argv += ["--ro-bind", str(root), str(root)]
     for flag, paths in (("--ro-bind", read_only), ("--bind", read_write)):
         for shown in paths:
             if shown.exists():
                 real = str(shown.resolve())
                 argv += [flag, real, real]
-    shown_roots = [*python_roots(), *(Path(p).resolve() for p in [*read_only, *read_write])]
+    shown_roots = [*roots, *(Path(p).resolve() for p in [*read_only, *read_write])]
     on_path = [Path(e) for e in sys.path if Path(e).name in PACKAGE_DIRS]  # /usr's too
     masks = {Path(path).resolve() for path in hide}
-    masks |= set(other_task_folders([*python_roots(), *on_path]))
+    masks |= set(other_task_folders([*roots, *on_path]))
     for real in sorted(masks):
         # Only what would otherwise show needs a mask; one elsewhere would only
         # make an empty folder appear at a host path the sandbox cannot see. One inside

@@ -74,12 +74,13 @@ def sandbox_env(
     if spec.gpus is not None and spec.gpus.strip().lower() not in ("", "all"):
         gpus = spec.gpus.strip()
         env["CUDA_VISIBLE_DEVICES"] = "" if gpus.lower() == "none" else gpus
-    driver = driver_library_dirs() if host_driver and gives_gpus(spec.gpus) else []
-    if driver:
-        env["LD_LIBRARY_PATH"] = os.pathsep.join(str(d) for d in driver)
-    smi = driver_smi() if host_driver and gives_gpus(spec.gpus) else None
-    if smi is not None and str(smi.parent) not in path:
-        env["PATH"] += os.pathsep + str(smi.parent)
+    if host_driver and gives_gpus(spec.gpus):
+        driver = driver_library_dirs()
+        if driver:
+            env["LD_LIBRARY_PATH"] = os.pathsep.join(str(d) for d in driver)
+        smi = driver_smi()
+        if smi is not None and str(smi.parent) not in path:
+            env["PATH"] += os.pathsep + str(smi.parent)
     for name, value in spec.env.items():
         if not is_secret_name(name):
             env[name] = str(value)
