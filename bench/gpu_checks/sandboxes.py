@@ -229,7 +229,7 @@ async def check_shares(ctx: Context) -> None:
     from mlra.tasks import readiness
     from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
 
-    ids = [str(i) for i in range(len(readiness.gpus()))]
+    ids = [g.id for g in readiness.gpus()]
     ctx.figures["host_gpus"] = ids
     if ctx.cuda:
         ctx.expect(bool(ids), "NVML lists no GPU to share")

@@ -46,12 +46,14 @@ async def grade_artifact(
     on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     isolation: IsolationMode = "auto",
     restored_read_only: list[str] | None = None,
+    gpus: str | None = None,
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
     """Evaluate a frozen artifact (`label` is its path as submitted); with `artifact`
     None, record `problem` as the evaluation's error. `on_start` gets the start event
     before the (long) evaluation, `on_progress` the evaluator's progress during it.
     `restored_read_only`: the task's read-only paths that freezing put back
-    (FrozenArtifact.restored), recorded with the grade."""
+    (FrozenArtifact.restored), recorded with the grade. `gpus`: the run's
+    (evaluators/base.py's run_evaluation)."""
     started = ev.EvaluationStarted(
         evaluator=task.evaluator.kind, artifact=label, graded=graded, sha256=sha256
     )
@@ -61,7 +63,7 @@ async def grade_artifact(
     if artifact is None:
         return started, ev.EvaluationFinished(ok=False, metric=metric.name, error=problem)
     outcome = await run_evaluation(
-        task, artifact, out_dir, isolation=isolation, on_progress=on_progress
+        task, artifact, out_dir, isolation=isolation, on_progress=on_progress, gpus=gpus
     )
     scored = outcome.ok and not outcome.violations
     failed = (

@@ -16,25 +16,14 @@ from mlra.tasks.evaluators.kinds import EVALUATORS
 from mlra.tasks.needs import Needs, find_needs, warm
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import netns
+from mlra.tools.sandbox.gpu_inventory import HOST_GPUS_VAR, Gpu, usable_gpus
 
 
 @functools.cache
-def gpus() -> tuple[tuple[str, float], ...]:
-    """(name, memory GB) of each NVIDIA GPU NVML sees; empty without a GPU or a driver."""
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            handle = pynvml.nvmlDeviceGetHandleByIndex(i)
-            name = pynvml.nvmlDeviceGetName(handle)
-            # A ctypes field: pynvml's inferred type is str | bytes, the value an int.
-            memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) / 1e9
-            out.append((name.decode() if isinstance(name, bytes) else str(name), memory))
-        return tuple(out)
-    except Exception:
-        return ()
+def gpus() -> tuple[Gpu, ...]:
+    """The GPUs a run started here may use (tools/sandbox/gpu_inventory.py): every one
+    NVML sees, or those the host's CUDA_VISIBLE_DEVICES names; empty without a driver."""
+    return usable_gpus()
 
 
 @functools.cache
@@ -108,14 +97,18 @@ def blockers(task: TaskSpec) -> list[str]:
     r = task.resources
     if r.gpus:
         have = gpus()
+        told = os.environ.get(HOST_GPUS_VAR)
+        where = "this machine has" if told is None else f"{HOST_GPUS_VAR}={told!r} leaves"
         if not have:
-            problems.append(f"needs {r.gpus} GPU{'s' if r.gpus > 1 else ''}; this machine has none")
+            problems.append(f"needs {r.gpus} GPU{'s' if r.gpus > 1 else ''}; {where} none")
         elif len(have) < r.gpus:
-            problems.append(f"needs {r.gpus} GPUs; this machine has {len(have)}")
-        elif r.gpu_memory_gb and max(m for _, m in have) < r.gpu_memory_gb * 0.95:
-            problems.append(
-                f"needs {r.gpu_memory_gb:g} GB of GPU memory; the largest GPU here has {max(m for _, m in have):.0f} GB"
-            )
+            problems.append(f"needs {r.gpus} GPUs; {where} {len(have)}")
+        elif r.gpu_memory_gb:
+            known = [g.memory_gb for g in have if g.memory_gb is not None]
+            if known and max(known) < r.gpu_memory_gb * 0.95:
+                problems.append(
+                    f"needs {r.gpu_memory_gb:g} GB of GPU memory; the largest GPU here has {max(known):.0f} GB"
+                )
     if r.network:
         why = network()
         if why:

@@ -107,6 +107,7 @@ class RunValidator:
         remaining: Callable[[], float],
         past: Callable[[], list[ev.Validation]],
         isolation: IsolationMode = "auto",
+        gpus: str | None = None,
     ) -> None:
         self.task = task
         self.workspace = workspace
@@ -116,6 +117,8 @@ class RunValidator:
         self.remaining = remaining
         self.past = past
         self.isolation: IsolationMode = isolation
+        self.gpus = gpus
+        """The run's GPUs (an attempt's share): a validation grades on them."""
         self.hidden = HiddenText(task.hidden_paths())
         """What the evaluator says is checked against, before the agent reads it."""
         self._one_at_a_time = asyncio.Lock()
@@ -164,6 +167,7 @@ class RunValidator:
             isolation=self.isolation,
             split=split,
             timeout_s=self.remaining(),
+            gpus=self.gpus,
         )
         scored = outcome.ok and not outcome.violations
         score = outcome.score if scored and split == "validation" else None

@@ -33,6 +33,7 @@ from mlra.tasks.evaluators.lm_eval_scores import flatten_metrics, primary_score
 from mlra.tasks.evaluators.script import ScriptEvaluator
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
+from mlra.tools.sandbox.gpu_inventory import Gpu
 from tests.conftest import mlra_cli
 from tests.tasks.standins import SUPERGLUE
 from tests.tasks.standins import group_standin as _group_standin
@@ -188,6 +189,7 @@ def test_mlra_tasks_says_none_can_run_here_and_why(tmp_path: Path) -> None:
 
 def test_readiness_without_a_gpu_or_network(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(readiness, "gpus", lambda: ())
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     readiness.network.cache_clear()
     try:
@@ -197,7 +199,7 @@ def test_readiness_without_a_gpu_or_network(monkeypatch: pytest.MonkeyPatch) -> 
                 "needs 1 GPU; this machine has none",
                 "needs the network for its data and models; HF_HUB_OFFLINE=1 is set",
             ]
-        monkeypatch.setattr(readiness, "gpus", lambda: (("NVIDIA A10", 24.0),))
+        monkeypatch.setattr(readiness, "gpus", lambda: (Gpu("0", "NVIDIA A10", 24.0),))
         assert readiness.blockers(_task("minipile"))[0] == (
             "needs 40 GB of GPU memory; the largest GPU here has 24 GB"
         )

@@ -19,6 +19,7 @@ from mlra.tasks.constraints import ArchitectureFingerprint, Constraints, check
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.readiness import blockers
 from mlra.tasks.spec import load_task
+from mlra.tools.sandbox.gpu_inventory import Gpu
 from tests.conftest import BaselineRun, mlra_cli
 
 
@@ -311,6 +312,7 @@ def test_machine_readiness_names_what_is_missing(
         }
     )
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     readiness.network.cache_clear()
     monkeypatch.setattr(readiness, "gpus", lambda: ())
     problems = blockers(gpu_task)
@@ -318,7 +320,7 @@ def test_machine_readiness_names_what_is_missing(
         "needs 1 GPU; this machine has none",
         "needs the network for its data and models; HF_HUB_OFFLINE=1 is set",
     ]
-    monkeypatch.setattr(readiness, "gpus", lambda: (("NVIDIA A10", 24.0),))
+    monkeypatch.setattr(readiness, "gpus", lambda: (Gpu("0", "NVIDIA A10", 24.0),))
     assert blockers(gpu_task)[0] == "needs 40 GB of GPU memory; the largest GPU here has 24 GB"
     readiness.network.cache_clear()
 

@@ -135,7 +135,7 @@ def _gpus_in_use(parent: RunController) -> list[str]:
 
 def _gpus_for(parent: RunController, in_use: list[str]) -> dict[str, Any]:
     """The GPUs a new attempt gets when several run at once: the run's GPUs (`--gpus`
-    ids, else every one NVML sees) split between the K attempts, the first share no
+    ids, else those the host's CUDA_VISIBLE_DEVICES names, else every one NVML sees) split between the K attempts, the first share no
     running attempt holds. Fewer GPUs than attempts: they share them (by default one
     attempt runs at a time, so one GPU is never shared). A task needing no GPU: none."""
     config = parent.config
@@ -145,9 +145,9 @@ def _gpus_for(parent: RunController, in_use: list[str]) -> dict[str, Any]:
     if config.gpus and config.gpus.lower() != "all":
         ids = [g.strip() for g in config.gpus.split(",") if g.strip()]
     else:
-        from mlra.tasks.readiness import gpus
+        from mlra.tools.sandbox.gpu_inventory import usable_gpus
 
-        ids = [str(i) for i in range(len(gpus()))]
+        ids = [g.id for g in usable_gpus()]
     share = gpu_share(ids, k, in_use)
     if share is None:
         return {}

@@ -12,6 +12,7 @@ import asyncio
 from mlra import events as ev
 from mlra.agent.loop.ending import Ending
 from mlra.agent.loop.run_context import RunContext
+from mlra.agent.setup.sandboxes import run_gpus
 from mlra.tasks.validation import RunValidator, best_kept
 
 
@@ -27,6 +28,7 @@ def run_validator(run: RunContext) -> RunValidator:
         remaining=lambda: run.clock.remaining(),
         past=lambda: list(run.state.validations),
         isolation=run.config.isolation,
+        gpus=run_gpus(run.task, run.config.gpus),
     )
 
 
@@ -123,6 +125,7 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
         on_progress=run.emit,
         isolation=run.config.isolation,
         restored_read_only=frozen.restored if frozen else None,
+        gpus=run_gpus(run.task, run.config.gpus),
     )
     if run.state.sandbox is not None:
         finished.agent_isolation = run.state.sandbox.isolation
@@ -224,6 +227,7 @@ async def _grade_kept(run: RunContext, submission: ev.Submission) -> None:
         on_start=run.emit,
         on_progress=run.emit,
         isolation=run.config.isolation,
+        gpus=run_gpus(run.task, run.config.gpus),
     )
     if run.state.sandbox is not None:
         finished.agent_isolation = run.state.sandbox.isolation

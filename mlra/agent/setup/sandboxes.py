@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Literal
 
 from mlra.tools.sandbox.backends import SandboxRequest, sandbox_backend
 from mlra.tools.sandbox.base import Sandbox, SandboxSpec
+from mlra.tools.sandbox.gpu_inventory import host_gpus
 
 BASELINE_MODEL = "baseline"
 """The model name of the agent that follows the task's recipe instead of a model."""
@@ -18,6 +19,18 @@ BASELINE_MODEL = "baseline"
 if TYPE_CHECKING:
     from mlra.agent.setup.config import RunConfig
     from mlra.tasks.spec import TaskSpec
+
+
+def run_gpus(task: TaskSpec, gpus: str | None) -> str:
+    """The GPUs a run keeps to, in its commands, its attempts, its validations and its
+    grading alike: `--gpus`, else (for a task that needs a GPU) those the host's
+    CUDA_VISIBLE_DEVICES names, else all of them. A task that needs none gets none
+    unless `--gpus` says otherwise."""
+    if gpus:
+        return gpus
+    if task.resources.gpus <= 0:
+        return "none"
+    return host_gpus() or "all"
 
 
 def sandbox_request(
@@ -31,14 +44,13 @@ def sandbox_request(
     pids_limit: int | None = None,
 ) -> SandboxRequest:
     """What the backend reads, from the user's settings (as flags or a config name
-    them) and the task's. A task that needs GPUs gets all of them unless `--gpus`
-    narrows it; one that needs none gets none."""
+    them) and the task's; its GPUs are `run_gpus`'."""
     res = task.resources
     return SandboxRequest(
         confined=model != BASELINE_MODEL,
         isolation=isolation,
         image=image or task.sandbox.image,
-        gpus=gpus or ("all" if res.gpus > 0 else "none"),
+        gpus=run_gpus(task, gpus),
         cpus=cpus,
         task_cpus=res.cpus,
         pids_limit=pids_limit,

@@ -43,19 +43,11 @@ class Capacity:
 
 
 def visible_gpus() -> list[str]:
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        return [d.strip() for d in visible.split(",") if d.strip() and d.strip() != "-1"]
-    try:
-        import pynvml
+    """The GPUs the batch may hand out (tools/sandbox/gpu_inventory.py): those the host's
+    CUDA_VISIBLE_DEVICES names, else every one NVML sees; none without a driver."""
+    from mlra.tools.sandbox.gpu_inventory import usable_gpus
 
-        pynvml.nvmlInit()
-        try:
-            return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # no NVML, no driver, no device: no GPUs to hand out
-        return []
+    return [g.id for g in usable_gpus()]
 
 
 def die_with_parent() -> None:

@@ -125,7 +125,11 @@ def add_run_command(sub: Any) -> None:
         "--image", help="docker sandbox: the image (default: the task's, else mlra:latest)"
     )
     run.add_argument(
-        "--gpus", type=gpus, metavar="all|none|IDS", help="GPUs for the sandbox (ids: 0,2)"
+        "--gpus",
+        type=gpus,
+        metavar="all|none|IDS",
+        help="GPUs for the run's commands, validations and grading (ids: 0,2; default for a "
+        "task that needs a GPU: those CUDA_VISIBLE_DEVICES names, else all)",
     )
     run.add_argument(
         "--memory",

@@ -156,7 +156,6 @@ def evaluation_env(task: TaskSpec) -> dict[str, str]:
     for passthrough in (
         "HF_HOME",
         "HF_DATASETS_CACHE",
-        "CUDA_VISIBLE_DEVICES",
         # A host that says it is offline is offline for the evaluator too.
         "HF_HUB_OFFLINE",
         "HF_DATASETS_OFFLINE",
@@ -321,6 +320,7 @@ async def run_evaluation(
     split: Split = "test",
     timeout_s: float | None = None,
     on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
+    gpus: str | None = None,
 ) -> EvalOutcome:
     """Run the task's evaluator on `artifact` in a fresh, confined process.
 
@@ -334,7 +334,11 @@ async def run_evaluation(
     (bubblewrap: no network unless the task has it, the host read-only, only
     `work_dir` writable); where none can be had it runs unconfined, and the
     outcome's details say `isolation: none`.
+
+    `gpus` (a `--gpus` value) are the run's: grading keeps to the GPUs the run was
+    given, else to those the host's CUDA_VISIBLE_DEVICES names.
     """
+    from mlra.tools.sandbox.gpu_inventory import host_gpus
     from mlra.tools.sandbox.local import LocalSandbox
 
     work_dir = work_dir.resolve()
@@ -350,6 +354,7 @@ async def run_evaluation(
         timeout = max(1.0, min(timeout, timeout_s))
     env = evaluation_env(task)
     spec = evaluation_spec(task, artifact, env)
+    spec.gpus = gpus if gpus is not None else host_gpus()
     box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
     started = time.monotonic()
     try:

@@ -1,0 +1,157 @@
+"""The GPUs a run keeps to (tools/sandbox/gpu_inventory.py, agent/setup/sandboxes.py's
+run_gpus): a CUDA_VISIBLE_DEVICES set where mlra starts, or `--gpus`, holds for the
+agent's commands, its validations and its grading alike. Before, the sandboxes built
+their environment from nothing and dropped the host's CUDA_VISIBLE_DEVICES, so a
+researcher who had set it on a shared machine got every GPU; and grading ignored
+`--gpus`, landing on whatever GPU CUDA picks first.
+
+This machine has no GPU: the ids are checked as each process was told them, which is
+all CUDA goes by."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from mlra.tools.sandbox import gpu_inventory
+from mlra.tools.sandbox.gpu_inventory import Gpu, host_gpus, machine_gpus, usable_gpus
+from tests.conftest import mlra_cli
+
+GRADER = """
+import json, os, sys
+from pathlib import Path
+
+artifact, task_root, out = (Path(a) for a in sys.argv[1:4])
+seen = os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>") + "/" + os.environ.get("CUDA_DEVICE_ORDER", "")
+(out.parent / "grader-saw.txt").write_text(seen)
+good = artifact.read_text().strip() == "42"
+out.write_text(json.dumps({"score": float(good), "metrics": {}}))
+"""
+
+
+def _gpu_task(answer_task: Path, tmp_path: Path, gpus: int) -> Path:
+    """The answer task needing `gpus` GPUs, whose recipe and grader write down the GPUs
+    they were told."""
+    task = tmp_path / "task"
+    shutil.copytree(answer_task, task)
+    (task / "hidden" / "check.py").write_text(GRADER)
+    toml = task / "task.toml"
+    text = toml.read_text()
+    text = text.replace("network = false", f"network = false\ngpus = {gpus}")
+    text = text.replace(
+        'command = "python -c',
+        'command = "echo $CUDA_VISIBLE_DEVICES/$CUDA_DEVICE_ORDER > seen.txt; python -c',
+    )
+    toml.write_text(text)
+    return task
+
+
+def _run(task: Path, tmp_path: Path, *flags: str, host: str | None) -> Path:
+    env = {} if host is None else {"CUDA_VISIBLE_DEVICES": host}
+    runs = tmp_path / "runs"
+    proc = mlra_cli(
+        ["run", str(task), "--model", "baseline", "--no-tui", "--baseline-validate",
+         "--runs-dir", str(runs), *flags],
+        cwd=tmp_path, env=env, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = runs.iterdir()
+    return run_dir
+
+
+def _seen(run_dir: Path) -> tuple[str, str, str]:
+    """What the recipe, the validation's grader and the test grader were told."""
+    return (
+        (run_dir / "workspace" / "seen.txt").read_text().strip(),
+        (run_dir / "validations" / "1" / "evaluation" / "script" / "grader-saw.txt").read_text(),
+        (run_dir / "evaluation" / "script" / "grader-saw.txt").read_text(),
+    )
+
+
+@pytest.fixture
+def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_inventory, "machine_gpus", lambda: None)
+
+
+def test_a_run_keeps_to_the_gpus_the_host_named_in_its_commands_validation_and_grading(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    if machine_gpus():
+        pytest.skip("checked without a GPU: ids here are taken as given")
+    run_dir = _run(_gpu_task(answer_task, tmp_path, gpus=1), tmp_path, host="3")
+    assert _seen(run_dir) == ("3/PCI_BUS_ID",) * 3
+
+
+def test_gpus_given_on_the_command_line_hold_for_grading_too(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    run_dir = _run(_gpu_task(answer_task, tmp_path, gpus=1), tmp_path, "--gpus", "1", host="0")
+    assert _seen(run_dir) == ("1/PCI_BUS_ID",) * 3
+
+
+def test_a_task_that_needs_no_gpu_is_graded_without_one(answer_task: Path, tmp_path: Path) -> None:
+    run_dir = _run(_gpu_task(answer_task, tmp_path, gpus=0), tmp_path, host=None)
+    recipe, validation, grading = _seen(run_dir)
+    assert recipe == "/"  # CUDA_VISIBLE_DEVICES="": no GPU
+    assert validation == grading == "/"
+
+
+@pytest.mark.usefixtures("no_nvml")
+def test_the_host_setting_is_read_as_cuda_reads_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert host_gpus({}) is None
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": ""}) == "none"
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == "none"
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "2, 0,-1,1"}) == "2,0"  # ends at -1
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    assert usable_gpus() == ()
+    assert usable_gpus("all") == ()  # nothing known to list
+
+
+def _nvml_standin(monkeypatch: pytest.MonkeyPatch, broken: dict[int, str]) -> None:
+    """An NVML that lists two GPUs and refuses the calls `broken` names for one of them,
+    as virtual GPUs do (this machine has no GPU, so no real NVML answers)."""
+
+    class NVMLError(Exception):
+        pass
+
+    def refuse_for(call: str, handle: int) -> None:
+        if broken.get(handle) == call:
+            raise NVMLError("Not Supported")
+
+    def name(h: int) -> bytes:
+        refuse_for("name", h)
+        return b"NVIDIA H200"
+
+    def memory(h: int) -> types.SimpleNamespace:
+        refuse_for("memory", h)
+        return types.SimpleNamespace(total=143_771 * 2**20)
+
+    def uuid(h: int) -> str:
+        return f"GPU-{h}aaa"
+
+    fake = types.SimpleNamespace(
+        nvmlInit=lambda: None,
+        nvmlDeviceGetCount=lambda: 2,
+        nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=name,
+        nvmlDeviceGetMemoryInfo=memory,
+        nvmlDeviceGetUUID=uuid,
+    )
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+
+
+def test_a_gpu_nvml_half_answers_for_is_still_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """readiness counted no GPU at all when one NVML call raised for one GPU."""
+    _nvml_standin(monkeypatch, {1: "memory"})
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpus = usable_gpus()
+    assert [g.id for g in gpus] == ["0", "1"]
+    assert gpus[1] == Gpu("1", "NVIDIA H200", None, "GPU-1aaa")
+    # A UUID names its GPU by NVML's index; an id NVML does not know ends the list.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1aaa,7,0")
+    assert host_gpus() == "1"
+    assert [g.id for g in usable_gpus()] == ["1"]
