@@ -295,9 +295,10 @@ async def test_a_server_loading_its_model_at_the_start_is_asked_its_window_once_
     assert provider.take_window_told() is None  # asked once only
 
 
-def test_a_run_started_while_its_server_loads_goes_by_the_window_told_after(
-    tmp_path: Path, answer_task: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def _run_while_loading(
+    tmp_path: Path, answer_task: Path, capsys: pytest.CaptureFixture[str], n_ctx: int
+) -> tuple[int, list[ev.Event], str]:
+    """A run of the answer task started while its server loads a model of `n_ctx`."""
     script = {
         "supervisor": supervisor_answering(),
         "worker": [
@@ -305,7 +306,9 @@ def test_a_run_started_while_its_server_loads_goes_by_the_window_told_after(
             turn("", call("report", summary="answer.txt holds 42")),
         ],
     }
-    with ScriptedModelServer(script, n_ctx=16_384, turn_by_history=True) as server:
+    with ScriptedModelServer(
+        script, n_ctx=n_ctx, llama_server_ctx=n_ctx, turn_by_history=True
+    ) as server:
         server.loading_model = True
 
         def loaded_once_asked() -> None:
@@ -325,16 +328,34 @@ def test_a_run_started_while_its_server_loads_goes_by_the_window_told_after(
              "--isolation", "none", "--no-tui"]
         )  # fmt: skip
         loader.join(5)
-    shown = capsys.readouterr().out
-    events = read_events(tmp_path / "r" / "events.jsonl")
+    return code, read_events(tmp_path / "r" / "events.jsonl"), capsys.readouterr().out
+
+
+def test_a_run_started_while_its_server_loads_goes_by_the_window_told_after(
+    tmp_path: Path, answer_task: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, events, shown = _run_while_loading(tmp_path, answer_task, capsys, 16_384)
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert (code, finished.reason) == (0, "submitted"), finished.message
     assert any(isinstance(e, ev.ModelRetry) for e in events)  # its 503 was asked again
     (learned,) = [e for e in events if isinstance(e, ev.ContextWindowLearned)]
     assert (learned.context_window, learned.assumed) == (16_384, 32_768)
+    assert learned.smallest is not None and learned.smallest < 16_384
     assert _fold(events).context_window == 16_384  # the console's gauge goes by it
     assert "still loading its model" in shown
     assert (
         "the model's window is taken as 16,384 tokens from llama-server's /props, read once "
         "its model was loaded (was 32,768)" in shown
     )
+
+
+def test_a_window_told_once_the_model_loaded_is_said_to_be_too_small_where_it_is(
+    tmp_path: Path, answer_task: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Its line advised passing the window to the next run, which `mlra run` refuses."""
+    _, events, shown = _run_while_loading(tmp_path, answer_task, capsys, 2_048)
+    (learned, *_) = [e for e in events if isinstance(e, ev.ContextWindowLearned)]
+    assert learned.context_window == 2_048 and learned.told_by is not None
+    assert learned.smallest is not None and learned.smallest > 2_048
+    assert "read once its model was loaded (was 32,768): below the smallest window" in shown
+    assert "pass --context-window 2048" not in shown

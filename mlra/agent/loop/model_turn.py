@@ -62,7 +62,7 @@ class ModelTurn:
         each time, the person once (a small model names the same missing tool turn
         after turn). Filled while a resumed run catches up, too, so it says no more."""
         self.window = ContextWindow(run, self.ask)
-        self.provider_events = ProviderEvents(run)
+        self.provider_events = ProviderEvents(run, self.window.smallest)
         self.fallback = ToolCallFallback(run)
         self.server_wait = ServerWait(run)
 

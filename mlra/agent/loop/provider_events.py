@@ -23,9 +23,14 @@ from mlra.tools.registry import ToolSpec
 
 
 class ProviderEvents:
-    def __init__(self, run: RunContext) -> None:
+    def __init__(
+        self, run: RunContext, smallest: Callable[[ev.AgentRole, int], int] | None = None
+    ) -> None:
         self.run = run
         self._cost_told = False
+        self._smallest = smallest
+        """The smallest window an agent's own first request fits (loop/context_window.py):
+        a window told below it is said as such."""
 
     def tell_adaptations(self, agent: ev.AgentRole) -> None:
         """What the provider changed about its requests (a server that refused native
@@ -42,6 +47,7 @@ class ProviderEvents:
                     agent=agent,
                     context_window=told.window,
                     assumed=told.assumed,
+                    smallest=self._smallest(agent, 0) if self._smallest else None,
                     told_by=told.told_by,
                 )
             )
