@@ -116,6 +116,7 @@ async def grade(
     on_start: Callable[[ev.Event], object] | None = None,
     on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     isolation: IsolationMode = "auto",
+    gpus: str | None = None,
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
     """Grade a path of a workspace as it is now: copied (links checked) beside the
     evaluation folder first, so the evaluator sees only the copy.
@@ -123,7 +124,7 @@ async def grade(
     `workdir` is the workspace as the run's sandbox saw it, so an absolute link the
     agent made there (`/workspace/best.pt`) reads as it did at submission. The copy
     is recorded (`graded`) relative to the folder holding `out_dir`, the run folder,
-    as the controller records it.
+    as the controller records it. `gpus`: as for `grade_artifact`.
     """
     label = submitted or task.evaluator.artifact
     copy_dir = out_dir.with_name(out_dir.name + WORKSPACE_COPY_SUFFIX)
@@ -152,4 +153,5 @@ async def grade(
         on_progress=on_progress,
         isolation=isolation,
         restored_read_only=frozen.restored,
+        gpus=gpus,
     )

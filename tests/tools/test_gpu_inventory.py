@@ -10,16 +10,22 @@ all CUDA goes by."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
 import pytest
 
+from mlra import events as ev
+from mlra.agent.record.eventlog import read_events
 from mlra.tools.sandbox import gpu_inventory
 from mlra.tools.sandbox.gpu_inventory import Gpu, host_gpus, machine_gpus, usable_gpus
-from tests.conftest import mlra_cli
+from tests.conftest import SECRET_ENV, mlra_cli
 
 GRADER = """
 import json, os, sys
@@ -80,10 +86,67 @@ def no_nvml(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_run_keeps_to_the_gpus_the_host_named_in_its_commands_validation_and_grading(
     answer_task: Path, tmp_path: Path
 ) -> None:
-    if machine_gpus():
-        pytest.skip("checked without a GPU: ids here are taken as given")
-    run_dir = _run(_gpu_task(answer_task, tmp_path, gpus=1), tmp_path, host="3")
-    assert _seen(run_dir) == ("3/PCI_BUS_ID",) * 3
+    host = "0" if machine_gpus() else "3"  # without a GPU, ids are taken as given
+    run_dir = _run(_gpu_task(answer_task, tmp_path, gpus=1), tmp_path, host=host)
+    assert _seen(run_dir) == (f"{host}/PCI_BUS_ID",) * 3
+
+
+def test_a_host_setting_that_leaves_a_gpu_task_no_gpu_is_said_at_the_start(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    task = _gpu_task(answer_task, tmp_path, gpus=1)
+    proc = mlra_cli(
+        ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(tmp_path / "runs")],
+        cwd=tmp_path, env={"CUDA_VISIBLE_DEVICES": "-1"}, timeout=180,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert (
+        "the task needs 1 GPU; CUDA_VISIBLE_DEVICES='-1' leaves it no GPU, so its commands, "
+        "validations and grading get only that (--gpus names others)" in proc.stdout
+    )
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "workspace" / "seen.txt").read_text().strip() == "/"
+
+
+def test_a_resumed_run_keeps_its_gpus_or_takes_those_given(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    """The host's setting is recorded at the start, so a resume from another shell keeps
+    it; `mlra resume --gpus` (what a batch passes a resumed run: the GPUs its pool hands
+    it now) replaces it, for the commands and the grading."""
+    task = _gpu_task(answer_task, tmp_path, gpus=1)
+    toml = task / "task.toml"
+    wait = "for i in $(seq 1200); do [ -f go-G7 ] && break; sleep 0.05; done; python -c"
+    toml.write_text(toml.read_text().replace("seen.txt; python -c", f"seen.txt; {wait}"))
+    toml.write_text(toml.read_text().replace("> seen.txt", ">> seen.txt"))
+    runs = tmp_path / "runs"
+    log = runs / "r" / "events.jsonl"
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", "run", str(task), "--model", "baseline", "--no-tui",
+         "--runs-dir", str(runs), "--run-id", "r", "--isolation", "none"],
+        cwd=tmp_path, env={**env, "CUDA_VISIBLE_DEVICES": "3"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while b"go-G7" not in (log.read_bytes() if log.exists() else b""):
+            assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
+            time.sleep(0.01)  # polling a file another process writes: nothing to await
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        subprocess.run(["pkill", "-f", "go-G7"], check=False)
+    started = next(e for e in read_events(log) if isinstance(e, ev.RunStarted))
+    assert started.config["gpus"] == "3"  # what a resume without --gpus keeps
+    (runs / "r" / "workspace" / "go-G7").touch()
+    resumed = mlra_cli(["resume", str(runs / "r"), "--no-tui", "--gpus", "2"], cwd=tmp_path, env={})
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    seen = (runs / "r" / "workspace" / "seen.txt").read_text().split()
+    assert seen == ["3/PCI_BUS_ID", "2/PCI_BUS_ID"]
+    assert (runs / "r" / "evaluation" / "script" / "grader-saw.txt").read_text() == "2/PCI_BUS_ID"
 
 
 def test_gpus_given_on_the_command_line_hold_for_grading_too(
@@ -151,7 +214,14 @@ def test_a_gpu_nvml_half_answers_for_is_still_counted(monkeypatch: pytest.Monkey
     gpus = usable_gpus()
     assert [g.id for g in gpus] == ["0", "1"]
     assert gpus[1] == Gpu("1", "NVIDIA H200", None, "GPU-1aaa")
-    # A UUID names its GPU by NVML's index; an id NVML does not know ends the list.
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1aaa,7,0")
-    assert host_gpus() == "1"
-    assert [g.id for g in usable_gpus()] == ["1"]
+    # A UUID, or a unique start of one, is kept as the whole UUID (Docker takes it);
+    # an index NVML does not know ends the list, as it does for CUDA.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1aa,7,0")
+    assert host_gpus() == "GPU-1aaa"
+    assert [g.memory_gb for g in usable_gpus()] == [None]
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "GPU-,1"}) == "none"  # not unique: none
+    # A MIG instance (NVML lists its parent GPU) is taken as given.
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "MIG-5c2f,MIG-GPU-0aaa/1/0"}) == (
+        "MIG-5c2f,MIG-GPU-0aaa/1/0"
+    )
+    assert host_gpus({"CUDA_VISIBLE_DEVICES": "1,0"}) == "1,0"

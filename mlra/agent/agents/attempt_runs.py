@@ -147,7 +147,7 @@ def _gpus_for(parent: RunController, in_use: list[str]) -> dict[str, Any]:
     else:
         from mlra.tools.sandbox.gpu_inventory import usable_gpus
 
-        ids = [g.id for g in usable_gpus()]
+        ids = [g.id for g in usable_gpus(config.gpus)]
     share = gpu_share(ids, k, in_use)
     if share is None:
         return {}

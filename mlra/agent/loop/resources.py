@@ -43,6 +43,14 @@ def directory_size(root: Path, spot: Callable[[str], None] | None = None) -> int
     return total
 
 
+def _handle(pynvml: Any, index: int) -> Any:
+    """One GPU's NVML handle, or None: one GPU NVML refuses does not hide the others."""
+    try:
+        return pynvml.nvmlDeviceGetHandleByIndex(index)
+    except Exception:
+        return None
+
+
 class GpuMonitor:
     """NVML, opened once; "no GPU" is a state, not an error."""
 
@@ -57,7 +65,7 @@ class GpuMonitor:
 
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
-            self._handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+            self._handles = [_handle(pynvml, i) for i in range(count)]
             self._nvml = pynvml
             if not count:
                 self.error = "no GPU"
@@ -69,6 +77,9 @@ class GpuMonitor:
             return []
         out = []
         for index, handle in enumerate(self._handles):
+            if handle is None:
+                self.sample_error = f"GPU{index}: NVML gave no handle for it"
+                continue
             try:
                 name = self._nvml.nvmlDeviceGetName(handle)
                 mem = self._nvml.nvmlDeviceGetMemoryInfo(handle)

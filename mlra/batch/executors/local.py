@@ -105,8 +105,9 @@ class LocalExecutor:
         try:
             env = {**os.environ, **job.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
             args = list(job.args)
-            if not job.resume and self.capacity.gpus:
-                # The sandbox builds its environment from nothing: name the devices to it too.
+            if self.capacity.gpus:
+                # The sandbox builds its environment from nothing: name the devices to it
+                # too; a resumed run is given those the pool hands it now, not its old ones.
                 args += ["--gpus", ",".join(gpus) or "none"]
             log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(log_path, "ab") as log:

@@ -178,7 +178,7 @@ def run_on_node(job: NodeJob) -> Iterator[Message]:
         import ray
 
         gpu_ids = [str(i) for i in ray.get_gpu_ids()]
-        if args[0] != "resume" and (gpu_ids or job.has_gpus):
+        if gpu_ids or job.has_gpus:  # a resumed run too: the GPUs Ray gives it now
             args = [*args, "--gpus", ",".join(gpu_ids) or "none"]
         code = yield from _run(args, job.env, job.coordinator, job.generation, renames)
         yield "exit", code

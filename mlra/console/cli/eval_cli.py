@@ -18,6 +18,7 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
 from mlra.agent.record.run_result import write_result
 from mlra.agent.record.state import fold
+from mlra.agent.setup.sandboxes import run_gpus
 from mlra.console.text.args import EXIT_FAILED, EXIT_OK, UsageError, check_writable_dir
 from mlra.console.text.event_lines import score_line
 from mlra.tasks.evaluators.progress import progress_words
@@ -128,6 +129,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(f"grading: {progress_words(event)}", flush=True)  # escaped there
 
     out_dir = run_dir / "evaluation"
+    gpus = run_gpus(task, started.config.get("gpus"))  # as the run graded, on this machine
     if frozen is not None:
         assert submission is not None
         # `submission/submission`: the run folder's frozen copies keep the artifact's name,
@@ -149,6 +151,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             on_start=stamp,
             on_progress=progress,
             isolation=args.isolation,
+            gpus=gpus,
         )
     else:
         print(printable_line(f"grading the workspace as it is now: {label}"))
@@ -161,6 +164,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
             on_start=stamp,
             on_progress=progress,
             isolation=args.isolation,
+            gpus=gpus,
         )
     try:
         _, finished = asyncio.run(grading)

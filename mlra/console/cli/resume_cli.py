@@ -28,6 +28,7 @@ from mlra.console.text.args import (
     add_budget_args,
     check_run_id,
     check_writable_dir,
+    gpus,
     positive_int,
 )
 from mlra.tasks.spec import TaskError, find_task
@@ -40,6 +41,9 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print the new events as JSON lines")
     p.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
     p.add_argument("--base-url", help="an OpenAI-compatible server or API proxy")
+    p.add_argument(
+        "--gpus", type=gpus, metavar="all|none|IDS", help="GPUs from here on (default: the run's)"
+    )
     add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
     add_notify_arg(p)
 
@@ -129,6 +133,7 @@ def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
         ("max_cost", "max_cost_usd"),
         ("max_tokens", "max_tokens"),
         ("base_url", "base_url"),
+        ("gpus", "gpus"),
     ):
         if getattr(args, flag) is not None:
             out[key] = getattr(args, flag)

@@ -281,6 +281,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     conflict = direction_conflict(task, args.direction)
     if conflict is not None:
         raise UsageError(conflict)
+    gpu_notices = _host_gpus(args, task)
     backend = _checked_backend(args, task, model)
     if args.run_id and (args.runs_dir / args.run_id).exists():
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
@@ -333,7 +334,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Judged again: the prepared copy's downloads, in the task's environment now built.
         ungraded=gradable_or_refused(task, args.ungraded),
         # The starter runs here (a Docker image has its own packages).
-        task_notices=starter_notices(task) if backend.host_python else [],
+        task_notices=[*(starter_notices(task) if backend.host_python else []), *gpu_notices],
     )
     if provider is not None:  # what the run uses, as the provider settled it
         config.context_window = provider.context_window
@@ -385,6 +386,20 @@ def _recorded_limits(args: argparse.Namespace, provider: Any) -> None:
         args.max_tokens = limits.max_tokens
     if args.agent is None and provider.agent is not None:
         args.agent = provider.agent
+
+
+def _host_gpus(args: argparse.Namespace, task: Any) -> list[str]:
+    """A task needing GPUs, with no `--gpus`, keeps to those the host's
+    CUDA_VISIBLE_DEVICES names (tools/sandbox/gpu_inventory.py), settled here so the run
+    records them and a resume keeps them; where they are fewer than the task needs, the
+    run's notice at its start says so."""
+    from mlra.tools.sandbox.gpu_inventory import host_gpus, shortfall
+
+    if args.gpus is not None or task.resources.gpus <= 0:
+        return []
+    short = shortfall(task.resources.gpus)
+    args.gpus = host_gpus()
+    return [short] if short else []
 
 
 def _checked_backend(args: argparse.Namespace, task: Any, model: str) -> Any:

@@ -50,7 +50,8 @@ class SandboxRequest:
     image: str | None = None
     """The image the user or the task named (`--image`, else [sandbox] image)."""
     gpus: str = "none"
-    """"all", "none" or host ids "0,2": `--gpus`, else all when the task needs any."""
+    """"all", "none" or host ids "0,2": agent/setup/sandboxes.py's run_gpus (`--gpus`,
+    else, for a task that needs any, the host's CUDA_VISIBLE_DEVICES, else all)."""
     cpus: float | None = None
     """`--cpus`, else the task's own (`resources.cpus`) in `task_cpus`."""
     task_cpus: float | None = None

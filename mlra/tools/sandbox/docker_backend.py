@@ -34,8 +34,8 @@ class DockerBackend(SandboxBackend):
         """The container's CPUs and GPUs: flags first, then the task's resources (memory
         and disk are the spec's already: agent/setup/run_setup.py limit_choices).
 
-        A task that needs GPUs gets all of them unless `--gpus` narrows it; one that
-        needs none gets none, so a CPU task cannot take a GPU another run uses.
+        The GPUs are the run's (agent/setup/sandboxes.py's run_gpus); a task that needs
+        none gets none, so a CPU task cannot take a GPU another run uses.
         """
         cpus = spec.cpus or request.cpus or request.task_cpus
         return replace(spec, cpus=cpus, gpus=request.gpus)

@@ -9,15 +9,17 @@ A `CUDA_VISIBLE_DEVICES` set where mlra starts is the set of GPUs mlra may use, 
 for any CUDA program: a researcher on a shared machine who sets it expects the agent's
 commands, its attempts, validation and grading all to keep to it. The sandboxes build
 their environment from nothing, so without this a run given no `--gpus` saw every GPU.
-Its ids are taken as nvidia-smi numbers GPUs (PCI bus order; the sandboxes set
-`CUDA_DEVICE_ORDER=PCI_BUS_ID`); GPU UUIDs are matched too. As CUDA does, the list ends
-at the first entry that names no GPU, and `-1` or an empty value means none.
+Its numbers are taken as nvidia-smi numbers GPUs (PCI bus order; the sandboxes set
+`CUDA_DEVICE_ORDER=PCI_BUS_ID`, which CUDA's own default, fastest first, differs from
+only on a machine with mixed GPUs); GPU UUIDs, unique starts of them and MIG instances
+are taken as CUDA takes them. As CUDA does, the list ends at the first entry that names
+no GPU, and `-1` or an empty value means none.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 HOST_GPUS_VAR = "CUDA_VISIBLE_DEVICES"
@@ -26,7 +28,8 @@ HOST_GPUS_VAR = "CUDA_VISIBLE_DEVICES"
 @dataclass(frozen=True)
 class Gpu:
     id: str
-    """NVML's index, as `--gpus` and nvidia-smi name it."""
+    """As `--gpus` and CUDA_VISIBLE_DEVICES name it: NVML's index (as nvidia-smi numbers
+    GPUs), a GPU's UUID, or a MIG instance's."""
     name: str | None = None
     memory_gb: float | None = None
     uuid: str | None = None
@@ -85,14 +88,45 @@ def _listed(value: str, machine: tuple[Gpu, ...] | None) -> list[Gpu]:
     for entry in (e.strip() for e in value.split(",")):
         if not entry or entry == "-1":
             break
-        if machine is None:  # nothing to check the entry against: taken as given
+        if machine is None or entry.startswith("MIG-"):
+            # Nothing to check it against, or a MIG instance (NVML lists its parent
+            # GPU): taken as given, as CUDA takes it.
             out.append(Gpu(entry))
             continue
-        match = next((g for g in machine if entry in (g.id, g.uuid)), None)
+        match = _named(entry, machine)
         if match is None:
             break  # CUDA sees none from here on
         out.append(match)
     return out
+
+
+def _named(entry: str, machine: tuple[Gpu, ...]) -> Gpu | None:
+    """The GPU a CUDA_VISIBLE_DEVICES entry names: an index, or a GPU UUID or any unique
+    start of one (`GPU-8932f937`), kept as the whole UUID so that Docker takes it too."""
+    if entry.isdigit():
+        return next((g for g in machine if g.id == str(int(entry))), None)
+    if entry.startswith("GPU-"):
+        found = [g for g in machine if g.uuid and g.uuid.startswith(entry)]
+        if len(found) == 1:
+            return replace(found[0], id=found[0].uuid or entry)
+    return None
+
+
+def shortfall(needed: int) -> str | None:
+    """Where the host's CUDA_VISIBLE_DEVICES leaves a task needing `needed` GPUs fewer,
+    what a run of it is told at its start (no `--gpus` given)."""
+    told = os.environ.get(HOST_GPUS_VAR)
+    if told is None or needed <= 0:
+        return None
+    have = usable_gpus()
+    if len(have) >= needed:
+        return None
+    left = ", ".join(g.id for g in have) if have else "no GPU"
+    return (
+        f"the task needs {needed} GPU{'s' if needed > 1 else ''}; {HOST_GPUS_VAR}={told!r} "
+        f"leaves it {left}, so its commands, validations and grading get only that "
+        "(--gpus names others)"
+    )
 
 
 def usable_gpus(setting: str | None = None) -> tuple[Gpu, ...]:
