@@ -222,6 +222,38 @@ def check_nvml(ctx: Context) -> None:
         ctx.expect(f"GPU{g.index}" in text and g.name in text, "the pane does not show the GPU")
     if not loaded:
         ctx.expect("no GPU" in text, "the pane does not say no GPU")
+    check_inventory(ctx)
+
+
+def check_inventory(ctx: Context) -> None:
+    """The GPUs a run may use (tools/sandbox/gpu_inventory.py) as the real NVML lists
+    them: a run given no --gpus keeps to the host's CUDA_VISIBLE_DEVICES, named by index
+    or by a start of the GPU's UUID, as CUDA takes them."""
+    from mlra.agent.setup.sandboxes import run_gpus
+    from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
+    from mlra.tools.sandbox.gpu_inventory import host_gpus, machine_gpus
+
+    f = ctx.figures
+    listed = machine_gpus() or ()
+    f["inventory"] = [vars(g) for g in listed]
+    if not ctx.cuda:
+        return
+    ctx.expect(bool(listed), "gpu_inventory lists no GPU")
+    first = listed[0] if listed else None
+    if first is None:
+        return
+    ctx.expect(first.memory_gb is not None and first.name is not None, "no name or memory read")
+    gpu_task = load_task(BUILTIN_TASKS_DIR / "minipile")  # needs one GPU
+    told = {"CUDA_VISIBLE_DEVICES": first.id}
+    f["run_gpus_host_index"] = host_gpus(told)
+    ctx.expect(
+        host_gpus(told) == first.id, f"CUDA_VISIBLE_DEVICES={first.id} read as {host_gpus(told)}"
+    )
+    if first.uuid:
+        short = {"CUDA_VISIBLE_DEVICES": first.uuid[:12]}
+        f["run_gpus_host_uuid_start"] = host_gpus(short)
+        ctx.expect(host_gpus(short) == first.uuid, f"{first.uuid[:12]} read as {host_gpus(short)}")
+    ctx.expect(run_gpus(gpu_task, None) in ("all", first.id), "a GPU task's default GPUs")
 
 
 async def render_pane(samples: list[Any], svg: Path) -> str:
