@@ -196,13 +196,17 @@ def _nvml_standin(monkeypatch: pytest.MonkeyPatch, broken: dict[int, str]) -> No
     def uuid(h: int) -> str:
         return f"GPU-{h}aaa"
 
+    def memory_used(h: int) -> types.SimpleNamespace:
+        return types.SimpleNamespace(total=143_771 * 2**20, used=(h + 1) * 1024 * 2**20)
+
     fake = types.SimpleNamespace(
         nvmlInit=lambda: None,
         nvmlDeviceGetCount=lambda: 2,
         nvmlDeviceGetHandleByIndex=lambda i: i,
         nvmlDeviceGetName=name,
-        nvmlDeviceGetMemoryInfo=memory,
+        nvmlDeviceGetMemoryInfo=memory if broken else memory_used,
         nvmlDeviceGetUUID=uuid,
+        nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=50 * h),
     )
     monkeypatch.setitem(sys.modules, "pynvml", fake)
 
@@ -225,3 +229,23 @@ def test_a_gpu_nvml_half_answers_for_is_still_counted(monkeypatch: pytest.Monkey
         "MIG-5c2f,MIG-GPU-0aaa/1/0"
     )
     assert host_gpus({"CUDA_VISIBLE_DEVICES": "1,0"}) == "1,0"
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"), [("all", [0, 1]), ("1", [1]), ("GPU-0aaa", [0]), ("none", [])]
+)
+def test_the_resources_pane_shows_only_the_gpus_the_run_was_given(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: str, shown: list[int]
+) -> None:
+    """On a shared machine the Resources pane showed every GPU with everyone's load for a
+    local run given one (a container's showed its own only)."""
+    from mlra.agent.loop.resources import ResourceMonitor
+    from mlra.tools.sandbox.local import LocalSandbox
+    from mlra.tools.sandbox.spec import SandboxSpec
+
+    _nvml_standin(monkeypatch, {})
+    box = LocalSandbox(tmp_path, SandboxSpec(gpus=given), isolation_mode="none")
+    sample = ResourceMonitor(tmp_path, sandbox=box).sample()
+    assert [g.index for g in sample.gpus] == shown
+    if not shown:
+        assert sample.gpu_error == "no GPU given to the run"

@@ -51,12 +51,21 @@ def _handle(pynvml: Any, index: int) -> Any:
         return None
 
 
+def _uuid(pynvml: Any, handle: Any) -> str | None:
+    try:
+        value = pynvml.nvmlDeviceGetUUID(handle)
+    except Exception:
+        return None
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
 class GpuMonitor:
     """NVML, opened once; "no GPU" is a state, not an error."""
 
     def __init__(self) -> None:
         self._nvml: Any = None
         self._handles: list[Any] = []
+        self._uuids: list[str | None] = []
         self.error: str | None = None
         self.sample_error: str | None = None
         """Why the last sample left a GPU out (an NVML call it refused), for a report."""
@@ -66,11 +75,16 @@ class GpuMonitor:
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
             self._handles = [_handle(pynvml, i) for i in range(count)]
+            self._uuids = [_uuid(pynvml, h) for h in self._handles]
             self._nvml = pynvml
             if not count:
                 self.error = "no GPU"
         except Exception as exc:  # NVML missing, no driver, no device
             self.error = f"no GPU ({type(exc).__name__}: {exc})" if str(exc) else "no GPU"
+
+    def uuid(self, index: int) -> str | None:
+        """GPU `index`'s UUID (how CUDA_VISIBLE_DEVICES may name it), where NVML gave it."""
+        return self._uuids[index] if 0 <= index < len(self._uuids) else None
 
     def sample(self) -> list[GpuSample]:
         if self._nvml is None:
@@ -166,6 +180,8 @@ class ResourceMonitor:
         if usage is None:
             own = self.sandbox.command_pids() if self.sandbox else []
             self._commands.measure(sample, own + attempts)
+            if self.sandbox is not None:
+                self._given_only(sample, self.sandbox.spec.gpus)
             return sample
         sample = sandbox_view(sample, usage, mem.total / 2**20)
         if attempts:  # the container's own use, and the attempts' commands on the host
@@ -173,6 +189,20 @@ class ResourceMonitor:
             sample.run_cpu_percent = (sample.run_cpu_percent or 0) + cpu
             sample.run_mem_mb = (sample.run_mem_mb or 0) + mem_mb
         return sample
+
+    def _given_only(self, sample: ResourceSample, gpus: str | None) -> None:
+        """Only the GPUs the run was given (`--gpus`, the host's CUDA_VISIBLE_DEVICES; a
+        search's attempts share them out), as a container's figures show only its own:
+        on a shared machine the others' load is not the run's."""
+        setting = (gpus or "all").strip()
+        if setting.lower() == "all":
+            return
+        ids = set() if setting.lower() == "none" else {g.strip() for g in setting.split(",")}
+        sample.gpus = [
+            g for g in sample.gpus if str(g.index) in ids or self.gpus.uuid(g.index) in ids
+        ]
+        if not sample.gpus and sample.gpu_error is None:
+            sample.gpu_error = "no GPU given to the run"
 
     def _attempt_boxes(self) -> list[Sandbox]:
         if self.attempts is None:
