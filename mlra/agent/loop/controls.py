@@ -115,6 +115,15 @@ class Controls:
     async def wait_running(self) -> None:
         await self._running.wait()
 
+    async def hold(self) -> None:
+        """Before an action the gate already let through (a tool call the model asked
+        for): wait while paused. A step granted meanwhile (`n` while the call waited at
+        a breakpoint or was held by a pause) is used up by this action, so the run
+        pauses after it; left for the gate, it let one more model turn and its calls
+        through before pausing."""
+        if self.paused or (self._steps_granted or 0) > 0:
+            await self.gate()
+
     def should_break(self, tool: str, arguments: dict[str, Any] | None) -> Breakpoint | None:
         for bp in self.breakpoints:
             if bp.matches(tool, arguments):

@@ -130,8 +130,9 @@ class ToolStep:
                 arguments = decision.arguments
                 ran_as(call, arguments)
 
-        # A pause that came while the model was thinking holds the action back.
-        await run.controls.wait_running()
+        # A pause that came while the model was thinking (or the call waited for
+        # approval) holds the action back; a step then lets this action through.
+        await run.controls.hold()
         tail = _Tail(run.config.observation_limit)
         ctx = ToolContext(
             sandbox=run.sandbox,

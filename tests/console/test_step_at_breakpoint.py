@@ -1,0 +1,60 @@
+"""Stepping while a call waits at a breakpoint: `n` lets the held call through as the one
+action, then pauses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlra import events as ev
+from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+from tests.scripts import call, turn
+
+FIRST = turn("", call("bash", command="echo 1 > first.txt"))
+
+
+async def test_n_after_approving_a_held_call_runs_that_call_then_pauses(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = worker(FIRST, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, breakpoints=["bash:first"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("space")  # pause, then approve: the call is held by the pause
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        await run.pilot.press("a")
+        await run.watch.wait(is_(ev.Control, action="approve"))
+        assert run.watch.count(is_(ev.ToolResult, call_id=waiting.call_id)) == 0
+        mark = run.watch.events[-1].seq
+        await run.pilot.press("n")
+        await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+        # The step was the held call, and nothing after it: before, the run went on
+        # to ask the model for its next turn and ran that turn's call too.
+        assert run.watch.count(is_(ev.ToolResult, call_id=waiting.call_id)) == 1
+        assert len(run.server.requests_for("worker")) == 1
+        assert not (run.controller.workspace / "answer.txt").exists()
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
+async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`mlra ctl RUN step` (or a step from a paused console) while the call waits, then the
+    approval: the approved call is the one action the step lets through."""
+    script = worker(FIRST, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, breakpoints=["bash:first"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        mark = run.watch.events[-1].seq
+        await run.pilot.press("n")
+        await run.watch.wait(is_(ev.Control, action="step"), after=mark)
+        await run.pilot.press("a")
+        await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+        assert run.watch.count(is_(ev.ToolResult, call_id=waiting.call_id)) == 1
+        assert len(run.server.requests_for("worker")) == 1
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
