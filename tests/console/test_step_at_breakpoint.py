@@ -1,15 +1,47 @@
-"""Stepping while a call waits at a breakpoint: `n` lets the held call through as the one
-action, then pauses."""
+"""Pausing and stepping while a call waits at a breakpoint: the footer's Space says what it
+will do, and `n` lets the held call through as the one action, then pauses."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
 from mlra import events as ev
+from mlra.console.apps.app import MlraApp
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.scripts import call, turn
 
 FIRST = turn("", call("bash", command="echo 1 > first.txt"))
+
+
+def space_says(app: MlraApp) -> list[str]:
+    """What the footer offers on Space (Pause or Resume)."""
+    return [
+        str(key.description)
+        for key in app.screen.query_one(Footer).query(FooterKey)
+        if key.key == "space"
+    ]
+
+
+async def test_pausing_at_a_breakpoint_turns_the_footers_pause_into_resume(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        await run.shown(lambda app: app.state.phase == "awaiting_approval")
+        await run.shown(lambda app: space_says(app) == ["Pause"])
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        # Before, the footer still offered Pause on a paused run (the phase stayed
+        # "awaiting_approval", so the footer was never redrawn).
+        await run.shown(lambda app: space_says(app) == ["Resume"])
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="resume"))
+        await run.shown(lambda app: space_says(app) == ["Pause"])
+        await run.pilot.press("a")
+        assert (await run.finished()).reason == "submitted"
 
 
 async def test_n_after_approving_a_held_call_runs_that_call_then_pauses(

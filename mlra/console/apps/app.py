@@ -284,6 +284,7 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         phase = (
             self.state.phase,
             self.state.pending_approval,
+            self.state.paused,  # a pause while a call waits keeps the phase
             self.provider_error,
             self.state.evaluation,
             self.state.evaluation_progress,  # a grading's count (paced: evaluators/progress.py)
