@@ -207,15 +207,26 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     resumed = [e for e in events if isinstance(e, ev.RunResumed)]
     assert len(resumed) == 1 and resumed[0].dropped_torn_line == torn
+    cut_t = max(e.t for e in killed)
     # Every call has exactly one result; a call cut short says so.
     calls = [e.call_id for e in events if isinstance(e, ev.ToolCall)]
     results = [e.call_id for e in events if isinstance(e, ev.ToolResult)]
     assert sorted(calls) == sorted(results) and len(set(calls)) == len(calls)
     if point == "mid-command":
         assert resumed[0].interrupted_calls
+    # The transcript marks where the run went on, as the console's does.
+    assert "── the run was resumed here ──" in proc.stdout
     for call_id in resumed[0].interrupted_calls:
         result = next(e for e in events if isinstance(e, ev.ToolResult) and e.call_id == call_id)
         assert result.error == "interrupted" and "resumed" in result.output
+        # It says what the call had printed and how long it had run by the dead run's
+        # last event (before, "0.0s" and no output, whatever it had done).
+        asked = next(e for e in killed if isinstance(e, ev.ToolCall) and e.call_id == call_id)
+        printed = "".join(
+            e.text for e in killed if isinstance(e, ev.ToolOutput) and e.call_id == call_id
+        )
+        assert printed in result.output
+        assert round(cut_t - asked.t, 3) <= result.duration_s <= resumed[0].t - asked.t + 0.001
     # The agent went on exactly where it was: the same actions as the run never killed.
     # A kill inside the submit left nothing submitted, so the supervisor submits again:
     # that repeat is the same action, not a new one.
@@ -229,7 +240,6 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(
     assert _agent_trace([e for e in events if e not in cut_submits]) == _agent_trace(reference)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
     # The clock counted the time already spent, and went on from there.
-    cut_t = max(e.t for e in killed)
     assert all(e.t >= cut_t for e in events[len(killed) :])
 
 

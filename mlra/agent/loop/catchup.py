@@ -27,6 +27,9 @@ Cut = tuple[int, int, int, int]
 
 INTERRUPTED: Literal["interrupted"] = "interrupted"
 """A recorded call that was running when the run stopped (see `recorded_result`)."""
+PRINTED_KEPT_CHARS = 20_000
+"""Of a recorded call's logged output, the end kept until its result comes: a call the
+run stopped under shows it in its `interrupted` result (the observation limit cuts it)."""
 
 
 class CatchUp:
@@ -52,6 +55,8 @@ class CatchUp:
         self._going_live: Callable[[], list[ev.Event]] | None = None
         self._interrupted: list[str] = []
         self._delivered_ahead: list[tuple[str, str]] = []
+        self._printed: dict[str, str] = {}
+        """The logged output of recorded calls with no result yet, by call id."""
         self._live = asyncio.Event()
 
     def load(self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]) -> None:
@@ -123,7 +128,12 @@ class CatchUp:
     def _fold(self, event: ev.Event) -> None:
         """Bring the run's state and the user's controls to what they were at `event`."""
         self._state.apply(event)
-        if isinstance(event, ev.Control):
+        if isinstance(event, ev.ToolOutput):
+            printed = self._printed.get(event.call_id, "") + event.text
+            self._printed[event.call_id] = printed[-PRINTED_KEPT_CHARS:]
+        elif isinstance(event, ev.ToolResult):
+            self._printed.pop(event.call_id, None)
+        elif isinstance(event, ev.Control):
             if event.action == "inject" and event.target and event.text:
                 if (event.target, event.text) in self._delivered_ahead:
                     self._delivered_ahead.remove((event.target, event.text))
@@ -206,6 +216,10 @@ class CatchUp:
                 if cut and cut[2:] == (done.first_turn, done.last_turn):
                     return cut
         return next((cut for cut in cuts if cut), None)
+
+    def printed_by(self, call_id: str) -> str:
+        """What a recorded call with no result (the run stopped under it) had printed."""
+        return self._printed.get(call_id, "")
 
     def recorded_result(self, call_id: str) -> ev.ToolResult | Literal["interrupted"] | None:
         """The recorded result of a call the agent makes now, folding what happened while

@@ -88,7 +88,7 @@ class ToolStep:
         """Run one tool call the agent asked for, with everything the user may do about it."""
         run = self.run
         assert run.sandbox is not None
-        run.emit(
+        asked = run.emit(
             ev.ToolCall(
                 call_id=call.id,
                 agent=agent,
@@ -108,7 +108,17 @@ class ToolStep:
             if isinstance(recorded, ev.ToolResult):
                 return outcome_of(recorded)
             if recorded == INTERRUPTED and not (tool and tool.reruns_when_interrupted):
-                outcome = ToolOutcome(output=INTERRUPTED_OUTPUT, ok=False, error="interrupted")
+                # What the dead run's log says of it: what it printed, and how long it had
+                # run by the log's last event (the console and the model read both).
+                printed = run.catchup.printed_by(call.id)
+                outcome = ToolOutcome(
+                    output=printed
+                    + ("\n" if printed and not printed.endswith("\n") else "")
+                    + INTERRUPTED_OUTPUT,
+                    ok=False,
+                    error="interrupted",
+                    duration_s=round(max(0.0, run.state.elapsed_s - asked.t), 3),
+                )
                 return self._record_result(call, agent, outcome)
         arguments = call.arguments
         note = ""

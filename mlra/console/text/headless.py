@@ -249,6 +249,8 @@ class TranscriptDisplay(_Printer):
                 )
             case ev.RunForked():
                 self._out(f"[{t}] {fork_line(event)}", "bold cyan")
+            case ev.RunResumed():  # as the console's transcript marks it
+                self._out(f"[{t}] ── the run was resumed here ──", "bold cyan")
             case ev.JobStarted():
                 name = f" ({printable_line(event.name)})" if event.name else ""
                 self._out(
