@@ -1,5 +1,6 @@
-"""Pausing and stepping while a call waits at a breakpoint: the footer's Space says what it
-will do, and `n` lets the held call through as the one action, then pauses."""
+"""Pausing, stepping and stopping around a breakpoint: the footer's Space says what it will
+do, `n` lets the held call through as the one action, then pauses, and a stop of a paused
+run starts nothing more."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
 from mlra.console.apps.app import MlraApp
+from mlra.console.screens.screens import ConfirmScreen
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.scripts import call, turn
 
@@ -90,3 +92,46 @@ async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
         assert len(run.server.requests_for("worker")) == 1
         await run.pilot.press("space")
         assert (await run.finished()).reason == "submitted"
+
+
+async def test_stopping_a_paused_run_starts_no_step_and_asks_the_model_nothing(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), start_paused=True) as run:
+        await run.watch.wait(is_(ev.Control, action="pause", source="start"))
+        await run.shown(lambda app: app.state.phase == "paused")
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        finished = await run.finished()
+    assert finished.reason == "stopped"
+    # Before, the stop opened the paused run's gate: the supervisor began a step whose
+    # model call the stop then cut off, its estimated tokens counted in the totals.
+    assert run.watch.count(is_(ev.StepStarted)) == 0
+    assert run.watch.count(is_(ev.ModelError)) == 0
+    assert run.controller.state.tokens == 0
+    assert run.server.requests == []
+
+
+async def test_stopping_a_paused_run_with_an_approved_call_held_does_not_run_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = worker(FIRST, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, breakpoints=["bash:first"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        await run.pilot.press("a")
+        await run.watch.wait(is_(ev.Control, action="approve"))
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        await run.finished()
+        result = await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+    # The log closes the call, saying it never began (before, the stop let it start).
+    assert isinstance(result, ev.ToolResult) and not result.ok
+    assert "not run" in result.output
+    assert not (run.controller.workspace / "first.txt").exists()
+    assert run.watch.count(is_(ev.ToolOutput)) == 0

@@ -116,7 +116,7 @@ class Steering:
             note=f"attempt {attempt} promoted by the user",
             message=f"attempt {attempt} promoted by the user",
         )
-        self.controls.resume()
+        self.controls.close()
         self._stop.set()
         return True
 
@@ -208,7 +208,7 @@ class Steering:
             by="stop",
             note="stopped by the user",
         )
-        self.controls.resume()
+        self.controls.close()
         self._stop.set()
 
     @property

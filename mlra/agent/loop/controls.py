@@ -77,6 +77,8 @@ class Controls:
     """None: run freely. A number: actions allowed before pausing again (step mode)."""
     _pending: dict[str, asyncio.Future[Decision]] = field(default_factory=dict)
     _inbox: dict[str, list[str]] = field(default_factory=lambda: {"worker": [], "supervisor": []})
+    _closed: bool = False
+    """The run is stopping: no action passes the gate again (`close`)."""
 
     def __post_init__(self) -> None:
         self._running.set()
@@ -89,6 +91,15 @@ class Controls:
         self._running.clear()
 
     def resume(self) -> None:
+        self._steps_granted = None
+        self._running.set()
+
+    def close(self) -> None:
+        """The user stopped the run: every wait on a pause ends, and no action goes
+        through the gate again (the run's driver cancels the agent where it waits).
+        A stop that resumed instead let a paused run begin one more step, a model call
+        the stop then cut off with its estimated tokens counted."""
+        self._closed = True
         self._steps_granted = None
         self._running.set()
 
@@ -105,6 +116,8 @@ class Controls:
         """Called before each agent action; returns when the action may go ahead."""
         while True:
             await self._running.wait()
+            if self._closed:
+                await asyncio.Event().wait()  # for good: the stop cancels the agent
             if self._steps_granted is None:
                 return
             if self._steps_granted > 0:

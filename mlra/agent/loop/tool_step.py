@@ -142,7 +142,19 @@ class ToolStep:
 
         # A pause that came while the model was thinking (or the call waited for
         # approval) holds the action back; a step then lets this action through.
-        await run.controls.hold()
+        try:
+            await run.controls.hold()
+        except asyncio.CancelledError:
+            # The run ended while it held the call (a stop of a paused run): the log
+            # still gets its result, so no call is left open.
+            why = "its time limit was reached" if run.clock.expired() else "it was stopped"
+            unrun = ToolOutcome(
+                output=f"[not run: the run ended ({why}) before this call began]",
+                ok=False,
+                error=KILLED_BY_RUN_END,
+            )
+            self._record_result(call, agent, unrun, note=note)
+            raise
         tail = _Tail(run.config.observation_limit)
         ctx = ToolContext(
             sandbox=run.sandbox,
