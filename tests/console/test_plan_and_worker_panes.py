@@ -113,6 +113,26 @@ async def test_steps_still_open_when_the_run_ends_say_how_it_ended() -> None:
     assert "▶ 2. Tune" in resumed and "not finished" not in resumed
 
 
+async def test_the_worker_alone_subtask_and_a_plan_without_a_reason_read_plainly() -> None:
+    app = PlanHost()
+    async with app.run_test(size=(120, 30)) as pilot:
+        pane = app.query_one(PlanPane)
+        state = RunState()
+        steps = [ev.PlanStep(id="1", title="Train", status="pending")]
+        for event in (
+            ev.SubtaskStarted(subtask=1, instructions="The whole task is yours.", t=0),
+            ev.PlanUpdated(steps=steps, t=62),
+        ):
+            state.apply(event)
+            pane.feed(event)
+        pane.show(state)
+        await pilot.pause()
+        log, shown = _text(app, "#plan-log"), _text(app, "#plan-steps")
+    # `--agent worker`'s subtask has no plan step: it read "→ subtask 1 [None]: ...".
+    assert "→ subtask 1: The whole task is yours." in log and "None" not in log
+    assert "revised 1m02s" in shown and "revised 1m02s · revised" not in shown
+
+
 def _call(call_id: str = "c1") -> ev.ToolCall:
     return ev.ToolCall(call_id=call_id, agent="worker", tool="bash", arguments={"command": "x"})
 

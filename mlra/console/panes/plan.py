@@ -115,14 +115,17 @@ class PlanPane(Vertical):
         t = format_duration(event.t)
         match event:
             case ev.PlanUpdated():
-                self._revision = f"{t} · {printable_line(event.reason or 'revised')}"
+                # Without a reason, the time alone (it read "revised 1m02s · revised").
+                why = f" · {printable_line(event.reason)}" if event.reason else ""
+                self._revision = f"{t}{why}"
                 self._note(t, f"plan: {event.reason or 'revised'}", "cyan")
             case ev.SupervisorMessage():
                 self._note(t, event.text.strip(), "")
             case ev.SubtaskStarted():
                 self._note(
                     t,
-                    f"→ subtask {event.subtask} [{event.step_id}]: {event.instructions.strip()}",
+                    f"→ subtask {event.subtask}{f' [{event.step_id}]' if event.step_id else ''}: "
+                    f"{event.instructions.strip()}",
                     "magenta",
                 )
             case ev.SubtaskFinished():
