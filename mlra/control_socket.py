@@ -94,6 +94,9 @@ class RunStatus(BaseModel):
     pid: int
     state: Literal["starting", "running", "paused", "waiting", "evaluating", "ended"]
     """waiting: a call waits for approval."""
+    paused: bool = False
+    """The user's pause holds the run (a waiting run too: then resume or step, not only
+    approve, lets the call run)."""
     elapsed_s: float = 0.0
     time_limit_s: float | None = None
     steps: int = 0

@@ -189,6 +189,12 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
         assert [p["tool"] for p in reply["status"]["pending"]] == ["bash"]
         human = ctl(root, "status")
         assert f"waiting: {asked['call_id']} (worker) bash" in human.stdout
+        # Paused too, it says so: resume (or step) is what lets an approved call run.
+        assert ctl(root, "pause").returncode == 0
+        paused = ctl(root, "status")
+        assert paused.stdout.splitlines()[1].startswith("waiting, paused · "), paused.stdout
+        assert json.loads(ctl(root, "status", "--json").stdout)["status"]["paused"]
+        assert ctl(root, "resume").returncode == 0
 
         # Another user of the machine: the run folder (0700) keeps them out; were it
         # opened, the socket's own mode would; were that loosened too, the server's check
@@ -232,6 +238,8 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
         after.body["messages"][-1]
     )
     assert [c for c in _controls(run_dir) if c[1] == "ctl"] == [
+        ("pause", "ctl"),
+        ("resume", "ctl"),
         ("breakpoints", "ctl"),
         ("inject", "ctl"),
         ("approve", "ctl"),

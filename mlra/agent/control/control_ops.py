@@ -160,6 +160,7 @@ def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
         model=state.model or run.config.model,
         pid=os.getpid(),
         state=phase,
+        paused=controls.paused,
         elapsed_s=round(run.clock.elapsed(), 3),
         time_limit_s=run.time_limit_s,
         steps=state.steps,

@@ -225,7 +225,8 @@ def status_lines(status: Any) -> list[str]:
         clock += f" of {format_duration(status.time_limit_s)}"
     lines = [
         f"{status.run_id} · {status.task} · {status.model or '-'} · pid {status.pid}",
-        f"{status.state} · {clock} · step {status.steps} · {status.events} events",
+        f"{status.state}{', paused' if status.state == 'waiting' and status.paused else ''}"
+        f" · {clock} · step {status.steps} · {status.events} events",
     ]
     for call in status.pending:
         arguments = json.dumps(call.arguments, ensure_ascii=False)
