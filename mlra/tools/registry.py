@@ -170,6 +170,24 @@ def describe_validation_error(exc: ValidationError) -> list[str]:
     return problems
 
 
+def validated(tool: Tool[Any], arguments: dict[str, Any]) -> tuple[BaseModel | None, str | None]:
+    """A call's arguments as the tool reads them, or what is wrong with them (one line,
+    naming what the tool takes): the dispatch's check, and an edit's at a breakpoint."""
+    fields = tool.Args.model_fields
+    unknown = sorted(set(arguments) - set(fields))
+    problems = [f"unknown argument {key!r}" for key in unknown]
+    args = None
+    try:
+        args = tool.Args.model_validate({k: v for k, v in arguments.items() if k in fields})
+    except ValidationError as exc:
+        problems += describe_validation_error(exc)
+    if problems or args is None:
+        takes = ", ".join(fields) or "no arguments"
+        name = tool.name
+        return None, f"invalid arguments for {name}: {'; '.join(problems)} ({name} takes: {takes})"
+    return args, None
+
+
 class ToolRegistry:
     def __init__(self, tools: Iterable[Tool[Any]] = ()) -> None:
         self._tools: dict[str, Tool[Any]] = {}
@@ -211,19 +229,9 @@ class ToolRegistry:
             return error(f"{no_such_tool(name)}; the tools are: {', '.join(self._tools)}")
         if parse_error is not None or arguments is None:
             return error(f"{name}: {parse_error or 'missing arguments'}")
-        fields = tool.Args.model_fields
-        unknown = sorted(set(arguments) - set(fields))
-        problems = [f"unknown argument {key!r}" for key in unknown]
-        args = None
-        try:
-            args = tool.Args.model_validate({k: v for k, v in arguments.items() if k in fields})
-        except ValidationError as exc:
-            problems += describe_validation_error(exc)
-        if problems or args is None:
-            takes = ", ".join(fields) or "no arguments"
-            return error(
-                f"invalid arguments for {name}: {'; '.join(problems)} ({name} takes: {takes})"
-            )
+        args, problem = validated(tool, arguments)
+        if args is None:
+            return error(problem or f"invalid arguments for {name}")
         try:
             return await tool.run(args, ctx)
         except SandboxError as exc:

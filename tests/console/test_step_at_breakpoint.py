@@ -4,14 +4,16 @@ run starts nothing more."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
-from textual.widgets import Footer
+import pytest
+from textual.widgets import Footer, Static, TextArea
 from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
 from mlra.console.apps.app import MlraApp
-from mlra.console.screens.screens import ConfirmScreen
+from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.scripts import call, turn
 
@@ -135,3 +137,33 @@ async def test_stopping_a_paused_run_with_an_approved_call_held_does_not_run_it(
     assert "not run" in result.output
     assert not (run.controller.workspace / "first.txt").exists()
     assert run.watch.count(is_(ev.ToolOutput)) == 0
+
+
+async def test_an_edit_the_tool_would_refuse_is_said_in_the_dialog_and_the_call_waits(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("e")
+        await run.shown(lambda app: isinstance(app.screen, EditArgsScreen))
+        area = run.app.screen.query_one(TextArea)
+        area.text = json.dumps({"command": "echo 41 > answer.txt", "timeout": "soon"})
+        await run.pilot.press("ctrl+s")
+        await run.pilot.pause()
+        # Before, the edit went through and the worker's step was spent on the tool's
+        # error ("invalid arguments for bash: timeout: ...").
+        assert isinstance(run.app.screen, EditArgsScreen)
+        said = str(run.app.screen.query_one("#edit-error", Static).render())
+        assert "invalid arguments for bash: timeout" in said
+        assert run.watch.count(is_(ev.Control, action="edit")) == 0
+        # `mlra ctl RUN edit` and an attached console reach the same check in the run.
+        with pytest.raises(ValueError, match="invalid arguments for bash"):
+            run.controller.edit(waiting.call_id, {"command": "true", "timeout": "soon"})
+        area.text = json.dumps({"command": "echo 41 > answer.txt"})
+        await run.pilot.press("ctrl+s")
+        result = await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+        await run.finished()
+    assert isinstance(result, ev.ToolResult) and result.ok
+    assert (run.controller.workspace / "answer.txt").read_text().strip() == "41"

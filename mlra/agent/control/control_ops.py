@@ -53,7 +53,10 @@ def act(run: Steering, req: CtlRequest) -> str:
         else:
             if req.arguments is None:
                 raise Refused("refused: edit needs the call's new arguments")
-            done = run.edit(call_id, req.arguments)
+            try:
+                done = run.edit(call_id, req.arguments)
+            except ValueError as exc:
+                raise Refused(f"refused: {exc}; the call still waits") from None
         if not done:
             raise Refused(f"refused: call {call_id} no longer waits")
         return {"approve": "approved", "reject": "rejected", "edit": "edited"}[op] + (f" {call_id}")

@@ -185,6 +185,10 @@ class Steering:
         return False
 
     def edit(self, call_id: str, arguments: dict[str, Any]) -> bool:
+        """Run the waiting call with other arguments; a ValueError saying why where the
+        tool would refuse them (the call still waits for a decision)."""
+        if (problem := self.controls.edit_problem(call_id, arguments)) is not None:
+            raise ValueError(problem)
         if self.controls.decide(call_id, Decision("edit", arguments=arguments)):
             self._control("edit", call_id=call_id, arguments=arguments)
             return True

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -77,6 +78,8 @@ class Controls:
     """None: run freely. A number: actions allowed before pausing again (step mode)."""
     _pending: dict[str, asyncio.Future[Decision]] = field(default_factory=dict)
     _inbox: dict[str, list[str]] = field(default_factory=lambda: {"worker": [], "supervisor": []})
+    _checks: dict[str, Callable[[dict[str, Any]], str | None]] = field(default_factory=dict)
+    """Per waiting call, what is wrong with arguments an edit would give it (`edit_problem`)."""
     _closed: bool = False
     """The run is stopping: no action passes the gate again (`close`)."""
 
@@ -143,10 +146,22 @@ class Controls:
                 return bp
         return None
 
-    def expect_decision(self, call_id: str) -> asyncio.Future[Decision]:
+    def expect_decision(
+        self, call_id: str, check: Callable[[dict[str, Any]], str | None] | None = None
+    ) -> asyncio.Future[Decision]:
+        """`check` says what is wrong with arguments an edit would run the call with."""
         future: asyncio.Future[Decision] = asyncio.get_running_loop().create_future()
         self._pending[call_id] = future
+        if check is not None:
+            self._checks[call_id] = check
         return future
+
+    def edit_problem(self, call_id: str, arguments: dict[str, Any]) -> str | None:
+        """Why the waiting call cannot run with these arguments (the tool would refuse
+        them), or None: an edit is refused for it, and the call still waits, rather than
+        the agent's step spent on the tool's error."""
+        check = self._checks.get(call_id)
+        return check(arguments) if check is not None else None
 
     def pending_calls(self) -> list[str]:
         return [cid for cid, fut in self._pending.items() if not fut.done()]
@@ -157,6 +172,7 @@ class Controls:
         return self.paused or (self.hold_at_breaks and bool(self.pending_calls()))
 
     def decide(self, call_id: str, decision: Decision) -> bool:
+        self._checks.pop(call_id, None)
         future = self._pending.pop(call_id, None)
         if future is None or future.done():
             return False

@@ -36,7 +36,7 @@ from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.snapshots import WorkspaceScanner
 from mlra.tools.jobs import JOBS_DIR
-from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry
+from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry, validated
 from mlra.tools.sandbox.base import OutputCallback, Stream
 from mlra.tools.truncate import truncate_middle
 
@@ -126,7 +126,7 @@ class ToolStep:
             run.controls.should_break(call.name, arguments) if call.parse_error is None else None
         )
         if breakpoint_ is not None:
-            decision = await self._await_decision(call, breakpoint_)
+            decision = await self._await_decision(call, breakpoint_, tool)
             if decision.action == "reject":
                 message = decision.message or "no reason given"
                 outcome = ToolOutcome(
@@ -222,9 +222,13 @@ class ToolStep:
 
         return on_output
 
-    async def _await_decision(self, call: ToolCallRequest, bp: Breakpoint) -> Decision:
+    async def _await_decision(
+        self, call: ToolCallRequest, bp: Breakpoint, tool: Tool[Any] | None
+    ) -> Decision:
         run = self.run
-        future = run.controls.expect_decision(call.id)
+        future = run.controls.expect_decision(
+            call.id, None if tool is None else lambda arguments: validated(tool, arguments)[1]
+        )
         run.emit(
             ev.ApprovalRequested(
                 call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()

@@ -114,6 +114,8 @@ class RunControlKeys(App[int]):
             act(self.controller)
         except RuntimeError:  # ended between the check and the call: the log is closed
             self.notify("The run has ended: that answer came too late.", severity="warning")
+        except ValueError as exc:  # an edit the tool would refuse: the call still waits
+            self.notify(str(exc), severity="error", markup=False)
 
     def action_approve(self) -> None:
         pending = self._pending()
@@ -129,7 +131,12 @@ class RunControlKeys(App[int]):
             if arguments is not None:
                 self._steer(lambda c: c.edit(pending.call_id, arguments))
 
-        self.push_screen(EditArgsScreen(pending.tool, pending.arguments), done)
+        controls = self.controller.controls
+
+        def problem(arguments: dict[str, Any]) -> str | None:
+            return controls.edit_problem(pending.call_id, arguments)
+
+        self.push_screen(EditArgsScreen(pending.tool, pending.arguments, problem), done)
 
     def action_reject(self) -> None:
         pending = self._pending()

@@ -8,6 +8,7 @@ not a link that quits."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import RenderableType
@@ -85,10 +86,18 @@ class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
         Binding("escape", "cancel", "Cancel"),
     ]
 
-    def __init__(self, tool: str, arguments: dict[str, Any] | None) -> None:
+    def __init__(
+        self,
+        tool: str,
+        arguments: dict[str, Any] | None,
+        problem: Callable[[dict[str, Any]], str | None] | None = None,
+    ) -> None:
         super().__init__()
         self.tool = tool
         self.arguments = arguments or {}
+        self.problem = problem
+        """What the tool would say is wrong with the edited arguments: said here, and the
+        dialog stays, rather than the edit running into the tool's error."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog-wide"):
@@ -122,6 +131,9 @@ class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
             return
         if not isinstance(value, dict):
             self.query_one("#edit-error", Static).update("The arguments must be a JSON object.")
+            return
+        if self.problem is not None and (problem := self.problem(value)) is not None:
+            self.query_one("#edit-error", Static).update(Text(printable_line(problem)))
             return
         self.dismiss(value)
 

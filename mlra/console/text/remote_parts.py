@@ -49,6 +49,10 @@ class RemoteControls:
     def paused(self) -> bool:
         return self._run.state.paused
 
+    def edit_problem(self, call_id: str, arguments: dict[str, Any]) -> str | None:
+        """Not known here: the run itself refuses such an edit, and the refusal is shown."""
+        return None
+
 
 class RemoteClock:
     """The run clock, from the run's status and the stamps of its events, running on
