@@ -55,7 +55,10 @@ class WorkspaceHistory:
     def tree_at(self, seq: int | None = None) -> list[FileInfo]:
         files = self.files_at(seq)
         infos: dict[str, FileInfo] = {}
-        for path, (change, ts) in files.items():
+        for path, (change, recorded) in files.items():
+            # The file's own time as the scan saw it, as the live Files pane shows it (the
+            # scan's time for a log that has none): a starter file copied in keeps its time.
+            ts = change.mtime_ns / 1e9 if change.mtime_ns else recorded
             infos[path] = FileInfo(path=path, is_dir=False, size=change.size, mtime=ts)
             end = len(path)
             while (cut := path.rfind("/", 0, end)) > 0:
