@@ -75,7 +75,7 @@ def test_the_headless_transcript_shows_each_attempt_s_calls_and_notices(tmp_path
         display.on_event(event)
     lines = out.getvalue().splitlines()
     assert lines == [
-        "! isolation 'none' was asked for",  # the run's own, not said again from a1
+        "[0s] ! isolation 'none' was asked for",  # the run's own, not said again from a1
         "[1s] attempt a1 started: draft from the starter",
         # Each at the run's clock when the run read it (it reads its attempts each second).
         "[5s] a1 · worker answered in 7.0s: prompt read in 3.0s, ~120 tokens at ~30 tok/s",

@@ -99,3 +99,10 @@ def test_a_resumed_local_run_prints_each_call_s_speed_and_a_server_wait() -> Non
     shown = out.getvalue()
     assert "worker answered in 6.0s" in shown and "tok/s" in shown
     assert "retry 2 after the server is not answering; waiting 2s, clock paused" in shown
+
+
+def test_a_notice_is_stamped_with_the_run_clock_as_in_the_console() -> None:
+    text = transcript(
+        [ev.Notice(level="warning", message="worker's answer could not be read", t=127)]
+    )
+    assert text.strip() == "[2m07s] ! worker's answer could not be read"

@@ -266,8 +266,8 @@ class TranscriptDisplay(_Printer):
                 self._out(f"[{t}] {learned_window_line(event)}", "yellow")
             case ev.ModelRetry():
                 self._out(f"[{t}] {retry_line(event)}", "yellow")
-            case ev.Notice():
-                self._out(f"! {event.message}", "yellow" if event.level != "error" else "red")
+            case ev.Notice():  # stamped, as the console's transcript stamps it
+                self._out(f"[{t}] ! {event.message}", "yellow" if event.level != "error" else "red")
             case ev.TimeWarning():
                 self._out(f"[{t}] ! {time_warning_line(event)}", "yellow")
             case ev.WorkspaceSnapshot(left_out=ev.SnapshotLeftOut() as gaps):
