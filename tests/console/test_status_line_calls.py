@@ -71,6 +71,24 @@ async def test_paused_between_worker_steps_the_line_names_the_worker(
     assert "worker before step 3 (subtask 1)" in after_step_2
 
 
+async def test_paused_between_the_steps_of_a_worker_alone_the_line_names_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    submit = turn("", call("submit", path="answer.txt", note="the answer"))
+    script = {"worker": [turn("", call("bash", command="echo 1 > a.txt")), ANSWER, submit]}
+    async with live(tmp_path, answer_task, script, start_paused=True, agent="worker") as run:
+        await run.watch.wait(is_(ev.Control, action="pause", source="start"))
+        await run.shown(lambda app: "PAUSED" in status_line(app))
+        # Before, nothing: only a supervisor's running assign_subtask said whose step came.
+        await run.shown(lambda app: "worker before step 1 (subtask 1)" in status_line(app))
+        mark = run.watch.events[-1].seq
+        await run.pilot.press("n")
+        await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+        await run.shown(lambda app: "worker before step 2 (subtask 1)" in status_line(app))
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
 def _state_with(*events: ev.Event) -> RunState:
     sandbox = ev.SandboxInfo(
         kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"

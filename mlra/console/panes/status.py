@@ -204,6 +204,10 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
             Text(_with(f"{tool} {took}", _clip(what, 20)), style="cyan"),
             Text(f"{tool} {took}", style="cyan"),
         ]
+    if state.paused and state.worker_alone is not None and state.subtask is not None:
+        # The worker alone (--agent worker, or handed the task): no supervisor call
+        # stands over its steps, and the pause holds it all the same.
+        return _worker_held(state)
     return []
 
 
