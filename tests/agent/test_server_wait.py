@@ -267,3 +267,38 @@ def test_a_hosted_api_s_503_is_not_waited_for() -> None:
     gone = failed_answer("openai/q", local, Refused(), "openai/q: HTTP 503: overloaded")
     assert isinstance(gone, ServerGone) and gone.status == 503 and gone.cause == "not_ready"
     assert "not ready (loading its model" in str(gone)
+
+
+async def test_the_sdk_s_own_retries_of_a_server_that_is_gone_are_off_the_clock(
+    tmp_path: Path, answer_task: Path, api: Api
+) -> None:
+    """In an outage the SDK retries before the run's own wait begins: those retries
+    counted on the run's clock (about 11 s in 30, while the batch's line said "clock
+    paused"). From the first, the clock stands still until the server answers."""
+    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    server = ScriptedModelServer(script, turn_by_history=True).start()
+    try:
+        controller, provider = _controller(tmp_path, answer_task, server, api, max_retries=2)
+        running = asyncio.create_task(controller.run(agent_for))
+        await _until(controller, lambda e: isinstance(e, ev.ModelCall))
+        server.stop()
+        # (A request in flight as it stopped is lost mid-answer, which the SDK does not
+        # retry: the server comes back once the SDK has retried a call twice.)
+        await _until(controller, lambda e: _sdk_retry(e) and getattr(e, "attempt", 0) == 2)
+        server.start()
+        await asyncio.wait_for(running, 60)
+        await provider.aclose()
+    finally:
+        server.stop()
+    events = _events(controller)
+    finished = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert finished.reason == "submitted", finished.message
+    sdk = [e for e in events if isinstance(e, ev.ModelRetry) and _sdk_retry(e)]
+    second = next(e for e in sdk if e.attempt == 2)
+    first = sdk[sdk.index(second) - 1]
+    # The SDK waits at least 0.375 s before its second retry: the clock did not move.
+    assert first.attempt == 1 and second.t == first.t
+
+
+def _sdk_retry(e: ev.Event) -> bool:
+    return isinstance(e, ev.ModelRetry) and e.wait_s is None and e.status is None

@@ -28,7 +28,7 @@ from mlra.agent.loop.history import AgentHistory, estimate_tokens
 from mlra.agent.loop.overflow_mend import Sent, prompt_sizes
 from mlra.agent.loop.provider_events import ProviderEvents
 from mlra.agent.loop.run_context import RunContext
-from mlra.agent.loop.server_wait import ServerWait
+from mlra.agent.loop.server_wait import ServerWait, sdk_retries_off_the_clock
 from mlra.agent.loop.tool_call_fallback import ToolCallFallback
 from mlra.agent.providers.base import (
     Message,
@@ -37,7 +37,6 @@ from mlra.agent.providers.base import (
     ServerGone,
     first_piece_told_to,
     is_context_overflow,
-    retries_told_to,
 )
 from mlra.agent.providers.text_calls import problem_note, read_text_calls
 from mlra.tools.registry import ToolRegistry
@@ -249,7 +248,7 @@ class ModelTurn:
             try:
                 provider.expect(request_sha, messages, self.replacements())
                 with (
-                    retries_told_to(self.provider_events.retry_told(agent)),
+                    sdk_retries_off_the_clock(run, self.provider_events.retry_told(agent)),
                     first_piece_told_to(on_first_piece),
                 ):
                     response = await provider.generate(

@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from mlra import events as ev
 from mlra.agent.loop.run_context import RunContext
-from mlra.agent.providers.base import ServerGone
+from mlra.agent.providers.base import ServerGone, retries_told_to
+from mlra.agent.providers.server_gone import NOT_READY
 
 FIRST_WAIT_S = 1.0
 MAX_WAIT_S = 30.0
@@ -83,3 +86,40 @@ class ServerWait:
             status=exc.status,
             waited_s=round(waited_s, 3),
         )
+
+
+@contextmanager
+def sdk_retries_off_the_clock(
+    run: RunContext, told: Callable[[int, int | None], None]
+) -> Iterator[None]:
+    """The SDK's own retries of a `--base-url` server that is not there (no answer at
+    all, or 502/503/504) are the server's absence as much as the run's waits above:
+    the clock stops at the first such retry and starts again once the server answers
+    or the call ends. They counted before: in an outage, the clock went on about 11 s
+    in 30 while the batch's line said "clock paused". `told` is told of each retry as
+    before (`model_retry`). A hosted API's retries still count (its outages and
+    time-outs are its own), as does the first try and the SDK's first wait."""
+    local = getattr(run.provider, "base_url", None) is not None
+    paused = False
+
+    def on_retry(attempt: int, status: int | None) -> None:
+        nonlocal paused
+        absent = status is None or status in NOT_READY
+        if local and absent and not paused and run.clock.running:
+            run.clock.pause()
+            paused = True
+        told(attempt, status)
+
+    def on_answer(status: int) -> None:
+        nonlocal paused
+        if paused and status not in NOT_READY:
+            paused = False
+            if not run.controls.holding():
+                run.clock.resume()
+
+    try:
+        with retries_told_to(on_retry, on_answer):
+            yield
+    finally:
+        if paused and not run.controls.holding():
+            run.clock.resume()

@@ -52,8 +52,12 @@ class _RetryWatch:
     """One call's listener, told of each retry once (a failed response and the
     retry sent after it both tell of the same retry)."""
 
-    def __init__(self, listener: RetryListener) -> None:
+    def __init__(
+        self, listener: RetryListener, on_answer: Callable[[int], None] | None = None
+    ) -> None:
         self.listener = listener
+        self.on_answer = on_answer
+        """Told the status of each response to the call's requests (the server is there)."""
         self.told = 0
         self.offset = 0
         """Retries told before the SDK call now under way (answers that were no answer):
@@ -76,11 +80,13 @@ _RETRY_WATCH: ContextVar[_RetryWatch | None] = ContextVar("mlra_retry_watch", de
 
 
 @contextmanager
-def retries_told_to(listener: RetryListener) -> Iterator[None]:
+def retries_told_to(
+    listener: RetryListener, on_answer: Callable[[int], None] | None = None
+) -> Iterator[None]:
     """Tell `listener` of the retries the SDK makes in the `generate` calls made
     inside this block: the SDKs retry within a call, and this is how a retry
-    becomes an event the console shows."""
-    token = _RETRY_WATCH.set(_RetryWatch(listener))
+    becomes an event the console shows. `on_answer` is told each response's status."""
+    token = _RETRY_WATCH.set(_RetryWatch(listener, on_answer))
     try:
         yield
     finally:
@@ -157,10 +163,12 @@ def retry_hooks(max_retries: int) -> dict[str, list[Callable[[Any], Awaitable[No
     async def on_response(response: Any) -> None:
         watch = _RETRY_WATCH.get()
         status = response.status_code
-        if watch is None or not (status in RETRYABLE or status >= 500):
-            return
-        if response.request.method != "POST":
+        if watch is None or response.request.method != "POST":
             return  # a probe of the server (GET models), sent without retries
+        if watch.on_answer is not None:
+            watch.on_answer(status)
+        if not (status in RETRYABLE or status >= 500):
+            return
         if response.headers.get("x-should-retry") == "false":
             return
         retry = taken(response.request) + 1
