@@ -87,6 +87,24 @@ def test_bad_input_to_every_subcommand_is_one_line_and_exit_2(
     assert sorted(p.name for p in tmp_path.rglob("*")) == before  # nothing made, nothing written
 
 
+def test_a_disk_quota_the_runs_disk_cannot_hold_is_refused_before_the_run(
+    tmp_path: Path,
+) -> None:
+    """Where the quota is a volume set aside whole (root, loop devices), a `--disk` that
+    would take the runs disk's reserve was a traceback and a run folder ending in error."""
+    from mlra.tools.sandbox import volume
+
+    if volume.unavailable() is not None:
+        pytest.skip(f"no workspace volume here ({volume.unavailable()}): nothing is set aside")
+    args = ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--disk", "1000t"]
+    proc = mlra_cli(args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "--disk 1,048,576,000 MB would leave" in lines[0] and "ask for at most" in lines[0]
+    assert list(tmp_path.iterdir()) == []  # no runs folder, no run
+
+
 def test_tasks_name_shows_the_task(tmp_path: Path) -> None:
     shown = mlra_cli(["tasks", "tiny-lm"], cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr

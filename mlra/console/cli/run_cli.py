@@ -22,6 +22,7 @@ from mlra.console.text.args import (
     UsageError,
     add_budget_args,
     check_backend,
+    check_disk_fits,
     check_run_id,
     check_writable_dir,
     disk_mb,
@@ -287,6 +288,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise UsageError(f"run folder {args.runs_dir / args.run_id} already exists")
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
     # --break and --paused hold a headless run too: `mlra ctl` / `mlra attach` release it.
+    check_disk_fits(args.disk, args.runs_dir)
     check_writable_dir(args.runs_dir, "--runs-dir")
     from mlra.console.cli.needs_cli import gradable_or_refused, starter_notices
 

@@ -121,6 +121,28 @@ def disk_mb(text: str) -> int:
     return size_mb(text, least_mb=1, example="500m, 50g")
 
 
+def check_disk_fits(disk: int | None, runs_dir: Path) -> None:
+    """A `--disk` the runs disk cannot set aside whole is refused before the run folder is
+    made, as the volume would refuse it once the sandbox starts (tools/sandbox/disk_claim.py):
+    the quota would take the reserve the logs and grading need. Where no volume can be
+    made the du watcher polls the quota and sets nothing aside, so nothing is refused."""
+    if not disk:
+        return
+    from mlra.tools.sandbox import volume
+
+    if volume.unavailable() is not None:
+        return
+    from mlra.tools.sandbox.default_limits import disk_reserve_mb, free_mb
+
+    free, reserve = free_mb(runs_dir), disk_reserve_mb(runs_dir)
+    if free - disk < reserve:
+        raise UsageError(
+            f"--disk {disk:,} MB would leave {max(0, free - disk):,} MB free on the runs "
+            f"disk, under the {reserve:,} MB it keeps for the logs, grading and other runs: "
+            f"ask for at most {max(0, free - reserve):,} MB, or free space"
+        )
+
+
 def check_isolation(isolation: str, model: str, *, network: bool = False) -> None:
     """Refuse, before anything is created, a run whose agent would go unconfined (the
     local backend's preflight, tools/sandbox/local_backend.py); a baseline run that may
