@@ -27,6 +27,9 @@ if TYPE_CHECKING:
 BATCH_MARKERS = ("batch.json", ".mlra-batch-key")
 """Files a batch folder holds (batch/): a run whose runs folder lies in one hides it."""
 
+NOT_STARTER = shutil.ignore_patterns("__pycache__")
+"""Left out of a copied starter folder, at any depth."""
+
 
 def new_run_id(task: str) -> str:
     """When and what, for people; and 64 random bits, so that no one (an agent that
@@ -59,7 +62,9 @@ def make_run_folder(run_dir: Path, workspace: Path, task: TaskSpec) -> None:
         workspace.mkdir()
         for source in task.starter_paths():
             if source.is_dir():
-                shutil.copytree(source, workspace, dirs_exist_ok=True)
+                # An installed task's folders hold pip's byte-code of the starter's .py
+                # files (compiled at install): the installer's, not the task's.
+                shutil.copytree(source, workspace, dirs_exist_ok=True, ignore=NOT_STARTER)
             else:
                 shutil.copy2(source, workspace / source.name)
     except BaseException:
