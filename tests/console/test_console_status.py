@@ -183,3 +183,29 @@ def test_a_wait_for_attempts_is_said_in_words() -> None:
     forms = [text.plain for text in activity(state, 121.0)]
     assert forms[0] == "waiting for a1 (1m59s of up to 60m)"
     assert not any("timeout" in form for form in forms)
+
+
+def test_a_wait_past_the_runs_deadline_is_said_as_long_as_the_run_has_left() -> None:
+    """The greedy search asks an hour of attempt_wait; the tool waits at most the run's
+    time left, and a 20-minute run's status line said `of up to 60m`."""
+    from mlra.console.panes.status import activity
+
+    started = ev.RunStarted(
+        run_id="r",
+        task="tiny-lm",
+        task_title="t",
+        model="baseline",
+        limits=ev.Limits(time_limit_s=1200),
+        sandbox=ev.SandboxInfo(
+            kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/r/w"
+        ),
+        t=0.0,
+    )
+    attempt = ev.AttemptStarted(attempt="a1", operator="variant", folder="attempts/a1", t=1.0)
+    wait = ev.ToolCall(
+        call_id="w1", agent="baseline", tool="attempt_wait", arguments={"timeout": 3600.0}, t=60.0
+    )
+    forms = [text.plain for text in activity(fold([started, attempt, wait]), 134.0)]
+    assert forms[0] == "waiting for a1 (1m14s of up to 19m)"
+    short = wait.model_copy(update={"arguments": {"timeout": 300.0}})
+    assert activity(fold([started, attempt, short]), 134.0)[0].plain.endswith("of up to 5m)")

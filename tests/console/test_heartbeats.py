@@ -124,6 +124,32 @@ def test_waiting_for_attempts_is_said_in_words() -> None:
     assert len(beats) == 4
 
 
+def test_a_wait_is_bounded_by_the_runs_time_left() -> None:
+    """An hour's wait asked of a 20-minute run lasts at most its 18 minutes left."""
+    started = ev.RunStarted(
+        run_id="r",
+        task="tiny-lm",
+        task_title="t",
+        model="baseline",
+        limits=ev.Limits(time_limit_s=1200),
+        sandbox=ev.SandboxInfo(
+            kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/r/w"
+        ),
+        t=0.0,
+    )
+    events: list[ev.Event] = [
+        started,
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0),
+        ev.ToolCall(
+            call_id="w1", agent="baseline", tool="attempt_wait", arguments={"timeout": 3600.0},
+            t=120.0,
+        ),
+    ]  # fmt: skip
+    events += [_sample(s) for s in range(121, 160)]
+    beats = [line for line in _lines(events) if "…" in line]
+    assert beats[0].startswith("[2m30s] … waiting for a1 (30s of up to 18m) · running: a1"), beats
+
+
 def test_waiting_for_attempts_gives_each_ones_progress_from_its_own_log(tmp_path: Path) -> None:
     """A search's attempt trains in a run of its own: the wait's line reads its log
     (`attempts/a1/events.jsonl`) as it was at the time (by the events' wall clock)."""

@@ -81,9 +81,16 @@ def limit_words(seconds: float) -> str:
     return format_duration(seconds)
 
 
-def waiting_words(arguments: dict[str, Any] | None, running: list[str], took_s: float) -> str:
+def waiting_words(
+    arguments: dict[str, Any] | None,
+    running: list[str],
+    took_s: float,
+    left_s: float | None = None,
+) -> str:
     """An `attempt_wait` under way in words: `waiting for a1 (1m59s of up to 60m)`;
-    `running`: the attempts running now, which a wait for any one of them waits on."""
+    `running`: the attempts running now, which a wait for any one of them waits on;
+    `left_s`: the run's time left when the wait began, which bounds it as the tool does
+    (the greedy policy asks an hour of a run with 18 minutes left)."""
     a = arguments or {}
     named = a.get("attempt")
     if isinstance(named, str) and named:
@@ -95,7 +102,10 @@ def waiting_words(arguments: dict[str, Any] | None, running: list[str], took_s: 
     else:
         whom = "an attempt"
     timeout = a.get("timeout", 600.0)
-    bound = f" of up to {limit_words(float(timeout))}" if isinstance(timeout, int | float) else ""
+    bound = ""
+    if isinstance(timeout, int | float):
+        most = float(timeout) if left_s is None else min(float(timeout), max(0.0, left_s))
+        bound = f" of up to {limit_words(most)}"
     return f"waiting for {whom} ({format_duration(took_s)}{bound})"
 
 

@@ -81,7 +81,9 @@ class Heartbeat:
             took = max(0.0, now - call.t)
             if call.tool == "attempt_wait":
                 running = state.attempts.running
-                words = waiting_words(call.arguments, [n.id for n in running], took)
+                limit = state.limits.time_limit_s if state.limits is not None else 0.0
+                left = limit - call.t if limit else None
+                words = waiting_words(call.arguments, [n.id for n in running], took, left)
                 each = ", ".join(
                     self._attempt_words(n.id, n.started.folder, n.elapsed_s(now)) for n in running
                 )
