@@ -189,3 +189,25 @@ def test_a_line_that_never_ends_stays_bounded() -> None:
     assert len(buffer.partial) <= 2 * MAX_LINE_CHARS
     buffer.add("\n")
     assert buffer.lines == 1 and buffer.head[0].endswith("…")
+
+
+def test_a_search_hand_in_and_a_later_regrade_are_told_apart() -> None:
+    """`mlra eval` appends a grading after the run's end: the replay showed the run
+    graded twice, the second time as if it were the run's own; and a search's hand-in
+    read `submitted submission`, not which attempt's."""
+    pane = TranscriptPane()
+    score = {"ok": True, "metric": "acc", "score": 0.82, "baseline": 0.76, "top": 0.89}
+    for event in [
+        ev.Submission(path="submission", by="agent", attempt="a2", note="the best of 2"),
+        ev.EvaluationStarted(evaluator="lm-eval", artifact="submission"),
+        ev.EvaluationFinished(**score),
+        ev.RunFinished(status="finished", reason="submitted", message="the agent submitted"),
+        ev.EvaluationStarted(evaluator="lm-eval", artifact="submission", regrade_by="ann@box"),
+        ev.EvaluationFinished(**score),
+    ]:
+        pane.feed(event)
+    said = [entry.render_entry().plain for entry in pane._entries]
+    assert "submitted attempt a2's submission (agent): the best of 2" in said[0]
+    assert "evaluating submission with lm-eval…" in said[1] and "score: acc = 0.82" in said[2]
+    assert "re-grading submission with lm-eval (mlra eval by ann@box, after the run)…" in said[4]
+    assert "re-graded: acc = 0.82" in said[5]

@@ -244,6 +244,27 @@ def test_mlra_eval_grades_a_finished_run_again(
     header, line = table.splitlines()
     assert "reason" in header and "re-graded" in header
     assert "submitted" in line and " 0 (answer.txt)" in line
+    # A replay tells the run's own grading from the re-grades appended after its end.
+    replayed = mlra_cli(["replay", str(run_dir), "--no-tui"], cwd=tmp_path).stdout.splitlines()
+    said = [
+        ln.split("] ", 1)[1]
+        for ln in replayed
+        if ln.startswith("[")
+        and any(w in ln for w in ("grad", "score", "evaluating"))
+        and "grading:" not in ln
+    ]
+    by = started.regrade_by
+    again_by = f"with script (mlra eval by {by}, after the run)…"
+    heads = [line.split(" (", 1)[0] if line.startswith(("score", "re-graded")) else line
+             for line in said]  # fmt: skip
+    assert heads == [
+        "evaluating answer.txt with script…",
+        "score: exact_match = 1",
+        f"re-grading answer.txt {again_by}",
+        "re-graded: exact_match = 1",
+        f"re-grading answer.txt {again_by}",
+        "re-graded: exact_match = 0",
+    ], said
 
     # A link the agent made inside its sandbox is read as the sandbox read it.
     sandbox = fold(events).sandbox

@@ -45,8 +45,9 @@ from mlra.console.text.event_lines import (
     attempt_ok,
     attempt_started_line,
     describe_call,
+    evaluation_started_line,
     one_line,
-    score_line,
+    score_words,
     time_warning_line,
     unknown_line,
 )
@@ -86,6 +87,7 @@ class TranscriptPane(VerticalScroll):
         """People's annotations by worker step: shown where the step starts."""
         self._noted: set[str] = set()
         """The annotations shown now (by id): each once."""
+        self._regrading = False
 
     def on_mount(self) -> None:
         self.border_title = "Worker"
@@ -199,24 +201,25 @@ class TranscriptPane(VerticalScroll):
                 )
                 self._note(event, attempt_finished_line(event), style)
             case ev.Submission():
+                what = event.path or "(default artifact)"
+                if event.attempt is not None:  # a search hands in an attempt's copy
+                    what = f"attempt {event.attempt}'s {what}"
                 self._note(
                     event,
                     (
-                        f"submitted {event.path or '(default artifact)'} ({event.by})"
+                        f"submitted {what} ({event.by})"
                         if event.by == "agent"  # a deadline or budget grades what is there
-                        else f"{event.by}: grading {event.path or '(default artifact)'}"
+                        else f"{event.by}: grading {what}"
                     )
                     + (f": {event.note}" if event.note else ""),
                     "bold",
                 )
             case ev.EvaluationStarted():
-                self._note(
-                    event, f"evaluating {event.artifact} with {event.evaluator}…", "bold cyan"
-                )
+                self._regrading = event.regrade_by is not None
+                self._note(event, evaluation_started_line(event), "bold cyan")
             case ev.EvaluationFinished():
-                self._note(
-                    event, f"score: {score_line(event)}", "bold green" if event.ok else "bold red"
-                )
+                line = score_words(event, regrade=self._regrading)
+                self._note(event, line, "bold green" if event.ok else "bold red")
             case ev.RunFinished():
                 self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
             case ev.RunResumed():

@@ -291,6 +291,21 @@ def isolation_words(box: ev.SandboxInfo) -> str:
     return f"{box.isolation}{version} at {printable_line(box.isolated_by)}"
 
 
+def evaluation_started_line(e: ev.EvaluationStarted) -> str:
+    """The run's own grading, or a later `mlra eval` of it (appended to its log after its
+    ending, so a replay would otherwise show the run graded twice)."""
+    what = f"{printable_line(e.artifact)} with {printable_line(e.evaluator)}"
+    if e.regrade_by is None:
+        return f"evaluating {what}…"
+    by = f" by {printable_line(e.regrade_by)}" if e.regrade_by else ""
+    return f"re-grading {what} (mlra eval{by}, after the run)…"
+
+
+def score_words(e: ev.EvaluationFinished, *, regrade: bool) -> str:
+    """`score: ...`, or `re-graded: ...` for an `mlra eval` (the run's score stands)."""
+    return f"{'re-graded' if regrade else 'score'}: {score_line(e)}"
+
+
 def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
     """The score with its references; `unisolated=False` where a badge says it already."""
     if not e.ok or e.score is None:

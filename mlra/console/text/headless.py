@@ -25,6 +25,7 @@ from mlra.console.text.event_lines import (
     attempt_ok,
     attempt_started_line,
     describe_call,
+    evaluation_started_line,
     fork_line,
     graded_attempt_words,
     isolation_words,
@@ -34,7 +35,7 @@ from mlra.console.text.event_lines import (
     model_call_line,
     one_line,
     retry_line,
-    score_line,
+    score_words,
     time_warning_line,
     unknown_line,
 )
@@ -354,13 +355,13 @@ class TranscriptDisplay(_Printer):
             case ev.EvaluationStarted():
                 self._regrading = event.regrade_by is not None
                 self._grading_since = event.ts or None
-                self._out(f"[{t}] evaluating {event.artifact} with {event.evaluator}…")
+                self._out(f"[{t}] {evaluation_started_line(event)}")
             case ev.EvaluationProgress():
                 since = self._grading_since
                 took = f" +{format_duration(event.ts - since)}" if since and event.ts else ""
                 self._out(f"[{t}{took}] grading: {progress_words(event)}", "dim")
             case ev.EvaluationFinished():
-                line = f"[{t}] score: {score_line(event)}"
+                line = f"[{t}] {score_words(event, regrade=self._regrading)}"
                 if not self._regrading and self._submission is not None:
                     attempt = self._submission.attempt
                     validation = self._attempt_scores.get(attempt) if attempt else None
