@@ -193,3 +193,15 @@ def test_an_attempt_wait_call_reads_in_words() -> None:
     assert describe_call("attempt_wait", {"attempt": "a2", "timeout": 90}) == (
         "attempt_wait for a2, up to 1m30s"
     )
+
+
+def test_a_bar_after_the_training_steps_does_not_stand_for_its_progress() -> None:
+    """tiny-lm's train.py prints `step 300/300 ...`, then transformers saves the model
+    under a tqdm bar: the heartbeat said `1/1 loss 4.444`, the bar's count."""
+    events = _training_run(60)[:-1]  # still running: no result yet
+    shards = "Writing model shards:   0%|          | 0/1 [00:00<?, ?it/s]\r"
+    shards += "Writing model shards: 100%|##########| 1/1 [00:00<00:00, 579.32it/s]\n"
+    events.append(ev.ToolOutput(call_id="c1", text=shards, t=61.0))
+    events += [_sample(s) for s in range(62, 100)]
+    beats = [line for line in _lines(events) if "still running" in line]
+    assert "1/1" not in beats[-1] and "step 366/600 loss 3.48" in beats[-1], beats

@@ -47,9 +47,12 @@ class Newest:
     at: float
 
 
-def latest_count(text: str) -> Count | None:
+def latest_count(text: str, after: Count | None = None) -> Count | None:
     """The last count `text` states: a tqdm bar's (`45%|###  | 45/100 [...]`) or a
-    step's against its total; None where it states none."""
+    step's against its total; None where it states none. A count of steps (or epochs,
+    `after` one, or one earlier in `text`) is the process's own progress, which a bar
+    does not replace: a training that printed `step 300/300` and then saved its model
+    under a `Writing model shards 1/1` bar was said to be at `1/1`."""
     found: Count | None = None
     for raw in re.split(r"[\r\n]", _ANSI.sub("", text)):
         line = raw.strip()
@@ -57,7 +60,9 @@ def latest_count(text: str) -> Count | None:
             continue
         bar = parse_line(line)
         if bar.done is not None and bar.total:
-            found = Count(bar.done, bar.total, "")
+            own = found if found is not None else after
+            if own is None or not own.what:
+                found = Count(bar.done, bar.total, "")
             continue
         for match in _COUNT.finditer(line):
             total = int(match["total"])
@@ -90,7 +95,7 @@ class ProgressWatch:
                 self.newest[event.source] = Newest(step, values, event.t)
             case ev.ToolOutput():
                 source = f"command:{event.call_id}"
-                count = latest_count(event.text)
+                count = latest_count(event.text, self.counts.get(source))
                 if count is not None:
                     count.at = event.t
                     self.counts[source] = count
