@@ -365,6 +365,39 @@ def test_a_running_attempt_ticks() -> None:
     assert all(before[a].plain == after[a].plain for a in ("a1", "a2", "a3", "a4"))
 
 
+async def test_a_running_attempts_line_says_how_it_does_from_its_own_log(
+    tmp_path: Path,
+) -> None:
+    """The transcript of a search shows only the policy's waits: a running attempt's line
+    said `running 3m28s` and nothing of whether its training went anywhere."""
+    run_dir = search_run(tmp_path)
+    log = Log()
+    log.add(0, _started("a5"))
+    call = ev.ToolCall(call_id="a5-1", agent="worker", tool="bash", turn=1, step=1,
+                       arguments={"command": "python train.py --steps 600"})  # fmt: skip
+    log.add(2, call)
+    log.add(30, ev.ToolOutput(call_id="a5-1", text="step 100/600 loss 5.19\n"))
+    log.add(60, ev.ToolOutput(call_id="a5-1", text="step 200/600 loss 4.62\n"))
+    log.write(run_dir / "attempts" / "a5" / EVENTS_FILE)
+    for size in ((160, 48), (200, 50)):
+        app = recorded_app(run_dir)
+        async with app.run_test(size=size) as pilot:
+            await pilot.pause()
+            a5 = next(line for line in pane_lines(app) if "a5" in line[:8])
+            assert "running 3m28s" in a5 and "step 200/600 loss 4.62 · ETA 1m56s" in a5, a5
+            if size[0] == 200:
+                assert "fix the" in a5  # what it was asked, where there is room
+    model = ReplayModel.open(run_dir)
+    replay = ReplayApp(model)
+    async with replay.run_test(size=(160, 48)) as pilot:
+        model.go(len(search_log().events) - 1)
+        replay.show_cursor()
+        await pilot.pause()
+        lines = pane_lines(replay)
+        assert any("a5" in line for line in lines)
+        assert not any("step 200" in line for line in lines)  # the cursor's past, not now
+
+
 async def test_a_run_without_attempts_keeps_its_layout(tmp_path: Path) -> None:
     from tests.console.console_fixtures import recorded_run
 

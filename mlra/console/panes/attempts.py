@@ -13,6 +13,7 @@ messaging, each recorded by the run controller as a `control` event.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import ClassVar, Unpack
 
 from rich.text import Text
@@ -22,8 +23,10 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
+from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.state import RunState
 from mlra.console.panes import WidgetOptions
+from mlra.console.text.heartbeat import AttemptProgress
 from mlra.console.text.keymap import ATTEMPT_KEYS, ATTEMPT_VIEW_KEYS, Key
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
@@ -72,8 +75,11 @@ def tree_guides(tree: AttemptTree, nodes: list[AttemptNode]) -> dict[str, str]:
     return guides
 
 
-def attempt_lines(tree: AttemptTree, now: float, width: int) -> list[tuple[str, Text]]:
-    """(attempt id, its line) in tree order, fitted to `width` cells."""
+def attempt_lines(
+    tree: AttemptTree, now: float, width: int, progress: dict[str, str] | None = None
+) -> list[tuple[str, Text]]:
+    """(attempt id, its line) in tree order, fitted to `width` cells; `progress`: the
+    running attempts' newest progress read from their logs (`step 200/600 loss 4.6`)."""
     nodes = tree.in_tree_order()
     if not nodes:
         return []
@@ -114,6 +120,13 @@ def attempt_lines(tree: AttemptTree, now: float, width: int) -> list[tuple[str, 
             left = room - len(shown) - (3 if shown else 0)
             if left > 4:
                 line.append((" · " if shown else "") + _cut(why, left), style=BUGGY)
+        elif (said := (progress or {}).get(node.id, "")) and room > 0:
+            # Whether it is working matters most; what it tried too, where there is room.
+            said = _cut(said, room)
+            left = room - len(said) - 3
+            if what and (left >= 12 or len(" ".join(what.split())) <= left):
+                line.append(_cut(what, left) + " · ")
+            line.append(said, style="cyan")
         elif room > 0:
             line.append(_cut(what, room))
         out.append((node.id, line))
@@ -142,15 +155,34 @@ class AttemptAction(Message):
 
 
 class AttemptsPane(OptionList):
-    """The live console's pane: its keys read and steer."""
+    """The live console's pane: its keys read and steer. A running attempt's line says
+    how it does, read from its own log as it grows (the app's `run_dir`)."""
 
     BINDINGS: ClassVar[list[BindingType]] = _bindings(ATTEMPT_KEYS)
+    follows_progress: ClassVar[bool] = True
 
     def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
         self._attempt_ids: list[str] = []
         self._attempt_lines: list[Text] = []
         self._attempt_view: tuple[RunState, float] | None = None
+        self._progress: dict[str, AttemptProgress] = {}
+
+    def _running_progress(self, tree: AttemptTree) -> dict[str, str]:
+        run_dir = getattr(self.app, "run_dir", None)
+        if not self.follows_progress or not isinstance(run_dir, Path):
+            return {}
+        root = run_dir.resolve()
+        said: dict[str, str] = {}
+        for node in tree.running:
+            log = self._progress.get(node.id)
+            if log is None:
+                folder = (root / node.started.folder).resolve()
+                if not folder.is_relative_to(root) or folder == root:
+                    continue  # as the run's log names it, never a folder out of the run's
+                log = self._progress[node.id] = AttemptProgress(folder / EVENTS_FILE)
+            said[node.id] = log.progress(0)
+        return said
 
     def on_mount(self) -> None:
         self.border_title = "Attempts"
@@ -187,7 +219,7 @@ class AttemptsPane(OptionList):
                 self._attempt_ids, self._attempt_lines = [], []
             return
         width = self.scrollable_content_region.width or max(20, self.app.size.width // 2)
-        rows = attempt_lines(tree, now, width)
+        rows = attempt_lines(tree, now, width, self._running_progress(tree))
         ids = [attempt for attempt, _ in rows]
         lines = [line for _, line in rows]
         if ids == self._attempt_ids and not force:
@@ -259,3 +291,5 @@ class ReplayAttemptsPane(AttemptsPane, inherit_bindings=False):
         *OptionList.BINDINGS,
         *_bindings(ATTEMPT_VIEW_KEYS),
     ]
+    follows_progress: ClassVar[bool] = False
+    """A replay shows the tree as it was at the cursor; the logs' ends are not that."""

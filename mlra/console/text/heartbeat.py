@@ -43,7 +43,7 @@ class Heartbeat:
         """The run's folder, where its attempts' logs are; None: attempts unread."""
         self._quiet_since: float | None = None
         self._ts = 0.0
-        self._attempt_logs: dict[str, _GrowingLog] = {}
+        self._attempt_logs: dict[str, AttemptProgress] = {}
 
     def apply(self, event: ev.Event) -> None:
         self._ts = event.ts
@@ -109,14 +109,17 @@ class Heartbeat:
             return words
         log = self._attempt_logs.get(folder)
         if log is None:
-            log = self._attempt_logs[folder] = _GrowingLog(self.run_dir / folder / "events.jsonl")
+            log = self._attempt_logs[folder] = AttemptProgress(
+                self.run_dir / folder / "events.jsonl"
+            )
         progress = log.progress(self._ts)
         return f"{words} ({progress})" if progress else words
 
 
-class _GrowingLog:
-    """An attempt's log, read on from where the last heartbeat left it
-    (console/text/attempt_logs.py), and folded up to the wall clock asked for."""
+class AttemptProgress:
+    """An attempt's log, read on from where the last reading left it
+    (console/text/attempt_logs.py), and folded up to the wall clock asked for: the
+    heartbeats' and the console's Attempts pane's word on how a running attempt does."""
 
     def __init__(self, path: Path) -> None:
         self.log = GrowingLog(path)
