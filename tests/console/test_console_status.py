@@ -207,5 +207,7 @@ def test_a_wait_past_the_runs_deadline_is_said_as_long_as_the_run_has_left() -> 
     )
     forms = [text.plain for text in activity(fold([started, attempt, wait]), 134.0)]
     assert forms[0] == "waiting for a1 (1m14s of up to 19m)"
+    first = wait.model_copy(update={"t": 0.02})  # the search's first wait, at its start
+    assert activity(fold([started, attempt, first]), 60.0)[0].plain.endswith("of up to 20m)")
     short = wait.model_copy(update={"arguments": {"timeout": 300.0}})
     assert activity(fold([started, attempt, short]), 134.0)[0].plain.endswith("of up to 5m)")

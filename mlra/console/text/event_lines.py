@@ -104,7 +104,7 @@ def waiting_words(
     timeout = a.get("timeout", 600.0)
     bound = ""
     if isinstance(timeout, int | float):
-        most = float(timeout) if left_s is None else min(float(timeout), max(0.0, left_s))
+        most = float(timeout) if left_s is None else min(float(timeout), max(0, round(left_s)))
         bound = f" of up to {limit_words(most)}"
     return f"waiting for {whom} ({format_duration(took_s)}{bound})"
 
