@@ -106,3 +106,20 @@ async def test_closing_the_help_keeps_the_footer_and_a_new_phase_redraws_it(
         await run.pilot.press("a")
         await run.shown(lambda app: "a" not in footer_keys(app))
         await run.finished()
+
+
+async def test_the_help_says_how_to_close_it_and_q_there_closes_it_not_the_console() -> None:
+    """A newcomer's `?` opened a screen of keys that said nothing of leaving it; q, the
+    one they know, closes the help, and the console stays."""
+    from tests.console.console_fixtures import recorded_run
+
+    app = MlraApp(events=recorded_run("running"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("question_mark")
+        await pilot.pause()
+        assert isinstance(app.screen, HelpScreen)
+        hints = [str(s.render()) for s in app.screen.query(".dialog-detail").results(Static)]
+        assert "Escape, ? or q closes this help" in hints
+        await pilot.press("q")
+        await pilot.pause()
+        assert not isinstance(app.screen, HelpScreen) and app.is_running

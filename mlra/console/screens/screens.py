@@ -274,6 +274,7 @@ class HelpScreen(ModalScreen[None]):
         )
         with VerticalScroll(classes="dialog dialog-wide", id="help-dialog"):
             yield Label("mlra replay" if self.replay else "mlra console", classes="dialog-title")
+            yield Static("Escape, ? or q closes this help", classes="dialog-detail")
             yield Static(Group(intro, keys), id="help-text")
 
     def action_close(self) -> None:
