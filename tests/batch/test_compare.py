@@ -154,6 +154,28 @@ def test_real_runs_compare(answer_task: Path, tmp_path: Path) -> None:
     ]
 
 
+def test_a_searchs_submitted_files_are_its_attempts_graded_copy(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    """`d` on the compare screen diffed a search's empty `submission/`: every file of the
+    other run's shown as gone, where the search handed in attempt a3's copy."""
+    from mlra.console.text.attempt_files import workspaces_diff
+    from tests.agent.test_search import _variant_task
+
+    task = _variant_task(answer_task, tmp_path)
+    (tmp_path / "one").mkdir()
+    (tmp_path / "two").mkdir()
+    line = run_baseline(answer_task, tmp_path / "one", "--isolation", "none")
+    search = run_baseline(
+        task, tmp_path / "two", "--isolation", "none", "--search", "greedy", "--attempts", "3"
+    )
+    a, b = load_all([line.run_dir, search.run_dir])
+    assert b.frozen is not None and b.frozen.startswith("attempts/a3/")
+    assert (b.submission_dir / "answer.txt").read_text() == "42\n"
+    assert workspaces_diff(a.submission_dir, b.submission_dir, a.id, b.id) == ""
+    assert a.submission_dir == line.run_dir / "submission"
+
+
 def test_report_compares_each_tasks_runs_with_agent_text_escaped(tmp_path: Path) -> None:
     from mlra.batch.report import write_report
 

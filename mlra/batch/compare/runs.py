@@ -70,9 +70,19 @@ class ComparedRun:
     prompts: list[tuple[str, str]] = field(default_factory=list)
     """(who and when, text) of every non-empty prompt the log recorded (`step_started`)."""
     series: list[Series] = field(default_factory=list)
+    frozen: str | None = None
+    """The graded copy of what was submitted, relative to the run folder (`submission`'s
+    `frozen`): `submission/<name>`, or a search's attempt's validated copy."""
 
     @property
     def submission_dir(self) -> Path:
+        """The folder holding the graded copy: the run's `submission/`, or for a search
+        the submitted attempt's (`attempts/a2/validations/1/artifact/`), where a search's
+        own `submission/` is empty and its files diffed as all gone."""
+        if self.frozen:
+            folder = (self.run_dir / self.frozen).parent
+            if folder.resolve().is_relative_to(self.run_dir.resolve()):
+                return folder
         return self.run_dir / "submission"
 
 
@@ -159,6 +169,7 @@ def load(run_dir: Path) -> ComparedRun:
         if isinstance(e, ev.StepStarted) and e.prompt.strip()
     ]
     run.series = run_series(events)
+    run.frozen = state.submission.frozen if state.submission is not None else None
     return run
 
 
