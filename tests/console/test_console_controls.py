@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -14,14 +15,16 @@ from typing import Any
 
 from textual import events
 from textual.pilot import Pilot
-from textual.widgets import Input, TextArea
+from textual.widgets import Input, Static, TextArea
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
+from mlra.agent.record.run_result import RunResult
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.app import MlraApp
+from mlra.console.apps.headless_run import final_line
 from mlra.console.panes.status import StatusBar
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
 from mlra.tasks.spec import load_task
@@ -285,6 +288,8 @@ async def test_quit_asks_first_then_marks_the_run_stopped(
         assert run.controller.state.finished is None
         await run.pilot.press("q")
         await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        asked = " ".join(str(s.render()) for s in run.app.screen.query(Static))
+        assert "mlra resume goes on with it later" in asked
         await run.pilot.press("y")
         finished = await run.finished()
         await run.shown(lambda app: app.return_value is not None)
@@ -293,6 +298,10 @@ async def test_quit_asks_first_then_marks_the_run_stopped(
     result = json.loads((run.controller.run_dir / "result.json").read_text())
     assert result["status"] == "stopped"
     assert run.app.return_value == 1  # what `mlra run` exits with
+    # The line `mlra run` prints last, after the console: how to go on.
+    last = final_line(run.controller.run_dir, RunResult.model_validate(result))
+    shown = os.path.relpath(run.controller.run_dir)
+    assert last.endswith(f"run dir {shown} · mlra resume {shown} goes on with it"), last
 
 
 async def test_quit_as_the_run_closes_leaves_once_its_result_is_written(

@@ -120,8 +120,11 @@ def final_line(run_dir: Path, result: Any) -> str:
     else:
         score = f"no score ({result.evaluation_error or result.message or result.reason})"
     search = search_words(result)
+    again = ""
+    if result.status == "stopped" and result.score is None and result.reason != "submitted":
+        again = f" · mlra resume {shown} goes on with it"  # quit, or a second Ctrl-C
     return printable_line(
-        f"run {result.status} ({result.reason}) · {score}{search} · run dir {shown}"
+        f"run {result.status} ({result.reason}) · {score}{search} · run dir {shown}{again}"
     )
 
 

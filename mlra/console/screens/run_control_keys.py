@@ -243,7 +243,8 @@ class RunControlKeys(App[int]):
         self.push_screen(
             ConfirmScreen(
                 "Quit?",
-                "The run is stopped without evaluation and marked stopped; its log and workspace are kept.",
+                "The run is stopped without evaluation and marked stopped; its log and workspace "
+                "are kept, and mlra resume goes on with it later.",
             ),
             done,
         )
