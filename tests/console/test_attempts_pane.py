@@ -398,6 +398,23 @@ async def test_a_running_attempts_line_says_how_it_does_from_its_own_log(
         assert not any("step 200" in line for line in lines)  # the cursor's past, not now
 
 
+async def test_the_files_pane_of_a_search_says_whose_files_it_shows(tmp_path: Path) -> None:
+    """A search's own workspace stays as the task gave it while its attempts train in
+    theirs: the pane titled plain `Files` looked like a run doing nothing."""
+    app = recorded_app(search_run(tmp_path))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await app.query_one(FilesPane).refresh_tree()
+        await pilot.pause()
+        assert app.query_one(FilesPane).border_title == "Files: the search's own"
+    from tests.console.console_fixtures import recorded_run
+
+    plain_run = MlraApp(events=recorded_run("running"), files=app.files_source)
+    async with plain_run.run_test(size=(160, 48)) as pilot:
+        await plain_run.query_one(FilesPane).refresh_tree()
+        await pilot.pause()
+        assert plain_run.query_one(FilesPane).border_title == "Files"
+
+
 async def test_a_run_without_attempts_keeps_its_layout(tmp_path: Path) -> None:
     from tests.console.console_fixtures import recorded_run
 

@@ -28,6 +28,8 @@ from mlra.tools.sandbox.base import FileInfo
 
 MAX_ENTRIES = 3000
 NO_PREVIEW = Text("select a file to preview it", style="dim")
+SEARCH_TITLE = "Files: the search's own"
+"""A search's own workspace, never worked in: each attempt's files open from its line."""
 MAX_DEPTH = 6
 PREVIEW_BYTES = 200_000
 PREVIEW_LINES = 1500
@@ -158,6 +160,11 @@ class FilesPane(Vertical):
         subtitle = f"{len(infos):,} entries" + (" (more not shown)" if self.truncated else "")
         if subtitle != self.border_subtitle:  # setting it repaints the pane, same or not
             self.border_subtitle = subtitle
+        # A search's own workspace stays as the task gave it: its attempts work in theirs.
+        searching = bool(getattr(getattr(self.app, "state", None), "attempts", None))
+        title = SEARCH_TITLE if searching else "Files"
+        if title != self.border_title:
+            self.border_title = title
         if self._selected and self._selected in self._infos:
             info = self._infos[self._selected]
             if info.mtime != self._shown_mtime:
