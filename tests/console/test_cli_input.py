@@ -41,6 +41,8 @@ BAD_INPUT = [
     (["run", "{answer}", "--model", "baseline", "--time-limit", "inf"], "'inf' is not a duration"),
     (["run", "{answer}", "--model", "baseline", "--command-timeout", "inf"], "not a duration"),
     (["run", "no-such-task", "--model", "baseline"], "unknown task 'no-such-task'"),
+    (["run", "{answer}", "--model", "baseline", "--memory", "-1g"], "'-1g' is too small"),
+    (["run", "{answer}", "--model", "baseline", "--time-limit", "-5m"], "'-5m' is not a"),
     (["run", "{answer}", "--model", "replay:{notrun}"], "is not a run folder"),
     (["run", "{answer}", "--model", "baseline", "--run-id", "../x"], "--run-id"),
     (["batch", "--tasks", "{answer}", "--models", "baseline", "--out", "{file}"], "not a folder"),

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, NoReturn, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 from mlra.terminal_text import printable
 
@@ -26,6 +27,12 @@ class UsageError(Exception):
 
 
 class Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # `--memory -1g`, `--time-limit -5m`: a value its type refuses in words, where
+        # argparse took only a plain number so and said "expected one argument".
+        self._negative_number_matcher = re.compile(r"^-\.?\d")
+
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(printable(f"mlra: {message} (see `{self.prog} --help`)") + "\n")
         raise SystemExit(EXIT_USAGE)
