@@ -30,6 +30,7 @@ final: retrying exactly those would bias a batch's mean upwards.
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -102,7 +103,7 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         run_id, "running", attempts=attempts, retries=earlier, cost_usd=state.cost_usd
     )
     if live:
-        status.glance = glance(events, state.elapsed_s)
+        status.glance = glance(events, state.elapsed_s, time.time())
         return status
     finished, evaluation = state.finished, state.evaluation
     if finished is None:

@@ -5,12 +5,15 @@ running run's clock and newest progress, read from its log, at least every
 from __future__ import annotations
 
 import io
+import re
 import time
+from pathlib import Path
 
+from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.record.run_progress import glance
 from mlra.batch.progress import PlainProgress
 from mlra.batch.runner import Progress
-from mlra.batch.state import RunStatus
+from mlra.batch.state import RunStatus, run_status
 from tests.console.test_heartbeats import _training_run
 
 
@@ -55,3 +58,50 @@ def test_a_grading_run_says_so_with_its_count() -> None:
     )
     events.append(ev.EvaluationFinished(ok=True, metric="acc", score=0.8, t=95.0))
     assert glance(events, 95.0) == "1m35s"
+
+
+def test_a_run_waiting_for_its_model_server_says_so_not_only_its_stuck_clock(
+    tmp_path: Path,
+) -> None:
+    """A run whose model server died waits for it with its clock paused: its line said
+    "running 51s" every 30 s for the whole wait (minutes), as if it went on. It says it
+    waits, for how long and why, and no longer once the server answers again."""
+    from mlra import events as ev
+
+    run_dir = tmp_path / "runs" / "r1"
+    log = EventLog(run_dir / EVENTS_FILE)  # held open: the run is live
+    sandbox = ev.SandboxInfo(
+        kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"
+    )
+    log.append(ev.RunStarted(run_id="r1", task="t", task_title="T", model="openai/m",
+                             limits=ev.Limits(time_limit_s=600), sandbox=sandbox))  # fmt: skip
+    log.append(ev.ModelCall(agent="supervisor", model="openai/m", t=40.0))
+    for attempt in (1, 2):
+        log.append(ev.ModelRetry(agent="supervisor", model="openai/m", attempt=attempt,
+                                 cause="not_answering", wait_s=1.0, t=51.0))  # fmt: skip
+    log.append(ev.ModelRetry(agent="supervisor", model="openai/m", attempt=1, t=51.0))
+    status = run_status(tmp_path, "r1")
+    assert status.kind == "running"
+    assert re.fullmatch(
+        r"\d+s \(clock paused\) · waiting \d+s for its model server: "
+        r"the server is not answering \(retry 2\)",
+        status.glance,
+    ), status.glance
+    log.append(ev.ModelCall(agent="supervisor", model="openai/m", t=52.0))  # it came back
+    assert "waiting" not in run_status(tmp_path, "r1").glance
+    log.close()
+
+
+def test_a_server_waits_length_is_wall_time_since_its_first_retry() -> None:
+    from mlra import events as ev
+
+    retries: list[ev.Event] = [
+        ev.ModelRetry(
+            agent="worker", model="m", attempt=n, cause="loading_model", t=9.0, ts=1000.0 + 30 * n
+        )
+        for n in (1, 2, 3)
+    ]
+    assert glance(retries, 9.0, now_ts=1160.0) == (
+        "9s (clock paused) · waiting 2m10s for its model server: "
+        "the server is still loading its model (retry 3)"
+    )

@@ -27,6 +27,13 @@ _COUNT = re.compile(
 )
 """A count the process states against its total: `step 200/600`, `Epoch 3/10`."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+SERVER_ABSENCE = {
+    "connection_lost": "the connection was lost mid-answer",
+    "not_answering": "the server is not answering",
+    "loading_model": "the server is still loading its model",
+    "not_ready": "the server is not ready",
+}
+"""Why a run waits for its model server, by `model_retry`'s cause."""
 
 
 @dataclass
@@ -150,11 +157,21 @@ class Glance:
         """Other calls running (`validate`...), by call id: named where nothing is counted."""
         self.grading: ev.EvaluationStarted | ev.EvaluationProgress | None = None
         self.last_t = 0.0
+        self.last_ts = 0.0
+        self.server_wait: tuple[float, ev.ModelRetry] | None = None
+        """Since when (wall clock) the run has waited for a model server that went away,
+        and its latest retry; None once the server answered or the wait gave up."""
 
     def apply(self, event: ev.Event) -> None:
         self.watch.apply(event)
         self.last_t = max(self.last_t, event.t)
+        self.last_ts = max(self.last_ts, event.ts)
         match event:
+            case ev.ModelRetry(cause=cause) if cause is not None:
+                since = self.server_wait[0] if self.server_wait else event.ts
+                self.server_wait = (since, event)
+            case ev.ModelCall() | ev.ModelAnswering() | ev.ModelError() | ev.RunFinished():
+                self.server_wait = None
             case ev.EvaluationStarted() | ev.EvaluationProgress():
                 self.grading = event
             case ev.EvaluationFinished():
@@ -173,9 +190,20 @@ class Glance:
             case _:
                 pass
 
-    def words(self, elapsed_s: float) -> str:
-        """`4m18s · step 200/600 loss 4.62 · ETA 3m00s`."""
+    def words(self, elapsed_s: float, now_ts: float | None = None) -> str:
+        """`4m18s · step 200/600 loss 4.62 · ETA 3m00s`. `now_ts`: the wall clock now,
+        for how long a wait for the model server has lasted (the newest event's, if not
+        given)."""
         words = format_duration(elapsed_s)
+        if self.server_wait is not None:
+            # Its clock stands still while it waits: without this, a run whose server
+            # died read as a run going on, its clock stuck, for the whole wait.
+            since, retry = self.server_wait
+            waited = format_duration(max(0.0, (now_ts or self.last_ts) - since))
+            return (
+                f"{words} (clock paused) · waiting {waited} for its model server: "
+                f"{SERVER_ABSENCE[retry.cause or 'not_answering']} (retry {retry.attempt})"
+            )
         grading = self.grading
         if grading is not None:  # the run clock stands still while it grades
             done = (
@@ -192,10 +220,11 @@ class Glance:
         return words
 
 
-def glance(events: list[ev.Event], elapsed_s: float) -> str:
+def glance(events: list[ev.Event], elapsed_s: float, now_ts: float | None = None) -> str:
     """A running run in a few words for a batch's line: its run clock and the newest
-    progress of what it runs (`4m18s · step 200/600 loss 4.62 · ETA 3m00s`)."""
+    progress of what it runs (`4m18s · step 200/600 loss 4.62 · ETA 3m00s`), or the wait
+    for its model server. `now_ts`: the wall clock now (the newest event's, if not given)."""
     folded = Glance()
     for event in events:
         folded.apply(event)
-    return folded.words(elapsed_s)
+    return folded.words(elapsed_s, now_ts)
