@@ -103,7 +103,13 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         run_id, "running", attempts=attempts, retries=earlier, cost_usd=state.cost_usd
     )
     if live:
-        status.glance = glance(events, state.elapsed_s, time.time())
+        now = time.time()
+        status.glance = glance(events, state.elapsed_s, now)
+        attempts = [
+            _attempt_glance(run_dir, n.id, n.started.folder, now) for n in state.attempts.running
+        ]
+        if attempts:
+            status.glance += " · " + "; ".join(attempts)
         return status
     finished, evaluation = state.finished, state.evaluation
     if finished is None:
@@ -128,6 +134,17 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         status.kind = "failed"
         status.reason, status.detail = finished.reason, finished.message
     return status
+
+
+def _attempt_glance(run_dir: Path, attempt: str, folder: str, now: float) -> str:
+    """A searching run's running attempt, read from its own log (`a2 40s · step 100/600
+    loss 5.1`): the run itself only waits for its attempts, so its own log says nothing
+    of how they go."""
+    try:
+        events = read_events(run_dir / folder / EVENTS_FILE)
+    except (OSError, LogDamage):
+        return attempt  # not begun yet, or unreadable: its name alone
+    return f"{attempt} {glance(events, fold(events).elapsed_s, now)}"
 
 
 def retire(out: Path, run_id: str) -> Path:

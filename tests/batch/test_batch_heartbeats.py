@@ -105,3 +105,33 @@ def test_a_server_waits_length_is_wall_time_since_its_first_retry() -> None:
         "9s (clock paused) · waiting 2m10s for its model server: "
         "the server is still loading its model (retry 3)"
     )
+
+
+def test_a_searching_runs_line_says_how_its_running_attempts_go(tmp_path: Path) -> None:
+    """A run that searches only waits for its attempts, each with a log of its own: its
+    line read "running 1m30s · attempt_wait" for the whole search. It gives each running
+    attempt's clock and newest progress, read from the attempt's log."""
+    from mlra import events as ev
+
+    run_dir = tmp_path / "runs" / "r1"
+    log = EventLog(run_dir / EVENTS_FILE)
+    sandbox = ev.SandboxInfo(
+        kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"
+    )
+    log.append(ev.RunStarted(run_id="r1", task="t", task_title="T", model="baseline",
+                             limits=ev.Limits(time_limit_s=600), sandbox=sandbox))  # fmt: skip
+    for attempt in ("a1", "a2"):
+        log.append(ev.AttemptStarted(attempt=attempt, folder=f"attempts/{attempt}", t=10.0))
+    log.append(ev.ToolCall(call_id="w1", agent="supervisor", tool="attempt_wait", t=10.0))
+    a1 = EventLog(run_dir / "attempts" / "a1" / EVENTS_FILE)
+    for event in _training_run(90):
+        if event.t <= 65:
+            a1.append(event)
+    # a2 has not begun its log yet: named alone
+    glance_now = run_status(tmp_path, "r1").glance
+    assert "attempt_wait" not in glance_now
+    assert re.search(r" · a1 1m05s · step 366/600 loss 3.48 · ETA \d+s; a2$", glance_now), (
+        glance_now
+    )
+    a1.close()
+    log.close()

@@ -178,6 +178,8 @@ class Glance:
                 self.grading = None
             case ev.ToolCall(tool="bash" | "python"):
                 self.started[f"command:{event.call_id}"] = event.t
+            case ev.ToolCall(tool="attempt_wait"):
+                pass  # a wait for attempts, whose own logs say how they go
             case ev.ToolCall():
                 self.calls[event.call_id] = event.tool
             case ev.ToolResult():
