@@ -150,6 +150,35 @@ def test_a_wait_is_bounded_by_the_runs_time_left() -> None:
     assert beats[0].startswith("[2m30s] … waiting for a1 (30s of up to 18m) · running: a1"), beats
 
 
+def test_a_resumed_search_says_it_waits_again_for_its_attempts() -> None:
+    """A search killed while it waited for its attempts is resumed: the wait is run again
+    under its call id (no new `tool_call`), and the resumed run's transcript said nothing
+    more until the search ended. A command the kill cut short is answered "interrupted"
+    at once: no heartbeat for it."""
+    events: list[ev.Event] = [
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0),
+        ev.ToolCall(call_id="c1", agent="worker", tool="bash", arguments={"command": "x"}, t=2),
+        ev.ToolCall(
+            call_id="w1", agent="worker", tool="attempt_wait", arguments={"timeout": 3600.0}, t=2.0
+        ),
+        _sample(3),
+        ev.RunResumed(interrupted_calls=["c1", "w1"], t=3.0),
+        ev.ToolResult(
+            call_id="c1",
+            tool="bash",
+            agent="worker",
+            ok=False,
+            error="interrupted",
+            output="",
+            t=3.0,
+        ),
+    ]
+    events += [_sample(s) for s in range(4, 70)]
+    beats = [line for line in _lines(events) if "…" in line]
+    assert beats, _lines(events)
+    assert all("waiting for a1" in line for line in beats), beats
+
+
 def test_waiting_for_attempts_gives_each_ones_progress_from_its_own_log(tmp_path: Path) -> None:
     """A search's attempt trains in a run of its own: the wait's line reads its log
     (`attempts/a1/events.jsonl`) as it was at the time (by the events' wall clock)."""

@@ -335,7 +335,14 @@ class RunState:
                 self.evaluating = False
                 self.paused = False
                 self.pending_approval = None
+                # The calls it stopped in are answered now, or run again (`attempt_wait`
+                # waits again for the attempts it takes up): running until their result,
+                # so the displays say what the resumed run waits for.
+                interrupted = {
+                    c: call for c, call in self.running.items() if c in event.interrupted_calls
+                }
                 self._idle()
+                self.running.update(interrupted)
                 self.resumed += 1
                 if event.model:
                     self.model = event.model
