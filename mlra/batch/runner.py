@@ -32,6 +32,7 @@ from mlra.batch.state import (
     run_status,
     write_card,
 )
+from mlra.durations import format_duration
 
 PASSED_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
 """Model keys a run needs where it runs; they go to the `mlra run` process, as its own env."""
@@ -273,9 +274,13 @@ class BatchRunner:
                 if job.resume:
                     self._no_resume.add(run.run_id)
                     continue
-                status.kind, status.reason, status.detail = "failed", "usage", refused
+                # A server that never answered is no bad input: said as what it was, with
+                # how long the batch waited for it.
+                reason = "server unreachable" if UNREACHABLE_WORDS in refused else "usage"
+                status.kind, status.reason = "failed", reason
+                status.detail = refused + self._waited_words(run.run_id)
                 self._card(run, status)
-                self._changed(f"failed (usage) {run.run_id}")
+                self._changed(f"failed ({reason}) {run.run_id}")
                 return
             self._unreachable.pop(run.run_id, None)  # it got past its server's door
             what = (
@@ -300,6 +305,13 @@ class BatchRunner:
         self._unreachable[run_id] = (tries + 1, waited + wait)
         self._changed(f"server unreachable for {run_id}: trying again in {wait:g} s ({refused})")
         return wait
+
+    def _waited_words(self, run_id: str) -> str:
+        """How long the batch waited for the run's model server, where it did."""
+        tries, waited = self._unreachable.pop(run_id, (0, 0.0))
+        if not tries:
+            return ""
+        return f" (refused {tries + 1} times while the batch waited {format_duration(waited)})"
 
     async def _drive_to_end(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
         await self._drive(run, slots)

@@ -164,7 +164,7 @@ class RunCard(BaseModel):
     model: str
     seed: int
     not_started: str | None = None
-    """Why it never started, where it did not (`resources`, `usage`)."""
+    """Why it never started, where it did not (`resources`, `usage`, `server unreachable`)."""
     detail: str = ""
 
 

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import socket
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.conftest import ANSWER_TASK
 from tests.fakes.model_server import ScriptedModelServer
@@ -164,7 +167,10 @@ def test_a_batch_goes_on_without_the_runs_whose_server_is_unreachable(tmp_path: 
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     refused = f"mlra: cannot reach the model server at {url} (connection refused): is it running?"
-    assert f"(failed, usage, 0 attempts): {refused}" in proc.stdout
+    # what refused it, not "usage" (bad input): the report's failures column says so too
+    assert f"(failed, server unreachable, 0 attempts): {refused}" in proc.stdout
+    report = (out / "report.md").read_text()
+    assert "server unreachable ×1" in report and "usage" not in report
     assert "batch: 1/2 finished (0 already were; 0 retries)" in proc.stdout
     made = [p.name for p in (out / "runs").iterdir()]
     assert len(made) == 1 and "baseline" in made[0]  # the refused run has no folder
@@ -230,3 +236,39 @@ def test_a_model_call_whose_server_is_gone_still_fails_as_a_provider_error() -> 
 
     said = asyncio.run(call())
     assert said.startswith(f"openai/local: cannot connect to {url}")
+
+
+async def test_a_batch_that_waited_out_its_server_says_how_long(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past its wait the run is given up as what it was, a server that never answered,
+    with how often it was refused and how long the batch waited: the report said
+    `usage ×2`, as for a bad command line. (The waits are shortened here; the real
+    `mlra run` refuses each try.)"""
+    from mlra.batch import runner as batch_runner
+    from mlra.batch.executors.local import LocalExecutor
+    from mlra.batch.report import write_report
+    from mlra.batch.run_ids import run_names
+    from mlra.batch.spec import BatchSpec, expand
+
+    monkeypatch.setattr(batch_runner, "UNREACHABLE_WAIT_S", 0.2)
+    monkeypatch.setattr(batch_runner, "UNREACHABLE_BUDGET_S", 0.3)
+    for key in [k for k in os.environ if k.endswith("_API_KEY")]:
+        monkeypatch.delenv(key)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    url = _closed_port_url()
+    out = tmp_path / "out"
+    spec = BatchSpec(
+        tasks=[str(ANSWER_TASK)], models=["openai/qwen"], out=out, base_url=url, isolation="none"
+    )
+    runner = batch_runner.BatchRunner(spec, expand(spec, run_names(out)), LocalExecutor(), out)
+    progress = await runner.run()
+    (status,) = progress.statuses.values()
+    assert (status.kind, status.reason) == ("failed", "server unreachable")
+    assert status.detail.startswith(f"mlra: cannot reach the model server at {url}")
+    assert re.search(r"\(refused 3 times while the batch waited 0s\)$", status.detail), (
+        status.detail
+    )
+    (group,) = write_report(out, plots=False)
+    assert group.failures == {"server unreachable": 1}
+    assert "refused 3 times while the batch waited" in (out / "report.md").read_text()
