@@ -386,7 +386,11 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 success_rate=sum(m.success for m in members) / len(members),
                 self_reported=sum(m.self_reported for m in members),
                 judged=any(m.direction_known for m in members),
-                median_duration_s=statistics.median(m.duration_s for m in members),
+                # Of the runs that started: one that never did took no time, and its 0 s
+                # pulled the median down (a group of none said "0.0s").
+                median_duration_s=(
+                    statistics.median(m.duration_s for m in started) if started else None
+                ),
                 tokens=sum(m.tokens for m in every),
                 tokens_estimated=sum(m.tokens_estimated for m in every),
                 cost_usd=round(sum(m.cost_usd for m in every), 6),
