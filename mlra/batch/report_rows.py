@@ -77,6 +77,9 @@ class RunRow:
     """The nodes among those that were lost while they held the attempt."""
     lost: bool = False
     """The attempt's last start ended with its node (Ray), not by itself."""
+    resumed: int = 0
+    """Times the attempt was taken up again where its log ended, after it stopped midway
+    (a batch killed or stopped with Ctrl-C, a crash): its time and cost count every part."""
     worker_alone: str | None = None
     """Why the worker took the whole task where it did ("chosen": `--agent worker`;
     "supervisor_idle", "supervisor_stuck": handed over); None: the supervisor led."""
@@ -263,6 +266,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         baseline_score=r.baseline_score,
         top_score=r.top_score,
         worker_alone=r.worker_alone,
+        resumed=r.resumed,
         **_search_fields(r),
     )
 

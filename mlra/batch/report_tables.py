@@ -104,6 +104,19 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
             + ": the worker took the whole task, with no supervisor (`--agent worker`, or a "
             "supervisor that never handed it a subtask).",
         ]
+    resumed = [r for r in rows if r.resumed]
+    if resumed:
+        lines += [
+            "",
+            "Resumed: "
+            + ", ".join(
+                f"{_text(r.run_id)} (attempt {r.attempt}, {r.resumed} "
+                f"time{'' if r.resumed == 1 else 's'})"
+                for r in resumed
+            )
+            + ": stopped midway (a batch killed or stopped, a crash) and taken up again where "
+            "its log ended; its time, tokens and cost count every part.",
+        ]
     if any(g.unisolated for g in groups):
         lines += [
             "",

@@ -48,6 +48,8 @@ class Progress:
     """Runs this batch process has started and not yet seen end."""
     skipped: int = 0
     """Runs already finished when the batch started."""
+    resumed: set[str] = field(default_factory=set)
+    """Runs this batch took up again where they stopped (`mlra resume`)."""
     lost: int = 0
     """Attempts this batch saw end with their node (each one of its run's attempts)."""
     started_at: float = field(default_factory=time.monotonic)
@@ -198,6 +200,7 @@ class BatchRunner:
             self._changed(f"running {run_id} on {where}")
 
         if status.kind == "interrupted" and self.can_resume and run.run_id not in self._no_resume:
+            self.progress.resumed.add(run.run_id)
             args = ["resume", str(runs_dir / run.run_id), "--no-tui"]
             if self.spec.base_url and run.model != "baseline":
                 args += ["--base-url", self.spec.base_url]
@@ -268,11 +271,13 @@ class BatchRunner:
                         # the batch resumes it (set aside and started afresh, its
                         # progress would be lost to a server that was only down).
                         status.detail = refused
+                        self.progress.resumed.discard(run.run_id)
                         self._changed(f"interrupted {run.run_id}, not resumed: {refused}")
                         return
                 # Refused before it began: trying the same command again would loop.
                 if job.resume:
                     self._no_resume.add(run.run_id)
+                    self.progress.resumed.discard(run.run_id)
                     continue
                 # A server that never answered is no bad input: said as what it was, with
                 # how long the batch waited for it.

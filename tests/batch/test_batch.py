@@ -219,11 +219,19 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
         server.set_fallback("worker", worker_writing("42"))
         proc = mlra_cli(args, cwd=tmp_path, timeout=180)
         assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "2/2 finished (1 already were; 0 retries)" in proc.stdout
+        # What this batch did is said: one run resumed (before, nothing told it from a
+        # run that went through in one go, there or in the report).
+        assert "2/2 finished (1 already were; 1 resumed; 0 retries)" in proc.stdout
         assert baseline_result.stat().st_mtime_ns == baseline_stamp
         assert json.loads((llm_run / "result.json").read_text())["score"] == 1.0
         resumed = any(isinstance(e, ev.RunResumed) for e in read_events(llm_run / "events.jsonl"))
         assert resumed
+        rows = json.loads((out / "report.json").read_text())["runs"]
+        assert {r["run_id"]: r["resumed"] for r in rows} == {
+            llm_run.name: 1,
+            baseline_result.parent.name: 0,
+        }
+        assert f"Resumed: {llm_run.name} (attempt 1, 1 time)" in (out / "report.md").read_text()
 
         # A run that fails every time is retried until it has used its attempts, then reported.
         server.set_fallback("supervisor", {"status": 400, "message": "bad request"})

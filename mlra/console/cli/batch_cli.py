@@ -317,7 +317,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
     print(
         f"batch: {progress.count('finished')}/{progress.total} finished "
         + (f"and {unscored} unscored " if unscored else "")
-        + f"({progress.skipped} already were; {progress.retries} "
+        + f"({progress.skipped} already were; "
+        + (f"{len(progress.resumed)} resumed; " if progress.resumed else "")
+        + f"{progress.retries} "
         + ("retry" if progress.retries == 1 else "retries")
         + (
             f", {progress.lost} attempt{'' if progress.lost == 1 else 's'} lost with a node"
