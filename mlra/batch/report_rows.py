@@ -70,7 +70,9 @@ class RunRow:
     """The task's reference scores as the grading recorded them: score.png's lines."""
     top_score: float | None = None
     detail: str = ""
-    """For an attempt that never started or was lost: what happened, in a line."""
+    """For an attempt that never started or was lost: what happened, in a line; for one
+    that ended without a score: why, as its log says (the grader's error, or the ending's
+    message: "model provider failed: ...")."""
     nodes: list[str] = field(default_factory=list)
     """Where each start of the attempt ran ("host (node 1a2b3c4d)"), on Ray."""
     nodes_lost: list[str] = field(default_factory=list)
@@ -267,6 +269,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         top_score=r.top_score,
         worker_alone=r.worker_alone,
         resumed=r.resumed,
+        detail=(r.evaluation_error or r.message) if failure_of(r) else "",
         **_search_fields(r),
     )
 

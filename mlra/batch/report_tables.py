@@ -124,6 +124,14 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
             "reach what the grader reads; such scores are not comparable with isolated ones.",
         ]
     lines += _search_tables(groups, rows)
+    why = [r for r in rows if r.started and r.failure and r.detail]
+    if why:
+        lines += ["", "No score, and why (as each run's log says):", ""]
+        lines += [
+            f"- {_text(r.run_id)} (attempt {r.attempt}): {_text(r.failure or '')}: "
+            f"{_text(r.detail)}"
+            for r in why
+        ]
     never = [r for r in rows if not r.started]
     if never:
         # A node-lost attempt may have run a while: none of it reached the batch folder.

@@ -138,6 +138,12 @@ def test_the_report_counts_the_first_attempt_and_shows_every_other(tmp_path: Pat
     assert never["seed"] == 4 and never["model"] == MODEL
     md = (out / "report.md").read_text()
     assert "counting the first attempt of each seed" in md
+    # Why each run that started has no score, as its log says (the table says only
+    # "provider_error ×1"; what failed, a server gone for minutes or a bad key, was not said).
+    assert "- answer__m__s1 (attempt 1): provider_error: ended: provider_error\n" in md
+    assert "- answer__m__s3 (attempt 1): no_submission: ended: no_submission\n" in md
+    assert rows["answer__m__s1", 1]["detail"] == "ended: provider_error"
+    assert rows["answer__m__s1", 2]["detail"] == ""  # scored: nothing to explain
     assert "| no_submission ×1, provider_error ×1, resources ×1 | 1 | bwrap |" in md
     assert "- answer__m__s4 (attempt 1): resources" in md
 
