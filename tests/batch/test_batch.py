@@ -308,6 +308,22 @@ def test_bad_batch_input_is_one_line_and_exit_2(tmp_path: Path, task_link: Path)
     assert proc.returncode == 2 and "name the models" in proc.stderr
     proc = mlra_cli(["report", str(tmp_path / "nothing")], cwd=tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    # Search settings no run could start with are refused before any run, not each run
+    # after the batch began (exit 1, "failed (usage)" once per run).
+    (tmp_path / "attempts.toml").write_text(
+        'tasks = ["answer_task"]\nmodels = ["baseline"]\nout = "s"\n'
+        "[overrides.answer_task]\nattempts = 2\n"
+    )
+    proc = mlra_cli(["batch", "attempts.toml"], cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "batch: answer · baseline: --attempts and --attempts-parallel go with" in proc.stderr
+    assert proc.stdout == "" and not (tmp_path / "s").exists()
+    search = ["batch", "--tasks", "answer_task", "--models", "baseline", "--search"]
+    proc = mlra_cli([*search, "llm", "--out", "s"], cwd=tmp_path)
+    assert proc.returncode == 2 and "--search llm needs a model" in proc.stderr
+    proc = mlra_cli([*search, "greedy", "--out", "s"], cwd=tmp_path)  # no recipe variants
+    assert proc.returncode == 2 and "declares no recipe variants" in proc.stderr, proc.stderr
+    assert not (tmp_path / "s").exists()
 
 
 def test_a_batch_file_with_per_task_overrides(

@@ -59,10 +59,12 @@ def agent_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str,
             )
     if args.agent is not None:
         settings["agent"] = args.agent
-    return settings | _search_settings(args, task, model)
+    return settings | search_settings(args, task, model)
 
 
-def _search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
+def search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
+    """The search's settings for one run, or the one line saying why they cannot be
+    (`mlra batch` asks the same of each task and model before any run starts)."""
     if args.search == "none":
         if args.attempts is not None or args.attempts_parallel is not None:
             raise UsageError("--attempts and --attempts-parallel go with --search greedy or llm")

@@ -27,6 +27,7 @@ from mlra.batch.report_tables import group_line
 from mlra.batch.run_ids import run_names
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchError, Overrides, expand, load_batch_file, load_tasks, parse_spec
+from mlra.console.cli.agent_args import search_settings
 from mlra.console.cli.fetch_args import add_fetch_args
 from mlra.console.cli.needs_cli import UNGRADED_HINT
 from mlra.console.cli.notify_args import add_notify_arg
@@ -215,6 +216,29 @@ def _check_agents(spec: Any, tasks: list[Any]) -> None:
             )
 
 
+def _check_searches(spec: Any, tasks: list[Any]) -> None:
+    """A search setting no run could start with (`attempts` without `search`, `search llm`
+    or a task with no recipe variants for `baseline`) fails here, once, as `mlra run`
+    would refuse it: not each run, after the batch has begun, as a failed run."""
+    for t in tasks:
+        s = t.settings
+        asked = argparse.Namespace(
+            search=s.search or "none", attempts=s.attempts, attempts_parallel=s.attempts_parallel
+        )
+        try:
+            task = find_task(t.task)
+        except TaskError:
+            continue  # load_tasks said it already
+        for model in dict.fromkeys(m.strip() for m in spec.models):
+            try:
+                search_settings(asked, task, model)
+            except UsageError as exc:
+                raise UsageError(
+                    f"batch: {t.name} · {model}: {exc} (`search`, `attempts` and "
+                    "`attempts_parallel` in the batch file, or their flags)"
+                ) from None
+
+
 def _check_gradable(spec: Any) -> None:
     """A task this machine cannot grade is refused here, before any run starts (every
     run of it would end with no score), unless the batch runs them ungraded. A Ray
@@ -246,6 +270,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise UsageError(str(exc)) from None
     _check_models(spec)
     _check_agents(spec, tasks)
+    _check_searches(spec, tasks)
     _check_gradable(spec)
     if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
         for model in dict.fromkeys(m.strip() for m in spec.models):
