@@ -246,12 +246,13 @@ class ModelError(_Event):
     input_tokens: int = 0
     output_tokens: int = 0
     cost_usd: float = 0.0
-    """What a call cut off midway (by the deadline, a stop) had used, estimated: it is
-    counted against the budgets though it left no answer."""
-    cut_off: Literal["deadline", "stop"] | None = None
-    """Set when this is no failure of the model but a call the run's time limit or the
-    user's stop cut off: the displays say so instead of "model error", and its tokens
-    are an estimate of what may have been billed."""
+    """What a call cut off midway (by the deadline, a stop, a connection lost mid-answer)
+    had used, estimated: it is counted against the budgets though it left no answer."""
+    cut_off: Literal["deadline", "stop", "connection_lost"] | None = None
+    """Set when this is no failure of the model but a call the run's time limit, the
+    user's stop or a connection lost while the answer came (the call is then asked again)
+    cut off: the displays say so instead of "model error", and its tokens are an estimate
+    of what may have been billed."""
     server_waited_s: float | None = None
     """Set where this failure ends a wait for a model server that went away (its
     `--server-wait` used up, agent/loop/server_wait.py): how long the run waited. The

@@ -22,6 +22,7 @@ from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import ModelProvider, ServerGone
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import RunState
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.text.event_lines import retry_cause
@@ -103,7 +104,18 @@ async def test_a_stream_cut_mid_answer_is_asked_again_after_a_wait(
     assert "connection was lost mid-answer; waiting 1s, clock paused" in retry_cause(
         retry.status, retry
     )
-    assert not any(isinstance(e, ev.ModelError) for e in events)
+    # The server had read the prompt and begun to answer: that call is counted (as a
+    # deadline's cut-off call is), no failure; before, its tokens were in no total.
+    (cut,) = [e for e in events if isinstance(e, ev.ModelError)]
+    assert (cut.cut_off, cut.fatal, cut.agent) == ("connection_lost", False, "supervisor")
+    assert cut.input_tokens > 0 and cut.output_tokens > 0
+    assert "the lost connection cut off supervisor's model call" in cut.error
+    state = RunState()
+    for event in events:
+        state.apply(event)
+    calls = [e for e in events if isinstance(e, ev.ModelCall)]
+    assert state.output_tokens == sum(c.output_tokens for c in calls) + cut.output_tokens
+    assert state.last_error is None
 
 
 async def test_a_server_that_stops_answering_mid_run_is_waited_for(

@@ -262,6 +262,12 @@ class ModelTurn:
             except ProviderError as exc:
                 buffer.clear()
                 self.provider_events.tell_adaptations(agent)
+                if isinstance(exc, ServerGone) and exc.cause == "connection_lost" and produced:
+                    # The server had begun to answer: what it read and wrote counts, though
+                    # the call is asked again (a killed local server, a dropped stream).
+                    self.provider_events.count_cut_off(
+                        agent, system, messages, tools, produced, started, lost=True
+                    )
                 if isinstance(exc, ServerGone):
                     if await self.server_wait.wait(agent, exc):
                         continue

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Literal
 
 from mlra import events as ev
 from mlra.agent.loop.context_window import tools_tokens
@@ -75,16 +76,25 @@ class ProviderEvents:
         tools: list[ToolSpec],
         produced: int,
         started: float,
+        *,
+        lost: bool = False,
     ) -> None:
-        """A call cut off midway (the deadline, a stop) used tokens all the same: they are
-        estimated and recorded, so the budgets and the report count them."""
+        """A call cut off midway (the deadline, a stop, a connection lost mid-answer:
+        `lost`) used tokens all the same: they are estimated and recorded, so the budgets
+        and the report count them."""
         provider = self.run.provider
         assert provider is not None
         prompt_chars = len(system) + sum(len(m.content) for m in messages)
         prompt_chars += 4 * tools_tokens(tools)
         usage = estimated_usage(prompt_chars, produced)
-        by = "deadline" if self.run.clock.remaining() <= 0 else "stop"
-        who = "the run's time limit" if by == "deadline" else "the stop"
+        by: Literal["deadline", "stop", "connection_lost"] = (
+            "connection_lost" if lost else "deadline" if self.run.clock.remaining() <= 0 else "stop"
+        )
+        who = {
+            "deadline": "the run's time limit",
+            "stop": "the stop",
+            "connection_lost": "the lost connection",
+        }[by]
         self.run.emit(
             ev.ModelError(
                 agent=agent,

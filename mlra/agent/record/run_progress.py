@@ -170,6 +170,8 @@ class Glance:
             case ev.ModelRetry(cause=cause) if cause is not None:
                 since = self.server_wait[0] if self.server_wait else event.ts
                 self.server_wait = (since, event)
+            case ev.ModelError(cut_off="connection_lost"):
+                pass  # an answer cut off by the server's going: the wait goes on
             case ev.ModelCall() | ev.ModelAnswering() | ev.ModelError() | ev.RunFinished():
                 self.server_wait = None
             case ev.EvaluationStarted() | ev.EvaluationProgress():
