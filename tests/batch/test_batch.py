@@ -404,3 +404,47 @@ async def test_the_local_pool_holds_runs_to_capacity_and_gives_each_its_own_gpu(
     refused = batch_run_id(big_out, "baseline")
     assert "needs 3 GPU(s); this machine has 2" in progress.statuses[refused].detail
     assert not (big_out / "runs" / refused).exists()
+
+
+def test_ctrl_c_says_what_the_batch_leaves_and_writes_the_report(
+    tmp_path: Path, task_link: Path
+) -> None:
+    """Ctrl-C stops the runs (each records its stop) and the batch says what it leaves and
+    how to carry on, with the report so far: it printed a bare "mlra: interrupted"."""
+    out = tmp_path / "b"
+    script = {
+        "supervisor:fallback": supervisor_fallback(),
+        "worker:fallback": turn("Waiting.", call("bash", command="sleep 20", timeout=60)),
+    }
+    with ScriptedModelServer(script) as server:
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        args = ["batch", "--tasks", "answer_task", "--models", f"baseline,{MODEL}"]
+        args += ["--seeds", "1", "--out", str(out), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
+        args += ["--isolation", "none", "--parallel", "1", "--no-tui"]
+        batch = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        runs = out / "runs"
+        try:
+            _wait_for(lambda: runs.is_dir() and any(runs.iterdir()), 60, "the first run")
+            first = next(runs.iterdir())
+            if "baseline" in first.name:  # the model run is the one to stop midway
+                _wait_for(lambda: len(list(runs.iterdir())) == 2, 60, "the model run")
+            llm_run = runs / batch_run_id(out, MODEL)
+            _wait_for(lambda: _hanging_tool_call(llm_run), 60, "the model run's long command")
+            batch.send_signal(signal.SIGINT)
+            stdout, stderr = batch.communicate(timeout=60)
+        finally:
+            if batch.poll() is None:
+                batch.kill()
+                batch.wait()
+    assert batch.returncode == 130, stdout + stderr
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith("batch: stopped (Ctrl-C): 1 run stopped midway"), stdout
+    assert "the same command carries it on" in last and str(out / "report.md") in last
+    assert (out / "report.md").is_file()

@@ -12,6 +12,7 @@ import argparse
 import asyncio
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,14 @@ from mlra.batch.report_tables import group_line
 from mlra.batch.run_ids import run_names
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchError, Overrides, expand, load_batch_file, load_tasks, parse_spec
+from mlra.batch.state import run_status
 from mlra.console.cli.agent_args import search_settings
 from mlra.console.cli.fetch_args import add_fetch_args
 from mlra.console.cli.needs_cli import UNGRADED_HINT
 from mlra.console.cli.notify_args import add_notify_arg
 from mlra.console.text.args import (
     EXIT_FAILED,
+    EXIT_INTERRUPTED,
     EXIT_OK,
     UsageError,
     add_budget_args,
@@ -319,6 +322,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
 
     try:
         progress = asyncio.run(go())
+    except KeyboardInterrupt:
+        display.close()
+        executor.close()
+        return _stopped(out, runs)
     finally:
         display.close()
         executor.close()
@@ -357,6 +364,30 @@ def cmd_batch(args: argparse.Namespace) -> int:
     )
     sys.stdout.flush()
     return EXIT_OK if not failed else EXIT_FAILED
+
+
+def _stopped(out: Path, runs: list[Any]) -> int:
+    """Ctrl-C: the runs have recorded their stop. What the batch leaves is said, and the
+    report of the runs so far written, instead of a bare "interrupted"."""
+    kinds = Counter(run_status(out, r.run_id).kind for r in runs)
+    stopped, waiting = kinds["interrupted"], kinds["pending"] + kinds["failed"]
+    ended = kinds["finished"] + kinds["unscored"]
+    left = [
+        f"{stopped} run{'' if stopped == 1 else 's'} stopped midway" if stopped else "",
+        f"{waiting} not started or to retry" if waiting else "",
+    ]
+    words = " and ".join(w for w in left if w) or "nothing left to run"
+    them = "it" if stopped + waiting == 1 else "them"
+    again = f"; the same command carries {them} on" if stopped or waiting else ""
+    report = ""
+    if collect(out):
+        write_report(out)
+        report = f" · report {out / 'report.md'}"
+    print(
+        printable_line(f"batch: stopped (Ctrl-C): {words}{again}; {ended} ended before{report}"),
+        flush=True,
+    )
+    return EXIT_INTERRUPTED
 
 
 def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:

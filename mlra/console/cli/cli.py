@@ -17,7 +17,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from mlra import __version__
-from mlra.console.text.args import EXIT_OK, EXIT_USAGE, Parser, dispatch
+from mlra.console.text.args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Parser, dispatch
 from mlra.lazy_load import load
 
 COMMANDS: dict[str, tuple[str, str]] = {
@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         return dispatch(args)
     except KeyboardInterrupt:
         sys.stderr.write("mlra: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         # `mlra tasks show X | head`: the reader has what it wanted; no traceback.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

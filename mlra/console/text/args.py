@@ -20,6 +20,8 @@ if TYPE_CHECKING:
     from mlra.tools.sandbox.backends import SandboxBackend, SandboxRequest
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_INTERRUPTED = 130
+"""Ctrl-C, as shells report a process ended by SIGINT (128 + 2)."""
 
 
 class UsageError(Exception):
