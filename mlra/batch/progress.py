@@ -8,7 +8,7 @@ refusal, the last line of its log): shown with control characters escaped
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from mlra.batch.runner import Progress
 from mlra.durations import format_duration
@@ -68,18 +68,26 @@ class PlainProgress:
 class RichProgress:
     """Bars for done and failed runs, counts of running ones, elapsed time and cost."""
 
-    def __init__(self) -> None:
+    def __init__(self, console: Any = None) -> None:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+        from rich.table import Column
 
-        self.console = Console()
+        self.console = console or Console()
         self.bars = Progress(
             TextColumn("{task.description:<8}"),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}", markup=False),
+            # The line of what happened gives way, cut with "…": left to Rich, a long one
+            # (a run id or two) squeezed the bar away and cut the count to "1…".
+            TextColumn(
+                "{task.fields[info]}",
+                markup=False,
+                table_column=Column(no_wrap=True, overflow="ellipsis", ratio=1),
+            ),
             console=self.console,
             transient=False,
+            expand=True,
         )
         self.done = self.bars.add_task("done", total=1, info="")
         self.failed = self.bars.add_task("failed", total=1, info="")

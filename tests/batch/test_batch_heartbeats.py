@@ -135,3 +135,30 @@ def test_a_searching_runs_line_says_how_its_running_attempts_go(tmp_path: Path) 
     )
     a1.close()
     log.close()
+
+
+def test_the_bars_keep_their_count_whatever_the_line_beside_them() -> None:
+    """On a terminal, a long line of what happened (two run ids) squeezed the bar away and
+    cut the count to "1…": the line gives way instead, cut with "…"."""
+    from rich.console import Console
+
+    from mlra.batch.progress import RichProgress
+
+    out = io.StringIO()
+    for width in (160, 100):
+        console = Console(file=out, width=width, force_terminal=False)
+        display = RichProgress(console)
+        p = Progress(total=2)
+        run = "merge-models__baseline__s2-7c553291eddb832d"
+        p.events.append(f"running {run}")
+        p.statuses["a"] = RunStatus("a", "finished")
+        p.statuses[run] = RunStatus(run, "running", glance="0s")
+        display(p)
+        display.close()
+        out.truncate(0)
+        out.seek(0)
+        console.print(display.bars.get_renderable())
+        done, failed = out.getvalue().splitlines()[:2]
+        assert done.startswith("done     ━") and " 1/2 " in done, done
+        assert done.rstrip().endswith("…") and len(done.rstrip()) <= width
+        assert failed.startswith("failed ") and " 0/2" in failed
