@@ -38,6 +38,7 @@ def compared_run(
     finished: bool = True,
     tokens: int = 1200,
     cost: float = 0.01,
+    metric: str = "exact_match",
 ) -> Path:
     run_dir = runs / name
     log = EventLog(run_dir / EVENTS_FILE)
@@ -98,7 +99,7 @@ def compared_run(
             100,
             ev.EvaluationFinished(
                 ok=True,
-                metric="exact_match",
+                metric=metric,
                 higher_is_better=higher_is_better,
                 score=score,
                 normalized=score,

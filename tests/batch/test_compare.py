@@ -42,6 +42,30 @@ def test_matrix_stars_the_best_by_the_metrics_direction(tmp_path: Path) -> None:
     assert _row(m, "exact_match ↓") == ["0.5*", "0.8"]
 
 
+def test_the_best_is_starred_among_each_tasks_runs(tmp_path: Path) -> None:
+    """A batch folder of two tasks: their scores are no one scale. The best of each task's
+    runs is starred, and runs of different metrics are not labelled with the first one's
+    (before: "mean_accuracy ↑" over tiny-lm's minimal_pair_accuracy, one star, tiny-lm's)."""
+    runs = tmp_path / "runs"
+    merged = [
+        compared_run(runs, f"m{i}", task="merge", score=s, metric="mean_accuracy")
+        for i, s in enumerate((0.53, 0.51))
+    ]
+    lm = [
+        compared_run(runs, f"t{i}", task="lm", score=s, metric="pair_accuracy")
+        for i, s in enumerate((0.82, 0.76))
+    ]
+    m = matrix.build(load_all([*merged, *lm]))
+    assert _row(m, "score") == ["0.53*", "0.51", "0.82*", "0.76"]
+    assert m.metric == "score"
+    assert m.best_of == " of each task's runs, each in its task's metric"
+    same_metric = [compared_run(tmp_path / "s", n, task=n, score=0.5) for n in ("x", "y")]
+    m = matrix.build(load_all(same_metric))
+    assert _row(m, "exact_match ↑") == ["0.5*", "0.5*"] and m.best_of == " of each task's runs"
+    one_task = matrix.build(load_all(merged))
+    assert _row(one_task, "mean_accuracy ↑") == ["0.53*", "0.51"] and one_task.best_of == ""
+
+
 def test_metric_picks_a_curve_or_a_validation_and_refuses_an_unknown_one(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     a = compared_run(runs, "a", losses=(2.0, 1.0))

@@ -65,19 +65,24 @@ def scored(run: ComparedRun, metric: str | None) -> Scored:
 
 
 def best_columns(runs: list[ComparedRun], metric: str | None) -> set[int]:
-    """The columns holding the best score (by its direction); none when fewer than one
-    run has a score."""
-    known = [
-        (i, v, s.higher_is_better)
-        for i, r in enumerate(runs)
-        for s in [scored(r, metric)]
-        if (v := s.value) is not None
-    ]
-    if not known:
-        return set()
-    values = [v for _, v, _ in known]
-    best = max(values) if known[0][2] else min(values)
-    return {i for i, v, _ in known if v == best}
+    """The columns holding the best score (by its direction) among each task's runs: two
+    tasks' scores are not one scale (a batch folder of two tasks starred one task's 0.82
+    over the other's 0.53); none for a task none of whose runs has a score."""
+    marked: set[int] = set()
+    for task in dict.fromkeys(r.task for r in runs):
+        known = [
+            (i, v, s.higher_is_better)
+            for i, r in enumerate(runs)
+            if r.task == task
+            for s in [scored(r, metric)]
+            if (v := s.value) is not None
+        ]
+        if not known:
+            continue
+        values = [v for _, v, _ in known]
+        best = max(values) if known[0][2] else min(values)
+        marked |= {i for i, v, _ in known if v == best}
+    return marked
 
 
 def verdict(run: ComparedRun) -> str:
@@ -113,9 +118,15 @@ class Matrix:
     """The compared metric's name and direction, as the score row says it."""
     same_hidden: int = 0
     """Settings left out because every run has the same value."""
+    best_of: str = ""
+    """What the star is the best of, where the runs have more than one task (" of each
+    task's runs"): the footnotes say it after the metric."""
 
 
 def score_label(runs: list[ComparedRun], metric: str | None) -> str:
+    names = {r.metric for r in runs if r.metric}
+    if metric is None and len(names) > 1:
+        return "score"  # not the first run's metric for every run: each in its own
     name = metric or next((r.metric for r in runs if r.metric), None) or "score"
     if not any(scored(r, metric).value is not None for r in runs):
         return name
@@ -164,6 +175,14 @@ def settings_rows(runs: list[ComparedRun], *, all_settings: bool) -> tuple[list[
     return rows, same
 
 
+def _best_of(runs: list[ComparedRun], metric: str | None) -> str:
+    if len({r.task for r in runs}) < 2:
+        return ""
+    if metric is None and len({r.metric for r in runs if r.metric}) > 1:
+        return " of each task's runs, each in its task's metric"
+    return " of each task's runs"
+
+
 def build(
     runs: list[ComparedRun], metric: str | None = None, *, all_settings: bool = False
 ) -> Matrix:
@@ -176,4 +195,5 @@ def build(
         best=best,
         metric=score_label(runs, metric),
         same_hidden=0 if all_settings else same,
+        best_of=_best_of(runs, metric),
     )

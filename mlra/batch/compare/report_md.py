@@ -48,7 +48,7 @@ def _matrix_md(runs: list[ComparedRun]) -> list[str]:
         lines.append(f"| {md_cell(row.name)} | " + " | ".join(md_cell(c) for c in row.cells) + " |")
     notes = []
     if m.best:
-        notes.append(f"{md_cell(BEST)} the best {md_cell(m.metric)}")
+        notes.append(f"{md_cell(BEST)} the best {md_cell(m.metric)}{m.best_of}")
     if m.same_hidden:
         notes.append(f"{m.same_hidden} settings alike in every run, not shown")
     return [*lines, *(["", "; ".join(notes) + "."] if notes else [])]

@@ -69,7 +69,7 @@ def _matrix_html(m: Matrix, line: _Text) -> str:
     out.append("</table>")
     notes = []
     if m.best:
-        notes.append(f"{BEST} the best {line(m.metric)}")
+        notes.append(f"{BEST} the best {line(m.metric)}{m.best_of}")
     if m.same_hidden:
         notes.append(f"{m.same_hidden} settings alike in every run, not shown")
     if notes:

@@ -70,7 +70,7 @@ def matrix_table(runs: list[ComparedRun], metric: str | None, *, all_settings: b
     parts: list[Text | Table] = [legend, table]
     notes = Text()
     if m.best:
-        notes.append(f"\n* best {m.metric}")
+        notes.append(f"\n* best {m.metric}{m.best_of}")
     if m.same_hidden:
         notes.append(f"\n{m.same_hidden} settings alike in every run, not shown (a shows them)")
     parts.append(notes)

@@ -76,7 +76,7 @@ def matrix_text(matrix: Matrix, width: int = 80) -> str:
             lines.append((name.ljust(name_w) + cells).rstrip())
     if matrix.best:
         lines.append("")
-        lines.append(f"{'*'} best {matrix.metric}")
+        lines.append(f"{'*'} best {matrix.metric}{matrix.best_of}")
     if matrix.same_hidden:
         lines.append(
             f"{matrix.same_hidden} settings alike in every run, not shown (--all shows them)"
