@@ -284,6 +284,9 @@ def test_a_batch_with_agent_worker_runs_each_run_with_the_worker_alone(
     assert "Worker alone: answer · " in (out / "report.md").read_text()
     listed = mlra_cli(["runs", "--runs-dir", str(out / "runs")], cwd=tmp_path)
     assert f"{MODEL} (worker alone)" in listed.stdout
+    # The batch folder itself, as report, compare and export take it (it said "no runs").
+    listed_too = mlra_cli(["runs", "--runs-dir", str(out)], cwd=tmp_path)
+    assert listed_too.returncode == 0 and listed_too.stdout == listed.stdout
     # Where a run of it could not start, the batch says so once, before any run.
     for extra, said in (
         (["--models", f"baseline,{MODEL}"], "agent worker (--agent, or `agent` in the batch"),

@@ -81,7 +81,10 @@ def add_runs_command(sub: Any) -> None:
         "the best validation, the submitted attempt and its validation-to-test gap.",
     )
     runs.add_argument(
-        "--runs-dir", type=Path, default=None, help="the runs folder (default ./runs)"
+        "--runs-dir",
+        type=Path,
+        default=None,
+        help="the runs folder (default ./runs), or a batch folder (its runs)",
     )
     runs.add_argument("--task", help="only runs of this task (a part of its name)")
     runs.add_argument("--model", help="only runs of this model (a part of its name)")
@@ -226,6 +229,9 @@ def cmd_runs(args: argparse.Namespace) -> int:
         return 0
     if not runs_dir.is_dir():
         raise UsageError(f"{runs_dir} is not a folder of runs (see --runs-dir)")
+    if (runs_dir / "batch.json").is_file() and (runs_dir / "runs").is_dir():
+        # A batch folder, as `mlra report`, `compare` and `export` take one: its runs.
+        runs_dir = runs_dir / "runs"
     rows = list_runs(runs_dir)
     if args.task:
         rows = [r for r in rows if args.task.lower() in r.task.lower()]
