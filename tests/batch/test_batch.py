@@ -182,26 +182,39 @@ def _hanging_tool_call(run_dir: Path) -> bool:
     )
 
 
+HANGING = {
+    "supervisor:fallback": supervisor_fallback(),
+    "worker:fallback": turn("Waiting.", call("bash", command="sleep 20", timeout=60)),
+}
+"""A model whose worker runs a long command: a batch of it is stopped midway."""
+
+
+def _batch_args(tmp_path: Path, server: ScriptedModelServer, *flags: str) -> list[str]:
+    """`mlra batch` of the answer task with the baseline and the server's model, into
+    `tmp_path/b`."""
+    args = ["batch", "--tasks", "answer_task", "--models", f"baseline,{MODEL}"]
+    args += ["--seeds", "1", "--out", str(tmp_path / "b"), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
+    return [*args, "--isolation", "none", *flags, "--no-tui"]
+
+
+def _hanging_batch(
+    tmp_path: Path, server: ScriptedModelServer, *flags: str, **popen: Any
+) -> subprocess.Popen[Any]:
+    """That batch with the `HANGING` model as the server's, started in the background."""
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    args = _batch_args(tmp_path, server, *flags)
+    return subprocess.Popen([sys.executable, "-m", "mlra", *args], cwd=tmp_path, env=env, **popen)
+
+
 def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_limit(
     tmp_path: Path, task_link: Path
 ) -> None:
     out = tmp_path / "b"
-    script = {
-        "supervisor:fallback": supervisor_fallback(),
-        "worker:fallback": turn("Waiting.", call("bash", command="sleep 20", timeout=60)),
-    }
-    with ScriptedModelServer(script) as server:
-        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-        args = ["batch", "--tasks", "answer_task", "--models", f"baseline,{MODEL}"]
-        args += ["--seeds", "1", "--out", str(out), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
-        args += ["--isolation", "none", "--max-attempts", "2", "--no-tui"]
-        batch = subprocess.Popen(
-            [sys.executable, "-m", "mlra", *args],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
+    with ScriptedModelServer(HANGING) as server:
+        batch = _hanging_batch(
+            tmp_path, server, "--max-attempts", "2",
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        )  # fmt: skip
         llm_run = out / "runs" / batch_run_id(out, MODEL)
         baseline_result = out / "runs" / batch_run_id(out, "baseline") / "result.json"
         try:
@@ -217,6 +230,7 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
 
         # Rerun: the finished run is skipped, the interrupted one is carried on to its end.
         server.set_fallback("worker", worker_writing("42"))
+        args = _batch_args(tmp_path, server, "--max-attempts", "2")
         proc = mlra_cli(args, cwd=tmp_path, timeout=180)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         # What this batch did is said: one run resumed (before, nothing told it from a
@@ -415,23 +429,11 @@ def test_ctrl_c_says_what_the_batch_leaves_and_writes_the_report(
     """Ctrl-C stops the runs (each records its stop) and the batch says what it leaves and
     how to carry on, with the report so far: it printed a bare "mlra: interrupted"."""
     out = tmp_path / "b"
-    script = {
-        "supervisor:fallback": supervisor_fallback(),
-        "worker:fallback": turn("Waiting.", call("bash", command="sleep 20", timeout=60)),
-    }
-    with ScriptedModelServer(script) as server:
-        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-        args = ["batch", "--tasks", "answer_task", "--models", f"baseline,{MODEL}"]
-        args += ["--seeds", "1", "--out", str(out), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
-        args += ["--isolation", "none", "--parallel", "1", "--no-tui"]
-        batch = subprocess.Popen(
-            [sys.executable, "-m", "mlra", *args],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    with ScriptedModelServer(HANGING) as server:
+        batch = _hanging_batch(
+            tmp_path, server, "--parallel", "1",
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
         runs = out / "runs"
         try:
             _wait_for(lambda: runs.is_dir() and any(runs.iterdir()), 60, "the first run")
