@@ -86,6 +86,28 @@ async def _until(controller: RunController, found: Any) -> list[ev.Event]:
     raise AssertionError("the event never came")
 
 
+async def _outage(
+    tmp_path: Path, task: Path, api: Api, back_when: Any, max_retries: int = 0
+) -> list[ev.Event]:
+    """A run whose server goes away once the supervisor has its first answer and comes
+    back once the log holds an event `back_when` accepts; the run's log. Answers go by
+    the history, as a model's do: a request cut off by the stop asks for the same again."""
+    script = {"supervisor": supervisor_answering(), "worker": WORKER}
+    server = ScriptedModelServer(script, turn_by_history=True).start()
+    try:
+        controller, provider = _controller(tmp_path, task, server, api, max_retries)
+        running = asyncio.create_task(controller.run(agent_for))
+        await _until(controller, lambda e: isinstance(e, ev.ModelCall))
+        server.stop()
+        await _until(controller, back_when)
+        server.start()
+        await asyncio.wait_for(running, 60)
+        await provider.aclose()
+    finally:
+        server.stop()
+    return _events(controller)
+
+
 async def test_a_stream_cut_mid_answer_is_asked_again_after_a_wait(
     tmp_path: Path, answer_task: Path, api: Api
 ) -> None:
@@ -121,26 +143,13 @@ async def test_a_stream_cut_mid_answer_is_asked_again_after_a_wait(
 async def test_a_server_that_stops_answering_mid_run_is_waited_for(
     tmp_path: Path, answer_task: Path, api: Api
 ) -> None:
-    script = {"supervisor": supervisor_answering(), "worker": WORKER}
-    # Answers go by the history, as a model's do: a request cut off by the stop asks
-    # for the same answer again.
-    server = ScriptedModelServer(script, turn_by_history=True).start()
-    try:
-        controller, provider = _controller(tmp_path, answer_task, server, api)
-        running = asyncio.create_task(controller.run(agent_for))
-        # The server goes away once the supervisor has its first answer ...
-        await _until(controller, lambda e: isinstance(e, ev.ModelCall))
-        server.stop()
-        # ... and comes back once the run says it waits for it.
-        await _until(
-            controller, lambda e: isinstance(e, ev.ModelRetry) and e.cause == "not_answering"
-        )
-        server.start()
-        await asyncio.wait_for(running, 60)
-        await provider.aclose()
-    finally:
-        server.stop()
-    events = _events(controller)
+    # It comes back once the run says it waits for it.
+    events = await _outage(
+        tmp_path,
+        answer_task,
+        api,
+        lambda e: isinstance(e, ev.ModelRetry) and e.cause == "not_answering",
+    )
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert finished.reason == "submitted", finished.message
     waits = [e for e in events if isinstance(e, ev.ModelRetry)]
@@ -287,22 +296,11 @@ async def test_the_sdk_s_own_retries_of_a_server_that_is_gone_are_off_the_clock(
     """In an outage the SDK retries before the run's own wait begins: those retries
     counted on the run's clock (about 11 s in 30, while the batch's line said "clock
     paused"). From the first, the clock stands still until the server answers."""
-    script = {"supervisor": supervisor_answering(), "worker": WORKER}
-    server = ScriptedModelServer(script, turn_by_history=True).start()
-    try:
-        controller, provider = _controller(tmp_path, answer_task, server, api, max_retries=2)
-        running = asyncio.create_task(controller.run(agent_for))
-        await _until(controller, lambda e: isinstance(e, ev.ModelCall))
-        server.stop()
-        # (A request in flight as it stopped is lost mid-answer, which the SDK does not
-        # retry: the server comes back once the SDK has retried a call twice.)
-        await _until(controller, lambda e: _sdk_retry(e) and getattr(e, "attempt", 0) == 2)
-        server.start()
-        await asyncio.wait_for(running, 60)
-        await provider.aclose()
-    finally:
-        server.stop()
-    events = _events(controller)
+    # (A request in flight as it stopped is lost mid-answer, which the SDK does not
+    # retry: the server comes back once the SDK has retried a call twice.)
+    events = await _outage(
+        tmp_path, answer_task, api, lambda e: _sdk_retry(e) and getattr(e, "attempt", 0) == 2, 2
+    )
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert finished.reason == "submitted", finished.message
     sdk = [e for e in events if isinstance(e, ev.ModelRetry) and _sdk_retry(e)]
