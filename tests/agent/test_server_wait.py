@@ -312,3 +312,27 @@ async def test_the_sdk_s_own_retries_of_a_server_that_is_gone_are_off_the_clock(
 
 def _sdk_retry(e: ev.Event) -> bool:
     return isinstance(e, ev.ModelRetry) and e.wait_s is None and e.status is None
+
+
+async def test_retries_after_a_read_timed_out_stay_on_the_clock(
+    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server that is there and slow is not gone: the SDK's retry after its read timed
+    out counts on the run's clock (only a try that failed sooner is an absence)."""
+    from mlra.agent.loop import server_wait
+
+    monkeypatch.setattr(server_wait, "ABSENT_WITHIN_S", 0.9)  # reads time out after 1 s
+    script = {"supervisor": [{"hang": 5.0}, {"hang": 5.0}], "worker": WORKER}
+    with ScriptedModelServer(script) as server:
+        provider = OpenAIProvider(
+            "scripted", api_key=None, base_url=server.url_for("openai"), max_retries=1,
+            timeout_s=1.0,
+        )  # fmt: skip
+        controller, _ = _controller(tmp_path, answer_task, server, "openai")
+        controller.provider = provider
+        await controller.run(agent_for)
+        await provider.aclose()
+    events = _events(controller)
+    (error,) = [e for e in events if isinstance(e, ev.ModelError)]
+    assert "no answer from" in error.error and "within 1 s" in error.error, error.error
+    assert error.t >= 2.0  # both reads' time-outs, not the first alone

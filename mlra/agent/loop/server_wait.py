@@ -25,6 +25,10 @@ from mlra.agent.providers.server_gone import NOT_READY
 
 FIRST_WAIT_S = 1.0
 MAX_WAIT_S = 30.0
+ABSENT_WITHIN_S = 20.0
+"""A try with no answer, ended sooner than this (the SDKs' 10 s connect time-out and
+their longest wait before a retry, 8 s), is a server not there; a longer one timed out
+reading a server that is there."""
 
 
 class ServerWait:
@@ -98,13 +102,23 @@ def sdk_retries_off_the_clock(
     or the call ends. They counted before: in an outage, the clock went on about 11 s
     in 30 while the batch's line said "clock paused". `told` is told of each retry as
     before (`model_retry`). A hosted API's retries still count (its outages and
-    time-outs are its own), as does the first try and the SDK's first wait."""
+    time-outs are its own), as do the first try, the SDK's first wait, and a retry
+    after a read that timed out (a slow server is there)."""
     local = getattr(run.provider, "base_url", None) is not None
+    read_timeout = getattr(run.provider, "timeout_s", 0.0)
     paused = False
+    last = time.monotonic()
 
     def on_retry(attempt: int, status: int | None) -> None:
-        nonlocal paused
-        absent = status is None or status in NOT_READY
+        nonlocal paused, last
+        now = time.monotonic()
+        # A retry after no answer at all follows a refused connection or a time-out; a
+        # time-out of a server that is there and slow (the read's, 600 s by default) is
+        # its time, not an absence: only a try that failed sooner than any read could
+        # time out is taken for a server not there.
+        quick = now - last < ABSENT_WITHIN_S < read_timeout
+        last = now
+        absent = status in NOT_READY or (status is None and quick)
         if local and absent and not paused and run.clock.running:
             run.clock.pause()
             paused = True
