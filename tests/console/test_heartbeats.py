@@ -179,6 +179,22 @@ def test_a_resumed_search_says_it_waits_again_for_its_attempts() -> None:
     assert all("waiting for a1" in line for line in beats), beats
 
 
+def test_a_call_that_waited_for_approval_when_the_run_was_killed_runs_on_told_after_resume() -> (
+    None
+):
+    """A call held at a breakpoint when the run was killed is asked again under its id
+    after the resume (no new `tool_call`), approved, and run: it was dropped from what
+    runs, so its long command had no heartbeat."""
+    events: list[ev.Event] = [
+        ev.ToolCall(call_id="c1", agent="worker", tool="bash", arguments={"command": "train"}, t=2),
+        _sample(3),
+        ev.RunResumed(interrupted_calls=[], t=3.0),
+    ]
+    events += [_sample(s) for s in range(4, 70)]
+    beats = [line for line in _lines(events) if "…" in line]
+    assert beats and all("train" in line for line in beats), beats
+
+
 def test_waiting_for_attempts_gives_each_ones_progress_from_its_own_log(tmp_path: Path) -> None:
     """A search's attempt trains in a run of its own: the wait's line reads its log
     (`attempts/a1/events.jsonl`) as it was at the time (by the events' wall clock)."""

@@ -335,14 +335,14 @@ class RunState:
                 self.evaluating = False
                 self.paused = False
                 self.pending_approval = None
-                # The calls it stopped in are answered now, or run again (`attempt_wait`
-                # waits again for the attempts it takes up): running until their result,
-                # so the displays say what the resumed run waits for.
-                interrupted = {
-                    c: call for c, call in self.running.items() if c in event.interrupted_calls
-                }
+                # Every call open when the run stopped gets its result after this: an
+                # interrupted one at once, one that waited for approval asked again, one run
+                # again (`attempt_wait` waits again for its attempts, the supervisor's
+                # `assign_subtask`): running until then, so the displays say what the
+                # resumed run waits for. (A run that ended cleared them at its end.)
+                open_calls = dict(self.running)
                 self._idle()
-                self.running.update(interrupted)
+                self.running.update(open_calls)
                 self.resumed += 1
                 if event.model:
                     self.model = event.model
