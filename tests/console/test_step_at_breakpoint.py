@@ -167,3 +167,22 @@ async def test_an_edit_the_tool_would_refuse_is_said_in_the_dialog_and_the_call_
         await run.finished()
     assert isinstance(result, ev.ToolResult) and result.ok
     assert (run.controller.workspace / "answer.txt").read_text().strip() == "41"
+
+
+async def test_space_or_n_after_a_stop_does_nothing_on_the_way_to_grading(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Between a stop and the run's end (its attempts and jobs stopped, then grading),
+    Space or n still paused the run: its clock stopped and its commands were suspended
+    on the way to grading."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), start_paused=True) as run:
+        await run.watch.wait(is_(ev.Control, action="pause", source="start"))
+        run.controller.resume()
+        run.controller.request_stop()
+        run.controller.step()
+        run.controller.pause()
+        run.controller.resume()
+        finished = await run.finished()
+    assert finished.reason == "stopped"
+    actions = [e.action for e in run.watch.events if isinstance(e, ev.Control)]
+    assert actions[actions.index("stop") :] == ["stop"], actions

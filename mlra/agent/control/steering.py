@@ -128,7 +128,9 @@ class Steering:
         self.append(ev.Control(action=action, **fields))
 
     def pause(self, *, source: str | None = None) -> None:
-        if self.controls.paused or self.state.finished:
+        # Once a stop is asked for, the run only ends: a pause then stopped its clock and
+        # suspended its commands on the way to grading.
+        if self.controls.paused or self.state.finished or self._stop.is_set():
             return
         self.controls.pause()
         self.clock.pause()
@@ -139,6 +141,8 @@ class Steering:
             child.pause(source="run")
 
     def resume(self) -> None:
+        if self._stop.is_set():
+            return
         self.controls.resume()
         self._unpause()
         self._control("resume")
@@ -147,6 +151,8 @@ class Steering:
 
     def step(self) -> None:
         """Run exactly one agent action, then pause again (each running attempt too)."""
+        if self._stop.is_set():
+            return
         self.controls.step()
         self._unpause()
         self._control("step")
