@@ -304,3 +304,25 @@ def test_thinning_keeps_each_buckets_extremes() -> None:
     assert len(kept) <= 2 * (MAX_BUCKETS + 1) and series.read == 100_000
     assert (77_777, 77_777.0, 1000.0) in kept and (12_345, 12_345.0, -5.0) in kept
     assert [p[1] for p in kept] == sorted(p[1] for p in kept)  # still in order
+
+
+def test_a_call_cut_off_reads_as_one_not_as_a_model_error() -> None:
+    """A call the deadline, a stop or a lost connection cut off is no failure of the model
+    (the console and headless output say so); the shared page showed it as a red
+    "model error"."""
+    import io
+
+    from mlra import events as ev
+    from mlra.batch.share.text import Redactor
+    from mlra.batch.share.transcript import Transcript
+
+    out = io.BytesIO()
+    transcript = Transcript(out, 100_000, Redactor({}))
+    transcript.feed(ev.StepStarted(step=1, agent="worker", turn=1, t=1.0))
+    cut = "worker's call was cut off by the run's deadline (about 900 tokens counted)"
+    transcript.feed(ev.ModelError(agent="worker", model="m", error=cut, cut_off="deadline"))
+    transcript.feed(ev.ModelError(agent="worker", model="m", error="HTTP 500", fatal=True))
+    transcript.close()
+    page = out.getvalue().decode()
+    assert "call cut off" in page and page.count("model error") == 1
+    assert page.index("call cut off") < page.index("model error")

@@ -107,6 +107,10 @@ class Transcript:
                 self._item(label, self._pre(event.output), "result" if event.ok else "result bad")
             case ev.Notice():
                 self._item(f"{t} {esc_line(event.level)}", self._pre(event.message), "notice")
+            case ev.ModelError() if event.cut_off:
+                # A call the deadline, a stop or a lost connection cut off: no failure of
+                # the model, as the console and headless output say.
+                self._item(f"{t} call cut off", self._pre(event.error), "notice")
             case ev.ModelError():
                 self._item(f"{t} model error", self._pre(event.error), "result bad")
             case ev.SubtaskStarted():
