@@ -42,6 +42,22 @@ def test_matrix_stars_the_best_by_the_metrics_direction(tmp_path: Path) -> None:
     assert _row(m, "exact_match ↓") == ["0.5*", "0.8"]
 
 
+def test_settings_only_a_search_reads_are_left_out_of_a_run_that_did_not_search(
+    tmp_path: Path,
+) -> None:
+    """A run with no search listed `attempts 4`, the default, as if it had made four."""
+    runs = tmp_path / "runs"
+    # A recorded config holds every setting, the search's defaults too.
+    plain = compared_run(runs, "plain", score=0.5, config={"search": "none", "attempts": 4})
+    other = compared_run(runs, "other", score=0.6, config={"search": "none", "attempts": 4})
+    searched = compared_run(runs, "s", score=0.8, config={"search": "greedy", "attempts": 2})
+    every = matrix.build(load_all([plain, other]), all_settings=True)
+    assert "attempts" not in [r.name for r in every.rows if r.section == "settings"]
+    m = matrix.build(load_all([plain, searched]))
+    settings = {r.name: r.cells for r in m.rows if r.section == "settings"}
+    assert settings["attempts"] == ["(unset)", "2"]
+
+
 def test_the_best_is_starred_among_each_tasks_runs(tmp_path: Path) -> None:
     """A batch folder of two tasks: their scores are no one scale. The best of each task's
     runs is starred, and runs of different metrics are not labelled with the first one's

@@ -24,6 +24,8 @@ MAX_RUNS = 10
 
 
 NOT_SETTINGS = frozenset({"run_id", "runs_dir", "task", "model"})
+SEARCH_ONLY = frozenset({"attempts", "attempts_parallel"})
+"""Settings only a search reads: a run with none showed `attempts 4`, the default."""
 """Config keys that name the run or where it was written, not how it ran (the task and
 the model have rows of their own)."""
 
@@ -158,8 +160,16 @@ def load(run_dir: Path) -> ComparedRun:
         run.tried, run.validated, run.buggy = a.tried, a.validated, a.buggy
     run.duration_s, run.cost_usd = result.duration_s, result.cost_usd
     run.tokens, run.tokens_estimated = result.tokens, result.tokens_estimated
+    config = started.config
+    searched = config.get("search", "none") != "none"
     run.settings = {
-        **flatten({k: v for k, v in started.config.items() if k not in NOT_SETTINGS}),
+        **flatten(
+            {
+                k: v
+                for k, v in config.items()
+                if k not in NOT_SETTINGS and (searched or k not in SEARCH_ONLY)
+            }
+        ),
         "isolation": started.sandbox.isolation,
         "mlra_version": started.mlra_version or "(older)",
     }
