@@ -521,7 +521,8 @@ async def test_a_fork_says_it_is_one(recorded: Path, tmp_path: Path) -> None:
         assert f"fork of {source}@3" in static_text(app, "#status")
         text = transcript_text(app)
         assert f"this run is a fork of {source} at step 3, with openai/other-model" in text
-        assert "your message: try 43" in text
+        assert text.count("try 43") == 1  # the message, said once (it was said twice)
+        assert "to the worker: try 43" in text
 
 
 def test_the_fork_key_forks_through_the_server_the_replay_was_given(

@@ -230,12 +230,12 @@ class TranscriptPane(VerticalScroll):
                     event,
                     f"── this run is a fork of {event.source_run} at step {event.at_step}, "
                     f"with {event.model} ──"
+                    # (A message given to the fork is its `inject` just after: shown there.)
                     + (
                         f" its next action replaced: {describe_call(str(edit.get('tool', '')), edit.get('arguments'))}"
                         if edit
                         else ""
-                    )
-                    + (f" · your message: {one_line(event.message, 200)}" if event.message else ""),
+                    ),
                     "bold cyan",
                 )
             case _:
