@@ -443,7 +443,10 @@ def test_ctrl_c_says_what_the_batch_leaves_and_writes_the_report(
             llm_run = runs / batch_run_id(out, MODEL)
             _wait_for(lambda: _hanging_tool_call(llm_run), 60, "the model run's long command")
             batch.send_signal(signal.SIGINT)
-            stdout, stderr = batch.communicate(timeout=60)
+            # The batch gives each run 30 s to record its stop (executors/local.py), then
+            # writes the report: bounded, but slow on a loaded machine (CI's 4 workers on 2
+            # cores took over 60 s once).
+            stdout, stderr = batch.communicate(timeout=180)
         finally:
             if batch.poll() is None:
                 batch.kill()
