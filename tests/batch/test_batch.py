@@ -189,6 +189,15 @@ HANGING = {
 """A model whose worker runs a long command: a batch of it is stopped midway."""
 
 
+def _terminal_sigint() -> None:
+    """In the child: SIGINT as from a terminal, whatever this process's own. In a `.ci/run`
+    the batch ignored the test's Ctrl-C and ran on to its end: an inherited SIG_IGN (which
+    Python keeps) or a blocked SIGINT (tests/batch/test_ray_cluster.py starts its driver
+    with the default too)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def _batch_args(tmp_path: Path, server: ScriptedModelServer, *flags: str) -> list[str]:
     """`mlra batch` of the answer task with the baseline and the server's model, into
     `tmp_path/b`."""
@@ -207,10 +216,7 @@ def _hanging_batch(
         [sys.executable, "-m", "mlra", *args],
         cwd=tmp_path,
         env=env,
-        # As from a terminal, whatever this process's own SIGINT: in a `.ci/run` the
-        # batch ignored the test's Ctrl-C and ran on to its end (an inherited SIG_IGN,
-        # which Python keeps; tests/batch/test_ray_cluster.py starts its driver so too).
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        preexec_fn=_terminal_sigint,
         **popen,
     )
 
