@@ -16,6 +16,7 @@ from typing import Any
 from mlra.agent.metrics.files import MAX_FILES, metric_file_kind
 from mlra.events import GpuSample, ResourceSample
 from mlra.tools.sandbox.base import Sandbox, SandboxUsage
+from mlra.tools.sandbox.gpu_inventory import given_ids, nvml_uuid
 from mlra.tools.sandbox.run_group import RunGroup
 
 
@@ -51,14 +52,6 @@ def _handle(pynvml: Any, index: int) -> Any:
         return None
 
 
-def _uuid(pynvml: Any, handle: Any) -> str | None:
-    try:
-        value = pynvml.nvmlDeviceGetUUID(handle)
-    except Exception:
-        return None
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 class GpuMonitor:
     """NVML, opened once; "no GPU" is a state, not an error."""
 
@@ -75,7 +68,7 @@ class GpuMonitor:
             pynvml.nvmlInit()
             count = pynvml.nvmlDeviceGetCount()
             self._handles = [_handle(pynvml, i) for i in range(count)]
-            self._uuids = [_uuid(pynvml, h) for h in self._handles]
+            self._uuids = [nvml_uuid(pynvml, h) for h in self._handles]
             self._nvml = pynvml
             if not count:
                 self.error = "no GPU"
@@ -194,10 +187,9 @@ class ResourceMonitor:
         """Only the GPUs the run was given (`--gpus`, the host's CUDA_VISIBLE_DEVICES; a
         search's attempts share them out), as a container's figures show only its own:
         on a shared machine the others' load is not the run's."""
-        setting = (gpus or "all").strip()
-        if setting.lower() == "all":
+        ids = given_ids(gpus or "all")
+        if ids is None:
             return
-        ids = set() if setting.lower() == "none" else {g.strip() for g in setting.split(",")}
         sample.gpus = [
             g for g in sample.gpus if str(g.index) in ids or self.gpus.uuid(g.index) in ids
         ]

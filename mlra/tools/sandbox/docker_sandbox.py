@@ -75,6 +75,7 @@ from mlra.tools.sandbox.env import (
     refused_env_names,
     sandbox_env,
 )
+from mlra.tools.sandbox.gpu_inventory import given_ids
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
 from mlra.tools.sandbox.volume import settle_before_use
@@ -202,12 +203,7 @@ class DockerSandbox(Sandbox):
     @property
     def gpu_ids(self) -> list[str] | None:
         """The host GPUs given to the container: None for all, [] for none."""
-        gpus = (self.spec.gpus or "none").strip().lower()
-        if gpus == "all":
-            return None
-        if gpus in ("none", ""):
-            return []
-        return [g.strip() for g in gpus.split(",") if g.strip()]
+        return given_ids(self.spec.gpus or "none")
 
     def _user(self, uid: int | None) -> tuple[int, int]:
         """A non-root user that can write the workspace: its owner, or 1000 when root owns it

@@ -39,6 +39,24 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def nvml_uuid(pynvml: Any, handle: Any) -> str | None:
+    """A GPU's UUID as NVML gives it, or None where it refuses."""
+    try:
+        return _text(pynvml.nvmlDeviceGetUUID(handle))
+    except Exception:
+        return None
+
+
+def given_ids(gpus: str) -> list[str] | None:
+    """The GPU ids a `--gpus` value names: None for all, [] for none."""
+    setting = gpus.strip().lower()
+    if setting == "all":
+        return None
+    if setting in ("none", ""):
+        return []
+    return [g.strip() for g in gpus.split(",") if g.strip()]
+
+
 def machine_gpus() -> tuple[Gpu, ...] | None:
     """Every GPU NVML sees; None when NVML cannot be asked (no library, no driver)."""
     try:
@@ -55,7 +73,7 @@ def machine_gpus() -> tuple[Gpu, ...] | None:
         except Exception:
             found.append(Gpu(str(index)))
             continue
-        name = memory = uuid = None
+        name = memory = None
         try:
             name = _text(pynvml.nvmlDeviceGetName(handle))
         except Exception:
@@ -65,11 +83,7 @@ def machine_gpus() -> tuple[Gpu, ...] | None:
             memory = int(pynvml.nvmlDeviceGetMemoryInfo(handle).total) / 1e9
         except Exception:
             pass
-        try:
-            uuid = _text(pynvml.nvmlDeviceGetUUID(handle))
-        except Exception:
-            pass
-        found.append(Gpu(str(index), name, memory, uuid))
+        found.append(Gpu(str(index), name, memory, nvml_uuid(pynvml, handle)))
     return tuple(found)
 
 
