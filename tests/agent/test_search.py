@@ -425,8 +425,14 @@ async def test_the_greedy_policy_drafts_debugs_the_buggy_one_and_submits_the_bes
     assert result.score == 0.0  # 24 is right on the validation split only
     assert result.attempts.validation_to_test_gap == -0.5
     # The plan says how the search went: never a search that ran shown "not started".
-    plan = [e for e in events if isinstance(e, ev.PlanUpdated)][-1]
-    assert [(s.id, s.status) for s in plan.steps] == [("search", "done"), ("submit", "in_progress")]
+    plans = [e for e in events if isinstance(e, ev.PlanUpdated)]
+    plan = plans[-1]
+    assert [(s.id, s.status) for s in plans[-2].steps] == [
+        ("search", "done"),
+        ("submit", "in_progress"),
+    ]
+    # Once submitted, the plan says so: a finished run's plan has no step under way.
+    assert [(s.id, s.status) for s in plan.steps] == [("search", "done"), ("submit", "done")]
     assert plan.steps[0].title.startswith("Searched: 3 attempts, best a2")
     # The attempts' model calls are the run's: its token totals (result.json, `mlra
     # runs`) are theirs, not 0 (issue 40).

@@ -162,7 +162,9 @@ class GreedySearch:
             {"attempt": best.id, "note": f"the best of {len(self.tree)} attempts (greedy)"},
         )
         if not outcome.ok:
+            self._plan(f"submitting {best.id} failed", searched="done", submitted="failed")
             raise EndRun(unsubmitted("no_submission", f"submitting {best.id} failed"))
+        self._plan(f"submitted {best.id}", searched="done", submitted="done")
         raise EndRun(
             Ending(
                 reason="submitted",
@@ -178,10 +180,17 @@ class GreedySearch:
         call = ToolCallRequest(id=self.ctl.next_call_id(self.role), name=name, arguments=arguments)
         return await self.ctl.execute_tool(self.role, call, self.registry, step=step, turn=step)
 
-    def _plan(self, reason: str, *, searched: ev.PlanStatus | None = None) -> None:
+    def _plan(
+        self,
+        reason: str,
+        *,
+        searched: ev.PlanStatus | None = None,
+        submitted: ev.PlanStatus | None = None,
+    ) -> None:
         """The plan as the search stands: searching, then (`searched`: how the search
-        ended) submitting; a finished search says how many attempts it made and the
-        best, so the Plan pane never shows a search that ran as "not started"."""
+        ended) submitting (`submitted`: how that went); a finished search says how many
+        attempts it made and the best, so the Plan pane never shows a search that ran as
+        "not started", nor a submission that was made as still under way."""
         title = "Search: drafts, then debug or improve the best"
         if searched is not None:
             best = self.tree.best
@@ -192,7 +201,7 @@ class GreedySearch:
             ev.PlanStep(
                 id="submit",
                 title="Submit the best validated attempt",
-                status="in_progress" if searched == "done" else "pending",
+                status=submitted or ("in_progress" if searched == "done" else "pending"),
             ),
         ]
         self.ctl.set_plan(steps, reason, agent=self.role)
