@@ -97,3 +97,24 @@ def test_mlra_runs_opens_the_comparison_of_the_runs_it_lists(tmp_path: Path) -> 
         proc = mlra_cli(args, cwd=tmp_path)
         assert proc.returncode == 2 and said in proc.stderr, (proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_wide_terminal_shows_whole_models_and_the_scores_direction(tmp_path: Path) -> None:
+    """Two runs of models whose names differ only past 22 characters read apart where the
+    terminal has room (both were `openai/qwen2.5-coder-…` at 150 columns), and the score
+    row keeps its direction however narrow: its name is the metric's, cut before its
+    arrow."""
+    runs = tmp_path / "runs"
+    models = ("openai/qwen2.5-coder-0.5b-instruct", "openai/qwen2.5-coder-1.5b-instruct")
+    for i, model in enumerate(models):
+        compared_run(
+            runs, f"r{i}", model=model, metric="minimal_pair_accuracy", score=0.7 + i / 100
+        )
+    wide = mlra_cli(["compare", "runs", "--no-tui"], cwd=tmp_path, env={"COLUMNS": "150"})
+    assert wide.returncode == 0, wide.stderr
+    assert all(m in wide.stdout for m in models), wide.stdout
+    assert "minimal_pair_accuracy ↑  0.7  " in wide.stdout, wide.stdout
+    narrow = mlra_cli(["compare", "runs", "--no-tui"], cwd=tmp_path, env=NARROW)
+    assert narrow.returncode == 0, narrow.stderr
+    score_row = next(ln for ln in narrow.stdout.splitlines() if ln.startswith("minimal_pair"))
+    assert "… ↑" in score_row and "0.71*" in score_row.split(), narrow.stdout
