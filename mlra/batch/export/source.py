@@ -29,6 +29,7 @@ from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.record.run_result import RunResult, result_of
 from mlra.agent.record.state import fold
+from mlra.batch.compare.runs import SEARCH_ONLY
 from mlra.batch.curves import (
     Point,
     Series,
@@ -128,6 +129,8 @@ def _params(started: ev.RunStarted | None, result: RunResult) -> dict[str, Param
         if value is not None:
             params[key] = value
     config = started.config
+    if config.get("search", "none") == "none":  # a search's settings, read by none else:
+        config = {k: v for k, v in config.items() if k not in SEARCH_ONLY}  # not `attempts 4`
     for key in ("seed", "search", "attempts", "attempts_parallel"):
         if config.get(key) is not None:
             params[key] = config[key]
