@@ -356,6 +356,51 @@ def test_fork_restores_the_workspace_as_it_was(tmp_path: Path, recorded: Path) -
     assert (workspace / "question.txt").exists() and not (workspace / "checked.txt").exists()
 
 
+def test_a_fork_of_a_fork_is_named_by_its_own_id_everywhere(tmp_path: Path, recorded: Path) -> None:
+    """A fork's log opens with its source's run_started: `mlra fork` of a fork said it
+    came from the first run (`src@3`, not `f@3`), `mlra compare src f` named both
+    columns `src`, and `mlra export` gave the fork `config.run_id = src`."""
+    script = {"supervisor": [], "worker": [], "default": []}
+    with ScriptedModelServer(script) as server:
+        server.set_fallback("worker", turn("", call("report", summary="stopping here")))
+        server.set_fallback("supervisor", turn("", call("submit", path="answer.txt")))
+        for source, at, run_id in ((recorded, "3", "f"), (tmp_path / "f", "3", "g")):
+            proc = mlra_cli(
+                [
+                    "fork", str(source), "--at", at, "--run-id", run_id, "--runs-dir",
+                    str(tmp_path), "--base-url", server.url_for("openai"), "--no-tui",
+                ],
+                cwd=tmp_path,
+                env=_env(),
+            )  # fmt: skip
+            assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert "forked f at step 3 into g" in proc.stdout, proc.stdout
+    forked = [
+        e for e in read_events(tmp_path / "g" / "events.jsonl") if isinstance(e, ev.RunForked)
+    ]
+    assert [(e.run_id, e.source_run) for e in forked] == [("f", "src"), ("g", "f")]
+    listed = mlra_cli(["runs", "--runs-dir", str(tmp_path), "--json"], cwd=tmp_path)
+    rows = {r["id"]: r for r in map(json.loads, listed.stdout.splitlines())}
+    assert (rows["f"]["forked_from"], rows["g"]["forked_from"]) == ("src@3", "f@3")
+    compared = mlra_cli(
+        ["compare", str(recorded), "f", "g", "--runs-dir", str(tmp_path), "--json"], cwd=tmp_path
+    )
+    assert json.loads(compared.stdout)["runs"] == ["src", "f", "g"], compared.stdout
+    pytest.importorskip("mlflow")
+    dest = tmp_path / "mlruns"
+    exported = mlra_cli(
+        ["export", "g", "--runs-dir", str(tmp_path), "--to", "mlflow", "--dest", str(dest)],
+        cwd=tmp_path,
+    )
+    assert exported.returncode == 0, exported.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=dest.resolve().as_uri())
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.run_name == "g" and run.data.tags["mlra.forked_from"] == "f@3"
+    assert "config.run_id" not in run.data.params, run.data.params
+
+
 def test_fork_refuses_a_step_the_run_does_not_have(tmp_path: Path, recorded: Path) -> None:
     proc = mlra_cli(["fork", str(recorded), "--at", "99", "--no-tui"], cwd=tmp_path, env=_env())
     assert proc.returncode == 2 and "the run has steps 1 to 6" in proc.stderr

@@ -295,7 +295,9 @@ def fork_run(
         forked: list[ev.Event] = [
             ev.RunForked(
                 run_id=run_dir.name,
-                source_run=source.started.run_id,
+                # the source's own id: a fork's log opens with its source's
+                # run_started, so a fork of a fork named the first run
+                source_run=fold(source.events).run_id or source.started.run_id,
                 source_dir=str(source.run_dir),
                 at_step=at_step,
                 model=model,

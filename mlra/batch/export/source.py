@@ -29,7 +29,7 @@ from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.record.run_result import RunResult, result_of
 from mlra.agent.record.state import fold
-from mlra.batch.compare.runs import SEARCH_ONLY
+from mlra.batch.compare.runs import NOT_SETTINGS, SEARCH_ONLY
 from mlra.batch.curves import (
     Point,
     Series,
@@ -138,6 +138,8 @@ def _params(started: ev.RunStarted | None, result: RunResult) -> dict[str, Param
     if started.mlra_version:
         params["mlra_version"] = started.mlra_version
     for key, value in sorted(config.items()):
+        if key in NOT_SETTINGS:  # where it was written: a fork's named its source's id
+            continue
         if isinstance(value, str | int | float | bool) and key not in params:
             params[f"config.{key}"] = value
     return params
@@ -195,7 +197,8 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         final=_final(result),
         artifacts=artifacts,
         started_ts=events[0].ts if events else 0.0,
-        tags={"status": result.status, "reason": result.reason},
+        tags={"status": result.status, "reason": result.reason}
+        | ({"forked_from": result.forked_from} if result.forked_from else {}),
     )
 
 
