@@ -162,7 +162,7 @@ def load(run_dir: Path) -> ComparedRun:
         run.tried, run.validated, run.buggy = a.tried, a.validated, a.buggy
     run.duration_s, run.cost_usd = result.duration_s, result.cost_usd
     run.tokens, run.tokens_estimated = result.tokens, result.tokens_estimated
-    config = started.config
+    config = {**started.config, **state.settings_changed}  # a fork's --time-limit, say
     searched = config.get("search", "none") != "none"
     run.settings = {
         **flatten(
