@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlra import events as ev
 from tests.batch.compare_runs import compared_run
 from tests.conftest import mlra_cli
 
@@ -118,3 +119,20 @@ def test_a_wide_terminal_shows_whole_models_and_the_scores_direction(tmp_path: P
     assert narrow.returncode == 0, narrow.stderr
     score_row = next(ln for ln in narrow.stdout.splitlines() if ln.startswith("minimal_pair"))
     assert "… ↑" in score_row and "0.71*" in score_row.split(), narrow.stdout
+
+
+def test_a_curve_named_as_neither_loss_nor_score_takes_its_direction_from_its_values(
+    tmp_path: Path,
+) -> None:
+    """tiny-lm's recipe prints its validation loss as `valid` (5.2 falling to 4.5):
+    `--metric valid` said `valid ↑` and starred the run whose loss was higher, while
+    the curves drew it in the loss panel. Both now take one rule."""
+    runs = tmp_path / "runs"
+    for name, last in (("a", 4.48), ("b", 4.563)):
+        points = [ev.MetricPoint(name="valid", value=v, step=100 * (i + 1), wall=10.0 * (i + 1))
+                  for i, v in enumerate((5.2, 4.7, last))]  # fmt: skip
+        compared_run(runs, name, more=(ev.Metrics(source="job:j1", job="j1", points=points),))
+    proc = mlra_cli(["compare", "runs", "--metric", "valid", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["metric"] == "valid ↓" and data["best"] == ["a"], data
