@@ -40,7 +40,9 @@ def test_no_tui_fits_80_columns_and_keeps_ids_status_and_scores(tmp_path: Path) 
         assert score in out.split()
     assert "temperature" in out and "settings alike in every run" in out
     # Two models over the same task: the paired table.
-    assert "paired by model, B against A: 1 wins, 0 losses, 0 ties" in out
+    # Its sides are no letters: the matrix's B is a run (of model-1), not a side.
+    assert "paired by model, 2nd against 1st: 1 wins, 0 losses, 0 ties" in out
+    assert "1st = model-0" in out and "B = " not in out
 
 
 def test_json_and_run_ids(tmp_path: Path) -> None:

@@ -109,17 +109,20 @@ def _num(value: float | None, signed: bool = False) -> str:
 
 
 def paired_text(table: Paired, width: int = 80) -> str:
+    """The sides are `1st` and `2nd`, never letters: the matrix above names runs by
+    letters, and its run B is not the paired table's second side (`B = baseline` under
+    a matrix whose B was one run of baseline and C the other model's)."""
     width = max(width, 40)
     head = (
-        f"paired by {table.by}, B against A: "
+        f"paired by {table.by}, 2nd against 1st: "
         f"{table.wins} wins, {table.losses} losses, {table.ties} ties"
     )
-    rows = [("task", "A side", "B side", "B-A", "")] + [
+    rows = [("task", "1st side", "2nd side", "2nd-1st", "")] + [
         (r.task, _num(r.a), _num(r.b), _num(r.diff, signed=True), r.outcome) for r in table.rows
     ]
     num_w = [max(len(r[k]) for r in rows) for k in (1, 2, 3, 4)]
     task_w = max(4, min(max(len(printable_line(r[0])) for r in rows), width - sum(num_w) - 8))
-    out = [cut(head, width), f"A = {cut(table.a, width - 4)}", f"B = {cut(table.b, width - 4)}"]
+    out = [cut(head, width), f"1st = {cut(table.a, width - 6)}", f"2nd = {cut(table.b, width - 6)}"]
     for r in rows:
         cells = [cut(r[0], task_w).ljust(task_w)] + [r[k].rjust(num_w[k - 1]) for k in (1, 2, 3, 4)]
         out.append(GAP.join(cells).rstrip())
