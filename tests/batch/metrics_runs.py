@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
@@ -29,7 +30,7 @@ def metrics_run(
     score: float = 0.5,
     search: str = "none",
     more: tuple[ev.Metrics, ...] = (),
-    config: dict[str, object] | None = None,
+    config: dict[str, Any] | None = None,
 ) -> Path:
     """A finished run: job j1 printed `loss` at steps 100, 200..., metrics.jsonl gave
     `acc` with no steps, two validations, a graded submission; `more` metrics events
