@@ -174,6 +174,10 @@ class RunResumed(_Event):
     model: str = ""
     sandbox: SandboxInfo | None = None
     """The sandbox the run goes on in, which may be confined otherwise than before."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The limits the command changed (`--time-limit`...: `time_limit_s`, `max_steps`,
+    `max_cost_usd`, `max_tokens`), as `run_started`'s config names them: the run goes on
+    under these, and every view of it says so."""
 
 
 class RunForked(_Event):
@@ -194,3 +198,5 @@ class RunForked(_Event):
     workspace lacks it), one line per snapshot that says so."""
     sandbox: SandboxInfo | None = None
     """The sandbox the fork runs in."""
+    settings: dict[str, Any] = Field(default_factory=dict)
+    """The limits the fork changed from its source's, as `RunResumed.settings`."""

@@ -23,6 +23,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import fold
 from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
@@ -354,6 +355,100 @@ def test_fork_restores_the_workspace_as_it_was(tmp_path: Path, recorded: Path) -
     assert (workspace / "draft.txt").read_text() == "41\n"
     assert (workspace / "answer.txt").read_text() == "42\n"  # step 2's
     assert (workspace / "question.txt").exists() and not (workspace / "checked.txt").exists()
+
+
+def test_a_fork_of_a_fork_is_named_by_its_own_id_everywhere(tmp_path: Path, recorded: Path) -> None:
+    """A fork's log opens with its source's run_started: `mlra fork` of a fork said it
+    came from the first run (`src@3`, not `f@3`), `mlra compare src f` named both
+    columns `src`, and `mlra export` gave the fork `config.run_id = src`."""
+    script = {"supervisor": [], "worker": [], "default": []}
+    with ScriptedModelServer(script) as server:
+        server.set_fallback("worker", turn("", call("report", summary="stopping here")))
+        server.set_fallback("supervisor", turn("", call("submit", path="answer.txt")))
+        for source, at, run_id in ((recorded, "3", "f"), (tmp_path / "f", "3", "g")):
+            proc = mlra_cli(
+                [
+                    "fork", str(source), "--at", at, "--run-id", run_id, "--runs-dir",
+                    str(tmp_path), "--base-url", server.url_for("openai"), "--no-tui",
+                ],
+                cwd=tmp_path,
+                env=_env(),
+            )  # fmt: skip
+            assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    assert "forked f at step 3 into g" in proc.stdout, proc.stdout
+    forked = [
+        e for e in read_events(tmp_path / "g" / "events.jsonl") if isinstance(e, ev.RunForked)
+    ]
+    assert [(e.run_id, e.source_run) for e in forked] == [("f", "src"), ("g", "f")]
+    listed = mlra_cli(["runs", "--runs-dir", str(tmp_path), "--json"], cwd=tmp_path)
+    rows = {r["id"]: r for r in map(json.loads, listed.stdout.splitlines())}
+    assert (rows["f"]["forked_from"], rows["g"]["forked_from"]) == ("src@3", "f@3")
+    compared = mlra_cli(
+        ["compare", str(recorded), "f", "g", "--runs-dir", str(tmp_path), "--json"], cwd=tmp_path
+    )
+    assert json.loads(compared.stdout)["runs"] == ["src", "f", "g"], compared.stdout
+    pytest.importorskip("mlflow")
+    dest = tmp_path / "mlruns"
+    exported = mlra_cli(
+        ["export", "g", "--runs-dir", str(tmp_path), "--to", "mlflow", "--dest", str(dest)],
+        cwd=tmp_path,
+    )
+    assert exported.returncode == 0, exported.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=dest.resolve().as_uri())
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    assert run.info.run_name == "g" and run.data.tags["mlra.forked_from"] == "f@3"
+    assert "config.run_id" not in run.data.params, run.data.params
+
+
+def test_a_forks_new_limits_are_in_its_log_and_every_view(tmp_path: Path, recorded: Path) -> None:
+    """`mlra fork --time-limit 9m --max-steps 8` ran under them, but only the process
+    knew: its log kept the source's run_started (6 steps), so `mlra compare` and the
+    exports said `max_steps 6` of a run that ended 'step budget used up (8 of 8)', the
+    console counted its time left from the old limit, and `mlra resume` of it went back
+    to the old ones."""
+    script = {"supervisor": [], "worker": [], "default": []}
+    with ScriptedModelServer(script) as server:
+        server.set_fallback("worker", turn("", call("report", summary="stopping here")))
+        server.set_fallback("supervisor", turn("", call("submit", path="answer.txt")))
+        proc = mlra_cli(
+            [
+                "fork", str(recorded), "--at", "3", "--run-id", "f", "--runs-dir",
+                str(tmp_path), "--base-url", server.url_for("openai"), "--no-tui",
+                "--time-limit", "9m", "--max-steps", "8",
+            ],
+            cwd=tmp_path,
+            env=_env(),
+        )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stdout + proc.stderr
+    events = read_events(tmp_path / "f" / "events.jsonl")
+    forked = next(e for e in events if isinstance(e, ev.RunForked))
+    assert forked.settings == {"time_limit_s": 540.0, "max_steps": 8}
+    state = fold(events)
+    assert state.limits is not None and state.limits.time_limit_s == 540.0
+    assert state.limits.max_steps == 8
+    compared = mlra_cli(
+        ["compare", str(recorded), str(tmp_path / "f"), "--json", "--all"], cwd=tmp_path
+    )
+    rows = {r["name"]: r["cells"] for r in json.loads(compared.stdout)["rows"]}
+    assert rows["time_limit_s"][1] == "540.0" and rows["max_steps"][1] == "8", rows
+    assert rows["max_steps"][0] != "8"
+    replay = mlra_cli(["replay", str(tmp_path / "f"), "--no-tui"], cwd=tmp_path).stdout
+    assert "limit 9m00s" in replay.splitlines()[1], replay  # the header, not the source's
+    assert "given --time-limit 9m00s --max-steps 8" in replay, replay
+    pytest.importorskip("mlflow")
+    dest = tmp_path / "mlruns"
+    exported = mlra_cli(
+        ["export", str(tmp_path / "f"), "--to", "mlflow", "--dest", str(dest)], cwd=tmp_path
+    )
+    assert exported.returncode == 0, exported.stderr
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=dest.resolve().as_uri())
+    (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    params = run.data.params
+    assert (params["time_limit_s"], params["max_steps"]) == ("540.0", "8"), params
 
 
 def test_fork_refuses_a_step_the_run_does_not_have(tmp_path: Path, recorded: Path) -> None:

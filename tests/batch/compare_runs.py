@@ -39,6 +39,7 @@ def compared_run(
     tokens: int = 1200,
     cost: float = 0.01,
     metric: str = "exact_match",
+    more: tuple[ev.Metrics, ...] = (),
 ) -> Path:
     run_dir = runs / name
     log = EventLog(run_dir / EVENTS_FILE)
@@ -76,6 +77,8 @@ def compared_run(
         for i, v in enumerate(accs)
     ]
     append(60, ev.Metrics(source="job:j1", job="j1", points=acc))
+    for event in more:  # series of other names
+        append(65, event)
     for i, value in enumerate(validations):
         append(
             70.0 + 10 * i,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
@@ -29,10 +30,11 @@ def metrics_run(
     score: float = 0.5,
     search: str = "none",
     more: tuple[ev.Metrics, ...] = (),
+    config: dict[str, Any] | None = None,
 ) -> Path:
     """A finished run: job j1 printed `loss` at steps 100, 200..., metrics.jsonl gave
     `acc` with no steps, two validations, a graded submission; `more` metrics events
-    after those (series of other names)."""
+    after those (series of other names); `config`: more of `run_started`'s config."""
     run_dir = runs / name
     log = EventLog(run_dir / EVENTS_FILE)
     state = RunState()
@@ -54,7 +56,7 @@ def metrics_run(
             model=model,
             limits=ev.Limits(time_limit_s=3600, max_steps=50),
             sandbox=sandbox,
-            config={"seed": seed, "search": search, "observation_limit": 10000},
+            config={"seed": seed, "search": search, "observation_limit": 10000, **(config or {})},
         ),
     )
     points = [

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from mlra import events as ev
 from tests.batch.compare_runs import compared_run
 from tests.conftest import mlra_cli
 
@@ -39,7 +40,9 @@ def test_no_tui_fits_80_columns_and_keeps_ids_status_and_scores(tmp_path: Path) 
         assert score in out.split()
     assert "temperature" in out and "settings alike in every run" in out
     # Two models over the same task: the paired table.
-    assert "paired by model, B against A: 1 wins, 0 losses, 0 ties" in out
+    # Its sides are no letters: the matrix's B is a run (of model-1), not a side.
+    assert "paired by model, 2nd against 1st: 1 wins, 0 losses, 0 ties" in out
+    assert "1st = model-0" in out and "B = " not in out
 
 
 def test_json_and_run_ids(tmp_path: Path) -> None:
@@ -97,3 +100,41 @@ def test_mlra_runs_opens_the_comparison_of_the_runs_it_lists(tmp_path: Path) -> 
         proc = mlra_cli(args, cwd=tmp_path)
         assert proc.returncode == 2 and said in proc.stderr, (proc.stdout, proc.stderr)
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_wide_terminal_shows_whole_models_and_the_scores_direction(tmp_path: Path) -> None:
+    """Two runs of models whose names differ only past 22 characters read apart where the
+    terminal has room (both were `openai/qwen2.5-coder-…` at 150 columns), and the score
+    row keeps its direction however narrow: its name is the metric's, cut before its
+    arrow."""
+    runs = tmp_path / "runs"
+    models = ("openai/qwen2.5-coder-0.5b-instruct", "openai/qwen2.5-coder-1.5b-instruct")
+    for i, model in enumerate(models):
+        compared_run(
+            runs, f"r{i}", model=model, metric="minimal_pair_accuracy", score=0.7 + i / 100
+        )
+    wide = mlra_cli(["compare", "runs", "--no-tui"], cwd=tmp_path, env={"COLUMNS": "150"})
+    assert wide.returncode == 0, wide.stderr
+    assert all(m in wide.stdout for m in models), wide.stdout
+    assert "minimal_pair_accuracy ↑  0.7  " in wide.stdout, wide.stdout
+    narrow = mlra_cli(["compare", "runs", "--no-tui"], cwd=tmp_path, env=NARROW)
+    assert narrow.returncode == 0, narrow.stderr
+    score_row = next(ln for ln in narrow.stdout.splitlines() if ln.startswith("minimal_pair"))
+    assert "… ↑" in score_row and "0.71*" in score_row.split(), narrow.stdout
+
+
+def test_a_curve_named_as_neither_loss_nor_score_takes_its_direction_from_its_values(
+    tmp_path: Path,
+) -> None:
+    """tiny-lm's recipe prints its validation loss as `valid` (5.2 falling to 4.5):
+    `--metric valid` said `valid ↑` and starred the run whose loss was higher, while
+    the curves drew it in the loss panel. Both now take one rule."""
+    runs = tmp_path / "runs"
+    for name, last in (("a", 4.48), ("b", 4.563)):
+        points = [ev.MetricPoint(name="valid", value=v, step=100 * (i + 1), wall=10.0 * (i + 1))
+                  for i, v in enumerate((5.2, 4.7, last))]  # fmt: skip
+        compared_run(runs, name, more=(ev.Metrics(source="job:j1", job="j1", points=points),))
+    proc = mlra_cli(["compare", "runs", "--metric", "valid", "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["metric"] == "valid ↓" and data["best"] == ["a"], data

@@ -131,6 +131,25 @@ def test_a_batch_is_one_mlflow_experiment_with_a_run_per_run(
     assert [m.value for m in history] == [2.0, 1.0]
 
 
+def test_a_run_that_did_not_search_exports_no_attempts_setting(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Every run's config holds `attempts` (4, the default) and `attempts_parallel`; only
+    a search reads them. A plain run beside a search of 3 attempts showed `attempts 4` in
+    MLflow's columns, as if it had made four (`mlra compare` leaves them out)."""
+    batch = tmp_path / "b"
+    searched = {"attempts": 3, "attempts_parallel": 1}
+    metrics_run(batch / "runs", "plain", config={"attempts": 4, "attempts_parallel": 1})
+    metrics_run(batch / "runs", "search", search="greedy", config=searched)
+    _export(batch, "mlflow", tmp_path / "mlruns", capsys)
+    client = _mlflow(tmp_path / "mlruns")
+    experiment = client.get_experiment_by_name("mlra/answer")
+    runs = {r.info.run_name: r.data.params for r in client.search_runs([experiment.experiment_id])}
+    assert runs["search"]["attempts"] == "3" and runs["search"]["search"] == "greedy"
+    assert runs["plain"]["search"] == "none"
+    assert not {k for k in runs["plain"] if "attempts" in k}, runs["plain"]
+
+
 def test_a_batch_is_one_tensorboard_logdir_with_a_folder_per_run(
     batch_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -60,6 +60,9 @@ class RunState:
     task_title: str = ""
     model: str = ""
     limits: ev.Limits | None = None
+    settings_changed: dict[str, Any] = field(default_factory=dict)
+    """The limits a resume or a fork changed since `run_started` (its config's names):
+    `limits` holds them already; a settings view lays them over the config."""
     sandbox: ev.SandboxInfo | None = None
     budget: ev.Budget | None = None
     """The run's budget (an attempt's run: its share), from `run_started`."""
@@ -347,6 +350,7 @@ class RunState:
                 if event.model:
                     self.model = event.model
                 self._confined_by(event.sandbox)
+                self._settings(event.settings)
             case ev.RunForked():
                 self._confined_by(event.sandbox)
                 self.finished = None
@@ -360,6 +364,7 @@ class RunState:
                 self.run_id = event.run_id
                 self.forked_from = f"{event.source_run}@{event.at_step}"
                 self.model = event.model
+                self._settings(event.settings)
             case _:
                 pass
 
@@ -369,6 +374,13 @@ class RunState:
         self.retry = None
         self.answering_since = self.first_token_s = None
         self.streamed_chars = 0
+
+    def _settings(self, changed: dict[str, Any]) -> None:
+        """Limits a resume or a fork changed: the run goes on under them."""
+        self.settings_changed.update(changed)
+        if self.limits is not None:
+            known = {k: v for k, v in changed.items() if k in ev.Limits.model_fields}
+            self.limits = ev.Limits.model_validate({**self.limits.model_dump(), **known})
 
     def _idle(self) -> None:
         """Nothing runs once the run ended (or before it goes on)."""

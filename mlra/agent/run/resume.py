@@ -98,6 +98,15 @@ def _reopen(controller: RunController, run: RecordedRun) -> None:
     controller.clock = type(controller.clock)(controller.time_limit_s, already=run.elapsed_s)
 
 
+LIMIT_SETTINGS = ("time_limit_s", "max_steps", "max_cost_usd", "max_tokens")
+"""The limits a resume or a fork may change (`--time-limit`...), by their config names:
+recorded in its `run_resumed` or `run_forked`, so the log says what the run went on under."""
+
+
+def changed_limits(overrides: dict[str, Any]) -> dict[str, Any]:
+    return {k: overrides[k] for k in LIMIT_SETTINGS if overrides.get(k) is not None}
+
+
 def resumable(run: RecordedRun) -> None:
     state = fold(run.events)
     finished = state.finished
@@ -127,6 +136,7 @@ def resume_controller(
     resumable(run)
     if ready is not None:
         ready()
+    changed = changed_limits(overrides or {})
     config = run.config.model_copy(
         update={
             "run_id": run.run_dir.name,
@@ -134,6 +144,8 @@ def resume_controller(
             "start_paused": False,
             # The budget it started with (agent/setup/run_budget.py), not one from what is free now.
             "budget": run.config.budget or _recorded_budget(run.events),
+            # limits an earlier resume or the fork set hold unless this command sets others
+            **fold(run.events).settings_changed,
             **(overrides or {}),
         }
     )
@@ -149,7 +161,11 @@ def resume_controller(
         events: list[ev.Event] = (
             []
             if fresh_fork
-            else [ev.RunResumed(dropped_torn_line=bool(run.torn), model=config.model)]
+            else [
+                ev.RunResumed(
+                    dropped_torn_line=bool(run.torn), model=config.model, settings=changed
+                )
+            ]
         )
         events += [ev.Notice(level="warning", message=n) for n in notes]
         return events
@@ -256,6 +272,7 @@ def fork_run(
     edit_action: dict[str, Any] | None = None,
     message: str | None = None,
     ready: Callable[[], None] | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> RecordedRun:
     """Make the new run's folder: the log up to the step, and the workspace as it was.
     `ready` is called once the fork is known to be possible, before anything is written
@@ -295,7 +312,9 @@ def fork_run(
         forked: list[ev.Event] = [
             ev.RunForked(
                 run_id=run_dir.name,
-                source_run=source.started.run_id,
+                # the source's own id: a fork's log opens with its source's
+                # run_started, so a fork of a fork named the first run
+                source_run=fold(source.events).run_id or source.started.run_id,
                 source_dir=str(source.run_dir),
                 at_step=at_step,
                 model=model,
@@ -303,6 +322,7 @@ def fork_run(
                 message=message,
                 missing_files=missing,
                 not_recorded=history.not_recorded(cut_seq),
+                settings=changed_limits(settings or {}),
             )
         ]
         if message:

@@ -21,9 +21,25 @@ BEST = "*"
 _LOWER_IS_BETTER = re.compile(r"loss|err|perplex|ppl|mse|mae|rmse|nll|wer|cer|dist", re.I)
 
 
+_SCORE_NAME = re.compile(r"acc|f1|auc|precision|recall|score|bleu|rouge|exact|map\b|iou", re.I)
+
+
 def lower_by_name(name: str) -> bool:
     """A metric no run says the direction of: a loss or an error goes down."""
     return bool(_LOWER_IS_BETTER.search(name))
+
+
+def higher_by_name_or_values(name: str, values: list[float]) -> bool:
+    """Which way a number no run states the direction of is better, by the rule the
+    curves' panels sort series by (overlay.py): a name that says loss or error goes down,
+    one that says a score goes up, any other up where its values lie within 0 to 1 and
+    down where they do not. tiny-lm prints its validation loss as `valid` (4.5): by its
+    name alone it was higher-is-better, and the worse run starred."""
+    if lower_by_name(name):
+        return False
+    if _SCORE_NAME.search(name):
+        return True
+    return bool(values) and all(0.0 <= v <= 1.0 for v in values)
 
 
 @dataclass(frozen=True)
@@ -55,12 +71,14 @@ def scored(run: ComparedRun, metric: str | None) -> Scored:
     if metric is None or metric == run.metric:
         return Scored(run.score, run.higher_is_better is not False)
     if metric in run.metrics:
-        return Scored(run.metrics[metric], not lower_by_name(metric))
+        value = run.metrics[metric]
+        return Scored(value, higher_by_name_or_values(metric, [value]))
     if metric == run.validation_metric:
         return Scored(run.best_validation, run.validation_higher_is_better is not False)
     for series in run.series:
         if series.name == metric and series.points:
-            return Scored(series.points[-1].value, not lower_by_name(metric))
+            values = [p.value for p in series.points]
+            return Scored(values[-1], higher_by_name_or_values(metric, values))
     return Scored(None, not lower_by_name(metric))
 
 

@@ -11,11 +11,10 @@ says loss or error (`loss`, `val_err`, `perplexity`) is a loss, one that says a 
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from mlra.batch.compare.matrix import lower_by_name
+from mlra.batch.compare.matrix import higher_by_name_or_values
 from mlra.batch.compare.runs import ComparedRun
 from mlra.batch.curves import Series, curve_names
 
@@ -36,7 +35,6 @@ hex: Rich takes them so, plotext as RGB (`rgb`), the same colour in every view."
 
 X = Literal["step", "time"]
 Panel = Literal["loss", "score"]
-_SCORE_NAME = re.compile(r"acc|f1|auc|precision|recall|score|bleu|rouge|exact|map\b|iou", re.I)
 
 
 def colour(index: int) -> str:
@@ -50,11 +48,8 @@ def rgb(index: int) -> tuple[int, int, int]:
 
 
 def panel_of(name: str, values: list[float]) -> Panel:
-    if lower_by_name(name):
-        return "loss"
-    if _SCORE_NAME.search(name):
-        return "score"
-    return "score" if values and all(0.0 <= v <= 1.0 for v in values) else "loss"
+    """A series' panel, by the rule `mlra compare --metric` takes its direction by."""
+    return "score" if higher_by_name_or_values(name, values) else "loss"
 
 
 @dataclass

@@ -134,7 +134,9 @@ def load(run_dir: Path) -> ComparedRun:
         raise CompareError(f"{run_dir}: its log has no run_started event")
     state = fold(events)
     result = result_of(state)
-    run = ComparedRun(id=started.run_id or run_dir.name, run_dir=run_dir)
+    # the run's own id: a fork's log opens with its source's run_started (`run_forked`
+    # names the fork), so the first event's id named the source for both
+    run = ComparedRun(id=state.run_id or started.run_id or run_dir.name, run_dir=run_dir)
     run.task, run.model = result.task, result.model
     if state.finished is not None:
         run.status, run.reason = state.finished.status, state.finished.reason
@@ -160,7 +162,7 @@ def load(run_dir: Path) -> ComparedRun:
         run.tried, run.validated, run.buggy = a.tried, a.validated, a.buggy
     run.duration_s, run.cost_usd = result.duration_s, result.cost_usd
     run.tokens, run.tokens_estimated = result.tokens, result.tokens_estimated
-    config = started.config
+    config = {**started.config, **state.settings_changed}  # a fork's --time-limit, say
     searched = config.get("search", "none") != "none"
     run.settings = {
         **flatten(

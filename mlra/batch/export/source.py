@@ -28,7 +28,8 @@ from mlra import events as ev
 from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.record.run_result import RunResult, result_of
-from mlra.agent.record.state import fold
+from mlra.agent.record.state import RunState, fold
+from mlra.batch.compare.runs import NOT_SETTINGS, SEARCH_ONLY
 from mlra.batch.curves import (
     Point,
     Series,
@@ -119,15 +120,18 @@ def by_task(experiment: Experiment) -> list[Experiment]:
     return [Experiment(task, runs) for task, runs in groups.items()]
 
 
-def _params(started: ev.RunStarted | None, result: RunResult) -> dict[str, Param]:
+def _params(started: ev.RunStarted | None, result: RunResult, state: RunState) -> dict[str, Param]:
     params: dict[str, Param] = {"task": result.task, "model": result.model}
     if started is None:
         return params
     params["task_title"] = started.task_title
-    for key, value in started.limits.model_dump().items():
+    # the limits it ran under: a resume's or a fork's (`--time-limit`) over run_started's
+    for key, value in (state.limits or started.limits).model_dump().items():
         if value is not None:
             params[key] = value
-    config = started.config
+    config = {**started.config, **state.settings_changed}
+    if config.get("search", "none") == "none":  # a search's settings, read by none else:
+        config = {k: v for k, v in config.items() if k not in SEARCH_ONLY}  # not `attempts 4`
     for key in ("seed", "search", "attempts", "attempts_parallel"):
         if config.get(key) is not None:
             params[key] = config[key]
@@ -135,6 +139,8 @@ def _params(started: ev.RunStarted | None, result: RunResult) -> dict[str, Param
     if started.mlra_version:
         params["mlra_version"] = started.mlra_version
     for key, value in sorted(config.items()):
+        if key in NOT_SETTINGS:  # where it was written: a fork's named its source's id
+            continue
         if isinstance(value, str | int | float | bool) and key not in params:
             params[f"config.{key}"] = value
     return params
@@ -175,10 +181,11 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         raise NotARun(f"{folder}: its event log cannot be read ({exc})") from None
     started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
     result_file = folder / "result.json"
+    state = fold(events)
     if result_file.is_file():
         result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
     else:
-        result = result_of(fold(events))
+        result = result_of(state)
     artifacts = [Artifact("events.jsonl", path=folder / EVENTS_FILE)]
     if result_file.is_file():
         artifacts.insert(0, Artifact("result.json", path=result_file))
@@ -186,13 +193,14 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         artifacts.append(Artifact("transcript.txt", text=transcript(events, folder)))
     return ExportRun(
         name=name,
-        params=_params(started, result),
+        params=_params(started, result, state),
         series=run_series(events),
         validations=_validations(events),
         final=_final(result),
         artifacts=artifacts,
         started_ts=events[0].ts if events else 0.0,
-        tags={"status": result.status, "reason": result.reason},
+        tags={"status": result.status, "reason": result.reason}
+        | ({"forked_from": result.forked_from} if result.forked_from else {}),
     )
 
 

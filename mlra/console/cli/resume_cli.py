@@ -209,6 +209,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     if (runs_dir / run_id).exists():
         raise UsageError(f"run folder {runs_dir / run_id} already exists")
     check_writable_dir(runs_dir, "--runs-dir")
+    overrides = _overrides(args, use_tui) | {"model": model}
     try:
         forked = fork_run(
             source,
@@ -221,8 +222,8 @@ def cmd_fork(args: argparse.Namespace) -> int:
             # A server nothing answers at: refused once the fork is possible, before its
             # folder is made.
             ready=lambda: limits_or_refused(provider),
+            settings=overrides,
         )
-        overrides = _overrides(args, use_tui) | {"model": model}
         controller = resume_controller(forked, task, provider, overrides=overrides)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None

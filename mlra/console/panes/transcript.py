@@ -46,7 +46,9 @@ from mlra.console.text.event_lines import (
     attempt_started_line,
     describe_call,
     evaluation_started_line,
+    limits_words,
     one_line,
+    resumed_line,
     score_words,
     time_warning_line,
     unknown_line,
@@ -223,13 +225,15 @@ class TranscriptPane(VerticalScroll):
             case ev.RunFinished():
                 self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
             case ev.RunResumed():
-                self._note(event, "── the run was resumed here ──", "bold cyan")
+                self._note(event, resumed_line(event), "bold cyan")
             case ev.RunForked():
                 edit = event.edited_action
                 self._note(
                     event,
                     f"── this run is a fork of {event.source_run} at step {event.at_step}, "
-                    f"with {event.model} ──"
+                    f"with {event.model}"
+                    + (f", given {limits}" if (limits := limits_words(event.settings)) else "")
+                    + " ──"
                     # (A message given to the fork is its `inject` just after: shown there.)
                     + (
                         f" its next action replaced: {describe_call(str(edit.get('tool', '')), edit.get('arguments'))}"

@@ -31,7 +31,7 @@ from mlra.batch.compare.runs import ComparedRun
 from mlra.console.screens.attempt_screens import PickAttemptScreen
 from mlra.console.screens.screens import DiffScreen
 from mlra.console.text.attempt_files import workspaces_diff
-from mlra.console.text.compare_text import letter
+from mlra.console.text.compare_text import MAX_NAME, letter, name_cut
 from mlra.console.text.curves_data import decimated
 from mlra.terminal_text import printable_line
 
@@ -51,7 +51,7 @@ def matrix_table(runs: list[ComparedRun], metric: str | None, *, all_settings: b
         legend.append(f"■ {letter(i)} ", style=f"bold {colour(i)}")
         legend.append(printable_line(run.id) + "\n")
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
-    table.add_column("", no_wrap=True, style="bold", max_width=20, overflow="ellipsis")
+    table.add_column("", no_wrap=True, style="bold", max_width=MAX_NAME, overflow="ellipsis")
     for i in range(len(runs)):
         table.add_column(
             Text(letter(i), style=f"bold {colour(i)}"), no_wrap=True, overflow="ellipsis"
@@ -66,7 +66,7 @@ def matrix_table(runs: list[ComparedRun], metric: str | None, *, all_settings: b
             Text(printable_line(c), style="bold" if star and i in m.best else "")
             for i, c in enumerate(row.cells)
         ]
-        table.add_row(Text(printable_line(row.name)), *cells)
+        table.add_row(Text(name_cut(row.name, MAX_NAME)), *cells)
     parts: list[Text | Table] = [legend, table]
     notes = Text()
     if m.best:

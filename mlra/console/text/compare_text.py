@@ -20,7 +20,9 @@ from mlra.batch.compare.paired import Paired
 from mlra.terminal_text import printable_line
 
 NAME_WIDTH = 18
-CELL_WIDTH = 22
+"""A row name's width on an 80-column terminal; a wider one gives names up to
+`MAX_NAME` (a metric's name, `minimal_pair_accuracy ↑`, whole)."""
+MAX_NAME = 32
 MIN_CELL = 10
 """A cell's least width: a status (`finished …`) and a score still read."""
 GAP = "  "
@@ -33,6 +35,15 @@ def letter(index: int) -> str:
 def cut(text: str, width: int) -> str:
     text = printable_line(text)
     return text if len(text) <= width else text[: max(0, width - 1)] + "…"
+
+
+def name_cut(name: str, width: int) -> str:
+    """A row name cut to `width`, its direction (` ↑`, ` ↓`) kept: the score row's name
+    is the metric's, and the arrow says which way is better."""
+    text = printable_line(name)
+    if len(text) > width and text[-2:] in (" ↑", " ↓") and width > 4:
+        return cut(text[:-2], width - 2) + text[-2:]
+    return cut(text, width)
 
 
 def _blocks(widths: list[int], room: int) -> list[list[int]]:
@@ -52,17 +63,24 @@ def _blocks(widths: list[int], room: int) -> list[list[int]]:
 def matrix_text(matrix: Matrix, width: int = 80) -> str:
     width = max(width, 40)
     lines = [f"{letter(i)}  {cut(run, width - 3)}" for i, run in enumerate(matrix.runs)]
-    names = [cut(r.name, NAME_WIDTH) for r in matrix.rows]
+    names = [name_cut(r.name, NAME_WIDTH) for r in matrix.rows]
     name_w = max([len(n) for n in names] + [3])
     room = width - name_w
     fit = max(1, room // (MIN_CELL + len(GAP)))
     blocks = math.ceil(len(matrix.runs) / fit)
     per_block = math.ceil(len(matrix.runs) / blocks)
-    cell_w = max(MIN_CELL, min(CELL_WIDTH, room // per_block - len(GAP)))
+    # a cell takes the room its block leaves it: at 150 columns two runs' models
+    # (`openai/qwen2.5-coder-0.5b`, `-1.5b`) read whole, not both `openai/qwen2.5-coder-…`
+    cell_w = max(MIN_CELL, room // per_block - len(GAP))
     widths = [
         max([1] + [len(cut(row.cells[i], cell_w)) for row in matrix.rows])
         for i in range(len(matrix.runs))
     ]
+    used = max(sum(widths[i] + len(GAP) for i in b) for b in _blocks(widths, room))
+    if room - used > 0:  # what the runs leave: longer row names, up to MAX_NAME
+        names = [name_cut(r.name, min(MAX_NAME, name_w + room - used)) for r in matrix.rows]
+        name_w = max([len(n) for n in names] + [3])
+        room = width - name_w
     for block in _blocks(widths, room):
         lines.append("")
         head = "".ljust(name_w) + "".join(GAP + letter(i).ljust(widths[i]) for i in block)
@@ -91,17 +109,20 @@ def _num(value: float | None, signed: bool = False) -> str:
 
 
 def paired_text(table: Paired, width: int = 80) -> str:
+    """The sides are `1st` and `2nd`, never letters: the matrix above names runs by
+    letters, and its run B is not the paired table's second side (`B = baseline` under
+    a matrix whose B was one run of baseline and C the other model's)."""
     width = max(width, 40)
     head = (
-        f"paired by {table.by}, B against A: "
+        f"paired by {table.by}, 2nd against 1st: "
         f"{table.wins} wins, {table.losses} losses, {table.ties} ties"
     )
-    rows = [("task", "A side", "B side", "B-A", "")] + [
+    rows = [("task", "1st side", "2nd side", "2nd-1st", "")] + [
         (r.task, _num(r.a), _num(r.b), _num(r.diff, signed=True), r.outcome) for r in table.rows
     ]
     num_w = [max(len(r[k]) for r in rows) for k in (1, 2, 3, 4)]
     task_w = max(4, min(max(len(printable_line(r[0])) for r in rows), width - sum(num_w) - 8))
-    out = [cut(head, width), f"A = {cut(table.a, width - 4)}", f"B = {cut(table.b, width - 4)}"]
+    out = [cut(head, width), f"1st = {cut(table.a, width - 6)}", f"2nd = {cut(table.b, width - 6)}"]
     for r in rows:
         cells = [cut(r[0], task_w).ljust(task_w)] + [r[k].rjust(num_w[k - 1]) for k in (1, 2, 3, 4)]
         out.append(GAP.join(cells).rstrip())

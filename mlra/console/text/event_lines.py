@@ -109,10 +109,35 @@ def waiting_words(
     return f"waiting for {whom} ({format_duration(took_s)}{bound})"
 
 
+def limits_words(settings: dict[str, Any]) -> str:
+    """The limits a resume or a fork set (`RunResumed.settings`), as the flags that set
+    them: "--time-limit 9m00s --max-steps 8"; empty where it set none."""
+    words = []
+    for key, value in settings.items():
+        if not isinstance(value, int | float):
+            continue
+        if key == "time_limit_s":
+            words.append(f"--time-limit {format_duration(float(value))}")
+        elif key == "max_steps":
+            words.append(f"--max-steps {int(value)}")
+        elif key == "max_cost_usd":
+            words.append(f"--max-cost {float(value):.2f}")
+        elif key == "max_tokens":
+            words.append(f"--max-tokens {int(value)}")
+    return " ".join(words)
+
+
+def resumed_line(e: ev.RunResumed) -> str:
+    limits = limits_words(e.settings)
+    return "── the run was resumed here" + (f" with {limits}" if limits else "") + " ──"
+
+
 def fork_line(e: ev.RunForked) -> str:
     """Where a fork's own events begin: what it is, and what it changed."""
     parts = [f"⑂ this is run {e.run_id}, forked from {e.source_run} at worker step {e.at_step}"]
     parts.append(f"model {e.model}")
+    if limits := limits_words(e.settings):
+        parts.append(f"given {limits}")
     if e.edited_action:
         tool = str(e.edited_action.get("tool", ""))
         arguments = e.edited_action.get("arguments")

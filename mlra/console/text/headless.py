@@ -34,6 +34,7 @@ from mlra.console.text.event_lines import (
     learned_window_line,
     model_call_line,
     one_line,
+    resumed_line,
     retry_line,
     score_words,
     time_warning_line,
@@ -231,12 +232,14 @@ class TranscriptDisplay(_Printer):
                 if box.network and box.network_via:  # "slirp4netns 1.2.0", "host", ...
                     net = f"network: {box.network_via.split(':')[0]}"
                 run, workspace, model = event.run_id, box.workspace, event.model
+                limit = event.limits.time_limit_s
                 fork = self._fork
                 if fork is not None:
                     run = (
                         f"{fork.run_id} (a fork of {fork.source_run} at worker step {fork.at_step})"
                     )
                     model = fork.model
+                    limit = float(fork.settings.get("time_limit_s", limit))  # its --time-limit
                     if fork.sandbox is not None:
                         workspace = fork.sandbox.workspace
                     elif self._fork_dir is not None:
@@ -245,13 +248,13 @@ class TranscriptDisplay(_Printer):
                     f"▶ {event.task} · {model} · run {run}\n"
                     f"  sandbox {box.kind} ({isolation_words(box)}, {net}) · "
                     f"workspace {workspace} · "
-                    f"limit {format_duration(event.limits.time_limit_s)}",
+                    f"limit {format_duration(limit)}",
                     "bold",
                 )
             case ev.RunForked():
                 self._out(f"[{t}] {fork_line(event)}", "bold cyan")
             case ev.RunResumed():  # as the console's transcript marks it
-                self._out(f"[{t}] ── the run was resumed here ──", "bold cyan")
+                self._out(f"[{t}] {resumed_line(event)}", "bold cyan")
             case ev.JobStarted():
                 name = f" ({printable_line(event.name)})" if event.name else ""
                 self._out(
