@@ -27,13 +27,14 @@ def metrics_run(
     model: str = "m",
     seed: int = 1,
     losses: tuple[float, ...] = (2.5, 1.5, 0.9, 0.6),
-    score: float = 0.5,
+    score: float | None = 0.5,
     search: str = "none",
     more: tuple[ev.Metrics, ...] = (),
     config: dict[str, Any] | None = None,
 ) -> Path:
     """A finished run: job j1 printed `loss` at steps 100, 200..., metrics.jsonl gave
-    `acc` with no steps, two validations, a graded submission; `more` metrics events
+    `acc` with no steps, two validations, a graded submission (`score` None: graded with
+    no score); `more` metrics events
     after those (series of other names); `config`: more of `run_started`'s config."""
     run_dir = runs / name
     log = EventLog(run_dir / EVENTS_FILE)
@@ -82,7 +83,12 @@ def metrics_run(
             ev.Validation(artifact="answer.txt", ok=True, metric="accuracy", score=value),
         )
     append(100, ev.Submission(path="answer.txt"))
-    append(100, ev.EvaluationFinished(ok=True, metric="exact_match", score=score, normalized=score))
+    graded = (
+        ev.EvaluationFinished(ok=True, metric="exact_match", score=score, normalized=score)
+        if score is not None
+        else ev.EvaluationFinished(ok=False, metric="exact_match", error="answer.txt is empty")
+    )
+    append(100, graded)
     append(100, ev.RunFinished(status="finished", reason="submitted"))
     log.close()
     write_result(state, run_dir)

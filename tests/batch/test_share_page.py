@@ -188,12 +188,17 @@ def test_a_batch_page_lists_each_runs_summary_by_task(tmp_path: Path) -> None:
     batch = tmp_path / "b"
     metrics_run(batch / "runs", "r1", task=HOSTILE[1], score=0.25)
     metrics_run(batch / "runs", "r2", task="answer", model=HOSTILE[0])
+    metrics_run(batch / "runs", "r3", task="answer", model=HOSTILE[0], seed=2, score=None)
     (batch / "batch.json").write_text("{}", encoding="utf-8")
     out = tmp_path / "batch.html"
     assert main(["share", str(batch), "-o", str(out)]) == 0
     page = check_page_is_ours(out.read_text(encoding="utf-8"))
     shown = "".join(page.text)
     assert HOSTILE[1] in shown and HOSTILE[0] in shown and "r1" in shown and "r2" in shown
+    assert "2 task and model groups" in shown
+    # A run graded with no score is said to have none, as `mlra compare` says, not "no".
+    r3 = page.text.index("r3")
+    assert "no score" in page.text[r3 : r3 + 12]
 
 
 def _with_hostile_model_and_curves(run_dir: Path, model: str | None, scale: float) -> None:

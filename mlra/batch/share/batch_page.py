@@ -15,7 +15,7 @@ from typing import Any
 from mlra import __version__
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.run_result import log_digest
-from mlra.batch.report_rows import collect, summarize
+from mlra.batch.report_rows import RunRow, collect, summarize
 from mlra.batch.share.compare_section import comparison
 from mlra.batch.share.page import head, tail
 from mlra.batch.share.run_page import CURVES_SHARE, DEFAULT_MAX_MB, MB
@@ -27,6 +27,18 @@ from mlra.durations import format_duration
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
+
+
+def _success(r: RunRow) -> str:
+    """Said as `mlra compare` says it: a run with no score, or whose task does not say
+    which way its metric improves, was not judged, which "no" would hide."""
+    if r.score is None:
+        return "no score"
+    if r.self_reported:
+        return "self-reported"
+    if not r.direction_known:
+        return "not judged"
+    return "yes" if r.success else "no"
 
 
 def write_batch_page(
@@ -42,7 +54,8 @@ def write_batch_page(
     parts = [head(line(f"{folder.name} · batch · mlra share"))]
     parts.append(
         f'<h1>{line(folder.name)} <span class="dim">· {len(rows)} runs, '
-        f"{len(groups)} task and model groups · mlra {esc(__version__)}</span></h1>\n"
+        f"{len(groups)} task and model group{'' if len(groups) == 1 else 's'} · "
+        f"mlra {esc(__version__)}</span></h1>\n"
     )
     parts.append(
         "<h2>Groups</h2><table><tr><th>task</th><th>model</th><th>runs</th><th>scored</th>"
@@ -82,7 +95,7 @@ def write_batch_page(
                 f"<tr><td>{line(r.run_id)}</td><td>{line(r.model)}</td><td>{'-' if r.seed is None else r.seed}</td>"
                 f"<td>{r.attempt}{'' if r.counted else ' (not counted)'}</td>"
                 f'<td>{line(status)}</td><td class="num">{_num(r.score)}</td>'
-                f"<td>{'yes' if r.success else 'no'}</td>"
+                f"<td>{_success(r)}</td>"
                 f'<td class="num">{_num(r.best_validation)}</td><td>{esc(searched)}</td>'
                 f'<td>{format_duration(r.duration_s)}</td><td class="num">${r.cost_usd:.4f}</td>'
                 f"<td><code>{sha[:16]}</code></td></tr>"
