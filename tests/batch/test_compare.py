@@ -220,8 +220,15 @@ def test_report_compares_each_tasks_runs_with_agent_text_escaped(tmp_path: Path)
     from mlra.batch.report import write_report
 
     runs = tmp_path / "runs"
-    compared_run(runs, "t1-a", task="t1", model="m1", score=0.5)
-    compared_run(runs, "t1-b", task="t1", model="m<img src=x onerror=alert(1)>", score=0.7)
+    compared_run(runs, "t1-a", task="t1", model="m1", score=0.5, config={"seed": 1})
+    compared_run(
+        runs,
+        "t1-b",
+        task="t1",
+        model="m<img src=x onerror=alert(1)>",
+        score=0.7,
+        config={"seed": 2},
+    )
     compared_run(runs, "t2-a", task="t2", model="m1", score=0.9)
     compared_run(runs, "t2-b", task="t2", model="m<img src=x onerror=alert(1)>", score=0.8)
     write_report(tmp_path, plots=False)
@@ -229,6 +236,9 @@ def test_report_compares_each_tasks_runs_with_agent_text_escaped(tmp_path: Path)
     section = text[text.index("## Runs compared") :]
     assert "### t1" in section and "### t2" in section
     assert "| exact_match ↑ | 0.5 | 0.7\\* |" in section
+    # The settings that differ come under their own heading, not as more outcomes.
+    t1 = section[: section.index("### t2")]
+    assert t1.index("| *settings* | | |") < t1.index("| seed | 1 | 2 |")
     assert "<img" not in section and "&lt;img" in section
     assert "1 wins, 1 losses, 0 ties" in section
 

@@ -44,7 +44,11 @@ def _matrix_md(runs: list[ComparedRun]) -> list[str]:
     m = build(runs)
     head = "| | " + " | ".join(md_cell(r) for r in m.runs) + " |"
     lines = [head, "|" + " --- |" * (len(m.runs) + 1)]
+    section = "outcome"
     for row in m.rows:
+        if row.section != section:  # as the console's matrix: the settings under a heading
+            section = row.section
+            lines.append("| *settings* |" + " |" * len(m.runs))
         lines.append(f"| {md_cell(row.name)} | " + " | ".join(md_cell(c) for c in row.cells) + " |")
     notes = []
     if m.best:
