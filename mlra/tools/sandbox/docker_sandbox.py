@@ -221,9 +221,14 @@ class DockerSandbox(Sandbox):
         async with self._start_lock:
             if self.container is not None:
                 return []
-            # The volume first: the container binds whatever is at the workspace's path.
+            # The containers of killed runs before their volumes are settled: one still
+            # writing to its workspace's volume as it is carried back would lose what it
+            # writes after (into an image then deleted). Then the volume, as the container
+            # binds whatever is at the workspace's path.
+            notices = await asyncio.to_thread(self._connect)
             await asyncio.to_thread(settle_before_use, self.workspace)
-            notices = [] if self._quota is None else await self._quota.start(self._stop_for_quota)
+            if self._quota is not None:
+                notices += await self._quota.start(self._stop_for_quota)
             try:
                 notices += await asyncio.to_thread(self._start)
             except BaseException:
@@ -232,18 +237,20 @@ class DockerSandbox(Sandbox):
                 raise
             return notices
 
+    def _connect(self) -> list[str]:
+        self.client = docker_client()
+        self._engine = engine_of(self.client)
+        removed = remove_leftover_containers(self.client)
+        if not removed:
+            return []
+        return [
+            "removed containers left by runs that ended without cleaning up: " + ", ".join(removed)
+        ]
+
     def _start(self) -> list[str]:
         import docker.errors
 
         notices: list[str] = []
-        self.client = docker_client()
-        self._engine = engine_of(self.client)
-        removed = remove_leftover_containers(self.client)
-        if removed:
-            notices.append(
-                "removed containers left by runs that ended without cleaning up: "
-                + ", ".join(removed)
-            )
         try:
             image = self.client.images.get(self.image)
         except docker.errors.ImageNotFound:
