@@ -84,9 +84,28 @@ def no_gpu_runtime(gpus: str | None, detail: str = "") -> DockerUnavailable:
     )
 
 
-def preflight(image: str, gpus: str | None) -> None:
+def no_bridge(client: Any) -> DockerUnavailable | None:
+    """Why a task with the network on cannot have it on this engine, or None. Its
+    container joins Docker's default bridge; an engine started with no bridge (`dockerd
+    --bridge=none`) still makes such a container, with a loopback only, so the run would
+    say it is online ("network: docker bridge") while every fetch fails."""
+    try:
+        names = {network.name for network in client.networks.list(names=["bridge"])}
+    except Exception:
+        return None  # not known: the container's start says what goes wrong
+    if "bridge" in names:
+        return None
+    return DockerUnavailable(
+        "the task needs the network, but the Docker engine has no bridge network (its "
+        "dockerd runs with --bridge=none), so the container would have none; run the "
+        "engine with its default bridge, or use --sandbox local"
+    )
+
+
+def preflight(image: str, gpus: str | None, *, network: bool = False) -> None:
     """Check, before a run folder is made, what would otherwise fail at the sandbox's
-    start: the engine, the image, and a GPU runtime when GPUs are asked for."""
+    start: the engine, the image, a GPU runtime when GPUs are asked for, and a bridge
+    when the task has the network on."""
     import docker.errors
 
     client = docker_client()
@@ -94,6 +113,8 @@ def preflight(image: str, gpus: str | None) -> None:
         client.images.get(image)
     except docker.errors.ImageNotFound:
         raise missing_image(image) from None
+    if network and (refused := no_bridge(client)) is not None:
+        raise refused
     if (gpus or "none").strip().lower() not in ("none", ""):
         runtimes = (client.info().get("Runtimes") or {}).keys()
         if "nvidia" not in runtimes and not shutil.which("nvidia-container-runtime-hook"):

@@ -62,6 +62,7 @@ from mlra.tools.sandbox.docker_preflight import (
     docker_client,
     engine_of,
     missing_image,
+    no_bridge,
     no_gpu_runtime,
     owner_label,
     preflight,
@@ -251,6 +252,8 @@ class DockerSandbox(Sandbox):
         import docker.errors
 
         notices: list[str] = []
+        if self.spec.network and (refused := no_bridge(self.client)) is not None:
+            raise refused  # a resumed run, a batch's, an attempt: checked here as well
         try:
             image = self.client.images.get(self.image)
         except docker.errors.ImageNotFound:
