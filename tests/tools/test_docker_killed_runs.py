@@ -104,3 +104,65 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
     kept = (run_dir / "workspace" / "log").read_text().split()
     # Every line the command wrote before its container was removed is in the workspace.
     assert int(kept[-1]) >= written, f"lines {kept[-1]}..{written} were lost"
+
+
+def _search_task(answer_task: Path, tmp_path: Path) -> Path:
+    """The answer task with two recipe variants, each a few seconds long."""
+    task = tmp_path / "search-task"
+    shutil.copytree(answer_task, task)
+    toml = task / "task.toml"
+    text = toml.read_text().replace("max_calls = 2", "max_calls = 10")
+    text = text.replace('min_interval = "1h"', 'min_interval = "1s"')
+    text = text.replace(
+        'submit = "answer.txt"\n',
+        'submit = "answer.txt"\nvars = { n = "7" }\nvariants = [{}, { n = "8" }]\n',
+        1,
+    )
+    text = text.replace(
+        'command = "python -c \\"print(6 * 7)\\"',
+        'command = "sleep 3; python3 -c \\"print(6 * {n})\\"',
+    )
+    toml.write_text(text)
+    return task
+
+
+@pytest.mark.slow
+def test_a_searchs_attempt_containers_carry_the_runs_id(
+    tmp_path: Path,
+    answer_task: Path,
+    client: Any,  # noqa: F811
+    docker_host: str,  # noqa: F811
+) -> None:
+    """An attempt's container was labelled mlra.run=a1 (its attempt's id, which every
+    search has): `docker ps --filter label=mlra.run=RUN` missed a search's attempts, and a
+    killed search's leftovers were reported as runs "a1, a2"."""
+    env = {**os.environ, "DOCKER_HOST": docker_host}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", "run", str(_search_task(answer_task, tmp_path)),
+         "--model", "baseline", "--search", "greedy", "--attempts", "2",
+         "--attempts-parallel", "2", "--no-tui", "--runs-dir", str(tmp_path / "runs"),
+         "--run-id", "docker-search", "--sandbox", "docker", "--image", TEST_IMAGE],
+        cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    attempts: set[str] = set()
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and proc.poll() is None and len(attempts) < 2:
+            for container in client.containers.list(filters={"label": "mlra.run=docker-search"}):
+                if "mlra.attempt" in container.labels:
+                    attempts.add(container.labels["mlra.attempt"])
+                    assert container.name.startswith("mlra-docker-search-a")
+            time.sleep(0.1)
+        assert attempts == {"a1", "a2"}, proc.stderr.read() if proc.stderr else ""
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    from mlra.tools.sandbox.docker_sandbox import remove_leftover_containers
+
+    removed = remove_leftover_containers()
+    assert "docker-search (attempt a1)" in removed and "docker-search (attempt a2)" in removed
+    assert not any(r in ("a1", "a2") for r in removed)
+    volume.settle_stale()  # the killed search's workspace volumes, as its resume would
+    assert not [m for m in volume._loop_mounts().values() if str(tmp_path) in str(m)]

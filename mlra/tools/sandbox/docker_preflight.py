@@ -21,6 +21,9 @@ DEFAULT_IMAGE = "mlra:latest"
 LABEL_RUN = "mlra.run"
 LABEL_OWNER = "mlra.owner"
 """host/pid/start-time of the mlra process that made the container."""
+LABEL_ATTEMPT = "mlra.attempt"
+"""A search's attempt (`a1`), on the containers of its attempts, whose mlra.run is the
+search's run."""
 
 
 class DockerUnavailable(SandboxError):
@@ -131,6 +134,17 @@ def owner_label() -> str:
     return f"{socket.gethostname()}/{pid}/{psutil.Process(pid).create_time():.2f}"
 
 
+def run_labels(run_id: str) -> dict[str, str]:
+    """A container's labels, for a run id or a search's attempt's (`RUN/ATTEMPT`): a
+    search's containers all carry its run's id, as `docker ps --filter label=mlra.run=ID`
+    finds them."""
+    run, _, attempt = run_id.partition("/")
+    labels = {LABEL_RUN: run, LABEL_OWNER: owner_label()}
+    if attempt:
+        labels[LABEL_ATTEMPT] = attempt
+    return labels
+
+
 def _owner_alive(label: str) -> bool:
     """Whether the process that made a container still runs (containers of other hosts
     sharing the engine are assumed alive: their owners cannot be checked from here)."""
@@ -158,5 +172,7 @@ def remove_leftover_containers(client: Any | None = None) -> list[str]:
             continue
         with contextlib.suppress(Exception):
             container.remove(force=True)
-            removed.append(labels.get(LABEL_RUN, container.name))
-    return removed
+            run = labels.get(LABEL_RUN, container.name)
+            attempt = labels.get(LABEL_ATTEMPT)
+            removed.append(f"{run} (attempt {attempt})" if attempt else run)
+    return sorted(set(removed))

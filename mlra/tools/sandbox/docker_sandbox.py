@@ -56,17 +56,15 @@ from mlra.tools.sandbox.docker_exec import (
 )
 from mlra.tools.sandbox.docker_preflight import (
     DEFAULT_IMAGE,
-    LABEL_OWNER,
-    LABEL_RUN,
     DockerUnavailable,
     docker_client,
     engine_of,
     missing_image,
     no_bridge,
     no_gpu_runtime,
-    owner_label,
     preflight,
     remove_leftover_containers,
+    run_labels,
     short_error,
 )
 from mlra.tools.sandbox.docker_stats import StatsReader
@@ -308,9 +306,9 @@ class DockerSandbox(Sandbox):
             "command": ["sleep", "infinity"],
             "detach": True,
             "init": True,
-            "name": f"mlra-{self.run_id}-{secrets.token_hex(2)}",
+            "name": f"mlra-{self.run_id.replace('/', '-')}-{secrets.token_hex(2)}",
             "hostname": "sandbox",
-            "labels": {LABEL_RUN: self.run_id, LABEL_OWNER: owner_label()},
+            "labels": run_labels(self.run_id),
             "user": f"{self.uid}:{self.gid}",
             "working_dir": INSIDE_WORKDIR,
             "volumes": volumes,
