@@ -90,7 +90,8 @@ def machine_gpus() -> tuple[Gpu, ...] | None:
 
 def host_gpus(environ: dict[str, str] | None = None) -> str | None:
     """The host's `CUDA_VISIBLE_DEVICES` as a `--gpus` value: None when it is not set,
-    "none" when it gives none, else the ids (a UUID as NVML's index where NVML knows it)."""
+    "none" when it gives none, else the ids (a unique start of a UUID as the whole UUID,
+    which Docker takes too, where NVML knows it)."""
     value = (os.environ if environ is None else environ).get(HOST_GPUS_VAR)
     if value is None:
         return None
