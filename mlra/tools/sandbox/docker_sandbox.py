@@ -117,6 +117,21 @@ exit 1
 itself, again until none is left (one may fork meanwhile): every command, job and
 daemon, while the container stays up for the next command."""
 
+_SIGNAL_ALL_BUT = r"""
+keep=" 1 $1 $$ "
+for pass in 1 2 3; do
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$keep" in *" $p "*) continue;; esac
+    kill -"$2" "$p" 2>/dev/null
+  done
+done
+exit 0
+"""
+"""Signal ($2: STOP or CONT) every process in the container but its init, its main
+process ($1) and itself; three passes, for what forked as the first went by. A pause
+stops daemons that left their command's session too, which session signals miss."""
+
 
 class DockerSandbox(Sandbox):
     """One container per run; see the module's docstring for what it confines."""
@@ -454,13 +469,19 @@ class DockerSandbox(Sandbox):
         self._paused = True
         for running in list(self._running):
             running.suspend()
+        self._signal_all("STOP")  # daemons that left their session (setsid, nohup...)
 
     def resume_commands(self) -> None:
         if not self._paused:
             return
         self._paused = False
+        self._signal_all("CONT")
         for running in list(self._running):
             running.resume()
+
+    def _signal_all(self, sig: str) -> None:
+        if self._main_pid is not None:
+            self._signals.send_script(_SIGNAL_ALL_BUT, self._main_pid, sig)
 
     # --- files --------------------------------------------------------------------------
     # Read and written host-side through the bind mount; what mlra writes as root is
