@@ -58,7 +58,8 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
 ) -> None:
     """The next start carried a killed run's workspace volume back to a plain folder (and
     deleted its image) before it removed the run's container, whose command went on
-    writing: what it wrote after the copy was lost with the image."""
+    writing: what it wrote after the copy was lost with the image. Any other sandbox's
+    start did the same, with the container left running."""
     from mlra.tools.sandbox.docker_sandbox import DockerSandbox
 
     runs = tmp_path / "runs"
@@ -85,19 +86,30 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
     finally:
         if proc.poll() is None:
             proc.kill()
-    (container,) = client.containers.list(filters={"label": "mlra.run=docker-writer"})
-    stream = container.logs(stream=True, follow=True)
-    reader = threading.Thread(target=lambda: chunks.extend(stream), daemon=True)
-    reader.start()
-    at_kill = len(_counts([container.logs()]))
-    deadline = time.monotonic() + 30
-    while len(_counts(list(chunks))) < at_kill + 20:  # the orphan writes on
-        assert time.monotonic() < deadline, "the killed run's command stopped writing"
-        time.sleep(0.05)
+    try:
+        (container,) = client.containers.list(filters={"label": "mlra.run=docker-writer"})
+        stream = container.logs(stream=True, follow=True)
+        reader = threading.Thread(target=lambda: chunks.extend(stream), daemon=True)
+        reader.start()
+        at_kill = len(_counts([container.logs()]))
+        deadline = time.monotonic() + 30
+        while len(_counts(list(chunks))) < at_kill + 20:  # the orphan writes on
+            assert time.monotonic() < deadline, "the killed run's command stopped writing"
+            time.sleep(0.05)
 
-    sandbox = DockerSandbox(run_dir / "workspace", SandboxSpec(), image=TEST_IMAGE, run_id="next")
-    notices = asyncio.run(_start_and_close(sandbox))
-    reader.join(timeout=30)
+        # Any sandbox's start on this machine (another run's, local) settles the volumes of
+        # mlra processes that are gone: not this one, which the container still writes to.
+        volume.settle_stale()
+        assert run_dir / "workspace" in [p for ps in volume._loop_mounts().values() for p in ps]
+
+        sandbox = DockerSandbox(
+            run_dir / "workspace", SandboxSpec(), image=TEST_IMAGE, run_id="next"
+        )
+        notices = asyncio.run(_start_and_close(sandbox))
+        reader.join(timeout=30)
+    finally:  # a failure above leaves the container running: nothing else removes it now
+        for left in client.containers.list(all=True, filters={"label": "mlra.run=docker-writer"}):
+            left.remove(force=True)
     assert any("docker-writer" in n for n in notices)
     assert client.containers.list(all=True, filters={"label": "mlra.run=docker-writer"}) == []
     written = _counts(list(chunks))[-1]
