@@ -170,18 +170,25 @@ class ResourceMonitor:
             sample.pool_mem_mb = None if memory is None else round(memory / 2**20, 1)
             sample.pool_processes = processes
         usage = self.sandbox.usage() if self.sandbox is not None else None
-        attempts = [pid for box in self._attempt_boxes() for pid in box.command_pids()]
+        boxes = self._attempt_boxes()
+        attempts = [pid for box in boxes for pid in box.command_pids()]
         if usage is None:
             own = self.sandbox.command_pids() if self.sandbox else []
             self._commands.measure(sample, own + attempts)
             if self.sandbox is not None:
                 self._given_only(sample, self.sandbox.spec.gpus)
-            return sample
-        sample = sandbox_view(sample, usage, mem.total / 2**20, self.gpus)
-        if attempts:  # the container's own use, and the attempts' commands on the host
-            cpu, mem_mb, _ = self._commands.totals(attempts)
-            sample.run_cpu_percent = (sample.run_cpu_percent or 0) + cpu
-            sample.run_mem_mb = (sample.run_mem_mb or 0) + mem_mb
+        else:
+            sample = sandbox_view(sample, usage, mem.total / 2**20, self.gpus)
+            if attempts:  # the container's own use, and the attempts' commands on the host
+                cpu, mem_mb, _ = self._commands.totals(attempts)
+                sample.run_cpu_percent = (sample.run_cpu_percent or 0) + cpu
+                sample.run_mem_mb = (sample.run_mem_mb or 0) + mem_mb
+        # Attempts in containers of their own: their commands have no host pids to walk.
+        for box in boxes:
+            used = box.usage()
+            if used is not None:
+                sample.run_cpu_percent = (sample.run_cpu_percent or 0) + (used.cpu_percent or 0)
+                sample.run_mem_mb = round((sample.run_mem_mb or 0) + (used.mem_used_mb or 0), 1)
         return sample
 
     def _given_only(self, sample: ResourceSample, gpus: str | None) -> None:
