@@ -23,8 +23,8 @@ and the bundled bwrap, and as `nobody`):
   `run_started` records what the sandbox got.
 
 Docker is not among them: the test engine (docker/test-engine.sh) runs dockerd with no
-bridge and no iptables, so a network task's container cannot be made there; the Docker
-sandbox gives such a task Docker's bridge (never the host's network: docker_sandbox.py).
+bridge and no iptables, so mlra refuses a network task there (test_docker_network.py); the
+Docker sandbox gives such a task Docker's bridge (never the host's network: docker_sandbox.py).
 """
 
 from __future__ import annotations

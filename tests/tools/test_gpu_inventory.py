@@ -233,7 +233,8 @@ def test_a_gpu_nvml_half_answers_for_is_still_counted(monkeypatch: pytest.Monkey
 
 
 @pytest.mark.parametrize(
-    ("given", "shown"), [("all", [0, 1]), ("1", [1]), ("GPU-0aaa", [0]), ("none", [])]
+    ("given", "shown"),
+    [("all", [0, 1]), ("1", [1]), ("GPU-0aaa", [0]), ("GPU-1a", [1]), ("none", [])],
 )
 def test_the_resources_pane_shows_only_the_gpus_the_run_was_given(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, given: str, shown: list[int]
@@ -250,3 +251,30 @@ def test_the_resources_pane_shows_only_the_gpus_the_run_was_given(
     assert [g.index for g in sample.gpus] == shown
     if not shown:
         assert sample.gpu_error == "no GPU given to the run"
+
+
+@pytest.mark.parametrize(
+    ("given", "shown"),
+    [("all", [0, 1]), ("1", [1]), ("GPU-1aaa", [1]), ("GPU-0a,1", [0, 1]), ("GPU-", [])],
+)
+def test_a_containers_resources_pane_shows_the_gpus_it_was_given_by_uuid(
+    monkeypatch: pytest.MonkeyPatch, given: str, shown: list[int]
+) -> None:
+    """A container given its GPUs by UUID (`--gpus GPU-...`, or a host CUDA_VISIBLE_DEVICES
+    of UUIDs) showed none of them: its view matched the given ids with GPU indexes only."""
+    from mlra.agent.loop.resources import GpuMonitor, sandbox_view
+    from mlra.tools.sandbox.base import SandboxUsage
+    from mlra.tools.sandbox.gpu_inventory import given_ids
+
+    _nvml_standin(monkeypatch, {})
+    nvml = GpuMonitor()
+    sample = ev.ResourceSample(
+        cpu_percent=0.0, ram_used_mb=1.0, ram_total_mb=2.0, disk_workspace_mb=0.0,
+        gpus=nvml.sample(),
+    )  # fmt: skip
+    usage = SandboxUsage(
+        cpu_percent=None, mem_used_mb=None, mem_limit_mb=None, cpus=None,
+        gpu_ids=given_ids(given),
+    )  # fmt: skip
+    seen = sandbox_view(sample, usage, 2.0, nvml)
+    assert [g.index for g in seen.gpus] == shown

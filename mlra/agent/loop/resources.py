@@ -16,7 +16,7 @@ from typing import Any
 from mlra.agent.metrics.files import MAX_FILES, metric_file_kind
 from mlra.events import GpuSample, ResourceSample
 from mlra.tools.sandbox.base import Sandbox, SandboxUsage
-from mlra.tools.sandbox.gpu_inventory import given_ids, nvml_uuid
+from mlra.tools.sandbox.gpu_inventory import given_ids, named_indexes, nvml_uuid
 from mlra.tools.sandbox.run_group import RunGroup
 
 
@@ -75,9 +75,10 @@ class GpuMonitor:
         except Exception as exc:  # NVML missing, no driver, no device
             self.error = f"no GPU ({type(exc).__name__}: {exc})" if str(exc) else "no GPU"
 
-    def uuid(self, index: int) -> str | None:
-        """GPU `index`'s UUID (how CUDA_VISIBLE_DEVICES may name it), where NVML gave it."""
-        return self._uuids[index] if 0 <= index < len(self._uuids) else None
+    def given(self, ids: list[str]) -> set[int]:
+        """The indexes of the GPUs `ids` name: indexes, UUIDs or unique starts of them, as
+        `--gpus` and CUDA_VISIBLE_DEVICES name GPUs."""
+        return named_indexes(ids, self._uuids)
 
     def sample(self) -> list[GpuSample]:
         if self._nvml is None:
@@ -169,18 +170,25 @@ class ResourceMonitor:
             sample.pool_mem_mb = None if memory is None else round(memory / 2**20, 1)
             sample.pool_processes = processes
         usage = self.sandbox.usage() if self.sandbox is not None else None
-        attempts = [pid for box in self._attempt_boxes() for pid in box.command_pids()]
+        boxes = self._attempt_boxes()
+        attempts = [pid for box in boxes for pid in box.command_pids()]
         if usage is None:
             own = self.sandbox.command_pids() if self.sandbox else []
             self._commands.measure(sample, own + attempts)
             if self.sandbox is not None:
                 self._given_only(sample, self.sandbox.spec.gpus)
-            return sample
-        sample = sandbox_view(sample, usage, mem.total / 2**20)
-        if attempts:  # the container's own use, and the attempts' commands on the host
-            cpu, mem_mb, _ = self._commands.totals(attempts)
-            sample.run_cpu_percent = (sample.run_cpu_percent or 0) + cpu
-            sample.run_mem_mb = (sample.run_mem_mb or 0) + mem_mb
+        else:
+            sample = sandbox_view(sample, usage, mem.total / 2**20, self.gpus)
+            if attempts:  # the container's own use, and the attempts' commands on the host
+                cpu, mem_mb, _ = self._commands.totals(attempts)
+                sample.run_cpu_percent = (sample.run_cpu_percent or 0) + cpu
+                sample.run_mem_mb = (sample.run_mem_mb or 0) + mem_mb
+        # Attempts in containers of their own: their commands have no host pids to walk.
+        for box in boxes:
+            used = box.usage()
+            if used is not None:
+                sample.run_cpu_percent = (sample.run_cpu_percent or 0) + (used.cpu_percent or 0)
+                sample.run_mem_mb = round((sample.run_mem_mb or 0) + (used.mem_used_mb or 0), 1)
         return sample
 
     def _given_only(self, sample: ResourceSample, gpus: str | None) -> None:
@@ -190,9 +198,8 @@ class ResourceMonitor:
         ids = given_ids(gpus or "all")
         if ids is None:
             return
-        sample.gpus = [
-            g for g in sample.gpus if str(g.index) in ids or self.gpus.uuid(g.index) in ids
-        ]
+        given = self.gpus.given(ids)
+        sample.gpus = [g for g in sample.gpus if g.index in given]
         if not sample.gpus and sample.gpu_error is None:
             sample.gpu_error = "no GPU given to the run"
 
@@ -243,9 +250,12 @@ class CommandTrees:
         return round(cpu, 1), round(mem / 2**20, 1), len(seen)
 
 
-def sandbox_view(sample: ResourceSample, usage: SandboxUsage, host_mem_mb: float) -> ResourceSample:
+def sandbox_view(
+    sample: ResourceSample, usage: SandboxUsage, host_mem_mb: float, gpus: GpuMonitor
+) -> ResourceSample:
     """What the sandbox has: its own CPU and memory use (CPU as a share of the CPUs it
-    may use) and only the GPUs it was given."""
+    may use) and only the GPUs it was given, by index or by UUID (`gpus` knows which
+    index a UUID names)."""
     sample.run_cpu_percent = usage.cpu_percent  # the container is the run's own
     sample.run_mem_mb = None if usage.mem_used_mb is None else round(usage.mem_used_mb, 1)
     if usage.cpu_percent is not None:
@@ -256,7 +266,8 @@ def sandbox_view(sample: ResourceSample, usage: SandboxUsage, host_mem_mb: float
         sample.ram_total_mb = round(min(usage.mem_limit_mb or host_mem_mb, host_mem_mb), 1)
     ids = usage.gpu_ids
     if ids is not None:
-        sample.gpus = [g for g in sample.gpus if str(g.index) in ids]
+        given = gpus.given(ids)
+        sample.gpus = [g for g in sample.gpus if g.index in given]
         if not ids and sample.gpu_error is None:
             sample.gpu_error = "no GPU given to the container"
     return sample

@@ -71,4 +71,8 @@ def create_sandbox(
 ) -> Sandbox:
     backend = sandbox_backend(config.sandbox)
     request = config_request(config, task)
+    if config.attempt is not None:
+        # Named by its search's run and itself ("s3/a1"): "a1" alone names no run, and
+        # every search has one (its folder is the run's attempts/a1).
+        run_id = f"{config.runs_dir.resolve().parent.name}/{run_id}"
     return backend.create(workspace, backend.spec(spec, request), request, run_id=run_id)

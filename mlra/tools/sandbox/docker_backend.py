@@ -22,10 +22,10 @@ class DockerBackend(SandboxBackend):
     """Docker makes each container's group; each keeps its own share."""
 
     def preflight(self, request: SandboxRequest) -> list[str]:
-        """A missing engine, image or GPU runtime, refused at once with what to do,
-        instead of half-way into a run."""
+        """A missing engine, image, GPU runtime or bridge (for a task with the network
+        on), refused at once with what to do, instead of half-way into a run."""
         try:
-            preflight(request.image or DEFAULT_IMAGE, request.gpus)
+            preflight(request.image or DEFAULT_IMAGE, request.gpus, network=request.network)
         except DockerUnavailable as exc:
             raise BackendRefused(f"--sandbox docker: {exc}") from None
         return []

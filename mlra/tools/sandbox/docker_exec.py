@@ -79,22 +79,29 @@ class SessionSignals:
         self._last: asyncio.Task[None] | None = None
 
     def send(self, token: str, sig: str) -> None:
+        self.send_script(_KILL, token, sig)
+
+    def send_script(self, script: str, *args: str) -> None:
+        """Run a signalling shell script in the container, after those sent before."""
         previous = self._last
 
         async def send() -> None:
             if previous is not None:
                 with contextlib.suppress(BaseException):
                     await previous
-            await asyncio.to_thread(self.send_blocking, token, sig)
+            await asyncio.to_thread(self._run, script, *args)
 
         self._last = asyncio.get_running_loop().create_task(send())
 
     def send_blocking(self, token: str, sig: str) -> None:
+        self._run(_KILL, token, sig)
+
+    def _run(self, script: str, *args: str) -> None:
         container = self._container()
         if container is None:
             return
         with contextlib.suppress(Exception):
-            container.exec_run(["sh", "-c", _KILL, "sh", token, sig], user=self._user)
+            container.exec_run(["sh", "-c", script, "sh", *args], user=self._user)
 
     async def settle(self) -> None:
         """Wait until every signal sent so far has been delivered (or failed)."""

@@ -21,6 +21,9 @@ DEFAULT_IMAGE = "mlra:latest"
 LABEL_RUN = "mlra.run"
 LABEL_OWNER = "mlra.owner"
 """host/pid/start-time of the mlra process that made the container."""
+LABEL_ATTEMPT = "mlra.attempt"
+"""A search's attempt (`a1`), on the containers of its attempts, whose mlra.run is the
+search's run."""
 
 
 class DockerUnavailable(SandboxError):
@@ -84,9 +87,28 @@ def no_gpu_runtime(gpus: str | None, detail: str = "") -> DockerUnavailable:
     )
 
 
-def preflight(image: str, gpus: str | None) -> None:
+def no_bridge(client: Any) -> DockerUnavailable | None:
+    """Why a task with the network on cannot have it on this engine, or None. Its
+    container joins Docker's default bridge; an engine started with no bridge (`dockerd
+    --bridge=none`) still makes such a container, with a loopback only, so the run would
+    say it is online ("network: docker bridge") while every fetch fails."""
+    try:
+        names = {network.name for network in client.networks.list(names=["bridge"])}
+    except Exception:
+        return None  # not known: the container's start says what goes wrong
+    if "bridge" in names:
+        return None
+    return DockerUnavailable(
+        "the task needs the network, but the Docker engine has no bridge network (its "
+        "dockerd runs with --bridge=none), so the container would have none; run the "
+        "engine with its default bridge, or use --sandbox local"
+    )
+
+
+def preflight(image: str, gpus: str | None, *, network: bool = False) -> None:
     """Check, before a run folder is made, what would otherwise fail at the sandbox's
-    start: the engine, the image, and a GPU runtime when GPUs are asked for."""
+    start: the engine, the image, a GPU runtime when GPUs are asked for, and a bridge
+    when the task has the network on."""
     import docker.errors
 
     client = docker_client()
@@ -94,6 +116,8 @@ def preflight(image: str, gpus: str | None) -> None:
         client.images.get(image)
     except docker.errors.ImageNotFound:
         raise missing_image(image) from None
+    if network and (refused := no_bridge(client)) is not None:
+        raise refused
     if (gpus or "none").strip().lower() not in ("none", ""):
         runtimes = (client.info().get("Runtimes") or {}).keys()
         if "nvidia" not in runtimes and not shutil.which("nvidia-container-runtime-hook"):
@@ -108,6 +132,17 @@ def owner_label() -> str:
 
     pid = os.getpid()
     return f"{socket.gethostname()}/{pid}/{psutil.Process(pid).create_time():.2f}"
+
+
+def run_labels(run_id: str) -> dict[str, str]:
+    """A container's labels, for a run id or a search's attempt's (`RUN/ATTEMPT`): a
+    search's containers all carry its run's id, as `docker ps --filter label=mlra.run=ID`
+    finds them."""
+    run, _, attempt = run_id.partition("/")
+    labels = {LABEL_RUN: run, LABEL_OWNER: owner_label()}
+    if attempt:
+        labels[LABEL_ATTEMPT] = attempt
+    return labels
 
 
 def _owner_alive(label: str) -> bool:
@@ -137,5 +172,7 @@ def remove_leftover_containers(client: Any | None = None) -> list[str]:
             continue
         with contextlib.suppress(Exception):
             container.remove(force=True)
-            removed.append(labels.get(LABEL_RUN, container.name))
-    return removed
+            run = labels.get(LABEL_RUN, container.name)
+            attempt = labels.get(LABEL_ATTEMPT)
+            removed.append(f"{run} (attempt {attempt})" if attempt else run)
+    return sorted(set(removed))

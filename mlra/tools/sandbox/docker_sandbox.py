@@ -56,16 +56,15 @@ from mlra.tools.sandbox.docker_exec import (
 )
 from mlra.tools.sandbox.docker_preflight import (
     DEFAULT_IMAGE,
-    LABEL_OWNER,
-    LABEL_RUN,
     DockerUnavailable,
     docker_client,
     engine_of,
     missing_image,
+    no_bridge,
     no_gpu_runtime,
-    owner_label,
     preflight,
     remove_leftover_containers,
+    run_labels,
     short_error,
 )
 from mlra.tools.sandbox.docker_stats import StatsReader
@@ -117,6 +116,21 @@ exit 1
 """SIGKILL every process in the container but its init, its main process ($1) and
 itself, again until none is left (one may fork meanwhile): every command, job and
 daemon, while the container stays up for the next command."""
+
+_SIGNAL_ALL_BUT = r"""
+keep=" 1 $1 $$ "
+for pass in 1 2 3; do
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$keep" in *" $p "*) continue;; esac
+    kill -"$2" "$p" 2>/dev/null
+  done
+done
+exit 0
+"""
+"""Signal ($2: STOP or CONT) every process in the container but its init, its main
+process ($1) and itself; three passes, for what forked as the first went by. A pause
+stops daemons that left their command's session too, which session signals miss."""
 
 
 class DockerSandbox(Sandbox):
@@ -221,9 +235,14 @@ class DockerSandbox(Sandbox):
         async with self._start_lock:
             if self.container is not None:
                 return []
-            # The volume first: the container binds whatever is at the workspace's path.
+            # The containers of killed runs before their volumes are settled: one still
+            # writing to its workspace's volume as it is carried back would lose what it
+            # writes after (into an image then deleted). Then the volume, as the container
+            # binds whatever is at the workspace's path.
+            notices = await asyncio.to_thread(self._connect)
             await asyncio.to_thread(settle_before_use, self.workspace)
-            notices = [] if self._quota is None else await self._quota.start(self._stop_for_quota)
+            if self._quota is not None:
+                notices += await self._quota.start(self._stop_for_quota)
             try:
                 notices += await asyncio.to_thread(self._start)
             except BaseException:
@@ -232,18 +251,22 @@ class DockerSandbox(Sandbox):
                 raise
             return notices
 
+    def _connect(self) -> list[str]:
+        self.client = docker_client()
+        self._engine = engine_of(self.client)
+        removed = remove_leftover_containers(self.client)
+        if not removed:
+            return []
+        return [
+            "removed containers left by runs that ended without cleaning up: " + ", ".join(removed)
+        ]
+
     def _start(self) -> list[str]:
         import docker.errors
 
         notices: list[str] = []
-        self.client = docker_client()
-        self._engine = engine_of(self.client)
-        removed = remove_leftover_containers(self.client)
-        if removed:
-            notices.append(
-                "removed containers left by runs that ended without cleaning up: "
-                + ", ".join(removed)
-            )
+        if self.spec.network and (refused := no_bridge(self.client)) is not None:
+            raise refused  # a resumed run, a batch's, an attempt: checked here as well
         try:
             image = self.client.images.get(self.image)
         except docker.errors.ImageNotFound:
@@ -298,9 +321,9 @@ class DockerSandbox(Sandbox):
             "command": ["sleep", "infinity"],
             "detach": True,
             "init": True,
-            "name": f"mlra-{self.run_id}-{secrets.token_hex(2)}",
+            "name": f"mlra-{self.run_id.replace('/', '-')}-{secrets.token_hex(2)}",
             "hostname": "sandbox",
-            "labels": {LABEL_RUN: self.run_id, LABEL_OWNER: owner_label()},
+            "labels": run_labels(self.run_id),
             "user": f"{self.uid}:{self.gid}",
             "working_dir": INSIDE_WORKDIR,
             "volumes": volumes,
@@ -446,13 +469,19 @@ class DockerSandbox(Sandbox):
         self._paused = True
         for running in list(self._running):
             running.suspend()
+        self._signal_all("STOP")  # daemons that left their session (setsid, nohup...)
 
     def resume_commands(self) -> None:
         if not self._paused:
             return
         self._paused = False
+        self._signal_all("CONT")
         for running in list(self._running):
             running.resume()
+
+    def _signal_all(self, sig: str) -> None:
+        if self._main_pid is not None:
+            self._signals.send_script(_SIGNAL_ALL_BUT, self._main_pid, sig)
 
     # --- files --------------------------------------------------------------------------
     # Read and written host-side through the bind mount; what mlra writes as root is

@@ -19,6 +19,7 @@ no GPU, and `-1` or an empty value means none.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -89,7 +90,8 @@ def machine_gpus() -> tuple[Gpu, ...] | None:
 
 def host_gpus(environ: dict[str, str] | None = None) -> str | None:
     """The host's `CUDA_VISIBLE_DEVICES` as a `--gpus` value: None when it is not set,
-    "none" when it gives none, else the ids (a UUID as NVML's index where NVML knows it)."""
+    "none" when it gives none, else the ids (a unique start of a UUID as the whole UUID,
+    which Docker takes too, where NVML knows it)."""
     value = (os.environ if environ is None else environ).get(HOST_GPUS_VAR)
     if value is None:
         return None
@@ -119,11 +121,31 @@ def _named(entry: str, machine: tuple[Gpu, ...]) -> Gpu | None:
     start of one (`GPU-8932f937`), kept as the whole UUID so that Docker takes it too."""
     if entry.isdigit():
         return next((g for g in machine if g.id == str(int(entry))), None)
-    if entry.startswith("GPU-"):
-        found = [g for g in machine if g.uuid and g.uuid.startswith(entry)]
-        if len(found) == 1:
-            return replace(found[0], id=found[0].uuid or entry)
-    return None
+    found = _by_uuid(entry, machine)
+    return None if found is None else replace(found, id=found.uuid or entry)
+
+
+def _by_uuid(entry: str, machine: Sequence[Gpu]) -> Gpu | None:
+    """The one GPU whose UUID `entry` is, or is a unique start of, as CUDA matches it."""
+    if not entry.startswith("GPU-"):
+        return None
+    found = [g for g in machine if g.uuid and g.uuid.startswith(entry)]
+    return found[0] if len(found) == 1 else None
+
+
+def named_indexes(ids: Sequence[str], uuids: Sequence[str | None]) -> set[int]:
+    """The NVML indexes of the GPUs `ids` (a `--gpus` value's, given_ids') name, where
+    `uuids[i]` is GPU i's UUID: a run given GPUs by UUID (`--gpus GPU-8932f937`, or a
+    host CUDA_VISIBLE_DEVICES of UUIDs) is shown those GPUs, not none. A MIG instance's
+    parent is not known here, so it names none."""
+    machine = [Gpu(str(i), uuid=u) for i, u in enumerate(uuids)]
+    out: set[int] = set()
+    for entry in ids:
+        if entry.isdigit():
+            out.add(int(entry))
+        elif (found := _by_uuid(entry, machine)) is not None:
+            out.add(int(found.id))
+    return out
 
 
 def shortfall(needed: int) -> str | None:

@@ -29,7 +29,8 @@ sandbox, whatever the agent does and however fast.
   image for as long as it lives, so any later sandbox set up on this machine settles
   the volumes of owners that are gone (the pid is dead and the lock free: a reused pid
   is not taken for the owner, two settlers never settle one volume twice): carried
-  back, unmounted, deleted.
+  back, unmounted, deleted; not while a killed run's container still has it
+  (volume_users.py): the next Docker start removes that container first.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB
 from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
+from mlra.tools.sandbox.volume_users import unescape, used_elsewhere
 
 logger = logging.getLogger(__name__)
 
@@ -385,13 +387,8 @@ def _loop_mounts() -> dict[Path, list[Path]]:
             text = backing.read_text().strip().removesuffix(" (deleted)")
         except OSError:
             continue
-        found.setdefault(Path(text), []).append(Path(_unescape(fields[4])))
+        found.setdefault(Path(text), []).append(Path(unescape(fields[4])))
     return found
-
-
-def _unescape(text: str) -> str:
-    """mountinfo writes a space, tab, newline and backslash as octal escapes."""
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), text)
 
 
 def settle_stale(folder: Path | None = None) -> list[Settled]:
@@ -407,6 +404,8 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
                     found[image] = []
     for image, points in found.items():
         match = IMAGE_NAME.match(image.name)
+        if points and used_elsewhere(image, points):
+            continue  # a killed run's container still writes to it (volume_users.py)
         lock = _take(image)
         if match is None or lock is None:
             continue  # another mlra is settling it, or has

@@ -1,0 +1,47 @@
+"""Pausing a run in the Docker sandbox (against the real test engine, as
+test_docker_sandbox.py): every process the agent started stops, daemons included."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+from tests.tools.test_docker_sandbox import _containers, _sandbox, client, docker_host  # noqa: F401
+
+DAEMON = (
+    "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > beat.new; mv beat.new beat;"
+    " sleep 0.05; done' >/dev/null 2>&1 < /dev/null & while [ ! -s beat ]; do sleep 0.05; done"
+)
+"""A daemon that left its command's session (as `setsid`, many launchers, do), counting
+into `beat` every 50 ms; each count is written whole and renamed into place."""
+
+
+async def test_a_pause_stops_a_daemon_that_left_its_commands_session(
+    tmp_path: Path,
+    client: Any,  # noqa: F811
+    docker_host: str,  # noqa: F811
+) -> None:
+    """A pause sent SIGSTOP to each running command's session only: a training the agent
+    had started with setsid went on through the pause, taking the GPU and the CPU the
+    researcher had paused the run to have."""
+    sandbox = _sandbox(tmp_path / "ws", "pause-test")
+    await sandbox.start()
+    try:
+        await sandbox.exec(["sh", "-c", DAEMON], timeout=30)
+        beat = tmp_path / "ws" / "beat"
+        sandbox.suspend_commands()
+        await sandbox._signals.settle()  # the signals are sent in the background
+        paused = beat.read_text()
+        await asyncio.sleep(0.5)  # ten beats, had it gone on
+        assert beat.read_text() == paused
+        sandbox.resume_commands()
+        await sandbox._signals.settle()
+        deadline = time.monotonic() + 10
+        while beat.read_text() == paused:  # it goes on where it stopped
+            assert time.monotonic() < deadline, "the daemon did not go on after the resume"
+            await asyncio.sleep(0.05)
+    finally:
+        await sandbox.close()
+    assert _containers(client, "pause-test") == []
