@@ -296,6 +296,36 @@ async def test_the_deadline_stops_every_attempt_within_2_s(
         assert sleeps and not sleeps[0].ok  # the sleep was killed, not let run
 
 
+async def test_attempts_started_side_by_side_share_the_time_alike(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Three attempts, two at a time, in 600 s: the two started together get half the
+    time each (two waves), so the third has its half; the second got all 600 s."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="One")),
+            turn("", call("attempt_start", instructions="Two")),
+            turn("", call("attempt_wait", timeout=60)),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo one")),
+            turn("", call("bash", command="echo two")),
+        ],
+    }
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs",
+        answer_task,
+        script,
+        search="llm",
+        attempts=3,
+        attempts_parallel=2,
+        time_limit_s=600,
+    )
+    started = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptStarted)]
+    assert [e.attempt for e in started][:2] == ["a1", "a2"]
+    assert all(250 < e.time_limit_s <= 300 for e in started[:2]), [e.time_limit_s for e in started]
+
+
 def _both_sleep(run_dir: Path) -> bool:
     """Both attempts have called their `sleep 300` (the call is logged as it starts)."""
     logs = [run_dir / "attempts" / a / "events.jsonl" for a in ("a1", "a2")]

@@ -98,10 +98,14 @@ class AttemptManager:
 
     def time_share(self) -> float:
         """The run-clock seconds a new attempt gets: what is left, shared between the
-        attempts still to come as they can run (K at a time), the forecast a search
-        plans by. A supervisor may ask for less."""
+        attempts still to come and those running now as they can run (K at a time), the
+        forecast a search plans by. A supervisor may ask for less. The running ones
+        count: the second of three attempts, two at a time, started beside the first,
+        got the whole time left (the first wave's half, it was the last "to come" in
+        its wave by the count of those not started), leaving the third none."""
         remaining = self.run.clock.remaining()
-        waves = max(1, math.ceil(self.left() / self.run.config.attempts_parallel))
+        unfinished = self.left() + len(self.tree.running)
+        waves = max(1, math.ceil(unfinished / self.run.config.attempts_parallel))
         return max(0.0, remaining / waves)
 
     # --- starting -------------------------------------------------------------------------
