@@ -40,7 +40,7 @@ from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.record.run_result import RunResult, write_result
 from mlra.agent.record.snapshots import NO_QUOTA, SnapshotLimits, SnapshotStore, WorkspaceScanner
 from mlra.agent.record.state import RunState
-from mlra.agent.run.run_start import start_run
+from mlra.agent.run.run_start import StartRefused, start_run
 from mlra.agent.setup.config import RunConfig
 from mlra.agent.setup.prompts import status_note
 from mlra.agent.setup.run_setup import (
@@ -253,7 +253,7 @@ class RunController(Steering):
                 raise
             if self._task is not None:
                 self._task.uncancel()
-        except TaskEnvError as exc:  # one line naming the build's log, not a traceback
+        except (TaskEnvError, StartRefused) as exc:  # one line, not a traceback
             self.emit_safely(ev.Notice(level="error", message=str(exc)))
             self._finish_abruptly("error", str(exc))
         except Exception as exc:

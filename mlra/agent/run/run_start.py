@@ -19,8 +19,15 @@ from mlra.agent.loop.tool_step import ToolStep
 from mlra.agent.setup.run_budget import budgeted_spec
 from mlra.agent.setup.run_setup import sandbox_info, started_event, task_environment
 from mlra.agent.setup.sandboxes import create_sandbox
-from mlra.tools.sandbox.base import Sandbox, SandboxSpec
+from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.run_group import RunGroup
+
+
+class StartRefused(Exception):
+    """The run's sandbox would not start (one line): a `--disk` the volume refused, the
+    space taken by other runs' sandboxes since the command line checked it; isolation
+    gone since the preflight. The run ends with status error and that line, as a
+    broken task environment does, not with an internal error's traceback."""
 
 
 class StartingRun(RunContext, Protocol):
@@ -44,7 +51,10 @@ async def start_run(run: StartingRun, control_problem: str | None) -> None:
     python_env, env_notice = await asyncio.to_thread(task_environment, run.task, run.config)
     spec, budget = budgeted_spec(run, python_env)
     run.sandbox = make(run.workspace, spec)
-    notices = await run.sandbox.start()
+    try:
+        notices = await run.sandbox.start()
+    except SandboxError as exc:
+        raise StartRefused(f"the run's sandbox did not start: {exc}") from None
     if not run.catchup.replaying:
         run.emit(
             started_event(
