@@ -1,10 +1,10 @@
-"""A batch stopped while one of its runs waits in the queue (for the machine's CPUs,
-a GPU or a Ray node), and the same command run again: the run's log heads the attempt
-once, and a retry that never began is not counted as made.
+"""Attempts a batch queued that never began: stopped while one of its runs waits in the
+queue (for the machine's CPUs, a GPU or a Ray node), the same command run again heads
+the run's attempt once in its log; a retry refused before it began (its model server
+down) is not counted as a retry in the batch's last line.
 
-Through the real command line: a batch of two runs of the scripted model with room for
-one at a time (the batch's process is given one CPU), one run hanging in a long command
-while the other waits for the CPU."""
+Through the real command line and real `mlra run` processes against the scripted model
+server (or a port nothing answers at)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mlra.agent.record.eventlog import log_is_live
+from mlra.batch import runner as batch_runner
+from mlra.console.cli.cli import main
 from tests.batch.naming import batch_run_id
 from tests.batch.test_batch import (
     HANGING,
@@ -24,6 +28,7 @@ from tests.batch.test_batch import (
     worker_writing,
 )
 from tests.conftest import SECRET_ENV, mlra_cli
+from tests.console.test_unreachable_server import _closed_port_url
 from tests.fakes.model_server import ScriptedModelServer
 
 
@@ -37,6 +42,8 @@ def _one_cpu() -> None:
 def test_a_batch_killed_while_a_run_is_queued_heads_its_attempt_once(
     tmp_path: Path, answer_task: Path
 ) -> None:
+    """Two runs with room for one at a time (the batch's process is given one CPU): one
+    hangs in a long command while the other waits for the CPU, and the batch is killed."""
     (tmp_path / "answer_task").symlink_to(answer_task)
     out = tmp_path / "b"
     with ScriptedModelServer(HANGING) as server:
@@ -87,3 +94,37 @@ def test_a_batch_killed_while_a_run_is_queued_heads_its_attempt_once(
         "[mlra batch] attempt 1: start",
         "[mlra batch] attempt 2: resume",
     ]
+
+
+def test_a_retry_refused_before_it_began_is_not_counted_as_one(
+    tmp_path: Path,
+    answer_task: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The first attempt fails (its provider refuses every call); the batch run again
+    allows a second, which its model server, down by then, refuses before it begins.
+    The last line said "1 retry" for it. (The waits for the server are shortened; the
+    real `mlra run` refuses each try.)"""
+    out = tmp_path / "b"
+    args = ["batch", "--tasks", str(answer_task), "--models", MODEL, "--seeds", "1"]
+    args += ["--out", str(out), "--isolation", "none", "--no-tui"]
+    failing = {"supervisor:fallback": {"status": 400, "message": "bad request"}}
+    with ScriptedModelServer(failing) as server:
+        url = server.url_for("openai")  # type: ignore[arg-type]
+        proc = mlra_cli([*args, "--base-url", url, "--max-attempts", "1"], cwd=tmp_path)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "(failed, provider_error, 1 attempt)" in proc.stdout
+
+    monkeypatch.setattr(batch_runner, "UNREACHABLE_WAIT_S", 0.1)
+    monkeypatch.setattr(batch_runner, "UNREACHABLE_BUDGET_S", 0.2)
+    for key in SECRET_ENV:
+        monkeypatch.delenv(key, raising=False)
+    down = _closed_port_url()
+    assert main([*args, "--base-url", down, "--max-attempts", "2"]) == 1
+    printed = capsys.readouterr().out
+    run_id = batch_run_id(out, MODEL)
+    assert f"not done: {run_id} (failed, server unreachable, 1 attempt)" in printed, printed
+    last = printed.strip().splitlines()[-1]
+    assert last.startswith("batch: 0/1 finished (0 already were; 0 retries)"), printed
+    assert not (out / "runs" / run_id).exists()  # the retry never began
