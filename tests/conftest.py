@@ -5,10 +5,12 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import signal
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -102,6 +104,38 @@ def _longest_first(workqueue: dict[str, dict[str, bool]]) -> None:
     units = sorted(workqueue.items(), key=lambda kv: -seconds.get(kv[0], float(len(kv[1]))))
     workqueue.clear()
     workqueue.update(units)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _terminal_sigint() -> None:
+    """Ctrl-C for the processes the tests start as from a terminal, however pytest was
+    started. A shell's background job (`.ci/run &`, `nohup`) starts pytest and so its
+    xdist workers with SIGINT ignored, which Python keeps, and every child a test starts
+    inherits it: a test that stopped a batch or a Ray driver with SIGINT waited for a
+    process that never saw it. Taken back where the tests run (a worker; pytest itself
+    with `-n 0`), before any test starts a process."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _sigint_state() -> tuple[object, bool]:
+    """SIGINT's handler here and whether this thread blocks it."""
+    blocked = signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    return signal.getsignal(signal.SIGINT), blocked
+
+
+@pytest.fixture(autouse=True)
+def _sigint_kept() -> Iterator[None]:
+    """A test leaves Ctrl-C as it found it: one that left SIGINT ignored or blocked
+    would pass that on to every process the worker's later tests start (two calls a
+    test; no test of the suite did, when this was added)."""
+    before = _sigint_state()
+    yield
+    after = _sigint_state()
+    assert after == before, f"the test left SIGINT (handler, blocked) {after}, not {before}"
 
 
 @pytest.fixture

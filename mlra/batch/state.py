@@ -60,7 +60,8 @@ class RunStatus:
     attempts: int = 0
     """Starts so far: retired attempts, the current one and its resumes."""
     retries: int = 0
-    """Attempts started afresh after a failed one (the retired folders)."""
+    """Attempts started afresh after a failed one: the retired folders after the first,
+    and the current one where it has begun (a folder of its own)."""
     cost_usd: float = 0.0
     score: float | None = None
     metric: str = ""
@@ -86,7 +87,9 @@ def run_status(out: Path, run_id: str) -> RunStatus:
             return RunStatus(
                 run_id, "failed", "error", "no event log", attempts=earlier + 1, retries=earlier
             )
-        status = RunStatus(run_id, "pending", attempts=earlier, retries=earlier)
+        # The attempt after the last retired one has not begun (queued, or refused before
+        # it made its folder): it is no retry yet; the retired ones after the first were.
+        status = RunStatus(run_id, "pending", attempts=earlier, retries=max(0, earlier - 1))
         last = read_placements(retired[-1]) if retired else []
         if last and last[-1].outcome:  # the last attempt was lost before it had a folder here
             status.reason, status.detail = last[-1].outcome, last[-1].detail

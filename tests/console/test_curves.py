@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from textual.widgets import SelectionList
+from textual.widgets import SelectionList, Static
 from textual_plotext import PlotextPlot
 
 from mlra import events as ev
@@ -314,6 +314,51 @@ async def test_a_scripts_one_off_numbers_are_listed_but_not_picked_over_its_loss
         assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
         listed = [str(o.prompt) for o in screen.query_one(SelectionList).options]
         assert any("tokenizer" in line for line in listed), listed
+
+
+async def test_opened_before_any_loss_it_says_no_curve_yet_not_the_one_off_numbers() -> None:
+    """The script has printed its sizes (`tokenizer: 2048 tokens`, `d=128, layers=2`)
+    and no loss yet: the view drew those one-off numbers as dots at 2048, 128 and 2, a
+    chart of nothing. It lists them with their values, draws nothing, and says no curve
+    has come yet; the loss is drawn once it has moved, without a key pressed."""
+    events = recorded_run("running")
+    start = ev.JobStarted(job="job-1", command="python train.py", log="jobs/job-1.log")
+    one_offs = metrics(
+        "job:job-1",
+        ("tokenizer", 2048.0, None, 1.0),
+        ("d", 128.0, None, 1.0),
+        ("layers", 2.0, None, 1.0),
+    )
+    events = numbered([*events, start, one_offs])
+    app = MlraApp(events=events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot.pause()
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        assert screen.shown_series() == []
+        assert not screen.query_one("#curves-plots").display
+        said = str(screen.query_one("#curves-empty", Static).render())
+        assert screen.query_one("#curves-empty").display
+        assert said.startswith("No curve yet: 3 numbers read so far have not changed"), said
+        listed = [str(o.prompt) for o in screen.query_one(SelectionList).options]
+        assert [" ".join(line.split()[:2]) for line in listed] == [
+            "train.py tokenizer",
+            "train.py d",
+            "train.py layers",
+        ]
+        for loss, step in ((4.1, 10), (3.2, 20)):  # the first reading, then one that moved
+            point = metrics("job:job-1", ("loss", loss, step, 2.0 + step))
+            point.seq = len(events) + 1
+            events.append(point)
+            app.display_.on_event(point)
+            await pilot.pause(0.1)
+            screen.redraw(only_if_changed=True)
+        assert [s.label for s in screen.shown_series()] == ["job:job-1 loss"]
+        assert screen.query_one("#curves-plots").display
+        assert not screen.query_one("#curves-empty").display
+        assert "train.py loss" in plotted(app) and "tokenizer" not in plotted(app)
 
 
 async def test_a_series_named_with_terminal_controls_is_shown_escaped() -> None:

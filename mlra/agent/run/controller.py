@@ -1,7 +1,8 @@
 """The run controller: owns one run from start to score, and is what the agents,
 the console and resume hold.
 
-It prepares the run (agent/setup/run_setup.py), drives the agent as an asyncio task
+It prepares the run (agent/setup/run_setup.py), starts its sandbox and records the
+start (agent/run/run_start.py), drives the agent as an asyncio task
 beside the deadline and the user's stop (agent/loop/drive.py), takes the human's
 control actions (agent/control/steering.py), and ends the run, evaluating it
 (agent/loop/evaluation.py) unless it failed. What happens inside the run lives with
@@ -17,7 +18,6 @@ import asyncio
 import contextlib
 import traceback
 from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -40,18 +40,15 @@ from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 from mlra.agent.record.run_result import RunResult, write_result
 from mlra.agent.record.snapshots import NO_QUOTA, SnapshotLimits, SnapshotStore, WorkspaceScanner
 from mlra.agent.record.state import RunState
+from mlra.agent.run.run_start import StartRefused, start_run
 from mlra.agent.setup.config import RunConfig
 from mlra.agent.setup.prompts import status_note
-from mlra.agent.setup.run_budget import budgeted_spec
 from mlra.agent.setup.run_setup import (
     make_run_folder,
     new_run_id,
     run_id_problem,
     sandbox_info,
-    started_event,
-    task_environment,
 )
-from mlra.agent.setup.sandboxes import create_sandbox
 from mlra.tasks.environment import TaskEnvError
 from mlra.tasks.spec import TaskSpec
 from mlra.tasks.success import with_direction
@@ -104,7 +101,6 @@ class RunController(Steering):
         self.console_holder: str | None = None
         """Who holds the controls from the first moment, where a console drives this run
         in its own process (console/apps/app.py): an attached console then only watches."""
-        self._control_problem: str | None = None
         self._time_warned = False
         self.catchup = CatchUp(
             self.state, self.controls, append=self.append, sandbox_info=self._sandbox_info
@@ -257,7 +253,7 @@ class RunController(Steering):
                 raise
             if self._task is not None:
                 self._task.uncancel()
-        except TaskEnvError as exc:  # one line naming the build's log, not a traceback
+        except (TaskEnvError, StartRefused) as exc:  # one line, not a traceback
             self.emit_safely(ev.Notice(level="error", message=str(exc)))
             self._finish_abruptly("error", str(exc))
         except Exception as exc:
@@ -270,68 +266,27 @@ class RunController(Steering):
         return write_result(self.state, self.run_dir)
 
     async def start(self) -> None:
-        """Start the sandbox, record the run's start and start the clock."""
+        """Start the sandbox, record the run's start and start the clock
+        (agent/run/run_start.py)."""
         if self.log is None:
             self.prepare()
-        await self._serve_controls()
-        make = self._sandbox_factory or partial(
-            create_sandbox, config=self.config, task=self.task, run_id=self.run_id
-        )
-        # Before the sandbox: its `python` is the task's own environment, where it has one.
-        python_env, env_notice = await asyncio.to_thread(task_environment, self.task, self.config)
-        spec, budget = budgeted_spec(self, python_env)
-        self.sandbox = make(self.workspace, spec)
-        notices = await self.sandbox.start()
-        if not self.catchup.replaying:
-            self.emit(
-                started_event(
-                    self.run_id,
-                    self.task,
-                    self.config,
-                    time_limit_s=self.time_limit_s,
-                    sandbox=sandbox_info(self.sandbox, self.workspace),
-                    provider=self.provider,
-                    budget=budget,
-                )
-            )
-            if self.config.ungraded:
-                self.append(
-                    ev.Notice(
-                        level="warning",
-                        message="run ungraded (--ungraded): this machine cannot grade "
-                        f"{self.task.name}: {self.config.ungraded}; any score it gets is "
-                        "not the task's grading",
-                    )
-                )
-            for told in self.config.task_notices:
-                self.append(ev.Notice(level="warning", message=told))
-        if env_notice is not None:
-            self.append(env_notice)
-        for notice in notices:
-            self.append(ev.Notice(level="warning", message=notice))
-        if self._control_problem is not None:
-            self.append(ev.Notice(level="warning", message=self._control_problem))
-        self.clock.start()
-        if not self.catchup.replaying:
-            self.catchup.go_live()
-            await self.tool_step.snapshot(0)
-        if self.config.start_paused:
-            self.pause(source="start")
+        await start_run(self, await self._serve_controls())
 
-    async def _serve_controls(self) -> None:
+    async def _serve_controls(self) -> str | None:
         """Open the control endpoint (agent/control/control_server.py) of a top-level run. A run
         folder where no socket can be made (a file system without them) runs on,
-        steerable from its console only, and says so."""
+        steerable from its console only: the problem is returned, said once the start is
+        recorded."""
         if self.config.attempt is not None or self.control_server is not None:
-            return
+            return None
         server = ControlServer(self)
         server.holder = self.console_holder
         try:
             await server.start()
         except OSError as exc:
-            self._control_problem = f"no control endpoint for `mlra ctl`/`mlra attach`: {exc}"
-            return
+            return f"no control endpoint for `mlra ctl`/`mlra attach`: {exc}"
         self.control_server = server
+        return None
 
     async def _stop_serving(self) -> None:
         server, self.control_server = self.control_server, None

@@ -39,11 +39,13 @@ from mlra.batch.compare.overlay import Panel, panel_of
 from mlra.console.panes.attempts import AttemptsPane
 from mlra.console.text.attempt_files import attempt_folder
 from mlra.console.text.curves_data import (
+    NO_CURVES,
     CurveSet,
     Drawn,
     LogCurves,
     Series,
     drawn,
+    no_curve_yet,
     origin_of,
     validations_drawn,
     x_axis_is_step,
@@ -203,11 +205,7 @@ class CurvesScreen(Screen[None]):
             with Vertical(id="curves-plots"):
                 yield PlotextPlot(id="curves-plot-loss")
                 yield PlotextPlot(id="curves-plot-score")
-            yield Static(
-                "No curves yet: numbers a job prints (step N loss X, key=value, JSON "
-                "lines) or writes (metrics.jsonl, TensorBoard) appear here as they are read.",
-                id="curves-empty",
-            )
+            yield Static(NO_CURVES, id="curves-empty")
         yield Static(
             "Space pick · l log scale · t step/time · Esc close", id="curves-keys", markup=False
         )
@@ -237,8 +235,9 @@ class CurvesScreen(Screen[None]):
             for s in curves.series.values()
             if (s.source.startswith(f"{self.focus_origin} ") if self.focus_origin else False)
         ] or [s for s in curves.series.values() if s.source == curves.last_source]
-        curves_only = [s for s in candidates if s.is_curve]
-        picked = curves_only or candidates
+        # Only curves: before a loss has moved, a script's one-off numbers alone would be
+        # a chart of dots at 2048 and 128 (the view says no curve has come yet instead).
+        picked = [s for s in candidates if s.is_curve]
         # A search: every attempt's curve of those names overlaid, so the attempts
         # read against each other without picking each by hand.
         names = {s.name for s in picked if s.is_curve}
@@ -315,9 +314,11 @@ class CurvesScreen(Screen[None]):
             panel: self.query_one(f"#curves-plot-{panel}", PlotextPlot) for panel in panels
         }
         empty = self.query_one("#curves-empty", Static)
-        has_any = bool(self.curve_set.series or self.curve_set.validations)
+        one_offs = 0 if series or self.curve_set.validations else self.curve_set.one_offs_only()
+        has_any = bool(self.curve_set.series or self.curve_set.validations) and not one_offs
         self.query_one("#curves-plots").display = has_any
         empty.display = not has_any
+        empty.update(no_curve_yet(one_offs) if one_offs else NO_CURVES)
         by_step = self.by_step and x_axis_is_step(series)
         # A cell's lowest and highest point is what a braille curve shows of it; plotext
         # takes ~8 ms a series this way, not ~20 for 2,000 points.

@@ -148,6 +148,14 @@ class CurveSet:
                 return True
         return False
 
+    def one_offs_only(self) -> int:
+        """How many series were read where none is a curve yet (0 where one is, or none
+        was read): a script's sizes printed before its first loss, which the view lists
+        but does not draw (agent/metrics/one_off.py)."""
+        if any(s.is_curve for s in self.series.values()):
+            return 0
+        return len(self.series)
+
     def feed_all(self, events: Iterable[ev.Event]) -> CurveSet:
         for event in events:
             self.feed(event)
@@ -332,6 +340,24 @@ def validations_drawn(
         return None
     metric = next((v.metric for v in curves.validations if v.metric), "")
     return Drawn(f"validation {metric}".strip(), xs, ys, left_out)
+
+
+NO_CURVES = (
+    "No curves yet: numbers a job prints (step N loss X, key=value, JSON "
+    "lines) or writes (metrics.jsonl, TensorBoard) appear here as they are read."
+)
+
+
+def no_curve_yet(one_offs: int) -> str:
+    """Only one-off numbers read (a script's sizes before its first loss): what the view
+    shows instead of a chart of them."""
+    numbers = (
+        "1 number read so far has" if one_offs == 1 else f"{one_offs} numbers read so far have"
+    )
+    return (
+        f"No curve yet: {numbers} not changed (one-off values, listed with their value; "
+        "Space draws one). A loss is drawn here once it has moved."
+    )
 
 
 # --- an attempt's own log, read as it grows ----------------------------------------------

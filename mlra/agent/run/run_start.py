@@ -1,0 +1,92 @@
+"""Starting a run: its sandbox, and the events that record the start, in the order a
+resumed run's catch-up expects them (agent/loop/catchup.py).
+
+The controller (agent/run/controller.py) calls `start_run` once its log and its control
+endpoint are open; what the run does once started is the controller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Protocol
+
+from mlra import events as ev
+from mlra.agent.loop.run_context import RunContext
+from mlra.agent.loop.tool_step import ToolStep
+from mlra.agent.setup.run_budget import budgeted_spec
+from mlra.agent.setup.run_setup import sandbox_info, started_event, task_environment
+from mlra.agent.setup.sandboxes import create_sandbox
+from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from mlra.tools.sandbox.run_group import RunGroup
+
+
+class StartRefused(Exception):
+    """The run's sandbox would not start (one line): a `--disk` the volume refused, the
+    space taken by other runs' sandboxes since the command line checked it; isolation
+    gone since the preflight. The run ends with status error and that line, as a
+    broken task environment does, not with an internal error's traceback."""
+
+
+class StartingRun(RunContext, Protocol):
+    """What starting needs of the run (its controller, which imports this module)."""
+
+    time_limit_s: float
+    run_group: RunGroup | None
+    tool_step: ToolStep
+
+    @property
+    def sandbox_factory(self) -> Callable[[Path, SandboxSpec], Sandbox] | None: ...
+
+
+async def start_run(run: StartingRun, control_problem: str | None) -> None:
+    """Start the sandbox, record the run's start and start the clock; `control_problem`
+    (why the run has no control endpoint) is said once the start is recorded."""
+    make = run.sandbox_factory or partial(
+        create_sandbox, config=run.config, task=run.task, run_id=run.run_id
+    )
+    # Before the sandbox: its `python` is the task's own environment, where it has one.
+    python_env, env_notice = await asyncio.to_thread(task_environment, run.task, run.config)
+    spec, budget = budgeted_spec(run, python_env)
+    run.sandbox = make(run.workspace, spec)
+    try:
+        notices = await run.sandbox.start()
+    except SandboxError as exc:
+        raise StartRefused(f"the run's sandbox did not start: {exc}") from None
+    if not run.catchup.replaying:
+        run.emit(
+            started_event(
+                run.run_id,
+                run.task,
+                run.config,
+                time_limit_s=run.time_limit_s,
+                sandbox=sandbox_info(run.sandbox, run.workspace),
+                provider=run.provider,
+                budget=budget,
+            )
+        )
+        if run.config.ungraded:
+            run.append(
+                ev.Notice(
+                    level="warning",
+                    message="run ungraded (--ungraded): this machine cannot grade "
+                    f"{run.task.name}: {run.config.ungraded}; any score it gets is "
+                    "not the task's grading",
+                )
+            )
+        for told in run.config.task_notices:
+            run.append(ev.Notice(level="warning", message=told))
+    if env_notice is not None:
+        run.append(env_notice)
+    for notice in notices:
+        run.append(ev.Notice(level="warning", message=notice))
+    if control_problem is not None:
+        run.append(ev.Notice(level="warning", message=control_problem))
+    run.clock.start()
+    if not run.catchup.replaying:
+        run.catchup.go_live()
+        await run.tool_step.snapshot(0)
+    if run.config.start_paused:
+        run.pause(source="start")
