@@ -72,6 +72,9 @@ def test_a_disk_taken_after_the_check_ends_the_run_in_one_line(
     (run_dir,) = runs.iterdir()
     result = json.loads((run_dir / "result.json").read_text())
     assert result["status"] == "error"
+    # Its log has no run_started; its result names it all the same (`mlra runs`, batches).
+    assert (result["run_id"], result["model"]) == (run_dir.name, "baseline")
+    assert result["task"]
     assert result["message"].startswith("the run's sandbox did not start: ")
     assert "disk quota of" in result["message"] and "\n" not in result["message"]
     events = read_events(run_dir / "events.jsonl")

@@ -205,9 +205,17 @@ def validation_summary(state: RunState) -> dict[str, Any]:
     }
 
 
-def write_result(state: RunState, run_dir: Path) -> RunResult:
-    """Write `result.json`, bound to the log as it is now (call it with the log closed)."""
+def write_result(
+    state: RunState, run_dir: Path, *, run_id: str = "", task: str = "", model: str = ""
+) -> RunResult:
+    """Write `result.json`, bound to the log as it is now (call it with the log closed).
+    `run_id`, `task`, `model`: the run's own, for a run that ended before its start was
+    recorded (a sandbox that did not start, a broken task environment), whose log has
+    no `run_started` to name them: its result would name nothing."""
     result = result_of(state)
+    result.run_id = result.run_id or run_id
+    result.task = result.task or task
+    result.model = result.model or model
     log = run_dir / EVENTS_FILE
     if log.is_file():
         result.log_size = log.stat().st_size

@@ -249,7 +249,7 @@ class RunController(Steering):
             self._finish_abruptly("stopped", "the run was cancelled before it could finish")
             if not self._aborted:
                 await self._close()
-                write_result(self.state, self.run_dir)
+                self._write_result()
                 raise
             if self._task is not None:
                 self._task.uncancel()
@@ -263,7 +263,16 @@ class RunController(Steering):
             await self._stop_jobs("the run failed")
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
-        return write_result(self.state, self.run_dir)
+        return self._write_result()
+
+    def _write_result(self) -> RunResult:
+        return write_result(
+            self.state,
+            self.run_dir,
+            run_id=self.run_id,
+            task=self.task.name,
+            model=self.config.model,
+        )
 
     async def start(self) -> None:
         """Start the sandbox, record the run's start and start the clock
