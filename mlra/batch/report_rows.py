@@ -406,7 +406,9 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                     sorted({m.isolation or "unknown" for m in members if m.started})
                 ),
                 unisolated=sum(m.unisolated for m in members),
-                retries=len(every) - len(members),
+                # Attempts after a run's first that began, as the batch's last line
+                # counts them: one refused before it began (its server down) is no retry.
+                retries=sum(1 for m in every if m.attempt > 1 and m.started),
                 lost_with_node=sum(len(m.nodes_lost) or int(m.lost) for m in every),
                 best_validation_mean=best_mean,
                 best_validation_se=best_se,

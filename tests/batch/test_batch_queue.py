@@ -18,6 +18,7 @@ import pytest
 
 from mlra.agent.record.eventlog import log_is_live
 from mlra.batch import runner as batch_runner
+from mlra.batch.report_rows import collect, summarize
 from mlra.console.cli.cli import main
 from tests.batch.naming import batch_run_id
 from tests.batch.test_batch import (
@@ -128,3 +129,5 @@ def test_a_retry_refused_before_it_began_is_not_counted_as_one(
     last = printed.strip().splitlines()[-1]
     assert last.startswith("batch: 0/1 finished (0 already were; 0 retries)"), printed
     assert not (out / "runs" / run_id).exists()  # the retry never began
+    (group,) = summarize(collect(out))
+    assert group.retries == 0  # the report says as the last line does
