@@ -221,15 +221,27 @@ class CatchUp:
         """What a recorded call with no result (the run stopped under it) had printed."""
         return self._printed.get(call_id, "")
 
-    def recorded_result(self, call_id: str) -> ev.ToolResult | Literal["interrupted"] | None:
+    def recorded_result(
+        self, call_id: str, *, logs_start: bool = False
+    ) -> ev.ToolResult | Literal["interrupted"] | None:
         """The recorded result of a call the agent makes now, folding what happened while
         it ran; `INTERRUPTED` when the run stopped while it was running; None when the
-        call is to run (live, or it was waiting for the user's approval)."""
+        call is to run (live, or it had not begun: it waited for the user's approval,
+        or a pause held it). `logs_start`: the recorded `tool_call`'s own."""
         if self._recording is None:
             return None
-        result, awaiting = self._recording.tool_result(call_id)
+        result, began = self._recording.tool_result(call_id, logs_start=logs_start)
         if result is not None:
             return result
-        # Nothing had run yet when the call waited for the user: it is asked for again.
-        self.go_live(interrupted=None if awaiting else call_id)
-        return None if awaiting else INTERRUPTED
+        # A call that never began is run now (asked for again at its breakpoint).
+        self.go_live(interrupted=call_id if began else None)
+        return INTERRUPTED if began else None
+
+    def tool_started(self, call_id: str) -> None:
+        """Mark that a call's tool begins. Live only: a call run again while catching up
+        (a supervisor's `assign_subtask`) has its recorded start, or, in an older log,
+        none to match."""
+        if self._recording is not None and self._recording.peek_agent_event() is not None:
+            return
+        self.go_live()
+        self._append(ev.ToolStarted(call_id=call_id))

@@ -97,11 +97,13 @@ class ToolStep:
                 raw_arguments=call.raw_arguments if call.parse_error else None,
                 step=step,
                 turn=turn,
+                logs_start=True,
             )
         )
         tool = registry.get(call.name)
         if tool is None or not tool.reruns_on_resume:
-            recorded = run.catchup.recorded_result(call.id)
+            logs_start = isinstance(asked, ev.ToolCall) and asked.logs_start
+            recorded = run.catchup.recorded_result(call.id, logs_start=logs_start)
             edited = run.state.edited_calls.get(call.id)
             if recorded is not None and edited is not None:
                 ran_as(call, edited)  # the history shows the call as it ran then
@@ -155,6 +157,9 @@ class ToolStep:
             )
             self._record_result(call, agent, unrun, note=note)
             raise
+        # Past its breakpoint and any pause: from here the call may change things, and a
+        # run stopped now resumes it as one that may have run in part.
+        run.catchup.tool_started(call.id)
         tail = _Tail(run.config.observation_limit)
         ctx = ToolContext(
             sandbox=run.sandbox,
