@@ -283,8 +283,14 @@ class RunState:
                 self.output_tokens += event.output_tokens
                 self.estimated_tokens += event.input_tokens + event.output_tokens
                 self.cost_usd += event.cost_usd
-                self.generating_since = self.generating_agent = self.retry = None
-                self.awaiting_turn = None
+                if event.cut_off == "connection_lost":
+                    # The same call is asked again once the server is back (`model_retry`):
+                    # it goes on generating, its time counted from when it was sent.
+                    self.answering_since = self.first_token_s = None
+                    self.streamed_chars = 0
+                else:
+                    self.generating_since = self.generating_agent = self.retry = None
+                    self.awaiting_turn = None
             case ev.ResourceSample():
                 self.resources = event
             case ev.JobStarted():
