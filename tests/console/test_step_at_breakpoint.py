@@ -73,6 +73,68 @@ async def test_n_after_approving_a_held_call_runs_that_call_then_pauses(
         assert (await run.finished()).reason == "submitted"
 
 
+TWO = turn(
+    "", call("bash", command="echo 1 > first.txt"), call("bash", command="echo 2 > second.txt")
+)
+
+
+async def test_n_on_a_held_call_of_a_two_call_turn_pauses_before_the_second(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """One action is one call, whatever the turn holds: `n` on the held first call runs
+    it and pauses before the same turn's second call; the next `n` runs that one alone.
+    Before, the second call ran under the same `n`."""
+    script = worker(TWO, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, breakpoints=["bash:first"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        await run.pilot.press("a")
+        await run.watch.wait(is_(ev.Control, action="approve"))
+        mark = run.watch.events[-1].seq
+        await run.pilot.press("n")
+        paused = await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+        first, second = [e for e in run.watch.events if isinstance(e, ev.ToolCall)][-2:]
+        assert run.watch.count(is_(ev.ToolResult, call_id=first.call_id)) == 1
+        assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 0
+        assert not (run.controller.workspace / "second.txt").exists()
+        await run.shown(lambda app: app.state.phase == "paused")
+        await run.pilot.press("n")
+        await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=paused.seq)
+        assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 1
+        assert (run.controller.workspace / "second.txt").exists()
+        assert len(run.server.requests_for("worker")) == 1  # no next turn asked for
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
+async def test_n_from_a_pause_runs_a_turn_and_its_first_call_only(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Stepping from the start, each `n` one action: the step that asks the model for the
+    two-call turn runs its first call and pauses before the second."""
+    script = worker(TWO, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, start_paused=True) as run:
+        mark = (await run.watch.wait(is_(ev.Control, action="pause", source="start"))).seq
+        for _ in range(12):
+            await run.shown(lambda app: app.state.phase == "paused")
+            await run.pilot.press("n")
+            step = await run.watch.wait(is_(ev.Control, action="step"), after=mark)
+            mark = (
+                await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=step.seq)
+            ).seq
+            if (run.controller.workspace / "first.txt").exists():
+                break
+        assert not (run.controller.workspace / "second.txt").exists()
+        first, second = [e for e in run.watch.events if isinstance(e, ev.ToolCall)][-2:]
+        assert run.watch.count(is_(ev.ToolResult, call_id=first.call_id)) == 1
+        assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 0
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
 async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
     tmp_path: Path, answer_task: Path
 ) -> None:

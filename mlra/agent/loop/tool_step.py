@@ -130,6 +130,7 @@ class ToolStep:
         if breakpoint_ is not None:
             decision = await self._await_decision(call, breakpoint_, tool)
             if decision.action == "reject":
+                run.controls.call_decided()
                 message = decision.message or "no reason given"
                 outcome = ToolOutcome(
                     output=f"The user rejected this call: {message}",
@@ -143,7 +144,10 @@ class ToolStep:
                 ran_as(call, arguments)
 
         # A pause that came while the model was thinking (or the call waited for
-        # approval) holds the action back; a step then lets this action through.
+        # approval) holds the action back; a step then lets this action through. In
+        # step mode, a call past the one the step was for pauses the run first.
+        if run.controls.call_waits_for_step():
+            run.pause(source="step")
         try:
             await run.controls.hold()
         except asyncio.CancelledError:
