@@ -15,6 +15,7 @@ from mlra import events as ev
 from mlra.console.apps.app import MlraApp
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+from tests.console.test_console_status import status_line
 from tests.scripts import call, turn
 
 FIRST = turn("", call("bash", command="echo 1 > first.txt"))
@@ -101,6 +102,8 @@ async def test_n_on_a_held_call_of_a_two_call_turn_pauses_before_the_second(
         assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 0
         assert not (run.controller.workspace / "second.txt").exists()
         await run.shown(lambda app: app.state.phase == "paused")
+        # The status line says what the next `n` runs: the held call, not begun.
+        await run.shown(lambda app: "bash before it runs: echo 2 > second.txt" in status_line(app))
         await run.pilot.press("n")
         await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=paused.seq)
         assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 1

@@ -201,6 +201,13 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
             return [Text(words, style="cyan"), Text(f"waiting {took}", style="cyan")]
         what = _command(call, state)
         tool = printable_line(call.tool)
+        if state.paused and call.logs_start and call.call_id not in state.begun:
+            # Held before it began (the step's next call, or one approved while paused):
+            # it is what `n` or Space runs next, not a call running (suspended).
+            return [
+                Text(_with(f"{tool} before it runs", _clip(what, 60)), style="cyan"),
+                Text(f"{tool} before it runs", style="cyan"),
+            ]
         return [
             Text(_with(f"{tool} {took}", _clip(what, 60)), style="cyan"),
             Text(_with(f"{tool} {took}", _clip(what, 20)), style="cyan"),
