@@ -13,6 +13,7 @@ from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
 from mlra.console.apps.app import MlraApp
+from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.console.test_console_status import status_line
@@ -104,12 +105,33 @@ async def test_n_on_a_held_call_of_a_two_call_turn_pauses_before_the_second(
         await run.shown(lambda app: app.state.phase == "paused")
         # The status line says what the next `n` runs: the held call, not begun.
         await run.shown(lambda app: "bash before it runs: echo 2 > second.txt" in status_line(app))
+        await run.shown(lambda app: "not begun yet" in _entry(app, second.call_id))
+        assert "running…" not in _entry(run.app, second.call_id)
         await run.pilot.press("n")
         await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=paused.seq)
         assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 1
         assert (run.controller.workspace / "second.txt").exists()
         assert len(run.server.requests_for("worker")) == 1  # no next turn asked for
         await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
+def _entry(app: MlraApp, call_id: str) -> str:
+    """A call's transcript entry as shown."""
+    entry = app.query_one(TranscriptPane).tool_entry(call_id)
+    return "" if entry is None else entry.render_entry().plain
+
+
+async def test_a_call_edited_from_ctl_says_who_edited_it(tmp_path: Path, answer_task: Path) -> None:
+    """The transcript said "edited by you" of an edit `mlra ctl RUN edit` made."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        with run.controller.acting_as("ctl"):  # as the control server runs `ctl edit`
+            assert run.controller.edit(waiting.call_id, {"command": "echo 42 > answer.txt"})
+        await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+        await run.shown(lambda app: "edited by ctl → " in _entry(app, waiting.call_id))
+        assert "edited by you" not in _entry(run.app, waiting.call_id)
         assert (await run.finished()).reason == "submitted"
 
 
