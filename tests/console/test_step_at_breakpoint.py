@@ -226,6 +226,28 @@ async def test_stopping_a_paused_run_with_an_approved_call_held_does_not_run_it(
     assert run.watch.count(is_(ev.ToolOutput)) == 0
 
 
+async def test_stopping_a_run_whose_call_waits_for_approval_closes_the_call(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A stop (or quit) while a call still waits at its breakpoint: the log closes the
+    call, as it closes one a pause held. Before, no result was written: a replay of the
+    ended run (and its transcript) showed the call waiting for approval for ever."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        await run.finished()
+        result = await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+        await run.shown(lambda app: "waiting for your approval" not in _entry(app, waiting.call_id))
+    assert isinstance(result, ev.ToolResult) and not result.ok
+    assert "not run" in result.output and "approv" in result.output
+    assert not (run.controller.workspace / "answer.txt").exists()
+    assert run.controller.state.pending_approval is None
+
+
 async def test_an_edit_the_tool_would_refuse_is_said_in_the_dialog_and_the_call_waits(
     tmp_path: Path, answer_task: Path
 ) -> None:

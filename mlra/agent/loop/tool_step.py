@@ -128,7 +128,13 @@ class ToolStep:
             run.controls.should_break(call.name, arguments) if call.parse_error is None else None
         )
         if breakpoint_ is not None:
-            decision = await self._await_decision(call, breakpoint_, tool)
+            try:
+                decision = await self._await_decision(call, breakpoint_, tool)
+            except asyncio.CancelledError:
+                # The run ended while the call waited for the user (a stop, a quit, its
+                # time limit): closed in the log, or a replay shows it waiting for ever.
+                self._record_result(call, agent, self._unrun("it was approved"))
+                raise
             if decision.action == "reject":
                 run.controls.call_decided()
                 message = decision.message or "no reason given"
@@ -153,13 +159,7 @@ class ToolStep:
         except asyncio.CancelledError:
             # The run ended while it held the call (a stop of a paused run): the log
             # still gets its result, so no call is left open.
-            why = "its time limit was reached" if run.clock.expired() else "it was stopped"
-            unrun = ToolOutcome(
-                output=f"[not run: the run ended ({why}) before this call began]",
-                ok=False,
-                error=KILLED_BY_RUN_END,
-            )
-            self._record_result(call, agent, unrun, note=note)
+            self._record_result(call, agent, self._unrun("this call began"), note=note)
             raise
         # Past its breakpoint and any pause: from here the call may change things, and a
         # run stopped now resumes it as one that may have run in part.
@@ -204,6 +204,15 @@ class ToolStep:
         self._record_result(call, agent, outcome, note=note)
         await self.snapshot(step)
         return outcome
+
+    def _unrun(self, before: str) -> ToolOutcome:
+        """The result of a call the run's end came to before it ran."""
+        why = "its time limit was reached" if self.run.clock.expired() else "it was stopped"
+        return ToolOutcome(
+            output=f"[not run: the run ended ({why}) before {before}]",
+            ok=False,
+            error=KILLED_BY_RUN_END,
+        )
 
     def _streamer(self, call_id: str, tail: _Tail, *, metrics: bool = True) -> OutputCallback:
         """Logs a call's output as it comes, up to `STREAM_CAP_CHARS`; past that it
