@@ -12,9 +12,11 @@ from textual.widgets import Footer, Static, TextArea
 from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
+from mlra.agent.control.control_ops import act
 from mlra.console.apps.app import MlraApp
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen
+from mlra.control_socket import CtlRequest
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.console.test_console_status import status_line
 from tests.scripts import call, turn
@@ -173,7 +175,9 @@ async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
         await run.pilot.press("space")
         await run.watch.wait(is_(ev.Control, action="pause"))
         mark = run.watch.events[-1].seq
-        await run.pilot.press("n")
+        # `mlra ctl RUN step` says what it does here: it does not approve the call.
+        said = act(run.controller, CtlRequest(op="step"))
+        assert said.startswith("one action once the waiting call is decided"), said
         await run.watch.wait(is_(ev.Control, action="step"), after=mark)
         await run.pilot.press("a")
         await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
