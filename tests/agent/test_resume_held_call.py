@@ -17,9 +17,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
 
 
 def _env() -> dict[str, str]:
@@ -89,3 +93,62 @@ def test_an_approved_call_a_pause_held_runs_on_resume(tmp_path: Path) -> None:
     assert again.seq < starts[0] < results[0].seq  # it began in the resumed part
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
     assert json.loads((run_dir / "result.json").read_text())["score"] == 1.0
+
+
+@pytest.mark.parametrize("decision", ["approve", "edit"])
+def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
+    tmp_path: Path, decision: str
+) -> None:
+    """`--break assign_subtask` (or `*`): the supervisor's call is run again while a resumed
+    run catches up (it runs the worker), and is decided as the log says it was. Before,
+    it waited for a decision nobody is asked for while catching up: the resume hung."""
+    env = {**_env(), "OPENAI_API_KEY": "sk-test-not-a-secret"}
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("bash", command="sleep 300")),  # killed under this call
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    runs = tmp_path / "runs"
+    run_dir = runs / "r"
+    log = run_dir / "events.jsonl"
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        args = ["run", str(ANSWER_TASK), "--model", "openai/test", "--no-tui"]
+        args += ["--base-url", server.url_for("openai"), "--runs-dir", str(runs), "--run-id", "r"]
+        args += ["--isolation", "none", "--break", "assign_subtask"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_in_log(
+                proc, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested)
+            )
+            words = ["approve"]
+            if decision == "edit":
+                edited = {"step_id": "1", "instructions": "Write 42 into answer.txt."}
+                words = ["edit", json.dumps(edited)]
+            done = mlra_cli(["ctl", str(run_dir), *words], cwd=tmp_path, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            _wait_in_log(
+                proc,
+                log,
+                "the worker's long command",
+                lambda e: isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments),
+            )
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    events = read_events(log)
+    assert len([e for e in events if isinstance(e, ev.ApprovalRequested)]) == 1
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"

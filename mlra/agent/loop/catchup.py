@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from mlra import events as ev
-from mlra.agent.loop.controls import Breakpoint, Controls
+from mlra.agent.loop.controls import Breakpoint, Controls, Decision
 from mlra.agent.loop.history import AgentHistory
 from mlra.agent.providers.base import ModelResponse
 from mlra.agent.record.recording import Recording, response_from
@@ -216,6 +216,25 @@ class CatchUp:
                 if cut and cut[2:] == (done.first_turn, done.last_turn):
                     return cut
         return next((cut for cut in cuts if cut), None)
+
+    def recorded_decision(self, call_id: str) -> Decision | None:
+        """What the user decided of a call at its breakpoint, where the recording holds it:
+        a call the run executes again while catching up (a supervisor's `assign_subtask`)
+        is decided as it was then, not asked of the user again (nobody is asked while a
+        run catches up, so the resume waited for ever). None: live, or undecided then."""
+        if self._recording is None:
+            return None
+        recording = self._recording
+        for event in recording.events[recording.pos :]:
+            if isinstance(event, ev.Control) and event.call_id == call_id:
+                if event.action == "approve":
+                    return Decision("approve")
+                if event.action == "edit" and event.arguments is not None:
+                    return Decision("edit", arguments=dict(event.arguments))
+                if event.action == "reject":
+                    return Decision("reject", message=event.text or "")
+        self.ahead()  # nothing more was recorded of it: the run goes live to ask
+        return None
 
     def printed_by(self, call_id: str) -> str:
         """What a recorded call with no result (the run stopped under it) had printed."""

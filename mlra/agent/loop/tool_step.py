@@ -244,14 +244,20 @@ class ToolStep:
         self, call: ToolCallRequest, bp: Breakpoint, tool: Tool[Any] | None
     ) -> Decision:
         run = self.run
+        asked = ev.ApprovalRequested(
+            call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()
+        )
+        replaying = run.catchup.replaying
+        if replaying:  # a call run again while catching up: decided as it was then
+            run.emit(asked)
+            recorded = run.catchup.recorded_decision(call.id)
+            if recorded is not None:
+                return recorded
         future = run.controls.expect_decision(
             call.id, None if tool is None else lambda arguments: validated(tool, arguments)[1]
         )
-        run.emit(
-            ev.ApprovalRequested(
-                call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()
-            )
-        )
+        if not replaying:
+            run.emit(asked)
         # While the run waits for a human it is held as a pause holds it: the clock
         # stops and so do the sandbox's commands and jobs, or a job would compute off
         # the clock and its `job_ended` would understate its run. Unless the user chose
