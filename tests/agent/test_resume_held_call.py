@@ -21,7 +21,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
-from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
+from tests.conftest import ANSWER_TASK, SECRET_ENV, BaselineRun, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -151,4 +151,40 @@ def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     events = read_events(log)
     assert len([e for e in events if isinstance(e, ev.ApprovalRequested)]) == 1
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
+    answer_baseline_run: BaselineRun, tmp_path: Path
+) -> None:
+    """`mlra fork RUN --at STEP --paused`: to step through a run from a step, the fork
+    pauses where it goes live, before the step's action; `mlra ctl RUN step` runs that."""
+    env = _env()
+    runs = answer_baseline_run.run_dir.parent
+    args = ["fork", str(answer_baseline_run.run_dir), "--at", "2", "--run-id", "f"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args, "--paused", "--no-tui"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    log = runs / "f" / "events.jsonl"
+    try:
+        _wait_in_log(
+            proc, log, "the pause", lambda e: isinstance(e, ev.Control) and e.source == "start"
+        )
+        events = read_events(log)
+        forked = next(i for i, e in enumerate(events) if isinstance(e, ev.RunForked))
+        assert not [e for e in events[forked:] if isinstance(e, ev.ToolCall)]  # nothing ran
+        done = mlra_cli(["ctl", str(runs / "f"), "step"], cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "paused before the first action (--paused)" in out.decode()
+    events = read_events(log)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"

@@ -58,6 +58,7 @@ class CatchUp:
         self._printed: dict[str, str] = {}
         """The logged output of recorded calls with no result yet, by call id."""
         self._live = asyncio.Event()
+        self._when_live: list[Callable[[], None]] = []
 
     def load(self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]) -> None:
         """Catch up with `recorded` before going live.
@@ -101,6 +102,15 @@ class CatchUp:
                     self._open_live_part(event)
             self._lose_jobs()
         self._live.set()
+        while self._when_live:
+            self._when_live.pop(0)()
+
+    def when_live(self, act: Callable[[], None]) -> None:
+        """Do `act` once the run is live: now, or when its catch-up runs out."""
+        if self._recording is None:
+            act()
+        else:
+            self._when_live.append(act)
 
     def _lose_jobs(self) -> None:
         """Jobs the recording leaves running belonged to the process that died: this one

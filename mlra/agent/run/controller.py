@@ -316,7 +316,7 @@ class RunController(Steering):
             self.catchup.go_live()
             await self.tool_step.snapshot(0)
         if self.config.start_paused:
-            self.pause(source="start")
+            self.catchup.when_live(lambda: self.pause(source="start"))  # past any catch-up
 
     async def _serve_controls(self) -> None:
         """Open the control endpoint (agent/control/control_server.py) of a top-level run. A run
