@@ -48,6 +48,7 @@ from mlra.events.agents import (
     ToolCall,
     ToolOutput,
     ToolResult,
+    ToolStarted,
     WorkerAlone,
     WorkerAloneReason,
     WorkerThought,
@@ -132,6 +133,7 @@ Event = Annotated[
     | ContextWindowLearned
     | WorkerThought
     | ToolCall
+    | ToolStarted
     | ApprovalRequested
     | ToolOutput
     | ToolResult
@@ -296,6 +298,7 @@ __all__ = [
     "ToolCall",
     "ToolOutput",
     "ToolResult",
+    "ToolStarted",
     "UnknownEvent",
     "Validation",
     "WorkerAlone",

@@ -173,6 +173,21 @@ class ToolCall(_Event):
     arguments_of: int | None = None
     """The `seq` of the `model_call` that asked for this call: the log stores the
     arguments there only, and readers fill them back in (see `agent/record/log_refs.py`)."""
+    logs_start: bool = False
+    """A `tool_started` marks when this call's tool began. Logs written before it have
+    none, so there a call with no result may have run; here one with no
+    `tool_started` never began (a pause or the user's approval still held it)."""
+
+
+class ToolStarted(_Event):
+    """The call's tool began to run: past its breakpoint and any pause that held it.
+
+    A call the run stopped under is one that started: one with no start was held
+    (approved but paused, say) and a resumed run runs it, where a started one "may
+    have run in part" (agent/loop/catchup.py)."""
+
+    type: Literal["tool_started"] = "tool_started"
+    call_id: str
 
 
 class ApprovalRequested(_Event):

@@ -46,6 +46,7 @@ def _samples() -> list[ev.Event]:
         ev.WorkerThought(text="thinking"),
         ev.ToolCall(call_id="c", agent="worker", tool="bash", arguments={"command": "ls"}),
         ev.ApprovalRequested(call_id="c", tool="bash"),
+        ev.ToolStarted(call_id="c"),
         ev.ToolOutput(call_id="c", text="out"),
         ev.ToolResult(call_id="c", tool="bash", agent="worker", ok=True, output="out"),
         ev.ModelCall(agent="worker", model="m"),

@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
@@ -52,6 +54,11 @@ def _script() -> dict[str, Any]:
             turn("", call("report", summary="answer.txt holds 42")),
         ],
     }
+
+
+def _footer_actions(app: Any) -> set[str]:
+    """The actions the footer offers now."""
+    return {str(key.action) for key in app.screen.query_one(Footer).query(FooterKey)}
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -204,6 +211,7 @@ async def test_attached_consoles_show_the_run_steer_it_one_at_a_time_and_leave_i
             await pilot_wait(two, "the pause, seen", lambda: second.state.paused)
             assert not second.remote.holding
             assert "WATCH-ONLY: console one holds the controls" in _status_text(second)
+            assert not {"pause", "resume", "step"} & _footer_actions(second)
             await two.press("space")
             await pilot_wait(
                 two,
@@ -227,6 +235,7 @@ async def test_attached_consoles_show_the_run_steer_it_one_at_a_time_and_leave_i
             await pilot_wait(two, "the second pause", lambda: second.state.paused)
             assert second.remote.holding
             assert "ATTACHED" in _status_text(second)
+            await pilot_wait(two, "its keys offered", lambda: "step" in _footer_actions(second))
             await two.press("space")
             await pilot_wait(two, "the second resume", lambda: not second.state.paused)
             assert [(c.action, c.source) for c in live_run.controls()] == [
@@ -423,6 +432,25 @@ async def test_a_run_in_its_own_console_is_only_watched_from_an_attached_one(
                 assert not attached.remote.holding
                 status = _status_text(attached)
                 assert "WATCH-ONLY: the run's own console holds the controls" in status
+                # Only what works is offered: no steering key in the footer, the help or
+                # the palette (before, all of them were, and each was then refused).
+                offered = _footer_actions(attached)
+                assert "help" in offered and "quit" in offered, offered
+                assert not {"pause", "resume", "step", "stop", "breakpoints"} & offered, offered
+                assert not [a for a in offered if a.startswith("inject")], offered
+                assert {"pause", "step", "stop"} <= _footer_actions(own)
+                await there.press("question_mark")
+                help_ = await pilot_wait(
+                    there,
+                    "help",
+                    lambda: isinstance(attached.screen, HelpScreen) and attached.screen,
+                )
+                listed = {k.action.split("(")[0] for k in help_.keys}
+                assert "quit" in listed and not {"pause", "step", "approve", "inject"} & listed
+                await there.press("escape")
+                await pilot_wait(
+                    there, "help closed", lambda: not isinstance(attached.screen, HelpScreen)
+                )
                 await there.press("space")
                 await pilot_wait(
                     there,

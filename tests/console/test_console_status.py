@@ -6,11 +6,13 @@ the real OpenAI SDK, as tests/console/test_console_controls.py does."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rich.text import Text
 
 from mlra import events as ev
+from mlra.agent.record.run_progress import glance
 from mlra.agent.record.state import fold
 from mlra.console.apps.app import MlraApp
 from mlra.console.panes.plan import plan_window
@@ -92,6 +94,37 @@ async def test_retries_show_in_the_status_line_as_they_happen(
         assert (await run.finished()).reason == "submitted"
     # The log holds them, so a replay folds the same state.
     assert [e.attempt for e in run.watch.events if isinstance(e, ev.ModelRetry)] == [1, 2]
+
+
+async def test_a_call_asked_again_after_a_lost_connection_shows_as_that_call_retried(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The server answers after a while, then the connection drops mid-answer: the run
+    waits and asks again. The status line says "retry 1" of the same call, its time
+    counted from when the call was sent, not from the retry as a new turn's would be."""
+    script = {
+        "supervisor": supervisor_answering(),
+        # The call asked again is answered only after 3 s: the run waits no more then.
+        "worker": [{"hang": 2.5, "drop": True}, {**ANSWER, "hang": 3}, REPORT],
+    }
+    async with live(tmp_path, answer_task, script) as run:
+        retry = await run.watch.wait(is_(ev.ModelRetry, agent="worker"))
+        assert isinstance(retry, ev.ModelRetry) and retry.cause == "connection_lost"
+        state = fold([e for e in run.watch.events if e.seq <= retry.seq])
+        state.started = True
+        (shown, *_) = [t.plain for t in activity(state, retry.t)]
+        took = re.fullmatch(r"worker generating… (\d+)s \(retry 1 after the connection .*", shown)
+        assert took is not None and int(took[1]) >= 2, shown  # the 2.5 s before the drop
+        assert "waiting 1s, clock paused" in shown
+        # Once the clock runs again (the wait over, the call in flight), the clock is
+        # not said paused: in the status line, nor in a batch's or heartbeat's words.
+        later = await run.watch.wait(lambda e: e.t > retry.t + 1, after=retry.seq)
+        events = [e for e in run.watch.events if e.seq <= later.seq]
+        assert not any(isinstance(e, ev.ModelCall) and e.agent == "worker" for e in events)
+        (shown, *_) = [t.plain for t in activity(state, later.t)]
+        assert "(retry 1 after the connection was lost mid-answer)" in shown, shown
+        assert "clock paused" not in glance(events, later.t), glance(events, later.t)
+        assert (await run.finished()).reason == "submitted"
 
 
 def test_a_wait_for_the_model_server_shows_in_the_status_line() -> None:

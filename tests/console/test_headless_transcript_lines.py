@@ -106,3 +106,52 @@ def test_a_notice_is_stamped_with_the_run_clock_as_in_the_console() -> None:
         [ev.Notice(level="warning", message="worker's answer could not be read", t=127)]
     )
     assert text.strip() == "[2m07s] ! worker's answer could not be read"
+
+
+def test_a_headless_run_s_own_pauses_say_how_to_go_on(tmp_path: Path) -> None:
+    """`--paused`, then `mlra ctl RUN step`: the run's own pauses are said as the console
+    says them, with the commands that go on. They printed as "start pause", "step pause"."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from mlra.control_socket import socket_path
+    from tests.conftest import ANSWER_TASK, SECRET_ENV
+
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    run_dir = tmp_path / "runs" / "b"
+    args = ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--paused"]
+    args += ["--isolation", "none", "--runs-dir", str(tmp_path / "runs"), "--run-id", "b"]
+    out = tmp_path / "out.txt"
+    with out.open("wb") as sink:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args], cwd=tmp_path, env=env, stdout=sink
+        )
+    try:
+        deadline = time.monotonic() + 120
+        log = run_dir / "events.jsonl"
+        # Another process writes them: poll for its socket and its start.
+        while not socket_path(run_dir).exists() or b"plan_updated" not in (
+            log.read_bytes() if log.exists() else b""
+        ):
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.02)
+        stepped = mlra_cli(["ctl", str(run_dir), "step"], cwd=tmp_path, env=env)
+        assert stepped.returncode == 0, stepped.stderr
+        while b'"source":"step"' not in log.read_bytes():
+            assert proc.poll() is None and time.monotonic() < deadline, out.read_text()
+            time.sleep(0.02)
+        assert mlra_cli(["ctl", str(run_dir), "resume"], cwd=tmp_path, env=env).returncode == 0
+        assert proc.wait(timeout=120) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = out.read_text()
+    assert "start pause" not in text and "step pause" not in text, text
+    assert (
+        f"paused before the first action (--paused): mlra ctl {run_dir} step runs one, "
+        f"mlra ctl {run_dir} resume goes on"
+    ) in text
+    assert f"paused after one action: mlra ctl {run_dir} step runs the next" in text

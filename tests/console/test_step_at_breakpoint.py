@@ -12,9 +12,13 @@ from textual.widgets import Footer, Static, TextArea
 from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
+from mlra.agent.control.control_ops import act
 from mlra.console.apps.app import MlraApp
+from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen
+from mlra.control_socket import CtlRequest
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+from tests.console.test_console_status import status_line
 from tests.scripts import call, turn
 
 FIRST = turn("", call("bash", command="echo 1 > first.txt"))
@@ -73,6 +77,91 @@ async def test_n_after_approving_a_held_call_runs_that_call_then_pauses(
         assert (await run.finished()).reason == "submitted"
 
 
+TWO = turn(
+    "", call("bash", command="echo 1 > first.txt"), call("bash", command="echo 2 > second.txt")
+)
+
+
+async def test_n_on_a_held_call_of_a_two_call_turn_pauses_before_the_second(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """One action is one call, whatever the turn holds: `n` on the held first call runs
+    it and pauses before the same turn's second call; the next `n` runs that one alone.
+    Before, the second call ran under the same `n`."""
+    script = worker(TWO, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, breakpoints=["bash:first"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("space")
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        await run.pilot.press("a")
+        await run.watch.wait(is_(ev.Control, action="approve"))
+        mark = run.watch.events[-1].seq
+        await run.pilot.press("n")
+        paused = await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+        first, second = [e for e in run.watch.events if isinstance(e, ev.ToolCall)][-2:]
+        assert run.watch.count(is_(ev.ToolResult, call_id=first.call_id)) == 1
+        assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 0
+        assert not (run.controller.workspace / "second.txt").exists()
+        await run.shown(lambda app: app.state.phase == "paused")
+        # The status line says what the next `n` runs: the held call, not begun.
+        await run.shown(lambda app: "bash before it runs: echo 2 > second.txt" in status_line(app))
+        await run.shown(lambda app: "not begun yet" in _entry(app, second.call_id))
+        assert "running…" not in _entry(run.app, second.call_id)
+        await run.pilot.press("n")
+        await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=paused.seq)
+        assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 1
+        assert (run.controller.workspace / "second.txt").exists()
+        assert len(run.server.requests_for("worker")) == 1  # no next turn asked for
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
+def _entry(app: MlraApp, call_id: str) -> str:
+    """A call's transcript entry as shown."""
+    entry = app.query_one(TranscriptPane).tool_entry(call_id)
+    return "" if entry is None else entry.render_entry().plain
+
+
+async def test_a_call_edited_from_ctl_says_who_edited_it(tmp_path: Path, answer_task: Path) -> None:
+    """The transcript said "edited by you" of an edit `mlra ctl RUN edit` made."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        with run.controller.acting_as("ctl"):  # as the control server runs `ctl edit`
+            assert run.controller.edit(waiting.call_id, {"command": "echo 42 > answer.txt"})
+        await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+        await run.shown(lambda app: "edited by ctl → " in _entry(app, waiting.call_id))
+        assert "edited by you" not in _entry(run.app, waiting.call_id)
+        assert (await run.finished()).reason == "submitted"
+
+
+async def test_n_from_a_pause_runs_a_turn_and_its_first_call_only(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Stepping from the start, each `n` one action: the step that asks the model for the
+    two-call turn runs its first call and pauses before the second."""
+    script = worker(TWO, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, start_paused=True) as run:
+        mark = (await run.watch.wait(is_(ev.Control, action="pause", source="start"))).seq
+        for _ in range(12):
+            await run.shown(lambda app: app.state.phase == "paused")
+            await run.pilot.press("n")
+            step = await run.watch.wait(is_(ev.Control, action="step"), after=mark)
+            mark = (
+                await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=step.seq)
+            ).seq
+            if (run.controller.workspace / "first.txt").exists():
+                break
+        assert not (run.controller.workspace / "second.txt").exists()
+        first, second = [e for e in run.watch.events if isinstance(e, ev.ToolCall)][-2:]
+        assert run.watch.count(is_(ev.ToolResult, call_id=first.call_id)) == 1
+        assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 0
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
 async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
     tmp_path: Path, answer_task: Path
 ) -> None:
@@ -86,7 +175,9 @@ async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
         await run.pilot.press("space")
         await run.watch.wait(is_(ev.Control, action="pause"))
         mark = run.watch.events[-1].seq
-        await run.pilot.press("n")
+        # `mlra ctl RUN step` says what it does here: it does not approve the call.
+        said = act(run.controller, CtlRequest(op="step"))
+        assert said.startswith("one action once the waiting call is decided"), said
         await run.watch.wait(is_(ev.Control, action="step"), after=mark)
         await run.pilot.press("a")
         await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
@@ -137,6 +228,28 @@ async def test_stopping_a_paused_run_with_an_approved_call_held_does_not_run_it(
     assert "not run" in result.output
     assert not (run.controller.workspace / "first.txt").exists()
     assert run.watch.count(is_(ev.ToolOutput)) == 0
+
+
+async def test_stopping_a_run_whose_call_waits_for_approval_closes_the_call(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A stop (or quit) while a call still waits at its breakpoint: the log closes the
+    call, as it closes one a pause held. Before, no result was written: a replay of the
+    ended run (and its transcript) showed the call waiting for approval for ever."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        await run.finished()
+        result = await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+        await run.shown(lambda app: "waiting for your approval" not in _entry(app, waiting.call_id))
+    assert isinstance(result, ev.ToolResult) and not result.ok
+    assert "not run" in result.output and "approv" in result.output
+    assert not (run.controller.workspace / "answer.txt").exists()
+    assert run.controller.state.pending_approval is None
 
 
 async def test_an_edit_the_tool_would_refuse_is_said_in_the_dialog_and_the_call_waits(

@@ -43,7 +43,12 @@ def act(run: Steering, req: CtlRequest) -> str:
         return "resumed"
     if op == "step":
         run.step()
-        return "one step, then paused"
+        if controls.pending_calls():
+            # A step does not approve: the waiting call is the action it lets through.
+            return (
+                "one action once the waiting call is decided (approve, edit or reject), then paused"
+            )
+        return "one action (one tool call), then paused"
     if op in ("approve", "reject", "edit"):
         call_id = _waiting_call(run, req.call_id)
         if op == "approve":

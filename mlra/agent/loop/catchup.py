@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Literal
 
 from mlra import events as ev
-from mlra.agent.loop.controls import Breakpoint, Controls
+from mlra.agent.loop.controls import Breakpoint, Controls, Decision
 from mlra.agent.loop.history import AgentHistory
 from mlra.agent.providers.base import ModelResponse
 from mlra.agent.record.recording import Recording, response_from
@@ -58,6 +58,7 @@ class CatchUp:
         self._printed: dict[str, str] = {}
         """The logged output of recorded calls with no result yet, by call id."""
         self._live = asyncio.Event()
+        self._when_live: list[Callable[[], None]] = []
 
     def load(self, recorded: list[ev.Event], going_live: Callable[[], list[ev.Event]]) -> None:
         """Catch up with `recorded` before going live.
@@ -101,6 +102,15 @@ class CatchUp:
                     self._open_live_part(event)
             self._lose_jobs()
         self._live.set()
+        while self._when_live:
+            self._when_live.pop(0)()
+
+    def when_live(self, act: Callable[[], None]) -> None:
+        """Do `act` once the run is live: now, or when its catch-up runs out."""
+        if self._recording is None:
+            act()
+        else:
+            self._when_live.append(act)
 
     def _lose_jobs(self) -> None:
         """Jobs the recording leaves running belonged to the process that died: this one
@@ -217,19 +227,50 @@ class CatchUp:
                     return cut
         return next((cut for cut in cuts if cut), None)
 
+    def recorded_decision(self, call_id: str) -> Decision | None:
+        """What the user decided of a call at its breakpoint, where the recording holds it:
+        a call the run executes again while catching up (a supervisor's `assign_subtask`)
+        is decided as it was then, not asked of the user again (nobody is asked while a
+        run catches up, so the resume waited for ever). None: live, or undecided then."""
+        if self._recording is None:
+            return None
+        recording = self._recording
+        for event in recording.events[recording.pos :]:
+            if isinstance(event, ev.Control) and event.call_id == call_id:
+                if event.action == "approve":
+                    return Decision("approve")
+                if event.action == "edit" and event.arguments is not None:
+                    return Decision("edit", arguments=dict(event.arguments))
+                if event.action == "reject":
+                    return Decision("reject", message=event.text or "")
+        self.ahead()  # nothing more was recorded of it: the run goes live to ask
+        return None
+
     def printed_by(self, call_id: str) -> str:
         """What a recorded call with no result (the run stopped under it) had printed."""
         return self._printed.get(call_id, "")
 
-    def recorded_result(self, call_id: str) -> ev.ToolResult | Literal["interrupted"] | None:
+    def recorded_result(
+        self, call_id: str, *, logs_start: bool = False
+    ) -> ev.ToolResult | Literal["interrupted"] | None:
         """The recorded result of a call the agent makes now, folding what happened while
         it ran; `INTERRUPTED` when the run stopped while it was running; None when the
-        call is to run (live, or it was waiting for the user's approval)."""
+        call is to run (live, or it had not begun: it waited for the user's approval,
+        or a pause held it). `logs_start`: the recorded `tool_call`'s own."""
         if self._recording is None:
             return None
-        result, awaiting = self._recording.tool_result(call_id)
+        result, began = self._recording.tool_result(call_id, logs_start=logs_start)
         if result is not None:
             return result
-        # Nothing had run yet when the call waited for the user: it is asked for again.
-        self.go_live(interrupted=None if awaiting else call_id)
-        return None if awaiting else INTERRUPTED
+        # A call that never began is run now (asked for again at its breakpoint).
+        self.go_live(interrupted=call_id if began else None)
+        return INTERRUPTED if began else None
+
+    def tool_started(self, call_id: str) -> None:
+        """Mark that a call's tool begins. Live only: a call run again while catching up
+        (a supervisor's `assign_subtask`) has its recorded start, or, in an older log,
+        none to match."""
+        if self._recording is not None and self._recording.peek_agent_event() is not None:
+            return
+        self.go_live()
+        self._append(ev.ToolStarted(call_id=call_id))

@@ -76,6 +76,10 @@ class Controls:
     _running: asyncio.Event = field(default_factory=asyncio.Event)
     _steps_granted: int | None = None
     """None: run freely. A number: actions allowed before pausing again (step mode)."""
+    _action_open: bool = False
+    """In step mode, the gate let an action through whose first tool call has not come:
+    that call is part of it (the model's turn and the call it asked for are one action);
+    any further call of the same turn is an action of its own."""
     _pending: dict[str, asyncio.Future[Decision]] = field(default_factory=dict)
     _inbox: dict[str, list[str]] = field(default_factory=lambda: {"worker": [], "supervisor": []})
     _checks: dict[str, Callable[[dict[str, Any]], str | None]] = field(default_factory=dict)
@@ -95,6 +99,7 @@ class Controls:
 
     def resume(self) -> None:
         self._steps_granted = None
+        self._action_open = False
         self._running.set()
 
     def close(self) -> None:
@@ -115,6 +120,16 @@ class Controls:
         """In step mode, the granted action has been taken: time to pause again."""
         return self._steps_granted == 0 and not self.paused
 
+    def call_waits_for_step(self) -> bool:
+        """In step mode, a tool call about to run is an action the granted one did not
+        cover (the second call of a turn whose first was the step): time to pause."""
+        return self.step_used_up() and not self._action_open
+
+    def call_decided(self) -> None:
+        """The call the gate's action was for is done with (rejected at its breakpoint):
+        the turn's next call is an action of its own."""
+        self._action_open = False
+
     async def gate(self) -> None:
         """Called before each agent action; returns when the action may go ahead."""
         while True:
@@ -125,6 +140,7 @@ class Controls:
                 return
             if self._steps_granted > 0:
                 self._steps_granted -= 1
+                self._action_open = True
                 return
             self._running.clear()
 
@@ -132,13 +148,18 @@ class Controls:
         await self._running.wait()
 
     async def hold(self) -> None:
-        """Before an action the gate already let through (a tool call the model asked
-        for): wait while paused. A step granted meanwhile (`n` while the call waited at
-        a breakpoint or was held by a pause) is used up by this action, so the run
-        pauses after it; left for the gate, it let one more model turn and its calls
-        through before pausing."""
-        if self.paused or (self._steps_granted or 0) > 0:
+        """Before a tool call the model asked for: wait while paused. In step mode the
+        call is the action the gate let through (the turn's first call), or needs a step
+        of its own: a step granted meanwhile (`n` while the call waited at a breakpoint
+        or was held by a pause) is used up by this call, so the run pauses after it, and
+        before the same turn's next call; that call ran under the same step before,
+        making one action exact only for a one-call turn."""
+        if self._action_open and not self.paused:
+            self._action_open = False
+            return
+        if self.paused or self._steps_granted is not None:
             await self.gate()
+            self._action_open = False
 
     def should_break(self, tool: str, arguments: dict[str, Any] | None) -> Breakpoint | None:
         for bp in self.breakpoints:

@@ -97,11 +97,13 @@ class ToolStep:
                 raw_arguments=call.raw_arguments if call.parse_error else None,
                 step=step,
                 turn=turn,
+                logs_start=True,
             )
         )
         tool = registry.get(call.name)
         if tool is None or not tool.reruns_on_resume:
-            recorded = run.catchup.recorded_result(call.id)
+            logs_start = isinstance(asked, ev.ToolCall) and asked.logs_start
+            recorded = run.catchup.recorded_result(call.id, logs_start=logs_start)
             edited = run.state.edited_calls.get(call.id)
             if recorded is not None and edited is not None:
                 ran_as(call, edited)  # the history shows the call as it ran then
@@ -126,8 +128,15 @@ class ToolStep:
             run.controls.should_break(call.name, arguments) if call.parse_error is None else None
         )
         if breakpoint_ is not None:
-            decision = await self._await_decision(call, breakpoint_, tool)
+            try:
+                decision = await self._await_decision(call, breakpoint_, tool)
+            except asyncio.CancelledError:
+                # The run ended while the call waited for the user (a stop, a quit, its
+                # time limit): closed in the log, or a replay shows it waiting for ever.
+                self._record_result(call, agent, self._unrun("it was approved"))
+                raise
             if decision.action == "reject":
+                run.controls.call_decided()
                 message = decision.message or "no reason given"
                 outcome = ToolOutcome(
                     output=f"The user rejected this call: {message}",
@@ -141,20 +150,20 @@ class ToolStep:
                 ran_as(call, arguments)
 
         # A pause that came while the model was thinking (or the call waited for
-        # approval) holds the action back; a step then lets this action through.
+        # approval) holds the action back; a step then lets this action through. In
+        # step mode, a call past the one the step was for pauses the run first.
+        if run.controls.call_waits_for_step():
+            run.pause(source="step")
         try:
             await run.controls.hold()
         except asyncio.CancelledError:
             # The run ended while it held the call (a stop of a paused run): the log
             # still gets its result, so no call is left open.
-            why = "its time limit was reached" if run.clock.expired() else "it was stopped"
-            unrun = ToolOutcome(
-                output=f"[not run: the run ended ({why}) before this call began]",
-                ok=False,
-                error=KILLED_BY_RUN_END,
-            )
-            self._record_result(call, agent, unrun, note=note)
+            self._record_result(call, agent, self._unrun("this call began"), note=note)
             raise
+        # Past its breakpoint and any pause: from here the call may change things, and a
+        # run stopped now resumes it as one that may have run in part.
+        run.catchup.tool_started(call.id)
         tail = _Tail(run.config.observation_limit)
         ctx = ToolContext(
             sandbox=run.sandbox,
@@ -196,6 +205,15 @@ class ToolStep:
         await self.snapshot(step)
         return outcome
 
+    def _unrun(self, before: str) -> ToolOutcome:
+        """The result of a call the run's end came to before it ran."""
+        why = "its time limit was reached" if self.run.clock.expired() else "it was stopped"
+        return ToolOutcome(
+            output=f"[not run: the run ended ({why}) before {before}]",
+            ok=False,
+            error=KILLED_BY_RUN_END,
+        )
+
     def _streamer(self, call_id: str, tail: _Tail, *, metrics: bool = True) -> OutputCallback:
         """Logs a call's output as it comes, up to `STREAM_CAP_CHARS`; past that it
         goes to the watchers alone. `tail` keeps the end, for a call the run kills.
@@ -226,14 +244,20 @@ class ToolStep:
         self, call: ToolCallRequest, bp: Breakpoint, tool: Tool[Any] | None
     ) -> Decision:
         run = self.run
+        asked = ev.ApprovalRequested(
+            call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()
+        )
+        replaying = run.catchup.replaying
+        if replaying:  # a call run again while catching up: decided as it was then
+            run.emit(asked)
+            recorded = run.catchup.recorded_decision(call.id)
+            if recorded is not None:
+                return recorded
         future = run.controls.expect_decision(
             call.id, None if tool is None else lambda arguments: validated(tool, arguments)[1]
         )
-        run.emit(
-            ev.ApprovalRequested(
-                call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()
-            )
-        )
+        if not replaying:
+            run.emit(asked)
         # While the run waits for a human it is held as a pause holds it: the clock
         # stops and so do the sandbox's commands and jobs, or a job would compute off
         # the clock and its `job_ended` would understate its run. Unless the user chose

@@ -29,6 +29,7 @@ PASSIVE = (
     ev.TextDelta,
     ev.ModelAnswering,
     ev.ContextWindowLearned,
+    ev.ToolStarted,
     ev.ToolOutput,
     ev.Control,
     ev.ApprovalRequested,
@@ -51,7 +52,8 @@ PASSIVE = (
     ev.Experiment,
     ev.UnknownEvent,
 )
-"""Events that the agent's own code does not emit: they are folded, never matched."""
+"""Events that the agent's own code does not emit, or emits live only (`tool_started`):
+they are folded, never matched."""
 
 
 class Divergence(Exception):
@@ -159,25 +161,32 @@ class Recording:
             )
         return None
 
-    def tool_result(self, call_id: str) -> tuple[ev.ToolResult | None, bool]:
+    def tool_result(
+        self, call_id: str, *, logs_start: bool = False
+    ) -> tuple[ev.ToolResult | None, bool]:
         """The recorded result of a call, folding what happened while it ran (its
         output, a plan it changed, the user's approval).
 
-        Returns (result, awaiting_approval): no result when the call was running,
-        or waiting for the user, when the run stopped.
+        Returns (result, began): no result when the call was running, or had not
+        begun, when the run stopped. Where the log marks starts (`logs_start`), a call
+        began at its `tool_started`; an older log's call began unless it still waited
+        for the user's approval.
         """
         awaiting = False
+        started = False
         while not self.exhausted:
             recorded = self.events[self.pos]
             if isinstance(recorded, ev.ToolResult) and recorded.call_id == call_id:
                 self._take()
-                return recorded, False
-            if isinstance(recorded, ev.ApprovalRequested) and recorded.call_id == call_id:
+                return recorded, True
+            if isinstance(recorded, ev.ToolStarted) and recorded.call_id == call_id:
+                started = True
+            elif isinstance(recorded, ev.ApprovalRequested) and recorded.call_id == call_id:
                 awaiting = True
             elif isinstance(recorded, ev.Control | ev.ToolOutput) and recorded.call_id == call_id:
                 awaiting = False
             self._take()
-        return None, awaiting
+        return None, started if logs_start else not awaiting
 
     def find_next(self, kind: type[ev.Event]) -> ev.Event | None:
         """The next recorded event of a kind, looking ahead without folding."""

@@ -36,6 +36,12 @@ SERVER_ABSENCE = {
 """Why a run waits for its model server, by `model_retry`'s cause."""
 
 
+WAIT_OVER_S = 0.5
+"""The run clock stands still while the run waits for its model server: once an event's
+clock is past the retry's by more than this, the wait is over and the call is asked
+again (the server back, reading the prompt), however long its answer then takes."""
+
+
 @dataclass
 class Count:
     done: int
@@ -199,7 +205,7 @@ class Glance:
         for how long a wait for the model server has lasted (the newest event's, if not
         given)."""
         words = format_duration(elapsed_s)
-        if self.server_wait is not None:
+        if self.server_wait is not None and self.last_t <= self.server_wait[1].t + WAIT_OVER_S:
             # Its clock stands still while it waits: without this, a run whose server
             # died read as a run going on, its clock stuck, for the whole wait.
             since, retry = self.server_wait

@@ -130,6 +130,9 @@ class RunState:
     """The text the call now answering has streamed so far: its speed as it writes."""
     running: dict[str, ev.ToolCall] = field(default_factory=dict)
     """Tool calls asked for and not yet ended, by call id (one waiting for approval too)."""
+    begun: set[str] = field(default_factory=set)
+    """Of `running`, the calls whose tool began (`tool_started`): one a pause holds before
+    it began is shown as the next action, not as a call running."""
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     """Every background job the run started, by id, running or how it ended."""
     edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -234,10 +237,13 @@ class RunState:
                     self.generating_since = self.generating_agent = self.retry = None
                 if self.awaiting_turn == event.agent:
                     self.awaiting_turn = None
+            case ev.ToolStarted():
+                self.begun.add(event.call_id)
             case ev.ToolResult():
                 if not event.ok:
                     self.tool_errors += 1
                 self.running.pop(event.call_id, None)
+                self.begun.discard(event.call_id)
                 if self.pending_approval and self.pending_approval.call_id == event.call_id:
                     self.pending_approval = None
             case ev.ApprovalRequested():
@@ -286,8 +292,14 @@ class RunState:
                 self.output_tokens += event.output_tokens
                 self.estimated_tokens += event.input_tokens + event.output_tokens
                 self.cost_usd += event.cost_usd
-                self.generating_since = self.generating_agent = self.retry = None
-                self.awaiting_turn = None
+                if event.cut_off == "connection_lost":
+                    # The same call is asked again once the server is back (`model_retry`):
+                    # it goes on generating, its time counted from when it was sent.
+                    self.answering_since = self.first_token_s = None
+                    self.streamed_chars = 0
+                else:
+                    self.generating_since = self.generating_agent = self.retry = None
+                    self.awaiting_turn = None
             case ev.ResourceSample():
                 self.resources = event
             case ev.JobStarted():
@@ -387,6 +399,7 @@ class RunState:
         self.generating_since = self.generating_agent = self.retry = None
         self.awaiting_turn = None
         self.running.clear()
+        self.begun.clear()
 
     @property
     def cache_hit_rate(self) -> float | None:

@@ -89,4 +89,4 @@ async def start_run(run: StartingRun, control_problem: str | None) -> None:
         run.catchup.go_live()
         await run.tool_step.snapshot(0)
     if run.config.start_paused:
-        run.pause(source="start")
+        run.catchup.when_live(lambda: run.pause(source="start"))  # past any catch-up

@@ -355,8 +355,8 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         self.push_screen(curves_view(self))
 
     def action_help(self) -> None:
-        attempts = [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS]
-        keys = self.KEY_TABLE
+        attempts = [k for k in [ATTEMPTS_FOCUS_KEY, *ATTEMPT_KEYS] if self.offers(k.action)]
+        keys = [k for k in self.KEY_TABLE if self.offers(k.action)]  # what works here
         self.push_screen(HelpScreen([*keys, *attempts] if self.state.attempts else keys))
 
     def action_focus_attempts(self) -> None:
@@ -399,7 +399,7 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         yield from super().get_system_commands(screen)
         for key in self.KEY_TABLE:
             action = key.action
-            if self.check_action(action.split("(")[0], ()) is not True:
+            if self.check_action(action.split("(")[0], ()) is not True or not self.offers(action):
                 continue
             yield SystemCommand(
                 key.label if key.footer else key.help.split(";")[0].rstrip("."),

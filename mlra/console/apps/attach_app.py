@@ -34,6 +34,8 @@ STEERING = {
     "pause", "resume", "step", "approve", "edit", "reject", "breakpoints", "inject", "stop",
     "stop_job",
 }  # fmt: skip
+ATTEMPT_STEERING = {"promote", "message"}
+"""The Attempts pane's keys that steer (its x is `stop`, in STEERING)."""
 
 
 class AttachApp(MlraApp):
@@ -116,6 +118,20 @@ class AttachApp(MlraApp):
         self._show_note()
 
     # --- keys -------------------------------------------------------------------------
+
+    def offers(self, action: str) -> bool:
+        """Watching while another console holds the controls, the steering keys are not
+        offered (footer, help, palette): they would only be refused. Pressed anyway, one
+        still asks for the controls, so it is refused naming the holder, or takes them
+        once the holder has left (they show again then, or within a status poll)."""
+        remote = self.remote
+        watching = (
+            not remote.holding
+            and remote.holder is not None
+            and remote.gone is None
+            and self.state.finished is None
+        )
+        return not (watching and action.split("(")[0] in STEERING | ATTEMPT_STEERING)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in STEERING and self.remote.gone is not None:

@@ -46,6 +46,12 @@ def _common(p: argparse.ArgumentParser) -> None:
     )
     add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
     add_notify_arg(p)
+    p.add_argument(
+        "--paused",
+        action="store_true",
+        help="pause where the run goes live, to step through it from there (n, or "
+        "`mlra ctl RUN step` headless)",
+    )
 
 
 def add_resume_command(sub: Any) -> None:
@@ -127,6 +133,8 @@ def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
     out: dict[str, Any] = {"on_provider_failure": "pause" if use_tui else "end"}
     if args.notify:  # never recorded: given again on each resume
         out["notify"] = args.notify
+    if args.paused:
+        out["start_paused"] = True
     for flag, key in (
         ("time_limit", "time_limit_s"),
         ("max_steps", "max_steps"),

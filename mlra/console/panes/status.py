@@ -17,6 +17,7 @@ from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.agent.loop.ending import UNSUBMITTED
+from mlra.agent.record.run_progress import WAIT_OVER_S
 from mlra.agent.record.state import RunState
 from mlra.console.panes import WidgetOptions, sized_by_content
 from mlra.console.text.event_lines import retry_cause, score_line, waiting_words
@@ -157,7 +158,9 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
         took = format_duration(max(0.0, elapsed_s - state.generating_since))
         retry = state.retry
         if retry is not None:
-            after = retry_cause(retry.status, retry)
+            # The clock stands still while the run waits for its server: once it runs
+            # again the retry is in flight, and its "clock paused" would be false.
+            after = retry_cause(retry.status, retry, waiting=elapsed_s <= retry.t + WAIT_OVER_S)
             of = f"/{retry.max_retries}" if retry.max_retries else ""
             return [
                 Text(
@@ -201,6 +204,13 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
             return [Text(words, style="cyan"), Text(f"waiting {took}", style="cyan")]
         what = _command(call, state)
         tool = printable_line(call.tool)
+        if state.paused and call.logs_start and call.call_id not in state.begun:
+            # Held before it began (the step's next call, or one approved while paused):
+            # it is what `n` or Space runs next, not a call running (suspended).
+            return [
+                Text(_with(f"{tool} before it runs", _clip(what, 60)), style="cyan"),
+                Text(f"{tool} before it runs", style="cyan"),
+            ]
         return [
             Text(_with(f"{tool} {took}", _clip(what, 60)), style="cyan"),
             Text(_with(f"{tool} {took}", _clip(what, 20)), style="cyan"),

@@ -142,6 +142,9 @@ class TranscriptPane(VerticalScroll):
             case ev.ApprovalRequested() if event.call_id in self._tools:
                 self._tools[event.call_id].waiting = True
                 self._dirty.add(self._tools[event.call_id])
+            case ev.ToolStarted() if event.call_id in self._tools:
+                self._tools[event.call_id].begun = True
+                self._dirty.add(self._tools[event.call_id])
             case ev.ToolOutput() if event.call_id in self._tools:
                 entry = self._tools[event.call_id]
                 if entry.result is None:  # output past the log's cap may come in late
@@ -261,6 +264,7 @@ class TranscriptPane(VerticalScroll):
             self._dirty.add(entry)
             if event.action == "edit":
                 entry.edited = event.arguments
+                entry.edited_by = "you" if event.source == "user" else event.source
                 return
         words = {
             "pause": "paused",

@@ -172,6 +172,10 @@ class ToolEntry(Entry, can_focus=True):
         self.result: ev.ToolResult | None = None
         self.waiting = False
         self.edited: dict[str, object] | None = None
+        self.edited_by = "you"
+        """Who edited it: you (this console), or the `control` event's source (ctl...)."""
+        self.begun = False
+        """Its tool began (`tool_started`): till then a pause or a step may hold it."""
         self.expanded = False
 
     def take(self, other: Entry) -> None:
@@ -179,6 +183,7 @@ class ToolEntry(Entry, can_focus=True):
         assert isinstance(other, ToolEntry)
         self.call, self.output, self.result = other.call, other.output, other.result
         self.waiting, self.edited = other.waiting, other.edited
+        self.edited_by, self.begun = other.edited_by, other.begun
 
     def adopt(self, other: Entry) -> None:
         super().adopt(other)
@@ -211,13 +216,18 @@ class ToolEntry(Entry, can_focus=True):
             f"{who}{describe_call(call.tool, call.arguments, call.raw_arguments)}", style="bold"
         )
         if self.edited is not None:
-            out.append("\n  edited by you → ", style="yellow")
+            out.append(f"\n  edited by {self.edited_by} → ", style="yellow")
             out.append(describe_call(call.tool, self.edited), style="bold yellow")
         out.append("  ")
         r = self.result
         if r is None:
+            held = call.logs_start and not self.begun  # not begun: what n or Space runs next
             out.append(
-                "⏸ waiting for your approval" if self.waiting else "running…",
+                "⏸ waiting for your approval"
+                if self.waiting
+                else "not begun yet"
+                if held
+                else "running…",
                 style="black on dark_orange" if self.waiting else "yellow",
             )
         else:

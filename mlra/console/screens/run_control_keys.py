@@ -66,9 +66,16 @@ class RunControlKeys(App[int]):
             return live and self.state.pending_approval is not None
         return True
 
+    def offers(self, action: str) -> bool:
+        """Whether this console offers a key at all, in the footer, help and palette (an
+        attached console that only watches offers none of the steering keys)."""
+        return True
+
     def in_footer(self, action: str) -> bool:
         """Whether the footer offers an enabled key: Space answers during an evaluation
         (that it cannot be paused) without being offered as a Pause."""
+        if not self.offers(action):
+            return False
         return not (action == "pause" and self.state.phase == "evaluating")
 
     def action_pause(self) -> None:

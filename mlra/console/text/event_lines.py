@@ -155,10 +155,12 @@ def fork_line(e: ev.RunForked) -> str:
     return " · ".join(parts)
 
 
-def retry_cause(status: int | None, retry: ev.ModelRetry | None = None) -> str:
+def retry_cause(
+    status: int | None, retry: ev.ModelRetry | None = None, *, waiting: bool = True
+) -> str:
     """What a `model_retry` retries after: an HTTP status, a failed connection, or (200)
     an answer that was none (an HTML page, a stream that broke off); for a server that
-    went away, why and how long the run waits for it, its clock paused."""
+    went away, why and, while it waits (`waiting`), how long, its clock paused."""
     if retry is not None and retry.cause is not None:
         why = {
             "connection_lost": "the connection was lost mid-answer",
@@ -166,6 +168,8 @@ def retry_cause(status: int | None, retry: ev.ModelRetry | None = None) -> str:
             "loading_model": "the server is still loading its model",
             "not_ready": f"the server answered HTTP {retry.status}, not ready",
         }[retry.cause]
+        if not waiting:  # the wait is over: the call is asked again
+            return f"after {why}"
         return f"after {why}; waiting {retry.wait_s or 0:g}s, clock paused"
     if status == 200:
         return "after an invalid answer"

@@ -81,6 +81,16 @@ def tell_stderr(text: str) -> None:
         pass
 
 
+HELD_BY = {
+    "start": "paused before the first action (--paused): mlra ctl {run} step runs one, "
+    "mlra ctl {run} resume goes on",
+    "step": "paused after one action: mlra ctl {run} step runs the next, "
+    "mlra ctl {run} resume goes on",
+    "system": "paused: the model provider keeps failing; mlra ctl {run} resume retries",
+}
+"""The pauses the run makes itself, by their `control` source (a user's is `user pause`)."""
+
+
 class _Printer:
     """What both displays share: they print until the reader goes away.
 
@@ -331,6 +341,10 @@ class TranscriptDisplay(_Printer):
                     f"[{t}] {event.agent} history summarized (turns {event.first_turn}–{event.last_turn})",
                     "dim",
                 )
+            case ev.Control(action="pause") if event.source in HELD_BY:
+                # As the console says it, with the commands that go on from a shell.
+                run = str(self._attempts.run_dir or "RUN")
+                self._out(f"[{t}] {HELD_BY[event.source].format(run=run)}", "yellow")
             case ev.Control():
                 detail = f": {one_line(event.text, 120)}" if event.text else ""
                 if event.action in ("attempt_stop", "promote") and event.target:

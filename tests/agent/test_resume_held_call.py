@@ -1,0 +1,190 @@
+"""Resume after SIGKILL of a call that was approved but never began (a pause held it).
+
+The real command line: a baseline run held at a `--break bash` breakpoint, steered
+with the real `mlra ctl` (pause, then approve), killed, then `mlra resume`. The log's
+`tool_started` tells such a call from one the run stopped under: it runs on resume,
+once, where it used to be reported "interrupted: it may have run in part".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.record.eventlog import read_events
+from tests.conftest import ANSWER_TASK, SECRET_ENV, BaselineRun, mlra_cli
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+
+
+def _wait_in_log(
+    proc: subprocess.Popen[bytes], log: Path, what: str, found: Callable[[ev.Event], bool]
+) -> None:
+    """Poll the log another process writes until an event satisfies `found`."""
+    deadline = time.monotonic() + 120
+    while True:
+        events = read_events(log) if log.exists() and log.stat().st_size else []
+        if any(found(e) for e in events):
+            return
+        assert proc.poll() is None, f"the run ended before {what}"
+        assert time.monotonic() < deadline, f"the run never showed {what}"
+        time.sleep(0.02)
+
+
+def test_an_approved_call_a_pause_held_runs_on_resume(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    run_dir = runs / "r"
+    log = run_dir / "events.jsonl"
+    args = ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
+    args += ["--run-id", "r", "--isolation", "none", "--break", "bash"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+    def ctl(*words: str) -> None:
+        done = mlra_cli(["ctl", str(run_dir), *words], cwd=tmp_path, env=_env())
+        assert done.returncode == 0, done.stdout + done.stderr
+
+    try:
+        _wait_in_log(proc, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested))
+        ctl("breakpoints")  # none: the resumed run does not ask again
+        ctl("pause")
+        ctl("approve")
+        _wait_in_log(
+            proc, log, "the approval", lambda e: isinstance(e, ev.Control) and e.action == "approve"
+        )
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    killed = read_events(log)
+    assert not any(isinstance(e, ev.ToolStarted | ev.ToolResult) for e in killed)
+
+    resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=_env())
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "may have run in part" not in resumed.stdout
+    assert "interrupted" not in resumed.stdout
+    events = read_events(log)
+    (again,) = [e for e in events if isinstance(e, ev.RunResumed)]
+    assert again.interrupted_calls == []
+    (command,) = [e for e in events if isinstance(e, ev.ToolCall) and e.tool == "bash"]
+    results = [e for e in events if isinstance(e, ev.ToolResult) and e.call_id == command.call_id]
+    assert [(r.ok, r.error) for r in results] == [(True, None)]
+    starts = [e.seq for e in events if isinstance(e, ev.ToolStarted)]
+    assert again.seq < starts[0] < results[0].seq  # it began in the resumed part
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    assert json.loads((run_dir / "result.json").read_text())["score"] == 1.0
+
+
+@pytest.mark.parametrize("decision", ["approve", "edit"])
+def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
+    tmp_path: Path, decision: str
+) -> None:
+    """`--break assign_subtask` (or `*`): the supervisor's call is run again while a resumed
+    run catches up (it runs the worker), and is decided as the log says it was. Before,
+    it waited for a decision nobody is asked for while catching up: the resume hung."""
+    env = {**_env(), "OPENAI_API_KEY": "sk-test-not-a-secret"}
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("bash", command="sleep 300")),  # killed under this call
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    runs = tmp_path / "runs"
+    run_dir = runs / "r"
+    log = run_dir / "events.jsonl"
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        args = ["run", str(ANSWER_TASK), "--model", "openai/test", "--no-tui"]
+        args += ["--base-url", server.url_for("openai"), "--runs-dir", str(runs), "--run-id", "r"]
+        args += ["--isolation", "none", "--break", "assign_subtask"]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_in_log(
+                proc, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested)
+            )
+            words = ["approve"]
+            if decision == "edit":
+                edited = {"step_id": "1", "instructions": "Write 42 into answer.txt."}
+                words = ["edit", json.dumps(edited)]
+            done = mlra_cli(["ctl", str(run_dir), *words], cwd=tmp_path, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            _wait_in_log(
+                proc,
+                log,
+                "the worker's long command",
+                lambda e: isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments),
+            )
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=env, timeout=120)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    events = read_events(log)
+    assert len([e for e in events if isinstance(e, ev.ApprovalRequested)]) == 1
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
+    answer_baseline_run: BaselineRun, tmp_path: Path
+) -> None:
+    """`mlra fork RUN --at STEP --paused`: to step through a run from a step, the fork
+    pauses where it goes live, before the step's action; `mlra ctl RUN step` runs that."""
+    env = _env()
+    runs = answer_baseline_run.run_dir.parent
+    args = ["fork", str(answer_baseline_run.run_dir), "--at", "2", "--run-id", "f"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args, "--paused", "--no-tui"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    log = runs / "f" / "events.jsonl"
+    try:
+        _wait_in_log(
+            proc, log, "the pause", lambda e: isinstance(e, ev.Control) and e.source == "start"
+        )
+        events = read_events(log)
+        forked = next(i for i, e in enumerate(events) if isinstance(e, ev.RunForked))
+        assert not [e for e in events[forked:] if isinstance(e, ev.ToolCall)]  # nothing ran
+        done = mlra_cli(["ctl", str(runs / "f"), "step"], cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, out
+    assert "paused before the first action (--paused)" in out.decode()
+    events = read_events(log)
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
