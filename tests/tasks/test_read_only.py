@@ -227,7 +227,9 @@ def test_a_run_that_changes_a_read_only_file_is_graded_on_the_original(
     result = json.loads((run_dir / "result.json").read_text())
     assert result["score"] == 1.0
     if isolation == "bwrap":
-        assert "Read-only file system" in shell.output and "\n0\n" in shell.output
+        # The refusal (stderr) and the file's unchanged 0 (stdout) come through two
+        # pipes: in either order.
+        assert "Read-only file system" in shell.output and "0" in shell.output.splitlines()
         assert finished.restored_read_only == []
     else:  # unconfined, the write went through; the graded copy holds the original
         assert (run_dir / "workspace" / "bonus.txt").read_text() == "5\n"
