@@ -361,3 +361,29 @@ async def test_desktop_notifications_go_through_notify_send_where_there_is_a_ses
     )
     await desktop.Desktop().send(note)
     assert shown.read_text().splitlines() == ["--app-name=mlra", "mlra: approve?", "bash ls"]
+
+
+async def test_one_destination_hears_its_notifications_in_the_order_they_were_made(
+    tmp_path: Path,
+) -> None:
+    """A command hook is a process per notification: the first one held up (here until
+    the test lets it go) no longer lets the second overtake it."""
+    from mlra.agent.notify.dispatch import Dispatch
+
+    heard, gate = tmp_path / "heard.txt", tmp_path / "gate"
+    hook = (
+        'case "$MLRA_NOTIFY_KIND" in server_wait) '
+        f"while [ ! -e {gate} ]; do sleep 0.02; done;; esac; "
+        f'echo "$MLRA_NOTIFY_KIND" >> {heard}'
+    )
+    dispatch = Dispatch(parse_destinations(f"cmd:{hook}"), on_failure=pytest.fail)
+    for kind in ("server_wait", "server_back"):
+        dispatch.send(Notification(kind=kind, title="t", message="m", run_id="r", run_dir="/r"))
+    # Unordered, the second was written by now; ordered, it waits for the first.
+    for _ in range(50):
+        if heard.exists():
+            break
+        await asyncio.sleep(0.02)
+    gate.touch()
+    await dispatch.drain()
+    assert heard.read_text().split() == ["server_wait", "server_back"]

@@ -1,8 +1,11 @@
 """Sending notifications to every destination, off the caller's path.
 
 Each send is a task of its own, bounded in time, so no destination holds a run or a
-batch; `drain` waits (bounded too) for what is still being sent, so the last
-notification goes out before the process exits. A destination that fails is told to
+batch; one destination's sends go out one after another, in the order they were made
+(a command hook, each send its own process, heard "the server is back" before "waiting
+for the server" when the two came close together under load); `drain` waits (bounded
+too) for what is still being sent, so the last notification goes out before the
+process exits. A destination that fails is told to
 `on_failure` the first time (one line); later failures of it are counted, and the
 counts are told once at the end.
 """
@@ -43,6 +46,8 @@ class Dispatch:
         self.sent: list[Notification] = []
         self.failed: dict[str, int] = {}
         self._pending: set[asyncio.Task[None]] = set()
+        self._last: dict[int, asyncio.Task[None]] = {}
+        """Each notifier's latest send (by `id`): the next one to it waits for it."""
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
@@ -72,11 +77,19 @@ class Dispatch:
     def _start(
         self, loop: asyncio.AbstractEventLoop, notifier: Notifier, note: Notification
     ) -> None:
-        task = loop.create_task(self._send(notifier, note), name=f"notify {notifier.described}")
+        before = self._last.get(id(notifier))
+        task = loop.create_task(
+            self._send(notifier, note, before), name=f"notify {notifier.described}"
+        )
+        self._last[id(notifier)] = task
         self._pending.add(task)
         task.add_done_callback(self._pending.discard)
 
-    async def _send(self, notifier: Notifier, note: Notification) -> None:
+    async def _send(
+        self, notifier: Notifier, note: Notification, before: asyncio.Task[None] | None
+    ) -> None:
+        if before is not None and not before.done():
+            await asyncio.wait({before})  # its own bound ends it; a failure is its own
         try:
             await asyncio.wait_for(notifier.send(note), SEND_BOUND_S)
         except NotifyFailed as exc:
