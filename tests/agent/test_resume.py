@@ -357,6 +357,15 @@ def test_fork_restores_the_workspace_as_it_was(tmp_path: Path, recorded: Path) -
     assert (workspace / "question.txt").exists() and not (workspace / "checked.txt").exists()
 
 
+def _mlflow_reader(dest: Path) -> Any:
+    """MLflow's own reader of the file store `mlra export` (another process) wrote: it
+    refuses a file store unless told (the export tells its own process only)."""
+    from mlflow.tracking import MlflowClient
+
+    os.environ["MLFLOW_ALLOW_FILE_STORE"] = "true"
+    return MlflowClient(tracking_uri=dest.resolve().as_uri())
+
+
 def test_a_fork_of_a_fork_is_named_by_its_own_id_everywhere(tmp_path: Path, recorded: Path) -> None:
     """A fork's log opens with its source's run_started: `mlra fork` of a fork said it
     came from the first run (`src@3`, not `f@3`), `mlra compare src f` named both
@@ -394,9 +403,7 @@ def test_a_fork_of_a_fork_is_named_by_its_own_id_everywhere(tmp_path: Path, reco
         cwd=tmp_path,
     )
     assert exported.returncode == 0, exported.stderr
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=dest.resolve().as_uri())
+    client = _mlflow_reader(dest)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     assert run.info.run_name == "g" and run.data.tags["mlra.forked_from"] == "f@3"
     assert "config.run_id" not in run.data.params, run.data.params
@@ -443,9 +450,7 @@ def test_a_forks_new_limits_are_in_its_log_and_every_view(tmp_path: Path, record
         ["export", str(tmp_path / "f"), "--to", "mlflow", "--dest", str(dest)], cwd=tmp_path
     )
     assert exported.returncode == 0, exported.stderr
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=dest.resolve().as_uri())
+    client = _mlflow_reader(dest)
     (run,) = client.search_runs([e.experiment_id for e in client.search_experiments()])
     params = run.data.params
     assert (params["time_limit_s"], params["max_steps"]) == ("540.0", "8"), params
