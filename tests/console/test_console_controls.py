@@ -273,6 +273,27 @@ async def test_stop_and_evaluate_now(tmp_path: Path, answer_task: Path) -> None:
     )
 
 
+async def test_a_stray_enter_does_not_confirm_a_stop(tmp_path: Path, answer_task: Path) -> None:
+    """Enter in a question whose Yes ends the run answers No: a supervisor who pressed `s`
+    or `q` by mistake (typing a message after a key that opened no prompt, say) and then
+    Enter keeps the run. The No button is the one focused, and said to be the default."""
+    script = worker(ANSWER, turn("count", call("python", code=UNTIL_STOPPED)), REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))
+        for key in ("s", "q"):
+            await run.pilot.press(key)
+            await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+            await run.pilot.press("enter")
+            await run.shown(lambda app: not isinstance(app.screen, ConfirmScreen))
+        assert run.controller.state.finished is None
+        assert not any(isinstance(e, ev.Control) and e.action == "stop" for e in run.watch.events)
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        finished = await run.finished()
+    assert finished.reason == "stopped"
+
+
 async def test_quit_asks_first_then_marks_the_run_stopped(
     tmp_path: Path, answer_task: Path
 ) -> None:
