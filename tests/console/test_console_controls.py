@@ -26,6 +26,8 @@ from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.app import MlraApp
 from mlra.console.apps.headless_run import final_line
 from mlra.console.panes.status import StatusBar
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import ToolEntry
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
@@ -409,3 +411,21 @@ async def test_a_failing_provider_pauses_the_run_until_the_user_resumes(
         await run.pilot.press("space")
         finished = await run.finished()
     assert finished.status == "finished" and finished.reason == "submitted"
+
+
+async def test_x_opens_the_newest_collapsed_output_not_a_short_call_after_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`x` with no call focused opens the newest call whose output is collapsed. It
+    toggled the newest call of all: after a long command and a short one (a recipe's
+    train.py, then `submit`), the long one kept its `… (x to expand) …` and x did nothing."""
+    long = "for i in $(seq 1 40); do echo line $i; done"
+    script = worker(turn("", call("bash", command=long)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.finished()
+        entries = run.app.query(ToolEntry)
+        await run.shown(lambda app: any("x to expand" in str(e.content) for e in entries))
+        run.app.query_one(TranscriptPane).focus()  # as after F and back: no call focused
+        await run.pilot.press("x")
+        await run.shown(lambda app: any("line 20" in str(e.content) for e in entries))
+    assert not any("x to expand" in str(e.content) for e in run.app.query(ToolEntry))
