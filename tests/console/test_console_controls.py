@@ -429,3 +429,26 @@ async def test_x_opens_the_newest_collapsed_output_not_a_short_call_after_it(
         await run.pilot.press("x")
         await run.shown(lambda app: any("line 20" in str(e.content) for e in entries))
     assert not any("x to expand" in str(e.content) for e in run.app.query(ToolEntry))
+
+
+async def test_a_call_written_as_text_shows_as_the_call_not_as_a_thought_left_thinking(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A model that writes its calls as text (`--tool-calls text`, small local models)
+    streams the call's JSON as text first. The answer had no other text, so no thought
+    ended that stream: it stayed `thinking: <tool_call>{...}` above the call, for good."""
+    as_text = (
+        '<tool_call>{"name": "bash", "arguments": {"command": "echo 42 > answer.txt"}}</tool_call>'
+    )
+    script = worker(
+        turn(as_text),
+        turn('<tool_call>{"name": "report", "arguments": {"summary": "done"}}</tool_call>'),
+    )
+    async with live(tmp_path, answer_task, script, tool_calls="text") as run:
+        assert (await run.finished()).reason == "submitted"
+        await run.shown(lambda app: any(e.result is not None for e in app.query(ToolEntry)))
+        await run.pilot.pause(0.1)
+        shown = [str(e.content) for e in run.app.query(TranscriptPane).first().children]
+    assert any(isinstance(e, ev.TextDelta) and "tool_call" in e.text for e in run.watch.events)
+    assert not any("tool_call" in line or "thinking" in line for line in shown), shown
+    assert any("echo 42 > answer.txt" in line for line in shown)
