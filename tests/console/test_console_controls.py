@@ -452,3 +452,29 @@ async def test_a_call_written_as_text_shows_as_the_call_not_as_a_thought_left_th
     assert any(isinstance(e, ev.TextDelta) and "tool_call" in e.text for e in run.watch.events)
     assert not any("tool_call" in line or "thinking" in line for line in shown), shown
     assert any("echo 42 > answer.txt" in line for line in shown)
+
+
+async def test_a_call_the_model_wrote_while_paused_shows_as_not_begun(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Space while the model writes: its call is recorded, and the pause holds it before
+    it runs. The call said `running…` and the status line `bash 3s: …`, as if it ran;
+    stopped then, its result said it never began. Now both say it has not begun."""
+    script = worker({"hang": 2.0, **ANSWER}, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.StepStarted, agent="worker"))
+        await run.pilot.press("space")
+        paused = await run.watch.wait(is_(ev.Control, action="pause"))
+        called = await run.watch.wait(is_(ev.ToolCall, tool="bash"))
+        assert called.seq > paused.seq
+        await run.shown(lambda app: "not begun" in status_line(app))
+        entries = run.app.query(ToolEntry)
+        await run.shown(lambda app: any("held by the pause" in str(e.content) for e in entries))
+        await run.pilot.press("space")
+        await run.watch.wait(lambda e: isinstance(e, ev.ToolResult) and e.tool == "bash")
+        await run.shown(lambda app: not any("held" in str(e.content) for e in entries))
+        assert (await run.finished()).reason == "submitted"
+
+
+def status_line(app: MlraApp) -> str:
+    return str(app.query_one(StatusBar).content)

@@ -65,6 +65,8 @@ class RunState:
     """The run's budget (an attempt's run: its share), from `run_started`."""
     started: bool = False
     paused: bool = False
+    paused_seq: int | None = None
+    """The seq of the pause in effect: a call recorded after it has not begun."""
     evaluating: bool = False
     plan: list[ev.PlanStep] = field(default_factory=list)
     subtask: int | None = None
@@ -376,6 +378,11 @@ class RunState:
         self.awaiting_turn = None
         self.running.clear()
 
+    def held_unbegun(self, call: ev.ToolCall) -> bool:
+        """Whether a pause holds `call` before it began: recorded after the pause came (the
+        model answered meanwhile), it waits to run; one recorded before it was suspended."""
+        return self.paused and self.paused_seq is not None and call.seq > self.paused_seq
+
     @property
     def cache_hit_rate(self) -> float | None:
         """The share of all prompt tokens so far that the provider read from its cache."""
@@ -383,7 +390,7 @@ class RunState:
 
     def _apply_control(self, event: ev.Control) -> None:
         if event.action == "pause":
-            self.paused = True
+            self.paused, self.paused_seq = True, event.seq
         elif event.action in ("resume", "step", "stop", "quit"):
             self.paused = False
         elif event.action in ("approve", "reject", "edit"):

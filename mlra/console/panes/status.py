@@ -201,6 +201,11 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
             return [Text(words, style="cyan"), Text(f"waiting {took}", style="cyan")]
         what = _command(call, state)
         tool = printable_line(call.tool)
+        if state.held_unbegun(call):  # not running: "job_start 3s" read as if it ran
+            return [
+                Text(_with(f"{tool} not begun", _clip(what, 60)), style="cyan"),
+                Text(f"{tool} not begun", style="cyan"),
+            ]
         return [
             Text(_with(f"{tool} {took}", _clip(what, 60)), style="cyan"),
             Text(_with(f"{tool} {took}", _clip(what, 20)), style="cyan"),

@@ -88,6 +88,8 @@ class TranscriptPane(VerticalScroll):
         self._noted: set[str] = set()
         """The annotations shown now (by id): each once."""
         self._regrading = False
+        self._paused = False
+        """A pause is in effect: a call recorded now is held before it begins."""
 
     def on_mount(self) -> None:
         self.border_title = "Worker"
@@ -139,6 +141,7 @@ class TranscriptPane(VerticalScroll):
                 self._dirty.add(entry)
             case ev.ToolCall() if event.tool not in QUIET_TOOLS:
                 tool = ToolEntry(event)
+                tool.held = self._paused
                 self._tools[event.call_id] = tool
                 self._add(tool)
             case ev.ApprovalRequested() if event.call_id in self._tools:
@@ -227,6 +230,7 @@ class TranscriptPane(VerticalScroll):
             case ev.RunFinished():
                 self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
             case ev.RunResumed():
+                self._paused = False
                 self._note(event, "── the run was resumed here ──", "bold cyan")
             case ev.RunForked():
                 edit = event.edited_action
@@ -255,6 +259,11 @@ class TranscriptPane(VerticalScroll):
             self._add(NoteEntry(line, ("attempt", attempt, event.seq)))
 
     def _control(self, event: ev.Control) -> None:
+        if event.action in ("pause", "resume", "step", "stop", "quit"):
+            self._paused = event.action == "pause"
+            for held in (e for e in self._tools.values() if e.held and not self._paused):
+                held.held = False
+                self._dirty.add(held)
         entry = self._tools.get(event.call_id or "")
         if entry is not None:
             entry.waiting = False
@@ -357,6 +366,7 @@ class TranscriptPane(VerticalScroll):
 
     def _forget(self) -> None:
         """Forget every entry, leaving the widgets to rebuild()."""
+        self._paused = False
         self._tools.clear()
         self._thoughts.clear()
         self._new = []

@@ -171,6 +171,8 @@ class ToolEntry(Entry, can_focus=True):
         self.output = OutputBuffer()
         self.result: ev.ToolResult | None = None
         self.waiting = False
+        self.held = False
+        """Recorded while paused: the pause holds it before it begins."""
         self.edited: dict[str, object] | None = None
         self.expanded = False
 
@@ -178,7 +180,7 @@ class ToolEntry(Entry, can_focus=True):
         """The call's state as fed anew; whether it is expanded stays the user's choice."""
         assert isinstance(other, ToolEntry)
         self.call, self.output, self.result = other.call, other.output, other.result
-        self.waiting, self.edited = other.waiting, other.edited
+        self.waiting, self.edited, self.held = other.waiting, other.edited, other.held
 
     def adopt(self, other: Entry) -> None:
         super().adopt(other)
@@ -220,7 +222,9 @@ class ToolEntry(Entry, can_focus=True):
             out.append(describe_call(call.tool, self.edited), style="bold yellow")
         out.append("  ")
         r = self.result
-        if r is None:
+        if r is None and self.held and not self.waiting:
+            out.append("⏸ held by the pause: not begun", style="yellow")
+        elif r is None:
             out.append(
                 "⏸ waiting for your approval" if self.waiting else "running…",
                 style="black on dark_orange" if self.waiting else "yellow",
