@@ -26,6 +26,8 @@ from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.app import MlraApp
 from mlra.console.apps.headless_run import final_line
 from mlra.console.panes.status import StatusBar
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.panes.transcript_entries import ToolEntry
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
@@ -273,6 +275,27 @@ async def test_stop_and_evaluate_now(tmp_path: Path, answer_task: Path) -> None:
     )
 
 
+async def test_a_stray_enter_does_not_confirm_a_stop(tmp_path: Path, answer_task: Path) -> None:
+    """Enter in a question whose Yes ends the run answers No: a supervisor who pressed `s`
+    or `q` by mistake (typing a message after a key that opened no prompt, say) and then
+    Enter keeps the run. The No button is the one focused, and said to be the default."""
+    script = worker(ANSWER, turn("count", call("python", code=UNTIL_STOPPED)), REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))
+        for key in ("s", "q"):
+            await run.pilot.press(key)
+            await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+            await run.pilot.press("enter")
+            await run.shown(lambda app: not isinstance(app.screen, ConfirmScreen))
+        assert run.controller.state.finished is None
+        assert not any(isinstance(e, ev.Control) and e.action == "stop" for e in run.watch.events)
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        finished = await run.finished()
+    assert finished.reason == "stopped"
+
+
 async def test_quit_asks_first_then_marks_the_run_stopped(
     tmp_path: Path, answer_task: Path
 ) -> None:
@@ -388,3 +411,70 @@ async def test_a_failing_provider_pauses_the_run_until_the_user_resumes(
         await run.pilot.press("space")
         finished = await run.finished()
     assert finished.status == "finished" and finished.reason == "submitted"
+
+
+async def test_x_opens_the_newest_collapsed_output_not_a_short_call_after_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`x` with no call focused opens the newest call whose output is collapsed. It
+    toggled the newest call of all: after a long command and a short one (a recipe's
+    train.py, then `submit`), the long one kept its `… (x to expand) …` and x did nothing."""
+    long = "for i in $(seq 1 40); do echo line $i; done"
+    script = worker(turn("", call("bash", command=long)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.finished()
+        entries = run.app.query(ToolEntry)
+        await run.shown(lambda app: any("x to expand" in str(e.content) for e in entries))
+        run.app.query_one(TranscriptPane).focus()  # as after F and back: no call focused
+        await run.pilot.press("x")
+        await run.shown(lambda app: any("line 20" in str(e.content) for e in entries))
+    assert not any("x to expand" in str(e.content) for e in run.app.query(ToolEntry))
+
+
+async def test_a_call_written_as_text_shows_as_the_call_not_as_a_thought_left_thinking(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A model that writes its calls as text (`--tool-calls text`, small local models)
+    streams the call's JSON as text first. The answer had no other text, so no thought
+    ended that stream: it stayed `thinking: <tool_call>{...}` above the call, for good."""
+    as_text = (
+        '<tool_call>{"name": "bash", "arguments": {"command": "echo 42 > answer.txt"}}</tool_call>'
+    )
+    script = worker(
+        turn(as_text),
+        turn('<tool_call>{"name": "report", "arguments": {"summary": "done"}}</tool_call>'),
+    )
+    async with live(tmp_path, answer_task, script, tool_calls="text") as run:
+        assert (await run.finished()).reason == "submitted"
+        await run.shown(lambda app: any(e.result is not None for e in app.query(ToolEntry)))
+        await run.pilot.pause(0.1)
+        shown = [str(e.content) for e in run.app.query(TranscriptPane).first().children]
+    assert any(isinstance(e, ev.TextDelta) and "tool_call" in e.text for e in run.watch.events)
+    assert not any("tool_call" in line or "thinking" in line for line in shown), shown
+    assert any("echo 42 > answer.txt" in line for line in shown)
+
+
+async def test_a_call_the_model_wrote_while_paused_shows_as_not_begun(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Space while the model writes: its call is recorded, and the pause holds it before
+    it runs. The call said `running…` and the status line `bash 3s: …`, as if it ran;
+    stopped then, its result said it never began. Now both say it has not begun."""
+    script = worker({"hang": 2.0, **ANSWER}, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.StepStarted, agent="worker"))
+        await run.pilot.press("space")
+        paused = await run.watch.wait(is_(ev.Control, action="pause"))
+        called = await run.watch.wait(is_(ev.ToolCall, tool="bash"))
+        assert called.seq > paused.seq
+        await run.shown(lambda app: "bash before it runs" in status_line(app))
+        entries = run.app.query(ToolEntry)
+        await run.shown(lambda app: any("not begun yet" in str(e.content) for e in entries))
+        await run.pilot.press("space")
+        await run.watch.wait(lambda e: isinstance(e, ev.ToolResult) and e.tool == "bash")
+        await run.shown(lambda app: not any("not begun" in str(e.content) for e in entries))
+        assert (await run.finished()).reason == "submitted"
+
+
+def status_line(app: MlraApp) -> str:
+    return str(app.query_one(StatusBar).content)

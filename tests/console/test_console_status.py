@@ -20,7 +20,7 @@ from mlra.console.panes.status import Part, StatusBar, activity, fit, score_styl
 from mlra.console.screens.screens import PromptScreen
 from tests.console.console_fixtures import recorded_run
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
-from tests.scripts import supervisor_answering
+from tests.scripts import supervisor_answering, turn
 
 
 def status_line(app: MlraApp) -> str:
@@ -244,3 +244,27 @@ def test_a_wait_past_the_runs_deadline_is_said_as_long_as_the_run_has_left() -> 
     assert activity(fold([started, attempt, first]), 60.0)[0].plain.endswith("of up to 20m)")
     short = wait.model_copy(update={"arguments": {"timeout": 300.0}})
     assert activity(fold([started, attempt, short]), 134.0)[0].plain.endswith("of up to 5m)")
+
+
+async def test_a_run_that_submitted_nothing_says_so_beside_its_task_at_160_columns(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A worker alone that only ever answers in text ends `no_tool_calls`, unsubmitted. The
+    line said only `FINISHED  q quit  took 1s` at 160 columns: the reason (one form, too
+    long to fit) was left out, and the task and model with it, as they gave way first.
+    At 80 columns the reason is shortened, never left out."""
+    chatter = turn("I would fine-tune the model with a larger learning rate and more epochs.")
+    script = {"supervisor": [], "worker": [chatter] * 8}
+    async with live(tmp_path, answer_task, script, agent="worker") as run:
+        finished = await run.finished()
+        assert finished.reason == "no_tool_calls"
+        await run.shown(lambda app: app.state.finished is not None)
+        await run.shown(lambda app: "took" in status_line(app))
+        line = status_line(run.app)
+        await run.pilot.resize_terminal(80, 24)
+        await run.shown(lambda app: len(status_line(app)) <= 80)
+        narrow = status_line(run.app)
+    assert "not submitted: the worker" in line, line
+    assert "answer" in line and "openai/test" in line, line  # the task and the model
+    assert len(line) <= 160
+    assert "not submitted" in narrow and "q quit" in narrow and "took" in narrow, narrow

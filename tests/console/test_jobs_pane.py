@@ -17,7 +17,7 @@ from mlra.console.panes.resources import ResourcesPane
 from mlra.console.screens.screens import StopJobScreen
 from tests.conftest import processes_running
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
-from tests.scripts import turn
+from tests.scripts import call, turn
 
 
 class _OnePane(App[None]):
@@ -115,3 +115,24 @@ async def test_the_user_stops_a_running_job_from_the_console(
     assert ended.end == "stopped" and ended.reason == "stopped by the user"
     assert isinstance(waited, ev.ToolResult)
     assert "stopped by the user" in waited.output
+
+
+async def test_j_with_no_job_running_says_so(tmp_path: Path, answer_task: Path) -> None:
+    """`j` before any job has started answers with a toast: it was disabled then, and the
+    key did nothing at all, though its action has words for that case."""
+    wait_for_go = (
+        "import os, time\nprint('waiting', flush=True)\n"
+        "for _ in range(1200):\n    if os.path.exists('go'): break\n    time.sleep(0.05)\n"
+    )
+    script = worker(turn("wait", call("python", code=wait_for_go)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))
+        await run.pilot.press("j")
+        await run.shown(
+            lambda app: any(
+                "No background job is running" in str(n.message) for n in app._notifications
+            )
+        )
+        assert not isinstance(run.app.screen, StopJobScreen)
+        (run.controller.workspace / "go").touch()
+        await run.finished()

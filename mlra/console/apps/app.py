@@ -47,7 +47,7 @@ from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.status import StatusBar
 from mlra.console.panes.transcript import TranscriptPane
-from mlra.console.panes.transcript_entries import ToolEntry
+from mlra.console.panes.transcript_entries import ToolEntry, newest_to_fold
 from mlra.console.screens.attempt_actions import act_on_attempt
 from mlra.console.screens.live_run import LiveRun
 from mlra.console.screens.note_keys import NoteKeys
@@ -378,9 +378,9 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         if isinstance(focused, ToolEntry):
             focused.action_toggle_expanded()
             return
-        entries = list(self.query(ToolEntry))
-        if entries:
-            entries[-1].action_toggle_expanded()
+        entry = newest_to_fold(list(self.query(ToolEntry)))
+        if entry is not None:
+            entry.action_toggle_expanded()
 
     def action_toggle_files(self) -> None:
         """F: to the Files tree (a narrow terminal shows the files in place of the

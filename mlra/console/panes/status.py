@@ -403,11 +403,19 @@ class StatusBar(Static):
             )
         parts += glance(state, elapsed, unisolated=not badge)
         ended = state.finished if state.evaluation is None else None
+        # An ending with no score says why in as many words as fit, never a bare
+        # FINISHED (which reads as a run that went well). Its one 120-character form
+        # left it out at 160 columns, after the task and the model had given way to
+        # it: its words are shortened before they are (rank 8.5), down to two words.
         if ended is not None and ended.status == "error":
-            parts.append(Part([Text(f"  {_clip(ended.message, 120)}", style="red")], rank=4))
+            forms = [Text(f"  {_clip(ended.message, n)}", style="red") for n in (120, 60, 30)]
+            parts.append(Part([*forms, Text("  error", style="red")], rank=8.5, droppable=False))
         elif ended is not None and ended.reason in UNSUBMITTED:
-            # Ended without a submission: nothing was graded, and the bar says why.
-            message = f"  not submitted: {_clip(ended.message, 120)}"
-            parts.append(Part([Text(message, style="yellow")], rank=4))
+            forms = [
+                Text(f"  not submitted: {_clip(ended.message, n)}", style="yellow")
+                for n in (120, 60, 30)
+            ]
+            forms.append(Text("  not submitted", style="yellow"))
+            parts.append(Part(forms, rank=8.5, droppable=False))
         width = self.size.width or self.app.size.width or 160
         self.update(fit(parts, width), layout=sized_by_content(self))

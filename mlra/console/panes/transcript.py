@@ -130,6 +130,10 @@ class TranscriptPane(VerticalScroll):
                 entry = self._thought(event.turn, event.t)
                 entry.text += event.text
                 self._dirty.add(entry)
+            case ev.ModelCall() if (
+                event.agent != "supervisor" and event.purpose == "turn" and not event.text.strip()
+            ):
+                self._unsay(event.turn)
             case ev.WorkerThought():
                 entry = self._thought(event.turn, event.t)
                 entry.text = event.text
@@ -297,6 +301,20 @@ class TranscriptPane(VerticalScroll):
             self._thoughts[turn] = entry
             self._add(entry)
         return entry
+
+    def _unsay(self, turn: int) -> None:
+        """Drop a turn's streamed text that its answer had none of: the model wrote only
+        a tool call, as text (`--tool-calls text`), read from it and shown as the call.
+        Left, it said `thinking:` and the call's JSON for good, the turn long over."""
+        entry = self._thoughts.pop(turn, None)
+        if entry is None:
+            return
+        self._entries.remove(entry)
+        self._dirty.discard(entry)
+        if entry in self._new:
+            self._new.remove(entry)
+        elif entry.parent is self:
+            entry.remove()
 
     def _note(self, event: ev.Event, text: str, style: str) -> None:
         line = Text(f"{format_duration(event.t)} ", style="dim")

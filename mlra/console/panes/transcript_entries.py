@@ -193,6 +193,11 @@ class ToolEntry(Entry, can_focus=True):
         self.expanded = not self.expanded
         self.redraw()
 
+    @property
+    def foldable(self) -> bool:
+        """Whether `x` changes what it shows: its output has lines hidden, or is open."""
+        return self.expanded or self.output.view(False)[1] > 0
+
     def show(self, text: Text) -> None:
         """While a command prints, a redraw changes the tail's lines but seldom how many
         rows the entry takes: then the entry alone is repainted, without laying the
@@ -256,3 +261,10 @@ def strip_status(output: str) -> str:
     if lines and lines[-1].startswith(("[exit code", "[timed out", "[killed by")):
         lines.pop()
     return "\n".join(lines)
+
+
+def newest_to_fold(entries: list[ToolEntry]) -> ToolEntry | None:
+    """The call `x` opens or closes when none has the focus: the newest whose output it
+    changes, else the newest. The newest call of all (a `submit` after a long training
+    command) has nothing hidden, and `x` on it did nothing beside the other's hint."""
+    return next((e for e in reversed(entries) if e.foldable), entries[-1] if entries else None)

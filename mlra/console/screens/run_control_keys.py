@@ -58,7 +58,9 @@ class RunControlKeys(App[int]):
                 return paused == (action == "resume")
             return True
         if action == "stop_job":
-            return live and bool(self.state.running_jobs)
+            # Offered while the run is live, jobs or not: with none running, `j` says so
+            # (action_stop_job) rather than doing nothing at all.
+            return live
         if action in ("tag", "comment", "rate"):
             return self.run_dir is not None  # a note lives in the run folder
         if action in ("approve", "edit", "reject"):

@@ -26,6 +26,12 @@ from mlra.terminal_text import printable, printable_json, printable_line
 
 
 class ConfirmScreen(ModalScreen[bool]):
+    """A yes/no question before something that cannot be undone (stop, quit, fork, submit).
+
+    No has the focus, so Enter answers No: a stray Enter (typed after a key that opened
+    this instead of a prompt) must not stop a run."""
+
+    AUTO_FOCUS = "#no"
     BINDINGS = [
         Binding("y", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
