@@ -460,11 +460,12 @@ async def test_a_call_the_model_wrote_while_paused_shows_as_not_begun(
     """Space while the model writes: its call is recorded, and the pause holds it before
     it runs. The call said `running…` and the status line `bash 3s: …`, as if it ran;
     stopped then, its result said it never began. Now both say it has not begun."""
-    script = worker({"hang": 2.0, **ANSWER}, REPORT)
+    script = worker({"hold": "paused", **ANSWER}, REPORT)
     async with live(tmp_path, answer_task, script) as run:
         await run.watch.wait(is_(ev.StepStarted, agent="worker"))
         await run.pilot.press("space")
         paused = await run.watch.wait(is_(ev.Control, action="pause"))
+        run.server.release("paused")  # the model answers once the pause is recorded
         called = await run.watch.wait(is_(ev.ToolCall, tool="bash"))
         assert called.seq > paused.seq
         await run.shown(lambda app: "bash before it runs" in status_line(app))

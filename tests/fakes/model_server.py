@@ -19,6 +19,7 @@ request takes the role's next turn:
     "plain text"                          # short for {"text": "plain text"}
     {"status": 429, "times": 2}           # answer HTTP 429 twice, then go on
     {"hang": 5.0, "times": 1}             # answer only after 5 s (or never, if stopped)
+    {"hold": "name", "text": "..."}       # answer once the test calls release("name")
     {"text": "...", "stream_error": "overloaded_error"}  # fail mid-stream
     {"broken": "html", "times": 2}        # HTTP 200 that is no answer, twice (see BROKEN)
     {"text": "...", "no_usage": true}     # OpenAI: no token counts (as many local servers)
@@ -83,6 +84,7 @@ TURN_KEYS = {
     "message",
     "retry_after_ms",
     "hang",
+    "hold",
     "broken",
     "no_usage",
     "drop",
@@ -256,6 +258,7 @@ class ScriptedModelServer:
         self._repeats: dict[str, int] = {}
         self._ids: dict[str, int] = {}
         self._stopping = threading.Event()
+        self._holds: dict[str, threading.Event] = {}
         self._open: set[socket.socket] = set()
         """Connections open now: a stopped server closes them, as a killed one would."""
         self._httpd: ThreadingHTTPServer | None = None
@@ -281,8 +284,21 @@ class ScriptedModelServer:
         self._thread.start()
         return self
 
+    def release(self, name: str) -> None:
+        """Let the answers held by `{"hold": name}` go: a test acts while the model
+        is still answering (its Space lands before the call is written), on an event
+        rather than within a fixed delay."""
+        self._hold(name).set()
+
+    def _hold(self, name: str) -> threading.Event:
+        with self._lock:
+            return self._holds.setdefault(name, threading.Event())
+
     def stop(self) -> None:
         self._stopping.set()
+        with self._lock:
+            for held in self._holds.values():
+                held.set()
         with self._lock:
             for connection in list(self._open):
                 with contextlib.suppress(OSError):
@@ -518,6 +534,12 @@ class _Handler(BaseHTTPRequestHandler):
             message = turn.get("message") or f"scripted failure (HTTP {status})"
             self._error(api, status, message, turn.get("retry_after_ms", self.fake.retry_after_ms))
             return
+        if "hold" in turn:
+            self.fake._hold(str(turn["hold"])).wait()
+            if self.fake._stopping.is_set():
+                self.close_connection = True
+                return
+            turn = {k: v for k, v in turn.items() if k != "hold"}
         if "hang" in turn:
             record.outcome = "hang"
             if self.fake._stopping.wait(float(turn["hang"])):
