@@ -11,8 +11,10 @@ GPUs and containers) stays in its own test file.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import secrets
+import signal
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -340,3 +342,24 @@ async def test_paths_are_confined_to_the_workspace(
         await sandbox.write_file("link/new.txt", b"x")
     assert await sandbox.read_file(f"{sandbox.workdir}/ok.txt") == b"yes"
     assert not (tmp_path / "new.txt").exists()
+
+
+async def test_a_daemon_that_left_the_session_dies_with_the_command_at_its_time_out(
+    sandbox: Sandbox,
+) -> None:
+    """A daemon started with setsid leaves the command's session: the time-out kills it
+    with the command all the same (in Docker it ran on until the run's end)."""
+    token = f"300.{secrets.randbelow(10**6):06d}"
+    try:
+        result = await sandbox.exec(
+            ["bash", "-c", f"setsid sleep {token} & echo started; sleep {token}"], timeout=1.0
+        )
+        assert result.timed_out
+        assert result.output.startswith("started\n")
+        assert result.duration_s < 10, result.duration_s
+        # Killed with the command, as a background job is, in every sandbox.
+        await _until(lambda: not any(_alive(pid) for pid in processes_with(token)), "dead")
+    finally:
+        for pid in processes_with(token):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)

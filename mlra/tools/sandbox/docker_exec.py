@@ -3,7 +3,12 @@
 Each command runs in its own session inside the container, under a small shell
 wrapper that records the session's id in a file named by a token; a time-out, a
 cancellation, a pause or the command's own end signals that whole process
-group, as the local sandbox does with its process groups. The engine's exec
+group, as the local sandbox does with its process groups. A time-out or a
+cancellation also kills every process that carries the command's marker in its
+environment (`MLRA_COMMAND`, inherited by all it starts), as the local sandbox kills
+a command's descendants: a daemon that left the session with `setsid` ran on past
+the command's time-out. (One a command left when it ended by itself stays, as in the
+local sandbox, till the run's end.) The engine's exec
 stream is read in a thread (the docker client blocks) and handed to the loop.
 """
 
@@ -30,6 +35,25 @@ the container sees read-only (`docker cp` cannot write into /tmp, a tmpfs, nor i
 read-only root)."""
 KILL_WAIT_S = 5.0
 
+_MARKED = r"""
+marked() {
+  for e in /proc/[0-9]*/environ; do
+    p=${e#/proc/}; p=${p%/environ}
+    [ "$p" = "$$" ] && continue
+    tr '\0' '\n' < "$e" 2>/dev/null | grep -qxF "MLRA_COMMAND=$1" && echo "$p"
+  done
+}
+signal_marked() {
+  for _ in 1 2 3; do
+    ps=$(marked "$1"); [ -n "$ps" ] || return 0
+    kill -"$2" $ps 2>/dev/null
+    [ "$2" = KILL ] || return 0
+  done
+}
+"""
+"""The processes a command started, found by its marker (their environment survives
+`setsid` and a new parent); killed again while any is left, as a fork may race a pass."""
+
 WRAPPER = r"""
 d=/tmp/.mlra; t=$1; mb=$2; shift 2
 oom() {
@@ -40,7 +64,7 @@ oom() {
 }
 o=$(oom)
 if [ -f "/run/mlra-stdin/$t.in" ]; then exec 3<"/run/mlra-stdin/$t.in"; else exec 3</dev/null; fi
-setsid "$@" <&3 3<&- &
+MLRA_COMMAND="$t" setsid "$@" <&3 3<&- &
 pid=$!
 echo "$pid" > "$d/$t.pid"
 exec 3<&-
@@ -58,12 +82,16 @@ id), kills what it left behind once it ends, and says so when the container's
 memory limit (`$2` MB, empty for none) killed a process meanwhile (the cgroup's
 oom_kill count went up: the same words as the local sandbox's note)."""
 
-_KILL = r"""
+_KILL = (
+    _MARKED
+    + r"""
 f=/tmp/.mlra/$1.pid; i=0
 while [ ! -s "$f" ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done
 [ -s "$f" ] && kill -"$2" -"$(cat "$f")" 2>/dev/null
+signal_marked "$1" "$2"
 exit 0
 """
+)
 
 
 class SessionSignals:
