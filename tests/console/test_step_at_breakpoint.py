@@ -299,3 +299,42 @@ async def test_space_or_n_after_a_stop_does_nothing_on_the_way_to_grading(
     assert finished.reason == "stopped"
     actions = [e.action for e in run.watch.events if isinstance(e, ev.Control)]
     assert actions[actions.index("stop") :] == ["stop"], actions
+
+
+async def test_n_while_a_stepped_call_waits_then_approving_runs_only_that_call(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """In step mode (stepping from a pause), the stepped turn's call waits at its
+    breakpoint; a step given meanwhile, then the approval: the call is the step's one
+    action. Before, the step was left over once the call ran, so the run went on to ask
+    the model for its next turn and ran that turn's call too."""
+    script = worker(FIRST, ANSWER, REPORT)
+    async with live(
+        tmp_path, answer_task, script, breakpoints=["bash:first"], start_paused=True
+    ) as run:
+        mark = (await run.watch.wait(is_(ev.Control, action="pause", source="start"))).seq
+        for _ in range(12):  # each `n` one action, until the call waits at its breakpoint
+            await run.pilot.press("n")
+            step = await run.watch.wait(is_(ev.Control, action="step"), after=mark)
+            mark = (await run.watch.wait(_stepped_or_waiting, after=step.seq)).seq
+            if run.watch.count(is_(ev.ApprovalRequested)):
+                break
+            await run.shown(lambda app: app.state.phase == "paused")
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        mark = run.watch.events[-1].seq
+        act(run.controller, CtlRequest(op="step"))
+        await run.watch.wait(is_(ev.Control, action="step"), after=mark)
+        act(run.controller, CtlRequest(op="approve", call_id=waiting.call_id))
+        await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+        assert run.watch.count(is_(ev.ToolResult, call_id=waiting.call_id)) == 1
+        assert not (run.controller.workspace / "answer.txt").exists()
+        assert len(run.server.requests_for("worker")) == 1
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
+def _stepped_or_waiting(event: ev.Event) -> bool:
+    if isinstance(event, ev.ApprovalRequested):
+        return True
+    return isinstance(event, ev.Control) and event.action == "pause" and event.source == "step"

@@ -156,6 +156,8 @@ class Controls:
         making one action exact only for a one-call turn."""
         if self._action_open and not self.paused:
             self._action_open = False
+            if self._steps_granted:  # `n` while this call waited at its breakpoint
+                self._steps_granted -= 1  # it is that step's action too, not the next turn
             return
         if self.paused or self._steps_granted is not None:
             await self.gate()
