@@ -387,3 +387,24 @@ async def test_one_destination_hears_its_notifications_in_the_order_they_were_ma
     gate.touch()
     await dispatch.drain()
     assert heard.read_text().split() == ["server_wait", "server_back"]
+
+
+async def test_a_hung_destination_does_not_hold_the_runs_last_notification_past_the_drain(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In order, a destination's sends each waited for the one before it to end: behind
+    sends that hang (each cut at its bound), the run's last notification began only once
+    they had all been cut, past the drain's bound, and the drain cancelled it unsent."""
+    from mlra.agent.notify import dispatch as dispatching
+
+    monkeypatch.setattr(dispatching, "SEND_BOUND_S", 2.0)
+    monkeypatch.setattr(dispatching, "ORDER_WAIT_S", 0.5)
+    heard = tmp_path / "heard.txt"
+    hook = f'case "$MLRA_NOTIFY_KIND" in server_wait) sleep 60;; esac; echo end >> {heard}'
+    failures: list[str] = []
+    dispatch = dispatching.Dispatch(parse_destinations(f"cmd:{hook}"), on_failure=failures.append)
+    for kind in ("server_wait", "server_wait", "server_wait", "finished"):
+        dispatch.send(Notification(kind=kind, title="t", message="m", run_id="r", run_dir="/r"))
+    await dispatch.drain(bound_s=5.0)
+    assert heard.exists() and heard.read_text().split() == ["end"]
+    assert failures  # the hung ones were told of, once

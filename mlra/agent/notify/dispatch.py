@@ -21,6 +21,12 @@ from mlra.agent.notify.note import Notification, Notifier, NotifyFailed
 
 SEND_BOUND_S = 15.0
 """The most one send may take, whatever the destination's own time-out."""
+ORDER_WAIT_S = 3.0
+"""The most a send waits for the destination's send before it: enough for a command or a
+webhook that answers to keep its order; a hung one no longer holds the sends after it
+(each waited for the last to be cut at its bound, so behind two hung sends the run's end
+began past the drain's bound and was cancelled unsent). DRAIN_BOUND_S covers this wait
+and one send's bound."""
 DRAIN_BOUND_S = 20.0
 """The most a closing run (or batch) waits for the notifications still being sent."""
 
@@ -89,7 +95,7 @@ class Dispatch:
         self, notifier: Notifier, note: Notification, before: asyncio.Task[None] | None
     ) -> None:
         if before is not None and not before.done():
-            await asyncio.wait({before})  # its own bound ends it; a failure is its own
+            await asyncio.wait({before}, timeout=ORDER_WAIT_S)  # a failure is its own
         try:
             await asyncio.wait_for(notifier.send(note), SEND_BOUND_S)
         except NotifyFailed as exc:
