@@ -188,3 +188,70 @@ def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
     assert "paused before the first action (--paused)" in out.decode()
     events = read_events(log)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def test_a_resume_asks_again_for_an_assign_subtask_left_waiting_at_its_breakpoint(
+    tmp_path: Path,
+) -> None:
+    """Killed while the supervisor's `assign_subtask` waited at its breakpoint, undecided:
+    the resumed run asks for the decision again in its own part of the log, as it does
+    for any other call. Before, the call (run again while catching up) matched the old
+    request and wrote none; `run_resumed` had cleared it, so no console showed a call
+    waiting and `mlra ctl approve` found none, while the run waited for the decision."""
+    env = {**_env(), "OPENAI_API_KEY": "sk-test-not-a-secret"}
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    runs = tmp_path / "runs"
+    run_dir = runs / "r"
+    log = run_dir / "events.jsonl"
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        args = ["run", str(ANSWER_TASK), "--model", "openai/test", "--no-tui"]
+        args += ["--base-url", server.url_for("openai"), "--runs-dir", str(runs), "--run-id", "r"]
+        args += ["--isolation", "none", "--break", "assign_subtask"]
+        first = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_in_log(
+                first, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested)
+            )
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=60)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+        resumed = subprocess.Popen(
+            [sys.executable, "-m", "mlra", "resume", str(run_dir), "--no-tui"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            _wait_in_log(resumed, log, "the resume", lambda e: isinstance(e, ev.RunResumed))
+            went_live = next(e.seq for e in read_events(log) if isinstance(e, ev.RunResumed))
+            _wait_in_log(
+                resumed,
+                log,
+                "the call asked for again",
+                lambda e: isinstance(e, ev.ApprovalRequested) and e.seq > went_live,
+            )
+            done = mlra_cli(["ctl", str(run_dir), "approve"], cwd=tmp_path, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert resumed.wait(timeout=120) == 0
+        finally:
+            if resumed.poll() is None:
+                resumed.kill()
+                resumed.wait()
+    events = read_events(log)
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"

@@ -256,7 +256,9 @@ class ToolStep:
         future = run.controls.expect_decision(
             call.id, None if tool is None else lambda arguments: validated(tool, arguments)[1]
         )
-        if not replaying:
+        if not run.catchup.replaying:
+            # Live, or gone live as no decision was recorded: asked here, after the
+            # `run_resumed` that cleared the old request, or nobody sees it waiting.
             run.emit(asked)
         # While the run waits for a human it is held as a pause holds it: the clock
         # stops and so do the sandbox's commands and jobs, or a job would compute off
