@@ -45,3 +45,36 @@ async def test_a_pause_stops_a_daemon_that_left_its_commands_session(
     finally:
         await sandbox.close()
     assert _containers(client, "pause-test") == []
+
+
+async def test_a_command_cancelled_while_paused_ends_at_once(
+    tmp_path: Path,
+    client: Any,  # noqa: F811
+    docker_host: str,  # noqa: F811
+    monkeypatch: Any,
+) -> None:
+    """A stop of a paused run cancels its running command: the pause had stopped the
+    command's wrapper too (every process but init and the main one), so the killed
+    command's exec never ended and each cancel waited out KILL_WAIT_S (5 s a command)
+    before the run could end. Made long here, a wait that comes at all fails the test."""
+    from mlra.tools.sandbox import docker_exec
+
+    monkeypatch.setattr(docker_exec, "KILL_WAIT_S", 120.0)
+    sandbox = _sandbox(tmp_path / "ws", "pause-cancel-test")
+    await sandbox.start()
+    try:
+        seen = asyncio.Event()
+        task = asyncio.create_task(
+            sandbox.exec(
+                ["sh", "-c", "echo go; sleep 300"], timeout=600, on_output=lambda s, t: seen.set()
+            )
+        )
+        await seen.wait()
+        sandbox.suspend_commands()
+        await sandbox._signals.settle()
+        task.cancel()
+        done, _ = await asyncio.wait({task}, timeout=60)
+        assert done, "the cancelled command waited for an exec its pause had stopped"
+    finally:
+        await sandbox.close()
+    assert _containers(client, "pause-cancel-test") == []

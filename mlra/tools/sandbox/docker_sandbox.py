@@ -123,14 +123,19 @@ for pass in 1 2 3; do
   for d in /proc/[0-9]*; do
     p=${d#/proc/}
     case "$keep" in *" $p "*) continue;; esac
+    pp=; while read -r k v; do [ "$k" = PPid: ] && { pp=$v; break; }; done 2>/dev/null < "$d/status"
+    [ "$pp" = 0 ] && continue
     kill -"$2" "$p" 2>/dev/null
   done
 done
 exit 0
 """
 """Signal ($2: STOP or CONT) every process in the container but its init, its main
-process ($1) and itself; three passes, for what forked as the first went by. A pause
-stops daemons that left their command's session too, which session signals miss."""
+process ($1), itself and what the engine execs (parent 0, outside the container: mlra's
+command wrappers, which only wait on their command); three passes, for what forked as
+the first went by. A pause stops daemons that left their command's session too, which
+session signals miss. A stopped wrapper never saw its killed command end: a stop of a
+paused run waited out each command's KILL_WAIT_S."""
 
 
 class DockerSandbox(Sandbox):
