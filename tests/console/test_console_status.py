@@ -268,3 +268,26 @@ async def test_a_run_that_submitted_nothing_says_so_beside_its_task_at_160_colum
     assert "answer" in line and "openai/test" in line, line  # the task and the model
     assert len(line) <= 160
     assert "not submitted" in narrow and "q quit" in narrow and "took" in narrow, narrow
+
+
+def test_a_call_begun_before_a_resume_is_not_said_to_wait_to_run_once_paused() -> None:
+    """A call open at the kill that had begun (the supervisor's assign_subtask, run again
+    on resume) stays begun through the resume: paused, the status line gave it as
+    what the next step runs ("before it runs")."""
+    call = ev.ToolCall(
+        call_id="s1",
+        agent="supervisor",
+        tool="assign_subtask",
+        arguments={"step_id": "1", "instructions": "train"},
+        logs_start=True,
+        t=5.0,
+    )
+    events: list[ev.Event] = [
+        call,
+        ev.ToolStarted(call_id="s1", t=5.0),
+        ev.RunResumed(t=10.0),
+        ev.Control(action="pause", t=11.0),
+    ]
+    state = fold(events)
+    assert "s1" in state.begun
+    assert not any("before it runs" in text.plain for text in activity(state, 12.0))

@@ -355,9 +355,12 @@ class RunState:
                 # again (`attempt_wait` waits again for its attempts, the supervisor's
                 # `assign_subtask`): running until then, so the displays say what the
                 # resumed run waits for. (A run that ended cleared them at its end.)
-                open_calls = dict(self.running)
+                # Those that had begun stay so: one run again (`attempt_wait`) is no call
+                # a pause holds before it ran ("before it runs" on a paused resumed run).
+                open_calls, open_begun = dict(self.running), self.begun & self.running.keys()
                 self._idle()
                 self.running.update(open_calls)
+                self.begun |= open_begun
                 self.resumed += 1
                 if event.model:
                     self.model = event.model
