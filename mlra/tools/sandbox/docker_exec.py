@@ -44,15 +44,17 @@ marked() {
   done
 }
 signal_marked() {
+  [ "$2" = KILL ] || return 0
   for _ in 1 2 3; do
     ps=$(marked "$1"); [ -n "$ps" ] || return 0
-    kill -"$2" $ps 2>/dev/null
-    [ "$2" = KILL ] || return 0
+    kill -KILL $ps 2>/dev/null
   done
 }
 """
 """The processes a command started, found by its marker (their environment survives
-`setsid` and a new parent); killed again while any is left, as a fork may race a pass."""
+`setsid` and a new parent); killed again while any is left, as a fork may race a pass.
+Kills only: a pause stops every process of the container already (docker_sandbox.py's
+`_signal_all`), and the scan costs two processes for each of the container's."""
 
 WRAPPER = r"""
 d=/tmp/.mlra; t=$1; mb=$2; shift 2
