@@ -102,6 +102,9 @@ class RunStatus(BaseModel):
     steps: int = 0
     events: int = 0
     pending: list[PendingCall] = Field(default_factory=list)
+    held: list[PendingCall] = Field(default_factory=list)
+    """Calls a pause holds before they began (a step's next call, one the model wrote
+    meanwhile): what `step` or `resume` runs next."""
     running_jobs: list[str] = Field(default_factory=list)
     running_attempts: list[str] = Field(default_factory=list)
     best_validation: float | None = None

@@ -12,8 +12,9 @@ from textual.widgets import Footer, Static, TextArea
 from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
-from mlra.agent.control.control_ops import act
+from mlra.agent.control.control_ops import act, run_status
 from mlra.console.apps.app import MlraApp
+from mlra.console.cli.ctl_cli import status_lines
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen
 from mlra.control_socket import CtlRequest
@@ -109,6 +110,12 @@ async def test_n_on_a_held_call_of_a_two_call_turn_pauses_before_the_second(
         await run.shown(lambda app: "bash before it runs: echo 2 > second.txt" in status_line(app))
         await run.shown(lambda app: "not begun yet" in _entry(app, second.call_id))
         assert "running…" not in _entry(run.app, second.call_id)
+        # `mlra ctl RUN status` says it too.
+        said = status_lines(run_status(run.controller, None, 0))
+        assert any(
+            line.startswith(f"next: {second.call_id} (worker) bash") and "held by the pause" in line
+            for line in said
+        ), said
         await run.pilot.press("n")
         await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=paused.seq)
         assert run.watch.count(is_(ev.ToolResult, call_id=second.call_id)) == 1

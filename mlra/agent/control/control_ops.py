@@ -150,6 +150,16 @@ def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
             )
         else:
             pending.append(PendingCall(call_id=call_id, tool="?"))
+    held = [
+        PendingCall(
+            call_id=call.call_id, tool=call.tool, agent=call.agent, arguments=call.arguments or {}
+        )
+        for call in state.running.values()
+        if controls.paused
+        and call.logs_start
+        and call.call_id not in state.begun
+        and call.call_id not in waiting
+    ]
     if state.finished is not None:
         phase = "ended"
     elif state.evaluating:
@@ -174,6 +184,7 @@ def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
         steps=state.steps,
         events=run.log.last_seq if run.log is not None else state.events,
         pending=pending,
+        held=held,
         running_jobs=[job.started.job for job in state.running_jobs],
         running_attempts=[a for a, n in state.attempts.nodes.items() if n.finished is None],
         best_validation=best.score if best is not None else None,

@@ -233,6 +233,14 @@ def status_lines(status: Any) -> list[str]:
         if len(arguments) > 200:
             arguments = arguments[:199] + "…"
         lines.append(f"waiting: {call.call_id} ({call.agent}) {call.tool} {arguments}")
+    for call in status.held:
+        arguments = json.dumps(call.arguments, ensure_ascii=False)
+        if len(arguments) > 200:
+            arguments = arguments[:199] + "…"
+        lines.append(
+            f"next: {call.call_id} ({call.agent}) {call.tool} {arguments} "
+            "(held by the pause before it began: step or resume runs it)"
+        )
     if status.running_jobs:
         lines.append("jobs: " + ", ".join(status.running_jobs))
     if status.running_attempts:
