@@ -354,3 +354,22 @@ def docker_problem() -> str | None:
     except Exception as exc:
         return f"the Docker engine at {host} does not answer: {exc}"
     return None
+
+
+SMALL_DISK_MB = 4096
+
+
+@pytest.fixture
+def disk(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real small disk: a 4 GiB ext4 image mounted as root (a reserve of 2 GiB), for
+    what the runs disk's free space decides (tests/tools/test_disk_claim.py,
+    tests/agent/test_start_refused.py). Those modules skip where volumes cannot be made."""
+    image, point = tmp_path / "disk.img", tmp_path / "disk"
+    point.mkdir()
+    subprocess.run(["truncate", "-s", f"{SMALL_DISK_MB}M", str(image)], check=True)
+    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(point)], check=True)
+    try:
+        yield point
+    finally:
+        subprocess.run(["umount", str(point)], check=False)

@@ -14,7 +14,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -44,25 +45,50 @@ def _wait_in_log(
         time.sleep(0.02)
 
 
+@contextmanager
+def _mlra(
+    args: list[str], cwd: Path, env: dict[str, str], *, out: int = subprocess.DEVNULL
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`mlra ARGS` as its own process, killed on the way out if it still runs."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mlra", *args],
+        cwd=cwd,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT if out == subprocess.PIPE else subprocess.DEVNULL,
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+
+
+def _breaking_at_assign_subtask(server: ScriptedModelServer, runs: Path) -> list[str]:
+    """A supervised run `r` of the answer task held at the supervisor's assign_subtask."""
+    args = ["run", str(ANSWER_TASK), "--model", "openai/test", "--no-tui"]
+    args += ["--base-url", server.url_for("openai"), "--runs-dir", str(runs), "--run-id", "r"]
+    return [*args, "--isolation", "none", "--break", "assign_subtask"]
+
+
 def test_an_approved_call_a_pause_held_runs_on_resume(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     run_dir = runs / "r"
     log = run_dir / "events.jsonl"
     args = ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
     args += ["--run-id", "r", "--isolation", "none", "--break", "bash"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlra", *args],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
 
     def ctl(*words: str) -> None:
         done = mlra_cli(["ctl", str(run_dir), *words], cwd=tmp_path, env=_env())
         assert done.returncode == 0, done.stdout + done.stderr
 
-    try:
+    with _mlra(args, tmp_path, _env()) as proc:
         _wait_in_log(proc, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested))
         ctl("breakpoints")  # none: the resumed run does not ask again
         ctl("pause")
@@ -70,12 +96,7 @@ def test_an_approved_call_a_pause_held_runs_on_resume(tmp_path: Path) -> None:
         _wait_in_log(
             proc, log, "the approval", lambda e: isinstance(e, ev.Control) and e.action == "approve"
         )
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _kill(proc)
     killed = read_events(log)
     assert not any(isinstance(e, ev.ToolStarted | ev.ToolResult) for e in killed)
 
@@ -115,17 +136,7 @@ def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
     run_dir = runs / "r"
     log = run_dir / "events.jsonl"
     with ScriptedModelServer(script, turn_by_history=True) as server:
-        args = ["run", str(ANSWER_TASK), "--model", "openai/test", "--no-tui"]
-        args += ["--base-url", server.url_for("openai"), "--runs-dir", str(runs), "--run-id", "r"]
-        args += ["--isolation", "none", "--break", "assign_subtask"]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "mlra", *args],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
+        with _mlra(_breaking_at_assign_subtask(server, runs), tmp_path, env) as proc:
             _wait_in_log(
                 proc, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested)
             )
@@ -141,12 +152,7 @@ def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
                 "the worker's long command",
                 lambda e: isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments),
             )
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
+            _kill(proc)
         resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     events = read_events(log)
@@ -162,15 +168,8 @@ def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
     env = _env()
     runs = answer_baseline_run.run_dir.parent
     args = ["fork", str(answer_baseline_run.run_dir), "--at", "2", "--run-id", "f"]
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mlra", *args, "--paused", "--no-tui"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-    )
     log = runs / "f" / "events.jsonl"
-    try:
+    with _mlra([*args, "--paused", "--no-tui"], tmp_path, env, out=subprocess.PIPE) as proc:
         _wait_in_log(
             proc, log, "the pause", lambda e: isinstance(e, ev.Control) and e.source == "start"
         )
@@ -180,10 +179,6 @@ def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
         done = mlra_cli(["ctl", str(runs / "f"), "step"], cwd=tmp_path, env=env)
         assert done.returncode == 0, done.stdout + done.stderr
         out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
     assert proc.returncode == 0, out
     assert "paused before the first action (--paused)" in out.decode()
     events = read_events(log)
@@ -210,34 +205,12 @@ def test_a_resume_asks_again_for_an_assign_subtask_left_waiting_at_its_breakpoin
     run_dir = runs / "r"
     log = run_dir / "events.jsonl"
     with ScriptedModelServer(script, turn_by_history=True) as server:
-        args = ["run", str(ANSWER_TASK), "--model", "openai/test", "--no-tui"]
-        args += ["--base-url", server.url_for("openai"), "--runs-dir", str(runs), "--run-id", "r"]
-        args += ["--isolation", "none", "--break", "assign_subtask"]
-        first = subprocess.Popen(
-            [sys.executable, "-m", "mlra", *args],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
+        with _mlra(_breaking_at_assign_subtask(server, runs), tmp_path, env) as first:
             _wait_in_log(
                 first, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested)
             )
-            first.send_signal(signal.SIGKILL)
-            first.wait(timeout=60)
-        finally:
-            if first.poll() is None:
-                first.kill()
-                first.wait()
-        resumed = subprocess.Popen(
-            [sys.executable, "-m", "mlra", "resume", str(run_dir), "--no-tui"],
-            cwd=tmp_path,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
+            _kill(first)
+        with _mlra(["resume", str(run_dir), "--no-tui"], tmp_path, env) as resumed:
             _wait_in_log(resumed, log, "the resume", lambda e: isinstance(e, ev.RunResumed))
             went_live = next(e.seq for e in read_events(log) if isinstance(e, ev.RunResumed))
             _wait_in_log(
@@ -249,9 +222,5 @@ def test_a_resume_asks_again_for_an_assign_subtask_left_waiting_at_its_breakpoin
             done = mlra_cli(["ctl", str(run_dir), "approve"], cwd=tmp_path, env=env)
             assert done.returncode == 0, done.stdout + done.stderr
             assert resumed.wait(timeout=120) == 0
-        finally:
-            if resumed.poll() is None:
-                resumed.kill()
-                resumed.wait()
     events = read_events(log)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"

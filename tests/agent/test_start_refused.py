@@ -28,22 +28,8 @@ from mlra.tools.sandbox.disk_claim import disk_claim
 
 WHY_NOT = volume.unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no workspace volume: {WHY_NOT}")
-DISK_MB = 4096
 WAIT_S = 60.0
 """For the run's folder to appear: the command line's start, on a loaded machine."""
-
-
-@pytest.fixture
-def disk(tmp_path: Path):  # type: ignore[no-untyped-def]
-    image, point = tmp_path / "disk.img", tmp_path / "disk"
-    point.mkdir()
-    subprocess.run(["truncate", "-s", f"{DISK_MB}M", str(image)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True)
-    subprocess.run(["mount", "-o", "loop", str(image), str(point)], check=True)
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=False)
 
 
 def test_a_disk_taken_after_the_check_ends_the_run_in_one_line(

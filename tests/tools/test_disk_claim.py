@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import subprocess
 import threading
 from pathlib import Path
 
@@ -21,21 +20,7 @@ from mlra.tools.sandbox.disk_claim import DiskBusy, disk_claim, mount_point
 
 WHY_NOT = volume.unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no workspace volume: {WHY_NOT}")
-DISK_MB = 4096
 AT_ONCE = 4
-
-
-@pytest.fixture
-def disk(tmp_path: Path):  # type: ignore[no-untyped-def]
-    image, point = tmp_path / "disk.img", tmp_path / "disk"
-    point.mkdir()
-    subprocess.run(["truncate", "-s", f"{DISK_MB}M", str(image)], check=True)
-    subprocess.run(["mkfs.ext4", "-q", "-F", "-m", "0", str(image)], check=True)
-    subprocess.run(["mount", "-o", "loop", str(image), str(point)], check=True)
-    try:
-        yield point
-    finally:
-        subprocess.run(["umount", str(point)], check=False)
 
 
 def test_volumes_made_at_once_each_get_half_of_what_the_last_left(disk: Path) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 
+from mlra import events as ev
 from mlra.agent.control.steering import Steering
 from mlra.agent.loop.controls import Breakpoint
 from mlra.control_socket import CtlRequest, PendingCall, RunStatus
@@ -126,6 +127,12 @@ def _waiting_call(run: Steering, named: str | None) -> str:
     return waiting[0]
 
 
+def _pending(call: ev.ToolCall) -> PendingCall:
+    return PendingCall(
+        call_id=call.call_id, tool=call.tool, agent=call.agent, arguments=call.arguments or {}
+    )
+
+
 def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
     """What `mlra ctl RUN status` answers: the run's phase, clock, waiting calls, jobs,
     attempts and who holds its controls, from its folded state."""
@@ -136,14 +143,7 @@ def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
         call = state.running.get(call_id)
         asked = state.pending_approval
         if call is not None:
-            pending.append(
-                PendingCall(
-                    call_id=call_id,
-                    tool=call.tool,
-                    agent=call.agent,
-                    arguments=call.arguments or {},
-                )
-            )
+            pending.append(_pending(call))
         elif asked is not None and asked.call_id == call_id:
             pending.append(
                 PendingCall(call_id=call_id, tool=asked.tool, arguments=asked.arguments or {})
@@ -151,9 +151,7 @@ def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
         else:
             pending.append(PendingCall(call_id=call_id, tool="?"))
     held = [
-        PendingCall(
-            call_id=call.call_id, tool=call.tool, agent=call.agent, arguments=call.arguments or {}
-        )
+        _pending(call)
         for call in state.running.values()
         if controls.paused
         and call.logs_start

@@ -228,19 +228,18 @@ def status_lines(status: Any) -> list[str]:
         f"{status.state}{', paused' if status.state == 'waiting' and status.paused else ''}"
         f" · {clock} · step {status.steps} · {status.events} events",
     ]
-    for call in status.pending:
+
+    def said(call: Any) -> str:
         arguments = json.dumps(call.arguments, ensure_ascii=False)
         if len(arguments) > 200:
             arguments = arguments[:199] + "…"
-        lines.append(f"waiting: {call.call_id} ({call.agent}) {call.tool} {arguments}")
-    for call in status.held:
-        arguments = json.dumps(call.arguments, ensure_ascii=False)
-        if len(arguments) > 200:
-            arguments = arguments[:199] + "…"
-        lines.append(
-            f"next: {call.call_id} ({call.agent}) {call.tool} {arguments} "
-            "(held by the pause before it began: step or resume runs it)"
-        )
+        return f"{call.call_id} ({call.agent}) {call.tool} {arguments}"
+
+    lines += [f"waiting: {said(call)}" for call in status.pending]
+    lines += [
+        f"next: {said(call)} (held by the pause before it began: step or resume runs it)"
+        for call in status.held
+    ]
     if status.running_jobs:
         lines.append("jobs: " + ", ".join(status.running_jobs))
     if status.running_attempts:
