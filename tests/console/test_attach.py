@@ -61,6 +61,15 @@ def _footer_actions(app: Any) -> set[str]:
     return {str(key.action) for key in app.screen.query_one(Footer).query(FooterKey)}
 
 
+def _watch_only_footer(app: Any) -> set[str] | None:
+    """The footer's actions once it offers leaving and help but no steering key."""
+    offered = _footer_actions(app)
+    steering = {"pause", "resume", "step", "stop", "breakpoints"}
+    if {"help", "quit"} <= offered and not steering & offered:
+        return offered
+    return None
+
+
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30.0) -> Any:
     """Poll `check` (another process's files or screen: nothing to await) until it gives
     something true, at most `timeout` seconds."""
@@ -211,7 +220,9 @@ async def test_attached_consoles_show_the_run_steer_it_one_at_a_time_and_leave_i
             await pilot_wait(two, "the pause, seen", lambda: second.state.paused)
             assert not second.remote.holding
             assert "WATCH-ONLY: console one holds the controls" in _status_text(second)
-            assert not {"pause", "resume", "step"} & _footer_actions(second)
+            await pilot_wait(
+                two, "a footer without steering keys", lambda: _watch_only_footer(second)
+            )
             await two.press("space")
             await pilot_wait(
                 two,
@@ -434,11 +445,15 @@ async def test_a_run_in_its_own_console_is_only_watched_from_an_attached_one(
                 assert "WATCH-ONLY: the run's own console holds the controls" in status
                 # Only what works is offered: no steering key in the footer, the help or
                 # the palette (before, all of them were, and each was then refused).
-                offered = _footer_actions(attached)
-                assert "help" in offered and "quit" in offered, offered
-                assert not {"pause", "resume", "step", "stop", "breakpoints"} & offered, offered
+                # The footer redraws its keys a refresh after the holder is known: wait for
+                # it to offer only what works (a timeout here is the failure).
+                offered = await pilot_wait(
+                    there, "a footer without steering keys", lambda: _watch_only_footer(attached)
+                )
                 assert not [a for a in offered if a.startswith("inject")], offered
-                assert {"pause", "step", "stop"} <= _footer_actions(own)
+                await pilot_wait(
+                    here, "its own keys", lambda: {"pause", "step", "stop"} <= _footer_actions(own)
+                )
                 await there.press("question_mark")
                 help_ = await pilot_wait(
                     there,
