@@ -227,6 +227,43 @@ async def test_a_volume_of_an_mlra_that_was_killed_is_carried_back_by_the_next(
     assert (workspace / "before.txt").read_text() == "before"
 
 
+async def test_a_resume_waits_for_another_mlra_settling_its_workspaces_volume(
+    workspace: Path,
+) -> None:
+    """Any sandbox set up on the machine settles a killed mlra's volume; a resume of that
+    run meeting one mid-way (in CI, a neighbouring test's) used to go on at once, and its
+    command ran on a workspace half carried back, without files the run had written."""
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
+        "ws = Path(sys.argv[1])\n"
+        f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
+        "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = await asyncio.to_thread(
+        subprocess.run, [sys.executable, "-c", code, str(workspace)], env=env, check=False
+    )
+    assert done.returncode == -9 and _mounted(workspace)
+    (image,) = [workspace.parent / n for n in _images(workspace.parent) if n.endswith(".img")]
+    other = volume._take(image)  # another mlra's settling has begun
+    assert other is not None
+
+    def resume() -> tuple[bool, bool]:
+        volume.settle_before_use(workspace)
+        return _mounted(workspace), (workspace / "written-on-the-volume.txt").exists()
+
+    resumed = asyncio.ensure_future(asyncio.to_thread(resume))
+    await asyncio.sleep(0.3)  # its chance to go on too early (before, it did at once)
+    assert not resumed.done()
+    settled = await asyncio.to_thread(volume.settle, image, workspace, mounted=True, lock=other)
+    assert settled.problem is None
+    assert await resumed == (False, True)  # it went on once the other had finished
+    assert _images(workspace.parent) == []
+
+
 async def test_a_volume_whose_owner_lives_is_left_alone(workspace: Path) -> None:
     made = volume.WorkspaceVolume(workspace, QUOTA_MB, INODES)
     await asyncio.to_thread(made.open)

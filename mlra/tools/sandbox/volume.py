@@ -274,14 +274,16 @@ class WorkspaceVolume:
         return settle(image, self.workspace, mounted=True, lock=lock).problem
 
 
-def _take(image: Path) -> int | None:
-    """The image's lock, where no living process holds it and the image is still there."""
+def _take(image: Path, *, wait: bool = False) -> int | None:
+    """The image's lock, where no living process holds it and the image is still there.
+    `wait`: another settler holding it is waited for (its owner is gone, and owners'
+    locks are close-on-exec, so only a settler holds it, for as long as its copy-back)."""
     try:
         fd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
         if os.fstat(fd).st_nlink > 0:  # not settled (and deleted) by another meanwhile
             return fd
     except OSError:
@@ -393,8 +395,12 @@ def _loop_mounts() -> dict[Path, list[Path]]:
 
 def settle_stale(folder: Path | None = None) -> list[Settled]:
     """Settle the volumes of mlra processes that are gone: every one mounted on this
-    machine, and the images left unmounted in `folder` (after a reboot)."""
+    machine, and the images left unmounted in `folder` (after a reboot). One of `folder`'s
+    own that another mlra is settling is waited for: a sandbox set up on its workspace
+    meanwhile would start on a volume half carried back (a resumed run's command then
+    missed files its workspace held)."""
     done: list[Settled] = []
+    own = folder.resolve() if folder is not None else None
     mounted = _loop_mounts()
     found = {image: points for image, points in mounted.items() if _owner_gone(image.name)}
     if folder is not None:
@@ -406,9 +412,9 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
         match = IMAGE_NAME.match(image.name)
         if points and used_elsewhere(image, points):
             continue  # a killed run's container still writes to it (volume_users.py)
-        lock = _take(image)
+        lock = _take(image, wait=image.parent == own)
         if match is None or lock is None:
-            continue  # another mlra is settling it, or has
+            continue  # another mlra is settling it (not ours to wait for), or has
         workspace = image.parent / match["ws"]
         for point in points:  # a copy-back cut short: its view
             if point.name.startswith(VIEW_PREFIX):
