@@ -19,14 +19,14 @@ from pathlib import Path
 
 from mlra.tools.sandbox.limits import (
     CGROUP_ROOT,
+    CPU_PERIOD_US,
     GROUP_PREFIX,
+    cpu_quota_us,
     kill_group,
     make_v1_group,
     own_cgroup,
     remove_stale_groups,
 )
-
-CPU_PERIOD_US = 100_000
 
 
 class RunGroup:
@@ -90,9 +90,12 @@ class RunGroup:
             if self.pids is not None:
                 (group / "pids.max").write_text(str(self.pids))
             if self.cpus is not None and "cpu" in available:
-                quota = max(1000, int(self.cpus * CPU_PERIOD_US))
-                (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+                (group / "cpu.max").write_text(f"{cpu_quota_us(self.cpus)} {CPU_PERIOD_US}")
             (group / "cgroup.subtree_control").write_text("+memory +pids")
+            if self.cpus is not None and "cpu" in available:
+                # Each sandbox's share its own cpu.max (tools/sandbox/limits.py).
+                with contextlib.suppress(OSError):
+                    (group / "cgroup.subtree_control").write_text("+cpu")
         except OSError:
             with contextlib.suppress(OSError):
                 group.rmdir()
@@ -106,7 +109,7 @@ class RunGroup:
             ("pids", "pids.max", self.pids),
         ]
         if self.cpus is not None:
-            limits.append(("cpu", "cpu.cfs_quota_us", max(1000, int(self.cpus * CPU_PERIOD_US))))
+            limits.append(("cpu", "cpu.cfs_quota_us", cpu_quota_us(self.cpus)))
         made: dict[str, Path] = {}
         for controller, limit_file, value in limits:
             parent = self._parent(controller)
