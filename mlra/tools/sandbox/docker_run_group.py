@@ -56,7 +56,8 @@ class DockerRunGroup(RunGroup):
             remove_stale_groups(hierarchy)
         via = super().setup()
         if via == "none":
-            self.not_held = "no writable cgroup at the top of this machine's cgroup tree"
+            who = "" if os.geteuid() == 0 else f" (mlra runs as uid {os.geteuid()}, not root)"
+            self.not_held = f"no writable cgroup at the top of this machine's cgroup tree{who}"
         return via
 
     def _parent(self, controller: str) -> Path | None:
