@@ -35,7 +35,11 @@ if ! docker version >/dev/null 2>&1; then
     [ "$(id -u)" = 0 ] || { say "starting dockerd needs root"; exit 1; }
     say "starting dockerd (data root $STATE_DIR/data)"
     rm -f "$SOCKET"
+    # cgroupfs, also on a cgroup v2 host with systemd (whose default is the systemd
+    # driver): a run's containers are then started under the run's own group
+    # (mlra/tools/sandbox/docker_run_group.py), which the tests check.
     nohup dockerd --iptables=false --ip-masq=false --bridge=none \
+        --exec-opt native.cgroupdriver=cgroupfs \
         --data-root "$STATE_DIR/data" --exec-root "$STATE_DIR/exec" \
         --pidfile "$STATE_DIR/dockerd.pid" -H "$DOCKER_HOST" \
         >"$STATE_DIR/dockerd.log" 2>&1 &

@@ -54,13 +54,13 @@ SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
 def xdist_unit(nodeid: str) -> str:
     """The tests one pytest-xdist worker runs together, in order: a file's tests, as the
     files were written to run alone (module fixtures, markers such as a daemon's command
-    line); and every test that starts a container (`test_docker_sandbox.py`, and a test
-    with a `docker` parameter), as a container's start removes the containers of mlra
-    processes that died, and so would take away the one a killed console left for
-    another test to find."""
+    line); and every test that starts a container (the `test_docker_*.py` files, and a
+    test with a `docker` parameter), as a container's start (and a Docker run's group)
+    removes the containers of mlra processes that died, and so would take away the one
+    a killed console or search left for another test to find."""
     path, _, rest = nodeid.partition("::")
     params = rest[rest.find("[") + 1 : -1].split("-") if rest.endswith("]") else []
-    if path.endswith("/test_docker_sandbox.py") or "docker" in params:
+    if path.rpartition("/")[2].startswith("test_docker_") or "docker" in params:
         return "docker"
     return path
 

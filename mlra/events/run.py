@@ -91,6 +91,9 @@ class Budget(BaseModel):
     """What keeps the run's total (memory, processes, CPUs with `--cpus`) whatever its
     sandboxes' own limits say: "cgroup v1", "cgroup v2" (a group every sandbox of the run
     is made under) or "none" (each sandbox keeps only its own share)."""
+    not_held: str | None = None
+    """Where `held_by` is "none", why (no writable cgroup; a Docker engine that makes its
+    containers' groups outside this machine's cgroup tree), in words for the user."""
 
 
 class SandboxInfo(BaseModel):

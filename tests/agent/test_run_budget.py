@@ -87,7 +87,7 @@ async def test_attempts_at_once_share_the_runs_budget_instead_of_each_taking_the
     machine's whole default (twice the machine); now each gets half the run's budget,
     and its sandbox has that share."""
     groups_before = set(_groups_of_this_process())
-    controller = _search(tmp_path, answer_task, attempts=2, attempts_parallel=2)
+    controller = _search(tmp_path, answer_task, attempts=2, attempts_parallel=2, cpus=1.0)
     await controller.run(agent_for)
     budget, started = _started(controller.run_dir)
     whole, disk_budget = budget.memory_mb, budget.disk_mb
@@ -103,6 +103,11 @@ async def test_attempts_at_once_share_the_runs_budget_instead_of_each_taking_the
         assert "1/2 of the run's budget" in share.sources["memory_mb"]
         limits = _own_limits(controller.run_dir, attempt)
         assert limits.memory_mb == share.memory_mb
+        # Its CPU share a quota the kernel keeps (its own cpu group under the run's; on
+        # cgroup v2 where the cpu controller is delegated).
+        assert share.cpus == 0.5 and limits.cpus in (None, share.cpus)
+        if budget.held_by == "cgroup v1":
+            assert limits.cpus == share.cpus, limits
         # A default disk's volume takes less where the suite's other workers took space
         # since (tools/sandbox/volume.py), never more.
         assert limits.disk_mb is not None and limits.disk_mb <= share.disk_mb

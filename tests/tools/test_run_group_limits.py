@@ -75,3 +75,42 @@ def test_the_runs_group_and_its_sandboxes_groups_are_removed_at_its_end(tmp_path
     group.close()
     # (Not "no group of this process": the other tests this worker ran may have left one.)
     assert not any(p.exists() for p in parents)
+
+
+async def test_a_sandboxs_cpu_share_is_a_quota_of_its_own_under_the_runs(tmp_path: Path) -> None:
+    """A run of 1 CPU whose attempt's share is 0.25: the attempt's commands ran under the
+    run's quota only, so one attempt could take the whole run's CPU from the others; now
+    the kernel keeps its share, in a cpu group of its own under the run's."""
+    group = RunGroup(memory_mb=None, pids=64, cpus=1.0)
+    via = group.setup()
+    try:
+        if via == "cgroup v1" and group.cpu_join is None:
+            pytest.skip("no writable cpu hierarchy here")
+        if (
+            via == "cgroup v2"
+            and "cpu" not in (group.parents[""] / "cgroup.subtree_control").read_text()
+        ):
+            pytest.skip("no cpu controller delegated here")
+        if via == "none":
+            pytest.skip("no writable cgroup here")
+        sandbox = LocalSandbox(tmp_path, SandboxSpec(cpus=0.25, run_group=group),
+                               isolation_mode="none")  # fmt: skip
+        await sandbox.start()
+        try:
+            assert sandbox.limits.cpus == 0.25
+            result = await sandbox.exec(["cat", "/proc/self/cgroup"], timeout=30)
+            lines = [line.split(":", 2) for line in result.output.splitlines()]
+            if via == "cgroup v1":
+                path = next(p for _, c, p in lines if "cpu" in c.split(","))
+                own = Path("/sys/fs/cgroup/cpu") / path.lstrip("/")
+                assert own.parent == group.cpu_join
+                assert (own / "cpu.cfs_quota_us").read_text().split() == ["25000"]
+            else:
+                path = next(p for _, c, p in lines if c == "")
+                own = Path("/sys/fs/cgroup") / path.lstrip("/")
+                assert own.parent == group.parents[""]
+                assert (own / "cpu.max").read_text().split() == ["25000", "100000"]
+        finally:
+            await sandbox.close()
+    finally:
+        group.close()

@@ -55,6 +55,11 @@ async def start_run(run: StartingRun, control_problem: str | None) -> None:
         notices = await run.sandbox.start()
     except SandboxError as exc:
         raise StartRefused(f"the run's sandbox did not start: {exc}") from None
+    group = run.run_group
+    if group is not None and not group.held:
+        # The engine made the container's group elsewhere (tools/sandbox/docker_run_group.py).
+        budget = budget.model_copy(update={"held_by": group.via, "not_held": group.not_held})
+        run.run_group = None
     if not run.catchup.replaying:
         run.emit(
             started_event(

@@ -156,14 +156,16 @@ def held_mb(folders: list[Path]) -> int:
 
 
 def hold_run(budget: ev.Budget, config: RunConfig) -> tuple[ev.Budget, RunGroup | None]:
-    """The run-level cgroup a top-level run's sandboxes are made under (a local run's),
-    and the budget saying whether one holds the run's total. A backend without one keeps
-    each sandbox's own share (Docker makes the containers' groups)."""
-    if not sandbox_backend(config.sandbox).run_cgroup:
+    """The run-level cgroup a top-level run's sandboxes are made under, and the budget
+    saying whether one holds the run's total and, where none does, why."""
+    group = sandbox_backend(config.sandbox).run_group(
+        memory_mb=budget.memory_mb, pids=budget.pids, cpus=budget.cpus
+    )
+    if group is None:
         return budget, None
-    group = RunGroup(memory_mb=budget.memory_mb, pids=budget.pids, cpus=budget.cpus)
     via = group.setup()
-    return budget.model_copy(update={"held_by": via}), group if via != "none" else None
+    held = budget.model_copy(update={"held_by": via, "not_held": group.not_held})
+    return held, group if group.held else None
 
 
 class BudgetedRun(Protocol):

@@ -23,6 +23,7 @@ from mlra.lazy_load import either, load, one_of
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.base import Sandbox
+    from mlra.tools.sandbox.run_group import RunGroup
     from mlra.tools.sandbox.spec import SandboxSpec
 
 BACKENDS: dict[str, str] = {
@@ -76,9 +77,6 @@ class SandboxBackend:
     host_python: ClassVar[bool] = True
     """Commands run on this machine's Python and packages: the task's starter is checked
     for modules missing here, and the task's environment built here serves the run."""
-    run_cgroup: ClassVar[bool] = False
-    """The run's sandboxes are made under one run-level cgroup holding the run's total
-    (tools/sandbox/run_group.py); False: each sandbox keeps its own share."""
 
     def preflight(self, request: SandboxRequest) -> list[str]:
         """What must hold before a run folder is made: raises BackendRefused (one line)
@@ -94,6 +92,14 @@ class SandboxBackend:
     ) -> Sandbox:
         """The sandbox itself, for a spec `spec()` has filled in."""
         raise NotImplementedError
+
+    def run_group(
+        self, *, memory_mb: int | None, pids: int | None, cpus: float | None
+    ) -> RunGroup | None:
+        """The run-level cgroup the run's sandboxes are made under, holding the run's
+        total (tools/sandbox/run_group.py), not yet set up; None: each sandbox keeps
+        only its own share."""
+        return None
 
     def device_env(self, gpus: str) -> dict[str, str]:
         """What a sandbox's environment must say for its commands to use only these GPUs

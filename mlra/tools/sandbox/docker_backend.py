@@ -9,6 +9,7 @@ from pathlib import Path
 from mlra.tools.sandbox.backends import BackendRefused, SandboxBackend, SandboxRequest
 from mlra.tools.sandbox.base import Sandbox
 from mlra.tools.sandbox.docker_preflight import DEFAULT_IMAGE, DockerUnavailable, preflight
+from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_sandbox import DEFAULT_PIDS_LIMIT, DockerSandbox
 from mlra.tools.sandbox.spec import SandboxSpec
 
@@ -18,8 +19,13 @@ class DockerBackend(SandboxBackend):
     default_pids = DEFAULT_PIDS_LIMIT
     host_python = False
     """The image has its own Python and packages."""
-    run_cgroup = False
-    """Docker makes each container's group; each keeps its own share."""
+
+    def run_group(
+        self, *, memory_mb: int | None, pids: int | None, cpus: float | None
+    ) -> DockerRunGroup:
+        """Every container of the run started under it (`--cgroup-parent`), where the
+        engine makes its groups in this machine's tree (tools/sandbox/docker_run_group.py)."""
+        return DockerRunGroup(memory_mb=memory_mb, pids=pids, cpus=cpus)
 
     def preflight(self, request: SandboxRequest) -> list[str]:
         """A missing engine, image, GPU runtime or bridge (for a task with the network

@@ -57,7 +57,7 @@ Kills only: a pause stops every process of the container already (docker_sandbox
 `_signal_all`), and the scan costs two processes for each of the container's."""
 
 WRAPPER = r"""
-d=/tmp/.mlra; t=$1; mb=$2; shift 2
+d=/tmp/.mlra; t=$1; mb=$2; run=$3; shift 3
 oom() {
   for f in /sys/fs/cgroup/memory.events /sys/fs/cgroup/memory/memory.oom_control; do
     [ -r "$f" ] && while read -r k v; do [ "$k" = oom_kill ] && { echo "$v"; return; }; done < "$f"
@@ -74,15 +74,20 @@ wait "$pid"; rc=$?
 kill -KILL -"$pid" 2>/dev/null
 rm -f "$d/$t.pid"
 if [ -n "$mb" ] && [ "$(oom)" -gt "$o" ]; then
-  echo "[the sandbox's memory limit of $mb MB was exceeded: the kernel killed a process of this command]" >&2
+  echo "[the sandbox's memory limit of $mb MB$run was exceeded: the kernel killed a process of this command]" >&2
 fi
 exit "$rc"
 """
 """Runs the command in a new session (an asynchronous list of a non-interactive
 shell is not a group leader, so `setsid` needs no fork and `$!` is the session's
 id), kills what it left behind once it ends, and says so when the container's
-memory limit (`$2` MB, empty for none) killed a process meanwhile (the cgroup's
-oom_kill count went up: the same words as the local sandbox's note)."""
+memory limit (`$2` MB, empty for none; `$3`: RUN_SHARED where the run's group holds it
+too) killed a process meanwhile (the container's oom_kill count went up, also where the
+run's limit was the one passed: the same words as the local sandbox's note)."""
+
+RUN_SHARED = " (or the run's, shared by all its sandboxes)"
+"""What the note adds under a run's group (tools/sandbox/docker_run_group.py), as the
+local sandbox's does (tools/sandbox/limits.py)."""
 
 _KILL = (
     _MARKED

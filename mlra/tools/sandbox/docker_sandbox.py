@@ -49,6 +49,7 @@ from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
 from mlra.tools.sandbox.docker_exec import (
     CONTROL_DIR,
     KILL_WAIT_S,
+    RUN_SHARED,
     STDIN_DIR,
     WRAPPER,
     DockerExec,
@@ -67,6 +68,7 @@ from mlra.tools.sandbox.docker_preflight import (
     run_labels,
     short_error,
 )
+from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_stats import StatsReader
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
@@ -288,6 +290,9 @@ class DockerSandbox(Sandbox):
         except docker.errors.APIError as exc:
             self._forget_stdin_dir()
             raise self._explain(exc) from None
+        group = self._run_group()
+        if group is not None and not group.holds(self.container.id):
+            group.missed(self.container.id)
         refused = refused_env_names(self.spec.env)
         if refused:
             notices.append(
@@ -341,6 +346,9 @@ class DockerSandbox(Sandbox):
             # writable: the image's own layer would be disk with no quota.
             "read_only": True,
         }
+        group = self._run_group()
+        if group is not None and group.cgroup_parent is not None:
+            args["cgroup_parent"] = group.cgroup_parent  # the run's total held over all
         if self.memory_mb:
             args["mem_limit"] = f"{int(self.memory_mb)}m"
             args["memswap_limit"] = f"{int(self.memory_mb)}m"  # no swap on top
@@ -358,6 +366,11 @@ class DockerSandbox(Sandbox):
                 docker.types.DeviceRequest(device_ids=ids, capabilities=[["gpu"]])
             ]
         return args
+
+    def _run_group(self) -> DockerRunGroup | None:
+        """The run's group this container is started under, while it holds the run."""
+        group = self.spec.run_group
+        return group if isinstance(group, DockerRunGroup) and group.held else None
 
     def _explain(self, exc: Exception) -> SandboxError:
         text = short_error(exc)
@@ -557,12 +570,13 @@ class DockerSandbox(Sandbox):
             stdin_dir=self._stdin_dir,
         )
         stops_before = self._quota.stops if self._quota is not None else 0
+        shared = RUN_SHARED if self._run_group() else ""
         self._running.add(running)
         try:
             try:
                 await asyncio.to_thread(
                     running.begin,
-                    ["sh", "-c", WRAPPER, "sh", token, str(self.memory_mb or ""), *command],
+                    ["sh", "-c", WRAPPER, "sh", token, str(self.memory_mb or ""), shared, *command],
                     inside_cwd,
                     self._env(inside_cwd, env),
                     stdin,

@@ -1,4 +1,4 @@
-"""Memory, process and file-size limits for the local sandbox, as Docker has them.
+"""Memory, process, CPU and file-size limits for the local sandbox, as Docker has them.
 
 A cgroup holds every process a run's commands start, daemons that left their
 session included, so it bounds their memory and number together and can kill all
@@ -6,7 +6,9 @@ of them at once. cgroup v2 is used where this process may create a child group
 with the memory and pids controllers (delegated), cgroup v1's memory and pids
 hierarchies where they are writable (root on a v1 host). Otherwise rlimits do
 what they can, per process; which mechanism is in force is recorded, with what
-it cannot enforce, so a run never claims a limit it did not have.
+it cannot enforce, so a run never claims a limit it did not have. A CPU share
+(`--cpus`, an attempt's part of it) is a cpu group's quota, where the sandbox has a
+cgroup and a cpu group can be made beside it.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "mlra-"
 KILL_WAIT_S = 5.0
 DEFAULT_PIDS = 4096
+CPU_PERIOD_US = 100_000
 DEFAULT_FILE_SIZE_MB = 64 * 1024
 """Large enough for a checkpoint shard; small enough that a runaway log cannot fill a disk."""
 
@@ -53,8 +56,13 @@ class SandboxLimits:
         sources: Mapping[str, str] | None = None,
         parents: Mapping[str, Path] | None = None,
         cpu_join: Path | None = None,
+        cpus: float | None = None,
     ) -> None:
         self.memory_mb = memory_mb
+        self.cpus = cpus
+        """The sandbox's CPU share (an attempt's of the run's `--cpus`), kept by a cpu
+        group of its own (under the run's) where one can be made."""
+        self._cpu_held = False
         self.pids = pids
         self.file_size_mb = file_size_mb
         self.tmp_mb = tmp_mb
@@ -102,6 +110,7 @@ class SandboxLimits:
         sized = tmpfs == "sized"
         self.in_force = LimitsInForce(
             memory_mb=self.memory_mb,
+            cpus=self.cpus if self._cpu_held else None,
             pids=self.pids if pids_by else None,
             file_size_mb=self.file_size_mb,
             tmp_mb=self.tmp_mb if sized else None,
@@ -157,6 +166,10 @@ class SandboxLimits:
             with contextlib.suppress(OSError):
                 group.rmdir()
             return False
+        if self.cpus is not None and "cpu" in available:
+            with contextlib.suppress(OSError):
+                (group / "cpu.max").write_text(f"{cpu_quota_us(self.cpus)} {CPU_PERIOD_US}")
+                self._cpu_held = True
         self._groups[""] = group
         self.version = 2
         return True
@@ -177,6 +190,16 @@ class SandboxLimits:
             if group is not None:
                 self._groups[controller] = group
                 self.version = 1
+        own_cpu = _own_cgroup("cpu")
+        if self.cpus is not None and self.version == 1 and own_cpu is not None:
+            # A child's quota may not pass its parent's: a share never does.
+            parent = self._cpu_join or CGROUP_ROOT / "cpu" / own_cpu.lstrip("/")
+            settings = {"cpu.cfs_period_us": CPU_PERIOD_US,
+                        "cpu.cfs_quota_us": cpu_quota_us(self.cpus)}  # fmt: skip
+            group = make_v1_group(parent / name, "cpu", settings)
+            if group is not None:
+                self._groups["cpu"] = group  # joined instead of the run's, which holds it
+                self._cpu_held = True
 
     def _memory_group(self) -> Path | None:
         return self._groups.get("") or self._groups.get("memory")
@@ -195,7 +218,8 @@ class SandboxLimits:
         """
         if not self._groups:
             return []
-        joined = [*self._groups.values(), *([self._cpu_join] if self._cpu_join else [])]
+        run_cpu = [self._cpu_join] if self._cpu_join and "cpu" not in self._groups else []
+        joined = [*self._groups.values(), *run_cpu]
         joins = "".join(
             f"echo 0 > {shlex.quote(str(group / 'cgroup.procs'))} && " for group in joined
         )
@@ -349,6 +373,11 @@ def kill_group(group: Path) -> None:
         if not pids or time.monotonic() > deadline:
             return
         time.sleep(0.005)
+
+
+def cpu_quota_us(cpus: float) -> int:
+    """CFS quota a period for `cpus` CPUs (the kernel's least is 1 ms)."""
+    return max(1000, int(cpus * CPU_PERIOD_US))
 
 
 def make_v1_group(group: Path, controller: str, settings: Mapping[str, int | None]) -> Path | None:

@@ -112,6 +112,7 @@ class LocalSandbox(Sandbox):
             sources=sources,
             parents=spec.run_group.parents if spec.run_group else None,
             cpu_join=spec.run_group.cpu_join if spec.run_group else None,
+            cpus=spec.cpus,
         )
         self._quota = WorkspaceDisk.for_spec(self.workspace, disk.mb, spec)
         self._marker = secrets.token_hex(8)

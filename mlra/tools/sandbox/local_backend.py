@@ -12,6 +12,7 @@ from mlra.tools.sandbox.backends import BackendRefused, SandboxBackend, SandboxR
 from mlra.tools.sandbox.base import Sandbox
 from mlra.tools.sandbox.limits import DEFAULT_PIDS
 from mlra.tools.sandbox.local import INSTALL_HINT, LocalSandbox
+from mlra.tools.sandbox.run_group import RunGroup
 from mlra.tools.sandbox.spec import SandboxSpec
 
 
@@ -19,7 +20,9 @@ class LocalBackend(SandboxBackend):
     name = "local"
     default_pids = DEFAULT_PIDS
     host_python = True
-    run_cgroup = True
+
+    def run_group(self, *, memory_mb: int | None, pids: int | None, cpus: float | None) -> RunGroup:
+        return RunGroup(memory_mb=memory_mb, pids=pids, cpus=cpus)
 
     def preflight(self, request: SandboxRequest) -> list[str]:
         """An agent that would go unconfined is refused before anything is created: only

@@ -19,14 +19,14 @@ from pathlib import Path
 
 from mlra.tools.sandbox.limits import (
     CGROUP_ROOT,
+    CPU_PERIOD_US,
     GROUP_PREFIX,
+    cpu_quota_us,
     kill_group,
     make_v1_group,
     own_cgroup,
     remove_stale_groups,
 )
-
-CPU_PERIOD_US = 100_000
 
 
 class RunGroup:
@@ -42,24 +42,40 @@ class RunGroup:
         """cgroup v1: the run's `cpu` group, which the sandboxes' commands join as it is
         (a sandbox makes no cpu group of its own)."""
         self.via = "none"
+        self.name = f"{GROUP_PREFIX}{os.getpid()}-run-{secrets.token_hex(4)}"
+        """The group's name in every hierarchy (a later mlra reads its owner's pid in it)."""
+        self.not_held: str | None = None
+        """Why the run's total is not held (via "none"), in words for the user."""
+
+    @property
+    def held(self) -> bool:
+        return self.via != "none"
 
     def setup(self) -> str:
         """Make the group(s); how the run's total is held: "cgroup v2", "cgroup v1" or
         "none" (no writable cgroup: each sandbox keeps only its own limits)."""
-        name = f"{GROUP_PREFIX}{os.getpid()}-run-{secrets.token_hex(4)}"
-        if self._setup_v2(name):
+        if self._setup_v2(self.name):
             self.via = "cgroup v2"
-        elif self._setup_v1(name):
+        elif self._setup_v1(self.name):
             self.via = "cgroup v1"
+        else:
+            self.not_held = "no writable cgroup with the memory and pids controllers here"
         return self.via
+
+    def _parent(self, controller: str) -> Path | None:
+        """Where the run's group is made in `controller`'s hierarchy ("" for v2): beside
+        this process's own group, so the run stays inside whatever holds mlra itself."""
+        own = own_cgroup(controller)
+        if own is None:
+            return None
+        return CGROUP_ROOT / controller / own.lstrip("/")  # "" adds nothing
 
     def _setup_v2(self, name: str) -> bool:
         if not (CGROUP_ROOT / "cgroup.controllers").exists():
             return False
-        own = own_cgroup("")
-        if own is None:
+        parent = self._parent("")
+        if parent is None:
             return False
-        parent = CGROUP_ROOT / own.lstrip("/")
         remove_stale_groups(parent)
         group = parent / name
         try:
@@ -74,9 +90,12 @@ class RunGroup:
             if self.pids is not None:
                 (group / "pids.max").write_text(str(self.pids))
             if self.cpus is not None and "cpu" in available:
-                quota = max(1000, int(self.cpus * CPU_PERIOD_US))
-                (group / "cpu.max").write_text(f"{quota} {CPU_PERIOD_US}")
+                (group / "cpu.max").write_text(f"{cpu_quota_us(self.cpus)} {CPU_PERIOD_US}")
             (group / "cgroup.subtree_control").write_text("+memory +pids")
+            if self.cpus is not None and "cpu" in available:
+                # Each sandbox's share its own cpu.max (tools/sandbox/limits.py).
+                with contextlib.suppress(OSError):
+                    (group / "cgroup.subtree_control").write_text("+cpu")
         except OSError:
             with contextlib.suppress(OSError):
                 group.rmdir()
@@ -90,18 +109,16 @@ class RunGroup:
             ("pids", "pids.max", self.pids),
         ]
         if self.cpus is not None:
-            limits.append(("cpu", "cpu.cfs_quota_us", max(1000, int(self.cpus * CPU_PERIOD_US))))
+            limits.append(("cpu", "cpu.cfs_quota_us", cpu_quota_us(self.cpus)))
         made: dict[str, Path] = {}
         for controller, limit_file, value in limits:
-            own = own_cgroup(controller)
-            if own is None:
+            parent = self._parent(controller)
+            if parent is None:
                 continue
             settings = {limit_file: value}
             if controller == "cpu":  # the period first: the quota is read against it
                 settings = {"cpu.cfs_period_us": CPU_PERIOD_US, **settings}
-            group = make_v1_group(
-                CGROUP_ROOT / controller / own.lstrip("/") / name, controller, settings
-            )
+            group = make_v1_group(parent / name, controller, settings)
             if group is not None:
                 made[controller] = group
         if "memory" not in made or "pids" not in made:
