@@ -80,7 +80,10 @@ def act(run: Steering, req: CtlRequest) -> str:
         return f"message for the {target} queued (it reads it at its next step)"
     if op == "breakpoints":
         rules = [r for r in (req.rules or []) if r.strip()]
-        run.set_breakpoints([Breakpoint.parse(r) for r in rules])
+        try:
+            run.set_breakpoints([Breakpoint.parse(r) for r in rules])
+        except ValueError as exc:
+            raise Refused(f"refused: {exc}; the breakpoints are unchanged") from None
         return "breakpoints: " + (", ".join(rules) or "none")
     if op in ("stop", "quit"):
         run.request_stop(evaluate=op == "stop")

@@ -191,7 +191,12 @@ class RunControlKeys(App[int]):
                 rules = [Breakpoint.parse(r) for r in new_rules]
                 self._steer(lambda c: c.set_breakpoints(rules))
 
-        self.push_screen(BreakpointsScreen(rules), done)
+        controls = self.controller.controls
+
+        def problem(rule: str) -> str | None:
+            return controls.breakpoint_problem(Breakpoint.parse(rule))
+
+        self.push_screen(BreakpointsScreen(rules, problem), done)
 
     def action_stop(self) -> None:
         if self.controller is None:

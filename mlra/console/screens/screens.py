@@ -153,9 +153,14 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
         Binding("escape", "cancel", "Cancel"),
     ]
 
-    def __init__(self, rules: list[str]) -> None:
+    def __init__(
+        self, rules: list[str], problem: Callable[[str], str | None] | None = None
+    ) -> None:
         super().__init__()
         self.rules = rules
+        self.problem = problem
+        """Why a rule would never fire (it names no tool of the run's agents): said here,
+        and the dialog stays, rather than a breakpoint that waits for nothing."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog-wide"):
@@ -166,11 +171,20 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
                 classes="dialog-detail",
             )
             yield TextArea("\n".join(self.rules), id="break-rules")
-            yield Static("Ctrl+S to save · Escape to cancel", classes="dialog-detail")
+            yield Static(
+                "Ctrl+S to save · Escape to cancel", id="break-error", classes="dialog-detail"
+            )
 
     def action_save(self) -> None:
         text = self.query_one("#break-rules", TextArea).text
-        self.dismiss([line.strip() for line in text.splitlines() if line.strip()])
+        rules = [line.strip() for line in text.splitlines() if line.strip()]
+        for rule in rules:
+            if self.problem is not None and (problem := self.problem(rule)) is not None:
+                self.query_one("#break-error", Static).update(
+                    Text(printable_line(f"{rule}: {problem}"))
+                )
+                return
+        self.dismiss(rules)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -53,6 +53,10 @@ class RemoteControls:
         """Not known here: the run itself refuses such an edit, and the refusal is shown."""
         return None
 
+    def breakpoint_problem(self, bp: Breakpoint) -> str | None:
+        """Not known here either: the run refuses a rule naming none of its tools."""
+        return None
+
 
 class RemoteClock:
     """The run clock, from the run's status and the stamps of its events, running on
