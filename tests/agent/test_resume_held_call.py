@@ -224,3 +224,61 @@ def test_a_resume_asks_again_for_an_assign_subtask_left_waiting_at_its_breakpoin
             assert resumed.wait(timeout=120) == 0
     events = read_events(log)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def test_an_assign_subtask_a_quit_closed_at_its_breakpoint_keeps_its_one_result(
+    tmp_path: Path,
+) -> None:
+    """Quit (not killed) while the supervisor's `assign_subtask` waited at its breakpoint:
+    the log closes the call "not run", and that stays its one result, the one the model
+    reads on resume; the supervisor assigns the subtask again, a call of its own, asked
+    for at its breakpoint. Before, the resumed run ran the closed call again (the tool
+    runs the worker, so it is executed again on resume), asked for it, and wrote a second
+    result for the same call id after the first."""
+    env = {**_env(), "OPENAI_API_KEY": "sk-test-not-a-secret"}
+    assign = call("assign_subtask", step_id="1", instructions="Write 42 into answer.txt.")
+    supervisor = supervisor_answering()
+    script = {
+        "supervisor": [*supervisor[:2], turn("Again.", assign), *supervisor[2:]],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    runs = tmp_path / "runs"
+    run_dir = runs / "r"
+    log = run_dir / "events.jsonl"
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        with _mlra(_breaking_at_assign_subtask(server, runs), tmp_path, env) as first:
+            _wait_in_log(
+                first, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested)
+            )
+            done = mlra_cli(["ctl", str(run_dir), "quit"], cwd=tmp_path, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            first.wait(timeout=60)
+        (closed,) = [e for e in read_events(log) if isinstance(e, ev.ToolResult) and not e.ok]
+        assert "[not run: the run ended (it was stopped) before it was approved]" in closed.output
+        with _mlra(["resume", str(run_dir), "--no-tui"], tmp_path, env) as resumed:
+            _wait_in_log(
+                resumed,
+                log,
+                "the new call asked for",
+                lambda e: isinstance(e, ev.ApprovalRequested) and e.call_id != closed.call_id,
+            )
+            done = mlra_cli(["ctl", str(run_dir), "approve"], cwd=tmp_path, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert resumed.wait(timeout=120) == 0
+        asked = server.requests_for("supervisor")[2].body["messages"]
+    events = read_events(log)
+    results = [e.call_id for e in events if isinstance(e, ev.ToolResult)]
+    assert len(results) == len(set(results)), results  # one result a call
+    (again,) = [e for e in events if isinstance(e, ev.RunResumed)]
+    assert not [e for e in events[again.seq :] if getattr(e, "call_id", None) == closed.call_id]
+    read = [m for m in asked if m.get("role") == "tool" and "before it was approved" in str(m)]
+    assert len(read) == 1  # what the model read of it
+    reports = [
+        e for e in events if isinstance(e, ev.ToolResult) and e.tool == "assign_subtask" and e.ok
+    ]
+    assert len(reports) == 1 and "answer.txt holds 42" in reports[0].output
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    assert json.loads((run_dir / "result.json").read_text())["score"] == 1.0
