@@ -22,6 +22,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
+from mlra.console.panes.transcript import TranscriptPane
 from tests.conftest import ANSWER_TASK, SECRET_ENV, BaselineRun, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
@@ -114,6 +115,19 @@ def test_an_approved_call_a_pause_held_runs_on_resume(tmp_path: Path) -> None:
     assert again.seq < starts[0] < results[0].seq  # it began in the resumed part
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
     assert json.loads((run_dir / "result.json").read_text())["score"] == 1.0
+
+    # The console (live, attached or replayed: one transcript) shows the call where it
+    # ran, below the "resumed here" line; its first place, with the approval, says so.
+    pane = TranscriptPane()
+    for event in events:
+        pane.feed(event)
+    shown = [entry.render_entry().plain for entry in pane._entries]
+    resumed_at = next(i for i, line in enumerate(shown) if "resumed here" in line)
+    calls = [i for i, line in enumerate(shown) if "$ " in line and "answer.txt" in line]
+    assert len(calls) == 2 and calls[0] < resumed_at < calls[1], shown
+    first, ran = shown[calls[0]], shown[calls[1]]
+    assert "approved by ctl" in first and "see below, after the resume" in first
+    assert "✓" in ran and "see below" not in ran
 
 
 @pytest.mark.parametrize("decision", ["approve", "edit"])

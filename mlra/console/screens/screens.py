@@ -84,6 +84,14 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class EditableText(TextArea):
+    """A dialog's text to edit, where Ctrl+A selects all of it (as most editors do; the
+    plain TextArea's Ctrl+A goes to the line's start, which Home still does), so the
+    text can be replaced whole."""
+
+    BINDINGS = [Binding("ctrl+a", "select_all", "Select all", show=False)]
+
+
 class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
     """The waiting call's arguments as JSON, to change before it runs."""
 
@@ -113,13 +121,13 @@ class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
             # Above the text, not below: a short terminal cuts the dialog's bottom off,
             # and how to save and cancel (or why saving failed) must stay in sight.
             yield Static(
-                "Ctrl+S to run it with these arguments · Escape to cancel",
+                "Ctrl+S to run it with these arguments · Ctrl+A selects all · Escape to cancel",
                 id="edit-error",
                 classes="dialog-hint",
             )
             # C1 and bidirectional controls as JSON escapes: the same arguments once
             # read back, and shown as what they are.
-            yield TextArea(
+            yield EditableText(
                 printable_json(json.dumps(self.arguments, indent=2, ensure_ascii=False)),
                 language=None,
                 id="edit-args",
@@ -170,9 +178,11 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
                 "arguments contain the text) · :pip install  (any tool). Empty: no breakpoints.",
                 classes="dialog-detail",
             )
-            yield TextArea("\n".join(self.rules), id="break-rules")
+            yield EditableText("\n".join(self.rules), id="break-rules")
             yield Static(
-                "Ctrl+S to save · Escape to cancel", id="break-error", classes="dialog-detail"
+                "Ctrl+S to save · Ctrl+A selects all · Escape to cancel",
+                id="break-error",
+                classes="dialog-detail",
             )
 
     def action_save(self) -> None:
