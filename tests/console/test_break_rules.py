@@ -25,6 +25,9 @@ def test_a_rule_naming_no_tool_is_refused_before_the_run(tmp_path: Path, answer_
         ("bsah", "no tool of this run's agents is named 'bsah' (did you mean bash?)"),
         ("jb_*", "no tool of this run's agents matches 'jb_*'"),
         ("assign_subtask:x", "is named 'assign_subtask'"),  # the supervisor's: none here
+        # Empty (an unset variable, `--break "$TOOL"`): not every call, unasked.
+        ("", "an empty rule would break before every call: write '*' for that"),
+        (":", "an empty rule would break before every call"),
     ):
         done = mlra_cli(
             [
@@ -37,7 +40,7 @@ def test_a_rule_naming_no_tool_is_refused_before_the_run(tmp_path: Path, answer_
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"mlra: --break {rule!r}: "), lines
         assert said in lines[0]
-        assert "the baseline's tools: bash, python, read_file" in lines[0]
+        assert rule in ("", ":") or "the baseline's tools: bash, python, read_file" in lines[0]
         assert not runs.exists() or not any(runs.iterdir())
 
 

@@ -220,6 +220,8 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
             "(did you mean bash?); the supervisor's tools: update_plan, assign_subtask"
         ), typo.stderr
         assert "the breakpoints are unchanged" in typo.stderr
+        empty = ctl(root, "breakpoints", ":")
+        assert empty.returncode == 1 and "write '*' for that" in empty.stderr, empty.stderr
         assert json.loads(ctl(root, "status", "--json").stdout)["status"]["breakpoints"] == ["bash"]
         rules = ctl(root, "breakpoints", "bash:rm -rf", "--json")
         assert json.loads(rules.stdout) == {

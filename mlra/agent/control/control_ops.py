@@ -13,7 +13,7 @@ import os
 
 from mlra import events as ev
 from mlra.agent.control.steering import Steering
-from mlra.agent.loop.controls import Breakpoint
+from mlra.agent.loop.controls import Breakpoint, rule_problem
 from mlra.control_socket import CtlRequest, PendingCall, RunStatus
 
 
@@ -80,6 +80,9 @@ def act(run: Steering, req: CtlRequest) -> str:
         return f"message for the {target} queued (it reads it at its next step)"
     if op == "breakpoints":
         rules = [r for r in (req.rules or []) if r.strip()]
+        for rule in rules:
+            if (problem := rule_problem(rule)) is not None:
+                raise Refused(f"refused: breakpoint {rule!r}: {problem}")
         try:
             run.set_breakpoints([Breakpoint.parse(r) for r in rules])
         except ValueError as exc:

@@ -59,6 +59,16 @@ class Breakpoint:
         return cls(tool=tool, pattern=pattern.strip() or None if sep else None)
 
 
+def rule_problem(rule: str, tools: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """Why a rule as the user wrote it would not do what it says: empty (`""`, `:`),
+    which would break before every call (`*` says that), or naming no tool of `tools`
+    (`breakpoint_problem`); None where it is sound."""
+    bp = Breakpoint.parse(rule)
+    if bp.tool is None and bp.pattern is None and rule.strip() != "*":
+        return "an empty rule would break before every call: write '*' for that"
+    return None if tools is None else breakpoint_problem(bp, tools)
+
+
 def breakpoint_problem(bp: Breakpoint, tools: Mapping[str, Sequence[str]]) -> str | None:
     """Why `bp` would never fire: it names a tool (or a glob of them) none of the run's
     agents has, given `tools`, each agent's tool names (agent/agents/tool_lists.py); None

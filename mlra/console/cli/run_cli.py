@@ -374,11 +374,11 @@ def check_breaks(config: Any, *, model: bool) -> None:
     """A `--break` rule naming a tool none of the run's agents has would never fire:
     refused before the run starts, naming the tools they have (agent/agents/tool_lists.py)."""
     from mlra.agent.agents.tool_lists import run_tool_names
-    from mlra.agent.loop.controls import Breakpoint, breakpoint_problem
+    from mlra.agent.loop.controls import rule_problem
 
     tools = run_tool_names(config, model=model)
     for rule in config.breakpoints:
-        problem = breakpoint_problem(Breakpoint.parse(rule), tools)
+        problem = rule_problem(rule, tools)
         if problem is not None:
             raise UsageError(f"--break {rule!r}: {problem}")
 

@@ -16,7 +16,7 @@ from typing import Any
 from textual.app import App
 
 from mlra import events as ev
-from mlra.agent.loop.controls import Breakpoint
+from mlra.agent.loop.controls import Breakpoint, rule_problem
 from mlra.agent.record.run_result import RunResult
 from mlra.agent.record.state import RunState
 from mlra.console.screens.live_run import LiveRun
@@ -194,7 +194,7 @@ class RunControlKeys(App[int]):
         controls = self.controller.controls
 
         def problem(rule: str) -> str | None:
-            return controls.breakpoint_problem(Breakpoint.parse(rule))
+            return rule_problem(rule) or controls.breakpoint_problem(Breakpoint.parse(rule))
 
         self.push_screen(BreakpointsScreen(rules, problem), done)
 
