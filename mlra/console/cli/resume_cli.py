@@ -168,6 +168,28 @@ def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui:
     )
 
 
+def _action_check(config: Any) -> Any:
+    """What is wrong with a fork's `--edit-action`: a tool the worker (whose step a fork
+    is at) does not have, said with its tools, or arguments the tool would refuse, as
+    the console's edit at a breakpoint says them (agent/agents/tool_lists.py)."""
+    from mlra.agent.agents.tool_lists import run_tools
+    from mlra.agent.loop.controls import Breakpoint, breakpoint_problem
+    from mlra.tools.registry import validated
+
+    worker = {tool.name: tool for tool in run_tools(config, model=True).get("worker", [])}
+
+    def check(name: str, arguments: dict[str, Any]) -> str | None:
+        if not worker:  # a search's steps: its attempts' workers act
+            return None
+        tool = worker.get(name)
+        if tool is None:
+            problem = breakpoint_problem(Breakpoint(tool=name), {"worker": tuple(worker)})
+            return problem or f"the worker has no tool {name!r}"
+        return validated(tool, arguments)[1]
+
+    return check
+
+
 def _use_tui(args: argparse.Namespace) -> bool:
     return not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
 
@@ -231,6 +253,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
             # folder is made.
             ready=lambda: limits_or_refused(provider),
             settings=overrides,
+            check_action=_action_check(source.config),
         )
         controller = resume_controller(forked, task, provider, overrides=overrides)
     except ResumeError as exc:
