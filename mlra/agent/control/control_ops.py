@@ -193,6 +193,7 @@ def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
         running_attempts=[a for a, n in state.attempts.nodes.items() if n.finished is None],
         best_validation=best.score if best is not None else None,
         breakpoints=[b.rule for b in controls.breakpoints],
+        tools={agent: list(names) for agent, names in (controls.tools or {}).items()},
         hold_at_breaks=controls.hold_at_breaks,
         holder=holder,
         watchers=watchers,
