@@ -199,6 +199,32 @@ def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
+def test_a_fork_with_break_stops_at_the_rule_from_where_it_goes_live(
+    answer_baseline_run: BaselineRun, tmp_path: Path
+) -> None:
+    """`mlra fork RUN --at STEP --break bash` (resume's too): to step through a run from a
+    step at its calls, the rules hold from where the fork goes live, recorded there; a
+    rule naming no tool of the run's agents is refused first, and no fork is made."""
+    env = _env()
+    runs = answer_baseline_run.run_dir.parent
+    args = ["fork", str(answer_baseline_run.run_dir), "--at", "1", "--no-tui"]
+    typo = mlra_cli([*args, "--run-id", "typo", "--break", "bsah"], cwd=tmp_path, env=env)
+    assert typo.returncode == 2 and "(did you mean bash?)" in typo.stderr, typo.stderr
+    assert not (runs / "typo").exists()
+    log = runs / "f" / "events.jsonl"
+    with _mlra([*args, "--run-id", "f", "--break", "bash"], tmp_path, env) as proc:
+        _wait_in_log(proc, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested))
+        done = mlra_cli(["ctl", str(runs / "f"), "approve"], cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert proc.wait(timeout=120) == 0
+    events = read_events(log)
+    forked = next(e.seq for e in events if isinstance(e, ev.RunForked))
+    (rules,) = [e for e in events if isinstance(e, ev.Control) and e.action == "breakpoints"]
+    (asked,) = [e for e in events if isinstance(e, ev.ApprovalRequested)]
+    assert forked < rules.seq < asked.seq and rules.arguments == {"rules": ["bash"]}
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
 def test_a_resume_asks_again_for_an_assign_subtask_left_waiting_at_its_breakpoint(
     tmp_path: Path,
 ) -> None:
