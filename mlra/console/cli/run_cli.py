@@ -373,6 +373,8 @@ def _check_window(config: Any, task: Any, provider: Any, output_set: int | None)
 def check_breaks(config: Any, *, model: bool) -> None:
     """A `--break` rule naming a tool none of the run's agents has would never fire:
     refused before the run starts, naming the tools they have (agent/agents/tool_lists.py)."""
+    if not config.breakpoints:
+        return
     from mlra.agent.agents.tool_lists import run_tool_names
     from mlra.agent.loop.controls import rule_problem
 
