@@ -109,6 +109,9 @@ class RunStatus(BaseModel):
     running_attempts: list[str] = Field(default_factory=list)
     best_validation: float | None = None
     breakpoints: list[str] = Field(default_factory=list)
+    tools: dict[str, list[str]] = Field(default_factory=dict)
+    """Each agent's tool names (agent/agents/tool_lists.py): what a breakpoint may name,
+    so an attached console refuses a misspelt rule in its dialog, as the run would."""
     hold_at_breaks: bool = True
     holder: str | None = None
     """The attached console that holds the controls, if one does."""

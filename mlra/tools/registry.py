@@ -69,7 +69,9 @@ class Tool(Generic[A]):
     reruns_on_resume: ClassVar[bool] = False
     """A tool whose work is the agent's own code (the supervisor's `assign_subtask`
     runs the worker): a resumed run executes it again, catching up inside it,
-    where any other tool's recorded result is taken as it is."""
+    where any other tool's recorded result is taken as it is; so is its own where the
+    log closed it before it began (rejected, or the run ended while it waited at its
+    breakpoint): one result for the call, the one the model read."""
     reruns_when_interrupted: ClassVar[bool] = False
     """A tool that only waits on what the run itself takes up again (`attempt_wait`
     on the attempts a resumed run resumes): cut short by the run's end, it is run again

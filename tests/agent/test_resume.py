@@ -465,6 +465,29 @@ def test_fork_refuses_a_step_the_run_does_not_have(tmp_path: Path, recorded: Pat
         env=_env(),
     )
     assert proc.returncode == 2 and "--edit-action is not JSON" in proc.stderr
+    # A tool the worker lacks, or arguments its tool refuses: said, and no fork is made.
+    for edit, said in (
+        (
+            '{"tool": "bsah", "arguments": {"command": "ls"}}',
+            "--edit-action: no tool of this run's agents is named 'bsah' (did you mean bash?); "
+            "the worker's tools: bash, python",
+        ),
+        (
+            '{"tool": "bash", "arguments": {"cmd": "ls"}}',
+            "--edit-action: invalid arguments for bash: unknown argument 'cmd'",
+        ),
+    ):
+        proc = mlra_cli(
+            [
+                *("fork", str(recorded), "--at", "2", "--edit-action", edit),
+                *("--no-tui", "--runs-dir", str(tmp_path / "forks")),
+            ],
+            cwd=tmp_path,
+            env=_env(),
+        )
+        assert proc.returncode == 2 and said in proc.stderr, proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
+        assert not (tmp_path / "forks").exists() or not any((tmp_path / "forks").iterdir())
 
 
 def test_replaying_an_unchanged_run_does_not_diverge(tmp_path: Path, recorded: Path) -> None:

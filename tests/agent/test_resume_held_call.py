@@ -22,6 +22,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
+from mlra.console.panes.transcript import TranscriptPane
 from tests.conftest import ANSWER_TASK, SECRET_ENV, BaselineRun, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
@@ -115,6 +116,19 @@ def test_an_approved_call_a_pause_held_runs_on_resume(tmp_path: Path) -> None:
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
     assert json.loads((run_dir / "result.json").read_text())["score"] == 1.0
 
+    # The console (live, attached or replayed: one transcript) shows the call where it
+    # ran, below the "resumed here" line; its first place, with the approval, says so.
+    pane = TranscriptPane()
+    for event in events:
+        pane.feed(event)
+    shown = [entry.render_entry().plain for entry in pane._entries]
+    resumed_at = next(i for i, line in enumerate(shown) if "resumed here" in line)
+    calls = [i for i, line in enumerate(shown) if "$ " in line and "answer.txt" in line]
+    assert len(calls) == 2 and calls[0] < resumed_at < calls[1], shown
+    first, ran = shown[calls[0]], shown[calls[1]]
+    assert "approved by ctl" in first and "see below, after the resume" in first
+    assert "✓" in ran and "see below" not in ran
+
 
 @pytest.mark.parametrize("decision", ["approve", "edit"])
 def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
@@ -185,6 +199,32 @@ def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
+def test_a_fork_with_break_stops_at_the_rule_from_where_it_goes_live(
+    answer_baseline_run: BaselineRun, tmp_path: Path
+) -> None:
+    """`mlra fork RUN --at STEP --break bash` (resume's too): to step through a run from a
+    step at its calls, the rules hold from where the fork goes live, recorded there; a
+    rule naming no tool of the run's agents is refused first, and no fork is made."""
+    env = _env()
+    runs = answer_baseline_run.run_dir.parent
+    args = ["fork", str(answer_baseline_run.run_dir), "--at", "1", "--no-tui"]
+    typo = mlra_cli([*args, "--run-id", "typo", "--break", "bsah"], cwd=tmp_path, env=env)
+    assert typo.returncode == 2 and "(did you mean bash?)" in typo.stderr, typo.stderr
+    assert not (runs / "typo").exists()
+    log = runs / "f" / "events.jsonl"
+    with _mlra([*args, "--run-id", "f", "--break", "bash"], tmp_path, env) as proc:
+        _wait_in_log(proc, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested))
+        done = mlra_cli(["ctl", str(runs / "f"), "approve"], cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert proc.wait(timeout=120) == 0
+    events = read_events(log)
+    forked = next(e.seq for e in events if isinstance(e, ev.RunForked))
+    (rules,) = [e for e in events if isinstance(e, ev.Control) and e.action == "breakpoints"]
+    (asked,) = [e for e in events if isinstance(e, ev.ApprovalRequested)]
+    assert forked < rules.seq < asked.seq and rules.arguments == {"rules": ["bash"]}
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
 def test_a_resume_asks_again_for_an_assign_subtask_left_waiting_at_its_breakpoint(
     tmp_path: Path,
 ) -> None:
@@ -224,3 +264,61 @@ def test_a_resume_asks_again_for_an_assign_subtask_left_waiting_at_its_breakpoin
             assert resumed.wait(timeout=120) == 0
     events = read_events(log)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+
+
+def test_an_assign_subtask_a_quit_closed_at_its_breakpoint_keeps_its_one_result(
+    tmp_path: Path,
+) -> None:
+    """Quit (not killed) while the supervisor's `assign_subtask` waited at its breakpoint:
+    the log closes the call "not run", and that stays its one result, the one the model
+    reads on resume; the supervisor assigns the subtask again, a call of its own, asked
+    for at its breakpoint. Before, the resumed run ran the closed call again (the tool
+    runs the worker, so it is executed again on resume), asked for it, and wrote a second
+    result for the same call id after the first."""
+    env = {**_env(), "OPENAI_API_KEY": "sk-test-not-a-secret"}
+    assign = call("assign_subtask", step_id="1", instructions="Write 42 into answer.txt.")
+    supervisor = supervisor_answering()
+    script = {
+        "supervisor": [*supervisor[:2], turn("Again.", assign), *supervisor[2:]],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    runs = tmp_path / "runs"
+    run_dir = runs / "r"
+    log = run_dir / "events.jsonl"
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        with _mlra(_breaking_at_assign_subtask(server, runs), tmp_path, env) as first:
+            _wait_in_log(
+                first, log, "the call waiting", lambda e: isinstance(e, ev.ApprovalRequested)
+            )
+            done = mlra_cli(["ctl", str(run_dir), "quit"], cwd=tmp_path, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            first.wait(timeout=60)
+        (closed,) = [e for e in read_events(log) if isinstance(e, ev.ToolResult) and not e.ok]
+        assert "[not run: the run ended (it was stopped) before it was approved]" in closed.output
+        with _mlra(["resume", str(run_dir), "--no-tui"], tmp_path, env) as resumed:
+            _wait_in_log(
+                resumed,
+                log,
+                "the new call asked for",
+                lambda e: isinstance(e, ev.ApprovalRequested) and e.call_id != closed.call_id,
+            )
+            done = mlra_cli(["ctl", str(run_dir), "approve"], cwd=tmp_path, env=env)
+            assert done.returncode == 0, done.stdout + done.stderr
+            assert resumed.wait(timeout=120) == 0
+        asked = server.requests_for("supervisor")[2].body["messages"]
+    events = read_events(log)
+    results = [e.call_id for e in events if isinstance(e, ev.ToolResult)]
+    assert len(results) == len(set(results)), results  # one result a call
+    (again,) = [e for e in events if isinstance(e, ev.RunResumed)]
+    assert not [e for e in events[again.seq :] if getattr(e, "call_id", None) == closed.call_id]
+    read = [m for m in asked if m.get("role") == "tool" and "before it was approved" in str(m)]
+    assert len(read) == 1  # what the model read of it
+    reports = [
+        e for e in events if isinstance(e, ev.ToolResult) and e.tool == "assign_subtask" and e.ok
+    ]
+    assert len(reports) == 1 and "answer.txt holds 42" in reports[0].output
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    assert json.loads((run_dir / "result.json").read_text())["score"] == 1.0

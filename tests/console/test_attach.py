@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Footer
+from textual.widgets import Footer, Static, TextArea
 from textual.widgets._footer import FooterKey
 
 from mlra import events as ev
@@ -29,7 +29,7 @@ from mlra.console.apps.attach_app import AttachApp
 from mlra.console.cli.cli import main as mlra_main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.status import StatusBar
-from mlra.console.screens.screens import ConfirmScreen, HelpScreen, PromptScreen
+from mlra.console.screens.screens import BreakpointsScreen, ConfirmScreen, HelpScreen, PromptScreen
 from mlra.console.text.attach_run import RemoteRun
 from mlra.control_socket import socket_path
 from tests.conftest import SECRET_ENV
@@ -289,6 +289,18 @@ async def test_an_attached_console_approves_the_call_a_headless_run_holds(
         assert ("q", "Detach") in [(k.key, k.label) for k in help_.keys]
         await pilot.press("escape")
         await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+        # A rule naming no tool of the run's agents is refused in the dialog, which stays,
+        # from the tools the run's status named, as the run's own console refuses it.
+        await pilot.press("b")
+        rules = await pilot_wait(
+            pilot, "the dialog", lambda: isinstance(app.screen, BreakpointsScreen) and app.screen
+        )
+        rules.query_one(TextArea).text = "bsah"
+        await pilot.press("ctrl+s")
+        said = rules.query_one("#break-error", Static)
+        await pilot_wait(pilot, "the refusal", lambda: "did you mean bash?" in str(said.render()))
+        await pilot.press("escape")
+        await pilot_wait(pilot, "the dialog gone", lambda: app.screen is not rules)
         await pilot.press("a")
         await pilot_wait(pilot, "the approval", lambda: app.state.pending_approval is None)
         approved = [c for c in held_at_break.controls() if c.action == "approve"]

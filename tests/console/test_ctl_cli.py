@@ -212,6 +212,17 @@ def test_approve_inject_status_and_who_may_reach_the_socket(open_root: Path) -> 
         assert wrong.stderr.strip() == (
             f"refused: call nope does not wait for approval (waiting: {asked['call_id']})"
         )
+        # A rule naming no tool of the run's agents would never fire: refused, as it is.
+        typo = ctl(root, "breakpoints", "bash", "bsah")
+        assert typo.returncode == 1
+        assert typo.stderr.startswith(
+            "refused: breakpoint 'bsah': no tool of this run's agents is named 'bsah' "
+            "(did you mean bash?); the supervisor's tools: update_plan, assign_subtask"
+        ), typo.stderr
+        assert "the breakpoints are unchanged" in typo.stderr
+        empty = ctl(root, "breakpoints", ":")
+        assert empty.returncode == 1 and "write '*' for that" in empty.stderr, empty.stderr
+        assert json.loads(ctl(root, "status", "--json").stdout)["status"]["breakpoints"] == ["bash"]
         rules = ctl(root, "breakpoints", "bash:rm -rf", "--json")
         assert json.loads(rules.stdout) == {
             "ok": True,

@@ -59,6 +59,11 @@ async def test_the_edit_dialog_says_how_to_save_and_cancel_at_80x24(
             # Wholly inside the dialog's visible area, and so on the screen.
             assert dialog.content_region.contains_region(widget.region), widget
         assert dialog.region.bottom <= 24
+        # Ctrl+A selects the whole text (the dialog says so), to replace it at once.
+        assert "Ctrl+A selects all" in str(hint.render())
+        text.focus()
+        await run.pilot.press("ctrl+a")
+        await run.shown(lambda app: text.selected_text == text.text)
         await run.pilot.press("escape")
         await run.shown(lambda app: not isinstance(app.screen, EditArgsScreen))
         await run.pilot.press("a")

@@ -61,6 +61,11 @@ def test_the_headless_transcript_shows_jobs_retries_and_what_an_edit_ran() -> No
     assert "worker model retry 2/5 after 429" in text
     assert "worker model retry 3 after a failed connection" in text
     assert "user edit, runs: $ echo 41 > answer.txt" in text
+    # A headless run held at a breakpoint says how a shell decides the call.
+    assert (
+        "? waiting for approval of bash (breakpoint: bash): "
+        "mlra ctl RUN approve, edit JSON or reject MESSAGE decides it"
+    ) in text
     assert "job job-1 exited 0 after 3m33s" in text
     assert "job job-2 stopped after 0s: the time limit was reached" in text
 

@@ -144,6 +144,28 @@ async def test_a_call_edited_from_ctl_says_who_edited_it(tmp_path: Path, answer_
         assert (await run.finished()).reason == "submitted"
 
 
+async def test_an_approval_shows_under_the_call_above_what_it_printed(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The transcript read the call, its output, then "you: approved the call" below it
+    all: the approval is said under the call's line, before what the call printed."""
+    printing = turn("", call("bash", command="echo printed-line; echo 42 > answer.txt"))
+    async with live(tmp_path, answer_task, worker(printing, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("a")
+        await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+        await run.shown(lambda app: "│ printed-line" in _entry(app, waiting.call_id))
+        lines = _entry(run.app, waiting.call_id).splitlines()
+        approved = next(i for i, line in enumerate(lines) if "approved by you" in line)
+        printed = next(i for i, line in enumerate(lines) if "│ printed-line" in line)
+        assert approved < printed, lines
+        pane = run.app.query_one(TranscriptPane)
+        assert not [e for e in pane._entries if "approved the call" in e.render_entry().plain]
+        assert (await run.finished()).reason == "submitted"
+
+
 async def test_n_from_a_pause_runs_a_turn_and_its_first_call_only(
     tmp_path: Path, answer_task: Path
 ) -> None:

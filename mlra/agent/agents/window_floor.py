@@ -20,6 +20,7 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.agent.agents.supervisor import supervisor_history, supervisor_tools
+from mlra.agent.agents.tool_lists import Unused, ignored, ignored_plan, unused_delegate
 from mlra.agent.agents.worker import worker_history, worker_tools
 from mlra.agent.loop.context_window import (
     PROMPT_TOKENS,
@@ -32,8 +33,7 @@ from mlra.agent.loop.history import AgentHistory
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.jobs import JobManager
-from mlra.tools.registry import Tool, ToolOutcome, ToolRegistry
-from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.registry import Tool, ToolRegistry
 
 INSTRUCTIONS_TOKENS = 300
 """Room for the worker's subtask instructions (written by the supervisor, so unknown
@@ -53,13 +53,13 @@ def first_requests(config: RunConfig, task: TaskSpec) -> list[FirstRequest]:
     """Each agent's first request, measured from the prompts and tools the run will send."""
     workdir = str((config.runs_dir / f"{'0' * 15}-{task.name}-{'0' * 16}" / "workspace").resolve())
     time_limit_s = config.time_limit_for(task)
-    jobs = JobManager(emit=_ignored, clock=lambda: 0.0, records=dict)
+    jobs = JobManager(emit=ignored, clock=lambda: 0.0, records=dict)
     if config.agent == "worker":  # the worker alone: its own prompt and tools only
-        alone = worker_tools(config, jobs=jobs, on_note=_ignored, validator=_Unused(), alone=True)
+        alone = worker_tools(config, jobs=jobs, on_note=ignored, validator=Unused(), alone=True)
         history = worker_history(config, task, workdir, time_limit_s, alone=True)
         return [_first("worker", history, alone, INSTRUCTIONS_TOKENS)]
-    worker = worker_tools(config, jobs=jobs, on_note=_ignored, validator=_Unused())
-    supervisor = supervisor_tools(config, on_plan=_ignored_plan, delegate=_unused_delegate)
+    worker = worker_tools(config, jobs=jobs, on_note=ignored, validator=Unused())
+    supervisor = supervisor_tools(config, on_plan=ignored_plan, delegate=unused_delegate)
     return [
         _first(
             "supervisor", supervisor_history(config, task, workdir, time_limit_s), supervisor, 0
@@ -115,25 +115,3 @@ def _first(
     # the prompt still to come.
     tokens = history.estimated_tokens(extra=tools_tokens(specs)) + PROMPT_TOKENS + 1 + allowance
     return FirstRequest(agent=agent, tokens=tokens, tools=len(specs))
-
-
-def _ignored(_: object) -> None:
-    """Where the stand-ins' events would go: nowhere, since nothing is run."""
-
-
-def _ignored_plan(steps: list[ev.PlanStep], reason: str) -> None:
-    del steps, reason
-
-
-async def _unused_delegate(step_id: str, instructions: str) -> ToolOutcome:
-    raise AssertionError("sizing a request runs no tool")
-
-
-class _Unused:
-    """A validator for sizing the worker's tool list: its definition is all that is read."""
-
-    async def __call__(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
-        raise SandboxError("sizing a request runs no tool")
-
-    def calls_left(self) -> tuple[int, float | None]:
-        return 0, None

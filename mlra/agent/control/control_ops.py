@@ -13,7 +13,7 @@ import os
 
 from mlra import events as ev
 from mlra.agent.control.steering import Steering
-from mlra.agent.loop.controls import Breakpoint
+from mlra.agent.loop.controls import Breakpoint, rule_problem
 from mlra.control_socket import CtlRequest, PendingCall, RunStatus
 
 
@@ -80,7 +80,13 @@ def act(run: Steering, req: CtlRequest) -> str:
         return f"message for the {target} queued (it reads it at its next step)"
     if op == "breakpoints":
         rules = [r for r in (req.rules or []) if r.strip()]
-        run.set_breakpoints([Breakpoint.parse(r) for r in rules])
+        for rule in rules:
+            if (problem := rule_problem(rule)) is not None:
+                raise Refused(f"refused: breakpoint {rule!r}: {problem}")
+        try:
+            run.set_breakpoints([Breakpoint.parse(r) for r in rules])
+        except ValueError as exc:
+            raise Refused(f"refused: {exc}; the breakpoints are unchanged") from None
         return "breakpoints: " + (", ".join(rules) or "none")
     if op in ("stop", "quit"):
         run.request_stop(evaluate=op == "stop")
@@ -187,6 +193,7 @@ def run_status(run: Steering, holder: str | None, watchers: int) -> RunStatus:
         running_attempts=[a for a, n in state.attempts.nodes.items() if n.finished is None],
         best_validation=best.score if best is not None else None,
         breakpoints=[b.rule for b in controls.breakpoints],
+        tools={agent: list(names) for agent, names in (controls.tools or {}).items()},
         hold_at_breaks=controls.hold_at_breaks,
         holder=holder,
         watchers=watchers,

@@ -177,6 +177,10 @@ class Steering:
         self._control("inject", target=target, text=text)
 
     def set_breakpoints(self, breakpoints: list[Breakpoint]) -> None:
+        """Raises ValueError, the breakpoints unchanged, where a rule would never fire."""
+        for bp in breakpoints:
+            if (problem := self.controls.breakpoint_problem(bp)) is not None:
+                raise ValueError(f"breakpoint {bp.rule!r}: {problem}")
         self.controls.breakpoints = list(breakpoints)
         self._control(
             "breakpoints",

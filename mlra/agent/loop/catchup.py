@@ -266,6 +266,22 @@ class CatchUp:
         self.go_live(interrupted=call_id if began else None)
         return INTERRUPTED if began else None
 
+    def closed_unbegun(self, call_id: str, *, logs_start: bool) -> bool:
+        """Whether the recording closes this call with a result it never began for: the
+        run ended while the call waited at its breakpoint or a pause held it ("not run"),
+        or the user rejected it. A call the agent would run again while catching up (a
+        supervisor's `assign_subtask`) then takes that result as it stands, the one the
+        model read, rather than run again and write a second result for the call. Only
+        where the log marks starts (`logs_start`): an older log's calls have none."""
+        if self._recording is None or not logs_start:
+            return False
+        for event in self._recording.events[self._recording.pos :]:
+            if isinstance(event, ev.ToolStarted) and event.call_id == call_id:
+                return False
+            if isinstance(event, ev.ToolResult) and event.call_id == call_id:
+                return True
+        return False
+
     def tool_started(self, call_id: str) -> None:
         """Mark that a call's tool begins. Live only: a call run again while catching up
         (a supervisor's `assign_subtask`) has its recorded start, or, in an older log,

@@ -8,9 +8,10 @@ a `control` event, so the log shows what the human did and when.
 from __future__ import annotations
 
 import asyncio
+import difflib
 import fnmatch
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -58,6 +59,35 @@ class Breakpoint:
         return cls(tool=tool, pattern=pattern.strip() or None if sep else None)
 
 
+def rule_problem(rule: str, tools: Mapping[str, Sequence[str]] | None = None) -> str | None:
+    """Why a rule as the user wrote it would not do what it says: empty (`""`, `:`),
+    which would break before every call (`*` says that), or naming no tool of `tools`
+    (`breakpoint_problem`); None where it is sound."""
+    bp = Breakpoint.parse(rule)
+    if bp.tool is None and bp.pattern is None and rule.strip() != "*":
+        return "an empty rule would break before every call: write '*' for that"
+    return None if tools is None else breakpoint_problem(bp, tools)
+
+
+def breakpoint_problem(bp: Breakpoint, tools: Mapping[str, Sequence[str]]) -> str | None:
+    """Why `bp` would never fire: it names a tool (or a glob of them) none of the run's
+    agents has, given `tools`, each agent's tool names (agent/agents/tool_lists.py); None
+    where it may. A misspelt `--break bsah` otherwise waits for a call that never comes."""
+    if bp.tool is None:
+        return None
+    names = sorted({name for agent_tools in tools.values() for name in agent_tools})
+    if any(fnmatch.fnmatchcase(name, bp.tool) for name in names):
+        return None
+    glob = any(c in bp.tool for c in "*?[")
+    close = [] if glob else difflib.get_close_matches(bp.tool, names, n=1)
+    return (
+        f"no tool of this run's agents {'matches' if glob else 'is named'} {bp.tool!r}"
+        + (f" (did you mean {close[0]}?)" if close else "")
+        + "; "
+        + "; ".join(f"the {agent}'s tools: {', '.join(names)}" for agent, names in tools.items())
+    )
+
+
 @dataclass
 class Decision:
     action: Literal["approve", "edit", "reject"]
@@ -68,6 +98,9 @@ class Decision:
 @dataclass
 class Controls:
     breakpoints: list[Breakpoint] = field(default_factory=list)
+    tools: dict[str, tuple[str, ...]] | None = None
+    """Each agent's tool names, where the run's agents are known (agent/agents/run.py
+    `agent_for`): a breakpoint naming none of them is refused (`breakpoint_problem`)."""
     hold_at_breaks: bool = True
     """While a call waits for approval the run is held as a pause holds it: its clock
     stops and the sandbox's commands and jobs are suspended, so a person who steps away
@@ -162,6 +195,9 @@ class Controls:
         if self.paused or self._steps_granted is not None:
             await self.gate()
             self._action_open = False
+
+    def breakpoint_problem(self, bp: Breakpoint) -> str | None:
+        return None if self.tools is None else breakpoint_problem(bp, self.tools)
 
     def should_break(self, tool: str, arguments: dict[str, Any] | None) -> Breakpoint | None:
         for bp in self.breakpoints:

@@ -101,8 +101,12 @@ class ToolStep:
             )
         )
         tool = registry.get(call.name)
-        if tool is None or not tool.reruns_on_resume:
-            logs_start = isinstance(asked, ev.ToolCall) and asked.logs_start
+        logs_start = isinstance(asked, ev.ToolCall) and asked.logs_start
+        if (
+            tool is None
+            or not tool.reruns_on_resume
+            or run.catchup.closed_unbegun(call.id, logs_start=logs_start)
+        ):
             recorded = run.catchup.recorded_result(call.id, logs_start=logs_start)
             edited = run.state.edited_calls.get(call.id)
             if recorded is not None and edited is not None:

@@ -273,10 +273,13 @@ def fork_run(
     message: str | None = None,
     ready: Callable[[], None] | None = None,
     settings: dict[str, Any] | None = None,
+    check_action: Callable[[str, dict[str, Any]], str | None] | None = None,
 ) -> RecordedRun:
     """Make the new run's folder: the log up to the step, and the workspace as it was.
     `ready` is called once the fork is known to be possible, before anything is written
-    (the CLI asks the model server there, so a refusal leaves no folder)."""
+    (the CLI asks the model server there, so a refusal leaves no folder). `check_action`
+    says what is wrong with the edited action (a tool the agent lacks, arguments the
+    tool refuses): refused, rather than the fork's first step spent on the tool's error."""
     if source.started.model == "baseline" and edit_action is not None:
         raise ResumeError("--edit-action: the baseline agent follows its recipe; nothing to edit")
     if source.started.model == "baseline" and message is not None:
@@ -286,6 +289,10 @@ def fork_run(
     edited = None
     if edit_action is not None:
         prefix, edited = _edited_prefix(source.events, index, edit_action)
+        if check_action is not None and (
+            problem := check_action(edited["tool"], edited["arguments"])
+        ):
+            raise ResumeError(f"--edit-action: {problem}")
         prefix = [*source.events[:index], *prefix[index:]]
     # Earlier endings (a stop, then a resume) stay: the copy keeps every event up to
     # the step, numbering included, so it reads as whole (`seq` 1, 2, 3...).

@@ -12,10 +12,9 @@ and never as markup (they build `Text`, and a toast quoting the run is sent with
 markup off); and whatever reaches the screen still holding one is cleaned of it
 by a line filter on everything drawn, dialogs and toasts included.
 
-This module holds the panes, their layout and what feeds them; the batching of events
-and the last guard on each line drawn are in console/apps/console_display.py, the keys that
-steer the run in console/screens/run_control_keys.py, the keys that keep notes in
-console/screens/note_keys.py.
+This module holds the panes, their layout and what feeds them; the batching of events and
+the last guard on each line drawn are in console/apps/console_display.py, the keys that steer
+the run in console/screens/run_control_keys.py, those that keep notes in console/screens/note_keys.py.
 """
 
 from __future__ import annotations
@@ -436,10 +435,11 @@ def console_app(
 def continue_in_console(controller: RunController, recorded: list[ev.Event]) -> int:
     """Drive a prepared run in the console; `recorded` is what a resumed or forked run
     did before (shown first), empty for a new run."""
-    from mlra.agent.agents.run import agent_for
+    from mlra.agent.agents.run import agent_for, know_tools
     from mlra.console.apps.collector import steady_collector
     from mlra.console.apps.headless_run import final_line
 
+    know_tools(controller)  # a breakpoint checked from the start, not once the agents are made
     app = console_app(controller, agent_for, recorded)
     steady_collector()
     code = app.run()

@@ -26,7 +26,7 @@ def run_headless(
     import json
     import signal
 
-    from mlra.agent.agents.run import agent_for
+    from mlra.agent.agents.run import agent_for, know_tools
     from mlra.agent.run.controller import RunController
     from mlra.console.text.headless import JsonDisplay, TranscriptDisplay, tell_stderr
 
@@ -37,6 +37,7 @@ def run_headless(
         controller.prepare()
     else:  # resumed or forked: the log is open; only what happens from now is shown
         controller.subscribe(display.on_event)
+    know_tools(controller)
 
     def reader_gone() -> None:
         # `mlra run ... | head`: the run is not the reader's to end (see _Printer).

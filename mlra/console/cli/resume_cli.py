@@ -47,6 +47,14 @@ def _common(p: argparse.ArgumentParser) -> None:
     add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
     add_notify_arg(p)
     p.add_argument(
+        "--break",
+        dest="breaks",
+        action="append",
+        metavar="RULE",
+        help="from where the run goes live, break before these tool calls instead of the "
+        "run's own breakpoints: '*', a tool name, or 'tool:pattern'",
+    )
+    p.add_argument(
         "--paused",
         action="store_true",
         help="pause where the run goes live, to step through it from there (n, or "
@@ -168,6 +176,48 @@ def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui:
     )
 
 
+def _action_check(config: Any) -> Any:
+    """What is wrong with a fork's `--edit-action`: a tool the worker (whose step a fork
+    is at) does not have, said with its tools, or arguments the tool would refuse, as
+    the console's edit at a breakpoint says them (agent/agents/tool_lists.py)."""
+    from mlra.agent.agents.tool_lists import run_tools
+    from mlra.agent.loop.controls import Breakpoint, breakpoint_problem
+    from mlra.tools.registry import validated
+
+    worker = {tool.name: tool for tool in run_tools(config, model=True).get("worker", [])}
+
+    def check(name: str, arguments: dict[str, Any]) -> str | None:
+        if not worker:  # a search's steps: its attempts' workers act
+            return None
+        tool = worker.get(name)
+        if tool is None:
+            problem = breakpoint_problem(Breakpoint(tool=name), {"worker": tuple(worker)})
+            return problem or f"the worker has no tool {name!r}"
+        return validated(tool, arguments)[1]
+
+    return check
+
+
+def _checked_breaks(args: argparse.Namespace, config: Any, provider: Any) -> list[Any] | None:
+    """`--break`'s rules, refused in one line where one would never fire (before
+    anything is written), for `_break_from_live`."""
+    if args.breaks is None:
+        return None
+    from mlra.agent.loop.controls import Breakpoint
+    from mlra.console.cli.run_cli import check_breaks
+
+    check_breaks(config.model_copy(update={"breakpoints": args.breaks}), model=provider is not None)
+    return [Breakpoint.parse(rule) for rule in args.breaks]
+
+
+def _break_from_live(controller: Any, breaks: list[Any] | None) -> None:
+    """The new breakpoints set where the run goes live, recorded there as the user's
+    `breakpoints` control: the catch-up runs under the rules the log holds, so it
+    takes its recorded decisions as they were made."""
+    if breaks is not None:
+        controller.catchup.when_live(lambda: controller.set_breakpoints(breaks))
+
+
 def _use_tui(args: argparse.Namespace) -> bool:
     return not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
 
@@ -179,6 +229,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     use_tui = _use_tui(args)
     overrides = _overrides(args, use_tui) | {"model": model}
     provider = _provider(model, args.base_url or run.config.base_url, run.config)
+    breaks = _checked_breaks(args, run.config, provider)
     try:
         # A run that cannot go on is said first, whatever its server; the server is
         # asked before the log is reopened (a torn line dropped).
@@ -187,6 +238,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
         )
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
+    _break_from_live(controller, breaks)
     if not args.json:
         print(
             f"resuming {run.run_dir.name} after {len(run.events)} events "
@@ -212,6 +264,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
             raise UsageError("--edit-action must be a JSON object")
     use_tui = _use_tui(args)
     provider = _provider(model, args.base_url or source.config.base_url, source.config)
+    breaks = _checked_breaks(args, source.config, provider)
     runs_dir = args.runs_dir or source.run_dir.parent
     run_id = args.run_id or new_run_id(task.name)
     if (runs_dir / run_id).exists():
@@ -231,10 +284,12 @@ def cmd_fork(args: argparse.Namespace) -> int:
             # folder is made.
             ready=lambda: limits_or_refused(provider),
             settings=overrides,
+            check_action=_action_check(source.config),
         )
         controller = resume_controller(forked, task, provider, overrides=overrides)
     except ResumeError as exc:
         raise UsageError(str(exc)) from None
+    _break_from_live(controller, breaks)
 
     fork_event = next(e for e in reversed(forked.events) if isinstance(e, ev.RunForked))
     if not args.json:

@@ -345,6 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             args.max_output_tokens or config.max_output_tokens, provider.max_output_tokens
         )
         _check_window(config, task, provider, args.max_output_tokens)
+    check_breaks(config, model=provider is not None)
     if use_tui:
         app_runner = _tui_runner()
         if app_runner is not None:
@@ -367,6 +368,21 @@ def _check_window(config: Any, task: Any, provider: Any, output_set: int | None)
     )
     if problem is not None:
         raise UsageError(problem)
+
+
+def check_breaks(config: Any, *, model: bool) -> None:
+    """A `--break` rule naming a tool none of the run's agents has would never fire:
+    refused before the run starts, naming the tools they have (agent/agents/tool_lists.py)."""
+    if not config.breakpoints:
+        return
+    from mlra.agent.agents.tool_lists import run_tool_names
+    from mlra.agent.loop.controls import rule_problem
+
+    tools = run_tool_names(config, model=model)
+    for rule in config.breakpoints:
+        problem = rule_problem(rule, tools)
+        if problem is not None:
+            raise UsageError(f"--break {rule!r}: {problem}")
 
 
 def _recorded_limits(args: argparse.Namespace, provider: Any) -> None:

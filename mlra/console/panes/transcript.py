@@ -44,6 +44,7 @@ from mlra.console.text.event_lines import (
     attempt_news,
     attempt_ok,
     attempt_started_line,
+    control_line,
     describe_call,
     evaluation_started_line,
     limits_words,
@@ -90,6 +91,9 @@ class TranscriptPane(VerticalScroll):
         self._noted: set[str] = set()
         """The annotations shown now (by id): each once."""
         self._regrading = False
+        self._carried: set[str] = set()
+        """Calls open when the run was last resumed: shown again below its line once
+        anything more of them comes (`_carry_over`)."""
 
     def on_mount(self) -> None:
         self.border_title = "Worker"
@@ -125,6 +129,8 @@ class TranscriptPane(VerticalScroll):
     # --- events ---------------------------------------------------------------------
 
     def feed(self, event: ev.Event) -> None:
+        if self._carried and getattr(event, "call_id", None) in self._carried:
+            self._carry_over(getattr(event, "call_id", ""))
         match event:
             case ev.TextDelta() if event.agent != "supervisor":
                 entry = self._thought(event.turn, event.t)
@@ -233,6 +239,7 @@ class TranscriptPane(VerticalScroll):
                 self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
             case ev.RunResumed():
                 self._note(event, resumed_line(event), "bold cyan")
+                self._carried = {c for c, e in self._tools.items() if e.result is None}
             case ev.RunForked():
                 edit = event.edited_action
                 self._note(
@@ -266,33 +273,22 @@ class TranscriptPane(VerticalScroll):
         if entry is not None:
             entry.waiting = False
             self._dirty.add(entry)
+            who = "you" if event.source == "user" else event.source
             if event.action == "edit":
-                entry.edited = event.arguments
-                entry.edited_by = "you" if event.source == "user" else event.source
+                entry.edited, entry.edited_by = event.arguments, who
                 return
-        words = {
-            "pause": "paused",
-            "resume": "resumed",
-            "step": "stepped one action",
-            "approve": "approved the call",
-            "reject": f"rejected the call: {event.text or ''}",
-            "stop": "stopped the run to evaluate it",
-            "quit": "quit the run",
-            "breakpoints": f"set breakpoints: {event.text}",
-            "edit": "edited the call",
-            "inject": f"to the {event.target}: {event.text}",
-            "attempt_stop": f"stopped attempt {event.target}",
-            "promote": f"promoted attempt {event.target}: the run ends and grades it",
-        }
-        if event.source == "user":
-            text = f"you: {words.get(event.action, event.action)}"
-        else:
-            text = {
-                "start": "paused before the first action (--paused): n steps, Space resumes",
-                "step": "paused after one action: n steps again, Space resumes",
-                "system": "paused: the model provider keeps failing; Space retries",
-            }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
-        self._note(event, text, "bold yellow")
+            if event.action in ("approve", "reject"):  # under the call, above its output
+                entry.decided = f"{event.action}d by {who}"
+                return
+        self._note(event, control_line(event), "bold yellow")
+
+    def _carry_over(self, call_id: str) -> None:
+        """A call the run left open goes on after its resume: shown from here on below
+        the "resumed here" line, where the run is now, its first place saying so."""
+        self._carried.discard(call_id)
+        self._dirty.add(first := self._tools[call_id])
+        self._add(carried := first.carried_over())
+        self._tools[call_id] = carried
 
     def _thought(self, turn: int, t: float) -> ThoughtEntry:
         entry = self._thoughts.get(turn)
@@ -366,6 +362,7 @@ class TranscriptPane(VerticalScroll):
     def _forget(self) -> None:
         """Forget every entry, leaving the widgets to rebuild()."""
         self._tools.clear()
+        self._carried.clear()
         self._thoughts.clear()
         self._new = []
         self._dirty.clear()

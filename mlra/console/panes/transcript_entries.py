@@ -176,6 +176,11 @@ class ToolEntry(Entry, can_focus=True):
         """Who edited it: you (this console), or the `control` event's source (ctl...)."""
         self.begun = False
         """Its tool began (`tool_started`): till then a pause or a step may hold it."""
+        self.decided: str | None = None
+        """"approved by you" (or by ctl...): said under the call, above what it printed."""
+        self.went_on = False
+        """The run was resumed with this call open, and it went on there: shown again
+        below the "resumed here" line (`carried_over`), this first place says so."""
         self.expanded = False
 
     def take(self, other: Entry) -> None:
@@ -184,6 +189,17 @@ class ToolEntry(Entry, can_focus=True):
         self.call, self.output, self.result = other.call, other.output, other.result
         self.waiting, self.edited = other.waiting, other.edited
         self.edited_by, self.begun = other.edited_by, other.begun
+        self.decided, self.went_on = other.decided, other.went_on
+
+    def carried_over(self) -> ToolEntry:
+        """The call shown anew where a resumed run goes on with it; this one stays, its
+        first place, with what it printed before."""
+        carried = ToolEntry(self.call)
+        carried.key = (self.key, "resumed")
+        carried.edited, carried.edited_by = self.edited, self.edited_by
+        carried.decided = self.decided
+        self.went_on, self.waiting = True, False
+        return carried
 
     def adopt(self, other: Entry) -> None:
         super().adopt(other)
@@ -223,9 +239,13 @@ class ToolEntry(Entry, can_focus=True):
         if self.edited is not None:
             out.append(f"\n  edited by {self.edited_by} → ", style="yellow")
             out.append(describe_call(call.tool, self.edited), style="bold yellow")
+        if self.decided is not None:
+            out.append(f"\n  {self.decided}", style="yellow")
         out.append("  ")
         r = self.result
-        if r is None:
+        if r is None and self.went_on:
+            out.append("↓ open when the run stopped: see below, after the resume", style="dim")
+        elif r is None:
             held = call.logs_start and not self.begun  # not begun: what n or Space runs next
             out.append(
                 "⏸ waiting for your approval"

@@ -16,7 +16,7 @@ from typing import Any
 from textual.app import App
 
 from mlra import events as ev
-from mlra.agent.loop.controls import Breakpoint
+from mlra.agent.loop.controls import Breakpoint, rule_problem
 from mlra.agent.record.run_result import RunResult
 from mlra.agent.record.state import RunState
 from mlra.console.screens.live_run import LiveRun
@@ -191,7 +191,12 @@ class RunControlKeys(App[int]):
                 rules = [Breakpoint.parse(r) for r in new_rules]
                 self._steer(lambda c: c.set_breakpoints(rules))
 
-        self.push_screen(BreakpointsScreen(rules), done)
+        controls = self.controller.controls
+
+        def problem(rule: str) -> str | None:
+            return rule_problem(rule) or controls.breakpoint_problem(Breakpoint.parse(rule))
+
+        self.push_screen(BreakpointsScreen(rules, problem), done)
 
     def action_stop(self) -> None:
         if self.controller is None:

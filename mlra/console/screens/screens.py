@@ -84,6 +84,14 @@ class PromptScreen(ModalScreen[str | None]):
         self.dismiss(None)
 
 
+class EditableText(TextArea):
+    """A dialog's text to edit, where Ctrl+A selects all of it (as most editors do; the
+    plain TextArea's Ctrl+A goes to the line's start, which Home still does), so the
+    text can be replaced whole."""
+
+    BINDINGS = [Binding("ctrl+a", "select_all", "Select all", show=False)]
+
+
 class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
     """The waiting call's arguments as JSON, to change before it runs."""
 
@@ -113,13 +121,13 @@ class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
             # Above the text, not below: a short terminal cuts the dialog's bottom off,
             # and how to save and cancel (or why saving failed) must stay in sight.
             yield Static(
-                "Ctrl+S to run it with these arguments · Escape to cancel",
+                "Ctrl+S to run it with these arguments · Ctrl+A selects all · Escape to cancel",
                 id="edit-error",
                 classes="dialog-hint",
             )
             # C1 and bidirectional controls as JSON escapes: the same arguments once
             # read back, and shown as what they are.
-            yield TextArea(
+            yield EditableText(
                 printable_json(json.dumps(self.arguments, indent=2, ensure_ascii=False)),
                 language=None,
                 id="edit-args",
@@ -153,9 +161,14 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
         Binding("escape", "cancel", "Cancel"),
     ]
 
-    def __init__(self, rules: list[str]) -> None:
+    def __init__(
+        self, rules: list[str], problem: Callable[[str], str | None] | None = None
+    ) -> None:
         super().__init__()
         self.rules = rules
+        self.problem = problem
+        """Why a rule would never fire (it names no tool of the run's agents): said here,
+        and the dialog stays, rather than a breakpoint that waits for nothing."""
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog-wide"):
@@ -165,12 +178,23 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
                 "arguments contain the text) · :pip install  (any tool). Empty: no breakpoints.",
                 classes="dialog-detail",
             )
-            yield TextArea("\n".join(self.rules), id="break-rules")
-            yield Static("Ctrl+S to save · Escape to cancel", classes="dialog-detail")
+            yield EditableText("\n".join(self.rules), id="break-rules")
+            yield Static(
+                "Ctrl+S to save · Ctrl+A selects all · Escape to cancel",
+                id="break-error",
+                classes="dialog-detail",
+            )
 
     def action_save(self) -> None:
         text = self.query_one("#break-rules", TextArea).text
-        self.dismiss([line.strip() for line in text.splitlines() if line.strip()])
+        rules = [line.strip() for line in text.splitlines() if line.strip()]
+        for rule in rules:
+            if self.problem is not None and (problem := self.problem(rule)) is not None:
+                self.query_one("#break-error", Static).update(
+                    Text(printable_line(f"{rule}: {problem}"))
+                )
+                return
+        self.dismiss(rules)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

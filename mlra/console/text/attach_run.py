@@ -186,6 +186,7 @@ class RemoteRun:
         self.clock.set(status.elapsed_s)
         self.controls.hold_at_breaks = status.hold_at_breaks
         self.controls.breakpoints = [Breakpoint.parse(r) for r in status.breakpoints]
+        self.controls.tools = {agent: tuple(names) for agent, names in status.tools.items()}
         holder = None if self.holding else status.holder
         if holder != self.holder:
             self.holder = holder

@@ -320,8 +320,11 @@ class TranscriptDisplay(_Printer):
                 )
             case ev.ApprovalRequested():
                 self._waiting[event.call_id] = event.tool
+                run = str(self._attempts.run_dir or "RUN")  # what decides it, from a shell
                 self._out(
-                    f"[{t}] ? waiting for approval of {event.tool} ({event.reason})", "yellow"
+                    f"[{t}] ? waiting for approval of {event.tool} (breakpoint: {event.reason}): "
+                    f"mlra ctl {run} approve, edit JSON or reject MESSAGE decides it",
+                    "yellow",
                 )
             case ev.ToolOutput():
                 if self.verbose:

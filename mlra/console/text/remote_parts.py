@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 from mlra import events as ev
 from mlra.agent.loop.attempts import submittable
-from mlra.agent.loop.controls import Breakpoint
+from mlra.agent.loop.controls import Breakpoint, breakpoint_problem
 from mlra.agent.record.state import RunState
 from mlra.console.text.host_workspace import HostWorkspace
 from mlra.control_socket import CtlRequest
@@ -44,6 +44,7 @@ class RemoteControls:
         self._run = run
         self.hold_at_breaks = True
         self.breakpoints: list[Breakpoint] = []
+        self.tools: dict[str, tuple[str, ...]] = {}
 
     @property
     def paused(self) -> bool:
@@ -52,6 +53,11 @@ class RemoteControls:
     def edit_problem(self, call_id: str, arguments: dict[str, Any]) -> str | None:
         """Not known here: the run itself refuses such an edit, and the refusal is shown."""
         return None
+
+    def breakpoint_problem(self, bp: Breakpoint) -> str | None:
+        """As the run says it, from the tools its status named (the run refuses such a
+        rule too, where an older run's status names none)."""
+        return breakpoint_problem(bp, self.tools) if self.tools else None
 
 
 class RemoteClock:
