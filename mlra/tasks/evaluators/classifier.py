@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.tasks.evaluators.base import EvalOutcome, Evaluator
+from mlra.tasks.evaluators.weight_checks import load_failure, non_finite_weights
 
 BATCH = 256
 
@@ -67,14 +68,22 @@ class ClassifierEvaluator(Evaluator):
             test_rows[name] = [json.loads(line) for line in text.splitlines() if line.strip()]
         try:
             declared = json.loads((artifact / "config.json").read_text(encoding="utf-8"))
-            declared_names = {str(v) for v in dict(declared.get("id2label") or {}).values()}
-        except (OSError, ValueError, TypeError, AttributeError):
-            declared_names = None  # the model's loader says what is wrong with it
+        except ValueError as exc:
+            # Said here: the tokenizer, loaded first, would be blamed for it.
+            return _refused(f"config.json is not valid JSON: {exc}")
+        except OSError:
+            declared = None
+        id2label = (declared.get("id2label") or {}) if isinstance(declared, dict) else None
+        # Anything but a table: the model's loader says what is wrong with it.
+        declared_names = {str(v) for v in id2label.values()} if isinstance(id2label, dict) else None
         if declared_names is not None:
             for name, rows in test_rows.items():
                 refusal = _missing_label(name, rows, declared_names)
                 if refusal is not None:
                     return refusal
+        non_finite = non_finite_weights(artifact)
+        if non_finite:
+            return _refused(non_finite)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import torch
         import transformers
@@ -92,7 +101,8 @@ class ClassifierEvaluator(Evaluator):
                 str(artifact), trust_remote_code=False, use_safetensors=True, local_files_only=True
             )
         except Exception as exc:
-            return _refused(f"the submitted model cannot be loaded: {_short(exc)}")
+            why = load_failure(exc, artifact, transformers.AutoModelForSequenceClassification)
+            return _refused(f"the submitted model cannot be loaded: {why}")
         model.eval()
         names = {str(v): int(k) for k, v in model.config.id2label.items()}
 
@@ -105,6 +115,7 @@ class ClassifierEvaluator(Evaluator):
             labels = sorted({r["label"] for r in rows})
             ids = torch.tensor([names[label] for label in labels])
             correct = 0
+            non_finite = 0
             with torch.no_grad():
                 for i in range(0, len(rows), BATCH):
                     batch = rows[i : i + BATCH]
@@ -114,10 +125,18 @@ class ClassifierEvaluator(Evaluator):
                         truncation=True,
                         return_tensors="pt",
                     )
-                    predicted = model(**enc).logits[:, ids].argmax(-1).tolist()
+                    logits = model(**enc).logits[:, ids]
+                    # arg-max over NaN is the first label: a prediction of nothing.
+                    non_finite += int((~torch.isfinite(logits).all(-1)).sum())
+                    predicted = logits.argmax(-1).tolist()
                     correct += sum(
                         labels[p] == r["label"] for p, r in zip(predicted, batch, strict=True)
                     )
+            if non_finite:
+                return _refused(
+                    f"the model's outputs are NaN or infinite for {non_finite} of the "
+                    f"{len(rows)} held-out texts ({name}): it predicts nothing there to score"
+                )
             accuracy = correct / len(rows)
             metrics[f"{name}/accuracy"] = accuracy
             metrics[f"{name}/examples"] = float(len(rows))
@@ -133,7 +152,7 @@ def _missing_label(name: str, rows: list[dict[str, Any]], names: set[str]) -> Ev
         return None
     return _refused(
         f"config.id2label has no label {missing[0]!r} (it has {sorted(names)}); "
-        f"the {name} labels are {labels}"
+        f"the held-out texts ({name}) are labelled {labels}"
     )
 
 

@@ -76,6 +76,7 @@ from mlra.tasks.evaluators.lm_eval_scores import (
     primary_score,
     sample_counts,
 )
+from mlra.tasks.evaluators.weight_checks import load_failure, non_finite_weights
 
 
 class LmEvalEvaluator(Evaluator):
@@ -142,6 +143,10 @@ class LmEvalEvaluator(Evaluator):
             if violation:
                 return EvalOutcome(ok=False, violations=[*violations, violation])
 
+        say("checking the submitted weights for NaN and infinite values")
+        non_finite = non_finite_weights(artifact)
+        if non_finite:
+            return EvalOutcome(ok=False, error=non_finite)
         device = str(settings.get("device", "auto"))
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -214,9 +219,8 @@ class LmEvalEvaluator(Evaluator):
             offline = offline_data_problem(exc)
             if offline:
                 return EvalOutcome(ok=False, error=offline)
-            return EvalOutcome(
-                ok=False, error=f"lm-eval could not evaluate the submission: {brief(exc)}"
-            )
+            why = load_failure(exc, artifact, transformers.AutoModelForCausalLM)
+            return EvalOutcome(ok=False, error=f"lm-eval could not evaluate the submission: {why}")
         if not results or "results" not in results:
             return EvalOutcome(ok=False, error="lm-eval returned no results")
         task_results = results["results"]
