@@ -11,17 +11,28 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    field_validator,
     model_validator,
 )
 
 from mlra.durations import parse_duration
 from mlra.tasks.evaluators.kinds import evaluator_kind
 from mlra.tools.submission import DEFAULT_MAX_SUBMISSION_GB
+
+
+def _checked_duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+Duration = Annotated[str, AfterValidator(_checked_duration)]
+"""A time as task files write it ("90s", "20m", "1h30m"), checked when the file loads: a
+time-out nobody can read was found only when it was used, as a traceback after the run's
+work (the evaluator's at grading, a recipe step's when it ran)."""
 
 
 class StrictModel(BaseModel):
@@ -109,7 +120,7 @@ class Evaluator(StrictModel):
     """Which evaluator grades the task: a line of tasks/evaluators/kinds.py."""
     artifact: str = "submission"
     """Default artifact, relative to the workspace, when `submit` names none."""
-    timeout: str = "30m"
+    timeout: Duration = "30m"
     max_submission_gb: float = Field(default=DEFAULT_MAX_SUBMISSION_GB, gt=0)
     """The largest artifact frozen for grading (files' apparent sizes); a bigger one is
     refused rather than copied, so a submission cannot fill the host's disk."""
@@ -122,10 +133,10 @@ class Evaluator(StrictModel):
 
 
 class Resources(StrictModel):
-    time_limit: str = "24h"
-    gpus: int = 0
-    gpu_memory_gb: float = 0
-    cpus: float | None = None
+    time_limit: Duration = "24h"
+    gpus: int = Field(default=0, ge=0)
+    gpu_memory_gb: float = Field(default=0, ge=0)
+    cpus: float | None = Field(default=None, gt=0)
     memory_gb: float | None = Field(default=None, ge=0)
     """The memory the sandbox's commands may use together (capped at what the machine can
     give: tools/sandbox/default_limits.py); unset or 0: the machine's default."""
@@ -134,12 +145,6 @@ class Resources(StrictModel):
     network: bool = False
     data: str = ""
 
-    @field_validator("time_limit")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        parse_duration(value)
-        return value
-
 
 class BaselineStep(StrictModel):
     title: str
@@ -147,7 +152,7 @@ class BaselineStep(StrictModel):
     """A shell command; `{seed}` in it becomes the run's seed (`--seed`, a batch's seed
     number; 0 for a run given none), so a batch of baseline seeds measures the recipe's
     spread rather than one number repeated."""
-    timeout: str = "1h"
+    timeout: Duration = "1h"
 
 
 class Baseline(StrictModel):
@@ -186,7 +191,7 @@ class ValidationSettings(StrictModel):
     validation data, and `validate` checks the artifact's format and the rules only."""
     max_calls: int = Field(default=20, ge=0)
     """Validations one run may make."""
-    min_interval: str = "1m"
+    min_interval: Duration = "1m"
     """Run-clock time between the starts of two validations."""
     grade_best_at_deadline: bool = False
     """Opt-in: a run that reaches its deadline with nothing submitted is graded on its best
@@ -195,12 +200,6 @@ class ValidationSettings(StrictModel):
     """The baseline recipe's score on the validation split (the test score is in [metric])."""
     top: float | None = None
     """The top reference's score on the validation split, where measured."""
-
-    @field_validator("min_interval")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        parse_duration(value)
-        return value
 
     @property
     def min_interval_s(self) -> float:
