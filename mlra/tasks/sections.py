@@ -78,7 +78,7 @@ class Metric(StrictModel):
     top: float | None = None
     """The top reference score: normalized score 1."""
     success_rule: SuccessRule = "gap_fraction"
-    success_fraction: float = 0.05
+    success_fraction: float = Field(default=0.05, ge=0)
     """gap_fraction: a run succeeds when it closes at least this fraction of the
     baseline-to-top gap."""
     success_improvement: float = Field(default=0.10, ge=0)
@@ -105,6 +105,14 @@ class Metric(StrictModel):
     score_range: tuple[float, float] | None = None
     """The scores the metric can take (accuracy: 0 to 1); a score outside is a failed
     grading, not a result."""
+
+    @model_validator(mode="after")
+    def _ordered_range(self) -> Metric:
+        # Reversed, every score would fall outside and every grading read "no score".
+        if self.score_range is not None and self.score_range[0] > self.score_range[1]:
+            low, high = self.score_range
+            raise ValueError(f"score_range [{low:g}, {high:g}] must list the lowest score first")
+        return self
 
     @model_validator(mode="after")
     def _stated_direction(self) -> Metric:

@@ -82,6 +82,28 @@ def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
             "network = false\ncpus = 0",
             "field resources.cpus: Input should be greater than 0",
         ),
+        # Values that judged every run alike: a success below the baseline, a range no
+        # score falls in, a limit or a dtype no model can meet.
+        (
+            "top = 1.0",
+            "top = 1.0\nsuccess_fraction = -1",
+            "field metric.success_fraction: Input should be greater than or equal to 0",
+        ),
+        (
+            "top = 1.0",
+            "top = 1.0\nscore_range = [1, 0]",
+            "field metric: Value error, score_range [1, 0] must list the lowest score first",
+        ),
+        (
+            "[baseline]",
+            "[constraints]\nmax_parameters = -5\n\n[baseline]",
+            "field constraints.max_parameters: Input should be greater than 0",
+        ),
+        (
+            "[baseline]",
+            '[constraints]\nallowed_dtypes = ["FP16"]\n\n[baseline]',
+            "field constraints.allowed_dtypes: Value error, 'FP16' is not a safetensors dtype",
+        ),
     ],
 )
 def test_a_bad_task_file_is_refused_naming_file_and_field(
