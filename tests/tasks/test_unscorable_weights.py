@@ -1,7 +1,7 @@
 """Models a worn-out agent leaves behind, graded as the tasks grade them (a fresh
 process, the rules first): weights a diverged training run saved as NaN, finite weights
 whose outputs overflow, a checkpoint whose shapes disagree with its config, a config
-that is not JSON. Each gets no score and a reason that names the fault, never a number:
+that is not JSON, another model's tokenizer. Each gets no score and a reason that names the fault, never a number:
 a NaN language model scored 1.0 on BLiMP-shaped pairs (the tie of two NaN likelihoods
 goes to the first choice, the grammatical one), a NaN classifier the share of its first
 label.
@@ -18,7 +18,7 @@ import pytest
 from mlra.tasks.evaluators.base import EvalOutcome, run_evaluation
 from mlra.tasks.grading import grade
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
-from tests.tasks.standins import llama, standin_copy
+from tests.tasks.standins import bpe_tokenizer, llama, standin_copy
 from tests.tasks.test_offline_tasks import COMPRESS_LABELS, _bert
 
 SMALL = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
@@ -152,3 +152,39 @@ async def test_a_language_model_that_does_not_fit_its_config_names_the_tensor(
         "lm-eval could not evaluate the submission: its weights do not fit the architecture"
     )
     assert "lm_head.weight: [200, 16] in the weights, [300, 16] by config.json" in finished.error
+
+
+def test_a_tokenizer_that_does_not_belong_to_the_model_is_said_so(tmp_path: Path) -> None:
+    """Another model's tokenizer saved beside the model: torch's 'The expanded size of the
+    tensor (81) must match the existing size (48)' read as 'evaluator failed'."""
+    task = load_task(BUILTIN_TASKS_DIR / "compress-budget")
+    model = _bert(tmp_path / "alien-tokenizer", COMPRESS_LABELS, **SMALL)
+    for old in model.glob("tokenizer*"):
+        old.unlink()
+    bpe_tokenizer(model)  # 300 tokens; the model has 168 embeddings
+    error = _no_score(_evaluate(task, model, tmp_path / "eval"))
+    assert error.startswith("evaluation error: the submitted tokenizer gives token ids up to ")
+    assert (
+        "and the model has 168 embeddings: save the tokenizer the model was trained with" in error
+    )
+
+
+@pytest.mark.slow
+def test_a_model_cut_to_fewer_positions_than_its_tokenizer_gives_is_said_so(
+    tmp_path: Path,
+) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    task = load_task(BUILTIN_TASKS_DIR / "compress-budget")
+    model = _bert(tmp_path / "short", COMPRESS_LABELS, **SMALL)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps(config | {"max_position_embeddings": 4}))
+    weights = load_file(str(model / "model.safetensors"))
+    name = "bert.embeddings.position_embeddings.weight"
+    weights[name] = torch.clone(weights[name][:4])
+    save_file(weights, str(model / "model.safetensors"), metadata={"format": "pt"})
+    error = _no_score(_evaluate(task, model, tmp_path / "eval"))
+    assert "the submitted tokenizer gives held-out texts of up to " in error
+    assert "and the model takes at most 4 positions" in error
+    assert "set its model_max_length" in error

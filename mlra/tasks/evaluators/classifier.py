@@ -105,6 +105,8 @@ class ClassifierEvaluator(Evaluator):
             return _refused(f"the submitted model cannot be loaded: {why}")
         model.eval()
         names = {str(v): int(k) for k, v in model.config.id2label.items()}
+        embeddings = int(model.get_input_embeddings().num_embeddings)
+        positions = getattr(model.config, "max_position_embeddings", None)
 
         metrics: dict[str, float] = {}
         accuracies: list[float] = []
@@ -125,7 +127,15 @@ class ClassifierEvaluator(Evaluator):
                         truncation=True,
                         return_tensors="pt",
                     )
-                    logits = model(**enc).logits[:, ids]
+                    unfit = _tokenizer_misfit(enc["input_ids"], embeddings, positions)
+                    if unfit is not None:
+                        return _refused(unfit)
+                    try:
+                        logits = model(**enc).logits[:, ids]
+                    except Exception as exc:  # the model's fault, not the grader's
+                        return _refused(
+                            f"the submitted model fails on held-out texts: {_short(exc)}"
+                        )
                     # arg-max over NaN is the first label: a prediction of nothing.
                     non_finite += int((~torch.isfinite(logits).all(-1)).sum())
                     predicted = logits.argmax(-1).tolist()
@@ -143,6 +153,26 @@ class ClassifierEvaluator(Evaluator):
             accuracies.append(accuracy)
         metrics["parameters"] = float(sum(p.numel() for p in model.parameters()))
         return EvalOutcome(ok=True, score=sum(accuracies) / len(accuracies), metrics=metrics)
+
+
+def _tokenizer_misfit(input_ids: Any, embeddings: int, positions: int | None) -> str | None:
+    """Why the submitted tokenizer does not belong with the model, said before the model
+    runs: torch's own answer ("The expanded size of the tensor (81) must match...") read
+    as the grader's failure."""
+    highest = int(input_ids.max())
+    if highest >= embeddings:
+        return (
+            f"the submitted tokenizer gives token ids up to {highest}, and the model has "
+            f"{embeddings} embeddings: save the tokenizer the model was trained with"
+        )
+    width = int(input_ids.shape[1])
+    if isinstance(positions, int) and width > positions:
+        return (
+            f"the submitted tokenizer gives held-out texts of up to {width} tokens, and the model "
+            f"takes at most {positions} positions: save the tokenizer the model was trained "
+            "with, or set its model_max_length"
+        )
+    return None
 
 
 def _missing_label(name: str, rows: list[dict[str, Any]], names: set[str]) -> EvalOutcome | None:
