@@ -188,3 +188,16 @@ def test_a_model_cut_to_fewer_positions_than_its_tokenizer_gives_is_said_so(
     assert "the submitted tokenizer gives held-out texts of up to " in error
     assert "and the model takes at most 4 positions" in error
     assert "set its model_max_length" in error
+
+
+@pytest.mark.slow
+def test_a_language_model_with_another_models_tokenizer_is_said_so(tmp_path: Path) -> None:
+    """lm-eval's failure was 'IndexError: index out of range in self', naming nothing."""
+    task = load_task(BUILTIN_TASKS_DIR / "tiny-lm")
+    model = llama(tmp_path / "small-vocabulary", vocab_size=100)  # its tokenizer has 300
+    error = _no_score(_evaluate(task, model, tmp_path / "eval"))
+    assert error == (
+        "lm-eval could not evaluate the submission: the submitted tokenizer has 300 tokens, "
+        "and the model 100 embeddings (config.json's vocab_size), so a token id past them "
+        "failed: save the tokenizer the model was trained with"
+    )

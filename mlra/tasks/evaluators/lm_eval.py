@@ -76,7 +76,11 @@ from mlra.tasks.evaluators.lm_eval_scores import (
     primary_score,
     sample_counts,
 )
-from mlra.tasks.evaluators.weight_checks import load_failure, non_finite_weights
+from mlra.tasks.evaluators.weight_checks import (
+    load_failure,
+    non_finite_weights,
+    vocabulary_misfit,
+)
 
 
 class LmEvalEvaluator(Evaluator):
@@ -219,7 +223,9 @@ class LmEvalEvaluator(Evaluator):
             offline = offline_data_problem(exc)
             if offline:
                 return EvalOutcome(ok=False, error=offline)
-            why = load_failure(exc, artifact, transformers.AutoModelForCausalLM)
+            why = vocabulary_misfit(exc, len(tokenizer), artifact) or load_failure(
+                exc, artifact, transformers.AutoModelForCausalLM
+            )
             return EvalOutcome(ok=False, error=f"lm-eval could not evaluate the submission: {why}")
         if not results or "results" not in results:
             return EvalOutcome(ok=False, error="lm-eval returned no results")

@@ -1,5 +1,6 @@
 """What a submitted model's weights hold that leaves nothing to score, said in words: NaN or
-infinite values, and tensors whose shapes disagree with the model's own config.
+infinite values, tensors whose shapes disagree with the model's own config, a tokenizer
+with more tokens than the model has embeddings.
 
 A training run that diverged saves NaN weights, and such a model still gets a number
 from a scorer that takes an arg-max: NaN log-likelihoods tie, and a tie goes to the
@@ -16,6 +17,7 @@ output; the tensors at fault are named here instead, from the files' headers.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -98,3 +100,23 @@ def shape_mismatches(artifact: Path, auto_class: Any) -> list[str]:
         for t in found
         if t.name in expected and expected[t.name] != t.shape
     ]
+
+
+def vocabulary_misfit(exc: BaseException, tokens: int, artifact: Path) -> str | None:
+    """Why a model failed with torch's "index out of range in self" where its tokenizer
+    has more tokens than the model has embeddings (another model's tokenizer saved beside
+    it); None for any other failure. Said only on that failure: a tokenizer longer than
+    the embeddings works as long as its extra tokens never occur."""
+    if not isinstance(exc, IndexError):
+        return None
+    try:
+        vocab = json.loads((artifact / "config.json").read_text(encoding="utf-8"))["vocab_size"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(vocab, int) or tokens <= vocab:
+        return None
+    return (
+        f"the submitted tokenizer has {tokens} tokens, and the model {vocab} embeddings "
+        "(config.json's vocab_size), so a token id past them failed: save the tokenizer "
+        "the model was trained with"
+    )
