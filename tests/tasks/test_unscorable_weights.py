@@ -201,3 +201,20 @@ def test_a_language_model_with_another_models_tokenizer_is_said_so(tmp_path: Pat
         "and the model 100 embeddings (config.json's vocab_size), so a token id past them "
         "failed: save the tokenizer the model was trained with"
     )
+
+
+@pytest.mark.slow
+async def test_a_language_model_whose_likelihoods_overflow_gets_no_score(tmp_path: Path) -> None:
+    """Finite weights, infinite logits: the weights pass their check, the NaN comes while
+    lm-eval runs, and BLiMP's layout gave the model every pair (1.0)."""
+    task = _blimp_shaped(tmp_path / "task")
+    workspace = tmp_path / "workspace"
+    llama(workspace / "submission")
+    _rewrite(workspace / "submission", {"lm_head": 3e38})
+    _, finished = await grade(task, workspace, None, tmp_path / "eval")
+    assert not finished.ok and finished.score is None, finished
+    assert finished.error == (
+        "the model's log-likelihoods are NaN or infinite for 16 of the 16 requests lm-eval "
+        "made (dtype auto): it scores nothing there, where lm-eval's arg-max counts a tie of "
+        "NaN as the first choice"
+    )

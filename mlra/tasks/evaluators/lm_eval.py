@@ -80,6 +80,7 @@ from mlra.tasks.evaluators.weight_checks import (
     load_failure,
     non_finite_weights,
     vocabulary_misfit,
+    watch_likelihoods,
 )
 
 
@@ -207,18 +208,19 @@ class LmEvalEvaluator(Evaluator):
         quiet_git_probe()
         started = time.monotonic()
         try:
-            results = simple_evaluate(
-                model="hf",
-                model_args=model_args,
-                tasks=list(settings["tasks"]),
-                task_manager=manager,
-                num_fewshot=_optional_int(settings.get("num_fewshot")),
-                limit=settings.get("limit"),
-                batch_size=int(settings.get("batch_size", 16)),
-                device=device,
-                log_samples=False,
-                bootstrap_iters=0,
-            )
+            with watch_likelihoods() as likelihoods:
+                results = simple_evaluate(
+                    model="hf",
+                    model_args=model_args,
+                    tasks=list(settings["tasks"]),
+                    task_manager=manager,
+                    num_fewshot=_optional_int(settings.get("num_fewshot")),
+                    limit=settings.get("limit"),
+                    batch_size=int(settings.get("batch_size", 16)),
+                    device=device,
+                    log_samples=False,
+                    bootstrap_iters=0,
+                )
         except Exception as exc:
             offline = offline_data_problem(exc)
             if offline:
@@ -229,6 +231,8 @@ class LmEvalEvaluator(Evaluator):
             return EvalOutcome(ok=False, error=f"lm-eval could not evaluate the submission: {why}")
         if not results or "results" not in results:
             return EvalOutcome(ok=False, error="lm-eval returned no results")
+        if likelihoods.non_finite:
+            return EvalOutcome(ok=False, error=likelihoods.problem(model_args["dtype"]))
         task_results = results["results"]
         say("lm-eval has finished; computing the score from its results")
 

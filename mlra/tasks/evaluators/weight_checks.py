@@ -1,6 +1,7 @@
 """What a submitted model's weights hold that leaves nothing to score, said in words: NaN or
-infinite values, tensors whose shapes disagree with the model's own config, a tokenizer
-with more tokens than the model has embeddings.
+infinite values (in the files, or in the log-likelihoods the model computes from finite
+ones), tensors whose shapes disagree with the model's own config, a tokenizer with more
+tokens than the model has embeddings.
 
 A training run that diverged saves NaN weights, and such a model still gets a number
 from a scorer that takes an arg-max: NaN log-likelihoods tie, and a tie goes to the
@@ -17,7 +18,11 @@ output; the tensors at fault are named here instead, from the files' headers.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +31,8 @@ from mlra.tasks.constraints import NOT_WEIGHTS, read_safetensors_header
 MISMATCH_MARK = "ignore_mismatched_sizes"
 """In transformers' message for a checkpoint whose shapes differ from the model's."""
 NAMED_AT_MOST = 3
+LIKELIHOODS_METHOD = "_loglikelihood_tokens"
+"""lm-eval's HFLM method every loglikelihood and rolling request goes through."""
 
 
 def non_finite_weights(artifact: Path) -> str | None:
@@ -120,3 +127,44 @@ def vocabulary_misfit(exc: BaseException, tokens: int, artifact: Path) -> str | 
         "(config.json's vocab_size), so a token id past them failed: save the tokenizer "
         "the model was trained with"
     )
+
+
+@dataclass
+class LikelihoodWatch:
+    """The log-likelihoods lm-eval's model computed in this process, and how many were not
+    finite: finite weights can still overflow (float16 activations past 65504), and the
+    arg-max over NaN ties scores them as the weights' NaN did."""
+
+    requests: int = 0
+    non_finite: int = 0
+
+    def problem(self, dtype: str) -> str:
+        return (
+            f"the model's log-likelihoods are NaN or infinite for {self.non_finite} of the "
+            f"{self.requests} requests lm-eval made (dtype {dtype}): it scores nothing there, "
+            "where lm-eval's arg-max counts a tie of NaN as the first choice"
+        )
+
+
+@contextlib.contextmanager
+def watch_likelihoods() -> Iterator[LikelihoodWatch]:
+    """Count what lm-eval's Hugging Face model returns while the block runs: every
+    loglikelihood and rolling request goes through LIKELIHOODS_METHOD."""
+    from lm_eval.models.huggingface import HFLM
+
+    watch = LikelihoodWatch()
+    original = getattr(HFLM, LIKELIHOODS_METHOD)
+
+    def counted(self: Any, requests: Any, *args: Any, **kwargs: Any) -> Any:
+        results = original(self, requests, *args, **kwargs)
+        for likelihood, _greedy in results:
+            watch.requests += 1
+            if not math.isfinite(float(likelihood)):
+                watch.non_finite += 1
+        return results
+
+    setattr(HFLM, LIKELIHOODS_METHOD, counted)
+    try:
+        yield watch
+    finally:
+        setattr(HFLM, LIKELIHOODS_METHOD, original)
