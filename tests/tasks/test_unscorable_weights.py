@@ -218,3 +218,24 @@ async def test_a_language_model_whose_likelihoods_overflow_gets_no_score(tmp_pat
         "made (dtype auto): it scores nothing there, where lm-eval's arg-max counts a tie of "
         "NaN as the first choice"
     )
+
+
+def test_validating_the_format_tells_the_agent_of_nan_weights_before_the_grade(
+    tmp_path: Path,
+) -> None:
+    """What `validate` runs for a task without validation data (the benchmark tasks):
+    the format and the rules, and now finite weights, so a diverged run hears it while
+    it can still train again."""
+    from mlra.tasks.evaluators.classifier import ClassifierEvaluator
+    from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator
+
+    language = llama(tmp_path / "lm")
+    _rewrite(language, {"": float("nan")})
+    lm_task = load_task(standin_copy("babylm", tmp_path / "tasks"))
+    said = LmEvalEvaluator(lm_task).check_format(language)
+    assert not said.ok and said.error and "weights hold NaN or infinite values" in said.error
+    classifier = _bert(tmp_path / "classifier", COMPRESS_LABELS, **SMALL)
+    _rewrite(classifier, {"classifier": float("nan")})
+    task = load_task(BUILTIN_TASKS_DIR / "compress-budget")
+    said = ClassifierEvaluator(task).check_format(classifier)
+    assert not said.ok and said.error and "(2 of " in said.error

@@ -28,8 +28,8 @@ BATCH = 256
 
 class ClassifierEvaluator(Evaluator):
     def check_format(self, artifact: Path) -> EvalOutcome:
-        """A model folder with a config naming its labels, and weights in safetensors
-        (the classifier tasks' rules check the rest)."""
+        """A model folder with a config naming its labels, and finite weights in
+        safetensors (the classifier tasks' rules check the rest)."""
         if not artifact.is_dir():
             return _refused(
                 f"the submission must be a model folder; {artifact.name} is not a folder"
@@ -46,7 +46,8 @@ class ClassifierEvaluator(Evaluator):
             return _refused("config.json names no labels (config.id2label)")
         if not list(artifact.glob("*.safetensors")):
             return _refused(f"{artifact.name} holds no safetensors weights")
-        return EvalOutcome(ok=True)
+        non_finite = non_finite_weights(artifact)
+        return _refused(non_finite) if non_finite else EvalOutcome(ok=True)
 
     def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
         tests = self.task.evaluator.settings.get("tests")

@@ -86,11 +86,12 @@ from mlra.tasks.evaluators.weight_checks import (
 
 class LmEvalEvaluator(Evaluator):
     def check_format(self, artifact: Path) -> EvalOutcome:
-        """A causal-LM folder transformers can load, weights as the task requires."""
+        """A causal-LM folder transformers can load, weights as the task requires, every
+        weight finite (a diverged run's NaN model is told now, not at the final grade)."""
         settings = self.task.evaluator.settings
         problem = check_artifact(
             artifact, safetensors_only=bool(settings.get("safetensors_only", True))
-        )
+        ) or non_finite_weights(artifact)
         return EvalOutcome(ok=problem is None, error=problem)
 
     def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
