@@ -77,7 +77,7 @@ class ArchitectureFingerprint(BaseModel):
     hidden_size: int | None = None
     num_hidden_layers: int | None = None
     vocab_size: int | None = None
-    max_parameters: int | None = None
+    max_parameters: int | None = Field(default=None, gt=0)
     """A limit for this family alone: where a rule names a size class ("up to 8B"),
     a family whose allowed model counts more by its embedding (Gemma-7B: 8.54B) gets
     that model's size, so the list of allowed models and the size rule agree."""
@@ -88,14 +88,15 @@ class Constraints(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_parameters: int | None = None
-    max_load_memory_gb: float | None = None
+    # Limits of 0 or less would refuse every model (or, at 0, silently none): refused.
+    max_parameters: int | None = Field(default=None, gt=0)
+    max_load_memory_gb: float | None = Field(default=None, gt=0)
     """Memory the weights take once loaded, at the dtypes they are stored in."""
     forbid_quantized: bool = False
     require_safetensors: bool = False
     allowed_base_models: list[ArchitectureFingerprint] = Field(default_factory=list)
     """The submission's config must match one of these architectures."""
-    min_layers_kept: int | None = None
+    min_layers_kept: int | None = Field(default=None, gt=0)
     refused_models: list[RefusedModel] = Field(default_factory=list)
     """Checkpoints refused though their architecture is allowed (RefusedModel)."""
     instruction_tuned_names: str | None = None
@@ -119,6 +120,18 @@ class Constraints(BaseModel):
     says "FP16 or FP32" refuses BF16 and F64 as well as quantized weights."""
     forbid_training_files: bool = False
     """No training allowed: refuse what training leaves in the folder (tasks/training_traces.py)."""
+
+    @field_validator("allowed_dtypes")
+    @classmethod
+    def _dtypes(cls, value: list[str]) -> list[str]:
+        # A name safetensors never writes ("FP16") would refuse every submission.
+        unknown = [d for d in value if d not in DTYPE_BYTES]
+        if unknown:
+            raise ValueError(
+                f"{', '.join(map(repr, unknown))} is not a safetensors dtype "
+                f"(one of {', '.join(DTYPE_BYTES)})"
+            )
+        return value
 
     def active(self) -> bool:
         return any(

@@ -11,17 +11,28 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Field,
-    field_validator,
     model_validator,
 )
 
 from mlra.durations import parse_duration
 from mlra.tasks.evaluators.kinds import evaluator_kind
 from mlra.tools.submission import DEFAULT_MAX_SUBMISSION_GB
+
+
+def _checked_duration(value: str) -> str:
+    parse_duration(value)
+    return value
+
+
+Duration = Annotated[str, AfterValidator(_checked_duration)]
+"""A time as task files write it ("90s", "20m", "1h30m"), checked when the file loads: a
+time-out nobody can read was found only when it was used, as a traceback after the run's
+work (the evaluator's at grading, a recipe step's when it ran)."""
 
 
 class StrictModel(BaseModel):
@@ -67,7 +78,7 @@ class Metric(StrictModel):
     top: float | None = None
     """The top reference score: normalized score 1."""
     success_rule: SuccessRule = "gap_fraction"
-    success_fraction: float = 0.05
+    success_fraction: float = Field(default=0.05, ge=0)
     """gap_fraction: a run succeeds when it closes at least this fraction of the
     baseline-to-top gap."""
     success_improvement: float = Field(default=0.10, ge=0)
@@ -96,6 +107,14 @@ class Metric(StrictModel):
     grading, not a result."""
 
     @model_validator(mode="after")
+    def _ordered_range(self) -> Metric:
+        # Reversed, every score would fall outside and every grading read "no score".
+        if self.score_range is not None and self.score_range[0] > self.score_range[1]:
+            low, high = self.score_range
+            raise ValueError(f"score_range [{low:g}, {high:g}] must list the lowest score first")
+        return self
+
+    @model_validator(mode="after")
     def _stated_direction(self) -> Metric:
         # A direction written down is a direction known: a task.toml imported with
         # `direction_known = false` needs only `higher_is_better` set to be judged.
@@ -109,7 +128,7 @@ class Evaluator(StrictModel):
     """Which evaluator grades the task: a line of tasks/evaluators/kinds.py."""
     artifact: str = "submission"
     """Default artifact, relative to the workspace, when `submit` names none."""
-    timeout: str = "30m"
+    timeout: Duration = "30m"
     max_submission_gb: float = Field(default=DEFAULT_MAX_SUBMISSION_GB, gt=0)
     """The largest artifact frozen for grading (files' apparent sizes); a bigger one is
     refused rather than copied, so a submission cannot fill the host's disk."""
@@ -122,10 +141,10 @@ class Evaluator(StrictModel):
 
 
 class Resources(StrictModel):
-    time_limit: str = "24h"
-    gpus: int = 0
-    gpu_memory_gb: float = 0
-    cpus: float | None = None
+    time_limit: Duration = "24h"
+    gpus: int = Field(default=0, ge=0)
+    gpu_memory_gb: float = Field(default=0, ge=0)
+    cpus: float | None = Field(default=None, gt=0)
     memory_gb: float | None = Field(default=None, ge=0)
     """The memory the sandbox's commands may use together (capped at what the machine can
     give: tools/sandbox/default_limits.py); unset or 0: the machine's default."""
@@ -134,12 +153,6 @@ class Resources(StrictModel):
     network: bool = False
     data: str = ""
 
-    @field_validator("time_limit")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        parse_duration(value)
-        return value
-
 
 class BaselineStep(StrictModel):
     title: str
@@ -147,7 +160,7 @@ class BaselineStep(StrictModel):
     """A shell command; `{seed}` in it becomes the run's seed (`--seed`, a batch's seed
     number; 0 for a run given none), so a batch of baseline seeds measures the recipe's
     spread rather than one number repeated."""
-    timeout: str = "1h"
+    timeout: Duration = "1h"
 
 
 class Baseline(StrictModel):
@@ -186,7 +199,7 @@ class ValidationSettings(StrictModel):
     validation data, and `validate` checks the artifact's format and the rules only."""
     max_calls: int = Field(default=20, ge=0)
     """Validations one run may make."""
-    min_interval: str = "1m"
+    min_interval: Duration = "1m"
     """Run-clock time between the starts of two validations."""
     grade_best_at_deadline: bool = False
     """Opt-in: a run that reaches its deadline with nothing submitted is graded on its best
@@ -195,12 +208,6 @@ class ValidationSettings(StrictModel):
     """The baseline recipe's score on the validation split (the test score is in [metric])."""
     top: float | None = None
     """The top reference's score on the validation split, where measured."""
-
-    @field_validator("min_interval")
-    @classmethod
-    def _duration(cls, value: str) -> str:
-        parse_duration(value)
-        return value
 
     @property
     def min_interval_s(self) -> float:

@@ -439,6 +439,26 @@ def test_an_eval_py_that_cannot_grade_is_said_before_and_after_a_run(
     assert "Traceback" not in finished.error
 
 
+def test_a_get_score_that_returns_no_number_is_said_as_what_it_returned(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Said as eval.py's answer, not as a traceback of the driver's `float(...)` line."""
+    source = mlagentbench_task(tmp_path)
+    (source / "scripts" / "eval.py").write_text("def get_score(folder):\n    return 'fast'\n")
+    runs = tmp_path / "runs"
+    argv = ["run", str(source), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
+    mlra_main(argv)
+    (run_dir,) = runs.iterdir()
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["score"] is None
+    assert result["evaluation_error"] == (
+        "evaluation script failed (exit 1): get_score returned 'fast', not a number"
+    )
+    assert "no score (evaluation script failed (exit 1): get_score returned 'fast'" in (
+        capsys.readouterr().out
+    )
+
+
 def test_tasks_import_writes_a_folder_that_reloads(
     tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from mlra.tasks.spec import TaskError, builtin_task_dirs, find_task, load_task
+from tests.conftest import mlra_cli
 
 
 def _copy_task(answer_task: Path, tmp_path: Path) -> Path:
@@ -59,6 +60,50 @@ def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
             "field files.hidden: '../../x' is outside the task folder",
         ),
         ('title = "Write the answer"', 'title = "unterminated', "not valid TOML"),
+        # Time-outs and resources are checked when the file loads, not when first used:
+        # an evaluator's time-out nobody could read was a traceback after the run's work.
+        (
+            'timeout = "1m"\nsettings',
+            'timeout = "1 minute"\nsettings',
+            "field evaluator.timeout: Value error, '1 minute' is not a duration",
+        ),
+        (
+            '> answer.txt"\ntimeout = "1m"',
+            '> answer.txt"\ntimeout = "later"',
+            "field baseline.steps.0.timeout: Value error, 'later' is not a duration",
+        ),
+        (
+            "network = false",
+            "network = false\ngpus = -1",
+            "field resources.gpus: Input should be greater than or equal to 0",
+        ),
+        (
+            "network = false",
+            "network = false\ncpus = 0",
+            "field resources.cpus: Input should be greater than 0",
+        ),
+        # Values that judged every run alike: a success below the baseline, a range no
+        # score falls in, a limit or a dtype no model can meet.
+        (
+            "top = 1.0",
+            "top = 1.0\nsuccess_fraction = -1",
+            "field metric.success_fraction: Input should be greater than or equal to 0",
+        ),
+        (
+            "top = 1.0",
+            "top = 1.0\nscore_range = [1, 0]",
+            "field metric: Value error, score_range [1, 0] must list the lowest score first",
+        ),
+        (
+            "[baseline]",
+            "[constraints]\nmax_parameters = -5\n\n[baseline]",
+            "field constraints.max_parameters: Input should be greater than 0",
+        ),
+        (
+            "[baseline]",
+            '[constraints]\nallowed_dtypes = ["FP16"]\n\n[baseline]',
+            "field constraints.allowed_dtypes: Value error, 'FP16' is not a safetensors dtype",
+        ),
     ],
 )
 def test_a_bad_task_file_is_refused_naming_file_and_field(
@@ -72,6 +117,31 @@ def test_a_bad_task_file_is_refused_naming_file_and_field(
     assert str(folder / "task.toml") in text
     assert message in text
     assert "\n" not in text
+
+
+def test_mlra_run_refuses_an_unreadable_evaluator_timeout_before_the_run(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    folder = _copy_task(answer_task, tmp_path)
+    _edit(folder, 'timeout = "1m"\nsettings', 'timeout = "5x"\nsettings')
+    done = mlra_cli(
+        [
+            "run",
+            str(folder),
+            "--model",
+            "baseline",
+            "--no-tui",
+            "--runs-dir",
+            str(tmp_path / "runs"),
+        ],
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"mlra: {folder / 'task.toml'}: field evaluator.timeout: Value error, '5x' is not a "
+        "duration (use forms like 90s, 20m, 1h30m, 24h)"
+    ]
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
 def test_unknown_task_names_the_known_ones() -> None:

@@ -21,14 +21,15 @@ from pathlib import Path
 from typing import Any
 
 from mlra.tasks.evaluators.base import EvalOutcome, Evaluator
+from mlra.tasks.evaluators.weight_checks import load_failure, non_finite_weights
 
 BATCH = 256
 
 
 class ClassifierEvaluator(Evaluator):
     def check_format(self, artifact: Path) -> EvalOutcome:
-        """A model folder with a config naming its labels, and weights in safetensors
-        (the classifier tasks' rules check the rest)."""
+        """A model folder with a config naming its labels, and finite weights in
+        safetensors (the classifier tasks' rules check the rest)."""
         if not artifact.is_dir():
             return _refused(
                 f"the submission must be a model folder; {artifact.name} is not a folder"
@@ -45,7 +46,8 @@ class ClassifierEvaluator(Evaluator):
             return _refused("config.json names no labels (config.id2label)")
         if not list(artifact.glob("*.safetensors")):
             return _refused(f"{artifact.name} holds no safetensors weights")
-        return EvalOutcome(ok=True)
+        non_finite = non_finite_weights(artifact)
+        return _refused(non_finite) if non_finite else EvalOutcome(ok=True)
 
     def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
         tests = self.task.evaluator.settings.get("tests")
@@ -67,14 +69,22 @@ class ClassifierEvaluator(Evaluator):
             test_rows[name] = [json.loads(line) for line in text.splitlines() if line.strip()]
         try:
             declared = json.loads((artifact / "config.json").read_text(encoding="utf-8"))
-            declared_names = {str(v) for v in dict(declared.get("id2label") or {}).values()}
-        except (OSError, ValueError, TypeError, AttributeError):
-            declared_names = None  # the model's loader says what is wrong with it
+        except ValueError as exc:
+            # Said here: the tokenizer, loaded first, would be blamed for it.
+            return _refused(f"config.json is not valid JSON: {exc}")
+        except OSError:
+            declared = None
+        id2label = (declared.get("id2label") or {}) if isinstance(declared, dict) else None
+        # Anything but a table: the model's loader says what is wrong with it.
+        declared_names = {str(v) for v in id2label.values()} if isinstance(id2label, dict) else None
         if declared_names is not None:
             for name, rows in test_rows.items():
                 refusal = _missing_label(name, rows, declared_names)
                 if refusal is not None:
                     return refusal
+        non_finite = non_finite_weights(artifact)
+        if non_finite:
+            return _refused(non_finite)
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         import torch
         import transformers
@@ -92,9 +102,12 @@ class ClassifierEvaluator(Evaluator):
                 str(artifact), trust_remote_code=False, use_safetensors=True, local_files_only=True
             )
         except Exception as exc:
-            return _refused(f"the submitted model cannot be loaded: {_short(exc)}")
+            why = load_failure(exc, artifact, transformers.AutoModelForSequenceClassification)
+            return _refused(f"the submitted model cannot be loaded: {why}")
         model.eval()
         names = {str(v): int(k) for k, v in model.config.id2label.items()}
+        embeddings = int(model.get_input_embeddings().num_embeddings)
+        positions = getattr(model.config, "max_position_embeddings", None)
 
         metrics: dict[str, float] = {}
         accuracies: list[float] = []
@@ -105,6 +118,7 @@ class ClassifierEvaluator(Evaluator):
             labels = sorted({r["label"] for r in rows})
             ids = torch.tensor([names[label] for label in labels])
             correct = 0
+            non_finite = 0
             with torch.no_grad():
                 for i in range(0, len(rows), BATCH):
                     batch = rows[i : i + BATCH]
@@ -114,16 +128,52 @@ class ClassifierEvaluator(Evaluator):
                         truncation=True,
                         return_tensors="pt",
                     )
-                    predicted = model(**enc).logits[:, ids].argmax(-1).tolist()
+                    unfit = _tokenizer_misfit(enc["input_ids"], embeddings, positions)
+                    if unfit is not None:
+                        return _refused(unfit)
+                    try:
+                        logits = model(**enc).logits[:, ids]
+                    except Exception as exc:  # the model's fault, not the grader's
+                        return _refused(
+                            f"the submitted model fails on held-out texts: {_short(exc)}"
+                        )
+                    # arg-max over NaN is the first label: a prediction of nothing.
+                    non_finite += int((~torch.isfinite(logits).all(-1)).sum())
+                    predicted = logits.argmax(-1).tolist()
                     correct += sum(
                         labels[p] == r["label"] for p, r in zip(predicted, batch, strict=True)
                     )
+            if non_finite:
+                return _refused(
+                    f"the model's outputs are NaN or infinite for {non_finite} of the "
+                    f"{len(rows)} held-out texts ({name}): it predicts nothing there to score"
+                )
             accuracy = correct / len(rows)
             metrics[f"{name}/accuracy"] = accuracy
             metrics[f"{name}/examples"] = float(len(rows))
             accuracies.append(accuracy)
         metrics["parameters"] = float(sum(p.numel() for p in model.parameters()))
         return EvalOutcome(ok=True, score=sum(accuracies) / len(accuracies), metrics=metrics)
+
+
+def _tokenizer_misfit(input_ids: Any, embeddings: int, positions: int | None) -> str | None:
+    """Why the submitted tokenizer does not belong with the model, said before the model
+    runs: torch's own answer ("The expanded size of the tensor (81) must match...") read
+    as the grader's failure."""
+    highest = int(input_ids.max())
+    if highest >= embeddings:
+        return (
+            f"the submitted tokenizer gives token ids up to {highest}, and the model has "
+            f"{embeddings} embeddings: save the tokenizer the model was trained with"
+        )
+    width = int(input_ids.shape[1])
+    if isinstance(positions, int) and width > positions:
+        return (
+            f"the submitted tokenizer gives held-out texts of up to {width} tokens, and the model "
+            f"takes at most {positions} positions: save the tokenizer the model was trained "
+            "with, or set its model_max_length"
+        )
+    return None
 
 
 def _missing_label(name: str, rows: list[dict[str, Any]], names: set[str]) -> EvalOutcome | None:
@@ -133,7 +183,7 @@ def _missing_label(name: str, rows: list[dict[str, Any]], names: set[str]) -> Ev
         return None
     return _refused(
         f"config.id2label has no label {missing[0]!r} (it has {sorted(names)}); "
-        f"the {name} labels are {labels}"
+        f"the held-out texts ({name}) are labelled {labels}"
     )
 
 

@@ -76,15 +76,22 @@ from mlra.tasks.evaluators.lm_eval_scores import (
     primary_score,
     sample_counts,
 )
+from mlra.tasks.evaluators.weight_checks import (
+    load_failure,
+    non_finite_weights,
+    vocabulary_misfit,
+    watch_likelihoods,
+)
 
 
 class LmEvalEvaluator(Evaluator):
     def check_format(self, artifact: Path) -> EvalOutcome:
-        """A causal-LM folder transformers can load, weights as the task requires."""
+        """A causal-LM folder transformers can load, weights as the task requires, every
+        weight finite (a diverged run's NaN model is told now, not at the final grade)."""
         settings = self.task.evaluator.settings
         problem = check_artifact(
             artifact, safetensors_only=bool(settings.get("safetensors_only", True))
-        )
+        ) or non_finite_weights(artifact)
         return EvalOutcome(ok=problem is None, error=problem)
 
     def evaluate(self, artifact: Path, *, work_dir: Path) -> EvalOutcome:
@@ -142,6 +149,10 @@ class LmEvalEvaluator(Evaluator):
             if violation:
                 return EvalOutcome(ok=False, violations=[*violations, violation])
 
+        say("checking the submitted weights for NaN and infinite values")
+        non_finite = non_finite_weights(artifact)
+        if non_finite:
+            return EvalOutcome(ok=False, error=non_finite)
         device = str(settings.get("device", "auto"))
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
@@ -198,27 +209,31 @@ class LmEvalEvaluator(Evaluator):
         quiet_git_probe()
         started = time.monotonic()
         try:
-            results = simple_evaluate(
-                model="hf",
-                model_args=model_args,
-                tasks=list(settings["tasks"]),
-                task_manager=manager,
-                num_fewshot=_optional_int(settings.get("num_fewshot")),
-                limit=settings.get("limit"),
-                batch_size=int(settings.get("batch_size", 16)),
-                device=device,
-                log_samples=False,
-                bootstrap_iters=0,
-            )
+            with watch_likelihoods() as likelihoods:
+                results = simple_evaluate(
+                    model="hf",
+                    model_args=model_args,
+                    tasks=list(settings["tasks"]),
+                    task_manager=manager,
+                    num_fewshot=_optional_int(settings.get("num_fewshot")),
+                    limit=settings.get("limit"),
+                    batch_size=int(settings.get("batch_size", 16)),
+                    device=device,
+                    log_samples=False,
+                    bootstrap_iters=0,
+                )
         except Exception as exc:
             offline = offline_data_problem(exc)
             if offline:
                 return EvalOutcome(ok=False, error=offline)
-            return EvalOutcome(
-                ok=False, error=f"lm-eval could not evaluate the submission: {brief(exc)}"
+            why = vocabulary_misfit(exc, len(tokenizer), artifact) or load_failure(
+                exc, artifact, transformers.AutoModelForCausalLM
             )
+            return EvalOutcome(ok=False, error=f"lm-eval could not evaluate the submission: {why}")
         if not results or "results" not in results:
             return EvalOutcome(ok=False, error="lm-eval returned no results")
+        if likelihoods.non_finite:
+            return EvalOutcome(ok=False, error=likelihoods.problem(model_args["dtype"]))
         task_results = results["results"]
         say("lm-eval has finished; computing the score from its results")
 

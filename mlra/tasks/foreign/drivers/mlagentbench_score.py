@@ -62,13 +62,24 @@ def main(argv: list[str]) -> int:
     if get_score is None:
         print("task error: eval.py has no get_score", file=sys.stderr)
         return 2
-    score = float(get_score(str(args.artifact.resolve())))
+    value = get_score(str(args.artifact.resolve()))
+    try:
+        score = float(value)
+    except (TypeError, ValueError):
+        # Said as what eval.py gave back, not as a traceback of this line.
+        print(f"get_score returned {_shown(value)}, not a number", file=sys.stderr)
+        return 1
     if not math.isfinite(score):
         print(f"get_score returned {score}", file=sys.stderr)
         return 1
     print(f"get_score: {score}")
     args.out.write_text(json.dumps({"score": score}))
     return 0
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
 
 
 if __name__ == "__main__":
