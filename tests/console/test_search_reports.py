@@ -384,3 +384,38 @@ def test_json_lines_carry_the_attempt_events_as_logged(tmp_path: Path) -> None:
         "buggy",
         "no output",
     )
+
+
+def test_the_headless_wait_shows_the_leading_attempt_however_many_were_tried() -> None:
+    """attempt_wait answers with the table, best first: the transcript showed its last
+    four lines, so from five attempts on the leader (and what ended) were cut off."""
+    from mlra.agent.record.attempt_tree import AttemptTree
+
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    tree = AttemptTree()
+    scores = [0.9, 0.1, 0.2, 0.3, 0.4, 0.5]
+    for i, score in enumerate(scores, 1):
+        events: list[ev.Event] = [
+            ev.AttemptStarted(attempt=f"a{i}", operator="draft", folder=f"attempts/a{i}"),
+            ev.ToolCall(call_id=f"w{i}", agent="baseline", tool="attempt_wait", arguments={}),
+            ev.AttemptFinished(
+                attempt=f"a{i}", status="validated", score=score, metric="acc", summary=f"idea {i}"
+            ),
+        ]
+        for event in events:
+            tree.apply(event)
+            display.on_event(event)
+        display.on_event(
+            ev.ToolResult(
+                call_id=f"w{i}",
+                tool="attempt_wait",
+                agent="baseline",
+                ok=True,
+                output=f"Ended: a{i}.\n" + tree.render(0.0),
+            )
+        )
+    last_wait = out.getvalue().split("attempt a6 validated")[1].splitlines()
+    assert last_wait[2] == "    │ Ended: a6."
+    assert last_wait[4].startswith("    │ - a1 (best) [0.9] draft"), last_wait
+    assert last_wait[-1] == "    │ … 3 more"

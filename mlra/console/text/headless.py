@@ -89,6 +89,11 @@ HELD_BY = {
     "system": "paused: the model provider keeps failing; mlra ctl {run} resume retries",
 }
 """The pauses the run makes itself, by their `control` source (a user's is `user pause`)."""
+HEAD_FIRST_TOOLS = frozenset({"attempt_wait", "attempts"})
+"""Tools whose answer is the search's table, best first: its head is shown (what ended,
+the best attempts), not its tail, which with more attempts than rows shown left the
+leading attempt out."""
+HEAD_LINES = 5
 
 
 class _Printer:
@@ -412,7 +417,13 @@ class TranscriptDisplay(_Printer):
             lines = [ln for ln in event.output.rstrip().splitlines() if ln.strip()]
             if lines and lines[-1].startswith(("[exit code", "[timed out")):
                 lines.pop()  # the status line repeats what the ✓/✗ line says
-            shown = lines[-4:] if event.ok else lines[-8:]
+            if event.ok and event.tool in HEAD_FIRST_TOOLS:
+                # What ended, then the table's head: best first, so the leader is shown.
+                shown = lines[:HEAD_LINES]
+                if len(lines) > HEAD_LINES:
+                    shown.append(f"… {len(lines) - HEAD_LINES} more")
+            else:
+                shown = lines[-4:] if event.ok else lines[-8:]
             for line in shown:
                 self._out(f"    │ {one_line(line, 200)}", "dim")
 

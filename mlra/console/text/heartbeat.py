@@ -87,7 +87,13 @@ class Heartbeat:
                 each = ", ".join(
                     self._attempt_words(n.id, n.started.folder, n.elapsed_s(now)) for n in running
                 )
-                lines.append(f"… {words}" + (f" · running: {each}" if each else ""))
+                best = state.attempts.best
+                lead = (
+                    f" · best {printable_line(best.id)} {state.attempts.score_text(best)}"
+                    if best is not None
+                    else ""
+                )
+                lines.append(f"… {words}{lead}" + (f" · running: {each}" if each else ""))
                 continue
             what = one_line(describe_call(call.tool, call.arguments, call.raw_arguments), 80)
             line = f"… {what} still running, {format_duration(took)}"
