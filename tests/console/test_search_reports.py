@@ -419,3 +419,20 @@ def test_the_headless_wait_shows_the_leading_attempt_however_many_were_tried() -
     assert last_wait[2] == "    │ Ended: a6."
     assert last_wait[4].startswith("    │ - a1 (best) [0.9] draft"), last_wait
     assert last_wait[-1] == "    │ … 3 more"
+
+
+def test_a_resumed_or_forked_searchs_score_line_gives_the_validation_earned_before(
+    tmp_path: Path,
+) -> None:
+    """A resumed (or forked) run's transcript shows only its new events: the graded
+    attempt had validated before, so its score line said "(attempt a2)" alone while the
+    last line gave its validation and gap."""
+    run_dir = search_run(tmp_path, "r")
+    events = read_events(run_dir / EVENTS_FILE)
+    cut = next(i for i, e in enumerate(events) if isinstance(e, ev.Submission))
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    display.attempts_in(run_dir, events[:cut])
+    for event in events[cut:]:
+        display.on_event(event)
+    assert "(attempt a2; validation 0.7812, gap -0.0122)" in out.getvalue()

@@ -194,8 +194,12 @@ class TranscriptDisplay(_Printer):
         """The run's folder: its attempts' logs are read for their model calls and notices
         (shown prefixed with the attempt's id), and by heartbeats for their progress;
         `resumed`: the past of a resumed run, whose running attempts are followed on."""
+        past = list(resumed)
         self._attempts.run_dir = run_dir
-        self._attempts.resumed(resumed)
+        self._attempts.resumed(past)
+        for event in past:  # an attempt that ended before: its score is the score line's
+            if isinstance(event, ev.AttemptFinished):
+                self._attempt_scores[event.attempt] = event.score
         if self._heartbeat is not None:
             self._heartbeat.run_dir = run_dir
 
