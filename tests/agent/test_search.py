@@ -503,6 +503,36 @@ async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(
     assert (finished.status, finished.why) == ("stopped", "stopped by the supervisor")
 
 
+async def test_a_wait_with_nothing_to_wait_for_says_so_at_once(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A wait for any attempt while none runs (a fork whose running ones were lost) was
+    answered at once with "Nothing ended within 300 s", a wait it had not made; a wait
+    for an attempt that has ended says it ended."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_wait", timeout=600)),
+            turn("", call("attempt_start", instructions="Sleep")),
+            turn("", call("attempt_stop", attempt="a1")),
+            turn("", call("attempt_wait", attempt="a1", timeout=600)),
+        ],
+        "worker": [turn("", call("bash", command="sleep 300", timeout=600))],
+    }
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1
+    )
+    waits = [
+        r
+        for r in _events(controller.run_dir)
+        if isinstance(r, ev.ToolResult) and r.tool == "attempt_wait"
+    ]
+    assert [(r.ok, r.output.splitlines()[0]) for r in waits] == [
+        (True, "No attempt is running: there was nothing to wait for."),
+        (True, "Ended: a1."),
+    ]
+    assert all(r.duration_s < 60 for r in waits)
+
+
 def test_a_batch_runs_each_run_as_a_search(tmp_path: Path, answer_task: Path) -> None:
     """`mlra batch --search greedy --attempts 3`: each run of the batch is an ordinary
     `mlra run` with the same flags, and its result says what the search did."""

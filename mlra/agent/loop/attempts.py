@@ -90,6 +90,9 @@ class AttemptManager:
         """The tree as the supervisor reads it (agent/record/attempt_tree.py)."""
         return self.tree.render(self.run.clock.elapsed())
 
+    def running(self) -> list[str]:
+        return [n.id for n in self.tree.running]
+
     def left(self) -> int:
         return max(0, self.run.config.attempts - len(self.tree))
 
@@ -250,14 +253,16 @@ class AttemptManager:
 
     async def wait(self, attempt: str | None, timeout_s: float) -> list[str]:
         """Wait until `attempt` (None: any running one) has ended or `timeout_s` passed;
-        the ids of those that ended meanwhile."""
+        the ids of those that ended meanwhile (a named one that had ended already: it)."""
         self.adopt()
         tree = self.tree
         if attempt is not None:
             node = tree.get(attempt)
             if node is None:
                 raise AttemptRefused(f"no attempt {attempt!r}")
-            watched = [attempt] if node.finished is None else []
+            if node.finished is not None:
+                return [attempt]  # it has ended: waiting for it is over at once
+            watched = [attempt]
         else:
             watched = [n.id for n in tree.running]
         if not watched:
