@@ -696,8 +696,8 @@ async def test_p_promotes_the_selected_attempt_and_ends_the_run_grading_it(tmp_p
         (control,) = run.controls_of("promote")
         assert control.target == "a4"
         assert run.ending == Ending(
-            reason="stopped",
-            by="stop",
+            reason="submitted",
+            by="user",
             attempt="a4",
             note="attempt a4 promoted by the user",
             message="attempt a4 promoted by the user",

@@ -17,6 +17,9 @@ from mlra import events as ev
 from mlra.durations import format_duration
 from mlra.terminal_text import printable, printable_line
 
+SUBMITTED_BY = frozenset({"agent", "user"})
+"""A `submission`'s `by` that handed something in; any other grades what there was."""
+
 
 def time_warning_line(event: ev.TimeWarning) -> str:
     left, limit = format_duration(event.left_s), format_duration(event.limit_s)
@@ -298,7 +301,7 @@ def graded_attempt_words(
         return ""
     attempt = printable_line(submission.attempt)
     words = f"attempt {attempt}"
-    if submission.by != "agent":  # a deadline, a budget, a stop: nothing was submitted
+    if submission.by not in SUBMITTED_BY:  # a deadline, a budget, a stop: nothing was submitted
         words += ", the best validated: nothing was submitted"
     if validation is not None:
         words += f"; validation {validation:.4g}"

@@ -20,6 +20,7 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import encode_event
 from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.event_lines import (
+    SUBMITTED_BY,
     attempt_finished_line,
     attempt_news,
     attempt_ok,
@@ -90,9 +91,7 @@ HELD_BY = {
 }
 """The pauses the run makes itself, by their `control` source (a user's is `user pause`)."""
 HEAD_FIRST_TOOLS = frozenset({"attempt_wait", "attempts"})
-"""Tools whose answer is the search's table, best first: its head is shown (what ended,
-the best attempts), not its tail, which with more attempts than rows shown left the
-leading attempt out."""
+"""Answered with the search's table, best first: its head (what ended, the best) is shown."""
 HEAD_LINES = 5
 
 
@@ -375,8 +374,10 @@ class TranscriptDisplay(_Printer):
                 what = event.path or "(default artifact)"
                 if event.attempt is not None:
                     what = f"attempt {event.attempt}'s {what}"
-                # Only the agent submits; a deadline or budget grades what is there.
-                done = f"submitted {what}" if event.by == "agent" else f"{event.by}: grading {what}"
+                # The agent or the user submits; a deadline or budget grades what is there.
+                done = f"{event.by}: grading {what}"
+                if event.by in SUBMITTED_BY:
+                    done = f"submitted {what}" + (" (by the user)" if event.by == "user" else "")
                 self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
             case ev.EvaluationStarted():
                 self._regrading = event.regrade_by is not None

@@ -1,0 +1,83 @@
+"""A person's promotion of a search's attempt (the console's `p`, attach's, the
+controller's `promote_attempt`) is a submission: the run ends `submitted`, its
+`submission` says the user handed it in, and no display calls the attempt "the best
+validated, graded because nothing was submitted". A real baseline search on the small
+`answer` task, real grading."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.headless_run import search_words
+from mlra.console.text.headless import TranscriptDisplay
+from mlra.console.text.run_rows import graded_unsubmitted, search_cell
+from mlra.tasks.spec import load_task
+from tests.agent.test_search import _variant_task
+
+
+async def test_a_promoted_attempt_is_submitted_by_the_user(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """a1 (42) validates at once; a2 sleeps until the person promotes a1, which ends the
+    run and grades a1's kept copy."""
+    task_dir = _variant_task(answer_task, tmp_path)
+    toml = (task_dir / "task.toml").read_text()
+    toml = toml.replace('vars = { n = "41" }', 'vars = { n = "41", s = "0" }')
+    toml = toml.replace(
+        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
+        'variants = [{ n = "42" }, { s = "300" }]',
+    )
+    toml = toml.replace('"echo {n}', '"sleep {s}; echo {n}')
+    (task_dir / "task.toml").write_text(toml)
+    task = load_task(task_dir)
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=2,
+    )
+    controller = RunController(cfg, task, None)
+
+    a2_started = asyncio.Event()  # one at a time: a1 has ended, validated, by then
+    controller.subscribe(
+        lambda e: (
+            a2_started.set() if isinstance(e, ev.AttemptStarted) and e.attempt == "a2" else None
+        )
+    )
+
+    async def promote_once_a1_validated() -> None:
+        await a2_started.wait()
+        assert controller.promote_attempt("a1")
+
+    side = asyncio.ensure_future(asyncio.wait_for(promote_once_a1_validated(), 120))
+    result = await controller.run(agent_for)
+    await side
+    events = read_events(controller.run_dir / "events.jsonl")
+    submission = next(e for e in events if isinstance(e, ev.Submission))
+    assert (submission.by, submission.attempt) == ("user", "a1")
+    assert result.reason == "submitted" and result.score == 1.0
+    assert result.message == "attempt a1 promoted by the user"
+    assert result.attempts is not None and result.attempts.submitted == "a1"
+    assert not graded_unsubmitted(result.reason, result.attempts.submitted)
+    attempts = result.attempts.model_dump()
+    assert "sub a1" in search_cell(attempts, graded_unsubmitted(result.reason, "a1"))
+    assert "nothing was submitted" not in search_words(result)
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    for event in events:
+        display.on_event(event)
+    text = out.getvalue()
+    assert (
+        "submitted attempt a1's answer.txt (by the user) — attempt a1 promoted by the user" in text
+    )
+    assert "nothing was submitted" not in text
+    assert "(attempt a1; validation 0.5, gap +0.5)" in text
