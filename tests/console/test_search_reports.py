@@ -368,6 +368,17 @@ def test_a_submit_of_an_attempt_reads_as_one() -> None:
     assert describe_call("submit", {}) == "submit (default artifact)"
 
 
+def test_an_attempt_start_without_an_operator_reads_as_the_operator_it_gets() -> None:
+    """The tool takes a left-out operator as "chosen": the call read "attempt_start draft"
+    and the attempt it started "chosen"."""
+    assert describe_call("attempt_start", {"instructions": "try it"}) == (
+        "attempt_start chosen: try it"
+    )
+    assert describe_call("attempt_start", {"instructions": "x", "operator": "debug"}) == (
+        "attempt_start debug: x"
+    )
+
+
 def test_json_lines_carry_the_attempt_events_as_logged(tmp_path: Path) -> None:
     out = io.StringIO()
     display = JsonDisplay(out)
