@@ -99,6 +99,12 @@ async def test_the_baseline_searches_the_recipes_variants_greedily(
     assert [s.variant for s in started] == [{}, {"n": "40"}, {"n": "42"}]
     assert [finished[a].score for a in ("a1", "a2", "a3")] == [0.0, 0.0, 0.5]
     assert all(finished[a].status == "validated" for a in finished)
+    # What each tried, the plain recipe too (its summary was empty: "attempt a1" alone in
+    # the Experiments pane, a blank "what" in the diff beside "recipe with n=40").
+    assert [finished[a].summary for a in ("a1", "a2")] == [
+        "the recipe as it is",
+        "recipe with n=40",
+    ]
     submission = next(e for e in events if isinstance(e, ev.Submission))
     assert submission.attempt == "a3" and submission.frozen == finished["a3"].kept
     assert result.score == 1.0 and result.reason == "submitted"

@@ -355,8 +355,9 @@ def finished_event(
         (e.report for e in reversed(events) if isinstance(e, ev.SubtaskFinished) and e.report),
         "",
     )
-    if not summary and started.variant:
-        summary = "recipe with " + " ".join(f"{k}={v}" for k, v in started.variant.items())
+    if not summary and started.operator == "variant":  # the plain recipe is a variant too
+        words = " ".join(f"{k}={v}" for k, v in started.variant.items())
+        summary = f"recipe with {words}" if words else "the recipe as it is"
     finished = state.finished
     if not stopped and finished is not None and finished.reason == "stopped":
         stopped = finished.message or "stopped"
