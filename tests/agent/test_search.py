@@ -118,6 +118,29 @@ async def test_the_baseline_searches_the_recipes_variants_greedily(
         assert any(isinstance(e, ev.Validation) for e in own)
 
 
+async def test_more_attempts_than_the_time_holds_each_get_the_least_an_attempt_needs(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """--attempts 40 in the task's 5 minutes: a share of 7.5 s each was refused ("less
+    than the 30 s one needs") with the whole run's time left, so the search ran nothing
+    and ended "none of the 0 attempts"; each now gets 30 s while the run has them."""
+    task = load_task(_variant_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=40,
+    )
+    controller = RunController(cfg, task, None)
+    result = await controller.run(agent_for)
+    started = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptStarted)]
+    assert len(started) == 4  # every variant the recipe declares
+    assert started[0].time_limit_s == 30.0
+    assert result.reason == "submitted" and result.score == 1.0
+
+
 def _search_script(worker_turns: list[list[dict[str, object]]]) -> dict[str, object]:
     supervisor = [
         turn("Plan.", plan("Draft three answers", "Improve the best", "Submit")),

@@ -109,7 +109,9 @@ class AttemptManager:
         remaining = self.run.clock.remaining()
         unfinished = self.left() + len(self.tree.running)
         waves = max(1, math.ceil(unfinished / self.run.config.attempts_parallel))
-        return max(0.0, remaining / waves)
+        # Never less than an attempt needs while the run has that left: more attempts than
+        # the time can hold (--attempts 100 in 10 minutes, 6 s each) ran none at all.
+        return max(0.0, min(remaining, max(remaining / waves, MIN_ATTEMPT_S)))
 
     # --- starting -------------------------------------------------------------------------
 
@@ -153,11 +155,16 @@ class AttemptManager:
             if not (self.folder / parent / "workspace").is_dir():
                 raise AttemptRefused(f"attempt {parent}'s workspace is gone")
         share = self.time_share()
+        if time_limit_s and time_limit_s < MIN_ATTEMPT_S:
+            raise AttemptRefused(
+                f"time_limit {time_limit_s:.0f} s is less than the {MIN_ATTEMPT_S:.0f} s an "
+                "attempt needs"
+            )
         limit = min(share, time_limit_s) if time_limit_s else share
         if limit < MIN_ATTEMPT_S:
             raise AttemptRefused(
-                f"{limit:.0f} s are left for an attempt, less than the {MIN_ATTEMPT_S:.0f} s "
-                "one needs; submit the best one"
+                f"{limit:.0f} s of the run's time are left, less than the {MIN_ATTEMPT_S:.0f} s "
+                "an attempt needs; submit the best one"
             )
         budget_share = self.budget_share()
         attempt = f"a{len(tree) + 1}"
