@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -139,6 +140,30 @@ async def test_more_attempts_than_the_time_holds_each_get_the_least_an_attempt_n
     assert len(started) == 4  # every variant the recipe declares
     assert started[0].time_limit_s == 30.0
     assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_search_that_could_start_no_attempt_says_why(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """20 s for the whole run, less than an attempt needs: it ended "none of the 0
+    attempts ended with a validated artifact", as if attempts had run and failed."""
+    task = load_task(_variant_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=3,
+        time_limit_s=20,
+    )
+    result = await RunController(cfg, task, None).run(agent_for)
+    assert result.reason == "no_submission"
+    assert re.fullmatch(
+        r"no attempt could start \(attempt_start: \d+ s of the run's time are left, less than "
+        r"the 30 s an attempt needs\), so nothing was submitted",
+        result.message,
+    ), result.message
 
 
 def _search_script(worker_turns: list[list[dict[str, object]]]) -> dict[str, object]:
