@@ -1,8 +1,8 @@
-"""A person's promotion of a search's attempt (the console's `p`, attach's, the
-controller's `promote_attempt`) is a submission: the run ends `submitted`, its
+"""A person steering a search: a promotion of an attempt (the console's `p`, attach's,
+the controller's `promote_attempt`) is a submission: the run ends `submitted`, its
 `submission` says the user handed it in, and no display calls the attempt "the best
-validated, graded because nothing was submitted". A real baseline search on the small
-`answer` task, real grading."""
+validated, graded because nothing was submitted"; a message is for an attempt's worker,
+the search's run having none. Real searches on the small `answer` task, real grading."""
 
 from __future__ import annotations
 
@@ -81,3 +81,52 @@ async def test_a_promoted_attempt_is_submitted_by_the_user(
     )
     assert "nothing was submitted" not in text
     assert "(attempt a1; validation 0.5, gap +0.5)" in text
+
+
+async def test_a_message_for_the_worker_of_a_search_is_refused_saying_where_to_send_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A search's run has no worker of its own (its attempts have theirs): `i` (Msg
+    worker) and `mlra ctl RUN inject` queued the message for a worker that never ran, so
+    nobody read it; they are refused and say to message an attempt. The supervisor's
+    messages still go through."""
+    from mlra.agent.control.control_ops import Refused, act
+    from mlra.control_socket import CtlRequest
+    from tests.agent.test_search import _scripted_search
+    from tests.scripts import call, turn
+
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Sleep")),
+            turn("", call("attempt_wait", attempt="a1", timeout=600)),
+        ],
+        "worker": [turn("", call("bash", command="sleep 300", timeout=600))],
+    }
+    said: list[str] = []
+
+    async def message_while_a1_runs(controller: RunController) -> None:
+        started = asyncio.Event()
+        controller.subscribe(lambda e: started.set() if isinstance(e, ev.AttemptStarted) else None)
+        await started.wait()
+        try:
+            act(controller, CtlRequest(op="inject", target="worker", text="try 42"))
+        except Refused as exc:
+            said.append(str(exc))
+        said.append(act(controller, CtlRequest(op="inject", target="supervisor", text="hi")))
+        assert controller.stop_attempt("a1")
+
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs",
+        answer_task,
+        script,
+        during=message_while_a1_runs,
+        search="llm",
+        attempts=1,
+    )
+    assert said == [
+        "refused: a search's workers are its attempts': m in the Attempts pane tells one",
+        "message for the supervisor queued (it reads it at its next step)",
+    ]
+    events = read_events(controller.run_dir / "events.jsonl")
+    injected = [e for e in events if isinstance(e, ev.Control) and e.action == "inject"]
+    assert [e.target for e in injected] == ["supervisor"]
