@@ -130,3 +130,67 @@ async def test_a_message_for_the_worker_of_a_search_is_refused_saying_where_to_s
     events = read_events(controller.run_dir / "events.jsonl")
     injected = [e for e in events if isinstance(e, ev.Control) and e.action == "inject"]
     assert [e.target for e in injected] == ["supervisor"]
+
+
+async def test_an_attempt_a_step_starts_is_paused_with_the_run(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Paused and stepped as a1 ends: the step's one action starts a2, and the run pauses
+    again right after it. That pause reached only the attempts whose runs were made
+    already, and a2's is made in a thread, so a2 trained on while the run stood still."""
+    task_dir = _variant_task(answer_task, tmp_path)
+    toml = (task_dir / "task.toml").read_text()
+    toml = toml.replace('vars = { n = "41" }', 'vars = { n = "41", s = "300" }')
+    toml = toml.replace(
+        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
+        'variants = [{ s = "0" }, { n = "42" }]',
+    )
+    toml = toml.replace('"echo {n}', '"sleep {s}; echo {n}')
+    (task_dir / "task.toml").write_text(toml)
+    task = load_task(task_dir)
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=2,
+    )
+    controller = RunController(cfg, task, None)
+    repaused = asyncio.Event()
+
+    def pause_and_step() -> None:
+        controller.pause()
+        controller.step()  # the wait for a1 is over; a2's attempt_start is the action
+
+    def watch(event: ev.Event) -> None:
+        if isinstance(event, ev.AttemptFinished) and event.attempt == "a1":
+            asyncio.get_running_loop().call_soon(pause_and_step)  # before the wait returns
+        if isinstance(event, ev.Control) and event.action == "pause" and event.source == "step":
+            repaused.set()
+
+    controller.subscribe(watch)
+    a2_paused = False
+
+    async def look() -> None:
+        nonlocal a2_paused
+        try:
+            await repaused.wait()
+            for _ in range(200):  # its run is made in a thread, then starts
+                child = controller.attempts.children.get("a2")
+                if child is not None and child.controls.paused:
+                    a2_paused = True
+                    break
+                await asyncio.sleep(0.05)
+        finally:
+            controller.stop_attempt("a2")
+            controller.resume()
+
+    side = asyncio.ensure_future(asyncio.wait_for(look(), 120))
+    result = await controller.run(agent_for)
+    await side
+    events = read_events(controller.run_dir / "events.jsonl")
+    started = [e.attempt for e in events if isinstance(e, ev.AttemptStarted)]
+    assert started == ["a1", "a2"]
+    assert a2_paused
+    assert result.attempts is not None and result.attempts.tried == 2
