@@ -203,6 +203,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"load before: {uptime()} ({os.cpu_count()} cores)")
     print(f"time limit {args.time_limit} per run; baseline agent; runs one after another")
+    if args.keep is not None:  # a folder to keep them in, made if it is not there yet
+        args.keep.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="mlra-bench-search-", dir=args.keep))
     greedy = f"greedy --attempts {args.attempts}"
     search = ["--search", "greedy", "--attempts", str(args.attempts)]

@@ -18,7 +18,9 @@ class Submission(_Event):
     type: Literal["submission"] = "submission"
     path: str | None = None
     note: str = ""
-    by: Literal["agent", "deadline", "budget", "stop", "error"] = "agent"
+    by: Literal["agent", "user", "deadline", "budget", "stop", "error"] = "agent"
+    """Who ended the run: the agent submitted, the user submitted (promoted a search's
+    attempt), or a limit, a stop or an error graded what there was."""
     frozen: str | None = None
     """The copy that is graded, relative to the run folder (`submission/<name>`);
     None when the artifact could not be frozen (missing, a link out of it)."""

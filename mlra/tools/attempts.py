@@ -36,6 +36,10 @@ class Attempts(Protocol):
 
     async def wait(self, attempt: str | None, timeout_s: float) -> list[str]: ...
 
+    def running(self) -> list[str]:
+        """The attempts running now."""
+        ...
+
     async def stop(self, attempt: str, reason: str = ...) -> None: ...
 
     def table(self) -> str:
@@ -150,11 +154,17 @@ class AttemptWait(Tool[AttemptWaitArgs]):
 
     async def run(self, args: AttemptWaitArgs, ctx: ToolContext) -> ToolOutcome:
         timeout = max(0.0, min(args.timeout, MAX_WAIT_S, ctx.remaining_s()))
+        idle = args.attempt is None and not self.attempts.running()
         try:
             ended = await self.attempts.wait(args.attempt, timeout)
         except Exception as exc:
             raise _refused(exc) from None
-        head = f"Ended: {', '.join(ended)}." if ended else f"Nothing ended within {timeout:.0f} s."
+        if ended:
+            head = f"Ended: {', '.join(ended)}."
+        elif idle:  # answered at once: it did not wait the timeout it would have said
+            head = "No attempt is running: there was nothing to wait for."
+        else:
+            head = f"Nothing ended within {timeout:.0f} s."
         return ToolOutcome(
             output=head + "\n" + (self.attempts.table() or "No attempts yet."),
             data={"ended": ended},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
@@ -99,6 +100,12 @@ async def test_the_baseline_searches_the_recipes_variants_greedily(
     assert [s.variant for s in started] == [{}, {"n": "40"}, {"n": "42"}]
     assert [finished[a].score for a in ("a1", "a2", "a3")] == [0.0, 0.0, 0.5]
     assert all(finished[a].status == "validated" for a in finished)
+    # What each tried, the plain recipe too (its summary was empty: "attempt a1" alone in
+    # the Experiments pane, a blank "what" in the diff beside "recipe with n=40").
+    assert [finished[a].summary for a in ("a1", "a2")] == [
+        "the recipe as it is",
+        "recipe with n=40",
+    ]
     submission = next(e for e in events if isinstance(e, ev.Submission))
     assert submission.attempt == "a3" and submission.frozen == finished["a3"].kept
     assert result.score == 1.0 and result.reason == "submitted"
@@ -110,6 +117,53 @@ async def test_the_baseline_searches_the_recipes_variants_greedily(
         own = _events(controller.run_dir / "attempts" / attempt)
         assert not any(isinstance(e, ev.EvaluationFinished) for e in own)
         assert any(isinstance(e, ev.Validation) for e in own)
+
+
+async def test_more_attempts_than_the_time_holds_each_get_the_least_an_attempt_needs(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """--attempts 40 in the task's 5 minutes: a share of 7.5 s each was refused ("less
+    than the 30 s one needs") with the whole run's time left, so the search ran nothing
+    and ended "none of the 0 attempts"; each now gets 30 s while the run has them."""
+    task = load_task(_variant_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=40,
+    )
+    controller = RunController(cfg, task, None)
+    result = await controller.run(agent_for)
+    started = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptStarted)]
+    assert len(started) == 4  # every variant the recipe declares
+    assert started[0].time_limit_s == 30.0
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_search_that_could_start_no_attempt_says_why(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """20 s for the whole run, less than an attempt needs: it ended "none of the 0
+    attempts ended with a validated artifact", as if attempts had run and failed."""
+    task = load_task(_variant_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=3,
+        time_limit_s=20,
+    )
+    result = await RunController(cfg, task, None).run(agent_for)
+    assert result.reason == "no_submission"
+    assert re.fullmatch(
+        r"no attempt could start \(attempt_start: \d+ s of the run's time are left, less than "
+        r"the 30 s an attempt needs\), so nothing was submitted",
+        result.message,
+    ), result.message
 
 
 def _search_script(worker_turns: list[list[dict[str, object]]]) -> dict[str, object]:
@@ -501,6 +555,36 @@ async def test_attempt_tools_refuse_what_cannot_be_done_with_one_line(
     assert said[5][:2] == ("submit", False) and "no validated artifact" in said[5][2]
     finished = next(e for e in events if isinstance(e, ev.AttemptFinished))
     assert (finished.status, finished.why) == ("stopped", "stopped by the supervisor")
+
+
+async def test_a_wait_with_nothing_to_wait_for_says_so_at_once(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A wait for any attempt while none runs (a fork whose running ones were lost) was
+    answered at once with "Nothing ended within 300 s", a wait it had not made; a wait
+    for an attempt that has ended says it ended."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_wait", timeout=600)),
+            turn("", call("attempt_start", instructions="Sleep")),
+            turn("", call("attempt_stop", attempt="a1")),
+            turn("", call("attempt_wait", attempt="a1", timeout=600)),
+        ],
+        "worker": [turn("", call("bash", command="sleep 300", timeout=600))],
+    }
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1
+    )
+    waits = [
+        r
+        for r in _events(controller.run_dir)
+        if isinstance(r, ev.ToolResult) and r.tool == "attempt_wait"
+    ]
+    assert [(r.ok, r.output.splitlines()[0]) for r in waits] == [
+        (True, "No attempt is running: there was nothing to wait for."),
+        (True, "Ended: a1."),
+    ]
+    assert all(r.duration_s < 60 for r in waits)
 
 
 def test_a_batch_runs_each_run_as_a_search(tmp_path: Path, answer_task: Path) -> None:

@@ -496,6 +496,35 @@ async def test_enter_opens_the_attempts_transcript_and_files(tmp_path: Path) -> 
         await until(pilot, lambda: not isinstance(app.screen, AttemptScreen), "closed")
 
 
+async def test_tab_moves_from_the_attempts_transcript_to_its_files(tmp_path: Path) -> None:
+    """The dialog says "Tab moves to the files": each call of the transcript takes the
+    focus too, so Tab went through the attempt's calls first, one a press."""
+    from mlra.console.panes.transcript_entries import ToolEntry
+
+    app = recorded_app(search_run(tmp_path))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        await select(pilot, "a4")
+        await pilot.press("enter")
+        await until(pilot, lambda: isinstance(app.screen, AttemptScreen), "the attempt opened")
+        screen = app.screen
+        await until(pilot, lambda: screen.query(ToolEntry), "its calls shown")
+        files = screen.query_one("#attempt-file-list", OptionList)
+        await pilot.press("tab")
+        await until(pilot, lambda: app.focused is files, "the files focused")
+        await pilot.press("down")
+        preview = screen.query_one("#attempt-preview", Static)
+        await until(
+            pilot, lambda: "select a file" not in plain(preview.content), "the first file previewed"
+        )
+        await pilot.press("shift+tab")
+        transcript = screen.query_one("#attempt-transcript", TranscriptPane)
+        await until(pilot, lambda: app.focused is transcript, "back to the transcript")
+        screen.query(ToolEntry).first().focus()  # a call of the transcript has the focus
+        await pilot.press("tab")
+        await until(pilot, lambda: app.focused is files, "from a call to the files")
+
+
 async def test_D_diffs_two_attempts_files_beside_their_scores(tmp_path: Path) -> None:
     app = recorded_app(search_run(tmp_path))
     async with app.run_test(size=(160, 48)) as pilot:
@@ -696,8 +725,8 @@ async def test_p_promotes_the_selected_attempt_and_ends_the_run_grading_it(tmp_p
         (control,) = run.controls_of("promote")
         assert control.target == "a4"
         assert run.ending == Ending(
-            reason="stopped",
-            by="stop",
+            reason="submitted",
+            by="user",
             attempt="a4",
             note="attempt a4 promoted by the user",
             message="attempt a4 promoted by the user",

@@ -250,3 +250,35 @@ def test_a_bar_after_the_training_steps_does_not_stand_for_its_progress() -> Non
     events += [_sample(s) for s in range(62, 100)]
     beats = [line for line in _lines(events) if "still running" in line]
     assert "1/1" not in beats[-1] and "step 366/600 loss 3.48" in beats[-1], beats
+
+
+def test_waiting_for_attempts_says_which_attempt_leads() -> None:
+    """A headless reader of a long wait is told the best attempt so far, as the console's
+    status line tells it."""
+    events: list[ev.Event] = [
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0),
+        ev.AttemptFinished(attempt="a1", status="validated", score=0.7802, metric="acc", t=2.0),
+        ev.AttemptStarted(attempt="a2", operator="draft", folder="attempts/a2", t=2.0),
+        ev.ToolCall(
+            call_id="w1", agent="worker", tool="attempt_wait", arguments={"timeout": 3600.0}, t=2.0
+        ),
+    ]
+    events += [_sample(s) for s in range(3, 40)]
+    beats = [line for line in _lines(events) if "…" in line]
+    assert (
+        beats[0] == "[32s] … waiting for a2 (30s of up to 60m) · best a1 0.7802 · running: a2 30s"
+    )
+
+
+def test_attempts_running_while_the_supervisor_thinks_get_a_heartbeat() -> None:
+    """An LLM supervisor starts an attempt and asks its model what next: the attempt ran
+    for minutes with nothing printed, since only a wait for it had a heartbeat."""
+    events: list[ev.Event] = [
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0),
+        ev.AttemptFinished(attempt="a1", status="validated", score=0.5, metric="acc", t=2.0),
+        ev.AttemptStarted(attempt="a2", operator="draft", folder="attempts/a2", t=2.0),
+        ev.StepStarted(agent="supervisor", step=3, turn=3, t=2.0),
+    ]
+    events += [_sample(s) for s in range(3, 40)]
+    beats = [line for line in _lines(events) if "…" in line]
+    assert beats[0] == "[32s] … attempts running: a2 30s · best a1 0.5"

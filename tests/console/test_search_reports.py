@@ -368,6 +368,17 @@ def test_a_submit_of_an_attempt_reads_as_one() -> None:
     assert describe_call("submit", {}) == "submit (default artifact)"
 
 
+def test_an_attempt_start_without_an_operator_reads_as_the_operator_it_gets() -> None:
+    """The tool takes a left-out operator as "chosen": the call read "attempt_start draft"
+    and the attempt it started "chosen"."""
+    assert describe_call("attempt_start", {"instructions": "try it"}) == (
+        "attempt_start chosen: try it"
+    )
+    assert describe_call("attempt_start", {"instructions": "x", "operator": "debug"}) == (
+        "attempt_start debug: x"
+    )
+
+
 def test_json_lines_carry_the_attempt_events_as_logged(tmp_path: Path) -> None:
     out = io.StringIO()
     display = JsonDisplay(out)
@@ -384,3 +395,55 @@ def test_json_lines_carry_the_attempt_events_as_logged(tmp_path: Path) -> None:
         "buggy",
         "no output",
     )
+
+
+def test_the_headless_wait_shows_the_leading_attempt_however_many_were_tried() -> None:
+    """attempt_wait answers with the table, best first: the transcript showed its last
+    four lines, so from five attempts on the leader (and what ended) were cut off."""
+    from mlra.agent.record.attempt_tree import AttemptTree
+
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    tree = AttemptTree()
+    scores = [0.9, 0.1, 0.2, 0.3, 0.4, 0.5]
+    for i, score in enumerate(scores, 1):
+        events: list[ev.Event] = [
+            ev.AttemptStarted(attempt=f"a{i}", operator="draft", folder=f"attempts/a{i}"),
+            ev.ToolCall(call_id=f"w{i}", agent="baseline", tool="attempt_wait", arguments={}),
+            ev.AttemptFinished(
+                attempt=f"a{i}", status="validated", score=score, metric="acc", summary=f"idea {i}"
+            ),
+        ]
+        for event in events:
+            tree.apply(event)
+            display.on_event(event)
+        display.on_event(
+            ev.ToolResult(
+                call_id=f"w{i}",
+                tool="attempt_wait",
+                agent="baseline",
+                ok=True,
+                output=f"Ended: a{i}.\n" + tree.render(0.0),
+            )
+        )
+    last_wait = out.getvalue().split("attempt a6 validated")[1].splitlines()
+    assert last_wait[2] == "    │ Ended: a6."
+    assert last_wait[4].startswith("    │ - a1 (best) [0.9] draft"), last_wait
+    assert last_wait[-1] == "    │ … 3 more"
+
+
+def test_a_resumed_or_forked_searchs_score_line_gives_the_validation_earned_before(
+    tmp_path: Path,
+) -> None:
+    """A resumed (or forked) run's transcript shows only its new events: the graded
+    attempt had validated before, so its score line said "(attempt a2)" alone while the
+    last line gave its validation and gap."""
+    run_dir = search_run(tmp_path, "r")
+    events = read_events(run_dir / EVENTS_FILE)
+    cut = next(i for i, e in enumerate(events) if isinstance(e, ev.Submission))
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    display.attempts_in(run_dir, events[:cut])
+    for event in events[cut:]:
+        display.on_event(event)
+    assert "(attempt a2; validation 0.7812, gap -0.0122)" in out.getvalue()

@@ -36,6 +36,11 @@ async def run_attempt(
     if skipped:
         parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
+    if parent.controls.paused and not child.config.start_paused:
+        # The run paused while the attempt's run was being made (a step's pause right
+        # after the attempt_start it let through): the pause did not reach it, since it
+        # was not a child yet, and it ran on while the run stood still.
+        child.config = child.config.model_copy(update={"start_paused": True})
     if parent.notifications is not None:  # its waits for the model server are told
         child.subscribe(parent.notifications.attempt_events(started.attempt))
     await child.run(attempt_agent)

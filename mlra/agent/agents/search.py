@@ -45,6 +45,8 @@ class GreedySearch:
         self.registry = ToolRegistry([*attempt_tools(manager), SubmitAttempt(manager)])
         self.drafts = draft_count(controller.config.attempts)
         self.variants = list(controller.task.baseline.variants)
+        self._refused = ""
+        """Why the latest attempt_start was refused: a search that started none says it."""
 
     @property
     def tree(self) -> AttemptTree:
@@ -71,6 +73,7 @@ class GreedySearch:
                     outcome = await self._call("attempt_start", step)
                     if outcome.ok:
                         continue
+                    self._refused = outcome.error or outcome.output
                     if not self.tree.running:
                         break  # refused with nothing running (no time left): submit
             if not self.tree.running:
@@ -149,13 +152,13 @@ class GreedySearch:
         best = self.tree.best
         if best is None:
             self._plan("no attempt validated", searched="failed")
-            raise EndRun(
-                unsubmitted(
-                    "no_submission",
-                    f"none of the {len(self.tree)} attempts ended with a validated artifact, "
-                    "so nothing was submitted",
-                )
+            why = (
+                f"none of the {len(self.tree)} attempts ended with a validated artifact"
+                if self.tree
+                # the refusal, less its advice to a supervisor ("; submit the best one")
+                else f"no attempt could start ({self._refused.split('; ')[0]})"
             )
+            raise EndRun(unsubmitted("no_submission", f"{why}, so nothing was submitted"))
         self._plan(f"submitting {best.id}", searched="done")
         outcome = await self._call(
             "submit",

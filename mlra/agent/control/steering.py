@@ -109,9 +109,11 @@ class Steering:
         except AttemptRefused:
             return False
         self._control("promote", target=attempt)
+        # A submission, the person's: the run ends "submitted", as the agent's would, so
+        # the score line, `mlra runs` and batch reports never call it "nothing submitted".
         self._stop_ending = Ending(
-            reason="stopped",
-            by="stop",
+            reason="submitted",
+            by="user",
             attempt=attempt,
             note=f"attempt {attempt} promoted by the user",
             message=f"attempt {attempt} promoted by the user",

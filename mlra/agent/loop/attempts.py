@@ -90,6 +90,9 @@ class AttemptManager:
         """The tree as the supervisor reads it (agent/record/attempt_tree.py)."""
         return self.tree.render(self.run.clock.elapsed())
 
+    def running(self) -> list[str]:
+        return [n.id for n in self.tree.running]
+
     def left(self) -> int:
         return max(0, self.run.config.attempts - len(self.tree))
 
@@ -106,7 +109,9 @@ class AttemptManager:
         remaining = self.run.clock.remaining()
         unfinished = self.left() + len(self.tree.running)
         waves = max(1, math.ceil(unfinished / self.run.config.attempts_parallel))
-        return max(0.0, remaining / waves)
+        # Never less than an attempt needs while the run has that left: more attempts than
+        # the time can hold (--attempts 100 in 10 minutes, 6 s each) ran none at all.
+        return max(0.0, min(remaining, max(remaining / waves, MIN_ATTEMPT_S)))
 
     # --- starting -------------------------------------------------------------------------
 
@@ -150,11 +155,16 @@ class AttemptManager:
             if not (self.folder / parent / "workspace").is_dir():
                 raise AttemptRefused(f"attempt {parent}'s workspace is gone")
         share = self.time_share()
+        if time_limit_s and time_limit_s < MIN_ATTEMPT_S:
+            raise AttemptRefused(
+                f"time_limit {time_limit_s:.0f} s is less than the {MIN_ATTEMPT_S:.0f} s an "
+                "attempt needs"
+            )
         limit = min(share, time_limit_s) if time_limit_s else share
         if limit < MIN_ATTEMPT_S:
             raise AttemptRefused(
-                f"{limit:.0f} s are left for an attempt, less than the {MIN_ATTEMPT_S:.0f} s "
-                "one needs; submit the best one"
+                f"{limit:.0f} s of the run's time are left, less than the {MIN_ATTEMPT_S:.0f} s "
+                "an attempt needs; submit the best one"
             )
         budget_share = self.budget_share()
         attempt = f"a{len(tree) + 1}"
@@ -250,14 +260,16 @@ class AttemptManager:
 
     async def wait(self, attempt: str | None, timeout_s: float) -> list[str]:
         """Wait until `attempt` (None: any running one) has ended or `timeout_s` passed;
-        the ids of those that ended meanwhile."""
+        the ids of those that ended meanwhile (a named one that had ended already: it)."""
         self.adopt()
         tree = self.tree
         if attempt is not None:
             node = tree.get(attempt)
             if node is None:
                 raise AttemptRefused(f"no attempt {attempt!r}")
-            watched = [attempt] if node.finished is None else []
+            if node.finished is not None:
+                return [attempt]  # it has ended: waiting for it is over at once
+            watched = [attempt]
         else:
             watched = [n.id for n in tree.running]
         if not watched:
@@ -350,8 +362,9 @@ def finished_event(
         (e.report for e in reversed(events) if isinstance(e, ev.SubtaskFinished) and e.report),
         "",
     )
-    if not summary and started.variant:
-        summary = "recipe with " + " ".join(f"{k}={v}" for k, v in started.variant.items())
+    if not summary and started.operator == "variant":  # the plain recipe is a variant too
+        words = " ".join(f"{k}={v}" for k, v in started.variant.items())
+        summary = f"recipe with {words}" if words else "the recipe as it is"
     finished = state.finished
     if not stopped and finished is not None and finished.reason == "stopped":
         stopped = finished.message or "stopped"

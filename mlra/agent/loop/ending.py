@@ -13,8 +13,9 @@ from mlra import events as ev
 from mlra.agent.record.state import RunState
 from mlra.agent.setup.config import RunConfig
 
-EndedBy = Literal["agent", "deadline", "budget", "stop", "error"]
-"""Who ended the run, as the `submission` event records it."""
+EndedBy = Literal["agent", "user", "deadline", "budget", "stop", "error"]
+"""Who ended the run, as the `submission` event records it ("user": a person submitted
+a search's attempt, the console's promote)."""
 
 MESSAGES: dict[ev.FinishReason, str] = {
     "submitted": "the agent submitted",

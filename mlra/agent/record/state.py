@@ -51,6 +51,7 @@ BASELINE_READS_NO_MESSAGES = "the baseline agent follows its recipe and reads no
 SUPERVISOR_GONE = (
     "the worker does the task alone and no supervisor reads messages: send it to the worker"
 )
+SEARCH_HAS_NO_WORKER = "a search's workers are its attempts': m in the Attempts pane tells one"
 
 
 @dataclass
@@ -99,6 +100,7 @@ class RunState:
     forked_from: str | None = None
     worker_alone: ev.WorkerAloneReason | None = None
     """Why the worker took the task whole (`worker_alone`); None: the supervisor led."""
+    searches: bool = False  # over attempts (`--search`): its workers are its attempts' own
     ungraded: str = ""
     """Why this machine could not grade the task, where the user ran it anyway (the
     recorded config's `ungraded`)."""
@@ -160,11 +162,14 @@ class RunState:
     def message_refusal(self, target: str) -> str | None:
         """Why a message to `target` would be read by nobody: the baseline agent follows
         its task's recipe and has no model to tell (its `edit` is refused alike); once the
-        worker works alone (`worker_alone`), the supervisor takes no more turns."""
+        worker works alone (`worker_alone`), the supervisor takes no more turns; a search
+        has no worker of its own."""
         if self.model == "baseline":
             return BASELINE_READS_NO_MESSAGES
         if target == "supervisor" and self.worker_alone is not None:
             return SUPERVISOR_GONE
+        if target == "worker" and self.searches:  # a message queued for no worker was lost
+            return SEARCH_HAS_NO_WORKER
         return None
 
     @property
@@ -209,6 +214,7 @@ class RunState:
                 self.started = True
                 self.started_ts = event.ts
                 self.ungraded = str(event.config.get("ungraded") or "")
+                self.searches = str(event.config.get("search") or "none") != "none"
                 self.context_window = event.context_window
             case ev.PlanUpdated():
                 self.plan = list(event.steps)

@@ -308,4 +308,24 @@ def cmd_fork(args: argparse.Namespace) -> int:
         )
         for gap in fork_event.not_recorded:  # mlra's own counts and reasons
             print(f"  not restored, as it was never recorded: {gap}", flush=True)
+        if lost := _lost_at_fork(forked.events, fork_event):
+            print(
+                f"  {'attempt' if len(lost) == 1 else 'attempts'} {', '.join(lost)} "
+                f"{'was' if len(lost) == 1 else 'were'} running at step {args.at}: lost in "
+                f"the fork (what {'it' if len(lost) == 1 else 'they'} did after belongs to "
+                f"{source.run_dir.name})",
+                flush=True,
+            )
     return _go(controller, forked.events, args, use_tui)
+
+
+def _lost_at_fork(events: list[ev.Event], fork_event: ev.RunForked) -> list[str]:
+    """The search's attempts the fork records lost: they were running at its step (their
+    `attempt_finished` come just before `run_forked`)."""
+    at = next(i for i, e in enumerate(events) if e is fork_event)
+    lost: list[str] = []
+    for event in reversed(events[:at]):
+        if not (isinstance(event, ev.AttemptFinished) and event.status == "lost"):
+            break
+        lost.insert(0, printable_line(event.attempt))
+    return lost

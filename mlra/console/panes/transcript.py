@@ -40,6 +40,7 @@ from mlra.console.panes.transcript_entries import (
     strip_status,
 )
 from mlra.console.text.event_lines import (
+    SUBMITTED_BY,
     attempt_finished_line,
     attempt_news,
     attempt_ok,
@@ -223,7 +224,7 @@ class TranscriptPane(VerticalScroll):
                     event,
                     (
                         f"submitted {what} ({event.by})"
-                        if event.by == "agent"  # a deadline or budget grades what is there
+                        if event.by in SUBMITTED_BY  # a deadline or budget grades what is there
                         else f"{event.by}: grading {what}"
                     )
                     + (f": {event.note}" if event.note else ""),

@@ -86,7 +86,14 @@ class AttemptScreen(ModalScreen[None]):
     """An attempt opened: its story, its own transcript (read from its log) and its
     workspace's files with a preview. A running attempt's are read again as it goes."""
 
-    BINDINGS = [Binding("escape,q", "close", "Close")]
+    BINDINGS = [
+        Binding("escape,q", "close", "Close"),
+        # Tab goes from area to area: the transcript's calls each take the focus (x opens
+        # one), so the screen's own Tab walked through every call before the files.
+        Binding("tab", "next_area(1)", "Next area", show=False),
+        Binding("shift+tab", "next_area(-1)", "Previous area", show=False),
+    ]
+    AREAS = ("#attempt-transcript", "#attempt-file-list", "#attempt-preview-scroll")
     DEFAULT_CSS = """
     #attempt-dialog {
         width: 96%;
@@ -238,6 +245,16 @@ class AttemptScreen(ModalScreen[None]):
             preview.update(
                 Syntax(body, lexer, line_numbers=True, word_wrap=False, theme="ansi_dark")
             )
+
+    def action_next_area(self, step: int) -> None:
+        areas = [self.query_one(selector) for selector in self.AREAS]
+        at = -1
+        for index, area in enumerate(areas):
+            if self.focused is not None and (
+                self.focused is area or area in self.focused.ancestors
+            ):
+                at = index
+        areas[(at + step) % len(areas)].focus()
 
     def action_close(self) -> None:
         if self._timer is not None:

@@ -16,6 +16,11 @@ from typing import Any
 from mlra import events as ev
 from mlra.durations import format_duration
 from mlra.terminal_text import printable, printable_line
+from mlra.tools.attempts import AttemptStartArgs
+
+START_DEFAULT_OPERATOR = str(AttemptStartArgs.model_fields["operator"].default)
+SUBMITTED_BY = frozenset({"agent", "user"})
+"""A `submission`'s `by` that handed something in; any other grades what there was."""
 
 
 def time_warning_line(event: ev.TimeWarning) -> str:
@@ -60,7 +65,8 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
         bound = limit_words(float(timeout)) if isinstance(timeout, int | float) else "?"
         return f"attempt_wait for {whom}, up to {bound}"
     if tool == "attempt_start":
-        op = printable_line(str(a.get("operator") or "draft"))
+        # Left out, it is what the tool takes it to be ("chosen"), never "draft".
+        op = printable_line(str(a.get("operator") or START_DEFAULT_OPERATOR))
         parent = f" from {printable_line(str(a['parent']))}" if a.get("parent") else ""
         what = one_line(str(a.get("instructions") or ""), 100)
         return f"attempt_start {op}{parent}" + (f": {what}" if what else "")
@@ -323,7 +329,7 @@ def graded_attempt_words(
         return ""
     attempt = printable_line(submission.attempt)
     words = f"attempt {attempt}"
-    if submission.by != "agent":  # a deadline, a budget, a stop: nothing was submitted
+    if submission.by not in SUBMITTED_BY:  # a deadline, a budget, a stop: nothing was submitted
         words += ", the best validated: nothing was submitted"
     if validation is not None:
         words += f"; validation {validation:.4g}"

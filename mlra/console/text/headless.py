@@ -20,6 +20,7 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import encode_event
 from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.event_lines import (
+    SUBMITTED_BY,
     attempt_finished_line,
     attempt_news,
     attempt_ok,
@@ -89,6 +90,9 @@ HELD_BY = {
     "system": "paused: the model provider keeps failing; mlra ctl {run} resume retries",
 }
 """The pauses the run makes itself, by their `control` source (a user's is `user pause`)."""
+HEAD_FIRST_TOOLS = frozenset({"attempt_wait", "attempts"})
+"""Answered with the search's table, best first: its head (what ended, the best) is shown."""
+HEAD_LINES = 5
 
 
 class _Printer:
@@ -189,8 +193,12 @@ class TranscriptDisplay(_Printer):
         """The run's folder: its attempts' logs are read for their model calls and notices
         (shown prefixed with the attempt's id), and by heartbeats for their progress;
         `resumed`: the past of a resumed run, whose running attempts are followed on."""
+        past = list(resumed)
         self._attempts.run_dir = run_dir
-        self._attempts.resumed(resumed)
+        self._attempts.resumed(past)
+        for event in past:  # an attempt that ended before: its score is the score line's
+            if isinstance(event, ev.AttemptFinished):
+                self._attempt_scores[event.attempt] = event.score
         if self._heartbeat is not None:
             self._heartbeat.run_dir = run_dir
 
@@ -369,8 +377,10 @@ class TranscriptDisplay(_Printer):
                 what = event.path or "(default artifact)"
                 if event.attempt is not None:
                     what = f"attempt {event.attempt}'s {what}"
-                # Only the agent submits; a deadline or budget grades what is there.
-                done = f"submitted {what}" if event.by == "agent" else f"{event.by}: grading {what}"
+                # The agent or the user submits; a deadline or budget grades what is there.
+                done = f"{event.by}: grading {what}"
+                if event.by in SUBMITTED_BY:
+                    done = f"submitted {what}" + (" (by the user)" if event.by == "user" else "")
                 self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
             case ev.EvaluationStarted():
                 self._regrading = event.regrade_by is not None
@@ -415,7 +425,13 @@ class TranscriptDisplay(_Printer):
             lines = [ln for ln in event.output.rstrip().splitlines() if ln.strip()]
             if lines and lines[-1].startswith(("[exit code", "[timed out")):
                 lines.pop()  # the status line repeats what the ✓/✗ line says
-            shown = lines[-4:] if event.ok else lines[-8:]
+            if event.ok and event.tool in HEAD_FIRST_TOOLS:
+                # What ended, then the table's head: best first, so the leader is shown.
+                shown = lines[:HEAD_LINES]
+                if len(lines) > HEAD_LINES:
+                    shown.append(f"… {len(lines) - HEAD_LINES} more")
+            else:
+                shown = lines[-4:] if event.ok else lines[-8:]
             for line in shown:
                 self._out(f"    │ {one_line(line, 200)}", "dim")
 

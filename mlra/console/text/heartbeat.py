@@ -75,19 +75,19 @@ class Heartbeat:
         state = self.state
         lines: list[str] = []
         waiting = state.pending_approval.call_id if state.pending_approval else None
+        waited = False
         for call in sorted(state.running.values(), key=lambda c: c.seq):
             if call.tool in QUIET_TOOLS or call.call_id == waiting:
                 continue
             took = max(0.0, now - call.t)
             if call.tool == "attempt_wait":
-                running = state.attempts.running
+                waited = True
+                running = [n.id for n in state.attempts.running]
                 limit = state.limits.time_limit_s if state.limits is not None else 0.0
                 left = limit - call.t if limit else None
-                words = waiting_words(call.arguments, [n.id for n in running], took, left)
-                each = ", ".join(
-                    self._attempt_words(n.id, n.started.folder, n.elapsed_s(now)) for n in running
-                )
-                lines.append(f"… {words}" + (f" · running: {each}" if each else ""))
+                words = waiting_words(call.arguments, running, took, left)
+                best, each = self._attempts_words(now)
+                lines.append(f"… {words}{best}" + (f" · running: {each}" if each else ""))
                 continue
             what = one_line(describe_call(call.tool, call.arguments, call.raw_arguments), 80)
             line = f"… {what} still running, {format_duration(took)}"
@@ -100,7 +100,21 @@ class Heartbeat:
             line = f"… job {printable_line(started.job)}{name} running, {took}"
             progress = self.progress.words(f"job:{started.job}", started.t, now)
             lines.append(line + (f" · {progress}" if progress else ""))
+        if state.attempts.running and not waited:
+            # The supervisor thinks (or runs something else) while its attempts run on.
+            best, each = self._attempts_words(now)
+            lines.append(f"… attempts running: {each}{best}")
         return lines
+
+    def _attempts_words(self, now: float) -> tuple[str, str]:
+        """(` · best a1 0.78`, `a2 1m01s (step 200/600 ...)`): the search as it stands."""
+        tree = self.state.attempts
+        best = tree.best
+        words = f" · best {printable_line(best.id)} {tree.score_text(best)}" if best else ""
+        each = ", ".join(
+            self._attempt_words(n.id, n.started.folder, n.elapsed_s(now)) for n in tree.running
+        )
+        return words, each
 
     def _attempt_words(self, attempt: str, folder: str, running_s: float) -> str:
         """`a1 2m10s` and, where its log is read, its progress then (`step 200/600 ...`)."""
