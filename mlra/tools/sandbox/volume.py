@@ -27,8 +27,9 @@ sandbox, whatever the agent does and however fast.
 - An mlra killed with its volume mounted leaves it there (the workspace still reads
   right). Names carry the owner's pid, and the owner holds an exclusive `flock` on its
   image for as long as it lives, so any later sandbox set up on this machine settles
-  the volumes of owners that are gone (the pid is dead and the lock free: a reused pid
-  is not taken for the owner, two settlers never settle one volume twice): carried
+  the volumes of owners that are gone (the lock free, and the pid dead or, for a mounted
+  one, running something else: a reused pid or an unreaped zombie is not taken for the
+  owner, and two settlers never settle one volume twice): carried
   back, unmounted, deleted; not while a killed run's container still has it
   (volume_users.py): the next Docker start removes that container first.
 """
@@ -366,8 +367,16 @@ def _carry_back(view: Path, workspace: Path, *, cleared: bool) -> None:
 
 
 def _owner_gone(name: str) -> bool:
+    """The pid in an image's name runs no process: none has it, or one that died and
+    was not reaped yet (a zombie still has its /proc entry, and no lock)."""
     found = IMAGE_NAME.match(name)
-    return found is not None and not Path(f"/proc/{found['pid']}").exists()
+    if found is None:
+        return False
+    try:
+        stat = Path(f"/proc/{found['pid']}/stat").read_bytes()
+    except OSError:
+        return True
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
 def _loop_mounts() -> dict[Path, list[Path]]:
@@ -402,19 +411,25 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
     done: list[Settled] = []
     own = folder.resolve() if folder is not None else None
     mounted = _loop_mounts()
-    found = {image: points for image, points in mounted.items() if _owner_gone(image.name)}
+    # A mounted one whose pid runs is its owner's, locked for as long as it lives, or a
+    # reused pid's: its lock tells (it is taken before the mount, dropped after it).
+    found = {image: points for image, points in mounted.items() if IMAGE_NAME.match(image.name)}
     if folder is not None:
         with contextlib.suppress(OSError):
             for image in folder.resolve().iterdir():
                 if image not in mounted and _owner_gone(image.name):
-                    found[image] = []
+                    found[image] = []  # an owner not yet locked (its pid runs) is left be
     for image, points in found.items():
         match = IMAGE_NAME.match(image.name)
-        if points and used_elsewhere(image, points):
+        gone = _owner_gone(image.name)
+        if match is None or (gone and points and used_elsewhere(image, points)):
             continue  # a killed run's container still writes to it (volume_users.py)
-        lock = _take(image, wait=image.parent == own)
-        if match is None or lock is None:
-            continue  # another mlra is settling it (not ours to wait for), or has
+        lock = _take(image, wait=gone and image.parent == own)
+        if lock is None:
+            continue  # its owner lives, another mlra is settling it (not ours to wait for), or has
+        if not gone and used_elsewhere(image, points):
+            os.close(lock)
+            continue
         workspace = image.parent / match["ws"]
         for point in points:  # a copy-back cut short: its view
             if point.name.startswith(VIEW_PREFIX):
