@@ -52,7 +52,7 @@ from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB
 from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
-from mlra.tools.sandbox.volume_users import unescape, used_elsewhere
+from mlra.tools.sandbox.volume_users import loop_mounts, used_elsewhere
 
 logger = logging.getLogger(__name__)
 
@@ -379,27 +379,7 @@ def _owner_gone(name: str) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
-def _loop_mounts() -> dict[Path, list[Path]]:
-    """Each loop-backed image mounted on this machine -> where it is mounted."""
-    found: dict[Path, list[Path]] = {}
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return found
-    for line in lines:
-        fields = line.split()
-        if " - " not in line or len(fields) < 5:
-            continue
-        source = line.split(" - ", 1)[1].split()[1:2]
-        if not source or not source[0].startswith("/dev/loop"):
-            continue
-        backing = Path("/sys/block", Path(source[0]).name, "loop", "backing_file")
-        try:
-            text = backing.read_text().strip().removesuffix(" (deleted)")
-        except OSError:
-            continue
-        found.setdefault(Path(text), []).append(Path(unescape(fields[4])))
-    return found
+_loop_mounts = loop_mounts
 
 
 def settle_stale(folder: Path | None = None) -> list[Settled]:
@@ -410,7 +390,7 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
     missed files its workspace held)."""
     done: list[Settled] = []
     own = folder.resolve() if folder is not None else None
-    mounted = _loop_mounts()
+    mounted = loop_mounts()
     # A mounted one whose pid runs is its owner's, locked for as long as it lives, or a
     # reused pid's: its lock tells (it is taken before the mount, dropped after it).
     found = {image: points for image, points in mounted.items() if IMAGE_NAME.match(image.name)}
