@@ -26,6 +26,7 @@ from mlra.batch.state import (
     RunCard,
     RunStatus,
     add_placement,
+    driving,
     lost_attempt,
     retire,
     retired_attempts,
@@ -340,7 +341,11 @@ class BatchRunner:
         return f" (refused {tries + 1} times while the batch waited {format_duration(waited)})"
 
     async def _drive_to_end(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
-        await self._drive(run, slots)
+        with driving(self.out, run.run_id) as mine:
+            if mine:
+                await self._drive(run, slots)
+            elif self.refresh(run.run_id).kind != "running":  # a live one was said already
+                self.notes.append(f"{run.run_id} is driven by another mlra batch; left alone")
         status = self.progress.statuses.get(run.run_id)
         if self.on_settled is not None and status is not None:
             self.on_settled(status)

@@ -16,6 +16,7 @@ Layout of a batch folder (run ids: `<task>__<model>__s<seed>-<mac>`, see `run_id
     logs/<run-id>.json       the run's card: task, model, seed, and why it never
                              started where it did not (the report's row for a run
                              with no folder of its own)
+    .drivers/<run-id>        locked by the `mlra batch` driving the run now (empty)
     runs/<run-id>/placement.json   where each start of the attempt ran (Ray: node id
                              and host); an attempt lost with its node before any of
                              its folder reached the batch folder is a retired folder
@@ -29,8 +30,12 @@ final: retrying exactly those would bias a batch's mean upwards.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
+import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -157,6 +162,33 @@ def retire(out: Path, run_id: str) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     (out / RUNS / run_id).rename(target)
     return target
+
+
+DRIVERS = ".drivers"
+"""`.drivers/<run-id>`: flock'ed by the `mlra batch` that drives the run now (kept: a
+lock file removed could be locked by two, each on a file of its own)."""
+
+
+@contextlib.contextmanager
+def driving(out: Path, run_id: str) -> Iterator[bool]:
+    """Whether this batch drives the run (held until the block ends), False where another
+    `mlra batch` on the folder does. Two at once each read the run's state, then acted on
+    it: both started it, or one set aside the attempt the other had just begun. A file
+    system without `flock` (NFS) drives as before."""
+    path = out / DRIVERS / run_id
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        except OSError:
+            pass
+        yield True
+    finally:
+        os.close(fd)
 
 
 class RunCard(BaseModel):

@@ -275,7 +275,9 @@ def test_mlra_eval_grades_a_finished_run_again(
     assert "exact_match = 0" in linked.stdout
 
     # A run whose log another process holds is not graded under it.
-    holder = EventLog(run_dir / "events.jsonl", start_seq=events[-1].seq)
+    holder = EventLog(
+        run_dir / "events.jsonl", start_seq=read_events(run_dir / "events.jsonl")[-1].seq
+    )
     try:
         busy = mlra_cli(["eval", str(run_dir)], cwd=tmp_path)
     finally:

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -178,3 +179,56 @@ def test_a_searchs_attempt_containers_carry_the_runs_id(
     assert not any(r in ("a1", "a2") for r in removed)
     volume.settle_stale()  # the killed search's workspace volumes, as its resume would
     assert not [m for m in volume._loop_mounts().values() if str(tmp_path) in str(m)]
+
+
+class _OnlyRun:
+    """The test engine as `remove_leftover_containers` sees it, narrowed to one run id:
+    the engine is shared by every test run on this machine, and their leftovers are theirs
+    to find."""
+
+    def __init__(self, engine: Any, run_id: str) -> None:
+        self._client, self._run_id = engine, run_id
+        self.containers = self
+
+    def list(self, **kwargs: Any) -> list[Any]:
+        return self._client.containers.list(all=True, filters={"label": f"mlra.run={self._run_id}"})
+
+
+ROUNDS = 10
+
+
+def test_leftovers_another_mlra_is_removing_are_gone_once_they_are_removed(
+    client: Any,  # noqa: F811
+) -> None:
+    """Two mlra starting at once both remove a killed run's container: the one whose removal
+    came second ('removal already in progress') went on while the container's processes
+    could still run, to carry back the workspace's volume under them (or see it in use and
+    start a resumed run's container on it). It now waits for the container to be gone."""
+    from mlra.tools.sandbox.docker_preflight import LABEL_OWNER, LABEL_RUN
+    from mlra.tools.sandbox.docker_sandbox import remove_leftover_containers
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    owner = f"{os.uname().nodename}/{dead.pid}/0.00"  # an mlra that is gone
+    run_id = f"removed-twice-{os.getpid()}"
+    for _ in range(ROUNDS):  # each round: one more chance for the two removals to meet
+        made = client.containers.run(
+            TEST_IMAGE, ["sleep", "600"], detach=True,
+            labels={LABEL_RUN: run_id, LABEL_OWNER: owner},
+        )  # fmt: skip
+        both = threading.Barrier(2)
+
+        def other_mlra(container_id: str = made.id, both: threading.Barrier = both) -> None:
+            both.wait()
+            with contextlib.suppress(Exception):
+                client.api.remove_container(container_id, force=True)
+
+        other = threading.Thread(target=other_mlra)
+        other.start()
+        try:
+            both.wait()
+            remove_leftover_containers(_OnlyRun(client, run_id))
+            left = client.containers.list(all=True, filters={"id": made.id})
+        finally:
+            other.join()
+        assert left == [], "the container was still there, its removal in progress"

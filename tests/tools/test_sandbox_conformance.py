@@ -268,7 +268,9 @@ async def test_stop_processes_leaves_nothing_of_the_run(sandbox: Sandbox) -> Non
 # --- pausing -------------------------------------------------------------------------------
 
 
-async def test_suspended_commands_stop_and_their_time_out_waits(sandbox: Sandbox) -> None:
+async def test_suspended_commands_stop_and_their_time_out_waits(
+    sandbox: Sandbox, workspace: Path
+) -> None:
     """A paused run suspends its commands: they make no progress, and the time
     spent suspended does not count against their time-out."""
     token = f"0.04{secrets.randbelow(10**6):06d}"  # seconds, and a name to find it by
@@ -279,20 +281,37 @@ async def test_suspended_commands_stop_and_their_time_out_waits(sandbox: Sandbox
         seen.append(text)
         first.set()
 
-    script = f"for i in $(seq 0 29); do echo $i; sleep {token}; done"
+    script = f"for i in $(seq 0 29); do echo $i; echo $i > count; sleep {token}; done"
     task = asyncio.create_task(
         sandbox.exec(["bash", "-c", script], timeout=2.5, on_output=on_output)
     )
     await first.wait()
     sandbox.suspend_commands()
-    await _until(
-        lambda: any(_state(pid) == "T" for pid in processes_with(token)), "stopped (SIGSTOP)"
-    )
-    await asyncio.sleep(0.2)  # output already in the pipe comes through
-    frozen = "".join(seen)
+
+    def stopped() -> bool:
+        """The loop itself (bash) is stopped: a Docker exec's own process, which only waits
+        on its command, is left running, and a sleep may have ended as the stop came."""
+        for pid in processes_with(token):
+            with contextlib.suppress(OSError):
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                name = stat[stat.find("(") + 1 : stat.rfind(")")]
+                if name == "bash" and _state(pid) == "T":
+                    return True
+        return False
+
+    def count() -> str:
+        # What the loop itself wrote last: its output may still be on its way through
+        # the pipe (a reading of that after a fixed wait failed on a loaded machine).
+        try:
+            return (workspace / "count").read_text()
+        except FileNotFoundError:
+            return ""  # stopped before its first count
+
+    await _until(stopped, "stopped (SIGSTOP)")
+    frozen = count()
     # Long enough to make progress, and most of the time-out, if not stopped.
     await asyncio.sleep(1.5)
-    assert "".join(seen) == frozen
+    assert count() == frozen
     sandbox.resume_commands()
     result = await task
     assert not result.timed_out and result.exit_code == 0

@@ -264,6 +264,48 @@ async def test_a_resume_waits_for_another_mlra_settling_its_workspaces_volume(
     assert _images(workspace.parent) == []
 
 
+def test_a_volume_of_a_killed_mlra_not_yet_reaped_is_settled_before_its_resume(
+    workspace: Path,
+) -> None:
+    """A killed mlra whose parent had not reaped it yet (a zombie: its pid still in /proc),
+    or whose pid ran something else by then, was taken for alive: its resume stacked a
+    volume over the old one, and once the pid was gone, any mlra's settling unmounted the
+    top one, the resume's own, from under its sandbox (the old volume came up at the
+    workspace, and the resume's later writes were lost at its close)."""
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
+        "ws = Path(sys.argv[1])\n"
+        f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
+        "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    killed = subprocess.Popen([sys.executable, "-c", code, str(workspace)], env=env)
+    try:
+        os.waitid(os.P_PID, killed.pid, os.WEXITED | os.WNOWAIT)  # dead, left a zombie
+        assert Path(f"/proc/{killed.pid}").exists() and _mounted(workspace)
+        resumed = volume.WorkspaceVolume(workspace, QUOTA_MB, INODES)
+        resumed.open()  # settles what is left first
+        mine = os.stat(workspace).st_dev
+        try:
+            assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+            (workspace / "resumed.txt").write_text("the resume's")
+        finally:
+            assert killed.wait(timeout=60) == -9  # reaped: its pid is gone now
+            volume.settle_stale()  # another mlra's sandbox set up, say
+            assert os.stat(workspace).st_dev == mine  # the resume's volume stays its own
+            assert resumed.close() is None
+    finally:
+        if killed.poll() is None:
+            killed.kill()
+            killed.wait()
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+    assert (workspace / "resumed.txt").read_text() == "the resume's"
+
+
 async def test_a_volume_whose_owner_lives_is_left_alone(workspace: Path) -> None:
     made = volume.WorkspaceVolume(workspace, QUOTA_MB, INODES)
     await asyncio.to_thread(made.open)

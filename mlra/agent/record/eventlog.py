@@ -36,6 +36,15 @@ class RunInUse(Exception):
     """Another process is appending to this run's log."""
 
 
+class LogMoved(RunInUse):
+    """The log grew between a reading of it and its lock (the run it belongs to was
+    still writing): what was read is not all of it, and going on from it would repeat
+    its numbering."""
+
+
+TAIL_CHUNK = 1 << 16
+
+
 class UnwritableEvent(ValueError):
     """An event JSON has no form for (an object in `arguments`, say): nothing was
     written and no `seq` was used, so the log stays whole and contiguous."""
@@ -126,6 +135,15 @@ class EventLog:
             self._file.close()
             self._file = None
             raise RunInUse(f"{path} is being written by another mlra process") from None
+        with open(path, "rb") as reading:  # the writer's own file is write-only
+            found = _last_seq(reading.fileno())
+        if found is not None and found > start_seq:
+            self._file.close()
+            self._file = None
+            raise LogMoved(
+                f"{path} was written to (up to seq {found}) after it was read (up to seq "
+                f"{start_seq}): the run was still going"
+            )
         self._seq = start_seq
         self._subscribers: list[Subscriber] = []
         self._refs = Referrer()
@@ -179,6 +197,25 @@ class EventLog:
             os.fsync(self._file.fileno())
             self._file.close()
             self._file = None
+
+
+def _last_seq(fd: int) -> int | None:
+    """The `seq` of the log's last whole line, read from its end (0 for an empty log);
+    None where it cannot be read from the line's stamps."""
+    end = os.fstat(fd).st_size
+    data = b""
+    while end > 0:
+        start = max(0, end - TAIL_CHUNK)
+        data = os.pread(fd, end - start, start) + data
+        end = start
+        last = data.rfind(b"\n")
+        if last < 0:
+            continue  # a torn line so far, no whole one yet
+        begin = data.rfind(b"\n", 0, last) + 1
+        if begin > 0 or end == 0:
+            found = _STAMPS.match(data, begin)
+            return int(found.group(1)) if found is not None else None
+    return 0  # no whole line: nothing was written whole
 
 
 def log_is_live(path: Path) -> bool:

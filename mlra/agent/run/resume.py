@@ -78,20 +78,44 @@ def _drop_torn_tail(path: Path) -> None:
             f.truncate(end)
 
 
-def _reopen(controller: RunController, run: RecordedRun) -> None:
-    """Give a controller the existing log (locked: a live run cannot be resumed twice)."""
-    from mlra.agent.record.eventlog import RunInUse
+RELOADS = 5
+"""Readings of a log that grows under them before a resume gives up: a run ends with a
+few events, so a second reading is all but always its last."""
+
+
+def _lock(run: RecordedRun) -> EventLog:
+    """The run's log, locked (a live run cannot be resumed twice), with `run` read again
+    where it grew meanwhile: a run still ending when it was read (a stop's last events,
+    a resume started as it ended) wrote on, and a resume from the older reading numbered
+    its own events as those, a log damaged for good."""
+    from mlra.agent.record.eventlog import LogMoved, RunInUse
 
     path = run.run_dir / EVENTS_FILE
-    last_seq = max((e.seq for e in run.events), default=0)
-    try:
-        controller.log = EventLog(path, start_seq=last_seq)
-    except RunInUse:
-        raise ResumeError(
-            f"{run.run_dir} is still running in another mlra process; stop it first"
-        ) from None
-    if run.torn:
-        _drop_torn_tail(path)
+    for _ in range(RELOADS):
+        try:
+            log = EventLog(path, start_seq=max((e.seq for e in run.events), default=0))
+        except LogMoved:
+            fresh = load_run(run.run_dir)
+            run.events, run.started, run.config, run.torn = (
+                fresh.events, fresh.started, fresh.config, fresh.torn,
+            )  # fmt: skip
+            continue
+        except RunInUse:
+            break
+        try:
+            resumable(run)  # as it ended, which the reading before the lock may not have seen
+        except ResumeError:
+            log.close()
+            raise
+        if run.torn:
+            _drop_torn_tail(path)
+        return log
+    raise ResumeError(f"{run.run_dir} is still running in another mlra process; stop it first")
+
+
+def _reopen(controller: RunController, run: RecordedRun, log: EventLog) -> None:
+    """Give a controller the run's locked log."""
+    controller.log = log
     controller.log.subscribe(controller.state.apply)
     for callback in controller._subscribers:
         controller.log.subscribe(callback)
@@ -136,6 +160,7 @@ def resume_controller(
     resumable(run)
     if ready is not None:
         ready()
+    log = _lock(run)
     changed = changed_limits(overrides or {})
     config = run.config.model_copy(
         update={
@@ -149,8 +174,12 @@ def resume_controller(
             **(overrides or {}),
         }
     )
-    controller = RunController(config, task, provider)
-    _reopen(controller, run)
+    try:
+        controller = RunController(config, task, provider)
+    except BaseException:
+        log.close()
+        raise
+    _reopen(controller, run, log)
     notes = [f"dropped a half-written last line of the log: {t}" for t in run.torn]
 
     # A new fork goes live where its log was cut: it was not stopped, so it is not resumed.

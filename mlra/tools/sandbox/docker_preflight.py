@@ -170,9 +170,25 @@ def remove_leftover_containers(client: Any | None = None) -> list[str]:
         labels = container.labels or {}
         if _owner_alive(labels.get(LABEL_OWNER, "")):
             continue
-        with contextlib.suppress(Exception):
+        try:
             container.remove(force=True)
-            run = labels.get(LABEL_RUN, container.name)
-            attempt = labels.get(LABEL_ATTEMPT)
-            removed.append(f"{run} (attempt {attempt})" if attempt else run)
+        except Exception:  # gone already, or another mlra removes it now
+            _wait_removed(container)
+            continue
+        run = labels.get(LABEL_RUN, container.name)
+        attempt = labels.get(LABEL_ATTEMPT)
+        removed.append(f"{run} (attempt {attempt})" if attempt else run)
     return sorted(set(removed))
+
+
+REMOVAL_WAIT_S = 60
+"""Longer than the engine takes to kill a container and remove it (a second or two)."""
+
+
+def _wait_removed(container: Any) -> None:
+    """Wait for a container another mlra is removing ('removal already in progress') to
+    be gone: its processes may still run until then, and the volume of its workspace, then
+    settled, would be carried back while they write to it (what they write after, into an
+    image then deleted, lost; or, left in use, a resume's container started on it)."""
+    with contextlib.suppress(Exception):  # gone already: 404
+        container.wait(condition="removed", timeout=REMOVAL_WAIT_S)

@@ -27,8 +27,9 @@ sandbox, whatever the agent does and however fast.
 - An mlra killed with its volume mounted leaves it there (the workspace still reads
   right). Names carry the owner's pid, and the owner holds an exclusive `flock` on its
   image for as long as it lives, so any later sandbox set up on this machine settles
-  the volumes of owners that are gone (the pid is dead and the lock free: a reused pid
-  is not taken for the owner, two settlers never settle one volume twice): carried
+  the volumes of owners that are gone (the lock free, and the pid dead or, for a mounted
+  one, running something else: a reused pid or an unreaped zombie is not taken for the
+  owner, and two settlers never settle one volume twice): carried
   back, unmounted, deleted; not while a killed run's container still has it
   (volume_users.py): the next Docker start removes that container first.
 """
@@ -51,7 +52,7 @@ from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB
 from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
-from mlra.tools.sandbox.volume_users import unescape, used_elsewhere
+from mlra.tools.sandbox.volume_users import loop_mounts, used_elsewhere
 
 logger = logging.getLogger(__name__)
 
@@ -366,31 +367,19 @@ def _carry_back(view: Path, workspace: Path, *, cleared: bool) -> None:
 
 
 def _owner_gone(name: str) -> bool:
+    """The pid in an image's name runs no process: none has it, or one that died and
+    was not reaped yet (a zombie still has its /proc entry, and no lock)."""
     found = IMAGE_NAME.match(name)
-    return found is not None and not Path(f"/proc/{found['pid']}").exists()
-
-
-def _loop_mounts() -> dict[Path, list[Path]]:
-    """Each loop-backed image mounted on this machine -> where it is mounted."""
-    found: dict[Path, list[Path]] = {}
+    if found is None:
+        return False
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        stat = Path(f"/proc/{found['pid']}/stat").read_bytes()
     except OSError:
-        return found
-    for line in lines:
-        fields = line.split()
-        if " - " not in line or len(fields) < 5:
-            continue
-        source = line.split(" - ", 1)[1].split()[1:2]
-        if not source or not source[0].startswith("/dev/loop"):
-            continue
-        backing = Path("/sys/block", Path(source[0]).name, "loop", "backing_file")
-        try:
-            text = backing.read_text().strip().removesuffix(" (deleted)")
-        except OSError:
-            continue
-        found.setdefault(Path(text), []).append(Path(unescape(fields[4])))
-    return found
+        return True
+    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
+
+
+_loop_mounts = loop_mounts
 
 
 def settle_stale(folder: Path | None = None) -> list[Settled]:
@@ -401,20 +390,26 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
     missed files its workspace held)."""
     done: list[Settled] = []
     own = folder.resolve() if folder is not None else None
-    mounted = _loop_mounts()
-    found = {image: points for image, points in mounted.items() if _owner_gone(image.name)}
+    mounted = loop_mounts()
+    # A mounted one whose pid runs is its owner's, locked for as long as it lives, or a
+    # reused pid's: its lock tells (it is taken before the mount, dropped after it).
+    found = {image: points for image, points in mounted.items() if IMAGE_NAME.match(image.name)}
     if folder is not None:
         with contextlib.suppress(OSError):
             for image in folder.resolve().iterdir():
                 if image not in mounted and _owner_gone(image.name):
-                    found[image] = []
+                    found[image] = []  # an owner not yet locked (its pid runs) is left be
     for image, points in found.items():
         match = IMAGE_NAME.match(image.name)
-        if points and used_elsewhere(image, points):
+        gone = _owner_gone(image.name)
+        if match is None or (gone and points and used_elsewhere(image, points)):
             continue  # a killed run's container still writes to it (volume_users.py)
-        lock = _take(image, wait=image.parent == own)
-        if match is None or lock is None:
-            continue  # another mlra is settling it (not ours to wait for), or has
+        lock = _take(image, wait=gone and image.parent == own)
+        if lock is None:
+            continue  # its owner lives, another mlra is settling it (not ours to wait for), or has
+        if not gone and used_elsewhere(image, points):
+            os.close(lock)
+            continue
         workspace = image.parent / match["ws"]
         for point in points:  # a copy-back cut short: its view
             if point.name.startswith(VIEW_PREFIX):

@@ -1,4 +1,5 @@
-"""Whether a workspace volume is still in use in another mount namespace.
+"""Where workspace volumes are mounted here, and whether one is still in use in another
+mount namespace.
 
 A killed mlra's Docker container runs on until something removes it (the next Docker
 start does, docker_preflight.remove_leftover_containers), with the volume bound at its
@@ -69,3 +70,26 @@ def used_elsewhere(image: Path, points: list[Path]) -> bool:
 def unescape(text: str) -> str:
     """mountinfo writes a space, tab, newline and backslash as octal escapes."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), text)
+
+
+def loop_mounts() -> dict[Path, list[Path]]:
+    """Each loop-backed image mounted on this machine -> where it is mounted."""
+    found: dict[Path, list[Path]] = {}
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return found
+    for line in lines:
+        fields = line.split()
+        if " - " not in line or len(fields) < 5:
+            continue
+        source = line.split(" - ", 1)[1].split()[1:2]
+        if not source or not source[0].startswith("/dev/loop"):
+            continue
+        backing = Path("/sys/block", Path(source[0]).name, "loop", "backing_file")
+        try:
+            text = backing.read_text().strip().removesuffix(" (deleted)")
+        except OSError:
+            continue
+        found.setdefault(Path(text), []).append(Path(unescape(fields[4])))
+    return found
