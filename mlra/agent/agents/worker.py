@@ -115,7 +115,7 @@ class Worker:
             alone=alone,
         )
         self._recent: list[str] = []
-        self.repeats = Repeats.of(self.role, controller.config)
+        self.repeats = Repeats.of(self.role, controller.config, alone=alone)
 
     async def run_subtask(
         self, number: int, instructions: str, step_id: str | None
