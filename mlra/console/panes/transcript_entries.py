@@ -20,7 +20,7 @@ from mlra import events as ev
 from mlra.agent.record.annotations import Annotation
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.console.panes import redraw
-from mlra.console.text.event_lines import describe_call
+from mlra.console.text.event_lines import describe_call, said_call
 from mlra.durations import format_duration
 from mlra.terminal_text import printable
 
@@ -217,9 +217,7 @@ class ToolEntry(Entry, can_focus=True):
         call = self.call
         who = "" if call.agent in ("worker", "baseline") else f"{call.agent}: "
         out = Text(f"{format_duration(call.t)} ", style="dim")
-        out.append(
-            f"{who}{describe_call(call.tool, call.arguments, call.raw_arguments)}", style="bold"
-        )
+        out.append(f"{who}{said_call(call)}", style="bold")
         if self.edited is not None:
             out.append(f"\n  edited by {self.edited_by} → ", style="yellow")
             out.append(describe_call(call.tool, self.edited), style="bold yellow")

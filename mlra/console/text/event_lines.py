@@ -29,10 +29,24 @@ def one_line(text: str, limit: int = 160) -> str:
     return printable_line(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
-def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None = None) -> str:
+def describe_call(
+    tool: str, arguments: dict[str, Any] | None, raw: str | None = None, *, refused: bool = False
+) -> str:
     """A tool call as a person would read it: `$ ls -la` rather than JSON; whatever the
-    model put in it is shown, not obeyed (a command keeps its line breaks)."""
+    model put in it is shown, not obeyed (a command keeps its line breaks). `refused`:
+    the tool refused these arguments (`tool_call` `refused`), so the call is shown as
+    written: a readable form would say what the tool would run, and it ran nothing."""
+    if refused and arguments is not None:
+        name = printable_line(tool)
+        return printable(f"{name} {one_line(json.dumps(arguments, ensure_ascii=False), 200)}")
     return printable(_describe_call(printable_line(tool), arguments, raw))
+
+
+def said_call(call: ev.ToolCall) -> str:
+    """A recorded call as `describe_call` says it, as written where its tool refused it."""
+    return describe_call(
+        call.tool, call.arguments, call.raw_arguments, refused=call.refused is not None
+    )
 
 
 def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None) -> str:

@@ -1,0 +1,91 @@
+"""What the console (live, attached, replay) and the headless transcript show of a model's
+answer is what the run's log recorded of it: one source of truth.
+
+The runs are real (the scripted model server on loopback, the real OpenAI SDK), with the
+answers streamed as llama-server streamed qwen2.5-coder-0.5b's (`--jinja`): the call
+written as text in content pieces, no native tool call.
+"""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.providers import resolve_model
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.replay_app import ReplayApp
+from mlra.console.panes.transcript_entries import ToolEntry
+from mlra.console.text.headless import TranscriptDisplay
+from mlra.console.text.replay import ReplayModel
+from mlra.tasks.spec import load_task
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, turn
+
+
+async def _run(tmp_path: Path, task: Path, script: dict[str, Any]) -> list[ev.Event]:
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/local", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer",
+            model="openai/local",
+            runs_dir=tmp_path,
+            run_id="r",
+            isolation="none",
+            agent="worker",
+        )
+        await RunController(config, load_task(task), provider).run(agent_for)
+        await provider.aclose()
+    return read_events(tmp_path / "r" / "events.jsonl")
+
+
+def _headless(events: list[ev.Event]) -> str:
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    for event in events:
+        display.on_event(event)
+    return out.getvalue()
+
+
+async def _replayed_calls(run_dir: Path) -> list[str]:
+    app = ReplayApp(ReplayModel.open(run_dir))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        return [str(e.content) for e in app.query(ToolEntry)]
+
+
+async def test_a_call_its_tool_refuses_shows_as_written_not_as_what_would_run(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The model wrote `submit` with a `file` the tool does not take (qwen2.5-coder-0.5b,
+    llama-server): the log recorded that call, which submitted nothing, and the console
+    and transcript said `submit (default artifact)`, a call that would have ended the run."""
+    as_text = '```json\n{"name": "submit", "arguments": {"file": "answer.txt"}}\n```'
+    script = {
+        "worker": [
+            turn(as_text),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("submit", path="answer.txt")),
+        ]
+    }
+    events = await _run(tmp_path, answer_task, script)
+    calls = [e for e in events if isinstance(e, ev.ToolCall) and e.tool == "submit"]
+    assert [c.arguments for c in calls] == [{"file": "answer.txt"}, {"path": "answer.txt"}]
+    assert calls[0].refused is not None and "unknown argument 'file'" in calls[0].refused
+    assert calls[1].refused is None
+    results = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "submit"]
+    assert [r.ok for r in results] == [False, True]
+
+    text = _headless(events)
+    assert 'submit {"file": "answer.txt"}' in text
+    assert "submit answer.txt" in text
+    assert "(default artifact)" not in text
+
+    shown = await _replayed_calls(tmp_path / "r")
+    assert any('submit {"file": "answer.txt"}' in line for line in shown), shown
+    assert not any("(default artifact)" in line for line in shown), shown
