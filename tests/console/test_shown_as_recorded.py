@@ -12,6 +12,8 @@ import io
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
@@ -19,7 +21,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.replay_app import ReplayApp
-from mlra.console.panes.transcript_entries import ToolEntry
+from mlra.console.panes.transcript_entries import ThoughtEntry, ToolEntry
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.console.text.replay import ReplayModel
 from mlra.tasks.spec import load_task
@@ -27,7 +29,9 @@ from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
 
 
-async def _run(tmp_path: Path, task: Path, script: dict[str, Any]) -> list[ev.Event]:
+async def _run(
+    tmp_path: Path, task: Path, script: dict[str, Any], **settings: Any
+) -> list[ev.Event]:
     with ScriptedModelServer(script) as server:
         provider = resolve_model("openai/local", base_url=server.url_for("openai"), env={})
         config = RunConfig(
@@ -37,6 +41,7 @@ async def _run(tmp_path: Path, task: Path, script: dict[str, Any]) -> list[ev.Ev
             run_id="r",
             isolation="none",
             agent="worker",
+            **settings,
         )
         await RunController(config, load_task(task), provider).run(agent_for)
         await provider.aclose()
@@ -89,3 +94,68 @@ async def test_a_call_its_tool_refuses_shows_as_written_not_as_what_would_run(
     shown = await _replayed_calls(tmp_path / "r")
     assert any('submit {"file": "answer.txt"}' in line for line in shown), shown
     assert not any("(default artifact)" in line for line in shown), shown
+
+
+async def test_an_answer_asked_again_streams_apart_from_the_one_cut_off(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A server killed mid-answer (a line streamed, then the socket closed): the model is
+    asked again, and its new answer streamed on after the lost one's text in the same
+    `thinking:` entry, one answer that no event of the log holds."""
+    lost = "I will write the answer to answer.txt first,\nthen submit it.\n"
+    script = {
+        "worker": [
+            {"drop": True, "times": 1, "text": lost},
+            turn("Writing the answer.", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("submit", path="answer.txt")),
+        ]
+    }
+    events = await _run(tmp_path, answer_task, script, server_wait_s=60)
+    retried = next(i for i, e in enumerate(events) if isinstance(e, ev.ModelRetry))
+    assert any(isinstance(e, ev.TextDelta) and e.text == lost for e in events[:retried])
+    again = next(i for i, e in enumerate(events) if i > retried and isinstance(e, ev.TextDelta))
+    answer = next(e for e in events if isinstance(e, ev.ModelCall) and e.purpose == "turn")
+    assert answer.text == "Writing the answer."
+
+    app = ReplayApp(ReplayModel.open(tmp_path / "r"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.model.go(again)  # the answer asked again streams
+        app.show_cursor()
+        await pilot.pause()
+        thoughts = [str(e.content) for e in app.query(ThoughtEntry)]
+    streaming = [t for t in thoughts if "thinking: " in t]
+    assert len(streaming) == 1 and streaming[0].endswith("thinking: Writing the answer."), thoughts
+    cut = [t for t in thoughts if "cut off: " in t]
+    assert len(cut) == 1 and "then submit it." in cut[0], thoughts
+
+
+@pytest.mark.parametrize(
+    "failed",
+    [
+        {"drop": True, "times": 1, "text": "A line the lost connection cut.\n"},
+        {"broken": "cut", "times": 1},  # a stream that ends with no finish: "half an ans"
+    ],
+    ids=["connection lost", "stream unfinished"],
+)
+async def test_the_text_streamed_for_an_answer_is_that_answer_s_text(
+    tmp_path: Path, answer_task: Path, failed: dict[str, Any]
+) -> None:
+    """The log's `text_delta`s after a retry make up the answer asked again, as its
+    `model_call` records it: the text of an unfinished stream, held back until a line's
+    end, was logged glued to the next answer's (`half an ansWriting the answer.`)."""
+    script = {
+        "worker": [
+            failed,
+            turn("Writing the answer.", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("submit", path="answer.txt")),
+        ]
+    }
+    events = await _run(tmp_path, answer_task, script, server_wait_s=60)
+    retried = next(i for i, e in enumerate(events) if isinstance(e, ev.ModelRetry))
+    before = "".join(e.text for e in events[:retried] if isinstance(e, ev.TextDelta))
+    at = next(i for i, e in enumerate(events) if isinstance(e, ev.ModelCall))
+    answer = events[at]
+    assert isinstance(answer, ev.ModelCall) and answer.purpose == "turn"
+    after = "".join(e.text for e in events[retried:at] if isinstance(e, ev.TextDelta))
+    assert after == answer.text == "Writing the answer."
+    assert before == failed.get("text", "half an ans")

@@ -44,6 +44,7 @@ from mlra.console.text.event_lines import (
     attempt_news,
     attempt_ok,
     attempt_started_line,
+    control_line,
     describe_call,
     evaluation_started_line,
     limits_words,
@@ -134,6 +135,8 @@ class TranscriptPane(VerticalScroll):
                 event.agent != "supervisor" and event.purpose == "turn" and not event.text.strip()
             ):
                 self._unsay(event.turn)
+            case ev.ModelError() | ev.ModelRetry() if event.agent != "supervisor":
+                self._cut(event.seq)
             case ev.WorkerThought():
                 entry = self._thought(event.turn, event.t)
                 entry.text = event.text
@@ -270,29 +273,7 @@ class TranscriptPane(VerticalScroll):
                 entry.edited = event.arguments
                 entry.edited_by = "you" if event.source == "user" else event.source
                 return
-        words = {
-            "pause": "paused",
-            "resume": "resumed",
-            "step": "stepped one action",
-            "approve": "approved the call",
-            "reject": f"rejected the call: {event.text or ''}",
-            "stop": "stopped the run to evaluate it",
-            "quit": "quit the run",
-            "breakpoints": f"set breakpoints: {event.text}",
-            "edit": "edited the call",
-            "inject": f"to the {event.target}: {event.text}",
-            "attempt_stop": f"stopped attempt {event.target}",
-            "promote": f"promoted attempt {event.target}: the run ends and grades it",
-        }
-        if event.source == "user":
-            text = f"you: {words.get(event.action, event.action)}"
-        else:
-            text = {
-                "start": "paused before the first action (--paused): n steps, Space resumes",
-                "step": "paused after one action: n steps again, Space resumes",
-                "system": "paused: the model provider keeps failing; Space retries",
-            }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
-        self._note(event, text, "bold yellow")
+        self._note(event, control_line(event), "bold yellow")
 
     def _thought(self, turn: int, t: float) -> ThoughtEntry:
         entry = self._thoughts.get(turn)
@@ -315,6 +296,20 @@ class TranscriptPane(VerticalScroll):
             self._new.remove(entry)
         elif entry.parent is self:
             entry.remove()
+
+    def _cut(self, seq: int) -> None:
+        """The answer streaming now will not be its turn's: it failed (a lost connection,
+        a stream ended unfinished or with an error, the run's end) and the model may be
+        asked again. Its text stays, marked cut off, and an answer asked again streams
+        into an entry of its own: run together, the two read as one answer, which the log
+        never recorded."""
+        streaming = [turn for turn, entry in self._thoughts.items() if not entry.done]
+        if not streaming:
+            return
+        entry = self._thoughts.pop(max(streaming))
+        entry.cut = True
+        entry.key = ("cut thought", seq)
+        self._dirty.add(entry)
 
     def _note(self, event: ev.Event, text: str, style: str) -> None:
         line = Text(f"{format_duration(event.t)} ", style="dim")

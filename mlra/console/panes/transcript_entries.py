@@ -149,13 +149,20 @@ class ThoughtEntry(Entry):
         self.t = t
         self.text = ""
         self.done = False
+        self.cut = False
+        """Streamed by an answer cut off (a lost connection, an unfinished stream, the
+        run's end): no answer the log recorded."""
 
     def take(self, other: Entry) -> None:
         assert isinstance(other, ThoughtEntry)
-        self.t, self.text, self.done = other.t, other.text, other.done
+        self.t, self.text, self.done, self.cut = other.t, other.text, other.done, other.cut
 
     def render_entry(self) -> Text:
         out = Text(f"{format_duration(self.t)} ", style="dim")
+        if self.cut:
+            out.append("cut off: ", style="yellow")
+            out.append(printable(self.text.strip()) or "…", style="italic dim")
+            return out
         out.append("thinking: " if not self.done else "", style="italic dim")
         out.append(printable(self.text.strip()) or "…", style="italic" if not self.done else "")
         return out

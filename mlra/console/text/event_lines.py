@@ -87,6 +87,32 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
 
 
+def control_line(event: ev.Control) -> str:
+    """A control as the console's transcript says it: who did what (`you: paused`, a
+    pause the run made itself with the keys that go on from it)."""
+    words = {
+        "pause": "paused",
+        "resume": "resumed",
+        "step": "stepped one action",
+        "approve": "approved the call",
+        "reject": f"rejected the call: {event.text or ''}",
+        "stop": "stopped the run to evaluate it",
+        "quit": "quit the run",
+        "breakpoints": f"set breakpoints: {event.text}",
+        "edit": "edited the call",
+        "inject": f"to the {event.target}: {event.text}",
+        "attempt_stop": f"stopped attempt {event.target}",
+        "promote": f"promoted attempt {event.target}: the run ends and grades it",
+    }
+    if event.source == "user":
+        return f"you: {words.get(event.action, event.action)}"
+    return {
+        "start": "paused before the first action (--paused): n steps, Space resumes",
+        "step": "paused after one action: n steps again, Space resumes",
+        "system": "paused: the model provider keeps failing; Space retries",
+    }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
+
+
 def limit_words(seconds: float) -> str:
     """A wait's bound as said: `60m` for an hour (a round number of minutes up to an
     hour reads so), else as a duration."""
