@@ -159,3 +159,22 @@ async def test_the_text_streamed_for_an_answer_is_that_answer_s_text(
     after = "".join(e.text for e in events[retried:at] if isinstance(e, ev.TextDelta))
     assert after == answer.text == "Writing the answer."
     assert before == failed.get("text", "half an ans")
+
+
+async def test_calls_after_the_one_that_ended_the_subtask_are_said_not_run(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Two calls in one answer, `submit` first: the second was answered "not run" to the
+    model, but no display said the answer had asked for it."""
+    script = {
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("submit", path="answer.txt"), call("bash", command="rm answer.txt")),
+        ]
+    }
+    events = await _run(tmp_path, answer_task, script)
+    answer = [e for e in events if isinstance(e, ev.ModelCall) and e.purpose == "turn"][-1]
+    assert [c["name"] for c in answer.tool_calls] == ["submit", "bash"]
+    assert [e.tool for e in events if isinstance(e, ev.ToolCall)] == ["bash", "submit"]
+    text = _headless(events)
+    assert "asked for 1 more call after submit (bash): not run" in text
