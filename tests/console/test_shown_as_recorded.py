@@ -18,9 +18,11 @@ from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.replay_app import ReplayApp
+from mlra.console.panes.status import activity
 from mlra.console.panes.transcript_entries import ThoughtEntry, ToolEntry
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.console.text.replay import ReplayModel
@@ -69,31 +71,44 @@ async def test_a_call_its_tool_refuses_shows_as_written_not_as_what_would_run(
 ) -> None:
     """The model wrote `submit` with a `file` the tool does not take (qwen2.5-coder-0.5b,
     llama-server): the log recorded that call, which submitted nothing, and the console
-    and transcript said `submit (default artifact)`, a call that would have ended the run."""
+    and transcript said `submit (default artifact)`, a call that would have ended the
+    run. A `note` of the wrong type read as `submit answer.txt` the same way."""
     as_text = '```json\n{"name": "submit", "arguments": {"file": "answer.txt"}}\n```'
     script = {
         "worker": [
             turn(as_text),
             turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("submit", path="answer.txt", note=42)),
             turn("", call("submit", path="answer.txt")),
         ]
     }
     events = await _run(tmp_path, answer_task, script)
     calls = [e for e in events if isinstance(e, ev.ToolCall) and e.tool == "submit"]
-    assert [c.arguments for c in calls] == [{"file": "answer.txt"}, {"path": "answer.txt"}]
+    assert [c.arguments for c in calls] == [
+        {"file": "answer.txt"},
+        {"path": "answer.txt", "note": 42},
+        {"path": "answer.txt"},
+    ]
     assert calls[0].refused is not None and "unknown argument 'file'" in calls[0].refused
-    assert calls[1].refused is None
+    assert calls[1].refused is not None and "note" in calls[1].refused
+    assert calls[2].refused is None
     results = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "submit"]
-    assert [r.ok for r in results] == [False, True]
+    assert [r.ok for r in results] == [False, False, True]
+    written = ['submit {"file": "answer.txt"}', 'submit {"path": "answer.txt", "note": 42}']
 
     text = _headless(events)
-    assert 'submit {"file": "answer.txt"}' in text
-    assert "submit answer.txt" in text
-    assert "(default artifact)" not in text
+    assert all(call in text for call in written), text
+    assert "(default artifact)" not in text and text.count("submit answer.txt") == 1
 
     shown = await _replayed_calls(tmp_path / "r")
-    assert any('submit {"file": "answer.txt"}' in line for line in shown), shown
-    assert not any("(default artifact)" in line for line in shown), shown
+    submits = [line for line in shown if "submit" in line]
+    assert len(submits) == 3 and all(w in line for w, line in zip(written, submits, strict=False))
+    assert "submit answer.txt" in submits[2], submits
+
+    # The status line, while the call with the wrong note was under way.
+    at = next(i for i, e in enumerate(events) if e is calls[1])
+    line = str(activity(fold(events[: at + 1]), calls[1].t)[0])
+    assert '{"path": "answer.txt", "note": 42}' in line, line
 
 
 async def test_an_answer_asked_again_streams_apart_from_the_one_cut_off(
