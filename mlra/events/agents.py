@@ -177,6 +177,11 @@ class ToolCall(_Event):
     """A `tool_started` marks when this call's tool began. Logs written before it have
     none, so there a call with no result may have run; here one with no
     `tool_started` never began (a pause or the user's approval still held it)."""
+    refused: str | None = None
+    """What the tool said was wrong with these arguments, checked as the call was made
+    (tools/registry.py `validated`: a key it does not take, a value of the wrong type):
+    such a call runs nothing, and the displays show it as written, never in the tool's
+    readable form (`submit {"file": ...}` read as "submit (default artifact)")."""
 
 
 class ToolStarted(_Event):

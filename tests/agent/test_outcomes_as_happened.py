@@ -195,6 +195,23 @@ async def test_a_worker_repeating_a_failing_submit_is_stopped_at_the_bound_set(
     _not_graded(events)
 
 
+async def test_the_worker_alone_repeating_itself_is_not_told_to_call_report(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker alone has no `report`. Told to call it after a failing `submit` made
+    three times, qwen2.5-coder-0.5b (llama-server) answered `{"name": "report", ...}`
+    as text, which nothing ran, shown above its next call as if it were one."""
+    script = {"worker:fallback": turn("Submitting.", call("submit", path="nowhere.txt"))}
+    _, events, _ = await _run(
+        tmp_path, answer_task, script, agent="worker", repeats_told_at=2, repeats_end_at=4
+    )
+    prompts = _prompts(events, "worker")
+    told = [p for p in prompts if "[loop]" in p]
+    assert told and all("the same submit call" in p for p in told)
+    assert not any("report" in p for p in prompts), told
+    assert "or submit what the workspace holds" in told[0]
+
+
 def _call(name: str, **arguments: Any) -> ToolCallRequest:
     return ToolCallRequest(id="c", name=name, arguments=arguments)
 

@@ -24,7 +24,8 @@ request takes the role's next turn:
     {"broken": "html", "times": 2}        # HTTP 200 that is no answer, twice (see BROKEN)
     {"text": "...", "no_usage": true}     # OpenAI: no token counts (as many local servers)
     {"drop": true, "times": 2}            # a stream's first piece, then the socket closed
-                                          # (a server killed mid-answer), twice
+                                          # (a server killed mid-answer), twice; with
+                                          # "text", that piece is the text
 
 When a role's turns are used up, `"<role>:fallback"` answers (every time) if the
 script has one, else the text "(script exhausted)". Usage is deterministic:
@@ -551,7 +552,7 @@ class _Handler(BaseHTTPRequestHandler):
             }
         if turn.get("drop"):
             record.outcome = "dropped"
-            self._dropped(api)
+            self._dropped(api, str(turn.get("text") or "half an ans"))
             return
         if "broken" in turn:
             record.outcome = f"broken {turn['broken']}"
@@ -666,9 +667,10 @@ class _Handler(BaseHTTPRequestHandler):
         }
         self._sse(iter(chunks[kind]), named=False)
 
-    def _dropped(self, api: Api) -> None:
-        """A server killed mid-answer: a streamed answer's first piece, then the socket
-        closed with the stream unfinished (no last chunk), as a killed process leaves it."""
+    def _dropped(self, api: Api, text: str) -> None:
+        """A server killed mid-answer: a streamed answer's first piece (`text`), then the
+        socket closed with the stream unfinished (no last chunk), as a killed process
+        leaves it."""
         if api == "anthropic":
             block = {
                 "type": "content_block_start",
@@ -678,7 +680,7 @@ class _Handler(BaseHTTPRequestHandler):
             delta = {
                 "type": "content_block_delta",
                 "index": 0,
-                "delta": {"type": "text_delta", "text": "half an ans"},
+                "delta": {"type": "text_delta", "text": text},
             }
             pieces = [
                 f"event: {e['type']}\ndata: {_dumps(e)}\n\n"
@@ -690,9 +692,7 @@ class _Handler(BaseHTTPRequestHandler):
                 "object": "chat.completion.chunk",
                 "created": 0,
                 "model": "m",
-                "choices": [
-                    {"index": 0, "delta": {"content": "half an ans"}, "finish_reason": None}
-                ],
+                "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": None}],
             }
             pieces = [f"data: {_dumps(piece)}\n\n"]
         self.send_response(200)

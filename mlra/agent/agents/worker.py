@@ -115,7 +115,7 @@ class Worker:
             alone=alone,
         )
         self._recent: list[str] = []
-        self.repeats = Repeats.of(self.role, controller.config)
+        self.repeats = Repeats.of(self.role, controller.config, alone=alone)
 
     async def run_subtask(
         self, number: int, instructions: str, step_id: str | None
@@ -213,13 +213,28 @@ class Worker:
             self.ctl.emit(notice)
 
     def _skip_rest(self, calls: list[ToolCallRequest], done_id: str) -> None:
+        """The calls of the answer after the one that ended the subtask are answered "not
+        run", and the person is told: no `tool_call` shows them, and the model's answer,
+        in the log, asked for them."""
         seen = False
+        skipped: list[str] = []
         for call in calls:
             if seen:
                 self.history.add_tool_result(
                     call.id, call.name, "Not run: the subtask had already ended.", is_error=True
                 )
+                skipped.append(call.name)
             seen = seen or call.id == done_id
+        if skipped:
+            done = next(call.name for call in calls if call.id == done_id)
+            more = f"{len(skipped)} more call{'s' if len(skipped) > 1 else ''}"
+            self._tell(
+                ev.Notice(
+                    message=f"the worker's answer asked for {more} after {done} "
+                    f"({', '.join(skipped)}): not run, as {done} ended the subtask "
+                    "(the model is told so)"
+                )
+            )
 
     def _finished(
         self, number: int, step_id: str | None, report: str, outcome: Ended, steps: int

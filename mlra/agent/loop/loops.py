@@ -39,6 +39,12 @@ ADVICE: dict[ev.AgentRole, str] = {
     "baseline": "do something different",
 }
 """What each agent is told to do instead of repeating its call."""
+ALONE_ADVICE = (
+    "try something different (another command, another file, a fix for the error it gives), "
+    "or submit what the workspace holds"
+)
+"""The worker alone (`--agent worker`, or handed the task whole) has no `report`: told to
+call it, a small model wrote `{"name": "report", ...}` as text, which nothing ran."""
 
 
 def call_key(call: ToolCallRequest) -> str:
@@ -67,10 +73,16 @@ class Repeats:
     tool: str = ""
     ok: bool = True
     output: str = ""
+    advice: str = ""
+    """What the agent is told to do instead: its role's `ADVICE` unless given."""
 
     @classmethod
-    def of(cls, agent: ev.AgentRole, config: RunConfig) -> Repeats:
-        return cls(agent, told_at=config.repeats_told_at, end_at=config.repeats_end_at)
+    def of(cls, agent: ev.AgentRole, config: RunConfig, *, alone: bool = False) -> Repeats:
+        """`alone`: the worker with no supervisor to report to."""
+        advice = ALONE_ADVICE if alone else ADVICE[agent]
+        return cls(
+            agent, told_at=config.repeats_told_at, end_at=config.repeats_end_at, advice=advice
+        )
 
     def reset(self) -> None:
         """Start counting afresh (a new subtask: its first call repeats nothing)."""
@@ -107,7 +119,7 @@ class Repeats:
             return ""
         return (
             f"[loop] You have made {self._what()}. Making it again will not change anything: "
-            f"{ADVICE[self.agent]}. If the same call is made {self.end_at} times in a row, "
+            f"{self.advice or ADVICE[self.agent]}. If the same call is made {self.end_at} times in a row, "
             "the run ends (as stuck) with nothing submitted."
         )
 

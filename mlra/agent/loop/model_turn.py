@@ -242,13 +242,21 @@ class ModelTurn:
         def on_first_piece(seconds: float) -> None:
             run.emit(ev.ModelAnswering(agent=agent, turn=turn, first_token_s=round(seconds, 3)))
 
+        told = self.provider_events.retry_told(agent)
+
+        def on_retry(attempt: int, status: int | None) -> None:
+            # What the answer given up on streamed is logged before the retry, never
+            # glued to the answer asked again (its text is no part of that answer).
+            flush()
+            told(attempt, status)
+
         while True:
             started = time.monotonic()
             produced = 0
             try:
                 provider.expect(request_sha, messages, self.replacements())
                 with (
-                    sdk_retries_off_the_clock(run, self.provider_events.retry_told(agent)),
+                    sdk_retries_off_the_clock(run, on_retry),
                     first_piece_told_to(on_first_piece),
                 ):
                     response = await provider.generate(
@@ -260,7 +268,7 @@ class ModelTurn:
                     )
                 break
             except ProviderError as exc:
-                buffer.clear()
+                flush()  # what it streamed before it failed, logged before its failure
                 self.provider_events.tell_adaptations(agent)
                 if isinstance(exc, ServerGone) and exc.cause == "connection_lost" and produced:
                     # The server had begun to answer: what it read and wrote counts, though

@@ -88,6 +88,10 @@ class ToolStep:
         """Run one tool call the agent asked for, with everything the user may do about it."""
         run = self.run
         assert run.sandbox is not None
+        tool = registry.get(call.name)
+        refused = None
+        if tool is not None and call.arguments is not None:
+            refused = validated(tool, call.arguments)[1]
         asked = run.emit(
             ev.ToolCall(
                 call_id=call.id,
@@ -98,6 +102,7 @@ class ToolStep:
                 step=step,
                 turn=turn,
                 logs_start=True,
+                refused=refused,
             )
         )
         tool = registry.get(call.name)

@@ -95,10 +95,14 @@ def score_texts(e: ev.EvaluationFinished, *, unisolated: bool = True) -> list[Te
 def _command(call: ev.ToolCall | ev.ApprovalRequested, state: RunState | None = None) -> str:
     """A call's arguments in one short line: a command's text, else the JSON. The
     arguments it runs with: the user's, where they edited it at a breakpoint (the
-    `tool_call` event keeps what the model asked for)."""
+    `tool_call` event keeps what the model asked for). The JSON whole for a call its
+    tool refused (`tool_call` `refused`): a command's text alone would hide why."""
     args = call.arguments or {}
+    asked = state.running.get(call.call_id) if state is not None else None
     if state is not None and call.call_id in state.edited_calls:
         args = state.edited_calls[call.call_id]
+    elif getattr(asked or call, "refused", None) is not None:
+        return " ".join(json.dumps(args, ensure_ascii=False).split())
     text = args.get("command") or args.get("code") or args.get("path")
     if not isinstance(text, str):
         text = json.dumps(args, ensure_ascii=False) if args else ""
@@ -138,7 +142,7 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
     """What the run is doing now, longest first; empty when there is nothing to say."""
     pending = state.pending_approval
     if pending is not None:
-        what = _command(pending)
+        what = _command(pending, state)
         why = f" ({printable_line(pending.reason)})" if pending.reason else ""
         tool = printable_line(pending.tool)
         return [

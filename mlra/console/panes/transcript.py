@@ -21,8 +21,8 @@ output is kept and each entry is drawn, and every entry is a `Text`, never marku
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable, Mapping
-from typing import TypeVar, Unpack
+from collections.abc import Iterable
+from typing import Unpack
 
 from rich.text import Text
 from textual.containers import VerticalScroll
@@ -38,6 +38,7 @@ from mlra.console.panes.transcript_entries import (
     ToolEntry,
     annotation_line,
     strip_status,
+    taken_over,
 )
 from mlra.console.text.event_lines import (
     SUBMITTED_BY,
@@ -63,16 +64,6 @@ KEEP_FULL_OUTPUT = 30
 """The newest entries keep their full tail for expanding; older ones keep what they show."""
 QUIET_TOOLS = {"update_plan", "assign_subtask"}
 """Supervisor tools the Plan pane shows; the transcript leaves them out."""
-
-
-E = TypeVar("E", bound="Entry")
-
-
-def _taken_over(entry: E, swapped: Mapping[int, Entry]) -> E:
-    """The widget that shows `entry` after a rebuild: an older one of its type that took
-    it over, or itself."""
-    kept = swapped.get(id(entry), entry)
-    return kept if isinstance(kept, type(entry)) else entry
 
 
 class TranscriptPane(VerticalScroll):
@@ -141,6 +132,8 @@ class TranscriptPane(VerticalScroll):
                 event.agent != "supervisor" and event.purpose == "turn" and not event.text.strip()
             ):
                 self._unsay(event.turn)
+            case ev.ModelError() | ev.ModelRetry() if event.agent != "supervisor":
+                self._cut(event.seq)
             case ev.WorkerThought():
                 entry = self._thought(event.turn, event.t)
                 entry.text = event.text
@@ -313,6 +306,20 @@ class TranscriptPane(VerticalScroll):
         elif entry.parent is self:
             entry.remove()
 
+    def _cut(self, seq: int) -> None:
+        """The answer streaming now will not be its turn's: it failed (a lost connection,
+        a stream ended unfinished or with an error, the run's end) and the model may be
+        asked again. Its text stays, marked cut off, and an answer asked again streams
+        into an entry of its own: run together, the two read as one answer, which the log
+        never recorded."""
+        streaming = [turn for turn, entry in self._thoughts.items() if not entry.done]
+        if not streaming:
+            return
+        entry = self._thoughts.pop(max(streaming))
+        entry.cut = True
+        entry.key = ("cut thought", seq)
+        self._dirty.add(entry)
+
     def _note(self, event: ev.Event, text: str, style: str) -> None:
         line = Text(f"{format_duration(event.t)} ", style="dim")
         line.append(printable(text), style=style)
@@ -423,8 +430,8 @@ class TranscriptPane(VerticalScroll):
                 batch = []
             previous = entry
         swapped = {id(f): k for f, k in zip(fresh, final, strict=True)}
-        self._tools = {cid: _taken_over(e, swapped) for cid, e in self._tools.items()}
-        self._thoughts = {turn: _taken_over(e, swapped) for turn, e in self._thoughts.items()}
+        self._tools = {cid: taken_over(e, swapped) for cid, e in self._tools.items()}
+        self._thoughts = {turn: taken_over(e, swapped) for turn, e in self._thoughts.items()}
         self._entries = deque(final)
         self._new = []
         self._dirty = set(final)

@@ -10,7 +10,8 @@ drawn (mlra/terminal_text.py), and an entry is a `Text`, never markup.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
+from typing import TypeVar
 
 from rich.text import Text
 from textual.binding import Binding
@@ -20,7 +21,7 @@ from mlra import events as ev
 from mlra.agent.record.annotations import Annotation
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.console.panes import redraw
-from mlra.console.text.event_lines import describe_call
+from mlra.console.text.event_lines import describe_call, said_call
 from mlra.durations import format_duration
 from mlra.terminal_text import printable
 
@@ -149,13 +150,20 @@ class ThoughtEntry(Entry):
         self.t = t
         self.text = ""
         self.done = False
+        self.cut = False
+        """Streamed by an answer cut off (a lost connection, an unfinished stream, the
+        run's end): no answer the log recorded."""
 
     def take(self, other: Entry) -> None:
         assert isinstance(other, ThoughtEntry)
-        self.t, self.text, self.done = other.t, other.text, other.done
+        self.t, self.text, self.done, self.cut = other.t, other.text, other.done, other.cut
 
     def render_entry(self) -> Text:
         out = Text(f"{format_duration(self.t)} ", style="dim")
+        if self.cut:
+            out.append("cut off: ", style="yellow")
+            out.append(printable(self.text.strip()) or "…", style="italic dim")
+            return out
         out.append("thinking: " if not self.done else "", style="italic dim")
         out.append(printable(self.text.strip()) or "…", style="italic" if not self.done else "")
         return out
@@ -233,9 +241,7 @@ class ToolEntry(Entry, can_focus=True):
         call = self.call
         who = "" if call.agent in ("worker", "baseline") else f"{call.agent}: "
         out = Text(f"{format_duration(call.t)} ", style="dim")
-        out.append(
-            f"{who}{describe_call(call.tool, call.arguments, call.raw_arguments)}", style="bold"
-        )
+        out.append(f"{who}{said_call(call)}", style="bold")
         if self.edited is not None:
             out.append(f"\n  edited by {self.edited_by} → ", style="yellow")
             out.append(describe_call(call.tool, self.edited), style="bold yellow")
@@ -288,3 +294,13 @@ def newest_to_fold(entries: list[ToolEntry]) -> ToolEntry | None:
     changes, else the newest. The newest call of all (a `submit` after a long training
     command) has nothing hidden, and `x` on it did nothing beside the other's hint."""
     return next((e for e in reversed(entries) if e.foldable), entries[-1] if entries else None)
+
+
+E = TypeVar("E", bound=Entry)
+
+
+def taken_over(entry: E, swapped: Mapping[int, Entry]) -> E:
+    """The widget that shows `entry` after a rebuild: an older one of its type that took
+    it over, or itself."""
+    kept = swapped.get(id(entry), entry)
+    return kept if isinstance(kept, type(entry)) else entry

@@ -34,10 +34,24 @@ def one_line(text: str, limit: int = 160) -> str:
     return printable_line(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
-def describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None = None) -> str:
+def describe_call(
+    tool: str, arguments: dict[str, Any] | None, raw: str | None = None, *, refused: bool = False
+) -> str:
     """A tool call as a person would read it: `$ ls -la` rather than JSON; whatever the
-    model put in it is shown, not obeyed (a command keeps its line breaks)."""
+    model put in it is shown, not obeyed (a command keeps its line breaks). `refused`:
+    the tool refused these arguments (`tool_call` `refused`), so the call is shown as
+    written: a readable form would say what the tool would run, and it ran nothing."""
+    if refused and arguments is not None:
+        name = printable_line(tool)
+        return printable(f"{name} {one_line(json.dumps(arguments, ensure_ascii=False), 200)}")
     return printable(_describe_call(printable_line(tool), arguments, raw))
+
+
+def said_call(call: ev.ToolCall) -> str:
+    """A recorded call as `describe_call` says it, as written where its tool refused it."""
+    return describe_call(
+        call.tool, call.arguments, call.raw_arguments, refused=call.refused is not None
+    )
 
 
 def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None) -> str:
@@ -77,6 +91,32 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
     if tool == "submit":
         return f"submit {printable_line(str(a.get('path') or '(default artifact)'))}"
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
+
+
+def control_line(event: ev.Control) -> str:
+    """A control as the console's transcript says it: who did what (`you: paused`, a
+    pause the run made itself with the keys that go on from it)."""
+    words = {
+        "pause": "paused",
+        "resume": "resumed",
+        "step": "stepped one action",
+        "approve": "approved the call",
+        "reject": f"rejected the call: {event.text or ''}",
+        "stop": "stopped the run to evaluate it",
+        "quit": "quit the run",
+        "breakpoints": f"set breakpoints: {event.text}",
+        "edit": "edited the call",
+        "inject": f"to the {event.target}: {event.text}",
+        "attempt_stop": f"stopped attempt {event.target}",
+        "promote": f"promoted attempt {event.target}: the run ends and grades it",
+    }
+    if event.source == "user":
+        return f"you: {words.get(event.action, event.action)}"
+    return {
+        "start": "paused before the first action (--paused): n steps, Space resumes",
+        "step": "paused after one action: n steps again, Space resumes",
+        "system": "paused: the model provider keeps failing; Space retries",
+    }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
 
 
 def limit_words(seconds: float) -> str:

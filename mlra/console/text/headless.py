@@ -37,6 +37,7 @@ from mlra.console.text.event_lines import (
     one_line,
     resumed_line,
     retry_line,
+    said_call,
     score_words,
     time_warning_line,
     unknown_line,
@@ -323,7 +324,7 @@ class TranscriptDisplay(_Printer):
                 self._calls[event.call_id] = event
                 who = "" if event.agent in ("worker", "baseline") else f"{event.agent} "
                 self._out(
-                    f"[{t}] {who}{describe_call(event.tool, event.arguments, event.raw_arguments)}",
+                    f"[{t}] {who}{said_call(event)}",
                     "bold blue",
                 )
             case ev.ApprovalRequested():

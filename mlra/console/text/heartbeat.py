@@ -22,7 +22,7 @@ from mlra import events as ev
 from mlra.agent.record.run_progress import Glance, ProgressWatch
 from mlra.agent.record.state import RunState
 from mlra.console.text.attempt_logs import GrowingLog
-from mlra.console.text.event_lines import describe_call, one_line, waiting_words
+from mlra.console.text.event_lines import one_line, said_call, waiting_words
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
 
@@ -89,7 +89,7 @@ class Heartbeat:
                 best, each = self._attempts_words(now)
                 lines.append(f"… {words}{best}" + (f" · running: {each}" if each else ""))
                 continue
-            what = one_line(describe_call(call.tool, call.arguments, call.raw_arguments), 80)
+            what = one_line(said_call(call), 80)
             line = f"… {what} still running, {format_duration(took)}"
             progress = self.progress.words(f"command:{call.call_id}", call.t, now)
             lines.append(line + (f" · {progress}" if progress else ""))
