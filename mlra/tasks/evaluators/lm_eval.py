@@ -48,7 +48,9 @@ Everything the agent wrote except the model files is ignored, and no code from
 the submission runs (`trust_remote_code=False`). lm-eval is imported inside
 `evaluate`, so importing this module stays cheap. What is checked before lm-eval
 runs is in lm_eval_checks.py, how its results become a score in lm_eval_scores.py;
-this module runs it.
+this module runs it. While it runs, a multiple-choice document whose top choices tie
+counts as chance among them, where lm-eval gave the tie to the first choice (the right
+one in BLiMP): choice_ties.py.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.tasks.evaluators.base import EvalOutcome, Evaluator
+from mlra.tasks.evaluators.choice_ties import TIED_METRIC, chance_for_ties
 from mlra.tasks.evaluators.lm_eval_checks import (
     brief,
     check_artifact,
@@ -209,7 +212,7 @@ class LmEvalEvaluator(Evaluator):
         quiet_git_probe()
         started = time.monotonic()
         try:
-            with watch_likelihoods() as likelihoods:
+            with watch_likelihoods() as likelihoods, chance_for_ties() as ties:
                 results = simple_evaluate(
                     model="hf",
                     model_args=model_args,
@@ -250,6 +253,14 @@ class LmEvalEvaluator(Evaluator):
             "max_length": plain(results.get("max_length")),
             "seconds": round(time.monotonic() - started, 1),
         }
+        if ties.tied:
+            # A tie went to the first choice, the right one in BLiMP's layout: counted as
+            # chance instead (tasks/evaluators/choice_ties.py), and said in the grade's
+            # metrics (which its event records) as well as its details.
+            metrics[TIED_METRIC] = float(sum(ties.tied.values()))
+            details["tied_choices"] = ties.summary()
+            for task, line in ties.summary().items():
+                say(f"{task}: {line}")
         if settings.get("num_fewshot") is not None:
             details["num_fewshot"] = settings["num_fewshot"]
         if settings.get("limit") is not None:
