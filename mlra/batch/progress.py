@@ -10,6 +10,7 @@ from __future__ import annotations
 import sys
 from typing import Any, TextIO
 
+from mlra.batch.run_ids import without_mac
 from mlra.batch.runner import Progress
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
@@ -30,10 +31,12 @@ EVERY_S = 30.0
 """While runs run with nothing printed, a line for each at least this often."""
 
 
-def running_lines(p: Progress) -> list[str]:
-    """Each running run's clock and newest progress, as its log tells them."""
+def running_lines(p: Progress, *, short: bool = False) -> list[str]:
+    """Each running run's clock and newest progress, as its log tells them; `short`: its
+    id without the mac."""
     return [
-        f"{printable_line(s.run_id)} running" + (f" {printable_line(s.glance)}" if s.glance else "")
+        f"{printable_line(without_mac(s.run_id) if short else s.run_id)} running"
+        + (f" {printable_line(s.glance)}" if s.glance else "")
         for s in sorted(p.statuses.values(), key=lambda s: s.run_id)
         if s.kind == "running"
     ]
@@ -76,7 +79,7 @@ class RichProgress:
         self.console = console or Console()
         self.bars = Progress(
             TextColumn("{task.description:<8}"),
-            BarColumn(),
+            BarColumn(bar_width=24),  # the default 40 left one run's progress no room
             MofNCompleteColumn(),
             # The line of what happened gives way, cut with "…": left to Rich, a long one
             # (a run id or two) squeezed the bar away and cut the count to "1…".
@@ -94,12 +97,13 @@ class RichProgress:
         self.bars.start()
 
     def __call__(self, p: Progress) -> None:
-        info = (
-            f"{p.running} running · {p.queued} queued · {format_duration(p.elapsed_s)} · ${p.cost_usd:.2f}"
-            + (f" · {printable_line(p.last_event)}" if p.last_event else "")
-        )
-        running = running_lines(p)
-        if len(running) == 1:  # one run: its progress beside the counts
+        info = f"{p.running} running · {p.queued} queued · {format_duration(p.elapsed_s)} · ${p.cost_usd:.2f}"
+        running = running_lines(p, short=True)
+        # One run: its progress beside the counts, in place of its start said again (the
+        # id twice, whole, left a 160-column line no room for the progress).
+        if p.last_event and not (len(running) == 1 and p.last_event.startswith("running ")):
+            info += f" · {printable_line(p.last_event)}"
+        if len(running) == 1:
             info += f" · {running[0]}"
         self.bars.update(self.done, total=p.total, completed=p.count("finished"), info=info)
         self.bars.update(self.failed, total=p.total, completed=p.gave_up, info="")

@@ -53,6 +53,12 @@ def readable_id(task_name: str, model: str, seed: int) -> str:
     return f"{slug(task_name)}__{slug(model)}__s{seed}"
 
 
+def without_mac(run_id: str) -> str:
+    """The readable part of a batch run's id (`tiny-lm__baseline__s1`), for a line with
+    room for little else: within one batch it names the run as well as the whole id."""
+    return run_id.rsplit("-", 1)[0] if _KEYED.fullmatch(run_id) else run_id
+
+
 @dataclass(frozen=True)
 class RunNames:
     """The naming of one batch folder's runs."""

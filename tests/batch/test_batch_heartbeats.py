@@ -152,7 +152,8 @@ def test_the_bars_keep_their_count_whatever_the_line_beside_them() -> None:
         run = "merge-models__baseline__s2-7c553291eddb832d"
         p.events.append(f"running {run}")
         p.statuses["a"] = RunStatus("a", "finished")
-        p.statuses[run] = RunStatus(run, "running", glance="0s")
+        glance = "0s · " + "step 100/300 loss 5.201 valid 5.231 · " * 4 + "ETA 1m04s"
+        p.statuses[run] = RunStatus(run, "running", glance=glance)
         display(p)
         display.close()
         out.truncate(0)
@@ -162,3 +163,29 @@ def test_the_bars_keep_their_count_whatever_the_line_beside_them() -> None:
         assert done.startswith("done     ━") and " 1/2 " in done, done
         assert done.rstrip().endswith("…") and len(done.rstrip()) <= width
         assert failed.startswith("failed ") and " 0/2" in failed
+
+
+def test_one_running_runs_progress_fits_a_160_column_line() -> None:
+    """tiny-lm's batch on a terminal showed `running tiny-lm__baseline__s1-<mac> ·
+    tiny-lm__baseline…`: the run's start and its progress each named it whole, and the
+    progress, the one sign it was working, was cut off. Named once, readably, it fits."""
+    from rich.console import Console
+
+    from mlra.batch.progress import RichProgress
+
+    out = io.StringIO()
+    console = Console(file=out, width=160, force_terminal=False)
+    display = RichProgress(console)
+    p = Progress(total=2)
+    run = "tiny-lm__baseline__s1-14e11dbdf2c302a5"
+    p.events.append(f"running {run}")
+    glance = "1m20s · step 100/300 loss 5.201 valid 5.231 · ETA 1m04s"
+    p.statuses[run] = RunStatus(run, "running", glance=glance)
+    display(p)
+    display.close()
+    out.truncate(0)
+    out.seek(0)
+    console.print(display.bars.get_renderable())
+    done = out.getvalue().splitlines()[0]
+    assert done.rstrip().endswith(f"tiny-lm__baseline__s1 running {glance}"), done
+    assert done.count("tiny-lm__baseline") == 1, done

@@ -45,6 +45,14 @@ BAD_INPUT = [
     (["run", "{answer}", "--model", "baseline", "--time-limit", "-5m"], "'-5m' is not a"),
     (["run", "{answer}", "--model", "replay:{notrun}"], "is not a run folder"),
     (["run", "{answer}", "--model", "baseline", "--run-id", "../x"], "--run-id"),
+    (
+        ["run", "{answer}", "--model", "openai/m", "--base-url", "localhost:8000"],
+        "--base-url 'localhost:8000' is not an http(s) URL",
+    ),
+    (
+        ["batch", "--tasks", "{answer}", "--models", "openai/m", "--base-url", "127.0.0.1:8000/v1"],
+        "is not an http(s) URL",
+    ),
     (["batch", "--tasks", "{answer}", "--models", "baseline", "--out", "{file}"], "not a folder"),
     (
         ["batch", "--tasks", "{answer}", "--models", "baseline", "--out", "{file}/b"],

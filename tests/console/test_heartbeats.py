@@ -282,3 +282,26 @@ def test_attempts_running_while_the_supervisor_thinks_get_a_heartbeat() -> None:
     events += [_sample(s) for s in range(3, 40)]
     beats = [line for line in _lines(events) if "…" in line]
     assert beats[0] == "[32s] … attempts running: a2 30s · best a1 0.5"
+
+
+def test_a_slow_model_call_gets_heartbeats_reading_then_writing() -> None:
+    """A local model on a busy CPU read tiny-lm's prompt for a minute and wrote its plan
+    for three more, and the headless transcript printed nothing all that time: a model
+    call in flight with nothing else running gets the heartbeat, saying how it goes."""
+    events: list[ev.Event] = [ev.StepStarted(agent="supervisor", step=1, turn=1, t=1.0)]
+    for second in range(2, 130):
+        events.append(_sample(second))
+        if second == 66:
+            events.append(ev.ModelAnswering(agent="supervisor", turn=1, first_token_s=65.0, t=66))
+        if second >= 66 and second % 4 == 2:
+            events.append(ev.TextDelta(agent="supervisor", turn=1, text="x" * 160, t=second))
+    events.append(ev.ModelCall(agent="supervisor", model="openai/m", turn=1, t=130.0))
+    beats = [line for line in _lines(events) if "model" in line]
+    assert beats[:2] == [
+        "[31s] … supervisor's model is still reading the prompt, 30s",
+        "[1m01s] … supervisor's model is still reading the prompt, 1m00s",
+    ], beats
+    assert beats[2] == (
+        "[1m31s] … supervisor's model still writing, 1m30s · ~11 tok/s (prompt read in 1m05s)"
+    ), beats
+    assert len(beats) == 4  # and none once its answer is in

@@ -18,6 +18,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
+from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.state import RunState
 from mlra.agent.run.controller import RunController
@@ -211,3 +212,116 @@ def test_a_search_hand_in_and_a_later_regrade_are_told_apart() -> None:
     assert "evaluating submission with lm-eval…" in said[1] and "score: acc = 0.82" in said[2]
     assert "re-grading submission with lm-eval (mlra eval by ann@box, after the run)…" in said[4]
     assert "re-graded: acc = 0.82" in said[5]
+
+
+async def test_the_plan_pane_shows_the_supervisor_writing_until_its_answer_is_in(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A local model's first plan took minutes to write with the Plan and Worker panes
+    blank: what the supervisor has written so far shows, and goes once the answer is in.
+    The events are those a real run (scripted server, real SDK) wrote, fed as they came."""
+    thinking = "Reading the task first.\nThe question is in question.txt.\n" + "x" * 600
+    supervisor = [
+        turn(
+            thinking,
+            call("update_plan", steps=[{"id": "1", "title": "Answer", "status": "pending"}]),
+        ),
+        *supervisor_answering()[1:],
+    ]
+    worker = [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="done")),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path, run_id="r", isolation="none"
+        )
+        await RunController(config, load_task(answer_task), provider).run(agent_for)
+    events = read_events(tmp_path / "r" / "events.jsonl")
+    first_delta = next(
+        i for i, e in enumerate(events) if isinstance(e, ev.TextDelta) and e.agent == "supervisor"
+    )
+    answered = next(
+        i for i, e in enumerate(events) if isinstance(e, ev.ModelCall) and e.agent == "supervisor"
+    )
+    app = PlanHost()
+    async with app.run_test(size=(120, 30)) as pilot:
+        pane = app.query_one(PlanPane)
+        state = RunState()
+
+        async def log_after(upto: int, start: int = 0) -> str:
+            for event in events[start : upto + 1]:
+                state.apply(event)
+                pane.feed(event)
+            pane.show(state)
+            await pilot.pause()
+            return _text(app, "#plan-log")
+
+        writing = await log_after(first_delta)
+        assert "supervisor writing: Reading the task first." in writing
+        assert "supervisor messages appear here" not in writing
+        last_delta = max(
+            i
+            for i, e in enumerate(events[:answered])
+            if isinstance(e, ev.TextDelta) and e.agent == "supervisor"
+        )
+        # A long answer shows its newest part, one line's worth, not the whole of it.
+        tail = await log_after(last_delta, first_delta + 1)
+        assert "supervisor writing: …" in tail and "xxxx" in tail
+        assert "Reading the task" not in tail
+        done = await log_after(answered, last_delta + 1)
+        assert "supervisor writing" not in done
+
+
+async def _long_plan_run(tmp_path: Path, answer_task: Path) -> Path:
+    """A real run whose supervisor plans ten steps with long notes, as a small local
+    model did with tiny-lm's prompt, then has the question answered and submits."""
+    steps = [
+        {"id": f"s{i}", "title": f"Step {i}", "status": "pending", "note": "a long note " * 8}
+        for i in range(1, 11)
+    ]
+    supervisor = [
+        turn("", call("update_plan", steps=steps)),
+        turn("", call("assign_subtask", step_id="s1", instructions="Answer question.txt.")),
+        turn("", call("submit", path="answer.txt", note="the answer")),
+    ]
+    worker = [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="done")),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path, run_id="r", isolation="none"
+        )
+        await RunController(config, load_task(answer_task), provider).run(agent_for)
+    return tmp_path / "r"
+
+
+async def _plan_steps_shown(run_dir: Path, size: tuple[int, int]) -> tuple[str, int, int]:
+    """The steps' text at the run's end, its lines, and the lines the screen gives it."""
+    app = ReplayApp(ReplayModel.open(run_dir))
+    async with app.run_test(size=size) as pilot:
+        await pilot.press("end")
+        await pilot.pause()
+        await pilot.pause()
+        steps = app.query_one("#plan-steps", Static)
+        text = str(steps.content)
+        return text, len(text.splitlines()), steps.size.height
+
+
+async def test_a_long_plan_gets_the_plan_panes_room(tmp_path: Path, answer_task: Path) -> None:
+    """The Plan pane is as tall as what it holds: its room was reckoned from its own
+    height, so a ten-step plan that came while it held two lines showed one step and
+    "9 more" on a 160x48 screen with the Resources pane half empty, and the steps' area,
+    a percentage of that height, cut lines off with no "more" line to say so."""
+    run_dir = await _long_plan_run(tmp_path, answer_task)
+    text, lines, height = await _plan_steps_shown(run_dir, (160, 48))
+    assert all(f"s{i}. Step {i}" in text for i in range(1, 11)), text
+    assert "more" not in text
+    assert height >= lines, f"{lines} lines of steps in {height} rows:\n{text}"
+    # A small screen lists fewer, says how many more, and still shows every line it lists.
+    text, lines, height = await _plan_steps_shown(run_dir, (80, 24))
+    assert "more" in text and "s1. Step 1" in text
+    assert height >= lines, f"{lines} lines of steps in {height} rows:\n{text}"

@@ -14,6 +14,7 @@ mapping the caller passes (normally os.environ), never from anywhere else.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from urllib.parse import urlsplit
 
 from mlra.agent.providers.base import ConfigError, ModelProvider, ModelSettings
 from mlra.agent.providers.table import PROVIDERS, ProviderRequest, entry_for, provider_factory
@@ -76,6 +77,9 @@ def resolve_model(
     `settings` (context window, output tokens, temperature, seed, tool calls) are the
     user's; the provider fills in what is not set from the server or its model table."""
     text = spec.strip()
+    base_url = (base_url or "").strip() or None
+    if base_url is not None:
+        _check_base_url(base_url)
     entry = entry_for(text, ":")  # `NAME:WHAT`: the factory reads the whole spec
     if entry is not None:
         model = text.partition(":")[2]
@@ -85,13 +89,25 @@ def resolve_model(
     request = ProviderRequest(
         spec=text,
         model=model,
-        base_url=(base_url or "").strip() or None,
+        base_url=base_url,
         env=env,
         settings=settings or ModelSettings(),
         max_retries=max_retries,
         timeout_s=timeout_s,
     )
     return provider_factory(entry)(request)
+
+
+def _check_base_url(url: str) -> None:
+    """`--base-url localhost:8000` was taken, and every call then failed to connect,
+    retried as "the server is not answering" while the server answered: an address
+    without its scheme is refused in one line that shows it whole."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(
+            f"--base-url {url!r} is not an http(s) URL: give it whole, with the scheme "
+            "and the API's path, such as http://localhost:8000/v1"
+        )
 
 
 def default_model_spec(env: Mapping[str, str]) -> str:

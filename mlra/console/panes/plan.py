@@ -6,6 +6,10 @@ The supervisor's failed calls (an `update_plan` with arguments it cannot read, a
 transcript leaves its calls out, and a supervisor going round in circles should
 be seen. Once the run has ended no step shows as still going: the marks are read
 from the ending (`run_finished`), so a replay shows the same as the live console.
+
+While the supervisor writes, the tail of what it has written so far shows below its
+messages (`supervisor writing: …`): the transcript leaves its words out, and a local
+model's first plan can take minutes to write, with nothing else on the screen moving.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical, VerticalScroll
 from textual.css.query import NoMatches
+from textual.widget import Widget
 from textual.widgets import Static
 
 from mlra import events as ev
@@ -35,6 +40,10 @@ MARKS = {
     "skipped": ("–", "dim"),
 }
 MAX_MESSAGES = 30
+MESSAGES_LINES = 16
+"""The most lines the messages below the steps take; they scroll."""
+WRITING_TAIL = 240
+"""How much of the supervisor's answer in progress is shown: its newest characters."""
 ENDED_MARKS = {
     "in_progress": ("■", "red", "not finished: the run ended ({reason})"),
     "pending": ("○", "dim", "not started: the run ended ({reason})"),
@@ -99,6 +108,7 @@ class PlanPane(Vertical):
         super().__init__(**kwargs)
         self._messages: deque[Text] = deque(maxlen=MAX_MESSAGES)
         self._revision = ""
+        self._writing = ""
         self._dirty = True
         self._state: RunState | None = None
 
@@ -114,6 +124,10 @@ class PlanPane(Vertical):
     def feed(self, event: ev.Event) -> None:
         t = format_duration(event.t)
         match event:
+            case ev.TextDelta() if event.agent == "supervisor":
+                self._writing = (self._writing + event.text)[-4 * WRITING_TAIL :]
+            case ev.ModelCall() | ev.ModelError() if event.agent == "supervisor":
+                self._writing = ""  # its answer is in: what it did shows as its own lines
             case ev.PlanUpdated():
                 # Without a reason, the time alone (it read "revised 1m02s · revised").
                 why = f" · {printable_line(event.reason)}" if event.reason else ""
@@ -140,6 +154,7 @@ class PlanPane(Vertical):
                 first = next((ln for ln in event.output.splitlines() if ln.strip()), "")
                 self._note(t, f"✗ {event.tool} failed: {first.strip() or event.error}", "red")
             case ev.RunFinished() | ev.RunResumed() | ev.RunForked():
+                self._writing = ""  # an answer cut off by the ending is not being written
                 self._dirty = True  # the marks change with the ending
                 return
             case _:
@@ -150,6 +165,7 @@ class PlanPane(Vertical):
         """Forget the messages: a replay feeds those of another point of the run."""
         self._messages.clear()
         self._revision = ""
+        self._writing = ""
         self._dirty = True
 
     def _note(self, t: str, text: str, style: str) -> None:
@@ -177,7 +193,12 @@ class PlanPane(Vertical):
         self._dirty = False
         width = self.content_size.width
         # The steps' area is at most 60% of the pane (mlra.tcss), less the "revised" line.
-        room = int(self.content_size.height * 0.6) - 1 if self.content_size.height else 0
+        # The pane is as tall as what it holds, so the room is reckoned from the most it
+        # may take (60% of its column, less its border): from its own height, a plan that
+        # came when the pane was small was cut to one step and kept it small.
+        column = self.parent.content_size.height if isinstance(self.parent, Widget) else 0
+        tallest = int(column * 0.6) - 2 if column else self.content_size.height
+        room = int(tallest * 0.6) - 1 if tallest > 0 else 0
         # Wrapped, the steps would not all fit: one line each, around the current one.
         compact = 0 < room < wrapped_lines(state.plan, width)
         steps = Text()
@@ -208,10 +229,24 @@ class PlanPane(Vertical):
             steps.append(f"○ {after} more\n", style="dim")
         if self._revision:
             steps.append(f"revised {self._revision}", style="dim italic")
+        lines = list(self._messages)
+        if writing := " ".join(self._writing.split()):
+            line = Text("supervisor writing: ", style="cyan")
+            tail = writing if len(writing) <= WRITING_TAIL else "…" + writing[-WRITING_TAIL:]
+            line.append(printable_line(tail), style="dim italic")
+            lines.append(line)
         log = (
-            Text("\n").join(self._messages)
-            if self._messages
+            Text("\n").join(lines)
+            if lines
             else Text("supervisor messages appear here", style="dim")
         )
-        redraw(self.query_one("#plan-steps", Static), steps)
+        shown_steps = self.query_one("#plan-steps", Static)
+        if tallest > 0:
+            # In lines, not mlra.tcss's percentages: a percentage of a pane as tall as what
+            # it holds cut the steps short of their room, silently, with no "more" line.
+            steps_lines = min(room + 1, len(steps.wrap(self.app.console, max(width, 1))))
+            shown_steps.styles.max_height = room + 1
+            messages = self.query_one("#plan-messages")
+            messages.styles.max_height = max(3, min(MESSAGES_LINES, tallest - steps_lines - 1))
+        redraw(shown_steps, steps)
         redraw(self.query_one("#plan-log", Static), log)

@@ -21,6 +21,7 @@ from mlra.agent.record.run_progress import WAIT_OVER_S
 from mlra.agent.record.state import RunState
 from mlra.console.panes import WidgetOptions, sized_by_content
 from mlra.console.text.event_lines import retry_cause, score_line, waiting_words
+from mlra.console.text.model_wait import answer_speed, short_seconds
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable_line
@@ -118,24 +119,6 @@ def _with(head: str, what: str) -> str:
 def _clip(text: str, width: int) -> str:
     """The run's words cut to `width`, on one line and shown, not obeyed."""
     return printable_line(text if len(text) <= width else text[: max(0, width - 1)] + "…")
-
-
-def short_seconds(seconds: float) -> str:
-    """Tenths of a second under ten seconds, where a rounded "3s" would hide what a
-    cache saved."""
-    return f"{seconds:.1f}s" if seconds < 10 else format_duration(seconds)
-
-
-def answer_speed(state: RunState, elapsed_s: float) -> str:
-    """The speed of the answer now streaming (" · ~32 tok/s"), from the text it streamed
-    (four characters a token, so marked "~" as an estimate); empty until a second of
-    writing has passed or where no text streams (a native tool call's arguments)."""
-    if state.answering_since is None or not state.streamed_chars:
-        return ""
-    writing = elapsed_s - state.answering_since
-    if writing < 1.0:
-        return ""
-    return f" · ~{state.streamed_chars / 4 / writing:.0f} tok/s"
 
 
 def activity(state: RunState, elapsed_s: float) -> list[Text]:

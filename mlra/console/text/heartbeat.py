@@ -1,6 +1,7 @@
 """The headless transcript's heartbeats: while a command, a job or a wait for attempts
 runs with nothing printed for a while, a line saying what runs, for how long, and the
-latest progress the log holds (`step 200/600 loss 4.62 · ETA 3m00s`).
+latest progress the log holds (`step 200/600 loss 4.62 · ETA 3m00s`); while only a
+model call runs, how it goes (reading the prompt, or writing at about N tok/s).
 
 Timed by the events themselves: each event carries the run clock (`t`), and the run
 samples its resources every second (`resource_sample`), so the log ticks while a
@@ -23,6 +24,7 @@ from mlra.agent.record.run_progress import Glance, ProgressWatch
 from mlra.agent.record.state import RunState
 from mlra.console.text.attempt_logs import GrowingLog
 from mlra.console.text.event_lines import one_line, said_call, waiting_words
+from mlra.console.text.model_wait import model_call_line
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
 
@@ -61,7 +63,7 @@ class Heartbeat:
         if state.paused or state.evaluating or state.finished is not None:
             self._quiet_since = now  # the clock stands still, or nothing runs any more
             return []
-        lines = self.running_lines(now)
+        lines = self.running_lines(now) or list(filter(None, [model_call_line(state, now)]))
         if not lines:
             self._quiet_since = now
             return []
