@@ -178,31 +178,6 @@ def resumed_line(e: ev.RunResumed) -> str:
     return "── the run was resumed here" + (f" with {limits}" if limits else "") + " ──"
 
 
-def control_line(event: ev.Control) -> str:
-    """What the user (or `ctl`, or the run itself) did to the run, as the transcript says it."""
-    words = {
-        "pause": "paused",
-        "resume": "resumed",
-        "step": "stepped one action",
-        "approve": "approved the call",
-        "reject": f"rejected the call: {event.text or ''}",
-        "stop": "stopped the run to evaluate it",
-        "quit": "quit the run",
-        "breakpoints": f"set breakpoints: {event.text}",
-        "edit": "edited the call",
-        "inject": f"to the {event.target}: {event.text}",
-        "attempt_stop": f"stopped attempt {event.target}",
-        "promote": f"promoted attempt {event.target}: the run ends and grades it",
-    }
-    if event.source == "user":
-        return f"you: {words.get(event.action, event.action)}"
-    return {
-        "start": "paused before the first action (--paused): n steps, Space resumes",
-        "step": "paused after one action: n steps again, Space resumes",
-        "system": "paused: the model provider keeps failing; Space retries",
-    }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
-
-
 def fork_line(e: ev.RunForked) -> str:
     """Where a fork's own events begin: what it is, and what it changed."""
     parts = [f"⑂ this is run {e.run_id}, forked from {e.source_run} at worker step {e.at_step}"]
