@@ -58,10 +58,15 @@ def test_a_classifier_with_nan_weights_gets_no_score(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_a_classifier_whose_outputs_overflow_gets_no_score(tmp_path: Path) -> None:
-    """Finite weights, every logit infinite: arg-max would still have picked a label."""
+    """Finite weights, every logit infinite: arg-max would still have picked a label.
+    The embeddings' LayerNorm scaled and shifted by 3.4e38 (just under float32's
+    largest) overflows for every text, whatever the random weights: each token's
+    normalized vector has a value above 0.0008 (its mean is 0), and the inf spreads
+    to every position through attention. (Scaling the classifier alone left texts
+    whose pooled sum kept the logits finite, on some initialisations.)"""
     task = load_task(BUILTIN_TASKS_DIR / "compress-budget")
     model = _bert(tmp_path / "overflow", COMPRESS_LABELS, **SMALL)
-    _rewrite(model, {"classifier.weight": 3e38, "classifier.bias": 3e38})
+    _rewrite(model, {"embeddings.LayerNorm.weight": 3.4e38, "embeddings.LayerNorm.bias": 3.4e38})
     error = _no_score(_evaluate(task, model, tmp_path / "eval"))
     assert "the model's outputs are NaN or infinite for 2000 of the 2000 held-out texts" in error
 
