@@ -10,6 +10,7 @@ import re
 import shutil
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,7 +23,7 @@ from mlra.agent.record.state import fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.run.resume import load_run, resume_controller
 from mlra.agent.setup.config import RunConfig
-from mlra.tasks.spec import load_task
+from mlra.tasks.spec import TaskSpec, load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
 
@@ -46,6 +47,34 @@ def _variant_task(answer_task: Path, tmp_path: Path) -> Path:
 
 def _events(run_dir: Path) -> list[ev.Event]:
     return read_events(run_dir / "events.jsonl")
+
+
+def greedy_search(task: TaskSpec, tmp_path: Path, attempts: int, **settings: Any) -> RunController:
+    """The baseline's greedy search of `task`, unisolated, in tmp_path/runs."""
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=attempts,
+        **settings,
+    )
+    return RunController(cfg, task, None)
+
+
+def sleeping_variant_task(answer_task: Path, tmp_path: Path, vars_: str, variants: str) -> TaskSpec:
+    """The variant task whose recipe sleeps {s} seconds before it answers {n}: `vars_`
+    and `variants` replace its defaults (TOML inline tables)."""
+    task_dir = _variant_task(answer_task, tmp_path)
+    toml = (task_dir / "task.toml").read_text()
+    toml = toml.replace('vars = { n = "41" }', f"vars = {vars_}")
+    toml = toml.replace(
+        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]', f"variants = {variants}"
+    )
+    toml = toml.replace('"echo {n}', '"sleep {s}; echo {n}')
+    (task_dir / "task.toml").write_text(toml)
+    return load_task(task_dir)
 
 
 async def _scripted_search(
@@ -84,15 +113,7 @@ async def test_the_baseline_searches_the_recipes_variants_greedily(
     """Two drafts (41, 40: both wrong), then no validated best to improve, so the policy
     drafts on: 42 validates at 0.5 and is submitted; graded on the test split (1.0)."""
     task = load_task(_variant_task(answer_task, tmp_path))
-    cfg = RunConfig(
-        task=task.name,
-        model="baseline",
-        runs_dir=tmp_path / "runs",
-        isolation="none",
-        search="greedy",
-        attempts=3,
-    )
-    controller = RunController(cfg, task, None)
+    controller = greedy_search(task, tmp_path, 3)
     result = await controller.run(agent_for)
     events = _events(controller.run_dir)
     started = [e for e in events if isinstance(e, ev.AttemptStarted)]
@@ -126,15 +147,7 @@ async def test_more_attempts_than_the_time_holds_each_get_the_least_an_attempt_n
     than the 30 s one needs") with the whole run's time left, so the search ran nothing
     and ended "none of the 0 attempts"; each now gets 30 s while the run has them."""
     task = load_task(_variant_task(answer_task, tmp_path))
-    cfg = RunConfig(
-        task=task.name,
-        model="baseline",
-        runs_dir=tmp_path / "runs",
-        isolation="none",
-        search="greedy",
-        attempts=40,
-    )
-    controller = RunController(cfg, task, None)
+    controller = greedy_search(task, tmp_path, 40)
     result = await controller.run(agent_for)
     started = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptStarted)]
     assert len(started) == 4  # every variant the recipe declares
@@ -148,16 +161,7 @@ async def test_a_search_that_could_start_no_attempt_says_why(
     """20 s for the whole run, less than an attempt needs: it ended "none of the 0
     attempts ended with a validated artifact", as if attempts had run and failed."""
     task = load_task(_variant_task(answer_task, tmp_path))
-    cfg = RunConfig(
-        task=task.name,
-        model="baseline",
-        runs_dir=tmp_path / "runs",
-        isolation="none",
-        search="greedy",
-        attempts=3,
-        time_limit_s=20,
-    )
-    result = await RunController(cfg, task, None).run(agent_for)
+    result = await greedy_search(task, tmp_path, 3, time_limit_s=20).run(agent_for)
     assert result.reason == "no_submission"
     assert re.fullmatch(
         r"no attempt could start \(attempt_start: \d+ s of the run's time are left, less than "
@@ -640,16 +644,7 @@ async def test_a_fork_of_a_search_keeps_the_attempts_ended_by_then(
     from mlra.agent.run.resume import fork_run
 
     task = load_task(_variant_task(answer_task, tmp_path))
-    cfg = RunConfig(
-        task=task.name,
-        model="baseline",
-        runs_dir=tmp_path / "runs",
-        run_id="src",
-        isolation="none",
-        search="greedy",
-        attempts=3,
-    )
-    await RunController(cfg, task, None).run(agent_for)
+    await greedy_search(task, tmp_path, 3, run_id="src").run(agent_for)
     source = load_run(tmp_path / "runs" / "src")
     a2_call = next(
         e for e in source.events if isinstance(e, ev.AttemptStarted) and e.attempt == "a2"

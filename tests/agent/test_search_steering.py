@@ -14,12 +14,10 @@ from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
-from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.headless_run import search_words
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.console.text.run_rows import graded_unsubmitted, search_cell
-from mlra.tasks.spec import load_task
-from tests.agent.test_search import _variant_task
+from tests.agent.test_search import greedy_search, sleeping_variant_task
 
 
 async def test_a_promoted_attempt_is_submitted_by_the_user(
@@ -27,25 +25,10 @@ async def test_a_promoted_attempt_is_submitted_by_the_user(
 ) -> None:
     """a1 (42) validates at once; a2 sleeps until the person promotes a1, which ends the
     run and grades a1's kept copy."""
-    task_dir = _variant_task(answer_task, tmp_path)
-    toml = (task_dir / "task.toml").read_text()
-    toml = toml.replace('vars = { n = "41" }', 'vars = { n = "41", s = "0" }')
-    toml = toml.replace(
-        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
-        'variants = [{ n = "42" }, { s = "300" }]',
+    task = sleeping_variant_task(
+        answer_task, tmp_path, '{ n = "41", s = "0" }', '[{ n = "42" }, { s = "300" }]'
     )
-    toml = toml.replace('"echo {n}', '"sleep {s}; echo {n}')
-    (task_dir / "task.toml").write_text(toml)
-    task = load_task(task_dir)
-    cfg = RunConfig(
-        task=task.name,
-        model="baseline",
-        runs_dir=tmp_path / "runs",
-        isolation="none",
-        search="greedy",
-        attempts=2,
-    )
-    controller = RunController(cfg, task, None)
+    controller = greedy_search(task, tmp_path, 2)
 
     a2_started = asyncio.Event()  # one at a time: a1 has ended, validated, by then
     controller.subscribe(
@@ -138,25 +121,10 @@ async def test_an_attempt_a_step_starts_is_paused_with_the_run(
     """Paused and stepped as a1 ends: the step's one action starts a2, and the run pauses
     again right after it. That pause reached only the attempts whose runs were made
     already, and a2's is made in a thread, so a2 trained on while the run stood still."""
-    task_dir = _variant_task(answer_task, tmp_path)
-    toml = (task_dir / "task.toml").read_text()
-    toml = toml.replace('vars = { n = "41" }', 'vars = { n = "41", s = "300" }')
-    toml = toml.replace(
-        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
-        'variants = [{ s = "0" }, { n = "42" }]',
+    task = sleeping_variant_task(
+        answer_task, tmp_path, '{ n = "41", s = "300" }', '[{ s = "0" }, { n = "42" }]'
     )
-    toml = toml.replace('"echo {n}', '"sleep {s}; echo {n}')
-    (task_dir / "task.toml").write_text(toml)
-    task = load_task(task_dir)
-    cfg = RunConfig(
-        task=task.name,
-        model="baseline",
-        runs_dir=tmp_path / "runs",
-        isolation="none",
-        search="greedy",
-        attempts=2,
-    )
-    controller = RunController(cfg, task, None)
+    controller = greedy_search(task, tmp_path, 2)
     repaused = asyncio.Event()
 
     def pause_and_step() -> None:
