@@ -28,7 +28,8 @@ def run_headless(
 
     from mlra.agent.agents.run import agent_for, know_tools
     from mlra.agent.run.controller import RunController
-    from mlra.console.text.headless import JsonDisplay, TranscriptDisplay, tell_stderr
+    from mlra.console.text.headless import JsonDisplay, TranscriptDisplay
+    from mlra.console.text.printer import tell_stderr
 
     display = JsonDisplay() if json_lines else TranscriptDisplay(verbose=verbose)
     if controller is None:
