@@ -19,6 +19,7 @@ import pytest
 
 from mlra.tools.sandbox import volume
 from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.volume_users import loop_mounts
 from tests.conftest import TEST_IMAGE
 from tests.tools.test_docker_sandbox import client, docker_host  # noqa: F401  (fixtures)
 
@@ -101,7 +102,7 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
         # Any sandbox's start on this machine (another run's, local) settles the volumes of
         # mlra processes that are gone: not this one, which the container still writes to.
         volume.settle_stale()
-        assert run_dir / "workspace" in [p for ps in volume._loop_mounts().values() for p in ps]
+        assert run_dir / "workspace" in [p for ps in loop_mounts().values() for p in ps]
 
         sandbox = DockerSandbox(
             run_dir / "workspace", SandboxSpec(), image=TEST_IMAGE, run_id="next"
@@ -178,7 +179,7 @@ def test_a_searchs_attempt_containers_carry_the_runs_id(
     assert "docker-search (attempt a1)" in removed and "docker-search (attempt a2)" in removed
     assert not any(r in ("a1", "a2") for r in removed)
     volume.settle_stale()  # the killed search's workspace volumes, as its resume would
-    assert not [m for m in volume._loop_mounts().values() if str(tmp_path) in str(m)]
+    assert not [m for m in loop_mounts().values() if str(tmp_path) in str(m)]
 
 
 class _OnlyRun:

@@ -24,6 +24,7 @@ from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.default_limits import MIB, free_mb
 from mlra.tools.sandbox.local import LocalSandbox
+from mlra.tools.sandbox.volume_users import loop_mounts
 
 WHY_NOT = volume.unavailable()
 BWRAP_PROBLEM = isolation_problem()
@@ -41,7 +42,7 @@ def workspace(tmp_path: Path) -> Path:
 
 
 def _mounted(path: Path) -> bool:
-    return any(path in points for points in volume._loop_mounts().values()) or any(
+    return any(path in points for points in loop_mounts().values()) or any(
         line.split()[4] == str(path)
         for line in Path("/proc/self/mountinfo").read_text().splitlines()
     )
@@ -304,6 +305,47 @@ def test_a_volume_of_a_killed_mlra_not_yet_reaped_is_settled_before_its_resume(
     assert not _mounted(workspace) and _images(workspace.parent) == []
     assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
     assert (workspace / "resumed.txt").read_text() == "the resume's"
+
+
+def test_a_new_volume_is_never_stacked_on_a_killed_ones_still_in_use(
+    workspace: Path, tmp_path: Path
+) -> None:
+    """A killed mlra's volume that another mount namespace still has (a container, or a
+    sandbox being set up elsewhere) is left mounted; a resume stacked its own on top, and
+    whichever mlra settled the old one later unmounted the top one, the resume's, from
+    under its sandbox ('the volume did not appear at the workspace', files lost). The
+    resume now goes on in the old one, its quota watched, and it is settled later."""
+    code = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
+        "ws = Path(sys.argv[1])\n"
+        f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
+        "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    done = subprocess.run([sys.executable, "-c", code, str(workspace)], env=env, check=False)
+    assert done.returncode == -9 and _mounted(workspace)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount --bind '{workspace}' '{elsewhere}' && echo ready && exec sleep 120"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        with pytest.raises(volume.VolumeFailed, match="still mounted at the workspace"):
+            volume.WorkspaceVolume(workspace, QUOTA_MB, INODES).open()
+        assert [ps.count(workspace) for ps in loop_mounts().values() if workspace in ps] == [1]
+        assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+    finally:
+        holder.kill()
+        holder.wait()
+    volume.settle_stale(workspace.parent)  # no longer used: settled
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
 
 
 async def test_a_volume_whose_owner_lives_is_left_alone(workspace: Path) -> None:

@@ -29,9 +29,9 @@ sandbox, whatever the agent does and however fast.
   image for as long as it lives, so any later sandbox set up on this machine settles
   the volumes of owners that are gone (the lock free, and the pid dead or, for a mounted
   one, running something else: a reused pid or an unreaped zombie is not taken for the
-  owner, and two settlers never settle one volume twice): carried
-  back, unmounted, deleted; not while a killed run's container still has it
-  (volume_users.py): the next Docker start removes that container first.
+  owner, and two settlers never settle one volume twice): carried back, unmounted,
+  deleted; not while a killed run's container still has it (volume_users.py): the next
+  Docker start removes that container first, and a resume goes on in it meanwhile.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB
 from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
-from mlra.tools.sandbox.volume_users import loop_mounts, used_elsewhere
+from mlra.tools.sandbox.volume_users import loop_mounts, still_used, used_elsewhere
 
 logger = logging.getLogger(__name__)
 
@@ -162,6 +162,11 @@ class WorkspaceVolume:
         VolumeRefused: it would take the reserve; VolumeFailed: it cannot be had here."""
         folder = self.workspace.parent
         settle_stale(folder)
+        if (left := stale_at(self.workspace)) is not None:
+            raise VolumeFailed(
+                f"a killed mlra's volume ({left.name}) is still mounted at the workspace and "
+                "in use in another mount namespace (a container?); the run goes on in it"
+            )
         image = folder / f".{self.workspace.name}.{TAG}-{os.getpid()}-{secrets.token_hex(4)}.img"
         try:
             made = set_aside(folder, image, self.size_mb, shrink=self.shrink)
@@ -379,7 +384,13 @@ def _owner_gone(name: str) -> bool:
     return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
 
 
-_loop_mounts = loop_mounts
+def stale_at(workspace: Path) -> Path | None:
+    """A gone owner's volume still mounted at `workspace` (in use elsewhere): a volume
+    stacked on it would be unmounted by whichever mlra settles it later."""
+    for image, points in loop_mounts().items():
+        if workspace.resolve() in points and _owner_gone(image.name):
+            return image
+    return None
 
 
 def settle_stale(folder: Path | None = None) -> list[Settled]:
@@ -402,7 +413,9 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
     for image, points in found.items():
         match = IMAGE_NAME.match(image.name)
         gone = _owner_gone(image.name)
-        if match is None or (gone and points and used_elsewhere(image, points)):
+        if match is None or (
+            gone and points and still_used(image, points, patient=image.parent == own)
+        ):
             continue  # a killed run's container still writes to it (volume_users.py)
         lock = _take(image, wait=gone and image.parent == own)
         if lock is None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 from pathlib import Path
 
 
@@ -65,6 +66,19 @@ def used_elsewhere(image: Path, points: list[Path]) -> bool:
                 if Path(unescape(fields[4])) not in points:
                     return True
     return False
+
+
+def still_used(image: Path, points: list[Path], *, patient: bool) -> bool:
+    """Whether another mount namespace uses the volume; `patient` (the caller's own
+    workspace): a few looks over two seconds, since a sandbox being set up elsewhere
+    holds a copy of every mount for a moment, and the caller would otherwise start on
+    top of a volume it could have settled."""
+    for _ in range(20 if patient else 1):
+        if not used_elsewhere(image, points):
+            return False
+        if patient:
+            time.sleep(0.1)
+    return True
 
 
 def unescape(text: str) -> str:
