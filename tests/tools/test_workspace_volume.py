@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -193,25 +194,28 @@ async def test_the_workspace_comes_back_a_plain_folder_with_everything(workspace
     assert "lost+found" not in os.listdir(workspace)
 
 
-@pytest.mark.parametrize("next_one", ["another run's sandbox", "its resume, with no quota"])
-async def test_a_volume_of_an_mlra_that_was_killed_is_carried_back_by_the_next(
-    workspace: Path, tmp_path: Path, next_one: str
-) -> None:
+def _killed_owner(workspace: Path) -> dict[str, Any]:
+    """The command line and environment (subprocess's `args`, `env`) of an mlra stand-in that opens a volume on
+    `workspace`, writes a file on it and is killed with it mounted."""
     code = (
         "import os, sys\n"
         "from pathlib import Path\n"
         "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
         "ws = Path(sys.argv[1])\n"
-        f"v = WorkspaceVolume(ws, {QUOTA_MB}, {INODES})\n"
-        "v.open()\n"
+        f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
         "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
         "os.kill(os.getpid(), 9)\n"
     )
-    (workspace / "before.txt").write_text("before")
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-c", code, str(workspace)], env=env, check=False
-    )
+    return {"args": [sys.executable, "-c", code, str(workspace)], "env": env}
+
+
+@pytest.mark.parametrize("next_one", ["another run's sandbox", "its resume, with no quota"])
+async def test_a_volume_of_an_mlra_that_was_killed_is_carried_back_by_the_next(
+    workspace: Path, tmp_path: Path, next_one: str
+) -> None:
+    (workspace / "before.txt").write_text("before")
+    done = await asyncio.to_thread(subprocess.run, **_killed_owner(workspace), check=False)
     assert done.returncode == -9
     assert _mounted(workspace) and len(_images(workspace.parent)) == 2  # the image, its mark
     if next_one == "another run's sandbox":  # any sandbox set up on this machine settles it
@@ -234,19 +238,7 @@ async def test_a_resume_waits_for_another_mlra_settling_its_workspaces_volume(
     """Any sandbox set up on the machine settles a killed mlra's volume; a resume of that
     run meeting one mid-way (in CI, a neighbouring test's) used to go on at once, and its
     command ran on a workspace half carried back, without files the run had written."""
-    code = (
-        "import os, sys\n"
-        "from pathlib import Path\n"
-        "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
-        "ws = Path(sys.argv[1])\n"
-        f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
-        "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
-        "os.kill(os.getpid(), 9)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = await asyncio.to_thread(
-        subprocess.run, [sys.executable, "-c", code, str(workspace)], env=env, check=False
-    )
+    done = await asyncio.to_thread(subprocess.run, **_killed_owner(workspace), check=False)
     assert done.returncode == -9 and _mounted(workspace)
     (image,) = [workspace.parent / n for n in _images(workspace.parent) if n.endswith(".img")]
     other = volume._take(image)  # another mlra's settling has begun
@@ -273,17 +265,7 @@ def test_a_volume_of_a_killed_mlra_not_yet_reaped_is_settled_before_its_resume(
     volume over the old one, and once the pid was gone, any mlra's settling unmounted the
     top one, the resume's own, from under its sandbox (the old volume came up at the
     workspace, and the resume's later writes were lost at its close)."""
-    code = (
-        "import os, sys\n"
-        "from pathlib import Path\n"
-        "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
-        "ws = Path(sys.argv[1])\n"
-        f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
-        "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
-        "os.kill(os.getpid(), 9)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    killed = subprocess.Popen([sys.executable, "-c", code, str(workspace)], env=env)
+    killed = subprocess.Popen(**_killed_owner(workspace))
     try:
         os.waitid(os.P_PID, killed.pid, os.WEXITED | os.WNOWAIT)  # dead, left a zombie
         assert Path(f"/proc/{killed.pid}").exists() and _mounted(workspace)
@@ -315,17 +297,7 @@ def test_a_new_volume_is_never_stacked_on_a_killed_ones_still_in_use(
     whichever mlra settled the old one later unmounted the top one, the resume's, from
     under its sandbox ('the volume did not appear at the workspace', files lost). The
     resume now goes on in the old one, its quota watched, and it is settled later."""
-    code = (
-        "import os, sys\n"
-        "from pathlib import Path\n"
-        "from mlra.tools.sandbox.volume import WorkspaceVolume\n"
-        "ws = Path(sys.argv[1])\n"
-        f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
-        "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
-        "os.kill(os.getpid(), 9)\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
-    done = subprocess.run([sys.executable, "-c", code, str(workspace)], env=env, check=False)
+    done = subprocess.run(**_killed_owner(workspace), check=False)
     assert done.returncode == -9 and _mounted(workspace)
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
