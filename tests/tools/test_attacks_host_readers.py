@@ -458,6 +458,36 @@ def test_many_small_files_bound_the_snapshot_event_the_scan_and_the_store(
     assert walked.scan(step=5) is None  # the same gap again is no news
 
 
+def test_tiny_distinct_files_fill_the_snapshot_store_by_the_disk_they_take(
+    tmp_path: Path,
+) -> None:
+    """1,000 distinct 12-byte files: 12 KB to their sizes, 4 MB and 1,000 inodes of the
+    run folder's disk once stored (a block each). Counted by sizes, a 256 KiB store took
+    them all, and an agent rewriting 5,000 such files a step filled the host's disk
+    and inodes beside a store that thought itself nearly empty."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    for i in range(1000):
+        (ws / f"{i:04d}").write_text(f"{i:012d}")
+    limits = SnapshotLimits(quota_bytes=256 * 1024)
+    scanner = WorkspaceScanner(ws, SnapshotStore(tmp_path / "run"), limits=limits)
+    snap = scanner.scan(step=1)
+    assert snap is not None and len(snap.changed) == 1000
+    assert all(c.sha256 is not None for c in snap.changed)  # every file still hashed
+    block = os.statvfs(tmp_path).f_frsize
+    objects = [p for p in (tmp_path / "run").rglob("*") if p.is_file()]
+    taken = sum(max(p.stat().st_blocks * 512, block) for p in objects)
+    assert taken <= limits.quota_bytes
+    assert len(objects) <= limits.quota_bytes // block
+    assert len(scanner.notices) == 1 and "quota" in scanner.notices[0]
+    # A store opened again (a resume) counts what it holds the same way: nothing more fits.
+    (ws / "late").write_text("late")
+    again = WorkspaceScanner(ws, SnapshotStore(tmp_path / "run"), limits=limits)
+    again.index = dict(scanner.index)
+    later = again.scan(step=2)
+    assert later is not None and later.changed[0].stored is False
+
+
 def test_many_small_files_in_a_whole_run_keep_the_log_small(scene: Scene, tmp_path: Path) -> None:
     make = (
         'python3 -c "import os\n'

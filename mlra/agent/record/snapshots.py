@@ -52,7 +52,8 @@ class SnapshotLimits:
     max_stored_bytes: int = DEFAULT_MAX_STORED_BYTES
     """Files larger than this are recorded by hash (and size) only."""
     quota_bytes: int = DEFAULT_QUOTA_BYTES
-    """The snapshot store's total; past it contents are no longer kept."""
+    """The snapshot store's total on the disk (each object counted by the blocks it
+    takes, at least one); past it contents are no longer kept."""
     scan_entries: int = 100_000
     """Entries one scan walks; what sorts after is not looked at."""
     scan_files: int = 5_000
@@ -69,6 +70,28 @@ class SnapshotStore:
     def __init__(self, run_dir: Path) -> None:
         self.objects = run_dir / SNAPSHOTS_DIR / "objects"
         self._used: int | None = None
+        self._block: int | None = None
+
+    def cost(self, size: int, blocks: int = 0) -> int:
+        """What an object of `size` bytes takes of the run folder's disk: whole blocks,
+        at least one (and an inode). Counting apparent sizes let thousands of distinct
+        12-byte files a step (4 KiB each on ext4) fill the host's disk and inodes while
+        the store thought it held a few megabytes. `blocks` is what a stored one
+        holds (st_blocks), where the file system says more."""
+        if self._block is None:
+            try:
+                self._block = max(os.statvfs(self._existing()).f_frsize, 512)
+            except OSError:
+                self._block = 4096
+        block = self._block
+        return max(max(-(-size // block), 1) * block, blocks * 512)
+
+    def _existing(self) -> Path:
+        """The store's folder, or the nearest one above it that exists (for statvfs)."""
+        path = self.objects
+        while not path.exists() and path != path.parent:
+            path = path.parent
+        return path
 
     def path(self, sha: str) -> Path:
         return self.objects / sha[:2] / sha
@@ -89,7 +112,8 @@ class SnapshotStore:
                         with os.scandir(shard.path) as items:
                             for item in items:
                                 try:
-                                    total += item.stat(follow_symlinks=False).st_size
+                                    st = item.stat(follow_symlinks=False)
+                                    total += self.cost(st.st_size, st.st_blocks)
                                 except OSError:
                                     continue
             except OSError:
@@ -138,7 +162,7 @@ class SnapshotStore:
                     assert tmp is not None  # made with `out`
                     target.parent.mkdir(parents=True, exist_ok=True)
                     os.replace(tmp, target)
-                    self._used = self.used_bytes() + read
+                    self._used = self.used_bytes() + self.cost(read)
             return sha, keep
         finally:
             if out is not None:
@@ -298,7 +322,7 @@ class WorkspaceScanner:
             spend.files -= 1
             spend.bytes -= size
             small = size <= self.limits.max_stored_bytes
-            room = self.store.used_bytes() + size <= self.limits.quota_bytes
+            room = self.store.used_bytes() + self.store.cost(size) <= self.limits.quota_bytes
             if small and not room:
                 spend.over_quota += 1
                 self._quota_reached()

@@ -151,7 +151,7 @@ def add_run_command(sub: Any) -> None:
         "--snapshot-quota",
         type=disk_mb,
         metavar="SIZE",
-        help="the most the run's workspace snapshots keep of file contents (2g, or none; "
+        help="the most disk the run's workspace snapshots take for file contents (2g, or none; "
         "default 1g): past it changed files are recorded by size and hash only",
     )
     run.add_argument(
