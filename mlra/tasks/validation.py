@@ -35,6 +35,7 @@ from mlra.tools.submission import freeze, remove_tree
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
+    from mlra.tools.sandbox.run_group import RunGroup
 
 VALIDATIONS_DIR = "validations"
 """In the run folder: one folder per validation, its frozen copy (while kept) and its
@@ -108,6 +109,7 @@ class RunValidator:
         past: Callable[[], list[ev.Validation]],
         isolation: IsolationMode = "auto",
         gpus: str | None = None,
+        run_group: Callable[[], RunGroup | None] = lambda: None,
     ) -> None:
         self.task = task
         self.workspace = workspace
@@ -119,6 +121,8 @@ class RunValidator:
         self.isolation: IsolationMode = isolation
         self.gpus = gpus
         """The run's GPUs (an attempt's share): a validation grades on them."""
+        self.run_group = run_group
+        """The run's cgroup, read at each call: its grader draws on the run's budget."""
         self.hidden = HiddenText(task.hidden_paths())
         """What the evaluator says is checked against, before the agent reads it."""
         self._one_at_a_time = asyncio.Lock()
@@ -168,6 +172,7 @@ class RunValidator:
             split=split,
             timeout_s=self.remaining(),
             gpus=self.gpus,
+            run_group=self.run_group(),
         )
         scored = outcome.ok and not outcome.violations
         score = outcome.score if scored and split == "validation" else None

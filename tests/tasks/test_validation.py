@@ -22,12 +22,25 @@ from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import ValidationSettings, builtin_task_dirs, load_task
 from mlra.tasks.validation import better, refusal
-from tests.conftest import deadline_inside_the_held_call, mlra_cli, run_baseline
+from tests.conftest import (
+    TEST_IMAGE,
+    deadline_inside_the_held_call,
+    docker_address,
+    docker_problem,
+    mlra_cli,
+    run_baseline,
+)
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
 
-def _run(tmp_path: Path, task: Path, script: Mapping[str, Any], *extra: str) -> Path:
+def _run(
+    tmp_path: Path,
+    task: Path,
+    script: Mapping[str, Any],
+    *extra: str,
+    env: Mapping[str, str] | None = None,
+) -> Path:
     with ScriptedModelServer(script) as server:
         proc = mlra_cli(
             [
@@ -43,6 +56,7 @@ def _run(tmp_path: Path, task: Path, script: Mapping[str, Any], *extra: str) -> 
                 *extra,
             ],
             cwd=tmp_path,
+            env=env,
             timeout=120,
         )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -370,3 +384,49 @@ def test_validate_tells_the_agent_no_hidden_text(tmp_path: Path, answer_task: Pa
         assert "no answer among the hidden examples" not in seen  # the grader's source
     result = json.loads((run_dir / "result.json").read_text())
     assert result["score"] == 1.0
+
+
+@pytest.mark.parametrize(
+    "sandbox",
+    [
+        "local",
+        pytest.param(
+            "docker",
+            marks=pytest.mark.skipif(docker_problem() is not None, reason=docker_problem() or ""),
+        ),
+    ],
+)
+def test_a_validations_grader_draws_on_the_runs_memory(
+    tmp_path: Path, answer_task: Path, sandbox: str
+) -> None:
+    """The grader reads what the agent made: a 200 MB answer.txt, read whole, is 400 MB of
+    the grader's memory. It ran beside the run under a machine's worth of its own, so a
+    run of 150 MB had its agent's data graded in twice that outside its budget; it is now
+    made under the run's group, bounded by the run's memory, and says so."""
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("", call("bash", command="head -c 200000000 /dev/zero | tr '\\0' 4 > answer.txt")),
+            turn("", call("validate", path="answer.txt")),
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("report", summary="answer.txt holds 42")),
+        ],
+    }
+    extra = ["--memory", "150m", "--disk", "300m"]
+    env: dict[str, str] = {}
+    if sandbox == "docker":
+        extra += ["--sandbox", "docker", "--image", TEST_IMAGE]
+        env["DOCKER_HOST"] = docker_address() or ""
+    run_dir = _run(tmp_path, answer_task, script, *extra, env=env)
+    events = read_events(run_dir / "events.jsonl")
+    started = events[0]
+    assert isinstance(started, ev.RunStarted) and started.budget is not None
+    if started.budget.held_by == "none":
+        pytest.skip(f"the run's total is not held here: {started.budget.not_held}")
+    (validation,) = [e for e in events if isinstance(e, ev.Validation)]
+    assert not validation.ok and validation.score is None
+    assert validation.error and "memory limit of 150 MB" in validation.error
+    (told,) = _results(events, "validate")
+    assert not told.ok and "memory limit of 150 MB" in told.output
+    finished = next(e for e in events if isinstance(e, ev.EvaluationFinished))
+    assert finished.score == 1.0  # the honest answer, graded after the run's processes ended

@@ -29,6 +29,7 @@ def run_validator(run: RunContext) -> RunValidator:
         past=lambda: list(run.state.validations),
         isolation=run.config.isolation,
         gpus=run_gpus(run.task, run.config.gpus),
+        run_group=lambda: run.sandbox.spec.run_group if run.sandbox is not None else None,
     )
 
 

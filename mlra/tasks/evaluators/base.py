@@ -43,6 +43,7 @@ from mlra.tools.sandbox.default_limits import task_memory
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
+    from mlra.tools.sandbox.run_group import RunGroup
 
 
 Split = Literal["test", "validation", "format"]
@@ -321,6 +322,7 @@ async def run_evaluation(
     timeout_s: float | None = None,
     on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     gpus: str | None = None,
+    run_group: RunGroup | None = None,
 ) -> EvalOutcome:
     """Run the task's evaluator on `artifact` in a fresh, confined process.
 
@@ -337,6 +339,8 @@ async def run_evaluation(
 
     `gpus` (a `--gpus` value) are the run's: grading keeps to the GPUs the run was
     given, else to those the host's CUDA_VISIBLE_DEVICES names.
+    `run_group`: a validating run's cgroup, the grader's parent: the grader holds what
+    the agent made (a 400 MB answer), so it draws on the run's budget, not beside it.
     """
     from mlra.tools.sandbox.gpu_inventory import host_gpus
     from mlra.tools.sandbox.local import LocalSandbox
@@ -355,6 +359,7 @@ async def run_evaluation(
     env = evaluation_env(task)
     spec = evaluation_spec(task, artifact, env)
     spec.gpus = gpus if gpus is not None else host_gpus()
+    spec.draw_on(run_group)
     box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
     started = time.monotonic()
     try:

@@ -57,3 +57,14 @@ class SandboxSpec:
     """The cgroup of the run this sandbox belongs to (tools/sandbox/run_group.py): the
     sandbox's own group is made under it, so the run's total is kept whatever this
     sandbox's share. None: under mlra's own (a lone sandbox, the Docker sandbox)."""
+
+    def draw_on(self, group: RunGroup | None) -> None:
+        """Make this sandbox's group under a run's whose pool it draws on though the run
+        did not start it for itself (a validation's grader): its memory no more than the
+        run's, so a grader killed for it is told the run's figure, not the machine's."""
+        self.run_group = group
+        if group is None or group.memory_mb is None or not group.held:
+            return
+        if self.memory_mb is None or self.memory_mb > group.memory_mb:
+            self.memory_mb = group.memory_mb
+            self.limit_sources["memory_mb"] = "the run's budget, which a validation draws on"
