@@ -206,3 +206,42 @@ def _groups_of_this_process() -> list[Path]:
         if own is not None:
             found += (base / own.lstrip("/")).glob(f"mlra-{os.getpid()}-*")
     return found
+
+
+async def test_empty_files_an_ended_attempt_left_count_against_the_next_ones_inodes(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A 40 MB disk budget is 2,560 inodes. Each attempt leaves 1,000 empty files (a few
+    KB of blocks): counted by blocks alone, every attempt got about as many inodes as the
+    first, and three held more than the run's budget. Each share's inodes and the inodes
+    the ended attempts hold now add up to at most the run's, the disk budget said spent
+    once they would not."""
+    task_dir = _padded_variants(answer_task, tmp_path)
+    toml = (task_dir / "task.toml").read_text()
+    pad = f"head -c {PAD_MB * 1024 * 1024} /dev/urandom > pad.bin; echo {{n}}"
+    assert pad in toml
+    toml = toml.replace(pad, "mkdir -p e && (cd e && seq 1000 | xargs touch); echo {n}")
+    (task_dir / "task.toml").write_text(toml)
+    task = load_task(task_dir)
+    config = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=3,
+        disk_mb=40,
+    )
+    controller = RunController(config, task, None)
+    await controller.run(agent_for)
+    budget, started = _started(controller.run_dir)
+    assert budget.inodes == 40 * 64
+    shares = [s.share for s in started if s.share is not None]
+    assert shares and all(s.inodes for s in shares)
+    for i, share in enumerate(shares):
+        held = sum(
+            1 + len(dirs) + len(files)
+            for a in ("a1", "a2", "a3")[:i]
+            for _, dirs, files in os.walk(controller.run_dir / "attempts" / a)
+        )
+        assert (share.inodes or 0) + held <= budget.inodes, (i, share.inodes, held)

@@ -147,11 +147,16 @@ def own_share(budget: ev.Budget, config: RunConfig) -> ev.Budget:
 
 
 def held_mb(folders: list[Path]) -> int:
-    """What `folders` hold on disk (blocks, as the quota counts them), in MB."""
+    """What `folders` hold of the disk budget, in MB: their blocks, as the quota counts
+    them, or their inodes at the budget's 16 KiB each where those come to more. Counted
+    by blocks alone, an attempt that left its inode budget of empty files (a few hundred
+    KB) left the next attempts as many inodes again, beyond the run's `inodes`."""
     total = 0
     for folder in folders:
         if folder.exists():
-            total += WorkspaceQuota(folder, 1).measure() or 0
+            quota = WorkspaceQuota(folder, 1)
+            inodes = quota.measure_inodes() or 0
+            total += max(quota.measure() or 0, inodes * (MIB // INODES_PER_MB))
     return -(-total // MIB)
 
 

@@ -87,6 +87,24 @@ class WorkspaceQuota:
         used, _ = self._scan([])
         return used
 
+    def measure_inodes(self) -> int | None:
+        """The files and folders the workspace holds (blocking), which its blocks do not
+        show: 30,000 empty files are a few hundred KB to `du` and 30,000 inodes."""
+        if self.du is None:
+            return None
+        try:
+            done = subprocess.run(
+                [self.du, "-s", "--inodes", "-x", "-P", "."],
+                cwd=self.workspace,
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                timeout=SCAN_TIMEOUT_S,
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        total = _parse(done.stdout)
+        return None if total is None else total // 1024
+
     async def measure_async(self) -> int | None:
         """As `measure`, off the event loop."""
         used, _ = await self._scan_async()
