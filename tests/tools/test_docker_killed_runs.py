@@ -19,6 +19,7 @@ import pytest
 
 from mlra.tools.sandbox import volume
 from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.docker_exec import STDIN_DIR
 from mlra.tools.sandbox.volume_users import loop_mounts
 from tests.conftest import TEST_IMAGE
 from tests.tools.test_docker_sandbox import client, docker_host  # noqa: F401  (fixtures)
@@ -61,7 +62,8 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
     """The next start carried a killed run's workspace volume back to a plain folder (and
     deleted its image) before it removed the run's container, whose command went on
     writing: what it wrote after the copy was lost with the image. Any other sandbox's
-    start did the same, with the container left running."""
+    start did the same, with the container left running. The container's stdin folder in
+    the host's /tmp was left for good."""
     from mlra.tools.sandbox.docker_sandbox import DockerSandbox
 
     runs = tmp_path / "runs"
@@ -90,6 +92,10 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
             proc.kill()
     try:
         (container,) = client.containers.list(filters={"label": "mlra.run=docker-writer"})
+        stdin_folders = [
+            Path(m["Source"]) for m in container.attrs["Mounts"] if m["Destination"] == STDIN_DIR
+        ]
+        assert len(stdin_folders) == 1 and stdin_folders[0].is_dir()  # the killed mlra's
         stream = container.logs(stream=True, follow=True)
         reader = threading.Thread(target=lambda: chunks.extend(stream), daemon=True)
         reader.start()
@@ -114,6 +120,8 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
             left.remove(force=True)
     assert any("docker-writer" in n for n in notices)
     assert client.containers.list(all=True, filters={"label": "mlra.run=docker-writer"}) == []
+    # Its commands' stdin folder, which the killed mlra never removed, went with it.
+    assert not stdin_folders[0].exists()
     written = _counts(list(chunks))[-1]
     kept = (run_dir / "workspace" / "log").read_text().split()
     # Every line the command wrote before its container was removed is in the workspace.

@@ -12,6 +12,8 @@ import contextlib
 import os
 import shutil
 import socket
+import stat
+from pathlib import Path
 from typing import Any
 
 from mlra.tools.sandbox.base import SandboxError
@@ -161,20 +163,41 @@ def _owner_alive(label: str) -> bool:
         return False
 
 
+STDIN_PREFIX = "mlra-stdin-"
+"""A Docker sandbox's host folder of its commands' stdin (docker_sandbox.py), named so."""
+
+
+def _stdin_folders(container: Any) -> list[Path]:
+    """The host folders of a container's commands' stdin: a killed mlra never removed
+    them (216 were left in /tmp here), so they go with its container."""
+    found: list[Path] = []
+    for mount in (container.attrs or {}).get("Mounts") or []:
+        source = Path(str(mount.get("Source") or "/"))
+        if mount.get("Type") == "bind" and source.name.startswith(STDIN_PREFIX):
+            with contextlib.suppress(OSError):
+                if stat.S_ISDIR(source.lstat().st_mode):  # never through a link
+                    found.append(source)
+    return found
+
+
 def remove_leftover_containers(client: Any | None = None) -> list[str]:
     """Remove the containers of runs whose mlra process died without removing them
-    (a killed console, a crash); returns the run ids they belonged to."""
+    (a killed console, a crash), with their stdin folders; returns the run ids they
+    belonged to."""
     engine: Any = client if client is not None else docker_client()
     removed: list[str] = []
     for container in engine.containers.list(all=True, filters={"label": LABEL_RUN}):
         labels = container.labels or {}
         if _owner_alive(labels.get(LABEL_OWNER, "")):
             continue
+        folders = _stdin_folders(container)
         try:
             container.remove(force=True)
         except Exception:  # gone already, or another mlra removes it now
             _wait_removed(container)
             continue
+        for folder in folders:
+            shutil.rmtree(folder, ignore_errors=True)
         run = labels.get(LABEL_RUN, container.name)
         attempt = labels.get(LABEL_ATTEMPT)
         removed.append(f"{run} (attempt {attempt})" if attempt else run)

@@ -57,6 +57,7 @@ from mlra.tools.sandbox.docker_exec import (
 )
 from mlra.tools.sandbox.docker_preflight import (
     DEFAULT_IMAGE,
+    STDIN_PREFIX,
     DockerUnavailable,
     docker_client,
     engine_of,
@@ -282,7 +283,7 @@ class DockerSandbox(Sandbox):
             if entry.startswith("PATH="):
                 self._path = entry[len("PATH=") :]
         self._own_workspace()
-        self._stdin_dir = Path(tempfile.mkdtemp(prefix="mlra-stdin-"))
+        self._stdin_dir = Path(tempfile.mkdtemp(prefix=STDIN_PREFIX))
         if os.geteuid() == 0:
             os.chown(self._stdin_dir, self.uid, self.gid)
         try:
