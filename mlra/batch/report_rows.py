@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from mlra import events as ev
 from mlra.agent.record.annotations import read_annotations, tag_counts
-from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_result import RunResult, result_of
 from mlra.agent.record.state import fold
 from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards, read_placements
@@ -200,10 +200,9 @@ def load_run(run_dir: Path) -> tuple[RunResult, int | None, bool] | None:
     if started is None:
         return None
     state = fold(events)
-    result = result_of(state)
-    if state.finished is None:
-        result.status, result.reason = "unfinished", "unfinished"
-    return result, seed, True
+    # `running` or `interrupted`, as `mlra compare` says it in the same report: both were
+    # "unfinished", a run still going said not to have finished.
+    return result_of(state, running=log_is_live(log)), seed, True
 
 
 def failure_of(r: RunResult) -> str | None:
@@ -211,7 +210,7 @@ def failure_of(r: RunResult) -> str | None:
         return None
     if r.status == "finished":
         return "no score" if r.reason == "submitted" else r.reason
-    return r.reason if r.status != "unfinished" else "unfinished"
+    return r.reason
 
 
 def _search_fields(r: RunResult) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.loop.attempts import ATTEMPTS_DIR
-from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_result import RunResult, result_of
 from mlra.agent.record.state import RunState, fold
 from mlra.batch.compare.runs import NOT_SETTINGS, SEARCH_ONLY
@@ -185,7 +185,7 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
     if result_file.is_file():
         result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
     else:
-        result = result_of(state)
+        result = result_of(state, running=log_is_live(folder / EVENTS_FILE))
     artifacts = [Artifact("events.jsonl", path=folder / EVENTS_FILE)]
     if result_file.is_file():
         artifacts.insert(0, Artifact("result.json", path=result_file))

@@ -90,7 +90,8 @@ def write_batch_page(
                 if r.searched
                 else "-"
             )
-            status = r.status + (f" ({r.failure})" if r.failure else "")
+            # An interrupted run's failure is its status ("interrupted (interrupted)").
+            status = r.status + (f" ({r.failure})" if r.failure not in (None, r.status) else "")
             parts.append(
                 f"<tr><td>{line(r.run_id)}</td><td>{line(r.model)}</td><td>{'-' if r.seed is None else r.seed}</td>"
                 f"<td>{r.attempt}{'' if r.counted else ' (not counted)'}</td>"
