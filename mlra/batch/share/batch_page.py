@@ -102,10 +102,10 @@ def write_batch_page(
                 f"<td><code>{sha[:16]}</code></td></tr>"
             )
             data["runs"].append(
-                {
-                    "run_id": r.run_id,
-                    "task": r.task,
-                    "model": r.model,
+                {  # redacted as the table above is: the JSON carried what the table hid
+                    "run_id": redact(r.run_id),
+                    "task": redact(r.task),
+                    "model": redact(r.model),
                     "seed": r.seed,
                     "status": r.status,
                     "score": r.score,
