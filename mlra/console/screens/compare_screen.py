@@ -142,12 +142,23 @@ class CompareApp(App[int]):
         table = matrix_table(self.runs, self.metric, all_settings=self.all_settings)
         self.query_one("#compare-matrix", Static).update(table)
         shown = overlay(self.runs, self.x, self.metric)
-        for panel in ("loss", "score"):
-            plot = self.query_one(f"#plot-{panel}", PlotextPlot)
-            lines = shown.lines.get(panel, [])
-            plot.display = bool(lines) or panel == "loss"
-            name = shown.panels.get(panel, "")
-            self._plot(plot, lines, name or "no curves recorded", by_step=self.x == "step")
+        # One plot a panel: loss and score, or each task's where the runs have several.
+        panels = [p for p in shown.panels if shown.lines.get(p)] or ["loss"]
+        box = self.query_one("#compare-curves", Vertical)
+        plots = list(box.query(PlotextPlot))
+        for n in range(len(plots), len(panels)):
+            plots.append(PlotextPlot(id=f"plot-{n}"))
+            box.mount(plots[-1])
+        for n, plot in enumerate(plots):
+            plot.display = n < len(panels)
+            if n < len(panels):
+                panel = panels[n]
+                name = shown.panels.get(panel, "")
+                title = name + panel.partition(" · ")[1] + panel.partition(" · ")[2]
+                self._plot(
+                    plot, shown.lines.get(panel, []), title if name else "no curves recorded",
+                    by_step=self.x == "step",
+                )  # fmt: skip
         best = best_so_far(self.runs)
         self._plot(
             self.query_one("#compare-best", PlotextPlot),
