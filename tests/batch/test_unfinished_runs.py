@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, read_events
 from mlra.batch.report import write_report
 from mlra.console.cli.cli import main
@@ -28,6 +29,7 @@ def batch(tmp_path: Path) -> Iterator[Path]:
     runs = folder / "runs"
     compared_run(runs, "done", score=0.5)
     compared_run(runs, "killed", finished=False)
+    _resumed_then_killed(compared_run(runs, "resumed", score=0.25))
     going = compared_run(runs, "going", finished=False)
     log = going / EVENTS_FILE
     writer = EventLog(log, start_seq=read_events(log)[-1].seq)  # its mlra, still writing
@@ -35,6 +37,16 @@ def batch(tmp_path: Path) -> Iterator[Path]:
         yield folder
     finally:
         writer.close()
+
+
+def _resumed_then_killed(run_dir: Path) -> None:
+    """A run that finished (its result.json written), then `mlra resume`d and killed in
+    its first step: its log goes on past what result.json was derived from."""
+    log = run_dir / EVENTS_FILE
+    resumed = EventLog(log, start_seq=read_events(log)[-1].seq)
+    resumed.append(ev.RunResumed(model="m1"))
+    resumed.append(ev.StepStarted(agent="worker", step=2, turn=2, prompt="go on"))
+    resumed.close()
 
 
 def _text(page: Path) -> str:
@@ -46,7 +58,8 @@ def test_the_report_says_interrupted_and_running(batch: Path) -> None:
     report = (batch / "report.md").read_text(encoding="utf-8")
     assert f"- killed (attempt 1): interrupted: {KILLED}" in report
     assert "- going (attempt 1): running: still running" in report
-    assert "interrupted ×1, running ×1" in report
+    assert f"- resumed (attempt 1): interrupted: {KILLED}" in report
+    assert "interrupted ×2, running ×1" in report
     assert "unfinished" not in report and ": error" not in report
 
 
@@ -59,6 +72,7 @@ def test_the_shared_pages_say_interrupted_and_running(batch: Path, tmp_path: Pat
     page = _text(tmp_path / "b.html")
     assert "killed m1 1 1 interrupted - no score" in page
     assert "going m1 1 1 running - no score" in page
+    assert "resumed m1 1 1 interrupted 0.25" in page  # its earlier grading's score
     assert "unfinished" not in page and "(interrupted)" not in page
 
 
@@ -76,5 +90,6 @@ def test_mlflow_has_a_killed_run_killed_and_a_running_one_running(
     assert runs["done"].info.status == "FINISHED"
     assert runs["killed"].info.status == "KILLED"
     assert runs["killed"].data.tags["mlra.status"] == "interrupted"
+    assert runs["resumed"].info.status == "KILLED"  # not result.json's "finished"
     assert runs["going"].info.status == "RUNNING" and runs["going"].info.end_time is None
     assert runs["going"].data.tags["mlra.status"] == "running"

@@ -125,6 +125,20 @@ def log_digest(path: Path, size: int | None = None) -> str:
     return digest.hexdigest()
 
 
+def stands_for_log(result: RunResult, result_file: Path, log: Path) -> bool:
+    """Whether `result.json` was derived from the log as it is now (its size and SHA-256;
+    by time for a result from before results named their log). A log appended to since
+    (resumed, then killed or still going) wins: the report and the exports, which took
+    result.json as it was, said a resumed run killed midway had "stopped", as it had
+    before its resume, while `mlra runs` and `mlra compare` said "interrupted"."""
+    if not log.is_file():
+        return True
+    if result.log_sha256 is None:
+        return result_file.stat().st_mtime >= log.stat().st_mtime
+    size = log.stat().st_size
+    return size == result.log_size and log_digest(log, size) == result.log_sha256
+
+
 def listed_status(state: RunState, running: bool) -> str:
     """How a run stands as its log tells it, for the lists and pages that show runs
     (`mlra runs`, `mlra share`): running (its log still being written), how it finished,
