@@ -11,6 +11,8 @@ import asyncio
 import json
 from pathlib import Path
 
+import pytest
+
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.choice_ties import TIED_METRIC
 from mlra.tasks.spec import TaskSpec, load_task
@@ -55,6 +57,7 @@ def test_a_classifier_blind_to_the_text_scores_chance_whatever_the_label_order(
         }
 
 
+@pytest.mark.slow
 def test_a_classifier_without_ties_is_graded_by_its_arg_max(tmp_path: Path) -> None:
     """A randomly initialized model: no tie, so no tie is counted or said, and its score
     is a whole number of right answers."""
