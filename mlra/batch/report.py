@@ -7,9 +7,10 @@ its first attempt that started, so that retrying cannot move a mean (a retried
 seed's better second try is shown, not averaged in); `--attempt last` counts the
 last attempt instead.
 
-Every number comes from each run's `result.json` (or, for a run that never
-finished, from folding its event log), so `mlra report DIR` gives the same
-tables whenever and wherever it is run. Plots are written with matplotlib's
+Every number comes from each run's `result.json` where it was derived from the log
+as it is now, else from folding its event log (a run that never finished, or one
+resumed since), so `mlra report DIR` gives the same tables whenever and wherever it is
+run. Plots are written with matplotlib's
 Agg backend (no display needed).
 
 report.md is read with `cat` as often as rendered: every text in it from a run or a

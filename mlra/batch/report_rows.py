@@ -15,8 +15,9 @@ from typing import Any, Literal
 
 from mlra import events as ev
 from mlra.agent.record.annotations import read_annotations, tag_counts
-from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
-from mlra.agent.record.run_result import RunResult, result_of
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
+from mlra.agent.record.run_result import UNFINISHED_MESSAGES as UNFINISHED
+from mlra.agent.record.run_result import RunResult, result_of, stands_for_log
 from mlra.agent.record.state import fold
 from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards, read_placements
 
@@ -192,18 +193,19 @@ def load_run(run_dir: Path) -> tuple[RunResult, int | None, bool] | None:
     if started is not None:
         seed = started.config.get("seed")
     result_file = run_dir / "result.json"
+    stored = None
     if result_file.is_file():
-        result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
-        if result.isolation is None and started is not None:  # a result.json from before
-            result.isolation = started.sandbox.isolation
-        return result, seed, started is not None or bool(result.task)
+        stored = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
+    if stored is not None and (not events or stands_for_log(stored, result_file, log)):
+        if stored.isolation is None and started is not None:  # a result.json from before
+            stored.isolation = started.sandbox.isolation
+        return stored, seed, started is not None or bool(stored.task)
     if started is None:
         return None
     state = fold(events)
-    result = result_of(state)
-    if state.finished is None:
-        result.status, result.reason = "unfinished", "unfinished"
-    return result, seed, True
+    # `running` or `interrupted`, as `mlra compare` says it in the same report: both were
+    # "unfinished", a run still going said not to have finished.
+    return result_of(state, running=log_is_live(log)), seed, True
 
 
 def failure_of(r: RunResult) -> str | None:
@@ -211,7 +213,7 @@ def failure_of(r: RunResult) -> str | None:
         return None
     if r.status == "finished":
         return "no score" if r.reason == "submitted" else r.reason
-    return r.reason if r.status != "unfinished" else "unfinished"
+    return r.reason
 
 
 def _search_fields(r: RunResult) -> dict[str, Any]:
@@ -269,7 +271,13 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         top_score=r.top_score,
         worker_alone=r.worker_alone,
         resumed=r.resumed,
-        detail=(r.evaluation_error or r.message) if failure_of(r) else "",
+        # A run resumed after its grading, then killed: why it has no end, not that
+        # grading's error.
+        detail=(
+            (r.message if r.status in UNFINISHED else r.evaluation_error or r.message)
+            if failure_of(r)
+            else ""
+        ),
         **_search_fields(r),
     )
 

@@ -283,3 +283,23 @@ def test_a_run_going_on_and_a_log_from_an_older_mlra(tmp_path: Path) -> None:
     assert _row(m, "status") == ["finished (submitted)", "finished (submitted)", "running"]
     assert _row(m, "exact_match") == ["0.5", "0.9*", "-"]
     assert _row(m, "mlra_version") == ["0.1.0", "(older)", "(older)"]
+
+
+def test_overlay_keeps_each_tasks_curves_apart(tmp_path: Path) -> None:
+    """A language model's loss of 5 and a classifier's 0.2 on one axis flattened the
+    classifier's to a line at the bottom: two tasks' curves are no one scale, as their
+    scores are not. Each task has its own panels, named after it, each with its runs."""
+    runs = tmp_path / "runs"
+    small = compared_run(runs, "cls", task="classify", losses=(0.5, 0.3, 0.2))
+    big = compared_run(runs, "lm", task="lm", losses=(5.2, 4.6, 4.4), accs=(0.6, 0.7))
+    also = compared_run(runs, "cls2", task="classify", losses=(0.6, 0.4))
+    shown = overlay.overlay(load_all([small, big, also]), "step")
+    assert list(shown.panels) == [
+        "loss · classify",
+        "score · classify",
+        "loss · lm",
+        "score · lm",
+    ]
+    assert [line.run for line in shown.lines["loss · classify"]] == [0, 2]
+    assert [line.run for line in shown.lines["loss · lm"]] == [1]
+    assert max(v for line in shown.lines["loss · classify"] for v in line.y) == 0.6

@@ -201,6 +201,22 @@ def test_a_batch_page_lists_each_runs_summary_by_task(tmp_path: Path) -> None:
     assert "no score" in page.text[r3 : r3 + 12]
 
 
+def test_a_batch_pages_data_is_redacted_as_its_tables_are(tmp_path: Path) -> None:
+    """A key in a run's model name (a proxy's model given as `openai/<key>`, say) was
+    redacted in the page's tables and written whole in the page's JSON for tools."""
+    key = "sk-proj-" + "Q7x" * 8
+    batch = tmp_path / "b"
+    metrics_run(batch / "runs", "r1", task="answer", model=f"openai/{key}")
+    metrics_run(batch / "runs", "r2", task="answer", seed=2)
+    (batch / "batch.json").write_text("{}", encoding="utf-8")
+    out = tmp_path / "batch.html"
+    assert main(["share", str(batch), "-o", str(out)]) == 0
+    text = out.read_text(encoding="utf-8")
+    assert key not in text
+    data = json.loads(next(s[1] for s in check_page_is_ours(text).scripts if s[0].get("type")))
+    assert data["runs"][0]["model"] == "openai/[redacted: OpenAI-style key]"
+
+
 def _with_hostile_model_and_curves(run_dir: Path, model: str | None, scale: float) -> None:
     """A recorded run given a model name no provider gives (run_started and result.json
     rewritten, as a hostile or careless writer of a log could) and two curves appended as a run's

@@ -51,8 +51,21 @@ def test_json_and_run_ids(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["runs"] == [d.name for d in dirs]
-    assert data["best"] == [dirs[1].name]
+    assert data["best"] == [dirs[1].name] and data["best_of"] == "all the runs"
     assert data["paired"][0]["wins"] == 1
+
+
+def test_json_says_the_best_are_each_tasks_best(tmp_path: Path) -> None:
+    """Runs of two tasks: two runs starred, one a task. The text said so under the
+    matrix; the JSON listed both as "best", read as a tie by a script."""
+    runs = tmp_path / "runs"
+    a = compared_run(runs, "a", task="classify", score=0.81, metric="accuracy")
+    b = compared_run(runs, "b", task="lm", score=0.59, metric="pair_accuracy")
+    proc = mlra_cli(["compare", str(a), str(b), "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["best"] == ["a", "b"] and data["metric"] == "score"
+    assert data["best_of"] == "of each task's runs, each in its task's metric"
 
 
 def test_bad_input_one_line_exit_2(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from mlra.console.cli.cli import main
 from mlra.console.cli.runs_cli import fit_columns
+from tests.batch.compare_runs import compared_run
 from tests.batch.test_experiments_report import experiment_run
 
 
@@ -106,3 +107,22 @@ def test_sort_filter_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit) as exit_:
         main(["runs", "--runs-dir", str(runs), "--sort", "colour"])
     assert exit_.value.code == 2
+
+
+def test_sort_by_score_keeps_each_task_apart_best_first_by_its_direction(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two tasks' scores are no one scale: a two-label accuracy of 0.81 ranked above an
+    eight-label one of 0.7, and a perplexity of 30 (the worse) first of all, so
+    `--sort score --compare 3` compared the "three best" of three tasks. Each task's runs
+    now stand together, the best first by its own direction."""
+    runs = tmp_path / "runs"
+    compared_run(runs, "two-labels", task="sentiment", score=0.81)
+    compared_run(runs, "eight-worse", task="topics", score=0.59)
+    compared_run(runs, "eight-better", task="topics", score=0.7)
+    compared_run(runs, "ppl-30", task="lm", score=30.0, higher_is_better=False)
+    compared_run(runs, "ppl-12", task="lm", score=12.0, higher_is_better=False)
+    compared_run(runs, "killed", task="lm", finished=False)
+    assert main(["runs", "--runs-dir", str(runs), "--json", "--sort", "score"]) == 0
+    ids = [json.loads(line)["id"] for line in capsys.readouterr().out.splitlines()]
+    assert ids == ["ppl-12", "ppl-30", "killed", "two-labels", "eight-better", "eight-worse"]

@@ -125,6 +125,20 @@ def log_digest(path: Path, size: int | None = None) -> str:
     return digest.hexdigest()
 
 
+def stands_for_log(result: RunResult, result_file: Path, log: Path) -> bool:
+    """Whether `result.json` was derived from the log as it is now (its size and SHA-256;
+    by time for a result from before results named their log). A log appended to since
+    (resumed, then killed or still going) wins: the report and the exports, which took
+    result.json as it was, said a resumed run killed midway had "stopped", as it had
+    before its resume, while `mlra runs` and `mlra compare` said "interrupted"."""
+    if not log.is_file():
+        return True
+    if result.log_sha256 is None:
+        return result_file.stat().st_mtime >= log.stat().st_mtime
+    size = log.stat().st_size
+    return size == result.log_size and log_digest(log, size) == result.log_sha256
+
+
 def listed_status(state: RunState, running: bool) -> str:
     """How a run stands as its log tells it, for the lists and pages that show runs
     (`mlra runs`, `mlra share`): running (its log still being written), how it finished,
@@ -134,17 +148,30 @@ def listed_status(state: RunState, running: bool) -> str:
     return state.finished.status if state.finished is not None else "interrupted"
 
 
-def result_of(state: RunState) -> RunResult:
+UNFINISHED_MESSAGES = {
+    "running": "still running: its log is being written",
+    "interrupted": "its log ends without run_finished: mlra was killed or crashed "
+    "(mlra resume continues the run)",
+}
+"""What a run whose log has no ending is, by whether its log is still held open."""
+
+
+def result_of(state: RunState, *, running: bool = False) -> RunResult:
+    """The outcome the fold comes to. A log without `run_finished` is `running` (its
+    writer holds it: pass `running=log_is_live(log)`) or `interrupted`, as `mlra runs`
+    and `mlra compare` say: it was "error" here, a reason the log never gave, and the
+    report, the shared pages and the trackers each said a killed run differently."""
     evaluation = state.evaluation
     finished = state.finished
     wall = (state.last_ts or 0.0) - (state.started_ts or state.last_ts or 0.0)
+    unfinished = "running" if running else "interrupted"
     return RunResult(
         run_id=state.run_id,
         task=state.task,
         model=state.model,
-        status=finished.status if finished else "error",
-        reason=finished.reason if finished else "error",
-        message=finished.message if finished else "run did not finish",
+        status=finished.status if finished else unfinished,
+        reason=finished.reason if finished else unfinished,
+        message=finished.message if finished else UNFINISHED_MESSAGES[unfinished],
         metric=evaluation.metric if evaluation else None,
         higher_is_better=evaluation.higher_is_better if evaluation else None,
         score=evaluation.score if evaluation else None,

@@ -6,7 +6,9 @@ against time.
 Which panel a series goes to is a rule by its name, else by its values: a name that
 says loss or error (`loss`, `val_err`, `perplexity`) is a loss, one that says a score
 (`acc`, `f1`, `auc`) a score, and any other is a score where all its values lie in
-[0, 1], a loss where they do not.
+[0, 1], a loss where they do not. Runs of several tasks get each task's panels apart
+(`loss · tiny-lm`): two tasks' losses are no one scale, as their scores are not (a
+language model's loss of 5 flattened a classifier's 0.2 to a line at the bottom).
 """
 
 from __future__ import annotations
@@ -34,7 +36,9 @@ COLOURS = (
 hex: Rich takes them so, plotext as RGB (`rgb`), the same colour in every view."""
 
 X = Literal["step", "time"]
-Panel = Literal["loss", "score"]
+Panel = str
+"""`loss` or `score`, followed by ` · TASK` where the runs have several tasks."""
+KINDS = ("loss", "score")
 
 
 def colour(index: int) -> str:
@@ -47,7 +51,7 @@ def rgb(index: int) -> tuple[int, int, int]:
     return int(hexa[0:2], 16), int(hexa[2:4], 16), int(hexa[4:6], 16)
 
 
-def panel_of(name: str, values: list[float]) -> Panel:
+def panel_of(name: str, values: list[float]) -> Literal["loss", "score"]:
     """A series' panel, by the rule `mlra compare --metric` takes its direction by."""
     return "score" if higher_by_name_or_values(name, values) else "loss"
 
@@ -65,7 +69,8 @@ class Line:
 class Overlay:
     x: X
     panels: dict[Panel, str] = field(default_factory=dict)
-    """Each panel's series name (the one most runs have)."""
+    """Each panel's series name (the one most runs have), each task's loss before its
+    score, the tasks in the order their runs are named."""
     lines: dict[Panel, list[Line]] = field(default_factory=dict)
     no_steps: int = 0
     """Series left off a step axis because their points state no steps."""
@@ -77,7 +82,20 @@ def _series_by_name(run: ComparedRun, name: str) -> list[Series]:
 
 def overlay(runs: list[ComparedRun], x: X = "time", metric: str | None = None) -> Overlay:
     """Each panel's most common curve (or `metric`'s, where a run has it), every run's
-    series of that name as one line of its colour."""
+    series of that name as one line of its colour; a task's panels apart from
+    another's."""
+    out = Overlay(x)
+    tasks = list(dict.fromkeys(r.task for r in runs))
+    for task in tasks:
+        members = [(i, r) for i, r in enumerate(runs) if r.task == task]
+        _add_panels(out, members, metric, f" · {task}" if len(tasks) > 1 else "")
+    return out
+
+
+def _add_panels(
+    out: Overlay, members: list[tuple[int, ComparedRun]], metric: str | None, suffix: str
+) -> None:
+    runs = [r for _, r in members]
     names = curve_names(r.series for r in runs)
     if metric is not None and any(_series_by_name(r, metric) for r in runs):
         names = {metric}
@@ -85,22 +103,24 @@ def overlay(runs: list[ComparedRun], x: X = "time", metric: str | None = None) -
     for run in runs:
         for name in {s.name for s in run.series if s.name in names}:
             counts[name] = counts.get(name, 0) + 1
-    out = Overlay(x)
+    chosen: dict[str, str] = {}
     for name in sorted(counts, key=lambda n: (-counts[n], n)):
         values = [p.value for r in runs for s in _series_by_name(r, name) for p in s.points]
-        panel = panel_of(name, values)
-        out.panels.setdefault(panel, name)
-    for panel, name in out.panels.items():
+        chosen.setdefault(panel_of(name, values), name)
+    for kind in KINDS:
+        if kind not in chosen:
+            continue
+        name = chosen[kind]
         lines: list[Line] = []
-        for i, run in enumerate(runs):
+        for i, run in members:
             for s in _series_by_name(run, name):
-                if x == "step" and not s.has_steps:
+                if out.x == "step" and not s.has_steps:
                     out.no_steps += 1
                     continue
-                xs = [float(p.step or 0) if x == "step" else p.wall for p in s.points]
+                xs = [float(p.step or 0) if out.x == "step" else p.wall for p in s.points]
                 lines.append(Line(i, s.name, xs, [p.value for p in s.points]))
-        out.lines[panel] = lines
-    return out
+        out.panels[kind + suffix] = name
+        out.lines[kind + suffix] = lines
 
 
 def best_so_far(runs: list[ComparedRun]) -> list[Line]:

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.loop.attempts import ATTEMPTS_DIR
-from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
-from mlra.agent.record.run_result import RunResult, result_of
+from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
+from mlra.agent.record.run_result import RunResult, result_of, stands_for_log
 from mlra.agent.record.state import RunState, fold
 from mlra.batch.compare.runs import NOT_SETTINGS, SEARCH_ONLY
 from mlra.batch.curves import (
@@ -182,12 +182,15 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
     started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
     result_file = folder / "result.json"
     state = fold(events)
+    result = None
     if result_file.is_file():
         result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
-    else:
-        result = result_of(state)
+        if not stands_for_log(result, result_file, folder / EVENTS_FILE):
+            result = None  # appended to since (a resume): the log says how the run stands
     artifacts = [Artifact("events.jsonl", path=folder / EVENTS_FILE)]
-    if result_file.is_file():
+    if result is None:
+        result = result_of(state, running=log_is_live(folder / EVENTS_FILE))
+    else:
         artifacts.insert(0, Artifact("result.json", path=result_file))
     if transcript is not None:
         artifacts.append(Artifact("transcript.txt", text=transcript(events, folder)))

@@ -116,12 +116,15 @@ def _write_run(
         elif artifact.text is not None:
             client.log_text(run_id, artifact.text, artifact.name)
     status = run.tags.get("status")
-    if status != "unfinished":
+    if status != "running":  # a run still going stays RUNNING, with no end time
         end = int((run.started_ts + run.final.get("duration_s", 0.0)) * 1000)
-        client.set_terminated(
-            run_id, "FINISHED" if status == "finished" else "FAILED", end_time=end
-        )
+        client.set_terminated(run_id, _ENDED.get(status or "", "FAILED"), end_time=end)
     return run_id
+
+
+_ENDED = {"finished": "FINISHED", "interrupted": "KILLED"}
+"""MLflow's status for how a run ended (any other ending is FAILED): a killed mlra's run
+was FAILED, tagged `error`, a reason its log never gave."""
 
 
 def experiment_name(task: str) -> str:

@@ -90,7 +90,8 @@ def write_batch_page(
                 if r.searched
                 else "-"
             )
-            status = r.status + (f" ({r.failure})" if r.failure else "")
+            # An interrupted run's failure is its status ("interrupted (interrupted)").
+            status = r.status + (f" ({r.failure})" if r.failure not in (None, r.status) else "")
             parts.append(
                 f"<tr><td>{line(r.run_id)}</td><td>{line(r.model)}</td><td>{'-' if r.seed is None else r.seed}</td>"
                 f"<td>{r.attempt}{'' if r.counted else ' (not counted)'}</td>"
@@ -101,10 +102,10 @@ def write_batch_page(
                 f"<td><code>{sha[:16]}</code></td></tr>"
             )
             data["runs"].append(
-                {
-                    "run_id": r.run_id,
-                    "task": r.task,
-                    "model": r.model,
+                {  # redacted as the table above is: the JSON carried what the table hid
+                    "run_id": redact(r.run_id),
+                    "task": redact(r.task),
+                    "model": redact(r.model),
                     "seed": r.seed,
                     "status": r.status,
                     "score": r.score,

@@ -110,7 +110,7 @@ def read_run(
                 transcript.feed(event)
     if not state.run_id and not state.task:
         raise NotARun(f"{log} has no run_started event")
-    result = result_of(state)
+    result = result_of(state, running=running)
     status = listed_status(state, running)
     size = (limit if limit is not None else log.stat().st_size) - left - torn
     read = RunRead(run_dir, state, result, status, digest.hexdigest(), size, curves, bad, torn)

@@ -63,7 +63,8 @@ def header(read: RunRead, redact: Redactor) -> str:
         _row("model", line(r.model)),
         _row(
             "status",
-            line(read.status) + (f" ({line(r.reason)})" if read.status != "running" else ""),
+            # A run with no ending has no reason of its own (it was "interrupted (error)").
+            line(read.status) + (f" ({line(r.reason)})" if r.reason != read.status else ""),
         ),
         _row("score", score),
         _row(

@@ -46,6 +46,8 @@ def _sort_key(field: str) -> Any:
     texts = {"id": "id", "task": "task", "model": "model", "status": "status"}
     if field in texts:
         return lambda row: (getattr(row, texts[field]) or "~").lower()
+    if field == "score":
+        return _score_key
     getters = {
         "score": lambda r: r.score,
         "normalized": lambda r: r.normalized_score,
@@ -55,6 +57,16 @@ def _sort_key(field: str) -> Any:
         "tokens": lambda r: r.tokens,
     }
     return number(getters[field], high_first=True)
+
+
+def _score_key(row: RunRow) -> tuple[str, bool, float]:
+    """Each task's runs together, the best first by the score's own direction: two tasks'
+    scores are no one scale (a 0.81 on a two-label task above a 0.59 on an eight-label
+    one, and `--compare 3` took the "three best" across tasks), and a lower-is-better
+    score's worst came first. `--sort normalized` ranks across tasks."""
+    if row.score is None:
+        return (row.task.lower(), True, 0.0)
+    return (row.task.lower(), False, row.score if row.higher_is_better is False else -row.score)
 
 
 SORTS = (
@@ -92,9 +104,10 @@ def add_runs_command(sub: Any) -> None:
     runs.add_argument(
         "--sort",
         choices=sorted(SORTS),
-        help="order the runs by this field: score, normalized and started best or newest "
-        "first; time (duration), cost and tokens largest first; the rest A to Z "
-        "(default: by id)",
+        help="order the runs by this field: score best first within each task (by its "
+        "direction; two tasks' scores are no one scale), normalized (across tasks) and "
+        "started best or newest first; time (duration), cost and tokens largest first; the "
+        "rest A to Z (default: by id)",
     )
     runs.add_argument("--reverse", action="store_true", help="the --sort order reversed")
     runs.add_argument("--json", action="store_true", help="one JSON object per run")

@@ -106,6 +106,7 @@ class CompareApp(App[int]):
     #compare-views { height: 1fr; }
     #compare-matrix { padding: 0 1; }
     #compare-curves PlotextPlot { height: 1fr; }
+    #compare-best PlotextPlot { height: 1fr; }
     #compare-keys { height: 1; padding: 0 1; color: $text-muted; }
     """
 
@@ -132,7 +133,8 @@ class CompareApp(App[int]):
             with Vertical(id="compare-curves"):
                 yield PlotextPlot(id="plot-loss")
                 yield PlotextPlot(id="plot-score")
-            yield PlotextPlot(id="compare-best")
+            with Vertical(id="compare-best"):
+                yield PlotextPlot(id="best-0")
         yield Static(KEYS, id="compare-keys", markup=False)
 
     def on_mount(self) -> None:
@@ -142,25 +144,46 @@ class CompareApp(App[int]):
         table = matrix_table(self.runs, self.metric, all_settings=self.all_settings)
         self.query_one("#compare-matrix", Static).update(table)
         shown = overlay(self.runs, self.x, self.metric)
-        for panel in ("loss", "score"):
-            plot = self.query_one(f"#plot-{panel}", PlotextPlot)
-            lines = shown.lines.get(panel, [])
-            plot.display = bool(lines) or panel == "loss"
+        # One plot a panel: loss and score, or each task's where the runs have several.
+        panels = [p for p in shown.panels if shown.lines.get(p)] or ["loss"]
+        for plot, panel in zip(self._plots("compare-curves", len(panels)), panels, strict=True):
             name = shown.panels.get(panel, "")
-            self._plot(plot, lines, name or "no curves recorded", by_step=self.x == "step")
+            title = name + panel.partition(" · ")[1] + panel.partition(" · ")[2]
+            self._plot(
+                plot, shown.lines.get(panel, []), title if name else "no curves recorded",
+                by_step=self.x == "step",
+            )  # fmt: skip
+        # Each task's validations apart, as its curves: two tasks' metrics are no one scale.
+        tasks = list(dict.fromkeys(r.task for r in self.runs))
         best = best_so_far(self.runs)
-        self._plot(
-            self.query_one("#compare-best", PlotextPlot),
-            best,
-            "best validation so far" if best else "no validation recorded",
-            by_step=False,
-        )
+        groups = [("", best)]
+        if len(tasks) > 1:
+            by_task = [(t, [b for b in best if self.runs[b.run].task == t]) for t in tasks]
+            groups = [(t, lines) for t, lines in by_task if lines] or groups
+        for plot, (task, lines) in zip(
+            self._plots("compare-best", len(groups)), groups, strict=True
+        ):
+            title = "best validation so far" if lines else "no validation recorded"
+            if task:
+                title = f"best {lines[0].label} so far · {task}"
+            self._plot(plot, lines, title, by_step=False)
         title = f"Compare · {len(self.runs)} runs · {self.view}"
         if self.view == "curves":
             title += f" · x: {self.x}"
             if shown.no_steps:
                 title += f" · {shown.no_steps} series without steps left out"
         self.query_one("#compare-title", Static).update(Text(title))
+
+    def _plots(self, box_id: str, n: int) -> list[PlotextPlot]:
+        """The first `n` plots of a view (made as needed), the rest hidden."""
+        box = self.query_one(f"#{box_id}", Vertical)
+        plots = list(box.query(PlotextPlot))
+        for i in range(len(plots), n):
+            plots.append(PlotextPlot(id=f"{box_id}-{i}"))
+            box.mount(plots[-1])
+        for i, plot in enumerate(plots):
+            plot.display = i < n
+        return plots[:n]
 
     def _plot(self, plot: PlotextPlot, lines: list[Line], title: str, *, by_step: bool) -> None:
         minutes = not by_step and any(x > MINUTES_PAST_S for line in lines for x in line.x)

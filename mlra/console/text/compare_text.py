@@ -130,10 +130,13 @@ def paired_text(table: Paired, width: int = 80) -> str:
 
 
 def as_json(matrix: Matrix, tables: list[Paired]) -> dict[str, Any]:
+    """The matrix and paired tables; `best_of` says, as the text's footnote does, when
+    the starred runs are each task's best (runs of several tasks), not one ranking."""
     return {
         "runs": matrix.runs,
         "metric": matrix.metric,
         "best": [matrix.runs[i] for i in sorted(matrix.best)],
+        "best_of": matrix.best_of.strip() or "all the runs",
         "rows": [{"name": r.name, "section": r.section, "cells": r.cells} for r in matrix.rows],
         "settings_alike_hidden": matrix.same_hidden,
         "paired": [asdict(t) for t in tables],

@@ -25,6 +25,8 @@ class RunRow:
     """Why the run ended (`submitted`, `deadline`, `no_submission`, ...)."""
     score: float | None = None
     """The run's own score; a later `mlra eval` is a re-grade, shown beside it."""
+    higher_is_better: bool | None = None
+    """The score's direction, as the grading recorded it (`--sort score` goes by it)."""
     normalized_score: float | None = None
     success: bool | None = None
     success_bar: str | None = None
@@ -232,6 +234,7 @@ def run_row(run_dir: Path) -> RunRow:
         row.live = is_live(run_dir)
     row.reason = "" if status in ("running", "interrupted") else result.reason
     row.score, row.normalized_score = result.score, result.normalized_score
+    row.higher_is_better = result.higher_is_better
     row.success, row.success_bar = result.success, result.success_bar
     row.self_reported = result.self_reported
     if result.regrades:

@@ -29,6 +29,11 @@ averaged. Each kind of accuracy ties on its own values: `acc` on the log-likelih
 not a fraction: a tied document's prediction is one of the tied choices picked by a hash
 of the document (fair, and the same on every run) instead of the first. A task with its
 own `process_results` (ReCoRD) scores as it says; no task mlra grades has its score there.
+
+The classifier evaluator's arg-max over a text's label logits ties the same way (a model
+with zeroed weights gives every label the logit 0 and was counted right wherever the
+first label in sorted order was the answer): it takes `chance_of_right` per text and
+counts its ties in a `TieWatch` of its own.
 """
 
 from __future__ import annotations
@@ -61,12 +66,16 @@ class TieWatch:
 
     documents: dict[str, int] = field(default_factory=dict)
     tied: dict[str, int] = field(default_factory=dict)
+    unit: str = "documents"
+    """What is scored, in the summary's words ("held-out texts" for a classifier)."""
+    choices: str = "choices"
+    """What the arg-max picks among ("labels" for a classifier)."""
 
     def summary(self) -> dict[str, str]:
         """Each task with a tie, in words, for the grade's details."""
         return {
-            task: f"{self.tied[task]} of {self.documents[task]} documents' top choices "
-            "tied: counted as chance among the tied choices"
+            task: f"{self.tied[task]} of {self.documents[task]} {self.unit}' top {self.choices} "
+            f"tied: counted as chance among the tied {self.choices}"
             for task in sorted(self.tied)
         }
 
@@ -83,6 +92,14 @@ def _views(lls: Sequence[float], choices: Sequence[str]) -> dict[str, list[float
 def _tied(values: Sequence[float]) -> list[int]:
     top = max(values)
     return [i for i, v in enumerate(values) if v == top]
+
+
+def chance_of_right(values: Sequence[float], right: int) -> tuple[float, int]:
+    """The accuracy of an arg-max over finite `values` whose answer is `right`, a tie at
+    the top counted as a fair pick among the tied (1/k where the answer is one of k);
+    and how many tied there (1: no tie)."""
+    top = _tied(values)
+    return (1 / len(top) if right in top else 0.0), len(top)
 
 
 def score_ties(

@@ -8,7 +8,11 @@ Settings: `tests`, a table of `NAME = "hidden/FILE.jsonl"`, each file holding
 weights, no remote code). Its `config.id2label` must name every label of a test
 file; a prediction for that file is the arg-max over those labels' logits only,
 so one model can carry several label sets (a merged model). The score is the mean
-accuracy over the test files; each file's accuracy is also reported.
+accuracy over the test files; each file's accuracy is also reported. A text whose top
+logits tie (a model with zeroed weights ties every label, and arg-max gave the tie to
+the first label in sorted order, scoring the data's label mix rather than the model)
+counts as chance among the tied labels, as lm-eval's multiple-choice ties do
+(choice_ties.py); `FILE/tied` and `tied_documents` count them, and the details say so.
 
 It runs inside the evaluation process, which `run_evaluation` already confines.
 """
@@ -21,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.tasks.evaluators.base import EvalOutcome, Evaluator
+from mlra.tasks.evaluators.choice_ties import TIED_METRIC, TieWatch, chance_of_right
 from mlra.tasks.evaluators.weight_checks import load_failure, non_finite_weights
 
 BATCH = 256
@@ -111,13 +116,16 @@ class ClassifierEvaluator(Evaluator):
 
         metrics: dict[str, float] = {}
         accuracies: list[float] = []
+        ties = TieWatch(unit="held-out texts", choices="labels")
         for name, rows in test_rows.items():
             refusal = _missing_label(name, rows, set(names))
             if refusal is not None:
                 return refusal
             labels = sorted({r["label"] for r in rows})
+            place = {label: i for i, label in enumerate(labels)}
             ids = torch.tensor([names[label] for label in labels])
-            correct = 0
+            correct = 0.0
+            tied = 0
             non_finite = 0
             with torch.no_grad():
                 for i in range(0, len(rows), BATCH):
@@ -139,10 +147,12 @@ class ClassifierEvaluator(Evaluator):
                         )
                     # arg-max over NaN is the first label: a prediction of nothing.
                     non_finite += int((~torch.isfinite(logits).all(-1)).sum())
-                    predicted = logits.argmax(-1).tolist()
-                    correct += sum(
-                        labels[p] == r["label"] for p, r in zip(predicted, batch, strict=True)
-                    )
+                    if non_finite:
+                        continue
+                    for values, r in zip(logits.tolist(), batch, strict=True):
+                        right, among = chance_of_right(values, place[r["label"]])
+                        correct += right
+                        tied += among > 1
             if non_finite:
                 return _refused(
                     f"the model's outputs are NaN or infinite for {non_finite} of the "
@@ -151,9 +161,19 @@ class ClassifierEvaluator(Evaluator):
             accuracy = correct / len(rows)
             metrics[f"{name}/accuracy"] = accuracy
             metrics[f"{name}/examples"] = float(len(rows))
+            ties.documents[name] = len(rows)
+            if tied:
+                metrics[f"{name}/tied"] = float(tied)
+                ties.tied[name] = tied
             accuracies.append(accuracy)
         metrics["parameters"] = float(sum(p.numel() for p in model.parameters()))
-        return EvalOutcome(ok=True, score=sum(accuracies) / len(accuracies), metrics=metrics)
+        details: dict[str, object] = {}
+        if ties.tied:
+            metrics[TIED_METRIC] = float(sum(ties.tied.values()))
+            details["tied_choices"] = ties.summary()
+        return EvalOutcome(
+            ok=True, score=sum(accuracies) / len(accuracies), metrics=metrics, details=details
+        )
 
 
 def _tokenizer_misfit(input_ids: Any, embeddings: int, positions: int | None) -> str | None:
