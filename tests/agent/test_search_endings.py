@@ -1,0 +1,78 @@
+"""How a search ends when nothing was submitted (agent/loop/evaluation.py's
+nothing_validated): the baseline's greedy search of the small `answer` task, real
+processes, the run's own clock brought forward to its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import load_task
+
+
+def _slow_task(answer_task: Path, tmp_path: Path) -> Path:
+    """The answer task whose recipe writes 41 (wrong) and then works on for 50 s, and
+    whose starter already holds the right answer, 42: a search's own workspace is the
+    starter, so grading it scores 1.0 for what no attempt did."""
+    task = tmp_path / "answer-slow"
+    shutil.copytree(answer_task, task)
+    toml = (task / "task.toml").read_text()
+    toml = toml.replace('name = "answer"', 'name = "answer-slow"')
+    toml = toml.replace(
+        'submit = "answer.txt"',
+        'submit = "answer.txt"\nvars = { n = "41" }\nvariants = [{}, { n = "40" }]',
+    )
+    toml = toml.replace(
+        'python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep 50"
+    )
+    (task / "task.toml").write_text(toml)
+    (task / "starter" / "answer.txt").write_text("42\n")
+    return task
+
+
+async def test_a_deadline_with_no_attempt_validated_grades_nothing_and_says_so(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The deadline fell while the only attempt worked, unvalidated: the run graded its
+    own workspace, the untouched starter, and scored 1.0 ("deadline: grading
+    (default artifact)"). Now nothing is graded, and the ending says why and which
+    attempt's workspace holds the artifact, unvalidated."""
+    task = load_task(_slow_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=1,
+    )
+    controller = RunController(cfg, task, None)
+
+    async def deadline_once_a1_wrote(controller: RunController) -> None:
+        answer = tmp_path / "runs"
+        async with asyncio.timeout(120):
+            while not any(answer.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        controller.clock.limit_s = controller.clock.elapsed() + 1.0
+
+    side = asyncio.ensure_future(deadline_once_a1_wrote(controller))
+    result = await controller.run(agent_for)
+    await side
+    events = read_events(controller.run_dir / "events.jsonl")
+    assert not any(isinstance(e, ev.Submission | ev.EvaluationStarted) for e in events)
+    finished = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert [(f.attempt, f.status) for f in finished] == [("a1", "stopped")]
+    assert result.reason == "deadline" and result.score is None
+    a1 = controller.run_dir / "attempts" / "a1"
+    assert result.message == (
+        "the time limit was reached: its one attempt was not validated, so nothing was "
+        f"graded (a1 holds answer.txt, unvalidated: `mlra eval {a1} --path answer.txt` "
+        "grades it apart)"
+    )
+    assert result.attempts is not None and result.attempts.submitted is None
