@@ -36,7 +36,7 @@ async def run_attempt(
     if skipped:
         parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
-    if parent.controls.paused and not child.config.start_paused:
+    if parent.controls.stepping and not child.config.start_paused:
         # The run paused while the attempt's run was being made (a step's pause right
         # after the attempt_start it let through): the pause did not reach it, since it
         # was not a child yet, and it ran on while the run stood still.
@@ -82,8 +82,9 @@ def _child(
             "runs_dir": run_dir.parent,
             "time_limit_s": started.time_limit_s,
             "search": "none",
-            # Started while the run is paused (or stepped): paused with it.
-            "start_paused": parent.controls.paused,
+            # Started while the run is paused or stepped (the step that started it is
+            # the search's action, not the attempt's): paused with it.
+            "start_paused": parent.controls.stepping,
             "breakpoints": [],
             "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
             "max_tokens": None,

@@ -99,7 +99,8 @@ def control_line(event: ev.Control) -> str:
     words = {
         "pause": "paused",
         "resume": "resumed",
-        "step": "stepped one action",
+        "step": "stepped one action"
+        + (f" of attempt {printable_line(event.target)}" if event.target else ""),
         "approve": "approved the call",
         "reject": f"rejected the call: {event.text or ''}",
         "stop": "stopped the run to evaluate it",
