@@ -68,7 +68,7 @@ def _child(
             resumed = resume_controller(
                 recorded,
                 attempt_task(parent.task),
-                parent.provider,
+                parent.provider.for_attempt(started.attempt) if parent.provider else None,
                 overrides={"time_limit_s": started.time_limit_s},
             )
             return resumed, ""
@@ -76,11 +76,14 @@ def _child(
             raise RuntimeError(str(exc)) from None
         resumed.run_group = parent.run_group
         return resumed
+    provider = parent.provider.for_attempt(started.attempt) if parent.provider else None
+    # A replay's attempt runs under the limit it was recorded with: its prompts state it.
+    recorded = provider.recorded_time_limit() if provider is not None else None
     config = parent.config.model_copy(
         update={
             "run_id": started.attempt,
             "runs_dir": run_dir.parent,
-            "time_limit_s": started.time_limit_s,
+            "time_limit_s": recorded or started.time_limit_s,
             "search": "none",
             # Started while the run is paused or stepped (the step that started it is
             # the search's action, not the attempt's): paused with it.
@@ -103,7 +106,7 @@ def _child(
     child = RunController(
         config,
         attempt_task(parent.task),
-        parent.provider,
+        provider,
         sandbox_factory=parent.sandbox_factory,
     )
     child.run_group = parent.run_group  # its sandbox's group is made under the run's
