@@ -83,7 +83,7 @@ async def test_a_replay_of_a_promoted_search_plays_its_attempts_and_promotes_aga
     events = read_events(controller.run_dir / "events.jsonl")
     finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
     assert finished["a1"].status == "validated" and finished["a1"].score == 0.5
-    assert finished["a2"].status == "stopped"
+    assert finished["a2"].status == "stopped", finished["a2"].why
     assert "diverged" not in finished["a2"].why
     submission = next(e for e in events if isinstance(e, ev.Submission))
     assert (submission.by, submission.attempt) == ("user", "a1")
@@ -93,3 +93,14 @@ async def test_a_replay_of_a_promoted_search_plays_its_attempts_and_promotes_aga
 def _log(run_dir: Path) -> bytes:
     log = run_dir / "events.jsonl"
     return log.read_bytes() if log.is_file() else b""
+
+
+def test_how_long_a_draft_ran_is_no_difference_to_a_replay() -> None:
+    """A draft's row reads `from the starter, 4s:` since its lineage of itself alone was
+    dropped, and its time was then compared: a replay on a busier machine diverged."""
+    from mlra.agent.loop.fingerprint import normalize
+
+    row = "- a1 (best) [0.5] chosen, from the starter, {}: wrote 42"
+    assert normalize(row.format("4s")) == normalize(row.format("1m02s"))
+    improved = "- a2 [0.5] improve, from a1 (a1 > a2), {}: waited"
+    assert normalize(improved.format("4s")) == normalize(improved.format("12s"))
