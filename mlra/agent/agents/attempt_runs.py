@@ -36,6 +36,7 @@ async def run_attempt(
     if skipped:
         parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
+    manager.sync_limit(started.attempt)  # raised while its run was being made
     if parent.controls.stepping and not child.config.start_paused:
         # The run paused while the attempt's run was being made (a step's pause right
         # after the attempt_start it let through): the pause did not reach it, since it
@@ -69,7 +70,7 @@ def _child(
                 recorded,
                 attempt_task(parent.task),
                 parent.provider.for_attempt(started.attempt) if parent.provider else None,
-                overrides={"time_limit_s": started.time_limit_s},
+                overrides={"time_limit_s": _limit(parent, started)},
             )
             return resumed, ""
         except ResumeError as exc:
@@ -83,7 +84,7 @@ def _child(
         update={
             "run_id": started.attempt,
             "runs_dir": run_dir.parent,
-            "time_limit_s": recorded or started.time_limit_s,
+            "time_limit_s": recorded or _limit(parent, started),
             "search": "none",
             # Started while the run is paused or stepped (the step that started it is
             # the search's action, not the attempt's): paused with it.
@@ -117,6 +118,12 @@ def _child(
         source = run_dir.parent / started.parent / "workspace"
         skipped = copy_parents_workspace(child, source, started.parent)
     return child, skipped
+
+
+def _limit(parent: RunController, started: ev.AttemptStarted) -> float:
+    """Its time limit as the search's tree has it: a later attempt's start may raise it."""
+    node = parent.attempts.tree.get(started.attempt)
+    return node.time_limit_s if node is not None else started.time_limit_s
 
 
 def _shared_out(config: RunConfig, share: ev.Budget | None) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlra import events as ev
+from mlra.agent.loop.attempt_time import raised_limits, sync_limit
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.record.attempt_tree import AttemptTree
 from mlra.agent.record.eventlog import EVENTS_FILE, read_events
@@ -176,12 +177,27 @@ class AttemptManager:
             variant=dict(variant or {}),
             folder=f"{ATTEMPTS_DIR}/{attempt}",
             time_limit_s=round(limit, 3),
+            time_asked_s=round(limit, 3) if limit < share else None,
+            raised=self._raised(share),
             share=budget_share,
             call_id=call_id,
         )
         self.run.append(started)
+        for other in started.raised:
+            self.sync_limit(other)
         self._launch(started, resume=False)
         return attempt
+
+    def _raised(self, share: float) -> dict[str, float]:
+        clock = self.run.clock
+        return raised_limits(self.tree, self.children, share, clock.remaining(), clock.elapsed())
+
+    def sync_limit(self, attempt: str) -> None:
+        """Its own run takes its limit as the tree has it (agent/loop/attempt_time.py):
+        as a raise is recorded, and as its run, made in a thread, begins."""
+        node, child = self.tree.get(attempt), self.children.get(attempt)
+        if node is not None and child is not None:
+            sync_limit(node, child)
 
     def budget_share(self) -> ev.Budget | None:
         """A new attempt's share of the run's budget (agent/setup/run_budget.py): the disk what
