@@ -60,6 +60,10 @@ async def test_a_step_of_a_paused_search_is_one_action_of_one_agent(
             lambda: all(_waits(controller, a) for a in ("a1", "a2")),
         )
         await _until("the search inside its wait", lambda: not controls.at_gate)
+        # Its step's action is that wait: it pauses, its clock stands still (it ran on
+        # while the person looked, nothing moving).
+        await _until("the search paused in its wait", lambda: controls.paused)
+        assert not controller.clock.running
         assert (_actions(controller, "a1"), _actions(controller, "a2")) == (0, 0)
 
         controller.step()  # a1's first action, a2 stays
@@ -71,6 +75,7 @@ async def test_a_step_of_a_paused_search_is_one_action_of_one_agent(
         await _until("a2 took one action", lambda: _actions(controller, "a2") == 1)
         await _until("a2 paused again", lambda: _waits(controller, "a2"))
         assert (_actions(controller, "a1"), _actions(controller, "a2")) == (1, 1)
+        assert controls.paused and controller.state.paused  # the search stood still: so said
     finally:
         controller.resume()
     result = await asyncio.wait_for(run, 120)

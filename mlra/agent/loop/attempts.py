@@ -290,6 +290,11 @@ class AttemptManager:
             watched = [n.id for n in tree.running]
         if not watched:
             return []
+        if self.run.controls.step_used_up() and not self.run.catchup.replaying:
+            # A step's action is this wait, on attempts paused with the run: the run
+            # pauses too, so its clock stands still while nothing moves (`n` then steps
+            # an attempt: agent/control/steering.py).
+            self.run.pause(source="step")
 
         def ended() -> list[str]:
             return [a for a in watched if (n := tree.get(a)) is not None and n.finished]
