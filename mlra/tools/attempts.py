@@ -173,7 +173,10 @@ class AttemptWait(Tool[AttemptWaitArgs]):
         self.attempts = attempts
 
     async def run(self, args: AttemptWaitArgs, ctx: ToolContext) -> ToolOutcome:
-        timeout = max(0.0, min(args.timeout, MAX_WAIT_S, ctx.remaining_s()))
+        # At least a second where the run's time is up: its deadline ends the wait. A
+        # wait bounded by the time left returned at once, again and again (22 calls in
+        # the 10 ms before the deadline's watcher woke), each "Nothing ended within 0 s".
+        timeout = max(0.0, min(args.timeout, MAX_WAIT_S, max(ctx.remaining_s(), 1.0)))
         idle = args.attempt is None and not self.attempts.running()
         try:
             ended = await self.attempts.wait(args.attempt, timeout)

@@ -8,6 +8,8 @@ import asyncio
 import shutil
 from pathlib import Path
 
+import pytest
+
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.record.eventlog import read_events
@@ -76,3 +78,29 @@ async def test_a_deadline_with_no_attempt_validated_grades_nothing_and_says_so(
         "grades it apart)"
     )
     assert result.attempts is not None and result.attempts.submitted is None
+
+
+@pytest.mark.slow
+async def test_a_wait_that_reaches_the_deadline_is_not_asked_again_and_again(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The greedy policy waits for its one attempt, which outlasts the run: its wait,
+    bounded by the time left, returned at the deadline, and every wait after it at once
+    ("Nothing ended within 0 s", 22 calls in the 10 ms before the deadline's watcher
+    woke). The run's 31 s pass in full: marked slow."""
+    task = load_task(_slow_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=1,
+        time_limit_s=31,
+    )
+    controller = RunController(cfg, task, None)
+    result = await controller.run(agent_for)
+    events = read_events(controller.run_dir / "events.jsonl")
+    waits = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "attempt_wait"]
+    assert result.reason == "deadline"
+    assert 1 <= len(waits) <= 2, [w.output.splitlines()[0] for w in waits]
