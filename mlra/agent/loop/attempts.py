@@ -429,7 +429,11 @@ def finished_event(
 
 def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     """Why an attempt ended with nothing validated: its last validation's failure as its
-    worker was told it, else the refused validation (no artifact), else how it ended."""
+    worker was told it, else the refused validation (no artifact), else how it ended. Its
+    time limit first: the closing validation it cut off read "its artifact could not be
+    validated: [killed after 0.0 s: ...]"."""
+    if finished is not None and finished.reason == "deadline":
+        return "its time limit was reached before a validation scored it"
     for event in reversed(events):
         if isinstance(event, ev.Validation) and not event.ok:
             return f"its validation failed: {event.told or event.error or 'no score'}"
