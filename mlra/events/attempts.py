@@ -48,6 +48,13 @@ class AttemptStarted(_Event):
     """Its run folder, relative to this run's (`attempts/a1`): its own log and workspace."""
     time_limit_s: float = 0.0
     """Run-clock seconds it was given: its share of what was left."""
+    time_asked_s: float | None = None
+    """The time limit its starter asked for (`attempt_start`'s `time_limit`), where less
+    than its share: it binds, and is never raised."""
+    raised: dict[str, float] = Field(default_factory=dict)
+    """Attempts running as it started whose time limit was less than its share, raised
+    to it (never past the run's deadline), by id: the new limit in seconds. Attempts
+    running side by side get alike, however close to one's end the other began."""
     share: Budget | None = None
     """Its share of the run's budget (memory, CPUs, disk, processes): 1/K of it with K
     attempts at once, and of the disk what ended attempts and the run's own workspace

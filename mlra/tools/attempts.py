@@ -9,7 +9,7 @@ so these tools know nothing of runs and controllers.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -54,7 +54,15 @@ def _refused(exc: Exception) -> SandboxError:
     return SandboxError(str(exc))
 
 
+SupervisorOperator = Literal["draft", "debug", "improve", "chosen"]
+"""The operators a supervisor's attempt may take: "variant" is the recipe's alone."""
+
+
 class AttemptStartArgs(BaseModel):
+    """A supervisor's attempt: instructions for its worker. No recipe variant: a worker
+    is a model, which reads instructions and runs no recipe, so a variant was shown in
+    place of the instructions it was given while nothing used it."""
+
     model_config = ConfigDict(extra="forbid")
 
     instructions: str = Field(
@@ -66,7 +74,7 @@ class AttemptStartArgs(BaseModel):
         description="Start from this attempt's workspace as it ended (to debug or improve it); "
         "omit to start from the task's starter files (a new draft).",
     )
-    operator: ev.AttemptOperator = Field(
+    operator: SupervisorOperator = Field(
         default="chosen",
         description="What it is: draft (new solution), debug (fix a buggy parent), improve "
         "(one change to a good parent), or chosen.",
@@ -75,10 +83,15 @@ class AttemptStartArgs(BaseModel):
         default=None,
         description="Seconds it may run (default: its share of the time left).",
     )
+
+
+class RecipeAttemptStartArgs(AttemptStartArgs):
+    """mlra's own search with no model (agent/agents/search.py): a variant of the task's
+    recipe, which the baseline agent runs."""
+
+    operator: ev.AttemptOperator = Field(default="variant")  # pyright: ignore[reportIncompatibleVariableOverride]
     variant: dict[str, str] | None = Field(
-        default=None,
-        description="Only for a recipe's variant (mlra's own search with no model): the "
-        "recipe's variables to set.",
+        default=None, description="The recipe's variables to set."
     )
 
 
@@ -95,13 +108,14 @@ class AttemptStart(Tool[AttemptStartArgs]):
         self.attempts = attempts
 
     async def run(self, args: AttemptStartArgs, ctx: ToolContext) -> ToolOutcome:
+        variant = args.variant if isinstance(args, RecipeAttemptStartArgs) else None
         try:
             attempt = self.attempts.start(
                 parent=args.parent,
                 instructions=args.instructions,
                 operator=args.operator,
                 time_limit_s=args.time_limit,
-                variant=args.variant,
+                variant=variant,
                 call_id=ctx.call_id,
             )
         except Exception as exc:
@@ -112,6 +126,12 @@ class AttemptStart(Tool[AttemptStartArgs]):
             + ". Use attempt_wait to wait for it, or start others while it runs.",
             data={"attempt": attempt},
         )
+
+
+class RecipeAttemptStart(AttemptStart):
+    """`attempt_start` as mlra's search with no model calls it: with a recipe variant."""
+
+    Args = RecipeAttemptStartArgs
 
 
 class NoArgs(BaseModel):
@@ -153,7 +173,10 @@ class AttemptWait(Tool[AttemptWaitArgs]):
         self.attempts = attempts
 
     async def run(self, args: AttemptWaitArgs, ctx: ToolContext) -> ToolOutcome:
-        timeout = max(0.0, min(args.timeout, MAX_WAIT_S, ctx.remaining_s()))
+        # At least a second where the run's time is up: its deadline ends the wait. A
+        # wait bounded by the time left returned at once, again and again (22 calls in
+        # the 10 ms before the deadline's watcher woke), each "Nothing ended within 0 s".
+        timeout = max(0.0, min(args.timeout, MAX_WAIT_S, max(ctx.remaining_s(), 1.0)))
         idle = args.attempt is None and not self.attempts.running()
         try:
             ended = await self.attempts.wait(args.attempt, timeout)
@@ -193,9 +216,11 @@ class AttemptStop(Tool[AttemptStopArgs]):
         return ToolOutcome(output=f"Stopped attempt {args.attempt}.")
 
 
-def attempt_tools(attempts: Attempts) -> list[Tool[Any]]:
+def attempt_tools(attempts: Attempts, *, recipe: bool = False) -> list[Tool[Any]]:
+    """The search's tools; `recipe`: for the baseline agent's search over the recipe's
+    variants, whose `attempt_start` takes a variant (a supervisor's takes none)."""
     return [
-        AttemptStart(attempts),
+        RecipeAttemptStart(attempts) if recipe else AttemptStart(attempts),
         AttemptsTable(attempts),
         AttemptWait(attempts),
         AttemptStop(attempts),

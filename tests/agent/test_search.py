@@ -304,7 +304,7 @@ async def test_the_deadline_stops_every_attempt_within_2_s(
     tmp_path: Path, answer_task: Path
 ) -> None:
     """Two attempts sleep far past the run's time limit; the deadline ends both, each
-    recorded as stopped, and the run goes on to grade (nothing validated: no score)."""
+    recorded as stopped; nothing validated, nothing is graded, and the ending says so."""
     script = {
         "supervisor": [
             turn("", call("attempt_start", instructions="Sleep")),
@@ -347,6 +347,10 @@ async def test_the_deadline_stops_every_attempt_within_2_s(
     assert len(finished) == 2 and all(f.status in ("stopped", "buggy") for f in finished)
     assert all(f.t <= limit[0] + 2 for f in finished), ([f.t for f in finished], limit)
     assert all(f.score is None for f in finished)
+    assert not any(isinstance(e, ev.Submission) for e in events)
+    assert deadline.message == (
+        "the time limit was reached: none of its 2 attempts was validated, so nothing was graded"
+    )
     for attempt in ("a1", "a2"):
         own = _events(controller.run_dir / "attempts" / attempt)
         assert isinstance(own[-1], ev.RunFinished)

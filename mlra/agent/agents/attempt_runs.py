@@ -36,7 +36,8 @@ async def run_attempt(
     if skipped:
         parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
-    if parent.controls.paused and not child.config.start_paused:
+    manager.sync_limit(started.attempt)  # raised while its run was being made
+    if parent.controls.stepping and not child.config.start_paused:
         # The run paused while the attempt's run was being made (a step's pause right
         # after the attempt_start it let through): the pause did not reach it, since it
         # was not a child yet, and it ran on while the run stood still.
@@ -68,22 +69,26 @@ def _child(
             resumed = resume_controller(
                 recorded,
                 attempt_task(parent.task),
-                parent.provider,
-                overrides={"time_limit_s": started.time_limit_s},
+                parent.provider.for_attempt(started.attempt) if parent.provider else None,
+                overrides={"time_limit_s": _limit(parent, started)},
             )
             return resumed, ""
         except ResumeError as exc:
             raise RuntimeError(str(exc)) from None
         resumed.run_group = parent.run_group
         return resumed
+    provider = parent.provider.for_attempt(started.attempt) if parent.provider else None
+    # A replay's attempt runs under the limit it was recorded with: its prompts state it.
+    recorded = provider.recorded_time_limit() if provider is not None else None
     config = parent.config.model_copy(
         update={
             "run_id": started.attempt,
             "runs_dir": run_dir.parent,
-            "time_limit_s": started.time_limit_s,
+            "time_limit_s": recorded or _limit(parent, started),
             "search": "none",
-            # Started while the run is paused (or stepped): paused with it.
-            "start_paused": parent.controls.paused,
+            # Started while the run is paused or stepped (the step that started it is
+            # the search's action, not the attempt's): paused with it.
+            "start_paused": parent.controls.stepping,
             "breakpoints": [],
             "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
             "max_tokens": None,
@@ -102,7 +107,7 @@ def _child(
     child = RunController(
         config,
         attempt_task(parent.task),
-        parent.provider,
+        provider,
         sandbox_factory=parent.sandbox_factory,
     )
     child.run_group = parent.run_group  # its sandbox's group is made under the run's
@@ -113,6 +118,12 @@ def _child(
         source = run_dir.parent / started.parent / "workspace"
         skipped = copy_parents_workspace(child, source, started.parent)
     return child, skipped
+
+
+def _limit(parent: RunController, started: ev.AttemptStarted) -> float:
+    """Its time limit as the search's tree has it: a later attempt's start may raise it."""
+    node = parent.attempts.tree.get(started.attempt)
+    return node.time_limit_s if node is not None else started.time_limit_s
 
 
 def _shared_out(config: RunConfig, share: ev.Budget | None) -> dict[str, Any]:

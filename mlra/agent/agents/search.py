@@ -42,7 +42,8 @@ class GreedySearch:
         self.ctl = controller
         self.role: ev.AgentRole = "baseline" if controller.provider is None else "supervisor"
         manager = controller.attempts
-        self.registry = ToolRegistry([*attempt_tools(manager), SubmitAttempt(manager)])
+        tools = attempt_tools(manager, recipe=self.role == "baseline")
+        self.registry = ToolRegistry([*tools, SubmitAttempt(manager)])
         self.drafts = draft_count(controller.config.attempts)
         self.variants = list(controller.task.baseline.variants)
         self._refused = ""

@@ -33,7 +33,7 @@ def run_tools(config: RunConfig, *, model: bool) -> dict[ev.AgentRole, list[Tool
     attempts = cast(Any, Unused())  # the tools only hold it until they run
     if config.search == "greedy":
         role: ev.AgentRole = "supervisor" if model else "baseline"
-        return {role: [*attempt_tools(attempts), SubmitAttempt(attempts)]}
+        return {role: [*attempt_tools(attempts, recipe=not model), SubmitAttempt(attempts)]}
     if not model:
         return {"baseline": core_tools(validator=Unused() if config.baseline_validate else None)}
     jobs = JobManager(emit=ignored, clock=lambda: 0.0, records=dict)

@@ -53,6 +53,8 @@ class Steering:
         self._job_stops: set[asyncio.Task[Any]] = set()
         """The user's job and attempt stops under way (held so they are not collected
         mid-way)."""
+        self._stepped_last: str | None = None
+        """The attempt a step last let take an action (`step`: each in turn)."""
         self.control_source = "user"
         """Who the `control` events now recorded come from: the console's user, or a
         command from outside the process (`ctl`, `attach`: agent/control/control_server.py),
@@ -152,20 +154,41 @@ class Steering:
             child.resume()
 
     def step(self) -> None:
-        """Run exactly one agent action, then pause again (each running attempt too)."""
+        """Run exactly one agent action, then pause again.
+
+        A paused search takes one action of one agent a step: its own next one where its
+        agent waits for leave to take it (start, wait for or submit an attempt), else,
+        while its agent waits on its attempts, the next action of one running attempt,
+        each in turn (a1, a2, a1, ...), the step's `control` naming it. Stepping every
+        running attempt at once made one `n` run as many actions as attempts, and the
+        search's own as well. A search that runs freely is paused by it, each of its
+        attempts after the action in hand."""
         if self._stop.is_set():
+            return
+        children = self._attempt_children()
+        stepping = self.controls.stepping
+        if children and stepping and not self.controls.at_gate:
+            attempt = next_in_turn(list(children), self._stepped_last)
+            self._stepped_last = attempt
+            self._control("step", target=attempt)
+            children[attempt].step()
             return
         self.controls.step()
         self._unpause()
         self._control("step")
-        for child in self._attempt_runs():
-            child.step()
+        if not stepping:  # running freely: everything pauses after the action in hand
+            for child in children.values():
+                child.step()
 
     def _attempt_runs(self) -> list[Steering]:
         """The search's attempts' own runs running here (agent/loop/attempts.py), if any."""
+        return list(self._attempt_children().values())
+
+    def _attempt_children(self) -> dict[str, Steering]:
+        """The search's attempts' own runs running here, by id."""
         attempts = getattr(self, "attempts", None)
         children = getattr(attempts, "children", None) or {}
-        return [c for c in children.values() if isinstance(c, Steering)]
+        return {a: c for a, c in children.items() if isinstance(c, Steering)}
 
     def _unpause(self) -> None:
         if self.controls.holding():
@@ -236,3 +259,19 @@ class Steering:
         await self._stop.wait()
         assert self._stop_ending is not None
         return self._stop_ending
+
+
+def next_in_turn(attempts: list[str], last: str | None) -> str:
+    """The attempt whose turn it is after `last`: the next by number (a2 after a1, a10
+    after a9), from the first again past the last one."""
+
+    def number(attempt: str) -> tuple[int, str]:
+        digits = attempt.lstrip("a")
+        return (int(digits) if digits.isdigit() else 0, attempt)
+
+    ordered = sorted(attempts, key=number)
+    if last is not None:
+        later = [a for a in ordered if number(a) > number(last)]
+        if later:
+            return later[0]
+    return ordered[0]

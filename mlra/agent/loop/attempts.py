@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlra import events as ev
+from mlra.agent.loop.attempt_time import raised_limits, sync_limit
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.record.attempt_tree import AttemptTree
 from mlra.agent.record.eventlog import EVENTS_FILE, read_events
@@ -176,12 +177,27 @@ class AttemptManager:
             variant=dict(variant or {}),
             folder=f"{ATTEMPTS_DIR}/{attempt}",
             time_limit_s=round(limit, 3),
+            time_asked_s=round(limit, 3) if limit < share else None,
+            raised=self._raised(share),
             share=budget_share,
             call_id=call_id,
         )
         self.run.append(started)
+        for other in started.raised:
+            self.sync_limit(other)
         self._launch(started, resume=False)
         return attempt
+
+    def _raised(self, share: float) -> dict[str, float]:
+        clock = self.run.clock
+        return raised_limits(self.tree, self.children, share, clock.remaining(), clock.elapsed())
+
+    def sync_limit(self, attempt: str) -> None:
+        """Its own run takes its limit as the tree has it (agent/loop/attempt_time.py):
+        as a raise is recorded, and as its run, made in a thread, begins."""
+        node, child = self.tree.get(attempt), self.children.get(attempt)
+        if node is not None and child is not None:
+            sync_limit(node, child)
 
     def budget_share(self) -> ev.Budget | None:
         """A new attempt's share of the run's budget (agent/setup/run_budget.py): the disk what
@@ -274,6 +290,11 @@ class AttemptManager:
             watched = [n.id for n in tree.running]
         if not watched:
             return []
+        if self.run.controls.step_used_up() and not self.run.catchup.replaying:
+            # A step's action is this wait, on attempts paused with the run: the run
+            # pauses too, so its clock stands still while nothing moves (`n` then steps
+            # an attempt: agent/control/steering.py).
+            self.run.pause(source="step")
 
         def ended() -> list[str]:
             return [a for a in watched if (n := tree.get(a)) is not None and n.finished]
@@ -408,7 +429,11 @@ def finished_event(
 
 def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     """Why an attempt ended with nothing validated: its last validation's failure as its
-    worker was told it, else the refused validation (no artifact), else how it ended."""
+    worker was told it, else the refused validation (no artifact), else how it ended. Its
+    time limit first: the closing validation it cut off read "its artifact could not be
+    validated: [killed after 0.0 s: ...]"."""
+    if finished is not None and finished.reason == "deadline":
+        return "its time limit was reached before a validation scored it"
     for event in reversed(events):
         if isinstance(event, ev.Validation) and not event.ok:
             return f"its validation failed: {event.told or event.error or 'no score'}"

@@ -119,6 +119,8 @@ class Controls:
     """Per waiting call, what is wrong with arguments an edit would give it (`edit_problem`)."""
     _closed: bool = False
     """The run is stopping: no action passes the gate again (`close`)."""
+    _at_gate: bool = False
+    """The agent waits in `gate` for leave to take its next action."""
 
     def __post_init__(self) -> None:
         self._running.set()
@@ -149,6 +151,17 @@ class Controls:
         self._steps_granted = 1
         self._running.set()
 
+    @property
+    def stepping(self) -> bool:
+        """Paused, or in step mode: an action now goes only where a step lets it."""
+        return self.paused or self._steps_granted is not None
+
+    @property
+    def at_gate(self) -> bool:
+        """The agent waits for leave to take its next action (a step would be its), not
+        inside one (a search's agent waiting on its attempts)."""
+        return self._at_gate
+
     def step_used_up(self) -> bool:
         """In step mode, the granted action has been taken: time to pause again."""
         return self._steps_granted == 0 and not self.paused
@@ -165,17 +178,21 @@ class Controls:
 
     async def gate(self) -> None:
         """Called before each agent action; returns when the action may go ahead."""
-        while True:
-            await self._running.wait()
-            if self._closed:
-                await asyncio.Event().wait()  # for good: the stop cancels the agent
-            if self._steps_granted is None:
-                return
-            if self._steps_granted > 0:
-                self._steps_granted -= 1
-                self._action_open = True
-                return
-            self._running.clear()
+        self._at_gate = True
+        try:
+            while True:
+                await self._running.wait()
+                if self._closed:
+                    await asyncio.Event().wait()  # for good: the stop cancels the agent
+                if self._steps_granted is None:
+                    return
+                if self._steps_granted > 0:
+                    self._steps_granted -= 1
+                    self._action_open = True
+                    return
+                self._running.clear()
+        finally:
+            self._at_gate = False
 
     async def wait_running(self) -> None:
         await self._running.wait()

@@ -8,8 +8,10 @@ change the artifact while it is copied, nor after (it is the copy that is graded
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 from mlra import events as ev
+from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.loop.ending import Ending
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.setup.sandboxes import run_gpus
@@ -57,6 +59,42 @@ def submitted_attempt(run: RunContext, ending: Ending) -> ev.AttemptFinished | N
             if (run.run_dir / node.finished.kept).exists():
                 return node.finished
     return None
+
+
+def nothing_validated(run: RunContext, ending: Ending) -> Ending | None:
+    """The ending of a search that a deadline, a budget or a stop ended with nothing
+    submitted and no attempt validated: not graded, and saying so. None for any other.
+
+    Its own workspace is the starter, which no attempt worked in: grading it (as a line of
+    work's deadline grades its workspace) scored what the search never touched, or a
+    starter's own artifact. Nor is an attempt's unvalidated workspace graded in its
+    stead: the greedy policy ending on its own with nothing validated grades nothing
+    (as AIDE, with no good node, submits nothing), and a deadline must not give the
+    same search a score that its own ending would not. Those that hold the artifact are
+    named, with how to grade one apart (`mlra eval`, kept beside the run's result)."""
+    if not ending.evaluate or run.config.search == "none" or run.config.attempt is not None:
+        return None
+    if ending.attempt is not None or submitted_attempt(run, ending) is not None:
+        return None
+    tree = run.state.attempts
+    if not tree:
+        why = "no attempt was started, so nothing was graded"
+    elif len(tree) == 1:
+        why = "its one attempt was not validated, so nothing was graded"
+    else:
+        why = f"none of its {len(tree)} attempts was validated, so nothing was graded"
+    artifact = run.task.evaluator.artifact
+    holding = [
+        a for a in tree.nodes if (run.run_dir / ATTEMPTS_DIR / a / "workspace" / artifact).exists()
+    ]
+    if holding:
+        whose = ", ".join(holding[:-1]) + (" and " if len(holding) > 1 else "") + holding[-1]
+        one = run.run_dir / ATTEMPTS_DIR / holding[-1]
+        why += (
+            f" ({whose} {'hold' if len(holding) > 1 else 'holds'} {artifact}, unvalidated: "
+            f"`mlra eval {one} --path {artifact}` grades {'one' if len(holding) > 1 else 'it'} apart)"
+        )
+    return dataclasses.replace(ending, evaluate=False, message=f"{ending.finished_message}: {why}")
 
 
 async def evaluate(run: RunContext, ending: Ending) -> None:

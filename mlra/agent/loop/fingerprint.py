@@ -23,8 +23,9 @@ _DURATION = re.compile(r", [\d.,]+ s\]")
 """The `[exit code 0, 1.2 s]` line that closes a command's output."""
 _RUN_TIME = re.compile(r"\(\d[\dhms]* into the run\)")
 """When an experiment validated, in the supervisor's experiments table (agent/record/experiments.py)."""
-_ATTEMPT_TIME = re.compile(r"(\(a\d+(?: > a\d+)*\)), \d[\dhms.]*: ")
-"""How long each attempt ran, in the search's table (agent/record/attempt_tree.py `render`)."""
+_ATTEMPT_TIME = re.compile(r"(\(a\d+(?: > a\d+)*\)|from the starter), \d[\dhms.]*: ")
+"""How long each attempt ran, in the search's table (agent/record/attempt_tree.py `render`),
+after its lineage or, a draft's, `from the starter`."""
 
 
 def normalize(text: str, replacements: Iterable[tuple[str, str]] = ()) -> str:

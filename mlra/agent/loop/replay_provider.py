@@ -232,6 +232,10 @@ class ReplayProvider(ModelProvider):
                 isinstance(e, ev.EvaluationStarted)
                 for e in events[ends[-2] + 1 if len(ends) > 1 else 0 : ends[-1]]
             )
+        last = next((e for e in reversed(events) if isinstance(e, ev.Submission)), None)
+        self.promoted = last if last is not None and last.by == "user" else None
+        """The person's promotion of a search's attempt (`p`) that ended the recorded run:
+        the recording runs out there, and the replay promotes it too."""
         self.position = 0
         self.diverged: str | None = None
         self._expected: tuple[str, list[tuple[str, str]]] | None = None
@@ -263,6 +267,15 @@ class ReplayProvider(ModelProvider):
         if not provider.calls:
             raise ConfigError(f"{spec}: the run has no recorded model calls to replay")
         return provider
+
+    def for_attempt(self, attempt: str) -> ReplayProvider:
+        """An attempt answered from its own recording (`attempts/<id>/`): its worker's
+        calls are in its log, not the search's, whose provider, shared, made a search's
+        replay diverge at its first worker's call. ConfigError where it has none."""
+        return ReplayProvider.from_spec(f"replay:{self.run_dir / 'attempts' / attempt}")
+
+    def recorded_time_limit(self) -> float | None:
+        return self.limits.time_limit_s if self.limits is not None else None
 
     def describe_tools_in_prompt(self) -> bool:
         """The answers are the recording's, whatever the prompt: a replay falls back (and
@@ -308,6 +321,15 @@ class ReplayProvider(ModelProvider):
                     "ends the same way",
                 )
             )
+        attempt = self.promoted.attempt if self.promoted is not None else None
+        if end.reason == "submitted" and self.promoted is not None and attempt is not None:
+            message = (
+                f"the recording ends here, {done}: the recorded run's user promoted attempt "
+                f"{attempt} here; the replay promotes it too"
+            )
+            note = self.promoted.note or f"attempt {attempt} promoted by the user"
+            ending = Ending("submitted", by="user", attempt=attempt, note=note, message=message)
+            raise EndRun(ending)
         if end.reason in ("error", "provider_error"):
             raise ProviderError(
                 f"the recording ends here, {done}: the recorded run failed at this point "

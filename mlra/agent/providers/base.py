@@ -413,5 +413,15 @@ class ModelProvider(abc.ABC):
         before): the run logs it as `context_window_learned` and goes by it."""
         return None
 
+    def for_attempt(self, attempt: str) -> ModelProvider:
+        """The provider a search's attempt `attempt` runs with (agent/agents/attempt_runs.py):
+        this one, shared, for a model; a replay's answers the attempt's own recording."""
+        return self
+
+    def recorded_time_limit(self) -> float | None:
+        """The time limit of the run a replay plays back (its prompts state it, so a
+        replay's attempt runs under it); None for a model."""
+        return None
+
     async def aclose(self) -> None:
         """Release HTTP connections."""

@@ -23,6 +23,8 @@ TABLE_ROWS = 12
 class AttemptNode:
     started: ev.AttemptStarted
     finished: ev.AttemptFinished | None = None
+    time_limit_s: float = 0.0
+    """Its time limit: as it started, or as a later attempt's start raised it."""
 
     @property
     def id(self) -> str:
@@ -65,7 +67,10 @@ class AttemptTree:
 
     def apply(self, event: ev.Event) -> None:
         if isinstance(event, ev.AttemptStarted):
-            self.nodes[event.attempt] = AttemptNode(started=event)
+            for attempt, limit in event.raised.items():
+                if (node := self.nodes.get(attempt)) is not None:
+                    node.time_limit_s = max(node.time_limit_s, limit)
+            self.nodes[event.attempt] = AttemptNode(started=event, time_limit_s=event.time_limit_s)
         elif isinstance(event, ev.AttemptFinished) and event.attempt in self.nodes:
             self.nodes[event.attempt].finished = event
 

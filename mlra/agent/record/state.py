@@ -419,7 +419,7 @@ class RunState:
         if event.action == "pause":
             self.paused = True
         elif event.action in ("resume", "step", "stop", "quit"):
-            self.paused = False
+            self.paused = bool(event.target)  # an attempt's step leaves the search paused
         elif event.action in ("approve", "reject", "edit"):
             if self.pending_approval and self.pending_approval.call_id == event.call_id:
                 self.pending_approval = None

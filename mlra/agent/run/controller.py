@@ -30,7 +30,7 @@ from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Breakpoint, Controls
 from mlra.agent.loop.drive import Agent, drive, sample_resources, watch_deadline
 from mlra.agent.loop.ending import Ending, EndRun, budget_ending
-from mlra.agent.loop.evaluation import evaluate
+from mlra.agent.loop.evaluation import evaluate, nothing_validated
 from mlra.agent.loop.model_turn import ModelTurn
 from mlra.agent.loop.tool_step import ToolStep
 from mlra.agent.metrics.run_metrics import RunMetrics
@@ -318,6 +318,7 @@ class RunController(Steering):
         # the artifact after the copy that is graded was taken.
         await self._stop_attempts(ending.finished_message)
         await self._stop_jobs(ending.finished_message)
+        ending = nothing_validated(self, ending) or ending
         # An attempt's own run is never graded on the test split: the search grades the
         # attempt it submits, from the run it belongs to.
         if ending.evaluate and self.config.attempt is None:

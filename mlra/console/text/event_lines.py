@@ -99,7 +99,8 @@ def control_line(event: ev.Control) -> str:
     words = {
         "pause": "paused",
         "resume": "resumed",
-        "step": "stepped one action",
+        "step": "stepped one action"
+        + (f" of attempt {printable_line(event.target)}" if event.target else ""),
         "approve": "approved the call",
         "reject": f"rejected the call: {event.text or ''}",
         "stop": "stopped the run to evaluate it",
@@ -307,7 +308,10 @@ def attempt_started_line(e: ev.AttemptStarted) -> str:
     what = e.operator
     if e.variant:
         what += " " + " ".join(f"{k}={v}" for k, v in e.variant.items())
-    budget = f" ({format_duration(e.time_limit_s)} budget)" if e.time_limit_s > 0 else ""
+    raised = "".join(
+        f"; {printable_line(a)}'s raised to {format_duration(s)}" for a, s in e.raised.items()
+    )
+    budget = f" ({format_duration(e.time_limit_s)} budget{raised})" if e.time_limit_s > 0 else ""
     line = f"attempt {printable_line(e.attempt)} started: {one_line(what, 120)} {origin}{budget}"
     if e.instructions.strip() and not e.variant:
         line += f": {one_line(e.instructions, 200)}"

@@ -1,0 +1,47 @@
+"""A search's attempts' time limits after they start: raised to a later attempt's share.
+
+An attempt's share is the time left over the waves still to come, the running attempts
+counted in the wave a new one begins (agent/loop/attempts.py `time_share`). So a running
+attempt may run as long as the share of one started beside it: with four attempts two
+at a time, one started as a1 ended, beside a2 (two waves seemingly to come), got half
+the time left, and the last, started 0.2 s later as a2 ended, all of it, though the two
+ran side by side. The new attempt's `attempt_started.raised` records each raise; the
+tree folds it (agent/record/attempt_tree.py) and the attempt's own run takes it here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
+
+SLACK_S = 1.0
+"""A raise smaller than this is none: two attempts started a moment apart differ so."""
+
+
+def raised_limits(
+    tree: AttemptTree, children: dict[str, Any], share: float, remaining: float, now: float
+) -> dict[str, float]:
+    """The running attempts with less time than `share`, a new attempt's, and their
+    limit raised to it, never past the run's deadline (`remaining` from `now`, the run
+    clock); one whose starter asked for less keeps it."""
+    raised: dict[str, float] = {}
+    for node in tree.running:
+        if node.started.time_asked_s is not None or node.time_limit_s >= share - SLACK_S:
+            continue
+        child = children.get(node.id)
+        spent = child.clock.elapsed() if child is not None else now - node.started.t
+        limit = min(share, spent + remaining)
+        if limit > node.time_limit_s + SLACK_S:
+            raised[node.id] = round(limit, 3)
+    return raised
+
+
+def sync_limit(node: AttemptNode, child: Any) -> None:
+    """The attempt's own run (`child`, its controller) takes the limit the tree gives it,
+    where a later start raised it; one never raised keeps its own (a replay's attempt
+    runs under the limit it was recorded with)."""
+    if node.time_limit_s <= max(node.started.time_limit_s, child.clock.limit_s):
+        return
+    child.clock.limit_s = node.time_limit_s
+    child.time_limit_s = node.time_limit_s

@@ -1,0 +1,143 @@
+"""How a search ends when nothing was submitted (agent/loop/evaluation.py's
+nothing_validated): the baseline's greedy search of the small `answer` task, real
+processes, the run's own clock brought forward to its deadline."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import load_task
+
+
+def _slow_task(answer_task: Path, tmp_path: Path) -> Path:
+    """The answer task whose recipe writes 41 (wrong) and then works on for 50 s, and
+    whose starter already holds the right answer, 42: a search's own workspace is the
+    starter, so grading it scores 1.0 for what no attempt did."""
+    task = tmp_path / "answer-slow"
+    shutil.copytree(answer_task, task)
+    toml = (task / "task.toml").read_text()
+    toml = toml.replace('name = "answer"', 'name = "answer-slow"')
+    toml = toml.replace(
+        'submit = "answer.txt"',
+        'submit = "answer.txt"\nvars = { n = "41" }\nvariants = [{}, { n = "40" }]',
+    )
+    toml = toml.replace(
+        'python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep 50"
+    )
+    (task / "task.toml").write_text(toml)
+    (task / "starter" / "answer.txt").write_text("42\n")
+    return task
+
+
+async def test_a_deadline_with_no_attempt_validated_grades_nothing_and_says_so(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The deadline fell while the only attempt worked, unvalidated: the run graded its
+    own workspace, the untouched starter, and scored 1.0 ("deadline: grading
+    (default artifact)"). Now nothing is graded, and the ending says why and which
+    attempt's workspace holds the artifact, unvalidated."""
+    task = load_task(_slow_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=1,
+    )
+    controller = RunController(cfg, task, None)
+
+    async def deadline_once_a1_wrote(controller: RunController) -> None:
+        answer = tmp_path / "runs"
+        async with asyncio.timeout(120):
+            while not any(answer.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        controller.clock.limit_s = controller.clock.elapsed() + 1.0
+
+    side = asyncio.ensure_future(deadline_once_a1_wrote(controller))
+    result = await controller.run(agent_for)
+    await side
+    events = read_events(controller.run_dir / "events.jsonl")
+    assert not any(isinstance(e, ev.Submission | ev.EvaluationStarted) for e in events)
+    finished = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert [(f.attempt, f.status) for f in finished] == [("a1", "stopped")]
+    assert result.reason == "deadline" and result.score is None
+    a1 = controller.run_dir / "attempts" / "a1"
+    assert result.message == (
+        "the time limit was reached: its one attempt was not validated, so nothing was "
+        f"graded (a1 holds answer.txt, unvalidated: `mlra eval {a1} --path answer.txt` "
+        "grades it apart)"
+    )
+    assert result.attempts is not None and result.attempts.submitted is None
+
+
+@pytest.mark.slow
+async def test_a_wait_that_reaches_the_deadline_is_not_asked_again_and_again(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The greedy policy waits for its one attempt, which outlasts the run: its wait,
+    bounded by the time left, returned at the deadline, and every wait after it at once
+    ("Nothing ended within 0 s", 22 calls in the 10 ms before the deadline's watcher
+    woke). The run's 31 s pass in full: marked slow."""
+    task = load_task(_slow_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=1,
+        time_limit_s=31,
+    )
+    controller = RunController(cfg, task, None)
+    result = await controller.run(agent_for)
+    events = read_events(controller.run_dir / "events.jsonl")
+    waits = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "attempt_wait"]
+    assert result.reason == "deadline"
+    assert 1 <= len(waits) <= 2, [w.output.splitlines()[0] for w in waits]
+
+
+async def test_an_attempt_its_own_time_limit_ends_says_so(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """An attempt whose time ran out mid-recipe read "buggy: its artifact could not be
+    validated: [killed after 0.0 s: the run ended (its time limit was reached) ...]", the
+    closing validation its own deadline cut off, as if the artifact were at fault."""
+    task = load_task(_slow_task(answer_task, tmp_path))
+    cfg = RunConfig(
+        task=task.name,
+        model="baseline",
+        runs_dir=tmp_path / "runs",
+        isolation="none",
+        search="greedy",
+        attempts=1,
+    )
+    controller = RunController(cfg, task, None)
+
+    async def a1s_deadline_once_it_wrote(controller: RunController) -> None:
+        runs = tmp_path / "runs"
+        async with asyncio.timeout(120):
+            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        a1 = controller.attempts.child("a1")
+        a1.clock.limit_s = a1.clock.elapsed() + 0.5
+
+    side = asyncio.ensure_future(a1s_deadline_once_it_wrote(controller))
+    result = await controller.run(agent_for)
+    await side
+    events = read_events(controller.run_dir / "events.jsonl")
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.why) == (
+        "buggy",
+        "its time limit was reached before a validation scored it",
+    )
+    assert result.reason == "no_submission"

@@ -1,0 +1,96 @@
+"""Stepping a paused search (the console's `n`, `mlra ctl RUN step`: agent/control/
+steering.py): one step is one action of one agent, the search's own where its agent
+waits for leave, else one running attempt's, each in turn. A real greedy search of the
+small `answer` task's recipe variants, started paused."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.control.steering import next_in_turn
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.console.text.event_lines import control_line
+from tests.agent.test_search import greedy_search, sleeping_variant_task
+
+
+async def _until(what: str, check: Callable[[], bool]) -> None:
+    """Wait until `check()` holds (the run's state, moved by its own tasks)."""
+    async with asyncio.timeout(120):
+        while not check():  # noqa: ASYNC110 (the runs' state)
+            await asyncio.sleep(0.02)
+
+
+def _actions(controller: RunController, attempt: str) -> int:
+    """The tool calls an attempt's own run has begun, from its log."""
+    log = controller.run_dir / "attempts" / attempt / "events.jsonl"
+    return sum(isinstance(e, ev.ToolStarted) for e in read_events(log)) if log.is_file() else 0
+
+
+def _waits(controller: RunController, attempt: str) -> bool:
+    """The attempt's run stands paused at its gate, before its next action."""
+    child = controller.attempts.children.get(attempt)
+    return child is not None and child.controls.paused and child.controls.at_gate
+
+
+async def test_a_step_of_a_paused_search_is_one_action_of_one_agent(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Two attempts running, both paused, the search waiting on them: each `n` ran one
+    action of every attempt (and the search's own), so `n` never meant one action.
+    Now the search's steps start a1, a2 and its wait; then each `n` is one action of
+    one attempt, a1's, then a2's, the step's control naming it."""
+    task = sleeping_variant_task(
+        answer_task, tmp_path, '{ n = "41", s = "0" }', '[{}, { n = "42" }]'
+    )
+    controller = greedy_search(task, tmp_path, 2, attempts_parallel=2, start_paused=True)
+    run = asyncio.ensure_future(controller.run(agent_for))
+    controls = controller.controls
+    try:
+        for _ in range(3):  # attempt_start a1, attempt_start a2, attempt_wait
+            await _until("the search at its gate", lambda: controls.paused and controls.at_gate)
+            controller.step()
+            await asyncio.sleep(0)
+        await _until(
+            "both attempts paused at their gates",
+            lambda: all(_waits(controller, a) for a in ("a1", "a2")),
+        )
+        await _until("the search inside its wait", lambda: not controls.at_gate)
+        # Its step's action is that wait: it pauses, its clock stands still (it ran on
+        # while the person looked, nothing moving).
+        await _until("the search paused in its wait", lambda: controls.paused)
+        assert not controller.clock.running
+        assert (_actions(controller, "a1"), _actions(controller, "a2")) == (0, 0)
+
+        controller.step()  # a1's first action, a2 stays
+        await _until("a1 took one action", lambda: _actions(controller, "a1") == 1)
+        await _until("a1 paused again", lambda: _waits(controller, "a1"))
+        assert (_actions(controller, "a1"), _actions(controller, "a2")) == (1, 0)
+
+        controller.step()  # now a2's
+        await _until("a2 took one action", lambda: _actions(controller, "a2") == 1)
+        await _until("a2 paused again", lambda: _waits(controller, "a2"))
+        assert (_actions(controller, "a1"), _actions(controller, "a2")) == (1, 1)
+        assert controls.paused and controller.state.paused  # the search stood still: so said
+    finally:
+        controller.resume()
+    result = await asyncio.wait_for(run, 120)
+    steps = [
+        e
+        for e in read_events(controller.run_dir / "events.jsonl")
+        if isinstance(e, ev.Control) and e.action == "step"
+    ]
+    assert [s.target for s in steps] == [None, None, None, "a1", "a2"]
+    assert control_line(steps[3]) == "you: stepped one action of attempt a1"
+    assert result.attempts is not None and result.attempts.tried == 2
+
+
+def test_each_attempt_takes_its_turn_by_number() -> None:
+    assert next_in_turn(["a2", "a1"], None) == "a1"
+    assert next_in_turn(["a1", "a2", "a10"], "a2") == "a10"
+    assert next_in_turn(["a1", "a2", "a10"], "a10") == "a1"
+    assert next_in_turn(["a3", "a5"], "a4") == "a5"  # a4 ended meanwhile
