@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlra.batch.executors.arrivals import batch_folder
 from mlra.batch.executors.local import die_with_parent
 from mlra.batch.executors.shipping import cached, stream_tar, unpack
 from mlra.tools.sandbox.trees import remove_tree
 
-TOKEN_FILE = ".mlra-batch-token"
 SCRATCH_PREFIX = "mlra-batch-"
 """A node's scratch folder is named `mlra-batch-<worker pid>-...`, so a later task on the
 node can tell a lost run's folder from a live one's."""
@@ -144,9 +144,8 @@ def run_on_node(job: NodeJob) -> Iterator[Message]:
     """The body of the Ray task (a generator: each yield reaches the driver at once)."""
     yield "node", where()
     out_dir = Path(job.out)
-    token_file = out_dir / TOKEN_FILE
-    try:
-        shared = token_file.is_file() and token_file.read_text().strip() == job.token
+    try:  # the batch's own folder in `out`, named by its token: the driver's disk is here
+        shared = batch_folder(out_dir, job.token).is_dir()
     except OSError:
         shared = False
     args = list(job.args)
