@@ -75,3 +75,37 @@ def test_a_lost_runs_scratch_is_removed_only_after_its_volume_is_settled(
     finally:
         for point in loop_mounts().get(image, []):  # what the old removal left, for the next test
             subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.mark.skipif(volume.unavailable() is not None, reason=f"{volume.unavailable()}")
+def test_a_lost_runs_scratch_whose_volume_is_still_in_use_is_kept_for_later(
+    tmp_path: Path,
+) -> None:
+    """Its run's sandbox not yet gone (here another mount namespace holding the volume):
+    the folder stays, volume and files with it, and a later task removes it."""
+    scratch = tmp_path / f"{SCRATCH_PREFIX}{_dead_pid()}-u3v4"
+    workspace = (scratch / "runs" / "r1" / "workspace").resolve()
+    workspace.mkdir(parents=True)
+    assert subprocess.run(**_killed_owner(workspace), check=False).returncode == -9
+    [image] = [i for i, points in loop_mounts().items() if workspace in points]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount --bind '{workspace}' '{elsewhere}' && echo ready && exec sleep 120"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        assert clear_stale_scratch(tmp_path) == []
+        assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+        assert image.is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+    try:
+        assert clear_stale_scratch(tmp_path) == [scratch]  # no longer used: settled, removed
+        assert not scratch.exists() and image not in loop_mounts()
+    finally:
+        for point in loop_mounts().get(image, []):
+            subprocess.run(["umount", "-l", str(point)], check=False)
