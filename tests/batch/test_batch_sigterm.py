@@ -34,8 +34,10 @@ RAY = pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is
 def test_sigterm_stops_the_batch_as_ctrl_c_does(tmp_path: Path, executor: str) -> None:
     out = tmp_path / "b"
     with ScriptedModelServer(HANGING) as server:
+        # Two seeds, one run at a time: the model's second run still waits for its turn
+        # when the first is stopped midway (its driver ends at once).
         batch = _hanging_batch(
-            tmp_path, server, "--parallel", "1", "--executor", executor,
+            tmp_path, server, "--parallel", "1", "--executor", executor, "--seeds", "2",
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         )  # fmt: skip
         llm_run = out / "runs" / batch_run_id(out, MODEL)
@@ -49,8 +51,10 @@ def test_sigterm_stops_the_batch_as_ctrl_c_does(tmp_path: Path, executor: str) -
                 batch.wait()
     assert batch.returncode == 128 + signal.SIGTERM, stdout + stderr
     last = stdout.strip().splitlines()[-1]
-    assert last.startswith("batch: stopped (SIGTERM): 1 run stopped midway"), stdout + stderr
-    assert "the same command carries it on" in last and (out / "report.md").is_file()
+    assert last.startswith(
+        "batch: stopped (SIGTERM): 1 run stopped midway and 1 not started or to retry"
+    ), stdout + stderr
+    assert "the same command carries them on" in last and (out / "report.md").is_file()
     assert run_status(out, llm_run.name).kind == "interrupted"
     log = (out / "logs" / f"{llm_run.name}.log").read_text()
     assert "stopped by the user" in log, log  # it recorded its stop, not killed mid-way
