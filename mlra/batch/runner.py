@@ -408,8 +408,20 @@ class BatchRunner:
             drivers.append(self._drive_to_end(run, slots))
         self._changed("batch started")
         ticker = asyncio.create_task(self._tick())
+        tasks = [asyncio.ensure_future(d) for d in drivers]
         try:
-            await asyncio.gather(*drivers)
+            await asyncio.gather(*tasks)
+        except BaseException:
+            # Stopped (Ctrl-C, SIGTERM): gather ends as soon as one run's driver does (a
+            # run still queued, at once), while the others are still stopping their runs.
+            # Ended there, the batch was cancelled again by asyncio.run's cleanup, and a run
+            # on Ray was force-cancelled, killed without recording its stop (nor brought
+            # back from a node without the batch folder). Each is waited for.
+            for task in tasks:
+                if not task.cancelling():  # a second cancel would cut its stop short
+                    task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
         finally:
             ticker.cancel()
         self._changed("batch ended")

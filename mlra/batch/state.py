@@ -17,6 +17,8 @@ Layout of a batch folder (run ids: `<task>__<model>__s<seed>-<mac>`, see `run_id
                              started where it did not (the report's row for a run
                              with no folder of its own)
     .drivers/<run-id>        locked by the `mlra batch` driving the run now (empty)
+    .incoming/<token>/       a Ray batch's runs arriving from nodes without the shared
+                             disk, one folder per batch process (executors/arrivals.py)
     runs/<run-id>/placement.json   where each start of the attempt ran (Ray: node id
                              and host); an attempt lost with its node before any of
                              its folder reached the batch folder is a retired folder

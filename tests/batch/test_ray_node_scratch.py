@@ -9,17 +9,27 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from mlra.batch.executors.ray_node import SCRATCH_PREFIX, clear_stale_scratch, renamed
+from mlra.tools.sandbox import volume
+from mlra.tools.sandbox.volume_users import loop_device, loop_mounts
+from tests.tools.test_workspace_volume import _killed_owner
 
 
-def test_a_lost_runs_scratch_is_cleared_and_a_live_ones_kept(tmp_path: Path) -> None:
+def _dead_pid() -> int:
+    """The pid of a process that has exited, as a lost node's workers have."""
     ended = subprocess.run(
         [sys.executable, "-c", "import os; print(os.getpid())"],
         check=True,
         capture_output=True,
         text=True,
     )
-    dead = int(ended.stdout)  # its worker has exited, as a lost node's workers have
+    return int(ended.stdout)
+
+
+def test_a_lost_runs_scratch_is_cleared_and_a_live_ones_kept(tmp_path: Path) -> None:
+    dead = _dead_pid()  # its worker has exited, as a lost node's workers have
     lost = tmp_path / f"{SCRATCH_PREFIX}{dead}-x1y2"
     live = tmp_path / f"{SCRATCH_PREFIX}{os.getpid()}-a3b4"
     other = tmp_path / f"{SCRATCH_PREFIX}q7w8"  # not named by a worker: not ours to judge
@@ -40,3 +50,62 @@ def test_a_runs_log_names_the_drivers_folders() -> None:
     assert renamed(log.encode(), renames).decode() == (
         f"workspace {driver}/r1/workspace\nrun finished · run dir {driver}/r1\n"
     )
+
+
+@pytest.mark.skipif(volume.unavailable() is not None, reason=f"{volume.unavailable()}")
+def test_a_lost_runs_scratch_is_removed_only_after_its_volume_is_settled(
+    tmp_path: Path,
+) -> None:
+    """A run killed with its worker leaves its workspace volume mounted in its scratch
+    folder. Removing the folder under it emptied the volume, unlinked its image while the
+    loop device held it, and left the mount and the quota's whole reserved space taken
+    on the node for good."""
+    dead = _dead_pid()
+    scratch = tmp_path / f"{SCRATCH_PREFIX}{dead}-v1w2"
+    workspace = (scratch / "runs" / "r1" / "workspace").resolve()
+    workspace.mkdir(parents=True)
+    killed = subprocess.run(**_killed_owner(workspace), check=False)
+    assert killed.returncode == -9
+    [image] = [i for i, points in loop_mounts().items() if workspace in points]
+    try:
+        assert clear_stale_scratch(tmp_path) == [scratch]
+        assert not scratch.exists()
+        assert image not in loop_mounts()  # unmounted, not hidden under a removed folder
+        assert loop_device(image) is None  # its loop device (and the image's space) freed
+    finally:
+        for point in loop_mounts().get(image, []):  # what the old removal left, for the next test
+            subprocess.run(["umount", "-l", str(point)], check=False)
+
+
+@pytest.mark.skipif(volume.unavailable() is not None, reason=f"{volume.unavailable()}")
+def test_a_lost_runs_scratch_whose_volume_is_still_in_use_is_kept_for_later(
+    tmp_path: Path,
+) -> None:
+    """Its run's sandbox not yet gone (here another mount namespace holding the volume):
+    the folder stays, volume and files with it, and a later task removes it."""
+    scratch = tmp_path / f"{SCRATCH_PREFIX}{_dead_pid()}-u3v4"
+    workspace = (scratch / "runs" / "r1" / "workspace").resolve()
+    workspace.mkdir(parents=True)
+    assert subprocess.run(**_killed_owner(workspace), check=False).returncode == -9
+    [image] = [i for i, points in loop_mounts().items() if workspace in points]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    holder = subprocess.Popen(
+        ["unshare", "-m", "--propagation", "private", "sh", "-c",
+         f"mount --bind '{workspace}' '{elsewhere}' && echo ready && exec sleep 120"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        assert clear_stale_scratch(tmp_path) == []
+        assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+        assert image.is_file()
+    finally:
+        holder.kill()
+        holder.wait()
+    try:
+        assert clear_stale_scratch(tmp_path) == [scratch]  # no longer used: settled, removed
+        assert not scratch.exists() and image not in loop_mounts()
+    finally:
+        for point in loop_mounts().get(image, []):
+            subprocess.run(["umount", "-l", str(point)], check=False)

@@ -7,7 +7,7 @@ records where each attempt ran (`placement.json`, the log, `result.json`).
 
 Nothing is assumed shared: a user's task folder is shipped to the node by content
 hash, the run's output streams into `logs/<run>.log` as it comes, and when the
-node does not see the batch folder (it finds no token of this batch there) the
+node does not see the batch folder (it finds no folder of this batch there) the
 run works in a scratch folder whose contents come back in parts at its end; a
 run resumed on such a node is sent its folder first.
 """
@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from mlra.batch.executors import AttemptLost, Job, NotPlaced
+from mlra.batch.executors.arrivals import Arrivals
 from mlra.batch.executors.ray_connect import (
     RayLogs,
     alive_nodes,
@@ -31,7 +32,6 @@ from mlra.batch.executors.ray_connect import (
     request_of,
 )
 from mlra.batch.executors.ray_node import (
-    TOKEN_FILE,
     Coordinator,
     NodeJob,
     Shipment,
@@ -49,7 +49,6 @@ INFEASIBLE_POLLS = 2
 """Checks in a row that find no node for a queued run before it is refused."""
 STOP_GRACE_S = 40.0
 """How long a stopped batch waits for a run to record its stop (and come back)."""
-INCOMING = ".incoming"
 
 
 class RayExecutor:
@@ -69,7 +68,9 @@ class RayExecutor:
                 self._logs.close()
                 raise
         self.token = secrets.token_hex(8)
-        (self.out / TOKEN_FILE).write_text(self.token)
+        self.arrivals = Arrivals(self.out, self.token)
+        """This batch's own folder for runs coming back (its name is the token a node looks for)."""
+        self.incoming = self.arrivals.folder
         self.client = _through_client()
         """Ray Client (`ray://`): no generator tasks, messages go through the coordinator."""
         self._remote: Any = ray.remote(run_pushing if self.client else run_on_node)
@@ -112,9 +113,7 @@ class RayExecutor:
         return [self._ray.put(part) for part in file_chunks(path)]
 
     def ship_folder(self, folder: Path, digest: str) -> Shipment:
-        staging = self.out / INCOMING
-        staging.mkdir(exist_ok=True)
-        archive = staging / f"out-{digest}-{secrets.token_hex(4)}.tar.gz"
+        archive = self.incoming / f"out-{digest}-{secrets.token_hex(4)}.tar.gz"
         try:
             pack(folder, archive)
             return Shipment(digest, self._put_file(archive))
@@ -182,7 +181,7 @@ class RayExecutor:
         if self._logs is not None:
             self._logs.close()
             self._logs = None
-        remove_tree(self.out / INCOMING, ignore_errors=True)
+        self.arrivals.close()  # this batch's arrivals only: another on `out` keeps its own
 
 
 def _through_client() -> bool:
@@ -345,8 +344,7 @@ class _Attempt:
 
     def _receive(self, part: bytes) -> None:
         if self._archive_file is None:
-            folder = self.executor.out / INCOMING
-            folder.mkdir(exist_ok=True)
+            folder = self.executor.incoming
             self._archive = folder / f"in-{self.job.run_id}-{secrets.token_hex(4)}.tar.gz"
             self._archive_file = open(self._archive, "wb")  # closed in close()
         self._archive_file.write(part)
@@ -368,7 +366,7 @@ class _Attempt:
         if self._archive is not None:
             try:
                 if self.ended:
-                    staging = out / INCOMING / f"{self.job.run_id}-{secrets.token_hex(4)}"
+                    staging = self.executor.incoming / f"{self.job.run_id}-{secrets.token_hex(4)}"
                     unpack(file_chunks(self._archive), staging)
                     if run_dir.exists():
                         remove_tree(run_dir)

@@ -130,7 +130,7 @@ REFUSED_TOKEN = ("InvalidAuthToken", "Unauthenticated")
 
 
 def connect(address: str | None, ray_log: Path | None = None) -> None:
-    """`ray.init` to `address` (or a local Ray), within `CONNECT_S`, or a ClusterError.
+    """`ray.init` to `address` (within `CONNECT_S`) or a local Ray, or a ClusterError.
 
     Ray retries a refused token for about 20 s before it says only that it could not
     connect; its core's log (`ray_log`, where RayLogs sends it) says why at once."""
@@ -153,6 +153,17 @@ def connect(address: str | None, ray_log: Path | None = None) -> None:
             outcome.append(exc)
 
     where = f"--ray-address {address}" if address else "a local Ray"
+    if not address:
+        # Started here, in this thread: Ray starts its head's processes (GCS, raylet) with
+        # PR_SET_PDEATHSIG, which the kernel fires when the *thread* that started them
+        # ends, so a local Ray started in a thread of its own was killed as soon as it
+        # was up, and the batch died a minute later saying nothing. Nothing to time out
+        # here: no address to be wrong.
+        try:
+            ray.init(**kwargs)
+        except Exception as exc:
+            raise ClusterError(f"{where}: {_first_line(exc)}") from None
+        return
     seen = ray_log.stat().st_size if ray_log is not None and ray_log.is_file() else 0
     thread = threading.Thread(target=init, daemon=True, name="mlra-ray-init")
     thread.start()

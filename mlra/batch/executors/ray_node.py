@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mlra.batch.executors.arrivals import batch_folder
 from mlra.batch.executors.local import die_with_parent
 from mlra.batch.executors.shipping import cached, stream_tar, unpack
 from mlra.tools.sandbox.trees import remove_tree
 
-TOKEN_FILE = ".mlra-batch-token"
 SCRATCH_PREFIX = "mlra-batch-"
 """A node's scratch folder is named `mlra-batch-<worker pid>-...`, so a later task on the
 node can tell a lost run's folder from a live one's."""
@@ -144,9 +144,8 @@ def run_on_node(job: NodeJob) -> Iterator[Message]:
     """The body of the Ray task (a generator: each yield reaches the driver at once)."""
     yield "node", where()
     out_dir = Path(job.out)
-    token_file = out_dir / TOKEN_FILE
-    try:
-        shared = token_file.is_file() and token_file.read_text().strip() == job.token
+    try:  # the batch's own folder in `out`, named by its token: the driver's disk is here
+        shared = batch_folder(out_dir, job.token).is_dir()
     except OSError:
         shared = False
     args = list(job.args)
@@ -184,13 +183,15 @@ def run_on_node(job: NodeJob) -> Iterator[Message]:
         yield "exit", code
         if scratch is not None:
             run_dir = scratch / "runs" / job.run_id
+            # A run that died outright left its volume mounted: its files go back, not its image.
+            _settle_volumes(scratch)
             if run_dir.is_dir():
                 for part in stream_tar(run_dir, job.run_id):
                     yield "folder", part
         yield "end", None
     finally:
         if scratch is not None:
-            remove_tree(scratch, ignore_errors=True)
+            remove_scratch(scratch)
 
 
 def renamed(data: bytes, renames: Sequence[tuple[bytes, bytes]]) -> bytes:
@@ -207,9 +208,44 @@ def clear_stale_scratch(root: Path | None = None) -> list[Path]:
         pid = path.name[len(SCRATCH_PREFIX) :].split("-", 1)[0]
         if not pid.isdigit() or _alive(int(pid)):
             continue
-        remove_tree(path, ignore_errors=True)
-        gone.append(path)
+        if remove_scratch(path):
+            gone.append(path)
     return gone
+
+
+def remove_scratch(scratch: Path) -> bool:
+    """Remove a run's scratch folder once no workspace volume is mounted in it; whether it
+    was removed. A run killed with its worker (or past its stop's grace) leaves its volume
+    mounted at its workspace: removed under it, the files on it went, the image was
+    unlinked while its loop device kept it open, and the mount and the quota's whole
+    reserved space stayed taken on the node until a reboot. Such a volume is settled first
+    (tools/sandbox/volume.py, as any sandbox's start settles a killed run's); one still in
+    use (its run's sandbox not yet gone, a container) keeps the folder for a later task."""
+    if not _settle_volumes(scratch):
+        return False
+    remove_tree(scratch, ignore_errors=True)
+    return True
+
+
+def _settle_volumes(scratch: Path) -> bool:
+    """Settle the volumes of gone runs in `scratch`; whether none is left mounted there."""
+    from mlra.tools.sandbox.volume import VolumeFailed, settle_stale, unavailable
+    from mlra.tools.sandbox.volume_users import loop_mounts
+
+    if unavailable() is not None:
+        return True  # no volume can have been made here
+    root = scratch.resolve()
+    try:
+        for run_dir in sorted((root / "runs").iterdir()):  # where a run's image lies
+            if run_dir.is_dir() and not run_dir.is_symlink():
+                settle_stale(run_dir)
+    except (OSError, VolumeFailed):
+        pass  # what is left mounted is looked at below
+    return not any(
+        point == root or root in point.parents
+        for points in loop_mounts().values()
+        for point in points
+    )
 
 
 def _alive(pid: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import signal
 import sys
 from collections import Counter
 from pathlib import Path
@@ -313,7 +314,20 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if names.legacy:
         print(printable_line(f"note: {out} predates keyed run ids: its runs keep their names"))
 
+    terminated: list[bool] = []
+
     async def go() -> Any:
+        # A SIGTERM (a scheduler ending the job, `timeout`) stops the batch as Ctrl-C does:
+        # its runs record their stop and it says what it leaves. It died outright, saying
+        # nothing (or, where it had started a local Ray, exited 15 by Ray's own handler).
+        me = asyncio.current_task()
+        assert me is not None
+
+        def stop() -> None:
+            terminated.append(True)
+            me.cancel()
+
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, stop)
         done = await runner.run()
         if told is not None:
             told.batch_ended(list(done.statuses.values()), len(runs))
@@ -326,6 +340,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
         display.close()
         executor.close()
         return _stopped(out, runs)
+    except asyncio.CancelledError:
+        if not terminated:
+            raise
+        display.close()
+        executor.close()
+        _stopped(out, runs, "SIGTERM")
+        return EXIT_TERMINATED
     finally:
         display.close()
         executor.close()
@@ -366,8 +387,11 @@ def cmd_batch(args: argparse.Namespace) -> int:
     return EXIT_OK if not failed else EXIT_FAILED
 
 
-def _stopped(out: Path, runs: list[Any]) -> int:
-    """Ctrl-C: the runs have recorded their stop. What the batch leaves is said, and the
+EXIT_TERMINATED = 128 + signal.SIGTERM
+
+
+def _stopped(out: Path, runs: list[Any], by: str = "Ctrl-C") -> int:
+    """Ctrl-C (or SIGTERM): the runs have recorded their stop. What the batch leaves is said, and the
     report of the runs so far written, instead of a bare "interrupted"."""
     kinds = Counter(run_status(out, r.run_id).kind for r in runs)
     stopped, waiting = kinds["interrupted"], kinds["pending"] + kinds["failed"]
@@ -384,7 +408,7 @@ def _stopped(out: Path, runs: list[Any]) -> int:
         write_report(out)
         report = f" · report {out / 'report.md'}"
     print(
-        printable_line(f"batch: stopped (Ctrl-C): {words}{again}; {ended} ended before{report}"),
+        printable_line(f"batch: stopped ({by}): {words}{again}; {ended} ended before{report}"),
         flush=True,
     )
     return EXIT_INTERRUPTED
