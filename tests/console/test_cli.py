@@ -94,6 +94,24 @@ def test_tasks_lists_the_builtin_tasks(tmp_path: Path) -> None:
     assert "tiny-lm" in proc.stdout and "CPU only" in proc.stdout
 
 
+def test_tasks_wrap_under_their_text_on_a_narrow_terminal(tmp_path: Path) -> None:
+    """A terminal of 60 columns: each row wraps at words, its further lines indented
+    under the text (a terminal's own wrap put them at column 0, under the names); a
+    pipe keeps each row on one line, for grep."""
+    from mlra.tasks.spec import builtin_task_dirs
+    from tests.console.test_runs_by_priority import _on_a_terminal
+
+    names = {folder.name for folder in builtin_task_dirs()}
+    screen = _on_a_terminal(["tasks"], 60)
+    lines = screen.splitlines()
+    assert all(len(line) <= 60 for line in lines), screen
+    starts = [line.split()[0] for line in lines if not line.startswith(" " * 25)]
+    assert set(starts) == names, screen
+    assert len(lines) > 2 * len(names)  # some rows did wrap
+    piped = mlra_cli(["tasks"], cwd=tmp_path, env={"COLUMNS": "60"})
+    assert len(piped.stdout.splitlines()) == 2 * len(names), piped.stdout
+
+
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     """`mlra tasks show tiny-lm | head -1`: the pipe closes under the printer."""
     import subprocess

@@ -55,7 +55,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from mlra.tasks.readiness import blockers, needs
     from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
     from mlra.tasks.success import success_bar
-    from mlra.terminal_text import printable, printable_line
+    from mlra.terminal_text import printable
 
     if args.action == "env":
         from mlra.console.cli.env_cli import cmd_tasks_env
@@ -119,14 +119,52 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         for line in foreign_lines(task) + needs_lines(task):
             print(printable(line))
         return EXIT_OK
+    width = _width()
     for folder in builtin_task_dirs():
         try:
             task = load_task(folder)
         except TaskError as exc:
-            print(printable_line(f"{folder.name:<24} BROKEN: {exc}"))
+            _print_row(folder.name, f"BROKEN: {exc}", width)
             continue
         problems = blockers(task)
         status = "ready" if not problems else "cannot run here now: " + "; ".join(problems)
-        print(printable_line(f"{task.name:<24} {task.title}"))
-        print(f"{'':<24} needs {needs(task)} · {status}")
+        _print_row(task.name, task.title, width)
+        _print_row("", f"needs {needs(task)} · {status}", width)
     return EXIT_OK
+
+
+NAME_COLUMN = 24
+"""The task names' column: what follows it starts one space past, on every line."""
+
+
+def _width() -> int | None:
+    """The width a terminal gives the list (COLUMNS where it is set); a pipe gets each
+    row on one line, whole, for a script or grep to read."""
+    import shutil
+    import sys
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+def _print_row(name: str, text: str, width: int | None) -> None:
+    """One row of the list: on a terminal wrapped at words to `width`, each further line
+    indented under the text, as a table's cell wraps (a terminal's own wrap starts it
+    at column 0, under the names)."""
+    import textwrap
+
+    from mlra.terminal_text import printable_line
+
+    first = printable_line(f"{name:<{NAME_COLUMN}} ")
+    text = printable_line(text)
+    indent = " " * (NAME_COLUMN + 1)
+    if width is None or width - len(indent) < 20:  # too narrow to wrap into: as it comes
+        print((first + text).rstrip())
+        return
+    lines = textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
+    print("\n".join(lines))
