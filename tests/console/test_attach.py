@@ -321,6 +321,44 @@ async def test_an_attached_console_approves_the_call_a_headless_run_holds(
     assert isinstance(events_of(held_at_break.run_dir)[-1], ev.RunFinished)
 
 
+class OlderRun(RemoteRun):
+    """A run as an older mlra serves it: its status names no tools (`RunStatus.tools`
+    came later); all else is the real run's."""
+
+    def _take_status(self, status: Any) -> None:
+        super()._take_status(status.model_copy(update={"tools": {}}))
+
+
+async def test_an_attached_console_knows_an_older_runs_tools_from_its_log(
+    held_at_break: LiveRun,
+) -> None:
+    """A run whose status names no tools: the breakpoints dialog still refuses a rule
+    naming none of its agents' tools, from the tools its recorded config gives them (and
+    those its agents called), and takes one naming a tool its agents have."""
+    app = AttachApp(OlderRun(held_at_break.run_dir))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the waiting call", lambda: app.state.pending_approval)
+        await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+        assert app.remote.controls.tools == {}  # nothing from the status
+        await pilot.press("b")
+        rules = await pilot_wait(
+            pilot, "the dialog", lambda: isinstance(app.screen, BreakpointsScreen) and app.screen
+        )
+        rules.query_one(TextArea).text = "bsah"
+        await pilot.press("ctrl+s")
+        said = rules.query_one("#break-error", Static)
+        await pilot_wait(pilot, "the refusal", lambda: "did you mean bash?" in str(said.render()))
+        assert "the worker's tools: " in str(said.render())
+        rules.query_one(TextArea).text = "write_file"  # no agent called it yet: its config's
+        await pilot.press("ctrl+s")
+        await pilot_wait(pilot, "the dialog gone", lambda: app.screen is not rules)
+        await pilot_wait(
+            pilot,
+            "the run's rules",
+            lambda: any(c.action == "breakpoints" for c in held_at_break.controls()),
+        )
+
+
 def test_attach_refuses_in_one_line_what_is_not_a_live_run(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

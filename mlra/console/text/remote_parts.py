@@ -45,6 +45,32 @@ class RemoteControls:
         self.hold_at_breaks = True
         self.breakpoints: list[Breakpoint] = []
         self.tools: dict[str, tuple[str, ...]] = {}
+        """Each agent's tool names, as the run's status names them."""
+        self._configured: dict[str, tuple[str, ...]] | None = None
+        """Where the status names none (a run started by an older mlra): the tools its
+        recorded config gives its agents (agent/agents/tool_lists.py)..."""
+        self._called: dict[str, set[str]] = {}
+        """...and those its agents have called, which an older mlra's agents may have
+        had and this one's not."""
+
+    def learn(self, event: ev.Event) -> None:
+        """Note the tools the log shows (the run's config, its calls), for a run whose
+        status names none."""
+        if isinstance(event, ev.RunStarted):
+            self._configured = configured_tools(event)
+        elif isinstance(event, ev.ToolCall):
+            self._called.setdefault(event.agent, set()).add(event.tool)
+
+    def known_tools(self) -> dict[str, tuple[str, ...]]:
+        """Each agent's tool names: the status's, else the log's; none where the log's
+        config cannot be read (then the run alone judges a rule)."""
+        if self.tools or self._configured is None:
+            return self.tools
+        known = {agent: list(names) for agent, names in self._configured.items()}
+        for agent, names in self._called.items():
+            have = known.setdefault(agent, [])
+            have += sorted(names - set(have))
+        return {agent: tuple(names) for agent, names in known.items()}
 
     @property
     def paused(self) -> bool:
@@ -55,9 +81,27 @@ class RemoteControls:
         return None
 
     def breakpoint_problem(self, bp: Breakpoint) -> str | None:
-        """As the run says it, from the tools its status named (the run refuses such a
-        rule too, where an older run's status names none)."""
-        return breakpoint_problem(bp, self.tools) if self.tools else None
+        """As the run says it, from the tools its status named, or where an older run's
+        status names none, from its log (its config's agents' tools and its calls)."""
+        tools = self.known_tools()
+        return breakpoint_problem(bp, tools) if tools else None
+
+
+def configured_tools(started: ev.RunStarted) -> dict[str, tuple[str, ...]] | None:
+    """The tools a recorded run's agents have, by its config as this mlra builds them;
+    None where the config cannot be read (one written by a much older mlra). Settings
+    this mlra no longer has are left out: they do not choose tools."""
+    from pydantic import ValidationError
+
+    from mlra.agent.agents.tool_lists import run_tool_names
+    from mlra.agent.setup.config import RunConfig
+
+    known = {k: v for k, v in started.config.items() if k in RunConfig.model_fields}
+    try:
+        config = RunConfig.model_validate(known)
+    except ValidationError:
+        return None
+    return run_tool_names(config, model=started.model != "baseline")
 
 
 class RemoteClock:
