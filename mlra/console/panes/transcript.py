@@ -1,14 +1,14 @@
 """The Worker pane: the agent's thoughts as they stream, each tool call with its
 arguments, its output as it arrives, and its result.
 
-It must stay responsive when a command prints thousands of lines a second and
-stay small over a day-long run: output is kept per call as a few head lines and
-a bounded tail (collapsed to head and tail unless expanded; a line that never
-ends, a progress bar redrawn with carriage returns for hours, is kept bounded
-too), and when the call ends its result (what the model read) replaces the
-stream; output past the log's cap streams here still, from the live run alone
-(agent/loop/tool_step.py). Entries are
-re-rendered at most once per batch of events, and only the newest entries are
+It must stay responsive when a command prints thousands of lines a second and stay
+small over a day-long run: output is kept per call as a few head lines and a bounded tail
+(collapsed to head and tail unless expanded; a line that never ends, a progress bar
+redrawn with carriage returns for hours, is kept bounded too), and when the call ends its
+result (what the model read) replaces the stream; output past the log's cap streams here
+still, from the live run alone (agent/loop/tool_step.py). Under an answer: a call it wrote
+as text that nothing ran, and what the agent was told next (console/text/written_calls.py).
+Entries are re-rendered at most once per batch of events, and only the newest entries are
 kept as widgets; older ones live on in the event log. This module is the pane: which
 entry each event goes to, batching, trimming and rebuilding; each entry's keeping and
 drawing of its text is console/panes/transcript_entries.py.
@@ -56,6 +56,7 @@ from mlra.console.text.event_lines import (
     time_warning_line,
     unknown_line,
 )
+from mlra.console.text.written_calls import AnswerNotes
 from mlra.durations import format_duration
 from mlra.terminal_text import printable
 
@@ -80,9 +81,9 @@ class TranscriptPane(VerticalScroll):
         """Text to mark wherever it shows (a replay's search)."""
         self._notes: dict[int, list[Annotation]] = {}
         """People's annotations by worker step: shown where the step starts."""
-        self._noted: set[str] = set()
-        """The annotations shown now (by id): each once."""
+        self._noted: set[str] = set()  # the annotations shown now (by id): each once
         self._regrading = False
+        self._answer_notes = AnswerNotes()
         self._carried: set[str] = set()
         """Calls open when the run was last resumed: shown again below its line once
         anything more of them comes (`_carry_over`)."""
@@ -252,6 +253,8 @@ class TranscriptPane(VerticalScroll):
                 )
             case _:
                 pass
+        if said := self._answer_notes.line(event):  # under the answer, or the step's start
+            self._note(event, *said)
 
     def attempt_said(self, attempt: str, event: ev.Event, now: float, *, calls: bool) -> None:
         """One of the run's attempts' model calls or notices, from its own log

@@ -18,6 +18,7 @@ from mlra.agent.loop.attempts import submittable
 from mlra.agent.loop.controls import Breakpoint, breakpoint_problem
 from mlra.agent.record.state import RunState
 from mlra.console.text.host_workspace import HostWorkspace
+from mlra.console.text.written_calls import configured_tools
 from mlra.control_socket import CtlRequest
 
 TAIL_BYTES = 4096
@@ -85,23 +86,6 @@ class RemoteControls:
         status names none, from its log (its config's agents' tools and its calls)."""
         tools = self.known_tools()
         return breakpoint_problem(bp, tools) if tools else None
-
-
-def configured_tools(started: ev.RunStarted) -> dict[str, tuple[str, ...]] | None:
-    """The tools a recorded run's agents have, by its config as this mlra builds them;
-    None where the config cannot be read (one written by a much older mlra). Settings
-    this mlra no longer has are left out: they do not choose tools."""
-    from pydantic import ValidationError
-
-    from mlra.agent.agents.tool_lists import run_tool_names
-    from mlra.agent.setup.config import RunConfig
-
-    known = {k: v for k, v in started.config.items() if k in RunConfig.model_fields}
-    try:
-        config = RunConfig.model_validate(known)
-    except ValidationError:
-        return None
-    return run_tool_names(config, model=started.model != "baseline")
 
 
 class RemoteClock:

@@ -335,7 +335,15 @@ class ReplayModel:
 
     def window_events(self, index: int | None = None) -> list[ev.Event]:
         """The events a rebuilt transcript is fed to show the run at `index`: from a
-        few agent steps back, with older streamed output left out of very long windows."""
+        few agent steps back, with older streamed output left out of very long windows;
+        after the run's start, which names its agents' tools (console/text/written_calls.py)."""
+        window = self._window(index)
+        first = self.events[0] if len(self.events) else None
+        if isinstance(first, ev.RunStarted) and (not window or window[0].seq != first.seq):
+            return [first, *window]
+        return window
+
+    def _window(self, index: int | None) -> list[ev.Event]:
         index = self.cursor if index is None else self._clamp(index)
         k = bisect.bisect_right(self.steps, index) - 1
         start = self.steps[max(0, k - WINDOW_STEPS)] if k >= 0 else 0
