@@ -336,14 +336,19 @@ async def test_a_call_written_as_text_that_nothing_ran_says_so_and_what_the_work
     """Native tool calls only (`--tool-calls native`): the worker writes a call as text,
     to a tool that does not exist, then to one that does. Neither ran, and the Worker
     pane (and the headless lines) say so under the answer, and what the worker's next
-    prompt told it, where both read as the agent's prose before."""
+    prompt told it, where both read as the agent's prose before; the supervisor's
+    written call is said so in the Plan pane."""
     worker = [
         turn('{"name": "pretrain", "arguments": {"epochs": 3}}'),
         turn('```json\n{"name": "bash", "arguments": {"command": "ls"}}\n```'),
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="done")),
     ]
-    with ScriptedModelServer({"supervisor": supervisor_answering(), "worker": worker}) as server:
+    supervisor = [
+        turn('{"name": "update_plan", "arguments": {"steps": []}}'),
+        *supervisor_answering(),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
         provider = resolve_model(
             "openai/test",
             base_url=server.url_for("openai"),
@@ -373,13 +378,24 @@ async def test_a_call_written_as_text_that_nothing_ran_says_so_and_what_the_work
     assert text.count(told) == 2  # after each answer that ran nothing
     lines = transcript(events)
     assert unknown in lines and unrun in lines and lines.count(told) == 2
+    planned = "↳ a call to update_plan written as text, not as a tool call: nothing ran it"
+    assert planned in lines  # the supervisor's, in the Plan pane's words too
     # A replay at the end shows a window of the last steps, which the run's start (its
     # agents' tools) is given too.
     app = ReplayApp(ReplayModel.open(tmp_path / "r"))
     async with app.run_test(size=(160, 48)) as pilot:
         await pilot.press("end")
+        await pilot_until(pilot, lambda: planned in _text(app, "#plan-log"))
         shown = app.query_one(TranscriptPane)
         deadline = time.monotonic() + 30
         while unrun not in "\n".join(str(e.render()) for e in shown.children):
             assert time.monotonic() < deadline, [str(e.render()) for e in shown.children]
             await pilot.pause(0.05)
+
+
+async def pilot_until(pilot: Any, check: Any, timeout: float = 30.0) -> None:
+    """Wait on the screen's state (a pane fed as the app gets to it)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.05)

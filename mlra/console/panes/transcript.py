@@ -83,7 +83,7 @@ class TranscriptPane(VerticalScroll):
         """People's annotations by worker step: shown where the step starts."""
         self._noted: set[str] = set()  # the annotations shown now (by id): each once
         self._regrading = False
-        self._answer_notes = AnswerNotes()
+        self._answer_notes = AnswerNotes("workers")
         self._carried: set[str] = set()
         """Calls open when the run was last resumed: shown again below its line once
         anything more of them comes (`_carry_over`)."""

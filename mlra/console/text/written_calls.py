@@ -13,6 +13,7 @@ the format, and otherwise the Worker pane showed such an answer as plain prose.
 from __future__ import annotations
 
 from collections.abc import Collection
+from typing import Literal
 
 from mlra import events as ev
 from mlra.agent.providers.text_calls import SHORT_LINE, read_text_calls
@@ -42,13 +43,18 @@ def configured_tools(started: ev.RunStarted) -> dict[str, tuple[str, ...]] | Non
     return run_tool_names(config, model=started.model != "baseline")
 
 
-def agents_tools(tools: dict[str, tuple[str, ...]] | None) -> frozenset[str] | None:
-    """The tools of the agents whose answers the Worker pane shows (all but the
-    supervisor's), or None where they are not known."""
+def agents_tools(
+    tools: dict[str, tuple[str, ...]] | None, *, supervisor: bool = False
+) -> frozenset[str] | None:
+    """The supervisor's tools, or those of the agents whose answers the Worker pane
+    shows (all but the supervisor); None where they are not known."""
     if tools is None:
         return None
     return frozenset(
-        name for agent, names in tools.items() if agent != "supervisor" for name in names
+        name
+        for agent, names in tools.items()
+        if (agent == "supervisor") == supervisor
+        for name in names
     )
 
 
@@ -86,22 +92,32 @@ def told_words(step: ev.StepStarted) -> str:
 
 
 class AnswerNotes:
-    """One display's notes under the agents' answers (not the supervisor's: the Plan
-    pane shows its words): an answer's call written as text that nothing ran, and what
-    the agent was told as its next step began. A line and its style per event, or None."""
+    """One display's notes under the agents' answers: an answer's call written as text
+    that nothing ran, and what the agent was told as its next step began. `agents`:
+    "workers" (the Worker pane: every agent's but the supervisor's), "supervisor" (the
+    Plan pane: its answers only; its prompts carry the worker's reports, said there
+    already), or "all" (the headless lines). A line and its style per event, or None."""
 
-    def __init__(self) -> None:
+    def __init__(self, agents: Literal["workers", "supervisor", "all"] = "all") -> None:
+        self.agents = agents
         self.tools: frozenset[str] | None = None
+        self.supervisor_tools: frozenset[str] | None = None
         """The agents' tools, once the run's start is read."""
 
     def line(self, event: ev.Event) -> tuple[str, str] | None:
+        workers, supervisor = self.agents != "supervisor", self.agents != "workers"
         match event:
             case ev.RunStarted():
-                self.tools = agents_tools(configured_tools(event))
-            case ev.WorkerThought():
+                tools = configured_tools(event)
+                self.tools = agents_tools(tools)
+                self.supervisor_tools = agents_tools(tools, supervisor=True)
+            case ev.WorkerThought() if workers:
                 if written := written_call_words(event.text, self.tools):
                     return f"↳ {written}", "yellow"
-            case ev.StepStarted() if event.agent != "supervisor":
+            case ev.SupervisorMessage() if supervisor:
+                if written := written_call_words(event.text, self.supervisor_tools):
+                    return f"↳ {written}", "yellow"
+            case ev.StepStarted() if workers and event.agent != "supervisor":
                 if told := told_words(event):
                     return f"↳ the {event.agent} was told: {one_line(told, 300)}", "dim"
             case _:
