@@ -77,16 +77,15 @@ class TranscriptPane(VerticalScroll):
         self._dirty: set[Entry] = set()
         self._entries: deque[Entry] = deque()
         self.dropped = 0
-        self.highlight = ""
-        """Text to mark wherever it shows (a replay's search)."""
+        self.highlight = ""  # text to mark wherever it shows (a replay's search)
         self._notes: dict[int, list[Annotation]] = {}
         """People's annotations by worker step: shown where the step starts."""
         self._noted: set[str] = set()  # the annotations shown now (by id): each once
         self._regrading = False
         self._answer_notes = AnswerNotes("workers")
         self._carried: set[str] = set()
-        """Calls open when the run was last resumed: shown again below its line once
-        anything more of them comes (`_carry_over`)."""
+        """Calls open when the run was last resumed: shown again below its line once anything
+        more of them comes (`_carry_over`)."""
 
     def on_mount(self) -> None:
         self.border_title = "Worker"
@@ -280,8 +279,8 @@ class TranscriptPane(VerticalScroll):
         self._note(event, control_line(event), "bold yellow")
 
     def _carry_over(self, call_id: str) -> None:
-        """A call the run left open goes on after its resume: shown from here on below
-        the "resumed here" line, where the run is now, its first place saying so."""
+        """A call the run left open goes on after its resume: shown from here on below the
+        "resumed here" line, where the run is now, its first place saying so."""
         self._carried.discard(call_id)
         self._dirty.add(first := self._tools[call_id])
         self._add(carried := first.carried_over())
@@ -379,6 +378,7 @@ class TranscriptPane(VerticalScroll):
         self._dirty.clear()
         self._entries.clear()
         self._noted.clear()
+        self._answer_notes = AnswerNotes("workers")  # a window's own: from its first step
         self.dropped = 0
         self.border_subtitle = ""
 

@@ -103,6 +103,10 @@ class AnswerNotes:
         self.tools: frozenset[str] | None = None
         self.supervisor_tools: frozenset[str] | None = None
         """The agents' tools, once the run's start is read."""
+        self._acted: dict[str, bool] = {}
+        """Whether each agent's latest step made a tool call: what a step's prompt told
+        the agent is said only after one that made none (a nudge, the note that its
+        written call could not be read); a loop's note has its notice already."""
 
     def line(self, event: ev.Event) -> tuple[str, str] | None:
         workers, supervisor = self.agents != "supervisor", self.agents != "workers"
@@ -117,8 +121,12 @@ class AnswerNotes:
             case ev.SupervisorMessage() if supervisor:
                 if written := written_call_words(event.text, self.supervisor_tools):
                     return f"↳ {written}", "yellow"
+            case ev.ToolCall():
+                self._acted[event.agent] = True
             case ev.StepStarted() if workers and event.agent != "supervisor":
-                if told := told_words(event):
+                idle = self._acted.get(event.agent) is False
+                self._acted[event.agent] = False
+                if idle and (told := told_words(event)):
                     return f"↳ the {event.agent} was told: {one_line(told, 300)}", "dim"
             case _:
                 pass
