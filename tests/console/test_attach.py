@@ -26,6 +26,7 @@ from textual.widgets._footer import FooterKey
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.console.apps.attach_app import AttachApp
+from mlra.console.cli.attach_cli import detached_line
 from mlra.console.cli.cli import main as mlra_main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.status import StatusBar
@@ -357,6 +358,26 @@ async def test_an_attached_console_knows_an_older_runs_tools_from_its_log(
             "the run's rules",
             lambda: any(c.action == "breakpoints" for c in held_at_break.controls()),
         )
+        await pilot.press("q")  # detached from a run a breakpoint holds: it says so
+        await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
+    left = detached_line(held_at_break.run_dir, app.remote.state)
+    assert left.startswith("detached; the run waits for approval of its bash call · "), left
+    assert left.endswith(f"mlra ctl {held_at_break.run_dir} approve runs it")
+
+
+async def test_a_console_leaving_a_paused_run_says_it_stays_paused(live_run: LiveRun) -> None:
+    """ "the run goes on" was untrue of a run left paused: it waits for a resume."""
+    app = AttachApp(RemoteRun(live_run.run_dir))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+        await pilot.press("space")
+        await pilot_wait(pilot, "the pause", lambda: app.state.paused)
+        await pilot.press("q")
+        await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
+    assert app.detached
+    left = detached_line(live_run.run_dir, app.remote.state)
+    assert left.startswith("detached; the run stays paused · "), left
+    assert [c.action for c in live_run.controls()] == ["pause"]  # and so it is
 
 
 def test_attach_refuses_in_one_line_what_is_not_a_live_run(
