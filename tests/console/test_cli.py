@@ -112,6 +112,21 @@ def test_tasks_wrap_under_their_text_on_a_narrow_terminal(tmp_path: Path) -> Non
     assert len(piped.stdout.splitlines()) == 2 * len(names), piped.stdout
 
 
+def test_a_tasks_facts_wrap_under_their_labels_on_a_narrow_terminal() -> None:
+    """`mlra tasks babylm` at 80 columns: each fact after the prompt wraps under its
+    label's text ("needs:      ...", "      why: ...", a rule's bullet), never at column 0;
+    the prompt is the agent's text, shown as it is."""
+    from tests.console.test_runs_by_priority import _on_a_terminal
+
+    screen = _on_a_terminal(["tasks", "babylm"], 80)
+    facts = screen[screen.index("\nmetric:     ") + 1 :].splitlines()
+    assert all(len(line) <= 80 for line in facts), screen
+    needs = next(i for i, line in enumerate(facts) if line.startswith("needs:      "))
+    assert facts[needs + 1].startswith(" " * 12) and facts[needs + 1][12] != " ", facts
+    bullet = next(i for i, line in enumerate(facts) if line.startswith("  · trusted"))
+    assert facts[bullet + 1].startswith("    ") and facts[bullet + 1][4] != " "
+
+
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     """`mlra tasks show tiny-lm | head -1`: the pipe closes under the printer."""
     import subprocess

@@ -9,6 +9,7 @@ other command modules, this one imports the task models inside the command: `mlr
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -92,32 +93,31 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print(printable(task.render_prompt()))  # a task file's text: shown, not obeyed
         m = task.metric
         way = "higher" if m.higher_is_better else "lower"
-        print(
+        facts = [
             f"metric:     {m.name} ({f'{way} is better' if m.direction_known else 'direction unknown'}"
             + (", self-reported" if m.self_reported else "")
-            + f"); baseline {_reference(m.baseline)}, top reference {_reference(m.top)}"
-        )
-        print(
-            f"success:    {success_bar(m) or m.success_rule + ' (a reference it needs is unset)'}"
-        )
-        print(f"graded by:  {task.evaluator.kind} on {task.evaluator.artifact}")
+            + f"); baseline {_reference(m.baseline)}, top reference {_reference(m.top)}",
+            f"success:    {success_bar(m) or m.success_rule + ' (a reference it needs is unset)'}",
+            f"graded by:  {task.evaluator.kind} on {task.evaluator.artifact}",
+        ]
         if task.files.read_only:
-            print("read-only:  " + ", ".join(task.files.read_only))
+            facts.append("read-only:  " + ", ".join(task.files.read_only))
         rules = task.constraints.model_dump(exclude_defaults=True)
         if rules:
-            print("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
-        for line in rule_lines(task.challenge):
-            print(printable(line))
-        print(
+            facts.append("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
+        facts += rule_lines(task.challenge)
+        facts.append(
             f"needs:      {needs(task)}"
             + (f"; data: {task.resources.data}" if task.resources.data else "")
         )
         from mlra.console.cli.foreign_cli import foreign_lines
         from mlra.console.cli.needs_cli import machine_line, needs_lines
 
-        print(machine_line(task, blockers(task)))
-        for line in foreign_lines(task) + needs_lines(task):
-            print(printable(line))
+        facts += [machine_line(task, blockers(task)), *foreign_lines(task), *needs_lines(task)]
+        width = _width()
+        for fact in facts:  # a task file's text among them: shown, not obeyed
+            for line in printable(fact).splitlines():
+                _print_hanging(line, width)
         return EXIT_OK
     width = _width()
     for folder in builtin_task_dirs():
@@ -144,6 +144,23 @@ def _width() -> int | None:
     import sys
 
     return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+_HANG = re.compile(r"\s*(?:[-·] )?(?:[\w -]{1,20}:\s+)?")
+"""Where a line of `mlra tasks NAME` hangs its further lines: after its label
+("needs:      ", "      why: ") or its bullet ("- ", "  · ")."""
+
+
+def _print_hanging(line: str, width: int | None) -> None:
+    """A line of a task's facts, on a terminal wrapped at words under its own text."""
+    import textwrap
+
+    hang = _HANG.match(line)
+    indent = " " * (hang.end() if hang else 0)
+    if width is None or len(line) <= width or width - len(indent) < 20:
+        print(line)
+        return
+    print("\n".join(textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False)))
 
 
 def _print_row(name: str, text: str, width: int | None) -> None:
