@@ -13,6 +13,7 @@ from pathlib import Path
 
 from mlra.agent.notify import Notification, parse_destinations
 from mlra.agent.notify.dispatch import Dispatch
+from mlra.batch.report_tables import score_text
 from mlra.batch.state import RUNS, RunStatus
 
 
@@ -33,11 +34,13 @@ class BatchNotifications:
         if status.kind in ("pending", "running", "interrupted"):
             return
         if status.score is not None:
-            score = f"{status.metric or 'score'} = {status.score:.4g}"
+            score = f"{status.metric or 'score'} = {score_text(status.score)}"
         else:
             score = f"no score ({status.reason or status.kind})"
         title = f"mlra batch: run {status.kind}" + (
-            f", {status.metric or 'score'} = {status.score:.4g}" if status.score is not None else ""
+            f", {status.metric or 'score'} = {score_text(status.score)}"
+            if status.score is not None
+            else ""
         )
         message = f"run {status.run_id} {status.kind} · {score}"
         self.dispatch.send(

@@ -17,11 +17,24 @@ from mlra.batch.report_text import md_cell as _cell
 from mlra.batch.report_text import md_text as _text
 from mlra.terminal_text import printable_line
 
+PLACES = 4
+"""Decimal places every score, spread and gap is shown to: `.4g` showed 0.7674 beside
+0.8 and 0.011 beside 0.0094, which read as different precisions of one measure; fixed
+places line up down a column and across a line (0.0000, 0.7674, 0.8000, 1.0000)."""
+
+
+def fixed(value: float, *, sign: bool = False) -> str:
+    """`value` to PLACES decimals; one too small to show there, in powers of ten, so a
+    score of 3e-06 never reads as nothing."""
+    if value != 0 and abs(value) < 0.5 * 10**-PLACES:
+        return f"{value:{'+' if sign else ''}.2e}"
+    return f"{value:{'+' if sign else ''}.{PLACES}f}"
+
 
 def _pm(mean: float | None, se: float | None) -> str:
     if mean is None:
         return "–"
-    return f"{mean:.4g} ± {se:.2g}" if se is not None else f"{mean:.4g}"
+    return fixed(mean) + (f" ± {fixed(se)}" if se is not None else "")
 
 
 def _success_cell(g: Group) -> str:
@@ -172,11 +185,12 @@ def _gap(mean: float | None, se: float | None) -> str:
     """A gap, signed: below zero the test score fell short of the validation score."""
     if mean is None:
         return "–"
-    return f"{mean:+.3g} ± {se:.2g}" if se is not None else f"{mean:+.3g}"
+    return fixed(mean, sign=True) + (f" ± {fixed(se)}" if se is not None else "")
 
 
-def _score(value: float | None) -> str:
-    return f"{value:.4g}" if value is not None else "–"
+def score_text(value: float | None) -> str:
+    """A score as every batch line shows it: a run's line, its notification, the tables."""
+    return fixed(value) if value is not None else "–"
 
 
 def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
@@ -203,7 +217,8 @@ def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
             f"| {_cell(g.task)} | {_cell(g.model)} | {g.searched} | {tried} | "
             f"{_pm(g.search_best_validation_mean, g.search_best_validation_se)} | "
             f"{_pm(g.search_test_mean, g.search_test_se)} | "
-            f"{_gap(g.search_gap_mean, g.search_gap_se)} | {g.search_graded_unsubmitted} |"
+            f"{_gap(g.search_gap_mean, g.search_gap_se)} | "
+            f"{g.search_graded_unsubmitted} |"
         )
     lines += [
         "",
@@ -221,14 +236,14 @@ def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
         graded = _cell(r.search_submitted) if r.search_submitted else "–"
         if r.search_submitted and r.search_graded_unsubmitted:
             graded += " (best, unsubmitted)"
-        gap = f"{r.search_gap:+.3g}" if r.search_gap is not None else "–"
+        gap = _gap(r.search_gap, None)
         lines.append(
             f"| {run} | {_cell(r.task)} | {_cell(r.model)} | "
             f"{r.seed if r.seed is not None else '–'} | {r.search_tried} | "
             f"{r.search_validated} | {r.search_buggy} | "
             f"{_cell(r.search_best) if r.search_best else '–'} | "
-            f"{_score(r.search_best_validation)} | {graded} | "
-            f"{_score(r.search_submitted_validation)} | {_score(r.search_test_score)} | {gap} |"
+            f"{score_text(r.search_best_validation)} | {graded} | "
+            f"{score_text(r.search_submitted_validation)} | {score_text(r.search_test_score)} | {gap} |"
         )
     return lines
 
@@ -307,7 +322,8 @@ def group_line(g: Group) -> str:
         if g.search_best_validation_mean is not None:
             search += f", best validation {_pm(g.search_best_validation_mean, g.search_best_validation_se)}"
         if g.search_gap_mean is not None:
-            search += f", validation-to-test gap {_gap(g.search_gap_mean, g.search_gap_se)}"
+            gap = _gap(g.search_gap_mean, g.search_gap_se)
+            search += f", validation-to-test gap {gap}"
         if g.search_graded_unsubmitted:
             search += f", {g.search_graded_unsubmitted} graded their best (nothing submitted)"
         parts.append(search)

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from mlra.agent.providers.server_window import UNREACHABLE_WORDS
 from mlra.batch.executors import AttemptLost, Executor, Job, NotPlaced
+from mlra.batch.report_tables import score_text
 from mlra.batch.spec import BatchSpec, RunSpec, run_command
 from mlra.batch.state import (
     LOGS,
@@ -122,7 +123,7 @@ def _score_words(status: RunStatus) -> str:
     """What a finished run scored, for its line (": exact_match = 0.75")."""
     if status.score is None:
         return ""
-    return f": {status.metric or 'score'} = {status.score:.4g}"
+    return f": {status.metric or 'score'} = {score_text(status.score)}"
 
 
 def _log_header(path: Path, attempt: int, job: Job) -> None:

@@ -63,6 +63,11 @@ class EvaluationProgress(_Event):
     its counts."""
     what: str = ""
     """The progress bar's description ("Running loglikelihood requests")."""
+    bar: int = 0
+    """Which bar of the grading this is, counting from 1 (a count falling, or another
+    description or total, starts the next): lm-eval draws one bar after another, and
+    the displays say "bar 2" where the percentage starts again, so it reads as the next
+    step, not as the grading going back. 0: a line that is no bar, or an older log."""
 
 
 class EvaluationFinished(_Event):

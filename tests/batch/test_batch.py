@@ -88,12 +88,20 @@ def test_batch_runs_every_combination_and_reports_the_runs_numbers(
         # Each run's line says what it scored; the end gives each group's mean ± SE.
         ended = [line for line in proc.stdout.splitlines() if "] finished " in line]
         assert len(ended) == 4 and all(": exact_match = " in line for line in ended), ended
-        assert sorted(line.rsplit(" = ", 1)[1] for line in ended) == ["0", "1", "1", "1"]
+        assert sorted(line.rsplit(" = ", 1)[1] for line in ended) == [
+            "0.0000",
+            "1.0000",
+            "1.0000",
+            "1.0000",
+        ]
         assert "mean ± standard error over seeds" in proc.stdout
-        assert f"  answer · {MODEL}: score 0.5 ± 0.5 (unisolated), 2 of 2 seeds scored" in (
+        assert f"  answer · {MODEL}: score 0.5000 ± 0.5000 (unisolated), 2 of 2 seeds scored" in (
             proc.stdout
         )
-        assert "  answer · baseline: score 1 ± 0 (unisolated), 2 of 2 seeds scored" in proc.stdout
+        assert (
+            "  answer · baseline: score 1.0000 ± 0.0000 (unisolated), 2 of 2 seeds scored"
+            in proc.stdout
+        )
 
         seeds = {batch_run_id(out, m, s): s for m in ("baseline", MODEL) for s in (1, 2)}
         ids = sorted(p.name for p in (out / "runs").iterdir())
@@ -121,7 +129,9 @@ def test_batch_runs_every_combination_and_reports_the_runs_numbers(
         assert llm["success_rate"] == 0.5 and llm["tokens"] > 0
         assert groups[("answer", "baseline")]["score_mean"] == 1.0
         md = (out / "report.md").read_text()
-        assert f"| answer | {MODEL} | 2 | 2 | 0.5 ± 0.5 (unisolated) |" in md  # --isolation none
+        assert (
+            f"| answer | {MODEL} | 2 | 2 | 0.5000 ± 0.5000 (unisolated) |" in md
+        )  # --isolation none
         for name in REPORT_FILES:
             assert (out / name).stat().st_size > 0, name
         assert (out / "score.png").read_bytes()[:4] == b"\x89PNG"
@@ -305,7 +315,7 @@ def test_a_batch_with_agent_worker_runs_each_run_with_the_worker_alone(
     result = json.loads((run_dir / "result.json").read_text())
     assert result["score"] == 1.0 and result["worker_alone"] == "chosen"
     # The report tells the worker's runs from supervised ones.
-    assert f"answer · {MODEL}: score 1 (unisolated), 1 of 1 seed scored" in proc.stdout
+    assert f"answer · {MODEL}: score 1.0000 (unisolated), 1 of 1 seed scored" in proc.stdout
     assert "success 100% · worker alone\n" in proc.stdout, proc.stdout
     report = json.loads((out / "report.json").read_text())
     assert report["groups"][0]["worker_alone"] == 1

@@ -101,7 +101,7 @@ def test_the_report_has_validation_columns_and_plot(tmp_path: Path) -> None:
     header = next(line for line in md if line.startswith("| task |"))
     assert "| normalized | best validation | experiments | success |" in header
     rows = {line.split(" | ")[1]: line for line in md if line.startswith("| answer |")}
-    assert "| 0.8 ± 0.1 | 3 |" in rows["alpha"]
+    assert "| 0.8000 ± 0.1000 | 3 |" in rows["alpha"]
     assert "| – | 0 |" in rows["beta"]
 
     with open(tmp_path / "report.csv", encoding="utf-8") as f:

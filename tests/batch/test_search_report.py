@@ -38,15 +38,15 @@ def test_the_report_gives_each_search_and_the_mean_gap(tmp_path: Path) -> None:
     # 2 searched, 2.5 attempts a run, best validation mean, test mean, gap mean ± SE, 1 unsubmitted
     assert (
         group
-        == "| classify | m | 2 | 2.5 | 0.7906 ± 0.0094 | 0.7795 ± 0.011 | -0.0111 ± 0.0011 | 1 |"
+        == "| classify | m | 2 | 2.5 | 0.7906 ± 0.0094 | 0.7795 ± 0.0105 | -0.0111 ± 0.0011 | 1 |"
     )
     per_run = {line.split(" | ")[0]: line for line in table if line.startswith("| s")}
     assert per_run["| s1"] == (
-        "| s1 | classify | m | 1 | 3 | 2 | 1 | a2 | 0.7812 | a2 | 0.7812 | 0.769 | -0.0122 |"
+        "| s1 | classify | m | 1 | 3 | 2 | 1 | a2 | 0.7812 | a2 | 0.7812 | 0.7690 | -0.0122 |"
     )
     assert per_run["| s2"] == (
-        "| s2 | classify | m | 2 | 2 | 1 | 1 | a1 | 0.8 | a1 (best, unsubmitted) | 0.8 | "
-        "0.79 | -0.01 |"
+        "| s2 | classify | m | 2 | 2 | 1 | 1 | a1 | 0.8000 | a1 (best, unsubmitted) | 0.8000 | "
+        "0.7900 | -0.0100 |"
     )
     assert "| p1 |" not in md  # the run that did not search is in the main table only
     assert "| answer | m | 1 | 1 |" in md

@@ -26,6 +26,7 @@ from textual.widgets._footer import FooterKey
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.console.apps.attach_app import AttachApp
+from mlra.console.cli.attach_cli import detached_line
 from mlra.console.cli.cli import main as mlra_main
 from mlra.console.panes.files import FilesPane
 from mlra.console.panes.status import StatusBar
@@ -319,6 +320,64 @@ async def test_an_attached_console_approves_the_call_a_headless_run_holds(
         assert not app.detached
     held_at_break.proc.wait(timeout=30)  # 1: stopped before any answer, its score none
     assert isinstance(events_of(held_at_break.run_dir)[-1], ev.RunFinished)
+
+
+class OlderRun(RemoteRun):
+    """A run as an older mlra serves it: its status names no tools (`RunStatus.tools`
+    came later); all else is the real run's."""
+
+    def _take_status(self, status: Any) -> None:
+        super()._take_status(status.model_copy(update={"tools": {}}))
+
+
+async def test_an_attached_console_knows_an_older_runs_tools_from_its_log(
+    held_at_break: LiveRun,
+) -> None:
+    """A run whose status names no tools: the breakpoints dialog still refuses a rule
+    naming none of its agents' tools, from the tools its recorded config gives them (and
+    those its agents called), and takes one naming a tool its agents have."""
+    app = AttachApp(OlderRun(held_at_break.run_dir))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the waiting call", lambda: app.state.pending_approval)
+        await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+        assert app.remote.controls.tools == {}  # nothing from the status
+        await pilot.press("b")
+        rules = await pilot_wait(
+            pilot, "the dialog", lambda: isinstance(app.screen, BreakpointsScreen) and app.screen
+        )
+        rules.query_one(TextArea).text = "bsah"
+        await pilot.press("ctrl+s")
+        said = rules.query_one("#break-error", Static)
+        await pilot_wait(pilot, "the refusal", lambda: "did you mean bash?" in str(said.render()))
+        assert "the worker's tools: " in str(said.render())
+        rules.query_one(TextArea).text = "write_file"  # no agent called it yet: its config's
+        await pilot.press("ctrl+s")
+        await pilot_wait(pilot, "the dialog gone", lambda: app.screen is not rules)
+        await pilot_wait(
+            pilot,
+            "the run's rules",
+            lambda: any(c.action == "breakpoints" for c in held_at_break.controls()),
+        )
+        await pilot.press("q")  # detached from a run a breakpoint holds: it says so
+        await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
+    left = detached_line(held_at_break.run_dir, app.remote.state)
+    assert left.startswith("detached; the run waits for approval of its bash call · "), left
+    assert left.endswith(f"mlra ctl {held_at_break.run_dir} approve runs it")
+
+
+async def test_a_console_leaving_a_paused_run_says_it_stays_paused(live_run: LiveRun) -> None:
+    """ "the run goes on" was untrue of a run left paused: it waits for a resume."""
+    app = AttachApp(RemoteRun(live_run.run_dir))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+        await pilot.press("space")
+        await pilot_wait(pilot, "the pause", lambda: app.state.paused)
+        await pilot.press("q")
+        await pilot_wait(pilot, "the console gone", lambda: not app.is_running)
+    assert app.detached
+    left = detached_line(live_run.run_dir, app.remote.state)
+    assert left.startswith("detached; the run stays paused · "), left
+    assert [c.action for c in live_run.controls()] == ["pause"]  # and so it is
 
 
 def test_attach_refuses_in_one_line_what_is_not_a_live_run(

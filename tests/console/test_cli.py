@@ -94,6 +94,39 @@ def test_tasks_lists_the_builtin_tasks(tmp_path: Path) -> None:
     assert "tiny-lm" in proc.stdout and "CPU only" in proc.stdout
 
 
+def test_tasks_wrap_under_their_text_on_a_narrow_terminal(tmp_path: Path) -> None:
+    """A terminal of 60 columns: each row wraps at words, its further lines indented
+    under the text (a terminal's own wrap put them at column 0, under the names); a
+    pipe keeps each row on one line, for grep."""
+    from mlra.tasks.spec import builtin_task_dirs
+    from tests.console.test_runs_by_priority import _on_a_terminal
+
+    names = {folder.name for folder in builtin_task_dirs()}
+    screen = _on_a_terminal(["tasks"], 60)
+    lines = screen.splitlines()
+    assert all(len(line) <= 60 for line in lines), screen
+    starts = [line.split()[0] for line in lines if not line.startswith(" " * 25)]
+    assert set(starts) == names, screen
+    assert len(lines) > 2 * len(names)  # some rows did wrap
+    piped = mlra_cli(["tasks"], cwd=tmp_path, env={"COLUMNS": "60"})
+    assert len(piped.stdout.splitlines()) == 2 * len(names), piped.stdout
+
+
+def test_a_tasks_facts_wrap_under_their_labels_on_a_narrow_terminal() -> None:
+    """`mlra tasks babylm` at 80 columns: each fact after the prompt wraps under its
+    label's text ("needs:      ...", "      why: ...", a rule's bullet), never at column 0;
+    the prompt is the agent's text, shown as it is."""
+    from tests.console.test_runs_by_priority import _on_a_terminal
+
+    screen = _on_a_terminal(["tasks", "babylm"], 80)
+    facts = screen[screen.index("\nmetric:     ") + 1 :].splitlines()
+    assert all(len(line) <= 80 for line in facts), screen
+    needs = next(i for i, line in enumerate(facts) if line.startswith("needs:      "))
+    assert facts[needs + 1].startswith(" " * 12) and facts[needs + 1][12] != " ", facts
+    bullet = next(i for i, line in enumerate(facts) if line.startswith("  · trusted"))
+    assert facts[bullet + 1].startswith("    ") and facts[bullet + 1][4] != " "
+
+
 def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     """`mlra tasks show tiny-lm | head -1`: the pipe closes under the printer."""
     import subprocess

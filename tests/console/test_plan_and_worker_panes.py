@@ -9,6 +9,7 @@ transcript's buffers are fed the events those runs write.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from textual.widgets import Static
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
+from mlra.agent.providers.base import ModelSettings
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.state import RunState
@@ -29,6 +31,7 @@ from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import MAX_LINE_CHARS, OutputBuffer
 from mlra.console.text.replay import ReplayModel
 from mlra.tasks.spec import load_task
+from tests.console.test_headless_transcript_lines import transcript
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -325,3 +328,74 @@ async def test_a_long_plan_gets_the_plan_panes_room(tmp_path: Path, answer_task:
     text, lines, height = await _plan_steps_shown(run_dir, (80, 24))
     assert "more" in text and "s1. Step 1" in text
     assert height >= lines, f"{lines} lines of steps in {height} rows:\n{text}"
+
+
+async def test_a_call_written_as_text_that_nothing_ran_says_so_and_what_the_worker_was_told(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Native tool calls only (`--tool-calls native`): the worker writes a call as text,
+    to a tool that does not exist, then to one that does. Neither ran, and the Worker
+    pane (and the headless lines) say so under the answer, and what the worker's next
+    prompt told it, where both read as the agent's prose before; the supervisor's
+    written call is said so in the Plan pane."""
+    worker = [
+        turn('{"name": "pretrain", "arguments": {"epochs": 3}}'),
+        turn('```json\n{"name": "bash", "arguments": {"command": "ls"}}\n```'),
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="done")),
+    ]
+    supervisor = [
+        turn('{"name": "update_plan", "arguments": {"steps": []}}'),
+        *supervisor_answering(),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
+        provider = resolve_model(
+            "openai/test",
+            base_url=server.url_for("openai"),
+            env={},
+            settings=ModelSettings(tool_calls="native"),
+        )
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            base_url=server.url_for("openai"),
+            runs_dir=tmp_path,
+            run_id="r",
+            isolation="none",
+            tool_calls="native",
+        )
+        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    assert result.reason == "submitted"
+    unknown = "↳ a tool call written as text: there is no tool named 'pretrain', so nothing ran"
+    unrun = "↳ a call to bash written as text, not as a tool call: nothing ran it"
+    told = "↳ the worker was told: Act with a tool, or call `report` if the subtask is done"
+    events = read_events(tmp_path / "r" / "events.jsonl")
+    pane = TranscriptPane()  # as the live console feeds it, every event from the start
+    for event in events:
+        pane.feed(event)
+    text = "\n".join(str(entry.render_entry()) for entry in pane._entries)
+    assert text.index('"pretrain"') < text.index(unknown) < text.index(told) < text.index(unrun)
+    assert text.count(told) == 2  # after each answer that ran nothing
+    lines = transcript(events)
+    assert unknown in lines and unrun in lines and lines.count(told) == 2
+    planned = "↳ a call to update_plan written as text, not as a tool call: nothing ran it"
+    assert planned in lines  # the supervisor's, in the Plan pane's words too
+    # A replay at the end shows a window of the last steps, which the run's start (its
+    # agents' tools) is given too.
+    app = ReplayApp(ReplayModel.open(tmp_path / "r"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("end")
+        await pilot_until(pilot, lambda: planned in _text(app, "#plan-log"))
+        shown = app.query_one(TranscriptPane)
+        deadline = time.monotonic() + 30
+        while unrun not in "\n".join(str(e.render()) for e in shown.children):
+            assert time.monotonic() < deadline, [str(e.render()) for e in shown.children]
+            await pilot.pause(0.05)
+
+
+async def pilot_until(pilot: Any, check: Any, timeout: float = 30.0) -> None:
+    """Wait on the screen's state (a pane fed as the app gets to it)."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, "timed out"
+        await pilot.pause(0.05)

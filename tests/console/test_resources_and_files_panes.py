@@ -60,6 +60,7 @@ async def test_paused_at_the_start_the_files_tree_shows_the_workspace(
         pane = run.app.query_one(FilesPane)
         await run.shown(lambda app: "question.txt" in pane._tree_nodes)
         assert pane.region.area > 0
+        await run.shown(lambda app: pane.border_subtitle == "1 entry")  # not "1 entries"
         if size[0] < 130:
             await run.pilot.press("F")  # back to the transcript, where Space resumes
         await run.pilot.press("space")

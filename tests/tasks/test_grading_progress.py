@@ -140,8 +140,34 @@ def test_an_unnamed_bar_is_named_by_the_step_before_it() -> None:
     assert [progress_words(p) for p in logged] == [
         "lm-eval: Building contexts for tiny_lm_agreement on rank 0...",
         "0% (0/125) lm-eval: Building contexts for tiny_lm_agreement on rank 0...",
-        "37% (3/8) lm-eval: Running loglikelihood_rolling requests",
+        "bar 2 · 37% (3/8) lm-eval: Running loglikelihood_rolling requests",
     ]
+
+
+def test_a_bar_after_a_bar_is_named_as_the_next_so_the_grading_never_reads_as_going_back() -> None:
+    """lm-eval draws one bar after another: 100% of the loglikelihood requests, then 5%
+    of the generations. Each line after the first bar says which bar it is, so a
+    percentage that starts again reads as the next step; a bar of the same name whose
+    count falls is a new one too (one task's requests, then the next task's)."""
+    now, logged, reader = _reader()
+    reader.feed(_bar(1000, total=1000) + "\n")
+    reader.close()
+    now[0] = 1.0
+    reader.feed(_bar(10, total=200, what="Running generate_until requests: "))
+    reader.close()
+    now[0] = 2.0
+    reader.feed(_bar(3, total=200, what="Running generate_until requests: "))
+    reader.close()
+    assert [progress_words(p) for p in logged] == [
+        "100% (1,000/1,000) Running loglikelihood requests",
+        "bar 2 · 5% (10/200) Running generate_until requests",
+        "bar 3 · 1% (3/200) Running generate_until requests",
+    ]
+    # A bar counted though none of its lines was logged (held back by the pace).
+    reader.feed(_bar(5, total=7, what="Filtering: "))
+    reader.feed(_bar(50, total=60, what="Scoring: "))
+    reader.close()
+    assert progress_words(logged[-1]) == "bar 5 · 83% (50/60) Scoring"
 
 
 def test_the_transcript_says_how_long_the_grading_has_run() -> None:

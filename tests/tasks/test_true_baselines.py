@@ -304,7 +304,7 @@ def test_a_batch_of_baseline_seeds_reseeds_the_recipe(tmp_path: Path) -> None:
     scores = sorted(json.loads(p.read_text())["score"] for p in out.glob("runs/*/result.json"))
     assert scores == [1.0, 2.0]
     report = (out / "report.md").read_text()
-    assert "1.5 ± 0.5" in report
+    assert "1.5000 ± 0.5000" in report
 
 
 def test_an_imported_folder_needs_only_its_direction_written(

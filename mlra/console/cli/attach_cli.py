@@ -13,10 +13,12 @@ from pathlib import Path
 from typing import Any
 
 from mlra.agent.record.eventlog import EVENTS_FILE, log_is_live
+from mlra.agent.record.state import RunState
 from mlra.console.apps.headless_run import final_line
 from mlra.console.text.args import UsageError, run_folder
 from mlra.console.text.attach_run import RemoteRun
 from mlra.control_socket import CtlRequest, NotLive, request
+from mlra.terminal_text import printable_line
 
 
 def add_attach_command(sub: Any) -> None:
@@ -73,6 +75,21 @@ def cmd_attach(args: argparse.Namespace) -> int:
     return _attach(run_dir)
 
 
+def detached_line(run_dir: Path, state: RunState) -> str:
+    """What a console leaving a run says of it: where a pause or a breakpoint holds it,
+    "the run goes on" was untrue (it waits for a resume or an approval from someone)."""
+    back = f"mlra attach {run_dir} comes back"
+    if state.paused:
+        return f"detached; the run stays paused · {back}, or mlra ctl {run_dir} resume goes on"
+    if state.pending_approval is not None:
+        tool = printable_line(state.pending_approval.tool)
+        return (
+            f"detached; the run waits for approval of its {tool} call · {back}, or "
+            f"mlra ctl {run_dir} approve runs it"
+        )
+    return f"detached; the run goes on · {back}"
+
+
 def _attach(run_dir: Path) -> int:
     # lazy: Textual, which the one-line answer for a finished run never needs
     from mlra.console.apps.attach_app import AttachApp
@@ -82,7 +99,7 @@ def _attach(run_dir: Path) -> int:
     steady_collector()
     code = app.run()
     if app.detached:
-        print(f"detached; the run goes on · mlra attach {run_dir} comes back")
+        print(detached_line(run_dir, app.remote.state))
         return 0
     if app.result is not None:
         print(final_line(run_dir, app.result))

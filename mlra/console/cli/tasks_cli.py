@@ -9,6 +9,7 @@ other command modules, this one imports the task models inside the command: `mlr
 from __future__ import annotations
 
 import argparse
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def cmd_tasks(args: argparse.Namespace) -> int:
     from mlra.tasks.readiness import blockers, needs
     from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
     from mlra.tasks.success import success_bar
-    from mlra.terminal_text import printable, printable_line
+    from mlra.terminal_text import printable
 
     if args.action == "env":
         from mlra.console.cli.env_cli import cmd_tasks_env
@@ -92,41 +93,95 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         print(printable(task.render_prompt()))  # a task file's text: shown, not obeyed
         m = task.metric
         way = "higher" if m.higher_is_better else "lower"
-        print(
+        facts = [
             f"metric:     {m.name} ({f'{way} is better' if m.direction_known else 'direction unknown'}"
             + (", self-reported" if m.self_reported else "")
-            + f"); baseline {_reference(m.baseline)}, top reference {_reference(m.top)}"
-        )
-        print(
-            f"success:    {success_bar(m) or m.success_rule + ' (a reference it needs is unset)'}"
-        )
-        print(f"graded by:  {task.evaluator.kind} on {task.evaluator.artifact}")
+            + f"); baseline {_reference(m.baseline)}, top reference {_reference(m.top)}",
+            f"success:    {success_bar(m) or m.success_rule + ' (a reference it needs is unset)'}",
+            f"graded by:  {task.evaluator.kind} on {task.evaluator.artifact}",
+        ]
         if task.files.read_only:
-            print("read-only:  " + ", ".join(task.files.read_only))
+            facts.append("read-only:  " + ", ".join(task.files.read_only))
         rules = task.constraints.model_dump(exclude_defaults=True)
         if rules:
-            print("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
-        for line in rule_lines(task.challenge):
-            print(printable(line))
-        print(
+            facts.append("rules:      " + "; ".join(f"{k} = {v}" for k, v in rules.items()))
+        facts += rule_lines(task.challenge)
+        facts.append(
             f"needs:      {needs(task)}"
             + (f"; data: {task.resources.data}" if task.resources.data else "")
         )
         from mlra.console.cli.foreign_cli import foreign_lines
         from mlra.console.cli.needs_cli import machine_line, needs_lines
 
-        print(machine_line(task, blockers(task)))
-        for line in foreign_lines(task) + needs_lines(task):
-            print(printable(line))
+        facts += [machine_line(task, blockers(task)), *foreign_lines(task), *needs_lines(task)]
+        width = _width()
+        for fact in facts:  # a task file's text among them: shown, not obeyed
+            for line in printable(fact).splitlines():
+                _print_hanging(line, width)
         return EXIT_OK
+    width = _width()
     for folder in builtin_task_dirs():
         try:
             task = load_task(folder)
         except TaskError as exc:
-            print(printable_line(f"{folder.name:<24} BROKEN: {exc}"))
+            _print_row(folder.name, f"BROKEN: {exc}", width)
             continue
         problems = blockers(task)
         status = "ready" if not problems else "cannot run here now: " + "; ".join(problems)
-        print(printable_line(f"{task.name:<24} {task.title}"))
-        print(f"{'':<24} needs {needs(task)} · {status}")
+        _print_row(task.name, task.title, width)
+        _print_row("", f"needs {needs(task)} · {status}", width)
     return EXIT_OK
+
+
+NAME_COLUMN = 24
+"""The task names' column: what follows it starts one space past, on every line."""
+
+
+def _width() -> int | None:
+    """The width a terminal gives the list (COLUMNS where it is set); a pipe gets each
+    row on one line, whole, for a script or grep to read."""
+    import shutil
+    import sys
+
+    return shutil.get_terminal_size().columns if sys.stdout.isatty() else None
+
+
+_HANG = re.compile(r"\s*(?:[-·] )?(?:[\w -]{1,20}:\s+)?")
+"""Where a line of `mlra tasks NAME` hangs its further lines: after its label
+("needs:      ", "      why: ") or its bullet ("- ", "  · ")."""
+
+
+def _print_hanging(line: str, width: int | None) -> None:
+    """A line of a task's facts, on a terminal wrapped at words under its own text."""
+    import textwrap
+
+    hang = _HANG.match(line)
+    indent = " " * (hang.end() if hang else 0)
+    if width is None or len(line) <= width or width - len(indent) < 20:
+        print(line)
+        return
+    print("\n".join(textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False)))
+
+
+def _print_row(name: str, text: str, width: int | None) -> None:
+    """One row of the list: on a terminal wrapped at words to `width`, each further line
+    indented under the text, as a table's cell wraps (a terminal's own wrap starts it
+    at column 0, under the names)."""
+    import textwrap
+
+    from mlra.terminal_text import printable_line
+
+    first = printable_line(f"{name:<{NAME_COLUMN}} ")
+    text = printable_line(text)
+    indent = " " * (NAME_COLUMN + 1)
+    if width is None or width - len(indent) < 20:  # too narrow to wrap into: as it comes
+        print((first + text).rstrip())
+        return
+    lines = textwrap.wrap(
+        text,
+        width,
+        initial_indent=first,
+        subsequent_indent=indent,
+        break_on_hyphens=False,
+    )
+    print("\n".join(lines))

@@ -157,7 +157,8 @@ class FilesPane(Vertical):
                     node = parent.add_leaf(label_for(info), data=info, before=before)
                 self._tree_nodes[info.path] = node
             self._infos[info.path] = info
-        subtitle = f"{len(infos):,} entries" + (" (more not shown)" if self.truncated else "")
+        entries = f"{len(infos):,} entr{'y' if len(infos) == 1 else 'ies'}"
+        subtitle = entries + (" (more not shown)" if self.truncated else "")
         if subtitle != self.border_subtitle:  # setting it repaints the pane, same or not
             self.border_subtitle = subtitle
         # A search's own workspace stays as the task gave it: its attempts work in theirs.

@@ -29,6 +29,7 @@ from mlra import events as ev
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.state import RunState
 from mlra.console.panes import WidgetOptions, redraw
+from mlra.console.text.written_calls import AnswerNotes
 from mlra.durations import format_duration
 from mlra.terminal_text import printable, printable_line
 
@@ -111,6 +112,7 @@ class PlanPane(Vertical):
         self._writing = ""
         self._dirty = True
         self._state: RunState | None = None
+        self._answer_notes = AnswerNotes("supervisor")
 
     def compose(self) -> ComposeResult:
         yield Static(id="plan-steps")
@@ -135,6 +137,10 @@ class PlanPane(Vertical):
                 self._note(t, f"plan: {event.reason or 'revised'}", "cyan")
             case ev.SupervisorMessage():
                 self._note(t, event.text.strip(), "")
+                if said := self._answer_notes.line(event):  # a call it wrote that never ran
+                    self._note(t, *said)
+            case ev.RunStarted():
+                self._answer_notes.line(event)  # its agents' tools
             case ev.SubtaskStarted():
                 self._note(
                     t,

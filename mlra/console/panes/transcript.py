@@ -1,14 +1,14 @@
 """The Worker pane: the agent's thoughts as they stream, each tool call with its
 arguments, its output as it arrives, and its result.
 
-It must stay responsive when a command prints thousands of lines a second and
-stay small over a day-long run: output is kept per call as a few head lines and
-a bounded tail (collapsed to head and tail unless expanded; a line that never
-ends, a progress bar redrawn with carriage returns for hours, is kept bounded
-too), and when the call ends its result (what the model read) replaces the
-stream; output past the log's cap streams here still, from the live run alone
-(agent/loop/tool_step.py). Entries are
-re-rendered at most once per batch of events, and only the newest entries are
+It must stay responsive when a command prints thousands of lines a second and stay
+small over a day-long run: output is kept per call as a few head lines and a bounded tail
+(collapsed to head and tail unless expanded; a line that never ends, a progress bar
+redrawn with carriage returns for hours, is kept bounded too), and when the call ends its
+result (what the model read) replaces the stream; output past the log's cap streams here
+still, from the live run alone (agent/loop/tool_step.py). Under an answer: a call it wrote
+as text that nothing ran, and what the agent was told next (console/text/written_calls.py).
+Entries are re-rendered at most once per batch of events, and only the newest entries are
 kept as widgets; older ones live on in the event log. This module is the pane: which
 entry each event goes to, batching, trimming and rebuilding; each entry's keeping and
 drawing of its text is console/panes/transcript_entries.py.
@@ -56,6 +56,7 @@ from mlra.console.text.event_lines import (
     time_warning_line,
     unknown_line,
 )
+from mlra.console.text.written_calls import AnswerNotes
 from mlra.durations import format_duration
 from mlra.terminal_text import printable
 
@@ -76,16 +77,15 @@ class TranscriptPane(VerticalScroll):
         self._dirty: set[Entry] = set()
         self._entries: deque[Entry] = deque()
         self.dropped = 0
-        self.highlight = ""
-        """Text to mark wherever it shows (a replay's search)."""
+        self.highlight = ""  # text to mark wherever it shows (a replay's search)
         self._notes: dict[int, list[Annotation]] = {}
         """People's annotations by worker step: shown where the step starts."""
-        self._noted: set[str] = set()
-        """The annotations shown now (by id): each once."""
+        self._noted: set[str] = set()  # the annotations shown now (by id): each once
         self._regrading = False
+        self._answer_notes = AnswerNotes("workers")
         self._carried: set[str] = set()
-        """Calls open when the run was last resumed: shown again below its line once
-        anything more of them comes (`_carry_over`)."""
+        """Calls open when the run was last resumed: shown again below its line once anything
+        more of them comes (`_carry_over`)."""
 
     def on_mount(self) -> None:
         self.border_title = "Worker"
@@ -252,6 +252,8 @@ class TranscriptPane(VerticalScroll):
                 )
             case _:
                 pass
+        if said := self._answer_notes.line(event):  # under the answer, or the step's start
+            self._note(event, *said)
 
     def attempt_said(self, attempt: str, event: ev.Event, now: float, *, calls: bool) -> None:
         """One of the run's attempts' model calls or notices, from its own log
@@ -277,8 +279,8 @@ class TranscriptPane(VerticalScroll):
         self._note(event, control_line(event), "bold yellow")
 
     def _carry_over(self, call_id: str) -> None:
-        """A call the run left open goes on after its resume: shown from here on below
-        the "resumed here" line, where the run is now, its first place saying so."""
+        """A call the run left open goes on after its resume: shown from here on below the
+        "resumed here" line, where the run is now, its first place saying so."""
         self._carried.discard(call_id)
         self._dirty.add(first := self._tools[call_id])
         self._add(carried := first.carried_over())
@@ -376,6 +378,7 @@ class TranscriptPane(VerticalScroll):
         self._dirty.clear()
         self._entries.clear()
         self._noted.clear()
+        self._answer_notes = AnswerNotes("workers")  # a window's own: from its first step
         self.dropped = 0
         self.border_subtitle = ""
 

@@ -267,6 +267,7 @@ class RemoteRun:
             return  # sent again after a watch was taken up again
         self.last_seq = event.seq
         self.state.apply(event)
+        self.controls.learn(event)
         if isinstance(event, ev.Control) and event.action == "breakpoints" and event.arguments:
             rules = event.arguments.get("rules")
             if isinstance(rules, list):  # the rules as the run now holds them

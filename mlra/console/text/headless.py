@@ -43,6 +43,7 @@ from mlra.console.text.event_lines import (
 )
 from mlra.console.text.heartbeat import EVERY_S, Heartbeat
 from mlra.console.text.printer import Printer
+from mlra.console.text.written_calls import AnswerNotes
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable, printable_json, printable_line
@@ -106,6 +107,7 @@ class TranscriptDisplay(Printer):
         """Each finished attempt's validation score: the score line sets the graded
         attempt's beside its test score."""
         self._regrading = False
+        self._answer_notes = AnswerNotes()
         self._grading_since: float | None = None
         """When the grading began (its start event's wall clock): the run clock stands
         still while it grades, so its progress lines say how long it has been at it."""
@@ -152,6 +154,8 @@ class TranscriptDisplay(Printer):
         for attempt, said in self._attempts.news(event):
             self._attempt_said(attempt, said, event.t)
         self._say(event)
+        if said := self._answer_notes.line(event):
+            self._out(f"[{format_duration(event.t)}] {said[0]}", said[1])
         if self._heartbeat is not None:
             for line in self._heartbeat.due(event.t):
                 self._out(f"[{format_duration(event.t)}] {line}", "dim")

@@ -18,6 +18,7 @@ from mlra.agent.loop.attempts import submittable
 from mlra.agent.loop.controls import Breakpoint, breakpoint_problem
 from mlra.agent.record.state import RunState
 from mlra.console.text.host_workspace import HostWorkspace
+from mlra.console.text.written_calls import configured_tools
 from mlra.control_socket import CtlRequest
 
 TAIL_BYTES = 4096
@@ -45,6 +46,32 @@ class RemoteControls:
         self.hold_at_breaks = True
         self.breakpoints: list[Breakpoint] = []
         self.tools: dict[str, tuple[str, ...]] = {}
+        """Each agent's tool names, as the run's status names them."""
+        self._configured: dict[str, tuple[str, ...]] | None = None
+        """Where the status names none (a run started by an older mlra): the tools its
+        recorded config gives its agents (agent/agents/tool_lists.py)..."""
+        self._called: dict[str, set[str]] = {}
+        """...and those its agents have called, which an older mlra's agents may have
+        had and this one's not."""
+
+    def learn(self, event: ev.Event) -> None:
+        """Note the tools the log shows (the run's config, its calls), for a run whose
+        status names none."""
+        if isinstance(event, ev.RunStarted):
+            self._configured = configured_tools(event)
+        elif isinstance(event, ev.ToolCall):
+            self._called.setdefault(event.agent, set()).add(event.tool)
+
+    def known_tools(self) -> dict[str, tuple[str, ...]]:
+        """Each agent's tool names: the status's, else the log's; none where the log's
+        config cannot be read (then the run alone judges a rule)."""
+        if self.tools or self._configured is None:
+            return self.tools
+        known = {agent: list(names) for agent, names in self._configured.items()}
+        for agent, names in self._called.items():
+            have = known.setdefault(agent, [])
+            have += sorted(names - set(have))
+        return {agent: tuple(names) for agent, names in known.items()}
 
     @property
     def paused(self) -> bool:
@@ -55,9 +82,10 @@ class RemoteControls:
         return None
 
     def breakpoint_problem(self, bp: Breakpoint) -> str | None:
-        """As the run says it, from the tools its status named (the run refuses such a
-        rule too, where an older run's status names none)."""
-        return breakpoint_problem(bp, self.tools) if self.tools else None
+        """As the run says it, from the tools its status named, or where an older run's
+        status names none, from its log (its config's agents' tools and its calls)."""
+        tools = self.known_tools()
+        return breakpoint_problem(bp, tools) if tools else None
 
 
 class RemoteClock:

@@ -335,7 +335,17 @@ class ReplayModel:
 
     def window_events(self, index: int | None = None) -> list[ev.Event]:
         """The events a rebuilt transcript is fed to show the run at `index`: from a
-        few agent steps back, with older streamed output left out of very long windows."""
+        few agent steps back, with older streamed output left out of very long windows;
+        after the run's start, which names its agents' tools (console/text/written_calls.py)."""
+        return self._after_start(self._window(index))
+
+    def _after_start(self, window: list[ev.Event]) -> list[ev.Event]:
+        first = self.events[0] if len(self.events) else None
+        if isinstance(first, ev.RunStarted) and (not window or window[0].seq != first.seq):
+            return [first, *window]
+        return window
+
+    def _window(self, index: int | None) -> list[ev.Event]:
         index = self.cursor if index is None else self._clamp(index)
         k = bisect.bisect_right(self.steps, index) - 1
         start = self.steps[max(0, k - WINDOW_STEPS)] if k >= 0 else 0
@@ -356,10 +366,12 @@ class ReplayModel:
         return out
 
     def plan_window(self, index: int | None = None) -> list[ev.Event]:
-        """The last events the Plan pane has lines for, up to `index`."""
+        """The last events the Plan pane has lines for, up to `index`, after the run's
+        start (its agents' tools)."""
         index = self.cursor if index is None else self._clamp(index)
         k = bisect.bisect_right(self.plan_messages, index)
-        return [self.events[i] for i in self.plan_messages[max(0, k - PLAN_MESSAGES) : k]]
+        window = [self.events[i] for i in self.plan_messages[max(0, k - PLAN_MESSAGES) : k]]
+        return self._after_start(window)
 
     def resource_window(self, index: int | None = None) -> list[ev.Event]:
         """The last resource samples up to `index` (the Resources pane's sparklines)."""

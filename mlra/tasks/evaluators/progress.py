@@ -80,6 +80,10 @@ class ProgressReader:
         self._last_at: float | None = None
         self._last: ev.EvaluationProgress | None = None
         self._held: ev.EvaluationProgress | None = None
+        self._bars = 0
+        """Bars seen so far, each counted though its lines were held back unlogged."""
+        self._bar_at: tuple[str, int | None, int] | None = None
+        """The latest bar's description, total and count."""
 
     def wait_s(self) -> float:
         """How long a line waits after the last one logged, now."""
@@ -99,7 +103,19 @@ class ProgressReader:
         progress = parse_line(piece, self._context)
         if progress.total is None:
             self._context = progress.line
+        else:
+            progress.bar = self._bar_number(progress)
         self._offer(progress)
+
+    def _bar_number(self, progress: ev.EvaluationProgress) -> int:
+        """The number of the bar `progress` belongs to: the latest one, unless it names
+        another step or total, or its count fell (a new bar of the same name)."""
+        done = progress.done or 0
+        at = self._bar_at
+        if at is None or (progress.what, progress.total) != at[:2] or done < at[2]:
+            self._bars += 1
+        self._bar_at = (progress.what, progress.total, done)
+        return self._bars
 
     def _offer(self, progress: ev.EvaluationProgress) -> None:
         last = self._held or self._last
@@ -129,15 +145,17 @@ def _same(a: ev.EvaluationProgress, b: ev.EvaluationProgress) -> bool:
     """The same news: a bar at the same count (tqdm's close redraws its last count with
     another rate and time, which is no progress), or the same plain line."""
     if a.total is not None or b.total is not None:
-        return (a.what, a.done, a.total) == (b.what, b.done, b.total)
+        return (a.what, a.done, a.total, a.bar) == (b.what, b.done, b.total, b.bar)
     return a.line == b.line
 
 
 def progress_words(e: ev.EvaluationProgress) -> str:
     """The progress as the displays write it: "45% (4,500/10,000) Running loglikelihood
-    requests", or the line itself; escaped, never obeyed."""
+    requests", "bar 2 · 5% (10/200) Running generate_until requests" from the second
+    bar on (its percentage starts again), or the line itself; escaped, never obeyed."""
     if e.total:
         done = e.done or 0
         what = f" {printable_line(e.what)}" if e.what else ""
-        return f"{100 * done // e.total}% ({done:,}/{e.total:,}){what}"
+        which = f"bar {e.bar} · " if e.bar > 1 else ""
+        return f"{which}{100 * done // e.total}% ({done:,}/{e.total:,}){what}"
     return printable_line(e.line)
