@@ -7,6 +7,7 @@ MLflow a FAILED run tagged `error`. Logs written by the real EventLog, as a run'
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,7 +73,7 @@ def test_the_shared_pages_say_interrupted_and_running(batch: Path, tmp_path: Pat
     page = _text(tmp_path / "b.html")
     assert "killed m1 1 1 interrupted - no score" in page
     assert "going m1 1 1 running - no score" in page
-    assert "resumed m1 1 1 interrupted 0.25" in page  # its earlier grading's score
+    assert "resumed m1 1 1 interrupted - no score" in page  # not its earlier grading's
     assert "unfinished" not in page and "(interrupted)" not in page
 
 
@@ -93,3 +94,34 @@ def test_mlflow_has_a_killed_run_killed_and_a_running_one_running(
     assert runs["resumed"].info.status == "KILLED"  # not result.json's "finished"
     assert runs["going"].info.status == "RUNNING" and runs["going"].info.end_time is None
     assert runs["going"].data.tags["mlra.status"] == "running"
+
+
+def test_a_grade_from_before_a_resume_is_not_the_runs_score(
+    batch: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The resumed run was graded 0.25 as it first ended, then resumed and killed: that
+    grade is of an ending it went on past, so every view shows no score (result.json
+    and `mlra runs --json` keep it as the earlier grade)."""
+    runs = batch / "runs"
+    capsys.readouterr()
+    assert main(["runs", "--runs-dir", str(runs), "--json"]) == 0
+    rows = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
+    assert rows["resumed"]["status"] == "interrupted" and rows["resumed"]["score"] is None
+    assert rows["resumed"]["earlier_score"] == 0.25
+    assert main(["compare", str(runs / "done"), str(runs / "resumed"), "--json"]) == 0
+    table = json.loads(capsys.readouterr().out)
+    score_row = next(r for r in table["rows"] if r["name"].startswith("exact_match"))
+    assert score_row["cells"] == ["0.5*", "-"]
+    write_report(batch, plots=False)
+    report = (batch / "report.md").read_text(encoding="utf-8")
+    assert "| answer | m1 | 4 | 1 | 0.5 |" in report  # one scored run, not two
+    from mlflow.tracking import MlflowClient
+
+    dest = tmp_path / "mlruns"
+    assert main(["export", str(batch), "--to", "mlflow", "--dest", str(dest)]) == 0
+    client = MlflowClient(tracking_uri=dest.resolve().as_uri())
+    experiment = client.get_experiment_by_name("mlra/answer")
+    assert experiment is not None
+    runs_by = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert "score" not in runs_by["resumed"].data.metrics
+    assert runs_by["done"].data.metrics["score"] == 0.5
