@@ -125,3 +125,23 @@ def test_a_grade_from_before_a_resume_is_not_the_runs_score(
     runs_by = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
     assert "score" not in runs_by["resumed"].data.metrics
     assert runs_by["done"].data.metrics["score"] == 0.5
+
+
+def test_wandb_has_a_killed_run_unfinished_and_a_finished_one_finished(
+    batch: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Read with W&B's own records: a finished run exits 0 (W&B's Finished); a killed
+    run's file ends without an exit, as a W&B run whose process was killed does (Crashed
+    once synced), and a run still going's too (Running): every run was exported
+    finished, exit code 0, and only its `status:` tag said otherwise."""
+    from tests.console.test_export import _wandb_records
+
+    dest = tmp_path / "wb"
+    assert main(["export", str(batch), "--to", "wandb", "--dest", str(dest)]) == 0
+    exits: dict[str, list[int]] = {}
+    for log in (dest / "wandb").glob("offline-run-*/run-*.wandb"):
+        records = _wandb_records(log)
+        run = next(r.run for r in records if r.WhichOneof("record_type") == "run")
+        assert any(r.WhichOneof("record_type") == "history" for r in records)  # kept whole
+        exits[run.display_name] = [r.exit.exit_code for r in records if r.HasField("exit")]
+    assert exits == {"done": [0], "killed": [], "resumed": [], "going": []}
