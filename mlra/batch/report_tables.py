@@ -24,7 +24,15 @@ def _pm(mean: float | None, se: float | None) -> str:
     return f"{mean:.4g} ± {se:.2g}" if se is not None else f"{mean:.4g}"
 
 
-def _success_cell(g: Group) -> str:
+NONE_SCORED = "none scored"
+
+
+def success_cell(g: Group) -> str:
+    """A group's success rate, "not judged" where no one said which way its metric
+    improves, and "none scored" where no run of it has a score: a group of killed runs
+    read "0%", a rate of runs that were never graded."""
+    if g.success_rate is None:
+        return NONE_SCORED
     return f"{g.success_rate:.0%}" if g.judged else "not judged"
 
 
@@ -71,7 +79,7 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         lines.append(
             f"| {_cell(g.task)} | {_cell(g.model)} | {g.runs} | {g.scored} | {score} | {normalized} | "
             f"{best} | {experiments} | "
-            f"{_success_cell(g)} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
+            f"{success_cell(g)} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
             f"${g.cost_usd:.4f} | {failures} | "
             f"{g.retries}{f' ({g.lost_with_node} lost with a node)' if g.lost_with_node else ''} | "
             f"{_cell(g.isolation.replace(';', ', '))} |"
@@ -296,7 +304,7 @@ def group_line(g: Group) -> str:
     ]
     if g.normalized_mean is not None:
         parts.append(f"normalized {_pm(g.normalized_mean, g.normalized_se)}")
-    parts.append(f"success {_success_cell(g)}")
+    parts.append(f"success {success_cell(g)}")
     if g.self_reported:
         parts.append(f"{g.self_reported} self-reported (not measured; never a success)")
     if g.worker_alone:

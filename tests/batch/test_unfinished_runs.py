@@ -145,3 +145,21 @@ def test_wandb_has_a_killed_run_unfinished_and_a_finished_one_finished(
         assert any(r.WhichOneof("record_type") == "history" for r in records)  # kept whole
         exits[run.display_name] = [r.exit.exit_code for r in records if r.HasField("exit")]
     assert exits == {"done": [0], "killed": [], "resumed": [], "going": []}
+
+
+def test_a_group_none_of_whose_runs_was_scored_says_so_not_0_percent(tmp_path: Path) -> None:
+    """Two killed runs of a model: no run graded, so no success rate; the report, its
+    CSV and JSON and the shared batch page said 0%, beside a scored group's rate."""
+    folder = tmp_path / "b2"
+    compared_run(folder / "runs", "done", score=0.5)
+    compared_run(folder / "runs", "k1", model="m2", finished=False)
+    compared_run(folder / "runs", "k2", model="m2", finished=False)
+    write_report(folder, plots=False)
+    report = (folder / "report.md").read_text(encoding="utf-8")
+    (m2,) = [line for line in report.splitlines() if line.startswith("| answer | m2 |")]
+    assert "| none scored |" in m2 and "0%" not in m2
+    groups = {g["model"]: g for g in json.loads((folder / "report.json").read_text())["groups"]}
+    assert groups["m2"]["success_rate"] is None and groups["m1"]["success_rate"] == 1.0
+    assert main(["share", str(folder), "-o", str(tmp_path / "b.html")]) == 0
+    page = _text(tmp_path / "b.html")
+    assert "answer m2 2 0 - none scored" in page
