@@ -123,7 +123,7 @@ class Group:
     score_se: float | None
     normalized_mean: float | None
     normalized_se: float | None
-    success_rate: float
+    success_rate: float | None  # None: no run scored (report_tables.success_cell)
     median_duration_s: float | None
     tokens: int
     cost_usd: float
@@ -398,7 +398,7 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 score_se=score_se,
                 normalized_mean=norm_mean,
                 normalized_se=norm_se,
-                success_rate=sum(m.success for m in members) / len(members),
+                success_rate=sum(m.success for m in members) / len(members) if scores else None,
                 self_reported=sum(m.self_reported for m in members),
                 judged=any(m.direction_known for m in members),
                 # Of the runs that started: one that never did took no time, and its 0 s

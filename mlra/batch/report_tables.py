@@ -37,7 +37,15 @@ def _pm(mean: float | None, se: float | None) -> str:
     return fixed(mean) + (f" ± {fixed(se)}" if se is not None else "")
 
 
-def _success_cell(g: Group) -> str:
+NONE_SCORED = "none scored"
+
+
+def success_cell(g: Group) -> str:
+    """A group's success rate, "not judged" where no one said which way its metric
+    improves, and "none scored" where no run of it has a score: a group of killed runs
+    read "0%", a rate of runs that were never graded."""
+    if g.success_rate is None:
+        return NONE_SCORED
     return f"{g.success_rate:.0%}" if g.judged else "not judged"
 
 
@@ -84,7 +92,7 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         lines.append(
             f"| {_cell(g.task)} | {_cell(g.model)} | {g.runs} | {g.scored} | {score} | {normalized} | "
             f"{best} | {experiments} | "
-            f"{_success_cell(g)} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
+            f"{success_cell(g)} | {median} | {'~' if g.tokens_estimated else ''}{g.tokens:,} | "
             f"${g.cost_usd:.4f} | {failures} | "
             f"{g.retries}{f' ({g.lost_with_node} lost with a node)' if g.lost_with_node else ''} | "
             f"{_cell(g.isolation.replace(';', ', '))} |"
@@ -311,7 +319,7 @@ def group_line(g: Group) -> str:
     ]
     if g.normalized_mean is not None:
         parts.append(f"normalized {_pm(g.normalized_mean, g.normalized_se)}")
-    parts.append(f"success {_success_cell(g)}")
+    parts.append(f"success {success_cell(g)}")
     if g.self_reported:
         parts.append(f"{g.self_reported} self-reported (not measured; never a success)")
     if g.worker_alone:

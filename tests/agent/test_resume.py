@@ -608,3 +608,33 @@ def test_a_baseline_run_ended_during_a_recipe_step_runs_the_step_again_on_resume
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
     result = json.loads((runs / "r" / "result.json").read_text())
     assert result["score"] == 1.0
+
+
+def test_a_run_whose_grading_printed_progress_resumes(tmp_path: Path) -> None:
+    """A baseline run ended by its step budget, graded by an evaluator that printed a
+    line (an `evaluation_progress` event, as every lm-eval and classifier grading
+    writes), then resumed with more steps: the catch-up took that event for one the
+    agent emits and the resume ended `error` (Divergence) at once. The resumed run is
+    graded again; the first grading is kept as the earlier one."""
+    task = tmp_path / "answer-progress"
+    shutil.copytree(ANSWER_TASK, task)
+    check = task / "hidden" / "check.py"
+    check.write_text(
+        check.read_text() + 'print("checking 1/1", flush=True)\nimport time\ntime.sleep(1)\n'
+    )
+    runs = tmp_path / "runs"
+    args = ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
+    first = mlra_cli([*args, "--run-id", "r", "--isolation", "none", "--max-steps", "1"],
+                     cwd=tmp_path, env=_env())  # fmt: skip
+    assert first.returncode == 0, first.stdout + first.stderr
+    log = runs / "r" / "events.jsonl"
+    assert any(isinstance(e, ev.EvaluationProgress) for e in read_events(log))
+    ended = fold(read_events(log)).finished
+    assert ended is not None and ended.reason == "budget"
+    resumed = mlra_cli(["resume", str(runs / "r"), "--no-tui", "--max-steps", "3"],
+                       cwd=tmp_path, env=_env())  # fmt: skip
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "Divergence" not in resumed.stdout + resumed.stderr
+    state = fold(read_events(log))
+    assert state.finished is not None and state.finished.reason == "submitted"
+    assert state.earlier_evaluation is not None and state.evaluation is not None

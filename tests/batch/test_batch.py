@@ -287,7 +287,7 @@ def test_a_killed_batch_rerun_resumes_its_runs_and_retries_failures_up_to_the_li
         assert [p.name for p in (f / "retired").iterdir()] == [f"{failed}__a1"]
         report = json.loads((f / "report.json").read_text())
         assert report["groups"][0]["failures"] == {"provider_error": 1}
-        assert report["groups"][0]["success_rate"] == 0.0
+        assert report["groups"][0]["success_rate"] is None  # none scored, not 0%
         # Both attempts are rows; the group counts the first, and the retry is counted.
         assert [(r["attempt"], r["counted"]) for r in report["runs"]] == [(1, True), (2, False)]
         assert report["groups"][0]["runs"] == 1 and report["groups"][0]["retries"] == 1

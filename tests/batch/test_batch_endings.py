@@ -214,5 +214,5 @@ async def test_a_run_that_never_started_is_a_row_of_the_report(
     assert group.runs == 2 and group.scored == 0 and group.failures == {"resources": 2}
     assert group.median_duration_s is None  # no run took any time: not "0.0s"
     md = (out / "report.md").read_text()
-    assert "| 0% | – |" in md, md
+    assert "| none scored | – |" in md, md  # no run graded: no success rate, not 0%
     assert f"- {run_id} (attempt 1): resources" in md

@@ -141,6 +141,35 @@ def test_paired_by_settings_where_one_model_ran(tmp_path: Path) -> None:
     assert (table.wins, table.losses) == (0, 1)
 
 
+def test_each_paired_side_says_how_many_runs_its_mean_is_over(tmp_path: Path) -> None:
+    """Two seeds of m1 (and a third killed, unscored) against one run of m2: each side
+    is a mean over unequal numbers of runs, and the text, the report and the shared
+    page showed the means alone, as if like for like."""
+    from mlra.batch.report import write_report
+    from mlra.batch.share.batch_page import write_batch_page
+    from mlra.console.text.compare_text import paired_text
+
+    runs = tmp_path / "b1" / "runs"
+    dirs = [
+        compared_run(runs, "a1", model="m1", score=0.4, config={"seed": 1}),
+        compared_run(runs, "a2", model="m1", score=0.6, config={"seed": 2}),
+        compared_run(runs, "a3", model="m1", finished=False, config={"seed": 3}),
+        compared_run(runs, "b1", model="m2", score=0.7),
+    ]
+    (table,) = paired.paired(load_all(dirs))
+    (row,) = table.rows
+    assert (row.a_n, row.a_runs, row.b_n, row.b_runs) == (2, 3, 1, 1)
+    assert "answer  0.5 (n=2 of 3)  0.7 (n=1)     +0.2  win" in paired_text(table)
+    write_report(tmp_path / "b1", plots=False)
+    report = (tmp_path / "b1" / "report.md").read_text(encoding="utf-8")
+    assert "| answer | 0.5 (n=2 of 3) | 0.7 (n=1) | +0.2 | win |" in report
+    page = tmp_path / "b1.html"
+    write_batch_page(tmp_path / "b1", page)
+    assert '<td class="num">0.5 (n=2 of 3)</td><td class="num">0.7 (n=1)</td>' in page.read_text(
+        encoding="utf-8"
+    )
+
+
 def test_overlay_one_panel_a_scale_and_best_so_far(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     a = compared_run(runs, "a", validations=(0.3, 0.2, 0.5))

@@ -68,6 +68,20 @@ def test_json_says_the_best_are_each_tasks_best(tmp_path: Path) -> None:
     assert data["best_of"] == "of each task's runs, each in its task's metric"
 
 
+def test_one_tasks_metric_does_not_label_another_tasks_unscored_runs(tmp_path: Path) -> None:
+    """Runs of two tasks, only one graded: the score row read `accuracy ↑` over the
+    other task's empty cell, as if its run had an accuracy it did not reach."""
+    runs = tmp_path / "runs"
+    a = compared_run(runs, "a", task="classify", score=0.81, metric="accuracy")
+    b = compared_run(runs, "b", task="lm", finished=False)
+    proc = mlra_cli(["compare", str(a), str(b), "--json"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["metric"] == "score" and "accuracy" not in json.dumps(data["rows"])
+    assert data["best_of"] == "of each task's runs, each in its task's metric"
+    assert {"name": "score", "section": "outcome", "cells": ["0.81*", "-"]} in data["rows"]
+
+
 def test_bad_input_one_line_exit_2(tmp_path: Path) -> None:
     dirs = _runs(tmp_path, 2)
     for args, said in (

@@ -131,6 +131,24 @@ def test_a_batch_is_one_mlflow_experiment_with_a_run_per_run(
     assert [m.value for m in history] == [2.0, 1.0]
 
 
+def test_a_plain_folder_of_runs_exports_as_compare_report_and_share_take_it(
+    batch_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`./runs` (run folders, no batch around them): refused as neither a run nor a
+    batch folder, while `mlra compare`, `report` and `share` took it."""
+    dest = tmp_path / "mlruns"
+    said = _export(batch_dir / "runs", "mlflow", dest, capsys)
+    assert "experiment 'mlra/answer', 2 runs" in said and "'mlra/other', 1 run " in said
+    client = _mlflow(dest)
+    experiment = client.get_experiment_by_name("mlra/answer")
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id])}
+    assert set(runs) == {"answer__m__s1", "answer__m__s2"}
+    assert all("mlra.batch" not in r.data.tags for r in runs.values())  # it is no batch
+    a_file = mlra_cli(["export", str(batch_dir / "batch.json"), "--to", "mlflow"], cwd=tmp_path)
+    assert a_file.returncode == 2 and a_file.stderr.count("\n") == 1
+    assert "batch.json is not a folder" in a_file.stderr
+
+
 def test_a_run_that_did_not_search_exports_no_attempts_setting(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -47,6 +47,7 @@ PASSIVE = (
     ev.AttemptFinished,
     ev.Submission,
     ev.EvaluationStarted,
+    ev.EvaluationProgress,
     ev.EvaluationFinished,
     ev.RunFinished,
     ev.Experiment,

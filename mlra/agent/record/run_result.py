@@ -20,6 +20,17 @@ from mlra.agent.record.eventlog import EVENTS_FILE, dump_json
 from mlra.agent.record.state import Regrade, RunState
 
 
+class EarlierGrade(BaseModel):
+    """The grading of an ending the run was resumed past: kept for the record, never the
+    run's score (the run as it ends now may have none)."""
+
+    ending: str
+    """How the run had ended then: `stopped (stopped)`, `finished (budget)`."""
+    metric: str
+    score: float | None = None
+    normalized_score: float | None = None
+
+
 class RunResult(BaseModel):
     """What `result.json` holds: the run's outcome, derived from its events."""
 
@@ -87,6 +98,8 @@ class RunResult(BaseModel):
     graded_best_validation: str | None = None
     """The call id of the validation whose kept artifact was graded, for a run that reached
     its deadline with nothing submitted in a task that opts in; None: what was submitted."""
+    earlier_grade: EarlierGrade | None = None
+    """The grading a resume superseded; `score` is None unless the run was graded since."""
     regrades: list[Regrade] = []
     """Gradings after the run (`mlra eval`), oldest first; `score` stays the run's own."""
     experiments: int = 0
@@ -207,6 +220,7 @@ def result_of(state: RunState, *, running: bool = False) -> RunResult:
         isolated_by_version=state.sandbox.isolated_by_version if state.sandbox else None,
         graded_best_validation=state.submission.best_validation if state.submission else None,
         regrades=list(state.regrades),
+        earlier_grade=earlier_grade(state),
         worker_alone=state.worker_alone,
         attempts=summary_of(
             state.attempts,
@@ -214,6 +228,19 @@ def result_of(state: RunState, *, running: bool = False) -> RunResult:
             evaluation.score if evaluation else None,
         ),
         **validation_summary(state),
+    )
+
+
+def earlier_grade(state: RunState) -> EarlierGrade | None:
+    """The grading a resume superseded, where the run has no grading of its own since."""
+    earlier, ending = state.earlier_evaluation, state.earlier_ending
+    if earlier is None or state.evaluation is not None:
+        return None
+    return EarlierGrade(
+        ending=f"{ending.status} ({ending.reason})" if ending is not None else "interrupted",
+        metric=earlier.metric,
+        score=earlier.score,
+        normalized_score=earlier.normalized,
     )
 
 

@@ -87,7 +87,10 @@ class RunState:
     pending_approval: ev.ApprovalRequested | None = None
     submission: ev.Submission | None = None
     evaluation: ev.EvaluationFinished | None = None
-    """The run's own grading; a later `mlra eval` is a re-grade, in `regrades`."""
+    """The grading of the run's current ending (a resume moves it to `earlier_evaluation`,
+    with the ending it graded); a later `mlra eval` is a re-grade, in `regrades`."""
+    earlier_evaluation: ev.EvaluationFinished | None = None
+    earlier_ending: ev.RunFinished | None = None
     regrades: list[Regrade] = field(default_factory=list)
     regrading: ev.EvaluationStarted | None = None
     """The re-grade under way, between its evaluation_started and evaluation_finished."""
@@ -143,9 +146,9 @@ class RunState:
     validations: list[ev.Validation] = field(default_factory=list)
     """Every `validate` call's grading, in order: its rate limit counts them."""
     experiments: ExperimentTable = field(default_factory=ExperimentTable)
+    """The worker's notes and validations, the experiments table (agent/record/experiments.py)."""
     attempts: AttemptTree = field(default_factory=AttemptTree)
     """The search's attempts, as a tree (agent/record/attempt_tree.py); empty without a search."""
-    """The worker's notes and the validations, as the experiments table (agent/record/experiments.py)."""
 
     @property
     def phase(self) -> Phase:
@@ -351,36 +354,32 @@ class RunState:
                 if event.status == "error":
                     self.last_error = event.message or self.last_error
             case ev.RunResumed():
-                # The run goes on: the earlier ending (a stop, a crash) is history.
-                self.finished = None
-                self.evaluating = False
-                self.paused = False
+                # The run goes on: the earlier ending and its grading are history (a
+                # resumed run killed midway showed that score beside "interrupted").
+                if self.evaluation is not None:
+                    self.earlier_evaluation, self.earlier_ending = self.evaluation, self.finished
+                    self.evaluation = None
+                self.finished, self.evaluating, self.paused = None, False, False
                 self.pending_approval = None
-                # Every call open when the run stopped gets its result after this: an
-                # interrupted one at once, one that waited for approval asked again, one run
-                # again (`attempt_wait` waits again for its attempts, the supervisor's
-                # `assign_subtask`): running until then, so the displays say what the
-                # resumed run waits for. (A run that ended cleared them at its end.)
-                # Those that had begun stay so: one run again (`attempt_wait`) is no call
-                # a pause holds before it ran ("before it runs" on a paused resumed run).
+                # Calls open when the run stopped get their results after this (interrupted,
+                # asked again, run again: `attempt_wait`, `assign_subtask`): running until
+                # then, so the displays say what the resumed run waits for; those that had
+                # begun stay so (no pause holds them "before it runs").
                 open_calls, open_begun = dict(self.running), self.begun & self.running.keys()
                 self._idle()
                 self.running.update(open_calls)
                 self.begun |= open_begun
                 self.resumed += 1
-                if event.model:
-                    self.model = event.model
+                self.model = event.model or self.model
                 self._confined_by(event.sandbox)
                 self._settings(event.settings)
             case ev.RunForked():
                 self._confined_by(event.sandbox)
-                self.finished = None
-                self.evaluating = False
-                self.paused = False
+                self.finished, self.evaluating, self.paused = None, False, False
                 self.pending_approval = None
                 self._idle()
-                self.submission = None
-                self.evaluation = None
+                self.submission = self.evaluation = self.earlier_evaluation = None
+                self.earlier_ending = None
                 self.regrades = []
                 self.run_id = event.run_id
                 self.forked_from = f"{event.source_run}@{event.at_step}"

@@ -141,9 +141,19 @@ class Matrix:
     task's runs"): the footnotes say it after the metric."""
 
 
-def score_label(runs: list[ComparedRun], metric: str | None) -> str:
+def one_metric(runs: list[ComparedRun], metric: str | None) -> bool:
+    """Whether one metric names every run's score: `--metric`, or the one metric each
+    task's gradings recorded. A task none of whose runs was graded says no metric: runs
+    of two tasks, one scored, had the score row labelled `accuracy ↑` over the other
+    task's empty cells, as if they were accuracies not reached."""
+    if metric is not None:
+        return True
     names = {r.metric for r in runs if r.metric}
-    if metric is None and len(names) > 1:
+    return len(names) <= 1 and {r.task for r in runs if r.metric} >= {r.task for r in runs}
+
+
+def score_label(runs: list[ComparedRun], metric: str | None) -> str:
+    if not one_metric(runs, metric):
         return "score"  # not the first run's metric for every run: each in its own
     name = metric or next((r.metric for r in runs if r.metric), None) or "score"
     if not any(scored(r, metric).value is not None for r in runs):
@@ -196,7 +206,7 @@ def settings_rows(runs: list[ComparedRun], *, all_settings: bool) -> tuple[list[
 def _best_of(runs: list[ComparedRun], metric: str | None) -> str:
     if len({r.task for r in runs}) < 2:
         return ""
-    if metric is None and len({r.metric for r in runs if r.metric}) > 1:
+    if not one_metric(runs, metric):
         return " of each task's runs, each in its task's metric"
     return " of each task's runs"
 

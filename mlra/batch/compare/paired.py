@@ -4,7 +4,9 @@ settings of one model), the score difference per task and the wins, losses and t
 A group is the runs of one model where the runs have several models, else the runs of
 one settings (the settings that differ, as the matrix shows them); each further group
 is paired with the first. A task's side is the mean of its runs' scores (seeds), and a
-task is paired only where both sides have a score.
+task is paired only where both sides have a score; each side says how many runs its
+mean is over, of how many (`side_text`): two seeds' mean against one run's score is a
+weaker difference than two against two, and the table gave no hint of it.
 """
 
 from __future__ import annotations
@@ -27,6 +29,19 @@ class PairedRow:
     """b minus a."""
     outcome: str
     """`win` (b is better), `loss`, `tie`, or `-` where a side has no score."""
+    a_n: int = 0
+    b_n: int = 0
+    """The scored runs each side's mean is over..."""
+    a_runs: int = 0
+    b_runs: int = 0
+    """...of the side's runs of the task."""
+
+
+def side_text(mean: float | None, n: int, runs: int) -> str:
+    """A side's mean with its count: `0.45 (n=2)`, `0.5 (n=1 of 3)` where runs of it
+    have no score, `- (n=0 of 2)`."""
+    value = "-" if mean is None else f"{mean:.4g}"
+    return f"{value} (n={n})" if n == runs else f"{value} (n={n} of {runs})"
 
 
 @dataclass
@@ -83,10 +98,13 @@ def paired(runs: list[ComparedRun], metric: str | None = None) -> list[Paired]:
         for task in tasks:
             side_a = [scored(r, metric) for r in first if r.task == task]
             side_b = [scored(r, metric) for r in other if r.task == task]
-            a = _mean([s.value for s in side_a if s.value is not None])
-            b = _mean([s.value for s in side_b if s.value is not None])
+            values_a = [s.value for s in side_a if s.value is not None]
+            values_b = [s.value for s in side_b if s.value is not None]
+            a, b = _mean(values_a), _mean(values_b)
+            counts = {"a_n": len(values_a), "b_n": len(values_b)}
+            counts |= {"a_runs": len(side_a), "b_runs": len(side_b)}
             if a is None or b is None:
-                table.rows.append(PairedRow(task, a, b, None, "-"))
+                table.rows.append(PairedRow(task, a, b, None, "-", **counts))
                 continue
             higher = (side_a + side_b)[0].higher_is_better
             diff = b - a
@@ -94,7 +112,7 @@ def paired(runs: list[ComparedRun], metric: str | None = None) -> list[Paired]:
                 outcome = "tie"
             else:
                 outcome = "win" if (diff > 0) == higher else "loss"
-            table.rows.append(PairedRow(task, a, b, diff, outcome))
+            table.rows.append(PairedRow(task, a, b, diff, outcome, **counts))
             table.wins += outcome == "win"
             table.losses += outcome == "loss"
             table.ties += outcome == "tie"

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlra.batch.compare.matrix import BEST, build
-from mlra.batch.compare.paired import Paired, paired
+from mlra.batch.compare.paired import Paired, paired, side_text
 from mlra.batch.compare.runs import MAX_RUNS, ComparedRun, CompareError, is_run_dir, load
 from mlra.batch.report_rows import RunRow
 from mlra.batch.report_text import md_cell
@@ -71,7 +71,8 @@ def _paired_md(table: Paired) -> list[str]:
     ]
     for r in table.rows:
         lines.append(
-            f"| {md_cell(r.task)} | {num(r.a)} | {num(r.b)} | {num(r.diff, True)} | {r.outcome} |"
+            f"| {md_cell(r.task)} | {side_text(r.a, r.a_n, r.a_runs)} "
+            f"| {side_text(r.b, r.b_n, r.b_runs)} | {num(r.diff, True)} | {r.outcome} |"
         )
     return lines
 

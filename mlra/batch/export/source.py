@@ -48,7 +48,7 @@ Param = str | int | float | bool
 
 
 class NotARun(ValueError):
-    """The path is neither a run folder nor a batch folder (one line for the user)."""
+    """The path is no run folder, batch folder or folder of runs (one line for the user)."""
 
 
 @dataclass
@@ -221,23 +221,30 @@ def _with_attempts(folder: Path, name: str, transcript: Transcript | None) -> li
 
 
 def read_experiment(path: Path, transcript: Transcript | None = None) -> Experiment:
-    """A run folder (with its attempts) or a batch folder (every run in `runs/`) as one
-    experiment; `NotARun` where it is neither."""
+    """A run folder (with its attempts), a batch folder (every run in `runs/`) or a plain
+    folder of run folders (`./runs`, as `mlra compare`, `report` and `share` take it) as
+    one experiment; `NotARun` where it is none of them."""
     path = path.resolve()
     if (path / EVENTS_FILE).is_file():
         runs = _with_attempts(path, path.name, transcript)
         set_one_offs_apart(runs)
         return Experiment(path.name, runs)
-    runs_dir = path / RUNS
-    if runs_dir.is_dir():
-        runs: list[ExportRun] = []
-        for folder in sorted(runs_dir.iterdir()):
-            if (folder / EVENTS_FILE).is_file():
-                runs += _with_attempts(folder, folder.name, transcript)
+    if not path.is_dir():
+        raise NotARun(f"{path} is {'not a folder' if path.exists() else 'not there'}")
+    batch = (path / RUNS).is_dir()
+    runs: list[ExportRun] = []
+    for folder in sorted((path / RUNS if batch else path).iterdir()):
+        if (folder / EVENTS_FILE).is_file():
+            runs += _with_attempts(folder, folder.name, transcript)
+    if batch:
         for run in runs:
             run.tags["batch"] = path.name
-        if runs:
-            set_one_offs_apart(runs)
-            return Experiment(path.name, runs)
+    if runs:
+        set_one_offs_apart(runs)
+        return Experiment(path.name, runs)
+    if batch:
         raise NotARun(f"{path}: a batch folder with no run in {RUNS}/ yet")
-    raise NotARun(f"{path} is neither a run folder ({EVENTS_FILE}) nor a batch folder ({RUNS}/)")
+    raise NotARun(
+        f"{path} is neither a run folder ({EVENTS_FILE}), a batch folder ({RUNS}/) "
+        "nor a folder of run folders"
+    )

@@ -32,6 +32,7 @@ from typing import Any
 from mlra.batch.export.names import SafeNames, names_of, text_value, wandb_name
 from mlra.batch.export.source import Experiment, ExportRun
 from mlra.batch.export.trackers import not_written
+from mlra.batch.export.wandb_file import drop_exit
 from mlra.terminal_text import printable_line
 
 PACKAGE = "wandb"
@@ -97,6 +98,17 @@ def _config(run: ExportRun, keys: SafeNames) -> dict[str, Any]:
     return config
 
 
+UNENDED = ("interrupted", "running")
+"""mlra's endings W&B has no exit for: a killed run (W&B's Crashed: its process stopped
+before it finished) and one still going (Running); their files end without one."""
+
+
+def exit_code(run: ExportRun) -> int:
+    """W&B's exit code for how the run ended: 0 (Finished) for a finished run, 1 (Failed)
+    for any other ending, as MLflow's FAILED: every run was exported Finished."""
+    return 0 if run.tags.get("status") == "finished" else 1
+
+
 def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun, keys: SafeNames) -> str:
     settings = wandb.Settings(
         mode="offline",
@@ -145,7 +157,7 @@ def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun, keys: SafeN
                 (files / artifact.name).write_text(artifact.text, encoding="utf-8")
         where = str(Path(tracked.dir).parent)
     finally:
-        tracked.finish()
+        tracked.finish(exit_code=exit_code(run))
     return where
 
 
@@ -158,16 +170,23 @@ def write(experiment: Experiment, dest: str) -> str:
         keys = SafeNames(wandb_name, names_of(experiment), reserved=(STEP, WALL))
         made: list[str] = []
         refused: list[str] = []
+        unended: list[Path] = []
         try:
             for run in experiment.runs:
                 try:
-                    made.append(_write_run(wandb, folder, project_name(experiment.name), run, keys))
+                    where = _write_run(wandb, folder, project_name(experiment.name), run, keys)
                 except Exception as exc:  # one run's failure: said, the rest go on
                     refused.append(not_written("W&B", run.name, exc))
+                    continue
+                made.append(where)
+                if run.tags.get("status") in UNENDED:
+                    unended += Path(where).glob("run-*.wandb")
         finally:
             # finish() returns before wandb-core has written the whole `.wandb` file
             # (seen: a file with only its header): the service's shutdown waits for it.
             wandb.teardown()
+        for path in unended:
+            drop_exit(path)
     n = len(made)
     where = (
         f"W&B offline run{'s' * (n != 1)} in {folder / 'wandb'} (project "

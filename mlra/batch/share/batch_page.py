@@ -16,6 +16,7 @@ from mlra import __version__
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.run_result import log_digest
 from mlra.batch.report_rows import RunRow, collect, summarize
+from mlra.batch.report_tables import success_cell
 from mlra.batch.share.compare_section import comparison
 from mlra.batch.share.page import head, tail
 from mlra.batch.share.run_page import CURVES_SHARE, DEFAULT_MAX_MB, MB
@@ -64,7 +65,7 @@ def write_batch_page(
     )
     for g in groups:
         se = "" if g.score_se is None else f" ± {g.score_se:.3g}"
-        success = f"{g.success_rate:.0%}" if g.judged else "not judged"
+        success = success_cell(g)
         median = "-" if g.median_duration_s is None else format_duration(g.median_duration_s)
         parts.append(
             f'<tr><td>{line(g.task)}</td><td>{line(g.model)}</td><td class="num">{g.runs}</td>'

@@ -21,7 +21,7 @@ from typing import Any
 
 from mlra.batch.compare.matrix import BEST, Matrix, build
 from mlra.batch.compare.overlay import COLOURS, Line, best_so_far, overlay
-from mlra.batch.compare.paired import Paired
+from mlra.batch.compare.paired import Paired, side_text
 from mlra.batch.compare.report_md import compared
 from mlra.batch.compare.runs import MAX_RUNS, ComparedRun
 from mlra.batch.report_rows import RunRow
@@ -83,8 +83,9 @@ def _num(value: float | None, signed: bool = False) -> str:
 
 def _paired_html(table: Paired, line: _Text) -> str:
     rows = "".join(
-        f'<tr><td>{line(r.task)}</td><td class="num">{_num(r.a)}</td>'
-        f'<td class="num">{_num(r.b)}</td><td class="num">{_num(r.diff, True)}</td>'
+        f'<tr><td>{line(r.task)}</td><td class="num">{side_text(r.a, r.a_n, r.a_runs)}</td>'
+        f'<td class="num">{side_text(r.b, r.b_n, r.b_runs)}</td>'
+        f'<td class="num">{_num(r.diff, True)}</td>'
         f"<td>{r.outcome}</td></tr>"
         for r in table.rows
     )

@@ -34,7 +34,11 @@ def add_export_command(sub: Any) -> None:
         f"Local unless --dest names a server: {', '.join(t.local for t in TRACKERS.values())}. "
         "Needs pip install 'mlra[export]'.",
     )
-    p.add_argument("run", metavar="RUN|BATCH", help="a run folder, a batch folder, or a run id")
+    p.add_argument(
+        "run",
+        metavar="RUN|BATCH",
+        help="a run folder, a batch folder, a folder of runs, or a run id",
+    )
     p.add_argument("--to", required=True, choices=list(TRACKERS), help="the tracker")
     p.add_argument(
         "--dest",

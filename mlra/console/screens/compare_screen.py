@@ -26,7 +26,7 @@ from textual_plotext import PlotextPlot
 from mlra.batch.compare import matrix as matrix_of
 from mlra.batch.compare.diffs import prompts_diff, settings_diff
 from mlra.batch.compare.overlay import Line, X, best_so_far, colour, overlay, rgb
-from mlra.batch.compare.paired import paired
+from mlra.batch.compare.paired import paired, side_text
 from mlra.batch.compare.runs import ComparedRun
 from mlra.console.screens.attempt_screens import PickAttemptScreen
 from mlra.console.screens.screens import DiffScreen
@@ -81,7 +81,8 @@ def matrix_table(runs: list[ComparedRun], metric: str | None, *, all_settings: b
         )
         for r in t.rows:
             diff = "-" if r.diff is None else f"{r.diff:+.4g}"
-            lines.append(f"  {printable_line(r.task)}  {diff}  {r.outcome}\n")
+            sides = f"{side_text(r.a, r.a_n, r.a_runs)} → {side_text(r.b, r.b_n, r.b_runs)}"
+            lines.append(f"  {printable_line(r.task)}  {sides}  {diff}  {r.outcome}\n")
         parts.append(lines)
     return Group(*parts)
 

@@ -16,7 +16,7 @@ from dataclasses import asdict
 from typing import Any
 
 from mlra.batch.compare.matrix import Matrix
-from mlra.batch.compare.paired import Paired
+from mlra.batch.compare.paired import Paired, side_text
 from mlra.terminal_text import printable_line
 
 NAME_WIDTH = 18
@@ -118,7 +118,14 @@ def paired_text(table: Paired, width: int = 80) -> str:
         f"{table.wins} wins, {table.losses} losses, {table.ties} ties"
     )
     rows = [("task", "1st side", "2nd side", "2nd-1st", "")] + [
-        (r.task, _num(r.a), _num(r.b), _num(r.diff, signed=True), r.outcome) for r in table.rows
+        (
+            r.task,
+            side_text(r.a, r.a_n, r.a_runs),
+            side_text(r.b, r.b_n, r.b_runs),
+            _num(r.diff, signed=True),
+            r.outcome,
+        )
+        for r in table.rows
     ]
     num_w = [max(len(r[k]) for r in rows) for k in (1, 2, 3, 4)]
     task_w = max(4, min(max(len(printable_line(r[0])) for r in rows), width - sum(num_w) - 8))

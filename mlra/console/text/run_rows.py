@@ -49,6 +49,9 @@ class RunRow:
     result_mismatch: bool = False
     """result.json says other than its log (the log was rewritten, or the result
     edited): the row shows what the log says."""
+    earlier_score: float | None = None
+    """The score of an ending the run was resumed past (result.json's `earlier_grade`):
+    in the JSON rows only, never in `score`, which is the run's ending's as it is now."""
     regrades: int = 0
     """How often the run was graded again after it ended (`mlra eval`)."""
     regrade_score: float | None = None
@@ -237,6 +240,7 @@ def run_row(run_dir: Path) -> RunRow:
     row.higher_is_better = result.higher_is_better
     row.success, row.success_bar = result.success, result.success_bar
     row.self_reported = result.self_reported
+    row.earlier_score = result.earlier_grade.score if result.earlier_grade else None
     if result.regrades:
         latest = result.regrades[-1]
         row.regrades, row.regrade_score = len(result.regrades), latest.score
