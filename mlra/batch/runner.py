@@ -408,8 +408,15 @@ class BatchRunner:
             drivers.append(self._drive_to_end(run, slots))
         self._changed("batch started")
         ticker = asyncio.create_task(self._tick())
+        tasks = [asyncio.ensure_future(driver) for driver in drivers]
         try:
-            await asyncio.gather(*drivers)
+            await asyncio.gather(*tasks)
+        except asyncio.CancelledError:
+            # Ctrl-C: gather ends at the first driver cancelled (a queued run's, at once),
+            # and the batch exited while a running run still recorded its stop, killing it
+            # with its parent; each driver is let stop its run (30 s at most) first.
+            await asyncio.wait(tasks)
+            raise
         finally:
             ticker.cancel()
         self._changed("batch ended")

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent.record.eventlog import log_is_live
+from mlra import events as ev
+from mlra.agent.record.eventlog import log_is_live, read_events
 from mlra.batch import runner as batch_runner
 from mlra.batch.report_rows import collect, summarize
 from mlra.console.cli.cli import main
@@ -131,3 +132,53 @@ def test_a_retry_refused_before_it_began_is_not_counted_as_one(
     assert not (out / "runs" / run_id).exists()  # the retry never began
     (group,) = summarize(collect(out))
     assert group.retries == 0  # the report says as the last line does
+
+
+def test_ctrl_c_while_a_run_is_queued_lets_the_running_one_record_its_stop(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """One run hangs in a long command while the other waits for the CPU; Ctrl-C. The
+    batch ended at once (gather gave up at the queued run's cancellation), the running
+    run was killed with it before it recorded its stop, and the last line left it out:
+    "1 not started or to retry; ... 0 ended before"."""
+    (tmp_path / "answer_task").symlink_to(answer_task)
+    out = tmp_path / "b"
+    with ScriptedModelServer(HANGING) as server:
+        args = ["batch", "--tasks", "answer_task", "--models", MODEL, "--seeds", "2"]
+        args += ["--parallel", "2", "--out", str(out), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
+        args += ["--isolation", "none", "--no-tui"]
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        batch = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            preexec_fn=_one_cpu,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        runs = [out / "runs" / batch_run_id(out, MODEL, seed) for seed in (1, 2)]
+        logs = {r: out / "logs" / f"{r.name}.log" for r in runs}
+        try:
+            _wait_for(
+                lambda: (
+                    any(_hanging_tool_call(r) for r in runs)
+                    and any(not r.exists() and logs[r].is_file() for r in runs)
+                ),
+                90,
+                "one run hanging and one queued",
+            )
+            batch.send_signal(signal.SIGINT)
+            stdout, stderr = batch.communicate(timeout=120)  # each run has 30 s to stop
+        finally:
+            if batch.poll() is None:
+                batch.kill()
+                batch.wait()
+    assert batch.returncode == 130, stdout + stderr
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith(
+        "batch: stopped (Ctrl-C): 1 run stopped midway and 1 not started or to retry"
+    ), stdout
+    (hung,) = [r for r in runs if r.exists()]
+    finished = [e for e in read_events(hung / "events.jsonl") if isinstance(e, ev.RunFinished)]
+    assert [(e.status, e.reason) for e in finished] == [("stopped", "stopped")]
