@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from mlra.agent.record.eventlog import log_is_live
+from mlra import events as ev
+from mlra.agent.record.eventlog import log_is_live, read_events
 from mlra.batch import runner as batch_runner
 from mlra.batch.report_rows import collect, summarize
 from mlra.console.cli.cli import main
@@ -131,3 +132,101 @@ def test_a_retry_refused_before_it_began_is_not_counted_as_one(
     assert not (out / "runs" / run_id).exists()  # the retry never began
     (group,) = summarize(collect(out))
     assert group.retries == 0  # the report says as the last line does
+
+
+def test_ctrl_c_while_a_run_is_queued_lets_the_running_one_record_its_stop(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """One run hangs in a long command while the other waits for the CPU; Ctrl-C. The
+    batch ended at once (gather gave up at the queued run's cancellation), the running
+    run was killed with it before it recorded its stop, and the last line left it out:
+    "1 not started or to retry; ... 0 ended before"."""
+    (tmp_path / "answer_task").symlink_to(answer_task)
+    out = tmp_path / "b"
+    with ScriptedModelServer(HANGING) as server:
+        args = ["batch", "--tasks", "answer_task", "--models", MODEL, "--seeds", "2"]
+        args += ["--parallel", "2", "--out", str(out), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
+        args += ["--isolation", "none", "--no-tui"]
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        batch = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            preexec_fn=_one_cpu,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        runs = [out / "runs" / batch_run_id(out, MODEL, seed) for seed in (1, 2)]
+        logs = {r: out / "logs" / f"{r.name}.log" for r in runs}
+        try:
+            _wait_for(
+                lambda: (
+                    any(_hanging_tool_call(r) for r in runs)
+                    and any(not r.exists() and logs[r].is_file() for r in runs)
+                ),
+                90,
+                "one run hanging and one queued",
+            )
+            batch.send_signal(signal.SIGINT)
+            stdout, stderr = batch.communicate(timeout=120)  # each run has 30 s to stop
+        finally:
+            if batch.poll() is None:
+                batch.kill()
+                batch.wait()
+    assert batch.returncode == 130, stdout + stderr
+    last = stdout.strip().splitlines()[-1]
+    assert last.startswith(
+        "batch: stopped (Ctrl-C): 1 run stopped midway and 1 not started or to retry"
+    ), stdout
+    (hung,) = [r for r in runs if r.exists()]
+    finished = [e for e in read_events(hung / "events.jsonl") if isinstance(e, ev.RunFinished)]
+    assert [(e.status, e.reason) for e in finished] == [("stopped", "stopped")]
+
+
+def _terminal_group() -> None:
+    """In the batch's process: a process group of its own, as a shell gives a foreground
+    job, so the test's Ctrl-C reaches the batch and its runs at once, as a terminal's does."""
+    os.setpgid(0, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_a_terminals_ctrl_c_stops_a_batchs_run_without_evaluating_it(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The terminal's Ctrl-C reaches the runs too: each began "stopping; evaluating what the
+    workspace holds" (the log said so, and the run started grading) until the batch's own
+    stop came; the batch stops its runs without evaluating them."""
+    (tmp_path / "answer_task").symlink_to(answer_task)
+    out = tmp_path / "b"
+    with ScriptedModelServer(HANGING) as server:
+        args = ["batch", "--tasks", "answer_task", "--models", MODEL, "--seeds", "1"]
+        args += ["--out", str(out), "--base-url", server.url_for("openai")]  # type: ignore[list-item]
+        args += ["--isolation", "none", "--no-tui"]
+        env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+        batch = subprocess.Popen(
+            [sys.executable, "-m", "mlra", *args],
+            cwd=tmp_path,
+            env=env,
+            preexec_fn=_terminal_group,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        run = out / "runs" / batch_run_id(out, MODEL)
+        try:
+            _wait_for(lambda: _hanging_tool_call(run), 90, "the run's long command")
+            os.killpg(batch.pid, signal.SIGINT)
+            stdout, stderr = batch.communicate(timeout=120)
+        finally:
+            if batch.poll() is None:
+                os.killpg(batch.pid, signal.SIGKILL)
+                batch.wait()
+    assert batch.returncode == 130, stdout + stderr
+    assert "1 run stopped midway" in stdout.strip().splitlines()[-1], stdout
+    printed = (out / "logs" / f"{run.name}.log").read_text()
+    assert "evaluating what the workspace holds" not in printed, printed
+    events = read_events(run / "events.jsonl")
+    assert not [e for e in events if isinstance(e, ev.EvaluationStarted)]
+    finished = [e for e in events if isinstance(e, ev.RunFinished)]
+    assert [(e.status, e.reason) for e in finished] == [("stopped", "stopped")]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from mlra import events as ev
 from mlra.batch.compare import matrix, overlay, paired
 from mlra.batch.compare.diffs import prompts_diff, settings_diff
 from mlra.batch.compare.runs import CompareError, expand, load, load_all
@@ -91,6 +92,27 @@ def test_metric_picks_a_curve_or_a_validation_and_refuses_an_unknown_one(tmp_pat
     assert _row(matrix.build(both, "accuracy"), "accuracy ↑") == ["0.45", "0.9*"]
     with pytest.raises(CompareError, match="unknown metric 'nope'"):
         matrix.build(both, "nope")
+
+
+def test_an_unknown_metric_is_answered_with_every_name_or_says_how_many_more(
+    tmp_path: Path,
+) -> None:
+    """The names were cut at 8 without a word: tiny-lm's ten (its numbers and lm-eval's)
+    left out `valid`, its validation loss, the one a user comparing runs looks for."""
+    runs = tmp_path / "runs"
+    names = ["d", "layers", "tokenizer", "valid", *(f"lm/m{i}" for i in range(5))]
+    points = [ev.MetricPoint(name=n, value=1.0, step=100, wall=1.0) for n in names]
+    more = (ev.Metrics(source="command:c1", call_id="c1", points=points),)
+    both = load_all([compared_run(runs, n, more=more) for n in ("a", "b")])
+    with pytest.raises(CompareError) as refused:
+        matrix.build(both, "val_loss")
+    said = str(refused.value)
+    assert said.endswith(", tokenizer, valid") and "more" not in said, said
+    many = tuple(ev.MetricPoint(name=f"s{i:02}", value=1.0, wall=1.0) for i in range(40))
+    more = (ev.Metrics(source="command:c1", call_id="c1", points=list(many)),)
+    lots = load_all([compared_run(tmp_path / "lots", n, more=more) for n in ("a", "b")])
+    with pytest.raises(CompareError, match=r"and \d+ more$"):
+        matrix.build(lots, "val_loss")
 
 
 def test_a_running_run_and_bad_input(tmp_path: Path) -> None:

@@ -85,3 +85,28 @@ async def test_the_breakpoints_dialog_refuses_a_rule_naming_no_tool(
         await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
         assert (await run.finished()).reason == "submitted"
     assert run.watch.count(is_(ev.Control, action="breakpoints")) == 1
+
+
+async def test_a_rule_typed_in_the_breakpoints_dialog_is_added_to_those_set(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The cursor started before the set rules: `b`, then `read_file` typed, made one rule,
+    `read_filebash`, refused as naming no tool."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        await run.pilot.press("b")
+        await run.shown(lambda app: isinstance(app.screen, BreakpointsScreen))
+        dialog = run.app.screen
+        said = dialog.query_one("#break-error", Static)
+        await run.pilot.press(*"read_file", "ctrl+s")
+        await run.shown(lambda app: app.screen is not dialog or "no tool" in str(said.render()))
+        assert run.app.screen is not dialog, str(said.render())
+        rules = await run.watch.wait(is_(ev.Control, action="breakpoints"))
+        assert isinstance(rules, ev.Control)
+        assert rules.arguments == {"rules": ["bash", "read_file"]}
+        await run.shown(lambda app: not isinstance(app.screen, BreakpointsScreen))
+        await run.pilot.press("a")
+        await run.watch.wait(is_(ev.ToolResult, call_id=waiting.call_id))
+        await run.finished()

@@ -214,6 +214,11 @@ async def test_edit_a_call_before_it_runs(tmp_path: Path, answer_task: Path) -> 
     )
 
 
+def _shown_entry(pane: TranscriptPane, call_id: str) -> str:
+    entry = pane.tool_entry(call_id)
+    return "" if entry is None else entry.render_entry().plain
+
+
 async def test_reject_a_call_with_a_message_the_worker_reads(
     tmp_path: Path, answer_task: Path
 ) -> None:
@@ -229,6 +234,11 @@ async def test_reject_a_call_with_a_message_the_worker_reads(
         result = await run.watch.wait(
             lambda e: isinstance(e, ev.ToolResult) and e.call_id == waiting.call_id
         )  # type: ignore[attr-defined]
+        # Under the call it said "rejectd by you" (the action's name with a "d").
+        pane = run.app.query_one(TranscriptPane)
+        await run.shown(
+            lambda app: "rejected by you" in _shown_entry(pane, waiting.call_id)  # type: ignore[attr-defined]
+        )
         await run.finished()
     assert not result.ok and "The user rejected this call: keep it" in result.output  # type: ignore[attr-defined]
     sent = json.dumps(run.server.requests_for("worker")[1].body)

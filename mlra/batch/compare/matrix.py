@@ -58,9 +58,17 @@ def metric_names(runs: list[ComparedRun]) -> set[str]:
     return names
 
 
+SHOWN_METRICS = 30
+"""How many names an unknown `--metric` is answered with (a run's curves may be many)."""
+
+
 def check_metric(runs: list[ComparedRun], metric: str | None) -> None:
     if metric is not None and metric not in metric_names(runs):
-        known = ", ".join(sorted(metric_names(runs))[:8]) or "none recorded"
+        # Cut at 8 without a word, tiny-lm's list left out `valid`, its validation loss.
+        names = sorted(metric_names(runs))
+        known = ", ".join(names[:SHOWN_METRICS]) or "none recorded"
+        if len(names) > SHOWN_METRICS:
+            known += f" and {len(names) - SHOWN_METRICS} more"
         raise CompareError(f"unknown metric {metric!r}: these runs have {known}")
 
 

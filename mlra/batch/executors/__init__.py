@@ -13,6 +13,11 @@ from typing import Protocol
 
 from mlra.batch.spec import Resources
 
+LOCAL_RUN_ENV = "MLRA_BATCH_RUN"
+"""Set for a run the local executor starts: the terminal's Ctrl-C reaches the run as well
+as the batch, and the run stops without evaluating, as the batch then asks it to
+(console/apps/headless_run.py), rather than starting to grade what its workspace holds."""
+
 
 @dataclass
 class Job:

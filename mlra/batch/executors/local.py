@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlra.batch.executors import Job
+from mlra.batch.executors import LOCAL_RUN_ENV, Job
 from mlra.batch.spec import Resources
 
 
@@ -104,6 +104,7 @@ class LocalExecutor:
         gpus = await self._acquire(job.resources)
         try:
             env = {**os.environ, **job.env, "CUDA_VISIBLE_DEVICES": ",".join(gpus)}
+            env[LOCAL_RUN_ENV] = "1"
             args = list(job.args)
             if self.capacity.gpus:
                 # The sandbox builds its environment from nothing: name the devices to it

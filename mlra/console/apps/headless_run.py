@@ -28,6 +28,7 @@ def run_headless(
 
     from mlra.agent.agents.run import agent_for, know_tools
     from mlra.agent.run.controller import RunController
+    from mlra.batch.executors import LOCAL_RUN_ENV
     from mlra.console.text.headless import JsonDisplay, TranscriptDisplay
     from mlra.console.text.printer import tell_stderr
 
@@ -61,7 +62,9 @@ def run_headless(
         def on_interrupt() -> None:
             nonlocal hits
             hits += 1
-            if hits == 1:
+            if os.environ.get(LOCAL_RUN_ENV):  # a batch's Ctrl-C stops its runs unevaluated
+                controller.abort()
+            elif hits == 1:
                 sys.stderr.write(
                     "\nmlra: stopping; evaluating what the workspace holds "
                     "(Ctrl-C again to quit without evaluating)\n"

@@ -65,6 +65,8 @@ KEEP_FULL_OUTPUT = 30
 """The newest entries keep their full tail for expanding; older ones keep what they show."""
 QUIET_TOOLS = {"update_plan", "assign_subtask"}
 """Supervisor tools the Plan pane shows; the transcript leaves them out."""
+_DECIDED = {"approve": "approved", "reject": "rejected"}
+"""Said under a call decided at its breakpoint (the action's name plus "d" read "rejectd")."""
 
 
 class TranscriptPane(VerticalScroll):
@@ -274,7 +276,7 @@ class TranscriptPane(VerticalScroll):
                 entry.edited, entry.edited_by = event.arguments, who
                 return
             if event.action in ("approve", "reject"):  # under the call, above its output
-                entry.decided = f"{event.action}d by {who}"
+                entry.decided = f"{_DECIDED[event.action]} by {who}"
                 return
         self._note(event, control_line(event), "bold yellow")
 

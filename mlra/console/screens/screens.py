@@ -178,12 +178,19 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
                 "arguments contain the text) · :pip install  (any tool). Empty: no breakpoints.",
                 classes="dialog-detail",
             )
-            yield EditableText("\n".join(self.rules), id="break-rules")
+            # The rules set, then an empty line for the next: the cursor waits there.
+            yield EditableText("".join(f"{rule}\n" for rule in self.rules), id="break-rules")
             yield Static(
                 "Ctrl+S to save · Ctrl+A selects all · Escape to cancel",
                 id="break-error",
                 classes="dialog-detail",
             )
+
+    def on_mount(self) -> None:
+        """A rule typed at once is added: with the cursor at the start, `submit` typed
+        over a set `bash` made one rule, `submitbash`."""
+        rules = self.query_one("#break-rules", TextArea)
+        rules.move_cursor(rules.document.end)
 
     def action_save(self) -> None:
         text = self.query_one("#break-rules", TextArea).text
