@@ -193,6 +193,28 @@ def driving(out: Path, run_id: str) -> Iterator[bool]:
         os.close(fd)
 
 
+def driven_elsewhere(out: Path) -> list[str]:
+    """The runs another `mlra batch` drives now (its `.drivers/` lock held; call with none of
+    this process's held): a report written meanwhile calls them failed ("success 0%"), so the
+    batch driving them writes it as it ends. The probe is shared, as `log_is_live`'s is."""
+    held = []
+    drivers = out / DRIVERS
+    for path in sorted(drivers.iterdir()) if drivers.is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.append(path.name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return held
+
+
 class RunCard(BaseModel):
     """What the batch knows of a run before it has a folder: enough for its report row."""
 

@@ -22,7 +22,7 @@ from mlra.agent.providers.base import ConfigError
 from mlra.batch.executors.local import LocalExecutor
 from mlra.batch.notify import BatchNotifications
 from mlra.batch.progress import make_display
-from mlra.batch.report import write_report
+from mlra.batch.report import write_batch_report, write_report
 from mlra.batch.report_plots import PLOTS_MISSING, can_plot
 from mlra.batch.report_rows import collect
 from mlra.batch.report_tables import group_line
@@ -352,7 +352,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         executor.close()
     for note in runner.notes:
         print(printable_line(f"note: {note}"))
-    groups = write_report(out)
+    groups, report = write_batch_report(out)
     if groups:
         print("mean ± standard error over seeds, as report.md counts them:")
         for group in groups:
@@ -379,8 +379,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             if progress.lost
             else ""
         )
-        + ") · "
-        f"report {out / 'report.md'}",
+        + f") · {report}",
         flush=True,
     )
     sys.stdout.flush()
@@ -403,10 +402,7 @@ def _stopped(out: Path, runs: list[Any], by: str = "Ctrl-C") -> int:
     words = " and ".join(w for w in left if w) or "nothing left to run"
     them = "it" if stopped + waiting == 1 else "them"
     again = f"; the same command carries {them} on" if stopped or waiting else ""
-    report = ""
-    if collect(out):
-        write_report(out)
-        report = f" · report {out / 'report.md'}"
+    report = f" · {write_batch_report(out)[1]}" if collect(out) else ""
     print(
         printable_line(f"batch: stopped ({by}): {words}{again}; {ended} ended before{report}"),
         flush=True,
