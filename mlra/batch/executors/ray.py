@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,6 +39,7 @@ from mlra.batch.executors.ray_node import (
     run_on_node,
     run_pushing,
 )
+from mlra.batch.executors.ray_watch import HeadWatch
 from mlra.batch.executors.shipping import content_hash, file_chunks, pack, unpack
 from mlra.batch.spec import Resources
 from mlra.batch.state import RUNS, Placement, add_placement
@@ -81,6 +83,15 @@ class RayExecutor:
         self._tasks: dict[str, Shipment] = {}
         self._shipping = asyncio.Lock()
         self._nodes_at = time.monotonic()
+        self.on_head_lost: Callable[[str], None] | None = None
+        """Told why, where the cluster's head stops answering: Ray ends the process ~60 s
+        after, saying so in ray.log only (executors/ray_watch.py)."""
+        address = None if self.client else ray.get_runtime_context().gcs_address
+        self._watch = HeadWatch(address, self._head_lost) if address else None
+
+    def _head_lost(self, why: str) -> None:
+        if self.on_head_lost is not None:
+            self.on_head_lost(why)
 
     async def live_nodes(self) -> list[dict[str, Any]]:
         """The live nodes, asked of Ray at most once a poll for all queued runs together."""
@@ -176,6 +187,8 @@ class RayExecutor:
         return attempt.code
 
     def close(self) -> None:
+        if self._watch is not None:  # a local head stopped below is not lost
+            self._watch.stop()
         if self._started:  # only a Ray this batch connected to or started itself
             self._ray.shutdown()
         if self._logs is not None:

@@ -304,6 +304,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     else:
         executor = LocalExecutor()
     display = make_display(args.no_tui)
+    if spec.executor == "ray":
+        executor.on_head_lost = lambda why: _cluster_lost(out, why, display)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
     told = _notifications(out, args.notify, runner.notes)
     if told is not None:
@@ -408,6 +410,19 @@ def _stopped(out: Path, runs: list[Any], by: str = "Ctrl-C") -> int:
         flush=True,
     )
     return EXIT_INTERRUPTED
+
+
+def _cluster_lost(out: Path, why: str, display: Any) -> None:
+    """The cluster's head is gone, and Ray ends this process (~60 s on) saying so only in
+    ray.log: the batch says it first, with the report so far, and exits itself."""
+    display.close()
+    report = ""
+    if collect(out):  # its own runs' locks held: written though they read as driven
+        write_report(out)
+        report = f" · report {out / 'report.md'}"
+    line = f"batch: the Ray cluster was lost ({why}), its runs with it; once it is back, "
+    print(printable_line(line + f"the same command resumes the batch{report}"), flush=True)
+    os._exit(EXIT_FAILED)
 
 
 def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
