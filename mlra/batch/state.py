@@ -166,6 +166,10 @@ def retire(out: Path, run_id: str) -> Path:
     return target
 
 
+NODE_LOST = "node lost"
+"""A placement's outcome where the attempt ended with its node: the only one counted
+"lost with a node"."""
+
 DRIVERS = ".drivers"
 """`.drivers/<run-id>`: flock'ed by the `mlra batch` that drives the run now (kept: a
 lock file removed could be locked by two, each on a file of its own)."""
@@ -258,7 +262,9 @@ class Placement(BaseModel):
     ip: str = ""
     started_at: float = 0.0
     outcome: str = ""
-    """`node lost` when the attempt ended with its node; empty when the run itself ended."""
+    """`node lost` (NODE_LOST) when the attempt ended with its node, or what else ended it
+    outside the run (`out of memory`, `worker died`, `error on node`); empty when the run
+    itself ended."""
     detail: str = ""
 
     @property
