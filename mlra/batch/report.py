@@ -35,6 +35,7 @@ from pathlib import Path
 from mlra.batch.report_plots import can_plot, plot, plot_validation, references
 from mlra.batch.report_rows import Attempt, Group, collect, summarize
 from mlra.batch.report_tables import markdown, write_csv
+from mlra.batch.state import driven_elsewhere
 
 REPORT_FILES = (
     "report.md",
@@ -72,3 +73,16 @@ def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -
         plot_validation(out, rows)
         plot_curves(out, curves)
     return groups
+
+
+def write_batch_report(out: Path) -> tuple[list[Group], str]:
+    """The report a batch writes as it ends, and the words that say where it is. Not while
+    another `mlra batch` on the folder still drives runs: it overwrote that batch's report
+    with one calling its live runs failed ("success 0%") until that batch ended; the batch
+    driving them writes it when it ends."""
+    others = driven_elsewhere(out)
+    if others:
+        n = len(others)
+        runs = f"{n} run{'' if n == 1 else 's'}"
+        return [], f"report.md left to the mlra batch still driving {runs} (written as it ends)"
+    return write_report(out), f"report {out / 'report.md'}"

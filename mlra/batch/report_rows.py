@@ -19,7 +19,7 @@ from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read
 from mlra.agent.record.run_result import UNFINISHED_MESSAGES as UNFINISHED
 from mlra.agent.record.run_result import RunResult, result_of, stands_for_log
 from mlra.agent.record.state import fold
-from mlra.batch.state import RETIRED, RUNS, RunCard, read_cards, read_placements
+from mlra.batch.state import NODE_LOST, RETIRED, RUNS, RunCard, read_cards, read_placements
 
 Attempt = Literal["first", "last"]
 """Which attempt of each seed the group numbers count."""
@@ -324,7 +324,7 @@ def _attempt_row(folder: Path, run_id: str, attempt: int, card: RunCard | None) 
     notes = read_annotations(folder)
     row.annotations, row.tags = len(notes), dict(tag_counts(notes))
     row.nodes = [p.where for p in placements if p.node_id]
-    row.nodes_lost = [p.where for p in placements if p.node_id and p.outcome]
+    row.nodes_lost = [p.where for p in placements if p.node_id and p.outcome == NODE_LOST]
     row.lost = lost
     return row
 
@@ -417,7 +417,9 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 # Attempts after a run's first that began, as the batch's last line
                 # counts them: one refused before it began (its server down) is no retry.
                 retries=sum(1 for m in every if m.attempt > 1 and m.started),
-                lost_with_node=sum(len(m.nodes_lost) or int(m.lost) for m in every),
+                lost_with_node=sum(
+                    len(m.nodes_lost) or int(m.lost and m.reason == NODE_LOST) for m in every
+                ),
                 best_validation_mean=best_mean,
                 best_validation_se=best_se,
                 experiments_mean=(

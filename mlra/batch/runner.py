@@ -22,6 +22,7 @@ from mlra.batch.report_tables import score_text
 from mlra.batch.spec import BatchSpec, RunSpec, run_command
 from mlra.batch.state import (
     LOGS,
+    NODE_LOST,
     RUNS,
     Placement,
     RunCard,
@@ -363,17 +364,17 @@ class BatchRunner:
     def _lost(self, run_id: str, before: RunStatus, exc: AttemptLost) -> None:
         """Count the lost attempt (its folder's, or a retired folder of its placement)."""
         placement = exc.args[0] if exc.args and isinstance(exc.args[0], Placement) else None
-        placement = placement or Placement(node_id="", host="(not placed)", outcome="node lost")
+        placement = placement or Placement(node_id="", host="(not placed)", outcome=NODE_LOST)
         after = run_status(self.out, run_id)
         if after.attempts > before.attempts and (self.out / RUNS / run_id).is_dir():
             add_placement(self.out / RUNS / run_id, placement)
         else:  # nothing of it reached the batch folder: a retired folder says it was tried
             lost_attempt(self.out, run_id, placement)
         status = self.refresh(run_id)
-        self.progress.lost += 1
+        self.progress.lost += placement.outcome == NODE_LOST  # not a run killed on a live node
         left = self.spec.max_attempts - status.attempts
         self._changed(
-            f"{placement.outcome or 'node lost'} {run_id} ({placement.detail or placement.where}); "
+            f"{placement.outcome or NODE_LOST} {run_id} ({placement.detail or placement.where}); "
             + (
                 f"queued again, {left} attempt{'s' if left != 1 else ''} left"
                 if left > 0

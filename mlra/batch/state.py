@@ -166,6 +166,10 @@ def retire(out: Path, run_id: str) -> Path:
     return target
 
 
+NODE_LOST = "node lost"
+"""A placement's outcome where the attempt ended with its node: the only one counted
+"lost with a node"."""
+
 DRIVERS = ".drivers"
 """`.drivers/<run-id>`: flock'ed by the `mlra batch` that drives the run now (kept: a
 lock file removed could be locked by two, each on a file of its own)."""
@@ -191,6 +195,28 @@ def driving(out: Path, run_id: str) -> Iterator[bool]:
         yield True
     finally:
         os.close(fd)
+
+
+def driven_elsewhere(out: Path) -> list[str]:
+    """The runs another `mlra batch` drives now (its `.drivers/` lock held; call with none of
+    this process's held): a report written meanwhile calls them failed ("success 0%"), so the
+    batch driving them writes it as it ends. The probe is shared, as `log_is_live`'s is."""
+    held = []
+    drivers = out / DRIVERS
+    for path in sorted(drivers.iterdir()) if drivers.is_dir() else []:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.append(path.name)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return held
 
 
 class RunCard(BaseModel):
@@ -236,7 +262,9 @@ class Placement(BaseModel):
     ip: str = ""
     started_at: float = 0.0
     outcome: str = ""
-    """`node lost` when the attempt ended with its node; empty when the run itself ended."""
+    """`node lost` (NODE_LOST) when the attempt ended with its node, or what else ended it
+    outside the run (`out of memory`, `worker died`, `error on node`); empty when the run
+    itself ended."""
     detail: str = ""
 
     @property

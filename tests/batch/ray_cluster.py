@@ -305,8 +305,11 @@ def wait_for_nodes(cluster: RayCluster, count: int) -> None:
 
 
 @contextmanager
-def ray_cluster(hidden: Path, *, object_store: int = OBJECT_STORE) -> Iterator[RayCluster]:
-    """A head on this machine's disk and a second node that does not see `hidden`."""
+def ray_cluster(
+    hidden: Path, *, object_store: int = OBJECT_STORE, second_node: bool = True
+) -> Iterator[RayCluster]:
+    """A head on this machine's disk and (`second_node`) a second node that does not see
+    `hidden`."""
     hidden.mkdir(parents=True, exist_ok=True)
     # Short paths: Ray's Unix sockets live under the temp dirs (108 bytes at most).
     root = Path(tempfile.mkdtemp(prefix="mlra-ray-", dir="/tmp"))
@@ -317,7 +320,10 @@ def ray_cluster(hidden: Path, *, object_store: int = OBJECT_STORE) -> Iterator[R
     head = _start("head", root, env, head_args, object_store=object_store)
     cluster = RayCluster(f"{HOST}:{port}", env, head, [], hidden, root, object_store)
     try:
-        cluster.add_node("nodeB")
+        if second_node:
+            cluster.add_node("nodeB")
+        else:
+            wait_for_nodes(cluster, 1)
         yield cluster
     finally:
         errors = []

@@ -54,3 +54,7 @@ def test_a_second_batch_leaves_a_run_the_first_drives_alone(
     said = second.stdout + second.stderr
     assert f"{batch_run_id(out, MODEL)} is driven by another mlra batch; left alone" in said
     assert "server unreachable" not in said  # it did not try the run itself
+    # Nor did it write a report calling the first batch's live run failed ("success 0%"):
+    # the batch driving it writes report.md as it ends.
+    assert "report.md left to the mlra batch still driving 1 run" in said
+    assert not (out / "report.md").exists()

@@ -19,6 +19,7 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -38,9 +39,10 @@ from mlra.batch.executors.ray_node import (
     run_on_node,
     run_pushing,
 )
+from mlra.batch.executors.ray_watch import HeadWatch
 from mlra.batch.executors.shipping import content_hash, file_chunks, pack, unpack
 from mlra.batch.spec import Resources
-from mlra.batch.state import RUNS, Placement, add_placement
+from mlra.batch.state import NODE_LOST, RUNS, Placement, add_placement
 from mlra.tools.sandbox.trees import remove_tree
 
 POLL_S = 2.0
@@ -81,6 +83,15 @@ class RayExecutor:
         self._tasks: dict[str, Shipment] = {}
         self._shipping = asyncio.Lock()
         self._nodes_at = time.monotonic()
+        self.on_head_lost: Callable[[str], None] | None = None
+        """Told why, where the cluster's head stops answering: Ray ends the process ~60 s
+        after, saying so in ray.log only (executors/ray_watch.py)."""
+        address = None if self.client else ray.get_runtime_context().gcs_address
+        self._watch = HeadWatch(address, self._head_lost) if address else None
+
+    def _head_lost(self, why: str) -> None:
+        if self.on_head_lost is not None:
+            self.on_head_lost(why)
 
     async def live_nodes(self) -> list[dict[str, Any]]:
         """The live nodes, asked of Ray at most once a poll for all queued runs together."""
@@ -176,6 +187,8 @@ class RayExecutor:
         return attempt.code
 
     def close(self) -> None:
+        if self._watch is not None:  # a local head stopped below is not lost
+            self._watch.stop()
         if self._started:  # only a Ray this batch connected to or started itself
             self._ray.shutdown()
         if self._logs is not None:
@@ -222,7 +235,7 @@ class _Attempt:
         self._log.write(data)
         self._log.flush()
 
-    def lost(self, why: str, outcome: str = "node lost") -> Placement:
+    def lost(self, why: str, outcome: str = NODE_LOST) -> Placement:
         base = self.placement or Placement(node_id="", host="(not placed)")
         return base.model_copy(update={"outcome": outcome, "detail": why})
 
@@ -267,7 +280,7 @@ class _Attempt:
         """Take the task's messages until its stream ends (a stopped batch calls it again:
         the message being fetched when it was interrupted is kept, not lost)."""
         import ray
-        from ray.exceptions import RayError, RayTaskError, TaskCancelledError
+        from ray.exceptions import RayError, TaskCancelledError
 
         watch = None
         if not stopping and self.placement is None:
@@ -310,10 +323,7 @@ class _Attempt:
                 return
             raise AttemptLost(self.lost("the Ray task was cancelled")) from None
         except RayError as exc:
-            # RayTaskError: the batch's own code failed on the node (a task folder it could
-            # not unpack, a full disk), not the node: said apart in the report.
-            outcome = "error on node" if isinstance(exc, RayTaskError) else "node lost"
-            why = _one_line(exc.cause if isinstance(exc, RayTaskError) else exc)
+            outcome, why = lost_outcome(exc)
             self._write_log(f"\n[mlra batch] attempt lost ({outcome}): {why}\n".encode())
             raise AttemptLost(self.lost(why, outcome)) from None
         finally:
@@ -389,6 +399,24 @@ class _Attempt:
                 tmp.replace(result)
             except (OSError, ValueError):
                 pass  # the result stays as the run wrote it
+
+
+def lost_outcome(exc: BaseException) -> tuple[str, str]:
+    """How an attempt Ray ended is labelled, and why, by the error Ray gave: every one was
+    "node lost" (and counted "lost with a node"), a run Ray's memory monitor killed or a
+    worker killed on a node still up included."""
+    from ray.exceptions import OutOfMemoryError, RayTaskError, WorkerCrashedError
+
+    if isinstance(exc, RayTaskError):  # the batch's own code failed on the node, not the node
+        return "error on node", _one_line(exc.cause)
+    if isinstance(exc, OutOfMemoryError):
+        return (
+            "out of memory",
+            f"the node ran out of memory and Ray killed the run ({_one_line(exc)})",
+        )
+    if isinstance(exc, WorkerCrashedError):
+        return "worker died", f"the run's Ray worker died on a node still up ({_one_line(exc)})"
+    return NODE_LOST, _one_line(exc)
 
 
 def _one_line(exc: BaseException) -> str:

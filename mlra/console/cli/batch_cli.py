@@ -22,7 +22,7 @@ from mlra.agent.providers.base import ConfigError
 from mlra.batch.executors.local import LocalExecutor
 from mlra.batch.notify import BatchNotifications
 from mlra.batch.progress import make_display
-from mlra.batch.report import write_report
+from mlra.batch.report import write_batch_report, write_report
 from mlra.batch.report_plots import PLOTS_MISSING, can_plot
 from mlra.batch.report_rows import collect
 from mlra.batch.report_tables import group_line
@@ -304,6 +304,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     else:
         executor = LocalExecutor()
     display = make_display(args.no_tui)
+    if spec.executor == "ray":
+        executor.on_head_lost = lambda why: _cluster_lost(out, why, display)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
     told = _notifications(out, args.notify, runner.notes)
     if told is not None:
@@ -352,7 +354,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         executor.close()
     for note in runner.notes:
         print(printable_line(f"note: {note}"))
-    groups = write_report(out)
+    groups, report = write_batch_report(out)
     if groups:
         print("mean ± standard error over seeds, as report.md counts them:")
         for group in groups:
@@ -379,8 +381,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
             if progress.lost
             else ""
         )
-        + ") · "
-        f"report {out / 'report.md'}",
+        + f") · {report}",
         flush=True,
     )
     sys.stdout.flush()
@@ -403,15 +404,25 @@ def _stopped(out: Path, runs: list[Any], by: str = "Ctrl-C") -> int:
     words = " and ".join(w for w in left if w) or "nothing left to run"
     them = "it" if stopped + waiting == 1 else "them"
     again = f"; the same command carries {them} on" if stopped or waiting else ""
-    report = ""
-    if collect(out):
-        write_report(out)
-        report = f" · report {out / 'report.md'}"
+    report = f" · {write_batch_report(out)[1]}" if collect(out) else ""
     print(
         printable_line(f"batch: stopped ({by}): {words}{again}; {ended} ended before{report}"),
         flush=True,
     )
     return EXIT_INTERRUPTED
+
+
+def _cluster_lost(out: Path, why: str, display: Any) -> None:
+    """The cluster's head is gone, and Ray ends this process (~60 s on) saying so only in
+    ray.log: the batch says it first, with the report so far, and exits itself."""
+    display.close()
+    report = ""
+    if collect(out):  # its own runs' locks held: written though they read as driven
+        write_report(out)
+        report = f" · report {out / 'report.md'}"
+    line = f"batch: the Ray cluster was lost ({why}), its runs with it; once it is back, "
+    print(printable_line(line + f"the same command resumes the batch{report}"), flush=True)
+    os._exit(EXIT_FAILED)
 
 
 def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
