@@ -1,6 +1,6 @@
-"""The batch report's numbers: a row per attempt of every run (from its result.json, its
-folded log, or its card where it never started) and a group per task and model, mean ±
-standard error over seeds, one attempt a seed.
+"""The batch report's numbers: a row per attempt of every run (from its result.json or its
+folded log, batch/report_results.py, or its card where it never started) and a group per
+task and model, mean ± standard error over seeds, one attempt a seed.
 
 Apart from how they are written (batch/report_tables.py, batch/report_plots.py,
 batch/report.py) so that every table, plot and closing line reads the same numbers.
@@ -13,12 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from mlra import events as ev
 from mlra.agent.record.annotations import read_annotations, tag_counts
-from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
+from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.run_result import UNFINISHED_MESSAGES as UNFINISHED
-from mlra.agent.record.run_result import RunResult, result_of, stands_for_log
-from mlra.agent.record.state import fold
+from mlra.agent.record.run_result import RunResult
+from mlra.batch.report_results import load_run
 from mlra.batch.state import NODE_LOST, RETIRED, RUNS, RunCard, read_cards, read_placements
 
 Attempt = Literal["first", "last"]
@@ -177,35 +176,6 @@ def mean_se(values: list[float]) -> tuple[float | None, float | None]:
     if len(values) < 2:
         return mean, None
     return mean, statistics.stdev(values) / math.sqrt(len(values))
-
-
-def load_run(run_dir: Path) -> tuple[RunResult, int | None, bool] | None:
-    """A run folder's result, its seed and whether it started (None: nothing to read)."""
-    log = run_dir / EVENTS_FILE
-    events: list[ev.Event] = []
-    if log.is_file():
-        try:
-            events = read_events(log)
-        except LogDamage:
-            events = []
-    seed = None
-    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
-    if started is not None:
-        seed = started.config.get("seed")
-    result_file = run_dir / "result.json"
-    stored = None
-    if result_file.is_file():
-        stored = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
-    if stored is not None and (not events or stands_for_log(stored, result_file, log)):
-        if stored.isolation is None and started is not None:  # a result.json from before
-            stored.isolation = started.sandbox.isolation
-        return stored, seed, started is not None or bool(stored.task)
-    if started is None:
-        return None
-    state = fold(events)
-    # `running` or `interrupted`, as `mlra compare` says it in the same report: both were
-    # "unfinished", a run still going said not to have finished.
-    return result_of(state, running=log_is_live(log)), seed, True
 
 
 def failure_of(r: RunResult) -> str | None:
