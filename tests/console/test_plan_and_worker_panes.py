@@ -211,7 +211,7 @@ def test_a_search_hand_in_and_a_later_regrade_are_told_apart() -> None:
     ]:
         pane.feed(event)
     said = [entry.render_entry().plain for entry in pane._entries]
-    assert "submitted attempt a2's submission (agent): the best of 2" in said[0]
+    assert "submitted attempt a2's submission — the best of 2" in said[0]
     assert "evaluating submission with lm-eval…" in said[1] and "score: acc = 0.82" in said[2]
     assert "re-grading submission with lm-eval (mlra eval by ann@box, after the run)…" in said[4]
     assert "re-graded: acc = 0.82" in said[5]

@@ -41,18 +41,19 @@ from mlra.console.panes.transcript_entries import (
     taken_over,
 )
 from mlra.console.text.event_lines import (
-    SUBMITTED_BY,
     attempt_finished_line,
     attempt_news,
     attempt_ok,
     attempt_started_line,
     control_line,
+    decided_line,
     describe_call,
     evaluation_started_line,
     limits_words,
     one_line,
     resumed_line,
     score_words,
+    submission_line,
     time_warning_line,
     unknown_line,
 )
@@ -65,8 +66,6 @@ KEEP_FULL_OUTPUT = 30
 """The newest entries keep their full tail for expanding; older ones keep what they show."""
 QUIET_TOOLS = {"update_plan", "assign_subtask"}
 """Supervisor tools the Plan pane shows; the transcript leaves them out."""
-_DECIDED = {"approve": "approved", "reject": "rejected"}
-"""Said under a call decided at its breakpoint (the action's name plus "d" read "rejectd")."""
 
 
 class TranscriptPane(VerticalScroll):
@@ -212,19 +211,7 @@ class TranscriptPane(VerticalScroll):
                 )
                 self._note(event, attempt_finished_line(event), style)
             case ev.Submission():
-                what = event.path or "(default artifact)"
-                if event.attempt is not None:  # a search hands in an attempt's copy
-                    what = f"attempt {event.attempt}'s {what}"
-                self._note(
-                    event,
-                    (
-                        f"submitted {what} ({event.by})"
-                        if event.by in SUBMITTED_BY  # a deadline or budget grades what is there
-                        else f"{event.by}: grading {what}"
-                    )
-                    + (f": {event.note}" if event.note else ""),
-                    "bold",
-                )
+                self._note(event, submission_line(event), "bold")
             case ev.EvaluationStarted():
                 self._regrading = event.regrade_by is not None
                 self._note(event, evaluation_started_line(event), "bold cyan")
@@ -276,7 +263,7 @@ class TranscriptPane(VerticalScroll):
                 entry.edited, entry.edited_by = event.arguments, who
                 return
             if event.action in ("approve", "reject"):  # under the call, above its output
-                entry.decided = f"{_DECIDED[event.action]} by {who}"
+                entry.decided = decided_line(event)
                 return
         self._note(event, control_line(event), "bold yellow")
 

@@ -93,6 +93,25 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
     return f"{tool} {one_line(json.dumps(a, ensure_ascii=False), 120)}"
 
 
+def submission_line(event: ev.Submission) -> str:
+    """A submission as the Worker pane and the headless lines say it, one sentence for
+    both: who handed in what, or what a deadline or budget grades (what is there)."""
+    what = event.path or "(default artifact)"
+    if event.attempt is not None:  # a search hands in an attempt's copy
+        what = f"attempt {event.attempt}'s {what}"
+    said = f"{event.by}: grading {what}"
+    if event.by in SUBMITTED_BY:
+        said = f"submitted {what}" + (" (by the user)" if event.by == "user" else "")
+    return said + (f" — {event.note}" if event.note else "")
+
+
+def decided_line(event: ev.Control) -> str:
+    """Said under a call approved or rejected at its breakpoint, above its output (the
+    action's name plus "d" read "rejectd")."""
+    who = "you" if event.source == "user" else event.source
+    return f"{'approved' if event.action == 'approve' else 'rejected'} by {who}"
+
+
 def control_line(event: ev.Control) -> str:
     """A control as the console's transcript says it: who did what (`you: paused`, a
     pause the run made itself with the keys that go on from it)."""

@@ -19,7 +19,6 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import encode_event
 from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.event_lines import (
-    SUBMITTED_BY,
     attempt_finished_line,
     attempt_news,
     attempt_ok,
@@ -38,6 +37,7 @@ from mlra.console.text.event_lines import (
     retry_line,
     said_call,
     score_words,
+    submission_line,
     time_warning_line,
     unknown_line,
 )
@@ -306,14 +306,7 @@ class TranscriptDisplay(Printer):
                 self._out(f"[{t}] {attempt_finished_line(event)}", style or "yellow")
             case ev.Submission():
                 self._submission = event
-                what = event.path or "(default artifact)"
-                if event.attempt is not None:
-                    what = f"attempt {event.attempt}'s {what}"
-                # The agent or the user submits; a deadline or budget grades what is there.
-                done = f"{event.by}: grading {what}"
-                if event.by in SUBMITTED_BY:
-                    done = f"submitted {what}" + (" (by the user)" if event.by == "user" else "")
-                self._out(f"[{t}] {done}" + (f" — {event.note}" if event.note else ""), "bold")
+                self._out(f"[{t}] {submission_line(event)}", "bold")
             case ev.EvaluationStarted():
                 self._regrading = event.regrade_by is not None
                 self._grading_since = event.ts or None
