@@ -114,7 +114,7 @@ def test_a_grade_from_before_a_resume_is_not_the_runs_score(
     assert score_row["cells"] == ["0.5*", "-"]
     write_report(batch, plots=False)
     report = (batch / "report.md").read_text(encoding="utf-8")
-    assert "| answer | m1 | 4 | 1 | 0.5 |" in report  # one scored run, not two
+    assert "| answer | m1 | 4 | 1 | 0.5000 |" in report  # one scored run, not two
     from mlflow.tracking import MlflowClient
 
     dest = tmp_path / "mlruns"
