@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import threading
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.docker_preflight import short_error
+from mlra.tools.sandbox.docker_stdin import StdinFolder
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import RunningCommand
 
@@ -32,7 +31,7 @@ CONTROL_DIR = "/tmp/.mlra"
 STDIN_DIR = "/run/mlra-stdin"
 """Where each command's stdin is, inside the container: a host folder mlra writes and
 the container sees read-only (`docker cp` cannot write into /tmp, a tmpfs, nor into a
-read-only root)."""
+read-only root; tools/sandbox/docker_stdin.py keeps it from the host's other users)."""
 KILL_WAIT_S = 5.0
 
 _MARKED = r"""
@@ -158,7 +157,7 @@ class DockerExec(RunningCommand):
         token: str,
         sink: OutputSink,
         signals: SessionSignals,
-        stdin_dir: Path | None = None,
+        stdin_folder: StdinFolder | None = None,
     ) -> None:
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
@@ -167,7 +166,7 @@ class DockerExec(RunningCommand):
         self.container = container
         self.uid, self.gid = uid, gid
         self.token = token
-        self.stdin_dir = stdin_dir
+        self.stdin_folder = stdin_folder
         self.loop = loop
         self.signals = signals
         self.exec_id: str | None = None
@@ -195,25 +194,13 @@ class DockerExec(RunningCommand):
     def _write_stdin(self, stdin: bytes) -> None:
         """The command's stdin as a file the wrapper opens: an exec's own stdin would
         need a hijacked socket the reader thread cannot share."""
-        if self.stdin_dir is None:
+        if self.stdin_folder is None:
             raise SandboxError("this container takes no stdin")
-        fd = os.open(
-            self.stdin_dir / f"{self.token}.in",
-            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-            0o600,
-        )
-        try:
-            if os.geteuid() == 0:
-                os.fchown(fd, self.uid, self.gid)
-            with os.fdopen(fd, "wb", closefd=False) as f:
-                f.write(stdin)
-        finally:
-            os.close(fd)
+        self.stdin_folder.write(f"{self.token}.in", stdin)
 
     def forget_stdin(self) -> None:
-        if self.stdin_dir is not None:
-            with contextlib.suppress(OSError):
-                (self.stdin_dir / f"{self.token}.in").unlink()
+        if self.stdin_folder is not None:
+            self.stdin_folder.forget(f"{self.token}.in")
 
     def _read(self) -> None:
         try:

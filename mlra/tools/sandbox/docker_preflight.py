@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.docker_stdin import stdin_folder_of
 
 DEFAULT_IMAGE = "mlra:latest"
 """What `mlra image build` tags."""
@@ -163,20 +164,16 @@ def _owner_alive(label: str) -> bool:
         return False
 
 
-STDIN_PREFIX = "mlra-stdin-"
-"""A Docker sandbox's host folder of its commands' stdin (docker_sandbox.py), named so."""
-
-
 def _stdin_folders(container: Any) -> list[Path]:
     """The host folders of a container's commands' stdin: a killed mlra never removed
     them (216 were left in /tmp here), so they go with its container."""
     found: list[Path] = []
     for mount in (container.attrs or {}).get("Mounts") or []:
-        source = Path(str(mount.get("Source") or "/"))
-        if mount.get("Type") == "bind" and source.name.startswith(STDIN_PREFIX):
+        folder = stdin_folder_of(Path(str(mount.get("Source") or "/")))
+        if mount.get("Type") == "bind" and folder is not None:
             with contextlib.suppress(OSError):
-                if stat.S_ISDIR(source.lstat().st_mode):  # never through a link
-                    found.append(source)
+                if stat.S_ISDIR(folder.lstat().st_mode):  # never through a link
+                    found.append(folder)
     return found
 
 

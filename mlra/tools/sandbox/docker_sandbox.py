@@ -27,8 +27,6 @@ import contextlib
 import logging
 import os
 import secrets
-import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,7 +55,6 @@ from mlra.tools.sandbox.docker_exec import (
 )
 from mlra.tools.sandbox.docker_preflight import (
     DEFAULT_IMAGE,
-    STDIN_PREFIX,
     DockerUnavailable,
     docker_client,
     engine_of,
@@ -71,6 +68,7 @@ from mlra.tools.sandbox.docker_preflight import (
 )
 from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_stats import StatsReader
+from mlra.tools.sandbox.docker_stdin import StdinFolder
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
     is_secret_name,
@@ -179,7 +177,7 @@ class DockerSandbox(Sandbox):
         self.tmp_mb, self.shm_mb = tmpfs_bounds(memory.mb) if memory.mb else (None, None)
         self._sources = sources
         self._quota = WorkspaceDisk.for_spec(self.workspace, disk.mb, spec)
-        self._stdin_dir: Path | None = None
+        self._stdin: StdinFolder | None = None
         self._main_pid: str | None = None
         """The container's main process (`sleep infinity`), the one a quota stop spares."""
 
@@ -283,9 +281,7 @@ class DockerSandbox(Sandbox):
             if entry.startswith("PATH="):
                 self._path = entry[len("PATH=") :]
         self._own_workspace()
-        self._stdin_dir = Path(tempfile.mkdtemp(prefix=STDIN_PREFIX))
-        if os.geteuid() == 0:
-            os.chown(self._stdin_dir, self.uid, self.gid)
+        self._stdin = StdinFolder()
         try:
             self.container = self.client.containers.run(**self._container_args())
         except docker.errors.APIError as exc:
@@ -318,8 +314,8 @@ class DockerSandbox(Sandbox):
         import docker.types
 
         volumes = {str(self.workspace): {"bind": INSIDE_WORKDIR, "mode": "rw"}}
-        if self._stdin_dir is not None:
-            volumes[str(self._stdin_dir)] = {"bind": STDIN_DIR, "mode": "ro"}
+        if self._stdin is not None:
+            volumes[str(self._stdin.shown)] = {"bind": STDIN_DIR, "mode": "ro"}
         for shown in self.spec.read_only:
             if shown.exists():
                 real = str(shown.resolve())
@@ -414,9 +410,9 @@ class DockerSandbox(Sandbox):
             await self._quota.close()
 
     def _forget_stdin_dir(self) -> None:
-        if self._stdin_dir is not None:
-            shutil.rmtree(self._stdin_dir, ignore_errors=True)
-            self._stdin_dir = None
+        if self._stdin is not None:
+            self._stdin.remove()
+            self._stdin = None
 
     async def _stop_for_quota(self) -> None:
         """Over the disk quota: kill every process in the container but its init and
@@ -568,7 +564,7 @@ class DockerSandbox(Sandbox):
             token=token,
             sink=sink,
             signals=self._signals,
-            stdin_dir=self._stdin_dir,
+            stdin_folder=self._stdin,
         )
         stops_before = self._quota.stops if self._quota is not None else 0
         shared = RUN_SHARED if self._run_group() else ""
