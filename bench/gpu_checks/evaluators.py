@@ -118,6 +118,9 @@ async def check_evaluator(ctx: Context) -> None:
     f["evaluator_seconds"] = details.get("seconds")
     f["isolation"] = finished.isolation
     f["rule_figures"] = {k: v for k, v in finished.metrics.items() if k.startswith(RULE_FIGURES)}
+    # Documents whose top choices tied, scored as chance (tasks/evaluators/choice_ties.py):
+    # a GPU's rounding can make or break a tie the CPU's grading had.
+    f["tied_documents"] = finished.metrics.get("tied_documents", 0.0)
     if finished.rules is not None:
         f["rules"] = {"checked": finished.rules.checked, "trusted": finished.rules.trusted}
     ctx.expect(

@@ -253,7 +253,13 @@ def check_inventory(ctx: Context) -> None:
         short = {"CUDA_VISIBLE_DEVICES": first.uuid[:12]}
         f["run_gpus_host_uuid_start"] = host_gpus(short)
         ctx.expect(host_gpus(short) == first.uuid, f"{first.uuid[:12]} read as {host_gpus(short)}")
-    ctx.expect(run_gpus(gpu_task, None) in ("all", first.id), "a GPU task's default GPUs")
+    # The host's CUDA_VISIBLE_DEVICES, where the machine sets it, may name the GPU by UUID.
+    default = run_gpus(gpu_task, None)
+    f["run_gpus_default"] = default
+    ctx.expect(
+        default in ("all", first.id, first.uuid),
+        f"a GPU task's default GPUs: {default} (CUDA_VISIBLE_DEVICES={host_gpus()})",
+    )
 
 
 async def render_pane(samples: list[Any], svg: Path) -> str:

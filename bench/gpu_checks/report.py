@@ -22,6 +22,9 @@ def machine() -> dict[str, Any]:
         "platform": platform.platform(),
         "cpus": os.cpu_count(),
         "load": _load(),
+        # What a run given no --gpus keeps to (tools/sandbox/gpu_inventory.py): the
+        # checks' expectations read differently where the machine sets it.
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
     }
     try:
         out = subprocess.run(
@@ -86,7 +89,8 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"- command: `{report['command']}`",
         f"- date: {m['date']}; host {m['host']}; Python {m['python']}; {m['cpus']} CPUs; load {m['load']}",
-        f"- GPUs (nvidia-smi): {'; '.join(m['gpus']) or 'none'}",
+        f"- GPUs (nvidia-smi): {'; '.join(m['gpus']) or 'none'}; "
+        f"CUDA_VISIBLE_DEVICES {m.get('cuda_visible_devices') or 'not set'}",
         "- device the checks ran on: "
         + (
             "none"

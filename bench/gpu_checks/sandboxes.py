@@ -98,15 +98,22 @@ def run_sandbox(ctx: Context, name: str, **config: Any) -> tuple[Any, Any]:
 
 
 def device_minors(ids: list[str]) -> list[str]:
-    """The /dev/nvidiaN numbers of the GPUs with these NVML indices (in a container
-    given the host's GPU 3, NVML's GPU 0 is /dev/nvidia3); the indices where NVML
+    """The /dev/nvidiaN numbers of the GPUs with these NVML indices or UUIDs (in a
+    container given the host's GPU 3, NVML's GPU 0 is /dev/nvidia3; a machine whose
+    CUDA_VISIBLE_DEVICES names its GPU by UUID shares that out); the ids where NVML
     cannot say."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         return [
-            str(pynvml.nvmlDeviceGetMinorNumber(pynvml.nvmlDeviceGetHandleByIndex(int(i))))
+            str(
+                pynvml.nvmlDeviceGetMinorNumber(
+                    pynvml.nvmlDeviceGetHandleByIndex(int(i))
+                    if i.isdigit()
+                    else pynvml.nvmlDeviceGetHandleByUUID(i)
+                )
+            )
             for i in ids
         ]
     except Exception:
