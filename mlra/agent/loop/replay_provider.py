@@ -113,11 +113,22 @@ class ReplayProvider(ModelProvider):
         """The limit each of a search's attempts was last raised to (`attempt_started.
         raised`): a replay's raises fall as its own timing has them, and one that fell
         lower cut an attempt off before its recording ran out (`for_attempt`)."""
+        self.stops: dict[str, str] = {}
+        """Why each of a search's attempts was stopped, as its search's log says: its own
+        log says only that its run was cancelled (`for_attempt`)."""
+        promoting: str | None = None
         for event in events:
             if isinstance(event, ev.AttemptStarted):
                 self.raises.update(event.raised)
+            elif isinstance(event, ev.Control) and event.action == "promote":
+                promoting = event.target
+            elif isinstance(event, ev.AttemptFinished) and event.status == "stopped":
+                by = f"by the promotion of attempt {promoting}" if promoting else None
+                self.stops[event.attempt] = by or f"({event.why})"
         self.raised_to: float | None = None
         """For an attempt's recording: the limit its search's recording raised it to."""
+        self.stopped: str | None = None
+        """For an attempt's recording stopped by its search: by what (`stops`)."""
         self.position = 0
         self.diverged: str | None = None
         self._expected: tuple[str, list[tuple[str, str]]] | None = None
@@ -156,6 +167,7 @@ class ReplayProvider(ModelProvider):
         replay diverge at its first worker's call. ConfigError where it has none."""
         provider = ReplayProvider.from_spec(f"replay:{self.run_dir / 'attempts' / attempt}")
         provider.raised_to = self.raises.get(attempt)
+        provider.stopped = self.stops.get(attempt)
         return provider
 
     def recorded_time_limit(self) -> float | None:
@@ -197,6 +209,8 @@ class ReplayProvider(ModelProvider):
             )
         if end.reason in _RAN_OUT:
             by, why = _RAN_OUT[end.reason]
+            if end.reason == "stopped" and self.stopped:  # an attempt's, by its search
+                why = f"the recorded attempt was stopped here {self.stopped}"
             detail = f" ({end.message})" if end.message and end.reason == "budget" else ""
             raise EndRun(
                 Ending(
