@@ -19,7 +19,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
-from mlra.agent.loop.replay_provider import short_diff, steady
+from mlra.agent.loop.replay_diff import short_diff, steady
 from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController

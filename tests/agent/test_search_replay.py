@@ -85,6 +85,11 @@ async def test_a_replay_of_a_promoted_search_plays_its_attempts_and_promotes_aga
     assert finished["a1"].status == "validated" and finished["a1"].score == 0.5
     assert finished["a2"].status == "stopped", finished["a2"].why
     assert "diverged" not in finished["a2"].why
+    # Cut off where its recording was, by the promotion, not "by its user".
+    assert finished["a2"].why == (
+        "the recording ends here, after model call 1: the recorded attempt was stopped "
+        "here by the promotion of attempt a1; the replay ends the same way"
+    )
     submission = next(e for e in events if isinstance(e, ev.Submission))
     assert (submission.by, submission.attempt) == ("user", "a1")
     assert replayed.score == 1.0

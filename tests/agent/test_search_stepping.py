@@ -94,3 +94,39 @@ def test_each_attempt_takes_its_turn_by_number() -> None:
     assert next_in_turn(["a1", "a2", "a10"], "a2") == "a10"
     assert next_in_turn(["a1", "a2", "a10"], "a10") == "a1"
     assert next_in_turn(["a3", "a5"], "a4") == "a5"  # a4 ended meanwhile
+
+
+async def test_a_stepped_action_of_an_attempt_counts_on_the_searchs_clock(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The search paused in its wait, a step lets a1 take one action, one that sleeps a
+    second: the search's clock stood still through it, so a person stepping a search
+    through could spend any time working without its time limit counting any. It runs
+    while the action does, and stands still again once a1 pauses."""
+    task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "1" }', "[{}]")
+    controller = greedy_search(task, tmp_path, 1, start_paused=True)
+    run = asyncio.ensure_future(controller.run(agent_for))
+    controls = controller.controls
+    try:
+        for _ in range(2):  # attempt_start a1, attempt_wait
+            await _until("the search at its gate", lambda: controls.paused and controls.at_gate)
+            controller.step()
+            await asyncio.sleep(0)
+        await _until("a1 paused at its gate", lambda: _waits(controller, "a1"))
+        await _until("the search paused in its wait", lambda: controls.paused)
+        await _until("its clock still", lambda: not controller.clock.running)
+        child = controller.attempts.children["a1"]
+        assert not child.clock.running, "a1's clock running at its gate"
+        before, child_before = controller.clock.elapsed(), child.clock.elapsed()
+        controller.step()  # a1's first action: the recipe's `sleep 1; echo 42`
+        await _until("a1 took one action", lambda: _actions(controller, "a1") == 1)
+        await _until("a1 paused again", lambda: _waits(controller, "a1"))
+        assert not controller.clock.running  # standing still again, the search paused
+        assert not child.clock.running, "a1's clock running at its gate"
+        assert child.clock.elapsed() - child_before >= 1.0  # the sleep, on a1's clock
+        assert controller.clock.elapsed() - before >= 1.0  # and on the search's
+        assert controls.paused and controller.state.paused
+    finally:
+        controller.resume()
+    result = await asyncio.wait_for(run, 120)
+    assert result.attempts is not None and result.attempts.tried == 1

@@ -44,7 +44,13 @@ async def run_attempt(
         child.config = child.config.model_copy(update={"start_paused": True})
     if parent.notifications is not None:  # its waits for the model server are told
         child.subscribe(parent.notifications.attempt_events(started.attempt))
-    await child.run(attempt_agent)
+    # A stepped action of its is the search's time: the search's clock runs until it is
+    # done (agent/control/steering.py), told when it pauses again or its run ends.
+    child.on_paused = lambda: parent.attempt_step_done(started.attempt)
+    try:
+        await child.run(attempt_agent)
+    finally:
+        parent.attempt_step_done(started.attempt)
 
 
 def attempt_task(task: TaskSpec) -> TaskSpec:
@@ -111,6 +117,11 @@ def _child(
         sandbox_factory=parent.sandbox_factory,
     )
     child.run_group = parent.run_group  # its sandbox's group is made under the run's
+    deadline = provider.recorded_deadline() if provider is not None else None
+    if deadline is not None and deadline > child.clock.limit_s:
+        # Raised in its recording: it runs to that, whatever this replay's raises, its
+        # prompts stating the limit it began with (agent/loop/attempt_time.py).
+        child.clock.limit_s = deadline
     child.prepare()
     skipped = ""
     if started.parent is not None:

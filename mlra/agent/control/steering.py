@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,13 @@ class Steering:
         mid-way)."""
         self._stepped_last: str | None = None
         """The attempt a step last let take an action (`step`: each in turn)."""
+        self._stepping: set[str] = set()
+        """The attempts a step of this paused search let take an action not yet done:
+        its clock runs while one does, since a stepped action is work its time limit
+        counts (docs/search.md), and stands still again once none does."""
+        self.on_paused: Callable[[], None] | None = None
+        """Told when this run pauses: a search's attempt tells its search that the
+        action a step let it take is done (agent/agents/attempt_runs.py)."""
         self.control_source = "user"
         """Who the `control` events now recorded come from: the console's user, or a
         command from outside the process (`ctl`, `attach`: agent/control/control_server.py),
@@ -143,11 +150,14 @@ class Steering:
         self._control("pause", source=source or self.control_source)
         for child in self._attempt_runs():  # a search pauses whole, its attempts with it
             child.pause(source="run")
+        if self.on_paused is not None:
+            self.on_paused()
 
     def resume(self) -> None:
         if self._stop.is_set():
             return
         self.controls.resume()
+        self._stepping.clear()
         self._unpause()
         self._control("resume")
         for child in self._attempt_runs():
@@ -171,6 +181,8 @@ class Steering:
             attempt = next_in_turn(list(children), self._stepped_last)
             self._stepped_last = attempt
             self._control("step", target=attempt)
+            self._stepping.add(attempt)
+            self.clock.resume()  # the attempt's action is the search's time too
             children[attempt].step()
             return
         self.controls.step()
@@ -179,6 +191,15 @@ class Steering:
         if not stepping:  # running freely: everything pauses after the action in hand
             for child in children.values():
                 child.step()
+
+    def attempt_step_done(self, attempt: str) -> None:
+        """The action a step let `attempt` take is done (it paused again, or its run
+        ended): the search's clock stands still again where no other is under way."""
+        if attempt not in self._stepping:
+            return
+        self._stepping.discard(attempt)
+        if not self._stepping and self.controls.paused:
+            self.clock.pause()
 
     def _attempt_runs(self) -> list[Steering]:
         """The search's attempts' own runs running here (agent/loop/attempts.py), if any."""

@@ -423,5 +423,11 @@ class ModelProvider(abc.ABC):
         replay's attempt runs under it); None for a model."""
         return None
 
+    def recorded_deadline(self) -> float | None:
+        """The longest the run a replay plays back could run: its time limit as a later
+        attempt's start raised it (a search's attempt), else None. Its prompts state the
+        limit it began with, so a replay runs under that, to this deadline."""
+        return None
+
     async def aclose(self) -> None:
         """Release HTTP connections."""

@@ -89,7 +89,11 @@ async def start_run(run: StartingRun, control_problem: str | None) -> None:
         run.append(ev.Notice(level="warning", message=notice))
     if control_problem is not None:
         run.append(ev.Notice(level="warning", message=control_problem))
-    run.clock.start()
+    if not run.controls.paused:
+        # An attempt its search paused while its run was being made (agent/agents/
+        # attempt_runs.py) is paused already: its clock started here ran at its gate,
+        # the pause below a no-op, its time limit counting while nothing moved.
+        run.clock.start()
     if not run.catchup.replaying:
         run.catchup.go_live()
         await run.tool_step.snapshot(0)

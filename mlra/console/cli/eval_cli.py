@@ -17,7 +17,7 @@ from typing import Any
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUse, read_events
 from mlra.agent.record.run_result import write_result
-from mlra.agent.record.state import fold
+from mlra.agent.record.state import RunState, fold
 from mlra.agent.setup.sandboxes import run_gpus
 from mlra.console.text.args import EXIT_FAILED, EXIT_OK, UsageError, check_writable_dir
 from mlra.console.text.event_lines import score_line
@@ -177,17 +177,27 @@ def cmd_eval(args: argparse.Namespace) -> int:
         write_result(state, run_dir)
 
     print(printable_line(f"{task.name} · {label} · {score_line(finished)}"))
-    own = state.evaluation
-    print(
-        "re-grade recorded beside the run's own result ("
-        + (f"its own score: {score_line(own)}" if own is not None else "the run had no grading")
-        + ")"
-    )
+    print(f"re-grade recorded beside the run's own result ({_own_grading(state)})")
     if finished.isolation == "none":
         print("note: the evaluator ran unconfined (no isolation could be had)")
     if state.finished is None:
         print("note: the run has not finished (no run_finished event); result.json is not written")
     return EXIT_OK if finished.ok else EXIT_FAILED
+
+
+def _own_grading(state: RunState) -> str:
+    """The run's own grading, as the re-grade is told apart from it: a run graded, then
+    resumed and not graded since has a grade, of the ending it went on past, which
+    "no grading" would deny."""
+
+    if state.evaluation is not None:
+        return f"its own score: {score_line(state.evaluation)}"
+    earlier = state.earlier_evaluation
+    if earlier is None:
+        return "the run had no grading"
+    ending = state.earlier_ending
+    how = f", as it ended {ending.status} ({ending.reason})" if ending is not None else ""
+    return f"not graded since its resume; graded before it{how}: {score_line(earlier)}"
 
 
 def _who() -> str:
