@@ -93,8 +93,16 @@ class ModelTurn:
             prompt = "\n\n".join(p for p in parts if p)
         history.add_user(prompt)
         turn = history.turn + 1
+        sent = history.estimated_tokens(extra=tools_tokens(registry.specs()))
         run.emit(
-            ev.StepStarted(agent=agent, step=step, turn=turn, prompt=prompt, delivered=injected)
+            ev.StepStarted(
+                agent=agent,
+                step=step,
+                turn=turn,
+                prompt=prompt,
+                delivered=injected,
+                prompt_tokens=sent,
+            )
         )
         if run.catchup.ahead():
             # Where the recorded run summarized after a server refused this request as
