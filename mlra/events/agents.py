@@ -110,6 +110,11 @@ class StepStarted(_Event):
     prompt: str = ""
     delivered: list[str] = Field(default_factory=list)
     """The user's messages the prompt carries, so a resume knows they were read."""
+    prompt_tokens: int | None = None
+    """The whole request's size as mlra estimated it when it went out (history, system
+    prompt, tool definitions): the gauges show it until the answer's count comes, where
+    they showed 0% while a long first prompt was read. None: no model (the baseline),
+    or a log of an older mlra."""
 
 
 class TextDelta(_Event):

@@ -199,6 +199,9 @@ def test_a_batch_page_lists_each_runs_summary_by_task(tmp_path: Path) -> None:
     # A run graded with no score is said to have none, as `mlra compare` says, not "no".
     r3 = page.text.index("r3")
     assert "no score" in page.text[r3 : r3 + 12]
+    # The attempt number's column is named for it: "start" over a "1" read as a time.
+    assert "try" in page.text and "start" not in page.text
+    assert page.text[r3 + page.text.index("try") - page.text.index("run")] == "1"
 
 
 def test_a_batch_pages_data_is_redacted_as_its_tables_are(tmp_path: Path) -> None:

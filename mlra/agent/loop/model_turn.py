@@ -38,7 +38,7 @@ from mlra.agent.providers.base import (
     first_piece_told_to,
     is_context_overflow,
 )
-from mlra.agent.providers.text_calls import problem_note, read_text_calls
+from mlra.agent.providers.text_calls import problem_note, read_text_calls, unread_notice
 from mlra.tools.registry import ToolRegistry
 
 MAX_MENDS = 4
@@ -93,8 +93,16 @@ class ModelTurn:
             prompt = "\n\n".join(p for p in parts if p)
         history.add_user(prompt)
         turn = history.turn + 1
+        sent = history.estimated_tokens(extra=tools_tokens(registry.specs()))
         run.emit(
-            ev.StepStarted(agent=agent, step=step, turn=turn, prompt=prompt, delivered=injected)
+            ev.StepStarted(
+                agent=agent,
+                step=step,
+                turn=turn,
+                prompt=prompt,
+                delivered=injected,
+                prompt_tokens=sent,
+            )
         )
         if run.catchup.ahead():
             # Where the recorded run summarized after a server refused this request as
@@ -134,14 +142,7 @@ class ModelTurn:
         self._shown_unread.update((agent, p) for p in unread)
         if new and not run.catchup.replaying:
             # The person is shown what the model will be told (and a replay, from the log).
-            run.emit(
-                ev.Notice(
-                    level="warning",
-                    message=f"{agent}'s answer looked like a tool call that could not be read: "
-                    + "; ".join(new)
-                    + " (nothing was run; its next prompt says so, each time it happens)",
-                )
-            )
+            run.emit(ev.Notice(level="warning", message=unread_notice(agent, new)))
         return response, step
 
     def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> list[str]:

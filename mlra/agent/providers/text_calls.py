@@ -344,13 +344,28 @@ def result_as_text(name: str, content: str, *, is_error: bool) -> str:
     return f"[{name} {label}]\n{content or '(no output)'}"
 
 
+UNREAD = "looked like a tool call that could not be read: "
+"""What the run's notice of an unread call says after "<agent>'s answer " and what the next
+prompt's note says after "[your last answer ": a display finds both by it and says the
+matter once, under the answer (console/text/written_calls.py)."""
+
+
+def unread_notice(agent: str, problems: list[str]) -> str:
+    """The run's notice, shown to the person, of an answer whose call was not read."""
+    return (
+        f"{agent}'s answer {UNREAD}"
+        + "; ".join(problems)
+        + " (nothing was run; its next prompt says so, each time it happens)"
+    )
+
+
 def problem_note(problems: list[str], tool_names: Iterable[str]) -> str:
     """What the next prompt tells a model whose text looked like a call and was not read."""
     if not problems:
         return ""
     listed = ", ".join(sorted(tool_names))
     return (
-        "[your last answer looked like a tool call that could not be read: "
+        f"[your last answer {UNREAD}"
         + "; ".join(problems)
         + ". Nothing was run. To call a tool, write exactly one JSON object "
         '{"name": "<tool>", "arguments": {...}} inside <tool_call></tool_call>; '

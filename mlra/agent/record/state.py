@@ -109,7 +109,7 @@ class RunState:
     recorded config's `ungraded`)."""
     context_window: int | None = None
     context_tokens: int = 0
-    """The prompt of the latest turn (cached or not): what the window holds now."""
+    """The latest turn's prompt (cached or not), or mlra's estimate of one in flight."""
     estimated_tokens: int = 0
     """Of `tokens`, those mlra estimated (four characters a token) because the server sent
     no counts, or a call was cut off midway: the displays mark the totals "~"."""
@@ -237,6 +237,8 @@ class RunState:
                 if event.agent != "baseline":
                     self._generating(event.agent, event.t)
                     self.awaiting_turn = event.agent
+                if event.prompt_tokens is not None:  # until the answer counts it
+                    self.context_tokens, self.context_estimated = event.prompt_tokens, True
             case ev.ToolCall():
                 self.tool_calls += 1
                 self.running[event.call_id] = event

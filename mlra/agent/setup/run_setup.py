@@ -61,12 +61,21 @@ def make_run_folder(run_dir: Path, workspace: Path, task: TaskSpec) -> None:
     try:
         workspace.mkdir()
         for source in task.starter_paths():
+            # Copied without their times (shutil.copy, not copy2): an installed task's
+            # files carry the wheel's install time, which the Files pane showed as the
+            # starter files' own; a file is dated when the run's workspace got it.
             if source.is_dir():
                 # An installed task's folders hold pip's byte-code of the starter's .py
                 # files (compiled at install): the installer's, not the task's.
-                shutil.copytree(source, workspace, dirs_exist_ok=True, ignore=NOT_STARTER)
+                shutil.copytree(
+                    source,
+                    workspace,
+                    dirs_exist_ok=True,
+                    ignore=NOT_STARTER,
+                    copy_function=shutil.copy,
+                )
             else:
-                shutil.copy2(source, workspace / source.name)
+                shutil.copy(source, workspace / source.name)
     except BaseException:
         shutil.rmtree(run_dir, ignore_errors=True)
         raise

@@ -79,7 +79,7 @@ def write_batch_page(
         members = [r for r in rows if r.task == task]
         parts.append(
             f"<h2>{line(task or '(no task)')} ({len(members)})</h2><table><tr><th>run</th>"
-            "<th>model</th><th>seed</th><th>start</th><th>status</th><th>score</th>"
+            "<th>model</th><th>seed</th><th>try</th><th>status</th><th>score</th>"
             "<th>success</th><th>best validation</th><th>attempts</th><th>time</th>"
             "<th>cost</th><th>log SHA-256</th></tr>"
         )
@@ -91,7 +91,8 @@ def write_batch_page(
                 if r.searched
                 else "-"
             )
-            # An interrupted run's failure is its status ("interrupted (interrupted)").
+            # "try": which start of the run (1, then a retry's 2), headed "start" before,
+            # which read as a time. An interrupted run's failure is its status.
             status = r.status + (f" ({r.failure})" if r.failure not in (None, r.status) else "")
             parts.append(
                 f"<tr><td>{line(r.run_id)}</td><td>{line(r.model)}</td><td>{'-' if r.seed is None else r.seed}</td>"

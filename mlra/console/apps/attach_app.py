@@ -131,7 +131,8 @@ class AttachApp(MlraApp):
             and remote.gone is None
             and self.state.finished is None
         )
-        return not (watching and action.split("(")[0] in STEERING | ATTEMPT_STEERING)
+        steering = action.split("(")[0] in STEERING | ATTEMPT_STEERING
+        return super().offers(action) and not (watching and steering)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in STEERING and self.remote.gone is not None:

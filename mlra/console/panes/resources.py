@@ -86,7 +86,10 @@ def context_gauge(state: RunState, width: int) -> Text | None:
         return None
     held = tokens(state.context_tokens, estimated=state.context_estimated)
     out = Text()
-    if window and width < 10:  # compact: the share in words, no room for a bar
+    if window and not state.context_tokens:  # no prompt counted yet: not 0%
+        out.append(f"?/{tokens(window)}")
+        out.append(" not known yet" if width < 10 else " (the prompt is not counted yet)", "dim")
+    elif window and width < 10:  # compact: the share in words, no room for a bar
         frac = state.context_tokens / window
         style = "red" if frac > 0.85 else "yellow" if frac > 0.6 else ""
         out.append(f"{held}/{tokens(window)} {frac:.0%}", style=style)

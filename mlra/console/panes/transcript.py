@@ -185,7 +185,7 @@ class TranscriptPane(VerticalScroll):
                 self._note(
                     event, f"supervisor, reviewing: {one_line(event.guidance, 300)}", "magenta"
                 )
-            case ev.Notice():
+            case ev.Notice() if not self._answer_notes.hides(event):  # said under the answer
                 self._note(
                     event, f"! {event.message}", "yellow" if event.level != "error" else "red"
                 )

@@ -140,7 +140,9 @@ class AttemptKeys:
             validation_metrics(events_b, b.finished),
         )
         header = scores_side_by_side(tree, a, b, now, metrics)
-        self.app.push_screen(DiffScreen(f"{a.id} → {b.id}: their workspaces", diff, header))
+        self.app.push_screen(
+            DiffScreen(f"{a.id} → {b.id}: their workspaces", diff, header, key="D")
+        )
 
     # --- steering ------------------------------------------------------------------
 

@@ -250,9 +250,9 @@ class CompareApp(App[int]):
         la, lb = letter(self.runs.index(a)), letter(self.runs.index(b))
         title = f"{la} → {lb}: their {'submitted files' if what == 'files' else what}"
         if what == "prompts":
-            self.push_screen(DiffScreen(title, prompts_diff(a, b)))
+            self.push_screen(DiffScreen(title, prompts_diff(a, b), key="p"))
         elif what == "settings":
-            self.push_screen(DiffScreen(title, settings_diff(a, b)))
+            self.push_screen(DiffScreen(title, settings_diff(a, b), key="s"))
         else:
             self.run_worker(
                 self._files_diff(title, a, b), group="compare-diff", exit_on_error=False

@@ -70,7 +70,11 @@ class RunControlKeys(App[int]):
 
     def offers(self, action: str) -> bool:
         """Whether this console offers a key at all, in the footer, help and palette (an
-        attached console that only watches offers none of the steering keys)."""
+        attached console that only watches offers none of the steering keys). A message
+        nobody would read is not offered: a baseline run's footer offered "i Msg worker",
+        which only said the baseline reads no messages (pressed anyway, it still says so)."""
+        if action.startswith("inject('"):
+            return self.state.message_refusal(action[len("inject('") : -2]) is None
         return True
 
     def in_footer(self, action: str) -> bool:

@@ -251,11 +251,17 @@ class DiffScreen(ModalScreen[None]):
     }
     """
 
-    def __init__(self, title: str, diff: str, header: RenderableType | None = None) -> None:
+    def __init__(
+        self, title: str, diff: str, header: RenderableType | None = None, *, key: str = "d"
+    ) -> None:
+        """`key`: the one that opened it, which closes it too and is the one named (the
+        compare screen's `p` diff said "Escape or d to close")."""
         super().__init__()
         self.title_text = title
         self.diff = diff
         self.header = header
+        self.key = key
+        self._bindings.bind(key, "close", "Close", show=False)
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog dialog-wide", id="diff-dialog"):
@@ -269,7 +275,7 @@ class DiffScreen(ModalScreen[None]):
                     else Text("no textual difference", style="dim")
                 )
                 yield Static(body, id="diff-text")
-            yield Static("Escape or d to close", classes="dialog-detail")
+            yield Static(f"Escape or {self.key} to close", classes="dialog-detail")
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -220,7 +220,7 @@ class TranscriptDisplay(Printer):
                 self._out(f"[{t}] {learned_window_line(event)}", "yellow")
             case ev.ModelRetry():
                 self._out(f"[{t}] {retry_line(event)}", "yellow")
-            case ev.Notice():  # stamped, as the console's transcript stamps it
+            case ev.Notice() if not self._answer_notes.hides(event):  # stamped, as the console's
                 self._out(f"[{t}] ! {event.message}", "yellow" if event.level != "error" else "red")
             case ev.TimeWarning():
                 self._out(f"[{t}] ! {time_warning_line(event)}", "yellow")

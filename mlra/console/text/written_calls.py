@@ -7,7 +7,9 @@ the note that its written call could not be read).
 Read from the log alone (the run's config, its `worker_thought`s and `step_started`
 prompts), so the live console, an attached one, a replay and the headless lines say
 the same: the run's own notice of an unread call is given only where the model was told
-the format, and otherwise the Worker pane showed such an answer as plain prose.
+the format, and otherwise the Worker pane showed such an answer as plain prose. Where
+the notice is given, it is said once, as the line under the answer: the notice, that
+line and what the next prompt told the agent said one thing three times.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from collections.abc import Collection
 from typing import Literal
 
 from mlra import events as ev
-from mlra.agent.providers.text_calls import SHORT_LINE, read_text_calls
+from mlra.agent.providers.text_calls import SHORT_LINE, UNREAD, read_text_calls
 from mlra.console.text.event_lines import one_line
 from mlra.tools.registry import no_such_tool
 
@@ -77,10 +79,20 @@ def written_call_words(text: str, tools: Collection[str] | None) -> str | None:
     return None
 
 
-def told_words(step: ev.StepStarted) -> str:
+def unread_problems(notice: ev.Notice) -> tuple[str, str] | None:
+    """The agent and the problems of the run's notice of an answer whose call was not
+    read (agent/providers/text_calls.py unread_notice); None for any other notice."""
+    agent, mark, rest = notice.message.partition("'s answer " + UNREAD)
+    if not mark or " " in agent:
+        return None
+    return agent, rest.rpartition(" (nothing was run")[0] or rest
+
+
+def told_words(step: ev.StepStarted, *, said_unread: bool = False) -> str:
     """What the run told the agent as its step began, besides the clock note and the
     user's messages (shown where they were sent): a nudge to act with a tool, the note
-    that a written call could not be read; '' where nothing."""
+    that a written call could not be read (left out where `said_unread`: the line under
+    the answer said it); '' where nothing."""
     prompt = step.prompt
     for message in step.delivered:
         prompt = prompt.replace(USER_MESSAGE + message, "", 1)
@@ -88,7 +100,10 @@ def told_words(step: ev.StepStarted) -> str:
         return ""
     end = prompt.rfind("\n\n" + STATUS)
     head = prompt if end < 0 else prompt[:end]
-    return " ".join(part.strip() for part in head.split("\n\n") if part.strip())
+    parts = [part.strip() for part in head.split("\n\n")]
+    if said_unread:
+        parts = [part for part in parts if not part.startswith("[your last answer " + UNREAD)]
+    return " ".join(part for part in parts if part)
 
 
 class AnswerNotes:
@@ -103,10 +118,34 @@ class AnswerNotes:
         self.tools: frozenset[str] | None = None
         self.supervisor_tools: frozenset[str] | None = None
         """The agents' tools, once the run's start is read."""
+        self._unread: dict[bool, str] = {}
+        """The problems of the run's notice of an unread call, by whether the answer is
+        the supervisor's: said under that answer, which follows the notice."""
+        self._said_unread: dict[bool, bool] = {}
+        """Whether the line under the latest answer said its call was not read (by the
+        supervisor's or not): the next prompt's note saying so again is left out."""
         self._acted: dict[str, bool] = {}
         """Whether each agent's latest step made a tool call: what a step's prompt told
         the agent is said only after one that made none (a nudge, the note that its
         written call could not be read); a loop's note has its notice already."""
+
+    def hides(self, notice: ev.Notice) -> bool:
+        """Whether this display leaves the run's notice out: one of an unread call that
+        the line under the answer says (the answers of the agents it shows)."""
+        found = unread_problems(notice)
+        return found is not None and self._shows(found[0] == "supervisor")
+
+    def _shows(self, supervisor: bool) -> bool:
+        return self.agents == "all" or (self.agents == "supervisor") == supervisor
+
+    def _under(self, text: str, supervisor: bool) -> tuple[str, str] | None:
+        tools = self.supervisor_tools if supervisor else self.tools
+        unread = self._unread.pop(supervisor, None)
+        written = written_call_words(text, tools)
+        if unread is not None and not written:
+            written = f"a tool call written as text could not be read: {unread}"
+        self._said_unread[supervisor] = written is not None
+        return (f"↳ {written}", "yellow") if written else None
 
     def line(self, event: ev.Event) -> tuple[str, str] | None:
         workers, supervisor = self.agents != "supervisor", self.agents != "workers"
@@ -115,18 +154,20 @@ class AnswerNotes:
                 tools = configured_tools(event)
                 self.tools = agents_tools(tools)
                 self.supervisor_tools = agents_tools(tools, supervisor=True)
+            case ev.Notice() if (found := unread_problems(event)) is not None:
+                if self._shows(found[0] == "supervisor"):
+                    self._unread[found[0] == "supervisor"] = found[1]
             case ev.WorkerThought() if workers:
-                if written := written_call_words(event.text, self.tools):
-                    return f"↳ {written}", "yellow"
+                return self._under(event.text, False)
             case ev.SupervisorMessage() if supervisor:
-                if written := written_call_words(event.text, self.supervisor_tools):
-                    return f"↳ {written}", "yellow"
+                return self._under(event.text, True)
             case ev.ToolCall():
                 self._acted[event.agent] = True
             case ev.StepStarted() if workers and event.agent != "supervisor":
                 idle = self._acted.get(event.agent) is False
                 self._acted[event.agent] = False
-                if idle and (told := told_words(event)):
+                said = self._said_unread.pop(False, False)
+                if idle and (told := told_words(event, said_unread=said)):
                     return f"↳ the {event.agent} was told: {one_line(told, 300)}", "dim"
             case _:
                 pass

@@ -1,0 +1,91 @@
+"""A call written as text that could not be read is said once, under the answer, where
+the tools are in the prompt (`--tool-calls text`): the run's notice, the line under the
+answer and the next prompt's note said the same thing three times in the Worker pane and
+the headless lines. The log keeps the notice and the note.
+
+A real run (the scripted model server on loopback, the real OpenAI SDK), its log fed to
+the Worker pane and the headless lines, and a replay's screen waited on.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.providers import resolve_model
+from mlra.agent.providers.base import ModelSettings
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.console.apps.replay_app import ReplayApp
+from mlra.console.panes.transcript import TranscriptPane
+from mlra.console.text.replay import ReplayModel
+from mlra.tasks.spec import load_task
+from tests.console.test_headless_transcript_lines import transcript
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+UNKNOWN = "↳ a tool call written as text: there is no tool named 'pretrain', so nothing ran"
+BROKEN = "↳ a tool call written as text could not be read: "
+NUDGE = "↳ the worker was told: Act with a tool, or call `report` if the subtask is done"
+
+
+async def test_an_unread_call_is_said_once_under_the_answer(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    worker = [
+        turn('{"name": "pretrain", "arguments": {"epochs": 3}}'),
+        turn('{"name": "pretrain", "arguments": {"epochs": 3}}'),  # again: no notice
+        turn('<tool_call>{"name": "bash", "arguments": {"command": </tool_call>'),
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="done")),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor_answering(), "worker": worker}) as server:
+        provider = resolve_model(
+            "openai/test",
+            base_url=server.url_for("openai"),
+            env={},
+            settings=ModelSettings(tool_calls="text"),
+        )
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            base_url=server.url_for("openai"),
+            runs_dir=tmp_path,
+            run_id="r",
+            isolation="none",
+            tool_calls="text",
+        )
+        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    assert result.reason == "submitted"
+    events = read_events(tmp_path / "r" / "events.jsonl")
+    # The log keeps what it recorded: the notices, and the notes the prompts carried.
+    notices = [e.message for e in events if isinstance(e, ev.Notice)]
+    assert sum("could not be read" in m for m in notices) == 2, notices
+    prompts = [e.prompt for e in events if isinstance(e, ev.StepStarted)]
+    assert sum("[your last answer looked like a tool call" in p for p in prompts) == 3
+    lines = transcript(events)
+    pane = TranscriptPane()
+    for event in events:
+        pane.feed(event)
+    shown = "\n".join(str(entry.render_entry()) for entry in pane._entries)
+    for text in (lines, shown):
+        assert "could not be read: there is no tool named" not in text, text  # the notice
+        assert "was told: [your last answer" not in text, text  # the note
+        assert text.count(UNKNOWN) == 2, text  # under each answer
+        assert text.count(BROKEN) == 1, text  # the broken one's, from its notice
+        assert text.count(NUDGE) == 3, text  # what the prompt said besides
+        assert text.index("pretrain") < text.index(UNKNOWN) < text.index(NUDGE)
+    # A replay's screen says the same, once.
+    app = ReplayApp(ReplayModel.open(tmp_path / "r"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.press("end")
+        panel = app.query_one(TranscriptPane)
+        deadline = time.monotonic() + 30
+        while BROKEN not in (said := "\n".join(str(e.render()) for e in panel.children)):
+            assert time.monotonic() < deadline, said
+            await pilot.pause(0.05)
+        assert "could not be read: there is no tool named" not in said
+        assert "was told: [your last answer" not in said
