@@ -119,6 +119,27 @@ def _provider(model: str, base_url: str | None, config: Any) -> Any:
         raise UsageError(str(exc)) from None
 
 
+def _same_kind_of_agent(recorded: str, model: str, verb: str) -> None:
+    """The baseline agent (a recipe, no model) and an LLM agent write different logs,
+    so neither can take up the other's: the catch-up stopped at the first event with an
+    internal error, and a resume had already written that error into the run's own log.
+    Refused here in one line, before anything is written."""
+
+    if (recorded == "baseline") == (model == "baseline"):
+        return
+    if model == "baseline":
+        raise UsageError(
+            f"--model baseline: the run was made by a model ({recorded}), and the baseline "
+            f"agent runs the task's recipe, not a model's log: it cannot {verb} it "
+            "(`mlra run TASK --model baseline` runs the recipe afresh)"
+        )
+    raise UsageError(
+        f"--model {model}: the run was made by the baseline agent (the task's recipe), "
+        f"whose log no model's agent can take up: it cannot {verb} it "
+        f"(`mlra run TASK --model {model}` starts a run with that model)"
+    )
+
+
 def _task_of(run: Any) -> Any:
     for name in (run.started.task_dir, run.started.task):
         if not name:
@@ -226,6 +247,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     run = _load(args.run_dir)
     task = _task_of(run)
     model = args.model or run.config.model
+    _same_kind_of_agent(run.config.model, model, "resume")
     use_tui = _use_tui(args)
     overrides = _overrides(args, use_tui) | {"model": model}
     provider = _provider(model, args.base_url or run.config.base_url, run.config)
@@ -254,6 +276,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     source = _load(args.run_dir)
     task = _task_of(source)
     model = args.model or source.config.model
+    _same_kind_of_agent(source.config.model, model, "fork")
     edit = None
     if args.edit_action is not None:
         try:
