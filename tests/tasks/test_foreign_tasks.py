@@ -388,8 +388,9 @@ def test_tasks_show_describes_the_folder(
     assert "found:      an MLRC-Bench task folder" in out
     assert "prepared:   not yet" in out and "references: published" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("requirements: "))
-    assert "scripts/environment.yml: pip's installed in the task's own environment" in line
-    assert "conda's not installed: python=3.10, cudatoolkit=11.8" in line
+    # Said in words (it read "pip's installed", which parses as nothing).
+    assert "scripts/environment.yml: pip installs them in the task's own environment" in line
+    assert "conda's packages are not installed: python=3.10, cudatoolkit=11.8" in line
     # A benchmark's folder of tasks is listed, each with its requirements.
     mlagentbench_task(tmp_path)
     assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0

@@ -69,8 +69,8 @@ def foreign_lines(task: Any) -> list[str]:
         lines.append(
             "requirements: "
             + ", ".join([*([files] if files else []), *pins[:6]])
-            + f": pip's installed in the task's own environment (`mlra tasks env {root}`)"
-            + (f"; conda's not installed: {', '.join(conda[:8])}" if conda else "")
+            + f": pip installs them in the task's own environment (`mlra tasks env {root}`)"
+            + (f"; conda's packages are not installed: {', '.join(conda[:8])}" if conda else "")
         )
     else:
         lines.append(
