@@ -248,6 +248,25 @@ def test_a_failing_prepare_is_one_line_and_exit_2(
     assert not list((cache / "prepared").glob("*/"))  # no half-prepared copy is kept
 
 
+def test_a_prepare_running_a_command_this_machine_lacks_names_it(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """MLAgentBench's Kaggle tasks run `kaggle` from prepare.py: where it is not installed
+    the last line was Python's "No such file or directory: 'kaggle'" alone."""
+    source = mlagentbench_task(
+        tmp_path,
+        prepare='import subprocess\nsubprocess.run(["kaggle", "competitions", "download"])\n',
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "no-commands"))  # no kaggle, whatever is installed
+    code = mlra_main(["tasks", "prepare", str(source)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "No such file or directory: 'kaggle'" in err[-1]
+    assert (
+        "it runs the command `kaggle`, which is not installed (pip install kaggle, with your "
+        "Kaggle API token in ~/.kaggle/kaggle.json)"
+    ) in err[-1]
+
+
 def test_prepare_passes_the_kaggle_consent_pause(tmp_path: Path, cache: Path) -> None:
     """MLAgentBench's Kaggle tasks' prepare.py waits for a key (`input("Consent to the
     competition at ...; Press any key")`): an empty stdin would end it with EOFError."""
