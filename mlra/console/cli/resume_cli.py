@@ -30,6 +30,7 @@ from mlra.console.text.args import (
     check_writable_dir,
     gpus,
     positive_int,
+    run_path,
 )
 from mlra.tasks.spec import TaskError, find_task
 from mlra.terminal_text import printable_line
@@ -68,7 +69,7 @@ def add_resume_command(sub: Any) -> None:
         description="Continue a run in its own folder: same plan, histories and workspace; "
         "the clock counts the time already spent.",
     )
-    resume.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    resume.add_argument("run_dir", metavar="RUN_DIR", type=run_path)
     resume.add_argument("--model", help="go on with another model (default: the run's own)")
     _common(resume)
     resume.set_defaults(func=cmd_resume)
@@ -80,7 +81,7 @@ def add_fork_command(sub: Any) -> None:
         description="Start a new run from the state before agent step STEP of a recorded run: "
         "its workspace as it was, its histories up to there.",
     )
-    fork.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    fork.add_argument("run_dir", metavar="RUN_DIR", type=run_path)
     fork.add_argument("--at", type=positive_int, required=True, metavar="STEP")
     fork.add_argument("--model", help="the model from there on (default: the run's own)")
     fork.add_argument(
