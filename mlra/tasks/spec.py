@@ -244,7 +244,8 @@ def _load_foreign(folder: Path) -> TaskSpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise TaskError(f"{folder}: read as a task, field {field}: {err['msg']}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise TaskError(f"{folder}: read as a task, field {field}: {msg}") from None
     spec.root = root
     from mlra.tasks.foreign.loader import recorded_baseline
 
