@@ -164,8 +164,9 @@ def load_task(path: Path) -> TaskSpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        more = f" (and {len(exc.errors()) - 1} more problems)" if len(exc.errors()) > 1 else ""
-        msg = err["msg"]
+        extra = len(exc.errors()) - 1
+        more = f" (and {extra} more problem{'s' if extra > 1 else ''})" if extra else ""
+        msg = err["msg"].removeprefix("Value error, ")  # pydantic's class of it, not the why
         if err["type"] == "missing":
             msg = "is required but missing"
         elif err["type"] == "extra_forbidden":
@@ -243,7 +244,8 @@ def _load_foreign(folder: Path) -> TaskSpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        raise TaskError(f"{folder}: read as a task, field {field}: {err['msg']}") from None
+        msg = err["msg"].removeprefix("Value error, ")
+        raise TaskError(f"{folder}: read as a task, field {field}: {msg}") from None
     spec.root = root
     from mlra.tasks.foreign.loader import recorded_baseline
 

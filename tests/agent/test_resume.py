@@ -638,3 +638,47 @@ def test_a_run_whose_grading_printed_progress_resumes(tmp_path: Path) -> None:
     state = fold(read_events(log))
     assert state.finished is not None and state.finished.reason == "submitted"
     assert state.earlier_evaluation is not None and state.evaluation is not None
+
+
+def test_the_baseline_agent_and_a_models_agent_do_not_take_up_each_others_runs(
+    tmp_path: Path, recorded: Path
+) -> None:
+    """`--model baseline` on a model's run (or a model on a baseline run) is refused in one
+    line, with nothing written: its catch-up stopped at the log's first event with an
+    internal error, and a resume wrote that error into the run's own log."""
+    half = tmp_path / "runs" / "half"  # the recorded run cut before its submission
+    shutil.copytree(recorded, half)
+    lines = (half / "events.jsonl").read_bytes().splitlines(keepends=True)
+    (half / "events.jsonl").write_bytes(b"".join(lines[: len(lines) // 2]))
+    (half / "result.json").unlink(missing_ok=True)
+    before = (half / "events.jsonl").read_bytes()
+    forks = tmp_path / "forks"
+    for args in (
+        ["resume", str(half), "--model", "baseline", "--no-tui"],
+        ["fork", str(recorded), "--at", "2", "--model", "baseline", "--runs-dir", str(forks)],
+    ):
+        proc = mlra_cli([*args, "--no-tui"], cwd=tmp_path, env=_env())
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"mlra: --model baseline: the run was made by a model ({MODEL}), and the baseline "
+            f"agent runs the task's recipe, not a model's log: it cannot {args[0]} it "
+            "(`mlra run TASK --model baseline` runs the recipe afresh)"
+        ]
+    assert (half / "events.jsonl").read_bytes() == before
+    assert not forks.exists()
+    base = mlra_cli(
+        [*("run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--isolation", "none"),
+         *("--runs-dir", str(tmp_path / "runs"), "--run-id", "base")],
+        cwd=tmp_path,
+        env=_env(),
+    )  # fmt: skip
+    assert base.returncode == 0, base.stdout + base.stderr
+    proc = mlra_cli(
+        [*("fork", str(tmp_path / "runs" / "base"), "--at", "1", "--model", MODEL),
+         *("--base-url", "http://127.0.0.1:9/v1", "--runs-dir", str(forks), "--no-tui")],
+        cwd=tmp_path,
+        env=_env(),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "the run was made by the baseline agent" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and not forks.exists()

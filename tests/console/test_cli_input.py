@@ -175,3 +175,24 @@ def test_a_run_whose_reader_leaves_goes_on_to_its_end_with_its_log_whole(
     assert isinstance(finished, ev.RunFinished) and finished.status == "finished"
     assert any(isinstance(e, ev.EvaluationFinished) and e.ok for e in events)
     assert not any(isinstance(e, ev.Notice) and e.level == "error" for e in events)
+
+
+def test_replay_resume_fork_and_eval_take_a_run_id_as_mlra_runs_lists_it(tmp_path: Path) -> None:
+    """`mlra runs` lists ids; `ctl`, `attach` and `annotate` took one, but `replay`,
+    `resume`, `fork` and `eval` answered "ID is not a run folder (no events.jsonl)"."""
+    made = mlra_cli(
+        ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--run-id", "r1"],
+        cwd=tmp_path,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    replayed = mlra_cli(["replay", "r1", "--no-tui"], cwd=tmp_path)
+    assert replayed.returncode == 0 and replayed.stdout.startswith("▶ answer"), replayed.stderr
+    graded = mlra_cli(["eval", "r1"], cwd=tmp_path)
+    assert graded.returncode == 0, graded.stderr
+    resumed = mlra_cli(["resume", "r1", "--no-tui"], cwd=tmp_path)
+    assert resumed.returncode == 2 and "ended with a submission" in resumed.stderr
+    forked = mlra_cli(["fork", "r1", "--at", "1", "--no-tui", "--run-id", "f1"], cwd=tmp_path)
+    assert forked.returncode == 0, forked.stderr
+    assert (tmp_path / "runs" / "f1" / "events.jsonl").is_file()
+    missing = mlra_cli(["replay", "r9", "--no-tui"], cwd=tmp_path)
+    assert missing.returncode == 2 and "r9 is not a run folder" in missing.stderr

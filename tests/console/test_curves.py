@@ -411,6 +411,24 @@ async def test_the_view_in_replay_shows_the_curves_as_of_the_cursor() -> None:
         assert not isinstance(app.screen, CurvesScreen)
 
 
+async def test_a_replays_series_are_named_after_the_program_as_the_live_consoles() -> None:
+    """The replay read only the metrics and validation events, never the job or call
+    that printed them, so its series read `job loss` (`command loss` for a baseline's
+    recipe step) where the live console read `train.py loss`."""
+    events = training_run()
+    app = ReplayApp(ReplayModel(events))
+    async with app.run_test(size=(80, 24)) as pilot:
+        await app.run_action("last")
+        await pilot.press("v")
+        await pilot.pause()
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        listed = [str(o.prompt) for o in screen.query_one(SelectionList).options]
+        assert [line.split()[:2] for line in listed] == [["train.py", "loss"]], listed
+        (plot, *_) = screen.query(PlotextPlot)
+        assert "train.py loss" in plot.plt.build()
+
+
 async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
     """A search: each attempt's log gives its own series, named after the attempt, and
     every attempt's loss is overlaid when the view opens."""

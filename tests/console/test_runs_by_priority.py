@@ -66,6 +66,22 @@ def test_at_80_columns_the_score_and_verdict_stay(tmp_path: Path) -> None:
     assert "left out at 80 columns: " in screen and "forked" in screen
 
 
+def test_at_80_columns_a_long_run_id_is_cut_not_the_status_and_score(tmp_path: Path) -> None:
+    """An MLAgentBench task's run id is some 60 characters: with the task beside it, the
+    five columns kept were wider than 80, and the terminal cut off status, score and
+    success, leaving the id and the task alone."""
+    runs = tmp_path / "runs"
+    long_id = "20261130-064122-mlagentbench-amp-parkinsons-disease-progression-0b495687ad00c9bc"
+    experiment_run(runs, long_id, [0.4], score=0.875)
+    screen = _on_a_terminal(["runs", "--runs-dir", str(runs)], 80)
+    lines = screen.splitlines()
+    assert lines[0].split()[:5] == ["id", "task", "status", "score", "success"], screen
+    (row,) = [line for line in lines if line.startswith("20261130-")]
+    assert len(row) <= 80 and "finished" in row and "0.875" in row, screen
+    cut = row.split()[0]
+    assert cut.startswith("20261130-064122") and cut.endswith("ad00c9bc") and "…" in cut
+
+
 def test_a_wide_terminal_or_a_pipe_gets_every_column(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

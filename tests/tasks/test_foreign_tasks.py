@@ -248,6 +248,25 @@ def test_a_failing_prepare_is_one_line_and_exit_2(
     assert not list((cache / "prepared").glob("*/"))  # no half-prepared copy is kept
 
 
+def test_a_prepare_running_a_command_this_machine_lacks_names_it(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """MLAgentBench's Kaggle tasks run `kaggle` from prepare.py: where it is not installed
+    the last line was Python's "No such file or directory: 'kaggle'" alone."""
+    source = mlagentbench_task(
+        tmp_path,
+        prepare='import subprocess\nsubprocess.run(["kaggle", "competitions", "download"])\n',
+    )
+    monkeypatch.setenv("PATH", str(tmp_path / "no-commands"))  # no kaggle, whatever is installed
+    code = mlra_main(["tasks", "prepare", str(source)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and "No such file or directory: 'kaggle'" in err[-1]
+    assert (
+        "it runs the command `kaggle`, which is not installed (pip install kaggle, with your "
+        "Kaggle API token in ~/.kaggle/kaggle.json)"
+    ) in err[-1]
+
+
 def test_prepare_passes_the_kaggle_consent_pause(tmp_path: Path, cache: Path) -> None:
     """MLAgentBench's Kaggle tasks' prepare.py waits for a key (`input("Consent to the
     competition at ...; Press any key")`): an empty stdin would end it with EOFError."""
@@ -388,8 +407,9 @@ def test_tasks_show_describes_the_folder(
     assert "found:      an MLRC-Bench task folder" in out
     assert "prepared:   not yet" in out and "references: published" in out
     line = next(ln for ln in out.splitlines() if ln.startswith("requirements: "))
-    assert "scripts/environment.yml: pip's installed in the task's own environment" in line
-    assert "conda's not installed: python=3.10, cudatoolkit=11.8" in line
+    # Said in words (it read "pip's installed", which parses as nothing).
+    assert "scripts/environment.yml: pip installs them in the task's own environment" in line
+    assert "conda's packages are not installed: python=3.10, cudatoolkit=11.8" in line
     # A benchmark's folder of tasks is listed, each with its requirements.
     mlagentbench_task(tmp_path)
     assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0

@@ -65,12 +65,12 @@ def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
         (
             'timeout = "1m"\nsettings',
             'timeout = "1 minute"\nsettings',
-            "field evaluator.timeout: Value error, '1 minute' is not a duration",
+            "field evaluator.timeout: '1 minute' is not a duration",
         ),
         (
             '> answer.txt"\ntimeout = "1m"',
             '> answer.txt"\ntimeout = "later"',
-            "field baseline.steps.0.timeout: Value error, 'later' is not a duration",
+            "field baseline.steps.0.timeout: 'later' is not a duration",
         ),
         (
             "network = false",
@@ -92,7 +92,7 @@ def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
         (
             "top = 1.0",
             "top = 1.0\nscore_range = [1, 0]",
-            "field metric: Value error, score_range [1, 0] must list the lowest score first",
+            "field metric: score_range [1, 0] must list the lowest score first",
         ),
         (
             "[baseline]",
@@ -102,7 +102,7 @@ def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
         (
             "[baseline]",
             '[constraints]\nallowed_dtypes = ["FP16"]\n\n[baseline]',
-            "field constraints.allowed_dtypes: Value error, 'FP16' is not a safetensors dtype",
+            "field constraints.allowed_dtypes: 'FP16' is not a safetensors dtype",
         ),
     ],
 )
@@ -138,10 +138,23 @@ def test_mlra_run_refuses_an_unreadable_evaluator_timeout_before_the_run(
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.strip().splitlines() == [
-        f"mlra: {folder / 'task.toml'}: field evaluator.timeout: Value error, '5x' is not a "
+        f"mlra: {folder / 'task.toml'}: field evaluator.timeout: '5x' is not a "
         "duration (use forms like 90s, 20m, 1h30m, 24h)"
     ]
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_second_problem_is_counted_in_words(answer_task: Path, tmp_path: Path) -> None:
+    """Read "field evaluator.timeout: Value error, 'soon' is not a duration (and 1 more
+    problems)": pydantic's class of error and a plural for one."""
+    folder = _copy_task(answer_task, tmp_path)
+    _edit(folder, 'timeout = "1m"\nsettings', 'timeout = "soon"\nsettings')
+    _edit(folder, '> answer.txt"\ntimeout = "1m"', '> answer.txt"\ntimeout = "later"')
+    with pytest.raises(TaskError) as info:
+        load_task(folder)
+    text = str(info.value)
+    assert "field evaluator.timeout: 'soon' is not a duration" in text
+    assert text.endswith("(and 1 more problem)") and "Value error" not in text
 
 
 def test_unknown_task_names_the_known_ones() -> None:

@@ -123,6 +123,9 @@ def test_baseline_runs_are_listed_averaged_and_can_be_cleared(
     assert "baseline runs: 1 recorded" in out
     (run_id,) = [e.run_id for e in first if isinstance(e, ev.RunStarted)]
     assert f"  4  {run_id}" in out and "old-failure" not in out
+    # The commands said name the folder given, not its prepared copy in the cache.
+    assert f"  clear them: mlra tasks clear-baseline {source} [RUN_ID]" in out, out
+    assert f"(`mlra tasks env {source}`)" in out, out
     assert mlra_main(["tasks", "clear-baseline", str(source)]) == 0
     assert "cleared 1 baseline run" in capsys.readouterr().out
     assert load_task(source).metric.baseline is None

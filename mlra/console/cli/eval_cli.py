@@ -19,7 +19,13 @@ from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, LogDamage, RunInUs
 from mlra.agent.record.run_result import write_result
 from mlra.agent.record.state import RunState, fold
 from mlra.agent.setup.sandboxes import run_gpus
-from mlra.console.text.args import EXIT_FAILED, EXIT_OK, UsageError, check_writable_dir
+from mlra.console.text.args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    UsageError,
+    check_writable_dir,
+    run_path,
+)
 from mlra.console.text.event_lines import score_line
 from mlra.tasks.evaluators.progress import progress_words
 from mlra.tasks.grading import grade, grade_artifact
@@ -36,7 +42,10 @@ def add_eval_command(sub: Any) -> None:
         "ended, or with --path a path of the workspace as it is now.",
     )
     evaluate.add_argument(
-        "run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)"
+        "run_dir",
+        metavar="RUN_DIR",
+        type=run_path,
+        help="a run folder (runs/<run-id>), or a run id in ./runs",
     )
     evaluate.add_argument(
         "--path",

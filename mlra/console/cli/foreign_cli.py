@@ -31,6 +31,9 @@ def foreign_lines(task: Any) -> list[str]:
     layout = detect(root)
     assert layout is not None
     found = marker(root)
+    # The commands it suggests name the folder the user gave, not the prepared copy in
+    # the cache (whose name changes with the folder's content).
+    named = Path(found.source) if found is not None and Path(found.source).is_dir() else root
     lines = [f"found:      an {LAYOUT_NAMES[layout]} task folder"]
     if found is not None:
         lines.append(
@@ -69,14 +72,14 @@ def foreign_lines(task: Any) -> list[str]:
         lines.append(
             "requirements: "
             + ", ".join([*([files] if files else []), *pins[:6]])
-            + f": pip's installed in the task's own environment (`mlra tasks env {root}`)"
-            + (f"; conda's not installed: {', '.join(conda[:8])}" if conda else "")
+            + f": pip installs them in the task's own environment (`mlra tasks env {named}`)"
+            + (f"; conda's packages are not installed: {', '.join(conda[:8])}" if conda else "")
         )
     else:
         lines.append(
             "requirements: " + (f"{files}: {summary(check(root))}" if files else "none declared")
         )
-    lines += baseline_lines(task)
+    lines += baseline_lines(task, named)
     return lines
 
 

@@ -20,7 +20,7 @@ from mlra import events as ev
 from mlra.agent.record.annotations import read_annotations
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.console.cli.resume_cli import add_fork_command
-from mlra.console.text.args import Parser, UsageError, dispatch
+from mlra.console.text.args import Parser, UsageError, dispatch, run_path
 from mlra.console.text.headless import JsonDisplay, TranscriptDisplay
 from mlra.console.text.replay import ReplayModel
 from mlra.terminal_text import printable
@@ -43,7 +43,10 @@ def add_replay_command(sub: Any) -> None:
         "event or step by step, with the plan, transcript, resources and files as they were.",
     )
     replay.add_argument(
-        "run_dir", metavar="RUN_DIR", type=Path, help="a run folder (runs/<run-id>)"
+        "run_dir",
+        metavar="RUN_DIR",
+        type=run_path,
+        help="a run folder (runs/<run-id>), or a run id in ./runs",
     )
     mode = replay.add_mutually_exclusive_group()
     mode.add_argument("--no-tui", action="store_true", help="print the transcript instead")

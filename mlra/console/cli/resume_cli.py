@@ -30,6 +30,7 @@ from mlra.console.text.args import (
     check_writable_dir,
     gpus,
     positive_int,
+    run_path,
 )
 from mlra.tasks.spec import TaskError, find_task
 from mlra.terminal_text import printable_line
@@ -68,7 +69,7 @@ def add_resume_command(sub: Any) -> None:
         description="Continue a run in its own folder: same plan, histories and workspace; "
         "the clock counts the time already spent.",
     )
-    resume.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    resume.add_argument("run_dir", metavar="RUN_DIR", type=run_path)
     resume.add_argument("--model", help="go on with another model (default: the run's own)")
     _common(resume)
     resume.set_defaults(func=cmd_resume)
@@ -80,7 +81,7 @@ def add_fork_command(sub: Any) -> None:
         description="Start a new run from the state before agent step STEP of a recorded run: "
         "its workspace as it was, its histories up to there.",
     )
-    fork.add_argument("run_dir", metavar="RUN_DIR", type=Path)
+    fork.add_argument("run_dir", metavar="RUN_DIR", type=run_path)
     fork.add_argument("--at", type=positive_int, required=True, metavar="STEP")
     fork.add_argument("--model", help="the model from there on (default: the run's own)")
     fork.add_argument(
@@ -117,6 +118,27 @@ def _provider(model: str, base_url: str | None, config: Any) -> Any:
         return resolve_model(model, base_url=base_url, env=os.environ, settings=settings)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
+
+
+def _same_kind_of_agent(recorded: str, model: str, verb: str) -> None:
+    """The baseline agent (a recipe, no model) and an LLM agent write different logs,
+    so neither can take up the other's: the catch-up stopped at the first event with an
+    internal error, and a resume had already written that error into the run's own log.
+    Refused here in one line, before anything is written."""
+
+    if (recorded == "baseline") == (model == "baseline"):
+        return
+    if model == "baseline":
+        raise UsageError(
+            f"--model baseline: the run was made by a model ({recorded}), and the baseline "
+            f"agent runs the task's recipe, not a model's log: it cannot {verb} it "
+            "(`mlra run TASK --model baseline` runs the recipe afresh)"
+        )
+    raise UsageError(
+        f"--model {model}: the run was made by the baseline agent (the task's recipe), "
+        f"whose log no model's agent can take up: it cannot {verb} it "
+        f"(`mlra run TASK --model {model}` starts a run with that model)"
+    )
 
 
 def _task_of(run: Any) -> Any:
@@ -226,6 +248,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     run = _load(args.run_dir)
     task = _task_of(run)
     model = args.model or run.config.model
+    _same_kind_of_agent(run.config.model, model, "resume")
     use_tui = _use_tui(args)
     overrides = _overrides(args, use_tui) | {"model": model}
     provider = _provider(model, args.base_url or run.config.base_url, run.config)
@@ -254,6 +277,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     source = _load(args.run_dir)
     task = _task_of(source)
     model = args.model or source.config.model
+    _same_kind_of_agent(source.config.model, model, "fork")
     edit = None
     if args.edit_action is not None:
         try:

@@ -214,6 +214,20 @@ def check_writable_dir(path: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path} cannot be written: {reason}") from None
 
 
+def run_path(run: str) -> Path:
+    """RUN_DIR as `mlra replay`, `resume`, `fork` and `eval` take it: a run folder, or a
+    run id as `mlra runs` lists it, found in ./runs (their commands' folder is the run's
+    own, so they have no --runs-dir to look in). Anything else stays as given, and the
+    command says it is not a run folder."""
+    from mlra.agent.record.eventlog import EVENTS_FILE
+
+    path = Path(run)
+    if not (path / EVENTS_FILE).is_file() and len(path.parts) == 1:
+        if (Path("runs") / run / EVENTS_FILE).is_file():
+            return Path("runs") / run
+    return path
+
+
 def run_folder(run: str, runs_dir: Path) -> Path:
     """RUN as `mlra ctl`, `attach` and `annotate` take it: a path holding an event log,
     else a run id under --runs-dir."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from pathlib import Path
 
 from mlra.tasks.foreign import measurements
 from mlra.tasks.foreign.loader import marker
@@ -62,9 +63,10 @@ def record_measured_baseline(
     )
 
 
-def baseline_lines(task: TaskSpec) -> list[str]:
+def baseline_lines(task: TaskSpec, named: Path | None = None) -> list[str]:
     """What `mlra tasks show` says of the recorded baseline runs: each with its score,
-    so one bad run is seen, and how to clear them."""
+    so one bad run is seen, and how to clear them (by `named`, the folder the user
+    gave, where the task was read from its prepared copy)."""
     if not records_baselines(task):
         return []
     runs = measurements.runs_of(task.root, task.metric.failure_values)
@@ -75,5 +77,5 @@ def baseline_lines(task: TaskSpec) -> list[str]:
         when = r.get("measured_at")
         stamp = time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if when else "earlier"
         lines.append(f"  {float(r['score']):g}  {r.get('run') or '?'}  ({stamp})")
-    lines.append(f"  clear them: mlra tasks clear-baseline {task.root} [RUN_ID]")
+    lines.append(f"  clear them: mlra tasks clear-baseline {named or task.root} [RUN_ID]")
     return lines

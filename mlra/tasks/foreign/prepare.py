@@ -139,8 +139,8 @@ def _make(source: Path, dest: Path, record: Marker, echo: Callable[[str], object
             ]
             last = lines[-1] if lines else "no output"
             raise TaskError(
-                f"{source}: scripts/prepare.py failed (exit {proc.returncode}): {last[:300]} "
-                f"(its whole output: {log})"
+                f"{source}: scripts/prepare.py failed (exit {proc.returncode}): {last[:300]}"
+                f"{missing_command(last)} (its whole output: {log})"
             )
         problem = prepare_problem(partial, log, source)
         if problem is not None:
@@ -230,4 +230,18 @@ def recheck(task: TaskSpec) -> str | None:
     return (
         f"{copy}: removed: the scripts/prepare.py that made it exited 0 but {problem} "
         f"(its whole output: {log})"
+    )
+
+
+def missing_command(last: str) -> str:
+    """What a prepare.py that ran a command this machine lacks failed of, in words:
+    MLAgentBench's Kaggle tasks run `kaggle`, and Python says only "No such file or
+    directory: 'kaggle'"."""
+    found = re.search(r"No such file or directory: '([\w.+-]+)'", last)
+    if found is None or shutil.which(found[1]) is not None:
+        return ""
+    name = found[1]
+    how = " (pip install kaggle, with your Kaggle API token in ~/.kaggle/kaggle.json)"
+    return (
+        f"; it runs the command `{name}`, which is not installed{how if name == 'kaggle' else ''}"
     )
