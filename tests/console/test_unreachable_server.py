@@ -72,11 +72,15 @@ def test_run_refuses_a_server_nothing_answers_at_before_making_a_run_folder(
 
 def test_resume_and_fork_refuse_it_before_writing(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    done = _mlra(
-        tmp_path,
-        *("run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--isolation", "none"),
-        *("--runs-dir", str(runs), "--run-id", "r"),
-    )
+    # A model's run (a baseline's is refused to a model's agent for another reason).
+    script = {"supervisor": supervisor_answering(), "worker": worker_answering()}
+    with ScriptedModelServer(script) as server:
+        done = _mlra(
+            tmp_path,
+            *("run", str(ANSWER_TASK), "--model", "openai/qwen2.5-coder", "--no-tui"),
+            *("--base-url", server.url_for("openai"), "--isolation", "none"),
+            *("--runs-dir", str(runs), "--run-id", "r"),
+        )
     assert done.returncode == 0, done.stdout + done.stderr
     log = runs / "r" / "events.jsonl"
     # Cut where a crash would have cut it: a run with no ending, one `mlra resume` takes.
