@@ -80,7 +80,8 @@ class ModelTurn:
         step = await run.begin_step(agent, counts=counts_as_step)
         note = self._notes.pop(agent, "")
         coming = estimate_tokens(note + extra_prompt) + PROMPT_TOKENS
-        await self.window.keep(agent, history, tools_tokens(registry.specs()), coming)
+        specs = tools_tokens(registry.specs())  # the tool definitions, one estimate a turn
+        await self.window.keep(agent, history, specs, coming)
         injected = run.catchup.take_messages(agent)
         prompt = run.catchup.recorded_prompt()  # the clock note as it was then
         if prompt is None:
@@ -93,7 +94,7 @@ class ModelTurn:
             prompt = "\n\n".join(p for p in parts if p)
         history.add_user(prompt)
         turn = history.turn + 1
-        sent = history.estimated_tokens(extra=tools_tokens(registry.specs()))
+        sent = history.estimated_tokens(extra=specs)
         run.emit(
             ev.StepStarted(
                 agent=agent,
@@ -127,7 +128,6 @@ class ModelTurn:
             raise AssertionError("a mended request was neither answered nor refused")
         counted = response.usage.input_tokens
         if not response.usage.estimated:
-            specs = tools_tokens(registry.specs())
             counted = self.window.checked_count(
                 agent, history, specs, counted, tell=not run.catchup.replaying
             )
