@@ -131,14 +131,14 @@ async def test_host_secrets_never_reach_commands(
 
 async def test_python_on_path_is_this_interpreter(sandbox: LocalSandbox) -> None:
     result = await sandbox.exec(["python", "-c", "import sys; print(sys.prefix)"], timeout=60)
-    assert result.output.strip() == sys.prefix
+    assert result.output.strip() == os.path.realpath(sys.prefix)  # as the sandbox shows it
 
 
 def test_sandbox_env_is_built_explicitly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "sk-canary")
     spec = SandboxSpec(network=False, env={"SEED": "1", "WANDB_API_KEY": "x", "GITHUB_TOKEN": "y"})
     env = sandbox_env(spec, workdir="/workspace", home="/tmp/home")
-    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["PATH"].split(os.pathsep)[0] == os.path.realpath(os.path.dirname(sys.executable))
     assert env["HOME"] == "/tmp/home"
     assert env["SEED"] == "1"
     assert {"LANG", "TERM", "PYTHONUNBUFFERED", "MPLBACKEND", "TOKENIZERS_PARALLELISM"} <= set(env)
@@ -296,7 +296,7 @@ async def test_bwrap_keeps_the_interpreter_when_its_folder_is_hidden(workspace: 
     spec = SandboxSpec(hide_paths=[Path(sys.prefix).parent])
     sb = await make_sandbox(workspace, spec)
     result = await sb.exec(["python", "-c", "import sys; print(sys.prefix)"], timeout=60)
-    assert result.output.strip() == sys.prefix
+    assert result.output.strip() == os.path.realpath(sys.prefix)  # as the sandbox shows it
     await sb.close()
 
 

@@ -21,7 +21,6 @@ import os
 import secrets
 import signal
 import stat
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -40,6 +39,7 @@ from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_memory
+from mlra.tools.sandbox.env import shown_interpreter
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
@@ -381,7 +381,7 @@ async def run_evaluation(
         (work_dir / EVALUATOR_FILE).write_text(record.model_dump_json())
         inside = box.workdir
         argv = [
-            sys.executable,
+            shown_interpreter(),
             "-m",
             "mlra.tasks.evaluators.runner",
             str(task.root.resolve()),

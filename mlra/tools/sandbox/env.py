@@ -17,6 +17,19 @@ from collections.abc import Mapping
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 
+
+def shown_interpreter() -> str:
+    """This interpreter's path as the local sandbox shows it: its folder with every link
+    resolved, its own name kept. The sandbox shows the Python environment at its real
+    path (bwrap.python_roots), so a venv reached through a link (`.venv` linking to a
+    folder elsewhere) is not at `sys.executable` inside, and the grader failed to start
+    ("prlimit: failed to execute .venv/bin/python"); the file itself is not resolved,
+    since a venv's `python` links to the base interpreter and would leave the venv.
+    """
+    folder, name = os.path.split(sys.executable)
+    return os.path.join(os.path.realpath(folder), name) if folder else sys.executable
+
+
 STANDARD_PATH = ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
 
 SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
@@ -48,7 +61,7 @@ def sandbox_env(
     driver's libraries (gpu_driver.py), and nothing else of LD_LIBRARY_PATH, and the
     folder of its `nvidia-smi` on PATH.
     """
-    interpreter_dir = os.path.dirname(sys.executable)
+    interpreter_dir = os.path.dirname(shown_interpreter())
     path = [str(spec.python_env / "bin")] if spec.python_env is not None else []
     path += [interpreter_dir] if interpreter_dir else []
     path += [d for d in STANDARD_PATH if d not in path]
