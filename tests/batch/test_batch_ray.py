@@ -244,7 +244,8 @@ async def test_a_run_on_a_node_without_the_batch_folder_shows_its_progress_while
     assert progress.count("finished") == 1
     lines = seen_while_running[-1].splitlines()
     assert any(
-        re.search(rf"\] {run_id} running \d+s · step 100/600 loss 5\.1 · ETA", line) for line in lines
+        re.search(rf"\] {run_id} running \d+s · step 100/600 loss 5\.1 · ETA", line)
+        for line in lines
     ), "\n".join(lines)
     # The copy is gone with the run: its own folder, come back, is what counts now.
     assert not list((out / ".incoming").rglob("events.jsonl"))
