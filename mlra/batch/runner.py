@@ -19,6 +19,7 @@ from pathlib import Path
 from mlra.agent.providers.server_window import UNREACHABLE_WORDS
 from mlra.batch.executors import AttemptLost, Executor, Job, NotPlaced
 from mlra.batch.report_tables import score_text
+from mlra.batch.run_logs import last_line, log_header
 from mlra.batch.spec import BatchSpec, RunSpec, run_command
 from mlra.batch.state import (
     LOGS,
@@ -112,52 +113,11 @@ UNREACHABLE_BUDGET_S = 600.0
 a local server reloading its model after a crash takes minutes, not seconds."""
 
 
-def _last_line(path: Path) -> str:
-    try:
-        lines = path.read_text(encoding="utf-8", errors="replace").strip().splitlines()
-    except OSError:
-        return ""
-    return lines[-1] if lines else ""
-
-
 def _score_words(status: RunStatus) -> str:
     """What a finished run scored, for its line (": exact_match = 0.75")."""
     if status.score is None:
         return ""
     return f": {status.metric or 'score'} = {score_text(status.score)}"
-
-
-def _log_header(path: Path, attempt: int, job: Job) -> None:
-    """Each attempt's part of the run's log starts with a line of its own. An attempt
-    queued again because the batch that queued it stopped before it began (killed, or
-    Ctrl-C while it waited for resources or a node) keeps its one header: the log says
-    when it was queued again, not that a second attempt 1 was made."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime())
-    # Written when the attempt is queued: where and when it started comes when it does.
-    header = f"[mlra batch] attempt {attempt}: {'resume' if job.resume else 'start'}, queued "
-    last = _tail_line(path)
-    with open(path, "a", encoding="utf-8") as log:
-        if last.startswith(header) or last.startswith(QUEUED_AGAIN):
-            log.write(f"{QUEUED_AGAIN}{when} UTC (the batch stopped before it began)\n")
-        else:
-            log.write(f"{header}{when} UTC\n")
-
-
-QUEUED_AGAIN = "[mlra batch] queued again "
-TAIL_BYTES = 4096
-
-
-def _tail_line(path: Path) -> str:
-    """The log's last line, read from its end (a run's log may be long)."""
-    try:
-        with open(path, "rb") as log:
-            log.seek(max(0, log.seek(0, os.SEEK_END) - TAIL_BYTES))
-            tail = log.read()
-    except OSError:
-        return ""
-    lines = tail.decode("utf-8", errors="replace").strip().splitlines()
-    return lines[-1] if lines else ""
 
 
 class BatchRunner:
@@ -192,6 +152,9 @@ class BatchRunner:
         self.placed: dict[str, str] = {}
         """Runs the executor has started on a node, and where (running before their log
         is live here: a node that does not share the batch folder sends it at the end)."""
+        self.copies: dict[str, Path] = {}
+        """Runs on a node without the batch folder: where their event logs are copied as
+        they grow (their folders come back at their ends), read as their folders are."""
 
     def _changed(self, event: str = "") -> None:
         if event:
@@ -223,19 +186,35 @@ class BatchRunner:
             )
             self._changed(f"running {run_id} on {where}")
 
+        def copied(folder: Path, run_id: str = run.run_id) -> None:
+            self.copies[run_id] = folder
+
         if status.kind == "interrupted" and self.can_resume and run.run_id not in self._no_resume:
             self.progress.resumed.add(run.run_id)
             args = ["resume", str(runs_dir / run.run_id), "--no-tui"]
             if self.spec.base_url and run.model != "baseline":
                 args += ["--base-url", self.spec.base_url]
             return Job(
-                run.run_id, args, run.resources, True, self.env, task_folder=folder, placed=placed
+                run.run_id,
+                args,
+                run.resources,
+                True,
+                self.env,
+                task_folder=folder,
+                placed=placed,
+                copied=copied,
             )
         if status.kind in ("failed", "interrupted"):
             retire(self.out, run.run_id)
         command = run_command(run, self.spec, runs_dir, python="python", shared_by=self.shared_by)
         return Job(
-            run.run_id, command[3:], run.resources, env=self.env, task_folder=folder, placed=placed
+            run.run_id,
+            command[3:],
+            run.resources,
+            env=self.env,
+            task_folder=folder,
+            placed=placed,
+            copied=copied,
         )
 
     @property
@@ -262,7 +241,7 @@ class BatchRunner:
                 )
                 self._changed(f"{'resume' if job.resume else 'queue'} {run.run_id}")
                 log_path = self.out / LOGS / f"{run.run_id}.log"
-                _log_header(log_path, status.attempts + 1, job)
+                log_header(log_path, status.attempts + 1, job)
                 try:
                     code = await self.executor.run(job, log_path)
                 except NotPlaced as exc:
@@ -281,10 +260,11 @@ class BatchRunner:
                 finally:
                     self.progress.active.discard(run.run_id)
                     self.placed.pop(run.run_id, None)
+                    self.copies.pop(run.run_id, None)
             before = status
             status = self.refresh(run.run_id)
             if code == EXIT_USAGE and status.attempts == before.attempts:
-                refused = _last_line(log_path)
+                refused = last_line(log_path)
                 if UNREACHABLE_WORDS in refused:
                     wait = self._server_wait(run.run_id, refused)
                     if wait is not None:
@@ -434,9 +414,9 @@ class BatchRunner:
         while True:
             await asyncio.sleep(1.0)
             for run_id in list(self.progress.active):
-                status = run_status(self.out, run_id)
-                if status.kind == "pending" and run_id in self.placed:
-                    continue  # running on a node whose folder comes back at its end
+                status = run_status(self.out, run_id, copy=self.copies.get(run_id))
+                if status.kind != "running" and run_id in self.placed:
+                    continue  # on a node whose folder comes back at its end, its log not yet here
                 if status.kind in ("running", "pending"):
                     was = self.progress.statuses.get(run_id)
                     self.progress.statuses[run_id] = status

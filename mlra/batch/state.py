@@ -47,7 +47,7 @@ from pydantic import BaseModel, ValidationError
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_progress import glance
-from mlra.agent.record.state import fold
+from mlra.agent.record.state import RunState, fold
 
 RUNS, RETIRED, LOGS = "runs", "retired", "logs"
 PLACEMENT = "placement.json"
@@ -84,9 +84,15 @@ def retired_attempts(out: Path, run_id: str) -> list[Path]:
     return sorted(folder.glob(f"{run_id}__a*"), key=lambda p: int(p.name.rsplit("__a", 1)[1]))
 
 
-def run_status(out: Path, run_id: str) -> RunStatus:
+def run_status(out: Path, run_id: str, *, copy: Path | None = None) -> RunStatus:
+    """`copy`: the run's folder as its node's copy of its event logs (executors/live_log.py),
+    for a run running where the batch folder is not: it is live while the batch has it."""
     retired = retired_attempts(out, run_id)
     earlier = len(retired)
+    if copy is not None:
+        status = _running_copy(copy, run_id, earlier)
+        if status is not None:
+            return status
     run_dir = out / RUNS / run_id
     log = run_dir / EVENTS_FILE
     if not log.is_file():
@@ -106,20 +112,9 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         events = read_events(log)
     except LogDamage as exc:
         return RunStatus(run_id, "failed", "error", str(exc), attempts=earlier + 1, retries=earlier)
-    resumes = sum(isinstance(e, ev.RunResumed) for e in events)
-    state = fold(events)
-    attempts = earlier + 1 + resumes
-    status = RunStatus(
-        run_id, "running", attempts=attempts, retries=earlier, cost_usd=state.cost_usd
-    )
+    status, state = _running(run_id, events, earlier)
     if live:
-        now = time.time()
-        status.glance = glance(events, state.elapsed_s, now)
-        attempts = [
-            _attempt_glance(run_dir, n.id, n.started.folder, now) for n in state.attempts.running
-        ]
-        if attempts:
-            status.glance += " · " + "; ".join(attempts)
+        status.glance = _glance(run_dir, events, state)
         return status
     finished, evaluation = state.finished, state.evaluation
     if finished is None:
@@ -144,6 +139,44 @@ def run_status(out: Path, run_id: str) -> RunStatus:
         status.kind = "failed"
         status.reason, status.detail = finished.reason, finished.message
     return status
+
+
+def _running_copy(copy: Path, run_id: str, earlier: int) -> RunStatus | None:
+    """A run's status from the copy of its logs, None where the copy has none to read
+    (not begun, or gone as the run ended: its own folder says the rest)."""
+    try:
+        events = read_events(copy / EVENTS_FILE)
+    except (OSError, LogDamage):
+        return None
+    if not events:
+        return None
+    status, state = _running(run_id, events, earlier)
+    status.glance = _glance(copy, events, state)
+    return status
+
+
+def _running(run_id: str, events: list[ev.Event], earlier: int) -> tuple[RunStatus, RunState]:
+    """A run read from its log as running, before its ending (if any) is read."""
+    state = fold(events)
+    resumes = sum(isinstance(e, ev.RunResumed) for e in events)
+    status = RunStatus(
+        run_id,
+        "running",
+        attempts=earlier + 1 + resumes,
+        retries=earlier,
+        cost_usd=state.cost_usd,
+    )
+    return status, state
+
+
+def _glance(run_dir: Path, events: list[ev.Event], state: RunState) -> str:
+    """A live run's clock and newest progress, with each running attempt's where it searches."""
+    now = time.time()
+    words = glance(events, state.elapsed_s, now)
+    attempts = [
+        _attempt_glance(run_dir, n.id, n.started.folder, now) for n in state.attempts.running
+    ]
+    return words + (" · " + "; ".join(attempts) if attempts else "")
 
 
 def _attempt_glance(run_dir: Path, attempt: str, folder: str, now: float) -> str:

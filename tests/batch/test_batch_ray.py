@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import io
 import json
 import os
+import re
 import shutil
 import socket
 import threading
@@ -37,9 +39,10 @@ from mlra.batch.executors.shipping import (
     stream_tar,
     unpack,
 )
+from mlra.batch.progress import PlainProgress
 from mlra.batch.report import write_report
 from mlra.batch.run_ids import run_names
-from mlra.batch.runner import BatchRunner
+from mlra.batch.runner import BatchRunner, Progress
 from mlra.batch.spec import BatchError, BatchSpec, expand, parse_spec
 from mlra.batch.state import Placement, RunCard, read_placements, run_status, write_card
 from tests.batch.naming import batch_run_id
@@ -205,6 +208,47 @@ async def test_a_run_on_a_node_without_the_batch_folder_is_stopped_brought_back_
     assert "attempt 1: start" in text and "attempt 2: resume" in text
     assert text.count("[mlra batch] on ") == 2
     assert len(read_placements(out / "runs" / run_id)) == 2
+
+
+@slow
+async def test_a_run_on_a_node_without_the_batch_folder_shows_its_progress_while_it_runs(
+    ray_cluster: Path, tmp_path: Path, answer_task: Path
+) -> None:
+    """Its folder comes back only at its end: its line said "running" and no more (no
+    clock, no step) until then. Its event log reaches the driver as it grows, and the
+    batch's line is derived from it as a local run's is (executors/live_log.py)."""
+    out = tmp_path / "b"
+    run_id = batch_run_id(out, MODEL)
+    training = "echo 'step 100/600 loss 5.10'; sleep 12; echo 42 > answer.txt"
+    script = {
+        "supervisor:fallback": supervisor_fallback(),
+        "worker:fallback": turn(
+            "Training.", call("bash", command=training, timeout=60), call("report", summary="ok")
+        ),
+    }
+    shown = io.StringIO()
+    display = PlainProgress(shown, every_s=0)  # a line per running run at every change
+    seen_while_running: list[str] = []
+
+    def listener(p: Progress) -> None:
+        display(p)
+        if not (out / "runs" / run_id).exists():
+            seen_while_running.append(shown.getvalue())
+
+    with ScriptedModelServer(script) as server:
+        spec = _spec(answer_task, out, server, [MODEL])
+        executor = RayExecutor(out)
+        executor.token = "another-batch"  # the node finds no token of ours: not shared storage
+        runs = expand(spec, run_names(out))
+        progress = await BatchRunner(spec, runs, executor, out, listener=listener).run()
+    assert progress.count("finished") == 1
+    lines = seen_while_running[-1].splitlines()
+    assert any(
+        re.search(rf"\] {run_id} running \d+s · step 100/600 loss 5\.1 · ETA", line)
+        for line in lines
+    ), "\n".join(lines)
+    # The copy is gone with the run: its own folder, come back, is what counts now.
+    assert not list((out / ".incoming").rglob("events.jsonl"))
 
 
 # ---- without a Ray cluster ------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import secrets
 import shutil
-from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -152,11 +151,7 @@ def task_environment(task: TaskSpec, config: RunConfig) -> tuple[Path | None, ev
 def environment_notice(task: TaskSpec, sandbox: str, image: str | None) -> str | None:
     """Why the task's own environment, built on this machine, cannot serve the commands
     of the backend `sandbox` names (a container has its own Python), or None: it does."""
-    from mlra.tasks.foreign.loader import is_foreign
-
-    request = sandbox_request(task, model="", image=image)
-    request = replace(request, foreign=is_foreign(task.root))
-    return sandbox_backend(sandbox).environment_notice(request)
+    return sandbox_backend(sandbox).environment_notice(sandbox_request(task, model="", image=image))
 
 
 def limit_choices(

@@ -45,7 +45,11 @@ def sandbox_request(
 ) -> SandboxRequest:
     """What the backend reads, from the user's settings (as flags or a config name
     them) and the task's; its GPUs are `run_gpus`'."""
+    from mlra.tasks.foreign.image import task_image
+    from mlra.tasks.foreign.loader import is_foreign
+
     res = task.resources
+    foreign = task.environment.declared and is_foreign(task.root)
     return SandboxRequest(
         confined=model != BASELINE_MODEL,
         isolation=isolation,
@@ -56,6 +60,7 @@ def sandbox_request(
         pids_limit=pids_limit,
         network=res.network,
         task_root=task.root,
+        task_image=task_image(task.name) if foreign else None,
     )
 
 

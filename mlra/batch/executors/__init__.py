@@ -31,6 +31,10 @@ class Job:
     """The user's task folder, where the run's task is one (shipped to nodes that lack it)."""
     placed: Callable[[str], None] = lambda _where: None
     """Called when the run has started on a node, with where ("host (node 1a2b3c4d)")."""
+    copied: Callable[[Path], None] = lambda _folder: None
+    """Called once the run's event log starts arriving from a node without the batch
+    folder, with the folder its copy grows in, laid out as the run's folder (its folder
+    itself comes back at its end): the batch's progress reads it as it reads a local run."""
 
 
 class NotPlaced(Exception):

@@ -25,6 +25,7 @@ from typing import Any, BinaryIO
 
 from mlra.batch.executors import AttemptLost, Job, NotPlaced
 from mlra.batch.executors.arrivals import Arrivals
+from mlra.batch.executors.live_log import Piece, copy_folder, write_piece
 from mlra.batch.executors.ray_connect import (
     RayLogs,
     alive_nodes,
@@ -227,6 +228,9 @@ class _Attempt:
         self.key = f"{job.run_id}-{secrets.token_hex(4)}"
         """This attempt's messages at the coordinator (Ray Client only)."""
         self._pulled: list[tuple[str, Any]] = []
+        self._copy: Path | None = None
+        """Where the run's event logs are copied as they arrive (a node without the batch folder)."""
+        self._copy_told = False
 
     def _write_log(self, data: bytes) -> None:
         if self._log is None:
@@ -312,6 +316,8 @@ class _Attempt:
                     await self._send_run_folder()
                 elif kind == "log":
                     self._write_log(value)
+                elif kind == "events":
+                    self._copy_events(value)
                 elif kind == "exit":
                     self.code = int(value)
                 elif kind == "folder":
@@ -352,6 +358,14 @@ class _Attempt:
         self._write_log(line.encode())
         self.job.placed(self.placement.where)
 
+    def _copy_events(self, piece: Piece) -> None:
+        if self._copy is None:
+            self._copy = copy_folder(self.executor.incoming, self.key)
+            self._copy_told = False
+        if write_piece(self._copy, piece) and not self._copy_told:
+            self._copy_told = True
+            self.job.copied(self._copy)
+
     def _receive(self, part: bytes) -> None:
         if self._archive_file is None:
             folder = self.executor.incoming
@@ -368,6 +382,9 @@ class _Attempt:
         if self._archive_file is not None:
             self._archive_file.close()
             self._archive_file = None
+        if self._copy is not None:  # the run's own folder is what counts from here
+            remove_tree(self._copy, ignore_errors=True)
+            self._copy = None
 
     def bring_back(self) -> None:
         """Put the run folder that came back in place, and say where the attempt ran."""

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.batch.executors.arrivals import batch_folder
+from mlra.batch.executors.live_log import POLL_S, LogTail
 from mlra.batch.executors.local import die_with_parent
 from mlra.batch.executors.shipping import cached, stream_tar, unpack
 from mlra.tools.sandbox.trees import remove_tree
@@ -41,7 +42,8 @@ FOLDER_WAIT_S = 600.0
 
 Message = tuple[str, Any]
 """("node", {...}), ("need_run_folder", None) for a resume on a node without the batch
-folder, ("log", bytes), ("exit", int), ("folder", bytes) parts, ("end", None)."""
+folder, ("log", bytes), ("events", live_log.Piece) where the node lacks the batch folder,
+("exit", int), ("folder", bytes) parts, ("end", None)."""
 
 
 @dataclass
@@ -179,7 +181,10 @@ def run_on_node(job: NodeJob) -> Iterator[Message]:
         gpu_ids = [str(i) for i in ray.get_gpu_ids()]
         if gpu_ids or job.has_gpus:  # a resumed run too: the GPUs Ray gives it now
             args = [*args, "--gpus", ",".join(gpu_ids) or "none"]
-        code = yield from _run(args, job.env, job.coordinator, job.generation, renames)
+        # Without the batch folder, the run's event logs go to the driver as they grow, so
+        # the batch's progress says how it goes before its folder comes back.
+        tail = LogTail(scratch / "runs" / job.run_id) if scratch is not None else None
+        code = yield from _run(args, job.env, job.coordinator, job.generation, renames, tail)
         yield "exit", code
         if scratch is not None:
             run_dir = scratch / "runs" / job.run_id
@@ -274,6 +279,7 @@ def _run(
     stop: Any,
     generation: int,
     renames: Sequence[tuple[bytes, bytes]] = (),
+    tail: LogTail | None = None,
 ) -> Iterator[Message]:
     """Run `mlra` to its end, its output sent on as it comes; returns its exit status.
 
@@ -290,7 +296,7 @@ def _run(
     assert proc.stdout is not None
     fd = proc.stdout.fileno()
     pending = bytearray()
-    last = time.monotonic()
+    last = polled = time.monotonic()
     asked: Any = None
     stopping = False
     try:
@@ -315,11 +321,18 @@ def _run(
                 yield "log", renamed(bytes(pending), renames)
                 pending.clear()
                 last = now
+            if tail is not None and now - polled >= POLL_S:
+                polled = now
+                for piece in tail.poll():
+                    yield "events", piece
             if ready and not data:  # end of output: the run has ended
                 break
             if not ready and proc.poll() is not None:
                 break  # ended, its output held open by a process it left behind
-        return proc.wait()
+        code = proc.wait()
+        for piece in tail.poll() if tail is not None else ():
+            yield "events", piece
+        return code
     except BaseException:
         if proc.poll() is None:
             proc.send_signal(signal.SIGTERM)

@@ -11,7 +11,7 @@ from mlra.console.text.args import EXIT_OK, UsageError
 from mlra.tasks.foreign import mlagentbench, mlrcbench
 from mlra.tasks.foreign.baselines import baseline_lines, records_baselines
 from mlra.tasks.foreign.export import export
-from mlra.tasks.foreign.image import image_tag, write_context
+from mlra.tasks.foreign.image import task_image, write_context
 from mlra.tasks.foreign.loader import LAYOUT_NAMES, detect, is_foreign, marker, near_miss
 from mlra.tasks.foreign.prepare import prepared
 from mlra.tasks.foreign.requirements import Unreadable, check, requirement_files, summary
@@ -117,7 +117,7 @@ def task_image_context(path: str, context: Path, base: str, tag: str | None) -> 
         dockerfile = write_context(task.root, context, base=base)
     except Unreadable as exc:
         raise UsageError(f"image build --task: {path}'s environment.yml: {exc}") from None
-    return dockerfile, tag or f"{image_tag(task.name)}:latest"
+    return dockerfile, tag or task_image(task.name)
 
 
 def list_benchmark_folder(folder: Path) -> bool:

@@ -22,6 +22,11 @@ def image_tag(name: str) -> str:
     return "mlra-task-" + (re.sub(r"[^a-z0-9_.-]+", "-", name.lower()).strip("-.") or "task")
 
 
+def task_image(name: str) -> str:
+    """The image `mlra image build --task` tags for the task of this name."""
+    return f"{image_tag(name)}:latest"
+
+
 def write_context(folder: Path, context: Path, *, base: str = DEFAULT_BASE) -> Path:
     """The build context for the task in `folder`: its Dockerfile and requirements.txt.
     Raises `Unreadable` for an environment.yml it cannot read (no image is better than

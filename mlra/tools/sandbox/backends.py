@@ -62,8 +62,9 @@ class SandboxRequest:
     """The task has the network on."""
     task_root: Path | None = None
     """The task's folder, where a backend's advice names it."""
-    foreign: bool = False
-    """The task was converted from another benchmark's layout (tasks/foreign/)."""
+    task_image: str | None = None
+    """The image `mlra image build --task` makes for the task, where the task is another
+    benchmark's (tasks/foreign/) that declares Python requirements: no other image has them."""
 
 
 class SandboxBackend:

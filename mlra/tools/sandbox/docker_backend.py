@@ -8,7 +8,12 @@ from pathlib import Path
 
 from mlra.tools.sandbox.backends import BackendRefused, SandboxBackend, SandboxRequest
 from mlra.tools.sandbox.base import Sandbox
-from mlra.tools.sandbox.docker_preflight import DEFAULT_IMAGE, DockerUnavailable, preflight
+from mlra.tools.sandbox.docker_preflight import (
+    DEFAULT_IMAGE,
+    DockerUnavailable,
+    TaskImage,
+    preflight,
+)
 from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_sandbox import DEFAULT_PIDS_LIMIT, DockerSandbox
 from mlra.tools.sandbox.spec import SandboxSpec
@@ -31,7 +36,12 @@ class DockerBackend(SandboxBackend):
         """A missing engine, image, GPU runtime or bridge (for a task with the network
         on), refused at once with what to do, instead of half-way into a run."""
         try:
-            preflight(request.image or DEFAULT_IMAGE, request.gpus, network=request.network)
+            preflight(
+                request.image or DEFAULT_IMAGE,
+                request.gpus,
+                network=request.network,
+                task=task_image(request),
+            )
         except DockerUnavailable as exc:
             raise BackendRefused(f"--sandbox docker: {exc}") from None
         return []
@@ -59,10 +69,11 @@ class DockerBackend(SandboxBackend):
 
     def environment_notice(self, request: SandboxRequest) -> str | None:
         image = request.image or "the default image"
+        task = task_image(request)
         how = (
-            f"build one with them: mlra image build --task {request.task_root}, "
-            "then --image mlra-task-..."
-            if request.foreign
+            f"its own image has them: run {task.build_steps(base_built=True)[0]} (once), "
+            f"then this command again with `--image {task.tag}`"
+            if task is not None
             else "give an image that has them (--image, or [sandbox] image in task.toml)"
         )
         return (
@@ -70,3 +81,9 @@ class DockerBackend(SandboxBackend):
             f"built on this machine cannot run inside the container: commands run on {image}'s "
             f"Python; {how}"
         )
+
+
+def task_image(request: SandboxRequest) -> TaskImage | None:
+    if request.task_image is None or request.task_root is None:
+        return None
+    return TaskImage(request.task_image, request.task_root)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 import socket
 import stat
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,13 +74,52 @@ def short_error(exc: BaseException) -> str:
     return line if len(line) < 300 else line[:300] + "..."
 
 
-def missing_image(image: str) -> DockerUnavailable:
-    hint = (
-        "build it with `mlra image build`"
-        if image == DEFAULT_IMAGE
-        else f"build or pull it (docker pull {image})"
-    )
-    return DockerUnavailable(f"the Docker image {image} is not on this engine; {hint}")
+def missing_image(
+    image: str, task: TaskImage | None = None, present: Callable[[str], bool] = lambda _i: False
+) -> DockerUnavailable:
+    """What to run, in order, where a run's image is not on the engine. `task`: the image
+    of its own a task needs for its requirements, `present`: whether the engine has an
+    image. Such a task was told to build mlra's image, then (once that ran) warned that
+    its commands ran without its packages: its own image, built on mlra's, is what it
+    needs, and the run must name it."""
+    if task is None or image not in (DEFAULT_IMAGE, task.tag):
+        hint = (
+            "build it with `mlra image build`"
+            if image == DEFAULT_IMAGE
+            else f"build or pull it (docker pull {image})"
+        )
+        return DockerUnavailable(f"the Docker image {image} is not on this engine; {hint}")
+    steps = [] if present(task.tag) else task.build_steps(base_built=present(DEFAULT_IMAGE))
+    if image == task.tag:
+        what = f"the task's own image {image} is not on this engine"
+        steps.append("this command again")
+    elif steps:
+        what = (
+            f"neither {image} nor the task's own image {task.tag} (its Python requirements "
+            f"on {DEFAULT_IMAGE}) is on this engine"
+        )
+        steps.append(f"this command again with `--image {task.tag}`")
+    else:
+        what = (
+            f"the Docker image {image} is not on this engine; the task's Python requirements "
+            f"are in its own image {task.tag}"
+        )
+        steps.append(f"this command again with `--image {task.tag}`")
+    return DockerUnavailable(f"{what}; run {', then '.join(steps)}")
+
+
+@dataclass(frozen=True)
+class TaskImage:
+    """The image of its own a task needs (`mlra image build --task`): its Python
+    requirements installed on mlra's image."""
+
+    tag: str
+    folder: Path
+
+    def build_steps(self, *, base_built: bool) -> list[str]:
+        """The commands that build it, quoted for the line that names them."""
+        task = f"`mlra image build --task {shlex.quote(str(self.folder))}`"
+        return [task] if base_built else ["`mlra image build`", task]
 
 
 def no_gpu_runtime(gpus: str | None, detail: str = "") -> DockerUnavailable:
@@ -108,17 +150,25 @@ def no_bridge(client: Any) -> DockerUnavailable | None:
     )
 
 
-def preflight(image: str, gpus: str | None, *, network: bool = False) -> None:
+def preflight(
+    image: str, gpus: str | None, *, network: bool = False, task: TaskImage | None = None
+) -> None:
     """Check, before a run folder is made, what would otherwise fail at the sandbox's
-    start: the engine, the image, a GPU runtime when GPUs are asked for, and a bridge
-    when the task has the network on."""
+    start: the engine, the image (`task`: the one of its own the task needs), a GPU
+    runtime when GPUs are asked for, and a bridge when the task has the network on."""
     import docker.errors
 
     client = docker_client()
-    try:
-        client.images.get(image)
-    except docker.errors.ImageNotFound:
-        raise missing_image(image) from None
+
+    def present(name: str) -> bool:
+        try:
+            client.images.get(name)
+        except docker.errors.ImageNotFound:
+            return False
+        return True
+
+    if not present(image):
+        raise missing_image(image, task, present)
     if network and (refused := no_bridge(client)) is not None:
         raise refused
     if (gpus or "none").strip().lower() not in ("none", ""):
