@@ -62,8 +62,12 @@ async def test_an_unread_call_is_said_once_under_the_answer(
     assert result.reason == "submitted"
     events = read_events(tmp_path / "r" / "events.jsonl")
     # The log keeps what it recorded: the notices, and the notes the prompts carried.
-    notices = [e.message for e in events if isinstance(e, ev.Notice)]
-    assert sum("could not be read" in m for m in notices) == 2, notices
+    notices = [e for e in events if isinstance(e, ev.Notice) and e.kind == "unread_call"]
+    assert [(e.agent, "could not be read" in e.message) for e in notices] == [
+        ("worker", True),
+        ("worker", True),
+    ], notices
+    assert "there is no tool named 'pretrain'" in notices[0].problems[0]
     prompts = [e.prompt for e in events if isinstance(e, ev.StepStarted)]
     assert sum("[your last answer looked like a tool call" in p for p in prompts) == 3
     lines = transcript(events)
@@ -89,3 +93,40 @@ async def test_an_unread_call_is_said_once_under_the_answer(
             await pilot.pause(0.05)
         assert "could not be read: there is no tool named" not in said
         assert "was told: [your last answer" not in said
+
+
+def _worker_pane_and_lines(events: list[ev.Event]) -> list[str]:
+    pane = TranscriptPane()
+    for event in events:
+        pane.feed(event)
+    return ["\n".join(str(entry.render_entry()) for entry in pane._entries), transcript(events)]
+
+
+def test_the_notice_is_told_by_its_kind_and_an_older_logs_by_its_words() -> None:
+    """The displays find the notice of an unread call by its `kind`, whatever its words
+    say; a log written before the field had only the words, and reads as it did."""
+    answer = '<tool_call>{"name": "bash", "arguments": {"command": </tool_call>'
+    problem = "a <tool_call> that is not valid JSON"
+    typed = ev.Notice(
+        level="warning",
+        message="the worker wrote a call nobody could parse",  # other words than before
+        kind="unread_call",
+        agent="worker",
+        problems=[problem],
+        t=1,
+    )
+    older = ev.Notice.model_validate(
+        {
+            "type": "notice",
+            "level": "warning",
+            "message": f"worker's answer looked like a tool call that could not be read: "
+            f"{problem} (nothing was run; its next prompt says so, each time it happens)",
+            "t": 1,
+        }
+    )
+    assert older.kind is None
+    for notice in (typed, older):
+        events: list[ev.Event] = [notice, ev.WorkerThought(text=answer, t=2)]
+        for text in _worker_pane_and_lines(events):
+            assert text.count(BROKEN + problem) == 1, text
+            assert notice.message not in text, text  # said under the answer instead
