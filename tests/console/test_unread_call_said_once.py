@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from textual.widgets import Static
+
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
@@ -130,3 +132,56 @@ def test_the_notice_is_told_by_its_kind_and_an_older_logs_by_its_words() -> None
         for text in _worker_pane_and_lines(events):
             assert text.count(BROKEN + problem) == 1, text
             assert notice.message not in text, text  # said under the answer instead
+
+
+async def test_the_supervisors_unread_call_is_said_in_the_plan_pane_only(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The supervisor's call that could not be read is said under its answer in the Plan
+    pane, where its answers show, and nowhere in the Worker pane (which showed the run's
+    notice of it as a line of its own)."""
+    supervisor = [
+        turn('<tool_call>{"name": "update_plan", "arguments": {"steps": </tool_call>'),
+        *supervisor_answering(),
+    ]
+    worker = [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="done")),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
+        provider = resolve_model(
+            "openai/test",
+            base_url=server.url_for("openai"),
+            env={},
+            settings=ModelSettings(tool_calls="text"),
+        )
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            base_url=server.url_for("openai"),
+            runs_dir=tmp_path,
+            run_id="r",
+            isolation="none",
+            tool_calls="text",
+        )
+        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    assert result.reason == "submitted"
+    events = read_events(tmp_path / "r" / "events.jsonl")
+    notices = [e for e in events if isinstance(e, ev.Notice) and e.kind == "unread_call"]
+    assert [e.agent for e in notices] == ["supervisor"], notices
+    worker_pane = _worker_pane_and_lines(events)[0]
+    assert "could not be read" not in worker_pane, worker_pane
+    app = ReplayApp(ReplayModel.open(tmp_path / "r"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        plan_log = app.query_one("#plan-log", Static)
+        panel = app.query_one(TranscriptPane)
+        for key in ("end", "home", "end"):  # a plan rebuilt for the end, and one fed onwards
+            await pilot.press(key)
+            deadline = time.monotonic() + 30
+            while BROKEN not in (planned := str(plan_log.content)) and key == "end":
+                assert time.monotonic() < deadline, planned
+                await pilot.pause(0.05)
+            await pilot.pause()
+            said = "\n".join(str(e.render()) for e in panel.children)
+            assert "could not be read" not in said, said
+        assert planned.count(BROKEN) == 1, planned

@@ -135,10 +135,10 @@ class AnswerNotes:
         written call could not be read); a loop's note has its notice already."""
 
     def hides(self, notice: ev.Notice) -> bool:
-        """Whether this display leaves the run's notice out: one of an unread call that
-        the line under the answer says (the answers of the agents it shows)."""
-        found = unread_call(notice)
-        return found is not None and self._shows(found[0] == "supervisor")
+        """Whether this display leaves the run's notice out: one of an unread call, which
+        the line under the answer says, in the pane of the agent that wrote it (the
+        supervisor's in the Plan pane, never the Worker pane)."""
+        return unread_call(notice) is not None
 
     def _shows(self, supervisor: bool) -> bool:
         return self.agents == "all" or (self.agents == "supervisor") == supervisor
