@@ -8,7 +8,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlra.events.base import FinishReason, RunStatus, _Event
+from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
+
+NoticeKind = Literal["unread_call"]
+"""The notices the displays tell apart by more than their words."""
 
 # --- run lifecycle -------------------------------------------------------------------
 
@@ -162,6 +165,16 @@ class Notice(_Event):
     type: Literal["notice"] = "notice"
     level: Literal["info", "warning", "error"] = "info"
     message: str
+    kind: NoticeKind | None = None
+    """What the notice is of, where a display treats it apart from the rest: "unread_call",
+    an agent's answer that looked like a tool call that could not be read (or called a
+    tool that does not exist), which the displays say under that answer, in the pane of
+    the `agent` that wrote it. None: any other notice (and every notice of a log written
+    before the field, console/text/written_calls.py unread_call reads those)."""
+    agent: AgentRole | None = None
+    """Whose answer a notice of a `kind` is of."""
+    problems: list[str] = Field(default_factory=list)
+    """An unread call's problems, as its message and the agent's next prompt name them."""
 
 
 class TimeWarning(_Event):

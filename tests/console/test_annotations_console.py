@@ -4,10 +4,13 @@ notes and finds them by search. The notes are kept beside the log, never in it."
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from textual.app import App
+from textual.pilot import Pilot
 from textual.widgets import Input, Static
 
 from mlra import events as ev
@@ -19,12 +22,15 @@ from mlra.agent.record.annotations import (
 )
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.console.apps.app import MlraApp
+from mlra.console.apps.attach_app import AttachApp
 from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.transcript import TranscriptPane
-from mlra.console.panes.transcript_entries import NoteEntry
+from mlra.console.panes.transcript_entries import NoteEntry, ToolEntry
 from mlra.console.screens.screens import HelpScreen, PromptScreen
+from mlra.console.text.attach_run import RemoteRun
 from mlra.console.text.replay import ReplayModel
 from tests.console.console_fixtures import EPOCH, recorded_run
+from tests.console.test_attach import LiveRun, _start_run, events_of, pilot_wait
 from tests.console.test_console_controls import ANSWER, REPORT, Live, is_, live, worker
 
 
@@ -38,12 +44,18 @@ def _notes_shown(app: App[Any]) -> list[str]:
 
 
 async def _type(run: Live, key: str, text: str) -> None:
-    await run.pilot.press(key)
-    await run.shown(
-        lambda app: isinstance(app.screen, PromptScreen) and isinstance(app.focused, Input)
+    await _type_in(run.pilot, run.app, key, text)
+
+
+async def _type_in(pilot: Pilot[Any], app: App[Any], key: str, text: str) -> None:
+    await pilot.press(key)
+    await pilot_wait(
+        pilot,
+        "the note's prompt",
+        lambda: isinstance(app.screen, PromptScreen) and isinstance(app.focused, Input),
     )
-    await run.pilot.press(*text, "enter")
-    await run.shown(lambda app: not isinstance(app.screen, PromptScreen))
+    await pilot.press(*text, "enter")
+    await pilot_wait(pilot, "the prompt gone", lambda: not isinstance(app.screen, PromptScreen))
 
 
 async def test_keys_annotate_the_step_live_and_the_replay_finds_them(
@@ -135,3 +147,45 @@ def test_the_attached_console_has_the_same_note_keys() -> None:
     actions = {getattr(b, "action", None) for b in AttachApp.BINDINGS}
     assert {"tag", "comment", "rate(1)", "rate(-1)"} <= actions
     assert AttachApp.action_tag is MlraApp.action_tag
+
+
+def _lines_shown(app: App[Any]) -> list[str]:
+    """The Worker pane's entries top to bottom, each as its first line."""
+    return [str(entry.render()).split("\n")[0] for entry in app.query_one(TranscriptPane).children]
+
+
+@pytest.fixture
+def held_run(tmp_path: Path, answer_task: Path) -> Iterator[LiveRun]:
+    yield from _start_run(tmp_path, answer_task)
+
+
+async def test_an_attached_console_shows_a_note_under_its_steps_call_as_the_live_one_does(
+    held_run: LiveRun,
+) -> None:
+    """A note on the worker's step 1 shows under that step's call line in an attached
+    console, as in the console where it was made (under the call it is made on): one read
+    from the file as the console attaches (the run's past is fed after the notes are read,
+    and each showed where its step started, above the call), and one made there on that
+    call, with the run at step 2."""
+    events = events_of(held_run.run_dir)
+    step_1 = next(e for e in events if isinstance(e, ev.StepStarted) and e.step == 1)
+    append_annotation(held_run.run_dir, Annotation(step=1, seq=step_1.seq, tags=["before"]))
+    app = AttachApp(RemoteRun(held_run.run_dir, name="notes"))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(
+            pilot, "step 2 shown", lambda: "Now the slow part." in "".join(_lines_shown(app))
+        )
+        lines = _lines_shown(app)
+        call = next(i for i, line in enumerate(lines) if "read_file question.txt" in line)
+        assert lines[call - 1].endswith("Reading the question first.")
+        assert "✎ step 1: #before" in lines[call + 1], lines
+        entry = next(e for e in app.query_one(TranscriptPane).query(ToolEntry) if e.call.step == 1)
+        entry.focus()
+        await _type_in(pilot, app, "c", "read first")
+        await pilot_wait(pilot, "the new note", lambda: len(_notes_shown(app)) == 2)
+        lines = _lines_shown(app)
+        assert "✎ step 1: #before" in lines[call + 1], lines
+        assert "✎ step 1: read first" in lines[call + 2], lines
+        assert "Now the slow part." in lines[call + 3], lines
+    assert [n.step for n in read_annotations(held_run.run_dir)] == [1, 1]
+    held_run.finish()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from textual_plotext import PlotextPlot
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
+from mlra.agent.record.eventlog import EventLog
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.app import MlraApp
@@ -460,6 +462,47 @@ async def test_an_attempts_log_gives_its_own_series(tmp_path: Path) -> None:
         assert [p.rsplit(" ", 1)[0] for p in prompts] == ["train.py loss", "a1 loss", "a2 loss"]
         plot = plotted(app)
         assert "a1 loss" in plot and "a2 loss" in plot
+
+
+def _listed(app: Any) -> list[str]:
+    listing = app.screen.query_one(SelectionList)
+    return [str(o.prompt).rsplit(" ", 1)[0] for o in listing.options]
+
+
+async def test_an_attempts_series_are_named_after_its_jobs_and_calls_live_and_in_replay(
+    tmp_path: Path,
+) -> None:
+    """An attempt whose job and whose command both print a loss: each is named after the
+    program that printed it, in the live console and in the replay alike, as the run's
+    own are. The attempt's log, as its run writes it, keeps a call's arguments in the
+    answer that asked for it: read without them, the command's loss was `a1 command loss`."""
+    events = training_run()
+    start = ev.AttemptStarted(attempt="a1", folder="attempts/a1", instructions="try")
+    start.seq, start.t, start.ts = len(events) + 1, 500.0, EPOCH + 500
+    events.append(start)
+    log = EventLog(tmp_path / "attempts" / "a1" / "events.jsonl")
+    log.append(ev.JobStarted(job="job-1", command="python train.py --steps 9", log="j.log"))
+    log.append(metrics("job:job-1", ("loss", 3.0, 1, 1.0), ("loss", 2.0, 2, 2.0)))
+    bash = {"command": "python eval.py"}
+    asked = {"id": "c1", "name": "bash", "arguments": bash}
+    log.append(ev.ModelCall(agent="worker", model="m", turn=1, tool_calls=[asked]))
+    log.append(ev.ToolCall(call_id="c1", agent="worker", tool="bash", arguments=bash, step=1))
+    log.append(metrics("command:c1", ("loss", 5.0, 1, 3.0), ("loss", 4.0, 2, 4.0)))
+    log.close()
+    later = ev.Notice(message="the attempt has run")
+    later.seq, later.t, later.ts = len(events) + 1, 900.0, time.time() + 60
+    events.append(later)
+    names = ["train.py loss", "a1 train.py loss", "a1 eval.py loss"]
+    live = MlraApp(events=events, run_dir=tmp_path)
+    async with live.run_test(size=(120, 40)) as pilot:
+        await _open_view(pilot)
+        assert _listed(live) == names
+    replay = ReplayApp(ReplayModel(events, run_dir=tmp_path))
+    async with replay.run_test(size=(120, 40)) as pilot:
+        await replay.run_action("last")
+        await _open_view(pilot)
+        assert _listed(replay) == names
+        assert "a1 eval.py loss" in plotted(replay)
 
 
 async def test_a_replay_shows_an_attempts_curve_up_to_the_cursors_time(tmp_path: Path) -> None:

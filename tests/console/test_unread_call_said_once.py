@@ -12,6 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from textual.widgets import Static
+
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import resolve_model
@@ -62,8 +64,12 @@ async def test_an_unread_call_is_said_once_under_the_answer(
     assert result.reason == "submitted"
     events = read_events(tmp_path / "r" / "events.jsonl")
     # The log keeps what it recorded: the notices, and the notes the prompts carried.
-    notices = [e.message for e in events if isinstance(e, ev.Notice)]
-    assert sum("could not be read" in m for m in notices) == 2, notices
+    notices = [e for e in events if isinstance(e, ev.Notice) and e.kind == "unread_call"]
+    assert [(e.agent, "could not be read" in e.message) for e in notices] == [
+        ("worker", True),
+        ("worker", True),
+    ], notices
+    assert "there is no tool named 'pretrain'" in notices[0].problems[0]
     prompts = [e.prompt for e in events if isinstance(e, ev.StepStarted)]
     assert sum("[your last answer looked like a tool call" in p for p in prompts) == 3
     lines = transcript(events)
@@ -89,3 +95,93 @@ async def test_an_unread_call_is_said_once_under_the_answer(
             await pilot.pause(0.05)
         assert "could not be read: there is no tool named" not in said
         assert "was told: [your last answer" not in said
+
+
+def _worker_pane_and_lines(events: list[ev.Event]) -> list[str]:
+    pane = TranscriptPane()
+    for event in events:
+        pane.feed(event)
+    return ["\n".join(str(entry.render_entry()) for entry in pane._entries), transcript(events)]
+
+
+def test_the_notice_is_told_by_its_kind_and_an_older_logs_by_its_words() -> None:
+    """The displays find the notice of an unread call by its `kind`, whatever its words
+    say; a log written before the field had only the words, and reads as it did."""
+    answer = '<tool_call>{"name": "bash", "arguments": {"command": </tool_call>'
+    problem = "a <tool_call> that is not valid JSON"
+    typed = ev.Notice(
+        level="warning",
+        message="the worker wrote a call nobody could parse",  # other words than before
+        kind="unread_call",
+        agent="worker",
+        problems=[problem],
+        t=1,
+    )
+    older = ev.Notice.model_validate(
+        {
+            "type": "notice",
+            "level": "warning",
+            "message": f"worker's answer looked like a tool call that could not be read: "
+            f"{problem} (nothing was run; its next prompt says so, each time it happens)",
+            "t": 1,
+        }
+    )
+    assert older.kind is None
+    for notice in (typed, older):
+        events: list[ev.Event] = [notice, ev.WorkerThought(text=answer, t=2)]
+        for text in _worker_pane_and_lines(events):
+            assert text.count(BROKEN + problem) == 1, text
+            assert notice.message not in text, text  # said under the answer instead
+
+
+async def test_the_supervisors_unread_call_is_said_in_the_plan_pane_only(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The supervisor's call that could not be read is said under its answer in the Plan
+    pane, where its answers show, and nowhere in the Worker pane (which showed the run's
+    notice of it as a line of its own)."""
+    supervisor = [
+        turn('<tool_call>{"name": "update_plan", "arguments": {"steps": </tool_call>'),
+        *supervisor_answering(),
+    ]
+    worker = [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="done")),
+    ]
+    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
+        provider = resolve_model(
+            "openai/test",
+            base_url=server.url_for("openai"),
+            env={},
+            settings=ModelSettings(tool_calls="text"),
+        )
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            base_url=server.url_for("openai"),
+            runs_dir=tmp_path,
+            run_id="r",
+            isolation="none",
+            tool_calls="text",
+        )
+        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    assert result.reason == "submitted"
+    events = read_events(tmp_path / "r" / "events.jsonl")
+    notices = [e for e in events if isinstance(e, ev.Notice) and e.kind == "unread_call"]
+    assert [e.agent for e in notices] == ["supervisor"], notices
+    worker_pane = _worker_pane_and_lines(events)[0]
+    assert "could not be read" not in worker_pane, worker_pane
+    app = ReplayApp(ReplayModel.open(tmp_path / "r"))
+    async with app.run_test(size=(160, 48)) as pilot:
+        plan_log = app.query_one("#plan-log", Static)
+        panel = app.query_one(TranscriptPane)
+        for key in ("end", "home", "end"):  # a plan rebuilt for the end, and one fed onwards
+            await pilot.press(key)
+            deadline = time.monotonic() + 30
+            while BROKEN not in (planned := str(plan_log.content)) and key == "end":
+                assert time.monotonic() < deadline, planned
+                await pilot.pause(0.05)
+            await pilot.pause()
+            said = "\n".join(str(e.render()) for e in panel.children)
+            assert "could not be read" not in said, said
+        assert planned.count(BROKEN) == 1, planned

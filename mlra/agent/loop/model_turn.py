@@ -142,7 +142,15 @@ class ModelTurn:
         self._shown_unread.update((agent, p) for p in unread)
         if new and not run.catchup.replaying:
             # The person is shown what the model will be told (and a replay, from the log).
-            run.emit(ev.Notice(level="warning", message=unread_notice(agent, new)))
+            run.emit(
+                ev.Notice(
+                    level="warning",
+                    message=unread_notice(agent, new),
+                    kind="unread_call",
+                    agent=agent,
+                    problems=new,
+                )
+            )
         return response, step
 
     def _unread_calls(self, response: ModelResponse, registry: ToolRegistry) -> list[str]:

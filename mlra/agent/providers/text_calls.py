@@ -345,9 +345,10 @@ def result_as_text(name: str, content: str, *, is_error: bool) -> str:
 
 
 UNREAD = "looked like a tool call that could not be read: "
-"""What the run's notice of an unread call says after "<agent>'s answer " and what the next
-prompt's note says after "[your last answer ": a display finds both by it and says the
-matter once, under the answer (console/text/written_calls.py)."""
+"""What the next prompt's note says after "[your last answer " (a display finds the note by
+it, to say the matter once, under the answer: console/text/written_calls.py), and what the
+run's notice of an unread call says after "<agent>'s answer " (its `kind` marks it; logs
+from before the field are read by these words)."""
 
 
 def unread_notice(agent: str, problems: list[str]) -> str:

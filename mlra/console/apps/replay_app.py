@@ -328,7 +328,7 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
 
     def show_annotation(self, note: Annotation) -> None:
         """The note joins the replay's marks and search, and the transcript is rebuilt
-        so it shows where its step starts."""
+        so it shows under its step's line (console/panes/transcript_notes.py)."""
         self.model.set_annotations([*self.model.annotations, note])
         self.query_one(TranscriptPane).set_annotations(self.model.annotations)
         self._shown = None

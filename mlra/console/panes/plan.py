@@ -141,6 +141,9 @@ class PlanPane(Vertical):
                     self._note(t, *said)
             case ev.RunStarted():
                 self._answer_notes.line(event)  # its agents' tools
+            case ev.Notice():
+                self._answer_notes.line(event)  # its unread call: said under its answer
+                return
             case ev.SubtaskStarted():
                 self._note(
                     t,

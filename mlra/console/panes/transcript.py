@@ -25,10 +25,8 @@ from collections.abc import Iterable
 from typing import Unpack
 
 from rich.text import Text
-from textual.containers import VerticalScroll
 
 from mlra import events as ev
-from mlra.agent.record.annotations import Annotation
 from mlra.console.panes import WidgetOptions
 from mlra.console.panes.transcript_entries import (
     Entry,
@@ -36,10 +34,10 @@ from mlra.console.panes.transcript_entries import (
     OutputBuffer,
     ThoughtEntry,
     ToolEntry,
-    annotation_line,
     strip_status,
     taken_over,
 )
+from mlra.console.panes.transcript_notes import NotedEntries
 from mlra.console.text.event_lines import (
     attempt_finished_line,
     attempt_news,
@@ -68,20 +66,14 @@ QUIET_TOOLS = {"update_plan", "assign_subtask"}
 """Supervisor tools the Plan pane shows; the transcript leaves them out."""
 
 
-class TranscriptPane(VerticalScroll):
+class TranscriptPane(NotedEntries):
     def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
         self._tools: dict[str, ToolEntry] = {}
         self._thoughts: dict[int, ThoughtEntry] = {}
         """The worker's (or baseline's) text of each turn; the supervisor's is in the Plan pane."""
-        self._new: list[Entry] = []
-        self._dirty: set[Entry] = set()
-        self._entries: deque[Entry] = deque()
         self.dropped = 0
         self.highlight = ""  # text to mark wherever it shows (a replay's search)
-        self._notes: dict[int, list[Annotation]] = {}
-        """People's annotations by worker step: shown where the step starts."""
-        self._noted: set[str] = set()  # the annotations shown now (by id): each once
         self._regrading = False
         self._answer_notes = AnswerNotes("workers")
         self._carried: set[str] = set()
@@ -97,27 +89,6 @@ class TranscriptPane(VerticalScroll):
         if query != self.highlight:
             self.highlight = query
             self._dirty.update(self._entries)
-
-    # --- annotations ----------------------------------------------------------------
-
-    def set_annotations(self, notes: Iterable[Annotation]) -> None:
-        """The run's annotations, each shown as a marker where its step starts (feed)."""
-        self._notes = {}
-        for note in notes:
-            self._notes.setdefault(note.step, []).append(note)
-
-    def add_annotation(self, note: Annotation) -> None:
-        """One made now: kept for its step and shown at once, at the end (the live
-        console is looking at the newest entries); a rebuilt transcript shows it where
-        its step starts."""
-        if note.id not in {n.id for n in self._notes.get(note.step, [])}:
-            self._notes.setdefault(note.step, []).append(note)
-        self._mark(note)
-
-    def _mark(self, note: Annotation) -> None:
-        if note.id not in self._noted:
-            self._noted.add(note.id)
-            self._add(NoteEntry(annotation_line(note), ("annotation", note.id)))
 
     # --- events ---------------------------------------------------------------------
 
@@ -144,6 +115,8 @@ class TranscriptPane(VerticalScroll):
                 tool = ToolEntry(event)
                 self._tools[event.call_id] = tool
                 self._add(tool)
+                if event.agent != "supervisor":
+                    self._step_called(event.step, tool)  # its notes under its line
             case ev.ApprovalRequested() if event.call_id in self._tools:
                 self._tools[event.call_id].waiting = True
                 self._dirty.add(self._tools[event.call_id])
@@ -167,8 +140,7 @@ class TranscriptPane(VerticalScroll):
             case ev.Control():
                 self._control(event)
             case ev.StepStarted() if event.agent != "supervisor":
-                for note in self._notes.get(event.step, ()):
-                    self._mark(note)
+                self._step_started(event.step)
             case ev.SubtaskStarted():
                 self._note(
                     event,
@@ -288,14 +260,8 @@ class TranscriptPane(VerticalScroll):
         a tool call, as text (`--tool-calls text`), read from it and shown as the call.
         Left, it said `thinking:` and the call's JSON for good, the turn long over."""
         entry = self._thoughts.pop(turn, None)
-        if entry is None:
-            return
-        self._entries.remove(entry)
-        self._dirty.discard(entry)
-        if entry in self._new:
-            self._new.remove(entry)
-        elif entry.parent is self:
-            entry.remove()
+        if entry is not None:
+            self._drop(entry)
 
     def _cut(self, seq: int) -> None:
         """The answer streaming now will not be its turn's: it failed (a lost connection,
@@ -315,11 +281,6 @@ class TranscriptPane(VerticalScroll):
         line = Text(f"{format_duration(event.t)} ", style="dim")
         line.append(printable(text), style=style)
         self._add(NoteEntry(line, ("note", event.seq)))
-
-    def _add(self, entry: Entry) -> None:
-        self._new.append(entry)
-        self._entries.append(entry)
-        self._dirty.add(entry)
 
     # --- rendering ------------------------------------------------------------------
 
@@ -366,7 +327,7 @@ class TranscriptPane(VerticalScroll):
         self._new = []
         self._dirty.clear()
         self._entries.clear()
-        self._noted.clear()
+        self._forget_notes()
         self._answer_notes = AnswerNotes("workers")  # a window's own: from its first step
         self.dropped = 0
         self.border_subtitle = ""
@@ -424,6 +385,7 @@ class TranscriptPane(VerticalScroll):
         swapped = {id(f): k for f, k in zip(fresh, final, strict=True)}
         self._tools = {cid: taken_over(e, swapped) for cid, e in self._tools.items()}
         self._thoughts = {turn: taken_over(e, swapped) for turn, e in self._thoughts.items()}
+        self._notes_taken_over(swapped)
         self._entries = deque(final)
         self._new = []
         self._dirty = set(final)

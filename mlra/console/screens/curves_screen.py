@@ -39,6 +39,7 @@ from mlra.batch.compare.overlay import Panel, panel_of
 from mlra.console.panes.attempts import AttemptsPane
 from mlra.console.text.attempt_files import attempt_folder
 from mlra.console.text.curves_data import (
+    FOLDED,
     NO_CURVES,
     CurveSet,
     Drawn,
@@ -112,18 +113,13 @@ class LiveCurves:
         return (own.merged(parts) if parts else own), token
 
 
-_FOLDED = ("metrics", "validation", "job_started", "tool_call")
-"""The events a replay's curves fold: the points, and the jobs and calls whose commands
-name the series (`train.py loss`, as the live console names them)."""
-
-
 class ReplayCurves:
     """A replay's curves as of its cursor: the run's `metrics` and `validation` events
     up to it (indexed once; moving forward folds only the new ones)."""
 
     def __init__(self, model: ReplayModel) -> None:
         self.model = model
-        self.indices = [i for i, kind in enumerate(model.events.types) if kind in _FOLDED]
+        self.indices = [i for i, kind in enumerate(model.events.types) if kind in FOLDED]
         self.attempts = _Attempts(model.run_dir)
         self._own = CurveSet()
         self._upto = 0

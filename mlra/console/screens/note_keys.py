@@ -42,7 +42,7 @@ class NoteKeys(App[int]):
     _step_index: StepIndex | None
 
     def _load_annotations(self) -> None:
-        """The run's notes so far, for the transcript to show where their steps start."""
+        """The run's notes so far, for the transcript to show under their steps' lines."""
         if self.run_dir is None:
             return
         notes, _ = load_annotations(self.run_dir)

@@ -11,6 +11,7 @@ newest; past `MAX_SERIES` new series are counted, not kept.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import shlex
 from collections.abc import Callable, Iterable, Sequence
@@ -19,7 +20,12 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.metrics.one_off import is_curve
+from mlra.agent.record.log_refs import Unresolved, resolve
 
+FOLDED = ("metrics", "validation", "job_started", "tool_call")
+"""The events the curves are folded from, wherever they are read (the console's events,
+a replay's, an attempt's own log): the points, the validations, and the jobs and calls
+whose commands name the series (`train.py loss`)."""
 MAX_POINTS = 2000
 """Points kept per series (a terminal plot is a few hundred cells wide)."""
 MAX_SERIES = 200
@@ -362,22 +368,20 @@ def no_curve_yet(one_offs: int) -> str:
 
 # --- an attempt's own log, read as it grows ----------------------------------------------
 
-_WANTED = (
-    b'"type":"metrics"',
-    b'"type":"validation"',
-    b'"type": "metrics"',
-    b'"type": "validation"',
-    b'"type":"job_started"',
-    b'"type": "job_started"',
-    b'"type":"tool_call"',
-    b'"type": "tool_call"',
+_WANTED = tuple(
+    f'"type":{gap}"{kind}"'.encode() for kind in (*FOLDED, "model_call") for gap in ("", " ")
 )
+"""The lines of an attempt's log parsed for its curves: what the fold reads, and the
+answers a call's arguments are kept in (agent/record/log_refs.py)."""
 
 
 class LogCurves:
     """The curves of a run folder's log read from the file (an attempt's), a tail at a
     time: only new complete lines are read, and only those of the event types it
-    folds parsed. `cut_ts`: leave out events stamped after this (a replay's cursor)."""
+    folds parsed, whole (a call's arguments put back from the answer the log names, as
+    every reader of a log does), so an attempt's series are named as the run's own are
+    (`a1 eval.py loss`, not `a1 command loss`). `cut_ts`: leave out events stamped after
+    this (a replay's cursor)."""
 
     def __init__(self, path: Path, origin: str) -> None:
         self.path = path
@@ -385,6 +389,8 @@ class LogCurves:
         self._offset = 0
         self._events: list[ev.Event] = []
         self._curves = CurveSet(origin)
+        self._answers: dict[str, ev.ModelCall] = {}
+        """Each agent's latest answer: the one its calls' arguments refer to."""
         self.error: str | None = None
 
     def _read_new(self) -> None:
@@ -404,9 +410,17 @@ class LogCurves:
                 event = ev.parse_event(line)
             except Exception:  # a damaged line: the rest still reads
                 continue
+            if isinstance(event, ev.ModelCall):
+                self._answers[event.agent] = event
+                continue
+            with contextlib.suppress(Unresolved):  # named by its id then, as before
+                event = resolve(event, self._answer)
             if len(self._events) < 50_000:
                 self._events.append(event)
             self._curves.feed(event)
+
+    def _answer(self, seq: int) -> ev.ModelCall | None:
+        return next((a for a in self._answers.values() if a.seq == seq), None)
 
     def curves(self, cut_ts: float | None = None) -> CurveSet:
         self._read_new()

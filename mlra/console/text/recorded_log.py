@@ -21,6 +21,7 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import check_lines
 from mlra.agent.record.log_refs import Unresolved, resolve
 from mlra.agent.record.recording import KILLED_BY_RUN_END
+from mlra.console.text.written_calls import unread_call
 
 CACHE_EVENTS = 20_000
 """Parsed events kept; past this the cache starts again (it refills with what is looked at)."""
@@ -49,6 +50,9 @@ def is_plan_message(event: ev.Event) -> bool:
             return bool(event.guidance)
         case ev.Control():
             return event.action == "inject" and event.target == "supervisor"
+        case ev.Notice():
+            # The supervisor's unread call, said under its answer that follows.
+            return (found := unread_call(event)) is not None and found[0] == "supervisor"
         case ev.ToolResult():
             # The supervisor's failed calls (the run's ending aside, which the plan's
             # marks say): a plan rebuilt after a jump shows them as one fed event by event.
@@ -232,6 +236,7 @@ MAYBE_PLAN = {
     "review": (b'"guidance":"',),
     "control": (b'"target":"supervisor"',),
     "tool_result": (b'"agent":"supervisor","ok":false',),
+    "notice": (b'"kind":"unread_call"', b"supervisor's answer "),  # (the words: older logs)
 }
 SEARCHED = frozenset(
     {

@@ -79,9 +79,14 @@ def written_call_words(text: str, tools: Collection[str] | None) -> str | None:
     return None
 
 
-def unread_problems(notice: ev.Notice) -> tuple[str, str] | None:
+def unread_call(notice: ev.Notice) -> tuple[str, str] | None:
     """The agent and the problems of the run's notice of an answer whose call was not
-    read (agent/providers/text_calls.py unread_notice); None for any other notice."""
+    read; None for any other notice. The one place that reads a log written before the
+    notice had its `kind` (agent/providers/text_calls.py unread_notice's words)."""
+    if notice.kind == "unread_call" and notice.agent is not None:
+        return notice.agent, "; ".join(notice.problems)
+    if notice.kind is not None:
+        return None
     agent, mark, rest = notice.message.partition("'s answer " + UNREAD)
     if not mark or " " in agent:
         return None
@@ -130,10 +135,10 @@ class AnswerNotes:
         written call could not be read); a loop's note has its notice already."""
 
     def hides(self, notice: ev.Notice) -> bool:
-        """Whether this display leaves the run's notice out: one of an unread call that
-        the line under the answer says (the answers of the agents it shows)."""
-        found = unread_problems(notice)
-        return found is not None and self._shows(found[0] == "supervisor")
+        """Whether this display leaves the run's notice out: one of an unread call, which
+        the line under the answer says, in the pane of the agent that wrote it (the
+        supervisor's in the Plan pane, never the Worker pane)."""
+        return unread_call(notice) is not None
 
     def _shows(self, supervisor: bool) -> bool:
         return self.agents == "all" or (self.agents == "supervisor") == supervisor
@@ -154,7 +159,7 @@ class AnswerNotes:
                 tools = configured_tools(event)
                 self.tools = agents_tools(tools)
                 self.supervisor_tools = agents_tools(tools, supervisor=True)
-            case ev.Notice() if (found := unread_problems(event)) is not None:
+            case ev.Notice() if (found := unread_call(event)) is not None:
                 if self._shows(found[0] == "supervisor"):
                     self._unread[found[0] == "supervisor"] = found[1]
             case ev.WorkerThought() if workers:
