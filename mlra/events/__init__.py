@@ -96,6 +96,7 @@ from mlra.events.run import (
     RunFinished,
     RunStarted,
     SandboxInfo,
+    TimeLimitRaised,
     TimeWarning,
 )
 
@@ -120,6 +121,7 @@ Event = Annotated[
     | RunFinished
     | Notice
     | TimeWarning
+    | TimeLimitRaised
     | Metrics
     | PlanUpdated
     | SupervisorMessage
@@ -294,6 +296,7 @@ __all__ = [
     "SubtaskStarted",
     "SupervisorMessage",
     "TextDelta",
+    "TimeLimitRaised",
     "TimeWarning",
     "ToolCall",
     "ToolOutput",
