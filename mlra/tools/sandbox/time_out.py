@@ -17,8 +17,8 @@ class TimeOut:
     Only ever raised, never past `wanted`: a waiter that finds it spent reads it again."""
 
     def __init__(self, seconds: float, *, wanted: float | None = None) -> None:
-        self.seconds = seconds
-        self.wanted = max(seconds, wanted) if wanted is not None else seconds
+        self.seconds = float(seconds)  # an int's `__float__` may not hand back an int
+        self.wanted = float(max(seconds, wanted) if wanted is not None else seconds)
         """The command's own time-out (its `timeout`, else the run's default), which no
         raise of the run's deadline takes it past."""
 
@@ -36,7 +36,7 @@ class TimeOut:
         return True
 
     def __float__(self) -> float:
-        return self.seconds
+        return float(self.seconds)
 
     def __repr__(self) -> str:
         return f"TimeOut({self.seconds:g}, wanted={self.wanted:g})"
