@@ -7,6 +7,7 @@ attempts at a time; real processes, real grading."""
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 
 from mlra import events as ev
@@ -16,6 +17,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.console.text.event_lines import time_limit_raised_line
+from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
@@ -93,6 +95,12 @@ async def test_a_command_running_when_its_attempt_is_raised_runs_past_the_old_li
     assert list(told.commands) == [bash.call_id]
     assert bash.t < told.t < done.t
     assert told.commands[bash.call_id] > done.t - bash.t
-    assert f"time-out of running call {bash.call_id} raised with it" in (
-        time_limit_raised_line(told)
-    )
+    # And its transcript (the replay's, headless) says so, in one line.
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    for event in a2:
+        display.on_event(event)
+    said = next(line for line in out.getvalue().splitlines() if "time limit raised" in line)
+    assert said.endswith(time_limit_raised_line(told))
+    assert "(attempt a3 started with a larger share)" in said
+    assert f"time-out of running call {bash.call_id} raised with it, to" in said
