@@ -97,6 +97,7 @@ from mlra.events.run import (
     RunFinished,
     RunStarted,
     SandboxInfo,
+    TimeLimitRaised,
     TimeWarning,
 )
 
@@ -121,6 +122,7 @@ Event = Annotated[
     | RunFinished
     | Notice
     | TimeWarning
+    | TimeLimitRaised
     | Metrics
     | PlanUpdated
     | SupervisorMessage
@@ -296,6 +298,7 @@ __all__ = [
     "SubtaskStarted",
     "SupervisorMessage",
     "TextDelta",
+    "TimeLimitRaised",
     "TimeWarning",
     "ToolCall",
     "ToolOutput",

@@ -187,6 +187,23 @@ class TimeWarning(_Event):
     limit_s: float
 
 
+class TimeLimitRaised(_Event):
+    """The run's time limit, raised while it runs: a search's attempt given the larger
+    share of an attempt started after it (agent/loop/attempt_time.py). Its deadline moves,
+    and so does each running command's time-out the old deadline bound: the command runs
+    on to the new one rather than being killed at the limit it started under."""
+
+    type: Literal["time_limit_raised"] = "time_limit_raised"
+    limit_s: float
+    """The run's time limit now, in run-clock seconds from its start."""
+    was_s: float
+    why: str = ""
+    """What raised it, in words (`attempt a3 started with a larger share`)."""
+    commands: dict[str, float] = Field(default_factory=dict)
+    """The tool calls running then whose time-out moved with the deadline, by call id:
+    the new time-out, in seconds of the command's own running time."""
+
+
 class MetricPoint(BaseModel):
     """One number a training process printed or wrote, as read."""
 

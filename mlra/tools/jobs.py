@@ -32,6 +32,7 @@ from mlra import events as ev
 from mlra.tools.registry import ToolContext, ToolOutcome, error
 from mlra.tools.sandbox.base import Sandbox, SandboxError
 from mlra.tools.sandbox.output import BoundedOutput
+from mlra.tools.sandbox.time_out import TimeOut
 
 MAX_JOBS = 4
 """Jobs running at once: each may hold a GPU or most of the memory, and an agent that
@@ -208,8 +209,9 @@ class JobManager:
         live = self._live.get(job_id)
         limit = 0.0
         if live is not None:
-            limit = ctx.timeout(timeout)
-            await self._wait_run_clock(live, limit)
+            moving = ctx.time_out(timeout)  # raised with the run's deadline while it waits
+            await self._wait_run_clock(live, moving)
+            limit = moving.seconds
         if job_id in self._live:
             unread: BoundedOutput | None = self._live[job_id].since_look
             self._live[job_id].since_look = _since_look()
@@ -339,12 +341,13 @@ class JobManager:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(asyncio.shield(live.done.wait()), STOP_WAIT_S)
 
-    async def _wait_run_clock(self, live: _Live, limit: float) -> None:
+    async def _wait_run_clock(self, live: _Live, limit: TimeOut) -> None:
         """Wait for the job to end, for at most `limit` seconds of the run clock (a pause
-        stops this wait's clock as it stops the job)."""
+        stops this wait's clock as it stops the job), read again once spent: the run may
+        have raised it."""
         begun = self._clock()
         while not live.done.is_set():
-            left = limit - (self._clock() - begun)
+            left = limit.seconds - (self._clock() - begun)
             if left <= 0:
                 return
             with contextlib.suppress(TimeoutError):

@@ -19,6 +19,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from mlra.tools.sandbox.base import OutputCallback, Sandbox, SandboxError
+from mlra.tools.sandbox.time_out import TimeOut
 
 Signal = Literal["submit", "report"]
 A = TypeVar("A", bound=BaseModel)
@@ -42,11 +43,22 @@ class ToolContext:
     remaining_s: Callable[[], float] = lambda: float("inf")
     default_artifact: str | None = None
     """The artifact the task asks for (workspace-relative): what `submit` with no path hands in."""
+    time_outs: list[TimeOut] = field(default_factory=list)
+    """The time-outs this call's commands and waits run under (`time_out`): the run raises
+    them with its deadline while the call runs (agent/loop/tool_step.py)."""
 
     def timeout(self, requested: float | None) -> float:
         """A command never outlives the run's deadline."""
         wanted = requested if requested and requested > 0 else self.default_timeout_s
         return max(1.0, min(wanted, self.remaining_s()))
+
+    def time_out(self, requested: float | None) -> TimeOut:
+        """`timeout`, as a time-out the run's deadline moves while the command runs: one
+        the old deadline bound runs on to a raised one (a search's attempt given more time)."""
+        wanted = requested if requested and requested > 0 else self.default_timeout_s
+        moving = TimeOut(self.timeout(requested), wanted=wanted)
+        self.time_outs.append(moving)
+        return moving
 
 
 @dataclass

@@ -70,12 +70,10 @@ async def run_command(
     *,
     stdin: bytes | None = None,
 ) -> ToolOutcome:
-    limit = ctx.timeout(requested_timeout)
-    wanted = requested_timeout if requested_timeout and requested_timeout > 0 else None
-    # The run's deadline, not the command's own time-out, is what will stop it.
-    deadline = ctx.remaining_s() < (wanted or ctx.default_timeout_s)
+    limit = ctx.time_out(requested_timeout)  # raised, while it runs, with the run's deadline
     result = await ctx.sandbox.exec(command, timeout=limit, on_output=ctx.on_output, stdin=stdin)
-    return command_outcome(result, limit, deadline=deadline)
+    # As it ended: the run's deadline, not its own time-out, is what stopped it.
+    return command_outcome(result, limit.seconds, deadline=limit.bound)
 
 
 class BashArgs(BaseModel):

@@ -30,6 +30,12 @@ def _samples() -> list[ev.Event]:
         ev.RunFinished(status="finished", reason="submitted"),
         ev.Notice(message="hello"),
         ev.TimeWarning(left_s=60.0, limit_s=600.0),
+        ev.TimeLimitRaised(
+            limit_s=578.0,
+            was_s=289.0,
+            why="attempt a4 started with a larger share",
+            commands={"c7": 560.5},
+        ),
         ev.Metrics(
             source="job:j1",
             job="j1",

@@ -623,6 +623,7 @@ def test_a_batch_runs_each_run_as_a_search(tmp_path: Path, answer_task: Path) ->
     [
         (["--search", "llm"], "--search llm needs a model"),
         (["--attempts", "2"], "go with --search greedy or llm"),
+        (["--attempt-min-time", "5s"], "--attempt-min-time goes with --search greedy or llm"),
         (["--search", "greedy"], "declares no recipe variants"),
         (["--search", "greedy", "--attempts-parallel", "0"], "'0' must be positive"),
     ],

@@ -14,6 +14,7 @@ from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
+from mlra.console.text.event_lines import attempt_finished_line
 from mlra.tasks.spec import load_task
 from tests.agent.test_search import _scripted_search
 from tests.scripts import call, turn
@@ -87,9 +88,17 @@ async def test_a_replay_of_a_promoted_search_plays_its_attempts_and_promotes_aga
     assert "diverged" not in finished["a2"].why
     # Cut off where its recording was, by the promotion, not "by its user".
     assert finished["a2"].why == (
-        "the recording ends here, after model call 1: the recorded attempt was stopped "
-        "here by the promotion of attempt a1; the replay ends the same way"
+        "the recording stops here, after model call 1, by the promotion of attempt a1"
     )
+    # Said once, in one line: it read "attempt a2 stopped: the recording ends here, after
+    # model call 1: the recorded attempt was stopped here by the promotion of attempt a1;
+    # the replay ends the same way".
+    line = attempt_finished_line(finished["a2"])
+    assert line.startswith(
+        "attempt a2 stopped: the recording stops here, after model call 1, by the promotion "
+        "of attempt a1 after "
+    )
+    assert line.count("stop") == 2 and "\n" not in line
     submission = next(e for e in events if isinstance(e, ev.Submission))
     assert (submission.by, submission.attempt) == ("user", "a1")
     assert replayed.score == 1.0

@@ -3,8 +3,8 @@
 raises fall as its own timing has them. Where the replay's fell lower, the attempt was
 cut off by its deadline before its recording ran out, and the replay diverged. A
 scripted search on the small `answer` task, recorded, then played back; real
-processes, real grading. The shortest attempt is made 5 s (30 s in use), so the
-search fits in a 40 s limit."""
+processes, real grading. The search gives an attempt 5 s at least (`--attempt-min-time`,
+30 s by default), so it fits in a 40 s limit."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
-from mlra.agent.loop import attempts
 from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
@@ -65,6 +64,7 @@ def _config(runs: Path, model: str, **more: object) -> RunConfig:
             "attempts": 3,
             "attempts_parallel": 2,
             "time_limit_s": LIMIT_S,
+            "attempt_min_s": 5.0,
             **more,
         }
     )
@@ -78,9 +78,8 @@ def _delays(folder: Path, **seconds: int) -> None:
 
 @pytest.mark.slow
 async def test_a_replay_runs_an_attempt_as_long_as_its_recording_was_raised_to(
-    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, answer_task: Path
 ) -> None:
-    monkeypatch.setattr(attempts, "MIN_ATTEMPT_S", 5.0)
     delays = tmp_path / "delays"
     _delays(delays, a1=0, a2=22, a3=0)
     (delays / "a2.after").write_text("a3\n")

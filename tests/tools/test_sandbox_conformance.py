@@ -24,6 +24,7 @@ import pytest
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec, Stream
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.local import LocalSandbox
+from mlra.tools.sandbox.time_out import TimeOut
 from tests.conftest import TEST_IMAGE, Chunks, docker_address, docker_problem
 
 BWRAP_PROBLEM = isolation_problem()
@@ -221,6 +222,25 @@ async def test_timeout_kills_the_process_group(sandbox: Sandbox) -> None:
     assert result.timed_out and result.killed and result.exit_code != 0
     assert 0.9 < result.duration_s < 10 and time.monotonic() - started < 10
     assert [pid for pid in pids if _alive(pid)] == []  # the background job died with it
+
+
+async def test_a_time_out_raised_while_the_command_runs_lets_it_run_past_the_first(
+    sandbox: Sandbox,
+) -> None:
+    """Its run's deadline moved (a search's attempt given more time): the command, bound by
+    the old one, runs on to the new rather than being killed at the old."""
+    limit = TimeOut(3.0, wanted=60)
+
+    def raised_once_begun(stream: Stream, text: str) -> None:
+        if "begun" in text:
+            limit.raise_by(10)
+
+    result = await sandbox.exec(
+        ["bash", "-c", "echo begun; sleep 4; echo done"], timeout=limit, on_output=raised_once_begun
+    )
+    assert result.exit_code == 0 and not result.timed_out, result.output
+    assert result.output == "begun\ndone\n" and result.duration_s > 3.0
+    assert limit.seconds == 13.0 and limit.bound
 
 
 async def test_cancelling_exec_kills_the_process_group(sandbox: Sandbox) -> None:

@@ -118,10 +118,10 @@ def _child(
     )
     child.run_group = parent.run_group  # its sandbox's group is made under the run's
     deadline = provider.recorded_deadline() if provider is not None else None
-    if deadline is not None and deadline > child.clock.limit_s:
+    if deadline is not None:
         # Raised in its recording: it runs to that, whatever this replay's raises, its
         # prompts stating the limit it began with (agent/loop/attempt_time.py).
-        child.clock.limit_s = deadline
+        child.raise_time_limit(deadline, why="as its recording was", stated=False)
     child.prepare()
     skipped = ""
     if started.parent is not None:

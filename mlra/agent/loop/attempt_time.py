@@ -37,11 +37,11 @@ def raised_limits(
     return raised
 
 
-def sync_limit(node: AttemptNode, child: Any) -> None:
+def sync_limit(node: AttemptNode, child: Any, why: str = "") -> None:
     """The attempt's own run (`child`, its controller) takes the limit the tree gives it,
-    where a later start raised it; one never raised keeps its own (a replay's attempt
-    runs under the limit it was recorded with)."""
+    where a later start raised it, its running commands' time-outs with it (`child.
+    raise_time_limit`); one never raised keeps its own (a replay's attempt runs under the
+    limit it was recorded with)."""
     if node.time_limit_s <= max(node.started.time_limit_s, child.clock.limit_s):
         return
-    child.clock.limit_s = node.time_limit_s
-    child.time_limit_s = node.time_limit_s
+    child.raise_time_limit(node.time_limit_s, why=why)

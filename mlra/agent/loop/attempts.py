@@ -37,8 +37,6 @@ from mlra.agent.record.eventlog import EVENTS_FILE, read_events
 from mlra.agent.setup.run_budget import BudgetSpent, attempt_share, held_mb, own_share
 
 ATTEMPTS_DIR = "attempts"
-MIN_ATTEMPT_S = 30.0
-"""No attempt is started with less than this left on the run's clock."""
 STOP_REASON_DEADLINE = "the run ended"
 
 
@@ -112,7 +110,11 @@ class AttemptManager:
         waves = max(1, math.ceil(unfinished / self.run.config.attempts_parallel))
         # Never less than an attempt needs while the run has that left: more attempts than
         # the time can hold (--attempts 100 in 10 minutes, 6 s each) ran none at all.
-        return max(0.0, min(remaining, max(remaining / waves, MIN_ATTEMPT_S)))
+        return max(0.0, min(remaining, max(remaining / waves, self.min_time())))
+
+    def min_time(self) -> float:
+        """The least time an attempt is started with (`--attempt-min-time`, 30 s)."""
+        return self.run.config.attempt_min_s
 
     # --- starting -------------------------------------------------------------------------
 
@@ -155,16 +157,15 @@ class AttemptManager:
                 )
             if not (self.folder / parent / "workspace").is_dir():
                 raise AttemptRefused(f"attempt {parent}'s workspace is gone")
-        share = self.time_share()
-        if time_limit_s and time_limit_s < MIN_ATTEMPT_S:
+        share, least = self.time_share(), self.min_time()
+        if time_limit_s and time_limit_s < least:
             raise AttemptRefused(
-                f"time_limit {time_limit_s:.0f} s is less than the {MIN_ATTEMPT_S:.0f} s an "
-                "attempt needs"
+                f"time_limit {time_limit_s:.0f} s is less than the {least:.0f} s an attempt needs"
             )
         limit = min(share, time_limit_s) if time_limit_s else share
-        if limit < MIN_ATTEMPT_S:
+        if limit < least:
             raise AttemptRefused(
-                f"{limit:.0f} s of the run's time are left, less than the {MIN_ATTEMPT_S:.0f} s "
+                f"{limit:.0f} s of the run's time are left, less than the {least:.0f} s "
                 "an attempt needs; submit the best one"
             )
         budget_share = self.budget_share()
@@ -184,7 +185,7 @@ class AttemptManager:
         )
         self.run.append(started)
         for other in started.raised:
-            self.sync_limit(other)
+            self.sync_limit(other, why=f"attempt {attempt} started with a larger share")
         self._launch(started, resume=False)
         return attempt
 
@@ -192,12 +193,12 @@ class AttemptManager:
         clock = self.run.clock
         return raised_limits(self.tree, self.children, share, clock.remaining(), clock.elapsed())
 
-    def sync_limit(self, attempt: str) -> None:
+    def sync_limit(self, attempt: str, why: str = "") -> None:
         """Its own run takes its limit as the tree has it (agent/loop/attempt_time.py):
-        as a raise is recorded, and as its run, made in a thread, begins."""
+        as a raise is recorded (`why` it was), and as its run, made in a thread, begins."""
         node, child = self.tree.get(attempt), self.children.get(attempt)
         if node is not None and child is not None:
-            sync_limit(node, child)
+            sync_limit(node, child, why)
 
     def budget_share(self) -> ev.Budget | None:
         """A new attempt's share of the run's budget (agent/setup/run_budget.py): the disk what

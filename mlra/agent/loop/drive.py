@@ -82,15 +82,17 @@ async def watch_deadline(
 ) -> Ending:
     """The deadline's ending, once the clock is spent; `warn` is called once (with the
     seconds left) when the time warning is due."""
-    warn_at = warning_left_s(clock.limit_s) if warn is not None else None
+    warned = warn is None
     while True:
         await controls.wait_running()
         remaining = clock.remaining()
         if remaining <= 0:
             return Ending(reason="deadline", by="deadline", note="time limit reached")
+        # Of the limit as it is now: a search's attempt may be given more time as it runs.
+        warn_at = None if warned else warning_left_s(clock.limit_s)
         if warn is not None and warn_at is not None and remaining <= warn_at:
             warn(remaining)
-            warn_at = None
+            warned, warn_at = True, None
         until = remaining if warn_at is None else remaining - warn_at
         # Re-checked after each wait: a pause stops the clock, moving the deadline.
         await asyncio.sleep(min(until, 5.0) + 0.01)

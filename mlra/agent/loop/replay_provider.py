@@ -42,9 +42,9 @@ if TYPE_CHECKING:
     from mlra.agent.providers.table import ProviderRequest
 
 _RAN_OUT: dict[ev.FinishReason, tuple[EndedBy, str]] = {
-    "deadline": ("deadline", "the recorded run reached its time limit here"),
-    "budget": ("budget", "the recorded run used up a budget here"),
-    "stopped": ("stop", "the recorded run was stopped here by its user"),
+    "deadline": ("deadline", "the recorded run reached its time limit"),
+    "budget": ("budget", "the recorded run used up a budget"),
+    "stopped": ("stop", "the recorded run was stopped by its user"),
 }
 """How a recording can run out without the recorded agent having ended it: the
 replay ends the same way, and says so."""
@@ -114,8 +114,9 @@ class ReplayProvider(ModelProvider):
         raised`): a replay's raises fall as its own timing has them, and one that fell
         lower cut an attempt off before its recording ran out (`for_attempt`)."""
         self.stops: dict[str, str] = {}
-        """Why each of a search's attempts was stopped, as its search's log says: its own
-        log says only that its run was cancelled (`for_attempt`)."""
+        """By what each of a search's attempts was stopped, as its search's log says (its own
+        log says only that its run was cancelled: `for_attempt`), as the words that end
+        "the recording stops here, after model call 3": `, by the supervisor`."""
         promoting: str | None = None
         for event in events:
             if isinstance(event, ev.AttemptStarted):
@@ -123,8 +124,9 @@ class ReplayProvider(ModelProvider):
             elif isinstance(event, ev.Control) and event.action == "promote":
                 promoting = event.target
             elif isinstance(event, ev.AttemptFinished) and event.status == "stopped":
-                by = f"by the promotion of attempt {promoting}" if promoting else None
-                self.stops[event.attempt] = by or f"({event.why})"
+                by = event.why.removeprefix("stopped ")  # "stopped by the supervisor"
+                by = f"by the promotion of attempt {promoting}" if promoting else by
+                self.stops[event.attempt] = f", {by}" if by.startswith("by ") else f" ({by})"
         self.raised_to: float | None = None
         """For an attempt's recording: the limit its search's recording raised it to."""
         self.stopped: str | None = None
@@ -209,17 +211,20 @@ class ReplayProvider(ModelProvider):
             )
         if end.reason in _RAN_OUT:
             by, why = _RAN_OUT[end.reason]
-            if end.reason == "stopped" and self.stopped:  # an attempt's, by its search
-                why = f"the recorded attempt was stopped here {self.stopped}"
             detail = f" ({end.message})" if end.message and end.reason == "budget" else ""
+            message = (
+                f"the recording ends here, {done}: {why}{detail}; the replay ends the same way"
+            )
+            if end.reason == "stopped" and self.stopped:  # an attempt's, by its search
+                # Its line reads "attempt a2 stopped: <this>": said once.
+                message = f"the recording stops here, {done}{self.stopped}"
             raise EndRun(
                 Ending(
                     reason=end.reason,
                     status=end.status,
                     by=by,
                     evaluate=self._evaluated,
-                    message=f"the recording ends here, {done}: {why}{detail}; the replay "
-                    "ends the same way",
+                    message=message,
                 )
             )
         attempt = self.promoted.attempt if self.promoted is not None else None

@@ -70,6 +70,20 @@ class ToolStep:
         self.metrics = metrics
         """Reads training metrics from commands' output as it streams (agent/metrics/)."""
         self._watchers: list[OutputWatcher] = []
+        self._in_flight: dict[str, ToolContext] = {}
+        """The calls running now, by id: their commands' time-outs move with the deadline."""
+
+    def raise_time_outs(self, by_s: float) -> dict[str, float]:
+        """The run's deadline moved `by_s` later: each running command the old one bound
+        may run that much longer (no longer than its own time-out), rather than being
+        killed at the limit it started under. The calls whose time-out moved, by id: their
+        new time-out, in seconds of their own running time."""
+        moved: dict[str, float] = {}
+        for call_id, ctx in self._in_flight.items():
+            for time_out in ctx.time_outs:
+                if time_out.raise_by(by_s):
+                    moved[call_id] = round(time_out.seconds, 3)
+        return moved
 
     def watch_output(self, watcher: OutputWatcher) -> None:
         """Also hand `watcher` the output past the log's cap (the live console's
@@ -184,6 +198,7 @@ class ToolStep:
             default_artifact=run.task.evaluator.artifact,
         )
         took = _Stopwatch(run)
+        self._in_flight[call.id] = ctx
         try:
             outcome = await registry.dispatch(
                 call.name, arguments, ctx, parse_error=call.parse_error
@@ -207,6 +222,8 @@ class ToolStep:
             if self.metrics is not None:
                 self.metrics.command_ended(call.id)
             raise
+        finally:
+            self._in_flight.pop(call.id, None)
         if self.metrics is not None:
             self.metrics.command_ended(call.id)
         outcome.duration_s = took.seconds(outcome.duration_s)

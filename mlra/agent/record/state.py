@@ -62,8 +62,8 @@ class RunState:
     model: str = ""
     limits: ev.Limits | None = None
     settings_changed: dict[str, Any] = field(default_factory=dict)
-    """The limits a resume or a fork changed since `run_started` (its config's names):
-    `limits` holds them already; a settings view lays them over the config."""
+    """The limits a resume, a fork or a raise (`time_limit_raised`) changed since `run_started`
+    (its config's names): `limits` holds them; a settings view lays them over the config."""
     sandbox: ev.SandboxInfo | None = None
     budget: ev.Budget | None = None
     """The run's budget (an attempt's run: its share), from `run_started`."""
@@ -105,8 +105,7 @@ class RunState:
     """Why the worker took the task whole (`worker_alone`); None: the supervisor led."""
     searches: bool = False  # over attempts (`--search`): its workers are its attempts' own
     ungraded: str = ""
-    """Why this machine could not grade the task, where the user ran it anyway (the
-    recorded config's `ungraded`)."""
+    """Why this machine could not grade the task, run anyway (its config's `ungraded`)."""
     context_window: int | None = None
     context_tokens: int = 0
     """The latest turn's prompt (cached or not), or mlra's estimate of one in flight."""
@@ -121,9 +120,8 @@ class RunState:
     no model. No event marks a summary's or a review's start: a retry of one shows it."""
     generating_agent: str | None = None
     awaiting_turn: str | None = None
-    """The agent whose step started and whose turn's answer (`model_call` of purpose
-    "turn") has not come: a summary made for that turn (after the server refused it as
-    too long) is followed by the turn's request, sent again."""
+    """The agent whose step started and whose turn is not answered yet (`model_call` "turn"):
+    a summary made for that turn (the server refused it as too long) precedes it, sent again."""
     retry: ev.ModelRetry | None = None
     """The provider's latest retry of the call now generating."""
     answering_since: float | None = None
@@ -375,6 +373,8 @@ class RunState:
                 self.model = event.model or self.model
                 self._confined_by(event.sandbox)
                 self._settings(event.settings)
+            case ev.TimeLimitRaised():
+                self._settings({"time_limit_s": event.limit_s})
             case ev.RunForked():
                 self._confined_by(event.sandbox)
                 self.finished, self.evaluating, self.paused = None, False, False
@@ -398,7 +398,7 @@ class RunState:
         self.streamed_chars = 0
 
     def _settings(self, changed: dict[str, Any]) -> None:
-        """Limits a resume or a fork changed: the run goes on under them."""
+        """Limits a resume, a fork or a raise changed: the run goes on under them."""
         self.settings_changed.update(changed)
         if self.limits is not None:
             known = {k: v for k, v in changed.items() if k in ev.Limits.model_fields}

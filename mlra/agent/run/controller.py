@@ -357,6 +357,23 @@ class RunController(Steering):
         self._time_warned = True
         self.append(ev.TimeWarning(left_s=round(left_s, 1), limit_s=self.time_limit_s))
 
+    def raise_time_limit(self, limit_s: float, *, why: str, stated: bool = True) -> None:
+        """The run given more time while it runs (a search's attempt, a later attempt's
+        larger share: agent/loop/attempt_time.py). Its deadline moves, and with it the
+        time-out of each running command the old deadline bound, so none is killed at the
+        limit it started under; the log says so once the run has begun. `stated`: its
+        prompts state the new limit (a replay's attempt keeps stating its recording's)."""
+        was = self.clock.limit_s
+        if limit_s <= was:
+            return
+        self.clock.limit_s = limit_s
+        if stated:
+            self.time_limit_s = limit_s
+        commands = self.tool_step.raise_time_outs(limit_s - was)
+        if self.log is not None and self.state.started and self.state.finished is None:
+            raised = ev.TimeLimitRaised(limit_s=limit_s, was_s=was, why=why, commands=commands)
+            self.append(raised)
+
     async def _close(self) -> None:
         self.clock.pause()
         await self._stop_attempts("the run ended")

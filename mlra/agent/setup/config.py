@@ -157,6 +157,9 @@ class RunConfig(BaseModel):
     attempts_parallel: int = Field(default=1, gt=0)
     """`--attempts-parallel`: how many run at once (the run's budget shared out between
     them: agent/setup/run_budget.py)."""
+    attempt_min_s: float = Field(default=30.0, gt=0)
+    """`--attempt-min-time`: the least time an attempt is given (a share below it is raised
+    to it while the run has it left); with less of the run's time left none starts."""
     attempt: AttemptSettings | None = None
     """Set in an attempt's own run (attempts/<id>/): what it was started to do."""
     budget: Budget | None = None

@@ -1,6 +1,7 @@
 """`mlra run`'s flags for who does the work: `--agent` (the supervisor–worker pair or the
-worker alone) and `--search` with its `--attempts` and `--attempts-parallel`, and the
-checks that they go together, each refusal one line (exit status 2).
+worker alone) and `--search` with its `--attempts`, `--attempts-parallel` and
+`--attempt-min-time`, and the checks that they go together, each refusal one line (exit
+status 2).
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from mlra.console.text.args import UsageError, positive_int
+from mlra.console.text.args import UsageError, duration, positive_int
 
 
 def add_agent_args(run: argparse.ArgumentParser) -> None:
@@ -43,6 +44,14 @@ def add_agent_args(run: argparse.ArgumentParser) -> None:
         help="with --search: attempts running at once (default 1; the run's memory, CPUs, "
         "disk and processes are shared out between them)",
     )
+    run.add_argument(
+        "--attempt-min-time",
+        type=duration,
+        default=None,
+        metavar="T",
+        help="with --search: the least time an attempt is given (default 30s): a smaller "
+        "share is raised to it, and with less of the run's time left no attempt starts",
+    )
 
 
 def agent_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
@@ -65,7 +74,10 @@ def agent_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str,
 def search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
     """The search's settings for one run, or the one line saying why they cannot be
     (`mlra batch` asks the same of each task and model before any run starts)."""
+    min_time = getattr(args, "attempt_min_time", None)  # not a setting of `mlra batch`
     if args.search == "none":
+        if min_time is not None:
+            raise UsageError("--attempt-min-time goes with --search greedy or llm")
         if args.attempts is not None or args.attempts_parallel is not None:
             raise UsageError("--attempts and --attempts-parallel go with --search greedy or llm")
         return {}
@@ -84,4 +96,8 @@ def search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str
         settings["attempts"] = args.attempts
     if args.attempts_parallel is not None:
         settings["attempts_parallel"] = args.attempts_parallel
+    if min_time is not None:
+        if min_time <= 0:
+            raise UsageError("--attempt-min-time must be more than 0s")
+        settings["attempt_min_s"] = min_time
     return settings

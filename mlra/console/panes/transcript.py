@@ -52,6 +52,7 @@ from mlra.console.text.event_lines import (
     resumed_line,
     score_words,
     submission_line,
+    time_limit_raised_line,
     time_warning_line,
     unknown_line,
 )
@@ -163,6 +164,8 @@ class TranscriptPane(NotedEntries):
                 )
             case ev.TimeWarning():
                 self._note(event, f"! {time_warning_line(event)}", "yellow")
+            case ev.TimeLimitRaised():
+                self._note(event, time_limit_raised_line(event), "cyan")
             case ev.UnknownEvent():
                 self._note(event, unknown_line(event), "dim")
             case ev.ModelError() if event.cut_off:

@@ -28,6 +28,22 @@ def time_warning_line(event: ev.TimeWarning) -> str:
     return f"time warning: {left} left of the {limit} limit"
 
 
+def time_limit_raised_line(event: ev.TimeLimitRaised) -> str:
+    """`time limit raised from 35s to 1m05s (attempt a3 started with a larger share); the
+    time-out of running call c7 raised with it, to 1m02s`: a command that would have been
+    killed at the old deadline runs on."""
+    was, now = format_duration(event.was_s), format_duration(event.limit_s)
+    line = f"time limit raised from {was} to {now}"
+    if event.why:
+        line += f" ({printable_line(event.why)})"
+    if event.commands:
+        calls = ", ".join(printable_line(c) for c in event.commands)
+        to = ", ".join(format_duration(s) for s in event.commands.values())
+        s = "s" if len(event.commands) > 1 else ""
+        line += f"; the time-out{s} of running call{s} {calls} raised with it, to {to}"
+    return line
+
+
 def one_line(text: str, limit: int = 160) -> str:
     """`text` on one line, cut at `limit`, with its control characters escaped."""
     flat = " ".join(text.split())

@@ -38,6 +38,7 @@ from mlra.console.text.event_lines import (
     said_call,
     score_words,
     submission_line,
+    time_limit_raised_line,
     time_warning_line,
     unknown_line,
 )
@@ -224,6 +225,8 @@ class TranscriptDisplay(Printer):
                 self._out(f"[{t}] ! {event.message}", "yellow" if event.level != "error" else "red")
             case ev.TimeWarning():
                 self._out(f"[{t}] ! {time_warning_line(event)}", "yellow")
+            case ev.TimeLimitRaised():
+                self._out(f"[{t}] {time_limit_raised_line(event)}", "cyan")
             case ev.WorkspaceSnapshot(left_out=ev.SnapshotLeftOut() as gaps):
                 self._out(
                     f"! the workspace snapshot after step {event.step} left out: "

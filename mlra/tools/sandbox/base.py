@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Literal
 
 from mlra.tools.sandbox import beneath, trees
 from mlra.tools.sandbox.spec import SandboxSpec
+from mlra.tools.sandbox.time_out import TimeOut
 
 if TYPE_CHECKING:  # the event models are heavy to import, and the evaluation process,
     # which needs this module's types, never makes one
@@ -202,7 +203,7 @@ class Sandbox(abc.ABC):
         self,
         command: list[str],
         *,
-        timeout: float,
+        timeout: float | TimeOut,
         on_output: OutputCallback | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,

@@ -78,6 +78,7 @@ from mlra.tools.sandbox.env import (
 from mlra.tools.sandbox.gpu_inventory import given_ids
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
@@ -539,7 +540,7 @@ class DockerSandbox(Sandbox):
         self,
         command: list[str],
         *,
-        timeout: float,
+        timeout: float | TimeOut,
         on_output: OutputCallback | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,

@@ -47,6 +47,7 @@ from mlra.tools.sandbox.local_processes import (
 )
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
@@ -279,7 +280,7 @@ class LocalSandbox(Sandbox):
         self,
         command: list[str],
         *,
-        timeout: float,
+        timeout: float | TimeOut,
         on_output: OutputCallback | None = None,
         cwd: str | None = None,
         env: Mapping[str, str] | None = None,
@@ -333,7 +334,7 @@ class LocalSandbox(Sandbox):
         self,
         argv: list[str],
         *,
-        timeout: float,
+        timeout: float | TimeOut,
         cwd: str,
         env: Mapping[str, str],
         on_output: OutputCallback | None = None,

@@ -19,6 +19,7 @@ from collections.abc import Awaitable
 from typing import TypeVar
 
 from mlra.tools.sandbox.output import OutputSink
+from mlra.tools.sandbox.time_out import TimeOut
 
 T = TypeVar("T")
 
@@ -75,10 +76,12 @@ class RunningCommand(abc.ABC):
             self._suspended_at = None
             self._resumed.set()
 
-    async def wait(self, timeout: float, started: float) -> bool:
+    async def wait(self, timeout: float | TimeOut, started: float) -> bool:
         """Wait for the command to exit; True if it ran out of time first.
 
-        Time spent suspended (the run paused) does not count against the time-out.
+        Time spent suspended (the run paused) does not count against the time-out. A
+        `TimeOut` is read again each time the one read is spent: the run may have raised
+        it meanwhile (tools/sandbox/time_out.py).
         """
         ended = self.ended
         while not ended.done():
@@ -89,14 +92,14 @@ class RunningCommand(abc.ABC):
                 finally:
                     resumed.cancel()
                 continue
-            left = timeout - (time.monotonic() - started - self._suspended_s)
+            left = float(timeout) - (time.monotonic() - started - self._suspended_s)
             if left <= 0:
                 return True
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(ended), timeout=left)
         return False
 
-    async def see_through(self, timeout: float, started: float) -> bool:
+    async def see_through(self, timeout: float | TimeOut, started: float) -> bool:
         """Wait, kill the group, and read the output to its end; True if it timed out.
 
         On any exception, cancellation included, the group is killed before it
