@@ -252,3 +252,31 @@ def test_a_uid_is_never_handed_out_twice_nor_one_a_process_holds(
     finally:
         sleeper.kill()
         sleeper.wait()
+
+
+def test_without_setpriv_python_switches_the_uid_and_keeps_only_the_given_groups(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(run_uid, "TOOLS_PATH", "/nonexistent")
+    uid = run_uid.FIRST_UID + 77
+    out = subprocess.run(
+        [*run_uid.switch_prefix(uid, [44]), "/bin/sh", "-c", "id -u; id -g; id -G"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert out == [str(uid), str(uid), str(uid), "44"]
+    out = subprocess.run(
+        [*run_uid.switch_prefix(uid), "/bin/sh", "-c", "id -G"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    assert out == [str(uid)]
+
+
+def test_gpu_nodes_given_to_a_group_keep_that_group(tmp_path: Path) -> None:
+    """A host whose NVIDIA nodes are 0660 to a `video` group: the sandbox's uid keeps
+    that group (and never root's), else its GPUs would not open."""
+    open_to_all, to_video, to_root = (tmp_path / n for n in ("all", "video", "root"))
+    for node, mode, gid in ((open_to_all, 0o666, 0), (to_video, 0o660, 44), (to_root, 0o660, 0)):
+        node.touch()
+        os.chown(node, 0, gid)
+        node.chmod(mode)
+    assert run_uid.device_groups([str(open_to_all), str(to_video), str(to_root)]) == [44]

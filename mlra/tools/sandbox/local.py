@@ -217,7 +217,7 @@ class LocalSandbox(Sandbox):
     def _open_network(self) -> list[str]:
         strict = self.isolation_mode == "bwrap" or self.require_isolation
         try:
-            as_user = run_uid.switch_prefix(self._user.uid) if self._user else []
+            as_user = self._user.prefix() if self._user else []
             chosen = netns.network_for_sandbox(self._probe_bwrap, strict, as_user)
         except netns.NetworkUnavailable as exc:
             raise IsolationUnavailable(str(exc)) from None
@@ -291,6 +291,7 @@ class LocalSandbox(Sandbox):
             return []
         try:
             self._user = run_uid.claim()
+            self._user.groups = run_uid.device_groups(bw.gpu_nodes(self.spec.gpus))
             if self.workspace.is_dir():
                 run_uid.hand_tree(self.workspace, self._user.uid, self._user.gid)
             problem = self._probe_bwrap()
@@ -318,8 +319,7 @@ class LocalSandbox(Sandbox):
 
     def created(self, fd: int) -> None:
         if self._user is not None:  # the sandbox's user must be able to change it
-            with contextlib.suppress(OSError):
-                os.fchown(fd, self._user.uid, self._user.gid)
+            self._user.hand(fd)
 
     def _probe_bwrap(
         self, network: netns.OwnNetwork | None = None, inside_cwd: str = INSIDE_WORKDIR
@@ -441,7 +441,7 @@ class LocalSandbox(Sandbox):
             self._user.view.stage(argv)  # what it could not reach by path (run_uid.py)
         except OSError as exc:
             raise SandboxError(str(exc)) from None
-        return [*run_uid.switch_prefix(self._user.uid), *joined, *self._user.view.wrap(argv)]
+        return [*self._user.prefix(), *joined, *self._user.view.wrap(argv)]
 
 
 _UNCONFINED = (

@@ -53,8 +53,8 @@ TRIES = 64
 TOOLS_PATH = "/usr/bin:/bin:/usr/sbin:/sbin"
 
 _SWITCH_PY = (
-    "import os, sys; u = int(sys.argv[1]); os.setgroups([]); os.setresgid(u, u, u); "
-    "os.setresuid(u, u, u); os.execv(sys.argv[2], sys.argv[2:])"
+    "import os, sys; u = int(sys.argv[1]); os.setgroups([int(g) for g in sys.argv[2].split(',') "
+    "if g]); os.setresgid(u, u, u); os.setresuid(u, u, u); os.execv(sys.argv[3], sys.argv[3:])"
 )
 
 
@@ -68,6 +68,16 @@ class UidClaim:
 
     def __post_init__(self) -> None:
         self.view = View(self)
+        self.groups: list[int] = []
+        """Supplementary groups it keeps: those the GPUs' device nodes need (device_groups)."""
+
+    def prefix(self) -> list[str]:
+        return switch_prefix(self.uid, self.groups)
+
+    def hand(self, fd: int) -> None:
+        """Give it a file or folder mlra has just made (open as `fd`)."""
+        with contextlib.suppress(OSError):
+            os.fchown(fd, self.uid, self.gid)
 
     @property
     def gid(self) -> int:
@@ -199,13 +209,31 @@ def _subordinate_ids() -> set[int]:
     return found
 
 
-def switch_prefix(uid: int) -> list[str]:
+def switch_prefix(uid: int, groups: Sequence[int] = ()) -> list[str]:
     """Put in front of a command (run as root) to run it as `uid`:`uid` with no
-    supplementary groups and no capabilities."""
+    capabilities and no supplementary groups but `groups`."""
     setpriv = shutil.which("setpriv", path=TOOLS_PATH)
+    listed = ",".join(str(g) for g in groups)
     if setpriv is not None:
-        return [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--"]
-    return [sys.executable, "-I", "-S", "-c", _SWITCH_PY, str(uid)]
+        keep = f"--groups={listed}" if groups else "--clear-groups"
+        return [setpriv, f"--reuid={uid}", f"--regid={uid}", keep, "--"]
+    return [sys.executable, "-I", "-S", "-c", _SWITCH_PY, str(uid), listed]
+
+
+def device_groups(nodes: Sequence[str]) -> list[int]:
+    """The groups that open device nodes others may not (a host that gives its GPUs'
+    nodes to a `video` group, 0660): kept by the sandbox's uid so its GPUs still work.
+    Never root's group."""
+    found: list[int] = []
+    for node in nodes:
+        try:
+            st = os.stat(node)
+        except OSError:
+            continue
+        mode = stat.S_IMODE(st.st_mode)
+        if mode & 0o006 != 0o006 and mode & 0o060 == 0o060 and st.st_gid not in (0, *found):
+            found.append(st.st_gid)
+    return found
 
 
 BIND_FLAGS = ("--bind", "--ro-bind")
