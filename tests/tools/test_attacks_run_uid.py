@@ -27,6 +27,7 @@ from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.local import LocalSandbox
+from mlra.tools.sandbox.volume import settle_before_use
 
 PROBLEM = "these attacks need mlra to run as root" if os.geteuid() != 0 else isolation_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -280,3 +281,22 @@ def test_gpu_nodes_given_to_a_group_keep_that_group(tmp_path: Path) -> None:
         os.chown(node, 0, gid)
         node.chmod(mode)
     assert run_uid.device_groups([str(open_to_all), str(to_video), str(to_root)]) == [44]
+
+
+def test_a_killed_mlras_binds_are_undone_before_anything_is_settled(run_dir: Path) -> None:
+    """An mlra killed with its sandbox's stand-ins bound (a workspace volume among them)
+    leaves the binds on the host; the next sandbox set up undoes them first."""
+    workspace = run_dir / "workspace"
+    killed = subprocess.run(
+        ["python", "-c", "import os; from mlra.tools.sandbox import run_uid as r; c = r.claim(); "
+         f"c.view.stage(['bwrap', '--bind', {str(workspace)!r}, '/workspace']); "
+         "print(c.view.points[" + repr(str(workspace)) + "]); os._exit(9)"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert killed.returncode == 9, killed.stderr
+    point = killed.stdout.strip()
+    assert point in Path("/proc/self/mountinfo").read_text()
+    settle_before_use(workspace)
+    assert point not in Path("/proc/self/mountinfo").read_text()
+    assert not Path(point).parent.exists()
+    assert (workspace / "starter.py").read_text() == "print('starter')\n"  # never walked

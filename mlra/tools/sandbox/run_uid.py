@@ -145,6 +145,13 @@ def _lock(path: Path, uid: int) -> UidClaim | None:
     return UidClaim(uid, path, fd)
 
 
+def sweep() -> None:
+    """Undo what sandboxes of mlra processes that are gone left: their claims and the
+    binds of their views (one of a workspace volume would keep it mounted)."""
+    with contextlib.suppress(OSError):
+        _sweep(_claims_dir())
+
+
 def _sweep(folder: Path) -> None:
     """Remove the claims (and views) of processes that are gone: a killed mlra's."""
     try:
