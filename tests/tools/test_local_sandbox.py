@@ -61,8 +61,10 @@ async def sandbox(request: pytest.FixtureRequest, workspace: Path) -> AsyncItera
     await sb.close()
 
 
-async def make_sandbox(workspace: Path, spec: SandboxSpec | None = None) -> LocalSandbox:
-    sb = LocalSandbox(workspace, spec or SandboxSpec(), isolation_mode="bwrap")
+async def make_sandbox(
+    workspace: Path, spec: SandboxSpec | None = None, *, own_uid: bool = True
+) -> LocalSandbox:
+    sb = LocalSandbox(workspace, spec or SandboxSpec(), isolation_mode="bwrap", own_uid=own_uid)
     await sb.start()
     return sb
 
@@ -404,7 +406,7 @@ async def test_bwrap_shows_extra_folders_read_only_or_writable(
     (outside / "ro").mkdir()
     (outside / "rw").mkdir()
     spec = SandboxSpec(read_only=[outside / "ro"], read_write=[outside / "rw"])
-    sb = await make_sandbox(workspace, spec)
+    sb = await make_sandbox(workspace, spec, own_uid=False)  # as the evaluator's is made
     _, out = await sh(
         sb, f"touch {outside}/ro/x || echo ro-refused; touch {outside}/rw/x && echo rw-ok"
     )

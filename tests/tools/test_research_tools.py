@@ -127,7 +127,11 @@ def fetched(outcome: ToolOutcome) -> Fetched:
 
 
 def head_of(path: Path) -> str:
-    return git.Repo(path).head.commit.hexsha
+    """A clone's HEAD, read as root: a run's clone is its sandbox's uid's (run_uid.py),
+    which git calls dubious ownership unless told the folder is safe."""
+    return git.Repo(path).git.execute(
+        ["git", "-c", f"safe.directory={path}", "-C", str(path), "rev-parse", "HEAD"]
+    )
 
 
 def clone_tool(server: GitServer, **options: Any) -> GithubClone:

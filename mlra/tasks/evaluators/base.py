@@ -360,7 +360,8 @@ async def run_evaluation(
     spec = evaluation_spec(task, artifact, env)
     spec.gpus = gpus if gpus is not None else host_gpus()
     spec.draw_on(run_group)
-    box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
+    # The grader writes the shared Hugging Face cache, which is mlra's user's.
+    box = LocalSandbox(work_dir, spec, isolation_mode=isolation, own_uid=False)
     started = time.monotonic()
     try:
         try:

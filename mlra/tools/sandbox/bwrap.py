@@ -273,12 +273,10 @@ def bwrap_argv(
     argv += ["--proc", "/proc", "--dev", "/dev"]
     argv += [*_size_args(shm_mb, sized), "--tmpfs", "/dev/shm"]
     argv += [*_size_args(tmp_mb, sized), "--tmpfs", "/tmp"]
+    # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
+    for node in gpu_nodes(gpus):
+        argv += ["--dev-bind", node, node]
     if gives_gpus(gpus):
-        # --dev gives a minimal /dev; CUDA needs the driver's device nodes.
-        # Not /dev/nvidia-caps: MIG and fabric capabilities are the host's to grant.
-        for node in sorted(glob.glob("/dev/nvidia*")):
-            if os.path.basename(node) != "nvidia-caps":
-                argv += ["--dev-bind", node, node]
         # The driver's libraries where LD_LIBRARY_PATH finds them, and its nvidia-smi
         # (env.py puts them in the command's environment).
         smi = driver_smi()
@@ -324,6 +322,15 @@ def bwrap_argv(
 
 
 WRITABLE_TMPFS = ("/tmp", "/dev/shm")
+
+
+def gpu_nodes(gpus: str | None) -> list[str]:
+    """The NVIDIA device nodes a sandbox given GPUs is shown. Not /dev/nvidia-caps: MIG
+    and fabric capabilities are the host's to grant."""
+    if not gives_gpus(gpus):
+        return []
+    nodes = sorted(glob.glob("/dev/nvidia*"))
+    return [node for node in nodes if os.path.basename(node) != "nvidia-caps"]
 
 
 def _size_args(mb: int | None, sized: bool) -> list[str]:

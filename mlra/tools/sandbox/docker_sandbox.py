@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.events import LimitsInForce
-from mlra.tools.sandbox import trees
+from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import (
     ExecResult,
     OutputCallback,
@@ -163,6 +163,8 @@ class DockerSandbox(Sandbox):
         self._engine: tuple[str, str | None] | None = None
         """The engine's address and version, read when the sandbox starts."""
         self.container: Any = None
+        self._claim: run_uid.UidClaim | None = None
+        self._claims = uid is None and run_uid.wanted()
         self.uid, self.gid = self._user(uid)
         self._path = os.pathsep.join(STANDARD_PATH)
         self._start_lock = asyncio.Lock()
@@ -227,10 +229,16 @@ class DockerSandbox(Sandbox):
         return given_ids(self.spec.gpus or "none")
 
     def _user(self, uid: int | None) -> tuple[int, int]:
-        """A non-root user that can write the workspace: its owner, or 1000 when root owns it
-        (the workspace is then handed to 1000, which only root can do and only root needs)."""
+        """A non-root user that can write the workspace. As root, a uid of the container's
+        own that no account has (run_uid.py; the workspace is handed to it): the container
+        has no user namespace, so its uid is the host's, and a host user who had it (1000,
+        the image's `agent`, is on many hosts a person) would reach its processes through
+        /proc. Otherwise the workspace's owner, else 1000."""
         if uid is not None:
             return uid, uid
+        if self._claims:
+            self._claim = run_uid.claim()
+            return self._claim.uid, self._claim.gid
         st = self.workspace.stat() if self.workspace.exists() else None
         if st is not None and st.st_uid != 0:
             return st.st_uid, st.st_gid
@@ -242,6 +250,9 @@ class DockerSandbox(Sandbox):
         async with self._start_lock:
             if self.container is not None:
                 return []
+            if self._claims and self._claim is None:  # started again after a close
+                self.uid, self.gid = self._user(None)
+                self._signals = SessionSignals(lambda: self.container, f"{self.uid}:{self.gid}")
             # The containers of killed runs before their volumes are settled: one still
             # writing to its workspace's volume as it is carried back would lose what it
             # writes after (into an image then deleted). Then the volume, as the container
@@ -387,16 +398,7 @@ class DockerSandbox(Sandbox):
         """
         if os.geteuid() != 0 or self.uid == 0:
             return
-        root = os.open(self.workspace, trees.DIR_FLAGS)
-        try:
-            for entry in trees.walk(root):
-                with contextlib.suppress(OSError):
-                    os.chown(
-                        entry.name, self.uid, self.gid, dir_fd=entry.dir_fd, follow_symlinks=False
-                    )
-        finally:
-            os.close(root)
-        os.chown(self.workspace, self.uid, self.gid)
+        run_uid.hand_tree(self.workspace, self.uid, self.gid)
 
     async def close(self) -> None:
         for running in list(self._running):
@@ -409,6 +411,9 @@ class DockerSandbox(Sandbox):
         self._forget_stdin_dir()
         if self._quota is not None:  # the container gone, nothing writes to the volume
             await self._quota.close()
+        if self._claim is not None:  # no process of the container runs as it any more
+            self._claim.release()
+            self._claim = None
 
     def _forget_stdin_dir(self) -> None:
         if self._stdin is not None:
@@ -528,6 +533,9 @@ class DockerSandbox(Sandbox):
     def _env(self, inside_cwd: str, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = sandbox_env(self.spec, workdir=inside_cwd, home=INSIDE_HOME)
         env["PATH"] = self._path  # the image's interpreter, not the host's
+        # A uid with no name in the image: tools that ask who they run as (getpass, as
+        # torch's compile cache does) read these first.
+        env.update({"USER": "agent", "LOGNAME": "agent"})
         if "CUDA_VISIBLE_DEVICES" not in self.spec.env:
             # The container only has the GPUs it was given, numbered from 0.
             env.pop("CUDA_VISIBLE_DEVICES", None)

@@ -80,10 +80,12 @@ class SandboxLimits:
 
     # --- setting up ---------------------------------------------------------------------
 
-    def setup(self, *, tmpfs: TmpfsKind = "host", bwrap_version: str = "") -> LimitsInForce:
+    def setup(
+        self, *, tmpfs: TmpfsKind = "host", bwrap_version: str = "", root_outside: bool = False
+    ) -> LimitsInForce:
         """Make the cgroup (where one can be had) and record what holds; `tmpfs` says
         what the sandbox's /tmp and /dev/shm are (`bwrap_version` names the binary that
-        could not size them)."""
+        could not size them); `root_outside`: the commands' uid is root on the host."""
         # Named after this process, so a later mlra can tell the groups of one that was
         # killed (and never removed them) from those of one still running.
         name = f"{GROUP_PREFIX}{os.getpid()}-{secrets.token_hex(4)}"
@@ -93,7 +95,7 @@ class SandboxLimits:
         memory_by = "cgroup" if self._memory_group() else "rlimit"
         pids_by = "cgroup" if self._pids_group() else None
         if self.pids is not None and pids_by is None:
-            if os.geteuid() == 0:
+            if root_outside:
                 notes.append(
                     "the process limit is not enforced: no writable cgroup, and the kernel "
                     "ignores RLIMIT_NPROC for a sandbox whose uid maps to root"

@@ -25,27 +25,24 @@ import contextlib
 import os
 import secrets
 import shutil
-import subprocess
 import tempfile
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from mlra.events import LimitsInForce
 from mlra.tools.sandbox import bwrap as bw
-from mlra.tools.sandbox import netns, trees
+from mlra.tools.sandbox import netns, run_uid, trees
 from mlra.tools.sandbox.base import ExecResult, OutputCallback, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
 from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits, TmpfsKind
 from mlra.tools.sandbox.local_processes import (
     MARKER_VAR,
-    CommandProtocol,
     RunningProcess,
     kill_marked,
+    run_in_session,
 )
-from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
 from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume import settle_before_use
@@ -73,7 +70,8 @@ class LocalSandbox(Sandbox):
     `IsolationUnavailable` if `require_isolation` (an LLM agent) or runs
     unconfined with a notice (the baseline agent's fixed recipe).
     `bwrap_search_path` is the PATH searched for a system `bwrap` (default: this
-    process's PATH); the bundled one is the fallback either way.
+    process's PATH); the bundled one is the fallback either way. `own_uid`: as root,
+    bubblewrap starts as a host uid of the sandbox's own (run_uid.py), not as root.
     """
 
     kind = "local"
@@ -86,6 +84,7 @@ class LocalSandbox(Sandbox):
         isolation_mode: IsolationMode = "auto",
         bwrap_search_path: str | None = None,
         require_isolation: bool = False,
+        own_uid: bool = True,
     ) -> None:
         super().__init__(workspace, spec)
         if isolation_mode not in ("auto", "bwrap", "none"):
@@ -123,6 +122,8 @@ class LocalSandbox(Sandbox):
         self._running: set[RunningProcess] = set()
         self._network: netns.OwnNetwork | None = None
         self._network_via: str | None = None
+        self._own_uid = own_uid
+        self._user: run_uid.UidClaim | None = None
         self._suspended = False
         """Paused: a command that starts now (a background job's, begun just before the
         pause) is stopped as soon as it exists, as the running ones were."""
@@ -152,7 +153,11 @@ class LocalSandbox(Sandbox):
         async with self._start_lock:
             if self._started:
                 return []
-            notices = await self._start()
+            try:
+                notices = await self._start()
+            except BaseException:
+                self._release_user()  # a refused start leaves no claim behind
+                raise
             self._started = True
             return notices
 
@@ -161,8 +166,8 @@ class LocalSandbox(Sandbox):
         problem: str | None = None
         if self.isolation_mode != "none":
             problem = "bubblewrap (bwrap) was not found"
-            if self.bwrap is not None:
-                problem = await asyncio.to_thread(self._probe_bwrap)
+            if self.bwrap is not None:  # in "/": a workspace may be a former uid's, 0700
+                problem = await asyncio.to_thread(self._probe_bwrap, None, "/")
         if problem is not None:
             self._use_bwrap = False
             if self.isolation_mode == "bwrap":
@@ -180,10 +185,15 @@ class LocalSandbox(Sandbox):
         await asyncio.to_thread(settle_before_use, self.workspace)
         if self._quota is not None:  # first: bwrap's probe and commands see the volume
             notices += await self._quota.start(self._stop_for_quota)
+        if self._use_bwrap:  # once the workspace is what it will be (a volume, say)
+            notices += await asyncio.to_thread(self._become_own_user)
         if self._use_bwrap and self.spec.network:
             notices += await asyncio.to_thread(self._open_network)
         await asyncio.to_thread(
-            self._limits.setup, tmpfs=self._tmpfs_kind(), bwrap_version=self._bwrap_version()
+            self._limits.setup,
+            tmpfs=self._tmpfs_kind(),
+            bwrap_version=self._bwrap_version(),
+            root_outside=os.geteuid() == 0 and self._user is None,
         )
         if self._quota is not None and self._quota.problem is not None:
             self._limits.in_force.notes.append(self._quota.problem)
@@ -208,7 +218,8 @@ class LocalSandbox(Sandbox):
     def _open_network(self) -> list[str]:
         strict = self.isolation_mode == "bwrap" or self.require_isolation
         try:
-            chosen = netns.network_for_sandbox(self._probe_bwrap, strict)
+            as_user = self._user.prefix() if self._user else []
+            chosen = netns.network_for_sandbox(self._probe_bwrap, strict, as_user)
         except netns.NetworkUnavailable as exc:
             raise IsolationUnavailable(str(exc)) from None
         self._network, self._network_via = chosen.network, chosen.via
@@ -241,11 +252,14 @@ class LocalSandbox(Sandbox):
                 await asyncio.to_thread(self._network.close)
                 self._network = None
         finally:  # a volume left mounted by a cancelled close would hold its space
+            if self._user is not None:  # first: its binds hold the volume too
+                self._user.view.close()
             if self._quota is not None:  # with nothing left running to write to it
                 await finish_despite_cancel(self._quota.close())
         if self._home is not None:
             trees.remove_tree(self._home, ignore_errors=True)  # the agent's: however deep
             self._home = None
+        self._release_user()  # nothing of the sandbox runs as it any more
         self._started = False
 
     async def stop_processes(self) -> None:
@@ -270,9 +284,49 @@ class LocalSandbox(Sandbox):
         for running in list(self._running):
             running.resume()
 
-    def _probe_bwrap(self, network: netns.OwnNetwork | None = None) -> str | None:
+    def _become_own_user(self) -> list[str]:
+        """As root: claim a uid, hand it the workspace and try bubblewrap as it. Where it
+        cannot start so, the workspace is root's again and the sandbox's user is root
+        outside, as a notice says."""
+        if not (self._own_uid and run_uid.wanted()):
+            return []
+        try:
+            self._user = run_uid.claim()
+            self._user.groups = run_uid.device_groups(bw.gpu_nodes(self.spec.gpus))
+            if self.workspace.is_dir():
+                run_uid.hand_tree(self.workspace, self._user.uid, self._user.gid)
+            problem = self._probe_bwrap()
+        except OSError as exc:
+            problem = str(exc)
+        if problem is None:
+            return []
+        self._release_user()
+        if self.workspace.is_dir():
+            run_uid.hand_tree(self.workspace, 0, 0)
+        return [
+            f"bubblewrap could not start as a uid of its own ({problem}), so the sandbox's "
+            "user is root outside it: its inotify instances count against root's"
+        ]
+
+    def _release_user(self) -> None:
+        if self._user is not None:
+            self._user.release()
+            self._user = None
+
+    @property
+    def host_uid(self) -> int | None:
+        """The host uid the sandbox's commands run as, where it is one of their own."""
+        return self._user.uid if self._user else None
+
+    def created(self, fd: int) -> None:
+        if self._user is not None:  # the sandbox's user must be able to change it
+            self._user.hand(fd)
+
+    def _probe_bwrap(
+        self, network: netns.OwnNetwork | None = None, inside_cwd: str = INSIDE_WORKDIR
+    ) -> str | None:
         assert self.bwrap is not None
-        return bw.probe(self._bwrap_argv(INSIDE_WORKDIR, ["true"], network))
+        return bw.probe(self._bwrap_argv(inside_cwd, ["true"], network))
 
     # --- running commands ---------------------------------------------------------------
 
@@ -307,8 +361,10 @@ class LocalSandbox(Sandbox):
         if self._quota is not None:
             await self._quota.clear_to_start()
         stops_before = self._quota.stops if self._quota is not None else 0
-        result = await self._run(
+        result = await run_in_session(
             argv,
+            self._running,
+            suspended=self._suspended,
             timeout=timeout,
             on_output=on_output,
             cwd=host_cwd,
@@ -329,68 +385,6 @@ class LocalSandbox(Sandbox):
                 with contextlib.suppress(Exception):
                     on_output("stderr", f"{note}\n")
         return result
-
-    async def _run(
-        self,
-        argv: list[str],
-        *,
-        timeout: float | TimeOut,
-        cwd: str,
-        env: Mapping[str, str],
-        on_output: OutputCallback | None = None,
-        stdin: bytes | None = None,
-        preexec: Callable[[], None] | None = None,
-    ) -> ExecResult:
-        """Run `argv` in a new session (so in its own process group) and collect its output.
-
-        The protocol is asyncio's low-level one rather than `create_subprocess_exec`
-        because `Process.wait()` only returns once the output pipes are closed, and
-        a background process that inherited them would keep it waiting.
-        """
-        loop = asyncio.get_running_loop()
-        sink = OutputSink(on_output)
-        started = time.monotonic()
-        try:
-            transport, protocol = await loop.subprocess_exec(
-                lambda: CommandProtocol(loop, sink),
-                *argv,
-                stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-                cwd=cwd,
-                env=dict(env),
-                start_new_session=True,
-                preexec_fn=preexec,
-            )
-        except FileNotFoundError:
-            raise SandboxError(f"command not found: {argv[0]}") from None
-        except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
-            raise SandboxError(f"cannot run {argv[0]}: {exc}") from None
-        running = RunningProcess(transport, protocol, sink)
-        self._running.add(running)
-        if self._suspended:
-            running.suspend()
-        try:
-            if stdin is not None:
-                try:
-                    pipe = transport.get_pipe_transport(0)
-                    if isinstance(pipe, asyncio.WriteTransport):
-                        pipe.write(stdin)
-                        pipe.close()  # after the buffered data is written: the command sees EOF
-                except BaseException:
-                    await finish_despite_cancel(running.kill())
-                    raise
-            timed_out = await running.see_through(timeout, started)
-        finally:
-            transport.close()
-            self._running.discard(running)
-        return ExecResult(
-            exit_code=transport.get_returncode(),
-            output=sink.text(),
-            duration_s=round(time.monotonic() - started, 3),
-            timed_out=timed_out,
-            killed=timed_out,
-        )
 
     def _resolve_cwd(self, cwd: str | None) -> tuple[str, str]:
         """The working directory as the command sees it and as the host sees it."""
@@ -441,7 +435,14 @@ class LocalSandbox(Sandbox):
             shm_mb=self._limits.shm_mb,
             resolv_conf=own.resolv_conf if own else None,
         )
-        return [*own.join_prefix(), *argv] if own else argv
+        joined = own.join_prefix() if own else []
+        if self._user is None:
+            return [*joined, *argv]
+        try:
+            self._user.view.stage(argv)  # what it could not reach by path (run_uid.py)
+        except OSError as exc:
+            raise SandboxError(str(exc)) from None
+        return [*self._user.prefix(), *joined, *self._user.view.wrap(argv)]
 
 
 _UNCONFINED = (

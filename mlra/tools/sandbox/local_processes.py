@@ -13,11 +13,14 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 
+from mlra.tools.sandbox.base import ExecResult, OutputCallback, SandboxError
 from mlra.tools.sandbox.output import OutputSink
-from mlra.tools.sandbox.runner import RunningCommand
+from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel
+from mlra.tools.sandbox.time_out import TimeOut
 
 GROUP_DEATH_WAIT_S = 5.0
 MARKER_VAR = "MLRA_SANDBOX"
@@ -191,3 +194,68 @@ def _running_pid(pid: int) -> bool:
     """Whether `pid` exists and is not a zombie."""
     fields = _stat_fields(pid)
     return fields is not None and fields[0] not in (b"Z", b"X")
+
+
+async def run_in_session(
+    argv: list[str],
+    running_set: set[RunningProcess],
+    *,
+    suspended: bool,
+    timeout: float | TimeOut,
+    cwd: str,
+    env: Mapping[str, str],
+    on_output: OutputCallback | None = None,
+    stdin: bytes | None = None,
+    preexec: Callable[[], None] | None = None,
+) -> ExecResult:
+    """Run `argv` in a new session (so in its own process group) and collect its output,
+    held in `running_set` while it runs (`suspended`: stopped as soon as it exists).
+
+    The protocol is asyncio's low-level one rather than `create_subprocess_exec`
+    because `Process.wait()` only returns once the output pipes are closed, and
+    a background process that inherited them would keep it waiting.
+    """
+    loop = asyncio.get_running_loop()
+    sink = OutputSink(on_output)
+    started = time.monotonic()
+    try:
+        transport, protocol = await loop.subprocess_exec(
+            lambda: CommandProtocol(loop, sink),
+            *argv,
+            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
+    except FileNotFoundError:
+        raise SandboxError(f"command not found: {argv[0]}") from None
+    except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
+        raise SandboxError(f"cannot run {argv[0]}: {exc}") from None
+    running = RunningProcess(transport, protocol, sink)
+    running_set.add(running)
+    if suspended:
+        running.suspend()
+    try:
+        if stdin is not None:
+            try:
+                pipe = transport.get_pipe_transport(0)
+                if isinstance(pipe, asyncio.WriteTransport):
+                    pipe.write(stdin)
+                    pipe.close()  # after the buffered data is written: the command sees EOF
+            except BaseException:
+                await finish_despite_cancel(running.kill())
+                raise
+        timed_out = await running.see_through(timeout, started)
+    finally:
+        transport.close()
+        running_set.discard(running)
+    return ExecResult(
+        exit_code=transport.get_returncode(),
+        output=sink.text(),
+        duration_s=round(time.monotonic() - started, 3),
+        timed_out=timed_out,
+        killed=timed_out,
+    )

@@ -30,7 +30,7 @@ import select
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -132,8 +132,12 @@ def resolv_conf_target() -> str | None:
 class OwnNetwork:
     """One sandbox's network namespace, its slirp4netns and its resolv.conf."""
 
-    def __init__(self, tools: NetworkTools) -> None:
+    def __init__(self, tools: NetworkTools, as_user: Sequence[str] = ()) -> None:
         self.tools = tools
+        self.as_user = list(as_user)
+        """Put in front of the namespace's holder: the sandbox's own host uid, where it
+        has one (run_uid.py), so the namespace is that uid's and bubblewrap, started
+        as it, can join it."""
         self.blocked: list[str] = [*UNREACHABLE_NETS, *(f"{a}/32" for a in host_addresses())]
         self._folder = Path(tempfile.mkdtemp(prefix="mlra-net-"))
         self.resolv_conf = self._folder / "resolv.conf"
@@ -166,7 +170,7 @@ class OwnNetwork:
         self.resolv_conf.chmod(0o644)
         self._folder.chmod(0o755)
         self._holder = subprocess.Popen(
-            [self.tools.unshare, "--user", "--map-root-user", "--net", "--",
+            [*self.as_user, self.tools.unshare, "--user", "--map-root-user", "--net", "--",
              "sh", "-c", "echo ready; exec cat >/dev/null"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             start_new_session=True, env={"PATH": TOOLS_PATH},
@@ -177,8 +181,9 @@ class OwnNetwork:
                 f"unshare could not make a namespace: {self._holder_problem()}"
             )
         batch = "link set lo up\n" + "".join(f"route add unreachable {n}\n" for n in self.blocked)
+        # As the holder's uid: root in the namespace, so `ip` keeps its capabilities.
         routes = subprocess.run(
-            [*self.join_prefix(), self.tools.ip, "-batch", "-"],
+            [*self.as_user, *self.join_prefix(), self.tools.ip, "-batch", "-"],
             input=batch.encode(), capture_output=True, timeout=START_TIMEOUT_S, check=False,
         )  # fmt: skip
         if routes.returncode != 0:
@@ -240,11 +245,11 @@ class OwnNetwork:
         shutil.rmtree(self._folder, ignore_errors=True)
 
 
-def open_network(tools: NetworkTools | str) -> OwnNetwork:
+def open_network(tools: NetworkTools | str, as_user: Sequence[str] = ()) -> OwnNetwork:
     """A started network for one sandbox; NetworkUnavailable says why not."""
     if isinstance(tools, str):
         raise NetworkUnavailable(tools)
-    network = OwnNetwork(tools)
+    network = OwnNetwork(tools, as_user)
     try:
         network.start()
     except (OSError, subprocess.SubprocessError, NetworkUnavailable) as exc:
@@ -264,7 +269,9 @@ class NetworkChoice:
     notices: list[str]
 
 
-def network_for_sandbox(probe: Callable[[OwnNetwork], str | None], strict: bool) -> NetworkChoice:
+def network_for_sandbox(
+    probe: Callable[[OwnNetwork], str | None], strict: bool, as_user: Sequence[str] = ()
+) -> NetworkChoice:
     """The network a network task's sandbox gets: its own namespace where one can be had.
 
     Without one, `strict` (an LLM agent, or bubblewrap insisted on) refuses the run with
@@ -278,7 +285,7 @@ def network_for_sandbox(probe: Callable[[OwnNetwork], str | None], strict: bool)
         )
     network: OwnNetwork | None = None
     try:
-        network = open_network(find_tools())
+        network = open_network(find_tools(), as_user)
         problem = probe(network)
         if problem is not None:
             raise NetworkUnavailable(f"bubblewrap fails in it: {problem}")

@@ -48,6 +48,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB
 from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
@@ -438,11 +439,11 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
 
 
 def settle_before_use(workspace: Path) -> None:
-    """Before a sandbox is set up on `workspace` (with a volume or not): settle what
-    owners that are gone left, its own folder's images included, so a resumed run
-    never starts on its killed predecessor's volume."""
+    """Before a sandbox is set up on `workspace` (a volume or not): undo what owners that
+    are gone left (binds first: run_uid.sweep; then volumes, its own folder's included)."""
     if os.geteuid() != 0:
         return
+    run_uid.sweep()
     try:
         settle_stale(workspace.parent)
     except (OSError, VolumeFailed) as exc:
