@@ -162,6 +162,9 @@ class Notice(_Event):
     type: Literal["notice"] = "notice"
     level: Literal["info", "warning", "error"] = "info"
     message: str
+    topic: Literal["log_budget"] | None = None
+    """What the notice is about where a reader acts on it: "log_budget", the one notice
+    that the run's log neared its size budget and is shortened from there."""
 
 
 class TimeWarning(_Event):
