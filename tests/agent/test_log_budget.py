@@ -29,6 +29,8 @@ from mlra.agent.record.log_budget import MB, SHORT_RESULT_CHARS
 from mlra.agent.run.controller import RunController
 from mlra.agent.run.resume import fork_run, load_run, resume_controller
 from mlra.agent.setup.config import RunConfig
+from mlra.batch.report_rows import collect, summarize
+from mlra.batch.report_tables import markdown
 from mlra.console.cli.cli import main
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.spec import load_task
@@ -118,6 +120,10 @@ async def test_a_chatty_run_stays_within_its_log_budget_and_is_graded_and_replay
     assert main(["runs", "--runs-dir", str(runs), "--json"]) == 0
     (row,) = map(json.loads, capsys.readouterr().out.splitlines())
     assert row["log_shortened"] is True
+    # A report over the runs folder says so, once.
+    rows = collect(runs)
+    report = markdown(summarize(rows), rows)
+    assert report.count("Log shortened: chatty: the run's log neared its size budget") == 1
 
     # A replay of it goes through: it cuts the results its recording cut, however
     # long its own log has grown by then.
