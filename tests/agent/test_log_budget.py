@@ -106,6 +106,8 @@ async def test_a_chatty_run_stays_within_its_log_budget_and_is_graded_and_replay
     assert all("near its size budget" in e.output and len(e.output) < 2500 for e in cut)
     assert cut[0].unlogged_chars > 0  # streamed until the log reached the point
     assert all(e.unlogged_chars > 90_000 for e in cut[1:])  # nothing of these
+    streams = [e for e in events if isinstance(e, ev.ToolOutput)]
+    assert sum("near its size budget" in e.text for e in streams) <= 1  # not one a call
     assert sum(e.unlogged_chars for e in printing) > 10 * 90_000 - BUDGET_MB * MB
     # The model read what the log holds.
     for result_event in cut:

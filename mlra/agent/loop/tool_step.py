@@ -251,7 +251,9 @@ class ToolStep:
                     cut = True
                     note = STREAM_CAP_NOTE
                     if budget is not None and budget < room:
-                        room, note = budget, STREAM_BUDGET_NOTE
+                        # A call the log takes nothing of has no note: its result counts
+                        # what the log left out (`unlogged_chars`).
+                        room, note = budget, STREAM_BUDGET_NOTE if budget else ""
                     logged, rest = text[:room] + note, text[room:]
                 streamed += len(text) - len(rest)
             tail.unlogged += len(rest)

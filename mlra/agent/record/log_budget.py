@@ -5,8 +5,8 @@ dropped a `run_finished` or a grading would leave a run that cannot be replayed 
 scored. What grows a log without bound is bulk, and bulk has copies elsewhere: a
 command's streamed output (its result holds the head and tail, the live console
 shows the rest) and the model's streamed text (its `model_call` holds it whole).
-So past `SHORTEN_AT` of the budget the log stops taking streams, and each tool
-result is cut to `SHORT_RESULT_CHARS` before the model reads it: what the model saw
+So past `SHORTEN_AT` of the budget the log stops taking streams, resource samples
+come a tenth as often, and each tool result is cut to `SHORT_RESULT_CHARS` before the model reads it: what the model saw
 is what was recorded, and the result says so (`ToolResult.log_budget_chars`), so a
 replay cuts the same result the same way. A run whose log still reaches the budget
 (model answers alone, past the shortening) ends there as any budget ends a run, and
@@ -28,6 +28,9 @@ SHORTEN_AT = 0.75
 the rest is room for the model's answers and the run's ending."""
 SHORT_RESULT_CHARS = 2_000
 """What a tool result keeps (head and tail) once the log is past `SHORTEN_AT`."""
+SAMPLES_SLOWED = 10
+"""Past `SHORTEN_AT` a resource sample is taken this many times less often (every 10 s
+by default): a second's samples of a machine with GPUs are about 1 KB, 3.6 MB an hour."""
 LOG_BUDGET_CUT_NOTE = (
     "[the run's log is near its size budget, so this output was cut to "
     "{kept:,} characters: write long output to a file and read the parts you need]\n"

@@ -37,7 +37,7 @@ from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.notify import Notifications
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
-from mlra.agent.record.log_budget import LogBudget
+from mlra.agent.record.log_budget import SAMPLES_SLOWED, LogBudget
 from mlra.agent.record.run_result import RunResult, write_result
 from mlra.agent.record.snapshots import NO_QUOTA, SnapshotLimits, SnapshotStore, WorkspaceScanner
 from mlra.agent.record.state import RunState
@@ -237,7 +237,6 @@ class RunController(Steering):
         self._task = asyncio.current_task()
         try:
             await self.start()
-            interval = self.config.resource_interval_s
             ending = await drive(
                 make_agent(self),
                 deadline=watch_deadline(self.clock, self.controls, self._warn_time),
@@ -246,7 +245,7 @@ class RunController(Steering):
                     self.workspace,
                     self.catchup,
                     self.append,
-                    interval,
+                    self._sample_every,
                     sandbox=self.sandbox,
                     sampled=self.metrics.sampled,
                     group=self.run_group,
@@ -275,6 +274,12 @@ class RunController(Steering):
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
         return self._write_result()
+
+    def _sample_every(self) -> float:
+        """Seconds between resource samples: a tenth as often once the log nears its size
+        budget (agent/record/log_budget.py)."""
+        slowed = SAMPLES_SLOWED if self.log_budget.shortening() else 1
+        return self.config.resource_interval_s * slowed
 
     def _write_result(self) -> RunResult:
         return write_result(
