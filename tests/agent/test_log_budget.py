@@ -169,17 +169,32 @@ async def test_a_fork_of_a_shortened_run_goes_on_shortened_without_a_second_noti
     assert once_more.log_budget_chars == SHORT_RESULT_CHARS
 
 
-async def test_a_log_that_reaches_its_budget_ends_the_run_which_is_graded(
+async def test_a_log_that_reaches_its_budget_ends_the_run_which_is_graded_and_resumed(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    with ScriptedModelServer(_script(40, answer_first=True)) as server:
+    with ScriptedModelServer(_script(30, answer_first=True)) as server:
         provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
         controller = _controller(provider, answer_task, tmp_path, "full", log_budget_mb=0.1)
         result = await controller.run(agent_for)
-    data = (controller.run_dir / "events.jsonl").read_bytes()
-    assert len(data) <= 0.1 * MB + MARGIN
-    events = read_events(controller.run_dir / "events.jsonl")
-    (finished,) = [e for e in events if isinstance(e, ev.RunFinished)]
-    assert finished.reason == "budget" and "log budget used up" in finished.message
-    # The workspace is graded, as at any budget's end.
-    assert result.score == 1.0 and any(isinstance(e, ev.EvaluationFinished) for e in events)
+        log = controller.run_dir / "events.jsonl"
+        assert log.stat().st_size <= 0.1 * MB + MARGIN
+        events = read_events(log)
+        (finished,) = [e for e in events if isinstance(e, ev.RunFinished)]
+        assert finished.reason == "budget" and "log budget used up" in finished.message
+        # The workspace is graded, as at any budget's end.
+        assert result.score == 1.0 and any(isinstance(e, ev.EvaluationFinished) for e in events)
+
+        # Resumed under a larger budget, it goes on where it ended, and submits.
+        resumed = resume_controller(
+            load_run(controller.run_dir), controller.task, provider,
+            overrides={"log_budget_mb": 1.0},
+        )  # fmt: skip
+        again = await resumed.run(agent_for)
+    assert (again.reason, again.score) == ("submitted", 1.0)
+    assert log.stat().st_size <= 1.0 * MB + MARGIN
+    events = read_events(log)
+    (went_on,) = [e for e in events if isinstance(e, ev.RunResumed)]
+    assert went_on.settings == {"log_budget_mb": 1.0}
+    # Said again at the larger budget's point, once.
+    told = [e.message for e in events if isinstance(e, ev.Notice) and e.topic == "log_budget"]
+    assert len(told) == 2 and "(1.0 MB, --log-budget)" in told[1]

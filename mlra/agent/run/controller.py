@@ -187,7 +187,9 @@ class RunController(Steering):
         """Replay `recorded` through the agent before going live (agent/loop/catchup.py)."""
         self.catchup.load(recorded, going_live)
         self._time_warned = any(isinstance(e, ev.TimeWarning) for e in recorded)
-        self._log_told = any(isinstance(e, ev.Notice) and e.topic == "log_budget" for e in recorded)
+        # Told already, unless a resume raised the budget above where the log now is.
+        told = any(isinstance(e, ev.Notice) and e.topic == "log_budget" for e in recorded)
+        self._log_told = told and self.log_budget.shortening()
         self.scanner.load(e for e in recorded if isinstance(e, ev.WorkspaceSnapshot))
         self.metrics.load(recorded)
 
