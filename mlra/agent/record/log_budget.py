@@ -2,15 +2,17 @@
 
 The log is the run's one record, so nothing it needs is ever refused: a budget that
 dropped a `run_finished` or a grading would leave a run that cannot be replayed or
-scored. What grows a log without bound is bulk, and bulk has copies elsewhere: a
-command's streamed output (its result holds the head and tail, the live console
-shows the rest) and the model's streamed text (its `model_call` holds it whole).
-So past `SHORTEN_AT` of the budget the log stops taking streams, resource samples
-come a tenth as often, and each tool result is cut to `SHORT_RESULT_CHARS` before the model reads it: what the model saw
-is what was recorded, and the result says so (`ToolResult.log_budget_chars`), so a
-replay cuts the same result the same way. A run whose log still reaches the budget
-(model answers alone, past the shortening) ends there as any budget ends a run, and
-is graded; its ending's few events are the margin past the bound.
+scored. What grows a log without bound is a command's streamed output, which has a
+copy elsewhere (its result holds the head and tail, the live console shows the
+rest), and what a run's steps add up to. So past `SHORTEN_AT` of the budget the log
+stops taking streams, resource samples come a tenth as often, and each tool result
+is cut to `SHORT_RESULT_CHARS` before the model reads it: what the model saw is
+what was recorded, and the result says so (`ToolResult.log_budget_chars`), so a
+replay cuts the same result the same way. The model's answers and their streamed
+pieces stay whole (bounded by its answer budget; a resume and a replay need the
+answers, the console streams the pieces). A run whose log still reaches the budget
+ends there as any budget ends a run, and is graded; its ending's few events are the
+margin past the bound.
 
 No side file keeps the full output: it would be the same unbounded growth in another
 place. The model is told instead to write long output to a file of its workspace
@@ -22,7 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 DEFAULT_LOG_BUDGET_MB = 256.0
-"""About 256 streams of a million characters, or thousands of steps of ordinary output."""
+"""About 190 commands' streams of a million characters (the per-call cap) before the
+shortening, or tens of thousands of steps of ordinary output."""
 SHORTEN_AT = 0.75
 """The part of the budget after which streams are no longer logged and results are cut:
 the rest is room for the model's answers and the run's ending."""
@@ -30,7 +33,7 @@ SHORT_RESULT_CHARS = 2_000
 """What a tool result keeps (head and tail) once the log is past `SHORTEN_AT`."""
 SAMPLES_SLOWED = 10
 """Past `SHORTEN_AT` a resource sample is taken this many times less often (every 10 s
-by default): a second's samples of a machine with GPUs are about 1 KB, 3.6 MB an hour."""
+by default): one is about 310 bytes, 1.2 KB with eight GPUs (4 MB an hour each second)."""
 LOG_BUDGET_CUT_NOTE = (
     "[the run's log is near its size budget, so this output was cut to "
     "{kept:,} characters: write long output to a file and read the parts you need]\n"
