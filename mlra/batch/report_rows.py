@@ -85,6 +85,8 @@ class RunRow:
     worker_alone: str | None = None
     """Why the worker took the whole task where it did ("chosen": `--agent worker`;
     "supervisor_idle", "supervisor_stuck": handed over); None: the supervisor led."""
+    log_shortened: bool = False
+    """The run's log neared its size budget and was shortened (result.json's)."""
     searched: bool = False
     """The run searched (`--search`): the search_ fields below are its numbers. (A search's
     attempts are solutions the agent tried within one run, not the batch's `attempt`, a
@@ -240,6 +242,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         baseline_score=r.baseline_score,
         top_score=r.top_score,
         worker_alone=r.worker_alone,
+        log_shortened=r.log_shortened is not None,
         resumed=r.resumed,
         # A run resumed after its grading, then killed: why it has no end, not that
         # grading's error.

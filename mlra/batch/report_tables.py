@@ -138,6 +138,15 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
             + ": stopped midway (a batch killed or stopped, a crash) and taken up again where "
             "its log ended; its time, tokens and cost count every part.",
         ]
+    shortened = [r for r in rows if r.log_shortened]
+    if shortened:
+        lines += [
+            "",
+            "Log shortened: "
+            + ", ".join(_text(r.run_id) for r in shortened)
+            + ": the run's log neared its size budget (`--log-budget`), so from there its "
+            "commands' output was cut, for the model too; its grading is unchanged.",
+        ]
     if any(g.unisolated for g in groups):
         lines += [
             "",

@@ -232,6 +232,14 @@ class ToolResult(_Event):
     data: dict[str, Any] = Field(default_factory=dict)
     signal: Literal["submit", "report"] | None = None
     """The call ended the run (submit) or the subtask (report)."""
+    log_budget_chars: int | None = None
+    """The characters `output` was cut to because the run's log neared its size budget
+    (agent/record/log_budget.py): the model read it so cut, and a replay cuts it alike.
+    None: cut at the observation limit only (`truncated`)."""
+    unlogged_chars: int = 0
+    """Characters of this call's streamed output the log did not take (past the per-call
+    stream cap, or the log's budget): the live console showed them, `output` holds the
+    head and tail."""
 
 
 class ModelCall(_Event):

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
 
-NoticeKind = Literal["unread_call"]
+NoticeKind = Literal["unread_call", "log_budget"]
 """The notices the displays tell apart by more than their words."""
 
 # --- run lifecycle -------------------------------------------------------------------
@@ -166,11 +166,13 @@ class Notice(_Event):
     level: Literal["info", "warning", "error"] = "info"
     message: str
     kind: NoticeKind | None = None
-    """What the notice is of, where a display treats it apart from the rest: "unread_call",
+    """What the notice is of, where a reader treats it apart from the rest: "unread_call",
     an agent's answer that looked like a tool call that could not be read (or called a
     tool that does not exist), which the displays say under that answer, in the pane of
-    the `agent` that wrote it. None: any other notice (and every notice of a log written
-    before the field, console/text/written_calls.py unread_call reads those)."""
+    the `agent` that wrote it; "log_budget", the one notice that the run's log neared its
+    size budget and is shortened from there. None: any other notice (and every notice of
+    a log written before the field, console/text/written_calls.py unread_call reads
+    those)."""
     agent: AgentRole | None = None
     """Whose answer a notice of a `kind` is of."""
     problems: list[str] = Field(default_factory=list)

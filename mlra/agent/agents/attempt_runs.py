@@ -99,6 +99,9 @@ def _child(
             "max_cost_usd": _left(parent.config.max_cost_usd, parent.state.cost_usd),
             "max_tokens": None,
             "max_steps": None,
+            # The search's attempts share its log budget (each an `attempts`th), so a
+            # search's logs stay within twice the budget together (agent/record/log_budget.py).
+            "log_budget_mb": parent.config.log_budget_mb / parent.config.attempts,
             **_shared_out(parent.config, started.share),
             **_gpus_for(parent, _gpus_in_use(parent)),
             "attempt": AttemptSettings(

@@ -102,13 +102,14 @@ async def sample_resources(
     workspace: Path,
     catchup: CatchUp,
     append: Callable[[ev.Event], ev.Event],
-    interval_s: float,
+    interval_s: float | Callable[[], float],
     sandbox: Sandbox | None = None,
     sampled: Callable[[list[str]], Awaitable[None]] | None = None,
     group: RunGroup | None = None,
     attempts: Callable[[], list[Sandbox]] | None = None,
 ) -> None:
-    """Log a resource sample every `interval_s` once the run is live; a sandbox that
+    """Log a resource sample every `interval_s` (read at each, where it is a function: a
+    log near its size budget is sampled less often) once the run is live; a sandbox that
     measures itself (a container) is asked, else the host is. `sampled` is handed the
     metric files the sample's workspace walk found (agent/metrics/run_metrics.py)."""
     from mlra.agent.loop.resources import ResourceMonitor
@@ -123,4 +124,4 @@ async def sample_resources(
         append(await asyncio.to_thread(monitor.sample))
         if sampled is not None:
             await sampled(monitor.metric_files)
-        await asyncio.sleep(interval_s)
+        await asyncio.sleep(interval_s() if callable(interval_s) else interval_s)

@@ -172,6 +172,9 @@ class ReplayProvider(ModelProvider):
         provider.stopped = self.stops.get(attempt)
         return provider
 
+    def recorded_result(self, call_id: str) -> ev.ToolResult | None:
+        return self.results.get(call_id)
+
     def recorded_time_limit(self) -> float | None:
         return self.limits.time_limit_s if self.limits is not None else None
 

@@ -15,6 +15,7 @@ from mlra.agent.loop.catchup import CatchUp
 from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Controls
 from mlra.agent.providers.base import ModelProvider
+from mlra.agent.record.log_budget import LogBudget
 from mlra.agent.record.state import RunState
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec
@@ -33,6 +34,7 @@ class RunContext(Protocol):
     state: RunState
     sandbox: Sandbox | None
     catchup: CatchUp
+    log_budget: LogBudget
 
     def emit(self, event: ev.Event) -> ev.Event:
         """Record an agent's action (matched against the recording while catching up)."""

@@ -13,10 +13,12 @@ takes the user's arguments, and its result opens with a note saying the user
 edited it (the note is in the recorded result, and the arguments are in the
 `control` edit event, so a resumed or forked run rebuilds the same history).
 
-A command's output streams to the log up to `STREAM_CAP_CHARS`; past that it
-goes on streaming to the live console only (`watch_output`), so a day-long
+A command's output streams to the log up to `STREAM_CAP_CHARS`, and only while the
+log is short of its size budget's shortening point (agent/record/log_budget.py); past
+that it goes on streaming to the live console only (`watch_output`), so a day-long
 training log does not grow the event log without bound; the result, with the
-output's head and tail, still ends the call in the log. Durations are the run
+output's head and tail, still ends the call in the log (cut shorter, for the model
+too, once the log nears its budget). Durations are the run
 clock's: time paused does not count.
 """
 
@@ -33,6 +35,7 @@ from mlra.agent.loop.controls import Breakpoint, Decision
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.record.log_budget import LOG_BUDGET_CUT_NOTE, STREAM_BUDGET_NOTE
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.snapshots import WorkspaceScanner
 from mlra.tools.jobs import JOBS_DIR
@@ -218,7 +221,7 @@ class ToolStep:
                 error=KILLED_BY_RUN_END,
                 duration_s=seconds,
             )
-            self._record_result(call, agent, killed, note=note)
+            self._record_result(call, agent, killed, note=note, unlogged=tail.unlogged)
             if self.metrics is not None:
                 self.metrics.command_ended(call.id)
             raise
@@ -227,7 +230,7 @@ class ToolStep:
         if self.metrics is not None:
             self.metrics.command_ended(call.id)
         outcome.duration_s = took.seconds(outcome.duration_s)
-        self._record_result(call, agent, outcome, note=note)
+        self._record_result(call, agent, outcome, note=note, unlogged=tail.unlogged)
         await self.snapshot(step)
         return outcome
 
@@ -241,22 +244,37 @@ class ToolStep:
         )
 
     def _streamer(self, call_id: str, tail: _Tail, *, metrics: bool = True) -> OutputCallback:
-        """Logs a call's output as it comes, up to `STREAM_CAP_CHARS`; past that it
-        goes to the watchers alone. `tail` keeps the end, for a call the run kills.
-        `metrics`: the output is read for training metrics too (agent/metrics/)."""
+        """Logs a call's output as it comes, up to `STREAM_CAP_CHARS` or while the log is
+        short of its budget's shortening point (agent/record/log_budget.py), whichever
+        comes first; past that it goes to the watchers alone, with a note in the log
+        where it stopped. `tail` keeps the end, for a call the run kills, and counts what
+        the log did not take. `metrics`: the output is read for training metrics too
+        (agent/metrics/)."""
         streamed = 0
+        cut = False
 
         def on_output(stream: Stream, text: str) -> None:
-            nonlocal streamed
+            nonlocal streamed, cut
             tail.add(text)
             if metrics and self.metrics is not None and not self.run.catchup.replaying:
                 self.metrics.command_output(call_id, text)
-            room = max(0, STREAM_CAP_CHARS - streamed)
-            logged, rest = (text, "") if len(text) < room else (text[:room], text[room:])
+            logged, rest = "", text
+            if not cut:
+                room = max(0, STREAM_CAP_CHARS - streamed)
+                budget = self.run.log_budget.stream_room()
+                if len(text) < room and (budget is None or len(text) < budget):
+                    logged, rest = text, ""
+                else:
+                    cut = True
+                    note = STREAM_CAP_NOTE
+                    if budget is not None and budget < room:
+                        # A call the log takes nothing of has no note: its result counts
+                        # what the log left out (`unlogged_chars`).
+                        room, note = budget, STREAM_BUDGET_NOTE if budget else ""
+                    logged, rest = text[:room] + note, text[room:]
+                streamed += len(text) - len(rest)
+            tail.unlogged += len(rest)
             if logged:
-                streamed += len(logged)
-                if streamed >= STREAM_CAP_CHARS:
-                    logged += STREAM_CAP_NOTE
                 self.run.emit(ev.ToolOutput(call_id=call_id, stream=stream, text=logged))
             if rest and self._watchers and not self.run.catchup.replaying:
                 unlogged = ev.ToolOutput(call_id=call_id, stream=stream, text=rest)
@@ -304,9 +322,27 @@ class ToolStep:
                     run.sandbox.resume_commands()
 
     def _record_result(
-        self, call: ToolCallRequest, agent: ev.AgentRole, outcome: ToolOutcome, *, note: str = ""
+        self,
+        call: ToolCallRequest,
+        agent: ev.AgentRole,
+        outcome: ToolOutcome,
+        *,
+        note: str = "",
+        unlogged: int = 0,
     ) -> ToolOutcome:
-        text, truncated = truncate_middle(outcome.output, self.run.config.observation_limit)
+        limit = self.run.config.observation_limit
+        # Near the log's budget the result is cut shorter, for the model as for the log; a
+        # replay cuts where its recording did (agent/record/log_budget.py).
+        provider = self.run.provider
+        recorded = provider.recorded_result(call.id) if provider is not None else None
+        cut = (
+            recorded.log_budget_chars if recorded is not None else self.run.log_budget.result_cut()
+        )
+        if cut is not None and (cut >= limit or len(outcome.output) <= cut):
+            cut = None
+        text, truncated = truncate_middle(outcome.output, limit if cut is None else cut)
+        if cut is not None:
+            text = LOG_BUDGET_CUT_NOTE.format(kept=cut) + text
         text = note + text
         outcome.output = text
         self.run.emit(
@@ -319,6 +355,8 @@ class ToolStep:
                 exit_code=outcome.exit_code,
                 duration_s=outcome.duration_s,
                 truncated=truncated,
+                log_budget_chars=cut,
+                unlogged_chars=unlogged,
                 timed_out=outcome.timed_out,
                 error=outcome.error,
                 data=outcome.data,
@@ -385,6 +423,8 @@ class _Tail:
 
     def __init__(self, limit: int) -> None:
         self.limit = max(limit, 0)
+        self.unlogged = 0
+        """Characters of the call's output the log did not take (`_streamer`)."""
         self._parts: list[str] = []
         self._size = 0
 

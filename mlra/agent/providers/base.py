@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
+from mlra import events as ev
 from mlra.events import ServerAbsence
 from mlra.tools.registry import ToolSpec
 
@@ -372,6 +373,12 @@ class ModelProvider(abc.ABC):
         Only the replay provider uses it, to find where a re-run departs from
         its recording; it raises ProviderError there.
         """
+
+    def recorded_result(self, call_id: str) -> ev.ToolResult | None:
+        """The recorded result of a call, where this provider plays a recording back: a
+        replay cuts a result for the log's budget as its recording did, not as its own
+        log's size would (agent/record/log_budget.py). None: no recording."""
+        return None
 
     async def discover_limits(self) -> None:
         """Ask the server for the model's context window where it tells it (local servers);

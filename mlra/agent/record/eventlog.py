@@ -145,12 +145,18 @@ class EventLog:
                 f"{start_seq}): the run was still going"
             )
         self._seq = start_seq
+        self._size = os.fstat(self._file.fileno()).st_size
         self._subscribers: list[Subscriber] = []
         self._refs = Referrer()
 
     @property
     def last_seq(self) -> int:
         return self._seq
+
+    @property
+    def size(self) -> int:
+        """The log's bytes now (what a run's log budget counts: agent/record/log_budget.py)."""
+        return self._size
 
     def subscribe(self, subscriber: Subscriber) -> None:
         self._subscribers.append(subscriber)
@@ -187,6 +193,7 @@ class EventLog:
             self._refs.unlink(event)
             raise
         self._seq = event.seq
+        self._size = end + len(line)
         self._refs.written(event)
         for subscriber in list(self._subscribers):
             subscriber(event)

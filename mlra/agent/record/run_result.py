@@ -114,6 +114,9 @@ class RunResult(BaseModel):
     """Why the worker did the task alone ("chosen": `--agent worker`; "supervisor_stuck":
     the supervisor repeated one call until stuck, never handing a subtask; "supervisor_idle":
     the supervisor never handed it a subtask); None: the supervisor led the run."""
+    log_shortened: str | None = None
+    """The run's log neared its size budget and was shortened from there (commands'
+    output cut, for the model too): its notice; None: recorded whole."""
     attempts: AttemptsSummary | None = None
     """A search's attempts (`--search`): how many, the best validation, the submitted
     attempt and its validation-to-test gap; None for a run with one line of work."""
@@ -222,6 +225,7 @@ def result_of(state: RunState, *, running: bool = False) -> RunResult:
         regrades=list(state.regrades),
         earlier_grade=earlier_grade(state),
         worker_alone=state.worker_alone,
+        log_shortened=state.log_shortened,
         attempts=summary_of(
             state.attempts,
             state.submission.attempt if state.submission else None,

@@ -65,8 +65,7 @@ class RunState:
     """The limits a resume, a fork or a raise (`time_limit_raised`) changed since `run_started`
     (its config's names): `limits` holds them; a settings view lays them over the config."""
     sandbox: ev.SandboxInfo | None = None
-    budget: ev.Budget | None = None
-    """The run's budget (an attempt's run: its share), from `run_started`."""
+    budget: ev.Budget | None = None  # the run's (an attempt's: its share), from `run_started`
     started: bool = False
     paused: bool = False
     evaluating: bool = False
@@ -92,17 +91,15 @@ class RunState:
     earlier_evaluation: ev.EvaluationFinished | None = None
     earlier_ending: ev.RunFinished | None = None
     regrades: list[Regrade] = field(default_factory=list)
-    regrading: ev.EvaluationStarted | None = None
-    """The re-grade under way, between its evaluation_started and evaluation_finished."""
-    evaluation_progress: ev.EvaluationProgress | None = None
-    """The grading under way's latest progress, as its evaluator wrote it."""
+    regrading: ev.EvaluationStarted | None = None  # the re-grade under way (until it ends)
+    evaluation_progress: ev.EvaluationProgress | None = None  # the grading's latest progress
     finished: ev.RunFinished | None = None
     last_error: str | None = None
     events: int = 0
     resumed: int = 0
     forked_from: str | None = None
-    worker_alone: ev.WorkerAloneReason | None = None
-    """Why the worker took the task whole (`worker_alone`); None: the supervisor led."""
+    worker_alone: ev.WorkerAloneReason | None = None  # why it took the task whole; None: not
+    log_shortened: str | None = None  # the log neared its size budget: that notice
     searches: bool = False  # over attempts (`--search`): its workers are its attempts' own
     ungraded: str = ""
     """Why this machine could not grade the task, run anyway (its config's `ungraded`)."""
@@ -330,6 +327,8 @@ class RunState:
             case ev.JobEnded():
                 if event.job in self.jobs:
                     self.jobs[event.job].ended = event
+            case ev.Notice() if event.kind == "log_budget":
+                self.log_shortened = event.message
             case ev.Control():
                 self._apply_control(event)
             case ev.Submission():

@@ -37,6 +37,7 @@ from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.notify import Notifications
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
+from mlra.agent.record.log_budget import SAMPLES_SLOWED, LogBudget
 from mlra.agent.record.run_result import RunResult, write_result
 from mlra.agent.record.snapshots import NO_QUOTA, SnapshotLimits, SnapshotStore, WorkspaceScanner
 from mlra.agent.record.state import RunState
@@ -102,6 +103,10 @@ class RunController(Steering):
         """Who holds the controls from the first moment, where a console drives this run
         in its own process (console/apps/app.py): an attached console then only watches."""
         self._time_warned = False
+        # The log's size budget (agent/record/log_budget.py): its notice comes once a run.
+        self.log_budget = LogBudget(config.log_budget_mb)
+        self.log_budget.measure(lambda: self.log.size if self.log is not None else 0)
+        self._log_told = False
         self.catchup = CatchUp(
             self.state, self.controls, append=self.append, sandbox_info=self._sandbox_info
         )
@@ -163,6 +168,11 @@ class RunController(Steering):
             raise RuntimeError("the run has not been prepared")
         event.t = round(self.clock.elapsed(), 3)
         written = self.log.append(event)
+        if not self._log_told and self.log_budget.shortening():
+            self._log_told = True
+            self.append(
+                ev.Notice(level="warning", message=self.log_budget.notice(), kind="log_budget")
+            )
         if isinstance(written, ev.Validation):
             # Its row of the experiments table (agent/record/experiments.py), from the state the
             # validation was just folded into; a resumed run folds the recorded row instead.
@@ -177,6 +187,9 @@ class RunController(Steering):
         """Replay `recorded` through the agent before going live (agent/loop/catchup.py)."""
         self.catchup.load(recorded, going_live)
         self._time_warned = any(isinstance(e, ev.TimeWarning) for e in recorded)
+        # Told already, unless a resume raised the budget above where the log now is.
+        told = any(isinstance(e, ev.Notice) and e.kind == "log_budget" for e in recorded)
+        self._log_told = told and self.log_budget.shortening()
         self.scanner.load(e for e in recorded if isinstance(e, ev.WorkspaceSnapshot))
         self.metrics.load(recorded)
 
@@ -226,7 +239,6 @@ class RunController(Steering):
         self._task = asyncio.current_task()
         try:
             await self.start()
-            interval = self.config.resource_interval_s
             ending = await drive(
                 make_agent(self),
                 deadline=watch_deadline(self.clock, self.controls, self._warn_time),
@@ -235,7 +247,7 @@ class RunController(Steering):
                     self.workspace,
                     self.catchup,
                     self.append,
-                    interval,
+                    self._sample_every,
                     sandbox=self.sandbox,
                     sampled=self.metrics.sampled,
                     group=self.run_group,
@@ -264,6 +276,12 @@ class RunController(Steering):
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
         return self._write_result()
+
+    def _sample_every(self) -> float:
+        """Seconds between resource samples: a tenth as often once the log nears its size
+        budget (agent/record/log_budget.py)."""
+        slowed = SAMPLES_SLOWED if self.log_budget.shortening() else 1
+        return self.config.resource_interval_s * slowed
 
     def _write_result(self) -> RunResult:
         return write_result(
@@ -405,6 +423,9 @@ class RunController(Steering):
 
     def check_budget(self) -> None:
         ending = budget_ending(self.config, self.state)
+        if ending is None and self.log_budget.used_up():
+            problem = self.log_budget.ending_message()
+            ending = Ending(reason="budget", by="budget", note=problem, message=problem)
         if ending is not None:
             raise EndRun(ending)
 

@@ -122,8 +122,9 @@ def _reopen(controller: RunController, run: RecordedRun, log: EventLog) -> None:
     controller.clock = type(controller.clock)(controller.time_limit_s, already=run.elapsed_s)
 
 
-LIMIT_SETTINGS = ("time_limit_s", "max_steps", "max_cost_usd", "max_tokens")
-"""The limits a resume or a fork may change (`--time-limit`...), by their config names:
+LIMIT_SETTINGS = ("time_limit_s", "max_steps", "max_cost_usd", "max_tokens", "log_budget_mb")
+"""The limits a resume or a fork may change (`--time-limit`..., `--log-budget`: a run its
+log's budget ended goes on only under a larger one), by their config names:
 recorded in its `run_resumed` or `run_forked`, so the log says what the run went on under."""
 
 

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field
 
+from mlra.agent.record.log_budget import DEFAULT_LOG_BUDGET_MB
 from mlra.events import Budget
 from mlra.tools.fetch.policy import FetchSettings
 from mlra.tools.research_table import RESEARCH_TOOLS, research_tool_name
@@ -122,6 +123,10 @@ class RunConfig(BaseModel):
     """The run's snapshot store holds at most this much (`--snapshot-quota`; 0: no quota);
     past it, changed files are recorded by size and hash without their contents (a
     notice says so once)."""
+    log_budget_mb: float = Field(default=DEFAULT_LOG_BUDGET_MB, ge=0)
+    """The most the run's `events.jsonl` should grow to (`--log-budget`; 0: no bound); near
+    it output is logged shorter, at it the run ends (agent/record/log_budget.py). A
+    search's attempts share it, each its `attempts`th."""
     ungraded: str = ""
     """Why this machine cannot grade the task, for a run the user started anyway
     (`mlra run --ungraded`): said by a notice at the start and in `result.json`."""

@@ -28,6 +28,7 @@ from mlra.console.text.args import (
     add_budget_args,
     check_run_id,
     check_writable_dir,
+    disk_mb,
     gpus,
     positive_int,
     run_path,
@@ -46,6 +47,12 @@ def _common(p: argparse.ArgumentParser) -> None:
         "--gpus", type=gpus, metavar="all|none|IDS", help="GPUs from here on (default: the run's)"
     )
     add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
+    p.add_argument(
+        "--log-budget",
+        type=disk_mb,
+        metavar="SIZE",
+        help="the run's event log budget from here (2g, or none; default the recorded run's)",
+    )
     add_notify_arg(p)
     p.add_argument(
         "--break",
@@ -170,6 +177,7 @@ def _overrides(args: argparse.Namespace, use_tui: bool) -> dict[str, Any]:
         ("max_steps", "max_steps"),
         ("max_cost", "max_cost_usd"),
         ("max_tokens", "max_tokens"),
+        ("log_budget", "log_budget_mb"),
         ("base_url", "base_url"),
         ("gpus", "gpus"),
     ):

@@ -155,6 +155,13 @@ def add_run_command(sub: Any) -> None:
         "default 1g): past it changed files are recorded by size and hash only",
     )
     run.add_argument(
+        "--log-budget",
+        type=disk_mb,
+        metavar="SIZE",
+        help="the most the run's event log should grow to (1g, or none; default 256m): near "
+        "it commands' output is logged shorter, at it the run ends and is graded",
+    )
+    run.add_argument(
         "--cpus",
         type=positive_float,
         metavar="N",
@@ -317,6 +324,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         memory_mb=args.memory,
         disk_mb=args.disk,
         **({} if args.snapshot_quota is None else {"snapshot_quota_mb": args.snapshot_quota}),
+        **({} if args.log_budget is None else {"log_budget_mb": args.log_budget}),
         cpus=args.cpus,
         machine_shared_by=args.machine_shared_by,
         on_provider_failure="pause" if use_tui else "end",

@@ -22,6 +22,7 @@ from typing import Any
 
 from mlra.console.cli.compare_cli import cmd_compare
 from mlra.console.text.args import UsageError
+from mlra.console.text.run_footnotes import LIVE, MISMATCH, SELF_REPORTED, UNISOLATED, footnotes
 from mlra.console.text.run_rows import RunRow, budget_cell, list_runs, search_cell
 from mlra.counts import format_tokens
 from mlra.durations import format_duration
@@ -125,15 +126,6 @@ def add_runs_command(sub: Any) -> None:
 
 COMPARED_MAX = 10
 """The most runs `mlra compare` puts side by side."""
-
-
-UNISOLATED = "*"
-"""After a score earned without isolation (sandbox isolation "none")."""
-SELF_REPORTED = "^"
-"""After a score the workspace's own code wrote (the task's `metric.self_reported`)."""
-MISMATCH = "result≠log"
-LIVE = "(live)"
-"""After a running run's status where it serves its controls (`mlra attach`, `mlra ctl`)."""
 
 
 def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[str]:
@@ -304,13 +296,13 @@ def cmd_runs(args: argparse.Namespace) -> int:
             out.add_row(*(Text(cell) for cell in cells), style=style)  # text, not markup
         console = Console()
         console.print(out)
-        for line in _footnotes(rows) + notes_after:
+        for line in footnotes(rows) + notes_after:
             console.print(line, style="yellow", markup=False, highlight=False)
         return 0
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
     for cells in [headers, *table]:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    for line in _footnotes(rows) + notes_after:  # kept off stdout: one line per run
+    for line in footnotes(rows) + notes_after:  # kept off stdout: one line per run
         sys.stderr.write(line + "\n")
     return 0
 
@@ -402,49 +394,3 @@ def _width(tty: bool) -> int | None:
     every column, since a script reads them all."""
 
     return shutil.get_terminal_size().columns if tty else None
-
-
-def _footnotes(rows: list[RunRow]) -> list[str]:
-    notes = []
-    if any(r.unisolated and r.score is not None for r in rows):
-        notes.append(f"{UNISOLATED} unisolated: scored with sandbox isolation none")
-    reported = sorted({(r.task, r.self_reported) for r in rows if r.self_reported})
-    for task, why in reported:
-        notes.append(f"{SELF_REPORTED} self-reported, not measured ({task}: {why})")
-    bars = sorted({(r.task, r.success_bar) for r in rows if r.success_bar})
-    if bars:
-        notes.append(
-            "success by the task's rule: " + "; ".join(f"{task}: {bar}" for task, bar in bars)
-        )
-    if any(r.tokens_estimated for r in rows):
-        notes.append(
-            "~ estimated: the server sent no token counts for some calls (or they were cut "
-            "off); mlra counted four characters a token"
-        )
-    if any(r.attempts is not None for r in rows):
-        notes.append(
-            "search: attempts tried, the best validation (attempt, score), the graded attempt "
-            "(sub: submitted; graded best: nothing was submitted, so the best validated one "
-            "was graded) and its gap, test score minus validation score"
-        )
-    if any(r.live for r in rows):
-        notes.append(
-            f"{LIVE}: the run answers on its control socket: mlra attach ID watches and "
-            "steers it, mlra ctl ID status|pause|stop... acts on it"
-        )
-    if any(r.regrades for r in rows):
-        notes.append(
-            "re-graded: the latest `mlra eval` of the run (and what it graded); "
-            "score is the run's own"
-        )
-    if any(r.budget_memory_mb or r.budget_disk_mb for r in rows):
-        notes.append(
-            "budget: the run's use against its budget, everything it starts together (mem: "
-            "while it runs; disk: its workspace and its attempts' folders), in GB"
-        )
-    if any(r.annotations for r in rows):
-        notes.append("notes: annotations of the run's steps (`mlra annotate ID` lists them)")
-    for row in rows:
-        if row.result_mismatch:
-            notes.append(f"{row.id}: {MISMATCH}: {row.problem}")
-    return [printable_line(note) for note in notes]

@@ -82,6 +82,9 @@ class RunRow:
     """Its workspace and its attempts' folders at the last sample."""
     started: float | None = None
     """When the run started (its `run_started`'s clock, seconds since the epoch)."""
+    log_shortened: bool = False
+    """Its log neared its size budget and was shortened from there (result.json's
+    `log_shortened`, agent/record/log_budget.py)."""
     live: bool = False
     """Running and serving its controls now (control.sock answers): `mlra attach` and
     `mlra ctl` reach it. A running run that does not answer (killed, an older mlra) is
@@ -249,6 +252,7 @@ def run_row(run_dir: Path) -> RunRow:
     row.tokens, row.tokens_estimated = result.tokens, result.tokens_estimated
     row.forked_from = result.forked_from
     row.worker_alone = result.worker_alone
+    row.log_shortened = result.log_shortened is not None
     row.isolation = result.isolation
     row.experiments, row.best_validation = result.experiments, result.best_validation
     if log.is_file():
