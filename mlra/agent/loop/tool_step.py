@@ -25,11 +25,11 @@ clock's: time paused does not count.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable
 from typing import Any
 
 from mlra import events as ev
+from mlra.agent.loop.call_as_run import asked_text, outcome_of, ran_as
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.controls import Breakpoint, Decision
 from mlra.agent.loop.run_context import RunContext
@@ -171,7 +171,7 @@ class ToolStep:
                 )
                 return self._record_result(call, agent, outcome)
             if decision.action == "edit" and decision.arguments is not None:
-                note = EDITED_NOTE.format(asked=_asked(call))
+                note = EDITED_NOTE.format(asked=asked_text(call))
                 arguments = decision.arguments
                 ran_as(call, arguments)
 
@@ -386,36 +386,6 @@ def reads_job_log(arguments: dict[str, Any]) -> bool:
     """A command that names a job's log (`tail jobs/job-1.log`): its output repeats lines
     the job's own metrics already hold, and is not read for metrics again."""
     return any(isinstance(v, str) and f"{JOBS_DIR}/" in v for v in arguments.values())
-
-
-def outcome_of(result: ev.ToolResult) -> ToolOutcome:
-    """A tool's outcome as the agent received it, rebuilt from its record."""
-    signal = result.signal
-    if signal is None and result.ok and result.tool in ("submit", "report"):
-        signal = result.tool  # logs written before the signal was recorded
-    return ToolOutcome(
-        output=result.output,
-        ok=result.ok,
-        exit_code=result.exit_code,
-        timed_out=result.timed_out,
-        error=result.error,
-        data=dict(result.data),
-        signal=signal,
-        duration_s=result.duration_s,
-    )
-
-
-def ran_as(call: ToolCallRequest, arguments: dict[str, Any]) -> None:
-    """Make `call`, the very object the agent's history holds, the call that ran: the
-    model is then shown the arguments that ran, not the ones it asked for."""
-    call.arguments = dict(arguments)
-    call.raw_arguments = json.dumps(arguments, ensure_ascii=False)
-    call.parse_error = None
-
-
-def _asked(call: ToolCallRequest, limit: int = 1_000) -> str:
-    asked = f"{call.name}({call.raw_arguments or json.dumps(call.arguments)})"
-    return asked if len(asked) <= limit else asked[:limit] + "…"
 
 
 class _Tail:

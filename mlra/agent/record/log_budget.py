@@ -54,6 +54,7 @@ class LogBudget:
     def __init__(self, budget_mb: float | None) -> None:
         self.limit = int(budget_mb * MB) if budget_mb else None
         self._size: Callable[[], int] = lambda: 0
+        self._told = False
 
     def measure(self, size: Callable[[], int]) -> None:
         self._size = size
@@ -77,6 +78,18 @@ class LogBudget:
     def result_cut(self) -> int | None:
         """The characters a tool result ending now may keep, where the budget cuts it."""
         return SHORT_RESULT_CHARS if self.shortening() else None
+
+    def told(self, before: bool) -> None:
+        """Whether the log a run goes on from (a resume's, a fork's) said it already: said
+        again only where the run's budget was raised above where that log now is."""
+        self._told = before and self.shortening()
+
+    def notice_due(self) -> str | None:
+        """The notice, once a run, when its log has just passed `SHORTEN_AT`."""
+        if self._told or not self.shortening():
+            return None
+        self._told = True
+        return self.notice()
 
     def notice(self) -> str:
         """The one notice a run gets when its log passes `SHORTEN_AT`."""

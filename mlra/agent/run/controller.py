@@ -106,7 +106,6 @@ class RunController(Steering):
         # The log's size budget (agent/record/log_budget.py): its notice comes once a run.
         self.log_budget = LogBudget(config.log_budget_mb)
         self.log_budget.measure(lambda: self.log.size if self.log is not None else 0)
-        self._log_told = False
         self.catchup = CatchUp(
             self.state, self.controls, append=self.append, sandbox_info=self._sandbox_info
         )
@@ -168,11 +167,8 @@ class RunController(Steering):
             raise RuntimeError("the run has not been prepared")
         event.t = round(self.clock.elapsed(), 3)
         written = self.log.append(event)
-        if not self._log_told and self.log_budget.shortening():
-            self._log_told = True
-            self.append(
-                ev.Notice(level="warning", message=self.log_budget.notice(), kind="log_budget")
-            )
+        if (notice := self.log_budget.notice_due()) is not None:
+            self.append(ev.Notice(level="warning", message=notice, kind="log_budget"))
         if isinstance(written, ev.Validation):
             # Its row of the experiments table (agent/record/experiments.py), from the state the
             # validation was just folded into; a resumed run folds the recorded row instead.
@@ -187,9 +183,9 @@ class RunController(Steering):
         """Replay `recorded` through the agent before going live (agent/loop/catchup.py)."""
         self.catchup.load(recorded, going_live)
         self._time_warned = any(isinstance(e, ev.TimeWarning) for e in recorded)
-        # Told already, unless a resume raised the budget above where the log now is.
-        told = any(isinstance(e, ev.Notice) and e.kind == "log_budget" for e in recorded)
-        self._log_told = told and self.log_budget.shortening()
+        self.log_budget.told(
+            any(isinstance(e, ev.Notice) and e.kind == "log_budget" for e in recorded)
+        )
         self.scanner.load(e for e in recorded if isinstance(e, ev.WorkspaceSnapshot))
         self.metrics.load(recorded)
 

@@ -285,28 +285,18 @@ class LocalSandbox(Sandbox):
             running.resume()
 
     def _become_own_user(self) -> list[str]:
-        """As root: claim a uid, hand it the workspace and try bubblewrap as it. Where it
-        cannot start so, the workspace is root's again and the sandbox's user is root
-        outside, as a notice says."""
+        """As root: claim a uid, hand it the workspace and try bubblewrap as it (the
+        notices where it could not: run_uid.become)."""
         if not (self._own_uid and run_uid.wanted()):
             return []
-        try:
-            self._user = run_uid.claim()
-            self._user.groups = run_uid.device_groups(bw.gpu_nodes(self.spec.gpus))
-            if self.workspace.is_dir():
-                run_uid.hand_tree(self.workspace, self._user.uid, self._user.gid)
-            problem = self._probe_bwrap()
-        except OSError as exc:
-            problem = str(exc)
-        if problem is None:
-            return []
-        self._release_user()
-        if self.workspace.is_dir():
-            run_uid.hand_tree(self.workspace, 0, 0)
-        return [
-            f"bubblewrap could not start as a uid of its own ({problem}), so the sandbox's "
-            "user is root outside it: its inotify instances count against root's"
-        ]
+        self._user, notices = run_uid.become(
+            self.workspace, bw.gpu_nodes(self.spec.gpus), self._probe_as
+        )
+        return notices
+
+    def _probe_as(self, user: run_uid.UidClaim) -> str | None:
+        self._user = user  # the trial command's argv runs as the sandbox's user
+        return self._probe_bwrap()
 
     def _release_user(self) -> None:
         if self._user is not None:

@@ -37,7 +37,7 @@ import shutil
 import stat
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -369,6 +369,34 @@ def _reachable(path: str, *, executable: bool = False) -> bool:
         return not executable or bool(os.stat(real).st_mode & stat.S_IXOTH)
     except OSError:
         return True  # bubblewrap says what is wrong with it
+
+
+def become(
+    workspace: Path, gpu_nodes: Sequence[str], probe: Callable[[UidClaim], str | None]
+) -> tuple[UidClaim | None, list[str]]:
+    """A sandbox's own user: claim a uid, hand it the workspace and try bubblewrap as it
+    (`probe`: a trial command as that user, None where it ran). Where it cannot start so, the
+    claim is given back, the workspace is root's again and the sandbox's user is root
+    outside, as the notice returned says."""
+    user: UidClaim | None = None
+    try:
+        user = claim()
+        user.groups = device_groups(gpu_nodes)
+        if workspace.is_dir():
+            hand_tree(workspace, user.uid, user.gid)
+        problem = probe(user)
+    except OSError as exc:
+        problem = str(exc)
+    if problem is None:
+        return user, []
+    if user is not None:
+        user.release()
+    if workspace.is_dir():
+        hand_tree(workspace, 0, 0)
+    return None, [
+        f"bubblewrap could not start as a uid of its own ({problem}), so the sandbox's "
+        "user is root outside it: its inotify instances count against root's"
+    ]
 
 
 def hand_tree(root: Path, uid: int, gid: int) -> None:
