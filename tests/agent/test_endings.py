@@ -142,12 +142,42 @@ def test_a_baseline_whose_recipe_timed_out_did_not_submit(
     submit = next(e for e in events if isinstance(e, ev.ToolResult) and e.tool == "submit")
     assert not submit.ok
     assert finished.status == "finished" and finished.reason == "no_submission"
-    assert finished.message.startswith("the recipe's submit failed, so nothing was submitted:")
+    # The step that timed out is the cause named, not the submit it left nothing for.
+    assert finished.message.startswith("the recipe's step 1 failed (timed out")
+    assert finished.message.endswith("so nothing was submitted")
     assert result["score"] is None
     _not_graded(events)
     plans = [e for e in events if isinstance(e, ev.PlanUpdated)]
     assert [s.status for s in plans[-1].steps] == ["failed", "failed"]
     assert "run finished (no_submission)" in proc.stdout
+
+
+def test_a_baseline_whose_recipe_step_failed_names_that_step_as_the_cause(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A step whose command is missing (a Docker image with `python3` and no `python`)
+    is why nothing was submitted: the ending says so, with the step's own error, not
+    only that the artifact the submit wanted does not exist."""
+    task = tmp_path / "no_python"
+    shutil.copytree(answer_task, task)
+    toml = (task / "task.toml").read_text()
+    old = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
+    assert old in toml
+    (task / "task.toml").write_text(toml.replace(old, 'command = "no-such-python-xyz"'))
+    proc = mlra_cli(
+        ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(tmp_path / "runs")],
+        cwd=tmp_path,
+        timeout=120,
+    )
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    finished, _, result = _ending(run_dir)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert finished.reason == "no_submission" and result["score"] is None
+    assert finished.message == (
+        "the recipe's step 1 failed (exit 127: no-such-python-xyz: command not found), "
+        "so nothing was submitted"
+    )
+    assert "no score (the recipe's step 1 failed (exit 127" in proc.stdout
 
 
 async def test_an_agent_that_returns_has_not_submitted() -> None:

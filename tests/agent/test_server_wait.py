@@ -203,7 +203,7 @@ async def test_a_server_gone_past_the_limit_ends_the_run_saying_what_happened(
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert finished.reason == "provider_error"
     assert "is not answering" in finished.message
-    assert "the run waited 2 s for the server over 2 tries" in finished.message
+    assert "the run waited 2 s for the server and asked 3 times in all" in finished.message
     assert "gave up after" not in finished.message
     waits = [e.wait_s for e in events if isinstance(e, ev.ModelRetry)]
     assert waits == [1.0, pytest.approx(0.5, abs=0.1)]
@@ -222,14 +222,14 @@ async def test_a_server_killed_mid_answer_each_time_ends_the_run_saying_so(
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert finished.reason == "provider_error"
     assert "was lost mid-answer" in finished.message
-    assert "the run waited 2 s for the server over 2 tries" in finished.message
+    assert "the run waited 2 s for the server and asked 3 times in all" in finished.message
     assert "gave up after" not in finished.message and "(after" not in finished.message
     assert outcomes == ["dropped"] * 3  # the first call and the two tries after waits
     causes = [e.cause for e in events if isinstance(e, ev.ModelRetry)]
     assert causes == ["connection_lost", "connection_lost"]
 
 
-async def test_the_sdk_retries_a_refused_connection_and_the_message_counts_them(
+async def test_the_sdk_retries_a_refused_connection_and_the_message_counts_them_once(
     tmp_path: Path, answer_task: Path, api: Api
 ) -> None:
     server = ScriptedModelServer({}).start()
@@ -242,7 +242,10 @@ async def test_the_sdk_retries_a_refused_connection_and_the_message_counts_them(
     events = _events(controller)
     finished = next(e for e in events if isinstance(e, ev.RunFinished))
     assert "is not answering" in finished.message
-    assert "(after 1 retry)" in finished.message and "gave up after" not in finished.message
+    # One count, of every request sent: the SDK's retry within each call included, not
+    # the last call's "(after 1 retry)" beside the run's own tries.
+    assert "and asked 4 times in all, its --server-wait limit" in finished.message
+    assert "(after" not in finished.message and "gave up after" not in finished.message
     retries = [e for e in events if isinstance(e, ev.ModelRetry)]
     # Each call: the SDK's one retry (no cause), then the run's wait for the server.
     assert [e.cause for e in retries] == [None, "not_answering", None]

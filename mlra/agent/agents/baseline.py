@@ -12,6 +12,8 @@ what it submits.
 
 from __future__ import annotations
 
+import re
+
 from mlra import events as ev
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.ending import attempt_ending, unsubmitted
@@ -21,7 +23,27 @@ from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.run.controller import Ending, EndRun, RunController
 from mlra.durations import parse_duration
 from mlra.tools.core import core_tools
-from mlra.tools.registry import ToolRegistry
+from mlra.tools.registry import ToolOutcome, ToolRegistry
+
+
+def step_failure(outcome: ToolOutcome) -> str:
+    """Why a recipe step failed, in a few words: its exit status and the last line its
+    command wrote (where a failing command says why: `python: command not found`), not
+    the sandbox's own `[exit code ...]` line nor bash's `bash: line 1:` prefix."""
+    if outcome.timed_out:
+        status = "timed out"
+    elif outcome.exit_code is not None:
+        status = f"exit {outcome.exit_code}"
+    else:
+        status = ""
+    lines = [
+        line.strip()
+        for line in outcome.output.splitlines()
+        if line.strip() and not re.match(r"\[(exit code|timed out|killed)", line.strip())
+    ]
+    said = re.sub(r"^(bash|sh): (line \d+: )?", "", lines[-1]) if lines else ""
+    said = " ".join(said.split())[:160]
+    return ": ".join(part for part in (status, said) if part) or "failed"
 
 
 def recipe_command(command: str, seed: int | None, variables: dict[str, str] | None = None) -> str:
@@ -83,6 +105,8 @@ class BaselineAgent:
             )
         statuses: list[ev.PlanStatus] = ["pending"] * len(steps)
         self._plan(statuses, "the task's reference recipe")
+        failed = ""
+        """The step that failed first and why, which is why nothing is there to submit."""
         for index, recipe_step in enumerate(steps):
             again = False
             while True:
@@ -123,6 +147,7 @@ class BaselineAgent:
             statuses[index] = "done" if outcome.ok else "failed"
             self._plan(statuses, f"step {index + 1} {'done' if outcome.ok else 'failed'}")
             if not outcome.ok:
+                failed = f"step {index + 1} failed ({step_failure(outcome)})"
                 # Later steps depend on this one; what exists is still evaluated.
                 skipped: list[ev.PlanStatus] = ["skipped"] * (len(steps) - index - 1)
                 statuses[index + 1 :] = skipped
@@ -149,12 +174,14 @@ class BaselineAgent:
             # (a step that timed out leaves no artifact): the run says so, ungraded.
             self._plan([*statuses, "failed"], "submit failed")
             first = outcome.output.strip().splitlines()[0] if outcome.output.strip() else ""
-            raise EndRun(
-                unsubmitted(
-                    "no_submission",
-                    f"the recipe's submit failed, so nothing was submitted: {first}".rstrip(": "),
-                )
+            # A step that failed is the cause (the artifact it would have made is not
+            # there): the ending names it, not only the submit it left nothing for.
+            why = (
+                f"the recipe's {failed}, so nothing was submitted"
+                if failed
+                else f"the recipe's submit failed, so nothing was submitted: {first}".rstrip(": ")
             )
+            raise EndRun(unsubmitted("no_submission", why))
         self._plan([*statuses, "done"], "submitted")
         raise EndRun(
             Ending(

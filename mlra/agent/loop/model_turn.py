@@ -38,6 +38,7 @@ from mlra.agent.providers.base import (
     first_piece_told_to,
     is_context_overflow,
 )
+from mlra.agent.providers.sent_watch import request_sent_told_to
 from mlra.agent.providers.text_calls import problem_note, read_text_calls, unread_notice
 from mlra.tools.registry import ToolRegistry
 
@@ -259,14 +260,20 @@ class ModelTurn:
             flush()
             told(attempt, status)
 
+        def on_sent() -> None:
+            nonlocal sent
+            sent = True
+
         while True:
             started = time.monotonic()
             produced = 0
+            sent = False
             try:
                 provider.expect(request_sha, messages, self.replacements())
                 with (
                     sdk_retries_off_the_clock(run, on_retry),
                     first_piece_told_to(on_first_piece),
+                    request_sent_told_to(on_sent),
                 ):
                     response = await provider.generate(
                         system=system,
@@ -300,9 +307,12 @@ class ModelTurn:
                 await self.provider_events.failed(agent, exc)
             except asyncio.CancelledError:
                 flush()
-                self.provider_events.count_cut_off(
-                    agent, system, messages, tools, produced, started
-                )
+                if sent or produced or not provider.tells_sending():
+                    # No request that never reached the server is counted: a stop while
+                    # the SDK retried a name that does not resolve cost nothing.
+                    self.provider_events.count_cut_off(
+                        agent, system, messages, tools, produced, started
+                    )
                 raise
         flush()
         self.server_wait.reset()

@@ -36,12 +36,16 @@ class ServerWait:
         self.run = run
         self.tries = 0
         self.waited_s = 0.0
+        self.asked = 0
+        """Requests sent in the outage so far: each failed call's first and the SDK's
+        retries of it."""
 
     def reset(self) -> None:
         """The server answered (with an answer or an error), or the wait gave up: the
         next outage waits from the start again, with the whole `--server-wait`."""
         self.tries = 0
         self.waited_s = 0.0
+        self.asked = 0
 
     async def wait(self, agent: ev.AgentRole, exc: ServerGone) -> bool:
         """Wait before the call is asked again; False when the run's limit is used up."""
@@ -51,6 +55,7 @@ class ServerWait:
             return False
         delay = min(MAX_WAIT_S, FIRST_WAIT_S * 2**self.tries, left)
         self.tries += 1
+        self.asked += 1 + exc.retries
         run.emit(
             ev.ModelRetry(
                 agent=agent,
@@ -78,17 +83,20 @@ class ServerWait:
         """The failure as the run ends on it: what happened, and how long it waited
         (`waited_s`, which its `model_error` records, so a notification can say the
         server did not come back). The wait is over: the next outage has the whole
-        limit again."""
-        tries, waited_s = self.tries, self.waited_s
+        limit again. One count is said, of every request sent in the outage (the SDK's
+        retries within each call and the run's calls after its waits), not the last
+        call's retries beside the run's waits, which read as two contradicting counts."""
+        tries, waited_s, asked = self.tries, self.waited_s, self.asked + 1 + exc.retries
         self.reset()
         if not tries:
             return exc
         return ServerGone(
-            f"{exc} (the run waited {waited_s:.0f} s for the server over {tries} "
-            f"tries, its --server-wait limit)",
+            f"{exc.plain} (the run waited {waited_s:.0f} s for the server and asked "
+            f"{asked} times in all, its --server-wait limit)",
             cause=exc.cause,
             status=exc.status,
             waited_s=round(waited_s, 3),
+            plain=exc.plain,
         )
 
 

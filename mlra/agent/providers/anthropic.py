@@ -34,6 +34,7 @@ from anthropic.types.message_create_params import MessageCreateParamsBase
 
 from mlra.agent.providers.anthropic_messages import to_anthropic_turns
 from mlra.agent.providers.anthropic_replies import StreamRead, describe_error, one_line
+from mlra.agent.providers.api_reach import reach_api
 from mlra.agent.providers.base import (
     InvalidResponse,
     Message,
@@ -152,9 +153,15 @@ class AnthropicProvider(TextCallReading, WindowReading, ModelProvider):
         """An Anthropic-compatible local server's window, read as the OpenAI provider reads
         it (agent/providers/server_window.py: llama-server's /props, vLLM's /v1/models);
         a server that tells none keeps the default, and the run is told so once; one that
-        cannot be connected to at all raises ServerUnreachable, window set or not."""
+        cannot be connected to at all raises ServerUnreachable, window set or not; so does
+        Anthropic's own API where its address cannot be connected to (api_reach.py)."""
         if self.base_url is not None:
             await self.read_window(server_root(self.base_url) + "/v1", shown_url=self.base_url)
+        else:
+            await reach_api(str(self._client.base_url).rstrip("/"))
+
+    def tells_sending(self) -> bool:
+        return True
 
     def take_notices(self) -> list[str]:
         notices, self._notices = self._notices, []

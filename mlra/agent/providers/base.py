@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, Field
 
 from mlra import events as ev
+from mlra.agent.providers.sent_watch import watch_sending
 from mlra.events import ServerAbsence
 from mlra.tools.registry import ToolSpec
 
@@ -156,6 +157,7 @@ def retry_hooks(max_retries: int) -> dict[str, list[Callable[[Any], Awaitable[No
             return 0
 
     async def on_request(request: Any) -> None:
+        watch_sending(request)
         watch = _RETRY_WATCH.get()
         retry = taken(request)
         if watch is not None and retry > 0 and request.method == "POST":
@@ -193,7 +195,9 @@ class ServerGone(ProviderError):
     answers that it is not ready (`status`: 502 or 504 from a proxy whose server is
     down, 503 from a server starting). A local server that reloads its model or is
     restarted comes back: the run waits for it (agent/loop/server_wait.py).
-    `waited_s`: set where the run's wait for it gave up, how long it waited."""
+    `waited_s`: set where the run's wait for it gave up, how long it waited. `retries`:
+    the SDK's retries within the call, which `message` says, and `plain` is `message`
+    without them: a wait that gives up counts every try once, in its own words."""
 
     def __init__(
         self,
@@ -202,11 +206,15 @@ class ServerGone(ProviderError):
         cause: ServerAbsence,
         status: int | None = None,
         waited_s: float | None = None,
+        retries: int | None = None,
+        plain: str | None = None,
     ) -> None:
         super().__init__(message)
         self.cause: ServerAbsence = cause
         self.status = status
         self.waited_s = waited_s
+        self.retries = retries or 0
+        self.plain = message if plain is None else plain
 
 
 CONTEXT_OVERFLOW = (
@@ -407,6 +415,12 @@ class ModelProvider(abc.ABC):
         """Whether the tools go described in the prompt now (`--tool-calls text`, or `auto`
         after its fall-back): the model was told the text format, so text that was
         meant as a call and is none is worth telling it."""
+        return False
+
+    def tells_sending(self) -> bool:
+        """Whether its calls tell `request_sent_told_to` (agent/providers/sent_watch.py)
+        when their request reached the server: only then is a call cut off before that
+        counted as costing nothing."""
         return False
 
     def take_notices(self) -> list[str]:

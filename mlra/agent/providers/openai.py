@@ -40,6 +40,7 @@ import httpx2
 import openai
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 
+from mlra.agent.providers.api_reach import reach_api
 from mlra.agent.providers.base import (
     InvalidResponse,
     Message,
@@ -261,6 +262,9 @@ class OpenAIProvider(TextCallReading, WindowReading, ModelProvider):
         response.cost_usd = cost(self.model, response.usage)[0]
         return response
 
+    def tells_sending(self) -> bool:
+        return True
+
     def take_notices(self) -> list[str]:
         notices, self._notices = self._notices, []
         return notices
@@ -415,9 +419,12 @@ class OpenAIProvider(TextCallReading, WindowReading, ModelProvider):
         is told so once, with how to set it; one loading its model is asked again after
         its first answer (window_reading.py). Asked with a short time-out, no retries.
         A server that cannot be connected to at all raises ServerUnreachable, window set
-        or not: `mlra run` refuses then, before a run folder is made."""
+        or not: `mlra run` refuses then, before a run folder is made. OpenAI's own API is
+        only connected to, and refused the same way where it cannot be (api_reach.py)."""
         if self.base_url is not None:
             await self.read_window(self.base_url)
+        else:
+            await reach_api(str(self._client.base_url).rstrip("/"))
 
     def _describe(self, exc: BaseException) -> str:
         made = retries_made()

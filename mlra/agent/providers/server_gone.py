@@ -17,6 +17,7 @@ a hosted API's 5xx.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import httpx2
@@ -28,6 +29,10 @@ LOST_MID_ANSWER = (httpx2.RemoteProtocolError, httpx2.ReadError, httpx2.WriteErr
 NOT_READY = (502, 503, 504)
 """What a server at `--base-url` that is there and not ready answers past the SDK's
 retries: a proxy in front of a server that is down (502, 504), a server starting (503)."""
+
+
+GAVE_UP_AFTER = re.compile(r" \(gave up after \d+ retr(?:y|ies)\)")
+"""How a provider's own description of a failure says the SDK's retries."""
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -59,14 +64,10 @@ def server_gone(
     where = base_url or "the API"
     detail = f"{type(cause).__name__}: {one_line(str(cause), 120)}"
     if isinstance(cause, LOST_MID_ANSWER):
-        return ServerGone(
-            f"{name}: the connection to {where} was lost mid-answer ({detail}){after}",
-            cause="connection_lost",
-        )
-    return ServerGone(
-        f"{name}: cannot connect to {where}: the server is not answering ({detail}){after}",
-        cause="not_answering",
-    )
+        plain = f"{name}: the connection to {where} was lost mid-answer ({detail})"
+        return ServerGone(plain + after, cause="connection_lost", retries=retries, plain=plain)
+    plain = f"{name}: cannot connect to {where}: the server is not answering ({detail})"
+    return ServerGone(plain + after, cause="not_answering", retries=retries, plain=plain)
 
 
 LOADING_MODEL = "loading model"
@@ -91,18 +92,26 @@ def failed_answer(
     provider's failure, in the words `described` gives it."""
     status = getattr(exc, "status_code", None)
     said = _server_message(getattr(exc, "body", None))
+    retries = retries_made()
     if status == 503 and LOADING_MODEL in said.lower():
-        return ServerGone(
+        plain = (
             f'{name}: {base_url or "the API"} answered HTTP 503 "{one_line(said, 80)}": the '
-            f"server is still loading its model{_after(retries_made())}",
+            "server is still loading its model"
+        )
+        return ServerGone(
+            plain + _after(retries),
             cause="loading_model",
             status=status,
+            retries=retries,
+            plain=plain,
         )
     if base_url is not None and status in NOT_READY:
+        why = f"; the server at {base_url} is not ready (loading its model, or down behind a proxy)"
         return ServerGone(
-            f"{described}; the server at {base_url} is not ready (loading its model, or "
-            "down behind a proxy)",
+            described + why,
             cause="not_ready",
             status=status,
+            retries=retries,
+            plain=GAVE_UP_AFTER.sub("", described) + why,
         )
     return ProviderError(described)

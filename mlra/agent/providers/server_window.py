@@ -64,8 +64,8 @@ class ServerUnreachable(Exception):
     server not started, which no retry mends; said before a run starts, not after its
     model calls have used their retries."""
 
-    def __init__(self, url: str, cause: str) -> None:
-        super().__init__(f"{UNREACHABLE_WORDS} {url} ({cause}): is it running?")
+    def __init__(self, url: str, cause: str, hint: str = "is it running?") -> None:
+        super().__init__(f"{UNREACHABLE_WORDS} {url} ({cause}): {hint}")
         self.url = url
         self.cause = cause
 

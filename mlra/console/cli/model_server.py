@@ -3,9 +3,9 @@
 Kept apart so the three commands refuse alike: a base URL nothing answers at (refused,
 no such host, a TLS failure) is bad input, said in one line with exit status 2 before a
 run folder is made or a run log is written, not as `provider_error` after the model
-call's retries. Only a server the user named is asked (`--base-url`): the vendors' own
-APIs are not contacted before a run, and a failure to reach them is the network's
-state, which the run's retries and its pause on provider failure are for.
+call's retries. A vendor's own API is only connected to (agent/providers/api_reach.py):
+a name that does not resolve or a port that refuses is refused alike, as no retry mends
+it; an outage once the run has begun is the run's retries' and its pause's.
 """
 
 from __future__ import annotations
