@@ -48,7 +48,6 @@ from mlra.agent.providers.base import (
     retry_hooks,
     tell_first_piece,
     tell_invalid_retry,
-    wire_safe,
 )
 from mlra.agent.providers.pricing import cost, longest_prefix, price_for
 from mlra.agent.providers.server_gone import failed_answer, server_gone
@@ -60,6 +59,7 @@ from mlra.agent.providers.server_window import (
 )
 from mlra.agent.providers.text_calls import TextCallReading, tools_prompt
 from mlra.agent.providers.window_reading import WindowReading
+from mlra.agent.providers.wire_safe import wire_safe
 from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4

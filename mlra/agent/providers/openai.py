@@ -55,7 +55,6 @@ from mlra.agent.providers.base import (
     retry_hooks,
     tell_first_piece,
     tell_invalid_retry,
-    wire_safe,
 )
 from mlra.agent.providers.openai_messages import to_openai_messages
 from mlra.agent.providers.openai_replies import (
@@ -75,6 +74,7 @@ from mlra.agent.providers.server_window import (
 )
 from mlra.agent.providers.text_calls import REFUSED_NATIVE, TextCallReading, tools_prompt
 from mlra.agent.providers.window_reading import WindowReading
+from mlra.agent.providers.wire_safe import wire_safe
 from mlra.tools.registry import ToolSpec
 
 DEFAULT_MAX_RETRIES = 4
