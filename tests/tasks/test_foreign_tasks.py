@@ -386,7 +386,10 @@ def test_mlrc_bench_scripted_run_dev_validated_test_graded(tmp_path: Path, cache
     events = read_events(run_dir / "events.jsonl")
     results = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "bash"]
     tamper, _, dev = results
-    assert not tamper.ok and "read-only file system" in tamper.output.lower()
+    # Refused by its read-only bind, or first by its owner (root's, as the sandbox's own
+    # uid sees it where mlra runs as root: tools/sandbox/run_uid.py).
+    refusals = ("read-only file system", "permission denied")
+    assert not tamper.ok and any(r in tamper.output.lower() for r in refusals), tamper.output
     assert "SCALE = 9" not in (run_dir / "workspace" / "evaluation.py").read_text()
     assert "better scores 0.3 on the dev set" in dev.output
     (validation,) = [e for e in events if isinstance(e, ev.Validation)]
