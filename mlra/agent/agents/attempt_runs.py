@@ -36,6 +36,7 @@ async def run_attempt(
     if skipped:
         parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
+    child.closing_left = parent.clock.remaining  # its closing validation at its limit
     manager.sync_limit(started.attempt)  # raised while its run was being made
     if parent.controls.stepping and not child.config.start_paused:
         # The run paused while the attempt's run was being made (a step's pause right

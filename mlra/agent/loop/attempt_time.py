@@ -14,9 +14,32 @@ from __future__ import annotations
 from typing import Any
 
 from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
+from mlra.durations import parse_duration
 
 SLACK_S = 1.0
 """A raise smaller than this is none: two attempts started a moment apart differ so."""
+
+RESERVE_SHARE = 0.1
+"""The most of the run's time limit kept at its end for the closing validations."""
+RESERVE_MARGIN = (1.5, 10.0)
+"""The longest validation seen, times this, and at least this many seconds more: the
+reserve a measured validation asks (a loaded machine grades slower)."""
+
+
+def closing_reserve(limit_s: float, evaluator_timeout: str | float, seen: list[float]) -> float:
+    """Run-clock seconds the shares keep back at the run's end, so the attempts of the
+    last wave end before its deadline with time to validate their artifact (the run's
+    deadline stops them, and nothing of theirs can then be validated). Measured: the
+    longest validation this run has seen (`seen`), with margin; none yet: the task's
+    evaluator time-out, the longest a validation may take. Never over a tenth of the
+    run's limit: a reserve that large would take the attempts' own time."""
+    longest = max(seen, default=0.0)
+    if longest > 0:
+        factor, least = RESERVE_MARGIN
+        wanted = max(longest * factor, longest + least)
+    else:
+        wanted = float(parse_duration(evaluator_timeout))
+    return round(min(wanted, RESERVE_SHARE * limit_s), 3)
 
 
 def raised_limits(

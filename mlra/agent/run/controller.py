@@ -98,6 +98,10 @@ class RunController(Steering):
         self.control_server: ControlServer | None = None
         """The run's control endpoint (`control.sock`: `mlra ctl`, `mlra attach`), while it
         runs; a search's attempts have none (they are steered through their run)."""
+        self.agent: Agent | None = None
+        self.closing_left: Callable[[], float] | None = None
+        """A search's attempt: the run's time left, in which it is validated as it
+        reaches its own limit (agent/agents/closing_validation.py)."""
         self.console_holder: str | None = None
         """Who holds the controls from the first moment, where a console drives this run
         in its own process (console/apps/app.py): an attached console then only watches."""
@@ -227,8 +231,9 @@ class RunController(Steering):
         try:
             await self.start()
             interval = self.config.resource_interval_s
+            self.agent = make_agent(self)
             ending = await drive(
-                make_agent(self),
+                self.agent,
                 deadline=watch_deadline(self.clock, self.controls, self._warn_time),
                 stop=self.wait_for_stop(),
                 sampler=sample_resources(
@@ -318,6 +323,9 @@ class RunController(Steering):
         # the artifact after the copy that is graded was taken.
         await self._stop_attempts(ending.finished_message)
         await self._stop_jobs(ending.finished_message)
+        closing = getattr(self.agent, "validate_at_limit", None)
+        if self.config.attempt is not None and ending.by == "deadline" and closing is not None:
+            await closing()  # an attempt at its own limit: its artifact is validated
         ending = nothing_validated(self, ending) or ending
         # An attempt's own run is never graded on the test split: the search grades the
         # attempt it submits, from the run it belongs to.
