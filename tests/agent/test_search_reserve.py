@@ -15,7 +15,8 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.console.text.event_lines import attempt_started_line
 from mlra.tasks.spec import TaskSpec, load_task
-from tests.agent.test_search import greedy_search, sleeping_variant_task
+from tests.agent.test_search import _scripted_search, greedy_search, sleeping_variant_task
+from tests.scripts import call, turn
 
 
 def _writes_then_works_on(answer_task: Path, tmp_path: Path, variants: str) -> TaskSpec:
@@ -137,3 +138,60 @@ async def test_the_last_wave_ends_before_the_runs_deadline_with_time_to_validate
     (submission,) = [e for e in events if isinstance(e, ev.Submission)]
     assert submission.attempt == "a2"
     assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_workers_attempt_at_its_time_limit_is_validated_and_submitted(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A model's worker wrote answer.txt and then ran a command past its attempt's 8 s:
+    the command is stopped, the answer validated as the attempt ends, and the
+    supervisor submits it."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Write 42", time_limit=8)),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt; sleep 100", timeout=300)),
+            turn("", call("bash", command="sleep 100", timeout=300)),  # the deadline, at once
+        ],
+    }
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1, attempt_min_s=5
+    )
+    own = _events(controller.run_dir / "attempts" / "a1")
+    killed = next(e for e in own if isinstance(e, ev.ToolResult) and e.tool == "bash")
+    assert not killed.ok  # its time-out, bound by the deadline, or the deadline itself
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation.ok and validation.score == 0.5
+    events = _events(controller.run_dir)
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_an_attempt_whose_artifact_fails_at_its_limit_says_its_validation_failed(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The closing validation at a1's limit failed (answer.txt is a pipe, refused): a1 is
+    buggy for that, not "its time limit was reached before a validation scored it",
+    which would hide that its artifact was tried."""
+    _writes_then_works_on(answer_task, tmp_path, '[{ s = "100" }]')
+    toml = tmp_path / "answer-long" / "task.toml"
+    toml.write_text(toml.read_text().replace("echo {n} > answer.txt", "mkfifo answer.txt"))
+    controller = greedy_search(load_task(toml.parent), tmp_path, 1)
+
+    async def a1s_limit_once_it_wrote(controller: RunController) -> None:
+        runs = tmp_path / "runs"
+        async with asyncio.timeout(120):
+            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        controller.attempts.child("a1").clock.limit_s = 0.0
+
+    side = asyncio.ensure_future(a1s_limit_once_it_wrote(controller))
+    await controller.run(agent_for)
+    await side
+    (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert a1.status == "buggy", a1
+    assert a1.why.startswith("its artifact could not be validated: "), a1.why

@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 
 from mlra import events as ev
+from mlra.agent.loop.attempt_finish import AT_LIMIT
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.run.controller import RunController
 from mlra.durations import format_duration
@@ -64,16 +65,16 @@ async def validate_at_limit(
         ctl.append(
             ev.Notice(
                 level="warning",
-                message=f"its time limit was reached with {artifact} in its workspace, "
-                "but the run has no time left to validate it",
+                message="its time limit was reached, and the run has no time left to "
+                f"validate the {artifact} in its workspace",
             )
         )
         return
     ctl.append(
         ev.Notice(
             level="info",
-            message=f"its time limit was reached with {artifact} in its workspace: "
-            f"validating it, within the {format_duration(left)} the run has left",
+            message=f"{AT_LIMIT} {artifact} in its workspace: validating it, within the "
+            f"{format_duration(left)} the run has left",
         )
     )
     ends = time.monotonic() + left

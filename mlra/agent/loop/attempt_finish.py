@@ -79,13 +79,22 @@ def finished_event(
     )
 
 
+AT_LIMIT = "its time limit was reached with"
+"""How the notice of an attempt validated at its own time limit begins
+(agent/agents/closing_validation.py)."""
+
+
 def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     """Why an attempt ended with nothing validated: its last validation's failure as its
     worker was told it, else the refused validation (no artifact), else how it ended. Its
-    time limit first: the closing validation it cut off read "its artifact could not be
-    validated: [killed after 0.0 s: ...]"."""
+    time limit first, where nothing was validated at it (no artifact): the validation it
+    cut off read "its artifact could not be validated: [killed after 0.0 s: ...]"."""
     if finished is not None and finished.reason == "deadline":
-        return "its time limit was reached before a validation scored it"
+        validated_at_limit = any(
+            isinstance(e, ev.Notice) and e.message.startswith(AT_LIMIT) for e in events
+        )
+        if not validated_at_limit:
+            return "its time limit was reached before a validation scored it"
     for event in reversed(events):
         if isinstance(event, ev.Validation) and not event.ok:
             return f"its validation failed: {event.told or event.error or 'no score'}"

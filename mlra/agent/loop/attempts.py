@@ -105,12 +105,14 @@ class AttemptManager:
         count: the second of three attempts, two at a time, started beside the first,
         got the whole time left (the first wave's half, it was the last "to come" in
         its wave by the count of those not started), leaving the third none."""
-        remaining = self.usable()
+        usable = self.usable()
         unfinished = self.left() + len(self.tree.running)
         waves = max(1, math.ceil(unfinished / self.run.config.attempts_parallel))
-        # Never less than an attempt needs while the run has that left: more attempts than
-        # the time can hold (--attempts 100 in 10 minutes, 6 s each) ran none at all.
-        return max(0.0, min(remaining, max(remaining / waves, self.min_time())))
+        # Never less than an attempt needs while the run has that left, the reserve
+        # included: more attempts than the time can hold (--attempts 100 in 10 minutes,
+        # 6 s each) ran none at all, and one in 31 s none (27.9 s past the reserve).
+        remaining = self.run.clock.remaining()
+        return max(0.0, min(remaining, max(usable / waves, self.min_time())))
 
     def usable(self) -> float:
         """The run's time left less the reserve its end keeps for the closing
