@@ -59,6 +59,10 @@ class AttemptStarted(_Event):
     """Its share of the run's budget (memory, CPUs, disk, processes): 1/K of it with K
     attempts at once, and of the disk what ended attempts and the run's own workspace
     left. None in logs from before budgets."""
+    reserve_s: float = 0.0
+    """Run-clock seconds its share left at the run's end, for the closing validation of
+    the attempts running then (agent/loop/attempt_time.py `closing_reserve`): the last
+    wave ends that long before the run's deadline. 0 in logs from before it was kept."""
     call_id: str | None = None
 
 
@@ -83,6 +87,9 @@ class AttemptFinished(_Event):
     """The workspace path that copy was taken from (the artifact the task asks for)."""
     sha256: str | None = None
     duration_s: float = 0.0
+    validation_s: float = 0.0
+    """Its longest validation, in seconds: what the run keeps at its end for the closing
+    validations is measured on it."""
     steps: int = 0
     tokens: int = 0
     input_tokens: int = 0

@@ -9,10 +9,10 @@ read from its log by the run it belongs to.
 from __future__ import annotations
 
 from mlra import events as ev
+from mlra.agent.agents.closing_validation import closing_validation, validate_at_limit
 from mlra.agent.agents.worker import Worker
 from mlra.agent.loop.ending import attempt_ending
 from mlra.agent.loop.evaluation import run_validator
-from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.run.controller import Agent, EndRun, RunController
 from mlra.tools.registry import ToolRegistry
 from mlra.tools.validate import Validate
@@ -77,11 +77,11 @@ class WorkerAttempt:
         """Validate what the workspace holds: the attempt's result, whatever its worker
         used of the rate limit."""
         step = await self.ctl.begin_step(self.role, counts=True)
-        self.ctl.emit(ev.StepStarted(agent=self.role, step=step, turn=step))
-        call = ToolCallRequest(
-            id=self.ctl.next_call_id(self.role),
-            name="validate",
-            arguments={},
+        await closing_validation(
+            self.ctl, self.role, self.registry, self.validator, None, step=step
         )
-        self.validator.closing_calls.add(call.id)
-        await self.ctl.execute_tool(self.role, call, self.registry, step=step, turn=step)
+
+    async def validate_at_limit(self) -> None:
+        """Its time limit was reached: what its workspace holds is validated all the same
+        (agent/agents/closing_validation.py)."""
+        await validate_at_limit(self.ctl, self.role, self.registry, self.validator, None)

@@ -13,6 +13,7 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.agent.agents.attempt_agent import attempt_agent
+from mlra.agent.loop.attempt_time import raise_time_limit
 from mlra.agent.loop.attempts import AttemptManager
 from mlra.agent.run.attempt_copies import clear_if_never_started, copy_parents_workspace
 from mlra.agent.run.controller import RunController
@@ -36,6 +37,7 @@ async def run_attempt(
     if skipped:
         parent.append(ev.Notice(level="warning", message=f"attempt {started.attempt}: {skipped}"))
     manager.children[started.attempt] = child
+    child.closing_left = parent.clock.remaining  # its closing validation at its limit
     manager.sync_limit(started.attempt)  # raised while its run was being made
     if parent.controls.stepping and not child.config.start_paused:
         # The run paused while the attempt's run was being made (a step's pause right
@@ -124,7 +126,7 @@ def _child(
     if deadline is not None:
         # Raised in its recording: it runs to that, whatever this replay's raises, its
         # prompts stating the limit it began with (agent/loop/attempt_time.py).
-        child.raise_time_limit(deadline, why="as its recording was", stated=False)
+        raise_time_limit(child, deadline, why="as its recording was", stated=False)
     child.prepare()
     skipped = ""
     if started.parent is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 
 from mlra import events as ev
+from mlra.agent.agents.closing_validation import validate_at_limit
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.ending import attempt_ending, unsubmitted
 from mlra.agent.loop.evaluation import run_validator
@@ -207,3 +208,11 @@ class BaselineAgent:
             self.validator.closing_calls.add(call.id)  # the attempt's result: mlra's own
         outcome = await self.ctl.execute_tool(self.role, call, self.registry, step=step, turn=step)
         return "done" if outcome.ok else "failed"
+
+    async def validate_at_limit(self) -> None:
+        """An attempt's recipe reached its time limit: what its workspace holds is
+        validated all the same (agent/agents/closing_validation.py)."""
+        if self.attempt is not None and self.validator is not None:
+            await validate_at_limit(
+                self.ctl, self.role, self.registry, self.validator, self.recipe.submit
+            )

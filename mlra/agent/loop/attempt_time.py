@@ -11,12 +11,39 @@ tree folds it (agent/record/attempt_tree.py) and the attempt's own run takes it 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mlra import events as ev
 from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
+from mlra.durations import parse_duration
+
+if TYPE_CHECKING:
+    from mlra.agent.run.controller import RunController
 
 SLACK_S = 1.0
 """A raise smaller than this is none: two attempts started a moment apart differ so."""
+
+RESERVE_SHARE = 0.1
+"""The most of the run's time limit kept at its end for the closing validations."""
+RESERVE_MARGIN = (1.5, 10.0)
+"""The longest validation seen, times this, and at least this many seconds more: the
+reserve a measured validation asks (a loaded machine grades slower)."""
+
+
+def closing_reserve(limit_s: float, evaluator_timeout: str | float, seen: list[float]) -> float:
+    """Run-clock seconds the shares keep back at the run's end, so the attempts of the
+    last wave end before its deadline with time to validate their artifact (the run's
+    deadline stops them, and nothing of theirs can then be validated). Measured: the
+    longest validation this run has seen (`seen`), with margin; none yet: the task's
+    evaluator time-out, the longest a validation may take. Never over a tenth of the
+    run's limit: a reserve that large would take the attempts' own time."""
+    longest = max(seen, default=0.0)
+    if longest > 0:
+        factor, least = RESERVE_MARGIN
+        wanted = max(longest * factor, longest + least)
+    else:
+        wanted = float(parse_duration(evaluator_timeout))
+    return round(min(wanted, RESERVE_SHARE * limit_s), 3)
 
 
 def raised_limits(
@@ -37,11 +64,29 @@ def raised_limits(
     return raised
 
 
-def sync_limit(node: AttemptNode, child: Any, why: str = "") -> None:
+def sync_limit(node: AttemptNode, child: RunController, why: str = "") -> None:
     """The attempt's own run (`child`, its controller) takes the limit the tree gives it,
-    where a later start raised it, its running commands' time-outs with it (`child.
-    raise_time_limit`); one never raised keeps its own (a replay's attempt runs under the
+    where a later start raised it, its running commands' time-outs with it
+    (`raise_time_limit`); one never raised keeps its own (a replay's attempt runs under the
     limit it was recorded with)."""
     if node.time_limit_s <= max(node.started.time_limit_s, child.clock.limit_s):
         return
-    child.raise_time_limit(node.time_limit_s, why=why)
+    raise_time_limit(child, node.time_limit_s, why=why)
+
+
+def raise_time_limit(run: RunController, limit_s: float, *, why: str, stated: bool = True) -> None:
+    """An attempt's run given more time while it runs (a later attempt's larger share, or
+    its recording's). Its deadline moves, and with it the time-out of each running command
+    the old deadline bound, so none is killed at the limit it started under; the log says
+    so once the run has begun. `stated`: its prompts state the new limit (a replay's
+    attempt keeps stating its recording's)."""
+    was = run.clock.limit_s
+    if limit_s <= was:
+        return
+    run.clock.limit_s = limit_s
+    if stated:
+        run.time_limit_s = limit_s
+    commands = run.tool_step.raise_time_outs(limit_s - was)
+    if run.log is not None and run.state.started and run.state.finished is None:
+        raised = ev.TimeLimitRaised(limit_s=limit_s, was_s=was, why=why, commands=commands)
+        run.append(raised)

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from mlra import events as ev
-from mlra.agent.loop.attempt_time import raised_limits, sync_limit
+from mlra.agent.loop.attempt_finish import finished_event
+from mlra.agent.loop.attempt_time import closing_reserve, raised_limits, sync_limit
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.record.attempt_tree import AttemptTree
-from mlra.agent.record.eventlog import EVENTS_FILE, read_events
 from mlra.agent.setup.run_budget import BudgetSpent, attempt_share, held_mb, own_share
 
 ATTEMPTS_DIR = "attempts"
@@ -105,12 +105,27 @@ class AttemptManager:
         count: the second of three attempts, two at a time, started beside the first,
         got the whole time left (the first wave's half, it was the last "to come" in
         its wave by the count of those not started), leaving the third none."""
-        remaining = self.run.clock.remaining()
+        usable = self.usable()
         unfinished = self.left() + len(self.tree.running)
         waves = max(1, math.ceil(unfinished / self.run.config.attempts_parallel))
-        # Never less than an attempt needs while the run has that left: more attempts than
-        # the time can hold (--attempts 100 in 10 minutes, 6 s each) ran none at all.
-        return max(0.0, min(remaining, max(remaining / waves, self.min_time())))
+        # Never less than an attempt needs while the run has that left, the reserve
+        # included: more attempts than the time can hold (--attempts 100 in 10 minutes,
+        # 6 s each) ran none at all, and one in 31 s none (27.9 s past the reserve).
+        remaining = self.run.clock.remaining()
+        return max(0.0, min(remaining, max(usable / waves, self.min_time())))
+
+    def usable(self) -> float:
+        """The run's time left less the reserve its end keeps for the closing
+        validations (agent/loop/attempt_time.py `closing_reserve`)."""
+        return max(0.0, self.run.clock.remaining() - self.reserve())
+
+    def reserve(self) -> float:
+        seen = [v.duration_s for v in self.run.state.validations]
+        seen += [n.finished.validation_s for n in self.tree.nodes.values() if n.finished]
+        for child in self.children.values():  # an attempt running: its validations so far
+            seen += [v.duration_s for v in child.state.validations]
+        task = self.run.task
+        return closing_reserve(self.run.clock.limit_s, task.evaluator.timeout, seen)
 
     def min_time(self) -> float:
         """The least time an attempt is started with (`--attempt-min-time`, 30 s)."""
@@ -181,6 +196,7 @@ class AttemptManager:
             time_asked_s=round(limit, 3) if limit < share else None,
             raised=self._raised(share),
             share=budget_share,
+            reserve_s=self.reserve(),
             call_id=call_id,
         )
         self.run.append(started)
@@ -191,7 +207,7 @@ class AttemptManager:
 
     def _raised(self, share: float) -> dict[str, float]:
         clock = self.run.clock
-        return raised_limits(self.tree, self.children, share, clock.remaining(), clock.elapsed())
+        return raised_limits(self.tree, self.children, share, self.usable(), clock.elapsed())
 
     def sync_limit(self, attempt: str, why: str = "") -> None:
         """Its own run takes its limit as the tree has it (agent/loop/attempt_time.py):
@@ -358,89 +374,3 @@ def submittable(tree: AttemptTree, run_dir: Path, attempt: str) -> ev.AttemptFin
     if not (run_dir / node.finished.kept).exists():
         raise AttemptRefused(f"attempt {attempt}'s validated copy is gone")
     return node.finished
-
-
-def finished_event(
-    started: ev.AttemptStarted,
-    run_dir: Path,
-    parent_dir: Path,
-    *,
-    stopped: str = "",
-    lost: str = "",
-) -> ev.AttemptFinished:
-    """An attempt's `attempt_finished`, from its own log alone (so a resumed run writes the
-    same one): its best validation kept, else why it has none."""
-    from mlra.agent.record.state import fold
-    from mlra.tasks.validation import best_kept
-
-    log = run_dir / EVENTS_FILE
-    events: list[ev.Event] = []
-    if log.is_file():
-        with contextlib.suppress(Exception):
-            events = read_events(log)
-    state = fold(events)
-    best = best_kept(state.validations, run_dir)
-    summary = next(
-        (e.report for e in reversed(events) if isinstance(e, ev.SubtaskFinished) and e.report),
-        "",
-    )
-    if not summary and started.operator == "variant":  # the plain recipe is a variant too
-        words = " ".join(f"{k}={v}" for k, v in started.variant.items())
-        summary = f"recipe with {words}" if words else "the recipe as it is"
-    finished = state.finished
-    if not stopped and finished is not None and finished.reason == "stopped":
-        stopped = finished.message or "stopped"
-    status: ev.AttemptStatus
-    why = ""
-    if lost:
-        status, why = "lost", lost
-    elif stopped:
-        status, why = "stopped", stopped
-    elif best is not None and best.ok:
-        status = "validated"
-    else:
-        status = "buggy"
-        why = _why_buggy(events, finished)
-    scored = best if best is not None and best.ok and not lost else None
-    kept = None
-    if scored is not None and scored.kept is not None:
-        kept = (run_dir / scored.kept).relative_to(parent_dir).as_posix()
-    return ev.AttemptFinished(
-        attempt=started.attempt,
-        parent=started.parent,
-        status=status,
-        score=scored.score if scored is not None else None,
-        metric=best.metric if best is not None else "",
-        higher_is_better=best.higher_is_better if best is not None else True,
-        normalized=scored.normalized if scored is not None else None,
-        why=why,
-        summary=summary.strip()[:2000],
-        kept=kept,
-        artifact=scored.artifact if scored is not None else None,
-        sha256=scored.sha256 if scored is not None else None,
-        duration_s=round(state.elapsed_s, 3),
-        steps=state.steps,
-        tokens=state.tokens,
-        input_tokens=state.input_tokens,
-        output_tokens=state.output_tokens,
-        estimated_tokens=state.estimated_tokens,
-        cost_usd=round(state.cost_usd, 6),
-    )
-
-
-def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
-    """Why an attempt ended with nothing validated: its last validation's failure as its
-    worker was told it, else the refused validation (no artifact), else how it ended. Its
-    time limit first: the closing validation it cut off read "its artifact could not be
-    validated: [killed after 0.0 s: ...]"."""
-    if finished is not None and finished.reason == "deadline":
-        return "its time limit was reached before a validation scored it"
-    for event in reversed(events):
-        if isinstance(event, ev.Validation) and not event.ok:
-            return f"its validation failed: {event.told or event.error or 'no score'}"
-        if isinstance(event, ev.ToolResult) and event.tool == "validate" and not event.ok:
-            lines = event.output.strip().splitlines()
-            return "its artifact could not be validated: " + (lines[0] if lines else "-")
-    if finished is not None and finished.reason != "submitted" and finished.message:
-        return finished.message
-    return "it ended with no artifact validated"

@@ -99,6 +99,10 @@ class RunController(Steering):
         self.control_server: ControlServer | None = None
         """The run's control endpoint (`control.sock`: `mlra ctl`, `mlra attach`), while it
         runs; a search's attempts have none (they are steered through their run)."""
+        self.agent: Agent | None = None
+        self.closing_left: Callable[[], float] | None = None
+        """A search's attempt: the run's time left, in which it is validated as it
+        reaches its own limit (agent/agents/closing_validation.py)."""
         self.console_holder: str | None = None
         """Who holds the controls from the first moment, where a console drives this run
         in its own process (console/apps/app.py): an attached console then only watches."""
@@ -235,8 +239,9 @@ class RunController(Steering):
         self._task = asyncio.current_task()
         try:
             await self.start()
+            self.agent = make_agent(self)
             ending = await drive(
-                make_agent(self),
+                self.agent,
                 deadline=watch_deadline(self.clock, self.controls, self._warn_time),
                 stop=self.wait_for_stop(),
                 sampler=sample_resources(
@@ -332,6 +337,9 @@ class RunController(Steering):
         # the artifact after the copy that is graded was taken.
         await self._stop_attempts(ending.finished_message)
         await self._stop_jobs(ending.finished_message)
+        closing = getattr(self.agent, "validate_at_limit", None)
+        if self.config.attempt is not None and ending.by == "deadline" and closing is not None:
+            await closing()  # an attempt at its own limit: its artifact is validated
         ending = nothing_validated(self, ending) or ending
         # An attempt's own run is never graded on the test split: the search grades the
         # attempt it submits, from the run it belongs to.
@@ -370,23 +378,6 @@ class RunController(Steering):
             return
         self._time_warned = True
         self.append(ev.TimeWarning(left_s=round(left_s, 1), limit_s=self.time_limit_s))
-
-    def raise_time_limit(self, limit_s: float, *, why: str, stated: bool = True) -> None:
-        """The run given more time while it runs (a search's attempt, a later attempt's
-        larger share: agent/loop/attempt_time.py). Its deadline moves, and with it the
-        time-out of each running command the old deadline bound, so none is killed at the
-        limit it started under; the log says so once the run has begun. `stated`: its
-        prompts state the new limit (a replay's attempt keeps stating its recording's)."""
-        was = self.clock.limit_s
-        if limit_s <= was:
-            return
-        self.clock.limit_s = limit_s
-        if stated:
-            self.time_limit_s = limit_s
-        commands = self.tool_step.raise_time_outs(limit_s - was)
-        if self.log is not None and self.state.started and self.state.finished is None:
-            raised = ev.TimeLimitRaised(limit_s=limit_s, was_s=was, why=why, commands=commands)
-            self.append(raised)
 
     async def _close(self) -> None:
         self.clock.pause()

@@ -337,16 +337,17 @@ def job_end_line(e: ev.JobEnded) -> str:
 
 
 def attempt_started_line(e: ev.AttemptStarted) -> str:
-    """`attempt a2 started: improve from a1 (5m budget): <instructions>`: what a search
-    began, as every text display shows it."""
+    """`attempt a2 started: improve from a1 (5m budget; 30s kept at the run's end to
+    validate): <instructions>`: what a search began, as every text display shows it."""
     origin = f"from {printable_line(e.parent)}" if e.parent else "from the starter"
     what = e.operator
     if e.variant:
         what += " " + " ".join(f"{k}={v}" for k, v in e.variant.items())
-    raised = "".join(
-        f"; {printable_line(a)}'s raised to {format_duration(s)}" for a, s in e.raised.items()
-    )
-    budget = f" ({format_duration(e.time_limit_s)} budget{raised})" if e.time_limit_s > 0 else ""
+    notes = [f"{format_duration(e.reserve_s)} kept at the run's end to validate"] * (
+        e.reserve_s > 0
+    ) + [f"{printable_line(a)}'s raised to {format_duration(s)}" for a, s in e.raised.items()]
+    budget = "".join(f"; {note}" for note in notes)
+    budget = f" ({format_duration(e.time_limit_s)} budget{budget})" if e.time_limit_s > 0 else ""
     line = f"attempt {printable_line(e.attempt)} started: {one_line(what, 120)} {origin}{budget}"
     if e.instructions.strip() and not e.variant:
         line += f": {one_line(e.instructions, 200)}"

@@ -1,0 +1,106 @@
+"""An attempt's `attempt_finished`, from its own log alone (agent/loop/attempts.py), so a
+resumed run writes the same one: its best validation kept, else why it has none."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.record.eventlog import EVENTS_FILE, read_events
+
+
+def finished_event(
+    started: ev.AttemptStarted,
+    run_dir: Path,
+    parent_dir: Path,
+    *,
+    stopped: str = "",
+    lost: str = "",
+) -> ev.AttemptFinished:
+    """An attempt's `attempt_finished`, from its own log alone (so a resumed run writes the
+    same one): its best validation kept, else why it has none."""
+    from mlra.agent.record.state import fold
+    from mlra.tasks.validation import best_kept
+
+    log = run_dir / EVENTS_FILE
+    events: list[ev.Event] = []
+    if log.is_file():
+        with contextlib.suppress(Exception):
+            events = read_events(log)
+    state = fold(events)
+    best = best_kept(state.validations, run_dir)
+    summary = next(
+        (e.report for e in reversed(events) if isinstance(e, ev.SubtaskFinished) and e.report),
+        "",
+    )
+    if not summary and started.operator == "variant":  # the plain recipe is a variant too
+        words = " ".join(f"{k}={v}" for k, v in started.variant.items())
+        summary = f"recipe with {words}" if words else "the recipe as it is"
+    finished = state.finished
+    if not stopped and finished is not None and finished.reason == "stopped":
+        stopped = finished.message or "stopped"
+    status: ev.AttemptStatus
+    why = ""
+    if lost:
+        status, why = "lost", lost
+    elif stopped:
+        status, why = "stopped", stopped
+    elif best is not None and best.ok:
+        status = "validated"
+    else:
+        status = "buggy"
+        why = _why_buggy(events, finished)
+    scored = best if best is not None and best.ok and not lost else None
+    kept = None
+    if scored is not None and scored.kept is not None:
+        kept = (run_dir / scored.kept).relative_to(parent_dir).as_posix()
+    return ev.AttemptFinished(
+        attempt=started.attempt,
+        parent=started.parent,
+        status=status,
+        score=scored.score if scored is not None else None,
+        metric=best.metric if best is not None else "",
+        higher_is_better=best.higher_is_better if best is not None else True,
+        normalized=scored.normalized if scored is not None else None,
+        why=why,
+        summary=summary.strip()[:2000],
+        kept=kept,
+        artifact=scored.artifact if scored is not None else None,
+        sha256=scored.sha256 if scored is not None else None,
+        duration_s=round(state.elapsed_s, 3),
+        validation_s=max((v.duration_s for v in state.validations), default=0.0),
+        steps=state.steps,
+        tokens=state.tokens,
+        input_tokens=state.input_tokens,
+        output_tokens=state.output_tokens,
+        estimated_tokens=state.estimated_tokens,
+        cost_usd=round(state.cost_usd, 6),
+    )
+
+
+AT_LIMIT = "its time limit was reached with"
+"""How the notice of an attempt validated at its own time limit begins
+(agent/agents/closing_validation.py)."""
+
+
+def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
+    """Why an attempt ended with nothing validated: its last validation's failure as its
+    worker was told it, else the refused validation (no artifact), else how it ended. Its
+    time limit first, where nothing was validated at it (no artifact): the validation it
+    cut off read "its artifact could not be validated: [killed after 0.0 s: ...]"."""
+    if finished is not None and finished.reason == "deadline":
+        validated_at_limit = any(
+            isinstance(e, ev.Notice) and e.message.startswith(AT_LIMIT) for e in events
+        )
+        if not validated_at_limit:
+            return "its time limit was reached before a validation scored it"
+    for event in reversed(events):
+        if isinstance(event, ev.Validation) and not event.ok:
+            return f"its validation failed: {event.told or event.error or 'no score'}"
+        if isinstance(event, ev.ToolResult) and event.tool == "validate" and not event.ok:
+            lines = event.output.strip().splitlines()
+            return "its artifact could not be validated: " + (lines[0] if lines else "-")
+    if finished is not None and finished.reason != "submitted" and finished.message:
+        return finished.message
+    return "it ended with no artifact validated"

@@ -1,0 +1,197 @@
+"""An attempt at its own time limit (agent/agents/closing_validation.py) and the reserve
+the time shares keep at the run's end for it (agent/loop/attempt_time.py): the
+baseline's greedy search of the small `answer` task's recipe variants, real processes
+and real grading."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.console.text.event_lines import attempt_started_line
+from mlra.tasks.spec import TaskSpec, load_task
+from tests.agent.test_search import _scripted_search, greedy_search, sleeping_variant_task
+from tests.scripts import call, turn
+
+
+def _writes_then_works_on(answer_task: Path, tmp_path: Path, variants: str) -> TaskSpec:
+    """The answer task whose recipe writes {n} into answer.txt and then works on for {s}
+    seconds, as a training run that saved its model and is not done: 41 scores 0.0 on
+    the validation split, 42 0.5."""
+    task = tmp_path / "answer-long"
+    shutil.copytree(answer_task, task)
+    toml = (task / "task.toml").read_text()
+    toml = toml.replace('name = "answer"', 'name = "answer-long"')
+    toml = toml.replace(
+        'submit = "answer.txt"',
+        f'submit = "answer.txt"\nvars = {{ n = "41", s = "0" }}\nvariants = {variants}',
+    )
+    toml = toml.replace(
+        'python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep {s}"
+    )
+    (task / "task.toml").write_text(toml)
+    return load_task(task)
+
+
+def _events(run_dir: Path) -> list[ev.Event]:
+    return read_events(run_dir / "events.jsonl")
+
+
+async def test_an_attempt_at_its_time_limit_with_its_artifact_is_validated_and_submitted(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """a1's recipe wrote its artifact and worked on past a1's time limit: it ended
+    "buggy: its time limit was reached before a validation scored it", never validated,
+    so the search had nothing to submit. Now its artifact is validated as it ends, a
+    validation like any other, and the greedy policy submits it."""
+    task = _writes_then_works_on(answer_task, tmp_path, '[{ n = "42", s = "100" }]')
+    controller = greedy_search(task, tmp_path, 1)
+
+    async def a1s_limit_once_it_wrote(controller: RunController) -> None:
+        runs = tmp_path / "runs"
+        async with asyncio.timeout(120):
+            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        a1 = controller.attempts.child("a1")
+        a1.clock.limit_s = a1.clock.elapsed() + 0.5
+
+    side = asyncio.ensure_future(a1s_limit_once_it_wrote(controller))
+    result = await controller.run(agent_for)
+    await side
+    own = _events(controller.run_dir / "attempts" / "a1")
+    (finished,) = [e for e in own if isinstance(e, ev.RunFinished)]
+    assert finished.reason == "deadline"  # its own limit, not the run's
+    notices = [e.message for e in own if isinstance(e, ev.Notice)]
+    assert any(
+        m.startswith("its time limit was reached with answer.txt in its workspace: validating it")
+        for m in notices
+    ), notices
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation.ok and validation.score == 0.5
+    events = _events(controller.run_dir)
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert a1.validation_s == validation.duration_s
+    (submission,) = [e for e in events if isinstance(e, ev.Submission)]
+    assert submission.attempt == "a1" and submission.by == "agent"
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_an_attempt_at_its_time_limit_with_no_artifact_ends_unvalidated(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """a1's recipe had written nothing when its time ran out: nothing is validated, and
+    it says its time limit ended it (not "its artifact could not be validated: [killed
+    after 0.0 s ...]", as if the artifact were at fault)."""
+    task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "100" }', "[{}]")
+    controller = greedy_search(task, tmp_path, 1)
+
+    async def a1s_limit_once_it_runs(controller: RunController) -> None:
+        async with asyncio.timeout(120):
+            while (a1 := controller.attempts.child("a1")) is None or not any(  # noqa: ASYNC110
+                isinstance(e, ev.ToolCall) for e in _events(a1.run_dir)
+            ):
+                await asyncio.sleep(0.05)
+        a1.clock.limit_s = a1.clock.elapsed() + 0.5
+
+    side = asyncio.ensure_future(a1s_limit_once_it_runs(controller))
+    result = await controller.run(agent_for)
+    await side
+    own = _events(controller.run_dir / "attempts" / "a1")
+    assert not any(isinstance(e, ev.Validation) for e in own)
+    (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.why) == (
+        "buggy",
+        "its time limit was reached before a validation scored it",
+    )
+    assert result.reason == "no_submission"
+
+
+async def test_the_last_wave_ends_before_the_runs_deadline_with_time_to_validate(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """Two attempts in 60 s: a2, the last, worked on past its share. Its share was all
+    the run had left, so the run's deadline stopped it and graded a1 ("finished
+    (deadline)"). Now its share ends the reserve before the run's deadline, measured on
+    a1's validation: a2 is validated in it, and the greedy policy submits it."""
+    task = _writes_then_works_on(answer_task, tmp_path, '[{}, { n = "42", s = "100" }]')
+    controller = greedy_search(task, tmp_path, 2, time_limit_s=60, attempt_min_s=5)
+    result = await controller.run(agent_for)
+    events = _events(controller.run_dir)
+    started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
+    finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
+    a1, a2 = started["a1"], started["a2"]
+    assert a1.reserve_s == 6.0  # none measured yet: the evaluator's 1m, at most 10% of 60 s
+    measured = finished["a1"].validation_s
+    assert measured > 0 and a2.reserve_s == min(round(measured + 10, 3), 6.0)
+    assert abs(a2.t + a2.time_limit_s + a2.reserve_s - 60) < 0.5  # ends the reserve before
+    assert "6s kept at the run's end to validate" in attempt_started_line(a2)
+    own = _events(controller.run_dir / "attempts" / "a2")
+    assert next(e for e in own if isinstance(e, ev.RunFinished)).reason == "deadline"
+    assert (finished["a2"].status, finished["a2"].score) == ("validated", 0.5)
+    assert finished["a1"].score == 0.0
+    (submission,) = [e for e in events if isinstance(e, ev.Submission)]
+    assert submission.attempt == "a2"
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_workers_attempt_at_its_time_limit_is_validated_and_submitted(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A model's worker wrote answer.txt and then ran a command past its attempt's 8 s:
+    the command is stopped, the answer validated as the attempt ends, and the
+    supervisor submits it."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Write 42", time_limit=8)),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt; sleep 100", timeout=300)),
+            turn("", call("bash", command="sleep 100", timeout=300)),  # the deadline, at once
+        ],
+    }
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1, attempt_min_s=5
+    )
+    own = _events(controller.run_dir / "attempts" / "a1")
+    killed = next(e for e in own if isinstance(e, ev.ToolResult) and e.tool == "bash")
+    assert not killed.ok  # its time-out, bound by the deadline, or the deadline itself
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation.ok and validation.score == 0.5
+    events = _events(controller.run_dir)
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_an_attempt_whose_artifact_fails_at_its_limit_says_its_validation_failed(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The closing validation at a1's limit failed (answer.txt is a pipe, refused): a1 is
+    buggy for that, not "its time limit was reached before a validation scored it",
+    which would hide that its artifact was tried."""
+    _writes_then_works_on(answer_task, tmp_path, '[{ s = "100" }]')
+    toml = tmp_path / "answer-long" / "task.toml"
+    toml.write_text(toml.read_text().replace("echo {n} > answer.txt", "mkfifo answer.txt"))
+    controller = greedy_search(load_task(toml.parent), tmp_path, 1)
+
+    async def a1s_limit_once_it_wrote(controller: RunController) -> None:
+        runs = tmp_path / "runs"
+        async with asyncio.timeout(120):
+            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        controller.attempts.child("a1").clock.limit_s = 0.0
+
+    side = asyncio.ensure_future(a1s_limit_once_it_wrote(controller))
+    await controller.run(agent_for)
+    await side
+    (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert a1.status == "buggy", a1
+    assert a1.why.startswith("its artifact could not be validated: "), a1.why
