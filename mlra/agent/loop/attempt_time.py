@@ -11,14 +11,31 @@ tree folds it (agent/record/attempt_tree.py) and the attempt's own run takes it 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from mlra import events as ev
 from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
 from mlra.durations import parse_duration
 
 if TYPE_CHECKING:
-    from mlra.agent.run.controller import RunController
+    from mlra.agent.loop.clock import RunClock
+    from mlra.agent.loop.tool_step import ToolStep
+    from mlra.agent.record.eventlog import EventLog
+    from mlra.agent.record.state import RunState
+
+
+class AttemptRun(Protocol):
+    """An attempt's own run as its limit is raised (agent/run/controller.py's
+    RunController, which agent/loop does not import)."""
+
+    clock: RunClock
+    time_limit_s: float
+    tool_step: ToolStep
+    log: EventLog | None
+    state: RunState
+
+    def append(self, event: ev.Event) -> ev.Event: ...
+
 
 SLACK_S = 1.0
 """A raise smaller than this is none: two attempts started a moment apart differ so."""
@@ -64,7 +81,7 @@ def raised_limits(
     return raised
 
 
-def sync_limit(node: AttemptNode, child: RunController, why: str = "") -> None:
+def sync_limit(node: AttemptNode, child: AttemptRun, why: str = "") -> None:
     """The attempt's own run (`child`, its controller) takes the limit the tree gives it,
     where a later start raised it, its running commands' time-outs with it
     (`raise_time_limit`); one never raised keeps its own (a replay's attempt runs under the
@@ -74,7 +91,7 @@ def sync_limit(node: AttemptNode, child: RunController, why: str = "") -> None:
     raise_time_limit(child, node.time_limit_s, why=why)
 
 
-def raise_time_limit(run: RunController, limit_s: float, *, why: str, stated: bool = True) -> None:
+def raise_time_limit(run: AttemptRun, limit_s: float, *, why: str, stated: bool = True) -> None:
     """An attempt's run given more time while it runs (a later attempt's larger share, or
     its recording's). Its deadline moves, and with it the time-out of each running command
     the old deadline bound, so none is killed at the limit it started under; the log says
