@@ -49,8 +49,9 @@ STREAM_CAP_NOTE = (
 )
 EDITED_NOTE = (
     "[The user edited this call before it ran: the call above shows the arguments it ran "
-    "with. You had asked for: {asked}]\n"
+    "with. {whose} {asked}]\n"
 )
+"""`whose`: the model asked for the call, or the baseline's recipe had it (`_edited`)."""
 OutputWatcher = Callable[[ev.ToolOutput], None]
 """Sees the output the log no longer takes (an `ev.ToolOutput` never logged, `seq` 0)."""
 
@@ -89,6 +90,13 @@ class ToolStep:
         run = self.run
         assert run.sandbox is not None
         tool = registry.get(call.name)
+        note = ""
+        if not run.catchup.replaying and (given := run.state.edited_calls.get(call.id)):
+            # Edited before it was made (a baseline run's fork, `--edit-action`: the
+            # recipe makes the same call there): logged and run as the user gave it, as
+            # an edit at its breakpoint would run.
+            note = _edited(agent, call)
+            ran_as(call, given)
         refused = None
         if tool is not None and call.arguments is not None:
             refused = validated(tool, call.arguments)[1]
@@ -132,7 +140,6 @@ class ToolStep:
                 )
                 return self._record_result(call, agent, outcome)
         arguments = call.arguments
-        note = ""
         breakpoint_ = (
             run.controls.should_break(call.name, arguments) if call.parse_error is None else None
         )
@@ -154,7 +161,7 @@ class ToolStep:
                 )
                 return self._record_result(call, agent, outcome)
             if decision.action == "edit" and decision.arguments is not None:
-                note = EDITED_NOTE.format(asked=_asked(call))
+                note = _edited(agent, call)
                 arguments = decision.arguments
                 ran_as(call, arguments)
 
@@ -356,6 +363,13 @@ def ran_as(call: ToolCallRequest, arguments: dict[str, Any]) -> None:
     call.arguments = dict(arguments)
     call.raw_arguments = json.dumps(arguments, ensure_ascii=False)
     call.parse_error = None
+
+
+def _edited(agent: ev.AgentRole, call: ToolCallRequest) -> str:
+    """The note opening an edited call's result: the baseline runs its recipe, and goes
+    on with the recipe's next step after the call; a model is told what it asked for."""
+    whose = "The recipe's step had:" if agent == "baseline" else "You had asked for:"
+    return EDITED_NOTE.format(whose=whose, asked=_asked(call))
 
 
 def _asked(call: ToolCallRequest, limit: int = 1_000) -> str:

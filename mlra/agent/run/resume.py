@@ -241,6 +241,30 @@ def _edited_prefix(
     return [*events[:i], edited], {"tool": tool, "arguments": arguments}
 
 
+def _edited_recipe_call(
+    events: list[ev.Event], start: int, edit: dict[str, Any]
+) -> tuple[ev.Control, dict[str, Any]]:
+    """The baseline's call at the step with the user's arguments, as an edit at its
+    breakpoint is logged: the baseline makes the same call again there (the recipe and
+    its call ids are fixed), and it runs as edited (agent/loop/tool_step.py); the recipe
+    goes on with its next step after it. Its tool stays the recipe's."""
+    call = next((e for e in events[start:] if isinstance(e, ev.ToolCall)), None)
+    if call is None:
+        raise ResumeError("--edit-action: the baseline made no tool call at that step")
+    if "arguments" in edit and isinstance(edit["arguments"], dict):
+        tool = str(edit.get("tool") or edit.get("name") or call.tool)
+        arguments = edit["arguments"]
+    else:
+        tool, arguments = call.tool, edit
+    if tool != call.tool:
+        raise ResumeError(
+            f"--edit-action: the baseline's step runs {call.tool}, from its recipe; an edit "
+            f"gives it other arguments, not another tool ({tool})"
+        )
+    control = ev.Control(action="edit", call_id=call.call_id, arguments=arguments)
+    return control, {"tool": tool, "arguments": arguments}
+
+
 def _link_tree(source: Path, target: Path) -> None:
     """Share the source run's snapshot objects (hard links where the disk allows)."""
     if not source.is_dir():
@@ -309,14 +333,19 @@ def fork_run(
     (the CLI asks the model server there, so a refusal leaves no folder). `check_action`
     says what is wrong with the edited action (a tool the agent lacks, arguments the
     tool refuses): refused, rather than the fork's first step spent on the tool's error."""
-    if source.started.model == "baseline" and edit_action is not None:
-        raise ResumeError("--edit-action: the baseline agent follows its recipe; nothing to edit")
     if source.started.model == "baseline" and message is not None:
         raise ResumeError(f"--message: {BASELINE_READS_NO_MESSAGES}")
     index = _step_index(source.events, at_step)
     prefix = list(source.events[:index])
     edited = None
-    if edit_action is not None:
+    recipe_edit: ev.Control | None = None
+    if edit_action is not None and source.started.model == "baseline":
+        recipe_edit, edited = _edited_recipe_call(source.events, index, edit_action)
+        if check_action is not None and (
+            problem := check_action(edited["tool"], edited["arguments"])
+        ):
+            raise ResumeError(f"--edit-action: {problem}")
+    elif edit_action is not None:
         prefix, edited = _edited_prefix(source.events, index, edit_action)
         if check_action is not None and (
             problem := check_action(edited["tool"], edited["arguments"])
@@ -363,6 +392,8 @@ def fork_run(
         ]
         if message:
             forked.append(ev.Control(action="inject", target="worker", text=message))
+        if recipe_edit is not None:
+            forked.append(recipe_edit)
         for event in forked:
             event.t = elapsed
             log.append(event)
