@@ -128,7 +128,11 @@ recorded in its `run_resumed` or `run_forked`, so the log says what the run went
 
 
 def changed_limits(overrides: dict[str, Any]) -> dict[str, Any]:
-    return {k: overrides[k] for k in LIMIT_SETTINGS if overrides.get(k) is not None}
+    """What a resume or a fork records of its own settings: the limits it changed, and
+    whether it was started paused (`--paused`), said either way: the log's `run_started`
+    is its source's, whose `start_paused` is not what this run was asked for."""
+    changed = {k: overrides[k] for k in LIMIT_SETTINGS if overrides.get(k) is not None}
+    return changed | {"start_paused": bool(overrides.get("start_paused"))}
 
 
 def resumable(run: RecordedRun) -> None:
@@ -166,12 +170,12 @@ def resume_controller(
         update={
             "run_id": run.run_dir.name,
             "runs_dir": run.run_dir.parent,
-            "start_paused": False,
             # The budget it started with (agent/setup/run_budget.py), not one from what is free now.
             "budget": run.config.budget or _recorded_budget(run.events),
             # limits an earlier resume or the fork set hold unless this command sets others
             **fold(run.events).settings_changed,
             **(overrides or {}),
+            "start_paused": changed["start_paused"],  # this command's own, never held over
         }
     )
     try:
