@@ -431,7 +431,7 @@ def test_a_forks_new_limits_are_in_its_log_and_every_view(tmp_path: Path, record
     assert proc.returncode in (0, 1), proc.stdout + proc.stderr
     events = read_events(tmp_path / "f" / "events.jsonl")
     forked = next(e for e in events if isinstance(e, ev.RunForked))
-    assert forked.settings == {"time_limit_s": 540.0, "max_steps": 8}
+    assert forked.settings == {"time_limit_s": 540.0, "max_steps": 8, "start_paused": False}
     state = fold(events)
     assert state.limits is not None and state.limits.time_limit_s == 540.0
     assert state.limits.max_steps == 8

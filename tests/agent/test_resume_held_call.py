@@ -197,6 +197,22 @@ def test_a_fork_with_paused_waits_where_it_goes_live_then_steps(
     assert "paused before the first action (--paused)" in out.decode()
     events = read_events(log)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    # A fork of it not asked to pause runs freely, and says so: its `start_paused` is its
+    # own, not the one its log's `run_started` copied from the run forked.
+    again = ["fork", str(runs / "f"), "--at", "2", "--run-id", "g", "--no-tui"]
+    done = mlra_cli(again, cwd=tmp_path, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    for fork, given in (("f", True), ("g", False)):  # the fork's line says what it was asked
+        shown = mlra_cli(["replay", str(runs / fork), "--no-tui"], cwd=tmp_path, env=env).stdout
+        (line,) = [line for line in shown.splitlines() if f"⑂ this is run {fork}," in line]
+        assert ("given --paused" in line) is given, shown
+    compared = mlra_cli(
+        ["compare", str(answer_baseline_run.run_dir), str(runs / "f"), str(runs / "g"), "--json"],
+        cwd=tmp_path,
+        env=env,
+    )
+    rows = {r["name"]: r["cells"] for r in json.loads(compared.stdout)["rows"]}
+    assert rows["start_paused"] == ["false", "true", "false"], rows
 
 
 def test_a_fork_with_break_stops_at_the_rule_from_where_it_goes_live(

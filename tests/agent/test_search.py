@@ -640,6 +640,45 @@ def test_search_flags_that_cannot_go_together_are_one_line_and_exit_2(
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (
+            ["--attempts", "2", "--attempts-parallel", "5"],
+            "--attempts-parallel 5 is more than the 2 attempts this search can start "
+            "(--attempts 2): each would get 1/5 of the run's budget and 3/5 of it would "
+            "never be used; give --attempts-parallel 2 or less",
+        ),
+        (
+            ["--attempts-parallel", "5"],
+            "the 4 attempts this search can start (--attempts, default 4)",
+        ),
+        (
+            ["--attempts", "9", "--attempts-parallel", "6"],
+            "the 4 attempts this search can start (task answer-variants's recipe declares 4 variants)",
+        ),
+    ],
+)
+def test_more_attempts_at_once_than_the_search_can_start_is_refused(
+    tmp_path: Path, answer_task: Path, flags: list[str], said: str
+) -> None:
+    """K above N would give each attempt 1/K of the run's memory, CPUs and processes,
+    leaving the shares of those that can never start unused: refused like any flags that
+    cannot go together, and `mlra batch` refuses it before any run starts."""
+    from tests.conftest import mlra_cli
+
+    task = _variant_task(answer_task, tmp_path)
+    args = ["run", str(task), "--model", "baseline", "--no-tui", "--search", "greedy", *flags]
+    proc = mlra_cli([*args, "--runs-dir", str(tmp_path / "runs")], cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert said in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "runs").exists()
+    batch = ["batch", "--tasks", str(task), "--models", "baseline", "--search", "greedy", *flags]
+    proc = mlra_cli([*batch, "--out", str(tmp_path / "b")], cwd=tmp_path)
+    assert proc.returncode == 2 and said in proc.stderr, proc.stdout + proc.stderr
+    assert not (tmp_path / "b").exists()
+
+
 async def test_a_fork_of_a_search_keeps_the_attempts_ended_by_then(
     tmp_path: Path, answer_task: Path
 ) -> None:

@@ -58,12 +58,37 @@ def test_at_80_columns_the_score_and_verdict_stay(tmp_path: Path) -> None:
     screen = _on_a_terminal(["runs", "--runs-dir", str(runs)], 80)
     header, *lines = screen.splitlines()
     names = header.split()
-    assert names[:3] == ["id", "task", "status"] and {"score", "success"} <= set(names)
+    assert names[:4] == ["id", "task", "model", "status"] and {"score", "success"} <= set(names)
     assert all(len(line) <= 80 for line in screen.splitlines()), screen
     cells = {line.split()[0]: line.split() for line in lines if line.startswith("r")}
-    assert cells["r2-best"][:3] == ["r2-best", "answer", "finished"]
+    assert cells["r2-best"][:4] == ["r2-best", "answer", "openai/gpt-5.1-codex-mini", "finished"]
     assert cells["r2-best"][names.index("score")] == "0.875"
     assert "left out at 80 columns: " in screen and "forked" in screen
+
+
+def test_the_model_gives_way_after_the_verdict_not_before_reason_and_search(
+    tmp_path: Path,
+) -> None:
+    """Comparing agents, the model is what tells two rows apart: at 80 columns it stays
+    and reason and normalized go (it went first of them, even at 160 columns)."""
+    runs = _runs(tmp_path)
+    screen = _on_a_terminal(["runs", "--runs-dir", str(runs)], 80)
+    header, *lines = screen.splitlines()
+    assert header.split() == ["id", "task", "model", "status", "score", "success"], screen
+    assert any("openai/gpt-5.1-codex-mini" in line for line in lines), screen
+    left_out = " ".join(screen.split("left out at 80 columns: ")[1].split())
+    assert left_out.startswith("reason, normalized, best val.,"), screen
+    assert "model" not in left_out
+
+
+def test_the_docs_give_the_order_columns_give_way_in() -> None:
+    """docs/resume-fork-replay.md names the columns in the order they are kept."""
+    from mlra.console.cli.runs_cli import KEPT, PRIORITY
+
+    doc = " ".join((Path(__file__).parents[2] / "docs/resume-fork-replay.md").read_text().split())
+    kept = ", ".join(PRIORITY[: KEPT - 1]) + f" and {PRIORITY[KEPT - 1]} whatever the width"
+    rest = ", ".join(PRIORITY[KEPT + 1 : -1]) + f" and {PRIORITY[-1]}:"
+    assert f"keeps the {kept}, then the {PRIORITY[KEPT]}, then {rest}" in doc
 
 
 def test_at_80_columns_a_long_run_id_is_cut_not_the_status_and_score(tmp_path: Path) -> None:
@@ -98,8 +123,10 @@ def test_columns_give_way_in_order_of_priority() -> None:
     kept, _ = fit_columns(headers, [row], 70)
     assert kept == ["id", "task", "model", "status", "reason", "score", "success"]
     kept, (cells,) = fit_columns(headers, [row], 60)
-    assert kept == ["id", "task", "status", "reason", "score", "success"]
-    assert cells == ["r1", "answer", "finished", "submitted", "0.875", "yes"]
+    assert kept == ["id", "task", "model", "status", "score", "success"]
+    assert cells == ["r1", "answer", "openai/gpt-5.1", "finished", "0.875", "yes"]
+    kept, _ = fit_columns(headers, [row], 50)
+    assert kept == ["id", "task", "status", "score", "success"]
     kept, _ = fit_columns(headers, [row], 10)  # never fewer than the five
     assert kept == ["id", "task", "status", "score", "success"]
 

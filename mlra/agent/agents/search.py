@@ -30,6 +30,9 @@ from mlra.tools.submit import SubmitAttempt
 MAX_DEBUG_DEPTH = 2
 """A buggy attempt's fixes are themselves fixed at most this many times in a row."""
 WAIT_S = 3600.0
+"""The longest wait the policy asks for; never more than the run's time left, which
+bounds the wait all the same, so that its call says the wait it is ("up to 19m58s" in a
+20-minute run, not "up to 60m")."""
 
 
 def draft_count(attempts: int) -> int:
@@ -81,7 +84,8 @@ class GreedySearch:
                 if not started or self._next() is None:
                     break
                 continue
-            await self._call("attempt_wait", {"timeout": WAIT_S})
+            left = float(max(1, round(self.ctl.clock.remaining())))
+            await self._call("attempt_wait", {"timeout": min(WAIT_S, left)})
         await self._submit_best()
 
     def _next(self) -> dict[str, Any] | None:

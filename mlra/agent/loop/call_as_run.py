@@ -12,6 +12,12 @@ from mlra import events as ev
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.tools.registry import ToolOutcome
 
+EDITED_NOTE = (
+    "[The user edited this call before it ran: the call above shows the arguments it ran "
+    "with. {whose} {asked}]\n"
+)
+"""`whose`: the model asked for the call, or the baseline's recipe had it (`edited_note`)."""
+
 
 def outcome_of(result: ev.ToolResult) -> ToolOutcome:
     """A tool's outcome as the agent received it, rebuilt from its record."""
@@ -41,3 +47,10 @@ def ran_as(call: ToolCallRequest, arguments: dict[str, Any]) -> None:
 def asked_text(call: ToolCallRequest, limit: int = 1_000) -> str:
     asked = f"{call.name}({call.raw_arguments or json.dumps(call.arguments)})"
     return asked if len(asked) <= limit else asked[:limit] + "…"
+
+
+def edited_note(agent: ev.AgentRole, call: ToolCallRequest) -> str:
+    """The note opening an edited call's result: the baseline runs its recipe, and goes
+    on with the recipe's next step after the call; a model is told what it asked for."""
+    whose = "The recipe's step had:" if agent == "baseline" else "You had asked for:"
+    return EDITED_NOTE.format(whose=whose, asked=asked_text(call))

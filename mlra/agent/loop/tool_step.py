@@ -29,7 +29,7 @@ from collections.abc import Callable
 from typing import Any
 
 from mlra import events as ev
-from mlra.agent.loop.call_as_run import asked_text, outcome_of, ran_as
+from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.controls import Breakpoint, Decision
 from mlra.agent.loop.run_context import RunContext
@@ -49,10 +49,6 @@ stream, and the log keeps the result (the output's head and tail)."""
 STREAM_CAP_NOTE = (
     "\n[... the log keeps no more of this output as it streams (the live console still "
     "shows it); the call's result holds its end ...]\n"
-)
-EDITED_NOTE = (
-    "[The user edited this call before it ran: the call above shows the arguments it ran "
-    "with. You had asked for: {asked}]\n"
 )
 OutputWatcher = Callable[[ev.ToolOutput], None]
 """Sees the output the log no longer takes (an `ev.ToolOutput` never logged, `seq` 0)."""
@@ -106,6 +102,13 @@ class ToolStep:
         run = self.run
         assert run.sandbox is not None
         tool = registry.get(call.name)
+        note = ""
+        if not run.catchup.replaying and (given := run.state.edited_calls.get(call.id)):
+            # Edited before it was made (a baseline run's fork, `--edit-action`: the
+            # recipe makes the same call there): logged and run as the user gave it, as
+            # an edit at its breakpoint would run.
+            note = edited_note(agent, call)
+            ran_as(call, given)
         refused = None
         if tool is not None and call.arguments is not None:
             refused = validated(tool, call.arguments)[1]
@@ -149,7 +152,6 @@ class ToolStep:
                 )
                 return self._record_result(call, agent, outcome)
         arguments = call.arguments
-        note = ""
         breakpoint_ = (
             run.controls.should_break(call.name, arguments) if call.parse_error is None else None
         )
@@ -171,7 +173,7 @@ class ToolStep:
                 )
                 return self._record_result(call, agent, outcome)
             if decision.action == "edit" and decision.arguments is not None:
-                note = EDITED_NOTE.format(asked=asked_text(call))
+                note = edited_note(agent, call)
                 arguments = decision.arguments
                 ran_as(call, arguments)
 

@@ -129,7 +129,11 @@ recorded in its `run_resumed` or `run_forked`, so the log says what the run went
 
 
 def changed_limits(overrides: dict[str, Any]) -> dict[str, Any]:
-    return {k: overrides[k] for k in LIMIT_SETTINGS if overrides.get(k) is not None}
+    """What a resume or a fork records of its own settings: the limits it changed, and
+    whether it was started paused (`--paused`), said either way: the log's `run_started`
+    is its source's, whose `start_paused` is not what this run was asked for."""
+    changed = {k: overrides[k] for k in LIMIT_SETTINGS if overrides.get(k) is not None}
+    return changed | {"start_paused": bool(overrides.get("start_paused"))}
 
 
 def resumable(run: RecordedRun) -> None:
@@ -167,12 +171,12 @@ def resume_controller(
         update={
             "run_id": run.run_dir.name,
             "runs_dir": run.run_dir.parent,
-            "start_paused": False,
             # The budget it started with (agent/setup/run_budget.py), not one from what is free now.
             "budget": run.config.budget or _recorded_budget(run.events),
             # limits an earlier resume or the fork set hold unless this command sets others
             **fold(run.events).settings_changed,
             **(overrides or {}),
+            "start_paused": changed["start_paused"],  # this command's own, never held over
         }
     )
     try:
@@ -240,6 +244,30 @@ def _edited_prefix(
     edited.tool_calls = [first, *call.tool_calls[1:]]
     edited.text = call.text
     return [*events[:i], edited], {"tool": tool, "arguments": arguments}
+
+
+def _edited_recipe_call(
+    events: list[ev.Event], start: int, edit: dict[str, Any]
+) -> tuple[ev.Control, dict[str, Any]]:
+    """The baseline's call at the step with the user's arguments, as an edit at its
+    breakpoint is logged: the baseline makes the same call again there (the recipe and
+    its call ids are fixed), and it runs as edited (agent/loop/tool_step.py); the recipe
+    goes on with its next step after it. Its tool stays the recipe's."""
+    call = next((e for e in events[start:] if isinstance(e, ev.ToolCall)), None)
+    if call is None:
+        raise ResumeError("--edit-action: the baseline made no tool call at that step")
+    if "arguments" in edit and isinstance(edit["arguments"], dict):
+        tool = str(edit.get("tool") or edit.get("name") or call.tool)
+        arguments = edit["arguments"]
+    else:
+        tool, arguments = call.tool, edit
+    if tool != call.tool:
+        raise ResumeError(
+            f"--edit-action: the baseline's step runs {call.tool}, from its recipe; an edit "
+            f"gives it other arguments, not another tool ({tool})"
+        )
+    control = ev.Control(action="edit", call_id=call.call_id, arguments=arguments)
+    return control, {"tool": tool, "arguments": arguments}
 
 
 def _link_tree(source: Path, target: Path) -> None:
@@ -310,14 +338,19 @@ def fork_run(
     (the CLI asks the model server there, so a refusal leaves no folder). `check_action`
     says what is wrong with the edited action (a tool the agent lacks, arguments the
     tool refuses): refused, rather than the fork's first step spent on the tool's error."""
-    if source.started.model == "baseline" and edit_action is not None:
-        raise ResumeError("--edit-action: the baseline agent follows its recipe; nothing to edit")
     if source.started.model == "baseline" and message is not None:
         raise ResumeError(f"--message: {BASELINE_READS_NO_MESSAGES}")
     index = _step_index(source.events, at_step)
     prefix = list(source.events[:index])
     edited = None
-    if edit_action is not None:
+    recipe_edit: ev.Control | None = None
+    if edit_action is not None and source.started.model == "baseline":
+        recipe_edit, edited = _edited_recipe_call(source.events, index, edit_action)
+        if check_action is not None and (
+            problem := check_action(edited["tool"], edited["arguments"])
+        ):
+            raise ResumeError(f"--edit-action: {problem}")
+    elif edit_action is not None:
         prefix, edited = _edited_prefix(source.events, index, edit_action)
         if check_action is not None and (
             problem := check_action(edited["tool"], edited["arguments"])
@@ -364,6 +397,8 @@ def fork_run(
         ]
         if message:
             forked.append(ev.Control(action="inject", target="worker", text=message))
+        if recipe_edit is not None:
+            forked.append(recipe_edit)
         for event in forked:
             event.t = elapsed
             log.append(event)

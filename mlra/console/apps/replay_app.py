@@ -389,11 +389,15 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
         else:
             question = f"Fork a new run after worker step {shown}?"
             detail = f"{command} starts a new run from the state after step {shown}"
+        again = (
+            "the baseline agent runs its recipe on from that step"
+            if self.state.model == "baseline"
+            else "the model is asked again from there"
+        )
         self.push_screen(
             ConfirmScreen(
                 question,
-                f"The replay closes and {detail} (the model is asked again from there). "
-                "This run is not changed.",
+                f"The replay closes and {detail} ({again}). This run is not changed.",
             ),
             done,
         )

@@ -41,8 +41,8 @@ def add_agent_args(run: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=None,
         metavar="K",
-        help="with --search: attempts running at once (default 1; the run's memory, CPUs, "
-        "disk and processes are shared out between them)",
+        help="with --search: attempts running at once (default 1, at most --attempts; the "
+        "run's memory, CPUs, disk and processes are shared out between them)",
     )
     run.add_argument(
         "--attempt-min-time",
@@ -95,9 +95,29 @@ def search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str
     if args.attempts is not None:
         settings["attempts"] = args.attempts
     if args.attempts_parallel is not None:
+        _check_parallel(args.attempts_parallel, args.attempts, task, model)
         settings["attempts_parallel"] = args.attempts_parallel
     if min_time is not None:
         if min_time <= 0:
             raise UsageError("--attempt-min-time must be more than 0s")
         settings["attempt_min_s"] = min_time
     return settings
+
+
+def _check_parallel(k: int, attempts: int | None, task: Any, model: str) -> None:
+    """K above the most attempts the search can start is refused: every attempt's share
+    of the run's memory, CPUs, processes, disk and GPUs is 1/K, so the budget of the K
+    that can never run would be left unused, not shared out."""
+    from mlra.agent.setup.config import RunConfig
+
+    most = attempts if attempts is not None else RunConfig.model_fields["attempts"].default
+    why = f"--attempts {attempts}" if attempts is not None else f"--attempts, default {most}"
+    variants = len(task.baseline.variants) if model == "baseline" else most
+    if variants < most:
+        most, why = variants, f"task {task.name}'s recipe declares {variants} variants"
+    if k > most:
+        raise UsageError(
+            f"--attempts-parallel {k} is more than the {most} attempts this search can "
+            f"start ({why}): each would get 1/{k} of the run's budget and {k - most}/{k} of it "
+            f"would never be used; give --attempts-parallel {most} or less"
+        )

@@ -208,13 +208,16 @@ def _go(controller: Any, recorded: list[Any], args: argparse.Namespace, use_tui:
 
 def _action_check(config: Any) -> Any:
     """What is wrong with a fork's `--edit-action`: a tool the worker (whose step a fork
-    is at) does not have, said with its tools, or arguments the tool would refuse, as
-    the console's edit at a breakpoint says them (agent/agents/tool_lists.py)."""
+    is at; of a baseline run, the baseline) does not have, said with its tools, or
+    arguments the tool would refuse, as the console's edit at a breakpoint says them
+    (agent/agents/tool_lists.py)."""
     from mlra.agent.agents.tool_lists import run_tools
     from mlra.agent.loop.controls import Breakpoint, breakpoint_problem
     from mlra.tools.registry import validated
 
-    worker = {tool.name: tool for tool in run_tools(config, model=True).get("worker", [])}
+    baseline = config.model == "baseline"
+    agent = "baseline" if baseline else "worker"
+    worker = {tool.name: tool for tool in run_tools(config, model=not baseline).get(agent, [])}
 
     def check(name: str, arguments: dict[str, Any]) -> str | None:
         if not worker:  # a search's steps: its attempts' workers act

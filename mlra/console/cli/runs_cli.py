@@ -313,13 +313,13 @@ PRIORITY = [
     "status",
     "score",
     "success",
+    "model",
     "reason",
     "normalized",
     SEARCH_HEADER,
     "best val.",
     "duration",
     "cost",
-    "model",
     "exp.",
     "re-graded",
     "tokens",
@@ -329,8 +329,8 @@ PRIORITY = [
     "forked from",
 ]
 """The columns in the order they are kept where the table is too wide: the run, what
-it was, how it stands and how well it did (its score and verdict) first; the rest give
-way from the end of this list."""
+it was, how it stands and how well it did (its score and verdict) first, then who did it
+(the model: the key to comparing agents); the rest give way from the end of this list."""
 KEPT = 5
 """The first columns of PRIORITY are kept whatever the width (the terminal cuts them)."""
 GAP = 2

@@ -192,8 +192,8 @@ def waiting_words(
 
 
 def limits_words(settings: dict[str, Any]) -> str:
-    """The limits a resume or a fork set (`RunResumed.settings`), as the flags that set
-    them: "--time-limit 9m00s --max-steps 8"; empty where it set none."""
+    """The limits a resume or a fork set (`RunResumed.settings`), and `--paused`, as the
+    flags that set them: "--time-limit 9m00s --max-steps 8"; empty where it set none."""
     words = []
     for key, value in settings.items():
         if not isinstance(value, int | float):
@@ -206,6 +206,8 @@ def limits_words(settings: dict[str, Any]) -> str:
             words.append(f"--max-cost {float(value):.2f}")
         elif key == "max_tokens":
             words.append(f"--max-tokens {int(value)}")
+        elif key == "start_paused" and value is True:
+            words.append("--paused")
     return " ".join(words)
 
 
