@@ -14,7 +14,7 @@ from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
-from mlra.console.text.event_lines import attempt_finished_line
+from mlra.console.text.attempt_lines import attempt_finished_line
 from mlra.tasks.spec import load_task
 from tests.agent.test_search import _scripted_search
 from tests.scripts import call, turn

@@ -13,7 +13,7 @@ from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
-from mlra.console.text.event_lines import attempt_started_line
+from mlra.console.text.attempt_lines import attempt_started_line
 from mlra.tasks.spec import TaskSpec, load_task
 from tests.agent.test_search import _scripted_search, greedy_search, sleeping_variant_task
 from tests.scripts import call, turn

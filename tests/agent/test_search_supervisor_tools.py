@@ -8,7 +8,7 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
-from mlra.console.text.event_lines import attempt_started_line
+from mlra.console.text.attempt_lines import attempt_started_line
 from tests.agent.test_search import _scripted_search
 from tests.scripts import call, turn
 

@@ -10,7 +10,7 @@ from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
-from mlra.console.text.event_lines import attempt_started_line
+from mlra.console.text.attempt_lines import attempt_started_line
 from tests.agent.test_search import greedy_search, sleeping_variant_task
 
 

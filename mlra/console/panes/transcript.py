@@ -38,11 +38,9 @@ from mlra.console.panes.transcript_entries import (
     taken_over,
 )
 from mlra.console.panes.transcript_notes import NotedEntries
+from mlra.console.text.attempt_lines import attempt_finished_line, attempt_ok, attempt_started_line
 from mlra.console.text.event_lines import (
-    attempt_finished_line,
     attempt_news,
-    attempt_ok,
-    attempt_started_line,
     control_line,
     decided_line,
     describe_call,

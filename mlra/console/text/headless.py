@@ -17,16 +17,18 @@ from typing import IO, TYPE_CHECKING
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import encode_event
-from mlra.console.text.attempt_logs import AttemptLogs
-from mlra.console.text.event_lines import (
+from mlra.console.text.attempt_lines import (
     attempt_finished_line,
-    attempt_news,
     attempt_ok,
     attempt_started_line,
+    graded_attempt_words,
+)
+from mlra.console.text.attempt_logs import AttemptLogs
+from mlra.console.text.event_lines import (
+    attempt_news,
     describe_call,
     evaluation_started_line,
     fork_line,
-    graded_attempt_words,
     isolation_words,
     job_end_line,
     job_ok,
