@@ -194,7 +194,7 @@ async def test_a_log_that_reaches_its_budget_ends_the_run_which_is_graded_and_re
     assert log.stat().st_size <= 1.0 * MB + MARGIN
     events = read_events(log)
     (went_on,) = [e for e in events if isinstance(e, ev.RunResumed)]
-    assert went_on.settings == {"log_budget_mb": 1.0}
+    assert went_on.settings == {"log_budget_mb": 1.0, "start_paused": False}
     # Said again at the larger budget's point, once.
     told = [e.message for e in events if isinstance(e, ev.Notice) and e.kind == "log_budget"]
     assert len(told) == 2 and "(1.0 MB, --log-budget)" in told[1]

@@ -268,8 +268,7 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
         provider = resolve_model(spec, base_url=args.base_url, env=os.environ, settings=settings)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    # Before a foreign task's prepare.py or the task's environment is built: a server
-    # nothing answers at is refused here (exit 2), with --context-window set too.
+    # Refused here (exit 2) before a task's prepare.py or environment is built.
     limits_or_refused(provider)
     return spec, provider
 
@@ -279,9 +278,10 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     check_run_id(args.run_id)
     task = load_task_named(args.task)
-    model, provider = _resolve_model(args)
-    if args.baseline_validate and model != "baseline":
+    named = args.model or os.environ.get("MLRA_MODEL", "")  # the default is never the baseline
+    if args.baseline_validate and named.strip() != "baseline":  # before a server is reached
         raise UsageError("--baseline-validate is for the baseline agent (--model baseline)")
+    model, provider = _resolve_model(args)
     _recorded_limits(args, provider)
     search = agent_settings(args, task, model)
     from mlra.tasks.success import direction_conflict

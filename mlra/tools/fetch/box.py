@@ -24,7 +24,6 @@ import functools
 import os
 import shutil
 import signal
-import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.env import shown_interpreter
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 STDOUT_LIMIT = 2 * 1024 * 1024
@@ -135,7 +135,7 @@ class FetchBox:
 
     def runner(self, *args: str) -> list[str]:
         """The command line of the runner (runner.py) doing one step."""
-        return [sys.executable, "-I", str(RUNNER), *args]
+        return [shown_interpreter(), "-I", str(RUNNER), *args]
 
     def _rlimits(self) -> list[str]:
         limits = [f"--data={MEMORY_MB * 1024 * 1024}", "--core=0"]
