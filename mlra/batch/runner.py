@@ -16,7 +16,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlra.agent.providers.server_window import UNREACHABLE_WORDS
 from mlra.batch.executors import AttemptLost, Executor, Job, NotPlaced
 from mlra.batch.report_tables import score_text
 from mlra.batch.run_logs import last_line, log_header
@@ -37,6 +36,7 @@ from mlra.batch.state import (
     write_card,
 )
 from mlra.durations import format_duration
+from mlra.exit_status import EXIT_API_UNREACHABLE, EXIT_SERVER_DOWN, EXIT_USAGE
 
 PASSED_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
 """Model keys a run needs where it runs; they go to the `mlra run` process, as its own env."""
@@ -100,7 +100,12 @@ class Progress:
 Listener = Callable[[Progress], None]
 
 
-EXIT_USAGE = 2
+REFUSED = {
+    EXIT_USAGE: "usage",
+    EXIT_SERVER_DOWN: "server unreachable",
+    EXIT_API_UNREACHABLE: "API unreachable",
+}
+"""Why a run was refused before it began, by its exit status: the report's failure."""
 LOST_GRACE_S = 60.0
 """How long a lost attempt's run may still hold its log (on shared storage) before the
 batch stops waiting for it."""
@@ -263,33 +268,34 @@ class BatchRunner:
                     self.copies.pop(run.run_id, None)
             before = status
             status = self.refresh(run.run_id)
-            if code == EXIT_USAGE and status.attempts == before.attempts:
+            if code in REFUSED and status.attempts == before.attempts:
                 refused = last_line(log_path)
-                if UNREACHABLE_WORDS in refused:
+                if code == EXIT_SERVER_DOWN:
                     wait = self._server_wait(run.run_id, refused)
                     if wait is not None:
                         await asyncio.sleep(wait)
                         continue
-                    if job.resume:
-                        # Its folder stays as it is: run again once the server answers,
-                        # the batch resumes it (set aside and started afresh, its
-                        # progress would be lost to a server that was only down).
-                        status.detail = refused
-                        self.progress.resumed.discard(run.run_id)
-                        self._changed(f"interrupted {run.run_id}, not resumed: {refused}")
-                        return
+                if job.resume and code != EXIT_USAGE:
+                    # Its folder stays as it is: run again once the server answers (or the
+                    # machine is online), the batch resumes it (set aside and started
+                    # afresh, its progress would be lost to a server that was only down).
+                    status.detail = refused
+                    self.progress.resumed.discard(run.run_id)
+                    self._changed(f"interrupted {run.run_id}, not resumed: {refused}")
+                    return
                 # Refused before it began: trying the same command again would loop.
                 if job.resume:
                     self._no_resume.add(run.run_id)
                     self.progress.resumed.discard(run.run_id)
                     continue
                 # A server that never answered is no bad input: said as what it was, with
-                # how long the batch waited for it.
-                reason = "server unreachable" if UNREACHABLE_WORDS in refused else "usage"
+                # how long the batch waited for it (a vendor's API on a machine with no
+                # network: not waited for, nothing the batch's minutes would mend).
+                reason = REFUSED[code]
                 status.kind, status.reason = "failed", reason
                 status.detail = refused + self._waited_words(run.run_id)
                 self._card(run, status)
-                self._changed(f"failed ({reason}) {run.run_id}")
+                self._changed(f"failed ({reason}) {run.run_id}: {refused}")
                 return
             self._unreachable.pop(run.run_id, None)  # it got past its server's door
             what = (

@@ -25,6 +25,7 @@ from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
+from mlra.exit_status import EXIT_API_UNREACHABLE
 from mlra.tasks.spec import load_task
 from tests.conftest import ANSWER_TASK, clock_from
 
@@ -68,7 +69,7 @@ def test_a_hosted_api_that_cannot_be_reached_is_refused_in_one_line_at_once(
         (closed, "connection refused"),
     ):
         proc, took = _mlra(tmp_path, model, **{variable: url})
-        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.returncode == EXIT_API_UNREACHABLE, proc.stdout + proc.stderr
         assert proc.stdout == ""
         assert proc.stderr == (
             f"mlra: cannot reach the model server at {url} ({cause}): is this machine "
@@ -85,7 +86,7 @@ def test_the_proxy_the_sdk_would_use_is_what_is_checked(tmp_path: Path) -> None:
     proxy = f"http://127.0.0.1:{_closed_port()}"
     url = "https://api.no-such-host.invalid"
     proc, _ = _mlra(tmp_path, "openai/gpt-4o", OPENAI_BASE_URL=url, HTTPS_PROXY=proxy)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.returncode == EXIT_API_UNREACHABLE, proc.stdout + proc.stderr
     assert proc.stderr == (
         f"mlra: cannot reach the model server at {url} (its proxy {proxy}: connection "
         "refused): is the proxy up?\n"
@@ -117,3 +118,55 @@ async def test_a_call_that_never_reached_the_server_costs_nothing(
     assert any(isinstance(e, ev.ModelRetry) for e in events)  # it was retrying when cut
     assert not [e for e in events if isinstance(e, ev.ModelError) and e.cut_off]
     assert result.input_tokens == 0 and result.cost_usd == 0
+
+
+def test_a_batch_ends_a_hosted_models_runs_at_once_on_a_machine_with_no_network(
+    tmp_path: Path,
+) -> None:
+    """Told apart from a `--base-url` server that may be starting (waited for up to 10
+    minutes) by `mlra run`'s exit status: each run of a hosted model this machine cannot
+    reach ends at once, its reason in the progress lines and the report."""
+    url = "https://api.anthropic.com"
+    env_set = {}
+    try:  # this machine has no network; one that has is pointed at a name that never resolves
+        socket.getaddrinfo("api.anthropic.com", 443)
+        url = env_set["ANTHROPIC_BASE_URL"] = "https://api.no-such-host.invalid"
+    except OSError:
+        pass
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.endswith(("_API_KEY", "_BASE_URL")) and not k.lower().endswith("_proxy")
+    }
+    env |= {"ANTHROPIC_API_KEY": "sk-ant-test", **env_set}
+    out = tmp_path / "out"
+    args = ["batch", "--tasks", str(ANSWER_TASK), "--models", "anthropic/claude-sonnet-4-5"]
+    args += ["--seeds", "2", "--out", str(out), "--isolation", "none", "--no-tui"]
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "mlra", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    took = time.monotonic() - started
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    refused = (
+        f"mlra: cannot reach the model server at {url} (no such host): is this machine "
+        "online? (behind a proxy, set HTTPS_PROXY)"
+    )
+    failed = [line.split("] ", 1)[1] for line in proc.stdout.splitlines() if "] failed (" in line]
+    assert len(failed) == 2 and all(
+        line.startswith("failed (API unreachable) ") and line.endswith(refused) for line in failed
+    ), proc.stdout
+    assert "trying again" not in proc.stdout  # no wait for a server that may be starting
+    assert proc.stdout.count("(failed, API unreachable, 0 attempts)") == 2, proc.stdout
+    assert "batch: 0/2 finished" in proc.stdout
+    report = (out / "report.md").read_text()
+    assert "API unreachable ×2" in report and "usage" not in report
+    assert not (out / "runs").exists() or not any((out / "runs").iterdir())
+    assert (
+        took < 150
+    )  # a start and a name lookup per run (a loaded machine), no 10 minutes of waits

@@ -1,5 +1,6 @@
 """A model server nothing answers at is bad input: `mlra run`, `resume` and `fork`
-refuse it in one line with exit status 2 before a run folder is made or a log written,
+refuse it in one line with exit status 75 (EX_TEMPFAIL: a batch waits for it) before a
+run folder is made or a log written,
 instead of a context-window warning, four retries and a `provider_error` run.
 
 Through the real command line in a subprocess and the real SDKs' HTTP stack, against a
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from mlra.exit_status import EXIT_SERVER_DOWN
 from tests.conftest import ANSWER_TASK
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import supervisor_answering, worker_answering
@@ -45,7 +47,7 @@ def _mlra(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _refused_in_one_line(proc: subprocess.CompletedProcess[str], url: str) -> None:
-    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.returncode == EXIT_SERVER_DOWN, proc.stdout + proc.stderr
     assert proc.stdout == ""
     assert proc.stderr == (
         f"mlra: cannot reach the model server at {url} (connection refused): is it running?\n"

@@ -29,6 +29,12 @@ past which their first call would fail the same way."""
 HOSTED_HINT = "is this machine online? (behind a proxy, set HTTPS_PROXY)"
 
 
+class HostedApiUnreachable(ServerUnreachable):
+    """A vendor's API (or the proxy to it) not connected to: unlike a `--base-url`
+    server, which may be starting, no wait of a batch's mends a machine's missing
+    network, so `mlra run` says it with its own exit status (console/cli/model_server.py)."""
+
+
 def proxy_for(url: str) -> str | None:
     """The proxy the SDK's HTTP client (httpx, trusting the environment) connects
     through for `url`, or None where it connects directly."""
@@ -62,9 +68,9 @@ async def reach_api(url: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
         )
     except TimeoutError:
         cause = f"{through}no answer to the name lookup within {timeout_s:g} s"
-        raise ServerUnreachable(url, cause, hint) from None
+        raise HostedApiUnreachable(url, cause, hint) from None
     except OSError as exc:
-        raise ServerUnreachable(url, through + connect_cause(exc), hint) from None
+        raise HostedApiUnreachable(url, through + connect_cause(exc), hint) from None
     failure: BaseException | None = None
     for family, kind, proto, _, address in addresses:
         sock = socket.socket(family, kind, proto)
@@ -83,4 +89,4 @@ async def reach_api(url: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
         cause = f"{through}no answer to connect within {timeout_s:g} s"
     else:
         cause = through + connect_cause(failure)
-    raise ServerUnreachable(url, cause, hint)
+    raise HostedApiUnreachable(url, cause, hint)

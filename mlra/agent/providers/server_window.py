@@ -55,8 +55,8 @@ class ServerWindow:
 
 
 UNREACHABLE_WORDS = "cannot reach the model server at"
-"""How the refusal begins: a batch knows by it a run refused for its server, not for
-its command, and tries it again later (batch/runner.py)."""
+"""How the refusal begins (a batch tells refusals apart by `mlra run`'s exit status,
+not by these words: mlra/exit_status.py)."""
 
 
 class ServerUnreachable(Exception):

@@ -14,18 +14,35 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
+from mlra.exit_status import EXIT_API_UNREACHABLE, EXIT_SERVER_DOWN, EXIT_USAGE
 from mlra.terminal_text import printable
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.backends import SandboxBackend, SandboxRequest
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED = 0, 1
 EXIT_INTERRUPTED = 130
 """Ctrl-C, as shells report a process ended by SIGINT (128 + 2)."""
 
 
 class UsageError(Exception):
     """Bad input from the user: one line on stderr, exit status 2."""
+
+    exit_status = EXIT_USAGE
+
+
+class ServerDown(UsageError):
+    """The `--base-url` server nothing answers at: one line, as bad input is said, but
+    its own exit status, by which a batch knows to wait for it (not by the words)."""
+
+    exit_status = EXIT_SERVER_DOWN
+
+
+class ApiUnreachable(UsageError):
+    """A vendor's API this machine cannot connect to (no network): its own exit status,
+    by which a batch knows no wait of its mends it."""
+
+    exit_status = EXIT_API_UNREACHABLE
 
 
 class Parser(argparse.ArgumentParser):
@@ -267,10 +284,11 @@ def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str
 
 
 def dispatch(args: argparse.Namespace) -> int:
-    """Run a parsed subcommand: bad input it finds is one line on stderr, exit 2 (what
+    """Run a parsed subcommand: bad input it finds is one line on stderr, exit 2 (a
+    model server's refusal, its own status: `ServerDown`, `ApiUnreachable`; what
     it quotes, a path or a log's line, shown and not obeyed: mlra/terminal_text.py)."""
     try:
         return int(args.func(args))
     except UsageError as exc:
         sys.stderr.write(f"mlra: {printable(str(exc))}\n")
-        return EXIT_USAGE
+        return exc.exit_status
