@@ -32,12 +32,13 @@ import sys
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
+from mlra.tools.sandbox import accounts
 from mlra.tools.sandbox.base import read_only_mounts
 from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 from mlra.tools.sandbox.netns import resolv_conf_target
 
 INSIDE_WORKDIR = "/workspace"
-INSIDE_HOME = "/tmp/home"
+INSIDE_HOME = accounts.INSIDE_HOME
 SANDBOX_UID = 1000
 """The uid and gid commands run as inside their user namespace: not root, so tools
 that refuse or change behaviour as root (pip, some installers) act as for a user."""
@@ -266,6 +267,10 @@ def bwrap_argv(
             argv += ["--ro-bind", host, host]
     for path, is_dir in unreadable_in_etc():
         argv += ["--tmpfs", path] if is_dir else ["--ro-bind", "/dev/null", path]
+    if os.path.isdir("/etc") and not os.path.islink("/etc"):
+        # The sandbox's uid named, with its home, as `whoami`, git and pip look it up.
+        passwd, group = accounts.bwrap_accounts(SANDBOX_UID)
+        argv += ["--ro-bind", str(passwd), "/etc/passwd", "--ro-bind", str(group), "/etc/group"]
     resolv_target = resolv_conf_target() if resolv_conf is not None else None
     if resolv_conf is not None and resolv_target is not None:
         argv += ["--ro-bind", str(resolv_conf), resolv_target]

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.events import LimitsInForce
-from mlra.tools.sandbox import run_uid
+from mlra.tools.sandbox import accounts, run_uid
 from mlra.tools.sandbox.base import (
     ExecResult,
     OutputCallback,
@@ -95,7 +95,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 INSIDE_WORKDIR = "/workspace"
-INSIDE_HOME = "/tmp/home"
+INSIDE_HOME = accounts.INSIDE_HOME
 DEFAULT_PIDS_LIMIT = 8192
 FALLBACK_UID = 1000
 
@@ -181,6 +181,8 @@ class DockerSandbox(Sandbox):
         self._sources = sources
         self._quota = WorkspaceDisk.for_spec(self.workspace, disk.mb, spec)
         self._stdin: StdinFolder | None = None
+        self._accounts: tuple[Path, ...] = ()
+        """Its /etc/passwd and /etc/group, in the stdin folder's root (accounts.py)."""
         self._main_pid: str | None = None
         """The container's main process (`sleep infinity`), the one a quota stop spares."""
 
@@ -294,6 +296,13 @@ class DockerSandbox(Sandbox):
                 self._path = entry[len("PATH=") :]
         self._own_workspace()
         self._stdin = StdinFolder()
+        try:  # its uid named, with its home, where `whoami`, git and pip look it up
+            self._accounts = accounts.container_accounts(
+                self.client, image.id, self._stdin.root, uid=self.uid, gid=self.gid
+            )
+        except BaseException:
+            self._forget_stdin_dir()
+            raise
         try:
             self.container = self.client.containers.run(**self._container_args())
         except docker.errors.APIError as exc:
@@ -328,6 +337,8 @@ class DockerSandbox(Sandbox):
         volumes = {str(self.workspace): {"bind": INSIDE_WORKDIR, "mode": "rw"}}
         if self._stdin is not None:
             volumes[str(self._stdin.shown)] = {"bind": STDIN_DIR, "mode": "ro"}
+        for shown, etc in zip(self._accounts, ("/etc/passwd", "/etc/group"), strict=False):
+            volumes[str(shown)] = {"bind": etc, "mode": "ro"}
         for shown in self.spec.read_only:
             if shown.exists():
                 real = str(shown.resolve())
@@ -533,9 +544,9 @@ class DockerSandbox(Sandbox):
     def _env(self, inside_cwd: str, extra: Mapping[str, str] | None) -> dict[str, str]:
         env = sandbox_env(self.spec, workdir=inside_cwd, home=INSIDE_HOME)
         env["PATH"] = self._path  # the image's interpreter, not the host's
-        # A uid with no name in the image: tools that ask who they run as (getpass, as
-        # torch's compile cache does) read these first.
-        env.update({"USER": "agent", "LOGNAME": "agent"})
+        # Its account's name (accounts.py), which tools that ask who they run as
+        # (getpass, as torch's compile cache does) read first.
+        env.update({"USER": accounts.SANDBOX_USER, "LOGNAME": accounts.SANDBOX_USER})
         if "CUDA_VISIBLE_DEVICES" not in self.spec.env:
             # The container only has the GPUs it was given, numbered from 0.
             env.pop("CUDA_VISIBLE_DEVICES", None)
