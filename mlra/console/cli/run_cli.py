@@ -268,7 +268,7 @@ def _resolve_model(args: argparse.Namespace) -> tuple[str, Any]:
         provider = resolve_model(spec, base_url=args.base_url, env=os.environ, settings=settings)
     except ConfigError as exc:
         raise UsageError(str(exc)) from None
-    # Refused here (exit 2) before a task's prepare.py or environment is built.
+    # Refused here (exit 75 or 69) before a task's prepare.py or environment is built.
     limits_or_refused(provider)
     return spec, provider
 
