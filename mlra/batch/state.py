@@ -260,7 +260,8 @@ class RunCard(BaseModel):
     model: str
     seed: int
     not_started: str | None = None
-    """Why it never started, where it did not (`resources`, `usage`, `server unreachable`)."""
+    """Why it never started, where it did not (`resources`, `usage`, `server unreachable`,
+    `API unreachable`)."""
     detail: str = ""
 
 
