@@ -12,7 +12,7 @@ import tempfile
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import pytest
 
@@ -354,6 +354,32 @@ def docker_problem() -> str | None:
     except Exception as exc:
         return f"the Docker engine at {host} does not answer: {exc}"
     return None
+
+
+@pytest.fixture(scope="module")
+def docker_host() -> Iterator[str]:
+    """The engine's address, set as DOCKER_HOST for the module's tests; skips them,
+    saying why, where there is no engine or no test image."""
+    problem = docker_problem()
+    if problem is not None:
+        pytest.skip(problem)
+    host = docker_address()
+    assert host is not None
+    previous = os.environ.get("DOCKER_HOST")
+    os.environ["DOCKER_HOST"] = host
+    yield host
+    if previous is None:
+        os.environ.pop("DOCKER_HOST", None)
+    else:
+        os.environ["DOCKER_HOST"] = previous
+
+
+@pytest.fixture
+def client(docker_host: str) -> Any:
+    """A client of the test engine (the `docker` package's)."""
+    import docker
+
+    return docker.DockerClient(base_url=docker_host, timeout=30)
 
 
 SMALL_DISK_MB = 4096

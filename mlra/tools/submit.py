@@ -115,7 +115,7 @@ class SubmitAttempt(Submit):
         self.attempts = attempts
 
     async def run(self, args: SubmitArgs, ctx: ToolContext) -> ToolOutcome:
-        attempt = getattr(args, "attempt", None)
+        attempt = args.attempt if isinstance(args, SubmitAttemptArgs) else None
         if attempt is None:
             return self._submit_path(args, ctx)
         if args.path:

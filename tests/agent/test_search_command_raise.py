@@ -6,24 +6,15 @@ attempts at a time; real processes, real grading."""
 
 from __future__ import annotations
 
-import asyncio
 import io
 from pathlib import Path
 
 from mlra import events as ev
-from mlra.agent.agents.run import agent_for
-from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
-from mlra.agent.run.controller import RunController
-from mlra.agent.setup.config import RunConfig
 from mlra.console.text.event_lines import time_limit_raised_line
 from mlra.console.text.headless import TranscriptDisplay
-from mlra.tasks.spec import load_task
-from tests.fakes.model_server import ScriptedModelServer
-from tests.scripts import call, turn
+from tests.agent.raised_search import LIMIT_S, raising_script, run_scripted
 
-LIMIT_S = 40.0
-"""a1 and a2 start with 20 s each; a3, started as a1 ends, gets all that is left."""
 SLEEP_S = 21
 """a2's command sleeps this long once a3 has started: past the 20 s a2 began with."""
 
@@ -35,44 +26,13 @@ def _script() -> dict[str, object]:
     me = "a=$(basename $(dirname $PWD))"
     a1 = "until [ -e ../../a2/workspace/begun ]; do sleep 0.1; done"
     a2 = f"touch begun; until [ -e ../../a3 ]; do sleep 0.1; done; sleep {SLEEP_S}"
-    command = f"{me}; case $a in a1) {a1};; a2) {a2};; esac; echo 42 > answer.txt"
-    return {
-        "supervisor": [
-            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
-            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
-            turn("", call("attempt_wait", attempt="a1", timeout=600)),
-            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
-            turn("", call("attempt_wait", attempt="a2", timeout=600)),
-            turn("", call("attempt_wait", attempt="a3", timeout=600)),
-            turn("", call("submit", attempt="a2")),
-        ],
-        "worker": [
-            turn("", call("bash", command=command, timeout=600)),
-            turn("", call("report", summary="wrote 42")),
-        ],
-    }
+    return raising_script(f"{me}; case $a in a1) {a1};; a2) {a2};; esac; echo 42 > answer.txt")
 
 
 async def test_a_command_running_when_its_attempt_is_raised_runs_past_the_old_limit(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    config = RunConfig(
-        task="answer",
-        model="openai/test",
-        runs_dir=tmp_path,
-        isolation="none",
-        search="llm",
-        attempts=3,
-        attempts_parallel=2,
-        time_limit_s=LIMIT_S,
-        attempt_min_s=5.0,  # `--attempt-min-time`: a share of 20 s is one
-    )
-    # Each attempt's worker is answered by its own history: the script from its start.
-    with ScriptedModelServer(_script(), turn_by_history=True) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        controller = RunController(config, load_task(answer_task), provider)
-        result = await asyncio.wait_for(controller.run(agent_for), 120)
-        await provider.aclose()
+    result, controller = await run_scripted(tmp_path, answer_task, _script())
     assert result.reason == "submitted" and result.score == 1.0, result.message
     events = read_events(controller.run_dir / "events.jsonl")
     started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}

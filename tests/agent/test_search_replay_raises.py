@@ -16,58 +16,20 @@ import pytest
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.loop.replay_provider import ReplayProvider
-from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
-from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
-from tests.fakes.model_server import ScriptedModelServer
-from tests.scripts import call, turn
-
-LIMIT_S = 40.0
+from tests.agent.raised_search import raising_script, run_scripted, search_config
 
 
 def _script(delays: Path) -> dict[str, object]:
-    """a1 and a2 start with 20 s each; a3 starts as a1 ends, with all the time left,
-    and raises a2 to it. Each attempt's worker waits for the attempt `delays/<it>.after`
-    names to start, if any, then sleeps as `delays/<it>` says and writes the answer: a2
-    waits for a3, then sleeps 22 s, past the 20 s it began with."""
+    """Each attempt's worker waits for the attempt `delays/<it>.after` names to start,
+    if any, then sleeps as `delays/<it>` says and writes the answer: a2 waits for a3,
+    then sleeps 22 s, past the 20 s it began with."""
     me = "a=$(basename $(dirname $PWD))"
     wait = f"{me}; while [ -e {delays}/$a.after ] && [ ! -e ../../$(cat {delays}/$a.after) ]; do sleep 0.1; done"
     sleep = f"{me}; sleep $(cat {delays}/$a); echo 42 > answer.txt"
-    return {
-        "supervisor": [
-            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
-            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
-            turn("", call("attempt_wait", attempt="a1", timeout=600)),
-            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
-            turn("", call("attempt_wait", attempt="a2", timeout=600)),
-            turn("", call("attempt_wait", attempt="a3", timeout=600)),
-            turn("", call("submit", attempt="a2")),
-        ],
-        "worker": [
-            turn("", call("bash", command=wait, timeout=600)),
-            turn("", call("bash", command=sleep, timeout=600)),
-            turn("", call("report", summary="wrote 42")),
-        ],
-    }
-
-
-def _config(runs: Path, model: str, **more: object) -> RunConfig:
-    return RunConfig.model_validate(
-        {
-            "task": "answer",
-            "model": model,
-            "runs_dir": runs,
-            "isolation": "none",
-            "search": "llm",
-            "attempts": 3,
-            "attempts_parallel": 2,
-            "time_limit_s": LIMIT_S,
-            "attempt_min_s": 5.0,
-            **more,
-        }
-    )
+    return raising_script(wait, sleep)
 
 
 def _delays(folder: Path, **seconds: int) -> None:
@@ -83,13 +45,7 @@ async def test_a_replay_runs_an_attempt_as_long_as_its_recording_was_raised_to(
     delays = tmp_path / "delays"
     _delays(delays, a1=0, a2=22, a3=0)
     (delays / "a2.after").write_text("a3\n")
-    with ScriptedModelServer(_script(delays), turn_by_history=True) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        recorded = RunController(
-            _config(tmp_path / "rec", "openai/test"), load_task(answer_task), provider
-        )
-        result = await asyncio.wait_for(recorded.run(agent_for), 120)
-        await provider.aclose()
+    result, recorded = await run_scripted(tmp_path / "rec", answer_task, _script(delays))
     assert result.reason == "submitted" and result.score == 1.0, result.message
     events = read_events(recorded.run_dir / "events.jsonl")
     started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
@@ -101,7 +57,9 @@ async def test_a_replay_runs_an_attempt_as_long_as_its_recording_was_raised_to(
     (delays / "a2.after").unlink()
     replay = ReplayProvider.from_spec(f"replay:{recorded.run_dir}")
     controller = RunController(
-        _config(tmp_path / "replay", f"replay:{recorded.run_dir}"), load_task(answer_task), replay
+        search_config(tmp_path / "replay", f"replay:{recorded.run_dir}"),
+        load_task(answer_task),
+        replay,
     )
     replayed = await asyncio.wait_for(controller.run(agent_for), 120)
     events = read_events(controller.run_dir / "events.jsonl")

@@ -17,22 +17,16 @@ from textual.app import App, ComposeResult
 from textual.widgets import Static
 
 from mlra import events as ev
-from mlra.agent.agents.run import agent_for
-from mlra.agent.providers import resolve_model
-from mlra.agent.providers.base import ModelSettings
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.state import RunState
-from mlra.agent.run.controller import RunController
-from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import MAX_LINE_CHARS, OutputBuffer
 from mlra.console.text.replay import ReplayModel
-from mlra.tasks.spec import load_task
+from tests.console.scripted_runs import scripted_run
 from tests.console.test_headless_transcript_lines import transcript
-from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
 
@@ -51,12 +45,7 @@ async def test_the_plan_pane_shows_the_supervisors_failed_calls(
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="done")),
     ]
-    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        config = RunConfig(
-            task="answer", model="openai/test", runs_dir=tmp_path, run_id="r", isolation="none"
-        )
-        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    result = await scripted_run(tmp_path, answer_task, supervisor, worker)
     assert result.reason == "submitted"
     app = ReplayApp(ReplayModel.open(tmp_path / "r"))
     async with app.run_test(size=(160, 48)) as pilot:
@@ -235,12 +224,7 @@ async def test_the_plan_pane_shows_the_supervisor_writing_until_its_answer_is_in
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="done")),
     ]
-    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        config = RunConfig(
-            task="answer", model="openai/test", runs_dir=tmp_path, run_id="r", isolation="none"
-        )
-        await RunController(config, load_task(answer_task), provider).run(agent_for)
+    await scripted_run(tmp_path, answer_task, supervisor, worker)
     events = read_events(tmp_path / "r" / "events.jsonl")
     first_delta = next(
         i for i, e in enumerate(events) if isinstance(e, ev.TextDelta) and e.agent == "supervisor"
@@ -293,12 +277,7 @@ async def _long_plan_run(tmp_path: Path, answer_task: Path) -> Path:
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="done")),
     ]
-    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        config = RunConfig(
-            task="answer", model="openai/test", runs_dir=tmp_path, run_id="r", isolation="none"
-        )
-        await RunController(config, load_task(answer_task), provider).run(agent_for)
+    await scripted_run(tmp_path, answer_task, supervisor, worker)
     return tmp_path / "r"
 
 
@@ -348,23 +327,7 @@ async def test_a_call_written_as_text_that_nothing_ran_says_so_and_what_the_work
         turn('{"name": "update_plan", "arguments": {"steps": []}}'),
         *supervisor_answering(),
     ]
-    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        provider = resolve_model(
-            "openai/test",
-            base_url=server.url_for("openai"),
-            env={},
-            settings=ModelSettings(tool_calls="native"),
-        )
-        config = RunConfig(
-            task="answer",
-            model="openai/test",
-            base_url=server.url_for("openai"),
-            runs_dir=tmp_path,
-            run_id="r",
-            isolation="none",
-            tool_calls="native",
-        )
-        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    result = await scripted_run(tmp_path, answer_task, supervisor, worker, tool_calls="native")
     assert result.reason == "submitted"
     unknown = "↳ a tool call written as text: there is no tool named 'pretrain', so nothing ran"
     unrun = "↳ a call to bash written as text, not as a tool call: nothing ran it"

@@ -15,18 +15,12 @@ from pathlib import Path
 from textual.widgets import Static
 
 from mlra import events as ev
-from mlra.agent.agents.run import agent_for
-from mlra.agent.providers import resolve_model
-from mlra.agent.providers.base import ModelSettings
 from mlra.agent.record.eventlog import read_events
-from mlra.agent.run.controller import RunController
-from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.text.replay import ReplayModel
-from mlra.tasks.spec import load_task
+from tests.console.scripted_runs import scripted_run
 from tests.console.test_headless_transcript_lines import transcript
-from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
 UNKNOWN = "↳ a tool call written as text: there is no tool named 'pretrain', so nothing ran"
@@ -44,23 +38,9 @@ async def test_an_unread_call_is_said_once_under_the_answer(
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="done")),
     ]
-    with ScriptedModelServer({"supervisor": supervisor_answering(), "worker": worker}) as server:
-        provider = resolve_model(
-            "openai/test",
-            base_url=server.url_for("openai"),
-            env={},
-            settings=ModelSettings(tool_calls="text"),
-        )
-        config = RunConfig(
-            task="answer",
-            model="openai/test",
-            base_url=server.url_for("openai"),
-            runs_dir=tmp_path,
-            run_id="r",
-            isolation="none",
-            tool_calls="text",
-        )
-        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    result = await scripted_run(
+        tmp_path, answer_task, supervisor_answering(), worker, tool_calls="text"
+    )
     assert result.reason == "submitted"
     events = read_events(tmp_path / "r" / "events.jsonl")
     # The log keeps what it recorded: the notices, and the notes the prompts carried.
@@ -148,23 +128,7 @@ async def test_the_supervisors_unread_call_is_said_in_the_plan_pane_only(
         turn("", call("bash", command="echo 42 > answer.txt")),
         turn("", call("report", summary="done")),
     ]
-    with ScriptedModelServer({"supervisor": supervisor, "worker": worker}) as server:
-        provider = resolve_model(
-            "openai/test",
-            base_url=server.url_for("openai"),
-            env={},
-            settings=ModelSettings(tool_calls="text"),
-        )
-        config = RunConfig(
-            task="answer",
-            model="openai/test",
-            base_url=server.url_for("openai"),
-            runs_dir=tmp_path,
-            run_id="r",
-            isolation="none",
-            tool_calls="text",
-        )
-        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    result = await scripted_run(tmp_path, answer_task, supervisor, worker, tool_calls="text")
     assert result.reason == "submitted"
     events = read_events(tmp_path / "r" / "events.jsonl")
     notices = [e for e in events if isinstance(e, ev.Notice) and e.kind == "unread_call"]

@@ -55,7 +55,10 @@ def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
     borrowed.mkdir(parents=True)
     (borrowed / "borrowed_torch.py").write_text("WHERE = 'borrowed'\n")
     checkout = Path(mlra.__file__).resolve().parent.parent  # mlra itself, outside only
-    lines = [checkout, sysconfig.get_path("purelib"), borrowed]
+    # This environment's packages at their real path, as the sandbox shows them: a
+    # venv reached through a link is not there by the link's path (tools/sandbox/env.py).
+    packages = Path(sysconfig.get_path("purelib")).resolve()
+    lines = [checkout, packages, borrowed]
     (Path(purelib) / "borrowed.pth").write_text("".join(f"{line}\n" for line in lines))
     workspace = tmp_path / "workspace"
     workspace.mkdir()

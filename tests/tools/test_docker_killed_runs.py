@@ -23,7 +23,6 @@ from mlra.tools.sandbox.docker_exec import STDIN_DIR
 from mlra.tools.sandbox.docker_stdin import stdin_folder_of
 from mlra.tools.sandbox.volume_users import loop_mounts
 from tests.conftest import TEST_IMAGE
-from tests.tools.test_docker_sandbox import client, docker_host  # noqa: F401  (fixtures)
 
 WRITER = "i=0; while :; do i=$((i+1)); echo $i >> log; echo $i > /proc/1/fd/1; sleep 0.005; done"
 """Counts into the workspace's `log`, and after each line into the container's own log
@@ -57,8 +56,8 @@ async def _start_and_close(sandbox: Any) -> list[str]:
 def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
     tmp_path: Path,
     answer_task: Path,
-    client: Any,  # noqa: F811
-    docker_host: str,  # noqa: F811
+    client: Any,
+    docker_host: str,
 ) -> None:
     """The next start carried a killed run's workspace volume back to a plain folder (and
     deleted its image) before it removed the run's container, whose command went on
@@ -154,8 +153,8 @@ def _search_task(answer_task: Path, tmp_path: Path) -> Path:
 def test_a_searchs_attempt_containers_carry_the_runs_id(
     tmp_path: Path,
     answer_task: Path,
-    client: Any,  # noqa: F811
-    docker_host: str,  # noqa: F811
+    client: Any,
+    docker_host: str,
 ) -> None:
     """An attempt's container was labelled mlra.run=a1 (its attempt's id, which every
     search has): `docker ps --filter label=mlra.run=RUN` missed a search's attempts, and a
@@ -209,7 +208,7 @@ ROUNDS = 10
 
 
 def test_leftovers_another_mlra_is_removing_are_gone_once_they_are_removed(
-    client: Any,  # noqa: F811
+    client: Any,
 ) -> None:
     """Two mlra starting at once both remove a killed run's container: the one whose removal
     came second ('removal already in progress') went on while the container's processes

@@ -12,11 +12,10 @@ import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
 from tests.conftest import TEST_IMAGE, mlra_cli
-from tests.tools.test_docker_sandbox import client, docker_host  # noqa: F401  (fixtures)
 
 
 @pytest.fixture
-def no_bridge(client: Any) -> None:  # noqa: F811
+def no_bridge(client: Any) -> None:
     if any(n.name == "bridge" for n in client.networks.list(names=["bridge"])):
         pytest.skip("this engine has a bridge network")
 
@@ -25,8 +24,8 @@ def no_bridge(client: Any) -> None:  # noqa: F811
 def test_a_network_task_is_refused_where_the_engine_has_no_bridge(
     tmp_path: Path,
     answer_task: Path,
-    client: Any,  # noqa: F811
-    docker_host: str,  # noqa: F811
+    client: Any,
+    docker_host: str,
 ) -> None:
     """The engine made the container all the same, with a loopback only: the run said
     "network: docker bridge" and every download in it failed."""

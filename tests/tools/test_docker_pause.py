@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.tools.test_docker_sandbox import _containers, _sandbox, client, docker_host  # noqa: F401
+from tests.tools.test_docker_sandbox import _containers, _sandbox
 
 DAEMON = (
     "setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > beat.new; mv beat.new beat;"
@@ -20,8 +20,8 @@ into `beat` every 50 ms; each count is written whole and renamed into place."""
 
 async def test_a_pause_stops_a_daemon_that_left_its_commands_session(
     tmp_path: Path,
-    client: Any,  # noqa: F811
-    docker_host: str,  # noqa: F811
+    client: Any,
+    docker_host: str,
 ) -> None:
     """A pause sent SIGSTOP to each running command's session only: a training the agent
     had started with setsid went on through the pause, taking the GPU and the CPU the
@@ -49,8 +49,8 @@ async def test_a_pause_stops_a_daemon_that_left_its_commands_session(
 
 async def test_a_command_cancelled_while_paused_ends_at_once(
     tmp_path: Path,
-    client: Any,  # noqa: F811
-    docker_host: str,  # noqa: F811
+    client: Any,
+    docker_host: str,
     monkeypatch: Any,
 ) -> None:
     """A stop of a paused run cancels its running command: the pause had stopped the

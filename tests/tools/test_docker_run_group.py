@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.tools.test_docker_sandbox import _containers, _sandbox, client, docker_host  # noqa: F401
+from tests.tools.test_docker_sandbox import _containers, _sandbox
 
 HOG = "x = b'x' * (200 * 2**20); print('kept', len(x))"
 
@@ -31,7 +31,7 @@ def _groups_named(name: str) -> list[Path]:
 
 
 @pytest.fixture
-def run_group(docker_host: str) -> Iterator[Any]:  # noqa: F811
+def run_group(docker_host: str) -> Iterator[Any]:
     from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 
     group = DockerRunGroup(memory_mb=64, pids=32, cpus=None)
@@ -44,7 +44,7 @@ def run_group(docker_host: str) -> Iterator[Any]:  # noqa: F811
 async def test_containers_over_subscribed_are_held_to_the_runs_memory(
     tmp_path: Path,
     run_group: Any,
-    client: Any,  # noqa: F811
+    client: Any,
 ) -> None:
     """The run's own container and an attempt's may have 1 GB each; the run has 64 MB:
     the kernel kills the attempt's 200 MB hog, the agent is told it may be the run's
@@ -90,7 +90,7 @@ async def test_the_runs_process_limit_holds_a_container_allowed_more(
 
 async def test_the_runs_groups_go_at_its_end_in_every_hierarchy(
     tmp_path: Path,
-    docker_host: str,  # noqa: F811
+    docker_host: str,
 ) -> None:
     """The engine makes a container's group under the parent in every hierarchy it
     mounts (blkio, cpuset, devices...), not only those mlra limits: all go with the run."""
@@ -131,7 +131,7 @@ asyncio.run(main())
 
 def test_a_killed_mlras_container_and_groups_go_with_the_next_docker_run(
     tmp_path: Path,
-    client: Any,  # noqa: F811
+    client: Any,
     run_group: Any,
 ) -> None:
     """A killed mlra removes neither its container nor its groups; the next one that
@@ -185,7 +185,7 @@ def _forward(listener: socket.socket, unix_path: str) -> None:
 
 async def test_an_engine_reached_over_the_network_is_said_not_held(
     tmp_path: Path,
-    docker_host: str,  # noqa: F811
+    docker_host: str,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An engine at tcp:// makes its containers' groups in its own machine's tree: the
@@ -220,8 +220,8 @@ async def test_an_engine_reached_over_the_network_is_said_not_held(
 def test_a_docker_searchs_containers_all_sit_under_the_runs_group(
     tmp_path: Path,
     answer_task: Path,
-    client: Any,  # noqa: F811
-    docker_host: str,  # noqa: F811
+    client: Any,
+    docker_host: str,
 ) -> None:
     """`mlra run --sandbox docker --search`: the run's own container and both attempts'
     are started under one group, `run_started` says it holds the run's total, and the

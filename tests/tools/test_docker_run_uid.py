@@ -16,32 +16,15 @@ import os
 import pwd
 import secrets
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
-from tests.conftest import TEST_IMAGE, docker_address, docker_problem
+from tests.conftest import TEST_IMAGE
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
 HOST_USER = 1000
-
-
-@pytest.fixture(scope="module")
-def docker_host() -> Iterator[str]:
-    problem = docker_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    host = docker_address()
-    assert host is not None
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
-    yield host
-    if previous is None:
-        os.environ.pop("DOCKER_HOST", None)
-    else:
-        os.environ["DOCKER_HOST"] = previous
 
 
 def _as_user(uid: int, script: str) -> subprocess.CompletedProcess[str]:

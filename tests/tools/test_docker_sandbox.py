@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,36 +26,11 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.host_copies import copy_out
-from tests.conftest import TEST_IMAGE, docker_address, docker_problem, mlra_cli
+from tests.conftest import TEST_IMAGE, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import answering_script, call, supervisor_answering, turn
 
 CANARY = {"ANTHROPIC_API_KEY": "sk-ant-canary-d0c4e", "OPENAI_API_KEY": "sk-canary-openai-d0c4e"}
-
-
-@pytest.fixture(scope="module")
-def docker_host() -> Iterator[str]:
-    """The engine's address, set as DOCKER_HOST for the module's tests; skips them,
-    saying why, where there is no engine or no test image."""
-    problem = docker_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    host = docker_address()
-    assert host is not None
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
-    yield host
-    if previous is None:
-        os.environ.pop("DOCKER_HOST", None)
-    else:
-        os.environ["DOCKER_HOST"] = previous
-
-
-@pytest.fixture
-def client(docker_host: str) -> Any:
-    import docker
-
-    return docker.DockerClient(base_url=docker_host, timeout=30)
 
 
 def _containers(client: Any, run_id: str) -> list[Any]:

@@ -8,7 +8,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from tests.tools.test_docker_sandbox import _containers, _sandbox, client, docker_host  # noqa: F401
+from tests.tools.test_docker_sandbox import _containers, _sandbox
 
 HOLD = 'python3 -c \'import time; b = bytearray(150 * 2**20); open("held", "w").close(); time.sleep(60)\''
 """Holds 150 MB, saying so by a file, until it is killed."""
@@ -16,8 +16,8 @@ HOLD = 'python3 -c \'import time; b = bytearray(150 * 2**20); open("held", "w").
 
 async def test_a_searchs_samples_count_its_attempts_containers(
     tmp_path: Path,
-    client: Any,  # noqa: F811
-    docker_host: str,  # noqa: F811
+    client: Any,
+    docker_host: str,
 ) -> None:
     """The run's samples (the Resources pane's Run and Pool lines, `mlra runs`' budget
     column) walked the attempts' commands by host pid, which a container's have none

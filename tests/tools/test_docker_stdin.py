@@ -14,7 +14,6 @@ import asyncio
 import os
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,25 +22,9 @@ import pytest
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.docker_exec import STDIN_DIR
 from mlra.tools.sandbox.docker_stdin import stdin_folder_of
-from tests.conftest import TEST_IMAGE, docker_address, docker_problem
+from tests.conftest import TEST_IMAGE
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to act as another user")
-
-
-@pytest.fixture(scope="module")
-def docker_host() -> Iterator[str]:
-    problem = docker_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    host = docker_address()
-    assert host is not None
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
-    yield host
-    if previous is None:
-        os.environ.pop("DOCKER_HOST", None)
-    else:
-        os.environ["DOCKER_HOST"] = previous
 
 
 def _as_user(uid: int, script: str) -> subprocess.CompletedProcess[str]:

@@ -4,7 +4,6 @@ processes and files in a local sandbox, observations checked as the model reads 
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -21,9 +20,13 @@ from mlra.tools.registry import (
     parse_arguments,
 )
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
+from mlra.tools.sandbox.env import shown_interpreter
 from mlra.tools.sandbox.local import LocalSandbox
 from mlra.tools.truncate import truncate_middle
 
+SHOWN_PREFIX = Path(shown_interpreter()).parent.parent
+"""The environment a sandbox's `python` runs in, as the sandbox shows it: at its real
+path, so a venv reached through a link reads so inside (tools/sandbox/env.py)."""
 STATUS = re.compile(r"\[exit code (-?\d+), \d+\.\d s\]$")
 
 
@@ -122,7 +125,7 @@ async def test_python_code_runs_from_stdin(h: Harness) -> None:
         {"code": "import sys\nprint('hi', sys.argv[1:], sys.prefix)", "args": ["a", "b"]},
     )
     assert out.ok, out.output
-    assert out.output.startswith(f"hi ['a', 'b'] {sys.prefix}\n")
+    assert out.output.startswith(f"hi ['a', 'b'] {SHOWN_PREFIX}\n")
     assert sorted(p.name for p in h.ws.iterdir()) == before  # no temp file left behind
 
 

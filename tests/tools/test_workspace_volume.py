@@ -24,6 +24,7 @@ from mlra.tools.sandbox import volume
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.default_limits import MIB, free_mb
+from mlra.tools.sandbox.env import shown_interpreter
 from mlra.tools.sandbox.local import LocalSandbox
 from mlra.tools.sandbox.volume_users import loop_mounts
 
@@ -152,7 +153,7 @@ async def test_files_past_the_inode_budget_are_enospc(workspace: Path) -> None:
         "    print('stopped', n, errno.errorcode[e.errno])\n"
     )
     try:
-        result = await box.exec([sys.executable, "-c", script], timeout=60)
+        result = await box.exec([shown_interpreter(), "-c", script], timeout=60)
         assert "ENOSPC" in result.output, result.output
         made = int(result.output.split("stopped", 1)[1].split()[0])
         assert INODES - 20 <= made <= INODES, made

@@ -48,7 +48,7 @@ def attempt_instructions(settings_id: str, operator: str, parent: str | None, te
     )
 
 
-class WorkerAttempt:
+class WorkerAttempt(Agent):
     role: ev.AgentRole = "worker"
 
     def __init__(self, controller: RunController) -> None:

@@ -21,7 +21,7 @@ from mlra.agent.loop.ending import attempt_ending, unsubmitted
 from mlra.agent.loop.evaluation import run_validator
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.record.recording import KILLED_BY_RUN_END
-from mlra.agent.run.controller import Ending, EndRun, RunController
+from mlra.agent.run.controller import Agent, Ending, EndRun, RunController
 from mlra.durations import parse_duration
 from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolOutcome, ToolRegistry
@@ -59,7 +59,7 @@ def recipe_command(command: str, seed: int | None, variables: dict[str, str] | N
     return command
 
 
-class BaselineAgent:
+class BaselineAgent(Agent):
     role: ev.AgentRole = "baseline"
 
     def __init__(self, controller: RunController) -> None:

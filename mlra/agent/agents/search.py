@@ -22,7 +22,7 @@ from mlra import events as ev
 from mlra.agent.loop.ending import unsubmitted
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
-from mlra.agent.run.controller import Ending, EndRun, RunController
+from mlra.agent.run.controller import Agent, Ending, EndRun, RunController
 from mlra.tools.attempts import attempt_tools
 from mlra.tools.registry import ToolOutcome, ToolRegistry
 from mlra.tools.submit import SubmitAttempt
@@ -40,7 +40,7 @@ def draft_count(attempts: int) -> int:
     return max(1, min(5, (attempts + 1) // 2))
 
 
-class GreedySearch:
+class GreedySearch(Agent):
     def __init__(self, controller: RunController) -> None:
         self.ctl = controller
         self.role: ev.AgentRole = "baseline" if controller.provider is None else "supervisor"

@@ -20,7 +20,7 @@ from mlra.agent.agents.worker_alone import work_alone
 from mlra.agent.loop.ending import unsubmitted
 from mlra.agent.loop.history import AgentHistory
 from mlra.agent.loop.loops import Repeats, call_key
-from mlra.agent.run.controller import Ending, EndRun, RunController
+from mlra.agent.run.controller import Agent, Ending, EndRun, RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.agent.setup.prompts import (
     REVIEWER_SYSTEM,
@@ -116,7 +116,7 @@ def supervisor_history(
     return history
 
 
-class Supervisor:
+class Supervisor(Agent):
     role: ev.AgentRole = "supervisor"
 
     def __init__(self, controller: RunController) -> None:

@@ -18,7 +18,7 @@ from typing import NoReturn
 from mlra import events as ev
 from mlra.agent.agents.worker import MAX_NUDGES, Worker
 from mlra.agent.loop.ending import unsubmitted
-from mlra.agent.run.controller import EndRun, RunController
+from mlra.agent.run.controller import Agent, EndRun, RunController
 
 INSTRUCTIONS = (
     "The whole task is yours: do it with your tools, keep a valid artifact where the task "
@@ -29,7 +29,7 @@ GO_ON = "Go on with the task; call `submit` when the artifact is ready."
 only the run's own budgets (time, steps, cost) end it."""
 
 
-class WorkerAloneAgent:
+class WorkerAloneAgent(Agent):
     """`--agent worker`: the worker alone from the first step."""
 
     role: ev.AgentRole = "worker"

@@ -207,9 +207,8 @@ class Steering:
 
     def _attempt_children(self) -> dict[str, Steering]:
         """The search's attempts' own runs running here, by id."""
-        attempts = getattr(self, "attempts", None)
-        children = getattr(attempts, "children", None) or {}
-        return {a: c for a, c in children.items() if isinstance(c, Steering)}
+        children = self.attempts.children.items()
+        return {a: c for a, c in children if isinstance(c, Steering)}
 
     def _unpause(self) -> None:
         if self.controls.holding():

@@ -19,10 +19,19 @@ from mlra.tools.sandbox.run_group import RunGroup
 
 
 class Agent(Protocol):
-    """What the controller drives: the supervisor–worker pair, or the baseline agent."""
+    """What the controller drives: the supervisor–worker pair, or the baseline agent.
+
+    An agent names it as its base to take the hooks' defaults (PEP 544): a hook it does
+    not need is then one pyright still checks, not a name looked up at run time."""
 
     async def run(self) -> None:
         """Work until the run ends; end it by raising EndRun (e.g. on submit)."""
+
+    async def validate_at_limit(self) -> None:
+        """A search's attempt reached its own time limit (its run's commands stopped):
+        what its workspace holds is validated all the same
+        (agent/agents/closing_validation.py). Only an attempt's agents have one to do."""
+        return None
 
 
 async def drive(

@@ -117,7 +117,7 @@ class ProviderEvents:
         run = self.run
 
         def on_retry(attempt: int, status: int | None) -> None:
-            retries = getattr(run.provider, "max_retries", 0)
+            retries = run.provider.max_retries if run.provider is not None else 0
             run.emit(
                 ev.ModelRetry(
                     agent=agent,

@@ -112,8 +112,9 @@ def sdk_retries_off_the_clock(
     before (`model_retry`). A hosted API's retries still count (its outages and
     time-outs are its own), as do the first try, the SDK's first wait, and a retry
     after a read that timed out (a slow server is there)."""
-    local = getattr(run.provider, "base_url", None) is not None
-    read_timeout = getattr(run.provider, "timeout_s", 0.0)
+    provider = run.provider
+    local = provider is not None and provider.base_url is not None
+    read_timeout = provider.timeout_s if provider is not None else 0.0
     paused = False
     last = time.monotonic()
 

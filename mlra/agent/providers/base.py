@@ -334,6 +334,12 @@ class ModelProvider(abc.ABC):
     """False for a model with no known price: its calls cost 0, so a cost budget cannot hold."""
     context_window_from: str = "model table"
     """Where `context_window` came from: "setting", "server", "model table" or "default"."""
+    base_url: str | None = None
+    """The user's own server (`--base-url`); None for a vendor's API, and for a replay."""
+    max_retries: int = 0
+    """How often its SDK retries a failed request; 0 where none is sent (a replay)."""
+    timeout_s: float = 0.0
+    """Its SDK's read time-out in seconds; 0 where none is sent (a replay)."""
 
     @abc.abstractmethod
     async def generate(

@@ -337,9 +337,8 @@ class RunController(Steering):
         # the artifact after the copy that is graded was taken.
         await self._stop_attempts(ending.finished_message)
         await self._stop_jobs(ending.finished_message)
-        closing = getattr(self.agent, "validate_at_limit", None)
-        if self.config.attempt is not None and ending.by == "deadline" and closing is not None:
-            await closing()  # an attempt at its own limit: its artifact is validated
+        if self.agent is not None and self.config.attempt is not None and ending.by == "deadline":
+            await self.agent.validate_at_limit()  # an attempt at its own limit
         ending = nothing_validated(self, ending) or ending
         # An attempt's own run is never graded on the test split: the search grades the
         # attempt it submits, from the run it belongs to.

@@ -5,7 +5,7 @@ the command palette list every key."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from rich.cells import cell_len
 from textual.app import ComposeResult
@@ -26,6 +26,15 @@ def _ranks(keys: Iterable[Key]) -> dict[str, int]:
 
 
 RANKS = {**_ranks(REPLAY_KEYS), **_ranks(KEYS)}
+
+
+class ChoosesFooterKeys:
+    """An app whose footer leaves out some of its enabled keys (the live console's,
+    console/screens/run_control_keys.py); the footer of any other app offers them all."""
+
+    def in_footer(self, action: str) -> bool:
+        """Whether the footer offers the enabled key of `action`."""
+        return True
 
 
 def key_width(key: FooterKey, *, compact: bool) -> int:
@@ -63,14 +72,18 @@ class KeyFooter(Footer):
     def _keys_now(self) -> tuple[object, ...]:
         """What the footer would show now: the screen's keys as the footer draws them,
         which of them the app offers, the width and the style."""
-        offered = getattr(self.app, "in_footer", None)
+        offered = self._offered()
         keys = tuple(
             (b.key, b.description, b.action, enabled, tooltip, b.group and b.group.description)
-            + ((offered(b.action),) if callable(offered) else ())
+            + ((offered(b.action),) if offered is not None else ())
             for _, b, enabled, tooltip in self.screen.active_bindings.values()
             if b.show
         )
         return keys, self.size.width, self.compact, self.app.app_focus
+
+    def _offered(self) -> Callable[[str], bool] | None:
+        app = self.app
+        return app.in_footer if isinstance(app, ChoosesFooterKeys) else None
 
     def bindings_changed(self, screen: Screen) -> None:
         """Textual recomposes the footer whenever a screen's bindings are refreshed: each
@@ -88,8 +101,8 @@ class KeyFooter(Footer):
         composed: list[Widget] = list(super().compose())
         palette = [w for w in composed if w.has_class("-command-palette")]
         keys = [w for w in composed if isinstance(w, FooterKey) and w not in palette]
-        offered = getattr(self.app, "in_footer", None)
-        if callable(offered):
+        offered = self._offered()
+        if offered is not None:
             hidden = [k for k in keys if not offered(k.action)]
             composed = [w for w in composed if w not in hidden]
             keys = [k for k in keys if k not in hidden]

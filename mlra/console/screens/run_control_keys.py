@@ -19,6 +19,7 @@ from mlra import events as ev
 from mlra.agent.loop.controls import Breakpoint, rule_problem
 from mlra.agent.record.run_result import RunResult
 from mlra.agent.record.state import RunState
+from mlra.console.panes.footer import ChoosesFooterKeys
 from mlra.console.screens.live_run import LiveRun
 from mlra.console.screens.screens import (
     BreakpointsScreen,
@@ -29,7 +30,7 @@ from mlra.console.screens.screens import (
 )
 
 
-class RunControlKeys(App[int]):
+class RunControlKeys(ChoosesFooterKeys, App[int]):
     """The steering actions of the console (a mixin of `MlraApp`, which sets these)."""
 
     controller: LiveRun | None
