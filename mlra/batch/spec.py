@@ -59,8 +59,11 @@ class Overrides(_Strict):
     """Attempts each searching run makes at most (`mlra run --attempts`): not the batch's
     `max_attempts`, which counts starts of one run."""
     attempts_parallel: int | None = Field(default=None, gt=0)
+    attempt_min_time: str | None = None
+    """The least time each searching run gives an attempt (`mlra run --attempt-min-time`),
+    a duration ("45s", "2m")."""
 
-    @field_validator("time_limit")
+    @field_validator("time_limit", "attempt_min_time")
     @classmethod
     def _duration(cls, value: str | None) -> str | None:
         if value is not None:
@@ -261,6 +264,7 @@ def run_command(
         ("--search", s.search),
         ("--attempts", s.attempts),
         ("--attempts-parallel", s.attempts_parallel),
+        ("--attempt-min-time", s.attempt_min_time),
     ):
         if value is not None:
             command += [flag, str(value)]

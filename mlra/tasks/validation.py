@@ -8,7 +8,9 @@ artifact's format and the task's rules only. It runs on the run's clock (a
 validation's time is working time, and it never outlives the deadline), and the
 task's rate limit (`max_calls`, `min_interval` between starts, by the run clock)
 is judged from the `validation` events already in the log, so a resumed run keeps
-the count. The test split is never graded here.
+the count. The test split is never graded here. Its time-out is a command's
+(tools/sandbox/time_out.py): a search's attempt given more time while one grades
+(agent/loop/attempt_time.py) raises it with the attempt's deadline.
 
 A task that opts in (`grade_best_at_deadline`) keeps the frozen copy of its best
 validation so far in the run folder (`validations/<n>/`): a run that reaches its
@@ -19,18 +21,20 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlra import events as ev
-from mlra.durations import format_duration
+from mlra.durations import format_duration, parse_duration
 from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.hidden_text import HiddenText
 from mlra.tasks.sections import ValidationSettings
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.submission import freeze, remove_tree
 
 if TYPE_CHECKING:
@@ -117,6 +121,9 @@ class RunValidator:
         self.emit = emit
         self.elapsed = elapsed
         self.remaining = remaining
+        self.moves = True
+        """Its time-outs move with the run's deadline: not once bound to a fixed one
+        (`bind_to`)."""
         self.past = past
         self.isolation: IsolationMode = isolation
         self.gpus = gpus
@@ -131,16 +138,38 @@ class RunValidator:
         """Calls mlra makes itself to close an attempt (agent/agents/attempt_agent.py): the
         attempt's result is validated whatever its worker used of the rate limit."""
 
+    def bind_to(self, ends: float) -> None:
+        """Validations from now on end by `ends` (monotonic): an attempt validated at its
+        own limit, within the run's time left, whose deadline no raise of its limit moves."""
+        self.remaining = lambda: max(0.0, ends - time.monotonic())
+        self.moves = False
+
+    def time_out(self) -> TimeOut:
+        """A validation's time-out: the evaluator's own, never past the deadline; the
+        run raises it with its deadline (no further than the evaluator's own)."""
+        own = float(parse_duration(self.task.evaluator.timeout))
+        seconds = max(1.0, min(own, self.remaining()))
+        return TimeOut(seconds, wanted=own if self.moves else None)
+
     def calls_left(self) -> tuple[int, float | None]:
         past = self.past()
         left = max(0, self.task.validation.max_calls - len(past))
         return left, next_allowed(self.task.validation, past) if left else None
 
-    async def __call__(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
+    async def __call__(
+        self,
+        path: str,
+        *,
+        call_id: str,
+        workdir: str | None,
+        time_outs: list[TimeOut] | None = None,
+    ) -> ev.Validation:
         async with self._one_at_a_time:
-            return await self._validate(path, call_id=call_id, workdir=workdir)
+            return await self._validate(path, call_id, workdir, time_outs)
 
-    async def _validate(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
+    async def _validate(
+        self, path: str, call_id: str, workdir: str | None, time_outs: list[TimeOut] | None
+    ) -> ev.Validation:
         settings = self.task.validation
         past = self.past()
         started = self.elapsed()
@@ -164,13 +193,16 @@ class RunValidator:
         except SubmissionRefused as exc:
             raise SandboxError(f"{exc}, so nothing was validated") from None
         split = settings.split
+        limit = self.time_out()
+        if time_outs is not None:
+            time_outs.append(limit)  # the call's: its run raises them with its deadline
         outcome = await run_evaluation(
             self.task,
             frozen.path,
             folder / "evaluation",
             isolation=self.isolation,
             split=split,
-            timeout_s=self.remaining(),
+            timeout_s=limit,
             gpus=self.gpus,
             run_group=self.run_group(),
         )

@@ -20,6 +20,17 @@ from mlra.tools.sandbox.base import SandboxError
 MAX_WAIT_S = 3600.0
 
 
+def wait_bound(timeout: float, left_s: float | None) -> float:
+    """The most an `attempt_wait` waits: its timeout, never over an hour nor past the
+    run's deadline (`left_s`, the run's time left as it begins; None: not known). At least
+    a second where the run's time is up: its deadline ends the wait. A wait bounded by
+    the time left returned at once, again and again (22 calls in the 10 ms before the
+    deadline's watcher woke), each "Nothing ended within 0 s". The displays say a wait's
+    bound by this too (console/text/event_lines.py)."""
+    most = min(timeout, MAX_WAIT_S)
+    return max(0.0, most if left_s is None else min(most, max(left_s, 1.0)))
+
+
 class Attempts(Protocol):
     """What the tools need of the run's attempt manager."""
 
@@ -173,10 +184,7 @@ class AttemptWait(Tool[AttemptWaitArgs]):
         self.attempts = attempts
 
     async def run(self, args: AttemptWaitArgs, ctx: ToolContext) -> ToolOutcome:
-        # At least a second where the run's time is up: its deadline ends the wait. A
-        # wait bounded by the time left returned at once, again and again (22 calls in
-        # the 10 ms before the deadline's watcher woke), each "Nothing ended within 0 s".
-        timeout = max(0.0, min(args.timeout, MAX_WAIT_S, max(ctx.remaining_s(), 1.0)))
+        timeout = wait_bound(args.timeout, ctx.remaining_s())
         idle = args.attempt is None and not self.attempts.running()
         try:
             ended = await self.attempts.wait(args.attempt, timeout)

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from mlra import events as ev
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 from mlra.tools.sandbox.base import SandboxError
+from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.submit import submitted_path
 
 
@@ -29,9 +30,18 @@ class Validator(Protocol):
     Raises `SandboxError` with a readable reason for a call it refuses (the rate
     limit, an artifact that cannot be frozen); the registry makes that an error
     observation. A graded artifact, passing or not, comes back as the recorded event.
+    The grading's time-out joins `time_outs`, the call's (tools/registry.py
+    `ToolContext`): the run raises it with its deadline, as it does a command's.
     """
 
-    async def __call__(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation: ...
+    async def __call__(
+        self,
+        path: str,
+        *,
+        call_id: str,
+        workdir: str | None,
+        time_outs: list[TimeOut] | None = None,
+    ) -> ev.Validation: ...
 
     def calls_left(self) -> tuple[int, float | None]:
         """Validations left to the run, and the run time from which the next is allowed."""
@@ -69,7 +79,9 @@ class Validate(Tool[ValidateArgs]):
             rel = _checked(ctx, ctx.default_artifact, default=True)
         else:
             raise SandboxError("this task names no default artifact; give the path to validate")
-        result = await self.validator(rel, call_id=ctx.call_id, workdir=ctx.sandbox.workdir)
+        result = await self.validator(
+            rel, call_id=ctx.call_id, workdir=ctx.sandbox.workdir, time_outs=ctx.time_outs
+        )
         left, next_at = self.validator.calls_left()
         return ToolOutcome(
             output=describe(result, left, next_at),

@@ -6,7 +6,8 @@ time) with the task's artifact in its workspace: its training cut short still le
 artifact, and an attempt that is never validated can be neither compared nor submitted.
 That validation runs in the time the run has left past the attempt's limit, the reserve
 its shares keep for it at the end (agent/loop/attempt_time.py `closing_reserve`), before
-the run's deadline stops it. An attempt with no artifact ends unvalidated, as before.
+the run's deadline stops it (a raise of the attempt's limit then moves not its time-out,
+which the run's deadline bounds). An attempt with no artifact ends unvalidated, as before.
 """
 
 from __future__ import annotations
@@ -77,8 +78,7 @@ async def validate_at_limit(
             f"{format_duration(left)} the run has left",
         )
     )
-    ends = time.monotonic() + left
-    validator.remaining = lambda: max(0.0, ends - time.monotonic())
+    validator.bind_to(time.monotonic() + left)  # the run's deadline: no raise moves it
     ctl.clock.resume()  # its validation is the attempt's time, as one it ends with is
     try:
         await closing_validation(ctl, role, registry, validator, path, step=ctl.state.steps + 1)

@@ -76,7 +76,9 @@ class Unused:
     """A validator (and a search's attempts) for listing tools: only the tools'
     definitions are read."""
 
-    async def __call__(self, path: str, *, call_id: str, workdir: str | None) -> ev.Validation:
+    async def __call__(
+        self, path: str, *, call_id: str, workdir: str | None, time_outs: object = None
+    ) -> ev.Validation:
         raise SandboxError("listing tools runs none")
 
     def calls_left(self) -> tuple[int, float | None]:

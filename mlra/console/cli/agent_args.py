@@ -74,7 +74,7 @@ def agent_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str,
 def search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str, Any]:
     """The search's settings for one run, or the one line saying why they cannot be
     (`mlra batch` asks the same of each task and model before any run starts)."""
-    min_time = getattr(args, "attempt_min_time", None)  # not a setting of `mlra batch`
+    min_time = args.attempt_min_time
     if args.search == "none":
         if min_time is not None:
             raise UsageError("--attempt-min-time goes with --search greedy or llm")

@@ -30,7 +30,12 @@ from mlra.batch.run_ids import run_names
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchError, Overrides, expand, load_batch_file, load_tasks, parse_spec
 from mlra.batch.state import run_status
-from mlra.console.cli.agent_args import search_settings
+from mlra.console.cli.batch_search import (
+    add_batch_search_args,
+    check_agents,
+    check_searches,
+    search_flags,
+)
 from mlra.console.cli.fetch_args import add_fetch_args
 from mlra.console.cli.needs_cli import UNGRADED_HINT
 from mlra.console.cli.notify_args import add_notify_arg
@@ -108,31 +113,7 @@ def add_batch_command(sub: Any) -> None:
         help="which way the tasks' metric improves, for folders whose own files do not say "
         "(per task: `direction` in [overrides.<task>])",
     )
-    batch.add_argument(
-        "--agent",
-        choices=("supervisor", "worker"),
-        help="who does each run's work (`mlra run --agent`; per task: `agent` in "
-        "[overrides.<task>]): worker, the worker alone, for small models that cannot plan",
-    )
-    batch.add_argument(
-        "--search",
-        choices=("none", "greedy", "llm"),
-        help="each run searches over attempts (`mlra run --search`; per task: `search` in "
-        "[overrides.<task>])",
-    )
-    batch.add_argument(
-        "--attempts",
-        type=positive_int,
-        metavar="N",
-        help="with --search: attempts each run makes at most (not --max-attempts, which "
-        "counts starts of a run)",
-    )
-    batch.add_argument(
-        "--attempts-parallel",
-        type=positive_int,
-        metavar="K",
-        help="with --search: attempts each run has running at once",
-    )
+    add_batch_search_args(batch)
     batch.add_argument("--no-tui", action="store_true", help="plain progress lines, no bars")
     batch.set_defaults(func=cmd_batch)
 
@@ -172,10 +153,7 @@ def _spec(args: argparse.Namespace) -> Any:
             "max_cost": args.max_cost,
             "max_tokens": args.max_tokens,
             "direction": args.direction,
-            "agent": args.agent,
-            "search": args.search,
-            "attempts": args.attempts,
-            "attempts_parallel": args.attempts_parallel,
+            **search_flags(args),
         }
         defaults = Overrides.model_validate(data.get("defaults", {}))
         data["defaults"] = defaults.merged(Overrides(**limits)).model_dump(exclude_none=True)
@@ -200,47 +178,6 @@ def _check_models(spec: Any) -> None:
             resolve_model(model, base_url=spec.base_url, env=os.environ)
         except ConfigError as exc:
             raise UsageError(f"batch: {exc}") from None
-
-
-def _check_agents(spec: Any, tasks: list[Any]) -> None:
-    """`agent = "worker"` where a run of it could not start (a baseline model, a search)
-    fails here, once, not in every such run."""
-    for t in tasks:
-        if t.settings.agent != "worker":
-            continue
-        if "baseline" in (m.strip() for m in spec.models):
-            raise UsageError(
-                f"batch: {t.name}: agent worker (--agent, or `agent` in the batch file) needs "
-                "a model; --model baseline runs the recipe (give baseline a batch of its own)"
-            )
-        if t.settings.search not in (None, "none"):
-            raise UsageError(
-                f"batch: {t.name}: agent worker and search {t.settings.search} do not go "
-                "together: a search's attempts are each a worker already"
-            )
-
-
-def _check_searches(spec: Any, tasks: list[Any]) -> None:
-    """A search setting no run could start with (`attempts` without `search`, `search llm`
-    or a task with no recipe variants for `baseline`) fails here, once, as `mlra run`
-    would refuse it: not each run, after the batch has begun, as a failed run."""
-    for t in tasks:
-        s = t.settings
-        asked = argparse.Namespace(
-            search=s.search or "none", attempts=s.attempts, attempts_parallel=s.attempts_parallel
-        )
-        try:
-            task = find_task(t.task)
-        except TaskError:
-            continue  # load_tasks said it already
-        for model in dict.fromkeys(m.strip() for m in spec.models):
-            try:
-                search_settings(asked, task, model)
-            except UsageError as exc:
-                raise UsageError(
-                    f"batch: {t.name} · {model}: {exc} (`search`, `attempts` and "
-                    "`attempts_parallel` in the batch file, or their flags)"
-                ) from None
 
 
 def _check_gradable(spec: Any) -> None:
@@ -273,8 +210,8 @@ def cmd_batch(args: argparse.Namespace) -> int:
     except BatchError as exc:
         raise UsageError(str(exc)) from None
     _check_models(spec)
-    _check_agents(spec, tasks)
-    _check_searches(spec, tasks)
+    check_agents(spec, tasks)
+    check_searches(spec, tasks)
     _check_gradable(spec)
     if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
         for model in dict.fromkeys(m.strip() for m in spec.models):

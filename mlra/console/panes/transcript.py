@@ -40,6 +40,7 @@ from mlra.console.panes.transcript_entries import (
 from mlra.console.panes.transcript_notes import NotedEntries
 from mlra.console.text.attempt_lines import attempt_finished_line, attempt_ok, attempt_started_line
 from mlra.console.text.event_lines import (
+    RunDeadline,
     attempt_news,
     control_line,
     decided_line,
@@ -75,6 +76,8 @@ class TranscriptPane(NotedEntries):
         self.highlight = ""  # text to mark wherever it shows (a replay's search)
         self._regrading = False
         self._answer_notes = AnswerNotes("workers")
+        self._deadline = RunDeadline()
+        """The run's time limit: a wait's line says no more than the run had left."""
         self._carried: set[str] = set()
         """Calls open when the run was last resumed: shown again below its line once anything
         more of them comes (`_carry_over`)."""
@@ -92,6 +95,7 @@ class TranscriptPane(NotedEntries):
     # --- events ---------------------------------------------------------------------
 
     def feed(self, event: ev.Event) -> None:
+        self._deadline.apply(event)
         if self._carried and getattr(event, "call_id", None) in self._carried:
             self._carry_over(getattr(event, "call_id", ""))
         match event:
@@ -111,7 +115,7 @@ class TranscriptPane(NotedEntries):
                 entry.done = True
                 self._dirty.add(entry)
             case ev.ToolCall() if event.tool not in QUIET_TOOLS:
-                tool = ToolEntry(event)
+                tool = ToolEntry(event, left_s=self._deadline.left_at(event.t))
                 self._tools[event.call_id] = tool
                 self._add(tool)
                 if event.agent != "supervisor":
@@ -330,6 +334,7 @@ class TranscriptPane(NotedEntries):
         self._entries.clear()
         self._forget_notes()
         self._answer_notes = AnswerNotes("workers")  # a window's own: from its first step
+        self._deadline = RunDeadline()  # a window begins with the run's start
         self.dropped = 0
         self.border_subtitle = ""
 

@@ -172,10 +172,12 @@ class ThoughtEntry(Entry):
 class ToolEntry(Entry, can_focus=True):
     BINDINGS = [Binding("enter,x", "toggle_expanded", "Expand", show=False)]
 
-    def __init__(self, call: ev.ToolCall) -> None:
+    def __init__(self, call: ev.ToolCall, *, left_s: float | None = None) -> None:
         super().__init__()
         self.key = ("call", call.call_id)
         self.call = call
+        self.left_s = left_s
+        """The run's time left as it was called: a wait's line says no more."""
         self.output = OutputBuffer()
         self.result: ev.ToolResult | None = None
         self.waiting = False
@@ -195,6 +197,7 @@ class ToolEntry(Entry, can_focus=True):
         """The call's state as fed anew; whether it is expanded stays the user's choice."""
         assert isinstance(other, ToolEntry)
         self.call, self.output, self.result = other.call, other.output, other.result
+        self.left_s = other.left_s
         self.waiting, self.edited = other.waiting, other.edited
         self.edited_by, self.begun = other.edited_by, other.begun
         self.decided, self.went_on = other.decided, other.went_on
@@ -202,7 +205,7 @@ class ToolEntry(Entry, can_focus=True):
     def carried_over(self) -> ToolEntry:
         """The call shown anew where a resumed run goes on with it; this one stays, its
         first place, with what it printed before."""
-        carried = ToolEntry(self.call)
+        carried = ToolEntry(self.call, left_s=self.left_s)
         carried.key = (self.key, "resumed")
         carried.edited, carried.edited_by = self.edited, self.edited_by
         carried.decided = self.decided
@@ -241,7 +244,7 @@ class ToolEntry(Entry, can_focus=True):
         call = self.call
         who = "" if call.agent in ("worker", "baseline") else f"{call.agent}: "
         out = Text(f"{format_duration(call.t)} ", style="dim")
-        out.append(f"{who}{said_call(call)}", style="bold")
+        out.append(f"{who}{said_call(call, self.left_s)}", style="bold")
         if self.edited is not None:
             out.append(f"\n  edited by {self.edited_by} → ", style="yellow")
             out.append(describe_call(call.tool, self.edited), style="bold yellow")

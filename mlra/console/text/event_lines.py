@@ -16,7 +16,7 @@ from typing import Any
 from mlra import events as ev
 from mlra.durations import format_duration
 from mlra.terminal_text import printable, printable_line
-from mlra.tools.attempts import AttemptStartArgs
+from mlra.tools.attempts import AttemptStartArgs, wait_bound
 
 START_DEFAULT_OPERATOR = str(AttemptStartArgs.model_fields["operator"].default)
 SUBMITTED_BY = frozenset({"agent", "user"})
@@ -51,26 +51,73 @@ def one_line(text: str, limit: int = 160) -> str:
 
 
 def describe_call(
-    tool: str, arguments: dict[str, Any] | None, raw: str | None = None, *, refused: bool = False
+    tool: str,
+    arguments: dict[str, Any] | None,
+    raw: str | None = None,
+    *,
+    refused: bool = False,
+    left_s: float | None = None,
 ) -> str:
     """A tool call as a person would read it: `$ ls -la` rather than JSON; whatever the
     model put in it is shown, not obeyed (a command keeps its line breaks). `refused`:
     the tool refused these arguments (`tool_call` `refused`), so the call is shown as
-    written: a readable form would say what the tool would run, and it ran nothing."""
+    written: a readable form would say what the tool would run, and it ran nothing.
+    `left_s`: the run's time left as it was called (`RunDeadline`), which bounds a wait."""
     if refused and arguments is not None:
         name = printable_line(tool)
         return printable(f"{name} {one_line(json.dumps(arguments, ensure_ascii=False), 200)}")
-    return printable(_describe_call(printable_line(tool), arguments, raw))
+    return printable(_describe_call(printable_line(tool), arguments, raw, left_s))
 
 
-def said_call(call: ev.ToolCall) -> str:
+def said_call(call: ev.ToolCall, left_s: float | None = None) -> str:
     """A recorded call as `describe_call` says it, as written where its tool refused it."""
     return describe_call(
-        call.tool, call.arguments, call.raw_arguments, refused=call.refused is not None
+        call.tool,
+        call.arguments,
+        call.raw_arguments,
+        refused=call.refused is not None,
+        left_s=left_s,
     )
 
 
-def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None) -> str:
+class RunDeadline:
+    """The run's time limit as its events set it (its start; a resume's or a fork's
+    `--time-limit`; a raise), as the run's state folds it (agent/record/state.py): a
+    display that says a call's words by the time the run had left keeps one. An LLM
+    supervisor's `attempt_wait` asks the hour it likes; the tool waits no longer than
+    the run has left, and so the line says."""
+
+    def __init__(self) -> None:
+        self.limit_s: float | None = None
+
+    def apply(self, event: ev.Event) -> None:
+        match event:
+            case ev.RunStarted():
+                self.limit_s = event.limits.time_limit_s
+            case ev.RunResumed() | ev.RunForked() if "time_limit_s" in event.settings:
+                self.limit_s = float(event.settings["time_limit_s"])
+            case ev.TimeLimitRaised():
+                self.limit_s = event.limit_s
+            case _:
+                pass
+
+    def left_at(self, t: float) -> float | None:
+        """The run's time left at run time `t`; None before its start is known."""
+        return None if self.limit_s is None else self.limit_s - t
+
+
+def _wait_words(timeout: object, left_s: float | None) -> str | None:
+    """A wait's bound, as the tool keeps it (tools/attempts.py `wait_bound`); None for a
+    timeout that is no number (the tool refused it)."""
+    if not isinstance(timeout, int | float) or isinstance(timeout, bool):
+        return None
+    left = None if left_s is None else float(round(left_s))
+    return limit_words(wait_bound(float(timeout), left))
+
+
+def _describe_call(
+    tool: str, arguments: dict[str, Any] | None, raw: str | None, left_s: float | None
+) -> str:
     if arguments is None:
         return f"{tool} <unreadable arguments: {one_line(raw or '', 80)}>"
     a = arguments
@@ -91,8 +138,7 @@ def _describe_call(tool: str, arguments: dict[str, Any] | None, raw: str | None)
         return f"update_plan ({len(a.get('steps') or [])} steps)"
     if tool == "attempt_wait":
         whom = printable_line(str(a["attempt"])) if a.get("attempt") else "any attempt"
-        timeout = a.get("timeout", 600.0)
-        bound = limit_words(float(timeout)) if isinstance(timeout, int | float) else "?"
+        bound = _wait_words(a.get("timeout", 600.0), left_s) or "?"
         return f"attempt_wait for {whom}, up to {bound}"
     if tool == "attempt_start":
         # Left out, it is what the tool takes it to be ("chosen"), never "draft".
@@ -183,11 +229,8 @@ def waiting_words(
         whom = "any of " + ", ".join(printable_line(r) for r in running)
     else:
         whom = "an attempt"
-    timeout = a.get("timeout", 600.0)
-    bound = ""
-    if isinstance(timeout, int | float):
-        most = float(timeout) if left_s is None else min(float(timeout), max(0, round(left_s)))
-        bound = f" of up to {limit_words(most)}"
+    bound = _wait_words(a.get("timeout", 600.0), left_s)
+    bound = f" of up to {bound}" if bound is not None else ""
     return f"waiting for {whom} ({format_duration(took_s)}{bound})"
 
 

@@ -25,6 +25,7 @@ from mlra.console.text.attempt_lines import (
 )
 from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.event_lines import (
+    RunDeadline,
     attempt_news,
     describe_call,
     evaluation_started_line,
@@ -96,6 +97,8 @@ class TranscriptDisplay(Printer):
                 file=self.stream, highlight=False, soft_wrap=True, emoji=False, markup=False
             )
         self._calls: dict[str, ev.ToolCall] = {}
+        self._deadline = RunDeadline()
+        """The run's time limit: a wait's line says no more than the run had left."""
         self._attempts = AttemptLogs()
         """A search's attempts' own logs, followed (the run's folder is told: attempts_in)."""
         self._waiting: dict[str, str] = {}
@@ -152,6 +155,7 @@ class TranscriptDisplay(Printer):
 
     def on_event(self, event: ev.Event) -> None:
         self._now = event.t
+        self._deadline.apply(event)
         if self._heartbeat is not None:
             self._heartbeat.apply(event)
         for attempt, said in self._attempts.news(event):
@@ -260,7 +264,7 @@ class TranscriptDisplay(Printer):
                 self._calls[event.call_id] = event
                 who = "" if event.agent in ("worker", "baseline") else f"{event.agent} "
                 self._out(
-                    f"[{t}] {who}{said_call(event)}",
+                    f"[{t}] {who}{said_call(event, self._deadline.left_at(event.t))}",
                     "bold blue",
                 )
             case ev.ApprovalRequested():

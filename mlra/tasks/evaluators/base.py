@@ -40,6 +40,7 @@ from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_memory
 from mlra.tools.sandbox.env import shown_interpreter
+from mlra.tools.sandbox.time_out import TimeOut
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
@@ -104,10 +105,8 @@ def load_evaluator(task: TaskSpec) -> Evaluator:
 
 
 def normalize(score: float | None, baseline: float | None, top: float | None) -> float | None:
-    """(score - baseline) / (top - baseline): 0 at the baseline, 1 at the top reference.
-
-    The same formula serves lower-is-better metrics, where top < baseline.
-    """
+    """(score - baseline) / (top - baseline): 0 at the baseline, 1 at the top reference
+    (top < baseline for a lower-is-better metric)."""
     if score is None or baseline is None or top is None or top == baseline:
         return None
     return (score - baseline) / (top - baseline)
@@ -319,7 +318,7 @@ async def run_evaluation(
     *,
     isolation: IsolationMode = "auto",
     split: Split = "test",
-    timeout_s: float | None = None,
+    timeout_s: float | TimeOut | None = None,
     on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     gpus: str | None = None,
     run_group: RunGroup | None = None,
@@ -331,11 +330,11 @@ async def run_evaluation(
 
     `split` says what it grades (the test split unless `validate` asks for the
     validation split or a format check); `timeout_s`, where shorter than the
-    evaluator's, bounds it (a validation never outlives the run's deadline).
+    evaluator's, bounds it (a validation never outlives the run's deadline); a
+    `TimeOut`, a validation's, which its run may raise, is taken as it is.
     Never raises for bad artifacts. The process runs in a sandbox of its own
     (bubblewrap: no network unless the task has it, the host read-only, only
-    `work_dir` writable); where none can be had it runs unconfined, and the
-    outcome's details say `isolation: none`.
+    `work_dir` writable; where none can be had it runs unconfined: `isolation: none`).
 
     `gpus` (a `--gpus` value) are the run's: grading keeps to the GPUs the run was
     given, else to those the host's CUDA_VISIBLE_DEVICES names.
@@ -353,9 +352,9 @@ async def run_evaluation(
     out = work_dir / "evaluation.json"
     out.unlink(missing_ok=True)
     log_path = work_dir / "evaluation.log"
-    timeout = parse_duration(task.evaluator.timeout)
-    if timeout_s is not None:
-        timeout = max(1.0, min(timeout, timeout_s))
+    own = parse_duration(task.evaluator.timeout)
+    bound = own if timeout_s is None else timeout_s
+    timeout = bound if isinstance(bound, TimeOut) else TimeOut(max(1.0, min(own, bound)))
     env = evaluation_env(task)
     spec = evaluation_spec(task, artifact, env)
     spec.gpus = gpus if gpus is not None else host_gpus()
@@ -438,7 +437,7 @@ async def run_evaluation(
         return outcome
     if result.timed_out:
         return EvalOutcome(
-            ok=False, error=f"evaluation timed out after {timeout:.0f}s", details=details
+            ok=False, error=f"evaluation timed out after {float(timeout):.0f}s", details=details
         )
     tail = result.output.strip().splitlines()[-5:]
     took = time.monotonic() - started
