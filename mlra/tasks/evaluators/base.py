@@ -32,7 +32,13 @@ from pydantic import BaseModel, Field
 from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.lazy_load import load
-from mlra.tasks.evaluators.grader_user import Mirrors, grader_disk, lend, write_after
+from mlra.tasks.evaluators.grader_user import (
+    Mirrors,
+    disk_full_error,
+    grader_disk,
+    lend,
+    write_after,
+)
 from mlra.tasks.evaluators.host_tools import host_tools
 from mlra.tasks.evaluators.kinds import EVALUATORS
 from mlra.tasks.evaluators.progress import TICK_S as PROGRESS_TICK_S
@@ -46,7 +52,7 @@ from mlra.tasks.evaluators.stale import (
 )
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import run_uid, trees
-from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from mlra.tools.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_memory
 from mlra.tools.sandbox.env import shown_interpreter
 
@@ -377,6 +383,16 @@ async def run_evaluation(
         (work_dir / EVALUATOR_FILE).unlink(missing_ok=True)
         await asyncio.to_thread(_tidy, artifact, mirrors)
     write_after(log_path, result.output)
+    outcome = _outcome_of(result, out, box, timeout, started)
+    if result.disk_full and not outcome.ok:
+        outcome.error = f"{disk_full_error(disk)} ({outcome.error})"
+    return outcome
+
+
+def _outcome_of(
+    result: ExecResult, out: Path, box: Sandbox, timeout: float, started: float
+) -> EvalOutcome:
+    """The evaluator's result, or why there is none."""
     details: dict[str, object] = {"isolation": box.isolation, "limits": limits_details(box)}
     if result.notes:
         details["sandbox_notes"] = list(result.notes)

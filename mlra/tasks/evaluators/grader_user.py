@@ -45,6 +45,13 @@ def grader_disk(task: TaskSpec, work_dir: Path) -> Chosen:
     return Chosen(GRADER_DISK_MB, f"the grader's default of {GRADER_DISK_MB // 1024} GiB")
 
 
+def disk_full_error(disk: Chosen) -> str:
+    return (
+        f"grading needed more disk than its scratch quota of {disk.mb:,} MB ({disk.source}); "
+        "a task whose grading needs more says so with [resources] disk_gb"
+    )
+
+
 @dataclass
 class Mirrors:
     """The grader's own Hugging Face caches: `env`'s cache variables, each mirrored in
