@@ -371,3 +371,27 @@ def test_the_script_evaluator_called_directly_runs_unconfined_and_says_so(
     assert outcome.ok and outcome.score == 1.0, outcome.error
     assert outcome.details["isolation"] == "none"
     assert outcome.metrics == {"saw_key": 0.0}
+
+
+async def test_grading_that_needs_more_disk_than_the_task_gives_says_so(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    """The grader's scratch quota is the task's disk_gb (not half the disk): an evaluator
+    that writes past it fails with the quota and where it came from named."""
+    task_dir = tmp_path / "task"
+    shutil.copytree(answer_task, task_dir)
+    toml = task_dir / "task.toml"
+    toml.write_text(toml.read_text().replace("network = false", "network = false\ndisk_gb = 0.02"))
+    (task_dir / "hidden" / "check.py").write_text(
+        "import sys\nfrom pathlib import Path\nout = Path(sys.argv[3])\n"
+        "out.with_name('big').write_bytes(b'x' * 60_000_000)\nout.write_text('{\"score\": 1.0}')\n"
+    )
+    answer = tmp_path / "answer.txt"
+    answer.write_text("42\n")
+    outcome = await run_evaluation(load_task(task_dir), answer, tmp_path / "eval")
+    assert not outcome.ok and outcome.error is not None
+    assert outcome.error.startswith(
+        "grading needed more disk than its scratch quota of 20 MB (the task's [resources] disk_gb)"
+    ), outcome.error
+    limits = outcome.details["limits"]
+    assert isinstance(limits, dict) and limits["disk_mb"] == 20

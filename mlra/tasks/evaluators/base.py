@@ -7,7 +7,9 @@ host read-only, only its scratch folder writable) with an environment built
 from scratch (no API keys), and its score is what the log and `result.json` record.
 The artifact is the agent's, so the evaluator is bounded as the agent's commands
 are: the task's memory (else the machine's default, /tmp and /dev/shm counted) and a
-disk quota on its scratch folder, both recorded in the outcome's details.
+disk quota on its scratch folder (the task's `disk_gb`, else grader_user.GRADER_DISK_MB),
+both recorded in the outcome's details; as root it runs as a host uid of its own
+(grader_user.py).
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ import importlib
 import json
 import os
 import secrets
-import signal
 import stat
 import time
 from collections.abc import Callable
@@ -31,13 +32,27 @@ from pydantic import BaseModel, Field
 from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.lazy_load import load
+from mlra.tasks.evaluators.grader_user import (
+    Mirrors,
+    disk_full_error,
+    grader_disk,
+    lend,
+    write_after,
+)
 from mlra.tasks.evaluators.host_tools import host_tools
 from mlra.tasks.evaluators.kinds import EVALUATORS
 from mlra.tasks.evaluators.progress import TICK_S as PROGRESS_TICK_S
 from mlra.tasks.evaluators.progress import ProgressReader
+from mlra.tasks.evaluators.stale import (
+    EVALUATOR_FILE,
+    GRADER_VAR,
+    EvaluatorRecord,
+    end_stale_evaluator,
+    started_at,
+)
 from mlra.tasks.spec import TaskSpec
-from mlra.tools.sandbox import trees
-from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
+from mlra.tools.sandbox import run_uid, trees
+from mlra.tools.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import task_memory
 from mlra.tools.sandbox.env import shown_interpreter
 from mlra.tools.sandbox.time_out import TimeOut
@@ -116,13 +131,6 @@ ISOLATION_VAR = "MLRA_EVALUATION_ISOLATION"
 """Set in the evaluation process to how it is confined ("bwrap" or "none"). bubblewrap
 cannot nest, so the script evaluator runs its script as a plain child process, held
 by the same confinement, and records this as the child's isolation."""
-
-GRADER_VAR = "MLRA_EVALUATOR_ID"
-"""A token in the evaluation process's environment (and its children's), so one left
-running by a killed mlra can be found and ended before the run is graded again."""
-
-EVALUATOR_FILE = "evaluator.json"
-"""In the evaluation folder while an evaluation runs: who runs it, and its token."""
 
 MAX_RESULT_BYTES = 16 * 1024 * 1024
 """The evaluator's result read at most: it is written where the evaluated code runs."""
@@ -242,73 +250,18 @@ def limits_details(box: Sandbox) -> dict[str, object]:
     return limits.model_dump(mode="json", exclude_none=True, exclude={"cpus", "pids"})
 
 
-class EvaluatorRecord(BaseModel):
-    """What `evaluator.json` holds while an evaluation runs."""
-
-    token: str
-    owner_pid: int
-    owner_started: float
-    """The owning mlra process's start time, so a reused pid is not taken for it."""
-    started: float
-
-
-def _started_at(pid: int) -> float | None:
-    import psutil
-
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
-
-
-def end_stale_evaluator(work_dir: Path) -> str | None:
-    """End an evaluation a killed mlra left running in `work_dir`: never two graders.
-
-    Returns why grading cannot go on (another live mlra process is grading), or None.
-    The processes are found by the token in their environment, and must have started
-    after the record was written, so nothing else is ever killed.
-    """
-    import psutil
-
-    path = work_dir / EVALUATOR_FILE
-    try:
-        record = EvaluatorRecord.model_validate_json(path.read_text())
-    except (OSError, ValueError):
-        return None
-    me = os.getpid()
-    owner_started = _started_at(record.owner_pid)
-    if record.owner_pid != me and owner_started is not None:
-        if abs(owner_started - record.owner_started) < 0.01:
-            return f"another mlra process (pid {record.owner_pid}) is grading this run now"
-    victims: list[psutil.Process] = []
-    for proc in psutil.process_iter():
-        if proc.pid == me:
-            continue
-        try:
-            if proc.environ().get(GRADER_VAR) != record.token:
-                continue
-            if proc.create_time() < record.started - 1.0:
-                continue
-        except psutil.Error:
-            continue
-        victims.append(proc)
-    for proc in victims:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            pgid = os.getpgid(proc.pid)
-            if pgid != os.getpgid(0):
-                os.killpg(pgid, signal.SIGKILL)
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
-    psutil.wait_procs(victims, timeout=5.0)
-    path.unlink(missing_ok=True)
-    return None
-
-
 async def _flush_now_and_then(reader: ProgressReader) -> None:
     """Log a progress line held back once its time comes, though no output follows."""
     while True:
         await asyncio.sleep(PROGRESS_TICK_S)
         reader.flush()
+
+
+def _tidy(artifact: Path, mirrors: Mirrors | None) -> None:
+    """After the grader: the artifact is mlra's again, its own caches are gone."""
+    lend(artifact, None)
+    if mirrors is not None:
+        mirrors.remove()
 
 
 async def run_evaluation(
@@ -359,12 +312,19 @@ async def run_evaluation(
     spec = evaluation_spec(task, artifact, env)
     spec.gpus = gpus if gpus is not None else host_gpus()
     spec.draw_on(run_group)
-    # The grader writes the shared Hugging Face cache, which is mlra's user's.
-    box = LocalSandbox(work_dir, spec, isolation_mode=isolation, own_uid=False)
+    disk = grader_disk(task, work_dir)
+    spec.disk_mb, spec.limit_sources["disk_mb"] = disk.mb, disk.source
+    mirrors = None
+    if run_uid.wanted() and isolation != "none":  # a uid of its own: the caches are root's
+        mirrors = await asyncio.to_thread(Mirrors.make, env, work_dir)
+        spec.read_write = [p for p in spec.read_write if p not in mirrors.originals]
+        spec.read_only = [*spec.read_only, *mirrors.originals]
+    box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
     started = time.monotonic()
     try:
         try:
             await box.start()
+            await asyncio.to_thread(lend, artifact, box.host_uid)
         except SandboxError as exc:
             return EvalOutcome(
                 ok=False,
@@ -375,7 +335,7 @@ async def run_evaluation(
         record = EvaluatorRecord(
             token=token,
             owner_pid=os.getpid(),
-            owner_started=_started_at(os.getpid()) or 0.0,
+            owner_started=started_at(os.getpid()) or 0.0,
             started=time.time(),
         )
         (work_dir / EVALUATOR_FILE).write_text(record.model_dump_json())
@@ -391,6 +351,8 @@ async def run_evaluation(
             split,
         ]
         env.update({ISOLATION_VAR: box.isolation, GRADER_VAR: token})
+        if mirrors is not None:
+            mirrors.point(env, inside)
         reader = ProgressReader(on_progress) if on_progress is not None else None
         flushing = asyncio.create_task(_flush_now_and_then(reader)) if reader else None
         try:
@@ -418,7 +380,18 @@ async def run_evaluation(
         with contextlib.suppress(Exception):
             await box.close()
         (work_dir / EVALUATOR_FILE).unlink(missing_ok=True)
-    log_path.write_text(result.output)
+        await asyncio.to_thread(_tidy, artifact, mirrors)
+    write_after(log_path, result.output)
+    outcome = _outcome_of(result, out, box, timeout, started)
+    if result.disk_full and not outcome.ok:
+        outcome.error = f"{disk_full_error(disk)} ({outcome.error})"
+    return outcome
+
+
+def _outcome_of(
+    result: ExecResult, out: Path, box: Sandbox, timeout: float, started: float
+) -> EvalOutcome:
+    """The evaluator's result, or why there is none."""
     details: dict[str, object] = {"isolation": box.isolation, "limits": limits_details(box)}
     if result.notes:
         details["sandbox_notes"] = list(result.notes)

@@ -3,7 +3,9 @@
 Cloning, downloading, parsing a feed, extracting a PDF's text and summarizing a clone
 all handle what the agent chose (a URL, a repository, a file in its workspace), so
 none of them runs as mlra: each runs in bubblewrap as an unprivileged uid with no
-capabilities, seeing the OS read-only, one folder of its own read-write (a staging
+capabilities (as root, a host uid claimed for the step, run_uid.py: a hostile
+repository's hooks take that uid's inotify instances and processes, not root's, and
+read no root-only file of what the box shows), seeing the OS read-only, one folder of its own read-write (a staging
 folder in the run folder, never the workspace, never another run) and nothing else of
 the host: no home folder, no project checkout, no task files, no sockets. Its
 environment is built from nothing (no API keys, no proxies, no git or ssh config), its
@@ -31,8 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mlra.tools.sandbox import bwrap as bw
+from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.env import shown_interpreter
+from mlra.tools.sandbox.runner import finish_despite_cancel
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 STDOUT_LIMIT = 2 * 1024 * 1024
@@ -143,11 +147,11 @@ class FetchBox:
             limits.append(f"--fsize={self.file_limit_bytes}")
         return limits
 
-    def _argv(self, command: Sequence[str]) -> list[str]:
+    def _argv(self, command: Sequence[str], user: run_uid.UidClaim | None) -> list[str]:
         prefix = [self._prlimit, *self._rlimits(), "--"] if self._prlimit else []
         if self.bwrap is None:
             return [*prefix, *command]
-        return bw.bwrap_argv(
+        argv = bw.bwrap_argv(
             self.bwrap,
             workspace=self.folder,
             inside_cwd=bw.INSIDE_WORKDIR,
@@ -160,6 +164,39 @@ class FetchBox:
             tmp_mb=TMPFS_MB,
             shm_mb=TMPFS_MB,
         )
+        if user is None:
+            return argv
+        try:
+            user.view.stage(argv)  # the run folder's staging folder is 0700 (run_uid.View)
+        except OSError as exc:
+            raise SandboxError(str(exc)) from None
+        return [*user.prefix(), *user.view.wrap(argv)]
+
+    def _claim(self) -> run_uid.UidClaim | None:
+        """As root, a uid of the step's own, given the folder; None where mlra is not root
+        or the step runs unconfined. A uid that cannot be claimed (no claims folder) is
+        a refusal, not a step run as root outside."""
+        if self.bwrap is None or not run_uid.wanted():
+            return None
+        try:
+            user = run_uid.claim()
+        except OSError as exc:
+            raise FetchUnconfined(f"no uid of its own for the fetch's sandbox: {exc}") from None
+        try:
+            run_uid.hand_tree(self.folder, user.uid, user.gid)
+        except OSError:
+            user.release()
+            raise
+        return user
+
+    def _give_back(self, user: run_uid.UidClaim | None) -> None:
+        """The folder is mlra's again (what landed moves on to the workspace's owner,
+        landing.hand_over) and the uid is free: nothing runs as it any more."""
+        if user is None:
+            return
+        with contextlib.suppress(OSError):
+            run_uid.hand_tree(self.folder, os.geteuid(), os.getegid())
+        user.release()
 
     async def run(
         self,
@@ -178,22 +215,27 @@ class FetchBox:
         else:
             scratch = tempfile.mkdtemp(prefix="mlra-fetch-home-")
             home = scratch
+        user = await asyncio.to_thread(self._claim)
         try:
-            return await self._run(command, home, timeout_s, stdin_fd, watch)
+            argv = self._argv(command, user)
+            return await self._run(argv, home, timeout_s, stdin_fd, watch)
         finally:
+            # The step's processes are gone (killed with their session, the pid
+            # namespace with bubblewrap) before its uid is given back.
+            await finish_despite_cancel(asyncio.to_thread(self._give_back, user))
             if scratch is not None:
                 shutil.rmtree(scratch, ignore_errors=True)
 
     async def _run(
         self,
-        command: Sequence[str],
+        argv: Sequence[str],
         home: str,
         timeout_s: float,
         stdin_fd: int | None,
         watch: Callable[[], str | None] | None,
     ) -> BoxResult:
         proc = await asyncio.create_subprocess_exec(
-            *self._argv(command),
+            *argv,
             stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

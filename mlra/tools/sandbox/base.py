@@ -75,6 +75,8 @@ class ExecResult:
     notes: list[str] = field(default_factory=list)
     """What the sandbox itself says of the command (a process killed for memory, commands
     stopped for the disk quota), each also the last lines of `output`."""
+    disk_full: bool = False
+    """The workspace was at its disk quota when the command ended (one of the notes)."""
 
 
 @dataclass

@@ -366,6 +366,7 @@ class LocalSandbox(Sandbox):
             self._limits.memory_note(result.output, result.exit_code, oom_before),
             None if self._quota is None else self._quota.note_since(stops_before),
         ]
+        result.disk_full = notes[1] is not None
         for note in notes:
             if note is None:
                 continue
