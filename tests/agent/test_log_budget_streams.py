@@ -14,16 +14,31 @@ import io
 from pathlib import Path
 
 from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.log_budget import MB, SHORT_SNAPSHOT_BYTES
 from mlra.agent.record.snapshots import SnapshotStore, WorkspaceScanner
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
 from mlra.console.apps.app import MlraApp
 from mlra.console.apps.replay_app import ReplayApp
 from mlra.console.panes.transcript_entries import ThoughtEntry
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.console.text.replay import ReplayModel
+from mlra.tasks.spec import load_task
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
+from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
+
+PRINTS = (
+    "import sys\nfor i in range(1500):\n    sys.stdout.write(f'{i:05d} {N} ' + 'x' * 56 + '\\n')\n"
+)
+"""About 100 KB of output, a little different each time."""
+ANSWER_AND_SUBMIT = [
+    turn("", call("bash", command="echo 42 > answer.txt")),
+    turn("", call("submit", path="answer.txt", note="the answer")),
+]
 
 LINES = "".join(f"{i:03d} thought\n" for i in range(150))
 """About 1.8 KB in 150 lines: streamed, each line is an event of its own."""
@@ -100,6 +115,33 @@ async def test_a_model_that_writes_at_length_stays_within_its_log_budget_as_it_w
     assert len(cut_live) == 1 and cut_live[0].endswith(f"cut off: Cut short.\n{LINES}".strip())
     assert cut_replayed == cut_live
     assert replayed and shown_live[-len(replayed) :] == replayed
+
+
+async def test_a_run_past_the_point_lists_fewer_files_a_snapshot_and_its_replay_says_so(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    printing = [turn(f"Print {i}.", call("python", code=PRINTS.replace("{N}", f"{i:02d}"))) for i in range(3)]  # fmt: skip
+    many = "mkdir ckpt && for i in $(seq 1 300); do echo $i > ckpt/step-$i.txt; done"
+    script = {"worker": [*printing, turn("", call("bash", command=many)), *ANSWER_AND_SUBMIT]}
+    with ScriptedModelServer(script) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer", model="openai/test", runs_dir=tmp_path, run_id="r", isolation="none",
+            agent="worker", log_budget_mb=0.25,
+        )  # fmt: skip
+        result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+        await provider.aclose()
+    assert (result.reason, result.score) == ("submitted", 1.0)
+    events = read_events(tmp_path / "r" / "events.jsonl")
+    (notice,) = [e for e in events if isinstance(e, ev.Notice) and e.kind == "log_budget"]
+    (snapshot,) = [e for e in events if isinstance(e, ev.WorkspaceSnapshot) and e.seq > notice.seq and len(e.changed) > 1]  # fmt: skip
+    assert snapshot.log_budget_bytes == SHORT_SNAPSHOT_BYTES and snapshot.left_out is not None
+    assert len(snapshot.changed) + snapshot.left_out.changed == 300
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    for event in events:
+        display.on_event(event)
+    assert "near its size budget, so one snapshot event lists at most 8 KiB" in out.getvalue()
 
 
 def test_a_snapshot_near_the_log_budget_lists_fewer_files_and_counts_the_rest(
