@@ -24,6 +24,7 @@ from pydantic import (
 from mlra.batch.errors import BatchError as BatchError
 from mlra.batch.run_ids import RunNames
 from mlra.durations import parse_duration
+from mlra.sizes import disk_mb
 from mlra.tools.research_table import research_tool_name
 
 
@@ -100,9 +101,22 @@ class BatchSpec(_Strict):
     ungraded: bool = False
     """Run tasks this machine cannot grade all the same (`mlra run --ungraded`); without
     it a batch naming one is refused before any run starts."""
+    log_budget: str | None = None
+    """Each run's event log budget (`mlra run --log-budget`: `2g`, or `none`); None: the
+    run's default (agent/record/log_budget.py)."""
     defaults: Overrides = Field(default_factory=Overrides)
     overrides: dict[str, Overrides] = Field(default_factory=dict)
     """Settings for one task, by the name it has in `tasks`."""
+
+    @field_validator("log_budget", mode="before")
+    @classmethod
+    def _size(cls, value: object) -> object:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            value = f"{value}m"  # a plain number is in MB, as `mlra run` reads it
+        if isinstance(value, str):
+            disk_mb(value)
+            return value.strip()
+        return value
 
     def out_dir(self) -> Path:
         """The batch folder; the same tasks, models and seeds give the same default folder."""
@@ -160,7 +174,9 @@ def parse_spec(data: dict[str, object], *, where: str = "batch") -> BatchSpec:
     except ValidationError as exc:
         error = exc.errors()[0]
         field = ".".join(str(p) for p in error["loc"]) or "batch"
-        raise BatchError(f"{where}: {field}: {error['msg']}") from None
+        raise BatchError(
+            f"{where}: {field}: {error['msg'].removeprefix('Value error, ')}"
+        ) from None
 
 
 class BatchTask(BaseModel):
@@ -253,6 +269,8 @@ def run_command(
         command += ["--allow-host", host]
     if spec.ungraded:
         command.append("--ungraded")
+    if spec.log_budget is not None:
+        command += ["--log-budget", spec.log_budget]
     s = run.settings
     for flag, value in (
         ("--time-limit", s.time_limit),

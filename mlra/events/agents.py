@@ -124,6 +124,10 @@ class TextDelta(_Event):
     agent: AgentRole
     turn: int
     text: str
+    whole: bool = False
+    """`text` is the answer's whole text so far, not a piece to add: an answer given up on
+    whose pieces the log took none or only some of, past its size budget's shortening
+    point (agent/loop/answer_stream.py). The displays put it in place of what they showed."""
 
 
 class ContextWindowLearned(_Event):

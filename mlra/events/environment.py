@@ -162,6 +162,10 @@ class WorkspaceSnapshot(_Event):
     removed: list[str] = Field(default_factory=list)
     left_out: SnapshotLeftOut | None = None
     """Set when the scan or the event's bounds left something unrecorded."""
+    log_budget_bytes: int | None = None
+    """The bytes of paths the event was held to, fewer than a snapshot may list, because
+    the run's log neared its size budget (agent/record/log_budget.py); what did not fit
+    is counted in `left_out`. None: held to the usual bound only, if any."""
 
 
 class RunResumed(_Event):

@@ -308,10 +308,13 @@ def test_a_batch_with_agent_worker_runs_each_run_with_the_worker_alone(
     with ScriptedModelServer({"worker": solve}) as server:
         args = ["batch", "--tasks", "answer_task", "--models", MODEL, "--agent", "worker"]
         args += ["--out", str(out), "--base-url", server.url_for("openai"), "--isolation", "none"]
-        proc = mlra_cli([*args, "--no-tui"], cwd=tmp_path, timeout=180)
+        proc = mlra_cli([*args, "--log-budget", "2g", "--no-tui"], cwd=tmp_path, timeout=180)
         assert proc.returncode == 0, proc.stdout + proc.stderr
         assert server.requests_for("supervisor") == []
     (run_dir,) = (out / "runs").iterdir()
+    # Each run has the batch's log budget.
+    started = read_events(run_dir / "events.jsonl")[0]
+    assert isinstance(started, ev.RunStarted) and started.config["log_budget_mb"] == 2048
     result = json.loads((run_dir / "result.json").read_text())
     assert result["score"] == 1.0 and result["worker_alone"] == "chosen"
     # The report tells the worker's runs from supervised ones.
@@ -348,6 +351,16 @@ def test_bad_batch_input_is_one_line_and_exit_2(tmp_path: Path, task_link: Path)
     assert proc.returncode == 2 and "ANTHROPIC_API_KEY" in proc.stderr
     proc = mlra_cli(["batch", "--tasks", "answer_task"], cwd=tmp_path)
     assert proc.returncode == 2 and "name the models" in proc.stderr
+    # A log budget that is no size, as a flag or in the batch file.
+    proc = mlra_cli([*["batch", "--tasks", "answer_task", "--models", "baseline"], "--log-budget", "lots"], cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "--log-budget: 'lots' is not a size" in proc.stderr
+    (tmp_path / "budget.toml").write_text(
+        'tasks = ["answer_task"]\nmodels = ["baseline"]\nout = "s"\nlog_budget = "lots"\n'
+    )
+    proc = mlra_cli(["batch", "budget.toml"], cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
+    assert "budget.toml: log_budget: 'lots' is not a size" in proc.stderr, proc.stderr
     proc = mlra_cli(["report", str(tmp_path / "nothing")], cwd=tmp_path)
     assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1
     # Search settings no run could start with are refused before any run, not each run
@@ -373,7 +386,7 @@ def test_a_batch_file_with_per_task_overrides(
 ) -> None:
     (tmp_path / "batch.toml").write_text(
         'tasks = ["answer_task"]\nmodels = ["baseline", "openai/m"]\nseeds = 3\nout = "b"\n'
-        'base_url = "http://127.0.0.1:9/v1"\n'
+        'base_url = "http://127.0.0.1:9/v1"\nlog_budget = 64\n'
         '[overrides.answer_task]\nmax_steps = 7\ntime_limit = "2m"\ngpus = 1\nmemory_gb = 2\n'
         'agent = "worker"\n'
     )
@@ -385,6 +398,7 @@ def test_a_batch_file_with_per_task_overrides(
     command = run_command(runs[-1], spec, tmp_path / "b" / "runs", python="python")
     assert command[command.index("--max-steps") + 1] == "7"
     assert command[command.index("--agent") + 1] == "worker"
+    assert command[command.index("--log-budget") + 1] == "64m"  # a number is in MB
     assert command[command.index("--run-id") + 1] == batch_run_id(tmp_path / "b", "openai/m", 3)
     assert command[command.index("--run-id") + 1].startswith("answer__openai-m__s3-")
     assert "--base-url" in command

@@ -1,7 +1,7 @@
 """One model turn: the step gate, the turn's prompt, and the streamed call.
 
 The model's answers are recorded whole (`model_call`) and streamed in pieces
-(`text_delta`); a resumed run takes them from the recording instead
+(`text_delta`, agent/loop/answer_stream.py); a resumed run takes them from the recording instead
 (agent/loop/catchup.py), summarizing where the run did whatever this provider's
 window, so its histories come out as they were. Keeping the history within the
 window is agent/loop/context_window.py; what the provider does that the log must tell
@@ -17,6 +17,7 @@ import time
 from typing import Literal
 
 from mlra import events as ev
+from mlra.agent.loop.answer_stream import AnswerStream
 from mlra.agent.loop.context_window import (
     PROMPT_TOKENS,
     ContextWindow,
@@ -45,9 +46,6 @@ from mlra.tools.registry import ToolRegistry
 MAX_MENDS = 4
 """How many times one turn's request is made smaller after a server refused it as too
 long, each time by what the server said was too much, before a refusal ends the run."""
-DELTA_FLUSH_CHARS = 64
-"""Streamed model text is logged in pieces of about this size, not per token."""
-
 Purpose = Literal["turn", "summary", "review"]
 """Why the model is called, as `model_call` records it."""
 
@@ -232,22 +230,15 @@ class ModelTurn:
         max_tokens = self.window.output_budget(system, messages, tools)
         if most_tokens is not None:
             max_tokens = min(max_tokens, most_tokens)
-        buffer: list[str] = []
+        stream = AnswerStream(run, agent, turn)
         produced = 0
-
-        def flush() -> None:
-            if buffer:
-                run.emit(ev.TextDelta(agent=agent, turn=turn, text="".join(buffer)))
-                buffer.clear()
 
         def on_text(piece: str) -> None:
             nonlocal produced
             produced += len(piece)
             if purpose != "turn":
                 return  # summaries and reviews are not streamed to the transcript
-            buffer.append(piece)
-            if "\n" in piece or sum(map(len, buffer)) >= DELTA_FLUSH_CHARS:
-                flush()
+            stream.add(piece)
 
         def on_first_piece(seconds: float) -> None:
             run.emit(ev.ModelAnswering(agent=agent, turn=turn, first_token_s=round(seconds, 3)))
@@ -257,7 +248,7 @@ class ModelTurn:
         def on_retry(attempt: int, status: int | None) -> None:
             # What the answer given up on streamed is logged before the retry, never
             # glued to the answer asked again (its text is no part of that answer).
-            flush()
+            stream.given_up()
             told(attempt, status)
 
         def on_sent() -> None:
@@ -284,7 +275,7 @@ class ModelTurn:
                     )
                 break
             except ProviderError as exc:
-                flush()  # what it streamed before it failed, logged before its failure
+                stream.given_up()  # what it streamed, logged before its failure
                 self.provider_events.tell_adaptations(agent)
                 if isinstance(exc, ServerGone) and exc.cause == "connection_lost" and produced:
                     # The server had begun to answer: what it read and wrote counts, though
@@ -306,7 +297,7 @@ class ModelTurn:
                     raise TooLong(exc, Sent(*sizes, max_tokens), spec) from exc
                 await self.provider_events.failed(agent, exc)
             except asyncio.CancelledError:
-                flush()
+                stream.given_up()
                 if sent or produced or not provider.tells_sending():
                     # No request that never reached the server is counted: a stop while
                     # the SDK retried a name that does not resolve cost nothing.
@@ -314,7 +305,7 @@ class ModelTurn:
                         agent, system, messages, tools, produced, started
                     )
                 raise
-        flush()
+        stream.answered()
         self.server_wait.reset()
         self.provider_events.tell_adaptations(agent)
         usage = response.usage

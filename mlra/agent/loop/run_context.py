@@ -14,6 +14,7 @@ from mlra import events as ev
 from mlra.agent.loop.catchup import CatchUp
 from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Controls
+from mlra.agent.loop.unlogged import UnloggedFeed
 from mlra.agent.providers.base import ModelProvider
 from mlra.agent.record.log_budget import LogBudget
 from mlra.agent.record.state import RunState
@@ -35,6 +36,8 @@ class RunContext(Protocol):
     sandbox: Sandbox | None
     catchup: CatchUp
     log_budget: LogBudget
+    unlogged: UnloggedFeed
+    """What the log no longer takes, for the live console alone (agent/loop/unlogged.py)."""
 
     def emit(self, event: ev.Event) -> ev.Event:
         """Record an agent's action (matched against the recording while catching up)."""

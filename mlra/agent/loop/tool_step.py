@@ -15,7 +15,7 @@ edited it (the note is in the recorded result, and the arguments are in the
 
 A command's output streams to the log up to `STREAM_CAP_CHARS`, and only while the
 log is short of its size budget's shortening point (agent/record/log_budget.py); past
-that it goes on streaming to the live console only (`watch_output`), so a day-long
+that it goes on streaming to the live console only (agent/loop/unlogged.py), so a day-long
 training log does not grow the event log without bound; the result, with the
 output's head and tail, still ends the call in the log (cut shorter, for the model
 too, once the log nears its budget). Durations are the run
@@ -25,7 +25,6 @@ clock's: time paused does not count.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 from mlra import events as ev
@@ -33,9 +32,14 @@ from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.controls import Breakpoint, Decision
 from mlra.agent.loop.run_context import RunContext
+from mlra.agent.loop.unlogged import UnloggedWatcher
 from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.providers.base import ToolCallRequest
-from mlra.agent.record.log_budget import LOG_BUDGET_CUT_NOTE, STREAM_BUDGET_NOTE
+from mlra.agent.record.log_budget import (
+    LOG_BUDGET_CUT_NOTE,
+    SHORT_SNAPSHOT_BYTES,
+    STREAM_BUDGET_NOTE,
+)
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.snapshots import WorkspaceScanner
 from mlra.tools.jobs import JOBS_DIR
@@ -50,8 +54,6 @@ STREAM_CAP_NOTE = (
     "\n[... the log keeps no more of this output as it streams (the live console still "
     "shows it); the call's result holds its end ...]\n"
 )
-OutputWatcher = Callable[[ev.ToolOutput], None]
-"""Sees the output the log no longer takes (an `ev.ToolOutput` never logged, `seq` 0)."""
 
 INTERRUPTED_OUTPUT = (
     "Interrupted: the run stopped (crashed, was killed or was stopped) while this call was "
@@ -68,7 +70,6 @@ class ToolStep:
         self.scanner = scanner
         self.metrics = metrics
         """Reads training metrics from commands' output as it streams (agent/metrics/)."""
-        self._watchers: list[OutputWatcher] = []
         self._in_flight: dict[str, ToolContext] = {}
         """The calls running now, by id: their commands' time-outs move with the deadline."""
 
@@ -84,10 +85,10 @@ class ToolStep:
                     moved[call_id] = round(time_out.seconds, 3)
         return moved
 
-    def watch_output(self, watcher: OutputWatcher) -> None:
-        """Also hand `watcher` the output past the log's cap (the live console's
+    def watch_output(self, watcher: UnloggedWatcher) -> None:
+        """Also hand `watcher` what the log no longer takes (the live console's
         transcript): such an event is never logged, and its `seq` is 0."""
-        self._watchers.append(watcher)
+        self.run.unlogged.watch(watcher)
 
     async def execute(
         self,
@@ -278,11 +279,8 @@ class ToolStep:
             tail.unlogged += len(rest)
             if logged:
                 self.run.emit(ev.ToolOutput(call_id=call_id, stream=stream, text=logged))
-            if rest and self._watchers and not self.run.catchup.replaying:
-                unlogged = ev.ToolOutput(call_id=call_id, stream=stream, text=rest)
-                unlogged.t = round(self.run.clock.elapsed(), 3)
-                for watcher in list(self._watchers):
-                    watcher(unlogged)
+            if rest and self.run.unlogged.watched and not self.run.catchup.replaying:
+                self.run.unlogged.show(ev.ToolOutput(call_id=call_id, stream=stream, text=rest))
 
         return on_output
 
@@ -372,7 +370,9 @@ class ToolStep:
         if not self.run.config.snapshots:
             return
         try:
-            snapshot = await asyncio.to_thread(self.scanner.scan, step)
+            # Near the log's budget an event lists fewer paths (agent/record/log_budget.py).
+            listed = SHORT_SNAPSHOT_BYTES if self.run.log_budget.shortening() else None
+            snapshot = await asyncio.to_thread(self.scanner.scan, step, listed_bytes=listed)
         except Exception as exc:  # a full disk must not end the run
             self.run.append(ev.Notice(level="warning", message=f"workspace snapshot failed: {exc}"))
             return

@@ -2,15 +2,18 @@
 
 The log is the run's one record, so nothing it needs is ever refused: a budget that
 dropped a `run_finished` or a grading would leave a run that cannot be replayed or
-scored. What grows a log without bound is a command's streamed output, which has a
-copy elsewhere (its result holds the head and tail, the live console shows the
-rest), and what a run's steps add up to. So past `SHORTEN_AT` of the budget the log
-stops taking streams, resource samples come a tenth as often, and each tool result
-is cut to `SHORT_RESULT_CHARS` before the model reads it: what the model saw is
-what was recorded, and the result says so (`ToolResult.log_budget_chars`), so a
-replay cuts the same result the same way. The model's answers and their streamed
-pieces stay whole (bounded by its answer budget; a resume and a replay need the
-answers, the console streams the pieces). A run whose log still reaches the budget
+scored. What grows a log without bound is what streams, which has a copy elsewhere
+(a command's result holds its output's head and tail, a model's answer is logged
+whole when it arrives, the live console shows the rest: agent/loop/unlogged.py), and
+what a run's steps add up to. So past `SHORTEN_AT` of the budget the log stops taking
+streams, commands' output and the model's text as it writes alike (an answer given up
+on is logged once, whole: agent/loop/answer_stream.py); resource samples come a tenth
+as often; a workspace snapshot lists `SHORT_SNAPSHOT_BYTES` of paths and counts the
+rest (`WorkspaceSnapshot.log_budget_bytes`); and each tool result is cut to
+`SHORT_RESULT_CHARS` before the model reads it: what the model saw is what was
+recorded, and the result says so (`ToolResult.log_budget_chars`), so a replay cuts the
+same result the same way. The model's answers stay whole (bounded by its answer
+budget; a resume and a replay need them). A run whose log still reaches the budget
 ends there as any budget ends a run, and is graded; its ending's few events are the
 margin past the bound.
 
@@ -31,6 +34,9 @@ SHORTEN_AT = 0.75
 the rest is room for the model's answers and the run's ending."""
 SHORT_RESULT_CHARS = 2_000
 """What a tool result keeps (head and tail) once the log is past `SHORTEN_AT`."""
+SHORT_SNAPSHOT_BYTES = 8 * 1024
+"""The paths a workspace snapshot lists once the log is past `SHORTEN_AT` (about 40 files;
+256 KiB before): the rest are counted, and a fork says it cannot restore them."""
 SAMPLES_SLOWED = 10
 """Past `SHORTEN_AT` a resource sample is taken this many times less often (every 10 s
 by default): one is about 310 bytes, 1.2 KB with eight GPUs (4 MB an hour each second)."""
@@ -96,10 +102,11 @@ class LogBudget:
         assert self.limit is not None
         return (
             f"the run's log passed {SHORTEN_AT:.0%} of its size budget "
-            f"({_mb(self.limit)}, --log-budget): from here commands' output is not "
-            f"streamed into the log (the console still shows it) and each tool result "
-            f"keeps {SHORT_RESULT_CHARS:,} characters, its head and tail, for the model "
-            "and the log alike; at the budget the run ends and is graded"
+            f"({_mb(self.limit)}, --log-budget): from here commands' output and the "
+            "model's text are not streamed into the log (the console still shows them; "
+            "each answer is logged whole), workspace snapshots list fewer files, and each "
+            f"tool result keeps {SHORT_RESULT_CHARS:,} characters, its head and tail, for "
+            "the model and the log alike; at the budget the run ends and is graded"
         )
 
     def ending_message(self) -> str:

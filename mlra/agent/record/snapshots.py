@@ -16,7 +16,8 @@ file larger than what is left to read is recorded by size and modification time,
 never read: a sparse 40 GB file costs a stat), the store's total size (past its
 quota, files are recorded without their contents, and a notice says so once), and
 the size of one event (what does not fit is counted in `left_out`, so replay and
-fork say what they cannot show). The walk is by folder descriptors, without
+fork say what they cannot show; smaller once the run's log nears its size budget,
+agent/record/log_budget.py). The walk is by folder descriptors, without
 recursion and without following a link (tools/sandbox/trees.py).
 """
 
@@ -242,9 +243,13 @@ class WorkspaceScanner:
             for path in snap.removed:
                 self.index.pop(path, None)
 
-    def scan(self, step: int) -> ev.WorkspaceSnapshot | None:
-        """The changes since the last scan as an event, or None when nothing changed."""
+    def scan(self, step: int, *, listed_bytes: int | None = None) -> ev.WorkspaceSnapshot | None:
+        """The changes since the last scan as an event, or None when nothing changed.
+        `listed_bytes`: the event lists fewer paths than `event_bytes`, since the run's
+        log nears its size budget (agent/record/log_budget.py)."""
         limits = self.limits
+        shorter = listed_bytes is not None and listed_bytes < limits.event_bytes
+        bound = listed_bytes if listed_bytes is not None and shorter else limits.event_bytes
         spend = _Scan(files=limits.scan_files, bytes=limits.scan_bytes)
         stats = trees.WalkStats()
         found: set[str] = set()
@@ -286,13 +291,14 @@ class WorkspaceScanner:
         for rel in removed:
             del self.index[rel]
         left_out = self._left_out(stats, spend)
-        listed, unlisted = _within(changed, removed, limits.event_bytes)
-        if unlisted != (0, 0):
+        listed, unlisted = _within(changed, removed, bound)
+        cut = unlisted != (0, 0)
+        if cut:
             left_out.changed, left_out.removed = unlisted
+            why = "the run's log is near its size budget, so " if shorter else ""
             left_out.notes.append(
-                f"{unlisted[0]:,} changed and {unlisted[1]:,} removed files are not listed: one "
-                "snapshot event lists at most "
-                f"{limits.event_bytes // 1024:,} KiB of paths"
+                f"{unlisted[0]:,} changed and {unlisted[1]:,} removed files are not listed: "
+                f"{why}one snapshot event lists at most {bound // 1024:,} KiB of paths"
             )
         repeated = left_out.notes == self._last_notes
         self._last_notes = left_out.notes
@@ -303,6 +309,7 @@ class WorkspaceScanner:
             changed=listed[0],
             removed=listed[1],
             left_out=left_out if left_out.notes else None,
+            log_budget_bytes=bound if cut and shorter else None,
         )
 
     def _record(self, entry: trees.Entry, spend: _Scan) -> ev.FileChange | None:

@@ -289,7 +289,8 @@ class RunState:
                 if self.generating_agent == event.agent and self.generating_since is not None:
                     if self.answering_since is None:
                         self.answering_since = event.t
-                    self.streamed_chars += len(event.text)
+                    before = 0 if event.whole else self.streamed_chars
+                    self.streamed_chars = before + len(event.text)
             case ev.ModelError():
                 if event.cut_off is None:
                     self.last_error = event.error

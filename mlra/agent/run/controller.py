@@ -33,6 +33,7 @@ from mlra.agent.loop.ending import Ending, EndRun, budget_ending
 from mlra.agent.loop.evaluation import evaluate, nothing_validated
 from mlra.agent.loop.model_turn import ModelTurn
 from mlra.agent.loop.tool_step import ToolStep
+from mlra.agent.loop.unlogged import UnloggedFeed
 from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.notify import Notifications
 from mlra.agent.providers.base import ModelProvider
@@ -110,6 +111,7 @@ class RunController(Steering):
         # The log's size budget (agent/record/log_budget.py): its notice comes once a run.
         self.log_budget = LogBudget(config.log_budget_mb)
         self.log_budget.measure(lambda: self.log.size if self.log is not None else 0)
+        self.unlogged = UnloggedFeed(lambda: self.clock.elapsed())
         self.catchup = CatchUp(
             self.state, self.controls, append=self.append, sandbox_info=self._sandbox_info
         )

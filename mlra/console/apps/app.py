@@ -109,8 +109,7 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         """Where each worker step starts in the log, read as the log grows (note keys)."""
         if controller is not None:
             controller.subscribe(self.display_.on_event)
-            # A long command's output past the log's cap streams to the transcript alone.
-            controller.tool_step.watch_output(self.display_.on_event)
+            controller.tool_step.watch_output(self.display_.on_event)  # agent/loop/unlogged.py
 
     # --- layout ---------------------------------------------------------------------
 
@@ -226,7 +225,8 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
             return  # the console is closing and its panes are gone; the log has it all
         files_changed = False
         for event in batch:
-            if not event.seq:  # output the log no longer takes (agent/loop/tool_step.py)
+            if not event.seq:  # what the log no longer takes: the streams' panes only
+                plan.feed(event)
                 transcript.feed(event)
                 continue
             self.state.apply(event)

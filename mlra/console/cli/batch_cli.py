@@ -17,8 +17,6 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from mlra.agent.providers import resolve_model
-from mlra.agent.providers.base import ConfigError
 from mlra.batch.executors.local import LocalExecutor
 from mlra.batch.notify import BatchNotifications
 from mlra.batch.progress import make_display
@@ -30,14 +28,9 @@ from mlra.batch.run_ids import run_names
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchError, Overrides, expand, load_batch_file, load_tasks, parse_spec
 from mlra.batch.state import run_status
-from mlra.console.cli.batch_search import (
-    add_batch_search_args,
-    check_agents,
-    check_searches,
-    search_flags,
-)
+from mlra.console.cli.batch_checks import check_batch
+from mlra.console.cli.batch_search import add_batch_search_args, search_flags
 from mlra.console.cli.fetch_args import add_fetch_args
-from mlra.console.cli.needs_cli import UNGRADED_HINT
 from mlra.console.cli.notify_args import add_notify_arg
 from mlra.console.text.args import (
     EXIT_FAILED,
@@ -45,12 +38,9 @@ from mlra.console.text.args import (
     EXIT_OK,
     UsageError,
     add_budget_args,
-    check_isolation,
     check_writable_dir,
     positive_int,
 )
-from mlra.tasks.readiness import grading_problems
-from mlra.tasks.spec import TaskError, find_task
 from mlra.terminal_text import printable, printable_line
 
 
@@ -106,7 +96,10 @@ def add_batch_command(sub: Any) -> None:
         "bell, desktop, cmd:COMMAND (the notification as JSON on its stdin), or an "
         "http(s):// webhook URL (a JSON POST); sent by this process, never by the runs",
     )
-    add_budget_args(batch, whose="each run", default="the batch file's, else the task's")
+    add_budget_args(
+        batch, whose="each run", default="the batch file's, else the task's",
+        log_default="the batch file's, else 256m",
+    )  # fmt: skip
     batch.add_argument(
         "--direction",
         choices=("higher", "lower"),
@@ -147,6 +140,8 @@ def _spec(args: argparse.Namespace) -> Any:
             value = getattr(args, name)
             if value is not None:
                 data[name] = value
+        if args.log_budget is not None:  # as each run's `--log-budget` takes it
+            data["log_budget"] = f"{args.log_budget}m" if args.log_budget else "none"
         limits = {
             "time_limit": f"{args.time_limit:g}s" if args.time_limit else None,
             "max_steps": args.max_steps,
@@ -168,54 +163,13 @@ def _spec(args: argparse.Namespace) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _check_models(spec: Any) -> None:
-    """A model name or key that is wrong fails here, once, not in every run."""
-
-    for model in spec.models:
-        if model.strip() == "baseline":
-            continue
-        try:
-            resolve_model(model, base_url=spec.base_url, env=os.environ)
-        except ConfigError as exc:
-            raise UsageError(f"batch: {exc}") from None
-
-
-def _check_gradable(spec: Any) -> None:
-    """A task this machine cannot grade is refused here, before any run starts (every
-    run of it would end with no score), unless the batch runs them ungraded. A Ray
-    batch's runs are graded where they run, so only the files' verdict counts there."""
-
-    if spec.ungraded:
-        return
-    refused = []
-    for name in spec.tasks:
-        try:
-            task = find_task(name)
-        except TaskError:
-            continue  # load_tasks said it already
-        if spec.executor == "ray":
-            problems = [task.evaluator.cannot_grade] if task.evaluator.cannot_grade else []
-        else:
-            problems = grading_problems(task)
-        if problems:
-            refused.append(f"{task.name} ({'; '.join(problems)})")
-    if refused:
-        raise UsageError(f"batch: cannot be graded here: {', '.join(refused)} ({UNGRADED_HINT})")
-
-
 def cmd_batch(args: argparse.Namespace) -> int:
     spec = _spec(args)
     try:
         tasks = load_tasks(spec)
     except BatchError as exc:
         raise UsageError(str(exc)) from None
-    _check_models(spec)
-    check_agents(spec, tasks)
-    check_searches(spec, tasks)
-    _check_gradable(spec)
-    if spec.executor != "ray":  # a Ray node checks its own, and its refusals are reported
-        for model in dict.fromkeys(m.strip() for m in spec.models):
-            check_isolation(spec.isolation or "auto", model)
+    check_batch(spec, tasks)
     out = spec.out_dir()
 
     check_writable_dir(out, "--out")

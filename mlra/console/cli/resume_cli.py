@@ -28,7 +28,6 @@ from mlra.console.text.args import (
     add_budget_args,
     check_run_id,
     check_writable_dir,
-    disk_mb,
     gpus,
     positive_int,
     run_path,
@@ -46,12 +45,8 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--gpus", type=gpus, metavar="all|none|IDS", help="GPUs from here on (default: the run's)"
     )
-    add_budget_args(p, whose="the run", default="the recorded run's")  # new totals
-    p.add_argument(
-        "--log-budget",
-        type=disk_mb,
-        metavar="SIZE",
-        help="the run's event log budget from here (2g, or none; default the recorded run's)",
+    add_budget_args(  # new totals
+        p, whose="the run", default="the recorded run's", log_default="the recorded run's"
     )
     add_notify_arg(p)
     p.add_argument(

@@ -67,7 +67,7 @@ def add_run_command(sub: Any) -> None:
         "--json", action="store_true", help="print the events as JSON lines (implies --no-tui)"
     )
     run.add_argument("-v", "--verbose", action="store_true", help="headless: stream command output")
-    add_budget_args(run, whose="the run", default="the task's")
+    add_budget_args(run, whose="the run", default="the task's", log_default="256m")
     run.add_argument(
         "--runs-dir", type=Path, default=Path("runs"), help="where run folders go (default ./runs)"
     )
@@ -153,13 +153,6 @@ def add_run_command(sub: Any) -> None:
         metavar="SIZE",
         help="the most disk the run's workspace snapshots take for file contents (2g, or none; "
         "default 1g): past it changed files are recorded by size and hash only",
-    )
-    run.add_argument(
-        "--log-budget",
-        type=disk_mb,
-        metavar="SIZE",
-        help="the most the run's event log should grow to (1g, or none; default 256m): near "
-        "it commands' output is logged shorter, at it the run ends and is graded",
     )
     run.add_argument(
         "--cpus",

@@ -127,7 +127,8 @@ class PlanPane(Vertical):
         t = format_duration(event.t)
         match event:
             case ev.TextDelta() if event.agent == "supervisor":
-                self._writing = (self._writing + event.text)[-4 * WRITING_TAIL :]
+                written = event.text if event.whole else self._writing + event.text
+                self._writing = written[-4 * WRITING_TAIL :]
             case ev.ModelCall() | ev.ModelError() if event.agent == "supervisor":
                 self._writing = ""  # its answer is in: what it did shows as its own lines
             case ev.PlanUpdated():

@@ -101,7 +101,8 @@ class TranscriptPane(NotedEntries):
         match event:
             case ev.TextDelta() if event.agent != "supervisor":
                 entry = self._thought(event.turn, event.t)
-                entry.text += event.text
+                self._dated(entry, event)
+                entry.text = event.text if event.whole else entry.text + event.text
                 self._dirty.add(entry)
             case ev.ModelCall() if (
                 event.agent != "supervisor" and event.purpose == "turn" and not event.text.strip()
@@ -111,6 +112,7 @@ class TranscriptPane(NotedEntries):
                 self._cut(event.seq)
             case ev.WorkerThought():
                 entry = self._thought(event.turn, event.t)
+                self._dated(entry, event)
                 entry.text = event.text
                 entry.done = True
                 self._dirty.add(entry)
@@ -259,6 +261,13 @@ class TranscriptPane(NotedEntries):
             self._thoughts[turn] = entry
             self._add(entry)
         return entry
+
+    @staticmethod
+    def _dated(entry: ThoughtEntry, event: ev.TextDelta | ev.WorkerThought) -> None:
+        """A thought is dated by the first logged event that shows it, as a replay dates
+        it: live, the pieces the log did not take (agent/loop/answer_stream.py) came first."""
+        if event.seq and not entry.logged:
+            entry.t, entry.logged = event.t, True
 
     def _unsay(self, turn: int) -> None:
         """Drop a turn's streamed text that its answer had none of: the model wrote only

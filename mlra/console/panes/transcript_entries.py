@@ -153,10 +153,14 @@ class ThoughtEntry(Entry):
         self.cut = False
         """Streamed by an answer cut off (a lost connection, an unfinished stream, the
         run's end): no answer the log recorded."""
+        self.logged = False
+        """Fed by a logged event: until then, by pieces the log did not take (past its size
+        budget's shortening point), and dated by them only until the log says more."""
 
     def take(self, other: Entry) -> None:
         assert isinstance(other, ThoughtEntry)
         self.t, self.text, self.done, self.cut = other.t, other.text, other.done, other.cut
+        self.logged = other.logged
 
     def render_entry(self) -> Text:
         out = Text(f"{format_duration(self.t)} ", style="dim")

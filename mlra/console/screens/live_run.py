@@ -46,7 +46,7 @@ class JobsView(Protocol):
 
 
 class OutputFeed(Protocol):
-    def watch_output(self, watcher: Callable[[ev.ToolOutput], None]) -> None: ...
+    def watch_output(self, watcher: Callable[[ev.ToolOutput | ev.TextDelta], None]) -> None: ...
 
 
 class AttemptsView(Protocol):

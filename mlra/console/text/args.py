@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, NoReturn, cast
 
 from mlra.exit_status import EXIT_API_UNREACHABLE, EXIT_SERVER_DOWN, EXIT_USAGE
+from mlra.sizes import parse_size_mb
 from mlra.terminal_text import printable
 
 if TYPE_CHECKING:
@@ -110,31 +111,12 @@ def gpus(text: str) -> str:
     raise argparse.ArgumentTypeError(f"{text!r}: use all, none or GPU ids such as 0,2")
 
 
-NO_LIMIT_WORDS = ("none", "off", "unlimited")
-MAX_SIZE_MB = 1024**3
-"""A pebibyte (1024t): past it a size is a typo."""
-
-
 def size_mb(text: str, *, least_mb: int, example: str) -> int:
-    """Sizes as Docker writes them (512m, 16g, 16GB); a plain number is in MB; `none`
-    (or off, unlimited) is 0, no limit."""
-    if text.strip().lower() in NO_LIMIT_WORDS:
-        return 0
-    units = {"k": 1 / 1024, "m": 1, "g": 1024, "t": 1024 * 1024}
-    raw = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = raw[-1:] if raw[-1:] in units else "m"
-    bad = f"{text!r} is not a size (e.g. {example}, or none)"
+    """A size as `mlra/sizes.py` reads it, for argparse."""
     try:
-        value = float(raw[:-1] if raw[-1:] in units else raw) * units[unit]
-    except ValueError:
-        raise argparse.ArgumentTypeError(bad) from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(bad)
-    if value < least_mb:
-        raise argparse.ArgumentTypeError(f"{text!r} is too small (at least {least_mb}m, or none)")
-    if value > MAX_SIZE_MB:
-        raise argparse.ArgumentTypeError(f"{text!r} is too large (at most 1024t)")
-    return int(value)
+        return parse_size_mb(text, least_mb=least_mb, example=example)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def memory_mb(text: str) -> int:
@@ -259,10 +241,12 @@ def run_folder(run: str, runs_dir: Path) -> Path:
     )
 
 
-def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str) -> None:
-    """The four limits a run can end on, one definition for run, batch, resume and
-    fork; `whose` ("the run", "each run") says whose they are in the help, and
-    `default` where the limits come from when not given."""
+def add_budget_args(
+    parser: argparse.ArgumentParser, *, whose: str, default: str, log_default: str
+) -> None:
+    """The five limits a run can end on, one definition for run, batch, resume and
+    fork; `whose` ("the run", "each run") says whose they are in the help, `default`
+    where the limits come from when not given, `log_default` the log budget's."""
     parser.add_argument(
         "--time-limit",
         type=duration,
@@ -280,6 +264,13 @@ def add_budget_args(parser: argparse.ArgumentParser, *, whose: str, default: str
     )
     parser.add_argument(
         "--max-tokens", type=positive_int, metavar="N", help=f"end {whose} after N model tokens"
+    )
+    parser.add_argument(
+        "--log-budget",
+        type=disk_mb,
+        metavar="SIZE",
+        help=f"the most {whose}'s event log should grow to (1g, or none; default "
+        f"{log_default}): near it output is logged shorter, at it {whose} ends and is graded",
     )
 
 

@@ -143,9 +143,9 @@ class RemoteJobs:
 
 
 class NoOutputFeed:
-    """Output past the log's cap reaches only the run's own console: nothing comes here."""
+    """What the log does not take reaches only the run's own console: nothing comes here."""
 
-    def watch_output(self, watcher: Callable[[ev.ToolOutput], None]) -> None:
+    def watch_output(self, watcher: Callable[[ev.ToolOutput | ev.TextDelta], None]) -> None:
         return None
 
 
