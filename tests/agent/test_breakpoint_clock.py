@@ -36,10 +36,6 @@ from tests.scripts import call, supervisor_answering, turn
 
 HOLD_S = 1.5
 """How long the test leaves a call waiting for approval (the time that must not count)."""
-TOLERANCE_S = 0.6
-"""How far a job's recorded duration may be from its running time by its own log: its
-start (bubblewrap, bash) before the first tick, and up to a tick's period after the last.
-Below `HOLD_S`, so a held wait counted as running time cannot pass."""
 CLOCK_SLACK_S = 0.15
 """How far the run clock and the wall clock may drift over a wait where both run (the
 events' stamps are taken a few statements apart)."""
@@ -195,17 +191,21 @@ async def test_a_call_waiting_for_approval_holds_the_jobs_and_the_clock(
     asked, approved = _one(events, ev.ApprovalRequested), _approved(events)
     assert approved.ts - asked.ts >= HOLD_S
     assert approved.t - asked.t < CLOCK_SLACK_S
-    # The job's recorded duration is its running time: by its own log, and by the wall
-    # clock less the wait.
+    # The job's recorded duration is its running time and none of the wait.
     started, ended = _one(events, ev.JobStarted), _one(events, ev.JobEnded)
     assert ended.end == "exited" and ended.exit_code == 0
     # Each stamp is taken a few statements from its reading of the clock (a job's end
     # is recorded after its metrics are read): on a busy machine, more than 10 ms.
     assert abs((ended.t - started.t) - ended.duration_s) < CLOCK_SLACK_S
-    waited = approved.ts - asked.ts
-    assert abs(ended.duration_s - ((ended.ts - started.ts) - waited)) < CLOCK_SLACK_S
+    # At least its running time by its own log (its start before the first tick and its
+    # exit after the last add to that: a second and more on a busy machine, so no bound
+    # above by the log) ...
     own = _running_time_by_log(ticks, since, until)
-    assert own - CLOCK_SLACK_S <= ended.duration_s <= own + TOLERANCE_S, (own, ended.duration_s)
+    assert ended.duration_s >= own - CLOCK_SLACK_S, (own, ended.duration_s)
+    # ... and at most the wall clock less the wait between the events: the clock and the
+    # job stay held a moment past the approval (until the run goes on), never less.
+    waited = approved.ts - asked.ts
+    assert ended.duration_s <= (ended.ts - started.ts) - waited + CLOCK_SLACK_S
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
@@ -242,8 +242,9 @@ async def test_break_runs_jobs_lets_them_run_and_counts_the_wait(
     started, ended = _one(events, ev.JobStarted), _one(events, ev.JobEnded)
     assert ended.end == "exited" and ended.exit_code == 0
     assert abs(ended.duration_s - (ended.ts - started.ts)) < CLOCK_SLACK_S
+    # The ticks over the wait are in its duration (its start and exit add to it).
     own = ticks[-1][1] - ticks[0][1]
-    assert own - CLOCK_SLACK_S <= ended.duration_s <= own + TOLERANCE_S, (own, ended.duration_s)
+    assert ended.duration_s >= own - CLOCK_SLACK_S, (own, ended.duration_s)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
