@@ -36,10 +36,6 @@ from tests.scripts import call, supervisor_answering, turn
 
 HOLD_S = 1.5
 """How long the test leaves a call waiting for approval (the time that must not count)."""
-TOLERANCE_S = 0.6
-"""How far a job's recorded duration may be from its running time by its own log: its
-start (bubblewrap, bash) before the first tick, and up to a tick's period after the last.
-Below `HOLD_S`, so a held wait counted as running time cannot pass."""
 CLOCK_SLACK_S = 0.15
 """How far the run clock and the wall clock may drift over a wait where both run (the
 events' stamps are taken a few statements apart)."""
@@ -195,15 +191,21 @@ async def test_a_call_waiting_for_approval_holds_the_jobs_and_the_clock(
     asked, approved = _one(events, ev.ApprovalRequested), _approved(events)
     assert approved.ts - asked.ts >= HOLD_S
     assert approved.t - asked.t < CLOCK_SLACK_S
-    # The job's recorded duration is its running time: by its own log, and by the wall
-    # clock less the wait.
+    # The job's recorded duration is its running time and none of the wait.
     started, ended = _one(events, ev.JobStarted), _one(events, ev.JobEnded)
     assert ended.end == "exited" and ended.exit_code == 0
-    assert abs((ended.t - started.t) - ended.duration_s) < 0.01
-    waited = approved.ts - asked.ts
-    assert abs(ended.duration_s - ((ended.ts - started.ts) - waited)) < CLOCK_SLACK_S
+    # Each stamp is taken a few statements from its reading of the clock (a job's end
+    # is recorded after its metrics are read): on a busy machine, more than 10 ms.
+    assert abs((ended.t - started.t) - ended.duration_s) < CLOCK_SLACK_S
+    # At least its running time by its own log (its start before the first tick and its
+    # exit after the last add to that: a second and more on a busy machine, so no bound
+    # above by the log) ...
     own = _running_time_by_log(ticks, since, until)
-    assert own - CLOCK_SLACK_S <= ended.duration_s <= own + TOLERANCE_S, (own, ended.duration_s)
+    assert ended.duration_s >= own - CLOCK_SLACK_S, (own, ended.duration_s)
+    # ... and at most the wall clock less the wait between the events: the clock and the
+    # job stay held a moment past the approval (until the run goes on), never less.
+    waited = approved.ts - asked.ts
+    assert ended.duration_s <= (ended.ts - started.ts) - waited + CLOCK_SLACK_S
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
@@ -240,8 +242,9 @@ async def test_break_runs_jobs_lets_them_run_and_counts_the_wait(
     started, ended = _one(events, ev.JobStarted), _one(events, ev.JobEnded)
     assert ended.end == "exited" and ended.exit_code == 0
     assert abs(ended.duration_s - (ended.ts - started.ts)) < CLOCK_SLACK_S
+    # The ticks over the wait are in its duration (its start and exit add to it).
     own = ticks[-1][1] - ticks[0][1]
-    assert own - CLOCK_SLACK_S <= ended.duration_s <= own + TOLERANCE_S, (own, ended.duration_s)
+    assert ended.duration_s >= own - CLOCK_SLACK_S, (own, ended.duration_s)
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
 
 
@@ -257,6 +260,7 @@ async def test_with_break_runs_jobs_the_deadline_passes_while_a_call_waits(
             controller = _controller(
                 server, answer_task, tmp_path, break_runs_jobs=True, time_limit_s=600
             )
+            log = controller.workspace / "jobs" / "job-1.log"
 
             async def never(event: ev.ApprovalRequested) -> None:
                 # The deadline falls during the wait however long the steps before it
@@ -272,12 +276,19 @@ async def test_with_break_runs_jobs_the_deadline_passes_while_a_call_waits(
     assert isinstance(finished, ev.RunFinished) and finished.reason == "deadline"
     asked = _one(events, ev.ApprovalRequested)
     assert not [e for e in events if isinstance(e, ev.Control) and e.action == "approve"]
-    # The run clock ran through the wait to the limit.
+    # The run clock ran through the wait to the limit, and the job with it: its own log
+    # has ticks from the wait, and its recorded duration reaches the limit.
     ended = _one(events, ev.JobEnded)
     (limit,) = limits
     assert asked.t < limit <= ended.t + CLOCK_SLACK_S
+    assert [t for _, t in _ticks(log, marker) if t > asked.ts]
     started = _one(events, ev.JobStarted)
-    assert abs(ended.duration_s - (ended.ts - started.ts)) < CLOCK_SLACK_S
+    assert ended.end == "stopped" and ended.reason == "the time limit was reached"
+    # On the run clock, which stops at the deadline: stopping the job after it takes
+    # what the machine gives it (a quarter of a second at a load of 17) and is not the
+    # job's time, so its wall-clock stamps are no measure of its duration.
+    assert abs((ended.t - started.t) - ended.duration_s) < CLOCK_SLACK_S
+    assert ended.duration_s >= limit - started.t - CLOCK_SLACK_S
 
 
 def _running_time_by_log(ticks: list[tuple[int, float]], since: float, until: float) -> float:

@@ -158,5 +158,12 @@ async def test_grading_scores_mmlu_and_throughput_together(tmp_path: Path) -> No
     m = finished.metrics
     expected, _ = edge_score(m["mmlu/acc"], m["edge/speedup"], _settings())
     assert finished.score == pytest.approx(expected)
-    assert m["edge/speedup"] > 1
+    # The speed-up is the two throughputs the result reports. Which is faster is the test
+    # above's to show, on one thread with a margin made for a busy machine: here the two
+    # are measured one after the other by the grader's thread pool (its environment is
+    # its own: OMP_NUM_THREADS does not reach it), and this submission's 51200-token
+    # vocabulary leaves it a few times faster at most, so a busy machine once measured
+    # a speed-up of 0.17.
+    assert m["edge/throughput"] > 0 and m["edge/reference_throughput"] > 0
+    assert m["edge/speedup"] == pytest.approx(m["edge/throughput"] / m["edge/reference_throughput"])
     shutil.rmtree(workspace)

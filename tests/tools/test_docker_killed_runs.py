@@ -187,7 +187,14 @@ def test_a_searchs_attempt_containers_carry_the_runs_id(
     removed = remove_leftover_containers()
     assert "docker-search (attempt a1)" in removed and "docker-search (attempt a2)" in removed
     assert not any(r in ("a1", "a2") for r in removed)
-    volume.settle_stale()  # the killed search's workspace volumes, as its resume would
+    # The killed search's workspace volumes, as its resume settles them: each sandbox's
+    # start (the search's own, its attempts') settles its own folder's, waiting for one
+    # that another mlra's start (any on this machine settles every gone owner's, a
+    # concurrent suite's too) is carrying back. A bare settle_stale() leaves those to
+    # that other mlra, still mounted.
+    run = tmp_path / "runs" / "docker-search"
+    for folder in (run, run / "attempts" / "a1", run / "attempts" / "a2"):
+        volume.settle_stale(folder)
     assert not [m for m in loop_mounts().values() if str(tmp_path) in str(m)]
 
 
