@@ -142,7 +142,13 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(lazy=True)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, so it points to `mlra COMMAND --help`
+        commands = next(a for a in parser._actions if isinstance(a, LazyCommands))
+        own = commands.choices.get(args.command) if args.command else None
+        (own if isinstance(own, Parser) else parser).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
     if args.version:
         print(f"mlra {__version__}")
         return EXIT_OK
