@@ -30,7 +30,7 @@ from tests.batch.share_corpus import (
     SECRET_KEY,
     add_hostile_events,
 )
-from tests.conftest import ANSWER_TASK, run_baseline
+from tests.conftest import ANSWER_TASK, mlra_cli, run_baseline
 
 OWN_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "table", "tr", "td", "th",
@@ -350,3 +350,33 @@ def test_a_call_cut_off_reads_as_one_not_as_a_model_error() -> None:
     page = out.getvalue().decode()
     assert "call cut off" in page and page.count("model error") == 1
     assert page.index("call cut off") < page.index("model error")
+
+
+def test_a_progress_bar_shows_its_last_state_and_the_page_has_a_default_name(
+    tmp_path: Path,
+) -> None:
+    """`mlra share RUN` with no -o writes ./RUN.html; a tqdm bar in a command's output
+    reads as the console shows it (its last state), not as `⟨U+000D⟩` marks between
+    each redraw; a carriage return in a command still shows (it could hide what
+    precedes it)."""
+    run_dir = run_baseline(ANSWER_TASK, tmp_path, "--isolation", "none").run_dir
+    last = max(e.seq for e in iter_events(run_dir / EVENTS_FILE))
+    log = EventLog(run_dir / EVENTS_FILE, start_seq=last)
+    bar = "".join(f"\rWriting model shards: {p}%|{'#' * (p // 10)}|" for p in (0, 50, 100))
+    log.append(
+        ev.ToolCall(call_id="bar", agent="worker", tool="bash", arguments={"command": "rm x\rls"})
+    )
+    log.append(
+        ev.ToolResult(
+            call_id="bar", tool="bash", agent="worker", ok=True, output=f"valid 4.543\n{bar}\n"
+        )
+    )
+    log.close()
+    done = mlra_cli(["share", str(run_dir)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page_file = tmp_path / f"{run_dir.name}.html"
+    assert done.stdout.startswith(f"wrote {run_dir.name}.html ("), done.stdout
+    shown = "".join(check_page_is_ours(page_file.read_text(encoding="utf-8")).text)
+    assert "valid 4.543\nWriting model shards: 100%|##########|" in shown
+    assert "shards: 0%" not in shown and "⟨U+000D⟩Writing" not in shown
+    assert '"command": "rm x\\rls"' in shown  # the call's JSON, its \r written out
