@@ -43,6 +43,10 @@ def test_no_tui_fits_80_columns_and_keeps_ids_status_and_scores(tmp_path: Path) 
     # Its sides are no letters: the matrix's B is a run (of model-1), not a side.
     assert "paired by model, 2nd against 1st: 1 wins, 0 losses, 0 ties" in out
     assert "1st = model-0" in out and "B = " not in out
+    # What the description promises and the text leaves out is said, not silently absent.
+    assert out.rstrip().endswith(
+        "the curves and diffs are on the screen only (a terminal, no --no-tui)"
+    )
 
 
 def test_json_and_run_ids(tmp_path: Path) -> None:
