@@ -154,6 +154,7 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
         (["share", "r", "--frobnicate"], "mlra share"),
         (["ctl", "r", "status", "--frobnicate"], "mlra ctl"),
         (["--frobnicate"], "mlra"),
+        (["image", "build", "--frobnicate"], "mlra image"),
     ],
 )
 def test_a_usage_error_points_to_its_own_commands_help(
