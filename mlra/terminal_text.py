@@ -109,6 +109,23 @@ def replace_controls(text: str, mark: Callable[[str], str]) -> str:
     return _MULTILINE.sub(lambda m: mark(m.group()), text)
 
 
+def as_drawn_line(line: str) -> str:
+    """A line as a terminal leaves it drawn: what was written after its last carriage
+    return (a progress bar redrawn with `\r` shows its last state); a `\r` ending it
+    (a `\r\n` line end, a bar's trailing redraw) draws nothing."""
+    return line.rstrip("\r").rsplit("\r", 1)[-1]
+
+
+def as_drawn(text: str) -> str:
+    """A command's output as a terminal leaves it drawn, each line by `as_drawn_line`:
+    what the console's transcript, the headless lines and the shared page show of it.
+    Only for output: in a command or a message a `\r` could hide what precedes it, and
+    there `printable` shows it."""
+    if "\r" not in text:
+        return text
+    return "\n".join(as_drawn_line(line) for line in text.split("\n"))
+
+
 def has_controls(text: str) -> bool:
     """Whether `text` holds anything `printable_line` would escape."""
     return _INVISIBLE.search(text) is not None

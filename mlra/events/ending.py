@@ -65,9 +65,15 @@ class EvaluationProgress(_Event):
     """The progress bar's description ("Running loglikelihood requests")."""
     bar: int = 0
     """Which bar of the grading this is, counting from 1 (a count falling, or another
-    description or total, starts the next): lm-eval draws one bar after another, and
-    the displays say "bar 2" where the percentage starts again, so it reads as the next
-    step, not as the grading going back. 0: a line that is no bar, or an older log."""
+    description or total, starts the next). 0: a line that is no bar, or an older log."""
+    repeat: int = 0
+    """How many bars of this description (`what`) the grading has drawn, this one
+    included: lm-eval draws one bar after another, and where one of the same name
+    starts again (its rolling requests, a bar a document) the displays say "pass 2", so
+    the percentage reads as the next pass, not the grading going back; a bar of another
+    name needs no number, its name says what it counts. (`bar` was shown instead: "bar
+    11" of lm-eval's per-task context bars meant nothing to a reader.) 0: a line that is
+    no bar, or an older log."""
 
 
 class EvaluationFinished(_Event):

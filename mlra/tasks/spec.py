@@ -138,7 +138,12 @@ class TaskSpec(StrictModel):
 
 
 def load_task(path: Path) -> TaskSpec:
-    """Load `path` (a task folder or its task.toml); raise TaskError naming what is wrong."""
+    """Load `path` (a task folder or its task.toml); raise TaskError naming what is wrong.
+    Another file is refused naming it, not read as its folder: a task is its folder
+    (starter and hidden files beside task.toml, and `mlra eval`, resume and fork read it
+    again from there), so a stray `x.toml` would load whatever task.toml sits beside it."""
+    if path.is_file() and path.name != "task.toml":
+        raise TaskError(f"{path}: {_not_a_task_file(path)}")
     folder = path if path.is_dir() else path.parent
     toml_path = folder / "task.toml"
     if not toml_path.is_file():
@@ -162,16 +167,7 @@ def load_task(path: Path) -> TaskSpec:
     try:
         spec = TaskSpec.model_validate(data)
     except ValidationError as exc:
-        err = exc.errors()[0]
-        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
-        extra = len(exc.errors()) - 1
-        more = f" (and {extra} more problem{'s' if extra > 1 else ''})" if extra else ""
-        msg = err["msg"].removeprefix("Value error, ")  # pydantic's class of it, not the why
-        if err["type"] == "missing":
-            msg = "is required but missing"
-        elif err["type"] == "extra_forbidden":
-            msg = "is not a known field"
-        raise TaskError(f"{toml_path}: field {field}: {msg}{more}") from None
+        raise TaskError(_field_problems(toml_path, exc)) from None
     spec.root = folder.resolve()
     for kind, paths in (("files.starter", spec.files.starter), ("files.hidden", spec.files.hidden)):
         for rel in paths:
@@ -182,6 +178,35 @@ def load_task(path: Path) -> TaskSpec:
                 raise TaskError(f"{toml_path}: field {kind}: {rel!r} does not exist")
     check_task(spec, str(toml_path))
     return spec
+
+
+def _not_a_task_file(path: Path) -> str:
+    """Why a file given as the task is not one, in words for its writer."""
+    rule = "a task file must be named task.toml, in its task folder: give that folder"
+    if path.suffix != ".toml":
+        return f"not a task file; {rule}"
+    try:
+        tomllib.loads(path.read_text(encoding="utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        return f"not valid TOML ({exc}); {rule}"
+    return f"not named task.toml; {rule}"
+
+
+def _field_problems(toml_path: Path, exc: ValidationError) -> str:
+    """Every field's problem, so a task's writer fixes them in one try: a single one on
+    the line naming the file, more each on a line of their own under it."""
+    lines = []
+    for err in exc.errors():
+        field = ".".join(str(p) for p in err["loc"]) or "(top level)"
+        msg = err["msg"].removeprefix("Value error, ")  # pydantic's class of it, not the why
+        if err["type"] == "missing":
+            msg = "is required but missing"
+        elif err["type"] == "extra_forbidden":
+            msg = "is not a known field"
+        lines.append(f"field {field}: {msg}")
+    if len(lines) == 1:
+        return f"{toml_path}: {lines[0]}"
+    return f"{toml_path}: {len(lines)} problems:\n" + "\n".join(f"  {line}" for line in lines)
 
 
 def check_task(

@@ -439,7 +439,8 @@ def test_a_forks_new_limits_are_in_its_log_and_every_view(tmp_path: Path, record
         ["compare", str(recorded), str(tmp_path / "f"), "--json", "--all"], cwd=tmp_path
     )
     rows = {r["name"]: r["cells"] for r in json.loads(compared.stdout)["rows"]}
-    assert rows["time_limit_s"][1] == "540.0" and rows["max_steps"][1] == "8", rows
+    assert rows["time_limit"][1] == "9m00s (--time-limit on resume or fork)", rows
+    assert rows["max_steps"][1] == "8", rows
     assert rows["max_steps"][0] != "8"
     replay = mlra_cli(["replay", str(tmp_path / "f"), "--no-tui"], cwd=tmp_path).stdout
     assert "limit 9m00s" in replay.splitlines()[1], replay  # the header, not the source's

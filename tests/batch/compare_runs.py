@@ -40,6 +40,7 @@ def compared_run(
     cost: float = 0.01,
     metric: str = "exact_match",
     more: tuple[ev.Metrics, ...] = (),
+    time_limit_s: float = 3600,
 ) -> Path:
     run_dir = runs / name
     log = EventLog(run_dir / EVENTS_FILE)
@@ -60,7 +61,7 @@ def compared_run(
             task=task,
             task_title="A task",
             model=model,
-            limits=ev.Limits(time_limit_s=3600, max_steps=50),
+            limits=ev.Limits(time_limit_s=time_limit_s, max_steps=50),
             sandbox=sandbox,
             config={**CONFIG, **(config or {})},
             mlra_version="0.1.0",

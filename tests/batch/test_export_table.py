@@ -81,7 +81,8 @@ def test_an_export_whose_client_is_missing_is_one_line(
     assert main(["export", str(run), "--to", "nowhere"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.endswith(
-        "--to nowhere needs the mlra_no_such_tracker_client package: pip install 'mlra[export]'"
+        "--to nowhere needs the mlra_no_such_tracker_client package: "
+        "pip install mlra_no_such_tracker_client"
     )
     assert "\n" not in err
 

@@ -18,6 +18,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, iter_events
+from mlra.batch.share.curves_svg import svg
 from mlra.batch.share.text import Redactor, esc, json_for_script
 from mlra.console.cli.cli import main
 from mlra.terminal_text import has_controls
@@ -30,7 +31,7 @@ from tests.batch.share_corpus import (
     SECRET_KEY,
     add_hostile_events,
 )
-from tests.conftest import ANSWER_TASK, run_baseline
+from tests.conftest import ANSWER_TASK, mlra_cli, run_baseline
 
 OWN_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "table", "tr", "td", "th",
@@ -350,3 +351,69 @@ def test_a_call_cut_off_reads_as_one_not_as_a_model_error() -> None:
     page = out.getvalue().decode()
     assert "call cut off" in page and page.count("model error") == 1
     assert page.index("call cut off") < page.index("model error")
+
+
+def test_a_progress_bar_shows_its_last_state_and_the_page_has_a_default_name(
+    tmp_path: Path,
+) -> None:
+    """`mlra share RUN` with no -o writes ./RUN.html; a tqdm bar in a command's output
+    reads as the console shows it (its last state), not as `⟨U+000D⟩` marks between
+    each redraw; a carriage return in a command still shows (it could hide what
+    precedes it)."""
+    run_dir = run_baseline(ANSWER_TASK, tmp_path, "--isolation", "none").run_dir
+    last = max(e.seq for e in iter_events(run_dir / EVENTS_FILE))
+    log = EventLog(run_dir / EVENTS_FILE, start_seq=last)
+    bar = "".join(f"\rWriting model shards: {p}%|{'#' * (p // 10)}|" for p in (0, 50, 100))
+    log.append(
+        ev.ToolCall(call_id="bar", agent="worker", tool="bash", arguments={"command": "rm x\rls"})
+    )
+    log.append(
+        ev.ToolResult(
+            call_id="bar", tool="bash", agent="worker", ok=True, output=f"valid 4.543\n{bar}\n"
+        )
+    )
+    log.close()
+    done = mlra_cli(["share", str(run_dir)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    page_file = tmp_path / f"{run_dir.name}.html"
+    assert done.stdout.startswith(f"wrote {run_dir.name}.html ("), done.stdout
+    shown = "".join(check_page_is_ours(page_file.read_text(encoding="utf-8")).text)
+    assert "valid 4.543\nWriting model shards: 100%|##########|" in shown
+    assert "shards: 0%" not in shown and "⟨U+000D⟩Writing" not in shown
+    assert '"command": "rm x\\rls"' in shown  # the call's JSON, its \r written out
+
+
+def test_a_search_s_page_draws_its_attempts_curves_and_one_point_on_its_own_scale(
+    tmp_path: Path,
+) -> None:
+    """A search's page had one curve, its one best validation on an axis from 0.28 to
+    1.28 over one second, and none of the attempts' training curves the console drew;
+    an attempt's folder outside the run's is never read."""
+    from tests.batch.compare_runs import compared_run
+
+    run_dir = compared_run(tmp_path / "runs", "search", validations=(0.78,), losses=(), accs=())
+    last = max(e.seq for e in iter_events(run_dir / EVENTS_FILE))
+    log = EventLog(run_dir / EVENTS_FILE, start_seq=last)
+    log.append(ev.AttemptStarted(attempt="a1", folder="attempts/a1"))
+    log.append(ev.AttemptStarted(attempt="a2", folder="../elsewhere"))  # never read
+    log.close()
+    for folder in (run_dir / "attempts" / "a1", tmp_path / "runs" / "elsewhere"):
+        attempt_log = EventLog(folder / EVENTS_FILE)
+        points = [
+            ev.MetricPoint(name="loss", value=5.0 - k, step=100 * (k + 1), wall=10.0 * k)
+            for k in range(4)
+        ]
+        attempt_log.append(ev.Metrics(source="job:j1", job="j1", points=points))
+        attempt_log.close()
+    out = tmp_path / "page.html"
+    done = mlra_cli(["share", str(run_dir), "-o", str(out)], cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    shown = "".join(check_page_is_ours(out.read_text(encoding="utf-8")).text)
+    assert "a1 loss (4 points)" in shown
+    assert "a2 loss" not in shown
+    # A search's one best validation so far: drawn as a dot on its own value's scale.
+    one = _parse(svg("best accuracy so far", [(448.4, 0.78)], "s", step_line=True))
+    ticks = [t for t in one.text if t.strip()]
+    assert ticks[:4] == ["0.819", "0.741", "447.4", "449.4 s"], ticks
+    ((_, line),) = [(tag, attrs) for tag, attrs in one.tags if tag == "polyline"]
+    assert len((line["points"] or "").split()) == 2  # a polyline of one point draws nothing

@@ -144,3 +144,25 @@ def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=60) == 0
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+@pytest.mark.parametrize(
+    ("args", "help_of"),
+    [
+        (["compare", "a", "b", "--curves"], "mlra compare"),
+        (["run", "x", "--time-limit", "banana"], "mlra run"),
+        (["share", "r", "--frobnicate"], "mlra share"),
+        (["ctl", "r", "status", "--frobnicate"], "mlra ctl"),
+        (["--frobnicate"], "mlra"),
+        (["image", "build", "--frobnicate"], "mlra image"),
+    ],
+)
+def test_a_usage_error_points_to_its_own_commands_help(
+    tmp_path: Path, args: list[str], help_of: str
+) -> None:
+    """`mlra compare A B --curves` pointed to `mlra --help`, where the flags of compare
+    are not listed, while `mlra run --time-limit banana` pointed to `mlra run --help`."""
+    proc = mlra_cli(args, cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.endswith(f"(see `{help_of} --help`)"), line

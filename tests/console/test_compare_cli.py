@@ -43,6 +43,10 @@ def test_no_tui_fits_80_columns_and_keeps_ids_status_and_scores(tmp_path: Path) 
     # Its sides are no letters: the matrix's B is a run (of model-1), not a side.
     assert "paired by model, 2nd against 1st: 1 wins, 0 losses, 0 ties" in out
     assert "1st = model-0" in out and "B = " not in out
+    # What the description promises and the text leaves out is said, not silently absent.
+    assert out.rstrip().endswith(
+        "the curves and diffs are on the screen only (a terminal, no --no-tui)"
+    )
 
 
 def test_json_and_run_ids(tmp_path: Path) -> None:
@@ -165,3 +169,18 @@ def test_a_curve_named_as_neither_loss_nor_score_takes_its_direction_from_its_va
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["metric"] == "valid ↓" and data["best"] == ["a"], data
+
+
+def test_the_time_limit_is_the_one_each_run_ran_under_and_where_it_came_from(
+    tmp_path: Path,
+) -> None:
+    """A run under its task's 20m limit compared as `time_limit_s null 600.0`: "null"
+    read as no limit at all."""
+    runs = tmp_path / "runs"
+    compared_run(runs, "tasks-limit", time_limit_s=1200)
+    compared_run(runs, "flags-limit", time_limit_s=600, config={"time_limit_s": 600.0})
+    proc = mlra_cli(["compare", "runs/tasks-limit", "runs/flags-limit"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    (row,) = [line for line in proc.stdout.splitlines() if line.startswith("time_limit")]
+    assert row.split() == ["time_limit", "20m00s", "(task)", "10m00s", "(--time-limit)"]
+    assert "null" not in proc.stdout

@@ -358,21 +358,34 @@ def test_bad_input_is_one_line_and_exit_2(run_dir: Path, tmp_path: Path) -> None
     assert not (tmp_path / "mlruns").exists()
 
 
-def test_a_missing_tracker_names_the_extra(
+@pytest.mark.parametrize(
+    ("target", "module", "pip_name"),
+    [
+        ("wandb", "wandb", "wandb"),
+        ("tensorboard", "tensorboard", "tensorboard"),
+        ("mlflow", "mlflow", "mlflow-skinny"),
+    ],
+)
+def test_a_missing_tracker_names_its_one_package(
     run_dir: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
+    target: str,
+    module: str,
+    pip_name: str,
 ) -> None:
+    """Not `pip install 'mlra[export]'`, which brings mlflow and wandb (some 40
+    packages) for TensorBoard alone."""
     import importlib.util
 
     real = importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a)
+        importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a)
     )
-    assert main(["export", str(run_dir), "--to", "wandb", "--dest", str(tmp_path)]) == 2
+    assert main(["export", str(run_dir), "--to", target, "--dest", str(tmp_path)]) == 2
     err = capsys.readouterr().err
-    assert err == "mlra: --to wandb needs the wandb package: pip install 'mlra[export]'\n"
+    assert err == f"mlra: --to {target} needs the {module} package: pip install {pip_name}\n"
 
 
 # --- a real run ----------------------------------------------------------------------

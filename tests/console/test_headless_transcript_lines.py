@@ -160,3 +160,20 @@ def test_a_headless_run_s_own_pauses_say_how_to_go_on(tmp_path: Path) -> None:
         f"mlra ctl {run_dir} resume goes on"
     ) in text
     assert f"paused after one action: mlra ctl {run_dir} step runs the next" in text
+
+
+def test_a_progress_bar_in_a_result_is_its_last_state_as_in_the_console() -> None:
+    """Each redraw of a tqdm bar was a line of its own in the result's last lines, the
+    bar's last state among its earlier ones; the console and the shared page show the
+    last state only (mlra/terminal_text.py as_drawn)."""
+    bar = "".join(f"\rWriting model shards: {p}%|" for p in (0, 25, 50, 75, 100))
+    text = transcript(
+        [
+            ev.ToolCall(call_id="c1", agent="worker", tool="bash", arguments={"command": "x"}),
+            ev.ToolResult(
+                call_id="c1", tool="bash", agent="worker", ok=True, output=f"valid 4.5\n{bar}\n"
+            ),
+        ]
+    )
+    shown = [line.strip() for line in text.splitlines() if "│" in line]
+    assert shown == ["│ valid 4.5", "│ Writing model shards: 100%|"]

@@ -140,15 +140,16 @@ def test_an_unnamed_bar_is_named_by_the_step_before_it() -> None:
     assert [progress_words(p) for p in logged] == [
         "lm-eval: Building contexts for tiny_lm_agreement on rank 0...",
         "0% (0/125) lm-eval: Building contexts for tiny_lm_agreement on rank 0...",
-        "bar 2 · 37% (3/8) lm-eval: Running loglikelihood_rolling requests",
+        "37% (3/8) lm-eval: Running loglikelihood_rolling requests",
     ]
 
 
 def test_a_bar_after_a_bar_is_named_as_the_next_so_the_grading_never_reads_as_going_back() -> None:
     """lm-eval draws one bar after another: 100% of the loglikelihood requests, then 5%
-    of the generations. Each line after the first bar says which bar it is, so a
-    percentage that starts again reads as the next step; a bar of the same name whose
-    count falls is a new one too (one task's requests, then the next task's)."""
+    of the generations. A bar of another name says by its name that it is the next
+    step; one of the same name whose count falls (one task's requests, then the next
+    task's) is its next pass, so a percentage that starts again never reads as the
+    grading going back. No "bar 2": a count of bars means nothing to a reader."""
     now, logged, reader = _reader()
     reader.feed(_bar(1000, total=1000) + "\n")
     reader.close()
@@ -160,14 +161,50 @@ def test_a_bar_after_a_bar_is_named_as_the_next_so_the_grading_never_reads_as_go
     reader.close()
     assert [progress_words(p) for p in logged] == [
         "100% (1,000/1,000) Running loglikelihood requests",
-        "bar 2 · 5% (10/200) Running generate_until requests",
-        "bar 3 · 1% (3/200) Running generate_until requests",
+        "5% (10/200) Running generate_until requests",
+        "1% (3/200) Running generate_until requests, pass 2",
     ]
     # A bar counted though none of its lines was logged (held back by the pace).
-    reader.feed(_bar(5, total=7, what="Filtering: "))
-    reader.feed(_bar(50, total=60, what="Scoring: "))
+    reader.feed(_bar(5, total=7, what="Scoring: "))
+    reader.feed(_bar(1, total=7, what="Scoring: "))
+    reader.feed(_bar(4, total=7, what="Filtering: "))
     reader.close()
-    assert progress_words(logged[-1]) == "bar 5 · 83% (50/60) Scoring"
+    assert progress_words(logged[-1]) == "57% (4/7) Filtering"
+    reader.feed(_bar(2, total=7, what="Scoring: "))
+    reader.close()
+    assert progress_words(logged[-1]) == "28% (2/7) Scoring, pass 3"
+
+
+def test_lm_eval_s_grading_reads_in_its_own_words_after_many_bars() -> None:
+    """tiny-lm's grading as lm-eval writes it: a context bar a task, the tokenizing, then
+    the requests' bar; headless said `grading: bar 11 · 1% (30/1,720)`, the "bar 11"
+    counting bars a reader never saw."""
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    started = ev.EvaluationStarted(evaluator="lm-eval", artifact="submission", t=9.0, ts=1000.0)
+    display.on_event(started)
+    now, logged, reader = _reader()
+    for task in ("anaphor", "word_order", "heldout"):
+        reader.feed(f"lm-eval: Building contexts for {task} on rank 0...\n")
+        reader.feed(_bar(125, total=125, what="") + "\n")
+    reader.feed(_bar(1720, total=1720, what="Tokenizing inputs: ") + "\n")
+    reader.feed(_bar(30, total=1720))
+    reader.close()
+    now[0] = 5.0
+    reader.feed("\nlm-eval: Running loglikelihood_rolling requests\n")
+    for _document in range(2):  # a bar a document, each from 0
+        reader.feed(_bar(0, total=32) + _bar(32, total=32) + "\n")
+    reader.feed(_bar(16, total=32))
+    reader.close()
+    for progress in logged:
+        progress.ts = 1004.0
+        display.on_event(progress)
+    lines = out.getvalue().splitlines()[1:]
+    shown = [line.split("] ", 1)[1] for line in lines if "%" in line]
+    assert shown == [
+        "grading: 1% (30/1,720) Running loglikelihood requests",
+        "grading: 50% (16/32) Running loglikelihood requests, pass 4",
+    ]
 
 
 def test_the_transcript_says_how_long_the_grading_has_run() -> None:

@@ -144,17 +144,60 @@ def test_mlra_run_refuses_an_unreadable_evaluator_timeout_before_the_run(
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
-def test_a_second_problem_is_counted_in_words(answer_task: Path, tmp_path: Path) -> None:
-    """Read "field evaluator.timeout: Value error, 'soon' is not a duration (and 1 more
-    problems)": pydantic's class of error and a plural for one."""
+def test_every_problem_of_a_task_file_is_named_through_mlra_run(tmp_path: Path) -> None:
+    """A task file missing four fields names all four, one a line under the file, so
+    its writer fixes them in one try (not "(and 3 more problems)" left unnamed)."""
+    folder = tmp_path / "badtask"
+    folder.mkdir()
+    (folder / "task.toml").write_text('name = "x"\n')
+    done = mlra_cli(["run", str(folder), "--model", "baseline", "--no-tui"], cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"mlra: {folder / 'task.toml'}: 4 problems:",
+        "  field title: is required but missing",
+        "  field prompt: is required but missing",
+        "  field metric: is required but missing",
+        "  field evaluator: is required but missing",
+    ]
+
+
+def test_two_bad_values_are_both_named_in_words(answer_task: Path, tmp_path: Path) -> None:
+    """Not "Value error, 'soon' is not a duration": pydantic's class of error is left out."""
     folder = _copy_task(answer_task, tmp_path)
     _edit(folder, 'timeout = "1m"\nsettings', 'timeout = "soon"\nsettings')
     _edit(folder, '> answer.txt"\ntimeout = "1m"', '> answer.txt"\ntimeout = "later"')
     with pytest.raises(TaskError) as info:
         load_task(folder)
-    text = str(info.value)
-    assert "field evaluator.timeout: 'soon' is not a duration" in text
-    assert text.endswith("(and 1 more problem)") and "Value error" not in text
+    lines = str(info.value).splitlines()
+    assert lines[0] == f"{folder / 'task.toml'}: 2 problems:"
+    assert any(line.startswith("  field evaluator.timeout: 'soon' is not a") for line in lines)
+    assert any("'later' is not a duration" in line for line in lines[1:])
+    assert "Value error" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "why"),
+    [
+        ("x.toml", "garbage [[[\n", "not valid TOML (Expected '=' after a key"),
+        ("x.toml", 'title = "fine TOML"\n', "not named task.toml"),
+        ("notes.txt", "anything\n", "not a task file"),
+    ],
+)
+def test_a_file_not_named_task_toml_is_named_as_given(
+    tmp_path: Path, name: str, text: str, why: str
+) -> None:
+    """`mlra run /tmp/x.toml` names /tmp/x.toml and what is wrong with it, never the
+    /tmp/task.toml it was once read as (a path the user never typed)."""
+    given = tmp_path / name
+    given.write_text(text)
+    done = mlra_cli(["run", str(given), "--model", "baseline", "--no-tui"], cwd=tmp_path)
+    assert done.returncode == 2, done.stdout + done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith(f"mlra: {given}: {why}"), line
+    assert line.endswith(
+        "; a task file must be named task.toml, in its task folder: give that folder"
+    )
+    assert "task.toml:" not in line
 
 
 def test_unknown_task_names_the_known_ones() -> None:

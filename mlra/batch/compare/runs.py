@@ -15,9 +15,10 @@ from typing import Any
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_result import result_of
-from mlra.agent.record.state import fold
+from mlra.agent.record.state import RunState, fold
 from mlra.batch.curves import Series, run_series, validation_points
 from mlra.batch.state import RUNS
+from mlra.durations import format_duration
 
 MAX_RUNS = 10
 """Runs compared at once: columns a person can still read side by side."""
@@ -100,6 +101,21 @@ def flatten(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
+def time_limit_setting(started: ev.RunStarted, state: RunState, events: list[ev.Event]) -> str:
+    """The limit the run ran under, in the units its header said it in, and where it came
+    from: the config's `time_limit_s` is only the flag (None: the task's), so two runs
+    compared as `null` and `600.0`, the null read as no limit where the task's 20m held."""
+    limits = state.limits or started.limits
+    if "time_limit_s" in state.settings_changed:
+        raised = any(isinstance(e, ev.TimeLimitRaised) for e in events)
+        source = "raised while it ran" if raised else "--time-limit on resume or fork"
+    elif started.config.get("time_limit_s") is None:
+        source = "task"
+    else:
+        source = "--time-limit"
+    return f"{format_duration(limits.time_limit_s)} ({source})"
+
+
 def is_run_dir(path: Path) -> bool:
     return (path / EVENTS_FILE).is_file()
 
@@ -175,6 +191,8 @@ def load(run_dir: Path) -> ComparedRun:
         "isolation": started.sandbox.isolation,
         "mlra_version": started.mlra_version or "(older)",
     }
+    run.settings.pop("time_limit_s", None)
+    run.settings["time_limit"] = time_limit_setting(started, state, events)
     run.prompts = [
         (f"{e.agent} step {e.step}", e.prompt)
         for e in events

@@ -38,6 +38,8 @@ from mlra.batch.export.source import Experiment, ExportRun
 from mlra.batch.export.trackers import not_written
 
 PACKAGE = "mlflow"
+PIP_NAME = "mlflow-skinny"
+"""The client alone, as the `export` extra has it: `mlflow` adds the server's stack."""
 DEFAULT_DEST = "mlruns"
 _BATCH = 1000
 """MLflow's most metrics in one log_batch call."""

@@ -5,7 +5,9 @@ writer, as to_mlflow.py is) or "module:attr", with the words `mlra export --help
 
 The trackers' packages are the `export` extra's (pip install 'mlra[export]'): a writer
 is imported only when named, so mlra itself never needs them, and one that is missing
-is one line naming the extra, not a traceback. This module imports nothing heavy:
+is one line naming that tracker's one package (`PIP_NAME` where it differs from the
+module's name, as mlflow-skinny does), not the extra: the extra brings every tracker's
+client, some 40 packages, for the one wanted. This module imports nothing heavy:
 console/cli/export_cli.py reads the table for `--to`'s choices and its help.
 Adding a tracker is its writer's module and one line here (docs/contributing.md).
 """
@@ -57,12 +59,9 @@ TRACKERS: dict[str, Tracker] = {
 }
 """`mlra export --to`'s names, in the order its help lists them."""
 
-EXTRA = "export"
-"""The pyproject extra that installs every target's package."""
-
 
 class TrackerMissing(RuntimeError):
-    """The target's package is not installed here (one line, naming the extra)."""
+    """The target's package is not installed here (one line, naming what to install)."""
 
 
 class Writer(Protocol):
@@ -77,9 +76,8 @@ def writer(target: str) -> Writer:
     module = cast(Writer, load(TRACKERS[target].writer))
     package = module.PACKAGE
     if importlib.util.find_spec(package) is None:
-        raise TrackerMissing(
-            f"--to {target} needs the {package} package: pip install 'mlra[{EXTRA}]'"
-        )
+        pip_name = getattr(module, "PIP_NAME", package)
+        raise TrackerMissing(f"--to {target} needs the {package} package: pip install {pip_name}")
     return module  # a module (or an object) is the writer: its PACKAGE, DEFAULT_DEST, write
 
 

@@ -17,6 +17,7 @@ from typing import IO
 from mlra import events as ev
 from mlra.batch.share.text import Redactor, block, esc_line
 from mlra.durations import format_duration
+from mlra.terminal_text import as_drawn
 
 TEXT_LIMIT = 12_000
 """Characters of one text (an output, a thought) kept before it is cut to head and tail."""
@@ -104,7 +105,9 @@ class Transcript:
                 how = "ok" if event.ok else "failed"
                 code = "" if event.exit_code is None else f", exit {event.exit_code}"
                 label = f"{t} result {esc_line(event.call_id)} ({how}{code})"
-                self._item(label, self._pre(event.output), "result" if event.ok else "result bad")
+                # as the console and headless output show it: a progress bar's last state
+                output = as_drawn(event.output)
+                self._item(label, self._pre(output), "result" if event.ok else "result bad")
             case ev.Notice():
                 self._item(f"{t} {esc_line(event.level)}", self._pre(event.message), "notice")
             case ev.ModelError() if event.cut_off:

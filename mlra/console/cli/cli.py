@@ -140,9 +140,24 @@ def build_parser(*, lazy: bool = False) -> argparse.ArgumentParser:
     return parser
 
 
+def own_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.ArgumentParser:
+    """The parser of the command `argv` names (`mlra compare`'s for `mlra compare A B
+    --curves`, a sub-command's where one has them): its usage error points to its own
+    help, where its flags are listed, not to `mlra --help`."""
+    for word in argv:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if subs and word in subs[0].choices:
+            parser = subs[0].choices[word]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(lazy=True)
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, so it points to `mlra COMMAND --help`
+        own_parser(parser, sys.argv[1:] if argv is None else argv).error(
+            f"unrecognized arguments: {' '.join(unknown)}"
+        )
     if args.version:
         print(f"mlra {__version__}")
         return EXIT_OK

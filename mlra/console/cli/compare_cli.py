@@ -45,7 +45,11 @@ def add_compare_command(sub: Any) -> None:
     p.add_argument(
         "--runs-dir", type=Path, default=None, help="where run ids are looked up (default ./runs)"
     )
-    p.add_argument("--no-tui", action="store_true", help="print text tables instead of the screen")
+    p.add_argument(
+        "--no-tui",
+        action="store_true",
+        help="print the tables as text instead of the screen (as piped: no curves or diffs)",
+    )
     p.add_argument("--json", action="store_true", help="print the comparison as JSON")
     p.set_defaults(func=cmd_compare)
 
@@ -88,5 +92,11 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     width = shutil.get_terminal_size((80, 24)).columns
     parts = [matrix_text(table, width)] + [paired_text(t, width) for t in tables]
+    # The description promises curves and diffs: said where they are, not silently left out.
+    parts.append(TEXT_LEAVES_OUT)
     print("\n\n".join(parts))
     return 0
+
+
+TEXT_LEAVES_OUT = "the curves and diffs are on the screen only (a terminal, no --no-tui)"
+"""The text tables' last line: piped, the comparison is its tables alone."""

@@ -32,7 +32,8 @@ def add_export_command(sub: Any) -> None:
         "search), its curves (the metrics read from its jobs, commands and files), its "
         "validations and final score, and its result.json, transcript and event log. "
         f"Local unless --dest names a server: {', '.join(t.local for t in TRACKERS.values())}. "
-        "Needs pip install 'mlra[export]'.",
+        "Needs the tracker's package (pip install mlflow-skinny, wandb or tensorboard; all "
+        "three: pip install 'mlra[export]').",
     )
     p.add_argument(
         "run",

@@ -1,5 +1,6 @@
-"""`mlra share RUN|BATCH -o FILE.html [--max-mb N]`: a run or a batch as one
-self-contained HTML page for a colleague, written by batch/share/.
+"""`mlra share RUN|BATCH [-o FILE.html] [--max-mb N]`: a run or a batch as one
+self-contained HTML page for a colleague, written by batch/share/ (without -o, to
+RUN.html in the current folder, as `mlra export` writes to ./mlruns by default).
 
 Bad input (a folder that is no run, an output folder that does not exist, a budget
 that is no positive number) is one line and exit status 2.
@@ -29,7 +30,13 @@ def add_share_command(sub: Any) -> None:
         "network (Content-Security-Policy). A run still going is shared as it is now.",
     )
     p.add_argument("run", metavar="RUN|BATCH", help="a run folder, a batch folder, or a run id")
-    p.add_argument("-o", "--output", required=True, type=Path, metavar="FILE.html")
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        metavar="FILE.html",
+        help="the page to write (default: the run's or batch's folder name .html, here)",
+    )
     p.add_argument(
         "--max-mb",
         type=positive_float,
@@ -47,9 +54,9 @@ def cmd_share(args: argparse.Namespace) -> int:
     path = Path(args.run)
     if not path.exists() and (args.runs_dir / args.run).exists():
         path = args.runs_dir / args.run
-    out: Path = args.output
     if not path.is_dir():
         raise UsageError(f"{printable_line(str(path))}: no such run or batch folder")
+    out: Path = args.output or Path(f"{path.resolve().name}.html")
     if not out.parent.is_dir():
         raise UsageError(f"{printable_line(str(out.parent))}: no such folder for the page")
     if out.is_dir():

@@ -23,7 +23,7 @@ from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.console.panes import redraw
 from mlra.console.text.event_lines import describe_call, said_call
 from mlra.durations import format_duration
-from mlra.terminal_text import printable
+from mlra.terminal_text import as_drawn_line, printable
 
 HEAD_LINES = 3
 COLLAPSED_TAIL_LINES = 8
@@ -61,7 +61,7 @@ class OutputBuffer:
 
     def _line(self, line: str) -> None:
         if "\r" in line:  # progress bars redraw their line with carriage returns
-            line = line.rstrip("\r").rsplit("\r", 1)[-1]
+            line = as_drawn_line(line)
         if len(line) > MAX_LINE_CHARS:
             line = line[:MAX_LINE_CHARS] + "…"
         line = printable(line)

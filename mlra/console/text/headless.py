@@ -50,7 +50,7 @@ from mlra.console.text.printer import Printer
 from mlra.console.text.written_calls import AnswerNotes
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
-from mlra.terminal_text import printable, printable_json, printable_line
+from mlra.terminal_text import as_drawn, printable, printable_json, printable_line
 from mlra.tools.plan import render_plan
 
 if TYPE_CHECKING:
@@ -356,7 +356,8 @@ class TranscriptDisplay(Printer):
             return
         self._out(f"    {status} {' · '.join(bits)}", "green" if event.ok else "red")
         if not self.verbose or not event.ok:
-            lines = [ln for ln in event.output.rstrip().splitlines() if ln.strip()]
+            drawn = as_drawn(event.output)  # a bar's last state, not each redraw a line
+            lines = [ln for ln in drawn.rstrip().splitlines() if ln.strip()]
             if lines and lines[-1].startswith(("[exit code", "[timed out")):
                 lines.pop()  # the status line repeats what the ✓/✗ line says
             if event.ok and event.tool in HEAD_FIRST_TOOLS:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from collections.abc import Callable
 
 from mlra import events as ev
@@ -84,6 +85,8 @@ class ProgressReader:
         """Bars seen so far, each counted though its lines were held back unlogged."""
         self._bar_at: tuple[str, int | None, int] | None = None
         """The latest bar's description, total and count."""
+        self._repeats: Counter[str] = Counter()
+        """Bars seen so far of each description."""
 
     def wait_s(self) -> float:
         """How long a line waits after the last one logged, now."""
@@ -104,18 +107,20 @@ class ProgressReader:
         if progress.total is None:
             self._context = progress.line
         else:
-            progress.bar = self._bar_number(progress)
+            self._number(progress)
         self._offer(progress)
 
-    def _bar_number(self, progress: ev.EvaluationProgress) -> int:
-        """The number of the bar `progress` belongs to: the latest one, unless it names
-        another step or total, or its count fell (a new bar of the same name)."""
+    def _number(self, progress: ev.EvaluationProgress) -> None:
+        """Number the bar `progress` belongs to, in the grading and among the bars of its
+        description: the latest one, unless it names another step or total, or its count
+        fell (a new bar of the same name)."""
         done = progress.done or 0
         at = self._bar_at
         if at is None or (progress.what, progress.total) != at[:2] or done < at[2]:
             self._bars += 1
+            self._repeats[progress.what] += 1
         self._bar_at = (progress.what, progress.total, done)
-        return self._bars
+        progress.bar, progress.repeat = self._bars, self._repeats[progress.what]
 
     def _offer(self, progress: ev.EvaluationProgress) -> None:
         last = self._held or self._last
@@ -150,12 +155,13 @@ def _same(a: ev.EvaluationProgress, b: ev.EvaluationProgress) -> bool:
 
 
 def progress_words(e: ev.EvaluationProgress) -> str:
-    """The progress as the displays write it: "45% (4,500/10,000) Running loglikelihood
-    requests", "bar 2 · 5% (10/200) Running generate_until requests" from the second
-    bar on (its percentage starts again), or the line itself; escaped, never obeyed."""
+    """The progress as the displays write it, in the evaluator's own words for what it
+    counts: "45% (4,500/10,000) Running loglikelihood requests", "5% (2/32) Running
+    loglikelihood requests, pass 2" where a bar of that name starts again, or the line
+    itself; escaped, never obeyed."""
     if e.total:
         done = e.done or 0
         what = f" {printable_line(e.what)}" if e.what else ""
-        which = f"bar {e.bar} · " if e.bar > 1 else ""
-        return f"{which}{100 * done // e.total}% ({done:,}/{e.total:,}){what}"
+        again = f", pass {e.repeat}" if e.repeat > 1 else ""
+        return f"{100 * done // e.total}% ({done:,}/{e.total:,}){what}{again}"
     return printable_line(e.line)
