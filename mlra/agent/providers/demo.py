@@ -107,7 +107,9 @@ def plan_for(messages: list[Message], seed: int | None) -> Plan:
     ]
     recipe = task.baseline
     values = {**recipe.vars, **own.get("vars", {})}
-    found = next((_ATTEMPT.search(m.content) for m in messages if m.role == "user"), None)
+    found = next(
+        (f for m in messages if m.role == "user" and (f := _ATTEMPT.search(m.content))), None
+    )
     if found:  # a search's attempt: one change per attempt, in the script's order
         variants = own.get("attempt_variants") or recipe.variants or [{}]
         values.update(variants[(int(found.group(2)) - 1) % len(variants)])
