@@ -155,7 +155,7 @@ def _heard(messages: list[Message]) -> str:
     if last is None:
         return ""
     said = re.findall(r"\[message from the user\] (.*)", last.content)
-    return "".join(f"Noted: {text.strip()} " for text in said)
+    return "".join(f"Noted: {text.strip().rstrip('.')}. " for text in said)
 
 
 def call(name: str, n: int, **arguments: Any) -> ToolCallRequest:
