@@ -75,6 +75,11 @@ def test_each_attempt_of_a_search_changes_one_hyperparameter() -> None:
     }
 
 
+def test_a_search_the_model_would_steer_is_refused_in_one_line(tmp_path: Path) -> None:
+    proc = mlra_cli(["run", "tiny-lm", "--model", "demo", "--search", "llm"], cwd=tmp_path)
+    assert proc.returncode == 2 and "use --search greedy with --model demo" in proc.stderr
+
+
 @pytest.mark.slow
 def test_a_headless_demo_run_of_tiny_lm_is_graded(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
