@@ -90,6 +90,8 @@ def test_a_headless_demo_run_of_tiny_lm_is_graded(tmp_path: Path) -> None:
     assert result["status"] == "finished" and result["score"] is not None
     assert result["cost_usd"] == 0.0
     shown = mlra_cli(["replay", str(runs / "d1"), "--no-tui"], cwd=tmp_path).stdout
-    assert "worker list_files" in shown and "worker read_file train.py" in shown
-    assert "python train.py --out submission --seed 0 --steps 100" in shown
+    # The worker's calls, in its subtask (a worker's lines are not prefixed).
+    assert "→ subtask 1 [1]" in shown and "list_files ." in shown
+    assert "read_file train.py" in shown
+    assert "$ python train.py --out submission --seed 0 --steps 100" in shown
     assert "supervisor submit submission" in shown
