@@ -12,6 +12,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 from tests.conftest import ANSWER_TASK, SECRET_ENV
@@ -78,6 +79,11 @@ def test_the_wheel_runs_a_run_from_outside_the_checkout(tmp_path: Path) -> None:
     ).split()  # fmt: skip
     assert all(Path(p).is_relative_to(site / "mlra") for p in found), found
     assert Path(found[1]).is_file()  # `mlra image build` has its Dockerfile
+    with zipfile.ZipFile(wheel) as archive:  # `--model demo` has its words
+        assert "mlra/agent/providers/demo_script.toml" in archive.namelist()
+    looked = run([python, "-c", "from mlra.agent.providers.demo import script; "
+                  "print(script()['tasks']['tiny-lm']['look'])"], cwd=where)  # fmt: skip
+    assert "train.py" in looked
 
     mlra = venv / "bin" / "mlra"
     assert "usage: mlra" in run([mlra, "--help"], cwd=where)

@@ -1,7 +1,8 @@
 """From a model spec the user typed to a ready provider.
 
 Specs are `anthropic/<model>` and `openai/<model>` (the latter also for any
-OpenAI-compatible server given with `--base-url`), and `replay:RUN_DIR`: the entries
+OpenAI-compatible server given with `--base-url`), `replay:RUN_DIR`, and `demo` (a
+scripted agent to try the console with, no key): the entries
 of the providers' table (agent/providers/table.py), whose factories build them.
 `baseline` is not a model: the caller handles it before coming here, by running the
 baseline agent that needs no LLM.
@@ -17,16 +18,23 @@ from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from mlra.agent.providers.base import ConfigError, ModelProvider, ModelSettings
-from mlra.agent.providers.table import PROVIDERS, ProviderRequest, entry_for, provider_factory
+from mlra.agent.providers.table import (
+    DEMO,
+    PROVIDERS,
+    ProviderRequest,
+    entry_for,
+    provider_factory,
+)
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
 DEFAULT_OPENAI_MODEL = "gpt-5"
-BUILT_IN = ("anthropic/", "openai/", "replay:")
+BUILT_IN = ("anthropic/", "openai/", "replay:", "demo:")
 """The table's entries VALID_FORMS describes; others are listed after it by name."""
 VALID_FORMS = (
     "use anthropic/<model> (e.g. anthropic/claude-sonnet-4-6), openai/<model> "
     "(e.g. openai/gpt-5; with --base-url URL for a local OpenAI-compatible server), "
     "baseline (runs the task's reference recipe, no LLM), "
+    "demo (a scripted supervisor and worker, to try the console with no key), "
     "or replay:RUN_DIR (the model answers recorded in a run)"
 )
 
@@ -77,6 +85,8 @@ def resolve_model(
     `settings` (context window, output tokens, temperature, seed, tool calls) are the
     user's; the provider fills in what is not set from the server or its model table."""
     text = spec.strip()
+    if text.lower() == DEMO:
+        text = f"{DEMO}:"
     base_url = (base_url or "").strip() or None
     if base_url is not None:
         _check_base_url(base_url)
@@ -122,7 +132,8 @@ def default_model_spec(env: Mapping[str, str]) -> str:
     raise ConfigError(
         "no model configured: pass --model anthropic/<model> (needs ANTHROPIC_API_KEY) "
         "or --model openai/<model> (needs OPENAI_API_KEY, or --base-url URL for a local "
-        "OpenAI-compatible server), set MLRA_MODEL, or use --model baseline (needs no LLM)"
+        "OpenAI-compatible server), set MLRA_MODEL, or use --model baseline (needs no LLM) or --model demo (a scripted "
+        "agent to try the console with)"
     )
 
 

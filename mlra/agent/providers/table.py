@@ -25,7 +25,11 @@ PROVIDERS: dict[str, str] = {
     "anthropic/": "mlra.agent.providers.factories:anthropic",
     "openai/": "mlra.agent.providers.factories:openai",
     "replay:": "mlra.agent.loop.replay_provider:replay",
+    "demo:": "mlra.agent.providers.demo:demo",
 }
+DEMO = "demo"
+"""`--model demo` (agent/providers/demo.py): the one spec that is a bare name, as
+`baseline` is; `demo:` is the same."""
 
 
 @dataclass(frozen=True)

@@ -86,6 +86,11 @@ def search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str
             "--search llm needs a model to choose the attempts; with --model baseline use "
             "--search greedy (the recipe's variants)"
         )
+    if args.search == "llm" and model.strip().lower() in ("demo", "demo:"):
+        raise UsageError(
+            "--search llm needs a model to choose the attempts; the demo model plays a "
+            "supervisor and a worker only: use --search greedy with --model demo"
+        )
     if args.search == "greedy" and model == "baseline" and not task.baseline.variants:
         raise UsageError(
             f"task {task.name} declares no recipe variants ([baseline] variants in its "

@@ -43,8 +43,8 @@ def add_run_command(sub: Any) -> None:
     run.add_argument("task", metavar="TASK", help="a task name (see `mlra tasks`) or a task folder")
     run.add_argument(
         "--model",
-        help="anthropic/<model>, openai/<model>, or baseline (no LLM: runs the task's "
-        "reference recipe). Default: $MLRA_MODEL, else Anthropic or OpenAI by which key is set",
+        help="anthropic/<model>, openai/<model>, baseline (the task's recipe, no LLM) or demo "
+        "(scripted: try the console with no key). Default: $MLRA_MODEL, else by which key is set",
     )
     run.add_argument(
         "--base-url", help="an OpenAI-compatible server (vLLM, llama.cpp, Ollama) or API proxy"
