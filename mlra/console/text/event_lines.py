@@ -63,8 +63,12 @@ def describe_call(
     return printable(_describe_call(printable_line(tool), arguments, raw))
 
 
-def said_call(call: ev.ToolCall) -> str:
-    """A recorded call as `describe_call` says it, as written where its tool refused it."""
+def said_call(call: ev.ToolCall, ran_with: dict[str, Any] | None = None) -> str:
+    """A recorded call as `describe_call` says it, as written where its tool refused it.
+    `ran_with`: the arguments an edit at its breakpoint ran it with (`RunState.edited_calls`:
+    the `tool_call` keeps what the model asked for), said instead."""
+    if ran_with is not None:
+        return describe_call(call.tool, ran_with)
     return describe_call(
         call.tool, call.arguments, call.raw_arguments, refused=call.refused is not None
     )
