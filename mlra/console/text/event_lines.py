@@ -156,6 +156,7 @@ def control_line(event: ev.Control) -> str:
         "start": "paused before the first action (--paused): n steps, Space resumes",
         "step": "paused after one action: n steps again, Space resumes",
         "system": "paused: the model provider keeps failing; Space retries",
+        "resume": "paused again, as it was when mlra stopped: n steps, Space resumes",
     }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
 
 
