@@ -229,7 +229,9 @@ def test_a_run_being_graded_refuses_what_would_change_nothing() -> None:
 
     state = RunState()
     state.evaluating = True
-    run: Any = SimpleNamespace(state=state, controls=Controls())
+    run: Any = SimpleNamespace(state=state, controls=Controls(), run_id="r1")
     for op in ("pause", "resume", "step", "inject", "approve", "stop", "breakpoints"):
-        with pytest.raises(Refused, match=f"being graded: {op} does not apply"):
+        with pytest.raises(Refused, match=f"being graded: {op} does not apply") as refused:
             act(run, CtlRequest(op=op, text="hello"))
+        # ctl's own command, not the console's key: it said "quit ends it ungraded".
+        assert str(refused.value).endswith("(mlra ctl r1 quit ends it ungraded)")

@@ -101,10 +101,20 @@ def test_an_approved_call_a_pause_held_runs_on_resume(tmp_path: Path) -> None:
     killed = read_events(log)
     assert not any(isinstance(e, ev.ToolStarted | ev.ToolResult) for e in killed)
 
-    resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=_env())
-    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
-    assert "may have run in part" not in resumed.stdout
-    assert "interrupted" not in resumed.stdout
+    with _mlra(["resume", str(run_dir), "--no-tui"], tmp_path, _env(), out=subprocess.PIPE) as proc:
+        # Paused when killed, it is paused again once live, and says so.
+        _wait_in_log(
+            proc,
+            log,
+            "the pause again",
+            lambda e: isinstance(e, ev.Control) and e.source == "resume",
+        )
+        ctl("resume")
+        printed = (proc.communicate(timeout=120)[0] or b"").decode()
+    assert proc.returncode == 0, printed
+    assert "paused again, as it was when mlra stopped" in printed
+    assert "may have run in part" not in printed
+    assert "interrupted" not in printed
     events = read_events(log)
     (again,) = [e for e in events if isinstance(e, ev.RunResumed)]
     assert again.interrupted_calls == []

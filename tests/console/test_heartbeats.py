@@ -305,3 +305,23 @@ def test_a_slow_model_call_gets_heartbeats_reading_then_writing() -> None:
         "[1m31s] … supervisor's model still writing, 1m30s · ~11 tok/s (prompt read in 1m05s)"
     ), beats
     assert len(beats) == 4  # and none once its answer is in
+
+
+def test_a_command_edited_at_its_breakpoint_is_named_as_it_runs() -> None:
+    """Edited at its breakpoint (`e`, `mlra ctl RUN edit`), the call runs the user's
+    command: its heartbeats name that one. Before, they named the model's unedited
+    command (`… $ python train.py --steps 600 still running`), the transcript's own
+    `user edit, runs:` line notwithstanding."""
+    edited = "python train.py --steps 20"
+    call, *rest = _training_run(90)
+    events: list[ev.Event] = [
+        call,
+        ev.ApprovalRequested(call_id="c1", tool="bash", arguments={"command": COMMAND}, t=5.0),
+        ev.Control(action="edit", call_id="c1", arguments={"command": edited}, t=5.0),
+        ev.ToolStarted(call_id="c1", t=5.0),
+        *rest,
+    ]
+    lines = _lines(events)
+    beats = [line for line in lines if "still running" in line]
+    assert beats and all(f"$ {edited} still running" in line for line in beats), lines
+    assert not [line for line in beats if COMMAND in line]

@@ -191,11 +191,35 @@ async def test_n_from_a_pause_runs_a_turn_and_its_first_call_only(
         assert (await run.finished()).reason == "submitted"
 
 
-async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
+async def test_n_at_an_approval_runs_that_call_then_pauses(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    """`mlra ctl RUN step` (or a step from a paused console) while the call waits, then the
-    approval: the approved call is the one action the step lets through."""
+    """`n` with a call waiting for approval approves it as the one action and pauses
+    after it, as a debugger's step runs the line it stands on. Before, `n` paused, then
+    stepped, then paused again ("you: paused", "you: stepped one action", ...), the
+    header flipping, and the call never ran."""
+    script = worker(FIRST, ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script, breakpoints=["bash:first"]) as run:
+        waiting = await run.watch.wait(is_(ev.ApprovalRequested))
+        assert isinstance(waiting, ev.ApprovalRequested)
+        await run.shown(lambda app: app.state.pending_approval is not None)
+        mark = run.watch.events[-1].seq
+        await run.pilot.press("n")
+        await run.watch.wait(is_(ev.Control, action="approve", call_id=waiting.call_id))
+        await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
+        assert run.watch.count(is_(ev.ToolResult, call_id=waiting.call_id)) == 1
+        assert (run.controller.workspace / "first.txt").exists()
+        assert len(run.server.requests_for("worker")) == 1  # no next turn asked for
+        await run.shown(lambda app: app.state.phase == "paused")
+        await run.pilot.press("space")
+        assert (await run.finished()).reason == "submitted"
+
+
+async def test_ctl_step_at_an_approval_while_paused_runs_that_call_then_pauses(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`mlra ctl RUN step` on a paused run whose call waits: the same step as the
+    console's `n`, and its answer says it approved the call."""
     script = worker(FIRST, ANSWER, REPORT)
     async with live(tmp_path, answer_task, script, breakpoints=["bash:first"]) as run:
         waiting = await run.watch.wait(is_(ev.ApprovalRequested))
@@ -204,11 +228,8 @@ async def test_n_while_a_call_waits_then_approving_runs_only_that_call(
         await run.pilot.press("space")
         await run.watch.wait(is_(ev.Control, action="pause"))
         mark = run.watch.events[-1].seq
-        # `mlra ctl RUN step` says what it does here: it does not approve the call.
         said = act(run.controller, CtlRequest(op="step"))
-        assert said.startswith("one action once the waiting call is decided"), said
-        await run.watch.wait(is_(ev.Control, action="step"), after=mark)
-        await run.pilot.press("a")
+        assert said == f"approved {waiting.call_id}: it runs as the one action, then paused"
         await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
         assert run.watch.count(is_(ev.ToolResult, call_id=waiting.call_id)) == 1
         assert len(run.server.requests_for("worker")) == 1
@@ -330,13 +351,12 @@ async def test_space_or_n_after_a_stop_does_nothing_on_the_way_to_grading(
     assert actions[actions.index("stop") :] == ["stop"], actions
 
 
-async def test_n_while_a_stepped_call_waits_then_approving_runs_only_that_call(
+async def test_a_step_while_a_stepped_call_waits_runs_only_that_call(
     tmp_path: Path, answer_task: Path
 ) -> None:
     """In step mode (stepping from a pause), the stepped turn's call waits at its
-    breakpoint; a step given meanwhile, then the approval: the call is the step's one
-    action. Before, the step was left over once the call ran, so the run went on to ask
-    the model for its next turn and ran that turn's call too."""
+    breakpoint; a step given then approves it: the call is the step's one action, and
+    no step is left over for the model's next turn."""
     script = worker(FIRST, ANSWER, REPORT)
     async with live(
         tmp_path, answer_task, script, breakpoints=["bash:first"], start_paused=True
@@ -352,9 +372,8 @@ async def test_n_while_a_stepped_call_waits_then_approving_runs_only_that_call(
         waiting = await run.watch.wait(is_(ev.ApprovalRequested))
         assert isinstance(waiting, ev.ApprovalRequested)
         mark = run.watch.events[-1].seq
-        act(run.controller, CtlRequest(op="step"))
-        await run.watch.wait(is_(ev.Control, action="step"), after=mark)
-        act(run.controller, CtlRequest(op="approve", call_id=waiting.call_id))
+        act(run.controller, CtlRequest(op="step"))  # approves the waiting call
+        await run.watch.wait(is_(ev.Control, action="approve"), after=mark)
         await run.watch.wait(is_(ev.Control, action="pause", source="step"), after=mark)
         assert run.watch.count(is_(ev.ToolResult, call_id=waiting.call_id)) == 1
         assert not (run.controller.workspace / "answer.txt").exists()

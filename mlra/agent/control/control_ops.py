@@ -30,7 +30,8 @@ def act(run: Steering, req: CtlRequest) -> str:
         # The agent has stopped and the evaluator runs to its end: as the console's keys
         # are, a control would be recorded and change nothing.
         raise Refused(
-            f"refused: the run is being graded: {op} does not apply (quit ends it ungraded)"
+            f"refused: the run is being graded: {op} does not apply "
+            f"(mlra ctl {run.run_id} quit ends it ungraded)"
         )
     if op == "pause":
         if controls.paused:
@@ -43,12 +44,10 @@ def act(run: Steering, req: CtlRequest) -> str:
         run.resume()
         return "resumed"
     if op == "step":
+        waiting = controls.pending_calls()
         run.step()
-        if controls.pending_calls():
-            # A step does not approve: the waiting call is the action it lets through.
-            return (
-                "one action once the waiting call is decided (approve, edit or reject), then paused"
-            )
+        if waiting:  # the waiting call is the one action: the step approves it
+            return f"approved {waiting[0]}: it runs as the one action, then paused"
         return "one action (one tool call), then paused"
     if op in ("approve", "reject", "edit"):
         call_id = _waiting_call(run, req.call_id)

@@ -172,8 +172,19 @@ class Steering:
         each in turn (a1, a2, a1, ...), the step's `control` naming it. Stepping every
         running attempt at once made one `n` run as many actions as attempts, and the
         search's own as well. A search that runs freely is paused by it, each of its
-        attempts after the action in hand."""
+        attempts after the action in hand.
+
+        A call waiting for approval is the action a step lets through, as a debugger's
+        step runs the line it stands on: the step approves it, and the run pauses after
+        it. Before, the step waited for a decision it never gave, so `n` at an approval
+        moved nothing (the console alternated pause and step for ever)."""
         if self._stop.is_set():
+            return
+        waiting = self.controls.pending_calls()
+        if waiting:
+            self.controls.step()
+            self._control("step")
+            self.approve(waiting[0])  # resumes the clock: no longer held, not paused
             return
         children = self._attempt_children()
         stepping = self.controls.stepping

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from mlra import events as ev
 from mlra.agent.providers.base import ModelProvider
@@ -205,7 +205,41 @@ def resume_controller(
         return events
 
     controller.catch_up(list(run.events), going_live)
+    stepping = recorded_stepping(run.events)
+    controller.catchup.when_live(lambda: _step_on(controller, stepping))
     return controller
+
+
+def recorded_stepping(events: list[ev.Event]) -> Literal["paused", "stepping"] | None:
+    """How the user was stepping the run when it stopped, as its log's controls say:
+    paused (by them, `--paused`, after a step's action, or a resume that restored it),
+    or let one action through that had not ended yet; None where they last resumed it
+    or never paused it. A resumed run kept its breakpoints but not this, so after the
+    held call was approved it ran to its end, past the steps being inspected. A pause
+    the run made for a failing provider is not stepping (the resume is the retry), nor
+    is its source's stepping a fork's."""
+    stepping: Literal["paused", "stepping"] | None = None
+    for event in events:
+        if isinstance(event, ev.RunForked):
+            stepping = None  # a fork is a run of its own: stepped where it asks (--paused)
+        if not isinstance(event, ev.Control) or event.target:
+            continue  # an attempt's step leaves its search paused
+        if event.action == "pause" and event.source != "system":
+            stepping = "paused"
+        elif event.action == "step":
+            stepping = "stepping"
+        elif event.action == "resume":
+            stepping = None
+    return stepping
+
+
+def _step_on(controller: RunController, stepping: Literal["paused", "stepping"] | None) -> None:
+    """Once live: paused again (recorded, so the transcript says why), or in step mode
+    with the one action granted (its step is the log's last control already)."""
+    if stepping == "paused":
+        controller.pause(source="resume")
+    elif stepping == "stepping":
+        controller.controls.step()
 
 
 # --- fork ------------------------------------------------------------------------------

@@ -103,7 +103,9 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
 
     def action_step(self) -> None:
         assert self.controller is not None
-        if self.controller.controls.paused:
+        # At an approval `n` runs the waiting call as the one action (the controller's
+        # step approves it); before, it paused, then stepped, and nothing moved.
+        if self.controller.controls.paused or self.state.pending_approval is not None:
             self.controller.step()
         else:
             self.controller.pause()

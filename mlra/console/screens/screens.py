@@ -17,7 +17,7 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
+from textual.screen import ModalScreen, Screen
 from textual.widgets import Button, Input, Label, OptionList, Static, TextArea
 from textual.widgets.option_list import Option
 
@@ -92,13 +92,30 @@ class EditableText(TextArea):
     BINDINGS = [Binding("ctrl+a", "select_all", "Select all", show=False)]
 
 
+SELECT_ALL = Binding("ctrl+a", "select_all", "Select all", show=False)
+"""A dialog's own Ctrl+A, for when its text does not have the focus (yet: a Ctrl+A that
+came as the dialog opened, before its text took the focus, was lost, and what was typed
+next went in before the old text, as invalid JSON, the hint notwithstanding)."""
+
+
+def select_all_text(screen: Screen[Any]) -> None:
+    """Give the dialog's text the focus, and select all of it, so typing replaces it."""
+    text = screen.query_one(EditableText)
+    text.focus()
+    text.select_all()
+
+
 class EditArgsScreen(ModalScreen[dict[str, Any] | None]):
     """The waiting call's arguments as JSON, to change before it runs."""
 
     BINDINGS = [
         Binding("ctrl+s", "save", "Run with these arguments"),
         Binding("escape", "cancel", "Cancel"),
+        SELECT_ALL,
     ]
+
+    def action_select_all(self) -> None:
+        select_all_text(self)
 
     def __init__(
         self,
@@ -159,7 +176,11 @@ class BreakpointsScreen(ModalScreen[list[str] | None]):
     BINDINGS = [
         Binding("ctrl+s", "save", "Save"),
         Binding("escape", "cancel", "Cancel"),
+        SELECT_ALL,
     ]
+
+    def action_select_all(self) -> None:
+        select_all_text(self)
 
     def __init__(
         self, rules: list[str], problem: Callable[[str], str | None] | None = None

@@ -69,8 +69,14 @@ def describe_call(
     return printable(_describe_call(printable_line(tool), arguments, raw, left_s))
 
 
-def said_call(call: ev.ToolCall, left_s: float | None = None) -> str:
-    """A recorded call as `describe_call` says it, as written where its tool refused it."""
+def said_call(
+    call: ev.ToolCall, left_s: float | None = None, ran_with: dict[str, Any] | None = None
+) -> str:
+    """A recorded call as `describe_call` says it, as written where its tool refused it.
+    `ran_with`: the arguments an edit at its breakpoint ran it with (`RunState.edited_calls`:
+    the `tool_call` keeps what the model asked for), said instead."""
+    if ran_with is not None:
+        return describe_call(call.tool, ran_with, left_s=left_s)
     return describe_call(
         call.tool,
         call.arguments,
@@ -198,6 +204,7 @@ def control_line(event: ev.Control) -> str:
         "start": "paused before the first action (--paused): n steps, Space resumes",
         "step": "paused after one action: n steps again, Space resumes",
         "system": "paused: the model provider keeps failing; Space retries",
+        "resume": "paused again, as it was when mlra stopped: n steps, Space resumes",
     }.get(event.source, f"{event.source}: {words.get(event.action, event.action)}")
 
 

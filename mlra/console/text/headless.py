@@ -63,6 +63,8 @@ HELD_BY = {
     "step": "paused after one action: mlra ctl {run} step runs the next, "
     "mlra ctl {run} resume goes on",
     "system": "paused: the model provider keeps failing; mlra ctl {run} resume retries",
+    "resume": "paused again, as it was when mlra stopped: mlra ctl {run} step runs one "
+    "action, mlra ctl {run} resume goes on",
 }
 """The pauses the run makes itself, by their `control` source (a user's is `user pause`)."""
 HEAD_FIRST_TOOLS = frozenset({"attempt_wait", "attempts"})

@@ -91,7 +91,8 @@ class Heartbeat:
                 best, each = self._attempts_words(now)
                 lines.append(f"… {words}{best}" + (f" · running: {each}" if each else ""))
                 continue
-            what = one_line(said_call(call), 80)
+            # The command that runs: the user's, where they edited it at its breakpoint.
+            what = one_line(said_call(call, ran_with=state.edited_calls.get(call.call_id)), 80)
             line = f"… {what} still running, {format_duration(took)}"
             progress = self.progress.words(f"command:{call.call_id}", call.t, now)
             lines.append(line + (f" · {progress}" if progress else ""))
