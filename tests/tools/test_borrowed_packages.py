@@ -91,3 +91,44 @@ def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
     assert seen.stdout.strip().splitlines()[-1] == "[False, False, False, True]", (
         seen.stdout + seen.stderr
     )
+
+
+def test_a_pth_line_naming_the_borrowed_folder_through_a_link_finds_it_in_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """`/opt/torch -> /opt/torch-2.13`, a `.pth` line naming `/opt/torch/lib/...`: the
+    interpreter inside looks the line up as written, so the link must be there too.
+    Before, only the real folder was shown and `import torch` failed inside alone."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    real = tmp_path / "torch-2.13" / "lib" / "site-packages"
+    real.mkdir(parents=True)
+    (real / "borrowed_torch.py").write_text("WHERE = 'borrowed'\n")
+    (tmp_path / "torch-2.13" / "notes.txt").write_text("beside\n")
+    (tmp_path / "torch").symlink_to("torch-2.13")  # relative, as `ln -s` often makes it
+    linked = tmp_path / "torch" / "lib" / "site-packages"
+    checkout = Path(mlra.__file__).resolve().parent.parent
+    packages = Path(sysconfig.get_path("purelib")).resolve()
+    lines = [checkout, packages, linked]
+    (Path(purelib) / "borrowed.pth").write_text("".join(f"{line}\n" for line in lines))
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    looks = [tmp_path / "torch" / "notes.txt", tmp_path / "torch-2.13" / "notes.txt"]
+    probe = (
+        "import os, borrowed_torch, pydantic; "
+        f"print(borrowed_torch.WHERE, [os.path.exists(p) for p in {[str(p) for p in looks]!r}])"
+    )
+    done = subprocess.run(
+        [python, "-c", IN_THE_VENV, str(workspace), probe],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    # Found through the link; what lies beside the borrowed folder stays unseen.
+    assert done.stdout.strip().splitlines()[-1] == "borrowed [False, False]", (
+        done.stdout + done.stderr
+    )

@@ -133,15 +133,56 @@ def python_roots() -> list[Path]:
         p = Path(prefix).resolve()
         if p not in roots and not _under_system(p):
             roots.append(p)
+    for _, p in _borrowed_entries():
+        if not any(r == p or r in p.parents for r in roots):
+            roots.append(p)
+    return roots
+
+
+def _borrowed_entries() -> list[tuple[str, Path]]:
+    """The package folders on the path outside the system: (as named, real path)."""
+    found: list[tuple[str, Path]] = []
     for entry in sys.path:
         if Path(entry).name not in PACKAGE_DIRS:
             continue
         p = Path(entry).resolve()
         if p.name not in PACKAGE_DIRS:
             continue  # a link named so is taken only where it leads to one
-        if p.is_dir() and not _under_system(p) and not any(r == p or r in p.parents for r in roots):
-            roots.append(p)
-    return roots
+        if p.is_dir() and not _under_system(p):
+            found.append((os.path.abspath(entry), p))
+    return found
+
+
+def python_links() -> list[tuple[Path, str]]:
+    """The links (path, where it leads) met on the way to each borrowed package folder
+    as the path names it: `python_roots` shows the real folder, but the interpreter
+    inside looks a `.pth` line up as written (`/opt/torch/lib/...` where `/opt/torch`
+    links to `/opt/torch-2.13`), and without the link the packages silently vanish.
+    Only the links are added, so nothing more of the host is shown than the folders."""
+    links: list[tuple[Path, str]] = []
+    for named, _ in _borrowed_entries():
+        for link in links_on_the_way(named):
+            if link not in links:
+                links.append(link)
+    return links
+
+
+def links_on_the_way(path: str) -> list[tuple[Path, str]]:
+    """Every link (path, its target as written) the kernel follows resolving `path`."""
+    links: list[tuple[Path, str]] = []
+    current, pending = Path("/"), list(Path(path).parts[1:])
+    while pending and len(links) < 40:  # a loop of links ends here, as ELOOP would
+        part = pending.pop(0)
+        step = current.parent if part == ".." else current / part
+        if part == ".." or not step.is_symlink():
+            current = step
+            continue
+        target = os.readlink(step)
+        links.append((step, target))
+        if os.path.isabs(target):
+            current = Path("/")
+        pending = [*Path(target).parts[1 if os.path.isabs(target) else 0 :], *pending]
+    return links
 
 
 PACKAGE_DIRS = ("site-packages", "dist-packages")
@@ -308,6 +349,14 @@ def bwrap_argv(
             continue
         if _under_system(real) or any(real == r or r in real.parents for r in shown_roots):
             argv += mask_args(real)
+    for link, target in python_links():
+        # After every bind: a link made first would send a bind under it to the host's
+        # target. Not where a shown tree already has it, nor under the sandbox's own.
+        own = [Path(INSIDE_WORKDIR), Path(INSIDE_HOME), Path("/proc"), Path("/dev")]
+        if not _under_system(link) and not any(
+            r == link or r in link.parents for r in [*shown_roots, *own]
+        ):
+            argv += ["--symlink", target, str(link)]
     argv += [
         "--bind", str(workspace), INSIDE_WORKDIR,
     ]  # fmt: skip
