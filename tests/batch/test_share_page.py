@@ -18,7 +18,6 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog, iter_events
-from mlra.batch.share.curves_svg import svg
 from mlra.batch.share.text import Redactor, esc, json_for_script
 from mlra.console.cli.cli import main
 from mlra.terminal_text import has_controls
@@ -381,39 +380,3 @@ def test_a_progress_bar_shows_its_last_state_and_the_page_has_a_default_name(
     assert "valid 4.543\nWriting model shards: 100%|##########|" in shown
     assert "shards: 0%" not in shown and "⟨U+000D⟩Writing" not in shown
     assert '"command": "rm x\\rls"' in shown  # the call's JSON, its \r written out
-
-
-def test_a_search_s_page_draws_its_attempts_curves_and_one_point_on_its_own_scale(
-    tmp_path: Path,
-) -> None:
-    """A search's page had one curve, its one best validation on an axis from 0.28 to
-    1.28 over one second, and none of the attempts' training curves the console drew;
-    an attempt's folder outside the run's is never read."""
-    from tests.batch.compare_runs import compared_run
-
-    run_dir = compared_run(tmp_path / "runs", "search", validations=(0.78,), losses=(), accs=())
-    last = max(e.seq for e in iter_events(run_dir / EVENTS_FILE))
-    log = EventLog(run_dir / EVENTS_FILE, start_seq=last)
-    log.append(ev.AttemptStarted(attempt="a1", folder="attempts/a1"))
-    log.append(ev.AttemptStarted(attempt="a2", folder="../elsewhere"))  # never read
-    log.close()
-    for folder in (run_dir / "attempts" / "a1", tmp_path / "runs" / "elsewhere"):
-        attempt_log = EventLog(folder / EVENTS_FILE)
-        points = [
-            ev.MetricPoint(name="loss", value=5.0 - k, step=100 * (k + 1), wall=10.0 * k)
-            for k in range(4)
-        ]
-        attempt_log.append(ev.Metrics(source="job:j1", job="j1", points=points))
-        attempt_log.close()
-    out = tmp_path / "page.html"
-    done = mlra_cli(["share", str(run_dir), "-o", str(out)], cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    shown = "".join(check_page_is_ours(out.read_text(encoding="utf-8")).text)
-    assert "a1 loss (4 points)" in shown
-    assert "a2 loss" not in shown
-    # A search's one best validation so far: drawn as a dot on its own value's scale.
-    one = _parse(svg("best accuracy so far", [(448.4, 0.78)], "s", step_line=True))
-    ticks = [t for t in one.text if t.strip()]
-    assert ticks[:4] == ["0.819", "0.741", "447.4", "449.4 s"], ticks
-    ((_, line),) = [(tag, attrs) for tag, attrs in one.tags if tag == "polyline"]
-    assert len((line["points"] or "").split()) == 2  # a polyline of one point draws nothing

@@ -84,34 +84,30 @@ def _extremes(
 
 
 class Curves:
-    """Every series of a run, fed one `metrics` event at a time: the run's own, and a
-    search's attempts' from their own logs (`origin`, the attempt's id), whose training
-    curves are where a search learns (the run's own log holds only their validations)."""
+    """Every series of a run, fed one `metrics` event at a time."""
 
     def __init__(self) -> None:
-        self.series: dict[tuple[str, str, str], Thinned] = {}
+        self.series: dict[tuple[str, str], Thinned] = {}
 
-    def feed(self, event: ev.Metrics, origin: str = "") -> None:
+    def feed(self, event: ev.Metrics) -> None:
         seen: set[str] = set()
         for p in event.points:
-            series = self.series.setdefault((origin, event.source, p.name), Thinned())
+            series = self.series.setdefault((event.source, p.name), Thinned())
             series.add(p.step, p.wall, p.value)
             seen.add(p.name)
         for name in seen:
-            self.series[origin, event.source, name].thinned_by_source += event.thinned
+            self.series[event.source, name].thinned_by_source += event.thinned
 
     def named(self) -> list[tuple[str, Thinned]]:
-        """Each series under its shown name (an attempt's after its id, `a2 loss`, as the
-        console names it), in the order first read; one-offs left out."""
-        sources_of: dict[tuple[str, str], int] = {}
-        for origin, _, name in self.series:
-            sources_of[origin, name] = sources_of.get((origin, name), 0) + 1
+        """Each series under its shown name, in the order first read; one-offs left out."""
+        sources_of: dict[str, int] = {}
+        for _, name in self.series:
+            sources_of[name] = sources_of.get(name, 0) + 1
         out: list[tuple[str, Thinned]] = []
-        for (origin, source, name), series in self.series.items():
+        for (source, name), series in self.series.items():
             if not is_curve(p[2] for p in series.points()):
                 continue
-            shown = f"{source_label(source)}/{name}" if sources_of[origin, name] > 1 else name
-            out.append((f"{origin} {shown}" if origin else shown, series))
+            out.append((f"{source_label(source)}/{name}" if sources_of[name] > 1 else name, series))
         return out
 
     def left_out(self, buckets: int = MAX_BUCKETS) -> int:
@@ -148,11 +144,10 @@ def lines_svg(
     xs = [p[0] for _, pts in lines for p in pts]
     ys = [p[1] for _, pts in lines for p in pts]
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    if x1 == x0:  # one time or step: the point in the middle, the axis said as that one
-        x0, x1 = x0 - 1, x1 + 1
-    if y1 == y0:  # one value: a margin its size, not ±0.5 (an accuracy of 0.78 ran to 1.28)
-        margin = abs(y0) * 0.05 or 0.5
-        y0, y1 = y0 - margin, y1 + margin
+    if x1 == x0:
+        x1 = x0 + 1
+    if y1 == y0:
+        y0, y1 = y0 - 0.5, y1 + 0.5
 
     def sx(x: float) -> float:
         return PAD_L + (x - x0) / (x1 - x0) * (W - PAD_L - PAD_R)
@@ -167,8 +162,6 @@ def lines_svg(
             if step_line and i:
                 coords.append(f"{sx(x):.1f},{sy(points[i - 1][1]):.1f}")
             coords.append(f"{sx(x):.1f},{sy(y):.1f}")
-        if len(points) == 1:  # a polyline of one point draws nothing: a dot, its value
-            coords.append(f"{sx(points[0][0]) + 0.5:.1f},{sy(points[0][1]):.1f}")
         polylines.append(f'<polyline class="{cls}" points="{" ".join(coords)}"/>')
     name = esc_line(title)
     count = sum(len(pts) for _, pts in lines)

@@ -64,25 +64,6 @@ def _event_type(line: bytes) -> bytes:
     return line[i : line.find(b'"', i, i + 48)]
 
 
-def _attempt_curves(log: Path, attempt: str, curves: Curves) -> None:
-    """A search's attempt's training curves, from its own log (its metrics events only):
-    the console draws them (`a1 loss`), and without them the page of a search had one
-    point of its best validation for a curve."""
-    try:
-        with open(log, "rb") as f:
-            for line in f:
-                if _event_type(line) != b"metrics" or not line.endswith(b"\n"):
-                    continue
-                try:
-                    event = ev.parse_event(line)
-                except (ValidationError, ValueError):
-                    continue
-                if isinstance(event, ev.Metrics):
-                    curves.feed(event, attempt)
-    except OSError:
-        return  # an attempt with no log (yet): its validations are still on the page
-
-
 def read_run(
     run_dir: Path,
     transcript: Transcript | None,
@@ -129,10 +110,6 @@ def read_run(
                 transcript.feed(event)
     if not state.run_id and not state.task:
         raise NotARun(f"{log} has no run_started event")
-    for attempt, node in state.attempts.nodes.items():
-        folder = (run_dir / node.started.folder).resolve()
-        if folder.is_relative_to(run_dir.resolve()):  # an attempt's, never a path elsewhere
-            _attempt_curves(folder / EVENTS_FILE, attempt, curves)
     result = result_of(state, running=running)
     status = listed_status(state, running)
     size = (limit if limit is not None else log.stat().st_size) - left - torn
