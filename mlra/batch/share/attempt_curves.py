@@ -1,7 +1,7 @@
 """A search's attempts' training curves for its shared page: each attempt's own log
 (`attempts/a1/events.jsonl`) read for its `metrics` events, and one figure a series
 name with every attempt's line on it, as the console's Curves view overlays them
-(`a1 loss`, `a2 loss`).
+(`a1 loss`, `a2 loss`), each attempt found where the console finds it (attempt_tree.py).
 
 The search's own log holds no training points (its attempts trained, each in its own
 run folder), so a page drawn from it alone showed one dot, the best score so far, and
@@ -88,14 +88,6 @@ def _points(series: Thinned, buckets: int, over_steps: bool) -> list[Pt]:
     return sorted(pts, key=lambda p: p[0]) if over_steps else pts
 
 
-def _folder(run_dir: Path, folder: str) -> Path | None:
-    """The attempt's run folder where it lies inside the search's (as the console's
-    console/text/attempt_files.py takes it); None otherwise."""
-    root = run_dir.resolve()
-    path = (root / folder).resolve()
-    return path if path.is_relative_to(root) and path != root else None
-
-
 def read_attempt_curves(run_dir: Path, state: RunState) -> AttemptCurves:
     """Every attempt's curves from its own log; an attempt whose log is missing or
     unreadable has none (its lines that do not parse are skipped)."""
@@ -104,7 +96,7 @@ def read_attempt_curves(run_dir: Path, state: RunState) -> AttemptCurves:
         if len(out.attempts) >= MAX_ATTEMPTS:
             out.left_out_attempts += 1
             continue
-        folder = _folder(run_dir, node.started.folder)
+        folder = node.folder_in(run_dir)
         if folder is None:
             continue
         curves = Curves()
