@@ -88,6 +88,27 @@ def curve_names(runs: Iterable[Iterable[Series]]) -> set[str]:
     return {s.name for series in runs for s in series if s.is_curve}
 
 
+def axis_range(values: Iterable[float]) -> tuple[float, float]:
+    """A y axis for these values, as the console's and the shared page's plots take it:
+    the data's range padded by a twentieth, and where every value lies in [0, 1] (an
+    accuracy, a score) kept within [0, 1], so an accuracy of 0.91 is never drawn on an
+    axis up to 1.17. One value (or all equal) gets a span around it: a tenth of the unit
+    interval for a fraction, a tenth of its size otherwise."""
+    ys = list(values)
+    if not ys:
+        return 0.0, 1.0
+    lo, hi = min(ys), max(ys)
+    fraction = 0.0 <= lo and hi <= 1.0
+    if hi > lo:
+        pad = (hi - lo) / 20
+    else:
+        pad = 0.1 if fraction else max(abs(lo) / 10, 0.5 if lo == 0 else 0.0)
+    lo, hi = lo - pad, hi + pad
+    if fraction:
+        lo, hi = max(0.0, lo), min(1.0, hi)
+    return lo, hi
+
+
 def validation_points(events: Iterable[ev.Event]) -> list[tuple[float, ev.Validation]]:
     """Each graded validation (run clock, event): the points a curve's axes share."""
     return [(e.t, e) for e in events if isinstance(e, ev.Validation) and e.score is not None]

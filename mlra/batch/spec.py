@@ -126,6 +126,48 @@ class BatchSpec(_Strict):
         return Path("batches") / f"batch-{hashlib.sha256(key.encode()).hexdigest()[:8]}"
 
 
+SPEC_FILE = "batch.json"
+SAME_RUNS = ("tasks", "models", "seeds")
+"""What decides which runs a batch folder holds: a later batch on it includes them all."""
+
+
+def keep_spec(out: Path, spec: BatchSpec) -> None:
+    """Write the spec to the batch folder, refusing one that leaves out runs the folder
+    was made for (a task, a model, a seed of its spec): its report would mix them in
+    unsaid (a newcomer's `--models baseline --seeds 3` on a folder of two models' runs
+    said `3/3 finished` over a report of 5 runs). A spec that holds them all carries the
+    batch on or grows it (one more seed, another model); other settings (parallel,
+    executor, attempts) may change between its sessions."""
+    path = out / SPEC_FILE
+    try:
+        earlier = BatchSpec.model_validate_json(path.read_bytes())
+    except (OSError, ValidationError, ValueError):
+        earlier = None  # a new folder, or a spec from an mlra that wrote it otherwise
+    if earlier is not None:
+        changed = [
+            f"{name} {_listed(getattr(earlier, name))} -> {_listed(getattr(spec, name))}"
+            for name in SAME_RUNS
+            if not _covers(getattr(spec, name), getattr(earlier, name))
+        ]
+        if changed:
+            raise BatchError(
+                f"batch: {out} holds runs this batch leaves out ({'; '.join(changed)}); "
+                "its report would mix them in: give another --out, or a batch that "
+                "includes them"
+            )
+    path.write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+
+def _covers(new: object, old: object) -> bool:
+    if isinstance(new, list) and isinstance(old, list):
+        return set(old) <= set(new)
+    return isinstance(new, int) and isinstance(old, int) and old <= new
+
+
+def _listed(value: object) -> str:
+    return ",".join(value) if isinstance(value, list) else str(value)
+
+
 class Resources(BaseModel):
     cpus: float = 1.0
     memory_gb: float = 0.0

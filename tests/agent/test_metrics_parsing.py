@@ -440,3 +440,26 @@ def test_a_source_past_its_reading_time_has_only_each_pieces_last_line_read(
     assert sum(e.thinned for e in logged) == 3000 - 3
     (notice,) = recorder.notices
     assert "only the last line of each piece of output is read" in notice
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "model: 0.69M parameters, d=128, layers=2",
+        "tokenizer: 2048 tokens; vocab=2048",
+        '{"d": 128, "layers": 2}',
+        "config: batch_size=32 seq_len=256",
+    ],
+)
+def test_a_settings_line_gives_no_series(line: str) -> None:
+    """A script's sizes and settings are not its progress: none of them is a curve the
+    Curves view lists (the newcomer saw `a1 d 128`, `a1 layers 2` offered as series)."""
+    assert parse_line(line) == []
+
+
+def test_a_progress_line_keeps_its_other_numbers() -> None:
+    assert _points("step 3 loss=2.5 tokens_per_s=1200") == [
+        ("loss", 2.5, 3),
+        ("tokens_per_s", 1200.0, 3),
+    ]
+    assert _points("epoch=2 custom=0.4") == [("epoch", 2.0, None), ("custom", 0.4, None)]

@@ -2,8 +2,10 @@
 alike (agent/metrics/one_off.py): tiny-lm's train.py prints `tokenizer: 2048 tokens`
 and `model: 0.69M parameters, d=128, layers=2` before its `step N/300 loss X valid Y`
 lines, and `mlra batch --tasks tiny-lm` drew panels loss, d, layers and tokenizer (three
-dots) and left its `valid` curve out. Its exact lines are fed through the real recorder
-into real run logs; nothing trains."""
+dots) and left its `valid` curve out. Those lines are no progress lines and give no
+series now (agent/metrics/log_lines.py); a script that logs its settings on a progress
+line (a JSON line with a step) still gives one-off numbers, which these runs' jobs also
+print. The lines are fed through the real recorder into real run logs; nothing trains."""
 
 from __future__ import annotations
 
@@ -36,6 +38,7 @@ def tiny_lm_output(seed: int) -> list[str]:
     return [
         "tokenizer: 2048 tokens; train 1,048,576 tokens, valid 65,536",
         "model: 0.69M parameters, d=128, layers=2",
+        '{"step": 0, "tokenizer": 2048, "d": 128, "layers": 2}',
         f"step 100/300 loss {5.912 - drop:.3f} (20s) valid {5.874 - drop:.3f}",
         f"step 200/300 loss {5.101 - drop:.3f} (40s) valid {5.122 - drop:.3f}",
         f"step 300/300 loss {4.873 - drop:.3f} (60s) valid {4.951 - drop:.3f}",
@@ -111,7 +114,7 @@ def test_the_rule_is_whether_the_values_change() -> None:
 
 
 def test_the_report_draws_loss_and_valid_and_lists_the_one_off_numbers(batch_dir: Path) -> None:
-    # The fed lines read as the newcomer's run did: d, layers and tokenizer are series.
+    # The prose lines give nothing; the JSON line's settings are series of one reading.
     read = _series(batch_dir / "runs" / "tiny-lm__baseline__s1")
     assert read == {
         "tokenizer": [2048.0],
@@ -204,8 +207,8 @@ def test_a_run_that_stopped_early_still_meets_the_others_on_their_charts(
     gets no PNG, only its one-off numbers listed."""
     batch = tmp_path / "b"
     _tiny_lm_run(batch / "runs", "tiny-lm__baseline__s1", 1)
-    _tiny_lm_run(batch / "runs", "tiny-lm__baseline__s2", 2, tiny_lm_output(2)[:3])
-    crashed = tiny_lm_output(3)[:2]
+    _tiny_lm_run(batch / "runs", "tiny-lm__baseline__s2", 2, tiny_lm_output(2)[:4])
+    crashed = tiny_lm_output(3)[:3]
     _tiny_lm_run(batch / "runs", "other__baseline__s3", 3, crashed, task="other")
     (batch / "batch.json").write_text("{}", encoding="utf-8")
 

@@ -35,7 +35,7 @@ from tests.conftest import ANSWER_TASK, mlra_cli, run_baseline
 OWN_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "table", "tr", "td", "th",
     "span", "b", "code", "ul", "ol", "li", "p", "pre", "div", "details", "summary", "button",
-    "script", "svg", "rect", "text", "polyline", "figure", "figcaption", "br",
+    "script", "svg", "rect", "text", "polyline", "circle", "figure", "figcaption", "br",
 }  # fmt: skip
 
 

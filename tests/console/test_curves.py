@@ -6,7 +6,9 @@ curves as of the cursor."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -708,3 +710,32 @@ async def test_an_attached_console_draws_the_curves_of_a_run_in_another_process(
         assert not isinstance(app.screen, CurvesScreen)
     code = run.finish()
     assert code == 0, run.proc.stderr.read().decode()[-3000:] if run.proc.stderr else ""
+
+
+def _y_ticks(built: str) -> list[float]:
+    """The numbers plotext writes left of a plot's frame: its y axis's ticks."""
+    ticks: list[float] = []
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", built).splitlines():
+        left = re.split(r"[┤│┼├]", line, maxsplit=1)[0].strip()
+        with contextlib.suppress(ValueError):
+            ticks.append(float(left))
+    return ticks
+
+
+async def test_an_accuracys_axis_stays_within_0_and_1() -> None:
+    """The validation panel ran 0.65 to 1.17 for an accuracy of at most 0.78 (plotext's
+    own padding): an axis of values in [0, 1] now stays within [0, 1]."""
+    events = training_run()
+    for event in events:  # the search's shape: a loss, and one validation of an accuracy
+        if isinstance(event, ev.Validation):
+            event.metric, event.score, event.higher_is_better = "accuracy", 0.91, True
+    app = MlraApp(events=events)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await _open_view(pilot)
+        screen = app.screen
+        assert isinstance(screen, CurvesScreen)
+        _, score = screen.query(PlotextPlot)
+        ticks = _y_ticks(score.plt.build())
+        assert ticks and 0.0 <= min(ticks) and max(ticks) <= 1.0, ticks
+        title = str(screen.query_one("#curves-title", Static).render())
+        assert title.startswith("Curves · 1 shown of 1"), title

@@ -11,6 +11,15 @@ has a `.digit`, `-`, `:`, `%`, `/`, a letter or a `,digit` straight after its fi
 number. A bare `name value` pair (no `=` or `:`) is taken only on a line that states a
 step, or where the name is a metric's (`loss`, `acc`, `lr`...), since `Python 3.11` is
 that shape too.
+
+Numbers are read only from a training-progress line: one that states a step, an epoch,
+or a metric's name (`loss`, `acc`...). A script prints its settings and sizes in the
+same shapes (tiny-lm's `model: 0.69M parameters, d=128, layers=2`, `tokenizer: 2048
+tokens`): read, they were listed beside the loss as series `d`, `layers`, `tokenizer`,
+which a researcher does not call curves. The cost: a line of custom numbers with none
+of those names (`foo=0.3`) gives no point; printed beside a step or a loss it does.
+What a progress line repeats unchanged (`batch_size=32` on every line) is a one-off
+number, not a curve (one_off.py).
 """
 
 from __future__ import annotations
@@ -36,6 +45,8 @@ METRIC_WORDS = (
     "mse", "mae", "rmse", "precision", "recall", "entropy", "kl", "top1", "top5",
 )  # fmt: skip
 """A bare `name value` pair is taken where the name holds one of these."""
+PROGRESS_WORDS = frozenset({"epoch", "epochs"})
+"""Beside STEP_KEYS and METRIC_WORDS, names that make a line a training-progress line."""
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 _NUMBER = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?"
@@ -71,6 +82,17 @@ def trim_name(name: str) -> str:
 def _is_metric_name(key: str) -> bool:
     low = key.lower()
     return any(word in re.split(r"[^a-z0-9]+", low) or low.endswith(word) for word in METRIC_WORDS)
+
+
+def _is_progress(names: Iterable[str], step: int | None) -> bool:
+    """Whether a line with these names is a training-progress line (the docstring: why)."""
+    if step is not None:
+        return True
+    for name in names:
+        leaf = name.lower().rsplit("/", 1)[-1]
+        if leaf in STEP_KEYS or leaf in PROGRESS_WORDS or _is_metric_name(name):
+            return True
+    return False
 
 
 def _finite(value: float) -> bool:
@@ -128,6 +150,10 @@ def _dict_line(text: str) -> list[LinePoint] | None:
     return points_of_mapping(cast(dict[str, object], obj))
 
 
+def _line_step(points: list[LinePoint]) -> int | None:
+    return next((p.step for p in points if p.step is not None), None)
+
+
 def parse_line(line: str) -> list[LinePoint]:
     """The points one line of output states; none for a line that states none."""
     if len(line) > MAX_LINE_CHARS:
@@ -138,7 +164,7 @@ def parse_line(line: str) -> list[LinePoint]:
     if text[0] == "{" and text[-1] == "}":
         found = _dict_line(text)
         if found is not None:
-            return found
+            return found if _is_progress((p.name for p in found), _line_step(found)) else []
     if _ENV_LINE.fullmatch(text):
         return []  # `SHLVL=1`: an environment listing, not a metric
     calls = [m.span() for m in _CALL.finditer(text)]
@@ -165,6 +191,8 @@ def parse_line(line: str) -> list[LinePoint]:
     for key, _, value, _ in pairs:
         if step is None and key.lower() in STEP_KEYS and value.is_integer() and value >= 0:
             step = int(value)
+    if not _is_progress((key for key, _, _, _ in pairs), step):
+        return []  # `model: d=128, layers=2`: a script's settings, not its progress
     out: list[LinePoint] = []
     for key, sep, value, fraction in pairs:
         if key.lower() in STEP_KEYS:

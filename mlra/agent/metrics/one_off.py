@@ -3,12 +3,11 @@
 the exports (batch/export/source.py) share, so a number is a curve in all of them or in
 none.
 
-A training script prints its settings and sizes beside its metrics, and a line of them
-reads like a line of metrics: tiny-lm's `model: 0.69M parameters, d=128, layers=2` and
-`tokenizer: 2048 tokens; ...` give series `d`, `layers` and `tokenizer`, since `d=128`
-is the shape `loss=2.1` is (log_lines.py cannot tell them apart without guessing at
-names). A metrics file may repeat one on every line (`{"step": 10, "loss": 2.3,
-"batch_size": 32}`). A researcher opens a plot to see what moved over the run; drawn,
+A training script prints its settings and sizes beside its metrics. Prose lines of them
+(tiny-lm's `model: 0.69M parameters, d=128, layers=2`) are no progress lines and give
+no points (log_lines.py); on a progress line or in a metrics file one may still be
+repeated (`{"step": 10, "loss": 2.3, "batch_size": 32}`), and an older run's log holds
+`d` and `layers` as series. A researcher opens a plot to see what moved over the run; drawn,
 such a number is a dot or a flat line that takes a panel (and an axis: 2048 beside a
 loss of 4) a moving curve needed. So:
 

@@ -9,6 +9,7 @@ a replay shows at an event is the tree the run had then.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pydantic import BaseModel
 
@@ -33,6 +34,14 @@ class AttemptNode:
     @property
     def parent(self) -> str | None:
         return self.started.parent
+
+    def folder_in(self, run_dir: Path) -> Path | None:
+        """Its run folder, where it lies inside the search's (`attempts/a1`); None for a
+        folder the log names outside it. The console's views and the shared page read
+        an attempt's log from here alike."""
+        root = run_dir.resolve()
+        folder = (root / self.started.folder).resolve()
+        return folder if folder.is_relative_to(root) and folder != root else None
 
     @property
     def status(self) -> ev.AttemptStatus:

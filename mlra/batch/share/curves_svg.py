@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from mlra import events as ev
 from mlra.agent.metrics.one_off import is_curve
-from mlra.batch.curves import source_label
+from mlra.batch.curves import axis_range, source_label
 from mlra.batch.share.text import esc_line
 
 MAX_BUCKETS = 400
@@ -98,17 +98,19 @@ class Curves:
         for name in seen:
             self.series[event.source, name].thinned_by_source += event.thinned
 
-    def named(self) -> list[tuple[str, Thinned]]:
-        """Each series under its shown name, in the order first read; one-offs left out."""
+    def all_named(self) -> list[tuple[str, Thinned]]:
+        """Each series under its shown name, in the order first read, one-offs too."""
         sources_of: dict[str, int] = {}
         for _, name in self.series:
             sources_of[name] = sources_of.get(name, 0) + 1
-        out: list[tuple[str, Thinned]] = []
-        for (source, name), series in self.series.items():
-            if not is_curve(p[2] for p in series.points()):
-                continue
-            out.append((f"{source_label(source)}/{name}" if sources_of[name] > 1 else name, series))
-        return out
+        return [
+            (f"{source_label(source)}/{name}" if sources_of[name] > 1 else name, series)
+            for (source, name), series in self.series.items()
+        ]
+
+    def named(self) -> list[tuple[str, Thinned]]:
+        """Each series under its shown name, in the order first read; one-offs left out."""
+        return [(n, s) for n, s in self.all_named() if is_curve(p[2] for p in s.points())]
 
     def left_out(self, buckets: int = MAX_BUCKETS) -> int:
         """Points read but not drawn (thinned here)."""
@@ -142,12 +144,10 @@ def lines_svg(
     if not lines:
         return ""
     xs = [p[0] for _, pts in lines for p in pts]
-    ys = [p[1] for _, pts in lines for p in pts]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    if x1 == x0:
-        x1 = x0 + 1
-    if y1 == y0:
-        y0, y1 = y0 - 0.5, y1 + 0.5
+    x0, x1 = min(xs), max(xs)
+    if x1 == x0:  # one instant: the point in the middle of a small span, not at an edge
+        x0, x1 = x0 - 1, x1 + 1
+    y0, y1 = axis_range([p[1] for _, pts in lines for p in pts])
 
     def sx(x: float) -> float:
         return PAD_L + (x - x0) / (x1 - x0) * (W - PAD_L - PAD_R)
@@ -157,6 +157,10 @@ def lines_svg(
 
     polylines = []
     for cls, points in lines:
+        if len(points) == 1:  # one reading: a dot, not a line from nowhere
+            (x, y), dot = points[0], cls.replace("line", "dot", 1)
+            polylines.append(f'<circle class="{dot}" cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="3"/>')
+            continue
         coords: list[str] = []
         for i, (x, y) in enumerate(points):
             if step_line and i:
@@ -165,6 +169,7 @@ def lines_svg(
         polylines.append(f'<polyline class="{cls}" points="{" ".join(coords)}"/>')
     name = esc_line(title)
     count = sum(len(pts) for _, pts in lines)
+    counted = "1 point" if count == 1 else f"{count} points"
     return (
         f'<figure class="curve"><svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {W} {H}" '
         f'width="{W}" height="{H}" role="img" aria-label="{name}">'
@@ -176,7 +181,7 @@ def lines_svg(
         f'<text class="tick" x="{W - PAD_R}" y="{H - 8}" text-anchor="end">{_fmt(x1)} '
         f"{x_label}</text>"
         f"{''.join(polylines)}</svg>"
-        f'<figcaption>{name} <span class="dim">({count} points)</span>{legend}</figcaption>'
+        f'<figcaption>{name} <span class="dim">({counted})</span>{legend}</figcaption>'
         "</figure>"
     )
 

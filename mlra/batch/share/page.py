@@ -31,7 +31,7 @@ details.step{border:1px solid #e2e2e6;border-radius:4px;margin:.3em 0;padding:.2
 details.step>summary{cursor:pointer}.bad pre{background:#fff0f0}.call pre{background:#f0f5ff}
 .notice pre{background:#fffbe8}.kv td:first-child{color:#555}
 .curve{display:inline-block;margin:.3em 1em .3em 0}.plot{fill:#fafafc;stroke:#ccc}
-.line{fill:none;stroke:#2060c0;stroke-width:1.5}.tick{font-size:11px;fill:#555}
+.line{fill:none;stroke:#2060c0;stroke-width:1.5}.dot{fill:currentColor;color:#2060c0}.tick{font-size:11px;fill:#555}
 .tree{font-family:ui-monospace,monospace;white-space:pre;overflow-x:auto}.st{font-size:.8em;color:#555}
 li.done{color:#2a7a2a}li.in_progress{font-weight:600}.warn{color:#805b00}
 .good{color:#2a7a2a}.poor{color:#b00}

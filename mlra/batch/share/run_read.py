@@ -24,6 +24,7 @@ from mlra.agent.record.eventlog import EVENTS_FILE, log_is_live
 from mlra.agent.record.log_refs import Resolver, Unresolved
 from mlra.agent.record.run_result import RunResult, listed_status, result_of
 from mlra.agent.record.state import RunState
+from mlra.batch.share.attempt_curves import AttemptCurves, read_attempt_curves
 from mlra.batch.share.curves_svg import Curves
 from mlra.batch.share.transcript import PlanChanges, Transcript
 
@@ -51,6 +52,8 @@ class RunRead:
     bad_lines: int = 0
     torn_tail: int = 0
     notes: list[Any] = field(default_factory=list)
+    attempts: AttemptCurves = field(default_factory=AttemptCurves)
+    """A search's attempts' curves, read from their own logs (attempt_curves.py)."""
     recorded_by: str = ""
     """The mlra version that started the run (`run_started`; empty from before it was said)."""
 
@@ -115,6 +118,8 @@ def read_run(
     size = (limit if limit is not None else log.stat().st_size) - left - torn
     read = RunRead(run_dir, state, result, status, digest.hexdigest(), size, curves, bad, torn)
     read.recorded_by = recorded_by
+    if state.attempts.nodes:
+        read.attempts = read_attempt_curves(run_dir, state)
     try:
         read.notes = read_annotations(run_dir)
     except (OSError, ValueError):

@@ -110,7 +110,9 @@ def left_out(
         "transcript steps left out past the size budget": transcript.steps_left_out,
         "plan changes left out past the size budget": plan.left_out,
         "plan step texts cut to head and tail": plan.texts_cut,
-        "curve points thinned (each bucket's extremes kept)": read.curves.left_out(buckets),
+        "curve points thinned (each bucket's extremes kept)": read.curves.left_out(buckets)
+        + read.attempts.left_out(buckets),
+        "attempts whose curves are not drawn (past the first 24)": read.attempts.left_out_attempts,
         "log lines that were not events": read.bad_lines,
         "bytes of a half-written last line": read.torn_tail,
     }
@@ -195,6 +197,7 @@ def curves(read: RunRead, buckets: int) -> str:
                 best.append((t, best[-1][1]))
         name = f"best {read.result.validation_metric or 'validation'} so far"
         figures.insert(0, svg(name, best, "s", step_line=True))
+    figures += read.attempts.figures(buckets)
     if not figures:
         return '<h2>Curves</h2><p class="dim">The run read no curves.</p>\n'
     return f"<h2>Curves ({len(figures)})</h2>\n" + "\n".join(figures) + "\n"

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from mlra.batch import spec as batch_spec
 from mlra.batch.executors.local import LocalExecutor
 from mlra.batch.notify import BatchNotifications
 from mlra.batch.progress import make_display
@@ -175,14 +176,13 @@ def cmd_batch(args: argparse.Namespace) -> int:
     check_writable_dir(out, "--out")
     try:
         names = run_names(out)  # the folder's key, made now for a new batch
+        batch_spec.keep_spec(out, spec)  # refused where it holds other tasks, models, seeds
     except BatchError as exc:
         raise UsageError(str(exc)) from None
     runs = expand(spec, names, tasks)
-    (out / "batch.json").write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
     if spec.executor == "ray":
         try:
-            # lazy: Ray, for a batch that runs on it only
-            from mlra.batch.executors.ray import RayExecutor
+            from mlra.batch.executors.ray import RayExecutor  # lazy: for a Ray batch only
             from mlra.batch.executors.ray_connect import ClusterError
         except ImportError:
             raise UsageError(

@@ -36,6 +36,7 @@ from textual_plotext import PlotextPlot
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.state import RunState
 from mlra.batch.compare.overlay import Panel, panel_of
+from mlra.batch.curves import axis_range
 from mlra.console.panes.attempts import AttemptsPane
 from mlra.console.text.attempt_files import attempt_folder
 from mlra.console.text.curves_data import (
@@ -363,6 +364,12 @@ class CurvesScreen(Screen[None]):
                 )
             if self.log_scale:
                 plt.yscale("log")
+            else:
+                ys = [y for d in by_panel[panel] for y in d.y]
+                if checks is not None and check_panel == panel:
+                    ys += checks.y
+                if ys:  # an accuracy's axis within [0, 1], not plotext's 0.65 to 1.17
+                    plt.ylim(*axis_range(ys))
             if panel == shown[-1]:  # the x axis named once, under the lowest panel
                 plt.xlabel("step" if by_step else "run clock (min)" if minutes else "run clock (s)")
             plot.refresh()
@@ -372,7 +379,11 @@ class CurvesScreen(Screen[None]):
         self, series: list[Series], lines: list[Drawn], checks: Drawn | None, by_step: bool
     ) -> None:
         left_out = sum(d.left_out for d in lines) + (checks.left_out if checks is not None else 0)
-        parts = [f"Curves · {len(series)} of {len(self.curve_set.series)} series"]
+        every = list(self.curve_set.series.values())
+        curves = sum(1 for s in every if s.is_curve)
+        parts = [f"Curves · {len(series)} shown of {curves}"]
+        if len(every) > curves:  # listed with their values, as the run's settings
+            parts.append(f"{len(every) - curves} one-off numbers")
         axis = "step" if by_step else "time"
         if self.by_step and not by_step:
             axis += " (a series shown has no steps)"

@@ -46,11 +46,7 @@ class WorkspaceFile:
 
 def attempt_folder(run_dir: Path | None, node: AttemptNode) -> Path | None:
     """The attempt's run folder, where it lies inside the run's; None otherwise."""
-    if run_dir is None:
-        return None
-    root = run_dir.resolve()
-    folder = (root / node.started.folder).resolve()
-    return folder if folder.is_relative_to(root) and folder != root else None
+    return node.folder_in(run_dir) if run_dir is not None else None
 
 
 def attempt_events(folder: Path | None) -> tuple[list[ev.Event], str]:

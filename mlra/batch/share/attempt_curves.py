@@ -1,0 +1,118 @@
+"""A search's attempts' training curves for its shared page: each attempt's own log
+(`attempts/a1/events.jsonl`) read for its `metrics` events, and one figure a series
+name with every attempt's line on it, as the console's Curves view overlays them
+(`a1 loss`, `a2 loss`), each attempt found where the console finds it (attempt_tree.py).
+
+The search's own log holds no training points (its attempts trained, each in its own
+run folder), so a page drawn from it alone showed one dot, the best score so far, and
+none of the loss and validation curves a person watched in the console. Which series
+are curves is agent/metrics/one_off.py's rule across the attempts (a name is a curve
+where it moves in any attempt, batch/curves.py's `curve_names`), as for runs shown
+together anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from mlra import events as ev
+from mlra.agent.metrics.one_off import is_curve
+from mlra.agent.record.eventlog import EVENTS_FILE
+from mlra.agent.record.state import RunState
+from mlra.batch.compare.overlay import COLOURS
+from mlra.batch.share.curves_svg import MAX_BUCKETS, Curves, Pt, Thinned, lines_svg
+from mlra.batch.share.text import esc_line
+
+MAX_ATTEMPTS = 24
+"""Attempts drawn on a figure: past this the lines are a tangle (the rest are counted)."""
+
+
+@dataclass
+class AttemptCurves:
+    """Each attempt's curves (attempt id, its Curves), in the order the search began them."""
+
+    attempts: list[tuple[str, Curves]] = field(default_factory=lambda: [])
+    left_out_attempts: int = 0
+
+    def names(self) -> list[str]:
+        """The series names that move in at least one attempt, in the order first read."""
+        out: list[str] = []
+        for _, curves in self.attempts:
+            for name, series in curves.all_named():
+                if name not in out and is_curve(p[2] for p in series.points()):
+                    out.append(name)
+        return out
+
+    def figures(self, buckets: int = MAX_BUCKETS) -> list[str]:
+        """One figure a series name, an attempt a line (its colour), with its legend."""
+        out: list[str] = []
+        for name in self.names():
+            lines: list[tuple[str, list[Pt]]] = []
+            legend: list[str] = []
+            over_steps = all(
+                p[0] is not None
+                for _, curves in self.attempts
+                for n, s in curves.all_named()
+                if n == name
+                for p in s.points(buckets)
+            )
+            for index, (attempt, curves) in enumerate(self.attempts):
+                series = dict(curves.all_named()).get(name)
+                if series is None:
+                    continue
+                lines.append(
+                    (f"line c{index % len(COLOURS)}", _points(series, buckets, over_steps))
+                )
+                legend.append(f'<span class="c{index % len(COLOURS)}">■</span> {esc_line(attempt)}')
+            title = f"{name}, by attempt"
+            out.append(
+                lines_svg(
+                    title,
+                    lines,
+                    "step" if over_steps else "s",
+                    legend="<br>" + " ".join(legend),
+                )
+            )
+        return [f for f in out if f]
+
+    def left_out(self, buckets: int = MAX_BUCKETS) -> int:
+        return sum(curves.left_out(buckets) for _, curves in self.attempts)
+
+
+def _points(series: Thinned, buckets: int, over_steps: bool) -> list[Pt]:
+    kept = series.points(buckets)
+    pts: list[Pt] = [(float(p[0]) if over_steps and p[0] is not None else p[1], p[2]) for p in kept]
+    return sorted(pts, key=lambda p: p[0]) if over_steps else pts
+
+
+def read_attempt_curves(run_dir: Path, state: RunState) -> AttemptCurves:
+    """Every attempt's curves from its own log; an attempt whose log is missing or
+    unreadable has none (its lines that do not parse are skipped)."""
+    out = AttemptCurves()
+    for node in state.attempts.nodes.values():
+        if len(out.attempts) >= MAX_ATTEMPTS:
+            out.left_out_attempts += 1
+            continue
+        folder = node.folder_in(run_dir)
+        if folder is None:
+            continue
+        curves = Curves()
+        try:
+            with open(folder / EVENTS_FILE, "rb") as f:
+                for line in f:
+                    if b'"type":"metrics"' not in line[:200] or not line.endswith(b"\n"):
+                        continue
+                    try:
+                        event = ev.parse_event(line)
+                    except (ValidationError, ValueError):
+                        continue
+                    if isinstance(event, ev.Metrics):
+                        curves.feed(event)
+        except OSError:
+            continue
+        if curves.series:
+            out.attempts.append((node.id, curves))
+    return out
