@@ -24,14 +24,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mlra import events as ev
-from mlra.durations import format_duration
+from mlra.durations import format_duration, parse_duration
 from mlra.tasks.evaluators.base import normalize, run_evaluation
 from mlra.tasks.hidden_text import HiddenText
 from mlra.tasks.sections import ValidationSettings
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.sandbox.base import SandboxError
-from mlra.tools.submission import freeze, remove_tree
+from mlra.tools.submission import artifact_digest, freeze, remove_tree
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
@@ -127,6 +127,9 @@ class RunValidator:
         """What the evaluator says is checked against, before the agent reads it."""
         self._one_at_a_time = asyncio.Lock()
         """Two calls in one turn run in turn: the second is judged by the first's event."""
+        self.inherited: dict[str, str] = {}
+        """Digests of artifacts that are not this run's own, to whose they are (an
+        attempt's: agent/setup/config.py `AttemptSettings.inherited`)."""
         self.closing_calls: set[str] = set()
         """Calls mlra makes itself to close an attempt (agent/agents/attempt_agent.py): the
         attempt's result is validated whatever its worker used of the rate limit."""
@@ -163,14 +166,18 @@ class RunValidator:
             )
         except SubmissionRefused as exc:
             raise SandboxError(f"{exc}, so nothing was validated") from None
+        if (whose := self.inherited.get(frozen.sha256)) is not None:
+            await asyncio.to_thread(remove_tree, folder)
+            raise SandboxError(self.not_own(frozen.submitted, whose))
         split = settings.split
+        bound = self.remaining()
         outcome = await run_evaluation(
             self.task,
             frozen.path,
             folder / "evaluation",
             isolation=self.isolation,
             split=split,
-            timeout_s=self.remaining(),
+            timeout_s=bound,
             gpus=self.gpus,
             run_group=self.run_group(),
         )
@@ -191,6 +198,7 @@ class RunValidator:
             violations=outcome.violations,
             error=outcome.error or ("the artifact breaks a rule" if outcome.violations else None),
             duration_s=round(max(0.0, self.elapsed() - started), 3),
+            out_of_time=outcome.timed_out and bound < parse_duration(self.task.evaluator.timeout),
         )
         if not result.ok:
             result.told = await asyncio.to_thread(self._told, result)
@@ -199,6 +207,24 @@ class RunValidator:
             result.kept = Path(os.path.relpath(kept, self.run_dir)).as_posix()
         self.emit(result)
         return result
+
+    def unchanged(self, path: str) -> str | None:
+        """Whose the artifact at `path` in the workspace is, where it is one this run
+        inherited, unchanged; None: its own (or none there)."""
+        if not self.inherited:
+            return None
+        try:
+            digest, _ = artifact_digest(self.workspace / path)
+        except OSError:
+            return None
+        return self.inherited.get(digest)
+
+    def not_own(self, path: str, whose: str) -> str:
+        """Why an inherited artifact is not validated, told to the agent and recorded
+        (a notice of kind "inherited_artifact", agent/loop/attempt_finish.py reads it)."""
+        why = f"no artifact of its own: the {path} in its workspace is {whose}, unchanged"
+        self.emit(ev.Notice(level="warning", message=why, kind="inherited_artifact"))
+        return f"{why}, so nothing was validated (write your own artifact first)"
 
     def _told(self, result: ev.Validation) -> str:
         """Why the validation failed, as the agent may read it: the evaluator's words

@@ -60,6 +60,7 @@ class EvalOutcome(BaseModel):
     """Rules the submission breaks; a submission that breaks one gets no score."""
     error: str | None = None
     details: dict[str, object] = Field(default_factory=dict)
+    timed_out: bool = False  # at its timeout: its own, or the shorter one it was given
 
 
 class Evaluator(abc.ABC):
@@ -437,9 +438,8 @@ async def run_evaluation(
             outcome.error = " ".join([outcome.error or "the evaluator failed", *result.notes])
         return outcome
     if result.timed_out:
-        return EvalOutcome(
-            ok=False, error=f"evaluation timed out after {timeout:.0f}s", details=details
-        )
+        error = f"evaluation timed out after {timeout:.0f}s"
+        return EvalOutcome(ok=False, error=error, details=details, timed_out=True)
     tail = result.output.strip().splitlines()[-5:]
     took = time.monotonic() - started
     return EvalOutcome(
