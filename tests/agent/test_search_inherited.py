@@ -14,6 +14,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.console.text.attempt_lines import attempt_finished_line
 from tests.agent.test_search import _scripted_search, greedy_search, sleeping_variant_task
+from tests.agent.test_search_reserve import _writes_then_works_on
 from tests.scripts import call, turn
 
 NOT_OWN = "no artifact of its own: the answer.txt in its workspace is a1's, unchanged"
@@ -100,3 +101,37 @@ async def test_a_child_that_validates_or_submits_its_parents_artifact_is_not_sco
     a2 = finished["a2"]
     assert (a2.status, a2.score, a2.kept, a2.why) == ("buggy", None, None, NOT_OWN)
     assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_validation_the_runs_clock_cuts_is_out_of_time_not_buggy(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """a1 wrote its own answer and worked on past its limit; its validation, bound by the
+    few seconds the run had left, timed out ("evaluation timed out after 13s"). It was
+    "buggy: its artifact could not be validated", sending the user to look for a bug in
+    the recipe. Now it is "out of time", its validation marked cut by the clock."""
+    task = _writes_then_works_on(answer_task, tmp_path, '[{ n = "42", s = "100" }]')
+    check = task.root / "hidden" / "check.py"
+    check.write_text(
+        "import sys, time\nif len(sys.argv) > 4: time.sleep(100)\n" + check.read_text()
+    )
+    controller = greedy_search(task, tmp_path, 1)
+
+    async def limits_once_a1_wrote(controller: RunController) -> None:
+        runs = tmp_path / "runs"
+        async with asyncio.timeout(120):
+            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        controller.clock.limit_s = controller.clock.elapsed() + 20.0
+        a1 = controller.attempts.child("a1")
+        a1.clock.limit_s = a1.clock.elapsed() + 0.5
+
+    side = asyncio.ensure_future(limits_once_a1_wrote(controller))
+    await controller.run(agent_for)
+    await side
+    own = _events(controller.run_dir / "attempts" / "a1")
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert not validation.ok and validation.out_of_time, validation
+    (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert a1.status == "out of time" and a1.score is None, a1
+    assert a1.why.startswith("its validation was cut by the time left: evaluation timed out")

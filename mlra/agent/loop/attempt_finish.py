@@ -135,6 +135,9 @@ def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     worker was told it, else the refused validation (no artifact), else how it ended. Its
     time limit first, where nothing was validated at it (no artifact): the validation it
     cut off read "its artifact could not be validated: [killed after 0.0 s: ...]"."""
+    last = next((e for e in reversed(events) if isinstance(e, ev.Validation)), None)
+    if last is not None and last.out_of_time:
+        return f"its validation was cut by the time left: {last.error or 'timed out'}"
     if finished is not None and finished.reason == "deadline":
         validated_at_limit = any(
             isinstance(e, ev.Notice) and e.message.startswith(AT_LIMIT) for e in events
@@ -142,8 +145,6 @@ def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
         if not validated_at_limit:
             return "its time limit was reached before a validation scored it"
     for event in reversed(events):
-        if isinstance(event, ev.Validation) and event.out_of_time:
-            return f"its validation was cut by the time left: {event.error or 'timed out'}"
         if isinstance(event, ev.Validation) and not event.ok:
             return f"its validation failed: {event.told or event.error or 'no score'}"
         if isinstance(event, ev.ToolResult) and event.tool == "validate" and not event.ok:
