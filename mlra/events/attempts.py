@@ -23,9 +23,12 @@ buggy attempt ("debug"), one change to a good one ("improve"), a variant the tas
 recipe declares (the baseline agent's "variant"), or the supervisor's own instructions
 ("chosen")."""
 
-AttemptStatus = Literal["running", "validated", "buggy", "stopped", "lost"]
+AttemptStatus = Literal["running", "validated", "buggy", "out of time", "stopped", "lost"]
 """Where an attempt stands: running; ended with its artifact validated (a score);
-ended with no valid artifact ("buggy", with why); stopped (`attempt_stop`, the run's
+ended with no valid artifact ("buggy", with why); its time (its own limit or the run's)
+ran out before an artifact of its own was scored ("out of time", with why: its training
+cut short with nothing written, only its parent's artifact unchanged in its workspace, or
+its validation cut by the clock; no fault of its recipe to look for); stopped (`attempt_stop`, the run's
 end, or never started: its copy of the parent's workspace was refused, with why); or
 its process died and it could not be taken up again ("lost")."""
 

@@ -146,6 +146,9 @@ class Validation(_Event):
     line that quotes the task's hidden files withheld (tasks/hidden_text.py). None in
     logs from before it was recorded (the agent then read `violations` and `error`)."""
     duration_s: float = 0.0
+    out_of_time: bool = False
+    """It timed out on the time the run (or its attempt) had left, shorter than the
+    evaluator's own timeout: the clock ran out, no fault of the artifact's."""
 
 
 class ExperimentNote(_Event):

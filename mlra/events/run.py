@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
 
-NoticeKind = Literal["unread_call", "log_budget"]
+NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact"]
 """The notices the displays tell apart by more than their words."""
 
 # --- run lifecycle -------------------------------------------------------------------
@@ -170,7 +170,9 @@ class Notice(_Event):
     an agent's answer that looked like a tool call that could not be read (or called a
     tool that does not exist), which the displays say under that answer, in the pane of
     the `agent` that wrote it; "log_budget", the one notice that the run's log neared its
-    size budget and is shortened from there. None: any other notice (and every notice of
+    size budget and is shortened from there; "inherited_artifact", an attempt's artifact
+    not validated because it is the one its workspace began with, unchanged (its parent's
+    copied in, or the starter's: tasks/validation.py `RunValidator.inherited`). None: any other notice (and every notice of
     a log written before the field, console/text/written_calls.py unread_call reads
     those)."""
     agent: AgentRole | None = None

@@ -35,7 +35,7 @@ from mlra.tasks.spec import TaskSpec
 from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.time_out import TimeOut
-from mlra.tools.submission import freeze, remove_tree
+from mlra.tools.submission import artifact_digest, freeze, remove_tree
 
 if TYPE_CHECKING:
     from mlra.tools.sandbox.local import IsolationMode
@@ -134,6 +134,9 @@ class RunValidator:
         """What the evaluator says is checked against, before the agent reads it."""
         self._one_at_a_time = asyncio.Lock()
         """Two calls in one turn run in turn: the second is judged by the first's event."""
+        self.inherited: dict[str, str] = {}
+        """Digests of artifacts that are not this run's own, to whose they are (an
+        attempt's: agent/setup/config.py `AttemptSettings.inherited`)."""
         self.closing_calls: set[str] = set()
         """Calls mlra makes itself to close an attempt (agent/agents/attempt_agent.py): the
         attempt's result is validated whatever its worker used of the rate limit."""
@@ -192,6 +195,9 @@ class RunValidator:
             )
         except SubmissionRefused as exc:
             raise SandboxError(f"{exc}, so nothing was validated") from None
+        if (whose := self.inherited.get(frozen.sha256)) is not None:
+            await asyncio.to_thread(remove_tree, folder)
+            raise SandboxError(self.not_own(frozen.submitted, whose))
         split = settings.split
         limit = self.time_out()
         if time_outs is not None:
@@ -223,6 +229,9 @@ class RunValidator:
             violations=outcome.violations,
             error=outcome.error or ("the artifact breaks a rule" if outcome.violations else None),
             duration_s=round(max(0.0, self.elapsed() - started), 3),
+            # the time left stopped it (as raised so far), not the evaluator's own time-out
+            out_of_time=outcome.timed_out
+            and float(limit) < parse_duration(self.task.evaluator.timeout),
         )
         if not result.ok:
             result.told = await asyncio.to_thread(self._told, result)
@@ -231,6 +240,24 @@ class RunValidator:
             result.kept = Path(os.path.relpath(kept, self.run_dir)).as_posix()
         self.emit(result)
         return result
+
+    def unchanged(self, path: str) -> str | None:
+        """Whose the artifact at `path` in the workspace is, where it is one this run
+        inherited, unchanged; None: its own (or none there)."""
+        if not self.inherited:
+            return None
+        try:
+            digest, _ = artifact_digest(self.workspace / path)
+        except OSError:
+            return None
+        return self.inherited.get(digest)
+
+    def not_own(self, path: str, whose: str) -> str:
+        """Why an inherited artifact is not validated, told to the agent and recorded
+        (a notice of kind "inherited_artifact", agent/loop/attempt_finish.py reads it)."""
+        why = f"no artifact of its own: the {path} in its workspace is {whose}, unchanged"
+        self.emit(ev.Notice(level="warning", message=why, kind="inherited_artifact"))
+        return f"{why}, so nothing was validated (write your own artifact first)"
 
     def _told(self, result: ev.Validation) -> str:
         """Why the validation failed, as the agent may read it: the evaluator's words

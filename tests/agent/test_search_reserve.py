@@ -87,7 +87,8 @@ async def test_an_attempt_at_its_time_limit_with_no_artifact_ends_unvalidated(
 ) -> None:
     """a1's recipe had written nothing when its time ran out: nothing is validated, and
     it says its time limit ended it (not "its artifact could not be validated: [killed
-    after 0.0 s ...]", as if the artifact were at fault)."""
+    after 0.0 s ...]", as if the artifact were at fault), "out of time", not "buggy":
+    nothing in its recipe to look for."""
     task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "100" }', "[{}]")
     controller = greedy_search(task, tmp_path, 1)
 
@@ -106,7 +107,7 @@ async def test_an_attempt_at_its_time_limit_with_no_artifact_ends_unvalidated(
     assert not any(isinstance(e, ev.Validation) for e in own)
     (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
     assert (a1.status, a1.why) == (
-        "buggy",
+        "out of time",
         "its time limit was reached before a validation scored it",
     )
     assert result.reason == "no_submission"

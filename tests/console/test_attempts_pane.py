@@ -355,6 +355,24 @@ async def test_the_pane_shows_the_tree_best_bold_buggy_red_running_marked(tmp_pa
         assert "red" in str(prompts[1].style)  # the buggy one
 
 
+def test_an_attempt_out_of_time_is_marked_apart_from_a_buggy_one() -> None:
+    """An attempt its time cut short is not shown as a bug in its recipe: marked ◷, its
+    status "out of time" and its why in yellow, not red."""
+    tree = AttemptTree()
+    why = "no artifact of its own: the submission in its workspace is a1's, unchanged"
+    for event in (
+        ev.AttemptStarted(attempt="a1", operator="variant", folder="attempts/a1"),
+        ev.AttemptStarted(attempt="a2", parent="a1", operator="variant", folder="attempts/a2"),
+        ev.AttemptFinished(attempt="a2", parent="a1", status="out of time", why=why),
+    ):
+        tree.apply(event)
+    line = dict(attempt_lines(tree, 100.0, 160))["a2"]
+    assert line.plain.startswith("◷ └ a2") and "out of time" in line.plain, line.plain
+    assert "a1's, unchanged" in line.plain
+    assert "red" not in str(line.style)
+    assert any("yellow" in str(span.style) for span in line.spans)
+
+
 def test_a_running_attempt_ticks() -> None:
     tree = AttemptTree()
     for event in search_log().events:

@@ -15,7 +15,11 @@ from mlra import events as ev
 from mlra.agent.agents.attempt_agent import attempt_agent
 from mlra.agent.loop.attempt_time import raise_time_limit
 from mlra.agent.loop.attempts import AttemptManager
-from mlra.agent.run.attempt_copies import clear_if_never_started, copy_parents_workspace
+from mlra.agent.run.attempt_copies import (
+    clear_if_never_started,
+    copy_parents_workspace,
+    note_inherited,
+)
 from mlra.agent.run.controller import RunController
 from mlra.agent.run.resume import ResumeError, load_run, resume_controller
 from mlra.agent.setup.config import AttemptSettings, RunConfig
@@ -133,6 +137,9 @@ def _child(
         # Its workspace as the parent attempt's ended (that one no longer changes).
         source = run_dir.parent / started.parent / "workspace"
         skipped = copy_parents_workspace(child, source, started.parent)
+    node = parent.attempts.tree.get(started.parent) if started.parent else None
+    finished = node.finished if node is not None else None
+    note_inherited(child, started.parent, finished.sha256 if finished is not None else None)
     return child, skipped
 
 

@@ -4,6 +4,8 @@ its workspace holds as it ends, whatever its worker used of the rate limit.
 As it ends on its own, and as it reaches its own time limit (its share of the run's
 time) with the task's artifact in its workspace: its training cut short still left an
 artifact, and an attempt that is never validated can be neither compared nor submitted.
+An artifact it began with, unchanged (its parent's copy, cut short before it wrote its
+own), is not validated: it would score the parent's work as the child's.
 That validation runs in the time the run has left past the attempt's limit, the reserve
 its shares keep for it at the end (agent/loop/attempt_time.py `closing_reserve`), before
 the run's deadline stops it (a raise of the attempt's limit then moves not its time-out,
@@ -12,6 +14,7 @@ which the run's deadline bounds). An attempt with no artifact ends unvalidated, 
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from mlra import events as ev
@@ -60,6 +63,10 @@ async def validate_at_limit(
     validate its artifact, if its workspace holds one, within the run's time left."""
     artifact = path or ctl.task.evaluator.artifact
     if not (ctl.workspace / artifact).exists():
+        return
+    whose = await asyncio.to_thread(validator.unchanged, artifact)
+    if whose is not None:  # only what it began with (a child cut short): not its own
+        validator.not_own(artifact, whose)
         return
     left = (ctl.closing_left() if ctl.closing_left is not None else 0.0) - STOP_MARGIN_S
     if left < 1.0:

@@ -29,7 +29,9 @@ def finished_event(
         with contextlib.suppress(Exception):
             events = read_events(log)
     state = fold(events)
-    best = best_kept(state.validations, run_dir)
+    inherited = _inherited(events)
+    own = [v for v in state.validations if v.sha256 is None or v.sha256 not in inherited]
+    best = best_kept(own, run_dir)
     summary = next(
         (e.report for e in reversed(events) if isinstance(e, ev.SubtaskFinished) and e.report),
         "",
@@ -49,8 +51,8 @@ def finished_event(
     elif best is not None and best.ok:
         status = "validated"
     else:
-        status = "buggy"
-        why = _why_buggy(events, finished)
+        status = "out of time" if _out_of_time(events, finished) else "buggy"
+        why = _why_not_own(events) or _why_buggy(events, finished)
     scored = best if best is not None and best.ok and not lost else None
     kept = None
     if scored is not None and scored.kept is not None:
@@ -84,11 +86,58 @@ AT_LIMIT = "its time limit was reached with"
 (agent/agents/closing_validation.py)."""
 
 
+def _inherited(events: list[ev.Event]) -> set[str]:
+    """Digests of the artifacts the attempt began with (agent/setup/config.py
+    `AttemptSettings.inherited`), as its `run_started` recorded them."""
+    started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
+    attempt = started.config.get("attempt") if started is not None else None
+    return set((attempt or {}).get("inherited") or {})
+
+
+def _why_not_own(events: list[ev.Event]) -> str:
+    """Its artifact was one it began with, unchanged, and so never validated: said so."""
+    for event in reversed(events):
+        if isinstance(event, ev.Validation) and event.ok:
+            return ""
+        if isinstance(event, ev.Notice) and event.kind == "inherited_artifact":
+            return event.message
+    return ""
+
+
+def _out_of_time(events: list[ev.Event], finished: ev.RunFinished | None) -> bool:
+    """Whether the clock, not its recipe, left it unscored: it reached its time limit
+    with no artifact of its own validated (none written, its parent's unchanged, or its
+    validation cut by the time left), or its last validation was cut so. A validation
+    at its limit that failed on its own merits leaves it buggy."""
+    last = next((e for e in reversed(events) if isinstance(e, ev.Validation)), None)
+    if last is not None and last.out_of_time:
+        return True
+    if finished is None or finished.reason != "deadline":
+        return False
+    at_limit = next(
+        (
+            i
+            for i, e in enumerate(events)
+            if isinstance(e, ev.Notice) and e.message.startswith(AT_LIMIT)
+        ),
+        None,
+    )
+    if at_limit is None:
+        return True
+    return not any(
+        isinstance(e, ev.Validation) or (isinstance(e, ev.ToolResult) and e.tool == "validate")
+        for e in events[at_limit:]
+    )
+
+
 def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     """Why an attempt ended with nothing validated: its last validation's failure as its
     worker was told it, else the refused validation (no artifact), else how it ended. Its
     time limit first, where nothing was validated at it (no artifact): the validation it
     cut off read "its artifact could not be validated: [killed after 0.0 s: ...]"."""
+    last = next((e for e in reversed(events) if isinstance(e, ev.Validation)), None)
+    if last is not None and last.out_of_time:
+        return f"its validation was cut by the time left: {last.error or 'timed out'}"
     if finished is not None and finished.reason == "deadline":
         validated_at_limit = any(
             isinstance(e, ev.Notice) and e.message.startswith(AT_LIMIT) for e in events

@@ -21,7 +21,7 @@ from mlra.tasks.validation import RunValidator, best_kept
 def run_validator(run: RunContext) -> RunValidator:
     """The `validate` tool's host side for this run: on its clock, into its log, with its
     validations so far (a resumed run's included) counted against the rate limit."""
-    return RunValidator(
+    validator = RunValidator(
         run.task,
         run.workspace,
         run.run_dir,
@@ -33,6 +33,9 @@ def run_validator(run: RunContext) -> RunValidator:
         gpus=run_gpus(run.task, run.config.gpus),
         run_group=lambda: run.sandbox.spec.run_group if run.sandbox is not None else None,
     )
+    if run.config.attempt is not None:  # what it began with is not its own
+        validator.inherited = dict(run.config.attempt.inherited)
+    return validator
 
 
 def best_validated(run: RunContext, ending: Ending) -> ev.Validation | None:

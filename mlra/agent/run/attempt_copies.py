@@ -19,6 +19,7 @@ from mlra.agent.setup.run_setup import limit_choices
 from mlra.tools.sandbox import trees
 from mlra.tools.sandbox.default_limits import MIB, disk_for
 from mlra.tools.sandbox.workspace_copies import CopyRefused, copy_workspace, empty_folder
+from mlra.tools.submission import artifact_digest
 
 
 def disk_quota_bytes(child: RunController) -> int | None:
@@ -59,6 +60,25 @@ def copy_parents_workspace(child: RunController, source: Path, parent: str) -> s
     if child.config.attempt is not None:
         child.config.attempt.instructions = f"{child.config.attempt.instructions.strip()}\n\n{told}"
     return told
+
+
+def note_inherited(child: RunController, parent: str | None, parent_sha: str | None) -> None:
+    """Record what of the child's workspace, as it was made, is not its own: the task's
+    artifact there (its parent's copy, or the starter's) and its parent's validated one,
+    by digest (agent/setup/config.py `AttemptSettings.inherited`), before its run starts,
+    so its `run_started` keeps them for a resume."""
+    settings = child.config.attempt
+    if settings is None:
+        return
+    whose = f"{parent}'s" if parent else "the starter's"
+    artifact = child.workspace / child.task.evaluator.artifact
+    if os.path.lexists(artifact):
+        try:
+            settings.inherited[artifact_digest(artifact)[0]] = whose
+        except OSError:
+            pass  # unreadable: the validation says so, as for any artifact
+    if parent_sha:
+        settings.inherited.setdefault(parent_sha, f"{parent}'s validated one")
 
 
 def clear_if_never_started(run_dir: Path) -> bool:

@@ -29,6 +29,12 @@ class AttemptSettings(BaseModel):
     operator: str = "chosen"
     instructions: str = ""
     variant: dict[str, str] = Field(default_factory=dict)
+    inherited: dict[str, str] = Field(default_factory=dict)
+    """Digests (SHA-256, as a validation's) of artifacts that are not the attempt's own,
+    to whose they are ("a1's"): the task's artifact as its workspace was made (its parent's
+    copy, or the starter's) and its parent's validated one. One of them, unchanged, is
+    never validated as the attempt's (tasks/validation.py `RunValidator`): a child cut
+    short before it wrote its own was scored with its parent's model."""
 
 
 class RunConfig(BaseModel):

@@ -34,7 +34,8 @@ from mlra.terminal_text import printable_line
 BEST = "bold"
 BUGGY = "red"
 RUNNING = "bold cyan"
-MARKS = {"running": "●", "buggy": "✗", "lost": "?", "stopped": "■"}
+OUT_OF_TIME = "yellow"
+MARKS = {"running": "●", "buggy": "✗", "out of time": "◷", "lost": "?", "stopped": "■"}
 BEST_MARK = "★"
 OPERATOR_WIDTH = 7
 """`improve` and `variant`, the longest operators."""
@@ -119,7 +120,8 @@ def attempt_lines(
             line.append(shown)
             left = room - len(shown) - (3 if shown else 0)
             if left > 4:
-                line.append((" · " if shown else "") + _cut(why, left), style=BUGGY)
+                why_style = OUT_OF_TIME if status == "out of time" else BUGGY
+                line.append((" · " if shown else "") + _cut(why, left), style=why_style)
         elif (said := (progress or {}).get(node.id, "")) and room > 0:
             # Whether it is working matters most; what it tried too, where there is room.
             said = _cut(said, room)

@@ -76,6 +76,7 @@ class EvalOutcome(BaseModel):
     """Rules the submission breaks; a submission that breaks one gets no score."""
     error: str | None = None
     details: dict[str, object] = Field(default_factory=dict)
+    timed_out: bool = False  # at its timeout: its own, or the shorter one it was given
 
 
 class Evaluator(abc.ABC):
@@ -382,7 +383,7 @@ async def run_evaluation(
         (work_dir / EVALUATOR_FILE).unlink(missing_ok=True)
         await asyncio.to_thread(_tidy, artifact, mirrors)
     write_after(log_path, result.output)
-    outcome = _outcome_of(result, out, box, timeout, started)
+    outcome = _outcome_of(result, out, box, float(timeout), started)
     if result.disk_full and not outcome.ok:
         outcome.error = f"{disk_full_error(disk)} ({outcome.error})"
     return outcome
@@ -409,9 +410,8 @@ def _outcome_of(
             outcome.error = " ".join([outcome.error or "the evaluator failed", *result.notes])
         return outcome
     if result.timed_out:
-        return EvalOutcome(
-            ok=False, error=f"evaluation timed out after {float(timeout):.0f}s", details=details
-        )
+        error = f"evaluation timed out after {timeout:.0f}s"
+        return EvalOutcome(ok=False, error=error, details=details, timed_out=True)
     tail = result.output.strip().splitlines()[-5:]
     took = time.monotonic() - started
     return EvalOutcome(
