@@ -152,6 +152,13 @@ class CatchUp:
             elif event.action == "breakpoints" and event.arguments is not None:
                 rules = event.arguments.get("rules", [])
                 self._controls.breakpoints = [Breakpoint.parse(r) for r in rules]
+        elif isinstance(event, ev.RunForked):
+            # A message still queued at the cut was read, in the run forked from, at the
+            # step the fork takes again or later: the fork's timeline never read it, and
+            # handing it over now delivered it a second time, beside the fork's own
+            # `--message` (which comes after this event). One read before the cut is
+            # in the history already.
+            self._controls.drop_messages()
 
     # --- what the run asks ------------------------------------------------------------
 

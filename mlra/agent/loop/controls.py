@@ -261,3 +261,8 @@ class Controls:
     def take_messages(self, target: str) -> list[str]:
         messages, self._inbox[target] = self._inbox.get(target, []), []
         return messages
+
+    def drop_messages(self) -> None:
+        """Forget every queued message (a fork's cut: see agent/loop/catchup.py)."""
+        for target in self._inbox:
+            self._inbox[target] = []
