@@ -39,6 +39,7 @@ OTHER_PROGRAMS_FLAGS = {
     "--list": "bench/gpu_check.py",
     "--only": "bench/gpu_check.py",
     "--ctx-size": "llama.cpp's llama-server (docs/agents.md)",
+    "--no-repack": "llama.cpp's llama-server (docs/agents.md)",
     "--disable-host-loopback": "slirp4netns (docs/security.md)",
     "--generate-budget": "math-autoformalization's hidden/evaluate.py",
     "--lean-budget": "math-autoformalization's hidden/evaluate.py",
