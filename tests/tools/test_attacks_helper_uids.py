@@ -156,6 +156,11 @@ try:
     metrics["read_token"] = float("hf_" in (hub.parent / "token").read_text())
 except OSError:
     metrics["read_token"] = 0.0
+try:  # the shared datasets cache inside HF_HOME, as the host has it (world-writable)
+    (Path(SHARED_DATASETS) / "poison.arrow").write_text("poisoned")
+    metrics["poisoned_datasets"] = 1.0
+except OSError:
+    metrics["poisoned_datasets"] = 0.0
 """
 
 
@@ -177,9 +182,13 @@ async def test_a_submission_the_grader_runs_is_confined_as_the_agent(
     (hf / "token").write_text("hf_secret\n")
     (hf / "token").chmod(0o600)
     monkeypatch.setenv("HF_HOME", str(hf))
+    datasets = hf / "datasets"  # a cache inside another, left writable by all
+    datasets.mkdir(mode=0o777)
+    datasets.chmod(0o777)
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(datasets))
     answer = run_dir / "frozen" / "answer.py"
     answer.parent.mkdir()
-    answer.write_text(SUBMISSION)
+    answer.write_text(f"SHARED_DATASETS = {str(datasets)!r}\n" + SUBMISSION)
     answer.chmod(0o600)  # left so by the agent: the grader still reads it
     work = run_dir / "evaluation"
     task = load_task(task_dir)
@@ -193,10 +202,12 @@ async def test_a_submission_the_grader_runs_is_confined_as_the_agent(
         "read_cache": 1.0,
         "poisoned": 0.0,
         "read_token": 0.0,
+        "poisoned_datasets": 0.0,
     }
     assert (work / "script" / "made").stat().st_uid == uid
     _a_uid_of_its_own_now_free(uid)
     assert (hf / "hub" / "model.txt").read_text() == "shared\n"
     assert not (hf / "hub" / "mine.txt").exists()
+    assert not (datasets / "poison.arrow").exists()
     assert not (work / "hf-caches").exists()  # its own cache is gone with it
     assert answer.stat().st_uid == 0  # the frozen copy is mlra's again

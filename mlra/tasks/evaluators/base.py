@@ -318,7 +318,9 @@ async def run_evaluation(
     mirrors = None
     if run_uid.wanted() and isolation != "none":  # a uid of its own: the caches are root's
         mirrors = await asyncio.to_thread(Mirrors.make, env, work_dir)
-        spec.read_write = [p for p in spec.read_write if p not in mirrors.originals]
+        # none of a cache read-write, nor a cache inside one (datasets' in HF_HOME's):
+        # bubblewrap's later read-write bind would open it again over the read-only one
+        spec.read_write = [p for p in spec.read_write if not mirrors.holds(p)]
         spec.read_only = [*spec.read_only, *mirrors.originals]
     box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
     started = time.monotonic()

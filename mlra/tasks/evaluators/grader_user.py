@@ -83,6 +83,11 @@ class Mirrors:
             made.relative[name] = target.relative_to(work_dir).as_posix()
         return made
 
+    def holds(self, path: Path | str) -> bool:
+        """Whether `path` is one of the mirrored caches or inside one."""
+        real = Path(path).resolve()
+        return any(real == o or o in real.parents for o in self.originals)
+
     def point(self, env: dict[str, str], inside: str) -> None:
         """Name the mirrors in `env` as the grader sees its scratch folder (`inside`)."""
         for name, rel in self.relative.items():
