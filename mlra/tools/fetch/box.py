@@ -78,6 +78,11 @@ def _bwrap_problem(binary: str) -> str | None:
         return bw.probe(argv)
 
 
+_AS_OWN_UID: dict[str, bool] = {}
+"""Whether bubblewrap (by binary) starts as a claimed uid here: a host's setting, learnt
+by the first step that claims one (FetchBox._claim)."""
+
+
 def confinement(allow_unconfined: bool) -> str | None:
     """The bubblewrap binary fetch steps run in, or None to run them unconfined (only
     where `allow_unconfined`); FetchUnconfined where neither may be."""
@@ -175,8 +180,14 @@ class FetchBox:
     def _claim(self) -> run_uid.UidClaim | None:
         """As root, a uid of the step's own, given the folder; None where mlra is not root
         or the step runs unconfined. A uid that cannot be claimed (no claims folder) is
-        a refusal, not a step run as root outside."""
+        a refusal, not a step run as root outside. Where bubblewrap cannot start as such a
+        uid at all (unprivileged user namespaces off: a kernel setting, or AppArmor's
+        restriction on Ubuntu 24.04), the step runs as root outside, as the agent's own
+        sandbox does there (run_uid.become): still confined by bubblewrap, and the clone
+        or the read still works."""
         if self.bwrap is None or not run_uid.wanted():
+            return None
+        if _AS_OWN_UID.get(self.bwrap) is False:
             return None
         try:
             user = run_uid.claim()
@@ -184,9 +195,14 @@ class FetchBox:
             raise FetchUnconfined(f"no uid of its own for the fetch's sandbox: {exc}") from None
         try:
             run_uid.hand_tree(self.folder, user.uid, user.gid)
+            if self.bwrap not in _AS_OWN_UID:  # tried once a process, as the first step's user
+                _AS_OWN_UID[self.bwrap] = bw.probe(self._argv(["true"], user)) is None
         except OSError:
             user.release()
             raise
+        if not _AS_OWN_UID[self.bwrap]:
+            self._give_back(user)
+            return None
         return user
 
     def _give_back(self, user: run_uid.UidClaim | None) -> None:
