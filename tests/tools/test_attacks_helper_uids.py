@@ -152,10 +152,12 @@ try:
 except OSError:
     metrics["poisoned"] = 0.0
 (hub / "mine.txt").write_text("its own")  # into its own cache
-try:
-    metrics["read_token"] = float("hf_" in (hub.parent / "token").read_text())
-except OSError:
-    metrics["read_token"] = 0.0
+metrics["read_token"] = 0.0
+for home in (hub.parent, Path(SHARED_DATASETS).parent):  # its own cache; the shared one
+    try:
+        metrics["read_token"] += float("hf_" in (home / "token").read_text())
+    except OSError:
+        pass
 try:  # the shared datasets cache inside HF_HOME, as the host has it (world-writable)
     (Path(SHARED_DATASETS) / "poison.arrow").write_text("poisoned")
     metrics["poisoned_datasets"] = 1.0
@@ -180,7 +182,7 @@ async def test_a_submission_the_grader_runs_is_confined_as_the_agent(
     (hf / "hub").mkdir(parents=True)
     (hf / "hub" / "model.txt").write_text("shared\n")
     (hf / "token").write_text("hf_secret\n")
-    (hf / "token").chmod(0o600)
+    (hf / "token").chmod(0o644)  # as huggingface_hub leaves it
     monkeypatch.setenv("HF_HOME", str(hf))
     datasets = hf / "datasets"  # a cache inside another, left writable by all
     datasets.mkdir(mode=0o777)

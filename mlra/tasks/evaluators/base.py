@@ -322,6 +322,7 @@ async def run_evaluation(
         # bubblewrap's later read-write bind would open it again over the read-only one
         spec.read_write = [p for p in spec.read_write if not mirrors.holds(p)]
         spec.read_only = [*spec.read_only, *mirrors.originals]
+        spec.hide_paths = [*spec.hide_paths, *mirrors.secrets]
     box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
     started = time.monotonic()
     try:

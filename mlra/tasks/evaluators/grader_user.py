@@ -26,9 +26,12 @@ from mlra.tools.sandbox.default_limits import Chosen, default_disk, task_disk
 CACHE_VARS = ("HF_HOME", "HF_DATASETS_CACHE")
 MIRRORS = "hf-caches"
 """In the grader's scratch folder: its own Hugging Face caches (`Mirrors`)."""
-SKIPPED = (".lock", "token", "stored_tokens")
-"""Not mirrored: locks are made afresh (a link to root's would not open for writing),
-and the Hub's tokens are no grader's business."""
+LOCK_SUFFIX = ".lock"
+"""Not mirrored: locks are made afresh (a link to root's would not open for writing)."""
+TOKENS = ("token", "stored_tokens")
+"""The Hub's tokens (a cache's own files of these names): no grader's business, so not
+mirrored, and masked where the cache itself is shown (huggingface_hub writes them
+readable by all)."""
 GRADER_DISK_MB = 10 * 1024
 """The grader's scratch quota where the task sets no `disk_gb`: what lm-eval's prepared
 datasets and an evaluator's outputs need, never half the disk."""
@@ -59,6 +62,8 @@ class Mirrors:
 
     root: Path
     originals: list[Path] = field(default_factory=list)
+    secrets: list[Path] = field(default_factory=list)
+    """The caches' token files, masked in the grader's sandbox."""
     relative: dict[str, str] = field(default_factory=dict)
     """Cache variable -> its mirror, relative to the scratch folder."""
 
@@ -80,6 +85,7 @@ class Mirrors:
             target = made.root / name.lower()
             _mirror(source, target)
             made.originals.append(source)
+            made.secrets += [source / t for t in TOKENS if (source / t).exists()]
             made.relative[name] = target.relative_to(work_dir).as_posix()
         return made
 
@@ -110,7 +116,7 @@ def _mirror(source: Path, target: Path) -> None:
                 else:
                     (here / name).mkdir()
         for name in files:
-            if name.endswith(SKIPPED) or name in SKIPPED:
+            if name.endswith(LOCK_SUFFIX) or (name in TOKENS and folder == str(source)):
                 continue
             full = os.path.join(folder, name)
             with contextlib.suppress(OSError):
