@@ -23,7 +23,7 @@ import pytest
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.local import LocalSandbox
-from tests.conftest import TEST_IMAGE, docker_address, docker_problem
+from tests.conftest import TEST_IMAGE
 
 AS_ROOT = "a sandbox's own uid is claimed only by root" if os.geteuid() != 0 else None
 
@@ -83,22 +83,6 @@ async def test_a_bubblewrap_sandbox_made_by_root_has_a_user_and_git_commits(
         check=False,
     )
     assert log.returncode == 0 and log.stdout == "first\n", log.stderr
-
-
-@pytest.fixture
-def docker_host() -> Iterator[str]:
-    problem = docker_problem()
-    if problem is not None:
-        pytest.skip(problem)
-    host = docker_address()
-    assert host is not None
-    previous = os.environ.get("DOCKER_HOST")
-    os.environ["DOCKER_HOST"] = host
-    yield host
-    if previous is None:
-        os.environ.pop("DOCKER_HOST", None)
-    else:
-        os.environ["DOCKER_HOST"] = previous
 
 
 @pytest.mark.skipif(AS_ROOT is not None, reason=str(AS_ROOT))
