@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
 
-NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact"]
+NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact", "validating_at_limit"]
 """The notices the displays tell apart by more than their words."""
 
 # --- run lifecycle -------------------------------------------------------------------
@@ -172,9 +172,13 @@ class Notice(_Event):
     the `agent` that wrote it; "log_budget", the one notice that the run's log neared its
     size budget and is shortened from there; "inherited_artifact", an attempt's artifact
     not validated because it is the one its workspace began with, unchanged (its parent's
-    copied in, or the starter's: tasks/validation.py `RunValidator.inherited`). None: any other notice (and every notice of
-    a log written before the field, console/text/written_calls.py unread_call reads
-    those)."""
+    copied in, or the starter's: tasks/validation.py `RunValidator.inherited`);
+    "validating_at_limit", an attempt that reached its own time limit with its artifact
+    is validated in the run's time left (agent/agents/closing_validation.py), which
+    agent/loop/attempt_finish.py reads to tell "buggy" from "out of time". None: any
+    other notice (and every notice of a log written before the field or the kind:
+    console/text/written_calls.py unread_call and agent/loop/attempt_finish.py
+    validating_at_limit read those)."""
     agent: AgentRole | None = None
     """Whose answer a notice of a `kind` is of."""
     problems: list[str] = Field(default_factory=list)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.attempt_finish import finished_event
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.console.text.attempt_lines import attempt_started_line
@@ -66,11 +67,10 @@ async def test_an_attempt_at_its_time_limit_with_its_artifact_is_validated_and_s
     own = _events(controller.run_dir / "attempts" / "a1")
     (finished,) = [e for e in own if isinstance(e, ev.RunFinished)]
     assert finished.reason == "deadline"  # its own limit, not the run's
-    notices = [e.message for e in own if isinstance(e, ev.Notice)]
-    assert any(
-        m.startswith("its time limit was reached with answer.txt in its workspace: validating it")
-        for m in notices
-    ), notices
+    notices = [e for e in own if isinstance(e, ev.Notice) and e.kind == "validating_at_limit"]
+    assert [n.message.split(", within")[0] for n in notices] == [
+        "its time limit was reached with answer.txt in its workspace: validating it"
+    ], notices
     (validation,) = [e for e in own if isinstance(e, ev.Validation)]
     assert validation.ok and validation.score == 0.5
     events = _events(controller.run_dir)
@@ -193,6 +193,18 @@ async def test_an_attempt_whose_artifact_fails_at_its_limit_says_its_validation_
     side = asyncio.ensure_future(a1s_limit_once_it_wrote(controller))
     await controller.run(agent_for)
     await side
-    (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    events = _events(controller.run_dir)
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
     assert a1.status == "buggy", a1
     assert a1.why.startswith("its artifact could not be validated: "), a1.why
+    # A run taken up again recomputes an attempt's ending from its own log, which an
+    # older mlra wrote with the notice of its validation at its limit kindless: the
+    # same ending.
+    (started,) = [e for e in events if isinstance(e, ev.AttemptStarted)]
+    a1_dir = controller.run_dir / "attempts" / "a1"
+    log = a1_dir / "events.jsonl"
+    old = log.read_text().replace(',"kind":"validating_at_limit"', "")
+    assert old != log.read_text()
+    log.write_text(old)
+    again = finished_event(started, a1_dir, controller.run_dir)
+    assert (again.status, again.why) == (a1.status, a1.why)

@@ -83,6 +83,7 @@ async def validate_at_limit(
             level="info",
             message=f"{AT_LIMIT} {artifact} in its workspace: validating it, within the "
             f"{format_duration(left)} the run has left",
+            kind="validating_at_limit",
         )
     )
     validator.bind_to(time.monotonic() + left)  # the run's deadline: no raise moves it

@@ -83,7 +83,18 @@ def finished_event(
 
 AT_LIMIT = "its time limit was reached with"
 """How the notice of an attempt validated at its own time limit begins
-(agent/agents/closing_validation.py)."""
+(agent/agents/closing_validation.py), which a log that predates its kind is read by."""
+
+
+def validating_at_limit(event: ev.Event) -> bool:
+    """Whether `event` is the notice that the attempt, at its own time limit, is having
+    its artifact validated. Its words are read only in a log written before the notice
+    had its kind: a run taken up again recomputes an attempt's ending from that log."""
+    if not isinstance(event, ev.Notice):
+        return False
+    if event.kind is not None:
+        return event.kind == "validating_at_limit"
+    return event.message.startswith(AT_LIMIT)
 
 
 def _inherited(events: list[ev.Event]) -> set[str]:
@@ -114,14 +125,7 @@ def _out_of_time(events: list[ev.Event], finished: ev.RunFinished | None) -> boo
         return True
     if finished is None or finished.reason != "deadline":
         return False
-    at_limit = next(
-        (
-            i
-            for i, e in enumerate(events)
-            if isinstance(e, ev.Notice) and e.message.startswith(AT_LIMIT)
-        ),
-        None,
-    )
+    at_limit = next((i for i, e in enumerate(events) if validating_at_limit(e)), None)
     if at_limit is None:
         return True
     return not any(
@@ -139,10 +143,7 @@ def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     if last is not None and last.out_of_time:
         return f"its validation was cut by the time left: {last.error or 'timed out'}"
     if finished is not None and finished.reason == "deadline":
-        validated_at_limit = any(
-            isinstance(e, ev.Notice) and e.message.startswith(AT_LIMIT) for e in events
-        )
-        if not validated_at_limit:
+        if not any(validating_at_limit(e) for e in events):
             return "its time limit was reached before a validation scored it"
     for event in reversed(events):
         if isinstance(event, ev.Validation) and not event.ok:
