@@ -150,6 +150,25 @@ def test_a_wait_is_bounded_by_the_runs_time_left() -> None:
     assert beats[0].startswith("[2m30s] … waiting for a1 (30s of up to 18m) · running: a1"), beats
 
 
+def test_a_resumed_runs_wait_line_and_its_heartbeats_say_one_bound() -> None:
+    """A resumed run's printer sees no `run_started`, only the resume's `--time-limit`:
+    the wait's line said it waits up to the 8 minutes left, its heartbeats "up to 60m",
+    the hour asked (each folded the run's limit its own way)."""
+    events: list[ev.Event] = [
+        ev.RunResumed(interrupted_calls=[], settings={"time_limit_s": 600.0}, t=100.0),
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=101.0),
+        ev.ToolCall(
+            call_id="w1", agent="supervisor", tool="attempt_wait",
+            arguments={"attempt": "a1", "timeout": 3600.0}, t=120.0,
+        ),
+    ]  # fmt: skip
+    events += [_sample(s) for s in range(121, 160)]
+    lines = _lines(events)
+    assert "[2m00s] supervisor attempt_wait for a1, up to 8m" in lines, lines
+    beats = [line for line in lines if "…" in line]
+    assert beats and all("(30s of up to 8m)" in line for line in beats), beats
+
+
 def test_a_resumed_search_says_it_waits_again_for_its_attempts() -> None:
     """A search killed while it waited for its attempts is resumed: the wait is run again
     under its call id (no new `tool_call`), and the resumed run's transcript said nothing

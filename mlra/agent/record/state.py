@@ -15,6 +15,7 @@ from pydantic import BaseModel
 from mlra import events as ev
 from mlra.agent.record.attempt_tree import AttemptTree
 from mlra.agent.record.experiments import ExperimentTable
+from mlra.agent.record.run_limits import RunLimits
 from mlra.tools.jobs import JobRecord
 
 Phase = Literal[
@@ -60,10 +61,9 @@ class RunState:
     task: str = ""
     task_title: str = ""
     model: str = ""
-    limits: ev.Limits | None = None
-    settings_changed: dict[str, Any] = field(default_factory=dict)
-    """The limits a resume, a fork or a raise (`time_limit_raised`) changed since `run_started`
-    (its config's names): `limits` holds them; a settings view lays them over the config."""
+    run_limits: RunLimits = field(default_factory=RunLimits)
+    """Its limits, folded as every display that says its time left folds them
+    (agent/record/run_limits.py)."""
     sandbox: ev.SandboxInfo | None = None
     budget: ev.Budget | None = None  # the run's (an attempt's: its share), from `run_started`
     started: bool = False
@@ -179,6 +179,15 @@ class RunState:
         return self.input_tokens + self.output_tokens
 
     @property
+    def limits(self) -> ev.Limits | None:
+        return self.run_limits.limits
+
+    @property
+    def settings_changed(self) -> dict[str, Any]:
+        """The settings a resume, a fork or a raise changed since `run_started`."""
+        return self.run_limits.changed
+
+    @property
     def remaining_s(self) -> float | None:
         if self.limits is None:
             return None
@@ -198,6 +207,7 @@ class RunState:
         self.events += 1
         self.elapsed_s = max(self.elapsed_s, event.t)
         self.last_ts = event.ts
+        self.run_limits.apply(event)
         if isinstance(event, ev.Validation):
             self.validations.append(event)
         match event:
@@ -206,7 +216,6 @@ class RunState:
                 self.task = event.task
                 self.task_title = event.task_title
                 self.model = event.model
-                self.limits = event.limits
                 self.sandbox = event.sandbox
                 self.budget = event.budget
                 self.started = True
@@ -372,9 +381,6 @@ class RunState:
                 self.resumed += 1
                 self.model = event.model or self.model
                 self._confined_by(event.sandbox)
-                self._settings(event.settings)
-            case ev.TimeLimitRaised():
-                self._settings({"time_limit_s": event.limit_s})
             case ev.RunForked():
                 self._confined_by(event.sandbox)
                 self.finished, self.evaluating, self.paused = None, False, False
@@ -386,7 +392,6 @@ class RunState:
                 self.run_id = event.run_id
                 self.forked_from = f"{event.source_run}@{event.at_step}"
                 self.model = event.model
-                self._settings(event.settings)
             case _:
                 pass
 
@@ -396,13 +401,6 @@ class RunState:
         self.retry = None
         self.answering_since = self.first_token_s = None
         self.streamed_chars = 0
-
-    def _settings(self, changed: dict[str, Any]) -> None:
-        """Limits a resume, a fork or a raise changed: the run goes on under them."""
-        self.settings_changed.update(changed)
-        if self.limits is not None:
-            known = {k: v for k, v in changed.items() if k in ev.Limits.model_fields}
-            self.limits = ev.Limits.model_validate({**self.limits.model_dump(), **known})
 
     def _idle(self) -> None:
         """Nothing runs once the run ended (or before it goes on)."""

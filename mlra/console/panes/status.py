@@ -185,8 +185,7 @@ def activity(state: RunState, elapsed_s: float) -> list[Text]:
         took = format_duration(max(0.0, elapsed_s - call.t))
         if call.tool == "attempt_wait":
             running = [node.id for node in state.attempts.running]
-            limit = state.limits.time_limit_s if state.limits is not None else 0.0
-            left = limit - call.t if limit else None
+            left = state.run_limits.left_at(call.t)
             words = waiting_words(call.arguments, running, elapsed_s - call.t, left)
             return [Text(words, style="cyan"), Text(f"waiting {took}", style="cyan")]
         what = _command(call, state)

@@ -27,6 +27,7 @@ from typing import Unpack
 from rich.text import Text
 
 from mlra import events as ev
+from mlra.agent.record.run_limits import RunLimits
 from mlra.console.panes import WidgetOptions
 from mlra.console.panes.transcript_entries import (
     Entry,
@@ -40,7 +41,6 @@ from mlra.console.panes.transcript_entries import (
 from mlra.console.panes.transcript_notes import NotedEntries
 from mlra.console.text.attempt_lines import attempt_finished_line, attempt_ok, attempt_started_line
 from mlra.console.text.event_lines import (
-    RunDeadline,
     attempt_news,
     control_line,
     decided_line,
@@ -76,7 +76,7 @@ class TranscriptPane(NotedEntries):
         self.highlight = ""  # text to mark wherever it shows (a replay's search)
         self._regrading = False
         self._answer_notes = AnswerNotes("workers")
-        self._deadline = RunDeadline()
+        self._limits = RunLimits()
         """The run's time limit: a wait's line says no more than the run had left."""
         self._carried: set[str] = set()
         """Calls open when the run was last resumed: shown again below its line once anything
@@ -95,7 +95,7 @@ class TranscriptPane(NotedEntries):
     # --- events ---------------------------------------------------------------------
 
     def feed(self, event: ev.Event) -> None:
-        self._deadline.apply(event)
+        self._limits.apply(event)
         if self._carried and getattr(event, "call_id", None) in self._carried:
             self._carry_over(getattr(event, "call_id", ""))
         match event:
@@ -117,7 +117,7 @@ class TranscriptPane(NotedEntries):
                 entry.done = True
                 self._dirty.add(entry)
             case ev.ToolCall() if event.tool not in QUIET_TOOLS:
-                tool = ToolEntry(event, left_s=self._deadline.left_at(event.t))
+                tool = ToolEntry(event, left_s=self._limits.left_at(event.t))
                 self._tools[event.call_id] = tool
                 self._add(tool)
                 if event.agent != "supervisor":
@@ -343,7 +343,7 @@ class TranscriptPane(NotedEntries):
         self._entries.clear()
         self._forget_notes()
         self._answer_notes = AnswerNotes("workers")  # a window's own: from its first step
-        self._deadline = RunDeadline()  # a window begins with the run's start
+        self._limits = RunLimits()  # a window begins with the run's start
         self.dropped = 0
         self.border_subtitle = ""
 

@@ -62,7 +62,8 @@ def describe_call(
     model put in it is shown, not obeyed (a command keeps its line breaks). `refused`:
     the tool refused these arguments (`tool_call` `refused`), so the call is shown as
     written: a readable form would say what the tool would run, and it ran nothing.
-    `left_s`: the run's time left as it was called (`RunDeadline`), which bounds a wait."""
+    `left_s`: the run's time left as it was called (agent/record/run_limits.py
+    `RunLimits.left_at`), which bounds a wait."""
     if refused and arguments is not None:
         name = printable_line(tool)
         return printable(f"{name} {one_line(json.dumps(arguments, ensure_ascii=False), 200)}")
@@ -84,32 +85,6 @@ def said_call(
         refused=call.refused is not None,
         left_s=left_s,
     )
-
-
-class RunDeadline:
-    """The run's time limit as its events set it (its start; a resume's or a fork's
-    `--time-limit`; a raise), as the run's state folds it (agent/record/state.py): a
-    display that says a call's words by the time the run had left keeps one. An LLM
-    supervisor's `attempt_wait` asks the hour it likes; the tool waits no longer than
-    the run has left, and so the line says."""
-
-    def __init__(self) -> None:
-        self.limit_s: float | None = None
-
-    def apply(self, event: ev.Event) -> None:
-        match event:
-            case ev.RunStarted():
-                self.limit_s = event.limits.time_limit_s
-            case ev.RunResumed() | ev.RunForked() if "time_limit_s" in event.settings:
-                self.limit_s = float(event.settings["time_limit_s"])
-            case ev.TimeLimitRaised():
-                self.limit_s = event.limit_s
-            case _:
-                pass
-
-    def left_at(self, t: float) -> float | None:
-        """The run's time left at run time `t`; None before its start is known."""
-        return None if self.limit_s is None else self.limit_s - t
 
 
 def _wait_words(timeout: object, left_s: float | None) -> str | None:

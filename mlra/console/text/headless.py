@@ -17,6 +17,7 @@ from typing import IO, TYPE_CHECKING
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import encode_event
+from mlra.agent.record.run_limits import RunLimits
 from mlra.console.text.attempt_lines import (
     attempt_finished_line,
     attempt_ok,
@@ -25,7 +26,6 @@ from mlra.console.text.attempt_lines import (
 )
 from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.event_lines import (
-    RunDeadline,
     attempt_news,
     describe_call,
     evaluation_started_line,
@@ -99,7 +99,7 @@ class TranscriptDisplay(Printer):
                 file=self.stream, highlight=False, soft_wrap=True, emoji=False, markup=False
             )
         self._calls: dict[str, ev.ToolCall] = {}
-        self._deadline = RunDeadline()
+        self._limits = RunLimits()
         """The run's time limit: a wait's line says no more than the run had left."""
         self._attempts = AttemptLogs()
         """A search's attempts' own logs, followed (the run's folder is told: attempts_in)."""
@@ -157,7 +157,7 @@ class TranscriptDisplay(Printer):
 
     def on_event(self, event: ev.Event) -> None:
         self._now = event.t
-        self._deadline.apply(event)
+        self._limits.apply(event)
         if self._heartbeat is not None:
             self._heartbeat.apply(event)
         for attempt, said in self._attempts.news(event):
@@ -266,7 +266,7 @@ class TranscriptDisplay(Printer):
                 self._calls[event.call_id] = event
                 who = "" if event.agent in ("worker", "baseline") else f"{event.agent} "
                 self._out(
-                    f"[{t}] {who}{said_call(event, self._deadline.left_at(event.t))}",
+                    f"[{t}] {who}{said_call(event, self._limits.left_at(event.t))}",
                     "bold blue",
                 )
             case ev.ApprovalRequested():

@@ -85,8 +85,7 @@ class Heartbeat:
             if call.tool == "attempt_wait":
                 waited = True
                 running = [n.id for n in state.attempts.running]
-                limit = state.limits.time_limit_s if state.limits is not None else 0.0
-                left = limit - call.t if limit else None
+                left = state.run_limits.left_at(call.t)
                 words = waiting_words(call.arguments, running, took, left)
                 best, each = self._attempts_words(now)
                 lines.append(f"… {words}{best}" + (f" · running: {each}" if each else ""))
