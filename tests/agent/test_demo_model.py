@@ -14,6 +14,7 @@ from mlra.agent.providers import resolve_model
 from mlra.agent.providers.base import Message, ModelResponse
 from mlra.agent.providers.demo import DemoProvider
 from mlra.agent.setup.prompts import WORKER_SYSTEM
+from mlra.console.cli.cli import main
 from mlra.tasks.spec import find_task
 from tests.conftest import mlra_cli, offline_env
 
@@ -78,6 +79,22 @@ def test_each_attempt_of_a_search_changes_one_hyperparameter() -> None:
 def test_a_search_the_model_would_steer_is_refused_in_one_line(tmp_path: Path) -> None:
     proc = mlra_cli(["run", "tiny-lm", "--model", "demo", "--search", "llm"], cwd=tmp_path)
     assert proc.returncode == 2 and "use --search greedy with --model demo" in proc.stderr
+
+
+@pytest.mark.parametrize("spec", ["demo:", " Demo ", "DEMO:with-words"])
+def test_every_spelling_of_the_demo_is_refused_a_search_it_would_steer(
+    tmp_path: Path, spec: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The table says which models cannot choose a search's attempts: `demo:anything`
+    is the demo model too (resolve_model reads it so), and was let through to a
+    supervisor that answered no calls until the run's time ran out."""
+    assert isinstance(resolve_model(spec, base_url=None, env={}), DemoProvider)
+    argv = ["run", "tiny-lm", "--model", spec, "--search", "llm", "--no-tui"]
+    assert main([*argv, "--runs-dir", str(tmp_path / "runs")]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "the demo model plays a supervisor and a worker only" in line, line
+    assert f"use --search greedy with --model {spec.strip()}" in line, line
+    assert not (tmp_path / "runs").exists()
 
 
 @pytest.mark.slow

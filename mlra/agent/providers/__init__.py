@@ -19,11 +19,11 @@ from urllib.parse import urlsplit
 
 from mlra.agent.providers.base import ConfigError, ModelProvider, ModelSettings
 from mlra.agent.providers.table import (
-    DEMO,
     PROVIDERS,
     ProviderRequest,
     entry_for,
     provider_factory,
+    spec_text,
 )
 
 DEFAULT_ANTHROPIC_MODEL = "claude-sonnet-4-6"
@@ -84,9 +84,7 @@ def resolve_model(
 
     `settings` (context window, output tokens, temperature, seed, tool calls) are the
     user's; the provider fills in what is not set from the server or its model table."""
-    text = spec.strip()
-    if text.lower() == DEMO:
-        text = f"{DEMO}:"
+    text = spec_text(spec)
     base_url = (base_url or "").strip() or None
     if base_url is not None:
         _check_base_url(base_url)

@@ -30,6 +30,12 @@ PROVIDERS: dict[str, str] = {
 DEMO = "demo"
 """`--model demo` (agent/providers/demo.py): the one spec that is a bare name, as
 `baseline` is; `demo:` is the same."""
+STEERS_NO_SEARCH: dict[str, str] = {
+    "demo:": "the demo model plays a supervisor and a worker only",
+}
+"""The entries whose models cannot choose a search's attempts (`--search llm`), each with
+why: their supervisor would answer without a call, turn after turn, until the run's
+time ran out; `mlra run` and `mlra batch` refuse them before a run starts."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,26 @@ class ProviderRequest:
 
 
 ProviderFactory = Callable[[ProviderRequest], "ModelProvider"]
+
+
+def spec_text(spec: str) -> str:
+    """A spec as the table reads it: stripped, the bare `demo` as `demo:`."""
+    text = spec.strip()
+    return f"{DEMO}:" if text.lower() == DEMO else text
+
+
+def spec_entry(spec: str) -> str | None:
+    """The table's entry a model spec names, as agent/providers resolve_model reads it
+    (`NAME:WHAT` first, then `NAME/MODEL`); None where the table has none."""
+    text = spec_text(spec)
+    return entry_for(text, ":") or entry_for(text, "/")
+
+
+def why_steers_no_search(spec: str) -> str | None:
+    """Why the model `spec` names cannot choose a search's attempts (`STEERS_NO_SEARCH`);
+    None where it can, or the table does not know it (resolving it says so)."""
+    entry = spec_entry(spec)
+    return STEERS_NO_SEARCH.get(entry) if entry is not None else None
 
 
 def entry_for(text: str, sep: str) -> str | None:

@@ -86,10 +86,12 @@ def search_settings(args: argparse.Namespace, task: Any, model: str) -> dict[str
             "--search llm needs a model to choose the attempts; with --model baseline use "
             "--search greedy (the recipe's variants)"
         )
-    if args.search == "llm" and model.strip().lower() in ("demo", "demo:"):
+    from mlra.agent.providers.table import why_steers_no_search
+
+    if args.search == "llm" and (why := why_steers_no_search(model)) is not None:
         raise UsageError(
-            "--search llm needs a model to choose the attempts; the demo model plays a "
-            "supervisor and a worker only: use --search greedy with --model demo"
+            f"--search llm needs a model to choose the attempts; {why}: use --search "
+            f"greedy with --model {model.strip()}"
         )
     if args.search == "greedy" and model == "baseline" and not task.baseline.variants:
         raise UsageError(
