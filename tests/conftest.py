@@ -192,6 +192,19 @@ def offline_env() -> dict[str, str]:
     return env
 
 
+def bare_venv(venv: Path) -> tuple[Path, Path]:
+    """A new virtual environment at `venv`, without pip (a test installs or borrows what
+    it needs, offline): its python and its site-packages folder, where a `.pth` line
+    reaches packages outside it."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return python, Path(purelib)
+
+
 class BaselineRun(NamedTuple):
     proc: subprocess.CompletedProcess[str]
     run_dir: Path
