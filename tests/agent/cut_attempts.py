@@ -7,13 +7,13 @@ and not by wall-clock luck."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.tasks.spec import TaskSpec, load_task
+from tests.conftest import answer_task_as
 
 CUT_S = 0.5
 """What is left of an attempt's limit once it is cut."""
@@ -28,18 +28,16 @@ def writes_then_works_on(answer_task: Path, tmp_path: Path, variants: str) -> Ta
     """The answer task whose recipe writes {n} into answer.txt and then works on for {s}
     seconds, as a training run that saved its model and is not done: 41 scores 0.0 on
     the validation split, 42 0.5."""
-    task = tmp_path / "answer-long"
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    toml = toml.replace('name = "answer"', 'name = "answer-long"')
-    toml = toml.replace(
-        'submit = "answer.txt"',
-        f'submit = "answer.txt"\nvars = {{ n = "41", s = "0" }}\nvariants = {variants}',
+    task = answer_task_as(
+        answer_task,
+        tmp_path,
+        "answer-long",
+        (
+            'submit = "answer.txt"',
+            f'submit = "answer.txt"\nvars = {{ n = "41", s = "0" }}\nvariants = {variants}',
+        ),
+        ('python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep {s}"),
     )
-    toml = toml.replace(
-        'python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep {s}"
-    )
-    (task / "task.toml").write_text(toml)
     return load_task(task)
 
 
