@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import atexit
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -190,6 +191,33 @@ def offline_env() -> dict[str, str]:
     )
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
     return env
+
+
+def answer_task_as(answer_task: Path, tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
+    """A copy of the answer task in tmp_path/`name`, named `name`, with each `(old, new)`
+    text of its task.toml replaced in turn; an old text not there fails the test, which
+    would otherwise run the plain task."""
+    task = tmp_path / name
+    shutil.copytree(answer_task, task)
+    toml = (task / "task.toml").read_text()
+    for old, new in (('name = "answer"', f'name = "{name}"'), *edits):
+        assert old in toml, f"not in the answer task's task.toml: {old}"
+        toml = toml.replace(old, new)
+    (task / "task.toml").write_text(toml)
+    return task
+
+
+def bare_venv(venv: Path) -> tuple[Path, Path]:
+    """A new virtual environment at `venv`, without pip (a test installs or borrows what
+    it needs, offline): its python and its site-packages folder, where a `.pth` line
+    reaches packages outside it."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    return python, Path(purelib)
 
 
 class BaselineRun(NamedTuple):

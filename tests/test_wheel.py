@@ -15,7 +15,7 @@ import sysconfig
 import zipfile
 from pathlib import Path
 
-from tests.conftest import ANSWER_TASK, SECRET_ENV
+from tests.conftest import ANSWER_TASK, SECRET_ENV, bare_venv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,12 +62,9 @@ def test_the_wheel_runs_a_run_from_outside_the_checkout(tmp_path: Path) -> None:
     # a folder to sys.path without reading the .pth files in it, so the suite's
     # editable install of mlra is not among them, and the wheel's site-packages comes first.
     venv = tmp_path / "venv"
-    run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=tmp_path)
-    python = venv / "bin" / "python"
+    python, site = bare_venv(venv)
     run([sys.executable, "-m", "pip", "--python", python, "install", "-q", "--no-deps", wheel],
         cwd=tmp_path)  # fmt: skip
-    site = Path(run([python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-                    cwd=tmp_path).strip())  # fmt: skip
     (site / "suite-dependencies.pth").write_text(sysconfig.get_path("purelib") + "\n")
 
     where = tmp_path / "elsewhere"

@@ -36,6 +36,7 @@ PRELOAD = (
     "mlra.console.cli.replay_cli",
     "mlra.console.cli.resume_cli",
     "mlra.console.cli.batch_cli",
+    "mlra.console.cli.report_cli",
     "mlra.agent.providers.openai",
     "mlra.agent.providers.anthropic",
     "mlra.batch.runner",

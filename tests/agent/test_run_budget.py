@@ -6,7 +6,6 @@ has its share, and the kernel holds the run's total in a group every sandbox is 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.default_limits import default_memory, machine_memory_mb
 from mlra.tools.sandbox.limits import CGROUP_ROOT, own_cgroup
 from tests.agent.test_search import _scripted_search
+from tests.conftest import answer_task_as
 from tests.scripts import call, turn
 
 PAD_MB = 4
@@ -32,19 +32,18 @@ PAD_MB = 4
 def _padded_variants(answer_task: Path, tmp_path: Path) -> Path:
     """The answer task whose recipe takes a variable (four variants) and leaves a 4 MB
     file in its workspace, so that an ended attempt holds disk a later one cannot have."""
-    task = tmp_path / "answer-padded"
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    toml = toml.replace('name = "answer"', 'name = "answer-padded"')
-    toml = toml.replace(
-        'submit = "answer.txt"',
-        'submit = "answer.txt"\nvars = { n = "41" }\n'
-        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
-    )
     pad = f"head -c {PAD_MB * 1024 * 1024} /dev/urandom > pad.bin; echo {{n}}"
-    toml = toml.replace('python -c \\"print(6 * 7)\\"', pad)
-    (task / "task.toml").write_text(toml)
-    return task
+    return answer_task_as(
+        answer_task,
+        tmp_path,
+        "answer-padded",
+        (
+            'submit = "answer.txt"',
+            'submit = "answer.txt"\nvars = { n = "41" }\n'
+            'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
+        ),
+        ('python -c \\"print(6 * 7)\\"', pad),
+    )
 
 
 def _search(tmp_path: Path, answer_task: Path, **settings: object) -> RunController:

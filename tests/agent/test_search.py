@@ -24,6 +24,7 @@ from mlra.agent.run.controller import RunController
 from mlra.agent.run.resume import load_run, resume_controller
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec, load_task
+from tests.conftest import answer_task_as
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
 
@@ -31,18 +32,17 @@ from tests.scripts import call, plan, turn
 def _variant_task(answer_task: Path, tmp_path: Path) -> Path:
     """The answer task with a recipe that takes a variable, and variants of it: 41 is
     wrong on the validation split (0.0), 42 half right (0.5), 24 half right too."""
-    task = tmp_path / "answer-variants"
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    toml = toml.replace('name = "answer"', 'name = "answer-variants"')
-    toml = toml.replace(
-        'submit = "answer.txt"',
-        'submit = "answer.txt"\nvars = { n = "41" }\n'
-        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
+    return answer_task_as(
+        answer_task,
+        tmp_path,
+        "answer-variants",
+        (
+            'submit = "answer.txt"',
+            'submit = "answer.txt"\nvars = { n = "41" }\n'
+            'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]',
+        ),
+        ('python -c \\"print(6 * 7)\\"', "echo {n}"),
     )
-    toml = toml.replace('python -c \\"print(6 * 7)\\"', "echo {n}")
-    (task / "task.toml").write_text(toml)
-    return task
 
 
 def _events(run_dir: Path) -> list[ev.Event]:

@@ -5,7 +5,6 @@ processes, the run's own clock brought forward to its deadline."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,24 +15,23 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
+from tests.conftest import answer_task_as
 
 
 def _slow_task(answer_task: Path, tmp_path: Path) -> Path:
     """The answer task whose recipe writes 41 (wrong) and then works on for 50 s, and
     whose starter already holds the right answer, 42: a search's own workspace is the
     starter, so grading it scores 1.0 for what no attempt did."""
-    task = tmp_path / "answer-slow"
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    toml = toml.replace('name = "answer"', 'name = "answer-slow"')
-    toml = toml.replace(
-        'submit = "answer.txt"',
-        'submit = "answer.txt"\nvars = { n = "41" }\nvariants = [{}, { n = "40" }]',
+    task = answer_task_as(
+        answer_task,
+        tmp_path,
+        "answer-slow",
+        (
+            'submit = "answer.txt"',
+            'submit = "answer.txt"\nvars = { n = "41" }\nvariants = [{}, { n = "40" }]',
+        ),
+        ('python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep 50"),
     )
-    toml = toml.replace(
-        'python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep 50"
-    )
-    (task / "task.toml").write_text(toml)
     (task / "starter" / "answer.txt").write_text("42\n")
     return task
 

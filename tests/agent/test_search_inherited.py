@@ -10,18 +10,19 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
-from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.console.text.attempt_lines import attempt_finished_line
+from tests.agent.cut_attempts import (
+    cut,
+    cut_once_it_runs,
+    events_of,
+    until_it_wrote,
+    writes_then_works_on,
+)
 from tests.agent.test_search import _scripted_search, greedy_search, sleeping_variant_task
-from tests.agent.test_search_reserve import _writes_then_works_on
 from tests.scripts import call, turn
 
 NOT_OWN = "no artifact of its own: the answer.txt in its workspace is a1's, unchanged"
-
-
-def _events(run_dir: Path) -> list[ev.Event]:
-    return read_events(run_dir / "events.jsonl")
 
 
 async def test_a_child_cut_short_with_its_parents_artifact_is_out_of_time_not_scored(
@@ -37,23 +38,15 @@ async def test_a_child_cut_short_with_its_parents_artifact_is_out_of_time_not_sc
     )
     controller = greedy_search(task, tmp_path, 2)
 
-    async def a2s_limit_once_it_runs(controller: RunController) -> None:
-        async with asyncio.timeout(120):
-            while (a2 := controller.attempts.child("a2")) is None or not any(  # noqa: ASYNC110
-                isinstance(e, ev.ToolCall) for e in _events(a2.run_dir)
-            ):
-                await asyncio.sleep(0.05)
-        a2.clock.limit_s = a2.clock.elapsed() + 0.5
-
-    side = asyncio.ensure_future(a2s_limit_once_it_runs(controller))
+    side = asyncio.ensure_future(cut_once_it_runs(controller, "a2"))
     result = await controller.run(agent_for)
     await side
-    own = _events(controller.run_dir / "attempts" / "a2")
+    own = events_of(controller.run_dir / "attempts" / "a2")
     assert next(e for e in own if isinstance(e, ev.RunFinished)).reason == "deadline"
     assert not any(isinstance(e, ev.Validation) for e in own)
     notices = [e for e in own if isinstance(e, ev.Notice) and e.kind == "inherited_artifact"]
     assert [n.message for n in notices] == [NOT_OWN]
-    events = _events(controller.run_dir)
+    events = events_of(controller.run_dir)
     started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
     assert started["a2"].parent == "a1"
     finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
@@ -90,12 +83,12 @@ async def test_a_child_that_validates_or_submits_its_parents_artifact_is_not_sco
     controller, result, _ = await _scripted_search(
         tmp_path / "runs", answer_task, script, search="llm", attempts=2
     )
-    own = _events(controller.run_dir / "attempts" / "a2")
+    own = events_of(controller.run_dir / "attempts" / "a2")
     assert not any(isinstance(e, ev.Validation) for e in own)
     refused = next(e for e in own if isinstance(e, ev.ToolResult) and e.tool == "validate")
     assert not refused.ok and NOT_OWN in (refused.error or refused.output)
     finished = {
-        e.attempt: e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)
+        e.attempt: e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)
     }
     assert (finished["a1"].status, finished["a1"].score) == ("validated", 0.5)
     a2 = finished["a2"]
@@ -110,7 +103,7 @@ async def test_a_validation_the_runs_clock_cuts_is_out_of_time_not_buggy(
     few seconds the run had left, timed out ("evaluation timed out after 13s"). It was
     "buggy: its artifact could not be validated", sending the user to look for a bug in
     the recipe. Now it is "out of time", its validation marked cut by the clock."""
-    task = _writes_then_works_on(answer_task, tmp_path, '[{ n = "42", s = "100" }]')
+    task = writes_then_works_on(answer_task, tmp_path, '[{ n = "42", s = "100" }]')
     check = task.root / "hidden" / "check.py"
     check.write_text(
         "import sys, time\nif len(sys.argv) > 4: time.sleep(100)\n" + check.read_text()
@@ -118,20 +111,16 @@ async def test_a_validation_the_runs_clock_cuts_is_out_of_time_not_buggy(
     controller = greedy_search(task, tmp_path, 1)
 
     async def limits_once_a1_wrote(controller: RunController) -> None:
-        runs = tmp_path / "runs"
-        async with asyncio.timeout(120):
-            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+        await until_it_wrote(tmp_path / "runs", "a1")
         controller.clock.limit_s = controller.clock.elapsed() + 20.0
-        a1 = controller.attempts.child("a1")
-        a1.clock.limit_s = a1.clock.elapsed() + 0.5
+        cut(controller, "a1")
 
     side = asyncio.ensure_future(limits_once_a1_wrote(controller))
     await controller.run(agent_for)
     await side
-    own = _events(controller.run_dir / "attempts" / "a1")
+    own = events_of(controller.run_dir / "attempts" / "a1")
     (validation,) = [e for e in own if isinstance(e, ev.Validation)]
     assert not validation.ok and validation.out_of_time, validation
-    (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
     assert a1.status == "out of time" and a1.score is None, a1
     assert a1.why.startswith("its validation was cut by the time left: evaluation timed out")

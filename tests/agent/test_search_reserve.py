@@ -6,41 +6,23 @@ and real grading."""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.loop.attempt_finish import finished_event
-from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.console.text.attempt_lines import attempt_started_line
-from mlra.tasks.spec import TaskSpec, load_task
+from mlra.tasks.spec import load_task
+from tests.agent.cut_attempts import (
+    cut,
+    cut_once_it_runs,
+    events_of,
+    until_it_wrote,
+    writes_then_works_on,
+)
 from tests.agent.test_search import _scripted_search, greedy_search, sleeping_variant_task
 from tests.scripts import call, turn
-
-
-def _writes_then_works_on(answer_task: Path, tmp_path: Path, variants: str) -> TaskSpec:
-    """The answer task whose recipe writes {n} into answer.txt and then works on for {s}
-    seconds, as a training run that saved its model and is not done: 41 scores 0.0 on
-    the validation split, 42 0.5."""
-    task = tmp_path / "answer-long"
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    toml = toml.replace('name = "answer"', 'name = "answer-long"')
-    toml = toml.replace(
-        'submit = "answer.txt"',
-        f'submit = "answer.txt"\nvars = {{ n = "41", s = "0" }}\nvariants = {variants}',
-    )
-    toml = toml.replace(
-        'python -c \\"print(6 * 7)\\" > answer.txt', "echo {n} > answer.txt; sleep {s}"
-    )
-    (task / "task.toml").write_text(toml)
-    return load_task(task)
-
-
-def _events(run_dir: Path) -> list[ev.Event]:
-    return read_events(run_dir / "events.jsonl")
 
 
 async def test_an_attempt_at_its_time_limit_with_its_artifact_is_validated_and_submitted(
@@ -50,21 +32,17 @@ async def test_an_attempt_at_its_time_limit_with_its_artifact_is_validated_and_s
     "buggy: its time limit was reached before a validation scored it", never validated,
     so the search had nothing to submit. Now its artifact is validated as it ends, a
     validation like any other, and the greedy policy submits it."""
-    task = _writes_then_works_on(answer_task, tmp_path, '[{ n = "42", s = "100" }]')
+    task = writes_then_works_on(answer_task, tmp_path, '[{ n = "42", s = "100" }]')
     controller = greedy_search(task, tmp_path, 1)
 
     async def a1s_limit_once_it_wrote(controller: RunController) -> None:
-        runs = tmp_path / "runs"
-        async with asyncio.timeout(120):
-            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
-        a1 = controller.attempts.child("a1")
-        a1.clock.limit_s = a1.clock.elapsed() + 0.5
+        await until_it_wrote(tmp_path / "runs", "a1")
+        cut(controller, "a1")
 
     side = asyncio.ensure_future(a1s_limit_once_it_wrote(controller))
     result = await controller.run(agent_for)
     await side
-    own = _events(controller.run_dir / "attempts" / "a1")
+    own = events_of(controller.run_dir / "attempts" / "a1")
     (finished,) = [e for e in own if isinstance(e, ev.RunFinished)]
     assert finished.reason == "deadline"  # its own limit, not the run's
     notices = [e for e in own if isinstance(e, ev.Notice) and e.kind == "validating_at_limit"]
@@ -73,7 +51,7 @@ async def test_an_attempt_at_its_time_limit_with_its_artifact_is_validated_and_s
     ], notices
     (validation,) = [e for e in own if isinstance(e, ev.Validation)]
     assert validation.ok and validation.score == 0.5
-    events = _events(controller.run_dir)
+    events = events_of(controller.run_dir)
     (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
     assert (a1.status, a1.score) == ("validated", 0.5)
     assert a1.validation_s == validation.duration_s
@@ -92,20 +70,12 @@ async def test_an_attempt_at_its_time_limit_with_no_artifact_ends_unvalidated(
     task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "100" }', "[{}]")
     controller = greedy_search(task, tmp_path, 1)
 
-    async def a1s_limit_once_it_runs(controller: RunController) -> None:
-        async with asyncio.timeout(120):
-            while (a1 := controller.attempts.child("a1")) is None or not any(  # noqa: ASYNC110
-                isinstance(e, ev.ToolCall) for e in _events(a1.run_dir)
-            ):
-                await asyncio.sleep(0.05)
-        a1.clock.limit_s = a1.clock.elapsed() + 0.5
-
-    side = asyncio.ensure_future(a1s_limit_once_it_runs(controller))
+    side = asyncio.ensure_future(cut_once_it_runs(controller, "a1"))
     result = await controller.run(agent_for)
     await side
-    own = _events(controller.run_dir / "attempts" / "a1")
+    own = events_of(controller.run_dir / "attempts" / "a1")
     assert not any(isinstance(e, ev.Validation) for e in own)
-    (a1,) = [e for e in _events(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
     assert (a1.status, a1.why) == (
         "out of time",
         "its time limit was reached before a validation scored it",
@@ -120,10 +90,10 @@ async def test_the_last_wave_ends_before_the_runs_deadline_with_time_to_validate
     the run had left, so the run's deadline stopped it and graded a1 ("finished
     (deadline)"). Now its share ends the reserve before the run's deadline, measured on
     a1's validation: a2 is validated in it, and the greedy policy submits it."""
-    task = _writes_then_works_on(answer_task, tmp_path, '[{}, { n = "42", s = "100" }]')
+    task = writes_then_works_on(answer_task, tmp_path, '[{}, { n = "42", s = "100" }]')
     controller = greedy_search(task, tmp_path, 2, time_limit_s=60, attempt_min_s=5)
     result = await controller.run(agent_for)
-    events = _events(controller.run_dir)
+    events = events_of(controller.run_dir)
     started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
     finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
     a1, a2 = started["a1"], started["a2"]
@@ -132,7 +102,7 @@ async def test_the_last_wave_ends_before_the_runs_deadline_with_time_to_validate
     assert measured > 0 and a2.reserve_s == min(round(measured + 10, 3), 6.0)
     assert abs(a2.t + a2.time_limit_s + a2.reserve_s - 60) < 0.5  # ends the reserve before
     assert "6s kept at the run's end to validate" in attempt_started_line(a2)
-    own = _events(controller.run_dir / "attempts" / "a2")
+    own = events_of(controller.run_dir / "attempts" / "a2")
     assert next(e for e in own if isinstance(e, ev.RunFinished)).reason == "deadline"
     assert (finished["a2"].status, finished["a2"].score) == ("validated", 0.5)
     assert finished["a1"].score == 0.0
@@ -161,12 +131,12 @@ async def test_a_workers_attempt_at_its_time_limit_is_validated_and_submitted(
     controller, result, _ = await _scripted_search(
         tmp_path / "runs", answer_task, script, search="llm", attempts=1, attempt_min_s=5
     )
-    own = _events(controller.run_dir / "attempts" / "a1")
+    own = events_of(controller.run_dir / "attempts" / "a1")
     killed = next(e for e in own if isinstance(e, ev.ToolResult) and e.tool == "bash")
     assert not killed.ok  # its time-out, bound by the deadline, or the deadline itself
     (validation,) = [e for e in own if isinstance(e, ev.Validation)]
     assert validation.ok and validation.score == 0.5
-    events = _events(controller.run_dir)
+    events = events_of(controller.run_dir)
     (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
     assert (a1.status, a1.score) == ("validated", 0.5)
     assert result.reason == "submitted" and result.score == 1.0
@@ -178,22 +148,19 @@ async def test_an_attempt_whose_artifact_fails_at_its_limit_says_its_validation_
     """The closing validation at a1's limit failed (answer.txt is a pipe, refused): a1 is
     buggy for that, not "its time limit was reached before a validation scored it",
     which would hide that its artifact was tried."""
-    _writes_then_works_on(answer_task, tmp_path, '[{ s = "100" }]')
+    writes_then_works_on(answer_task, tmp_path, '[{ s = "100" }]')
     toml = tmp_path / "answer-long" / "task.toml"
     toml.write_text(toml.read_text().replace("echo {n} > answer.txt", "mkfifo answer.txt"))
     controller = greedy_search(load_task(toml.parent), tmp_path, 1)
 
     async def a1s_limit_once_it_wrote(controller: RunController) -> None:
-        runs = tmp_path / "runs"
-        async with asyncio.timeout(120):
-            while not any(runs.glob("*/attempts/a1/workspace/answer.txt")):  # noqa: ASYNC110
-                await asyncio.sleep(0.02)
+        await until_it_wrote(tmp_path / "runs", "a1")
         controller.attempts.child("a1").clock.limit_s = 0.0
 
     side = asyncio.ensure_future(a1s_limit_once_it_wrote(controller))
     await controller.run(agent_for)
     await side
-    events = _events(controller.run_dir)
+    events = events_of(controller.run_dir)
     (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
     assert a1.status == "buggy", a1
     assert a1.why.startswith("its artifact could not be validated: "), a1.why

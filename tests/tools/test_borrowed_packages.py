@@ -10,7 +10,6 @@ and a borrowed folder holding one module, and a real sandbox started from it."""
 from __future__ import annotations
 
 import subprocess
-import sys
 import sysconfig
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 
 import mlra
 from mlra.tools.sandbox.bwrap import isolation_problem
+from tests.conftest import bare_venv
 
 BWRAP_PROBLEM = isolation_problem()
 pytestmark = pytest.mark.skipif(BWRAP_PROBLEM is not None, reason=BWRAP_PROBLEM or "")
@@ -41,32 +41,39 @@ asyncio.run(main())
 """
 
 
-def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
-    tmp_path: Path,
-) -> None:
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
-    borrowed = tmp_path / "gpu-env" / "lib" / "site-packages"
-    borrowed.mkdir(parents=True)
-    (borrowed / "borrowed_torch.py").write_text("WHERE = 'borrowed'\n")
-    checkout = Path(mlra.__file__).resolve().parent.parent  # mlra itself, outside only
+def _borrowing_venv(tmp_path: Path, borrowed: Path) -> Path:
+    """A venv whose `.pth` names mlra's checkout (mlra itself, outside only), this
+    environment's packages and `borrowed`: its python."""
+    python, purelib = bare_venv(tmp_path / "venv")
+    checkout = Path(mlra.__file__).resolve().parent.parent
     # This environment's packages at their real path, as the sandbox shows them: a
     # venv reached through a link is not there by the link's path (tools/sandbox/env.py).
     packages = Path(sysconfig.get_path("purelib")).resolve()
     lines = [checkout, packages, borrowed]
-    (Path(purelib) / "borrowed.pth").write_text("".join(f"{line}\n" for line in lines))
+    (purelib / "borrowed.pth").write_text("".join(f"{line}\n" for line in lines))
+    return python
+
+
+def _in_the_sandbox(python: Path, tmp_path: Path, probe: str) -> subprocess.CompletedProcess[str]:
+    """`probe` run by `python -c` in a bubblewrap sandbox that the venv's python started,
+    its workspace tmp_path/workspace."""
     workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    probe = "import borrowed_torch, pydantic; print(borrowed_torch.WHERE)"
-    done = subprocess.run(
+    workspace.mkdir(exist_ok=True)
+    return subprocess.run(
         [python, "-c", IN_THE_VENV, str(workspace), probe],
         capture_output=True, text=True, timeout=120, cwd=tmp_path,
     )  # fmt: skip
+
+
+def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    borrowed = tmp_path / "gpu-env" / "lib" / "site-packages"
+    borrowed.mkdir(parents=True)
+    (borrowed / "borrowed_torch.py").write_text("WHERE = 'borrowed'\n")
+    python = _borrowing_venv(tmp_path, borrowed)
+    probe = "import borrowed_torch, pydantic; print(borrowed_torch.WHERE)"
+    done = _in_the_sandbox(python, tmp_path, probe)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "borrowed", done.stdout
     # Only package folders are borrowed: not what lies beside them, nor the folder the
@@ -83,11 +90,11 @@ def test_a_venv_borrowing_packages_through_a_pth_finds_them_in_the_sandbox(
         answers / "test.jsonl",
         borrowed / "borrowed_torch.py",
     ]
-    seen = subprocess.run(
-        [python, "-c", IN_THE_VENV, str(workspace),
-         f"import os; print([os.path.exists(p) for p in {[str(p) for p in looks]!r}])"],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+    seen = _in_the_sandbox(
+        python,
+        tmp_path,
+        f"import os; print([os.path.exists(p) for p in {[str(p) for p in looks]!r}])",
+    )
     assert seen.stdout.strip().splitlines()[-1] == "[False, False, False, True]", (
         seen.stdout + seen.stderr
     )
@@ -99,34 +106,18 @@ def test_a_pth_line_naming_the_borrowed_folder_through_a_link_finds_it_in_the_sa
     """`/opt/torch -> /opt/torch-2.13`, a `.pth` line naming `/opt/torch/lib/...`: the
     interpreter inside looks the line up as written, so the link must be there too.
     Before, only the real folder was shown and `import torch` failed inside alone."""
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    python = venv / "bin" / "python"
-    purelib = subprocess.run(
-        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
-        capture_output=True, text=True, check=True,
-    ).stdout.strip()  # fmt: skip
     real = tmp_path / "torch-2.13" / "lib" / "site-packages"
     real.mkdir(parents=True)
     (real / "borrowed_torch.py").write_text("WHERE = 'borrowed'\n")
     (tmp_path / "torch-2.13" / "notes.txt").write_text("beside\n")
     (tmp_path / "torch").symlink_to("torch-2.13")  # relative, as `ln -s` often makes it
-    linked = tmp_path / "torch" / "lib" / "site-packages"
-    checkout = Path(mlra.__file__).resolve().parent.parent
-    packages = Path(sysconfig.get_path("purelib")).resolve()
-    lines = [checkout, packages, linked]
-    (Path(purelib) / "borrowed.pth").write_text("".join(f"{line}\n" for line in lines))
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
+    python = _borrowing_venv(tmp_path, tmp_path / "torch" / "lib" / "site-packages")
     looks = [tmp_path / "torch" / "notes.txt", tmp_path / "torch-2.13" / "notes.txt"]
     probe = (
         "import os, borrowed_torch, pydantic; "
         f"print(borrowed_torch.WHERE, [os.path.exists(p) for p in {[str(p) for p in looks]!r}])"
     )
-    done = subprocess.run(
-        [python, "-c", IN_THE_VENV, str(workspace), probe],
-        capture_output=True, text=True, timeout=120, cwd=tmp_path,
-    )  # fmt: skip
+    done = _in_the_sandbox(python, tmp_path, probe)
     assert done.returncode == 0, done.stderr
     # Found through the link; what lies beside the borrowed folder stays unseen.
     assert done.stdout.strip().splitlines()[-1] == "borrowed [False, False]", (

@@ -39,33 +39,27 @@ class AttemptCurves:
 
     def names(self) -> list[str]:
         """The series names that move in at least one attempt, in the order first read."""
-        out: list[str] = []
-        for _, curves in self.attempts:
-            for name, series in curves.all_named():
-                if name not in out and is_curve(p[2] for p in series.points()):
-                    out.append(name)
-        return out
+        return _moving_names(self._by_name())
+
+    def _by_name(self) -> list[tuple[str, dict[str, Thinned]]]:
+        """Each attempt's series by shown name, named once for every figure drawn."""
+        return [(attempt, dict(curves.all_named())) for attempt, curves in self.attempts]
 
     def figures(self, buckets: int = MAX_BUCKETS) -> list[str]:
         """One figure a series name, an attempt a line (its colour), with its legend."""
+        by_name = self._by_name()
         out: list[str] = []
-        for name in self.names():
+        for name in _moving_names(by_name):
+            kept = [
+                (index, attempt, series.points(buckets))
+                for index, (attempt, named) in enumerate(by_name)
+                if (series := named.get(name)) is not None
+            ]
+            over_steps = all(p[0] is not None for _, _, points in kept for p in points)
             lines: list[tuple[str, list[Pt]]] = []
             legend: list[str] = []
-            over_steps = all(
-                p[0] is not None
-                for _, curves in self.attempts
-                for n, s in curves.all_named()
-                if n == name
-                for p in s.points(buckets)
-            )
-            for index, (attempt, curves) in enumerate(self.attempts):
-                series = dict(curves.all_named()).get(name)
-                if series is None:
-                    continue
-                lines.append(
-                    (f"line c{index % len(COLOURS)}", _points(series, buckets, over_steps))
-                )
+            for index, attempt, points in kept:
+                lines.append((f"line c{index % len(COLOURS)}", _points(points, over_steps)))
                 legend.append(f'<span class="c{index % len(COLOURS)}">■</span> {esc_line(attempt)}')
             title = f"{name}, by attempt"
             out.append(
@@ -82,8 +76,16 @@ class AttemptCurves:
         return sum(curves.left_out(buckets) for _, curves in self.attempts)
 
 
-def _points(series: Thinned, buckets: int, over_steps: bool) -> list[Pt]:
-    kept = series.points(buckets)
+def _moving_names(by_name: list[tuple[str, dict[str, Thinned]]]) -> list[str]:
+    out: list[str] = []
+    for _, named in by_name:
+        for name, series in named.items():
+            if name not in out and is_curve(p[2] for p in series.points()):
+                out.append(name)
+    return out
+
+
+def _points(kept: list[tuple[float | None, float, float]], over_steps: bool) -> list[Pt]:
     pts: list[Pt] = [(float(p[0]) if over_steps and p[0] is not None else p[1], p[2]) for p in kept]
     return sorted(pts, key=lambda p: p[0]) if over_steps else pts
 

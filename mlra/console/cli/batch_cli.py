@@ -1,19 +1,17 @@
-"""`mlra batch` and `mlra report`.
+"""`mlra batch`: its flags, the batch read from them and its file, and its runs started
+and driven to their end (how it ends, and what it says then: batch_endings.py).
 
-Imported only when `mlra batch` or `mlra report` is named (console/cli/cli.py's table),
-so it imports what they need at its top; Ray stays inside the command, for a batch that
-runs on it. Bad input is one line and exit status 2 (the console's
-`UsageError`), before any run starts.
+Imported only when `mlra batch` is named (console/cli/cli.py's table), so it imports
+what it needs at its top; Ray stays inside the command, for a batch that runs on it.
+Bad input is one line and exit status 2 (the console's `UsageError`), before any run
+starts.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import signal
-import sys
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -21,28 +19,21 @@ from mlra.batch import spec as batch_spec
 from mlra.batch.executors.local import LocalExecutor
 from mlra.batch.notify import BatchNotifications
 from mlra.batch.progress import make_display
-from mlra.batch.report import write_batch_report, write_report
-from mlra.batch.report_plots import PLOTS_MISSING, can_plot
-from mlra.batch.report_rows import collect
-from mlra.batch.report_tables import group_line
 from mlra.batch.run_ids import run_names
 from mlra.batch.runner import BatchRunner
 from mlra.batch.spec import BatchError, Overrides, expand, load_batch_file, load_tasks, parse_spec
-from mlra.batch.state import run_status
 from mlra.console.cli.batch_checks import check_batch
+from mlra.console.cli.batch_endings import EXIT_TERMINATED, cluster_lost, ended, stopped
 from mlra.console.cli.batch_search import add_batch_search_args, search_flags
 from mlra.console.cli.fetch_args import add_fetch_args
 from mlra.console.cli.notify_args import add_notify_arg
 from mlra.console.text.args import (
-    EXIT_FAILED,
-    EXIT_INTERRUPTED,
-    EXIT_OK,
     UsageError,
     add_budget_args,
     check_writable_dir,
     positive_int,
 )
-from mlra.terminal_text import printable, printable_line
+from mlra.terminal_text import printable_line
 
 
 def _csv(text: str) -> list[str]:
@@ -112,24 +103,6 @@ def add_batch_command(sub: Any) -> None:
     batch.set_defaults(func=cmd_batch)
 
 
-def add_report_command(sub: Any) -> None:
-    report = sub.add_parser(
-        "report",
-        description="Write report.md, report.csv, report.json and PNG plots from a batch "
-        "folder's runs alone.",
-    )
-    report.add_argument("dir", type=Path, metavar="DIR", help="a batch folder (or a runs folder)")
-    report.add_argument("--no-plots", action="store_true", help="tables only")
-    report.add_argument(
-        "--attempt",
-        choices=["first", "last"],
-        default="first",
-        help="which attempt of each seed the means count: the first that started (default; "
-        "retrying cannot move a mean) or the last",
-    )
-    report.set_defaults(func=cmd_report)
-
-
 def _spec(args: argparse.Namespace) -> Any:
     try:
         data: dict[str, Any] = {}
@@ -196,7 +169,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         executor = LocalExecutor()
     display = make_display(args.no_tui)
     if spec.executor == "ray":
-        executor.on_head_lost = lambda why: _cluster_lost(out, why, display)
+        executor.on_head_lost = lambda why: cluster_lost(out, why, display)
     runner = BatchRunner(spec, runs, executor, out, listener=display)
     told = _notifications(out, args.notify, runner.notes)
     if told is not None:
@@ -232,88 +205,18 @@ def cmd_batch(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         display.close()
         executor.close()
-        return _stopped(out, runs)
+        return stopped(out, runs)
     except asyncio.CancelledError:
         if not terminated:
             raise
         display.close()
         executor.close()
-        _stopped(out, runs, "SIGTERM")
+        stopped(out, runs, "SIGTERM")
         return EXIT_TERMINATED
     finally:
         display.close()
         executor.close()
-    for note in runner.notes:
-        print(printable_line(f"note: {note}"))
-    groups, report = write_batch_report(out)
-    if groups:
-        print("mean ± standard error over seeds, as report.md counts them:")
-        for group in groups:
-            print(f"  {group_line(group)}")
-    if not can_plot():
-        print(PLOTS_MISSING)
-    failed = [s for s in progress.statuses.values() if s.kind != "finished"]
-    for s in failed:
-        detail = f": {s.detail}" if s.detail else ""
-        # An unscored run ended by itself (deadline, no submission...): final, not retried.
-        what = "not scored" if s.kind == "unscored" else "not done"
-        tries = f"{s.attempts} attempt{'' if s.attempts == 1 else 's'}"
-        print(printable_line(f"{what}: {s.run_id} ({s.kind}, {s.reason or '-'}, {tries}){detail}"))
-    unscored = progress.count("unscored")
-    print(
-        f"batch: {progress.count('finished')}/{progress.total} finished "
-        + (f"and {unscored} unscored " if unscored else "")
-        + f"({progress.skipped} already were; "
-        + (f"{len(progress.resumed)} resumed; " if progress.resumed else "")
-        + f"{progress.retries} "
-        + ("retry" if progress.retries == 1 else "retries")
-        + (
-            f", {progress.lost} attempt{'' if progress.lost == 1 else 's'} lost with a node"
-            if progress.lost
-            else ""
-        )
-        + f") · {report}",
-        flush=True,
-    )
-    sys.stdout.flush()
-    return EXIT_OK if not failed else EXIT_FAILED
-
-
-EXIT_TERMINATED = 128 + signal.SIGTERM
-
-
-def _stopped(out: Path, runs: list[Any], by: str = "Ctrl-C") -> int:
-    """Ctrl-C (or SIGTERM): the runs have recorded their stop. What the batch leaves is said, and the
-    report of the runs so far written, instead of a bare "interrupted"."""
-    kinds = Counter(run_status(out, r.run_id).kind for r in runs)
-    stopped, waiting = kinds["interrupted"], kinds["pending"] + kinds["failed"]
-    ended = kinds["finished"] + kinds["unscored"]
-    left = [
-        f"{stopped} run{'' if stopped == 1 else 's'} stopped midway" if stopped else "",
-        f"{waiting} not started or to retry" if waiting else "",
-    ]
-    words = " and ".join(w for w in left if w) or "nothing left to run"
-    them = "it" if stopped + waiting == 1 else "them"
-    again = f"; the same command carries {them} on" if stopped or waiting else ""
-    report = f" · {write_batch_report(out)[1]}" if collect(out) else ""
-    print(
-        printable_line(f"batch: stopped ({by}): {words}{again}; {ended} ended before{report}"),
-        flush=True,
-    )
-    return EXIT_INTERRUPTED
-
-
-def _cluster_lost(out: Path, why: str, display: Any) -> None:
-    """The cluster's head is gone, and Ray ends this process (~60 s on) saying so only in
-    ray.log: the batch says it first, with the report so far, and exits itself."""
-    display.close()
-    report = ""
-    if collect(out):  # its own runs' locks held: written though they read as driven
-        write_report(out)
-        report = f" · report {out / 'report.md'}"
-    line = f"batch: the Ray cluster was lost ({why}), its runs with it; once it is back, "
-    print(printable_line(line + f"the same command resumes the batch{report}"), flush=True)
-    os._exit(EXIT_FAILED)
+    return ended(out, runner.notes, progress)
 
 
 def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
@@ -324,18 +227,3 @@ def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:
         return None
 
     return BatchNotifications(out, written, notes)
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    folder: Path = args.dir
-    if not folder.is_dir():
-        raise UsageError(f"report: {folder} is not a folder")
-    if not collect(folder):  # checked first, so that no empty report is left behind
-        raise UsageError(f"report: no runs in {folder}, so no report was written")
-    check_writable_dir(folder, "report:")
-    write_report(folder, plots=not args.no_plots, attempt=args.attempt)
-    # Escaped as it was written; again here, in case the file was not written by this mlra.
-    print(printable((folder / "report.md").read_text(encoding="utf-8")), end="")
-    if not args.no_plots and not can_plot():
-        print(PLOTS_MISSING, file=sys.stderr)  # stdout stays report.md's text
-    return EXIT_OK

@@ -48,7 +48,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "run tasks x models x seeds headless, resumably, and report",
     ),
     "report": (
-        "mlra.console.cli.batch_cli:add_report_command",
+        "mlra.console.cli.report_cli:add_report_command",
         "tables and plots of a batch's runs",
     ),
     "annotate": (

@@ -232,7 +232,7 @@ def _checked_breaks(args: argparse.Namespace, config: Any, provider: Any) -> lis
     if args.breaks is None:
         return None
     from mlra.agent.loop.controls import Breakpoint
-    from mlra.console.cli.run_cli import check_breaks
+    from mlra.console.cli.run_checks import check_breaks
 
     check_breaks(config.model_copy(update={"breakpoints": args.breaks}), model=provider is not None)
     return [Breakpoint.parse(rule) for rule in args.breaks]
