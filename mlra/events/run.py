@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
 
-NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact"]
+NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact", "short_share"]
 """The notices the displays tell apart by more than their words."""
 
 # --- run lifecycle -------------------------------------------------------------------
@@ -172,7 +172,9 @@ class Notice(_Event):
     the `agent` that wrote it; "log_budget", the one notice that the run's log neared its
     size budget and is shortened from there; "inherited_artifact", an attempt's artifact
     not validated because it is the one its workspace began with, unchanged (its parent's
-    copied in, or the starter's: tasks/validation.py `RunValidator.inherited`). None: any other notice (and every notice of
+    copied in, or the starter's: tasks/validation.py `RunValidator.inherited`); "short_share",
+    a search's attempt started with less time than its parent took to validate, likely to
+    end out of time (agent/loop/attempt_time.py `short_share`). None: any other notice (and every notice of
     a log written before the field, console/text/written_calls.py unread_call reads
     those)."""
     agent: AgentRole | None = None
