@@ -92,9 +92,10 @@ class RunRow:
     attempts are solutions the agent tried within one run, not the batch's `attempt`, a
     start of the run.)"""
     search_tried: int | None = None
-    """Attempts the search started, and how many ended validated and buggy."""
+    """Attempts the search started, and how many ended validated, buggy and out of time."""
     search_validated: int | None = None
     search_buggy: int | None = None
+    search_out_of_time: int | None = None
     search_best: str | None = None
     """The best validated attempt and its validation score."""
     search_best_validation: float | None = None
@@ -198,6 +199,7 @@ def _search_fields(r: RunResult) -> dict[str, Any]:
         "search_tried": a.tried,
         "search_validated": a.validated,
         "search_buggy": a.buggy,
+        "search_out_of_time": a.out_of_time,
         "search_best": a.best,
         "search_best_validation": a.best_validation,
         "search_submitted": a.submitted,

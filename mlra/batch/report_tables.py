@@ -242,9 +242,9 @@ def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
         'Per run (graded: the attempt scored on the test split; "best, unsubmitted": '
         "nothing was submitted, so the best validated attempt was graded):",
         "",
-        "| run | task | model | seed | tried | validated | buggy | best | best validation "
-        "| graded | its validation | test | gap |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run | task | model | seed | tried | validated | buggy | out of time | best "
+        "| best validation | graded | its validation | test | gap |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if not r.searched:
@@ -257,7 +257,7 @@ def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
         lines.append(
             f"| {run} | {_cell(r.task)} | {_cell(r.model)} | "
             f"{r.seed if r.seed is not None else '–'} | {r.search_tried} | "
-            f"{r.search_validated} | {r.search_buggy} | "
+            f"{r.search_validated} | {r.search_buggy} | {r.search_out_of_time} | "
             f"{_cell(r.search_best) if r.search_best else '–'} | "
             f"{score_text(r.search_best_validation)} | {graded} | "
             f"{score_text(r.search_submitted_validation)} | {score_text(r.search_test_score)} | {gap} |"

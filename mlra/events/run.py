@@ -10,7 +10,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
 
-NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact", "validating_at_limit"]
+NoticeKind = Literal[
+    "unread_call", "log_budget", "inherited_artifact", "validating_at_limit", "short_share"
+]
 """The notices the displays tell apart by more than their words."""
 
 # --- run lifecycle -------------------------------------------------------------------
@@ -175,8 +177,10 @@ class Notice(_Event):
     copied in, or the starter's: tasks/validation.py `RunValidator.inherited`);
     "validating_at_limit", an attempt that reached its own time limit with its artifact
     is validated in the run's time left (agent/agents/closing_validation.py), which
-    agent/loop/attempt_finish.py reads to tell "buggy" from "out of time". None: any
-    other notice (and every notice of a log written before the field or the kind:
+    agent/loop/attempt_finish.py reads to tell "buggy" from "out of time"; "short_share",
+    a search's attempt started with less time than its parent took to validate, likely
+    to end out of time (agent/loop/attempt_time.py `short_share`). None: any other notice
+    (and every notice of a log written before the field or the kind:
     console/text/written_calls.py unread_call and agent/loop/attempt_finish.py
     validating_at_limit read those)."""
     agent: AgentRole | None = None

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from mlra import events as ev
 from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
-from mlra.durations import parse_duration
+from mlra.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:
     from mlra.agent.loop.clock import RunClock
@@ -61,6 +61,36 @@ def closing_reserve(limit_s: float, evaluator_timeout: str | float, seen: list[f
     else:
         wanted = float(parse_duration(evaluator_timeout))
     return round(min(wanted, RESERVE_SHARE * limit_s), 3)
+
+
+def short_share(
+    tree: AttemptTree, started: ev.AttemptStarted, defaults: dict[str, str]
+) -> ev.Notice | None:
+    """A notice where an attempt starts with less time than its parent took to validate
+    (`duration_s`, its own run's clock): the search's share-out gave it what was left,
+    not what its work needs, and it will likely end "out of time". It still starts: the
+    measure is one run on a machine whose load moves a recipe's time several-fold, its
+    closing validation scores what a cut-short run wrote, and the person, told, can stop
+    it or promote the best. A variant's changed settings are named (`defaults`: the
+    recipe's `vars`), not scaled: mlra does not know which of them is the work. A parent
+    that did not validate measured nothing of a whole run."""
+    parent = tree.get(started.parent) if started.parent else None
+    if parent is None or parent.finished is None or parent.status != "validated":
+        return None
+    took = parent.finished.duration_s
+    if started.time_limit_s >= took:
+        return None
+    changed = []
+    for key, value in started.variant.items():
+        was = parent.started.variant.get(key, defaults.get(key))
+        if was != value:
+            changed.append(f"{key}={value}" + (f" ({parent.id}: {was})" if was else ""))
+    message = (
+        f"attempt {started.attempt} may run out of time: it has "
+        f"{format_duration(started.time_limit_s)}, less than the {format_duration(took)} "
+        f"its parent {parent.id} took" + (f", and it sets {', '.join(changed)}" if changed else "")
+    )
+    return ev.Notice(level="warning", message=message, kind="short_share")
 
 
 def raised_limits(

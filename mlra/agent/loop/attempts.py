@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 from mlra import events as ev
 from mlra.agent.loop.attempt_finish import finished_event
-from mlra.agent.loop.attempt_time import closing_reserve, raised_limits, sync_limit
+from mlra.agent.loop.attempt_time import closing_reserve, raised_limits, short_share, sync_limit
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.record.attempt_tree import AttemptTree
 from mlra.agent.setup.run_budget import BudgetSpent, attempt_share, held_mb, own_share
@@ -200,6 +200,8 @@ class AttemptManager:
             call_id=call_id,
         )
         self.run.append(started)
+        if (notice := short_share(tree, started, self.run.task.baseline.vars)) is not None:
+            self.run.append(notice)
         for other in started.raised:
             self.sync_limit(other, why=f"attempt {attempt} started with a larger share")
         self._launch(started, resume=False)

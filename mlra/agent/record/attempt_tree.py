@@ -214,6 +214,10 @@ class AttemptsSummary(BaseModel):
     tried: int
     validated: int
     buggy: int
+    out_of_time: int = 0
+    """Attempts whose time ran out before an artifact of their own was scored: apart from
+    `buggy`, as no fault of their recipe (0 in a result.json from before the status).
+    `tried` is these three, the attempts stopped or lost, and those still running."""
     best: str | None = None
     best_validation: float | None = None
     submitted: str | None = None
@@ -241,6 +245,7 @@ def summary_of(
         tried=len(tree),
         validated=sum(1 for n in tree.nodes.values() if n.status == "validated"),
         buggy=sum(1 for n in tree.nodes.values() if n.status == "buggy"),
+        out_of_time=sum(1 for n in tree.nodes.values() if n.status == "out of time"),
         best=best.id if best else None,
         best_validation=best.score if best else None,
         submitted=submitted,

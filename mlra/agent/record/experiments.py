@@ -60,9 +60,10 @@ class ExperimentTable:
     def add_attempt(self, finished: ev.AttemptFinished) -> None:
         """A search's attempt as a row (derived in the fold, never logged): its validation
         where it ended, so the chart, `result.json` and `mlra runs` show each attempt's
-        validation over time as they show a line of work's. An attempt that ended with
-        neither a score nor a failed validation (stopped, lost) tested nothing."""
-        if finished.score is None and finished.status != "buggy":
+        validation over time as they show a line of work's. A buggy attempt is a failed
+        row, one out of time a row marked so (`out_of_time`: its time, not its recipe,
+        ended it); one stopped or lost tested nothing."""
+        if finished.score is None and finished.status not in ("buggy", "out of time"):
             return
         validation = ev.Validation(
             seq=finished.seq,
@@ -76,6 +77,7 @@ class ExperimentTable:
             score=finished.score,
             normalized=finished.normalized,
             told=finished.why or None,
+            out_of_time=finished.status == "out of time",
         )
         self.validations[finished.seq] = validation
         what = finished.summary.splitlines()[0][:200] if finished.summary.strip() else ""
@@ -183,7 +185,8 @@ class ExperimentTable:
         elif validation is not None and not validation.ok:
             # What the agent was told, not the evaluator's words: the supervisor reads it.
             why = validation.told if validation.told is not None else validation.error
-            score = "failed" + (f" ({why[:120]})" if why else "")
+            word = "out of time" if validation.out_of_time else "failed"
+            score = word + (f" ({why[:120]})" if why else "")
         else:
             score = "no score"
         mark = "*" if row is best else " "

@@ -60,9 +60,11 @@ class ComparedRun:
     validations: list[tuple[float, float]] = field(default_factory=list)
     """(run clock seconds, score) of each graded validation, in order."""
     tried: int | None = None
-    """A search's attempts: tried, validated and buggy (None: one line of work)."""
+    """A search's attempts: tried, validated, buggy and out of time (None: one line of
+    work)."""
     validated: int | None = None
     buggy: int | None = None
+    out_of_time: int | None = None
     duration_s: float = 0.0
     tokens: int = 0
     tokens_estimated: bool = False
@@ -176,6 +178,7 @@ def load(run_dir: Path) -> ComparedRun:
     if result.attempts is not None:
         a = result.attempts
         run.tried, run.validated, run.buggy = a.tried, a.validated, a.buggy
+        run.out_of_time = a.out_of_time
     run.duration_s, run.cost_usd = result.duration_s, result.cost_usd
     run.tokens, run.tokens_estimated = result.tokens, result.tokens_estimated
     config = {**started.config, **state.settings_changed}  # a fork's --time-limit, say

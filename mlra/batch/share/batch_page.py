@@ -88,6 +88,7 @@ def write_batch_page(
             sha = log_digest(log) if log.is_file() and r.counted else ""
             searched = (
                 f"{r.search_tried} tried, {r.search_validated} validated, {r.search_buggy} buggy"
+                + (f", {r.search_out_of_time} out of time" if r.search_out_of_time else "")
                 if r.searched
                 else "-"
             )

@@ -28,6 +28,9 @@ CHART_ROWS = 3
 ROWS_SHOWN = 3
 """Table rows in the pane: the best one always, then the latest."""
 BEST = "bold green"
+OUT_OF_TIME = "yellow"
+"""A try its time ended before it was scored (a search's attempt out of time): marked ◷,
+as the Attempts pane marks it, apart from a failed one's red ×."""
 SHORT_BELOW = 36
 """Terminals lower than this get the short form: the summary, a one-line chart and the
 best row, so the plan and the clock keep their room at 80x24."""
@@ -40,7 +43,8 @@ def score_text(score: float | None) -> str:
 def chart(table: ExperimentTable, width: int, rows: int = CHART_ROWS) -> list[Text]:
     """The scores as bars, oldest left, an experiment a column (up to three wide while few
     fit), the lowest score a quarter high so it still shows; best-so-far bars green, the
-    others dim, a failed validation a red × at the bottom."""
+    others dim, a failed validation a red × at the bottom (a try out of time a yellow ◷)."""
+    rows_shown = table.rows[-width:]
     series = table.series()[-width:]
     scores = [s for _, s, _ in series if s is not None]
     lines = [Text() for _ in range(rows)]
@@ -51,10 +55,11 @@ def chart(table: ExperimentTable, width: int, rows: int = CHART_ROWS) -> list[Te
     low, high = (min(scores), max(scores)) if scores else (0.0, 0.0)
     eighths = len(BLOCKS) - 1
     levels = rows * eighths
-    for _, score, best in series:
+    for row, (_, score, best) in zip(rows_shown, series, strict=True):
         if score is None:
+            mark, style = ("◷", OUT_OF_TIME) if out_of_time(table, row) else ("×", "red")
             for i, line in enumerate(lines):
-                line.append(("×" if i == rows - 1 else " ") * bar + gap, style="red")
+                line.append((mark if i == rows - 1 else " ") * bar + gap, style=style)
             continue
         frac = (score - low) / (high - low) if high > low else 1.0
         height = round((0.25 + 0.75 * frac) * levels)
@@ -90,9 +95,10 @@ def summary(table: ExperimentTable, width: int = 80) -> Text:
 def short_row(table: ExperimentTable, row: ev.Experiment, width: int) -> Text:
     """A row on one line: number, score and what was tried."""
     best = row is table.best
-    head = f"#{row.number}{'★' if best else ' '} {score_text(row.score)} "
+    late = out_of_time(table, row)
+    head = f"#{row.number}{'★' if best else ' '} {'◷' if late else score_text(row.score)} "
     what = row.hypothesis or row.change or _unnoted(table, row)
-    out = Text(head, style=BEST if best else "")
+    out = Text(head, style=BEST if best else OUT_OF_TIME if late else "")
     out.append(_cut(what, width - len(head)), style="" if row.hypothesis else "dim")
     return out
 
@@ -111,6 +117,8 @@ def table_lines(table: ExperimentTable, width: int, shown: int = ROWS_SHOWN) -> 
         mark = "★" if row is best else " "
         head = f"#{row.number}{mark}"
         out.append(f"{head:<5}{score_text(row.score):>8}  at {format_duration(row.t)}", style=style)
+        if out_of_time(table, row):
+            out.append("  out of time", style=OUT_OF_TIME)
         if row.job:
             out.append(f"  {printable_line(row.job)}", style="dim")
         out.append("\n")
@@ -131,10 +139,17 @@ def _cut(text: str, room: int) -> str:
     return printable_line(text if len(text) <= room else text[: room - 1] + "…")
 
 
+def out_of_time(table: ExperimentTable, row: ev.Experiment) -> bool:
+    """The row's try ended unscored because its time ran out (`Validation.out_of_time`)."""
+    validation = table.validation_of(row)
+    return validation is not None and not validation.ok and validation.out_of_time
+
+
 def _unnoted(table: ExperimentTable, row: ev.Experiment) -> str:
     validation = table.validation_of(row)
     if validation is not None and not validation.ok:
-        return "failed: " + (validation.error or "invalid")
+        word = "out of time: " if validation.out_of_time else "failed: "
+        return word + (validation.error or "invalid")
     return "(no note)"
 
 

@@ -77,7 +77,8 @@ def attempt_details(tree: AttemptTree, node: AttemptNode, now: float) -> Text:
     line("asked", node.started.instructions)
     if node.finished is not None:
         line("did", node.finished.summary)
-        line("why", node.finished.why, "red" if node.status == "buggy" else "")
+        why_style = {"buggy": "red", "out of time": "yellow"}.get(node.status, "")
+        line("why", node.finished.why, why_style)
     out.rstrip()
     return out
 

@@ -63,7 +63,7 @@ class RunRow:
     best_validation: float | None = None
     """The best validation score (the validation split, never the hidden test split)."""
     attempts: dict[str, Any] | None = None
-    """A search's attempts as result.json has them (tried, validated, buggy, best,
+    """A search's attempts as result.json has them (tried, validated, buggy, out_of_time, best,
     best_validation, submitted, submitted_validation, test_score, validation_to_test_gap);
     None for a run with one line of work."""
     worker_alone: str | None = None
@@ -332,16 +332,21 @@ def graded_unsubmitted(reason: str, submitted: str | None) -> bool:
     return submitted is not None and reason != "submitted"
 
 
+UNSCORED = (("buggy", "buggy"), ("out_of_time", "out of time"))
+"""The counts of result.json's `attempts` a search cell names where not 0, and their words."""
+
+
 def search_cell(
     attempts: dict[str, Any] | None, graded_best: bool = False, *, ended: bool = True
 ) -> str:
-    """A search in a cell: `4 tried (1 buggy), best a2 0.7812, sub a2, gap -0.0123`. The
-    gap is the submitted attempt's test score minus its validation score; a run still
-    going (`ended` False) has submitted nothing yet, which is not said."""
+    """A search in a cell: `4 tried (1 buggy, 1 out of time), best a2 0.7812, sub a2, gap
+    -0.0123`. The gap is the submitted attempt's test score minus its validation score; a
+    run still going (`ended` False) has submitted nothing yet, which is not said."""
     if attempts is None:
         return "-"
     a = attempts
-    parts = [f"{a['tried']} tried" + (f" ({a['buggy']} buggy)" if a.get("buggy") else "")]
+    unscored = [f"{a[k]} {word}" for k, word in UNSCORED if a.get(k)]
+    parts = [f"{a['tried']} tried" + (f" ({', '.join(unscored)})" if unscored else "")]
     if a.get("best") is not None and a.get("best_validation") is not None:
         parts.append(f"best {a['best']} {a['best_validation']:.4g}")
     else:
