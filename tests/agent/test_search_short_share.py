@@ -36,19 +36,20 @@ async def _once_it_runs(controller: RunController, attempt: str) -> RunControlle
 async def test_greedy_says_when_a_child_gets_less_time_than_its_parent_took(
     tmp_path: Path, answer_task: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """a1, the plain recipe, takes 10 s; while it runs the run's time is cut so that a2,
-    its improvement, gets what is left: a few seconds. a2 started with no word and ended
-    out of time. Now the search's log and transcript say, as a2 starts, that it may run
+    """a1, the plain recipe, sleeps 16 s; as it starts, the run's time is cut to end 12 s
+    after that sleep, so that a2, its improvement, gets what is left: at most 12 s, less
+    than a1 took whatever the load (and a1 has those 12 s to be validated). a2 started
+    with no word and ended out of time. Now the search's log and transcript say, as a2 starts, that it may run
     out of time, with the two times and the setting it changes; a2 still runs (the
     measure is one run's), and ends out of time as said."""
     task = sleeping_variant_task(
-        answer_task, tmp_path, '{ n = "42", s = "10" }', '[{}, { n = "43" }]'
+        answer_task, tmp_path, '{ n = "42", s = "16" }', '[{}, { n = "43" }]'
     )
     controller = greedy_search(task, tmp_path, 2, attempt_min_s=1.0)
 
     async def cut_the_runs_time() -> None:
         await _once_it_runs(controller, "a1")
-        controller.clock.limit_s = controller.clock.elapsed() + 18.0
+        controller.clock.limit_s = controller.clock.elapsed() + 16.0 + 12.0
 
     side = asyncio.ensure_future(cut_the_runs_time())
     result = await controller.run(agent_for)
