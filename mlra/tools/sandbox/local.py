@@ -45,7 +45,7 @@ from mlra.tools.sandbox.local_processes import (
 )
 from mlra.tools.sandbox.runner import finish_despite_cancel
 from mlra.tools.sandbox.time_out import TimeOut
-from mlra.tools.sandbox.volume import settle_before_use
+from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
 IsolationMode = Literal["auto", "bwrap", "none"]
