@@ -253,7 +253,9 @@ async def test_a_resume_waits_for_another_mlra_settling_its_workspaces_volume(
     resumed = asyncio.ensure_future(asyncio.to_thread(resume))
     await asyncio.sleep(0.3)  # its chance to go on too early (before, it did at once)
     assert not resumed.done()
-    settled = await asyncio.to_thread(volume_settle.settle, image, workspace, mounted=True, lock=other)
+    settled = await asyncio.to_thread(
+        volume_settle.settle, image, workspace, mounted=True, lock=other
+    )
     assert settled.problem is None
     assert await resumed == (False, True)  # it went on once the other had finished
     assert _images(workspace.parent) == []
