@@ -96,6 +96,7 @@ async def test_fallocate_past_the_quota_is_enospc_inside_and_takes_nothing_more(
         assert "from the task" in result.output  # carried onto the volume
         assert "No space left on device" in result.output and "rc=1" in result.output, result
         assert "[the workspace is full" in result.output, result.output
+        assert result.disk_full and result.disk_note in result.notes  # a grader's says so
         # The host gave nothing beyond the image: its blocks are what they were. (The
         # host's free space is not compared: the suite's other workers make volumes of
         # their own meanwhile.)
@@ -108,6 +109,7 @@ async def test_fallocate_past_the_quota_is_enospc_inside_and_takes_nothing_more(
             ["sh", "-c", "rm -f big && echo ok > small.txt && cat small.txt"], timeout=30
         )
         assert again.exit_code == 0 and "ok" in again.output, again.output
+        assert not again.disk_full and again.notes == []
     finally:
         await box.close()
     assert not _mounted(workspace) and _images(workspace.parent) == []
@@ -463,6 +465,7 @@ async def test_the_container_writes_to_the_volume_and_gets_enospc_past_it(
         assert "from the task" in result.output, result.output
         assert "No space left on device" in result.output and "rc=1" in result.output, result
         assert "[the workspace is full" in result.output, result.output
+        assert result.disk_full, result  # the container's too
     finally:
         await box.close()
     assert not _mounted(workspace) and _images(workspace.parent) == []

@@ -621,6 +621,7 @@ class DockerSandbox(Sandbox):
             timed_out=timed_out,
             killed=timed_out,
             notes=[] if note is None else [note],
+            disk_note=note,
         )
 
     # --- resources ----------------------------------------------------------------------

@@ -362,12 +362,10 @@ class LocalSandbox(Sandbox):
             stdin=stdin,
             preexec=self._limits.preexec(self._prlimit),
         )
-        notes = [
-            self._limits.memory_note(result.output, result.exit_code, oom_before),
-            None if self._quota is None else self._quota.note_since(stops_before),
-        ]
-        result.disk_full = notes[1] is not None
-        for note in notes:
+        memory_note = self._limits.memory_note(result.output, result.exit_code, oom_before)
+        if self._quota is not None:
+            result.disk_note = self._quota.note_since(stops_before)
+        for note in (memory_note, result.disk_note):
             if note is None:
                 continue
             result.notes.append(note)
