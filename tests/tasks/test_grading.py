@@ -20,6 +20,7 @@ from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.readiness import blockers
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.gpu_inventory import Gpu
+from mlra.tools.sandbox.time_out import TimeOut
 from tests.conftest import BaselineRun, mlra_cli
 
 
@@ -395,3 +396,26 @@ async def test_grading_that_needs_more_disk_than_the_task_gives_says_so(
     ), outcome.error
     limits = outcome.details["limits"]
     assert isinstance(limits, dict) and limits["disk_mb"] == 20
+
+
+async def test_a_validations_time_out_keeps_the_evaluators_own_limit(
+    answer_task: Path, tmp_path: Path
+) -> None:
+    """A validation's time-out (a `TimeOut` its run may raise) was taken as it was: one
+    longer than the evaluator's own let the grading run on past the task's limit."""
+    task_dir = tmp_path / "task"
+    shutil.copytree(answer_task, task_dir)
+    toml = task_dir / "task.toml"
+    toml.write_text(
+        toml.read_text().replace('timeout = "1m"\nsettings', 'timeout = "2s"\nsettings')
+    )
+    (task_dir / "hidden" / "check.py").write_text(
+        "import sys, time\nfrom pathlib import Path\ntime.sleep(60)\n"
+        "Path(sys.argv[3]).write_text('{\"score\": 1.0}')\n"
+    )
+    answer = tmp_path / "answer.txt"
+    answer.write_text("42\n")
+    limit = TimeOut(600, wanted=3600)  # the run has far longer left, and may raise it
+    outcome = await run_evaluation(load_task(task_dir), answer, tmp_path / "eval", timeout_s=limit)
+    assert outcome.timed_out and outcome.error == "evaluation timed out after 2s", outcome
+    assert limit.raise_by(3600) is False  # no raise of the run's takes it past it either

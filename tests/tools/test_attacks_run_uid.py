@@ -27,7 +27,7 @@ from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.local import LocalSandbox
-from mlra.tools.sandbox.volume import settle_before_use
+from mlra.tools.sandbox.volume_settle import settle_before_use
 
 PROBLEM = "these attacks need mlra to run as root" if os.geteuid() != 0 else isolation_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")

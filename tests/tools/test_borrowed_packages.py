@@ -9,14 +9,18 @@ and a borrowed folder holding one module, and a real sandbox started from it."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
+import sys
 import sysconfig
 from pathlib import Path
 
 import pytest
 
 import mlra
+from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
+from mlra.tools.sandbox.local import LocalSandbox
 from tests.conftest import bare_venv
 
 BWRAP_PROBLEM = isolation_problem()
@@ -123,3 +127,77 @@ def test_a_pth_line_naming_the_borrowed_folder_through_a_link_finds_it_in_the_sa
     assert done.stdout.strip().splitlines()[-1] == "borrowed [False, False]", (
         done.stdout + done.stderr
     )
+
+
+def test_a_relative_pth_line_of_a_venv_reached_through_a_link_finds_it_in_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """A `.pth` line relative to its folder (`../../../../gpu-env/lib/site-packages`) in a
+    venv reached through a link (a project's `.venv` linking to the venv's real folder):
+    outside, Python reads the line from the link's path; inside, the interpreter starts
+    from the real folder (tools/sandbox/env.py), so the same line named another folder,
+    not shown, and the package was missing inside alone."""
+    real_venv = tmp_path / "envs" / "real-venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(real_venv)], check=True)
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / ".venv").symlink_to(real_venv)
+    python = project / ".venv" / "bin" / "python"
+    purelib = subprocess.run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+        capture_output=True, text=True, check=True,
+    ).stdout.strip()  # fmt: skip
+    assert purelib.startswith(str(project / ".venv"))  # read through the link, outside
+    borrowed = project / "gpu-env" / "lib" / "site-packages"  # four folders up, outside
+    borrowed.mkdir(parents=True)
+    (borrowed / "borrowed_torch.py").write_text("WHERE = 'borrowed'\n")
+    checkout = Path(mlra.__file__).resolve().parent.parent
+    packages = Path(sysconfig.get_path("purelib")).resolve()
+    (Path(purelib) / "borrowed.pth").write_text(
+        f"{checkout}\n{packages}\n../../../../gpu-env/lib/site-packages\n"
+    )
+    outside = subprocess.run(
+        [python, "-c", "import borrowed_torch; print(borrowed_torch.WHERE)"],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert outside.stdout.strip() == "borrowed", outside.stderr
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    probe = "import borrowed_torch, pydantic; print(borrowed_torch.WHERE)"
+    done = subprocess.run(
+        [python, "-c", IN_THE_VENV, str(workspace), probe],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "borrowed", done.stdout + done.stderr
+
+
+async def test_a_task_environments_own_pth_lines_are_shown_in_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    """A task's own environment (tasks/environment.py) borrowing a package folder through
+    a `.pth` line of its own: only mlra's path was read for what to show, so the folder
+    was missing inside. Another mlra's tasks there stay masked, as in mlra's own."""
+    env = tmp_path / "task-env"
+    _, site_dir = await asyncio.to_thread(bare_venv, env)
+    borrowed = tmp_path / "shared" / "lib" / "site-packages"
+    answers = borrowed / "mlra" / "tasks" / "builtin" / "classify-finetune" / "hidden"
+    answers.mkdir(parents=True)
+    (answers / "test.jsonl").write_text('{"label": 1}\n')
+    (borrowed / "task_only.py").write_text("WHERE = 'the task env borrowed it'\n")
+    (site_dir / "shared.pth").write_text("../../../../shared/lib/site-packages\n")
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    box = LocalSandbox(workspace, SandboxSpec(python_env=env), isolation_mode="bwrap")
+    await box.start()
+    try:
+        got = await box.exec(
+            ["python", "-c",
+             f"import os, sys, task_only; print(sys.prefix, task_only.WHERE, "
+             f"os.path.exists({str(answers / 'test.jsonl')!r}))"],
+            timeout=60,
+        )  # fmt: skip
+    finally:
+        await box.close()
+    assert got.exit_code == 0, got.output
+    assert got.output.strip() == f"{env} the task env borrowed it False", got.output

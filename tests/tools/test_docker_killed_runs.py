@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from mlra.tools.sandbox import volume
+from mlra.tools.sandbox import volume, volume_settle
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.docker_exec import STDIN_DIR
 from mlra.tools.sandbox.docker_stdin import stdin_folder_of
@@ -107,7 +107,7 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
 
         # Any sandbox's start on this machine (another run's, local) settles the volumes of
         # mlra processes that are gone: not this one, which the container still writes to.
-        volume.settle_stale()
+        volume_settle.settle_stale()
         assert run_dir / "workspace" in [p for ps in loop_mounts().values() for p in ps]
 
         sandbox = DockerSandbox(
@@ -194,7 +194,7 @@ def test_a_searchs_attempt_containers_carry_the_runs_id(
     # that other mlra, still mounted.
     run = tmp_path / "runs" / "docker-search"
     for folder in (run, run / "attempts" / "a1", run / "attempts" / "a2"):
-        volume.settle_stale(folder)
+        volume_settle.settle_stale(folder)
     assert not [m for m in loop_mounts().values() if str(tmp_path) in str(m)]
 
 

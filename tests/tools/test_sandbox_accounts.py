@@ -9,10 +9,12 @@ here as a run makes its sandboxes, by root, through the sandbox's own commands.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -107,3 +109,70 @@ async def test_a_container_run_as_its_claimed_uid_has_a_user_and_a_home(
             assert git.exit_code == 0 and git.output.strip() == "mlra agent:first", git.output
     finally:
         await box.close()
+
+
+TAKEN_NAME = """
+import asyncio, os, sys
+from pathlib import Path
+from mlra.tools.sandbox import accounts
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.local import LocalSandbox
+
+async def main() -> None:
+    shared = accounts.bwrap_accounts(1000)[0].parent
+    if not shared.name.startswith(accounts.OWN_PREFIX):  # made by this first run
+        os.chown(shared, 65534, 65534)  # as if another user had made it first
+    box = LocalSandbox(Path(sys.argv[1]), SandboxSpec(disk_mb=0), isolation_mode="bwrap")
+    await box.start()
+    try:
+        for _ in range(3):
+            print((await box.exec(["whoami"], timeout=30)).output.strip(), flush=True)
+        tmp = Path(os.environ["TMPDIR"])
+        print(sorted(p.name for p in tmp.iterdir() if p.name.startswith("mlra-accounts-")))
+    finally:
+        await box.close()
+    if sys.argv[2] == "killed":
+        os.kill(os.getpid(), 9)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(AS_ROOT is not None, reason=AS_ROOT or "")
+@pytest.mark.skipif(isolation_problem() is not None, reason=str(isolation_problem()))
+def test_a_taken_accounts_folder_name_costs_one_folder_per_process_removed_after(
+    workspace: Path,
+) -> None:
+    """Where another user had made the shared accounts folder's (predictable) name, each
+    command's sandbox made a new folder of its own and none was removed: /tmp filled with
+    `mlra-accounts-*`. Now one per process, removed when it exits (a killed one's by the
+    next process that needs one), and every command still has its user."""
+    tmp = workspace.parent / "tmp"
+    tmp.mkdir(mode=0o755)
+    env = {
+        **os.environ,
+        "TMPDIR": str(tmp),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
+    }
+
+    def run(how: str) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", TAKEN_NAME, str(workspace), how],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )  # fmt: skip
+        assert done.returncode == (-9 if how == "killed" else 0), done.stderr
+        return done.stdout.splitlines()
+
+    def accounts_folders() -> list[str]:
+        return sorted(p.name for p in tmp.iterdir() if p.name.startswith("mlra-accounts-"))
+
+    # While it ran: the taken one and its own, however many commands.
+    said = run("exits")
+    assert said[:3] == ["agent"] * 3 and len(ast.literal_eval(said[3])) == 2, said
+    (shared,) = accounts_folders()  # its own removed as it exited
+    said = run("killed")
+    assert said[:3] == ["agent"] * 3 and len(ast.literal_eval(said[3])) == 2, said
+    assert len(accounts_folders()) == 2  # a killed process's is left...
+    said = run("exits")
+    assert said[:3] == ["agent"] * 3 and len(ast.literal_eval(said[3])) == 2, said
+    assert accounts_folders() == [shared]  # ...and removed by the next

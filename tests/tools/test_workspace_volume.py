@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from mlra.tools.sandbox import volume
+from mlra.tools.sandbox import volume, volume_settle
 from mlra.tools.sandbox.base import SandboxError, SandboxSpec
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.default_limits import MIB, free_mb
@@ -95,6 +96,7 @@ async def test_fallocate_past_the_quota_is_enospc_inside_and_takes_nothing_more(
         assert "from the task" in result.output  # carried onto the volume
         assert "No space left on device" in result.output and "rc=1" in result.output, result
         assert "[the workspace is full" in result.output, result.output
+        assert result.disk_full and result.disk_note in result.notes  # a grader's says so
         # The host gave nothing beyond the image: its blocks are what they were. (The
         # host's free space is not compared: the suite's other workers make volumes of
         # their own meanwhile.)
@@ -107,6 +109,7 @@ async def test_fallocate_past_the_quota_is_enospc_inside_and_takes_nothing_more(
             ["sh", "-c", "rm -f big && echo ok > small.txt && cat small.txt"], timeout=30
         )
         assert again.exit_code == 0 and "ok" in again.output, again.output
+        assert not again.disk_full and again.notes == []
     finally:
         await box.close()
     assert not _mounted(workspace) and _images(workspace.parent) == []
@@ -242,17 +245,19 @@ async def test_a_resume_waits_for_another_mlra_settling_its_workspaces_volume(
     done = await asyncio.to_thread(subprocess.run, **_killed_owner(workspace), check=False)
     assert done.returncode == -9 and _mounted(workspace)
     (image,) = [workspace.parent / n for n in _images(workspace.parent) if n.endswith(".img")]
-    other = volume._take(image)  # another mlra's settling has begun
+    other = volume_settle._take(image)  # another mlra's settling has begun
     assert other is not None
 
     def resume() -> tuple[bool, bool]:
-        volume.settle_before_use(workspace)
+        volume_settle.settle_before_use(workspace)
         return _mounted(workspace), (workspace / "written-on-the-volume.txt").exists()
 
     resumed = asyncio.ensure_future(asyncio.to_thread(resume))
     await asyncio.sleep(0.3)  # its chance to go on too early (before, it did at once)
     assert not resumed.done()
-    settled = await asyncio.to_thread(volume.settle, image, workspace, mounted=True, lock=other)
+    settled = await asyncio.to_thread(
+        volume_settle.settle, image, workspace, mounted=True, lock=other
+    )
     assert settled.problem is None
     assert await resumed == (False, True)  # it went on once the other had finished
     assert _images(workspace.parent) == []
@@ -278,7 +283,7 @@ def test_a_volume_of_a_killed_mlra_not_yet_reaped_is_settled_before_its_resume(
             (workspace / "resumed.txt").write_text("the resume's")
         finally:
             assert killed.wait(timeout=60) == -9  # reaped: its pid is gone now
-            volume.settle_stale()  # another mlra's sandbox set up, say
+            volume_settle.settle_stale()  # another mlra's sandbox set up, say
             assert os.stat(workspace).st_dev == mine  # the resume's volume stays its own
             assert resumed.close() is None
     finally:
@@ -316,9 +321,52 @@ def test_a_new_volume_is_never_stacked_on_a_killed_ones_still_in_use(
     finally:
         holder.kill()
         holder.wait()
-    volume.settle_stale(workspace.parent)  # no longer used: settled
+    volume_settle.settle_stale(workspace.parent)  # no longer used: settled
     assert not _mounted(workspace) and _images(workspace.parent) == []
     assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+
+
+@pytest.mark.parametrize("removed", ["its run folder", "only its image"])
+def test_a_killed_mlras_volume_whose_image_was_deleted_is_unmounted_by_the_next(
+    workspace: Path, removed: str
+) -> None:
+    """A killed run's folder removed by hand (`rm -rf`, pytest's old temporary folders)
+    deletes the image under its mount: the mount and its loop device stayed, since the
+    settling could not open the image to take its lock, and such mounts piled up on the
+    machine until someone unmounted them by hand."""
+    done = subprocess.run(**_killed_owner(workspace), check=False)
+    assert done.returncode == -9 and _mounted(workspace)
+    folder = workspace.parent
+    if removed == "its run folder":
+        shutil.rmtree(folder, ignore_errors=True)  # all but the mount point itself
+    else:
+        for name in _images(folder):
+            (folder / name).unlink()
+    assert _mounted(workspace) and "(deleted)" in " ".join(_loops_of(folder))
+    settled = volume_settle.settle_stale()  # any sandbox set up on this machine
+    assert [s.problem for s in settled if s.workspace == workspace] == [None]
+    assert not _mounted(workspace) and _loops_of(folder) == []  # the space is given back
+    kept = (workspace / "written-on-the-volume.txt").exists()
+    assert kept == (removed == "only its image")  # carried back where the folder was kept
+
+
+async def test_a_volume_whose_image_was_deleted_is_left_to_its_living_owner(
+    workspace: Path,
+) -> None:
+    made = volume.WorkspaceVolume(workspace, QUOTA_MB, INODES)
+    await asyncio.to_thread(made.open)
+    try:
+        (workspace / "mine.txt").write_text("still mine")
+        for name in _images(workspace.parent):
+            (workspace.parent / name).unlink()
+        # Its owner (this process) holds the deleted image open: not stale, not taken.
+        settled = await asyncio.to_thread(volume_settle.settle_stale, workspace.parent)
+        assert [s for s in settled if s.workspace == workspace] == []
+        assert _mounted(workspace) and (workspace / "mine.txt").exists()
+    finally:
+        assert await asyncio.to_thread(made.close) is None
+    assert not _mounted(workspace) and _loops_of(workspace.parent) == []
+    assert (workspace / "mine.txt").read_text() == "still mine"
 
 
 async def test_a_volume_whose_owner_lives_is_left_alone(workspace: Path) -> None:
@@ -326,7 +374,7 @@ async def test_a_volume_whose_owner_lives_is_left_alone(workspace: Path) -> None
     await asyncio.to_thread(made.open)
     try:
         # Named after this (living) process and locked by it: not stale, not taken.
-        assert await asyncio.to_thread(volume.settle_stale, workspace.parent) == []
+        assert await asyncio.to_thread(volume_settle.settle_stale, workspace.parent) == []
         assert _mounted(workspace)
     finally:
         assert await asyncio.to_thread(made.close) is None
@@ -417,6 +465,7 @@ async def test_the_container_writes_to_the_volume_and_gets_enospc_past_it(
         assert "from the task" in result.output, result.output
         assert "No space left on device" in result.output and "rc=1" in result.output, result
         assert "[the workspace is full" in result.output, result.output
+        assert result.disk_full, result  # the container's too
     finally:
         await box.close()
     assert not _mounted(workspace) and _images(workspace.parent) == []

@@ -234,7 +234,8 @@ def remove_scratch(scratch: Path) -> bool:
 
 def _settle_volumes(scratch: Path) -> bool:
     """Settle the volumes of gone runs in `scratch`; whether none is left mounted there."""
-    from mlra.tools.sandbox.volume import VolumeFailed, settle_stale, unavailable
+    from mlra.tools.sandbox.volume import unavailable
+    from mlra.tools.sandbox.volume_settle import VolumeFailed, settle_stale
     from mlra.tools.sandbox.volume_users import loop_mounts
 
     if unavailable() is not None:

@@ -285,7 +285,9 @@ async def run_evaluation(
     `split` says what it grades (the test split unless `validate` asks for the
     validation split or a format check); `timeout_s`, where shorter than the
     evaluator's, bounds it (a validation never outlives the run's deadline); a
-    `TimeOut`, a validation's, which its run may raise, is taken as it is.
+    `TimeOut`, a validation's, which its run may raise, is kept (the run raises that
+    very object) but capped at the evaluator's own, as a number is: taken as it was,
+    one longer than the evaluator's let the grading run on past its own limit.
     Never raises for bad artifacts. The process runs in a sandbox of its own
     (bubblewrap: no network unless the task has it, the host read-only, only
     `work_dir` writable; where none can be had it runs unconfined: `isolation: none`).
@@ -309,6 +311,7 @@ async def run_evaluation(
     own = parse_duration(task.evaluator.timeout)
     bound = own if timeout_s is None else timeout_s
     timeout = bound if isinstance(bound, TimeOut) else TimeOut(max(1.0, min(own, bound)))
+    timeout.cap(max(1.0, own))
     env = evaluation_env(task)
     spec = evaluation_spec(task, artifact, env)
     spec.gpus = gpus if gpus is not None else host_gpus()

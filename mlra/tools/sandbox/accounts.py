@@ -13,10 +13,12 @@ by that uid, so its own), bound read-only over /etc/passwd and /etc/group.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
 import os
+import shutil
 import stat
 import tarfile
 import tempfile
@@ -77,11 +79,52 @@ def bwrap_accounts(uid: int) -> tuple[Path, Path]:
     with contextlib.suppress(FileExistsError):
         folder.mkdir(mode=0o755)
     if not _mine(folder):  # another user's at that name: a folder of this process's own
-        folder = Path(tempfile.mkdtemp(prefix="mlra-accounts-"))
-    elif all(p.is_file() for p in paths):
+        return _own_accounts(digest, passwd, group)
+    if all(p.is_file() for p in paths):
         return paths
     os.chmod(folder, 0o755)
     return write_accounts(folder, passwd, group)
+
+
+OWN_PREFIX = "mlra-accounts-pid"
+_own: tuple[int, Path, str] | None = None
+"""(pid, folder, digest written) of this process's own accounts folder, made where
+another user took the shared folder's name (which would otherwise be a way to choose the
+accounts a sandbox shows). Made once per process, not once per command (/tmp filled up
+with them), and removed when the process exits; a killed one's by the next process that
+makes its own."""
+
+
+def _own_accounts(digest: str, passwd: str, group: str) -> tuple[Path, Path]:
+    global _own
+    if _own is None or _own[0] != os.getpid() or not _mine(_own[1]):
+        _sweep_own()
+        # mkdtemp: a name no one could guess and take first, made 0700 then opened to
+        # read; the sticky /tmp keeps others from renaming or removing it.
+        folder = Path(tempfile.mkdtemp(prefix=f"{OWN_PREFIX}{os.getpid()}-"))
+        os.chmod(folder, 0o755)
+        if _own is None:
+            atexit.register(_remove_own)
+        _own = (os.getpid(), folder, "")
+    pid, folder, written = _own
+    paths = (folder / "passwd", folder / "group")
+    if written != digest or not all(p.is_file() for p in paths):
+        paths = write_accounts(folder, passwd, group)
+        _own = (pid, folder, digest)
+    return paths
+
+
+def _remove_own() -> None:
+    if _own is not None and _own[0] == os.getpid():  # not a forked child's to remove
+        shutil.rmtree(_own[1], ignore_errors=True)
+
+
+def _sweep_own() -> None:
+    """Remove the own accounts folders of this user's processes that are gone."""
+    for folder in Path(tempfile.gettempdir()).glob(f"{OWN_PREFIX}*-*"):
+        pid = folder.name.removeprefix(OWN_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and _mine(folder):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _mine(folder: Path) -> bool:

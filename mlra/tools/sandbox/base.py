@@ -75,8 +75,13 @@ class ExecResult:
     notes: list[str] = field(default_factory=list)
     """What the sandbox itself says of the command (a process killed for memory, commands
     stopped for the disk quota), each also the last lines of `output`."""
-    disk_full: bool = False
-    """The workspace was at its disk quota when the command ended (one of the notes)."""
+    disk_note: str | None = None
+    """The sandbox's line saying the workspace was at its disk quota when the command
+    ended (also among `notes`); None where it was not."""
+
+    @property
+    def disk_full(self) -> bool:
+        return self.disk_note is not None
 
 
 @dataclass

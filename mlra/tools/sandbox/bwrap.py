@@ -36,6 +36,7 @@ from mlra.tools.sandbox import accounts
 from mlra.tools.sandbox.base import read_only_mounts
 from mlra.tools.sandbox.gpu_driver import driver_library_dirs, driver_smi, gives_gpus
 from mlra.tools.sandbox.netns import resolv_conf_target
+from mlra.tools.sandbox.pth_lines import env_lines, moved_relative_lines
 
 INSIDE_WORKDIR = "/workspace"
 INSIDE_HOME = accounts.INSIDE_HOME
@@ -141,16 +142,17 @@ def python_roots() -> list[Path]:
 
 def _borrowed_entries() -> list[tuple[str, Path]]:
     """The package folders on the path outside the system: (as named, real path)."""
-    found: list[tuple[str, Path]] = []
-    for entry in sys.path:
-        if Path(entry).name not in PACKAGE_DIRS:
-            continue
-        p = Path(entry).resolve()
-        if p.name not in PACKAGE_DIRS:
-            continue  # a link named so is taken only where it leads to one
-        if p.is_dir() and not _under_system(p):
-            found.append((os.path.abspath(entry), p))
-    return found
+    return [(os.path.abspath(e), p) for e in sys.path if (p := _package_dir(e)) is not None]
+
+
+def _package_dir(entry: str) -> Path | None:
+    """The real folder of a path entry that names a package folder outside the system."""
+    if Path(entry).name not in PACKAGE_DIRS:
+        return None
+    p = Path(entry).resolve()
+    if p.name not in PACKAGE_DIRS:
+        return None  # a link named so is taken only where it leads to one
+    return p if p.is_dir() and not _under_system(p) else None
 
 
 def python_links() -> list[tuple[Path, str]]:
@@ -164,6 +166,9 @@ def python_links() -> list[tuple[Path, str]]:
         for link in links_on_the_way(named):
             if link not in links:
                 links.append(link)
+    for inside, outside in moved_relative_lines():  # a link where it looks inside
+        if (real := _package_dir(outside)) is not None and (Path(inside), str(real)) not in links:
+            links.append((Path(inside), str(real)))
     return links
 
 
@@ -265,6 +270,7 @@ def bwrap_argv(
     gpus: str | None,
     read_only: Iterable[Path] = (),
     read_write: Iterable[Path] = (),
+    python_envs: Iterable[Path] = (),
     hide: Iterable[Path] = (),
     prefix: Sequence[str] = (),
     read_only_files: Mapping[str, Path] | None = None,
@@ -284,6 +290,9 @@ def bwrap_argv(
 
     `resolv_conf` is shown over the host's (where its link leads): a network task's
     own namespace has its own DNS server (netns.py).
+
+    `python_envs` (a task's own) are shown as mlra's is: read-only, with the package
+    folders their `.pth` lines name, other mlras' tasks masked.
 
     `prefix` runs inside the sandbox before the command (e.g. `prlimit` setting
     limits that only hold when set inside the user namespace).
@@ -330,6 +339,10 @@ def bwrap_argv(
             if not _under_system(shown):
                 argv += ["--ro-bind", str(shown), str(shown)]
     roots = python_roots()
+    for env in python_envs:
+        for shown in [env.resolve(), *filter(None, map(_package_dir, env_lines(env)))]:
+            if shown.is_dir() and shown not in roots:
+                roots.append(shown)
     for root in roots:
         argv += ["--ro-bind", str(root), str(root)]
     for flag, paths in (("--ro-bind", read_only), ("--bind", read_write)):

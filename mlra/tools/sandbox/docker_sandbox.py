@@ -79,7 +79,7 @@ from mlra.tools.sandbox.gpu_inventory import given_ids
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
 from mlra.tools.sandbox.time_out import TimeOut
-from mlra.tools.sandbox.volume import settle_before_use
+from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
 __all__ = [
@@ -621,6 +621,7 @@ class DockerSandbox(Sandbox):
             timed_out=timed_out,
             killed=timed_out,
             notes=[] if note is None else [note],
+            disk_note=note,
         )
 
     # --- resources ----------------------------------------------------------------------

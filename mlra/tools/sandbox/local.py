@@ -45,7 +45,7 @@ from mlra.tools.sandbox.local_processes import (
 )
 from mlra.tools.sandbox.runner import finish_despite_cancel
 from mlra.tools.sandbox.time_out import TimeOut
-from mlra.tools.sandbox.volume import settle_before_use
+from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
 
 IsolationMode = Literal["auto", "bwrap", "none"]
@@ -362,12 +362,10 @@ class LocalSandbox(Sandbox):
             stdin=stdin,
             preexec=self._limits.preexec(self._prlimit),
         )
-        notes = [
-            self._limits.memory_note(result.output, result.exit_code, oom_before),
-            None if self._quota is None else self._quota.note_since(stops_before),
-        ]
-        result.disk_full = notes[1] is not None
-        for note in notes:
+        memory_note = self._limits.memory_note(result.output, result.exit_code, oom_before)
+        if self._quota is not None:
+            result.disk_note = self._quota.note_since(stops_before)
+        for note in (memory_note, result.disk_note):
             if note is None:
                 continue
             result.notes.append(note)
@@ -417,8 +415,9 @@ class LocalSandbox(Sandbox):
             command=command,
             network=self.spec.network and (own is not None or self._network_via is not None),
             gpus=self.spec.gpus,
-            read_only=[*self.spec.read_only, *self._python_env()],
+            read_only=self.spec.read_only,
             read_write=self.spec.read_write,
+            python_envs=self._python_env(),
             hide=self.spec.hide_paths,
             prefix=self._limits.inside_prefix(self._prlimit),
             read_only_files=self.spec.read_only_files,

@@ -35,6 +35,12 @@ class TimeOut:
         self.seconds = moved
         return True
 
+    def cap(self, seconds: float) -> None:
+        """Never past `seconds`, now or after any raise (a grading's own time-out, which
+        a validation's time-out from its run must keep too)."""
+        self.wanted = min(self.wanted, float(seconds))
+        self.seconds = min(self.seconds, self.wanted)
+
     def __float__(self) -> float:
         return float(self.seconds)
 

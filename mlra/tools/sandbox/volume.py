@@ -25,58 +25,43 @@ sandbox, whatever the agent does and however fast.
   chosen and its space reserved with the disk held (disk_claim.py), so volumes made at
   once each see what the one before took.
 - An mlra killed with its volume mounted leaves it there (the workspace still reads
-  right). Names carry the owner's pid, and the owner holds an exclusive `flock` on its
-  image for as long as it lives, so any later sandbox set up on this machine settles
-  the volumes of owners that are gone (the lock free, and the pid dead or, for a mounted
-  one, running something else: a reused pid or an unreaped zombie is not taken for the
-  owner, and two settlers never settle one volume twice): carried back, unmounted,
-  deleted; not while a killed run's container still has it (volume_users.py): the next
-  Docker start removes that container first, and a resume goes on in it meanwhile.
+  right); any later sandbox set up on this machine settles it (volume_settle.py), also
+  one whose image was deleted under it (its run folder removed by hand).
 """
 
 from __future__ import annotations
 
 import contextlib
 import fcntl
-import logging
 import os
-import re
 import secrets
 import shutil
-import subprocess
-import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB
 from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
-from mlra.tools.sandbox.volume_users import loop_mounts, still_used, used_elsewhere
+from mlra.tools.sandbox.volume_settle import (
+    MOVED,
+    TAG,
+    TOOLS_PATH,
+    VolumeFailed,
+    run_tool,
+    settle,
+    settle_stale,
+    stale_at,
+    unmount,
+)
 
-logger = logging.getLogger(__name__)
-
-TAG = "mlra-volume"
-IMAGE_NAME = re.compile(rf"^\.(?P<ws>.+)\.{TAG}-(?P<pid>\d+)-(?P<token>[0-9a-f]+)\.img$")
-MOVED = ".moved"
-"""Beside an image once the workspace's old contents are on it (and gone from under it):
-settling it then clears the folder under the mount before carrying the volume back."""
-VIEW_PREFIX = f".{TAG}-view-"
 BYTES_PER_INODE = 16 * 1024
 MAX_INODES = 2_000_000
 """A workspace of millions of files is a walk of minutes for every reader of it."""
 MIN_INODES = 64
-TOOLS_PATH = "/usr/sbin:/sbin:/usr/bin:/bin"
-COMMAND_TIMEOUT_S = 120.0
 
 
 class VolumeRefused(SandboxError):
     """The volume asked for would take the runs disk's reserve: the sandbox does not start."""
-
-
-class VolumeFailed(Exception):
-    """The volume could not be made here; the quota falls back to the du watcher."""
 
 
 def unavailable() -> str | None:
@@ -95,41 +80,8 @@ def default_inodes(size_mb: int) -> int:
     return max(MIN_INODES, min(MAX_INODES, size_mb * MIB // BYTES_PER_INODE))
 
 
-def _run(*argv: str) -> None:
-    tool = shutil.which(argv[0], path=TOOLS_PATH) or argv[0]
-    try:
-        done = subprocess.run(
-            [tool, *argv[1:]],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            timeout=COMMAND_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise VolumeFailed(f"{argv[0]}: {exc}") from None
-    if done.returncode != 0:
-        said = (done.stderr or done.stdout).decode(errors="replace").strip().splitlines()
-        raise VolumeFailed(f"{argv[0]}: {said[-1] if said else f'exit {done.returncode}'}")
-
-
-def _unmount(path: Path) -> None:
-    """Unmount, detached lazily where something still holds it (a container's namespace)."""
-    try:
-        _run("umount", str(path))
-    except VolumeFailed:
-        _run("umount", "-l", str(path))
-
-
 def _mb(nbytes: float) -> str:
     return f"{nbytes / MIB:,.0f} MB"
-
-
-@dataclass
-class Settled:
-    """A volume carried back to its folder (or not), for a notice."""
-
-    workspace: Path
-    problem: str | None = None
 
 
 class WorkspaceVolume:
@@ -182,7 +134,7 @@ class WorkspaceVolume:
         self._lock = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
         fcntl.flock(self._lock, fcntl.LOCK_EX)
         try:
-            _run(
+            run_tool(
                 "mkfs.ext4", "-q", "-F", "-b", "4096", "-m", "0", "-N", str(self.inodes_asked),
                 "-O", "^has_journal", "-L", "mlra-workspace",
                 "-E", "lazy_itable_init=1,nodiscard", str(image),
@@ -198,12 +150,12 @@ class WorkspaceVolume:
     def _mount_and_move(self, image: Path) -> None:
         under = os.open(self.workspace, DIR_FLAGS)
         try:
-            _run("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable",
+            run_tool("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable",
                  str(image), str(self.workspace))  # fmt: skip
             try:
                 on = os.open(self.workspace, DIR_FLAGS)
             except OSError:
-                _unmount(self.workspace)
+                unmount(self.workspace)
                 raise
             try:
                 if os.fstat(on).st_dev == os.fstat(under).st_dev:
@@ -215,7 +167,7 @@ class WorkspaceVolume:
                 self._move(under, on, image)
             except BaseException:
                 os.close(on)
-                _unmount(self.workspace)
+                unmount(self.workspace)
                 raise
             os.close(on)
         finally:
@@ -279,172 +231,3 @@ class WorkspaceVolume:
         if image is None or lock is None:
             return None
         return settle(image, self.workspace, mounted=True, lock=lock).problem
-
-
-def _take(image: Path, *, wait: bool = False) -> int | None:
-    """The image's lock, where no living process holds it and the image is still there.
-    `wait`: another settler holding it is waited for (its owner is gone, and owners'
-    locks are close-on-exec, so only a settler holds it, for as long as its copy-back)."""
-    try:
-        fd = os.open(image, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.fstat(fd).st_nlink > 0:  # not settled (and deleted) by another meanwhile
-            return fd
-    except OSError:
-        pass
-    os.close(fd)
-    return None
-
-
-def settle(image: Path, workspace: Path, *, mounted: bool, lock: int) -> Settled:
-    """Carry a volume's files back to the plain folder at `workspace`, unmount it and
-    delete its image; `lock` is the image's flock'ed descriptor, closed here. `mounted`:
-    the volume is mounted at `workspace` (else it is only the image, after a reboot)."""
-    try:
-        return _settle(image, workspace, mounted=mounted)
-    finally:
-        os.close(lock)
-
-
-def _settle(image: Path, workspace: Path, *, mounted: bool) -> Settled:
-    view = Path(tempfile.mkdtemp(prefix=VIEW_PREFIX, dir=image.parent))
-    moved = Path(f"{image}{MOVED}")
-    try:
-        if mounted:
-            _run("mount", "--bind", str(workspace), str(view))
-            _unmount(workspace)
-        else:
-            _run("mount", "-t", "ext4", "-o", "loop,ro,nosuid,nodev,noexec",
-                 str(image), str(view))  # fmt: skip
-    except VolumeFailed as exc:
-        with contextlib.suppress(OSError):
-            view.rmdir()
-        return Settled(workspace, f"the workspace's volume could not be undone: {exc}")
-    try:
-        _carry_back(view, workspace, cleared=moved.exists())
-    except OSError as exc:
-        problem = f"its files could not be copied off it ({exc.strerror})"
-        if mounted:
-            with contextlib.suppress(VolumeFailed):
-                _run("mount", "--bind", str(view), str(workspace))
-        with contextlib.suppress(VolumeFailed):
-            _unmount(view)
-        with contextlib.suppress(OSError):
-            view.rmdir()
-        return Settled(
-            workspace,
-            f"the workspace's volume is kept ({image.name}): {problem}; free space on the "
-            "runs disk and the next mlra started here carries it back",
-        )
-    with contextlib.suppress(VolumeFailed):
-        _unmount(view)
-    with contextlib.suppress(OSError):
-        view.rmdir()
-    for done in (image, moved):
-        with contextlib.suppress(FileNotFoundError):
-            done.unlink()
-    return Settled(workspace)
-
-
-def _carry_back(view: Path, workspace: Path, *, cleared: bool) -> None:
-    src = os.open(view, DIR_FLAGS)
-    try:
-        dst = os.open(workspace, DIR_FLAGS)
-        try:
-            if cleared:
-                clear_folder(dst)  # what is under is an old copy: the volume has it all
-            copy_tree(src, dst)
-            copy_root_meta(src, dst)
-        except OSError:
-            with contextlib.suppress(OSError):
-                if cleared:
-                    clear_folder(dst)  # a partial copy, not to be taken for the workspace
-            raise
-        finally:
-            os.close(dst)
-    finally:
-        os.close(src)
-
-
-# --- volumes of mlra processes that are gone ----------------------------------------------
-
-
-def _owner_gone(name: str) -> bool:
-    """The pid in an image's name runs no process: none has it, or one that died and
-    was not reaped yet (a zombie still has its /proc entry, and no lock)."""
-    found = IMAGE_NAME.match(name)
-    if found is None:
-        return False
-    try:
-        stat = Path(f"/proc/{found['pid']}/stat").read_bytes()
-    except OSError:
-        return True
-    return stat[stat.rfind(b")") + 2 : stat.rfind(b")") + 3] in (b"Z", b"X")
-
-
-def stale_at(workspace: Path) -> Path | None:
-    """A gone owner's volume still mounted at `workspace` (in use elsewhere): a volume
-    stacked on it would be unmounted by whichever mlra settles it later."""
-    for image, points in loop_mounts().items():
-        if workspace.resolve() in points and _owner_gone(image.name):
-            return image
-    return None
-
-
-def settle_stale(folder: Path | None = None) -> list[Settled]:
-    """Settle the volumes of mlra processes that are gone: every one mounted on this
-    machine, and the images left unmounted in `folder` (after a reboot). One of `folder`'s
-    own that another mlra is settling is waited for: a sandbox set up on its workspace
-    meanwhile would start on a volume half carried back (a resumed run's command then
-    missed files its workspace held)."""
-    done: list[Settled] = []
-    own = folder.resolve() if folder is not None else None
-    mounted = loop_mounts()
-    # A mounted one whose pid runs is its owner's, locked for as long as it lives, or a
-    # reused pid's: its lock tells (it is taken before the mount, dropped after it).
-    found = {image: points for image, points in mounted.items() if IMAGE_NAME.match(image.name)}
-    if folder is not None:
-        with contextlib.suppress(OSError):
-            for image in folder.resolve().iterdir():
-                if image not in mounted and _owner_gone(image.name):
-                    found[image] = []  # an owner not yet locked (its pid runs) is left be
-    for image, points in found.items():
-        match = IMAGE_NAME.match(image.name)
-        gone = _owner_gone(image.name)
-        if match is None or (
-            gone and points and still_used(image, points, patient=image.parent == own)
-        ):
-            continue  # a killed run's container still writes to it (volume_users.py)
-        lock = _take(image, wait=gone and image.parent == own)
-        if lock is None:
-            continue  # its owner lives, another mlra is settling it (not ours to wait for), or has
-        if not gone and used_elsewhere(image, points):
-            os.close(lock)
-            continue
-        workspace = image.parent / match["ws"]
-        for point in points:  # a copy-back cut short: its view
-            if point.name.startswith(VIEW_PREFIX):
-                with contextlib.suppress(VolumeFailed):
-                    _unmount(point)
-                with contextlib.suppress(OSError):
-                    point.rmdir()
-        settled = settle(image, workspace, mounted=workspace in points, lock=lock)
-        if settled.problem is not None:
-            logger.warning("%s: %s", workspace, settled.problem)
-        done.append(settled)
-    return done
-
-
-def settle_before_use(workspace: Path) -> None:
-    """Before a sandbox is set up on `workspace` (a volume or not): undo what owners that
-    are gone left (binds first: run_uid.sweep; then volumes, its own folder's included)."""
-    if os.geteuid() != 0:
-        return
-    run_uid.sweep()
-    try:
-        settle_stale(workspace.parent)
-    except (OSError, VolumeFailed) as exc:
-        logger.warning("workspace volumes left by mlra processes that are gone: %s", exc)

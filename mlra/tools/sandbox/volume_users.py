@@ -11,8 +11,10 @@ the image, and the copy may hold a file half written. Such a volume is left for 
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
+import struct
 import time
 from pathlib import Path
 
@@ -107,3 +109,95 @@ def loop_mounts() -> dict[Path, list[Path]]:
             continue
         found.setdefault(Path(text), []).append(Path(unescape(fields[4])))
     return found
+
+
+# --- volumes whose image was deleted under them -------------------------------------------
+
+DELETED = " (deleted)"
+LOOP_GET_STATUS64 = 0x4C05
+LOOP_INFO64 = struct.Struct("=QQ")
+"""The start of `struct loop_info64`: the backing file's device and inode."""
+LOOP_INFO64_SIZE = 232
+
+
+def take_deleted(image: Path, *, wait: bool) -> int | None:
+    """The loop device of a volume whose image no path leads to any more (its run folder
+    removed by hand while it was mounted), opened and flock'ed, where no living process
+    has that image open: its owner holds it open (flock'ed) for as long as it lives, a
+    settler while it settles, so none holding it means the owner is gone, whatever its
+    pid runs now. The device's lock keeps two settlers apart (the image's cannot be
+    taken: nothing can open it by path); closing it, once unmounted, frees the device
+    and the image's space. `wait`: another settler holding it is waited for."""
+    for name in _loop_names():
+        device = f"/dev/{name}"
+        if _backing_name(name) != f"{image}{DELETED}":
+            continue
+        try:
+            fd = os.open(device, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+            backing = _backing_file_id(fd)  # the same image still: not a device reused since
+            if (
+                backing is not None
+                and _backing_name(name) == f"{image}{DELETED}"
+                and not _held_open(image.name, backing)
+            ):
+                return fd
+        except OSError:
+            pass
+        os.close(fd)
+    return None
+
+
+def _loop_names() -> list[str]:
+    try:
+        return [n for n in os.listdir("/sys/block") if n.startswith("loop")]
+    except OSError:
+        return []
+
+
+def _backing_name(name: str) -> str | None:
+    try:
+        return Path("/sys/block", name, "loop", "backing_file").read_text().strip()
+    except OSError:
+        return None
+
+
+def _backing_file_id(fd: int) -> tuple[int, int] | None:
+    """(device, inode) of the file behind an open loop device (LOOP_GET_STATUS64)."""
+    try:
+        info = fcntl.ioctl(fd, LOOP_GET_STATUS64, bytes(LOOP_INFO64_SIZE))
+    except OSError:
+        return None
+    dev, ino = LOOP_INFO64.unpack_from(info)
+    return os.makedev(os.major(dev), os.minor(dev)), ino
+
+
+def _held_open(name: str, backing: tuple[int, int]) -> bool:
+    """Whether any process has a descriptor on that deleted file (named `name`)."""
+    try:
+        pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    except OSError:
+        return True  # cannot tell: taken for held
+    for pid in pids:
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            continue  # gone meanwhile
+        for fd in fds:
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                target = os.readlink(path)
+                if (
+                    not target.endswith(DELETED)
+                    or os.path.basename(target[: -len(DELETED)]) != name
+                ):
+                    continue
+                st = os.stat(path)
+            except OSError:
+                continue
+            if (st.st_dev, st.st_ino) == backing:
+                return True
+    return False
