@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
 
-NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact"]
+NoticeKind = Literal["unread_call", "log_budget", "inherited_artifact", "root_outside"]
 """The notices the displays tell apart by more than their words."""
 
 # --- run lifecycle -------------------------------------------------------------------
@@ -172,7 +172,10 @@ class Notice(_Event):
     the `agent` that wrote it; "log_budget", the one notice that the run's log neared its
     size budget and is shortened from there; "inherited_artifact", an attempt's artifact
     not validated because it is the one its workspace began with, unchanged (its parent's
-    copied in, or the starter's: tasks/validation.py `RunValidator.inherited`). None: any other notice (and every notice of
+    copied in, or the starter's: tasks/validation.py `RunValidator.inherited`); "root_outside",
+    the one notice a run gets where bubblewrap could not start one of its sandboxes (the
+    agent's, the grader's, a fetch step's) as a uid of its own, so it ran as root outside
+    (agent/loop/root_outside.py). None: any other notice (and every notice of
     a log written before the field, console/text/written_calls.py unread_call reads
     those)."""
     agent: AgentRole | None = None
