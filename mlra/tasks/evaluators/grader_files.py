@@ -39,16 +39,21 @@ class TaskCopies:
         made = cls(work_dir.with_name(f"{work_dir.name}-task-files"))
         made.remove()  # a former grading's
         for original in unreadable(task_root.resolve()):
-            if not made.over:
-                made.folder.mkdir(mode=0o755)
             copy = made.folder / str(len(made.over))
-            if original.is_dir():
-                shutil.copytree(original, copy, symlinks=True)
-                for entry in [copy, *copy.rglob("*")]:
-                    _readable(entry)
-            else:
-                shutil.copyfile(original, copy, follow_symlinks=False)
-                _readable(copy, executable=bool(original.stat().st_mode & stat.S_IXUSR))
+            try:
+                made.folder.mkdir(mode=0o755, exist_ok=True)
+                if original.is_dir():
+                    shutil.copytree(original, copy, symlinks=True)
+                    for entry in [copy, *copy.rglob("*")]:
+                        _readable(entry)
+                else:
+                    shutil.copyfile(original, copy, follow_symlinks=False)
+                    _readable(copy, executable=bool(original.stat().st_mode & stat.S_IXUSR))
+            except (OSError, shutil.Error):
+                # Not copied (the disk is full, it went): the grader meets the original's
+                # `Permission denied`, and the evaluator's error names the file.
+                trees.remove_tree(copy, ignore_errors=True)
+                continue
             made.over[original] = copy
         return made
 
@@ -68,7 +73,10 @@ def unreadable(root: Path) -> list[Path]:
         folder = todo.pop()
         with contextlib.suppress(OSError), os.scandir(folder) as entries:
             for entry in entries:
-                mode = entry.stat(follow_symlinks=False).st_mode
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except OSError:
+                    continue
                 if stat.S_ISDIR(mode):
                     if mode & OTHERS_ENTER != OTHERS_ENTER:
                         found.append(Path(entry.path))
