@@ -11,7 +11,12 @@ from pydantic import BaseModel, ConfigDict, Field
 from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
 
 NoticeKind = Literal[
-    "unread_call", "log_budget", "inherited_artifact", "validating_at_limit", "short_share"
+    "unread_call",
+    "log_budget",
+    "inherited_artifact",
+    "validating_at_limit",
+    "short_share",
+    "root_outside",
 ]
 """The notices the displays tell apart by more than their words."""
 
@@ -179,10 +184,12 @@ class Notice(_Event):
     is validated in the run's time left (agent/agents/closing_validation.py), which
     agent/loop/attempt_finish.py reads to tell "buggy" from "out of time"; "short_share",
     a search's attempt started with less time than its parent took to validate, likely
-    to end out of time (agent/loop/attempt_time.py `short_share`). None: any other notice
-    (and every notice of a log written before the field or the kind:
-    console/text/written_calls.py unread_call and agent/loop/attempt_finish.py
-    validating_at_limit read those)."""
+    to end out of time (agent/loop/attempt_time.py `short_share`); "root_outside", the one
+    notice a run gets where bubblewrap could not start one of its sandboxes (the agent's,
+    the grader's, a fetch step's) as a uid of its own, so it ran as root outside
+    (agent/loop/root_outside.py). None: any other notice (and every notice of a log
+    written before the field or the kind: console/text/written_calls.py unread_call and
+    agent/loop/attempt_finish.py validating_at_limit read those)."""
     agent: AgentRole | None = None
     """Whose answer a notice of a `kind` is of."""
     problems: list[str] = Field(default_factory=list)

@@ -47,13 +47,16 @@ async def grade_artifact(
     isolation: IsolationMode = "auto",
     restored_read_only: list[str] | None = None,
     gpus: str | None = None,
+    disk_mb: int | None = None,
+    on_root_outside: Callable[[str, str], object] | None = None,
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
     """Evaluate a frozen artifact (`label` is its path as submitted); with `artifact`
     None, record `problem` as the evaluation's error. `on_start` gets the start event
     before the (long) evaluation, `on_progress` the evaluator's progress during it.
     `restored_read_only`: the task's read-only paths that freezing put back
-    (FrozenArtifact.restored), recorded with the grade. `gpus`: the run's
-    (evaluators/base.py's run_evaluation)."""
+    (FrozenArtifact.restored), recorded with the grade. `gpus` and `disk_mb` (its
+    `--disk`): the run's (evaluators/base.py's run_evaluation). `on_root_outside` is told
+    (what, why) where the grader ran as root outside (the run says it once)."""
     started = ev.EvaluationStarted(
         evaluator=task.evaluator.kind, artifact=label, graded=graded, sha256=sha256
     )
@@ -63,8 +66,16 @@ async def grade_artifact(
     if artifact is None:
         return started, ev.EvaluationFinished(ok=False, metric=metric.name, error=problem)
     outcome = await run_evaluation(
-        task, artifact, out_dir, isolation=isolation, on_progress=on_progress, gpus=gpus
+        task,
+        artifact,
+        out_dir,
+        isolation=isolation,
+        on_progress=on_progress,
+        gpus=gpus,
+        disk_mb=disk_mb,
     )
+    if on_root_outside is not None and "root_outside" in outcome.details:
+        on_root_outside("the grader's sandbox", str(outcome.details["root_outside"]))
     scored = outcome.ok and not outcome.violations
     failed = (
         failure_problem(outcome.score, metric.failure_values, metric.score_range)
@@ -117,6 +128,8 @@ async def grade(
     on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     isolation: IsolationMode = "auto",
     gpus: str | None = None,
+    disk_mb: int | None = None,
+    on_root_outside: Callable[[str, str], object] | None = None,
 ) -> tuple[ev.EvaluationStarted, ev.EvaluationFinished]:
     """Grade a path of a workspace as it is now: copied (links checked) beside the
     evaluation folder first, so the evaluator sees only the copy.
@@ -124,7 +137,8 @@ async def grade(
     `workdir` is the workspace as the run's sandbox saw it, so an absolute link the
     agent made there (`/workspace/best.pt`) reads as it did at submission. The copy
     is recorded (`graded`) relative to the folder holding `out_dir`, the run folder,
-    as the controller records it. `gpus`: as for `grade_artifact`.
+    as the controller records it. `gpus`, `disk_mb`, `on_root_outside`: as for
+    `grade_artifact`.
     """
     label = submitted or task.evaluator.artifact
     copy_dir = out_dir.with_name(out_dir.name + WORKSPACE_COPY_SUFFIX)
@@ -153,5 +167,7 @@ async def grade(
         on_progress=on_progress,
         isolation=isolation,
         restored_read_only=frozen.restored,
+        disk_mb=disk_mb,
+        on_root_outside=on_root_outside,
         gpus=gpus,
     )

@@ -114,6 +114,8 @@ class RunValidator:
         isolation: IsolationMode = "auto",
         gpus: str | None = None,
         run_group: Callable[[], RunGroup | None] = lambda: None,
+        disk_mb: int | None = None,
+        on_root_outside: Callable[[str, str], object] | None = None,
     ) -> None:
         self.task = task
         self.workspace = workspace
@@ -130,6 +132,10 @@ class RunValidator:
         """The run's GPUs (an attempt's share): a validation grades on them."""
         self.run_group = run_group
         """The run's cgroup, read at each call: its grader draws on the run's budget."""
+        self.disk_mb = disk_mb
+        """The run's `--disk`: its grader's scratch quota follows it (0: none)."""
+        self.on_root_outside = on_root_outside
+        """Told (what, why) where the grader ran as root outside: the run says it once."""
         self.hidden = HiddenText(task.hidden_paths())
         """What the evaluator says is checked against, before the agent reads it."""
         self._one_at_a_time = asyncio.Lock()
@@ -211,7 +217,10 @@ class RunValidator:
             timeout_s=limit,
             gpus=self.gpus,
             run_group=self.run_group(),
+            disk_mb=self.disk_mb,
         )
+        if self.on_root_outside is not None and "root_outside" in outcome.details:
+            self.on_root_outside("the grader's sandbox", str(outcome.details["root_outside"]))
         scored = outcome.ok and not outcome.violations
         score = outcome.score if scored and split == "validation" else None
         metric = self.task.metric

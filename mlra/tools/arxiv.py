@@ -32,7 +32,7 @@ from urllib.parse import urlencode, urlsplit
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.tools.fetch import landing
-from mlra.tools.fetch.box import FetchBox, confinement
+from mlra.tools.fetch.box import FetchBox, confinement, root_outside_of
 from mlra.tools.fetch.https import Got, https_get
 from mlra.tools.fetch.policy import FetchPolicy
 from mlra.tools.fetched import Fetched
@@ -186,6 +186,7 @@ class ArxivTool:
             hide=ctx.sandbox.spec.hide_paths,
             read_only=[ca] if ca else [],
             file_limit_bytes=file_limit,
+            on_root_outside=root_outside_of(ctx, "a fetch step (an arXiv read)"),
         )
 
     async def _request(self, fn: Callable[[], Awaitable[T]], what: str, ctx: ToolContext) -> T:

@@ -31,7 +31,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from mlra.tools.fetch import landing
-from mlra.tools.fetch.box import FetchBox, confinement
+from mlra.tools.fetch.box import FetchBox, confinement, root_outside_of
 from mlra.tools.fetch.https import https_get
 from mlra.tools.fetch.policy import FetchPolicy, Target
 from mlra.tools.fetched import Fetched
@@ -172,6 +172,7 @@ class GithubClone(Tool[GithubCloneArgs]):
             hide=ctx.sandbox.spec.hide_paths,
             read_only=[ca] if ca else [],
             file_limit_bytes=max(cap, 1),
+            on_root_outside=root_outside_of(ctx, "a fetch step (the clone)"),
         )
         clone = _Clone(box, staging, plan.name, target, str(ca) if ca else None, cap, cap_said)
         try:

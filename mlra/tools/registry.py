@@ -43,6 +43,9 @@ class ToolContext:
     remaining_s: Callable[[], float] = lambda: float("inf")
     default_artifact: str | None = None
     """The artifact the task asks for (workspace-relative): what `submit` with no path hands in."""
+    root_outside: Callable[[str, str], object] | None = None
+    """Told (what, why) where a step mlra takes for the call outside the sandbox (a fetch
+    box) ran as root outside: the run says it once (agent/loop/root_outside.py)."""
     time_outs: list[TimeOut] = field(default_factory=list)
     """The time-outs this call's commands and waits run under (`time_out`): the run raises
     them with its deadline while the call runs (agent/loop/tool_step.py)."""

@@ -136,7 +136,7 @@ CHECK = (
     + """
 import json, sys
 artifact, root, out = (Path(a) for a in sys.argv[1:4])
-said = attack(out.parent, root / "hidden")
+said = attack(out.parent, Path(os.environ["HF_HOME"]) / "hub")  # the shared cache's
 exec(compile(artifact.read_text(), str(artifact), "exec"))  # the submission's own code
 out.write_text(json.dumps({"score": 1.0, "metrics": {
     "read_root_only": float("canary" in said), **metrics}}))
@@ -151,7 +151,12 @@ try:
     metrics["poisoned"] = 1.0
 except OSError:
     metrics["poisoned"] = 0.0
-(hub / "mine.txt").write_text("its own")  # into its own cache
+(hub.parent / "mine.txt").write_text("its own")  # into its own cache
+try:  # offline, the Hub's cache is the shared one, read-only: no mirror to write into
+    (hub / "mine.txt").write_text("its own")
+    metrics["wrote_hub"] = 1.0
+except OSError:
+    metrics["wrote_hub"] = 0.0
 metrics["read_token"] = 0.0
 for home in (hub.parent, Path(SHARED_DATASETS).parent):  # its own cache; the shared one
     try:
@@ -170,17 +175,19 @@ async def test_a_submission_the_grader_runs_is_confined_as_the_agent(
     run_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The grader's sandbox runs as a uid of its own: the submission's code holds that
-    uid's inotify instances, reads no root-only task file, and reads the shared Hugging
-    Face cache through its own mirror, which it may write but the cache not."""
+    uid's inotify instances, reads no root-only file of the shared cache it is shown (the
+    task's own files it reads whatever their mode: test_grader_sandbox.py), and reads the
+    shared Hugging Face cache through its own mirror, which it may write but the cache
+    not (offline, the Hub's part of it not even its mirror: it reads it as it is)."""
     task_dir = run_dir / "task"
     shutil.copytree(ANSWER_TASK, task_dir)
     toml = task_dir / "task.toml"
     toml.write_text(toml.read_text().replace('"answer.txt"', '"answer.py"'))
     (task_dir / "hidden" / "check.py").write_text(CHECK)
-    shutil.copy(_shown(run_dir) / "roots-only", task_dir / "hidden" / "roots-only")
     hf = _shown(run_dir) / "hf"
     (hf / "hub").mkdir(parents=True)
     (hf / "hub" / "model.txt").write_text("shared\n")
+    shutil.copy(_shown(run_dir) / "roots-only", hf / "hub" / "roots-only")  # 0600, root's
     (hf / "token").write_text("hf_secret\n")
     (hf / "token").chmod(0o644)  # as huggingface_hub leaves it
     monkeypatch.setenv("HF_HOME", str(hf))
@@ -205,11 +212,12 @@ async def test_a_submission_the_grader_runs_is_confined_as_the_agent(
         "poisoned": 0.0,
         "read_token": 0.0,
         "poisoned_datasets": 0.0,
+        "wrote_hub": 0.0,
     }
     assert (work / "script" / "made").stat().st_uid == uid
     _a_uid_of_its_own_now_free(uid)
     assert (hf / "hub" / "model.txt").read_text() == "shared\n"
-    assert not (hf / "hub" / "mine.txt").exists()
+    assert not (hf / "mine.txt").exists() and not (hf / "hub" / "mine.txt").exists()
     assert not (datasets / "poison.arrow").exists()
     assert not (work / "hf-caches").exists()  # its own cache is gone with it
     assert answer.stat().st_uid == 0  # the frozen copy is mlra's again

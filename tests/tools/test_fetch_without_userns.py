@@ -40,14 +40,18 @@ def test_a_fetch_step_runs_where_bubblewrap_refuses_unprivileged_uids() -> None:
             f'exec {real} "$@"\n'
         )
         refusing.chmod(0o755)
+        told: list[str] = []
         for n in (1, 2):  # the second learns it from the first, without a trial
             staging = root / f".fetch-{n}"
             staging.mkdir(mode=0o700)
-            box = FetchBox(staging, bwrap=str(refusing))
+            box = FetchBox(staging, bwrap=str(refusing), on_root_outside=told.append)
             script = "from pathlib import Path; Path('/workspace/got').write_text('cloned')"
             result = asyncio.run(box.run([shown_interpreter(), "-I", "-c", script], timeout_s=60))
             assert result.exit_code == 0, result.stderr
             assert (staging / "got").read_text() == "cloned"
             assert (staging / "got").stat().st_uid == 0  # mlra's, to hand to the workspace
+        # Each step tells why it ran as root outside (the run says it once of all of them:
+        # tests/tasks/test_grader_sandbox.py).
+        assert len(told) == 2 and all("No permissions to create new namespace" in t for t in told)
     finally:
         shutil.rmtree(root, ignore_errors=True)

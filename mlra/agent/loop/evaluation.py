@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from functools import partial
 
 from mlra import events as ev
 from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.loop.ending import Ending
+from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.setup.sandboxes import run_gpus
 from mlra.tasks.validation import RunValidator, best_kept
@@ -32,6 +34,8 @@ def run_validator(run: RunContext) -> RunValidator:
         isolation=run.config.isolation,
         gpus=run_gpus(run.task, run.config.gpus),
         run_group=lambda: run.sandbox.spec.run_group if run.sandbox is not None else None,
+        disk_mb=run.config.disk_mb,
+        on_root_outside=partial(tell_root_outside, run),
     )
     if run.config.attempt is not None:  # what it began with is not its own
         validator.inherited = dict(run.config.attempt.inherited)
@@ -168,6 +172,8 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
         isolation=run.config.isolation,
         restored_read_only=frozen.restored if frozen else None,
         gpus=run_gpus(run.task, run.config.gpus),
+        disk_mb=run.config.disk_mb,
+        on_root_outside=partial(tell_root_outside, run),
     )
     if run.state.sandbox is not None:
         finished.agent_isolation = run.state.sandbox.isolation
@@ -270,6 +276,8 @@ async def _grade_kept(run: RunContext, submission: ev.Submission) -> None:
         on_progress=run.emit,
         isolation=run.config.isolation,
         gpus=run_gpus(run.task, run.config.gpus),
+        disk_mb=run.config.disk_mb,
+        on_root_outside=partial(tell_root_outside, run),
     )
     if run.state.sandbox is not None:
         finished.agent_isolation = run.state.sandbox.isolation

@@ -25,12 +25,14 @@ clock's: time paused does not count.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 from typing import Any
 
 from mlra import events as ev
 from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.controls import Breakpoint, Decision
+from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.unlogged import UnloggedWatcher
 from mlra.agent.metrics.run_metrics import RunMetrics
@@ -202,6 +204,7 @@ class ToolStep:
             default_timeout_s=run.config.command_timeout_s,
             remaining_s=run.clock.remaining,
             default_artifact=run.task.evaluator.artifact,
+            root_outside=partial(tell_root_outside, run),
         )
         took = _Stopwatch(run)
         self._in_flight[call.id] = ctx

@@ -10,11 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
 from mlra import events as ev
 from mlra.agent.record.attempt_tree import AttemptTree
 from mlra.agent.record.experiments import ExperimentTable
+from mlra.agent.record.regrades import Regrade, regrade_of
 from mlra.agent.record.run_limits import RunLimits
 from mlra.tools.jobs import JobRecord
 
@@ -28,24 +27,6 @@ Phase = Literal[
     "stopped",
     "error",
 ]
-
-
-class Regrade(BaseModel):
-    """A grading after the run (`mlra eval`): what was graded, when, by whom, and the
-    outcome; kept beside the run's own result, which it never replaces."""
-
-    artifact: str
-    graded: str | None = None
-    """What the evaluator read: the frozen submission, or a copy of a workspace path."""
-    sha256: str | None = None
-    by: str
-    at: float
-    """When it finished (seconds since the epoch)."""
-    ok: bool
-    metric: str
-    score: float | None = None
-    normalized_score: float | None = None
-    error: str | None = None
 
 
 BASELINE_READS_NO_MESSAGES = "the baseline agent follows its recipe and reads no messages"
@@ -100,6 +81,8 @@ class RunState:
     forked_from: str | None = None
     worker_alone: ev.WorkerAloneReason | None = None  # why it took the task whole; None: not
     log_shortened: str | None = None  # the log neared its size budget: that notice
+    root_outside: str | None = None
+    """The run's one `root_outside` notice (a sandbox of it ran as root outside), once said."""
     searches: bool = False  # over attempts (`--search`): its workers are its attempts' own
     ungraded: str = ""
     """Why this machine could not grade the task, run anyway (its config's `ungraded`)."""
@@ -339,6 +322,8 @@ class RunState:
                     self.jobs[event.job].ended = event
             case ev.Notice() if event.kind == "log_budget":
                 self.log_shortened = event.message
+            case ev.Notice() if event.kind == "root_outside":
+                self.root_outside = event.message
             case ev.Control():
                 self._apply_control(event)
             case ev.Submission():
@@ -353,7 +338,7 @@ class RunState:
                 self.evaluating = False
                 self.evaluation_progress = None
                 if self.regrading is not None:
-                    self.regrades.append(_regrade(self.regrading, event))
+                    self.regrades.append(regrade_of(self.regrading, event))
                     self.regrading = None
                 else:
                     self.evaluation = event
@@ -424,21 +409,6 @@ class RunState:
                 self.pending_approval = None
             if event.action == "edit" and event.call_id and event.arguments is not None:
                 self.edited_calls[event.call_id] = event.arguments
-
-
-def _regrade(started: ev.EvaluationStarted, finished: ev.EvaluationFinished) -> Regrade:
-    return Regrade(
-        artifact=started.artifact,
-        graded=started.graded,
-        sha256=started.sha256,
-        by=started.regrade_by or "",
-        at=finished.ts,
-        ok=finished.ok,
-        metric=finished.metric,
-        score=finished.score,
-        normalized_score=finished.normalized,
-        error=finished.error,
-    )
 
 
 def fold(events: list[ev.Event]) -> RunState:

@@ -32,6 +32,7 @@ from mlra.tasks.grading import grade, grade_artifact
 from mlra.tasks.spec import TaskError, find_task, load_task
 from mlra.tasks.success import with_direction
 from mlra.terminal_text import printable_line
+from mlra.tools.sandbox.run_uid import root_outside_words
 from mlra.tools.submission import artifact_digest, describe_error
 
 
@@ -137,8 +138,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
         stamp(event)
         print(f"grading: {progress_words(event)}", flush=True)  # escaped there
 
+    def root_outside(what: str, problem: str) -> None:
+        if state.root_outside is None:  # once a run, as the run itself says it
+            said = ev.Notice(
+                level="warning", kind="root_outside", message=root_outside_words(what, problem)
+            )
+            stamp(said)
+            print(printable_line(f"note: {said.message}"))
+
     out_dir = run_dir / "evaluation"
     gpus = run_gpus(task, started.config.get("gpus"))  # as the run graded, on this machine
+    disk_mb = started.config.get("disk_mb")  # its grader's quota follows the run's --disk
     if frozen is not None:
         assert submission is not None
         # `submission/submission`: the run folder's frozen copies keep the artifact's name,
@@ -161,6 +171,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             on_progress=progress,
             isolation=args.isolation,
             gpus=gpus,
+            disk_mb=disk_mb if isinstance(disk_mb, int) else None,
+            on_root_outside=root_outside,
         )
     else:
         print(printable_line(f"grading the workspace as it is now: {label}"))
@@ -174,6 +186,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
             on_progress=progress,
             isolation=args.isolation,
             gpus=gpus,
+            disk_mb=disk_mb if isinstance(disk_mb, int) else None,
+            on_root_outside=root_outside,
         )
     try:
         _, finished = asyncio.run(grading)

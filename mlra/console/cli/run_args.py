@@ -133,7 +133,7 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         metavar="SIZE",
         help="the workspace's disk quota (50g, or none; default: the task's disk_gb, else "
         "half the free space of the runs folder's disk beyond its reserve of max(2g, 5%%), "
-        "at most 200g)",
+        "at most 200g); given, also its grader's scratch folder's",
     )
     run.add_argument(
         "--snapshot-quota",

@@ -7,7 +7,8 @@ host read-only, only its scratch folder writable) with an environment built
 from scratch (no API keys), and its score is what the log and `result.json` record.
 The artifact is the agent's, so the evaluator is bounded as the agent's commands
 are: the task's memory (else the machine's default, /tmp and /dev/shm counted) and a
-disk quota on its scratch folder (the task's `disk_gb`, else grader_user.GRADER_DISK_MB),
+disk quota on its scratch folder (the run's `--disk`, else the task's `disk_gb`, else
+grader_user.GRADER_DISK_MB),
 both recorded in the outcome's details; as root it runs as a host uid of its own
 (grader_user.py).
 """
@@ -32,6 +33,7 @@ from pydantic import BaseModel, Field
 from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.lazy_load import load
+from mlra.tasks.evaluators.grader_files import TaskCopies
 from mlra.tasks.evaluators.grader_user import (
     Mirrors,
     disk_full_error,
@@ -53,7 +55,7 @@ from mlra.tasks.evaluators.stale import (
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import run_uid, trees
 from mlra.tools.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
-from mlra.tools.sandbox.default_limits import task_memory
+from mlra.tools.sandbox.default_limits import NO_LIMIT, task_memory
 from mlra.tools.sandbox.env import shown_interpreter
 from mlra.tools.sandbox.time_out import TimeOut
 
@@ -258,11 +260,14 @@ async def _flush_now_and_then(reader: ProgressReader) -> None:
         reader.flush()
 
 
-def _tidy(artifact: Path, mirrors: Mirrors | None) -> None:
-    """After the grader: the artifact is mlra's again, its own caches are gone."""
+def _tidy(artifact: Path, mirrors: Mirrors | None, copies: TaskCopies | None) -> None:
+    """After the grader: the artifact is mlra's again, its own caches and the copies of
+    the task's files it could not read are gone."""
     lend(artifact, None)
     if mirrors is not None:
         mirrors.remove()
+    if copies is not None:
+        copies.remove()
 
 
 async def run_evaluation(
@@ -276,6 +281,7 @@ async def run_evaluation(
     on_progress: Callable[[ev.EvaluationProgress], object] | None = None,
     gpus: str | None = None,
     run_group: RunGroup | None = None,
+    disk_mb: int | None = None,
 ) -> EvalOutcome:
     """Run the task's evaluator on `artifact` in a fresh, confined process.
 
@@ -296,6 +302,8 @@ async def run_evaluation(
     given, else to those the host's CUDA_VISIBLE_DEVICES names.
     `run_group`: a validating run's cgroup, the grader's parent: the grader holds what
     the agent made (a 400 MB answer), so it draws on the run's budget, not beside it.
+    `disk_mb`: the run's `--disk` (0: none; None: not given), which the grader's scratch
+    quota follows as the agent's workspace does (grader_user.grader_disk).
     """
     from mlra.tools.sandbox.gpu_inventory import host_gpus
     from mlra.tools.sandbox.local import LocalSandbox
@@ -316,11 +324,14 @@ async def run_evaluation(
     spec = evaluation_spec(task, artifact, env)
     spec.gpus = gpus if gpus is not None else host_gpus()
     spec.draw_on(run_group)
-    disk = grader_disk(task, work_dir)
-    spec.disk_mb, spec.limit_sources["disk_mb"] = disk.mb, disk.source
-    mirrors = None
+    disk = grader_disk(task, work_dir, disk_mb)
+    spec.disk_mb = disk.mb if disk.mb is not None else NO_LIMIT
+    spec.limit_sources["disk_mb"] = disk.source
+    mirrors, copies = None, None
     if run_uid.wanted() and isolation != "none":  # a uid of its own: the caches are root's
-        mirrors = await asyncio.to_thread(Mirrors.make, env, work_dir)
+        mirrors = await asyncio.to_thread(Mirrors.plan, env, work_dir)
+        copies = await asyncio.to_thread(TaskCopies.make, task.root, work_dir)
+        spec.read_only_over = dict(copies.over)
         # none of a cache read-write, nor a cache inside one (datasets' in HF_HOME's):
         # bubblewrap's later read-write bind would open it again over the read-only one
         spec.read_write = [p for p in spec.read_write if not mirrors.holds(p)]
@@ -332,6 +343,8 @@ async def run_evaluation(
         try:
             await box.start()
             await asyncio.to_thread(lend, artifact, box.host_uid)
+            if mirrors is not None:  # in the scratch folder as it now is: the grader's
+                await asyncio.to_thread(mirrors.build, box.host_uid)
         except SandboxError as exc:
             return EvalOutcome(
                 ok=False,
@@ -385,12 +398,16 @@ async def run_evaluation(
                 reader.close()
     finally:
         with contextlib.suppress(Exception):
+            await box.stop_processes()
+            if mirrors is not None:  # before the volume is carried back: not carried
+                await asyncio.to_thread(mirrors.remove)
+        with contextlib.suppress(Exception):
             await box.close()
         (work_dir / EVALUATOR_FILE).unlink(missing_ok=True)
-        await asyncio.to_thread(_tidy, artifact, mirrors)
+        await asyncio.to_thread(_tidy, artifact, mirrors, copies)
     write_after(log_path, result.output)
     outcome = _outcome_of(result, out, box, float(timeout), started)
-    if result.disk_full and not outcome.ok:
+    if result.disk_full and not outcome.ok and disk.mb is not None:
         outcome.error = f"{disk_full_error(disk)} ({outcome.error})"
     return outcome
 
@@ -400,6 +417,8 @@ def _outcome_of(
 ) -> EvalOutcome:
     """The evaluator's result, or why there is none."""
     details: dict[str, object] = {"isolation": box.isolation, "limits": limits_details(box)}
+    if box.root_outside is not None:  # the run says it once (agent/loop/root_outside.py)
+        details["root_outside"] = box.root_outside
     if result.notes:
         details["sandbox_notes"] = list(result.notes)
     if out.exists():

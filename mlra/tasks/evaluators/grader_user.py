@@ -21,13 +21,15 @@ from pathlib import Path
 
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import run_uid, trees
-from mlra.tools.sandbox.default_limits import Chosen, default_disk, task_disk
+from mlra.tools.sandbox.default_limits import Chosen, default_disk, disk_for, task_disk
 
 CACHE_VARS = ("HF_HOME", "HF_DATASETS_CACHE")
 MIRRORS = "hf-caches"
 """In the grader's scratch folder: its own Hugging Face caches (`Mirrors`)."""
 LOCK_SUFFIX = ".lock"
 """Not mirrored: locks are made afresh (a link to root's would not open for writing)."""
+HUB_DIRS = frozenset({"hub", "xet"})
+"""The Hub's caches in HF_HOME: linked whole, not mirrored, where the grading is offline."""
 TOKENS = ("token", "stored_tokens")
 """The Hub's tokens (a cache's own files of these names): no grader's business, so not
 mirrored, and masked where the cache itself is shown (huggingface_hub writes them
@@ -37,9 +39,13 @@ GRADER_DISK_MB = 10 * 1024
 datasets and an evaluator's outputs need, never half the disk."""
 
 
-def grader_disk(task: TaskSpec, work_dir: Path) -> Chosen:
-    """The grader's scratch quota: the task's `disk_gb` (as for the agent's workspace),
-    else GRADER_DISK_MB, and never more than the default a sandbox gets here."""
+def grader_disk(task: TaskSpec, work_dir: Path, asked_mb: int | None = None) -> Chosen:
+    """The grader's scratch quota: the run's `--disk` (`asked_mb`; 0: none), else the
+    task's `disk_gb`, as for the agent's workspace (agent/setup/run_setup.py
+    `limit_choices`), else GRADER_DISK_MB, never more than the default a sandbox gets here."""
+    if asked_mb is not None:
+        source = "the run's --disk" if asked_mb else "the run's --disk none: no quota"
+        return disk_for(asked_mb, source, work_dir)
     if task.resources.disk_gb:
         return task_disk(int(task.resources.disk_gb * 1024), work_dir)
     machine = default_disk(work_dir)
@@ -58,7 +64,15 @@ def disk_full_error(disk: Chosen) -> str:
 @dataclass
 class Mirrors:
     """The grader's own Hugging Face caches: `env`'s cache variables, each mirrored in
-    `root` (a folder of the scratch folder), the originals to be shown read-only."""
+    `root` (a folder of the scratch folder), the originals to be shown read-only.
+
+    `plan` only decides (before the sandbox starts, no walk); `build` makes the mirror
+    in the scratch folder once it is the grader's (its volume mounted, handed to its
+    uid), so it is neither carried onto the volume, nor handed over entry by entry, nor
+    carried back: it is removed before the sandbox closes (`remove`). Where the grading
+    is offline, the Hub's caches (`hub`, `xet`) are not mirrored at all but linked whole:
+    huggingface_hub reads an offline cache without writing to it (no lock, no ref), so
+    the walk is only the datasets cache's and the small rest, whatever the models."""
 
     root: Path
     originals: list[Path] = field(default_factory=list)
@@ -66,9 +80,11 @@ class Mirrors:
     """The caches' token files, masked in the grader's sandbox."""
     relative: dict[str, str] = field(default_factory=dict)
     """Cache variable -> its mirror, relative to the scratch folder."""
+    planned: list[tuple[Path, Path, frozenset[str]]] = field(default_factory=list)
+    """(original, its mirror, its top-level folders linked whole) for `build`."""
 
     @classmethod
-    def make(cls, env: dict[str, str], work_dir: Path) -> Mirrors:
+    def plan(cls, env: dict[str, str], work_dir: Path) -> Mirrors:
         made = cls(work_dir / MIRRORS)
         trees.remove_tree(made.root, ignore_errors=True)  # a former grading's
         home = env.get("HF_HOME")
@@ -83,11 +99,21 @@ class Mirrors:
                 made.relative[name] = f"{made.relative['HF_HOME']}/{rel.as_posix()}"
                 continue
             target = made.root / name.lower()
-            _mirror(source, target)
+            whole = HUB_DIRS if name == "HF_HOME" and offline(env) else frozenset()
+            made.planned.append((source, target, whole))
             made.originals.append(source)
             made.secrets += [source / t for t in TOKENS if (source / t).exists()]
             made.relative[name] = target.relative_to(work_dir).as_posix()
         return made
+
+    def build(self, owner: int | None) -> None:
+        """Make the mirrors, their folders `owner`'s (the grader's uid; None: mlra's)."""
+        if not self.planned:
+            return
+        self.root.mkdir(exist_ok=True)
+        _own(str(self.root), owner)
+        for source, target, whole in self.planned:
+            _mirror(str(source), str(target), whole, owner)
 
     def holds(self, path: Path | str) -> bool:
         """Whether `path` is one of the mirrored caches or inside one."""
@@ -103,24 +129,48 @@ class Mirrors:
         trees.remove_tree(self.root, ignore_errors=True)
 
 
-def _mirror(source: Path, target: Path) -> None:
-    """A folder for each folder of `source`, a link for each file (a link as it is)."""
-    target.mkdir(parents=True, exist_ok=True)
-    for folder, dirs, files in os.walk(source, followlinks=False):
-        here = target / os.path.relpath(folder, source)
-        for name in dirs:
-            full = os.path.join(folder, name)
-            with contextlib.suppress(OSError):
-                if os.path.islink(full):
-                    os.symlink(os.readlink(full), here / name)
-                else:
-                    (here / name).mkdir()
-        for name in files:
-            if name.endswith(LOCK_SUFFIX) or (name in TOKENS and folder == str(source)):
-                continue
-            full = os.path.join(folder, name)
-            with contextlib.suppress(OSError):
-                os.symlink(os.readlink(full) if os.path.islink(full) else full, here / name)
+def offline(env: dict[str, str]) -> bool:
+    """Whether huggingface_hub runs offline with `env` (as it reads HF_HUB_OFFLINE)."""
+    return env.get("HF_HUB_OFFLINE", "").upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _own(path: str, owner: int | None) -> None:
+    if owner is not None:
+        os.lchown(path, owner, owner)
+
+
+def _mirror(source: str, target: str, whole: frozenset[str], owner: int | None) -> None:
+    """A folder for each folder of `source` (`owner`'s), a link for each file (a link as
+    it is); at the top, the folders named in `whole` one link each. Walked with scandir
+    and links made relative to the folder's descriptor: one pass, a few system calls an
+    entry."""
+    todo = [(source, target, True)]
+    while todo:
+        src, dst, top = todo.pop()
+        try:
+            os.mkdir(dst)
+            _own(dst, owner)
+            fd = os.open(dst, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            with os.scandir(src) as entries:
+                for entry in entries:
+                    name = entry.name
+                    with contextlib.suppress(OSError):
+                        if entry.is_symlink():
+                            os.symlink(os.readlink(entry.path), name, dir_fd=fd)
+                        elif entry.is_dir(follow_symlinks=False):
+                            if top and name in whole:
+                                os.symlink(entry.path, name, dir_fd=fd)
+                            else:
+                                todo.append((entry.path, f"{dst}/{name}", False))
+                        elif not (name.endswith(LOCK_SUFFIX) or (top and name in TOKENS)):
+                            os.symlink(entry.path, name, dir_fd=fd)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
 
 
 def lend(artifact: Path, uid: int | None) -> None:

@@ -31,12 +31,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.env import shown_interpreter
 from mlra.tools.sandbox.runner import finish_despite_cancel
+
+if TYPE_CHECKING:
+    from mlra.tools.registry import ToolContext
 
 RUNNER = Path(__file__).resolve().parent / "runner.py"
 STDOUT_LIMIT = 2 * 1024 * 1024
@@ -48,6 +52,12 @@ TMPFS_MB = 64
 """/tmp and /dev/shm (RAM) where bubblewrap can size them: a step writes to its folder."""
 WATCH_INTERVAL_S = 0.2
 KILL_WAIT_S = 5.0
+
+
+def root_outside_of(ctx: ToolContext, what: str) -> Callable[[str], object] | None:
+    """A fetch box's `on_root_outside` for a tool call: the run is told once."""
+    said = ctx.root_outside
+    return None if said is None else functools.partial(said, what)
 
 
 class FetchUnconfined(SandboxError):
@@ -78,9 +88,9 @@ def _bwrap_problem(binary: str) -> str | None:
         return bw.probe(argv)
 
 
-_AS_OWN_UID: dict[str, bool] = {}
-"""Whether bubblewrap (by binary) starts as a claimed uid here: a host's setting, learnt
-by the first step that claims one (FetchBox._claim)."""
+_ROOT_OUTSIDE: dict[str, str | None] = {}
+"""Why bubblewrap (by binary) cannot start as a claimed uid here, None where it can: a
+host's setting, learnt by the first step that claims one (FetchBox._claim)."""
 
 
 def confinement(allow_unconfined: bool) -> str | None:
@@ -127,14 +137,20 @@ class FetchBox:
         hide: Sequence[Path] = (),
         read_only: Sequence[Path] = (),
         file_limit_bytes: int | None = None,
+        on_root_outside: Callable[[str], object] | None = None,
     ) -> None:
         """`bwrap` from `confinement()`; None runs unconfined. `hide`: host paths masked
-        even where the OS's or Python's folders would show them (hidden task files)."""
+        even where the OS's or Python's folders would show them (hidden task files).
+        `on_root_outside` is told why, each time a step runs as root outside (the run
+        says it once: agent/loop/root_outside.py)."""
         self.folder = folder.resolve()
         self.bwrap = bwrap
         self.hide = list(hide)
         self.read_only = [p for p in [RUNNER, *read_only] if p.exists()]
         self.file_limit_bytes = file_limit_bytes
+        self.on_root_outside = on_root_outside
+        self.root_outside: str | None = None
+        """Why the last step ran as root outside (FetchBox._claim), or None."""
         self._prlimit = shutil.which("prlimit", path="/usr/bin:/bin")
 
     @property
@@ -187,20 +203,26 @@ class FetchBox:
         or the read still works."""
         if self.bwrap is None or not run_uid.wanted():
             return None
-        if _AS_OWN_UID.get(self.bwrap) is False:
+        self.root_outside = _ROOT_OUTSIDE.get(self.bwrap)
+        if self.root_outside is not None:
             return None
+        return self._own_uid()
+
+    def _own_uid(self) -> run_uid.UidClaim | None:
+        assert self.bwrap is not None
         try:
             user = run_uid.claim()
         except OSError as exc:
             raise FetchUnconfined(f"no uid of its own for the fetch's sandbox: {exc}") from None
         try:
             run_uid.hand_tree(self.folder, user.uid, user.gid)
-            if self.bwrap not in _AS_OWN_UID:  # tried once a process, as the first step's user
-                _AS_OWN_UID[self.bwrap] = bw.probe(self._argv(["true"], user)) is None
+            if self.bwrap not in _ROOT_OUTSIDE:  # tried once a process, as the first step's user
+                _ROOT_OUTSIDE[self.bwrap] = bw.probe(self._argv(["true"], user))
         except OSError:
             user.release()
             raise
-        if not _AS_OWN_UID[self.bwrap]:
+        self.root_outside = _ROOT_OUTSIDE[self.bwrap]
+        if self.root_outside is not None:
             self._give_back(user)
             return None
         return user
@@ -232,6 +254,8 @@ class FetchBox:
             scratch = tempfile.mkdtemp(prefix="mlra-fetch-home-")
             home = scratch
         user = await asyncio.to_thread(self._claim)
+        if self.root_outside is not None and self.on_root_outside is not None:
+            self.on_root_outside(self.root_outside)
         try:
             argv = self._argv(command, user)
             return await self._run(argv, home, timeout_s, stdin_fd, watch)

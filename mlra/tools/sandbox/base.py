@@ -128,6 +128,9 @@ def read_only_mounts(workspace: Path, files: Mapping[str, Path]) -> list[tuple[s
 
 class Sandbox(abc.ABC):
     kind: str = "abstract"
+    root_outside: str | None = None
+    """Once started: why bubblewrap could not start as a uid of the sandbox's own, so its
+    user is root outside it (run_uid.become); None where it has its own, or needs none."""
 
     def __init__(self, workspace: Path, spec: SandboxSpec) -> None:
         self.workspace = workspace.resolve()

@@ -274,6 +274,7 @@ def bwrap_argv(
     hide: Iterable[Path] = (),
     prefix: Sequence[str] = (),
     read_only_files: Mapping[str, Path] | None = None,
+    read_only_over: Mapping[Path, Path] | None = None,
     tmp_mb: int | None = None,
     shm_mb: int | None = None,
     resolv_conf: Path | None = None,
@@ -287,6 +288,9 @@ def bwrap_argv(
     `read_only_files` (workspace-relative path -> the task's original) are shown over
     the workspace read-only; the original, not the workspace's copy, so no link the
     agent leaves in the workspace can choose what is mounted.
+
+    `read_only_over` (host path -> a copy) shows each copy read-only over the path,
+    after the binds that show the path itself (SandboxSpec.read_only_over).
 
     `resolv_conf` is shown over the host's (where its link leads): a network task's
     own namespace has its own DNS server (netns.py).
@@ -350,6 +354,8 @@ def bwrap_argv(
             if shown.exists():
                 real = str(shown.resolve())
                 argv += [flag, real, real]
+    for over, copy in (read_only_over or {}).items():
+        argv += ["--ro-bind", str(copy), str(over)]
     shown_roots = [*roots, *(Path(p).resolve() for p in [*read_only, *read_write])]
     on_path = [Path(e) for e in sys.path if Path(e).name in PACKAGE_DIRS]  # /usr's too
     masks = {Path(path).resolve() for path in hide}

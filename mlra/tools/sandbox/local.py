@@ -285,14 +285,14 @@ class LocalSandbox(Sandbox):
             running.resume()
 
     def _become_own_user(self) -> list[str]:
-        """As root: claim a uid, hand it the workspace and try bubblewrap as it (the
-        notices where it could not: run_uid.become)."""
+        """As root: claim a uid, hand it the workspace and try bubblewrap as it; where it
+        could not, `root_outside` says why (the run says it once: a typed notice)."""
         if not (self._own_uid and run_uid.wanted()):
             return []
-        self._user, notices = run_uid.become(
+        self._user, self.root_outside = run_uid.become(
             self.workspace, bw.gpu_nodes(self.spec.gpus), self._probe_as
         )
-        return notices
+        return []
 
     def _probe_as(self, user: run_uid.UidClaim) -> str | None:
         self._user = user  # the trial command's argv runs as the sandbox's user
@@ -421,6 +421,7 @@ class LocalSandbox(Sandbox):
             hide=self.spec.hide_paths,
             prefix=self._limits.inside_prefix(self._prlimit),
             read_only_files=self.spec.read_only_files,
+            read_only_over=self.spec.read_only_over,
             tmp_mb=self._limits.tmp_mb,
             shm_mb=self._limits.shm_mb,
             resolv_conf=own.resolv_conf if own else None,

@@ -373,11 +373,11 @@ def _reachable(path: str, *, executable: bool = False) -> bool:
 
 def become(
     workspace: Path, gpu_nodes: Sequence[str], probe: Callable[[UidClaim], str | None]
-) -> tuple[UidClaim | None, list[str]]:
+) -> tuple[UidClaim | None, str | None]:
     """A sandbox's own user: claim a uid, hand it the workspace and try bubblewrap as it
     (`probe`: a trial command as that user, None where it ran). Where it cannot start so, the
     claim is given back, the workspace is root's again and the sandbox's user is root
-    outside, as the notice returned says."""
+    outside: the second value says why (for the run's `root_outside` notice)."""
     user: UidClaim | None = None
     try:
         user = claim()
@@ -388,15 +388,25 @@ def become(
     except OSError as exc:
         problem = str(exc)
     if problem is None:
-        return user, []
+        return user, None
     if user is not None:
         user.release()
     if workspace.is_dir():
         hand_tree(workspace, 0, 0)
-    return None, [
-        f"bubblewrap could not start as a uid of its own ({problem}), so the sandbox's "
-        "user is root outside it: its inotify instances count against root's"
-    ]
+    return None, problem
+
+
+def root_outside_words(what: str, problem: str) -> str:
+    """The one notice a run gets where a sandbox of it (`what` fell back first) could
+    not start as a uid of its own: the host's setting, so the others fall back too."""
+    return (
+        f"bubblewrap could not start as a uid of its own here ({problem}), so {what} ran as "
+        "root outside it, still confined by bubblewrap; so do the agent's sandbox, the "
+        "grader's and each fetch step (a clone, an arXiv read) on this host: their inotify "
+        "instances and files are root's, and root-only files of the folders they are shown "
+        "are readable to them. Allow unprivileged user namespaces (on Ubuntu 24.04, "
+        "AppArmor's kernel.apparmor_restrict_unprivileged_userns) to give each its own uid"
+    )
 
 
 def hand_tree(root: Path, uid: int, gid: int) -> None:

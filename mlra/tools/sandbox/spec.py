@@ -28,6 +28,10 @@ class SandboxSpec:
     """Workspace-relative path -> the task's original file or folder, shown there
     read-only over the workspace (a task's `[files] read_only`): a command's write fails
     with the OS's error, and the file tools refuse it."""
+    read_only_over: dict[Path, Path] = field(default_factory=dict)
+    """Host path shown -> what is shown there instead, read-only: a copy mlra made that
+    the sandbox's uid may read where the original is closed to it (the grader's copies
+    of a task's 0600 files, tasks/evaluators/grader_files.py)."""
     memory_mb: int | None = None
     """For all the commands together (their /tmp and /dev/shm counted where the sandbox
     can): None for this machine's default (tools/sandbox/default_limits.py), 0 for none."""

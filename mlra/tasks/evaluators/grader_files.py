@@ -1,0 +1,106 @@
+"""The task's files the grader's own uid could not read, copied for it by mlra.
+
+As root the grader runs as a uid claimed for it (grader_user.py), which reads the task
+folder as any user would: a hidden file the task's author left 0600 (a checker's
+answers, a script written with a tight umask) is `Permission denied` to it, and the
+grading fails on the task's own files. mlra never changes the user's files in place
+(no chmod, no chown of the task folder); it copies each file or folder the grader could
+not read into a folder beside the grading's scratch folder, readable by all but
+writable by none and inside the run folder (0700), and the sandbox shows each copy
+read-only over its original (`SandboxSpec.read_only_over`). The submission's code runs
+as the same uid, so the copies are never in the scratch folder, which is that uid's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mlra.tools.sandbox import trees
+
+OTHERS_READ = stat.S_IROTH
+OTHERS_ENTER = stat.S_IROTH | stat.S_IXOTH
+
+
+@dataclass
+class TaskCopies:
+    """Readable copies of the task's unreadable files, in `folder`, each shown over its
+    original (`over`: original -> copy) while the grader runs."""
+
+    folder: Path
+    over: dict[Path, Path] = field(default_factory=dict)
+
+    @classmethod
+    def make(cls, task_root: Path, work_dir: Path) -> TaskCopies:
+        made = cls(work_dir.with_name(f"{work_dir.name}-task-files"))
+        made.remove()  # a former grading's
+        for original in unreadable(task_root.resolve()):
+            copy = made.folder / str(len(made.over))
+            try:
+                made.folder.mkdir(mode=0o755, exist_ok=True)
+                if original.is_dir():
+                    shutil.copytree(original, copy, symlinks=True)
+                    for entry in [copy, *copy.rglob("*")]:
+                        _readable(entry)
+                else:
+                    shutil.copyfile(original, copy, follow_symlinks=False)
+                    _readable(copy, executable=bool(original.stat().st_mode & stat.S_IXUSR))
+            except (OSError, shutil.Error):
+                # Not copied (the disk is full, it went): the grader meets the original's
+                # `Permission denied`, and the evaluator's error names the file.
+                trees.remove_tree(copy, ignore_errors=True)
+                continue
+            made.over[original] = copy
+        return made
+
+    def remove(self) -> None:
+        trees.remove_tree(self.folder, ignore_errors=True)
+
+
+def unreadable(root: Path) -> list[Path]:
+    """What of `root` a user with no claim on it could not read: a regular file others may
+    not read, a folder others may not list and enter (taken whole, not entered). Links
+    are left as they are (what they lead to is shown or not as it would be)."""
+    if _mode(root) & OTHERS_ENTER != OTHERS_ENTER:
+        return [root]
+    found: list[Path] = []
+    todo = [root]
+    while todo:
+        folder = todo.pop()
+        with contextlib.suppress(OSError), os.scandir(folder) as entries:
+            for entry in entries:
+                try:
+                    mode = entry.stat(follow_symlinks=False).st_mode
+                except OSError:
+                    continue
+                if stat.S_ISDIR(mode):
+                    if mode & OTHERS_ENTER != OTHERS_ENTER:
+                        found.append(Path(entry.path))
+                    else:
+                        todo.append(Path(entry.path))
+                elif stat.S_ISREG(mode) and not mode & OTHERS_READ:
+                    found.append(Path(entry.path))
+    return sorted(found)
+
+
+def _mode(path: Path) -> int:
+    try:
+        return os.stat(path).st_mode
+    except OSError:
+        return 0o755  # gone: the evaluator says what is missing
+
+
+def _readable(path: Path, *, executable: bool = False) -> None:
+    """Readable by all, writable by none (a folder also enterable, a program runnable)."""
+    if path.is_symlink():
+        return
+    st = path.stat()
+    if stat.S_ISDIR(st.st_mode):
+        path.chmod(0o555)
+    else:
+        runnable = executable or bool(st.st_mode & stat.S_IXUSR)
+        path.chmod(0o555 if runnable else 0o444)
