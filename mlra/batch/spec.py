@@ -131,23 +131,42 @@ SAME_RUNS = ("tasks", "models", "seeds")
 """What decides which runs a batch folder holds: a later batch on it includes them all."""
 
 
-def keep_spec(out: Path, spec: BatchSpec) -> None:
+class KeptSpec(BatchSpec):
+    """The spec as its batch folder keeps it (`batch.json`), with the names its tasks
+    resolved to: a run's id is keyed by its task's name (batch/run_ids.py), not by the
+    words that named the task, so these are what say which runs the folder holds."""
+
+    task_names: list[str] | None = None
+    """None in a folder an earlier mlra made: its typed tasks are resolved again."""
+
+
+def keep_spec(out: Path, spec: BatchSpec, tasks: list[BatchTask]) -> None:
     """Write the spec to the batch folder, refusing one that leaves out runs the folder
     was made for (a task, a model, a seed of its spec): its report would mix them in
     unsaid (a newcomer's `--models baseline --seeds 3` on a folder of two models' runs
     said `3/3 finished` over a report of 5 runs). A spec that holds them all carries the
     batch on or grows it (one more seed, another model); other settings (parallel,
-    executor, attempts) may change between its sessions."""
+    executor, attempts) may change between its sessions. Tasks compare as `tasks`
+    (`load_tasks`) resolved them: `b,a` is `a,b`, and a folder given by another path,
+    or a built-in task by its folder, is the same task, while one path naming another
+    task from another directory is not."""
     path = out / SPEC_FILE
     try:
-        earlier = BatchSpec.model_validate_json(path.read_bytes())
+        earlier = KeptSpec.model_validate_json(path.read_bytes())
     except (OSError, ValidationError, ValueError):
         earlier = None  # a new folder, or a spec from an mlra that wrote it otherwise
+    names = [task.name for task in tasks]
     if earlier is not None:
+        was: dict[str, object] = {
+            "tasks": earlier.task_names or [_task_name(t) for t in earlier.tasks],
+            "models": earlier.models,
+            "seeds": earlier.seeds,
+        }
+        now: dict[str, object] = {"tasks": names, "models": spec.models, "seeds": spec.seeds}
         changed = [
-            f"{name} {_listed(getattr(earlier, name))} -> {_listed(getattr(spec, name))}"
+            f"{name} {_listed(was[name])} -> {_listed(now[name])}"
             for name in SAME_RUNS
-            if not _covers(getattr(spec, name), getattr(earlier, name))
+            if not _covers(now[name], was[name])
         ]
         if changed:
             raise BatchError(
@@ -155,7 +174,18 @@ def keep_spec(out: Path, spec: BatchSpec) -> None:
                 "its report would mix them in: give another --out, or a batch that "
                 "includes them"
             )
-    path.write_text(spec.model_dump_json(indent=2) + "\n", encoding="utf-8")
+    kept = KeptSpec.model_validate({**spec.model_dump(), "task_names": names})
+    path.write_text(kept.model_dump_json(indent=2) + "\n", encoding="utf-8")
+
+
+def _task_name(typed: str) -> str:
+    """The name a task given as `typed` has, where it still loads from here."""
+    from mlra.tasks.spec import TaskError, find_task
+
+    try:
+        return find_task(typed).name
+    except TaskError:
+        return typed
 
 
 def _covers(new: object, old: object) -> bool:
@@ -165,7 +195,7 @@ def _covers(new: object, old: object) -> bool:
 
 
 def _listed(value: object) -> str:
-    return ",".join(value) if isinstance(value, list) else str(value)
+    return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
 
 class Resources(BaseModel):

@@ -118,10 +118,9 @@ class MlraApp(RunControlKeys, NoteKeys, App[int]):
         return [*super().get_line_filters(), self._no_controls]
 
     def compose(self) -> ComposeResult:
-        center = [AttemptsPane(id="attempts"), TranscriptPane(id="transcript")]
-        yield from run_screen(
-            status=StatusBar(id="status"), center=center, files_source=self.files_source
-        )
+        center = [AttemptsPane(host=self, id="attempts"), TranscriptPane(id="transcript")]
+        status, files = StatusBar(id="status"), self.files_source
+        yield from run_screen(status=status, center=center, files_source=files, host=self)
 
     def on_mount(self) -> None:
         self._layout(self.size.width)

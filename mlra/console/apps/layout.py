@@ -18,6 +18,7 @@ from textual.widget import Widget
 from mlra.console.panes.experiments import ExperimentsPane
 from mlra.console.panes.files import FileSource, FilesPane
 from mlra.console.panes.footer import KeyFooter
+from mlra.console.panes.host import PaneHost
 from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 
@@ -27,9 +28,11 @@ def run_screen(
     status: Widget,
     center: Iterable[Widget],
     files_source: FileSource | None,
+    host: PaneHost,
 ) -> ComposeResult:
     """Status line; Plan, Experiments and Resources on the left; the app's own
-    `center` (attempts and transcript) in the middle; Files on the right; the keys."""
+    `center` (attempts and transcript) in the middle; Files on the right; the keys.
+    `host` is the app, as the panes that read it see it."""
     yield status
     with Horizontal(id="body"):
         with Vertical(id="left"):
@@ -38,5 +41,5 @@ def run_screen(
             yield ResourcesPane(id="resources")
         with Vertical(id="center"):
             yield from center
-        yield FilesPane(files_source, id="files")
+        yield FilesPane(files_source, host=host, id="files")
     yield KeyFooter()

@@ -95,11 +95,14 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
     def compose(self) -> ComposeResult:
         center = [
             VerdictPanel(id="verdict"),
-            ReplayAttemptsPane(id="attempts"),
+            ReplayAttemptsPane(host=self, id="attempts"),
             ReplayTranscript(id="transcript"),
         ]
         yield from run_screen(
-            status=ReplayStatusBar(id="status"), center=center, files_source=self.files_source
+            status=ReplayStatusBar(id="status"),
+            center=center,
+            files_source=self.files_source,
+            host=self,
         )
 
     def on_mount(self) -> None:

@@ -149,7 +149,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
     check_writable_dir(out, "--out")
     try:
         names = run_names(out)  # the folder's key, made now for a new batch
-        batch_spec.keep_spec(out, spec)  # refused where it holds other tasks, models, seeds
+        batch_spec.keep_spec(out, spec, tasks)  # refused where it holds other tasks, models, seeds
     except BatchError as exc:
         raise UsageError(str(exc)) from None
     runs = expand(spec, names, tasks)

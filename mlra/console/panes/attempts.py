@@ -13,7 +13,6 @@ messaging, each recorded by the run controller as a `control` event.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import ClassVar, Unpack
 
 from rich.text import Text
@@ -26,6 +25,7 @@ from mlra.agent.record.attempt_tree import AttemptNode, AttemptTree
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.state import RunState
 from mlra.console.panes import WidgetOptions
+from mlra.console.panes.host import PaneHost
 from mlra.console.text.heartbeat import AttemptProgress
 from mlra.console.text.keymap import ATTEMPT_KEYS, ATTEMPT_VIEW_KEYS, Key
 from mlra.durations import format_duration
@@ -158,29 +158,30 @@ class AttemptAction(Message):
 
 class AttemptsPane(OptionList):
     """The live console's pane: its keys read and steer. A running attempt's line says
-    how it does, read from its own log as it grows (the app's `run_dir`)."""
+    how it does, read from its own log as it grows (in the host's `run_dir`)."""
 
     BINDINGS: ClassVar[list[BindingType]] = _bindings(ATTEMPT_KEYS)
     follows_progress: ClassVar[bool] = True
 
-    def __init__(self, **kwargs: Unpack[WidgetOptions]) -> None:
+    def __init__(self, *, host: PaneHost | None = None, **kwargs: Unpack[WidgetOptions]) -> None:
         super().__init__(**kwargs)
+        self.host = host
+        """The console showing the run: its folder, its state, whether it steers it."""
         self._attempt_ids: list[str] = []
         self._attempt_lines: list[Text] = []
         self._attempt_view: tuple[RunState, float] | None = None
         self._progress: dict[str, AttemptProgress] = {}
 
     def _running_progress(self, tree: AttemptTree) -> dict[str, str]:
-        run_dir = getattr(self.app, "run_dir", None)
-        if not self.follows_progress or not isinstance(run_dir, Path):
+        run_dir = self.host.run_dir if self.host is not None else None
+        if not self.follows_progress or run_dir is None:
             return {}
-        root = run_dir.resolve()
         said: dict[str, str] = {}
         for node in tree.running:
             log = self._progress.get(node.id)
             if log is None:
-                folder = (root / node.started.folder).resolve()
-                if not folder.is_relative_to(root) or folder == root:
+                folder = node.folder_in(run_dir)
+                if folder is None:
                     continue  # as the run's log names it, never a folder out of the run's
                 log = self._progress[node.id] = AttemptProgress(folder / EVENTS_FILE)
             said[node.id] = log.progress(0)
@@ -252,13 +253,11 @@ class AttemptsPane(OptionList):
         ended run, or while it is graded, their keys are not the pane's (x still expands
         a call)."""
         if action in ("stop", "promote", "message"):
-            app = self.app
-            state = getattr(app, "state", None)
-            ended = state is not None and (
-                getattr(state, "finished", None) is not None
-                or getattr(state, "phase", None) == "evaluating"
-            )
-            return getattr(app, "controller", None) is not None and not ended
+            host = self.host
+            if host is None or host.controller is None:
+                return False
+            state = host.state
+            return state.finished is None and state.phase != "evaluating"
         return True
 
     def _ask(self, action: str) -> None:

@@ -23,6 +23,7 @@ from textual.widgets import Static, Tree
 from textual.widgets.tree import TreeNode
 
 from mlra.console.panes import WidgetOptions
+from mlra.console.panes.host import PaneHost
 from mlra.terminal_text import printable, printable_line
 from mlra.tools.sandbox.base import FileInfo
 
@@ -92,9 +93,17 @@ class FilesTree(Tree[FileInfo]):
 
 
 class FilesPane(Vertical):
-    def __init__(self, source: FileSource | None = None, **kwargs: Unpack[WidgetOptions]) -> None:
+    def __init__(
+        self,
+        source: FileSource | None = None,
+        *,
+        host: PaneHost | None = None,
+        **kwargs: Unpack[WidgetOptions],
+    ) -> None:
         super().__init__(**kwargs)
         self.source = source
+        self.host = host
+        """The console showing the run: whether it is a search names the pane."""
         self._tree_nodes: dict[str, TreeNode[FileInfo]] = {}
         self._infos: dict[str, FileInfo] = {}
         self._selected: str | None = None
@@ -162,7 +171,7 @@ class FilesPane(Vertical):
         if subtitle != self.border_subtitle:  # setting it repaints the pane, same or not
             self.border_subtitle = subtitle
         # A search's own workspace stays as the task gave it: its attempts work in theirs.
-        searching = bool(getattr(getattr(self.app, "state", None), "attempts", None))
+        searching = self.host is not None and bool(self.host.state.attempts)
         title = SEARCH_TITLE if searching else "Files"
         if title != self.border_title:
             self.border_title = title

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol
 
 from textual.app import App
@@ -20,8 +19,8 @@ from textual.app import App
 from mlra.agent.loop.attempts import AttemptRefused
 from mlra.agent.record.attempt_tree import AttemptNode
 from mlra.agent.record.run_result import RunResult
-from mlra.agent.record.state import RunState
 from mlra.console.panes.attempts import attempt_lines
+from mlra.console.panes.host import PaneHost
 from mlra.console.screens.attempt_screens import (
     AttemptScreen,
     PickAttemptScreen,
@@ -38,13 +37,14 @@ from mlra.console.text.attempt_files import (
 from mlra.terminal_text import printable_line
 
 
-class AttemptHost(Protocol):
+class AttemptHost(PaneHost, Protocol):
     """What of the console app the Attempts pane's keys use (the app itself: a protocol
-    rather than the app's class keeps this module below console/apps/app.py)."""
+    rather than the app's class keeps this module below console/apps/app.py): what its
+    panes read, the live run to steer, and how the run ended."""
 
-    state: RunState
-    controller: LiveRun | None
-    run_dir: Path | None
+    @property
+    def controller(self) -> LiveRun | None: ...
+
     result: RunResult | None
 
     def _elapsed(self) -> float: ...

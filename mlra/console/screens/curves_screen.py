@@ -38,6 +38,7 @@ from mlra.agent.record.state import RunState
 from mlra.batch.compare.overlay import Panel, panel_of
 from mlra.batch.curves import axis_range
 from mlra.console.panes.attempts import AttemptsPane
+from mlra.console.panes.host import PaneHost
 from mlra.console.text.attempt_files import attempt_folder
 from mlra.console.text.curves_data import (
     FOLDED,
@@ -56,12 +57,11 @@ from mlra.console.text.replay import ReplayModel
 from mlra.terminal_text import printable_line
 
 
-class Console(Protocol):
-    """What the view reads of the console that opens it (console/apps/app.py's MlraApp)."""
+class Console(PaneHost, Protocol):
+    """What the view reads of the console that opens it (console/apps/app.py's MlraApp):
+    what its panes read, and the run's curves."""
 
     curves: CurveSet
-    state: RunState
-    run_dir: Path | None
 
 
 POLL_S = 0.5
