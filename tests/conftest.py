@@ -427,3 +427,12 @@ def disk(tmp_path: Path):  # type: ignore[no-untyped-def]
         yield point
     finally:
         subprocess.run(["umount", str(point)], check=False)
+
+
+# The README's runs, made once per session for the slow tests that read them.
+from tests.readme_runs import (  # noqa: E402, F401
+    readme_baseline_run,
+    readme_demo_run,
+    readme_folder,
+    readme_search_run,
+)

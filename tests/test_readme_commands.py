@@ -5,40 +5,13 @@ newcomer who copies them meets no error."""
 
 from __future__ import annotations
 
-import re
-import shlex
 from pathlib import Path
 
 import pytest
 
 from mlra.console.cli.cli import build_parser
 from tests.conftest import mlra_cli, offline_env
-
-README = Path(__file__).resolve().parent.parent / "README.md"
-NEEDS = re.compile(r"(?:^|\(|;\s)needs\b")
-"""A comment that says what the example needs (`# needs X`, `(needs X)`): the example
-is parsed, not run."""
-
-
-def readme_commands() -> list[tuple[str, str]]:
-    """Each `mlra ...` command in the README's shell blocks, with its line's comment."""
-    commands: list[tuple[str, str]] = []
-    blocks = re.findall(r"```sh\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
-    for line in "\n".join(blocks).splitlines():
-        code, _, comment = line.partition(" # ")
-        for part in code.split("&&"):
-            part = part.strip()
-            if part.startswith("mlra "):
-                commands.append((part, comment))
-    return commands
-
-
-def argv_of(command: str, run_id: str = "r1") -> list[str]:
-    words = shlex.split(command.replace("<run-id>", run_id))
-    if words and words[-1] == "&":
-        words.pop()
-    assert words[0] == "mlra"
-    return words[1:]
+from tests.readme_runs import ReadmeRun, argv_of, copy_runs, readme_commands, runnable_commands
 
 
 def test_the_readme_has_examples() -> None:
@@ -59,15 +32,24 @@ def test_every_readme_example_parses(command: str) -> None:
 
 
 @pytest.mark.slow
-def test_the_readme_examples_that_need_nothing_run_as_written(tmp_path: Path) -> None:
-    runnable = [c for c, comment in readme_commands() if not NEEDS.search(comment)]
+def test_the_readme_examples_that_need_nothing_run_as_written(
+    tmp_path: Path,
+    readme_baseline_run: ReadmeRun,
+    readme_search_run: ReadmeRun,
+    readme_demo_run: ReadmeRun,
+) -> None:
+    """The README's runs are made once for the session (tests/readme_runs.py, in the
+    README's order, in a fresh folder); the examples after them run here, in order, on
+    copies of those runs, `<run-id>` being the first run made."""
+    made = [readme_baseline_run, readme_search_run, readme_demo_run]
+    runnable = runnable_commands()
+    runs_in_order = [c for c in runnable if argv_of(c)[0] == "run"]
+    assert runs_in_order == [r.command for r in made], "a README run no session fixture makes"
+    copy_runs(made, tmp_path)
+    run_id = readme_baseline_run.run_dir.name
     env = offline_env()
-    run_id = ""
     for command in runnable:
-        argv = argv_of(command, run_id or "r1")
-        proc = mlra_cli(argv, cwd=tmp_path, env=env, timeout=900)
+        if command in runs_in_order:
+            continue
+        proc = mlra_cli(argv_of(command, run_id), cwd=tmp_path, env=env, timeout=900)
         assert proc.returncode == 0, f"`{command}`:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}"
-        if not run_id and argv[0] == "run":
-            (folder,) = (tmp_path / "runs").iterdir()  # the run the later examples name
-            run_id = folder.name
-    assert run_id, "no example made a run for the others to read"

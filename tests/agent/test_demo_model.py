@@ -16,7 +16,8 @@ from mlra.agent.providers.demo import DemoProvider
 from mlra.agent.setup.prompts import WORKER_SYSTEM
 from mlra.console.cli.cli import main
 from mlra.tasks.spec import find_task
-from tests.conftest import mlra_cli, offline_env
+from tests.conftest import mlra_cli
+from tests.readme_runs import ReadmeRun
 
 TINY = find_task("tiny-lm").render_prompt()
 
@@ -98,15 +99,16 @@ def test_every_spelling_of_the_demo_is_refused_a_search_it_would_steer(
 
 
 @pytest.mark.slow
-def test_a_headless_demo_run_of_tiny_lm_is_graded(tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    argv = ["run", "tiny-lm", "--model", "demo", "--no-tui", "--runs-dir", str(runs)]
-    proc = mlra_cli([*argv, "--run-id", "d1"], cwd=tmp_path, env=offline_env(), timeout=1200)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads((runs / "d1" / "result.json").read_text())
+def test_a_headless_demo_run_of_tiny_lm_is_graded(
+    readme_demo_run: ReadmeRun, tmp_path: Path
+) -> None:
+    """The README's `mlra run tiny-lm --model demo`, where no terminal is (made once for
+    the session: tests/readme_runs.py): headless, graded, at no cost."""
+    run = readme_demo_run.run_dir
+    result = json.loads((run / "result.json").read_text())
     assert result["status"] == "finished" and result["score"] is not None
     assert result["cost_usd"] == 0.0
-    shown = mlra_cli(["replay", str(runs / "d1"), "--no-tui"], cwd=tmp_path).stdout
+    shown = mlra_cli(["replay", str(run), "--no-tui"], cwd=tmp_path).stdout
     # The worker's calls, in its subtask (a worker's lines are not prefixed).
     assert "→ subtask 1 [1]" in shown and "list_files ." in shown
     assert "read_file train.py" in shown

@@ -19,11 +19,13 @@ from pathlib import Path
 import pytest
 
 from mlra import events as ev
+from mlra.agent.record.eventlog import read_events
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.progress import EVERY_S, ProgressReader, progress_words
-from mlra.tasks.spec import BUILTIN_TASKS_DIR, load_task
+from mlra.tasks.spec import load_task
 from tests.conftest import ANSWER_TASK
+from tests.readme_runs import ReadmeRun
 
 STEPPED_BAR = '''
 """Four answers scored under a real tqdm bar; at each count it waits (60 s at most)
@@ -233,30 +235,25 @@ def test_the_transcript_says_how_long_the_grading_has_run() -> None:
 
 
 @pytest.mark.slow
-async def test_lm_eval_grading_tiny_lm_names_its_steps_and_ends_on_its_last(
-    tmp_path: Path,
+def test_lm_eval_grading_tiny_lm_names_its_steps_and_ends_on_its_last(
+    readme_baseline_run: ReadmeRun,
 ) -> None:
-    """Real lm-eval on the tiny-lm task, a 0.02M-parameter model: every bar's counts
-    rise, unnamed bars carry lm-eval's step, and the last line says what it does after."""
-    from tests.tasks.test_benchmark_tasks import _llama
-
-    model = _llama(tmp_path / "model")
-    logged: list[tuple[float, ev.EvaluationProgress]] = []
-    outcome = await run_evaluation(
-        load_task(BUILTIN_TASKS_DIR / "tiny-lm"),
-        model,
-        tmp_path / "eval",
-        on_progress=lambda p: logged.append((time.monotonic(), p)),
-    )
-    assert outcome.ok, outcome.error
-    progress = [p for _, p in logged]
+    """Real lm-eval grading the tiny-lm recipe's model (the README's baseline run, made
+    once for the session: tests/readme_runs.py): every bar's counts rise, unnamed bars
+    carry lm-eval's step, and the last line logged says what it does after."""
+    run = readme_baseline_run.run_dir
+    progress = [
+        e for e in read_events(run / "events.jsonl") if isinstance(e, ev.EvaluationProgress)
+    ]
     lines = [p.line for p in progress]
-    assert progress[-1].line == "lm-eval has finished; computing the score from its results", lines
+    assert progress and progress[-1].line == (
+        "lm-eval has finished; computing the score from its results"
+    ), lines
     # Every bar lm-eval drew is named, read back from its whole output at no pace.
     ticks = itertools.count(step=10.0)
     every: list[ev.EvaluationProgress] = []
     reader = ProgressReader(every.append, clock=lambda: next(ticks))
-    reader.feed((tmp_path / "eval" / "evaluation.log").read_text())
+    reader.feed((run / "evaluation" / "evaluation.log").read_text())
     reader.close()
     bars = [p for p in every if p.total]
     assert bars and all(p.what for p in bars), [p.line for p in every]

@@ -1,10 +1,10 @@
 """tiny-lm: the task file, its data split, and the baseline recipe graded by the lm-eval evaluator.
 
-The baseline agent runs the task once, end to end through `mlra run` (module
-fixture, about a minute on one thread), and its model serves every test that needs
-a real model: the recorded baseline score is
-reproduced through the fresh-process evaluator, and the evaluator's numbers equal
-a direct lm-eval run on the same model and tasks.
+The baseline agent runs the task once, end to end through `mlra run` (the README's
+example, made once for the session: tests/readme_runs.py), and its model serves every
+test that needs a real model: the recorded baseline score is reproduced through the
+fresh-process evaluator, and the evaluator's numbers equal a direct lm-eval run on the
+same model and tasks.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from mlra.tasks.evaluators.lm_eval import LmEvalEvaluator
 from mlra.tasks.evaluators.lm_eval_checks import lossless_violation
 from mlra.tasks.evaluators.lm_eval_scores import flatten_metrics
 from mlra.tasks.spec import BUILTIN_TASKS_DIR, TaskSpec, load_task
-from tests.conftest import offline_env, run_baseline
+from tests.readme_runs import ReadmeRun
 
 TASK_DIR = BUILTIN_TASKS_DIR / "tiny-lm"
 # The recipe is deterministic on one machine (fixed seeds, a step budget; 1 and 2
@@ -233,15 +233,12 @@ def test_a_missing_submission_fails_cleanly_in_the_fresh_process(
 
 
 @pytest.fixture(scope="module")
-def baseline_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`mlra run tiny-lm --model baseline --baseline-validate --no-tui`, end to end: the
-    run folder."""
-    root = tmp_path_factory.mktemp("tiny-lm")
-    proc, run_dir = run_baseline(
-        "tiny-lm", root, "--baseline-validate", env=offline_env(), timeout=1800
-    )
-    assert "score minimal_pair_accuracy = " in proc.stdout.strip().splitlines()[-1]
-    return run_dir
+def baseline_run(readme_baseline_run: ReadmeRun) -> Path:
+    """The README's `mlra run tiny-lm --model baseline --no-tui`, end to end: the run
+    folder (not to be changed: the README test reads it too)."""
+    last = readme_baseline_run.proc.stdout.strip().splitlines()[-1]
+    assert "score minimal_pair_accuracy = " in last
+    return readme_baseline_run.run_dir
 
 
 @pytest.fixture(scope="module")
@@ -274,14 +271,22 @@ def test_the_baseline_agent_runs_end_to_end_with_a_real_score(
 
 @pytest.mark.slow
 def test_the_baseline_validates_at_its_recorded_validation_score(
-    task: TaskSpec, baseline_run: Path
+    task: TaskSpec, readme_search_run: ReadmeRun
 ) -> None:
     """`validate` ran lm-eval's validation tasks (never the test's) on the recipe's model,
-    at the score task.toml records beside the test score."""
+    at the score task.toml records beside the test score: the README's search validates
+    each attempt, its first the recipe as it is."""
     from mlra import events as ev
     from mlra.agent.record.eventlog import read_events
 
-    events = read_events(baseline_run / "events.jsonl")
+    run = readme_search_run.run_dir
+    (a1,) = [
+        e
+        for e in read_events(run / "events.jsonl")
+        if isinstance(e, ev.AttemptStarted) and e.attempt == "a1"
+    ]
+    assert a1.variant == {}
+    events = read_events(run / "attempts" / "a1" / "events.jsonl")
     (validation,) = [e for e in events if isinstance(e, ev.Validation)]
     assert validation.ok and validation.split == "validation", validation.error
     assert validation.score is not None and task.validation.baseline is not None
