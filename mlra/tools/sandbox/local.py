@@ -364,7 +364,7 @@ class LocalSandbox(Sandbox):
         )
         memory_note = self._limits.memory_note(result.output, result.exit_code, oom_before)
         if self._quota is not None:
-            result.disk_note = self._quota.note_since(stops_before)
+            result.disk_note = self._quota.note_since(stops_before, result.output)
         for note in (memory_note, result.disk_note):
             if note is None:
                 continue

@@ -76,6 +76,10 @@ def unavailable() -> str | None:
     return None
 
 
+ENOSPC = "No space left on device"
+"""What a command refused room says (strerror(ENOSPC))."""
+
+
 def default_inodes(size_mb: int) -> int:
     return max(MIN_INODES, min(MAX_INODES, size_mb * MIB // BYTES_PER_INODE))
 
@@ -206,16 +210,22 @@ class WorkspaceVolume:
             f"{self.size_mb:,} MB ({_mb(room)} left); delete files first"
         )
 
-    def full_note(self) -> str | None:
+    def full_note(self, output: str = "") -> str | None:
         """A line for a command that ended with the volume full (its own output said
-        ENOSPC, "No space left on device"; this says which limit it was)."""
+        ENOSPC, "No space left on device"; this says which limit it was). A volume with
+        under 1 MiB left is full; one whose command was refused room (`output` says
+        ENOSPC) is full with up to an eighth of it left: ext4 keeps blocks back for its
+        own records, so on a small volume a write is refused with over 1 MiB still
+        counted free (a 20 MB volume: 1.8 MB)."""
         try:
             st = os.statvfs(self.workspace)
         except OSError:
             return None
+        left = st.f_bavail * st.f_frsize
+        refused = ENOSPC in output and left < min(self.size_mb * MIB // 8, 256 * MIB)
         if st.f_favail == 0:
             what = f"all {self.inodes:,} files and folders it may hold"
-        elif st.f_bavail * st.f_frsize < MIB:
+        elif left < MIB or refused:
             what = f"its disk quota of {self.size_mb:,} MB"
         else:
             return None

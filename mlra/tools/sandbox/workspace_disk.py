@@ -143,9 +143,9 @@ class WorkspaceDisk:
     def stops(self) -> int:
         return self.watcher.stops
 
-    def note_since(self, stops_before: int) -> str | None:
+    def note_since(self, stops_before: int, output: str = "") -> str | None:
         if self.volume is not None:
-            return self.volume.full_note()
+            return self.volume.full_note(output)
         return self.watcher.note_since(stops_before)
 
     def claim(self, nbytes: int) -> str | None:
