@@ -124,3 +124,18 @@ def add_demo_steps(run_dir: Path) -> None:
             log.append(event)
     finally:
         log.close()
+
+
+def search_started(run_id: str) -> ev.RunStarted:
+    """The start of a recorded search's run or attempt, for the share page's tests of
+    what a search's folders give it."""
+    return ev.RunStarted(
+        run_id=run_id,
+        task="tiny-lm",
+        task_title="A tiny language model",
+        model="openai/scripted",
+        limits=ev.Limits(time_limit_s=3600, max_steps=50),
+        sandbox=ev.SandboxInfo(
+            kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"
+        ),
+    )

@@ -13,27 +13,13 @@ from pathlib import Path
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 from mlra.console.cli.cli import main
-
-SANDBOX = ev.SandboxInfo(
-    kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"
-)
-
-
-def _started(run_id: str) -> ev.RunStarted:
-    return ev.RunStarted(
-        run_id=run_id,
-        task="tiny-lm",
-        task_title="A tiny language model",
-        model="openai/scripted",
-        limits=ev.Limits(time_limit_s=3600, max_steps=50),
-        sandbox=SANDBOX,
-    )
+from tests.batch.share_corpus import search_started
 
 
 def _attempt_log(folder: Path, series: str) -> None:
     """An attempt's own log whose training curve is named `series`."""
     log = EventLog(folder / EVENTS_FILE)
-    log.append(_started(f"search-{folder.name}"))
+    log.append(search_started(f"search-{folder.name}"))
     points = [
         ev.MetricPoint(name=series, value=5.9 - i, step=step, wall=2.0 + i)
         for i, step in enumerate((100, 200, 300))
@@ -55,7 +41,7 @@ def test_a_search_page_reads_no_attempt_folder_outside_the_run(tmp_path: Path) -
     (run / "attempts" / "a4").symlink_to(linked, target_is_directory=True)
 
     log = EventLog(run / EVENTS_FILE)
-    log.append(_started("search"))
+    log.append(search_started("search"))
     named = {"a1": "attempts/a1", "a2": "../elsewhere", "a3": str(absolute), "a4": "attempts/a4"}
     named["a5"] = "."  # the run's own folder is no attempt's either
     for attempt, folder in named.items():

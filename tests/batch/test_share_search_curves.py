@@ -12,26 +12,12 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, EventLog
 from mlra.batch.curves import axis_range
 from mlra.console.cli.cli import main
-
-SANDBOX = ev.SandboxInfo(
-    kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/w"
-)
-
-
-def _started(run_id: str) -> ev.RunStarted:
-    return ev.RunStarted(
-        run_id=run_id,
-        task="tiny-lm",
-        task_title="A tiny language model",
-        model="openai/scripted",
-        limits=ev.Limits(time_limit_s=3600, max_steps=50),
-        sandbox=SANDBOX,
-    )
+from tests.batch.share_corpus import search_started
 
 
 def _attempt(run: Path, attempt: str, drop: float) -> None:
     log = EventLog(run / "attempts" / attempt / EVENTS_FILE)
-    log.append(_started(f"search-{attempt}"))
+    log.append(search_started(f"search-{attempt}"))
     # An older run's log holds `d` as a series (read from `model: d=128`): no curve.
     points = [ev.MetricPoint(name="d", value=128.0, step=None, wall=1.0)]
     for i, step in enumerate((100, 200, 300)):
@@ -45,7 +31,7 @@ def _attempt(run: Path, attempt: str, drop: float) -> None:
 def _search(tmp_path: Path) -> Path:
     run = tmp_path / "runs" / "search"
     log = EventLog(run / EVENTS_FILE)
-    log.append(_started("search"))
+    log.append(search_started("search"))
     for attempt in ("a1", "a2"):
         log.append(
             ev.AttemptStarted(attempt=attempt, operator="draft", folder=f"attempts/{attempt}")

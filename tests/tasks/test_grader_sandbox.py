@@ -18,6 +18,7 @@ from mlra.tasks.spec import load_task
 from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox import run_uid
 from tests.conftest import ANSWER_TASK, mlra_cli
+from tests.tools.refusing_bwrap import refusing_bwrap
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or bw.isolation_problem() is not None or not run_uid.CLAIMS_DIRS,
@@ -91,17 +92,7 @@ def test_a_run_says_once_that_its_sandboxes_ran_as_root_outside(tmp_path: Path) 
     """Where bubblewrap cannot start as an unprivileged uid (AppArmor on Ubuntu 24.04;
     here a bubblewrap that refuses every uid but root's), the agent's sandbox and the
     grader's both run as root outside: the run still scores, and says it once."""
-    real = bw.find_bwrap()
-    assert real is not None
-    refusing = tmp_path / "bwrap"
-    refusing.write_text(
-        "#!/bin/sh\n"
-        '[ "$(id -u)" = 0 ] || { echo "bwrap: No permissions to create new namespace, '
-        'likely because the kernel does not allow non-privileged user namespaces" >&2; '
-        "exit 1; }\n"
-        f'exec {real} "$@"\n'
-    )
-    refusing.chmod(0o755)
+    refusing = refusing_bwrap(tmp_path)
     runs = tmp_path / "runs"
     proc = mlra_cli(
         ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)],

@@ -17,6 +17,7 @@ import pytest
 from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.env import shown_interpreter
+from tests.tools.refusing_bwrap import refusing_bwrap
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or bw.find_bwrap() is None or not run_uid.CLAIMS_DIRS,
@@ -27,19 +28,9 @@ pytestmark = pytest.mark.skipif(
 def test_a_fetch_step_runs_where_bubblewrap_refuses_unprivileged_uids() -> None:
     from mlra.tools.fetch.box import FetchBox
 
-    real = bw.find_bwrap()
-    assert real is not None
     root = Path(tempfile.mkdtemp(prefix="mlra-no-userns-", dir="/var/tmp"))
     try:
-        refusing = root / "bwrap"
-        refusing.write_text(
-            "#!/bin/sh\n"
-            '[ "$(id -u)" = 0 ] || { echo "bwrap: No permissions to create new namespace, '
-            'likely because the kernel does not allow non-privileged user namespaces" >&2; '
-            "exit 1; }\n"
-            f'exec {real} "$@"\n'
-        )
-        refusing.chmod(0o755)
+        refusing = refusing_bwrap(root)
         told: list[str] = []
         for n in (1, 2):  # the second learns it from the first, without a trial
             staging = root / f".fetch-{n}"
