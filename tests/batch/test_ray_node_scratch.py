@@ -86,7 +86,13 @@ def test_a_lost_runs_scratch_whose_volume_is_still_in_use_is_kept_for_later(
     scratch = tmp_path / f"{SCRATCH_PREFIX}{_dead_pid()}-u3v4"
     workspace = (scratch / "runs" / "r1" / "workspace").resolve()
     workspace.mkdir(parents=True)
-    assert subprocess.run(**_killed_owner(workspace), check=False).returncode == -9
+    # The holder is in place before the owner dies: a sandbox another test sets up
+    # meanwhile settles the volume of an owner gone and not held.
+    owner = subprocess.Popen(
+        **_killed_owner(workspace, on_cue=True), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    assert owner.stdout is not None and owner.stdout.readline() == "mounted\n"
     [image] = [i for i, points in loop_mounts().items() if workspace in points]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -97,6 +103,8 @@ def test_a_lost_runs_scratch_whose_volume_is_still_in_use_is_kept_for_later(
     )  # fmt: skip
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
+        owner.communicate("die\n")
+        assert owner.returncode == -9
         assert clear_stale_scratch(tmp_path) == []
         assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
         assert image.is_file()

@@ -198,9 +198,13 @@ async def test_the_workspace_comes_back_a_plain_folder_with_everything(workspace
     assert "lost+found" not in os.listdir(workspace)
 
 
-def _killed_owner(workspace: Path) -> dict[str, Any]:
+def _killed_owner(workspace: Path, *, on_cue: bool = False) -> dict[str, Any]:
     """The command line and environment (subprocess's `args`, `env`) of an mlra stand-in that opens a volume on
-    `workspace`, writes a file on it and is killed with it mounted."""
+    `workspace`, writes a file on it and is killed with it mounted; `on_cue`: it says
+    `mounted` and is killed once a line comes on its stdin (a test sets up what it needs
+    around the volume first: any sandbox another test starts meanwhile settles the
+    volume of an owner that is gone)."""
+    cue = "print('mounted', flush=True)\nsys.stdin.readline()\n" if on_cue else ""
     code = (
         "import os, sys\n"
         "from pathlib import Path\n"
@@ -208,6 +212,7 @@ def _killed_owner(workspace: Path) -> dict[str, Any]:
         "ws = Path(sys.argv[1])\n"
         f"WorkspaceVolume(ws, {QUOTA_MB}, {INODES}).open()\n"
         "(ws / 'written-on-the-volume.txt').write_text('kept')\n"
+        f"{cue}"
         "os.kill(os.getpid(), 9)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
