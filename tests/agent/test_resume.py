@@ -563,6 +563,14 @@ def test_a_fork_goes_on_with_the_model_settings_of_its_source(tmp_path: Path) ->
     assert all((b["temperature"], b["seed"], b["max_tokens"]) == (0.3, 11, 1000) for b in sent)
 
 
+def _began(log: Path, marker: bytes) -> bool:
+    """Whether the log holds the call whose command has `marker` and then a
+    `tool_started`: its command began."""
+    data = log.read_bytes() if log.exists() else b""
+    at = data.find(marker)
+    return at >= 0 and b'"type":"tool_started"' in data[at:]
+
+
 @pytest.mark.parametrize("how", [signal.SIGINT, signal.SIGKILL], ids=["stopped", "killed"])
 def test_a_baseline_run_ended_during_a_recipe_step_runs_the_step_again_on_resume(
     tmp_path: Path, how: signal.Signals
@@ -591,7 +599,9 @@ def test_a_baseline_run_ended_during_a_recipe_step_runs_the_step_again_on_resume
     )
     try:
         deadline = time.monotonic() + 120
-        while b"go-B5" not in (log.read_bytes() if log.exists() else b""):
+        # Begun, not only asked for: a call the run ended under before it began is run
+        # as that same call on resume (one `tool_call`), not again as a second.
+        while not _began(log, b"go-B5"):
             assert proc.poll() is None and time.monotonic() < deadline, "the step never started"
             time.sleep(0.01)  # polling a file another process writes: nothing to await
         proc.send_signal(how)
