@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.mount_namespaces import drop_volumes
+
 RAY = Path(sys.executable).with_name("ray")
 HOST = "127.0.0.1"
 OBJECT_STORE = 80 * 2**20
@@ -259,8 +261,11 @@ def _start(
         *extra,
     ]  # fmt: skip
     if hide is not None:
-        # The node's own view of the disk: the hidden folder is an empty tmpfs there.
-        script = 'mount -t tmpfs -o size=256m mlra-hidden "$1" && shift && exec "$@"'
+        # The node's own view of the disk: the hidden folder is an empty tmpfs there, and
+        # none of this machine's workspace volumes (mount_namespaces.py).
+        script = (
+            f'{drop_volumes()}; mount -t tmpfs -o size=256m mlra-hidden "$1" && shift && exec "$@"'
+        )
         command = ["unshare", "-m", "--propagation", "private", "sh", "-c", script, "sh"]
         command += [str(hide), *ray_args]
     else:

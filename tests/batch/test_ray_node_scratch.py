@@ -14,6 +14,7 @@ import pytest
 from mlra.batch.executors.ray_node import SCRATCH_PREFIX, clear_stale_scratch, renamed
 from mlra.tools.sandbox import volume
 from mlra.tools.sandbox.volume_users import loop_device, loop_mounts
+from tests.mount_namespaces import holder as holder_argv
 from tests.tools.test_workspace_volume import _killed_owner
 
 
@@ -96,11 +97,7 @@ def test_a_lost_runs_scratch_whose_volume_is_still_in_use_is_kept_for_later(
     [image] = [i for i, points in loop_mounts().items() if workspace in points]
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    holder = subprocess.Popen(
-        ["unshare", "-m", "--propagation", "private", "sh", "-c",
-         f"mount --bind '{workspace}' '{elsewhere}' && echo ready && exec sleep 120"],
-        stdout=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    holder = subprocess.Popen(holder_argv(workspace, elsewhere), stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None and holder.stdout.readline() == "ready\n"
         owner.communicate("die\n")
