@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Protocol
 
 from mlra import events as ev
-from mlra.agent.loop.root_outside import tell_root_outside
+from mlra.agent.loop.root_outside import say_root_outside
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.tool_step import ToolStep
 from mlra.agent.setup.run_budget import budgeted_spec
@@ -88,8 +88,9 @@ async def start_run(run: StartingRun, control_problem: str | None) -> None:
         run.append(env_notice)
     for notice in notices:
         run.append(ev.Notice(level="warning", message=notice))
-    if run.sandbox.root_outside is not None:
-        tell_root_outside(run, "the agent's sandbox", run.sandbox.root_outside)
+    root_outside = run.sandbox.root_outside_words("the agent's sandbox")
+    if root_outside is not None:
+        say_root_outside(run, root_outside)
     if control_problem is not None:
         run.append(ev.Notice(level="warning", message=control_problem))
     if not run.controls.paused:

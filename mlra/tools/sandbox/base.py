@@ -129,12 +129,22 @@ def read_only_mounts(workspace: Path, files: Mapping[str, Path]) -> list[tuple[s
 class Sandbox(abc.ABC):
     kind: str = "abstract"
     root_outside: str | None = None
-    """Once started: why bubblewrap could not start as a uid of the sandbox's own, so its
-    user is root outside it (run_uid.become); None where it has its own, or needs none."""
+    """Once started: why the sandbox has no uid of its own, so its user is root outside it
+    (bubblewrap: run_uid.become; a container: docker_user.py); None where it has its own,
+    or needs none."""
 
     def __init__(self, workspace: Path, spec: SandboxSpec) -> None:
         self.workspace = workspace.resolve()
         self.spec = spec
+
+    def root_outside_words(self, what: str) -> str | None:
+        """The run's one `root_outside` notice where this sandbox (`what`) fell back first:
+        each kind says its own why and remedy."""
+        if self.root_outside is None:
+            return None
+        from mlra.tools.sandbox.run_uid import root_outside_words
+
+        return root_outside_words(what, self.root_outside)
 
     @property
     @abc.abstractmethod

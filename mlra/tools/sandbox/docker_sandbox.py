@@ -69,6 +69,7 @@ from mlra.tools.sandbox.docker_preflight import (
 from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_stats import StatsReader
 from mlra.tools.sandbox.docker_stdin import StdinFolder
+from mlra.tools.sandbox.docker_user import container_user, docker_root_outside_words
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
     is_secret_name,
@@ -97,7 +98,6 @@ logger = logging.getLogger(__name__)
 INSIDE_WORKDIR = "/workspace"
 INSIDE_HOME = accounts.INSIDE_HOME
 DEFAULT_PIDS_LIMIT = 8192
-FALLBACK_UID = 1000
 
 _KILL_ALL_BUT = r"""
 keep=" 1 $1 $$ "; i=0
@@ -231,20 +231,19 @@ class DockerSandbox(Sandbox):
         return given_ids(self.spec.gpus or "none")
 
     def _user(self, uid: int | None) -> tuple[int, int]:
-        """A non-root user that can write the workspace. As root, a uid of the container's
-        own that no account has (run_uid.py; the workspace is handed to it): the container
-        has no user namespace, so its uid is the host's, and a host user who had it (1000,
-        the image's `agent`, is on many hosts a person) would reach its processes through
-        /proc. Otherwise the workspace's owner, else 1000."""
+        """The container's user (docker_user.py): `uid` where given, else a uid of its
+        own as root, else root outside where none can be claimed (`root_outside` says why:
+        the run says it once, a typed notice)."""
         if uid is not None:
             return uid, uid
-        if self._claims:
-            self._claim = run_uid.claim()
-            return self._claim.uid, self._claim.gid
-        st = self.workspace.stat() if self.workspace.exists() else None
-        if st is not None and st.st_uid != 0:
-            return st.st_uid, st.st_gid
-        return FALLBACK_UID, FALLBACK_UID
+        user = container_user(self.workspace, claims=self._claims)
+        self._claim, self.root_outside = user.claim, user.root_outside
+        return user.uid, user.gid
+
+    def root_outside_words(self, what: str) -> str | None:
+        if self.root_outside is None:
+            return None
+        return docker_root_outside_words(what, self.root_outside)
 
     # --- life cycle ---------------------------------------------------------------------
 
@@ -252,7 +251,8 @@ class DockerSandbox(Sandbox):
         async with self._start_lock:
             if self.container is not None:
                 return []
-            if self._claims and self._claim is None:  # started again after a close
+            # Started again after a close, its claim let go (one that fell back stays root).
+            if self._claims and self._claim is None and self.root_outside is None:
                 self.uid, self.gid = self._user(None)
                 self._signals = SessionSignals(lambda: self.container, f"{self.uid}:{self.gid}")
             # The containers of killed runs before their volumes are settled: one still
@@ -407,8 +407,10 @@ class DockerSandbox(Sandbox):
         changed relative to its folder without following links: a daemon of the
         agent's flipping a folder into a link to `/` must not get host files chowned.
         """
-        if os.geteuid() != 0 or self.uid == 0:
+        if os.geteuid() != 0:
             return
+        # To root too, where it fell back: a resumed run's workspace is a former claimed
+        # uid's, which root without CAP_DAC_OVERRIDE could not write.
         run_uid.hand_tree(self.workspace, self.uid, self.gid)
 
     async def close(self) -> None:
