@@ -441,6 +441,30 @@ async def test_a_volume_that_cannot_be_made_falls_back_to_the_watcher_with_a_not
     assert _images(workspace.parent) == [] and not _mounted(workspace)
 
 
+async def test_a_start_cancelled_as_its_volume_is_made_leaves_none_mounted(
+    workspace: Path,
+) -> None:
+    """The start is cancelled once the image exists, while the volume is being made and
+    mounted (an attempt stopped as its sandbox starts): the cancelled await gave up a
+    thread that went on to mount the volume, which the sandbox never recorded, so its
+    close left it mounted. Now the start undoes it before its cancellation goes on."""
+    (workspace / "starter.txt").write_text("from the task\n")
+    box = LocalSandbox(
+        workspace, SandboxSpec(disk_mb=QUOTA_MB, disk_inodes=INODES), isolation_mode="none"
+    )
+    starting = asyncio.ensure_future(box.start())
+    async with asyncio.timeout(60):
+        while not _images(workspace.parent):  # noqa: ASYNC110 (the image is the cue)
+            await asyncio.sleep(0.001)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting
+    await box.close()
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert _loops_released(workspace.parent)
+    assert (workspace / "starter.txt").read_text() == "from the task\n"
+
+
 def test_the_inode_budget_is_proportional_and_capped() -> None:
     assert volume.default_inodes(913) == 913 * 64
     assert volume.default_inodes(200 * 1024) == volume.MAX_INODES

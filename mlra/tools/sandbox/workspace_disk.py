@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from mlra.tools.sandbox import volume
 from mlra.tools.sandbox.disk_quota import CHECK_INTERVAL_S, WorkspaceQuota
+from mlra.tools.sandbox.runner import finish_despite_cancel
 
 if TYPE_CHECKING:
     from mlra.events import LimitsInForce
@@ -82,7 +83,7 @@ class WorkspaceDisk:
                 self.workspace, self.limit_mb, self._inodes, shrink=self._default
             )
             try:
-                await asyncio.to_thread(made.open)
+                await _open_or_undo(made)
             except volume.VolumeFailed as exc:
                 why = str(exc)
             except OSError as exc:  # the workspace vanished or cannot be opened meanwhile
@@ -157,3 +158,20 @@ class WorkspaceDisk:
         if self.volume is not None:
             return self.volume.room()
         return self.watcher.room()
+
+
+async def _open_or_undo(made: volume.WorkspaceVolume) -> None:
+    """Open `made`; a start cancelled meanwhile (an attempt stopped as its sandbox starts)
+    waits for the open and undoes it before it raises. The thread mounts the volume
+    whatever becomes of its awaiter, and a volume no sandbox records is one its close
+    never undoes: it stayed mounted, its loop device and image held, until a later
+    mlra's sandbox settled it."""
+    opening = asyncio.ensure_future(asyncio.to_thread(made.open))
+    try:
+        await finish_despite_cancel(opening)
+    except asyncio.CancelledError:
+        if not opening.cancelled() and opening.exception() is None:
+            problem = await finish_despite_cancel(asyncio.to_thread(made.close))
+            if problem is not None:
+                logger.warning("%s: %s", made.workspace, problem)
+        raise
