@@ -300,3 +300,27 @@ def test_a_killed_mlras_binds_are_undone_before_anything_is_settled(run_dir: Pat
     assert point not in Path("/proc/self/mountinfo").read_text()
     assert not Path(point).parent.exists()
     assert (workspace / "starter.py").read_text() == "print('starter')\n"  # never walked
+
+
+def test_a_view_left_bound_after_its_claim_was_given_back_is_undone(run_dir: Path) -> None:
+    """A sandbox's start cancelled while its thread went on (an attempt stopped as it
+    starts) gave its uid back, then bound a view for it: nothing made the binds again
+    known, as the sweep found views by their claims, and a python root stayed bound in
+    /run/mlra-uids for good. Binding after the claim is given back is refused now, and a
+    view with no claim is undone by the next sandbox set up."""
+    workspace = run_dir / "workspace"
+    late = run_uid.claim()
+    late.release()
+    with pytest.raises(OSError, match="given back"):
+        late.view.stage(["bwrap", "--bind", str(workspace), "/workspace"])
+    assert not late.view.folder.exists()
+    orphan = run_uid.claim()
+    orphan.view.stage(["bwrap", "--bind", str(workspace), "/workspace"])
+    point = orphan.view.points[str(workspace)]
+    assert orphan.fd is not None
+    orphan.path.unlink()  # given back as a release cut short leaves it: binds kept
+    os.close(orphan.fd)
+    assert point in Path("/proc/self/mountinfo").read_text()
+    settle_before_use(workspace)
+    assert point not in Path("/proc/self/mountinfo").read_text()
+    assert not orphan.view.folder.exists()

@@ -163,6 +163,11 @@ def _sweep(folder: Path) -> None:
         if held is not None:
             _unbind_view(folder / f"{name}.view")
             held.release()
+    with contextlib.suppress(OSError):
+        for entry in os.listdir(folder):
+            uid = entry.removesuffix(".view")
+            if uid != entry and uid.isdigit() and not (folder / uid).exists():
+                _unbind_view(folder / entry)  # its claim given back, its binds not
 
 
 def _has_account(uid: int) -> bool:
@@ -262,6 +267,7 @@ class View:
         self.folder = claim.path.with_name(f"{claim.uid}.view")
         self.uid = claim.uid
         self.points: dict[str, str] = {}
+        self._claim = claim
 
     def stage(self, argv: Sequence[str]) -> None:
         """Bind every source of `argv` others cannot reach (and the bubblewrap binary,
@@ -271,6 +277,10 @@ class View:
             wanted.append(argv[0])
         if not wanted:
             return
+        if self._claim.fd is None:
+            # A start abandoned (cancelled) while its thread went on: binds made now
+            # would outlive the claim, which is what the sweep finds views by.
+            raise OSError("the sandbox's uid was given back before its view was made")
         if not self.points:
             _unbind_view(self.folder)  # a killed mlra's with this uid
             self.folder.mkdir(mode=0o700, exist_ok=True)
