@@ -15,6 +15,7 @@ NoticeKind = Literal[
     "log_budget",
     "inherited_artifact",
     "validating_at_limit",
+    "no_time_to_validate",
     "short_share",
     "root_outside",
 ]
@@ -182,7 +183,9 @@ class Notice(_Event):
     copied in, or the starter's: tasks/validation.py `RunValidator.inherited`);
     "validating_at_limit", an attempt that reached its own time limit with its artifact
     is validated in the run's time left (agent/agents/closing_validation.py), which
-    agent/loop/attempt_finish.py reads to tell "buggy" from "out of time"; "short_share",
+    agent/loop/attempt_finish.py reads to tell "buggy" from "out of time";
+    "no_time_to_validate", one that reached it with its artifact when the run had no time
+    left to validate it, which that module gives as why it ended unscored; "short_share",
     a search's attempt started with less time than its parent took to validate, likely
     to end out of time (agent/loop/attempt_time.py `short_share`); "root_outside", the one
     notice a run gets where bubblewrap could not start one of its sandboxes (the agent's,

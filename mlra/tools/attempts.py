@@ -43,7 +43,10 @@ class Attempts(Protocol):
         variant: dict[str, str] | None = None,
         time_limit_s: float | None = None,
         call_id: str | None = None,
-    ) -> str: ...
+    ) -> tuple[str, ev.Notice | None]:
+        """Its id, and a notice its starter should read (a share shorter than its
+        parent took: agent/loop/attempt_time.py `short_share`)."""
+        ...
 
     async def wait(self, attempt: str | None, timeout_s: float) -> list[str]: ...
 
@@ -58,6 +61,12 @@ class Attempts(Protocol):
         ...
 
     def submittable(self, attempt: str) -> ev.AttemptFinished: ...
+
+
+def short_share_line(notice: ev.Notice) -> str:
+    """A short share as its starter reads it, once, in the result of the start it warns
+    of: a supervisor not told kept starting work that could not finish in the time left."""
+    return f"Warning: {notice.message}. Stop it (attempt_stop) unless its work can finish sooner."
 
 
 def _refused(exc: Exception) -> SandboxError:
@@ -121,7 +130,7 @@ class AttemptStart(Tool[AttemptStartArgs]):
     async def run(self, args: AttemptStartArgs, ctx: ToolContext) -> ToolOutcome:
         variant = args.variant if isinstance(args, RecipeAttemptStartArgs) else None
         try:
-            attempt = self.attempts.start(
+            attempt, notice = self.attempts.start(
                 parent=args.parent,
                 instructions=args.instructions,
                 operator=args.operator,
@@ -134,7 +143,8 @@ class AttemptStart(Tool[AttemptStartArgs]):
         return ToolOutcome(
             output=f"Started attempt {attempt}"
             + (f" from {args.parent}" if args.parent else " from the starter")
-            + ". Use attempt_wait to wait for it, or start others while it runs.",
+            + ". Use attempt_wait to wait for it, or start others while it runs."
+            + (f"\n{short_share_line(notice)}" if notice is not None else ""),
             data={"attempt": attempt},
         )
 

@@ -175,3 +175,46 @@ async def test_an_attempt_whose_artifact_fails_at_its_limit_says_its_validation_
     log.write_text(old)
     again = finished_event(started, a1_dir, controller.run_dir)
     assert (again.status, again.why) == (a1.status, a1.why)
+
+
+async def test_an_attempt_at_its_limit_with_no_run_time_left_says_it_had_an_artifact(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """a1 wrote its answer and worked on; as its limit is cut, the run has 2.5 s left (its
+    clock held there), less than stopping its attempts takes past a closing validation:
+    a1's answer is not validated. It said "its time limit was reached before a validation
+    scored it", as if it had written nothing; now its why is the notice (of kind
+    "no_time_to_validate") that the run had no time left to validate the answer it wrote.
+    A log from before the kind still reads: the plain words again."""
+    task = writes_then_works_on(answer_task, tmp_path, '[{ n = "42", s = "100" }]')
+    controller = greedy_search(task, tmp_path, 1)
+
+    async def no_time_left_once_it_wrote(controller: RunController) -> None:
+        await until_it_wrote(tmp_path / "runs", "a1")
+        controller.clock.limit_s = controller.clock.elapsed() + 2.5
+        controller.clock.pause()  # the run's deadline never comes: nothing stops a1 for it
+        cut(controller, "a1")
+
+    side = asyncio.ensure_future(no_time_left_once_it_wrote(controller))
+    result = await controller.run(agent_for)
+    await side
+    a1_dir = controller.run_dir / "attempts" / "a1"
+    own = events_of(a1_dir)
+    assert not any(isinstance(e, ev.Validation) for e in own)
+    (notice,) = [e for e in own if isinstance(e, ev.Notice) and e.kind == "no_time_to_validate"]
+    assert notice.message == (
+        "its time limit was reached, and the run has no time left to validate the "
+        "answer.txt in its workspace"
+    )
+    events = events_of(controller.run_dir)
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.why) == ("out of time", notice.message)
+    assert result.reason == "no_submission"
+    (started,) = [e for e in events if isinstance(e, ev.AttemptStarted)]
+    log = a1_dir / "events.jsonl"
+    log.write_text(log.read_text().replace(',"kind":"no_time_to_validate"', ""))
+    again = finished_event(started, a1_dir, controller.run_dir)
+    assert (again.status, again.why) == (
+        "out of time",
+        "its time limit was reached before a validation scored it",
+    )

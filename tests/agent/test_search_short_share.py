@@ -6,6 +6,7 @@ time ended (agent/agents/search.py)."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from mlra.agent.agents.run import agent_for
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.console.cli.cli import main
+from mlra.tools.attempts import short_share_line
 from tests.agent.test_search import _scripted_search, _writes, greedy_search, sleeping_variant_task
 from tests.scripts import call, turn
 
@@ -113,3 +115,39 @@ async def test_greedy_improves_the_best_rather_than_debug_an_attempt_out_of_time
     assert not any(isinstance(e, ev.Notice) and e.kind == "short_share" for e in events)
     assert result.attempts is not None
     assert (result.attempts.buggy, result.attempts.out_of_time) == (0, 1)
+
+
+async def test_a_supervisor_is_told_once_when_its_attempt_gets_less_time_than_its_parent_took(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """a1's worker sleeps 2 s before it writes; the supervisor then starts a2 from a1 with
+    1 s. The warning was the log's alone: a supervisor went on choosing work that could
+    not finish. Its next request now carries it, in the result of the start it warns of,
+    once: no later turn repeats it."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("attempt_start", parent="a1", instructions="Again", time_limit=1)),
+            turn("", call("attempt_stop", attempt="a2")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command="sleep 2; echo 42 > answer.txt")),
+            turn("", call("report", summary="wrote 42")),
+            *_writes("42", "wrote 42 again"),
+        ],
+    }
+    controller, result, server = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=2, attempt_min_s=1.0
+    )
+    events = _events(controller.run_dir)
+    (notice,) = [e for e in events if isinstance(e, ev.Notice) and e.kind == "short_share"]
+    assert notice.message.startswith("attempt a2 may run out of time: it has 1s, less than")
+    line = short_share_line(notice)
+    assert "\n" not in line
+    sent = [json.dumps(r.body) for r in server.requests_for("supervisor")]
+    assert len(sent) == 5
+    assert [s.count(json.dumps(line)[1:-1]) for s in sent] == [0, 0, 0, 1, 1]
+    assert result.reason == "submitted" and result.attempts is not None
+    assert result.attempts.submitted == "a1"

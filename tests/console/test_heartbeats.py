@@ -169,6 +169,43 @@ def test_a_resumed_runs_wait_line_and_its_heartbeats_say_one_bound() -> None:
     assert beats and all("(30s of up to 8m)" in line for line in beats), beats
 
 
+def test_a_resumed_runs_heartbeats_say_the_limit_its_past_recorded() -> None:
+    """`mlra resume` with no `--time-limit`: its printer, subscribed as the run goes on,
+    saw neither the `run_started` that set 20 minutes nor the wait the resume takes up
+    under its call id; it is given the run's past, and the wait's heartbeats say its
+    bound, the 18 minutes the run had left as it began."""
+    started = ev.RunStarted(
+        run_id="r",
+        task="tiny-lm",
+        task_title="t",
+        model="baseline",
+        limits=ev.Limits(time_limit_s=1200),
+        sandbox=ev.SandboxInfo(
+            kind="local", isolation="bwrap", network=False, workdir="/w", workspace="/r/w"
+        ),
+        t=0.0,
+    )
+    past: list[ev.Event] = [
+        started,
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0),
+        ev.ToolCall(
+            call_id="w1", agent="supervisor", tool="attempt_wait",
+            arguments={"attempt": "a1", "timeout": 3600.0}, t=120.0,
+        ),
+    ]  # fmt: skip
+    live: list[ev.Event] = [ev.RunResumed(interrupted_calls=["w1"], t=125.0)]
+    live += [_sample(s) for s in range(126, 190)]
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    display.took_up(past)
+    for event in live:
+        display.on_event(event)
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "[2m05s] ── the run was resumed here ──", lines
+    beats = [line for line in lines if "…" in line]
+    assert beats[0].startswith("[2m35s] … waiting for a1 (35s of up to 18m)"), beats
+
+
 def test_a_resumed_search_says_it_waits_again_for_its_attempts() -> None:
     """A search killed while it waited for its attempts is resumed: the wait is run again
     under its call id (no new `tool_call`), and the resumed run's transcript said nothing

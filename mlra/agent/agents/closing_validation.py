@@ -75,6 +75,7 @@ async def validate_at_limit(
                 level="warning",
                 message="its time limit was reached, and the run has no time left to "
                 f"validate the {artifact} in its workspace",
+                kind="no_time_to_validate",
             )
         )
         return

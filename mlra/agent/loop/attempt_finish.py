@@ -134,6 +134,17 @@ def _out_of_time(events: list[ev.Event], finished: ev.RunFinished | None) -> boo
     )
 
 
+def _no_time_to_validate(events: list[ev.Event]) -> str:
+    """Where it reached its limit with an artifact the run had no time left to validate
+    (agent/agents/closing_validation.py), that notice: it wrote one, and the run's
+    reserve was spent, which "before a validation scored it" did not say. A log from
+    before the notice had its kind gives the words without it."""
+    notice = next(
+        (e for e in events if isinstance(e, ev.Notice) and e.kind == "no_time_to_validate"), None
+    )
+    return notice.message if notice is not None else ""
+
+
 def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
     """Why an attempt ended with nothing validated: its last validation's failure as its
     worker was told it, else the refused validation (no artifact), else how it ended. Its
@@ -144,7 +155,9 @@ def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
         return f"its validation was cut by the time left: {last.error or 'timed out'}"
     if finished is not None and finished.reason == "deadline":
         if not any(validating_at_limit(e) for e in events):
-            return "its time limit was reached before a validation scored it"
+            return _no_time_to_validate(events) or (
+                "its time limit was reached before a validation scored it"
+            )
     for event in reversed(events):
         if isinstance(event, ev.Validation) and not event.ok:
             return f"its validation failed: {event.told or event.error or 'no score'}"

@@ -142,8 +142,10 @@ class AttemptManager:
         variant: dict[str, str] | None = None,
         time_limit_s: float | None = None,
         call_id: str | None = None,
-    ) -> str:
-        """Start an attempt; its id. Raises AttemptRefused with why it may not."""
+    ) -> tuple[str, ev.Notice | None]:
+        """Start an attempt: its id, and the notice where it starts with less time than
+        its parent took (`short_share`), which its starter reads too. Raises
+        AttemptRefused with why it may not."""
         self.adopt()
         tree = self.tree
         if self.launcher is None:
@@ -205,7 +207,7 @@ class AttemptManager:
         for other in started.raised:
             self.sync_limit(other, why=f"attempt {attempt} started with a larger share")
         self._launch(started, resume=False)
-        return attempt
+        return attempt, notice
 
     def _raised(self, share: float) -> dict[str, float]:
         clock = self.run.clock

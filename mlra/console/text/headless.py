@@ -130,15 +130,36 @@ class TranscriptDisplay(Printer):
     def attempts_in(self, run_dir: Path, resumed: Iterable[ev.Event] = ()) -> None:
         """The run's folder: its attempts' logs are read for their model calls and notices
         (shown prefixed with the attempt's id), and by heartbeats for their progress;
-        `resumed`: the past of a resumed run, whose running attempts are followed on."""
+        `resumed`: the past of a resumed run (`took_up`), whose running attempts are
+        followed on."""
         past = list(resumed)
         self._attempts.run_dir = run_dir
-        self._attempts.resumed(past)
-        for event in past:  # an attempt that ended before: its score is the score line's
-            if isinstance(event, ev.AttemptFinished):
-                self._attempt_scores[event.attempt] = event.score
         if self._heartbeat is not None:
             self._heartbeat.run_dir = run_dir
+        self.took_up(past)
+
+    def took_up(self, past: list[ev.Event]) -> None:
+        """A resumed (or forked) run's past, which this printer, subscribed as the run
+        goes on, never sees: folded as if printed, nothing said. A resume without
+        `--time-limit` writes no limit: its wait lines and heartbeats said "up to 60m"
+        though the run had recorded 5 minutes, and a wait taken up again under its call
+        id had no heartbeat, its call never seen."""
+        self._attempts.resumed(past)
+        for event in past:
+            self._limits.apply(event)
+            if self._heartbeat is not None:
+                self._heartbeat.took_up(event)
+            match event:  # what the lines to come name: a call, an attempt's score
+                case ev.ToolCall():
+                    self._calls[event.call_id] = event
+                case ev.ApprovalRequested():
+                    self._waiting[event.call_id] = event.tool
+                case ev.AttemptFinished():
+                    self._attempt_scores[event.attempt] = event.score
+                case ev.Submission():
+                    self._submission = event
+                case _:
+                    pass
 
     def annotation(self, note: Annotation) -> None:
         """A person's note on a step (a replay prints them; the run never sees them)."""

@@ -54,6 +54,13 @@ class Heartbeat:
         if self._quiet_since is None:
             self._quiet_since = event.t
 
+    def took_up(self, event: ev.Event) -> None:
+        """An event of a resumed run's past, folded with no line due from it: what runs
+        and the run's limits as the run knows them (console/text/headless.py `took_up`)."""
+        self._ts = event.ts
+        self.state.apply(event)
+        self.progress.apply(event)
+
     def printed(self, t: float) -> None:
         """A line was printed at run-clock `t`: the next heartbeat counts from it."""
         self._quiet_since = t
