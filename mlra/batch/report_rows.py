@@ -92,10 +92,14 @@ class RunRow:
     attempts are solutions the agent tried within one run, not the batch's `attempt`, a
     start of the run.)"""
     search_tried: int | None = None
-    """Attempts the search started, and how many ended validated, buggy and out of time."""
+    """Attempts the search started, and how many ended validated, buggy, out of time,
+    stopped and lost, or still ran (result.json's `attempts`: they add up to tried)."""
     search_validated: int | None = None
     search_buggy: int | None = None
     search_out_of_time: int | None = None
+    search_stopped: int | None = None
+    search_lost: int | None = None
+    search_running: int | None = None
     search_best: str | None = None
     """The best validated attempt and its validation score."""
     search_best_validation: float | None = None
@@ -200,6 +204,9 @@ def _search_fields(r: RunResult) -> dict[str, Any]:
         "search_validated": a.validated,
         "search_buggy": a.buggy,
         "search_out_of_time": a.out_of_time,
+        "search_stopped": a.stopped,
+        "search_lost": a.lost,
+        "search_running": a.running,
         "search_best": a.best,
         "search_best_validation": a.best_validation,
         "search_submitted": a.submitted,

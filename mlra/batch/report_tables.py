@@ -12,6 +12,7 @@ import csv
 from pathlib import Path
 from typing import Any
 
+from mlra.agent.record.attempt_tree import counts_words
 from mlra.batch.report_rows import Attempt, Group, RunRow
 from mlra.batch.report_text import md_cell as _cell
 from mlra.batch.report_text import md_text as _text
@@ -210,6 +211,19 @@ def score_text(value: float | None) -> str:
     return fixed(value) if value is not None else "–"
 
 
+def search_counts(row: RunRow) -> str:
+    """A searching run's attempts in the words of every verdict line (`counts_words`)."""
+    return counts_words(
+        row.search_tried or 0,
+        validated=row.search_validated,
+        buggy=row.search_buggy,
+        out_of_time=row.search_out_of_time,
+        stopped=row.search_stopped,
+        lost=row.search_lost,
+        running=row.search_running,
+    )
+
+
 def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
     """The runs that searched over attempts (`--search`): per group and per run, attempts
     tried, the best validation, the graded attempt's test score and the gap between them.
@@ -242,9 +256,9 @@ def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
         'Per run (graded: the attempt scored on the test split; "best, unsubmitted": '
         "nothing was submitted, so the best validated attempt was graded):",
         "",
-        "| run | task | model | seed | tried | validated | buggy | out of time | best "
+        "| run | task | model | seed | attempts | best "
         "| best validation | graded | its validation | test | gap |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         if not r.searched:
@@ -256,8 +270,7 @@ def _search_tables(groups: list[Group], rows: list[RunRow]) -> list[str]:
         gap = _gap(r.search_gap, None)
         lines.append(
             f"| {run} | {_cell(r.task)} | {_cell(r.model)} | "
-            f"{r.seed if r.seed is not None else '–'} | {r.search_tried} | "
-            f"{r.search_validated} | {r.search_buggy} | {r.search_out_of_time} | "
+            f"{r.seed if r.seed is not None else '–'} | {search_counts(r)} | "
             f"{_cell(r.search_best) if r.search_best else '–'} | "
             f"{score_text(r.search_best_validation)} | {graded} | "
             f"{score_text(r.search_submitted_validation)} | {score_text(r.search_test_score)} | {gap} |"

@@ -42,10 +42,12 @@ def test_the_report_gives_each_search_and_the_mean_gap(tmp_path: Path) -> None:
     )
     per_run = {line.split(" | ")[0]: line for line in table if line.startswith("| s")}
     assert per_run["| s1"] == (
-        "| s1 | classify | m | 1 | 3 | 2 | 1 | 0 | a2 | 0.7812 | a2 | 0.7812 | 0.7690 | -0.0122 |"
+        "| s1 | classify | m | 1 | 3 tried (2 validated, 1 buggy) | a2 | 0.7812 | a2 | 0.7812 | "
+        "0.7690 | -0.0122 |"
     )
     assert per_run["| s2"] == (
-        "| s2 | classify | m | 2 | 2 | 1 | 1 | 0 | a1 | 0.8000 | a1 (best, unsubmitted) | 0.8000 | "
+        "| s2 | classify | m | 2 | 2 tried (1 validated, 1 buggy) | a1 | 0.8000 | "
+        "a1 (best, unsubmitted) | 0.8000 | "
         "0.7900 | -0.0100 |"
     )
     assert "| p1 |" not in md  # the run that did not search is in the main table only

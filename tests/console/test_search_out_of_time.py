@@ -41,7 +41,7 @@ def test_the_attempts_counts_add_up_with_one_out_of_time(
     assert a is not None
     assert (a.tried, a.validated, a.buggy, a.out_of_time) == (4, 2, 1, 1)
     _, lines = listing(runs, capsys)
-    assert "4 tried (1 buggy, 1 out of time), best a2 0.7812, sub a2" in lines["r"]
+    assert "4 tried (2 validated, 1 buggy, 1 out of time), best a2 0.7812, sub a2" in lines["r"]
 
 
 def test_an_attempt_out_of_time_is_a_row_of_the_experiments_table(tmp_path: Path) -> None:
@@ -82,10 +82,13 @@ def test_batch_reports_and_compare_count_the_attempts_out_of_time(tmp_path: Path
     search_run(runs, "s2", seed=2)
     write_report(tmp_path)
     md = (tmp_path / "report.md").read_text()
-    assert "| tried | validated | buggy | out of time | best |" in md
-    assert "| s1 | classify | m | 1 | 4 | 2 | 1 | 1 | a2 |" in md
-    assert "| s2 | classify | m | 2 | 3 | 2 | 1 | 0 | a2 |" in md
+    assert "| seed | attempts | best |" in md
+    assert "| s1 | classify | m | 1 | 4 tried (2 validated, 1 buggy, 1 out of time) | a2 |" in md
+    assert "| s2 | classify | m | 2 | 3 tried (2 validated, 1 buggy) | a2 |" in md
 
     m = matrix.build(load_all([runs / "s1", runs / "s2"]))
     (row,) = [r for r in m.rows if r.name.startswith("attempts")]
-    assert (row.name, row.cells) == ("attempts t/v/b/o", ["4/2/1/1", "3/2/1/0"])
+    assert row.cells == [
+        "4 tried (2 validated, 1 buggy, 1 out of time)",
+        "3 tried (2 validated, 1 buggy)",
+    ]

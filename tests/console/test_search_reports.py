@@ -197,13 +197,17 @@ def test_runs_has_a_search_column_for_a_run_that_searched(
     headers, lines = listing(runs, capsys)
     names = [h.strip() for h in headers if h.strip()]
     assert names[names.index("exp.") + 1] == "search"
-    assert "3 tried (1 buggy), best a2 0.7812, sub a2, gap -0.0122" in lines["a-search"]
+    assert (
+        "3 tried (2 validated, 1 buggy), best a2 0.7812, sub a2, gap -0.0122" in lines["a-search"]
+    )
     # The test score is the run's score column; the search's best is its validation.
     # The attempts' validations are the run's experiments: best val. is the best attempt's.
     assert lines["a-search"].split()[5:8] == ["0.769", "-", "0.7812"]
     plain = lines["b-plain"].split()
     assert plain[plain.index("0.6") + 2] == "-"  # best val. 0.6, exp. 2, search -
-    assert "search: attempts tried, the best validation" in lines[""]  # the footnote
+    assert (
+        "search: attempts tried and how they ended, the best validation" in lines[""]
+    )  # the footnote
 
     assert main(["runs", "--runs-dir", str(runs), "--json"]) == 0
     rows = {r["id"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
@@ -257,7 +261,7 @@ def test_runs_says_a_search_that_validated_nothing_and_one_still_running(
     assert "2 tried (2 buggy), none validated, none submitted" in lines["all-buggy"]
     # Cut off with an attempt in flight: nothing submitted yet is not a verdict.
     assert "interrupted" in lines["cut-off"]
-    assert "2 tried, best a1 0.5" in lines["cut-off"]
+    assert "2 tried (1 validated, 1 running), best a1 0.5" in lines["cut-off"]
     assert "none submitted" not in lines["cut-off"]
 
 
@@ -350,7 +354,8 @@ def test_the_last_line_of_a_headless_run_gives_the_search(tmp_path: Path) -> Non
     result = RunResult.model_validate_json((run_dir / "result.json").read_bytes())
     line = final_line(run_dir, result)
     assert (
-        "score accuracy = 0.769 · isolation bwrap · 3 attempts, best validation 0.7812 (a2), "
+        "score accuracy = 0.769 · isolation bwrap · attempts 3 tried (2 validated, 1 buggy), "
+        "best validation 0.7812 (a2), "
         "graded a2, validation-to-test gap -0.0122 · run dir"
     ) in line
 

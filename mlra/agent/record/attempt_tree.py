@@ -8,6 +8,7 @@ a replay shows at an event is the tree the run had then.
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -206,18 +207,50 @@ class AttemptTree:
         return "\n".join(lines)
 
 
+ENDINGS: tuple[tuple[str, ev.AttemptStatus], ...] = (
+    ("validated", "validated"),
+    ("buggy", "buggy"),
+    ("out_of_time", "out of time"),
+    ("stopped", "stopped"),
+    ("lost", "lost"),
+    ("running", "running"),
+)
+"""Where an attempt stands, as `AttemptsSummary` counts it (the field) and as every line
+that sums up a search words it (the status), in the order they are said. They part
+`tried` between them: each attempt is counted under one."""
+
+
+def counts_words(tried: int, **counts: int | None) -> str:
+    """A search's attempts as every verdict line says them (replay's, the headless run's
+    last line, `mlra runs`, `mlra compare`, batch reports): `4 tried (2 validated, 1
+    stopped, 1 lost)`, each count `ENDINGS` names by its field, zeros left out, so a
+    search whose attempts all validated reads `3 tried (3 validated)`."""
+    said = [f"{n} {word}" for name, word in ENDINGS if (n := counts.get(name))]
+    return f"{tried} tried" + (f" ({', '.join(said)})" if said else "")
+
+
 class AttemptsSummary(BaseModel):
-    """What `result.json` says of a search: how many attempts, the best validation, which
-    attempt was submitted and its validation beside its test score (the gap between them
-    is what selecting on validation overfits)."""
+    """What `result.json` says of a search: how many attempts and how each ended, the best
+    validation, which attempt was submitted and its validation beside its test score (the
+    gap between them is what selecting on validation overfits)."""
 
     tried: int
+    """Every attempt started: `validated`, `buggy`, `out_of_time`, `stopped`, `lost` and
+    `running` add up to it (in a result.json from before `stopped`, `lost` and `running`
+    were counted, those read 0 and the sum may fall short)."""
     validated: int
     buggy: int
     out_of_time: int = 0
     """Attempts whose time ran out before an artifact of their own was scored: apart from
-    `buggy`, as no fault of their recipe (0 in a result.json from before the status).
-    `tried` is these three, the attempts stopped or lost, and those still running."""
+    `buggy`, as no fault of their recipe (0 in a result.json from before the status)."""
+    stopped: int = 0
+    """Attempts stopped before they ended (by the supervisor, the person or the run's
+    end), or never started (their copy of the parent's workspace refused)."""
+    lost: int = 0
+    """Attempts whose run died and could not be taken up again (their sandbox or node
+    gone; in a fork, those running at the fork's step)."""
+    running: int = 0
+    """Attempts not ended yet: a run still going, or one cut off while they ran."""
     best: str | None = None
     best_validation: float | None = None
     submitted: str | None = None
@@ -226,6 +259,11 @@ class AttemptsSummary(BaseModel):
     validation_to_test_gap: float | None = None
     """The submitted attempt's test score minus its validation score (same metric and
     direction where the task's validation split is scored like its test)."""
+
+    @property
+    def in_words(self) -> str:
+        """The counts as every verdict line words them (`counts_words`)."""
+        return counts_words(self.tried, **{name: getattr(self, name) for name, _ in ENDINGS})
 
 
 def summary_of(
@@ -241,11 +279,10 @@ def summary_of(
         if test_score is not None and validation is not None
         else None
     )
+    ended = Counter(n.status for n in tree.nodes.values())
     return AttemptsSummary(
         tried=len(tree),
-        validated=sum(1 for n in tree.nodes.values() if n.status == "validated"),
-        buggy=sum(1 for n in tree.nodes.values() if n.status == "buggy"),
-        out_of_time=sum(1 for n in tree.nodes.values() if n.status == "out of time"),
+        **{name: ended[status] for name, status in ENDINGS},
         best=best.id if best else None,
         best_validation=best.score if best else None,
         submitted=submitted,

@@ -172,9 +172,7 @@ def score_label(runs: list[ComparedRun], metric: str | None) -> str:
 
 def outcome_rows(runs: list[ComparedRun], metric: str | None, best: set[int]) -> list[Row]:
     def attempts(r: ComparedRun) -> str:
-        if r.tried is None:
-            return "-"
-        return f"{r.tried}/{r.validated}/{r.buggy}/{r.out_of_time or 0}"
+        return r.attempts.in_words if r.attempts is not None else "-"
 
     def status(r: ComparedRun) -> str:
         return f"{r.status} ({r.reason})" if r.reason else r.status
@@ -192,7 +190,7 @@ def outcome_rows(runs: list[ComparedRun], metric: str | None, best: set[int]) ->
         Row("verdict", [verdict(r) for r in runs]),
         Row("normalized", [_num(r.normalized) for r in runs]),
         Row("best validation", [_num(r.best_validation) for r in runs]),
-        Row("attempts t/v/b/o", [attempts(r) for r in runs]),
+        Row("attempts", [attempts(r) for r in runs]),
         Row("time", [format_duration(r.duration_s) for r in runs]),
         Row("tokens", [format_tokens(r.tokens, estimated=r.tokens_estimated) for r in runs]),
         Row("cost", [f"${r.cost_usd:.2f}" for r in runs]),

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra import events as ev
+from mlra.agent.record.attempt_tree import AttemptsSummary
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_result import result_of
 from mlra.agent.record.state import RunState, fold
@@ -59,12 +60,8 @@ class ComparedRun:
     validation_higher_is_better: bool | None = None
     validations: list[tuple[float, float]] = field(default_factory=list)
     """(run clock seconds, score) of each graded validation, in order."""
-    tried: int | None = None
-    """A search's attempts: tried, validated, buggy and out of time (None: one line of
-    work)."""
-    validated: int | None = None
-    buggy: int | None = None
-    out_of_time: int | None = None
+    attempts: AttemptsSummary | None = None
+    """A search's attempts, as its result counts them (None: one line of work)."""
     duration_s: float = 0.0
     tokens: int = 0
     tokens_estimated: bool = False
@@ -175,10 +172,7 @@ def load(run_dir: Path) -> ComparedRun:
         higher = checks[-1].higher_is_better
         scores = [s for _, s in run.validations]
         run.best_validation = max(scores) if higher else min(scores)
-    if result.attempts is not None:
-        a = result.attempts
-        run.tried, run.validated, run.buggy = a.tried, a.validated, a.buggy
-        run.out_of_time = a.out_of_time
+    run.attempts = result.attempts
     run.duration_s, run.cost_usd = result.duration_s, result.cost_usd
     run.tokens, run.tokens_estimated = result.tokens, result.tokens_estimated
     config = {**started.config, **state.settings_changed}  # a fork's --time-limit, say

@@ -16,7 +16,7 @@ from mlra import __version__
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.run_result import log_digest
 from mlra.batch.report_rows import RunRow, collect, summarize
-from mlra.batch.report_tables import success_cell
+from mlra.batch.report_tables import search_counts, success_cell
 from mlra.batch.share.compare_section import comparison
 from mlra.batch.share.page import head, tail
 from mlra.batch.share.run_page import CURVES_SHARE, DEFAULT_MAX_MB, MB
@@ -86,12 +86,7 @@ def write_batch_page(
         for r in members:
             log = runs_dir / r.run_id / EVENTS_FILE
             sha = log_digest(log) if log.is_file() and r.counted else ""
-            searched = (
-                f"{r.search_tried} tried, {r.search_validated} validated, {r.search_buggy} buggy"
-                + (f", {r.search_out_of_time} out of time" if r.search_out_of_time else "")
-                if r.searched
-                else "-"
-            )
+            searched = search_counts(r) if r.searched else "-"
             # "try": which start of the run (1, then a retry's 2), headed "start" before,
             # which read as a time. An interrupted run's failure is its status.
             status = r.status + (f" ({r.failure})" if r.failure not in (None, r.status) else "")

@@ -134,12 +134,13 @@ def final_line(run_dir: Path, result: Any) -> str:
 
 
 def search_words(result: Any) -> str:
-    """A search's numbers for the last line: attempts tried, the best validation, the
-    attempt graded (and whether it was submitted) and its validation-to-test gap."""
+    """A search's numbers for the last line: its attempts and how they ended (in the words
+    of every verdict line), the best validation, the attempt graded (and whether it was
+    submitted) and its validation-to-test gap."""
     a = getattr(result, "attempts", None)
     if a is None:
         return ""
-    words = f" · {a.tried} attempt{'' if a.tried == 1 else 's'}"
+    words = f" · attempts {a.in_words}"
     if a.best is not None and a.best_validation is not None:
         words += f", best validation {a.best_validation:.4g} ({a.best})"
     if a.submitted is None:

@@ -28,8 +28,8 @@ def add_compare_command(sub: Any) -> None:
     p = sub.add_parser(
         "compare",
         description="Compare runs side by side: a matrix with a column a run (status, task, "
-        "model, the score and its verdict with the best starred, attempts tried/validated/"
-        "buggy/out of time, time, tokens, cost, and the run settings that differ), a paired table where "
+        "model, the score and its verdict with the best starred, a search's attempts tried and "
+        "how they ended, time, tokens, cost, and the run settings that differ), a paired table where "
         "two models (or two settings) ran the same tasks, the runs' curves overlaid, and the "
         "diffs of two runs' submitted files, prompts and settings. A RUN is a run folder, a "
         "run id in --runs-dir, a batch folder or a folder of runs (each of its runs).",

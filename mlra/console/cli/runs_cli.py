@@ -90,8 +90,8 @@ def add_runs_command(sub: Any) -> None:
         description="List the runs in a runs folder: id, task, model, status, why it ended, "
         "score, normalized score, the best validation score and the number of experiments "
         "(validations), the latest re-grade (mlra eval), duration, cost, the run's use of its "
-        "budget (memory while it runs, disk) and the run each was forked from; for a run that searched (--search), a search column: attempts tried, "
-        "the best validation, the submitted attempt and its validation-to-test gap.",
+        "budget (memory while it runs, disk) and the run each was forked from; for a run that searched (--search), a search column: attempts tried "
+        "and how they ended, the best validation, the submitted attempt and its validation-to-test gap.",
     )
     runs.add_argument(
         "--runs-dir",

@@ -12,6 +12,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import Static
 
+from mlra.agent.record.attempt_tree import summary_of
 from mlra.agent.record.state import RunState
 from mlra.console.panes import redraw
 from mlra.console.panes.status import PHASES, Part, StatusBar, fit, glance
@@ -108,14 +109,10 @@ def verdict_text(state: RunState, notes: int) -> Text:
     else:
         text.append(score_line(e) + "\n", style="bold green" if e.ok else "bold red")
     figures = []
-    if state.attempts:
-        tried = len(state.attempts)
-        validated = sum(1 for n in state.attempts.nodes.values() if n.status == "validated")
-        best = state.attempts.best
-        figures.append(
-            f"attempts {tried} tried, {validated} validated"
-            + (f" (best {best.id})" if best is not None else "")
-        )
+    searched = summary_of(state.attempts, None, None)
+    if searched is not None:  # counted as result.json counts them, in the same words
+        best = f", best {printable_line(searched.best)}" if searched.best else ""
+        figures.append(f"attempts {searched.in_words}{best}")
     about = "~" if state.estimated_tokens and state.cost_usd else ""
     figures.append(f"cost {about}${state.cost_usd:.2f}")
     figures.append(f"time {format_duration(state.elapsed_s)}")

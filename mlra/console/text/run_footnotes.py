@@ -34,7 +34,7 @@ def footnotes(rows: list[RunRow]) -> list[str]:
         )
     if any(r.attempts is not None for r in rows):
         notes.append(
-            "search: attempts tried, the best validation (attempt, score), the graded attempt "
+            "search: attempts tried and how they ended, the best validation (attempt, score), the graded attempt "
             "(sub: submitted; graded best: nothing was submitted, so the best validated one "
             "was graded) and its gap, test score minus validation score"
         )

@@ -63,9 +63,9 @@ class RunRow:
     best_validation: float | None = None
     """The best validation score (the validation split, never the hidden test split)."""
     attempts: dict[str, Any] | None = None
-    """A search's attempts as result.json has them (tried, validated, buggy, out_of_time, best,
-    best_validation, submitted, submitted_validation, test_score, validation_to_test_gap);
-    None for a run with one line of work."""
+    """A search's attempts as result.json has them (`AttemptsSummary`: tried and how
+    each ended, best, best_validation, submitted, submitted_validation, test_score,
+    validation_to_test_gap); None for a run with one line of work."""
     worker_alone: str | None = None
     """Why the worker did the task alone (result.json's `worker_alone`): the model column
     says "worker alone"; None where the supervisor led."""
@@ -140,6 +140,8 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
     so its outcome is checked against the log too. Only the few events the outcome
     comes from are parsed (a run's log can hold 100,000 events); the rest are
     checked for their numbering only (`check_lines`), so a listing stays quick.
+    Where they agree, `result` takes the log's search counts: a result.json written
+    before a count existed lacks it, and its `tried` would not add up.
     """
     from mlra.agent.record.eventlog import check_lines
     from mlra.agent.record.run_result import result_of
@@ -160,8 +162,14 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
     derived = result_of(state)
     for name in _CLAIMS:
         claimed, actual = getattr(result, name), getattr(derived, name)
+        if name == "attempts" and claimed is not None and actual is not None:
+            # A result.json from before a count (`out_of_time`, `stopped`, ...) is
+            # checked on what it says; the listing takes the log's counts, whole.
+            said = claimed.model_fields_set
+            claimed, actual = claimed.model_dump(include=said), actual.model_dump(include=said)
         if claimed != actual:
             return f"result.json says {name} {claimed!r}, the log {actual!r}"
+    result.attempts = derived.attempts
     return None
 
 
@@ -332,21 +340,19 @@ def graded_unsubmitted(reason: str, submitted: str | None) -> bool:
     return submitted is not None and reason != "submitted"
 
 
-UNSCORED = (("buggy", "buggy"), ("out_of_time", "out of time"))
-"""The counts of result.json's `attempts` a search cell names where not 0, and their words."""
-
-
 def search_cell(
     attempts: dict[str, Any] | None, graded_best: bool = False, *, ended: bool = True
 ) -> str:
-    """A search in a cell: `4 tried (1 buggy, 1 out of time), best a2 0.7812, sub a2, gap
-    -0.0123`. The gap is the submitted attempt's test score minus its validation score; a
-    run still going (`ended` False) has submitted nothing yet, which is not said."""
+    """A search in a cell: `4 tried (2 validated, 1 buggy, 1 out of time), best a2 0.7812,
+    sub a2, gap -0.0123`, its counts in the words of every verdict line. The gap is the
+    submitted attempt's test score minus its validation score; a run still going (`ended`
+    False) has submitted nothing yet, which is not said."""
+    from mlra.agent.record.attempt_tree import AttemptsSummary
+
     if attempts is None:
         return "-"
     a = attempts
-    unscored = [f"{a[k]} {word}" for k, word in UNSCORED if a.get(k)]
-    parts = [f"{a['tried']} tried" + (f" ({', '.join(unscored)})" if unscored else "")]
+    parts = [AttemptsSummary.model_validate(a).in_words]
     if a.get("best") is not None and a.get("best_validation") is not None:
         parts.append(f"best {a['best']} {a['best_validation']:.4g}")
     else:
