@@ -226,7 +226,9 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
     ) and not (r.self_reported and r.score is not None)
     return RunRow(
         run_id=r.run_id or run_id,
-        task=r.task or (card.task if card else ""),
+        # What the batch called the task: its name, or where two of its tasks share that
+        # name, the end of its folder's path (batch/task_labels.py), which the run never knew.
+        task=(card.task if card else "") or r.task,
         model=r.model or (card.model if card else ""),
         seed=seed if seed is not None else (card.seed if card else None),
         status=r.status,

@@ -370,7 +370,7 @@ class BatchRunner:
 
     def _card(self, run: RunSpec, status: RunStatus | None = None) -> None:
         """The run's card; with why it never started, when it did not."""
-        card = RunCard(run_id=run.run_id, task=run.task_name, model=run.model, seed=run.seed)
+        card = RunCard(run_id=run.run_id, task=run.task_label, model=run.model, seed=run.seed)
         if status is not None:
             card.not_started, card.detail = status.reason, status.detail
         write_card(self.out, card)

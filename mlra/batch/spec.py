@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import tomllib
+from collections import Counter
 from pathlib import Path
 from typing import Annotated, Literal
 
@@ -23,6 +24,7 @@ from pydantic import (
 
 from mlra.batch.errors import BatchError as BatchError
 from mlra.batch.run_ids import RunNames
+from mlra.batch.task_labels import task_labels
 from mlra.durations import parse_duration
 from mlra.sizes import disk_mb
 from mlra.tools.research_table import research_tool_name
@@ -133,11 +135,13 @@ SAME_RUNS = ("tasks", "models", "seeds")
 
 class KeptSpec(BatchSpec):
     """The spec as its batch folder keeps it (`batch.json`), with the names its tasks
-    resolved to: a run's id is keyed by its task's name (batch/run_ids.py), not by the
-    words that named the task, so these are what say which runs the folder holds."""
+    resolved to: a run's id is keyed by its task's label (its name, or the end of its
+    folder's path where two tasks share a name: batch/task_labels.py), not by the words
+    that named the task, so these are what say which runs the folder holds."""
 
     task_names: list[str] | None = None
-    """None in a folder an earlier mlra made: its typed tasks are resolved again."""
+    """The tasks' labels; None in a folder an earlier mlra made: its typed tasks are
+    resolved again."""
 
 
 def keep_spec(out: Path, spec: BatchSpec, tasks: list[BatchTask]) -> None:
@@ -155,7 +159,7 @@ def keep_spec(out: Path, spec: BatchSpec, tasks: list[BatchTask]) -> None:
         earlier = KeptSpec.model_validate_json(path.read_bytes())
     except (OSError, ValidationError, ValueError):
         earlier = None  # a new folder, or a spec from an mlra that wrote it otherwise
-    names = [task.name for task in tasks]
+    names = [task.label for task in tasks]
     if earlier is not None:
         was: dict[str, object] = {
             "tasks": earlier.task_names or [_task_name(t) for t in earlier.tasks],
@@ -222,6 +226,8 @@ class RunSpec(BaseModel):
     task: str
     """As the user named it (a task name or a folder)."""
     task_name: str
+    task_label: str
+    """What the batch calls the task (`BatchTask.label`): its runs' ids and report rows."""
     model: str
     seed: int
     settings: Overrides
@@ -257,6 +263,9 @@ class BatchTask(BaseModel):
     task: str
     """As `mlra run` is to be given it (a task name, or a folder's absolute path)."""
     name: str
+    label: str
+    """What the batch calls it (its runs' ids, report rows): its name, or where another
+    of the batch's tasks has that name, the end of its folder's path (batch/task_labels.py)."""
     settings: Overrides
     resources: Resources
 
@@ -272,15 +281,16 @@ def load_tasks(spec: BatchSpec) -> list[BatchTask]:
     if any(not model.strip() for model in spec.models):
         raise BatchError("an empty model name in --models")
     tasks: list[BatchTask] = []
-    seen: dict[str, str] = {}
+    folders: list[Path] = []
     for task in spec.tasks:
         try:
             loaded = find_task(task)
         except TaskError as exc:
             raise BatchError(str(exc)) from None
-        if loaded.name in seen and seen[loaded.name] != task:
-            raise BatchError(f"two tasks named {loaded.name!r}: {seen[loaded.name]} and {task}")
-        seen[loaded.name] = task
+        folder = loaded.root.resolve()
+        if folder in folders:
+            continue  # one task given twice (`a,a`, `a,./a/`): its runs once
+        folders.append(folder)
         settings = spec.defaults.merged(spec.overrides.get(task, Overrides()))
         conflict = direction_conflict(loaded, settings.direction)
         if conflict is not None:
@@ -298,18 +308,28 @@ def load_tasks(spec: BatchSpec) -> list[BatchTask]:
         )
         where = str(Path(task).resolve()) if Path(task).is_dir() else task
         tasks.append(
-            BatchTask(task=where, name=loaded.name, settings=settings, resources=resources)
+            BatchTask(
+                task=where,
+                name=loaded.name,
+                label=loaded.name,
+                settings=settings,
+                resources=resources,
+            )
         )
-    return tasks
+    labels = task_labels([(t.name, folder) for t, folder in zip(tasks, folders, strict=True)])
+    return [t.model_copy(update={"label": label}) for t, label in zip(tasks, labels, strict=True)]
 
 
 def expand(spec: BatchSpec, names: RunNames, tasks: list[BatchTask] | None = None) -> list[RunSpec]:
-    """Every run of the batch, named as its batch folder names them (`run_ids.run_names`)."""
-    return [
+    """Every run of the batch, named as its batch folder names them (`run_ids.run_names`).
+    Two runs given one id would share a folder: in a folder from before run ids were keyed
+    (ids of the readable part alone), two tasks whose labels slug alike (`a b/x`, `a-b/x`)."""
+    runs = [
         RunSpec(
-            run_id=names.run_id(task.name, model, seed),
+            run_id=names.run_id(task.label, model, seed),
             task=task.task,
             task_name=task.name,
+            task_label=task.label,
             model=model,
             seed=seed,
             settings=task.settings,
@@ -319,6 +339,14 @@ def expand(spec: BatchSpec, names: RunNames, tasks: list[BatchTask] | None = Non
         for model in spec.models
         for seed in range(1, spec.seeds + 1)
     ]
+    ids = Counter(run.run_id for run in runs)
+    shared = [run for run in runs if ids[run.run_id] > 1]
+    if shared:
+        raise BatchError(
+            f"two runs of this batch would be named {shared[0].run_id} "
+            f"({shared[0].task_label}, {shared[1].task_label}): give another --out"
+        )
+    return runs
 
 
 def run_command(

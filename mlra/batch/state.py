@@ -257,6 +257,8 @@ class RunCard(BaseModel):
 
     run_id: str
     task: str
+    """The task as the batch tells it apart (`BatchTask.label`): its name, or the end of
+    its folder's path where another of the batch's tasks has the same name."""
     model: str
     seed: int
     not_started: str | None = None

@@ -149,10 +149,10 @@ def cmd_batch(args: argparse.Namespace) -> int:
     check_writable_dir(out, "--out")
     try:
         names = run_names(out)  # the folder's key, made now for a new batch
+        runs = expand(spec, names, tasks)
         batch_spec.keep_spec(out, spec, tasks)  # refused where it holds other tasks, models, seeds
     except BatchError as exc:
         raise UsageError(str(exc)) from None
-    runs = expand(spec, names, tasks)
     if spec.executor == "ray":
         try:
             from mlra.batch.executors.ray import RayExecutor  # lazy: for a Ray batch only

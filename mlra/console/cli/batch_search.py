@@ -71,12 +71,12 @@ def check_agents(spec: Any, tasks: list[Any]) -> None:
             continue
         if "baseline" in (m.strip() for m in spec.models):
             raise UsageError(
-                f"batch: {t.name}: agent worker (--agent, or `agent` in the batch file) needs "
+                f"batch: {t.label}: agent worker (--agent, or `agent` in the batch file) needs "
                 "a model; --model baseline runs the recipe (give baseline a batch of its own)"
             )
         if t.settings.search not in (None, "none"):
             raise UsageError(
-                f"batch: {t.name}: agent worker and search {t.settings.search} do not go "
+                f"batch: {t.label}: agent worker and search {t.settings.search} do not go "
                 "together: a search's attempts are each a worker already"
             )
 
@@ -102,7 +102,7 @@ def check_searches(spec: Any, tasks: list[Any]) -> None:
                 search_settings(asked, task, model)
             except UsageError as exc:
                 raise UsageError(
-                    f"batch: {t.name} · {model}: {exc} (`search`, `attempts`, "
+                    f"batch: {t.label} · {model}: {exc} (`search`, `attempts`, "
                     "`attempts_parallel` and `attempt_min_time` in the batch file, or their "
                     "flags)"
                 ) from None
