@@ -13,6 +13,7 @@ from mlra.batch.compare.runs import expand as compared_folders
 from mlra.batch.compare.runs import load
 from mlra.batch.spec import load_tasks, parse_spec
 from mlra.batch.task_labels import task_labels
+from mlra.console.cli.cli import main
 from tests.batch.naming import batch_run_id
 from tests.conftest import answer_task_as, mlra_cli
 
@@ -75,10 +76,16 @@ def test_two_tasks_of_one_name_are_two_rows_of_runs_and_resume_as_two(
     text = (out / "report.md").read_text()
     assert "| mlagentbench/answer | baseline | 2 |" in text, text
     assert "| mlrc/answer | baseline | 2 |" in text, text
+    assert "### mlagentbench/answer" in text and "### mlrc/answer" in text  # runs compared
     # `mlra compare` on the batch folder tells them apart as the report does.
     runs = [load(folder) for folder in compared_folders([out])]
     assert sorted(r.task for r in runs) == sorted([*labels, *labels])
     assert json.loads((out / "batch.json").read_text())["task_names"] == list(labels)
+    page = tmp_path / "batch.html"
+    assert main(["share", str(out), "-o", str(page)]) == 0
+    shown = page.read_text(encoding="utf-8")
+    assert "2 task and model groups" in shown
+    assert all(f"<td>{label}</td>" in shown for label in labels), shown
 
     # The same folders typed otherwise carry it on; leaving one out is refused.
     spelled = f"mlrc/answer/,{tmp_path}/mlagentbench/answer"
