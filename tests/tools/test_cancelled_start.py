@@ -116,10 +116,11 @@ def _children_running(*names: str) -> list[str]:
 async def test_a_start_cancelled_as_its_uid_is_claimed_leaves_no_claim_nor_binds(
     workspace: Path, monkeypatch: pytest.MonkeyPatch, owner: object, name: str, nth: int
 ) -> None:
-    """Cancelled once the uid is claimed and the workspace handed to it, or once its view
-    binds the run folder's workspace and bubblewrap tries it: the thread went on to
-    record the claim on a sandbox already closed, so the claim file stayed locked, the
-    view bound in /run/mlra-uids, until mlra exited."""
+    """Cancelled once the uid is claimed and the workspace handed to it: the thread went
+    on to record the claim on a sandbox already closed, so the claim file stayed locked,
+    its view bound in /run/mlra-uids, until mlra exited. Cancelled once the view binds the
+    run folder's workspace and bubblewrap tries it: the claim was given back under the
+    thread still using it (now the start waits for the thread, then gives it back)."""
     if not run_uid.wanted():
         pytest.skip("a uid of its own is claimed only as root")
     claims = _claims(monkeypatch)
