@@ -37,7 +37,9 @@ from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.env import shown_interpreter
+from mlra.tools.sandbox.local_steps import BECOME_WAIT_S
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.start_step import made_or_undone
 
 if TYPE_CHECKING:
     from mlra.tools.registry import ToolContext
@@ -253,7 +255,8 @@ class FetchBox:
         else:
             scratch = tempfile.mkdtemp(prefix="mlra-fetch-home-")
             home = scratch
-        user = await asyncio.to_thread(self._claim)
+        # Given back before a cancellation goes on, if it comes as the uid is claimed.
+        user = await made_or_undone(self._claim, self._give_back, BECOME_WAIT_S)
         if self.root_outside is not None and self.on_root_outside is not None:
             self.on_root_outside(self.root_outside)
         try:

@@ -79,6 +79,7 @@ from mlra.tools.sandbox.env import (
 from mlra.tools.sandbox.gpu_inventory import given_ids
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.start_step import made_or_undone
 from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
@@ -98,6 +99,10 @@ logger = logging.getLogger(__name__)
 INSIDE_WORKDIR = "/workspace"
 INSIDE_HOME = accounts.INSIDE_HOME
 DEFAULT_PIDS_LIMIT = 8192
+START_WAIT_S = 60.0
+"""How long a cancelled start waits for its container to be made before it goes on (the
+thread removes it at its end then): two of the client's request timeouts, where an engine
+that answers takes seconds."""
 
 _KILL_ALL_BUT = r"""
 keep=" 1 $1 $$ "; i=0
@@ -264,7 +269,9 @@ class DockerSandbox(Sandbox):
             if self._quota is not None:
                 notices += await self._quota.start(self._stop_for_quota)
             try:
-                notices += await asyncio.to_thread(self._start)
+                # Cancelled as its container is made, the start waits for it and removes
+                # it: a container started once no one awaits it ran on (start_step.py).
+                notices += await made_or_undone(self._start, self._unmade, START_WAIT_S)
             except BaseException:
                 if self._quota is not None:
                     await self._quota.close()
@@ -330,6 +337,11 @@ class DockerSandbox(Sandbox):
         first = out.decode(errors="replace").split()[:1]
         self._main_pid = first[0] if code == 0 and first and first[0].isdigit() else None
         return notices
+
+    def _unmade(self, _notices: object = None) -> None:
+        """Undo `_start`: its container and its stdin folder."""
+        self._remove()
+        self._forget_stdin_dir()
 
     def _container_args(self) -> dict[str, Any]:
         import docker.types

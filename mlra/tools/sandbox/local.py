@@ -32,7 +32,7 @@ from typing import Literal
 
 from mlra.events import LimitsInForce
 from mlra.tools.sandbox import bwrap as bw
-from mlra.tools.sandbox import netns, run_uid, trees
+from mlra.tools.sandbox import local_steps, netns, run_uid, trees
 from mlra.tools.sandbox.base import ExecResult, OutputCallback, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
@@ -185,12 +185,16 @@ class LocalSandbox(Sandbox):
         await asyncio.to_thread(settle_before_use, self.workspace)
         if self._quota is not None:  # first: bwrap's probe and commands see the volume
             notices += await self._quota.start(self._stop_for_quota)
-        if self._use_bwrap:  # once the workspace is what it will be (a volume, say)
-            notices += await asyncio.to_thread(self._become_own_user)
+        # Each undone by a start cancelled as it is made (local_steps.py).
+        if self._use_bwrap and self._own_uid and run_uid.wanted():  # as root
+            # once the workspace is what it will be (a volume, say)
+            self._user, self.root_outside = await local_steps.own_user(
+                self.workspace, self.spec.gpus, self._probe_as
+            )
         if self._use_bwrap and self.spec.network:
-            notices += await asyncio.to_thread(self._open_network)
-        await asyncio.to_thread(
-            self._limits.setup,
+            notices += await self._open_network()
+        await local_steps.cgroups(
+            self._limits,
             tmpfs=self._tmpfs_kind(),
             bwrap_version=self._bwrap_version(),
             root_outside=os.geteuid() == 0 and self._user is None,
@@ -215,11 +219,11 @@ class LocalSandbox(Sandbox):
     def network_via(self) -> str | None:
         return self._network_via
 
-    def _open_network(self) -> list[str]:
+    async def _open_network(self) -> list[str]:
         strict = self.isolation_mode == "bwrap" or self.require_isolation
         try:
             as_user = self._user.prefix() if self._user else []
-            chosen = netns.network_for_sandbox(self._probe_bwrap, strict, as_user)
+            chosen = await local_steps.own_network(self._probe_bwrap, strict, as_user)
         except netns.NetworkUnavailable as exc:
             raise IsolationUnavailable(str(exc)) from None
         self._network, self._network_via = chosen.network, chosen.via
@@ -284,19 +288,9 @@ class LocalSandbox(Sandbox):
         for running in list(self._running):
             running.resume()
 
-    def _become_own_user(self) -> list[str]:
-        """As root: claim a uid, hand it the workspace and try bubblewrap as it; where it
-        could not, `root_outside` says why (the run says it once: a typed notice)."""
-        if not (self._own_uid and run_uid.wanted()):
-            return []
-        self._user, self.root_outside = run_uid.become(
-            self.workspace, bw.gpu_nodes(self.spec.gpus), self._probe_as
-        )
-        return []
-
     def _probe_as(self, user: run_uid.UidClaim) -> str | None:
-        self._user = user  # the trial command's argv runs as the sandbox's user
-        return self._probe_bwrap()
+        """The trial command as `user`, claimed by a start before the sandbox holds it."""
+        return self._probe_bwrap(user=user)
 
     def _release_user(self) -> None:
         if self._user is not None:
@@ -313,10 +307,13 @@ class LocalSandbox(Sandbox):
             self._user.hand(fd)
 
     def _probe_bwrap(
-        self, network: netns.OwnNetwork | None = None, inside_cwd: str = INSIDE_WORKDIR
+        self,
+        network: netns.OwnNetwork | None = None,
+        inside_cwd: str = INSIDE_WORKDIR,
+        user: run_uid.UidClaim | None = None,
     ) -> str | None:
         assert self.bwrap is not None
-        return bw.probe(self._bwrap_argv(inside_cwd, ["true"], network))
+        return bw.probe(self._bwrap_argv(inside_cwd, ["true"], network, user))
 
     # --- running commands ---------------------------------------------------------------
 
@@ -404,10 +401,16 @@ class LocalSandbox(Sandbox):
         return [self.spec.python_env] if self.spec.python_env is not None else []
 
     def _bwrap_argv(
-        self, inside_cwd: str, command: list[str], network: netns.OwnNetwork | None = None
+        self,
+        inside_cwd: str,
+        command: list[str],
+        network: netns.OwnNetwork | None = None,
+        user: run_uid.UidClaim | None = None,
     ) -> list[str]:
+        """`network`, `user`: a start's, tried before the sandbox holds them."""
         assert self.bwrap is not None
         own = network or self._network
+        user = user or self._user
         argv = bw.bwrap_argv(
             self.bwrap,
             workspace=self.workspace,
@@ -427,13 +430,13 @@ class LocalSandbox(Sandbox):
             resolv_conf=own.resolv_conf if own else None,
         )
         joined = own.join_prefix() if own else []
-        if self._user is None:
+        if user is None:
             return [*joined, *argv]
         try:
-            self._user.view.stage(argv)  # what it could not reach by path (run_uid.py)
+            user.view.stage(argv)  # what it could not reach by path (run_uid.py)
         except OSError as exc:
             raise SandboxError(str(exc)) from None
-        return [*self._user.prefix(), *joined, *self._user.view.wrap(argv)]
+        return [*user.prefix(), *joined, *user.view.wrap(argv)]
 
 
 _UNCONFINED = (

@@ -51,6 +51,9 @@ and abstract sockets included): the user's explicit choice, recorded as such."""
 TOOLS_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 5.0
+OPEN_BOUND_S = 3 * START_TIMEOUT_S + 3 * STOP_TIMEOUT_S
+"""The longest `open_network` takes when each of its waits runs out (the holder's start,
+the routes, slirp4netns's, then a failed one's stop): where nothing hangs past them."""
 
 
 class NetworkUnavailable(Exception):

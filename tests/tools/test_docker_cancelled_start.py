@@ -1,0 +1,47 @@
+"""A Docker sandbox's start cancelled as its container is started leaves no container.
+
+The container is created and started in a thread, which a cancelled await (an attempt
+stopped by the supervisor as its sandbox starts, a search that ends) does not stop: the
+container the thread went on to start was never recorded by the sandbox, so its close
+never removed it, and it ran on (`sleep infinity`, the workspace bound) until a later
+mlra's start found its owner dead. The test holds the start once the container runs,
+cancels it there, lets the thread go on, closes the sandbox as the run does, and finds
+no container of the run on the engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.docker_exec import STDIN_DIR
+from tests.conftest import TEST_IMAGE
+from tests.tools.step_hold import Hold, cancel_held
+
+
+def _mounted_from(container: Any, *_: object, **__: object) -> list[Path]:
+    """The host folders a container binds (its stdin folder among them)."""
+    return [Path(m["Source"]) for m in container.attrs.get("Mounts") or []]
+
+
+async def test_a_start_cancelled_as_its_container_starts_leaves_no_container(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import docker.models.containers
+
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    run_id = "cancelled-start-test"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    # No quota (disk_mb 0): the workspace's own cancel is tested with its volume.
+    box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id=run_id)
+    hold = Hold(monkeypatch, docker.models.containers.ContainerCollection, "run", see=_mounted_from)
+    await cancel_held(asyncio.ensure_future(box.start()), hold, box.close)
+    assert client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"}) == []
+    stdin = [src for mounts in hold.seen for src in mounts if src.name == "in"]
+    assert stdin and not stdin[0].parent.exists(), f"{STDIN_DIR}'s host folder is left"
