@@ -18,15 +18,17 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mlra.tools.sandbox import volume
+from mlra.tools.sandbox import volume, volume_settle
 from mlra.tools.sandbox.disk_quota import CHECK_INTERVAL_S, WorkspaceQuota
-from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.start_step import made_or_undone
 
 if TYPE_CHECKING:
     from mlra.events import LimitsInForce
     from mlra.tools.sandbox.base import SandboxSpec
 
 logger = logging.getLogger(__name__)
+
+OPEN_WAIT_S = 4 * volume_settle.COMMAND_TIMEOUT_S
 
 
 class WorkspaceDisk:
@@ -162,16 +164,20 @@ class WorkspaceDisk:
 
 async def _open_or_undo(made: volume.WorkspaceVolume) -> None:
     """Open `made`; a start cancelled meanwhile (an attempt stopped as its sandbox starts)
-    waits for the open and undoes it before it raises. The thread mounts the volume
-    whatever becomes of its awaiter, and a volume no sandbox records is one its close
-    never undoes: it stayed mounted, its loop device and image held, until a later
-    mlra's sandbox settled it."""
-    opening = asyncio.ensure_future(asyncio.to_thread(made.open))
-    try:
-        await finish_despite_cancel(opening)
-    except asyncio.CancelledError:
-        if not opening.cancelled() and opening.exception() is None:
-            problem = await finish_despite_cancel(asyncio.to_thread(made.close))
-            if problem is not None:
-                logger.warning("%s: %s", made.workspace, problem)
-        raise
+    undoes it before it raises (start_step.py): the thread mounts the volume whatever
+    becomes of its awaiter, and a volume no sandbox records is one its close never
+    undoes: it stayed mounted, its loop device and image held, until a later mlra's
+    sandbox settled it. Waited for as long as its tools may take (mkfs, mount, the
+    workspace's copy onto it), past which the thread undoes it at its end."""
+
+    def opened() -> volume.WorkspaceVolume:
+        made.open()
+        return made
+
+    await made_or_undone(opened, _closed, OPEN_WAIT_S)
+
+
+def _closed(made: volume.WorkspaceVolume) -> None:
+    problem = made.close()
+    if problem is not None:
+        logger.warning("%s: %s", made.workspace, problem)
