@@ -68,7 +68,10 @@ class AttemptManager:
         self._stopped: dict[str, str] = {}
         """Why each attempt stopped here was stopped, by id."""
         self._held_mb: dict[str, int] = {}
-        """What each ended attempt's folder holds on disk (MB), measured once."""
+        """What each ended attempt's folder holds on disk (MB), measured once: its
+        `attempt_finished` is written after its run closed its sandbox (its volume
+        carried back, the image deleted), even one stopped as its sandbox starts or
+        closes (tests/agent/test_search_stopped_starting.py)."""
 
     # --- reading the tree -----------------------------------------------------------------
 

@@ -426,6 +426,13 @@ class DockerSandbox(Sandbox):
         run_uid.hand_tree(self.workspace, self.uid, self.gid)
 
     async def close(self) -> None:
+        """Remove the container, then carry the workspace off its volume. Run to its end
+        when cancelled meanwhile (an attempt stopped as its run closes): a close cut short
+        at the container's removal left the volume mounted, its image in the run's folder
+        for as long as mlra ran, and a search's disk budget counted it as the attempt's."""
+        await finish_despite_cancel(self._close())
+
+    async def _close(self) -> None:
         for running in list(self._running):
             with contextlib.suppress(Exception):
                 await running.kill()
