@@ -17,10 +17,11 @@ grader's, for each folder of the cache that any user may list and enter, so the 
 may add a blob, a snapshot link or a ref where the cache has its folders (the overlay
 checks a folder's permissions on its upper copy); a folder others may not enter gets
 none, so it stays root's and closed, as it was. Its files keep their owners and modes:
-a blob of root's 0644 is read, never opened for writing. `.locks` is opaque in the
+a blob of root's 0644 is read, not written or chmod'ed (the grader may replace it in its
+own view, as it may remove it). `.locks` is opaque in the
 upper layer (the grader's locks afresh: a root-owned lock left by an earlier download
-would not open for writing). Only folders are made and removed: 2,001 for the 400
-repositories above, against their 92,000 entries.
+would not open for writing). Only folders are made and removed: 2,001 for a cache of
+400 repositories of 100 files, against its 82,000 entries.
 
 Where no overlay can be had (mlra not root, no overlayfs, a path overlayfs cannot take)
 the caller mirrors the folder as before.
