@@ -8,9 +8,11 @@ each, a lock and a downloads folder beside. A grading of the tiny `answer` task 
 check script reads the answer and nothing of the cache) is timed whole, `run_evaluation`
 from call to outcome, with HF_HOME naming that cache and with no cache at all (median
 of `--rounds`, interleaved); the difference is what the cache costs a grading. That task
-has no network, so its grading is offline. A network task's grading mirrors the Hub's
-cache too, entry by entry: the mirror alone is timed for that case (`Mirrors.build` with
-the Hub online, as the grader's uid would own it), and its removal.
+has no network, so its grading is offline; the same task with `network = true` is graded
+alike, with and without the cache (its grading has the Hub online, so its cache is the
+grader's own to write: grader_user.py). The grader's caches alone are timed too, made
+(`Mirrors.build`, as mlra's user) and removed outside a grading, with the Hub offline and
+online.
 
     python bench/grader_cache.py [--repos 400] [--files 100] [--datasets 50] [--shards 200]
 """
@@ -62,13 +64,15 @@ def make_cache(root: Path, repos: int, files: int, datasets: int, shards: int) -
     return made + 4
 
 
-def mirror_alone(base: Path, cache: Path) -> tuple[float, float]:
-    """Seconds to build and to remove the grader's mirror of `cache` with the Hub online."""
+def mirror_alone(base: Path, cache: Path, *, online: bool) -> tuple[float, float]:
+    """Seconds to make and to remove the grader's own caches of `cache` (the Hub online
+    or offline), outside a grading."""
     from mlra.tasks.evaluators.grader_user import Mirrors
 
-    work = base / "mirror-alone"
+    work = base / f"mirror-alone-{'online' if online else 'offline'}"
     work.mkdir()
-    mirrors = Mirrors.plan({"HF_HOME": str(cache)}, work)
+    env = {"HF_HOME": str(cache)} | ({} if online else {"HF_HUB_OFFLINE": "1"})
+    mirrors = Mirrors.plan(env, work)
     start = time.perf_counter()
     mirrors.build(None)
     built = time.perf_counter() - start
@@ -77,8 +81,17 @@ def mirror_alone(base: Path, cache: Path) -> tuple[float, float]:
     return built, time.perf_counter() - start
 
 
-async def grade_once(base: Path, n: int) -> float:
-    task = load_task(ANSWER_TASK)
+def network_task(base: Path) -> Path:
+    """The `answer` task with the network on: its grading has the Hub online."""
+    folder = base / "answer-network"
+    shutil.copytree(ANSWER_TASK, folder)
+    toml = folder / "task.toml"
+    toml.write_text(toml.read_text().replace("network = false", "network = true"))
+    return folder
+
+
+async def grade_once(base: Path, n: int, task_dir: Path = ANSWER_TASK) -> float:
+    task = load_task(task_dir)
     answer = base / f"frozen-{n}" / "answer.txt"
     answer.parent.mkdir()
     answer.write_text("42\n")
@@ -103,23 +116,28 @@ def main() -> None:
         start = time.perf_counter()
         entries = make_cache(cache, args.repos, args.files, args.datasets, args.shards)
         print(f"synthetic cache: {entries:,} entries, made in {time.perf_counter() - start:.1f} s")
-        with_cache, without = [], []
-        for n in range(args.rounds):
-            os.environ.pop("HF_DATASETS_CACHE", None)
-            os.environ["HF_HOME"] = str(cache)
-            with_cache.append(asyncio.run(grade_once(base, 2 * n)))
-            os.environ["HF_HOME"] = str(base / "no-cache")  # not a folder: no cache shown
-            without.append(asyncio.run(grade_once(base, 2 * n + 1)))
-        a, b = statistics.median(with_cache), statistics.median(without)
-        print(
-            f"a grading with the cache {a:.2f} s, without {b:.2f} s "
-            f"(medians of {args.rounds}): the cache costs {a - b:.2f} s; load {os.getloadavg()[0]:.1f}"
-        )
-        built, removed = mirror_alone(base, cache)
-        print(
-            f"a network task's grading: its mirror (the Hub's cache included) built in "
-            f"{built:.2f} s, removed in {removed:.2f} s; load {os.getloadavg()[0]:.1f}"
-        )
+        online = network_task(base)
+        os.environ.pop("HF_DATASETS_CACHE", None)
+        for label, task_dir in (("an offline", ANSWER_TASK), ("a network task's", online)):
+            with_cache, without = [], []
+            for n in range(args.rounds):
+                os.environ["HF_HOME"] = str(cache)
+                with_cache.append(asyncio.run(grade_once(base, 2 * n, task_dir)))
+                os.environ["HF_HOME"] = str(base / "no-cache")  # not a folder: none shown
+                without.append(asyncio.run(grade_once(base, 2 * n + 1, task_dir)))
+                for done in base.glob("*-[0-9]*"):
+                    shutil.rmtree(done, ignore_errors=True)
+            a, b = statistics.median(with_cache), statistics.median(without)
+            print(
+                f"{label} grading with the cache {a:.2f} s, without {b:.2f} s (medians of "
+                f"{args.rounds}): the cache costs {a - b:.2f} s; load {os.getloadavg()[0]:.1f}"
+            )
+        for label, online in (("an offline", False), ("a network task's", True)):
+            built, removed = mirror_alone(base, cache, online=online)
+            print(
+                f"{label} grading: its own caches alone made in {built:.2f} s, "
+                f"removed in {removed:.2f} s; load {os.getloadavg()[0]:.1f}"
+            )
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

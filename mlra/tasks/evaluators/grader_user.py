@@ -9,7 +9,10 @@ shown read-only, and the grader is given a cache of its own in its scratch folde
 mirrors it: a folder for each of its folders, a link for each of its files. A prepared
 dataset or a model is read through the links; what the grader writes (a lock, a dataset
 it prepares, a download) lands in its own folder, under its disk quota, and a
-submission can no longer change the cache the next grading reads.
+submission can no longer change the cache the next grading reads. The Hub's caches are
+not walked so: offline they are linked whole (read-only, as huggingface_hub reads an
+offline cache without writing), online each is an overlay whose upper layer is the
+grader's (hub_overlay.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mlra.tasks.evaluators import hub_overlay
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import run_uid, trees
 from mlra.tools.sandbox.default_limits import Chosen, default_disk, disk_for, task_disk
@@ -29,7 +33,8 @@ MIRRORS = "hf-caches"
 LOCK_SUFFIX = ".lock"
 """Not mirrored: locks are made afresh (a link to root's would not open for writing)."""
 HUB_DIRS = frozenset({"hub", "xet"})
-"""The Hub's caches in HF_HOME: linked whole, not mirrored, where the grading is offline."""
+"""The Hub's caches in HF_HOME: linked whole where the grading is offline, overlaid where
+it has the network (hub_overlay.py); mirrored only where no overlay can be had."""
 TOKENS = ("token", "stored_tokens")
 """The Hub's tokens (a cache's own files of these names): no grader's business, so not
 mirrored, and masked where the cache itself is shown (huggingface_hub writes them
@@ -69,9 +74,11 @@ class Mirrors:
     `plan` only decides (before the sandbox starts, no walk); `build` makes the mirror
     in the scratch folder once it is the grader's (its volume mounted, handed to its
     uid), so it is neither carried onto the volume, nor handed over entry by entry, nor
-    carried back: it is removed before the sandbox closes (`remove`). Where the grading
-    is offline, the Hub's caches (`hub`, `xet`) are not mirrored at all but linked whole:
-    huggingface_hub reads an offline cache without writing to it (no lock, no ref), so
+    carried back: it is removed before the sandbox closes (`remove`). The Hub's caches
+    (`hub`, `xet`) are not mirrored: where the grading is offline they are linked whole
+    (huggingface_hub reads an offline cache without writing to it: no lock, no ref);
+    where it has the network each is an overlay of the shared one under an upper layer
+    of the grader's (hub_overlay.py), which costs their folders, not their entries. So
     the walk is only the datasets cache's and the small rest, whatever the models."""
 
     root: Path
@@ -80,13 +87,16 @@ class Mirrors:
     """The caches' token files, masked in the grader's sandbox."""
     relative: dict[str, str] = field(default_factory=dict)
     """Cache variable -> its mirror, relative to the scratch folder."""
-    planned: list[tuple[Path, Path, frozenset[str]]] = field(default_factory=list)
-    """(original, its mirror, its top-level folders linked whole) for `build`."""
+    planned: list[tuple[Path, Path, frozenset[str], frozenset[str]]] = field(default_factory=list)
+    """(original, its mirror, its top-level folders linked whole, those overlaid) for
+    `build`."""
+    overlaid: list[Path] = field(default_factory=list)
+    """Where `build` mounted an overlay (hub_overlay.py), for `remove` to detach."""
 
     @classmethod
     def plan(cls, env: dict[str, str], work_dir: Path) -> Mirrors:
         made = cls(work_dir / MIRRORS)
-        trees.remove_tree(made.root, ignore_errors=True)  # a former grading's
+        made.remove()  # a former grading's (a killed mlra's overlays detached first)
         home = env.get("HF_HOME")
         for name in CACHE_VARS:
             value = env.get(name)
@@ -99,8 +109,9 @@ class Mirrors:
                 made.relative[name] = f"{made.relative['HF_HOME']}/{rel.as_posix()}"
                 continue
             target = made.root / name.lower()
-            whole = HUB_DIRS if name == "HF_HOME" and offline(env) else frozenset()
-            made.planned.append((source, target, whole))
+            hub = HUB_DIRS if name == "HF_HOME" else frozenset()
+            whole, over = (hub, frozenset()) if offline(env) else (frozenset(), hub)
+            made.planned.append((source, target, whole, over))
             made.originals.append(source)
             made.secrets += [source / t for t in TOKENS if (source / t).exists()]
             made.relative[name] = target.relative_to(work_dir).as_posix()
@@ -112,8 +123,15 @@ class Mirrors:
             return
         self.root.mkdir(exist_ok=True)
         _own(str(self.root), owner)
-        for source, target, whole in self.planned:
-            _mirror(str(source), str(target), whole, owner)
+        for source, target, whole, over in self.planned:
+            left = {n for n in over if (source / n).is_dir() and not (source / n).is_symlink()}
+            _mirror(str(source), str(target), whole, owner, frozenset(left))
+            for name in sorted(left):
+                state = self.root / hub_overlay.OVERLAYS / f"{target.name}-{name}"
+                if hub_overlay.overlay(source / name, target / name, state, owner):
+                    self.overlaid.append(target / name)
+                else:  # no overlay here: mirrored, entry by entry
+                    _mirror(str(source / name), str(target / name), frozenset(), owner)
 
     def holds(self, path: Path | str) -> bool:
         """Whether `path` is one of the mirrored caches or inside one."""
@@ -126,6 +144,11 @@ class Mirrors:
             env[name] = f"{inside}/{rel}"
 
     def remove(self) -> None:
+        """The overlays detached (the shared caches under them untouched), then the
+        grader's own layers and mirrors removed: its folders and what it wrote."""
+        if self.root.is_dir():
+            hub_overlay.detach_under(self.root)
+        self.overlaid.clear()
         trees.remove_tree(self.root, ignore_errors=True)
 
 
@@ -139,11 +162,17 @@ def _own(path: str, owner: int | None) -> None:
         os.lchown(path, owner, owner)
 
 
-def _mirror(source: str, target: str, whole: frozenset[str], owner: int | None) -> None:
+def _mirror(
+    source: str,
+    target: str,
+    whole: frozenset[str],
+    owner: int | None,
+    leave: frozenset[str] = frozenset(),
+) -> None:
     """A folder for each folder of `source` (`owner`'s), a link for each file (a link as
-    it is); at the top, the folders named in `whole` one link each. Walked with scandir
-    and links made relative to the folder's descriptor: one pass, a few system calls an
-    entry."""
+    it is); at the top, the folders named in `whole` one link each, those in `leave` left
+    out (overlaid by the caller). Walked with scandir and links made relative to the
+    folder's descriptor: one pass, a few system calls an entry."""
     todo = [(source, target, True)]
     while todo:
         src, dst, top = todo.pop()
@@ -161,6 +190,8 @@ def _mirror(source: str, target: str, whole: frozenset[str], owner: int | None) 
                         if entry.is_symlink():
                             os.symlink(os.readlink(entry.path), name, dir_fd=fd)
                         elif entry.is_dir(follow_symlinks=False):
+                            if top and name in leave:
+                                continue
                             if top and name in whole:
                                 os.symlink(entry.path, name, dir_fd=fd)
                             else:
