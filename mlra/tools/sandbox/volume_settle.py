@@ -8,8 +8,13 @@ the image's name dead or, for a mounted one, running something else (a reused pi
 unreaped zombie is not taken for the owner; two settlers never settle one volume twice).
 An image deleted while mounted (its run folder removed by hand) is no longer opened by
 path: no process holding it open tells that its owner is gone, and its loop device's
-lock keeps settlers apart (volume_users.take_deleted). Not while a killed run's container
-still has it (volume_users.py): the next Docker start removes that container first.
+lock keeps settlers apart (volume_users.take_deleted). Where its whole run folder went
+(`rm -rf` emptied the volume and removed all but the mount point, which it could not),
+nothing is carried back: the volume is dropped and the emptied folders removed, so the
+run folder the researcher removed does not come back as a shell. Only empty folders
+are removed: what the volume or the folder under it still holds is carried back or kept.
+Not while a killed run's container still has it (volume_users.py): the next Docker start
+removes that container first.
 """
 
 from __future__ import annotations
@@ -98,17 +103,21 @@ def _take(image: Path, *, wait: bool = False) -> int | None:
     return None
 
 
-def settle(image: Path, workspace: Path, *, mounted: bool, lock: int) -> Settled:
+def settle(
+    image: Path, workspace: Path, *, mounted: bool, lock: int, owner_gone: bool = False
+) -> Settled:
     """Carry a volume's files back to the plain folder at `workspace`, unmount it and
     delete its image; `lock` is the image's flock'ed descriptor, closed here. `mounted`:
-    the volume is mounted at `workspace` (else it is only the image, after a reboot)."""
+    the volume is mounted at `workspace` (else it is only the image, after a reboot).
+    `owner_gone`: a killed mlra's, whose run folder, if removed by hand, stays removed
+    (a living owner still writes its run's records there)."""
     try:
-        return _settle(image, workspace, mounted=mounted)
+        return _settle(image, workspace, mounted=mounted, owner_gone=owner_gone)
     finally:
         os.close(lock)
 
 
-def _settle(image: Path, workspace: Path, *, mounted: bool) -> Settled:
+def _settle(image: Path, workspace: Path, *, mounted: bool, owner_gone: bool) -> Settled:
     view = Path(tempfile.mkdtemp(prefix=VIEW_PREFIX, dir=image.parent))
     moved = Path(f"{image}{MOVED}")
     try:
@@ -122,6 +131,11 @@ def _settle(image: Path, workspace: Path, *, mounted: bool) -> Settled:
         with contextlib.suppress(OSError):
             view.rmdir()
         return Settled(workspace, f"the workspace's volume could not be undone: {exc}")
+    if mounted and owner_gone and _run_folder_removed(image, workspace, view):
+        with contextlib.suppress(VolumeFailed):
+            unmount(view)
+        _remove_emptied(workspace, view)
+        return Settled(workspace)
     try:
         _carry_back(view, workspace, cleared=moved.exists())
     except OSError as exc:
@@ -146,6 +160,31 @@ def _settle(image: Path, workspace: Path, *, mounted: bool) -> Settled:
         with contextlib.suppress(FileNotFoundError):
             done.unlink()
     return Settled(workspace)
+
+
+def _run_folder_removed(image: Path, workspace: Path, view: Path) -> bool:
+    """Whether the run folder was removed by hand (`rm -rf`) while the volume was
+    mounted: its image is gone, the volume (at `view`, no longer at the workspace, so
+    nothing writes to it meanwhile) holds nothing, and the run folder nothing but the
+    workspace's mount point, which `rm` could not remove (and settlers' views)."""
+    if image.exists():
+        return False
+    try:
+        if os.listdir(view):
+            return False
+        left = [n for n in os.listdir(workspace.parent) if not n.startswith(VIEW_PREFIX)]
+    except OSError:
+        return False
+    return left == [workspace.name]
+
+
+def _remove_emptied(workspace: Path, view: Path) -> None:
+    """The folders a removed run folder left, where empty: the workspace's (what was
+    hidden under the mount stays, and with it the run folder), the view, the run
+    folder. rmdir only: nothing anyone still has is removed."""
+    for emptied in (workspace, view, workspace.parent):
+        with contextlib.suppress(OSError):
+            emptied.rmdir()
 
 
 def _carry_back(view: Path, workspace: Path, *, cleared: bool) -> None:
@@ -233,7 +272,9 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
                     unmount(point)
                 with contextlib.suppress(OSError):
                     point.rmdir()
-        settled = settle(image, workspace, mounted=workspace in points, lock=lock)
+        settled = settle(  # its lock taken: its owner is gone, whatever its pid runs now
+            image, workspace, mounted=workspace in points, lock=lock, owner_gone=True
+        )
         if settled.problem is not None:
             logger.warning("%s: %s", workspace, settled.problem)
         done.append(settled)
