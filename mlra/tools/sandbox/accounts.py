@@ -91,14 +91,14 @@ _own: tuple[int, Path, str] | None = None
 """(pid, folder, digest written) of this process's own accounts folder, made where
 another user took the shared folder's name (which would otherwise be a way to choose the
 accounts a sandbox shows). Made once per process, not once per command (/tmp filled up
-with them), and removed when the process exits; a killed one's by the next process that
-makes its own."""
+with them), and removed when the process exits; a killed one's by the next sandbox start
+of any process (sweep_gone), not left until another needs a folder of its own."""
 
 
 def _own_accounts(digest: str, passwd: str, group: str) -> tuple[Path, Path]:
     global _own
     if _own is None or _own[0] != os.getpid() or not _mine(_own[1]):
-        _sweep_own()
+        sweep_gone()
         # mkdtemp: a name no one could guess and take first, made 0700 then opened to
         # read; the sticky /tmp keeps others from renaming or removing it.
         folder = Path(tempfile.mkdtemp(prefix=f"{OWN_PREFIX}{os.getpid()}-"))
@@ -119,12 +119,15 @@ def _remove_own() -> None:
         shutil.rmtree(_own[1], ignore_errors=True)
 
 
-def _sweep_own() -> None:
-    """Remove the own accounts folders of this user's processes that are gone."""
-    for folder in Path(tempfile.gettempdir()).glob(f"{OWN_PREFIX}*-*"):
-        pid = folder.name.removeprefix(OWN_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not Path(f"/proc/{pid}").exists() and _mine(folder):
-            shutil.rmtree(folder, ignore_errors=True)
+def sweep_gone() -> None:
+    """Remove the own accounts folders of this user's processes that are gone (a killed
+    mlra's), at every sandbox start (volume_settle.settle_before_use): a machine running
+    many batches would otherwise keep one per killed process."""
+    with contextlib.suppress(OSError):
+        for folder in Path(tempfile.gettempdir()).glob(f"{OWN_PREFIX}*-*"):
+            pid = folder.name.removeprefix(OWN_PREFIX).split("-", 1)[0]
+            if pid.isdigit() and not Path(f"/proc/{pid}").exists() and _mine(folder):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _mine(folder: Path) -> bool:

@@ -30,7 +30,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from mlra.tools.sandbox import run_uid
+from mlra.tools.sandbox import accounts, run_uid
 from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
 from mlra.tools.sandbox.volume_users import loop_mounts, still_used, take_deleted, used_elsewhere
 
@@ -283,7 +283,9 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
 
 def settle_before_use(workspace: Path) -> None:
     """Before a sandbox is set up on `workspace` (a volume or not): undo what owners that
-    are gone left (binds first: run_uid.sweep; then volumes, its own folder's included)."""
+    are gone left (their accounts folders, any user's; as root, binds first:
+    run_uid.sweep; then volumes, its own folder's included)."""
+    accounts.sweep_gone()
     if os.geteuid() != 0:
         return
     run_uid.sweep()
