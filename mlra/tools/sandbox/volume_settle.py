@@ -128,6 +128,9 @@ def _settle(image: Path, workspace: Path, *, mounted: bool, owner_gone: bool) ->
             run_tool("mount", "-t", "ext4", "-o", "loop,ro,nosuid,nodev,noexec",
                  str(image), str(view))  # fmt: skip
     except VolumeFailed as exc:
+        if mounted:  # bound, then the workspace would not unmount: the bind undone too
+            with contextlib.suppress(VolumeFailed):
+                unmount(view)
         with contextlib.suppress(OSError):
             view.rmdir()
         return Settled(workspace, f"the workspace's volume could not be undone: {exc}")
@@ -259,6 +262,9 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
         lock = _take(image, wait=gone and image.parent == own)
         if lock is None:
             continue  # its owner lives, another mlra is settling it (not ours to wait for), or has
+        # Where it is mounted now, its lock held: an owner's own close or another settler
+        # may have unmounted it since the list above was read.
+        points = loop_mounts().get(image, [])
         if not gone and used_elsewhere(image, points):
             os.close(lock)
             continue
