@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.docker_exec import STDIN_DIR
 from tests.conftest import TEST_IMAGE
@@ -45,3 +46,53 @@ async def test_a_start_cancelled_as_its_container_starts_leaves_no_container(
     assert client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"}) == []
     stdin = [src for mounts in hold.seen for src in mounts if src.name == "in"]
     assert stdin and not stdin[0].parent.exists(), f"{STDIN_DIR}'s host folder is left"
+
+
+async def test_a_start_that_gave_up_waiting_keeps_its_uid_until_its_container_is_gone(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A start cancelled while its thread's requests go on past the wait (a slow engine,
+    a big workspace handed to the uid) goes on without it; the run's close then gave the
+    uid back while the thread still made a container running as that uid, which another
+    sandbox could claim meanwhile. Now the close ends once the thread removed it."""
+    import docker.models.containers
+
+    from mlra.tools.sandbox import docker_sandbox
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    if not run_uid.wanted():
+        pytest.skip("a uid of its own is claimed only as root")
+    monkeypatch.setattr(docker_sandbox, "START_WAIT_S", 0.01)
+    order: list[str] = []
+    real_unmade, real_release = DockerSandbox._unmade, run_uid.UidClaim.release
+
+    def unmade(box: DockerSandbox, *args: object) -> None:
+        real_unmade(box, *args)
+        order.append("container removed")
+
+    def release(claim: run_uid.UidClaim) -> None:
+        if claim.fd is not None:
+            order.append("uid given back")
+        real_release(claim)
+
+    monkeypatch.setattr(DockerSandbox, "_unmade", unmade)
+    monkeypatch.setattr(run_uid.UidClaim, "release", release)
+    run_id = "gave-up-start-test"
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id=run_id)
+    assert box._claim is not None
+    hold = Hold(monkeypatch, docker.models.containers.ContainerCollection, "run")
+    starting = asyncio.ensure_future(box.start())
+    await hold.reached()
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting  # past its wait: the thread still holds its container
+    closing = asyncio.ensure_future(box.close())
+    for _ in range(10):  # turns of the loop: a close that does not wait ends in them
+        await asyncio.sleep(0)
+    assert not closing.done() and order == []
+    hold.let_go()
+    await closing
+    assert order == ["container removed", "uid given back"]
+    assert client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"}) == []

@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from mlra.tools.sandbox.start_step import made_or_undone
+from mlra.tools.sandbox.start_step import Pending, made_or_undone
 
 WAIT_S = 30.0
 
@@ -95,3 +95,42 @@ async def test_a_step_not_cancelled_hands_back_what_it_made() -> None:
     step.go.set()
     assert await made_or_undone(step.make, step.undo, WAIT_S) == 0
     assert step.undone == []
+
+
+def test_a_step_handed_back_as_the_loop_shuts_down_is_undone() -> None:
+    """A loop that shuts down (asyncio.run's end) cancels every task at once: the start's
+    and, before, the task that awaited the step's thread, whose result was then never
+    read, so neither the start (the thread handed it back) nor the thread undid it."""
+    step = Step()
+
+    async def main() -> None:
+        one = ThreadPoolExecutor(max_workers=1)
+        asyncio.get_running_loop().set_default_executor(one)
+        starting = asyncio.ensure_future(made_or_undone(step.make, step.undo, WAIT_S))
+        await asyncio.sleep(0)  # the start awaits its step
+        step.go.set()
+        # The loop held (the start cannot resume) until the one thread has ended the step.
+        one.submit(lambda: None).result(timeout=WAIT_S)
+        assert not starting.done()
+        # Returned with the start pending: asyncio.run cancels every task left.
+
+    asyncio.run(main())
+    assert step.made == [0] and step.undone == [0]
+
+
+async def test_a_step_past_its_bound_is_held_for_a_close_to_wait_for() -> None:
+    """The start gave up waiting: what the step still uses (the uid its container runs
+    as) is given back only once its thread has undone what it made."""
+    step = Step()
+    pending = Pending()
+    starting = asyncio.ensure_future(made_or_undone(step.make, step.undo, 0.01, pending))
+    assert await asyncio.get_running_loop().run_in_executor(None, step.started.wait, WAIT_S)
+    starting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await starting  # the step still held
+    closing = asyncio.ensure_future(pending.ended())
+    await asyncio.sleep(0)
+    assert not closing.done() and step.undone == []
+    step.go.set()
+    await closing
+    assert step.made == [0] and step.undone == [0]

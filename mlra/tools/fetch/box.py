@@ -220,8 +220,8 @@ class FetchBox:
             run_uid.hand_tree(self.folder, user.uid, user.gid)
             if self.bwrap not in _ROOT_OUTSIDE:  # tried once a process, as the first step's user
                 _ROOT_OUTSIDE[self.bwrap] = bw.probe(self._argv(["true"], user))
-        except OSError:
-            user.release()
+        except BaseException:  # its view's binds refused (SandboxError) among them
+            self._give_back(user)
             raise
         self.root_outside = _ROOT_OUTSIDE[self.bwrap]
         if self.root_outside is not None:

@@ -30,13 +30,15 @@ LABEL_OWNER = "mlra.owner"
 LABEL_ATTEMPT = "mlra.attempt"
 """A search's attempt (`a1`), on the containers of its attempts, whose mlra.run is the
 search's run."""
+REQUEST_TIMEOUT_S = 30.0
+"""The client's time-out on each request to the engine."""
 
 
 class DockerUnavailable(SandboxError):
     """The engine, the image or the GPU runtime is missing; the message says what to do."""
 
 
-def docker_client(timeout: float = 30.0) -> Any:
+def docker_client(timeout: float = REQUEST_TIMEOUT_S) -> Any:
     """A client for the engine DOCKER_HOST names (or the default socket), checked with a ping."""
     try:
         import docker

@@ -55,6 +55,7 @@ from mlra.tools.sandbox.docker_exec import (
 )
 from mlra.tools.sandbox.docker_preflight import (
     DEFAULT_IMAGE,
+    REQUEST_TIMEOUT_S,
     DockerUnavailable,
     docker_client,
     engine_of,
@@ -79,7 +80,7 @@ from mlra.tools.sandbox.env import (
 from mlra.tools.sandbox.gpu_inventory import given_ids
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import finish_despite_cancel
-from mlra.tools.sandbox.start_step import made_or_undone
+from mlra.tools.sandbox.start_step import Pending, made_or_undone
 from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
@@ -99,10 +100,16 @@ logger = logging.getLogger(__name__)
 INSIDE_WORKDIR = "/workspace"
 INSIDE_HOME = accounts.INSIDE_HOME
 DEFAULT_PIDS_LIMIT = 8192
-START_WAIT_S = 60.0
-"""How long a cancelled start waits for its container to be made before it goes on (the
-thread removes it at its end then): two of the client's request timeouts, where an engine
-that answers takes seconds."""
+START_REQUESTS = 13
+"""The most requests `_start` makes to the engine: the bridge's and the image's look-ups,
+the image's accounts read from a container made for it (create, two archives, remove),
+the container's create, start and inspect, and two execs of two requests each."""
+START_WAIT_S = START_REQUESTS * REQUEST_TIMEOUT_S
+"""How long a cancelled start waits for its container to be made before it goes on: each
+of its requests to its time-out, where an engine that answers takes seconds. The
+workspace's walk (handed to the container's uid) is bounded by nothing, so a thread still
+going then removes its container at its end, and the close waits for that before it
+gives the uid back (`_pending`)."""
 
 _KILL_ALL_BUT = r"""
 keep=" 1 $1 $$ "; i=0
@@ -169,6 +176,9 @@ class DockerSandbox(Sandbox):
         """The engine's address and version, read when the sandbox starts."""
         self.container: Any = None
         self._claim: run_uid.UidClaim | None = None
+        self._pending = Pending()
+        """A cancelled start's thread still making its container, which runs as the claim's
+        uid until the thread removes it: the close gives the uid back once it ended."""
         self._claims = uid is None and run_uid.wanted()
         self.uid, self.gid = self._user(uid)
         self._path = os.pathsep.join(STANDARD_PATH)
@@ -271,7 +281,9 @@ class DockerSandbox(Sandbox):
             try:
                 # Cancelled as its container is made, the start waits for it and removes
                 # it: a container started once no one awaits it ran on (start_step.py).
-                notices += await made_or_undone(self._start, self._unmade, START_WAIT_S)
+                notices += await made_or_undone(
+                    self._start, self._unmade, START_WAIT_S, self._pending
+                )
             except BaseException:
                 if self._quota is not None:
                     await self._quota.close()
@@ -433,6 +445,7 @@ class DockerSandbox(Sandbox):
         await finish_despite_cancel(self._close())
 
     async def _close(self) -> None:
+        await self._pending.ended()  # its container removed, nothing runs as the uid
         for running in list(self._running):
             with contextlib.suppress(Exception):
                 await running.kill()

@@ -303,9 +303,10 @@ class View:
         return out
 
     def close(self) -> None:
-        if self.points:
-            _unbind_view(self.folder)
-            self.points.clear()
+        """Its binds undone and its folder removed: one whose first bind was refused too
+        (its folder and stand-in made, nothing bound)."""
+        _unbind_view(self.folder)
+        self.points.clear()
 
 
 MS_BIND = 4096
@@ -387,7 +388,10 @@ def become(
     """A sandbox's own user: claim a uid, hand it the workspace and try bubblewrap as it
     (`probe`: a trial command as that user, None where it ran). Where it cannot start so, the
     claim is given back, the workspace is root's again and the sandbox's user is root
-    outside: the second value says why (for the run's `root_outside` notice)."""
+    outside: the second value says why (for the run's `root_outside` notice). Anything
+    else `probe` raises (its view's binds refused: the start fails, not the host's setting)
+    gives the claim and the workspace back too: raised out of a sandbox's start before it
+    held the claim, nothing else would, and the claim stayed until mlra exited."""
     user: UidClaim | None = None
     try:
         user = claim()
@@ -397,13 +401,21 @@ def become(
         problem = probe(user)
     except OSError as exc:
         problem = str(exc)
+    except BaseException:
+        _given_back(user, workspace)
+        raise
     if problem is None:
         return user, None
+    _given_back(user, workspace)
+    return None, problem
+
+
+def _given_back(user: UidClaim | None, workspace: Path) -> None:
+    """The claim let go (its view's binds with it) and the workspace root's again."""
     if user is not None:
         user.release()
     if workspace.is_dir():
         hand_tree(workspace, 0, 0)
-    return None, problem
 
 
 def root_outside_words(what: str, problem: str) -> str:
