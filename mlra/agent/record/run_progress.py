@@ -159,8 +159,10 @@ class Glance:
         self.watch = ProgressWatch()
         self.started: dict[str, float] = {}
         self.ended: set[str] = set()
-        self.calls: dict[str, str] = {}
-        """Other calls running (`validate`...), by call id: named where nothing is counted."""
+        self.calls: dict[str, tuple[str, float]] = {}
+        """Other calls running (`validate`...), by call id, with when each began: named,
+        with how long it has run, where nothing is counted (a validation graded for
+        minutes prints nothing, and its time ticking is what says it goes on)."""
         self.grading: ev.EvaluationStarted | ev.EvaluationProgress | None = None
         self.last_t = 0.0
         self.last_ts = 0.0
@@ -189,7 +191,7 @@ class Glance:
             case ev.ToolCall(tool="attempt_wait"):
                 pass  # a wait for attempts, whose own logs say how they go
             case ev.ToolCall():
-                self.calls[event.call_id] = event.tool
+                self.calls[event.call_id] = (event.tool, event.t)
             case ev.ToolResult():
                 self.ended.add(f"command:{event.call_id}")
                 self.calls.pop(event.call_id, None)
@@ -226,7 +228,9 @@ class Glance:
             if progress:
                 return f"{words} · {progress}"
         if self.calls:
-            return f"{words} · {printable_line(list(self.calls.values())[-1])}"
+            tool, began = list(self.calls.values())[-1]
+            took = format_duration(max(0.0, elapsed_s - began))
+            return f"{words} · {printable_line(tool)} {took}"
         return words
 
 
