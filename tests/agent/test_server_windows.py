@@ -260,6 +260,23 @@ def test_a_model_call_s_speed_is_told_apart_from_its_prompt_reading() -> None:
     assert model_speed(guessed) == "prompt read in 3.0s, ~120 tokens at ~30 tok/s"
 
 
+def test_a_slow_writer_s_speed_is_not_rounded_to_nothing() -> None:
+    """Qwen2.5-Coder-0.5B on llama-server, two busy cores: the supervisor wrote its plan at
+    about half a token a second, and the status line said `generating… 3m32s · ~0 tok/s`,
+    which reads as stopped."""
+    started = ev.StepStarted(agent="supervisor", step=1, turn=1, t=10.0)
+    answering = ev.ModelAnswering(agent="supervisor", turn=1, first_token_s=162.0, t=172.0)
+    delta = ev.TextDelta(agent="supervisor", turn=1, text='```json { "name": "update_plan"',
+                         t=180.0)  # fmt: skip
+    line = activity(_fold([started, answering, delta]), 232.0)[0].plain
+    # 31 characters (~7.75 tokens) in the 60 s since the first piece.
+    assert line == "supervisor generating… 3m42s · ~0.1 tok/s (prompt read in 2m42s)", line
+    slow = ev.ModelCall(
+        agent="worker", model="m", output_tokens=12, latency_s=23.0, first_token_s=3.0
+    )
+    assert model_speed(slow) == "prompt read in 3.0s, 12 tokens at 0.6 tok/s"
+
+
 # --- a server still loading its model when the run starts --------------------------------
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -414,6 +415,27 @@ async def test_a_running_attempts_line_says_how_it_does_from_its_own_log(
         lines = pane_lines(replay)
         assert any("a5" in line for line in lines)
         assert not any("step 200" in line for line in lines)  # the cursor's past, not now
+
+
+async def test_a_running_attempts_validation_ticks_on_its_line(tmp_path: Path) -> None:
+    """A validation graded host-side prints nothing for minutes (tiny-lm's took 2 minutes
+    on a busy machine) while the run's CPU figure, its sandboxes' only, reads 0%: the
+    line said `running 7m41s the recipe as it is · validate`, standing still but for
+    the attempt's own clock. How long the validation has run (by the wall clock: a
+    closing validation's log goes quiet) says it goes on."""
+    run_dir = search_run(tmp_path)
+    log = Log()
+    log.add(0, _started("a5"))
+    call = ev.ToolCall(call_id="a5-2", agent="worker", tool="validate", turn=2, step=2,
+                       arguments={"path": "submission"})  # fmt: skip
+    log.add(331, call)
+    call.ts = time.time() - 119  # begun two minutes ago, nothing logged since
+    log.write(run_dir / "attempts" / "a5" / EVENTS_FILE)
+    app = recorded_app(run_dir)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await pilot.pause()
+        a5 = next(line for line in pane_lines(app) if "a5" in line[:8])
+        assert re.search(r"validate (1m59s|2m0\ds)", a5), a5
 
 
 async def test_the_files_pane_of_a_search_says_whose_files_it_shows(tmp_path: Path) -> None:

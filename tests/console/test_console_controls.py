@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -29,6 +28,7 @@ from mlra.console.panes.status import StatusBar
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import ToolEntry
 from mlra.console.screens.screens import ConfirmScreen, EditArgsScreen, HelpScreen, PromptScreen
+from mlra.console.text.args import shown_folder
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
@@ -333,8 +333,32 @@ async def test_quit_asks_first_then_marks_the_run_stopped(
     assert run.app.return_value == 1  # what `mlra run` exits with
     # The line `mlra run` prints last, after the console: how to go on.
     last = final_line(run.controller.run_dir, RunResult.model_validate(result))
-    shown = os.path.relpath(run.controller.run_dir)
+    shown = shown_folder(run.controller.run_dir)
     assert last.endswith(f"run dir {shown} · mlra resume {shown} goes on with it"), last
+
+
+def test_the_last_line_names_the_run_folder_as_short_as_it_can(
+    tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A runs folder outside the one `mlra run` ran in was named from it: `run dir
+    ../../tmp/tmuxcheck/runs/2026...` from a clone in /work/mlra, longer than the path
+    itself and to be worked out before `mlra resume` took it."""
+    here, runs = tmp_path / "work" / "repo", Path("/tmp/elsewhere/runs")
+    here.mkdir(parents=True)
+    monkeypatch.chdir(here)
+    counts = dict.fromkeys(
+        ("duration_s", "wall_s", "steps", "tool_calls", "input_tokens", "output_tokens",
+         "cache_read_tokens", "tokens", "cost_usd"),
+        0,
+    )  # fmt: skip
+    stopped = RunResult(
+        run_id="r1", task="answer", model="demo", status="stopped", reason="stopped", **counts
+    )
+    last = final_line(runs / "r1", stopped)
+    assert last.endswith(f"run dir {runs / 'r1'} · mlra resume {runs / 'r1'} goes on with it")
+    assert final_line(here / "runs" / "r1", stopped).endswith(
+        "run dir runs/r1 · mlra resume runs/r1 goes on with it"
+    )
 
 
 async def test_quit_as_the_run_closes_leaves_once_its_result_is_written(

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 
 from rich.text import Text
+from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.agent.record.run_progress import glance
@@ -17,7 +18,7 @@ from mlra.agent.record.state import fold
 from mlra.console.apps.app import MlraApp
 from mlra.console.panes.plan import plan_window
 from mlra.console.panes.status import Part, StatusBar, activity, fit, score_style, score_texts
-from mlra.console.screens.screens import PromptScreen
+from mlra.console.screens.screens import ConfirmScreen, PromptScreen
 from tests.console.console_fixtures import recorded_run
 from tests.console.test_console_controls import ANSWER, REPORT, is_, live, worker
 from tests.scripts import supervisor_answering, turn
@@ -169,6 +170,34 @@ async def test_space_while_evaluating_says_evaluation_cannot_be_paused(
         assert not run.controller.controls.paused
         run.controller.request_stop(evaluate=False)
         await run.finished()
+
+
+async def test_quit_while_grading_leaves_once_graded_and_says_so(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """q during the grading asked "The run is stopped without evaluation and marked
+    stopped", logged a quit, then waited out the grading and ended the run finished with
+    its score: the question now says what happens, and nothing is logged as a quit."""
+    async with live(tmp_path, answer_task, worker(ANSWER, REPORT), breakpoints=["bash"]) as run:
+        await run.watch.wait(is_(ev.ApprovalRequested))
+        run.controller.emit(ev.EvaluationStarted(evaluator="answer", artifact="answer.txt"))
+        await run.shown(lambda app: app.state.phase == "evaluating")
+        await run.pilot.press("space")
+        await run.shown(
+            lambda app: any("q leaves once it is graded" in n.message for n in app._notifications)
+        )
+        await run.pilot.press("q")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        asked = " ".join(str(s.render()) for s in run.app.screen.query(Static))
+        assert "leaves once its grade is in" in asked and "without evaluation" not in asked
+        await run.pilot.press("y")
+        await run.shown(lambda app: not isinstance(app.screen, ConfirmScreen))
+        assert run.watch.count(is_(ev.Control, action="quit")) == 0
+        assert run.app.return_value is None  # still here while it grades
+        run.controller.request_stop(evaluate=True)  # the grading comes to its end
+        finished = await run.finished()
+        await run.shown(lambda app: app.return_value is not None)
+    assert finished.status == "finished"
 
 
 async def test_a_dialog_answered_after_the_run_ended_does_not_raise(

@@ -381,3 +381,38 @@ def test_a_command_edited_at_its_breakpoint_is_named_as_it_runs() -> None:
     beats = [line for line in lines if "still running" in line]
     assert beats and all(f"$ {edited} still running" in line for line in beats), lines
     assert not [line for line in beats if COMMAND in line]
+
+
+def test_an_attempts_closing_validation_ticks_though_its_log_goes_quiet(
+    tmp_path: Path,
+) -> None:
+    """At its time limit an attempt's commands stop and mlra validates what it left: its
+    log then holds the `validate` call and nothing more until the grade, its run clock
+    stopped, while the grading takes minutes on a busy machine. The wait's lines read
+    `a1 6m32s (validate 0s)`, then `a1 7m03s (validate 0s)`: how long by the wall clock."""
+    attempt_log = tmp_path / "attempts" / "a1" / "events.jsonl"
+    attempt_log.parent.mkdir(parents=True)
+    closing = [
+        ev.ToolCall(call_id="v1", agent="baseline", tool="validate", t=360.5, ts=1360.5,
+                    arguments={"path": "submission"}),
+        ev.ToolStarted(call_id="v1", t=360.5, ts=1360.5),
+    ]  # fmt: skip
+    for seq, event in enumerate(closing, 1):
+        event.seq = seq
+    attempt_log.write_bytes(b"".join(encode_event(e) for e in closing))
+    events: list[ev.Event] = [
+        ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=0.0, ts=1000),
+        ev.ToolCall(call_id="w1", agent="baseline", tool="attempt_wait",
+                    arguments={"timeout": 3600.0}, t=0.5, ts=1000.5),
+    ]  # fmt: skip
+    for s in range(361, 430):
+        sample = _sample(s)
+        sample.ts = 1000.0 + s
+        events.append(sample)
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    display.attempts_in(tmp_path)
+    for event in events:
+        display.on_event(event)
+    beats = [line for line in out.getvalue().splitlines() if "running: a1" in line]
+    assert beats[-2].endswith("(validate 30s)") and beats[-1].endswith("(validate 1m00s)"), beats

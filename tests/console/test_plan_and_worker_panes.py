@@ -261,6 +261,39 @@ async def test_the_plan_pane_shows_the_supervisor_writing_until_its_answer_is_in
         assert "supervisor writing" not in done
 
 
+async def test_what_the_supervisor_wrote_stays_when_the_deadline_cuts_its_answer() -> None:
+    """Qwen2.5-Coder-0.5B on a busy llama-server wrote its first plan for seven minutes
+    and the run's time limit cut the call: the Plan pane went back to "no plan yet" and
+    "supervisor messages appear here", as if it had written nothing."""
+    written = '```json { "name": "update_plan", "arguments": { "steps": [ {'
+    events: list[ev.Event] = [
+        ev.StepStarted(agent="supervisor", step=0, turn=1, t=0.0),
+        ev.ModelAnswering(agent="supervisor", turn=1, first_token_s=161.8, t=161.9),
+        ev.TextDelta(agent="supervisor", turn=1, text=written[:20], t=170.0),
+        ev.TextDelta(agent="supervisor", turn=1, text=written[20:], t=400.0),
+        ev.ModelError(
+            agent="supervisor",
+            model="openai/q",
+            cut_off="deadline",
+            t=600.0,
+            error="the run's time limit cut off supervisor's model call",
+        ),
+        ev.RunFinished(status="finished", reason="deadline", message="the time limit", t=600.0),
+    ]
+    app = PlanHost()
+    async with app.run_test(size=(120, 30)) as pilot:
+        pane = app.query_one(PlanPane)
+        state = RunState()
+        for event in events:
+            state.apply(event)
+            pane.feed(event)
+        pane.show(state)
+        await pilot.pause()
+        log = _text(app, "#plan-log")
+    assert f"10m00s cut off: {written}" in " ".join(log.split()), log
+    assert "supervisor writing" not in log and "appear here" not in log
+
+
 async def _long_plan_run(tmp_path: Path, answer_task: Path) -> Path:
     """A real run whose supervisor plans ten steps with long notes, as a small local
     model did with tiny-lm's prompt, then has the question answered and submits."""

@@ -262,6 +262,10 @@ class Controls:
         messages, self._inbox[target] = self._inbox.get(target, []), []
         return messages
 
+    def queued(self) -> dict[str, list[str]]:
+        """The messages no agent has taken yet, by target, left queued."""
+        return {target: list(texts) for target, texts in self._inbox.items() if texts}
+
     def drop_messages(self) -> None:
         """Forget every queued message (a fork's cut: see agent/loop/catchup.py)."""
         for target in self._inbox:

@@ -97,3 +97,23 @@ def attempt_ending(note: str) -> Ending:
     """An attempt's end (agent/agents/attempt_agent.py): recorded as finished, never graded on
     the test split (the run it belongs to grades only the attempt it submits)."""
     return Ending(reason="submitted", evaluate=False, by="agent", note=note, message=note)
+
+
+def unread_notices(queued: dict[str, list[str]]) -> list[ev.Notice]:
+    """The user's messages no agent read before the run ended, one notice per agent: a
+    message to the worker sent as its subtask ended (its report waiting for approval,
+    say) waits for a next worker step that never comes, and the person who wrote it
+    would otherwise wait for an answer that does not come. A resumed run reads them
+    (agent/loop/catchup.py queues them again from their `control` events)."""
+    notices = []
+    for target, texts in queued.items():
+        count = "your message" if len(texts) == 1 else f"your {len(texts)} messages"
+        quoted = "; ".join(f'"{" ".join(text.split())}"' for text in texts)
+        notices.append(
+            ev.Notice(
+                level="warning",
+                message=f"{count} to the {target} went unread: the run ended before the "
+                f"{target} took another step ({quoted})",
+            )
+        )
+    return notices

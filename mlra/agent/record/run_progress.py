@@ -159,8 +159,12 @@ class Glance:
         self.watch = ProgressWatch()
         self.started: dict[str, float] = {}
         self.ended: set[str] = set()
-        self.calls: dict[str, str] = {}
-        """Other calls running (`validate`...), by call id: named where nothing is counted."""
+        self.calls: dict[str, tuple[str, float]] = {}
+        """Other calls running (`validate`...), by call id, with when each began (wall
+        clock): named, with how long it has run, where nothing is counted (a validation
+        graded for minutes prints nothing, and its time ticking is what says it goes on;
+        an attempt's closing validation runs past its own end, its log quiet and its run
+        clock stopped, so the wall clock is what moves)."""
         self.grading: ev.EvaluationStarted | ev.EvaluationProgress | None = None
         self.last_t = 0.0
         self.last_ts = 0.0
@@ -189,7 +193,7 @@ class Glance:
             case ev.ToolCall(tool="attempt_wait"):
                 pass  # a wait for attempts, whose own logs say how they go
             case ev.ToolCall():
-                self.calls[event.call_id] = event.tool
+                self.calls[event.call_id] = (event.tool, event.ts)
             case ev.ToolResult():
                 self.ended.add(f"command:{event.call_id}")
                 self.calls.pop(event.call_id, None)
@@ -202,8 +206,8 @@ class Glance:
 
     def words(self, elapsed_s: float, now_ts: float | None = None) -> str:
         """`4m18s · step 200/600 loss 4.62 · ETA 3m00s`. `now_ts`: the wall clock now,
-        for how long a wait for the model server has lasted (the newest event's, if not
-        given)."""
+        for how long a wait for the model server or a call that counts nothing has
+        lasted (the newest event's, if not given)."""
         words = format_duration(elapsed_s)
         if self.server_wait is not None and self.last_t <= self.server_wait[1].t + WAIT_OVER_S:
             # Its clock stands still while it waits: without this, a run whose server
@@ -226,7 +230,9 @@ class Glance:
             if progress:
                 return f"{words} · {progress}"
         if self.calls:
-            return f"{words} · {printable_line(list(self.calls.values())[-1])}"
+            tool, began = list(self.calls.values())[-1]
+            took = format_duration(max(0.0, (now_ts or self.last_ts) - began))
+            return f"{words} · {printable_line(tool)} {took}"
         return words
 
 

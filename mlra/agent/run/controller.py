@@ -29,7 +29,7 @@ from mlra.agent.loop.catchup import CatchUp
 from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Breakpoint, Controls
 from mlra.agent.loop.drive import Agent, drive, sample_resources, watch_deadline
-from mlra.agent.loop.ending import Ending, EndRun, budget_ending
+from mlra.agent.loop.ending import Ending, EndRun, budget_ending, unread_notices
 from mlra.agent.loop.evaluation import evaluate, nothing_validated
 from mlra.agent.loop.model_turn import ModelTurn
 from mlra.agent.loop.tool_step import ToolStep
@@ -342,6 +342,8 @@ class RunController(Steering):
         if self.agent is not None and self.config.attempt is not None and ending.by == "deadline":
             await self.agent.validate_at_limit()  # an attempt at its own limit
         ending = nothing_validated(self, ending) or ending
+        for notice in unread_notices(self.controls.queued()):
+            self.emit(notice)
         # An attempt's own run is never graded on the test split: the search grades the
         # attempt it submits, from the run it belongs to.
         if ending.evaluate and self.config.attempt is None:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlra.console.text.args import EXIT_FAILED, EXIT_OK
+from mlra.console.text.args import EXIT_FAILED, EXIT_OK, shown_folder
 from mlra.terminal_text import printable_line
 
 
@@ -105,10 +105,7 @@ def final_line(run_dir: Path, result: Any) -> str:
     since the agent could have reached what the grader reads. Its texts (an evaluator's
     error, the run's message) are shown, not obeyed: control characters escaped."""
 
-    try:
-        shown = os.path.relpath(run_dir)
-    except ValueError:
-        shown = str(run_dir)
+    shown = shown_folder(run_dir)
     isolation = getattr(result, "isolation", None)
     if result.score is not None:
         score = f"score {result.metric} = {result.score:.4g}"

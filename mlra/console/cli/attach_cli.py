@@ -8,14 +8,13 @@ and exit 2, saying what can be done with it instead.
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 from typing import Any
 
 from mlra.agent.record.eventlog import EVENTS_FILE, log_is_live
 from mlra.agent.record.state import RunState
 from mlra.console.apps.headless_run import final_line
-from mlra.console.text.args import UsageError, run_folder
+from mlra.console.text.args import UsageError, run_folder, shown_folder
 from mlra.console.text.attach_run import RemoteRun
 from mlra.control_socket import CtlRequest, NotLive, request
 from mlra.terminal_text import printable_line
@@ -36,20 +35,10 @@ def add_attach_command(sub: Any) -> None:
     attach.set_defaults(func=cmd_attach)
 
 
-def _folder(run_dir: Path) -> str:
-    """The run folder as `mlra replay` and `mlra resume` take it (they take no run id)."""
-
-    try:
-        relative = os.path.relpath(run_dir)
-    except ValueError:
-        return str(run_dir)
-    return relative if len(relative) < len(str(run_dir)) else str(run_dir)
-
-
 def not_live_line(run_dir: Path, shown: str) -> str:
     """Why RUN cannot be attached to, and what to do with it instead."""
 
-    folder = _folder(run_dir)
+    folder = shown_folder(run_dir)
     if (run_dir / "result.json").is_file():
         return f"{shown} has ended: mlra replay {folder} steps through it"
     if log_is_live(run_dir / EVENTS_FILE):
@@ -71,7 +60,7 @@ def cmd_attach(args: argparse.Namespace) -> int:
     if not reply.ok or reply.status is None:
         raise UsageError(f"{shown}: {reply.message or 'the run did not say how it stands'}")
     if reply.status.state == "ended":
-        raise UsageError(f"{shown} has ended: mlra replay {_folder(run_dir)} steps through it")
+        raise UsageError(f"{shown} has ended: mlra replay {shown_folder(run_dir)} steps through it")
     return _attach(run_dir)
 
 

@@ -129,6 +129,16 @@ class PlanPane(Vertical):
             case ev.TextDelta() if event.agent == "supervisor":
                 written = event.text if event.whole else self._writing + event.text
                 self._writing = written[-4 * WRITING_TAIL :]
+            case ev.ModelError() if event.agent == "supervisor" and event.cut_off:
+                # No answer came of it (the deadline, a stop, a lost connection): what it
+                # had written stays, marked, as the transcript keeps a worker's; a local
+                # model's ten minutes of plan vanished at the deadline, leaving "no plan yet".
+                if written := " ".join(self._writing.split()):
+                    tail = (
+                        written if len(written) <= WRITING_TAIL else "…" + written[-WRITING_TAIL:]
+                    )
+                    self._note(t, f"cut off: {tail}", "yellow")
+                self._writing = ""
             case ev.ModelCall() | ev.ModelError() if event.agent == "supervisor":
                 self._writing = ""  # its answer is in: what it did shows as its own lines
             case ev.PlanUpdated():

@@ -89,7 +89,7 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
         if self.state.phase == "evaluating":
             # The agent has stopped; the evaluator runs to its end and has no pause.
             self.notify(
-                "Evaluation cannot be paused: it runs to its end. q quits without waiting.",
+                "Evaluation cannot be paused: it runs to its end. q leaves once it is graded.",
                 severity="warning",
                 timeout=5,
             )
@@ -251,6 +251,9 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
         if self._run_over():
             self._leave_once_closed()
             return
+        if self.state.phase == "evaluating":
+            self._quit_once_graded()
+            return
 
         def done(yes: bool | None) -> None:
             if not yes:
@@ -266,6 +269,30 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
                 "Quit?",
                 "The run is stopped without evaluation and marked stopped; its log and workspace "
                 "are kept, and mlra resume goes on with it later.",
+            ),
+            done,
+        )
+
+    def _quit_once_graded(self) -> None:
+        """The agent has submitted and the grader runs in this process: quitting cannot
+        stop the run unevaluated, as the plain question says (a quit then was logged,
+        the grading went on and the run ended finished, with its score). Leaving once
+        the grade is in keeps the score the run was for."""
+
+        def done(yes: bool | None) -> None:
+            if not yes:
+                return
+            if self._run_over():
+                self._leave_once_closed()
+                return
+            self._quit_when_done = True
+            self.notify("leaving once the grade is in", timeout=5)
+
+        self.push_screen(
+            ConfirmScreen(
+                "Quit once graded?",
+                "The submission is being graded here: the console leaves once its grade is "
+                "in, and the run ends with its score.",
             ),
             done,
         )

@@ -227,6 +227,19 @@ def run_path(run: str) -> Path:
     return path
 
 
+def shown_folder(run_dir: Path) -> str:
+    """A run folder as a line tells the user to pass it on (`mlra resume`, `mlra
+    replay`): relative to here where that is shorter, else whole; a runs folder
+    elsewhere (`--runs-dir /tmp/...`) read `../../tmp/...` from a repository."""
+    import os
+
+    try:
+        relative = os.path.relpath(run_dir)
+    except ValueError:  # another drive (Windows)
+        return str(run_dir)
+    return relative if len(relative) < len(str(run_dir)) else str(run_dir)
+
+
 def run_folder(run: str, runs_dir: Path) -> Path:
     """RUN as `mlra ctl`, `attach` and `annotate` take it: a path holding an event log,
     else a run id under --runs-dir."""

@@ -302,6 +302,12 @@ def learned_window_line(e: ev.ContextWindowLearned) -> str:
     return f"{line}; pass --context-window {e.context_window} to start from it"
 
 
+def tokens_per_second(rate: float) -> str:
+    """A writing speed: tenths below ten a second, where a small local model on a busy CPU
+    writing half a token a second read "~0 tok/s", as if it had stopped."""
+    return f"{rate:.1f} tok/s" if rate < 9.95 else f"{rate:.0f} tok/s"
+
+
 def model_speed(e: ev.ModelCall) -> str:
     """A model call's time, told apart: how long the server read the prompt and how fast it
     wrote the answer ("prompt read in 3.1s, 120 tokens at 38 tok/s"); counts the server did
@@ -314,7 +320,7 @@ def model_speed(e: ev.ModelCall) -> str:
         writing -= e.first_token_s
     tokens = f"{mark}{e.output_tokens:,} tokens"
     if writing > 0 and e.output_tokens:
-        tokens += f" at {mark}{e.output_tokens / writing:.0f} tok/s"
+        tokens += f" at {mark}{tokens_per_second(e.output_tokens / writing)}"
     parts.append(tokens)
     return ", ".join(parts)
 

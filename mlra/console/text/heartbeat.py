@@ -17,6 +17,7 @@ of the event (wall clock `ts`), so a replay reads what the run read then.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from mlra import events as ev
@@ -156,4 +157,5 @@ class AttemptProgress:
             self.folded = True
         if not self.folded or self.log.damaged:
             return ""
-        return self.glance.words(self.glance.last_t).partition(" · ")[2]
+        now_ts = until_ts or time.time()
+        return self.glance.words(self.glance.last_t, now_ts).partition(" · ")[2]

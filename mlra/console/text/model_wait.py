@@ -5,6 +5,7 @@ heartbeats both say it, so a slow local server's minutes read as work, not a han
 from __future__ import annotations
 
 from mlra.agent.record.state import RunState
+from mlra.console.text.event_lines import tokens_per_second
 from mlra.durations import format_duration
 
 
@@ -23,7 +24,7 @@ def answer_speed(state: RunState, elapsed_s: float) -> str:
     writing = elapsed_s - state.answering_since
     if writing < 1.0:
         return ""
-    return f" · ~{state.streamed_chars / 4 / writing:.0f} tok/s"
+    return f" · ~{tokens_per_second(state.streamed_chars / 4 / writing)}"
 
 
 def model_call_line(state: RunState, now: float) -> str:
