@@ -82,6 +82,9 @@ class Mirrors:
     the walk is only the datasets cache's and the small rest, whatever the models."""
 
     root: Path
+    tag: str
+    """The mount source of this work folder's overlays (hub_overlay.tag_for): what
+    `remove` detaches, wherever the grader moved them."""
     originals: list[Path] = field(default_factory=list)
     secrets: list[Path] = field(default_factory=list)
     """The caches' token files, masked in the grader's sandbox."""
@@ -95,7 +98,7 @@ class Mirrors:
 
     @classmethod
     def plan(cls, env: dict[str, str], work_dir: Path) -> Mirrors:
-        made = cls(work_dir / MIRRORS)
+        made = cls(work_dir / MIRRORS, hub_overlay.tag_for(work_dir))
         made.remove()  # a former grading's (a killed mlra's overlays detached first)
         home = env.get("HF_HOME")
         for name in CACHE_VARS:
@@ -128,7 +131,7 @@ class Mirrors:
             _mirror(str(source), str(target), whole, owner, frozenset(left))
             for name in sorted(left):
                 state = self.root / hub_overlay.OVERLAYS / f"{target.name}-{name}"
-                if hub_overlay.overlay(source / name, target / name, state, owner):
+                if hub_overlay.overlay(source / name, target / name, state, owner, self.tag):
                     self.overlaid.append(target / name)
                 else:  # no overlay here: mirrored, entry by entry
                     _mirror(str(source / name), str(target / name), frozenset(), owner)
@@ -145,9 +148,11 @@ class Mirrors:
 
     def remove(self) -> None:
         """The overlays detached (the shared caches under them untouched), then the
-        grader's own layers and mirrors removed: its folders and what it wrote."""
-        if self.root.is_dir():
-            hub_overlay.detach_under(self.root)
+        grader's own layers and mirrors removed: its folders and what it wrote. Nothing
+        here follows a path of the scratch folder, which the grader may have replaced
+        with a link: the overlays are found by their tag, and `root` is removed as it
+        is (a link as itself)."""
+        hub_overlay.detach(self.tag)
         self.overlaid.clear()
         trees.remove_tree(self.root, ignore_errors=True)
 
