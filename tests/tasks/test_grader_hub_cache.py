@@ -5,12 +5,14 @@ after the grading as before it, whatever the grader wrote, renamed or removed.""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
@@ -19,8 +21,9 @@ from mlra.tasks.evaluators import hub_overlay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.grader_user import Mirrors
 from mlra.tasks.spec import TaskSpec, load_task
-from mlra.tools.sandbox import trees
+from mlra.tools.sandbox import start_step, trees
 from mlra.tools.sandbox.bwrap import isolation_problem
+from mlra.tools.sandbox.runner import finish_despite_cancel
 from tests.conftest import ANSWER_TASK
 
 PROBLEM = "the grader's uid needs root" if os.geteuid() != 0 else isolation_problem()
@@ -293,6 +296,46 @@ async def test_a_grader_that_links_or_moves_its_caches_detaches_nothing_else_and
     blob = work / "elsewhere" / "hub" / "models--org--cached" / "blobs" / _sha(CACHED)
     assert not blob.exists()  # the shared cache not left in, nor carried into, the run folder
     assert _tree(home) == before
+
+
+async def test_a_grading_stopped_as_its_caches_are_made_leaves_no_overlay(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt stopped mid-validation cancels its grading while the grader's caches
+    are made (in a thread): the cancellation waits for them and undoes them, so no overlay
+    is mounted after the grading's cleanup, and the artifact is mlra's again. The making
+    is held until the cancellation has reached the grading (start_step's wait for it),
+    or, where nothing waits, until the cancelled grading has ended."""
+    task, answer = _network_task(base, monkeypatch, base / "hf", CHECK)
+    work = base / "evaluation"
+    entered, release, built = threading.Event(), threading.Event(), threading.Event()
+    build = Mirrors.build
+
+    def held_build(self: Mirrors, owner: int | None) -> None:
+        entered.set()
+        release.wait(timeout=120)
+        try:
+            build(self, owner)
+        finally:
+            built.set()
+
+    def waited(aw: Awaitable[None]) -> Awaitable[None]:
+        release.set()  # the cancellation waits for the making now: let it go on
+        return finish_despite_cancel(aw)
+
+    monkeypatch.setattr(Mirrors, "build", held_build)
+    monkeypatch.setattr(start_step, "finish_despite_cancel", waited)
+    grading = asyncio.ensure_future(run_evaluation(task, answer, work))
+    assert await asyncio.to_thread(entered.wait, 120)
+    grading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await grading
+    release.set()  # where the grading did not wait, its caches are made only now
+    assert await asyncio.to_thread(built.wait, 120)
+    assert not hub_overlay.tagged(hub_overlay.tag_for(work))
+    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not (work / "hf-caches").exists()
+    assert answer.stat().st_uid == os.geteuid()
 
 
 def test_an_overlay_moved_deeper_than_a_path_can_name_is_still_detached(base: Path) -> None:
