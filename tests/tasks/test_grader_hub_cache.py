@@ -5,11 +5,14 @@ after the grading as before it, whatever the grader wrote, renamed or removed.""
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import hashlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 
 import pytest
@@ -17,8 +20,10 @@ import pytest
 from mlra.tasks.evaluators import hub_overlay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.grader_user import Mirrors
-from mlra.tasks.spec import load_task
+from mlra.tasks.spec import TaskSpec, load_task
+from mlra.tools.sandbox import start_step, trees
 from mlra.tools.sandbox.bwrap import isolation_problem
+from mlra.tools.sandbox.runner import finish_despite_cancel
 from tests.conftest import ANSWER_TASK
 
 PROBLEM = "the grader's uid needs root" if os.geteuid() != 0 else isolation_problem()
@@ -137,13 +142,47 @@ out.write_text(json.dumps({"score": 1.0, "metrics": said}))
 )
 
 
+def _unmount_below(folder: Path) -> None:
+    """What a test left mounted in its own folder (its paths the test's, not a grader's)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for point in hub_overlay.mounts():
+        if point.startswith(f"{folder}/"):
+            libc.umount2(point.encode(), hub_overlay.MNT_DETACH)
+
+
+def _network_task(
+    base: Path, monkeypatch: pytest.MonkeyPatch, home: Path, check: str
+) -> tuple[TaskSpec, Path]:
+    """A network task whose checker is `check` (the constants above given), the shared
+    cache at `home` as this host's HF_HOME, and the artifact it grades."""
+    task_dir = base / "task"
+    shutil.copytree(ANSWER_TASK, task_dir)
+    toml = task_dir / "task.toml"
+    text = toml.read_text().replace('"answer.txt"', '"answer.py"')
+    toml.write_text(text.replace("network = false", "network = true"))
+    _shared_cache(home)
+    consts = (
+        f"OLD, NEW, BLOB, SHARED = {OLD!r}, {NEW!r}, {_sha(CACHED)!r}, {str(home)!r}\n"
+        f"CACHED, UPDATED, FRESH = {CACHED!r}, {UPDATED!r}, {FRESH!r}\n"
+    )
+    (task_dir / "hidden" / "check.py").write_text(consts + check)
+    monkeypatch.setenv("HF_HOME", str(home))
+    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
+    for switch in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(switch, raising=False)  # the suite's; a user's host has none
+    answer = base / "frozen" / "answer.py"
+    answer.parent.mkdir()
+    answer.write_text("")
+    return load_task(task_dir), answer
+
+
 @pytest.fixture
 def base() -> Iterator[Path]:
     """A folder any user may enter (the grader's uid reaches the cache through it)."""
     made = Path(tempfile.mkdtemp(prefix="mlra-hub-cache-", dir="/var/tmp"))
     made.chmod(0o755)
     yield made
-    hub_overlay.detach_under(made)
+    _unmount_below(made)
     shutil.rmtree(made, ignore_errors=True)
 
 
@@ -161,28 +200,11 @@ async def test_a_network_grading_downloads_into_its_own_cache_never_the_shared_o
     path it cannot write. After the grading the shared cache is the same, entry for
     entry, and the grader's layer is gone, no mount left. So where the cache is an overlay
     and where it cannot be (a path overlayfs's options cannot carry: mirrored)."""
-    task_dir = base / "task"
-    shutil.copytree(ANSWER_TASK, task_dir)
-    toml = task_dir / "task.toml"
-    text = toml.read_text().replace('"answer.txt"', '"answer.py"')
-    toml.write_text(text.replace("network = false", "network = true"))
     home = base / name
-    _shared_cache(home)
+    task, answer = _network_task(base, monkeypatch, home, CHECK)
     before = _tree(home)
-    consts = (
-        f"OLD, NEW, BLOB, SHARED = {OLD!r}, {NEW!r}, {_sha(CACHED)!r}, {str(home)!r}\n"
-        f"CACHED, UPDATED, FRESH = {CACHED!r}, {UPDATED!r}, {FRESH!r}\n"
-    )
-    (task_dir / "hidden" / "check.py").write_text(consts + CHECK)
-    monkeypatch.setenv("HF_HOME", str(home))
-    monkeypatch.delenv("HF_DATASETS_CACHE", raising=False)
-    for switch in ("HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(switch, raising=False)  # the suite's; a user's host has none
-    answer = base / "frozen" / "answer.py"
-    answer.parent.mkdir()
-    answer.write_text("")
     work = base / "evaluation"
-    outcome = await run_evaluation(load_task(task_dir), answer, work)
+    outcome = await run_evaluation(task, answer, work)
     assert outcome.ok, outcome.error
     assert outcome.details["isolation"] == "bwrap"
     assert outcome.metrics == {
@@ -220,3 +242,123 @@ def test_a_killed_graders_overlay_is_detached_by_the_next_grading(base: Path) ->
     assert not (work / "hf-caches").exists()
     assert _tree(home) == before
     again.remove()
+
+
+def _tmpfs(at: Path) -> None:
+    at.mkdir(parents=True)
+    libc = ctypes.CDLL(None, use_errno=True)
+    assert libc.mount(b"tmpfs", str(at).encode(), b"tmpfs", 0, b"size=1m") == 0
+    (at / "kept.txt").write_text("the host's\n")
+
+
+SWAP = """
+import json, os, sys
+from pathlib import Path
+artifact, root, out = (Path(a) for a in sys.argv[1:4])
+home = Path(os.environ["HF_HOME"])
+scratch = home.parent.parent  # HF_HOME is hf-caches/hf_home in the scratch folder
+said = {"overlaid": float(os.path.ismount(home / "hub"))}
+# the overlay's folder moved out of hf-caches, elsewhere in the scratch folder; then
+# hf-caches itself (it holds mlra's closed .overlays: moved, not removed) replaced by a
+# link to a host folder that holds a mount of its own
+os.rename(home, scratch / "elsewhere")
+said["moved"] = float(os.path.ismount(scratch / "elsewhere" / "hub"))
+os.rename(scratch / "hf-caches", scratch / "old-caches")
+os.symlink(VICTIM, scratch / "hf-caches")
+out.write_text(json.dumps({"score": 1.0, "metrics": said}))
+"""
+
+
+@pytest.mark.parametrize("disk_mb", [None, 0], ids=["volume", "no-volume"])
+async def test_a_grader_that_links_or_moves_its_caches_detaches_nothing_else_and_keeps_no_overlay(
+    base: Path, monkeypatch: pytest.MonkeyPatch, disk_mb: int | None
+) -> None:
+    """The grader moves its Hub overlay's folder elsewhere in its scratch folder and
+    replaces `hf-caches` with a link to a host folder holding a mount (here the test's
+    tmpfs; on a host, /sys and its cgroup tree). After the grading that mount is still
+    there, untouched, and the overlay is detached where it was moved, so neither the
+    scratch folder's volume (carried back) nor the run folder (no volume: the scratch
+    folder is the run folder) keeps the shared cache."""
+    home = base / "hf"
+    victim = base / "victim"
+    _tmpfs(victim / "mnt")
+    task, answer = _network_task(base, monkeypatch, home, f"VICTIM = {str(victim)!r}\n" + SWAP)
+    before = _tree(home)
+    work = base / "evaluation"
+    outcome = await run_evaluation(task, answer, work, disk_mb=disk_mb)
+    assert outcome.ok, outcome.error
+    assert outcome.metrics == {"overlaid": 1.0, "moved": 1.0}
+    assert os.path.ismount(victim / "mnt")
+    assert (victim / "mnt" / "kept.txt").read_text() == "the host's\n"
+    assert not hub_overlay.tagged(hub_overlay.tag_for(work))
+    assert [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")] == [str(victim / "mnt")]
+    assert not (work / "hf-caches").exists() and not (work / "hf-caches").is_symlink()
+    blob = work / "elsewhere" / "hub" / "models--org--cached" / "blobs" / _sha(CACHED)
+    assert not blob.exists()  # the shared cache not left in, nor carried into, the run folder
+    assert _tree(home) == before
+
+
+async def test_a_grading_stopped_as_its_caches_are_made_leaves_no_overlay(
+    base: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt stopped mid-validation cancels its grading while the grader's caches
+    are made (in a thread): the cancellation waits for them and undoes them, so no overlay
+    is mounted after the grading's cleanup, and the artifact is mlra's again. The making
+    is held until the cancellation has reached the grading (start_step's wait for it),
+    or, where nothing waits, until the cancelled grading has ended."""
+    task, answer = _network_task(base, monkeypatch, base / "hf", CHECK)
+    work = base / "evaluation"
+    entered, release, built = threading.Event(), threading.Event(), threading.Event()
+    build = Mirrors.build
+
+    def held_build(self: Mirrors, owner: int | None) -> None:
+        entered.set()
+        release.wait(timeout=120)
+        try:
+            build(self, owner)
+        finally:
+            built.set()
+
+    def waited(aw: Awaitable[None]) -> Awaitable[None]:
+        release.set()  # the cancellation waits for the making now: let it go on
+        return finish_despite_cancel(aw)
+
+    monkeypatch.setattr(Mirrors, "build", held_build)
+    monkeypatch.setattr(start_step, "finish_despite_cancel", waited)
+    grading = asyncio.ensure_future(run_evaluation(task, answer, work))
+    assert await asyncio.to_thread(entered.wait, 120)
+    grading.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await grading
+    release.set()  # where the grading did not wait, its caches are made only now
+    assert await asyncio.to_thread(built.wait, 120)
+    assert not hub_overlay.tagged(hub_overlay.tag_for(work))
+    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not (work / "hf-caches").exists()
+    assert answer.stat().st_uid == os.geteuid()
+
+
+def test_an_overlay_moved_deeper_than_a_path_can_name_is_still_detached(base: Path) -> None:
+    """The grader may move its Hub cache's folder under 50 folders of 100 characters (a
+    path the kernel will not take whole): the next grading there still detaches the
+    overlay, walking to it a folder at a time, and removes what the grader left."""
+    home = base / "hf"
+    _shared_cache(home)
+    work = base / "evaluation"
+    work.mkdir()
+    left = Mirrors.plan({"HF_HOME": str(home)}, work)
+    left.build(None)
+    fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(50):
+        os.mkdir("d" * 100, dir_fd=fd)
+        deeper = os.open("d" * 100, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = deeper
+    os.rename(left.root / "hf_home", "hf_home", dst_dir_fd=fd)
+    os.close(fd)
+    ((_, point),) = hub_overlay.tagged(left.tag)
+    assert len(point) > os.pathconf("/", "PC_PATH_MAX")
+    Mirrors.plan({"HF_HOME": str(home)}, work).remove()  # the next grading
+    assert not hub_overlay.tagged(left.tag)
+    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    trees.remove_tree(work / ("d" * 100))

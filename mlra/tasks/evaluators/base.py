@@ -38,6 +38,7 @@ from mlra.tasks.evaluators.grader_user import (
     Mirrors,
     disk_full_error,
     grader_disk,
+    hand_over,
     lend,
     write_after,
 )
@@ -342,9 +343,7 @@ async def run_evaluation(
     try:
         try:
             await box.start()
-            await asyncio.to_thread(lend, artifact, box.host_uid)
-            if mirrors is not None:  # in the scratch folder as it now is: the grader's
-                await asyncio.to_thread(mirrors.build, box.host_uid)
+            await hand_over(artifact, mirrors, box.host_uid)  # undone where cancelled
         except SandboxError as exc:
             return EvalOutcome(
                 ok=False,

@@ -26,6 +26,7 @@ from mlra.tasks.evaluators import hub_overlay
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import run_uid, trees
 from mlra.tools.sandbox.default_limits import Chosen, default_disk, disk_for, task_disk
+from mlra.tools.sandbox.start_step import made_or_undone
 
 CACHE_VARS = ("HF_HOME", "HF_DATASETS_CACHE")
 MIRRORS = "hf-caches"
@@ -39,6 +40,9 @@ TOKENS = ("token", "stored_tokens")
 """The Hub's tokens (a cache's own files of these names): no grader's business, so not
 mirrored, and masked where the cache itself is shown (huggingface_hub writes them
 readable by all)."""
+HAND_WAIT_S = 60.0
+"""How long a grading stopped as the grader's caches are made waits to undo them; a
+walk still going by then undoes them itself when it ends."""
 GRADER_DISK_MB = 10 * 1024
 """The grader's scratch quota where the task sets no `disk_gb`: what lm-eval's prepared
 datasets and an evaluator's outputs need, never half the disk."""
@@ -82,6 +86,9 @@ class Mirrors:
     the walk is only the datasets cache's and the small rest, whatever the models."""
 
     root: Path
+    tag: str
+    """The mount source of this work folder's overlays (hub_overlay.tag_for): what
+    `remove` detaches, wherever the grader moved them."""
     originals: list[Path] = field(default_factory=list)
     secrets: list[Path] = field(default_factory=list)
     """The caches' token files, masked in the grader's sandbox."""
@@ -95,7 +102,7 @@ class Mirrors:
 
     @classmethod
     def plan(cls, env: dict[str, str], work_dir: Path) -> Mirrors:
-        made = cls(work_dir / MIRRORS)
+        made = cls(work_dir / MIRRORS, hub_overlay.tag_for(work_dir))
         made.remove()  # a former grading's (a killed mlra's overlays detached first)
         home = env.get("HF_HOME")
         for name in CACHE_VARS:
@@ -128,7 +135,7 @@ class Mirrors:
             _mirror(str(source), str(target), whole, owner, frozenset(left))
             for name in sorted(left):
                 state = self.root / hub_overlay.OVERLAYS / f"{target.name}-{name}"
-                if hub_overlay.overlay(source / name, target / name, state, owner):
+                if hub_overlay.overlay(source / name, target / name, state, owner, self.tag):
                     self.overlaid.append(target / name)
                 else:  # no overlay here: mirrored, entry by entry
                     _mirror(str(source / name), str(target / name), frozenset(), owner)
@@ -145,9 +152,11 @@ class Mirrors:
 
     def remove(self) -> None:
         """The overlays detached (the shared caches under them untouched), then the
-        grader's own layers and mirrors removed: its folders and what it wrote."""
-        if self.root.is_dir():
-            hub_overlay.detach_under(self.root)
+        grader's own layers and mirrors removed: its folders and what it wrote. Nothing
+        here follows a path of the scratch folder, which the grader may have replaced
+        with a link: the overlays are found by their tag, and `root` is removed as it
+        is (a link as itself)."""
+        hub_overlay.detach(self.tag)
         self.overlaid.clear()
         trees.remove_tree(self.root, ignore_errors=True)
 
@@ -216,6 +225,26 @@ def lend(artifact: Path, uid: int | None) -> None:
             run_uid.hand_tree(artifact, owner, group)
         else:
             os.lchown(artifact, owner, group)
+
+
+async def hand_over(artifact: Path, mirrors: Mirrors | None, uid: int | None) -> None:
+    """The artifact lent to the grader's `uid` and its caches made (`Mirrors.build`), in
+    a thread; a grading cancelled meanwhile (an attempt stopped mid-validation) waits for
+    it and undoes both before the cancellation goes on (start_step.py). Unwaited, the
+    thread went on after the grading's `remove` and mounted the Hub's overlays that no
+    one detached, the shared cache under them in the grader's scratch folder."""
+
+    def make() -> None:
+        lend(artifact, uid)
+        if mirrors is not None:  # in the scratch folder as it now is: the grader's
+            mirrors.build(uid)
+
+    def undo(_: None) -> None:
+        if mirrors is not None:
+            mirrors.remove()
+        lend(artifact, None)
+
+    await made_or_undone(make, undo, HAND_WAIT_S)
 
 
 def write_after(path: Path, text: str) -> None:

@@ -25,12 +25,25 @@ would not open for writing). Only folders are made and removed: 2,001 for a cach
 
 Where no overlay can be had (mlra not root, no overlayfs, a path overlayfs cannot take)
 the caller mirrors the folder as before.
+
+An overlay is detached by what it is, never by where a path says it is: the scratch
+folder is the grader's, so the submission may replace `hf-caches` with a link to /sys
+(a detach of "every mount below it" would then take the host's cgroup tree, as root) or
+move the overlay's folder elsewhere in the scratch folder (a detach by path would miss
+it, and the shared cache would stay mounted in the run folder). Each overlay carries as
+its mount source a tag of mlra's own work folder (`tag_for`), which only root can mount
+and the grader cannot change; `detach` finds the tag in /proc/self/mountinfo, opens
+where the mount now is a folder at a time, following no link, checks that what it
+opened is that very mount, and detaches it through the open descriptor, so a path the
+grader swaps meanwhile leads to nothing else. A killed mlra's overlays carry the same tag, so
+the next grading in that folder detaches them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import hashlib
 import os
 import stat
 from pathlib import Path
@@ -48,11 +61,27 @@ OPAQUE = "trusted.overlay.opaque"
 OTHERS_ENTER = stat.S_IROTH | stat.S_IXOTH
 UNSAFE = frozenset(",:\\\n")
 """Characters overlayfs's mount options cannot carry in a path."""
+TAG = "mlra-hub-"
+"""The mount source of mlra's overlays, before the digest of their work folder."""
+DETACH_ROUNDS = 5
+"""How often `detach` looks again for a tagged mount it could not yet check (the grader's
+folder moved as it was opened): the grader's processes are stopped before, so a round
+or two."""
+STEP = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+"""How `detach` walks to a mount: a folder at a time, a link nowhere followed."""
 
 
-def overlay(source: Path, target: Path, state: Path, owner: int | None) -> bool:
+def tag_for(work_dir: Path) -> str:
+    """The mount source of the overlays of a grading in `work_dir` (mlra's own folder,
+    resolved): the same for a killed mlra's, so the next grading finds them."""
+    digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:32]
+    return f"{TAG}{digest}"
+
+
+def overlay(source: Path, target: Path, state: Path, owner: int | None, tag: str) -> bool:
     """Mount `source` at `target` (a folder made here, `owner`'s) under an upper layer
-    in `state` (made here); False, and nothing left, where it cannot be had."""
+    in `state` (made here), its mount source `tag`; False, and nothing left, where it
+    cannot be had."""
     upper, work = state / "upper", state / "work"
     paths = [str(p) for p in (source, target, upper, work)]
     if os.geteuid() != 0 or any(c in UNSAFE for p in paths for c in p):
@@ -68,7 +97,7 @@ def overlay(source: Path, target: Path, state: Path, owner: int | None) -> bool:
         target.mkdir()
         _own(str(target), owner)
         options = f"lowerdir={source},upperdir={upper},workdir={work}"
-        _mount(str(target), options)
+        _mount(tag, str(target), options)
     except OSError:
         with contextlib.suppress(OSError):
             target.rmdir()
@@ -77,24 +106,88 @@ def overlay(source: Path, target: Path, state: Path, owner: int | None) -> bool:
     return True
 
 
-def detach_under(folder: Path) -> None:
-    """Detach every mount below `folder` (this grading's overlays, or a killed mlra's),
-    deepest first, so what is left there is the grader's layers alone."""
-    prefix = f"{folder.resolve()}/"
-    libc = ctypes.CDLL(None, use_errno=True)
-    for point in mounts():
-        if point.startswith(prefix):
-            libc.umount2(point.encode(), MNT_DETACH)
+def detach(tag: str) -> int:
+    """Detach every overlay whose mount source is `tag`, wherever the grader moved it;
+    how many are left (none where all went)."""
+    left = tagged(tag)
+    for _ in range(DETACH_ROUNDS):
+        for mount_id, point in left:
+            _detach_mount(mount_id, point)
+        left = tagged(tag)
+        if not left:
+            break
+    return len(left)
+
+
+def tagged(tag: str) -> list[tuple[int, str]]:
+    """(mount id, where it is mounted) of each overlay here whose mount source is `tag`."""
+    found = []
+    for fields in _mountinfo():
+        if "-" not in fields[6:]:
+            continue
+        rest = fields[fields.index("-", 6) + 1 :]
+        if len(rest) > 1 and rest[0] == "overlay" and unescape(rest[1]) == tag:
+            found.append((int(fields[0]), unescape(fields[4])))
+    return found
 
 
 def mounts() -> list[str]:
     """Where things are mounted here, deepest first (from /proc/self/mountinfo)."""
+    found = [unescape(fields[4]) for fields in _mountinfo()]
+    return sorted(found, key=len, reverse=True)
+
+
+def _mountinfo() -> list[list[str]]:
     try:
         lines = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
         return []
-    found = [unescape(line.split()[4]) for line in lines if len(line.split()) > 4]
-    return sorted(found, key=len, reverse=True)
+    return [fields for fields in (line.split() for line in lines) if len(fields) > 6]
+
+
+def _detach_mount(mount_id: int, point: str) -> None:
+    """Detach mount `mount_id`, last seen at `point`: opened there (`_walk_to`), and
+    detached through the descriptor only if it is that mount."""
+    fd = _walk_to(point)
+    if fd is None:
+        return  # moved meanwhile: found again at its new place, next round
+    try:
+        if _mount_id(fd) != mount_id:
+            return  # not ours: the grader put something else at that path
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.umount2(f"/proc/self/fd/{fd}".encode(), MNT_DETACH)
+    finally:
+        os.close(fd)
+
+
+def _walk_to(point: str) -> int | None:
+    """`point` opened a folder at a time from /, no link followed (a link the grader put
+    on the way ends the walk), whatever its length; None where it cannot be reached."""
+    fd = os.open("/", STEP)
+    for name in point.split("/"):
+        if not name:
+            continue
+        try:
+            step = os.open(name, STEP, dir_fd=fd)
+        except OSError:
+            os.close(fd)
+            return None
+        os.close(fd)
+        fd = step
+    return fd
+
+
+def _mount_id(fd: int) -> int | None:
+    """The mount an open descriptor is on (its fdinfo's mnt_id)."""
+    try:
+        text = Path(f"/proc/self/fdinfo/{fd}").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        key, _, value = line.partition(":")
+        if key == "mnt_id":
+            return int(value)
+    return None
 
 
 def _layout(source: Path, upper: Path, owner: int | None) -> None:
@@ -129,9 +222,9 @@ def _own(path: str, owner: int | None) -> None:
         os.lchown(path, owner, owner)
 
 
-def _mount(target: str, options: str) -> None:
+def _mount(tag: str, target: str, options: str) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     flags = MS_NOSUID | MS_NODEV
-    if libc.mount(b"overlay", target.encode(), b"overlay", flags, options.encode()) != 0:
+    if libc.mount(tag.encode(), target.encode(), b"overlay", flags, options.encode()) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"overlay at {target}: {os.strerror(err)}")
