@@ -186,33 +186,6 @@ def test_the_edge_tasks_say_how_memory_is_measured() -> None:
     assert eff.max_peak_memory_gb == 12
 
 
-@pytest.mark.slow
-def test_compression_measures_submission_and_reference_each_alone(tmp_path: Path) -> None:
-    """The submission and the uncompressed reference are each measured in a process of
-    their own (same protocol), so neither figure holds the other's or lm-eval's memory."""
-    from mlra.tasks.evaluators.edge_efficiency import measure_reference, measure_submission
-
-    settings = EfficiencySettings(
-        reference={
-            "model_type": "phi",
-            "vocab_size": 512,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "max_position_embeddings": 256,
-        },
-        reference_dtype="float32",
-        sequence_length=64,
-        repeats=2,
-        warmup=1,
-    )
-    sub = measure_submission(_tiny_phi(tmp_path / "p", dtype="float32"), settings, "cpu")
-    ref = measure_reference(settings, "cpu")
-    assert sub.throughput > 0 and ref.throughput > 0
-    assert sub.peak_bytes is None and ref.peak_bytes is None  # a GPU measures the limit
-
-
 # --- compression: the efficiency factor, a deliberate difference ---------------------------
 
 
