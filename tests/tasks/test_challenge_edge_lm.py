@@ -119,7 +119,7 @@ async def test_a_bf16_model_is_refused_in_the_challenges_words(tmp_path: Path) -
 # --- memory while running, measured apart from the evaluator ------------------------------
 
 
-# Slow: three fresh torch and transformers processes, each building and running a model.
+# Slow: two fresh torch and transformers processes, each building and running a model.
 @pytest.mark.slow
 def test_memory_while_running_is_the_models_own_and_more_than_its_weights(
     tmp_path: Path,
@@ -141,13 +141,8 @@ def test_memory_while_running_is_the_models_own_and_more_than_its_weights(
     assert abs(got.peak_bytes - alone.peak_bytes) < 50e6, (alone, got)
     assert got.peak_bytes < 400e6  # not the 400 MB the grading process holds
     assert got.peak_rss_bytes - got.rss_before_model_bytes == got.peak_bytes
-    capped = _gpt2(tmp_path / "short", tokenizer=False)  # 256 positions
-    assert (
-        measure_in_fresh_process(
-            device="cpu", sequence_length=2000, artifact=capped
-        ).sequence_length
-        == 256
-    )
+    # A model of fewer positions than the setting runs over its own: the edge-training
+    # grading below measures a 256-position model at memory/sequence_length 256.
 
 
 async def test_a_model_over_its_memory_while_running_gets_no_score(tmp_path: Path) -> None:
