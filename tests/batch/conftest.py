@@ -14,8 +14,8 @@ def local_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     (test_batch_ray.py, test_ray_arrivals.py, test_ray_worker_killed.py): a start took 6
     to 26 s on the 2 shared cores, and one a file made three. The tests leave it as they
     found it (a killed worker is replaced by Ray). Its workers keep shipped task folders in
-    a cache of the suite's own. The two-node clusters of test_ray_cluster.py and
-    test_ray_head_lost.py are `ray start` processes of their own, apart from this one."""
+    a cache of the suite's own. The two-node cluster of test_ray_cluster.py is
+    `ray start` processes of its own, apart from this one."""
     ray = pytest.importorskip("ray")
     cache = tmp_path_factory.mktemp("task-cache")
     with pytest.MonkeyPatch.context() as patch:
