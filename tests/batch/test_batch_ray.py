@@ -57,19 +57,6 @@ slow = pytest.mark.slow
 """A local Ray takes some 10 s to start here: the tests that use one are slow."""
 
 
-@pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    """A local Ray; its workers keep shipped task folders in a cache of the test's own."""
-    cache = tmp_path_factory.mktemp("task-cache")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("MLRA_TASK_CACHE", str(cache))
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    try:
-        yield cache
-    finally:
-        ray.shutdown()
-
-
 def _spec(
     answer_task: Path, out: Path, server: ScriptedModelServer, models: list[str]
 ) -> BatchSpec:
@@ -95,7 +82,7 @@ async def _until(predicate: Callable[[], bool], timeout: float, what: str) -> No
 
 @slow
 async def test_a_batch_on_ray_stopped_and_run_again(
-    ray_cluster: Path, tmp_path: Path, answer_task: Path
+    local_ray: Path, tmp_path: Path, answer_task: Path
 ) -> None:
     out = tmp_path / "b"
     script = {
@@ -142,7 +129,7 @@ async def test_a_batch_on_ray_stopped_and_run_again(
 
 @slow
 async def test_run_folders_come_back_from_a_node_without_the_shared_storage(
-    ray_cluster: Path, tmp_path: Path, answer_task: Path
+    local_ray: Path, tmp_path: Path, answer_task: Path
 ) -> None:
     out = tmp_path / "b"
     with ScriptedModelServer({}) as server:
@@ -158,7 +145,7 @@ async def test_run_folders_come_back_from_a_node_without_the_shared_storage(
     assert (run_dir / "workspace" / "answer.txt").read_text() == "42\n"
     # The task folder went to the node by its content hash, hidden files and all, into
     # the node's cache (not the workspace); where the run ran is in its result and log.
-    [copy] = list(ray_cluster.iterdir())
+    [copy] = list(local_ray.iterdir())
     assert (copy / "task.toml").is_file()
     workspace = run_dir / "workspace"
     assert not any(p.name in ("check.py", "expected.txt") for p in workspace.rglob("*"))
@@ -173,7 +160,7 @@ async def test_run_folders_come_back_from_a_node_without_the_shared_storage(
 
 @slow
 async def test_a_run_on_a_node_without_the_batch_folder_is_stopped_brought_back_and_resumed(
-    ray_cluster: Path, tmp_path: Path, answer_task: Path
+    local_ray: Path, tmp_path: Path, answer_task: Path
 ) -> None:
     out = tmp_path / "b"
     run_id = batch_run_id(out, MODEL)
@@ -212,7 +199,7 @@ async def test_a_run_on_a_node_without_the_batch_folder_is_stopped_brought_back_
 
 @slow
 async def test_a_run_on_a_node_without_the_batch_folder_shows_its_progress_while_it_runs(
-    ray_cluster: Path, tmp_path: Path, answer_task: Path
+    local_ray: Path, tmp_path: Path, answer_task: Path
 ) -> None:
     """Its folder comes back only at its end: its line said "running" and no more (no
     clock, no step) until then. Its event log reaches the driver as it grows, and the

@@ -77,11 +77,13 @@ def test_what_a_killed_batch_left_is_removed_by_the_next_and_a_live_ones_kept(
 
 
 @pytest.mark.slow
-def test_a_run_arriving_at_one_ray_batch_survives_another_ending(tmp_path: Path) -> None:
-    """Two RayExecutors on one folder, a real local Ray: the first receives a run folder
-    in parts from a node without the shared disk, the second ends meanwhile, and the
-    first still puts the whole run folder in place."""
-    ray = pytest.importorskip("ray")
+def test_a_run_arriving_at_one_ray_batch_survives_another_ending(
+    local_ray: Path, tmp_path: Path
+) -> None:
+    """Two RayExecutors on one folder, a real local Ray (the one tests/batch shares,
+    conftest.py): the first receives a run folder in parts from a node without the shared
+    disk, the second ends meanwhile, and the first still puts the whole run folder in
+    place."""
     from mlra.batch.executors import Job
     from mlra.batch.executors.ray import RayExecutor, _Attempt
     from mlra.batch.executors.shipping import stream_tar
@@ -93,31 +95,24 @@ def test_a_run_arriving_at_one_ray_batch_survives_another_ending(tmp_path: Path)
     (on_node / "workspace").mkdir(parents=True)
     (on_node / "workspace" / "answer.txt").write_text("42\n")
     (on_node / "big.bin").write_bytes(os.urandom(9 * 2**20))  # two parts
-    started = not ray.is_initialized()
-    if started:
-        ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)
+    first = RayExecutor(out)
+    second = RayExecutor(out)
     try:
-        first = RayExecutor(out)
-        second = RayExecutor(out)
-        try:
-            job = Job(run_id, ["run"], Resources())
-            attempt = _Attempt(first, job, out / "logs" / f"{run_id}.log")
-            attempt._placed({"node_id": "n1", "host": "node-b", "ip": "192.0.2.2"})
-            parts = list(stream_tar(on_node, run_id))
-            assert len(parts) >= 2
-            attempt._receive(parts[0])
-            second.close()  # the other batch ends while the first receives
-            for part in parts[1:]:
-                attempt._receive(part)
-            attempt.ended = True
-            attempt.close()
-            attempt.bring_back()
-        finally:
-            second.close()
-            first.close()
+        job = Job(run_id, ["run"], Resources())
+        attempt = _Attempt(first, job, out / "logs" / f"{run_id}.log")
+        attempt._placed({"node_id": "n1", "host": "node-b", "ip": "192.0.2.2"})
+        parts = list(stream_tar(on_node, run_id))
+        assert len(parts) >= 2
+        attempt._receive(parts[0])
+        second.close()  # the other batch ends while the first receives
+        for part in parts[1:]:
+            attempt._receive(part)
+        attempt.ended = True
+        attempt.close()
+        attempt.bring_back()
     finally:
-        if started:
-            ray.shutdown()
+        second.close()
+        first.close()
     run_dir = out / "runs" / run_id
     assert (run_dir / "workspace" / "answer.txt").read_text() == "42\n"
     assert (run_dir / "big.bin").read_bytes() == (on_node / "big.bin").read_bytes()

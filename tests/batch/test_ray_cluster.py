@@ -2,8 +2,8 @@
 second node in a mount namespace of its own that does not see the task or the batch
 folder (see `ray_cluster`): a user-made task scores on both nodes, placement follows a
 custom resource, a node whose raylet is killed mid-run costs one attempt and is
-reported, and requests no node can hold and addresses that cannot work each answer
-in one line within seconds."""
+reported, requests no node can hold and addresses that cannot work each answer in one
+line within seconds, and a batch whose cluster's head dies says so with its report."""
 
 from __future__ import annotations
 
@@ -108,10 +108,14 @@ def _default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def wait_for_command(node: RayNode, marker: str, driver: subprocess.Popen[str], what: str) -> None:
-    """Until a process on `node` runs a command line holding `marker` (2 minutes at most)."""
+def wait_for_command(
+    node: RayNode | list[RayNode], marker: str, driver: subprocess.Popen[str], what: str
+) -> None:
+    """Until a process on `node` (or on one of them) runs a command line holding `marker`
+    (2 minutes at most)."""
+    nodes = node if isinstance(node, list) else [node]
     deadline = time.monotonic() + 120
-    while not any(marker in cmdline(pid) for pid in node.descendants()):
+    while not any(marker in cmdline(pid) for n in nodes for pid in n.descendants()):
         assert driver.poll() is None, driver.communicate()
         assert time.monotonic() < deadline, what
         time.sleep(0.2)  # another machine's processes: nothing to await
@@ -278,8 +282,8 @@ def test_a_run_stopped_on_the_node_without_the_disk_resumes_there(
 def test_a_node_killed_mid_run_costs_one_attempt_and_is_reported(
     cluster: RayCluster, user_task: Path
 ) -> None:
-    """Last in the file: the second node is gone after it (its `ray start` ends with its
-    raylet)."""
+    """Next to last in the file: the second node is gone after it (its `ray start` ends
+    with its raylet)."""
     out = cluster.hidden / "b-killed"
     marker = "sleep 21.5"  # the agent's long command, as found among node B's processes
     script = {
@@ -329,3 +333,42 @@ def test_a_node_killed_mid_run_costs_one_attempt_and_is_reported(
     assert killed[:8] in log and "run finished (submitted)" in log
     assert not re.search(r"mlra-batch-\d+-", log), log  # the driver's folders, not node B's
     assert f"node {killed[:8]}" in (out / "report.md").read_text()  # where attempts ran
+
+
+def test_a_batch_whose_cluster_head_dies_says_so_with_the_report(
+    cluster: RayCluster, user_task: Path
+) -> None:
+    """Last in the file: the head is stopped under a running batch, and with it the
+    cluster. Ray's core ends the driver's process about 60 s after its head's GCS is
+    gone, saying so only in `<out>/ray.log`: the batch vanished from the terminal with no
+    line and no report. (The cluster's own head, not one started for this test: a Ray
+    start is 10 to 25 s on the 2 shared cores.)"""
+    out = cluster.hidden / "b-head-lost"
+    marker = "sleep 41.5"  # the agent's long command, found among the nodes' processes
+    script = {
+        "supervisor:fallback": supervisor_fallback(),
+        "worker:fallback": turn("Waiting.", call("bash", command=marker, timeout=90)),
+    }
+    with ScriptedModelServer(script) as server:
+        args = ["batch", "--tasks", str(user_task), "--models", MODEL, "--seeds", "1"]
+        args += ["--executor", "ray", "--ray-address", cluster.address, "--out", str(out)]
+        args += ["--base-url", server.url_for("openai"), "--isolation", "none", "--no-tui"]
+        driver = start_driver(cluster, args)
+        try:
+            # On the head after the test above; on either node where this test runs alone.
+            nodes = [cluster.head, *cluster.nodes]
+            wait_for_command(nodes, marker, driver, "the run never reached its command")
+            cluster.head.stop()
+            stdout, stderr = driver.communicate(timeout=120)
+        finally:
+            if driver.poll() is None:
+                driver.kill()
+                driver.communicate()
+    assert driver.returncode == 1, stdout[-3000:] + stderr[-3000:]
+    said = stdout + stderr
+    assert "Traceback" not in said, said[-3000:]
+    lost = [line for line in stdout.splitlines() if "the Ray cluster was lost" in line]
+    assert len(lost) == 1, stdout[-3000:]
+    assert "the same command resumes the batch" in lost[0]
+    assert f"report {out / 'report.md'}" in lost[0]
+    assert (out / "report.md").is_file()

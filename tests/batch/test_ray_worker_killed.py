@@ -24,13 +24,11 @@ from mlra.batch.state import read_placements
 from tests.batch.naming import batch_run_id
 from tests.batch.ray_cluster import cmdline
 from tests.batch.test_batch import MODEL, supervisor_fallback, worker_writing
-from tests.batch.test_batch_ray import _spec, _until, ray_cluster
+from tests.batch.test_batch_ray import _spec, _until
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
 
 ray = pytest.importorskip("ray")
-
-__all__ = ["ray_cluster"]  # the local Ray fixture, used by name
 
 
 def test_ray_errors_label_the_attempt_by_what_ended_it() -> None:
@@ -58,7 +56,7 @@ def _ray_worker_running(marker: str) -> int | None:
 
 @pytest.mark.slow
 async def test_a_killed_ray_worker_is_not_a_lost_node(
-    ray_cluster: Path, tmp_path: Path, answer_task: Path
+    local_ray: Path, tmp_path: Path, answer_task: Path
 ) -> None:
     out = tmp_path / "b"
     marker = "sleep 33.5"

@@ -119,7 +119,7 @@ async def test_a_bf16_model_is_refused_in_the_challenges_words(tmp_path: Path) -
 # --- memory while running, measured apart from the evaluator ------------------------------
 
 
-# Slow: three fresh torch and transformers processes, each building and running a model.
+# Slow: two fresh torch and transformers processes, each building and running a model.
 @pytest.mark.slow
 def test_memory_while_running_is_the_models_own_and_more_than_its_weights(
     tmp_path: Path,
@@ -141,13 +141,8 @@ def test_memory_while_running_is_the_models_own_and_more_than_its_weights(
     assert abs(got.peak_bytes - alone.peak_bytes) < 50e6, (alone, got)
     assert got.peak_bytes < 400e6  # not the 400 MB the grading process holds
     assert got.peak_rss_bytes - got.rss_before_model_bytes == got.peak_bytes
-    capped = _gpt2(tmp_path / "short", tokenizer=False)  # 256 positions
-    assert (
-        measure_in_fresh_process(
-            device="cpu", sequence_length=2000, artifact=capped
-        ).sequence_length
-        == 256
-    )
+    # A model of fewer positions than the setting runs over its own: the edge-training
+    # grading below measures a 256-position model at memory/sequence_length 256.
 
 
 async def test_a_model_over_its_memory_while_running_gets_no_score(tmp_path: Path) -> None:
@@ -184,33 +179,6 @@ def test_the_edge_tasks_say_how_memory_is_measured() -> None:
     assert "alone in a fresh process" in compression.prompt.evaluation
     eff = EfficiencySettings.model_validate(compression.evaluator.settings["efficiency"])
     assert eff.max_peak_memory_gb == 12
-
-
-@pytest.mark.slow
-def test_compression_measures_submission_and_reference_each_alone(tmp_path: Path) -> None:
-    """The submission and the uncompressed reference are each measured in a process of
-    their own (same protocol), so neither figure holds the other's or lm-eval's memory."""
-    from mlra.tasks.evaluators.edge_efficiency import measure_reference, measure_submission
-
-    settings = EfficiencySettings(
-        reference={
-            "model_type": "phi",
-            "vocab_size": 512,
-            "hidden_size": 64,
-            "intermediate_size": 128,
-            "num_hidden_layers": 2,
-            "num_attention_heads": 2,
-            "max_position_embeddings": 256,
-        },
-        reference_dtype="float32",
-        sequence_length=64,
-        repeats=2,
-        warmup=1,
-    )
-    sub = measure_submission(_tiny_phi(tmp_path / "p", dtype="float32"), settings, "cpu")
-    ref = measure_reference(settings, "cpu")
-    assert sub.throughput > 0 and ref.throughput > 0
-    assert sub.peak_bytes is None and ref.peak_bytes is None  # a GPU measures the limit
 
 
 # --- compression: the efficiency factor, a deliberate difference ---------------------------
