@@ -1,6 +1,6 @@
 """A network task's grading and the shared Hugging Face Hub cache (as root): the grader
 downloads into a cache of its own (an overlay of the shared one, grader_user.py and
-hub_overlay.py), and the shared cache is the same, byte for byte and owner for owner,
+cache_overlay.py), and the shared cache is the same, byte for byte and owner for owner,
 after the grading as before it, whatever the grader wrote, renamed or removed."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.tasks.evaluators import hub_overlay
+from mlra.tasks.evaluators import cache_overlay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.grader_user import Mirrors
 from mlra.tasks.spec import load_task
@@ -143,7 +143,7 @@ def base() -> Iterator[Path]:
     made = Path(tempfile.mkdtemp(prefix="mlra-hub-cache-", dir="/var/tmp"))
     made.chmod(0o755)
     yield made
-    hub_overlay.detach_under(made)
+    cache_overlay.detach_under(made)
     shutil.rmtree(made, ignore_errors=True)
 
 
@@ -199,7 +199,7 @@ async def test_a_network_grading_downloads_into_its_own_cache_never_the_shared_o
     }
     assert _tree(home) == before
     assert not (work / "hf-caches").exists()
-    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
 
 
 def test_a_killed_graders_overlay_is_detached_by_the_next_grading(base: Path) -> None:
@@ -216,7 +216,7 @@ def test_a_killed_graders_overlay_is_detached_by_the_next_grading(base: Path) ->
     assert left.overlaid and os.path.ismount(left.overlaid[0])
     (left.overlaid[0] / "models--org--cached" / "blobs" / "mine").write_text("left")
     again = Mirrors.plan({"HF_HOME": str(home)}, work)  # the next grading
-    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
     assert not (work / "hf-caches").exists()
     assert _tree(home) == before
     again.remove()
