@@ -1,6 +1,6 @@
 """A network task's grading and the shared Hugging Face Hub cache (as root): the grader
 downloads into a cache of its own (an overlay of the shared one, grader_user.py and
-hub_overlay.py), and the shared cache is the same, byte for byte and owner for owner,
+cache_overlay.py), and the shared cache is the same, byte for byte and owner for owner,
 after the grading as before it, whatever the grader wrote, renamed or removed."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from mlra.tasks.evaluators import hub_overlay
+from mlra.tasks.evaluators import cache_overlay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.grader_user import Mirrors
 from mlra.tasks.spec import TaskSpec, load_task
@@ -145,9 +145,9 @@ out.write_text(json.dumps({"score": 1.0, "metrics": said}))
 def _unmount_below(folder: Path) -> None:
     """What a test left mounted in its own folder (its paths the test's, not a grader's)."""
     libc = ctypes.CDLL(None, use_errno=True)
-    for point in hub_overlay.mounts():
+    for point in cache_overlay.mounts():
         if point.startswith(f"{folder}/"):
-            libc.umount2(point.encode(), hub_overlay.MNT_DETACH)
+            libc.umount2(point.encode(), cache_overlay.MNT_DETACH)
 
 
 def _network_task(
@@ -221,7 +221,7 @@ async def test_a_network_grading_downloads_into_its_own_cache_never_the_shared_o
     }
     assert _tree(home) == before
     assert not (work / "hf-caches").exists()
-    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
 
 
 def test_a_killed_graders_overlay_is_detached_by_the_next_grading(base: Path) -> None:
@@ -238,7 +238,7 @@ def test_a_killed_graders_overlay_is_detached_by_the_next_grading(base: Path) ->
     assert left.overlaid and os.path.ismount(left.overlaid[0])
     (left.overlaid[0] / "models--org--cached" / "blobs" / "mine").write_text("left")
     again = Mirrors.plan({"HF_HOME": str(home)}, work)  # the next grading
-    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
     assert not (work / "hf-caches").exists()
     assert _tree(home) == before
     again.remove()
@@ -290,8 +290,8 @@ async def test_a_grader_that_links_or_moves_its_caches_detaches_nothing_else_and
     assert outcome.metrics == {"overlaid": 1.0, "moved": 1.0}
     assert os.path.ismount(victim / "mnt")
     assert (victim / "mnt" / "kept.txt").read_text() == "the host's\n"
-    assert not hub_overlay.tagged(hub_overlay.tag_for(work))
-    assert [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")] == [str(victim / "mnt")]
+    assert not cache_overlay.tagged(cache_overlay.tag_for(work))
+    assert [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")] == [str(victim / "mnt")]
     assert not (work / "hf-caches").exists() and not (work / "hf-caches").is_symlink()
     blob = work / "elsewhere" / "hub" / "models--org--cached" / "blobs" / _sha(CACHED)
     assert not blob.exists()  # the shared cache not left in, nor carried into, the run folder
@@ -332,8 +332,8 @@ async def test_a_grading_stopped_as_its_caches_are_made_leaves_no_overlay(
         await grading
     release.set()  # where the grading did not wait, its caches are made only now
     assert await asyncio.to_thread(built.wait, 120)
-    assert not hub_overlay.tagged(hub_overlay.tag_for(work))
-    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not cache_overlay.tagged(cache_overlay.tag_for(work))
+    assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
     assert not (work / "hf-caches").exists()
     assert answer.stat().st_uid == os.geteuid()
 
@@ -356,9 +356,9 @@ def test_an_overlay_moved_deeper_than_a_path_can_name_is_still_detached(base: Pa
         fd = deeper
     os.rename(left.root / "hf_home", "hf_home", dst_dir_fd=fd)
     os.close(fd)
-    ((_, point),) = hub_overlay.tagged(left.tag)
+    ((_, point),) = cache_overlay.tagged(left.tag)
     assert len(point) > os.pathconf("/", "PC_PATH_MAX")
     Mirrors.plan({"HF_HOME": str(home)}, work).remove()  # the next grading
-    assert not hub_overlay.tagged(left.tag)
-    assert not [m for m in hub_overlay.mounts() if m.startswith(f"{base}/")]
+    assert not cache_overlay.tagged(left.tag)
+    assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
     trees.remove_tree(work / ("d" * 100))

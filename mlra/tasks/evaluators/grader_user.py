@@ -5,14 +5,13 @@ As root the grader's sandbox runs as a host uid claimed for it (tools/sandbox/ru
 as the agent's does: the submission's code (a model's, a tokenizer's) runs in it, so its
 inotify instances, processes and files are that uid's, not root's, and it reads no
 root-only file of what it is shown. The shared Hugging Face cache is root's, so it is
-shown read-only, and the grader is given a cache of its own in its scratch folder that
-mirrors it: a folder for each of its folders, a link for each of its files. A prepared
-dataset or a model is read through the links; what the grader writes (a lock, a dataset
-it prepares, a download) lands in its own folder, under its disk quota, and a
-submission can no longer change the cache the next grading reads. The Hub's caches are
-not walked so: offline they are linked whole (read-only, as huggingface_hub reads an
-offline cache without writing), online each is an overlay whose upper layer is the
-grader's (hub_overlay.py).
+shown read-only, and the grader is given a cache of its own in its scratch folder: the
+datasets cache, and the Hub's where the grading has the network, each an overlay whose
+upper layer is the grader's (cache_overlay.py); the Hub's offline linked whole (read-only,
+as huggingface_hub reads an offline cache without writing); the small rest mirrored, a
+folder for each of its folders, a link for each of its files. What the grader writes (a
+lock, a dataset it prepares, a download) lands in its own folder, under its disk quota,
+and a submission cannot change the cache the next grading reads.
 """
 
 from __future__ import annotations
@@ -22,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mlra.tasks.evaluators import hub_overlay
+from mlra.tasks.evaluators import cache_overlay
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import run_uid, trees
 from mlra.tools.sandbox.default_limits import Chosen, default_disk, disk_for, task_disk
@@ -35,7 +34,9 @@ LOCK_SUFFIX = ".lock"
 """Not mirrored: locks are made afresh (a link to root's would not open for writing)."""
 HUB_DIRS = frozenset({"hub", "xet"})
 """The Hub's caches in HF_HOME: linked whole where the grading is offline, overlaid where
-it has the network (hub_overlay.py); mirrored only where no overlay can be had."""
+it has the network (cache_overlay.py); mirrored only where no overlay can be had."""
+ITSELF = frozenset({"."})
+"""A plan's overlaid folders: the cache itself (HF_DATASETS_CACHE outside HF_HOME)."""
 TOKENS = ("token", "stored_tokens")
 """The Hub's tokens (a cache's own files of these names): no grader's business, so not
 mirrored, and masked where the cache itself is shown (huggingface_hub writes them
@@ -78,16 +79,18 @@ class Mirrors:
     `plan` only decides (before the sandbox starts, no walk); `build` makes the mirror
     in the scratch folder once it is the grader's (its volume mounted, handed to its
     uid), so it is neither carried onto the volume, nor handed over entry by entry, nor
-    carried back: it is removed before the sandbox closes (`remove`). The Hub's caches
-    (`hub`, `xet`) are not mirrored: where the grading is offline they are linked whole
-    (huggingface_hub reads an offline cache without writing to it: no lock, no ref);
-    where it has the network each is an overlay of the shared one under an upper layer
-    of the grader's (hub_overlay.py), which costs their folders, not their entries. So
-    the walk is only the datasets cache's and the small rest, whatever the models."""
+    carried back: it is removed before the sandbox closes (`remove`). The big caches
+    are not mirrored. The datasets cache (HF_HOME's `datasets`, or HF_DATASETS_CACHE
+    wherever it is) is an overlay of the shared one under an upper layer of the
+    grader's (cache_overlay.py), offline or not: datasets writes as it loads. The Hub's
+    (`hub`, `xet`) are linked whole where the grading is offline (huggingface_hub reads
+    an offline cache without writing to it: no lock, no ref), overlaid where it has the
+    network. An overlay costs the cache's folders, not its entries, so the walk is only
+    the small rest (`modules`, a few files), whatever the models and datasets."""
 
     root: Path
     tag: str
-    """The mount source of this work folder's overlays (hub_overlay.tag_for): what
+    """The mount source of this work folder's overlays (cache_overlay.tag_for): what
     `remove` detaches, wherever the grader moved them."""
     originals: list[Path] = field(default_factory=list)
     secrets: list[Path] = field(default_factory=list)
@@ -95,16 +98,17 @@ class Mirrors:
     relative: dict[str, str] = field(default_factory=dict)
     """Cache variable -> its mirror, relative to the scratch folder."""
     planned: list[tuple[Path, Path, frozenset[str], frozenset[str]]] = field(default_factory=list)
-    """(original, its mirror, its top-level folders linked whole, those overlaid) for
-    `build`."""
+    """(original, its mirror, its top-level folders linked whole, those overlaid;
+    `ITSELF`: the original overlaid whole) for `build`."""
     overlaid: list[Path] = field(default_factory=list)
-    """Where `build` mounted an overlay (hub_overlay.py), for `remove` to detach."""
+    """Where `build` mounted an overlay (cache_overlay.py), for `remove` to detach."""
 
     @classmethod
     def plan(cls, env: dict[str, str], work_dir: Path) -> Mirrors:
-        made = cls(work_dir / MIRRORS, hub_overlay.tag_for(work_dir))
+        made = cls(work_dir / MIRRORS, cache_overlay.tag_for(work_dir))
         made.remove()  # a former grading's (a killed mlra's overlays detached first)
         home = env.get("HF_HOME")
+        datasets = _datasets_dirs(env)
         for name in CACHE_VARS:
             value = env.get(name)
             if value is None or not Path(value).is_dir():
@@ -116,9 +120,11 @@ class Mirrors:
                 made.relative[name] = f"{made.relative['HF_HOME']}/{rel.as_posix()}"
                 continue
             target = made.root / name.lower()
-            hub = HUB_DIRS if name == "HF_HOME" else frozenset()
-            whole, over = (hub, frozenset()) if offline(env) else (frozenset(), hub)
-            made.planned.append((source, target, whole, over))
+            if name == "HF_HOME":
+                whole, over = (HUB_DIRS, datasets) if offline(env) else ((), HUB_DIRS | datasets)
+            else:  # a datasets cache of its own
+                whole, over = (), ITSELF
+            made.planned.append((source, target, frozenset(whole), over))
             made.originals.append(source)
             made.secrets += [source / t for t in TOKENS if (source / t).exists()]
             made.relative[name] = target.relative_to(work_dir).as_posix()
@@ -131,14 +137,26 @@ class Mirrors:
         self.root.mkdir(exist_ok=True)
         _own(str(self.root), owner)
         for source, target, whole, over in self.planned:
+            if over == ITSELF:
+                self._overlay(source, target, target.name, owner, lock_files=True)
+                continue
             left = {n for n in over if (source / n).is_dir() and not (source / n).is_symlink()}
             _mirror(str(source), str(target), whole, owner, frozenset(left))
             for name in sorted(left):
-                state = self.root / hub_overlay.OVERLAYS / f"{target.name}-{name}"
-                if hub_overlay.overlay(source / name, target / name, state, owner, self.tag):
-                    self.overlaid.append(target / name)
-                else:  # no overlay here: mirrored, entry by entry
-                    _mirror(str(source / name), str(target / name), frozenset(), owner)
+                state = f"{target.name}-{name}"
+                hub = name in HUB_DIRS
+                self._overlay(source / name, target / name, state, owner, lock_files=not hub)
+
+    def _overlay(
+        self, source: Path, target: Path, state: str, owner: int | None, *, lock_files: bool
+    ) -> None:
+        """`source` at `target` as an overlay (its layers named `state`; `lock_files`:
+        cache_overlay.overlay's); where none can be had, mirrored, entry by entry."""
+        layers = self.root / cache_overlay.OVERLAYS / state
+        if cache_overlay.overlay(source, target, layers, owner, self.tag, lock_files=lock_files):
+            self.overlaid.append(target)
+        else:
+            _mirror(str(source), str(target), frozenset(), owner)
 
     def holds(self, path: Path | str) -> bool:
         """Whether `path` is one of the mirrored caches or inside one."""
@@ -156,9 +174,21 @@ class Mirrors:
         here follows a path of the scratch folder, which the grader may have replaced
         with a link: the overlays are found by their tag, and `root` is removed as it
         is (a link as itself)."""
-        hub_overlay.detach(self.tag)
+        cache_overlay.detach(self.tag)
         self.overlaid.clear()
         trees.remove_tree(self.root, ignore_errors=True)
+
+
+def _datasets_dirs(env: dict[str, str]) -> frozenset[str]:
+    """HF_HOME's folders that are a datasets cache: its `datasets`, and the one that
+    holds HF_DATASETS_CACHE where that lies in HF_HOME."""
+    found = {"datasets"}
+    home, cache = env.get("HF_HOME"), env.get("HF_DATASETS_CACHE")
+    if home and cache:
+        real_home, real_cache = Path(home).resolve(), Path(cache).resolve()
+        if real_home in real_cache.parents:
+            found.add(real_cache.relative_to(real_home).parts[0])
+    return frozenset(found - HUB_DIRS)
 
 
 def offline(env: dict[str, str]) -> bool:
