@@ -157,11 +157,19 @@ atexit.register(_ZYGOTE.close)
 
 
 def mlra_cli(
-    args: list[str], *, cwd: Path, env: Mapping[str, str] | None = None, timeout: float = 300
+    args: list[str],
+    *,
+    cwd: Path,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 300,
+    inherit: Callable[[str], bool] | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """Run the real `mlra` command line in a child process: forked from a pre-imported
-    one (tests/zygote.py) unless MLRA_TEST_SUBPROCESS=1 asks for a fresh interpreter."""
-    base = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    one (tests/zygote.py) unless MLRA_TEST_SUBPROCESS=1 asks for a fresh interpreter.
+    Its environment is this process's, less the model keys (or less what `inherit`
+    refuses), with `env` over it."""
+    keep = inherit or (lambda name: name not in SECRET_ENV)
+    base = {k: v for k, v in os.environ.items() if keep(k)}
     base.update(env or {})
     if os.environ.get("MLRA_TEST_SUBPROCESS") != "1":
         with tempfile.TemporaryDirectory(prefix="mlra-cli-") as out_dir:

@@ -10,10 +10,8 @@ not resolve (`.invalid`, reserved never to) or a loopback port bound and closed.
 
 from __future__ import annotations
 
-import os
 import socket
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.exit_status import EXIT_API_UNREACHABLE
 from mlra.tasks.spec import load_task
-from tests.conftest import ANSWER_TASK, clock_from
+from tests.conftest import ANSWER_TASK, clock_from, mlra_cli
 
 
 def _closed_port() -> int:
@@ -37,21 +35,15 @@ def _closed_port() -> int:
 
 
 def _mlra(cwd: Path, model: str, **env_set: str) -> tuple[subprocess.CompletedProcess[str], float]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.endswith("_API_KEY") and not k.lower().endswith("_proxy")
-    }
-    env |= {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test", **env_set}
+    env = {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-ant-test", **env_set}
     args = ["run", str(ANSWER_TASK), "--no-tui", "--isolation", "none"]
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlra", *args, "--runs-dir", str(cwd / "runs"), "--model", model],
+    proc = mlra_cli(
+        [*args, "--runs-dir", str(cwd / "runs"), "--model", model],
         cwd=cwd,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=120,
+        inherit=lambda k: not k.endswith("_API_KEY") and not k.lower().endswith("_proxy"),
     )
     return proc, time.monotonic() - started
 
@@ -133,23 +125,19 @@ def test_a_batch_ends_a_hosted_models_runs_at_once_on_a_machine_with_no_network(
         url = env_set["ANTHROPIC_BASE_URL"] = "https://api.no-such-host.invalid"
     except OSError:
         pass
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.endswith(("_API_KEY", "_BASE_URL")) and not k.lower().endswith("_proxy")
-    }
-    env |= {"ANTHROPIC_API_KEY": "sk-ant-test", **env_set}
+    env = {"ANTHROPIC_API_KEY": "sk-ant-test", **env_set}
     out = tmp_path / "out"
     args = ["batch", "--tasks", str(ANSWER_TASK), "--models", "anthropic/claude-sonnet-4-5"]
     args += ["--seeds", "2", "--out", str(out), "--isolation", "none", "--no-tui"]
     started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlra", *args],
+    proc = mlra_cli(
+        args,
         cwd=tmp_path,
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
+        inherit=lambda k: (
+            not k.endswith(("_API_KEY", "_BASE_URL")) and not k.lower().endswith("_proxy")
+        ),
     )
     took = time.monotonic() - started
     assert proc.returncode == 1, proc.stdout + proc.stderr
