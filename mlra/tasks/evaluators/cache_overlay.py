@@ -54,7 +54,7 @@ import stat
 from pathlib import Path
 
 from mlra.tools.sandbox import trees
-from mlra.tools.sandbox.volume_users import unescape
+from mlra.tools.sandbox.volume_users import mountinfo, source_fields, unescape
 
 OVERLAYS = ".overlays"
 """In the grader's caches folder: each overlay's upper and work folders, mlra's (0700)."""
@@ -139,9 +139,7 @@ def tagged(tag: str) -> list[tuple[int, str]]:
     """(mount id, where it is mounted) of each overlay here whose mount source is `tag`."""
     found = []
     for fields in _mountinfo():
-        if "-" not in fields[6:]:
-            continue
-        rest = fields[fields.index("-", 6) + 1 :]
+        rest = source_fields(fields)
         if len(rest) > 1 and rest[0] == "overlay" and unescape(rest[1]) == tag:
             found.append((int(fields[0]), unescape(fields[4])))
     return found
@@ -155,10 +153,10 @@ def mounts() -> list[str]:
 
 def _mountinfo() -> list[list[str]]:
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        lines = mountinfo()
     except OSError:
         return []
-    return [fields for fields in (line.split() for line in lines) if len(fields) > 6]
+    return [fields for fields in lines if len(fields) > 6]
 
 
 def _detach_mount(mount_id: int, point: str) -> None:

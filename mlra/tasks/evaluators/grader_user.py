@@ -17,6 +17,7 @@ and a submission cannot change the cache the next grading reads.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,6 +48,8 @@ walk still going by then undoes them itself when it ends."""
 GRADER_DISK_MB = 10 * 1024
 """The grader's scratch quota where the task sets no `disk_gb`: what lm-eval's prepared
 datasets and an evaluator's outputs need, never half the disk."""
+
+logger = logging.getLogger(__name__)
 
 
 def grader_disk(task: TaskSpec, work_dir: Path, asked_mb: int | None = None) -> Chosen:
@@ -174,7 +177,9 @@ class Mirrors:
         here follows a path of the scratch folder, which the grader may have replaced
         with a link: the overlays are found by their tag, and `root` is removed as it
         is (a link as itself)."""
-        cache_overlay.detach(self.tag)
+        left = cache_overlay.detach(self.tag)
+        if left:  # the removal below goes through it into its upper layer, never the cache
+            logger.warning("%d of the grader's cache overlays could not be detached", left)
         self.overlaid.clear()
         trees.remove_tree(self.root, ignore_errors=True)
 

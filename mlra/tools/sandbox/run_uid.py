@@ -167,7 +167,10 @@ def _sweep(folder: Path) -> None:
         for entry in os.listdir(folder):
             uid = entry.removesuffix(".view")
             if uid != entry and uid.isdigit() and not (folder / uid).exists():
-                _unbind_view(folder / entry)  # its claim given back, its binds not
+                held = _lock(folder / uid, int(uid))  # not one claimed since
+                if held is not None:
+                    _unbind_view(folder / entry)  # its claim given back, its binds not
+                    held.release()
 
 
 def _has_account(uid: int) -> bool:
@@ -345,10 +348,10 @@ def _unbind_view(folder: Path) -> None:
 def _mount_points() -> list[str]:
     """Where things are mounted here, deepest first (from /proc/self/mountinfo)."""
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        lines = volume_users.mountinfo()
     except OSError:
         return []
-    found = [volume_users.unescape(line.split()[4]) for line in lines if len(line.split()) > 4]
+    found = [volume_users.unescape(fields[4]) for fields in lines if len(fields) > 4]
     return sorted(found, key=len, reverse=True)
 
 

@@ -58,12 +58,11 @@ def used_elsewhere(image: Path, points: list[Path]) -> bool:
             if space in seen:
                 continue
             seen.add(space)
-            lines = Path(f"/proc/{pid}/mountinfo").read_text().splitlines()
+            lines = mountinfo(pid)
         except OSError:
             continue
-        for line in lines:
-            fields = line.split()
-            after = line.split(" - ", 1)[1].split() if " - " in line else []
+        for fields in lines:
+            after = source_fields(fields)
             if len(after) > 1 and after[1] == device and len(fields) > 4:
                 if Path(unescape(fields[4])) not in points:
                     return True
@@ -83,6 +82,22 @@ def still_used(image: Path, points: list[Path], *, patient: bool) -> bool:
     return True
 
 
+def mountinfo(pid: str = "self") -> list[list[str]]:
+    """A mount namespace's mountinfo, a list of fields per mount; OSError where it cannot
+    be read. Read as bytes and decoded as file names are, split on the kernel's own
+    separators only: a folder an agent or a grader named with bytes that are not UTF-8
+    (which made `read_text` raise, and every later sandbox start with it), or with a
+    character `str.split` takes for a line end or white space (U+0085, U+00A0), neither
+    fails the read nor moves a field."""
+    raw = Path(f"/proc/{pid}/mountinfo").read_bytes()
+    return [os.fsdecode(line).split(" ") for line in raw.split(b"\n") if line]
+
+
+def source_fields(fields: list[str]) -> list[str]:
+    """What follows the separator of a mountinfo line: type, source, options."""
+    return fields[fields.index("-", 6) + 1 :] if "-" in fields[6:] else []
+
+
 def unescape(text: str) -> str:
     """mountinfo writes a space, tab, newline and backslash as octal escapes."""
     return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m[1], 8)), text)
@@ -92,19 +107,18 @@ def loop_mounts() -> dict[Path, list[Path]]:
     """Each loop-backed image mounted on this machine -> where it is mounted."""
     found: dict[Path, list[Path]] = {}
     try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+        lines = mountinfo()
     except OSError:
         return found
-    for line in lines:
-        fields = line.split()
-        if " - " not in line or len(fields) < 5:
+    for fields in lines:
+        source = source_fields(fields)[1:2]
+        if len(fields) < 5:
             continue
-        source = line.split(" - ", 1)[1].split()[1:2]
         if not source or not source[0].startswith("/dev/loop"):
             continue
         backing = Path("/sys/block", Path(source[0]).name, "loop", "backing_file")
         try:
-            text = backing.read_text().strip().removesuffix(" (deleted)")
+            text = os.fsdecode(backing.read_bytes()).strip().removesuffix(" (deleted)")
         except OSError:
             continue
         found.setdefault(Path(text), []).append(Path(unescape(fields[4])))
