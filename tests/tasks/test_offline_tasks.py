@@ -229,6 +229,7 @@ MERGE_LABELS = [
 def _refused(task: TaskSpec, artifact: Path, work: Path) -> list[str]:
     outcome = _evaluate(task, artifact, work)
     assert not outcome.ok and outcome.score is None, outcome
+    assert outcome.violations, outcome  # refused for its rules, not failed for another reason
     return outcome.violations
 
 
