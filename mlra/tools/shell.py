@@ -21,6 +21,11 @@ TIMEOUT_HELP = (
 )
 
 
+TIME_LIMIT_KEY = "ended_by_time_limit"
+"""In a command's result data: the run's (or attempt's) time limit, not the command's own
+time-out, killed it: what ended its attempt was the clock (attempt_finish.py)."""
+
+
 def format_seconds(seconds: float) -> str:
     return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:,.0f} s"
 
@@ -60,6 +65,7 @@ def command_outcome(result: ExecResult, timeout_s: float, *, deadline: bool = Fa
         ok=result.exit_code == 0 and not result.timed_out,
         exit_code=result.exit_code,
         timed_out=result.timed_out,
+        data={TIME_LIMIT_KEY: True} if result.timed_out and deadline else {},
     )
 
 

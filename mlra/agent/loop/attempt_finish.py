@@ -8,6 +8,7 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import EVENTS_FILE, read_events
+from mlra.tools.shell import TIME_LIMIT_KEY
 
 
 def finished_event(
@@ -123,6 +124,8 @@ def _out_of_time(events: list[ev.Event], finished: ev.RunFinished | None) -> boo
     last = next((e for e in reversed(events) if isinstance(e, ev.Validation)), None)
     if last is not None and last.out_of_time:
         return True
+    if any(isinstance(e, ev.ToolResult) and e.data.get(TIME_LIMIT_KEY) for e in events):
+        return True  # a command the time limit killed: its run may end before the deadline
     if finished is None or finished.reason != "deadline":
         return False
     at_limit = next((i for i, e in enumerate(events) if validating_at_limit(e)), None)
