@@ -52,6 +52,7 @@ from mlra.tools.sandbox.volume_settle import (
     settle_stale,
     stale_at,
     unmount,
+    write_left_under,
 )
 
 BYTES_PER_INODE = 16 * 1024
@@ -185,11 +186,17 @@ class WorkspaceVolume:
                 f"the workspace does not fit in its volume ({exc.strerror})"
             ) from None
         copy_root_meta(under, on)
-        Path(f"{image}{MOVED}").touch(0o600)
+        moved = Path(f"{image}{MOVED}")
+        moved.touch(0o600)  # empty: all that is under the volume is an old copy
         # From here the volume holds the workspace: what cannot be removed from under it
-        # stays hidden there, and is cleared before the volume is carried back.
+        # stays hidden there, is named in the mark, and is cleared before the volume is
+        # carried back; only that, since what is written to the plain folder once the
+        # volume is off it (a researcher's file, as a killed run's volume is settled) is
+        # not an old copy.
         with contextlib.suppress(OSError):
             clear_folder(under)
+        with contextlib.suppress(OSError):
+            write_left_under(moved, os.listdir(under))
 
     # --- while it is up ---------------------------------------------------------------
 

@@ -149,10 +149,14 @@ def copy_root_meta(src_root: int, dst_root: int) -> None:
     os.utime(dst_root, ns=(st.st_atime_ns, st.st_mtime_ns))
 
 
-def clear_folder(root: int) -> None:
-    """Remove everything below an open folder (the folder itself stays)."""
-    for name in os.listdir(root):
-        st = os.stat(name, dir_fd=root, follow_symlinks=False)
+def clear_folder(root: int, names: list[str] | None = None) -> None:
+    """Remove everything below an open folder (the folder itself stays), or only the
+    entries `names` in it (those gone already are skipped)."""
+    for name in os.listdir(root) if names is None else names:
+        try:
+            st = os.stat(name, dir_fd=root, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
         if stat.S_ISDIR(st.st_mode):
             trees.remove_below(root, name)
         else:

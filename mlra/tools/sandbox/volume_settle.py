@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import re
@@ -140,7 +141,7 @@ def _settle(image: Path, workspace: Path, *, mounted: bool, owner_gone: bool) ->
         _remove_emptied(workspace, view)
         return Settled(workspace)
     try:
-        _carry_back(view, workspace, cleared=moved.exists())
+        _carry_back(view, workspace, old=read_left_under(moved), moved=moved.exists())
     except OSError as exc:
         problem = f"its files could not be copied off it ({exc.strerror})"
         if mounted:
@@ -190,18 +191,55 @@ def _remove_emptied(workspace: Path, view: Path) -> None:
             emptied.rmdir()
 
 
-def _carry_back(view: Path, workspace: Path, *, cleared: bool) -> None:
+ALL_OLD: list[str] | None = None
+"""`read_left_under`: all the folder under the volume holds is an old copy."""
+
+
+def write_left_under(moved: Path, names: list[str]) -> None:
+    """Name in the mark `moved` what is still under the volume once the workspace was
+    moved onto it and the folder under cleared (normally nothing): the old copy that
+    settling removes."""
+    moved.write_text(json.dumps(names))
+
+
+def read_left_under(moved: Path) -> list[str] | None:
+    """The old copy's entries left under the volume: [] without a mark (the workspace
+    was never moved onto it), ALL_OLD for an empty or unreadable mark (moved, and then
+    killed before the names were written, or written by an mlra before these were)."""
+    try:
+        text = moved.read_text()
+    except FileNotFoundError:
+        return []
+    except OSError:
+        return ALL_OLD
+    try:
+        names = json.loads(text)
+    except ValueError:
+        return ALL_OLD
+    if not isinstance(names, list) or not all(
+        isinstance(n, str) and n not in ("", ".", "..") and "/" not in n for n in names
+    ):
+        return ALL_OLD
+    return names
+
+
+def _carry_back(view: Path, workspace: Path, *, old: list[str] | None, moved: bool) -> None:
+    """`old`: the entries under the volume that are an old copy, removed first (the
+    volume has it all); ALL_OLD: all of them. Nothing else in the plain folder is
+    removed: a file written there once the volume was off it is kept. `moved`: the
+    workspace was moved onto the volume, so a copy cut short is removed (the volume,
+    kept, has it all)."""
     src = os.open(view, DIR_FLAGS)
     try:
         dst = os.open(workspace, DIR_FLAGS)
         try:
-            if cleared:
-                clear_folder(dst)  # what is under is an old copy: the volume has it all
+            if old != []:
+                clear_folder(dst, old)
             copy_tree(src, dst)
             copy_root_meta(src, dst)
         except OSError:
             with contextlib.suppress(OSError):
-                if cleared:
+                if moved:
                     clear_folder(dst)  # a partial copy, not to be taken for the workspace
             raise
         finally:
