@@ -11,7 +11,10 @@ of its own has none, and a holder holds only the volume it was given.
 from __future__ import annotations
 
 import shlex
+import time
 from pathlib import Path
+
+from mlra.tools.sandbox.volume_users import loop_device
 
 
 def drop_volumes(keep: Path | None = None) -> str:
@@ -32,3 +35,14 @@ def holder(volume: Path, at: Path) -> list[str]:
         f" && {{ {drop_volumes(keep=at)}; echo ready; }} && exec sleep 120"
     )
     return ["unshare", "-m", "--propagation", "private", "sh", "-c", script]
+
+
+def loop_freed(image: Path, within_s: float = 20.0) -> bool:
+    """Whether `image`'s loop device is freed once the volume is unmounted. Any mount
+    namespace made at the instant of the unmount (another test's bubblewrap sandbox or
+    stand-in as it starts) holds a copy until it drops it, and the kernel frees the
+    device after the last: waited for, boundedly."""
+    deadline = time.monotonic() + within_s
+    while loop_device(image) is not None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return loop_device(image) is None

@@ -13,8 +13,9 @@ import pytest
 
 from mlra.batch.executors.ray_node import SCRATCH_PREFIX, clear_stale_scratch, renamed
 from mlra.tools.sandbox import volume
-from mlra.tools.sandbox.volume_users import loop_device, loop_mounts
+from mlra.tools.sandbox.volume_users import loop_mounts
 from tests.mount_namespaces import holder as holder_argv
+from tests.mount_namespaces import loop_freed
 from tests.tools.test_workspace_volume import _kill, _killed_owner, _owner_on_cue
 
 
@@ -72,7 +73,7 @@ def test_a_lost_runs_scratch_is_removed_only_after_its_volume_is_settled(
         assert clear_stale_scratch(tmp_path) == [scratch]
         assert not scratch.exists()
         assert image not in loop_mounts()  # unmounted, not hidden under a removed folder
-        assert loop_device(image) is None  # its loop device (and the image's space) freed
+        assert loop_freed(image)  # its loop device (and the image's space) freed
     finally:
         for point in loop_mounts().get(image, []):  # what the old removal left, for the next test
             subprocess.run(["umount", "-l", str(point)], check=False)
