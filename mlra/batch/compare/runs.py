@@ -21,6 +21,7 @@ from mlra.agent.record.run_result import result_of
 from mlra.agent.record.state import RunState, fold
 from mlra.batch.curves import Series, run_series, validation_points
 from mlra.batch.state import LOGS, RUNS, RunCard
+from mlra.batch.task_labels import run_task_labels
 from mlra.durations import format_duration
 
 MAX_RUNS = 10
@@ -43,6 +44,12 @@ class ComparedRun:
     id: str
     run_dir: Path
     task: str = ""
+    """The task as the runs compared tell it apart (`load_all`): its name, or where
+    another of them ran another task of that name, the end of its folder's path."""
+    task_name: str = ""
+    """The task's own name, as the run recorded it."""
+    task_folder: str = ""
+    """The task folder the run recorded (`run_started`'s `task_dir`; empty in none)."""
     model: str = ""
     status: str = ""
     """`finished`, `stopped`, `error`, or `running` (its log is held open), or
@@ -170,6 +177,7 @@ def load(run_dir: Path) -> ComparedRun:
     # names the fork), so the first event's id named the source for both
     run = ComparedRun(id=state.run_id or started.run_id or run_dir.name, run_dir=run_dir)
     run.task, run.model = batch_label(run_dir) or result.task, result.model
+    run.task_name, run.task_folder = result.task, started.task_dir
     if state.finished is not None:
         run.status, run.reason = state.finished.status, state.finished.reason
     else:
@@ -218,7 +226,9 @@ def load(run_dir: Path) -> ComparedRun:
 
 
 def load_all(run_dirs: list[Path]) -> list[ComparedRun]:
-    """The runs to compare: at least two, at most `MAX_RUNS`."""
+    """The runs to compare: at least two, at most `MAX_RUNS`, each task labelled among
+    them from what each run recorded (batch/task_labels.py `run_task_labels`), so runs of
+    two folders whose tasks share a name are two tasks, whether or not a batch ran them."""
     if len(run_dirs) < 2:
         raise CompareError(f"compare needs at least 2 runs, got {len(run_dirs)}")
     if len(run_dirs) > MAX_RUNS:
@@ -226,4 +236,8 @@ def load_all(run_dirs: list[Path]) -> list[ComparedRun]:
             f"compare shows at most {MAX_RUNS} runs side by side, got {len(run_dirs)}: "
             "name fewer (a batch's runs of one task, say)"
         )
-    return [load(d) for d in run_dirs]
+    runs = [load(d) for d in run_dirs]
+    labels = run_task_labels([(r.task_name, r.task_folder) for r in runs])
+    for run, label in zip(runs, labels, strict=True):
+        run.task = label
+    return runs
