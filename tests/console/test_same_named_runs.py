@@ -111,6 +111,7 @@ def test_export_gives_each_task_its_own_experiment_whether_exported_together_or_
     client = MlflowClient(tracking_uri=mlruns.resolve().as_uri())
     for label in LABELS:
         experiment = client.get_experiment_by_name(f"mlra/{label}")
+        assert experiment is not None, label
         (run,) = client.search_runs([experiment.experiment_id])
         assert run.info.run_name == runs[label].name
         assert (run.data.params["task"], run.data.params["task_label"]) == ("answer", label)
