@@ -116,3 +116,18 @@ def test_export_gives_each_task_its_own_experiment_whether_exported_together_or_
         assert run.info.run_name == runs[label].name
         assert (run.data.params["task"], run.data.params["task_label"]) == ("answer", label)
     assert client.get_experiment_by_name("mlra/answer") is None
+
+
+def test_a_report_of_a_plain_runs_folder_has_a_row_a_task(
+    runs: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`mlra report ./runs` and `mlra share ./runs` (no batch, so no batch's names):
+    a group each, as `mlra runs` lists them."""
+    folder = shutil.copytree(runs[LABELS[0]].parent, tmp_path / "runs")
+    text = _out(capsys, "report", str(folder))
+    assert "| mlagentbench/answer | baseline | 1 |" in text, text
+    assert "| mlrc/answer | baseline | 1 |" in text, text
+    page = tmp_path / "runs.html"
+    _out(capsys, "share", str(folder), "-o", str(page))
+    shown = page.read_text(encoding="utf-8")
+    assert all(f"<td>{label}</td>" in shown for label in LABELS), shown
