@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 
 from mlra.batch.compare.runs import expand as compared_folders
-from mlra.batch.compare.runs import load
+from mlra.batch.compare.runs import load_all
 from mlra.batch.spec import load_tasks, parse_spec
 from mlra.batch.task_labels import task_labels
 from mlra.console.cli.cli import main
@@ -78,7 +78,7 @@ def test_two_tasks_of_one_name_are_two_rows_of_runs_and_resume_as_two(
     assert "| mlrc/answer | baseline | 2 |" in text, text
     assert "### mlagentbench/answer" in text and "### mlrc/answer" in text  # runs compared
     # `mlra compare` on the batch folder tells them apart as the report does.
-    runs = [load(folder) for folder in compared_folders([out])]
+    runs = load_all(compared_folders([out]))
     assert sorted(r.task for r in runs) == sorted([*labels, *labels])
     assert json.loads((out / "batch.json").read_text())["task_names"] == list(labels)
     page = tmp_path / "batch.html"
