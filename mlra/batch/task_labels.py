@@ -72,9 +72,23 @@ def run_task_labels(tasks: Sequence[RecordedTask]) -> list[str]:
     of one folder are one task; two folders whose tasks share a name are told apart by
     the ends of their paths (`task_labels`). A run that recorded no folder keeps its
     name: nothing it recorded tells which task of that name it ran."""
-    distinct = list(dict.fromkeys(t for t in tasks if t[1]))
-    labels = dict(zip(distinct, task_labels([(n, Path(f)) for n, f in distinct]), strict=True))
-    return [labels.get(t, t[0]) for t in tasks]
+    distinct = list(dict.fromkeys((n, _folder(f)) for n, f in tasks if f))
+    labels = dict(zip(distinct, task_labels(distinct), strict=True))
+    return [labels.get((n, _folder(f)), n) if f else n for n, f in tasks]
+
+
+BUILTIN = ("mlra", "tasks", "builtin")
+
+
+def _folder(recorded: str) -> Path:
+    """The folder that says which task a run ran: the one it recorded, but a built-in
+    task's as one path whichever mlra ran it (its folder moves with the install: a new
+    virtual environment, another Python), so a task's runs from before an upgrade stay
+    its runs, and one clashing with a task folder of its name is `builtin/<name>`."""
+    folder = Path(recorded)
+    if folder.parts[-4:-1] == BUILTIN:
+        return Path(*BUILTIN, folder.name)
+    return folder
 
 
 def label_beside(run_dir: Path) -> str | None:
