@@ -241,8 +241,10 @@ def run_baseline(
     timeout: float = 300,
 ) -> BaselineRun:
     """`mlra run TASK --model baseline --no-tui --runs-dir ROOT/runs EXTRA...` from ROOT,
-    which must succeed: the process and the one run folder it made."""
+    which must succeed: the process and the one run folder it made (beside any made there
+    before)."""
     runs = root / "runs"
+    before = set(runs.iterdir()) if runs.is_dir() else set()
     proc = mlra_cli(
         ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(runs), *extra],
         cwd=root,
@@ -250,7 +252,7 @@ def run_baseline(
         timeout=timeout,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    (run_dir,) = runs.iterdir()
+    (run_dir,) = set(runs.iterdir()) - before
     return BaselineRun(proc, run_dir)
 
 

@@ -19,6 +19,7 @@ from mlra.agent.record.run_result import UNFINISHED_MESSAGES as UNFINISHED
 from mlra.agent.record.run_result import RunResult
 from mlra.batch.report_results import load_run
 from mlra.batch.state import NODE_LOST, RETIRED, RUNS, RunCard, read_cards, read_placements
+from mlra.batch.task_labels import recorded_task, run_task_labels
 
 Attempt = Literal["first", "last"]
 """Which attempt of each seed the group numbers count."""
@@ -327,6 +328,9 @@ def collect(out: Path, attempt: Attempt = "first") -> list[RunRow]:
             if folder.is_dir() and sep and n.isdigit():
                 retired.setdefault(name, []).append((int(n), folder))
     current = {p.name: p for p in runs_dir.iterdir() if p.is_dir()} if runs_dir.is_dir() else {}
+    # A plain runs folder has no cards: its tasks are told apart as `mlra runs` lists them.
+    recorded = {} if batch else {i: t for i, p in current.items() if (t := recorded_task(p))}
+    labels = dict(zip(recorded, run_task_labels(list(recorded.values())), strict=True))
     for run_id in sorted(set(current) | set(retired) | set(cards)):
         card = cards.get(run_id)
         attempts = [
@@ -345,6 +349,7 @@ def collect(out: Path, attempt: Attempt = "first") -> list[RunRow]:
             continue
         for row in attempts:
             row.counted = False
+            row.task = labels.get(run_id, row.task)
         if attempt == "last":
             attempts[-1].counted = True
         else:

@@ -10,9 +10,9 @@ import json
 from pathlib import Path
 
 from mlra.batch.compare.runs import expand as compared_folders
-from mlra.batch.compare.runs import load
+from mlra.batch.compare.runs import load_all
 from mlra.batch.spec import load_tasks, parse_spec
-from mlra.batch.task_labels import task_labels
+from mlra.batch.task_labels import run_task_labels, task_labels
 from mlra.console.cli.cli import main
 from tests.batch.naming import batch_run_id
 from tests.conftest import answer_task_as, mlra_cli
@@ -38,6 +38,22 @@ def test_labels_are_the_name_unless_shared_then_the_shortest_distinguishing_path
         "x",
         "data/y",
         "y",
+    ]
+
+
+def test_runs_are_told_apart_by_the_folder_they_recorded_a_built_in_task_by_its_name() -> None:
+    """What `mlra runs`, `compare`, `share` and `export` label runs by (their logs'
+    `task_dir`): a built-in task's folder moves with the install (a new venv, another
+    Python), and its runs from before stay one task with the runs after."""
+    old = "/v1/lib/python3.11/site-packages/mlra/tasks/builtin/answer"
+    new = "/v2/lib/python3.12/site-packages/mlra/tasks/builtin/answer"
+    assert run_task_labels([("answer", old), ("answer", new)]) == ["answer", "answer"]
+    mine = "/home/u/mlrc/answer"
+    assert run_task_labels([("answer", old), ("answer", mine), ("answer", new), ("x", "")]) == [
+        "builtin/answer",
+        "mlrc/answer",
+        "builtin/answer",
+        "x",
     ]
 
 
@@ -78,7 +94,7 @@ def test_two_tasks_of_one_name_are_two_rows_of_runs_and_resume_as_two(
     assert "| mlrc/answer | baseline | 2 |" in text, text
     assert "### mlagentbench/answer" in text and "### mlrc/answer" in text  # runs compared
     # `mlra compare` on the batch folder tells them apart as the report does.
-    runs = [load(folder) for folder in compared_folders([out])]
+    runs = load_all(compared_folders([out]))
     assert sorted(r.task for r in runs) == sorted([*labels, *labels])
     assert json.loads((out / "batch.json").read_text())["task_names"] == list(labels)
     page = tmp_path / "batch.html"

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field
 
 from mlra.batch.compare.runs import ComparedRun, CompareError
+from mlra.batch.task_labels import told_apart
 from mlra.counts import format_tokens
 from mlra.durations import format_duration
 
@@ -147,6 +148,9 @@ class Matrix:
     best_of: str = ""
     """What the star is the best of, where the runs have more than one task (" of each
     task's runs"): the footnotes say it after the metric."""
+    tasks_apart: str = ""
+    """Where runs of two tasks of one name are compared, the line that says so and what
+    each is called (batch/task_labels.py `told_apart`); empty where none are."""
 
 
 def one_metric(runs: list[ComparedRun], metric: str | None) -> bool:
@@ -232,4 +236,5 @@ def build(
         metric=score_label(runs, metric),
         same_hidden=0 if all_settings else same,
         best_of=_best_of(runs, metric),
+        tasks_apart=told_apart([r.task_name or r.task for r in runs], [r.task for r in runs]),
     )

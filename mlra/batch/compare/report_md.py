@@ -34,9 +34,11 @@ def _loaded(out: Path, rows: list[RunRow]) -> list[ComparedRun]:
         if folder is None:
             continue
         try:
-            runs.append(load(folder))
+            run = load(folder)
         except CompareError:
             continue  # a damaged log: the report's tables say what they can of it
+        run.task = row.task or run.task  # compared by the task the report's rows count
+        runs.append(run)
     return runs
 
 

@@ -12,15 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from mlra import events as ev
 from mlra.agent.record.attempt_tree import AttemptsSummary
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_result import result_of
 from mlra.agent.record.state import RunState, fold
 from mlra.batch.curves import Series, run_series, validation_points
-from mlra.batch.state import LOGS, RUNS, RunCard
+from mlra.batch.state import RUNS
+from mlra.batch.task_labels import run_task_labels
 from mlra.durations import format_duration
 
 MAX_RUNS = 10
@@ -43,6 +42,13 @@ class ComparedRun:
     id: str
     run_dir: Path
     task: str = ""
+    """The task as the runs compared tell it apart (`load_all`; a batch report's: as its
+    rows do): its name, or where another of them ran another task of that name, the end
+    of its folder's path. Its name until then."""
+    task_name: str = ""
+    """The task's own name, as the run recorded it."""
+    task_folder: str = ""
+    """The task folder the run recorded (`run_started`'s `task_dir`; empty in none)."""
     model: str = ""
     status: str = ""
     """`finished`, `stopped`, `error`, or `running` (its log is held open), or
@@ -139,21 +145,6 @@ def expand(paths: list[Path]) -> list[Path]:
     return out
 
 
-def batch_label(run_dir: Path) -> str | None:
-    """What the batch holding the run calls its task, from the run's card: where two of
-    its tasks share a name, the end of each one's folder path (batch/task_labels.py),
-    so their runs compare as two tasks, as the batch's report counts them."""
-    if run_dir.parent.name != RUNS:
-        return None
-    try:
-        card = RunCard.model_validate_json(
-            (run_dir.parent.parent / LOGS / f"{run_dir.name}.json").read_bytes()
-        )
-    except (OSError, ValidationError):
-        return None
-    return card.task if card.run_id == run_dir.name else None
-
-
 def load(run_dir: Path) -> ComparedRun:
     """One run as compared; a log that cannot be read is a CompareError."""
     log = run_dir / EVENTS_FILE
@@ -169,7 +160,8 @@ def load(run_dir: Path) -> ComparedRun:
     # the run's own id: a fork's log opens with its source's run_started (`run_forked`
     # names the fork), so the first event's id named the source for both
     run = ComparedRun(id=state.run_id or started.run_id or run_dir.name, run_dir=run_dir)
-    run.task, run.model = batch_label(run_dir) or result.task, result.model
+    run.task, run.model = result.task, result.model
+    run.task_name, run.task_folder = result.task, started.task_dir
     if state.finished is not None:
         run.status, run.reason = state.finished.status, state.finished.reason
     else:
@@ -218,7 +210,9 @@ def load(run_dir: Path) -> ComparedRun:
 
 
 def load_all(run_dirs: list[Path]) -> list[ComparedRun]:
-    """The runs to compare: at least two, at most `MAX_RUNS`."""
+    """The runs to compare: at least two, at most `MAX_RUNS`, each task labelled among
+    them from what each run recorded (batch/task_labels.py `run_task_labels`), so runs of
+    two folders whose tasks share a name are two tasks, whether or not a batch ran them."""
     if len(run_dirs) < 2:
         raise CompareError(f"compare needs at least 2 runs, got {len(run_dirs)}")
     if len(run_dirs) > MAX_RUNS:
@@ -226,4 +220,8 @@ def load_all(run_dirs: list[Path]) -> list[ComparedRun]:
             f"compare shows at most {MAX_RUNS} runs side by side, got {len(run_dirs)}: "
             "name fewer (a batch's runs of one task, say)"
         )
-    return [load(d) for d in run_dirs]
+    runs = [load(d) for d in run_dirs]
+    labels = run_task_labels([(r.task_name, r.task_folder) for r in runs])
+    for run, label in zip(runs, labels, strict=True):
+        run.task = label
+    return runs

@@ -39,6 +39,7 @@ from mlra.batch.curves import (
     validation_points,
 )
 from mlra.batch.state import RUNS
+from mlra.batch.task_labels import RecordedTask, label_beside, run_task_labels
 
 Transcript = Callable[[list[ev.Event], Path], str]
 """A run's events as the text transcript `mlra replay --no-tui` prints (given by the
@@ -77,6 +78,12 @@ class ExportRun:
     parent: str | None = None
     """An attempt's run (its `name`), else None."""
     tags: dict[str, str] = field(default_factory=dict)
+    task: str = ""
+    """Its task as the runs exported with it tell it apart (`read_experiment`): its name,
+    or where another of them ran another task of that name, the end of its folder's path
+    (`mlrc/answer`); empty until labelled."""
+    recorded: RecordedTask | None = None
+    """Its task as its log's `run_started` recorded it (name, folder)."""
     one_offs: dict[str, Point] = field(default_factory=dict)
     """Numbers its scripts printed or wrote that are no curve: each its last reading,
     named as its series (`<source>/<name>` where a final number or a parameter of the
@@ -107,14 +114,15 @@ class Experiment:
 
 def by_task(experiment: Experiment) -> list[Experiment]:
     """One experiment per task, in the order the tasks first appear: the unit a
-    researcher compares runs in. An attempt goes with its run, whatever it recorded."""
+    researcher compares runs in. An attempt goes with its run, whatever it recorded; two
+    tasks of one name are two experiments, each named by its label (`ExportRun.task`)."""
     task_of: dict[str, str] = {}
     groups: dict[str, list[ExportRun]] = {}
     for run in experiment.runs:
         if run.parent is not None and run.parent in task_of:
             task = task_of[run.parent]
         else:
-            task = str(run.params.get("task") or "unknown")
+            task = run.task or str(run.params.get("task") or "unknown")
         task_of[run.name] = task
         groups.setdefault(task, []).append(run)
     return [Experiment(task, runs) for task, runs in groups.items()]
@@ -195,6 +203,7 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
     if transcript is not None:
         artifacts.append(Artifact("transcript.txt", text=transcript(events, folder)))
     return ExportRun(
+        recorded=(started.task, started.task_dir) if started is not None else None,
         name=name,
         params=_params(started, result, state),
         series=run_series(events),
@@ -220,6 +229,16 @@ def _with_attempts(folder: Path, name: str, transcript: Transcript | None) -> li
     return runs
 
 
+def _label(run: ExportRun, label: str | None) -> None:
+    """Give the run its task's label; where that is not the task's name (another task of
+    the name is exported beside it), it is a parameter too (`task_label`)."""
+    if label is None:
+        return
+    run.task = label
+    if label != run.params.get("task"):
+        run.params["task_label"] = label
+
+
 def read_experiment(path: Path, transcript: Transcript | None = None) -> Experiment:
     """A run folder (with its attempts), a batch folder (every run in `runs/`) or a plain
     folder of run folders (`./runs`, as `mlra compare`, `report` and `share` take it) as
@@ -227,6 +246,9 @@ def read_experiment(path: Path, transcript: Transcript | None = None) -> Experim
     path = path.resolve()
     if (path / EVENTS_FILE).is_file():
         runs = _with_attempts(path, path.name, transcript)
+        # Called as among the runs beside it, so runs of one folder exported one by one
+        # land in the experiments they would share exported together.
+        _label(runs[0], label_beside(path))
         set_one_offs_apart(runs)
         return Experiment(path.name, runs)
     if not path.is_dir():
@@ -240,6 +262,10 @@ def read_experiment(path: Path, transcript: Transcript | None = None) -> Experim
         for run in runs:
             run.tags["batch"] = path.name
     if runs:
+        tops = [(r, r.recorded) for r in runs if r.parent is None and r.recorded is not None]
+        labels = run_task_labels([recorded for _, recorded in tops])
+        for (run, _), label in zip(tops, labels, strict=True):
+            _label(run, label)
         set_one_offs_apart(runs)
         return Experiment(path.name, runs)
     if batch:

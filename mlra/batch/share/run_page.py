@@ -58,9 +58,9 @@ def write_run_page(
         read = read_run(run_dir, transcript, plan)
         transcript.close()
         r = read.result
-        top = head(esc_line(redact(f"{r.task} · {r.model} · mlra share"))) + sections.header(
-            read, redact
-        )
+        top = head(
+            esc_line(redact(f"{read.task or r.task} · {r.model} · mlra share"))
+        ) + sections.header(read, redact)
         fixed = sections.fixed_sections(read, redact)
         buckets = MAX_BUCKETS
         drawn = sections.curves(read, buckets)
@@ -69,7 +69,7 @@ def write_run_page(
             drawn = sections.curves(read, buckets)
         fixed += drawn
         summary = sections.summary_data(read)
-        for key in ("task", "model", "run_id", "reason"):
+        for key in ("task", "task_label", "model", "run_id", "reason"):
             if isinstance(summary.get(key), str):
                 summary[key] = redact(summary[key])
         plan_top = f"<h2>Plan, as it changed ({plan.changes})</h2>\n"

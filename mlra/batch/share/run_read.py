@@ -27,6 +27,7 @@ from mlra.agent.record.state import RunState
 from mlra.batch.share.attempt_curves import AttemptCurves, read_attempt_curves
 from mlra.batch.share.curves_svg import Curves
 from mlra.batch.share.transcript import PlanChanges, Transcript
+from mlra.batch.task_labels import label_beside
 
 STREAMED = frozenset({b"text_delta", b"tool_output", b"model_answering"})
 """Events only a live display needs (the text a model is writing, a command's output as it
@@ -56,6 +57,9 @@ class RunRead:
     """A search's attempts' curves, read from their own logs (attempt_curves.py)."""
     recorded_by: str = ""
     """The mlra version that started the run (`run_started`; empty from before it was said)."""
+    task: str = ""
+    """Its task as `mlra runs` lists it among the runs beside it: its name, or where one of
+    them ran another task of that name, the end of its folder's path (`mlrc/answer`)."""
 
 
 def _event_type(line: bytes) -> bytes:
@@ -118,6 +122,7 @@ def read_run(
     size = (limit if limit is not None else log.stat().st_size) - left - torn
     read = RunRead(run_dir, state, result, status, digest.hexdigest(), size, curves, bad, torn)
     read.recorded_by = recorded_by
+    read.task = label_beside(run_dir) or result.task
     if state.attempts.nodes:
         read.attempts = read_attempt_curves(run_dir, state)
     try:

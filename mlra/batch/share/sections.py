@@ -57,7 +57,7 @@ def header(read: RunRead, redact: Redactor) -> str:
     rows = [
         _row(
             "task",
-            line(r.task)
+            line(read.task or r.task)
             + (f' <span class="dim">{line(s.task_title)}</span>' if s.task_title else ""),
         ),
         _row("model", line(r.model)),
@@ -97,7 +97,7 @@ def header(read: RunRead, redact: Redactor) -> str:
             _row("best validation", f"{line(r.validation_metric or '')} {_num(r.best_validation)}"),
         )
     return (
-        f'<h1>{line(r.task)} <span class="dim">· {line(r.model)}</span></h1>\n'
+        f'<h1>{line(read.task or r.task)} <span class="dim">· {line(r.model)}</span></h1>\n'
         f'<table class="kv">{"".join(rows)}</table>\n'
     )
 
@@ -234,6 +234,8 @@ def summary_data(read: RunRead) -> dict[str, Any]:
             }
         ),
     }
+    if read.task and read.task != r.task:  # another task beside it has its name
+        data["task_label"] = read.task
     tree = read.state.attempts
     if tree:
         data["attempts"] = [

@@ -99,7 +99,9 @@ def add_runs_command(sub: Any) -> None:
         default=None,
         help="the runs folder (default ./runs), or a batch folder (its runs)",
     )
-    runs.add_argument("--task", help="only runs of this task (a part of its name)")
+    runs.add_argument(
+        "--task", help="only runs of this task (a part of its name as listed: mlrc/answer)"
+    )
     runs.add_argument("--model", help="only runs of this model (a part of its name)")
     runs.add_argument("--status", choices=STATUSES, help="only runs with this status")
     runs.add_argument(

@@ -71,6 +71,8 @@ def matrix_table(runs: list[ComparedRun], metric: str | None, *, all_settings: b
     notes = Text()
     if m.best:
         notes.append(f"\n* best {m.metric}{m.best_of}")
+    if m.tasks_apart:
+        notes.append(f"\n{printable_line(m.tasks_apart)}")
     if m.same_hidden:
         notes.append(f"\n{m.same_hidden} settings alike in every run, not shown (a shows them)")
     parts.append(notes)

@@ -95,6 +95,8 @@ def matrix_text(matrix: Matrix, width: int = 80) -> str:
     if matrix.best:
         lines.append("")
         lines.append(f"{'*'} best {matrix.metric}{matrix.best_of}")
+    if matrix.tasks_apart:
+        lines.append(printable_line(matrix.tasks_apart))
     if matrix.same_hidden:
         lines.append(
             f"{matrix.same_hidden} settings alike in every run, not shown (--all shows them)"
@@ -147,4 +149,4 @@ def as_json(matrix: Matrix, tables: list[Paired]) -> dict[str, Any]:
         "rows": [{"name": r.name, "section": r.section, "cells": r.cells} for r in matrix.rows],
         "settings_alike_hidden": matrix.same_hidden,
         "paired": [asdict(t) for t in tables],
-    }
+    } | ({"tasks_apart": matrix.tasks_apart} if matrix.tasks_apart else {})

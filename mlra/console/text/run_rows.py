@@ -19,6 +19,8 @@ from typing import Any
 class RunRow:
     id: str
     task: str = ""
+    """Its task's name; in `list_runs`, where another run of the folder ran another task
+    of that name, the end of its task folder's path (`mlagentbench/answer`)."""
     model: str = ""
     status: str = "damaged"
     reason: str = ""
@@ -367,12 +369,22 @@ def search_cell(
 
 
 def list_runs(runs_dir: Path) -> list[RunRow]:
+    from mlra.batch.task_labels import recorded_task, run_task_labels
+
     folders = sorted(
         p
         for p in runs_dir.iterdir()
         if p.is_dir() and ((p / "events.jsonl").exists() or (p / "result.json").exists())
     )
-    return [run_row(p) for p in folders]
+    rows = [run_row(p) for p in folders]
+    # Two folders' tasks of one name are two tasks: each row says which, as a batch
+    # would label them (batch/task_labels.py), from what each run's log recorded.
+    recorded = {p: t for p in folders if (t := recorded_task(p)) is not None}
+    labels = dict(zip(recorded, run_task_labels(list(recorded.values())), strict=True))
+    for folder, row in zip(folders, rows, strict=True):
+        if folder in labels and row.status != "damaged":
+            row.task = labels[folder]
+    return rows
 
 
 def _annotations(run_dir: Path) -> int:
