@@ -63,6 +63,7 @@ from mlra.tools.sandbox.docker_preflight import (
     no_bridge,
     no_gpu_runtime,
     preflight,
+    remove_container,
     remove_leftover_containers,
     run_labels,
     short_error,
@@ -285,7 +286,10 @@ class DockerSandbox(Sandbox):
                     self._start, self._unmade, START_WAIT_S, self._pending
                 )
             except BaseException:
-                if self._quota is not None:
+                # A thread still making its container (past START_WAIT_S) binds the
+                # volume: it is closed by the sandbox's close, once that thread removed
+                # the container (`_pending`), never under it.
+                if self._quota is not None and not self._pending.busy():
                     await self._quota.close()
                 raise
             return notices
@@ -445,20 +449,27 @@ class DockerSandbox(Sandbox):
         await finish_despite_cancel(self._close())
 
     async def _close(self) -> None:
+        """The container gone, then the volume closed and the uid given back, whatever
+        raises on the way; where the container could not be removed (the engine refused
+        each time), neither: its processes may still write to the volume and run as the
+        uid, so the volume stays mounted (carried back by the next mlra, which removes
+        the container first) and the uid claimed until mlra ends."""
         await self._pending.ended()  # its container removed, nothing runs as the uid
-        for running in list(self._running):
-            with contextlib.suppress(Exception):
-                await running.kill()
-        self._running.clear()
-        await self._signals.settle()
-        if self.container is not None:
-            await asyncio.to_thread(self._remove)
-        self._forget_stdin_dir()
-        if self._quota is not None:  # the container gone, nothing writes to the volume
-            await self._quota.close()
-        if self._claim is not None:  # no process of the container runs as it any more
-            self._claim.release()
-            self._claim = None
+        try:
+            for running in list(self._running):
+                with contextlib.suppress(Exception):
+                    await running.kill()
+            self._running.clear()
+            await self._signals.settle()
+        finally:
+            gone = self.container is None or await asyncio.to_thread(self._remove)
+            self._forget_stdin_dir()
+            if gone:
+                if self._quota is not None:  # nothing writes to the volume any more
+                    await self._quota.close()
+                if self._claim is not None:  # no process of the container runs as it
+                    self._claim.release()
+                    self._claim = None
 
     def _forget_stdin_dir(self) -> None:
         if self._stdin is not None:
@@ -517,15 +528,22 @@ class DockerSandbox(Sandbox):
                 f"the container did not stop after SIGKILL: {short_error(exc)}"
             ) from None
 
-    def _remove(self) -> None:
+    def _remove(self) -> bool:
+        """Remove the container; whether it is gone. One the engine would not remove is
+        kept, for a later close to try again."""
         container, self.container = self.container, None
         if container is None:
-            return
-        try:
-            container.remove(force=True)
-        except Exception as exc:
-            if "No such container" not in str(exc) and "is already in progress" not in str(exc):
-                logger.warning("could not remove container %s: %s", container.name, exc)
+            return True
+        refused = remove_container(container)
+        if refused is None:
+            return True
+        self.container = container
+        logger.warning(
+            "could not remove container %s (%s): its workspace's volume stays mounted",
+            container.name,
+            short_error(refused),
+        )
+        return False
 
     def suspend_commands(self) -> None:
         """SIGSTOP each running command's session, as the local sandbox does (see

@@ -88,6 +88,10 @@ class Pending:
         self._ends.add(end)
         end.add_done_callback(self._ends.discard)
 
+    def busy(self) -> bool:
+        """Whether a step's thread is still going (what it made not yet undone)."""
+        return any(not end.done() for end in self._ends)
+
     async def ended(self) -> None:
         """Once every such step has ended, what it made undone."""
         await asyncio.gather(
