@@ -180,3 +180,31 @@ async def test_a_removal_the_engine_refuses_is_asked_again_before_the_volume_clo
     assert client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"}) == []
     assert not workspace.is_mount()
     assert (workspace / "kept.txt").read_text() == "kept\n"
+
+
+async def test_a_start_cancelled_before_its_container_is_made_makes_none(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Cancelled as the image's accounts are read, the start's thread stops at its next
+    request to the engine: no container is made only to be removed, so the stop waits
+    for one request, not the dozen a container's start makes."""
+    import docker.models.containers
+
+    from mlra.tools.sandbox import accounts
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    made: list[object] = []
+    real_run = docker.models.containers.ContainerCollection.run
+
+    def run(collection: Any, *args: Any, **kwargs: Any) -> Any:
+        made.append(kwargs.get("name"))
+        return real_run(collection, *args, **kwargs)
+
+    monkeypatch.setattr(docker.models.containers.ContainerCollection, "run", run)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id="stop-early")
+    hold = Hold(monkeypatch, accounts, "container_accounts")
+    await cancel_held(asyncio.ensure_future(box.start()), hold, box.close)
+    assert made == []
+    assert client.containers.list(all=True, filters={"label": "mlra.run=stop-early"}) == []

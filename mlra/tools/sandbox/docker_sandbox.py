@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -151,6 +152,10 @@ command wrappers, which only wait on their command); three passes, for what fork
 the first went by. A pause stops daemons that left their command's session too, which
 session signals miss. A stopped wrapper never saw its killed command end: a stop of a
 paused run waited out each command's KILL_WAIT_S."""
+
+
+class _StartStopped(Exception):
+    """The start gave up (an attempt stopped as its sandbox starts): its thread stops."""
 
 
 class DockerSandbox(Sandbox):
@@ -282,8 +287,10 @@ class DockerSandbox(Sandbox):
             try:
                 # Cancelled as its container is made, the start waits for it and removes
                 # it: a container started once no one awaits it ran on (start_step.py).
+                # Told to stop, the thread ends at its next request to the engine.
+                stop = threading.Event()
                 notices += await made_or_undone(
-                    self._start, self._unmade, START_WAIT_S, self._pending
+                    lambda: self._start(stop), self._unmade, START_WAIT_S, self._pending, stop
                 )
             except BaseException:
                 # A thread still making its container (past START_WAIT_S) binds the
@@ -304,8 +311,21 @@ class DockerSandbox(Sandbox):
             "removed containers left by runs that ended without cleaning up: " + ", ".join(removed)
         ]
 
-    def _start(self) -> list[str]:
+    def _start(self, stop: threading.Event) -> list[str]:
+        """Make and start the container; cut short, what it made removed, at the next
+        request to the engine once `stop` is set (the start gave up)."""
+        try:
+            return self._started(stop)
+        except _StartStopped:
+            self._unmade()
+            raise SandboxError("the sandbox's start was given up") from None
+
+    def _started(self, stop: threading.Event) -> list[str]:
         import docker.errors
+
+        def go_on() -> None:
+            if stop.is_set():
+                raise _StartStopped
 
         notices: list[str] = []
         if self.spec.network and (refused := no_bridge(self.client)) is not None:
@@ -317,7 +337,9 @@ class DockerSandbox(Sandbox):
         for entry in (image.attrs.get("Config") or {}).get("Env") or []:
             if entry.startswith("PATH="):
                 self._path = entry[len("PATH=") :]
+        go_on()
         self._own_workspace()
+        go_on()
         self._stdin = StdinFolder()
         try:  # its uid named, with its home, where `whoami`, git and pip look it up
             self._accounts = accounts.container_accounts(
@@ -326,6 +348,7 @@ class DockerSandbox(Sandbox):
         except BaseException:
             self._forget_stdin_dir()
             raise
+        go_on()
         try:
             self.container = self.client.containers.run(**self._container_args())
         except docker.errors.APIError as exc:
@@ -334,6 +357,7 @@ class DockerSandbox(Sandbox):
         group = self._run_group()
         if group is not None and not group.holds(self.container.id):
             group.missed(self.container.id)
+        go_on()
         refused = refused_env_names(self.spec.env)
         if refused:
             notices.append(
@@ -346,6 +370,7 @@ class DockerSandbox(Sandbox):
         if code != 0:
             self._remove()
             raise SandboxError(f"the container cannot be prepared: {out.decode(errors='replace')}")
+        go_on()
         # Read before any command of the agent's runs, so it names the real one.
         code, out = self.container.exec_run(
             ["cat", "/proc/1/task/1/children"], user=f"{self.uid}:{self.gid}"
