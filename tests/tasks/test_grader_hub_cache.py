@@ -290,7 +290,7 @@ async def test_a_grader_that_links_or_moves_its_caches_detaches_nothing_else_and
     assert outcome.metrics == {"overlaid": 1.0, "moved": 1.0}
     assert os.path.ismount(victim / "mnt")
     assert (victim / "mnt" / "kept.txt").read_text() == "the host's\n"
-    assert not cache_overlay.tagged(cache_overlay.tag_for(work))
+    assert not cache_overlay.tagged(cache_overlay.tags_for(work))
     assert [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")] == [str(victim / "mnt")]
     assert not (work / "hf-caches").exists() and not (work / "hf-caches").is_symlink()
     blob = work / "elsewhere" / "hub" / "models--org--cached" / "blobs" / _sha(CACHED)
@@ -311,11 +311,11 @@ async def test_a_grading_stopped_as_its_caches_are_made_leaves_no_overlay(
     entered, release, built = threading.Event(), threading.Event(), threading.Event()
     build = Mirrors.build
 
-    def held_build(self: Mirrors, owner: int | None) -> None:
+    def held_build(self: Mirrors, owner: int | None, stop: threading.Event | None = None) -> None:
         entered.set()
         release.wait(timeout=120)
         try:
-            build(self, owner)
+            build(self, owner, stop)
         finally:
             built.set()
 
@@ -332,7 +332,7 @@ async def test_a_grading_stopped_as_its_caches_are_made_leaves_no_overlay(
         await grading
     release.set()  # where the grading did not wait, its caches are made only now
     assert await asyncio.to_thread(built.wait, 120)
-    assert not cache_overlay.tagged(cache_overlay.tag_for(work))
+    assert not cache_overlay.tagged(cache_overlay.tags_for(work))
     assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
     assert not (work / "hf-caches").exists()
     assert answer.stat().st_uid == os.geteuid()
@@ -356,9 +356,9 @@ def test_an_overlay_moved_deeper_than_a_path_can_name_is_still_detached(base: Pa
         fd = deeper
     os.rename(left.root / "hf_home", "hf_home", dst_dir_fd=fd)
     os.close(fd)
-    ((_, point),) = cache_overlay.tagged(left.tag)
+    ((_, point),) = cache_overlay.tagged(left.tags)
     assert len(point) > os.pathconf("/", "PC_PATH_MAX")
     Mirrors.plan({"HF_HOME": str(home)}, work).remove()  # the next grading
-    assert not cache_overlay.tagged(left.tag)
+    assert not cache_overlay.tagged(left.tags)
     assert not [m for m in cache_overlay.mounts() if m.startswith(f"{base}/")]
     trees.remove_tree(work / ("d" * 100))

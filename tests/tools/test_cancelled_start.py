@@ -226,3 +226,27 @@ async def test_a_fetch_step_cancelled_as_its_uid_is_claimed_leaves_no_claim(
 
 async def _nothing_to_close() -> None:
     """A fetch step has no close: it gives its uid back as it ends."""
+
+
+async def test_a_start_cancelled_as_the_workspace_is_carried_onto_its_volume_stops_the_copy(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attempt's workspace (its copy of its parent, gigabytes) is carried onto its
+    volume as its sandbox starts: a stop landing then used to wait for the whole copy and
+    then for the copy back, minutes for a big parent. Now the copy stops at its next file,
+    the volume is dropped, and the workspace is whole in its plain folder."""
+    from mlra.tools.sandbox import volume, volume_copy
+
+    if (why := volume.unavailable()) is not None:
+        pytest.skip(f"no workspace volume: {why}")
+    for n in range(200):
+        (workspace / f"{n}.txt").write_text(f"file {n}\n")
+    box = LocalSandbox(workspace, SandboxSpec(disk_mb=48), isolation_mode="bwrap")
+    hold = Hold(monkeypatch, volume_copy, "_copy_file", see=lambda copied, *_: copied)
+    await cancel_held(asyncio.ensure_future(box.start()), hold, box.close)
+    assert len(hold.seen) == 1, "the copy went on once its start was given up"
+    assert not workspace.is_mount()
+    assert not [p for p in workspace.parent.iterdir() if volume.TAG in p.name]
+    assert sorted(p.read_text() for p in workspace.iterdir()) == sorted(
+        f"file {n}\n" for n in range(200)
+    )

@@ -33,7 +33,7 @@ from pydantic import BaseModel, Field
 from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.lazy_load import load
-from mlra.tasks.evaluators.grader_files import TaskCopies
+from mlra.tasks.evaluators.grader_files import TaskCopies, copied
 from mlra.tasks.evaluators.grader_user import (
     Mirrors,
     disk_full_error,
@@ -58,6 +58,7 @@ from mlra.tools.sandbox import run_uid, trees
 from mlra.tools.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import NO_LIMIT, task_memory
 from mlra.tools.sandbox.env import shown_interpreter
+from mlra.tools.sandbox.start_step import Pending
 from mlra.tools.sandbox.time_out import TimeOut
 
 if TYPE_CHECKING:
@@ -331,7 +332,7 @@ async def run_evaluation(
     mirrors, copies = None, None
     if run_uid.wanted() and isolation != "none":  # a uid of its own: the caches are root's
         mirrors = await asyncio.to_thread(Mirrors.plan, env, work_dir)
-        copies = await asyncio.to_thread(TaskCopies.make, task.root, work_dir)
+        copies = await copied(task.root, work_dir)  # undone where cancelled
         spec.read_only_over = dict(copies.over)
         # none of a cache read-write, nor a cache inside one (datasets' in HF_HOME's):
         # bubblewrap's later read-write bind would open it again over the read-only one
@@ -339,11 +340,12 @@ async def run_evaluation(
         spec.read_only = [*spec.read_only, *mirrors.originals]
         spec.hide_paths = [*spec.hide_paths, *mirrors.secrets]
     box = LocalSandbox(work_dir, spec, isolation_mode=isolation)
+    handing = Pending()
     started = time.monotonic()
     try:
         try:
             await box.start()
-            await hand_over(artifact, mirrors, box.host_uid)  # undone where cancelled
+            await hand_over(artifact, mirrors, box.host_uid, handing)  # undone if cancelled
         except SandboxError as exc:
             return EvalOutcome(
                 ok=False,
@@ -397,6 +399,7 @@ async def run_evaluation(
                 reader.close()
     finally:
         with contextlib.suppress(Exception):
+            await handing.ended()  # a cancelled hand-over's walk ended, its overlays gone
             await box.stop_processes()
             if mirrors is not None:  # before the volume is carried back: not carried
                 await asyncio.to_thread(mirrors.remove)

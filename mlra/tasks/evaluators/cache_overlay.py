@@ -36,12 +36,15 @@ folder is the grader's, so the submission may replace `hf-caches` with a link to
 (a detach of "every mount below it" would then take the host's cgroup tree, as root) or
 move the overlay's folder elsewhere in the scratch folder (a detach by path would miss
 it, and the shared cache would stay mounted in the run folder). Each overlay carries as
-its mount source a tag of mlra's own work folder (`tag_for`), which only root can mount
-and the grader cannot change; `detach` finds the tag in /proc/self/mountinfo, opens
-where the mount now is a folder at a time, following no link, checks that what it
-opened is that very mount, and detaches it through the open descriptor, so a path the
-grader swaps meanwhile leads to nothing else. A killed mlra's overlays carry the same tag, so
-the next grading in that folder detaches them.
+its mount source a tag saying what it is and of which of mlra's work folders
+(`tag_for`: `mlra-hub-DIGEST` for the Hub's cache, `mlra-datasets-DIGEST` for datasets';
+`findmnt` shows it), which only root can mount and the grader cannot change; `detach`
+finds the work folder's tags in /proc/self/mountinfo, opens where the mount now is a
+folder at a time, following no link, checks that what it opened is that very mount, and
+detaches it through the open descriptor, so a path the grader swaps meanwhile leads to
+nothing else. A killed mlra's overlays carry the same tags, so the next grading in that
+folder detaches them; an older mlra named its datasets overlay `mlra-hub-` too, which is
+among the tags looked for.
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ import ctypes
 import hashlib
 import os
 import stat
+import threading
+from collections.abc import Iterable
 from pathlib import Path
 
 from mlra.tools.sandbox import trees
@@ -67,8 +72,9 @@ LOCK_SUFFIX = ".lock"
 OTHERS_ENTER = stat.S_IROTH | stat.S_IXOTH
 UNSAFE = frozenset(",:\\\n")
 """Characters overlayfs's mount options cannot carry in a path."""
-TAG = "mlra-hub-"
-"""The mount source of mlra's overlays, before the digest of their work folder."""
+KINDS = ("hub", "datasets")
+"""What an overlay holds, named in its mount source (`tag_for`): the Hub's cache first,
+the tag an older mlra gave every overlay of its work folder."""
 DETACH_ROUNDS = 5
 """How often `detach` looks again for a tagged mount it could not yet check (the grader's
 folder moved as it was opened): the grader's processes are stopped before, so a round
@@ -77,11 +83,16 @@ STEP = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 """How `detach` walks to a mount: a folder at a time, a link nowhere followed."""
 
 
-def tag_for(work_dir: Path) -> str:
-    """The mount source of the overlays of a grading in `work_dir` (mlra's own folder,
-    resolved): the same for a killed mlra's, so the next grading finds them."""
+def tag_for(work_dir: Path, kind: str) -> str:
+    """The mount source of a grading's overlay of `kind` (of KINDS) in `work_dir` (mlra's
+    own folder, resolved): the same for a killed mlra's, so the next grading finds it."""
     digest = hashlib.sha256(str(work_dir.resolve()).encode()).hexdigest()[:32]
-    return f"{TAG}{digest}"
+    return f"mlra-{kind}-{digest}"
+
+
+def tags_for(work_dir: Path) -> frozenset[str]:
+    """Every tag a grading's overlays in `work_dir` carry, an older mlra's among them."""
+    return frozenset(tag_for(work_dir, kind) for kind in KINDS)
 
 
 def overlay(
@@ -92,12 +103,13 @@ def overlay(
     tag: str,
     *,
     lock_files: bool = False,
+    stop: threading.Event | None = None,
 ) -> bool:
     """Mount `source` at `target` (a folder made here, `owner`'s) under an upper layer
     in `state` (made here), its mount source `tag`; False, and nothing left, where it
-    cannot be had. `lock_files`: the cache keeps its locks beside what they guard
-    (datasets'), each hidden by a whiteout; else in a `.locks` folder at its top (the
-    Hub's), made opaque."""
+    cannot be had or `stop` was set before the mount (its grading gave up). `lock_files`:
+    the cache keeps its locks beside what they guard (datasets'), each hidden by a
+    whiteout; else in a `.locks` folder at its top (the Hub's), made opaque."""
     upper, work = state / "upper", state / "work"
     paths = [str(p) for p in (source, target, upper, work)]
     if os.geteuid() != 0 or any(c in UNSAFE for p in paths for c in p):
@@ -109,9 +121,11 @@ def overlay(
         os.chmod(state.parent, 0o700)
         state.mkdir(mode=0o700)
         work.mkdir(mode=0o700)
-        _layout(source, upper, owner, lock_files=lock_files)
+        _layout(source, upper, owner, lock_files=lock_files, stop=stop)
         target.mkdir()
         _own(str(target), owner)
+        if stop is not None and stop.is_set():
+            raise InterruptedError("the grading gave up")
         options = f"lowerdir={source},upperdir={upper},workdir={work}"
         _mount(tag, str(target), options)
     except OSError:
@@ -122,25 +136,28 @@ def overlay(
     return True
 
 
-def detach(tag: str) -> int:
-    """Detach every overlay whose mount source is `tag`, wherever the grader moved it;
-    how many are left (none where all went)."""
-    left = tagged(tag)
+def detach(tags: Iterable[str]) -> int:
+    """Detach every overlay whose mount source is one of `tags`, wherever the grader moved
+    it; how many are left (none where all went)."""
+    tags = frozenset(tags)
+    left = tagged(tags)
     for _ in range(DETACH_ROUNDS):
         for mount_id, point in left:
             _detach_mount(mount_id, point)
-        left = tagged(tag)
+        left = tagged(tags)
         if not left:
             break
     return len(left)
 
 
-def tagged(tag: str) -> list[tuple[int, str]]:
-    """(mount id, where it is mounted) of each overlay here whose mount source is `tag`."""
+def tagged(tags: Iterable[str]) -> list[tuple[int, str]]:
+    """(mount id, where it is mounted) of each overlay here whose mount source is one of
+    `tags`."""
+    wanted = frozenset(tags)
     found = []
     for fields in _mountinfo():
         rest = source_fields(fields)
-        if len(rest) > 1 and rest[0] == "overlay" and unescape(rest[1]) == tag:
+        if len(rest) > 1 and rest[0] == "overlay" and unescape(rest[1]) in wanted:
             found.append((int(fields[0]), unescape(fields[4])))
     return found
 
@@ -204,14 +221,23 @@ def _mount_id(fd: int) -> int | None:
     return None
 
 
-def _layout(source: Path, upper: Path, owner: int | None, *, lock_files: bool) -> None:
+def _layout(
+    source: Path,
+    upper: Path,
+    owner: int | None,
+    *,
+    lock_files: bool,
+    stop: threading.Event | None = None,
+) -> None:
     """The upper layer's folders: one for each folder of `source` that others may list
     and enter, `owner`'s; a whiteout over each `*.lock` file (`lock_files`), else
-    `.locks` at the top opaque and empty."""
+    `.locks` at the top opaque and empty. Cut short once `stop` is set."""
     upper.mkdir(mode=0o755)
     _own(str(upper), owner)
     todo = [(str(source), str(upper), True)]
     while todo:
+        if stop is not None and stop.is_set():
+            return
         src, dst, top = todo.pop()
         try:
             with os.scandir(src) as found:

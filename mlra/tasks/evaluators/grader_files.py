@@ -17,11 +17,17 @@ import contextlib
 import os
 import shutil
 import stat
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from mlra.tools.sandbox import trees
+from mlra.tools.sandbox.start_step import made_or_undone
 
+COPY_WAIT_S = 60.0
+"""How long a grading stopped as the copies are made waits for their removal (the copy
+is told to stop between files, so it is the file being copied); a copy still going by
+then removes them itself when it ends."""
 OTHERS_READ = stat.S_IROTH
 OTHERS_ENTER = stat.S_IROTH | stat.S_IXOTH
 
@@ -35,15 +41,28 @@ class TaskCopies:
     over: dict[Path, Path] = field(default_factory=dict)
 
     @classmethod
-    def make(cls, task_root: Path, work_dir: Path) -> TaskCopies:
+    def make(
+        cls, task_root: Path, work_dir: Path, stop: threading.Event | None = None
+    ) -> TaskCopies:
+        """The copies, cut short once `stop` is set (the grading gave up before its
+        sandbox started: its `remove` undoes what was copied)."""
         made = cls(work_dir.with_name(f"{work_dir.name}-task-files"))
         made.remove()  # a former grading's
+        stop = stop or threading.Event()
+
+        def copy_file(src: str, dst: str) -> object:
+            if stop.is_set():
+                raise InterruptedError("the grading gave up")
+            return shutil.copy2(src, dst)
+
         for original in unreadable(task_root.resolve()):
+            if stop.is_set():
+                break
             copy = made.folder / str(len(made.over))
             try:
                 made.folder.mkdir(mode=0o755, exist_ok=True)
                 if original.is_dir():
-                    shutil.copytree(original, copy, symlinks=True)
+                    shutil.copytree(original, copy, symlinks=True, copy_function=copy_file)
                     for entry in [copy, *copy.rglob("*")]:
                         _readable(entry)
                 else:
@@ -59,6 +78,19 @@ class TaskCopies:
 
     def remove(self) -> None:
         trees.remove_tree(self.folder, ignore_errors=True)
+
+
+async def copied(task_root: Path, work_dir: Path) -> TaskCopies:
+    """`TaskCopies.make` in a thread; a grading cancelled meanwhile (an attempt stopped
+    as its validation starts) stops the copy and removes what it made before the
+    cancellation goes on (start_step.py). Unwaited, the thread went on copying the task's
+    hidden files, readable by all, into a folder that no grading removed."""
+    stop = threading.Event()
+
+    def make() -> TaskCopies:
+        return TaskCopies.make(task_root, work_dir, stop)
+
+    return await made_or_undone(make, TaskCopies.remove, COPY_WAIT_S, stop=stop)
 
 
 def unreadable(root: Path) -> list[Path]:

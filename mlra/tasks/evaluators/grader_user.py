@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from mlra.tasks.evaluators import cache_overlay
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox import run_uid, trees
 from mlra.tools.sandbox.default_limits import Chosen, default_disk, disk_for, task_disk
-from mlra.tools.sandbox.start_step import made_or_undone
+from mlra.tools.sandbox.start_step import Pending, made_or_undone
 
 CACHE_VARS = ("HF_HOME", "HF_DATASETS_CACHE")
 MIRRORS = "hf-caches"
@@ -43,8 +44,9 @@ TOKENS = ("token", "stored_tokens")
 mirrored, and masked where the cache itself is shown (huggingface_hub writes them
 readable by all)."""
 HAND_WAIT_S = 60.0
-"""How long a grading stopped as the grader's caches are made waits to undo them; a
-walk still going by then undoes them itself when it ends."""
+"""How long a grading stopped as the grader's caches are made waits to undo them (their
+walk is told to stop, so it is seconds); a walk still going by then undoes them itself
+when it ends, and the grader's sandbox closes only after that (`hand_over`'s `pending`)."""
 GRADER_DISK_MB = 10 * 1024
 """The grader's scratch quota where the task sets no `disk_gb`: what lm-eval's prepared
 datasets and an evaluator's outputs need, never half the disk."""
@@ -92,8 +94,8 @@ class Mirrors:
     the small rest (`modules`, a few files), whatever the models and datasets."""
 
     root: Path
-    tag: str
-    """The mount source of this work folder's overlays (cache_overlay.tag_for): what
+    tags: frozenset[str]
+    """The mount sources of this work folder's overlays (cache_overlay.tags_for): what
     `remove` detaches, wherever the grader moved them."""
     originals: list[Path] = field(default_factory=list)
     secrets: list[Path] = field(default_factory=list)
@@ -108,7 +110,7 @@ class Mirrors:
 
     @classmethod
     def plan(cls, env: dict[str, str], work_dir: Path) -> Mirrors:
-        made = cls(work_dir / MIRRORS, cache_overlay.tag_for(work_dir))
+        made = cls(work_dir / MIRRORS, cache_overlay.tags_for(work_dir))
         made.remove()  # a former grading's (a killed mlra's overlays detached first)
         home = env.get("HF_HOME")
         datasets = _datasets_dirs(env)
@@ -133,33 +135,48 @@ class Mirrors:
             made.relative[name] = target.relative_to(work_dir).as_posix()
         return made
 
-    def build(self, owner: int | None) -> None:
-        """Make the mirrors, their folders `owner`'s (the grader's uid; None: mlra's)."""
+    def build(self, owner: int | None, stop: threading.Event | None = None) -> None:
+        """Make the mirrors, their folders `owner`'s (the grader's uid; None: mlra's); cut
+        short once `stop` is set (the grading gave up: `remove` undoes what was made)."""
         if not self.planned:
             return
+        stop = stop or threading.Event()
         self.root.mkdir(exist_ok=True)
         _own(str(self.root), owner)
         for source, target, whole, over in self.planned:
+            if stop.is_set():
+                return
             if over == ITSELF:
-                self._overlay(source, target, target.name, owner, lock_files=True)
+                self._overlay(source, target, target.name, owner, "datasets", stop)
                 continue
             left = {n for n in over if (source / n).is_dir() and not (source / n).is_symlink()}
-            _mirror(str(source), str(target), whole, owner, frozenset(left))
+            _mirror(str(source), str(target), whole, owner, frozenset(left), stop)
             for name in sorted(left):
-                state = f"{target.name}-{name}"
-                hub = name in HUB_DIRS
-                self._overlay(source / name, target / name, state, owner, lock_files=not hub)
+                kind = "hub" if name in HUB_DIRS else "datasets"
+                self._overlay(
+                    source / name, target / name, f"{target.name}-{name}", owner, kind, stop
+                )
 
     def _overlay(
-        self, source: Path, target: Path, state: str, owner: int | None, *, lock_files: bool
+        self,
+        source: Path,
+        target: Path,
+        state: str,
+        owner: int | None,
+        kind: str,
+        stop: threading.Event,
     ) -> None:
-        """`source` at `target` as an overlay (its layers named `state`; `lock_files`:
-        cache_overlay.overlay's); where none can be had, mirrored, entry by entry."""
+        """`source` at `target` as an overlay of `kind` (cache_overlay.KINDS; its layers
+        named `state`); where none can be had, mirrored, entry by entry."""
         layers = self.root / cache_overlay.OVERLAYS / state
-        if cache_overlay.overlay(source, target, layers, owner, self.tag, lock_files=lock_files):
+        tag = cache_overlay.tag_for(self.root.parent, kind)
+        lock_files = kind == "datasets"
+        if cache_overlay.overlay(
+            source, target, layers, owner, tag, lock_files=lock_files, stop=stop
+        ):
             self.overlaid.append(target)
-        else:
-            _mirror(str(source), str(target), frozenset(), owner)
+        elif not stop.is_set():
+            _mirror(str(source), str(target), frozenset(), owner, stop=stop)
 
     def holds(self, path: Path | str) -> bool:
         """Whether `path` is one of the mirrored caches or inside one."""
@@ -177,7 +194,7 @@ class Mirrors:
         here follows a path of the scratch folder, which the grader may have replaced
         with a link: the overlays are found by their tag, and `root` is removed as it
         is (a link as itself)."""
-        left = cache_overlay.detach(self.tag)
+        left = cache_overlay.detach(self.tags)
         if left:  # the removal below goes through it into its upper layer, never the cache
             logger.warning("%d of the grader's cache overlays could not be detached", left)
         self.overlaid.clear()
@@ -212,13 +229,17 @@ def _mirror(
     whole: frozenset[str],
     owner: int | None,
     leave: frozenset[str] = frozenset(),
+    stop: threading.Event | None = None,
 ) -> None:
     """A folder for each folder of `source` (`owner`'s), a link for each file (a link as
     it is); at the top, the folders named in `whole` one link each, those in `leave` left
     out (overlaid by the caller). Walked with scandir and links made relative to the
-    folder's descriptor: one pass, a few system calls an entry."""
+    folder's descriptor: one pass, a few system calls an entry; cut short once `stop` is
+    set."""
     todo = [(source, target, True)]
     while todo:
+        if stop is not None and stop.is_set():
+            return
         src, dst, top = todo.pop()
         try:
             os.mkdir(dst)
@@ -262,24 +283,30 @@ def lend(artifact: Path, uid: int | None) -> None:
             os.lchown(artifact, owner, group)
 
 
-async def hand_over(artifact: Path, mirrors: Mirrors | None, uid: int | None) -> None:
+async def hand_over(
+    artifact: Path, mirrors: Mirrors | None, uid: int | None, pending: Pending
+) -> None:
     """The artifact lent to the grader's `uid` and its caches made (`Mirrors.build`), in
-    a thread; a grading cancelled meanwhile (an attempt stopped mid-validation) waits for
-    it and undoes both before the cancellation goes on (start_step.py). Unwaited, the
-    thread went on after the grading's `remove` and mounted the Hub's overlays that no
-    one detached, the shared cache under them in the grader's scratch folder."""
+    a thread; a grading cancelled meanwhile (an attempt stopped mid-validation) tells the
+    walk to stop, waits for it and undoes both before the cancellation goes on
+    (start_step.py). Unwaited, the thread went on after the grading's `remove` and
+    mounted overlays that no one detached. A walk past HAND_WAIT_S undoes them itself
+    when it ends, and `pending` holds it: the grading waits for it before it removes the
+    caches and closes the grader's sandbox, so no overlay is mounted in a scratch folder
+    being carried off its volume, nor a file chowned to a uid given back."""
+    stop = threading.Event()
 
     def make() -> None:
         lend(artifact, uid)
         if mirrors is not None:  # in the scratch folder as it now is: the grader's
-            mirrors.build(uid)
+            mirrors.build(uid, stop)
 
     def undo(_: None) -> None:
         if mirrors is not None:
             mirrors.remove()
         lend(artifact, None)
 
-    await made_or_undone(make, undo, HAND_WAIT_S)
+    await made_or_undone(make, undo, HAND_WAIT_S, pending, stop)
 
 
 def write_after(path: Path, text: str) -> None:

@@ -264,3 +264,38 @@ def _wait_removed(container: Any) -> None:
     image then deleted, lost; or, left in use, a resume's container started on it)."""
     with contextlib.suppress(Exception):  # gone already: 404
         container.wait(condition="removed", timeout=REMOVAL_WAIT_S)
+
+
+REMOVE_TRIES = 3
+"""How often a container's removal the engine refused (busy, a request timed out) is
+asked again before the container is taken as not gone."""
+
+
+def remove_container(container: Any) -> Exception | None:
+    """Remove `container`, asked again where the engine refuses; None once it is gone
+    (removed, by this call or another mlra's), else the engine's last refusal, the
+    container still there: what its workspace's volume must outlast."""
+    refused: Exception | None = None
+    for _ in range(REMOVE_TRIES):
+        try:
+            container.remove(force=True)
+            return None
+        except Exception as exc:  # docker's APIError, a request's time-out
+            refused = exc
+        if "is already in progress" in str(refused):
+            _wait_removed(container)
+        if _gone(container):
+            return None
+    return refused
+
+
+def _gone(container: Any) -> bool:
+    import docker.errors
+
+    try:
+        container.reload()
+    except docker.errors.NotFound:
+        return True
+    except Exception:  # the engine unreachable: not known to be gone
+        return False
+    return False

@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import secrets
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -63,6 +64,7 @@ from mlra.tools.sandbox.docker_preflight import (
     no_bridge,
     no_gpu_runtime,
     preflight,
+    remove_container,
     remove_leftover_containers,
     run_labels,
     short_error,
@@ -150,6 +152,10 @@ command wrappers, which only wait on their command); three passes, for what fork
 the first went by. A pause stops daemons that left their command's session too, which
 session signals miss. A stopped wrapper never saw its killed command end: a stop of a
 paused run waited out each command's KILL_WAIT_S."""
+
+
+class _StartStopped(Exception):
+    """The start gave up (an attempt stopped as its sandbox starts): its thread stops."""
 
 
 class DockerSandbox(Sandbox):
@@ -281,11 +287,16 @@ class DockerSandbox(Sandbox):
             try:
                 # Cancelled as its container is made, the start waits for it and removes
                 # it: a container started once no one awaits it ran on (start_step.py).
+                # Told to stop, the thread ends at its next request to the engine.
+                stop = threading.Event()
                 notices += await made_or_undone(
-                    self._start, self._unmade, START_WAIT_S, self._pending
+                    lambda: self._start(stop), self._unmade, START_WAIT_S, self._pending, stop
                 )
             except BaseException:
-                if self._quota is not None:
+                # A thread still making its container (past START_WAIT_S) binds the
+                # volume: it is closed by the sandbox's close, once that thread removed
+                # the container (`_pending`), never under it.
+                if self._quota is not None and not self._pending.busy():
                     await self._quota.close()
                 raise
             return notices
@@ -300,8 +311,21 @@ class DockerSandbox(Sandbox):
             "removed containers left by runs that ended without cleaning up: " + ", ".join(removed)
         ]
 
-    def _start(self) -> list[str]:
+    def _start(self, stop: threading.Event) -> list[str]:
+        """Make and start the container; cut short, what it made removed, at the next
+        request to the engine once `stop` is set (the start gave up)."""
+        try:
+            return self._started(stop)
+        except _StartStopped:
+            self._unmade()
+            raise SandboxError("the sandbox's start was given up") from None
+
+    def _started(self, stop: threading.Event) -> list[str]:
         import docker.errors
+
+        def go_on() -> None:
+            if stop.is_set():
+                raise _StartStopped
 
         notices: list[str] = []
         if self.spec.network and (refused := no_bridge(self.client)) is not None:
@@ -313,7 +337,9 @@ class DockerSandbox(Sandbox):
         for entry in (image.attrs.get("Config") or {}).get("Env") or []:
             if entry.startswith("PATH="):
                 self._path = entry[len("PATH=") :]
+        go_on()
         self._own_workspace()
+        go_on()
         self._stdin = StdinFolder()
         try:  # its uid named, with its home, where `whoami`, git and pip look it up
             self._accounts = accounts.container_accounts(
@@ -322,6 +348,7 @@ class DockerSandbox(Sandbox):
         except BaseException:
             self._forget_stdin_dir()
             raise
+        go_on()
         try:
             self.container = self.client.containers.run(**self._container_args())
         except docker.errors.APIError as exc:
@@ -330,6 +357,7 @@ class DockerSandbox(Sandbox):
         group = self._run_group()
         if group is not None and not group.holds(self.container.id):
             group.missed(self.container.id)
+        go_on()
         refused = refused_env_names(self.spec.env)
         if refused:
             notices.append(
@@ -342,6 +370,7 @@ class DockerSandbox(Sandbox):
         if code != 0:
             self._remove()
             raise SandboxError(f"the container cannot be prepared: {out.decode(errors='replace')}")
+        go_on()
         # Read before any command of the agent's runs, so it names the real one.
         code, out = self.container.exec_run(
             ["cat", "/proc/1/task/1/children"], user=f"{self.uid}:{self.gid}"
@@ -445,20 +474,27 @@ class DockerSandbox(Sandbox):
         await finish_despite_cancel(self._close())
 
     async def _close(self) -> None:
+        """The container gone, then the volume closed and the uid given back, whatever
+        raises on the way; where the container could not be removed (the engine refused
+        each time), neither: its processes may still write to the volume and run as the
+        uid, so the volume stays mounted (carried back by the next mlra, which removes
+        the container first) and the uid claimed until mlra ends."""
         await self._pending.ended()  # its container removed, nothing runs as the uid
-        for running in list(self._running):
-            with contextlib.suppress(Exception):
-                await running.kill()
-        self._running.clear()
-        await self._signals.settle()
-        if self.container is not None:
-            await asyncio.to_thread(self._remove)
-        self._forget_stdin_dir()
-        if self._quota is not None:  # the container gone, nothing writes to the volume
-            await self._quota.close()
-        if self._claim is not None:  # no process of the container runs as it any more
-            self._claim.release()
-            self._claim = None
+        try:
+            for running in list(self._running):
+                with contextlib.suppress(Exception):
+                    await running.kill()
+            self._running.clear()
+            await self._signals.settle()
+        finally:
+            gone = self.container is None or await asyncio.to_thread(self._remove)
+            self._forget_stdin_dir()
+            if gone:
+                if self._quota is not None:  # nothing writes to the volume any more
+                    await self._quota.close()
+                if self._claim is not None:  # no process of the container runs as it
+                    self._claim.release()
+                    self._claim = None
 
     def _forget_stdin_dir(self) -> None:
         if self._stdin is not None:
@@ -517,15 +553,22 @@ class DockerSandbox(Sandbox):
                 f"the container did not stop after SIGKILL: {short_error(exc)}"
             ) from None
 
-    def _remove(self) -> None:
+    def _remove(self) -> bool:
+        """Remove the container; whether it is gone. One the engine would not remove is
+        kept, for a later close to try again."""
         container, self.container = self.container, None
         if container is None:
-            return
-        try:
-            container.remove(force=True)
-        except Exception as exc:
-            if "No such container" not in str(exc) and "is already in progress" not in str(exc):
-                logger.warning("could not remove container %s: %s", container.name, exc)
+            return True
+        refused = remove_container(container)
+        if refused is None:
+            return True
+        self.container = container
+        logger.warning(
+            "could not remove container %s (%s): its workspace's volume stays mounted",
+            container.name,
+            short_error(refused),
+        )
+        return False
 
     def suspend_commands(self) -> None:
         """SIGSTOP each running command's session, as the local sandbox does (see

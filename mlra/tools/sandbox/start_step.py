@@ -10,7 +10,9 @@ waits for its step's thread and undoes what the step made before the cancellatio
 on. A step that hangs must not hold the cancellation for good: the wait is bounded by
 the step's own timeouts (`wait_s`), and a thread still going by then undoes what it
 made itself, when it ends; a close that gives back what that thread still uses waits for
-it (`Pending`). A loop that shuts down cancels every task at once: the step's thread and
+it (`Pending`). A step that can stop midway (a walk of a cache or a task folder) is
+told when its start gave up (`stop`), so the undo it waits for comes soon, not at the end
+of a walk that no one needs any more. A loop that shuts down cancels every task at once: the step's thread and
 its undo are awaited as the executor's futures, not tasks, so that undoes it too.
 """
 
@@ -36,11 +38,13 @@ async def made_or_undone(
     undo: Callable[[T], object],
     wait_s: float,
     pending: Pending | None = None,
+    stop: threading.Event | None = None,
 ) -> T:
     """`make()` in a thread; its result, or, where the caller is cancelled meanwhile,
     `undo` of it (in a thread, waited for up to `wait_s`; past that, at the thread's end,
     which `pending` then holds for a close to wait for) before the cancellation goes on. A
-    `make` that raised made nothing to undo."""
+    `make` that raised made nothing to undo. `stop` is set as the caller gives up: a
+    `make` that watches it ends early (what it made so far is undone all the same)."""
     lock = threading.Lock()
     abandoned = False
     handed: list[T] = []
@@ -64,6 +68,8 @@ async def made_or_undone(
     except asyncio.CancelledError:
         with lock:
             abandoned = True
+        if stop is not None:
+            stop.set()
         # Handed back already: undone here, begun before anything else is awaited.
         undoing = loop.run_in_executor(None, _undo, undo, handed[0]) if handed else making
         await finish_despite_cancel(_waited(undoing, wait_s, pending))
@@ -81,6 +87,10 @@ class Pending:
     def add(self, end: asyncio.Future[object]) -> None:
         self._ends.add(end)
         end.add_done_callback(self._ends.discard)
+
+    def busy(self) -> bool:
+        """Whether a step's thread is still going (what it made not yet undone)."""
+        return any(not end.done() for end in self._ends)
 
     async def ended(self) -> None:
         """Once every such step has ended, what it made undone."""

@@ -36,12 +36,19 @@ import fcntl
 import os
 import secrets
 import shutil
+import threading
 from pathlib import Path
 
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.default_limits import MIB
 from mlra.tools.sandbox.disk_claim import SpaceNotSetAside, SpaceRefused, set_aside
-from mlra.tools.sandbox.volume_copy import DIR_FLAGS, clear_folder, copy_root_meta, copy_tree
+from mlra.tools.sandbox.volume_copy import (
+    DIR_FLAGS,
+    CopyStopped,
+    clear_folder,
+    copy_root_meta,
+    copy_tree,
+)
 from mlra.tools.sandbox.volume_settle import (
     MOVED,
     TAG,
@@ -115,9 +122,11 @@ class WorkspaceVolume:
 
     # --- making it ----------------------------------------------------------------------
 
-    def open(self) -> None:
+    def open(self, stop: threading.Event | None = None) -> None:
         """Make the image, mount it over the workspace and carry the workspace onto it.
-        VolumeRefused: it would take the reserve; VolumeFailed: it cannot be had here."""
+        VolumeRefused: it would take the reserve; VolumeFailed: it cannot be had here, or
+        `stop` was set as the workspace was carried onto it (its start gave up: the copy
+        so far is dropped with the volume, the plain folder still holds all)."""
         folder = self.workspace.parent
         settle_stale(folder)
         if (left := stale_at(self.workspace)) is not None:
@@ -144,7 +153,7 @@ class WorkspaceVolume:
                 "-O", "^has_journal", "-L", "mlra-workspace",
                 "-E", "lazy_itable_init=1,nodiscard", str(image),
             )  # fmt: skip
-            self._mount_and_move(image)
+            self._mount_and_move(image, stop)
         except BaseException:
             with contextlib.suppress(OSError):
                 image.unlink()
@@ -152,7 +161,7 @@ class WorkspaceVolume:
             self.image, self._lock = None, None
             raise
 
-    def _mount_and_move(self, image: Path) -> None:
+    def _mount_and_move(self, image: Path, stop: threading.Event | None) -> None:
         under = os.open(self.workspace, DIR_FLAGS)
         try:
             run_tool("mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noinit_itable",
@@ -169,7 +178,7 @@ class WorkspaceVolume:
                     os.rmdir("lost+found", dir_fd=on)
                 st = os.statvfs(on)
                 self.inodes, self.usable_mb = st.f_files, st.f_blocks * st.f_frsize // MIB
-                self._move(under, on, image)
+                self._move(under, on, image, stop)
             except BaseException:
                 os.close(on)
                 unmount(self.workspace)
@@ -178,9 +187,11 @@ class WorkspaceVolume:
         finally:
             os.close(under)
 
-    def _move(self, under: int, on: int, image: Path) -> None:
+    def _move(self, under: int, on: int, image: Path, stop: threading.Event | None) -> None:
         try:
-            copy_tree(under, on)
+            copy_tree(under, on, stop)
+        except CopyStopped:
+            raise VolumeFailed("its sandbox's start was given up as it was made") from None
         except OSError as exc:
             raise VolumeFailed(
                 f"the workspace does not fit in its volume ({exc.strerror})"

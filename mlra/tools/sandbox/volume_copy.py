@@ -19,6 +19,7 @@ import contextlib
 import errno
 import os
 import stat
+import threading
 
 from mlra.tools.sandbox import sparse_files, trees
 from mlra.tools.sandbox.dir_stack import DIR_FLAGS, FILE_FLAGS, DirStack
@@ -27,15 +28,22 @@ FATAL = (errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EROFS)
 """Errors that end the copy: the destination cannot take the rest either."""
 
 
-def copy_tree(src_root: int, dst_root: int) -> int:
+class CopyStopped(Exception):
+    """`copy_tree` told to stop (the sandbox's start gave up): the copy is partial."""
+
+
+def copy_tree(src_root: int, dst_root: int, stop: threading.Event | None = None) -> int:
     """Copy everything below the open folder `src_root` into the open folder `dst_root`
     (entries already there are replaced, folders merged); returns how many entries were
-    left out (FIFOs, sockets, devices, entries that changed while copied)."""
+    left out (FIFOs, sockets, devices, entries that changed while copied). Raises
+    CopyStopped at the next entry once `stop` is set."""
     skipped = 0
     first_of: dict[tuple[int, int], str] = {}
     """A hard-linked file's (device, inode) -> the path of its first copy."""
     with DirStack(dst_root) as out:
         for entry in trees.walk(src_root, leave=True):
+            if stop is not None and stop.is_set():
+                raise CopyStopped
             try:
                 at = out.move_to(entry.parent)
                 if entry.leaving:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -167,14 +168,17 @@ async def _open_or_undo(made: volume.WorkspaceVolume) -> None:
     undoes it before it raises (start_step.py): the thread mounts the volume whatever
     becomes of its awaiter, and a volume no sandbox records is one its close never
     undoes: it stayed mounted, its loop device and image held, until a later mlra's
-    sandbox settled it. Waited for as long as its tools may take (mkfs, mount, the
-    workspace's copy onto it), past which the thread undoes it at its end."""
+    sandbox settled it. The workspace's copy onto it (an attempt's copy of its parent,
+    gigabytes) stops at its next entry when told, the volume then dropped with it, the
+    plain folder still whole; else waited for as long as its tools may take (mkfs,
+    mount, the file being copied), past which the thread undoes it at its end."""
+    stop = threading.Event()
 
     def opened() -> volume.WorkspaceVolume:
-        made.open()
+        made.open(stop)
         return made
 
-    await made_or_undone(opened, _closed, OPEN_WAIT_S)
+    await made_or_undone(opened, _closed, OPEN_WAIT_S, stop=stop)
 
 
 def _closed(made: volume.WorkspaceVolume) -> None:
