@@ -58,6 +58,7 @@ from mlra.tools.sandbox import run_uid, trees
 from mlra.tools.sandbox.base import ExecResult, Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.default_limits import NO_LIMIT, task_memory
 from mlra.tools.sandbox.env import shown_interpreter
+from mlra.tools.sandbox.runner import finish_despite_cancel
 from mlra.tools.sandbox.start_step import Pending
 from mlra.tools.sandbox.time_out import TimeOut
 
@@ -399,7 +400,9 @@ async def run_evaluation(
                 reader.close()
     finally:
         with contextlib.suppress(Exception):
-            await handing.ended()  # a cancelled hand-over's walk ended, its overlays gone
+            # a cancelled hand-over's walk ended, its overlays gone (a second cancel while
+            # it ends must not skip the close below: the volume, the uid, the artifact)
+            await finish_despite_cancel(handing.ended())
             await box.stop_processes()
             if mirrors is not None:  # before the volume is carried back: not carried
                 await asyncio.to_thread(mirrors.remove)

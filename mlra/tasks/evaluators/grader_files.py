@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import stat
 import threading
@@ -46,8 +47,12 @@ class TaskCopies:
     ) -> TaskCopies:
         """The copies, cut short once `stop` is set (the grading gave up before its
         sandbox started: its `remove` undoes what was copied)."""
-        made = cls(work_dir.with_name(f"{work_dir.name}-task-files"))
-        made.remove()  # a former grading's
+        shelf = work_dir.with_name(f"{work_dir.name}-task-files")
+        for former in _listed(shelf):  # former gradings'
+            trees.remove_tree(shelf / former, ignore_errors=True)
+        # A folder of its own: a former grading's copy that outlasted its wait (one huge
+        # file) removes what it made when it ends, and must not take this one's with it.
+        made = cls(shelf / secrets.token_hex(4))
         stop = stop or threading.Event()
 
         def copy_file(src: str, dst: str) -> object:
@@ -60,7 +65,8 @@ class TaskCopies:
                 break
             copy = made.folder / str(len(made.over))
             try:
-                made.folder.mkdir(mode=0o755, exist_ok=True)
+                made.folder.mkdir(mode=0o755, parents=True, exist_ok=True)
+                made.folder.parent.chmod(0o755)
                 if original.is_dir():
                     shutil.copytree(original, copy, symlinks=True, copy_function=copy_file)
                     for entry in [copy, *copy.rglob("*")]:
@@ -78,6 +84,15 @@ class TaskCopies:
 
     def remove(self) -> None:
         trees.remove_tree(self.folder, ignore_errors=True)
+        with contextlib.suppress(OSError):
+            self.folder.parent.rmdir()  # the shelf, where no other grading's copies are
+
+
+def _listed(folder: Path) -> list[str]:
+    try:
+        return os.listdir(folder)
+    except OSError:
+        return []
 
 
 async def copied(task_root: Path, work_dir: Path) -> TaskCopies:

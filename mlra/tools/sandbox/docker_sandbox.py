@@ -295,8 +295,9 @@ class DockerSandbox(Sandbox):
             except BaseException:
                 # A thread still making its container (past START_WAIT_S) binds the
                 # volume: it is closed by the sandbox's close, once that thread removed
-                # the container (`_pending`), never under it.
-                if self._quota is not None and not self._pending.busy():
+                # the container (`_pending`), never under it; nor under a container the
+                # engine refused to remove (kept, as a killed mlra's is).
+                if self._quota is not None and not self._pending.busy() and self.container is None:
                     await self._quota.close()
                 raise
             return notices

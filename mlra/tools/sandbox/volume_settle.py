@@ -239,8 +239,9 @@ def _carry_back(view: Path, workspace: Path, *, old: list[str] | None, moved: bo
             copy_root_meta(src, dst)
         except OSError:
             with contextlib.suppress(OSError):
-                if moved:
-                    clear_folder(dst)  # a partial copy, not to be taken for the workspace
+                if moved:  # a partial copy, not to be taken for the workspace: what the
+                    # volume has, and the old copy; a file written there meanwhile stays
+                    clear_folder(dst, None if old is None else [*old, *os.listdir(src)])
             raise
         finally:
             os.close(dst)
