@@ -15,6 +15,7 @@ from mlra.agent.run.controller import RunController
 from mlra.console.text.attempt_lines import attempt_started_line
 from mlra.tasks.spec import load_task
 from tests.agent.cut_attempts import (
+    CUT_S,
     cut,
     cut_once_it_runs,
     events_of,
@@ -89,10 +90,24 @@ async def test_the_last_wave_ends_before_the_runs_deadline_with_time_to_validate
     """Two attempts in 60 s: a2, the last, worked on past its share. Its share was all
     the run had left, so the run's deadline stopped it and graded a1 ("finished
     (deadline)"). Now its share ends the reserve before the run's deadline, measured on
-    a1's validation: a2 is validated in it, and the greedy policy submits it."""
+    a1's validation: a2 is validated in it, and the greedy policy submits it. Once a2
+    wrote its answer, the run's and a2's clocks are moved on together to CUT_S before
+    a2's limit (the shares are what they were at its start), so the test does not sit
+    out the minute."""
     task = writes_then_works_on(answer_task, tmp_path, '[{}, { n = "42", s = "100" }]')
     controller = greedy_search(task, tmp_path, 2, time_limit_s=60, attempt_min_s=5)
+
+    async def on_to_a2s_limit_once_it_wrote(controller: RunController) -> None:
+        await until_it_wrote(tmp_path / "runs", "a2")
+        a2 = controller.attempts.child("a2")
+        assert a2 is not None
+        skipped = a2.clock.remaining() - CUT_S
+        a2.clock.limit_s -= skipped
+        controller.clock.limit_s -= skipped
+
+    side = asyncio.ensure_future(on_to_a2s_limit_once_it_wrote(controller))
     result = await controller.run(agent_for)
+    await side
     events = events_of(controller.run_dir)
     started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
     finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}
@@ -114,12 +129,13 @@ async def test_the_last_wave_ends_before_the_runs_deadline_with_time_to_validate
 async def test_a_workers_attempt_at_its_time_limit_is_validated_and_submitted(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    """A model's worker wrote answer.txt and then ran a command past its attempt's 8 s:
-    the command is stopped, the answer validated as the attempt ends, and the
-    supervisor submits it."""
+    """A model's worker wrote answer.txt and then ran a command past its attempt's limit
+    (cut once the answer is written: an 8 s limit was sometimes spent before the worker's
+    command ran, on a loaded machine): the command is stopped, the answer validated as
+    the attempt ends, and the supervisor submits it."""
     script = {
         "supervisor": [
-            turn("", call("attempt_start", instructions="Write 42", time_limit=8)),
+            turn("", call("attempt_start", instructions="Write 42", time_limit=120)),
             turn("", call("attempt_wait", attempt="a1")),
             turn("", call("submit", attempt="a1")),
         ],
@@ -128,8 +144,19 @@ async def test_a_workers_attempt_at_its_time_limit_is_validated_and_submitted(
             turn("", call("bash", command="sleep 100", timeout=300)),  # the deadline, at once
         ],
     }
+
+    async def a1s_limit_once_it_wrote(controller: RunController) -> None:
+        await until_it_wrote(tmp_path / "runs", "a1")
+        cut(controller, "a1")
+
     controller, result, _ = await _scripted_search(
-        tmp_path / "runs", answer_task, script, search="llm", attempts=1, attempt_min_s=5
+        tmp_path / "runs",
+        answer_task,
+        script,
+        during=a1s_limit_once_it_wrote,
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
     )
     own = events_of(controller.run_dir / "attempts" / "a1")
     killed = next(e for e in own if isinstance(e, ev.ToolResult) and e.tool == "bash")

@@ -363,6 +363,34 @@ def test_a_new_volume_is_never_stacked_on_a_killed_ones_still_in_use(
     assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
 
 
+def test_a_killed_mlras_volume_a_process_of_it_still_works_in_is_kept_until_it_ends(
+    workspace: Path,
+) -> None:
+    """A killed mlra's grader (or command) run unconfined goes on in the volume, in this
+    mount namespace. Any sandbox set up on the machine carried the volume back under it
+    and detached it lazily: what the grader wrote after the copy was lost, and its
+    `evaluator.json` was off the workspace until the copy got to it, so a grading begun
+    then (CI: test_a_stale_evaluator_is_ended_before_the_run_is_graded_again) neither
+    found nor ended the grader, and two graded at once. The volume now stays mounted
+    until the process ends, and is carried back whole after."""
+    owner = _owner_on_cue(workspace)
+    grader = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.readline(); open('late.txt', 'w').write('late')"],
+        cwd=workspace, stdin=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        _kill(owner)
+        volume_settle.settle_stale(workspace.parent)  # another mlra's sandbox set up, say
+        assert _mounted(workspace) and len(_images(workspace.parent)) == 2
+        assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+    finally:
+        grader.communicate("end\n")
+    volume_settle.settle_stale(workspace.parent)  # it ended: settled
+    assert not _mounted(workspace) and _images(workspace.parent) == []
+    assert (workspace / "late.txt").read_text() == "late"
+    assert (workspace / "written-on-the-volume.txt").read_text() == "kept"
+
+
 @pytest.mark.parametrize("removed", ["its run folder", "only its image"])
 def test_a_killed_mlras_volume_whose_image_was_deleted_is_unmounted_by_the_next(
     workspace: Path, removed: str

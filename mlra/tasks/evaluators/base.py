@@ -306,7 +306,9 @@ async def run_evaluation(
     `run_group`: a validating run's cgroup, the grader's parent: the grader holds what
     the agent made (a 400 MB answer), so it draws on the run's budget, not beside it.
     `disk_mb`: the run's `--disk` (0: none; None: not given), which the grader's scratch
-    quota follows as the agent's workspace does (grader_user.grader_disk).
+    quota follows as the agent's workspace does (grader_user.grader_disk). Without it,
+    the quota, chosen from the space free, takes half what is left where sandboxes set up
+    meanwhile took the rest (a grading was refused, its volume past the disk's reserve).
     """
     from mlra.tools.sandbox.gpu_inventory import host_gpus
     from mlra.tools.sandbox.local import LocalSandbox
@@ -329,6 +331,7 @@ async def run_evaluation(
     spec.draw_on(run_group)
     disk = grader_disk(task, work_dir, disk_mb)
     spec.disk_mb = disk.mb if disk.mb is not None else NO_LIMIT
+    spec.disk_shrinks = disk_mb is None  # chosen from the space free: others may take it first
     spec.limit_sources["disk_mb"] = disk.source
     mirrors, copies = None, None
     if run_uid.wanted() and isolation != "none":  # a uid of its own: the caches are root's

@@ -132,7 +132,8 @@ class WorkspaceVolume:
         if (left := stale_at(self.workspace)) is not None:
             raise VolumeFailed(
                 f"a killed mlra's volume ({left.name}) is still mounted at the workspace and "
-                "in use in another mount namespace (a container?); the run goes on in it"
+                "still in use (by a container, or a process the killed mlra left running); "
+                "the run goes on in it"
             )
         image = folder / f".{self.workspace.name}.{TAG}-{os.getpid()}-{secrets.token_hex(4)}.img"
         try:

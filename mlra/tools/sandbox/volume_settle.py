@@ -266,7 +266,7 @@ def _owner_gone(name: str) -> bool:
 
 
 def stale_at(workspace: Path) -> Path | None:
-    """A gone owner's volume still mounted at `workspace` (in use elsewhere): a volume
+    """A gone owner's volume still mounted at `workspace` (still in use): a volume
     stacked on it would be unmounted by whichever mlra settles it later."""
     for image, points in loop_mounts().items():
         if workspace.resolve() in points and _owner_gone(image.name):
@@ -297,7 +297,7 @@ def settle_stale(folder: Path | None = None) -> list[Settled]:
         if match is None or (
             gone and points and still_used(image, points, patient=image.parent == own)
         ):
-            continue  # a killed run's container still writes to it (volume_users.py)
+            continue  # a killed run's container or grader still works in it (volume_users.py)
         lock = _take(image, wait=gone and image.parent == own)
         if lock is None:
             continue  # its owner lives, another mlra is settling it (not ours to wait for), or has

@@ -6,7 +6,9 @@ start does, docker_preflight.remove_leftover_containers), with the volume bound 
 /workspace. Carried back to a plain folder meanwhile (volume.settle_stale, which any
 sandbox's start runs), the volume would be unmounted here and its image deleted while
 the container's command still writes to it: what it writes after the copy is lost with
-the image, and the copy may hold a file half written. Such a volume is left for later.
+the image, and the copy may hold a file half written. Such a volume is left for later,
+as is one a process in this namespace still works in (a killed mlra's unconfined
+grader or command: `held_here`).
 """
 
 from __future__ import annotations
@@ -69,13 +71,44 @@ def used_elsewhere(image: Path, points: list[Path]) -> bool:
     return False
 
 
+def held_here(image: Path) -> bool:
+    """Whether a process other than this one works in the volume's file system (its
+    current or root folder, its program or an open file there): a killed mlra's
+    grader or command run unconfined (`--isolation none`), in this mount namespace, so
+    `used_elsewhere` cannot tell. Carried back under it, the volume was detached lazily
+    with the process still in it: what it wrote after the copy was lost, and its
+    `evaluator.json` (tasks/evaluators/stale.py) was off the path until the copy got to
+    it, so a grading begun then did not find, nor end, the grader still running."""
+    device = loop_device(image)
+    if device is None:
+        return False
+    try:
+        dev = os.stat(device).st_rdev
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+    except OSError:
+        return False
+    for pid in pids:
+        try:
+            fds = [f"fd/{n}" for n in os.listdir(f"/proc/{pid}/fd")]
+        except OSError:
+            fds = []  # gone meanwhile, or a zombie: holds nothing
+        for entry in ("cwd", "root", "exe", *fds):
+            try:
+                if os.stat(f"/proc/{pid}/{entry}").st_dev == dev:
+                    return True
+            except OSError:
+                continue
+    return False
+
+
 def still_used(image: Path, points: list[Path], *, patient: bool) -> bool:
-    """Whether another mount namespace uses the volume; `patient` (the caller's own
-    workspace): a few looks over two seconds, since a sandbox being set up elsewhere
-    holds a copy of every mount for a moment, and the caller would otherwise start on
-    top of a volume it could have settled."""
+    """Whether another mount namespace uses the volume, or a process here works in it
+    (`held_here`); `patient` (the caller's own workspace): a few looks over two
+    seconds, since a sandbox being set up elsewhere holds a copy of every mount for a
+    moment, and the caller would otherwise start on top of a volume it could have
+    settled."""
     for _ in range(20 if patient else 1):
-        if not used_elsewhere(image, points):
+        if not used_elsewhere(image, points) and not held_here(image):
             return False
         if patient:
             time.sleep(0.1)
