@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from tests.conftest import SLOW_UNIT_SECONDS, UNIT_SECONDS, xdist_unit
+from tests.xdist_units import SLOW_UNIT_SECONDS, UNIT_SECONDS, xdist_unit
 
 
 def main(junit: str, *, slow: bool = False) -> None:
