@@ -147,18 +147,32 @@ def offline_env() -> dict[str, str]:
     return env
 
 
-def answer_task_as(answer_task: Path, tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
-    """A copy of the answer task in tmp_path/`name`, named `name`, with each `(old, new)`
-    text of its task.toml replaced in turn; an old text not there fails the test, which
-    would otherwise run the plain task."""
-    task = tmp_path / name
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    for old, new in (('name = "answer"', f'name = "{name}"'), *edits):
+def answer_copy(
+    folder: Path,
+    *edits: tuple[str, str],
+    append: str = "",
+    files: Mapping[str, str] | None = None,
+    source: Path = ANSWER_TASK,
+) -> Path:
+    """A copy of the answer task at `folder`, with each `(old, new)` text of its task.toml
+    replaced in turn (an old text not there fails the test, which would otherwise run
+    the plain task), `append` added at its end, and each of `files` (a path in the task,
+    such as `hidden/check.py`: its text) written."""
+    shutil.copytree(source, folder)
+    toml = (folder / "task.toml").read_text(encoding="utf-8")
+    for old, new in edits:
         assert old in toml, f"not in the answer task's task.toml: {old}"
         toml = toml.replace(old, new)
-    (task / "task.toml").write_text(toml)
-    return task
+    (folder / "task.toml").write_text(toml + append, encoding="utf-8")
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def answer_task_as(answer_task: Path, tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
+    """`answer_copy` in tmp_path/`name`, the task named `name`."""
+    renamed = ('name = "answer"', f'name = "{name}"')
+    return answer_copy(tmp_path / name, renamed, *edits, source=answer_task)
 
 
 def bare_venv(venv: Path) -> tuple[Path, Path]:
