@@ -46,6 +46,8 @@ os.environ.setdefault("MLRA_DISK_CAP_GB", "4")
 
 TESTS = Path(__file__).resolve().parent
 ANSWER_TASK = TESTS / "data" / "tasks" / "answer"
+ANSWER_RECIPE = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
+"""The answer task's recipe step's command line in its task.toml, for a copy to change."""
 SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
 
 
