@@ -30,9 +30,6 @@ from mlra.tools.sandbox.base import Stream  # noqa: E402
 from tests.zygote import Zygote  # noqa: E402
 
 if TYPE_CHECKING:
-    from xdist.remote import Producer
-    from xdist.scheduler.protocol import Scheduling
-
     from mlra import events as ev
     from mlra.agent.run.controller import RunController
 
@@ -49,62 +46,13 @@ os.environ.setdefault("MLRA_DISK_CAP_GB", "4")
 
 TESTS = Path(__file__).resolve().parent
 ANSWER_TASK = TESTS / "data" / "tasks" / "answer"
+ANSWER_RECIPE = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
+"""The answer task's recipe step's command line in its task.toml, for a copy to change."""
 SECRET_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
 
 
-def xdist_unit(nodeid: str) -> str:
-    """The tests one pytest-xdist worker runs together, in order: a file's tests, as the
-    files were written to run alone (module fixtures, markers such as a daemon's command
-    line); and every test that starts a container (the `test_docker_*.py` files, and a
-    test with a `docker` parameter), as a container's start (and a Docker run's group)
-    removes the containers of mlra processes that died, and so would take away the one
-    a killed console or search left for another test to find."""
-    path, _, rest = nodeid.partition("::")
-    params = rest[rest.find("[") + 1 : -1].split("-") if rest.endswith("]") else []
-    if path.rpartition("/")[2].startswith("test_docker_") or "docker" in params:
-        return "docker"
-    return path
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Producer) -> Scheduling | None:
-    """`--dist loadfile` (addopts), with the Docker tests of every file as one more unit
-    (`xdist_unit`); nodeids stay as they are, so a failure's line can be run again."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class FilesAndDocker(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return xdist_unit(nodeid)
-
-        def schedule(self) -> None:
-            first = self.collection is None
-            super().schedule()
-            if first and self.workqueue:
-                _longest_first(self.workqueue)
-
-    return FilesAndDocker(config, log)
-
-
-UNIT_SECONDS = TESTS / "unit_seconds.json"
-"""Each xdist unit's seconds in a full run on the development machine (regenerate with
-`python tests/unit_seconds.py JUNIT_XML` after `pytest --junitxml JUNIT_XML`)."""
-
-
-def _longest_first(workqueue: dict[str, dict[str, bool]]) -> None:
-    """Hand out the longest units first (xdist orders them by their number of tests, so a
-    file of a few long runs came last and the suite ended waiting on it alone). A unit
-    with no recorded time counts a second a test."""
-    import json
-
-    try:
-        seconds: dict[str, float] = json.loads(UNIT_SECONDS.read_text())
-    except (OSError, ValueError):
-        return
-    units = sorted(workqueue.items(), key=lambda kv: -seconds.get(kv[0], float(len(kv[1]))))
-    workqueue.clear()
-    workqueue.update(units)
+# The xdist units and their order (tests/xdist_units.py): hooks found here by name.
+from tests.xdist_units import pytest_collection_modifyitems, pytest_xdist_make_scheduler  # noqa: E402, F401
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -201,18 +149,32 @@ def offline_env() -> dict[str, str]:
     return env
 
 
-def answer_task_as(answer_task: Path, tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
-    """A copy of the answer task in tmp_path/`name`, named `name`, with each `(old, new)`
-    text of its task.toml replaced in turn; an old text not there fails the test, which
-    would otherwise run the plain task."""
-    task = tmp_path / name
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    for old, new in (('name = "answer"', f'name = "{name}"'), *edits):
+def answer_copy(
+    folder: Path,
+    *edits: tuple[str, str],
+    append: str = "",
+    files: Mapping[str, str] | None = None,
+    source: Path = ANSWER_TASK,
+) -> Path:
+    """A copy of the answer task at `folder`, with each `(old, new)` text of its task.toml
+    replaced in turn (an old text not there fails the test, which would otherwise run
+    the plain task), `append` added at its end, and each of `files` (a path in the task,
+    such as `hidden/check.py`: its text) written."""
+    shutil.copytree(source, folder)
+    toml = (folder / "task.toml").read_text(encoding="utf-8")
+    for old, new in edits:
         assert old in toml, f"not in the answer task's task.toml: {old}"
         toml = toml.replace(old, new)
-    (task / "task.toml").write_text(toml)
-    return task
+    (folder / "task.toml").write_text(toml + append, encoding="utf-8")
+    for name, text in (files or {}).items():
+        (folder / name).write_text(text, encoding="utf-8")
+    return folder
+
+
+def answer_task_as(answer_task: Path, tmp_path: Path, name: str, *edits: tuple[str, str]) -> Path:
+    """`answer_copy` in tmp_path/`name`, the task named `name`."""
+    renamed = ('name = "answer"', f'name = "{name}"')
+    return answer_copy(tmp_path / name, renamed, *edits, source=answer_task)
 
 
 def bare_venv(venv: Path) -> tuple[Path, Path]:

@@ -6,14 +6,13 @@ status; a run that was not submitted has nothing graded."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
 from mlra import events as ev
 from mlra.agent.loop.drive import run_agent
 from mlra.agent.record.eventlog import read_events
-from tests.conftest import mlra_cli
+from tests.conftest import ANSWER_RECIPE, answer_copy, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
 
@@ -119,16 +118,13 @@ def test_the_supervisors_turns_are_bounded_and_the_limit_grades_like_a_budget(
 def test_a_baseline_whose_recipe_timed_out_did_not_submit(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    task = tmp_path / "slow_answer"
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    toml = toml.replace(
-        'command = "python -c \\"print(6 * 7)\\" > answer.txt"', 'command = "sleep 30"'
+    task = answer_copy(
+        tmp_path / "slow_answer",
+        (ANSWER_RECIPE, 'command = "sleep 30"'),
+        ('timeout = "1m"\n', 'timeout = "1s"\n'),
+        ('timeout = "1s"\nsettings', 'timeout = "1m"\nsettings'),  # the evaluator's, as it was
+        source=answer_task,
     )
-    toml = toml.replace('timeout = "1m"\n', 'timeout = "1s"\n').replace(
-        'timeout = "1s"\nsettings', 'timeout = "1m"\nsettings'
-    )
-    (task / "task.toml").write_text(toml)
     proc = mlra_cli(
         ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(tmp_path / "runs")],
         cwd=tmp_path,
@@ -158,12 +154,11 @@ def test_a_baseline_whose_recipe_step_failed_names_that_step_as_the_cause(
     """A step whose command is missing (a Docker image with `python3` and no `python`)
     is why nothing was submitted: the ending says so, with the step's own error, not
     only that the artifact the submit wanted does not exist."""
-    task = tmp_path / "no_python"
-    shutil.copytree(answer_task, task)
-    toml = (task / "task.toml").read_text()
-    old = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
-    assert old in toml
-    (task / "task.toml").write_text(toml.replace(old, 'command = "no-such-python-xyz"'))
+    task = answer_copy(
+        tmp_path / "no_python",
+        (ANSWER_RECIPE, 'command = "no-such-python-xyz"'),
+        source=answer_task,
+    )
     proc = mlra_cli(
         ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(tmp_path / "runs")],
         cwd=tmp_path,

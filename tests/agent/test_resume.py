@@ -24,7 +24,7 @@ import pytest
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.state import fold
-from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
+from tests.conftest import ANSWER_RECIPE, ANSWER_TASK, SECRET_ENV, answer_copy, mlra_cli
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
 
@@ -179,9 +179,7 @@ def test_resume_after_sigkill_loses_and_repeats_nothing(
     log = runs / "r" / "events.jsonl"
     ready: Callable[[bytes], bool]
     if point == "mid-command":  # while step 2's command waits on `.hold`: cut short
-        answer_task = tmp_path / "task"
-        shutil.copytree(ANSWER_TASK, answer_task)
-        (answer_task / "starter" / ".hold").write_text("")
+        answer_task = answer_copy(tmp_path / "task", files={"starter/.hold": ""})
         ready = lambda logged: b'"type":"tool_output"' in logged  # noqa: E731
     else:
         # Any point before the held answer: every event the reference logged before
@@ -578,15 +576,11 @@ def test_a_baseline_run_ended_during_a_recipe_step_runs_the_step_again_on_resume
     """The recipe step the run ended under did not fail: the resumed baseline runs it
     again and submits, where it used to skip the rest and end with nothing submitted
     (a batch then counted the run as final and unscored)."""
-    task = tmp_path / "answer-slow"
-    shutil.copytree(ANSWER_TASK, task)
-    toml = (task / "task.toml").read_text()
     slow = "for i in $(seq 1200); do [ -f go-B5 ] && break; sleep 0.05; done; echo 42 > answer.txt"
-    toml = toml.replace(
-        'command = "python -c \\"print(6 * 7)\\" > answer.txt"', f'command = "{slow}"'
+    task = answer_copy(
+        tmp_path / "answer-slow",
+        (ANSWER_RECIPE, f'command = "{slow}"'),
     )
-    assert "go-B5" in toml
-    (task / "task.toml").write_text(toml)
     runs = tmp_path / "runs"
     log = runs / "r" / "events.jsonl"
     args = ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
@@ -627,12 +621,9 @@ def test_a_run_whose_grading_printed_progress_resumes(tmp_path: Path) -> None:
     writes), then resumed with more steps: the catch-up took that event for one the
     agent emits and the resume ended `error` (Divergence) at once. The resumed run is
     graded again; the first grading is kept as the earlier one."""
-    task = tmp_path / "answer-progress"
-    shutil.copytree(ANSWER_TASK, task)
-    check = task / "hidden" / "check.py"
-    check.write_text(
-        check.read_text() + 'print("checking 1/1", flush=True)\nimport time\ntime.sleep(1)\n'
-    )
+    check = (ANSWER_TASK / "hidden" / "check.py").read_text()
+    check += 'print("checking 1/1", flush=True)\nimport time\ntime.sleep(1)\n'
+    task = answer_copy(tmp_path / "answer-progress", files={"hidden/check.py": check})
     runs = tmp_path / "runs"
     args = ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(runs)]
     first = mlra_cli([*args, "--run-id", "r", "--isolation", "none", "--max-steps", "1"],

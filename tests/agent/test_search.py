@@ -24,7 +24,7 @@ from mlra.agent.run.controller import RunController
 from mlra.agent.run.resume import load_run, resume_controller
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec, load_task
-from tests.conftest import answer_task_as
+from tests.conftest import answer_copy, answer_task_as
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
 
@@ -83,11 +83,16 @@ async def _scripted_search(
     script: Mapping[str, object],
     *,
     during: Callable[[RunController], Awaitable[None]] | None = None,
+    release: tuple[str, Callable[[RunController], bool]] | None = None,
     **settings: object,
 ) -> tuple[RunController, RunResult, ScriptedModelServer]:
     """A run of the answer task with a scripted model, to its end, in `runs`: its
     controller, its result and the server (what each role was sent stays readable).
-    `during` acts on the run while it goes."""
+    `during` acts on the run while it goes; `release` is a hold of the script (`{"hold":
+    name}`) and when to let it go (polled each millisecond, at most 2 min), let go at
+    the run's end in any case, so a run that failed early does not leave it held.
+    `settings` are the run's (isolation none unless given; `sandbox="docker"`,
+    `image=...` for a Docker run)."""
     config: dict[str, object] = {"isolation": "none", **settings}
     with ScriptedModelServer(script) as server:
         provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
@@ -95,14 +100,30 @@ async def _scripted_search(
             {"task": "answer", "model": "openai/test", "runs_dir": runs, **config}
         )
         controller = RunController(cfg, load_task(answer_task), provider)
+
+        async def let_go(name: str, ready: Callable[[RunController], bool]) -> None:
+            async with asyncio.timeout(120):
+                while not ready(controller):  # noqa: ASYNC110
+                    await asyncio.sleep(0.001)
+            server.release(name)
+
         side = asyncio.ensure_future(during(controller)) if during is not None else None
+        held = asyncio.ensure_future(let_go(*release)) if release is not None else None
         try:
             result = await controller.run(agent_for)
         finally:
-            if side is not None and not side.done():
-                side.cancel()
-        if side is not None:
-            await side  # its failure is the test's
+            if release is not None:
+                server.release(release[0])
+            early = held is not None and not held.done()
+            for task in (side, held):
+                if task is not None and not task.done():
+                    task.cancel()
+        if early:
+            await provider.aclose()
+            pytest.fail(f"the run ended before its hold {release} was let go")
+        for task in (side, held):
+            if task is not None:
+                await task  # its failure is the test's
         await provider.aclose()
     return controller, result, server
 
@@ -414,9 +435,7 @@ def test_a_kill_during_two_running_attempts_resumes_with_nothing_lost(
 
     from tests.conftest import SECRET_ENV, mlra_cli
 
-    task = tmp_path / "task"
-    shutil.copytree(answer_task, task)
-    (task / "starter" / ".hold").write_text("")
+    task = answer_copy(tmp_path / "task", files={"starter/.hold": ""}, source=answer_task)
     held = "echo 42 > answer.txt && echo held && while [ -e .hold ]; do sleep 0.05; done"
     script = {
         "supervisor": [

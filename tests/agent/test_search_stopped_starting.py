@@ -9,26 +9,32 @@ root with loop devices and mkfs.ext4 (skipped, saying why, elsewhere)."""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from mlra import events as ev
-from mlra.agent.agents.run import agent_for
-from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
-from mlra.agent.setup.config import RunConfig
-from mlra.tasks.spec import load_task
 from mlra.tools.sandbox import volume
+from tests.agent.test_search import _scripted_search
 from tests.conftest import TEST_IMAGE
-from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
 from tests.tools.test_workspace_volume import _loops_released
 
 WHY_NOT = volume.unavailable()
 pytestmark = pytest.mark.skipif(WHY_NOT is not None, reason=f"no workspace volume: {WHY_NOT}")
+
+
+def _volume_being_made(attempt: str) -> Callable[[RunController], bool]:
+    """Whether `attempt`'s workspace volume image exists: its volume is being made."""
+
+    def being_made(controller: RunController) -> bool:
+        folder = controller.run_dir / "attempts" / attempt
+        return any(folder.glob(f".workspace.{volume.TAG}-*.img"))
+
+    return being_made
 
 
 def _mounts_under(folder: Path) -> list[str]:
@@ -52,32 +58,14 @@ async def test_an_attempt_stopped_as_its_volume_is_made_leaves_none_mounted(
         "worker": [turn("", call("bash", command="sleep 300", timeout=600))],
     }
     runs = tmp_path / "runs"
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=runs,
-            isolation="none",
-            search="llm",
-            attempts=1,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
-
-        async def stop_once_a1s_volume_is_being_made() -> None:
-            a1 = controller.run_dir / "attempts" / "a1"
-            async with asyncio.timeout(120):
-                while not any(a1.glob(f".workspace.{volume.TAG}-*.img")):  # noqa: ASYNC110
-                    await asyncio.sleep(0.001)
-            server.release("stop")
-
-        side = asyncio.ensure_future(stop_once_a1s_volume_is_being_made())
-        try:
-            await controller.run(agent_for)
-        finally:
-            server.release("stop")  # a run that failed early must not hang the server
-        await side
-        await provider.aclose()
+    controller, _, _ = await _scripted_search(
+        runs,
+        answer_task,
+        script,
+        release=("stop", _volume_being_made("a1")),
+        search="llm",
+        attempts=1,
+    )
     events = read_events(controller.run_dir / "events.jsonl")
     stops = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "attempt_stop"]
     assert [s.ok for s in stops] == [True]
@@ -116,33 +104,15 @@ async def test_the_attempt_after_one_stopped_as_its_volume_is_made_gets_a_share(
             turn("", call("bash", command="sleep 300", timeout=600)),
         ],
     }
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=tmp_path / "runs",
-            isolation="none",
-            search="llm",
-            attempts=3,
-            disk_mb=256,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
-
-        async def stop_once_a2s_volume_is_being_made() -> None:
-            a2 = controller.run_dir / "attempts" / "a2"
-            async with asyncio.timeout(120):
-                while not any(a2.glob(f".workspace.{volume.TAG}-*.img")):  # noqa: ASYNC110
-                    await asyncio.sleep(0.001)
-            server.release("stop")
-
-        side = asyncio.ensure_future(stop_once_a2s_volume_is_being_made())
-        try:
-            await controller.run(agent_for)
-        finally:
-            server.release("stop")
-        await side
-        await provider.aclose()
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs",
+        answer_task,
+        script,
+        release=("stop", _volume_being_made("a2")),
+        search="llm",
+        attempts=3,
+        disk_mb=256,
+    )
     events = read_events(controller.run_dir / "events.jsonl")
     starts = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "attempt_start"]
     assert [s.ok for s in starts] == [True, True, True], starts[-1].output
@@ -176,34 +146,23 @@ async def test_an_attempt_stopped_as_its_container_closes_leaves_its_share_to_th
             turn("", call("bash", command="sleep 300", timeout=600)),
         ],
     }
-    with ScriptedModelServer(script) as server:
-        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
-        cfg = RunConfig(
-            task="answer",
-            model="openai/test",
-            runs_dir=tmp_path / "runs",
-            sandbox="docker",
-            image=TEST_IMAGE,
-            search="llm",
-            attempts=2,
-            disk_mb=256,
-        )
-        controller = RunController(cfg, load_task(answer_task), provider)
 
-        async def stop_once_a1s_run_has_ended() -> None:
-            log = controller.run_dir / "attempts" / "a1" / "events.jsonl"
-            async with asyncio.timeout(120):
-                while not (log.exists() and "run_finished" in log.read_text()):  # noqa: ASYNC110
-                    await asyncio.sleep(0.002)
-            server.release("stop")
+    def a1s_run_has_ended(controller: RunController) -> bool:
+        log = controller.run_dir / "attempts" / "a1" / "events.jsonl"
+        return log.exists() and "run_finished" in log.read_text()
 
-        side = asyncio.ensure_future(stop_once_a1s_run_has_ended())
-        try:
-            await controller.run(agent_for)
-        finally:
-            server.release("stop")
-        await side
-        await provider.aclose()
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs",
+        answer_task,
+        script,
+        release=("stop", a1s_run_has_ended),
+        isolation="auto",
+        sandbox="docker",
+        image=TEST_IMAGE,
+        search="llm",
+        attempts=2,
+        disk_mb=256,
+    )
     events = read_events(controller.run_dir / "events.jsonl")
     starts = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "attempt_start"]
     assert [s.ok for s in starts] == [True, True], starts[-1].output

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import io
-import shutil
 from pathlib import Path
 
 from mlra import events as ev
@@ -21,6 +20,7 @@ from mlra.agent.setup.config import RunConfig
 from mlra.console.text.event_lines import time_limit_raised_line
 from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.spec import load_task
+from tests.conftest import answer_copy
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, turn
 
@@ -48,16 +48,15 @@ runpy.run_path(str(Path(sys.argv[2]) / "hidden" / "check.py"), run_name="__main_
 def _slow_grading_task(answer_task: Path, tmp_path: Path) -> Path:
     """The answer task whose validation grader, for a2, says it began, waits for a3 to
     start and sleeps past a2's first limit before it scores as the task's own does."""
-    task = tmp_path / "answer"
-    shutil.copytree(answer_task, task)
-    (task / "hidden" / "slow_check.py").write_text(SLOW_CHECK)
-    toml = (task / "task.toml").read_text()
-    toml = toml.replace(
-        'settings = { script = "hidden/check.py", args',
-        'settings = { script = "hidden/slow_check.py", args',
+    return answer_copy(
+        tmp_path / "answer",
+        (
+            'settings = { script = "hidden/check.py", args',
+            'settings = { script = "hidden/slow_check.py", args',
+        ),
+        files={"hidden/slow_check.py": SLOW_CHECK},
+        source=answer_task,
     )
-    (task / "task.toml").write_text(toml)
-    return task
 
 
 def _script() -> dict[str, object]:

@@ -6,14 +6,13 @@ of 5 runs, the earlier ones mixed in unsaid). The real CLI, a real baseline run.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 
 from mlra.batch.spec import BatchError, keep_spec, load_tasks, parse_spec
 from mlra.tasks.spec import BUILTIN_TASKS_DIR
-from tests.conftest import mlra_cli
+from tests.conftest import answer_copy, mlra_cli
 
 
 def test_another_spec_in_the_same_out_is_refused_naming_the_difference(
@@ -50,10 +49,7 @@ def test_another_spec_in_the_same_out_is_refused_naming_the_difference(
 def _task_named(name: str, folder: Path, answer_task: Path) -> Path:
     """A copy of the answer task under another name (a task of its own: its runs are
     keyed by that name)."""
-    shutil.copytree(answer_task, folder, symlinks=True)
-    toml = folder / "task.toml"
-    toml.write_text(toml.read_text().replace('name = "answer"', f'name = "{name}"', 1))
-    return folder
+    return answer_copy(folder, ('name = "answer"', f'name = "{name}"'), source=answer_task)
 
 
 def test_the_same_tasks_named_otherwise_carry_the_folder_on_and_other_tasks_under_the_same_words_do_not(

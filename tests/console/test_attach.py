@@ -33,7 +33,7 @@ from mlra.console.panes.status import StatusBar
 from mlra.console.screens.screens import BreakpointsScreen, ConfirmScreen, HelpScreen, PromptScreen
 from mlra.console.text.attach_run import RemoteRun
 from mlra.control_socket import socket_path
-from tests.conftest import SECRET_ENV
+from tests.conftest import SECRET_ENV, answer_copy
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, plan, turn
 
@@ -142,9 +142,7 @@ def _start_run(
 ) -> Iterator[LiveRun]:
     """A headless run in a child process, held on a command (or on its approval, with
     `--break bash`), its control socket up."""
-    task = tmp_path / "task"
-    shutil.copytree(answer_task, task)
-    (task / "starter" / ".hold").write_text("")
+    task = answer_copy(tmp_path / "task", files={"starter/.hold": ""}, source=answer_task)
     env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
     env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
     runs = tmp_path / "runs"
@@ -495,9 +493,7 @@ async def test_a_run_in_its_own_console_is_only_watched_from_an_attached_one(
     from mlra.console.apps.app import console_app
     from mlra.tasks.spec import load_task
 
-    task = tmp_path / "task"
-    shutil.copytree(answer_task, task)
-    (task / "starter" / ".hold").write_text("")
+    task = answer_copy(tmp_path / "task", files={"starter/.hold": ""}, source=answer_task)
     with ScriptedModelServer(_script()) as server:
         provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
         config = RunConfig(

@@ -438,18 +438,13 @@ def test_a_hostile_run_in_the_console(snap_compare: Any, tmp_path: Path) -> None
 
 def test_a_task_files_text_is_shown_escaped(tmp_path: Path) -> None:
     """`mlra tasks show`: a task file is as foreign as an agent's output."""
-    import shutil
+    from tests.conftest import answer_copy
 
-    from tests.conftest import ANSWER_TASK
-
-    task = tmp_path / "task"
-    shutil.copytree(ANSWER_TASK, task)
-    toml = task / "task.toml"
     hostile = json.dumps(HOSTILE)[1:-1]  # TOML reads JSON's \u escapes the same way
-    toml.write_text(
-        toml.read_text()
-        .replace('title = "Write the answer"', f'title = "Write {hostile}"')
-        .replace('rules = "Do not', f'rules = "{hostile} Do not')
+    task = answer_copy(
+        tmp_path / "task",
+        ('title = "Write the answer"', f'title = "Write {hostile}"'),
+        ('rules = "Do not', f'rules = "{hostile} Do not'),
     )
     shown = mlra_cli(["tasks", "show", str(task)], cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr

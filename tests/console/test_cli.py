@@ -3,14 +3,13 @@ is left behind; `--help` stays light."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import mlra_cli
+from tests.conftest import answer_copy, mlra_cli
 
 
 @pytest.mark.parametrize(
@@ -44,10 +43,7 @@ from tests.conftest import mlra_cli
 def test_bad_input_is_one_line_and_exit_2(
     tmp_path: Path, answer_task: Path, args: list[str], env: dict[str, str], expected: str
 ) -> None:
-    broken = tmp_path / "broken"
-    shutil.copytree(answer_task, broken)
-    toml = broken / "task.toml"
-    toml.write_text(toml.read_text().replace("top = 1.0", 'top = "best"'))
+    broken = answer_copy(tmp_path / "broken", ("top = 1.0", 'top = "best"'), source=answer_task)
     args = [a.format(answer=answer_task, broken=broken) for a in args]
     proc = mlra_cli(
         [*args, "--runs-dir", str(tmp_path / "runs")] if args[0] == "run" else args,

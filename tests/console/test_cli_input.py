@@ -5,7 +5,6 @@ away (`mlra run ... | head`) goes on to its end with its log whole."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
-from tests.conftest import ANSWER_TASK, mlra_cli
+from tests.conftest import ANSWER_RECIPE, ANSWER_TASK, answer_copy, mlra_cli
 
 
 @pytest.fixture(scope="module")
@@ -133,14 +132,8 @@ def test_report_on_a_folder_without_runs_writes_nothing_and_says_so(tmp_path: Pa
 def _waiting_task(tmp_path: Path) -> Path:
     """The answer task, its baseline recipe waiting for a file `go` in the workspace:
     the run is still going when the test closes the pipe, whatever the machine's speed."""
-    task = tmp_path / "waiting"
-    shutil.copytree(ANSWER_TASK, task)
-    toml = task / "task.toml"
-    recipe = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
     waiting = 'command = "while [ ! -e go ]; do sleep 0.05; done; echo 42 > answer.txt"'
-    assert recipe in toml.read_text()
-    toml.write_text(toml.read_text().replace(recipe, waiting))
-    return task
+    return answer_copy(tmp_path / "waiting", (ANSWER_RECIPE, waiting))
 
 
 @pytest.mark.parametrize("mode", ["--no-tui", "--json"])

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import sys
 import time
@@ -23,7 +22,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.state import fold
 from mlra.console.panes.status import activity
 from mlra.tools.sandbox.bwrap import find_bwrap
-from tests.conftest import ANSWER_TASK
+from tests.conftest import answer_copy
 
 CHECK_IN_TWO = '''
 """The answer task's check, graded in two halves with a progress bar between them:
@@ -44,9 +43,7 @@ out.write_text(json.dumps({"score": float(given == "42"), "metrics": {}}))
 
 
 def test_a_grading_shows_its_progress_and_the_run_names_its_bubblewrap(tmp_path: Path) -> None:
-    task = tmp_path / "task"
-    shutil.copytree(ANSWER_TASK, task)
-    (task / "hidden" / "check.py").write_text(CHECK_IN_TWO)
+    task = answer_copy(tmp_path / "task", files={"hidden/check.py": CHECK_IN_TWO})
     runs = tmp_path / "runs"
     log = runs / "r" / "events.jsonl"
     stdout = tmp_path / "stdout"

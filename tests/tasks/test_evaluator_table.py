@@ -5,7 +5,6 @@ not have is the one line it was before the table."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from mlra.tasks.evaluators.base import EvalOutcome, Evaluator, load_evaluator
 from mlra.tasks.evaluators.kinds import EVALUATORS, EvaluatorKind
 from mlra.tasks.readiness import missing_packages
 from mlra.tasks.spec import TaskError, load_task
+from tests.conftest import answer_copy
 
 
 class WordCount(Evaluator):
@@ -27,20 +27,9 @@ class WordCount(Evaluator):
 
 
 def _task(answer_task: Path, tmp_path: Path, kind: str) -> Path:
-    folder = tmp_path / "task"
-    shutil.copytree(answer_task, folder)
-    toml = folder / "task.toml"
-    text = toml.read_text(encoding="utf-8")
     old = 'kind = "script"\nartifact = "answer.txt"\ntimeout = "1m"\nsettings = { script = "hidden/check.py" }'
-    assert old in text
-    toml.write_text(
-        text.replace(
-            old,
-            f'kind = "{kind}"\nartifact = "answer.txt"\nsettings = {{ words = ["four", "two"] }}',
-        ),
-        encoding="utf-8",
-    )
-    return folder
+    new = f'kind = "{kind}"\nartifact = "answer.txt"\nsettings = {{ words = ["four", "two"] }}'
+    return answer_copy(tmp_path / "task", (old, new), source=answer_task)
 
 
 def test_an_evaluator_added_by_one_line_grades_a_task_naming_it(

@@ -7,9 +7,6 @@ the shared cache is the same, byte for byte and owner for owner, after the gradi
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -18,11 +15,12 @@ from mlra.tasks.evaluators import cache_overlay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.bwrap import isolation_problem
-from tests.conftest import ANSWER_TASK
-from tests.tasks.test_grader_hub_cache import _tree, _unmount_below
+from tests.conftest import answer_copy
+from tests.tasks.test_grader_hub_cache import _tree, base
 
 PROBLEM = "the grader's uid needs root" if os.geteuid() != 0 else isolation_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
+__all__ = ["base"]  # the fixture: a folder any user may enter, mounts undone after
 
 CHECK = """
 import json, os, sys
@@ -54,16 +52,6 @@ out.write_text(json.dumps({"score": 1.0, "metrics": said}))
 """
 
 
-@pytest.fixture
-def base() -> Iterator[Path]:
-    """A folder any user may enter (the grader's uid reaches the cache through it)."""
-    made = Path(tempfile.mkdtemp(prefix="mlra-datasets-cache-", dir="/var/tmp"))
-    made.chmod(0o755)
-    yield made
-    _unmount_below(made)
-    shutil.rmtree(made, ignore_errors=True)
-
-
 @pytest.mark.parametrize(
     ("cache", "overlaid"),
     [("hf/datasets", 1.0), ("datasets", 1.0), ("hf:x/datasets", 0.0)],
@@ -81,10 +69,7 @@ async def test_a_grading_loads_the_shared_datasets_cache_and_never_changes_it(
     its own, and where it cannot be an overlay (mirrored)."""
     import datasets
 
-    task_dir = base / "task"
-    shutil.copytree(ANSWER_TASK, task_dir)
-    toml = task_dir / "task.toml"
-    toml.write_text(toml.read_text().replace('"answer.txt"', '"answer.py"'))
+    task_dir = answer_copy(base / "task", ('"answer.txt"', '"answer.py"'))
     data = task_dir / "rows.jsonl"
     data.write_text("".join(f'{{"x": {x}}}\n' for x in (1, 2, 3)))
     shared = base / cache

@@ -24,7 +24,7 @@ from mlra.tasks.spec import TaskSpec, load_task
 from mlra.tools.sandbox import start_step, trees
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.runner import finish_despite_cancel
-from tests.conftest import ANSWER_TASK
+from tests.conftest import answer_copy
 
 PROBLEM = "the grader's uid needs root" if os.geteuid() != 0 else isolation_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -155,11 +155,9 @@ def _network_task(
 ) -> tuple[TaskSpec, Path]:
     """A network task whose checker is `check` (the constants above given), the shared
     cache at `home` as this host's HF_HOME, and the artifact it grades."""
-    task_dir = base / "task"
-    shutil.copytree(ANSWER_TASK, task_dir)
-    toml = task_dir / "task.toml"
-    text = toml.read_text().replace('"answer.txt"', '"answer.py"')
-    toml.write_text(text.replace("network = false", "network = true"))
+    task_dir = answer_copy(
+        base / "task", ('"answer.txt"', '"answer.py"'), ("network = false", "network = true")
+    )
     _shared_cache(home)
     consts = (
         f"OLD, NEW, BLOB, SHARED = {OLD!r}, {NEW!r}, {_sha(CACHED)!r}, {str(home)!r}\n"
@@ -179,7 +177,7 @@ def _network_task(
 @pytest.fixture
 def base() -> Iterator[Path]:
     """A folder any user may enter (the grader's uid reaches the cache through it)."""
-    made = Path(tempfile.mkdtemp(prefix="mlra-hub-cache-", dir="/var/tmp"))
+    made = Path(tempfile.mkdtemp(prefix="mlra-grader-cache-", dir="/var/tmp"))
     made.chmod(0o755)
     yield made
     _unmount_below(made)

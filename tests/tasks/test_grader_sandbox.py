@@ -6,7 +6,6 @@ run says so once, a typed notice in its log and its lines."""
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox import bwrap as bw
 from mlra.tools.sandbox import run_uid
-from tests.conftest import ANSWER_TASK, mlra_cli
+from tests.conftest import ANSWER_TASK, answer_copy, mlra_cli
 from tests.tools.refusing_bwrap import refusing_bwrap
 
 pytestmark = pytest.mark.skipif(
@@ -27,11 +26,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def _task(tmp_path: Path, check: str | None = None) -> Path:
-    task_dir = tmp_path / "task"
-    shutil.copytree(ANSWER_TASK, task_dir)
-    if check is not None:
-        (task_dir / "hidden" / "check.py").write_text(check)
-    return task_dir
+    return answer_copy(tmp_path / "task", files={} if check is None else {"hidden/check.py": check})
 
 
 async def test_a_task_file_left_0600_is_graded_and_left_as_it_was(tmp_path: Path) -> None:

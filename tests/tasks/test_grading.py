@@ -5,7 +5,6 @@ whether this machine can run a task."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -21,7 +20,7 @@ from mlra.tasks.readiness import blockers
 from mlra.tasks.spec import load_task
 from mlra.tools.sandbox.gpu_inventory import Gpu
 from mlra.tools.sandbox.time_out import TimeOut
-from tests.conftest import BaselineRun, mlra_cli
+from tests.conftest import BaselineRun, answer_copy, mlra_cli
 
 
 def _model(folder: Path, tensors: dict[str, torch.Tensor], config: dict | None = None) -> Path:
@@ -138,19 +137,20 @@ def test_a_file_that_only_pretends_to_be_safetensors_is_refused(tmp_path: Path) 
 
 def _ruled_task(answer_task: Path, tmp_path: Path) -> Path:
     """The answer task, asking for a model folder under a parameter limit."""
-    task = tmp_path / "ruled"
-    shutil.copytree(answer_task, task)
-    toml = task / "task.toml"
-    text = toml.read_text().replace('artifact = "answer.txt"', 'artifact = "model"')
-    text = text.replace('submit = "answer.txt"', 'submit = "model"')
-    toml.write_text(text + "\n[constraints]\nmax_parameters = 1000\nforbid_quantized = true\n")
-    (task / "hidden" / "check.py").write_text(
+    check = (
         "import json, sys\nfrom pathlib import Path\n"
         "artifact, root, out = (Path(a) for a in sys.argv[1:4])\n"
         "secret = (root / 'hidden' / 'expected.txt').read_text().strip()\n"
         "out.write_text(json.dumps({'score': 1.0 if (artifact / 'config.json').exists() else 0.0, 'metrics': {'read_hidden': float(secret == '42')}}))\n"
     )
-    return task
+    return answer_copy(
+        tmp_path / "ruled",
+        ('artifact = "answer.txt"', 'artifact = "model"'),
+        ('submit = "answer.txt"', 'submit = "model"'),
+        append="\n[constraints]\nmax_parameters = 1000\nforbid_quantized = true\n",
+        files={"hidden/check.py": check},
+        source=answer_task,
+    )
 
 
 async def test_a_rule_breaking_submission_gets_no_score_and_says_which_rule(
@@ -355,15 +355,14 @@ def test_the_script_evaluator_called_directly_runs_unconfined_and_says_so(
     from mlra.tasks.evaluators.base import ISOLATION_VAR
     from mlra.tasks.evaluators.script import ScriptEvaluator
 
-    folder = tmp_path / "task"
-    shutil.copytree(answer_task, folder)
-    (folder / "hidden" / "check.py").write_text(
+    check = (
         "import json, os, sys\nfrom pathlib import Path\n"
         "artifact, out = Path(sys.argv[1]), Path(sys.argv[3])\n"
         "secret = float('OPENAI_API_KEY' in os.environ)\n"
         "score = float(artifact.read_text().strip() == '42')\n"
         "out.write_text(json.dumps({'score': score, 'metrics': {'saw_key': secret}}))\n"
     )
+    folder = answer_copy(tmp_path / "task", files={"hidden/check.py": check}, source=answer_task)
     monkeypatch.delenv(ISOLATION_VAR, raising=False)
     monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-graders")
     answer = tmp_path / "answer.txt"
@@ -379,13 +378,15 @@ async def test_grading_that_needs_more_disk_than_the_task_gives_says_so(
 ) -> None:
     """The grader's scratch quota is the task's disk_gb (not half the disk): an evaluator
     that writes past it fails with the quota and where it came from named."""
-    task_dir = tmp_path / "task"
-    shutil.copytree(answer_task, task_dir)
-    toml = task_dir / "task.toml"
-    toml.write_text(toml.read_text().replace("network = false", "network = false\ndisk_gb = 0.02"))
-    (task_dir / "hidden" / "check.py").write_text(
+    check = (
         "import sys\nfrom pathlib import Path\nout = Path(sys.argv[3])\n"
         "out.with_name('big').write_bytes(b'x' * 60_000_000)\nout.write_text('{\"score\": 1.0}')\n"
+    )
+    task_dir = answer_copy(
+        tmp_path / "task",
+        ("network = false", "network = false\ndisk_gb = 0.02"),
+        files={"hidden/check.py": check},
+        source=answer_task,
     )
     answer = tmp_path / "answer.txt"
     answer.write_text("42\n")
@@ -403,15 +404,15 @@ async def test_a_validations_time_out_keeps_the_evaluators_own_limit(
 ) -> None:
     """A validation's time-out (a `TimeOut` its run may raise) was taken as it was: one
     longer than the evaluator's own let the grading run on past the task's limit."""
-    task_dir = tmp_path / "task"
-    shutil.copytree(answer_task, task_dir)
-    toml = task_dir / "task.toml"
-    toml.write_text(
-        toml.read_text().replace('timeout = "1m"\nsettings', 'timeout = "2s"\nsettings')
-    )
-    (task_dir / "hidden" / "check.py").write_text(
+    check = (
         "import sys, time\nfrom pathlib import Path\ntime.sleep(60)\n"
         "Path(sys.argv[3]).write_text('{\"score\": 1.0}')\n"
+    )
+    task_dir = answer_copy(
+        tmp_path / "task",
+        ('timeout = "1m"\nsettings', 'timeout = "2s"\nsettings'),
+        files={"hidden/check.py": check},
+        source=answer_task,
     )
     answer = tmp_path / "answer.txt"
     answer.write_text("42\n")

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import io
 import itertools
-import shutil
 import time
 from pathlib import Path
 
@@ -24,7 +23,7 @@ from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.evaluators.base import run_evaluation
 from mlra.tasks.evaluators.progress import EVERY_S, ProgressReader, progress_words
 from mlra.tasks.spec import load_task
-from tests.conftest import ANSWER_TASK
+from tests.conftest import answer_copy
 from tests.readme_runs import ReadmeRun
 
 STEPPED_BAR = '''
@@ -50,9 +49,7 @@ out.write_text(json.dumps({"score": 1.0, "metrics": {}}))
 async def test_a_real_tqdm_bar_in_a_real_evaluation_logs_each_count_in_order(
     tmp_path: Path,
 ) -> None:
-    folder = tmp_path / "task"
-    shutil.copytree(ANSWER_TASK, folder)
-    (folder / "hidden" / "check.py").write_text(STEPPED_BAR)
+    folder = answer_copy(tmp_path / "task", files={"hidden/check.py": STEPPED_BAR})
     artifact = tmp_path / "answer.txt"
     artifact.write_text("42\n")
     logged: list[tuple[float, ev.EvaluationProgress]] = []

@@ -6,7 +6,6 @@ and the field; and the success rules themselves."""
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -16,20 +15,13 @@ from mlra.tasks.checks import scripts_run
 from mlra.tasks.grading import success_bar, success_of
 from mlra.tasks.sections import Metric
 from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
+from tests.conftest import answer_copy
 
 RECIPE = 'command = "python -c \\"print(6 * 7)\\" > answer.txt"'
 
 
 def _task(answer_task: Path, tmp_path: Path, *edits: tuple[str, str]) -> Path:
-    folder = tmp_path / "task"
-    shutil.copytree(answer_task, folder)
-    toml = folder / "task.toml"
-    text = toml.read_text()
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new)
-    toml.write_text(text)
-    return folder
+    return answer_copy(tmp_path / "task", *edits, source=answer_task)
 
 
 @pytest.mark.parametrize(

@@ -2,26 +2,12 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
 
 from mlra.tasks.spec import TaskError, builtin_task_dirs, find_task, load_task
-from tests.conftest import mlra_cli
-
-
-def _copy_task(answer_task: Path, tmp_path: Path) -> Path:
-    target = tmp_path / "task"
-    shutil.copytree(answer_task, target)
-    return target
-
-
-def _edit(folder: Path, old: str, new: str) -> None:
-    toml = folder / "task.toml"
-    text = toml.read_text()
-    assert old in text
-    toml.write_text(text.replace(old, new))
+from tests.conftest import answer_copy, mlra_cli
 
 
 def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
@@ -109,8 +95,7 @@ def test_the_test_task_loads_and_renders(answer_task: Path) -> None:
 def test_a_bad_task_file_is_refused_naming_file_and_field(
     answer_task: Path, tmp_path: Path, old: str, new: str, message: str
 ) -> None:
-    folder = _copy_task(answer_task, tmp_path)
-    _edit(folder, old, new)
+    folder = answer_copy(tmp_path / "task", (old, new), source=answer_task)
     with pytest.raises(TaskError) as info:
         load_task(folder)
     text = str(info.value)
@@ -122,8 +107,11 @@ def test_a_bad_task_file_is_refused_naming_file_and_field(
 def test_mlra_run_refuses_an_unreadable_evaluator_timeout_before_the_run(
     answer_task: Path, tmp_path: Path
 ) -> None:
-    folder = _copy_task(answer_task, tmp_path)
-    _edit(folder, 'timeout = "1m"\nsettings', 'timeout = "5x"\nsettings')
+    folder = answer_copy(
+        tmp_path / "task",
+        ('timeout = "1m"\nsettings', 'timeout = "5x"\nsettings'),
+        source=answer_task,
+    )
     done = mlra_cli(
         [
             "run",
@@ -163,9 +151,12 @@ def test_every_problem_of_a_task_file_is_named_through_mlra_run(tmp_path: Path) 
 
 def test_two_bad_values_are_both_named_in_words(answer_task: Path, tmp_path: Path) -> None:
     """Not "Value error, 'soon' is not a duration": pydantic's class of error is left out."""
-    folder = _copy_task(answer_task, tmp_path)
-    _edit(folder, 'timeout = "1m"\nsettings', 'timeout = "soon"\nsettings')
-    _edit(folder, '> answer.txt"\ntimeout = "1m"', '> answer.txt"\ntimeout = "later"')
+    folder = answer_copy(
+        tmp_path / "task",
+        ('timeout = "1m"\nsettings', 'timeout = "soon"\nsettings'),
+        ('> answer.txt"\ntimeout = "1m"', '> answer.txt"\ntimeout = "later"'),
+        source=answer_task,
+    )
     with pytest.raises(TaskError) as info:
         load_task(folder)
     lines = str(info.value).splitlines()

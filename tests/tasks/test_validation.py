@@ -7,7 +7,6 @@ test's; and the baseline agent's `--baseline-validate`."""
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from mlra.tasks.spec import ValidationSettings, builtin_task_dirs, load_task
 from mlra.tasks.validation import better, refusal
 from tests.conftest import (
     TEST_IMAGE,
+    answer_copy,
     deadline_inside_the_held_call,
     docker_address,
     docker_problem,
@@ -66,13 +66,7 @@ def _run(
 
 def _task_copy(answer_task: Path, tmp_path: Path, old: str, new: str) -> Path:
     """The answer task with one line of its `[validation]` changed."""
-    task = tmp_path / "task"
-    shutil.copytree(answer_task, task)
-    toml = task / "task.toml"
-    text = toml.read_text()
-    assert old in text
-    toml.write_text(text.replace(old, new))
-    return task
+    return answer_copy(tmp_path / "task", (old, new), source=answer_task)
 
 
 def _results(events: list[ev.Event], tool: str) -> list[ev.ToolResult]:

@@ -27,7 +27,7 @@ from mlra.tasks.spec import load_task
 from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.bwrap import isolation_problem
 from mlra.tools.sandbox.env import shown_interpreter
-from tests.conftest import ANSWER_TASK
+from tests.conftest import answer_copy
 
 PROBLEM = "these attacks need mlra to run as root" if os.geteuid() != 0 else isolation_problem()
 pytestmark = pytest.mark.skipif(PROBLEM is not None, reason=PROBLEM or "")
@@ -179,11 +179,9 @@ async def test_a_submission_the_grader_runs_is_confined_as_the_agent(
     task's own files it reads whatever their mode: test_grader_sandbox.py), and reads the
     shared Hugging Face cache through its own mirror, which it may write but the cache
     not (offline, the Hub's part of it not even its mirror: it reads it as it is)."""
-    task_dir = run_dir / "task"
-    shutil.copytree(ANSWER_TASK, task_dir)
-    toml = task_dir / "task.toml"
-    toml.write_text(toml.read_text().replace('"answer.txt"', '"answer.py"'))
-    (task_dir / "hidden" / "check.py").write_text(CHECK)
+    task_dir = answer_copy(
+        run_dir / "task", ('"answer.txt"', '"answer.py"'), files={"hidden/check.py": CHECK}
+    )
     hf = _shown(run_dir) / "hf"
     (hf / "hub").mkdir(parents=True)
     (hf / "hub" / "model.txt").write_text("shared\n")

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.docker_exec import STDIN_DIR
 from mlra.tools.sandbox.docker_stdin import stdin_folder_of
 from mlra.tools.sandbox.volume_users import loop_mounts
-from tests.conftest import TEST_IMAGE
+from tests.conftest import ANSWER_RECIPE, TEST_IMAGE, answer_copy
 
 WRITER = "i=0; while :; do i=$((i+1)); echo $i >> log; echo $i > /proc/1/fd/1; sleep 0.005; done"
 """Counts into the workspace's `log`, and after each line into the container's own log
@@ -30,14 +29,8 @@ WRITER = "i=0; while :; do i=$((i+1)); echo $i >> log; echo $i > /proc/1/fd/1; s
 
 
 def _writer_task(answer_task: Path, tmp_path: Path) -> Path:
-    task = tmp_path / "task"
-    shutil.copytree(answer_task, task)
-    toml = task / "task.toml"
-    text = toml.read_text()
-    start = text.index('command = "python -c')
-    end = text.index("\n", start)
-    toml.write_text(text[:start] + f"command = {WRITER!r}".replace("'", '"') + text[end:])
-    return task
+    writer = f"command = {WRITER!r}".replace("'", '"')
+    return answer_copy(tmp_path / "task", (ANSWER_RECIPE, writer), source=answer_task)
 
 
 def _counts(chunks: list[bytes]) -> list[int]:
@@ -131,22 +124,20 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
 
 def _search_task(answer_task: Path, tmp_path: Path) -> Path:
     """The answer task with two recipe variants, each a few seconds long."""
-    task = tmp_path / "search-task"
-    shutil.copytree(answer_task, task)
-    toml = task / "task.toml"
-    text = toml.read_text().replace("max_calls = 2", "max_calls = 10")
-    text = text.replace('min_interval = "1h"', 'min_interval = "1s"')
-    text = text.replace(
-        'submit = "answer.txt"\n',
-        'submit = "answer.txt"\nvars = { n = "7" }\nvariants = [{}, { n = "8" }]\n',
-        1,
+    return answer_copy(
+        tmp_path / "search-task",
+        ("max_calls = 2", "max_calls = 10"),
+        ('min_interval = "1h"', 'min_interval = "1s"'),
+        (
+            'submit = "answer.txt"\n',
+            'submit = "answer.txt"\nvars = { n = "7" }\nvariants = [{}, { n = "8" }]\n',
+        ),
+        (
+            'command = "python -c \\"print(6 * 7)\\"',
+            'command = "sleep 3; python3 -c \\"print(6 * {n})\\"',
+        ),
+        source=answer_task,
     )
-    text = text.replace(
-        'command = "python -c \\"print(6 * 7)\\"',
-        'command = "sleep 3; python3 -c \\"print(6 * {n})\\"',
-    )
-    toml.write_text(text)
-    return task
 
 
 @pytest.mark.slow

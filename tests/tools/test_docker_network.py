@@ -4,14 +4,13 @@ test engine's dockerd runs with --bridge=none, as docker/test-engine.sh says).""
 from __future__ import annotations
 
 import asyncio
-import shutil
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
-from tests.conftest import TEST_IMAGE, mlra_cli
+from tests.conftest import TEST_IMAGE, answer_copy, mlra_cli
 
 
 @pytest.fixture
@@ -32,10 +31,7 @@ def test_a_network_task_is_refused_where_the_engine_has_no_bridge(
     from mlra.tools.sandbox.docker_preflight import DockerUnavailable
     from mlra.tools.sandbox.docker_sandbox import DockerSandbox
 
-    task = tmp_path / "task"
-    shutil.copytree(answer_task, task)
-    toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace("network = false", "network = true"))
+    task = answer_copy(tmp_path / "task", ("network = false", "network = true"), source=answer_task)
     proc = mlra_cli(
         ["run", str(task), "--model", "baseline", "--no-tui", "--runs-dir", str(tmp_path / "runs"),
          "--sandbox", "docker", "--image", TEST_IMAGE],

@@ -11,7 +11,6 @@ all CUDA goes by."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,7 +24,7 @@ from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.tools.sandbox import gpu_inventory
 from mlra.tools.sandbox.gpu_inventory import Gpu, host_gpus, machine_gpus, usable_gpus
-from tests.conftest import SECRET_ENV, mlra_cli
+from tests.conftest import SECRET_ENV, answer_copy, mlra_cli
 
 GRADER = """
 import json, os, sys
@@ -42,18 +41,16 @@ out.write_text(json.dumps({"score": float(good), "metrics": {}}))
 def _gpu_task(answer_task: Path, tmp_path: Path, gpus: int) -> Path:
     """The answer task needing `gpus` GPUs, whose recipe and grader write down the GPUs
     they were told."""
-    task = tmp_path / "task"
-    shutil.copytree(answer_task, task)
-    (task / "hidden" / "check.py").write_text(GRADER)
-    toml = task / "task.toml"
-    text = toml.read_text()
-    text = text.replace("network = false", f"network = false\ngpus = {gpus}")
-    text = text.replace(
-        'command = "python -c',
-        'command = "echo $CUDA_VISIBLE_DEVICES/$CUDA_DEVICE_ORDER > seen.txt; python -c',
+    return answer_copy(
+        tmp_path / "task",
+        ("network = false", f"network = false\ngpus = {gpus}"),
+        (
+            'command = "python -c',
+            'command = "echo $CUDA_VISIBLE_DEVICES/$CUDA_DEVICE_ORDER > seen.txt; python -c',
+        ),
+        files={"hidden/check.py": GRADER},
+        source=answer_task,
     )
-    toml.write_text(text)
-    return task
 
 
 def _run(task: Path, tmp_path: Path, *flags: str, host: str | None) -> Path:

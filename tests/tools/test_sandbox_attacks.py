@@ -47,9 +47,9 @@ from mlra.agent.record.eventlog import read_events
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
 from tests.conftest import (
-    ANSWER_TASK,
     TEST_IMAGE,
     TEST_SOCKET,
+    answer_copy,
     docker_address,
     docker_problem,
     mlra_cli,
@@ -238,15 +238,13 @@ def _make_scene(monkeypatch: pytest.MonkeyPatch) -> Scene:
         "./.env": f"cwd-dotenv-secret-{t}",
     }
     c = scene.canaries
-    shutil.copytree(ANSWER_TASK, scene.task)
-    (scene.hidden / "secret.txt").write_text(c["hidden test data"] + "\n")
-    (scene.hidden / "check.py").write_text(CHECK_PY)
-    toml = scene.task / "task.toml"
-    toml.write_text(
-        toml.read_text().replace(
+    answer_copy(
+        scene.task,
+        (
             'settings = { script = "hidden/check.py" }',
             'settings = { script = "hidden/check.py", args = ["0"] }',
-        )
+        ),
+        files={"hidden/secret.txt": c["hidden test data"] + "\n", "hidden/check.py": CHECK_PY},
     )
     scene.workspace.mkdir(parents=True)
     shutil.copy2(scene.task / "starter" / "question.txt", scene.workspace / "question.txt")
