@@ -58,8 +58,20 @@ async def cut_once_it_runs(controller: RunController, attempt: str) -> None:
     cut(controller, attempt)
 
 
-async def until_it_wrote(runs: Path, attempt: str) -> None:
-    """Returns once the attempt's workspace holds its answer.txt."""
+async def until_it_wrote(runs: Path, attempt: str, answer: str | None = None) -> None:
+    """Returns once the attempt's workspace holds its answer.txt; `answer`: one that
+    says that (a child's workspace holds its parent's answer from the moment it is
+    copied, before the child runs)."""
+
+    def written() -> bool:
+        for path in runs.glob(f"*/attempts/{attempt}/workspace/answer.txt"):
+            try:
+                if answer is None or path.read_text().strip() == answer:
+                    return True
+            except OSError:
+                continue
+        return False
+
     async with asyncio.timeout(120):
-        while not any(runs.glob(f"*/attempts/{attempt}/workspace/answer.txt")):  # noqa: ASYNC110
+        while not written():  # noqa: ASYNC110
             await asyncio.sleep(0.02)

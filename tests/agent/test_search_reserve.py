@@ -15,7 +15,6 @@ from mlra.agent.run.controller import RunController
 from mlra.console.text.attempt_lines import attempt_started_line
 from mlra.tasks.spec import load_task
 from tests.agent.cut_attempts import (
-    CUT_S,
     cut,
     cut_once_it_runs,
     events_of,
@@ -90,24 +89,12 @@ async def test_the_last_wave_ends_before_the_runs_deadline_with_time_to_validate
     """Two attempts in 60 s: a2, the last, worked on past its share. Its share was all
     the run had left, so the run's deadline stopped it and graded a1 ("finished
     (deadline)"). Now its share ends the reserve before the run's deadline, measured on
-    a1's validation: a2 is validated in it, and the greedy policy submits it. Once a2
-    wrote its answer, the run's and a2's clocks are moved on together to CUT_S before
-    a2's limit (the shares are what they were at its start), so the test does not sit
-    out the minute."""
+    a1's validation: a2 is validated in it, and the greedy policy submits it. On the
+    real clock (57 s): moving the run's and a2's limits on once a2 runs raced a2's own
+    watch of its limit, which then ended it with the run's reserve spent."""
     task = writes_then_works_on(answer_task, tmp_path, '[{}, { n = "42", s = "100" }]')
     controller = greedy_search(task, tmp_path, 2, time_limit_s=60, attempt_min_s=5)
-
-    async def on_to_a2s_limit_once_it_wrote(controller: RunController) -> None:
-        await until_it_wrote(tmp_path / "runs", "a2")
-        a2 = controller.attempts.child("a2")
-        assert a2 is not None
-        skipped = a2.clock.remaining() - CUT_S
-        a2.clock.limit_s -= skipped
-        controller.clock.limit_s -= skipped
-
-    side = asyncio.ensure_future(on_to_a2s_limit_once_it_wrote(controller))
     result = await controller.run(agent_for)
-    await side
     events = events_of(controller.run_dir)
     started = {e.attempt: e for e in events if isinstance(e, ev.AttemptStarted)}
     finished = {e.attempt: e for e in events if isinstance(e, ev.AttemptFinished)}

@@ -294,9 +294,8 @@ async def run_evaluation(
     `split` says what it grades (the test split unless `validate` asks for the
     validation split or a format check); `timeout_s`, where shorter than the
     evaluator's, bounds it (a validation never outlives the run's deadline); a
-    `TimeOut`, a validation's, which its run may raise, is kept (the run raises that
-    very object) but capped at the evaluator's own, as a number is: taken as it was,
-    one longer than the evaluator's let the grading run on past its own limit.
+    `TimeOut` (a validation's, which its run may raise) is kept but capped at the
+    evaluator's own: taken as it was, a longer one let the grading run on past it.
     Never raises for bad artifacts. The process runs in a sandbox of its own
     (bubblewrap: no network unless the task has it, the host read-only, only
     `work_dir` writable; where none can be had it runs unconfined: `isolation: none`).
@@ -306,9 +305,8 @@ async def run_evaluation(
     `run_group`: a validating run's cgroup, the grader's parent: the grader holds what
     the agent made (a 400 MB answer), so it draws on the run's budget, not beside it.
     `disk_mb`: the run's `--disk` (0: none; None: not given), which the grader's scratch
-    quota follows as the agent's workspace does (grader_user.grader_disk). Without it,
-    the quota, chosen from the space free, takes half what is left where sandboxes set up
-    meanwhile took the rest (a grading was refused, its volume past the disk's reserve).
+    quota follows as the agent's workspace does (grader_user.grader_disk); without it,
+    half what is left where sandboxes set up meanwhile took the space it was chosen from.
     """
     from mlra.tools.sandbox.gpu_inventory import host_gpus
     from mlra.tools.sandbox.local import LocalSandbox
@@ -403,8 +401,7 @@ async def run_evaluation(
                 reader.close()
     finally:
         with contextlib.suppress(Exception):
-            # a cancelled hand-over's walk ended, its overlays gone (a second cancel while
-            # it ends must not skip the close below: the volume, the uid, the artifact)
+            # a cancelled hand-over's overlays gone; a second cancel skips no close below
             await finish_despite_cancel(handing.ended())
             await box.stop_processes()
             if mirrors is not None:  # before the volume is carried back: not carried
