@@ -286,10 +286,8 @@ async def run_evaluation(
     run_group: RunGroup | None = None,
     disk_mb: int | None = None,
 ) -> EvalOutcome:
-    """Run the task's evaluator on `artifact` in a fresh, confined process.
-
-    `on_progress` gets the evaluator's latest output line now and then as it grades
-    (tasks/evaluators/progress.py).
+    """Run the task's evaluator on `artifact` in a fresh, confined process. `on_progress`
+    gets its latest output line now and then as it grades (evaluators/progress.py).
 
     `split` says what it grades (the test split unless `validate` asks for the
     validation split or a format check); `timeout_s`, where shorter than the
@@ -305,9 +303,8 @@ async def run_evaluation(
     `run_group`: a validating run's cgroup, the grader's parent: the grader holds what
     the agent made (a 400 MB answer), so it draws on the run's budget, not beside it.
     `disk_mb`: the run's `--disk` (0: none; None: not given), which the grader's scratch
-    quota follows as the agent's workspace does (grader_user.grader_disk); without it,
-    half what is left where sandboxes set up meanwhile took the space it was chosen from.
-    """
+    quota follows as the agent's workspace does (grader_user.grader_disk); a default one,
+    half what is left where sandboxes set up meanwhile took the space it was chosen from."""
     from mlra.tools.sandbox.gpu_inventory import host_gpus
     from mlra.tools.sandbox.local import LocalSandbox
 
@@ -329,7 +326,7 @@ async def run_evaluation(
     spec.draw_on(run_group)
     disk = grader_disk(task, work_dir, disk_mb)
     spec.disk_mb = disk.mb if disk.mb is not None else NO_LIMIT
-    spec.disk_shrinks = disk_mb is None  # chosen from the space free: others may take it first
+    spec.disk_shrinks = disk_mb is None and not task.resources.disk_gb  # of the space free
     spec.limit_sources["disk_mb"] = disk.source
     mirrors, copies = None, None
     if run_uid.wanted() and isolation != "none":  # a uid of its own: the caches are root's

@@ -132,8 +132,8 @@ class WorkspaceVolume:
         if (left := stale_at(self.workspace)) is not None:
             raise VolumeFailed(
                 f"a killed mlra's volume ({left.name}) is still mounted at the workspace and "
-                "still in use (by a container, or a process the killed mlra left running); "
-                "the run goes on in it"
+                "still in use (by a container, or a process working in it: one the killed "
+                "mlra left running, or a shell in that folder); the run goes on in it"
             )
         image = folder / f".{self.workspace.name}.{TAG}-{os.getpid()}-{secrets.token_hex(4)}.img"
         try:

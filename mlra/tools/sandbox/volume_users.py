@@ -71,33 +71,40 @@ def used_elsewhere(image: Path, points: list[Path]) -> bool:
     return False
 
 
-def held_here(image: Path) -> bool:
-    """Whether a process other than this one works in the volume's file system (its
-    current or root folder, its program or an open file there): a killed mlra's
-    grader or command run unconfined (`--isolation none`), in this mount namespace, so
-    `used_elsewhere` cannot tell. Carried back under it, the volume was detached lazily
-    with the process still in it: what it wrote after the copy was lost, and its
-    `evaluator.json` (tasks/evaluators/stale.py) was off the path until the copy got to
-    it, so a grading begun then did not find, nor end, the grader still running."""
-    device = loop_device(image)
-    if device is None:
+def held_here(points: list[Path]) -> bool:
+    """Whether a process other than this one works in the volume mounted at `points`
+    (its current or root folder, its program or an open file there): a killed mlra's
+    grader or command run unconfined (`--isolation none`), or a shell left in the
+    folder, in this mount namespace, so `used_elsewhere` cannot tell. Carried back
+    under it, the volume was detached lazily with the process still in it: what it
+    wrote after the copy was lost, and its `evaluator.json` (tasks/evaluators/stale.py)
+    was off the path until the copy got to it, so a grading begun then did not find,
+    nor end, the grader still running. Read with `readlink`, which procfs answers from
+    its own records: a `stat` would ask each file's own file system, and hang on a
+    process's file on a hung FUSE or NFS mount."""
+    roots = [str(p) for p in points]
+    if not roots:
         return False
+    me = str(os.getpid())
     try:
-        dev = os.stat(device).st_rdev
-        pids = [p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+        pids = [p for p in os.listdir("/proc") if p.isdigit() and p != me]
     except OSError:
         return False
+
+    def inside(link: str) -> bool:
+        try:
+            target = os.readlink(link)
+        except OSError:
+            return False
+        return any(target == r or target.startswith(r + "/") for r in roots)
+
     for pid in pids:
         try:
             fds = [f"fd/{n}" for n in os.listdir(f"/proc/{pid}/fd")]
         except OSError:
             fds = []  # gone meanwhile, or a zombie: holds nothing
-        for entry in ("cwd", "root", "exe", *fds):
-            try:
-                if os.stat(f"/proc/{pid}/{entry}").st_dev == dev:
-                    return True
-            except OSError:
-                continue
+        if any(inside(f"/proc/{pid}/{entry}") for entry in ("cwd", "root", "exe", *fds)):
+            return True
     return False
 
 
@@ -107,8 +114,10 @@ def still_used(image: Path, points: list[Path], *, patient: bool) -> bool:
     seconds, since a sandbox being set up elsewhere holds a copy of every mount for a
     moment, and the caller would otherwise start on top of a volume it could have
     settled."""
+    if held_here(points):  # not a moment's copy: no looking again
+        return True
     for _ in range(20 if patient else 1):
-        if not used_elsewhere(image, points) and not held_here(image):
+        if not used_elsewhere(image, points):
             return False
         if patient:
             time.sleep(0.1)
