@@ -23,6 +23,12 @@ from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
 
 
+def step_words(state: RunState) -> str:
+    """What the run's numbered steps are: a worker's, or in a search the search's own
+    actions (its attempts' workers number their steps in their own logs)."""
+    return "search step" if state.searches or state.attempts else "worker step"
+
+
 class ReplayStatusBar(StatusBar):
     _replayed: tuple[RunState, ReplayModel, str | None] | None = None
 
