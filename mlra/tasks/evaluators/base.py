@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.lazy_load import load
+from mlra.tasks.evaluators import graders_running
 from mlra.tasks.evaluators.grader_files import TaskCopies
 from mlra.tasks.evaluators.grader_user import (
     Mirrors,
@@ -343,6 +344,7 @@ async def run_evaluation(
     try:
         try:
             await box.start()
+            graders_running.started(box)  # the run's sampler counts its processes
             await hand_over(artifact, mirrors, box.host_uid)  # undone where cancelled
         except SandboxError as exc:
             return EvalOutcome(
@@ -396,6 +398,7 @@ async def run_evaluation(
             with contextlib.suppress(Exception):
                 reader.close()
     finally:
+        graders_running.ended(box)
         with contextlib.suppress(Exception):
             await box.stop_processes()
             if mirrors is not None:  # before the volume is carried back: not carried
