@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -255,11 +256,19 @@ class RunValidator:
         inherited, unchanged; None: its own (or none there)."""
         if not self.inherited:
             return None
+        digest = self.digest(path)
+        return None if digest is None else self.inherited.get(digest)
+
+    def digest(self, path: str) -> str | None:
+        """The digest the artifact at `path` would be validated under (None: unreadable,
+        or neither a file nor a folder: a pipe's read would wait for a writer forever)."""
         try:
-            digest, _ = artifact_digest(self.workspace / path)
+            kind = os.stat(self.workspace / path).st_mode
+            if not (stat.S_ISREG(kind) or stat.S_ISDIR(kind)):
+                return None
+            return artifact_digest(self.workspace / path)[0]
         except OSError:
             return None
-        return self.inherited.get(digest)
 
     def not_own(self, path: str, whose: str) -> str:
         """Why an inherited artifact is not validated, told to the agent and recorded

@@ -107,3 +107,60 @@ async def test_a_searching_runs_sample_holds_its_attempts_commands(tmp_path: Pat
         await asyncio.gather(command, return_exceptions=True)
         await attempt.close()
         await own.close()
+
+
+BUSY_GRADER = """
+import json, sys, time
+from pathlib import Path
+out = Path(sys.argv[3])
+end = time.monotonic() + 60
+while not Path(STOP).exists() and time.monotonic() < end:
+    sum(range(100_000))
+out.write_text(json.dumps({"score": 1.0}))
+"""
+
+
+async def test_a_runs_sample_holds_its_graders_processes(tmp_path: Path, answer_task: Path) -> None:
+    """While a validation is graded the agent only waits on its grader, which runs in a
+    sandbox of its own: the run's figures are the grader's, so a run that grades does
+    not read as idle (`Run cpu 0%` through a minute of grading)."""
+    from mlra.tasks.evaluators.base import run_evaluation
+    from mlra.tasks.evaluators.graders_running import graders_in
+    from mlra.tasks.spec import load_task
+    from tests.conftest import answer_task_as
+
+    task_dir = answer_task_as(
+        answer_task,
+        tmp_path,
+        "busy-grader",
+        ('settings = { script = "hidden/check.py" }', 'settings = { script = "hidden/busy.py" }'),
+    )
+    stop = tmp_path / "stop"  # unconfined (isolation none): the grader sees it
+    (task_dir / "hidden" / "busy.py").write_text(f"STOP = {str(stop)!r}\n" + BUSY_GRADER)
+    run_dir = tmp_path / "run"
+    (run_dir / "workspace").mkdir(parents=True)
+    (run_dir / "workspace" / "answer.txt").write_text("42\n")
+    own = LocalSandbox(run_dir / "workspace", SandboxSpec(), isolation_mode="none")
+    monitor = ResourceMonitor(run_dir / "workspace", sandbox=own)
+    work_dir = run_dir / "validations" / "1" / "evaluation"
+    grading = asyncio.create_task(
+        run_evaluation(
+            load_task(task_dir), run_dir / "workspace" / "answer.txt", work_dir, isolation="none"
+        )
+    )
+    try:
+        seen = monitor.sample()
+        deadline = time.monotonic() + 30
+        while (seen.run_cpu_percent or 0) < 20 and time.monotonic() < deadline:
+            await asyncio.sleep(0.3)
+            seen = monitor.sample()
+        assert graders_in(run_dir), "the grader never started"
+        assert (seen.run_cpu_percent or 0) >= 20, seen
+        assert seen.run_processes is not None and seen.run_processes >= 1
+    finally:
+        stop.write_text("")
+        outcome = await grading
+        await own.close()
+    assert outcome.ok, outcome.error
+    assert not graders_in(run_dir)
+    assert monitor.sample().run_processes == 0

@@ -22,6 +22,7 @@ from tests.agent.cut_attempts import (
     writes_then_works_on,
 )
 from tests.agent.test_search import _scripted_search, greedy_search, sleeping_variant_task
+from tests.conftest import answer_task_as
 from tests.scripts import call, turn
 
 
@@ -232,3 +233,93 @@ async def test_an_attempt_at_its_limit_with_no_run_time_left_says_it_had_an_arti
         "out of time",
         "its time limit was reached before a validation scored it",
     )
+
+
+async def test_an_attempt_that_validated_its_artifact_is_not_validated_again_at_its_limit(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker validated answer.txt, then worked on past its attempt's limit with the
+    answer unchanged: its closing validation graded the same bytes a second time, the
+    run's reserve spent for nothing. Now the attempt ends on the validation it has, and
+    its log says why none followed."""
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Write 42", time_limit=8)),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("validate", path="answer.txt")),
+            turn("", call("bash", command="sleep 100", timeout=300)),  # the deadline
+            turn("", call("bash", command="sleep 100", timeout=300)),
+        ],
+    }
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1, attempt_min_s=5
+    )
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation.ok and validation.score == 0.5
+    said = [e.message for e in own if isinstance(e, ev.Notice)]
+    assert any("it had validated, unchanged since: not validated again" in m for m in said), said
+    assert not any(e.kind == "validating_at_limit" for e in own if isinstance(e, ev.Notice))
+    events = events_of(controller.run_dir)
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+SLOW_FIRST = """
+import runpy, sys, time
+from pathlib import Path
+if not Path(MARK).exists():  # the first grading: slower than the attempt's time left
+    Path(MARK).write_text("")
+    time.sleep(60)
+runpy.run_path(CHECK, run_name="__main__")
+"""
+
+
+async def test_a_validation_cut_at_an_attempts_limit_is_said_to_start_again(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker's validation was still grading when its attempt's limit cut it: the
+    closing validation grades the artifact again from its start, and its notice says
+    so (and how long the cut one had run) rather than reading as a first try."""
+    task_dir = answer_task_as(
+        answer_task,
+        tmp_path,
+        "answer",
+        (
+            'settings = { script = "hidden/check.py", args',
+            'settings = { script = "hidden/slow_first.py", args',
+        ),
+    )
+    check = task_dir / "hidden" / "check.py"
+    (task_dir / "hidden" / "slow_first.py").write_text(
+        f"MARK = {str(tmp_path / 'graded-once')!r}\nCHECK = {str(check)!r}\n" + SLOW_FIRST
+    )
+    script = {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Write 42", time_limit=8)),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("validate", path="answer.txt")),  # cut by the limit
+            turn("", call("bash", command="sleep 100", timeout=300)),
+        ],
+    }
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", task_dir, script, search="llm", attempts=1, attempt_min_s=5
+    )
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    (notice,) = [e for e in own if isinstance(e, ev.Notice) and e.kind == "validating_at_limit"]
+    assert "validating it again from the start (its validation cut at the limit after" in (
+        notice.message
+    ), notice.message
+    cut = next(e for e in own if isinstance(e, ev.ToolResult) and e.tool == "validate")
+    assert not cut.ok and cut.seq < notice.seq
+    (closing,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert closing.ok and closing.score == 0.5

@@ -190,6 +190,7 @@ async def test_quit_while_grading_leaves_once_graded_and_says_so(
         await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
         asked = " ".join(str(s.render()) for s in run.app.screen.query(Static))
         assert "leaves once its grade is in" in asked and "without evaluation" not in asked
+        assert "mlra run --no-tui" in asked and "mlra attach" in asked  # how to be free to go
         await run.pilot.press("y")
         await run.shown(lambda app: not isinstance(app.screen, ConfirmScreen))
         assert run.watch.count(is_(ev.Control, action="quit")) == 0

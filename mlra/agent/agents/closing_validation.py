@@ -20,6 +20,7 @@ import time
 from mlra import events as ev
 from mlra.agent.loop.attempt_finish import AT_LIMIT
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.record.eventlog import EVENTS_FILE, read_events
 from mlra.agent.run.controller import RunController
 from mlra.durations import format_duration
 from mlra.tasks.validation import RunValidator
@@ -68,6 +69,25 @@ async def validate_at_limit(
     if whose is not None:  # only what it began with (a child cut short): not its own
         validator.not_own(artifact, whose)
         return
+    same, cut_s = await asyncio.to_thread(_validations_of, ctl, validator, artifact)
+    if any(v.ok for v in same):
+        # Validated already as it is: a second grading would score the same bytes again.
+        ctl.append(
+            ev.Notice(
+                level="info",
+                message=f"its time limit was reached with the {artifact} it had validated, "
+                "unchanged since: not validated again",
+            )
+        )
+        return
+    # A grader the limit killed keeps nothing to go on from: the closing validation
+    # grades from the start, and says so rather than reading as a first try.
+    again = (
+        f" again from the start (its validation cut at the limit after "
+        f"{format_duration(cut_s)} left nothing to go on from)"
+        if cut_s is not None
+        else ""
+    )
     left = (ctl.closing_left() if ctl.closing_left is not None else 0.0) - STOP_MARGIN_S
     if left < 1.0:
         ctl.append(
@@ -82,7 +102,7 @@ async def validate_at_limit(
     ctl.append(
         ev.Notice(
             level="info",
-            message=f"{AT_LIMIT} {artifact} in its workspace: validating it, within the "
+            message=f"{AT_LIMIT} {artifact} in its workspace: validating it{again}, within the "
             f"{format_duration(left)} the run has left",
             kind="validating_at_limit",
         )
@@ -93,3 +113,23 @@ async def validate_at_limit(
         await closing_validation(ctl, role, registry, validator, path, step=ctl.state.steps + 1)
     finally:
         ctl.clock.pause()
+
+
+def _validations_of(
+    ctl: RunController, validator: RunValidator, artifact: str
+) -> tuple[list[ev.Validation], float | None]:
+    """The attempt's validations of the artifact as its workspace holds it now (the same
+    digest), oldest first; and how long its last `validate` call had run where the
+    limit cut it (the run's end kills a call before it records a validation)."""
+    digest = validator.digest(artifact)
+    same = [v for v in ctl.state.validations if digest is not None and v.sha256 == digest]
+    results = [
+        e
+        for e in read_events(ctl.run_dir / EVENTS_FILE)
+        if isinstance(e, ev.ToolResult) and e.tool == "validate"
+    ]
+    last = results[-1] if results else None
+    if last is not None and not last.ok and (last.error or "").startswith("killed"):
+        return same, last.duration_s
+    timed_out = next((v for v in reversed(same) if v.out_of_time), None)  # its own time-out
+    return same, (timed_out.duration_s if timed_out is not None else None)

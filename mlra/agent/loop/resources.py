@@ -15,6 +15,7 @@ from typing import Any
 
 from mlra.agent.metrics.files import MAX_FILES, metric_file_kind
 from mlra.events import GpuSample, ResourceSample
+from mlra.tasks.evaluators.graders_running import graders_in
 from mlra.tools.sandbox.base import Sandbox, SandboxUsage
 from mlra.tools.sandbox.gpu_inventory import given_ids, named_indexes, nvml_uuid
 from mlra.tools.sandbox.run_group import RunGroup
@@ -171,7 +172,10 @@ class ResourceMonitor:
             sample.pool_processes = processes
         usage = self.sandbox.usage() if self.sandbox is not None else None
         boxes = self._attempt_boxes()
-        attempts = [pid for box in boxes for pid in box.command_pids()]
+        # The attempts' commands and the graders of the run's validations (its own and
+        # its attempts'): a run that waits on a validation works in its grader.
+        graders = graders_in(self.workspace.parent)
+        attempts = [pid for box in [*boxes, *graders] for pid in box.command_pids()]
         if usage is None:
             own = self.sandbox.command_pids() if self.sandbox else []
             self._commands.measure(sample, own + attempts)

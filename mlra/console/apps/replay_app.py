@@ -44,7 +44,12 @@ from mlra.console.panes.plan import PlanPane
 from mlra.console.panes.resources import ResourcesPane
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.panes.transcript_entries import ThoughtEntry
-from mlra.console.screens.replay_panes import ReplayStatusBar, ReplayTranscript, VerdictPanel
+from mlra.console.screens.replay_panes import (
+    ReplayStatusBar,
+    ReplayTranscript,
+    VerdictPanel,
+    step_words,
+)
 from mlra.console.screens.screens import ConfirmScreen, DiffScreen, HelpScreen, PromptScreen
 from mlra.console.text.keymap import ATTEMPT_VIEW_KEYS, ATTEMPTS_FOCUS_KEY, REPLAY_KEYS, bindings
 from mlra.console.text.replay import HistoryFiles, Mark, PlayUnit, ReplayModel
@@ -237,6 +242,7 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
 
     def action_goto_step(self) -> None:
         last = self.model.final.steps
+        step_of = step_words(self.model.final)
 
         def done(text: str | None) -> None:
             if not text:
@@ -247,11 +253,24 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
                 self.notify(f"{text!r} is not a step number", severity="error", markup=False)
                 return
             if self.model.goto_step(step) is None:
-                self.notify(f"the run has no worker step {step} (1–{last})", severity="error")
+                self.notify(f"the run has no {step_of} {step} (1–{last})", severity="error")
                 return
             self.show_cursor()
 
-        self.push_screen(PromptScreen(f"Go to worker step (1–{last})", "a step number"), done)
+        if step_of == "search step" and not last:
+            # An LLM search's own turns are its supervisor's, numbered as no one's step.
+            self.notify(
+                "this search numbers no steps of its own: its attempts' workers take the "
+                "steps, in their own transcripts (Enter on one in Attempts)",
+                severity="warning",
+            )
+            return
+        title, hint = f"Go to {step_of} (1–{last})", "a step number"
+        if step_of == "search step":
+            # Its steps are its own actions; its attempts' workers number theirs apart.
+            title += ", the search's own actions"
+            hint = "a number (an attempt's steps: Enter in Attempts)"
+        self.push_screen(PromptScreen(title, hint), done)
 
     def action_search(self) -> None:
         def done(query: str | None) -> None:
@@ -387,10 +406,10 @@ class ReplayApp(ReplayPlayback, MlraApp, inherit_bindings=False):
         shown = self.model.position().step
         command = f"`mlra fork {self.model.run_dir or 'RUN'} --at {step}`"
         if shown >= step:
-            question = f"Fork a new run at worker step {step}, before its action?"
+            question = f"Fork a new run at {step_words(self.state)} {step}, before its action?"
             detail = f"{command} starts a new run from the state before step {step}"
         else:
-            question = f"Fork a new run after worker step {shown}?"
+            question = f"Fork a new run after {step_words(self.state)} {shown}?"
             detail = f"{command} starts a new run from the state after step {shown}"
         again = (
             "the baseline agent runs its recipe on from that step"

@@ -194,6 +194,26 @@ class AttemptsPane(OptionList):
     def on_resize(self) -> None:
         if self._attempt_view is not None:
             self.call_after_refresh(self._reshow)
+        self.call_after_refresh(self._say_hidden)
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self._say_hidden()
+
+    def _say_hidden(self) -> None:
+        """The title says how many attempts the pane has no room for, above and below:
+        a pane squeezed by the replay's verdict or by a search of many attempts showed
+        some of them with nothing but a one-cell scrollbar to say others were there."""
+        if not self.is_attached:
+            return
+        rows = self.scrollable_content_region.height
+        top = round(self.scroll_y)
+        above, below = top, max(0, self.option_count - top - rows) if rows else 0
+        hidden = [f"{above} more ↑"] if above else []
+        hidden += [f"{below} more ↓"] if below else []
+        title = "Attempts" + (f" · {' · '.join(hidden)} (A, then ↑↓)" if hidden else "")
+        if title != self.border_title:
+            self.border_title = title
 
     def _reshow(self) -> None:
         if self._attempt_view is not None and self.is_attached:
@@ -241,6 +261,7 @@ class AttemptsPane(OptionList):
         subtitle = summary_line(tree)
         if subtitle != self.border_subtitle:
             self.border_subtitle = subtitle
+        self.call_after_refresh(self._say_hidden)  # once the rows are laid out
 
     def ticks(self, state: RunState) -> bool:
         """Whether a second's tick changes what the pane shows (a running attempt's time)."""

@@ -2,8 +2,9 @@
 command running, a call waiting for approval), the score, task and model.
 
 One line, whatever the terminal's width: what matters least is shortened or left
-out first (the model's name, then the task), so the phase, the score and the keys
-that get the user out stay whole at 80 columns.
+out first (the model's name first), so the phase, the score and the keys that get
+the user out stay whole at 80 columns. The run's name (its task) is shortened, not
+left out, before what the run is doing is: it says which run this console shows.
 """
 
 from __future__ import annotations
@@ -221,16 +222,26 @@ def _worker_held(state: RunState) -> list[Text]:
 
 @dataclass
 class Part:
-    """One piece of the line: its forms, longest first; a higher `rank` gives way first."""
+    """One piece of the line: its forms, longest first; a higher `rank` gives way first.
+    `then`: a part that gives way in stages at different ranks (the run's name is
+    shortened early, cut short only after what the run is doing, and left out last),
+    `then[i]` its rank once shortened i+1 times; the last one holds from there on."""
 
     forms: list[Text]
     rank: float
     droppable: bool = True
     at: int = field(default=0)
+    then: tuple[float, ...] = ()
 
     @property
     def text(self) -> Text:
         return self.forms[self.at]
+
+    @property
+    def rank_now(self) -> float:
+        if self.at == 0 or not self.then:
+            return self.rank
+        return self.then[min(self.at, len(self.then)) - 1]
 
 
 def fit(parts: list[Part], width: int) -> Text:
@@ -238,7 +249,7 @@ def fit(parts: list[Part], width: int) -> Text:
     the highest-ranked part is shortened first, then left out if it may be."""
     shown = list(parts)
     while sum(p.text.cell_len for p in shown) > width:
-        for part in sorted(shown, key=lambda p: -p.rank):
+        for part in sorted(shown, key=lambda p: -p.rank_now):
             if part.at + 1 < len(part.forms):
                 part.at += 1
                 break
@@ -301,6 +312,16 @@ def load_words(state: RunState) -> list[Text]:
     ]
 
 
+def run_name(state: RunState) -> Part:
+    """The run's name (its task), which says which run this is where several consoles
+    are open: shortened to 24 characters early on (after the console's own name and the
+    model), to 12 only once what the run is doing is at its shortest, and left out only
+    once the score is too, the phase and the way out staying whole."""
+    name = printable_line(state.task) or "…"
+    forms = [Text(f" {_clip(name, n)} ", style="bold") for n in (len(name), 24, 12)]
+    return Part([*forms, Text(" ")], rank=7, then=(3.8, 1.5))
+
+
 def glance(state: RunState, elapsed_s: float, *, unisolated: bool) -> list[Part]:
     """The three answers every console's top line gives at any width: how well (the
     final score with its verdict, or the best validated so far), how long, and that
@@ -308,7 +329,11 @@ def glance(state: RunState, elapsed_s: float, *, unisolated: bool) -> list[Part]
     parts: list[Part] = []
     if state.evaluation is not None:
         forms = [Text("  ") + t for t in score_texts(state.evaluation, unisolated=unisolated)]
-        parts.append(Part(forms, rank=2, droppable=False))
+        # The score's reasons (top, normalized, the success rule) give way before the
+        # run's name is cut (rank 7.5): its second form, where there is one, is the
+        # whole score without them (`score: ` still leads it; the shorter forms do not).
+        reasons = len(forms) > 1 and forms[1].plain.startswith("  score: ")
+        parts.append(Part(forms, rank=7.5 if reasons else 2, droppable=False, then=(2,)))
     else:
         best = best_so_far(state)
         if best:
@@ -349,10 +374,7 @@ class StatusBar(Static):
             label = "PAUSED · " + label
         parts = [
             Part([Text(" mlra ", style="bold white on grey23")], rank=9),
-            Part(
-                [Text(f" {printable_line(state.task) or '…'} ", style="bold"), Text(" ")],
-                rank=7,
-            ),
+            run_name(state),
             Part([Text(f"· {printable_line(state.model) or '…'} ")], rank=8),
             Part(
                 [Text(f" {label} ", style=style), Text(f" {label.split(' · ')[-1]} ", style=style)],
@@ -380,7 +402,11 @@ class StatusBar(Static):
             )
         doing = activity(state, elapsed)
         if doing:
-            parts.append(Part([Text(" ") + t for t in doing], rank=4))
+            # Shortened before the keys' hint gives way (5); its shortest form is left
+            # out only once the run's name is down to 12 characters (3.8).
+            stages = (5.5,) * (len(doing) - 2) + (3.6,)
+            rank = 5.5 if len(doing) > 1 else 3.6
+            parts.append(Part([Text(" ") + t for t in doing], rank=rank, then=stages))
         hint = HINTS.get(state.phase)
         if hint:
             keep = state.phase in ("finished", "stopped", "error")  # the way out

@@ -15,12 +15,18 @@ from textual.widgets import Static
 from mlra.agent.record.attempt_tree import summary_of
 from mlra.agent.record.state import RunState
 from mlra.console.panes import redraw
-from mlra.console.panes.status import PHASES, Part, StatusBar, fit, glance
+from mlra.console.panes.status import PHASES, Part, StatusBar, fit, glance, run_name
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.text.event_lines import score_line
 from mlra.console.text.replay import ReplayModel
 from mlra.durations import format_duration
 from mlra.terminal_text import printable_line
+
+
+def step_words(state: RunState) -> str:
+    """What the run's numbered steps are: a worker's, or in a search the search's own
+    actions (its attempts' workers number their steps in their own logs)."""
+    return "search step" if state.searches or state.attempts else "worker step"
 
 
 class ReplayStatusBar(StatusBar):
@@ -39,7 +45,7 @@ class ReplayStatusBar(StatusBar):
         label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
         parts = [
             Part([Text(" mlra ", style="bold white on grey23")], rank=9),
-            Part([Text(f" {printable_line(state.task) or '…'} ", style="bold"), Text(" ")], rank=7),
+            run_name(state),
             Part([Text(f"· {printable_line(state.model) or '…'} ")], rank=8),
             Part([Text(" REPLAY ", style="black on medium_purple1")], rank=0, droppable=False),
         ]
@@ -56,7 +62,9 @@ class ReplayStatusBar(StatusBar):
                     ),
                     Text(f" step {pos.step}/{pos.steps} ", style="bold"),
                 ],
-                rank=1,  # where the cursor is: the last to give way, after the score
+                # Where the cursor is: shortened last, after the score, left whole
+                # only before the run's name is left out (1.5).
+                rank=1.6,
             )
         )
         parts.append(

@@ -277,7 +277,11 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
         """The agent has submitted and the grader runs in this process: quitting cannot
         stop the run unevaluated, as the plain question says (a quit then was logged,
         the grading went on and the run ended finished, with its score). Leaving once
-        the grade is in keeps the score the run was for."""
+        the grade is in keeps the score the run was for. No detach: the run and its
+        grader are this app's worker, on its event loop, so leaving ends the process
+        (forking it mid-grading, with the grader's sandbox and threads, is not safe); a
+        headless run is the one a console leaves (`mlra attach`, q), and the question
+        says so."""
 
         def done(yes: bool | None) -> None:
             if not yes:
@@ -292,7 +296,9 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
             ConfirmScreen(
                 "Quit once graded?",
                 "The submission is being graded here: the console leaves once its grade is "
-                "in, and the run ends with its score.",
+                "in, and the run ends with its score. This console's process is the run's, "
+                "so it cannot leave the grading behind; a run started headless "
+                "(mlra run --no-tui) can be left at any time: mlra attach watches it, q detaches.",
             ),
             done,
         )

@@ -121,7 +121,7 @@ REPLAY_KEYS: list[Key] = [
     Key("left_square_bracket", "prev_step", "Step back", "Go back to the previous agent step."),
     Key("n", "next_step", "Next step", "Go to the next agent step (as ]).", footer=False),
     Key("p", "prev_step", "Previous step", "Go back one agent step (as [).", footer=False),
-    Key("g", "goto_step", "Go to", "Jump to a worker step by its number."),
+    Key("g", "goto_step", "Go to", "Jump to a step by its number (in a search, its own)."),
     Key("t", "next_mark('tool')", "Tool", "Go to the next tool call."),
     Key(
         "T",

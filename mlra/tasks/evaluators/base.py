@@ -33,6 +33,7 @@ from pydantic import BaseModel, Field
 from mlra import events as ev
 from mlra.durations import parse_duration
 from mlra.lazy_load import load
+from mlra.tasks.evaluators import graders_running
 from mlra.tasks.evaluators.grader_files import TaskCopies, copied
 from mlra.tasks.evaluators.grader_user import (
     Mirrors,
@@ -177,8 +178,7 @@ def evaluation_env(task: TaskSpec) -> dict[str, str]:
     ):
         if passthrough in os.environ:
             env[passthrough] = os.environ[passthrough]
-    if "HF_HOME" not in env:
-        # HOME is a fresh one inside, so the user's cache must be named to be found.
+    if "HF_HOME" not in env:  # HOME is a fresh one inside: the user's cache is named
         default_cache = Path.home() / ".cache" / "huggingface"
         if default_cache.is_dir():
             env["HF_HOME"] = str(default_cache)
@@ -344,6 +344,7 @@ async def run_evaluation(
     try:
         try:
             await box.start()
+            graders_running.started(box)  # the run's sampler counts its processes
             await hand_over(artifact, mirrors, box.host_uid, handing)  # undone if cancelled
         except SandboxError as exc:
             return EvalOutcome(
@@ -392,11 +393,11 @@ async def run_evaluation(
             if flushing is not None:
                 flushing.cancel()
         if reader is not None:
-            # Where the evaluator got to, before its score; a display that fails here
-            # must not fail the grading (the output's own callback is guarded alike).
+            # Where it got to, before its score; a display failing must not fail grading.
             with contextlib.suppress(Exception):
                 reader.close()
     finally:
+        graders_running.ended(box)
         with contextlib.suppress(Exception):
             # a cancelled hand-over's overlays gone; a second cancel skips no close below
             await finish_despite_cancel(handing.ended())
