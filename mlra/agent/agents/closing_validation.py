@@ -121,7 +121,8 @@ def _validations_of(
     """The attempt's validations of the artifact as its workspace holds it now (the same
     digest), oldest first; and how long its last `validate` call had run where the
     limit cut it (the run's end kills a call before it records a validation)."""
-    digest = validator.digest(artifact)
+    # Hashed only where there is a validation to match: a first one would hash it twice.
+    digest = validator.digest(artifact) if ctl.state.validations else None
     same = [v for v in ctl.state.validations if digest is not None and v.sha256 == digest]
     results = [
         e
