@@ -15,6 +15,7 @@ NoticeKind = Literal[
     "log_budget",
     "inherited_artifact",
     "validating_at_limit",
+    "validated_unchanged",
     "no_time_to_validate",
     "short_share",
     "root_outside",

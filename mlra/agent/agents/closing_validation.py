@@ -77,6 +77,7 @@ async def validate_at_limit(
                 level="info",
                 message=f"its time limit was reached with the {artifact} it had validated, "
                 "unchanged since: not validated again",
+                kind="validated_unchanged",
             )
         )
         return
@@ -121,14 +122,16 @@ def _validations_of(
     """The attempt's validations of the artifact as its workspace holds it now (the same
     digest), oldest first; and how long its last `validate` call had run where the
     limit cut it (the run's end kills a call before it records a validation)."""
-    # Hashed only where there is a validation to match: a first one would hash it twice.
-    digest = validator.digest(artifact) if ctl.state.validations else None
-    same = [v for v in ctl.state.validations if digest is not None and v.sha256 == digest]
-    results = [
-        e
-        for e in read_events(ctl.run_dir / EVENTS_FILE)
-        if isinstance(e, ev.ToolResult) and e.tool == "validate"
-    ]
+    # Hashed only where a validation that scored, or that its time-out cut, could match:
+    # the hash (of a model of gigabytes) is time taken from the reserve this one needs.
+    told = [v for v in ctl.state.validations if v.sha256 and (v.ok or v.out_of_time)]
+    digest = validator.digest(artifact) if told else None
+    same = [v for v in told if digest is not None and v.sha256 == digest]
+    try:
+        logged = read_events(ctl.run_dir / EVENTS_FILE)
+    except Exception:  # a damaged log: no cut call to tell of, the validation goes on
+        logged = []
+    results = [e for e in logged if isinstance(e, ev.ToolResult) and e.tool == "validate"]
     last = results[-1] if results else None
     if last is not None and not last.ok and (last.error or "").startswith("killed"):
         return same, last.duration_s
