@@ -7,6 +7,7 @@ and not by wall-clock luck."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from mlra import events as ev
@@ -48,14 +49,22 @@ def cut(controller: RunController, attempt: str) -> None:
     child.clock.limit_s = child.clock.elapsed() + CUT_S
 
 
-async def cut_once_it_runs(controller: RunController, attempt: str) -> None:
-    """Cuts the attempt once its log holds its first tool call (its recipe started)."""
+async def cut_once(
+    controller: RunController, attempt: str, logged: Callable[[ev.Event], bool]
+) -> None:
+    """Cuts the attempt once its log holds an event `logged` picks: its limit falls where
+    the test needs it, however long a loaded machine took to get there."""
     async with asyncio.timeout(120):
         while (child := controller.attempts.child(attempt)) is None or not any(  # noqa: ASYNC110
-            isinstance(e, ev.ToolCall) for e in events_of(child.run_dir)
+            logged(e) for e in events_of(child.run_dir)
         ):
             await asyncio.sleep(0.05)
     cut(controller, attempt)
+
+
+async def cut_once_it_runs(controller: RunController, attempt: str) -> None:
+    """Cuts the attempt once its log holds its first tool call (its recipe started)."""
+    await cut_once(controller, attempt, lambda e: isinstance(e, ev.ToolCall))
 
 
 async def until_it_wrote(runs: Path, attempt: str, answer: str | None = None) -> None:

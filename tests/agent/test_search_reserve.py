@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
@@ -16,6 +17,7 @@ from mlra.console.text.attempt_lines import attempt_started_line
 from mlra.tasks.spec import load_task
 from tests.agent.cut_attempts import (
     cut,
+    cut_once,
     cut_once_it_runs,
     events_of,
     until_it_wrote,
@@ -235,6 +237,23 @@ async def test_an_attempt_at_its_limit_with_no_run_time_left_says_it_had_an_arti
     )
 
 
+def _validating_script(*then: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """An LLM search of one attempt (its limit cut by the test) whose worker writes
+    answer.txt and validates it, then goes on with `then`; the supervisor submits it."""
+    return {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Write 42", time_limit=120)),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [
+            turn("", call("bash", command="echo 42 > answer.txt")),
+            turn("", call("validate", path="answer.txt")),
+            *then,
+        ],
+    }
+
+
 async def test_an_attempt_that_validated_its_artifact_is_not_validated_again_at_its_limit(
     tmp_path: Path, answer_task: Path
 ) -> None:
@@ -242,21 +261,18 @@ async def test_an_attempt_that_validated_its_artifact_is_not_validated_again_at_
     answer unchanged: its closing validation graded the same bytes a second time, the
     run's reserve spent for nothing. Now the attempt ends on the validation it has, and
     its log says why none followed."""
-    script = {
-        "supervisor": [
-            turn("", call("attempt_start", instructions="Write 42", time_limit=8)),
-            turn("", call("attempt_wait", attempt="a1")),
-            turn("", call("submit", attempt="a1")),
-        ],
-        "worker": [
-            turn("", call("bash", command="echo 42 > answer.txt")),
-            turn("", call("validate", path="answer.txt")),
-            turn("", call("bash", command="sleep 100", timeout=300)),  # the deadline
-            turn("", call("bash", command="sleep 100", timeout=300)),
-        ],
-    }
+    script = _validating_script(
+        turn("", call("bash", command="sleep 100", timeout=300)),  # the deadline
+        turn("", call("bash", command="sleep 100", timeout=300)),
+    )
     controller, result, _ = await _scripted_search(
-        tmp_path / "runs", answer_task, script, search="llm", attempts=1, attempt_min_s=5
+        tmp_path / "runs",
+        answer_task,
+        script,
+        during=lambda c: cut_once(c, "a1", lambda e: isinstance(e, ev.Validation)),
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
     )
     own = events_of(controller.run_dir / "attempts" / "a1")
     (validation,) = [e for e in own if isinstance(e, ev.Validation)]
@@ -299,20 +315,17 @@ async def test_a_validation_cut_at_an_attempts_limit_is_said_to_start_again(
     (task_dir / "hidden" / "slow_first.py").write_text(
         f"MARK = {str(tmp_path / 'graded-once')!r}\nCHECK = {str(check)!r}\n" + SLOW_FIRST
     )
-    script = {
-        "supervisor": [
-            turn("", call("attempt_start", instructions="Write 42", time_limit=8)),
-            turn("", call("attempt_wait", attempt="a1")),
-            turn("", call("submit", attempt="a1")),
-        ],
-        "worker": [
-            turn("", call("bash", command="echo 42 > answer.txt")),
-            turn("", call("validate", path="answer.txt")),  # cut by the limit
-            turn("", call("bash", command="sleep 100", timeout=300)),
-        ],
-    }
+    script = _validating_script(turn("", call("bash", command="sleep 100", timeout=300)))
     controller, _, _ = await _scripted_search(
-        tmp_path / "runs", task_dir, script, search="llm", attempts=1, attempt_min_s=5
+        tmp_path / "runs",
+        task_dir,
+        script,
+        during=lambda c: cut_once(  # cut as its validation grades
+            c, "a1", lambda e: isinstance(e, ev.ToolCall) and e.tool == "validate"
+        ),
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
     )
     own = events_of(controller.run_dir / "attempts" / "a1")
     (notice,) = [e for e in own if isinstance(e, ev.Notice) and e.kind == "validating_at_limit"]
