@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
 
 
@@ -12,9 +14,28 @@ class RunClock:
     """
 
     def __init__(self, limit_s: float, *, already: float = 0.0) -> None:
-        self.limit_s = limit_s
+        self._limit_s = limit_s
         self._banked = already
         self._since: float | None = None
+        self._moved = asyncio.Event()
+
+    @property
+    def limit_s(self) -> float:
+        return self._limit_s
+
+    @limit_s.setter
+    def limit_s(self, value: float) -> None:
+        # The deadline's watch sleeps until the limit it last read: a limit set lower
+        # than that must wake it, or the run goes on past its new deadline.
+        self._limit_s = value
+        self._moved.set()
+
+    async def wait_moved(self, timeout_s: float) -> None:
+        """Returns after `timeout_s`, or as soon as the limit is set again (from the
+        event loop), whichever comes first."""
+        self._moved.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._moved.wait(), timeout_s)
 
     def start(self) -> None:
         if self._since is None:

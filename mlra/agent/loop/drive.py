@@ -103,8 +103,9 @@ async def watch_deadline(
             warn(remaining)
             warned, warn_at = True, None
         until = remaining if warn_at is None else remaining - warn_at
-        # Re-checked after each wait: a pause stops the clock, moving the deadline.
-        await asyncio.sleep(min(until, 5.0) + 0.01)
+        # Re-checked after each wait: a pause stops the clock, moving the deadline on; a
+        # limit set anew (raised, or cut) ends the wait at once.
+        await clock.wait_moved(min(until, 5.0) + 0.01)
 
 
 async def sample_resources(
