@@ -286,6 +286,47 @@ async def test_an_attempt_that_validated_its_artifact_is_not_validated_again_at_
     assert result.reason == "submitted" and result.score == 1.0
 
 
+async def test_an_attempt_that_ends_with_the_artifact_it_validated_is_not_validated_again(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker validated answer.txt and reported, the answer unchanged: mlra's
+    closing validation graded the same bytes a second time (minutes of lm-eval for a
+    model). Now the attempt ends on the validation it has, and says so."""
+    script = _validating_script(turn("", call("report", summary="answer.txt holds 42")))
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1
+    )
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation.ok and validation.score == 0.5
+    said = [e.message for e in own if isinstance(e, ev.Notice)]
+    assert any(
+        "it ended with the answer.txt it had validated, unchanged since: not validated again" in m
+        for m in said
+    ), said
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_an_attempt_that_changed_its_artifact_after_validating_is_validated_as_it_ends(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker validated 41 (0.0), then wrote 42 and reported: what it ends with is
+    validated, and is what counts."""
+    script = _validating_script(
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    )
+    script["worker"][0] = turn("", call("bash", command="echo 41 > answer.txt"))
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", answer_task, script, search="llm", attempts=1
+    )
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    assert [e.score for e in own if isinstance(e, ev.Validation)] == [0.0, 0.5]
+    assert not any(isinstance(e, ev.Notice) and e.kind == "validated_unchanged" for e in own)
+
+
 SLOW_FIRST = """
 import runpy, sys, time
 from pathlib import Path

@@ -9,7 +9,7 @@ read from its log by the run it belongs to.
 from __future__ import annotations
 
 from mlra import events as ev
-from mlra.agent.agents.closing_validation import closing_validation, validate_at_limit
+from mlra.agent.agents.closing_validation import validate_at_limit, validate_on_ending
 from mlra.agent.agents.worker import Worker
 from mlra.agent.loop.ending import attempt_ending
 from mlra.agent.loop.evaluation import run_validator
@@ -70,16 +70,10 @@ class WorkerAttempt(Agent):
                 raise
             # The worker called submit after all: its attempt ends, and is validated.
             summary = end.ending.note or "the worker submitted"
-        await self._validate()
+        # What the workspace holds is validated as the attempt's result, whatever its
+        # worker used of the rate limit.
+        await validate_on_ending(self.ctl, self.role, self.registry, self.validator)
         raise EndRun(attempt_ending(summary[:300] or "the attempt ended"))
-
-    async def _validate(self) -> None:
-        """Validate what the workspace holds: the attempt's result, whatever its worker
-        used of the rate limit."""
-        step = await self.ctl.begin_step(self.role, counts=True)
-        await closing_validation(
-            self.ctl, self.role, self.registry, self.validator, None, step=step
-        )
 
     async def validate_at_limit(self) -> None:
         """Its time limit was reached: what its workspace holds is validated all the same

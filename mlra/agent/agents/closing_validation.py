@@ -4,6 +4,7 @@ its workspace holds as it ends, whatever its worker used of the rate limit.
 As it ends on its own, and as it reaches its own time limit (its share of the run's
 time) with the task's artifact in its workspace: its training cut short still left an
 artifact, and an attempt that is never validated can be neither compared nor submitted.
+An artifact its worker validated already, unchanged since, is not graded again.
 An artifact it began with, unchanged (its parent's copy, cut short before it wrote its
 own), is not validated: it would score the parent's work as the child's.
 That validation runs in the time the run has left past the attempt's limit, the reserve
@@ -69,18 +70,10 @@ async def validate_at_limit(
     if whose is not None:  # only what it began with (a child cut short): not its own
         validator.not_own(artifact, whose)
         return
-    same, cut_s = await asyncio.to_thread(_validations_of, ctl, validator, artifact)
-    if any(v.ok for v in same):
-        # Validated already as it is: a second grading would score the same bytes again.
-        ctl.append(
-            ev.Notice(
-                level="info",
-                message=f"its time limit was reached with the {artifact} it had validated, "
-                "unchanged since: not validated again",
-                kind="validated_unchanged",
-            )
-        )
+    same = await asyncio.to_thread(_validations_of, ctl, validator, artifact)
+    if _validated_unchanged(ctl, same, f"its time limit was reached with the {artifact}"):
         return
+    cut_s = await asyncio.to_thread(_cut_s, ctl, same)
     # A grader the limit killed keeps nothing to go on from: the closing validation
     # grades from the start, and says so rather than reading as a first try.
     again = (
@@ -116,17 +109,51 @@ async def validate_at_limit(
         ctl.clock.pause()
 
 
+async def validate_on_ending(
+    ctl: RunController, role: ev.AgentRole, registry: ToolRegistry, validator: RunValidator
+) -> None:
+    """The attempt ended on its own (its worker reported): its artifact is validated, as
+    its result, unless a validation of its worker's scored it as it is now."""
+    artifact = ctl.task.evaluator.artifact
+    if (ctl.workspace / artifact).exists():
+        same = await asyncio.to_thread(_validations_of, ctl, validator, artifact)
+        if _validated_unchanged(ctl, same, f"it ended with the {artifact}"):
+            return
+    step = await ctl.begin_step(role, counts=True)
+    await closing_validation(ctl, role, registry, validator, None, step=step)
+
+
+def _validated_unchanged(ctl: RunController, same: list[ev.Validation], ended: str) -> bool:
+    """Whether one of `same` scored: a second grading would score the same bytes again,
+    the grader's time (minutes of lm-eval for a model) spent for nothing. Said in the
+    attempt's log."""
+    if not any(v.ok for v in same):
+        return False
+    ctl.append(
+        ev.Notice(
+            level="info",
+            message=f"{ended} it had validated, unchanged since: not validated again",
+            kind="validated_unchanged",
+        )
+    )
+    return True
+
+
 def _validations_of(
     ctl: RunController, validator: RunValidator, artifact: str
-) -> tuple[list[ev.Validation], float | None]:
+) -> list[ev.Validation]:
     """The attempt's validations of the artifact as its workspace holds it now (the same
-    digest), oldest first; and how long its last `validate` call had run where the
-    limit cut it (the run's end kills a call before it records a validation)."""
+    digest), oldest first."""
     # Hashed only where a validation that scored, or that its time-out cut, could match:
     # the hash (of a model of gigabytes) is time taken from the reserve this one needs.
     told = [v for v in ctl.state.validations if v.sha256 and (v.ok or v.out_of_time)]
     digest = validator.digest(artifact) if told else None
-    same = [v for v in told if digest is not None and v.sha256 == digest]
+    return [v for v in told if digest is not None and v.sha256 == digest]
+
+
+def _cut_s(ctl: RunController, same: list[ev.Validation]) -> float | None:
+    """How long the attempt's last `validate` call had run where the limit cut it (the
+    run's end kills a call before it records a validation), or its own time-out did."""
     try:
         logged = read_events(ctl.run_dir / EVENTS_FILE)
     except Exception:  # a damaged log: no cut call to tell of, the validation goes on
@@ -134,6 +161,6 @@ def _validations_of(
     results = [e for e in logged if isinstance(e, ev.ToolResult) and e.tool == "validate"]
     last = results[-1] if results else None
     if last is not None and not last.ok and (last.error or "").startswith("killed"):
-        return same, last.duration_s
+        return last.duration_s
     timed_out = next((v for v in reversed(same) if v.out_of_time), None)  # its own time-out
-    return same, (timed_out.duration_s if timed_out is not None else None)
+    return timed_out.duration_s if timed_out is not None else None
