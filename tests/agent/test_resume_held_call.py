@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -23,7 +23,7 @@ import pytest
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.console.panes.transcript import TranscriptPane
-from tests.conftest import ANSWER_TASK, SECRET_ENV, BaselineRun, mlra_cli
+from tests.conftest import ANSWER_TASK, SECRET_ENV, BaselineRun, mlra_cli, processes_running
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 
@@ -69,6 +69,13 @@ def _mlra(
 def _kill(proc: subprocess.Popen[bytes]) -> None:
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=60)
+
+
+def _end_all(marker: str) -> None:
+    """Kills the process group of each process whose command line holds `marker`."""
+    for pid in processes_running(marker):
+        with suppress(OSError):
+            os.killpg(os.getpgid(pid), signal.SIGKILL)
 
 
 def _breaking_at_assign_subtask(server: ScriptedModelServer, runs: Path) -> list[str]:
@@ -148,11 +155,14 @@ def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
     run catches up (it runs the worker), and is decided as the log says it was. Before,
     it waited for a decision nobody is asked for while catching up: the resume hung."""
     env = {**_env(), "OPENAI_API_KEY": "sk-test-not-a-secret"}
+    marker = f"held-{tmp_path.name}"
     script = {
         "supervisor": supervisor_answering(),
         "worker": [
             turn("", call("bash", command="echo 42 > answer.txt")),
-            turn("", call("bash", command="sleep 300")),  # killed under this call
+            # Killed under this call; unconfined, it would outlive the killed mlra (and keep
+            # its workspace's volume mounted past the test) but for its marker.
+            turn("", call("bash", command=f"sleep 300; : {marker}")),
             turn("", call("report", summary="answer.txt holds 42")),
         ],
     }
@@ -177,6 +187,7 @@ def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
                 lambda e: isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments),
             )
             _kill(proc)
+            _end_all(marker)  # as a killed machine would: the resume settles its volume
         resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=env, timeout=120)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     events = read_events(log)
