@@ -45,6 +45,17 @@ def refused_env_names(env: Mapping[str, str]) -> list[str]:
     return sorted(name for name in env if is_secret_name(name))
 
 
+def thread_count(spec: SandboxSpec) -> int | None:
+    """The threads a command's math libraries should start: its CPU share (the sandbox's
+    own, an attempt's 1/K, or the run's `--cpus`, the least), whole, at least one; None
+    with no share. A CPU quota leaves every core in the affinity mask, so torch would
+    start a thread a core and the quota throttle them all (16 threads on a quota of 2:
+    each runs an eighth of the time), as Ray sizes OMP_NUM_THREADS to a task's CPUs."""
+    group = spec.run_group.cpus if spec.run_group is not None else None
+    shares = [c for c in (spec.cpus, group) if c]
+    return max(1, int(min(shares))) if shares else None
+
+
 def sandbox_env(
     spec: SandboxSpec, *, workdir: str, home: str, host_driver: bool = False
 ) -> dict[str, str]:
@@ -60,6 +71,9 @@ def sandbox_env(
     driver): a command given a GPU gets the LD_LIBRARY_PATH folders that hold the
     driver's libraries (gpu_driver.py), and nothing else of LD_LIBRARY_PATH, and the
     folder of its `nvidia-smi` on PATH.
+
+    Given a CPU share, the math libraries' thread pools are sized to it (`thread_count`);
+    the task's own variables may size them otherwise.
     """
     interpreter_dir = os.path.dirname(shown_interpreter())
     path = [str(spec.python_env / "bin")] if spec.python_env is not None else []
@@ -94,6 +108,11 @@ def sandbox_env(
         smi = driver_smi()
         if smi is not None and str(smi.parent) not in path:
             env["PATH"] += os.pathsep + str(smi.parent)
+    threads = thread_count(spec)
+    if threads is not None:
+        # OpenMP's, which torch, MKL and OpenBLAS read too where their own is unset: one
+        # variable, so a task that sets it sizes them all.
+        env["OMP_NUM_THREADS"] = str(threads)
     for name, value in spec.env.items():
         if not is_secret_name(name):
             env[name] = str(value)
