@@ -327,6 +327,32 @@ async def test_an_attempt_that_changed_its_artifact_after_validating_is_validate
     assert not any(isinstance(e, ev.Notice) and e.kind == "validated_unchanged" for e in own)
 
 
+async def test_an_attempt_that_put_back_an_artifact_a_tie_replaced_is_validated_as_it_ends(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker validated "42\\n", then "42" as good (a tie keeps the later copy, and
+    the first one's goes), then put "42\\n" back: its result must be what it ends with,
+    so that is validated again rather than skipped as validated already."""
+    script = _validating_script(
+        turn("", call("bash", command="printf 42 > answer.txt; sleep 1")),
+        turn("", call("validate", path="answer.txt")),
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    )
+    task_dir = answer_task_as(  # its two validations a second apart, not an hour
+        answer_task, tmp_path, "answer", ('min_interval = "1h"', 'min_interval = "1s"')
+    )
+    controller, _, _ = await _scripted_search(
+        tmp_path / "runs", task_dir, script, search="llm", attempts=1
+    )
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    first, tie, closing = [e for e in own if isinstance(e, ev.Validation)]
+    assert first.score == tie.score == closing.score == 0.5
+    assert first.sha256 == closing.sha256 != tie.sha256
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert a1.sha256 == closing.sha256
+
+
 SLOW_FIRST = """
 import runpy, sys, time
 from pathlib import Path

@@ -4,7 +4,8 @@ its workspace holds as it ends, whatever its worker used of the rate limit.
 As it ends on its own, and as it reaches its own time limit (its share of the run's
 time) with the task's artifact in its workspace: its training cut short still left an
 artifact, and an attempt that is never validated can be neither compared nor submitted.
-An artifact its worker validated already, unchanged since, is not graded again.
+An artifact its worker validated already, unchanged since and still its best validated
+copy, is not graded again.
 An artifact it began with, unchanged (its parent's copy, cut short before it wrote its
 own), is not validated: it would score the parent's work as the child's.
 That validation runs in the time the run has left past the attempt's limit, the reserve
@@ -24,7 +25,7 @@ from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.record.eventlog import EVENTS_FILE, read_events
 from mlra.agent.run.controller import RunController
 from mlra.durations import format_duration
-from mlra.tasks.validation import RunValidator
+from mlra.tasks.validation import RunValidator, best_kept
 from mlra.tools.registry import ToolRegistry
 
 STOP_MARGIN_S = 2.0
@@ -124,10 +125,14 @@ async def validate_on_ending(
 
 
 def _validated_unchanged(ctl: RunController, same: list[ev.Validation], ended: str) -> bool:
-    """Whether one of `same` scored: a second grading would score the same bytes again,
-    the grader's time (minutes of lm-eval for a model) spent for nothing. Said in the
-    attempt's log."""
-    if not any(v.ok for v in same):
+    """Whether the attempt's result, its best validation kept, is one of `same` (the
+    artifact as it is now): a second grading would score the same bytes again, the
+    grader's time (minutes of lm-eval for a model) spent for nothing. Said in the
+    attempt's log. Not where the best kept is another artifact: a worker that validated
+    A, then B as good (a tie keeps the later, and A's copy goes), then put A back ends
+    with A, which only a validation of A makes its result."""
+    best = best_kept(ctl.state.validations, ctl.run_dir)
+    if best is None or not best.ok or not any(v.seq == best.seq for v in same):
         return False
     ctl.append(
         ev.Notice(
