@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -155,7 +156,7 @@ def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
     run catches up (it runs the worker), and is decided as the log says it was. Before,
     it waited for a decision nobody is asked for while catching up: the resume hung."""
     env = {**_env(), "OPENAI_API_KEY": "sk-test-not-a-secret"}
-    marker = f"held-{tmp_path.name}"
+    marker = f"held-{uuid.uuid4().hex}"  # no other test session's
     script = {
         "supervisor": supervisor_answering(),
         "worker": [

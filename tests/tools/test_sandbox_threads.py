@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
+from mlra.tools.sandbox.env import thread_count
 from mlra.tools.sandbox.local import IsolationMode, LocalSandbox
 from mlra.tools.sandbox.run_group import RunGroup
 from tests.tools.test_local_sandbox import MODES
@@ -47,6 +48,16 @@ async def test_the_runs_cpus_size_its_own_sandbox_and_the_task_may_say_otherwise
     assert await _torch_threads(tmp_path, own, "none") == 2
 
 
-async def test_with_no_share_torch_takes_the_machines_cores(tmp_path: Path) -> None:
-    cores = len(os.sched_getaffinity(0))
-    assert await _torch_threads(tmp_path, SandboxSpec(), "none") == cores
+async def test_with_no_share_torch_is_left_its_own_count_and_none_is_over_the_cpus(
+    tmp_path: Path,
+) -> None:
+    sandbox = LocalSandbox(tmp_path, SandboxSpec(), isolation_mode="none")
+    await sandbox.start()
+    try:
+        result = await sandbox.exec(["bash", "-c", "echo ${OMP_NUM_THREADS:-unset}"], timeout=60)
+    finally:
+        await sandbox.close()
+    assert result.output.strip() == "unset"
+    cpus = len(os.sched_getaffinity(0))
+    assert thread_count(SandboxSpec(cpus=cpus + 30.0)) == cpus  # `--cpus 32` on 2
+    assert thread_count(SandboxSpec(cpus=0.25)) == 1

@@ -47,13 +47,16 @@ def refused_env_names(env: Mapping[str, str]) -> list[str]:
 
 def thread_count(spec: SandboxSpec) -> int | None:
     """The threads a command's math libraries should start: its CPU share (the sandbox's
-    own, an attempt's 1/K, or the run's `--cpus`, the least), whole, at least one; None
-    with no share. A CPU quota leaves every core in the affinity mask, so torch would
+    own, an attempt's 1/K, or the run's `--cpus`, the least), whole, at least one and at
+    most this machine's CPUs; None with no share. A CPU quota leaves every core in the affinity mask, so torch would
     start a thread a core and the quota throttle them all (16 threads on a quota of 2:
     each runs an eighth of the time), as Ray sizes OMP_NUM_THREADS to a task's CPUs."""
     group = spec.run_group.cpus if spec.run_group is not None else None
     shares = [c for c in (spec.cpus, group) if c]
-    return max(1, int(min(shares))) if shares else None
+    if not shares:
+        return None
+    # A share over this machine's CPUs (`--cpus 32` on 8) holds nothing: as many threads.
+    return max(1, min(int(min(shares)), len(os.sched_getaffinity(0))))
 
 
 def sandbox_env(
