@@ -16,9 +16,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+from pydantic import ValidationError
 
 from mlra import events as ev
 from mlra.agent.metrics.one_off import is_curve
+from mlra.agent.record.attempt_tree import AttemptNode
+from mlra.agent.record.eventlog import EVENTS_FILE
 
 
 @dataclass
@@ -78,6 +83,33 @@ def run_series(events: Iterable[ev.Event]) -> list[Series]:
             series.name = f"{source_label(source)}/{name}"
         named.append(series)
     return named
+
+
+def attempt_metrics(run_dir: Path, node: AttemptNode) -> list[ev.Metrics] | None:
+    """A search's attempt's `metrics` events, from its own log (`attempts/a1/events.jsonl`)
+    found where the console finds it (attempt_tree.py `folder_in`): the search's own log
+    holds no training points, its attempts trained. The shared page's "by attempt"
+    figures and `mlra compare` of a search read them here. None where its folder lies
+    outside the search's or its log cannot be read; a line that does not parse (a log
+    being written) is skipped."""
+    folder = node.folder_in(run_dir)
+    if folder is None:
+        return None
+    out: list[ev.Metrics] = []
+    try:
+        with open(folder / EVENTS_FILE, "rb") as f:
+            for line in f:
+                if b'"type":"metrics"' not in line[:200] or not line.endswith(b"\n"):
+                    continue
+                try:
+                    event = ev.parse_event(line)
+                except (ValidationError, ValueError):
+                    continue
+                if isinstance(event, ev.Metrics):
+                    out.append(event)
+    except OSError:
+        return None
+    return out
 
 
 def curve_names(runs: Iterable[Iterable[Series]]) -> set[str]:

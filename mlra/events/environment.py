@@ -44,8 +44,9 @@ class ResourceSample(_Event):
     pool_processes: int | None = None
     """The whole run's processes, from the same group."""
     pool_disk_mb: float | None = None
-    """The run's workspace and its attempts' folders together (a search's); None for a
-    run without attempts, whose use is `disk_workspace_mb`."""
+    """The blocks the run's workspace and its attempts' folders hold together (a
+    search's), a volume by the files on it (tools/sandbox/disk_use.py); None for a run
+    without attempts, whose use is `disk_workspace_mb`."""
 
 
 # --- background jobs -----------------------------------------------------------------

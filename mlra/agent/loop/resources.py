@@ -1,8 +1,10 @@
 """Sampling what the run uses: GPUs through NVML, CPU and RAM through psutil (the
 machine's, the run's own commands', and the whole run's from its cgroup against its
-budget), the workspace's disk use (a search's: its attempts' folders too). Each sample is an event, so a replay shows the figures
-as they were. A sample must cost next to nothing: NVML and psutil calls are
-cheap, and the workspace walk is done at most every few seconds.
+budget), the blocks the workspace holds on disk (a search's: its attempts' folders
+too; tools/sandbox/disk_use.py, the measure its disk budget is shared by). Each sample
+is an event, so a replay shows the figures as they were. A sample must cost next to
+nothing: NVML and psutil calls are cheap, and the workspace walk is done at most every
+few seconds.
 """
 
 from __future__ import annotations
@@ -17,32 +19,27 @@ from mlra.agent.metrics.files import MAX_FILES, metric_file_kind
 from mlra.events import GpuSample, ResourceSample
 from mlra.tasks.evaluators.graders_running import graders_in
 from mlra.tools.sandbox.base import Sandbox, SandboxUsage
+from mlra.tools.sandbox.disk_use import disk_use
 from mlra.tools.sandbox.gpu_inventory import given_ids, named_indexes, nvml_uuid
 from mlra.tools.sandbox.run_group import RunGroup
 
 
 def directory_size(root: Path, spot: Callable[[str], None] | None = None) -> int:
-    """The bytes under `root`, links not followed; `spot` is told the path (relative
-    to `root`) of each file whose name is a metric file's (agent/metrics/files.py)."""
-    total = 0
-    stack = [root]
-    while stack:
-        current = stack.pop()
-        try:
-            with os.scandir(current) as entries:
-                for entry in entries:
-                    try:
-                        if entry.is_dir(follow_symlinks=False):
-                            stack.append(Path(entry.path))
-                        else:
-                            total += entry.stat(follow_symlinks=False).st_size
-                            if spot is not None and metric_file_kind(entry.name) is not None:
-                                spot(os.path.relpath(entry.path, root))
-                    except OSError:
-                        continue
-        except OSError:
-            continue
-    return total
+    """The blocks `root` holds, in bytes (tools/sandbox/disk_use.py); `spot` is told
+    the path (relative to `root`) of each file whose name is a metric file's
+    (agent/metrics/files.py)."""
+    return disk_sizes([root], spot)[0]
+
+
+def disk_sizes(roots: list[Path], spot: Callable[[str], None] | None = None) -> list[int]:
+    """`directory_size` of each of `roots`, measured together (a hard link counts once);
+    `spot` is told the metric files of the first."""
+
+    def metric(rel: str) -> None:
+        if spot is not None and metric_file_kind(os.path.basename(rel)) is not None:
+            spot(rel)
+
+    return [use.bytes for use in disk_use(roots, metric if spot is not None else None)]
 
 
 def _handle(pynvml: Any, index: int) -> Any:
@@ -150,11 +147,14 @@ class ResourceMonitor:
         now = time.monotonic()
         if now - self._disk_at >= self._disk_every:
             found: list[str] = []
-            self._disk_mb = directory_size(self.workspace, found.append) / 2**20
+            searching = self._attempts.is_dir()
+            roots = [self.workspace, self._attempts] if searching else [self.workspace]
+            held = disk_sizes(roots, found.append)
+            self._disk_mb = held[0] / 2**20
             self.metric_files = sorted(found)[:MAX_FILES]
             self._disk_at = now
-            if self._attempts.is_dir():
-                self._pool_disk_mb = self._disk_mb + directory_size(self._attempts) / 2**20
+            if searching:
+                self._pool_disk_mb = sum(held) / 2**20
         mem = self._psutil.virtual_memory()
         sample = ResourceSample(
             cpu_percent=self._psutil.cpu_percent(interval=None),

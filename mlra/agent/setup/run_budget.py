@@ -31,7 +31,7 @@ from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.backends import sandbox_backend
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.default_limits import Chosen, default_disk, default_memory
-from mlra.tools.sandbox.disk_quota import WorkspaceQuota
+from mlra.tools.sandbox.disk_use import disk_use
 from mlra.tools.sandbox.run_group import RunGroup
 
 MIB = 1024 * 1024
@@ -147,16 +147,13 @@ def own_share(budget: ev.Budget, config: RunConfig) -> ev.Budget:
 
 
 def held_mb(folders: list[Path]) -> int:
-    """What `folders` hold of the disk budget, in MB: their blocks, as the quota counts
-    them, or their inodes at the budget's 16 KiB each where those come to more. Counted
-    by blocks alone, an attempt that left its inode budget of empty files (a few hundred
-    KB) left the next attempts as many inodes again, beyond the run's `inodes`."""
-    total = 0
-    for folder in folders:
-        if folder.exists():
-            quota = WorkspaceQuota(folder, 1)
-            inodes = quota.measure_inodes() or 0
-            total += max(quota.measure() or 0, inodes * (MIB // INODES_PER_MB))
+    """What `folders` hold of the disk budget, in MB: their blocks, as the run's disk
+    figure counts them (tools/sandbox/disk_use.py: a hard link once, a mounted volume by
+    what is on it), or their inodes at the budget's 16 KiB each where those come to
+    more. Counted by blocks alone, an attempt that left its inode budget of empty files
+    (a few hundred KB) left the next attempts as many inodes again, beyond the run's
+    `inodes`."""
+    total = sum(max(use.bytes, use.inodes * (MIB // INODES_PER_MB)) for use in disk_use(folders))
     return -(-total // MIB)
 
 

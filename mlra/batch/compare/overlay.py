@@ -123,6 +123,17 @@ def _add_panels(
         out.lines[kind + suffix] = lines
 
 
+def curves_from_attempts(runs: list[ComparedRun], letters: list[str]) -> str:
+    """Which runs' curves are an attempt's (a search's: `A: its submitted attempt a2`),
+    "" where none are: said beside the curves, so a search's line is not read as its
+    own log's."""
+    return "; ".join(
+        f"{name}: its {run.curves_why} attempt {run.curves_of}"
+        for name, run in zip(letters, runs, strict=True)
+        if run.curves_of
+    )
+
+
 def best_so_far(runs: list[ComparedRun]) -> list[Line]:
     """Each run's best validation score so far against the run clock (by the direction
     its validations state), drawn as stairs: a line a run with no validation leaves out."""

@@ -17,7 +17,7 @@ from mlra.agent.record.attempt_tree import AttemptsSummary
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_result import result_of
 from mlra.agent.record.state import RunState, fold
-from mlra.batch.curves import Series, run_series, validation_points
+from mlra.batch.curves import Series, attempt_metrics, run_series, validation_points
 from mlra.batch.state import RUNS
 from mlra.batch.task_labels import run_task_labels
 from mlra.durations import format_duration
@@ -80,9 +80,20 @@ class ComparedRun:
     prompts: list[tuple[str, str]] = field(default_factory=list)
     """(who and when, text) of every non-empty prompt the log recorded (`step_started`)."""
     series: list[Series] = field(default_factory=list)
+    curves_of: str | None = None
+    """The attempt whose curves `series` are: a search's own log holds none (its attempts
+    trained), so it is drawn by the attempt it submitted or graded (`curves_why`)."""
+    curves_why: str = ""
+    """`submitted`, or `graded` (its best validated attempt, at the deadline)."""
     frozen: str | None = None
     """The graded copy of what was submitted, relative to the run folder (`submission`'s
     `frozen`): `submission/<name>`, or a search's attempt's validated copy."""
+
+    @property
+    def label(self) -> str:
+        """Its id, with the attempt its curves are of where they are an attempt's
+        (`<run> (a2)`)."""
+        return f"{self.id} ({self.curves_of})" if self.curves_of else self.id
 
     @property
     def submission_dir(self) -> Path:
@@ -206,7 +217,24 @@ def load(run_dir: Path) -> ComparedRun:
     ]
     run.series = run_series(events)
     run.frozen = state.submission.frozen if state.submission is not None else None
+    if not run.series and state.submission is not None:
+        _attempts_curves(run, state, state.submission)
     return run
+
+
+def _attempts_curves(run: ComparedRun, state: RunState, submission: ev.Submission) -> None:
+    """A search's curves: those of the attempt it submitted or graded, from its own log,
+    on the search's clock (the attempt's own starts when the search started it)."""
+    node = state.attempts.nodes.get(submission.attempt or "")
+    metrics = attempt_metrics(run.run_dir, node) if node is not None else None
+    if node is None or not metrics:
+        return
+    run.series = run_series(metrics)
+    for series in run.series:
+        for point in series.points:
+            point.wall += node.started.t
+    run.curves_of = node.id
+    run.curves_why = "submitted" if submission.by in ("agent", "user") else "graded"
 
 
 def load_all(run_dirs: list[Path]) -> list[ComparedRun]:

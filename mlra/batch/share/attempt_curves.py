@@ -1,7 +1,9 @@
 """A search's attempts' training curves for its shared page: each attempt's own log
-(`attempts/a1/events.jsonl`) read for its `metrics` events, and one figure a series
-name with every attempt's line on it, as the console's Curves view overlays them
-(`a1 loss`, `a2 loss`), each attempt found where the console finds it (attempt_tree.py).
+(`attempts/a1/events.jsonl`) read for its `metrics` events (batch/curves.py
+`attempt_metrics`, which `mlra compare` of a search reads its submitted attempt's by),
+and one figure a series name with every attempt's line on it, as the console's Curves
+view overlays them (`a1 loss`, `a2 loss`), each attempt found where the console finds
+it (attempt_tree.py).
 
 The search's own log holds no training points (its attempts trained, each in its own
 run folder), so a page drawn from it alone showed one dot, the best score so far, and
@@ -16,13 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from mlra import events as ev
 from mlra.agent.metrics.one_off import is_curve
-from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.state import RunState
 from mlra.batch.compare.overlay import COLOURS
+from mlra.batch.curves import attempt_metrics
 from mlra.batch.share.curves_svg import MAX_BUCKETS, Curves, Pt, Thinned, lines_svg
 from mlra.batch.share.text import esc_line
 
@@ -98,23 +97,12 @@ def read_attempt_curves(run_dir: Path, state: RunState) -> AttemptCurves:
         if len(out.attempts) >= MAX_ATTEMPTS:
             out.left_out_attempts += 1
             continue
-        folder = node.folder_in(run_dir)
-        if folder is None:
+        metrics = attempt_metrics(run_dir, node)
+        if metrics is None:
             continue
         curves = Curves()
-        try:
-            with open(folder / EVENTS_FILE, "rb") as f:
-                for line in f:
-                    if b'"type":"metrics"' not in line[:200] or not line.endswith(b"\n"):
-                        continue
-                    try:
-                        event = ev.parse_event(line)
-                    except (ValidationError, ValueError):
-                        continue
-                    if isinstance(event, ev.Metrics):
-                        curves.feed(event)
-        except OSError:
-            continue
+        for event in metrics:
+            curves.feed(event)
         if curves.series:
             out.attempts.append((node.id, curves))
     return out

@@ -51,7 +51,7 @@ def _swatch(index: int) -> str:
 
 
 def _legend(runs: list[ComparedRun], line: _Text) -> str:
-    return "<br>" + " ".join(f"{_swatch(i)} {line(r.id)}" for i, r in enumerate(runs))
+    return "<br>" + " ".join(f"{_swatch(i)} {line(r.label)}" for i, r in enumerate(runs))
 
 
 def _matrix_html(m: Matrix, line: _Text) -> str:

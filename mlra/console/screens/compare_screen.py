@@ -25,7 +25,15 @@ from textual_plotext import PlotextPlot
 
 from mlra.batch.compare import matrix as matrix_of
 from mlra.batch.compare.diffs import prompts_diff, settings_diff
-from mlra.batch.compare.overlay import Line, X, best_so_far, colour, overlay, rgb
+from mlra.batch.compare.overlay import (
+    Line,
+    X,
+    best_so_far,
+    colour,
+    curves_from_attempts,
+    overlay,
+    rgb,
+)
 from mlra.batch.compare.paired import paired, side_text
 from mlra.batch.compare.runs import ComparedRun
 from mlra.console.screens.attempt_screens import PickAttemptScreen
@@ -49,7 +57,7 @@ def matrix_table(runs: list[ComparedRun], metric: str | None, *, all_settings: b
     legend = Text()
     for i, run in enumerate(runs):
         legend.append(f"■ {letter(i)} ", style=f"bold {colour(i)}")
-        legend.append(printable_line(run.id) + "\n")
+        legend.append(printable_line(run.label) + "\n")
     table = Table(box=None, pad_edge=False, expand=False, show_edge=False)
     table.add_column("", no_wrap=True, style="bold", max_width=MAX_NAME, overflow="ellipsis")
     for i in range(len(runs)):
@@ -175,6 +183,9 @@ class CompareApp(App[int]):
             title += f" · x: {self.x}"
             if shown.no_steps:
                 title += f" · {shown.no_steps} series without steps left out"
+            letters = [letter(i) for i in range(len(self.runs))]
+            if said := curves_from_attempts(self.runs, letters):
+                title += f" · curves of {said}"
         self.query_one("#compare-title", Static).update(Text(title))
 
     def _plots(self, box_id: str, n: int) -> list[PlotextPlot]:
