@@ -50,6 +50,13 @@ def one_line(text: str, limit: int = 160) -> str:
     return printable_line(flat if len(flat) <= limit else flat[: limit - 1] + "…")
 
 
+def preview_line(line: str, limit: int = 200) -> str:
+    """A line of a tool's output as it was laid out: its indentation (a listing's depth,
+    a file read's line numbers) kept, tabs as spaces, cut at `limit`, controls escaped."""
+    text = line.rstrip().expandtabs()
+    return printable_line(text if len(text) <= limit else text[: limit - 1] + "…")
+
+
 def describe_call(
     tool: str,
     arguments: dict[str, Any] | None,
