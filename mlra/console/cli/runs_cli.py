@@ -27,6 +27,7 @@ from mlra.console.text.run_footnotes import LIVE, MISMATCH, SELF_REPORTED, UNISO
 from mlra.console.text.run_rows import RunRow, budget_cell, list_runs, search_cell
 from mlra.counts import format_tokens
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 from mlra.terminal_text import printable, printable_line
 
 STATUSES = ("finished", "stopped", "error", "running", "interrupted", "damaged")
@@ -146,7 +147,7 @@ def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[st
         else row.status,
         row.reason or "-",
         f"{row.score:.4g}{mark}" if row.score is not None else "-",
-        f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
+        format_normalized(row.normalized_score) + mark if row.normalized_score is not None else "-",
         f"{row.best_validation:.4g}" if row.best_validation is not None else "-",
         str(row.experiments) if row.experiments else "-",
         *(

@@ -15,6 +15,7 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 from mlra.terminal_text import printable, printable_line
 from mlra.tools.attempts import AttemptStartArgs, wait_bound
 
@@ -416,7 +417,7 @@ def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
     if e.top is not None:
         refs.append(f"top {e.top:.4g}")
     if e.normalized is not None:
-        refs.append(f"normalized {e.normalized:+.3f}")
+        refs.append(f"normalized {format_normalized(e.normalized)}")
     if refs:
         parts.append("(" + ", ".join(refs) + ")")
     if e.success is not None:
