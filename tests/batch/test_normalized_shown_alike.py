@@ -56,3 +56,15 @@ def test_the_report_and_share_pages_write_it_alike(tmp_path: Path) -> None:
     assert "normalized -0.027 +0.482 best validation" in page
     write_run_page(batch / "runs" / "r-up", tmp_path / "run.html")
     assert "(normalized +0.482)" in (tmp_path / "run.html").read_text()
+
+
+def test_markdown_still_escapes_what_would_open_a_block() -> None:
+    """A line's leading minus sign opens nothing; a list item, a rule and an underline
+    still do, and are escaped where a text begins a line."""
+    from mlra.batch.report_text import md_cell, md_text
+
+    assert md_text("-0.027") == "-0.027" and md_text("+0.482") == "+0.482"
+    assert [md_text(t) for t in ("- item", "-", "---", "+ item", "# h", "1. x")] == [
+        "\\- item", "\\-", "\\---", "\\+ item", "\\# h", "1\\. x",
+    ]  # fmt: skip
+    assert md_cell("-") == "-" and md_cell("- item") == "- item"
