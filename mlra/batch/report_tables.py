@@ -16,6 +16,7 @@ from mlra.agent.record.attempt_tree import counts_words
 from mlra.batch.report_rows import Attempt, Group, RunRow
 from mlra.batch.report_text import md_cell as _cell
 from mlra.batch.report_text import md_text as _text
+from mlra.scores import format_normalized
 from mlra.terminal_text import printable_line
 
 PLACES = 4
@@ -36,6 +37,14 @@ def _pm(mean: float | None, se: float | None) -> str:
     if mean is None:
         return "–"
     return fixed(mean) + (f" ± {fixed(se)}" if se is not None else "")
+
+
+def normalized_pm(mean: float | None, se: float | None) -> str:
+    """A group's mean normalized score as a run's is written, its spread to as many
+    places."""
+    if mean is None:
+        return "–"
+    return format_normalized(mean) + (f" ± {se:.3f}" if se is not None else "")
 
 
 NONE_SCORED = "none scored"
@@ -86,7 +95,7 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         median = f"{g.median_duration_s:.1f}s" if g.median_duration_s is not None else "–"
         mark = _unisolated_mark(g)
         score = _pm(g.score_mean, g.score_se) + (mark if g.score_mean is not None else "")
-        normalized = _pm(g.normalized_mean, g.normalized_se)
+        normalized = normalized_pm(g.normalized_mean, g.normalized_se)
         normalized += mark if g.normalized_mean is not None else ""
         best = _pm(g.best_validation_mean, g.best_validation_se)
         experiments = f"{g.experiments_mean:.3g}" if g.experiments_mean is not None else "–"
@@ -340,7 +349,7 @@ def group_line(g: Group) -> str:
         f"seed{'' if g.runs == 1 else 's'} scored"
     ]
     if g.normalized_mean is not None:
-        parts.append(f"normalized {_pm(g.normalized_mean, g.normalized_se)}")
+        parts.append(f"normalized {normalized_pm(g.normalized_mean, g.normalized_se)}")
     parts.append(f"success {success_cell(g)}")
     if g.self_reported:
         parts.append(f"{g.self_reported} self-reported (not measured; never a success)")

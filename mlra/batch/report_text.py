@@ -30,7 +30,7 @@ from mlra.terminal_text import printable_line
 
 _MARKUP = re.compile(r"[<>&\[\]`*~|_(\\@]|:(?=//)|(?<![\w.])(?i:www)\.")
 _ENTITY = re.compile(r"&(#\d+|#[xX][0-9a-fA-F]+|[A-Za-z][A-Za-z0-9]*);")
-_OPENS_BLOCK = re.compile(r"[#\-+=]|\d{1,9}[.)](?=[ \t]|$)")
+_OPENS_BLOCK = re.compile(r"[#=]|[-+](?=[ \t]|$)|-(?=-*[ \t]*$)|\d{1,9}[.)](?=[ \t]|$)")
 """What opens a heading, a list item, a thematic break or an underline at a line's start
 (after `- ` too: a list item may hold a heading or a list)."""
 _PUNCTUATION = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
@@ -46,7 +46,7 @@ def _inside_word(text: str, i: int) -> bool:
     return start > 0 and end < len(text) and text[start - 1].isalnum() and text[end].isalnum()
 
 
-def md_text(value: object) -> str:
+def md_text(value: object, *, line_start: bool = True) -> str:
     """`value` as one line of Markdown that renders as the very text: no image, link,
     HTML, code span or emphasis formed from it."""
     text = printable_line(str(value))
@@ -70,7 +70,7 @@ def md_text(value: object) -> str:
         return "\\" + char
 
     out = _MARKUP.sub(escape, text)
-    opener = _OPENS_BLOCK.match(out)
+    opener = _OPENS_BLOCK.match(out) if line_start else None
     if opener is not None:  # a heading, a list item or an underline where a line begins
         at = opener.end() - 1
         out = out[:at] + "\\" + out[at:]
@@ -78,8 +78,10 @@ def md_text(value: object) -> str:
 
 
 def md_cell(value: object) -> str:
-    """A table cell (`md_text` escapes its `|` already): named so for the reader."""
-    return md_text(value)
+    """A table cell (`md_text` escapes its `|` already). A cell's text never begins a
+    line (a table's cells are inline), so no block opener is escaped: `-` and `-0.027`
+    read as written, not `\\-`."""
+    return md_text(value, line_start=False)
 
 
 def plot_text(value: object, limit: int | None = None) -> str:

@@ -177,3 +177,54 @@ def test_a_progress_bar_in_a_result_is_its_last_state_as_in_the_console() -> Non
     )
     shown = [line.strip() for line in text.splitlines() if "│" in line]
     assert shown == ["│ valid 4.5", "│ Writing model shards: 100%|"]
+
+
+LISTING = (
+    "[.: 5 entries, depth 2]\ndata/\n  train.txt  2.1 MiB\n  valid.txt  199.6 KiB\n"
+    "README.md  2.4 KiB\ntrain.py  8.0 KiB"
+)
+READ = "[README.md: lines 1-3 of 3]\n     1\t# tiny-lm\n     2\t\n     3\t  indented"
+
+
+def _whole_results() -> list[ev.Event]:
+    """A listing and a file read: results that come whole, with no output streamed."""
+    return [
+        ev.ToolCall(call_id="l", agent="worker", tool="list_files", arguments={"path": "."}),
+        ev.ToolResult(call_id="l", tool="list_files", agent="worker", ok=True, output=LISTING),
+        ev.ToolCall(call_id="r", agent="worker", tool="read_file", arguments={"path": "README.md"}),
+        ev.ToolResult(call_id="r", tool="read_file", agent="worker", ok=True, output=READ),
+        ev.ToolCall(call_id="b", agent="worker", tool="bash", arguments={"command": "ls"}),
+        ev.ToolOutput(call_id="b", text="a.txt\nb.txt\n"),
+        ev.ToolResult(call_id="b", tool="bash", agent="worker", ok=True, output="a.txt\nb.txt"),
+    ]
+
+
+def test_a_listing_keeps_its_folders_and_indentation() -> None:
+    text = transcript(_whole_results())
+    assert (
+        "[0s] list_files .\n"
+        "    ✓ 0.0s\n"
+        "    │ [.: 5 entries, depth 2]\n"
+        "    │ data/\n"
+        "    │   train.txt  2.1 MiB\n"
+        "    │   valid.txt  199.6 KiB\n"
+        "    │ README.md  2.4 KiB\n"
+        "    │ train.py  8.0 KiB\n"
+    ) in text
+    assert "    │      1  # tiny-lm\n    │      2\n    │      3    indented\n" in text
+
+
+def test_verbose_shows_whole_results_and_each_command_s_output_once() -> None:
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False, verbose=True)
+    for event in _whole_results():
+        display.on_event(event)
+    text = out.getvalue()
+    plain = transcript(_whole_results())
+    # -v shows all the plain view shows of a listing and a file read, and the header.
+    for line in plain.splitlines():
+        if line.startswith("    │") and "b.txt" not in line and "a.txt" not in line:
+            assert line in text.splitlines(), line
+    assert "    │ [README.md: lines 1-3 of 3]\n" in text
+    # A command's output streamed as it came, and is not repeated under its result.
+    assert text.endswith("[0s] $ ls\n    a.txt\n    b.txt\n    ✓ 0.0s\n"), text

@@ -174,7 +174,7 @@ def test_batch_reports_show_isolation_and_mark_unisolated_scores(tmp_path: Path)
     md = (tmp_path / "report.md").read_text().splitlines()
     row = {line.split(" | ")[1]: line for line in md if line.startswith("| answer |")}
     assert "unisolated" not in row["alpha"] and row["alpha"].endswith("| bwrap |")
-    assert "| 0.5000 (unisolated) | 0.5000 (unisolated) |" in row["beta"]
+    assert "| 0.5000 (unisolated) | +0.500 (unisolated) |" in row["beta"]
     assert row["beta"].endswith("| none |")
     assert "(1 of 2 unisolated)" in row["gamma"] and row["gamma"].endswith("| bwrap, none |")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from mlra import events as ev
 from mlra.agent.notify.note import Notification, NotificationKind
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 
 MESSAGE_CHARS = 300
 
@@ -250,7 +251,7 @@ class Triggers:
         if grading is not None and grading.ok and grading.score is not None:
             score = f"{grading.metric} = {_score(grading.score)}"
             if grading.normalized is not None:
-                score += f" (normalized {grading.normalized:+.3f})"
+                score += f" (normalized {format_normalized(grading.normalized)})"
             if grading.success is not None:
                 score += " · success" if grading.success else " · not a success"
             fields |= {

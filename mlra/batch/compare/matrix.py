@@ -15,6 +15,7 @@ from mlra.batch.compare.runs import ComparedRun, CompareError
 from mlra.batch.task_labels import told_apart
 from mlra.counts import format_tokens
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 
 BEST = "*"
 """After the best score (by the metric's direction); ties all get it."""
@@ -126,6 +127,10 @@ def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4g}"
 
 
+def _normalized(value: float | None) -> str:
+    return "-" if value is None else format_normalized(value)
+
+
 @dataclass
 class Row:
     name: str
@@ -192,7 +197,7 @@ def outcome_rows(runs: list[ComparedRun], metric: str | None, best: set[int]) ->
         Row("model", [r.model or "-" for r in runs]),
         Row(score_label(runs, metric), [score(i, r) for i, r in enumerate(runs)]),
         Row("verdict", [verdict(r) for r in runs]),
-        Row("normalized", [_num(r.normalized) for r in runs]),
+        Row("normalized", [_normalized(r.normalized) for r in runs]),
         Row("best validation", [_num(r.best_validation) for r in runs]),
         Row("attempts", [attempts(r) for r in runs]),
         Row("time", [format_duration(r.duration_s) for r in runs]),

@@ -14,7 +14,7 @@ from mlra.batch.compare.matrix import BEST, build
 from mlra.batch.compare.paired import Paired, paired, side_text
 from mlra.batch.compare.runs import MAX_RUNS, ComparedRun, CompareError, is_run_dir, load
 from mlra.batch.report_rows import RunRow
-from mlra.batch.report_text import md_cell
+from mlra.batch.report_text import md_cell, md_text
 from mlra.batch.state import RUNS
 
 
@@ -54,7 +54,7 @@ def _matrix_md(runs: list[ComparedRun]) -> list[str]:
         lines.append(f"| {md_cell(row.name)} | " + " | ".join(md_cell(c) for c in row.cells) + " |")
     notes = []
     if m.best:
-        notes.append(f"{md_cell(BEST)} the best {md_cell(m.metric)}{m.best_of}")
+        notes.append(f"{md_text(BEST)} the best {md_cell(m.metric)}{m.best_of}")
     if m.same_hidden:
         notes.append(f"{m.same_hidden} settings alike in every run, not shown")
     return [*lines, *(["", "; ".join(notes) + "."] if notes else [])]

@@ -15,6 +15,7 @@ from mlra import __version__
 from mlra.batch.share.curves_svg import series_svg, svg
 from mlra.batch.share.text import Redactor, esc, esc_line
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 
 if TYPE_CHECKING:
     from mlra.batch.share.run_read import RunRead
@@ -47,7 +48,7 @@ def header(read: RunRead, redact: Redactor) -> str:
     line = lambda t: esc_line(redact(t))  # noqa: E731
     score = "-" if r.score is None else f"{line(r.metric or 'score')} = {_num(r.score)}"
     if r.normalized_score is not None:
-        score += f" (normalized {r.normalized_score:+.3f})"
+        score += f" (normalized {format_normalized(r.normalized_score)})"
     cls = "good" if r.success else "poor" if r.success is False else "warn"
     started = (
         datetime.datetime.fromtimestamp(s.started_ts, datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.console.text.args import EXIT_FAILED, EXIT_OK, shown_folder
+from mlra.scores import format_normalized
 from mlra.terminal_text import printable_line
 
 
@@ -110,7 +111,7 @@ def final_line(run_dir: Path, result: Any) -> str:
     if result.score is not None:
         score = f"score {result.metric} = {result.score:.4g}"
         if result.normalized_score is not None:
-            score += f" (normalized {result.normalized_score:+.3f})"
+            score += f" (normalized {format_normalized(result.normalized_score)})"
         if getattr(result, "self_reported", None):
             score += " · self-reported (the workspace's own number, not a measurement)"
         if not getattr(result, "direction_known", True):

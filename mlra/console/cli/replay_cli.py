@@ -57,7 +57,12 @@ def add_replay_command(sub: Any) -> None:
         metavar="STEP",
         help="open at the start of worker step STEP (headless: print up to the end of STEP)",
     )
-    replay.add_argument("-v", "--verbose", action="store_true", help="headless: command output too")
+    replay.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        help="headless: command output and whole tool results too",
+    )
     replay.add_argument(
         "--base-url",
         help="for the fork key (f): the OpenAI-compatible server the forked run talks to, "

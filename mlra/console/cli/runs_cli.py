@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shutil
 import sys
 from dataclasses import asdict
@@ -26,6 +27,7 @@ from mlra.console.text.run_footnotes import LIVE, MISMATCH, SELF_REPORTED, UNISO
 from mlra.console.text.run_rows import RunRow, budget_cell, list_runs, search_cell
 from mlra.counts import format_tokens
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 from mlra.terminal_text import printable, printable_line
 
 STATUSES = ("finished", "stopped", "error", "running", "interrupted", "damaged")
@@ -137,7 +139,7 @@ def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[st
     cells = [
         row.id,
         row.task or "-",
-        (row.model or "-") + (" (worker alone)" if row.worker_alone else ""),
+        model_cell(row.model) + (" (worker alone)" if row.worker_alone else ""),
         MISMATCH
         if row.result_mismatch and row.status != "damaged"
         else f"{row.status} {LIVE}"
@@ -145,7 +147,7 @@ def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[st
         else row.status,
         row.reason or "-",
         f"{row.score:.4g}{mark}" if row.score is not None else "-",
-        f"{row.normalized_score:+.3f}{mark}" if row.normalized_score is not None else "-",
+        format_normalized(row.normalized_score) + mark if row.normalized_score is not None else "-",
         f"{row.best_validation:.4g}" if row.best_validation is not None else "-",
         str(row.experiments) if row.experiments else "-",
         *(
@@ -268,12 +270,14 @@ def cmd_runs(args: argparse.Namespace) -> int:
     table = [_cells(r, search=search, notes=notes) for r in rows]
     tty = sys.stdout.isatty()
     width = _width(tty)
-    notes_after: list[str] = []
+    legend = footnotes(rows)
     if width is not None:
         every = headers
         headers, table = fit_columns(headers, table, width)
         if left_out := [h for h in every if h not in headers]:
-            notes_after.append(
+            # A column's own legend goes with it ("search: ...", "budget: ...").
+            legend = [line for line in legend if line.split(":")[0] not in left_out]
+            legend.append(
                 f"left out at {width} columns: {', '.join(left_out)} (a wider terminal, "
                 "or --json, shows them)"
             )
@@ -298,13 +302,17 @@ def cmd_runs(args: argparse.Namespace) -> int:
             out.add_row(*(Text(cell) for cell in cells), style=style)  # text, not markup
         console = Console()
         console.print(out)
-        for line in footnotes(rows) + notes_after:
+        for line in legend:
             console.print(line, style="yellow", markup=False, highlight=False)
         return 0
     widths = [max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)]
     for cells in [headers, *table]:
         print("  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip())
-    for line in footnotes(rows) + notes_after:  # kept off stdout: one line per run
+    # The legend is kept off stdout (a pipe or a file gets the table, one line a run, as
+    # report's stdout is report.md's text) and said after the table, whose lines a pipe
+    # holds back until flushed: `mlra runs 2>&1` printed the legend first.
+    sys.stdout.flush()
+    for line in legend:
         sys.stderr.write(line + "\n")
     return 0
 
@@ -368,6 +376,14 @@ def fit_columns(
     def total() -> int:
         return sum(widths[h] for h in kept) + GAP * (len(kept) - 1)
 
+    # A long cell is cut before a column goes: a model of 53 characters cost the table
+    # its duration, cost, search and forked-from columns at 160.
+    for header, least in CUT_FIRST:
+        if (over := total() - width) > 0 and widths.get(header, 0) > least:
+            widths[header] = max(least, widths[header] - over)
+            i = headers.index(header)
+            for cells in table:
+                cells[i] = middle_cut(cells[i], widths[header])
     while total() > width and droppable:
         kept.remove(droppable.pop(0))
     at = [headers.index(h) for h in kept]
@@ -381,6 +397,26 @@ def fit_columns(
             for cells in table:
                 cells[i] = middle_cut(cells[i], widths[header])
     return kept, table
+
+
+CUT_FIRST = (("model", 28), ("forked from", 24))
+"""The cells cut (in the middle, to no less than this) before any column is left out:
+a model's provider and name's end stay, a run id's date and hash."""
+RUN_HASH = re.compile(r"-([0-9a-f]{16})$")
+
+
+def model_cell(model: str | None) -> str:
+    """The model as the table shows it: `replay:RUN_DIR` as `replay:` and the run's
+    hash, which ends its id in the id column (`--json` has the whole spec)."""
+    if not model:
+        return "-"
+    if not model.startswith("replay:"):
+        return model
+    path = Path(model.removeprefix("replay:"))
+    attempt = f"/attempts/{path.name}" if path.parent.name == "attempts" else ""
+    run = path.parent.parent if attempt else path
+    found = RUN_HASH.search(run.name)
+    return f"replay:{found[1] if found else run.name}{attempt}"
 
 
 def middle_cut(text: str, width: int) -> str:

@@ -38,6 +38,7 @@ from mlra.console.text.attempt_files import (
     read_head,
 )
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 from mlra.terminal_text import printable, printable_line
 
 REFRESH_S = 2.0
@@ -336,7 +337,7 @@ def scores_side_by_side(
             "from": f"{node.started.operator} from {node.parent or 'the starter'}",
             "score": tree.score_text(node) + (" (best)" if node is best else ""),
             "metric": (f.metric if f is not None else "") or "",
-            "normalized": f"{f.normalized:.3f}"
+            "normalized": format_normalized(f.normalized)
             if f is not None and f.normalized is not None
             else "",
             "time": format_duration(node.elapsed_s(now)),

@@ -15,6 +15,7 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.durations import format_duration
+from mlra.scores import format_normalized
 from mlra.terminal_text import printable, printable_line
 from mlra.tools.attempts import AttemptStartArgs, wait_bound
 
@@ -48,6 +49,13 @@ def one_line(text: str, limit: int = 160) -> str:
     """`text` on one line, cut at `limit`, with its control characters escaped."""
     flat = " ".join(text.split())
     return printable_line(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+def preview_line(line: str, limit: int = 200) -> str:
+    """A line of a tool's output as it was laid out: its indentation (a listing's depth,
+    a file read's line numbers) kept, tabs as spaces, cut at `limit`, controls escaped."""
+    text = line.rstrip().expandtabs()
+    return printable_line(text if len(text) <= limit else text[: limit - 1] + "…")
 
 
 def describe_call(
@@ -409,7 +417,7 @@ def score_line(e: ev.EvaluationFinished, *, unisolated: bool = True) -> str:
     if e.top is not None:
         refs.append(f"top {e.top:.4g}")
     if e.normalized is not None:
-        refs.append(f"normalized {e.normalized:+.3f}")
+        refs.append(f"normalized {format_normalized(e.normalized)}")
     if refs:
         parts.append("(" + ", ".join(refs) + ")")
     if e.success is not None:

@@ -36,6 +36,7 @@ from mlra.console.text.event_lines import (
     learned_window_line,
     model_call_line,
     one_line,
+    preview_line,
     resumed_line,
     retry_line,
     said_call,
@@ -99,6 +100,9 @@ class TranscriptDisplay(Printer):
                 file=self.stream, highlight=False, soft_wrap=True, emoji=False, markup=False
             )
         self._calls: dict[str, ev.ToolCall] = {}
+        self._streamed: set[str] = set()
+        """The calls whose output came as it was written (a command's): `-v` has shown
+        it; a result that came whole (a file read, a listing) is shown with the result."""
         self._limits = RunLimits()
         """The run's time limit: a wait's line says no more than the run had left."""
         self._attempts = AttemptLogs()
@@ -299,6 +303,7 @@ class TranscriptDisplay(Printer):
                     "yellow",
                 )
             case ev.ToolOutput():
+                self._streamed.add(event.call_id)
                 if self.verbose:
                     for line in event.text.rstrip("\n").splitlines():
                         self._out(f"    {line}", "dim")
@@ -378,20 +383,24 @@ class TranscriptDisplay(Printer):
                 self._out(f"    {status} {one_line(event.output, 200)}", "red")
             return
         self._out(f"    {status} {' · '.join(bits)}", "green" if event.ok else "red")
-        if not self.verbose or not event.ok:
-            drawn = as_drawn(event.output)  # a bar's last state, not each redraw a line
-            lines = [ln for ln in drawn.rstrip().splitlines() if ln.strip()]
-            if lines and lines[-1].startswith(("[exit code", "[timed out")):
-                lines.pop()  # the status line repeats what the ✓/✗ line says
-            if event.ok and event.tool in HEAD_FIRST_TOOLS:
-                # What ended, then the table's head: best first, so the leader is shown.
-                shown = lines[:HEAD_LINES]
-                if len(lines) > HEAD_LINES:
-                    shown.append(f"… {len(lines) - HEAD_LINES} more")
-            else:
-                shown = lines[-4:] if event.ok else lines[-8:]
-            for line in shown:
-                self._out(f"    │ {one_line(line, 200)}", "dim")
+        if self.verbose and event.ok and event.call_id in self._streamed:
+            return  # shown line by line as it came
+        drawn = as_drawn(event.output)  # a bar's last state, not each redraw a line
+        lines = [ln for ln in drawn.rstrip().splitlines() if ln.strip()]
+        if lines and lines[-1].startswith(("[exit code", "[timed out")):
+            lines.pop()  # the status line repeats what the ✓/✗ line says
+        if self.verbose and event.call_id not in self._streamed:
+            shown = lines  # -v: all of what came whole, as it came
+        elif event.ok and (event.tool in HEAD_FIRST_TOOLS or event.tool == "list_files"):
+            # Its head: a table is best first, a listing's folders come before their
+            # files (a tail would show a folder's files at the top level).
+            shown = lines if len(lines) <= HEAD_LINES + 1 else lines[:HEAD_LINES]
+            if len(shown) < len(lines):  # a "… 1 more" would take the line it hides
+                shown.append(f"… {len(lines) - HEAD_LINES} more")
+        else:
+            shown = lines[-4:] if event.ok else lines[-8:]
+        for line in shown:
+            self._out(f"    │ {preview_line(line)}", "dim")
 
     def close(self) -> None:
         if self._console is None:
