@@ -148,12 +148,16 @@ def own_share(budget: ev.Budget, config: RunConfig) -> ev.Budget:
 
 def held_mb(folders: list[Path]) -> int:
     """What `folders` hold of the disk budget, in MB: their blocks, as the run's disk
-    figure counts them (tools/sandbox/disk_use.py: a hard link once, a mounted volume by
-    what is on it), or their inodes at the budget's 16 KiB each where those come to
+    figure counts them (tools/sandbox/disk_use.py: a hard link once; no mount entered
+    and an image counted by its blocks, as an ended attempt has no live volume), or
+    their inodes at the budget's 16 KiB each where those come to
     more. Counted by blocks alone, an attempt that left its inode budget of empty files
     (a few hundred KB) left the next attempts as many inodes again, beyond the run's
     `inodes`."""
-    total = sum(max(use.bytes, use.inodes * (MIB // INODES_PER_MB)) for use in disk_use(folders))
+    total = sum(
+        max(use.bytes, use.inodes * (MIB // INODES_PER_MB))
+        for use in disk_use(folders, volumes="held")
+    )
     return -(-total // MIB)
 
 

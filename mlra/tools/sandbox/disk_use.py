@@ -13,6 +13,11 @@ show is what the budget counts.
   mlra left) is counted: it holds that disk.
 - A volume mounted at a settling view (volume_settle.py) is passed over: its files
   are being carried back to the workspace's folder, which is counted.
+- No other mount is entered (as `du -x`): a grader's cache overlay (its lower layer
+  the shared Hugging Face cache) would count the whole cache as the attempt's.
+- The budget's measure of what an ended attempt holds (`volumes="held"`) enters no
+  mount at all and counts an image by its blocks: an ended attempt has no live volume,
+  so an image there (one whose carry-back failed, bound back in place) is disk it holds.
 - No link followed.
 """
 
@@ -23,6 +28,7 @@ import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from mlra.tools.sandbox.volume_settle import VIEW_PREFIX
 from mlra.tools.sandbox.volume_users import loop_mounts
@@ -39,12 +45,19 @@ class DiskUse:
     """Their files, folders and links (a hard-linked file once)."""
 
 
-def disk_use(roots: list[Path], spot: Callable[[str], None] | None = None) -> list[DiskUse]:
+def disk_use(
+    roots: list[Path],
+    spot: Callable[[str], None] | None = None,
+    *,
+    volumes: Literal["live", "held"] = "live",
+) -> list[DiskUse]:
     """What each of `roots` holds, measured together: a file hard-linked in two counts
     in the first. A root that is not there holds nothing. `spot` is told the path,
     relative to the first root, of each file in it, for a caller that looks for some by
-    name as it goes (agent/loop/resources.py: metric files)."""
-    images = _mounted_images()
+    name as it goes (agent/loop/resources.py: metric files). `volumes`: "live", a
+    mounted workspace volume counted by the files on it; "held", no mount entered and
+    an image counted by its blocks (above)."""
+    images, volume_devices = _mounted_volumes() if volumes == "live" else (set(), set())
     seen: set[tuple[int, int]] = set()
     uses = []
     for index, root in enumerate(roots):
@@ -70,8 +83,15 @@ def disk_use(roots: list[Path], spot: Callable[[str], None] | None = None) -> li
                         if (st.st_dev, st.st_ino) in images:
                             continue
                         is_dir = stat.S_ISDIR(st.st_mode)
-                        if is_dir and st.st_dev != dev and entry.name.startswith(VIEW_PREFIX):
-                            continue
+                        if (
+                            is_dir
+                            and st.st_dev != dev
+                            and (
+                                st.st_dev not in volume_devices
+                                or entry.name.startswith(VIEW_PREFIX)
+                            )
+                        ):
+                            continue  # another mount, or a volume being settled
                         if not _count(st, seen, use):
                             continue
                         if is_dir:
@@ -96,14 +116,21 @@ def _count(st: os.stat_result, seen: set[tuple[int, int]], use: DiskUse) -> bool
     return True
 
 
-def _mounted_images() -> set[tuple[int, int]]:
-    """The files behind this machine's loop mounts, by device and inode: a workspace
-    volume's image while its volume is mounted."""
-    found: set[tuple[int, int]] = set()
-    for image in loop_mounts():
+def _mounted_volumes() -> tuple[set[tuple[int, int]], set[int]]:
+    """The files behind this machine's loop mounts, by device and inode (a workspace
+    volume's image while its volume is mounted), and the devices of the mounted volumes
+    themselves: the only mounts the walk enters."""
+    images: set[tuple[int, int]] = set()
+    devices: set[int] = set()
+    for image, places in loop_mounts().items():
         try:
             st = image.stat()
         except OSError:
             continue
-        found.add((st.st_dev, st.st_ino))
-    return found
+        images.add((st.st_dev, st.st_ino))
+        for place in places:
+            try:
+                devices.add(place.stat().st_dev)
+            except OSError:
+                continue
+    return images, devices
