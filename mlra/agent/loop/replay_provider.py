@@ -81,6 +81,15 @@ class ReplayProvider(ModelProvider):
                 turn = event.purpose == "turn"
                 self.prompts.append(prompts.pop(event.agent, None) if turn else None)
         self.results = {e.call_id: e for e in events if isinstance(e, ev.ToolResult)}
+        self.decisions = {
+            e.call_id: e
+            for e in events
+            if isinstance(e, ev.Control)
+            and e.call_id
+            and (e.action == "reject" or (e.action == "edit" and e.arguments is not None))
+        }
+        """The user's edits and rejections at breakpoints, by call: the recorded run ran
+        each call so, and so does the replay (an approval changes nothing to replay)."""
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
         self.context_window = (started.context_window if started else None) or 200_000
         self.limits: ev.Limits | None = started.limits if started is not None else None
@@ -174,6 +183,9 @@ class ReplayProvider(ModelProvider):
 
     def recorded_result(self, call_id: str) -> ev.ToolResult | None:
         return self.results.get(call_id)
+
+    def recorded_decision(self, call_id: str) -> ev.Control | None:
+        return self.decisions.get(call_id)
 
     def recorded_time_limit(self) -> float | None:
         return self.limits.time_limit_s if self.limits is not None else None

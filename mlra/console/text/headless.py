@@ -36,6 +36,7 @@ from mlra.console.text.event_lines import (
     learned_window_line,
     model_call_line,
     one_line,
+    replayed_line,
     resumed_line,
     retry_line,
     said_call,
@@ -320,6 +321,10 @@ class TranscriptDisplay(Printer):
                 # As the console says it, with the commands that go on from a shell.
                 run = str(self._attempts.run_dir or "RUN")
                 self._out(f"[{t}] {HELD_BY[event.source].format(run=run)}", "yellow")
+            case ev.Control(source=ev.REPLAYED):
+                call = self._calls.get(event.call_id or "")
+                ran = describe_call(call.tool, event.arguments) if call and event.arguments else ""
+                self._out(f"[{t}] {one_line(replayed_line(event, ran), 300)}", "yellow")
             case ev.Control():
                 detail = f": {one_line(event.text, 120)}" if event.text else ""
                 if event.action in ("attempt_stop", "promote") and event.target:
