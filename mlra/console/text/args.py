@@ -213,18 +213,44 @@ def check_writable_dir(path: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path} cannot be written: {reason}") from None
 
 
-def run_path(run: str) -> Path:
-    """RUN_DIR as `mlra replay`, `resume`, `fork` and `eval` take it: a run folder, or a
-    run id as `mlra runs` lists it, found in ./runs (their commands' folder is the run's
-    own, so they have no --runs-dir to look in). Anything else stays as given, and the
-    command says it is not a run folder."""
+def find_run(name: str, runs_dir: Path, *, folders: bool = False) -> Path:
+    """A run as every command that takes one names it: a run folder, else a run id as
+    `mlra runs` lists it, or the start of one, in `runs_dir` (`20261201-0203` for
+    `20261201-020315-tiny-lm-d944e8e7...`). `folders`: any folder there counts, not only
+    a run's (`mlra compare`, `share` and `export` take a batch's too). A start that names
+    several, or a name that is no folder and no id, is a UsageError in one line; a folder
+    that is not a run is returned as named, for its command to say why."""
     from mlra.agent.record.eventlog import EVENTS_FILE
 
-    path = Path(run)
-    if not (path / EVENTS_FILE).is_file() and len(path.parts) == 1:
-        if (Path("runs") / run / EVENTS_FILE).is_file():
-            return Path("runs") / run
-    return path
+    def counts(path: Path) -> bool:
+        return path.is_dir() if folders else (path / EVENTS_FILE).is_file()
+
+    path = Path(name)
+    for candidate in (path, runs_dir / name):
+        if name and counts(candidate):
+            return candidate
+    if len(path.parts) == 1 and name not in (".", "..") and runs_dir.is_dir():
+        found = sorted(p for p in runs_dir.iterdir() if p.name.startswith(name) and counts(p))
+        if len(found) == 1:
+            return found[0]
+        if found:
+            named = ", ".join(p.name for p in found[:3]) + (", ..." if len(found) > 3 else "")
+            raise UsageError(
+                f"{name!r} is the start of {len(found)} run ids in {runs_dir} ({named}): "
+                "say more of it"
+            )
+    if path.exists():
+        return path
+    what = "a folder" if folders else f"a run folder (no {EVENTS_FILE})"
+    raise UsageError(
+        f"no run {name!r}: not {what}, nor a run id (or the start of one) in {runs_dir}"
+    )
+
+
+def run_path(run: str) -> Path:
+    """RUN_DIR as `mlra replay`, `resume`, `fork` and `eval` take it (`find_run` in ./runs:
+    their commands' folder is the run's own, so they have no --runs-dir to look in)."""
+    return find_run(run, Path("runs"))
 
 
 def shown_folder(run_dir: Path) -> str:
@@ -241,17 +267,17 @@ def shown_folder(run_dir: Path) -> str:
 
 
 def run_folder(run: str, runs_dir: Path) -> Path:
-    """RUN as `mlra ctl`, `attach` and `annotate` take it: a path holding an event log,
-    else a run id under --runs-dir."""
+    """RUN as `mlra ctl`, `attach` and `annotate` take it: `find_run` under --runs-dir,
+    resolved; a folder that is not a run is refused here."""
     from mlra.agent.record.eventlog import EVENTS_FILE
 
-    for candidate in (Path(run), runs_dir / run):
-        if (candidate / EVENTS_FILE).is_file():
-            return candidate.resolve()
-    raise UsageError(
-        f"no run {run!r}: not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} "
-        "(see --runs-dir)"
-    )
+    found = find_run(run, runs_dir)
+    if not (found / EVENTS_FILE).is_file():
+        raise UsageError(
+            f"no run {run!r}: not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} "
+            "(see --runs-dir)"
+        )
+    return found.resolve()
 
 
 def add_budget_args(
