@@ -211,6 +211,10 @@ def test_every_command_that_takes_a_run_takes_the_start_of_its_id(tmp_path: Path
     assert resumed.returncode == 2 and "ended with a submission" in resumed.stderr
     attached = mlra_cli(["attach", "20261201"], cwd=tmp_path)
     assert attached.returncode == 2 and "has ended: mlra replay" in attached.stderr
+    # `--model replay:RUN` too: found, a baseline run has no model answers to replay.
+    found = mlra_cli(["run", str(ANSWER_TASK), "--model", "replay:runs/20261201-a"], cwd=tmp_path)
+    assert found.returncode == 2, found.stdout
+    assert "the run has no recorded model calls to replay" in found.stderr, found.stderr
     shutil.copytree(tmp_path / "runs" / "20261201-a1", tmp_path / "runs" / "20261201-b2")
     said = "'20261201' is the start of 2 run ids in runs (20261201-a1, 20261201-b2): say more"
     for args in (
@@ -218,10 +222,12 @@ def test_every_command_that_takes_a_run_takes_the_start_of_its_id(tmp_path: Path
         ["fork", "20261201", "--at", "1"],
         ["ctl", "20261201", "pause"],
         ["compare", "20261201", "20261201-b", "--no-tui"],
+        ["run", str(ANSWER_TASK), "--model", "replay:20261201"],
     ):
         refused = mlra_cli(args, cwd=tmp_path)
         assert refused.returncode == 2, (args, refused.stdout)
-        assert refused.stderr.strip() == f"mlra: {said} of it", (args, refused.stderr)
+        assert refused.stderr.strip().endswith(f"{said} of it"), (args, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1, (args, refused.stderr)
     unknown = mlra_cli(["replay", "20261202", "--no-tui"], cwd=tmp_path)
     assert unknown.returncode == 2 and unknown.stderr.strip() == (
         "mlra: no run '20261202': not a run folder (no events.jsonl), nor a run id (or the "

@@ -35,6 +35,7 @@ from mlra.agent.providers.base import (
 from mlra.agent.providers.text_calls import FALLBACK_MARK, REFUSED_NATIVE
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.record.recording import response_from
+from mlra.agent.record.run_lookup import NoSuchRun, find_run
 from mlra.durations import format_duration
 from mlra.tools.registry import ToolSpec
 
@@ -159,7 +160,16 @@ class ReplayProvider(ModelProvider):
 
     @classmethod
     def from_spec(cls, spec: str) -> ReplayProvider:
-        run_dir = Path(spec.removeprefix("replay:")).expanduser()
+        """`replay:RUN`: a run folder, or a run's id or the start of one, in ./runs or in
+        the folder it names (`replay:runs/20261201-0203`), as `mlra replay` takes it."""
+        try:
+            run_dir = find_run(str(Path(spec.removeprefix("replay:")).expanduser()), Path("runs"))
+        except NoSuchRun as exc:
+            raise ConfigError(f"{spec}: {exc}") from None
+        return cls.from_folder(run_dir, spec)
+
+    @classmethod
+    def from_folder(cls, run_dir: Path, spec: str) -> ReplayProvider:
         path = run_dir / EVENTS_FILE
         if not path.is_file():
             raise ConfigError(f"{spec}: {run_dir} is not a run folder (no {EVENTS_FILE})")
@@ -176,7 +186,8 @@ class ReplayProvider(ModelProvider):
         """An attempt answered from its own recording (`attempts/<id>/`): its worker's
         calls are in its log, not the search's, whose provider, shared, made a search's
         replay diverge at its first worker's call. ConfigError where it has none."""
-        provider = ReplayProvider.from_spec(f"replay:{self.run_dir / 'attempts' / attempt}")
+        folder = self.run_dir / "attempts" / attempt
+        provider = ReplayProvider.from_folder(folder, f"replay:{folder}")
         provider.raised_to = self.raises.get(attempt)
         provider.stopped = self.stops.get(attempt)
         return provider

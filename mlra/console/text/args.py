@@ -214,37 +214,15 @@ def check_writable_dir(path: Path, flag: str) -> None:
 
 
 def find_run(name: str, runs_dir: Path, *, folders: bool = False) -> Path:
-    """A run as every command that takes one names it: a run folder, else a run id as
-    `mlra runs` lists it, or the start of one, in `runs_dir` (`20261201-0203` for
-    `20261201-020315-tiny-lm-d944e8e7...`). `folders`: any folder there counts, not only
-    a run's (`mlra compare`, `share` and `export` take a batch's too). A start that names
-    several, or a name that is no folder and no id, is a UsageError in one line; a folder
-    that is not a run is returned as named, for its command to say why."""
-    from mlra.agent.record.eventlog import EVENTS_FILE
+    """A run as every command that takes one names it (agent/record/run_lookup.py): its
+    folder, or its id or the start of one in `runs_dir`; a UsageError, one line, where
+    that names no run or several."""
+    from mlra.agent.record.run_lookup import NoSuchRun, find_run
 
-    def counts(path: Path) -> bool:
-        return path.is_dir() if folders else (path / EVENTS_FILE).is_file()
-
-    path = Path(name)
-    for candidate in (path, runs_dir / name):
-        if name and counts(candidate):
-            return candidate
-    if len(path.parts) == 1 and name not in (".", "..") and runs_dir.is_dir():
-        found = sorted(p for p in runs_dir.iterdir() if p.name.startswith(name) and counts(p))
-        if len(found) == 1:
-            return found[0]
-        if found:
-            named = ", ".join(p.name for p in found[:3]) + (", ..." if len(found) > 3 else "")
-            raise UsageError(
-                f"{name!r} is the start of {len(found)} run ids in {runs_dir} ({named}): "
-                "say more of it"
-            )
-    if path.exists():
-        return path
-    what = "a folder" if folders else f"a run folder (no {EVENTS_FILE})"
-    raise UsageError(
-        f"no run {name!r}: not {what}, nor a run id (or the start of one) in {runs_dir}"
-    )
+    try:
+        return find_run(name, runs_dir, folders=folders)
+    except NoSuchRun as exc:
+        raise UsageError(str(exc)) from None
 
 
 def run_path(run: str) -> Path:
