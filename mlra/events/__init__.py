@@ -72,6 +72,7 @@ from mlra.events.ending import (
     Validation,
 )
 from mlra.events.environment import (
+    REPLAYED,
     Control,
     ControlAction,
     FileChange,
@@ -242,6 +243,7 @@ def _unknown(line: str | bytes) -> UnknownEvent | None:
 __all__ = [
     "EVENT_ADAPTER",
     "EVENT_NAME",
+    "REPLAYED",
     "SCHEMA_VERSION",
     "AgentRole",
     "ApprovalRequested",

@@ -111,6 +111,13 @@ class Control(_Event):
     call_id: str | None = None
     arguments: dict[str, Any] | None = None
     source: str = "user"
+    """Who: `user` (the console, `mlra ctl`), the run itself (`step`, `start`...), or
+    `replay` (`REPLAYED`): a replay applying the recorded user's edit or rejection."""
+
+
+REPLAYED = "replay"
+"""The `source` of a `control` a replay (`--model replay:RUN`) writes where it runs a call
+as the recorded run's user decided it at a breakpoint (an edit, a rejection)."""
 
 
 class FileChange(BaseModel):

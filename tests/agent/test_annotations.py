@@ -184,8 +184,9 @@ def test_a_replay_transcript_prints_each_note_under_its_step(resumed: Path) -> N
     after = [next(line for line in lines[i:] if "worker: " in line) for i in noted]
     assert after[0].endswith("worker: Read the question."), after
     assert after[1].endswith("worker: Look at the run folder."), after
-    cut = mlra_cli(["replay", str(resumed), "--no-tui", "--at", "1"], cwd=resumed.parent)
+    cut = mlra_cli(["replay", str(resumed), "--no-tui", "--at", "2"], cwd=resumed.parent)
     assert cut.stdout.count("✎ note on step") == 1, cut.stdout
+    assert "✎ note on step 2: #sandbox #probe" in cut.stdout, cut.stdout
 
 
 def test_batch_report_lists_tags_per_run(resumed: Path, tmp_path: Path) -> None:

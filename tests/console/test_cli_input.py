@@ -5,6 +5,7 @@ away (`mlra run ... | head`) goes on to its end with its log whole."""
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -188,4 +189,47 @@ def test_replay_resume_fork_and_eval_take_a_run_id_as_mlra_runs_lists_it(tmp_pat
     assert forked.returncode == 0, forked.stderr
     assert (tmp_path / "runs" / "f1" / "events.jsonl").is_file()
     missing = mlra_cli(["replay", "r9", "--no-tui"], cwd=tmp_path)
-    assert missing.returncode == 2 and "r9 is not a run folder" in missing.stderr
+    assert missing.returncode == 2 and "no run 'r9': not a run folder" in missing.stderr
+
+
+def test_every_command_that_takes_a_run_takes_the_start_of_its_id(tmp_path: Path) -> None:
+    """`mlra compare 20261201-020315 ...` took the start of an id; `replay`, `resume`,
+    `fork`, `eval`, `ctl`, `attach` and `annotate` said it was not a run folder. One
+    lookup now: a start that names one run is that run, one that names several or none
+    is refused in one line (exit 2)."""
+    made = mlra_cli(
+        ["run", str(ANSWER_TASK), "--model", "baseline", "--no-tui", "--run-id", "20261201-a1"],
+        cwd=tmp_path,
+    )
+    assert made.returncode == 0, made.stdout + made.stderr
+    replayed = mlra_cli(["replay", "20261201-a", "--no-tui"], cwd=tmp_path)
+    assert replayed.returncode == 0, replayed.stderr
+    assert "run 20261201-a1" in replayed.stdout.splitlines()[0]
+    graded = mlra_cli(["eval", "20261201"], cwd=tmp_path)
+    assert graded.returncode == 0, graded.stderr
+    resumed = mlra_cli(["resume", "20261201", "--no-tui"], cwd=tmp_path)
+    assert resumed.returncode == 2 and "ended with a submission" in resumed.stderr
+    attached = mlra_cli(["attach", "20261201"], cwd=tmp_path)
+    assert attached.returncode == 2 and "has ended: mlra replay" in attached.stderr
+    # `--model replay:RUN` too: found, a baseline run has no model answers to replay.
+    found = mlra_cli(["run", str(ANSWER_TASK), "--model", "replay:runs/20261201-a"], cwd=tmp_path)
+    assert found.returncode == 2, found.stdout
+    assert "the run has no recorded model calls to replay" in found.stderr, found.stderr
+    shutil.copytree(tmp_path / "runs" / "20261201-a1", tmp_path / "runs" / "20261201-b2")
+    said = "'20261201' is the start of 2 run ids in runs (20261201-a1, 20261201-b2): say more"
+    for args in (
+        ["replay", "20261201", "--no-tui"],
+        ["fork", "20261201", "--at", "1"],
+        ["ctl", "20261201", "pause"],
+        ["compare", "20261201", "20261201-b", "--no-tui"],
+        ["run", str(ANSWER_TASK), "--model", "replay:20261201"],
+    ):
+        refused = mlra_cli(args, cwd=tmp_path)
+        assert refused.returncode == 2, (args, refused.stdout)
+        assert refused.stderr.strip().endswith(f"{said} of it"), (args, refused.stderr)
+        assert len(refused.stderr.strip().splitlines()) == 1, (args, refused.stderr)
+    unknown = mlra_cli(["replay", "20261202", "--no-tui"], cwd=tmp_path)
+    assert unknown.returncode == 2 and unknown.stderr.strip() == (
+        "mlra: no run '20261202': not a run folder (no events.jsonl), nor a run id (or the "
+        "start of one) in runs"
+    )

@@ -89,7 +89,7 @@ def test_one_tasks_metric_does_not_label_another_tasks_unscored_runs(tmp_path: P
 def test_bad_input_one_line_exit_2(tmp_path: Path) -> None:
     dirs = _runs(tmp_path, 2)
     for args, said in (
-        (["compare", "nope", dirs[0].name], "nope: no such run"),
+        (["compare", "nope", dirs[0].name], "no run 'nope': not a folder, nor a run id"),
         (["compare", dirs[0].name], "at least 2 runs"),
         (["compare", "runs", "--metric", "bleu"], "unknown metric 'bleu'"),
     ):

@@ -573,8 +573,18 @@ def test_headless_replay_prints_the_transcript_and_json(recorded: Path) -> None:
     assert "$ cat missing.txt" in proc.stdout
     assert "score: exact_match = 1" in proc.stdout
 
-    upto = mlra_cli(["replay", str(recorded), "--no-tui", "--at", "2"], cwd=recorded.parent)
-    assert "echo 42 > answer.txt" in upto.stdout and "Revise the notes" not in upto.stdout
+    # `--at` prints from the step on, after the run's header: it printed from the start.
+    at = mlra_cli(["replay", str(recorded), "--no-tui", "--at", "3"], cwd=recorded.parent)
+    lines = at.stdout.splitlines()
+    assert at.returncode == 0 and lines[0].startswith("▶ answer"), at.stderr
+    assert lines[2] == "── from worker step 3; the steps before it are not printed ──"
+    said = next(line for line in lines[3:] if "worker: " in line)
+    assert said.endswith("worker: Revise the notes."), lines
+    assert "cat missing.txt" in at.stdout and "echo 42 > answer.txt" not in at.stdout
+    assert "score: exact_match = 1" in at.stdout
+    at_json = mlra_cli(["replay", str(recorded), "--json", "--at", "3"], cwd=recorded.parent)
+    first = ev.parse_event(at_json.stdout.splitlines()[0])
+    assert isinstance(first, ev.StepStarted) and (first.agent, first.step) == ("worker", 3)
 
     as_json = mlra_cli(["replay", str(recorded), "--json"], cwd=recorded.parent)
     lines = as_json.stdout.strip().splitlines()

@@ -35,6 +35,7 @@ from mlra.agent.providers.base import (
 from mlra.agent.providers.text_calls import FALLBACK_MARK, REFUSED_NATIVE
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
 from mlra.agent.record.recording import response_from
+from mlra.agent.record.run_lookup import NoSuchRun, find_run
 from mlra.durations import format_duration
 from mlra.tools.registry import ToolSpec
 
@@ -81,6 +82,15 @@ class ReplayProvider(ModelProvider):
                 turn = event.purpose == "turn"
                 self.prompts.append(prompts.pop(event.agent, None) if turn else None)
         self.results = {e.call_id: e for e in events if isinstance(e, ev.ToolResult)}
+        self.decisions = {
+            e.call_id: e
+            for e in events
+            if isinstance(e, ev.Control)
+            and e.call_id
+            and (e.action == "reject" or (e.action == "edit" and e.arguments is not None))
+        }
+        """The user's edits and rejections at breakpoints, by call: the recorded run ran
+        each call so, and so does the replay (an approval changes nothing to replay)."""
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
         self.context_window = (started.context_window if started else None) or 200_000
         self.limits: ev.Limits | None = started.limits if started is not None else None
@@ -150,7 +160,16 @@ class ReplayProvider(ModelProvider):
 
     @classmethod
     def from_spec(cls, spec: str) -> ReplayProvider:
-        run_dir = Path(spec.removeprefix("replay:")).expanduser()
+        """`replay:RUN`: a run folder, or a run's id or the start of one, in ./runs or in
+        the folder it names (`replay:runs/20261201-0203`), as `mlra replay` takes it."""
+        try:
+            run_dir = find_run(str(Path(spec.removeprefix("replay:")).expanduser()), Path("runs"))
+        except NoSuchRun as exc:
+            raise ConfigError(f"{spec}: {exc}") from None
+        return cls.from_folder(run_dir, spec)
+
+    @classmethod
+    def from_folder(cls, run_dir: Path, spec: str) -> ReplayProvider:
         path = run_dir / EVENTS_FILE
         if not path.is_file():
             raise ConfigError(f"{spec}: {run_dir} is not a run folder (no {EVENTS_FILE})")
@@ -167,13 +186,17 @@ class ReplayProvider(ModelProvider):
         """An attempt answered from its own recording (`attempts/<id>/`): its worker's
         calls are in its log, not the search's, whose provider, shared, made a search's
         replay diverge at its first worker's call. ConfigError where it has none."""
-        provider = ReplayProvider.from_spec(f"replay:{self.run_dir / 'attempts' / attempt}")
+        folder = self.run_dir / "attempts" / attempt
+        provider = ReplayProvider.from_folder(folder, f"replay:{folder}")
         provider.raised_to = self.raises.get(attempt)
         provider.stopped = self.stops.get(attempt)
         return provider
 
     def recorded_result(self, call_id: str) -> ev.ToolResult | None:
         return self.results.get(call_id)
+
+    def recorded_decision(self, call_id: str) -> ev.Control | None:
+        return self.decisions.get(call_id)
 
     def recorded_time_limit(self) -> float | None:
         return self.limits.time_limit_s if self.limits is not None else None

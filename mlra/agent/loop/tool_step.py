@@ -8,6 +8,9 @@ the registry; the result is
 truncated for the model and recorded, even when the run ends under the call;
 and the workspace's changes are snapshotted.
 
+A replay (`--model replay:RUN`) runs a call as its recording's user decided it at a
+breakpoint (agent/loop/call_decisions.py), or it would diverge at the next request.
+
 An edited call reaches the model as it ran: the call in the agent's history
 takes the user's arguments, and its result opens with a note saying the user
 edited it (the note is in the recorded result, and the arguments are in the
@@ -30,8 +33,8 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
+from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision
 from mlra.agent.loop.catchup import INTERRUPTED
-from mlra.agent.loop.controls import Breakpoint, Decision
 from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.unlogged import UnloggedWatcher
@@ -45,7 +48,7 @@ from mlra.agent.record.log_budget import (
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.snapshots import WorkspaceScanner
 from mlra.tools.jobs import JOBS_DIR
-from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry, validated
+from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry, validated
 from mlra.tools.sandbox.base import OutputCallback, Stream
 from mlra.tools.truncate import truncate_middle
 
@@ -155,12 +158,22 @@ class ToolStep:
                 )
                 return self._record_result(call, agent, outcome)
         arguments = call.arguments
+        replayed = replayed_decision(run, call)
+        if replayed is not None and replayed.action == "reject":
+            run.controls.call_decided()
+            return self._record_result(call, agent, rejected(replayed.text))
+        if replayed is not None and replayed.arguments is not None:
+            note = edited_note(agent, call)
+            arguments = dict(replayed.arguments)
+            ran_as(call, arguments)
         breakpoint_ = (
-            run.controls.should_break(call.name, arguments) if call.parse_error is None else None
+            run.controls.should_break(call.name, arguments)
+            if call.parse_error is None and replayed is None
+            else None
         )
         if breakpoint_ is not None:
             try:
-                decision = await self._await_decision(call, breakpoint_, tool)
+                decision = await await_decision(run, call, breakpoint_, tool)
             except asyncio.CancelledError:
                 # The run ended while the call waited for the user (a stop, a quit, its
                 # time limit): closed in the log, or a replay shows it waiting for ever.
@@ -168,13 +181,7 @@ class ToolStep:
                 raise
             if decision.action == "reject":
                 run.controls.call_decided()
-                message = decision.message or "no reason given"
-                outcome = ToolOutcome(
-                    output=f"The user rejected this call: {message}",
-                    ok=False,
-                    error="rejected by the user",
-                )
-                return self._record_result(call, agent, outcome)
+                return self._record_result(call, agent, rejected(decision.message))
             if decision.action == "edit" and decision.arguments is not None:
                 note = edited_note(agent, call)
                 arguments = decision.arguments
@@ -286,43 +293,6 @@ class ToolStep:
                 self.run.unlogged.show(ev.ToolOutput(call_id=call_id, stream=stream, text=rest))
 
         return on_output
-
-    async def _await_decision(
-        self, call: ToolCallRequest, bp: Breakpoint, tool: Tool[Any] | None
-    ) -> Decision:
-        run = self.run
-        asked = ev.ApprovalRequested(
-            call_id=call.id, tool=call.name, arguments=call.arguments, reason=bp.describe()
-        )
-        replaying = run.catchup.replaying
-        if replaying:  # a call run again while catching up: decided as it was then
-            run.emit(asked)
-            recorded = run.catchup.recorded_decision(call.id)
-            if recorded is not None:
-                return recorded
-        future = run.controls.expect_decision(
-            call.id, None if tool is None else lambda arguments: validated(tool, arguments)[1]
-        )
-        if not run.catchup.replaying:
-            # Live, or gone live as no decision was recorded: asked here, after the
-            # `run_resumed` that cleared the old request, or nobody sees it waiting.
-            run.emit(asked)
-        # While the run waits for a human it is held as a pause holds it: the clock
-        # stops and so do the sandbox's commands and jobs, or a job would compute off
-        # the clock and its `job_ended` would understate its run. Unless the user chose
-        # to let them run (`--break-runs-jobs`): then the wait counts on the clock.
-        held = run.controls.hold_at_breaks
-        if held:
-            run.clock.pause()
-            if run.sandbox is not None:
-                run.sandbox.suspend_commands()
-        try:
-            return await future
-        finally:
-            if held and not run.controls.holding():
-                run.clock.resume()
-                if run.sandbox is not None:
-                    run.sandbox.resume_commands()
 
     def _record_result(
         self,

@@ -368,6 +368,12 @@ class ModelProvider(abc.ABC):
         log's size would (agent/record/log_budget.py). None: no recording."""
         return None
 
+    def recorded_decision(self, call_id: str) -> ev.Control | None:
+        """The user's edit or rejection of a call at its breakpoint in the run this
+        provider plays back: a replay runs the call as it ran then, or its result and
+        every request after it differ from the recording's. None: no recording."""
+        return None
+
     async def discover_limits(self) -> None:
         """Ask the server for the model's context window where it tells it (local servers);
         called before the run records its limits, and again harmlessly on first use. Raises

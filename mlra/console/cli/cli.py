@@ -17,8 +17,16 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from mlra import __version__
-from mlra.console.text.args import EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, Parser, dispatch
+from mlra.console.text.args import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_USAGE,
+    Parser,
+    UsageError,
+    dispatch,
+)
 from mlra.lazy_load import load
+from mlra.terminal_text import printable
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "run": ("mlra.console.cli.run_cli:add_run_command", "run an agent on a task"),
@@ -153,7 +161,11 @@ def own_parser(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Arg
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser(lazy=True)
-    args, unknown = parser.parse_known_args(argv)
+    try:
+        args, unknown = parser.parse_known_args(argv)
+    except UsageError as exc:  # an argument's lookup (a run id that names no run: `run_path`)
+        sys.stderr.write(f"mlra: {printable(str(exc))}\n")
+        return exc.exit_status
     if unknown:  # said by the command's own parser, so it points to `mlra COMMAND --help`
         own_parser(parser, sys.argv[1:] if argv is None else argv).error(
             f"unrecognized arguments: {' '.join(unknown)}"

@@ -19,7 +19,7 @@ from typing import Any
 
 from mlra.batch.compare import matrix, paired
 from mlra.batch.compare.runs import CompareError, expand, load_all
-from mlra.console.text.args import UsageError
+from mlra.console.text.args import UsageError, find_run
 from mlra.console.text.compare_text import as_json, matrix_text, paired_text
 from mlra.terminal_text import printable_line
 
@@ -54,28 +54,10 @@ def add_compare_command(sub: Any) -> None:
     p.set_defaults(func=cmd_compare)
 
 
-def resolve(name: str, runs_dir: Path) -> Path:
-    """A path as named, else a run id (or the start of one) in `runs_dir`."""
-
-    path = Path(name)
-    if path.exists():
-        return path
-    if runs_dir.is_dir() and "/" not in name:
-        exact = runs_dir / name
-        if exact.is_dir():
-            return exact
-        found = sorted(p for p in runs_dir.iterdir() if p.name.startswith(name) and p.is_dir())
-        if len(found) == 1:
-            return found[0]
-        if len(found) > 1:
-            raise CompareError(f"{name}: names {len(found)} runs in {runs_dir}; say more of it")
-    raise CompareError(f"{name}: no such run (not a folder, nor a run id in {runs_dir})")
-
-
 def cmd_compare(args: argparse.Namespace) -> int:
     runs_dir: Path = args.runs_dir or Path("runs")
     try:
-        runs = load_all(expand([resolve(n, runs_dir) for n in args.runs]))
+        runs = load_all(expand([find_run(n, runs_dir, folders=True) for n in args.runs]))
         table = matrix.build(runs, args.metric, all_settings=args.all)
     except CompareError as exc:
         raise UsageError(printable_line(str(exc))) from None

@@ -68,12 +68,10 @@ def transcript(events: list[ev.Event], run_dir: Path) -> str:
 def cmd_export(args: argparse.Namespace) -> int:
     from mlra.batch.export.source import NotARun, by_task, read_experiment
     from mlra.batch.export.trackers import TrackerMissing, writer
-    from mlra.console.text.args import UsageError
+    from mlra.console.text.args import UsageError, find_run
     from mlra.terminal_text import printable
 
-    path = Path(args.run)
-    if not path.exists() and (args.runs_dir / args.run).exists():
-        path = args.runs_dir / args.run
+    path = find_run(args.run, args.runs_dir, folders=True)
     try:
         target = writer(args.to)
         experiment = read_experiment(path, transcript)

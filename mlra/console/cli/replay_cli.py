@@ -55,7 +55,7 @@ def add_replay_command(sub: Any) -> None:
         "--at",
         type=_step,
         metavar="STEP",
-        help="open at the start of worker step STEP (headless: print up to the end of STEP)",
+        help="open at the start of worker step STEP (headless: print from there on)",
     )
     replay.add_argument(
         "-v",
@@ -108,19 +108,21 @@ def _open_model(run_dir: Path) -> Any:
         raise UsageError(f"{run_dir / EVENTS_FILE}: {exc}") from None
 
 
-def _end_of_step(events: list[Any], step: int) -> int:
-    """The number of events up to the end of worker step `step`."""
+def _start_of_step(events: list[Any], step: int) -> int:
+    """The index of the event that starts worker step `step` (0: the run's first)."""
 
     starts = [
         (i, e.step)
         for i, e in enumerate(events)
         if isinstance(e, ev.StepStarted) and e.agent != "supervisor"
     ]
-    if step and not any(s == step for _, s in starts):
+    if not step:
+        return 0
+    at = next((i for i, s in starts if s == step), None)
+    if at is None:
         last = max((s for _, s in starts), default=0)
         raise UsageError(f"--at {step}: the run has no worker step {step} (it has 1–{last})")
-    after = next((i for i, s in starts if s > step), None)
-    return len(events) if after is None else after
+    return at
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -131,7 +133,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     else:
         events = _load_events(run_dir)
 
-        end = _end_of_step(events, args.at) if args.at is not None else len(events)
+        start = _start_of_step(events, args.at or 0)
         display = JsonDisplay() if args.json else TranscriptDisplay(verbose=args.verbose)
         notes_at: dict[int, list[Any]] = {}
         if isinstance(display, TranscriptDisplay):
@@ -141,7 +143,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
             for note in read_annotations(run_dir):
                 notes_at.setdefault(note.seq, []).append(note)
         try:
-            for event in events[:end]:
+            for i, event in enumerate(events):
+                if isinstance(display, TranscriptDisplay):
+                    # From `--at`'s step: the header, then what came before it folded unsaid.
+                    if i == start and start:
+                        display.from_step(args.at)
+                    display.muted = 0 < i < start
+                elif i < start:
+                    continue
                 display.on_event(event)
                 if isinstance(display, TranscriptDisplay):
                     for note in notes_at.pop(event.seq, ()):

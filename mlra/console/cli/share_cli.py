@@ -16,7 +16,7 @@ from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage
 from mlra.batch.share.batch_page import write_batch_page
 from mlra.batch.share.run_page import write_run_page
 from mlra.batch.share.run_read import NotARun
-from mlra.console.text.args import UsageError, positive_float
+from mlra.console.text.args import UsageError, find_run, positive_float
 from mlra.terminal_text import printable_line
 
 
@@ -51,9 +51,7 @@ def add_share_command(sub: Any) -> None:
 
 
 def cmd_share(args: argparse.Namespace) -> int:
-    path = Path(args.run)
-    if not path.exists() and (args.runs_dir / args.run).exists():
-        path = args.runs_dir / args.run
+    path = find_run(args.run, args.runs_dir, folders=True)
     if not path.is_dir():
         raise UsageError(f"{printable_line(str(path))}: no such run or batch folder")
     out: Path = args.output or Path(f"{path.resolve().name}.html")

@@ -44,6 +44,7 @@ from mlra.console.text.event_lines import (
     attempt_news,
     control_line,
     decided_line,
+    decider,
     describe_call,
     evaluation_started_line,
     limits_words,
@@ -237,9 +238,8 @@ class TranscriptPane(NotedEntries):
         if entry is not None:
             entry.waiting = False
             self._dirty.add(entry)
-            who = "you" if event.source == "user" else event.source
             if event.action == "edit":
-                entry.edited, entry.edited_by = event.arguments, who
+                entry.edited, entry.edited_by = event.arguments, decider(event)
                 return
             if event.action in ("approve", "reject"):  # under the call, above its output
                 entry.decided = decided_line(event)

@@ -213,18 +213,22 @@ def check_writable_dir(path: Path, flag: str) -> None:
         raise UsageError(f"{flag} {path} cannot be written: {reason}") from None
 
 
-def run_path(run: str) -> Path:
-    """RUN_DIR as `mlra replay`, `resume`, `fork` and `eval` take it: a run folder, or a
-    run id as `mlra runs` lists it, found in ./runs (their commands' folder is the run's
-    own, so they have no --runs-dir to look in). Anything else stays as given, and the
-    command says it is not a run folder."""
-    from mlra.agent.record.eventlog import EVENTS_FILE
+def find_run(name: str, runs_dir: Path, *, folders: bool = False) -> Path:
+    """A run as every command that takes one names it (agent/record/run_lookup.py): its
+    folder, or its id or the start of one in `runs_dir`; a UsageError, one line, where
+    that names no run or several."""
+    from mlra.agent.record.run_lookup import NoSuchRun, find_run
 
-    path = Path(run)
-    if not (path / EVENTS_FILE).is_file() and len(path.parts) == 1:
-        if (Path("runs") / run / EVENTS_FILE).is_file():
-            return Path("runs") / run
-    return path
+    try:
+        return find_run(name, runs_dir, folders=folders)
+    except NoSuchRun as exc:
+        raise UsageError(str(exc)) from None
+
+
+def run_path(run: str) -> Path:
+    """RUN_DIR as `mlra replay`, `resume`, `fork` and `eval` take it (`find_run` in ./runs:
+    their commands' folder is the run's own, so they have no --runs-dir to look in)."""
+    return find_run(run, Path("runs"))
 
 
 def shown_folder(run_dir: Path) -> str:
@@ -241,17 +245,17 @@ def shown_folder(run_dir: Path) -> str:
 
 
 def run_folder(run: str, runs_dir: Path) -> Path:
-    """RUN as `mlra ctl`, `attach` and `annotate` take it: a path holding an event log,
-    else a run id under --runs-dir."""
+    """RUN as `mlra ctl`, `attach` and `annotate` take it: `find_run` under --runs-dir,
+    resolved; a folder that is not a run is refused here."""
     from mlra.agent.record.eventlog import EVENTS_FILE
 
-    for candidate in (Path(run), runs_dir / run):
-        if (candidate / EVENTS_FILE).is_file():
-            return candidate.resolve()
-    raise UsageError(
-        f"no run {run!r}: not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} "
-        "(see --runs-dir)"
-    )
+    found = find_run(run, runs_dir)
+    if not (found / EVENTS_FILE).is_file():
+        raise UsageError(
+            f"no run {run!r}: not a run folder (no {EVENTS_FILE}), nor a run id in {runs_dir} "
+            "(see --runs-dir)"
+        )
+    return found.resolve()
 
 
 def add_budget_args(

@@ -156,11 +156,27 @@ def submission_line(event: ev.Submission) -> str:
     return said + (f" — {event.note}" if event.note else "")
 
 
+def decider(event: ev.Control) -> str:
+    """Who decided a call at its breakpoint: you, `mlra ctl`..., or, in a replay, the
+    recorded run's user, whose decision the replay applied."""
+    if event.source == ev.REPLAYED:
+        return "the recorded user (replayed)"
+    return "you" if event.source == "user" else event.source
+
+
 def decided_line(event: ev.Control) -> str:
     """Said under a call approved or rejected at its breakpoint, above its output (the
     action's name plus "d" read "rejectd")."""
-    who = "you" if event.source == "user" else event.source
-    return f"{'approved' if event.action == 'approve' else 'rejected'} by {who}"
+    return f"{'approved' if event.action == 'approve' else 'rejected'} by {decider(event)}"
+
+
+def replayed_line(event: ev.Control, ran: str = "") -> str:
+    """A replay's `control` (`ev.REPLAYED`): the recorded user's edit or rejection of a
+    call, applied as it was then; `ran`: the edited call, as said."""
+    if event.action == "reject":
+        why = event.text or "no reason given"
+        return f"replayed the user's rejection of call {event.call_id}: {why}"
+    return f"replayed the user's edit of call {event.call_id}" + (f", runs: {ran}" if ran else "")
 
 
 def control_line(event: ev.Control) -> str:
@@ -183,6 +199,8 @@ def control_line(event: ev.Control) -> str:
     }
     if event.source == "user":
         return f"you: {words.get(event.action, event.action)}"
+    if event.source == ev.REPLAYED:
+        return replayed_line(event)
     return {
         "start": "paused before the first action (--paused): n steps, Space resumes",
         "step": "paused after one action: n steps again, Space resumes",

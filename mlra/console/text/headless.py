@@ -37,6 +37,7 @@ from mlra.console.text.event_lines import (
     model_call_line,
     one_line,
     preview_line,
+    replayed_line,
     resumed_line,
     retry_line,
     said_call,
@@ -120,6 +121,8 @@ class TranscriptDisplay(Printer):
         attempt's beside its test score."""
         self._regrading = False
         self._answer_notes = AnswerNotes()
+        self.muted = False
+        """Fold events without printing them: a replay's before its `--at` step."""
         self._grading_since: float | None = None
         """When the grading began (its start event's wall clock): the run clock stands
         still while it grades, so its progress lines say how long it has been at it."""
@@ -169,8 +172,16 @@ class TranscriptDisplay(Printer):
         """A person's note on a step (a replay prints them; the run never sees them)."""
         self._out(f"  ✎ note on step {note.step}: {printable_line(note.summary())}", "magenta")
 
+    def from_step(self, step: int) -> None:
+        """A replay printed from worker step `step` (`mlra replay --at`): the events before
+        it are fed in muted (`muted`), so what follows names their calls and limits."""
+        self.muted = False
+        self._out(f"── from worker step {step}; the steps before it are not printed ──", "dim")
+
     def _out(self, text: str, style: str = "") -> None:
         """Print a line (or a few); whatever the run put in it is shown, never obeyed."""
+        if self.muted:
+            return
         text = printable(text)
         if self._heartbeat is not None:
             self._heartbeat.printed(self._now)
@@ -325,6 +336,10 @@ class TranscriptDisplay(Printer):
                 # As the console says it, with the commands that go on from a shell.
                 run = str(self._attempts.run_dir or "RUN")
                 self._out(f"[{t}] {HELD_BY[event.source].format(run=run)}", "yellow")
+            case ev.Control(source=ev.REPLAYED):
+                call = self._calls.get(event.call_id or "")
+                ran = describe_call(call.tool, event.arguments) if call and event.arguments else ""
+                self._out(f"[{t}] {one_line(replayed_line(event, ran), 300)}", "yellow")
             case ev.Control():
                 detail = f": {one_line(event.text, 120)}" if event.text else ""
                 if event.action in ("attempt_stop", "promote") and event.target:

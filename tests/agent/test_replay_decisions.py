@@ -1,0 +1,138 @@
+"""`--model replay:RUN` runs each call as the recorded run ran it: a call the user
+edited at a breakpoint runs with the user's arguments, one the user rejected is
+rejected with the recorded message, and the replay says it did so. Replaying the
+call as the model asked for it made every edited run diverge at the next model call.
+
+The recording is made in-process (the user's decisions given as its approval
+requests come), over the scripted model server through the real OpenAI SDK; the
+replay runs through the real command line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.providers import resolve_model
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import load_task
+from tests.conftest import ANSWER_TASK, SECRET_ENV, mlra_cli
+from tests.fakes.model_server import ScriptedModelServer
+from tests.scripts import call, supervisor_answering, turn
+
+ASKED = {"command": "echo 41 > answer.txt"}
+EDITED = {"command": "echo 42 > answer.txt"}
+REJECTED = {"command": "echo 40 > answer.txt"}
+WHY = "keep the answer you have"
+
+
+async def _record(runs: Path) -> Path:
+    """A finished run whose user edited its first `echo` and rejected its second."""
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("Write the answer.", call("bash", **ASKED)),
+            turn("Write it again.", call("bash", **REJECTED)),
+            turn("Read it back.", call("bash", command="cat answer.txt")),
+            turn("", call("report", summary="answer.txt holds the answer")),
+        ],
+    }
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=runs,
+            run_id="recorded",
+            isolation="none",
+            breakpoints=["bash:echo"],
+        )
+        controller = RunController(config, load_task(ANSWER_TASK), provider)
+        controller.prepare()
+        loop = asyncio.get_running_loop()
+
+        def decide(event: ev.Event) -> None:
+            if isinstance(event, ev.ApprovalRequested):
+                if event.arguments == ASKED:
+                    loop.call_soon(controller.edit, event.call_id, EDITED)
+                else:
+                    loop.call_soon(controller.reject, event.call_id, WHY)
+
+        controller.subscribe(decide)
+        result = await controller.run(agent_for)
+    assert result.status == "finished", result
+    return controller.run_dir
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return asyncio.run(_record(tmp_path_factory.mktemp("decided") / "runs"))
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
+    env["OPENAI_API_KEY"] = "sk-test-not-a-secret"
+    return env
+
+
+def _replay(tmp: Path, recorded: Path, *extra: str) -> tuple[Any, Path]:
+    proc = mlra_cli(
+        [
+            "run",
+            str(ANSWER_TASK),
+            "--model",
+            f"replay:{recorded}",
+            "--no-tui",
+            "--runs-dir",
+            str(tmp / "replays"),
+            "--run-id",
+            "the-replay",
+            "--isolation",
+            "none",
+            *extra,
+        ],
+        cwd=tmp,
+        env=_env(),
+    )
+    return proc, tmp / "replays" / "the-replay"
+
+
+def test_a_replay_runs_the_users_edit_and_rejection_as_recorded(
+    tmp_path: Path, recorded: Path
+) -> None:
+    proc, again = _replay(tmp_path, recorded)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 0, said
+    assert "replay_diverged" not in said and "diverged" not in said, said
+    events = read_events(again / "events.jsonl")
+    end = events[-1]
+    assert isinstance(end, ev.RunFinished) and end.reason == "submitted", end
+    # The edit ran, not what the model asked; the rejected call did not run.
+    assert (again / "workspace" / "answer.txt").read_text().strip() == "42"
+    results = {e.call_id: e for e in events if isinstance(e, ev.ToolResult)}
+    then = {
+        e.call_id: e for e in read_events(recorded / "events.jsonl") if isinstance(e, ev.ToolResult)
+    }
+    calls = [e for e in events if isinstance(e, ev.ToolCall) and e.tool == "bash"]
+    edited, rejected = calls[0].call_id, calls[1].call_id
+    assert results[edited].output.startswith("[The user edited this call before it ran")
+    assert (
+        results[rejected].output == then[rejected].output == f"The user rejected this call: {WHY}"
+    )
+    assert not results[rejected].ok
+    # The replay's log says it applied the recorded decisions, and its transcript shows it.
+    replayed = [e for e in events if isinstance(e, ev.Control) and e.source == "replay"]
+    assert [(e.action, e.call_id) for e in replayed] == [("edit", edited), ("reject", rejected)]
+    assert replayed[0].arguments == EDITED
+    assert f"replayed the user's edit of call {edited}" in said, said
+    assert json.dumps(EDITED["command"])[1:-1] in said
+    assert f"replayed the user's rejection of call {rejected}: {WHY}" in said, said
