@@ -25,7 +25,7 @@ from mlra.agent.providers.overflow import stated_overflow
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
-from mlra.console.text.event_lines import learned_window_line
+from mlra.console.text.model_lines import learned_window_line
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import RecordedRequest, ScriptedModelServer
 from tests.scripts import call, plan, supervisor_answering, turn

@@ -25,7 +25,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.state import RunState
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
-from mlra.console.text.event_lines import retry_cause
+from mlra.console.text.model_lines import retry_cause
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import Api, ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn

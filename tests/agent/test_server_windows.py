@@ -31,7 +31,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.state import RunState
 from mlra.console.cli.cli import main
 from mlra.console.panes.status import activity
-from mlra.console.text.event_lines import model_speed
+from mlra.console.text.model_lines import model_speed
 from tests.fakes.model_server import ScriptedModelServer
 from tests.scripts import call, supervisor_answering, turn
 

@@ -33,13 +33,10 @@ from mlra.console.text.event_lines import (
     isolation_words,
     job_end_line,
     job_ok,
-    learned_window_line,
-    model_call_line,
     one_line,
     preview_line,
     replayed_line,
     resumed_line,
-    retry_line,
     said_call,
     score_words,
     submission_line,
@@ -48,6 +45,7 @@ from mlra.console.text.event_lines import (
     unknown_line,
 )
 from mlra.console.text.heartbeat import EVERY_S, Heartbeat
+from mlra.console.text.model_lines import learned_window_line, model_call_line, retry_line
 from mlra.console.text.printer import Printer
 from mlra.console.text.written_calls import AnswerNotes
 from mlra.durations import format_duration

@@ -5,7 +5,7 @@ heartbeats both say it, so a slow local server's minutes read as work, not a han
 from __future__ import annotations
 
 from mlra.agent.record.state import RunState
-from mlra.console.text.event_lines import tokens_per_second
+from mlra.console.text.model_lines import tokens_per_second
 from mlra.durations import format_duration
 
 
