@@ -47,8 +47,7 @@ class Plan:
     asked: dict[str, str] = field(default_factory=dict)
     """The flags the user asked to change (`--steps` -> `40`) that a step's command has."""
     said: list[str] = field(default_factory=list)
-    """What the user said to this agent, oldest first (agent/providers/demo_plan.py
-    `user_words`)."""
+    """What the user said to this agent, oldest first (`user_words`)."""
 
     def say(self, key: str, **values: object) -> str:
         text = str(self.words.get(key, ""))
