@@ -1,6 +1,6 @@
 """`--model demo` in the console, as a newcomer tries it: a breakpoint on `bash` holds
 the worker's training call, `e` edits it, and the edited command is what runs and what
-the worker's next thought reads. The run's model is the demo provider itself (no server)."""
+the worker's next thought reads and its report names. The run's model is the demo provider itself (no server)."""
 
 from __future__ import annotations
 
@@ -65,3 +65,7 @@ async def test_edit_the_demo_workers_training_call_and_it_reads_the_edited_resul
     assert isinstance(finished, ev.RunFinished) and finished.reason == "submitted"
     edit = next(e for e in watch.events if isinstance(e, ev.Control) and e.action == "edit")
     assert edit.arguments == {"command": EDITED}
+    # Its report names the call that ran, as edited, not the recipe's it was asked as.
+    (report,) = [e for e in watch.events if isinstance(e, ev.ToolCall) and e.tool == "report"]
+    summary = str((report.arguments or {})["summary"])
+    assert summary.startswith(f"Ran `{EDITED}` (as the user edited it)"), summary

@@ -17,6 +17,14 @@ EDITED_NOTE = (
     "with. {whose} {asked}]\n"
 )
 """`whose`: the model asked for the call, or the baseline's recipe had it (`edited_note`)."""
+REJECTED = "The user rejected this call: "
+"""The result of a call the user rejected at a breakpoint opens so, their message after."""
+INTERRUPTED_OUTPUT = (
+    "Interrupted: the run stopped (crashed, was killed or was stopped) while this call was "
+    "running, and has been resumed. It may have run in part: check its effects before "
+    "running it again."
+)
+"""The end of the result a resumed run gives a call that was running when it stopped."""
 
 
 def outcome_of(result: ev.ToolResult) -> ToolOutcome:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlra import events as ev
+from mlra.agent.loop.call_as_run import REJECTED
 from mlra.agent.loop.controls import Breakpoint, Decision
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.providers.base import ToolCallRequest
@@ -22,7 +23,7 @@ from mlra.tools.registry import Tool, ToolOutcome, validated
 def rejected(message: str | None) -> ToolOutcome:
     """A call the user rejected at its breakpoint, as the model reads it."""
     return ToolOutcome(
-        output=f"The user rejected this call: {message or 'no reason given'}",
+        output=REJECTED + (message or "no reason given"),
         ok=False,
         error="rejected by the user",
     )

@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from mlra import events as ev
-from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
+from mlra.agent.loop.call_as_run import INTERRUPTED_OUTPUT, edited_note, outcome_of, ran_as
 from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.root_outside import tell_root_outside
@@ -58,12 +58,6 @@ stream, and the log keeps the result (the output's head and tail)."""
 STREAM_CAP_NOTE = (
     "\n[... the log keeps no more of this output as it streams (the live console still "
     "shows it); the call's result holds its end ...]\n"
-)
-
-INTERRUPTED_OUTPUT = (
-    "Interrupted: the run stopped (crashed, was killed or was stopped) while this call was "
-    "running, and has been resumed. It may have run in part: check its effects before "
-    "running it again."
 )
 
 
