@@ -16,9 +16,9 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
-from mlra.agent.loop.call_as_run import INTERRUPTED_OUTPUT
 from mlra.agent.providers import demo, resolve_model
 from mlra.agent.providers.base import Message
+from mlra.agent.providers.result_notes import INTERRUPTED_OUTPUT
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import find_task

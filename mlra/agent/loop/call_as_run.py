@@ -10,21 +10,8 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.providers.result_notes import EDITED_NOTE
 from mlra.tools.registry import ToolOutcome
-
-EDITED_NOTE = (
-    "[The user edited this call before it ran: the call above shows the arguments it ran "
-    "with. {whose} {asked}]\n"
-)
-"""`whose`: the model asked for the call, or the baseline's recipe had it (`edited_note`)."""
-REJECTED = "The user rejected this call: "
-"""The result of a call the user rejected at a breakpoint opens so, their message after."""
-INTERRUPTED_OUTPUT = (
-    "Interrupted: the run stopped (crashed, was killed or was stopped) while this call was "
-    "running, and has been resumed. It may have run in part: check its effects before "
-    "running it again."
-)
-"""The end of the result a resumed run gives a call that was running when it stopped."""
 
 
 def outcome_of(result: ev.ToolResult) -> ToolOutcome:

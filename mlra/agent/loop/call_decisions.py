@@ -13,10 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 from mlra import events as ev
-from mlra.agent.loop.call_as_run import REJECTED
 from mlra.agent.loop.controls import Breakpoint, Decision
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.providers.result_notes import REJECTED
 from mlra.tools.registry import Tool, ToolOutcome, validated
 
 

@@ -32,7 +32,7 @@ from functools import partial
 from typing import Any
 
 from mlra import events as ev
-from mlra.agent.loop.call_as_run import INTERRUPTED_OUTPUT, edited_note, outcome_of, ran_as
+from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
 from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.root_outside import tell_root_outside
@@ -40,6 +40,7 @@ from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.unlogged import UnloggedWatcher
 from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.providers.result_notes import INTERRUPTED_OUTPUT
 from mlra.agent.record.log_budget import (
     LOG_BUDGET_CUT_NOTE,
     SHORT_SNAPSHOT_BYTES,

@@ -11,8 +11,8 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from mlra.agent.loop.call_as_run import REJECTED
 from mlra.agent.providers.base import Message
+from mlra.agent.providers.result_notes import REJECTED
 
 if TYPE_CHECKING:
     from mlra.tasks.spec import TaskSpec

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlra.agent.loop.call_as_run import EDITED_NOTE, INTERRUPTED_OUTPUT, REJECTED
 from mlra.agent.providers.base import Message, ToolCallRequest
 from mlra.agent.providers.demo_plan import RELAYED, Plan
+from mlra.agent.providers.result_notes import EDITED_NOTE, INTERRUPTED_OUTPUT, REJECTED
 
 MAX_TRIES = 3
 """Runs of one recipe step the worker makes before it reports it failed."""
