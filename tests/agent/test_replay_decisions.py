@@ -20,8 +20,11 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.providers import resolve_model
+from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.run_lookup import find_run
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
@@ -136,3 +139,47 @@ def test_a_replay_runs_the_users_edit_and_rejection_as_recorded(
     assert f"replayed the user's edit of call {edited}" in said, said
     assert json.dumps(EDITED["command"])[1:-1] in said
     assert f"replayed the user's rejection of call {rejected}: {WHY}" in said, said
+
+
+def test_a_decision_goes_to_the_one_call_it_decided(tmp_path: Path) -> None:
+    """A server that sends no call ids has `call_0` in every answer: the recorded edit of
+    step 2's `call_0` went to step 1's too (and every later one), and the replay
+    diverged. It goes to the call asked as it was decided, once."""
+    edit = ev.Control(action="edit", call_id="call_0", arguments=EDITED)
+    events: list[ev.Event] = [
+        ev.ToolCall(call_id="call_0", agent="worker", tool="bash", arguments={"command": "ls"}),
+        ev.ToolCall(call_id="call_0", agent="worker", tool="bash", arguments=ASKED),
+        edit,
+        ev.ToolCall(call_id="call_0", agent="worker", tool="bash", arguments=ASKED),
+    ]
+    provider = ReplayProvider(tmp_path, events)
+
+    def asked(arguments: dict[str, Any]) -> ToolCallRequest:
+        return ToolCallRequest(id="call_0", name="bash", arguments=arguments)
+
+    assert provider.recorded_decision(asked({"command": "ls"})) is None
+    assert provider.recorded_decision(asked(ASKED)) == edit
+    assert provider.recorded_decision(asked(ASKED)) is None  # the third call: no edit
+
+
+def test_a_replay_of_an_ids_start_records_its_recording_in_full(
+    tmp_path: Path, recorded: Path
+) -> None:
+    """`--model replay:20261201` records the recording's folder, not the start typed: a
+    later resume looked the start up again, and the replay's own id shared it."""
+    start = recorded.name[:5]
+    (tmp_path / "runs").mkdir()
+    (tmp_path / "runs" / recorded.name).symlink_to(recorded)
+    proc, again = _replay(tmp_path, Path(start))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    started = read_events(again / "events.jsonl")[0]
+    assert isinstance(started, ev.RunStarted)
+    assert started.model == f"replay:runs/{recorded.name}"
+
+
+def test_a_folder_that_is_no_run_is_named_as_it_is(tmp_path: Path) -> None:
+    """`runs/S/attempts/a1` with no log opened `a10`, the one id that starts `a1`."""
+    (tmp_path / "a1").mkdir()
+    (tmp_path / "a10").mkdir()
+    (tmp_path / "a10" / "events.jsonl").write_text("")
+    assert find_run(str(tmp_path / "a1"), tmp_path) == tmp_path / "a1"

@@ -34,7 +34,7 @@ def replayed_decision(run: RunContext, call: ToolCallRequest) -> ev.Control | No
     recording (None elsewhere): logged as a `control` from `replay`, so the replay's
     log and transcript say that the call ran as the user had it, not as asked."""
     provider = run.provider
-    recorded = provider.recorded_decision(call.id) if provider is not None else None
+    recorded = provider.recorded_decision(call) if provider is not None else None
     if recorded is None:
         return None
     if not run.catchup.replaying:  # a resumed replay's log holds it already

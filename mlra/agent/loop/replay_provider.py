@@ -18,7 +18,7 @@ by its user's stop, ends the replay the same way rather than as an error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
 from mlra.agent.loop.ending import EndedBy, Ending, EndRun
@@ -31,6 +31,7 @@ from mlra.agent.providers.base import (
     ModelResponse,
     ProviderError,
     TextCallback,
+    ToolCallRequest,
 )
 from mlra.agent.providers.text_calls import FALLBACK_MARK, REFUSED_NATIVE
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, read_events
@@ -63,6 +64,9 @@ def _short(text: str, limit: int = 160) -> str:
 class ReplayProvider(ModelProvider):
     def __init__(self, run_dir: Path, events: list[ev.Event]) -> None:
         self.name = f"replay:{run_dir}"
+        self.spec = self.name
+        """The recording as a run records its `--model`: named in full (an id's start the
+        user typed would name the replay itself, or another run, to a later resume)."""
         self.run_dir = run_dir
         self.calls: list[ev.ModelCall] = []
         self.steps: list[int] = []
@@ -82,15 +86,23 @@ class ReplayProvider(ModelProvider):
                 turn = event.purpose == "turn"
                 self.prompts.append(prompts.pop(event.agent, None) if turn else None)
         self.results = {e.call_id: e for e in events if isinstance(e, ev.ToolResult)}
-        self.decisions = {
-            e.call_id: e
-            for e in events
-            if isinstance(e, ev.Control)
-            and e.call_id
-            and (e.action == "reject" or (e.action == "edit" and e.arguments is not None))
-        }
-        """The user's edits and rejections at breakpoints, by call: the recorded run ran
-        each call so, and so does the replay (an approval changes nothing to replay)."""
+        self.decisions: dict[str, list[tuple[str, Any, ev.Control]]] = {}
+        """The user's edits and rejections at breakpoints, by call id, each with the call
+        it decided as the model asked it (tool, arguments), in order: the recorded run
+        ran each call so, and so does the replay (an approval changes nothing to
+        replay). A server that sends no call ids has `call_0` in every answer, so a
+        decision goes only to the call asked as it was, and to one call only."""
+        asked: dict[str, tuple[str, Any]] = {}
+        for e in events:
+            if isinstance(e, ev.ToolCall):
+                asked[e.call_id] = (e.tool, e.arguments)
+            elif (
+                isinstance(e, ev.Control)
+                and e.call_id in asked
+                and (e.action == "reject" or (e.action == "edit" and e.arguments is not None))
+            ):
+                tool, arguments = asked[e.call_id]
+                self.decisions.setdefault(e.call_id, []).append((tool, arguments, e))
         started = next((e for e in events if isinstance(e, ev.RunStarted)), None)
         self.context_window = (started.context_window if started else None) or 200_000
         self.limits: ev.Limits | None = started.limits if started is not None else None
@@ -166,7 +178,9 @@ class ReplayProvider(ModelProvider):
             run_dir = find_run(str(Path(spec.removeprefix("replay:")).expanduser()), Path("runs"))
         except NoSuchRun as exc:
             raise ConfigError(f"{spec}: {exc}") from None
-        return cls.from_folder(run_dir, spec)
+        provider = cls.from_folder(run_dir, spec)
+        provider.spec = f"replay:{run_dir}"
+        return provider
 
     @classmethod
     def from_folder(cls, run_dir: Path, spec: str) -> ReplayProvider:
@@ -195,8 +209,13 @@ class ReplayProvider(ModelProvider):
     def recorded_result(self, call_id: str) -> ev.ToolResult | None:
         return self.results.get(call_id)
 
-    def recorded_decision(self, call_id: str) -> ev.Control | None:
-        return self.decisions.get(call_id)
+    def recorded_decision(self, call: ToolCallRequest) -> ev.Control | None:
+        pending = self.decisions.get(call.id, [])
+        for index, (tool, arguments, decision) in enumerate(pending):
+            if tool == call.name and arguments == call.arguments:
+                del pending[index]
+                return decision
+        return None
 
     def recorded_time_limit(self) -> float | None:
         return self.limits.time_limit_s if self.limits is not None else None

@@ -368,7 +368,7 @@ class ModelProvider(abc.ABC):
         log's size would (agent/record/log_budget.py). None: no recording."""
         return None
 
-    def recorded_decision(self, call_id: str) -> ev.Control | None:
+    def recorded_decision(self, call: ToolCallRequest) -> ev.Control | None:
         """The user's edit or rejection of a call at its breakpoint in the run this
         provider plays back: a replay runs the call as it ran then, or its result and
         every request after it differ from the recording's. None: no recording."""

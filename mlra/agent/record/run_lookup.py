@@ -33,6 +33,8 @@ def find_run(name: str, runs_dir: Path, *, folders: bool = False) -> Path:
     for candidate in (path, runs_dir / name):
         if name and counts(candidate):
             return candidate
+    if name and path.exists():  # named, but no run: its command says why
+        return path
     where = runs_dir if len(path.parts) == 1 else path.parent
     start = path.name
     if start not in ("", ".", "..") and where.is_dir():
@@ -45,7 +47,5 @@ def find_run(name: str, runs_dir: Path, *, folders: bool = False) -> Path:
                 f"{start!r} is the start of {len(found)} run ids in {where} ({named}): "
                 "say more of it"
             )
-    if path.exists():
-        return path
     what = "a folder" if folders else f"a run folder (no {EVENTS_FILE})"
     raise NoSuchRun(f"no run {name!r}: not {what}, nor a run id (or the start of one) in {where}")

@@ -36,6 +36,7 @@ def prepared_task(task: Any) -> Any:
 def resolved_model(args: argparse.Namespace) -> tuple[str, Any]:
     """The model spec and its provider (None for the baseline agent), with the context
     window learnt from the server where it tells it (before the run records its limits)."""
+    from mlra.agent.loop.replay_provider import ReplayProvider
     from mlra.agent.providers import ModelSettings, default_model_spec, resolve_model
     from mlra.agent.providers.base import ConfigError
     from mlra.console.cli.model_server import limits_or_refused
@@ -56,6 +57,8 @@ def resolved_model(args: argparse.Namespace) -> tuple[str, Any]:
         raise UsageError(str(exc)) from None
     # Refused here (exit 75 or 69) before a task's prepare.py or environment is built.
     limits_or_refused(provider)
+    if isinstance(provider, ReplayProvider):  # its recording named in full, not as typed
+        return provider.spec, provider
     return spec, provider
 
 
