@@ -45,7 +45,7 @@ def add_eval_command(sub: Any) -> None:
     evaluate.add_argument(
         "run_dir",
         metavar="RUN_DIR",
-        type=run_path,
+        type=str,
         help="a run folder (runs/<run-id>), or a run id in ./runs",
     )
     evaluate.add_argument(
@@ -72,7 +72,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     not read as its own.
     """
 
-    run_dir: Path = args.run_dir
+    run_dir = run_path(args.run_dir)
     log_path = run_dir / EVENTS_FILE
     if not log_path.is_file():
         raise UsageError(f"{run_dir} is not a run folder (no {EVENTS_FILE})")

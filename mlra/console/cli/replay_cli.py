@@ -45,7 +45,7 @@ def add_replay_command(sub: Any) -> None:
     replay.add_argument(
         "run_dir",
         metavar="RUN_DIR",
-        type=run_path,
+        type=str,
         help="a run folder (runs/<run-id>), or a run id in ./runs",
     )
     mode = replay.add_mutually_exclusive_group()
@@ -126,7 +126,7 @@ def _start_of_step(events: list[Any], step: int) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    run_dir: Path = args.run_dir
+    run_dir = run_path(args.run_dir)
     use_tui = not (args.no_tui or args.json) and sys.stdout.isatty() and sys.stdin.isatty()
     if use_tui:
         model = _open_model(run_dir)

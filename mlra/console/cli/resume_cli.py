@@ -71,7 +71,7 @@ def add_resume_command(sub: Any) -> None:
         description="Continue a run in its own folder: same plan, histories and workspace; "
         "the clock counts the time already spent.",
     )
-    resume.add_argument("run_dir", metavar="RUN_DIR", type=run_path)
+    resume.add_argument("run_dir", metavar="RUN_DIR")
     resume.add_argument("--model", help="go on with another model (default: the run's own)")
     _common(resume)
     resume.set_defaults(func=cmd_resume)
@@ -83,7 +83,7 @@ def add_fork_command(sub: Any) -> None:
         description="Start a new run from the state before agent step STEP of a recorded run: "
         "its workspace as it was, its histories up to there.",
     )
-    fork.add_argument("run_dir", metavar="RUN_DIR", type=run_path)
+    fork.add_argument("run_dir", metavar="RUN_DIR")
     fork.add_argument("--at", type=positive_int, required=True, metavar="STEP")
     fork.add_argument("--model", help="the model from there on (default: the run's own)")
     fork.add_argument(
@@ -251,7 +251,7 @@ def _use_tui(args: argparse.Namespace) -> bool:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
-    run = _load(args.run_dir)
+    run = _load(run_path(args.run_dir))
     task = _task_of(run)
     model = args.model or run.config.model
     _same_kind_of_agent(run.config.model, model, "resume")
@@ -280,7 +280,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 def cmd_fork(args: argparse.Namespace) -> int:
     check_run_id(args.run_id)
-    source = _load(args.run_dir)
+    source = _load(run_path(args.run_dir))
     task = _task_of(source)
     model = args.model or source.config.model
     _same_kind_of_agent(source.config.model, model, "fork")

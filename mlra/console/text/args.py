@@ -227,7 +227,8 @@ def find_run(name: str, runs_dir: Path, *, folders: bool = False) -> Path:
 
 def run_path(run: str) -> Path:
     """RUN_DIR as `mlra replay`, `resume`, `fork` and `eval` take it (`find_run` in ./runs:
-    their commands' folder is the run's own, so they have no --runs-dir to look in)."""
+    their commands' folder is the run's own, so they have no --runs-dir to look in).
+    Looked up as the command runs, not as its line is parsed: parsing reads no folder."""
     return find_run(run, Path("runs"))
 
 
