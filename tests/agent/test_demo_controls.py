@@ -18,7 +18,8 @@ from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.providers import demo, resolve_model
 from mlra.agent.providers.base import Message
-from mlra.agent.providers.result_notes import INTERRUPTED_OUTPUT
+from mlra.agent.providers.demo_plan import asked_in
+from mlra.agent.providers.result_notes import INTERRUPTED_OUTPUT, RUN_ENDED_UNDER
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import find_task
@@ -141,13 +142,21 @@ async def test_the_supervisor_never_submits_an_artifact_that_is_not_there(
     assert _ending(watch).reason == "no_tool_calls"
 
 
-def test_a_call_a_stopped_run_left_unfinished_runs_again_as_it_ran() -> None:
-    """What `mlra resume` hands the worker for its training call the kill cut short."""
+@pytest.mark.parametrize(
+    "cut",
+    [
+        f"tokenizer: 2048 tokens\n{INTERRUPTED_OUTPUT}",  # killed: the resume's note
+        "step 30/100 loss 3.1\n[killed after 12.0 s: the run ended (it was stopped)"
+        + RUN_ENDED_UNDER,  # a stop: the call's own result, recorded as it was killed
+    ],
+)
+def test_a_call_a_stopped_run_left_unfinished_runs_again_as_it_ran(cut: str) -> None:
+    """What `mlra resume` hands the worker for its training call the kill, or a stop,
+    cut short (a stop's was read as a failure: it reported instead)."""
     provider = demo.DemoProvider(0)
     messages, answer = worker_until_bash(provider, "[subtask 1] Run the recipe.")
     (training,) = answer.tool_calls
     messages.append(Message(role="assistant", content=answer.text, tool_calls=[training]))
-    cut = f"tokenizer: 2048 tokens\n{INTERRUPTED_OUTPUT}"
     messages.append(Message(role="tool", content=cut, tool_call_id=training.id, is_error=True))
     again = ask(provider, messages)
     assert "may have run only in part" in again.text
@@ -159,3 +168,25 @@ def test_a_message_from_the_user_naming_a_flag_changes_the_training_call() -> No
     _, answer = worker_until_bash(demo.DemoProvider(0), first)
     assert answer.text.startswith("train.py takes everything as a flag. A short run first: 50")
     assert [c.arguments for c in answer.tool_calls] == [{"command": RECIPE.format(steps=50)}]
+
+
+@pytest.mark.parametrize(
+    ("said", "steps"),
+    [
+        ("take 3 steps back and use --steps 40", "40"),
+        ("use 40 steps instead of 100 steps", "40"),
+        ("--steps 40 (not --steps 100)", "40"),
+        ("set --steps to 40", None),  # no number where the flag's goes
+        ("--steps $(id)", None),  # nothing but a number goes into the command
+        ("--steps 40&&rm -rf .", None),
+        ("see runs/40 steps", None),  # a number in a path
+    ],
+)
+def test_only_a_number_the_user_gives_a_numeric_flag_changes_the_command(
+    said: str, steps: str | None
+) -> None:
+    """`set --steps to 40` made the command `--steps to`, and `--steps $(id)` put the
+    user's text into the shell; `take 3 steps back and use --steps 40` ran 3 steps."""
+    asked = asked_in([said], RECIPE.format(steps=100))
+    assert asked.get("--steps") == steps
+    assert "--out" not in asked

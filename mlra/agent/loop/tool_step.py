@@ -40,7 +40,7 @@ from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.unlogged import UnloggedWatcher
 from mlra.agent.metrics.run_metrics import RunMetrics
 from mlra.agent.providers.base import ToolCallRequest
-from mlra.agent.providers.result_notes import INTERRUPTED_OUTPUT
+from mlra.agent.providers.result_notes import INTERRUPTED_OUTPUT, RUN_ENDED_UNDER
 from mlra.agent.record.log_budget import (
     LOG_BUDGET_CUT_NOTE,
     SHORT_SNAPSHOT_BYTES,
@@ -223,8 +223,8 @@ class ToolStep:
             printed = tail.text()
             killed = ToolOutcome(
                 output=(printed + ("\n" if printed and not printed.endswith("\n") else ""))
-                + f"[killed after {seconds:.1f} s: the run ended ({why}) while this call "
-                "was running]",
+                + f"[killed after {seconds:.1f} s: the run ended ({why}"
+                + RUN_ENDED_UNDER,
                 ok=False,
                 error=KILLED_BY_RUN_END,
                 duration_s=seconds,

@@ -24,8 +24,11 @@ RELAYED = "The user asked: "
 reads the line as the user's words, as it reads the user's own messages)."""
 _FLAG = re.compile(r"(?<![\w-])(--[A-Za-z][\w-]*)(?:=|\s+)([^\s,;'\"`]+)")
 """`--steps 40` or `--steps=40` in what the user wrote."""
-_COUNT = re.compile(r"(?<![\w.-])(\d+(?:\.\d+)?(?:e-?\d+)?)\s+([A-Za-z][\w-]*)")
+_COUNT = re.compile(r"(?<![\w./-])(\d+(?:\.\d+)?(?:e-?\d+)?)\s+([A-Za-z][\w-]*)")
 """`40 steps` in what the user wrote: `--steps 40`, where the command has a `--steps`."""
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+"""The only values the demo puts into a command: a number for a number (`--steps to 40`
+set `--steps to`, and `--steps $(id)` put the user's text into the shell)."""
 
 
 @cache
@@ -79,21 +82,31 @@ def user_words(messages: list[Message]) -> list[str]:
 
 
 def asked_in(said: list[str], commands: str) -> dict[str, str]:
-    """The flags of `commands` that `said` gives a new value, the latest word winning.
-    Only a flag the commands already have is changed: the demo does not guess more."""
+    """The flags of `commands` that `said` gives a new number, the latest message winning.
+    Within one, `--steps 40` beats `40 steps` and the first mention the rest (`use 40
+    steps instead of 100 steps`, `--steps 40 (not --steps 100)`). Only a flag the
+    commands have with a number is changed, and only to a number: the demo does not
+    guess more."""
     asked: dict[str, str] = {}
     for text in said:
         found = [(flag, value) for flag, value in _FLAG.findall(text)]
         found += [(f"--{name}", value) for value, name in _COUNT.findall(text)]
+        mine: dict[str, str] = {}
         for flag, value in found:
-            value = value.rstrip(".!?)")
-            if value and not value.startswith("--") and _has_flag(commands, flag):
-                asked[flag] = value
+            value = value.rstrip(".!?),")
+            current = _value_of(commands, flag)
+            if flag in mine or current is None or not _NUMBER.fullmatch(current):
+                continue
+            if _NUMBER.fullmatch(value):
+                mine[flag] = value
+        asked.update(mine)
     return asked
 
 
-def _has_flag(command: str, flag: str) -> bool:
-    return re.search(rf"(?<!\S){re.escape(flag)}(?:=|\s)", command) is not None
+def _value_of(command: str, flag: str) -> str | None:
+    """The value `flag` has in `command`; None where it has none."""
+    found = re.search(rf"(?<!\S){re.escape(flag)}(?:=|\s+)(\S+)", command)
+    return found.group(1) if found else None
 
 
 def with_changes(command: str, asked: dict[str, str]) -> str:

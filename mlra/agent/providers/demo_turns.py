@@ -14,7 +14,12 @@ from typing import Any
 
 from mlra.agent.providers.base import Message, ToolCallRequest
 from mlra.agent.providers.demo_plan import RELAYED, Plan
-from mlra.agent.providers.result_notes import EDITED_NOTE, INTERRUPTED_OUTPUT, REJECTED
+from mlra.agent.providers.result_notes import (
+    EDITED_NOTE,
+    INTERRUPTED_OUTPUT,
+    REJECTED,
+    RUN_ENDED_UNDER,
+)
 
 MAX_TRIES = 3
 """Runs of one recipe step the worker makes before it reports it failed."""
@@ -199,7 +204,9 @@ def _again(
         if changes:
             return plan.say("think_rejected_change", said=said, changes=changes), command
         return plan.say("think_rejected", said=said), command
-    if INTERRUPTED_OUTPUT in result.content:
+    # Cut short by a crash (the resumed run's note, its opening words: a shortened
+    # history keeps only part of it) or by the run's end (a stop, its time limit).
+    if INTERRUPTED_OUTPUT[:28] in result.content or RUN_ENDED_UNDER in result.content:
         as_ran = str((failed.arguments or {}).get("command") or command)
         return plan.say("think_interrupted"), as_ran
     if result.content.startswith(_EDITED):

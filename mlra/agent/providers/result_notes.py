@@ -20,3 +20,6 @@ INTERRUPTED_OUTPUT = (
     "running it again."
 )
 """The end of the result a resumed run gives a call that was running when it stopped."""
+RUN_ENDED_UNDER = ") while this call was running]"
+"""The end of the result of a call the run's end (a stop, its time limit) killed as it ran:
+`[killed after 12.0 s: the run ended (it was stopped) while this call was running]`."""
