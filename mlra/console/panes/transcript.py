@@ -46,6 +46,7 @@ from mlra.console.text.event_lines import (
     decided_line,
     decider,
     describe_call,
+    ending_words,
     evaluation_started_line,
     limits_words,
     one_line,
@@ -75,6 +76,8 @@ class TranscriptPane(NotedEntries):
         """The worker's (or baseline's) text of each turn; the supervisor's is in the Plan pane."""
         self.dropped = 0
         self.highlight = ""  # text to mark wherever it shows (a replay's search)
+        self._attempt = False
+        """The run shown is an attempt's own (its `run_started` says so)."""
         self._regrading = False
         self._answer_notes = AnswerNotes("workers")
         self._limits = RunLimits()
@@ -198,8 +201,11 @@ class TranscriptPane(NotedEntries):
             case ev.EvaluationFinished():
                 line = score_words(event, regrade=self._regrading)
                 self._note(event, line, "bold green" if event.ok else "bold red")
+            case ev.RunStarted():
+                self._attempt = event.config.get("attempt") is not None
             case ev.RunFinished():
-                self._note(event, f"run {event.status} ({event.reason}): {event.message}", "bold")
+                ended = ending_words(event, attempt=self._attempt)
+                self._note(event, f"run {ended}: {event.message}", "bold")
             case ev.RunResumed():
                 self._note(event, resumed_line(event), "bold cyan")
                 self._carried = {c for c, e in self._tools.items() if e.result is None}

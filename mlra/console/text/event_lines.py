@@ -324,6 +324,14 @@ def job_end_line(e: ev.JobEnded) -> str:
     return f"job {e.job} {e.end} after {took}{why}"
 
 
+def ending_words(e: ev.RunFinished, *, attempt: bool) -> str:
+    """`finished (submitted)`: how a run ended, as its last line says it. An attempt's own
+    run ends as "submitted" in its log (agent/loop/ending.py `attempt_ending`), which read
+    as if each attempt had been handed in: only the one the search picks is."""
+    reason = "attempt ended" if attempt and e.reason == "submitted" else e.reason
+    return f"{e.status} ({reason})"
+
+
 def unknown_line(e: ev.UnknownEvent) -> str:
     return f"unknown event {e.original_type!r} (written by a newer mlra; kept as it is)"
 

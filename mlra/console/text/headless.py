@@ -28,6 +28,7 @@ from mlra.console.text.attempt_logs import AttemptLogs
 from mlra.console.text.event_lines import (
     attempt_news,
     describe_call,
+    ending_words,
     evaluation_started_line,
     fork_line,
     isolation_words,
@@ -105,6 +106,8 @@ class TranscriptDisplay(Printer):
         self._limits = RunLimits()
         """The run's time limit: a wait's line says no more than the run had left."""
         self._attempts = AttemptLogs()
+        self._attempt = False
+        """This log is an attempt's own run (its `run_started` says so)."""
         """A search's attempts' own logs, followed (the run's folder is told: attempts_in)."""
         self._waiting: dict[str, str] = {}
         """The tool of each call that waited for approval, by call id (an edit names it)."""
@@ -220,6 +223,7 @@ class TranscriptDisplay(Printer):
         match event:
             case ev.RunStarted():
                 self._local = bool(event.config.get("base_url"))
+                self._attempt = event.config.get("attempt") is not None
                 box = event.sandbox
                 net = "network" if box.network else "no network"
                 if box.network and box.network_via:  # "slirp4netns 1.2.0", "host", ...
@@ -375,7 +379,8 @@ class TranscriptDisplay(Printer):
                     line += f" {words}" if words else ""
                 self._out(line, "bold green" if event.ok else "bold red")
             case ev.RunFinished():
-                self._out(f"■ {event.status} ({event.reason}) after {t}: {event.message}", "bold")
+                ended = ending_words(event, attempt=self._attempt)
+                self._out(f"■ {ended} after {t}: {event.message}", "bold")
             case ev.UnknownEvent():
                 self._out(f"[{t}] {unknown_line(event)}", "dim")
             case _:
