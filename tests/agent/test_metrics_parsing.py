@@ -17,7 +17,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
-from mlra.agent.loop.resources import directory_size
+from mlra.agent.loop.resources import disk_sizes
 from mlra.agent.metrics.files import MetricFiles
 from mlra.agent.metrics.log_lines import parse_line
 from mlra.agent.metrics.recorder import MetricsRecorder
@@ -196,7 +196,7 @@ def _files(workspace: Path) -> MetricFiles:
 
 def _found(workspace: Path) -> list[str]:
     found: list[str] = []
-    directory_size(workspace, found.append)
+    disk_sizes([workspace], found.append)
     return sorted(found)
 
 

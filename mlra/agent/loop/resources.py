@@ -24,16 +24,10 @@ from mlra.tools.sandbox.gpu_inventory import given_ids, named_indexes, nvml_uuid
 from mlra.tools.sandbox.run_group import RunGroup
 
 
-def directory_size(root: Path, spot: Callable[[str], None] | None = None) -> int:
-    """The blocks `root` holds, in bytes (tools/sandbox/disk_use.py); `spot` is told
-    the path (relative to `root`) of each file whose name is a metric file's
-    (agent/metrics/files.py)."""
-    return disk_sizes([root], spot)[0]
-
-
 def disk_sizes(roots: list[Path], spot: Callable[[str], None] | None = None) -> list[int]:
-    """`directory_size` of each of `roots`, measured together (a hard link counts once);
-    `spot` is told the metric files of the first."""
+    """The blocks each of `roots` holds, in bytes (tools/sandbox/disk_use.py), measured
+    together (a hard link counts once); `spot` is told the path (relative to the first
+    root) of each of its files whose name is a metric file's (agent/metrics/files.py)."""
 
     def metric(rel: str) -> None:
         if spot is not None and metric_file_kind(os.path.basename(rel)) is not None:
