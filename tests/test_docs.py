@@ -38,6 +38,8 @@ OTHER_PROGRAMS_FLAGS = {
     "--keep": "bench/search_attempts.py",
     "--list": "bench/gpu_check.py",
     "--only": "bench/gpu_check.py",
+    "--device": "bench/gpu_check.py (its rehearsal on the CPU)",
+    "--no-index": "pip (docs/contributing.md, On a lent GPU machine)",
     "--ctx-size": "llama.cpp's llama-server (docs/agents.md)",
     "--no-repack": "llama.cpp's llama-server (docs/agents.md)",
     "--disable-host-loopback": "slirp4netns (docs/security.md)",
