@@ -62,15 +62,18 @@ class EvaluationProgress(_Event):
     """Where the line is a progress bar ("Running loglikelihood requests: 45%|...| 4500/10000"):
     its counts."""
     what: str = ""
-    """The progress bar's description ("Running loglikelihood requests")."""
+    """What the bar counts: its description ("Running loglikelihood requests"), else the
+    step the evaluator's last line named; lm-eval's step where it named one that the
+    bar's own description does not (its rolling requests draw bars of plain "Running
+    loglikelihood requests", a batch of windows each)."""
     bar: int = 0
     """Which bar of the grading this is, counting from 1 (a count falling, or another
     description or total, starts the next). 0: a line that is no bar, or an older log."""
     repeat: int = 0
     """How many bars of this description (`what`) the grading has drawn, this one
     included: lm-eval draws one bar after another, and where one of the same name
-    starts again (its rolling requests, a bar a document) the displays say "pass 2", so
-    the percentage reads as the next pass, not the grading going back; a bar of another
+    starts again (its rolling requests, a bar a batch) the displays say "part 2", so
+    the percentage reads as the next part, not the grading going back; a bar of another
     name needs no number, its name says what it counts. (`bar` was shown instead: "bar
     11" of lm-eval's per-task context bars meant nothing to a reader.) 0: a line that is
     no bar, or an older log."""

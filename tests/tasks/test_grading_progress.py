@@ -147,7 +147,7 @@ def test_a_bar_after_a_bar_is_named_as_the_next_so_the_grading_never_reads_as_go
     """lm-eval draws one bar after another: 100% of the loglikelihood requests, then 5%
     of the generations. A bar of another name says by its name that it is the next
     step; one of the same name whose count falls (one task's requests, then the next
-    task's) is its next pass, so a percentage that starts again never reads as the
+    task's) is its next part, so a percentage that starts again never reads as the
     grading going back. No "bar 2": a count of bars means nothing to a reader."""
     now, logged, reader = _reader()
     reader.feed(_bar(1000, total=1000) + "\n")
@@ -161,7 +161,7 @@ def test_a_bar_after_a_bar_is_named_as_the_next_so_the_grading_never_reads_as_go
     assert [progress_words(p) for p in logged] == [
         "100% (1,000/1,000) Running loglikelihood requests",
         "5% (10/200) Running generate_until requests",
-        "1% (3/200) Running generate_until requests, pass 2",
+        "1% (3/200) Running generate_until requests, part 2",
     ]
     # A bar counted though none of its lines was logged (held back by the pace).
     reader.feed(_bar(5, total=7, what="Scoring: "))
@@ -171,13 +171,15 @@ def test_a_bar_after_a_bar_is_named_as_the_next_so_the_grading_never_reads_as_go
     assert progress_words(logged[-1]) == "57% (4/7) Filtering"
     reader.feed(_bar(2, total=7, what="Scoring: "))
     reader.close()
-    assert progress_words(logged[-1]) == "28% (2/7) Scoring, pass 3"
+    assert progress_words(logged[-1]) == "28% (2/7) Scoring, part 3"
 
 
 def test_lm_eval_s_grading_reads_in_its_own_words_after_many_bars() -> None:
     """tiny-lm's grading as lm-eval writes it: a context bar a task, the tokenizing, then
-    the requests' bar; headless said `grading: bar 11 · 1% (30/1,720)`, the "bar 11"
-    counting bars a reader never saw."""
+    the requests' bar, then the rolling requests' bars; headless said `grading: bar 11 ·
+    1% (30/1,720)`, the "bar 11" counting bars a reader never saw, and then `Running
+    loglikelihood requests, pass 4` for lm-eval's rolling requests, which draw bars of
+    that plain name, a batch of windows each: as if the 1,720 requests had begun again."""
     out = io.StringIO()
     display = TranscriptDisplay(out, rich=False)
     started = ev.EvaluationStarted(evaluator="lm-eval", artifact="submission", t=9.0, ts=1000.0)
@@ -191,7 +193,7 @@ def test_lm_eval_s_grading_reads_in_its_own_words_after_many_bars() -> None:
     reader.close()
     now[0] = 5.0
     reader.feed("\nlm-eval: Running loglikelihood_rolling requests\n")
-    for _document in range(2):  # a bar a document, each from 0
+    for _batch in range(2):  # a bar a batch of windows, each from 0
         reader.feed(_bar(0, total=32) + _bar(32, total=32) + "\n")
     reader.feed(_bar(16, total=32))
     reader.close()
@@ -202,7 +204,7 @@ def test_lm_eval_s_grading_reads_in_its_own_words_after_many_bars() -> None:
     shown = [line.split("] ", 1)[1] for line in lines if "%" in line]
     assert shown == [
         "grading: 1% (30/1,720) Running loglikelihood requests",
-        "grading: 50% (16/32) Running loglikelihood requests, pass 4",
+        "grading: 50% (16/32) Running loglikelihood_rolling requests, part 3",
     ]
 
 

@@ -34,6 +34,9 @@ MAX_LINE = 300
 (which is kept whole in the evaluation folder)."""
 
 _BAR = re.compile(r"^(?P<what>.*?):?\s*(?P<pct>\d{1,3})%\|[^|]*\|\s*(?P<done>\d+)/(?P<total>\d+)")
+_STEP = re.compile(r"^(?:lm-eval: )?(?P<step>Running \S+ requests)\s*$")
+"""lm-eval's own line naming the kind of request it runs next ("lm-eval: Running
+loglikelihood_rolling requests")."""
 _WHOLE_BAR = re.compile(r"\|\s*\d+/\d+\s*\[[^\]]*\]\s*$")
 """The end of a bar tqdm has written whole ("| 65/1720 [00:00<00:02, 555.86it/s]"):
 tqdm writes "\\r" + line, so its latest line is ended only by the next redraw."""
@@ -78,6 +81,8 @@ class ProgressReader:
         self._started = clock()
         self._partial = ""
         self._context = ""
+        self._step = ""
+        """The kind of request lm-eval said it runs now, where it said one."""
         self._last_at: float | None = None
         self._last: ev.EvaluationProgress | None = None
         self._held: ev.EvaluationProgress | None = None
@@ -106,7 +111,15 @@ class ProgressReader:
         progress = parse_line(piece, self._context)
         if progress.total is None:
             self._context = progress.line
+            if step := _STEP.match(progress.line):
+                self._step = step["step"]
         else:
+            named = _STEP.match(progress.what)
+            if self._step and named and named["step"] != self._step:
+                # lm-eval's rolling requests run as bars of plain "Running loglikelihood
+                # requests", one a batch of windows: named by the step they are part of,
+                # or "pass 10" of the requests' bar read as that bar begun again.
+                progress.what = self._step
             self._number(progress)
         self._offer(progress)
 
@@ -157,11 +170,11 @@ def _same(a: ev.EvaluationProgress, b: ev.EvaluationProgress) -> bool:
 def progress_words(e: ev.EvaluationProgress) -> str:
     """The progress as the displays write it, in the evaluator's own words for what it
     counts: "45% (4,500/10,000) Running loglikelihood requests", "5% (2/32) Running
-    loglikelihood requests, pass 2" where a bar of that name starts again, or the line
-    itself; escaped, never obeyed."""
+    loglikelihood_rolling requests, part 2" where a bar of that name starts again (the
+    step goes in parts, each counted from 0), or the line itself; escaped, never obeyed."""
     if e.total:
         done = e.done or 0
         what = f" {printable_line(e.what)}" if e.what else ""
-        again = f", pass {e.repeat}" if e.repeat > 1 else ""
+        again = f", part {e.repeat}" if e.repeat > 1 else ""
         return f"{100 * done // e.total}% ({done:,}/{e.total:,}){what}{again}"
     return printable_line(e.line)
