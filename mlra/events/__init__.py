@@ -100,6 +100,7 @@ from mlra.events.run import (
     SandboxInfo,
     TimeLimitRaised,
     TimeWarning,
+    as_read,
 )
 
 
@@ -312,6 +313,7 @@ __all__ = [
     "WorkerAloneReason",
     "WorkerThought",
     "WorkspaceSnapshot",
+    "as_read",
     "parse_event",
     "stamped",
     "subtask_outcome_words",

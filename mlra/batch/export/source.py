@@ -27,7 +27,7 @@ from pathlib import Path
 from mlra import events as ev
 from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
-from mlra.agent.record.run_result import RunResult, result_of, stands_for_log
+from mlra.agent.record.run_result import RunResult, as_read_with, result_of, stands_for_log
 from mlra.agent.record.state import RunState, fold
 from mlra.batch.compare.runs import NOT_SETTINGS, SEARCH_ONLY
 from mlra.batch.curves import (
@@ -195,6 +195,8 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
         if not stands_for_log(result, result_file, folder / EVENTS_FILE):
             result = None  # appended to since (a resume): the log says how the run stands
+        else:
+            result = as_read_with(result, state)
     artifacts = [Artifact("events.jsonl", path=folder / EVENTS_FILE)]
     if result is None:
         result = result_of(state, running=log_is_live(folder / EVENTS_FILE))

@@ -146,7 +146,7 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
     before a count existed lacks it, and its `tried` would not add up.
     """
     from mlra.agent.record.eventlog import check_lines
-    from mlra.agent.record.run_result import result_of
+    from mlra.agent.record.run_result import as_read_with, result_of
     from mlra.agent.record.state import RunState
     from mlra.events import parse_event
 
@@ -162,6 +162,7 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
             state.apply(parse_event(line))
     check_lines(log, lines)
     derived = result_of(state)
+    as_read_with(result, state)
     for name in _CLAIMS:
         claimed, actual = getattr(result, name), getattr(derived, name)
         if name == "attempts" and claimed is not None and actual is not None:
