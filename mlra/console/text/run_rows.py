@@ -369,6 +369,32 @@ def search_cell(
     return ", ".join(parts)
 
 
+def short_search_cell(
+    attempts: dict[str, Any] | None, graded_best: bool = False, *, ended: bool = True
+) -> str:
+    """A search in a narrow cell: `4 tried, sub a2 0.7812`, how many attempts and which was
+    graded, with its validation (the score column beside it has its test score), and the
+    best where that is another (`sub a2 0.75, best a3 0.8`). The full cell, some 60 to 90
+    characters, cost a 160-column table its search column and those after it."""
+    from mlra.agent.record.attempt_tree import AttemptsSummary
+
+    if attempts is None:
+        return "-"
+    a = AttemptsSummary.model_validate(attempts)
+    parts = [f"{a.tried} tried"] + ([f"{a.running} running"] if a.running else [])
+    best = f"{a.best} {a.best_validation:.4g}" if a.best and a.best_validation is not None else ""
+    if a.submitted is not None:
+        score = f" {a.submitted_validation:.4g}" if a.submitted_validation is not None else ""
+        parts.append(("graded best " if graded_best else "sub ") + a.submitted + score)
+        if best and a.best != a.submitted:
+            parts.append(f"best {best}")
+        return ", ".join(parts)
+    parts.append(f"best {best}" if best else "none validated")
+    if ended and best:
+        parts.append("none submitted")
+    return ", ".join(parts)
+
+
 def list_runs(runs_dir: Path) -> list[RunRow]:
     from mlra.batch.task_labels import recorded_task, run_task_labels
 
