@@ -101,6 +101,7 @@ from mlra.events.run import (
     TimeLimitRaised,
     TimeWarning,
     as_read,
+    reason_as_read,
 )
 
 
@@ -315,6 +316,7 @@ __all__ = [
     "WorkspaceSnapshot",
     "as_read",
     "parse_event",
+    "reason_as_read",
     "stamped",
     "subtask_outcome_words",
 ]

@@ -100,6 +100,10 @@ async def test_an_attempt_ends_attempt_ended_wherever_its_ending_is_read(
     assert exported[controller.run_dir.name].tags["reason"] == "submitted"
     assert exported[f"{controller.run_dir.name}/a1"].tags["reason"] == "attempt_ended"
 
+    capsys.readouterr()
+    assert main(["ctl", str(attempts / "a1"), "status"]) == 0
+    assert capsys.readouterr().out.strip().endswith("a1 has ended (finished, attempt_ended)")
+
     # nothing to resume, and said as an attempt's, not as a submission
     with pytest.raises(ResumeError, match="is a search's attempt and it ended"):
         resumable(load_run(attempts / "a1"))

@@ -158,8 +158,7 @@ def stands_for_log(result: RunResult, result_file: Path, log: Path) -> bool:
 def as_read_with(result: RunResult, state: RunState) -> RunResult:
     """A stored `result.json` as its log is read (`state`, its fold): an attempt's from
     before "attempt_ended" says "submitted", as its log did (ev.as_read)."""
-    if state.attempt and result.reason == "submitted":
-        result.reason = "attempt_ended"
+    result.reason = ev.reason_as_read(result.reason, attempt=state.attempt)
     return result
 
 
