@@ -24,6 +24,7 @@ from mlra import events as ev
 from mlra.agent.metrics.one_off import is_curve
 from mlra.agent.record.attempt_tree import AttemptNode
 from mlra.agent.record.eventlog import EVENTS_FILE
+from mlra.agent.record.state import RunState
 
 
 @dataclass
@@ -92,24 +93,46 @@ def attempt_metrics(run_dir: Path, node: AttemptNode) -> list[ev.Metrics] | None
     figures and `mlra compare` of a search read them here. None where its folder lies
     outside the search's or its log cannot be read; a line that does not parse (a log
     being written) is skipped."""
+    events = attempt_events(run_dir, node, (b"metrics",))
+    return None if events is None else [e for e in events if isinstance(e, ev.Metrics)]
+
+
+def attempt_events(
+    run_dir: Path, node: AttemptNode, types: tuple[bytes, ...]
+) -> list[ev.Event] | None:
+    """The events of these `types` (`b"metrics"`, `b"validation"`) of an attempt's own
+    log, read as `attempt_metrics` reads them (the rest of its lines are not parsed)."""
     folder = node.folder_in(run_dir)
     if folder is None:
         return None
-    out: list[ev.Metrics] = []
+    marks = [b'"type":"' + t + b'"' for t in types]
+    out: list[ev.Event] = []
     try:
         with open(folder / EVENTS_FILE, "rb") as f:
             for line in f:
-                if b'"type":"metrics"' not in line[:200] or not line.endswith(b"\n"):
+                if not any(m in line[:200] for m in marks) or not line.endswith(b"\n"):
                     continue
                 try:
-                    event = ev.parse_event(line)
+                    out.append(ev.parse_event(line))
                 except (ValidationError, ValueError):
                     continue
-                if isinstance(event, ev.Metrics):
-                    out.append(event)
     except OSError:
         return None
     return out
+
+
+def graded_attempt(state: RunState) -> tuple[AttemptNode, str] | None:
+    """The attempt that stands for a search where its curves are drawn or exported (its
+    own log holds none: its attempts trained): the one it submitted, else the one it
+    graded as nothing was (its deadline, a budget, a stop), with which of the two
+    ("submitted", "graded"). None: a run that handed in no attempt."""
+    submission = state.submission
+    if submission is None or submission.attempt is None:
+        return None
+    node = state.attempts.nodes.get(submission.attempt)
+    if node is None:
+        return None
+    return node, "submitted" if submission.by in ("agent", "user") else "graded"
 
 
 def curve_names(runs: Iterable[Iterable[Series]]) -> set[str]:

@@ -100,6 +100,8 @@ from mlra.events.run import (
     SandboxInfo,
     TimeLimitRaised,
     TimeWarning,
+    as_read,
+    reason_as_read,
 )
 
 
@@ -312,7 +314,9 @@ __all__ = [
     "WorkerAloneReason",
     "WorkerThought",
     "WorkspaceSnapshot",
+    "as_read",
     "parse_event",
+    "reason_as_read",
     "stamped",
     "subtask_outcome_words",
 ]

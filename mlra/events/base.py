@@ -25,6 +25,7 @@ FinishReason = Literal[
     "repeated_failure",
     "replay_diverged",
     "stuck",
+    "attempt_ended",
 ]
 """Why a run ended. Only "submitted" means the agent's `submit` succeeded; the agent
 stopping without one is "no_submission", a supervisor that answers without calling
@@ -32,7 +33,10 @@ any tool "no_tool_calls", the same call failing again and again "repeated_failur
 a model provider that keeps failing "provider_error" (older logs say "error"), a
 `--model replay:RUN` re-run that asks what the recording did not "replay_diverged"
 (it would diverge again: batches do not retry it), an agent that made the same call
-with the same result again and again, past the bound it was told of, "stuck"."""
+with the same result again and again, past the bound it was told of, "stuck". A search's
+attempt's own run ends "attempt_ended" once its work is done and mlra has validated it:
+only the attempt the search submits is handed in (its logs from before the reason say
+"submitted": events/run.py `as_read` reads them so)."""
 
 
 class _Event(BaseModel):

@@ -160,12 +160,30 @@ class RunStarted(_Event):
     """The run's budget (all its sandboxes together); an attempt's own run: its share.
     None in logs from before budgets."""
 
+    @property
+    def is_attempt(self) -> bool:
+        """A search's attempt's own run (`<run>/attempts/a1`): its config names the attempt."""
+        return self.config.get("attempt") is not None
+
 
 class RunFinished(_Event):
     type: Literal["run_finished"] = "run_finished"
     status: RunStatus
     reason: FinishReason
     message: str = ""
+
+
+def as_read(finished: RunFinished, *, attempt: bool) -> RunFinished:
+    """The ending as it is read. An attempt's own run ended "submitted" in logs from before
+    "attempt_ended", as if each attempt had been handed in where only the one its search
+    picks is: such an ending reads "attempt_ended", so old logs and new say one thing."""
+    reason = reason_as_read(finished.reason, attempt=attempt)
+    return finished if reason == finished.reason else finished.model_copy(update={"reason": reason})
+
+
+def reason_as_read(reason: str, *, attempt: bool) -> str:
+    """`as_read`'s rule for a reason as `result.json` keeps it (a word, not the event)."""
+    return "attempt_ended" if attempt and reason == "submitted" else reason
 
 
 class Notice(_Event):

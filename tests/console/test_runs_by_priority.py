@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlra.console.cli.cli import main
-from mlra.console.cli.runs_cli import fit_columns
+from mlra.console.text.run_columns import fit_columns
 from tests.batch.compare_runs import compared_run
 from tests.batch.test_experiments_report import experiment_run
 
@@ -83,7 +83,7 @@ def test_the_model_gives_way_after_the_verdict_not_before_reason_and_search(
 
 def test_the_docs_give_the_order_columns_give_way_in() -> None:
     """docs/resume-fork-replay.md names the columns in the order they are kept."""
-    from mlra.console.cli.runs_cli import KEPT, PRIORITY
+    from mlra.console.text.run_columns import KEPT, PRIORITY
 
     doc = " ".join((Path(__file__).parents[2] / "docs/resume-fork-replay.md").read_text().split())
     kept = ", ".join(PRIORITY[: KEPT - 1]) + f" and {PRIORITY[KEPT - 1]} whatever the width"

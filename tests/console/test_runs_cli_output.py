@@ -44,7 +44,7 @@ def test_a_replay_s_model_is_its_source_s_hash_and_costs_no_columns(tmp_path: Pa
 
 
 def test_a_long_model_is_cut_in_the_middle_before_columns_go() -> None:
-    from mlra.console.cli.runs_cli import fit_columns
+    from mlra.console.text.run_columns import fit_columns
 
     headers = ["id", "task", "model", "status", "score", "success", "duration", "cost"]
     model = "openai/a-model-name-of-some-forty-characters"

@@ -167,6 +167,6 @@ def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
         if isinstance(event, ev.ToolResult) and event.tool == "validate" and not event.ok:
             lines = event.output.strip().splitlines()
             return "its artifact could not be validated: " + (lines[0] if lines else "-")
-    if finished is not None and finished.reason != "submitted" and finished.message:
+    if finished is not None and finished.reason != "attempt_ended" and finished.message:
         return finished.message
     return "it ended with no artifact validated"

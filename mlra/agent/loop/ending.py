@@ -29,6 +29,7 @@ MESSAGES: dict[ev.FinishReason, str] = {
     "repeated_failure": "the same tool call kept failing",
     "replay_diverged": "the replay diverged from its recording",
     "stuck": "the agent made the same call again and again",
+    "attempt_ended": "the attempt ended",
 }
 """The `run_finished` message of an ending that brings none of its own."""
 
@@ -95,8 +96,9 @@ def budget_ending(config: RunConfig, state: RunState) -> Ending | None:
 
 def attempt_ending(note: str) -> Ending:
     """An attempt's end (agent/agents/attempt_agent.py): recorded as finished, never graded on
-    the test split (the run it belongs to grades only the attempt it submits)."""
-    return Ending(reason="submitted", evaluate=False, by="agent", note=note, message=note)
+    the test split (the run it belongs to grades only the attempt it submits), and never
+    said to be submitted: the search hands in one attempt, from its own log."""
+    return Ending(reason="attempt_ended", evaluate=False, by="agent", note=note, message=note)
 
 
 def unread_notices(queued: dict[str, list[str]]) -> list[ev.Notice]:

@@ -122,7 +122,9 @@ class ReplayProvider(ModelProvider):
         if ends:
             last = events[ends[-1]]
             assert isinstance(last, ev.RunFinished)
-            self.finished = last
+            # An attempt's recording ends "attempt_ended" (older ones "submitted"): it
+            # ran out with its worker done, which a replay that asks on diverged from.
+            self.finished = ev.as_read(last, attempt=started is not None and started.is_attempt)
             self._evaluated = any(
                 isinstance(e, ev.EvaluationStarted)
                 for e in events[ends[-2] + 1 if len(ends) > 1 else 0 : ends[-1]]

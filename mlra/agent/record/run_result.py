@@ -155,6 +155,13 @@ def stands_for_log(result: RunResult, result_file: Path, log: Path) -> bool:
     return size == result.log_size and log_digest(log, size) == result.log_sha256
 
 
+def as_read_with(result: RunResult, state: RunState) -> RunResult:
+    """A stored `result.json` as its log is read (`state`, its fold): an attempt's from
+    before "attempt_ended" says "submitted", as its log did (ev.as_read)."""
+    result.reason = ev.reason_as_read(result.reason, attempt=state.attempt)
+    return result
+
+
 def listed_status(state: RunState, running: bool) -> str:
     """How a run stands as its log tells it, for the lists and pages that show runs
     (`mlra runs`, `mlra share`): running (its log still being written), how it finished,

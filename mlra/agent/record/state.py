@@ -84,6 +84,7 @@ class RunState:
     root_outside: str | None = None
     """The run's one `root_outside` notice (a sandbox of it ran as root outside), once said."""
     searches: bool = False  # over attempts (`--search`): its workers are its attempts' own
+    attempt: bool = False  # a search's attempt's own run: its ending is read so (ev.as_read)
     ungraded: str = ""
     """Why this machine could not grade the task, run anyway (its config's `ungraded`)."""
     context_window: int | None = None
@@ -205,6 +206,7 @@ class RunState:
                 self.started_ts = event.ts
                 self.ungraded = str(event.config.get("ungraded") or "")
                 self.searches = str(event.config.get("search") or "none") != "none"
+                self.attempt = event.is_attempt
                 self.context_window = event.context_window
             case ev.PlanUpdated():
                 self.plan = list(event.steps)
@@ -343,7 +345,7 @@ class RunState:
                 else:
                     self.evaluation = event
             case ev.RunFinished():
-                self.finished = event
+                self.finished = ev.as_read(event, attempt=self.attempt)
                 self._idle()
                 if event.status == "error":
                     self.last_error = event.message or self.last_error

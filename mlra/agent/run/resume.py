@@ -139,6 +139,12 @@ def changed_limits(overrides: dict[str, Any]) -> dict[str, Any]:
 def resumable(run: RecordedRun) -> None:
     state = fold(run.events)
     finished = state.finished
+    if finished is not None and finished.reason == "attempt_ended":
+        raise ResumeError(
+            f"{run.run_dir.name} is a search's attempt and it ended, so there is nothing to "
+            "resume; its search builds on it with another attempt (`mlra resume` of the "
+            "search's run resumes the attempts it left running)"
+        )
     if finished is not None and finished.reason == "submitted":
         raise ResumeError(
             f"{run.run_dir.name} ended with a submission, so there is nothing to resume; "

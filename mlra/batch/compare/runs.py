@@ -17,7 +17,13 @@ from mlra.agent.record.attempt_tree import AttemptsSummary
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
 from mlra.agent.record.run_result import result_of
 from mlra.agent.record.state import RunState, fold
-from mlra.batch.curves import Series, attempt_metrics, run_series, validation_points
+from mlra.batch.curves import (
+    Series,
+    attempt_metrics,
+    graded_attempt,
+    run_series,
+    validation_points,
+)
 from mlra.batch.state import RUNS
 from mlra.batch.task_labels import run_task_labels
 from mlra.durations import format_duration
@@ -217,24 +223,24 @@ def load(run_dir: Path) -> ComparedRun:
     ]
     run.series = run_series(events)
     run.frozen = state.submission.frozen if state.submission is not None else None
-    if not run.series and state.submission is not None:
-        _attempts_curves(run, state, state.submission)
+    if not run.series:
+        _attempts_curves(run, state)
     return run
 
 
-def _attempts_curves(run: ComparedRun, state: RunState, submission: ev.Submission) -> None:
+def _attempts_curves(run: ComparedRun, state: RunState) -> None:
     """A search's curves: those of the attempt it submitted or graded, from its own log,
     on the search's clock (the attempt's own starts when the search started it)."""
-    node = state.attempts.nodes.get(submission.attempt or "")
-    metrics = attempt_metrics(run.run_dir, node) if node is not None else None
-    if node is None or not metrics:
+    graded = graded_attempt(state)
+    metrics = attempt_metrics(run.run_dir, graded[0]) if graded is not None else None
+    if graded is None or not metrics:
         return
+    node, run.curves_why = graded
     run.series = run_series(metrics)
     for series in run.series:
         for point in series.points:
             point.wall += node.started.t
     run.curves_of = node.id
-    run.curves_why = "submitted" if submission.by in ("agent", "user") else "graded"
 
 
 def load_all(run_dirs: list[Path]) -> list[ComparedRun]:

@@ -27,13 +27,15 @@ from pathlib import Path
 from mlra import events as ev
 from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.record.eventlog import EVENTS_FILE, LogDamage, log_is_live, read_events
-from mlra.agent.record.run_result import RunResult, result_of, stands_for_log
+from mlra.agent.record.run_result import RunResult, as_read_with, result_of, stands_for_log
 from mlra.agent.record.state import RunState, fold
 from mlra.batch.compare.runs import NOT_SETTINGS, SEARCH_ONLY
 from mlra.batch.curves import (
     Point,
     Series,
+    attempt_events,
     curve_names,
+    graded_attempt,
     run_series,
     source_label,
     validation_points,
@@ -168,17 +170,38 @@ def _final(result: RunResult) -> dict[str, float]:
     return final
 
 
-def _validations(events: list[ev.Event]) -> list[Series]:
+def _validations(events: list[ev.Event], since: float = 0.0) -> list[Series]:
+    """`since`: run-clock seconds added to each point's (an attempt's on its search's)."""
     score = Series("validation/score", "validation")
     normalized = Series("validation/normalized", "validation")
     for n, (t, v) in enumerate(validation_points(events), start=1):
         if v.metric:
             score.name = f"validation/{v.metric}"
         assert v.score is not None  # validation_points keeps the graded ones
-        score.points.append(Point(v.score, n, t))
+        score.points.append(Point(v.score, n, since + t))
         if v.normalized is not None:
-            normalized.points.append(Point(v.normalized, n, t))
+            normalized.points.append(Point(v.normalized, n, since + t))
     return [s for s in (score, normalized) if s.points]
+
+
+def _graded_attempts_curves(run: ExportRun, folder: Path, state: RunState) -> None:
+    """A search's curves and validations, which its own log holds none of: those of the
+    attempt it submitted or graded (batch/curves.py `graded_attempt`, as `mlra compare`
+    draws a search), from that attempt's log, on the search's clock, so the search's
+    own run shows what was handed in beside the other runs' curves. Its tags name it."""
+    graded = graded_attempt(state)
+    if graded is None or run.series or run.validations:
+        return
+    node, why = graded
+    events = attempt_events(folder, node, (b"metrics", b"validation"))
+    if not events:
+        return
+    run.series = run_series(e for e in events if isinstance(e, ev.Metrics))
+    for series in run.series:
+        for point in series.points:
+            point.wall += node.started.t
+    run.validations = _validations(events, since=node.started.t)
+    run.tags["curves_of"] = f"{why} attempt {node.id}"
 
 
 def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRun:
@@ -195,6 +218,8 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         result = RunResult.model_validate_json(result_file.read_text(encoding="utf-8"))
         if not stands_for_log(result, result_file, folder / EVENTS_FILE):
             result = None  # appended to since (a resume): the log says how the run stands
+        else:
+            result = as_read_with(result, state)
     artifacts = [Artifact("events.jsonl", path=folder / EVENTS_FILE)]
     if result is None:
         result = result_of(state, running=log_is_live(folder / EVENTS_FILE))
@@ -202,7 +227,7 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         artifacts.insert(0, Artifact("result.json", path=result_file))
     if transcript is not None:
         artifacts.append(Artifact("transcript.txt", text=transcript(events, folder)))
-    return ExportRun(
+    run = ExportRun(
         recorded=(started.task, started.task_dir) if started is not None else None,
         name=name,
         params=_params(started, result, state),
@@ -214,6 +239,8 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         tags={"status": result.status, "reason": result.reason}
         | ({"forked_from": result.forked_from} if result.forked_from else {}),
     )
+    _graded_attempts_curves(run, folder, state)
+    return run
 
 
 def _with_attempts(folder: Path, name: str, transcript: Transcript | None) -> list[ExportRun]:

@@ -3,7 +3,8 @@ task, so `tensorboard --logdir DEST/<task>` compares its runs; an attempt in
 `<run>/attempts/<id>/`, TensorBoard's run `<run>/attempts/<id>`), its curves as scalars, its parameters and its one-off
 numbers (source.py: `d=128` printed once) as hparams and as a text table (a one-off as
 a scalar would be a chart of one dot beside the loss), its artifacts copied beside its
-event file.
+event file. A search's run has the curves of the attempt it submitted (source.py), and a
+`curves` text that says so.
 
 Written with TensorBoard's own event-file writer and protos, so neither TensorFlow nor
 torch is needed. A point's wall time is the run's start plus its run-clock seconds; a
@@ -106,6 +107,9 @@ def _write_run(folder: Path, run: ExportRun, keys: SafeNames) -> None:
         writer.add_event(Event(wall_time=start, step=0, summary=_hparams(params, keys)))
         table = _table(("parameter", "value"), params)
         writer.add_event(Event(wall_time=start, step=0, summary=_text("params", table)))
+        if curves_of := run.tags.get("curves_of"):  # a search's: its attempt's (source.py)
+            said = f"The curves and validations are those of the search's {md_cell(curves_of)}."
+            writer.add_event(Event(wall_time=start, step=0, summary=_text("curves", said)))
         series = run.series + run.validations
         renamed = keys.renamed([*(s.name for s in series), *params, *run.final])
         if renamed:

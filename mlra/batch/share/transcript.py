@@ -40,6 +40,8 @@ class Transcript:
         self.steps_left_out = 0
         self.texts_cut = 0
         self.full = False
+        self.attempt = False
+        """A search's attempt's own run (its `run_started`): its ending is read so."""
 
     def _write(self, html_text: str) -> None:
         data = html_text.encode("utf-8")
@@ -82,6 +84,8 @@ class Transcript:
     def feed(self, event: ev.Event) -> None:
         t = f'<span class="dim">{_clock(event.t)}</span>'
         match event:
+            case ev.RunStarted():
+                self.attempt = event.is_attempt
             case ev.StepStarted():
                 self.steps += 1
                 self._open_step(
@@ -163,8 +167,9 @@ class Transcript:
                 label = f"{t} job {esc_line(event.job)} {esc_line(event.end)}{code}"
                 self._item(label, self._pre(event.reason))
             case ev.RunFinished():
+                reason = ev.as_read(event, attempt=self.attempt).reason
                 self._item(
-                    f"{t} run {esc_line(event.status)} ({esc_line(event.reason)})",
+                    f"{t} run {esc_line(event.status)} ({esc_line(reason)})",
                     self._pre(event.message),
                     "notice",
                 )

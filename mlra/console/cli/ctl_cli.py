@@ -199,7 +199,7 @@ def _how_it_ended(run_dir: Path) -> str | None:
     except (OSError, ValueError):
         result = None
     if result is not None:
-        words = f"{result.status}, {result.reason}"
+        words = f"{result.status}, {ev.reason_as_read(result.reason, attempt=_attempt(run_dir))}"
         if result.score is not None:
             words += f"; score {result.score:.4g}"
         elif result.evaluation_error:
@@ -214,7 +214,18 @@ def _how_it_ended(run_dir: Path) -> str | None:
         return None
     if finished is None:
         return None
-    return f"{finished.status}, {finished.reason}"
+    return f"{finished.status}, {ev.reason_as_read(finished.reason, attempt=_attempt(run_dir))}"
+
+
+def _attempt(run_dir: Path) -> bool:
+    """Whether the run is a search's attempt, from its log's first line (`run_started`):
+    its ending, "submitted" in a log from before "attempt_ended", reads so (ev.as_read)."""
+    try:
+        with open(run_dir / EVENTS_FILE, "rb") as f:
+            started = ev.parse_event(f.readline())
+    except (OSError, ValueError):
+        return False
+    return isinstance(started, ev.RunStarted) and started.is_attempt
 
 
 def status_lines(status: Any) -> list[str]:

@@ -23,8 +23,20 @@ from typing import Any
 
 from mlra.console.cli.compare_cli import cmd_compare
 from mlra.console.text.args import UsageError
+from mlra.console.text.run_columns import (
+    NOTES_HEADER,
+    SEARCH_HEADER,
+    fit_columns,
+    table_width,
+)
 from mlra.console.text.run_footnotes import LIVE, MISMATCH, SELF_REPORTED, UNISOLATED, footnotes
-from mlra.console.text.run_rows import RunRow, budget_cell, list_runs, search_cell
+from mlra.console.text.run_rows import (
+    RunRow,
+    budget_cell,
+    list_runs,
+    search_cell,
+    short_search_cell,
+)
 from mlra.counts import format_tokens
 from mlra.durations import format_duration
 from mlra.scores import format_normalized
@@ -132,7 +144,9 @@ COMPARED_MAX = 10
 """The most runs `mlra compare` puts side by side."""
 
 
-def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[str]:
+def _cells(
+    row: RunRow, *, search: bool = False, notes: bool = False, short: bool = False
+) -> list[str]:
     reported = SELF_REPORTED if row.self_reported else ""
     mark = reported + (UNISOLATED if row.unisolated else "")
     about = "~" if row.tokens_estimated and row.cost_usd else ""
@@ -151,7 +165,11 @@ def _cells(row: RunRow, *, search: bool = False, notes: bool = False) -> list[st
         f"{row.best_validation:.4g}" if row.best_validation is not None else "-",
         str(row.experiments) if row.experiments else "-",
         *(
-            [search_cell(row.attempts, row.graded_unsubmitted, ended=not row.running)]
+            [
+                (short_search_cell if short else search_cell)(
+                    row.attempts, row.graded_unsubmitted, ended=not row.running
+                )
+            ]
             if search
             else []
         ),
@@ -179,10 +197,6 @@ def _regrade_cell(row: RunRow) -> str:
     return f"{score} ({row.regrade_artifact})"  # escaped with the row's other cells
 
 
-NOTES_HEADER = "notes"
-"""The column a listing has when one of its runs has annotations (last)."""
-SEARCH_HEADER = "search"
-"""The column a listing has when one of its runs searched (after "exp.")."""
 RIGHT_ALIGNED = frozenset(
     {
         "score",
@@ -270,7 +284,11 @@ def cmd_runs(args: argparse.Namespace) -> int:
     table = [_cells(r, search=search, notes=notes) for r in rows]
     tty = sys.stdout.isatty()
     width = _width(tty)
-    legend = footnotes(rows)
+    # Too wide: a search's cell in its narrow form first (tens of characters less).
+    short = search and width is not None and table_width(headers, table) > width
+    if short:
+        table = [_cells(r, search=search, notes=notes, short=True) for r in rows]
+    legend = footnotes(rows, short_search=short)
     if width is not None:
         every = headers
         headers, table = fit_columns(headers, table, width)
@@ -317,36 +335,6 @@ def cmd_runs(args: argparse.Namespace) -> int:
     return 0
 
 
-PRIORITY = [
-    "id",
-    "task",
-    "status",
-    "score",
-    "success",
-    "model",
-    "reason",
-    "normalized",
-    SEARCH_HEADER,
-    "best val.",
-    "duration",
-    "cost",
-    "exp.",
-    "re-graded",
-    "tokens",
-    "budget",
-    "isol.",
-    NOTES_HEADER,
-    "forked from",
-]
-"""The columns in the order they are kept where the table is too wide: the run, what
-it was, how it stands and how well it did (its score and verdict) first, then who did it
-(the model: the key to comparing agents); the rest give way from the end of this list."""
-KEPT = 5
-"""The first columns of PRIORITY are kept whatever the width (the terminal cuts them)."""
-GAP = 2
-"""The spaces between two columns, in both the plain and the terminal table."""
-
-
 def _compare(rows: list[RunRow], runs_dir: Path, n: int) -> int:
     """`mlra compare` over the first `n` of the runs listed, as if each were named."""
 
@@ -364,44 +352,6 @@ def _compare(rows: list[RunRow], runs_dir: Path, n: int) -> int:
     return cmd_compare(compare)
 
 
-def fit_columns(
-    headers: list[str], table: list[list[str]], width: int
-) -> tuple[list[str], list[list[str]]]:
-    """The table with the fewest columns dropped for it to fit `width`, dropped in the
-    reverse order of PRIORITY; the columns kept keep their order."""
-    widths = {h: max(len(h), *(len(c[i]) for c in table)) for i, h in enumerate(headers)}
-    kept = list(headers)
-    droppable = [h for h in reversed(PRIORITY[KEPT:]) if h in widths]
-
-    def total() -> int:
-        return sum(widths[h] for h in kept) + GAP * (len(kept) - 1)
-
-    # A long cell is cut before a column goes: a model of 53 characters cost the table
-    # its duration, cost, search and forked-from columns at 160.
-    for header, least in CUT_FIRST:
-        if (over := total() - width) > 0 and widths.get(header, 0) > least:
-            widths[header] = max(least, widths[header] - over)
-            i = headers.index(header)
-            for cells in table:
-                cells[i] = middle_cut(cells[i], widths[header])
-    while total() > width and droppable:
-        kept.remove(droppable.pop(0))
-    at = [headers.index(h) for h in kept]
-    table = [[cells[i] for i in at] for cells in table]
-    # Still too wide (an MLAgentBench task's ids run to 60 characters): the id, which
-    # holds the task's name, then the task's, cut in the middle, not the status and score.
-    for header, least in (("id", 30), ("task", 12)):
-        if (over := total() - width) > 0 and widths[header] > least:
-            widths[header] = max(least, widths[header] - over)
-            i = kept.index(header)
-            for cells in table:
-                cells[i] = middle_cut(cells[i], widths[header])
-    return kept, table
-
-
-CUT_FIRST = (("model", 28), ("forked from", 24))
-"""The cells cut (in the middle, to no less than this) before any column is left out:
-a model's provider and name's end stay, a run id's date and hash."""
 RUN_HASH = re.compile(r"-([0-9a-f]{16})$")
 
 
@@ -417,14 +367,6 @@ def model_cell(model: str | None) -> str:
     run = path.parent.parent if attempt else path
     found = RUN_HASH.search(run.name)
     return f"replay:{found[1] if found else run.name}{attempt}"
-
-
-def middle_cut(text: str, width: int) -> str:
-    """`text` in `width` characters: its start and its end (a run id's date and hash)."""
-    if len(text) <= width:
-        return text
-    tail = (width - 1) // 2
-    return text[: width - 1 - tail] + "…" + text[len(text) - tail :]
 
 
 def _width(tty: bool) -> int | None:

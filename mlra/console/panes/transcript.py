@@ -202,7 +202,7 @@ class TranscriptPane(NotedEntries):
                 line = score_words(event, regrade=self._regrading)
                 self._note(event, line, "bold green" if event.ok else "bold red")
             case ev.RunStarted():
-                self._attempt = event.config.get("attempt") is not None
+                self._attempt = event.is_attempt
             case ev.RunFinished():
                 ended = ending_words(event, attempt=self._attempt)
                 self._note(event, f"run {ended}: {event.message}", "bold")

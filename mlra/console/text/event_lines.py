@@ -325,11 +325,11 @@ def job_end_line(e: ev.JobEnded) -> str:
 
 
 def ending_words(e: ev.RunFinished, *, attempt: bool) -> str:
-    """`finished (submitted)`: how a run ended, as its last line says it. An attempt's own
-    run ends as "submitted" in its log (agent/loop/ending.py `attempt_ending`), which read
-    as if each attempt had been handed in: only the one the search picks is."""
-    reason = "attempt ended" if attempt and e.reason == "submitted" else e.reason
-    return f"{e.status} ({reason})"
+    """`finished (submitted)`: how a run ended, as its last line says it; an attempt's own
+    run `finished (attempt ended)`, also from a log that says "submitted" (ev.as_read):
+    only the attempt the search picks is handed in."""
+    reason = ev.as_read(e, attempt=attempt).reason
+    return f"{e.status} ({'attempt ended' if reason == 'attempt_ended' else reason})"
 
 
 def unknown_line(e: ev.UnknownEvent) -> str:

@@ -223,7 +223,7 @@ class TranscriptDisplay(Printer):
         match event:
             case ev.RunStarted():
                 self._local = bool(event.config.get("base_url"))
-                self._attempt = event.config.get("attempt") is not None
+                self._attempt = event.is_attempt
                 box = event.sandbox
                 net = "network" if box.network else "no network"
                 if box.network and box.network_via:  # "slirp4netns 1.2.0", "host", ...

@@ -15,7 +15,8 @@ LIVE = "(live)"
 """After a running run's status where it serves its controls (`mlra attach`, `mlra ctl`)."""
 
 
-def footnotes(rows: list[RunRow]) -> list[str]:
+def footnotes(rows: list[RunRow], *, short_search: bool = False) -> list[str]:
+    """`short_search`: the search column in its narrow form (run_rows.short_search_cell)."""
     notes = []
     if any(r.unisolated and r.score is not None for r in rows):
         notes.append(f"{UNISOLATED} unisolated: scored with sandbox isolation none")
@@ -32,7 +33,14 @@ def footnotes(rows: list[RunRow]) -> list[str]:
             "~ estimated: the server sent no token counts for some calls (or they were cut "
             "off); mlra counted four characters a token"
         )
-    if any(r.attempts is not None for r in rows):
+    if any(r.attempts is not None for r in rows) and short_search:
+        notes.append(
+            "search: attempts tried, the graded attempt and its validation score (sub: "
+            "submitted; graded best: nothing was submitted, so the best validated one was "
+            "graded), and the best validation where it is another's; how each attempt ended "
+            "and the validation-to-test gap need a wider terminal (or --json)"
+        )
+    elif any(r.attempts is not None for r in rows):
         notes.append(
             "search: attempts tried and how they ended, the best validation (attempt, score), the graded attempt "
             "(sub: submitted; graded best: nothing was submitted, so the best validated one "

@@ -146,7 +146,7 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
     before a count existed lacks it, and its `tried` would not add up.
     """
     from mlra.agent.record.eventlog import check_lines
-    from mlra.agent.record.run_result import result_of
+    from mlra.agent.record.run_result import as_read_with, result_of
     from mlra.agent.record.state import RunState
     from mlra.events import parse_event
 
@@ -162,6 +162,7 @@ def _check_claims(log: Path, data: bytes, result: Any) -> str | None:
             state.apply(parse_event(line))
     check_lines(log, lines)
     derived = result_of(state)
+    as_read_with(result, state)
     for name in _CLAIMS:
         claimed, actual = getattr(result, name), getattr(derived, name)
         if name == "attempts" and claimed is not None and actual is not None:
@@ -364,6 +365,32 @@ def search_cell(
         if a.get("validation_to_test_gap") is not None:
             parts.append(f"gap {a['validation_to_test_gap']:+.3g}")
     elif ended:
+        parts.append("none submitted")
+    return ", ".join(parts)
+
+
+def short_search_cell(
+    attempts: dict[str, Any] | None, graded_best: bool = False, *, ended: bool = True
+) -> str:
+    """A search in a narrow cell: `4 tried, sub a2 0.7812`, how many attempts and which was
+    graded, with its validation (the score column beside it has its test score), and the
+    best where that is another (`sub a2 0.75, best a3 0.8`). The full cell, some 60 to 90
+    characters, cost a 160-column table its search column and those after it."""
+    from mlra.agent.record.attempt_tree import AttemptsSummary
+
+    if attempts is None:
+        return "-"
+    a = AttemptsSummary.model_validate(attempts)
+    parts = [f"{a.tried} tried"] + ([f"{a.running} running"] if a.running else [])
+    best = f"{a.best} {a.best_validation:.4g}" if a.best and a.best_validation is not None else ""
+    if a.submitted is not None:
+        score = f" {a.submitted_validation:.4g}" if a.submitted_validation is not None else ""
+        parts.append(("graded best " if graded_best else "sub ") + a.submitted + score)
+        if best and a.best != a.submitted:
+            parts.append(f"best {best}")
+        return ", ".join(parts)
+    parts.append(f"best {best}" if best else "none validated")
+    if ended and best:
         parts.append("none submitted")
     return ", ".join(parts)
 
