@@ -100,6 +100,13 @@ async def test_steps_still_open_when_the_run_ends_say_how_it_ended() -> None:
         _plan_events(ev.RunFinished(status="finished", reason="submitted"))
     )
     assert "✓ 2. Tune (open when the run submitted)" in submitted
+    # An attempt of a search hands nothing in: its open steps say it ended, in words.
+    ended = await _steps_after(
+        _plan_events(ev.RunFinished(status="finished", reason="attempt_ended"))
+    )
+    assert "■ 2. Tune (not finished: the attempt ended)" in ended
+    assert "○ 3. Report (not started: the attempt ended)" in ended
+    assert "attempt_ended" not in ended
     resumed = await _steps_after(
         [*_plan_events(ev.RunFinished(status="stopped", reason="stopped")), ev.RunResumed()]
     )

@@ -70,6 +70,14 @@ def step_mark(step: ev.PlanStep, finished: ev.RunFinished | None) -> tuple[str, 
             return "✓", "green", "done: the run submitted"  # its submission was this step
         return SUBMITTED_MARKS[step.status]
     ended_mark, ended_style, note = ENDED_MARKS[step.status]
+    if finished.reason == "attempt_ended":
+        # An attempt hands nothing in: its search submits the one it picks. Its own
+        # plan's open steps (a recipe's "Submit ...") are left as the attempt left them.
+        return (
+            ended_mark,
+            ended_style,
+            note.replace("the run ended ({reason})", "the attempt ended"),
+        )
     return ended_mark, ended_style, note.format(reason=finished.reason)
 
 
