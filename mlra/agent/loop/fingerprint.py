@@ -5,7 +5,7 @@ answers and compares, call by call, what the agent sends now with what it sent
 then. Things that differ between any two runs without any difference in
 behaviour are left out: the clock-and-budget note, command durations, when
 each experiment validated, how long each attempt has run, and the run's own
-folder names.
+folder names (its workspace, and its folder where a path names it).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable
+from pathlib import PurePath
 
 from mlra.agent.providers.base import Message
 from mlra.tools.registry import ToolSpec
@@ -28,13 +29,42 @@ _ATTEMPT_TIME = re.compile(r"(\(a\d+(?: > a\d+)*\)|from the starter), \d[\dhms.]
 after its lineage or, a draft's, `from the starter`."""
 
 
+RUN = "<run>"
+"""What the run's folder becomes in a fingerprint."""
+
+
+def run_names(workdir: str | None, workspace: str) -> list[tuple[str, str]]:
+    """The names a run's fingerprints leave out, with what each becomes, longest first:
+    its workspace (as the sandbox shows it and as it is on the host) and its folder, the
+    workspace's parent, named in full or from its runs folder on (`runs/ID`). Made the same
+    way for a recording (from its `run_started`) and for the run that replays it."""
+    folder = PurePath(workspace).parent
+    pairs = [(workspace, "<workspace>"), (str(folder), RUN)]
+    pairs.append((f"{folder.parent.name}/{folder.name}", RUN))
+    if workdir:
+        pairs.insert(0, (workdir, "<workspace>"))
+    return sorted(pairs, key=lambda p: -len(p[0]))
+
+
+def _as_name(path: str) -> re.Pattern[str]:
+    """A run's folder where it is a whole name in the text (`runs/ID/jobs`), never part of
+    another (`runs/ID2`). The id alone was left out before, wherever it stood: a run named
+    `answer` (`--run-id`) lost every `answer` from its fingerprints, and a replay of it
+    under another id read `write the answer` as a different request."""
+    return re.compile(rf"(?<![\w.-]){re.escape(path)}(?![\w-]|\.[\w-])")
+
+
 def normalize(text: str, replacements: Iterable[tuple[str, str]] = ()) -> str:
     text = _STATUS.sub("[status]", text)
     text = _DURATION.sub(", _ s]", text)
     text = _RUN_TIME.sub("(_ into the run)", text)
     text = _ATTEMPT_TIME.sub(r"\1, _: ", text)
     for old, new in replacements:
-        if old:
+        if not old:
+            continue
+        if new == RUN:
+            text = _as_name(old).sub(new, text)
+        else:
             text = text.replace(old, new)
     return text
 

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
 from mlra.agent.loop.ending import EndedBy, Ending, EndRun
-from mlra.agent.loop.fingerprint import normalize, request_fingerprint
+from mlra.agent.loop.fingerprint import normalize, request_fingerprint, run_names
 from mlra.agent.loop.replay_diff import first_changed_line, short_diff, steady
 from mlra.agent.providers.base import (
     ConfigError,
@@ -112,9 +112,7 @@ class ReplayProvider(ModelProvider):
         """The recorded run's `--agent`, which a replay follows unless told otherwise."""
         self.replacements: list[tuple[str, str]] = []
         if started is not None:
-            pairs = [(started.sandbox.workspace, "<workspace>"), (started.run_id, "<run>")]
-            pairs.insert(0, (started.sandbox.workdir, "<workspace>"))
-            self.replacements = sorted(pairs, key=lambda p: -len(p[0]))
+            self.replacements = run_names(started.sandbox.workdir, started.sandbox.workspace)
         ends = [i for i, e in enumerate(events) if isinstance(e, ev.RunFinished)]
         self.finished: ev.RunFinished | None = None
         """How the recorded run ended (its last ending, if it was resumed); None if it never did."""
