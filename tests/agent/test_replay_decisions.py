@@ -183,3 +183,41 @@ def test_a_folder_that_is_no_run_is_named_as_it_is(tmp_path: Path) -> None:
     (tmp_path / "a10").mkdir()
     (tmp_path / "a10" / "events.jsonl").write_text("")
     assert find_run(str(tmp_path / "a1"), tmp_path) == tmp_path / "a1"
+
+
+def _kill_after_first_echo(tmp: Path, again: Path) -> list[ev.Event]:
+    """The replay `again` as if killed right after its first `echo`'s result, resumed:
+    the resumed run's log."""
+    log = again / "events.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    events = read_events(log)
+    first = next(e for e in events if isinstance(e, ev.ToolResult) and e.tool == "bash")
+    log.write_bytes(b"".join(lines[: events.index(first) + 1]))
+    (again / "result.json").unlink(missing_ok=True)
+    resumed = mlra_cli(["resume", str(again), "--no-tui"], cwd=tmp, env=_env())
+    said = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, said
+    assert "diverged" not in said, said
+    events = read_events(log)
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    return events
+
+
+def test_a_resumed_replay_goes_on_with_the_recording_where_it_stopped(
+    tmp_path: Path, recorded: Path
+) -> None:
+    """Its catch-up answered the model calls from the replay's own log, and the recording
+    was played from its first call again where the run went live: the worker's next
+    request was compared with the supervisor's first, and diverged."""
+    proc, again = _replay(tmp_path, recorded)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    whole = read_events(again / "events.jsonl")
+    events = _kill_after_first_echo(tmp_path, again)
+    assert (again / "workspace" / "answer.txt").read_text().strip() == "42"
+    then = read_events(recorded / "events.jsonl")
+    assert [e.output for e in events if isinstance(e, ev.ToolResult)] == [
+        e.output for e in whole if isinstance(e, ev.ToolResult)
+    ]
+    assert len([e for e in events if isinstance(e, ev.ModelCall)]) == len(
+        [e for e in then if isinstance(e, ev.ModelCall)]
+    )

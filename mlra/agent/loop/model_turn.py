@@ -215,6 +215,8 @@ class ModelTurn:
         run = self.run
         recorded = run.catchup.model_answer(agent, purpose)
         if recorded is not None:
+            if run.provider is not None:
+                run.provider.answered_from_log()
             return recorded
         provider = run.provider
         assert provider is not None

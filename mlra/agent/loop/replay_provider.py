@@ -215,6 +215,12 @@ class ReplayProvider(ModelProvider):
                 return decision
         return None
 
+    def answered_from_log(self) -> None:
+        """A resumed replay's log holds the answers up to where it stopped, each the
+        recording's in turn: its catch-up takes them from there, and the live part goes
+        on from the recorded call after them."""
+        self.position = min(self.position + 1, len(self.calls))
+
     def recorded_time_limit(self) -> float | None:
         return self.limits.time_limit_s if self.limits is not None else None
 
