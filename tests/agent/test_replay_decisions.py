@@ -221,3 +221,61 @@ def test_a_resumed_replay_goes_on_with_the_recording_where_it_stopped(
     assert len([e for e in events if isinstance(e, ev.ModelCall)]) == len(
         [e for e in then if isinstance(e, ev.ModelCall)]
     )
+
+
+async def _record_without_ids(runs: Path) -> Path:
+    """A finished run over a server that sends no call ids (`call_0` in every answer)
+    whose user rejected the worker's first `echo` and approved the same call asked again."""
+    no_id = {"name": "bash", "arguments": REJECTED, "id": ""}
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("Write the answer.", no_id),
+            turn("Write it again.", no_id),
+            turn("", call("report", summary="answer.txt holds the answer")),
+        ],
+    }
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=runs,
+            run_id="no-ids",
+            isolation="none",
+            breakpoints=["bash:echo"],
+        )
+        controller = RunController(config, load_task(ANSWER_TASK), provider)
+        controller.prepare()
+        loop = asyncio.get_running_loop()
+        asked: list[str] = []
+
+        def decide(event: ev.Event) -> None:
+            if isinstance(event, ev.ApprovalRequested):
+                asked.append(event.call_id)
+                if len(asked) == 1:
+                    loop.call_soon(controller.reject, event.call_id, WHY)
+                else:
+                    loop.call_soon(controller.approve, event.call_id)
+
+        controller.subscribe(decide)
+        result = await controller.run(agent_for)
+    assert result.status == "finished", result
+    assert asked == ["call_0", "call_0"]
+    return controller.run_dir
+
+
+def test_a_resumed_replay_uses_up_the_decisions_its_catch_up_passed(tmp_path: Path) -> None:
+    """A replay killed after the call its recording's user rejected, then resumed: the
+    catch-up took that call's result from the log and left the rejection unused, so the
+    next call, asked the same with the same `call_0` (a server that sends no ids), was
+    rejected too, where the recording ran it, and the replay diverged."""
+    recorded = asyncio.run(_record_without_ids(tmp_path / "runs"))
+    proc, again = _replay(tmp_path, recorded)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = _kill_after_first_echo(tmp_path, again)
+    bash = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "bash"]
+    assert [e.output.startswith("The user rejected") for e in bash] == [True, False]
+    assert bash[1].ok, bash[1].output
+    replayed = [e for e in events if isinstance(e, ev.Control) and e.source == "replay"]
+    assert [e.action for e in replayed] == ["reject"]

@@ -50,6 +50,15 @@ def replayed_decision(run: RunContext, call: ToolCallRequest) -> ev.Control | No
     return recorded
 
 
+def used_up(run: RunContext, call: ToolCallRequest) -> None:
+    """A call whose result a resumed replay's catch-up takes from its log: the recording's
+    edit or rejection of it was applied when it ran (the log holds its `control`), so it is
+    used up now as then, or the next call asked the same (a server that sends no ids has
+    `call_0` in every answer) took it, where the recording ran that call as asked."""
+    if run.provider is not None:
+        run.provider.recorded_decision(call)
+
+
 async def await_decision(
     run: RunContext, call: ToolCallRequest, bp: Breakpoint, tool: Tool[Any] | None
 ) -> Decision:

@@ -33,7 +33,7 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
-from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision
+from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision, used_up
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
@@ -134,12 +134,15 @@ class ToolStep:
             or run.catchup.closed_unbegun(call.id, logs_start=logs_start)
         ):
             recorded = run.catchup.recorded_result(call.id, logs_start=logs_start)
+            interrupted = recorded == INTERRUPTED and not (tool and tool.reruns_when_interrupted)
+            if isinstance(recorded, ev.ToolResult) or interrupted:
+                used_up(run, call)  # it runs no more: the decision it ran under goes with it
             edited = run.state.edited_calls.get(call.id)
             if recorded is not None and edited is not None:
                 ran_as(call, edited)  # the history shows the call as it ran then
             if isinstance(recorded, ev.ToolResult):
                 return outcome_of(recorded)
-            if recorded == INTERRUPTED and not (tool and tool.reruns_when_interrupted):
+            if interrupted:
                 # What the dead run's log says of it: what it printed, and how long it had
                 # run by the log's last event (the console and the model read both).
                 printed = run.catchup.printed_by(call.id)
