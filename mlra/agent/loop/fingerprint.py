@@ -13,7 +13,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import partial
 from pathlib import PurePath
 
 from mlra.agent.providers.base import Message
@@ -54,7 +55,28 @@ def _as_name(path: str) -> re.Pattern[str]:
     return re.compile(rf"(?<![\w.-]){re.escape(path)}(?![\w-]|\.[\w-])")
 
 
-def normalize(text: str, replacements: Iterable[tuple[str, str]] = ()) -> str:
+def by_the_old_rule(
+    names: Sequence[tuple[str, str]], recorded: Sequence[tuple[str, str]] = ()
+) -> list[tuple[str, str]]:
+    """`run_names` as runs recorded before 2026-12-01 had them, to be used with
+    `whole_names=False`: the run's id left out wherever it stood, as a word too (an
+    attempt's `[attempt a1]` read `[attempt <run>]`). A request that differs from such a
+    recording's is compared so too, or every attempt of an older search's recording
+    diverged at its first model call; with the `recorded` run's id left out as well, as
+    its recording left it out (a run named `answer` replays under another name)."""
+    pairs = [(old, new) for old, new in names if new != RUN]
+    for folders in (names, recorded):
+        paths = [old for old, new in folders if new == RUN]
+        if paths:
+            pairs.append((PurePath(max(paths, key=len)).name, RUN))
+    return sorted(set(pairs), key=lambda p: (-len(p[0]), p[0]))
+
+
+def normalize(
+    text: str, replacements: Iterable[tuple[str, str]] = (), *, whole_names: bool = True
+) -> str:
+    """`text` with what differs between two runs of the same thing left out. `whole_names`:
+    the run's folder only where it is a whole name (`by_the_old_rule` says when not)."""
     text = _STATUS.sub("[status]", text)
     text = _DURATION.sub(", _ s]", text)
     text = _RUN_TIME.sub("(_ into the run)", text)
@@ -62,7 +84,7 @@ def normalize(text: str, replacements: Iterable[tuple[str, str]] = ()) -> str:
     for old, new in replacements:
         if not old:
             continue
-        if new == RUN:
+        if new == RUN and whole_names:
             text = _as_name(old).sub(new, text)
         else:
             text = text.replace(old, new)
@@ -74,10 +96,13 @@ def request_fingerprint(
     messages: list[Message],
     tools: list[ToolSpec],
     replacements: Iterable[tuple[str, str]] = (),
+    *,
+    whole_names: bool = True,
 ) -> tuple[str, list[str]]:
     """(hash of the whole request, the normalized messages as text for a diff)."""
     subs = list(replacements)
-    rendered = [normalize(system, subs), ",".join(sorted(t.name for t in tools))]
+    norm = partial(normalize, whole_names=whole_names)
+    rendered = [norm(system, subs), ",".join(sorted(t.name for t in tools))]
     for m in messages:
         calls = [
             {
@@ -88,8 +113,8 @@ def request_fingerprint(
             for c in m.tool_calls
         ]
         rendered.append(
-            f"{m.role}|{m.tool_name or ''}|{m.is_error}|{normalize(m.content, subs)}|"
-            + normalize(json.dumps(calls, sort_keys=True, ensure_ascii=False), subs)
+            f"{m.role}|{m.tool_name or ''}|{m.is_error}|{norm(m.content, subs)}|"
+            + norm(json.dumps(calls, sort_keys=True, ensure_ascii=False), subs)
         )
     # surrogatepass: a name that is not UTF-8 reaches the messages as lone surrogates
     # (os.fsdecode), which strict UTF-8 refuses; this encodes them as they are, and
