@@ -35,8 +35,8 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _results(events: list[ev.Event]) -> dict[str, str]:
-    """Each call's last result, by call id."""
-    return {e.call_id: e.output for e in events if isinstance(e, ev.ToolResult)}
+    """Each call's last result, by call id, but for how long it took."""
+    return {e.call_id: normalize(e.output) for e in events if isinstance(e, ev.ToolResult)}
 
 
 def _resume(tmp: Path, again: Path) -> list[ev.Event]:
@@ -123,3 +123,29 @@ def test_a_replay_stopped_during_a_call_runs_it_again_on_resume(
     bash = [e.output for e in then if isinstance(e, ev.ToolResult) and e.tool == "bash"]
     again_ran = _results(events)[killed[0].call_id]
     assert normalize(again_ran) == normalize(bash[0])  # the same, but for its duration
+
+
+@pytest.mark.parametrize("after", [ev.Control, ev.ToolStarted])
+def test_a_resumed_replay_logs_each_replayed_decision_once(
+    tmp_path: Path, recorded: Path, after: type[ev.Event]
+) -> None:
+    """Killed after its `control` applying the recording's edit of the worker's `echo`,
+    before or after the call began: the call runs again on resume, and its edit was
+    logged a second time."""
+    proc, again = _replay(tmp_path, recorded)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    log = again / "events.jsonl"
+    whole = read_events(log)
+    edit = next(e for e in whole if isinstance(e, ev.Control) and e.source == ev.REPLAYED)
+    cut = next(
+        i
+        for i, e in enumerate(whole)
+        if isinstance(e, after) and getattr(e, "call_id", None) == edit.call_id
+    )
+    lines = log.read_bytes().splitlines(keepends=True)
+    log.write_bytes(b"".join(lines[: cut + 1]))
+    events = _resume(tmp_path, again)
+    replayed = [e for e in events if isinstance(e, ev.Control) and e.source == ev.REPLAYED]
+    then = [e for e in whole if isinstance(e, ev.Control) and e.source == ev.REPLAYED]
+    assert [(e.action, e.call_id) for e in replayed] == [(e.action, e.call_id) for e in then]
+    assert _results(events) == _results(whole)

@@ -37,7 +37,9 @@ def replayed_decision(run: RunContext, call: ToolCallRequest) -> ev.Control | No
     recorded = provider.recorded_decision(call) if provider is not None else None
     if recorded is None:
         return None
-    if not run.catchup.replaying:  # a resumed replay's log holds it already
+    # A resumed replay's log holds it already: while it catches up, or where it was
+    # killed after the decision and before the call began (it runs again now).
+    if not run.catchup.replaying and not run.catchup.decision_logged(call.id):
         run.append(
             ev.Control(
                 action=recorded.action,
