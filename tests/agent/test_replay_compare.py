@@ -189,6 +189,15 @@ def test_a_runs_folder_is_left_out_where_a_path_names_it_and_only_there() -> Non
         assert normalize(text_then, then) != normalize(text_now, now), text_then
 
 
+@pytest.mark.parametrize("workspace", ["answer/workspace", "./answer/workspace"])
+def test_a_relative_workspace_leaves_no_bare_name_out(workspace: str) -> None:
+    """A workspace named from a folder with no parent: its folder is a bare name, the
+    id as a word, which `write the answer` holds."""
+    names = run_names(None, workspace)
+    assert normalize("write the answer", names) == "write the answer"
+    assert normalize(f"ls {workspace}/x", names) == "ls <workspace>/x"
+
+
 async def _record_to_its_deadline(
     tmp: Path, task: Path, worker: list[dict[str, Any]]
 ) -> tuple[Path, list[ev.Event]]:

@@ -40,8 +40,12 @@ def run_names(workdir: str | None, workspace: str) -> list[tuple[str, str]]:
     workspace's parent, named in full or from its runs folder on (`runs/ID`). Made the same
     way for a recording (from its `run_started`) and for the run that replays it."""
     folder = PurePath(workspace).parent
-    pairs = [(workspace, "<workspace>"), (str(folder), RUN)]
-    pairs.append((f"{folder.parent.name}/{folder.name}", RUN))
+    pairs = [(workspace, "<workspace>")]
+    # Never a bare name (a relative `answer/workspace`): that is the id as a word.
+    if len(folder.parts) > 1:
+        pairs.append((str(folder), RUN))
+    if folder.parent.name:
+        pairs.append((f"{folder.parent.name}/{folder.name}", RUN))
     if workdir:
         pairs.insert(0, (workdir, "<workspace>"))
     return sorted(pairs, key=lambda p: -len(p[0]))
