@@ -1,7 +1,8 @@
 """A replayed search resumed in the middle of an attempt: the attempt goes on under the
 limit its recording had, as a fresh attempt of the replay begins under it (its prompts
 state it). It took the limit the replay's own search tree gave it, which a replay's
-timing makes another than the recording's. A scripted search on the small `answer` task, recorded; the attempt's run is
+timing makes another than the recording's, and its sandbox was made outside the run's
+group. A scripted search on the small `answer` task, recorded; the attempt's run is
 taken up as the replay's search takes up one it finds running.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import cast
 
 from mlra import events as ev
 from mlra.agent.agents.attempt_runs import _child
@@ -16,6 +18,7 @@ from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.tasks.spec import load_task
+from mlra.tools.sandbox.run_group import RunGroup
 from tests.agent.raised_search import raising_script, run_scripted, search_config
 
 
@@ -45,6 +48,8 @@ async def test_a_resumed_attempt_of_a_replay_runs_under_its_recorded_limit(
         load_task(answer_task),
         replay,
     )
+    group = cast(RunGroup, object())  # the run's cgroup, as a token
+    parent.run_group = group
     # As this replay's search gave it: another limit than its recording's.
     started = next(
         e
@@ -56,6 +61,7 @@ async def test_a_resumed_attempt_of_a_replay_runs_under_its_recorded_limit(
     assert child is not None
     try:
         assert child.time_limit_s == limit
+        assert child.run_group is group
     finally:
         if child.log is not None:
             child.log.close()

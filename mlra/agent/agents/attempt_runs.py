@@ -88,6 +88,7 @@ def _child(
             )
         except ResumeError as exc:
             raise RuntimeError(str(exc)) from None
+        resumed.run_group = parent.run_group  # its sandbox's group made under the run's
         _raise_as_recorded(resumed, provider)
         return resumed, ""
     provider = parent.provider.for_attempt(started.attempt) if parent.provider else None
