@@ -123,6 +123,7 @@ class AttemptStart(Tool[AttemptStartArgs]):
         "Returns its id at once; it runs beside you (see attempt_wait)."
     )
     Args = AttemptStartArgs
+    reruns_in_replay = False
 
     def __init__(self, attempts: Attempts) -> None:
         self.attempts = attempts

@@ -56,6 +56,7 @@ class JobStart(Tool[JobStartArgs]):
         f"{MAX_JOBS} jobs run at once; all are stopped at the deadline and on submit."
     )
     Args = JobStartArgs
+    reruns_in_replay = False
 
     def __init__(self, jobs: JobManager) -> None:
         self._jobs = jobs

@@ -92,6 +92,13 @@ class Tool(Generic[A]):
     on the attempts a resumed run resumes): cut short by the run's end, it is run again
     once the run is live, rather than answered "interrupted"; a result the log holds is
     taken as it is."""
+    reruns_in_replay: ClassVar[bool] = True
+    """In a replay (`--model replay:RUN`), a call the run stopped under (killed, or stopped
+    by the user) is run again on resume where the recording holds its result: it runs in
+    the sandbox as the recording ran it, and the recording's next request holds that
+    result, so an "interrupted" one made the replay diverge there. Not a tool that starts
+    what the run keeps track of beyond the call (a job, an attempt): one started before
+    the stop is in the log, and a second run would start another beside it."""
 
     async def run(self, args: A, ctx: ToolContext) -> ToolOutcome:
         raise NotImplementedError

@@ -367,7 +367,7 @@ def test_a_resumed_run_and_a_replay_fall_back_where_the_run_did(
     script = json.loads(json.dumps(FALLBACK_SCRIPT))
     script["worker"][0] = _text_call("bash", command="sleep 1; echo 42 > answer.txt")
     runs = tmp_path / "runs"
-    run_dir = runs / "fallback-run"  # a run id no word holds: fingerprints replace it
+    run_dir = runs / "fallback-run"
     log = run_dir / "events.jsonl"
     env = {"OPENAI_API_KEY": "sk-test-not-a-secret"}
     with ScriptedModelServer(script, turn_by_history=True) as server:

@@ -19,6 +19,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.fingerprint import normalize, run_names
 from mlra.agent.loop.replay_diff import short_diff, steady
 from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
@@ -46,7 +47,7 @@ def _env() -> dict[str, str]:
 
 
 def _record(
-    tmp: Path, task: Path, worker: list[dict[str, Any]], *extra: str
+    tmp: Path, task: Path, worker: list[dict[str, Any]], *extra: str, run_id: str = "recorded"
 ) -> tuple[Path, list[ev.Event]]:
     script = {"supervisor": supervisor_answering(), "worker": worker}
     with ScriptedModelServer(script, turn_by_history=True) as server:
@@ -62,13 +63,13 @@ def _record(
                 "--runs-dir",
                 str(tmp / "runs"),
                 "--run-id",
-                "recorded",
+                run_id,
                 *extra,
             ],
             cwd=tmp,
             env=_env(),
         )
-    run_dir = tmp / "runs" / "recorded"
+    run_dir = tmp / "runs" / run_id
     assert (run_dir / "events.jsonl").is_file(), proc.stderr
     return run_dir, read_events(run_dir / "events.jsonl")
 
@@ -149,6 +150,52 @@ def test_a_divergence_shows_the_lines_that_differ(
     assert "the result of bash call" in message
     assert "line 7: recorded 'What is six times seven?', now 'What is six times eight?'" in message
     assert "took" not in message and "it/s" not in message  # the volatile lines are not shown
+
+
+def test_a_run_named_by_a_word_replays_under_another_name(tmp_path: Path) -> None:
+    """A run named `answer` (`--run-id`) had every `answer` left out of its fingerprints,
+    as if each named its folder: its replay, named otherwise, read `write the answer into
+    answer.txt` as another request and diverged at its first model call."""
+    worker = [
+        turn("Answer.", call("bash", command="echo 42 > answer.txt && cat answer.txt")),
+        turn("", call("report", summary="answer.txt holds the answer")),
+    ]
+    recorded, then = _record(tmp_path, ANSWER_TASK, worker, run_id="answer")
+    assert isinstance(then[-1], ev.RunFinished) and then[-1].reason == "submitted"
+    proc, again = _replay(tmp_path, ANSWER_TASK, recorded)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "diverged" not in proc.stdout + proc.stderr
+    assert isinstance(again[-1], ev.RunFinished) and again[-1].reason == "submitted"
+    assert _calls(again) == _calls(then)
+
+
+def test_a_runs_folder_is_left_out_where_a_path_names_it_and_only_there() -> None:
+    """The folder, named in full or from its runs folder on, is the same in a recording
+    and in its replay; the id as a word, or inside another name, is the run's output."""
+    then = run_names("/workspace", "/tmp/a/runs/answer/workspace")
+    now = run_names("/workspace", "/tmp/b/replays/again/workspace")
+    for text_then, text_now in [
+        ("log: /tmp/a/runs/answer/jobs/j1.log", "log: /tmp/b/replays/again/jobs/j1.log"),
+        ("see runs/answer/jobs/j1.log.", "see replays/again/jobs/j1.log."),
+        ("/workspace/answer.txt holds 42", "/workspace/answer.txt holds 42"),
+    ]:
+        assert normalize(text_then, then) == normalize(text_now, now), text_then
+    for text_then, text_now in [
+        ("write the answer", "write the again"),
+        ("runs/answer2/x", "replays/again2/x"),
+        ("cat answer.txt", "cat again.txt"),
+        ("/workspace/answer/x", "/workspace/again/x"),
+    ]:
+        assert normalize(text_then, then) != normalize(text_now, now), text_then
+
+
+@pytest.mark.parametrize("workspace", ["answer/workspace", "./answer/workspace"])
+def test_a_relative_workspace_leaves_no_bare_name_out(workspace: str) -> None:
+    """A workspace named from a folder with no parent: its folder is a bare name, the
+    id as a word, which `write the answer` holds."""
+    names = run_names(None, workspace)
+    assert normalize("write the answer", names) == "write the answer"
+    assert normalize(f"ls {workspace}/x", names) == "ls <workspace>/x"
 
 
 async def _record_to_its_deadline(

@@ -183,3 +183,99 @@ def test_a_folder_that_is_no_run_is_named_as_it_is(tmp_path: Path) -> None:
     (tmp_path / "a10").mkdir()
     (tmp_path / "a10" / "events.jsonl").write_text("")
     assert find_run(str(tmp_path / "a1"), tmp_path) == tmp_path / "a1"
+
+
+def _kill_after_first_echo(tmp: Path, again: Path) -> list[ev.Event]:
+    """The replay `again` as if killed right after its first `echo`'s result, resumed:
+    the resumed run's log."""
+    log = again / "events.jsonl"
+    lines = log.read_bytes().splitlines(keepends=True)
+    events = read_events(log)
+    first = next(e for e in events if isinstance(e, ev.ToolResult) and e.tool == "bash")
+    log.write_bytes(b"".join(lines[: events.index(first) + 1]))
+    (again / "result.json").unlink(missing_ok=True)
+    resumed = mlra_cli(["resume", str(again), "--no-tui"], cwd=tmp, env=_env())
+    said = resumed.stdout + resumed.stderr
+    assert resumed.returncode == 0, said
+    assert "diverged" not in said, said
+    events = read_events(log)
+    assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
+    return events
+
+
+def test_a_resumed_replay_goes_on_with_the_recording_where_it_stopped(
+    tmp_path: Path, recorded: Path
+) -> None:
+    """Its catch-up answered the model calls from the replay's own log, and the recording
+    was played from its first call again where the run went live: the worker's next
+    request was compared with the supervisor's first, and diverged."""
+    proc, again = _replay(tmp_path, recorded)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    whole = read_events(again / "events.jsonl")
+    events = _kill_after_first_echo(tmp_path, again)
+    assert (again / "workspace" / "answer.txt").read_text().strip() == "42"
+    then = read_events(recorded / "events.jsonl")
+    assert [e.output for e in events if isinstance(e, ev.ToolResult)] == [
+        e.output for e in whole if isinstance(e, ev.ToolResult)
+    ]
+    assert len([e for e in events if isinstance(e, ev.ModelCall)]) == len(
+        [e for e in then if isinstance(e, ev.ModelCall)]
+    )
+
+
+async def _record_without_ids(runs: Path) -> Path:
+    """A finished run over a server that sends no call ids (`call_0` in every answer)
+    whose user rejected the worker's first `echo` and approved the same call asked again."""
+    no_id = {"name": "bash", "arguments": REJECTED, "id": ""}
+    script = {
+        "supervisor": supervisor_answering(),
+        "worker": [
+            turn("Write the answer.", no_id),
+            turn("Write it again.", no_id),
+            turn("", call("report", summary="answer.txt holds the answer")),
+        ],
+    }
+    with ScriptedModelServer(script, turn_by_history=True) as server:
+        provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
+        config = RunConfig(
+            task="answer",
+            model="openai/test",
+            runs_dir=runs,
+            run_id="no-ids",
+            isolation="none",
+            breakpoints=["bash:echo"],
+        )
+        controller = RunController(config, load_task(ANSWER_TASK), provider)
+        controller.prepare()
+        loop = asyncio.get_running_loop()
+        asked: list[str] = []
+
+        def decide(event: ev.Event) -> None:
+            if isinstance(event, ev.ApprovalRequested):
+                asked.append(event.call_id)
+                if len(asked) == 1:
+                    loop.call_soon(controller.reject, event.call_id, WHY)
+                else:
+                    loop.call_soon(controller.approve, event.call_id)
+
+        controller.subscribe(decide)
+        result = await controller.run(agent_for)
+    assert result.status == "finished", result
+    assert asked == ["call_0", "call_0"]
+    return controller.run_dir
+
+
+def test_a_resumed_replay_uses_up_the_decisions_its_catch_up_passed(tmp_path: Path) -> None:
+    """A replay killed after the call its recording's user rejected, then resumed: the
+    catch-up took that call's result from the log and left the rejection unused, so the
+    next call, asked the same with the same `call_0` (a server that sends no ids), was
+    rejected too, where the recording ran it, and the replay diverged."""
+    recorded = asyncio.run(_record_without_ids(tmp_path / "runs"))
+    proc, again = _replay(tmp_path, recorded)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    events = _kill_after_first_echo(tmp_path, again)
+    bash = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "bash"]
+    assert [e.output.startswith("The user rejected") for e in bash] == [True, False]
+    assert bash[1].ok, bash[1].output
+    replayed = [e for e in events if isinstance(e, ev.Control) and e.source == "replay"]
+    assert [e.action for e in replayed] == ["reject"]

@@ -12,7 +12,8 @@ default (a role the script does not mention uses the "default" entries). Each
 request takes the role's next turn:
 
     {"text": "...", "tool_calls": [{"name": "bash", "arguments": {...}},
-                                   {"name": "bash", "raw_arguments": "{not json"}],
+                                   {"name": "bash", "raw_arguments": "{not json"},
+                                   {"name": "bash", "arguments": {...}, "id": ""}],  # no id
      "usage": {"input_tokens": 10, "output_tokens": 5,            # optional
                "cache_read_tokens": 0, "cache_write_tokens": 0},
      "stop_reason": "max_tokens"}                                 # optional
@@ -804,7 +805,9 @@ class _Reply:
                 arguments = str(call["raw_arguments"])
             else:
                 arguments = json.dumps(call.get("arguments", {}))
-            calls.append(_Call(fake._new_id(prefix), str(call["name"]), arguments))
+            # A call's "id" as the script gives it ("": as a server that sends none).
+            given = str(call["id"]) if "id" in call else fake._new_id(prefix)
+            calls.append(_Call(given, str(call["name"]), arguments))
         usage = turn.get("usage", {})
         prompt = int(usage.get("input_tokens", len(raw) // 4))
         produced = text + "".join(c.arguments for c in calls)

@@ -367,3 +367,33 @@ def test_unloadable_weights_get_a_readable_error(
     outcome = LmEvalEvaluator(task).evaluate(broken, work_dir=tmp_path / "work")
     assert not outcome.ok
     assert outcome.error and outcome.error.startswith("lm-eval could not evaluate the submission: ")
+
+
+@pytest.mark.slow
+def test_the_recipe_writes_the_same_files_on_every_run(tmp_path: Path) -> None:
+    """`ls -l submission` reads the same after two runs of the same flags, however long
+    each took: training_args.json recorded the seconds the run took, so its size changed
+    from run to run (22.0 or 9.8), and a replay of the README's demo, which lists the
+    folder, diverged at that line."""
+    data = tmp_path / "train.txt"
+    with (TASK_DIR / "starter" / "data" / "train.txt").open(encoding="utf-8") as f:
+        data.write_text(f.read(60_000), encoding="utf-8")
+    small = ["--train", str(data), "--valid", str(data), "--out", "submission"]
+    small += ["--vocab-size", "300", "--d-model", "16", "--heads", "2", "--layers", "1"]
+    small += ["--seq-len", "16", "--batch-size", "2", "--steps", "3", "--warmup", "1"]
+    small += ["--eval-every", "3", "--eval-batches", "1"]
+    listed, written = [], []
+    for run in ("first", "second"):
+        (tmp_path / run).mkdir()
+        subprocess.run(
+            [sys.executable, str(TASK_DIR / "starter" / "train.py"), *small],
+            cwd=tmp_path / run,
+            check=True,
+            capture_output=True,
+        )
+        out = tmp_path / run / "submission"
+        listed.append({p.name: p.stat().st_size for p in out.iterdir()})
+        written.append((out / "training_args.json").read_text())
+    assert listed[0] == listed[1]
+    assert written[0] == written[1]
+    assert json.loads(written[0])["steps_done"] == 3

@@ -15,6 +15,7 @@ from mlra import events as ev
 from mlra.agent.agents.attempt_agent import attempt_agent
 from mlra.agent.loop.attempt_time import raise_time_limit
 from mlra.agent.loop.attempts import AttemptManager
+from mlra.agent.providers.base import ModelProvider
 from mlra.agent.run.attempt_copies import (
     clear_if_never_started,
     copy_parents_workspace,
@@ -77,26 +78,25 @@ def _child(
         recorded = load_run(run_dir)
         if any(isinstance(e, ev.RunFinished) for e in recorded.events):
             return None, ""
+        provider = parent.provider.for_attempt(started.attempt) if parent.provider else None
         try:
             resumed = resume_controller(
                 recorded,
                 attempt_task(parent.task),
-                parent.provider.for_attempt(started.attempt) if parent.provider else None,
-                overrides={"time_limit_s": _limit(parent, started)},
+                provider,
+                overrides={"time_limit_s": _recorded_limit(provider) or _limit(parent, started)},
             )
-            return resumed, ""
         except ResumeError as exc:
             raise RuntimeError(str(exc)) from None
-        resumed.run_group = parent.run_group
-        return resumed
+        resumed.run_group = parent.run_group  # its sandbox's group made under the run's
+        _raise_as_recorded(resumed, provider)
+        return resumed, ""
     provider = parent.provider.for_attempt(started.attempt) if parent.provider else None
-    # A replay's attempt runs under the limit it was recorded with: its prompts state it.
-    recorded = provider.recorded_time_limit() if provider is not None else None
     config = parent.config.model_copy(
         update={
             "run_id": started.attempt,
             "runs_dir": run_dir.parent,
-            "time_limit_s": recorded or _limit(parent, started),
+            "time_limit_s": _recorded_limit(provider) or _limit(parent, started),
             "search": "none",
             # Started while the run is paused or stepped (the step that started it is
             # the search's action, not the attempt's): paused with it.
@@ -126,11 +126,7 @@ def _child(
         sandbox_factory=parent.sandbox_factory,
     )
     child.run_group = parent.run_group  # its sandbox's group is made under the run's
-    deadline = provider.recorded_deadline() if provider is not None else None
-    if deadline is not None:
-        # Raised in its recording: it runs to that, whatever this replay's raises, its
-        # prompts stating the limit it began with (agent/loop/attempt_time.py).
-        raise_time_limit(child, deadline, why="as its recording was", stated=False)
+    _raise_as_recorded(child, provider)
     child.prepare()
     skipped = ""
     if started.parent is not None:
@@ -141,6 +137,21 @@ def _child(
     finished = node.finished if node is not None else None
     note_inherited(child, started.parent, finished.sha256 if finished is not None else None)
     return child, skipped
+
+
+def _recorded_limit(provider: ModelProvider | None) -> float | None:
+    """A replay's attempt runs under the limit it was recorded with, begun or resumed:
+    its prompts state it. (None where the model is no replay.)"""
+    return provider.recorded_time_limit() if provider is not None else None
+
+
+def _raise_as_recorded(child: RunController, provider: ModelProvider | None) -> None:
+    """A replay's attempt raised in its recording runs to that, begun or resumed, whatever
+    this replay's raises, its prompts stating the limit it began with
+    (agent/loop/attempt_time.py)."""
+    deadline = provider.recorded_deadline() if provider is not None else None
+    if deadline is not None:
+        raise_time_limit(child, deadline, why="as its recording was", stated=False)
 
 
 def _limit(parent: RunController, started: ev.AttemptStarted) -> float:

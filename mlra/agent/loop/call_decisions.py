@@ -37,7 +37,9 @@ def replayed_decision(run: RunContext, call: ToolCallRequest) -> ev.Control | No
     recorded = provider.recorded_decision(call) if provider is not None else None
     if recorded is None:
         return None
-    if not run.catchup.replaying:  # a resumed replay's log holds it already
+    # A resumed replay's log holds it already: while it catches up, or where it was
+    # killed after the decision and before the call began (it runs again now).
+    if not run.catchup.replaying and not run.catchup.decision_logged(call.id):
         run.append(
             ev.Control(
                 action=recorded.action,
@@ -48,6 +50,15 @@ def replayed_decision(run: RunContext, call: ToolCallRequest) -> ev.Control | No
             )
         )
     return recorded
+
+
+def used_up(run: RunContext, call: ToolCallRequest) -> None:
+    """A call whose result a resumed replay's catch-up takes from its log: the recording's
+    edit or rejection of it was applied when it ran (the log holds its `control`), so it is
+    used up now as then, or the next call asked the same (a server that sends no ids has
+    `call_0` in every answer) took it, where the recording ran that call as asked."""
+    if run.provider is not None:
+        run.provider.recorded_decision(call)
 
 
 async def await_decision(

@@ -57,6 +57,9 @@ class CatchUp:
         self._delivered_ahead: list[tuple[str, str]] = []
         self._printed: dict[str, str] = {}
         """The logged output of recorded calls with no result yet, by call id."""
+        self._replayed: set[str] = set()
+        """The calls, by id, whose replayed decision (a `control` from `replay`) the log
+        holds since the call was asked for (an id a server that sends none repeats)."""
         self._live = asyncio.Event()
         self._when_live: list[Callable[[], None]] = []
 
@@ -143,7 +146,11 @@ class CatchUp:
             self._printed[event.call_id] = printed[-PRINTED_KEPT_CHARS:]
         elif isinstance(event, ev.ToolResult):
             self._printed.pop(event.call_id, None)
+        elif isinstance(event, ev.ToolCall):
+            self._replayed.discard(event.call_id)
         elif isinstance(event, ev.Control):
+            if event.source == ev.REPLAYED and event.call_id:
+                self._replayed.add(event.call_id)
             if event.action == "inject" and event.target and event.text:
                 if (event.target, event.text) in self._delivered_ahead:
                     self._delivered_ahead.remove((event.target, event.text))
@@ -252,6 +259,12 @@ class CatchUp:
                     return Decision("reject", message=event.text or "")
         self.ahead()  # nothing more was recorded of it: the run goes live to ask
         return None
+
+    def decision_logged(self, call_id: str) -> bool:
+        """Whether the log holds the replayed decision of the call asked now: a replay
+        killed after logging it, and before the call began, runs the call again on resume
+        and logs the decision no second time."""
+        return call_id in self._replayed
 
     def printed_by(self, call_id: str) -> str:
         """What a recorded call with no result (the run stopped under it) had printed."""

@@ -24,7 +24,7 @@ from mlra.agent.loop.context_window import (
     TooLong,
     tools_tokens,
 )
-from mlra.agent.loop.fingerprint import request_fingerprint
+from mlra.agent.loop.fingerprint import request_fingerprint, run_names
 from mlra.agent.loop.history import AgentHistory, estimate_tokens
 from mlra.agent.loop.overflow_mend import Sent, prompt_sizes
 from mlra.agent.loop.provider_events import ProviderEvents
@@ -195,10 +195,7 @@ class ModelTurn:
     def replacements(self) -> list[tuple[str, str]]:
         """Names that differ between two runs of the same thing (see agent/loop/fingerprint.py)."""
         run = self.run
-        pairs = [(str(run.workspace), "<workspace>"), (run.run_id, "<run>")]
-        if run.sandbox is not None:
-            pairs.insert(0, (run.sandbox.workdir, "<workspace>"))
-        return sorted(pairs, key=lambda p: -len(p[0]))
+        return run_names(run.sandbox.workdir if run.sandbox else None, str(run.workspace))
 
     async def _generate(
         self,
@@ -218,6 +215,8 @@ class ModelTurn:
         run = self.run
         recorded = run.catchup.model_answer(agent, purpose)
         if recorded is not None:
+            if run.provider is not None:
+                run.provider.answered_from_log()
             return recorded
         provider = run.provider
         assert provider is not None

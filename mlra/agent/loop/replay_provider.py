@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
 from mlra.agent.loop.ending import EndedBy, Ending, EndRun
-from mlra.agent.loop.fingerprint import normalize, request_fingerprint
+from mlra.agent.loop.fingerprint import (
+    by_the_old_rule,
+    normalize,
+    request_fingerprint,
+    run_names,
+)
 from mlra.agent.loop.replay_diff import first_changed_line, short_diff, steady
 from mlra.agent.providers.base import (
     ConfigError,
@@ -112,9 +117,7 @@ class ReplayProvider(ModelProvider):
         """The recorded run's `--agent`, which a replay follows unless told otherwise."""
         self.replacements: list[tuple[str, str]] = []
         if started is not None:
-            pairs = [(started.sandbox.workspace, "<workspace>"), (started.run_id, "<run>")]
-            pairs.insert(0, (started.sandbox.workdir, "<workspace>"))
-            self.replacements = sorted(pairs, key=lambda p: -len(p[0]))
+            self.replacements = run_names(started.sandbox.workdir, started.sandbox.workspace)
         ends = [i for i, e in enumerate(events) if isinstance(e, ev.RunFinished)]
         self.finished: ev.RunFinished | None = None
         """How the recorded run ended (its last ending, if it was resumed); None if it never did."""
@@ -219,6 +222,12 @@ class ReplayProvider(ModelProvider):
                 return decision
         return None
 
+    def answered_from_log(self) -> None:
+        """A resumed replay's log holds the answers up to where it stopped, each the
+        recording's in turn: its catch-up takes them from there, and the live part goes
+        on from the recorded call after them."""
+        self.position = min(self.position + 1, len(self.calls))
+
     def recorded_time_limit(self) -> float | None:
         return self.limits.time_limit_s if self.limits is not None else None
 
@@ -313,6 +322,8 @@ class ReplayProvider(ModelProvider):
         if expected is None or not recorded.request_sha or recorded.request_sha == expected[0]:
             return
         replacements = expected[1]
+        if self._as_recorded(recorded.request_sha, system, messages, tools, replacements):
+            return
         as_recorded: list[Message] = []
         changed: tuple[ev.ToolResult, str, str] | None = None
         for message in messages:
@@ -326,8 +337,7 @@ class ReplayProvider(ModelProvider):
                     changed = (then, old, new)
             as_recorded.append(message)
         if changed is None:
-            sha, _ = request_fingerprint(system, as_recorded, tools, replacements)
-            if sha == recorded.request_sha:
+            if self._as_recorded(recorded.request_sha, system, as_recorded, tools, replacements):
                 return  # only volatile output (timings, dates) differs from the recording
             self.diverged = self._prompt_difference(messages, replacements)
         else:
@@ -337,6 +347,23 @@ class ReplayProvider(ModelProvider):
                 f"{short_diff(old, new)}"
             )
         raise ReplayDiverged(f"replay diverged at {self._where()}: {self.diverged}")
+
+    def _as_recorded(
+        self,
+        sha: str,
+        system: str,
+        messages: list[Message],
+        tools: list[ToolSpec],
+        replacements: list[tuple[str, str]],
+    ) -> bool:
+        """Whether a request's fingerprint is the recorded `sha`, by the rule of now or by
+        the one a recording made before 2026-12-01 had (`by_the_old_rule`): it left the
+        run's id out as a word too, and such a recording is to replay as it did then."""
+        old = by_the_old_rule(replacements, self.replacements)
+        for names, whole in ((replacements, True), (old, False)):
+            if request_fingerprint(system, messages, tools, names, whole_names=whole)[0] == sha:
+                return True
+        return False
 
     def limits_difference(self, now: ev.Limits) -> str:
         """The limits this re-run has that differ from the recording's (the prompts state

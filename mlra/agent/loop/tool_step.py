@@ -9,7 +9,9 @@ truncated for the model and recorded, even when the run ends under the call;
 and the workspace's changes are snapshotted.
 
 A replay (`--model replay:RUN`) runs a call as its recording's user decided it at a
-breakpoint (agent/loop/call_decisions.py), or it would diverge at the next request.
+breakpoint (agent/loop/call_decisions.py), or it would diverge at the next request;
+and a resumed replay runs again the call it was killed or stopped under, where its
+recording ran that call to a result (`_replays_again`).
 
 An edited call reaches the model as it ran: the call in the agent's history
 takes the user's arguments, and its result opens with a note saying the user
@@ -33,7 +35,7 @@ from typing import Any
 
 from mlra import events as ev
 from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
-from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision
+from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision, used_up
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
@@ -49,7 +51,7 @@ from mlra.agent.record.log_budget import (
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.snapshots import WorkspaceScanner
 from mlra.tools.jobs import JOBS_DIR
-from mlra.tools.registry import ToolContext, ToolOutcome, ToolRegistry, validated
+from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry, validated
 from mlra.tools.sandbox.base import OutputCallback, Stream
 from mlra.tools.truncate import truncate_middle
 
@@ -134,12 +136,17 @@ class ToolStep:
             or run.catchup.closed_unbegun(call.id, logs_start=logs_start)
         ):
             recorded = run.catchup.recorded_result(call.id, logs_start=logs_start)
+            if recorded is not None and self._replays_again(call, tool, recorded):
+                recorded = None  # run as the recording ran it
+            interrupted = recorded == INTERRUPTED and not (tool and tool.reruns_when_interrupted)
+            if isinstance(recorded, ev.ToolResult) or interrupted:
+                used_up(run, call)  # it runs no more: the decision it ran under goes with it
             edited = run.state.edited_calls.get(call.id)
             if recorded is not None and edited is not None:
                 ran_as(call, edited)  # the history shows the call as it ran then
             if isinstance(recorded, ev.ToolResult):
                 return outcome_of(recorded)
-            if recorded == INTERRUPTED and not (tool and tool.reruns_when_interrupted):
+            if interrupted:
                 # What the dead run's log says of it: what it printed, and how long it had
                 # run by the log's last event (the console and the model read both).
                 printed = run.catchup.printed_by(call.id)
@@ -241,6 +248,25 @@ class ToolStep:
         self._record_result(call, agent, outcome, note=note, unlogged=tail.unlogged)
         await self.snapshot(step)
         return outcome
+
+    def _replays_again(
+        self, call: ToolCallRequest, tool: Tool[Any] | None, recorded: ev.ToolResult | str
+    ) -> bool:
+        """Whether a replay runs again a call its catch-up finds cut short (the run was
+        killed under it, or stopped): where its recording ran it to a result, the
+        recording's next request holds that result, not "interrupted", and a replay that
+        went on with the cut one diverged there. Only a call the run stopped under, with
+        nothing of the agent's after it in the log, and a tool that may run again
+        (`Tool.reruns_in_replay`)."""
+        killed = isinstance(recorded, ev.ToolResult) and recorded.error == KILLED_BY_RUN_END
+        if not (killed or recorded == INTERRUPTED) or tool is None or not tool.reruns_in_replay:
+            return False
+        provider = self.run.provider
+        then = provider.recorded_result(call.id) if provider is not None else None
+        if then is None or then.error in (INTERRUPTED, KILLED_BY_RUN_END):
+            return False  # the recording was cut there too: its next request says so
+        # A killed result the run went on past (it resumed and read it) stays as it is.
+        return not (killed and self.run.catchup.ahead())
 
     def _unrun(self, before: str) -> ToolOutcome:
         """The result of a call the run's end came to before it ran."""

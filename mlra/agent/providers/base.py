@@ -374,6 +374,11 @@ class ModelProvider(abc.ABC):
         every request after it differ from the recording's. None: no recording."""
         return None
 
+    def answered_from_log(self) -> None:
+        """A resumed run's catch-up answered one model call from the run's own log: a
+        provider that plays a recording back moves past the recorded answer it stands for,
+        or a resumed replay answered its first live call with the recording's first."""
+
     async def discover_limits(self) -> None:
         """Ask the server for the model's context window where it tells it (local servers);
         called before the run records its limits, and again harmlessly on first use. Raises

@@ -182,8 +182,10 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(args.out)
     tokenizer.save_pretrained(args.out)
+    # What was trained, and nothing of how long it took: the file is the same on every run
+    # of the same flags (its size in an `ls -l` too, which a replay of the run compares).
     info = {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}
-    info.update(steps_done=step, parameters=n_params, seconds=round(time.monotonic() - started, 1))
+    info.update(steps_done=step, parameters=n_params)
     (args.out / "training_args.json").write_text(json.dumps(info, indent=2))
     print(f"saved to {args.out} after {time.monotonic() - started:.0f}s", flush=True)
 
