@@ -224,8 +224,9 @@ def test_a_resumed_replay_goes_on_with_the_recording_where_it_stopped(
 
 
 async def _record_without_ids(runs: Path) -> Path:
-    """A finished run over a server that sends no call ids (`call_0` in every answer)
-    whose user rejected the worker's first `echo` and approved the same call asked again."""
+    """A finished run over a server that sends no call ids whose user rejected the
+    worker's first `echo` and approved the same call asked again, as recorded before such
+    calls got ids of their own: `call_0` in every answer (`_as_recorded_before`)."""
     no_id = {"name": "bash", "arguments": REJECTED, "id": ""}
     script = {
         "supervisor": supervisor_answering(),
@@ -261,8 +262,20 @@ async def _record_without_ids(runs: Path) -> Path:
         controller.subscribe(decide)
         result = await controller.run(agent_for)
     assert result.status == "finished", result
-    assert asked == ["call_0", "call_0"]
+    assert len(set(asked)) == 2
+    _as_recorded_before(controller.run_dir / "events.jsonl", asked)
     return controller.run_dir
+
+
+def _as_recorded_before(log: Path, ids: list[str]) -> None:
+    """The log with each of `ids` written `call_0`, as a run recorded it before calls sent
+    with no id got one of their own: such recordings still replay as they did."""
+    text = log.read_text()
+    for call_id in ids:
+        text = text.replace(f'"{call_id}"', '"call_0"')
+    log.write_text(text)
+    bash = [e.call_id for e in read_events(log) if isinstance(e, ev.ToolCall) and e.tool == "bash"]
+    assert bash == ["call_0", "call_0"]
 
 
 def test_a_resumed_replay_uses_up_the_decisions_its_catch_up_passed(tmp_path: Path) -> None:

@@ -28,6 +28,7 @@ from mlra.agent.loop.fingerprint import request_fingerprint, run_names
 from mlra.agent.loop.history import AgentHistory, estimate_tokens
 from mlra.agent.loop.overflow_mend import Sent, prompt_sizes
 from mlra.agent.loop.provider_events import ProviderEvents
+from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.server_wait import ServerWait, sdk_retries_off_the_clock
 from mlra.agent.loop.tool_call_fallback import ToolCallFallback
@@ -39,6 +40,7 @@ from mlra.agent.providers.base import (
     first_piece_told_to,
     is_context_overflow,
 )
+from mlra.agent.providers.call_ids import new_call_id
 from mlra.agent.providers.sent_watch import request_sent_told_to
 from mlra.agent.providers.text_calls import problem_note, read_text_calls, unread_notice
 from mlra.tools.registry import ToolRegistry
@@ -59,6 +61,9 @@ class ModelTurn:
         """The (agent, problem) pairs a notice has shown the person: the model is told
         each time, the person once (a small model names the same missing tool turn
         after turn). Filled while a resumed run catches up, too, so it says no more."""
+        self._call_ids: set[str] = set()
+        """The ids of the tool calls the run's model answers held so far, its catch-up's
+        included (`_own_ids`)."""
         self.window = ContextWindow(run, self.ask)
         self.provider_events = ProviderEvents(run, self.window.smallest)
         self.fallback = ToolCallFallback(run)
@@ -192,6 +197,18 @@ class ModelTurn:
             most_tokens=max_tokens,
         )
 
+    def _own_ids(self, response: ModelResponse) -> None:
+        """A call whose id the run has had already (a server that sends the same id every
+        time, "0") gets a new one, before the history, the log or a breakpoint sees it: the
+        run's events and the user's decisions go by call id. A replay keeps the recording's
+        ids, which its recorded results and decisions are found by (an older recording
+        holds `call_0` many times)."""
+        keep = isinstance(self.run.provider, ReplayProvider)
+        for call in response.tool_calls:
+            if call.id in self._call_ids and not keep:
+                call.id = new_call_id()
+            self._call_ids.add(call.id)
+
     def replacements(self) -> list[tuple[str, str]]:
         """Names that differ between two runs of the same thing (see agent/loop/fingerprint.py)."""
         run = self.run
@@ -217,6 +234,7 @@ class ModelTurn:
         if recorded is not None:
             if run.provider is not None:
                 run.provider.answered_from_log()
+            self._call_ids.update(call.id for call in recorded.tool_calls)  # ids as logged
             return recorded
         provider = run.provider
         assert provider is not None
@@ -304,6 +322,7 @@ class ModelTurn:
                         agent, system, messages, tools, produced, started
                     )
                 raise
+        self._own_ids(response)
         stream.answered()
         self.server_wait.reset()
         self.provider_events.tell_adaptations(agent)

@@ -375,7 +375,7 @@ class OpenAIProvider(TextCallReading, WindowReading, ModelProvider):
             raise InvalidResponse(f"{what} (no finish reason)", cut_stream=True)
         return ModelResponse(
             text="".join(text),
-            tool_calls=[tool_call(calls[k], k, finish) for k in sorted(calls)],
+            tool_calls=[tool_call(calls[k], finish) for k in sorted(calls)],
             usage=usage_of(usage),
             stop_reason=finish,
             first_token_s=first,
@@ -407,7 +407,7 @@ class OpenAIProvider(TextCallReading, WindowReading, ModelProvider):
         finish = choice.finish_reason if choice else None
         return ModelResponse(
             text=text,
-            tool_calls=[tool_call(calls[k], k, finish) for k in sorted(calls)],
+            tool_calls=[tool_call(calls[k], finish) for k in sorted(calls)],
             usage=usage_of(completion.usage),
             stop_reason=finish,
         )

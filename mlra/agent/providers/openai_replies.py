@@ -3,9 +3,10 @@
 A streamed answer comes as chunks whose tool-call pieces are accumulated by index (some
 servers leave the index out, so a piece is matched by id); a whole completion comes at
 once; either ends as tool calls whose arguments are parsed here, so broken JSON becomes an
-error observation, not a crashed run. A failed request becomes one line a user can act on,
-with the status and the server's own words. Apart from the provider (openai.py), which
-decides what to send and how to adapt to what a server accepts.
+error observation, not a crashed run, and a call sent with no id gets one of its own
+(agent/providers/call_ids.py). A failed request becomes one line a user can act on, with
+the status and the server's own words. Apart from the provider (openai.py), which decides
+what to send and how to adapt to what a server accepts.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import openai
 
 from mlra.agent.providers.base import TextCallback, ToolCallRequest, Usage
+from mlra.agent.providers.call_ids import new_call_id
 from mlra.agent.providers.server_gone import one_line
 from mlra.tools.registry import parse_arguments
 
@@ -62,13 +64,13 @@ def _add_tool_delta(calls: dict[int, dict[str, Any]], piece: Any) -> None:
             entry["arguments"].append(function.arguments)
 
 
-def tool_call(entry: dict[str, Any], index: int, finish: str | None) -> ToolCallRequest:
+def tool_call(entry: dict[str, Any], finish: str | None) -> ToolCallRequest:
     raw = "".join(entry["arguments"])
     arguments, problem = parse_arguments(raw)
     if problem is not None and finish == "length":
         problem = "the arguments were cut off at the output token limit; " + problem
     return ToolCallRequest(
-        id=entry["id"] or f"call_{index}",
+        id=entry["id"] or new_call_id(),
         name=entry["name"],
         arguments=arguments,
         raw_arguments=raw,
