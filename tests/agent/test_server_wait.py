@@ -11,6 +11,7 @@ waited, never "gave up after 4 retries" when none were made.
 from __future__ import annotations
 
 import asyncio
+import io
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,10 @@ from mlra.agent.providers.anthropic import AnthropicProvider
 from mlra.agent.providers.base import ModelProvider, ServerGone
 from mlra.agent.providers.openai import OpenAIProvider
 from mlra.agent.record.eventlog import read_events
-from mlra.agent.record.state import RunState
+from mlra.agent.record.state import RunState, fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
+from mlra.console.text.headless import TranscriptDisplay
 from mlra.console.text.model_lines import retry_cause
 from mlra.tasks.spec import load_task
 from tests.fakes.model_server import Api, ScriptedModelServer
@@ -275,6 +277,47 @@ async def test_a_server_loading_its_model_is_waited_for(tmp_path: Path, answer_t
     )
     assert "the server is still loading its model; waiting 2s" in retry_cause(503, waits[1])
     assert not any(isinstance(e, ev.ModelError) for e in events)
+
+
+async def test_the_sdk_s_retries_within_a_wait_are_said_by_the_wait(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A proxy answering 502 while its server is down: the SDK retries each call, and
+    the run waits between calls. The transcript read as two counters (`retry 2/2 after
+    502`, `retry 1 after ... waiting 1s`, `retry 1/2` again); the SDK's retries once the
+    run waits are folded into the wait's line (the status line's too), and the log
+    keeps each of them."""
+    down = {"status": 502, "message": "Bad Gateway", "times": 6}
+    script = {"supervisor": [down, *supervisor_answering()], "worker": WORKER}
+    with ScriptedModelServer(script) as server:
+        controller, provider = _controller(tmp_path, answer_task, server, "openai", 2)
+        await controller.run(agent_for)
+        await provider.aclose()
+    events = _events(controller)
+    retries = [e for e in events if isinstance(e, ev.ModelRetry)]
+    assert [(e.attempt, e.cause, e.in_wait) for e in retries] == [
+        (1, None, None),
+        (2, None, None),
+        (1, "not_ready", None),
+        (1, None, 1),
+        (2, None, 1),
+        (2, "not_ready", None),
+    ]
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    for event in events:
+        display.on_event(event)
+    lines = [line for line in out.getvalue().splitlines() if "retry" in line]
+    assert [line.split("] ", 1)[1] for line in lines] == [
+        "supervisor model retry 1/2 after 502",
+        "supervisor model retry 2/2 after 502",
+        "supervisor model retry 1 after the server answered HTTP 502, not ready; waiting 1s, "
+        "clock paused",
+        "supervisor model retry 2 after the server answered HTTP 502, not ready; waiting 2s, "
+        "clock paused",
+    ]
+    inside = retries[4]  # the status line still says the wait, not "retry 2/2 after 502"
+    assert fold([e for e in events if e.seq <= inside.seq]).retry == retries[2]
 
 
 def test_a_hosted_api_s_503_is_not_waited_for() -> None:

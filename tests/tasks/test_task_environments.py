@@ -189,6 +189,7 @@ def test_a_task_runs_and_is_graded_in_its_own_environment(
     assert env_folder.parent == cache / "envs"
     said = [e.message for e in events if isinstance(e, ev.Notice)]
     assert any("own Python environment" in m and "built now in" in m for m in said), said
+    assert out.count("built now in") == 1, out  # said once, not before the header too
     version, prefix = (run_dir / "workspace" / "answer.txt").read_text().split()
     assert (version, Path(prefix)) == (OLD, env_folder)
     finished = next(e for e in events if isinstance(e, ev.EvaluationFinished))

@@ -267,7 +267,8 @@ class RunState:
             case ev.ModelRetry():
                 if self.generating_since is None or self.generating_agent != event.agent:
                     self._generating(event.agent, event.t)  # a summary or a review
-                self.retry = event
+                if event.in_wait is None:  # else the wait it is made in stays the news
+                    self.retry = event
                 self.answering_since = self.first_token_s = None  # asked again: read again
                 self.streamed_chars = 0
             case ev.ContextWindowLearned():

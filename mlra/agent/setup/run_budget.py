@@ -38,6 +38,8 @@ MIB = 1024 * 1024
 INODES_PER_MB = 64
 """One inode per 16 KiB of disk: ext4's default ratio."""
 MIN_PIDS = 64
+SMALL_DISK_ROOM_MB = 1024
+"""A default quota leaving the run less than this beyond its starter files is told."""
 
 
 class BudgetSpent(Exception):
@@ -132,6 +134,27 @@ def attempt_share(
         pids=None if budget.pids is None else max(MIN_PIDS, budget.pids // k),
         sources=sources,
         held_by=budget.held_by,
+    )
+
+
+def small_disk_notice(budget: ev.Budget, quota_mb: int | None, starter_mb: int) -> str | None:
+    """Why a run's default disk quota is too small to count on, or None. A nearly full
+    runs disk gave a run 62 MB (half the 0.1 GiB free beyond the reserve) and it said
+    nothing: a task writing a checkpoint would have stopped over its quota mid-run. The
+    rule: a default quota (not `--disk`, not the task's) that leaves under 1 GiB beyond
+    what the starter files already hold. `quota_mb` is the quota in force, less than the
+    budget's where other runs took space before its volume was made."""
+    if not budget.disk_from_default or quota_mb is None:
+        return None
+    room = quota_mb - starter_mb
+    if room >= SMALL_DISK_ROOM_MB:
+        return None
+    why = budget.sources.get("disk_mb", "the machine's default").removeprefix("default: ")
+    return (
+        f"the workspace's disk quota is only {quota_mb:,} MB ({why}), "
+        f"{max(0, room):,} MB beyond the {starter_mb:,} MB its starter files hold: writing "
+        "data or a checkpoint may stop the run over its quota; free space on the runs "
+        "folder's disk, or ask for a quota with --disk SIZE"
     )
 
 

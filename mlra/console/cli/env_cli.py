@@ -58,21 +58,20 @@ def cmd_tasks_env(args: argparse.Namespace) -> int:
 
 def environment_before_run(task: Any, sandbox: str, image: str | None) -> None:
     """The task's own environment built before `mlra run` starts the run (the run finds
-    it in the cache); a failure refused in one line (exit 2). A backend whose commands
-    cannot use it (a container): said, in one line."""
+    it in the cache); a failure refused in one line (exit 2). Only the build's start is
+    said here (it can take minutes): which environment the run has, or why a container
+    cannot use it, is the run's start notice (agent/setup/run_setup.py
+    `task_environment`), which every display shows; said here too, a headless run
+    printed it twice."""
     from mlra.tasks.environment import TaskEnvError, ensure_environment
 
     if not task.environment.declared:
         return
     from mlra.agent.setup.run_setup import environment_notice
 
-    notice = environment_notice(task, sandbox, image)
-    if notice is not None:
-        _echo("note: " + notice)
+    if environment_notice(task, sandbox, image) is not None:
         return
     try:
-        found = ensure_environment(task, echo=_echo)
+        ensure_environment(task, echo=_echo)
     except TaskEnvError as exc:
         raise UsageError(str(exc)) from None
-    if found is not None and found.built_now:
-        _echo(found.describe())

@@ -302,7 +302,7 @@ def attempt_news(e: ev.Event, *, calls: bool) -> tuple[str, str] | None:
             return model_call_line(e), "dim"
         case ev.ContextWindowLearned():
             return learned_window_line(e), "yellow"
-        case ev.ModelRetry():
+        case ev.ModelRetry() if e.in_wait is None:  # else its wait's line said it
             return retry_line(e), "yellow"
         case ev.Notice():
             return f"! {e.message}", "red" if e.level == "error" else "yellow"

@@ -265,7 +265,7 @@ class TranscriptDisplay(Printer):
                 self._out(f"[{t}] {model_call_line(event)}", "dim")
             case ev.ContextWindowLearned():
                 self._out(f"[{t}] {learned_window_line(event)}", "yellow")
-            case ev.ModelRetry():
+            case ev.ModelRetry() if event.in_wait is None:  # else its wait's line said it
                 self._out(f"[{t}] {retry_line(event)}", "yellow")
             case ev.Notice() if not self._answer_notes.hides(event):  # stamped, as the console's
                 self._out(f"[{t}] ! {event.message}", "yellow" if event.level != "error" else "red")
