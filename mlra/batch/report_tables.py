@@ -124,7 +124,12 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         ]
     bars = sorted({(r.task, r.success_bar) for r in counted if r.success_bar})
     if bars:
-        lines += ["", "Success bars, by each task's rule:", ""]
+        lines += [
+            "",
+            "Success bars, by each task's rule, as its runs were judged (a measured "
+            "baseline may have moved since: `mlra tasks show TASK` gives it now):",
+            "",
+        ]
         lines += [f"- {_text(task)}: {_text(bar)}" for task, bar in bars]
     alone = [g for g in groups if g.worker_alone]
     if alone:

@@ -37,6 +37,7 @@ from mlra.batch.state import (
 )
 from mlra.durations import format_duration
 from mlra.exit_status import EXIT_API_UNREACHABLE, EXIT_SERVER_DOWN, EXIT_USAGE
+from mlra.tools.sandbox.default_limits import beyond_reserve_mb
 
 PASSED_ENV = ("ANTHROPIC_API_KEY", "OPENAI_API_KEY", "MLRA_MODEL")
 """Model keys a run needs where it runs; they go to the `mlra run` process, as its own env."""
@@ -157,6 +158,9 @@ class BatchRunner:
         self.placed: dict[str, str] = {}
         """Runs the executor has started on a node, and where (running before their log
         is live here: a node that does not share the batch folder sends it at the end)."""
+        self.free_mb: int | None = None
+        """The runs disk's space free beyond its reserve when this batch started, where
+        its runs share this machine: each run's default disk share is taken from it."""
         self.copies: dict[str, Path] = {}
         """Runs on a node without the batch folder: where their event logs are copied as
         they grow (their folders come back at their ends), read as their folders are."""
@@ -211,7 +215,14 @@ class BatchRunner:
             )
         if status.kind in ("failed", "interrupted"):
             retire(self.out, run.run_id)
-        command = run_command(run, self.spec, runs_dir, python="python", shared_by=self.shared_by)
+        command = run_command(
+            run,
+            self.spec,
+            runs_dir,
+            python="python",
+            shared_by=self.shared_by,
+            free_mb=self.free_mb,
+        )
         return Job(
             run.run_id,
             command[3:],
@@ -377,6 +388,11 @@ class BatchRunner:
 
     async def run(self) -> Progress:
         (self.out / RUNS).mkdir(parents=True, exist_ok=True)
+        if self.shared_by > 1:
+            # Measured once, before any run reserves its volume: measured by each run as it
+            # started, each got a share of what the others had left by then (4.8 GB and
+            # 1.6 GB, two seeds of one batch).
+            self.free_mb = beyond_reserve_mb(self.out / RUNS)
         slots = asyncio.Semaphore(self.spec.parallel or len(self.runs) or 1)
         drivers = []
         for run in self.runs:

@@ -350,14 +350,23 @@ def expand(spec: BatchSpec, names: RunNames, tasks: list[BatchTask] | None = Non
 
 
 def run_command(
-    run: RunSpec, spec: BatchSpec, runs_dir: Path, *, python: str, shared_by: int = 1
+    run: RunSpec,
+    spec: BatchSpec,
+    runs_dir: Path,
+    *,
+    python: str,
+    shared_by: int = 1,
+    free_mb: int | None = None,
 ) -> list[str]:
     """The `mlra run` command line of one run: a batch run is an ordinary headless run,
     told how many runs share its machine's defaults (`shared_by`, `--parallel` runs at
-    once on one machine)."""
+    once on one machine) and the free disk the batch measured when it started (`free_mb`),
+    which their default disk shares are taken from."""
     command = [python, "-m", "mlra", "run", run.task, "--model", run.model, "--no-tui"]
     if shared_by > 1:
         command += ["--machine-shared-by", str(shared_by)]
+    if free_mb is not None:
+        command += ["--machine-free-disk", str(free_mb)]
     command += ["--runs-dir", str(runs_dir), "--run-id", run.run_id, "--seed", str(run.seed)]
     if spec.base_url and run.model != "baseline":
         command += ["--base-url", spec.base_url]

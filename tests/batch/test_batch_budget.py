@@ -10,7 +10,10 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
-from mlra.tools.sandbox.default_limits import default_memory, disk_cap_mb
+from mlra.agent.setup.config import RunConfig
+from mlra.agent.setup.run_budget import run_budget
+from mlra.tasks.spec import load_task
+from mlra.tools.sandbox.default_limits import beyond_reserve_mb, default_memory, disk_cap_mb
 from tests.conftest import mlra_cli
 
 
@@ -43,8 +46,34 @@ def test_a_batchs_parallel_runs_each_get_half_the_machines_defaults(
         assert "1/2 of the default" in budget.sources["memory_mb"]
         assert budget.cpus == round(cpus / 2, 2)
         assert budget.disk_mb is not None and "1/2 of the default" in budget.sources["disk_mb"]
-        # Half of the default: half the space free when the run started, or the cap.
-        found = re.search(r"half the ([0-9.]+) GiB free", budget.sources["disk_mb"])
+        # Half of the default: half the space free when the batch started, or the cap.
+        found = re.search(
+            r"half the ([0-9.]+) GiB free .* when the batch started", budget.sources["disk_mb"]
+        )
         assert found is not None, budget.sources
         default_mb = min(float(found.group(1)) * 1024 / 2, disk_cap_mb())
         assert abs(budget.disk_mb - default_mb / 2) <= 0.05 * 1024 / 4 + 1, budget
+    # One figure for both, measured once: not each run's own after its sibling's volume.
+    assert budgets[0].disk_mb == budgets[1].disk_mb
+    assert budgets[0].sources["disk_mb"] == budgets[1].sources["disk_mb"]
+
+
+def test_a_batch_runs_default_disk_is_a_share_of_what_the_batch_found_free(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The figure a batch passes (`--machine-free-disk`) is the run's default, whatever
+    is free as the run starts: here 4 GiB more than now, as before a sibling's volume."""
+    now = beyond_reserve_mb(tmp_path)
+    config = RunConfig(task="answer", model="baseline", machine_shared_by=2)
+    alone = run_budget(load_task(answer_task), config, tmp_path)
+    batch = config.model_copy(update={"machine_free_mb": now + 4096})
+    shared = run_budget(load_task(answer_task), batch, tmp_path)
+    assert shared.disk_mb == max(1, min((now + 4096) // 2, disk_cap_mb()) // 2)
+    assert shared.disk_from_default  # a volume that no longer fits is made smaller
+    assert shared.sources["disk_mb"].startswith(
+        f"1/2 of the default: half the {(now + 4096) / 1024:.1f} GiB free on the workspace's disk"
+    )
+    assert "when the batch started" in shared.sources["disk_mb"]
+    # Where no batch measured it, the run measures it as it starts.
+    assert "half the" in alone.sources["disk_mb"]
+    assert "when the batch started" not in alone.sources["disk_mb"]

@@ -131,6 +131,48 @@ def test_baseline_runs_are_listed_averaged_and_can_be_cleared(
     assert load_task(source).metric.baseline is None
 
 
+def test_baseline_runs_of_a_batch_sharing_the_machine_are_kept_not_counted(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """vectorization's run time was 3.8 s alone and 9.4 s and 8.5 s in a `--parallel 2`
+    batch; their mean, 7.2, made the unchanged starter a "success". Runs beside others
+    are recorded and listed, and the baseline is the mean of those that ran alone."""
+    runs = tmp_path / "runs"
+    source = folder(tmp_path, "timed", 'open("submission.csv", "w").write("4.0\\n")\n')
+    baseline_run(source, runs)
+    capsys.readouterr()
+    argv = ["batch", "--tasks", str(source), "--models", "baseline", "--seeds", "2"]
+    out = tmp_path / "b"
+    assert mlra_main([*argv, "--parallel", "2", "--out", str(out), "--no-tui"]) == 0
+    said = capsys.readouterr().out
+    assert (
+        "batch: the baseline runs of mlagentbench-timed run 2 at once here: their scores are "
+        "kept beside each task and not counted in its measured baseline"
+    ) in said, said
+    for log in out.glob("runs/*/events.jsonl"):
+        (note,) = [n for n in notices(read_events(log)) if "baseline of" in n]
+        assert note.startswith(
+            "not counted in the baseline of mlagentbench-timed: this run shared the machine "
+            "with 1 other run of a batch"
+        ), note
+        assert "it stays 4, one run's alone (this run: 4, kept in" in note, note
+    # As they were measured under load: slower, and still not the baseline.
+    task = load_task(source)
+    record = task.root / BASELINE_FILE
+    data = json.loads(record.read_text())
+    assert [r["shared_by"] for r in data["runs"]] == [1, 2, 2]
+    for r, slow in zip(data["runs"][1:], (9.38, 8.5), strict=True):
+        r["score"] = slow
+    record.write_text(json.dumps(data))
+    assert load_task(source).metric.baseline == 4.0
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    shown = capsys.readouterr().out
+    assert "baseline runs: 3 recorded (the baseline is the mean of the 1 that ran alone)" in shown
+    assert shown.count(", ran alone)") == 1, shown
+    assert shown.count(", beside 1 other run of a batch; not counted)") == 2, shown
+    assert "  9.38  " in shown and "  8.5  " in shown
+
+
 # --- direction and success: known by content, else asked for ------------------------
 
 

@@ -198,9 +198,10 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
             finished.score if finished.ok else None,
             run_id=run.run_id,
             problem=_recipe_problem(run) or _grading_problem(finished),
+            shared_by=run.config.machine_shared_by,
         )
         if note is not None:
-            level = "info" if note.startswith("the baseline") else "warning"
+            level = "warning" if note.startswith("no baseline") else "info"
             run.emit(ev.Notice(level=level, message=note))
 
 

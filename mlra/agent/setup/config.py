@@ -179,6 +179,12 @@ class RunConfig(BaseModel):
     machine_shared_by: int = Field(default=1, gt=0)
     """How many runs share this machine's defaults at once (`mlra batch --parallel K`):
     a limit no flag or task sets is 1/K of the default, so K runs never add up past it."""
+    machine_free_mb: int | None = Field(default=None, ge=0)
+    """The runs disk's space free beyond its reserve (MB) as `mlra batch` measured it once
+    when it started (`--machine-free-disk`): the default disk shares of its runs at once
+    are each 1/K of half this one figure. Measured by each run at its own start, a run
+    starting after a sibling reserved its volume got a third of the sibling's share. None:
+    measured when the run starts."""
 
     def time_limit_for(self, task: TaskSpec) -> float:
         """The run's time limit: `--time-limit` where given, else the task's own."""

@@ -59,7 +59,9 @@ def run_budget(task: TaskSpec, config: RunConfig, workspace: Path) -> ev.Budget:
     from_default = config.disk_mb is None and disk_mb is None
     if config.disk_mb is None:
         disk_mb, sources["disk_mb"] = _of_default(
-            Chosen(disk_mb, sources.get("disk_mb", "")), default_disk(workspace), k
+            Chosen(disk_mb, sources.get("disk_mb", "")),
+            default_disk(workspace, config.machine_free_mb),
+            k,
         )
     cpus: float | None = config.cpus
     if cpus is not None:

@@ -179,6 +179,9 @@ def cmd_batch(args: argparse.Namespace) -> int:
         print(printable_line(f"batch: notifications go to {told.described}"), flush=True)
     if names.legacy:
         print(printable_line(f"note: {out} predates keyed run ids: its runs keep their names"))
+    shared = _baselines_beside_others(spec, tasks, runner.shared_by)
+    if shared:
+        print(printable_line(shared), flush=True)
 
     terminated: list[bool] = []
 
@@ -217,6 +220,25 @@ def cmd_batch(args: argparse.Namespace) -> int:
         display.close()
         executor.close()
     return ended(out, runner.notes, progress)
+
+
+def _baselines_beside_others(spec: Any, tasks: list[Any], shared_by: int) -> str | None:
+    """The batch's line where its baseline runs would measure a task's baseline while they
+    share the machine: they record their scores, and the baseline counts none of them."""
+    if shared_by <= 1 or "baseline" not in spec.models:
+        return None
+    from mlra.tasks.foreign.baselines import will_record_baselines
+    from mlra.tasks.spec import find_task
+
+    measured = [t.label for t in tasks if will_record_baselines(find_task(t.task))]
+    if not measured:
+        return None
+    return (
+        f"batch: the baseline runs of {', '.join(measured)} run {shared_by} at once here: "
+        "their scores are kept beside each task and not counted in its measured baseline "
+        "(not comparable with a run alone); `mlra run TASK --model baseline` or "
+        "`--parallel 1` measures it"
+    )
 
 
 def _notifications(out: Path, written: list[str], notes: list[str]) -> Any:

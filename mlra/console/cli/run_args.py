@@ -20,6 +20,7 @@ from mlra.console.text.args import (
     duration,
     gpus,
     memory_mb,
+    nonnegative_int,
     positive_float,
     positive_int,
     temperature,
@@ -155,6 +156,14 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         metavar="K",
         help="K runs share this machine at once (mlra batch --parallel K sets it): the "
         "run's default memory, CPUs and disk are 1/K of the machine's",
+    )
+    run.add_argument(
+        "--machine-free-disk",
+        type=nonnegative_int,
+        metavar="MB",
+        help="the space free beyond the reserve on the runs disk, as mlra batch measured it "
+        "when it started (it sets this): the default disk is half of it, not of what is "
+        "free when this run starts, so its runs at once get equal shares",
     )
     run.add_argument(
         "--observation-limit",

@@ -91,6 +91,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         **({} if args.log_budget is None else {"log_budget_mb": args.log_budget}),
         cpus=args.cpus,
         machine_shared_by=args.machine_shared_by,
+        machine_free_mb=args.machine_free_disk,
         on_provider_failure="pause" if use_tui else "end",
         server_wait_s=args.server_wait,
         breakpoints=args.breaks,

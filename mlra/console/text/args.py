@@ -68,6 +68,16 @@ def positive_int(text: str) -> int:
     return value
 
 
+def nonnegative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    return value
+
+
 def finite_float(text: str) -> float:
     """A number, refusing `nan` and `inf` (which Python's float() reads): a budget of
     `nan` compares false with everything, so it would never end the run."""

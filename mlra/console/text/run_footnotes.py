@@ -26,7 +26,8 @@ def footnotes(rows: list[RunRow], *, short_search: bool = False) -> list[str]:
     bars = sorted({(r.task, r.success_bar) for r in rows if r.success_bar})
     if bars:
         notes.append(
-            "success by the task's rule: " + "; ".join(f"{task}: {bar}" for task, bar in bars)
+            "success by the task's rule, as each run was judged: "
+            + "; ".join(f"{task}: {bar}" for task, bar in bars)
         )
     if any(r.tokens_estimated for r in rows):
         notes.append(

@@ -1,6 +1,6 @@
 """The baseline runs recorded beside a prepared copy (`mlra-baseline.json`), read and
 written here: each is one measurement of the unchanged starter, and the baseline is
-the mean of those that are measurements at all. A file written before failures were
+the mean of those that are measurements at all and ran alone on the machine. A file written before failures were
 refused may hold one (vectorization's 1e10, a non-finite score): it is dropped when
 read, never averaged in.
 
@@ -43,17 +43,35 @@ def runs_of(folder: Path, failure_values: Iterable[float] = ()) -> list[dict[str
     ]
 
 
+def shared_by(run: dict[str, Any]) -> int | None:
+    """How many runs shared the machine as this one measured (1: it ran alone; None: a
+    record from before mlra noted it)."""
+    value = run.get("shared_by")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def counted(runs: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The runs the baseline is the mean of: those that had the machine to themselves. A
+    run of a batch beside others (`--parallel 2`) is kept, not counted: a timing metric
+    measured so is not comparable (vectorization's run time, 9.4 s beside a sibling and
+    3.8 s alone, made the unchanged starter a 3x "success" against their mean)."""
+    return [r for r in runs if (shared_by(r) or 1) == 1]
+
+
 def measured_baseline(folder: Path, failure_values: Iterable[float] = ()) -> float | None:
-    runs = runs_of(folder, failure_values)
+    runs = counted(runs_of(folder, failure_values))
     return statistics.fmean(float(r["score"]) for r in runs) if runs else None
 
 
-def record(folder: Path, score: float, run_id: str, *, now: float) -> list[dict[str, Any]]:
-    """Add (or, for a re-graded run, replace) one run's measurement; all runs after."""
+def record(
+    folder: Path, score: float, run_id: str, *, now: float, shared: int = 1
+) -> list[dict[str, Any]]:
+    """Add (or, for a re-graded run, replace) one run's measurement, made with `shared`
+    runs on the machine at once (itself included); all runs after."""
     path = folder / BASELINE_FILE
     with locked(path.with_name(path.name + ".lock")):
         runs = [r for r in runs_of(folder) if r.get("run") != run_id]
-        runs.append({"score": score, "run": run_id, "measured_at": now})
+        runs.append({"score": score, "run": run_id, "measured_at": now, "shared_by": shared})
         _write(path, runs)
     return runs
 
@@ -71,7 +89,9 @@ def clear(folder: Path, run_id: str | None = None) -> list[dict[str, Any]]:
 
 
 def _write(path: Path, runs: list[dict[str, Any]]) -> None:
-    data = {"score": statistics.fmean(float(r["score"]) for r in runs), "runs": runs}
+    alone = counted(runs)
+    mean = statistics.fmean(float(r["score"]) for r in alone) if alone else None
+    data = {"score": mean, "runs": runs}
     partial = path.with_name(path.name + ".partial")
     partial.write_text(json.dumps(data, indent=2))
     os.replace(partial, path)

@@ -169,16 +169,21 @@ def disk_cap_mb() -> int:
         return DISK_CAP_MB
 
 
-def default_disk(path: Path) -> Chosen:
+def default_disk(path: Path, batch_free_mb: int | None = None) -> Chosen:
     """Half what is free beyond the reserve: a volume takes its quota from the disk when
     it is made, so sandboxes made one after another (a run, its grader, parallel
-    attempts) each get half of what the last left, and none takes the reserve."""
-    beyond, reserve, cap = beyond_reserve_mb(path), disk_reserve_mb(path), disk_cap_mb()
-    mb = max(1, min(beyond // DISK_FREE_FRACTION, cap))
+    attempts) each get half of what the last left, and none takes the reserve. A run of
+    a batch takes half of `batch_free_mb`, what the batch found free beyond the reserve
+    when it started, so that its runs at once get equal shares (a volume that no longer
+    fits is made smaller as it is made: tools/sandbox/disk_claim.py)."""
+    measured = beyond_reserve_mb(path) if batch_free_mb is None else batch_free_mb
+    reserve, cap = disk_reserve_mb(path), disk_cap_mb()
+    mb = max(1, min(measured // DISK_FREE_FRACTION, cap))
+    when = "" if batch_free_mb is None else " when the batch started"
     return Chosen(
         mb,
-        f"default: half the {_gib(beyond)} free on the workspace's disk beyond its reserve "
-        f"of {_gib(reserve)}, at most {_gib(cap)}",
+        f"default: half the {_gib(measured)} free on the workspace's disk beyond its reserve "
+        f"of {_gib(reserve)}{when}, at most {_gib(cap)}",
     )
 
 
