@@ -7,6 +7,8 @@ graded with the hidden test constants; `mlra tasks show` and `mlra tasks import`
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,8 @@ if __name__ == "__main__":
 
 MLRC_EVALUATION = """\
 import json
+import os
+import shlex
 import shutil
 import os
 
@@ -265,6 +269,56 @@ def test_a_prepare_running_a_command_this_machine_lacks_names_it(
         "it runs the command `kaggle`, which is not installed (pip install kaggle, with your "
         "Kaggle API token in ~/.kaggle/kaggle.json)"
     ) in err[-1]
+
+
+KAGGLE_OFFLINE = (
+    "HTTPSConnectionPool(host='api.kaggle.com', port=443): Max retries exceeded with url: "
+    "/v1/competitions.CompetitionApiService/DownloadDataFiles (Caused by NameResolutionError"
+    "(\"HTTPSConnection(host='api.kaggle.com', port=443): Failed to resolve 'api.kaggle.com'\"))"
+)
+KAGGLE_NO_TOKEN = "Authentication required to call the Kaggle API."
+
+
+@pytest.mark.parametrize(
+    ("kaggle_says", "cause"),
+    [
+        (KAGGLE_OFFLINE, "it could not reach its server, and prepare.py needs the network"),
+        (KAGGLE_NO_TOKEN, "Kaggle has no credentials here: `kaggle auth login`"),
+    ],
+)
+def test_a_prepare_whose_kaggle_download_failed_names_that_not_the_missing_csv(
+    tmp_path: Path,
+    cache: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: Any,
+    kaggle_says: str,
+    cause: str,
+) -> None:
+    """The real spaceship-titanic prepare.py with `kaggle` installed but offline (or not
+    logged in): kaggle fails, unzip finds no zip, and prepare.py ends reading
+    ../env/train.csv. The line said only that train.csv was missing."""
+    bin_dir = write_tree(
+        tmp_path / "bin",
+        {"kaggle": f"#!/bin/sh\necho {shlex.quote(kaggle_says)}\nexit 1\n"},
+    )
+    (bin_dir / "kaggle").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    source = mlagentbench_task(
+        tmp_path,
+        prepare=(
+            "import subprocess\n"
+            'input("Consent to the competition at https://www.kaggle.com/competitions/x/data; '
+            'Press any key")\n'
+            'subprocess.run(["kaggle", "competitions", "download", "-c", "x"], cwd="../env")\n'
+            'print("unzip:  cannot find or open x.zip, x.zip.zip or x.zip.ZIP.", flush=True)\n'
+            'open("../env/train.csv")\n'
+        ),
+    )
+    assert mlra_main(["tasks", "prepare", str(source)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "No such file or directory: '../env/train.csv'" in line  # the last line, still
+    assert f"the download failed before it: {cause}" in line
+    assert "Press any key" not in line and ".prepare.log" in line
 
 
 def test_prepare_passes_the_kaggle_consent_pause(tmp_path: Path, cache: Path) -> None:

@@ -65,6 +65,27 @@ DOWNLOAD_ERRORS = re.compile(
 )
 """Lines a download that failed leaves in prepare.py's output although it exits 0."""
 
+KAGGLE_FAILURES = (
+    (
+        re.compile(r"Authentication required to call the Kaggle API|401 - Unauthorized"),
+        "Kaggle has no credentials here: `kaggle auth login`, or an API token in "
+        "~/.kaggle/kaggle.json",
+    ),
+    (
+        re.compile(r"403 - Forbidden"),
+        "Kaggle refused the download: accept the competition's rules on its page first",
+    ),
+)
+"""What the `kaggle` command prints when it fails, and what to do about it."""
+
+NETWORK_FAILURES = re.compile(
+    r"Max retries exceeded|Failed to resolve|NameResolutionError|Network is unreachable"
+    r"|Connection refused|unable to resolve host address|Could not resolve host"
+    r"|Temporary failure in name resolution",
+    re.IGNORECASE,
+)
+"""A download's line saying that it could not reach its server."""
+
 DATA_FOLDER_NAMES = {"data", "dataset", "datasets", "raw", "input", "inputs", "images"}
 """An empty folder of one of these names is a data folder left empty, even where the
 benchmark's own folder had it already (empty folders are not in a git checkout, so
@@ -140,7 +161,7 @@ def _make(source: Path, dest: Path, record: Marker, echo: Callable[[str], object
             last = lines[-1] if lines else "no output"
             raise TaskError(
                 f"{source}: scripts/prepare.py failed (exit {proc.returncode}): {last[:300]}"
-                f"{missing_command(last)} (its whole output: {log})"
+                f"{missing_command(last)}{earlier_failure(lines[:-1])} (its whole output: {log})"
             )
         problem = prepare_problem(partial, log, source)
         if problem is not None:
@@ -245,3 +266,23 @@ def missing_command(last: str) -> str:
     return (
         f"; it runs the command `{name}`, which is not installed{how if name == 'kaggle' else ''}"
     )
+
+
+def earlier_failure(lines: list[str]) -> str:
+    """The first failure a prepare.py's output shows before its last line, in words: a
+    Kaggle task whose `kaggle` download failed (no credentials, no network) goes on to
+    unzip nothing and ends reading a csv that is not there, so its last line alone
+    ("No such file or directory: '../env/train.csv'") names a consequence, not the cause."""
+    for whole in lines:
+        line = whole.split("Press any key", 1)[-1].strip()  # the consent prompt has no newline
+        for pattern, said in KAGGLE_FAILURES:
+            if pattern.search(line):
+                return f"; the download failed before it: {said}"
+        if NETWORK_FAILURES.search(line):
+            return (
+                f"; the download failed before it: it could not reach its server, and "
+                f"prepare.py needs the network ({line[:160]!r})"
+            )
+        if DOWNLOAD_ERRORS.search(line) and not line.startswith("Traceback"):
+            return f"; an earlier step failed first ({line[:160]!r})"
+    return ""
