@@ -382,6 +382,52 @@ def test_the_baseline_is_the_mean_of_its_measured_runs(tmp_path: Path, cache: Pa
     assert load_task(task.root).metric.baseline == pytest.approx(0.5)
 
 
+def test_submitting_a_file_where_the_workspace_is_graded_is_refused_so_it_can_be_mended(
+    tmp_path: Path, cache: Path
+) -> None:
+    """Qwen2.5-Coder-0.5B on MLAgentBench's vectorization submitted `submission.csv`, the
+    file the task says to write: it was frozen alone and graded as the workspace,
+    `get_score` found no `submission.csv` in it, and the run ended unscored. Now the call
+    is refused, the model submits with no path, and the workspace is graded."""
+    source = mlagentbench_task(tmp_path)
+    script = {
+        "supervisor": [
+            turn("Plan.", plan("Run it", "Submit")),
+            turn("", call("assign_subtask", step_id="1", instructions="Run train.py.")),
+            turn("Done.", plan("Run it", "Submit", done=1)),
+            turn("", call("submit", path="submission.csv")),
+            turn("", call("submit")),
+        ],
+        "worker": [
+            turn("Run.", call("bash", command="python train.py")),
+            turn("Check.", call("validate", path="./submission.csv")),
+            turn("", call("report", summary="wrote submission.csv")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        proc = mlra_cli(
+            [
+                *("run", str(source), "--model", "openai/test-model"),
+                *("--base-url", server.url_for("openai"), "--no-tui"),
+                *("--runs-dir", str(tmp_path / "runs")),
+            ],
+            cwd=tmp_path,
+            env={CACHE_VAR: str(cache)},
+            timeout=180,
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = read_events(run_dir / "events.jsonl")
+    results = {e.tool: e for e in events if isinstance(e, ev.ToolResult) and not e.ok}
+    said = "this task's evaluator reads the whole workspace, not a path in it, so nothing was"
+    assert f"{said} validated; validate with no path" in results["validate"].output
+    assert f"{said} submitted; submit with no path takes the workspace, 'submission.csv'" in (
+        results["submit"].output
+    )
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["reason"] == "submitted" and result["score"] == 0.5
+
+
 def _supervisor_submitting_the_workspace() -> list[dict[str, Any]]:
     return [
         turn("Plan.", plan("Write a better method", "Submit")),
