@@ -70,7 +70,9 @@ class Submit(Tool[SubmitArgs]):
                 "this task names no default artifact, so nothing was submitted; "
                 "give the path to submit"
             )
-        what = rel if rel is not None else "the task's default artifact"
+        from mlra.tools.submission import artifact_words
+
+        what = artifact_words(rel) if rel is not None else "the task's default artifact"
         return ToolOutcome(
             output=f"Submitted {what}. Evaluation starts now; the run ends here.",
             signal="submit",

@@ -355,6 +355,10 @@ def test_mlagentbench_baseline_is_measured_and_recorded(tmp_path: Path, cache: P
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # The artifact is the workspace, `.`: it read "Submit .", "evaluating . with script".
+    assert "[ ] submit. Submit the workspace" in proc.stdout
+    assert "submitted the workspace — baseline recipe" in proc.stdout
+    assert "evaluating the workspace with script…" in proc.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     workspace = {p.name for p in (run_dir / "workspace").iterdir()}
     assert {"train.py", "data.csv", "prepared.csv", "submission.csv"} <= workspace
