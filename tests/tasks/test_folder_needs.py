@@ -138,7 +138,10 @@ def test_a_prepare_that_exits_0_without_data_is_not_cached(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("preparing tiny: running scripts/prepare.py once")
     (line,) = err[1:]
-    assert "scripts/prepare.py exited 0 but its output has a download error" in line
+    assert (
+        "scripts/prepare.py exited 0 but its download failed: it could not reach its server, "
+        "and prepare.py needs the network"
+    ) in line
     assert "unable to resolve host address" in line
     log = Path(line.rsplit("(its whole output: ", 1)[1].rstrip(")"))
     assert log.is_file() and "cannot find or open" in log.read_text()
@@ -147,7 +150,7 @@ def test_a_prepare_that_exits_0_without_data_is_not_cached(
     # The first run's prepare is checked the same way: refused, nothing cached.
     runs = tmp_path / "runs"
     assert _run(source, runs) == 2
-    assert "download error" in capsys.readouterr().err
+    assert "its download failed" in capsys.readouterr().err
     assert not [p for p in prepared_dir.iterdir() if p.is_dir()]
     # A data folder left empty is a failed prepare too.
     (source / "scripts" / "prepare.py").write_text('import os\nos.makedirs("../env/data")\n')

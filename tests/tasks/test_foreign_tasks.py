@@ -308,7 +308,7 @@ def test_a_prepare_whose_kaggle_download_failed_names_that_not_the_missing_csv(
         prepare=(
             "import subprocess\n"
             'input("Consent to the competition at https://www.kaggle.com/competitions/x/data; '
-            'Press any key")\n'
+            'Press any key after you have accepted the rules online.")\n'
             'subprocess.run(["kaggle", "competitions", "download", "-c", "x"], cwd="../env")\n'
             'print("unzip:  cannot find or open x.zip, x.zip.zip or x.zip.ZIP.", flush=True)\n'
             'open("../env/train.csv")\n'
@@ -318,7 +318,14 @@ def test_a_prepare_whose_kaggle_download_failed_names_that_not_the_missing_csv(
     line = capsys.readouterr().err.strip().splitlines()[-1]
     assert "No such file or directory: '../env/train.csv'" in line  # the last line, still
     assert f"the download failed before it: {cause}" in line
-    assert "Press any key" not in line and ".prepare.log" in line
+    assert "Press any key" not in line and "rules online" not in line
+    # identify-contrails' prepare.py ends without reading what it did not download: it
+    # exits 0, and the line named unzip's missing zip.
+    script = source / "scripts" / "prepare.py"
+    script.write_text(script.read_text().replace('open("../env/train.csv")\n', ""))
+    assert mlra_main(["tasks", "prepare", str(source)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"scripts/prepare.py exited 0 but its download failed: {cause}" in line
 
 
 def test_prepare_passes_the_kaggle_consent_pause(tmp_path: Path, cache: Path) -> None:

@@ -78,6 +78,9 @@ KAGGLE_FAILURES = (
 )
 """What the `kaggle` command prints when it fails, and what to do about it."""
 
+CONSENT = re.compile(r"^.*Press any key(?: after you have accepted the rules online\.)?")
+"""MLAgentBench's Kaggle consent prompt, which the next output follows on its line."""
+
 NETWORK_FAILURES = re.compile(
     r"Max retries exceeded|Failed to resolve|NameResolutionError|Network is unreachable"
     r"|Connection refused|unable to resolve host address|Could not resolve host"
@@ -188,6 +191,9 @@ def prepare_problem(copy: Path, log: Path, source: Path | None) -> str | None:
         text = log.read_text(errors="replace")
     except OSError:
         text = ""
+    failed = failed_download(text.splitlines())
+    if failed is not None:
+        return f"its download failed: {failed}"
     for line in text.splitlines():
         if DOWNLOAD_ERRORS.search(line):
             return f"its output has a download error ({line.strip()[:200]!r})"
@@ -273,16 +279,26 @@ def earlier_failure(lines: list[str]) -> str:
     Kaggle task whose `kaggle` download failed (no credentials, no network) goes on to
     unzip nothing and ends reading a csv that is not there, so its last line alone
     ("No such file or directory: '../env/train.csv'") names a consequence, not the cause."""
+    failed = failed_download(lines)
+    if failed is not None:
+        return f"; the download failed before it: {failed}"
     for whole in lines:
-        line = whole.split("Press any key", 1)[-1].strip()  # the consent prompt has no newline
-        for pattern, said in KAGGLE_FAILURES:
-            if pattern.search(line):
-                return f"; the download failed before it: {said}"
-        if NETWORK_FAILURES.search(line):
-            return (
-                f"; the download failed before it: it could not reach its server, and "
-                f"prepare.py needs the network ({line[:160]!r})"
-            )
-        if DOWNLOAD_ERRORS.search(line) and not line.startswith("Traceback"):
+        line = CONSENT.sub("", whole).strip()
+        if DOWNLOAD_ERRORS.search(line.replace("Traceback (most recent call last)", "")):
             return f"; an earlier step failed first ({line[:160]!r})"
     return ""
+
+
+def failed_download(lines: list[str]) -> str | None:
+    """Why a download in prepare.py's output failed, where it says: Kaggle's credentials
+    or rules, or no way to its server."""
+    for whole in lines:
+        line = CONSENT.sub("", whole).strip()  # the consent prompt ends with no newline
+        for pattern, said in KAGGLE_FAILURES:
+            if pattern.search(line):
+                return said
+        if NETWORK_FAILURES.search(line):
+            return (
+                f"it could not reach its server, and prepare.py needs the network ({line[:160]!r})"
+            )
+    return None
