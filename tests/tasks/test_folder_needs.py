@@ -319,6 +319,37 @@ def test_tasks_dir_marks_what_cannot_be_graded(
     )
 
 
+KAGGLE_PREPARE = (
+    "import subprocess\n"
+    'input("Consent to the competition at https://www.kaggle.com/competitions/x/data; '
+    'Press any key")\n'
+    'subprocess.run(["kaggle", "competitions", "download", "-c", "x"], cwd="../env")\n'
+    'subprocess.run(["unzip", "-n", "x.zip"], cwd="../env")\n'
+)
+
+
+def test_a_kaggle_prepare_is_said_before_it_runs(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """MLAgentBench's house-price, on a machine without `kaggle`: `tasks show` said
+    "this machine: ready" and nothing of its prepare.py's download, and the run then
+    failed at once in prepare.py."""
+    source = mab_folder(tmp_path, "kaggled", files={"scripts/prepare.py": KAGGLE_PREPARE})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-commands"))
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    lacking = "its scripts/prepare.py runs `kaggle`, which is not installed (pip install kaggle"
+    assert f"this machine: cannot run it now: {lacking}" in out
+    assert (
+        "prepared:   not yet; `mlra run` runs scripts/prepare.py first, once; it downloads "
+        "with `kaggle`, which needs the network, Kaggle credentials and the competition's "
+        "rules accepted on its page"
+    ) in out
+    assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].startswith("mlagentbench-kaggled") and lacking in listed[1]
+
+
 def test_a_batch_runs_ungraded_tasks_only_when_told(tmp_path: Path, cache: Path) -> None:
     from mlra.batch.run_ids import run_names
     from mlra.batch.spec import expand, parse_spec, run_command

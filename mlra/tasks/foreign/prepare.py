@@ -23,6 +23,7 @@ this check is checked again by `mlra tasks prepare` and removed where it fails).
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -302,3 +303,53 @@ def failed_download(lines: list[str]) -> str | None:
                 f"it could not reach its server, and prepare.py needs the network ({line[:160]!r})"
             )
     return None
+
+
+DOWNLOADERS = {"kaggle", "wget", "curl", "gsutil", "gdown", "aws", "git"}
+"""Commands a prepare.py downloads with: it needs the network, where mlra's runs have none."""
+
+
+def prepare_commands(root: Path) -> list[str]:
+    """The commands a folder's scripts/prepare.py runs, read with `ast`, never run: the
+    first word of each literal `subprocess.run([...])` (call, check_call, Popen...) and
+    `os.system("...")`, in order, each once."""
+    try:
+        tree = ast.parse((root / "scripts" / "prepare.py").read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        name = ast.unparse(node.func)
+        first = node.args[0]
+        word = None
+        if name.startswith("subprocess.") and isinstance(first, ast.List) and first.elts:
+            head = first.elts[0]
+            if isinstance(head, ast.Constant) and isinstance(head.value, str):
+                word = head.value
+        elif name == "os.system" and isinstance(first, ast.Constant):
+            word = str(first.value).split(maxsplit=1)[0] if str(first.value).strip() else None
+        if word and word not in found:
+            found.append(word)
+    return found
+
+
+def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
+    """What a folder's prepare.py, not run yet, downloads with (its words for `tasks
+    show`) and which of those commands this machine lacks (each a blocker: the prepare
+    would fail at once). Empty once prepared, or where it runs none."""
+    if marker(root) is not None or not (root / "scripts" / "prepare.py").is_file():
+        return [], []
+    downloads, missing = [], []
+    for word in prepare_commands(root):
+        if word not in DOWNLOADERS:
+            continue
+        kaggle = ", Kaggle credentials and the competition's rules accepted on its page"
+        downloads.append(
+            f"it downloads with `{word}`, which needs the network{kaggle if word == 'kaggle' else ''}"
+        )
+        if shutil.which(word) is None:
+            how = " (pip install kaggle, with your Kaggle API token)" if word == "kaggle" else ""
+            missing.append(f"its scripts/prepare.py runs `{word}`, which is not installed{how}")
+    return downloads, missing
