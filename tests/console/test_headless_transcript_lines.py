@@ -106,38 +106,6 @@ def test_a_resumed_local_run_prints_each_call_s_speed_and_a_server_wait() -> Non
     assert "retry 2 after the server is not answering; waiting 2s, clock paused" in shown
 
 
-def test_a_wait_for_a_server_that_went_away_prints_its_own_lines_not_the_sdk_s() -> None:
-    """llama-server killed mid-answer behind a proxy answering 502, back 25 s later: each
-    ask of the wait printed the SDK's four retries too, and the lines' counters went
-    `4/4`, `retry 2 after ...`, `1/4` again."""
-    m = "openai/local"
-    sdk = [ev.ModelRetry(agent="worker", model=m, attempt=k, max_retries=4, status=502, t=149.3)
-           for k in range(1, 5)]  # fmt: skip
-    text = transcript(
-        [
-            ev.ModelError(agent="worker", model=m, error="lost", cut_off="connection_lost", t=149),
-            ev.ModelRetry(
-                agent="worker", model=m, attempt=1, cause="connection_lost", wait_s=1, t=149.3
-            ),
-            *sdk,
-            ev.ModelRetry(
-                agent="worker", model=m, attempt=2, cause="not_ready", status=502, wait_s=2, t=149.3
-            ),
-            *sdk,
-            ev.ModelCall(agent="worker", model=m, turn=3, t=221),
-            ev.ModelRetry(agent="worker", model=m, attempt=1, max_retries=4, status=429, t=230),
-        ]
-    )
-    retries = [line for line in text.splitlines() if "model retry" in line]
-    assert retries == [
-        "[2m29s] worker model retry 1 after the connection was lost mid-answer; waiting 1s, "
-        "clock paused",
-        "[2m29s] worker model retry 2 after the server answered HTTP 502, not ready; waiting 2s, "
-        "clock paused",
-        "[3m50s] worker model retry 1/4 after 429",  # a new call's own retry is said
-    ], retries
-
-
 def test_a_notice_is_stamped_with_the_run_clock_as_in_the_console() -> None:
     text = transcript(
         [ev.Notice(level="warning", message="worker's answer could not be read", t=127)]

@@ -46,12 +46,7 @@ from mlra.console.text.event_lines import (
     unknown_line,
 )
 from mlra.console.text.heartbeat import EVERY_S, Heartbeat
-from mlra.console.text.model_lines import (
-    ServerWaits,
-    learned_window_line,
-    model_call_line,
-    retry_line,
-)
+from mlra.console.text.model_lines import learned_window_line, model_call_line, retry_line
 from mlra.console.text.printer import Printer
 from mlra.console.text.written_calls import AnswerNotes
 from mlra.durations import format_duration
@@ -110,7 +105,6 @@ class TranscriptDisplay(Printer):
         it; a result that came whole (a file read, a listing) is shown with the result."""
         self._limits = RunLimits()
         """The run's time limit: a wait's line says no more than the run had left."""
-        self._server_waits = ServerWaits()
         self._attempts = AttemptLogs()
         self._attempt = False
         """This log is an attempt's own run (its `run_started` says so)."""
@@ -201,8 +195,6 @@ class TranscriptDisplay(Printer):
     def on_event(self, event: ev.Event) -> None:
         self._now = event.t
         self._limits.apply(event)
-        if not isinstance(event, ev.ModelRetry):
-            self._server_waits.shown(event)  # a call's end ends its wait
         if self._heartbeat is not None:
             self._heartbeat.apply(event)
         for attempt, said in self._attempts.news(event):
@@ -273,7 +265,7 @@ class TranscriptDisplay(Printer):
                 self._out(f"[{t}] {model_call_line(event)}", "dim")
             case ev.ContextWindowLearned():
                 self._out(f"[{t}] {learned_window_line(event)}", "yellow")
-            case ev.ModelRetry() if self._server_waits.shown(event):
+            case ev.ModelRetry():
                 self._out(f"[{t}] {retry_line(event)}", "yellow")
             case ev.Notice() if not self._answer_notes.hides(event):  # stamped, as the console's
                 self._out(f"[{t}] ! {event.message}", "yellow" if event.level != "error" else "red")

@@ -75,31 +75,6 @@ def model_call_line(e: ev.ModelCall) -> str:
     return f"{e.agent}{what} answered in {e.latency_s:.1f}s: {model_speed(e)}"
 
 
-class ServerWaits:
-    """Which `model_retry` lines a transcript prints. While the run waits for a server
-    that went away (a retry with a `cause`), the SDK's own retries of each ask (`retry
-    1/4 after 502` ... `4/4`) are left out: a 25-s outage of llama-server printed 13
-    lines whose counters went 4/4, then 2, then 1/4 again. The wait's own lines say it."""
-
-    def __init__(self) -> None:
-        self._agents: set[str] = set()
-
-    def shown(self, e: ev.Event) -> bool:
-        """Whether `e`, a retry, is printed; every event passes by, to see a wait end."""
-        match e:
-            case ev.ModelRetry() if e.cause is not None:
-                self._agents.add(e.agent)
-            case ev.ModelRetry():
-                return e.agent not in self._agents
-            case ev.ModelCall() | ev.ModelAnswering():
-                self._agents.discard(e.agent)
-            case ev.ModelError() if e.cut_off != "connection_lost":
-                self._agents.discard(e.agent)
-            case _:
-                pass
-        return True
-
-
 def retry_line(e: ev.ModelRetry) -> str:
     of = f"/{e.max_retries}" if e.max_retries else ""
     return f"{e.agent} model retry {e.attempt}{of} {retry_cause(e.status, e)}"
