@@ -90,10 +90,13 @@ def grading_problems(task: TaskSpec, found: Needs | None = None) -> list[str]:
 def blockers(task: TaskSpec) -> list[str]:
     """What stops this machine from running `task` now; empty when it can. A task it
     cannot grade is never ready: a run of it would end with no score."""
+    from mlra.tasks.foreign.prepare import prepare_needs
+
     problems = []
     ungradable = grading_problems(task)
     if ungradable:
         problems.append("cannot be graded here: " + "; ".join(ungradable))
+    problems += prepare_needs(task.root)[1]  # its prepare would fail at once
     r = task.resources
     if r.gpus:
         have = gpus()

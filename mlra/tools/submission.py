@@ -55,6 +55,12 @@ DEFAULT_MAX_SUBMISSION_GB = 200.0
 """The largest artifact frozen unless the task says otherwise ([evaluator] max_submission_gb)."""
 
 
+def artifact_words(path: str) -> str:
+    """An artifact as a sentence names it: MLAgentBench and MLRC-Bench grade the workspace
+    itself, whose path `.` made "Submit ." and "evaluating . with script"."""
+    return "the workspace" if os.path.normpath(path or ".") == "." else path
+
+
 @dataclass
 class FrozenArtifact:
     path: Path

@@ -59,6 +59,7 @@ class Submit(Tool[SubmitArgs]):
     def _submit_path(self, args: SubmitArgs, ctx: ToolContext) -> ToolOutcome:
         if args.path:
             rel = submitted_path(ctx.sandbox, args.path)
+            only_the_workspace(rel, args.path, ctx.default_artifact)
         elif ctx.default_artifact:
             # The default must be there too: "submitted" with nothing there is no submission.
             submitted_path(ctx.sandbox, ctx.default_artifact, default=True)
@@ -69,12 +70,29 @@ class Submit(Tool[SubmitArgs]):
                 "this task names no default artifact, so nothing was submitted; "
                 "give the path to submit"
             )
-        what = rel if rel is not None else "the task's default artifact"
+        from mlra.tools.submission import artifact_words
+
+        what = artifact_words(rel) if rel is not None else "the task's default artifact"
         return ToolOutcome(
             output=f"Submitted {what}. Evaluation starts now; the run ends here.",
             signal="submit",
             data={"path": rel, "note": args.note},
         )
+
+
+def only_the_workspace(
+    rel: str, path: str, artifact: str | None, *, tool: str = "submit", done: str = "submitted"
+) -> None:
+    """Refuses a path within the workspace where the task grades the workspace itself
+    (MLAgentBench, MLRC-Bench: `get_score(<folder>)`): a model that submitted the
+    `submission.csv` the task asks it to write had that file graded as the folder, which
+    no evaluator can read, and the run ended unscored."""
+    if artifact is None or os.path.normpath(artifact) != "." or rel == ".":
+        return
+    raise SandboxError(
+        f"this task's evaluator reads the whole workspace, not a path in it, so nothing "
+        f"was {done}; {tool} with no path takes the workspace, {path!r} included"
+    )
 
 
 def submitted_path(sandbox: Sandbox, path: str, *, default: bool = False) -> str:

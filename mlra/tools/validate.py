@@ -21,7 +21,7 @@ from mlra import events as ev
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.time_out import TimeOut
-from mlra.tools.submit import submitted_path
+from mlra.tools.submit import only_the_workspace, submitted_path
 
 
 class Validator(Protocol):
@@ -75,6 +75,9 @@ class Validate(Tool[ValidateArgs]):
     async def run(self, args: ValidateArgs, ctx: ToolContext) -> ToolOutcome:
         if args.path:
             rel = _checked(ctx, args.path, default=False)
+            only_the_workspace(
+                rel, args.path, ctx.default_artifact, tool="validate", done="validated"
+            )
         elif ctx.default_artifact:
             rel = _checked(ctx, ctx.default_artifact, default=True)
         else:

@@ -251,6 +251,29 @@ def test_the_status_line_tells_reading_the_prompt_from_writing_the_answer() -> N
     assert activity(done, 27.0) == []
 
 
+def test_a_pause_while_the_model_writes_does_not_inflate_its_speed() -> None:
+    """Qwen2.5-Coder-0.5B on llama-server: Space while the supervisor wrote its plan. The
+    run clock stopped at 1m17s, the server went on streaming, and the status line's speed
+    climbed from ~2.6 to ~7.3 tok/s with the clock standing still."""
+    started = ev.StepStarted(agent="supervisor", step=1, turn=1, t=10.0)
+    answering = ev.ModelAnswering(agent="supervisor", turn=1, first_token_s=10.0, t=20.0)
+    before = [ev.TextDelta(agent="supervisor", turn=1, text="x" * 40, t=20.0 + k)
+              for k in range(1, 11)]  # fmt: skip
+    pause = ev.Control(action="pause", source="user", t=30.0)
+    during = [ev.TextDelta(agent="supervisor", turn=1, text="x" * 40, t=30.0)] * 60
+    writing = [started, answering, *before]
+    line = activity(_fold(writing), 30.0)[0].plain
+    # 400 characters (~100 tokens) in the 10 s since the first piece: ~10 tok/s.
+    assert line.startswith("supervisor generating… 20s · ~10 tok/s"), line
+    paused = activity(_fold([*writing, pause, *during]), 30.0)[0].plain
+    assert paused.startswith("supervisor generating… 20s · ~10 tok/s"), paused
+    resume = ev.Control(action="resume", source="user", t=30.0)
+    after = [ev.TextDelta(agent="supervisor", turn=1, text="x" * 40, t=30.0 + k)
+             for k in range(1, 11)]  # fmt: skip
+    resumed = activity(_fold([*writing, pause, *during, resume, *after]), 40.0)[0].plain
+    assert resumed.startswith("supervisor generating… 30s · ~10 tok/s"), resumed
+
+
 def test_a_model_call_s_speed_is_told_apart_from_its_prompt_reading() -> None:
     call_ = ev.ModelCall(
         agent="worker", model="m", output_tokens=120, latency_s=7.0, first_token_s=3.0

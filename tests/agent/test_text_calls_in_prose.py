@@ -25,7 +25,7 @@ from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
-from mlra.tools.registry import ToolSpec
+from mlra.tools.registry import ToolSpec, parse_arguments
 from tests.fakes.model_server import Api, ScriptedModelServer
 from tests.scripts import call, turn
 
@@ -50,6 +50,16 @@ def test_a_json_example_in_prose_is_no_call_whatever_its_shape() -> None:
         for told in (False, True):
             read = read_text_calls(text, TOOLS, tools_in_prompt=told)
             assert (read.calls, read.problems, read.prose) == ([], [], text), text
+
+
+def test_arguments_that_are_no_object_are_worded_as_a_native_call_s() -> None:
+    """Qwen2.5-Coder-0.5B wrote update_plan's steps as a bare list twice in one run: one
+    result said `the arguments are list, not a JSON object`, the other `the arguments
+    must be a JSON object, not list`."""
+    text = '```json\n{"name": "update_plan", "arguments": [{"id": "1", "title": "Read"}]}\n```'
+    (request,) = read_text_calls(text, ["update_plan"]).calls
+    assert request.parse_error == "the arguments must be a JSON object, not list"
+    assert request.parse_error == parse_arguments(request.raw_arguments)[1]
 
 
 def test_loose_shapes_are_read_in_tags_and_as_the_whole_answer() -> None:

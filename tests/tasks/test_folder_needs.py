@@ -138,7 +138,10 @@ def test_a_prepare_that_exits_0_without_data_is_not_cached(
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("preparing tiny: running scripts/prepare.py once")
     (line,) = err[1:]
-    assert "scripts/prepare.py exited 0 but its output has a download error" in line
+    assert (
+        "scripts/prepare.py exited 0 but its download failed: it could not reach its server, "
+        "and prepare.py needs the network"
+    ) in line
     assert "unable to resolve host address" in line
     log = Path(line.rsplit("(its whole output: ", 1)[1].rstrip(")"))
     assert log.is_file() and "cannot find or open" in log.read_text()
@@ -147,7 +150,7 @@ def test_a_prepare_that_exits_0_without_data_is_not_cached(
     # The first run's prepare is checked the same way: refused, nothing cached.
     runs = tmp_path / "runs"
     assert _run(source, runs) == 2
-    assert "download error" in capsys.readouterr().err
+    assert "its download failed" in capsys.readouterr().err
     assert not [p for p in prepared_dir.iterdir() if p.is_dir()]
     # A data folder left empty is a failed prepare too.
     (source / "scripts" / "prepare.py").write_text('import os\nos.makedirs("../env/data")\n')
@@ -314,6 +317,37 @@ def test_tasks_dir_marks_what_cannot_be_graded(
     assert by_task["mlagentbench-c-starter"].endswith(
         f" · the starter imports {MISSING} (env/train.py), not installed"
     )
+
+
+KAGGLE_PREPARE = (
+    "import subprocess\n"
+    'input("Consent to the competition at https://www.kaggle.com/competitions/x/data; '
+    'Press any key")\n'
+    'subprocess.run(["kaggle", "competitions", "download", "-c", "x"], cwd="../env")\n'
+    'subprocess.run(["unzip", "-n", "x.zip"], cwd="../env")\n'
+)
+
+
+def test_a_kaggle_prepare_is_said_before_it_runs(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """MLAgentBench's house-price, on a machine without `kaggle`: `tasks show` said
+    "this machine: ready" and nothing of its prepare.py's download, and the run then
+    failed at once in prepare.py."""
+    source = mab_folder(tmp_path, "kaggled", files={"scripts/prepare.py": KAGGLE_PREPARE})
+    monkeypatch.setenv("PATH", str(tmp_path / "no-commands"))
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    lacking = "its scripts/prepare.py runs `kaggle`, which is not installed (pip install kaggle"
+    assert f"this machine: cannot run it now: {lacking}" in out
+    assert (
+        "prepared:   not yet; `mlra run` runs scripts/prepare.py first, once; it downloads "
+        "with `kaggle`, which needs the network, Kaggle credentials and the competition's "
+        "rules accepted on its page"
+    ) in out
+    assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert listed[0].startswith("mlagentbench-kaggled") and lacking in listed[1]
 
 
 def test_a_batch_runs_ungraded_tasks_only_when_told(tmp_path: Path, cache: Path) -> None:

@@ -7,6 +7,8 @@ graded with the hidden test constants; `mlra tasks show` and `mlra tasks import`
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import shutil
 from pathlib import Path
 from typing import Any
@@ -79,6 +81,8 @@ if __name__ == "__main__":
 
 MLRC_EVALUATION = """\
 import json
+import os
+import shlex
 import shutil
 import os
 
@@ -267,6 +271,63 @@ def test_a_prepare_running_a_command_this_machine_lacks_names_it(
     ) in err[-1]
 
 
+KAGGLE_OFFLINE = (
+    "HTTPSConnectionPool(host='api.kaggle.com', port=443): Max retries exceeded with url: "
+    "/v1/competitions.CompetitionApiService/DownloadDataFiles (Caused by NameResolutionError"
+    "(\"HTTPSConnection(host='api.kaggle.com', port=443): Failed to resolve 'api.kaggle.com'\"))"
+)
+KAGGLE_NO_TOKEN = "Authentication required to call the Kaggle API."
+
+
+@pytest.mark.parametrize(
+    ("kaggle_says", "cause"),
+    [
+        (KAGGLE_OFFLINE, "it could not reach its server, and prepare.py needs the network"),
+        (KAGGLE_NO_TOKEN, "Kaggle has no credentials here: `kaggle auth login`"),
+    ],
+)
+def test_a_prepare_whose_kaggle_download_failed_names_that_not_the_missing_csv(
+    tmp_path: Path,
+    cache: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: Any,
+    kaggle_says: str,
+    cause: str,
+) -> None:
+    """The real spaceship-titanic prepare.py with `kaggle` installed but offline (or not
+    logged in): kaggle fails, unzip finds no zip, and prepare.py ends reading
+    ../env/train.csv. The line said only that train.csv was missing."""
+    bin_dir = write_tree(
+        tmp_path / "bin",
+        {"kaggle": f"#!/bin/sh\necho {shlex.quote(kaggle_says)}\nexit 1\n"},
+    )
+    (bin_dir / "kaggle").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    source = mlagentbench_task(
+        tmp_path,
+        prepare=(
+            "import subprocess\n"
+            'input("Consent to the competition at https://www.kaggle.com/competitions/x/data; '
+            'Press any key after you have accepted the rules online.")\n'
+            'subprocess.run(["kaggle", "competitions", "download", "-c", "x"], cwd="../env")\n'
+            'print("unzip:  cannot find or open x.zip, x.zip.zip or x.zip.ZIP.", flush=True)\n'
+            'open("../env/train.csv")\n'
+        ),
+    )
+    assert mlra_main(["tasks", "prepare", str(source)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "No such file or directory: '../env/train.csv'" in line  # the last line, still
+    assert f"the download failed before it: {cause}" in line
+    assert "Press any key" not in line and "rules online" not in line
+    # identify-contrails' prepare.py ends without reading what it did not download: it
+    # exits 0, and the line named unzip's missing zip.
+    script = source / "scripts" / "prepare.py"
+    script.write_text(script.read_text().replace('open("../env/train.csv")\n', ""))
+    assert mlra_main(["tasks", "prepare", str(source)]) == 2
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"scripts/prepare.py exited 0 but its download failed: {cause}" in line
+
+
 def test_prepare_passes_the_kaggle_consent_pause(tmp_path: Path, cache: Path) -> None:
     """MLAgentBench's Kaggle tasks' prepare.py waits for a key (`input("Consent to the
     competition at ...; Press any key")`): an empty stdin would end it with EOFError."""
@@ -301,6 +362,10 @@ def test_mlagentbench_baseline_is_measured_and_recorded(tmp_path: Path, cache: P
         timeout=120,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    # The artifact is the workspace, `.`: it read "Submit .", "evaluating . with script".
+    assert "[ ] submit. Submit the workspace" in proc.stdout
+    assert "submitted the workspace — baseline recipe" in proc.stdout
+    assert "evaluating the workspace with script…" in proc.stdout
     (run_dir,) = (tmp_path / "runs").iterdir()
     workspace = {p.name for p in (run_dir / "workspace").iterdir()}
     assert {"train.py", "data.csv", "prepared.csv", "submission.csv"} <= workspace
@@ -326,6 +391,52 @@ def test_the_baseline_is_the_mean_of_its_measured_runs(tmp_path: Path, cache: Pa
     recorded = json.loads((task.root / BASELINE_FILE).read_text())
     assert [r["run"] for r in recorded["runs"]] == ["old", "s1", "s2"]
     assert load_task(task.root).metric.baseline == pytest.approx(0.5)
+
+
+def test_submitting_a_file_where_the_workspace_is_graded_is_refused_so_it_can_be_mended(
+    tmp_path: Path, cache: Path
+) -> None:
+    """Qwen2.5-Coder-0.5B on MLAgentBench's vectorization submitted `submission.csv`, the
+    file the task says to write: it was frozen alone and graded as the workspace,
+    `get_score` found no `submission.csv` in it, and the run ended unscored. Now the call
+    is refused, the model submits with no path, and the workspace is graded."""
+    source = mlagentbench_task(tmp_path)
+    script = {
+        "supervisor": [
+            turn("Plan.", plan("Run it", "Submit")),
+            turn("", call("assign_subtask", step_id="1", instructions="Run train.py.")),
+            turn("Done.", plan("Run it", "Submit", done=1)),
+            turn("", call("submit", path="submission.csv")),
+            turn("", call("submit")),
+        ],
+        "worker": [
+            turn("Run.", call("bash", command="python train.py")),
+            turn("Check.", call("validate", path="./submission.csv")),
+            turn("", call("report", summary="wrote submission.csv")),
+        ],
+    }
+    with ScriptedModelServer(script) as server:
+        proc = mlra_cli(
+            [
+                *("run", str(source), "--model", "openai/test-model"),
+                *("--base-url", server.url_for("openai"), "--no-tui"),
+                *("--runs-dir", str(tmp_path / "runs")),
+            ],
+            cwd=tmp_path,
+            env={CACHE_VAR: str(cache)},
+            timeout=180,
+        )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    events = read_events(run_dir / "events.jsonl")
+    results = {e.tool: e for e in events if isinstance(e, ev.ToolResult) and not e.ok}
+    said = "this task's evaluator reads the whole workspace, not a path in it, so nothing was"
+    assert f"{said} validated; validate with no path" in results["validate"].output
+    assert f"{said} submitted; submit with no path takes the workspace, 'submission.csv'" in (
+        results["submit"].output
+    )
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["reason"] == "submitted" and result["score"] == 0.5
 
 
 def _supervisor_submitting_the_workspace() -> list[dict[str, Any]]:

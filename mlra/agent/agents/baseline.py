@@ -25,6 +25,7 @@ from mlra.agent.run.controller import Agent, Ending, EndRun, RunController
 from mlra.durations import parse_duration
 from mlra.tools.core import core_tools
 from mlra.tools.registry import ToolOutcome, ToolRegistry
+from mlra.tools.submission import artifact_words
 
 
 def step_failure(outcome: ToolOutcome) -> str:
@@ -76,7 +77,7 @@ class BaselineAgent(Agent):
 
     def _plan(self, statuses: list[ev.PlanStatus], reason: str) -> None:
         """The recipe as a plan: its steps, then submitting (`statuses` may cover it)."""
-        artifact = self.recipe.submit or self.ctl.task.evaluator.artifact
+        artifact = artifact_words(self.recipe.submit or self.ctl.task.evaluator.artifact)
         titles = [step.title for step in self.recipe.steps]
         ids = [str(i + 1) for i in range(len(self.recipe.steps))]
         if self.validates:

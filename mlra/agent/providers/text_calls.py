@@ -301,9 +301,9 @@ def _request(name: str, arguments: Any, form: TextForm) -> ToolCallRequest:
     elif isinstance(arguments, dict):
         parsed, problem = arguments, None
         raw = json.dumps(arguments, ensure_ascii=False)
-    else:
-        parsed, problem = None, f"the arguments are {type(arguments).__name__}, not a JSON object"
+    else:  # a list, a number: worded as a native call's are (tools/registry.py)
         raw = json.dumps(arguments, ensure_ascii=False)
+        parsed, problem = parse_arguments(raw)
     return ToolCallRequest(
         id=f"call_text_{uuid.uuid4().hex[:12]}",
         name=name,

@@ -111,7 +111,9 @@ class RunState:
     first_token_s: float | None = None
     """How long the server took to read the prompt of the call now answering."""
     streamed_chars: int = 0
-    """The text the call now answering has streamed so far: its speed as it writes."""
+    """The text the call now answering has streamed so far, while the run clock ran: its
+    speed as it writes. A pause stops the clock, not the server, so what streams during
+    one is left out, as its time is."""
     running: dict[str, ev.ToolCall] = field(default_factory=dict)
     """Tool calls asked for and not yet ended, by call id (one waiting for approval too)."""
     begun: set[str] = field(default_factory=set)
@@ -284,8 +286,9 @@ class RunState:
                 if self.generating_agent == event.agent and self.generating_since is not None:
                     if self.answering_since is None:
                         self.answering_since = event.t
-                    before = 0 if event.whole else self.streamed_chars
-                    self.streamed_chars = before + len(event.text)
+                    if not self.paused:  # the run clock stands still: its speed would soar
+                        before = 0 if event.whole else self.streamed_chars
+                        self.streamed_chars = before + len(event.text)
             case ev.ModelError():
                 if event.cut_off is None:
                     self.last_error = event.error

@@ -13,7 +13,7 @@ from mlra.tasks.foreign.baselines import baseline_lines, records_baselines
 from mlra.tasks.foreign.export import export
 from mlra.tasks.foreign.image import task_image, write_context
 from mlra.tasks.foreign.loader import LAYOUT_NAMES, detect, is_foreign, marker, near_miss
-from mlra.tasks.foreign.prepare import prepared
+from mlra.tasks.foreign.prepare import prepare_needs, prepared
 from mlra.tasks.foreign.requirements import Unreadable, check, requirement_files, summary
 from mlra.tasks.readiness import grading_problems, needs, task_needs, warm_needs
 from mlra.tasks.spec import TaskError, find_task, load_task
@@ -43,9 +43,11 @@ def foreign_lines(task: Any) -> list[str]:
         )
     else:
         has_prepare = (root / "scripts" / "prepare.py").is_file()
+        downloads = prepare_needs(root)[0]
         lines.append(
             "prepared:   not yet; `mlra run` "
             + ("runs scripts/prepare.py first, once" if has_prepare else "copies it first")
+            + "".join(f"; {said}" for said in downloads)
         )
     if layout == "mlrcbench" and task.metric.baseline is not None and not records_baselines(task):
         reference = f"published ({mlrcbench.PUBLISHED_SOURCE})"
@@ -157,6 +159,7 @@ def list_benchmark_folder(folder: Path) -> bool:
             reference += " · self-reported score"
         print(printable_line(f"{task.name:<24} {task.title}"))
         marks = [f"cannot be graded here: {'; '.join(g)}" for g in [grading_problems(task)] if g]
+        marks += prepare_needs(task.root)[1]
         marks += task_needs(task).starter_problems()
         print(
             printable_line(

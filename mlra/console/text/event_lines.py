@@ -19,6 +19,7 @@ from mlra.durations import format_duration
 from mlra.scores import format_normalized
 from mlra.terminal_text import printable, printable_line
 from mlra.tools.attempts import AttemptStartArgs, wait_bound
+from mlra.tools.submission import artifact_words
 
 START_DEFAULT_OPERATOR = str(AttemptStartArgs.model_fields["operator"].default)
 SUBMITTED_BY = frozenset({"agent", "user"})
@@ -148,9 +149,9 @@ def _describe_call(
 def submission_line(event: ev.Submission) -> str:
     """A submission as the Worker pane and the headless lines say it, one sentence for
     both: who handed in what, or what a deadline or budget grades (what is there)."""
-    what = event.path or "(default artifact)"
+    what = artifact_words(event.path) if event.path else "(default artifact)"
     if event.attempt is not None:  # a search hands in an attempt's copy
-        what = f"attempt {event.attempt}'s {what}"
+        what = f"attempt {event.attempt}'s {what.removeprefix('the ')}"
     said = f"{event.by}: grading {what}"
     if event.by in SUBMITTED_BY:
         said = f"submitted {what}" + (" (by the user)" if event.by == "user" else "")
@@ -348,7 +349,7 @@ def isolation_words(box: ev.SandboxInfo) -> str:
 def evaluation_started_line(e: ev.EvaluationStarted) -> str:
     """The run's own grading, or a later `mlra eval` of it (appended to its log after its
     ending, so a replay would otherwise show the run graded twice)."""
-    what = f"{printable_line(e.artifact)} with {printable_line(e.evaluator)}"
+    what = f"{printable_line(artifact_words(e.artifact))} with {printable_line(e.evaluator)}"
     if e.regrade_by is None:
         return f"evaluating {what}…"
     by = f" by {printable_line(e.regrade_by)}" if e.regrade_by else ""

@@ -23,6 +23,7 @@ this check is checked again by `mlra tasks prepare` and removed where it fails).
 
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -64,6 +65,30 @@ DOWNLOAD_ERRORS = re.compile(
     re.IGNORECASE,
 )
 """Lines a download that failed leaves in prepare.py's output although it exits 0."""
+
+KAGGLE_FAILURES = (
+    (
+        re.compile(r"Authentication required to call the Kaggle API|401 - Unauthorized"),
+        "Kaggle has no credentials here: `kaggle auth login`, or an API token in "
+        "~/.kaggle/kaggle.json",
+    ),
+    (
+        re.compile(r"403 - Forbidden"),
+        "Kaggle refused the download: accept the competition's rules on its page first",
+    ),
+)
+"""What the `kaggle` command prints when it fails, and what to do about it."""
+
+CONSENT = re.compile(r"^.*Press any key(?: after you have accepted the rules online\.)?")
+"""MLAgentBench's Kaggle consent prompt, which the next output follows on its line."""
+
+NETWORK_FAILURES = re.compile(
+    r"Max retries exceeded|Failed to resolve|NameResolutionError|Network is unreachable"
+    r"|Connection refused|unable to resolve host address|Could not resolve host"
+    r"|Temporary failure in name resolution",
+    re.IGNORECASE,
+)
+"""A download's line saying that it could not reach its server."""
 
 DATA_FOLDER_NAMES = {"data", "dataset", "datasets", "raw", "input", "inputs", "images"}
 """An empty folder of one of these names is a data folder left empty, even where the
@@ -140,7 +165,7 @@ def _make(source: Path, dest: Path, record: Marker, echo: Callable[[str], object
             last = lines[-1] if lines else "no output"
             raise TaskError(
                 f"{source}: scripts/prepare.py failed (exit {proc.returncode}): {last[:300]}"
-                f"{missing_command(last)} (its whole output: {log})"
+                f"{missing_command(last)}{earlier_failure(lines[:-1])} (its whole output: {log})"
             )
         problem = prepare_problem(partial, log, source)
         if problem is not None:
@@ -167,6 +192,9 @@ def prepare_problem(copy: Path, log: Path, source: Path | None) -> str | None:
         text = log.read_text(errors="replace")
     except OSError:
         text = ""
+    failed = failed_download(text.splitlines())
+    if failed is not None:
+        return f"its download failed: {failed}"
     for line in text.splitlines():
         if DOWNLOAD_ERRORS.search(line):
             return f"its output has a download error ({line.strip()[:200]!r})"
@@ -245,3 +273,83 @@ def missing_command(last: str) -> str:
     return (
         f"; it runs the command `{name}`, which is not installed{how if name == 'kaggle' else ''}"
     )
+
+
+def earlier_failure(lines: list[str]) -> str:
+    """The first failure a prepare.py's output shows before its last line, in words: a
+    Kaggle task whose `kaggle` download failed (no credentials, no network) goes on to
+    unzip nothing and ends reading a csv that is not there, so its last line alone
+    ("No such file or directory: '../env/train.csv'") names a consequence, not the cause."""
+    failed = failed_download(lines)
+    if failed is not None:
+        return f"; the download failed before it: {failed}"
+    for whole in lines:
+        line = CONSENT.sub("", whole).strip()
+        if DOWNLOAD_ERRORS.search(line.replace("Traceback (most recent call last)", "")):
+            return f"; an earlier step failed first ({line[:160]!r})"
+    return ""
+
+
+def failed_download(lines: list[str]) -> str | None:
+    """Why a download in prepare.py's output failed, where it says: Kaggle's credentials
+    or rules, or no way to its server."""
+    for whole in lines:
+        line = CONSENT.sub("", whole).strip()  # the consent prompt ends with no newline
+        for pattern, said in KAGGLE_FAILURES:
+            if pattern.search(line):
+                return said
+        if NETWORK_FAILURES.search(line):
+            return (
+                f"it could not reach its server, and prepare.py needs the network ({line[:160]!r})"
+            )
+    return None
+
+
+DOWNLOADERS = {"kaggle", "wget", "curl", "gsutil", "gdown", "aws", "git"}
+"""Commands a prepare.py downloads with: it needs the network, where mlra's runs have none."""
+
+
+def prepare_commands(root: Path) -> list[str]:
+    """The commands a folder's scripts/prepare.py runs, read with `ast`, never run: the
+    first word of each literal `subprocess.run([...])` (call, check_call, Popen...) and
+    `os.system("...")`, in order, each once."""
+    try:
+        tree = ast.parse((root / "scripts" / "prepare.py").read_text(errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return []
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call) or not node.args:
+            continue
+        name = ast.unparse(node.func)
+        first = node.args[0]
+        word = None
+        if name.startswith("subprocess.") and isinstance(first, ast.List) and first.elts:
+            head = first.elts[0]
+            if isinstance(head, ast.Constant) and isinstance(head.value, str):
+                word = head.value
+        elif name == "os.system" and isinstance(first, ast.Constant):
+            word = str(first.value).split(maxsplit=1)[0] if str(first.value).strip() else None
+        if word and word not in found:
+            found.append(word)
+    return found
+
+
+def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
+    """What a folder's prepare.py, not run yet, downloads with (its words for `tasks
+    show`) and which of those commands this machine lacks (each a blocker: the prepare
+    would fail at once). Empty once prepared, or where it runs none."""
+    if marker(root) is not None or not (root / "scripts" / "prepare.py").is_file():
+        return [], []
+    downloads, missing = [], []
+    for word in prepare_commands(root):
+        if word not in DOWNLOADERS:
+            continue
+        kaggle = ", Kaggle credentials and the competition's rules accepted on its page"
+        downloads.append(
+            f"it downloads with `{word}`, which needs the network{kaggle if word == 'kaggle' else ''}"
+        )
+        if shutil.which(word) is None:
+            how = " (pip install kaggle, with your Kaggle API token)" if word == "kaggle" else ""
+            missing.append(f"its scripts/prepare.py runs `{word}`, which is not installed{how}")
+    return downloads, missing
