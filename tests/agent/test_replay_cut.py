@@ -22,6 +22,7 @@ from mlra.agent.agents.run import agent_for
 from mlra.agent.loop.fingerprint import normalize
 from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import load_task
@@ -123,6 +124,14 @@ def test_a_replay_stopped_during_a_call_runs_it_again_on_resume(
     bash = [e.output for e in then if isinstance(e, ev.ToolResult) and e.tool == "bash"]
     again_ran = _results(events)[killed[0].call_id]
     assert normalize(again_ran) == normalize(bash[0])  # the same, but for its duration
+    # While it runs again, the console shows it running (its first result had ended it).
+    cut_id = killed[0].call_id
+    begun = [
+        i for i, e in enumerate(events) if isinstance(e, ev.ToolStarted) and e.call_id == cut_id
+    ]
+    assert len(begun) == 2, begun
+    state = fold(events[: begun[1] + 1])
+    assert cut_id in state.running and cut_id in state.begun
 
 
 @pytest.mark.parametrize("after", [ev.Control, ev.ToolStarted])

@@ -119,6 +119,9 @@ class RunState:
     begun: set[str] = field(default_factory=set)
     """Of `running`, the calls whose tool began (`tool_started`): one a pause holds before
     it began is shown as the next action, not as a call running."""
+    ended_calls: dict[str, ev.ToolCall] = field(default_factory=dict)
+    """Calls that ended, by id: one begun again (a resumed replay runs a call its stop or
+    kill cut short again, as the recording ran it whole) is running again."""
     jobs: dict[str, JobRecord] = field(default_factory=dict)
     """Every background job the run started, by id, running or how it ended."""
     edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -240,11 +243,14 @@ class RunState:
                 if self.awaiting_turn == event.agent:
                     self.awaiting_turn = None
             case ev.ToolStarted():
+                if event.call_id not in self.running and event.call_id in self.ended_calls:
+                    self.running[event.call_id] = self.ended_calls.pop(event.call_id)
                 self.begun.add(event.call_id)
             case ev.ToolResult():
                 if not event.ok:
                     self.tool_errors += 1
-                self.running.pop(event.call_id, None)
+                if (call := self.running.pop(event.call_id, None)) is not None:
+                    self.ended_calls[event.call_id] = call
                 self.begun.discard(event.call_id)
                 if self.pending_approval and self.pending_approval.call_id == event.call_id:
                     self.pending_approval = None
