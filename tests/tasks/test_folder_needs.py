@@ -189,6 +189,60 @@ def test_a_copy_cached_before_the_check_is_checked_again_and_made_afresh(
     assert "removed" not in capsys.readouterr().err
 
 
+HF_RETRY = (
+    "'(MaxRetryError(\"HTTPSConnectionPool(host='huggingface.co', port=443): Max retries "
+    "exceeded with url: /x (Caused by NewConnectionError('Failed to establish a new "
+    "connection: [Errno 111] Connection refused'))\"))' thrown while requesting HEAD "
+    "https://huggingface.co/x; Retrying in 1s [Retry 1/5]."
+)
+PIP_RETRY = (
+    "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) "
+    "after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection."
+    "HTTPSConnection object>: Failed to establish a new connection: [Errno 101] Network is "
+    "unreachable')': /simple/torch/"
+)
+
+
+def test_a_prepare_that_retried_and_succeeded_is_prepared_and_kept(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """huggingface_hub and pip print a line for each retry, naming a server they could
+    not reach, and then succeed: the prepare was called failed, and `mlra tasks prepare`
+    removed the good copy it had cached."""
+    source = mab_folder(
+        tmp_path,
+        files={
+            "scripts/prepare.py": (
+                f"print({HF_RETRY!r})\nprint({PIP_RETRY!r})\n"
+                'import os\nos.makedirs("../env/data")\n'
+                'open("../env/data/x.csv", "w").write("1\\n")\n'
+            )
+        },
+    )
+    assert mlra_main(["tasks", "prepare", str(source)]) == 0
+    err = capsys.readouterr().err
+    assert "failed" not in err and "removed" not in err
+    copy = prepared(load_task(source), echo=lambda _: None).root
+    assert marker(copy) is not None and "Retrying in 1s" in prepare_log(copy).read_text()
+    # Checked again by the next `mlra tasks prepare`: kept, not prepared afresh.
+    (copy / "kept").write_text("")
+    assert mlra_main(["tasks", "prepare", str(source)]) == 0
+    assert "removed" not in capsys.readouterr().err
+    assert (copy / "kept").is_file()
+    # The same line explains a failure found: the data folder left empty.
+    failing = mab_folder(
+        tmp_path,
+        "failing",
+        files={
+            "scripts/prepare.py": f'print({HF_RETRY!r})\nimport os\nos.makedirs("../env/data")\n'
+        },
+    )
+    assert mlra_main(["tasks", "prepare", str(failing)]) == 2
+    assert (
+        "exited 0 but its download failed: it could not reach its server" in capsys.readouterr().err
+    )
+
+
 def test_an_evaluator_importing_a_missing_module_is_refused(
     tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
