@@ -8,6 +8,8 @@ never cached. Folders in both layouts, written here."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -402,6 +404,30 @@ def test_a_kaggle_prepare_is_said_before_it_runs(
     assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].startswith("mlagentbench-kaggled") and lacking in listed[1]
+
+
+def test_an_imported_kaggle_task_is_not_held_back_by_its_prepare(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """`mlra tasks import` prepares the task and copies scripts/ as its hidden files,
+    prepare.py with them, and the imported folder's run never runs it: `tasks show`
+    said "cannot run it now: ... runs `kaggle`, which is not installed"."""
+    zipped = "import zipfile; zipfile.ZipFile('x.zip', 'w').writestr('train.csv', '1')"
+    commands = write_tree(
+        tmp_path / "bin", {"kaggle": f'#!/bin/sh\nexec {sys.executable} -c "{zipped}"\n'}
+    )
+    (commands / "kaggle").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{commands}:{os.environ['PATH']}")
+    source = mab_folder(tmp_path, "kaggled", files={"scripts/prepare.py": KAGGLE_PREPARE})
+    imported = tmp_path / "imported"
+    assert mlra_main(["tasks", "import", str(source), str(imported)]) == 0
+    assert (imported / "scripts" / "prepare.py").is_file()
+    capsys.readouterr()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-commands"))
+    assert mlra_main(["tasks", "show", str(imported)]) == 0
+    out = capsys.readouterr().out
+    assert "`kaggle`" not in out
+    assert "this machine: ready" in out
 
 
 def test_a_batch_runs_ungraded_tasks_only_when_told(tmp_path: Path, cache: Path) -> None:

@@ -358,8 +358,14 @@ def prepare_commands(root: Path) -> list[str]:
 def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
     """What a folder's prepare.py, not run yet, downloads with (its words for `tasks
     show`) and which of those commands this machine lacks (each a blocker: the prepare
-    would fail at once). Empty once prepared, or where it runs none."""
-    if marker(root) is not None or not (root / "scripts" / "prepare.py").is_file():
+    would fail at once). Empty once prepared, where it runs none, and for a task folder
+    of mlra's own: `mlra tasks import` keeps prepare.py among the hidden files of the
+    task it prepared, and a run of that folder never runs it."""
+    if (
+        detect(root) is None
+        or marker(root) is not None
+        or not (root / "scripts" / "prepare.py").is_file()
+    ):
         return [], []
     downloads, missing = [], []
     for word in prepare_commands(root):
