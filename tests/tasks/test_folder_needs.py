@@ -406,6 +406,17 @@ def test_a_kaggle_prepare_is_said_before_it_runs(
     assert listed[0].startswith("mlagentbench-kaggled") and lacking in listed[1]
 
 
+def test_a_prepare_applying_a_patch_with_git_is_no_download(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`git apply` reads a patch in the folder: `tasks show` said it downloads with git."""
+    prepare = 'import subprocess\nsubprocess.run(["git", "apply", "fix.patch"])\n'
+    source = mab_folder(tmp_path, "patched", files={"scripts/prepare.py": prepare})
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert "prepared:   not yet; `mlra run` runs scripts/prepare.py first, once\n" in out
+
+
 def test_an_imported_kaggle_task_is_not_held_back_by_its_prepare(
     tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
 ) -> None:

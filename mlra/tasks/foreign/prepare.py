@@ -325,8 +325,9 @@ def kaggle_failure(lines: list[str]) -> str | None:
     return None
 
 
-DOWNLOADERS = {"kaggle", "wget", "curl", "gsutil", "gdown", "aws", "git"}
-"""Commands a prepare.py downloads with: it needs the network, where mlra's runs have none."""
+DOWNLOADERS = {"kaggle", "wget", "curl", "gsutil", "gdown", "aws"}
+"""Commands a prepare.py downloads with: it needs the network, where mlra's runs have none.
+`git` is not one: `git apply` of a patch downloads nothing."""
 
 
 def prepare_commands(root: Path) -> list[str]:
