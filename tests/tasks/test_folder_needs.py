@@ -8,6 +8,8 @@ never cached. Folders in both layouts, written here."""
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -189,6 +191,60 @@ def test_a_copy_cached_before_the_check_is_checked_again_and_made_afresh(
     assert "removed" not in capsys.readouterr().err
 
 
+HF_RETRY = (
+    "'(MaxRetryError(\"HTTPSConnectionPool(host='huggingface.co', port=443): Max retries "
+    "exceeded with url: /x (Caused by NewConnectionError('Failed to establish a new "
+    "connection: [Errno 111] Connection refused'))\"))' thrown while requesting HEAD "
+    "https://huggingface.co/x; Retrying in 1s [Retry 1/5]."
+)
+PIP_RETRY = (
+    "WARNING: Retrying (Retry(total=4, connect=None, read=None, redirect=None, status=None)) "
+    "after connection broken by 'NewConnectionError('<pip._vendor.urllib3.connection."
+    "HTTPSConnection object>: Failed to establish a new connection: [Errno 101] Network is "
+    "unreachable')': /simple/torch/"
+)
+
+
+def test_a_prepare_that_retried_and_succeeded_is_prepared_and_kept(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """huggingface_hub and pip print a line for each retry, naming a server they could
+    not reach, and then succeed: the prepare was called failed, and `mlra tasks prepare`
+    removed the good copy it had cached."""
+    source = mab_folder(
+        tmp_path,
+        files={
+            "scripts/prepare.py": (
+                f"print({HF_RETRY!r})\nprint({PIP_RETRY!r})\n"
+                'import os\nos.makedirs("../env/data")\n'
+                'open("../env/data/x.csv", "w").write("1\\n")\n'
+            )
+        },
+    )
+    assert mlra_main(["tasks", "prepare", str(source)]) == 0
+    err = capsys.readouterr().err
+    assert "failed" not in err and "removed" not in err
+    copy = prepared(load_task(source), echo=lambda _: None).root
+    assert marker(copy) is not None and "Retrying in 1s" in prepare_log(copy).read_text()
+    # Checked again by the next `mlra tasks prepare`: kept, not prepared afresh.
+    (copy / "kept").write_text("")
+    assert mlra_main(["tasks", "prepare", str(source)]) == 0
+    assert "removed" not in capsys.readouterr().err
+    assert (copy / "kept").is_file()
+    # The same line explains a failure found: the data folder left empty.
+    failing = mab_folder(
+        tmp_path,
+        "failing",
+        files={
+            "scripts/prepare.py": f'print({HF_RETRY!r})\nimport os\nos.makedirs("../env/data")\n'
+        },
+    )
+    assert mlra_main(["tasks", "prepare", str(failing)]) == 2
+    assert (
+        "exited 0 but its download failed: it could not reach its server" in capsys.readouterr().err
+    )
+
+
 def test_an_evaluator_importing_a_missing_module_is_refused(
     tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -348,6 +404,41 @@ def test_a_kaggle_prepare_is_said_before_it_runs(
     assert mlra_main(["tasks", str(tmp_path / "benchmarks")]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert listed[0].startswith("mlagentbench-kaggled") and lacking in listed[1]
+
+
+def test_a_prepare_applying_a_patch_with_git_is_no_download(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`git apply` reads a patch in the folder: `tasks show` said it downloads with git."""
+    prepare = 'import subprocess\nsubprocess.run(["git", "apply", "fix.patch"])\n'
+    source = mab_folder(tmp_path, "patched", files={"scripts/prepare.py": prepare})
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    out = capsys.readouterr().out
+    assert "prepared:   not yet; `mlra run` runs scripts/prepare.py first, once\n" in out
+
+
+def test_an_imported_kaggle_task_is_not_held_back_by_its_prepare(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    """`mlra tasks import` prepares the task and copies scripts/ as its hidden files,
+    prepare.py with them, and the imported folder's run never runs it: `tasks show`
+    said "cannot run it now: ... runs `kaggle`, which is not installed"."""
+    zipped = "import zipfile; zipfile.ZipFile('x.zip', 'w').writestr('train.csv', '1')"
+    commands = write_tree(
+        tmp_path / "bin", {"kaggle": f'#!/bin/sh\nexec {sys.executable} -c "{zipped}"\n'}
+    )
+    (commands / "kaggle").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{commands}:{os.environ['PATH']}")
+    source = mab_folder(tmp_path, "kaggled", files={"scripts/prepare.py": KAGGLE_PREPARE})
+    imported = tmp_path / "imported"
+    assert mlra_main(["tasks", "import", str(source), str(imported)]) == 0
+    assert (imported / "scripts" / "prepare.py").is_file()
+    capsys.readouterr()
+    monkeypatch.setenv("PATH", str(tmp_path / "no-commands"))
+    assert mlra_main(["tasks", "show", str(imported)]) == 0
+    out = capsys.readouterr().out
+    assert "`kaggle`" not in out
+    assert "this machine: ready" in out
 
 
 def test_a_batch_runs_ungraded_tasks_only_when_told(tmp_path: Path, cache: Path) -> None:

@@ -81,8 +81,6 @@ if __name__ == "__main__":
 
 MLRC_EVALUATION = """\
 import json
-import os
-import shlex
 import shutil
 import os
 

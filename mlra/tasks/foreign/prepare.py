@@ -185,26 +185,34 @@ def prepare_log(copy: Path) -> Path:
 
 
 def prepare_problem(copy: Path, log: Path, source: Path | None) -> str | None:
-    """Why a prepare.py that exited 0 did not prepare `copy`, or None: an error line a
-    failed download leaves in its output, or a data folder left empty (one it made,
-    absent from `source`, or one named as data folders are)."""
+    """Why a prepare.py that exited 0 did not prepare `copy`, or None: Kaggle's refusal,
+    an error line a failed download leaves in its output, or a data folder left empty
+    (one it made, absent from `source`, or one named as data folders are). A line saying
+    a server could not be reached is no failure on its own: huggingface_hub and pip
+    print one for each retry and then succeed; it only explains a failure found."""
     try:
         text = log.read_text(errors="replace")
     except OSError:
         text = ""
-    failed = failed_download(text.splitlines())
-    if failed is not None:
-        return f"its download failed: {failed}"
-    for line in text.splitlines():
+    lines = text.splitlines()
+    refused = kaggle_failure(lines)
+    if refused is not None:
+        return f"its download failed: {refused}"
+    problem = None
+    for line in lines:
         if DOWNLOAD_ERRORS.search(line):
-            return f"its output has a download error ({line.strip()[:200]!r})"
-    empty = empty_data_folders(copy, source)
+            problem = f"its output has a download error ({line.strip()[:200]!r})"
+            break
+    empty = empty_data_folders(copy, source) if problem is None else []
     if empty:
         shown = ", ".join(empty[:3]) + (f" and {len(empty) - 3} more" if len(empty) > 3 else "")
-        return (
+        problem = (
             f"left {'an empty data folder' if len(empty) == 1 else 'empty data folders'}: {shown}"
         )
-    return None
+    if problem is None:
+        return None
+    failed = failed_download(lines)
+    return f"its download failed: {failed}" if failed is not None else problem
 
 
 def empty_data_folders(copy: Path, source: Path | None) -> list[str]:
@@ -292,12 +300,13 @@ def earlier_failure(lines: list[str]) -> str:
 
 def failed_download(lines: list[str]) -> str | None:
     """Why a download in prepare.py's output failed, where it says: Kaggle's credentials
-    or rules, or no way to its server."""
+    or rules, or no way to its server. Only for a failure already known: a retry's
+    line names no way to its server too, and the retry may then succeed."""
+    refused = kaggle_failure(lines)
+    if refused is not None:
+        return refused
     for whole in lines:
         line = CONSENT.sub("", whole).strip()  # the consent prompt ends with no newline
-        for pattern, said in KAGGLE_FAILURES:
-            if pattern.search(line):
-                return said
         if NETWORK_FAILURES.search(line):
             return (
                 f"it could not reach its server, and prepare.py needs the network ({line[:160]!r})"
@@ -305,8 +314,20 @@ def failed_download(lines: list[str]) -> str | None:
     return None
 
 
-DOWNLOADERS = {"kaggle", "wget", "curl", "gsutil", "gdown", "aws", "git"}
-"""Commands a prepare.py downloads with: it needs the network, where mlra's runs have none."""
+def kaggle_failure(lines: list[str]) -> str | None:
+    """What Kaggle's refusal in prepare.py's output (no credentials, rules not accepted)
+    asks for, or None: a refused download never succeeds later in the same run."""
+    for whole in lines:
+        line = CONSENT.sub("", whole).strip()
+        for pattern, said in KAGGLE_FAILURES:
+            if pattern.search(line):
+                return said
+    return None
+
+
+DOWNLOADERS = {"kaggle", "wget", "curl", "gsutil", "gdown", "aws"}
+"""Commands a prepare.py downloads with: it needs the network, where mlra's runs have none.
+`git` is not one: `git apply` of a patch downloads nothing."""
 
 
 def prepare_commands(root: Path) -> list[str]:
@@ -338,8 +359,14 @@ def prepare_commands(root: Path) -> list[str]:
 def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
     """What a folder's prepare.py, not run yet, downloads with (its words for `tasks
     show`) and which of those commands this machine lacks (each a blocker: the prepare
-    would fail at once). Empty once prepared, or where it runs none."""
-    if marker(root) is not None or not (root / "scripts" / "prepare.py").is_file():
+    would fail at once). Empty once prepared, where it runs none, and for a task folder
+    of mlra's own: `mlra tasks import` keeps prepare.py among the hidden files of the
+    task it prepared, and a run of that folder never runs it."""
+    if (
+        detect(root) is None
+        or marker(root) is not None
+        or not (root / "scripts" / "prepare.py").is_file()
+    ):
         return [], []
     downloads, missing = [], []
     for word in prepare_commands(root):
