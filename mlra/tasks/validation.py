@@ -8,9 +8,10 @@ artifact's format and the task's rules only. It runs on the run's clock (a
 validation's time is working time, and it never outlives the deadline), and the
 task's rate limit (`max_calls`, `min_interval` between starts, by the run clock)
 is judged from the `validation` events already in the log, so a resumed run keeps
-the count. The test split is never graded here. Its time-out is a command's
-(tools/sandbox/time_out.py): a search's attempt given more time while one grades
-(agent/loop/attempt_time.py) raises it with the attempt's deadline.
+the count. The test split is never graded here. Its time-out is the run's time left;
+a search's attempt's is the search's time left, not the attempt's own: one under way as
+the attempt's limit falls may go on as its closing validation
+(agent/agents/closing_validation.py).
 
 A task that opts in (`grade_best_at_deadline`) keeps the frozen copy of its best
 validation so far in the run folder (`validations/<n>/`): a run that reaches its
@@ -22,10 +23,9 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from mlra import events as ev
 from mlra.durations import format_duration, parse_duration
@@ -98,6 +98,16 @@ def best_kept(past: list[ev.Validation], run_dir: Path) -> ev.Validation | None:
     return best
 
 
+class UnderWay(NamedTuple):
+    """A grading running: its call, the workspace path and the digest of the copy it
+    grades, and the run time it began."""
+
+    call_id: str
+    artifact: str
+    sha256: str
+    started: float
+
+
 class RunValidator:
     """The `Validator` a run hands its `validate` tool: the run's parts it needs, read
     at each call (the clock and the log change; a resumed run replaces the clock)."""
@@ -147,11 +157,15 @@ class RunValidator:
         self.closing_calls: set[str] = set()
         """Calls mlra makes itself to close an attempt (agent/agents/attempt_agent.py): the
         attempt's result is validated whatever its worker used of the rate limit."""
+        self.under_way: UnderWay | None = None
+        """The grading running now: an attempt's, as its time limit falls, may go on as
+        its closing validation (agent/agents/closing_validation.py)."""
 
-    def bind_to(self, ends: float) -> None:
-        """Validations from now on end by `ends` (monotonic): an attempt validated at its
-        own limit, within the run's time left, whose deadline no raise of its limit moves."""
-        self.remaining = lambda: max(0.0, ends - time.monotonic())
+    def bind_to(self, remaining: Callable[[], float]) -> None:
+        """Validations end within `remaining()` (seconds), which no raise of the run's
+        limit moves: a search's attempt's, within the run's time left, not its own
+        (agent/agents/closing_validation.py `attempt_validator`)."""
+        self.remaining = lambda: max(0.0, remaining())
         self.moves = False
 
     def time_out(self) -> TimeOut:
@@ -209,17 +223,21 @@ class RunValidator:
         limit = self.time_out()
         if time_outs is not None:
             time_outs.append(limit)  # the call's: its run raises them with its deadline
-        outcome = await run_evaluation(
-            self.task,
-            frozen.path,
-            folder / "evaluation",
-            isolation=self.isolation,
-            split=split,
-            timeout_s=limit,
-            gpus=self.gpus,
-            run_group=self.run_group(),
-            disk_mb=self.disk_mb,
-        )
+        self.under_way = UnderWay(call_id, path, frozen.sha256, started)
+        try:
+            outcome = await run_evaluation(
+                self.task,
+                frozen.path,
+                folder / "evaluation",
+                isolation=self.isolation,
+                split=split,
+                timeout_s=limit,
+                gpus=self.gpus,
+                run_group=self.run_group(),
+                disk_mb=self.disk_mb,
+            )
+        finally:
+            self.under_way = None
         if self.on_root_outside is not None and "root_outside" in outcome.details:
             self.on_root_outside("the grader's sandbox", str(outcome.details["root_outside"]))
         scored = outcome.ok and not outcome.violations

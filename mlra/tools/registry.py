@@ -92,6 +92,10 @@ class Tool(Generic[A]):
     on the attempts a resumed run resumes): cut short by the run's end, it is run again
     once the run is live, rather than answered "interrupted"; a result the log holds is
     taken as it is."""
+    held_at_limit: ClassVar[bool] = False
+    """A tool whose call a search's attempt, cut by its time limit, leaves running for its
+    run to take up or cut as it ends (`validate`: a grading under way on the artifact as
+    it stands goes on as the closing validation, agent/loop/held_calls.py)."""
 
     async def run(self, args: A, ctx: ToolContext) -> ToolOutcome:
         raise NotImplementedError

@@ -261,6 +261,7 @@ class RunController(Steering):
         except asyncio.CancelledError:
             await self._stop_attempts("the run was cancelled")
             await self._stop_jobs("the run was cancelled")
+            await self.tool_step.held.drop()
             self._finish_abruptly("stopped", "the run was cancelled before it could finish")
             if not self._aborted:
                 await self._close()
@@ -276,6 +277,7 @@ class RunController(Steering):
             self.emit_safely(ev.Notice(level="error", message=traceback.format_exc()))
             await self._stop_attempts("the run failed")
             await self._stop_jobs("the run failed")
+            await self.tool_step.held.drop()
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
         return self._write_result()
@@ -341,6 +343,7 @@ class RunController(Steering):
         await self._stop_jobs(ending.finished_message)
         if self.agent is not None and self.config.attempt is not None and ending.by == "deadline":
             await self.agent.validate_at_limit()  # an attempt at its own limit
+        await self.tool_step.held.drop()  # a validation its limit left that none took up
         ending = nothing_validated(self, ending) or ending
         for notice in unread_notices(self.controls.queued()):
             self.emit(notice)

@@ -1,0 +1,223 @@
+"""A validation under way as its attempt's time limit falls (agent/agents/closing_validation.py,
+agent/loop/held_calls.py): on the artifact as it stands at the limit it goes on as the
+attempt's closing validation, within the run's time left, rather than being killed and
+graded again from the start (minutes of lm-eval for a model); on an artifact changed
+since, it is cut and the artifact as it is now is validated. An LLM search of one
+attempt on the small `answer` task, a scripted worker, real processes and real grading,
+whose grader says it began and waits for the test's word: the limit falls mid-grading
+by events, not by wall-clock luck."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from mlra import events as ev
+from mlra.agent.record.recording import KILLED_BY_RUN_END
+from mlra.agent.run.controller import RunController
+from tests.agent.cut_attempts import cut, events_of
+from tests.agent.test_search import _scripted_search
+from tests.conftest import answer_task_as
+from tests.scripts import call, turn
+
+HELD_GRADER = """
+import runpy, time
+from pathlib import Path
+first = not Path(GRADINGS).exists()
+with open(GRADINGS, "a") as f:
+    f.write("graded\\n")
+while first and not Path(GO).exists():  # the first grading waits for the test's word
+    time.sleep(0.05)
+runpy.run_path(CHECK, run_name="__main__")
+"""
+
+
+def _held_grading_task(answer_task: Path, tmp_path: Path) -> Path:
+    """The answer task whose validation grader counts its gradings in tmp_path/gradings,
+    and whose first one waits for tmp_path/go before it scores as the task's own does."""
+    task_dir = answer_task_as(
+        answer_task,
+        tmp_path,
+        "answer",
+        (
+            'settings = { script = "hidden/check.py", args',
+            'settings = { script = "hidden/held.py", args',
+        ),
+    )
+    (task_dir / "hidden" / "held.py").write_text(
+        f"GRADINGS = {str(tmp_path / 'gradings')!r}\nGO = {str(tmp_path / 'go')!r}\n"
+        f"CHECK = {str(task_dir / 'hidden' / 'check.py')!r}\n" + HELD_GRADER
+    )
+    return task_dir
+
+
+def _script(*worker: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """One attempt (its limit cut by the test) whose worker does `worker`, then waits;
+    the supervisor submits it."""
+    return {
+        "supervisor": [
+            turn("", call("attempt_start", instructions="Write 42", time_limit=120)),
+            turn("", call("attempt_wait", attempt="a1")),
+            turn("", call("submit", attempt="a1")),
+        ],
+        "worker": [*worker, turn("", call("bash", command="sleep 100", timeout=300))],
+    }
+
+
+async def _until(controller: RunController, logged: Any, attempt: str = "a1") -> None:
+    """Returns once the attempt's log holds an event `logged` picks."""
+    async with asyncio.timeout(120):
+        while (child := controller.attempts.child(attempt)) is None or not any(  # noqa: ASYNC110
+            logged(e) for e in events_of(child.run_dir)
+        ):
+            await asyncio.sleep(0.05)
+
+
+async def _until_grading(tmp_path: Path) -> None:
+    """Returns once the grader has begun (it waits for the test's word)."""
+    async with asyncio.timeout(120):
+        while not (tmp_path / "gradings").exists():  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+
+
+def _at_limit(event: ev.Event) -> bool:
+    return isinstance(event, ev.Notice) and event.kind == "validating_at_limit"
+
+
+async def test_a_validation_under_way_at_the_limit_goes_on_as_the_closing_one(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker's validation of answer.txt was grading when its attempt's limit fell,
+    the answer unchanged: it was killed, and the closing validation graded the same
+    bytes again from the start. Now it goes on as the closing validation: one grading,
+    its call's own result, no call killed, and the log says so."""
+    task_dir = _held_grading_task(answer_task, tmp_path)
+    script = _script(
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("validate", path="answer.txt")),
+    )
+
+    async def cut_while_it_grades(controller: RunController) -> None:
+        await _until_grading(tmp_path)
+        cut(controller, "a1")
+        await _until(controller, _at_limit)
+        (tmp_path / "go").touch()
+
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs",
+        task_dir,
+        script,
+        during=cut_while_it_grades,
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
+    )
+    assert (tmp_path / "gradings").read_text().splitlines() == ["graded"]  # graded once
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    assert next(e for e in own if isinstance(e, ev.RunFinished)).reason == "deadline"
+    (asked,) = [e for e in own if isinstance(e, ev.ToolCall) and e.tool == "validate"]
+    (answered,) = [e for e in own if isinstance(e, ev.ToolResult) and e.tool == "validate"]
+    assert answered.call_id == asked.call_id and answered.ok, answered.output
+    assert answered.error != KILLED_BY_RUN_END
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation.call_id == asked.call_id
+    assert validation.ok and validation.score == 0.5
+    (notice,) = [e for e in own if _at_limit(e)]
+    assert notice.message.startswith(
+        "its time limit was reached with answer.txt in its workspace: its validation "
+        f"under way ({asked.call_id}, "
+    ), notice.message
+    assert "goes on as the closing one, within the " in notice.message, notice.message
+    assert asked.seq < notice.seq < validation.seq < answered.seq
+    events = events_of(controller.run_dir)
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_validation_under_way_of_an_artifact_changed_since_is_cut_at_the_limit(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The worker validated 41, and a job of its wrote 42 while that grading ran: at the
+    limit the grading of 41 is cut (its result is no longer the attempt's), and 42, as
+    its workspace holds it, is validated; the notice says why the one under way went."""
+    task_dir = _held_grading_task(answer_task, tmp_path)
+    rewrite = f"until [ -e {tmp_path / 'gradings'} ]; do sleep 0.05; done; echo 42 > answer.txt"
+    script = _script(
+        turn("", call("bash", command="echo 41 > answer.txt")),
+        turn("", call("job_start", command=rewrite)),
+        turn("", call("validate", path="answer.txt")),
+    )
+
+    async def cut_once_it_changed(controller: RunController) -> None:
+        await _until(controller, lambda e: isinstance(e, ev.JobEnded))
+        cut(controller, "a1")
+
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs",
+        task_dir,
+        script,
+        during=cut_once_it_changed,
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
+    )
+    assert len((tmp_path / "gradings").read_text().splitlines()) == 2
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    worker = next(e for e in own if isinstance(e, ev.ToolCall) and e.tool == "validate")
+    cut_one = next(e for e in own if isinstance(e, ev.ToolResult) and e.call_id == worker.call_id)
+    assert not cut_one.ok and cut_one.error == KILLED_BY_RUN_END
+    (notice,) = [e for e in own if _at_limit(e)]
+    assert notice.message.startswith(
+        "its time limit was reached with answer.txt in its workspace: validating it (its "
+        f"validation under way, {worker.call_id}, was of it as it was before it changed: cut)"
+    ), notice.message
+    (closing,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert closing.call_id != worker.call_id and closing.ok and closing.score == 0.5
+    assert cut_one.seq < notice.seq < closing.seq
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_validation_under_way_at_the_limit_keeps_to_the_runs_time_left(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The run has 8 s left as the worker validates, and its grader never ends on its
+    own: the grading that goes on at the attempt's limit is stopped by the run's time
+    left, as a closing validation begun there would be (its time-out less than the
+    evaluator's 1m), and the attempt ends out of time, not after the run's deadline."""
+    task_dir = _held_grading_task(answer_task, tmp_path)
+    script = _script(
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        {**turn("", call("validate", path="answer.txt")), "hold": "validate"},
+    )
+    lowered: list[float] = []
+
+    async def little_left_then_cut(controller: RunController) -> None:
+        await _until(controller, lambda e: isinstance(e, ev.ToolResult) and e.tool == "bash")
+        controller.clock.limit_s = controller.clock.elapsed() + 8.0
+        lowered.append(controller.clock.limit_s)  # the worker's validation may start
+        await _until_grading(tmp_path)
+        cut(controller, "a1")
+
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs",
+        task_dir,
+        script,
+        during=little_left_then_cut,
+        release=("validate", lambda _: bool(lowered)),
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
+    )
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    assert any(_at_limit(e) for e in own)
+    (validation,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation.out_of_time and not validation.ok
+    assert validation.duration_s < 8.0
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert a1.status == "out of time", a1
+    assert a1.why.startswith("its validation was cut by the time left"), a1.why
+    assert result.reason != "submitted"  # nothing validated to submit
