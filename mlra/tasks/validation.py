@@ -24,8 +24,9 @@ import asyncio
 import os
 import stat
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 from mlra import events as ev
 from mlra.durations import format_duration, parse_duration
@@ -98,14 +99,18 @@ def best_kept(past: list[ev.Validation], run_dir: Path) -> ev.Validation | None:
     return best
 
 
-class UnderWay(NamedTuple):
-    """A grading running: its call, the workspace path and the digest of the copy it
-    grades, and the run time it began."""
+@dataclass(frozen=True)
+class UnderWay:
+    """A validation running, from the moment it holds the validator: its call, the
+    workspace path, the run time it began, and `frozen`, the digest of the copy it
+    grades once that copy is made (None: it made none, refused or cut). Under way while
+    it still copies: an attempt's limit falling then waits for the copy, rather than
+    validating again behind it the same bytes (agent/agents/closing_validation.py)."""
 
     call_id: str
     artifact: str
-    sha256: str
     started: float
+    frozen: asyncio.Future[str | None]
 
 
 class RunValidator:
@@ -158,8 +163,9 @@ class RunValidator:
         """Calls mlra makes itself to close an attempt (agent/agents/attempt_agent.py): the
         attempt's result is validated whatever its worker used of the rate limit."""
         self.under_way: UnderWay | None = None
-        """The grading running now: an attempt's, as its time limit falls, may go on as
-        its closing validation (agent/agents/closing_validation.py)."""
+        """The validation running now, its copy made or still being made: an attempt's,
+        as its time limit falls, may go on as its closing validation
+        (agent/agents/closing_validation.py)."""
 
     def bind_to(self, remaining: Callable[[], float]) -> None:
         """Validations end within `remaining()` (seconds), which no raise of the run's
@@ -189,10 +195,22 @@ class RunValidator:
         time_outs: list[TimeOut] | None = None,
     ) -> ev.Validation:
         async with self._one_at_a_time:
-            return await self._validate(path, call_id, workdir, time_outs)
+            loop = asyncio.get_running_loop()
+            way = self.under_way = UnderWay(call_id, path, self.elapsed(), loop.create_future())
+            try:
+                return await self._validate(path, call_id, workdir, time_outs, way)
+            finally:
+                if not way.frozen.done():
+                    way.frozen.set_result(None)
+                self.under_way = None
 
     async def _validate(
-        self, path: str, call_id: str, workdir: str | None, time_outs: list[TimeOut] | None
+        self,
+        path: str,
+        call_id: str,
+        workdir: str | None,
+        time_outs: list[TimeOut] | None,
+        way: UnderWay,
     ) -> ev.Validation:
         settings = self.task.validation
         past = self.past()
@@ -223,21 +241,18 @@ class RunValidator:
         limit = self.time_out()
         if time_outs is not None:
             time_outs.append(limit)  # the call's: its run raises them with its deadline
-        self.under_way = UnderWay(call_id, path, frozen.sha256, started)
-        try:
-            outcome = await run_evaluation(
-                self.task,
-                frozen.path,
-                folder / "evaluation",
-                isolation=self.isolation,
-                split=split,
-                timeout_s=limit,
-                gpus=self.gpus,
-                run_group=self.run_group(),
-                disk_mb=self.disk_mb,
-            )
-        finally:
-            self.under_way = None
+        way.frozen.set_result(frozen.sha256)
+        outcome = await run_evaluation(
+            self.task,
+            frozen.path,
+            folder / "evaluation",
+            isolation=self.isolation,
+            split=split,
+            timeout_s=limit,
+            gpus=self.gpus,
+            run_group=self.run_group(),
+            disk_mb=self.disk_mb,
+        )
         if self.on_root_outside is not None and "root_outside" in outcome.details:
             self.on_root_outside("the grader's sandbox", str(outcome.details["root_outside"]))
         scored = outcome.ok and not outcome.violations

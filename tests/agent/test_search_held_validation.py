@@ -10,9 +10,13 @@ by events, not by wall-clock luck."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+import mlra.tasks.validation as validation
 from mlra import events as ev
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.run.controller import RunController
@@ -33,9 +37,10 @@ runpy.run_path(CHECK, run_name="__main__")
 """
 
 
-def _held_grading_task(answer_task: Path, tmp_path: Path) -> Path:
+def _held_grading_task(answer_task: Path, tmp_path: Path, *edits: tuple[str, str]) -> Path:
     """The answer task whose validation grader counts its gradings in tmp_path/gradings,
-    and whose first one waits for tmp_path/go before it scores as the task's own does."""
+    and whose first one waits for tmp_path/go before it scores as the task's own does;
+    `edits` of its task.toml besides."""
     task_dir = answer_task_as(
         answer_task,
         tmp_path,
@@ -44,6 +49,7 @@ def _held_grading_task(answer_task: Path, tmp_path: Path) -> Path:
             'settings = { script = "hidden/check.py", args',
             'settings = { script = "hidden/held.py", args',
         ),
+        *edits,
     )
     (task_dir / "hidden" / "held.py").write_text(
         f"GRADINGS = {str(tmp_path / 'gradings')!r}\nGO = {str(tmp_path / 'go')!r}\n"
@@ -221,3 +227,72 @@ async def test_a_validation_under_way_at_the_limit_keeps_to_the_runs_time_left(
     assert a1.status == "out of time", a1
     assert a1.why.startswith("its validation was cut by the time left"), a1.why
     assert result.reason != "submitted"  # nothing validated to submit
+
+
+def _copying(event: ev.Event) -> bool:
+    return isinstance(event, ev.Notice) and "was still copying" in event.message
+
+
+async def test_a_validation_still_copying_the_artifact_at_the_limit_is_waited_for(
+    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The limit fell while the worker's validation was still copying answer.txt (a model
+    of gigabytes takes a while): the closing validation began beside it, waited behind
+    it for the validator, then graded the same bytes again. Now the copy is waited for,
+    said so, and the validation goes on as the closing one: one grading. The copy is the
+    real one, held back until the test lets it go."""
+    task_dir = _held_grading_task(answer_task, tmp_path)
+    copying, thaw = threading.Event(), threading.Event()
+    real_freeze = validation.freeze
+
+    def held_freeze(*args: Any, **kwargs: Any) -> Any:
+        if not copying.is_set():  # the worker's: held until the limit has fallen
+            copying.set()
+            thaw.wait(120)
+        return real_freeze(*args, **kwargs)
+
+    monkeypatch.setattr(validation, "freeze", held_freeze)
+    script = _script(
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("validate", path="answer.txt")),
+    )
+
+    async def cut_while_it_copies(controller: RunController) -> None:
+        async with asyncio.timeout(120):
+            while not copying.is_set():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        cut(controller, "a1")
+        await _until(controller, lambda e: _copying(e) or _at_limit(e))
+        thaw.set()
+        await _until(controller, _at_limit)
+        (tmp_path / "go").touch()
+
+    try:
+        controller, result, _ = await _scripted_search(
+            tmp_path / "runs",
+            task_dir,
+            script,
+            during=cut_while_it_copies,
+            search="llm",
+            attempts=1,
+            attempt_min_s=5,
+        )
+    finally:
+        thaw.set()
+    assert (tmp_path / "gradings").read_text().splitlines() == ["graded"]  # graded once
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    (asked,) = [e for e in own if isinstance(e, ev.ToolCall) and e.tool == "validate"]
+    (waited,) = [e for e in own if _copying(e)]
+    assert waited.message == (
+        f"its time limit was reached as its validation under way ({asked.call_id}) was "
+        "still copying answer.txt: waiting for that copy, to tell whether it is the "
+        "artifact as it stands"
+    )
+    (notice,) = [e for e in own if _at_limit(e)]
+    assert f"its validation under way ({asked.call_id}, " in notice.message, notice.message
+    (validation_,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation_.call_id == asked.call_id and validation_.score == 0.5
+    assert asked.seq < waited.seq < notice.seq < validation_.seq
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.score) == ("validated", 0.5)
+    assert result.reason == "submitted" and result.score == 1.0

@@ -25,7 +25,7 @@ from mlra.agent.loop.evaluation import run_validator
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.run.controller import RunController
 from mlra.durations import format_duration
-from mlra.tasks.validation import RunValidator, best_kept
+from mlra.tasks.validation import RunValidator, UnderWay, best_kept
 from mlra.tools.registry import ToolRegistry
 
 STOP_MARGIN_S = 2.0
@@ -72,9 +72,7 @@ async def validate_at_limit(
     if whose is not None:  # only what it began with (a child cut short): not its own
         validator.not_own(artifact, whose)
         return
-    held = validator.under_way
-    if held is not None and not ctl.tool_step.held.holds(held.call_id):
-        held = None
+    held = await _held(ctl, validator)
     scored = _scored(ctl)
     digest = await asyncio.to_thread(validator.digest, artifact) if scored or held else None
     same = [v for v in scored if digest is not None and v.sha256 == digest]
@@ -94,24 +92,53 @@ async def validate_at_limit(
     within = f", within the {format_duration(left)} the run has left"
     ctl.clock.resume()  # its validation is the attempt's time, as one it ends with is
     try:
-        if held is not None and held.artifact == artifact and held.sha256 == digest:
-            ran = format_duration(validator.elapsed() - held.started)
+        if held is not None and held[0].artifact == artifact and held[1] == digest:
+            way = held[0]
+            ran = format_duration(validator.elapsed() - way.started)
             _at_limit(
                 ctl,
-                f"{artifact} in its workspace: its validation under way ({held.call_id}, "
+                f"{artifact} in its workspace: its validation under way ({way.call_id}, "
                 f"{ran} in) goes on as the closing one{within}",
             )
-            await ctl.tool_step.held.finish(held.call_id)
+            await ctl.tool_step.held.finish(way.call_id)
             return
+        # Any call held is cut first: one left running would hold the validator, and
+        # the closing validation would wait behind it.
+        await ctl.tool_step.held.drop()
         cut = ""
-        if held is not None:  # of another artifact: its score would not be this one's
-            await ctl.tool_step.held.drop()
-            was = "it as it was before it changed" if held.artifact == artifact else held.artifact
-            cut = f" (its validation under way, {held.call_id}, was of {was}: cut)"
+        if held is not None and held[1] is not None:  # of another artifact, or changed
+            way = held[0]
+            was = "it as it was before it changed" if way.artifact == artifact else way.artifact
+            cut = f" (its validation under way, {way.call_id}, was of {was}: cut)"
         _at_limit(ctl, f"{artifact} in its workspace: validating it{cut}{within}")
         await closing_validation(ctl, role, registry, validator, path, step=ctl.state.steps + 1)
     finally:
         ctl.clock.pause()
+
+
+async def _held(ctl: RunController, validator: RunValidator) -> tuple[UnderWay, str | None] | None:
+    """The validation under way that the limit held, if any, and the digest of the copy
+    it grades. One still making its copy is waited for (it holds the validator: a
+    closing validation begun now would wait behind it, then grade the same bytes
+    again), within the run's time left: not made by then, or refused, its digest is
+    None."""
+    way = validator.under_way
+    if way is None or not ctl.tool_step.held.holds(way.call_id):
+        return None
+    if not way.frozen.done():  # a model of gigabytes takes a while: said, not silent
+        ctl.append(
+            ev.Notice(
+                level="info",
+                message=f"its time limit was reached as its validation under way "
+                f"({way.call_id}) was still copying {way.artifact}: waiting for that copy, "
+                "to tell whether it is the artifact as it stands",
+            )
+        )
+    try:
+        async with asyncio.timeout(max(0.0, time_to_validate(ctl))):
+            return way, await asyncio.shield(way.frozen)
+    except TimeoutError:
+        return way, None
 
 
 def _at_limit(ctl: RunController, said: str) -> None:
