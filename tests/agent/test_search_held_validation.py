@@ -296,3 +296,46 @@ async def test_a_validation_still_copying_the_artifact_at_the_limit_is_waited_fo
     (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
     assert (a1.status, a1.score) == ("validated", 0.5)
     assert result.reason == "submitted" and result.score == 1.0
+
+
+async def test_a_task_artifact_named_with_dot_slash_is_the_one_under_way(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The task names its artifact `./answer.txt`, and the worker's validation of it (the
+    default) grades as the limit falls: its path, as the call names it, `answer.txt`,
+    was told from the task's and the one under way was cut as of another artifact, the
+    same bytes graded again. Now it goes on as the closing one: one grading."""
+    task_dir = _held_grading_task(
+        answer_task, tmp_path, ('artifact = "answer.txt"', 'artifact = "./answer.txt"')
+    )
+    script = _script(
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("validate")),
+    )
+
+    async def cut_while_it_grades(controller: RunController) -> None:
+        await _until_grading(tmp_path)
+        cut(controller, "a1")
+        await _until(controller, _at_limit)
+        (tmp_path / "go").touch()
+
+    controller, result, _ = await _scripted_search(
+        tmp_path / "runs",
+        task_dir,
+        script,
+        during=cut_while_it_grades,
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
+    )
+    assert (tmp_path / "gradings").read_text().splitlines() == ["graded"]  # graded once
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    (asked,) = [e for e in own if isinstance(e, ev.ToolCall) and e.tool == "validate"]
+    (notice,) = [e for e in own if _at_limit(e)]
+    assert notice.message.startswith(
+        "its time limit was reached with answer.txt in its workspace: its validation "
+        f"under way ({asked.call_id}, "
+    ), notice.message
+    (validation_,) = [e for e in own if isinstance(e, ev.Validation)]
+    assert validation_.call_id == asked.call_id and validation_.score == 0.5
+    assert result.reason == "submitted" and result.score == 1.0

@@ -26,7 +26,9 @@ from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.run.controller import RunController
 from mlra.durations import format_duration
 from mlra.tasks.validation import RunValidator, UnderWay, best_kept
+from mlra.tools.artifact_copy import SubmissionRefused
 from mlra.tools.registry import ToolRegistry
+from mlra.tools.submission import workspace_relative
 
 STOP_MARGIN_S = 2.0
 """Of the run's time left, what stopping its attempts at its deadline takes: a
@@ -65,7 +67,7 @@ async def validate_at_limit(
     """The attempt reached its time limit (its run's `_finish`, its commands stopped):
     validate its artifact, if its workspace holds one, within the run's time left. A
     validation under way on it as it stands goes on as that one."""
-    artifact = path or ctl.task.evaluator.artifact
+    artifact = _relative(ctl, path or ctl.task.evaluator.artifact)
     if not (ctl.workspace / artifact).exists():
         return
     whose = await asyncio.to_thread(validator.unchanged, artifact)
@@ -139,6 +141,17 @@ async def _held(ctl: RunController, validator: RunValidator) -> tuple[UnderWay, 
             return way, await asyncio.shield(way.frozen)
     except TimeoutError:
         return way, None
+
+
+def _relative(ctl: RunController, artifact: str) -> str:
+    """The artifact's path as a `validate` call names what it grades (`./answer.txt`,
+    `model/`: `answer.txt`, `model`), so one under way of it is told from one of another
+    path by the path alone."""
+    try:
+        workdir = ctl.sandbox.workdir if ctl.sandbox is not None else None
+        return workspace_relative(ctl.workspace, artifact, workdir=workdir)
+    except SubmissionRefused:  # outside the workspace: the validation says so
+        return artifact
 
 
 def _at_limit(ctl: RunController, said: str) -> None:
