@@ -339,3 +339,50 @@ async def test_a_task_artifact_named_with_dot_slash_is_the_one_under_way(
     (validation_,) = [e for e in own if isinstance(e, ev.Validation)]
     assert validation_.call_id == asked.call_id and validation_.score == 0.5
     assert result.reason == "submitted" and result.score == 1.0
+
+
+@pytest.mark.parametrize("stop", ["the search", "the attempt"])
+async def test_a_held_validation_a_stop_cuts_says_it_was_stopped(
+    tmp_path: Path, answer_task: Path, stop: str
+) -> None:
+    """The user stops the search, or its attempt, while the validation under way at the
+    attempt's limit goes on as its closing one: the grading is killed, and its result
+    said the run ended "(its time limit was reached)", as if the limit had cut it. It
+    says it was stopped, as any call a stop kills does."""
+    task_dir = _held_grading_task(answer_task, tmp_path)
+    script = _script(
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("validate", path="answer.txt")),
+    )
+
+    async def stop_while_held(controller: RunController) -> None:
+        await _until_grading(tmp_path)
+        cut(controller, "a1")
+        await _until(controller, _at_limit)
+        if stop == "the search":
+            controller.request_stop()
+        else:
+            assert controller.stop_attempt("a1")
+
+    try:
+        controller, _, _ = await _scripted_search(
+            tmp_path / "runs",
+            task_dir,
+            script,
+            during=stop_while_held,
+            search="llm",
+            attempts=1,
+            attempt_min_s=5,
+        )
+    finally:
+        (tmp_path / "go").touch()  # a grader left running by a failure ends
+    own = events_of(controller.run_dir / "attempts" / "a1")
+    (asked,) = [e for e in own if isinstance(e, ev.ToolCall) and e.tool == "validate"]
+    (answered,) = [e for e in own if isinstance(e, ev.ToolResult) and e.tool == "validate"]
+    assert answered.call_id == asked.call_id and answered.error == KILLED_BY_RUN_END
+    assert "the run ended (it was stopped) while this call was running" in answered.output, (
+        answered.output
+    )
+    assert not [e for e in own if isinstance(e, ev.Validation)]
+    (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
+    assert a1.status == "stopped", a1

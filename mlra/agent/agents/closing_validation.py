@@ -22,6 +22,7 @@ import asyncio
 from mlra import events as ev
 from mlra.agent.loop.attempt_finish import AT_LIMIT
 from mlra.agent.loop.evaluation import run_validator
+from mlra.agent.loop.held_calls import LIMIT
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.run.controller import RunController
 from mlra.durations import format_duration
@@ -106,7 +107,7 @@ async def validate_at_limit(
             return
         # Any call held is cut first: one left running would hold the validator, and
         # the closing validation would wait behind it.
-        await ctl.tool_step.held.drop()
+        await ctl.tool_step.held.drop(LIMIT)
         cut = ""
         if held is not None and held[1] is not None:  # of another artifact, or changed
             way = held[0]

@@ -9,8 +9,8 @@ next begin. So a call of a tool that may be held (`Tool.held_at_limit`) runs in 
 its own: where the limit cuts the agent's, it goes on, held here; the run then takes it up
 as its closing validation (`finish`: the artifact is as it was frozen) or cuts it
 (`drop`: changed since, no time left, or the run ended otherwise). Its result is recorded
-as any call's, whichever it is. Cut by anything else (a stop, the run's end), it is killed
-at once, as any call is.
+as any call's, whichever it is, and says what cut it (the limit, a stop). Cut by anything
+else before the limit (a stop, the run's end), it is killed as any call is.
 """
 
 from __future__ import annotations
@@ -22,12 +22,22 @@ from typing import Any
 from mlra.tools.registry import ToolOutcome
 from mlra.tools.sandbox.runner import finish_despite_cancel
 
+LIMIT = "its time limit was reached"
+"""Why the run's end cut a call, as the call's result says it (`[killed after 1.8 s: the
+run ended (its time limit was reached) while this call was running]`): its limit, a stop
+(a user's, the search's, its supervisor's), a failure of mlra's."""
+STOPPED = "it was stopped"
+FAILED = "it failed"
+
 
 class HeldCalls:
     def __init__(self, at_limit: Callable[[], bool]) -> None:
         self._at_limit = at_limit
         """Whether the run's time limit is what ends it now (its clock spent)."""
         self._held: dict[str, asyncio.Task[ToolOutcome]] = {}
+        self._why: dict[str, str] = {}
+        """Why a held call was cut, for its result: its run's clock is spent whatever
+        cut it, so the clock cannot tell a stop from the limit."""
 
     async def run(self, call_id: str, call: Coroutine[Any, Any, ToolOutcome]) -> ToolOutcome:
         """The call's outcome; cut by the time limit, it is held and goes on."""
@@ -44,15 +54,28 @@ class HeldCalls:
     def holds(self, call_id: str) -> bool:
         return call_id in self._held
 
-    async def finish(self, call_id: str) -> ToolOutcome:
-        """The held call, taken up: its outcome once it ends (cancelled meanwhile, by the
-        run's end, it is killed, as a call is)."""
-        return await self._held.pop(call_id)
+    def why_cut(self, call_id: str) -> str | None:
+        """Why the held call was cut (None: it was not held, or not cut)."""
+        return self._why.pop(call_id, None)
 
-    async def drop(self) -> None:
-        """Cut every call held: killed, their results recorded, before this returns."""
+    async def finish(self, call_id: str) -> ToolOutcome:
+        """The held call, taken up: its outcome once it ends. The run's end meanwhile (a
+        stop, the search's, its supervisor's) kills it, as a stop kills a call."""
+        task = self._held.pop(call_id)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            self._why[call_id] = STOPPED
+            await _cut(task)
+            raise
+
+    async def drop(self, why: str) -> None:
+        """Cut every call held: killed, their results recorded saying `why`, before this
+        returns."""
         while self._held:
-            await _cut(self._held.popitem()[1])
+            call_id, task = self._held.popitem()
+            self._why[call_id] = why
+            await _cut(task)
 
 
 async def _cut(task: asyncio.Task[ToolOutcome]) -> None:

@@ -36,7 +36,7 @@ from mlra import events as ev
 from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
 from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision
 from mlra.agent.loop.catchup import INTERRUPTED
-from mlra.agent.loop.held_calls import HeldCalls
+from mlra.agent.loop.held_calls import LIMIT, STOPPED, HeldCalls
 from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.unlogged import UnloggedWatcher
@@ -241,7 +241,7 @@ class ToolStep:
             # command; the log still gets the call's result so no call is left open,
             # with how long it ran and what it had printed (a resumed run's model reads it).
             seconds = took.seconds(None)
-            why = "its time limit was reached" if run.clock.expired() else "it was stopped"
+            why = self.held.why_cut(call.id) or (LIMIT if run.clock.expired() else STOPPED)
             printed = tail.text()
             killed = ToolOutcome(
                 output=(printed + ("\n" if printed and not printed.endswith("\n") else ""))
@@ -266,7 +266,7 @@ class ToolStep:
 
     def _unrun(self, before: str) -> ToolOutcome:
         """The result of a call the run's end came to before it ran."""
-        why = "its time limit was reached" if self.run.clock.expired() else "it was stopped"
+        why = LIMIT if self.run.clock.expired() else STOPPED
         return ToolOutcome(
             output=f"[not run: the run ended ({why}) before {before}]",
             ok=False,
