@@ -190,10 +190,13 @@ async def test_a_validation_under_way_of_an_artifact_changed_since_is_cut_at_the
 async def test_a_validation_under_way_at_the_limit_keeps_to_the_runs_time_left(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    """The run has 8 s left as the worker validates, and its grader never ends on its
-    own: the grading that goes on at the attempt's limit is stopped by the run's time
-    left, as a closing validation begun there would be (its time-out less than the
-    evaluator's 1m), and the attempt ends out of time, not after the run's deadline."""
+    """The run has 10 s left as the worker validates, and its grader never ends on its
+    own: the grading that goes on at the attempt's limit is stopped by the time the run
+    had left as it began (less the margin the run's stop of its attempts takes), as a
+    closing validation begun there would be, not by the evaluator's 1m, and the attempt
+    ends out of time. The run is given more time once the grading has begun: that moves
+    nothing of its time-out, and the run's own deadline, no longer 2 s behind it, cannot
+    end the attempt first on a loaded machine."""
     task_dir = _held_grading_task(answer_task, tmp_path)
     script = _script(
         turn("", call("bash", command="echo 42 > answer.txt")),
@@ -203,9 +206,10 @@ async def test_a_validation_under_way_at_the_limit_keeps_to_the_runs_time_left(
 
     async def little_left_then_cut(controller: RunController) -> None:
         await _until(controller, lambda e: isinstance(e, ev.ToolResult) and e.tool == "bash")
-        controller.clock.limit_s = controller.clock.elapsed() + 8.0
+        controller.clock.limit_s = controller.clock.elapsed() + 10.0
         lowered.append(controller.clock.limit_s)  # the worker's validation may start
-        await _until_grading(tmp_path)
+        await _until_grading(tmp_path)  # its time-out set: the run's time left, less 2 s
+        controller.clock.limit_s += 120.0
         cut(controller, "a1")
 
     controller, result, _ = await _scripted_search(
@@ -222,7 +226,7 @@ async def test_a_validation_under_way_at_the_limit_keeps_to_the_runs_time_left(
     assert any(_at_limit(e) for e in own)
     (validation,) = [e for e in own if isinstance(e, ev.Validation)]
     assert validation.out_of_time and not validation.ok
-    assert validation.duration_s < 8.0
+    assert validation.duration_s < 10.0
     (a1,) = [e for e in events_of(controller.run_dir) if isinstance(e, ev.AttemptFinished)]
     assert a1.status == "out of time", a1
     assert a1.why.startswith("its validation was cut by the time left"), a1.why
