@@ -21,9 +21,11 @@ import asyncio
 
 from mlra import events as ev
 from mlra.agent.loop.attempt_finish import AT_LIMIT
+from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.evaluation import run_validator
 from mlra.agent.loop.held_calls import LIMIT
 from mlra.agent.providers.base import ToolCallRequest
+from mlra.agent.record.eventlog import EVENTS_FILE, read_events
 from mlra.agent.run.controller import RunController
 from mlra.durations import format_duration
 from mlra.tasks.validation import RunValidator, UnderWay, best_kept
@@ -113,6 +115,8 @@ async def validate_at_limit(
             way = held[0]
             was = "it as it was before it changed" if way.artifact == artifact else way.artifact
             cut = f" (its validation under way, {way.call_id}, was of {was}: cut)"
+        elif ctl.state.resumed and (lost := await asyncio.to_thread(_lost, ctl)) is not None:
+            cut = f" again (its validation {lost}, going on as the closing one, was lost as the run stopped)"
         _at_limit(ctl, f"{artifact} in its workspace: validating it{cut}{within}")
         await closing_validation(ctl, role, registry, validator, path, step=ctl.state.steps + 1)
     finally:
@@ -142,6 +146,33 @@ async def _held(ctl: RunController, validator: RunValidator) -> tuple[UnderWay, 
             return way, await asyncio.shield(way.frozen)
     except TimeoutError:
         return way, None
+
+
+def _lost(ctl: RunController) -> str | None:
+    """The call whose validation went on as the attempt's closing one when its run
+    stopped under it (killed, crashed): resumed, it is closed `interrupted`, and the
+    closing validation begins again, where the log said that one went on."""
+    try:
+        logged = read_events(ctl.run_dir / EVENTS_FILE)
+    except Exception:  # a damaged log: nothing to tell of, the validation goes on
+        return None
+    notices = [
+        e.seq for e in logged if isinstance(e, ev.Notice) and e.kind == "validating_at_limit"
+    ]
+    if not notices:
+        return None
+    asked = {e.call_id: e.seq for e in logged if isinstance(e, ev.ToolCall)}
+    return next(
+        (
+            e.call_id
+            for e in reversed(logged)
+            if isinstance(e, ev.ToolResult)
+            and e.tool == "validate"
+            and e.error == INTERRUPTED
+            and asked.get(e.call_id, notices[-1]) < notices[-1] < e.seq
+        ),
+        None,
+    )
 
 
 def _relative(ctl: RunController, artifact: str) -> str:
