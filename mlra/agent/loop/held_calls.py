@@ -7,10 +7,12 @@ agent's task, the closing validation then graded the same bytes again from the s
 (minutes of lm-eval for a model), and a person watching saw one validation cut and the
 next begin. So a call of a tool that may be held (`Tool.held_at_limit`) runs in a task of
 its own: where the limit cuts the agent's, it goes on, held here; the run then takes it up
-as its closing validation (`finish`: the artifact is as it was frozen) or cuts it
-(`drop`: changed since, no time left, or the run ended otherwise). Its result is recorded
-as any call's, whichever it is, and says what cut it (the limit, a stop). Cut by anything
-else before the limit (a stop, the run's end), it is killed as any call is.
+as its closing validation (`finish`: the artifact is as it was copied, a copy still being
+made waited for) or cuts it (`drop`: changed since, no time left, or the run ended
+otherwise). Its result is recorded as any call's, whichever it is, and says what cut it
+(the limit, a stop). Cut by anything else before the limit (a stop, the run's end), it is
+cut as any call is: its grader's process group killed and waited for, its result
+recorded, before the run goes on.
 """
 
 from __future__ import annotations
