@@ -8,9 +8,10 @@ artifact's format and the task's rules only. It runs on the run's clock (a
 validation's time is working time, and it never outlives the deadline), and the
 task's rate limit (`max_calls`, `min_interval` between starts, by the run clock)
 is judged from the `validation` events already in the log, so a resumed run keeps
-the count. The test split is never graded here. Its time-out is a command's
-(tools/sandbox/time_out.py): a search's attempt given more time while one grades
-(agent/loop/attempt_time.py) raises it with the attempt's deadline.
+the count. The test split is never graded here. Its time-out is the run's time left;
+a search's attempt's is the search's time left, not the attempt's own: one under way as
+the attempt's limit falls may go on as its closing validation
+(agent/agents/closing_validation.py).
 
 A task that opts in (`grade_best_at_deadline`) keeps the frozen copy of its best
 validation so far in the run folder (`validations/<n>/`): a run that reaches its
@@ -22,8 +23,8 @@ from __future__ import annotations
 import asyncio
 import os
 import stat
-import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -98,6 +99,20 @@ def best_kept(past: list[ev.Validation], run_dir: Path) -> ev.Validation | None:
     return best
 
 
+@dataclass(frozen=True)
+class UnderWay:
+    """A validation running, from the moment it holds the validator: its call, the
+    workspace path, the run time it began, and `frozen`, the digest of the copy it
+    grades once that copy is made (None: it made none, refused or cut). Under way while
+    it still copies: an attempt's limit falling then waits for the copy, rather than
+    validating again behind it the same bytes (agent/agents/closing_validation.py)."""
+
+    call_id: str
+    artifact: str
+    started: float
+    frozen: asyncio.Future[str | None]
+
+
 class RunValidator:
     """The `Validator` a run hands its `validate` tool: the run's parts it needs, read
     at each call (the clock and the log change; a resumed run replaces the clock)."""
@@ -147,11 +162,16 @@ class RunValidator:
         self.closing_calls: set[str] = set()
         """Calls mlra makes itself to close an attempt (agent/agents/attempt_agent.py): the
         attempt's result is validated whatever its worker used of the rate limit."""
+        self.under_way: UnderWay | None = None
+        """The validation running now, its copy made or still being made: an attempt's,
+        as its time limit falls, may go on as its closing validation
+        (agent/agents/closing_validation.py)."""
 
-    def bind_to(self, ends: float) -> None:
-        """Validations from now on end by `ends` (monotonic): an attempt validated at its
-        own limit, within the run's time left, whose deadline no raise of its limit moves."""
-        self.remaining = lambda: max(0.0, ends - time.monotonic())
+    def bind_to(self, remaining: Callable[[], float]) -> None:
+        """Validations end within `remaining()` (seconds), which no raise of the run's
+        limit moves: a search's attempt's, within the run's time left, not its own
+        (agent/agents/closing_validation.py `attempt_validator`)."""
+        self.remaining = lambda: max(0.0, remaining())
         self.moves = False
 
     def time_out(self) -> TimeOut:
@@ -175,10 +195,22 @@ class RunValidator:
         time_outs: list[TimeOut] | None = None,
     ) -> ev.Validation:
         async with self._one_at_a_time:
-            return await self._validate(path, call_id, workdir, time_outs)
+            loop = asyncio.get_running_loop()
+            way = self.under_way = UnderWay(call_id, path, self.elapsed(), loop.create_future())
+            try:
+                return await self._validate(path, call_id, workdir, time_outs, way)
+            finally:
+                if not way.frozen.done():
+                    way.frozen.set_result(None)
+                self.under_way = None
 
     async def _validate(
-        self, path: str, call_id: str, workdir: str | None, time_outs: list[TimeOut] | None
+        self,
+        path: str,
+        call_id: str,
+        workdir: str | None,
+        time_outs: list[TimeOut] | None,
+        way: UnderWay,
     ) -> ev.Validation:
         settings = self.task.validation
         past = self.past()
@@ -209,6 +241,7 @@ class RunValidator:
         limit = self.time_out()
         if time_outs is not None:
             time_outs.append(limit)  # the call's: its run raises them with its deadline
+        way.frozen.set_result(frozen.sha256)
         outcome = await run_evaluation(
             self.task,
             frozen.path,

@@ -99,6 +99,10 @@ class Tool(Generic[A]):
     result, so an "interrupted" one made the replay diverge there. Not a tool that starts
     what the run keeps track of beyond the call (a job, an attempt): one started before
     the stop is in the log, and a second run would start another beside it."""
+    held_at_limit: ClassVar[bool] = False
+    """A tool whose call a search's attempt, cut by its time limit, leaves running for its
+    run to take up or cut as it ends (`validate`: a grading under way on the artifact as
+    it stands goes on as the closing validation, agent/loop/held_calls.py)."""
 
     async def run(self, args: A, ctx: ToolContext) -> ToolOutcome:
         raise NotImplementedError

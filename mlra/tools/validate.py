@@ -68,6 +68,7 @@ class Validate(Tool[ValidateArgs]):
         "the task's rules only. The final grade is still the test split, on what you submit."
     )
     Args = ValidateArgs
+    held_at_limit = True
 
     def __init__(self, validator: Validator) -> None:
         self.validator = validator

@@ -1,14 +1,15 @@
 """A validation grading in an attempt when a later start raises the attempt's time limit
-(agent/loop/attempt_time.py) runs on to the new limit, as a command does: its time-out
-had been the time its attempt had left when it began, so the evaluator was killed at the
-limit the attempt began with ("evaluation timed out"), and the attempt, with time to
-spare, ended unvalidated. A scripted search on the small `answer` task, two attempts at
-a time, whose validation grader takes its time for a2; real processes, real grading."""
+(agent/loop/attempt_time.py) runs on to the new limit: its time-out had been the time its
+attempt had left when it began, so the evaluator was killed at the limit the attempt
+began with ("evaluation timed out"), and the attempt, with time to spare, ended
+unvalidated. Its time-out is now the run's time left (agent/agents/closing_validation.py
+`attempt_validator`), which no raise moves. A scripted search on the small `answer`
+task, two attempts at a time, whose validation grader takes its time for a2; real
+processes, real grading."""
 
 from __future__ import annotations
 
 import asyncio
-import io
 from pathlib import Path
 
 from mlra import events as ev
@@ -17,8 +18,6 @@ from mlra.agent.providers import resolve_model
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
-from mlra.console.text.event_lines import time_limit_raised_line
-from mlra.console.text.headless import TranscriptDisplay
 from mlra.tasks.spec import load_task
 from tests.conftest import answer_copy
 from tests.fakes.model_server import ScriptedModelServer
@@ -118,16 +117,9 @@ async def test_a_validation_grading_when_its_attempt_is_raised_runs_past_the_old
     assert validation.t > first and validation.duration_s >= SLEEP_S
     assert (finished["a2"].status, finished["a2"].score) == ("validated", 0.5)
 
-    # Its log says its limit was raised, and the grading's time-out with it.
+    # Its log says its limit was raised; the grading's time-out had nothing to move: it
+    # is the run's time left, not a2's (agent/agents/closing_validation.py).
     told = next(e for e in a2 if isinstance(e, ev.TimeLimitRaised))
     assert (told.was_s, told.limit_s) == (first, raised)
-    assert list(told.commands) == [validate.call_id]
     assert validate.t < told.t < validation.t
-    assert told.commands[validate.call_id] > validation.duration_s
-    out = io.StringIO()
-    display = TranscriptDisplay(out, rich=False)
-    for event in a2:
-        display.on_event(event)
-    said = next(line for line in out.getvalue().splitlines() if "time limit raised" in line)
-    assert said.endswith(time_limit_raised_line(told))
-    assert f"time-out of running call {validate.call_id} raised with it, to" in said
+    assert told.commands == {}

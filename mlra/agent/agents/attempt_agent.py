@@ -9,10 +9,13 @@ read from its log by the run it belongs to.
 from __future__ import annotations
 
 from mlra import events as ev
-from mlra.agent.agents.closing_validation import validate_at_limit, validate_on_ending
+from mlra.agent.agents.closing_validation import (
+    attempt_validator,
+    validate_at_limit,
+    validate_on_ending,
+)
 from mlra.agent.agents.worker import Worker
 from mlra.agent.loop.ending import attempt_ending
-from mlra.agent.loop.evaluation import run_validator
 from mlra.agent.run.controller import Agent, EndRun, RunController
 from mlra.tools.registry import ToolRegistry
 from mlra.tools.validate import Validate
@@ -55,8 +58,8 @@ class WorkerAttempt(Agent):
         assert controller.config.attempt is not None
         self.ctl = controller
         self.settings = controller.config.attempt
-        self.worker = Worker(controller)
-        self.validator = run_validator(controller)
+        self.validator = attempt_validator(controller)
+        self.worker = Worker(controller, validator=self.validator)
         self.registry = ToolRegistry([Validate(self.validator)])
 
     async def run(self) -> None:

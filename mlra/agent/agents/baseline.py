@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 
 from mlra import events as ev
-from mlra.agent.agents.closing_validation import validate_at_limit
+from mlra.agent.agents.closing_validation import attempt_validator, validate_at_limit
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.ending import attempt_ending, unsubmitted
 from mlra.agent.loop.evaluation import run_validator
@@ -70,7 +70,8 @@ class BaselineAgent(Agent):
         """Set where this runs one variant of the recipe as a search's attempt: it then
         always validates, and ends there (the search submits)."""
         self.validates = controller.config.baseline_validate or attempt is not None
-        self.validator = run_validator(controller) if self.validates else None
+        validator = run_validator if attempt is None else attempt_validator
+        self.validator = validator(controller) if self.validates else None
         self.registry = ToolRegistry(core_tools(validator=self.validator))
         self.recipe = controller.task.baseline
         self.variables = {**self.recipe.vars, **(attempt.variant if attempt else {})}

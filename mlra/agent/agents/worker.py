@@ -91,8 +91,15 @@ class Worker:
     role: ev.AgentRole = "worker"
 
     def __init__(
-        self, controller: RunController, *, reviewer: Reviewer | None = None, alone: bool = False
+        self,
+        controller: RunController,
+        *,
+        reviewer: Reviewer | None = None,
+        alone: bool = False,
+        validator: Validator | None = None,
     ) -> None:
+        """`validator`: its run's, where the run validates too (a search's attempt: one
+        grading at a time, which its end may take up, agent/agents/closing_validation.py)."""
         self.ctl = controller
         self.reviewer = reviewer
         self.alone = alone
@@ -102,7 +109,7 @@ class Worker:
                 controller.config,
                 jobs=controller.jobs,
                 on_note=controller.emit,
-                validator=run_validator(controller),
+                validator=validator or run_validator(controller),
                 alone=alone,
             )
         )

@@ -4,7 +4,8 @@ In order: the call is recorded; a resumed run takes the recorded result instead
 (agent/loop/catchup.py); a breakpoint holds it for the user to approve, edit or
 reject (the run is held meanwhile, as a pause holds it, unless `--break-runs-jobs`);
 a pause that came while the model was thinking holds it back; the tool runs through
-the registry; the result is
+the registry (a search's attempt's `validate` in a task of its own, which the attempt's
+time limit leaves running for its end to take up: agent/loop/held_calls.py); the result is
 truncated for the model and recorded, even when the run ends under the call;
 and the workspace's changes are snapshotted.
 
@@ -37,6 +38,7 @@ from mlra import events as ev
 from mlra.agent.loop.call_as_run import edited_note, outcome_of, ran_as
 from mlra.agent.loop.call_decisions import await_decision, rejected, replayed_decision, used_up
 from mlra.agent.loop.catchup import INTERRUPTED
+from mlra.agent.loop.held_calls import LIMIT, STOPPED, HeldCalls
 from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.unlogged import UnloggedWatcher
@@ -74,6 +76,8 @@ class ToolStep:
         """Reads training metrics from commands' output as it streams (agent/metrics/)."""
         self._in_flight: dict[str, ToolContext] = {}
         """The calls running now, by id: their commands' time-outs move with the deadline."""
+        self.held = HeldCalls(lambda: self.run.clock.expired())
+        """Those an attempt's time limit left running, for its end to take up or cut."""
 
     def raise_time_outs(self, by_s: float) -> dict[str, float]:
         """The run's deadline moved `by_s` later: each running command the old one bound
@@ -204,6 +208,24 @@ class ToolStep:
         # Past its breakpoint and any pause: from here the call may change things, and a
         # run stopped now resumes it as one that may have run in part.
         run.catchup.tool_started(call.id)
+        ran = self._run(call, agent, registry, arguments, note=note, step=step)
+        if tool is not None and tool.held_at_limit and run.config.attempt is not None:
+            return await self.held.run(call.id, ran)  # agent/loop/held_calls.py
+        return await ran
+
+    async def _run(
+        self,
+        call: ToolCallRequest,
+        agent: ev.AgentRole,
+        registry: ToolRegistry,
+        arguments: dict[str, Any] | None,
+        *,
+        note: str,
+        step: int,
+    ) -> ToolOutcome:
+        """The call run through the registry, its result recorded however it ends."""
+        run = self.run
+        assert run.sandbox is not None
         tail = _Tail(run.config.observation_limit)
         ctx = ToolContext(
             sandbox=run.sandbox,
@@ -226,7 +248,7 @@ class ToolStep:
             # command; the log still gets the call's result so no call is left open,
             # with how long it ran and what it had printed (a resumed run's model reads it).
             seconds = took.seconds(None)
-            why = "its time limit was reached" if run.clock.expired() else "it was stopped"
+            why = self.held.why_cut(call.id) or (LIMIT if run.clock.expired() else STOPPED)
             printed = tail.text()
             killed = ToolOutcome(
                 output=(printed + ("\n" if printed and not printed.endswith("\n") else ""))
@@ -270,7 +292,7 @@ class ToolStep:
 
     def _unrun(self, before: str) -> ToolOutcome:
         """The result of a call the run's end came to before it ran."""
-        why = "its time limit was reached" if self.run.clock.expired() else "it was stopped"
+        why = LIMIT if self.run.clock.expired() else STOPPED
         return ToolOutcome(
             output=f"[not run: the run ended ({why}) before {before}]",
             ok=False,

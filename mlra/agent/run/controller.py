@@ -31,6 +31,7 @@ from mlra.agent.loop.controls import Breakpoint, Controls
 from mlra.agent.loop.drive import Agent, drive, sample_resources, watch_deadline
 from mlra.agent.loop.ending import Ending, EndRun, budget_ending, unread_notices
 from mlra.agent.loop.evaluation import evaluate, nothing_validated
+from mlra.agent.loop.held_calls import FAILED, LIMIT, STOPPED
 from mlra.agent.loop.model_turn import ModelTurn
 from mlra.agent.loop.tool_step import ToolStep
 from mlra.agent.loop.unlogged import UnloggedFeed
@@ -261,6 +262,7 @@ class RunController(Steering):
         except asyncio.CancelledError:
             await self._stop_attempts("the run was cancelled")
             await self._stop_jobs("the run was cancelled")
+            await self.tool_step.held.drop(STOPPED)
             self._finish_abruptly("stopped", "the run was cancelled before it could finish")
             if not self._aborted:
                 await self._close()
@@ -276,6 +278,7 @@ class RunController(Steering):
             self.emit_safely(ev.Notice(level="error", message=traceback.format_exc()))
             await self._stop_attempts("the run failed")
             await self._stop_jobs("the run failed")
+            await self.tool_step.held.drop(FAILED)
             self._finish_abruptly("error", f"internal error: {detail}")
         await self._close()
         return self._write_result()
@@ -341,6 +344,8 @@ class RunController(Steering):
         await self._stop_jobs(ending.finished_message)
         if self.agent is not None and self.config.attempt is not None and ending.by == "deadline":
             await self.agent.validate_at_limit()  # an attempt at its own limit
+        # a validation its limit left that none took up (or a stop that raced the limit)
+        await self.tool_step.held.drop(LIMIT if ending.by == "deadline" else STOPPED)
         ending = nothing_validated(self, ending) or ending
         for notice in unread_notices(self.controls.queued()):
             self.emit(notice)
