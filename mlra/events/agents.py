@@ -327,8 +327,10 @@ class ModelRetry(_Event):
     """Where the run waits for its server: how long it may wait in all for one call (its
     `--server-wait`), so a notification can say how long the run may stay waiting."""
     in_wait: int | None = None
-    """Set on a retry the SDK makes (no `cause`) once the run waits for its server: the
-    `attempt` of the wait the call was asked again after. The displays print the wait's
+    """Set on a retry the SDK makes (no `cause`) once the run waits for its server, where
+    the server is still away (no answer, or 502/503/504): the `attempt` of the wait the
+    call was asked again after. A retry after any other status (429, 500: the server is
+    back) is left unset and printed as any retry. The displays print the wait's
     line, not each of these (one outage read as two counters, `retry 4/4 after 502`
     then `retry 2 after ...` then `retry 1/4` again); the log keeps them."""
 

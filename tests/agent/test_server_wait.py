@@ -320,6 +320,41 @@ async def test_the_sdk_s_retries_within_a_wait_are_said_by_the_wait(
     assert fold([e for e in events if e.seq <= inside.seq]).retry == retries[2]
 
 
+async def test_retries_once_the_server_is_back_are_printed(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """The server comes back within the wait and answers 429: the SDK's retries of that
+    are no longer the wait's (it was over), and are printed; they were hidden, the last
+    line still saying the server was not ready."""
+    down = {"status": 502, "message": "Bad Gateway", "times": 3}
+    busy = {"status": 429, "message": "Too Many Requests", "times": 2}
+    script = {"supervisor": [down, busy, *supervisor_answering()], "worker": WORKER}
+    with ScriptedModelServer(script) as server:
+        controller, provider = _controller(tmp_path, answer_task, server, "openai", 2)
+        await controller.run(agent_for)
+        await provider.aclose()
+    events = _events(controller)
+    retries = [e for e in events if isinstance(e, ev.ModelRetry)]
+    assert [(e.attempt, e.status, e.cause, e.in_wait) for e in retries] == [
+        (1, 502, None, None),
+        (2, 502, None, None),
+        (1, 502, "not_ready", None),
+        (1, 429, None, None),
+        (2, 429, None, None),
+    ]
+    out = io.StringIO()
+    display = TranscriptDisplay(out, rich=False)
+    for event in events:
+        display.on_event(event)
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines() if "retry" in line]
+    assert lines[-2:] == [
+        "supervisor model retry 1/2 after 429",
+        "supervisor model retry 2/2 after 429",
+    ]
+    last = retries[-1]  # the status line says the 429's retry, not the wait over
+    assert fold([e for e in events if e.seq <= last.seq]).retry == last
+
+
 def test_a_hosted_api_s_503_is_not_waited_for() -> None:
     """Only a server at --base-url is waited for: the hosted API's 503 past the SDK's
     retries stays the provider's failure (its status pages are for that)."""

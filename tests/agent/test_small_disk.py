@@ -16,7 +16,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
-from mlra.agent.setup.run_budget import small_disk_notice
+from mlra.agent.setup.run_budget import roomy_volume, small_disk_notice
 from mlra.tools.sandbox import volume
 from mlra.tools.sandbox.default_limits import MIB, disk_reserve_mb, free_mb
 
@@ -77,3 +77,15 @@ def test_the_rule_is_under_a_gib_beyond_the_starter() -> None:
     assert small_disk_notice(budget(900, default=False), 900, 0) is None  # the task's, --disk
     said = small_disk_notice(budget(1500), 700, 10)  # its volume took less: others took space
     assert said is not None and "only 700 MB (half the 3.0 GiB free" in said
+
+
+@pytest.mark.skipif(WHY_NOT is not None, reason=f"no workspace volume: {WHY_NOT}")
+def test_the_starter_is_walked_only_where_a_notice_could_be_due(disk: Path, tmp_path: Path) -> None:
+    """A volume with a GiB or more free needs no walk of its files (statvfs says so);
+    a nearly full one, or a workspace that is no volume, is measured."""
+    assert roomy_volume(disk)
+    assert not roomy_volume(tmp_path)
+    _fill(disk)
+    with open(disk / "more.img", "wb") as f:  # the reserve too: under a GiB left
+        os.posix_fallocate(f.fileno(), 0, (free_mb(disk) - LEFT_MB) * MIB)
+    assert not roomy_volume(disk)

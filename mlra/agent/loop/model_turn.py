@@ -260,7 +260,7 @@ class ModelTurn:
         def on_first_piece(seconds: float) -> None:
             run.emit(ev.ModelAnswering(agent=agent, turn=turn, first_token_s=round(seconds, 3)))
 
-        told = self.provider_events.retry_told(agent, lambda: self.server_wait.tries or None)
+        told = self.provider_events.retry_told(agent, self.server_wait.holding)
 
         def on_retry(attempt: int, status: int | None) -> None:
             # What the answer given up on streamed is logged before the retry, never

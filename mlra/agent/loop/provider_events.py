@@ -112,12 +112,12 @@ class ProviderEvents:
         )
 
     def retry_told(
-        self, agent: ev.AgentRole, in_wait: Callable[[], int | None]
+        self, agent: ev.AgentRole, in_wait: Callable[[int | None], int | None]
     ) -> Callable[[int, int | None], None]:
         """Each retry the provider's SDK makes becomes a `model_retry` event, so the
         console (and its replay) shows that the run waits for the provider; `in_wait`
-        says which of the run's waits for its server the call was asked again after
-        (None: none), for the displays to fold the retry into that wait."""
+        says, from the retry's status, which of the run's waits for its server the
+        retry belongs to (None: none), for the displays to fold it into that wait."""
         run = self.run
 
         def on_retry(attempt: int, status: int | None) -> None:
@@ -129,7 +129,7 @@ class ProviderEvents:
                     attempt=attempt,
                     max_retries=retries,
                     status=status,
-                    in_wait=in_wait(),
+                    in_wait=in_wait(status),
                 )
             )
 

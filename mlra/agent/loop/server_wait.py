@@ -47,6 +47,16 @@ class ServerWait:
         self.waited_s = 0.0
         self.asked = 0
 
+    def holding(self, status: int | None) -> int | None:
+        """The wait (its `attempt`) an SDK retry after `status` belongs to, or None. Only
+        a retry that says the server is still away (no answer, or a not-ready status) is
+        the wait's: `tries` lasts until the call ends, so a server back and answering
+        429 or 500 within the same call would have its retries hidden by the displays
+        while the last line printed still said the server was not ready."""
+        if status is not None and status not in NOT_READY:
+            return None
+        return self.tries or None
+
     async def wait(self, agent: ev.AgentRole, exc: ServerGone) -> bool:
         """Wait before the call is asked again; False when the run's limit is used up."""
         run = self.run

@@ -17,7 +17,12 @@ from mlra import events as ev
 from mlra.agent.loop.root_outside import say_root_outside
 from mlra.agent.loop.run_context import RunContext
 from mlra.agent.loop.tool_step import ToolStep
-from mlra.agent.setup.run_budget import budgeted_spec, held_mb, small_disk_notice
+from mlra.agent.setup.run_budget import (
+    budgeted_spec,
+    held_mb,
+    roomy_volume,
+    small_disk_notice,
+)
 from mlra.agent.setup.run_setup import sandbox_info, started_event, task_environment
 from mlra.agent.setup.sandboxes import create_sandbox
 from mlra.tools.sandbox.base import Sandbox, SandboxError, SandboxSpec
@@ -52,8 +57,6 @@ async def start_run(run: StartingRun, control_problem: str | None) -> None:
     python_env, env_notice = await asyncio.to_thread(task_environment, run.task, run.config)
     spec, budget = budgeted_spec(run, python_env)
     told_disk = not run.catchup.replaying and run.config.attempt is None
-    # The starter's size before the workspace is a volume (its image is not the starter).
-    starter_mb = held_mb([run.workspace]) if told_disk and budget.disk_from_default else 0
     run.sandbox = make(run.workspace, spec)
     try:
         notices = await run.sandbox.start()
@@ -92,8 +95,12 @@ async def start_run(run: StartingRun, control_problem: str | None) -> None:
         quota, own = budget.disk_mb, run.sandbox.limits.disk_mb
         if quota is not None and own is not None and run.config.search == "none":
             quota = min(quota, own)  # its volume took less: others took space meanwhile
-        if (small := small_disk_notice(budget, quota, starter_mb)) is not None:
-            run.append(ev.Notice(level="warning", message=small))
+        # The starter's files are walked only where a notice could be due (its volume
+        # has under a GiB free, or there is no volume), off the event loop.
+        if budget.disk_from_default and quota is not None and not roomy_volume(run.workspace):
+            starter_mb = await asyncio.to_thread(held_mb, [run.workspace], "live")
+            if (small := small_disk_notice(budget, quota, starter_mb)) is not None:
+                run.append(ev.Notice(level="warning", message=small))
     if env_notice is not None:
         run.append(env_notice)
     for notice in notices:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Protocol
+from typing import Literal, Protocol
 
 from mlra import events as ev
 from mlra.agent.record.state import RunState
@@ -171,17 +171,31 @@ def own_share(budget: ev.Budget, config: RunConfig) -> ev.Budget:
     return budget.model_copy(update={"disk_mb": disk, "inodes": disk * INODES_PER_MB})
 
 
-def held_mb(folders: list[Path]) -> int:
+def roomy_volume(workspace: Path) -> bool:
+    """The workspace is its volume, mounted, and has a GiB or more free on it: no small
+    disk notice could be due, without walking its files (statvfs only). A run's start
+    walked the whole starter for the notice's figure on every run."""
+    if not os.path.ismount(workspace):
+        return False
+    try:
+        st = os.statvfs(workspace)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize // MIB >= SMALL_DISK_ROOM_MB
+
+
+def held_mb(folders: list[Path], volumes: Literal["live", "held"] = "held") -> int:
     """What `folders` hold of the disk budget, in MB: their blocks, as the run's disk
     figure counts them (tools/sandbox/disk_use.py: a hard link once; no mount entered
     and an image counted by its blocks, as an ended attempt has no live volume), or
     their inodes at the budget's 16 KiB each where those come to
     more. Counted by blocks alone, an attempt that left its inode budget of empty files
     (a few hundred KB) left the next attempts as many inodes again, beyond the run's
-    `inodes`."""
+    `inodes`. `volumes="live"`: a mounted workspace volume counted by its files (a
+    run's starter, once its volume is up)."""
     total = sum(
         max(use.bytes, use.inodes * (MIB // INODES_PER_MB))
-        for use in disk_use(folders, volumes="held")
+        for use in disk_use(folders, volumes=volumes)
     )
     return -(-total // MIB)
 
