@@ -14,6 +14,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from mlra.batch.executors import AttemptLost, Executor, Job, NotPlaced
@@ -21,6 +22,7 @@ from mlra.batch.report_tables import score_text
 from mlra.batch.run_logs import last_line, log_header
 from mlra.batch.spec import BatchSpec, RunSpec, run_command
 from mlra.batch.state import (
+    ENDED,
     LOGS,
     NODE_LOST,
     RUNS,
@@ -233,13 +235,14 @@ class BatchRunner:
             copied=copied,
         )
 
-    @property
+    @cached_property
     def shared_by(self) -> int:
-        """How many runs share this machine's defaults: `--parallel` at once, on this
-        machine (Ray places runs on nodes of their own)."""
+        """Runs sharing this machine's defaults: `--parallel` at once here (Ray places
+        runs on nodes of their own), of those left to do as the batch starts."""
         if self.spec.executor != "local":
             return 1
-        return max(1, min(self.spec.parallel or len(self.runs), len(self.runs)))
+        left = sum(run_status(self.out, r.run_id).kind not in ENDED for r in self.runs)
+        return max(1, min(self.spec.parallel or left, left))
 
     async def _drive(self, run: RunSpec, slots: asyncio.Semaphore) -> None:
         while True:
@@ -397,12 +400,12 @@ class BatchRunner:
         drivers = []
         for run in self.runs:
             status = self.refresh(run.run_id)
-            if status.kind in ("finished", "unscored"):
+            if status.kind in ENDED:
                 self.progress.skipped += 1
             elif status.kind == "running":
                 self.notes.append(f"{run.run_id} is live in another process; left alone")
             reason = self.executor.cannot_hold(run.resources)
-            if reason and status.kind not in ("finished", "unscored"):
+            if reason and status.kind not in ENDED:
                 status.kind, status.reason, status.detail = "failed", "resources", reason
                 if not (self.out / RUNS / run.run_id).exists():
                     self._card(run, status)

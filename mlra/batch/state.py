@@ -53,6 +53,8 @@ RUNS, RETIRED, LOGS = "runs", "retired", "logs"
 PLACEMENT = "placement.json"
 
 Kind = Literal["pending", "running", "finished", "unscored", "failed", "interrupted"]
+ENDED: tuple[Kind, ...] = ("finished", "unscored")
+"""A run's kinds once it has ended for good: a batch runs it no more."""
 """`unscored`: ended for good without a score (deadline, budget, no submission, a
 submission that scored nothing); not retried. `failed`: retried up to the limit."""
 

@@ -492,3 +492,29 @@ def test_ctrl_c_says_what_the_batch_leaves_and_writes_the_report(
     assert last.startswith("batch: stopped (Ctrl-C): 1 run stopped midway"), stdout
     assert "the same command carries it on" in last and str(out / "report.md") in last
     assert (out / "report.md").is_file()
+
+
+async def test_a_resumed_batch_counts_only_its_runs_left_as_sharing_the_machine(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A batch rerun with one run left to do runs it alone: counted with the runs
+    already finished, it was told it shared the machine (1/K of the disk, its baseline
+    left out of the measured baseline)."""
+    from mlra.batch.executors.local import Capacity, LocalExecutor
+    from mlra.batch.runner import BatchRunner
+    from mlra.batch.spec import BatchSpec
+
+    out = tmp_path / "b"
+    executor = LocalExecutor(Capacity(cpus=8, memory_gb=64, gpus=[]))
+
+    def runner(seeds: int) -> BatchRunner:
+        spec = BatchSpec(
+            tasks=[str(answer_task)], models=["baseline"], seeds=seeds, out=out, isolation="none"
+        )
+        return BatchRunner(spec, expand(spec, run_names(out)), executor, out)
+
+    assert (await runner(1).run()).count("finished") == 1
+    again = runner(2)
+    assert len(again.runs) == 2
+    assert again.shared_by == 1  # the one run left
+    assert runner(3).shared_by == 2

@@ -8,6 +8,8 @@ import os
 import re
 from pathlib import Path
 
+import pytest
+
 from mlra import events as ev
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.setup.config import RunConfig
@@ -77,3 +79,35 @@ def test_a_batch_runs_default_disk_is_a_share_of_what_the_batch_found_free(
     # Where no batch measured it, the run measures it as it starts.
     assert "half the" in alone.sources["disk_mb"]
     assert "when the batch started" not in alone.sources["disk_mb"]
+
+
+def test_a_batch_figure_above_what_is_free_now_is_capped(
+    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A figure far above what is free (a wrong one, or one stale late in a long batch)
+    gave a budget the volume never had: 200 GiB recorded ("half the 976562.5 GiB free
+    ... when the batch started") while the volume was quietly made smaller."""
+    monkeypatch.setenv("MLRA_DISK_CAP_GB", "1000000")  # no cap below the figure's share
+    config = RunConfig(task="answer", model="baseline", machine_shared_by=2, machine_free_mb=10**9)
+    budget = run_budget(load_task(answer_task), config, tmp_path)
+    now = beyond_reserve_mb(tmp_path)
+    assert budget.disk_mb is not None and budget.disk_mb <= max(1, now // 2)
+    assert budget.disk_from_default
+    source = budget.sources["disk_mb"]
+    assert "when the batch started" in source
+    assert re.search(r"capped at half the [0-9.]+ GiB free beyond the reserve now$", source)
+
+
+def test_the_batch_s_disk_figure_is_refused_outside_a_shared_batch(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`--machine-free-disk` is mlra batch's own: not in `mlra run --help`, and refused
+    (one line, exit 2) without `--machine-shared-by` 2 or more."""
+    helped = mlra_cli(["run", "--help"], cwd=tmp_path)
+    assert helped.returncode == 0 and "--machine-free-disk" not in helped.stdout
+    args = ["run", str(answer_task), "--model", "baseline", "--no-tui"]
+    refused = mlra_cli([*args, "--machine-free-disk", "0"], cwd=tmp_path)
+    assert refused.returncode == 2
+    assert refused.stderr.strip().splitlines() == [
+        "mlra: --machine-free-disk is mlra batch's, with --machine-shared-by 2 or more"
+    ], refused.stderr

@@ -30,7 +30,12 @@ from mlra.agent.setup.run_setup import limit_choices, sandbox_spec
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.sandbox.backends import sandbox_backend
 from mlra.tools.sandbox.base import SandboxSpec
-from mlra.tools.sandbox.default_limits import Chosen, default_disk, default_memory
+from mlra.tools.sandbox.default_limits import (
+    Chosen,
+    batch_share_now,
+    default_disk,
+    default_memory,
+)
 from mlra.tools.sandbox.disk_use import disk_use
 from mlra.tools.sandbox.run_group import RunGroup
 
@@ -63,6 +68,9 @@ def run_budget(task: TaskSpec, config: RunConfig, workspace: Path) -> ev.Budget:
             default_disk(workspace, config.machine_free_mb),
             k,
         )
+        if from_default and config.machine_free_mb is not None:
+            now = batch_share_now(Chosen(disk_mb, sources["disk_mb"]), workspace)
+            disk_mb, sources["disk_mb"] = now.mb, now.source
     cpus: float | None = config.cpus
     if cpus is not None:
         sources["cpus"] = "--cpus"

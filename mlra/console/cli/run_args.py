@@ -161,9 +161,10 @@ def add_run_args(run: argparse.ArgumentParser) -> None:
         "--machine-free-disk",
         type=nonnegative_int,
         metavar="MB",
-        help="the space free beyond the reserve on the runs disk, as mlra batch measured it "
-        "when it started (it sets this): the default disk is half of it, not of what is "
-        "free when this run starts, so its runs at once get equal shares",
+        # mlra batch's own (with --machine-shared-by K): the space free beyond the
+        # reserve on the runs disk as it measured it when it started; the default disk
+        # shares of its runs at once are 1/K of half of it, so they are equal.
+        help=argparse.SUPPRESS,
     )
     run.add_argument(
         "--observation-limit",

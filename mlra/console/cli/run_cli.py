@@ -41,6 +41,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from mlra.agent.setup.config import RunConfig
 
     check_run_id(args.run_id)
+    if args.machine_free_disk is not None and args.machine_shared_by < 2:
+        raise UsageError("--machine-free-disk is mlra batch's, with --machine-shared-by 2 or more")
     task = load_task_named(args.task)
     named = args.model or os.environ.get("MLRA_MODEL", "")  # the default is never the baseline
     if args.baseline_validate and named.strip() != "baseline":  # before a server is reached

@@ -187,6 +187,22 @@ def default_disk(path: Path, batch_free_mb: int | None = None) -> Chosen:
     )
 
 
+def batch_share_now(chosen: Chosen, path: Path) -> Chosen:
+    """A batch run's default disk share, at most half what is free beyond the reserve now
+    (what a run alone would take). The batch's figure (`--machine-free-disk`) is from
+    when it started: late in a long batch it is stale, and a wrong one (10**9) recorded
+    a 200 GiB budget the volume, made smaller as it was made, never had. An honest
+    figure is not cut: a sibling's share is at most half of it, so half what it left is
+    still at least one share."""
+    now = beyond_reserve_mb(path)
+    if chosen.mb is None or chosen.mb <= now // DISK_FREE_FRACTION:
+        return chosen
+    return Chosen(
+        max(1, now // DISK_FREE_FRACTION),
+        f"{chosen.source}, capped at half the {_gib(now)} free beyond the reserve now",
+    )
+
+
 def task_disk(task_mb: int, path: Path) -> Chosen:
     """A task's `disk_gb`, capped at 90% of the space free and never the disk's reserve."""
     free = free_mb(path)
