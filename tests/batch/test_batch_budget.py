@@ -64,16 +64,19 @@ def test_a_batch_runs_default_disk_is_a_share_of_what_the_batch_found_free(
     tmp_path: Path, answer_task: Path
 ) -> None:
     """The figure a batch passes (`--machine-free-disk`) is the run's default, whatever
-    is free as the run starts: here 4 GiB more than now, as before a sibling's volume."""
+    is free as the run starts: here half as much again as now, as before a sibling's
+    volume (a figure whose run's share is still under half what is free now, so no cap
+    applies, whatever this machine's disk holds)."""
     now = beyond_reserve_mb(tmp_path)
     config = RunConfig(task="answer", model="baseline", machine_shared_by=2)
     alone = run_budget(load_task(answer_task), config, tmp_path)
-    batch = config.model_copy(update={"machine_free_mb": now + 4096})
+    figure = now + now // 2
+    batch = config.model_copy(update={"machine_free_mb": figure})
     shared = run_budget(load_task(answer_task), batch, tmp_path)
-    assert shared.disk_mb == max(1, min((now + 4096) // 2, disk_cap_mb()) // 2)
+    assert shared.disk_mb == max(1, min(figure // 2, disk_cap_mb()) // 2)
     assert shared.disk_from_default  # a volume that no longer fits is made smaller
     assert shared.sources["disk_mb"].startswith(
-        f"1/2 of the default: half the {(now + 4096) / 1024:.1f} GiB free on the workspace's disk"
+        f"1/2 of the default: half the {figure / 1024:.1f} GiB free on the workspace's disk"
     )
     assert "when the batch started" in shared.sources["disk_mb"]
     # Where no batch measured it, the run measures it as it starts.
