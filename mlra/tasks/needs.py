@@ -86,19 +86,27 @@ class Needs:
     ) -> list[str]:
         out = []
         if imports[1] and not self.environment_pending:
-            out.append(f"{imports[0]} {_listed(imports[1])}, not installed")
+            out.append(f"{imports[0]} {listed(imports[1])}, not installed")
         if downloads[1]:
-            out.append(f"{downloads[0]} {_listed(downloads[1])} with no network and no local copy")
+            out.append(f"{downloads[0]} {listed(downloads[1])} with no network and no local copy")
         return out
 
 
-def _listed(found: list[Found]) -> str:
+def listed(found: list[Found]) -> str:
+    """Each module (or download) once, with the first file that names it and how many
+    more do: MLAgentBench's CLRS imports jax in 15 files, and a line naming each pair
+    ran to 2,000 characters ("jax (env/a.py), jax (env/b.py), ...")."""
     by_what: dict[str, list[str]] = {}
     for item in found:
         by_what.setdefault(item.what, []).append(item.where)
-    return ", ".join(
-        f"{what} ({', '.join(dict.fromkeys(where))})" for what, where in by_what.items()
-    )
+    return ", ".join(f"{what} ({_files(where)})" for what, where in by_what.items())
+
+
+def _files(where: list[str]) -> str:
+    files = list(dict.fromkeys(where))
+    if len(files) <= 2:
+        return ", ".join(files)
+    return f"{files[0]} and {len(files) - 1} more files"
 
 
 def interpreter(task: TaskSpec) -> str:

@@ -300,6 +300,20 @@ def test_the_starters_missing_modules_are_reported(
     assert json.loads((run_dir / "result.json").read_text())["ungraded"] is None
 
 
+def test_a_module_the_starter_imports_in_many_files_is_named_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """MLAgentBench's CLRS imports jax in 15 files: `tasks show` named each pair,
+    "jax (env/a.py), jax (env/b.py), ...", a 2,000-character line."""
+    files = {f"env/part{i}.py": f"import {MISSING}\nimport {MISSING}_two\n" for i in range(5)}
+    files["env/train.py"] = "import part0\nopen('submission.csv', 'w').write('0.5\\n')\n"
+    source = mab_folder(tmp_path, files=files)
+    assert mlra_main(["tasks", "show", str(source)]) == 0
+    (line,) = [x for x in capsys.readouterr().out.splitlines() if x.startswith("starter:")]
+    assert line.count(f"{MISSING} (") == 1 and line.count(f"{MISSING}_two (") == 1
+    assert f"{MISSING} (env/part0.py and 4 more files)" in line
+
+
 def test_an_evaluator_downloading_a_dataset_offline_is_refused(
     tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 from mlra.console.text.args import EXIT_OK, UsageError
 from mlra.tasks.foreign.loader import is_foreign, marker
 from mlra.tasks.foreign.prepare import prepared, recheck
+from mlra.tasks.needs import listed
 from mlra.tasks.readiness import grading_problems, task_needs
 from mlra.tasks.spec import TaskError, find_task, load_task
 from mlra.terminal_text import printable
@@ -71,7 +72,7 @@ def needs_lines(task: Any) -> list[str]:
             ("evaluator", found.evaluator_missing),
             ("starter", found.starter_missing),
         ):
-            shown = ", ".join(dict.fromkeys(f"{m.what} ({m.where})" for m in missing))
+            shown = listed(missing)
             lines.append(
                 f"{who + ':':<12}"
                 + (
