@@ -91,6 +91,36 @@ def _at_limit(event: ev.Event) -> bool:
     return isinstance(event, ev.Notice) and event.kind == "validating_at_limit"
 
 
+async def _one_attempt(
+    tmp_path: Path, task_dir: Path, script: dict[str, Any], during: Any, **more: Any
+) -> tuple[RunController, Any, Any]:
+    """The LLM search of one attempt on `task_dir`, its workers scripted, `during` run
+    beside it (the test's cut or stop)."""
+    return await _scripted_search(
+        tmp_path / "runs",
+        task_dir,
+        script,
+        during=during,
+        search="llm",
+        attempts=1,
+        attempt_min_s=5,
+        **more,
+    )
+
+
+def _cut_while_it_grades(tmp_path: Path) -> Any:
+    """Cuts the attempt's limit once its grader has begun, and lets the grading end once
+    the attempt, at its limit, has said what becomes of it."""
+
+    async def cut_while_it_grades(controller: RunController) -> None:
+        await _until_grading(tmp_path)
+        cut(controller, "a1")
+        await _until(controller, _at_limit)
+        (tmp_path / "go").touch()
+
+    return cut_while_it_grades
+
+
 async def test_a_validation_under_way_at_the_limit_goes_on_as_the_closing_one(
     tmp_path: Path, answer_task: Path
 ) -> None:
@@ -104,20 +134,8 @@ async def test_a_validation_under_way_at_the_limit_goes_on_as_the_closing_one(
         turn("", call("validate", path="answer.txt")),
     )
 
-    async def cut_while_it_grades(controller: RunController) -> None:
-        await _until_grading(tmp_path)
-        cut(controller, "a1")
-        await _until(controller, _at_limit)
-        (tmp_path / "go").touch()
-
-    controller, result, _ = await _scripted_search(
-        tmp_path / "runs",
-        task_dir,
-        script,
-        during=cut_while_it_grades,
-        search="llm",
-        attempts=1,
-        attempt_min_s=5,
+    controller, result, _ = await _one_attempt(
+        tmp_path, task_dir, script, _cut_while_it_grades(tmp_path)
     )
     assert (tmp_path / "gradings").read_text().splitlines() == ["graded"]  # graded once
     own = events_of(controller.run_dir / "attempts" / "a1")
@@ -160,15 +178,7 @@ async def test_a_validation_under_way_of_an_artifact_changed_since_is_cut_at_the
         await _until(controller, lambda e: isinstance(e, ev.JobEnded))
         cut(controller, "a1")
 
-    controller, result, _ = await _scripted_search(
-        tmp_path / "runs",
-        task_dir,
-        script,
-        during=cut_once_it_changed,
-        search="llm",
-        attempts=1,
-        attempt_min_s=5,
-    )
+    controller, result, _ = await _one_attempt(tmp_path, task_dir, script, cut_once_it_changed)
     assert len((tmp_path / "gradings").read_text().splitlines()) == 2
     own = events_of(controller.run_dir / "attempts" / "a1")
     worker = next(e for e in own if isinstance(e, ev.ToolCall) and e.tool == "validate")
@@ -212,15 +222,12 @@ async def test_a_validation_under_way_at_the_limit_keeps_to_the_runs_time_left(
         controller.clock.limit_s += 120.0
         cut(controller, "a1")
 
-    controller, result, _ = await _scripted_search(
-        tmp_path / "runs",
+    controller, result, _ = await _one_attempt(
+        tmp_path,
         task_dir,
         script,
-        during=little_left_then_cut,
+        little_left_then_cut,
         release=("validate", lambda _: bool(lowered)),
-        search="llm",
-        attempts=1,
-        attempt_min_s=5,
     )
     own = events_of(controller.run_dir / "attempts" / "a1")
     assert any(_at_limit(e) for e in own)
@@ -272,15 +279,7 @@ async def test_a_validation_still_copying_the_artifact_at_the_limit_is_waited_fo
         (tmp_path / "go").touch()
 
     try:
-        controller, result, _ = await _scripted_search(
-            tmp_path / "runs",
-            task_dir,
-            script,
-            during=cut_while_it_copies,
-            search="llm",
-            attempts=1,
-            attempt_min_s=5,
-        )
+        controller, result, _ = await _one_attempt(tmp_path, task_dir, script, cut_while_it_copies)
     finally:
         thaw.set()
     assert (tmp_path / "gradings").read_text().splitlines() == ["graded"]  # graded once
@@ -317,20 +316,8 @@ async def test_a_task_artifact_named_with_dot_slash_is_the_one_under_way(
         turn("", call("validate")),
     )
 
-    async def cut_while_it_grades(controller: RunController) -> None:
-        await _until_grading(tmp_path)
-        cut(controller, "a1")
-        await _until(controller, _at_limit)
-        (tmp_path / "go").touch()
-
-    controller, result, _ = await _scripted_search(
-        tmp_path / "runs",
-        task_dir,
-        script,
-        during=cut_while_it_grades,
-        search="llm",
-        attempts=1,
-        attempt_min_s=5,
+    controller, result, _ = await _one_attempt(
+        tmp_path, task_dir, script, _cut_while_it_grades(tmp_path)
     )
     assert (tmp_path / "gradings").read_text().splitlines() == ["graded"]  # graded once
     own = events_of(controller.run_dir / "attempts" / "a1")
@@ -369,15 +356,7 @@ async def test_a_held_validation_a_stop_cuts_says_it_was_stopped(
             assert controller.stop_attempt("a1")
 
     try:
-        controller, _, _ = await _scripted_search(
-            tmp_path / "runs",
-            task_dir,
-            script,
-            during=stop_while_held,
-            search="llm",
-            attempts=1,
-            attempt_min_s=5,
-        )
+        controller, _, _ = await _one_attempt(tmp_path, task_dir, script, stop_while_held)
     finally:
         (tmp_path / "go").touch()  # a grader left running by a failure ends
     own = events_of(controller.run_dir / "attempts" / "a1")

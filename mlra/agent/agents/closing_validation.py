@@ -80,8 +80,9 @@ async def validate_at_limit(
     held = await _held(ctl, validator)
     scored = _scored(ctl)
     digest = await asyncio.to_thread(validator.digest, artifact) if scored or held else None
-    same = [v for v in scored if digest is not None and v.sha256 == digest]
-    if _validated_unchanged(ctl, same, f"its time limit was reached with the {artifact}"):
+    if _validated_unchanged(
+        ctl, _of(scored, digest), f"its time limit was reached with the {artifact}"
+    ):
         return
     left = time_to_validate(ctl)
     if left < 1.0:
@@ -217,8 +218,7 @@ async def validate_on_ending(
     artifact = ctl.task.evaluator.artifact
     if (ctl.workspace / artifact).exists() and (scored := _scored(ctl)):
         digest = await asyncio.to_thread(validator.digest, artifact)
-        same = [v for v in scored if digest is not None and v.sha256 == digest]
-        if _validated_unchanged(ctl, same, f"it ended with the {artifact}"):
+        if _validated_unchanged(ctl, _of(scored, digest), f"it ended with the {artifact}"):
             return
     step = await ctl.begin_step(role, counts=True)
     await closing_validation(ctl, role, registry, validator, None, step=step)
@@ -242,6 +242,11 @@ def _validated_unchanged(ctl: RunController, same: list[ev.Validation], ended: s
         )
     )
     return True
+
+
+def _of(scored: list[ev.Validation], digest: str | None) -> list[ev.Validation]:
+    """Those of `scored` of the artifact whose digest is `digest` (None: not hashed)."""
+    return [v for v in scored if digest is not None and v.sha256 == digest]
 
 
 def _scored(ctl: RunController) -> list[ev.Validation]:

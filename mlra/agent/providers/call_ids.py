@@ -14,6 +14,7 @@ from __future__ import annotations
 import uuid
 
 
-def new_call_id() -> str:
-    """Random: no two runs need to share their ids, and a replay keeps the recording's."""
-    return f"call_{uuid.uuid4().hex[:12]}"
+def new_call_id(prefix: str = "call") -> str:
+    """Random: no two runs need to share their ids, and a replay keeps the recording's.
+    `prefix` says where the call came from (`call_text`: written in the answer's text)."""
+    return f"{prefix}_{uuid.uuid4().hex[:12]}"

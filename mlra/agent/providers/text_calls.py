@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import json
 import re
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from mlra.agent.providers.base import ModelResponse, ModelSettings, TextForm, ToolCallRequest
+from mlra.agent.providers.call_ids import new_call_id
 from mlra.tools.registry import ToolSpec, no_such_tool, parse_arguments
 
 _TAG = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)
@@ -305,7 +305,7 @@ def _request(name: str, arguments: Any, form: TextForm) -> ToolCallRequest:
         raw = json.dumps(arguments, ensure_ascii=False)
         parsed, problem = parse_arguments(raw)
     return ToolCallRequest(
-        id=f"call_text_{uuid.uuid4().hex[:12]}",
+        id=new_call_id("call_text"),
         name=name,
         arguments=parsed,
         raw_arguments=raw,

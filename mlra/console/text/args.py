@@ -59,22 +59,20 @@ class Parser(argparse.ArgumentParser):
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must be positive")
-    return value
+    return _whole(text, 1, "must be positive")
 
 
 def nonnegative_int(text: str) -> int:
+    return _whole(text, 0, "must not be negative")
+
+
+def _whole(text: str, least: int, below: str) -> int:
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r} must not be negative")
+    if value < least:
+        raise argparse.ArgumentTypeError(f"{text!r} {below}")
     return value
 
 
