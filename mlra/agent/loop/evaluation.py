@@ -189,15 +189,18 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
     run.emit(finished)
     if run.config.model == "baseline":
         # A foreign task's baseline, where its benchmark publishes none, is this score,
-        # if this run measured anything: a recipe that failed or a grading that failed
-        # records nothing, and says why.
+        # if this run measured the starter as its recipe runs it: a recipe that failed,
+        # one the user changed or ended early, or a grading that failed records nothing,
+        # and says why.
         from mlra.tasks.foreign.baselines import record_measured_baseline
 
         note = record_measured_baseline(
             run.task,
             finished.score if finished.ok else None,
             run_id=run.run_id,
-            problem=_recipe_problem(run) or _grading_problem(finished),
+            problem=(
+                _recipe_problem(run) or _not_the_recipe(run, ending) or _grading_problem(finished)
+            ),
             shared_by=run.config.machine_shared_by,
         )
         if note is not None:
@@ -211,6 +214,29 @@ def _recipe_problem(run: RunContext) -> str | None:
     if not failed:
         return None
     return f"the recipe failed at '{failed[0].title}', so the starter was not measured"
+
+
+def _not_the_recipe(run: RunContext, ending: Ending) -> str | None:
+    """Why this run did not measure the unchanged starter as its recipe runs it, if it
+    did not: a baseline is what every later run's success is judged against, so a step
+    the user edited or rejected at a breakpoint, a fork (its first steps ran in another
+    run, and `--edit-action` changes one), or a recipe that never reached its submit
+    step (the user stopped it, the time limit ended it) measures something else."""
+    s = run.state
+    if s.edited_calls or s.rejected_calls:
+        what = "edited" if s.edited_calls else "rejected"
+        return f"the user {what} a recipe step, so the starter was not measured as it is"
+    if s.forked_from is not None:
+        return (
+            f"this run is a fork of {s.forked_from}: its steps up to there ran in that "
+            "run, so this one did not measure the starter"
+        )
+    if ending.reason != "submitted":
+        return (
+            f"the run ended before its recipe did ({ending.finished_message}), "
+            "so the starter was not measured"
+        )
+    return None
 
 
 def _grading_problem(finished: ev.EvaluationFinished) -> str | None:

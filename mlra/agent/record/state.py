@@ -127,6 +127,9 @@ class RunState:
     edited_calls: dict[str, dict[str, Any]] = field(default_factory=dict)
     """The arguments the user gave calls at a breakpoint, by call id: a resumed run shows
     its model the call as it ran (agent/loop/tool_step.py)."""
+    rejected_calls: set[str] = field(default_factory=set)
+    """The calls the user rejected at a breakpoint: a baseline run with one measured a
+    recipe the user changed, not the starter (agent/loop/evaluation.py)."""
     validations: list[ev.Validation] = field(default_factory=list)
     """Every `validate` call's grading, in order: its rate limit counts them."""
     experiments: ExperimentTable = field(default_factory=ExperimentTable)
@@ -421,6 +424,8 @@ class RunState:
                 self.pending_approval = None
             if event.action == "edit" and event.call_id and event.arguments is not None:
                 self.edited_calls[event.call_id] = event.arguments
+            elif event.action == "reject" and event.call_id:
+                self.rejected_calls.add(event.call_id)
 
 
 def fold(events: list[ev.Event]) -> RunState:

@@ -6,8 +6,9 @@ every later load of the folder reads (tasks/foreign/loader.py).
 A baseline is a measurement that succeeded. A recipe whose step failed, a grading
 that failed or returned the evaluator's failure value (vectorization's starter fails
 on numpy 2 and its eval.py then returns 1e10), a score that is not finite or not in
-the metric's range: each records nothing and says why, since a false baseline makes
-every later run a "success". Each baseline run that did succeed is one measurement,
+the metric's range, a recipe the user changed or stopped (agent/loop/evaluation.py):
+each records nothing and says why, since a false baseline makes every later run a
+"success". Each baseline run that did succeed is one measurement,
 and the baseline is the mean of those that ran alone (tasks/foreign/measurements.py):
 runs of a batch beside others on the machine are kept, listed and not counted."""
 
