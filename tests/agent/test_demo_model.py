@@ -98,6 +98,37 @@ def test_every_spelling_of_the_demo_is_refused_a_search_it_would_steer(
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("task", ["babylm", "folder"])
+def test_a_task_the_demo_has_no_recipe_for_is_refused_in_one_line(
+    tmp_path: Path, task: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The demo knows a built-in task by its prompt's title and follows its recipe: on an
+    MLAgentBench folder it read the files, asked for a `submission` nothing wrote and
+    ended with nothing submitted after four turns, as if mlra had failed on the task."""
+    if task == "folder":
+        folder = tmp_path / "benchmarks" / "four"
+        for rel, text in {
+            "env/train.py": "print(4)\n",
+            "scripts/research_problem.txt": "Make the number smaller.",
+            "scripts/eval.py": "def get_score(submission_folder='../env'):\n    return 4.0\n",
+        }.items():
+            (folder / rel).parent.mkdir(parents=True, exist_ok=True)
+            (folder / rel).write_text(text)
+        task = str(folder)
+    runs = tmp_path / "runs"
+    assert main(["run", task, "--model", "demo", "--no-tui", "--runs-dir", str(runs)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "--model demo follows a built-in task's reference recipe" in line, line
+    assert "(it knows classify-finetune, compress-budget, merge-models, tiny-lm)" in line, line
+    assert "run its recipe with --model baseline, or give a real model" in line, line
+    assert not runs.exists()
+    batch = ["batch", "--tasks", f"tiny-lm,{task}", "--models", "demo", "--out", str(runs)]
+    assert main(batch) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("mlra: batch: ") and "is not one it knows" in line, line
+    assert not runs.exists()
+
+
 @pytest.mark.slow
 def test_a_headless_demo_run_of_tiny_lm_is_graded(
     readme_demo_run: ReadmeRun, tmp_path: Path

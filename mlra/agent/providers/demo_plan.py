@@ -119,6 +119,27 @@ def with_changes(command: str, asked: dict[str, str]) -> str:
     return command
 
 
+def task_refusal(spec: str, task: TaskSpec) -> str | None:
+    """Why the model `spec` (the demo's) cannot run `task`, if it cannot: the demo knows a
+    task by its prompt's title among the built-in tasks, as a model reads the prompt, and
+    follows that task's reference recipe. On any other task it looked at the files, asked
+    for a `submission` nothing writes and stopped with nothing submitted (an MLAgentBench
+    folder: "no_tool_calls" after 4 turns), which read as mlra failing on the task."""
+    from mlra.agent.providers.table import DEMO, spec_entry
+    from mlra.tasks.spec import builtin_task_dirs, load_task
+
+    if spec_entry(spec) != f"{DEMO}:":
+        return None
+    if task.baseline.steps and task.root.resolve() in {d.resolve() for d in builtin_task_dirs()}:
+        return None
+    known = ", ".join(t.name for d in builtin_task_dirs() if (t := load_task(d)).baseline.steps)
+    return (
+        f"--model demo follows a built-in task's reference recipe, and {task.name} is not "
+        f"one it knows (it knows {known}): run its recipe with --model baseline, or give "
+        "a real model"
+    )
+
+
 def task_named_in(messages: list[Message]) -> TaskSpec | None:
     """The built-in task whose prompt (`# TITLE` first) the history holds."""
     from mlra.tasks.spec import builtin_task_dirs, load_task

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from mlra.agent.providers.demo_plan import task_refusal
 from mlra.console.cli.agent_args import search_settings
 from mlra.console.text.args import UsageError, duration, positive_int
 from mlra.durations import parse_duration
@@ -83,7 +84,8 @@ def check_agents(spec: Any, tasks: list[Any]) -> None:
 
 def check_searches(spec: Any, tasks: list[Any]) -> None:
     """A search setting no run could start with (`attempts` without `search`, `search llm`
-    or a task with no recipe variants for `baseline`), as `mlra run` would refuse it."""
+    or a task with no recipe variants for `baseline`), or `demo` on a task it has no
+    recipe for, as `mlra run` would refuse it."""
     for t in tasks:
         s = t.settings
         least = s.attempt_min_time
@@ -98,6 +100,8 @@ def check_searches(spec: Any, tasks: list[Any]) -> None:
         except TaskError:
             continue  # load_tasks said it already
         for model in dict.fromkeys(m.strip() for m in spec.models):
+            if (problem := task_refusal(model, task)) is not None:
+                raise UsageError(f"batch: {t.label} · {model}: {problem}")
             try:
                 search_settings(asked, task, model)
             except UsageError as exc:

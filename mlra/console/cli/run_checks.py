@@ -62,6 +62,16 @@ def resolved_model(args: argparse.Namespace) -> tuple[str, Any]:
     return spec, provider
 
 
+def check_demo(model: str, task: Any) -> None:
+    """`--model demo` on a task it has no recipe for, refused before the run starts
+    (agent/providers/demo_plan.py `task_refusal`)."""
+    from mlra.agent.providers.demo_plan import task_refusal
+
+    problem = task_refusal(model, task)
+    if problem is not None:
+        raise UsageError(problem)
+
+
 def check_window(config: Any, task: Any, provider: Any, output_set: int | None) -> None:
     """A window too small for the agents' own first requests, refused before the run
     starts (agent/agents/window_floor.py); a replay sends nothing, so any window does."""

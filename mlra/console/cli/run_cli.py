@@ -18,6 +18,7 @@ from mlra.console.cli.fetch_args import TOOL_CHOICES, fetch_settings
 from mlra.console.cli.run_args import add_run_args
 from mlra.console.cli.run_checks import (
     check_breaks,
+    check_demo,
     check_window,
     checked_backend,
     host_gpu_notices,
@@ -48,6 +49,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.baseline_validate and named.strip() != "baseline":  # before a server is reached
         raise UsageError("--baseline-validate is for the baseline agent (--model baseline)")
     model, provider = resolved_model(args)
+    check_demo(model, task)
     recorded_limits(args, provider)
     search = agent_settings(args, task, model)
     from mlra.tasks.success import direction_conflict
