@@ -40,17 +40,22 @@ a few statements apart)."""
 THOUGHT = "Let me write the answer to the file.\n" * 3
 
 
-def _script() -> dict[str, object]:
+def _script(hold: str) -> dict[str, object]:
+    """The worker's answer held (`hold`: after its first piece, or before it) until the
+    test lets it go."""
     written = turn(THOUGHT, call("bash", command="echo 42 > answer.txt"))
     return {
         "supervisor": supervisor_answering(),
-        "worker": [{"hold_writing": "away", **written}, turn("", call("report", summary="done"))],
+        "worker": [{hold: "away", **written}, turn("", call("report", summary="done"))],
     }
 
 
-async def _record(runs: Path, server: ScriptedModelServer) -> RunController:
-    """The run, paused once its worker's model has begun to write its answer; the
-    answer ends during the pause (the server writes on), and the run is resumed."""
+async def _record(
+    runs: Path, server: ScriptedModelServer, begun: type[ev.Event] = ev.ModelAnswering
+) -> RunController:
+    """The run, paused once its worker's model call has `begun` (to write its answer, or
+    at all); the answer ends during the pause (the server goes on), and the run is
+    resumed."""
     provider = resolve_model("openai/test", base_url=server.url_for("openai"), env={})
     config = RunConfig(
         task="answer",
@@ -64,7 +69,7 @@ async def _record(runs: Path, server: ScriptedModelServer) -> RunController:
     controller.prepare()
     watch = Watch(controller)
     running = asyncio.ensure_future(controller.run(agent_for))
-    await watch.wait(is_(ev.ModelAnswering, agent="worker"), timeout=60)
+    await watch.wait(is_(begun, agent="worker"), timeout=60)
     controller.pause()
     await watch.wait(is_(ev.Control, action="pause"))
     await asyncio.sleep(AWAY_S)  # the person away: time the answer's figures leave out
@@ -87,7 +92,7 @@ def _headless(events: list[ev.Event]) -> str:
 async def test_a_pause_while_the_model_writes_is_said_apart_from_its_answer_time(
     tmp_path: Path,
 ) -> None:
-    with ScriptedModelServer(_script()) as server:
+    with ScriptedModelServer(_script("hold_writing")) as server:
         controller = await _record(tmp_path / "runs", server)
     events = read_events(controller.run_dir / "events.jsonl")
     assert isinstance(events[-1], ev.RunFinished) and events[-1].reason == "submitted"
@@ -124,3 +129,24 @@ async def test_a_pause_while_the_model_writes_is_said_apart_from_its_answer_time
     assert (replayed.latency_s, replayed.paused_s) == (answered.latency_s, answered.paused_s)
     assert replayed.first_token_s == answered.first_token_s
     assert line.endswith(model_call_line(replayed))  # the replay says what the run said
+
+
+async def test_a_pause_while_the_server_reads_the_prompt_is_left_out_of_its_reading_time(
+    tmp_path: Path,
+) -> None:
+    """The status line's "(prompt read in …)" and the call's line: the reading's time by
+    the run clock too, where it said the pause as time the server read."""
+    with ScriptedModelServer(_script("hold")) as server:
+        controller = await _record(tmp_path / "runs", server, ev.StepStarted)
+    events = read_events(controller.run_dir / "events.jsonl")
+    step = next(e for e in events if isinstance(e, ev.StepStarted) and e.agent == "worker")
+    answering = next(e for e in events if isinstance(e, ev.ModelAnswering) and e.agent == "worker")
+    answered = next(e for e in events if isinstance(e, ev.ModelCall) and e.agent == "worker")
+    assert AWAY_S <= answered.paused_s <= answered.latency_s, answered
+    by_clock = answering.t - step.t  # the status line's "reading the prompt… " at its end
+    assert answering.first_token_s <= by_clock + SLACK_S, (answering, by_clock)
+    assert answered.first_token_s is not None
+    assert answered.first_token_s <= by_clock + SLACK_S, (answered, by_clock)
+    line = model_call_line(answered)
+    assert f"(plus {answered.paused_s:.1f}s paused): prompt read in " in line, line
+    assert answered.latency_s - answered.paused_s < AWAY_S, line
