@@ -32,6 +32,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from mlra.batch.report_judged import partial_of
 from mlra.batch.report_plots import can_plot, plot, plot_validation, references
 from mlra.batch.report_rows import Attempt, Group, collect, summarize
 from mlra.batch.report_tables import markdown, write_csv
@@ -63,6 +64,8 @@ def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -
     write_csv(out / "report.csv", groups)
     payload = {
         "attempt": attempt,
+        # Where some runs never started or stopped midway: how many of the batch's ran.
+        "partial": asdict(partial) if (partial := partial_of(rows)) else None,
         "groups": [asdict(g) for g in groups],
         "runs": [asdict(r) for r in rows],
         "curves": curves_json(curves),
