@@ -2,7 +2,10 @@
 rate, time, tokens, cost, failures and retries, from the run folders alone.
 
 Every attempt of every run is a row, a run that never started included (from its
-card, with the reason). The group numbers count one attempt per seed: by default
+card, with the reason, or "not started" where the batch was stopped before it). A run
+never judged (never started, no outcome, `--ungraded`) is no failure in a success rate,
+and a report some of whose runs never started or stopped midway says it is partial
+(batch/report_judged.py). The group numbers count one attempt per seed: by default
 its first attempt that started, so that retrying cannot move a mean (a retried
 seed's better second try is shown, not averaged in); `--attempt last` counts the
 last attempt instead.

@@ -64,6 +64,9 @@ class Partial:
     """Those whose counted attempt started."""
     never_started: int
     """Those that never started: the batch was stopped, or could not hold them, first."""
+    lost: int
+    """Those lost with their Ray node before any of their folder came back (not `ran`:
+    nothing of them reached the batch folder)."""
     stopped_midway: int
     """Those that started and have no outcome: stopped, killed or still running."""
 
@@ -75,6 +78,7 @@ class _Row(Protocol):
     started: bool
     score: float | None
     status: str
+    lost: bool
 
 
 def partial_of(rows: Sequence[_Row]) -> Partial | None:
@@ -85,16 +89,22 @@ def partial_of(rows: Sequence[_Row]) -> Partial | None:
     midway = sum(r.score is None and r.status in NO_OUTCOME for r in ran)
     if len(ran) == len(counted) and not midway:
         return None
-    return Partial(len(counted), len(ran), len(counted) - len(ran), midway)
+    lost = sum(r.lost for r in counted if not r.started)
+    return Partial(len(counted), len(ran), len(counted) - len(ran) - lost, lost, midway)
 
 
 def partial_words(p: Partial) -> str:
     """report.md's line saying that its numbers are not the whole batch's."""
-    words = f"Partial report: {p.ran} of {p.runs} runs ran; {p.never_started} never started"
+    words = [f"{p.never_started} never started"]
+    if p.lost:
+        words.append(f"{p.lost} lost with {'its' if p.lost == 1 else 'their'} node")
     if p.stopped_midway:
-        words += f", and {p.stopped_midway} stopped before an outcome"
+        words.append(f"{p.stopped_midway} stopped before an outcome")
+    if len(words) > 1:
+        words[-1] = "and " + words[-1]
     return (
-        words + ". Those have no outcome: they are not counted as failures, and each "
-        "success rate is over the runs judged (the cell says of how many where that is "
-        "fewer than the group's runs), not the whole batch's."
+        f"Partial report: {p.ran} of {p.runs} runs ran; {', '.join(words)}. Runs with no "
+        "outcome are not counted as failures: each success rate is over its group's "
+        "judged runs (the cell says of how many where they are fewer than its runs), not "
+        "the whole batch's."
     )

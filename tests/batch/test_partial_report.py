@@ -20,7 +20,15 @@ from mlra.agent.record.run_result import write_result
 from mlra.agent.record.state import RunState
 from mlra.batch.report import write_report
 from mlra.batch.report_tables import group_line
-from mlra.batch.state import RUNS, RunCard, RunStatus, write_card
+from mlra.batch.state import (
+    NODE_LOST,
+    RUNS,
+    Placement,
+    RunCard,
+    RunStatus,
+    lost_attempt,
+    write_card,
+)
 from mlra.console.cli.cli import main
 from tests.batch.test_batch_endings import MODEL, _run
 
@@ -73,7 +81,9 @@ async def test_a_batch_stopped_before_its_later_seeds_says_so(
     assert row[SUCCESS] == "100% of 1 judged", row  # not 33%: two runs were never judged
     assert ": not started: the batch was stopped before it began" in shown
     report = json.loads((out / "report.json").read_text())
-    assert report["partial"] == {"runs": 3, "ran": 1, "never_started": 2, "stopped_midway": 0}
+    assert report["partial"] == {
+        "runs": 3, "ran": 1, "never_started": 2, "lost": 0, "stopped_midway": 0
+    }  # fmt: skip
     (group,) = report["groups"]
     assert group["success_rate"] == 1.0 and group["judged_runs"] == 1
     never = [r for r in report["runs"] if not r["started"]]
@@ -145,3 +155,19 @@ def test_a_batch_that_ran_to_its_end_reads_as_before(tmp_path: Path) -> None:
     assert "Partial report" not in md and _table_row(md, MODEL)[SUCCESS] == "50%"
     assert json.loads((tmp_path / "report.json").read_text())["partial"] is None
     assert group.judged_runs == 2
+
+
+def test_a_run_lost_with_its_node_is_not_said_to_have_never_started(tmp_path: Path) -> None:
+    """An attempt Ray lost with its node before any of its folder came back may have run
+    a while: it has no outcome, and is counted apart from the runs never begun."""
+    _run(tmp_path / RUNS / "answer__m__s1", seed=1, score=1.0)
+    for seed in (1, 2):
+        write_card(
+            tmp_path, RunCard(run_id=f"answer__m__s{seed}", task="answer", model=MODEL, seed=seed)
+        )
+    gone = Placement(node_id="deadbeef" * 2, host="nodeB", outcome=NODE_LOST, detail="gone")
+    lost_attempt(tmp_path, "answer__m__s2", gone)
+    write_report(tmp_path, plots=False)
+    md = (tmp_path / "report.md").read_text(encoding="utf-8")
+    assert "Partial report: 1 of 2 runs ran; 0 never started, and 1 lost with its node." in md
+    assert _table_row(md, MODEL)[SUCCESS] == "100% of 1 judged"
