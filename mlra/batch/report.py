@@ -2,7 +2,10 @@
 rate, time, tokens, cost, failures and retries, from the run folders alone.
 
 Every attempt of every run is a row, a run that never started included (from its
-card, with the reason). The group numbers count one attempt per seed: by default
+card, with the reason, or "not started" where the batch was stopped before it). A run
+never judged (never started, no outcome, `--ungraded`) is no failure in a success rate,
+and a report some of whose runs never started or stopped midway says it is partial
+(batch/report_judged.py). The group numbers count one attempt per seed: by default
 its first attempt that started, so that retrying cannot move a mean (a retried
 seed's better second try is shown, not averaged in); `--attempt last` counts the
 last attempt instead.
@@ -32,6 +35,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from mlra.batch.report_judged import partial_of
 from mlra.batch.report_plots import can_plot, plot, plot_validation, references
 from mlra.batch.report_rows import Attempt, Group, collect, summarize
 from mlra.batch.report_tables import markdown, write_csv
@@ -63,6 +67,8 @@ def write_report(out: Path, *, plots: bool = True, attempt: Attempt = "first") -
     write_csv(out / "report.csv", groups)
     payload = {
         "attempt": attempt,
+        # Where some runs never started or stopped midway: how many of the batch's ran.
+        "partial": asdict(partial) if (partial := partial_of(rows)) else None,
         "groups": [asdict(g) for g in groups],
         "runs": [asdict(r) for r in rows],
         "curves": curves_json(curves),

@@ -17,6 +17,7 @@ from mlra.agent.record.annotations import read_annotations, tag_counts
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.run_result import UNFINISHED_MESSAGES as UNFINISHED
 from mlra.agent.record.run_result import RunResult
+from mlra.batch.report_judged import NOT_STARTED, judged_success, never_begun
 from mlra.batch.report_results import load_run
 from mlra.batch.state import NODE_LOST, RETIRED, RUNS, RunCard, read_cards, read_placements
 from mlra.batch.task_labels import recorded_task, run_task_labels
@@ -35,7 +36,8 @@ class RunRow:
     reason: str
     score: float | None
     normalized_score: float | None
-    success: bool
+    success: bool | None
+    """None: never judged (never started, no outcome, `--ungraded`: batch/report_judged.py)."""
     duration_s: float
     tokens: int
     cost_usd: float
@@ -130,7 +132,7 @@ class Group:
     score_se: float | None
     normalized_mean: float | None
     normalized_se: float | None
-    success_rate: float | None  # None: no run scored (report_tables.success_cell)
+    success_rate: float | None  # of judged runs; None: none scored or judged (success_cell)
     median_duration_s: float | None
     tokens: int
     cost_usd: float
@@ -147,6 +149,8 @@ class Group:
     judged: bool = True
     """False where no run of the group had its success judged (the task's direction is
     unknown): its success is "not judged", not 0%."""
+    judged_runs: int = 0
+    """Counted runs whose success was judged: the success rate's denominator."""
     retries: int = 0
     """Attempts beyond the first, over the group's seeds (not in its numbers)."""
     lost_with_node: int = 0
@@ -220,11 +224,6 @@ def _search_fields(r: RunResult) -> dict[str, Any]:
 
 
 def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> RunRow:
-    success = (
-        bool(r.success)
-        if r.success is not None
-        else (r.direction_known and r.normalized_score is not None and r.normalized_score >= 0.05)
-    ) and not (r.self_reported and r.score is not None)
     return RunRow(
         run_id=r.run_id or run_id,
         # What the batch called the task: its name, or where two of its tasks share that
@@ -236,7 +235,7 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         reason=r.reason,
         score=r.score,
         normalized_score=r.normalized_score,
-        success=success,
+        success=judged_success(r),
         duration_s=r.duration_s,
         tokens=r.tokens,
         cost_usd=r.cost_usd,
@@ -280,7 +279,7 @@ def _not_started(
         reason=reason,
         score=None,
         normalized_score=None,
-        success=False,
+        success=None,
         duration_s=0.0,
         tokens=0,
         cost_usd=0.0,
@@ -345,6 +344,8 @@ def collect(out: Path, attempt: Attempt = "first") -> list[RunRow]:
             attempts.append(
                 _not_started(run_id, card, card.not_started, len(attempts) + 1, card.detail)
             )
+        elif card is not None and not attempts:  # queued, and the batch stopped first
+            attempts.append(_not_started(run_id, card, NOT_STARTED, 1, never_begun(out, run_id)))
         if not attempts:
             continue
         for row in attempts:
@@ -377,6 +378,8 @@ def summarize(rows: list[RunRow]) -> list[Group]:
         best = [m.best_validation for m in members if m.best_validation is not None]
         best_mean, best_se = mean_se(best)
         started = [m for m in members if m.started]
+        judged = [m for m in members if m.success is not None]
+        rate = sum(bool(m.success) for m in judged) / len(judged) if scores and judged else None
         out.append(
             Group(
                 task=task,
@@ -387,7 +390,8 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 score_se=score_se,
                 normalized_mean=norm_mean,
                 normalized_se=norm_se,
-                success_rate=sum(m.success for m in members) / len(members) if scores else None,
+                success_rate=rate,
+                judged_runs=len(judged),
                 self_reported=sum(m.self_reported for m in members),
                 judged=any(m.direction_known for m in members),
                 # Of the runs that started: one that never did took no time, and its 0 s

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mlra.agent.record.attempt_tree import counts_words
+from mlra.batch.report_judged import partial_of, partial_words
 from mlra.batch.report_rows import Attempt, Group, RunRow
 from mlra.batch.report_text import md_cell as _cell
 from mlra.batch.report_text import md_text as _text
@@ -51,12 +52,17 @@ NONE_SCORED = "none scored"
 
 
 def success_cell(g: Group) -> str:
-    """A group's success rate, "not judged" where no one said which way its metric
-    improves, and "none scored" where no run of it has a score: a group of killed runs
-    read "0%", a rate of runs that were never graded."""
-    if g.success_rate is None:
+    """A group's success rate, "none scored" where no run of it has a score (a group of
+    killed runs read "0%", a rate of runs that were never graded), and "not judged" where
+    none of its scored runs was (no one said which way its metric improves, `--ungraded`).
+    Over the judged runs, which it names where they are fewer than the group's: a run that
+    never started or has no outcome is no failure (batch/report_judged.py)."""
+    if not g.scored:
         return NONE_SCORED
-    return f"{g.success_rate:.0%}" if g.judged else "not judged"
+    if g.success_rate is None or not g.judged:
+        return "not judged"
+    of = f" of {g.judged_runs} judged" if g.judged_runs < g.runs else ""
+    return f"{g.success_rate:.0%}{of}"
 
 
 def _unisolated_mark(g: Group) -> str:
@@ -79,9 +85,11 @@ def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first"
         if attempt == "first"
         else "the last attempt of each seed (`--attempt last`)"
     )
+    partial = partial_of(rows)
     lines = [
         "# Batch report",
         "",
+        *([partial_words(partial), ""] if partial else []),
         f"{len(counted)} runs; mean ± standard error over seeds, counting {which}; "
         "success = by each task's own rule (below the table; at least 5% of the "
         "baseline-to-top gap closed where a run recorded none); tokens and cost include "
@@ -317,7 +325,7 @@ CSV_FIELDS = [
     "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
     "isolation", "unisolated", "retries", "lost_with_node", "best_validation_mean", "best_validation_se",
-    "experiments_mean", "self_reported", "judged", "worker_alone",
+    "experiments_mean", "self_reported", "judged", "judged_runs", "worker_alone",
     "searched", "search_tried_mean", "search_best_validation_mean", "search_best_validation_se",
     "search_test_mean", "search_test_se", "search_gap_mean", "search_gap_se",
     "search_graded_unsubmitted",

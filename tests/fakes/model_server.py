@@ -21,6 +21,8 @@ request takes the role's next turn:
     {"status": 429, "times": 2}           # answer HTTP 429 twice, then go on
     {"hang": 5.0, "times": 1}             # answer only after 5 s (or never, if stopped)
     {"hold": "name", "text": "..."}       # answer once the test calls release("name")
+    {"hold_writing": "name", "text": "..."}  # streamed: its first piece of text, the
+                                          # rest once the test calls release("name")
     {"text": "...", "stream_error": "overloaded_error"}  # fail mid-stream
     {"broken": "html", "times": 2}        # HTTP 200 that is no answer, twice (see BROKEN)
     {"text": "...", "no_usage": true}     # OpenAI: no token counts (as many local servers)
@@ -87,6 +89,7 @@ TURN_KEYS = {
     "retry_after_ms",
     "hang",
     "hold",
+    "hold_writing",
     "broken",
     "no_usage",
     "drop",
@@ -287,7 +290,7 @@ class ScriptedModelServer:
         return self
 
     def release(self, name: str) -> None:
-        """Let the answers held by `{"hold": name}` go: a test acts while the model
+        """Let the answers held by `{"hold": name}` (or `hold_writing`) go: a test acts while the model
         is still answering (its Space lands before the call is written), on an event
         rather than within a fixed delay."""
         self._hold(name).set()
@@ -399,6 +402,8 @@ class ScriptedModelServer:
 class _Handler(BaseHTTPRequestHandler):
     fake: ScriptedModelServer
     protocol_version = "HTTP/1.1"
+    _held: threading.Event | None = None
+    """Set while a `hold_writing` answer streams: what its first piece of text waits on."""
 
     def setup(self) -> None:
         super().setup()
@@ -564,6 +569,8 @@ class _Handler(BaseHTTPRequestHandler):
             "stream_error" if turn.get("stream_error") else "tool_calls" if reply.calls else "text"
         )
         model = str(body.get("model", "scripted"))
+        hold = turn.get("hold_writing")
+        self._held = None if hold is None else self.fake._hold(str(hold))
         if api == "anthropic":
             if body.get("stream"):
                 self._sse(_anthropic_events(self.fake, model, reply, body), named=True)
@@ -767,6 +774,12 @@ class _Handler(BaseHTTPRequestHandler):
             chunk = text.encode()
             self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
             self.wfile.flush()
+            if self._held is not None and _brings_text(data):
+                self._held.wait()  # the model writes on once the test lets it
+                self._held = None
+                if self.fake._stopping.is_set():
+                    self.close_connection = True
+                    return
             if self.fake.chunk_delay_s:
                 time.sleep(self.fake.chunk_delay_s)
         self.wfile.write(b"0\r\n\r\n")
@@ -860,6 +873,20 @@ def _system_text(api: Api, body: Mapping[str, Any]) -> str:
                 return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, Mapping))
             return str(content or "")
     return ""
+
+
+def _brings_text(data: str) -> bool:
+    """A streamed event (OpenAI's or Anthropic's) that brings a piece of the answer's text."""
+    try:
+        payload = json.loads(data)
+    except ValueError:
+        return False
+    if not isinstance(payload, dict):
+        return False
+    if payload.get("type") == "content_block_delta":  # Anthropic
+        return payload["delta"].get("type") == "text_delta"
+    choices = payload.get("choices") or [{}]
+    return bool((choices[0].get("delta") or {}).get("content"))
 
 
 def _dumps(payload: Any) -> str:

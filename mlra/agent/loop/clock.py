@@ -62,3 +62,24 @@ class RunClock:
 
     def expired(self) -> bool:
         return self.elapsed() >= self.limit_s
+
+
+class PausedSpan:
+    """How long `clock` stood still (a pause, the SDK's retries of a local server that
+    is not there) since this was made, in wall seconds: a model call's `paused_s`. The
+    server goes on answering through a pause, so its wall time (`latency_s`) held the
+    pause too, and "answered in 1m21s" contradicted the status line, which counts by
+    the run clock. A span begun with the clock stopped (a run that never started it)
+    counts nothing as paused: its wall time stands, as a tool call's does."""
+
+    def __init__(self, clock: RunClock) -> None:
+        self._clock = clock
+        self._counts = clock.running
+        self._wall = time.monotonic()
+        self._ran = clock.elapsed()
+
+    def paused_s(self) -> float:
+        if not self._counts:
+            return 0.0
+        wall = time.monotonic() - self._wall
+        return max(0.0, wall - (self._clock.elapsed() - self._ran))

@@ -322,6 +322,8 @@ class ModelResponse(BaseModel):
     first_token_s: float | None = None
     """Seconds from the request to the answer's first piece, where the answer was streamed:
     the time the server took to read the prompt (a local server's prompt processing)."""
+    paused_s: float | None = None
+    """Set by an answer from a record (a replay): the pause its call recorded."""
 
 
 class ModelProvider(abc.ABC):

@@ -216,4 +216,6 @@ def response_from(call: ev.ModelCall) -> ModelResponse:
         stop_reason=call.stop_reason,
         latency_s=call.latency_s,
         cost_usd=call.cost_usd,
+        first_token_s=call.first_token_s,
+        paused_s=call.paused_s,
     )

@@ -37,7 +37,7 @@ def _success(r: RunRow) -> str:
         return "no score"
     if r.self_reported:
         return "self-reported"
-    if not r.direction_known:
+    if not r.direction_known or r.success is None:
         return "not judged"
     return "yes" if r.success else "no"
 

@@ -22,8 +22,8 @@ from mlra.agent.record.run_progress import WAIT_OVER_S
 from mlra.agent.record.state import RunState
 from mlra.console.panes import WidgetOptions, sized_by_content
 from mlra.console.text.event_lines import score_line, waiting_words
-from mlra.console.text.model_lines import retry_cause
-from mlra.console.text.model_wait import answer_speed, short_seconds
+from mlra.console.text.model_lines import retry_cause, short_seconds
+from mlra.console.text.model_wait import answer_speed
 from mlra.durations import format_duration
 from mlra.tasks.evaluators.progress import progress_words
 from mlra.terminal_text import printable_line

@@ -6,6 +6,7 @@ console/text/event_lines.py's lines are; what the server wrote is never printed 
 from __future__ import annotations
 
 from mlra import events as ev
+from mlra.durations import format_duration
 
 
 def retry_cause(
@@ -52,13 +53,19 @@ def tokens_per_second(rate: float) -> str:
     return f"{rate:.1f} tok/s" if rate < 9.95 else f"{rate:.0f} tok/s"
 
 
+def short_seconds(seconds: float) -> str:
+    """Tenths of a second under ten seconds, where a rounded "3s" would hide what a
+    cache saved."""
+    return f"{seconds:.1f}s" if seconds < 10 else format_duration(seconds)
+
+
 def model_speed(e: ev.ModelCall) -> str:
     """A model call's time, told apart: how long the server read the prompt and how fast it
-    wrote the answer ("prompt read in 3.1s, 120 tokens at 38 tok/s"); counts the server did
-    not send are estimates, marked "~"."""
+    wrote the answer ("prompt read in 3.1s, 120 tokens at 38 tok/s"), a pause left out;
+    counts the server did not send are estimates, marked "~"."""
     mark = "~" if e.tokens_estimated else ""
     parts = []
-    writing = e.latency_s
+    writing = e.latency_s - e.paused_s
     if e.first_token_s is not None:
         parts.append(f"prompt read in {e.first_token_s:.1f}s")
         writing -= e.first_token_s
@@ -70,9 +77,15 @@ def model_speed(e: ev.ModelCall) -> str:
 
 
 def model_call_line(e: ev.ModelCall) -> str:
-    """`worker answered in 3.2s: prompt read in 1.1s, ~120 tokens at ~38 tok/s`."""
+    """`worker answered in 3.2s: prompt read in 1.1s, ~120 tokens at ~38 tok/s`, its time
+    by the run clock, as the status line counted it while it ran: the run's pause while
+    the server answered is said apart (`answered in 1.0s (plus 1m20s paused)`), where a
+    1-second answer paused for 80 s read "answered in 81.0s"."""
     what = "" if e.purpose == "turn" else f"'s {e.purpose}"
-    return f"{e.agent}{what} answered in {e.latency_s:.1f}s: {model_speed(e)}"
+    took = f"{max(0.0, e.latency_s - e.paused_s):.1f}s"
+    if e.paused_s >= 0.05:  # under that, "plus 0.0s paused"
+        took += f" (plus {short_seconds(e.paused_s)} paused)"
+    return f"{e.agent}{what} answered in {took}: {model_speed(e)}"
 
 
 def retry_line(e: ev.ModelRetry) -> str:

@@ -5,14 +5,8 @@ heartbeats both say it, so a slow local server's minutes read as work, not a han
 from __future__ import annotations
 
 from mlra.agent.record.state import RunState
-from mlra.console.text.model_lines import tokens_per_second
+from mlra.console.text.model_lines import short_seconds, tokens_per_second
 from mlra.durations import format_duration
-
-
-def short_seconds(seconds: float) -> str:
-    """Tenths of a second under ten seconds, where a rounded "3s" would hide what a
-    cache saved."""
-    return f"{seconds:.1f}s" if seconds < 10 else format_duration(seconds)
 
 
 def answer_speed(state: RunState, elapsed_s: float) -> str:
