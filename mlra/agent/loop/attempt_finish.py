@@ -18,9 +18,12 @@ def finished_event(
     *,
     stopped: str = "",
     lost: str = "",
+    run_deadline: bool = False,
 ) -> ev.AttemptFinished:
     """An attempt's `attempt_finished`, from its own log alone (so a resumed run writes the
-    same one): its best validation kept, else why it has none."""
+    same one): its best validation kept, else why it has none. `run_deadline`: the run's
+    time limit ended it, read as its own limit would be ("out of time"), not "stopped"
+    (its own log says only that its run was cancelled)."""
     from mlra.agent.record.state import fold
     from mlra.tasks.validation import best_kept
 
@@ -47,7 +50,9 @@ def finished_event(
     why = ""
     if lost:
         status, why = "lost", lost
-    elif stopped:
+    elif run_deadline and not (best is not None and best.ok):
+        status, why = "out of time", _why_run_deadline(events)
+    elif stopped and not run_deadline:
         status, why = "stopped", stopped
     elif best is not None and best.ok:
         status = "validated"
@@ -67,6 +72,7 @@ def finished_event(
         higher_is_better=best.higher_is_better if best is not None else True,
         normalized=scored.normalized if scored is not None else None,
         why=why,
+        run_deadline=run_deadline and not lost,
         summary=summary.strip()[:2000],
         kept=kept,
         artifact=scored.artifact if scored is not None else None,
@@ -146,6 +152,19 @@ def _no_time_to_validate(events: list[ev.Event]) -> str:
         (e for e in events if isinstance(e, ev.Notice) and e.kind == "no_time_to_validate"), None
     )
     return notice.message if notice is not None else ""
+
+
+RUN_DEADLINE = "the run's time limit was reached before a validation scored it"
+"""Why an attempt the run's deadline ended has no score, as its own limit's words say it."""
+
+
+def _why_run_deadline(events: list[ev.Event]) -> str:
+    """Why an attempt the run's deadline ended has no score: its last validation cut by
+    the time left, else that the run's time limit fell before one scored it."""
+    last = next((e for e in reversed(events) if isinstance(e, ev.Validation)), None)
+    if last is not None and last.out_of_time:
+        return f"its validation was cut by the time left: {last.error or 'timed out'}"
+    return RUN_DEADLINE
 
 
 def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:
