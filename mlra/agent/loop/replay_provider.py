@@ -154,6 +154,8 @@ class ReplayProvider(ModelProvider):
                 by = event.why.removeprefix("stopped ")  # "stopped by the supervisor"
                 by = f"by the promotion of attempt {promoting}" if promoting else by
                 self.stops[event.attempt] = f", {by}" if by.startswith("by ") else f" ({by})"
+            elif isinstance(event, ev.AttemptFinished) and event.run_deadline:
+                self.stops[event.attempt] = ", by the run's time limit"  # not "by its user"
         self.raised_to: float | None = None
         """For an attempt's recording: the limit its search's recording raised it to."""
         self.stopped: str | None = None
