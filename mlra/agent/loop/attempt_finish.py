@@ -93,6 +93,10 @@ AT_LIMIT = "its time limit was reached with"
 (agent/agents/closing_validation.py), which a log that predates its kind is read by."""
 
 
+NO_TIME = "no_time_to_validate"
+"""The notice's kind of an attempt at its own limit the run had no time left to validate."""
+
+
 def validating_at_limit(event: ev.Event) -> bool:
     """Whether `event` is the notice that the attempt, at its own time limit, is having
     its artifact validated. Its words are read only in a log written before the notice
@@ -148,9 +152,7 @@ def _no_time_to_validate(events: list[ev.Event]) -> str:
     (agent/agents/closing_validation.py), that notice: it wrote one, and the run's
     reserve was spent, which "before a validation scored it" did not say. A log from
     before the notice had its kind gives the words without it."""
-    notice = next(
-        (e for e in events if isinstance(e, ev.Notice) and e.kind == "no_time_to_validate"), None
-    )
+    notice = next((e for e in events if isinstance(e, ev.Notice) and e.kind == NO_TIME), None)
     return notice.message if notice is not None else ""
 
 
