@@ -29,8 +29,10 @@ ended with no valid artifact ("buggy", with why); its time (its own limit or the
 ran out before an artifact of its own was scored ("out of time", with why: its training
 cut short with nothing written, only its parent's artifact unchanged in its workspace, or
 its validation cut by the clock; no fault of its recipe to look for); stopped (`attempt_stop`, the run's
-end, or never started: its copy of the parent's workspace was refused, with why); or
-its process died and it could not be taken up again ("lost")."""
+end by a person or a budget, or never started: its copy of the parent's workspace was
+refused, with why); or its process died and it could not be taken up again ("lost").
+One still running at the run's deadline ends as at its own limit: "out of time", or
+"validated" where an artifact of its own was scored first (`AttemptFinished.run_deadline`)."""
 
 
 class AttemptStarted(_Event):
@@ -81,6 +83,10 @@ class AttemptFinished(_Event):
     normalized: float | None = None
     why: str = ""
     """For a buggy, stopped or lost attempt: why, in one line."""
+    run_deadline: bool = False
+    """The run's time limit ended it while it ran (not its own, nor a person): read so, not
+    as stopped. False in logs from before it was kept, where such an attempt reads
+    "stopped", why "the time limit was reached"."""
     summary: str = ""
     """What it changed, in its worker's words (its report), or the variant it ran."""
     kept: str | None = None

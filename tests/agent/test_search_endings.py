@@ -13,8 +13,10 @@ from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.loop.attempt_time import raise_time_limit
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
+from mlra.console.text.attempt_lines import attempt_finished_line
 from mlra.tasks.spec import load_task
 from tests.conftest import answer_task_as
 
@@ -43,7 +45,9 @@ async def test_a_deadline_with_no_attempt_validated_grades_nothing_and_says_so(
     """The deadline fell while the only attempt worked, unvalidated: the run graded its
     own workspace, the untouched starter, and scored 1.0 ("deadline: grading
     (default artifact)"). Now nothing is graded, and the ending says why and which
-    attempt's workspace holds the artifact, unvalidated."""
+    attempt's workspace holds the artifact, unvalidated. The attempt read "stopped: the
+    time limit was reached", as though a person had stopped it: now the run's time
+    limit ended it, "out of time", as its own limit would have."""
     task = load_task(_slow_task(answer_task, tmp_path))
     cfg = RunConfig(
         task=task.name,
@@ -68,7 +72,17 @@ async def test_a_deadline_with_no_attempt_validated_grades_nothing_and_says_so(
     events = read_events(controller.run_dir / "events.jsonl")
     assert not any(isinstance(e, ev.Submission | ev.EvaluationStarted) for e in events)
     finished = [e for e in events if isinstance(e, ev.AttemptFinished)]
-    assert [(f.attempt, f.status) for f in finished] == [("a1", "stopped")]
+    # Ended by the run's time limit, not "stopped" as though a person had stopped it.
+    assert [(f.attempt, f.status, f.run_deadline) for f in finished] == [
+        ("a1", "out of time", True)
+    ]
+    # As every display says it: the headless line, the tree, the result's counts.
+    assert attempt_finished_line(finished[0]).startswith(
+        "attempt a1 out of time: the run's time limit was reached before a validation "
+        "scored it after "
+    )
+    assert "a1 [out of time]" in fold(events).attempts.render(0.0)
+    assert result.attempts is not None and result.attempts.in_words == "1 tried (1 out of time)"
     assert result.reason == "deadline" and result.score is None
     a1 = controller.run_dir / "attempts" / "a1"
     assert result.message == (

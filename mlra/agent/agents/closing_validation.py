@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 
 from mlra import events as ev
-from mlra.agent.loop.attempt_finish import AT_LIMIT
+from mlra.agent.loop.attempt_finish import AT_LIMIT, NO_TIME
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.evaluation import run_validator
 from mlra.agent.loop.held_calls import LIMIT
+from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.providers.base import ToolCallRequest
 from mlra.agent.record.eventlog import EVENTS_FILE, read_events
 from mlra.agent.run.controller import RunController
@@ -71,7 +72,7 @@ async def validate_at_limit(
     validate its artifact, if its workspace holds one, within the run's time left. A
     validation under way on it as it stands goes on as that one."""
     artifact = _relative(ctl, path or ctl.task.evaluator.artifact)
-    if not (ctl.workspace / artifact).exists():
+    if not (ctl.workspace / artifact).exists() or _not_in_recording(ctl):
         return
     whose = await asyncio.to_thread(validator.unchanged, artifact)
     if whose is not None:  # only what it began with (a child cut short): not its own
@@ -91,7 +92,7 @@ async def validate_at_limit(
                 level="warning",
                 message="its time limit was reached, and the run has no time left to "
                 f"validate the {artifact} in its workspace",
-                kind="no_time_to_validate",
+                kind=NO_TIME,
             )
         )
         return
@@ -173,6 +174,18 @@ def _lost(ctl: RunController) -> str | None:
             and asked.get(e.call_id, notices[-1]) < notices[-1] < e.seq
         ),
         None,
+    )
+
+
+def _not_in_recording(ctl: RunController) -> bool:
+    """A replay's attempt whose search stopped its recording before its own limit (the
+    supervisor, a person, the run's deadline): the recording has no closing validation,
+    and a replay that reaches the limit sooner, by its own timing, adds none."""
+    provider = ctl.provider
+    return (
+        isinstance(provider, ReplayProvider)
+        and provider.stopped is not None
+        and (not provider.at_limit)
     )
 
 

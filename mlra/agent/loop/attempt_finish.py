@@ -18,9 +18,12 @@ def finished_event(
     *,
     stopped: str = "",
     lost: str = "",
+    run_deadline: bool = False,
 ) -> ev.AttemptFinished:
     """An attempt's `attempt_finished`, from its own log alone (so a resumed run writes the
-    same one): its best validation kept, else why it has none."""
+    same one): its best validation kept, else why it has none. `run_deadline`: the run's
+    time limit ended it, read as its own limit would be ("out of time"), not "stopped"
+    (its own log says only that its run was cancelled)."""
     from mlra.agent.record.state import fold
     from mlra.tasks.validation import best_kept
 
@@ -47,7 +50,9 @@ def finished_event(
     why = ""
     if lost:
         status, why = "lost", lost
-    elif stopped:
+    elif run_deadline and not (best is not None and best.ok):
+        status, why = "out of time", _why_run_deadline(events)
+    elif stopped and not run_deadline:
         status, why = "stopped", stopped
     elif best is not None and best.ok:
         status = "validated"
@@ -67,6 +72,7 @@ def finished_event(
         higher_is_better=best.higher_is_better if best is not None else True,
         normalized=scored.normalized if scored is not None else None,
         why=why,
+        run_deadline=run_deadline and not lost,
         summary=summary.strip()[:2000],
         kept=kept,
         artifact=scored.artifact if scored is not None else None,
@@ -85,6 +91,10 @@ def finished_event(
 AT_LIMIT = "its time limit was reached with"
 """How the notice of an attempt validated at its own time limit begins
 (agent/agents/closing_validation.py), which a log that predates its kind is read by."""
+
+
+NO_TIME = "no_time_to_validate"
+"""The notice's kind of an attempt at its own limit the run had no time left to validate."""
 
 
 def validating_at_limit(event: ev.Event) -> bool:
@@ -142,10 +152,21 @@ def _no_time_to_validate(events: list[ev.Event]) -> str:
     (agent/agents/closing_validation.py), that notice: it wrote one, and the run's
     reserve was spent, which "before a validation scored it" did not say. A log from
     before the notice had its kind gives the words without it."""
-    notice = next(
-        (e for e in events if isinstance(e, ev.Notice) and e.kind == "no_time_to_validate"), None
-    )
+    notice = next((e for e in events if isinstance(e, ev.Notice) and e.kind == NO_TIME), None)
     return notice.message if notice is not None else ""
+
+
+RUN_DEADLINE = "the run's time limit was reached before a validation scored it"
+"""Why an attempt the run's deadline ended has no score, as its own limit's words say it."""
+
+
+def _why_run_deadline(events: list[ev.Event]) -> str:
+    """Why an attempt the run's deadline ended has no score: its last validation cut by
+    the time left, else that the run's time limit fell before one scored it."""
+    last = next((e for e in reversed(events) if isinstance(e, ev.Validation)), None)
+    if last is not None and last.out_of_time:
+        return f"its validation was cut by the time left: {last.error or 'timed out'}"
+    return RUN_DEADLINE
 
 
 def _why_buggy(events: list[ev.Event], finished: ev.RunFinished | None) -> str:

@@ -67,6 +67,8 @@ class AttemptManager:
         self._closing = False
         self._stopped: dict[str, str] = {}
         """Why each attempt stopped here was stopped, by id."""
+        self._at_deadline: set[str] = set()
+        """Those the run's deadline stopped (`stop_all`), none a person had stopped first."""
         self._held_mb: dict[str, int] = {}
         """What each ended attempt's folder holds on disk (MB), measured once: its
         `attempt_finished` is written after its run closed its sandbox (its volume
@@ -271,11 +273,13 @@ class AttemptManager:
         attempt = started.attempt
         run_dir = self.folder / attempt
         stopped = lost = ""
+        at_deadline = False
         try:
             assert self.launcher is not None
             await self.launcher(self, started, run_dir, resume)
         except asyncio.CancelledError:
             stopped = self._stopped.get(attempt, STOP_REASON_DEADLINE)
+            at_deadline = attempt in self._at_deadline
         except AttemptRefused as exc:  # its workspace copy would not fit: one line
             stopped = str(exc)
         except Exception as exc:  # its own log says the rest
@@ -283,7 +287,13 @@ class AttemptManager:
         finally:
             self.children.pop(attempt, None)
         finished = await asyncio.to_thread(
-            finished_event, started, run_dir, self.run.run_dir, stopped=stopped, lost=lost
+            finished_event,
+            started,
+            run_dir,
+            self.run.run_dir,
+            stopped=stopped,
+            lost=lost,
+            run_deadline=at_deadline,
         )
         with contextlib.suppress(Exception):  # the run's log closed under it: the run ended
             self.run.append(finished)
@@ -345,11 +355,15 @@ class AttemptManager:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
 
-    async def stop_all(self, reason: str = STOP_REASON_DEADLINE) -> None:
-        """The run is ending: every attempt still running is stopped, and recorded so."""
+    async def stop_all(self, reason: str = STOP_REASON_DEADLINE, *, deadline: bool = False) -> None:
+        """The run is ending: every attempt still running is stopped, and recorded so;
+        `deadline`: by the run's time limit, which their `attempt_finished` says, not as
+        a person's stop (one a person stopped already stays so)."""
         self._closing = True
         running = {a: t for a, t in self._tasks.items() if not t.done()}
         for attempt, task in running.items():
+            if deadline and attempt not in self._stopped:
+                self._at_deadline.add(attempt)
             self._stopped.setdefault(attempt, reason)
             task.cancel()
         await asyncio.gather(*running.values(), return_exceptions=True)

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
+from mlra.agent.loop.attempt_finish import NO_TIME, validating_at_limit
 from mlra.agent.loop.ending import EndedBy, Ending, EndRun
 from mlra.agent.loop.fingerprint import (
     by_the_old_rule,
@@ -154,10 +155,19 @@ class ReplayProvider(ModelProvider):
                 by = event.why.removeprefix("stopped ")  # "stopped by the supervisor"
                 by = f"by the promotion of attempt {promoting}" if promoting else by
                 self.stops[event.attempt] = f", {by}" if by.startswith("by ") else f" ({by})"
+            elif isinstance(event, ev.AttemptFinished) and event.run_deadline:
+                self.stops[event.attempt] = ", by the run's time limit"  # not "by its user"
         self.raised_to: float | None = None
         """For an attempt's recording: the limit its search's recording raised it to."""
         self.stopped: str | None = None
         """For an attempt's recording stopped by its search: by what (`stops`)."""
+        self.at_limit = any(
+            validating_at_limit(e) or (isinstance(e, ev.Notice) and e.kind == NO_TIME)
+            for e in events
+        )
+        """Whether the recorded attempt reached its own limit (its closing validation
+        begun, or no time left for one): where its search stopped it first, a replay
+        that reaches the limit sooner adds none (agent/agents/closing_validation.py)."""
         self.position = 0
         self.diverged: str | None = None
         self._expected: tuple[str, list[tuple[str, str]]] | None = None

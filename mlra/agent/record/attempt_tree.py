@@ -241,11 +241,13 @@ class AttemptsSummary(BaseModel):
     validated: int
     buggy: int
     out_of_time: int = 0
-    """Attempts whose time ran out before an artifact of their own was scored: apart from
-    `buggy`, as no fault of their recipe (0 in a result.json from before the status)."""
+    """Attempts whose time (their own limit or the run's) ran out before an artifact of
+    their own was scored: apart from `buggy`, as no fault of their recipe (0 in a
+    result.json from before the status)."""
     stopped: int = 0
-    """Attempts stopped before they ended (by the supervisor, the person or the run's
-    end), or never started (their copy of the parent's workspace refused)."""
+    """Attempts stopped before they ended (by the supervisor, the person or a budget's
+    end of the run), or never started (their copy of the parent's workspace refused).
+    Those the run's deadline ended were counted here before `run_deadline` was kept."""
     lost: int = 0
     """Attempts whose run died and could not be taken up again (their sandbox or node
     gone; in a fork, those running at the fork's step)."""

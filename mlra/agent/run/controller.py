@@ -340,7 +340,7 @@ class RunController(Steering):
         self.catchup.go_live()
         # Before anything is frozen or graded: a job left running could still change
         # the artifact after the copy that is graded was taken.
-        await self._stop_attempts(ending.finished_message)
+        await self._stop_attempts(ending.finished_message, deadline=ending.by == "deadline")
         await self._stop_jobs(ending.finished_message)
         if self.agent is not None and self.config.attempt is not None and ending.by == "deadline":
             await self.agent.validate_at_limit()  # an attempt at its own limit
@@ -375,10 +375,10 @@ class RunController(Steering):
         if self.log is not None and self.state.finished is None:
             await self.metrics.close()  # the jobs' last points, before the run's end
 
-    async def _stop_attempts(self, reason: str) -> None:
+    async def _stop_attempts(self, reason: str, *, deadline: bool = False) -> None:
         """Stop every attempt still running, each with its `attempt_finished`; never raises."""
         with contextlib.suppress(Exception):
-            await self.attempts.stop_all(reason)
+            await self.attempts.stop_all(reason, deadline=deadline)
 
     def _warn_time(self, left_s: float) -> None:
         """Once a run (a resumed one counts its log's): the time warning, as an event."""

@@ -1,0 +1,94 @@
+"""`--model replay:RUN` of a search whose run's deadline ended an attempt still running
+(agent/loop/attempts.py `stop_all`): the recording reads it out of time, by the run's
+time limit, and its replay says so too, adding no validation the recording never had. A
+scripted search on the small `answer` task, 15 s, recorded, then played back; real
+processes, the two runs' 15 s each in full: marked slow."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.loop.attempt_finish import NO_TIME, validating_at_limit
+from mlra.agent.loop.attempt_time import raise_time_limit
+from mlra.agent.loop.replay_provider import ReplayProvider
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.run.controller import RunController
+from mlra.agent.setup.config import RunConfig
+from mlra.tasks.spec import load_task
+from tests.agent.test_search import _scripted_search
+from tests.scripts import call, turn
+
+SCRIPT = {
+    "supervisor": [
+        turn("", call("attempt_start", instructions="Write 42, then work on")),
+        turn("", call("attempt_wait", attempt="a1", timeout=600)),
+    ],
+    "worker": [
+        turn("", call("bash", command="echo 42 > answer.txt; sleep 300", timeout=600)),
+    ],
+}
+LIMITS = {"search": "llm", "attempts": 1, "time_limit_s": 15, "attempt_min_s": 5.0}
+
+
+@pytest.mark.slow
+async def test_a_replay_of_an_attempt_the_runs_deadline_ended_says_so_and_validates_nothing(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """a1 writes its answer and works on past the run's deadline: its limit, not stated
+    to it, runs 5 s past the run's (as one whose run began late on a loaded machine),
+    so the run's deadline ends it, unvalidated. Its replay runs to its stated limit,
+    sooner: there it said "its time limit was reached, and the run has no time left to
+    validate the answer.txt in its workspace", a closing validation the recording never
+    had (with more time left, it would have validated)."""
+
+    async def a1_outlasts_the_run(controller: RunController) -> None:
+        async with asyncio.timeout(60):
+            while (a1 := controller.attempts.child("a1")) is None:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        raise_time_limit(a1, a1.clock.limit_s + 5, why="the test", stated=False)
+
+    recorded, result, _ = await _scripted_search(
+        tmp_path / "rec", answer_task, SCRIPT, during=a1_outlasts_the_run, **LIMITS
+    )
+    assert result.reason == "deadline", result.message
+    events = read_events(recorded.run_dir / "events.jsonl")
+    (a1,) = [e for e in events if isinstance(e, ev.AttemptFinished)]
+    assert (a1.status, a1.run_deadline) == ("out of time", True), a1
+
+    provider = ReplayProvider.from_spec(f"replay:{recorded.run_dir}")
+    config = RunConfig.model_validate(
+        {
+            "task": "answer",
+            "model": f"replay:{recorded.run_dir}",
+            "runs_dir": tmp_path / "replay",
+            "isolation": "none",
+            **LIMITS,
+        }
+    )
+    controller = RunController(config, load_task(answer_task), provider)
+    replayed = await asyncio.wait_for(controller.run(agent_for), 120)
+    assert replayed.reason == "deadline", replayed.message
+    (a1,) = [
+        e
+        for e in read_events(controller.run_dir / "events.jsonl")
+        if isinstance(e, ev.AttemptFinished)
+    ]
+    # Its replay, sooner than its recording, reaches its own limit first (then it ends
+    # out of time), or its command cut there ends the recording ("the recording stops
+    # here, after model call 1, by the run's time limit"): never "by its user".
+    assert a1.status in ("out of time", "stopped") and "by its user" not in a1.why, a1
+    assert a1.status == "out of time" or a1.why.endswith("by the run's time limit"), a1
+    # It began a closing validation, or said it had no time for one: the recording
+    # has neither.
+    own = read_events(controller.run_dir / "attempts" / "a1" / "events.jsonl")
+    assert not [e for e in own if isinstance(e, ev.Validation) or _at_limit(e)]
+
+
+def _at_limit(event: ev.Event) -> bool:
+    """The notices of an attempt's closing validation at its limit, or of no time for one."""
+    return validating_at_limit(event) or (isinstance(event, ev.Notice) and event.kind == NO_TIME)
