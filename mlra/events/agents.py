@@ -158,8 +158,7 @@ class ModelAnswering(_Event):
     agent: AgentRole
     turn: int = 0
     first_token_s: float
-    """Seconds from the request to the first piece of the answer, by the run clock (a
-    pause left out, as the status line's time leaves it out)."""
+    """Seconds from the request to the first piece of the answer."""
 
 
 class WorkerThought(_Event):
@@ -271,9 +270,9 @@ class ModelCall(_Event):
     """The server sent no token counts: these are estimated from the characters."""
     first_token_s: float | None = None
     """Seconds from the request to the answer's first piece, where it was streamed: the
-    time the server took to read the prompt, by the run clock (a pause left out). The
-    rest of `latency_s`, less `paused_s`, wrote the answer, so `output_tokens` over it
-    is the model's speed (tokens/s)."""
+    time the server took to read the prompt. The rest of `latency_s` wrote the answer,
+    so `output_tokens` over it is the model's speed (tokens/s). Both are the server's
+    own figures, in wall time: the server reads and writes on through a pause."""
     paused_s: float = 0.0
     """Of `latency_s` (the call's wall time), the seconds the run clock stood still: the
     user paused while the server answered (it goes on), or the SDK retried a local

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -13,9 +14,10 @@ import pytest
 from mlra.agent.providers import resolve_model
 from mlra.agent.providers.base import Message, ModelResponse
 from mlra.agent.providers.demo import DemoProvider
+from mlra.agent.providers.demo_plan import task_refusal
 from mlra.agent.setup.prompts import WORKER_SYSTEM
 from mlra.console.cli.cli import main
-from mlra.tasks.spec import find_task
+from mlra.tasks.spec import find_task, load_task
 from tests.conftest import mlra_cli
 from tests.readme_runs import ReadmeRun
 
@@ -120,13 +122,21 @@ def test_a_task_the_demo_has_no_recipe_for_is_refused_in_one_line(
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert "--model demo follows a built-in task's reference recipe" in line, line
     assert "(it knows classify-finetune, compress-budget, merge-models, tiny-lm)" in line, line
-    assert "run its recipe with --model baseline, or give a real model" in line, line
+    advice = "give a real model" if task == "babylm" else "run its recipe with --model baseline"
+    assert line.endswith(advice + (", or give a real model" if task != "babylm" else "")), line
     assert not runs.exists()
     batch = ["batch", "--tasks", f"tiny-lm,{task}", "--models", "demo", "--out", str(runs)]
     assert main(batch) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("mlra: batch: ") and "is not one it knows" in line, line
     assert not runs.exists()
+
+
+def test_a_copy_of_a_built_in_task_is_one_the_demo_knows(tmp_path: Path) -> None:
+    """The demo finds its task by the prompt's title, as a model reads it: a copy of
+    tiny-lm's folder given by path is tiny-lm to it."""
+    copy = shutil.copytree(find_task("tiny-lm").root, tmp_path / "my-tiny")
+    assert task_refusal("demo", load_task(copy)) is None
 
 
 @pytest.mark.slow

@@ -53,8 +53,9 @@ def test_a_fork_that_edits_a_recipe_step_records_no_baseline(tmp_path: Path) -> 
     graded = next(e for e in forked if isinstance(e, ev.EvaluationFinished))
     assert graded.score == 0.5  # graded as any run is: only the baseline is left alone
     assert _said(forked) == (
-        "no baseline recorded for mlagentbench-four: the user edited a recipe step, "
-        "so the starter was not measured as it is"
+        "no baseline recorded for mlagentbench-four: this run is a fork of src@1, its "
+        "workspace restored from that run's record, so it did not measure the starter as "
+        "a baseline run sets it up"
     )
     assert load_task(source).metric.baseline == 4.0  # not (4 + 0.5) / 2
 
@@ -101,7 +102,26 @@ async def test_a_baseline_stopped_before_its_recipe_ended_records_no_baseline(
     graded = next(e for e in watch.events if isinstance(e, ev.EvaluationFinished))
     assert graded.score == 3.0
     assert _said(watch.events) == (
-        "no baseline recorded for mlagentbench-held: the run ended before its recipe did "
-        "(stopped by the user), so the starter was not measured"
+        "no baseline recorded for mlagentbench-held: the run ended before its recipe did: "
+        "stopped by the user; the starter was not measured"
     )
     assert not (controller.task.root / BASELINE_FILE).exists()
+
+
+async def test_a_rejected_recipe_step_says_the_user_rejected_it(tmp_path: Path) -> None:
+    """Not "the recipe failed": nothing failed, the user said no."""
+    controller, watch, running, held = await _held_run(tmp_path, WRITES_FOUR)
+    assert controller.reject(held.call_id, "not now")
+    await running
+    said = _said(watch.events)
+    assert "the user rejected a recipe step" in said and "failed" not in said, said
+    assert not (controller.task.root / BASELINE_FILE).exists()
+
+
+async def test_an_edit_saved_unchanged_still_measures_the_baseline(tmp_path: Path) -> None:
+    """The console's edit dialog saved as it opened: the step ran as the recipe has it."""
+    controller, watch, running, held = await _held_run(tmp_path, WRITES_FOUR)
+    assert held.arguments is not None
+    assert controller.edit(held.call_id, dict(held.arguments))
+    await running
+    assert _said(watch.events).startswith("the baseline of mlagentbench-held is now 4")

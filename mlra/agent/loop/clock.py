@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import deque
+
+MARKS = 256
+"""The starts and pauses a clock keeps for `elapsed_at`: a model call's few, with room
+for the SDK's retries off the clock (each a pause and a start)."""
 
 
 class RunClock:
@@ -18,6 +23,8 @@ class RunClock:
         self._banked = already
         self._since: float | None = None
         self._moved = asyncio.Event()
+        self._marks: deque[tuple[float, float, bool]] = deque(maxlen=MARKS)
+        """(wall, reading, running after) at each start and pause: `elapsed_at`."""
 
     @property
     def limit_s(self) -> float:
@@ -40,11 +47,14 @@ class RunClock:
     def start(self) -> None:
         if self._since is None:
             self._since = time.monotonic()
+            self._marks.append((self._since, self._banked, True))
 
     def pause(self) -> None:
         if self._since is not None:
-            self._banked += time.monotonic() - self._since
+            now = time.monotonic()
+            self._banked += now - self._since
             self._since = None
+            self._marks.append((now, self._banked, False))
 
     resume = start
 
@@ -52,10 +62,26 @@ class RunClock:
     def running(self) -> bool:
         return self._since is not None
 
+    @property
+    def started(self) -> bool:
+        """Whether the run has started its clock (since stopped or not): a clock that
+        stands still after that is a pause."""
+        return bool(self._marks)
+
     def elapsed(self) -> float:
         if self._since is None:
             return self._banked
         return self._banked + (time.monotonic() - self._since)
+
+    def elapsed_at(self, moment: float) -> float:
+        """The reading at `moment` (a past `time.monotonic()`): a model call's pause up to
+        where its time was taken, though the clock stopped or ran after it."""
+        if moment >= time.monotonic():
+            return self.elapsed()
+        for wall, reading, running in reversed(self._marks):
+            if wall <= moment:
+                return reading + (moment - wall if running else 0.0)
+        return self._marks[0][1] if self._marks else self._banked
 
     def remaining(self) -> float:
         return max(0.0, self.limit_s - self.elapsed())
@@ -69,17 +95,24 @@ class PausedSpan:
     is not there) since this was made, in wall seconds: a model call's `paused_s`. The
     server goes on answering through a pause, so its wall time (`latency_s`) held the
     pause too, and "answered in 1m21s" contradicted the status line, which counts by
-    the run clock. A span begun with the clock stopped (a run that never started it)
-    counts nothing as paused: its wall time stands, as a tool call's does."""
+    the run clock. A pause the span began in counts as much as one begun in it (a
+    summary asked while paused, a call asked again after the wait for a server); a run
+    that never started its clock counts nothing as paused: its wall time stands, as a
+    tool call's does."""
 
     def __init__(self, clock: RunClock) -> None:
         self._clock = clock
-        self._counts = clock.running
         self._wall = time.monotonic()
         self._ran = clock.elapsed()
 
-    def paused_s(self) -> float:
-        if not self._counts:
+    def paused_s(self, until: float | None = None) -> float:
+        """Up to `until` seconds into the span (where the call's `latency_s` was taken:
+        a pause after that, while the provider asks its server more, is not the
+        call's), or to now."""
+        if not self._clock.started:
             return 0.0
-        wall = time.monotonic() - self._wall
-        return max(0.0, wall - (self._clock.elapsed() - self._ran))
+        end = time.monotonic()
+        if until is not None:
+            end = min(end, self._wall + until)
+        wall = end - self._wall
+        return max(0.0, min(wall, wall - (self._clock.elapsed_at(end) - self._ran)))

@@ -16,6 +16,7 @@ from mlra.agent.loop.attempts import ATTEMPTS_DIR
 from mlra.agent.loop.ending import Ending
 from mlra.agent.loop.root_outside import tell_root_outside
 from mlra.agent.loop.run_context import RunContext
+from mlra.agent.record.state import RunState
 from mlra.agent.setup.sandboxes import run_gpus
 from mlra.tasks.validation import RunValidator, best_kept
 
@@ -199,7 +200,7 @@ async def evaluate(run: RunContext, ending: Ending) -> None:
             finished.score if finished.ok else None,
             run_id=run.run_id,
             problem=(
-                _recipe_problem(run) or _not_the_recipe(run, ending) or _grading_problem(finished)
+                _not_the_recipe(run, ending) or _recipe_problem(run) or _grading_problem(finished)
             ),
             shared_by=run.config.machine_shared_by,
         )
@@ -219,23 +220,39 @@ def _recipe_problem(run: RunContext) -> str | None:
 def _not_the_recipe(run: RunContext, ending: Ending) -> str | None:
     """Why this run did not measure the unchanged starter as its recipe runs it, if it
     did not: a baseline is what every later run's success is judged against, so a step
-    the user edited or rejected at a breakpoint, a fork (its first steps ran in another
-    run, and `--edit-action` changes one), or a recipe that never reached its submit
-    step (the user stopped it, the time limit ended it) measures something else."""
+    the user changed at a breakpoint (an edit that changed its arguments, a rejection),
+    a fork (its workspace restored from another run's record, and `--edit-action` can
+    change a step), or a recipe that never reached its submit step (the user stopped
+    it) measures something else. The `validate` step is left out: what it says does
+    not change what is submitted."""
     s = run.state
-    if s.edited_calls or s.rejected_calls:
-        what = "edited" if s.edited_calls else "rejected"
+    if (what := _changed_step(s)) is not None:
         return f"the user {what} a recipe step, so the starter was not measured as it is"
     if s.forked_from is not None:
         return (
-            f"this run is a fork of {s.forked_from}: its steps up to there ran in that "
-            "run, so this one did not measure the starter"
+            f"this run is a fork of {s.forked_from}, its workspace restored from that run's "
+            "record, so it did not measure the starter as a baseline run sets it up"
         )
     if ending.reason != "submitted":
         return (
-            f"the run ended before its recipe did ({ending.finished_message}), "
-            "so the starter was not measured"
+            f"the run ended before its recipe did: {ending.finished_message}; "
+            "the starter was not measured"
         )
+    return None
+
+
+def _changed_step(s: RunState) -> str | None:
+    """ "edited" or "rejected" where the user changed a recipe step (not `validate`) at a
+    breakpoint; an edit saved unchanged is no change."""
+    calls = {**s.ended_calls, **s.running}
+    for call_id, arguments in s.edited_calls.items():
+        call = calls.get(call_id)
+        if call is None or (call.tool != "validate" and call.arguments != arguments):
+            return "edited"
+    for call_id in s.rejected_calls:
+        call = calls.get(call_id)
+        if call is None or call.tool != "validate":
+            return "rejected"
     return None
 
 

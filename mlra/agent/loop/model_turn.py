@@ -250,8 +250,6 @@ class ModelTurn:
             max_tokens = min(max_tokens, most_tokens)
         stream = AnswerStream(run, agent, turn)
         produced = 0
-        # The run clock's pauses in the call (its `paused_s`), and in its prompt's reading.
-        span, paused_reading = PausedSpan(run.clock), 0.0
 
         def on_text(piece: str) -> None:
             nonlocal produced
@@ -261,10 +259,7 @@ class ModelTurn:
             stream.add(piece)
 
         def on_first_piece(seconds: float) -> None:
-            nonlocal paused_reading
-            paused_reading = min(seconds, span.paused_s())
-            reading = round(seconds - paused_reading, 3)  # by the run clock, as `t` is
-            run.emit(ev.ModelAnswering(agent=agent, turn=turn, first_token_s=reading))
+            run.emit(ev.ModelAnswering(agent=agent, turn=turn, first_token_s=round(seconds, 3)))
 
         told = self.provider_events.retry_told(agent, self.server_wait.holding)
 
@@ -280,7 +275,7 @@ class ModelTurn:
 
         while True:
             started = time.monotonic()
-            span, paused_reading = PausedSpan(run.clock), 0.0
+            span = PausedSpan(run.clock)  # the run clock's pauses in the call: its `paused_s`
             produced = 0
             sent = False
             try:
@@ -297,7 +292,9 @@ class ModelTurn:
                         on_text=on_text,
                         max_tokens=max_tokens,
                     )
-                paused = span.paused_s()  # the call's, as its `latency_s` is
+                # Up to where its `latency_s` was taken: the provider may ask its server
+                # more after (read_window_again), and a pause then is not the call's.
+                paused = span.paused_s(response.latency_s)
                 break
             except ProviderError as exc:
                 stream.given_up()  # what it streamed, logged before its failure
@@ -335,11 +332,8 @@ class ModelTurn:
         self.server_wait.reset()
         self.provider_events.tell_adaptations(agent)
         usage = response.usage
-        first = response.first_token_s
         if response.paused_s is not None:  # a replay's answer: the pause its call recorded
             paused = response.paused_s
-        elif first is not None:
-            first = max(0.0, first - paused_reading)
         run.emit(
             ev.ModelCall(
                 agent=agent,
@@ -358,7 +352,9 @@ class ModelTurn:
                 tool_calls=[c.model_dump(exclude_defaults=True) for c in response.tool_calls],
                 request_sha=request_sha,
                 tokens_estimated=usage.estimated,
-                first_token_s=None if first is None else round(first, 4),
+                first_token_s=None
+                if response.first_token_s is None
+                else round(response.first_token_s, 4),
             )
         )
         return response

@@ -130,13 +130,17 @@ def task_refusal(spec: str, task: TaskSpec) -> str | None:
 
     if spec_entry(spec) != f"{DEMO}:":
         return None
-    if task.baseline.steps and task.root.resolve() in {d.resolve() for d in builtin_task_dirs()}:
-        return None
-    known = ", ".join(t.name for d in builtin_task_dirs() if (t := load_task(d)).baseline.steps)
+    known = [t for d in builtin_task_dirs() if (t := load_task(d)).baseline.steps]
+    if any(t.title.strip() == task.title.strip() for t in known):
+        return None  # found as the demo finds it (`task_named_in`): a copy of one too
+    instead = (
+        "run its recipe with --model baseline, or give a real model"
+        if task.baseline.steps
+        else "give a real model"
+    )
     return (
         f"--model demo follows a built-in task's reference recipe, and {task.name} is not "
-        f"one it knows (it knows {known}): run its recipe with --model baseline, or give "
-        "a real model"
+        f"one it knows (it knows {', '.join(t.name for t in known)}): {instead}"
     )
 
 
