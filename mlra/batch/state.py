@@ -205,6 +205,10 @@ NODE_LOST = "node lost"
 """A placement's outcome where the attempt ended with its node: the only one counted
 "lost with a node"."""
 
+OUT_OF_MEMORY = "out of memory"
+"""A placement's outcome where Ray killed the run for its memory: a failure of the run's,
+which a batch report judges (batch/report_judged.py), as it is no lost node."""
+
 DRIVERS = ".drivers"
 """`.drivers/<run-id>`: flock'ed by the `mlra batch` that drives the run now (kept: a
 lock file removed could be locked by two, each on a file of its own)."""
