@@ -223,6 +223,7 @@ def driving(out: Path, run_id: str) -> Iterator[bool]:
     path = out / DRIVERS / run_id
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    mine = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -231,18 +232,30 @@ def driving(out: Path, run_id: str) -> Iterator[bool]:
             return
         except OSError:
             pass
+        mine = True
+        _HELD.add(path.absolute())
         yield True
     finally:
+        if mine:
+            _HELD.discard(path.absolute())
         os.close(fd)
 
 
+_HELD: set[Path] = set()
+"""The `.drivers/` locks this process holds: its own runs are not "driven elsewhere" (a
+report it writes as the cluster goes, locks still held, called them queued by a batch
+still running, when that batch is this one, ending)."""
+
+
 def driven_elsewhere(out: Path) -> list[str]:
-    """The runs another `mlra batch` drives now (its `.drivers/` lock held; call with none of
-    this process's held): a report written meanwhile calls them failed ("success 0%"), so the
+    """The runs another `mlra batch` drives now (its `.drivers/` lock held; this process's
+    own are not another's): a report written meanwhile calls them failed ("success 0%"), so the
     batch driving them writes it as it ends. The probe is shared, as `log_is_live`'s is."""
     held = []
     drivers = out / DRIVERS
     for path in sorted(drivers.iterdir()) if drivers.is_dir() else []:
+        if path.absolute() in _HELD:
+            continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:

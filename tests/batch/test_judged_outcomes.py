@@ -8,7 +8,10 @@ as no failures, and a batch resumed to its end still read partial."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from mlra import events as ev
@@ -19,6 +22,7 @@ from mlra.agent.record.state import RunState
 from mlra.batch.report import write_report
 from mlra.batch.spec import SPEC_FILE
 from mlra.batch.state import (
+    DRIVERS,
     OUT_OF_MEMORY,
     RETIRED,
     RUNS,
@@ -62,6 +66,18 @@ def _start(log: EventLog, run_dir: Path, seed: int) -> None:
             limits=ev.Limits(time_limit_s=60), sandbox=sandbox, config={"seed": seed},
         )
     )  # fmt: skip
+
+
+@contextlib.contextmanager
+def _driven_by_another_batch(out: Path, run_id: str) -> Iterator[None]:
+    """The run's `.drivers/` lock, held as another `mlra batch` process holds it."""
+    (out / DRIVERS).mkdir(parents=True, exist_ok=True)
+    fd = os.open(out / DRIVERS / run_id, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        os.close(fd)
 
 
 def _report(out: Path) -> tuple[str, dict]:
@@ -132,9 +148,26 @@ def test_a_report_while_the_batch_runs_says_what_runs_and_what_waits(tmp_path: P
         log = EventLog(live / EVENTS_FILE)
         held.callback(log.close)
         _start(log, live, 2)
-        held.enter_context(driving(tmp_path, "answer__m__s2"))
-        held.enter_context(driving(tmp_path, "answer__m__s3"))
+        for seed in (2, 3):
+            held.enter_context(_driven_by_another_batch(tmp_path, f"answer__m__s{seed}"))
         md, report = _report(tmp_path)
     assert "Partial report: 1 of 3 runs ran; 1 still running, and 1 queued." in md, md
     assert report["partial"]["running"] == 1 and report["partial"]["queued"] == 1
     assert _table_row(md, MODEL)[SUCCESS] == "100% of 1 judged"
+
+
+def test_a_report_the_batch_writes_holding_its_own_runs_calls_none_queued_by_another(
+    tmp_path: Path,
+) -> None:
+    """The report a batch writes as its Ray cluster goes, its own runs' locks still held:
+    its queued run was "queued by an mlra batch still running", that batch being itself,
+    ending. It was stopped before it began."""
+    _batch(tmp_path, 2)
+    _run(tmp_path / RUNS / "answer__m__s1", seed=1, score=1.0)
+    with driving(tmp_path, "answer__m__s2") as mine:
+        assert mine
+        md, report = _report(tmp_path)
+    assert "queued by an mlra batch still running" not in md
+    assert ": not started: the batch was stopped before it began" in md, md
+    assert "Partial report: 1 of 2 runs ran; 1 never started." in md
+    assert report["partial"]["queued"] == 0
