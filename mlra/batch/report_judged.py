@@ -9,7 +9,7 @@ rate. A run that ended by itself without a score (the deadline, a budget, no sub
 a submission that scored nothing, a replay that diverged, a request the model's window
 cannot hold, a run Ray killed for its memory) was judged, and failed: that ending is the
 agent's or its model's (most are final for retries, batch/state.py), and leaving it out
-would flatter weak models. So was a seed that used up its attempts with none of them an outcome.
+would flatter weak models. So was a seed that used up its attempts with none an outcome.
 
 A seed's success is its first attempt with an outcome: the ones before it ended for
 reasons that say nothing of the agent, as the batch retries exactly those, so that
@@ -40,8 +40,8 @@ DEFAULT_ATTEMPTS = 3
 NOT_STARTED = "not started"
 """The reason of a run the batch queued and never began (its card holds no other)."""
 
-
 QUEUED = "queued by an mlra batch still running"
+"""Why a run not begun has none yet: another `mlra batch` holds it (its driver lock)."""
 
 
 def never_begun(run_id: str, driven: set[str]) -> str:
