@@ -6,8 +6,9 @@ card, with the reason, or "not started" where the batch was stopped before it). 
 never judged (never started, no outcome, `--ungraded`) is no failure in a success rate,
 and a report some of whose runs never started or stopped midway says it is partial
 (batch/report_judged.py). The group numbers count one attempt per seed: by default
-its first attempt that started, so that retrying cannot move a mean (a retried
-seed's better second try is shown, not averaged in); `--attempt last` counts the
+its first attempt with an outcome (those before it ended for reasons that say nothing
+of the agent, as the batch retries exactly those), so that retrying cannot move a mean
+(a retried seed's better second try is shown, not averaged in); `--attempt last` counts the
 last attempt instead.
 
 Every number comes from each run's `result.json` where it was derived from the log

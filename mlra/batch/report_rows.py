@@ -17,7 +17,7 @@ from mlra.agent.record.annotations import read_annotations, tag_counts
 from mlra.agent.record.eventlog import EVENTS_FILE
 from mlra.agent.record.run_result import UNFINISHED_MESSAGES as UNFINISHED
 from mlra.agent.record.run_result import RunResult
-from mlra.batch.report_judged import NOT_STARTED, judged_success, never_begun
+from mlra.batch import report_judged as judged
 from mlra.batch.report_results import load_run
 from mlra.batch.state import NODE_LOST, RETIRED, RUNS, RunCard, read_cards, read_placements
 from mlra.batch.task_labels import recorded_task, run_task_labels
@@ -55,6 +55,8 @@ class RunRow:
     """Whether the group numbers count this attempt (one per seed)."""
     started: bool = True
     """False for an attempt that never started (no run_started): it has no outcome."""
+    outcome: bool = True
+    """It ended by itself, or its seed used up its attempts: final (batch/report_judged.py)."""
     experiments: int = 0
     """Rows of the run's experiments table (one per validation)."""
     best_validation: float | None = None
@@ -235,7 +237,8 @@ def _row(r: RunResult, run_id: str, seed: int | None, card: RunCard | None) -> R
         reason=r.reason,
         score=r.score,
         normalized_score=r.normalized_score,
-        success=judged_success(r),
+        success=judged.judged_success(r),
+        outcome=judged.has_outcome(r),
         duration_s=r.duration_s,
         tokens=r.tokens,
         cost_usd=r.cost_usd,
@@ -286,6 +289,7 @@ def _not_started(
         failure=reason,
         attempt=attempt,
         started=False,
+        outcome=False,
         detail=detail,
     )
 
@@ -310,6 +314,8 @@ def _attempt_row(folder: Path, run_id: str, attempt: int, card: RunCard | None) 
     row.nodes = [p.where for p in placements if p.node_id]
     row.nodes_lost = [p.where for p in placements if p.node_id and p.outcome == NODE_LOST]
     row.lost = lost
+    if lost and placements[-1].outcome == judged.OUT_OF_MEMORY:  # the run's own failure: judged
+        row.outcome, row.success = True, False
     return row
 
 
@@ -319,6 +325,7 @@ def collect(out: Path, attempt: Attempt = "first") -> list[RunRow]:
     batch = (out / RUNS).is_dir() or (out / "batch.json").is_file()
     runs_dir = out / RUNS if batch else out
     cards = read_cards(out) if batch else {}
+    driven, limit = judged.batch_state(out) if batch else (set[str](), 1)  # none retried
     retired_dir = out / RETIRED
     retired: dict[str, list[tuple[int, Path]]] = {}
     if runs_dir != out and retired_dir.is_dir():
@@ -345,17 +352,15 @@ def collect(out: Path, attempt: Attempt = "first") -> list[RunRow]:
                 _not_started(run_id, card, card.not_started, len(attempts) + 1, card.detail)
             )
         elif card is not None and not attempts:  # queued, and the batch stopped first
-            attempts.append(_not_started(run_id, card, NOT_STARTED, 1, never_begun(out, run_id)))
+            why = judged.never_begun(run_id, driven)
+            attempts.append(_not_started(run_id, card, judged.NOT_STARTED, 1, why))
         if not attempts:
             continue
         for row in attempts:
             row.counted = False
             row.task = labels.get(run_id, row.task)
-        if attempt == "last":
-            attempts[-1].counted = True
-        else:
-            # The first attempt that started: one that never did has no outcome to bias.
-            next((r for r in attempts if r.started), attempts[0]).counted = True
+        tries = len(retired.get(run_id, [])) + (run_id in current)
+        judged.count_one(attempts, tries, limit, last=attempt == "last")
         rows += attempts
     return rows
 
@@ -378,8 +383,8 @@ def summarize(rows: list[RunRow]) -> list[Group]:
         best = [m.best_validation for m in members if m.best_validation is not None]
         best_mean, best_se = mean_se(best)
         started = [m for m in members if m.started]
-        judged = [m for m in members if m.success is not None]
-        rate = sum(bool(m.success) for m in judged) / len(judged) if scores and judged else None
+        rated = [m for m in members if m.success is not None]
+        rate = sum(bool(m.success) for m in rated) / len(rated) if scores and rated else None
         out.append(
             Group(
                 task=task,
@@ -391,7 +396,7 @@ def summarize(rows: list[RunRow]) -> list[Group]:
                 normalized_mean=norm_mean,
                 normalized_se=norm_se,
                 success_rate=rate,
-                judged_runs=len(judged),
+                judged_runs=len(rated),
                 self_reported=sum(m.self_reported for m in members),
                 judged=any(m.direction_known for m in members),
                 # Of the runs that started: one that never did took no time, and its 0 s

@@ -81,7 +81,7 @@ def _unisolated_mark(g: Group) -> str:
 def markdown(groups: list[Group], rows: list[RunRow], attempt: Attempt = "first") -> str:
     counted = [r for r in rows if r.counted]
     which = (
-        "the first attempt of each seed that started (retries are shown, not averaged in)"
+        "the first attempt of each seed with an outcome (retries are shown, not averaged in)"
         if attempt == "first"
         else "the last attempt of each seed (`--attempt last`)"
     )
@@ -325,10 +325,10 @@ CSV_FIELDS = [
     "task", "model", "runs", "scored", "score_mean", "score_se", "normalized_mean",
     "normalized_se", "success_rate", "median_duration_s", "tokens", "cost_usd", "failures",
     "isolation", "unisolated", "retries", "lost_with_node", "best_validation_mean", "best_validation_se",
-    "experiments_mean", "self_reported", "judged", "judged_runs", "worker_alone",
+    "experiments_mean", "self_reported", "judged", "worker_alone",
     "searched", "search_tried_mean", "search_best_validation_mean", "search_best_validation_se",
     "search_test_mean", "search_test_se", "search_gap_mean", "search_gap_se",
-    "search_graded_unsubmitted",
+    "search_graded_unsubmitted", "judged_runs",  # last: added later, columns keep their place
 ]  # fmt: skip
 
 

@@ -205,6 +205,10 @@ NODE_LOST = "node lost"
 """A placement's outcome where the attempt ended with its node: the only one counted
 "lost with a node"."""
 
+OUT_OF_MEMORY = "out of memory"
+"""A placement's outcome where Ray killed the run for its memory: a failure of the run's,
+which a batch report judges (batch/report_judged.py), as it is no lost node."""
+
 DRIVERS = ".drivers"
 """`.drivers/<run-id>`: flock'ed by the `mlra batch` that drives the run now (kept: a
 lock file removed could be locked by two, each on a file of its own)."""
@@ -219,6 +223,7 @@ def driving(out: Path, run_id: str) -> Iterator[bool]:
     path = out / DRIVERS / run_id
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    mine = False
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -227,18 +232,30 @@ def driving(out: Path, run_id: str) -> Iterator[bool]:
             return
         except OSError:
             pass
+        mine = True
+        _HELD.add(path.absolute())
         yield True
     finally:
+        if mine:
+            _HELD.discard(path.absolute())
         os.close(fd)
 
 
+_HELD: set[Path] = set()
+"""The `.drivers/` locks this process holds: its own runs are not "driven elsewhere" (a
+report it writes as the cluster goes, locks still held, called them queued by a batch
+still running, when that batch is this one, ending)."""
+
+
 def driven_elsewhere(out: Path) -> list[str]:
-    """The runs another `mlra batch` drives now (its `.drivers/` lock held; call with none of
-    this process's held): a report written meanwhile calls them failed ("success 0%"), so the
+    """The runs another `mlra batch` drives now (its `.drivers/` lock held; this process's
+    own are not another's): a report written meanwhile calls them failed ("success 0%"), so the
     batch driving them writes it as it ends. The probe is shared, as `log_is_live`'s is."""
     held = []
     drivers = out / DRIVERS
     for path in sorted(drivers.iterdir()) if drivers.is_dir() else []:
+        if path.absolute() in _HELD:
+            continue
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except OSError:

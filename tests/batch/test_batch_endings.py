@@ -124,15 +124,16 @@ def test_the_report_counts_the_first_attempt_and_shows_every_other(tmp_path: Pat
     )
     (group,) = write_report(out, plots=False)
     assert group.runs == 4 and group.retries == 1
-    # The first attempt of each seed: seed 1 counts as its failure, not as its retry's 1.0.
-    assert group.scored == 1 and group.score_mean == 0.0
-    assert group.failures == {"provider_error": 1, "no_submission": 1, "resources": 1}
+    # The first attempt of each seed with an outcome: seed 1's first said nothing of the
+    # agent (its provider failed, as the batch retries exactly those): its retry's 1.0.
+    assert group.scored == 2 and group.score_mean == 0.5
+    assert group.failures == {"no_submission": 1, "resources": 1}
     assert group.cost_usd == pytest.approx(0.75)  # every attempt was paid for
     report = json.loads((out / "report.json").read_text())
     assert report["attempt"] == "first"
     rows = {(r["run_id"], r["attempt"]): r for r in report["runs"]}
     assert len(rows) == 5
-    assert rows["answer__m__s1", 1]["counted"] and not rows["answer__m__s1", 2]["counted"]
+    assert rows["answer__m__s1", 2]["counted"] and not rows["answer__m__s1", 1]["counted"]
     never = rows["answer__m__s4", 1]
     assert never["status"] == "not started" and never["reason"] == "resources"
     assert never["seed"] == 4 and never["model"] == MODEL
@@ -144,10 +145,10 @@ def test_the_report_counts_the_first_attempt_and_shows_every_other(tmp_path: Pat
     assert "- answer__m__s3 (attempt 1): no_submission: ended: no_submission\n" in md
     assert rows["answer__m__s1", 1]["detail"] == "ended: provider_error"
     assert rows["answer__m__s1", 2]["detail"] == ""  # scored: nothing to explain
-    assert "| no_submission ×1, provider_error ×1, resources ×1 | 1 | bwrap |" in md
+    assert "| no_submission ×1, resources ×1 | 1 | bwrap |" in md
     assert "- answer__m__s4 (attempt 1): resources" in md
 
-    # Asked for, the last attempt of each seed: the retried seed counts its 1.0.
+    # Asked for, the last attempt of each seed: here the same.
     proc = mlra_cli(["report", str(out), "--no-plots", "--attempt", "last"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     last = json.loads((out / "report.json").read_text())

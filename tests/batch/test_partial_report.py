@@ -82,7 +82,8 @@ async def test_a_batch_stopped_before_its_later_seeds_says_so(
     assert ": not started: the batch was stopped before it began" in shown
     report = json.loads((out / "report.json").read_text())
     assert report["partial"] == {
-        "runs": 3, "ran": 1, "never_started": 2, "lost": 0, "stopped_midway": 0
+        "runs": 3, "ran": 1, "never_started": 2, "lost": 0, "stopped_midway": 0,
+        "running": 0, "queued": 0,
     }  # fmt: skip
     (group,) = report["groups"]
     assert group["success_rate"] == 1.0 and group["judged_runs"] == 1
@@ -169,5 +170,14 @@ def test_a_run_lost_with_its_node_is_not_said_to_have_never_started(tmp_path: Pa
     lost_attempt(tmp_path, "answer__m__s2", gone)
     write_report(tmp_path, plots=False)
     md = (tmp_path / "report.md").read_text(encoding="utf-8")
-    assert "Partial report: 1 of 2 runs ran; 0 never started, and 1 lost with its node." in md
+    assert "Partial report: 1 of 2 runs ran; 1 lost with its node." in md
     assert _table_row(md, MODEL)[SUCCESS] == "100% of 1 judged"
+
+
+def test_judged_runs_is_the_last_column_of_report_csv(tmp_path: Path) -> None:
+    """A column added later goes last: a script reading report.csv's columns by place
+    read `judged_runs` where `worker_alone` had been."""
+    _run(tmp_path / RUNS / "answer__m__s1", seed=1, score=1.0)
+    write_report(tmp_path, plots=False)
+    header = (tmp_path / "report.csv").read_text(encoding="utf-8").splitlines()[0].split(",")
+    assert header[-1] == "judged_runs" and header[21:23] == ["judged", "worker_alone"]

@@ -60,8 +60,8 @@ def test_the_report_gives_each_search_and_the_mean_gap(tmp_path: Path) -> None:
     assert float(searched["search_gap_mean"]) == pytest.approx(-0.0111)
     assert searched["search_graded_unsubmitted"] == "1"
     assert by_task["answer"]["searched"] == "0" and by_task["answer"]["search_gap_mean"] == ""
-    # Existing columns first and unchanged; the search's after them.
-    assert CSV_FIELDS[:3] == ["task", "model", "runs"] and CSV_FIELDS[-9] == "searched"
+    # Existing columns first and unchanged; the search's after them (then judged_runs).
+    assert CSV_FIELDS[:3] == ["task", "model", "runs"] and CSV_FIELDS[-10] == "searched"
 
     report = json.loads((tmp_path / "report.json").read_text())
     rows = {r["run_id"]: r for r in report["runs"]}

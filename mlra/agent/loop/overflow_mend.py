@@ -182,6 +182,12 @@ def _best_cut(
     return best
 
 
+WINDOW_CANNOT_HOLD = "the model's window"
+"""How the message of a run ended because the model's window cannot hold its request
+begins: a batch report judges it (failed, batch/report_judged.py), for unlike a provider
+that failed, it says something of the model, and would end the same way again."""
+
+
 def _cannot(agent: ev.AgentRole, overflow: Overflow, sent: Sent, window: int) -> Ending:
     """The honest end: what the window is, what the request takes, and what would help."""
     size = (
@@ -190,7 +196,7 @@ def _cannot(agent: ev.AgentRole, overflow: Overflow, sent: Sent, window: int) ->
         else f"about {sent.prompt + sent.max_tokens:,} tokens by mlra's estimate"
     )
     message = (
-        f"the model's window ({overflow.window or window:,} tokens) cannot hold {agent}'s "
+        f"{WINDOW_CANNOT_HOLD} ({overflow.window or window:,} tokens) cannot hold {agent}'s "
         f"request ({size}): nothing is left to summarize or cut that would make it fit, and "
         "sending it again would only be refused again; start the server with a larger "
         "context (llama.cpp --ctx-size, Ollama num_ctx) or use a model with a larger window"

@@ -43,7 +43,7 @@ from mlra.batch.executors.ray_node import (
 from mlra.batch.executors.ray_watch import HeadWatch
 from mlra.batch.executors.shipping import content_hash, file_chunks, pack, unpack
 from mlra.batch.spec import Resources
-from mlra.batch.state import NODE_LOST, RUNS, Placement, add_placement
+from mlra.batch.state import NODE_LOST, OUT_OF_MEMORY, RUNS, Placement, add_placement
 from mlra.tools.sandbox.trees import remove_tree
 
 POLL_S = 2.0
@@ -428,7 +428,7 @@ def lost_outcome(exc: BaseException) -> tuple[str, str]:
         return "error on node", _one_line(exc.cause)
     if isinstance(exc, OutOfMemoryError):
         return (
-            "out of memory",
+            OUT_OF_MEMORY,
             f"the node ran out of memory and Ray killed the run ({_one_line(exc)})",
         )
     if isinstance(exc, WorkerCrashedError):

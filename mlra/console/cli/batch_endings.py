@@ -90,7 +90,7 @@ def cluster_lost(out: Path, why: str, display: Any) -> None:
     ray.log: the batch says it first, with the report so far, and exits itself."""
     display.close()
     report = ""
-    if collect(out):  # its own runs' locks held: written though they read as driven
+    if collect(out):  # its own runs' locks held: not read as another batch's (batch/state.py)
         write_report(out)
         report = f" · report {out / 'report.md'}"
     line = f"batch: the Ray cluster was lost ({why}), its runs with it; once it is back, "
