@@ -2,7 +2,8 @@
 (agent/loop/attempts.py `stop_all`): the recording reads it out of time, by the run's
 time limit, and its replay, reaching the attempt's own limit first, adds no validation
 the recording never had. A scripted search on the small `answer` task, 30 s, recorded
-(its 30 s in full), then played back; real processes: marked slow."""
+(its 30 s in full), then played back; real processes: marked slow. And how a replay
+reads an old recording's notice of no time left at the attempt's limit."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
-from mlra.agent.loop.attempt_finish import NO_TIME, validating_at_limit
+from mlra.agent.loop.attempt_finish import NO_TIME, no_time_at_limit, validating_at_limit
 from mlra.agent.loop.attempt_time import raise_time_limit
 from mlra.agent.loop.replay_provider import ReplayProvider
 from mlra.agent.record.eventlog import read_events
@@ -104,4 +105,20 @@ async def test_a_replay_of_an_attempt_the_runs_deadline_ended_says_so_and_valida
 
 def _at_limit(event: ev.Event) -> bool:
     """The notices of an attempt's closing validation at its limit, or of no time for one."""
-    return validating_at_limit(event) or (isinstance(event, ev.Notice) and event.kind == NO_TIME)
+    return validating_at_limit(event) or no_time_at_limit(event)
+
+
+def test_a_recording_from_before_the_no_time_notice_had_its_kind_reached_its_limit() -> None:
+    """An attempt's recording whose notice "its time limit was reached, and the run has
+    no time left to validate ..." predates its kind: its replay read it as one that never
+    reached its limit, so a replay stopped at its search's end (by the supervisor, the
+    run's deadline) sooner than its recording would have added a closing validation."""
+    words = (
+        "its time limit was reached, and the run has no time left to validate the "
+        "answer.txt in its workspace"
+    )
+    old = ev.Notice(level="warning", message=words)
+    assert ReplayProvider(Path("rec"), [old]).at_limit
+    assert ReplayProvider(Path("rec"), [old.model_copy(update={"kind": NO_TIME})]).at_limit
+    other = ev.Notice(level="warning", message="its time limit is near")
+    assert not ReplayProvider(Path("rec"), [other]).at_limit

@@ -102,6 +102,20 @@ AT_LIMIT = "its time limit was reached with"
 NO_TIME = "no_time_to_validate"
 """The notice's kind of an attempt at its own limit the run had no time left to validate."""
 
+NO_TIME_WORDS = "its time limit was reached, and the run has no time left to"
+"""How that notice begins, which a log that predates its kind is read by."""
+
+
+def no_time_at_limit(event: ev.Event) -> bool:
+    """Whether `event` is the notice that the attempt reached its own limit with no run
+    time left to validate its artifact; by its words in a log from before its kind (a
+    replay of one reads its recording so: agent/loop/replay_provider.py)."""
+    if not isinstance(event, ev.Notice):
+        return False
+    if event.kind is not None:
+        return event.kind == NO_TIME
+    return event.message.startswith(NO_TIME_WORDS)
+
 
 def validating_at_limit(event: ev.Event) -> bool:
     """Whether `event` is the notice that the attempt, at its own time limit, is having
