@@ -31,6 +31,7 @@ from mlra.tasks.code_reading import (
     relative,
 )
 from mlra.tasks.environment import task_python
+from mlra.tasks.network_reads import network_downloads
 from mlra.tasks.spec import TaskSpec
 
 FIND_SPECS = """\
@@ -57,6 +58,10 @@ class Needs:
     evaluator_missing: list[Found] = field(default_factory=list)
     starter_downloads: list[Found] = field(default_factory=list)
     evaluator_downloads: list[Found] = field(default_factory=list)
+    starter_fetches: list[Found] = field(default_factory=list)
+    evaluator_fetches: list[Found] = field(default_factory=list)
+    """Downloads through a network client (`requests.get`, `tfds.load`, a `gs://` URL:
+    tasks/network_reads.py), whose local copy, where the code keeps one, is not looked for."""
     downloads_unjudged: str = ""
     """Why downloads were not judged yet (a prepare.py still to run may fetch the data)."""
     error: str = ""
@@ -72,6 +77,7 @@ class Needs:
         return self._problems(
             ("its evaluator imports", self.evaluator_missing),
             ("grading would download", self.evaluator_downloads),
+            self.evaluator_fetches,
         )
 
     def starter_problems(self) -> list[str]:
@@ -79,16 +85,22 @@ class Needs:
         return self._problems(
             ("the starter imports", self.starter_missing),
             ("the starter downloads", self.starter_downloads),
+            self.starter_fetches,
         )
 
     def _problems(
-        self, imports: tuple[str, list[Found]], downloads: tuple[str, list[Found]]
+        self,
+        imports: tuple[str, list[Found]],
+        downloads: tuple[str, list[Found]],
+        fetches: list[Found],
     ) -> list[str]:
         out = []
         if imports[1] and not self.environment_pending:
             out.append(f"{imports[0]} {listed(imports[1])}, not installed")
         if downloads[1]:
             out.append(f"{downloads[0]} {listed(downloads[1])} with no network and no local copy")
+        if fetches:
+            out.append(f"{downloads[0]} with {listed(fetches)}, with no network")
         return out
 
 
@@ -147,6 +159,8 @@ def find_needs(task: TaskSpec, *, online: bool) -> Needs:
         bases = [*task.starter_paths(), root]
         needs.starter_downloads = dataset_downloads(starter_files, root, bases)
         needs.evaluator_downloads = dataset_downloads(evaluator_files, root, bases)
+        needs.starter_fetches = network_downloads(starter_files, root, bases)
+        needs.evaluator_fetches = network_downloads(evaluator_files, root, bases)
     return needs
 
 
