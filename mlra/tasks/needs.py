@@ -2,7 +2,7 @@
 its evaluator import, looked up in the interpreter the task runs in, and the datasets
 they would download. Read, never run: the task's .py files are parsed with `ast`
 (tasks/code_reading.py: imports and literal `load_dataset("name")` / `download=True`
-calls), and each top-level module is looked up with `importlib.util.find_spec` in a
+calls; tasks/network_reads.py: `requests.get`, `tfds.load`, `gs://` URLs), and each top-level module is looked up with `importlib.util.find_spec` in a
 child interpreter (`python -I`: the task's folders are not on its path, so nothing of
 the task is imported, and a module named like one of the task's own is not mistaken
 for it).
