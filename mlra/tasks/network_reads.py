@@ -11,13 +11,15 @@ not a local `load`), so a module imported and never called downloads nothing; a
 literal URL that is not http(s) or names this machine does not count; `tfds.load`
 with `download=False`, or a literal `data_dir` that holds files, reads a local copy,
 and one whose `data_dir` is computed is not judged (as `download=True` with a computed
-`root` is not); a `gs://` string counts in code only, not in a docstring, a comment,
-a message printed or logged, or an argument's `help=`.
+`root` is not); a `gs://bucket` string counts in code only (`startswith("gs://")` names
+no bucket), not in a docstring, a comment, a message printed, logged or raised, or an
+argument's `help=`.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 from mlra.tasks.code_reading import Found, parse, relative
@@ -41,6 +43,9 @@ TFDS_LOADS = {"tensorflow_datasets.load", "tensorflow_datasets.data_source"}
 
 REMOTE_SCHEMES = ("gs://", "s3://")
 """Cloud storage URLs, read through tf.io.gfile, gcsfs, fsspec, tfds: the network."""
+
+REMOTE_URL = re.compile(r"(?:gs|s3)://[\w{]")
+"""A bucket named after the scheme: `path.startswith("gs://")` alone fetches nothing."""
 
 LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
 """A URL naming this machine: a local server, no download."""
@@ -86,7 +91,7 @@ def network_reads(tree: ast.Module, bases: list[Path]) -> list[str]:
         if id(node) in counted or id(node) in quiet:
             continue
         text = _string(node)
-        if text is not None and text.startswith(REMOTE_SCHEMES):
+        if text is not None and REMOTE_URL.match(text):
             found.append(_short(repr(text)))
     return list(dict.fromkeys(found))
 
