@@ -61,7 +61,9 @@ class Needs:
     starter_fetches: list[Found] = field(default_factory=list)
     evaluator_fetches: list[Found] = field(default_factory=list)
     """Downloads through a network client (`requests.get`, `tfds.load`, a `gs://` URL:
-    tasks/network_reads.py), whose local copy, where the code keeps one, is not looked for."""
+    tasks/network_reads.py): notes only (`fetch_notes`), never a problem, since a static
+    reading cannot tell a fetch with a local fallback, a guard on a file the task ships,
+    a local server's URL built at run time or an unused helper from a real download."""
     downloads_unjudged: str = ""
     """Why downloads were not judged yet (a prepare.py still to run may fetch the data)."""
     error: str = ""
@@ -77,7 +79,6 @@ class Needs:
         return self._problems(
             ("its evaluator imports", self.evaluator_missing),
             ("grading would download", self.evaluator_downloads),
-            self.evaluator_fetches,
         )
 
     def starter_problems(self) -> list[str]:
@@ -85,33 +86,50 @@ class Needs:
         return self._problems(
             ("the starter imports", self.starter_missing),
             ("the starter downloads", self.starter_downloads),
-            self.starter_fetches,
         )
 
+    def fetch_notes(self) -> list[str]:
+        """What the code may download through a network client, worded as possible, not
+        certain: said beside "ready", never a reason to refuse a run (see the field)."""
+        out = []
+        if self.evaluator_fetches:
+            out.append(
+                f"its grading code may download: {listed(self.evaluator_fetches)}; "
+                "with no network its grading may fail"
+            )
+        if self.starter_fetches:
+            out.append(
+                f"its starter may download: {listed(self.starter_fetches)}; "
+                "with no network its first run may fail"
+            )
+        return out
+
     def _problems(
-        self,
-        imports: tuple[str, list[Found]],
-        downloads: tuple[str, list[Found]],
-        fetches: list[Found],
+        self, imports: tuple[str, list[Found]], downloads: tuple[str, list[Found]]
     ) -> list[str]:
         out = []
         if imports[1] and not self.environment_pending:
             out.append(f"{imports[0]} {listed(imports[1])}, not installed")
         if downloads[1]:
             out.append(f"{downloads[0]} {listed(downloads[1])} with no network and no local copy")
-        if fetches:
-            out.append(f"{downloads[0]} with {listed(fetches)}, with no network")
         return out
+
+
+LISTED = 5
+"""How many distinct modules or downloads a line names before "and N more"."""
 
 
 def listed(found: list[Found]) -> str:
     """Each module (or download) once, with the first file that names it and how many
     more do: MLAgentBench's CLRS imports jax in 15 files, and a line naming each pair
-    ran to 2,000 characters ("jax (env/a.py), jax (env/b.py), ...")."""
+    ran to 2,000 characters ("jax (env/a.py), jax (env/b.py), ..."); the first LISTED,
+    then how many more (200 distinct `s3://` strings made an 8,000-character line)."""
     by_what: dict[str, list[str]] = {}
     for item in found:
         by_what.setdefault(item.what, []).append(item.where)
-    return ", ".join(f"{what} ({_files(where)})" for what, where in by_what.items())
+    shown = [f"{what} ({_files(where)})" for what, where in by_what.items()]
+    more = len(shown) - LISTED
+    return ", ".join(shown[:LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _files(where: list[str]) -> str:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import re
+import urllib.parse
 from pathlib import Path
 
 from mlra.tasks.code_reading import Found, parse, relative
@@ -47,8 +48,9 @@ REMOTE_SCHEMES = ("gs://", "s3://")
 REMOTE_URL = re.compile(r"(?:gs|s3)://[\w{]")
 """A bucket named after the scheme: `path.startswith("gs://")` alone fetches nothing."""
 
-LOCAL_HOSTS = ("localhost", "127.0.0.1", "0.0.0.0", "[::1]")
-"""A URL naming this machine: a local server, no download."""
+LOCAL_HOSTS = {"localhost", "127.0.0.1", "0.0.0.0", "::1"}
+"""A URL's exact hostname naming this machine: a local server, no download
+(`http://localhost.evil.com` is no local server)."""
 
 QUIET_CALLS = {"print", "warn", "debug", "info", "warning", "error", "exception", "critical"}
 """Calls whose string arguments are messages, never fetched (print, logging, warnings)."""
@@ -59,9 +61,13 @@ def network_downloads(files: list[Path], root: Path, bases: list[Path]) -> list[
     found: list[Found] = []
     for path in files:
         tree = parse(path)
-        if tree is not None:
-            where = relative(path, root)
-            found += [Found(what, where) for what in network_reads(tree, [path.parent, *bases])]
+        if tree is None:
+            continue
+        try:
+            reads = network_reads(tree, [path.parent, *bases])
+        except (RecursionError, MemoryError):
+            continue  # a file nested too deep to walk (`x = ----...1`): not judged
+        found += [Found(what, relative(path, root)) for what in reads]
     return found
 
 
@@ -138,8 +144,7 @@ def _fetch(call: ast.Call, full: str) -> str | None:
         return f"{shown}(...)"
     text = _string(url)
     if text is not None and text.startswith(("http://", "https://")):
-        rest = text.split("://", 1)[1]
-        if rest.startswith(LOCAL_HOSTS):
+        if _hostname(text) in LOCAL_HOSTS:
             return None
     elif text is not None and isinstance(url, ast.Constant):
         return None  # a literal path or file:// URL: read here
@@ -204,6 +209,14 @@ def _messages(tree: ast.Module) -> set[int]:
         for inner in said:
             quiet.update(id(n) for n in ast.walk(inner))
     return quiet
+
+
+def _hostname(url: str) -> str | None:
+    """The URL's host, exactly (`{...}` parts of an f-string stand as written)."""
+    try:
+        return urllib.parse.urlsplit(url).hostname
+    except ValueError:
+        return None
 
 
 def _holds_files(folder: str, bases: list[Path]) -> bool:

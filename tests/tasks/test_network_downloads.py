@@ -8,14 +8,19 @@ code that merely mentions them is not. Folders written here, imitating the patte
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
+from mlra import events as ev
+from mlra.agent.record.eventlog import read_events
 from mlra.console.cli.cli import main as mlra_main
+from mlra.console.cli.needs_cli import gradable_or_refused
 from mlra.tasks.foreign.common import CACHE_VAR
+from mlra.tasks.spec import load_task
 from tests.tasks.folders import write_tree
-from tests.tasks.test_folder_needs import EVAL_PY, _refused, _run, mab_folder
+from tests.tasks.test_folder_needs import EVAL_PY, _run, mab_folder
 
 FETCH_WHEN_ABSENT = (
     "import os\nimport requests\n\n"
@@ -51,32 +56,113 @@ def _show(source: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, str]:
     return {line.split(":", 1)[0]: line for line in out if ":" in line}
 
 
-def test_a_task_fetching_its_data_with_requests_is_not_ready_offline(
+def test_a_task_fetching_its_data_with_requests_is_ready_with_a_note(
     tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """A static reading cannot tell a fetch that runs from one that never does (a local
+    fallback, a file the task ships): said as possible, never a refusal."""
     source = mab_folder(
         tmp_path,
         files={
             "scripts/eval.py": FETCH_WHEN_ABSENT + EVAL_PY,
-            "env/train.py": FETCH_WHEN_ABSENT,
-            "env/dataset.py": TFDS_READER,
+            "env/train.py": FETCH_WHEN_ABSENT + 'open("submission.csv", "w").write("0.5\\n")\n',
         },
     )
     lines = _show(source, capsys)
     downloads = lines["downloads"]
-    assert "none needed" not in downloads
-    assert (
-        "grading would download with requests.get(url) (scripts/eval.py), with no network"
-        in downloads
+    grading = (
+        "its grading code may download: requests.get(url) (scripts/eval.py); "
+        "with no network its grading may fail"
     )
-    assert "the starter downloads with requests.get(url) (env/train.py), with no network" in (
-        downloads
+    starter = (
+        "its starter may download: requests.get(url) (env/train.py); "
+        "with no network its first run may fail"
     )
-    assert "tfds" not in downloads  # its data_dir is the folder the code fetched
-    assert lines["this machine"].startswith("this machine: cannot run it now: cannot be graded")
+    assert downloads == f"downloads:  {grading}; {starter}"
+    assert lines["this machine"] == f"this machine: ready ({grading}) ({starter})"
+    assert mlra_main(["tasks", str(source.parent)]) == 0
+    listing = capsys.readouterr().out
+    assert grading in listing and "cannot" not in listing
     runs = tmp_path / "runs"
-    line = _refused(capsys, _run(source, runs), runs)
-    assert "requests.get(url) (scripts/eval.py)" in line
+    assert _run(source, runs) == 0, capsys.readouterr().err
+    (run_dir,) = runs.iterdir()
+    notices = [e.message for e in read_events(run_dir / "events.jsonl") if isinstance(e, ev.Notice)]
+    assert starter in notices
+    assert json.loads((run_dir / "result.json").read_text())["ungraded"] is None
+
+
+def _never_refused(source: Path, capsys: pytest.CaptureFixture[str]) -> str:
+    """The folder is ready (a note at most) and a run of it is not refused."""
+    line = _show(source, capsys)["this machine"]
+    assert line.startswith("this machine: ready"), line
+    assert gradable_or_refused(load_task(source), False) == ""
+    return line
+
+
+@pytest.mark.parametrize(
+    "grader",
+    [
+        # A local server's URL built at run time.
+        "import requests\nBASE = 'http://127.0.0.1:8000'\n"
+        "def score():\n    return requests.post(BASE + '/score').json()\n",
+        "import requests\nHOST = 'localhost'\n"
+        "def score():\n    return requests.get('http://{}:8000/score'.format(HOST))\n",
+        # A fetch with a local fallback.
+        "import requests\n"
+        "def labels(url):\n"
+        "    try:\n        return requests.get(url).text\n"
+        "    except Exception:\n        return open('labels.csv').read()\n",
+        # A download guarded by a file the task ships.
+        "import os\nimport urllib.request\n"
+        "if not os.path.exists('answers.csv'):\n"
+        "    urllib.request.urlretrieve(ANSWERS_URL, 'answers.csv')\n",
+        # A helper's function nothing calls, and a bare bucket constant.
+        "import requests\nBUCKET = 'gs://bucket'\ndef unused(url):\n    return requests.get(url)\n",
+    ],
+)
+def test_what_a_static_reading_may_mistake_never_refuses_a_run(
+    grader: str, tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source = mab_folder(tmp_path, files={"scripts/eval.py": grader + EVAL_PY})
+    line = _never_refused(source, capsys)
+    assert "cannot" not in line and ("will" not in line)
+
+
+def test_an_exact_local_hostname_is_no_download(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    grader = (
+        "import requests\n"
+        "requests.get('http://localhost:8000/a')\n"
+        "requests.get('http://[::1]:8000/b')\n"
+        "requests.get('http://127.0.0.1/c')\n"
+        "requests.get('http://localhost.evil.com/d')\n"
+    )
+    source = mab_folder(tmp_path, files={"scripts/eval.py": grader + EVAL_PY})
+    downloads = _show(source, capsys)["downloads"]
+    assert "localhost.evil.com" in downloads
+    assert "/a'" not in downloads and "/b'" not in downloads and "/c'" not in downloads
+
+
+def test_code_nested_too_deep_to_read_is_skipped(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`x = ----...1` (5,000 signs) raised RecursionError out of `tasks show`."""
+    deep = "x = " + "-" * 5000 + "1\n"
+    source = mab_folder(tmp_path, files={"env/deep.py": deep, "scripts/deep_eval.py": deep})
+    write_tree(source, {"scripts/eval.py": "import deep_eval\n" + EVAL_PY})
+    assert _never_refused(source, capsys) == "this machine: ready"
+
+
+def test_many_downloads_are_listed_the_first_few_then_how_many_more(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """200 distinct `s3://` strings made an 8,000-character line."""
+    buckets = "".join(f"B{i} = 's3://bucket/part{i:03d}'\n" for i in range(200))
+    source = mab_folder(tmp_path, files={"scripts/eval.py": buckets + EVAL_PY})
+    downloads = _show(source, capsys)["downloads"]
+    assert "'s3://bucket/part004'" in downloads and "part005" not in downloads
+    assert "and 195 more" in downloads and len(downloads) < 400
 
 
 def test_tfds_urllib_and_cloud_storage_urls_are_downloads(
@@ -98,14 +184,16 @@ def test_tfds_urllib_and_cloud_storage_urls_are_downloads(
                 "    return tf.io.gfile.GFile('gs://some-bucket/labels.csv').read()\n"
             ),
             "env/tfds_copy/mnist/1.0.0/dataset_info.json": "{}",
+            "env/dataset.py": TFDS_READER,
         },
     )
     downloads = _show(source, capsys)["downloads"]
-    assert downloads.startswith("downloads:  the starter downloads with ")
+    assert downloads.startswith("downloads:  its starter may download: ")
     assert 'tfds.load("mnist") (env/data.py)' in downloads
     assert "urlretrieve('https://example.org/vocab.txt') (env/data.py)" in downloads
     assert "'gs://some-bucket/labels.csv' (env/data.py)" in downloads
     assert "cifar10" not in downloads and downloads.count("mnist") == 1
+    assert "some_dataset" not in downloads  # its data_dir is the folder the code fetched
 
 
 def test_code_that_only_mentions_a_download_needs_none(
@@ -155,8 +243,8 @@ def test_a_prepare_py_downloading_in_python_says_it_needs_the_network(
     )
     prepared = _show(source, capsys)["prepared"]
     assert prepared == (
-        "prepared:   not yet; `mlra run` runs scripts/prepare.py first, once; it downloads "
+        "prepared:   not yet; `mlra run` runs scripts/prepare.py first, once; it may download "
         "with requests.get('https://example.org/data.zip'), which needs the network"
     )
     write_tree(source, {"scripts/prepare.py": "import requests\nprint('no download')\n"})
-    assert "downloads with" not in _show(source, capsys)["prepared"]
+    assert "download with" not in _show(source, capsys)["prepared"]

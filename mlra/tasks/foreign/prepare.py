@@ -381,8 +381,9 @@ def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
         if shutil.which(word) is None:
             how = " (pip install kaggle, with your Kaggle API token)" if word == "kaggle" else ""
             missing.append(f"its scripts/prepare.py runs `{word}`, which is not installed{how}")
-    # Its Python downloads too (`requests.get`, `tfds.load`, `gs://`): said, never a blocker.
+    # Its Python may download too (`requests.get`, `tfds.load`, `gs://`): said, never a
+    # blocker (a static reading: the fetch may have a local fallback, or never run).
     script = root / "scripts" / "prepare.py"
     for found in network_downloads([script], root, [root / "env"]):
-        downloads.append(f"it downloads with {found.what}, which needs the network")
+        downloads.append(f"it may download with {found.what}, which needs the network")
     return downloads, missing
