@@ -3,7 +3,10 @@ read with `ast`, never run: `tfds.load` (tensorflow_datasets), `requests.get` an
 urllib's `urlopen`/`urlretrieve` and their kind, and `gs://`/`s3://` URLs. MLAgentBench's
 CLRS fetches its data from Google Cloud Storage with `requests.get` when /tmp holds no
 copy, and `mlra tasks show` said "none needed" of it: the run then failed in a sandbox
-with no network.
+with no network. What is found is a note, worded as possible (tasks/needs.py
+`fetch_notes`), never a refusal: a static reading cannot tell a fetch with a local
+fallback, one guarded by a file the task ships, an unused helper or a local server's
+URL built at run time from a download that happens.
 
 As careful as code_reading.py's dataset rules: a call counts only where its name
 resolves through the file's own imports (`tfds` is `import tensorflow_datasets as tfds`,
