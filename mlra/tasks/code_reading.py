@@ -105,7 +105,7 @@ def _grader_closure(task: TaskSpec, roots: list[Path]) -> list[Path]:
         if path in seen:
             continue
         seen.append(path)
-        tree = _parse(path)
+        tree = parse(path)
         if tree is None:
             continue
         for name in imported_modules(tree):
@@ -149,7 +149,7 @@ def local_modules(task: TaskSpec) -> set[str]:
 def imports_of(files: list[Path], root: Path, local: set[str]) -> list[Found]:
     found: list[Found] = []
     for path in files:
-        tree = _parse(path)
+        tree = parse(path)
         if tree is None:
             continue
         where = relative(path, root)
@@ -159,10 +159,10 @@ def imports_of(files: list[Path], root: Path, local: set[str]) -> list[Found]:
     return found
 
 
-def _parse(path: Path) -> ast.Module | None:
+def parse(path: Path) -> ast.Module | None:
     try:
         return ast.parse(path.read_bytes(), filename=str(path))
-    except (SyntaxError, ValueError, OSError):
+    except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):  # `x = ----...1`
         return None  # said elsewhere (grading_problem); nothing to read here
 
 
@@ -203,7 +203,7 @@ def _catches_import(handler: ast.ExceptHandler) -> bool:
 def dataset_downloads(files: list[Path], root: Path, bases: list[Path]) -> list[Found]:
     found: list[Found] = []
     for path in files:
-        tree = _parse(path)
+        tree = parse(path)
         if tree is None:
             continue
         where = relative(path, root)

@@ -2,7 +2,7 @@
 its evaluator import, looked up in the interpreter the task runs in, and the datasets
 they would download. Read, never run: the task's .py files are parsed with `ast`
 (tasks/code_reading.py: imports and literal `load_dataset("name")` / `download=True`
-calls), and each top-level module is looked up with `importlib.util.find_spec` in a
+calls; tasks/network_reads.py: `requests.get`, `tfds.load`, `gs://` URLs), and each top-level module is looked up with `importlib.util.find_spec` in a
 child interpreter (`python -I`: the task's folders are not on its path, so nothing of
 the task is imported, and a module named like one of the task's own is not mistaken
 for it).
@@ -31,6 +31,7 @@ from mlra.tasks.code_reading import (
     relative,
 )
 from mlra.tasks.environment import task_python
+from mlra.tasks.network_reads import network_downloads
 from mlra.tasks.spec import TaskSpec
 
 FIND_SPECS = """\
@@ -57,6 +58,12 @@ class Needs:
     evaluator_missing: list[Found] = field(default_factory=list)
     starter_downloads: list[Found] = field(default_factory=list)
     evaluator_downloads: list[Found] = field(default_factory=list)
+    starter_fetches: list[Found] = field(default_factory=list)
+    evaluator_fetches: list[Found] = field(default_factory=list)
+    """Downloads through a network client (`requests.get`, `tfds.load`, a `gs://` URL:
+    tasks/network_reads.py): notes only (`fetch_notes`), never a problem, since a static
+    reading cannot tell a fetch with a local fallback, a guard on a file the task ships,
+    a local server's URL built at run time or an unused helper from a real download."""
     downloads_unjudged: str = ""
     """Why downloads were not judged yet (a prepare.py still to run may fetch the data)."""
     error: str = ""
@@ -81,6 +88,22 @@ class Needs:
             ("the starter downloads", self.starter_downloads),
         )
 
+    def fetch_notes(self) -> list[str]:
+        """What the code may download through a network client, worded as possible, not
+        certain: said beside "ready", never a reason to refuse a run (see the field)."""
+        out = []
+        if self.evaluator_fetches:
+            out.append(
+                f"its grading code may download: {listed(self.evaluator_fetches)}; "
+                "with no network its grading may fail"
+            )
+        if self.starter_fetches:
+            out.append(
+                f"its starter may download: {listed(self.starter_fetches)}; "
+                "with no network its first run may fail"
+            )
+        return out
+
     def _problems(
         self, imports: tuple[str, list[Found]], downloads: tuple[str, list[Found]]
     ) -> list[str]:
@@ -92,14 +115,21 @@ class Needs:
         return out
 
 
+LISTED = 5
+"""How many distinct modules or downloads a line names before "and N more"."""
+
+
 def listed(found: list[Found]) -> str:
     """Each module (or download) once, with the first file that names it and how many
     more do: MLAgentBench's CLRS imports jax in 15 files, and a line naming each pair
-    ran to 2,000 characters ("jax (env/a.py), jax (env/b.py), ...")."""
+    ran to 2,000 characters ("jax (env/a.py), jax (env/b.py), ..."); the first LISTED,
+    then how many more (200 distinct `s3://` strings made an 8,000-character line)."""
     by_what: dict[str, list[str]] = {}
     for item in found:
         by_what.setdefault(item.what, []).append(item.where)
-    return ", ".join(f"{what} ({_files(where)})" for what, where in by_what.items())
+    shown = [f"{what} ({_files(where)})" for what, where in by_what.items()]
+    more = len(shown) - LISTED
+    return ", ".join(shown[:LISTED]) + (f" and {more} more" if more > 0 else "")
 
 
 def _files(where: list[str]) -> str:
@@ -147,6 +177,8 @@ def find_needs(task: TaskSpec, *, online: bool) -> Needs:
         bases = [*task.starter_paths(), root]
         needs.starter_downloads = dataset_downloads(starter_files, root, bases)
         needs.evaluator_downloads = dataset_downloads(evaluator_files, root, bases)
+        needs.starter_fetches = network_downloads(starter_files, root, bases)
+        needs.evaluator_fetches = network_downloads(evaluator_files, root, bases)
     return needs
 
 

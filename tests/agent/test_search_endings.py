@@ -1,18 +1,21 @@
 """How a search ends when nothing was submitted (agent/loop/evaluation.py's
 nothing_validated): the baseline's greedy search of the small `answer` task, real
-processes, the run's own clock brought forward to its deadline."""
+processes, the run's own clock brought forward to its deadline; and the manager's
+`stop_all` at the deadline on an attempt whose own run had already ended."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
 from mlra.agent.loop.attempt_time import raise_time_limit
-from mlra.agent.record.eventlog import read_events
+from mlra.agent.loop.attempts import AttemptManager
+from mlra.agent.record.eventlog import EventLog, read_events
 from mlra.agent.record.state import fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
@@ -129,3 +132,35 @@ async def test_a_wait_that_reaches_the_deadline_is_not_asked_again_and_again(
     waits = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "attempt_wait"]
     assert result.reason == "deadline"
     assert 1 <= len(waits) <= 2, [w.output.splitlines()[0] for w in waits]
+
+
+async def test_an_attempt_whose_own_run_had_ended_keeps_its_ending_at_the_run_deadline(
+    tmp_path: Path,
+) -> None:
+    """a1's own run had ended (its validation failed, its run_finished written) and was
+    only closing its sandbox when the run's deadline cancelled it: it read "out of time:
+    the run's time limit was reached before a validation scored it", counted out of time
+    where its recipe was at fault. Its own log says how it ended: buggy, and why."""
+    appended: list[ev.Event] = []
+    run = SimpleNamespace(run_dir=tmp_path, append=appended.append)  # all stop_all reads
+    manager = AttemptManager(run)  # type: ignore[arg-type]
+    closing = asyncio.Event()
+
+    async def ends_then_closes(_m: object, _s: object, run_dir: Path, _r: bool) -> None:
+        log = EventLog(run_dir / "events.jsonl")
+        log.append(ev.Validation(artifact="answer.txt", ok=False, error="not a number"))
+        log.append(ev.RunFinished(status="finished", reason="attempt_ended", message="ended"))
+        log.close()
+        closing.set()
+        await asyncio.Event().wait()  # its sandbox closing, as long as it takes
+
+    manager.launcher = ends_then_closes
+    manager._launch(ev.AttemptStarted(attempt="a1", folder="attempts/a1"), resume=False)
+    await asyncio.wait_for(closing.wait(), 10)
+    await manager.stop_all("deadline: time limit reached", deadline=True)
+    (finished,) = [e for e in appended if isinstance(e, ev.AttemptFinished)]
+    assert (finished.status, finished.why, finished.run_deadline) == (
+        "buggy",
+        "its validation failed: not a number",
+        False,
+    )

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 
 from mlra import events as ev
-from mlra.agent.loop.attempt_finish import AT_LIMIT, NO_TIME
+from mlra.agent.loop.attempt_finish import AT_LIMIT, NO_TIME, NO_TIME_WORDS
 from mlra.agent.loop.catchup import INTERRUPTED
 from mlra.agent.loop.evaluation import run_validator
 from mlra.agent.loop.held_calls import LIMIT
@@ -90,8 +90,7 @@ async def validate_at_limit(
         ctl.append(
             ev.Notice(
                 level="warning",
-                message="its time limit was reached, and the run has no time left to "
-                f"validate the {artifact} in its workspace",
+                message=f"{NO_TIME_WORDS} validate the {artifact} in its workspace",
                 kind=NO_TIME,
             )
         )

@@ -96,6 +96,8 @@ def act(run: Steering, req: CtlRequest) -> str:
         return f"stopping job {req.target}"
     if op == "attempt_stop":
         if not req.target or not run.stop_attempt(req.target):
+            if run.attempts.closing:
+                raise Refused("refused: the run is ending; its end stops every attempt")
             raise Refused(f"refused: no attempt {req.target!r} is running")
         return f"stopping attempt {req.target}"
     if op == "promote":

@@ -92,16 +92,19 @@ class Steering:
     def stop_attempt(self, attempt: str) -> bool:
         """Stop a running attempt of the search for the user (the console's Attempts
         pane); returns at once, recorded first, its `attempt_finished` ("stopped", why:
-        by the user) follows. False if it is not running."""
+        by the user) follows. False if it is not running, or the run is ending (its end
+        stops it: `AttemptManager.stop_now`). Its task is cancelled here, not in a task
+        of its own: a run's end that began before that task ran read it "out of time"."""
+        from mlra.agent.loop.attempts import AttemptRefused
+
         node = self.state.attempts.get(attempt)
         if node is None or node.finished is not None or self.state.finished is not None:
             return False
+        try:
+            self.attempts.stop_now(attempt, self.USER_STOP_REASON)
+        except AttemptRefused:
+            return False
         self._control("attempt_stop", target=attempt)
-        task = asyncio.get_running_loop().create_task(
-            self.attempts.stop(attempt, self.USER_STOP_REASON)
-        )
-        self._job_stops.add(task)
-        task.add_done_callback(self._job_stops.discard)
         return True
 
     def promote_attempt(self, attempt: str) -> bool:

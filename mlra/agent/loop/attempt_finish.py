@@ -22,8 +22,10 @@ def finished_event(
 ) -> ev.AttemptFinished:
     """An attempt's `attempt_finished`, from its own log alone (so a resumed run writes the
     same one): its best validation kept, else why it has none. `run_deadline`: the run's
-    time limit ended it, read as its own limit would be ("out of time"), not "stopped"
-    (its own log says only that its run was cancelled)."""
+    time limit cancelled it, read as its own limit would be ("out of time"), not "stopped"
+    (its own log says only that its run was cancelled), unless its own run had ended
+    first and was only closing: then its own log says how it ended (a failed validation
+    is "buggy", not "out of time")."""
     from mlra.agent.record.state import fold
     from mlra.tasks.validation import best_kept
 
@@ -44,6 +46,10 @@ def finished_event(
         words = " ".join(f"{k}={v}" for k, v in started.variant.items())
         summary = f"recipe with {words}" if words else "the recipe as it is"
     finished = state.finished
+    if run_deadline and finished is not None and finished.reason != "stopped":
+        # Its own run had ended (its report, its own limit) and was only closing when the
+        # deadline cancelled it: its log says how it ended, not the run's time limit.
+        run_deadline, stopped = False, ""
     if not stopped and finished is not None and finished.reason == "stopped":
         stopped = finished.message or "stopped"
     status: ev.AttemptStatus
@@ -95,6 +101,20 @@ AT_LIMIT = "its time limit was reached with"
 
 NO_TIME = "no_time_to_validate"
 """The notice's kind of an attempt at its own limit the run had no time left to validate."""
+
+NO_TIME_WORDS = "its time limit was reached, and the run has no time left to"
+"""How that notice begins, which a log that predates its kind is read by."""
+
+
+def no_time_at_limit(event: ev.Event) -> bool:
+    """Whether `event` is the notice that the attempt reached its own limit with no run
+    time left to validate its artifact; by its words in a log from before its kind (a
+    replay of one reads its recording so: agent/loop/replay_provider.py)."""
+    if not isinstance(event, ev.Notice):
+        return False
+    if event.kind is not None:
+        return event.kind == NO_TIME
+    return event.message.startswith(NO_TIME_WORDS)
 
 
 def validating_at_limit(event: ev.Event) -> bool:

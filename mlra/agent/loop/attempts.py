@@ -343,17 +343,35 @@ class AttemptManager:
 
     async def stop(self, attempt: str, reason: str = "stopped by the supervisor") -> None:
         """Stop a running attempt; its `attempt_finished` says "stopped" and why."""
+        task = self.stop_now(attempt, reason)
+        if task is not None:
+            await asyncio.gather(task, return_exceptions=True)
+
+    def stop_now(self, attempt: str, reason: str) -> asyncio.Task[None] | None:
+        """`stop` at once, for a person's stop (agent/control/steering.py): checked, its
+        reason recorded and its task cancelled before anything else runs, so a run's
+        end that follows finds it stopped by them; the task to await, if any. Refused
+        once the run is ending (`stop_all`): the run's end stops it, and says by what (a
+        person's stop pressed then read "out of time", by the run's deadline)."""
         self.adopt()
         node = self.tree.get(attempt)
         if node is None:
             raise AttemptRefused(f"no attempt {attempt!r}")
         if node.finished is not None:
             raise AttemptRefused(f"attempt {attempt} has already ended ({node.status})")
+        if self._closing:
+            raise AttemptRefused("the run is ending: its end stops every attempt still running")
         self._stopped[attempt] = reason
         task = self._tasks.get(attempt)
-        if task is not None and not task.done():
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        if task is None or task.done():
+            return None
+        task.cancel()
+        return task
+
+    @property
+    def closing(self) -> bool:
+        """The run is ending (`stop_all` begun): no attempt starts, nor is stopped apart."""
+        return self._closing
 
     async def stop_all(self, reason: str = STOP_REASON_DEADLINE, *, deadline: bool = False) -> None:
         """The run is ending: every attempt still running is stopped, and recorded so;
@@ -365,7 +383,8 @@ class AttemptManager:
             if deadline and attempt not in self._stopped:
                 self._at_deadline.add(attempt)
             self._stopped.setdefault(attempt, reason)
-            task.cancel()
+            if not task.cancelling():  # one stopped already is ending: cancelled again, it
+                task.cancel()  # lost its `attempt_finished`, being written
         await asyncio.gather(*running.values(), return_exceptions=True)
 
     # --- submitting ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
-from mlra.agent.loop.attempt_finish import NO_TIME, validating_at_limit
+from mlra.agent.loop.attempt_finish import no_time_at_limit, validating_at_limit
 from mlra.agent.loop.ending import EndedBy, Ending, EndRun
 from mlra.agent.loop.fingerprint import (
     by_the_old_rule,
@@ -161,13 +161,11 @@ class ReplayProvider(ModelProvider):
         """For an attempt's recording: the limit its search's recording raised it to."""
         self.stopped: str | None = None
         """For an attempt's recording stopped by its search: by what (`stops`)."""
-        self.at_limit = any(
-            validating_at_limit(e) or (isinstance(e, ev.Notice) and e.kind == NO_TIME)
-            for e in events
-        )
+        self.at_limit = any(validating_at_limit(e) or no_time_at_limit(e) for e in events)
         """Whether the recorded attempt reached its own limit (its closing validation
-        begun, or no time left for one): where its search stopped it first, a replay
-        that reaches the limit sooner adds none (agent/agents/closing_validation.py)."""
+        begun, or no time left for one; by the notices' words in a recording from
+        before their kinds): where its search stopped it first, a replay that reaches
+        the limit sooner adds none (agent/agents/closing_validation.py)."""
         self.position = 0
         self.diverged: str | None = None
         self._expected: tuple[str, list[tuple[str, str]]] | None = None

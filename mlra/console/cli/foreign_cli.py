@@ -160,7 +160,8 @@ def list_benchmark_folder(folder: Path) -> bool:
         print(printable_line(f"{task.name:<24} {task.title}"))
         marks = [f"cannot be graded here: {'; '.join(g)}" for g in [grading_problems(task)] if g]
         marks += prepare_needs(task.root)[1]
-        marks += task_needs(task).starter_problems()
+        found = task_needs(task)
+        marks += found.starter_problems() + found.fetch_notes()
         print(
             printable_line(
                 f"{'':<24} needs {needs(task)} · {reference} · requirements "

@@ -38,11 +38,11 @@ def gradable_or_refused(task: Any, ungraded: bool, *, who: str = "") -> str:
 def starter_notices(task: Any) -> list[str]:
     """What the unchanged starter would fail on here, for notices at the run's start."""
 
+    found = task_needs(task)
     return [
         f"{problem} (in {found.python}): its first run will fail on it"
-        for found in [task_needs(task)]
         for problem in found.starter_problems()
-    ]
+    ] + found.fetch_notes()
 
 
 def machine_line(task: Any, problems: list[str]) -> str:
@@ -51,10 +51,12 @@ def machine_line(task: Any, problems: list[str]) -> str:
 
     if problems:
         return "this machine: cannot run it now: " + "; ".join(problems)
-    lacking = task_needs(task).starter_problems()
+    found = task_needs(task)
+    notes = "".join(f" ({note})" for note in found.fetch_notes())
+    lacking = found.starter_problems()
     if lacking:
-        return "this machine: can run and grade it, but " + "; ".join(lacking)
-    return "this machine: ready"
+        return "this machine: can run and grade it, but " + "; ".join(lacking) + notes
+    return "this machine: ready" + notes
 
 
 def needs_lines(task: Any) -> list[str]:
@@ -101,6 +103,7 @@ def needs_lines(task: Any) -> list[str]:
     else:
         downloads = [p for p in found.grading_problems() if p.startswith("grading would")]
         downloads += [p for p in found.starter_problems() if p.startswith("the starter downloads")]
+        downloads += found.fetch_notes()
         lines.append("downloads:  " + ("; ".join(downloads) if downloads else "none needed"))
     return lines
 

@@ -156,7 +156,7 @@ class AttemptKeys:
 
         def act(run: LiveRun) -> None:
             if not run.stop_attempt(attempt):
-                self.warn(f"attempt {attempt} is not running")
+                self.warn(f"attempt {attempt} is not running, or the run is ending")
 
         def done(yes: bool | None) -> None:
             if yes:

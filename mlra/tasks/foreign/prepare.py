@@ -43,6 +43,7 @@ from mlra.tasks.foreign.common import (
 )
 from mlra.tasks.foreign.loader import detect, marker, task_name
 from mlra.tasks.foreign.mlrcbench import SHIM
+from mlra.tasks.network_reads import network_downloads
 from mlra.tasks.spec import TaskError, TaskSpec, load_task
 from mlra.tools.sandbox.env import is_secret_name
 
@@ -358,7 +359,8 @@ def prepare_commands(root: Path) -> list[str]:
 
 def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
     """What a folder's prepare.py, not run yet, downloads with (its words for `tasks
-    show`) and which of those commands this machine lacks (each a blocker: the prepare
+    show`: the commands it runs, and its own Python's downloads, tasks/network_reads.py)
+    and which of those commands this machine lacks (each a blocker: the prepare
     would fail at once). Empty once prepared, where it runs none, and for a task folder
     of mlra's own: `mlra tasks import` keeps prepare.py among the hidden files of the
     task it prepared, and a run of that folder never runs it."""
@@ -379,4 +381,9 @@ def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
         if shutil.which(word) is None:
             how = " (pip install kaggle, with your Kaggle API token)" if word == "kaggle" else ""
             missing.append(f"its scripts/prepare.py runs `{word}`, which is not installed{how}")
+    # Its Python may download too (`requests.get`, `tfds.load`, `gs://`): said, never a
+    # blocker (a static reading: the fetch may have a local fallback, or never run).
+    script = root / "scripts" / "prepare.py"
+    for found in network_downloads([script], root, [root / "env"]):
+        downloads.append(f"it may download with {found.what}, which needs the network")
     return downloads, missing
