@@ -7,6 +7,7 @@ and each attempt's own folder with its log and a tiny workspace."""
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import re
@@ -657,9 +658,10 @@ class RecordingManager(AttemptManager):
         self.stops: list[tuple[str, str]] = []
         self.children: dict[str, Any] = {}
 
-    async def stop(self, attempt: str, reason: str = "stopped by the supervisor") -> None:
+    def stop_now(self, attempt: str, reason: str) -> asyncio.Task[None] | None:
+        """Every stop, the supervisor's (`stop`) and a person's (steering), comes here."""
         self.stops.append((attempt, reason))
-        await super().stop(attempt, reason)
+        return super().stop_now(attempt, reason)
 
     def child(self, attempt: str) -> Any:
         return self.children.get(attempt)
