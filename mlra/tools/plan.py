@@ -2,12 +2,70 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from mlra.events import PlanStatus, PlanStep
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
+
+STATUS_WORDS: dict[str, PlanStatus] = {
+    "todo": "pending",
+    "to_do": "pending",
+    "not_started": "pending",
+    "planned": "pending",
+    "open": "pending",
+    "in_progress": "in_progress",
+    "inprogress": "in_progress",
+    "active": "in_progress",
+    "running": "in_progress",
+    "doing": "in_progress",
+    "started": "in_progress",
+    "ongoing": "in_progress",
+    "current": "in_progress",
+    "completed": "done",
+    "complete": "done",
+    "finished": "done",
+    "succeeded": "done",
+    "success": "done",
+    "skip": "skipped",
+    "fail": "failed",
+    "failure": "failed",
+    "error": "failed",
+}
+"""Other words for a step's status (the ones other agents' plan tools and task lists
+use), read as the one they mean: a small supervisor that writes `"completed"` was
+refused and spent its turns rewriting the plan instead of handing out subtasks."""
+TITLE_KEYS = ("title", "step", "description", "name", "task", "text", "content")
+"""Where small models put a step's line when not under `title`, in the order read."""
+
+
+def loose_step(step: Any, position: int) -> Any:
+    """A plan step as small models write it, in the shape the plan takes: a bare
+    string is the step's title, a step without an id gets its position (from 1), a
+    number for an id is its text, and the title and status are read from the words
+    such models use. Anything else is left for validation to refuse, as before."""
+    if isinstance(step, str):
+        return {"id": str(position), "title": step}
+    if not isinstance(step, dict):
+        return step
+    step = dict(step)
+    if "id" not in step or step["id"] in (None, ""):
+        step["id"] = str(position)
+    elif isinstance(step["id"], int | float) and not isinstance(step["id"], bool):
+        step["id"] = str(step["id"])
+    if "title" not in step:
+        for key in TITLE_KEYS[1:]:
+            if isinstance(step.get(key), str) and step[key].strip():
+                step["title"] = step[key]
+                break
+    status = step.get("status")
+    if isinstance(status, str):
+        word = status.strip().lower().replace(" ", "_").replace("-", "_")
+        step["status"] = STATUS_WORDS.get(word, word)
+    return step
 
 
 class PlanStepArgs(BaseModel):
@@ -22,6 +80,27 @@ class UpdatePlanArgs(BaseModel):
         description="The whole plan, in order (replaces the old one)."
     )
     reason: str = Field(default="", description="Why the plan changed.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loose(cls, data: Any) -> Any:
+        """The plan as small models send it (a list of strings, steps without ids, the
+        list JSON-encoded in a string) read as meant: refused, a small supervisor sends
+        its plan again, often as loosely, and its turns go on the plan, not the work.
+        The call is recorded as the model sent it; a replay reads it the same way."""
+        if not isinstance(data, dict):
+            return data
+        steps = data.get("steps")
+        if isinstance(steps, str):
+            try:
+                steps = json.loads(steps)
+            except (json.JSONDecodeError, RecursionError):
+                return data
+        if isinstance(steps, dict) and isinstance(steps.get("steps"), list):
+            steps = steps["steps"]
+        if not isinstance(steps, list):
+            return data
+        return {**data, "steps": [loose_step(s, i) for i, s in enumerate(steps, start=1)]}
 
     @field_validator("steps")
     @classmethod
