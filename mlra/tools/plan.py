@@ -2,12 +2,105 @@
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Callable
+from typing import Any
 
-from pydantic import BaseModel, Field, field_validator
+from pydantic import BaseModel, Field, field_validator, model_validator
 
 from mlra.events import PlanStatus, PlanStep
 from mlra.tools.registry import Tool, ToolContext, ToolOutcome
+
+STATUS_WORDS: dict[str, PlanStatus] = {
+    "todo": "pending",
+    "to_do": "pending",
+    "not_started": "pending",
+    "planned": "pending",
+    "open": "pending",
+    "in_progress": "in_progress",
+    "inprogress": "in_progress",
+    "active": "in_progress",
+    "running": "in_progress",
+    "doing": "in_progress",
+    "started": "in_progress",
+    "ongoing": "in_progress",
+    "current": "in_progress",
+    "completed": "done",
+    "complete": "done",
+    "finished": "done",
+    "succeeded": "done",
+    "success": "done",
+    "skip": "skipped",
+    "fail": "failed",
+    "failure": "failed",
+    "error": "failed",
+}
+"""Other words for a step's status (the ones other agents' plan tools and task lists
+use), read as the one they mean: a small supervisor that writes `"completed"` was
+refused and spent its turns rewriting the plan instead of handing out subtasks."""
+TITLE_KEYS = ("description", "task", "name", "text", "content", "step")
+"""Where small models put a step's line when there is no `title`, in the order read:
+`step` last, as it often holds the step's number (`{"step": "1", "description": ...}`)."""
+_NUMBER = re.compile(r"(?:step\s*)?(\d+)", re.I)
+
+
+def _id_of(value: Any) -> Any:
+    """A step's id as the plan takes it: a whole number (`1`, `1.0`, `"Step 1"` under
+    `step`) as its digits; other values as they are, for validation to judge."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) or (isinstance(value, float) and value.is_integer()):
+        return str(int(value))
+    return value
+
+
+def loose_step(step: Any) -> Any:
+    """A plan step as small models write it, in the shape the plan takes: a bare
+    string is the step's title, a number for an id is its digits, a step's number
+    under `step` is its id, and the title and status are read from the words such
+    models use. A step left with no id gets one from `UpdatePlanArgs` (its position).
+    Anything else is left for validation to refuse, as before."""
+    if isinstance(step, str):
+        return {"title": step}
+    if not isinstance(step, dict):
+        return step
+    step = dict(step)
+    number = step.get("step")
+    as_number = _NUMBER.fullmatch(number.strip()) if isinstance(number, str) else None
+    if step.get("id") in (None, "") and (as_number or isinstance(number, int | float)):
+        step["id"] = as_number.group(1) if as_number else number
+        del step["step"]
+    step["id"] = _id_of(step.get("id"))
+    if step["id"] in (None, ""):
+        del step["id"]
+    if "title" not in step:
+        for key in TITLE_KEYS:
+            if isinstance(step.get(key), str) and step[key].strip():
+                step["title"] = step[key]
+                break
+    status = step.get("status")
+    if isinstance(status, str):
+        word = status.strip().lower().replace(" ", "_").replace("-", "_")
+        step["status"] = STATUS_WORDS.get(word, word)
+    return step
+
+
+def numbered(steps: list[Any]) -> list[Any]:
+    """Steps without an id numbered by position (from 1), or, where a step's own id
+    already is that number, by the next number no step has: `[{"id": "3"}, "B", "C"]`
+    is 3, 2, 4, where numbering by position alone made it "3 used twice"."""
+    taken = {s["id"] for s in steps if isinstance(s, dict) and isinstance(s.get("id"), str)}
+    out = []
+    for position, step in enumerate(steps, start=1):
+        if isinstance(step, dict) and "id" not in step:
+            number = position
+            while str(number) in taken:
+                number += 1
+            taken.add(str(number))
+            step = {"id": str(number), **step}
+        out.append(step)
+    return out
 
 
 class PlanStepArgs(BaseModel):
@@ -22,6 +115,31 @@ class UpdatePlanArgs(BaseModel):
         description="The whole plan, in order (replaces the old one)."
     )
     reason: str = Field(default="", description="Why the plan changed.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _loose(cls, data: Any) -> Any:
+        return cls.loosely(data)
+
+    @staticmethod
+    def loosely(data: Any) -> Any:
+        """The plan as small models send it (a list of strings, steps without ids, the
+        list JSON-encoded in a string) read as meant: refused, a small supervisor sends
+        its plan again, often as loosely, and its turns go on the plan, not the work.
+        The call is recorded as the model sent it, and read so wherever it is shown."""
+        if not isinstance(data, dict):
+            return data
+        steps = data.get("steps")
+        if isinstance(steps, str):
+            try:
+                steps = json.loads(steps)
+            except (ValueError, RecursionError):  # a number too long to read is a ValueError
+                return data
+        if isinstance(steps, dict) and isinstance(steps.get("steps"), list):
+            steps = steps["steps"]
+        if not isinstance(steps, list):
+            return data
+        return {**data, "steps": numbered([loose_step(s) for s in steps])}
 
     @field_validator("steps")
     @classmethod

@@ -185,6 +185,8 @@ def parse_arguments(raw: str | dict[str, Any] | None) -> tuple[dict[str, Any] | 
         return None, f"the arguments are not valid JSON: {exc.msg} (character {exc.pos})"
     except RecursionError:  # `[` thousands deep: no tool's arguments
         return None, "the arguments are not valid JSON: nested too deeply to read"
+    except ValueError:  # an integer of over 4,300 digits, which Python will not read
+        return None, "the arguments hold a number too long to read"
     if not isinstance(value, dict):
         return None, f"the arguments must be a JSON object, not {type(value).__name__}"
     return value, None

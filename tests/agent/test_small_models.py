@@ -135,6 +135,37 @@ async def test_the_same_missing_tool_is_told_to_the_model_each_time_and_the_pers
     assert len(notices) == 1 and "each time it happens" in notices[0], notices
 
 
+async def test_a_loosely_written_plan_is_the_plan_and_the_run_goes_on(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A plan as small models write it (steps as strings, a status word of its own) is
+    the plan, not a refused call the supervisor spends its next turns rewriting."""
+    loose = {
+        "name": "update_plan",
+        "arguments": {"steps": ["Answer the question", {"task": "Submit", "status": "todo"}]},
+    }
+    supervisor = [
+        f"<tool_call>{json.dumps(loose)}</tool_call>",
+        *supervisor_answering()[1:],
+    ]
+    worker = [
+        turn("", call("bash", command="echo 42 > answer.txt")),
+        turn("", call("report", summary="answer.txt holds 42")),
+    ]
+    events = await _text_mode_run(tmp_path, answer_task, supervisor, worker)
+    first = next(e for e in events if isinstance(e, ev.PlanUpdated))
+    assert [(s.id, s.title, s.status) for s in first.steps] == [
+        ("1", "Answer the question", "pending"),
+        ("2", "Submit", "pending"),
+    ]
+    plans = [e for e in events if isinstance(e, ev.ToolResult) and e.tool == "update_plan"]
+    assert plans and all(e.ok for e in plans)
+    assigned = next(
+        e for e in events if isinstance(e, ev.ToolResult) and e.tool == "assign_subtask"
+    )
+    assert assigned.ok, assigned.output
+
+
 # --- the worker alone ----------------------------------------------------------------------
 
 

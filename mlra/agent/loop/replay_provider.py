@@ -99,9 +99,14 @@ class ReplayProvider(ModelProvider):
         replay). A server that sends no call ids has `call_0` in every answer, so a
         decision goes only to the call asked as it was, and to one call only."""
         asked: dict[str, tuple[str, Any]] = {}
+        self.refusals: dict[str, list[tuple[str, Any, str]]] = {}
+        """The calls the recording's tools refused for their arguments, by call id, each
+        with the call as asked and the tool's words, in order (as `decisions`)."""
         for e in events:
             if isinstance(e, ev.ToolCall):
                 asked[e.call_id] = (e.tool, e.arguments)
+                if e.refused:
+                    self.refusals.setdefault(e.call_id, []).append((e.tool, e.arguments, e.refused))
             elif (
                 isinstance(e, ev.Control)
                 and e.call_id in asked
@@ -228,6 +233,14 @@ class ReplayProvider(ModelProvider):
             if tool == call.name and arguments == call.arguments:
                 del pending[index]
                 return decision
+        return None
+
+    def recorded_refusal(self, call: ToolCallRequest) -> str | None:
+        pending = self.refusals.get(call.id, [])
+        for index, (tool, arguments, refused) in enumerate(pending):
+            if tool == call.name and arguments == call.arguments:
+                del pending[index]
+                return refused
         return None
 
     def answered_from_log(self) -> None:

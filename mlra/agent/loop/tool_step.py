@@ -53,7 +53,7 @@ from mlra.agent.record.log_budget import (
 from mlra.agent.record.recording import KILLED_BY_RUN_END
 from mlra.agent.record.snapshots import WorkspaceScanner
 from mlra.tools.jobs import JOBS_DIR
-from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry, validated
+from mlra.tools.registry import Tool, ToolContext, ToolOutcome, ToolRegistry, error, validated
 from mlra.tools.sandbox.base import OutputCallback, Stream
 from mlra.tools.truncate import truncate_middle
 
@@ -119,6 +119,9 @@ class ToolStep:
         refused = None
         if tool is not None and call.arguments is not None:
             refused = validated(tool, call.arguments)[1]
+        # a replay refuses what its recording refused (a loose plan, before), in its words
+        kept = run.provider.recorded_refusal(call) if run.provider is not None else None
+        refused = kept or refused
         asked = run.emit(
             ev.ToolCall(
                 call_id=call.id,
@@ -208,7 +211,8 @@ class ToolStep:
         # Past its breakpoint and any pause: from here the call may change things, and a
         # run stopped now resumes it as one that may have run in part.
         run.catchup.tool_started(call.id)
-        ran = self._run(call, agent, registry, arguments, note=note, step=step)
+        kept = None if note else kept  # an edit runs as the user gave it
+        ran = self._run(call, agent, registry, arguments, note=note, step=step, refused=kept)
         if tool is not None and tool.held_at_limit and run.config.attempt is not None:
             return await self.held.run(call.id, ran)  # agent/loop/held_calls.py
         return await ran
@@ -222,8 +226,9 @@ class ToolStep:
         *,
         note: str,
         step: int,
+        refused: str | None = None,
     ) -> ToolOutcome:
-        """The call run through the registry, its result recorded however it ends."""
+        """The call run through the registry (or refused as its recording was), recorded."""
         run = self.run
         assert run.sandbox is not None
         tail = _Tail(run.config.observation_limit)
@@ -240,9 +245,12 @@ class ToolStep:
         took = _Stopwatch(run)
         self._in_flight[call.id] = ctx
         try:
-            outcome = await registry.dispatch(
-                call.name, arguments, ctx, parse_error=call.parse_error
-            )
+            if refused is not None:
+                outcome = error(refused)
+            else:
+                outcome = await registry.dispatch(
+                    call.name, arguments, ctx, parse_error=call.parse_error
+                )
         except asyncio.CancelledError:
             # The run ended under the call (deadline, stop): the sandbox has killed the
             # command; the log still gets the call's result so no call is left open,

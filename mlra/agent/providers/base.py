@@ -358,11 +358,8 @@ class ModelProvider(abc.ABC):
     def expect(
         self, request_sha: str, messages: list[Message], replacements: list[tuple[str, str]]
     ) -> None:
-        """Told the fingerprint of each request before it is sent (agent/loop/fingerprint.py).
-
-        Only the replay provider uses it, to find where a re-run departs from
-        its recording; it raises ProviderError there.
-        """
+        """Told each request's fingerprint before it is sent (agent/loop/fingerprint.py):
+        the replay provider finds there where a re-run departs from its recording."""
 
     def recorded_result(self, call_id: str) -> ev.ToolResult | None:
         """The recorded result of a call, where this provider plays a recording back: a
@@ -371,9 +368,13 @@ class ModelProvider(abc.ABC):
         return None
 
     def recorded_decision(self, call: ToolCallRequest) -> ev.Control | None:
-        """The user's edit or rejection of a call at its breakpoint in the run this
-        provider plays back: a replay runs the call as it ran then, or its result and
-        every request after it differ from the recording's. None: no recording."""
+        """The user's edit or rejection of a call at its breakpoint in the recording this
+        provider plays: a replay runs the call as it ran then. None: no recording."""
+        return None
+
+    def recorded_refusal(self, call: ToolCallRequest) -> str | None:
+        """Its tool's refusal of this call's arguments in the recording this provider
+        plays, refused so again though the tool may read more now. None: none there."""
         return None
 
     def answered_from_log(self) -> None:

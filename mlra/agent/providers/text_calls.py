@@ -226,9 +226,14 @@ def _read(
             what = f"a call to {named.group(1)}" if named else "a tool call"
             return [], f"{what} written as text is not valid JSON ({exc.msg} at char {exc.pos})"
         return [], None
-    except RecursionError:  # nested thousands deep: no call's shape
+    except (RecursionError, ValueError) as exc:  # nested thousands deep; a 5000-digit number
         if found.form == "tool_call" or (named and named.group(1) in names):
-            return [], "a tool call written as text is nested too deeply to read"
+            why = (
+                "is nested too deeply"
+                if isinstance(exc, RecursionError)
+                else "has a number too long"
+            )
+            return [], f"a tool call written as text {why} to read"
         return [], None
     items = value if isinstance(value, list) else [value]
     calls: list[ToolCallRequest] = []

@@ -19,6 +19,7 @@ from mlra.durations import format_duration
 from mlra.scores import format_normalized
 from mlra.terminal_text import printable, printable_line
 from mlra.tools.attempts import AttemptStartArgs, wait_bound
+from mlra.tools.plan import UpdatePlanArgs
 from mlra.tools.submission import artifact_words
 
 START_DEFAULT_OPERATOR = str(AttemptStartArgs.model_fields["operator"].default)
@@ -126,7 +127,8 @@ def _describe_call(
     if tool == "assign_subtask":
         return f"assign_subtask [{a.get('step_id')}]"
     if tool == "update_plan":
-        return f"update_plan ({len(a.get('steps') or [])} steps)"
+        steps = UpdatePlanArgs.loosely(a).get("steps")  # as the tool reads them
+        return f"update_plan ({len(steps) if isinstance(steps, list) else '?'} steps)"
     if tool == "attempt_wait":
         whom = printable_line(str(a["attempt"])) if a.get("attempt") else "any attempt"
         bound = _wait_words(a.get("timeout", 600.0), left_s) or "?"
