@@ -40,6 +40,7 @@ from mlra.batch.curves import (
     source_label,
     validation_points,
 )
+from mlra.batch.export.endings import Ended, ended, notes
 from mlra.batch.state import RUNS
 from mlra.batch.task_labels import RecordedTask, label_beside, run_task_labels
 
@@ -90,6 +91,12 @@ class ExportRun:
     """Numbers its scripts printed or wrote that are no curve: each its last reading,
     named as its series (`<source>/<name>` where a final number or a parameter of the
     run has that name)."""
+    ended: Ended = field(default_factory=lambda: Ended("RUNNING", None, "running"))
+    """How it ended, as the trackers tell endings (batch/export/endings.py)."""
+    notes: str = ""
+    """Its ending in a sentence (W&B's notes on the run)."""
+    ungraded: str | None = None
+    """Why it was run `--ungraded` (this machine could not grade its task); None: graded."""
 
 
 def set_one_offs_apart(runs: list[ExportRun]) -> None:
@@ -227,6 +234,7 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         artifacts.insert(0, Artifact("result.json", path=result_file))
     if transcript is not None:
         artifacts.append(Artifact("transcript.txt", text=transcript(events, folder)))
+    end = ended(result)
     run = ExportRun(
         recorded=(started.task, started.task_dir) if started is not None else None,
         name=name,
@@ -238,6 +246,9 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         started_ts=events[0].ts if events else 0.0,
         tags={"status": result.status, "reason": result.reason}
         | ({"forked_from": result.forked_from} if result.forked_from else {}),
+        ended=end,
+        notes=notes(result, end),
+        ungraded=result.ungraded,
     )
     _graded_attempts_curves(run, folder, state)
     return run
