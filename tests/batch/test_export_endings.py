@@ -10,12 +10,16 @@ by its exit code. A killed mlra and a run still going: tests/batch/test_unfinish
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from mlra import events as ev
+from mlra.agent.loop.attempts import ATTEMPTS_DIR
+from mlra.agent.loop.ending import RECORDING_UNFINISHED
+from mlra.batch.state import OUT_OF_MEMORY, Placement, add_placement
 from mlra.console.cli.cli import main
 from tests.batch.compare_runs import compared_run
 
@@ -88,7 +92,57 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
         config={"ungraded": UNGRADED},
         evaluation=_failed("no GPU found"),
     )
+    compared_run(  # `--ungraded`, and it handed nothing in: as any run that submitted nothing
+        runs,
+        "ungraded_stuck",
+        config={"ungraded": UNGRADED},
+        graded=False,
+        ending=ev.RunFinished(status="finished", reason="stuck", message=STUCK),
+    )
+    compared_run(  # `stop` graded what there was, and found nothing: judged, and failed
+        runs,
+        "stop_empty",
+        evaluation=_failed("answer.txt is empty"),
+        ending=ev.RunFinished(status="finished", reason="stopped", message="stopped by the user"),
+    )
+    compared_run(  # a replay of a recording whose run was killed: as that run was
+        runs,
+        "replay_killed",
+        graded=False,
+        ending=ev.RunFinished(status="stopped", reason="stopped", message=REPLAY_KILLED),
+    )
+    oom = compared_run(runs, "oom", finished=False)  # Ray killed it for its memory
+    add_placement(oom, Placement(node_id="ab" * 8, host="n2", outcome=OUT_OF_MEMORY, detail=OOM))
+    _attempts(runs / "scored" / ATTEMPTS_DIR)
     return folder
+
+
+STUCK = "the agent made the same call again and again"
+REPLAY_KILLED = f"the recording ends here, after model call 3: {RECORDING_UNFINISHED}, so ..."
+OOM = "the node ran out of memory and Ray killed the run (OutOfMemoryError)"
+CANCELLED = "the run was cancelled before it could finish"
+
+
+def _attempts(attempts: Path) -> None:
+    """A search's attempts: validated (best 0.45), never graded on the test split; ended by
+    their own deadline or budget, their work done, or cancelled by their search. Two say
+    they are attempts in their config, two only by their folder (`attempts/`)."""
+    endings = {
+        "a1": ev.RunFinished(
+            status="finished", reason="deadline", message="the time limit was reached"
+        ),
+        "a2": ev.RunFinished(status="finished", reason="budget", message="a budget was used up"),
+        "a3": ev.RunFinished(status="stopped", reason="stopped", message=CANCELLED),
+        "a4": ev.RunFinished(
+            status="finished", reason="attempt_ended", message="the attempt ended"
+        ),
+    }
+    for n, (name, ending) in enumerate(endings.items()):
+        config = {"attempt": name} if n % 2 else None
+        folder = compared_run(attempts, name, graded=False, ending=ending, config=config)
+        result = folder / "result.json"  # its experiments' best, as a search's attempt's has
+        data = json.loads(result.read_text(encoding="utf-8")) | {"best_validation": 0.45}
+        result.write_text(json.dumps(data), encoding="utf-8")
 
 
 def _mlflow_runs(batch: Path, dest: Path) -> dict[str, Any]:
@@ -115,11 +169,29 @@ def test_mlflow_says_how_each_run_ended(batch: Path, tmp_path: Path) -> None:
         "provider_failed": "FAILED",
         "stopped": "KILLED",
         "quit": "KILLED",
+        "ungraded_stuck": "FAILED",
+        "stop_empty": "FAILED",
+        "replay_killed": "KILLED",
+        "oom": "FAILED",
+        "scored/a1": "FINISHED",
+        "scored/a2": "FINISHED",
+        "scored/a3": "FINISHED",
+        "scored/a4": "FINISHED",
     }
     tags = {name: run.data.tags for name, run in runs.items()}
+    assert tags["ungraded_stuck"]["mlra.error"] == "nothing was graded"
+    assert tags["ungraded_stuck"]["mlra.ungraded"] == UNGRADED
+    assert tags["stop_empty"]["mlra.error"] == "answer.txt is empty"
+    assert tags["replay_killed"]["mlra.ending"] == REPLAY_KILLED
+    assert tags["oom"]["mlra.error"] == OOM
+    assert tags["scored/a3"]["mlra.ending"] == f"stopped by its search: {CANCELLED}"
+    for name in ("scored/a1", "scored/a2", "scored/a3", "scored/a4"):
+        assert tags[name]["mlra.best_validation"] == "0.45", name  # no test score: validated
+        assert "mlra.error" not in tags[name] and "user" not in tags[name]["mlra.ending"], name
     assert "it read the test labels" in tags["rule_broken"]["mlra.error"]
     assert tags["eval_error"]["mlra.error"] == "evaluator exited with status 1"
-    assert tags["no_submission"]["mlra.error"] == "the agent ended without submitting"
+    assert tags["no_submission"]["mlra.ending"] == "the agent ended without submitting"
+    assert tags["no_submission"]["mlra.error"] == "nothing was graded"  # not the ending again
     assert tags["budget_unscored"]["mlra.error"] == "answer.txt is empty"
     assert tags["budget_unscored"]["mlra.reason"] == "budget"
     assert tags["provider_failed"]["mlra.error"] == "the model provider failed"
@@ -162,6 +234,14 @@ def test_wandb_says_how_each_run_ended(batch: Path, tmp_path: Path) -> None:
         "provider_failed": [1],
         "stopped": [255],
         "quit": [255],
+        "ungraded_stuck": [1],
+        "stop_empty": [1],
+        "replay_killed": [],  # no exit: W&B's Crashed once synced, as mlra killed
+        "oom": [1],
+        "scored/a1": [0],
+        "scored/a2": [0],
+        "scored/a3": [0],
+        "scored/a4": [0],
     }
     notes = {name: run.notes for name, (run, _) in runs.items()}
     assert "it read the test labels" in notes["rule_broken"]
@@ -170,3 +250,5 @@ def test_wandb_says_how_each_run_ended(batch: Path, tmp_path: Path) -> None:
     assert "not graded" in notes["ungraded"] and UNGRADED in notes["ungraded"]
     assert "reason:deadline" in runs["deadline"][0].tags
     assert "ungraded" in runs["ungraded"][0].tags
+    assert "stopped by its search" in notes["scored/a3"] and "user" not in notes["scored/a3"]
+    assert OOM in notes["oom"]
