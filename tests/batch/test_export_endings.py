@@ -4,7 +4,11 @@ score and its `reason` tag; a run that ended with no score (a rule broken, the
 evaluator's error, no submission, a budget with nothing graded) FAILED with why, as the
 report judges it (batch/report_judged.py: judged, and failed); a person's stop (graded or
 not) KILLED, as `mlra runs` says "stopped"; an `--ungraded` run FINISHED with why it was
-not graded. MLflow said FINISHED for every run that ended "finished" (a broken rule, no
+not graded, and FAILED where it handed nothing in; a search's attempt (never graded on
+the test split) FINISHED at its own deadline or budget and where its search cancelled it
+(was FAILED, and KILLED/255: a person's stop); a graded stop with nothing graded and a run
+Ray killed for its memory FAILED (the report judges both failed); a replay of a killed
+recording as a crash, no exit (was 255). MLflow said FINISHED for every run that ended "finished" (a broken rule, no
 submission), FAILED for a person's quit, and nothing of an ungraded run; W&B the same
 by its exit code. A killed mlra and a run still going: tests/batch/test_unfinished_runs.py."""
 
@@ -125,7 +129,7 @@ CANCELLED = "the run was cancelled before it could finish"
 
 def _attempts(attempts: Path) -> None:
     """A search's attempts: validated (best 0.45), never graded on the test split; ended by
-    their own deadline or budget, their work done, or cancelled by their search. Two say
+    their own deadline or budget, their work done, cancelled by their search, or stuck. Two say
     they are attempts in their config, two only by their folder (`attempts/`)."""
     endings = {
         "a1": ev.RunFinished(
@@ -136,6 +140,7 @@ def _attempts(attempts: Path) -> None:
         "a4": ev.RunFinished(
             status="finished", reason="attempt_ended", message="the attempt ended"
         ),
+        "a5": ev.RunFinished(status="finished", reason="stuck", message=STUCK),
     }
     for n, (name, ending) in enumerate(endings.items()):
         config = {"attempt": name} if n % 2 else None
@@ -177,6 +182,7 @@ def test_mlflow_says_how_each_run_ended(batch: Path, tmp_path: Path) -> None:
         "scored/a2": "FINISHED",
         "scored/a3": "FINISHED",
         "scored/a4": "FINISHED",
+        "scored/a5": "FAILED",  # stuck: its work undone
     }
     tags = {name: run.data.tags for name, run in runs.items()}
     assert tags["ungraded_stuck"]["mlra.error"] == "nothing was graded"
@@ -184,6 +190,7 @@ def test_mlflow_says_how_each_run_ended(batch: Path, tmp_path: Path) -> None:
     assert tags["stop_empty"]["mlra.error"] == "answer.txt is empty"
     assert tags["replay_killed"]["mlra.ending"] == REPLAY_KILLED
     assert tags["oom"]["mlra.error"] == OOM
+    assert tags["scored/a5"]["mlra.error"] == "it ended before its work was done"
     assert tags["scored/a3"]["mlra.ending"] == f"stopped by its search: {CANCELLED}"
     for name in ("scored/a1", "scored/a2", "scored/a3", "scored/a4"):
         assert tags[name]["mlra.best_validation"] == "0.45", name  # no test score: validated
@@ -242,6 +249,7 @@ def test_wandb_says_how_each_run_ended(batch: Path, tmp_path: Path) -> None:
         "scored/a2": [0],
         "scored/a3": [0],
         "scored/a4": [0],
+        "scored/a5": [1],
     }
     notes = {name: run.notes for name, (run, _) in runs.items()}
     assert "it read the test labels" in notes["rule_broken"]

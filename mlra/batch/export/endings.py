@@ -44,6 +44,9 @@ BY_ITS_SEARCH = "stopped by its search"
 """An attempt cancelled by its search (the run's deadline, the search submitting, its
 stop of every attempt, the supervisor): the search's doing, no person's."""
 
+WORK_UNDONE = "it ended before its work was done"
+"""`error` of an attempt that ended by itself otherwise (stuck, a call failing again)."""
+
 ATTEMPT_DONE = frozenset({"attempt_ended", "submitted", "deadline", "budget"})
 """An attempt's endings of its own that ended its work: validated, never test-graded."""
 
@@ -79,7 +82,7 @@ def _attempt(result: RunResult, words: str) -> Ended:
         return Ended("FINISHED", 0, f"{BY_ITS_SEARCH}: {words}")
     if result.status == "finished" and result.reason in ATTEMPT_DONE:
         return Ended("FINISHED", 0, words)
-    return Ended("FAILED", 1, words, error=words)  # stuck, a failing call: its work undone
+    return Ended("FAILED", 1, words, error=WORK_UNDONE)  # stuck, a failing call
 
 
 def ended(result: RunResult, *, attempt: bool = False, oom: str | None = None) -> Ended:
@@ -104,7 +107,8 @@ def ended(result: RunResult, *, attempt: bool = False, oom: str | None = None) -
     if result.score is not None or (result.ungraded and graded_ending(result)):
         stop = reason == "stopped"  # a person's graded stop: its score kept
         return Ended("KILLED", STOP_EXIT, words) if stop else Ended("FINISHED", 0, words)
-    return Ended("FAILED", 1, words, error=_no_score(result, words))
+    error = words if status == "error" else _no_score(result, words)  # an error: its message
+    return Ended("FAILED", 1, words, error=error)
 
 
 def notes(result: RunResult, end: Ended) -> str:
