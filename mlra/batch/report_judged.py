@@ -30,7 +30,7 @@ from typing import Protocol
 from mlra.agent.loop.overflow_mend import WINDOW_CANNOT_HOLD
 from mlra.agent.record.run_result import RunResult
 from mlra.batch.spec import SPEC_FILE
-from mlra.batch.state import NODE_LOST, OUT_OF_MEMORY, driven_elsewhere
+from mlra.batch.state import NODE_LOST, OUT_OF_MEMORY, Placement, driven_elsewhere
 
 __all__ = ["OUT_OF_MEMORY"]  # a placement's outcome judged failed (batch/report_rows.py)
 
@@ -71,6 +71,28 @@ def has_outcome(r: RunResult) -> bool:
         or r.reason == "replay_diverged"
         or (r.reason == "provider_error" and r.message.startswith(WINDOW_CANNOT_HOLD))
     )
+
+
+GRADED_ENDINGS = frozenset({"submitted", "deadline", "budget", "stopped"})
+"""The endings of a run that ended "finished" that grade what it left: the agent's
+submission, the deadline, a budget, a person's graded stop (`stop`). The agent's own
+others (stuck, no submission, a failing call, a supervisor calling no tool) hand nothing in."""
+
+
+def graded_ending(r: RunResult) -> bool:
+    """Whether the run's ending would have been graded: an `--ungraded` run's that hands
+    nothing in (stuck, no submission) is a failure as any graded run's, not its choice."""
+    return r.status == "finished" and r.reason in GRADED_ENDINGS
+
+
+def killed_for_memory(placements: Sequence[Placement]) -> str | None:
+    """Why Ray killed the run for its memory (its last placement's outcome, which its own
+    log never says: it ends without `run_finished`), else None: the run's own failure,
+    judged, as no lost node is."""
+    last = placements[-1] if placements else None
+    if last is None or last.outcome != OUT_OF_MEMORY:
+        return None
+    return last.detail or OUT_OF_MEMORY
 
 
 def judged_success(r: RunResult) -> bool | None:

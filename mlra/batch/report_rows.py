@@ -314,7 +314,7 @@ def _attempt_row(folder: Path, run_id: str, attempt: int, card: RunCard | None) 
     row.nodes = [p.where for p in placements if p.node_id]
     row.nodes_lost = [p.where for p in placements if p.node_id and p.outcome == NODE_LOST]
     row.lost = lost
-    if lost and placements[-1].outcome == judged.OUT_OF_MEMORY:  # the run's own failure: judged
+    if lost and judged.killed_for_memory(placements):  # the run's own failure: judged
         row.outcome, row.success = True, False
     return row
 

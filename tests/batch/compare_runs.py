@@ -41,7 +41,13 @@ def compared_run(
     metric: str = "exact_match",
     more: tuple[ev.Metrics, ...] = (),
     time_limit_s: float = 3600,
+    ending: ev.RunFinished | None = None,
+    evaluation: ev.EvaluationFinished | None = None,
+    graded: bool = True,
 ) -> Path:
+    """A run of `task` by `model`; `finished`: it ended (`ending`, else the agent
+    submitted) and was graded (`evaluation`, else `score`), False: its log stops midway.
+    `graded=False`: an ending that grades nothing (no submission, the user's quit)."""
     run_dir = runs / name
     log = EventLog(run_dir / EVENTS_FILE)
     state = RunState()
@@ -97,11 +103,12 @@ def compared_run(
     )
     (run_dir / "submission").mkdir(parents=True, exist_ok=True)
     (run_dir / "submission" / "answer.txt").write_text(answer, encoding="utf-8")
-    if finished:
+    if finished and graded:
         append(100, ev.Submission(path="answer.txt"))
         append(
             100,
-            ev.EvaluationFinished(
+            evaluation
+            or ev.EvaluationFinished(
                 ok=True,
                 metric=metric,
                 higher_is_better=higher_is_better,
@@ -109,7 +116,8 @@ def compared_run(
                 normalized=score,
             ),
         )
-        append(100, ev.RunFinished(status="finished", reason="submitted"))
+    if finished:
+        append(100, ending or ev.RunFinished(status="finished", reason="submitted"))
     log.close()
     if finished:
         write_result(state, run_dir)

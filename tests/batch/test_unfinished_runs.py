@@ -91,6 +91,7 @@ def test_mlflow_has_a_killed_run_killed_and_a_running_one_running(
     assert runs["done"].info.status == "FINISHED"
     assert runs["killed"].info.status == "KILLED"
     assert runs["killed"].data.tags["mlra.status"] == "interrupted"
+    assert runs["killed"].data.tags["mlra.ending"].startswith(KILLED)  # why, in words
     assert runs["resumed"].info.status == "KILLED"  # not result.json's "finished"
     assert runs["going"].info.status == "RUNNING" and runs["going"].info.end_time is None
     assert runs["going"].data.tags["mlra.status"] == "running"

@@ -33,6 +33,10 @@ MESSAGES: dict[ev.FinishReason, str] = {
 }
 """The `run_finished` message of an ending that brings none of its own."""
 
+RECORDING_UNFINISHED = "the recorded run never finished (it was killed or crashed)"
+"""A replay's `run_finished` message says this where its recording ends without one: it
+ends "stopped" as a stop does, and the trackers tell it a crash, not a person's stop."""
+
 
 @dataclass
 class Ending:

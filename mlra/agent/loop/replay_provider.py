@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlra import events as ev
 from mlra.agent.loop.attempt_finish import no_time_at_limit, validating_at_limit
-from mlra.agent.loop.ending import EndedBy, Ending, EndRun
+from mlra.agent.loop.ending import RECORDING_UNFINISHED, EndedBy, Ending, EndRun
 from mlra.agent.loop.fingerprint import (
     by_the_old_rule,
     normalize,
@@ -282,8 +282,8 @@ class ReplayProvider(ModelProvider):
                     status="stopped",
                     by="stop",
                     evaluate=False,
-                    message=f"the recording ends here, {done}: the recorded run never finished "
-                    "(it was killed or crashed), so the replay stops where it stopped",
+                    message=f"the recording ends here, {done}: {RECORDING_UNFINISHED}, "
+                    "so the replay stops where it stopped",
                 )
             )
         if end.reason in _RAN_OUT:

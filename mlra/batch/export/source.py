@@ -40,7 +40,9 @@ from mlra.batch.curves import (
     source_label,
     validation_points,
 )
-from mlra.batch.state import RUNS
+from mlra.batch.export.endings import Ended, ended, notes
+from mlra.batch.report_judged import killed_for_memory
+from mlra.batch.state import RUNS, read_placements
 from mlra.batch.task_labels import RecordedTask, label_beside, run_task_labels
 
 Transcript = Callable[[list[ev.Event], Path], str]
@@ -77,6 +79,8 @@ class ExportRun:
     artifacts: list[Artifact]
     started_ts: float
     """Wall-clock epoch seconds of the run's start: a point's time is this plus its wall."""
+    ended: Ended
+    """How it ended, as the trackers tell endings (batch/export/endings.py)."""
     parent: str | None = None
     """An attempt's run (its `name`), else None."""
     tags: dict[str, str] = field(default_factory=dict)
@@ -90,6 +94,10 @@ class ExportRun:
     """Numbers its scripts printed or wrote that are no curve: each its last reading,
     named as its series (`<source>/<name>` where a final number or a parameter of the
     run has that name)."""
+    notes: str = ""
+    """Its ending in a sentence (W&B's notes on the run)."""
+    ungraded: str | None = None
+    """Why it was run `--ungraded` (this machine could not grade its task); None: graded."""
 
 
 def set_one_offs_apart(runs: list[ExportRun]) -> None:
@@ -204,6 +212,13 @@ def _graded_attempts_curves(run: ExportRun, folder: Path, state: RunState) -> No
     run.tags["curves_of"] = f"{why} attempt {node.id}"
 
 
+def _best_validation(result: RunResult, attempt: bool) -> dict[str, str]:
+    """An attempt's best validation score, as a tag: it has no test score of its own."""
+    if not attempt or result.best_validation is None:
+        return {}
+    return {"best_validation": f"{result.best_validation:g}"}
+
+
 def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRun:
     """One run folder as an export carries it."""
     try:
@@ -227,6 +242,8 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         artifacts.insert(0, Artifact("result.json", path=result_file))
     if transcript is not None:
         artifacts.append(Artifact("transcript.txt", text=transcript(events, folder)))
+    attempt = state.attempt or folder.parent.name == ATTEMPTS_DIR
+    end = ended(result, attempt=attempt, oom=killed_for_memory(read_placements(folder)))
     run = ExportRun(
         recorded=(started.task, started.task_dir) if started is not None else None,
         name=name,
@@ -237,7 +254,11 @@ def read_run(folder: Path, name: str, transcript: Transcript | None) -> ExportRu
         artifacts=artifacts,
         started_ts=events[0].ts if events else 0.0,
         tags={"status": result.status, "reason": result.reason}
-        | ({"forked_from": result.forked_from} if result.forked_from else {}),
+        | ({"forked_from": result.forked_from} if result.forked_from else {})
+        | _best_validation(result, attempt),
+        ended=end,
+        notes=notes(result, end),
+        ungraded=result.ungraded,
     )
     _graded_attempts_curves(run, folder, state)
     return run

@@ -93,6 +93,7 @@ def _write_run(
         for old in client.search_runs([experiment_id], filter_string=f"tags.`mlra.run` = '{name}'"):
             client.delete_run(old.info.run_id)
     tags = {"mlra.run": name, **{f"mlra.{k}": text_value(v) for k, v in run.tags.items()}}
+    tags |= _ending_tags(run)
     if parent_id is not None:
         tags["mlflow.parentRunId"] = parent_id
     renamed = _renamed(run, keys)
@@ -117,16 +118,22 @@ def _write_run(
             client.log_artifact(run_id, str(artifact.path))
         elif artifact.text is not None:
             client.log_text(run_id, artifact.text, artifact.name)
-    status = run.tags.get("status")
-    if status != "running":  # a run still going stays RUNNING, with no end time
+    if run.ended.mlflow != "RUNNING":  # a run still going stays RUNNING, with no end time
         end = int((run.started_ts + run.final.get("duration_s", 0.0)) * 1000)
-        client.set_terminated(run_id, _ENDED.get(status or "", "FAILED"), end_time=end)
+        client.set_terminated(run_id, run.ended.mlflow, end_time=end)
     return run_id
 
 
-_ENDED = {"finished": "FINISHED", "interrupted": "KILLED"}
-"""MLflow's status for how a run ended (any other ending is FAILED): a killed mlra's run
-was FAILED, tagged `error`, a reason its log never gave."""
+def _ending_tags(run: ExportRun) -> dict[str, str]:
+    """How the run ended in words (`mlra.ending`), why a FAILED one failed (`mlra.error`)
+    and why an ungraded one was not graded (`mlra.ungraded`): MLflow's status alone
+    (batch/export/endings.py) does not say it."""
+    tags = {"mlra.ending": run.ended.words}
+    if run.ended.error is not None:
+        tags["mlra.error"] = run.ended.error
+    if run.ungraded is not None:
+        tags["mlra.ungraded"] = run.ungraded
+    return {k: text_value(v)[:_TAG_CHARS] for k, v in tags.items()}
 
 
 def experiment_name(task: str) -> str:

@@ -98,15 +98,11 @@ def _config(run: ExportRun, keys: SafeNames) -> dict[str, Any]:
     return config
 
 
-UNENDED = ("interrupted", "running")
-"""mlra's endings W&B has no exit for: a killed run (W&B's Crashed: its process stopped
-before it finished) and one still going (Running); their files end without one."""
-
-
-def exit_code(run: ExportRun) -> int:
-    """W&B's exit code for how the run ended: 0 (Finished) for a finished run, 1 (Failed)
-    for any other ending, as MLflow's FAILED: every run was exported Finished."""
-    return 0 if run.tags.get("status") == "finished" else 1
+def _tags(run: ExportRun) -> list[str]:
+    """`key:value` of each of its tags (W&B's are at most 64 characters), and `ungraded`
+    for a run `--ungraded` (its notes say why)."""
+    tags = [text_value(f"{k}:{v}")[:64] for k, v in run.tags.items()]
+    return tags + ["ungraded"] * (run.ungraded is not None)
 
 
 def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun, keys: SafeNames) -> str:
@@ -135,7 +131,8 @@ def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun, keys: SafeN
         group=text_value(run.parent or run.name),
         job_type="attempt" if run.parent else "run",
         config=_config(run, keys),
-        tags=[text_value(f"{k}:{v}")[:64] for k, v in run.tags.items()],
+        tags=_tags(run),
+        notes=text_value(run.notes),
         settings=settings,
     )
     try:
@@ -157,7 +154,9 @@ def _write_run(wandb: Any, dest: Path, project: str, run: ExportRun, keys: SafeN
                 (files / artifact.name).write_text(artifact.text, encoding="utf-8")
         where = str(Path(tracked.dir).parent)
     finally:
-        tracked.finish(exit_code=exit_code(run))
+        # A run with no exit (still going, or its mlra killed) is finished as ended, its
+        # exit record dropped from the file after (wandb_file.py).
+        tracked.finish(exit_code=run.ended.wandb_exit or 0)
     return where
 
 
@@ -179,7 +178,7 @@ def write(experiment: Experiment, dest: str) -> str:
                     refused.append(not_written("W&B", run.name, exc))
                     continue
                 made.append(where)
-                if run.tags.get("status") in UNENDED:
+                if run.ended.wandb_exit is None:  # W&B's Running, or Crashed once synced
                     unended += Path(where).glob("run-*.wandb")
         finally:
             # finish() returns before wandb-core has written the whole `.wandb` file
