@@ -37,13 +37,9 @@ from mlra.tools.sandbox.base import ExecResult, OutputCallback, Sandbox, Sandbox
 from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
 from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits, TmpfsKind
-from mlra.tools.sandbox.local_processes import (
-    MARKER_VAR,
-    RunningProcess,
-    kill_marked,
-    run_in_session,
-)
+from mlra.tools.sandbox.local_processes import RunningProcess, run_in_session
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.tether import MARKER_VAR, Tether, kill_marked
 from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
@@ -116,6 +112,7 @@ class LocalSandbox(Sandbox):
         )
         self._quota = WorkspaceDisk.for_spec(self.workspace, disk.mb, spec)
         self._marker = secrets.token_hex(8)
+        self._tether: Tether | None = None  # unconfined: kills the marked if mlra dies
         self._home: Path | None = None
         self._started = False
         self._start_lock = asyncio.Lock()
@@ -208,6 +205,8 @@ class LocalSandbox(Sandbox):
                 "these variables look like secrets and are not passed to commands: "
                 + ", ".join(refused)
             )
+        if not self._use_bwrap:  # last: nothing after it fails the start (tether.py)
+            self._tether = Tether.start(self._marker, self._limits.group_dirs())
         return notices
 
     def _tmpfs_kind(self) -> TmpfsKind:
@@ -251,6 +250,9 @@ class LocalSandbox(Sandbox):
     async def close(self) -> None:
         try:
             await self.stop_processes()
+            if self._tether is not None:  # nothing marked is left for it to kill
+                await asyncio.to_thread(self._tether.release)
+                self._tether = None
             await asyncio.to_thread(self._limits.close)
             if self._network is not None:
                 await asyncio.to_thread(self._network.close)

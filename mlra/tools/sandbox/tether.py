@@ -1,0 +1,158 @@
+"""An unconfined sandbox's processes die with the mlra process that owns them.
+
+Under bubblewrap the kernel ends a command when mlra dies (`--die-with-parent`). An
+unconfined command (isolation "none") has nothing like it: its processes are found by
+the marker in their environment (which survives `setsid`) and killed when the sandbox
+closes, but a mlra killed outright (SIGKILL, the OOM killer, a crashed terminal) never
+closes it, and they would run on for ever, holding the GPU. So the sandbox's start
+spawns a watcher, this file run as a script, which holds the read end of a pipe whose
+write end only mlra holds (close-on-exec, so no command inherits it). When mlra dies,
+however, the kernel closes the write end; the watcher reads EOF (or sees mlra's pidfd
+turn readable, for a fork of mlra that kept the pipe open), kills every process that
+carries the marker, and those left in the sandbox's cgroups, then exits. A normal close
+writes one byte first: the watcher exits without killing anything.
+
+The watcher is in a session of its own (a Ctrl-C's SIGINT to the terminal's group never
+reaches it), does not carry the marker itself (nor an outer sandbox's, where mlra runs
+inside one: the outer's cleanup kills this mlra, and the watcher must live on to kill
+what this mlra started), and imports only the standard library, so it starts fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+MARKER_VAR = "MLRA_SANDBOX"
+"""Set in every unconfined command's environment, so the processes a run left
+behind can be found (and killed) even after they left its process group."""
+KILL_WAIT_S = 5.0
+RELEASE_WAIT_S = 5.0
+RELEASE = b"r"
+"""What a normal close writes: the sandbox cleaned up after itself."""
+
+
+def kill_marked(marker: str) -> None:
+    """SIGKILL every process whose environment carries this sandbox's marker, again
+    until none is left (one may fork between the scan and the kill)."""
+    needle = f"{MARKER_VAR}={marker}".encode()
+    deadline = time.monotonic() + KILL_WAIT_S
+    while time.monotonic() < deadline:
+        found = False
+        for pid in _live_pids():
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                continue
+            if needle in environ.split(b"\0"):
+                found = True
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+        if not found:
+            return
+        time.sleep(0.005)
+
+
+def _live_pids() -> list[int]:
+    """Every process but this one and zombies, from /proc."""
+    found: list[int] = []
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit() or int(entry) == os.getpid():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", "rb") as f:
+                    stat = f.read()
+            except OSError:
+                continue
+            if stat[stat.rfind(b")") + 2 :][:1] not in (b"Z", b"X"):
+                found.append(int(entry))
+    return found
+
+
+def kill_groups(groups: list[str]) -> None:
+    """SIGKILL what is left in the sandbox's cgroups (a process that cleared its
+    environment escapes the marker, not the group)."""
+    deadline = time.monotonic() + KILL_WAIT_S
+    for group in map(Path, groups):
+        while time.monotonic() < deadline:
+            with contextlib.suppress(OSError):
+                (group / "cgroup.kill").write_text("1")
+            try:
+                pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+            except (OSError, ValueError):
+                break
+            if not pids:
+                break
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.005)
+
+
+class Tether:
+    """The owning side: the pipe's write end and the watcher process."""
+
+    def __init__(self, process: subprocess.Popen[bytes], write_end: int) -> None:
+        self.process = process
+        self._write_end: int | None = write_end
+
+    @classmethod
+    def start(cls, marker: str, groups: list[Path]) -> Tether:
+        read_end, write_end = os.pipe()  # both close-on-exec: no command inherits them
+        env = {k: v for k, v in os.environ.items() if k != MARKER_VAR}
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-I", "-S", __file__, marker, str(os.getpid()), *map(str, groups)],
+                stdin=read_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=env,
+                cwd="/",
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(write_end)
+            raise
+        finally:
+            os.close(read_end)
+        return cls(process, write_end)
+
+    def release(self) -> None:
+        """The sandbox closed normally: the watcher exits without killing anything."""
+        if self._write_end is not None:
+            with contextlib.suppress(OSError):
+                os.write(self._write_end, RELEASE)
+            os.close(self._write_end)
+            self._write_end = None
+        try:
+            self.process.wait(RELEASE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+
+
+def watch(marker: str, owner: int, groups: list[str]) -> None:
+    """Wait until the owner releases the sandbox or dies; where it died, kill what
+    the sandbox started."""
+    waits = [0]  # the pipe, as stdin
+    with contextlib.suppress(OSError, AttributeError):  # Linux 5.3 and later; gone: EOF
+        waits.append(os.pidfd_open(owner))
+    ready, _, _ = select.select(waits, [], [])
+    if 0 in ready and os.read(0, 1) == RELEASE:
+        return
+    kill_marked(marker)
+    kill_groups(groups)
+
+
+if __name__ == "__main__":
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_IGN)
+    watch(sys.argv[1], int(sys.argv[2]), sys.argv[3:])
