@@ -36,6 +36,8 @@ KILL_WAIT_S = 5.0
 RELEASE_WAIT_S = 5.0
 RELEASE = b"r"
 """What a normal close writes: the sandbox cleaned up after itself."""
+KILLED = 3
+"""The watcher's exit status where mlra died and it killed what the sandbox left."""
 
 
 def kill_marked(marker: str) -> None:
@@ -139,20 +141,21 @@ class Tether:
             self.process.wait()
 
 
-def watch(marker: str, owner: int, groups: list[str]) -> None:
-    """Wait until the owner releases the sandbox or dies; where it died, kill what
-    the sandbox started."""
+def watch(marker: str, owner: int, groups: list[str]) -> int:
+    """Wait until the owner releases the sandbox (0) or dies; where it died, kill what
+    the sandbox started (KILLED)."""
     waits = [0]  # the pipe, as stdin
     with contextlib.suppress(OSError, AttributeError):  # Linux 5.3 and later; gone: EOF
         waits.append(os.pidfd_open(owner))
     ready, _, _ = select.select(waits, [], [])
     if 0 in ready and os.read(0, 1) == RELEASE:
-        return
+        return 0
     kill_marked(marker)
     kill_groups(groups)
+    return KILLED
 
 
 if __name__ == "__main__":
     for sig in (signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)
-    watch(sys.argv[1], int(sys.argv[2]), sys.argv[3:])
+    sys.exit(watch(sys.argv[1], int(sys.argv[2]), sys.argv[3:]))
