@@ -39,7 +39,7 @@ asyncio.run(main())
 
 def _marked(marker: str) -> list[int]:
     """The live processes that carry the sandbox's marker."""
-    needle = f"{MARKER_VAR}={marker}".encode()
+    prefix = f"{MARKER_VAR}=".encode()
     found: list[int] = []
     for entry in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -47,7 +47,10 @@ def _marked(marker: str) -> list[int]:
             environ = Path(f"/proc/{entry}/environ").read_bytes()
         except OSError:
             continue
-        if stat[stat.rfind(b")") + 2 :][:1] != b"Z" and needle in environ.split(b"\0"):
+        chains = [
+            e[len(prefix) :].split(b":") for e in environ.split(b"\0") if e.startswith(prefix)
+        ]
+        if stat[stat.rfind(b")") + 2 :][:1] != b"Z" and any(marker.encode() in c for c in chains):
             found.append(int(entry))
     return found
 
@@ -106,3 +109,21 @@ async def test_a_closed_sandbox_lets_its_watcher_go(
     await box.close()
     assert tether.process.returncode == 0  # released: it killed nothing (else KILLED)
     assert box._tether is None
+
+
+async def test_an_outer_sandboxs_cleanup_reaches_a_nested_sandboxs_daemons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mlra in an outer unconfined sandbox marks its own commands with the outer's
+    marker too: killing by the outer's marker (its close, or its watcher when the outer
+    mlra was killed) reaches a daemon the nested sandbox's command left, which carried
+    only the nested marker and ran on."""
+    monkeypatch.setenv(MARKER_VAR, "outer-5521")
+    box = LocalSandbox(tmp_path, SandboxSpec(), isolation_mode="none")
+    try:
+        await box.exec(["sh", "-c", "setsid sleep 602 >/dev/null 2>&1 </dev/null &"], timeout=30)
+        assert _marked(box._marker), "the daemon never ran"
+        kill_marked("outer-5521")
+        assert not _marked(box._marker)
+    finally:
+        await box.close()

@@ -39,7 +39,7 @@ from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_en
 from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits, TmpfsKind
 from mlra.tools.sandbox.local_processes import RunningProcess, run_in_session
 from mlra.tools.sandbox.runner import finish_despite_cancel
-from mlra.tools.sandbox.tether import MARKER_VAR, Tether, kill_marked
+from mlra.tools.sandbox.tether import MARKER_VAR, Tether, kill_marked, marker_chain
 from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
@@ -395,7 +395,7 @@ class LocalSandbox(Sandbox):
             if not is_secret_name(name):
                 env[name] = value
         if not self._use_bwrap:
-            env[MARKER_VAR] = self._marker
+            env[MARKER_VAR] = marker_chain(self._marker)
         return env
 
     def _python_env(self) -> list[Path]:

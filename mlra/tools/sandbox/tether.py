@@ -40,10 +40,19 @@ KILLED = 3
 """The watcher's exit status where mlra died and it killed what the sandbox left."""
 
 
+def marker_chain(marker: str) -> str:
+    """The marker's value in a command's environment: after those of the sandboxes this
+    mlra runs in, so an outer sandbox's cleanup (or watcher) finds a nested mlra's
+    commands too, and no nested one's cleanup finds the outer's."""
+    outer = os.environ.get(MARKER_VAR)
+    return f"{outer}:{marker}" if outer else marker
+
+
 def kill_marked(marker: str) -> None:
-    """SIGKILL every process whose environment carries this sandbox's marker, again
-    until none is left (one may fork between the scan and the kill)."""
-    needle = f"{MARKER_VAR}={marker}".encode()
+    """SIGKILL every process whose environment carries this sandbox's marker (itself or
+    in a nested sandbox's chain), again until none is left (one may fork between the
+    scan and the kill)."""
+    prefix = f"{MARKER_VAR}=".encode()
     deadline = time.monotonic() + KILL_WAIT_S
     while time.monotonic() < deadline:
         found = False
@@ -53,7 +62,11 @@ def kill_marked(marker: str) -> None:
                     environ = f.read()
             except OSError:
                 continue
-            if needle in environ.split(b"\0"):
+            if any(
+                marker.encode() in entry[len(prefix) :].split(b":")
+                for entry in environ.split(b"\0")
+                if entry.startswith(prefix)
+            ):
                 found = True
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
