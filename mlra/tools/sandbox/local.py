@@ -206,7 +206,8 @@ class LocalSandbox(Sandbox):
                 + ", ".join(refused)
             )
         if not self._use_bwrap:  # last: nothing after it fails the start (tether.py)
-            self._tether = Tether.start(self._marker, self._limits.group_dirs())
+            self._tether, untethered = await Tether.start(self._marker, self._limits.group_dirs())
+            notices += untethered
         return notices
 
     def _tmpfs_kind(self) -> TmpfsKind:
@@ -249,10 +250,14 @@ class LocalSandbox(Sandbox):
 
     async def close(self) -> None:
         try:
-            await self.stop_processes()
-            if self._tether is not None:  # nothing marked is left for it to kill
-                await asyncio.to_thread(self._tether.release)
-                self._tether = None
+            stopped = False
+            try:
+                await self.stop_processes()
+                stopped = True
+            finally:  # stopped: nothing marked is left for it; else it kills what is left
+                tether, self._tether = self._tether, None
+                if tether is not None:
+                    await asyncio.to_thread(tether.release, clean=stopped)
             await asyncio.to_thread(self._limits.close)
             if self._network is not None:
                 await asyncio.to_thread(self._network.close)
@@ -398,10 +403,6 @@ class LocalSandbox(Sandbox):
             env[MARKER_VAR] = marker_chain(self._marker)
         return env
 
-    def _python_env(self) -> list[Path]:
-        """The task's own environment, shown read-only beside mlra's Python trees."""
-        return [self.spec.python_env] if self.spec.python_env is not None else []
-
     def _bwrap_argv(
         self,
         inside_cwd: str,
@@ -422,7 +423,7 @@ class LocalSandbox(Sandbox):
             gpus=self.spec.gpus,
             read_only=self.spec.read_only,
             read_write=self.spec.read_write,
-            python_envs=self._python_env(),
+            python_envs=[self.spec.python_env] if self.spec.python_env else [],  # read-only
             hide=self.spec.hide_paths,
             prefix=self._limits.inside_prefix(self._prlimit),
             read_only_files=self.spec.read_only_files,

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import select
 import signal
 import subprocess
@@ -34,8 +35,13 @@ MARKER_VAR = "MLRA_SANDBOX"
 behind can be found (and killed) even after they left its process group."""
 KILL_WAIT_S = 5.0
 RELEASE_WAIT_S = 5.0
-RELEASE = b"r"
-"""What a normal close writes: the sandbox cleaned up after itself."""
+READY_WAIT_S = 10.0
+READY = b"k"
+"""What the watcher writes once armed (on its stdout, a pipe mlra reads at the start)."""
+TOKEN_BYTES = 32
+"""A normal close writes the token (random, first sent down the pipe): the sandbox
+cleaned up after itself."""
+WATCHER_SCRIPT = __file__
 KILLED = 3
 """The watcher's exit status where mlra died and it killed what the sandbox left."""
 
@@ -52,6 +58,8 @@ def kill_marked(marker: str) -> None:
     """SIGKILL every process whose environment carries this sandbox's marker (itself or
     in a nested sandbox's chain), again until none is left (one may fork between the
     scan and the kill)."""
+    if not marker:  # would match an empty marker, or any chain with "::"
+        return
     prefix = f"{MARKER_VAR}=".encode()
     deadline = time.monotonic() + KILL_WAIT_S
     while time.monotonic() < deadline:
@@ -113,56 +121,124 @@ def kill_groups(groups: list[str]) -> None:
 
 
 class Tether:
-    """The owning side: the pipe's write end and the watcher process."""
+    """The owning side: the pipe's write end, the token and the watcher process."""
 
-    def __init__(self, process: subprocess.Popen[bytes], write_end: int) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], write_end: int, token: bytes) -> None:
         self.process = process
         self._write_end: int | None = write_end
+        self._token = token
 
     @classmethod
-    def start(cls, marker: str, groups: list[Path]) -> Tether:
+    async def start(cls, marker: str, groups: list[Path]) -> tuple[Tether | None, list[str]]:
+        """The watcher, armed; or none and the notice why: a watcher that cannot start
+        (no process left to fork, an install whose script cannot run) does not fail the
+        run, which must know it is untethered, though."""
+        import asyncio  # here: the watcher, this file as a script, starts without it
+
+        return await asyncio.to_thread(cls._spawn, marker, groups)
+
+    @classmethod
+    def _spawn(cls, marker: str, groups: list[Path]) -> tuple[Tether | None, list[str]]:
+        token = secrets.token_hex(16).encode()
         read_end, write_end = os.pipe()  # both close-on-exec: no command inherits them
-        env = {k: v for k, v in os.environ.items() if k != MARKER_VAR}
+        ready_read, ready_write = os.pipe()
+        argv = [sys.executable, "-I", "-S", WATCHER_SCRIPT, marker, str(os.getpid())]
         try:
+            os.write(write_end, token)  # first, before any agent exists: its argv is public
             process = subprocess.Popen(
-                [sys.executable, "-I", "-S", __file__, marker, str(os.getpid()), *map(str, groups)],
+                [*argv, *map(str, groups)],
                 stdin=read_end,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                env=env,
+                stdout=ready_write,
+                stderr=subprocess.PIPE,
+                env={"PATH": os.environ.get("PATH", os.defpath)},  # no key of mlra's
                 cwd="/",
                 start_new_session=True,
             )
-        except BaseException:
-            os.close(write_end)
-            raise
+        except BaseException as exc:  # EAGAIN, EMFILE: as good as a watcher that died
+            for fd in (write_end, ready_read):
+                os.close(fd)
+            if not isinstance(exc, OSError):
+                raise
+            return None, [_untethered(f"it could not be spawned: {exc}")]
         finally:
             os.close(read_end)
-        return cls(process, write_end)
+            os.close(ready_write)
+        problem = _armed(process, ready_read)
+        if problem is None:
+            return cls(process, write_end, token), []
+        os.close(write_end)
+        return None, [_untethered(problem)]
 
-    def release(self) -> None:
-        """The sandbox closed normally: the watcher exits without killing anything."""
+    def release(self, *, clean: bool = True) -> None:
+        """The sandbox closed: the watcher exits without killing anything, or, where
+        the close failed (`clean` false), kills what the sandbox left, as if mlra died."""
         if self._write_end is not None:
             with contextlib.suppress(OSError):
-                os.write(self._write_end, RELEASE)
+                if clean:
+                    os.write(self._write_end, self._token)
             os.close(self._write_end)
             self._write_end = None
         try:
-            self.process.wait(RELEASE_WAIT_S)
+            self.process.wait(RELEASE_WAIT_S if clean else 2 * KILL_WAIT_S + RELEASE_WAIT_S)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
 
 
+def _untethered(why: str) -> str:
+    return (
+        "processes of this unconfined sandbox may outlive mlra if it is killed: "
+        f"the tether did not start ({why})"
+    )
+
+
+def _armed(process: subprocess.Popen[bytes], ready_read: int) -> str | None:
+    """None once the watcher says it is armed; else why it is not (it is ended)."""
+    assert process.stderr is not None
+    with process.stderr, os.fdopen(ready_read, "rb", buffering=0) as ready:
+        answered, _, _ = select.select([ready], [], [], READY_WAIT_S)
+        if answered and ready.read(1) == READY:
+            return None
+        try:
+            status = process.wait(READY_WAIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return f"the watcher did not answer within {READY_WAIT_S:g} s"
+        said = process.stderr.read().decode(errors="replace").strip().splitlines()
+    return f"the watcher exited with status {status}" + (f": {said[-1]}" if said else "")
+
+
 def watch(marker: str, owner: int, groups: list[str]) -> int:
     """Wait until the owner releases the sandbox (0) or dies; where it died, kill what
-    the sandbox started (KILLED)."""
+    the sandbox started (KILLED). Bytes other than the token (the pipe reopened through
+    /proc by a process of the same user) release nothing, nor kill while mlra lives."""
+    token = b""
+    while len(token) < TOKEN_BYTES:
+        chunk = os.read(0, TOKEN_BYTES - len(token))
+        if not chunk:  # mlra died before it was armed
+            return _kill(marker, groups)
+        token += chunk
     waits = [0]  # the pipe, as stdin
     with contextlib.suppress(OSError, AttributeError):  # Linux 5.3 and later; gone: EOF
         waits.append(os.pidfd_open(owner))
-    ready, _, _ = select.select(waits, [], [])
-    if 0 in ready and os.read(0, 1) == RELEASE:
-        return 0
+    os.write(1, READY)
+    os.close(1)
+    seen = b""
+    while True:
+        ready, _, _ = select.select(waits, [], [])
+        if 0 not in ready:  # mlra is gone
+            break
+        chunk = os.read(0, 4096)
+        if not chunk:  # EOF: mlra is gone, or a failed close let the watcher loose
+            break
+        seen = (seen + chunk)[-2 * TOKEN_BYTES :]
+        if token in seen:
+            return 0
+    return _kill(marker, groups)
+
+
+def _kill(marker: str, groups: list[str]) -> int:
     kill_marked(marker)
     kill_groups(groups)
     return KILLED
