@@ -10,7 +10,11 @@ write end only mlra holds (close-on-exec, so no command inherits it). When mlra 
 however, the kernel closes the write end; the watcher reads EOF (or sees mlra's pidfd
 turn readable, for a fork of mlra that kept the pipe open), kills every process that
 carries the marker, and those left in the sandbox's cgroups, then exits. A normal close
-writes one byte first: the watcher exits without killing anything.
+writes a random token first (sent down the pipe at the spawn, before any command ran;
+other bytes do nothing): the watcher exits without killing anything. Once armed it
+writes one byte on its stdout, which the start waits for: a watcher that cannot run
+makes the start say the sandbox is untethered, and the run goes on. Its environment
+is PATH alone (none of mlra's keys).
 
 The watcher is in a session of its own (a Ctrl-C's SIGINT to the terminal's group never
 reaches it), does not carry the marker itself (nor an outer sandbox's, where mlra runs
