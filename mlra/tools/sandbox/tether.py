@@ -236,9 +236,9 @@ def watch(marker: str, owner: int, groups: list[str]) -> int:
         chunk = os.read(0, 4096)
         if not chunk:  # EOF: mlra is gone, or a failed close let the watcher loose
             break
-        seen = (seen + chunk)[-2 * TOKEN_BYTES :]
-        if token in seen:
+        if token in seen + chunk:
             return 0
+        seen = (seen + chunk)[-TOKEN_BYTES:]
     return _kill(marker, groups)
 
 
