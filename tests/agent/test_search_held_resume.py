@@ -75,7 +75,7 @@ def test_a_held_validation_lost_with_a_killed_run_is_said_lost_on_resume(
             proc.stderr.close()
         for pid in (tmp_path / "pid").read_text().split():
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)  # the killed run's grader, left behind
+                os.kill(int(pid), signal.SIGKILL)  # its grader, if its watcher missed it
         (tmp_path / "go").touch()
         resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=env)
         assert resumed.returncode == 0, resumed.stderr[-3000:]

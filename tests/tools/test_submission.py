@@ -79,6 +79,20 @@ def _with_marker(marker: str) -> list[int]:
     return found
 
 
+def _watchers_of(owner: int) -> list[int]:
+    """The tether watchers (tools/sandbox/tether.py) an mlra process started."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                cmdline = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(a.endswith(b"tether.py") for a in cmdline) and str(owner).encode() in cmdline:
+                found.append(int(proc.name))
+    return found
+
+
 def test_a_daemon_left_running_cannot_change_what_is_graded(
     tmp_path: Path, answer_task: Path
 ) -> None:
@@ -305,22 +319,47 @@ def test_a_stale_evaluator_is_ended_before_the_run_is_graded_again(
 
     (task / "hold").write_text("")
     env = {k: v for k, v in os.environ.items() if k not in SECRET_ENV}
-    first = subprocess.Popen(
-        [sys.executable, "-m", "mlra", "eval", str(run_dir), "--isolation", "none"],
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
+
+    def held_grader() -> tuple[subprocess.Popen[bytes], int]:
+        (task / "started").unlink(missing_ok=True)
+        mlra = subprocess.Popen(
+            [sys.executable, "-m", "mlra", "eval", str(run_dir), "--isolation", "none"],
+            cwd=tmp_path,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 60
         while not (task / "started").exists() or not (task / "started").read_text():
-            assert first.poll() is None and time.monotonic() < deadline
+            assert mlra.poll() is None and time.monotonic() < deadline
             time.sleep(0.05)
-        stale = int((task / "started").read_text())
-        first.send_signal(signal.SIGKILL)  # a killed mlra: nothing of it cleans up
+        return mlra, int((task / "started").read_text())
+
+    # A killed mlra: nothing of it cleans up, but its unconfined grader's watcher
+    # (tools/sandbox/tether.py) kills the grader.
+    first, stale = held_grader()
+    try:
+        first.send_signal(signal.SIGKILL)
         first.wait()
-        assert _alive(stale)  # its grader goes on without it
+        deadline = time.monotonic() + 20
+        while _alive(stale) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(stale)
+    finally:
+        first.kill()
+        if _alive(stale):
+            os.kill(stale, signal.SIGKILL)
+    # With its watcher killed too, the grader goes on without it, and the next grading
+    # ends it first.
+    first, stale = held_grader()
+    try:
+        watchers = _watchers_of(first.pid)
+        assert watchers, "the unconfined grader has no watcher"
+        for watcher in watchers:
+            os.kill(watcher, signal.SIGKILL)
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+        assert _alive(stale)
 
         again = mlra_cli(["eval", str(run_dir), "--isolation", "none"], cwd=tmp_path)
         assert again.returncode == 0, again.stderr

@@ -209,6 +209,10 @@ class SandboxLimits:
     def _pids_group(self) -> Path | None:
         return self._groups.get("") or self._groups.get("pids")
 
+    def group_dirs(self) -> list[Path]:
+        """The groups every command joins, each holding all its processes."""
+        return list(self._groups.values())
+
     # --- starting commands ----------------------------------------------------------------
 
     def outer_prefix(self) -> list[str]:

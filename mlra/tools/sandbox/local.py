@@ -37,13 +37,9 @@ from mlra.tools.sandbox.base import ExecResult, OutputCallback, Sandbox, Sandbox
 from mlra.tools.sandbox.default_limits import disk_for, memory_for, tmpfs_bounds
 from mlra.tools.sandbox.env import is_secret_name, refused_env_names, sandbox_env
 from mlra.tools.sandbox.limits import DEFAULT_FILE_SIZE_MB, DEFAULT_PIDS, SandboxLimits, TmpfsKind
-from mlra.tools.sandbox.local_processes import (
-    MARKER_VAR,
-    RunningProcess,
-    kill_marked,
-    run_in_session,
-)
+from mlra.tools.sandbox.local_processes import RunningProcess, run_in_session
 from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.tether import MARKER_VAR, Tether, kill_marked, marker_chain
 from mlra.tools.sandbox.time_out import TimeOut
 from mlra.tools.sandbox.volume_settle import settle_before_use
 from mlra.tools.sandbox.workspace_disk import WorkspaceDisk
@@ -116,6 +112,7 @@ class LocalSandbox(Sandbox):
         )
         self._quota = WorkspaceDisk.for_spec(self.workspace, disk.mb, spec)
         self._marker = secrets.token_hex(8)
+        self._tether: Tether | None = None  # unconfined: kills the marked if mlra dies
         self._home: Path | None = None
         self._started = False
         self._start_lock = asyncio.Lock()
@@ -208,6 +205,9 @@ class LocalSandbox(Sandbox):
                 "these variables look like secrets and are not passed to commands: "
                 + ", ".join(refused)
             )
+        if not self._use_bwrap:  # last: nothing after it fails the start (tether.py)
+            self._tether, untethered = await Tether.start(self._marker, self._limits.group_dirs())
+            notices += untethered
         return notices
 
     def _tmpfs_kind(self) -> TmpfsKind:
@@ -250,7 +250,14 @@ class LocalSandbox(Sandbox):
 
     async def close(self) -> None:
         try:
-            await self.stop_processes()
+            stopped = False
+            try:
+                await self.stop_processes()
+                stopped = True
+            finally:  # stopped: nothing marked is left for it; else it kills what is left
+                tether, self._tether = self._tether, None
+                if tether is not None:
+                    await asyncio.to_thread(tether.release, clean=stopped)
             await asyncio.to_thread(self._limits.close)
             if self._network is not None:
                 await asyncio.to_thread(self._network.close)
@@ -393,12 +400,8 @@ class LocalSandbox(Sandbox):
             if not is_secret_name(name):
                 env[name] = value
         if not self._use_bwrap:
-            env[MARKER_VAR] = self._marker
+            env[MARKER_VAR] = marker_chain(self._marker)
         return env
-
-    def _python_env(self) -> list[Path]:
-        """The task's own environment, shown read-only beside mlra's Python trees."""
-        return [self.spec.python_env] if self.spec.python_env is not None else []
 
     def _bwrap_argv(
         self,
@@ -420,7 +423,7 @@ class LocalSandbox(Sandbox):
             gpus=self.spec.gpus,
             read_only=self.spec.read_only,
             read_write=self.spec.read_write,
-            python_envs=self._python_env(),
+            python_envs=[self.spec.python_env] if self.spec.python_env else [],  # read-only
             hide=self.spec.hide_paths,
             prefix=self._limits.inside_prefix(self._prlimit),
             read_only_files=self.spec.read_only_files,

@@ -4,7 +4,8 @@ Each command runs in a process group of its own; what it started is found throug
 /proc (its group, its descendants, and for unconfined commands the marker in their
 environment, which survives `setsid`), so nothing it started outlives it: when it ends,
 times out or is cancelled the whole group is killed with SIGKILL, again until none is
-left. Apart from the sandbox (local.py), which decides how a command is confined.
+left. Apart from the sandbox (local.py), which decides how a command is confined, and
+from the watcher that kills the marked processes if mlra dies (tether.py).
 """
 
 from __future__ import annotations
@@ -23,33 +24,6 @@ from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel
 from mlra.tools.sandbox.time_out import TimeOut
 
 GROUP_DEATH_WAIT_S = 5.0
-MARKER_VAR = "MLRA_SANDBOX"
-"""Set in every unconfined command's environment, so the processes a run left
-behind can be found (and killed) even after they left its process group."""
-
-
-def kill_marked(marker: str) -> None:
-    """SIGKILL every process whose environment carries this sandbox's marker, again
-    until none is left (one may fork between the scan and the kill)."""
-    needle = f"{MARKER_VAR}={marker}".encode()
-    deadline = time.monotonic() + GROUP_DEATH_WAIT_S
-    while time.monotonic() < deadline:
-        found = False
-        for pid, state, _, _ in _proc_stats():
-            if pid == os.getpid() or state in (b"Z", b"X"):
-                continue
-            try:
-                with open(f"/proc/{pid}/environ", "rb") as f:
-                    environ = f.read()
-            except OSError:
-                continue
-            if needle in environ.split(b"\0"):
-                found = True
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-        if not found:
-            return
-        time.sleep(0.005)
 
 
 class CommandProtocol(asyncio.SubprocessProtocol):
