@@ -143,6 +143,15 @@ def _same_kind_of_agent(recorded: str, model: str, verb: str) -> None:
     )
 
 
+def _demo_knows(model: str, task: Any) -> None:
+    """`--model demo` (switched to or kept) on a task it has no recipe for, refused as
+    `mlra run` refuses it (console/cli/run_checks.py `check_demo`): it went on, read the
+    files, asked for a `submission` nothing wrote and ended with nothing submitted."""
+    from mlra.console.cli.run_checks import check_demo
+
+    check_demo(model, task)
+
+
 def _task_of(run: Any) -> Any:
     for name in (run.started.task_dir, run.started.task):
         if not name:
@@ -255,6 +264,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     task = _task_of(run)
     model = args.model or run.config.model
     _same_kind_of_agent(run.config.model, model, "resume")
+    _demo_knows(model, task)
     use_tui = _use_tui(args)
     overrides = _overrides(args, use_tui) | {"model": model}
     provider = _provider(model, args.base_url or run.config.base_url, run.config)
@@ -284,6 +294,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     task = _task_of(source)
     model = args.model or source.config.model
     _same_kind_of_agent(source.config.model, model, "fork")
+    _demo_knows(model, task)
     edit = None
     if args.edit_action is not None:
         try:
