@@ -14,7 +14,7 @@ import ast
 import os
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -174,10 +174,13 @@ _reading: ContextVar[_Parses | None] = ContextVar("mlra_task_reading", default=N
 class _Parses:
     """The trees parsed during one reading, by file (its path, mtime and size, so a file
     changed meanwhile is parsed again), the least recently read dropped past
-    KEPT_SOURCE_BYTES; None for a file that does not parse, so it is not tried again."""
+    KEPT_SOURCE_BYTES; None for a file that does not parse, so it is not tried again.
+    With each tree, its nodes in `ast.walk`'s order: the readers walk a whole tree
+    about eight times a file, and those walks cost several times the parse."""
 
     def __init__(self) -> None:
         self.trees: OrderedDict[tuple[str, int, int], ast.Module | None] = OrderedDict()
+        self.nodes: dict[int, list[ast.AST]] = {}
         self.kept = 0
 
     def tree(self, path: Path) -> ast.Module | None:
@@ -191,18 +194,21 @@ class _Parses:
             return self.trees[key]
         tree = _parsed(path)
         self.trees[key] = tree
+        if tree is not None:
+            self.nodes[id(tree)] = list(ast.walk(tree))
         self.kept += stat.st_size
         while self.kept > KEPT_SOURCE_BYTES and len(self.trees) > 1:
-            dropped, _ = self.trees.popitem(last=False)
+            dropped, old = self.trees.popitem(last=False)
             self.kept -= dropped[2]
+            self.nodes.pop(id(old), None)
         return tree
 
 
 @contextmanager
 def one_reading() -> Iterator[None]:
-    """Within it, each of the task's files is parsed once, whichever reader asks for it
-    (imports, dataset loads, tasks/network_reads.py's fetches, the grader's imports):
-    each parsed every file again, and on 500 large modules `mlra tasks show` took 578 s
+    """Within it, each of the task's files is parsed and walked once, whichever reader
+    asks for it (imports, dataset loads, tasks/network_reads.py's fetches, the grader's
+    imports; `parse`, `every_node`): each parsed and walked every file again, and on 500 large modules `mlra tasks show` took 578 s
     where it had taken 210 s before a reader was added. Nothing is kept after it, so a
     long-running console reads a file changed since afresh and holds no trees; a reading
     inside another shares the outer one's."""
@@ -220,6 +226,13 @@ def parse(path: Path) -> ast.Module | None:
     """`path`'s tree, or None where it does not parse; shared within `one_reading`."""
     parses = _reading.get()
     return _parsed(path) if parses is None else parses.tree(path)
+
+
+def every_node(tree: ast.AST) -> Iterable[ast.AST]:
+    """`ast.walk(tree)`, walked once for a tree `parse` gave within `one_reading`."""
+    parses = _reading.get()
+    nodes = parses.nodes.get(id(tree)) if parses is not None else None
+    return nodes if nodes is not None and nodes[0] is tree else ast.walk(tree)
 
 
 def _parsed(path: Path) -> ast.Module | None:
@@ -241,12 +254,12 @@ def imported_modules(tree: ast.Module) -> list[str]:
     (a relative one is the folder's own), `__future__` aside, and not those under a
     `try:` whose handler catches their absence."""
     optional: set[int] = set()
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if isinstance(node, ast.Try) and any(_catches_import(h) for h in node.handlers):
             for inner in node.body:
                 optional.update(id(n) for n in ast.walk(inner))
     names: list[str] = []
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if id(node) in optional:
             continue
         if isinstance(node, ast.Import):
@@ -270,7 +283,7 @@ def dataset_downloads(files: list[Path], root: Path, bases: list[Path]) -> list[
         if tree is None:
             continue
         where = relative(path, root)
-        for call in ast.walk(tree):
+        for call in every_node(tree):
             if not isinstance(call, ast.Call):
                 continue
             name = _called(call)

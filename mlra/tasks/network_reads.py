@@ -26,7 +26,7 @@ import re
 import urllib.parse
 from pathlib import Path
 
-from mlra.tasks.code_reading import Found, parse, relative
+from mlra.tasks.code_reading import Found, every_node, parse, relative
 
 FETCHERS = {
     **{f"requests.{verb}": "url" for verb in ("get", "post", "put", "head", "request")},
@@ -81,7 +81,7 @@ def network_reads(tree: ast.Module, bases: list[Path]) -> list[str]:
     names = _imported_names(tree)
     found: list[str] = []
     counted: set[int] = set()
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if not isinstance(node, ast.Call):
             continue
         full = _resolved(node.func, names)
@@ -94,7 +94,7 @@ def network_reads(tree: ast.Module, bases: list[Path]) -> list[str]:
             found.append(said)
             counted.update(id(n) for n in ast.walk(node))
     quiet = _messages(tree)
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if isinstance(node, ast.JoinedStr):  # read whole, not its literal parts again
             quiet.update(id(n) for n in node.values)
         if id(node) in counted or id(node) in quiet:
@@ -109,7 +109,7 @@ def _imported_names(tree: ast.Module) -> dict[str, str]:
     """Each name the file's imports bind, to what it names (`tfds` -> `tensorflow_datasets`,
     `urlopen` -> `urllib.request.urlopen`, `urllib` -> `urllib`)."""
     names: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -195,7 +195,7 @@ def _messages(tree: ast.Module) -> set[int]:
     """The nodes that are only words: docstrings (any statement that is a bare string),
     what is printed, logged or warned, exceptions' messages and `help=` texts."""
     quiet: set[int] = set()
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         said: list[ast.AST] = []
         if isinstance(node, ast.Expr) and _string(node.value) is not None:
             said.append(node.value)

@@ -101,3 +101,23 @@ def test_a_file_changed_between_checks_is_read_afresh(tmp_path: Path, parses: Co
     write_tree(source, {"env/mod_0.py": "import mlra_surely_absent_module\n"})
     missing = task_needs(load_task(source)).starter_missing
     assert [(f.what, f.where) for f in missing] == [("mlra_surely_absent_module", "env/mod_0.py")]
+
+
+def test_a_readiness_check_walks_each_tree_once(
+    tmp_path: Path, parses: Counter[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The readers walked each whole tree about eight times, which cost several times
+    the parse; they now share one walk of it."""
+    task = load_task(many_modules(tmp_path))
+    walks: Counter[int] = Counter()
+    real = ast.walk
+
+    def counting(node: ast.AST) -> Any:
+        if isinstance(node, ast.Module):
+            walks[id(node)] += 1
+        return real(node)
+
+    monkeypatch.setattr(ast, "walk", counting)
+    task_needs(task)
+    assert len(walks) == len(code_names(task.root)), walks  # a tree a file
+    assert set(walks.values()) == {1}, walks
