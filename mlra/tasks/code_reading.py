@@ -208,10 +208,11 @@ class _Parses:
 def one_reading() -> Iterator[None]:
     """Within it, each of the task's files is parsed and walked once, whichever reader
     asks for it (imports, dataset loads, tasks/network_reads.py's fetches, the grader's
-    imports; `parse`, `every_node`): each parsed and walked every file again, and on 500 large modules `mlra tasks show` took 578 s
-    where it had taken 210 s before a reader was added. Nothing is kept after it, so a
-    long-running console reads a file changed since afresh and holds no trees; a reading
-    inside another shares the outer one's."""
+    imports; `parse`, `every_node`): each parsed and walked every file again, and on
+    500 large modules `mlra tasks show` took 578 s where it had taken 210 s before a
+    reader was added. Nothing is kept after it, so a long-running console reads a file
+    changed since afresh and holds no trees; a reading inside another shares the outer
+    one's."""
     if _reading.get() is not None:
         yield
         return
