@@ -49,6 +49,9 @@ class Found:
 
     what: str
     where: str
+    sends: bool = False
+    """A network call that sends (`requests.post`, a PUT) rather than fetches: said as
+    calling the network, not as downloading (tasks/network_reads.py `reaching`)."""
 
 
 def code_files(task: TaskSpec) -> tuple[list[Path], list[Path]]:

@@ -33,7 +33,7 @@ from mlra.tasks.code_reading import (
     relative,
 )
 from mlra.tasks.environment import task_python
-from mlra.tasks.network_reads import network_downloads
+from mlra.tasks.network_reads import network_downloads, reaching
 from mlra.tasks.spec import TaskSpec
 
 FIND_SPECS = """\
@@ -96,12 +96,13 @@ class Needs:
         out = []
         if self.evaluator_fetches:
             out.append(
-                f"its grading code may download: {listed(self.evaluator_fetches)}; "
+                f"its grading code {reaching(self.evaluator_fetches)}: "
+                f"{listed(self.evaluator_fetches)}; "
                 "with no network its grading may fail"
             )
         if self.starter_fetches:
             out.append(
-                f"its starter may download: {listed(self.starter_fetches)}; "
+                f"its starter {reaching(self.starter_fetches)}: {listed(self.starter_fetches)}; "
                 "with no network its first run may fail"
             )
         return out
