@@ -13,7 +13,6 @@ from __future__ import annotations
 import ast
 import os
 import sys
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -112,7 +111,7 @@ def _grader_closure(task: TaskSpec, roots: list[Path]) -> list[Path]:
         if path in seen:
             continue
         seen.append(path)
-        tree = parse(path)
+        tree = parse(path, graders=True)
         if tree is None:
             continue
         for name in imported_modules(tree):
@@ -166,45 +165,57 @@ def imports_of(files: list[Path], root: Path, local: set[str]) -> list[Found]:
     return found
 
 
-KEPT_SOURCE_BYTES = 4_000_000
-"""How much source the trees one reading keeps may come from: a tree takes about a
-hundred times its source's bytes, so a folder of hundreds of large modules is not held
-whole; the readers go file by file (tasks/needs.py), so the file they ask for is kept."""
+KEPT_SOURCE_BYTES = 1_000_000
+"""How much source the grader's trees one reading keeps may come from: a tree and its
+node list take about 115 times their source's bytes (a 4 MB bound held some 460 MB)."""
 
 _reading: ContextVar[_Parses | None] = ContextVar("mlra_task_reading", default=None)
 
+_Key = tuple[str, int, int]
+
 
 class _Parses:
-    """The trees parsed during one reading, by file (its path, mtime and size, so a file
-    changed meanwhile is parsed again), the least recently read dropped past
-    KEPT_SOURCE_BYTES; None for a file that does not parse, so it is not tried again.
-    With each tree, its nodes in `ast.walk`'s order: the readers walk a whole tree
-    about eight times a file, and those walks cost several times the parse."""
+    """The trees one reading keeps, by file (its path, mtime and size, so a file changed
+    meanwhile is parsed again; None for one that does not parse): only those read again.
+    The grader's files, parsed first to find which they are (`code_files`) and read
+    after, up to KEPT_SOURCE_BYTES of their source; and the last file read, which the
+    readers go over in turn before the next (tasks/needs.py `_read`). Keeping every
+    tree up to a bound kept starter trees never read again. With each tree, its nodes
+    in `ast.walk`'s order: the readers walk a whole tree about eight times a file, and
+    those walks cost several times the parse."""
 
     def __init__(self) -> None:
-        self.trees: OrderedDict[tuple[str, int, int], ast.Module | None] = OrderedDict()
+        self.graders: dict[_Key, ast.Module | None] = {}
+        self.graders_source = 0
+        self.last: tuple[_Key, ast.Module | None] | None = None
         self.nodes: dict[int, list[ast.AST]] = {}
-        self.kept = 0
 
-    def tree(self, path: Path) -> ast.Module | None:
+    def tree(self, path: Path, *, graders: bool = False) -> ast.Module | None:
         try:
             stat = path.stat()
         except OSError:
             return None
         key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
-        if key in self.trees:
-            self.trees.move_to_end(key)
-            return self.trees[key]
+        if key in self.graders:
+            return self.graders[key]
+        if self.last is not None and self.last[0] == key:
+            return self.last[1]
         tree = _parsed(path)
-        self.trees[key] = tree
         if tree is not None:
             self.nodes[id(tree)] = list(ast.walk(tree))
-        self.kept += stat.st_size
-        while self.kept > KEPT_SOURCE_BYTES and len(self.trees) > 1:
-            dropped, old = self.trees.popitem(last=False)
-            self.kept -= dropped[2]
-            self.nodes.pop(id(old), None)
+        if graders and self.graders_source + stat.st_size <= KEPT_SOURCE_BYTES:
+            self.graders[key] = tree
+            self.graders_source += stat.st_size
+            return tree
+        if self.last is not None and self.last[1] is not None:
+            self.nodes.pop(id(self.last[1]), None)
+        self.last = (key, tree)
         return tree
+
+    def kept(self) -> list[str]:
+        """The files whose trees are held now, by path."""
+        held = [key[0] for key in self.graders]
+        return held + ([self.last[0][0]] if self.last is not None else [])
 
 
 @contextmanager
@@ -226,10 +237,11 @@ def one_reading() -> Iterator[None]:
         _reading.reset(token)
 
 
-def parse(path: Path) -> ast.Module | None:
-    """`path`'s tree, or None where it does not parse; shared within `one_reading`."""
+def parse(path: Path, *, graders: bool = False) -> ast.Module | None:
+    """`path`'s tree, or None where it does not parse; shared within `one_reading`
+    (`graders`: one of the grader's files, kept there to be read again)."""
     parses = _reading.get()
-    return _parsed(path) if parses is None else parses.tree(path)
+    return _parsed(path) if parses is None else parses.tree(path, graders=graders)
 
 
 def every_node(tree: ast.AST) -> Iterable[ast.AST]:

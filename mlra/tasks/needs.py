@@ -193,8 +193,8 @@ def _read(
 ) -> tuple[list[Found], list[Found], list[Found]]:
     """`files`' imports and, where `bases` is given (downloads are judged), their dataset
     loads and network fetches: every reader over one file, then the next, so the file's
-    tree is still held when each asks for it (code_reading.py `one_reading`, which keeps
-    only so much of a large folder)."""
+    tree is still held when each asks for it (code_reading.py `one_reading` keeps the
+    last file read and the grader's files, no other)."""
     imports: list[Found] = []
     loads: list[Found] = []
     fetches: list[Found] = []

@@ -70,12 +70,28 @@ def test_a_readiness_check_parses_each_file_once(tmp_path: Path, parses: Counter
     assert set(parses.values()) == {1}, parses
 
 
-def test_a_folder_larger_than_what_is_kept_is_still_parsed_once(
+def test_what_a_check_keeps_is_the_graders_files_and_the_last_file_read(
+    tmp_path: Path, parses: Counter[str]
+) -> None:
+    """A tree and its nodes take about 115 times the source: keeping every tree up to
+    4 MB of source held some 460 MB, though the readers go file by file and only the
+    grader's files (parsed first, to find them) are read again."""
+    task = load_task(many_modules(tmp_path))
+    with code_reading.one_reading():
+        task_needs(task)
+        reading = code_reading._reading.get()  # pyright: ignore[reportPrivateUsage]
+        assert reading is not None
+        kept = [Path(path).name for path in reading.kept()]
+    assert kept == ["eval.py", "helper.py", "train.py"], kept
+    assert len(reading.nodes) == len(kept)
+
+
+def test_grader_files_past_what_is_kept_are_parsed_again(
     tmp_path: Path, parses: Counter[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The trees kept are bounded (a tree takes about a hundred times its source): with
-    room for one file, the readers still find each starter file in turn, going file by
-    file. The grader's files, parsed first to find which they are, are read again then."""
+    """The grader's trees kept are bounded (by their source, KEPT_SOURCE_BYTES): with no
+    room, the readers still find each starter file once, going file by file; the
+    grader's files, parsed first to find which they are, are read again then."""
     monkeypatch.setattr(code_reading, "KEPT_SOURCE_BYTES", 1)
     task = load_task(many_modules(tmp_path))
     parses.clear()
@@ -110,11 +126,13 @@ def test_a_readiness_check_walks_each_tree_once(
     the parse; they now share one walk of it."""
     task = load_task(many_modules(tmp_path))
     walks: Counter[int] = Counter()
+    walked: list[ast.AST] = []  # held, so that no tree's id is reused once it is dropped
     real = ast.walk
 
     def counting(node: ast.AST) -> Any:
         if isinstance(node, ast.Module):
             walks[id(node)] += 1
+            walked.append(node)
         return real(node)
 
     monkeypatch.setattr(ast, "walk", counting)
