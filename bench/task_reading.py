@@ -7,10 +7,15 @@ Each reader (imports, dataset loads, network clients, the grader's imports) pars
 every file again, and `tasks show` runs the check more than once: on 500 such files
 `tasks show` went from 210 s to 578 s when tasks/network_reads.py was added.
 
-    python bench/task_reading.py [--files 40] [--functions 400] [--against /older/checkout]
+    python bench/task_reading.py [--files 40] [--functions 200] [--against /older/checkout]
+        [--memory] [--no-show]
 
 `--against` times the same folder with another checkout's `mlra` (its `python -m
-mlra`, its own code on PYTHONPATH) for a before/after on the same machine and load.
+mlra`, its own code on PYTHONPATH) for a before/after on the same machine and load;
+each `tasks show` is given with its peak resident memory. `--memory` gives the
+readiness check's peak Python allocations (tracemalloc, which slows it two or three
+times): for another checkout's, run this script with PYTHONPATH at that checkout.
+`--no-show` leaves out `tasks show`.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -58,25 +64,30 @@ def make_task(folder: Path, files: int, functions: int) -> Path:
     return task
 
 
-def show_seconds(task: Path, checkout: Path) -> float:
+def show_seconds(task: Path, checkout: Path) -> tuple[float, float]:
+    """`mlra tasks show` with `checkout`'s code: its seconds and peak resident MB."""
     env = {**os.environ, "PYTHONPATH": str(checkout), "HF_HUB_OFFLINE": "1"}
-    start = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "mlra", "tasks", "show", str(task)],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-        cwd=checkout,
-    )
-    took = time.perf_counter() - start
-    if proc.returncode != 0:
-        raise SystemExit(f"mlra tasks show failed:\n{proc.stdout}{proc.stderr}")
-    return took
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "mlra", "tasks", "show", str(task)],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=checkout,
+        )
+        _, status, usage = os.wait4(proc.pid, 0)  # this child's own peak, not all children's
+        took = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(0)
+            raise SystemExit(f"mlra tasks show failed:\n{out.read().decode(errors='replace')}")
+    return took, usage.ru_maxrss / 1024  # KiB on Linux
 
 
-def counted_check(task: Path) -> tuple[float, int]:
-    """One readiness check in this process: its seconds and how many parses it made."""
+def counted_check(task: Path, memory: bool) -> tuple[float, int, float | None]:
+    """One readiness check in this process: its seconds, how many parses it made and,
+    with `memory`, its peak Python allocations in MB (tracemalloc)."""
     from mlra.tasks.readiness import task_needs
     from mlra.tasks.spec import load_task
 
@@ -90,30 +101,42 @@ def counted_check(task: Path) -> tuple[float, int]:
 
     loaded = load_task(task)
     ast.parse = counting
+    if memory:
+        tracemalloc.start()
     try:
         start = time.perf_counter()
         task_needs(loaded)
-        return time.perf_counter() - start, parses
+        took = time.perf_counter() - start
+        peak = tracemalloc.get_traced_memory()[1] / 1e6 if memory else None
+        return took, parses, peak
     finally:
         ast.parse = real
+        tracemalloc.stop()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=40)
-    parser.add_argument("--functions", type=int, default=400, help="bodies per file")
+    parser.add_argument("--functions", type=int, default=200, help="bodies per file")
     parser.add_argument("--against", type=Path, help="another checkout, timed the same way")
+    parser.add_argument("--memory", action="store_true", help="the check's peak allocations")
+    parser.add_argument("--no-show", action="store_true", help="no `mlra tasks show`")
     args = parser.parse_args()
     os.environ["HF_HUB_OFFLINE"] = "1"
     with tempfile.TemporaryDirectory(prefix="mlra-task-reading-") as tmp:
         task = make_task(Path(tmp), args.files, args.functions)
         size = sum(p.stat().st_size for p in (task / "env").glob("*.py"))
         print(f"{args.files + 2} .py files, {size / 1e6:.1f} MB ({args.functions} functions each)")
-        seconds, parses = counted_check(task)
-        print(f"one readiness check here: {seconds:.2f} s, {parses} parses")
+        import mlra
+
+        print(f"the check's code: {Path(mlra.__file__).parent.parent}")
+        seconds, parses, peak = counted_check(task, args.memory)
+        memory = f", peak {peak:.0f} MB allocated (tracemalloc)" if peak is not None else ""
+        print(f"one readiness check here: {seconds:.2f} s, {parses} parses{memory}")
         for name, checkout in [("this checkout", ROOT), ("--against", args.against)]:
-            if checkout is not None:
-                print(f"`mlra tasks show` ({name}): {show_seconds(task, checkout):.2f} s")
+            if checkout is not None and not args.no_show:
+                took, resident = show_seconds(task, checkout)
+                print(f"`mlra tasks show` ({name}): {took:.2f} s, peak {resident:.0f} MB resident")
         print("load:", os.getloadavg())
 
 

@@ -63,7 +63,8 @@ def test_going_on_with_the_demo_on_a_task_it_does_not_know_is_refused(
     assert proc.returncode == 2, proc.stdout + proc.stderr
     (line,) = proc.stderr.strip().splitlines()
     assert REFUSED in line, line
-    assert line.endswith("run its recipe with --model baseline, or give a real model"), line
+    new_run = "mlra run my-tiny --model baseline"  # the folder, from here; not a fork: refused
+    assert line.endswith(f"give a real model (--model NAME), or start a new run: {new_run}"), line
     assert (run / EVENTS_FILE).read_bytes() == before  # the run untouched
     assert not (run.parent / "f").exists()  # no fork made
 

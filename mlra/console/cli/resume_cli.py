@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -146,10 +147,16 @@ def _same_kind_of_agent(recorded: str, model: str, verb: str) -> None:
 def _demo_knows(model: str, task: Any) -> None:
     """`--model demo` (switched to or kept) on a task it has no recipe for, refused as
     `mlra run` refuses it (console/cli/run_checks.py `check_demo`): it went on, read the
-    files, asked for a `submission` nothing wrote and ended with nothing submitted."""
+    files, asked for a `submission` nothing wrote and ended with nothing submitted. The
+    advice is a real model or a new baseline run: a demo run's fork or resume with
+    `--model baseline` is refused (`_same_kind_of_agent`)."""
     from mlra.console.cli.run_checks import check_demo
 
-    check_demo(model, task)
+    try:
+        named = find_task(task.name).root.resolve() == task.root.resolve()
+    except TaskError:
+        named = False
+    check_demo(model, task, new_run=task.name if named else shlex.quote(str(task.root)))
 
 
 def _task_of(run: Any) -> Any:
