@@ -40,13 +40,17 @@ FETCHERS = {
     "torchvision.datasets.utils.download_url": "url",
 }
 """Calls that fetch over the network, by their module's name, and their URL's keyword
-(`requests.request`'s URL is its second argument: its method comes first)."""
+(`requests.request`'s and `httpx.stream`'s URL is their second argument: the method
+comes first)."""
+
+METHOD_FIRST = {"requests.request", "httpx.stream"}
+"""Fetchers called with the method first, then the URL: `httpx.stream("POST", url)`."""
 
 SENDS = {"requests.post", "requests.put", "httpx.post"}
 """Fetchers that send rather than fetch: an API's endpoint called, worded so."""
 
 SEND_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
-"""`requests.request`'s methods that send."""
+"""`requests.request`'s and `httpx.stream`'s methods that send."""
 
 TFDS_LOADS = {"tensorflow_datasets.load", "tensorflow_datasets.data_source"}
 """tensorflow_datasets' loaders: each downloads and prepares what its data_dir lacks."""
@@ -157,7 +161,7 @@ def _resolved(func: ast.expr, names: dict[str, str]) -> str:
 def _fetch(call: ast.Call, full: str) -> str | None:
     """The fetch as written, or None where its literal URL is no download (not http(s),
     or this machine). A computed URL counts: these clients fetch nothing else."""
-    position = 1 if full == "requests.request" else 0
+    position = 1 if full in METHOD_FIRST else 0
     url = next((k.value for k in call.keywords if k.arg == FETCHERS[full]), None)
     if url is None and len(call.args) > position:
         url = call.args[position]
@@ -176,7 +180,7 @@ def _fetch(call: ast.Call, full: str) -> str | None:
 def _sends(call: ast.Call, full: str) -> bool:
     if full in SENDS:
         return True
-    if full != "requests.request":
+    if full not in METHOD_FIRST:
         return False
     method = next((k.value for k in call.keywords if k.arg == "method"), None)
     method = method if method is not None or not call.args else call.args[0]

@@ -270,3 +270,18 @@ def test_an_api_called_with_post_or_put_is_no_download(
         "requests.post('https://api.example.com/score') (env/train.py); "
         "with no network its first run may fail"
     ), downloads
+
+
+def test_httpx_stream_is_read_method_first(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`httpx.stream("POST", url)` was read as if "POST" were its URL (a literal path
+    then, read here): the call went unsaid. Its method comes first, as requests.request's."""
+    stream = "import httpx\n\nwith httpx.stream('POST', 'https://api.example.com/chat') as r:\n    pass\n"
+    source = mab_folder(tmp_path, files={"env/train.py": stream})
+    downloads = _show(source, capsys)["downloads"]
+    assert downloads == (
+        "downloads:  its starter may call the network: "
+        "httpx.stream('https://api.example.com/chat') (env/train.py); "
+        "with no network its first run may fail"
+    ), downloads
