@@ -200,16 +200,17 @@ class _Parses:
             return self.graders[key]
         if self.last is not None and self.last[0] == key:
             return self.last[1]
+        if self.last is not None:  # dropped before the next parse: one tree held, not two
+            self.nodes.pop(id(self.last[1]), None)
+            self.last = None
         tree = _parsed(path)
         if tree is not None:
             self.nodes[id(tree)] = list(ast.walk(tree))
         if graders and self.graders_source + stat.st_size <= KEPT_SOURCE_BYTES:
             self.graders[key] = tree
             self.graders_source += stat.st_size
-            return tree
-        if self.last is not None and self.last[1] is not None:
-            self.nodes.pop(id(self.last[1]), None)
-        self.last = (key, tree)
+        else:
+            self.last = (key, tree)
         return tree
 
     def kept(self) -> list[str]:
