@@ -13,6 +13,9 @@ from __future__ import annotations
 import ast
 import os
 import sys
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,6 +48,9 @@ class Found:
 
     what: str
     where: str
+    sends: bool = False
+    """A network call that sends (`requests.post`, a PUT) rather than fetches: said as
+    calling the network, not as downloading (tasks/network_reads.py `reaching`)."""
 
 
 def code_files(task: TaskSpec) -> tuple[list[Path], list[Path]]:
@@ -105,7 +111,7 @@ def _grader_closure(task: TaskSpec, roots: list[Path]) -> list[Path]:
         if path in seen:
             continue
         seen.append(path)
-        tree = parse(path)
+        tree = parse(path, graders=True)
         if tree is None:
             continue
         for name in imported_modules(tree):
@@ -159,7 +165,94 @@ def imports_of(files: list[Path], root: Path, local: set[str]) -> list[Found]:
     return found
 
 
-def parse(path: Path) -> ast.Module | None:
+KEPT_SOURCE_BYTES = 1_000_000
+"""How much source the grader's trees one reading keeps may come from: a tree and its
+node list take about 115 times their source's bytes (a 4 MB bound held some 460 MB)."""
+
+_reading: ContextVar[_Parses | None] = ContextVar("mlra_task_reading", default=None)
+
+_Key = tuple[str, int, int]
+
+
+class _Parses:
+    """The trees one reading keeps, by file (its path, mtime and size, so a file changed
+    meanwhile is parsed again; None for one that does not parse): only those read again.
+    The grader's files, parsed first to find which they are (`code_files`) and read
+    after, up to KEPT_SOURCE_BYTES of their source; and the last file read, which the
+    readers go over in turn before the next (tasks/needs.py `_read`). Keeping every
+    tree up to a bound kept starter trees never read again. With each tree, its nodes
+    in `ast.walk`'s order: the readers walk a whole tree about eight times a file, and
+    those walks cost several times the parse."""
+
+    def __init__(self) -> None:
+        self.graders: dict[_Key, ast.Module | None] = {}
+        self.graders_source = 0
+        self.last: tuple[_Key, ast.Module | None] | None = None
+        self.nodes: dict[int, list[ast.AST]] = {}
+
+    def tree(self, path: Path, *, graders: bool = False) -> ast.Module | None:
+        try:
+            stat = path.stat()
+        except OSError:
+            return None
+        key = (str(path.resolve()), stat.st_mtime_ns, stat.st_size)
+        if key in self.graders:
+            return self.graders[key]
+        if self.last is not None and self.last[0] == key:
+            return self.last[1]
+        if self.last is not None:  # dropped before the next parse: one tree held, not two
+            self.nodes.pop(id(self.last[1]), None)
+            self.last = None
+        tree = _parsed(path)
+        if tree is not None:
+            self.nodes[id(tree)] = list(ast.walk(tree))
+        if graders and self.graders_source + stat.st_size <= KEPT_SOURCE_BYTES:
+            self.graders[key] = tree
+            self.graders_source += stat.st_size
+        else:
+            self.last = (key, tree)
+        return tree
+
+    def kept(self) -> list[str]:
+        """The files whose trees are held now, by path."""
+        held = [key[0] for key in self.graders]
+        return held + ([self.last[0][0]] if self.last is not None else [])
+
+
+@contextmanager
+def one_reading() -> Iterator[None]:
+    """Within it, each of the task's files is parsed and walked once, whichever reader
+    asks for it (imports, dataset loads, tasks/network_reads.py's fetches, the grader's
+    imports; `parse`, `every_node`): each parsed and walked every file again, and on
+    500 large modules `mlra tasks show` took 578 s where it had taken 210 s before a
+    reader was added. Nothing is kept after it, so a long-running console reads a file
+    changed since afresh and holds no trees; a reading inside another shares the outer
+    one's."""
+    if _reading.get() is not None:
+        yield
+        return
+    token = _reading.set(_Parses())
+    try:
+        yield
+    finally:
+        _reading.reset(token)
+
+
+def parse(path: Path, *, graders: bool = False) -> ast.Module | None:
+    """`path`'s tree, or None where it does not parse; shared within `one_reading`
+    (`graders`: one of the grader's files, kept there to be read again)."""
+    parses = _reading.get()
+    return _parsed(path) if parses is None else parses.tree(path, graders=graders)
+
+
+def every_node(tree: ast.AST) -> Iterable[ast.AST]:
+    """`ast.walk(tree)`, walked once for a tree `parse` gave within `one_reading`."""
+    parses = _reading.get()
+    nodes = parses.nodes.get(id(tree)) if parses is not None else None
+    return nodes if nodes is not None and nodes[0] is tree else ast.walk(tree)
+
+
+def _parsed(path: Path) -> ast.Module | None:
     try:
         return ast.parse(path.read_bytes(), filename=str(path))
     except (SyntaxError, ValueError, OSError, RecursionError, MemoryError):  # `x = ----...1`
@@ -178,12 +271,12 @@ def imported_modules(tree: ast.Module) -> list[str]:
     (a relative one is the folder's own), `__future__` aside, and not those under a
     `try:` whose handler catches their absence."""
     optional: set[int] = set()
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if isinstance(node, ast.Try) and any(_catches_import(h) for h in node.handlers):
             for inner in node.body:
                 optional.update(id(n) for n in ast.walk(inner))
     names: list[str] = []
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if id(node) in optional:
             continue
         if isinstance(node, ast.Import):
@@ -207,7 +300,7 @@ def dataset_downloads(files: list[Path], root: Path, bases: list[Path]) -> list[
         if tree is None:
             continue
         where = relative(path, root)
-        for call in ast.walk(tree):
+        for call in every_node(tree):
             if not isinstance(call, ast.Call):
                 continue
             name = _called(call)

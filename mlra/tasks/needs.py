@@ -19,6 +19,7 @@ import json
 import subprocess
 import sys
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from packaging.requirements import InvalidRequirement, Requirement
 
@@ -28,10 +29,11 @@ from mlra.tasks.code_reading import (
     dataset_downloads,
     imports_of,
     local_modules,
+    one_reading,
     relative,
 )
 from mlra.tasks.environment import task_python
-from mlra.tasks.network_reads import network_downloads
+from mlra.tasks.network_reads import network_downloads, reaching
 from mlra.tasks.spec import TaskSpec
 
 FIND_SPECS = """\
@@ -94,12 +96,13 @@ class Needs:
         out = []
         if self.evaluator_fetches:
             out.append(
-                f"its grading code may download: {listed(self.evaluator_fetches)}; "
+                f"its grading code {reaching(self.evaluator_fetches)}: "
+                f"{listed(self.evaluator_fetches)}; "
                 "with no network its grading may fail"
             )
         if self.starter_fetches:
             out.append(
-                f"its starter may download: {listed(self.starter_fetches)}; "
+                f"its starter {reaching(self.starter_fetches)}: {listed(self.starter_fetches)}; "
                 "with no network its first run may fail"
             )
         return out
@@ -150,10 +153,15 @@ def find_needs(task: TaskSpec, *, online: bool) -> Needs:
     whether the task's commands and grader have the network (readiness.py says)."""
     python = interpreter(task)
     root = task.root
-    starter_files, evaluator_files = code_files(task)
-    local = local_modules(task)
-    starter_imports = imports_of(starter_files, root, local)
-    evaluator_imports = imports_of(evaluator_files, root, local)
+    pending = _prepare_pending(task)
+    bases = None if pending or online else [*task.starter_paths(), root]
+    with one_reading():
+        starter_files, evaluator_files = code_files(task)  # the grader's files parsed
+        local = local_modules(task)
+        evaluator_imports, evaluator_loads, evaluator_fetches = _read(
+            evaluator_files, root, local, bases
+        )
+        starter_imports, starter_loads, starter_fetches = _read(starter_files, root, local, bases)
     needs = Needs(
         python=python,
         environment_pending=task.environment.declared
@@ -170,16 +178,32 @@ def find_needs(task: TaskSpec, *, online: bool) -> Needs:
         present = {name: True for name in wanted}
     needs.starter_missing = [f for f in starter_imports if not present.get(f.what, True)]
     needs.evaluator_missing = [f for f in evaluator_imports if not present.get(f.what, True)]
-    pending = _prepare_pending(task)
     if pending:
         needs.downloads_unjudged = pending
     elif not online:
-        bases = [*task.starter_paths(), root]
-        needs.starter_downloads = dataset_downloads(starter_files, root, bases)
-        needs.evaluator_downloads = dataset_downloads(evaluator_files, root, bases)
-        needs.starter_fetches = network_downloads(starter_files, root, bases)
-        needs.evaluator_fetches = network_downloads(evaluator_files, root, bases)
+        needs.starter_downloads = starter_loads
+        needs.evaluator_downloads = evaluator_loads
+        needs.starter_fetches = starter_fetches
+        needs.evaluator_fetches = evaluator_fetches
     return needs
+
+
+def _read(
+    files: list[Path], root: Path, local: set[str], bases: list[Path] | None
+) -> tuple[list[Found], list[Found], list[Found]]:
+    """`files`' imports and, where `bases` is given (downloads are judged), their dataset
+    loads and network fetches: every reader over one file, then the next, so the file's
+    tree is still held when each asks for it (code_reading.py `one_reading` keeps the
+    last file read and the grader's files, no other)."""
+    imports: list[Found] = []
+    loads: list[Found] = []
+    fetches: list[Found] = []
+    for path in files:
+        imports += imports_of([path], root, local)
+        if bases is not None:
+            loads += dataset_downloads([path], root, bases)
+            fetches += network_downloads([path], root, bases)
+    return imports, loads, fetches
 
 
 def warm(tasks: list[TaskSpec]) -> None:
@@ -187,8 +211,9 @@ def warm(tasks: list[TaskSpec]) -> None:
     listing of a benchmark's folders then asks once, not once per folder."""
     by_python: dict[str, set[str]] = {}
     for task in tasks:
-        starter, evaluator = code_files(task)
-        found = imports_of(starter + evaluator, task.root, local_modules(task))
+        with one_reading():  # the grader's files, parsed to find them, read once
+            starter, evaluator = code_files(task)
+            found = imports_of(evaluator + starter, task.root, local_modules(task))
         by_python.setdefault(interpreter(task), set()).update(f.what for f in found)
     for python, names in by_python.items():
         try:

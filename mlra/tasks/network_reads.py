@@ -26,7 +26,7 @@ import re
 import urllib.parse
 from pathlib import Path
 
-from mlra.tasks.code_reading import Found, parse, relative
+from mlra.tasks.code_reading import Found, every_node, parse, relative
 
 FETCHERS = {
     **{f"requests.{verb}": "url" for verb in ("get", "post", "put", "head", "request")},
@@ -40,7 +40,17 @@ FETCHERS = {
     "torchvision.datasets.utils.download_url": "url",
 }
 """Calls that fetch over the network, by their module's name, and their URL's keyword
-(`requests.request`'s URL is its second argument: its method comes first)."""
+(`requests.request`'s and `httpx.stream`'s URL is their second argument: the method
+comes first)."""
+
+METHOD_FIRST = {"requests.request", "httpx.stream"}
+"""Fetchers called with the method first, then the URL: `httpx.stream("POST", url)`."""
+
+SENDS = {"requests.post", "requests.put", "httpx.post"}
+"""Fetchers that send rather than fetch: an API's endpoint called, worded so."""
+
+SEND_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+"""`requests.request`'s and `httpx.stream`'s methods that send."""
 
 TFDS_LOADS = {"tensorflow_datasets.load", "tensorflow_datasets.data_source"}
 """tensorflow_datasets' loaders: each downloads and prepares what its data_dir lacks."""
@@ -70,18 +80,29 @@ def network_downloads(files: list[Path], root: Path, bases: list[Path]) -> list[
             reads = network_reads(tree, [path.parent, *bases])
         except (RecursionError, MemoryError):
             continue  # a file nested too deep to walk (`x = ----...1`): not judged
-        found += [Found(what, relative(path, root)) for what in reads]
+        found += [Found(what, relative(path, root), sends) for what, sends in reads]
     return found
 
 
-def network_reads(tree: ast.Module, bases: list[Path]) -> list[str]:
+def reaching(found: list[Found]) -> str:
+    """How a note words what `found` does with the network: an API's endpoint called
+    (`requests.post`) is no download."""
+    sends = {f.sends for f in found}
+    if sends == {True}:
+        return "may call the network"
+    return "may download or call the network" if True in sends else "may download"
+
+
+def network_reads(tree: ast.Module, bases: list[Path]) -> list[tuple[str, bool]]:
     """What `tree` downloads through a network client, as written (`requests.get(url)`,
-    `tfds.load("mnist")`, `"gs://bucket/x"`), in order, once each; `bases`: where a
-    literal `data_dir` is looked for."""
+    `tfds.load("mnist")`, `"gs://bucket/x"`), in order, once each, and whether it sends
+    (`requests.post`) rather than fetches; `bases`: where a literal `data_dir` is
+    looked for."""
     names = _imported_names(tree)
     found: list[str] = []
+    sends: set[str] = set()
     counted: set[int] = set()
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if not isinstance(node, ast.Call):
             continue
         full = _resolved(node.func, names)
@@ -92,9 +113,11 @@ def network_reads(tree: ast.Module, bases: list[Path]) -> list[str]:
             said = _tfds(node, bases)
         if said is not None:
             found.append(said)
+            if _sends(node, full):
+                sends.add(said)
             counted.update(id(n) for n in ast.walk(node))
     quiet = _messages(tree)
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if isinstance(node, ast.JoinedStr):  # read whole, not its literal parts again
             quiet.update(id(n) for n in node.values)
         if id(node) in counted or id(node) in quiet:
@@ -102,14 +125,14 @@ def network_reads(tree: ast.Module, bases: list[Path]) -> list[str]:
         text = _string(node)
         if text is not None and REMOTE_URL.match(text):
             found.append(_short(repr(text)))
-    return list(dict.fromkeys(found))
+    return [(what, what in sends) for what in dict.fromkeys(found)]
 
 
 def _imported_names(tree: ast.Module) -> dict[str, str]:
     """Each name the file's imports bind, to what it names (`tfds` -> `tensorflow_datasets`,
     `urlopen` -> `urllib.request.urlopen`, `urllib` -> `urllib`)."""
     names: dict[str, str] = {}
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if alias.asname:
@@ -138,7 +161,7 @@ def _resolved(func: ast.expr, names: dict[str, str]) -> str:
 def _fetch(call: ast.Call, full: str) -> str | None:
     """The fetch as written, or None where its literal URL is no download (not http(s),
     or this machine). A computed URL counts: these clients fetch nothing else."""
-    position = 1 if full == "requests.request" else 0
+    position = 1 if full in METHOD_FIRST else 0
     url = next((k.value for k in call.keywords if k.arg == FETCHERS[full]), None)
     if url is None and len(call.args) > position:
         url = call.args[position]
@@ -152,6 +175,17 @@ def _fetch(call: ast.Call, full: str) -> str | None:
     elif text is not None and isinstance(url, ast.Constant):
         return None  # a literal path or file:// URL: read here
     return _short(f"{shown}({ast.unparse(url)})")
+
+
+def _sends(call: ast.Call, full: str) -> bool:
+    if full in SENDS:
+        return True
+    if full not in METHOD_FIRST:
+        return False
+    method = next((k.value for k in call.keywords if k.arg == "method"), None)
+    method = method if method is not None or not call.args else call.args[0]
+    text = _string(method) if method is not None else None
+    return text is not None and text.upper() in SEND_METHODS
 
 
 def _tfds(call: ast.Call, bases: list[Path]) -> str | None:
@@ -195,7 +229,7 @@ def _messages(tree: ast.Module) -> set[int]:
     """The nodes that are only words: docstrings (any statement that is a bare string),
     what is printed, logged or warned, exceptions' messages and `help=` texts."""
     quiet: set[int] = set()
-    for node in ast.walk(tree):
+    for node in every_node(tree):
         said: list[ast.AST] = []
         if isinstance(node, ast.Expr) and _string(node.value) is not None:
             said.append(node.value)

@@ -87,13 +87,14 @@ def grading_problems(task: TaskSpec, found: Needs | None = None) -> list[str]:
     return problems + found.grading_problems()
 
 
-def blockers(task: TaskSpec) -> list[str]:
+def blockers(task: TaskSpec, found: Needs | None = None) -> list[str]:
     """What stops this machine from running `task` now; empty when it can. A task it
-    cannot grade is never ready: a run of it would end with no score."""
+    cannot grade is never ready: a run of it would end with no score. `found`: the
+    task's needs where the caller has them (`task_needs` reads every file of its code)."""
     from mlra.tasks.foreign.prepare import prepare_needs
 
     problems = []
-    ungradable = grading_problems(task)
+    ungradable = grading_problems(task, found)
     if ungradable:
         problems.append("cannot be graded here: " + "; ".join(ungradable))
     problems += prepare_needs(task.root)[1]  # its prepare would fail at once

@@ -248,3 +248,40 @@ def test_a_prepare_py_downloading_in_python_says_it_needs_the_network(
     )
     write_tree(source, {"scripts/prepare.py": "import requests\nprint('no download')\n"})
     assert "download with" not in _show(source, capsys)["prepared"]
+
+
+def test_an_api_called_with_post_or_put_is_no_download(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`requests.post(...)` to an API was said as "may download": it calls the network."""
+    post = "import requests\n\nrequests.post('https://api.example.com/score', json={})\n"
+    put = (
+        "import requests\n\n"
+        "requests.request('PUT', 'https://api.example.com/up', data=b'')\n"
+        "requests.get('https://example.com/data.csv')\n"
+    )
+    source = mab_folder(tmp_path, files={"env/train.py": post, "scripts/eval.py": put + EVAL_PY})
+    downloads = _show(source, capsys)["downloads"]
+    assert downloads == (
+        "downloads:  its grading code may download or call the network: "
+        "requests.request('https://api.example.com/up') (scripts/eval.py), "
+        "requests.get('https://example.com/data.csv') (scripts/eval.py); "
+        "with no network its grading may fail; its starter may call the network: "
+        "requests.post('https://api.example.com/score') (env/train.py); "
+        "with no network its first run may fail"
+    ), downloads
+
+
+def test_httpx_stream_is_read_method_first(
+    tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`httpx.stream("POST", url)` was read as if "POST" were its URL (a literal path
+    then, read here): the call went unsaid. Its method comes first, as requests.request's."""
+    stream = "import httpx\n\nwith httpx.stream('POST', 'https://api.example.com/chat') as r:\n    pass\n"
+    source = mab_folder(tmp_path, files={"env/train.py": stream})
+    downloads = _show(source, capsys)["downloads"]
+    assert downloads == (
+        "downloads:  its starter may call the network: "
+        "httpx.stream('https://api.example.com/chat') (env/train.py); "
+        "with no network its first run may fail"
+    ), downloads

@@ -119,12 +119,14 @@ def with_changes(command: str, asked: dict[str, str]) -> str:
     return command
 
 
-def task_refusal(spec: str, task: TaskSpec) -> str | None:
+def task_refusal(spec: str, task: TaskSpec, *, new_run: str | None = None) -> str | None:
     """Why the model `spec` (the demo's) cannot run `task`, if it cannot: the demo knows a
     task by its prompt's title among the built-in tasks, as a model reads the prompt, and
     follows that task's reference recipe. On any other task it looked at the files, asked
     for a `submission` nothing writes and stopped with nothing submitted (an MLAgentBench
-    folder: "no_tool_calls" after 4 turns), which read as mlra failing on the task."""
+    folder: "no_tool_calls" after 4 turns), which read as mlra failing on the task.
+    `new_run` (the TASK to give `mlra run`): a fork or resume going on, which cannot
+    switch to the baseline agent (its log is another kind), so a new run is advised."""
     from mlra.agent.providers.table import DEMO, spec_entry
     from mlra.tasks.spec import builtin_task_dirs, load_task
 
@@ -133,11 +135,16 @@ def task_refusal(spec: str, task: TaskSpec) -> str | None:
     known = [t for d in builtin_task_dirs() if (t := load_task(d)).baseline.steps]
     if any(t.title.strip() == task.title.strip() for t in known):
         return None  # found as the demo finds it (`task_named_in`): a copy of one too
-    instead = (
-        "run its recipe with --model baseline, or give a real model"
-        if task.baseline.steps
-        else "give a real model"
-    )
+    if new_run is not None:
+        instead = "give a real model (--model NAME)" + (
+            f", or start a new run: mlra run {new_run} --model baseline"
+            if task.baseline.steps
+            else ""
+        )
+    elif task.baseline.steps:
+        instead = "run its recipe with --model baseline, or give a real model"
+    else:
+        instead = "give a real model"
     return (
         f"--model demo follows a built-in task's reference recipe, and {task.name} is not "
         f"one it knows (it knows {', '.join(t.name for t in known)}): {instead}"

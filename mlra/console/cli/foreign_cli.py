@@ -158,9 +158,10 @@ def list_benchmark_folder(folder: Path) -> bool:
         elif m.self_reported:
             reference += " · self-reported score"
         print(printable_line(f"{task.name:<24} {task.title}"))
-        marks = [f"cannot be graded here: {'; '.join(g)}" for g in [grading_problems(task)] if g]
+        found = task_needs(task)  # once: it reads every file of the task's code
+        problems = grading_problems(task, found)
+        marks = [f"cannot be graded here: {'; '.join(problems)}"] if problems else []
         marks += prepare_needs(task.root)[1]
-        found = task_needs(task)
         marks += found.starter_problems() + found.fetch_notes()
         print(
             printable_line(

@@ -45,13 +45,14 @@ def starter_notices(task: Any) -> list[str]:
     ] + found.fetch_notes()
 
 
-def machine_line(task: Any, problems: list[str]) -> str:
+def machine_line(task: Any, problems: list[str], found: Any = None) -> str:
     """`this machine:` in `mlra tasks show`: ready only where nothing stops a run, its
-    grading included, and the starter runs as given."""
+    grading included, and the starter runs as given; `found`: the task's needs, where
+    the caller has them already (a check reads every file of the task's code)."""
 
     if problems:
         return "this machine: cannot run it now: " + "; ".join(problems)
-    found = task_needs(task)
+    found = found if found is not None else task_needs(task)
     notes = "".join(f" ({note})" for note in found.fetch_notes())
     lacking = found.starter_problems()
     if lacking:
@@ -59,12 +60,12 @@ def machine_line(task: Any, problems: list[str]) -> str:
     return "this machine: ready" + notes
 
 
-def needs_lines(task: Any) -> list[str]:
+def needs_lines(task: Any, found: Any = None) -> list[str]:
     """What `mlra tasks show` and `mlra tasks prepare` say of the task's code: the
     interpreter asked, what the evaluator and the starter import that it lacks, and
-    the datasets they would download."""
+    the datasets they would download; `found` as for `machine_line`."""
 
-    found = task_needs(task)
+    found = found if found is not None else task_needs(task)
     pending = " (its own environment is not built yet: `mlra tasks env PATH` builds it)"
     lines = [f"python:     {found.python}" + (pending if found.environment_pending else "")]
     if found.error:
@@ -142,9 +143,10 @@ def cmd_tasks_prepare(args: argparse.Namespace) -> int:
     except TaskError as exc:
         raise UsageError(str(exc)) from None
 
-    for line in needs_lines(task):
+    found = task_needs(task)  # once: it reads every file of the task's code
+    for line in needs_lines(task, found):
         print(printable(line))
-    ungradable = grading_problems(task)
+    ungradable = grading_problems(task, found)
     if ungradable:
         print(printable(f"grading:    cannot be graded here: {'; '.join(ungradable)}"))
     return EXIT_OK

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -143,6 +144,21 @@ def _same_kind_of_agent(recorded: str, model: str, verb: str) -> None:
     )
 
 
+def _demo_knows(model: str, task: Any) -> None:
+    """`--model demo` (switched to or kept) on a task it has no recipe for, refused as
+    `mlra run` refuses it (console/cli/run_checks.py `check_demo`): it went on, read the
+    files, asked for a `submission` nothing wrote and ended with nothing submitted. The
+    advice is a real model or a new baseline run: a demo run's fork or resume with
+    `--model baseline` is refused (`_same_kind_of_agent`)."""
+    from mlra.console.cli.run_checks import check_demo
+
+    try:
+        named = find_task(task.name).root.resolve() == task.root.resolve()
+    except TaskError:
+        named = False
+    check_demo(model, task, new_run=task.name if named else shlex.quote(str(task.root)))
+
+
 def _task_of(run: Any) -> Any:
     for name in (run.started.task_dir, run.started.task):
         if not name:
@@ -255,6 +271,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     task = _task_of(run)
     model = args.model or run.config.model
     _same_kind_of_agent(run.config.model, model, "resume")
+    _demo_knows(model, task)
     use_tui = _use_tui(args)
     overrides = _overrides(args, use_tui) | {"model": model}
     provider = _provider(model, args.base_url or run.config.base_url, run.config)
@@ -284,6 +301,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     task = _task_of(source)
     model = args.model or source.config.model
     _same_kind_of_agent(source.config.model, model, "fork")
+    _demo_knows(model, task)
     edit = None
     if args.edit_action is not None:
         try:

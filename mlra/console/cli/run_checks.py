@@ -62,12 +62,12 @@ def resolved_model(args: argparse.Namespace) -> tuple[str, Any]:
     return spec, provider
 
 
-def check_demo(model: str, task: Any) -> None:
+def check_demo(model: str, task: Any, *, new_run: str | None = None) -> None:
     """`--model demo` on a task it has no recipe for, refused before the run starts
-    (agent/providers/demo_plan.py `task_refusal`)."""
+    (agent/providers/demo_plan.py `task_refusal`; `new_run`: a fork or resume's)."""
     from mlra.agent.providers.demo_plan import task_refusal
 
-    problem = task_refusal(model, task)
+    problem = task_refusal(model, task, new_run=new_run)
     if problem is not None:
         raise UsageError(problem)
 

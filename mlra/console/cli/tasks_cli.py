@@ -53,7 +53,7 @@ def load_task_named(name: str) -> Any:
 
 def cmd_tasks(args: argparse.Namespace) -> int:
     from mlra.tasks.challenge import rule_lines
-    from mlra.tasks.readiness import blockers, needs
+    from mlra.tasks.readiness import blockers, needs, task_needs
     from mlra.tasks.spec import TaskError, builtin_task_dirs, load_task
     from mlra.tasks.success import success_bar
     from mlra.terminal_text import printable
@@ -113,7 +113,12 @@ def cmd_tasks(args: argparse.Namespace) -> int:
         from mlra.console.cli.foreign_cli import foreign_lines
         from mlra.console.cli.needs_cli import machine_line, needs_lines
 
-        facts += [machine_line(task, blockers(task)), *foreign_lines(task), *needs_lines(task)]
+        found = task_needs(task)  # once: it reads every file of the task's code
+        facts += [
+            machine_line(task, blockers(task, found), found),
+            *foreign_lines(task),
+            *needs_lines(task, found),
+        ]
         width = _width()
         for fact in facts:  # a task file's text among them: shown, not obeyed
             for line in printable(fact).splitlines():

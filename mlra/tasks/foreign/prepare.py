@@ -43,7 +43,7 @@ from mlra.tasks.foreign.common import (
 )
 from mlra.tasks.foreign.loader import detect, marker, task_name
 from mlra.tasks.foreign.mlrcbench import SHIM
-from mlra.tasks.network_reads import network_downloads
+from mlra.tasks.network_reads import network_downloads, reaching
 from mlra.tasks.spec import TaskError, TaskSpec, load_task
 from mlra.tools.sandbox.env import is_secret_name
 
@@ -385,5 +385,6 @@ def prepare_needs(root: Path) -> tuple[list[str], list[str]]:
     # blocker (a static reading: the fetch may have a local fallback, or never run).
     script = root / "scripts" / "prepare.py"
     for found in network_downloads([script], root, [root / "env"]):
-        downloads.append(f"it may download with {found.what}, which needs the network")
+        tail = "" if found.sends else ", which needs the network"  # said already
+        downloads.append(f"it {reaching([found])} with {found.what}{tail}")
     return downloads, missing
