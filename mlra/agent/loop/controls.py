@@ -110,9 +110,10 @@ class Controls:
     _steps_granted: int | None = None
     """None: run freely. A number: actions allowed before pausing again (step mode)."""
     _action_open: bool = False
-    """In step mode, the gate let an action through whose first tool call has not come:
-    that call is part of it (the model's turn and the call it asked for are one action);
-    any further call of the same turn is an action of its own."""
+    """The gate let an action through whose first tool call has not come: that call is
+    part of it (the model's turn and the call it asked for are one action); any further
+    call of the same turn is an action of its own. Kept running freely too, so a step
+    asked for then (`pause_after_action`) knows which call ends the action in hand."""
     _pending: dict[str, asyncio.Future[Decision]] = field(default_factory=dict)
     _inbox: dict[str, list[str]] = field(default_factory=lambda: {"worker": [], "supervisor": []})
     _checks: dict[str, Callable[[dict[str, Any]], str | None]] = field(default_factory=dict)
@@ -151,6 +152,14 @@ class Controls:
         self._steps_granted = 1
         self._running.set()
 
+    def pause_after_action(self) -> None:
+        """Running freely: let the action in hand finish, then pause, as a debugger's step
+        while running breaks at the next step boundary (`n` while running). The pause
+        itself is the run's (`step_used_up`: the controller records it, `source="step"`).
+        In step mode already the run pauses after its action anyway: nothing changes."""
+        if self._steps_granted is None and not self.paused:
+            self._steps_granted = 0
+
     @property
     def stepping(self) -> bool:
         """Paused, or in step mode: an action now goes only where a step lets it."""
@@ -185,6 +194,7 @@ class Controls:
                 if self._closed:
                     await asyncio.Event().wait()  # for good: the stop cancels the agent
                 if self._steps_granted is None:
+                    self._action_open = True
                     return
                 if self._steps_granted > 0:
                     self._steps_granted -= 1

@@ -1,0 +1,40 @@
+"""A step asked for while the run runs freely (`Controls.pause_after_action`, `n` in the
+console, `mlra ctl RUN step`) ends the action in hand and no more: the model's turn and
+the call it asks for, when asked during the turn; the call running, when asked during
+it. The run then waits at the next boundary (the controller records that pause)."""
+
+from __future__ import annotations
+
+from mlra.agent.loop.controls import Controls
+
+
+async def test_asked_during_the_models_turn_its_first_call_is_the_action_in_hand() -> None:
+    controls = Controls()
+    await controls.gate()  # the turn begins, running freely
+    controls.pause_after_action()
+    assert not controls.paused
+    assert not controls.call_waits_for_step()  # the turn's call: part of the action
+    await controls.hold()
+    # The turn's next call, or the next turn: the boundary, where the run pauses.
+    assert controls.call_waits_for_step()
+    assert controls.step_used_up()
+
+
+async def test_asked_during_a_call_the_next_action_waits() -> None:
+    controls = Controls()
+    await controls.gate()
+    await controls.hold()  # the call runs
+    controls.pause_after_action()
+    assert controls.call_waits_for_step()  # a further call of the turn is the next action
+    assert controls.step_used_up()  # and so is the next turn
+
+
+async def test_on_a_step_already_it_changes_nothing() -> None:
+    controls = Controls()
+    controls.pause()
+    controls.step()  # paused: one action
+    await controls.gate()
+    controls.pause_after_action()
+    assert not controls.call_waits_for_step()
+    await controls.hold()
+    assert controls.step_used_up()
