@@ -156,9 +156,12 @@ class Controls:
         """Running freely: let the action in hand finish, then pause, as a debugger's step
         while running breaks at the next step boundary (`n` while running). The pause
         itself is the run's (`step_used_up`: the controller records it, `source="step"`).
-        In step mode already the run pauses after its action anyway: nothing changes."""
-        if self._steps_granted is None and not self.paused:
-            self._steps_granted = 0
+        In step mode already (a step granted, its action not yet begun or under way), the
+        grant is withdrawn too: the action in hand is still the one that ends, and a grant
+        left at 1 let one more action through after it."""
+        if self.paused or (self._at_gate and self._steps_granted):
+            return  # a step granted and not yet taken is the action in hand itself
+        self._steps_granted = 0
 
     @property
     def stepping(self) -> bool:
