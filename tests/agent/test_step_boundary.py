@@ -73,3 +73,15 @@ async def test_paused_during_the_turn_then_two_steps_end_after_its_first_call() 
     await controls.hold()  # the turn's first call runs
     assert controls.call_waits_for_step()  # its next call waits
     assert controls.step_used_up()
+
+
+async def test_a_pause_and_resume_within_the_turn_leave_its_call_in_hand() -> None:
+    controls = Controls()
+    await controls.gate()  # the turn begins, running freely
+    controls.pause()  # `p`
+    controls.resume()  # Space
+    controls.pause_after_action()  # `n`, all within the model's turn
+    assert not controls.call_waits_for_step()  # the turn's call still runs
+    await controls.hold()
+    assert controls.call_waits_for_step()
+    assert controls.step_used_up()

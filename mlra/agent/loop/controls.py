@@ -134,8 +134,11 @@ class Controls:
         self._running.clear()
 
     def resume(self) -> None:
+        """`_action_open` is left as it is: the action the gate let through is still in
+        hand (a pause and resume within the model's turn leave its call part of it), so a
+        step asked for after (`pause_after_action`) lets that call run. Clearing it made
+        the run pause before the turn's first call."""
         self._steps_granted = None
-        self._action_open = False
         self._running.set()
 
     def close(self) -> None:
