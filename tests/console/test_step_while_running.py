@@ -9,7 +9,17 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.console.panes.transcript import TranscriptPane
-from tests.console.test_console_controls import ANSWER, REPORT, SLOW_COUNT, is_, live, worker
+from mlra.console.screens.screens import ConfirmScreen
+from tests.console.test_console_controls import (
+    ANSWER,
+    REPORT,
+    SLOW_COUNT,
+    UNTIL_STOPPED,
+    is_,
+    live,
+    status_line,
+    worker,
+)
 from tests.scripts import call, turn
 
 
@@ -46,6 +56,30 @@ async def test_n_while_running_pauses_after_the_action_in_hand(
         ).items()
         await run.pilot.press("space")  # resume: the run goes on to its end
         assert (await run.finished()).reason == "submitted"
+
+
+async def test_a_pending_pause_shows_and_a_second_n_records_nothing_more(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    script = worker(turn("count", call("python", code=UNTIL_STOPPED)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))  # a long count: the action in hand
+        await run.pilot.press("n")
+        await run.watch.wait(is_(ev.Control, action="step"))
+        # It said RUNNING, as if nothing were asked: now the pause to come shows.
+        await run.shown(lambda app: "RUNNING · pausing after this action" in status_line(app))
+        await run.pilot.press("n")  # again: the toast again, no second step recorded
+        await run.pilot.pause()
+        await run.pilot.press("space")  # pause now
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        steps = [e for e in run.watch.events if isinstance(e, ev.Control) and e.action == "step"]
+        assert len(steps) == 1
+        await run.shown(lambda app: app.state.phase == "paused")
+        assert "pausing" not in status_line(run.app)
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        assert (await run.finished()).reason == "stopped"
 
 
 def _text(transcript: TranscriptPane) -> str:

@@ -19,7 +19,7 @@ from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Breakpoint, Controls, Decision
 from mlra.agent.loop.ending import Ending
 from mlra.agent.record.eventlog import EventLog
-from mlra.agent.record.state import RunState
+from mlra.agent.record.state import AFTER_ACTION, RunState
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.jobs import JobManager
@@ -27,10 +27,6 @@ from mlra.tools.sandbox.base import Sandbox
 
 if TYPE_CHECKING:
     from mlra.agent.loop.attempts import AttemptManager
-
-
-AFTER_ACTION = "pause after the action in hand"
-"""The text of a step taken while the run runs freely: it pauses at the next step boundary."""
 
 
 class Steering:

@@ -114,8 +114,9 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
         elif self.state.attempts:
             self.controller.pause()
             self.notify("A search pauses at once: n then steps one action.", timeout=4)
-        else:
-            self.controller.step()
+        else:  # a repeated `n` while one is pending records nothing more: it says so again
+            if not self.state.pausing:
+                self.controller.step()
             self.notify(
                 "Pausing after the action in hand (Space pauses now).", timeout=4, markup=False
             )
