@@ -445,3 +445,9 @@ def test_a_message_to_the_baseline_agent_is_refused_as_no_one_reads_it(tmp_path:
     assert fork.returncode == 2 and fork.stderr.strip().splitlines() == [
         "mlra: --message: the baseline agent follows its recipe and reads no messages"
     ], fork.stderr
+
+
+def test_step_help_says_what_it_does_while_running() -> None:
+    from mlra.console.cli.ctl_cli import ACTIONS
+
+    assert "while running: the action in hand finishes, then the run pauses" in ACTIONS["step"]

@@ -45,9 +45,12 @@ def act(run: Steering, req: CtlRequest) -> str:
         return "resumed"
     if op == "step":
         waiting = controls.pending_calls()
+        running = not controls.paused
         run.step()
         if waiting:  # the waiting call is the one action: the step approves it
             return f"approved {waiting[0]}: it runs as the one action, then paused"
+        if running:  # as a debugger's step while running: it breaks at the next boundary
+            return "the action in hand finishes, then paused"
         return "one action (one tool call), then paused"
     if op in ("approve", "reject", "edit"):
         call_id = _waiting_call(run, req.call_id)

@@ -19,7 +19,7 @@ from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Breakpoint, Controls, Decision
 from mlra.agent.loop.ending import Ending
 from mlra.agent.record.eventlog import EventLog
-from mlra.agent.record.state import RunState
+from mlra.agent.record.state import AFTER_ACTION, RunState
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.jobs import JobManager
@@ -180,7 +180,12 @@ class Steering:
         A call waiting for approval is the action a step lets through, as a debugger's
         step runs the line it stands on: the step approves it, and the run pauses after
         it. Before, the step waited for a decision it never gave, so `n` at an approval
-        moved nothing (the console alternated pause and step for ever)."""
+        moved nothing (the console alternated pause and step for ever).
+
+        A run that runs (freely, or on a step) is not stopped mid-action: the action in
+        hand (the model's turn and its call, or the call running) finishes, then the run
+        pauses, recorded as a step's pause is; the step's `control` says so in its text.
+        Before, a step then let one more action through first."""
         if self._stop.is_set():
             return
         waiting = self.controls.pending_calls()
@@ -199,12 +204,16 @@ class Steering:
             self.clock.resume()  # the attempt's action is the search's time too
             children[attempt].step()
             return
+        if not self.controls.paused:  # running: it pauses after the action in hand
+            self.controls.pause_after_action()  # on a step already: it does so anyway
+            self._control("step", text=AFTER_ACTION)
+            if not stepping:  # a search running freely: each attempt after its own
+                for child in children.values():
+                    child.step()
+            return
         self.controls.step()
         self._unpause()
         self._control("step")
-        if not stepping:  # running freely: everything pauses after the action in hand
-            for child in children.values():
-                child.step()
 
     def attempt_step_done(self, attempt: str) -> None:
         """The action a step let `attempt` take is done (it paused again, or its run

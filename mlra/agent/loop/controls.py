@@ -110,9 +110,10 @@ class Controls:
     _steps_granted: int | None = None
     """None: run freely. A number: actions allowed before pausing again (step mode)."""
     _action_open: bool = False
-    """In step mode, the gate let an action through whose first tool call has not come:
-    that call is part of it (the model's turn and the call it asked for are one action);
-    any further call of the same turn is an action of its own."""
+    """The gate let an action through whose first tool call has not come: that call is
+    part of it (the model's turn and the call it asked for are one action); any further
+    call of the same turn is an action of its own. Kept running freely too, so a step
+    asked for then (`pause_after_action`) knows which call ends the action in hand."""
     _pending: dict[str, asyncio.Future[Decision]] = field(default_factory=dict)
     _inbox: dict[str, list[str]] = field(default_factory=lambda: {"worker": [], "supervisor": []})
     _checks: dict[str, Callable[[dict[str, Any]], str | None]] = field(default_factory=dict)
@@ -133,8 +134,11 @@ class Controls:
         self._running.clear()
 
     def resume(self) -> None:
+        """`_action_open` is left as it is: the action the gate let through is still in
+        hand (a pause and resume within the model's turn leave its call part of it), so a
+        step asked for after (`pause_after_action`) lets that call run. Clearing it made
+        the run pause before the turn's first call."""
         self._steps_granted = None
-        self._action_open = False
         self._running.set()
 
     def close(self) -> None:
@@ -150,6 +154,17 @@ class Controls:
         """Let exactly one more agent action through, then pause again."""
         self._steps_granted = 1
         self._running.set()
+
+    def pause_after_action(self) -> None:
+        """Running freely: let the action in hand finish, then pause, as a debugger's step
+        while running breaks at the next step boundary (`n` while running). The pause
+        itself is the run's (`step_used_up`: the controller records it, `source="step"`).
+        In step mode already (a step granted, its action not yet begun or under way), the
+        grant is withdrawn too: the action in hand is still the one that ends, and a grant
+        left at 1 let one more action through after it."""
+        if self.paused or (self._at_gate and self._steps_granted):
+            return  # a step granted and not yet taken is the action in hand itself
+        self._steps_granted = 0
 
     @property
     def stepping(self) -> bool:
@@ -185,6 +200,7 @@ class Controls:
                 if self._closed:
                     await asyncio.Event().wait()  # for good: the stop cancels the agent
                 if self._steps_granted is None:
+                    self._action_open = True
                     return
                 if self._steps_granted > 0:
                     self._steps_granted -= 1

@@ -36,6 +36,10 @@ SUPERVISOR_GONE = (
 SEARCH_HAS_NO_WORKER = "a search's workers are its attempts': m in the Attempts pane tells one"
 
 
+AFTER_ACTION = "pause after the action in hand"
+"""The text of a step taken while the run runs freely: it pauses at the next step boundary."""
+
+
 @dataclass
 class RunState:
     run_id: str = ""
@@ -49,6 +53,8 @@ class RunState:
     budget: ev.Budget | None = None  # the run's (an attempt's: its share), from `run_started`
     started: bool = False
     paused: bool = False
+    pausing: bool = False
+    """A step asked while it ran (`AFTER_ACTION`): it pauses once the action in hand ends."""
     evaluating: bool = False
     plan: list[ev.PlanStep] = field(default_factory=list)
     subtask: int | None = None
@@ -405,7 +411,7 @@ class RunState:
     def _idle(self) -> None:
         """Nothing runs once the run ended (or before it goes on)."""
         self.generating_since = self.generating_agent = self.retry = None
-        self.awaiting_turn = None
+        self.awaiting_turn, self.pausing = None, False
         self.running.clear()
         self.begun.clear()
 
@@ -415,6 +421,8 @@ class RunState:
         return self.cache_read_tokens / self.input_tokens if self.input_tokens else None
 
     def _apply_control(self, event: ev.Control) -> None:
+        if event.action in ("pause", "resume", "step", "stop", "quit"):
+            self.pausing = event.action == "step" and event.text == AFTER_ACTION
         if event.action == "pause":
             self.paused = True
         elif event.action in ("resume", "step", "stop", "quit"):

@@ -34,7 +34,8 @@ ACTIONS = {
     "status": "how the run stands (state, clock, steps, the call waiting, jobs, best validation)",
     "pause": "pause the agent, its commands and its jobs (the clock stops)",
     "resume": "resume a paused run",
-    "step": "let one agent action (one tool call) through, then pause again",
+    "step": "let one agent action (one tool call) through, then pause again (while "
+    "running: the action in hand finishes, then the run pauses)",
     "approve": "run the call waiting at a breakpoint (--call ID when several wait)",
     "reject": "refuse the call waiting at a breakpoint; MESSAGE tells the agent why",
     "edit": "run the waiting call with other arguments: JSON (an object)",

@@ -6,7 +6,9 @@ container's workspace the same way as a local one.
 In the tree Home and End go to its first and last file, as in any file list (a
 plain Textual tree only scrolls, leaving the cursor where it was), and PageUp and
 PageDown move the cursor a page; elsewhere in the replay those keys move the
-replay."""
+replay. Space does what Enter does (opens or closes a folder, shows a file), and the
+tree comes to the focus with its cursor on a line: a plain Textual tree has none then,
+and Space acted on its last line instead (a file: nothing happened)."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from typing import Protocol, Unpack
 
 from rich.syntax import Syntax
 from rich.text import Text
+from textual import events
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical, VerticalScroll
@@ -71,11 +74,25 @@ class FilesTree(Tree[FileInfo]):
     """The workspace's tree, whose cursor Home, End, PageUp and PageDown move."""
 
     BINDINGS = [
+        Binding("space", "open_cursor", "Open", show=False),
         Binding("home", "cursor_first", "First file", show=False),
         Binding("end", "cursor_last", "Last file", show=False),
         Binding("pageup", "cursor_page(-1)", "Page up", show=False),
         Binding("pagedown", "cursor_page(1)", "Page down", show=False),
     ]
+
+    def on_focus(self, event: events.Focus) -> None:
+        """A tree the person comes to shows where its keys act: on its first line."""
+        self.place_cursor()
+
+    def action_open_cursor(self) -> None:
+        """Space, as Enter: open or close the folder under the cursor, show a file."""
+        self.place_cursor()
+        self.action_select_cursor()
+
+    def place_cursor(self) -> None:
+        if self.cursor_line < 0 and self.last_line >= 0:
+            self.move_cursor_to_line(0)
 
     def action_cursor_first(self) -> None:
         self._to_line(0)
@@ -166,6 +183,8 @@ class FilesPane(Vertical):
                     node = parent.add_leaf(label_for(info), data=info, before=before)
                 self._tree_nodes[info.path] = node
             self._infos[info.path] = info
+        if isinstance(tree, FilesTree) and tree.has_focus:
+            tree.place_cursor()  # focused while still empty: its first line, now there
         entries = f"{len(infos):,} entr{'y' if len(infos) == 1 else 'ies'}"
         subtitle = entries + (" (more not shown)" if self.truncated else "")
         if subtitle != self.border_subtitle:  # setting it repaints the pane, same or not
@@ -181,6 +200,12 @@ class FilesPane(Vertical):
                 await self.show_preview(info)
 
     async def on_tree_node_highlighted(self, event: Tree.NodeHighlighted[FileInfo]) -> None:
+        info = event.node.data
+        if info is not None and not info.is_dir:
+            await self.show_preview(info)
+
+    async def on_tree_node_selected(self, event: Tree.NodeSelected[FileInfo]) -> None:
+        """Enter or Space on a file shows it (read again: it may have changed since)."""
         info = event.node.data
         if info is not None and not info.is_dir:
             await self.show_preview(info)

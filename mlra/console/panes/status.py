@@ -373,12 +373,15 @@ class StatusBar(Static):
         label, style = PHASES.get(state.phase, (state.phase.upper(), "reverse"))
         if state.phase == "awaiting_approval" and state.paused:
             label = "PAUSED · " + label
+        short = label.split(" · ")[-1]
+        if state.phase == "running" and state.pausing:  # `n` while it ran: it pauses soon
+            label, short = "RUNNING · pausing after this action", "PAUSING"
         parts = [
             Part([Text(" mlra ", style="bold white on grey23")], rank=9),
             run_name(state),
             Part([Text(f"· {printable_line(state.model) or '…'} ")], rank=8),
             Part(
-                [Text(f" {label} ", style=style), Text(f" {label.split(' · ')[-1]} ", style=style)],
+                [Text(f" {label} ", style=style), Text(f" {short} ", style=style)],
                 rank=0,
                 droppable=False,
             ),

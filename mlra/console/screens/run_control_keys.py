@@ -102,13 +102,24 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
             self.controller.resume()
 
     def action_step(self) -> None:
+        """`n`: paused, one action; at an approval, the waiting call as that action (it
+        paused, then stepped, and nothing moved). Running, as a debugger's step: the
+        action in hand finishes, then the run pauses (it paused at once, suspending the
+        command mid-way); the step's line in the transcript says so, and so does a toast.
+        A search pauses at once still: while its agent waits on its attempts it has no
+        next boundary of its own to pause at (agent/loop/attempts.py `wait`)."""
         assert self.controller is not None
-        # At an approval `n` runs the waiting call as the one action (the controller's
-        # step approves it); before, it paused, then stepped, and nothing moved.
         if self.controller.controls.paused or self.state.pending_approval is not None:
             self.controller.step()
-        else:
+        elif self.state.attempts:
             self.controller.pause()
+            self.notify("A search pauses at once: n then steps one action.", timeout=4)
+        else:  # a repeated `n` while one is pending records nothing more: it says so again
+            if not self.state.pausing:
+                self.controller.step()
+            self.notify(
+                "Pausing after the action in hand (Space pauses now).", timeout=4, markup=False
+            )
 
     def _pending(self) -> ev.ApprovalRequested | None:
         return self.state.pending_approval

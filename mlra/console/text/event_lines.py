@@ -189,7 +189,7 @@ def control_line(event: ev.Control) -> str:
     words = {
         "pause": "paused",
         "resume": "resumed",
-        "step": "stepped one action"
+        "step": (printable_line(event.text) if event.text else "stepped one action")
         + (f" of attempt {printable_line(event.target)}" if event.target else ""),
         "approve": "approved the call",
         "reject": f"rejected the call: {event.text or ''}",

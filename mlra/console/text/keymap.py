@@ -65,7 +65,14 @@ KEYS: list[Key] = [
         "Pause the agent: running commands are suspended, the clock stops.",
     ),
     Key("space", "resume", "Resume", "Resume a paused agent (also after a model provider failed)."),
-    Key("n", "step", "Step", "Run exactly one agent action, then pause again.", gives_way=1),
+    Key(
+        "n",
+        "step",
+        "Step",
+        "Run exactly one agent action, then pause again (running: pause once the action "
+        "in hand is done).",
+        gives_way=1,
+    ),
     Key("a", "approve", "Approve", "Approve the tool call waiting at a breakpoint."),
     Key("e", "edit", "Edit", "Edit the waiting tool call's arguments, then run it."),
     Key("r", "reject", "Reject", "Reject the waiting tool call with a message the worker reads."),
