@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from mlra.agent.loop.controls import Controls
+from mlra.agent.loop.controls import Controls, Decision
 
 
 async def test_asked_during_the_models_turn_its_first_call_is_the_action_in_hand() -> None:
@@ -85,3 +85,31 @@ async def test_a_pause_and_resume_within_the_turn_leave_its_call_in_hand() -> No
     await controls.hold()
     assert controls.call_waits_for_step()
     assert controls.step_used_up()
+
+
+async def test_a_resume_and_a_step_in_one_tick_at_the_gate_pause_after_its_action() -> None:
+    """Space then `n` handled back to back, before the waiting agent woke: the gate found
+    no step granted and paused the run for good, with no pause recorded."""
+    controls = Controls()
+    controls.pause()
+    gate = asyncio.ensure_future(controls.gate())
+    await asyncio.sleep(0)  # the agent waits at the gate, paused
+    controls.resume()
+    controls.pause_after_action()
+    await asyncio.wait_for(gate, 5)  # the action in hand goes through
+    assert not controls.paused
+    await controls.hold()  # its call
+    assert controls.step_used_up()  # the boundary after it: the run pauses there
+
+
+async def test_a_second_step_after_a_step_approved_a_call_lets_that_call_run() -> None:
+    controls = Controls()
+    await controls.gate()
+    await controls.hold()  # the turn's first call ran
+    controls.expect_decision("c2")  # its second call waits for approval
+    controls.step()  # `n` at the approval: the step's action is that call
+    controls.decide("c2", Decision("approve"))
+    controls.pause_after_action()  # a second `n` before the call ran
+    assert not controls.call_waits_for_step()  # the approved call runs
+    await asyncio.wait_for(controls.hold(), 5)
+    assert controls.step_used_up()  # and the run pauses after it

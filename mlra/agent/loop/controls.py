@@ -151,8 +151,12 @@ class Controls:
         self._running.set()
 
     def step(self) -> None:
-        """Let exactly one more agent action through, then pause again."""
+        """Let exactly one more agent action through, then pause again. A call waiting
+        for approval is that action (the step approves it): it is in hand, so a second
+        `n` (`pause_after_action`) lets it run and pauses after it, not before it."""
         self._steps_granted = 1
+        if self.pending_calls():
+            self._action_open = True
         self._running.set()
 
     def pause_after_action(self) -> None:
@@ -162,7 +166,11 @@ class Controls:
         In step mode already (a step granted, its action not yet begun or under way), the
         grant is withdrawn too: the action in hand is still the one that ends, and a grant
         left at 1 let one more action through after it."""
-        if self.paused or (self._at_gate and self._steps_granted):
+        if self.paused:
+            return
+        if self._at_gate:  # woken (a resume, a step) and not yet through: its action is next
+            if self._steps_granted is None:  # a 0 here paused it for good, unrecorded
+                self._steps_granted = 1
             return  # a step granted and not yet taken is the action in hand itself
         self._steps_granted = 0
 
