@@ -187,6 +187,19 @@ def test_a_resume_through_a_decided_assign_subtask_goes_on_without_asking_again(
                 "the worker's long command",
                 lambda e: isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments),
             )
+            # Killed under it, once begun: killed between its call and its start (a loaded
+            # machine), the resume rightly runs it whole (300 s) and the test timed out.
+            sleeping = next(
+                e.call_id
+                for e in read_events(log)
+                if isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments)
+            )
+            _wait_in_log(
+                proc,
+                log,
+                "the long command begun",
+                lambda e: isinstance(e, ev.ToolStarted) and e.call_id == sleeping,
+            )
             _kill(proc)
             _end_all(marker)  # as a killed machine would: the resume settles its volume
         resumed = mlra_cli(["resume", str(run_dir), "--no-tui"], cwd=tmp_path, env=env, timeout=120)
