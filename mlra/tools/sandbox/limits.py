@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Literal
 
 from mlra.events import LimitsInForce
+from mlra.tools.sandbox.tether import kill_groups
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "mlra-"
@@ -364,21 +365,9 @@ remove_stale_groups = _remove_stale_groups
 
 
 def kill_group(group: Path) -> None:
-    """SIGKILL every process in `group` (a run's leftovers at its end), a few rounds."""
-    deadline = time.monotonic() + KILL_WAIT_S
-    while True:
-        with contextlib.suppress(OSError):
-            (group / "cgroup.kill").write_text("1")
-        try:
-            pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
-        except (OSError, ValueError):
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        if not pids or time.monotonic() > deadline:
-            return
-        time.sleep(0.005)
+    """SIGKILL every process in `group` (a run's leftovers at its end), a few rounds: as
+    the tether's watcher kills a dead mlra's groups, with the same stdlib-only code."""
+    kill_groups([str(group)])
 
 
 def cpu_quota_us(cpus: float) -> int:
