@@ -18,7 +18,7 @@ by its user's stop, ends the replay the same way rather than as an error.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlra import events as ev
 from mlra.agent.loop.attempt_finish import no_time_at_limit, validating_at_limit
@@ -49,6 +49,7 @@ from mlra.tools.registry import ToolSpec
 if TYPE_CHECKING:
     from mlra.agent.providers.table import ProviderRequest
 
+T = TypeVar("T")
 _RAN_OUT: dict[ev.FinishReason, tuple[EndedBy, str]] = {
     "deadline": ("deadline", "the recorded run reached its time limit"),
     "budget": ("budget", "the recorded run used up a budget"),
@@ -228,20 +229,10 @@ class ReplayProvider(ModelProvider):
         return self.results.get(call_id)
 
     def recorded_decision(self, call: ToolCallRequest) -> ev.Control | None:
-        pending = self.decisions.get(call.id, [])
-        for index, (tool, arguments, decision) in enumerate(pending):
-            if tool == call.name and arguments == call.arguments:
-                del pending[index]
-                return decision
-        return None
+        return _take(self.decisions, call)
 
     def recorded_refusal(self, call: ToolCallRequest) -> str | None:
-        pending = self.refusals.get(call.id, [])
-        for index, (tool, arguments, refused) in enumerate(pending):
-            if tool == call.name and arguments == call.arguments:
-                del pending[index]
-                return refused
-        return None
+        return _take(self.refusals, call)
 
     def answered_from_log(self) -> None:
         """A resumed replay's log holds the answers up to where it stopped, each the
@@ -447,3 +438,13 @@ class ReplayProvider(ModelProvider):
 def replay(request: ProviderRequest) -> ReplayProvider:
     """The providers' table entry `replay:RUN_DIR` (agent/providers/table.py)."""
     return ReplayProvider.from_spec(request.spec)
+
+
+def _take(recorded: dict[str, list[tuple[str, Any, T]]], call: ToolCallRequest) -> T | None:
+    """The first entry recorded for the call as asked (no call ids: `call_0` in each)."""
+    pending = recorded.get(call.id, [])
+    for index, (tool, arguments, entry) in enumerate(pending):
+        if tool == call.name and arguments == call.arguments:
+            del pending[index]
+            return entry
+    return None
