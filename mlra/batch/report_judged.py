@@ -27,7 +27,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from mlra.agent.loop.overflow_mend import WINDOW_CANNOT_HOLD
 from mlra.agent.record.run_result import RunResult
 from mlra.batch.spec import SPEC_FILE
 from mlra.batch.state import NODE_LOST, OUT_OF_MEMORY, Placement, driven_elsewhere
@@ -69,7 +68,7 @@ def has_outcome(r: RunResult) -> bool:
         r.score is not None
         or r.status == "finished"
         or r.reason == "replay_diverged"
-        or (r.reason == "provider_error" and r.message.startswith(WINDOW_CANNOT_HOLD))
+        or r.cause == "window_overflow"
     )
 
 

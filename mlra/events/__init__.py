@@ -61,7 +61,15 @@ from mlra.events.attempts import (
     AttemptStatus,
     SearchPolicy,
 )
-from mlra.events.base import SCHEMA_VERSION, AgentRole, FinishReason, PlanStatus, RunStatus, _Event
+from mlra.events.base import (
+    SCHEMA_VERSION,
+    AgentRole,
+    EndCause,
+    FinishReason,
+    PlanStatus,
+    RunStatus,
+    _Event,
+)
 from mlra.events.ending import (
     EvaluationFinished,
     EvaluationProgress,
@@ -101,6 +109,7 @@ from mlra.events.run import (
     TimeLimitRaised,
     TimeWarning,
     as_read,
+    cause_as_read,
     reason_as_read,
 )
 
@@ -257,6 +266,7 @@ __all__ = [
     "ContextWindowLearned",
     "Control",
     "ControlAction",
+    "EndCause",
     "EvaluationFinished",
     "EvaluationProgress",
     "EvaluationStarted",
@@ -315,6 +325,7 @@ __all__ = [
     "WorkerThought",
     "WorkspaceSnapshot",
     "as_read",
+    "cause_as_read",
     "parse_event",
     "reason_as_read",
     "stamped",

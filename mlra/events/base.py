@@ -38,6 +38,14 @@ attempt's own run ends "attempt_ended" once its work is done and mlra has valida
 only the attempt the search submits is handed in (its logs from before the reason say
 "submitted": events/run.py `as_read` reads them so)."""
 
+EndCause = Literal["recording_unfinished", "window_overflow"]
+"""Why a run ended, where its reason alone does not tell how to judge it, recorded by
+the code that ends it: "recording_unfinished", a replay whose recording ends without
+`run_finished` (its reason "stopped", as a person's stop, but the trackers tell it
+killed, as the recorded run was); "window_overflow", a request the model's window
+cannot hold (its reason "provider_error", but judged a failure: unlike a provider that
+failed, it says something of the model, and would end the same way again)."""
+
 
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")

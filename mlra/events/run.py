@@ -8,7 +8,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from mlra.events.base import AgentRole, FinishReason, RunStatus, _Event
+from mlra.events.base import AgentRole, EndCause, FinishReason, RunStatus, _Event
 
 NoticeKind = Literal[
     "unread_call",
@@ -171,19 +171,48 @@ class RunFinished(_Event):
     status: RunStatus
     reason: FinishReason
     message: str = ""
+    cause: EndCause | None = None
+    """Why it ended where `reason` alone does not say how to judge it (EndCause); None:
+    its reason says it all, or a log from before the field (`cause_as_read`)."""
 
 
 def as_read(finished: RunFinished, *, attempt: bool) -> RunFinished:
     """The ending as it is read. An attempt's own run ended "submitted" in logs from before
     "attempt_ended", as if each attempt had been handed in where only the one its search
-    picks is: such an ending reads "attempt_ended", so old logs and new say one thing."""
+    picks is: such an ending reads "attempt_ended", so old logs and new say one thing. An
+    ending from before `cause` gets the cause its words tell (`cause_as_read`)."""
     reason = reason_as_read(finished.reason, attempt=attempt)
-    return finished if reason == finished.reason else finished.model_copy(update={"reason": reason})
+    cause = cause_as_read(finished.reason, finished.message, finished.cause)
+    if reason == finished.reason and cause == finished.cause:
+        return finished
+    return finished.model_copy(update={"reason": reason, "cause": cause})
 
 
 def reason_as_read(reason: str, *, attempt: bool) -> str:
     """`as_read`'s rule for a reason as `result.json` keeps it (a word, not the event)."""
     return "attempt_ended" if attempt and reason == "submitted" else reason
+
+
+UNFINISHED_WORDS = "the recorded run never finished (it was killed or crashed)"
+"""What the message of a replay whose recording ends without `run_finished` said in logs
+from before `cause`. Frozen: those logs keep these words whatever the message says now."""
+
+WINDOW_WORDS = "the model's window"
+"""How the message of a run ended because the model's window cannot hold its request
+began in logs from before `cause`. Frozen, as `UNFINISHED_WORDS`."""
+
+
+def cause_as_read(reason: str, message: str, cause: EndCause | None) -> EndCause | None:
+    """The ending's cause: as recorded, else, in a log (or a `result.json`) from before
+    `cause`, as its words tell it. The one place an ending's words are read for why it
+    ended; an ending written since records its cause, whatever its message says."""
+    if cause is not None:
+        return cause
+    if reason == "stopped" and UNFINISHED_WORDS in message:
+        return "recording_unfinished"
+    if reason == "provider_error" and message.startswith(WINDOW_WORDS):
+        return "window_overflow"
+    return None
 
 
 class Notice(_Event):

@@ -35,7 +35,9 @@ MESSAGES: dict[ev.FinishReason, str] = {
 
 RECORDING_UNFINISHED = "the recorded run never finished (it was killed or crashed)"
 """A replay's `run_finished` message says this where its recording ends without one: it
-ends "stopped" as a stop does, and the trackers tell it a crash, not a person's stop."""
+ends "stopped" as a stop does, and its cause ("recording_unfinished") tells the trackers
+it a crash, not a person's stop. Words for the reader only: no reader judges by them
+(a log from before `cause` is read by the words it has: events/run.py `cause_as_read`)."""
 
 
 @dataclass
@@ -49,10 +51,33 @@ class Ending:
     message: str = ""
     attempt: str | None = None
     """The search's attempt whose frozen artifact is submitted (agent/loop/attempts.py)."""
+    cause: ev.EndCause | None = None
+    """Why it ended where `reason` alone does not say how to judge it, recorded in its
+    `run_finished` for the reports and the trackers (events/base.py `EndCause`)."""
 
     @property
     def finished_message(self) -> str:
         return self.message or MESSAGES[self.reason]
+
+    def run_finished(self) -> ev.RunFinished:
+        """The event that records this ending, its cause with it."""
+        return ev.RunFinished(
+            status=self.status, reason=self.reason, message=self.finished_message, cause=self.cause
+        )
+
+
+def unfinished_recording(done: str) -> Ending:
+    """The ending of a replay whose recording ends, `done` (after its last model call),
+    without `run_finished`: stopped where the recorded run was killed, not graded."""
+    return Ending(
+        reason="stopped",
+        status="stopped",
+        by="stop",
+        evaluate=False,
+        cause="recording_unfinished",
+        message=f"the recording ends here, {done}: {RECORDING_UNFINISHED}, "
+        "so the replay stops where it stopped",
+    )
 
 
 class EndRun(BaseException):

@@ -184,7 +184,8 @@ def _best_cut(
 
 WINDOW_CANNOT_HOLD = "the model's window"
 """How the message of a run ended because the model's window cannot hold its request
-begins: a batch report judges it (failed, batch/report_judged.py), for unlike a provider
+begins. Words for the reader only: a batch report judges such a run (failed,
+batch/report_judged.py) by its recorded cause, "window_overflow", for unlike a provider
 that failed, it says something of the model, and would end the same way again."""
 
 
@@ -202,5 +203,10 @@ def _cannot(agent: ev.AgentRole, overflow: Overflow, sent: Sent, window: int) ->
         "context (llama.cpp --ctx-size, Ollama num_ctx) or use a model with a larger window"
     )
     return Ending(
-        reason="provider_error", status="error", evaluate=False, by="error", message=message
+        reason="provider_error",
+        status="error",
+        evaluate=False,
+        by="error",
+        cause="window_overflow",
+        message=message,
     )

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from mlra import events as ev
 from mlra.agent.loop.attempt_finish import no_time_at_limit, validating_at_limit
-from mlra.agent.loop.ending import RECORDING_UNFINISHED, EndedBy, Ending, EndRun
+from mlra.agent.loop.ending import EndedBy, Ending, EndRun, unfinished_recording
 from mlra.agent.loop.fingerprint import (
     by_the_old_rule,
     normalize,
@@ -266,17 +266,8 @@ class ReplayProvider(ModelProvider):
             return
         done = f"after model call {len(self.calls)}"
         end = self.finished
-        if end is None:
-            raise EndRun(
-                Ending(
-                    reason="stopped",
-                    status="stopped",
-                    by="stop",
-                    evaluate=False,
-                    message=f"the recording ends here, {done}: {RECORDING_UNFINISHED}, "
-                    "so the replay stops where it stopped",
-                )
-            )
+        if end is None or end.cause == "recording_unfinished":  # killed, or its replay's
+            raise EndRun(unfinished_recording(done))
         if end.reason in _RAN_OUT:
             by, why = _RAN_OUT[end.reason]
             detail = f" ({end.message})" if end.message and end.reason == "budget" else ""

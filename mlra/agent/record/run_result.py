@@ -12,7 +12,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from mlra import events as ev
 from mlra.agent.record.attempt_tree import AttemptsSummary, summary_of
@@ -40,6 +40,10 @@ class RunResult(BaseModel):
     status: str
     reason: str
     message: str = ""
+    cause: ev.EndCause | None = None
+    """Why the run ended where `reason` alone does not say how to judge it, as its
+    `run_finished` recorded it (events/base.py `EndCause`); in a result.json from before
+    the field, as its message tells it (`ev.cause_as_read`, on reading)."""
     metric: str | None = None
     higher_is_better: bool | None = None
     score: float | None = None
@@ -121,6 +125,11 @@ class RunResult(BaseModel):
     """A search's attempts (`--search`): how many, the best validation, the submitted
     attempt and its validation-to-test gap; None for a run with one line of work."""
 
+    @model_validator(mode="after")
+    def _cause_as_read(self) -> RunResult:
+        self.cause = ev.cause_as_read(self.reason, self.message, self.cause)
+        return self
+
     @property
     def unisolated(self) -> bool:
         return self.isolation == "none"
@@ -195,6 +204,7 @@ def result_of(state: RunState, *, running: bool = False) -> RunResult:
         status=finished.status if finished else unfinished,
         reason=finished.reason if finished else unfinished,
         message=finished.message if finished else UNFINISHED_MESSAGES[unfinished],
+        cause=finished.cause if finished else None,
         metric=evaluation.metric if evaluation else None,
         higher_is_better=evaluation.higher_is_better if evaluation else None,
         score=evaluation.score if evaluation else None,

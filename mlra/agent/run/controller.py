@@ -353,11 +353,7 @@ class RunController(Steering):
         # attempt it submits, from the run it belongs to.
         if ending.evaluate and self.config.attempt is None:
             await evaluate(self, ending)
-        self.emit(
-            ev.RunFinished(
-                status=ending.status, reason=ending.reason, message=ending.finished_message
-            )
-        )
+        self.emit(ending.run_finished())
 
     def _finish_abruptly(self, status: ev.RunStatus, message: str) -> None:
         if self.log is None or self.state.finished is not None:

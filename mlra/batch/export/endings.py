@@ -26,7 +26,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlra.agent.loop.ending import RECORDING_UNFINISHED
 from mlra.agent.record.run_result import RunResult
 from mlra.batch.report_judged import graded_ending, has_outcome
 from mlra.terminal_text import printable_line
@@ -98,7 +97,7 @@ def ended(result: RunResult, *, attempt: bool = False, oom: str | None = None) -
         return Ended("KILLED", None, words)
     if attempt:
         return _attempt(result, words)
-    if reason == "stopped" and RECORDING_UNFINISHED in result.message:
+    if result.cause == "recording_unfinished":
         return Ended("KILLED", None, words)  # a replay of a killed run: as the run was
     if not has_outcome(result):
         if reason == "stopped":  # a person's stop, or a SIGTERM: none of the agent's
