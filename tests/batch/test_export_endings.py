@@ -109,7 +109,7 @@ def batch(tmp_path_factory: pytest.TempPathFactory) -> Path:
         evaluation=_failed("answer.txt is empty"),
         ending=ev.RunFinished(status="finished", reason="stopped", message="stopped by the user"),
     )
-    compared_run(  # a replay of a recording whose run was killed: as that run was
+    compared_run(  # a replay of a killed recording, from before `cause`: read by its words
         runs,
         "replay_killed",
         graded=False,

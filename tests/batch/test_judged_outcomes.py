@@ -45,7 +45,8 @@ def _batch(out: Path, seeds: int, max_attempts: int = 2) -> None:
 
 
 def _overflowed(run_dir: Path, seed: int) -> None:
-    """A run ended as mlra ends one whose request the model's window cannot hold."""
+    """A run ended as mlra ended one whose request the model's window cannot hold before
+    its `run_finished` recorded the cause (read by its words: test_ending_cause.py)."""
     log = EventLog(run_dir / EVENTS_FILE)
     state = RunState()
     log.subscribe(state.apply)
