@@ -197,7 +197,7 @@ def failure_of(r: RunResult) -> str | None:
         return None
     if r.status == "finished":
         return "no score" if r.reason == "submitted" else r.reason
-    return r.reason
+    return r.cause or r.reason  # a window overflow is no provider's failure: said so
 
 
 def _search_fields(r: RunResult) -> dict[str, Any]:

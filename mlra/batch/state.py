@@ -27,7 +27,10 @@ Layout of a batch folder (run ids: `<task>__<model>__s<seed>-<mac>`, see `run_id
 Which endings are retried: only failures that say nothing about the agent (an
 internal error, a model provider that failed, a run that never started). A run
 that ended by itself without a score (the deadline, a budget, no submission) is
-final: retrying exactly those would bias a batch's mean upwards.
+final: retrying exactly those would bias a batch's mean upwards. So is a request
+the model's window cannot hold (its ending's cause "window_overflow", though its
+reason is "provider_error"): it says something of the model, and a retry would
+spend hours to end the same way.
 """
 
 from __future__ import annotations
@@ -56,7 +59,7 @@ Kind = Literal["pending", "running", "finished", "unscored", "failed", "interrup
 ENDED: tuple[Kind, ...] = ("finished", "unscored")
 """A run's kinds once it has ended for good: a batch runs it no more."""
 """`unscored`: ended for good without a score (deadline, budget, no submission, a
-submission that scored nothing); not retried. `failed`: retried up to the limit."""
+submission that scored nothing, a replay that diverged, a window overflow); not retried. `failed`: retried up to the limit."""
 
 
 @dataclass
@@ -133,10 +136,11 @@ def run_status(out: Path, run_id: str, *, copy: Path | None = None) -> RunStatus
         status.kind = "unscored"
         status.reason = "no score" if finished.reason == "submitted" else finished.reason
         status.detail = (evaluation.error if evaluation else None) or finished.message
-    elif finished.reason == "replay_diverged":
-        # A replay that departs from its recording departs again: no retry.
+    elif finished.reason == "replay_diverged" or finished.cause == "window_overflow":
+        # A replay that departs from its recording departs again, and a request the
+        # model's window cannot hold is made again, each run ending at once: no retry.
         status.kind = "unscored"
-        status.reason, status.detail = finished.reason, finished.message
+        status.reason, status.detail = finished.cause or finished.reason, finished.message
     else:
         status.kind = "failed"
         status.reason, status.detail = finished.reason, finished.message

@@ -12,6 +12,7 @@ a recording cut where mlra was killed, replayed; and a window smaller than the r
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,7 +29,9 @@ from mlra.agent.record.state import fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
 from mlra.batch.export.endings import STOP_EXIT, Ended, ended
+from mlra.batch.report import write_report
 from mlra.batch.report_judged import has_outcome, judged_success
+from mlra.batch.state import ENDED, RUNS, run_status
 from mlra.tasks.spec import load_task
 from tests.agent.test_overflow_mend import _run as _overflow_run
 from tests.fakes.model_server import ScriptedModelServer
@@ -181,3 +184,42 @@ def test_an_old_log_without_the_cause_is_judged_by_its_words_as_before() -> None
         }
     )
     assert failed.cause is None and not has_outcome(failed)
+
+
+def _as_old_log(run_dir: Path) -> None:
+    """The run's ending as a log and a result.json from before `cause` have it: no cause,
+    and the message's words from then."""
+    log = run_dir / EVENTS_FILE
+    lines = log.read_text(encoding="utf-8").splitlines()
+    last = json.loads(lines[-1])
+    assert last["type"] == "run_finished" and last.pop("cause") is not None
+    last["message"] = OLD_OVERFLOW
+    log.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n", encoding="utf-8")
+    stored = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    stored.pop("cause")
+    stored["message"] = OLD_OVERFLOW
+    (run_dir / "result.json").write_text(json.dumps(stored), encoding="utf-8")
+
+
+async def test_a_batch_does_not_retry_a_run_whose_request_the_window_cannot_hold(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A window too small for the request ends the run at once, and would again: a batch
+    that retried it (its reason is "provider_error") spent its attempts for nothing, and
+    its report counted the first of them anyway. It is final, unscored, said for what it
+    is, in a log from before the cause too."""
+    out = tmp_path / "new"
+    script = {"supervisor": supervisor_answering()}
+    await _overflow_run(out / RUNS, answer_task, script, {"llama_server_ctx": 1000})
+    (run_dir,) = (out / RUNS).iterdir()
+    old = tmp_path / "old"
+    shutil.copytree(run_dir, old / RUNS / run_dir.name)
+    _as_old_log(old / RUNS / run_dir.name)
+    for folder in (out, old):
+        status = run_status(folder, run_dir.name)
+        assert (status.kind, status.reason) == ("unscored", "window_overflow")
+        assert status.kind in ENDED and "cannot hold supervisor's request" in status.detail
+        (group,) = write_report(folder, plots=False)
+        assert group.failures == {"window_overflow": 1}  # not a provider's failure
+        (row,) = json.loads((folder / "report.json").read_text(encoding="utf-8"))["runs"]
+        assert (row["counted"], row["success"]) == (True, False)  # judged, and failed
