@@ -28,7 +28,7 @@ from mlra.agent.record.run_result import RunResult, result_of
 from mlra.agent.record.state import fold
 from mlra.agent.run.controller import RunController
 from mlra.agent.setup.config import RunConfig
-from mlra.batch.export.endings import STOP_EXIT, Ended, ended
+from mlra.batch.export.endings import BY_ITS_SEARCH, STOP_EXIT, Ended, ended
 from mlra.batch.report import write_report
 from mlra.batch.report_judged import has_outcome, judged_success
 from mlra.batch.state import ENDED, RUNS, run_status
@@ -223,3 +223,17 @@ async def test_a_batch_does_not_retry_a_run_whose_request_the_window_cannot_hold
         assert group.failures == {"window_overflow": 1}  # not a provider's failure
         (row,) = json.loads((folder / "report.json").read_text(encoding="utf-8"))["runs"]
         assert (row["counted"], row["success"]) == (True, False)  # judged, and failed
+
+
+def test_a_replayed_attempt_of_a_killed_recording_is_killed_not_stopped_by_its_search() -> None:
+    """A replayed search's attempt whose recording ends without `run_finished` stops as
+    the recorded one was killed: the trackers said "stopped by its search" (FINISHED),
+    as if the search had cancelled it."""
+    line = {"type": "run_finished", "status": "stopped", "reason": "stopped"}
+    new = _old_log_result({**line, "message": "cut short", "cause": "recording_unfinished"})
+    old = _old_log_result({**line, "message": OLD_UNFINISHED})
+    assert ended(new, attempt=True) == Ended("KILLED", None, "cut short")
+    assert ended(old, attempt=True) == Ended("KILLED", None, OLD_UNFINISHED)
+    # An attempt its search cancelled is still the search's doing.
+    cancelled = _old_log_result({**line, "message": "the search submitted a2"})
+    assert ended(cancelled, attempt=True).words.startswith(BY_ITS_SEARCH)

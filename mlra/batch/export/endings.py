@@ -95,10 +95,10 @@ def ended(result: RunResult, *, attempt: bool = False, oom: str | None = None) -
         return Ended("FAILED", 1, words, error=printable_line(oom))
     if status == "interrupted":
         return Ended("KILLED", None, words)
+    if result.cause == "recording_unfinished":  # an attempt's too: no search stopped it
+        return Ended("KILLED", None, words)  # a replay of a killed run: as the run was
     if attempt:
         return _attempt(result, words)
-    if result.cause == "recording_unfinished":
-        return Ended("KILLED", None, words)  # a replay of a killed run: as the run was
     if not has_outcome(result):
         if reason == "stopped":  # a person's stop, or a SIGTERM: none of the agent's
             return Ended("KILLED", STOP_EXIT, words)
