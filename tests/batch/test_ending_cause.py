@@ -237,3 +237,40 @@ def test_a_replayed_attempt_of_a_killed_recording_is_killed_not_stopped_by_its_s
     # An attempt its search cancelled is still the search's doing.
     cancelled = _old_log_result({**line, "message": "the search submitted a2"})
     assert ended(cancelled, attempt=True).words.startswith(BY_ITS_SEARCH)
+
+
+@pytest.mark.parametrize("logged", ["with its cause", "from before the cause"])
+async def test_a_replay_of_a_window_overflow_ends_as_it_did_and_is_not_retried(
+    tmp_path: Path, answer_task: Path, logged: str
+) -> None:
+    """A recording that ended because the model's window could not hold its fourth
+    request (a refused request records no model call): the replay ends there the same
+    way, its cause with it (it ended `provider_error` with none, a provider's failure,
+    which a batch retries), the recorded words first."""
+    recorded = await _killed_recording(tmp_path, answer_task)
+    words = f"{OLD_OVERFLOW} (9,000 tokens as the server counts it)"
+    ending = ev.RunFinished(status="error", reason="provider_error", message=words)
+    if logged == "with its cause":
+        ending = ending.model_copy(update={"cause": "window_overflow"})
+    last = read_events(recorded / EVENTS_FILE)[-1]
+    stamps = {"seq": last.seq + 1, "ts": last.ts, "t": last.t}
+    with (recorded / EVENTS_FILE).open("a", encoding="utf-8") as log:
+        log.write(ending.model_copy(update=stamps).model_dump_json(exclude_none=True) + "\n")
+    out = tmp_path / "batch"
+    provider = ReplayProvider.from_spec(f"replay:{recorded}")
+    config = RunConfig(
+        task="answer",
+        model=f"replay:{recorded}",
+        runs_dir=out / RUNS,
+        run_id="replay",
+        isolation="none",
+    )
+    result = await RunController(config, load_task(answer_task), provider).run(agent_for)
+    events = read_events(out / RUNS / "replay" / EVENTS_FILE)
+    finished = events[-1]
+    assert isinstance(finished, ev.RunFinished)
+    assert (finished.status, finished.reason) == ("error", "provider_error")
+    assert finished.cause == result.cause == "window_overflow"
+    assert finished.message.startswith(words) and "the replay ends so too" in finished.message
+    assert not any(isinstance(e, ev.EvaluationStarted) for e in events)
+    assert run_status(out, "replay").kind == "unscored"  # a batch does not retry it

@@ -295,6 +295,11 @@ class ReplayProvider(ModelProvider):
             note = self.promoted.note or f"attempt {attempt} promoted by the user"
             ending = Ending("submitted", by="user", attempt=attempt, note=note, message=message)
             raise EndRun(ending)
+        if end.cause == "window_overflow":  # no provider's failure: as final as it was
+            message = f"{end.message}; the recording ends here, {done}: the replay ends so too"
+            raise EndRun(
+                Ending("provider_error", "error", False, "error", message=message, cause=end.cause)
+            )
         if end.reason in ("error", "provider_error"):
             raise ProviderError(
                 f"the recording ends here, {done}: the recorded run failed at this point "
