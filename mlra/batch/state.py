@@ -30,7 +30,8 @@ that ended by itself without a score (the deadline, a budget, no submission) is
 final: retrying exactly those would bias a batch's mean upwards. So is a request
 the model's window cannot hold (its ending's cause "window_overflow", though its
 reason is "provider_error"): it says something of the model, and a retry would
-spend hours to end the same way.
+spend hours to end the same way. And a replay that stopped where its recording was
+killed (cause "recording_unfinished"): it would stop there again.
 """
 
 from __future__ import annotations
@@ -59,7 +60,8 @@ Kind = Literal["pending", "running", "finished", "unscored", "failed", "interrup
 ENDED: tuple[Kind, ...] = ("finished", "unscored")
 """A run's kinds once it has ended for good: a batch runs it no more."""
 """`unscored`: ended for good without a score (deadline, budget, no submission, a
-submission that scored nothing, a replay that diverged, a window overflow); not retried. `failed`: retried up to the limit."""
+submission that scored nothing, a replay that diverged or whose recording was killed, a
+window overflow); not retried. `failed`: retried up to the limit."""
 
 
 @dataclass
@@ -124,6 +126,10 @@ def run_status(out: Path, run_id: str, *, copy: Path | None = None) -> RunStatus
     finished, evaluation = state.finished, state.evaluation
     if finished is None:
         status.kind, status.reason = "interrupted", "unfinished"
+    elif finished.cause == "recording_unfinished":
+        # A replay whose recording was killed there: resumed or retried, it stops again.
+        status.kind = "unscored"
+        status.reason, status.detail = finished.cause, finished.message
     elif finished.status == "stopped" and finished.reason == "stopped" and evaluation is None:
         # Stopped without evaluating: what a batch's Ctrl-C does to its runs.
         status.kind, status.reason = "interrupted", "stopped"

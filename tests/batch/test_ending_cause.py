@@ -32,6 +32,8 @@ from mlra.batch.export.endings import BY_ITS_SEARCH, STOP_EXIT, Ended, ended
 from mlra.batch.report import write_report
 from mlra.batch.report_judged import has_outcome, judged_success
 from mlra.batch.state import ENDED, RUNS, run_status
+from mlra.console.apps.headless_run import final_line
+from mlra.console.text.args import shown_folder
 from mlra.tasks.spec import load_task
 from tests.agent.test_overflow_mend import _run as _overflow_run
 from tests.fakes.model_server import ScriptedModelServer
@@ -186,18 +188,18 @@ def test_an_old_log_without_the_cause_is_judged_by_its_words_as_before() -> None
     assert failed.cause is None and not has_outcome(failed)
 
 
-def _as_old_log(run_dir: Path) -> None:
+def _as_old_log(run_dir: Path, words: str = OLD_OVERFLOW) -> None:
     """The run's ending as a log and a result.json from before `cause` have it: no cause,
-    and the message's words from then."""
+    and the message's `words` from then."""
     log = run_dir / EVENTS_FILE
     lines = log.read_text(encoding="utf-8").splitlines()
     last = json.loads(lines[-1])
     assert last["type"] == "run_finished" and last.pop("cause") is not None
-    last["message"] = OLD_OVERFLOW
+    last["message"] = words
     log.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n", encoding="utf-8")
     stored = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     stored.pop("cause")
-    stored["message"] = OLD_OVERFLOW
+    stored["message"] = words
     (run_dir / "result.json").write_text(json.dumps(stored), encoding="utf-8")
 
 
@@ -274,3 +276,38 @@ async def test_a_replay_of_a_window_overflow_ends_as_it_did_and_is_not_retried(
     assert finished.message.startswith(words) and "the replay ends so too" in finished.message
     assert not any(isinstance(e, ev.EvaluationStarted) for e in events)
     assert run_status(out, "replay").kind == "unscored"  # a batch does not retry it
+
+
+async def test_a_replay_of_a_killed_recording_is_final_and_not_told_to_resume(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """It stops where the recorded run was killed, and would stop there again: its last
+    line told `mlra resume ... goes on with it`, and a batch resumed it (then retried it)
+    each time to the same stop. Its last line names no resume, and a batch leaves it,
+    unscored, in a log from before the cause too."""
+    recorded = await _killed_recording(tmp_path, answer_task)
+    out = tmp_path / "batch"
+    provider = ReplayProvider.from_spec(f"replay:{recorded}")
+    config = RunConfig(
+        task="answer", model=f"replay:{recorded}", runs_dir=out / RUNS, isolation="none"
+    )
+    controller = RunController(config, load_task(answer_task), provider)
+    result = await controller.run(agent_for)
+    assert (result.status, result.cause) == ("stopped", "recording_unfinished")
+    last = final_line(controller.run_dir, result)
+    assert last.endswith(f"run dir {shown_folder(controller.run_dir)}"), last
+    assert "mlra resume" not in last
+    old = tmp_path / "old"
+    shutil.copytree(controller.run_dir, old / RUNS / controller.run_dir.name)
+    _as_old_log(old / RUNS / controller.run_dir.name, OLD_UNFINISHED)
+    stored = old / RUNS / controller.run_dir.name / "result.json"
+    assert "mlra resume" not in final_line(
+        stored.parent, RunResult.model_validate_json(stored.read_bytes())
+    )
+    for folder in (out, old):
+        status = run_status(folder, controller.run_dir.name)
+        assert (status.kind, status.reason) == ("unscored", "recording_unfinished")
+        assert "never finished" in status.detail or "recording ends here" in status.detail
+    # A person's stop still says how to go on.
+    stop = result.model_copy(update={"cause": None, "message": "stopped by the user"})
+    assert "goes on with it" in final_line(controller.run_dir, stop)

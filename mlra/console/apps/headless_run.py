@@ -124,8 +124,10 @@ def final_line(run_dir: Path, result: Any) -> str:
         score = f"no score ({result.evaluation_error or result.message or result.reason})"
     search = search_words(result)
     again = ""
+    # A replay of a killed recording would stop again at once: nothing to go on with.
+    killed = getattr(result, "cause", None) == "recording_unfinished"
     if result.status == "stopped" and result.score is None and result.reason != "submitted":
-        again = f" · mlra resume {shown} goes on with it"  # quit, or a second Ctrl-C
+        again = "" if killed else f" · mlra resume {shown} goes on with it"  # quit, Ctrl-C
     return printable_line(
         f"run {result.status} ({result.reason}) · {score}{search} · run dir {shown}{again}"
     )
