@@ -72,6 +72,7 @@ from mlra.tools.sandbox.docker_preflight import (
 from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_stats import StatsReader
 from mlra.tools.sandbox.docker_stdin import StdinFolder
+from mlra.tools.sandbox.docker_tie import KEEPER, KEEPER_UID, TIED_ARGS, Tie
 from mlra.tools.sandbox.docker_user import container_user, docker_root_outside_words
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
@@ -205,7 +206,9 @@ class DockerSandbox(Sandbox):
         self._accounts: tuple[Path, ...] = ()
         """Its /etc/passwd and /etc/group, in the stdin folder's root (accounts.py)."""
         self._main_pid: str | None = None
-        """The container's main process (`sleep infinity`), the one a quota stop spares."""
+        """The container's main process (docker_tie.KEEPER), the one a quota stop spares."""
+        self._tie: Tie | None = None
+        """mlra's hold on the container's stdin, which ends it when mlra dies (docker_tie.py)."""
 
     @property
     def workdir(self) -> str:
@@ -351,9 +354,18 @@ class DockerSandbox(Sandbox):
             raise
         go_on()
         try:
-            self.container = self.client.containers.run(**self._container_args())
+            self.container = self.client.containers.create(**self._container_args())
         except docker.errors.APIError as exc:
             self._forget_stdin_dir()
+            raise self._explain(exc) from None
+        # Tied before it starts, so it never runs untied where the tie can be made.
+        self._tie, untied = Tie.hold(self.container)
+        if untied is not None:
+            notices.append(untied)
+        try:
+            self.container.start()
+        except docker.errors.APIError as exc:
+            self._unmade()
             raise self._explain(exc) from None
         group = self._run_group()
         if group is not None and not group.holds(self.container.id):
@@ -402,13 +414,14 @@ class DockerSandbox(Sandbox):
             volumes[original] = {"bind": f"{INSIDE_WORKDIR}/{rel}", "mode": "ro"}
         args: dict[str, Any] = {
             "image": self.image,
-            "command": ["sleep", "infinity"],
-            "detach": True,
+            "command": KEEPER,  # ends the container when mlra dies (docker_tie.py)
+            **TIED_ARGS,
             "init": True,
             "name": f"mlra-{self.run_id.replace('/', '-')}-{secrets.token_hex(2)}",
             "hostname": "sandbox",
             "labels": run_labels(self.run_id),
-            "user": f"{self.uid}:{self.gid}",
+            # Its init and main process only: each command's exec names the user.
+            "user": f"{KEEPER_UID}:{KEEPER_UID}",
             "working_dir": INSIDE_WORKDIR,
             "volumes": volumes,
             "environment": {},
@@ -562,6 +575,9 @@ class DockerSandbox(Sandbox):
             return True
         refused = remove_container(container)
         if refused is None:
+            if self._tie is not None:
+                self._tie.release()
+                self._tie = None
             return True
         self.container = container
         logger.warning(

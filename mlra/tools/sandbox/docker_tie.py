@@ -1,0 +1,100 @@
+"""A Docker sandbox's container ends when the mlra process that owns it dies.
+
+Under bubblewrap the kernel ends a command when mlra dies (`--die-with-parent`), and an
+unconfined sandbox has its watcher (tether.py); a container had neither: a mlra killed
+outright (SIGKILL, the OOM killer, a closed terminal) left it running, holding its GPUs,
+CPUs and memory, until the next mlra's start removed it (docker_preflight.py), which in
+an unattended batch may be hours later.
+
+So the container's main process (under its init, PID 1) reads its stdin until EOF and
+exits, which ends the container (the kernel kills every process of its pid namespace).
+The container is made with its stdin open and StdinOnce ("close stdin after the attached
+client disconnects"), and mlra holds an attach to that stdin, a socket no child inherits
+(close-on-exec), for the container's life; it writes nothing to it. When mlra dies the
+kernel closes the socket, the engine closes the container's stdin, the main process
+reads EOF. Nothing polls: the kernel and the engine do it. Checked against the engine
+(20.10); the watcher was the fallback, had the engine kept stdin open.
+
+The container's init and main process run as a uid of their own (KEEPER_UID), not the
+commands': a command of the same uid could open the main process's stdin through
+/proc/PID/fd/0 for writing and so hold the pipe open past mlra's death; a process of
+another uid (with no capabilities, as every command has none) cannot, nor signal it.
+Commands run as the sandbox's user as before: each exec names it.
+
+The container stops, and is not removed: the next start removes it, with its stdin
+folder and its workspace's volume (docker_preflight.py), as before. Where the attach
+cannot be made the run goes on, untied, and says so once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from typing import Any
+
+KEEPER_UID = 65534
+"""The container's own processes' uid (its init's and its main process's), `nobody` on
+most systems: no command's. A run whose commands run as it (given uid=65534) is tied
+too, but a command could then hold the tie open."""
+KEEPER = ["sh", "-c", "while read -r _; do :; done; exit 0"]
+"""The container's main process: reads its stdin, which only mlra's attach holds, until
+EOF (one shell, its `read` built in: the process a quota stop spares)."""
+TIED_ARGS: dict[str, Any] = {"stdin_open": True, "detach": False}
+"""The container's settings for the tie: the docker client sets StdinOnce (with
+OpenStdin) only for a container made with `detach` false; it is made, not attached."""
+
+
+def untied_words(why: str) -> str:
+    return (
+        "this Docker sandbox's container may outlive mlra if it is killed (until the next "
+        f"mlra start removes it): it could not be tied to mlra ({why})"
+    )
+
+
+class Tie:
+    """mlra's attach to its container's stdin: held while the container lives."""
+
+    def __init__(self, handle: Any, sock: socket.socket | None) -> None:
+        self._handle: Any = handle
+        self._sock = sock
+
+    @classmethod
+    def hold(cls, container: Any) -> tuple[Tie | None, str | None]:
+        """The tie to a container made with TIED_ARGS, before it starts; or none and why."""
+        try:
+            handle = container.attach_socket(params={"stdin": 1, "stream": 1})
+        except Exception as exc:
+            from mlra.tools.sandbox.docker_preflight import short_error
+
+            return None, untied_words(short_error(exc))
+        sock = _socket_of(handle)
+        if sock is None:
+            with contextlib.suppress(Exception):
+                handle.close()
+            return None, untied_words("the engine's attach is not a socket of this process")
+        try:
+            os.set_inheritable(sock.fileno(), False)  # so already; no command keeps it
+        except OSError as exc:
+            with contextlib.suppress(Exception):
+                handle.close()
+            return None, untied_words(str(exc))
+        return cls(handle, sock), None
+
+    def release(self) -> None:
+        """Let the container go (it stops: only once it is removed, or being removed)."""
+        handle, self._handle = self._handle, None
+        sock, self._sock = self._sock, None
+        for closing in (handle, sock):
+            if closing is not None:
+                with contextlib.suppress(Exception):
+                    closing.close()
+
+
+def _socket_of(handle: Any) -> socket.socket | None:
+    """The socket under the docker client's attach: itself, or a SocketIO's (unix
+    sockets), or an npipe's (none: not on Linux)."""
+    if isinstance(handle, socket.socket):
+        return handle
+    sock = getattr(handle, "_sock", None)
+    return sock if isinstance(sock, socket.socket) else None
