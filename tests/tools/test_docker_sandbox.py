@@ -355,14 +355,44 @@ def test_a_scripted_run_in_a_container(
     assert _containers(client, "docker-e2e") == []
 
 
-def test_a_killed_console_leaves_a_container_that_the_next_start_removes(
+HOLDER = (
+    'python3 -c "import glob, os, time\n'
+    "for p in glob.glob('/proc/[0-9]*/fd/0'):\n"
+    "    try: os.open(p, os.O_WRONLY | os.O_NONBLOCK)\n"
+    "    except OSError: pass\n"
+    'time.sleep(293.5)"'
+)
+"""A long command that first opens every stdin it can reach in the container for writing:
+had it reached the main process's (the tie, docker_tie.py), it would hold it open."""
+
+
+def _running(client: Any, run_id: str) -> list[Any]:
+    return client.containers.list(filters={"label": f"mlra.run={run_id}"})
+
+
+def _host_pids_running(marker: str) -> list[int]:
+    """This machine's processes whose command line holds `marker` (the container's too:
+    the test engine is local)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker.encode() in cmdline.read_bytes() and int(cmdline.parent.name) != os.getpid():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_a_killed_consoles_container_ends_with_it(
     tmp_path: Path, answer_task: Path, client: Any, docker_host: str
 ) -> None:
+    """A console killed outright (SIGKILL: no close) left its container running, its
+    command with it, holding the GPUs, CPUs and memory until the next mlra start removed
+    it. The container now ends when its mlra dies, however its command tries to keep it;
+    the next start removes what is left of it (a stopped container)."""
     from mlra.tools.sandbox.docker_sandbox import remove_leftover_containers
 
     script = {
         "supervisor": supervisor_answering(),
-        "worker": [turn("Train for long.", call("bash", command="sleep 293.5", timeout=600))],
+        "worker": [turn("Train for long.", call("bash", command=HOLDER, timeout=600))],
     }
     run_dir = tmp_path / "runs" / "docker-killed"
     with ScriptedModelServer(script) as server:
@@ -377,21 +407,63 @@ def test_a_killed_console_leaves_a_container_that_the_next_start_removes(
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and proc.poll() is None:
                 log = run_dir / "events.jsonl"
-                if log.exists() and "sleep 293.5" in log.read_text():
-                    containers = _containers(client, "docker-killed")
-                    if containers and "sleep 293.5" in json.dumps(containers[0].top()):
+                if log.exists() and "293.5" in log.read_text():
+                    containers = _running(client, "docker-killed")
+                    if containers and "time.sleep(293.5)" in json.dumps(containers[0].top()):
                         break
                 time.sleep(0.1)
             else:
                 pytest.fail(f"the command never ran: {proc.stderr.read() if proc.stderr else ''}")
+            assert _host_pids_running("time.sleep(293.5)")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert len(_containers(client, "docker-killed")) == 1  # nobody was left to remove it
+    try:
+        deadline = time.monotonic() + 60  # bounds a failure only: it ends in a second
+        while _running(client, "docker-killed") or _host_pids_running("time.sleep(293.5)"):
+            assert time.monotonic() < deadline, "the killed console's container runs on"
+            time.sleep(0.1)
+    finally:
+        for left in _running(client, "docker-killed"):
+            left.remove(force=True)
+    # Stopped, not removed: the next start removes it, with its stdin folder and volume.
     assert "docker-killed" in remove_leftover_containers()
     assert _containers(client, "docker-killed") == []
+
+
+async def test_a_closed_sandbox_removes_its_tied_container(tmp_path: Path, client: Any) -> None:
+    """The tie held through the sandbox's life (commands run, the container stays up)
+    and a close removes the container as before, without a word of being untied."""
+    sandbox = _sandbox(tmp_path / "ws", "docker-tied-close")
+    notices = await sandbox.start()
+    try:
+        assert not any("tied" in n for n in notices), notices
+        for _ in range(3):
+            result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+            assert result.exit_code == 0 and result.output.strip() == "hi"
+        (container,) = _containers(client, "docker-tied-close")
+        assert container.status == "running"
+        assert container.attrs["Config"]["StdinOnce"] and container.attrs["Config"]["OpenStdin"]
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tied-close") == []
+
+
+async def test_a_tied_container_removed_under_its_sandbox_breaks_nothing(
+    tmp_path: Path, client: Any
+) -> None:
+    """Another mlra (its start's leftover removal) or a person removed the container while
+    its sandbox lived: the close goes on as for a container already gone."""
+    sandbox = _sandbox(tmp_path / "ws", "docker-tied-gone")
+    await sandbox.start()
+    try:
+        for container in _containers(client, "docker-tied-gone"):
+            container.remove(force=True)
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tied-gone") == []
 
 
 def test_clear_errors_before_any_run_folder(
