@@ -11,6 +11,7 @@ the workspace, and the containers a run leaves behind.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -443,12 +444,38 @@ async def test_a_closed_sandbox_removes_its_tied_container(tmp_path: Path, clien
         for _ in range(3):
             result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
             assert result.exit_code == 0 and result.output.strip() == "hi"
+        gc.collect()  # nothing the docker client left to collect lets the tie go
+        result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
         (container,) = _containers(client, "docker-tied-close")
-        assert container.status == "running"
+        assert container.status == "running" and result.exit_code == 0
         assert container.attrs["Config"]["StdinOnce"] and container.attrs["Config"]["OpenStdin"]
     finally:
         await sandbox.close()
     assert _containers(client, "docker-tied-close") == []
+
+
+async def test_an_untied_container_runs_and_says_so_once(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the engine refuses the attach, the run goes on, its container untied, and
+    its start says so once."""
+    import docker.errors
+    import docker.models.containers
+
+    def refused(self: Any, **kwargs: Any) -> Any:
+        raise docker.errors.APIError("attach refused for the test")
+
+    monkeypatch.setattr(docker.models.containers.Container, "attach_socket", refused)
+    sandbox = _sandbox(tmp_path / "ws", "docker-untied")
+    notices = await sandbox.start()
+    try:
+        untied = [n for n in notices if "could not be tied to mlra" in n]
+        assert len(untied) == 1 and "attach refused for the test" in untied[0], notices
+        result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        assert result.exit_code == 0 and result.output.strip() == "hi"
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-untied") == []
 
 
 async def test_a_tied_container_removed_under_its_sandbox_breaks_nothing(

@@ -85,6 +85,9 @@ class Tie:
         """Let the container go (it stops: only once it is removed, or being removed)."""
         handle, self._handle = self._handle, None
         sock, self._sock = self._sock, None
+        if sock is not None:  # at once, whatever other reference the client keeps to it
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
         for closing in (handle, sock):
             if closing is not None:
                 with contextlib.suppress(Exception):
