@@ -41,7 +41,9 @@ async def test_a_start_cancelled_as_its_container_starts_leaves_no_container(
     workspace.mkdir()
     # No quota (disk_mb 0): the workspace's own cancel is tested with its volume.
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id=run_id)
-    hold = Hold(monkeypatch, docker.models.containers.ContainerCollection, "run", see=_mounted_from)
+    hold = Hold(
+        monkeypatch, docker.models.containers.Container, "start", see=lambda _, c: _mounted_from(c)
+    )
     await cancel_held(asyncio.ensure_future(box.start()), hold, box.close)
     assert client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"}) == []
     stdin = [src for mounts in hold.seen for src in mounts if src.name == "in"]
@@ -82,7 +84,7 @@ async def test_a_start_that_gave_up_waiting_keeps_its_uid_until_its_container_is
     workspace.mkdir()
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id=run_id)
     assert box._claim is not None
-    hold = Hold(monkeypatch, docker.models.containers.ContainerCollection, "run")
+    hold = Hold(monkeypatch, docker.models.containers.Container, "start")
     starting = asyncio.ensure_future(box.start())
     await hold.reached()
     starting.cancel()
@@ -123,9 +125,7 @@ async def test_a_start_that_gave_up_waiting_keeps_its_volume_until_its_container
     workspace = tmp_path / "run" / "ws"
     workspace.mkdir(parents=True)
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=48), image=TEST_IMAGE, run_id=run_id)
-    hold = Hold(
-        monkeypatch, docker.models.containers.ContainerCollection, "run", see=lambda c, *_, **__: c
-    )
+    hold = Hold(monkeypatch, docker.models.containers.Container, "start", see=lambda _, c: c)
     starting = asyncio.ensure_future(box.start())
     await hold.reached()
     starting.cancel()
@@ -194,13 +194,13 @@ async def test_a_start_cancelled_before_its_container_is_made_makes_none(
     from mlra.tools.sandbox.docker_sandbox import DockerSandbox
 
     made: list[object] = []
-    real_run = docker.models.containers.ContainerCollection.run
+    real_create = docker.models.containers.ContainerCollection.create
 
-    def run(collection: Any, *args: Any, **kwargs: Any) -> Any:
+    def create(collection: Any, *args: Any, **kwargs: Any) -> Any:
         made.append(kwargs.get("name"))
-        return real_run(collection, *args, **kwargs)
+        return real_create(collection, *args, **kwargs)
 
-    monkeypatch.setattr(docker.models.containers.ContainerCollection, "run", run)
+    monkeypatch.setattr(docker.models.containers.ContainerCollection, "create", create)
     workspace = tmp_path / "ws"
     workspace.mkdir()
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id="stop-early")
