@@ -17,7 +17,8 @@ This module holds the container's life cycle; the checks before a run and the
 removal of leftovers are in docker_preflight.py, each command's exec and its
 signals in docker_exec.py, and the container's stats in docker_stats.py.
 Containers carry the run id and the owning process in labels, are removed when
-the run ends, and a later start removes those whose owner died without doing it.
+the run ends, end when their mlra dies (docker_tie.py), and a later start removes
+those whose owner died without doing it.
 """
 
 from __future__ import annotations
