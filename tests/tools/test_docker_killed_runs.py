@@ -20,7 +20,6 @@ from mlra.tools.sandbox import volume, volume_settle
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.docker_exec import STDIN_DIR
 from mlra.tools.sandbox.docker_stdin import stdin_folder_of
-from mlra.tools.sandbox.docker_tie import KEEPER_UID
 from mlra.tools.sandbox.volume_users import loop_mounts
 from tests.conftest import ANSWER_RECIPE, TEST_IMAGE, answer_copy
 
@@ -86,7 +85,7 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
             found = client.containers.list(filters={"label": "mlra.run=docker-writer"})
             if found and held is None:
                 held = _held_open(found[0])
-                found[0].exec_run(RELAY, user=f"{KEEPER_UID}:{KEEPER_UID}", detach=True)
+                found[0].exec_run(RELAY, user=found[0].attrs["Config"]["User"], detach=True)
             if found and len(_counts([found[0].logs()])) >= 5:
                 break
             time.sleep(0.1)

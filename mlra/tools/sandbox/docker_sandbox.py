@@ -73,7 +73,14 @@ from mlra.tools.sandbox.docker_preflight import (
 from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_stats import StatsReader
 from mlra.tools.sandbox.docker_stdin import StdinFolder
-from mlra.tools.sandbox.docker_tie import KEEPER, KEEPER_UID, TIED_ARGS, Tie
+from mlra.tools.sandbox.docker_tie import (
+    KEEPER,
+    KEEPER_UID,
+    TIED_ARGS,
+    Tie,
+    held_words,
+    keeper_claim,
+)
 from mlra.tools.sandbox.docker_user import container_user, docker_root_outside_words
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
@@ -184,6 +191,8 @@ class DockerSandbox(Sandbox):
         """The engine's address and version, read when the sandbox starts."""
         self.container: Any = None
         self._claim: run_uid.UidClaim | None = None
+        self._keeper: run_uid.UidClaim | None = None
+        """The keeper's own uid (docker_tie.py), claimed and given back with `_claim`."""
         self._pending = Pending()
         """A cancelled start's thread still making its container, which runs as the claim's
         uid until the thread removes it: the close gives the uid back once it ended."""
@@ -263,7 +272,13 @@ class DockerSandbox(Sandbox):
             return uid, uid
         user = container_user(self.workspace, claims=self._claims)
         self._claim, self.root_outside = user.claim, user.root_outside
+        self._keeper = keeper_claim(user.claim)
         return user.uid, user.gid
+
+    @property
+    def keeper_uid(self) -> int:
+        """The uid the container's init and main process run as (docker_tie.py)."""
+        return KEEPER_UID if self._keeper is None else self._keeper.uid
 
     def root_outside_words(self, what: str) -> str | None:
         if self.root_outside is None:
@@ -361,6 +376,8 @@ class DockerSandbox(Sandbox):
             raise self._explain(exc) from None
         # Tied before it starts, so it never runs untied where the tie can be made.
         self._tie, untied = Tie.hold(self.container)
+        if untied is None and self.keeper_uid == self.uid:
+            untied = held_words(self.uid)
         if untied is not None:
             notices.append(untied)
         try:
@@ -422,7 +439,7 @@ class DockerSandbox(Sandbox):
             "hostname": "sandbox",
             "labels": run_labels(self.run_id),
             # Its init and main process only: each command's exec names the user.
-            "user": f"{KEEPER_UID}:{KEEPER_UID}",
+            "user": f"{self.keeper_uid}:{self.keeper_uid}",
             "working_dir": INSIDE_WORKDIR,
             "volumes": volumes,
             "environment": {},
@@ -507,9 +524,10 @@ class DockerSandbox(Sandbox):
             if gone:
                 if self._quota is not None:  # nothing writes to the volume any more
                     await self._quota.close()
-                if self._claim is not None:  # no process of the container runs as it
-                    self._claim.release()
-                    self._claim = None
+                for claim in (self._claim, self._keeper):  # no process runs as them
+                    if claim is not None:
+                        claim.release()
+                self._claim = self._keeper = None
 
     def _forget_stdin_dir(self) -> None:
         if self._stdin is not None:

@@ -15,11 +15,15 @@ kernel closes the socket, the engine closes the container's stdin, the main proc
 reads EOF. Nothing polls: the kernel and the engine do it. Checked against the engine
 (20.10); the watcher was the fallback, had the engine kept stdin open.
 
-The container's init and main process run as a uid of their own (KEEPER_UID), not the
+The container's init and main process (the keeper) run as a uid of their own, not the
 commands': a command of the same uid could open the main process's stdin through
 /proc/PID/fd/0 for writing and so hold the pipe open past mlra's death; a process of
 another uid (with no capabilities, as every command has none) cannot, nor signal it.
-Commands run as the sandbox's user as before: each exec names it.
+As root, mlra claims the keeper a second uid no account has (run_uid.py), given back
+with the commands' once the container is removed: KEEPER_UID, the host's `nobody`,
+would let any host process running as nobody hold every mlra container up. Only where
+no uid can be claimed (mlra is not root) is it KEEPER_UID. Commands run as the
+sandbox's user as before: each exec names it.
 
 The container stops, and is not removed: the next start removes it, with its stdin
 folder and its workspace's volume (docker_preflight.py), as before. Where the attach
@@ -33,10 +37,12 @@ import os
 import socket
 from typing import Any
 
+from mlra.tools.sandbox import run_uid
+
 KEEPER_UID = 65534
-"""The container's own processes' uid (its init's and its main process's), `nobody` on
-most systems: no command's. A run whose commands run as it (given uid=65534) is tied
-too, but a command could then hold the tie open."""
+"""The keeper's uid where none can be claimed (mlra is not root), `nobody` on most
+systems: no command's, unless the commands run as it too (a workspace owned by 65534),
+when the run is told a command could hold the tie (`held_words`)."""
 KEEPER = ["sh", "-c", "while read -r _; do :; done; exit 0"]
 """The container's main process: reads its stdin, which only mlra's attach holds, until
 EOF (one shell, its `read` built in: the process a quota stop spares)."""
@@ -50,6 +56,25 @@ def untied_words(why: str) -> str:
         "this Docker sandbox's container may outlive mlra if it is killed (until the next "
         f"mlra start removes it): it could not be tied to mlra ({why})"
     )
+
+
+def held_words(uid: int) -> str:
+    return (
+        "this Docker sandbox's container may outlive mlra if it is killed (until the next "
+        f"mlra start removes it): its commands run as uid {uid}, the uid that ties it to "
+        "mlra, so a command could hold the tie"
+    )
+
+
+def keeper_claim(commands: run_uid.UidClaim | None) -> run_uid.UidClaim | None:
+    """A uid of the keeper's own where the commands got one (mlra is root), given back
+    with theirs; None (KEEPER_UID) where none can be claimed."""
+    if commands is None:
+        return None
+    try:
+        return run_uid.claim()
+    except OSError:
+        return None
 
 
 class Tie:
