@@ -478,6 +478,34 @@ async def test_an_untied_container_runs_and_says_so_once(
     assert _containers(client, "docker-untied") == []
 
 
+async def test_an_attach_that_is_no_socket_is_held_and_the_container_runs_on(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attach made but not a plain socket of mlra's (an ssh:// engine's channel) was
+    closed at once, or dropped (set_inheritable refused): the engine closed the
+    container's stdin (StdinOnce), the container ended, and the agent's next command
+    got `409 Conflict ... is not running`. It is held till the close: the run is told
+    its container may outlive mlra, and its commands run."""
+    from mlra.tools.sandbox import docker_tie
+
+    monkeypatch.setattr(docker_tie, "_socket_of", lambda handle: None)
+    sandbox = _sandbox(tmp_path / "ws", "docker-no-socket")
+    notices = await sandbox.start()
+    try:
+        untied = [n for n in notices if "could not be tied to mlra" in n]
+        assert len(untied) == 1 and "not a socket" in untied[0], notices
+        gc.collect()  # a handle no one held would be closed now
+        (container,) = _containers(client, "docker-no-socket")
+        for _ in range(2):
+            result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+            assert result.exit_code == 0 and result.output.strip() == "hi", result.output
+        container.reload()
+        assert container.status == "running"
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-no-socket") == []
+
+
 async def test_a_tied_container_removed_under_its_sandbox_breaks_nothing(
     tmp_path: Path, client: Any
 ) -> None:

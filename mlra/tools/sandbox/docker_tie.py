@@ -27,7 +27,9 @@ sandbox's user as before: each exec names it.
 
 The container stops, and is not removed: the next start removes it, with its stdin
 folder and its workspace's volume (docker_preflight.py), as before. Where the attach
-cannot be made the run goes on, untied, and says so once.
+cannot be made the run goes on, untied, and says so once; an attach that is made but is
+no plain socket of this process (an ssh:// engine's channel) is held all the same, as
+the container ends once it is closed, and the run is told its container may outlive it.
 """
 
 from __future__ import annotations
@@ -93,17 +95,17 @@ class Tie:
             from mlra.tools.sandbox.docker_preflight import short_error
 
             return None, untied_words(short_error(exc))
+        # Held whatever it is, until `release`: dropped or closed, the engine closes the
+        # container's stdin (StdinOnce) and the container ends under the run.
         sock = _socket_of(handle)
         if sock is None:
-            with contextlib.suppress(Exception):
-                handle.close()
-            return None, untied_words("the engine's attach is not a socket of this process")
+            return cls(handle, None), untied_words(
+                "the engine's attach is not a socket of this process"
+            )
         try:
             os.set_inheritable(sock.fileno(), False)  # so already; no command keeps it
         except OSError as exc:
-            with contextlib.suppress(Exception):
-                handle.close()
-            return None, untied_words(str(exc))
+            return cls(handle, sock), untied_words(str(exc))
         return cls(handle, sock), None
 
     def release(self) -> None:
