@@ -15,6 +15,7 @@ import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -434,9 +435,15 @@ def test_a_killed_consoles_container_ends_with_it(
     assert _containers(client, "docker-killed") == []
 
 
-async def test_a_closed_sandbox_removes_its_tied_container(tmp_path: Path, client: Any) -> None:
-    """The tie held through the sandbox's life (commands run, the container stays up)
-    and a close removes the container as before, without a word of being untied."""
+async def test_a_closed_sandbox_removes_its_tied_container(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tie held through the sandbox's life (commands run, the container stays up,
+    the tie's keepalive newlines ignored by its keeper) and a close removes the container
+    as before, without a word of being untied."""
+    from mlra.tools.sandbox import docker_tie
+
+    monkeypatch.setattr(docker_tie, "KEEPALIVE_S", 0.02)
     sandbox = _sandbox(tmp_path / "ws", "docker-tied-close")
     notices = await sandbox.start()
     try:
@@ -504,6 +511,30 @@ async def test_an_attach_that_is_no_socket_is_held_and_the_container_runs_on(
     finally:
         await sandbox.close()
     assert _containers(client, "docker-no-socket") == []
+
+
+async def test_a_tie_closed_while_mlra_runs_says_so_to_the_next_command(
+    tmp_path: Path, client: Any
+) -> None:
+    """A tie closed while mlra lived (an engine restart, a proxy's idle timeout) ended the
+    container, and the agent's next command got a bare `409 Conflict ... is not running`:
+    it is told the container ended because its tie to mlra was closed."""
+    from mlra.tools.sandbox.base import SandboxError
+
+    sandbox = _sandbox(tmp_path / "ws", "docker-tie-closed")
+    await sandbox.start()
+    try:
+        (container,) = _containers(client, "docker-tie-closed")
+        assert sandbox._tie is not None and sandbox._tie._sock is not None
+        sandbox._tie._sock.shutdown(socket.SHUT_RDWR)  # as a proxy closing it would
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        with pytest.raises(SandboxError) as failed:
+            await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        assert "its tie to mlra was closed" in str(failed.value), failed.value
+        assert "409" not in str(failed.value)
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tie-closed") == []
 
 
 async def test_a_tied_container_removed_under_its_sandbox_breaks_nothing(

@@ -23,6 +23,7 @@ from typing import Any
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.docker_preflight import short_error
 from mlra.tools.sandbox.docker_stdin import StdinFolder
+from mlra.tools.sandbox.docker_tie import ended_words
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import RunningCommand
 
@@ -158,6 +159,7 @@ class DockerExec(RunningCommand):
         sink: OutputSink,
         signals: SessionSignals,
         stdin_folder: StdinFolder | None = None,
+        tied: bool = False,
     ) -> None:
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
@@ -167,6 +169,8 @@ class DockerExec(RunningCommand):
         self.uid, self.gid = uid, gid
         self.token = token
         self.stdin_folder = stdin_folder
+        self.tied = tied
+        """Whether mlra held the container's tie (docker_tie.py): its close ends it."""
         self.loop = loop
         self.signals = signals
         self.exec_id: str | None = None
@@ -186,8 +190,9 @@ class DockerExec(RunningCommand):
             self.stream = self.client.api.exec_start(self.exec_id, stream=True, demux=True)
         except Exception as exc:
             self.failed = True
+            ended = ended_words(self.container, self.tied) if "not running" in str(exc) else None
             raise SandboxError(
-                f"cannot run the command in the container: {short_error(exc)}"
+                f"cannot run the command in the container: {ended or short_error(exc)}"
             ) from None
         threading.Thread(target=self._read, name=f"docker-exec-{self.token}", daemon=True).start()
 

@@ -311,6 +311,8 @@ class DockerSandbox(Sandbox):
                 notices += await made_or_undone(
                     lambda: self._start(stop), self._unmade, START_WAIT_S, self._pending, stop
                 )
+                if self._tie is not None:  # through a proxy's idle timeout (docker_tie.py)
+                    self._tie.keep_alive()
             except BaseException:
                 # A thread still making its container (past START_WAIT_S) binds the
                 # volume: it is closed by the sandbox's close, once that thread removed
@@ -698,6 +700,7 @@ class DockerSandbox(Sandbox):
             sink=sink,
             signals=self._signals,
             stdin_folder=self._stdin,
+            tied=self._tie is not None,
         )
         stops_before = self._quota.stops if self._quota is not None else 0
         shared = RUN_SHARED if self._run_group() else ""

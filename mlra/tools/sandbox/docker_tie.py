@@ -34,8 +34,10 @@ the container ends once it is closed, and the run is told its container may outl
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
+import select
 import socket
 from typing import Any
 
@@ -48,6 +50,10 @@ when the run is told a command could hold the tie (`held_words`)."""
 KEEPER = ["sh", "-c", "while read -r _; do :; done; exit 0"]
 """The container's main process: reads its stdin, which only mlra's attach holds, until
 EOF (one shell, its `read` built in: the process a quota stop spares)."""
+KEEPALIVE_S = 50.0
+"""How often mlra writes a newline on the tie (which the keeper reads and ignores): a
+proxy or tunnel on the way to a tcp:// engine that closes idle connections, often after
+60 seconds, would otherwise close the tie, and so end the container under the run."""
 TIED_ARGS: dict[str, Any] = {"stdin_open": True, "detach": False}
 """The container's settings for the tie: the docker client sets StdinOnce (with
 OpenStdin) only for a container made with `detach` false; it is made, not attached."""
@@ -85,6 +91,8 @@ class Tie:
     def __init__(self, handle: Any, sock: socket.socket | None) -> None:
         self._handle: Any = handle
         self._sock = sock
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     @classmethod
     def hold(cls, container: Any) -> tuple[Tie | None, str | None]:
@@ -102,16 +110,45 @@ class Tie:
             return cls(handle, None), untied_words(
                 "the engine's attach is not a socket of this process"
             )
+        if sock.family in (socket.AF_INET, socket.AF_INET6):  # a peer gone is seen
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         try:
             os.set_inheritable(sock.fileno(), False)  # so already; no command keeps it
         except OSError as exc:
             return cls(handle, sock), untied_words(str(exc))
         return cls(handle, sock), None
 
+    def keep_alive(self, every: float | None = None) -> None:
+        """Write a newline on the tie every `every` seconds (KEEPALIVE_S), from the running loop (no
+        thread), till `release`; only on a plain socket, and never blocking the loop (one
+        not ready to take a byte skips its turn). An ssh:// engine's channel gets none."""
+        if self._sock is None or type(self._sock) is not socket.socket:
+            return
+        loop = asyncio.get_running_loop()
+        every = KEEPALIVE_S if every is None else every
+
+        def ping() -> None:
+            sock = self._sock
+            if sock is None:
+                return
+            try:
+                if select.select([], [sock], [], 0)[1]:
+                    sock.send(b"\n")
+            except (OSError, ValueError):
+                return  # closed: the container has ended, or is ending
+            self._timer = loop.call_later(every, ping)
+
+        self._loop, self._timer = loop, loop.call_later(every, ping)
+
     def release(self) -> None:
         """Let the container go (it stops: only once it is removed, or being removed)."""
         handle, self._handle = self._handle, None
         sock, self._sock = self._sock, None
+        timer, loop = self._timer, self._loop
+        if timer is not None and loop is not None:  # called from a thread too
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(timer.cancel)
         if sock is not None:  # at once, whatever other reference the client keeps to it
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
@@ -128,3 +165,23 @@ def _socket_of(handle: Any) -> socket.socket | None:
         return handle
     sock = getattr(handle, "_sock", None)
     return sock if isinstance(sock, socket.socket) else None
+
+
+def ended_words(container: Any, tied: bool) -> str | None:
+    """Why a command cannot run: the container is no longer running. Where it was tied
+    and its keeper exited 0 (it read its stdin's end: a `docker stop` or the OOM killer
+    leaves another status), the tie was closed while mlra ran. None where it runs."""
+    try:
+        container.reload()
+        state = container.attrs.get("State") or {}
+    except Exception:
+        return None
+    if state.get("Running"):
+        return None
+    if tied and state.get("ExitCode") == 0 and not state.get("OOMKilled"):
+        return (
+            "the container has ended: its tie to mlra was closed while mlra ran (an engine "
+            "restart, or a proxy's or ssh tunnel's idle timeout?), so no command can run in "
+            "it any more; see docs/security.md"
+        )
+    return f"the container has ended (exit status {state.get('ExitCode')})"

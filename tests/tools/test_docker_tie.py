@@ -1,0 +1,58 @@
+"""The tie's socket settings and its keepalive (docker_tie.py), on sockets of the test's
+own: the tie against the engine is tried in test_docker_sandbox.py."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from typing import Any
+
+from mlra.tools.sandbox.docker_tie import Tie
+
+
+class _Container:
+    """A container as Tie.hold sees it: its attach is the socket given."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        self.sock = sock
+
+    def attach_socket(self, **_: Any) -> socket.socket:
+        return self.sock
+
+
+def test_a_tcp_tie_keeps_its_connection_probed() -> None:
+    """A tie to a tcp:// engine whose peer vanished (a dropped route, a proxy gone) was
+    never found closed: the kernel now probes it (SO_KEEPALIVE)."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        client = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        tie, untied = Tie.hold(_Container(client))
+        try:
+            assert untied is None and tie is not None
+            assert client.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        finally:
+            assert tie is not None
+            tie.release()
+            accepted.close()
+
+
+async def test_the_tie_writes_a_newline_now_and_then_from_the_loop() -> None:
+    """A proxy or tunnel that closes idle connections closed the tie, on which nothing was
+    ever written, and so ended the container under the run. mlra now writes a newline on
+    it every KEEPALIVE_S (the keeper ignores it), from the loop, till the tie's release."""
+    ours, engine = socket.socketpair()
+    engine.setblocking(False)
+    tie, untied = Tie.hold(_Container(ours))
+    assert untied is None and tie is not None
+    loop = asyncio.get_running_loop()
+    try:
+        tie.keep_alive(every=0.01)
+        got = await asyncio.wait_for(loop.sock_recv(engine, 16), 10)
+        assert got and set(got) == {ord("\n")}
+    finally:
+        tie.release()
+    rest = b""
+    while chunk := await asyncio.wait_for(loop.sock_recv(engine, 64), 10):
+        rest += chunk
+    assert set(rest) <= {ord("\n")}  # then the end of it: released, the socket shut
+    engine.close()
