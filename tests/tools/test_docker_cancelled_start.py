@@ -135,7 +135,10 @@ async def test_a_start_that_gave_up_waiting_keeps_its_volume_until_its_container
     assert workspace.is_mount(), "the volume was closed under the thread's container"
     (container,) = hold.seen
     code, out = await asyncio.to_thread(
-        container.exec_run, ["sh", "-c", "echo late > late.txt"], user=f"{box.uid}:{box.gid}"
+        container.exec_run,
+        ["sh", "-c", "echo late > late.txt"],
+        user=f"{box.uid}:{box.gid}",
+        workdir="/workspace",
     )
     assert code == 0, out
     hold.let_go()

@@ -442,7 +442,8 @@ class DockerSandbox(Sandbox):
             "labels": run_labels(self.run_id),
             # Its init and main process only: each command's exec names the user.
             "user": f"{self.keeper_uid}:{self.keeper_uid}",
-            "working_dir": INSIDE_WORKDIR,
+            # The keeper's; every exec names its own (the workspace, the commands' uid's).
+            "working_dir": "/",
             "volumes": volumes,
             "environment": {},
             "cap_drop": ["ALL"],
