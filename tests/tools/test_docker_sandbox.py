@@ -537,6 +537,32 @@ async def test_a_tie_closed_while_mlra_runs_says_so_to_the_next_command(
     assert _containers(client, "docker-tie-closed") == []
 
 
+async def test_a_tie_closed_after_a_command_killed_for_memory_still_says_so(
+    tmp_path: Path, client: Any
+) -> None:
+    """Once a command had been killed for memory the engine shows the container
+    OOMKilled for ever, and a tie closed later got the bare "the container has ended
+    (exit status 0)": the keeper's exit 0 (it read its stdin's end) is what tells."""
+    from mlra.tools.sandbox.base import SandboxError
+
+    sandbox = _sandbox(tmp_path / "ws", "docker-tie-oom", memory_mb=128)
+    await sandbox.start()
+    try:
+        hog = "x = bytearray(512 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096])"
+        result = await sandbox.exec(["python3", "-c", hog], timeout=120)
+        assert result.exit_code == 137, result
+        (container,) = _containers(client, "docker-tie-oom")
+        assert sandbox._tie is not None
+        sandbox._tie.release()  # as a proxy closing it would
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        with pytest.raises(SandboxError) as failed:
+            await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        assert "its tie to mlra was closed" in str(failed.value), failed.value
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tie-oom") == []
+
+
 async def test_a_tied_container_removed_under_its_sandbox_breaks_nothing(
     tmp_path: Path, client: Any
 ) -> None:

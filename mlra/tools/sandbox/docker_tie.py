@@ -170,7 +170,9 @@ def _socket_of(handle: Any) -> socket.socket | None:
 def ended_words(container: Any, tied: bool) -> str | None:
     """Why a command cannot run: the container is no longer running. Where it was tied
     and its keeper exited 0 (it read its stdin's end: a `docker stop` or the OOM killer
-    leaves another status), the tie was closed while mlra ran. None where it runs."""
+    leaves another status), the tie was closed while mlra ran; OOMKilled is no sign
+    against it: the engine keeps it set once any command was killed for memory. None
+    where it runs."""
     try:
         container.reload()
         state = container.attrs.get("State") or {}
@@ -178,7 +180,7 @@ def ended_words(container: Any, tied: bool) -> str | None:
         return None
     if state.get("Running"):
         return None
-    if tied and state.get("ExitCode") == 0 and not state.get("OOMKilled"):
+    if tied and state.get("ExitCode") == 0:
         return (
             "the container has ended: its tie to mlra was closed while mlra ran (an engine "
             "restart, or a proxy's or ssh tunnel's idle timeout?), so no command can run in "
