@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from typing import Any
 
 from mlra.tools.sandbox.docker_tie import Tie
+from tests.fakes import tls
 
 
 class _Container:
@@ -56,3 +58,30 @@ async def test_the_tie_writes_a_newline_now_and_then_from_the_loop() -> None:
         rest += chunk
     assert set(rest) <= {ord("\n")}  # then the end of it: released, the socket shut
     engine.close()
+
+
+async def test_a_tls_tie_gets_its_newline_too() -> None:
+    """An https engine (tcp:// with TLS) gives the tie as a TLS socket, which got no
+    newline (only a plain socket did), so a proxy's idle timeout closed it after all.
+    The newline now goes through the TLS socket, encrypted, as any other write."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        raw = socket.create_connection(server.getsockname())
+        accepted, _ = server.accept()
+        client_context = ssl.create_default_context(cafile=str(tls.ca_bundle()))
+        engine_side = asyncio.to_thread(
+            tls.server_context().wrap_socket, accepted, server_side=True
+        )
+        ours = client_context.wrap_socket(
+            raw, server_hostname="127.0.0.1", do_handshake_on_connect=False
+        )
+        engine, _ = await asyncio.gather(engine_side, asyncio.to_thread(ours.do_handshake))
+        tie, untied = Tie.hold(_Container(ours))
+        assert untied is None and tie is not None
+        try:
+            tie.keep_alive(every=0.01)
+            engine.settimeout(10)
+            got = await asyncio.to_thread(engine.recv, 16)
+            assert got and set(got) == {ord("\n")}
+        finally:
+            tie.release()
+            engine.close()

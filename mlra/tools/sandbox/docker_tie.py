@@ -39,6 +39,7 @@ import contextlib
 import os
 import select
 import socket
+import ssl
 from typing import Any
 
 from mlra.tools.sandbox import run_uid
@@ -120,10 +121,11 @@ class Tie:
         return cls(handle, sock), None
 
     def keep_alive(self, every: float | None = None) -> None:
-        """Write a newline on the tie every `every` seconds (KEEPALIVE_S), from the running loop (no
-        thread), till `release`; only on a plain socket, and never blocking the loop (one
-        not ready to take a byte skips its turn). An ssh:// engine's channel gets none."""
-        if self._sock is None or type(self._sock) is not socket.socket:
+        """Write a newline on the tie every `every` seconds (KEEPALIVE_S), from the running
+        loop (no thread), till `release`; on a plain socket or a TLS one (an https engine,
+        tcp:// with TLS), never blocking the loop (one not ready to take a byte skips its
+        turn). An ssh:// engine's channel gets none."""
+        if self._sock is None:
             return
         loop = asyncio.get_running_loop()
         every = KEEPALIVE_S if every is None else every
@@ -134,7 +136,9 @@ class Tie:
                 return
             try:
                 if select.select([], [sock], [], 0)[1]:
-                    sock.send(b"\n")
+                    _send_newline(sock)
+            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass  # not ready: its turn is skipped
             except (OSError, ValueError):
                 return  # closed: the container has ended, or is ending
             self._timer = loop.call_later(every, ping)
@@ -156,6 +160,21 @@ class Tie:
             if closing is not None:
                 with contextlib.suppress(Exception):
                     closing.close()
+
+
+def _send_newline(sock: socket.socket) -> None:
+    """One newline, without blocking. A TLS socket takes no MSG_DONTWAIT, so it is made
+    non-blocking for the one send (nothing else uses it): a record only partly written
+    is finished by the next turn's send, as OpenSSL asks, the same byte."""
+    if not isinstance(sock, ssl.SSLSocket):
+        sock.send(b"\n")
+        return
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        sock.send(b"\n")
+    finally:
+        sock.settimeout(timeout)
 
 
 def _socket_of(handle: Any) -> socket.socket | None:
