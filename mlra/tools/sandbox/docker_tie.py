@@ -55,6 +55,9 @@ KEEPALIVE_S = 50.0
 """How often mlra writes a newline on the tie (which the keeper reads and ignores): a
 proxy or tunnel on the way to a tcp:// engine that closes idle connections, often after
 60 seconds, would otherwise close the tie, and so end the container under the run."""
+KEEPALIVE_PROBES = {"TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3}
+"""The kernel's probes of a tcp:// tie: the first after 30 idle seconds, then every 10,
+the peer taken for gone after 3 unanswered."""
 TIED_ARGS: dict[str, Any] = {"stdin_open": True, "detach": False}
 """The container's settings for the tie: the docker client sets StdinOnce (with
 OpenStdin) only for a container made with `detach` false; it is made, not attached."""
@@ -111,9 +114,8 @@ class Tie:
             return cls(handle, None), untied_words(
                 "the engine's attach is not a socket of this process"
             )
-        if sock.family in (socket.AF_INET, socket.AF_INET6):  # a peer gone is seen
-            with contextlib.suppress(OSError):
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        if sock.family in (socket.AF_INET, socket.AF_INET6):
+            _probe(sock)
         try:
             os.set_inheritable(sock.fileno(), False)  # so already; no command keeps it
         except OSError as exc:
@@ -160,6 +162,19 @@ class Tie:
             if closing is not None:
                 with contextlib.suppress(Exception):
                     closing.close()
+
+
+def _probe(sock: socket.socket) -> None:
+    """Have the kernel probe a tcp:// tie, so a vanished peer (a dropped route, a proxy
+    gone) is seen within a minute or so: SO_KEEPALIVE alone first probes after two idle
+    hours. Each setting where the system has it."""
+    with contextlib.suppress(OSError):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in KEEPALIVE_PROBES.items():
+        option = getattr(socket, name, None)
+        if option is not None:
+            with contextlib.suppress(OSError):
+                sock.setsockopt(socket.IPPROTO_TCP, option, value)
 
 
 def _send_newline(sock: socket.socket) -> None:
