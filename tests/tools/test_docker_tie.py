@@ -4,6 +4,8 @@ own: the tie against the engine is tried in test_docker_sandbox.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import socket
 import ssl
 from typing import Any
@@ -89,3 +91,47 @@ async def test_a_tls_tie_gets_its_newline_too() -> None:
         finally:
             tie.release()
             engine.close()
+
+
+async def test_a_tie_on_a_high_descriptor_still_gets_its_newline() -> None:
+    """The keepalive asked select() whether the tie could take a byte, which refuses a
+    descriptor past 1023 (a busy mlra: many runs, many files open): the first turn
+    failed and the newlines stopped for good. A send that does not block needs no ask."""
+    ours, engine = socket.socketpair()
+    high = os.dup2(ours.fileno(), 1500)
+    ours.close()
+    ours = socket.socket(fileno=high)
+    engine.setblocking(False)
+    tie, untied = Tie.hold(_Container(ours))
+    assert untied is None and tie is not None
+    loop = asyncio.get_running_loop()
+    try:
+        tie.keep_alive(every=0.01)
+        got = await asyncio.wait_for(loop.sock_recv(engine, 16), 10)
+        assert got and set(got) == {ord("\n")}
+    finally:
+        tie.release()
+        engine.close()
+
+
+async def test_a_full_tie_skips_its_turn_and_is_kept_alive_after() -> None:
+    """A tie that cannot take a byte now (its buffers full) neither blocks the loop nor
+    ends the keepalive: the newline comes once there is room again."""
+    ours, engine = socket.socketpair()
+    ours.setblocking(False)
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            ours.send(b"x" * 65536)
+    ours.setblocking(True)  # as the engine's attach is
+    engine.setblocking(False)
+    tie, untied = Tie.hold(_Container(ours))
+    assert untied is None and tie is not None
+    loop = asyncio.get_running_loop()
+    try:
+        tie.keep_alive(every=0.01)
+        got = b""
+        while b"\n" not in got:  # the filler, then the newline
+            got += await asyncio.wait_for(loop.sock_recv(engine, 1 << 20), 10)
+    finally:
+        tie.release()
+        engine.close()

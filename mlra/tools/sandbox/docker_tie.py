@@ -36,8 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
-import select
 import socket
 import ssl
 from typing import Any
@@ -137,12 +137,12 @@ class Tie:
             if sock is None:
                 return
             try:
-                if select.select([], [sock], [], 0)[1]:
-                    _send_newline(sock)
-            except (ssl.SSLWantReadError, ssl.SSLWantWriteError):
-                pass  # not ready: its turn is skipped
-            except (OSError, ValueError):
-                return  # closed: the container has ended, or is ending
+                _send_newline(sock)
+            except (BlockingIOError, InterruptedError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+                pass  # not ready to take a byte: its turn is skipped
+            except (OSError, ValueError) as exc:
+                if _closed(sock, exc):
+                    return  # the container has ended, or is ending
             self._timer = loop.call_later(every, ping)
 
         self._loop, self._timer = loop, loop.call_later(every, ping)
@@ -182,7 +182,7 @@ def _send_newline(sock: socket.socket) -> None:
     non-blocking for the one send (nothing else uses it): a record only partly written
     is finished by the next turn's send, as OpenSSL asks, the same byte."""
     if not isinstance(sock, ssl.SSLSocket):
-        sock.send(b"\n")
+        sock.send(b"\n", socket.MSG_DONTWAIT)
         return
     timeout = sock.gettimeout()
     sock.settimeout(0.0)
@@ -190,6 +190,20 @@ def _send_newline(sock: socket.socket) -> None:
         sock.send(b"\n")
     finally:
         sock.settimeout(timeout)
+
+
+_CLOSED = {
+    errno.EPIPE, errno.ECONNRESET, errno.ECONNABORTED, errno.ENOTCONN, errno.ESHUTDOWN,
+    errno.EBADF, errno.ETIMEDOUT,
+}  # fmt: skip
+
+
+def _closed(sock: socket.socket, exc: Exception) -> bool:
+    """Whether a send failed because the tie is closed (its peer gone, the socket shut or
+    closed), which ends the keepalive; any other failure only skips a turn."""
+    if sock.fileno() == -1 or isinstance(exc, (ssl.SSLEOFError, ssl.SSLZeroReturnError)):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _CLOSED
 
 
 def _socket_of(handle: Any) -> socket.socket | None:
