@@ -8,6 +8,7 @@ import contextlib
 import os
 import socket
 import ssl
+import threading
 from typing import Any
 
 from mlra.tools.sandbox.docker_tie import Tie
@@ -132,6 +133,34 @@ async def test_a_full_tie_skips_its_turn_and_is_kept_alive_after() -> None:
         got = b""
         while b"\n" not in got:  # the filler, then the newline
             got += await asyncio.wait_for(loop.sock_recv(engine, 1 << 20), 10)
+    finally:
+        tie.release()
+        engine.close()
+
+
+async def test_a_release_during_a_ping_leaves_no_timer(monkeypatch: Any) -> None:
+    """`release` runs from worker threads: one that came while a newline was being sent
+    cancelled the timer that was firing, and the ping then scheduled another, which
+    fired once more after the release. No timer is left now."""
+    from mlra.tools.sandbox import docker_tie
+
+    ours, engine = socket.socketpair()
+    tie, untied = Tie.hold(_Container(ours))
+    assert untied is None and tie is not None
+    pinged = asyncio.Event()
+
+    def send_while_released(sock: socket.socket) -> None:
+        releasing = threading.Thread(target=tie.release)
+        releasing.start()
+        releasing.join()
+        pinged.set()
+
+    monkeypatch.setattr(docker_tie, "_send_newline", send_while_released)
+    try:
+        tie.keep_alive(every=0.01)
+        await asyncio.wait_for(pinged.wait(), 10)
+        await asyncio.sleep(0)  # the release's cancel, queued to the loop, runs
+        assert tie._timer is not None and tie._timer.cancelled()
     finally:
         tie.release()
         engine.close()

@@ -97,6 +97,9 @@ class Tie:
         self._sock = sock
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timer: asyncio.TimerHandle | None = None
+        self._released = False
+        """Set first by `release` (a worker thread's, often): a ping on the loop that
+        raced it schedules no other."""
 
     @classmethod
     def hold(cls, container: Any) -> tuple[Tie | None, str | None]:
@@ -134,7 +137,7 @@ class Tie:
 
         def ping() -> None:
             sock = self._sock
-            if sock is None:
+            if sock is None or self._released:
                 return
             try:
                 _send_newline(sock)
@@ -143,12 +146,15 @@ class Tie:
             except (OSError, ValueError) as exc:
                 if _closed(sock, exc):
                     return  # the container has ended, or is ending
-            self._timer = loop.call_later(every, ping)
+            self._timer = timer = loop.call_later(every, ping)
+            if self._released:  # since the check above: `release` may have missed it
+                timer.cancel()
 
         self._loop, self._timer = loop, loop.call_later(every, ping)
 
     def release(self) -> None:
         """Let the container go (it stops: only once it is removed, or being removed)."""
+        self._released = True
         handle, self._handle = self._handle, None
         sock, self._sock = self._sock, None
         timer, loop = self._timer, self._loop
