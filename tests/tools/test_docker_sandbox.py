@@ -537,6 +537,38 @@ async def test_a_tie_closed_while_mlra_runs_says_so_to_the_next_command(
     assert _containers(client, "docker-tie-closed") == []
 
 
+async def test_a_command_running_when_its_tie_closes_is_told_why_it_was_killed(
+    tmp_path: Path, client: Any
+) -> None:
+    """A tie closed under a running command ends the container, and the command with it:
+    it got a bare exit 137. Its output now ends with a note that the tie was closed."""
+    import asyncio
+
+    sandbox = _sandbox(tmp_path / "ws", "docker-tie-closed-running")
+    await sandbox.start()
+    started = asyncio.Event()
+    try:
+        killed = await sandbox.exec(["sh", "-c", "kill -9 $$"], timeout=60)
+        assert killed.exit_code == 137 and killed.notes == [], killed  # its container runs
+        running = asyncio.ensure_future(
+            sandbox.exec(
+                ["sh", "-c", "echo started; sleep 600"],
+                timeout=300,
+                on_output=lambda _stream, text: "started" in text and started.set(),
+            )
+        )
+        await asyncio.wait_for(started.wait(), 60)
+        assert sandbox._tie is not None and sandbox._tie._sock is not None
+        sandbox._tie._sock.shutdown(socket.SHUT_RDWR)  # as a proxy closing it would
+        result = await asyncio.wait_for(running, 120)
+        assert result.exit_code == 137, result
+        assert "its tie to mlra was closed" in result.output, result.output
+        assert any("its tie to mlra was closed" in n for n in result.notes), result.notes
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tie-closed-running") == []
+
+
 async def test_a_tie_closed_after_a_command_killed_for_memory_still_says_so(
     tmp_path: Path, client: Any
 ) -> None:

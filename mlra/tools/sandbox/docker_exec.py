@@ -23,7 +23,7 @@ from typing import Any
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.docker_preflight import short_error
 from mlra.tools.sandbox.docker_stdin import StdinFolder
-from mlra.tools.sandbox.docker_tie import ended_words
+from mlra.tools.sandbox.docker_tie import ended_words, killed_note
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import RunningCommand
 
@@ -84,6 +84,9 @@ id), kills what it left behind once it ends, and says so when the container's
 memory limit (`$2` MB, empty for none; `$3`: RUN_SHARED where the run's group holds it
 too) killed a process meanwhile (the container's oom_kill count went up, also where the
 run's limit was the one passed: the same words as the local sandbox's note)."""
+
+MEMORY_NOTE = "was exceeded: the kernel killed a process of this command]"
+"""The end of the wrapper's memory note (the one a command killed for memory gets)."""
 
 RUN_SHARED = " (or the run's, shared by all its sandboxes)"
 """What the note adds under a run's group (tools/sandbox/docker_run_group.py), as the
@@ -234,6 +237,16 @@ class DockerExec(RunningCommand):
         except Exception:
             return None
         return None if info.get("Running") else info.get("ExitCode")
+
+    def tie_note(self, exit_code: int | None, output: str) -> str | None:
+        """Where the command was SIGKILLed (or its status is unknown), neither by mlra
+        nor for memory, and its tied container has ended, its tie closed: the note
+        saying so (blocking)."""
+        if not self.tied or self._killed or exit_code not in (None, 137):
+            return None
+        if MEMORY_NOTE in output:  # the container runs on: no wait for its end
+            return None
+        return killed_note(self.container)
 
     def _stop(self) -> None:
         # Not `docker pause`: an exec that starts while the container is frozen hangs

@@ -721,23 +721,25 @@ class DockerSandbox(Sandbox):
                 raise
             timed_out = await running.see_through(timeout, started)
             exit_code = await asyncio.to_thread(running.exit_code)
+            ended = await asyncio.to_thread(running.tie_note, exit_code, sink.text())
         finally:
             self._running.discard(running)
             running.forget_stdin()
         output = sink.text()
         note = None if self._quota is None else self._quota.note_since(stops_before)
-        if note is not None:
-            output = f"{output.rstrip()}\n{note}\n"
+        notes = [n for n in (note, ended) if n is not None]
+        for line in notes:
+            output = f"{output.rstrip()}\n{line}\n"
             if on_output is not None:
                 with contextlib.suppress(Exception):
-                    on_output("stderr", f"{note}\n")
+                    on_output("stderr", f"{line}\n")
         return ExecResult(
             exit_code=exit_code,
             output=output,
             duration_s=round(time.monotonic() - started, 3),
             timed_out=timed_out,
             killed=timed_out,
-            notes=[] if note is None else [note],
+            notes=notes,
             disk_note=note,
         )
 

@@ -58,6 +58,9 @@ proxy or tunnel on the way to a tcp:// engine that closes idle connections, ofte
 KEEPALIVE_PROBES = {"TCP_KEEPIDLE": 30, "TCP_KEEPINTVL": 10, "TCP_KEEPCNT": 3}
 """The kernel's probes of a tcp:// tie: the first after 30 idle seconds, then every 10,
 the peer taken for gone after 3 unanswered."""
+ENDING_WAIT_S = 3.0
+"""How long a command killed with no word why waits for its container's end to be seen
+(`killed_note`)."""
 TIED_ARGS: dict[str, Any] = {"stdin_open": True, "detach": False}
 """The container's settings for the tie: the docker client sets StdinOnce (with
 OpenStdin) only for a container made with `detach` false; it is made, not attached."""
@@ -221,6 +224,12 @@ def _socket_of(handle: Any) -> socket.socket | None:
     return sock if isinstance(sock, socket.socket) else None
 
 
+TIE_CLOSED = (
+    "its tie to mlra was closed while mlra ran (a `docker attach` that detached, an engine "
+    "restart, or a proxy's or ssh tunnel's idle timeout?)"
+)
+
+
 def ended_words(container: Any, tied: bool) -> str | None:
     """Why a command cannot run: the container is no longer running. Where it was tied
     and its keeper exited 0 (it read its stdin's end: a `docker stop` or the OOM killer
@@ -236,8 +245,24 @@ def ended_words(container: Any, tied: bool) -> str | None:
         return None
     if tied and state.get("ExitCode") == 0:
         return (
-            "the container has ended: its tie to mlra was closed while mlra ran (an engine "
-            "restart, or a proxy's or ssh tunnel's idle timeout?), so no command can run in "
-            "it any more; see docs/security.md"
+            f"the container has ended: {TIE_CLOSED}, so no command can run in it any more; "
+            "see docs/security.md"
         )
     return f"the container has ended (exit status {state.get('ExitCode')})"
+
+
+def killed_note(container: Any) -> str | None:
+    """The note for a command killed as its tied container ended under it (the kernel
+    ends every process of the container with its keeper), which was only an exit 137:
+    the tie was closed. None where the container runs, or ended otherwise (blocking).
+    The exec's end may come before the engine's word that the container ended, so that
+    word is waited for, ENDING_WAIT_S at most (the container may well run on)."""
+    with contextlib.suppress(Exception):  # still running after it, or the engine is gone
+        container.wait(timeout=ENDING_WAIT_S, condition="not-running")
+    words = ended_words(container, tied=True)
+    if words is None or TIE_CLOSED not in words:
+        return None
+    return (
+        f"[the container ended under this command, killing it: {TIE_CLOSED}; no command "
+        "can run in it any more, see docs/security.md]"
+    )
