@@ -41,7 +41,9 @@ async def test_a_start_cancelled_as_its_container_starts_leaves_no_container(
     workspace.mkdir()
     # No quota (disk_mb 0): the workspace's own cancel is tested with its volume.
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id=run_id)
-    hold = Hold(monkeypatch, docker.models.containers.ContainerCollection, "run", see=_mounted_from)
+    hold = Hold(
+        monkeypatch, docker.models.containers.Container, "start", see=lambda _, c: _mounted_from(c)
+    )
     await cancel_held(asyncio.ensure_future(box.start()), hold, box.close)
     assert client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"}) == []
     stdin = [src for mounts in hold.seen for src in mounts if src.name == "in"]
@@ -82,7 +84,7 @@ async def test_a_start_that_gave_up_waiting_keeps_its_uid_until_its_container_is
     workspace.mkdir()
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id=run_id)
     assert box._claim is not None
-    hold = Hold(monkeypatch, docker.models.containers.ContainerCollection, "run")
+    hold = Hold(monkeypatch, docker.models.containers.Container, "start")
     starting = asyncio.ensure_future(box.start())
     await hold.reached()
     starting.cancel()
@@ -94,7 +96,8 @@ async def test_a_start_that_gave_up_waiting_keeps_its_uid_until_its_container_is
     assert not closing.done() and order == []
     hold.let_go()
     await closing
-    assert order == ["container removed", "uid given back"]
+    # Both uids, the commands' and the keeper's (docker_tie.py), once it is gone.
+    assert order == ["container removed", "uid given back", "uid given back"]
     assert client.containers.list(all=True, filters={"label": f"mlra.run={run_id}"}) == []
 
 
@@ -123,9 +126,7 @@ async def test_a_start_that_gave_up_waiting_keeps_its_volume_until_its_container
     workspace = tmp_path / "run" / "ws"
     workspace.mkdir(parents=True)
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=48), image=TEST_IMAGE, run_id=run_id)
-    hold = Hold(
-        monkeypatch, docker.models.containers.ContainerCollection, "run", see=lambda c, *_, **__: c
-    )
+    hold = Hold(monkeypatch, docker.models.containers.Container, "start", see=lambda _, c: c)
     starting = asyncio.ensure_future(box.start())
     await hold.reached()
     starting.cancel()
@@ -134,7 +135,10 @@ async def test_a_start_that_gave_up_waiting_keeps_its_volume_until_its_container
     assert workspace.is_mount(), "the volume was closed under the thread's container"
     (container,) = hold.seen
     code, out = await asyncio.to_thread(
-        container.exec_run, ["sh", "-c", "echo late > late.txt"], user=f"{box.uid}:{box.gid}"
+        container.exec_run,
+        ["sh", "-c", "echo late > late.txt"],
+        user=f"{box.uid}:{box.gid}",
+        workdir="/workspace",
     )
     assert code == 0, out
     hold.let_go()
@@ -194,13 +198,13 @@ async def test_a_start_cancelled_before_its_container_is_made_makes_none(
     from mlra.tools.sandbox.docker_sandbox import DockerSandbox
 
     made: list[object] = []
-    real_run = docker.models.containers.ContainerCollection.run
+    real_create = docker.models.containers.ContainerCollection.create
 
-    def run(collection: Any, *args: Any, **kwargs: Any) -> Any:
+    def create(collection: Any, *args: Any, **kwargs: Any) -> Any:
         made.append(kwargs.get("name"))
-        return real_run(collection, *args, **kwargs)
+        return real_create(collection, *args, **kwargs)
 
-    monkeypatch.setattr(docker.models.containers.ContainerCollection, "run", run)
+    monkeypatch.setattr(docker.models.containers.ContainerCollection, "create", create)
     workspace = tmp_path / "ws"
     workspace.mkdir()
     box = DockerSandbox(workspace, SandboxSpec(disk_mb=0), image=TEST_IMAGE, run_id="stop-early")

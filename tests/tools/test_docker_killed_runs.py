@@ -23,9 +23,18 @@ from mlra.tools.sandbox.docker_stdin import stdin_folder_of
 from mlra.tools.sandbox.volume_users import loop_mounts
 from tests.conftest import ANSWER_RECIPE, TEST_IMAGE, answer_copy
 
-WRITER = "i=0; while :; do i=$((i+1)); echo $i >> log; echo $i > /proc/1/fd/1; sleep 0.005; done"
-"""Counts into the workspace's `log`, and after each line into the container's own log
-(its init's output), which the test reads from the engine until the container goes."""
+WRITER = "i=0; while :; do i=$((i+1)); echo $i >> log; sleep 0.005; done"
+"""Counts into the workspace's `log`."""
+RELAY = ["sh", "-c", "exec tail -n +1 -F /workspace/log > /proc/1/fd/1"]
+"""Copies the log, as the container sees it, into the container's own log (its init's
+output), which the test reads from the engine until the container goes: run by the
+test as the init's uid, which the commands' is not (docker_tie.py)."""
+
+
+def _held_open(container: Any) -> int:
+    """The container's stdin, opened for writing by the test (root on this machine): the
+    container outlives its mlra as where its tie could not be made (docker_tie.py)."""
+    return os.open(f"/proc/{container.attrs['State']['Pid']}/fd/0", os.O_WRONLY)
 
 
 def _writer_task(answer_task: Path, tmp_path: Path) -> Path:
@@ -69,10 +78,14 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
         cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
     )  # fmt: skip
     chunks: list[bytes] = []
+    held: int | None = None
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and proc.poll() is None:
             found = client.containers.list(filters={"label": "mlra.run=docker-writer"})
+            if found and held is None:
+                held = _held_open(found[0])
+                found[0].exec_run(RELAY, user=found[0].attrs["Config"]["User"], detach=True)
             if found and len(_counts([found[0].logs()])) >= 5:
                 break
             time.sleep(0.1)
@@ -111,6 +124,8 @@ def test_a_killed_runs_container_is_removed_before_its_volume_is_carried_back(
     finally:  # a failure above leaves the container running: nothing else removes it now
         for left in client.containers.list(all=True, filters={"label": "mlra.run=docker-writer"}):
             left.remove(force=True)
+        if held is not None:
+            os.close(held)
     assert any("docker-writer" in n for n in notices)
     assert client.containers.list(all=True, filters={"label": "mlra.run=docker-writer"}) == []
     # Its commands' stdin folder, which the killed mlra never removed, went with it.
@@ -149,7 +164,8 @@ def test_a_searchs_attempt_containers_carry_the_runs_id(
 ) -> None:
     """An attempt's container was labelled mlra.run=a1 (its attempt's id, which every
     search has): `docker ps --filter label=mlra.run=RUN` missed a search's attempts, and a
-    killed search's leftovers were reported as runs "a1, a2"."""
+    killed search's leftovers were reported as runs "a1, a2". Each attempt's container
+    ran on after the search was killed, too: they end with it now."""
     env = {**os.environ, "DOCKER_HOST": docker_host}
     proc = subprocess.Popen(
         [sys.executable, "-m", "mlra", "run", str(_search_task(answer_task, tmp_path)),
@@ -173,6 +189,11 @@ def test_a_searchs_attempt_containers_carry_the_runs_id(
     finally:
         if proc.poll() is None:
             proc.kill()
+    # Each attempt's container is tied to the killed mlra: all end with it (stopped).
+    # The engine's own word that each ended (a second; 60 bounds a failure only).
+    for container in client.containers.list(filters={"label": "mlra.run=docker-search"}):
+        container.wait(timeout=60)
+    assert client.containers.list(filters={"label": "mlra.run=docker-search"}) == []
     from mlra.tools.sandbox.docker_sandbox import remove_leftover_containers
 
     removed = remove_leftover_containers()

@@ -120,3 +120,63 @@ def test_two_containers_get_different_uids(tmp_path: Path, docker_host: str) -> 
     ]
     assert boxes[0].uid != boxes[1].uid
     assert all(b.uid not in (0, HOST_USER) and b.uid == b.gid for b in boxes)
+
+
+NOBODY = 65534
+
+
+async def test_the_hosts_nobody_cannot_hold_the_containers_tie(
+    tmp_path: Path, docker_host: str
+) -> None:
+    """The container's init and main process (docker_tie.py) ran as 65534, the host's
+    `nobody`: any host process running as nobody could open their stdin through /proc and
+    keep every mlra container up after its mlra died. As root they run as a uid claimed
+    for them, no account's and not the commands', given back with the commands' once the
+    container is removed."""
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sandbox = DockerSandbox(workspace, SandboxSpec(), image=TEST_IMAGE, run_id="uid-keeper")
+    notices = await sandbox.start()
+    try:
+        keeper = sandbox.keeper_uid
+        assert keeper not in (0, NOBODY, HOST_USER, sandbox.uid), keeper
+        with pytest.raises(KeyError):
+            pwd.getpwuid(keeper)
+        assert not any("tie" in n for n in notices), notices
+        sandbox.container.reload()
+        init = sandbox.container.attrs["State"]["Pid"]
+        assert Path(f"/proc/{init}").stat().st_uid == keeper
+        held = _as_user(NOBODY, f"exec 3>/proc/{init}/fd/0 && echo held")
+        assert held.returncode != 0 and "held" not in held.stdout, held
+        claims = [c.path for c in (sandbox._claim, sandbox._keeper) if c is not None]
+        assert len(claims) == 2 and all(p.exists() for p in claims)
+        result = await sandbox.exec(["sh", "-c", "id -u"], timeout=60)
+        assert result.exit_code == 0 and result.output.split() == [str(sandbox.uid)]
+    finally:
+        await sandbox.close()
+    assert not any(p.exists() for p in claims)  # both uids given back
+
+
+async def test_commands_running_as_the_keepers_uid_are_told_they_could_hold_the_tie(
+    tmp_path: Path, docker_host: str
+) -> None:
+    """Where the keeper's uid is the commands' (none claimed: a given uid of 65534, as a
+    non-root mlra whose workspace is owned by 65534 runs), the run said nothing: it is
+    told once that a command could hold the tie."""
+    from mlra.tools.sandbox.docker_sandbox import DockerSandbox
+
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    sandbox = DockerSandbox(
+        workspace, SandboxSpec(), image=TEST_IMAGE, run_id="uid-keeper-shared", uid=NOBODY
+    )
+    notices = await sandbox.start()
+    try:
+        held = [n for n in notices if "could hold the tie" in n]
+        assert len(held) == 1 and str(NOBODY) in held[0], notices
+        result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        assert result.exit_code == 0 and result.output.strip() == "hi"
+    finally:
+        await sandbox.close()

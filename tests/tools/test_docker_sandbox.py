@@ -11,9 +11,11 @@ the workspace, and the containers a run leaves behind.
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -355,14 +357,44 @@ def test_a_scripted_run_in_a_container(
     assert _containers(client, "docker-e2e") == []
 
 
-def test_a_killed_console_leaves_a_container_that_the_next_start_removes(
+HOLDER = (
+    'python3 -c "import glob, os, time\n'
+    "for p in glob.glob('/proc/[0-9]*/fd/0'):\n"
+    "    try: os.open(p, os.O_WRONLY | os.O_NONBLOCK)\n"
+    "    except OSError: pass\n"
+    'time.sleep(293.5)"'
+)
+"""A long command that first opens every stdin it can reach in the container for writing:
+had it reached the main process's (the tie, docker_tie.py), it would hold it open."""
+
+
+def _running(client: Any, run_id: str) -> list[Any]:
+    return client.containers.list(filters={"label": f"mlra.run={run_id}"})
+
+
+def _host_pids_running(marker: str) -> list[int]:
+    """This machine's processes whose command line holds `marker` (the container's too:
+    the test engine is local)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if marker.encode() in cmdline.read_bytes() and int(cmdline.parent.name) != os.getpid():
+                found.append(int(cmdline.parent.name))
+    return found
+
+
+def test_a_killed_consoles_container_ends_with_it(
     tmp_path: Path, answer_task: Path, client: Any, docker_host: str
 ) -> None:
+    """A console killed outright (SIGKILL: no close) left its container running, its
+    command with it, holding the GPUs, CPUs and memory until the next mlra start removed
+    it. The container now ends when its mlra dies, however its command tries to keep it;
+    the next start removes what is left of it (a stopped container)."""
     from mlra.tools.sandbox.docker_sandbox import remove_leftover_containers
 
     script = {
         "supervisor": supervisor_answering(),
-        "worker": [turn("Train for long.", call("bash", command="sleep 293.5", timeout=600))],
+        "worker": [turn("Train for long.", call("bash", command=HOLDER, timeout=600))],
     }
     run_dir = tmp_path / "runs" / "docker-killed"
     with ScriptedModelServer(script) as server:
@@ -377,21 +409,205 @@ def test_a_killed_console_leaves_a_container_that_the_next_start_removes(
             deadline = time.monotonic() + 60
             while time.monotonic() < deadline and proc.poll() is None:
                 log = run_dir / "events.jsonl"
-                if log.exists() and "sleep 293.5" in log.read_text():
-                    containers = _containers(client, "docker-killed")
-                    if containers and "sleep 293.5" in json.dumps(containers[0].top()):
+                if log.exists() and "293.5" in log.read_text():
+                    containers = _running(client, "docker-killed")
+                    if containers and "time.sleep(293.5)" in json.dumps(containers[0].top()):
                         break
                 time.sleep(0.1)
             else:
                 pytest.fail(f"the command never ran: {proc.stderr.read() if proc.stderr else ''}")
+            assert _host_pids_running("time.sleep(293.5)")
             proc.send_signal(signal.SIGKILL)
             proc.wait(timeout=10)
         finally:
             if proc.poll() is None:
                 proc.kill()
-    assert len(_containers(client, "docker-killed")) == 1  # nobody was left to remove it
+    try:  # the engine's own word that it ended (a second; 60 bounds a failure only)
+        for container in containers:
+            container.wait(timeout=60)
+        assert _running(client, "docker-killed") == []
+        assert _host_pids_running("time.sleep(293.5)") == []  # its command with it
+    finally:
+        for left in _running(client, "docker-killed"):
+            left.remove(force=True)
+    # Stopped, not removed: the next start removes it, with its stdin folder and volume.
     assert "docker-killed" in remove_leftover_containers()
     assert _containers(client, "docker-killed") == []
+
+
+async def test_a_closed_sandbox_removes_its_tied_container(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tie held through the sandbox's life (commands run, the container stays up,
+    the tie's keepalive newlines ignored by its keeper) and a close removes the container
+    as before, without a word of being untied."""
+    from mlra.tools.sandbox import docker_tie
+
+    monkeypatch.setattr(docker_tie, "KEEPALIVE_S", 0.02)
+    sandbox = _sandbox(tmp_path / "ws", "docker-tied-close")
+    notices = await sandbox.start()
+    try:
+        assert not any("tied" in n for n in notices), notices
+        for _ in range(3):
+            result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+            assert result.exit_code == 0 and result.output.strip() == "hi"
+        gc.collect()  # nothing the docker client left to collect lets the tie go
+        result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        (container,) = _containers(client, "docker-tied-close")
+        assert container.status == "running" and result.exit_code == 0
+        assert container.attrs["Config"]["StdinOnce"] and container.attrs["Config"]["OpenStdin"]
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tied-close") == []
+
+
+async def test_an_untied_container_runs_and_says_so_once(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the engine refuses the attach, the run goes on, its container untied, and
+    its start says so once."""
+    import docker.errors
+    import docker.models.containers
+
+    def refused(self: Any, **kwargs: Any) -> Any:
+        raise docker.errors.APIError("attach refused for the test")
+
+    monkeypatch.setattr(docker.models.containers.Container, "attach_socket", refused)
+    sandbox = _sandbox(tmp_path / "ws", "docker-untied")
+    notices = await sandbox.start()
+    try:
+        untied = [n for n in notices if "could not be tied to mlra" in n]
+        assert len(untied) == 1 and "attach refused for the test" in untied[0], notices
+        result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        assert result.exit_code == 0 and result.output.strip() == "hi"
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-untied") == []
+
+
+async def test_an_attach_that_is_no_socket_is_held_and_the_container_runs_on(
+    tmp_path: Path, client: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attach made but not a plain socket of mlra's (an ssh:// engine's channel) was
+    closed at once, or dropped (set_inheritable refused): the engine closed the
+    container's stdin (StdinOnce), the container ended, and the agent's next command
+    got `409 Conflict ... is not running`. It is held till the close: the run is told
+    its container may outlive mlra, and its commands run."""
+    from mlra.tools.sandbox import docker_tie
+
+    monkeypatch.setattr(docker_tie, "_socket_of", lambda handle: None)
+    sandbox = _sandbox(tmp_path / "ws", "docker-no-socket")
+    notices = await sandbox.start()
+    try:
+        untied = [n for n in notices if "could not be tied to mlra" in n]
+        assert len(untied) == 1 and "not a socket" in untied[0], notices
+        gc.collect()  # a handle no one held would be closed now
+        (container,) = _containers(client, "docker-no-socket")
+        for _ in range(2):
+            result = await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+            assert result.exit_code == 0 and result.output.strip() == "hi", result.output
+        container.reload()
+        assert container.status == "running"
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-no-socket") == []
+
+
+async def test_a_tie_closed_while_mlra_runs_says_so_to_the_next_command(
+    tmp_path: Path, client: Any
+) -> None:
+    """A tie closed while mlra lived (an engine restart, a proxy's idle timeout) ended the
+    container, and the agent's next command got a bare `409 Conflict ... is not running`:
+    it is told the container ended because its tie to mlra was closed."""
+    from mlra.tools.sandbox.base import SandboxError
+
+    sandbox = _sandbox(tmp_path / "ws", "docker-tie-closed")
+    await sandbox.start()
+    try:
+        (container,) = _containers(client, "docker-tie-closed")
+        assert sandbox._tie is not None and sandbox._tie._sock is not None
+        sandbox._tie._sock.shutdown(socket.SHUT_RDWR)  # as a proxy closing it would
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        with pytest.raises(SandboxError) as failed:
+            await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        assert "its tie to mlra was closed" in str(failed.value), failed.value
+        assert "409" not in str(failed.value)
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tie-closed") == []
+
+
+async def test_a_command_running_when_its_tie_closes_is_told_why_it_was_killed(
+    tmp_path: Path, client: Any
+) -> None:
+    """A tie closed under a running command ends the container, and the command with it:
+    it got a bare exit 137. Its output now ends with a note that the tie was closed."""
+    import asyncio
+
+    sandbox = _sandbox(tmp_path / "ws", "docker-tie-closed-running")
+    await sandbox.start()
+    started = asyncio.Event()
+    try:
+        killed = await sandbox.exec(["sh", "-c", "kill -9 $$"], timeout=60)
+        assert killed.exit_code == 137 and killed.notes == [], killed  # its container runs
+        running = asyncio.ensure_future(
+            sandbox.exec(
+                ["sh", "-c", "echo started; sleep 600"],
+                timeout=300,
+                on_output=lambda _stream, text: "started" in text and started.set(),
+            )
+        )
+        await asyncio.wait_for(started.wait(), 60)
+        assert sandbox._tie is not None and sandbox._tie._sock is not None
+        sandbox._tie._sock.shutdown(socket.SHUT_RDWR)  # as a proxy closing it would
+        result = await asyncio.wait_for(running, 120)
+        assert result.exit_code == 137, result
+        assert "its tie to mlra was closed" in result.output, result.output
+        assert any("its tie to mlra was closed" in n for n in result.notes), result.notes
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tie-closed-running") == []
+
+
+async def test_a_tie_closed_after_a_command_killed_for_memory_still_says_so(
+    tmp_path: Path, client: Any
+) -> None:
+    """Once a command had been killed for memory the engine shows the container
+    OOMKilled for ever, and a tie closed later got the bare "the container has ended
+    (exit status 0)": the keeper's exit 0 (it read its stdin's end) is what tells."""
+    from mlra.tools.sandbox.base import SandboxError
+
+    sandbox = _sandbox(tmp_path / "ws", "docker-tie-oom", memory_mb=128)
+    await sandbox.start()
+    try:
+        hog = "x = bytearray(512 * 1024 * 1024); x[::4096] = b'1' * len(x[::4096])"
+        result = await sandbox.exec(["python3", "-c", hog], timeout=120)
+        assert result.exit_code == 137, result
+        (container,) = _containers(client, "docker-tie-oom")
+        assert sandbox._tie is not None
+        sandbox._tie.release()  # as a proxy closing it would
+        assert container.wait(timeout=60)["StatusCode"] == 0
+        with pytest.raises(SandboxError) as failed:
+            await sandbox.exec(["sh", "-c", "echo hi"], timeout=60)
+        assert "its tie to mlra was closed" in str(failed.value), failed.value
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tie-oom") == []
+
+
+async def test_a_tied_container_removed_under_its_sandbox_breaks_nothing(
+    tmp_path: Path, client: Any
+) -> None:
+    """Another mlra (its start's leftover removal) or a person removed the container while
+    its sandbox lived: the close goes on as for a container already gone."""
+    sandbox = _sandbox(tmp_path / "ws", "docker-tied-gone")
+    await sandbox.start()
+    try:
+        for container in _containers(client, "docker-tied-gone"):
+            container.remove(force=True)
+    finally:
+        await sandbox.close()
+    assert _containers(client, "docker-tied-gone") == []
 
 
 def test_clear_errors_before_any_run_folder(

@@ -23,6 +23,7 @@ from typing import Any
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.docker_preflight import short_error
 from mlra.tools.sandbox.docker_stdin import StdinFolder
+from mlra.tools.sandbox.docker_tie import ended_words, killed_note
 from mlra.tools.sandbox.output import OutputSink
 from mlra.tools.sandbox.runner import RunningCommand
 
@@ -83,6 +84,9 @@ id), kills what it left behind once it ends, and says so when the container's
 memory limit (`$2` MB, empty for none; `$3`: RUN_SHARED where the run's group holds it
 too) killed a process meanwhile (the container's oom_kill count went up, also where the
 run's limit was the one passed: the same words as the local sandbox's note)."""
+
+MEMORY_NOTE = "was exceeded: the kernel killed a process of this command]"
+"""The end of the wrapper's memory note (the one a command killed for memory gets)."""
 
 RUN_SHARED = " (or the run's, shared by all its sandboxes)"
 """What the note adds under a run's group (tools/sandbox/docker_run_group.py), as the
@@ -158,6 +162,7 @@ class DockerExec(RunningCommand):
         sink: OutputSink,
         signals: SessionSignals,
         stdin_folder: StdinFolder | None = None,
+        tied: bool = False,
     ) -> None:
         loop = asyncio.get_running_loop()
         finished: asyncio.Future[None] = loop.create_future()
@@ -167,6 +172,8 @@ class DockerExec(RunningCommand):
         self.uid, self.gid = uid, gid
         self.token = token
         self.stdin_folder = stdin_folder
+        self.tied = tied
+        """Whether mlra held the container's tie (docker_tie.py): its close ends it."""
         self.loop = loop
         self.signals = signals
         self.exec_id: str | None = None
@@ -186,8 +193,9 @@ class DockerExec(RunningCommand):
             self.stream = self.client.api.exec_start(self.exec_id, stream=True, demux=True)
         except Exception as exc:
             self.failed = True
+            ended = ended_words(self.container, self.tied) if "not running" in str(exc) else None
             raise SandboxError(
-                f"cannot run the command in the container: {short_error(exc)}"
+                f"cannot run the command in the container: {ended or short_error(exc)}"
             ) from None
         threading.Thread(target=self._read, name=f"docker-exec-{self.token}", daemon=True).start()
 
@@ -229,6 +237,16 @@ class DockerExec(RunningCommand):
         except Exception:
             return None
         return None if info.get("Running") else info.get("ExitCode")
+
+    def tie_note(self, exit_code: int | None, output: str) -> str | None:
+        """Where the command was SIGKILLed (or its status is unknown), neither by mlra
+        nor for memory, and its tied container has ended, its tie closed: the note
+        saying so (blocking)."""
+        if not self.tied or self._killed or exit_code not in (None, 137):
+            return None
+        if MEMORY_NOTE in output:  # the container runs on: no wait for its end
+            return None
+        return killed_note(self.container)
 
     def _stop(self) -> None:
         # Not `docker pause`: an exec that starts while the container is frozen hangs

@@ -17,7 +17,8 @@ This module holds the container's life cycle; the checks before a run and the
 removal of leftovers are in docker_preflight.py, each command's exec and its
 signals in docker_exec.py, and the container's stats in docker_stats.py.
 Containers carry the run id and the owning process in labels, are removed when
-the run ends, and a later start removes those whose owner died without doing it.
+the run ends, end when their mlra dies (docker_tie.py), and a later start removes
+those whose owner died without doing it.
 """
 
 from __future__ import annotations
@@ -72,6 +73,14 @@ from mlra.tools.sandbox.docker_preflight import (
 from mlra.tools.sandbox.docker_run_group import DockerRunGroup
 from mlra.tools.sandbox.docker_stats import StatsReader
 from mlra.tools.sandbox.docker_stdin import StdinFolder
+from mlra.tools.sandbox.docker_tie import (
+    KEEPER,
+    KEEPER_UID,
+    TIED_ARGS,
+    Tie,
+    held_words,
+    keeper_claim,
+)
 from mlra.tools.sandbox.docker_user import container_user, docker_root_outside_words
 from mlra.tools.sandbox.env import (
     STANDARD_PATH,
@@ -182,6 +191,8 @@ class DockerSandbox(Sandbox):
         """The engine's address and version, read when the sandbox starts."""
         self.container: Any = None
         self._claim: run_uid.UidClaim | None = None
+        self._keeper: run_uid.UidClaim | None = None
+        """The keeper's own uid (docker_tie.py), claimed and given back with `_claim`."""
         self._pending = Pending()
         """A cancelled start's thread still making its container, which runs as the claim's
         uid until the thread removes it: the close gives the uid back once it ended."""
@@ -205,7 +216,9 @@ class DockerSandbox(Sandbox):
         self._accounts: tuple[Path, ...] = ()
         """Its /etc/passwd and /etc/group, in the stdin folder's root (accounts.py)."""
         self._main_pid: str | None = None
-        """The container's main process (`sleep infinity`), the one a quota stop spares."""
+        """The container's main process (docker_tie.KEEPER), the one a quota stop spares."""
+        self._tie: Tie | None = None
+        """mlra's hold on the container's stdin, which ends it when mlra dies (docker_tie.py)."""
 
     @property
     def workdir(self) -> str:
@@ -259,7 +272,13 @@ class DockerSandbox(Sandbox):
             return uid, uid
         user = container_user(self.workspace, claims=self._claims)
         self._claim, self.root_outside = user.claim, user.root_outside
+        self._keeper = keeper_claim(user.claim)
         return user.uid, user.gid
+
+    @property
+    def keeper_uid(self) -> int:
+        """The uid the container's init and main process run as (docker_tie.py)."""
+        return KEEPER_UID if self._keeper is None else self._keeper.uid
 
     def root_outside_words(self, what: str) -> str | None:
         if self.root_outside is None:
@@ -292,6 +311,8 @@ class DockerSandbox(Sandbox):
                 notices += await made_or_undone(
                     lambda: self._start(stop), self._unmade, START_WAIT_S, self._pending, stop
                 )
+                if self._tie is not None:  # through a proxy's idle timeout (docker_tie.py)
+                    self._tie.keep_alive()
             except BaseException:
                 # A thread still making its container (past START_WAIT_S) binds the
                 # volume: it is closed by the sandbox's close, once that thread removed
@@ -351,9 +372,20 @@ class DockerSandbox(Sandbox):
             raise
         go_on()
         try:
-            self.container = self.client.containers.run(**self._container_args())
+            self.container = self.client.containers.create(**self._container_args())
         except docker.errors.APIError as exc:
             self._forget_stdin_dir()
+            raise self._explain(exc) from None
+        # Tied before it starts, so it never runs untied where the tie can be made.
+        self._tie, untied = Tie.hold(self.container)
+        if untied is None and self.keeper_uid == self.uid:
+            untied = held_words(self.uid)
+        if untied is not None:
+            notices.append(untied)
+        try:
+            self.container.start()
+        except docker.errors.APIError as exc:
+            self._unmade()
             raise self._explain(exc) from None
         group = self._run_group()
         if group is not None and not group.holds(self.container.id):
@@ -402,14 +434,16 @@ class DockerSandbox(Sandbox):
             volumes[original] = {"bind": f"{INSIDE_WORKDIR}/{rel}", "mode": "ro"}
         args: dict[str, Any] = {
             "image": self.image,
-            "command": ["sleep", "infinity"],
-            "detach": True,
+            "command": KEEPER,  # ends the container when mlra dies (docker_tie.py)
+            **TIED_ARGS,
             "init": True,
             "name": f"mlra-{self.run_id.replace('/', '-')}-{secrets.token_hex(2)}",
             "hostname": "sandbox",
             "labels": run_labels(self.run_id),
-            "user": f"{self.uid}:{self.gid}",
-            "working_dir": INSIDE_WORKDIR,
+            # Its init and main process only: each command's exec names the user.
+            "user": f"{self.keeper_uid}:{self.keeper_uid}",
+            # The keeper's; every exec names its own (the workspace, the commands' uid's).
+            "working_dir": "/",
             "volumes": volumes,
             "environment": {},
             "cap_drop": ["ALL"],
@@ -493,9 +527,10 @@ class DockerSandbox(Sandbox):
             if gone:
                 if self._quota is not None:  # nothing writes to the volume any more
                     await self._quota.close()
-                if self._claim is not None:  # no process of the container runs as it
-                    self._claim.release()
-                    self._claim = None
+                for claim in (self._claim, self._keeper):  # no process runs as them
+                    if claim is not None:
+                        claim.release()
+                self._claim = self._keeper = None
 
     def _forget_stdin_dir(self) -> None:
         if self._stdin is not None:
@@ -562,6 +597,9 @@ class DockerSandbox(Sandbox):
             return True
         refused = remove_container(container)
         if refused is None:
+            if self._tie is not None:
+                self._tie.release()
+                self._tie = None
             return True
         self.container = container
         logger.warning(
@@ -663,6 +701,7 @@ class DockerSandbox(Sandbox):
             sink=sink,
             signals=self._signals,
             stdin_folder=self._stdin,
+            tied=self._tie is not None,
         )
         stops_before = self._quota.stops if self._quota is not None else 0
         shared = RUN_SHARED if self._run_group() else ""
@@ -682,23 +721,25 @@ class DockerSandbox(Sandbox):
                 raise
             timed_out = await running.see_through(timeout, started)
             exit_code = await asyncio.to_thread(running.exit_code)
+            ended = await asyncio.to_thread(running.tie_note, exit_code, sink.text())
         finally:
             self._running.discard(running)
             running.forget_stdin()
         output = sink.text()
         note = None if self._quota is None else self._quota.note_since(stops_before)
-        if note is not None:
-            output = f"{output.rstrip()}\n{note}\n"
+        notes = [n for n in (note, ended) if n is not None]
+        for line in notes:
+            output = f"{output.rstrip()}\n{line}\n"
             if on_output is not None:
                 with contextlib.suppress(Exception):
-                    on_output("stderr", f"{note}\n")
+                    on_output("stderr", f"{line}\n")
         return ExecResult(
             exit_code=exit_code,
             output=output,
             duration_s=round(time.monotonic() - started, 3),
             timed_out=timed_out,
             killed=timed_out,
-            notes=[] if note is None else [note],
+            notes=notes,
             disk_note=note,
         )
 
