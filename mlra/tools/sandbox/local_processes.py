@@ -16,7 +16,8 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any
 
 from mlra.tools.sandbox.base import ExecResult, OutputCallback, SandboxError
 from mlra.tools.sandbox.output import OutputSink
@@ -112,6 +113,38 @@ class RunningProcess(RunningCommand):
             delay = min(delay * 2, 0.05)
 
 
+async def _spawned(
+    spawning: Coroutine[Any, Any, tuple[asyncio.SubprocessTransport, CommandProtocol]],
+    sink: OutputSink,
+) -> tuple[asyncio.SubprocessTransport, CommandProtocol]:
+    """The new process's transport, once asyncio has connected its pipes. A cancellation
+    that lands meanwhile (the process exists, its pipes are being connected: a few turns
+    of the loop) waits for that, then kills its whole group, as a command cancelled later
+    is, before it goes on. Left to asyncio, the cancelled spawn killed the leader alone
+    and waited for its pipes to close, which a child it had started held: `bash -c
+    "sleep 300; ..."` stopped as it began (an attempt a person stopped at once) hung
+    until its `sleep` ended, and the search it belonged to ran into its time limit."""
+    task = asyncio.ensure_future(spawning)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await finish_despite_cancel(_kill_spawned(task, sink))
+        raise
+
+
+async def _kill_spawned(
+    task: asyncio.Future[tuple[asyncio.SubprocessTransport, CommandProtocol]], sink: OutputSink
+) -> None:
+    try:
+        transport, protocol = await task
+    except Exception:  # it never started (the caller's cancellation says the rest)
+        return
+    try:
+        await RunningProcess(transport, protocol, sink).kill()
+    finally:
+        transport.close()
+
+
 def _proc_stats() -> Iterator[tuple[int, bytes, int, int]]:
     """(pid, state, parent pid, process group) of every process, from /proc/*/stat."""
     try:
@@ -192,18 +225,19 @@ async def run_in_session(
     loop = asyncio.get_running_loop()
     sink = OutputSink(on_output)
     started = time.monotonic()
+    spawning = loop.subprocess_exec(
+        lambda: CommandProtocol(loop, sink),
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
     try:
-        transport, protocol = await loop.subprocess_exec(
-            lambda: CommandProtocol(loop, sink),
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
+        transport, protocol = await _spawned(spawning, sink)
     except FileNotFoundError:
         raise SandboxError(f"command not found: {argv[0]}") from None
     except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
