@@ -207,7 +207,7 @@ async def run_in_session(
     argv: list[str],
     running_set: set[RunningProcess],
     *,
-    suspended: bool,
+    suspended: Callable[[], bool],
     timeout: float | TimeOut,
     cwd: str,
     env: Mapping[str, str],
@@ -216,7 +216,9 @@ async def run_in_session(
     preexec: Callable[[], None] | None = None,
 ) -> ExecResult:
     """Run `argv` in a new session (so in its own process group) and collect its output,
-    held in `running_set` while it runs (`suspended`: stopped as soon as it exists).
+    held in `running_set` while it runs (`suspended`: whether the sandbox's commands are
+    stopped now, read once the spawn returns, and this one then stopped too: its output
+    may have come before that, and a pause it set off, made meanwhile, missed it).
 
     The protocol is asyncio's low-level one rather than `create_subprocess_exec`
     because `Process.wait()` only returns once the output pipes are closed, and
@@ -244,7 +246,7 @@ async def run_in_session(
         raise SandboxError(f"cannot run {argv[0]}: {exc}") from None
     running = RunningProcess(transport, protocol, sink)
     running_set.add(running)
-    if suspended:
+    if suspended():
         running.suspend()
     try:
         if stdin is not None:
