@@ -31,13 +31,9 @@ ENDS_WITHIN_S = 30.0
 its group's kill; held by its child, it ended with the child (2 min here)."""
 
 
-async def test_a_command_cancelled_while_its_pipes_connect_is_killed_with_its_children(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    workspace = tmp_path / "workspace"
-    workspace.mkdir()
-    sandbox = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
-    await sandbox.start()
+def _held_pipes(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Hold asyncio's connection of a new process's pipes until the returned event is
+    set: the spawn has made the process (it runs) but has not returned."""
     loop = asyncio.get_running_loop()
     connect: Callable[..., Any] = loop.connect_read_pipe
     let_go = asyncio.Event()
@@ -46,17 +42,45 @@ async def test_a_command_cancelled_while_its_pipes_connect_is_killed_with_its_ch
         await let_go.wait()
         return await connect(*args, **kwargs)
 
-    # The child's own command line, not the shell's (which says `sleep $S`).
-    seconds = f"120.{secrets.randbelow(10**6):06d}"
-    child = f"sleep {seconds}"
     monkeypatch.setattr(loop, "connect_read_pipe", held)
-    command = asyncio.ensure_future(
-        sandbox.exec(["bash", "-c", f"S={seconds}; sleep $S; echo done"], timeout=600)
-    )
+    return let_go
+
+
+async def _started(workspace: Path) -> LocalSandbox:
+    workspace.mkdir()
+    sandbox = LocalSandbox(workspace, SandboxSpec(), isolation_mode="none")
+    await sandbox.start()
+    return sandbox
+
+
+def _marked_sleep(seconds: int) -> tuple[str, str]:
+    """(the shell's script, its child's own command line: the shell's says `sleep $S`)."""
+    value = f"{seconds}.{secrets.randbelow(10**6):06d}"
+    return f"S={value}; sleep $S; echo done", f"sleep {value}"
+
+
+async def _child_of_spawn(child: str) -> int:
+    async with asyncio.timeout(60):
+        while not (pids := processes_running(child)):  # noqa: ASYNC110  (another process)
+            await asyncio.sleep(0.01)
+    return pids[0]
+
+
+def _state(pid: int) -> str:
+    """The process's state letter from /proc/PID/stat (`T`: stopped)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
+
+async def test_a_command_cancelled_while_its_pipes_connect_is_killed_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = await _started(tmp_path / "workspace")
+    let_go = _held_pipes(monkeypatch)
+    script, child = _marked_sleep(120)
+    command = asyncio.ensure_future(sandbox.exec(["bash", "-c", script], timeout=600))
     try:
-        async with asyncio.timeout(60):
-            while not processes_running(child):  # noqa: ASYNC110  (another process)
-                await asyncio.sleep(0.01)
+        await _child_of_spawn(child)
         command.cancel()  # as its pipes connect: the spawn has not returned
         let_go.set()
         done, _ = await asyncio.wait([command], timeout=ENDS_WITHIN_S)
@@ -68,4 +92,58 @@ async def test_a_command_cancelled_while_its_pipes_connect_is_killed_with_its_ch
         for pid in processes_running(child):  # the old way's orphan: the test's own
             os.kill(pid, signal.SIGKILL)
         await asyncio.gather(command, return_exceptions=True)
+        await sandbox.close()
+
+
+async def test_a_pause_made_while_a_command_starts_stops_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pause that lands as a command starts (it is not yet among the running ones)
+    stops it once it is: before, the command ran on through the pause."""
+    sandbox = await _started(tmp_path / "workspace")
+    let_go = _held_pipes(monkeypatch)
+    script, child = _marked_sleep(120)
+    command = asyncio.ensure_future(sandbox.exec(["bash", "-c", script], timeout=600))
+    try:
+        pid = await _child_of_spawn(child)
+        sandbox.suspend_commands()
+        let_go.set()
+        async with asyncio.timeout(ENDS_WITHIN_S):  # bounds a miss: it would run on
+            while _state(pid) != "T":  # noqa: ASYNC110  (another process)
+                await asyncio.sleep(0.01)
+    finally:
+        let_go.set()
+        command.cancel()
+        await asyncio.gather(command, return_exceptions=True)
+        for pid in processes_running(child):  # the old way's orphan: the test's own
+            os.kill(pid, signal.SIGKILL)
+        await sandbox.close()
+
+
+async def test_a_resume_made_while_a_command_starts_lets_it_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A command started during a pause that is resumed before its spawn returns runs:
+    before, it was stopped after the resume, and stayed stopped (hung)."""
+    sandbox = await _started(tmp_path / "workspace")
+    let_go = _held_pipes(monkeypatch)
+    script, child = _marked_sleep(3)
+    sandbox.suspend_commands()
+    command = asyncio.ensure_future(sandbox.exec(["bash", "-c", script], timeout=600))
+    try:
+        await _child_of_spawn(child)
+        sandbox.resume_commands()
+        let_go.set()
+        # It ends (its 3 s sleep, then its echo); stopped, it would never.
+        done, _ = await asyncio.wait([command], timeout=ENDS_WITHIN_S)
+        assert command in done, "the command stayed stopped after the resume"
+        result = command.result()
+        assert result.exit_code == 0
+        assert "done" in result.output
+    finally:
+        let_go.set()
+        command.cancel()
+        await asyncio.gather(command, return_exceptions=True)
+        for pid in processes_running(child):  # the old way's orphan: the test's own
+            os.kill(pid, signal.SIGKILL)
         await sandbox.close()
