@@ -147,3 +147,31 @@ async def test_a_resume_made_while_a_command_starts_lets_it_run(
         for pid in processes_running(child):  # the old way's orphan: the test's own
             os.kill(pid, signal.SIGKILL)
         await sandbox.close()
+
+
+async def test_a_fetch_step_cancelled_while_its_pipes_connect_is_killed_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a fetch step run unconfined (`--isolation none`), whose children (git's
+    remote helper) hold its pipes as the shell's `sleep` does here."""
+    from mlra.tools.fetch.box import FetchBox
+
+    folder = tmp_path / "staging"
+    folder.mkdir()
+    box = FetchBox(folder, bwrap=None)
+    let_go = _held_pipes(monkeypatch)
+    script, child = _marked_sleep(120)
+    step = asyncio.ensure_future(box.run(["bash", "-c", script], timeout_s=600))
+    try:
+        await _child_of_spawn(child)
+        step.cancel()  # as its pipes connect: the spawn has not returned
+        let_go.set()
+        done, _ = await asyncio.wait([step], timeout=ENDS_WITHIN_S)
+        assert step in done, "the cancelled step waited for its child's end"
+        assert step.cancelled()
+        assert not processes_running(child)
+    finally:
+        let_go.set()
+        for pid in processes_running(child):  # the old way's orphan: the test's own
+            os.kill(pid, signal.SIGKILL)
+        await asyncio.gather(step, return_exceptions=True)

@@ -16,12 +16,11 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Callable, Coroutine, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
 
 from mlra.tools.sandbox.base import ExecResult, OutputCallback, SandboxError
 from mlra.tools.sandbox.output import OutputSink
-from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel
+from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel, spawned
 from mlra.tools.sandbox.time_out import TimeOut
 
 GROUP_DEATH_WAIT_S = 5.0
@@ -113,32 +112,12 @@ class RunningProcess(RunningCommand):
             delay = min(delay * 2, 0.05)
 
 
-async def _spawned(
-    spawning: Coroutine[Any, Any, tuple[asyncio.SubprocessTransport, CommandProtocol]],
-    sink: OutputSink,
-) -> tuple[asyncio.SubprocessTransport, CommandProtocol]:
-    """The new process's transport, once asyncio has connected its pipes. A cancellation
-    that lands meanwhile (the process exists, its pipes are being connected: a few turns
-    of the loop) waits for that, then kills its whole group, as a command cancelled later
-    is, before it goes on. Left to asyncio, the cancelled spawn killed the leader alone
-    and waited for its pipes to close, which a child it had started held: `bash -c
-    "sleep 300; ..."` stopped as it began (an attempt a person stopped at once) hung
-    until its `sleep` ended, and the search it belonged to ran into its time limit."""
-    task = asyncio.ensure_future(spawning)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await finish_despite_cancel(_kill_spawned(task, sink))
-        raise
-
-
 async def _kill_spawned(
-    task: asyncio.Future[tuple[asyncio.SubprocessTransport, CommandProtocol]], sink: OutputSink
+    made: tuple[asyncio.SubprocessTransport, CommandProtocol], sink: OutputSink
 ) -> None:
-    try:
-        transport, protocol = await task
-    except Exception:  # it never started (the caller's cancellation says the rest)
-        return
+    """A command cancelled as it started (runner.spawned): its group killed, as a
+    command cancelled later is."""
+    transport, protocol = made
     try:
         await RunningProcess(transport, protocol, sink).kill()
     finally:
@@ -239,7 +218,7 @@ async def run_in_session(
         preexec_fn=preexec,
     )
     try:
-        transport, protocol = await _spawned(spawning, sink)
+        transport, protocol = await spawned(spawning, lambda made: _kill_spawned(made, sink))
     except FileNotFoundError:
         raise SandboxError(f"command not found: {argv[0]}") from None
     except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
