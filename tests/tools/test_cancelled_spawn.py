@@ -24,6 +24,7 @@ import pytest
 
 from mlra.tools.sandbox.base import SandboxSpec
 from mlra.tools.sandbox.local import LocalSandbox
+from mlra.tools.sandbox.local_processes import run_in_session
 from tests.conftest import processes_running
 
 ENDS_WITHIN_S = 30.0
@@ -72,16 +73,44 @@ def _state(pid: int) -> str:
     return stat[stat.rindex(")") + 2]
 
 
-async def test_a_command_cancelled_while_its_pipes_connect_is_killed_with_its_children(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+def _held_fork(monkeypatch: pytest.MonkeyPatch) -> tuple[asyncio.Event, asyncio.Event]:
+    """Hold the spawn before it forks: (reached, let go)."""
+    loop = asyncio.get_running_loop()
+    spawn: Callable[..., Any] = loop.subprocess_exec
+    reached, let_go = asyncio.Event(), asyncio.Event()
+
+    async def held(*args: Any, **kwargs: Any) -> Any:
+        reached.set()
+        await let_go.wait()
+        return await spawn(*args, **kwargs)
+
+    monkeypatch.setattr(loop, "subprocess_exec", held)
+    return reached, let_go
+
+
+@pytest.mark.parametrize(
+    "when", ["as its pipes connect", "twice as its pipes connect", "before its fork"]
+)
+async def test_a_command_cancelled_as_it_starts_is_killed_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, when: str
 ) -> None:
     sandbox = await _started(tmp_path / "workspace")
-    let_go = _held_pipes(monkeypatch)
+    if when == "before its fork":
+        reached, let_go = _held_fork(monkeypatch)
+    else:
+        reached, let_go = None, _held_pipes(monkeypatch)
     script, child = _marked_sleep(120)
     command = asyncio.ensure_future(sandbox.exec(["bash", "-c", script], timeout=600))
     try:
-        await _child_of_spawn(child)
-        command.cancel()  # as its pipes connect: the spawn has not returned
+        if reached is not None:
+            async with asyncio.timeout(60):
+                await reached.wait()
+        else:
+            await _child_of_spawn(child)
+        command.cancel()  # the spawn has not returned
+        if when == "twice as its pipes connect":
+            await asyncio.sleep(0)  # the first reaches the spawn's clean-up
+            command.cancel()
         let_go.set()
         done, _ = await asyncio.wait([command], timeout=ENDS_WITHIN_S)
         assert command in done, "the cancelled command waited for its child's end"
@@ -93,6 +122,35 @@ async def test_a_command_cancelled_while_its_pipes_connect_is_killed_with_its_ch
             os.kill(pid, signal.SIGKILL)
         await asyncio.gather(command, return_exceptions=True)
         await sandbox.close()
+
+
+async def test_a_missing_program_cancelled_as_it_starts_ends_cancelled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The spawn's own failure (no such program: the sandbox looks first, a wrapper in
+    front of it would not), met by the cancel's wait for it, leaves the cancellation to
+    say how the command ended."""
+    reached, let_go = _held_fork(monkeypatch)
+    command = asyncio.ensure_future(
+        run_in_session(
+            ["/nonexistent/mlra-no-such-program"],
+            set(),
+            suspended=lambda: False,
+            timeout=60,
+            cwd=str(tmp_path),
+            env=dict(os.environ),
+        )
+    )
+    try:
+        async with asyncio.timeout(60):
+            await reached.wait()
+        command.cancel()
+        let_go.set()
+        done, _ = await asyncio.wait([command], timeout=ENDS_WITHIN_S)
+        assert command in done and command.cancelled()
+    finally:
+        let_go.set()
+        await asyncio.gather(command, return_exceptions=True)
 
 
 async def test_a_pause_made_while_a_command_starts_stops_it(
