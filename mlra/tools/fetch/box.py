@@ -38,7 +38,7 @@ from mlra.tools.sandbox import run_uid
 from mlra.tools.sandbox.base import SandboxError
 from mlra.tools.sandbox.env import shown_interpreter
 from mlra.tools.sandbox.local_steps import BECOME_WAIT_S
-from mlra.tools.sandbox.runner import finish_despite_cancel
+from mlra.tools.sandbox.runner import finish_despite_cancel, spawned
 from mlra.tools.sandbox.start_step import made_or_undone
 
 if TYPE_CHECKING:
@@ -277,15 +277,20 @@ class FetchBox:
         stdin_fd: int | None,
         watch: Callable[[], str | None] | None,
     ) -> BoxResult:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=str(self.folder),
-            env=box_env(home),
-            start_new_session=True,
-            preexec_fn=None if self._prlimit else self._preexec(),
+        # A stop as asyncio connects the pipes kills the whole session (unconfined, git's
+        # remote helper would hold them): see runner.spawned.
+        proc = await spawned(
+            asyncio.create_subprocess_exec(
+                *argv,
+                stdin=stdin_fd if stdin_fd is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+                cwd=str(self.folder),
+                env=box_env(home),
+                start_new_session=True,
+                preexec_fn=None if self._prlimit else self._preexec(),
+            ),
+            _killed,
         )
         assert proc.stdout is not None and proc.stderr is not None
         out = asyncio.ensure_future(_read_head(proc.stdout, STDOUT_LIMIT))
@@ -338,6 +343,13 @@ class FetchBox:
                 resource.setrlimit(kind, (value, value))
 
         return enter
+
+
+async def _killed(proc: asyncio.subprocess.Process) -> None:
+    """A step cancelled as it started: its session killed, its end waited for."""
+    _kill_group(proc.pid)
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(proc.wait(), KILL_WAIT_S)
 
 
 def _kill_group(pid: int) -> None:

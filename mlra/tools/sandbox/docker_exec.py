@@ -256,10 +256,20 @@ class DockerExec(RunningCommand):
     def _continue(self) -> None:
         self.signals.send(self.token, "CONT")
 
+    async def kill_once_begun(self, begun: asyncio.Future[None]) -> None:
+        """Kill the command once its `begin` (in a thread, bounded by the client's
+        request time-out) has ended. Killed while the thread still created or started the
+        exec, on an engine slower than the kill script's wait for the session's id, the
+        kill found no session, and the exec, started after it, ran to its end."""
+        with contextlib.suppress(Exception):  # it failed: the caller says why
+            await asyncio.shield(begun)
+        await self.kill()
+
     async def kill(self) -> None:
         """SIGKILL the command's session inside the container and wait for the exec's end."""
-        # Also before the exec is known: it may be starting in a thread right now, and
-        # the kill script waits a moment for its session id.
+        # Also before the exec is known (a close's kill of every running command): it
+        # may be starting in a thread right now, and the kill script waits a moment for
+        # its session id.
         if self._killed or self.failed or self.ended.done():
             return
         self._killed = True

@@ -707,16 +707,19 @@ class DockerSandbox(Sandbox):
         shared = RUN_SHARED if self._run_group() else ""
         self._running.add(running)
         try:
-            try:
-                await asyncio.to_thread(
+            begun = asyncio.ensure_future(
+                asyncio.to_thread(
                     running.begin,
                     ["sh", "-c", WRAPPER, "sh", token, str(self.memory_mb or ""), shared, *command],
                     inside_cwd,
                     self._env(inside_cwd, env),
                     stdin,
                 )
+            )
+            try:
+                await asyncio.shield(begun)  # a cancel must not end the wait for it
             except BaseException:
-                await finish_despite_cancel(running.kill())
+                await finish_despite_cancel(running.kill_once_begun(begun))
                 running.abandon()
                 raise
             timed_out = await running.see_through(timeout, started)

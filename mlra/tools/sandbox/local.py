@@ -358,7 +358,7 @@ class LocalSandbox(Sandbox):
         result = await run_in_session(
             argv,
             self._running,
-            suspended=self._suspended,
+            suspended=lambda: self._suspended,
             timeout=timeout,
             on_output=on_output,
             cwd=host_cwd,

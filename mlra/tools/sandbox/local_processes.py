@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 from mlra.tools.sandbox.base import ExecResult, OutputCallback, SandboxError
 from mlra.tools.sandbox.output import OutputSink
-from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel
+from mlra.tools.sandbox.runner import RunningCommand, finish_despite_cancel, spawned
 from mlra.tools.sandbox.time_out import TimeOut
 
 GROUP_DEATH_WAIT_S = 5.0
@@ -112,6 +112,18 @@ class RunningProcess(RunningCommand):
             delay = min(delay * 2, 0.05)
 
 
+async def _kill_spawned(
+    made: tuple[asyncio.SubprocessTransport, CommandProtocol], sink: OutputSink
+) -> None:
+    """A command cancelled as it started (runner.spawned): its group killed, as a
+    command cancelled later is."""
+    transport, protocol = made
+    try:
+        await RunningProcess(transport, protocol, sink).kill()
+    finally:
+        transport.close()
+
+
 def _proc_stats() -> Iterator[tuple[int, bytes, int, int]]:
     """(pid, state, parent pid, process group) of every process, from /proc/*/stat."""
     try:
@@ -174,7 +186,7 @@ async def run_in_session(
     argv: list[str],
     running_set: set[RunningProcess],
     *,
-    suspended: bool,
+    suspended: Callable[[], bool],
     timeout: float | TimeOut,
     cwd: str,
     env: Mapping[str, str],
@@ -183,7 +195,9 @@ async def run_in_session(
     preexec: Callable[[], None] | None = None,
 ) -> ExecResult:
     """Run `argv` in a new session (so in its own process group) and collect its output,
-    held in `running_set` while it runs (`suspended`: stopped as soon as it exists).
+    held in `running_set` while it runs (`suspended`: whether the sandbox's commands are
+    stopped now, read once the spawn returns, and this one then stopped too: its output
+    may have come before that, and a pause it set off, made meanwhile, missed it).
 
     The protocol is asyncio's low-level one rather than `create_subprocess_exec`
     because `Process.wait()` only returns once the output pipes are closed, and
@@ -192,25 +206,26 @@ async def run_in_session(
     loop = asyncio.get_running_loop()
     sink = OutputSink(on_output)
     started = time.monotonic()
+    spawning = loop.subprocess_exec(
+        lambda: CommandProtocol(loop, sink),
+        *argv,
+        stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env=dict(env),
+        start_new_session=True,
+        preexec_fn=preexec,
+    )
     try:
-        transport, protocol = await loop.subprocess_exec(
-            lambda: CommandProtocol(loop, sink),
-            *argv,
-            stdin=asyncio.subprocess.PIPE if stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            preexec_fn=preexec,
-        )
+        transport, protocol = await spawned(spawning, lambda made: _kill_spawned(made, sink))
     except FileNotFoundError:
         raise SandboxError(f"command not found: {argv[0]}") from None
     except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
         raise SandboxError(f"cannot run {argv[0]}: {exc}") from None
     running = RunningProcess(transport, protocol, sink)
     running_set.add(running)
-    if suspended:
+    if suspended():
         running.suspend()
     try:
         if stdin is not None:

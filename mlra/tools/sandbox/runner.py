@@ -15,7 +15,7 @@ import abc
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 from mlra.tools.sandbox.output import OutputSink
@@ -139,3 +139,28 @@ async def finish_despite_cancel(aw: Awaitable[T]) -> T:
     if cancelled:
         raise asyncio.CancelledError
     return result
+
+
+async def spawned(spawning: Awaitable[T], kill: Callable[[T], Awaitable[None]]) -> T:
+    """A new process's handle, once asyncio has connected its pipes. A cancellation that
+    lands meanwhile (the process exists, its pipes are being connected: a few turns of
+    the loop) waits for that, then `kill`s what it made (its whole group, then waits for
+    its end), before it goes on. Left to asyncio, the cancelled spawn killed the leader
+    alone and waited for its pipes to close, which a child it had started held: `bash -c
+    "sleep 300; ..."` stopped as it began (an attempt a person stopped at once) hung
+    until its `sleep` ended. A loop's shutdown that cancels the spawn's own task (not the
+    caller's) still meets asyncio's clean-up."""
+    task = asyncio.ensure_future(spawning)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await finish_despite_cancel(_kill_spawned(task, kill))
+        raise
+
+
+async def _kill_spawned(task: asyncio.Future[T], kill: Callable[[T], Awaitable[None]]) -> None:
+    try:
+        made = await task
+    except Exception:  # it never started (the caller's cancellation says the rest)
+        return
+    await kill(made)
