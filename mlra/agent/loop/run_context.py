@@ -49,6 +49,10 @@ class RunContext(Protocol):
 
     def pause(self, *, source: str = "user") -> None: ...
 
+    def settle(self) -> None:
+        """A search asked to pause after the actions in hand pauses if none moves."""
+        ...
+
     def check_budget(self) -> None:
         """Raise EndRun when a budget is used up."""
         ...
