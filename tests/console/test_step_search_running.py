@@ -1,0 +1,98 @@
+"""`n` in a search that runs freely is a debugger's step over too: each running attempt
+finishes its action in hand and pauses at its next step boundary, then the search pauses
+(its clock still), the status bar saying so meanwhile and the log recording it for replay
+and headless. It paused at once before, suspending every attempt's command mid-way."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from mlra import events as ev
+from mlra.agent.agents.run import agent_for
+from mlra.agent.record.eventlog import read_events
+from mlra.agent.record.state import AFTER_ACTION, AFTER_ATTEMPTS
+from mlra.agent.run.controller import RunController
+from mlra.console.apps.app import MlraApp
+from tests.agent.test_search import greedy_search, sleeping_variant_task
+from tests.console.test_console_controls import Watch, is_, status_line
+
+SLEEP_S = 4
+"""How long each attempt's recipe command sleeps: the action in hand when `n` comes."""
+
+
+def _log(controller: RunController, attempt: str) -> list[ev.Event]:
+    log = controller.run_dir / "attempts" / attempt / "events.jsonl"
+    return read_events(log) if log.is_file() else []
+
+
+def _sleep_call(events: list[ev.Event]) -> str | None:
+    """The call id of the attempt's command that sleeps, once it has begun."""
+    calls = {
+        e.call_id for e in events if isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments)
+    }
+    began = [e.call_id for e in events if isinstance(e, ev.ToolStarted) and e.call_id in calls]
+    return began[0] if began else None
+
+
+def _sleeping(controller: RunController, attempt: str) -> bool:
+    """The attempt's command that sleeps has begun and not ended: its action in hand."""
+    events = _log(controller, attempt)
+    call = _sleep_call(events)
+    return call is not None and not any(
+        isinstance(e, ev.ToolResult) and e.call_id == call for e in events
+    )
+
+
+async def test_n_in_a_running_search_pauses_each_attempt_after_its_action_then_the_search(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    task = sleeping_variant_task(
+        answer_task, tmp_path, f'{{ n = "41", s = "{SLEEP_S}" }}', '[{}, { n = "42" }]'
+    )
+    controller = greedy_search(task, tmp_path, 2, attempts_parallel=2)
+    controller.prepare()
+    watch = Watch(controller)
+    app = MlraApp(controller=controller, make_agent=agent_for)
+    async with app.run_test(size=(160, 48)) as pilot:
+
+        async def until(check: object, timeout: float = 60) -> None:
+            async with asyncio.timeout(timeout):
+                while not check():  # type: ignore[operator]  # noqa: ASYNC110 (the app's state)
+                    await pilot.pause(0.02)
+
+        await until(lambda: all(_sleeping(controller, a) for a in ("a1", "a2")))
+        assert not controller.controls.paused
+        await pilot.press("n")
+        step = await watch.wait(is_(ev.Control, action="step"))
+        assert step.text == AFTER_ATTEMPTS
+        # While the attempts finish theirs, the bar says the pause to come.
+        await until(lambda: "pausing after the attempts' actions in hand" in status_line(app))
+        paused = await watch.wait(is_(ev.Control, action="pause"), timeout=60)
+        assert paused.source == "step"
+        assert controller.controls.paused and not controller.clock.running
+        for attempt in ("a1", "a2"):
+            events = _log(controller, attempt)
+            controls = [e for e in events if isinstance(e, ev.Control)]
+            assert [(c.action, c.text, c.source) for c in controls[:2]] == [
+                ("step", AFTER_ACTION, "run"),
+                ("pause", None, "step"),
+            ], attempt
+            # The sleeping command ran to its end, not suspended mid-way, and no action
+            # of the attempt began after it before it paused.
+            call = _sleep_call(events)
+            slept = next(e for e in events if isinstance(e, ev.ToolResult) and e.call_id == call)
+            assert slept.ok, attempt
+            assert not any(
+                isinstance(e, ev.ToolStarted) and slept.seq < e.seq < controls[1].seq
+                for e in events
+            ), attempt
+        await until(lambda: app.state.phase == "paused")
+        assert "pausing" not in status_line(app)
+        await pilot.press("space")  # resume: the search goes on to its end
+        await watch.wait(is_(ev.RunFinished), timeout=120)
+        async with asyncio.timeout(120):
+            while app.result is None:
+                await pilot.pause(0.02)
+    assert app.result is not None and app.result.attempts is not None
+    assert app.result.attempts.tried == 2
