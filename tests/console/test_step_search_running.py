@@ -6,6 +6,7 @@ and headless. It paused at once before, suspending every attempt's command mid-w
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from pathlib import Path
 
 from mlra import events as ev
@@ -56,9 +57,9 @@ async def test_n_in_a_running_search_pauses_each_attempt_after_its_action_then_t
     app = MlraApp(controller=controller, make_agent=agent_for)
     async with app.run_test(size=(160, 48)) as pilot:
 
-        async def until(check: object, timeout: float = 60) -> None:
+        async def until(check: Callable[[], bool], timeout: float = 60) -> None:
             async with asyncio.timeout(timeout):
-                while not check():  # type: ignore[operator]  # noqa: ASYNC110 (the app's state)
+                while not check():
                     await pilot.pause(0.02)
 
         await until(lambda: all(_sleeping(controller, a) for a in ("a1", "a2")))

@@ -11,6 +11,7 @@ from mlra import events as ev
 from mlra.agent.control.control_ops import act
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.screens.screens import ConfirmScreen
+from mlra.control_socket import CtlRequest
 from tests.console.test_console_controls import (
     ANSWER,
     REPORT,
@@ -21,7 +22,6 @@ from tests.console.test_console_controls import (
     status_line,
     worker,
 )
-from mlra.control_socket import CtlRequest
 from tests.scripts import call, turn
 
 
