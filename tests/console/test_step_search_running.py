@@ -11,15 +11,51 @@ from pathlib import Path
 
 from mlra import events as ev
 from mlra.agent.agents.run import agent_for
+from mlra.agent.control.control_ops import act
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.state import AFTER_ACTION, AFTER_ATTEMPTS
 from mlra.agent.run.controller import RunController
 from mlra.console.apps.app import MlraApp
-from tests.agent.test_search import greedy_search, sleeping_variant_task
+from mlra.control_socket import CtlRequest
+from mlra.tasks.spec import TaskSpec, load_task
+from tests.agent.test_search import _variant_task, greedy_search, sleeping_variant_task
 from tests.console.test_console_controls import Watch, is_, status_line
+
+GO = "until [ -e go ]; do sleep 0.05; done; "
+"""What each attempt's recipe command does before it answers: waits for a file `go` in
+its workspace (`_go`), so the test, not the clock, says when its action in hand ends."""
+
+PAUSING = "pausing after the attempts' actions in hand"
+"""The status bar while a search's step waits on its attempts' actions in hand."""
 
 SLEEP_S = 4
 """How long each attempt's recipe command sleeps: the action in hand when `n` comes."""
+
+
+def _go_task(answer_task: Path, tmp_path: Path) -> TaskSpec:
+    """The variant task (41, then 42) whose recipe command waits for `go` (`GO`)."""
+    task_dir = _variant_task(answer_task, tmp_path)
+    toml = (task_dir / "task.toml").read_text()
+    toml = toml.replace(
+        'variants = [{}, { n = "40" }, { n = "42" }, { n = "43" }]', 'variants = [{}, { n = "42" }]'
+    )
+    toml = toml.replace('"echo {n}', f'"{GO}echo {{n}}')
+    (task_dir / "task.toml").write_text(toml)
+    return load_task(task_dir)
+
+
+def _go(controller: RunController, attempt: str) -> None:
+    """Let the attempt's recipe command, waiting for it, answer and end."""
+    (controller.run_dir / "attempts" / attempt / "workspace" / "go").touch()
+
+
+def _waiting(controller: RunController, attempt: str) -> bool:
+    """The attempt's recipe command waits for its `go`: its action in hand."""
+    events = _log(controller, attempt)
+    calls = {e.call_id for e in events if isinstance(e, ev.ToolCall) and GO in str(e.arguments)}
+    began = {e.call_id for e in events if isinstance(e, ev.ToolStarted)} & calls
+    ended = {e.call_id for e in events if isinstance(e, ev.ToolResult)}
+    return bool(began - ended)
 
 
 def _log(controller: RunController, attempt: str) -> list[ev.Event]:
@@ -97,3 +133,48 @@ async def test_n_in_a_running_search_pauses_each_attempt_after_its_action_then_t
                 await pilot.pause(0.02)
     assert app.result is not None and app.result.attempts is not None
     assert app.result.attempts.tried == 2
+
+
+async def test_a_step_asked_again_while_a_running_search_pauses_records_nothing_more(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`mlra ctl RUN step`, then `n`, while a search's step waits on its attempts' actions
+    in hand: the second went to the attempts' turn (the search, on a step, is in step
+    mode), recorded `step target=a1 source=ctl`, let an attempt go on, and the search
+    read as paused while it ran (the bar PAUSED, Space a resume). Now both record
+    nothing, and ctl says the pause is pending."""
+    controller = greedy_search(_go_task(answer_task, tmp_path), tmp_path, 2, attempts_parallel=2)
+    controller.prepare()
+    watch = Watch(controller)
+    app = MlraApp(controller=controller, make_agent=agent_for)
+    async with app.run_test(size=(160, 48)) as pilot:
+
+        async def until(check: Callable[[], bool], timeout: float = 60) -> None:
+            async with asyncio.timeout(timeout):
+                while not check():
+                    await pilot.pause(0.02)
+
+        await until(lambda: all(_waiting(controller, a) for a in ("a1", "a2")))
+        await pilot.press("n")
+        await watch.wait(is_(ev.Control, action="step"))
+        await until(lambda: PAUSING in status_line(app))
+        with controller.acting_as("ctl"):
+            again = act(controller, CtlRequest(op="step", client="ctl"))
+        assert again.startswith("already pausing after the action in hand"), again
+        await pilot.press("n")
+        await pilot.pause()
+        steps = [e for e in watch.events if isinstance(e, ev.Control) and e.action == "step"]
+        assert [(s.target, s.source) for s in steps] == [(None, "user")]
+        assert not controller.controls.paused and not controller.state.paused
+        assert controller.state.pausing and app.state.phase == "running"
+        assert PAUSING in status_line(app) and "PAUSED" not in status_line(app)
+        for attempt in ("a1", "a2"):  # each still in its action in hand, asked to pause once
+            assert _waiting(controller, attempt), attempt
+            controls = [e for e in _log(controller, attempt) if isinstance(e, ev.Control)]
+            assert [(c.action, c.source) for c in controls] == [("step", "run")], attempt
+        for attempt in ("a1", "a2"):
+            _go(controller, attempt)
+        paused = await watch.wait(is_(ev.Control, action="pause"), timeout=60)
+        assert paused.source == "step"
+        controller.request_stop(evaluate=False)
+        await watch.wait(is_(ev.RunFinished), timeout=120)

@@ -210,6 +210,11 @@ class Steering:
             self._control("step")
             self.approve(waiting[0])  # resumes the clock: no longer held, not paused
             return "approved"
+        if not self.controls.paused and self.state.pausing:  # asked already: it pauses once
+            # Before the attempts' turn below: a search asked to pause after the actions in
+            # hand is in step mode, and a second step there let an attempt already paused
+            # take an action, recorded as a step of it that read as the search paused.
+            return "pausing_already"
         children = self._attempt_children()
         stepping = self.controls.stepping
         if children and stepping and not self.controls.at_gate:
@@ -221,8 +226,6 @@ class Steering:
             children[attempt].step()
             return "attempt"
         if not self.controls.paused:  # running: it pauses after the action in hand
-            if self.state.pausing:  # asked already: it still pauses then, once
-                return "pausing_already"
             self.controls.pause_after_action()  # on a step already: it does so anyway
             self._control("step", text=AFTER_ATTEMPTS if children else AFTER_ACTION)
             if not stepping:  # a search running freely: each attempt after its own
