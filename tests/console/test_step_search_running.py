@@ -18,7 +18,7 @@ from mlra.agent.run.controller import RunController
 from mlra.console.apps.app import MlraApp
 from mlra.control_socket import CtlRequest
 from mlra.tasks.spec import TaskSpec, load_task
-from tests.agent.test_search import _variant_task, greedy_search, sleeping_variant_task
+from tests.agent.test_search import _variant_task, greedy_search
 from tests.console.test_console_controls import Watch, is_, status_line
 
 GO = "until [ -e go ]; do sleep 0.05; done; "
@@ -27,9 +27,6 @@ its workspace (`_go`), so the test, not the clock, says when its action in hand 
 
 PAUSING = "pausing after the attempts' actions in hand"
 """The status bar while a search's step waits on its attempts' actions in hand."""
-
-SLEEP_S = 4
-"""How long each attempt's recipe command sleeps: the action in hand when `n` comes."""
 
 
 def _go_task(answer_task: Path, tmp_path: Path) -> TaskSpec:
@@ -63,31 +60,23 @@ def _log(controller: RunController, attempt: str) -> list[ev.Event]:
     return read_events(log) if log.is_file() else []
 
 
-def _sleep_call(events: list[ev.Event]) -> str | None:
-    """The call id of the attempt's command that sleeps, once it has begun."""
-    calls = {
-        e.call_id for e in events if isinstance(e, ev.ToolCall) and "sleep" in str(e.arguments)
-    }
-    began = [e.call_id for e in events if isinstance(e, ev.ToolStarted) and e.call_id in calls]
-    return began[0] if began else None
+def _go_call(events: list[ev.Event]) -> str:
+    """The call id of the attempt's recipe command, the one that waits for `go`."""
+    return next(e.call_id for e in events if isinstance(e, ev.ToolCall) and GO in str(e.arguments))
 
 
-def _sleeping(controller: RunController, attempt: str) -> bool:
-    """The attempt's command that sleeps has begun and not ended: its action in hand."""
-    events = _log(controller, attempt)
-    call = _sleep_call(events)
-    return call is not None and not any(
-        isinstance(e, ev.ToolResult) and e.call_id == call for e in events
-    )
+def _paused_on_step(controller: RunController, attempt: str) -> bool:
+    """The attempt paused after its action in hand (a step's pause, in its log)."""
+    return any(is_(ev.Control, action="pause", source="step")(e) for e in _log(controller, attempt))
 
 
 async def test_n_in_a_running_search_pauses_each_attempt_after_its_action_then_the_search(
     tmp_path: Path, answer_task: Path
 ) -> None:
-    task = sleeping_variant_task(
-        answer_task, tmp_path, f'{{ n = "41", s = "{SLEEP_S}" }}', '[{}, { n = "42" }]'
-    )
-    controller = greedy_search(task, tmp_path, 2, attempts_parallel=2)
+    """Both attempts in their recipe command, waiting for `go` (the test, not a clock,
+    ends it: it relied on both being inside 4 s sleeps at once, the bar seen before they
+    ended). a1's ends: a1 pauses, the search runs on, a2 in hand; a2's ends: it pauses."""
+    controller = greedy_search(_go_task(answer_task, tmp_path), tmp_path, 2, attempts_parallel=2)
     controller.prepare()
     watch = Watch(controller)
     app = MlraApp(controller=controller, make_agent=agent_for)
@@ -98,13 +87,23 @@ async def test_n_in_a_running_search_pauses_each_attempt_after_its_action_then_t
                 while not check():
                     await pilot.pause(0.02)
 
-        await until(lambda: all(_sleeping(controller, a) for a in ("a1", "a2")))
+        await until(lambda: all(_waiting(controller, a) for a in ("a1", "a2")))
         assert not controller.controls.paused
         await pilot.press("n")
         step = await watch.wait(is_(ev.Control, action="step"))
         assert step.text == AFTER_ATTEMPTS
         # While the attempts finish theirs, the bar says the pause to come.
-        await until(lambda: "pausing after the attempts' actions in hand" in status_line(app))
+        await until(lambda: PAUSING in status_line(app))
+        _go(controller, "a1")
+        await until(lambda: _paused_on_step(controller, "a1"))
+        # a1 paused (its pause tells the search at once): a2's action is still in hand,
+        # so the search runs on, saying so.
+        await pilot.pause()
+        assert _waiting(controller, "a2") and not _paused_on_step(controller, "a2")
+        assert not any(is_(ev.Control, action="pause")(e) for e in watch.events)
+        assert not controller.controls.paused and controller.state.pausing
+        assert PAUSING in status_line(app)
+        _go(controller, "a2")
         paused = await watch.wait(is_(ev.Control, action="pause"), timeout=60)
         assert paused.source == "step"
         assert controller.controls.paused and not controller.clock.running
@@ -115,14 +114,13 @@ async def test_n_in_a_running_search_pauses_each_attempt_after_its_action_then_t
                 ("step", AFTER_ACTION, "run"),
                 ("pause", None, "step"),
             ], attempt
-            # The sleeping command ran to its end, not suspended mid-way, and no action
+            # The waiting command ran to its end, not suspended mid-way, and no action
             # of the attempt began after it before it paused.
-            call = _sleep_call(events)
-            slept = next(e for e in events if isinstance(e, ev.ToolResult) and e.call_id == call)
-            assert slept.ok, attempt
+            call = _go_call(events)
+            ran = next(e for e in events if isinstance(e, ev.ToolResult) and e.call_id == call)
+            assert ran.ok, attempt
             assert not any(
-                isinstance(e, ev.ToolStarted) and slept.seq < e.seq < controls[1].seq
-                for e in events
+                isinstance(e, ev.ToolStarted) and ran.seq < e.seq < controls[1].seq for e in events
             ), attempt
         await until(lambda: app.state.phase == "paused")
         assert "pausing" not in status_line(app)
