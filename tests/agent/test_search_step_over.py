@@ -9,11 +9,13 @@ import asyncio
 from pathlib import Path
 
 from mlra import events as ev
+from mlra.agent.agents.run import agent_for
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.state import AFTER_ACTION
 from mlra.agent.run.controller import RunController
-from tests.agent.test_search import _scripted_search
+from tests.agent.test_search import _scripted_search, greedy_search
 from tests.console.test_console_controls import Watch, is_
+from tests.console.test_step_search_running import _go, _go_task, _log, _waiting
 from tests.scripts import call, turn
 
 GO = "until [ -e go ]; do sleep 0.05; done; echo 42 > answer.txt"
@@ -93,3 +95,40 @@ async def test_a_turn_of_two_calls_pauses_the_search_after_its_attempts_actions_
         search="llm",
         attempts=1,
     )
+
+
+async def test_a_step_while_an_attempt_closes_writes_nothing_after_its_end(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`n` while the search runs and a1's run has ended but closes yet (its sandbox
+    closing, still the search's): a1's log took a step after its `run_finished`."""
+    controller = greedy_search(_go_task(answer_task, tmp_path), tmp_path, 1)
+    watch = Watch(controller)
+    run = asyncio.ensure_future(controller.run(agent_for))
+    closing, closed = asyncio.Event(), asyncio.Event()
+    try:
+        async with asyncio.timeout(60):
+            while not _waiting(controller, "a1"):  # noqa: ASYNC110 (a1's log)
+                await asyncio.sleep(0.01)
+        child = controller.attempts.children["a1"]
+        assert child.sandbox is not None
+        close = child.sandbox.close
+
+        async def held_close() -> None:  # a1 stays in its close until the test says
+            closing.set()
+            await closed.wait()
+            await close()
+
+        child.sandbox.close = held_close  # type: ignore[method-assign]
+        _go(controller, "a1")
+        await asyncio.wait_for(closing.wait(), 60)
+        assert child.state.finished is not None and "a1" in controller.attempts.children
+        assert controller.step() == "after_action"
+        await watch.wait(is_(ev.Control, action="step"))
+    finally:
+        closed.set()
+        controller.request_stop(evaluate=False)
+    await asyncio.wait_for(run, 120)
+    events = _log(controller, "a1")
+    ended = next(e for e in events if isinstance(e, ev.RunFinished))
+    assert not [e for e in events if e.seq > ended.seq]

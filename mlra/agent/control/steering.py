@@ -241,8 +241,11 @@ class Steering:
     def pause_after_action(self, *, source: str) -> None:
         """A search's step while it runs, for one attempt: its action in hand finishes,
         then it pauses (the search's step does not approve a call waiting here, as a step
-        of the attempt's own would)."""
+        of the attempt's own would). Nothing for a run that has ended, closing yet (still
+        the search's child): its log took a step after its `run_finished`."""
         if self.controls.paused or self.state.pausing or self._stop.is_set():
+            return
+        if self.state.finished is not None:
             return
         self.controls.pause_after_action()
         self._control("step", text=AFTER_ACTION, source=source)
