@@ -179,3 +179,26 @@ async def test_an_attempt_made_while_stepped_then_resumed_runs_with_the_search(
     finally:
         controller.request_stop(evaluate=False)
     await asyncio.wait_for(run, 120)
+
+
+async def test_a_pause_ends_the_searchs_wait_for_its_attempts_to_stand_still(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A step while the search ran: at its boundary it waits for its attempts' actions in
+    hand (`pause_at_boundary`). The person pauses it, its attempt stopping (a pause does
+    not reach that one, which then tells nothing): the wait went on until something else
+    moved, the search not at its gate (`n` then stepped an attempt, not its own action)."""
+    task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "0" }', "[{}]")
+    controller = greedy_search(task, tmp_path / "search", 1)
+    controller.prepare()
+    child = greedy_search(task, tmp_path / "attempt", 1)
+    child.prepare()
+    child.request_stop(evaluate=False)  # stopping: running yet, a pause no longer reaches it
+    controller.attempts.children["a1"] = child
+    controller.controls.pause_after_action()  # a step while it ran, its action in hand done
+    waiting = asyncio.ensure_future(controller.pause_at_boundary())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # a1 moves: the search waits for it
+    controller.pause()
+    await asyncio.wait_for(waiting, 10)
+    assert controller.controls.paused

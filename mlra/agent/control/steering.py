@@ -160,6 +160,9 @@ class Steering:
         self._control("pause", source=source or self.control_source)
         for child in self._attempt_runs():  # a search pauses whole, its attempts with it
             child.pause(source="run")
+        # A search's agent waiting for its attempts to stand still stops waiting: one
+        # stopping does not pause (nor say so), and the wait lasted till something moved.
+        self.attempts.moved()
         if self.on_paused is not None:
             self.on_paused()
 
