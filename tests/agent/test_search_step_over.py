@@ -65,7 +65,7 @@ async def test_a_turn_of_two_calls_pauses_the_search_after_its_attempts_actions_
         async with asyncio.timeout(60):
             while not _in_hand(controller):  # noqa: ASYNC110 (a1's log, written by its run)
                 await asyncio.sleep(0.01)
-        assert controller.step() == "after_action"  # the supervisor's turn is held: thinking
+        assert controller.step() == "after_attempts"  # the supervisor's turn is held: thinking
         calls = await watch.wait(lambda e: isinstance(e, ev.ToolCall) and e.tool == "attempts")
         # The turn's second call is recorded, then the step boundary: the search waits
         # there on a1, its command still running, nothing paused.
@@ -123,7 +123,7 @@ async def test_a_step_while_an_attempt_closes_writes_nothing_after_its_end(
         _go(controller, "a1")
         await asyncio.wait_for(closing.wait(), 60)
         assert child.state.finished is not None and "a1" in controller.attempts.children
-        assert controller.step() == "after_action"
+        assert controller.step() == "after_attempts"
         await watch.wait(is_(ev.Control, action="step"))
     finally:
         closed.set()

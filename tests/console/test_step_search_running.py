@@ -6,16 +6,24 @@ and headless. It paused at once before, suspending every attempt's command mid-w
 from __future__ import annotations
 
 import asyncio
+import io
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from mlra import events as ev
+from mlra.agent.agents import attempt_runs
 from mlra.agent.agents.run import agent_for
 from mlra.agent.control.control_ops import act
 from mlra.agent.record.eventlog import read_events
 from mlra.agent.record.state import AFTER_ACTION, AFTER_ATTEMPTS
 from mlra.agent.run.controller import RunController
 from mlra.console.apps.app import MlraApp
+from mlra.console.text.event_lines import control_line
+from mlra.console.text.headless import TranscriptDisplay
 from mlra.control_socket import CtlRequest
 from mlra.tasks.spec import TaskSpec, load_task
 from tests.agent.test_search import _variant_task, greedy_search
@@ -107,6 +115,14 @@ async def test_n_in_a_running_search_pauses_each_attempt_after_its_action_then_t
         paused = await watch.wait(is_(ev.Control, action="pause"), timeout=60)
         assert paused.source == "step"
         assert controller.controls.paused and not controller.clock.running
+        # Said as what it was, in the transcript and headless (it read "paused after one
+        # action", the words of a step's pause in a single run).
+        assert isinstance(paused, ev.Control)
+        said = "paused after the attempts' actions in hand"
+        assert control_line(paused) == f"{said}: n steps again, Space resumes"
+        out = io.StringIO()
+        TranscriptDisplay(out, rich=False).on_event(paused)
+        assert f"{said}: mlra ctl RUN step runs the next" in out.getvalue()
         for attempt in ("a1", "a2"):
             events = _log(controller, attempt)
             controls = [e for e in events if isinstance(e, ev.Control)]
@@ -176,3 +192,46 @@ async def test_a_step_asked_again_while_a_running_search_pauses_records_nothing_
         assert paused.source == "step"
         controller.request_stop(evaluate=False)
         await watch.wait(is_(ev.RunFinished), timeout=120)
+
+
+async def test_n_and_ctl_say_what_the_step_did(
+    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step while a1 is started but its run not yet made (no attempt to pause yet: the
+    search alone pauses after its action in hand, so recorded): ctl chose its words from
+    the attempts the log says run ("each attempt ... then the search"), and `n` chose
+    its toast from the run's state, not from what the step did (nothing, the run
+    stopping). Both now say what the run's step did."""
+    made, go = asyncio.Event(), threading.Event()
+    loop = asyncio.get_running_loop()
+    real_child = attempt_runs._child
+
+    def held_child(*args: Any) -> Any:  # a1's run made, held until the test says
+        child = real_child(*args)
+        loop.call_soon_threadsafe(made.set)
+        go.wait(60)
+        return child
+
+    monkeypatch.setattr(attempt_runs, "_child", held_child)
+    controller = greedy_search(_go_task(answer_task, tmp_path), tmp_path, 1)
+    controller.prepare()
+    watch = Watch(controller)
+    app = MlraApp(controller=controller, make_agent=agent_for)
+    try:
+        async with app.run_test(size=(160, 48)) as pilot:
+            await asyncio.wait_for(made.wait(), 60)
+            assert controller.state.attempts.running and not controller.attempts.children
+            with controller.acting_as("ctl"):
+                said = act(controller, CtlRequest(op="step", client="ctl"))
+            step = await watch.wait(is_(ev.Control, action="step"))
+            assert step.text == AFTER_ACTION  # the search's own action in hand alone
+            assert said == "the action in hand finishes, then paused"
+            controller.request_stop(evaluate=False)
+            await pilot.press("n")  # stopping: nothing to step
+            await pilot.pause()
+            toasts = [str(n.message) for n in app._notifications]
+            assert toasts == ["The run is stopping: nothing to step."]
+            go.set()
+            await watch.wait(is_(ev.RunFinished), timeout=120)
+    finally:
+        go.set()

@@ -213,11 +213,10 @@ def _step(run: Steering) -> str:
     """A step, as the console's `n` takes it (`Steering.step`: one function for both, so
     a step repeated while a pause is pending records nothing here either), in one line."""
     waiting = run.controls.pending_calls()
-    search = bool(run.state.attempts.running)
     match run.step():
         case "approved":  # the waiting call is the one action: the step approves it
             return f"approved {waiting[0]}: it runs as the one action, then paused"
-        case "after_action" if search:
+        case "after_attempts":
             return "each attempt finishes the action in hand and pauses, then the search"
         case "after_action":  # as a debugger's step while running: the next boundary
             return "the action in hand finishes, then paused"

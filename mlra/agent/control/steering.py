@@ -19,7 +19,12 @@ from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Breakpoint, Controls, Decision
 from mlra.agent.loop.ending import Ending
 from mlra.agent.record.eventlog import EventLog
-from mlra.agent.record.state import AFTER_ACTION, AFTER_ATTEMPTS, RunState
+from mlra.agent.record.state import (
+    AFTER_ACTION,
+    AFTER_ATTEMPTS,
+    PAUSED_AFTER_ATTEMPTS,
+    RunState,
+)
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.jobs import JobManager
@@ -29,11 +34,20 @@ if TYPE_CHECKING:
     from mlra.agent.loop.attempts import AttemptManager
 
 StepOutcome = Literal[
-    "approved", "attempt", "after_action", "pausing_already", "one_action", "none"
+    "approved",
+    "attempt",
+    "after_action",
+    "after_attempts",
+    "pausing_already",
+    "one_action",
+    "none",
 ]
 """What a step did (`Steering.step`), for the one line the console's toast and `mlra ctl`
 say: the waiting call approved, an attempt's action, a pause after the action in hand
-asked for, or asked for already (nothing recorded), one action, nothing (the run stops)."""
+asked for (a search's: after its attempts' actions in hand), or asked for already
+(nothing recorded), one action, nothing (the run stops). Both word it from this alone:
+ctl chose its words from the attempts it saw running, and the key toasted a pause to
+come where the step did nothing."""
 
 
 class Steering:
@@ -157,7 +171,13 @@ class Steering:
         self.clock.pause()
         if self.sandbox is not None:
             self.sandbox.suspend_commands()
-        self._control("pause", source=source or self.control_source)
+        # A search's step over ends here: its pause says so (not "after one action").
+        after = source == "step" and self.state.pausing_attempts
+        self._control(
+            "pause",
+            source=source or self.control_source,
+            text=PAUSED_AFTER_ATTEMPTS if after else None,
+        )
         for child in self._attempt_runs():  # a search pauses whole, its attempts with it
             child.pause(source="run")
         # A search's agent waiting for its attempts to stand still stops waiting: one
@@ -235,7 +255,7 @@ class Steering:
                 for child in children.values():
                     child.pause_after_action(source="run")
             self.settle()
-            return "after_action"
+            return "after_attempts" if children else "after_action"
         self.controls.step()
         self._unpause()
         self._control("step")
