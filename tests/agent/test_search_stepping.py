@@ -6,10 +6,15 @@ small `answer` task's recipe variants, started paused."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from mlra import events as ev
+from mlra.agent.agents import attempt_runs
 from mlra.agent.agents.run import agent_for
 from mlra.agent.control.steering import next_in_turn
 from mlra.agent.record.eventlog import read_events
@@ -130,3 +135,70 @@ async def test_a_stepped_action_of_an_attempt_counts_on_the_searchs_clock(
         controller.resume()
     result = await asyncio.wait_for(run, 120)
     assert result.attempts is not None and result.attempts.tried == 1
+
+
+async def test_an_attempt_made_while_stepped_then_resumed_runs_with_the_search(
+    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step lets a paused search start a1; the search resumes while a1's run is being
+    made (its worker thread read the search stepped): a1 started paused, the resume not
+    reaching it, and stood paused while the search ran (it waited on a1 for ever). It
+    takes the search's state as it registers: running, it runs."""
+    made, go = asyncio.Event(), threading.Event()
+    loop = asyncio.get_running_loop()
+    real_child = attempt_runs._child
+
+    def held_child(*args: Any) -> Any:  # the attempt's run made, held until the test says
+        child = real_child(*args)
+        loop.call_soon_threadsafe(made.set)
+        go.wait(60)
+        return child
+
+    monkeypatch.setattr(attempt_runs, "_child", held_child)
+    task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "0" }', "[{}]")
+    controller = greedy_search(task, tmp_path, 1, start_paused=True)
+    run = asyncio.ensure_future(controller.run(agent_for))
+    controls = controller.controls
+    try:
+        await _until("the search at its gate", lambda: controls.paused and controls.at_gate)
+        controller.step()  # attempt_start a1
+        await asyncio.wait_for(made.wait(), 60)
+        controller.resume()
+    finally:
+        go.set()
+    log = controller.run_dir / "attempts" / "a1" / "events.jsonl"
+
+    def a1_moved_or_paused() -> bool:
+        events = read_events(log) if log.is_file() else []
+        return any(isinstance(e, ev.ToolStarted | ev.Control) for e in events)
+
+    try:
+        await _until("a1's first action, or its pause", a1_moved_or_paused)
+        controls_a1 = [e for e in read_events(log) if isinstance(e, ev.Control)]
+        assert not controls_a1, "a1 started paused while the search ran"
+    finally:
+        controller.request_stop(evaluate=False)
+    await asyncio.wait_for(run, 120)
+
+
+async def test_a_pause_ends_the_searchs_wait_for_its_attempts_to_stand_still(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A step while the search ran: at its boundary it waits for its attempts' actions in
+    hand (`pause_at_boundary`). The person pauses it, its attempt stopping (a pause does
+    not reach that one, which then tells nothing): the wait went on until something else
+    moved, the search not at its gate (`n` then stepped an attempt, not its own action)."""
+    task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "0" }', "[{}]")
+    controller = greedy_search(task, tmp_path / "search", 1)
+    controller.prepare()
+    child = greedy_search(task, tmp_path / "attempt", 1)
+    child.prepare()
+    child.request_stop(evaluate=False)  # stopping: running yet, a pause no longer reaches it
+    controller.attempts.children["a1"] = child
+    controller.controls.pause_after_action()  # a step while it ran, its action in hand done
+    waiting = asyncio.ensure_future(controller.pause_at_boundary())
+    await asyncio.sleep(0)
+    assert not waiting.done()  # a1 moves: the search waits for it
+    controller.pause()
+    await asyncio.wait_for(waiting, 10)
+    assert controller.controls.paused

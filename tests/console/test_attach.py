@@ -363,6 +363,27 @@ async def test_an_attached_console_knows_an_older_runs_tools_from_its_log(
     assert left.endswith(f"mlra ctl {held_at_break.run_dir} approve runs it")
 
 
+async def test_n_in_an_attached_console_says_what_the_runs_step_did(live_run: LiveRun) -> None:
+    """`n` while the held command runs: the run's answer is the toast (it guessed from
+    the run's state, and said a pause was coming again where the second did nothing)."""
+    app = AttachApp(RemoteRun(live_run.run_dir))
+    async with app.run_test(size=(160, 45)) as pilot:
+        await pilot_wait(pilot, "the controls", lambda: app.remote.holding)
+
+        def toasts() -> list[str]:
+            return [str(n.message) for n in app._notifications]
+
+        await pilot.press("n")
+        await pilot_wait(pilot, "the step's answer", lambda: len(toasts()) == 1)
+        await pilot.press("n")
+        await pilot_wait(pilot, "the second's", lambda: len(toasts()) == 2)
+        assert toasts() == [
+            "the action in hand finishes, then paused",
+            "already pausing after the action in hand: nothing more recorded",
+        ]
+        assert [(c.action, c.source) for c in live_run.controls()] == [("step", "attach")]
+
+
 async def test_a_console_leaving_a_paused_run_says_it_stays_paused(live_run: LiveRun) -> None:
     """ "the run goes on" was untrue of a run left paused: it waits for a resume."""
     app = AttachApp(RemoteRun(live_run.run_dir))

@@ -8,8 +8,10 @@ import json
 from pathlib import Path
 
 from mlra import events as ev
+from mlra.agent.control.control_ops import act
 from mlra.console.panes.transcript import TranscriptPane
 from mlra.console.screens.screens import ConfirmScreen
+from mlra.control_socket import CtlRequest
 from tests.console.test_console_controls import (
     ANSWER,
     REPORT,
@@ -76,6 +78,36 @@ async def test_a_pending_pause_shows_and_a_second_n_records_nothing_more(
         assert len(steps) == 1
         await run.shown(lambda app: app.state.phase == "paused")
         assert "pausing" not in status_line(run.app)
+        await run.pilot.press("s")
+        await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
+        await run.pilot.press("y")
+        assert (await run.finished()).reason == "stopped"
+
+
+async def test_ctl_step_repeated_while_a_pause_is_pending_records_one_step_and_says_so(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """`mlra ctl RUN step` twice while the action in hand runs: the second recorded a
+    second step each time (the console's second `n` recorded nothing). Now both go
+    through the run's one `step`: the second records nothing and its answer says so,
+    and a `n` after them records nothing either."""
+    script = worker(turn("count", call("python", code=UNTIL_STOPPED)), ANSWER, REPORT)
+    async with live(tmp_path, answer_task, script) as run:
+        await run.watch.wait(is_(ev.ToolOutput))  # a long count: the action in hand
+        step = CtlRequest(op="step", client="ctl")
+        with run.controller.acting_as("ctl"):
+            first = act(run.controller, step)
+        assert first == "the action in hand finishes, then paused"
+        recorded = await run.watch.wait(is_(ev.Control, action="step"))
+        assert recorded.source == "ctl"
+        with run.controller.acting_as("ctl"):
+            again = act(run.controller, step)
+        assert again == "already pausing after the action in hand: nothing more recorded"
+        await run.pilot.press("n")  # the key agrees: nothing more either
+        await run.pilot.press("space")  # pause now
+        await run.watch.wait(is_(ev.Control, action="pause"))
+        steps = [e for e in run.watch.events if isinstance(e, ev.Control) and e.action == "step"]
+        assert len(steps) == 1
         await run.pilot.press("s")
         await run.shown(lambda app: isinstance(app.screen, ConfirmScreen))
         await run.pilot.press("y")

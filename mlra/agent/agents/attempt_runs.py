@@ -44,11 +44,13 @@ async def run_attempt(
     manager.children[started.attempt] = child
     child.closing_left = parent.clock.remaining  # its closing validation at its limit
     manager.sync_limit(started.attempt)  # raised while its run was being made
-    if parent.controls.stepping and not child.config.start_paused:
+    if child.config.start_paused != parent.controls.stepping:
         # The run paused while the attempt's run was being made (a step's pause right
         # after the attempt_start it let through): the pause did not reach it, since it
-        # was not a child yet, and it ran on while the run stood still.
-        child.config = child.config.model_copy(update={"start_paused": True})
+        # was not a child yet, and it ran on while the run stood still. Or it resumed
+        # then (made while stepped or a step's pause was pending): the resume did not
+        # reach it either, and it started paused while the run ran, and stayed so.
+        child.config = child.config.model_copy(update={"start_paused": parent.controls.stepping})
     if parent.notifications is not None:  # its waits for the model server are told
         child.subscribe(parent.notifications.attempt_events(started.attempt))
     # A stepped action of its is the search's time: the search's clock runs until it is

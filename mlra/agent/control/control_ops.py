@@ -44,14 +44,7 @@ def act(run: Steering, req: CtlRequest) -> str:
         run.resume()
         return "resumed"
     if op == "step":
-        waiting = controls.pending_calls()
-        running = not controls.paused
-        run.step()
-        if waiting:  # the waiting call is the one action: the step approves it
-            return f"approved {waiting[0]}: it runs as the one action, then paused"
-        if running:  # as a debugger's step while running: it breaks at the next boundary
-            return "the action in hand finishes, then paused"
-        return "one action (one tool call), then paused"
+        return _step(run)
     if op in ("approve", "reject", "edit"):
         call_id = _waiting_call(run, req.call_id)
         if op == "approve":
@@ -214,3 +207,24 @@ def ending_words(run: Steering) -> str:
     if finished.message:
         words += f": {finished.message}"
     return words + ")"
+
+
+def _step(run: Steering) -> str:
+    """A step, as the console's `n` takes it (`Steering.step`: one function for both, so
+    a step repeated while a pause is pending records nothing here either), in one line."""
+    waiting = run.controls.pending_calls()
+    match run.step():
+        case "approved":  # the waiting call is the one action: the step approves it
+            return f"approved {waiting[0]}: it runs as the one action, then paused"
+        case "after_attempts":
+            return "each attempt finishes the action in hand and pauses, then the search"
+        case "after_action":  # as a debugger's step while running: the next boundary
+            return "the action in hand finishes, then paused"
+        case "pausing_already":
+            return "already pausing after the action in hand: nothing more recorded"
+        case "attempt":
+            return "one action of the next running attempt, then paused"
+        case "none":
+            return "the run is stopping: nothing to step"
+        case _:
+            return "one action (one tool call), then paused"

@@ -12,14 +12,19 @@ import asyncio
 import contextlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from mlra import events as ev
 from mlra.agent.loop.clock import RunClock
 from mlra.agent.loop.controls import Breakpoint, Controls, Decision
 from mlra.agent.loop.ending import Ending
 from mlra.agent.record.eventlog import EventLog
-from mlra.agent.record.state import AFTER_ACTION, RunState
+from mlra.agent.record.state import (
+    AFTER_ACTION,
+    AFTER_ATTEMPTS,
+    PAUSED_AFTER_ATTEMPTS,
+    RunState,
+)
 from mlra.agent.setup.config import RunConfig
 from mlra.tasks.spec import TaskSpec
 from mlra.tools.jobs import JobManager
@@ -27,6 +32,22 @@ from mlra.tools.sandbox.base import Sandbox
 
 if TYPE_CHECKING:
     from mlra.agent.loop.attempts import AttemptManager
+
+StepOutcome = Literal[
+    "approved",
+    "attempt",
+    "after_action",
+    "after_attempts",
+    "pausing_already",
+    "one_action",
+    "none",
+]
+"""What a step did (`Steering.step`), for the one line the console's toast and `mlra ctl`
+say: the waiting call approved, an attempt's action, a pause after the action in hand
+asked for (a search's: after its attempts' actions in hand), or asked for already
+(nothing recorded), one action, nothing (the run stops). Both word it from this alone:
+ctl chose its words from the attempts it saw running, and the key toasted a pause to
+come where the step did nothing."""
 
 
 class Steering:
@@ -150,9 +171,18 @@ class Steering:
         self.clock.pause()
         if self.sandbox is not None:
             self.sandbox.suspend_commands()
-        self._control("pause", source=source or self.control_source)
+        # A search's step over ends here: its pause says so (not "after one action").
+        after = source == "step" and self.state.pausing_attempts
+        self._control(
+            "pause",
+            source=source or self.control_source,
+            text=PAUSED_AFTER_ATTEMPTS if after else None,
+        )
         for child in self._attempt_runs():  # a search pauses whole, its attempts with it
             child.pause(source="run")
+        # A search's agent waiting for its attempts to stand still stops waiting: one
+        # stopping does not pause (nor say so), and the wait lasted till something moved.
+        self.attempts.moved()
         if self.on_paused is not None:
             self.on_paused()
 
@@ -165,8 +195,9 @@ class Steering:
         self._control("resume")
         for child in self._attempt_runs():
             child.resume()
+        self.attempts.moved()  # a search's agent waiting for its attempts to stand still
 
-    def step(self) -> None:
+    def step(self) -> StepOutcome:
         """Run exactly one agent action, then pause again.
 
         A paused search takes one action of one agent a step: its own next one where its
@@ -175,7 +206,7 @@ class Steering:
         each in turn (a1, a2, a1, ...), the step's `control` naming it. Stepping every
         running attempt at once made one `n` run as many actions as attempts, and the
         search's own as well. A search that runs freely is paused by it, each of its
-        attempts after the action in hand.
+        attempts after the action in hand, then itself once none moves (`settle`).
 
         A call waiting for approval is the action a step lets through, as a debugger's
         step runs the line it stands on: the step approves it, and the run pauses after
@@ -185,15 +216,28 @@ class Steering:
         A run that runs (freely, or on a step) is not stopped mid-action: the action in
         hand (the model's turn and its call, or the call running) finishes, then the run
         pauses, recorded as a step's pause is; the step's `control` says so in its text.
-        Before, a step then let one more action through first."""
+        Before, a step then let one more action through first. Asked again before it
+        paused, a step records nothing more (`pausing_already`): the console's key and
+        `mlra ctl RUN step` both come here, so they agree (ctl recorded one each time).
+
+        A search running freely pauses as a debugger's step over does: each running
+        attempt finishes its action in hand and pauses at its next step boundary, and the
+        search pauses once none moves while it waits on them (`settle`), or at its own
+        next boundary; its step's `control` says so (`AFTER_ATTEMPTS`). It paused at
+        once before, suspending every attempt's command mid-way."""
         if self._stop.is_set():
-            return
+            return "none"
         waiting = self.controls.pending_calls()
         if waiting:
             self.controls.step()
             self._control("step")
             self.approve(waiting[0])  # resumes the clock: no longer held, not paused
-            return
+            return "approved"
+        if not self.controls.paused and self.state.pausing:  # asked already: it pauses once
+            # Before the attempts' turn below: a search asked to pause after the actions in
+            # hand is in step mode, and a second step there let an attempt already paused
+            # take an action, recorded as a step of it that read as the search paused.
+            return "pausing_already"
         children = self._attempt_children()
         stepping = self.controls.stepping
         if children and stepping and not self.controls.at_gate:
@@ -203,21 +247,61 @@ class Steering:
             self._stepping.add(attempt)
             self.clock.resume()  # the attempt's action is the search's time too
             children[attempt].step()
-            return
+            return "attempt"
         if not self.controls.paused:  # running: it pauses after the action in hand
             self.controls.pause_after_action()  # on a step already: it does so anyway
-            self._control("step", text=AFTER_ACTION)
+            self._control("step", text=AFTER_ATTEMPTS if children else AFTER_ACTION)
             if not stepping:  # a search running freely: each attempt after its own
                 for child in children.values():
-                    child.step()
-            return
+                    child.pause_after_action(source="run")
+            self.settle()
+            return "after_attempts" if children else "after_action"
         self.controls.step()
         self._unpause()
         self._control("step")
+        return "one_action"
+
+    def pause_after_action(self, *, source: str) -> None:
+        """A search's step while it runs, for one attempt: its action in hand finishes,
+        then it pauses (the search's step does not approve a call waiting here, as a step
+        of the attempt's own would). Nothing for a run that has ended, closing yet (still
+        the search's child): its log took a step after its `run_finished`."""
+        if self.controls.paused or self.state.pausing or self._stop.is_set():
+            return
+        if self.state.finished is not None:
+            return
+        self.controls.pause_after_action()
+        self._control("step", text=AFTER_ACTION, source=source)
+
+    def attempts_moving(self) -> bool:
+        """Some attempt of this search runs on: not paused, its run not ended."""
+        return any(not c.controls.paused and c.state.finished is None for c in self._attempt_runs())
+
+    def settle(self) -> None:
+        """A search asked to pause after the actions in hand (`step` while it ran) pauses
+        once none of its attempts moves while its agent waits on them, recorded as a
+        step's pause is: told when an attempt pauses or ends, and as a wait begins (its
+        agent has no boundary of its own inside a wait, which lasts until an attempt
+        ends: without this the search ran on, its clock with it, its attempts all paused)."""
+        if self.controls.step_used_up() and self.attempts.waiting and not self.attempts_moving():
+            self.pause(source="step")
+
+    async def pause_at_boundary(self) -> None:
+        """At the agent's step boundary, the action a step let through taken: the run
+        pauses, recorded as a step's pause is. A search asked to pause after the actions
+        in hand lets its attempts' end first (`AttemptManager.still`): its pause pauses
+        them too, and cut them off mid-way."""
+        if not self.controls.step_used_up():
+            return
+        await self.attempts.still(lambda: self.controls.step_used_up() and self.attempts_moving())
+        if self.controls.step_used_up():
+            self.pause(source="step")
 
     def attempt_step_done(self, attempt: str) -> None:
         """The action a step let `attempt` take is done (it paused again, or its run
         ended): the search's clock stands still again where no other is under way."""
+        self.settle()  # it paused or ended: the search may pause now (`step` while it ran)
+        self.attempts.moved()
         if attempt not in self._stepping:
             return
         self._stepping.discard(attempt)

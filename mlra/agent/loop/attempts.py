@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -74,6 +74,11 @@ class AttemptManager:
         `attempt_finished` is written after its run closed its sandbox (its volume
         carried back, the image deleted), even one stopped as its sandbox starts or
         closes (tests/agent/test_search_stopped_starting.py)."""
+        self.waiting = False
+        """The run's agent waits on its attempts (`wait`): a boundary of the search's own
+        where a step while it ran lets it pause (agent/control/steering.py `settle`)."""
+        self._moved = asyncio.Event()
+        """Set when an attempt paused or ended, or the run resumed (`still`)."""
 
     # --- reading the tree -----------------------------------------------------------------
 
@@ -324,11 +329,12 @@ class AttemptManager:
             watched = [n.id for n in tree.running]
         if not watched:
             return []
-        if self.run.controls.step_used_up() and not self.run.catchup.replaying:
-            # A step's action is this wait, on attempts paused with the run: the run
-            # pauses too, so its clock stands still while nothing moves (`n` then steps
-            # an attempt: agent/control/steering.py).
-            self.run.pause(source="step")
+        self.waiting = True
+        if not self.run.catchup.replaying:
+            # A step's action is this wait, on attempts paused with the run (or a step
+            # while it ran, theirs in hand ended): the run pauses too, so its clock
+            # stands still while nothing moves (`n` then steps an attempt).
+            self.run.settle()
 
         def ended() -> list[str]:
             return [a for a in watched if (n := tree.get(a)) is not None and n.finished]
@@ -337,9 +343,23 @@ class AttemptManager:
             async with self._finished:
                 await self._finished.wait_for(lambda: bool(ended()))
 
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(until(), timeout=max(0.0, timeout_s))
+        try:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(until(), timeout=max(0.0, timeout_s))
+        finally:
+            self.waiting = False
         return ended()
+
+    def moved(self) -> None:
+        """An attempt paused or ended, or the run resumed: `still` looks again."""
+        self._moved.set()
+
+    async def still(self, moving: Callable[[], bool]) -> None:
+        """Wait while `moving()` (a search asked to pause after the actions in hand, its
+        attempts' not all ended), so its pause at its own boundary does not cut them off."""
+        while moving():
+            self._moved.clear()
+            await self._moved.wait()
 
     async def stop(self, attempt: str, reason: str = "stopped by the supervisor") -> None:
         """Stop a running attempt; its `attempt_finished` says "stopped" and why."""

@@ -49,6 +49,15 @@ class RunContext(Protocol):
 
     def pause(self, *, source: str = "user") -> None: ...
 
+    async def pause_at_boundary(self) -> None:
+        """Pause at a step boundary where a step's action is used up (a search's, once
+        its attempts' actions in hand end: agent/control/steering.py)."""
+        ...
+
+    def settle(self) -> None:
+        """A search asked to pause after the actions in hand pauses if none moves."""
+        ...
+
     def check_budget(self) -> None:
         """Raise EndRun when a budget is used up."""
         ...

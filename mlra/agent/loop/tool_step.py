@@ -196,11 +196,11 @@ class ToolStep:
                 arguments = decision.arguments
                 ran_as(call, arguments)
 
-        # A pause that came while the model was thinking (or the call waited for
-        # approval) holds the action back; a step then lets this action through. In
-        # step mode, a call past the one the step was for pauses the run first.
+        # A pause that came while the model thought (or the call waited for approval)
+        # holds the action back; a step then lets it through. In step mode, a call past the
+        # step's pauses the run first (a search's once its attempts' actions in hand end).
         if run.controls.call_waits_for_step():
-            run.pause(source="step")
+            await run.pause_at_boundary()
         try:
             await run.controls.hold()
         except asyncio.CancelledError:

@@ -38,6 +38,10 @@ SEARCH_HAS_NO_WORKER = "a search's workers are its attempts': m in the Attempts 
 
 AFTER_ACTION = "pause after the action in hand"
 """The text of a step taken while the run runs freely: it pauses at the next step boundary."""
+AFTER_ATTEMPTS = "pause after the actions in hand (each attempt's, then the search)"
+"""The same step in a search: each running attempt pauses after its action in hand, and
+the search once none moves (agent/control/steering.py `settle`)."""
+PAUSED_AFTER_ATTEMPTS = "paused after the attempts' actions in hand"  # its pause's text
 
 
 @dataclass
@@ -54,7 +58,9 @@ class RunState:
     started: bool = False
     paused: bool = False
     pausing: bool = False
-    """A step asked while it ran (`AFTER_ACTION`): it pauses once the action in hand ends."""
+    """A step asked while it ran (`AFTER_ACTION`, a search's `AFTER_ATTEMPTS`): it pauses
+    once the action in hand ends (a search's: its attempts' actions in hand)."""
+    pausing_attempts: bool = False  # a search's (`AFTER_ATTEMPTS`): its pause says so
     evaluating: bool = False
     plan: list[ev.PlanStep] = field(default_factory=list)
     subtask: int | None = None
@@ -422,7 +428,8 @@ class RunState:
 
     def _apply_control(self, event: ev.Control) -> None:
         if event.action in ("pause", "resume", "step", "stop", "quit"):
-            self.pausing = event.action == "step" and event.text == AFTER_ACTION
+            self.pausing = event.action == "step" and event.text in (AFTER_ACTION, AFTER_ATTEMPTS)
+            self.pausing_attempts = event.action == "step" and event.text == AFTER_ATTEMPTS
         if event.action == "pause":
             self.paused = True
         elif event.action in ("resume", "step", "stop", "quit"):

@@ -428,8 +428,7 @@ class RunController(Steering):
         """Wait at the gate (pause, step mode), check budgets, and number the step."""
         if self.catchup.ahead():
             return self.state.steps + 1 if counts else self.state.steps
-        if self.controls.step_used_up():
-            self.pause(source="step")
+        await self.pause_at_boundary()
         await self.controls.gate()
         self.check_budget()
         return self.state.steps + 1 if counts else self.state.steps

@@ -49,6 +49,7 @@ class AttachApp(MlraApp):
         """Whether the user left the console while the run went on."""
         remote.on_refused = self._refused
         remote.on_holder = self._holder_changed
+        remote.on_told = lambda said: self.notify(printable_line(said), timeout=4, markup=False)
 
     # --- following the run ------------------------------------------------------------
 

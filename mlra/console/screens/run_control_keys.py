@@ -29,6 +29,16 @@ from mlra.console.screens.screens import (
     StopJobScreen,
 )
 
+STEP_TOASTS = {
+    "after_action": "Pausing after the action in hand (Space pauses now).",
+    "after_attempts": "Each attempt's action in hand finishes, then the search pauses "
+    "(Space pauses now).",
+    "pausing_already": "Already pausing after the action in hand (Space pauses now).",
+    "none": "The run is stopping: nothing to step.",
+}
+"""What `n` says, by what the run's step did (agent/control/steering.py `StepOutcome`);
+nothing where the transcript's line says it (one action taken, a call approved)."""
+
 
 class RunControlKeys(ChoosesFooterKeys, App[int]):
     """The steering actions of the console (a mixin of `MlraApp`, which sets these)."""
@@ -106,20 +116,14 @@ class RunControlKeys(ChoosesFooterKeys, App[int]):
         paused, then stepped, and nothing moved). Running, as a debugger's step: the
         action in hand finishes, then the run pauses (it paused at once, suspending the
         command mid-way); the step's line in the transcript says so, and so does a toast.
-        A search pauses at once still: while its agent waits on its attempts it has no
-        next boundary of its own to pause at (agent/loop/attempts.py `wait`)."""
+        A search running freely: each attempt's action in hand finishes, then the search
+        pauses (it paused at once). A repeated `n` while a pause is pending records
+        nothing more: the run's `step` decides that, for `mlra ctl RUN step` too, and the
+        toast says what it did (it said a pause was coming where the step did nothing)."""
         assert self.controller is not None
-        if self.controller.controls.paused or self.state.pending_approval is not None:
-            self.controller.step()
-        elif self.state.attempts:
-            self.controller.pause()
-            self.notify("A search pauses at once: n then steps one action.", timeout=4)
-        else:  # a repeated `n` while one is pending records nothing more: it says so again
-            if not self.state.pausing:
-                self.controller.step()
-            self.notify(
-                "Pausing after the action in hand (Space pauses now).", timeout=4, markup=False
-            )
+        toast = STEP_TOASTS.get(self.controller.step())  # as `mlra ctl RUN step` words it
+        if toast is not None:
+            self.notify(toast, timeout=4, markup=False)
 
     def _pending(self) -> ev.ApprovalRequested | None:
         return self.state.pending_approval

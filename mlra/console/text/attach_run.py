@@ -147,6 +147,8 @@ class RemoteRun:
         """Why the run no longer answers, once it does not (killed, say), without an end."""
         self.on_refused: Refusal = lambda _message: None
         self.on_holder: Callable[[], None] = lambda: None
+        self.on_told: Callable[[str], None] = lambda _message: None
+        """Told the run's answer to a step: what it did (the console's toast)."""
         self._subscribers: list[Callable[[ev.Event], None]] = []
         self._resolve = Resolver()
         self._control: _Line | None = None
@@ -330,6 +332,8 @@ class RemoteRun:
             except Gone as exc:
                 self.on_refused(f"the run did not answer: {exc}")
                 return
+            if reply.ok and req.op == "step":  # what the run's step did, as ctl says it
+                self.on_told(reply.message)
             if not reply.ok:
                 self.on_refused(reply.message)
                 if reply.message.startswith("watching:"):
@@ -342,8 +346,10 @@ class RemoteRun:
     def resume(self) -> None:
         self.send(CtlRequest(op="resume"))
 
-    def step(self) -> None:
+    def step(self) -> str:
+        """Sent: what the run's step did comes back in its answer (`on_told`)."""
         self.send(CtlRequest(op="step"))
+        return "sent"
 
     def approve(self, call_id: str) -> bool:
         self.send(CtlRequest(op="approve", call_id=call_id))

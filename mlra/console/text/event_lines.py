@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from mlra import events as ev
+from mlra.agent.record.state import PAUSED_AFTER_ATTEMPTS
 from mlra.console.text.model_lines import learned_window_line, model_call_line, retry_line
 from mlra.durations import format_duration
 from mlra.scores import format_normalized
@@ -205,6 +206,8 @@ def control_line(event: ev.Control) -> str:
         return f"you: {words.get(event.action, event.action)}"
     if event.source == ev.REPLAYED:
         return replayed_line(event)
+    if event.source == "step" and event.text == PAUSED_AFTER_ATTEMPTS:  # a search's step over
+        return f"{PAUSED_AFTER_ATTEMPTS}: n steps again, Space resumes"
     return {
         "start": "paused before the first action (--paused): n steps, Space resumes",
         "step": "paused after one action: n steps again, Space resumes",

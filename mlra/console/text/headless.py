@@ -18,6 +18,7 @@ from typing import IO, TYPE_CHECKING
 from mlra import events as ev
 from mlra.agent.record.eventlog import encode_event
 from mlra.agent.record.run_limits import RunLimits
+from mlra.agent.record.state import PAUSED_AFTER_ATTEMPTS
 from mlra.console.text.attempt_lines import (
     attempt_finished_line,
     attempt_ok,
@@ -337,7 +338,10 @@ class TranscriptDisplay(Printer):
             case ev.Control(action="pause") if event.source in HELD_BY:
                 # As the console says it, with the commands that go on from a shell.
                 run = str(self._attempts.run_dir or "RUN")
-                self._out(f"[{t}] {HELD_BY[event.source].format(run=run)}", "yellow")
+                held = HELD_BY[event.source]
+                if event.source == "step" and event.text == PAUSED_AFTER_ATTEMPTS:
+                    held = f"{PAUSED_AFTER_ATTEMPTS}: " + held.split(": ", 1)[1]
+                self._out(f"[{t}] {held.format(run=run)}", "yellow")
             case ev.Control(source=ev.REPLAYED):
                 call = self._calls.get(event.call_id or "")
                 ran = describe_call(call.tool, event.arguments) if call and event.arguments else ""
