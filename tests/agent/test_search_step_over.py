@@ -22,6 +22,21 @@ GO = "until [ -e go ]; do sleep 0.05; done; echo 42 > answer.txt"
 """a1's command: it ends once the test makes a file `go` in its workspace."""
 
 
+_TWO_CALLS = {
+    "supervisor": [
+        turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
+        {"hold": "go", **turn("", call("attempts"), call("attempts"))},
+        turn("", call("attempt_wait", attempt="a1")),
+        turn("", call("submit", attempt="a1")),
+    ],
+    "worker": [
+        turn("", call("bash", command=GO)),
+        turn("", call("report", summary="wrote 42")),
+    ],
+}
+"""The supervisor starts a1 and, held until the test steps, takes a turn of two calls."""
+
+
 def _a1(controller: RunController) -> list[ev.Event]:
     log = controller.run_dir / "attempts" / "a1" / "events.jsonl"
     return read_events(log) if log.is_file() else []
@@ -41,18 +56,7 @@ async def test_a_turn_of_two_calls_pauses_the_search_after_its_attempts_actions_
     """A step while the supervisor thinks, a1's command running: the turn comes with two
     calls, the first the action in hand; at the second the search waits for a1's command
     to end and a1 to pause, then pauses (it paused at once, suspending a1 mid-command)."""
-    script = {
-        "supervisor": [
-            turn("", call("attempt_start", instructions="Write 42 into answer.txt")),
-            {"hold": "go", **turn("", call("attempts"), call("attempts"))},
-            turn("", call("attempt_wait", attempt="a1")),
-            turn("", call("submit", attempt="a1")),
-        ],
-        "worker": [
-            turn("", call("bash", command=GO)),
-            turn("", call("report", summary="wrote 42")),
-        ],
-    }
+    script = _TWO_CALLS
 
     async def during(controller: RunController) -> None:
         try:
@@ -95,6 +99,41 @@ async def test_a_turn_of_two_calls_pauses_the_search_after_its_attempts_actions_
         search="llm",
         attempts=1,
     )
+
+
+async def test_a_stop_while_the_search_waits_at_its_step_boundary_closes_the_call(
+    tmp_path: Path, answer_task: Path
+) -> None:
+    """A stop while the search's second call waits at the step's boundary for a1's
+    command: the call gets its result in the log (it was left open, no tool_result)."""
+
+    async def during(controller: RunController) -> None:
+        watch = Watch(controller)
+        try:
+            async with asyncio.timeout(60):
+                while not _in_hand(controller):  # noqa: ASYNC110 (a1's log, written by its run)
+                    await asyncio.sleep(0.01)
+            assert controller.step() == "after_attempts"
+            first = await watch.wait(is_(ev.ToolCall, tool="attempts"))
+            second = await watch.wait(is_(ev.ToolCall, tool="attempts"), after=first.seq)
+            box.append(second.call_id)
+            assert _in_hand(controller) and not controller.controls.paused  # at the boundary
+        finally:
+            controller.request_stop(evaluate=False)
+
+    box: list[str] = []
+    controller, _result, _server = await _scripted_search(
+        tmp_path / "runs",
+        answer_task,
+        _TWO_CALLS,
+        during=during,
+        release=("go", lambda c: c.state.pausing),
+        search="llm",
+        attempts=1,
+    )
+    events = read_events(controller.run_dir / "events.jsonl")
+    assert box and box[0] in {e.call_id for e in events if isinstance(e, ev.ToolResult)}
+    assert not any(isinstance(e, ev.ToolStarted) and e.call_id == box[0] for e in events)
 
 
 async def test_a_step_while_an_attempt_closes_writes_nothing_after_its_end(
