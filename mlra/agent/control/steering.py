@@ -240,7 +240,10 @@ class Steering:
             return "pausing_already"
         children = self._attempt_children()
         stepping = self.controls.stepping
-        if children and stepping and not self.controls.at_gate:
+        # A paused search waiting on its attempts: the step is one attempt's action. One
+        # running its own stepped action pauses after it (below): an attempt's step there
+        # read as the search paused while it ran.
+        if self.controls.paused and children and not self.controls.at_gate:
             attempt = next_in_turn(list(children), self._stepped_last)
             self._stepped_last = attempt
             self._control("step", target=attempt)
