@@ -193,6 +193,10 @@ class Steering:
         self._stepping.clear()
         self._unpause()
         self._control("resume")
+        if self.config.start_paused:  # resumed before its start (an attempt registered
+            # stepped, its sandbox starting): it starts running. It paused at its start
+            # (`run_start.py`) while its search ran, and stayed so.
+            self.config = self.config.model_copy(update={"start_paused": False})
         for child in self._attempt_runs():
             child.resume()
         self.attempts.moved()  # a search's agent waiting for its attempts to stand still
