@@ -18,6 +18,7 @@ from mlra.agent.agents import attempt_runs
 from mlra.agent.agents.run import agent_for
 from mlra.agent.control.steering import next_in_turn
 from mlra.agent.record.eventlog import read_events
+from mlra.agent.run import controller as controller_mod
 from mlra.agent.run.controller import RunController
 from mlra.console.text.event_lines import control_line
 from tests.agent.test_search import greedy_search, sleeping_variant_task
@@ -177,6 +178,50 @@ async def test_an_attempt_made_while_stepped_then_resumed_runs_with_the_search(
         controls_a1 = [e for e in read_events(log) if isinstance(e, ev.Control)]
         assert not controls_a1, "a1 started paused while the search ran"
     finally:
+        controller.request_stop(evaluate=False)
+    await asyncio.wait_for(run, 120)
+
+
+async def test_an_attempt_registered_while_stepped_then_resumed_before_its_start_runs(
+    tmp_path: Path, answer_task: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, the resume after a1 registered but before its run started (its sandbox
+    starting): a1 paused at its start (`start_paused`) while the search ran, and stayed
+    so. The resume reaches it: it starts running."""
+    starting, go = asyncio.Event(), asyncio.Event()
+    real_start = controller_mod.start_run
+
+    async def held_start(run: Any, *args: Any) -> None:  # a1's start held until the test says
+        if run.config.attempt is not None:
+            starting.set()
+            await go.wait()
+        await real_start(run, *args)
+
+    monkeypatch.setattr(controller_mod, "start_run", held_start)
+    task = sleeping_variant_task(answer_task, tmp_path, '{ n = "42", s = "0" }', "[{}]")
+    controller = greedy_search(task, tmp_path, 1, start_paused=True)
+    run = asyncio.ensure_future(controller.run(agent_for))
+    controls = controller.controls
+    log = controller.run_dir / "attempts" / "a1" / "events.jsonl"
+    try:
+        await _until("the search at its gate", lambda: controls.paused and controls.at_gate)
+        controller.step()  # attempt_start a1
+        await asyncio.wait_for(starting.wait(), 60)
+        controller.resume()
+        go.set()
+
+        def a1_controls() -> list[ev.Control]:
+            events = read_events(log) if log.is_file() else []
+            return [e for e in events if isinstance(e, ev.Control)]
+
+        def a1_moved_or_paused_at_start() -> bool:
+            return _actions(controller, "a1") > 0 or any(c.source == "start" for c in a1_controls())
+
+        await _until("a1's first action, or its pause at its start", a1_moved_or_paused_at_start)
+        assert not [c for c in a1_controls() if c.action == "pause"]
+        assert _actions(controller, "a1") > 0
+    finally:
+        go.set()
         controller.request_stop(evaluate=False)
     await asyncio.wait_for(run, 120)
 

@@ -10,11 +10,12 @@ import re
 from pathlib import Path
 
 from rich.text import Text
+from textual.app import App, ComposeResult
 from textual.widgets import Static
 
 from mlra import events as ev
 from mlra.agent.record.run_progress import glance
-from mlra.agent.record.state import fold
+from mlra.agent.record.state import AFTER_ACTION, AFTER_ATTEMPTS, fold
 from mlra.console.apps.app import MlraApp
 from mlra.console.panes.plan import plan_window
 from mlra.console.panes.status import Part, StatusBar, activity, fit, score_style, score_texts
@@ -321,3 +322,29 @@ def test_a_call_begun_before_a_resume_is_not_said_to_wait_to_run_once_paused() -
     state = fold(events)
     assert "s1" in state.begun
     assert not any("before it runs" in text.plain for text in activity(state, 12.0))
+
+
+class _Bar(App[None]):
+    def compose(self) -> ComposeResult:
+        yield StatusBar()
+
+
+async def test_a_pending_pause_is_worded_from_the_step_the_log_has() -> None:
+    """The step's own text says what it waits for: a search's step with no attempt in the
+    log yet read `pausing after this action`, and a step after the action in hand while
+    an attempt was listed running read as waiting on the attempts."""
+    started = ev.AttemptStarted(attempt="a1", operator="draft", folder="attempts/a1", t=1.0)
+    shown: list[str] = []
+    async with _Bar().run_test(size=(160, 24)) as pilot:
+        bar = pilot.app.query_one(StatusBar)
+        for events in (
+            [ev.Control(action="step", text=AFTER_ATTEMPTS, t=2.0)],
+            [started, ev.Control(action="step", text=AFTER_ACTION, t=2.0)],
+        ):
+            state = fold(events)
+            state.started = True
+            bar.show(state)
+            content = bar.content
+            shown.append(content.plain if isinstance(content, Text) else str(content))
+    assert "RUNNING · pausing after the attempts' actions in hand" in shown[0], shown[0]
+    assert "RUNNING · pausing after this action" in shown[1], shown[1]

@@ -193,6 +193,10 @@ class Steering:
         self._stepping.clear()
         self._unpause()
         self._control("resume")
+        if self.config.start_paused:  # resumed before its start (an attempt registered
+            # stepped, its sandbox starting): it starts running. It paused at its start
+            # (`run_start.py`) while its search ran, and stayed so.
+            self.config = self.config.model_copy(update={"start_paused": False})
         for child in self._attempt_runs():
             child.resume()
         self.attempts.moved()  # a search's agent waiting for its attempts to stand still
@@ -240,7 +244,10 @@ class Steering:
             return "pausing_already"
         children = self._attempt_children()
         stepping = self.controls.stepping
-        if children and stepping and not self.controls.at_gate:
+        # A paused search waiting on its attempts: the step is one attempt's action. One
+        # running its own stepped action pauses after it (below): an attempt's step there
+        # read as the search paused while it ran.
+        if self.controls.paused and children and not self.controls.at_gate:
             attempt = next_in_turn(list(children), self._stepped_last)
             self._stepped_last = attempt
             self._control("step", target=attempt)

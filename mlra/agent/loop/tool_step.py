@@ -199,13 +199,13 @@ class ToolStep:
         # A pause that came while the model thought (or the call waited for approval)
         # holds the action back; a step then lets it through. In step mode, a call past the
         # step's pauses the run first (a search's once its attempts' actions in hand end).
-        if run.controls.call_waits_for_step():
-            await run.pause_at_boundary()
         try:
+            if run.controls.call_waits_for_step():
+                await run.pause_at_boundary()
             await run.controls.hold()
         except asyncio.CancelledError:
-            # The run ended while it held the call (a stop of a paused run): the log
-            # still gets its result, so no call is left open.
+            # The run ended while it held the call (a stop of a paused run, or one waiting
+            # at the step's boundary): the log still gets its result, so no call is left open.
             self._record_result(call, agent, self._unrun("this call began"), note=note)
             raise
         # Past its breakpoint and any pause: from here the call may change things, and a

@@ -432,8 +432,8 @@ class RunState:
             self.pausing_attempts = event.action == "step" and event.text == AFTER_ATTEMPTS
         if event.action == "pause":
             self.paused = True
-        elif event.action in ("resume", "step", "stop", "quit"):
-            self.paused = bool(event.target)  # an attempt's step leaves the search paused
+        elif event.action in ("resume", "step", "stop", "quit") and not event.target:
+            self.paused = False  # an attempt's step (its target) leaves the search as it was
         elif event.action in ("approve", "reject", "edit"):
             if self.pending_approval and self.pending_approval.call_id == event.call_id:
                 self.pending_approval = None

@@ -376,7 +376,7 @@ class StatusBar(Static):
         short = label.split(" · ")[-1]
         if state.phase == "running" and state.pausing:  # `n` while it ran: it pauses soon
             label, short = "RUNNING · pausing after this action", "PAUSING"
-            if state.attempts.running:  # a search: once its attempts' actions in hand end
+            if state.pausing_attempts:  # a search: once its attempts' actions in hand end
                 label = "RUNNING · pausing after the attempts' actions in hand"
         parts = [
             Part([Text(" mlra ", style="bold white on grey23")], rank=9),
