@@ -9,7 +9,8 @@ rate. A run that ended by itself without a score (the deadline, a budget, no sub
 a submission that scored nothing, a replay that diverged, a request the model's window
 cannot hold, a run Ray killed for its memory) was judged, and failed: that ending is the
 agent's or its model's (final: a batch does not retry them, batch/state.py, but for the
-run Ray killed, which it resumes), and leaving it out would flatter weak models. So was a seed that used up its attempts with none an outcome.
+run Ray killed, which it resumes), and leaving it out would flatter weak models. So was
+a seed that used up its attempts with none an outcome.
 
 A seed's success is its first attempt with an outcome: the ones before it ended for
 reasons that say nothing of the agent, as the batch retries exactly those, so that

@@ -112,7 +112,7 @@ class RunningProcess(RunningCommand):
             delay = min(delay * 2, 0.05)
 
 
-async def _kill_spawned(
+async def _kill_made(
     made: tuple[asyncio.SubprocessTransport, CommandProtocol], sink: OutputSink
 ) -> None:
     """A command cancelled as it started (runner.spawned): its group killed, as a
@@ -218,7 +218,7 @@ async def run_in_session(
         preexec_fn=preexec,
     )
     try:
-        transport, protocol = await spawned(spawning, lambda made: _kill_spawned(made, sink))
+        transport, protocol = await spawned(spawning, lambda made: _kill_made(made, sink))
     except FileNotFoundError:
         raise SandboxError(f"command not found: {argv[0]}") from None
     except (OSError, subprocess.SubprocessError) as exc:  # a failed preexec_fn
